@@ -1,0 +1,8 @@
+module github.com/hutch-sandbox/hutch
+
+go 1.26.8
+
+require (
+	golang.org/x/sys v0.50.0 // indirect
+	gopkg.in/yaml.v3 v3.0.1 // indirect
+)

@@ -1,0 +1,82 @@
+// Package policy is the one schema for what a hutch sandbox may do: its
+// filesystem view, network, environment and resource limits. It loads policy
+// files (YAML or JSON) with file:line:column errors, imports the settings
+// format of Anthropic's sandbox-runtime, applies safe defaults and validates
+// the result. Everything else in hutch consumes a validated Spec.
+package policy
+
+import "time"
+
+// Spec is the complete, effective description of one sandbox.
+type Spec struct {
+	// Root is "host" (the host's root, read-only) or the absolute path of a
+	// directory to use as the sandbox's root filesystem (read-only).
+	Root string `json:"root" yaml:"root"`
+	// Filesystem says what the sandbox may read and write.
+	Filesystem Filesystem `json:"filesystem" yaml:"filesystem"`
+	// Network says where the sandbox may connect.
+	Network Network `json:"network" yaml:"network"`
+	// Env says which environment variables the sandboxed command gets.
+	Env Env `json:"env" yaml:"env"`
+	// Resources bounds what the sandbox may consume.
+	Resources Resources `json:"resources" yaml:"resources"`
+	// BestEffort lets hutch run with a layer missing (it prints what it
+	// dropped) instead of refusing to run. Off by default: hutch fails closed.
+	BestEffort bool `json:"best_effort" yaml:"best_effort"`
+}
+
+// Filesystem is the sandbox's view of files. All paths are absolute after
+// Normalize; "~" is expanded to the invoking user's home directory.
+type Filesystem struct {
+	// Workspace is the directory the command runs in, writable. Default: the
+	// current directory.
+	Workspace string `json:"workspace" yaml:"workspace"`
+	// AllowWrite lists extra writable paths.
+	AllowWrite []string `json:"allow_write" yaml:"allow_write"`
+	// DenyRead lists paths the sandbox may not read (added to the defaults
+	// unless NoDefaultDenies is set).
+	DenyRead []string `json:"deny_read" yaml:"deny_read"`
+	// AllowRead lists exceptions to DenyRead, including the defaults.
+	AllowRead []string `json:"allow_read" yaml:"allow_read"`
+	// DenyWrite lists paths inside writable areas that stay read-only, even
+	// when they do not exist yet (added to the defaults).
+	DenyWrite []string `json:"deny_write" yaml:"deny_write"`
+	// NoDefaultDenies drops hutch's built-in deny-read and deny-write lists.
+	NoDefaultDenies bool `json:"no_default_denies" yaml:"no_default_denies"`
+}
+
+// Network is the sandbox's network policy. Until the egress proxy exists the
+// only mode is "none": a network namespace with loopback only.
+type Network struct {
+	// Mode is "none" (loopback only).
+	Mode string `json:"mode" yaml:"mode"`
+	// AllowedDomains lists hosts reachable through the egress proxy.
+	AllowedDomains []string `json:"allowed_domains" yaml:"allowed_domains"`
+	// DeniedDomains lists hosts never reachable, even if allowed above.
+	DeniedDomains []string `json:"denied_domains" yaml:"denied_domains"`
+}
+
+// Env is the sandboxed command's environment: an allow-list of names passed
+// from the caller plus explicit values.
+type Env struct {
+	// Pass lists extra variable names copied from the caller's environment
+	// (on top of the built-in safe list, see SafeEnv).
+	Pass []string `json:"pass" yaml:"pass"`
+	// Set holds explicit NAME=VALUE pairs; they win over passed values.
+	Set map[string]string `json:"set" yaml:"set"`
+}
+
+// Resources bounds the sandbox. A zero value means "no limit" except where a
+// default applies (see Defaults).
+type Resources struct {
+	// MemoryBytes is the memory limit of the whole sandbox.
+	MemoryBytes int64 `json:"memory" yaml:"memory"`
+	// CPUs is the CPU bandwidth limit, in cores (1.5 = one and a half).
+	CPUs float64 `json:"cpus" yaml:"cpus"`
+	// Pids is the maximum number of processes and threads.
+	Pids int64 `json:"pids" yaml:"pids"`
+	// Timeout kills the whole sandbox after this long.
+	Timeout time.Duration `json:"timeout" yaml:"timeout"`
+	// TmpBytes is the size of the sandbox's private /tmp.
+	TmpBytes int64 `json:"tmp_size" yaml:"tmp_size"`
+}
