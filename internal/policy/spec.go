@@ -25,8 +25,9 @@ type Spec struct {
 	BestEffort bool `json:"best_effort" yaml:"best_effort"`
 }
 
-// Filesystem is the sandbox's view of files. All paths are absolute after
-// Normalize; "~" is expanded to the invoking user's home directory.
+// Filesystem is the sandbox's view of files. Paths are literal (no
+// wildcards); Normalize expands "~" to the invoking user's home directory
+// and makes relative paths absolute against the current directory.
 type Filesystem struct {
 	// Workspace is the directory the command runs in, writable. Default: the
 	// current directory.
@@ -66,8 +67,8 @@ type Env struct {
 	Set map[string]string `json:"set" yaml:"set"`
 }
 
-// Resources bounds the sandbox. A zero value means "no limit" except where a
-// default applies (see Defaults).
+// Resources bounds the sandbox. A zero value means "no limit" except where
+// Normalize applies a default.
 type Resources struct {
 	// MemoryBytes is the memory limit of the whole sandbox.
 	MemoryBytes int64 `json:"memory" yaml:"memory"`

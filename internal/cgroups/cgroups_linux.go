@@ -1,0 +1,478 @@
+package cgroups
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Group is one sandbox's cgroup: a directory in each hierarchy it needs.
+// Its methods may be called from several goroutines; Destroy must be last.
+type Group struct {
+	dirs   []string // every directory, the v2 one first
+	v2     string   // the v2 directory, "" if none
+	memory string   // the directory limiting memory, "" if none
+	pids   string   // the directory limiting pids, "" if none
+	kill   string   // the cgroup.kill file, "" if none
+	freeze freezer  // how Kill stops forks while it kills without cgroup.kill
+
+	mu    sync.Mutex
+	fd    int // the O_PATH fd FD opened, if hasFD
+	hasFD bool
+}
+
+// freezer is a file that freezes a group when on is written to it and
+// thaws it with off.
+type freezer struct{ file, on, off string }
+
+// supervisor is the leaf the caller moves into when its own v2 cgroup must
+// shed its processes before it may enable controllers.
+const supervisor = "hutch-supervisor"
+
+// killTimeout bounds how long Kill and Destroy wait for processes to die and
+// directories to go.
+const killTimeout = 5 * time.Second
+
+// layout is the caller's cgroup layout, read once per process.
+var layout = sync.OnceValues(readLayout)
+
+// Available describes where each controller lives for the caller.
+func Available() (Info, error) {
+	info, err := layout()
+	info.Controllers = maps.Clone(info.Controllers)
+	return info, err
+}
+
+func readLayout() (Info, error) {
+	self, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return Info{}, fmt.Errorf("cgroups: %w", tagged{err, ErrNotSupported})
+	}
+	ms, err := parseSelfCgroup(string(self))
+	if err != nil {
+		return Info{}, err
+	}
+	mi, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return Info{}, fmt.Errorf("cgroups: %w", err)
+	}
+	v2, v1 := ownDirs(parseMountinfo(string(mi)), ms)
+	var ctls []byte
+	if v2 != "" {
+		if ctls, err = os.ReadFile(v2 + "/cgroup.controllers"); err != nil {
+			return Info{}, fmt.Errorf("cgroups: %w", classify(err))
+		}
+	}
+	return newInfo(v2, string(ctls), v1), nil
+}
+
+// Create makes the group name beneath the caller's own cgroup in every
+// hierarchy l needs, and sets the limits. With all limits zero it makes
+// nothing and returns a Group whose methods do nothing.
+func Create(name string, l Limits) (*Group, error) {
+	if err := l.Validate(); err != nil {
+		return nil, err
+	}
+	if l == (Limits{}) {
+		return &Group{}, nil
+	}
+	if name == "" || name == "." || name == ".." || name == supervisor || strings.ContainsAny(name, "/\x00") {
+		return nil, fmt.Errorf("cgroups: invalid group name %q", name)
+	}
+	info, err := layout()
+	if err != nil {
+		return nil, err
+	}
+	parts, err := plan(info, l)
+	if err != nil {
+		return nil, err
+	}
+	g := &Group{}
+	if err := g.make(info, name, l, parts); err != nil {
+		g.rmdirs(g.dirs) // best effort: nothing has joined the group yet
+		return nil, err
+	}
+	return g, nil
+}
+
+func (g *Group) make(info Info, name string, l Limits, parts []part) error {
+	for _, p := range parts {
+		if err := g.makePart(name, l, p); err != nil {
+			return err
+		}
+	}
+	if g.v2 != "" {
+		g.kill = g.v2 + "/cgroup.kill"
+		if v2Freezes(g.v2) {
+			g.freeze = freezer{g.v2 + "/cgroup.freeze", "1", "0"}
+			return nil
+		}
+	}
+	return g.useV1Freezer(info, name)
+}
+
+// makePart makes the directory of p and writes its limits.
+func (g *Group) makePart(name string, l Limits, p part) error {
+	what := "cgroups: group"
+	if len(p.ctls) > 0 {
+		what = "cgroups: " + strings.Join(p.ctls, ",") + " limit"
+	}
+	if p.v2 {
+		if err := enable(p.own, p.ctls); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+	}
+	dir := filepath.Join(p.own, name)
+	if err := unix.Mkdir(dir, 0o755); err != nil {
+		return fmt.Errorf("%s: %w", what, classify(&fs.PathError{Op: "mkdir", Path: dir, Err: err}))
+	}
+	g.dirs = append(g.dirs, dir)
+	if p.v2 {
+		g.v2 = dir
+	}
+	for _, lim := range limiters {
+		if !slices.Contains(p.ctls, lim.controller) {
+			continue
+		}
+		switch lim.controller {
+		case "memory":
+			g.memory = dir
+		case "pids":
+			g.pids = dir
+		}
+		for _, s := range lim.settings(l, p.v2) {
+			err := writeFile(filepath.Join(dir, s.file), s.value)
+			if err != nil && !(s.optional && errors.Is(err, fs.ErrNotExist)) {
+				return fmt.Errorf("cgroups: %s limit: %w", lim.controller, classify(err))
+			}
+		}
+	}
+	return nil
+}
+
+// useV1Freezer adds the group to the v1 freezer hierarchy, if there is one,
+// for Kill on kernels whose cgroup v2 cannot freeze (or without cgroup v2).
+func (g *Group) useV1Freezer(info Info, name string) error {
+	fz, ok := info.Controllers["freezer"]
+	if !ok || fz.Version != 1 {
+		return nil
+	}
+	dir := filepath.Join(fz.Path, name)
+	if !slices.Contains(g.dirs, dir) {
+		if err := g.makePart(name, Limits{}, part{own: fz.Path}); err != nil {
+			return err
+		}
+	}
+	g.freeze = freezer{dir + "/freezer.state", "FROZEN", "THAWED"}
+	return nil
+}
+
+var v2Freeze struct {
+	once sync.Once
+	ok   bool
+}
+
+// v2Freezes reports whether the kernel's cgroup v2 can freeze (Linux 5.2+),
+// checked once on dir, a non-root v2 cgroup.
+func v2Freezes(dir string) bool {
+	v2Freeze.once.Do(func() { v2Freeze.ok = unix.Access(dir+"/cgroup.freeze", unix.F_OK) == nil })
+	return v2Freeze.ok
+}
+
+// enable lets the children of own, the caller's own v2 cgroup, use the
+// controllers ctls. If own holds processes (cgroup v2 allows that only
+// where no controllers are enabled for children) and the caller is the only
+// one, it moves the caller into own/hutch-supervisor first.
+func enable(own string, ctls []string) error {
+	if len(ctls) == 0 {
+		return nil
+	}
+	file, val := own+"/cgroup.subtree_control", "+"+strings.Join(ctls, " +")
+	err := writeFile(file, val)
+	if !errors.Is(err, unix.EBUSY) {
+		return classify(err)
+	}
+	if err := leave(own); err != nil {
+		return err
+	}
+	return classify(writeFile(file, val))
+}
+
+// leave moves the caller from own into own/hutch-supervisor, if no other
+// process is in own.
+func leave(own string) error {
+	procs, err := readPids(own + "/cgroup.procs")
+	if err != nil {
+		return classify(err)
+	}
+	self := os.Getpid()
+	if others := len(procs) - count(procs, self); others > 0 {
+		return tagged{fmt.Errorf("%s holds %d other processes, and cgroup v2 gives controllers to the children only of a cgroup without processes (or of the root); run hutch in a cgroup of its own, e.g. with systemd-run --scope -p Delegate=yes", own, others), ErrNotSupported}
+	}
+	leaf := own + "/" + supervisor
+	if err := unix.Mkdir(leaf, 0o755); err != nil && err != unix.EEXIST {
+		return classify(&fs.PathError{Op: "mkdir", Path: leaf, Err: err})
+	}
+	return classify(writeFile(leaf+"/cgroup.procs", strconv.Itoa(self)))
+}
+
+func count(s []int, v int) (n int) {
+	for _, x := range s {
+		if x == v {
+			n++
+		}
+	}
+	return n
+}
+
+// Add moves process pid into the group, in every hierarchy.
+func (g *Group) Add(pid int) error {
+	for _, d := range g.dirs {
+		if err := writeFile(d+"/cgroup.procs", strconv.Itoa(pid)); err != nil {
+			return fmt.Errorf("cgroups: add process %d: %w", pid, classify(err))
+		}
+	}
+	return nil
+}
+
+// FD returns an O_PATH descriptor of the group's v2 directory, for clone3's
+// CLONE_INTO_CGROUP, when that directory is the group's only one (every
+// limited controller is in v2). The Group owns it: Destroy closes it.
+func (g *Group) FD() (int, bool) {
+	if len(g.dirs) != 1 || g.v2 == "" {
+		return -1, false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.hasFD {
+		fd, err := unix.Open(g.v2, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return -1, false
+		}
+		g.fd, g.hasFD = fd, true
+	}
+	return g.fd, true
+}
+
+// Paths returns the group's directories, for diagnostics.
+func (g *Group) Paths() []string { return slices.Clone(g.dirs) }
+
+// Kill SIGKILLs every process in the group, wherever it moved in the process
+// tree, and waits until none is left. It uses cgroup.kill where the kernel
+// has it; else it freezes the group, kills every process listed and thaws
+// it, until the group is empty.
+func (g *Group) Kill() error {
+	if len(g.dirs) == 0 {
+		return nil
+	}
+	if g.kill != "" {
+		err := writeFile(g.kill, "1")
+		if err == nil {
+			return poll("kill", func() (bool, error) {
+				pids, err := g.procs()
+				return len(pids) == 0, err
+			})
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("cgroups: kill: %w", err)
+		}
+	}
+	self := os.Getpid()
+	return poll("kill", func() (bool, error) {
+		if err := g.setFrozen(true); err != nil {
+			return false, err
+		}
+		pids, err := g.procs()
+		for _, pid := range pids {
+			if pid > 0 && pid != self { // 0 is a process outside our pid namespace; kill(0) would hit our own group
+				_ = unix.Kill(pid, unix.SIGKILL) // ESRCH: it is gone already
+			}
+		}
+		if err := g.setFrozen(false); err != nil {
+			return false, err
+		}
+		return len(pids) == 0, err
+	})
+}
+
+func (g *Group) setFrozen(on bool) error {
+	if g.freeze.file == "" {
+		return nil
+	}
+	v := g.freeze.off
+	if on {
+		v = g.freeze.on
+	}
+	if err := writeFile(g.freeze.file, v); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// procs lists the processes in any of the group's directories.
+func (g *Group) procs() ([]int, error) {
+	var all []int
+	for _, d := range g.dirs {
+		pids, err := readPids(d + "/cgroup.procs")
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, err
+		}
+		all = append(all, pids...)
+	}
+	return all, nil
+}
+
+// Destroy kills whatever is left in the group and removes its directories.
+func (g *Group) Destroy() error {
+	g.mu.Lock()
+	if g.hasFD {
+		unix.Close(g.fd)
+		g.hasFD = false
+	}
+	g.mu.Unlock()
+	left, err := g.rmdirs(g.dirs)
+	if err == nil && len(left) > 0 {
+		if err = g.Kill(); err == nil {
+			err = poll("remove", func() (bool, error) {
+				left, err = g.rmdirs(left)
+				return len(left) == 0, err
+			})
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("cgroups: destroy: %w", err)
+	}
+	return nil
+}
+
+// rmdirs removes dirs and returns those still busy with processes.
+func (g *Group) rmdirs(dirs []string) (busy []string, err error) {
+	for _, d := range dirs {
+		switch e := unix.Rmdir(d); e {
+		case nil, unix.ENOENT:
+		case unix.EBUSY:
+			busy = append(busy, d)
+		default:
+			err = errors.Join(err, &fs.PathError{Op: "rmdir", Path: d, Err: e})
+		}
+	}
+	return busy, err
+}
+
+// poll calls step, sleeping a little longer each time, until it is done,
+// fails, or killTimeout passes.
+func poll(what string, step func() (bool, error)) error {
+	deadline := time.Now().Add(killTimeout)
+	for delay := 20 * time.Microsecond; ; delay = min(2*delay, 10*time.Millisecond) {
+		done, err := step()
+		if done || err != nil {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: processes still in the group after %v", what, killTimeout)
+		}
+		time.Sleep(delay)
+	}
+}
+
+// counter is a number Stats reads: dir/file holds just the number, or lines
+// "KEY NUMBER" of which key names it.
+type counter struct {
+	dir, file, key string
+	dst            *int64
+}
+
+// Stats reads what the kernel counted for the group's memory and pids.
+func (g *Group) Stats() (Stats, error) {
+	var s Stats
+	var cs []counter
+	switch {
+	case g.memory == "":
+	case g.memory == g.v2:
+		cs = append(cs,
+			counter{g.memory, "memory.current", "", &s.MemoryCurrent},
+			counter{g.memory, "memory.peak", "", &s.MemoryPeak},
+			counter{g.memory, "memory.events", "max", &s.MemoryLimitHits},
+			counter{g.memory, "memory.events", "oom_kill", &s.OOMKills})
+	default:
+		cs = append(cs,
+			counter{g.memory, "memory.usage_in_bytes", "", &s.MemoryCurrent},
+			counter{g.memory, "memory.max_usage_in_bytes", "", &s.MemoryPeak},
+			counter{g.memory, "memory.failcnt", "", &s.MemoryLimitHits},
+			counter{g.memory, "memory.oom_control", "oom_kill", &s.OOMKills})
+	}
+	if g.pids != "" {
+		cs = append(cs,
+			counter{g.pids, "pids.current", "", &s.PidsCurrent},
+			counter{g.pids, "pids.events", "max", &s.PidsLimitHits})
+	}
+	texts := map[string]string{}
+	for _, c := range cs {
+		p := filepath.Join(c.dir, c.file)
+		text, ok := texts[p]
+		if !ok {
+			b, err := os.ReadFile(p)
+			if err != nil && !errors.Is(err, fs.ErrNotExist) { // older kernels lack some files: leave those zero
+				return Stats{}, fmt.Errorf("cgroups: stats: %w", err)
+			}
+			text = string(b)
+			texts[p] = text
+		}
+		*c.dst = parseCounter(text, c.key)
+	}
+	return s, nil
+}
+
+// writeFile writes value to an existing file, in one write as cgroupfs
+// wants.
+func writeFile(path, value string) error {
+	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	if _, err := unix.Write(fd, []byte(value)); err != nil {
+		return &fs.PathError{Op: "write", Path: path, Err: err}
+	}
+	return nil
+}
+
+func readPids(path string) ([]int, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var pids []int
+	for _, f := range strings.Fields(string(b)) {
+		pid, err := strconv.Atoi(f)
+		if err != nil {
+			return nil, fmt.Errorf("parse %s: %w", path, err)
+		}
+		pids = append(pids, pid)
+	}
+	return pids, nil
+}
+
+// classify tags err with ErrPermission or ErrNotSupported when it says the
+// caller may not, or the kernel cannot.
+func classify(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, fs.ErrPermission), errors.Is(err, unix.EROFS):
+		return tagged{err, ErrPermission}
+	case errors.Is(err, fs.ErrNotExist):
+		return tagged{err, ErrNotSupported}
+	}
+	return err
+}

@@ -1,0 +1,538 @@
+package cgroups
+
+import (
+	"bufio"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/hutch-sandbox/hutch/internal/testutil"
+	"golang.org/x/sys/unix"
+)
+
+// helperEnv names the helper a re-executed test binary runs instead of the
+// tests; each helper first waits for its stdin to close, so the test can put
+// it in a group before it does anything.
+const helperEnv = "HUTCH_CGROUPS_HELPER"
+
+func TestMain(m *testing.M) {
+	helper, ok := helpers[os.Getenv(helperEnv)]
+	if !ok {
+		os.Exit(m.Run())
+	}
+	if _, err := io.Copy(io.Discard, os.Stdin); err != nil {
+		fmt.Println("read stdin:", err)
+		os.Exit(1)
+	}
+	helper()
+	os.Exit(0)
+}
+
+var helpers = map[string]func(){
+	// alloc touches 100MiB, and says so if it survives.
+	"alloc": func() {
+		b := make([]byte, 100<<20)
+		for i := 0; i < len(b); i += 4096 {
+			b[i] = 1
+		}
+		runtime.KeepAlive(b)
+		fmt.Println("survived")
+	},
+	// enable runs enable for the v2 cgroup and controller in its arguments,
+	// then prints its own v2 cgroup, or the error.
+	"enable": func() {
+		own, ctl := os.Getenv("HUTCH_CGROUPS_OWN"), os.Getenv("HUTCH_CGROUPS_CTL")
+		if err := enable(own, []string{ctl}); err != nil {
+			fmt.Printf("error notsupported=%v: %v\n", errors.Is(err, ErrNotSupported), err)
+			return
+		}
+		self, _ := os.ReadFile("/proc/self/cgroup")
+		for line := range strings.Lines(string(self)) {
+			if p, ok := strings.CutPrefix(line, "0::"); ok {
+				fmt.Print("cgroup ", p)
+			}
+		}
+	},
+	// unprivileged drops root and tries to create a group.
+	"unprivileged": func() {
+		if err := syscall.Setgid(65534); err != nil {
+			fmt.Println("setgid:", err)
+			return
+		}
+		if err := syscall.Setuid(65534); err != nil {
+			fmt.Println("setuid:", err)
+			return
+		}
+		g, err := Create(uniqueName(), Limits{Pids: 5})
+		if err == nil {
+			g.Destroy()
+		}
+		fmt.Printf("permission=%v notsupported=%v: %v\n", errors.Is(err, ErrPermission), errors.Is(err, ErrNotSupported), err)
+	},
+}
+
+func uniqueName() string {
+	b := make([]byte, 6)
+	rand.Read(b)
+	return "hutch-test-" + hex.EncodeToString(b)
+}
+
+// newGroup creates a group for the test and destroys it when the test ends,
+// checking that no directory is left behind.
+func newGroup(t *testing.T, l Limits) *Group {
+	t.Helper()
+	testutil.RequireRoot(t)
+	g, err := Create(uniqueName(), l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { destroy(t, g) })
+	return g
+}
+
+func destroy(t *testing.T, g *Group) {
+	t.Helper()
+	if err := g.Destroy(); err != nil {
+		t.Errorf("destroy: %v", err)
+	}
+	for _, d := range g.Paths() {
+		if _, err := os.Stat(d); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s left behind (stat: %v)", d, err)
+		}
+	}
+}
+
+// start starts cmd held at its stdin, adds it to g, and returns its stdout
+// once it runs on. The process is killed when the test ends.
+func start(t *testing.T, g *Group, cmd *exec.Cmd) *bufio.Reader {
+	t.Helper()
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cmd.Stderr == nil {
+		cmd.Stderr = os.Stderr
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	if err := g.Add(cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	stdin.Close()
+	return bufio.NewReader(stdout)
+}
+
+func helperCmd(name string, env ...string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), append(env, helperEnv+"="+name)...)
+	return cmd
+}
+
+func TestNoLimitsIsNoop(t *testing.T) {
+	g, err := Create("unused", Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := g.Paths(); len(p) != 0 {
+		t.Errorf("Paths = %v, want none", p)
+	}
+	if _, ok := g.FD(); ok {
+		t.Error("FD ok for an empty group")
+	}
+	if s, err := g.Stats(); err != nil || s != (Stats{}) {
+		t.Errorf("Stats = %+v, %v", s, err)
+	}
+	for name, f := range map[string]func() error{"Add": func() error { return g.Add(1) }, "Kill": g.Kill, "Destroy": g.Destroy} {
+		if err := f(); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+func TestCreateRejects(t *testing.T) {
+	tests := []struct {
+		name    string
+		l       Limits
+		wantErr string
+	}{
+		{"", Limits{Pids: 1}, `cgroups: invalid group name ""`},
+		{"a/b", Limits{Pids: 1}, `cgroups: invalid group name "a/b"`},
+		{"..", Limits{Pids: 1}, `cgroups: invalid group name ".."`},
+		{supervisor, Limits{Pids: 1}, `cgroups: invalid group name "hutch-supervisor"`},
+		{"ok", Limits{Pids: -1}, "cgroups: pids limit -1: must not be negative"},
+	}
+	for _, tt := range tests {
+		if _, err := Create(tt.name, tt.l); errString(err) != tt.wantErr {
+			t.Errorf("Create(%q, %+v) err = %v, want %q", tt.name, tt.l, err, tt.wantErr)
+		}
+	}
+}
+
+func TestAvailable(t *testing.T) {
+	info, err := Available()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("cgroup v2: %q", info.Unified)
+	for _, c := range []string{"memory", "cpu", "pids", "freezer"} {
+		t.Logf("%s: %+v", c, info.Controllers[c])
+	}
+	for c, where := range info.Controllers {
+		if where.Version == 2 && where.Path != info.Unified || where.Version != 1 && where.Version != 2 {
+			t.Errorf("%s: %+v is not consistent with v2 at %q", c, where, info.Unified)
+		}
+		if _, err := os.Stat(where.Path); err != nil {
+			t.Errorf("%s: %v", c, err)
+		}
+	}
+}
+
+func TestLimitsWritten(t *testing.T) {
+	g := newGroup(t, Limits{MemoryBytes: 48 << 20, CPUs: 1.5, Pids: 33})
+	info, _ := Available()
+	want := map[string]map[bool]map[string]string{ // controller, v2: file: content
+		"memory": {true: {"memory.max": "50331648"}, false: {"memory.limit_in_bytes": "50331648"}},
+		"cpu":    {true: {"cpu.max": "150000 100000"}, false: {"cpu.cfs_quota_us": "150000", "cpu.cfs_period_us": "100000"}},
+		"pids":   {true: {"pids.max": "33"}, false: {"pids.max": "33"}},
+	}
+	for c, byVersion := range want {
+		where := info.Controllers[c]
+		dir := filepath.Join(where.Path, filepath.Base(g.Paths()[0]))
+		if !slices.Contains(g.Paths(), dir) {
+			t.Errorf("%s: %s not among %v", c, dir, g.Paths())
+			continue
+		}
+		for file, content := range byVersion[where.Version == 2] {
+			b, err := os.ReadFile(filepath.Join(dir, file))
+			if got := strings.TrimSpace(string(b)); err != nil || got != content {
+				t.Errorf("%s/%s = %q, %v; want %q", dir, file, got, err, content)
+			}
+		}
+	}
+}
+
+func TestPidsLimit(t *testing.T) {
+	g := newGroup(t, Limits{Pids: 20})
+	script := `i=0; while [ $i -lt 50 ]; do sleep 600 & i=$((i+1)); echo $i; done`
+	var stderr strings.Builder
+	cmd := exec.Command("sh", "-c", script)
+	cmd.Stderr = &stderr
+	out := start(t, g, cmd)
+	last := ""
+	for {
+		line, err := out.ReadString('\n')
+		if err != nil {
+			break
+		}
+		last = strings.TrimSpace(line)
+	}
+	err := cmd.Wait()
+	forks, _ := strconv.Atoi(last)
+	if err == nil || forks >= 50 || forks == 0 {
+		t.Fatalf("forked %d of 50 sleeps (exit: %v, stderr %q); want the fork to fail at pids.max 20", forks, err, stderr.String())
+	}
+	s, err := g.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.PidsCurrent > 20 || s.PidsCurrent < int64(forks) || s.PidsLimitHits == 0 {
+		t.Errorf("stats %+v after %d forks: want PidsCurrent in [%d, 20] and PidsLimitHits > 0", s, forks, forks)
+	}
+	t.Logf("forked %d sleeps, then %q; %+v", forks, strings.TrimSpace(stderr.String()), s)
+}
+
+func TestMemoryLimitOOM(t *testing.T) {
+	const limit = 32 << 20
+	g := newGroup(t, Limits{MemoryBytes: limit})
+	cmd := helperCmd("alloc")
+	out := start(t, g, cmd)
+	output, _ := io.ReadAll(out)
+	err := cmd.Wait()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("helper ended with %v, output %q; want SIGKILL by the OOM killer", err, output)
+	}
+	s, err := g.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.OOMKills == 0 || s.MemoryLimitHits == 0 || s.MemoryPeak > limit {
+		t.Errorf("stats %+v: want OOMKills > 0, MemoryLimitHits > 0, MemoryPeak <= %d", s, limit)
+	}
+	t.Logf("%+v", s)
+}
+
+// TestKill kills a process that ignores SIGTERM, a grandchild in a session
+// of its own, and 30 siblings, by each method Kill may use.
+func TestKill(t *testing.T) {
+	info, _ := Available()
+	tests := []struct {
+		name  string
+		setup func(g *Group) string // returns why the method is missing here, if it is
+	}{
+		{"as created", func(g *Group) string { return "" }},
+		{"cgroup.kill", func(g *Group) string {
+			if g.kill == "" {
+				return "no cgroup v2"
+			}
+			if _, err := os.Stat(g.kill); err != nil {
+				return "no cgroup.kill (Linux 5.14)"
+			}
+			return ""
+		}},
+		{"cgroup.freeze", func(g *Group) string {
+			g.kill = ""
+			if !strings.HasSuffix(g.freeze.file, "/cgroup.freeze") {
+				return "no cgroup.freeze (Linux 5.2)"
+			}
+			return ""
+		}},
+		{"v1 freezer", func(g *Group) string {
+			g.kill = ""
+			if c, ok := info.Controllers["freezer"]; !ok || c.Version != 1 {
+				return "no cgroup v1 freezer hierarchy"
+			}
+			if err := g.useV1Freezer(info, filepath.Base(g.Paths()[0])); err != nil {
+				t.Fatal(err)
+			}
+			return ""
+		}},
+		{"signals only", func(g *Group) string {
+			g.kill, g.freeze = "", freezer{}
+			return ""
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := newGroup(t, Limits{Pids: 64})
+			if why := tt.setup(g); why != "" {
+				t.Skip(why)
+			}
+			script := `trap '' TERM
+setsid sh -c 'echo $$; exec sleep 600' &
+for i in $(seq 30); do sleep 600 & done
+echo started
+wait`
+			cmd := exec.Command("sh", "-c", script)
+			out := start(t, g, cmd)
+			grandchild, _ := strconv.Atoi(strings.TrimSpace(readLine(t, out)))
+			if line := readLine(t, out); line != "started\n" {
+				t.Fatalf("script printed %q", line)
+			}
+			if session(t, grandchild) == session(t, cmd.Process.Pid) {
+				t.Fatal("the grandchild did not get a session of its own")
+			}
+			cmd.Process.Signal(syscall.SIGTERM)
+			unix.Kill(grandchild, unix.SIGTERM)
+			if err := g.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			if pids, err := g.procs(); err != nil || len(pids) != 0 {
+				t.Errorf("after Kill the group holds %v (%v)", pids, err)
+			}
+			err := cmd.Wait()
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+				t.Errorf("shell ended with %v, want SIGKILL", err)
+			}
+			if s := state(grandchild); s != "" && s != "Z" {
+				t.Errorf("grandchild %d is still alive (state %s)", grandchild, s)
+			}
+		})
+	}
+}
+
+func readLine(t *testing.T, r *bufio.Reader) string {
+	t.Helper()
+	line, err := r.ReadString('\n')
+	if err != nil {
+		t.Fatalf("read from process: %v", err)
+	}
+	return line
+}
+
+// stat returns the fields of /proc/pid/stat after the command name, or nil
+// if there is no such process.
+func stat(pid int) []string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil
+	}
+	_, rest, _ := strings.Cut(string(b), ") ")
+	return strings.Fields(rest)
+}
+
+func state(pid int) string {
+	if f := stat(pid); len(f) > 0 {
+		return f[0]
+	}
+	return ""
+}
+
+func session(t *testing.T, pid int) string {
+	f := stat(pid)
+	if len(f) < 4 {
+		t.Fatalf("no process %d", pid)
+	}
+	return f[3]
+}
+
+func TestDestroyKills(t *testing.T) {
+	g := newGroup(t, Limits{Pids: 10, MemoryBytes: 64 << 20})
+	cmd := exec.Command("sleep", "600")
+	start(t, g, cmd)
+	destroy(t, g)
+	if err := cmd.Wait(); err == nil || !strings.Contains(err.Error(), "killed") {
+		t.Errorf("sleep ended with %v, want killed", err)
+	}
+}
+
+// TestFD clones a process straight into a group that lives in cgroup v2
+// alone (made here from the v2 directory only when the limits are in v1).
+func TestFD(t *testing.T) {
+	g := newGroup(t, Limits{Pids: 10})
+	if _, ok := g.FD(); ok != (len(g.Paths()) == 1 && g.v2 != "") {
+		t.Errorf("FD ok = %v for %v", ok, g.Paths())
+	}
+	info, _ := Available()
+	testutil.Need(t, info.Unified != "", "no cgroup v2 hierarchy")
+	g2 := &Group{}
+	t.Cleanup(func() { destroy(t, g2) })
+	if err := g2.makePart(uniqueName(), Limits{}, part{own: info.Unified, v2: true}); err != nil {
+		t.Fatal(err)
+	}
+	fd, ok := g2.FD()
+	if !ok {
+		t.Fatalf("FD not ok for %v", g2.Paths())
+	}
+	cmd := exec.Command("sleep", "600")
+	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	pids, err := readPids(g2.v2 + "/cgroup.procs")
+	if err != nil || !slices.Equal(pids, []int{cmd.Process.Pid}) {
+		t.Errorf("%s holds %v (%v), want [%d]", g2.v2, pids, err, cmd.Process.Pid)
+	}
+}
+
+// TestEnableMovesLoneCaller checks the cgroup v2 "no internal processes"
+// rule end to end: a process alone in its cgroup moves into the supervisor
+// leaf and gets the controller enabled; one that shares it gets an error.
+func TestEnableMovesLoneCaller(t *testing.T) {
+	testutil.RequireRoot(t)
+	info, _ := Available()
+	testutil.Need(t, info.Unified != "", "no cgroup v2 hierarchy")
+	var ctl string
+	for c, where := range info.Controllers {
+		if where.Version == 2 && (ctl == "" || c < ctl) {
+			ctl = c
+		}
+	}
+	testutil.Need(t, ctl != "", "no controller in cgroup v2")
+	// The test's own cgroup stands in for the caller's parent.
+	base := info.Unified + "/cgroup.subtree_control"
+	before, _ := os.ReadFile(base)
+	if err := writeFile(base, "+"+ctl); err != nil {
+		t.Skipf("the test's own cgroup %s cannot enable %s for its children (%v)", info.Unified, ctl, err)
+	}
+	if !slices.Contains(strings.Fields(string(before)), ctl) {
+		t.Cleanup(func() { writeFile(base, "-"+ctl) })
+	}
+	tests := []struct {
+		name    string
+		others  bool
+		wantOut string // a prefix of the helper's output
+	}{
+		{"alone", false, "cgroup /"},
+		{"shared", true, "error notsupported=true: "},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			own := filepath.Join(info.Unified, uniqueName())
+			if err := os.Mkdir(own, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				// Clears own of any process left, then removes it and its children.
+				g := &Group{dirs: []string{own + "/" + supervisor, own}}
+				if err := g.Destroy(); err != nil {
+					t.Error(err)
+				}
+			})
+			ownGroup := &Group{dirs: []string{own}}
+			if tt.others {
+				start(t, ownGroup, exec.Command("sleep", "600"))
+			}
+			cmd := helperCmd("enable", "HUTCH_CGROUPS_OWN="+own, "HUTCH_CGROUPS_CTL="+ctl)
+			out, _ := io.ReadAll(start(t, ownGroup, cmd))
+			if err := cmd.Wait(); err != nil || !strings.HasPrefix(string(out), tt.wantOut) {
+				t.Fatalf("helper: %v, printed %q; want %q...", err, out, tt.wantOut)
+			}
+			if tt.others {
+				if !strings.Contains(string(out), "holds 1 other processes") {
+					t.Errorf("error does not say why: %q", out)
+				}
+				return
+			}
+			if want := strings.TrimPrefix(own, info.Unified) + "/" + supervisor + "\n"; !strings.HasSuffix(string(out), want) {
+				t.Errorf("helper printed %q, want it in %q", out, want)
+			}
+			ctls, _ := os.ReadFile(own + "/cgroup.subtree_control")
+			if !slices.Contains(strings.Fields(string(ctls)), ctl) {
+				t.Errorf("%s/cgroup.subtree_control = %q, want %s", own, ctls, ctl)
+			}
+		})
+	}
+}
+
+func TestUnprivileged(t *testing.T) {
+	testutil.RequireRoot(t)
+	cmd := helperCmd("unprivileged")
+	cmd.Stdin = strings.NewReader("")
+	out, err := cmd.Output()
+	if err != nil || !strings.HasPrefix(string(out), "permission=true notsupported=true: cgroups: ") {
+		t.Errorf("unprivileged Create: %v, printed %q; want ErrPermission", err, out)
+	}
+	t.Logf("%s", out)
+}
+
+func BenchmarkCreateDestroy(b *testing.B) {
+	testutil.RequireRoot(b)
+	l := Limits{MemoryBytes: 256 << 20, CPUs: 2, Pids: 256}
+	prefix := uniqueName()
+	for i := 0; b.Loop(); i++ {
+		g, err := Create(prefix+"-"+strconv.Itoa(i), l)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := g.Destroy(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

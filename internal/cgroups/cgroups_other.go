@@ -1,0 +1,42 @@
+//go:build !linux
+
+package cgroups
+
+import "fmt"
+
+// Group is one sandbox's cgroup. Off Linux only the empty Group exists.
+type Group struct{}
+
+// Create fails with ErrNotSupported off Linux, unless l sets no limit.
+func Create(name string, l Limits) (*Group, error) {
+	if err := l.Validate(); err != nil {
+		return nil, err
+	}
+	if l != (Limits{}) {
+		return nil, fmt.Errorf("cgroups: limits need Linux: %w", ErrNotSupported)
+	}
+	return &Group{}, nil
+}
+
+// Available fails with ErrNotSupported off Linux.
+func Available() (Info, error) {
+	return Info{}, fmt.Errorf("cgroups: need Linux: %w", ErrNotSupported)
+}
+
+// Add does nothing: the group is empty.
+func (g *Group) Add(pid int) error { return nil }
+
+// FD reports no cgroup directory.
+func (g *Group) FD() (int, bool) { return -1, false }
+
+// Kill does nothing: the group is empty.
+func (g *Group) Kill() error { return nil }
+
+// Destroy does nothing: the group is empty.
+func (g *Group) Destroy() error { return nil }
+
+// Paths returns nothing: the group has no directories.
+func (g *Group) Paths() []string { return nil }
+
+// Stats returns zeros: the group has no counters.
+func (g *Group) Stats() (Stats, error) { return Stats{}, nil }

@@ -1,0 +1,125 @@
+package landlock
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// fileAccess is every right that applies to a file that is not a directory;
+// the kernel refuses (EINVAL) a rule on a file with more.
+const fileAccess = AccessExecute | AccessWriteFile | AccessReadFile | AccessTruncate | AccessIoctlDev
+
+// ABI returns the running kernel's Landlock ABI version, or 0 when Landlock
+// is not built in or not enabled.
+func ABI() int {
+	v, _, errno := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, 0, 0, unix.LANDLOCK_CREATE_RULESET_VERSION)
+	if errno != 0 {
+		return 0
+	}
+	return int(v)
+}
+
+// Restrict confines the calling thread, and every process it starts from
+// now on, to c. It locks the calling goroutine to its OS thread for good
+// (the restriction belongs to that thread alone), so the caller must start
+// the command from the same goroutine.
+//
+// The caller must have set no_new_privs (prctl PR_SET_NO_NEW_PRIVS) or hold
+// CAP_SYS_ADMIN in its user namespace; the kernel refuses otherwise.
+//
+// Without Landlock the error wraps ErrNotSupported. The Status lists what
+// the running ABI could not enforce; the caller decides whether that is
+// acceptable.
+func Restrict(c Config) (Status, error) {
+	runtime.LockOSThread()
+	abi := ABI()
+	st := Status{ABI: abi}
+	if abi < 1 {
+		st.Dropped = []string{"landlock: not supported by this kernel"}
+		return st, fmt.Errorf("landlock restrict: %w", ErrNotSupported)
+	}
+	rules, dropped, err := Plan(c, abi)
+	st.Dropped = dropped
+	if err != nil {
+		return st, err
+	}
+	fd, err := createRuleset(min(abi, maxABI), c.Scope)
+	if err != nil {
+		return st, err
+	}
+	defer unix.Close(fd)
+	for _, r := range rules {
+		if err := addRule(fd, r); err != nil {
+			return st, err
+		}
+	}
+	if _, _, errno := unix.Syscall(unix.SYS_LANDLOCK_RESTRICT_SELF, uintptr(fd), 0, 0); errno != 0 {
+		if errno == unix.EPERM {
+			return st, fmt.Errorf("landlock restrict self (no_new_privs not set?): %w", errno)
+		}
+		return st, fmt.Errorf("landlock restrict self: %w", errno)
+	}
+	return st, nil
+}
+
+// createRuleset returns a ruleset handling every filesystem right of abi,
+// and the scopes when scope is set.
+func createRuleset(abi int, scope bool) (int, error) {
+	fsAccess, scoped := handled(abi)
+	attr := unix.LandlockRulesetAttr{Handled_access_fs: fsAccess}
+	if scope {
+		attr.Scoped = scoped
+	}
+	// The struct may be larger than the running kernel's; the kernel
+	// accepts that as long as the fields it does not know are zero.
+	fd, _, errno := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET,
+		uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr), 0)
+	if errno != 0 {
+		return -1, fmt.Errorf("landlock create ruleset: %w", errno)
+	}
+	return int(fd), nil
+}
+
+// addRule adds r to the ruleset. A path that does not exist is skipped. On
+// a file that is not a directory, directory rights are dropped from the
+// rule; that is found out from the kernel's refusal, to save a stat on
+// every rule.
+func addRule(ruleset int, r Rule) error {
+	fd, err := unix.Open(r.Path, unix.O_PATH|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("landlock rule for %q: open: %w", r.Path, err)
+	}
+	defer unix.Close(fd)
+	err = addPathBeneath(ruleset, fd, r.Access)
+	if errors.Is(err, unix.EINVAL) && r.Access&^fileAccess != 0 {
+		var st unix.Stat_t
+		if serr := unix.Fstat(fd, &st); serr == nil && st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			if r.Access&fileAccess == 0 {
+				return nil
+			}
+			err = addPathBeneath(ruleset, fd, r.Access&fileAccess)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("landlock rule for %q: %w", r.Path, err)
+	}
+	return nil
+}
+
+// addPathBeneath grants access on the file or hierarchy open at fd.
+func addPathBeneath(ruleset, fd int, access uint64) error {
+	attr := unix.LandlockPathBeneathAttr{Allowed_access: access, Parent_fd: int32(fd)}
+	_, _, errno := unix.Syscall6(unix.SYS_LANDLOCK_ADD_RULE, uintptr(ruleset),
+		unix.LANDLOCK_RULE_PATH_BENEATH, uintptr(unsafe.Pointer(&attr)), 0, 0, 0)
+	if errno != 0 {
+		return errno
+	}
+	return nil
+}

@@ -1,0 +1,91 @@
+package policy
+
+import (
+	"bytes"
+	"fmt"
+
+	"gopkg.in/yaml.v3"
+)
+
+// The shapes Format prints: Spec's fields under the same names, with sizes
+// and the timeout as text. A test checks the names against Spec's tags.
+type (
+	formatSpec struct {
+		Root       string           `yaml:"root,omitempty"`
+		Filesystem formatFilesystem `yaml:"filesystem"`
+		Network    formatNetwork    `yaml:"network"`
+		Env        formatEnv        `yaml:"env"`
+		Resources  formatResources  `yaml:"resources"`
+		BestEffort bool             `yaml:"best_effort"`
+	}
+	formatFilesystem struct {
+		Workspace       string   `yaml:"workspace,omitempty"`
+		AllowWrite      []string `yaml:"allow_write"`
+		DenyRead        []string `yaml:"deny_read"`
+		AllowRead       []string `yaml:"allow_read"`
+		DenyWrite       []string `yaml:"deny_write"`
+		NoDefaultDenies bool     `yaml:"no_default_denies"`
+	}
+	formatNetwork struct {
+		Mode           string   `yaml:"mode,omitempty"`
+		AllowedDomains []string `yaml:"allowed_domains"`
+		DeniedDomains  []string `yaml:"denied_domains"`
+	}
+	formatEnv struct {
+		Pass []string          `yaml:"pass"`
+		Set  map[string]string `yaml:"set"`
+	}
+	formatResources struct {
+		Memory  string  `yaml:"memory,omitempty"`
+		CPUs    float64 `yaml:"cpus,omitempty"`
+		Pids    int64   `yaml:"pids,omitempty"`
+		Timeout string  `yaml:"timeout,omitempty"`
+		TmpSize string  `yaml:"tmp_size,omitempty"`
+	}
+)
+
+// Format prints s as a YAML policy file with the same field names Load
+// reads: sizes as FormatSize prints them ("512m"), the timeout as a
+// duration ("30s"), empty lists as [], and zero resources (no limit)
+// omitted. Load of the output gives back s.
+func (s Spec) Format() ([]byte, error) {
+	r := s.Resources
+	f := formatSpec{
+		Root: s.Root,
+		Filesystem: formatFilesystem{
+			Workspace:       s.Filesystem.Workspace,
+			AllowWrite:      s.Filesystem.AllowWrite,
+			DenyRead:        s.Filesystem.DenyRead,
+			AllowRead:       s.Filesystem.AllowRead,
+			DenyWrite:       s.Filesystem.DenyWrite,
+			NoDefaultDenies: s.Filesystem.NoDefaultDenies,
+		},
+		Network: formatNetwork{
+			Mode:           s.Network.Mode,
+			AllowedDomains: s.Network.AllowedDomains,
+			DeniedDomains:  s.Network.DeniedDomains,
+		},
+		Env:        formatEnv{Pass: s.Env.Pass, Set: s.Env.Set},
+		Resources:  formatResources{CPUs: r.CPUs, Pids: r.Pids},
+		BestEffort: s.BestEffort,
+	}
+	if r.MemoryBytes != 0 {
+		f.Resources.Memory = FormatSize(r.MemoryBytes)
+	}
+	if r.TmpBytes != 0 {
+		f.Resources.TmpSize = FormatSize(r.TmpBytes)
+	}
+	if r.Timeout != 0 {
+		f.Resources.Timeout = formatTimeout(r.Timeout)
+	}
+	var buf bytes.Buffer
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	if err := enc.Encode(f); err != nil {
+		return nil, fmt.Errorf("format policy: %w", err)
+	}
+	if err := enc.Close(); err != nil {
+		return nil, fmt.Errorf("format policy: %w", err)
+	}
+	return buf.Bytes(), nil
+}

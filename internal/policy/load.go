@@ -1,0 +1,270 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// policyFields lists the field names of each section of a policy file, as spelled
+// in the json/yaml tags of Spec. A test keeps it in step with the structs.
+var policyFields = map[string][]string{
+	"":           {"root", "filesystem", "network", "env", "resources", "best_effort"},
+	"filesystem": {"workspace", "allow_write", "deny_read", "allow_read", "deny_write", "no_default_denies"},
+	"network":    {"mode", "allowed_domains", "denied_domains"},
+	"env":        {"pass", "set"},
+	"resources":  {"memory", "cpus", "pids", "timeout", "tmp_size"},
+}
+
+// NetworkModes lists the values network.mode accepts.
+var NetworkModes = []string{"none"}
+
+// Load reads a policy file, YAML or JSON, and decodes it into a Spec. Every
+// problem in the file is reported as an *Error with the file's path, line
+// and column. An empty file gives the zero Spec. Load does not apply
+// defaults: call Normalize, then Validate.
+func Load(path string) (Spec, error) {
+	data, err := readFile(path)
+	if err != nil {
+		return Spec{}, err
+	}
+	return Parse(path, data)
+}
+
+// Parse decodes a policy, YAML or JSON, read from the file called name
+// (used in error messages, and a ".json" extension selects JSON).
+func Parse(name string, data []byte) (Spec, error) {
+	root, err := parseDocument(name, data)
+	if err != nil {
+		return Spec{}, err
+	}
+	d := &decoder{file: name}
+	return d.spec(root)
+}
+
+// suggestIn returns a suggester for unknown fields of section. At the top
+// level it also recognizes a field of another section given out of place.
+func suggestIn(section string) func(string) string {
+	return func(name string) string {
+		if s := suggestField(name, policyFields[section]); s != "" {
+			return s
+		}
+		if section == "" {
+			for _, sec := range policyFields[""] {
+				if s := suggestField(name, policyFields[sec]); s != "" {
+					return sec + "." + s
+				}
+			}
+		}
+		return ""
+	}
+}
+
+func (d *decoder) spec(root *yaml.Node) (Spec, error) {
+	var s Spec
+	top, err := d.mapping(root, "", policyFields[""], suggestIn(""))
+	if err != nil {
+		return Spec{}, err
+	}
+	for _, e := range top {
+		switch e.key.Value {
+		case "root":
+			s.Root, err = d.str(e.val, "root")
+			if err == nil && s.Root != "host" && s.Root != "" {
+				if cerr := checkPath(s.Root); cerr != nil {
+					err = d.errorf(e.val, "root: %v", cerr)
+				}
+			}
+		case "filesystem":
+			err = d.filesystem(e.val, &s.Filesystem)
+		case "network":
+			err = d.network(e.val, &s.Network)
+		case "env":
+			err = d.env(e.val, &s.Env)
+		case "resources":
+			err = d.resources(e.val, &s.Resources)
+		case "best_effort":
+			s.BestEffort, err = d.boolean(e.val, "best_effort")
+		}
+		if err != nil {
+			return Spec{}, err
+		}
+	}
+	return s, nil
+}
+
+func (d *decoder) filesystem(n *yaml.Node, fs *Filesystem) error {
+	entries, err := d.mapping(n, "filesystem", policyFields["filesystem"], suggestIn("filesystem"))
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		name := "filesystem." + e.key.Value
+		switch e.key.Value {
+		case "workspace":
+			fs.Workspace, err = d.str(e.val, name)
+			if err == nil && fs.Workspace != "" {
+				if cerr := checkPath(fs.Workspace); cerr != nil {
+					err = d.errorf(e.val, "%s: %v", name, cerr)
+				}
+			}
+		case "allow_write":
+			fs.AllowWrite, err = d.list(e.val, name, "paths", checkPath)
+		case "deny_read":
+			fs.DenyRead, err = d.list(e.val, name, "paths", checkPath)
+		case "allow_read":
+			fs.AllowRead, err = d.list(e.val, name, "paths", checkPath)
+		case "deny_write":
+			fs.DenyWrite, err = d.list(e.val, name, "paths", checkPath)
+		case "no_default_denies":
+			fs.NoDefaultDenies, err = d.boolean(e.val, name)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (d *decoder) network(n *yaml.Node, nw *Network) error {
+	entries, err := d.mapping(n, "network", policyFields["network"], suggestIn("network"))
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		name := "network." + e.key.Value
+		switch e.key.Value {
+		case "mode":
+			nw.Mode, err = d.str(e.val, name)
+			if err == nil && nw.Mode != "" {
+				if cerr := checkMode(nw.Mode); cerr != nil {
+					err = d.errorf(e.val, "%s: %v", name, cerr)
+				}
+			}
+		case "allowed_domains":
+			nw.AllowedDomains, err = d.list(e.val, name, "domains", func(s string) error { return checkDomain(s, false) })
+		case "denied_domains":
+			nw.DeniedDomains, err = d.list(e.val, name, "domains", func(s string) error { return checkDomain(s, true) })
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkMode validates network.mode.
+func checkMode(mode string) error {
+	if contains(NetworkModes, mode) {
+		return nil
+	}
+	msg := fmt.Sprintf("unknown mode %q (allowed: %s)", mode, quoteList(NetworkModes))
+	if mode == "proxy" {
+		msg += "; the egress proxy is not available yet"
+	}
+	return errors.New(msg)
+}
+
+func quoteList(list []string) string {
+	quoted := make([]string, len(list))
+	for i, s := range list {
+		quoted[i] = strconv.Quote(s)
+	}
+	return strings.Join(quoted, ", ")
+}
+
+func (d *decoder) env(n *yaml.Node, env *Env) error {
+	entries, err := d.mapping(n, "env", policyFields["env"], suggestIn("env"))
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		switch e.key.Value {
+		case "pass":
+			env.Pass, err = d.list(e.val, "env.pass", "variable names", func(s string) error { return checkEnvName(s, true) })
+		case "set":
+			env.Set, err = d.envSet(e.val)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// envSet decodes env.set, a mapping of names to values. Any scalar value is
+// taken as written (FOO: 1 sets FOO to "1"); null is refused.
+func (d *decoder) envSet(n *yaml.Node) (map[string]string, error) {
+	if isNull(n) {
+		return nil, nil
+	}
+	if n.Kind != yaml.MappingNode {
+		return nil, d.errorf(n, "env.set: expected a mapping of NAME: value, got %s", describe(n))
+	}
+	// Any name is a field here; mapping still refuses duplicates and
+	// non-string keys.
+	names := make([]string, 0, len(n.Content)/2)
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		names = append(names, resolve(n.Content[i]).Value)
+	}
+	entries, err := d.mapping(n, "env.set", names, func(string) string { return "" })
+	if err != nil {
+		return nil, err
+	}
+	if len(entries) == 0 {
+		return nil, nil
+	}
+	out := make(map[string]string, len(entries))
+	for _, e := range entries {
+		name := "env.set." + e.key.Value
+		if cerr := checkEnvName(e.key.Value, false); cerr != nil {
+			return nil, d.errorf(e.key, "env.set: %v", cerr)
+		}
+		v := e.val
+		switch {
+		case isNull(v):
+			return nil, d.errorf(v, "%s: missing value (write \"\" for an empty string)", name)
+		case v.Kind != yaml.ScalarNode:
+			return nil, d.errorf(v, "%s: expected a string, got %s", name, describe(v))
+		case strings.ContainsRune(v.Value, 0):
+			return nil, d.errorf(v, "%s: value must not contain a NUL byte", name)
+		}
+		out[e.key.Value] = v.Value
+	}
+	return out, nil
+}
+
+func (d *decoder) resources(n *yaml.Node, r *Resources) error {
+	entries, err := d.mapping(n, "resources", policyFields["resources"], suggestIn("resources"))
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		name := "resources." + e.key.Value
+		switch e.key.Value {
+		case "memory":
+			r.MemoryBytes, err = d.size(e.val, name)
+		case "tmp_size":
+			r.TmpBytes, err = d.size(e.val, name)
+		case "timeout":
+			r.Timeout, err = d.timeout(e.val, name)
+		case "cpus":
+			r.CPUs, err = d.number(e.val, name)
+			if err == nil && r.CPUs <= 0 && !isNull(e.val) {
+				err = d.errorf(e.val, "%s: must be greater than 0, got %s", name, e.val.Value)
+			}
+		case "pids":
+			r.Pids, err = d.integer(e.val, name)
+			if err == nil && r.Pids <= 0 && !isNull(e.val) {
+				err = d.errorf(e.val, "%s: must be a positive integer, got %s", name, e.val.Value)
+			}
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

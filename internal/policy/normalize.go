@@ -1,0 +1,307 @@
+package policy
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// Defaults applied by Normalize.
+const (
+	// DefaultRoot shares the host's root filesystem, read-only.
+	DefaultRoot = "host"
+	// DefaultNetworkMode is loopback only.
+	DefaultNetworkMode = "none"
+	// DefaultTmpBytes is the size of the sandbox's private /tmp.
+	DefaultTmpBytes = 256 * mib
+	// DefaultPids bounds processes and threads.
+	DefaultPids = 4096
+)
+
+// Minimums checked by Validate.
+const (
+	MinMemoryBytes = 4 * mib
+	MinTmpBytes    = 1 * mib
+	MinPids        = 8
+)
+
+// memTotal returns the host's physical memory in bytes, or 0 if unknown.
+// Tests replace it.
+var memTotal = func() int64 {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	return parseMemTotal(bufio.NewScanner(f))
+}
+
+// parseMemTotal reads the MemTotal line ("MemTotal: 16314116 kB").
+func parseMemTotal(sc *bufio.Scanner) int64 {
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) == 3 && f[0] == "MemTotal:" && f[2] == "kB" {
+			kb, err := strconv.ParseInt(f[1], 10, 64)
+			if err != nil || kb <= 0 || kb > math.MaxInt64/kib {
+				return 0
+			}
+			return kb * kib
+		}
+	}
+	return 0
+}
+
+// Normalize fills in defaults and puts every path in canonical form, for a
+// sandbox started in cwd by a user whose home directory is home (both
+// absolute; home may be empty if unknown, and then "~" is an error).
+//
+// Defaults: root "host"; workspace cwd; network mode "none"; tmp_size
+// 256m; pids 4096; memory half the physical RAM, rounded down to a MiB
+// (left 0, no limit, when /proc/meminfo is unreadable).
+//
+// Paths: "~" and "~/x" are expanded with home, relative paths are made
+// absolute against cwd (not against the policy file's directory), all are
+// cleaned, and lists lose duplicates. allow_write entries equal to the
+// workspace are dropped. Unless no_default_denies is set,
+// DefaultDenyRead(home) is put in front of deny_read; the default
+// deny-write names stay out of the Spec and are returned by DenyWriteRules.
+//
+// Normalize is idempotent. It checks only what it needs; call Validate
+// afterwards.
+func (s *Spec) Normalize(cwd, home string) error {
+	if !filepath.IsAbs(cwd) {
+		return fieldErrorf("normalize policy: working directory %q is not absolute", cwd)
+	}
+	if home != "" && !filepath.IsAbs(home) {
+		return fieldErrorf("normalize policy: home directory %q is not absolute", home)
+	}
+	n := normalizer{cwd: filepath.Clean(cwd), home: home}
+	fs := &s.Filesystem
+
+	if s.Root == "" {
+		s.Root = DefaultRoot
+	}
+	if s.Root != DefaultRoot {
+		s.Root = n.path(s.Root, "root")
+	}
+	if fs.Workspace == "" {
+		fs.Workspace = n.cwd
+	} else {
+		fs.Workspace = n.path(fs.Workspace, "filesystem.workspace")
+	}
+	fs.AllowWrite = n.paths(fs.AllowWrite, "filesystem.allow_write")
+	fs.AllowWrite = removeAll(fs.AllowWrite, fs.Workspace)
+	fs.DenyRead = n.paths(fs.DenyRead, "filesystem.deny_read")
+	if !fs.NoDefaultDenies {
+		fs.DenyRead = dedupe(append(DefaultDenyRead(home), fs.DenyRead...))
+	}
+	fs.AllowRead = n.paths(fs.AllowRead, "filesystem.allow_read")
+	fs.DenyWrite = n.paths(fs.DenyWrite, "filesystem.deny_write")
+
+	if s.Network.Mode == "" {
+		s.Network.Mode = DefaultNetworkMode
+	}
+	s.Network.AllowedDomains = dedupe(lower(s.Network.AllowedDomains))
+	s.Network.DeniedDomains = dedupe(lower(s.Network.DeniedDomains))
+	s.Env.Pass = dedupe(s.Env.Pass)
+
+	r := &s.Resources
+	if r.TmpBytes == 0 {
+		r.TmpBytes = DefaultTmpBytes
+	}
+	if r.Pids == 0 {
+		r.Pids = DefaultPids
+	}
+	if r.MemoryBytes == 0 {
+		r.MemoryBytes = (memTotal() / 2) &^ (mib - 1)
+	}
+	return errors.Join(n.errs...)
+}
+
+// normalizer expands and cleans paths, collecting errors.
+type normalizer struct {
+	cwd, home string
+	errs      []error
+}
+
+func (n *normalizer) path(p, field string) string {
+	if p == "~" || strings.HasPrefix(p, "~/") {
+		if n.home == "" {
+			n.errs = append(n.errs, fieldErrorf("%s: cannot expand %q: home directory unknown", field, p))
+			return p
+		}
+		p = filepath.Join(n.home, p[1:])
+	}
+	if !filepath.IsAbs(p) {
+		p = filepath.Join(n.cwd, p)
+	}
+	return filepath.Clean(p)
+}
+
+func (n *normalizer) paths(list []string, field string) []string {
+	out := make([]string, 0, len(list))
+	for i, p := range list {
+		out = append(out, n.path(p, fmt.Sprintf("%s[%d]", field, i)))
+	}
+	return dedupe(out)
+}
+
+// dedupe drops repeated entries, keeping the first; it returns nil for an
+// empty list.
+func dedupe(list []string) []string {
+	var out []string
+	seen := make(map[string]bool, len(list))
+	for _, s := range list {
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func removeAll(list []string, drop string) []string {
+	var out []string
+	for _, s := range list {
+		if s != drop {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func lower(list []string) []string {
+	out := make([]string, len(list))
+	for i, s := range list {
+		out[i] = strings.ToLower(s)
+	}
+	return out
+}
+
+// WritableRoots returns the directories the sandbox may write: the
+// workspace, then the allow_write paths. The deny-write names of
+// DenyWriteRules apply inside each.
+func (s Spec) WritableRoots() []string {
+	return dedupe(append([]string{s.Filesystem.Workspace}, s.Filesystem.AllowWrite...))
+}
+
+// DenyWriteRules returns what stays read-only inside the writable roots.
+// Relative entries are names from DefaultDenyWrite (absent with
+// no_default_denies), to be applied below every root of WritableRoots;
+// absolute entries are the policy's deny_write paths, applied as they are.
+// The sandbox tells the two apart with filepath.IsAbs. Every rule holds
+// whether or not the path exists yet; see DefaultDenyWrite for what a rule
+// protects, and the exception for GitDirName.
+func (s Spec) DenyWriteRules() []string {
+	var out []string
+	if !s.Filesystem.NoDefaultDenies {
+		out = DefaultDenyWrite()
+	}
+	return append(out, s.Filesystem.DenyWrite...)
+}
+
+// Validate checks a normalized Spec: the workspace and a non-host root are
+// existing directories, every path is absolute, names and domains are well
+// formed, and resources are within bounds. It reports every problem found,
+// each naming its field, joined in one error that matches ErrInvalid.
+func (s Spec) Validate() error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fieldErrorf(format, args...)) }
+	dir := func(field, p string) {
+		if fi, err := os.Stat(p); err != nil {
+			add("%s: %v", field, unwrapPathError(p, err))
+		} else if !fi.IsDir() {
+			add("%s: %q is not a directory", field, p)
+		}
+	}
+
+	switch {
+	case s.Root == DefaultRoot:
+	case !filepath.IsAbs(s.Root):
+		add("root: must be %q or an absolute directory, got %q", DefaultRoot, s.Root)
+	default:
+		dir("root", s.Root)
+	}
+
+	fs := s.Filesystem
+	if !filepath.IsAbs(fs.Workspace) {
+		add("filesystem.workspace: must be an absolute path, got %q", fs.Workspace)
+	} else {
+		dir("filesystem.workspace", fs.Workspace)
+	}
+	for _, l := range []struct {
+		field string
+		paths []string
+	}{
+		{"filesystem.allow_write", fs.AllowWrite},
+		{"filesystem.deny_read", fs.DenyRead},
+		{"filesystem.allow_read", fs.AllowRead},
+		{"filesystem.deny_write", fs.DenyWrite},
+	} {
+		for i, p := range l.paths {
+			if !filepath.IsAbs(p) {
+				add("%s[%d]: must be an absolute path, got %q", l.field, i, p)
+			} else if err := checkPath(p); err != nil {
+				add("%s[%d]: %v", l.field, i, err)
+			}
+		}
+	}
+
+	if err := checkMode(s.Network.Mode); err != nil {
+		add("network.mode: %v", err)
+	}
+	for i, d := range s.Network.AllowedDomains {
+		if err := checkDomain(d, false); err != nil {
+			add("network.allowed_domains[%d]: %v", i, err)
+		}
+	}
+	for i, d := range s.Network.DeniedDomains {
+		if err := checkDomain(d, true); err != nil {
+			add("network.denied_domains[%d]: %v", i, err)
+		}
+	}
+
+	for i, name := range s.Env.Pass {
+		if err := checkEnvName(name, true); err != nil {
+			add("env.pass[%d]: %v", i, err)
+		}
+	}
+	for name, value := range s.Env.Set {
+		if err := checkEnvName(name, false); err != nil {
+			add("env.set: %v", err)
+		} else if strings.ContainsRune(value, 0) {
+			add("env.set.%s: value must not contain a NUL byte", name)
+		}
+	}
+
+	r := s.Resources
+	if r.MemoryBytes < 0 || (r.MemoryBytes > 0 && r.MemoryBytes < MinMemoryBytes) {
+		add("resources.memory: %s is below the minimum of %s", FormatSize(r.MemoryBytes), FormatSize(MinMemoryBytes))
+	}
+	if r.TmpBytes < MinTmpBytes {
+		add("resources.tmp_size: %s is below the minimum of %s", FormatSize(r.TmpBytes), FormatSize(MinTmpBytes))
+	}
+	if r.Timeout < 0 {
+		add("resources.timeout: must not be negative, got %s", r.Timeout)
+	}
+	if r.Pids < 0 || (r.Pids > 0 && r.Pids < MinPids) {
+		add("resources.pids: %d is below the minimum of %d", r.Pids, MinPids)
+	}
+	if math.IsNaN(r.CPUs) || math.IsInf(r.CPUs, 0) || r.CPUs < 0 {
+		add("resources.cpus: must be a positive number, got %v", r.CPUs)
+	}
+	return errors.Join(errs...)
+}
+
+// unwrapPathError words a stat error for a message that already names p.
+func unwrapPathError(p string, err error) error {
+	if errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("%q does not exist", p)
+	}
+	return fmt.Errorf("%q: %w", p, unwrapPath(err))
+}

@@ -1,0 +1,350 @@
+package policy
+
+import (
+	"bufio"
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// withMemTotal makes Normalize see a host with total bytes of RAM.
+func withMemTotal(t *testing.T, total int64) {
+	t.Helper()
+	saved := memTotal
+	memTotal = func() int64 { return total }
+	t.Cleanup(func() { memTotal = saved })
+}
+
+func TestNormalize(t *testing.T) {
+	withMemTotal(t, 16*gib+12345)
+	const cwd, home = "/work/proj", "/home/u"
+	defaults := Resources{MemoryBytes: 8 * gib, Pids: DefaultPids, TmpBytes: DefaultTmpBytes}
+	tests := []struct {
+		name string
+		in   Spec
+		want Spec
+	}{
+		{
+			name: "zero spec gets defaults",
+			in:   Spec{Filesystem: Filesystem{NoDefaultDenies: true}},
+			want: Spec{
+				Root:       "host",
+				Filesystem: Filesystem{Workspace: cwd, NoDefaultDenies: true},
+				Network:    Network{Mode: "none"},
+				Resources:  defaults,
+			},
+		},
+		{
+			name: "paths expanded, made absolute, cleaned and deduplicated",
+			in: Spec{
+				Root: "rootfs/",
+				Filesystem: Filesystem{
+					Workspace:       "~/src/../src/app/",
+					AllowWrite:      []string{"~", "build", "./build/", "/tmp//x", "~/src/app"},
+					DenyRead:        []string{"~/.secret", "/etc/../etc/secret", "/etc/secret"},
+					AllowRead:       []string{"~/.ssh/known_hosts"},
+					DenyWrite:       []string{".env", "/abs/file"},
+					NoDefaultDenies: true,
+				},
+				Network: Network{AllowedDomains: []string{"GitHub.com", "github.com"}},
+				Env:     Env{Pass: []string{"A", "B", "A"}},
+			},
+			want: Spec{
+				Root: "/work/proj/rootfs",
+				Filesystem: Filesystem{
+					Workspace:       "/home/u/src/app",
+					AllowWrite:      []string{"/home/u", "/work/proj/build", "/tmp/x"},
+					DenyRead:        []string{"/home/u/.secret", "/etc/secret"},
+					AllowRead:       []string{"/home/u/.ssh/known_hosts"},
+					DenyWrite:       []string{"/work/proj/.env", "/abs/file"},
+					NoDefaultDenies: true,
+				},
+				Network:   Network{Mode: "none", AllowedDomains: []string{"github.com"}},
+				Env:       Env{Pass: []string{"A", "B"}},
+				Resources: defaults,
+			},
+		},
+		{
+			name: "default denies come first",
+			in:   Spec{Filesystem: Filesystem{DenyRead: []string{"~/.ssh", "/data/secret"}}},
+			want: Spec{
+				Root: "host",
+				Filesystem: Filesystem{
+					Workspace: cwd,
+					DenyRead:  append(DefaultDenyRead(home), "/data/secret"),
+				},
+				Network:   Network{Mode: "none"},
+				Resources: defaults,
+			},
+		},
+		{
+			name: "explicit values kept",
+			in: Spec{
+				Root:       "host",
+				Filesystem: Filesystem{Workspace: "/elsewhere", NoDefaultDenies: true},
+				Network:    Network{Mode: "none"},
+				Resources:  Resources{MemoryBytes: 512 * mib, CPUs: 2, Pids: 100, Timeout: time.Minute, TmpBytes: 8 * mib},
+			},
+			want: Spec{
+				Root:       "host",
+				Filesystem: Filesystem{Workspace: "/elsewhere", NoDefaultDenies: true},
+				Network:    Network{Mode: "none"},
+				Resources:  Resources{MemoryBytes: 512 * mib, CPUs: 2, Pids: 100, Timeout: time.Minute, TmpBytes: 8 * mib},
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := tt.in
+			if err := got.Normalize(cwd, home); err != nil {
+				t.Fatalf("Normalize: %v", err)
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("Normalize\n got: %+v\nwant: %+v", got, tt.want)
+			}
+			again := got
+			again.Filesystem.DenyRead = append([]string(nil), got.Filesystem.DenyRead...)
+			if err := again.Normalize(cwd, home); err != nil || !reflect.DeepEqual(again, got) {
+				t.Errorf("Normalize is not idempotent:\n once: %+v\ntwice: %+v (%v)", got, again, err)
+			}
+		})
+	}
+}
+
+func TestNormalizeMemoryUnknown(t *testing.T) {
+	withMemTotal(t, 0)
+	var s Spec
+	if err := s.Normalize("/w", "/home/u"); err != nil {
+		t.Fatal(err)
+	}
+	if s.Resources.MemoryBytes != 0 {
+		t.Errorf("MemoryBytes = %d with unknown RAM, want 0 (no limit)", s.Resources.MemoryBytes)
+	}
+}
+
+func TestNormalizeErrors(t *testing.T) {
+	tests := []struct {
+		name      string
+		in        Spec
+		cwd, home string
+		want      string
+	}{
+		{"relative cwd", Spec{}, "work", "/home/u", `normalize policy: working directory "work" is not absolute`},
+		{"relative home", Spec{}, "/w", "home", `normalize policy: home directory "home" is not absolute`},
+		{"tilde without home", Spec{Filesystem: Filesystem{DenyRead: []string{"/a", "~/.x"}}}, "/w", "",
+			`filesystem.deny_read[1]: cannot expand "~/.x": home directory unknown`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.in.Normalize(tt.cwd, tt.home)
+			if err == nil || err.Error() != tt.want {
+				t.Errorf("Normalize error = %v, want %s", err, tt.want)
+			}
+			if !errors.Is(err, ErrInvalid) {
+				t.Errorf("error %v does not match ErrInvalid", err)
+			}
+		})
+	}
+}
+
+func TestParseMemTotal(t *testing.T) {
+	tests := []struct {
+		in   string
+		want int64
+	}{
+		{"MemTotal:       16314116 kB\nMemFree: 1 kB\n", 16314116 * 1024},
+		{"MemFree: 1 kB\nMemTotal: 2048 kB\n", 2 << 20},
+		{"MemTotal: lots kB\n", 0},
+		{"MemTotal: 99999999999999999 kB\n", 0},
+		{"", 0},
+	}
+	for _, tt := range tests {
+		if got := parseMemTotal(bufio.NewScanner(strings.NewReader(tt.in))); got != tt.want {
+			t.Errorf("parseMemTotal(%q) = %d, want %d", tt.in, got, tt.want)
+		}
+	}
+}
+
+// validSpec returns a normalized Spec that passes Validate.
+func validSpec(t *testing.T) Spec {
+	t.Helper()
+	withMemTotal(t, 4*gib)
+	s := Spec{Env: Env{Pass: []string{"GOPATH"}, Set: map[string]string{"CI": "1"}}}
+	if err := s.Normalize(t.TempDir(), "/home/u"); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestValidate(t *testing.T) {
+	if err := validSpec(t).Validate(); err != nil {
+		t.Fatalf("Validate of a normalized spec: %v", err)
+	}
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name   string
+		modify func(*Spec)
+		want   string
+	}{
+		{"root relative", func(s *Spec) { s.Root = "rootfs" }, `root: must be "host" or an absolute directory, got "rootfs"`},
+		{"root missing", func(s *Spec) { s.Root = "/nonexistent/rootfs" }, `root: "/nonexistent/rootfs" does not exist`},
+		{"root file", func(s *Spec) { s.Root = file }, `root: "` + file + `" is not a directory`},
+		{"workspace empty", func(s *Spec) { s.Filesystem.Workspace = "" }, `filesystem.workspace: must be an absolute path, got ""`},
+		{"workspace missing", func(s *Spec) { s.Filesystem.Workspace = "/nonexistent/ws" }, `filesystem.workspace: "/nonexistent/ws" does not exist`},
+		{"workspace file", func(s *Spec) { s.Filesystem.Workspace = file }, `filesystem.workspace: "` + file + `" is not a directory`},
+		{"allow_write relative", func(s *Spec) { s.Filesystem.AllowWrite = []string{"/ok", "build"} }, `filesystem.allow_write[1]: must be an absolute path, got "build"`},
+		{"deny_read relative", func(s *Spec) { s.Filesystem.DenyRead = []string{"~/.ssh"} }, `filesystem.deny_read[0]: must be an absolute path, got "~/.ssh"`},
+		{"allow_read relative", func(s *Spec) { s.Filesystem.AllowRead = []string{"x"} }, `filesystem.allow_read[0]: must be an absolute path, got "x"`},
+		{"deny_write pattern", func(s *Spec) { s.Filesystem.DenyWrite = []string{"/w/*.env"} }, `filesystem.deny_write[0]: "/w/*.env" is a pattern; hutch takes literal paths only`},
+		{"mode", func(s *Spec) { s.Network.Mode = "proxy" }, `network.mode: unknown mode "proxy" (allowed: "none"); the egress proxy is not available yet`},
+		{"mode empty", func(s *Spec) { s.Network.Mode = "" }, `network.mode: unknown mode "" (allowed: "none")`},
+		{"allowed domain", func(s *Spec) { s.Network.AllowedDomains = []string{"*"} }, `network.allowed_domains[0]: invalid domain "*": wildcards are allowed only as a leading "*." (e.g. *.example.com)`},
+		{"denied domain", func(s *Spec) { s.Network.DeniedDomains = []string{"*", "x.com:99999"} }, `network.denied_domains[1]: invalid domain "x.com:99999": port must be a number from 1 to 65535`},
+		{"env pass", func(s *Spec) { s.Env.Pass = []string{"A=B"} }, `env.pass[0]: invalid variable name "A=B": names cannot contain "="`},
+		{"env set name", func(s *Spec) { s.Env.Set = map[string]string{"": "x"} }, `env.set: empty variable name`},
+		{"env set value", func(s *Spec) { s.Env.Set = map[string]string{"A": "a\x00b"} }, `env.set.A: value must not contain a NUL byte`},
+		{"memory small", func(s *Spec) { s.Resources.MemoryBytes = mib }, `resources.memory: 1m is below the minimum of 4m`},
+		{"memory negative", func(s *Spec) { s.Resources.MemoryBytes = -1 }, `resources.memory: -1 is below the minimum of 4m`},
+		{"tmp zero", func(s *Spec) { s.Resources.TmpBytes = 0 }, `resources.tmp_size: 0 is below the minimum of 1m`},
+		{"tmp small", func(s *Spec) { s.Resources.TmpBytes = 1000 }, `resources.tmp_size: 1000 is below the minimum of 1m`},
+		{"timeout", func(s *Spec) { s.Resources.Timeout = -time.Second }, `resources.timeout: must not be negative, got -1s`},
+		{"pids", func(s *Spec) { s.Resources.Pids = 4 }, `resources.pids: 4 is below the minimum of 8`},
+		{"cpus negative", func(s *Spec) { s.Resources.CPUs = -1 }, `resources.cpus: must be a positive number, got -1`},
+		{"cpus nan", func(s *Spec) { s.Resources.CPUs = math.NaN() }, `resources.cpus: must be a positive number, got NaN`},
+		{"two problems", func(s *Spec) { s.Resources.Pids = 1; s.Network.Mode = "x" },
+			"network.mode: unknown mode \"x\" (allowed: \"none\")\nresources.pids: 1 is below the minimum of 8"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := validSpec(t)
+			tt.modify(&s)
+			err := s.Validate()
+			if err == nil || err.Error() != tt.want {
+				t.Fatalf("Validate error = %v\nwant %s", err, tt.want)
+			}
+			if !errors.Is(err, ErrInvalid) {
+				t.Errorf("error %v does not match ErrInvalid", err)
+			}
+		})
+	}
+}
+
+func TestValidateAllowsNoLimits(t *testing.T) {
+	s := validSpec(t)
+	s.Resources = Resources{TmpBytes: MinTmpBytes}
+	s.Root = t.TempDir()
+	if err := s.Validate(); err != nil {
+		t.Errorf("Validate with no limits and a directory root: %v", err)
+	}
+}
+
+func TestDenyWriteRules(t *testing.T) {
+	s := Spec{Filesystem: Filesystem{
+		Workspace:  "/w",
+		AllowWrite: []string{"/tmp/cache", "/w"},
+		DenyWrite:  []string{"/w/.env"},
+	}}
+	want := append(DefaultDenyWrite(), "/w/.env")
+	if got := s.DenyWriteRules(); !reflect.DeepEqual(got, want) {
+		t.Errorf("DenyWriteRules = %q, want %q", got, want)
+	}
+	if got, want := s.WritableRoots(), []string{"/w", "/tmp/cache"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("WritableRoots = %q, want %q", got, want)
+	}
+	s.Filesystem.NoDefaultDenies = true
+	if got, want := s.DenyWriteRules(), []string{"/w/.env"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("DenyWriteRules with no_default_denies = %q, want %q", got, want)
+	}
+}
+
+func TestFormatRoundTrip(t *testing.T) {
+	withMemTotal(t, 16*gib)
+	specs := map[string]Spec{
+		"zero":       {},
+		"normalized": {},
+		"full": {
+			Root: "/srv/root fs",
+			Filesystem: Filesystem{
+				Workspace:       "/w",
+				AllowWrite:      []string{"/tmp/a: b", "/x#y"},
+				DenyRead:        []string{"/etc/secret", "/data/'quoted'"},
+				AllowRead:       []string{"/etc/secret/public"},
+				DenyWrite:       []string{"/w/.env"},
+				NoDefaultDenies: true,
+			},
+			Network: Network{Mode: "none", AllowedDomains: []string{"*.example.com", "[::1]:443"}, DeniedDomains: []string{"*:22"}},
+			Env: Env{Pass: []string{"GOPATH", "MYAPP_*"}, Set: map[string]string{
+				"NUM": "1", "BOOL": "true", "NULLISH": "null", "EMPTY": "", "MULTI": "a\nb", "SPACE": " x ",
+			}},
+			Resources:  Resources{MemoryBytes: 3*gib/2 + 1, CPUs: 0.25, Pids: 64, Timeout: 90*time.Minute + 500*time.Millisecond, TmpBytes: 64 * mib},
+			BestEffort: true,
+		},
+	}
+	n := specs["normalized"]
+	if err := n.Normalize("/w", "/home/u"); err != nil {
+		t.Fatal(err)
+	}
+	specs["normalized"] = n
+	for name, s := range specs {
+		t.Run(name, func(t *testing.T) {
+			out, err := s.Format()
+			if err != nil {
+				t.Fatalf("Format: %v", err)
+			}
+			back, err := Parse("effective.yaml", out)
+			if err != nil {
+				t.Fatalf("Parse(Format()): %v\n%s", err, out)
+			}
+			if !reflect.DeepEqual(back, s) {
+				t.Errorf("round trip changed the spec\n got: %+v\nwant: %+v\n%s", back, s, out)
+			}
+		})
+	}
+}
+
+func TestFormatText(t *testing.T) {
+	s := Spec{
+		Root:       "host",
+		Filesystem: Filesystem{Workspace: "/w", AllowWrite: []string{"/tmp/x"}},
+		Network:    Network{Mode: "none"},
+		Resources:  Resources{MemoryBytes: 512 * mib, Timeout: 30 * time.Second, TmpBytes: 256 * mib, Pids: 4096},
+	}
+	out, err := s.Format()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `root: host
+filesystem:
+  workspace: /w
+  allow_write:
+    - /tmp/x
+  deny_read: []
+  allow_read: []
+  deny_write: []
+  no_default_denies: false
+network:
+  mode: none
+  allowed_domains: []
+  denied_domains: []
+env:
+  pass: []
+  set: {}
+resources:
+  memory: 512m
+  pids: 4096
+  timeout: 30s
+  tmp_size: 256m
+best_effort: false
+`
+	if string(out) != want {
+		t.Errorf("Format:\n%s\nwant:\n%s", out, want)
+	}
+}

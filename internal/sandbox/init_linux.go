@@ -1,0 +1,265 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/hutch-sandbox/hutch/internal/landlock"
+	"github.com/hutch-sandbox/hutch/internal/seccomp"
+)
+
+// Init is the main function of the re-executed init process. It returns the
+// exit code for main to exit with: the command's, or ExitHutchError.
+func Init() int {
+	// Capabilities, no_new_privs, landlock and seccomp are per thread: every
+	// hardening step and the command's fork happen on this one thread.
+	runtime.LockOSThread()
+	var cfg initConfig
+	fds, err := recvMsg(controlFD, &cfg)
+	if err != nil {
+		return ExitHutchError
+	}
+	fail := func(code int, err error) int {
+		_ = sendMsg(controlFD, initReply{Error: err.Error(), ExitCode: code}, nil)
+		return code
+	}
+	dropped, err := harden(cfg, fds)
+	closeAll(fds)
+	if err != nil {
+		return fail(ExitHutchError, err)
+	}
+
+	path, err := lookPath(cfg.Args[0], cfg.Env)
+	if err != nil {
+		if errors.Is(err, unix.EACCES) || errors.Is(err, unix.EISDIR) {
+			return fail(ExitNotExecutable, err)
+		}
+		return fail(ExitNotFound, err)
+	}
+	attr := &syscall.ProcAttr{
+		Dir:   cfg.Dir,
+		Env:   cfg.Env,
+		Files: []uintptr{0, 1, 2},
+		Sys:   &syscall.SysProcAttr{Setsid: true, Setctty: cfg.Tty, Ctty: 0},
+	}
+	pid, err := syscall.ForkExec(path, cfg.Args, attr)
+	if err != nil {
+		code := ExitNotExecutable
+		if errors.Is(err, unix.ENOENT) {
+			code = ExitNotFound
+		}
+		return fail(code, fmt.Errorf("%s: %w", cfg.Args[0], err))
+	}
+	if err := sendMsg(controlFD, initReply{Started: true, Dropped: dropped}, nil); err != nil {
+		_ = unix.Kill(pid, unix.SIGKILL)
+		return ExitHutchError
+	}
+	unix.Close(controlFD)
+	for _, fd := range []int{0, 1, 2} {
+		unix.Close(fd) // init holds no terminal or pipe of the user's
+	}
+	return reap(pid)
+}
+
+// reap forwards signals to the command's process group and reaps every
+// child until the command itself exits; its status becomes init's exit code.
+// When init returns, the kernel kills what is left in the pid namespace.
+func reap(pid int) int {
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2, unix.SIGWINCH)
+	go func() {
+		for s := range sigs {
+			_ = unix.Kill(-pid, s.(syscall.Signal))
+		}
+	}()
+	for {
+		var ws unix.WaitStatus
+		got, err := unix.Wait4(-1, &ws, 0, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return ExitHutchError
+		}
+		if got != pid {
+			continue
+		}
+		if ws.Signaled() {
+			return 128 + int(ws.Signal())
+		}
+		return ws.ExitStatus()
+	}
+}
+
+// harden applies the layers in their fixed order: mounts → pivot_root →
+// hostname and loopback → rlimits → capabilities → no_new_privs → landlock
+// → seccomp. It returns the layers dropped under best effort.
+func harden(cfg initConfig, fds []int) ([]string, error) {
+	dropped, err := setupMounts(cfg, fds)
+	if err != nil {
+		return nil, fmt.Errorf("filesystem: %w", err)
+	}
+	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
+		return nil, fmt.Errorf("hostname: %w", err)
+	}
+	if err := loopbackUp(); err != nil {
+		return nil, fmt.Errorf("network: %w", err)
+	}
+	for _, r := range cfg.Rlimits {
+		lim := unix.Rlimit{Cur: r.Value, Max: r.Value}
+		if err := unix.Setrlimit(r.Resource, &lim); err != nil {
+			return nil, fmt.Errorf("rlimit %d: %w", r.Resource, err)
+		}
+	}
+	// Init's memory (its config) is not for the command to read.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return nil, fmt.Errorf("dumpable: %w", err)
+	}
+	if err := dropCapabilities(); err != nil {
+		return nil, fmt.Errorf("capabilities: %w", err)
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return nil, fmt.Errorf("no_new_privs: %w", err)
+	}
+
+	writable := []string{"/tmp", "/dev/shm"}
+	for _, w := range cfg.Writable {
+		writable = append(writable, w.Path)
+	}
+	// Deny-read paths inside writable areas are masked by mounts alone:
+	// landlock cannot carve them out of a writable hierarchy.
+	var denyRead []string
+	for _, p := range effectiveDenyRead(cfg.DenyRead, cfg.AllowRead) {
+		if !under(p, writable) {
+			denyRead = append(denyRead, p)
+		}
+	}
+	// Landlock runs with the best ABI the kernel has; what older ABIs lack
+	// (listed in its status) is covered by the other layers.
+	_, err = landlock.Restrict(landlock.Config{
+		ReadOnly:  []string{"/"},
+		ReadWrite: writable,
+		Devices:   []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/ptmx", "/dev/pts"},
+		DenyRead:  denyRead,
+		Scope:     true,
+	})
+	if err != nil {
+		if !cfg.BestEffort || !errors.Is(err, landlock.ErrNotSupported) {
+			return nil, fmt.Errorf("landlock: %w: %w (pass --best-effort to run without it)", ErrKernelFeature, err)
+		}
+		dropped = append(dropped, "landlock ("+err.Error()+")")
+	}
+
+	if err := seccomp.Install(); err != nil {
+		if !cfg.BestEffort || !errors.Is(err, seccomp.ErrNotSupported) {
+			return nil, fmt.Errorf("seccomp: %w: %w (pass --best-effort to run without it)", ErrKernelFeature, err)
+		}
+		dropped = append(dropped, "seccomp ("+err.Error()+")")
+	}
+	return dropped, nil
+}
+
+// loopbackUp brings up lo in the sandbox's network namespace.
+func loopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return err
+	}
+	ifr.SetUint16(unix.IFF_UP | unix.IFF_RUNNING)
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("bring up lo: %w", err)
+	}
+	return nil
+}
+
+// Securebits that keep uid 0 in the sandbox from ever regaining capabilities
+// through execve, locked so the command cannot change them back.
+const (
+	secbitNoroot            = 1 << 0
+	secbitNorootLocked      = 1 << 1
+	secbitNoSetuidFixupLock = 1 << 3
+	secbitKeepCapsLocked    = 1 << 5
+	secbitNoCapAmbientRaise = 1 << 6
+	secbitNoCapAmbientLock  = 1 << 7
+)
+
+// dropCapabilities empties the bounding, ambient, inheritable, permitted and
+// effective sets of this thread (S1).
+func dropCapabilities() error {
+	bits := secbitNoroot | secbitNorootLocked | secbitNoSetuidFixupLock | secbitKeepCapsLocked | secbitNoCapAmbientRaise | secbitNoCapAmbientLock
+	if err := unix.Prctl(unix.PR_SET_SECUREBITS, uintptr(bits), 0, 0, 0); err != nil {
+		return fmt.Errorf("securebits: %w", err)
+	}
+	for c := 0; c <= unix.CAP_LAST_CAP; c++ {
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && err != unix.EINVAL {
+			return fmt.Errorf("drop bounding capability %d: %w", c, err)
+		}
+	}
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil && err != unix.EINVAL {
+		return fmt.Errorf("clear ambient capabilities: %w", err)
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("capset: %w", err)
+	}
+	return nil
+}
+
+// lookPath finds name in the sandbox's PATH, as a shell would.
+func lookPath(name string, env []string) (string, error) {
+	if strings.Contains(name, "/") {
+		if err := executable(name); err != nil {
+			return "", fmt.Errorf("%s: %w", name, err)
+		}
+		return name, nil
+	}
+	path := "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			path = v
+		}
+	}
+	var denied error
+	for _, dir := range filepath.SplitList(path) {
+		if dir == "" {
+			dir = "."
+		}
+		p := filepath.Join(dir, name)
+		err := executable(p)
+		if err == nil {
+			return p, nil
+		}
+		if errors.Is(err, unix.EACCES) && denied == nil {
+			denied = fmt.Errorf("%s: %w", p, err)
+		}
+	}
+	if denied != nil {
+		return "", denied
+	}
+	return "", fmt.Errorf("%s: command not found", name)
+}
+
+func executable(p string) error {
+	var st unix.Stat_t
+	if err := unix.Stat(p, &st); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		return unix.EISDIR
+	}
+	return unix.Access(p, unix.X_OK)
+}

@@ -1,0 +1,72 @@
+// Package sandbox turns a policy.Spec into a running sandbox. The parent
+// prepares (cgroup, control socket, id maps, idmapped workspace mounts) and
+// clones a child in new user, mount, pid, net, ipc, uts and cgroup namespaces
+// that re-executes /proc/self/exe as hutch's hidden init. The init reads its
+// configuration over the control socket and hardens itself in a fixed order:
+// mounts → pivot_root → drop capabilities → no_new_privs → landlock →
+// seccomp (last), then starts the command and stays PID 1 of the sandbox,
+// reaping orphans. When init exits, the kernel kills every process left in
+// the sandbox's pid namespace (S4). Errors travel back over the socket; init
+// never writes to the user's terminal itself.
+package sandbox
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+
+	"github.com/hutch-sandbox/hutch/internal/policy"
+)
+
+// Exit codes of `hutch run` that are hutch's own, not the command's.
+const (
+	// ExitTimeout is returned when the sandbox was killed by its timeout.
+	ExitTimeout = 124
+	// ExitHutchError means hutch itself failed (bad policy, missing kernel
+	// feature, setup error); the command did not run.
+	ExitHutchError = 125
+	// ExitNotExecutable means the command exists but cannot be executed.
+	ExitNotExecutable = 126
+	// ExitNotFound means the command was not found inside the sandbox.
+	ExitNotFound = 127
+)
+
+// ErrNotSupported is returned on platforms without Linux namespaces.
+var ErrNotSupported = errors.New("sandbox: not supported on this platform")
+
+// ErrKernelFeature wraps errors about a kernel feature hutch needs but the
+// running kernel does not offer (S2: hutch then refuses to run).
+var ErrKernelFeature = errors.New("missing kernel feature")
+
+// Config is one sandboxed command.
+type Config struct {
+	// Spec is the validated, normalized policy.
+	Spec policy.Spec
+	// Args is the command and its arguments; Args[0] is looked up in the
+	// sandbox's PATH.
+	Args []string
+	// Environ is the caller's environment, filtered by Spec.Env.
+	Environ []string
+	// Stdin, Stdout and Stderr are the command's streams. When Stdin is a
+	// terminal the command gets a pty of its own.
+	Stdin, Stdout, Stderr *os.File
+	// Warn receives human warnings (layers dropped under best effort).
+	Warn io.Writer
+	// Log receives debug records; nil discards them.
+	Log *slog.Logger
+}
+
+// Result is how a sandboxed command ended.
+type Result struct {
+	// ExitCode is the command's exit code, 128+N when it was killed by
+	// signal N, or one of hutch's own codes above.
+	ExitCode int
+	// TimedOut is true when the sandbox was killed by its timeout.
+	TimedOut bool
+	// OOMKilled is true when the kernel killed a process of the sandbox for
+	// exceeding its memory limit.
+	OOMKilled bool
+	// Dropped lists the layers hutch could not set up under best effort.
+	Dropped []string
+}

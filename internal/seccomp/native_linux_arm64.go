@@ -1,0 +1,4 @@
+package seccomp
+
+// native is the syscall ABI Build compiles for.
+var native = archARM64

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The whole test suite of hutch: installs what the tests need, then runs the
+# linters and every test. Run as root on Debian to include the root-only
+# tests; HUTCH_TEST_ROOT=1 makes a test that cannot run a failure, not a skip.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export PATH="$PATH:/usr/local/go/bin:$(go env GOPATH)/bin"
+export CGO_ENABLED=0
+
+# Debian packages the tests use (skipped when present or not root).
+need=()
+for tool in setpriv:util-linux ip:iproute2 git:git; do
+	command -v "${tool%%:*}" >/dev/null 2>&1 || need+=("${tool#*:}")
+done
+if [ ${#need[@]} -gt 0 ] && [ "$(id -u)" = 0 ]; then
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+command -v staticcheck >/dev/null 2>&1 || go install honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
+echo "== gofmt"
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
+if [ -n "$unformatted" ]; then echo "gofmt wants to change: $unformatted"; exit 1; fi
+echo "== go vet"
+go vet ./...
+echo "== staticcheck"
+staticcheck ./...
+echo "== go test"
+go test -count=1 -timeout 10m ./... 2>&1 | tee /tmp/hutch-test.$$.log
+status=${PIPESTATUS[0]}
+passed=$(grep -c '^ok' /tmp/hutch-test.$$.log || true)
+failed=$(grep -c '^FAIL' /tmp/hutch-test.$$.log || true)
+rm -f /tmp/hutch-test.$$.log
+echo "packages: $passed passed, $failed failed"
+exit "$status"
