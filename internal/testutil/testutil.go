@@ -5,7 +5,11 @@
 package testutil
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
 	"testing"
 )
 
@@ -30,4 +34,63 @@ func Need(t testing.TB, ok bool, reason string) {
 func RequireRoot(t testing.TB) {
 	t.Helper()
 	Need(t, os.Geteuid() == 0, "needs root")
+}
+
+var (
+	buildOnce sync.Once
+	buildPath string
+	buildErr  error
+)
+
+// Hutch builds the hutch binary once per test process (CGO disabled, as
+// released) into a world-readable directory, so tests can also run it as an
+// unprivileged user, and returns its path.
+func Hutch(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "hutch-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		if err := os.Chmod(dir, 0o755); err != nil {
+			buildErr = err
+			return
+		}
+		buildPath = filepath.Join(dir, "hutch")
+		cmd := exec.Command("go", "build", "-o", buildPath, "github.com/hutch-sandbox/hutch/cmd/hutch")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatalf("build hutch: %v", buildErr)
+	}
+	return buildPath
+}
+
+// UnprivilegedUID is the uid and gid tests use to run hutch as an ordinary
+// user. No account needs to exist for it.
+const UnprivilegedUID = 4242
+
+// OwnedDir makes a fresh directory owned by uid (when running as root), for
+// use as a workspace of a sandbox started by that user. It is removed when
+// the test ends.
+func OwnedDir(t testing.TB, uid int) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "hutch-ws-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if os.Geteuid() == 0 {
+		if err := os.Chown(dir, uid, uid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
 }
