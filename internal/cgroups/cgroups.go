@@ -89,8 +89,9 @@ type Stats struct {
 	// MemoryPeak is the most memory ever charged to the group, in bytes; 0
 	// where the kernel does not record it (v2 before Linux 5.19).
 	MemoryPeak int64
-	// MemoryLimitHits counts how often usage hit the limit (v2 memory.events
-	// max, v1 memory.failcnt).
+	// MemoryLimitHits counts how often usage hit the limit, where the kernel
+	// counts it (v2 memory.events max, v1 memory.failcnt plus
+	// memory.memsw.failcnt).
 	MemoryLimitHits int64
 	// OOMKills counts processes the OOM killer killed in the group (v2
 	// memory.events oom_kill, v1 memory.oom_control oom_kill).

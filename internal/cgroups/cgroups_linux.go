@@ -86,7 +86,7 @@ func Create(name string, l Limits) (*Group, error) {
 	if l == (Limits{}) {
 		return &Group{}, nil
 	}
-	if name == "" || name == "." || name == ".." || name == supervisor || strings.ContainsAny(name, "/\x00") {
+	if name == "" || name == "." || name == ".." || name == supervisor || strings.ContainsAny(name, "/\n\x00") {
 		return nil, fmt.Errorf("cgroups: invalid group name %q", name)
 	}
 	info, err := layout()
@@ -123,7 +123,7 @@ func (g *Group) make(info Info, name string, l Limits, parts []part) error {
 
 // makePart makes the directory of p and writes its limits.
 func (g *Group) makePart(name string, l Limits, p part) error {
-	what := "cgroups: group"
+	what := "cgroups: create group"
 	if len(p.ctls) > 0 {
 		what = "cgroups: " + strings.Join(p.ctls, ",") + " limit"
 	}
@@ -216,7 +216,7 @@ func leave(own string) error {
 		return classify(err)
 	}
 	self := os.Getpid()
-	if others := len(procs) - count(procs, self); others > 0 {
+	if others := len(slices.DeleteFunc(procs, func(p int) bool { return p == self })); others > 0 {
 		return tagged{fmt.Errorf("%s holds %d other processes, and cgroup v2 gives controllers to the children only of a cgroup without processes (or of the root); run hutch in a cgroup of its own, e.g. with systemd-run --scope -p Delegate=yes", own, others), ErrNotSupported}
 	}
 	leaf := own + "/" + supervisor
@@ -224,15 +224,6 @@ func leave(own string) error {
 		return classify(&fs.PathError{Op: "mkdir", Path: leaf, Err: err})
 	}
 	return classify(writeFile(leaf+"/cgroup.procs", strconv.Itoa(self)))
-}
-
-func count(s []int, v int) (n int) {
-	for _, x := range s {
-		if x == v {
-			n++
-		}
-	}
-	return n
 }
 
 // Add moves process pid into the group, in every hierarchy.
@@ -272,23 +263,30 @@ func (g *Group) Paths() []string { return slices.Clone(g.dirs) }
 // has it; else it freezes the group, kills every process listed and thaws
 // it, until the group is empty.
 func (g *Group) Kill() error {
+	if err := g.killAll(); err != nil {
+		return fmt.Errorf("cgroups: kill: %w", err)
+	}
+	return nil
+}
+
+func (g *Group) killAll() error {
 	if len(g.dirs) == 0 {
 		return nil
 	}
 	if g.kill != "" {
 		err := writeFile(g.kill, "1")
 		if err == nil {
-			return poll("kill", func() (bool, error) {
+			return poll(func() (bool, error) {
 				pids, err := g.procs()
 				return len(pids) == 0, err
 			})
 		}
 		if !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("cgroups: kill: %w", err)
+			return err
 		}
 	}
 	self := os.Getpid()
-	return poll("kill", func() (bool, error) {
+	return poll(func() (bool, error) {
 		if err := g.setFrozen(true); err != nil {
 			return false, err
 		}
@@ -342,8 +340,8 @@ func (g *Group) Destroy() error {
 	g.mu.Unlock()
 	left, err := g.rmdirs(g.dirs)
 	if err == nil && len(left) > 0 {
-		if err = g.Kill(); err == nil {
-			err = poll("remove", func() (bool, error) {
+		if err = g.killAll(); err == nil {
+			err = poll(func() (bool, error) {
 				left, err = g.rmdirs(left)
 				return len(left) == 0, err
 			})
@@ -371,7 +369,7 @@ func (g *Group) rmdirs(dirs []string) (busy []string, err error) {
 
 // poll calls step, sleeping a little longer each time, until it is done,
 // fails, or killTimeout passes.
-func poll(what string, step func() (bool, error)) error {
+func poll(step func() (bool, error)) error {
 	deadline := time.Now().Add(killTimeout)
 	for delay := 20 * time.Microsecond; ; delay = min(2*delay, 10*time.Millisecond) {
 		done, err := step()
@@ -379,14 +377,14 @@ func poll(what string, step func() (bool, error)) error {
 			return err
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s: processes still in the group after %v", what, killTimeout)
+			return fmt.Errorf("processes still in the group after %v", killTimeout)
 		}
 		time.Sleep(delay)
 	}
 }
 
-// counter is a number Stats reads: dir/file holds just the number, or lines
-// "KEY NUMBER" of which key names it.
+// counter is a number Stats adds to dst: dir/file holds just the number, or
+// lines "KEY NUMBER" of which key names it.
 type counter struct {
 	dir, file, key string
 	dst            *int64
@@ -409,6 +407,7 @@ func (g *Group) Stats() (Stats, error) {
 			counter{g.memory, "memory.usage_in_bytes", "", &s.MemoryCurrent},
 			counter{g.memory, "memory.max_usage_in_bytes", "", &s.MemoryPeak},
 			counter{g.memory, "memory.failcnt", "", &s.MemoryLimitHits},
+			counter{g.memory, "memory.memsw.failcnt", "", &s.MemoryLimitHits}, // a charge fails on one of the two
 			counter{g.memory, "memory.oom_control", "oom_kill", &s.OOMKills})
 	}
 	if g.pids != "" {
@@ -428,7 +427,7 @@ func (g *Group) Stats() (Stats, error) {
 			text = string(b)
 			texts[p] = text
 		}
-		*c.dst = parseCounter(text, c.key)
+		*c.dst += parseCounter(text, c.key)
 	}
 	return s, nil
 }

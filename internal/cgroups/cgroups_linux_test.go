@@ -234,7 +234,7 @@ func TestLimitsWritten(t *testing.T) {
 
 func TestPidsLimit(t *testing.T) {
 	g := newGroup(t, Limits{Pids: 20})
-	script := `i=0; while [ $i -lt 50 ]; do sleep 600 & i=$((i+1)); echo $i; done`
+	script := `read _; i=0; while [ $i -lt 50 ]; do sleep 600 >/dev/null 2>&1 & i=$((i+1)); echo $i; done`
 	var stderr strings.Builder
 	cmd := exec.Command("sh", "-c", script)
 	cmd.Stderr = &stderr
@@ -277,8 +277,10 @@ func TestMemoryLimitOOM(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.OOMKills == 0 || s.MemoryLimitHits == 0 || s.MemoryPeak > limit {
-		t.Errorf("stats %+v: want OOMKills > 0, MemoryLimitHits > 0, MemoryPeak <= %d", s, limit)
+	// MemoryLimitHits is not checked: some kernels (6.18, v1) do not count
+	// them. The peak may pass the limit by a charge batch.
+	if s.OOMKills == 0 || s.MemoryPeak > limit+1<<20 {
+		t.Errorf("stats %+v: want OOMKills > 0, MemoryPeak near %d at most", s, limit)
 	}
 	t.Logf("%+v", s)
 }
@@ -330,15 +332,22 @@ func TestKill(t *testing.T) {
 				t.Skip(why)
 			}
 			script := `trap '' TERM
-setsid sh -c 'echo $$; exec sleep 600' &
-for i in $(seq 30); do sleep 600 & done
+read _
+setsid sh -c 'echo $$; exec sleep 600 >/dev/null 2>&1' &
+for i in $(seq 30); do sleep 600 >/dev/null 2>&1 & done
 echo started
 wait`
 			cmd := exec.Command("sh", "-c", script)
 			out := start(t, g, cmd)
-			grandchild, _ := strconv.Atoi(strings.TrimSpace(readLine(t, out)))
-			if line := readLine(t, out); line != "started\n" {
-				t.Fatalf("script printed %q", line)
+			// The grandchild's pid and "started" come from two processes, in either order.
+			var grandchild int
+			for _, line := range []string{readLine(t, out), readLine(t, out)} {
+				if line != "started\n" {
+					grandchild, _ = strconv.Atoi(strings.TrimSpace(line))
+				}
+			}
+			if grandchild <= 0 {
+				t.Fatal("script printed no grandchild pid")
 			}
 			if session(t, grandchild) == session(t, cmd.Process.Pid) {
 				t.Fatal("the grandchild did not get a session of its own")

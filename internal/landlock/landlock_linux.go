@@ -35,36 +35,80 @@ func ABI() int {
 // the running ABI could not enforce; the caller decides whether that is
 // acceptable.
 func Restrict(c Config) (Status, error) {
-	runtime.LockOSThread()
+	rs, st, err := Prepare(c)
+	if err != nil {
+		return st, err
+	}
+	defer rs.Close()
+	return st, rs.RestrictSelf()
+}
+
+// Ruleset is a Landlock ruleset being filled. Rules bind to the inodes the
+// paths name when they are added, so a ruleset can be prepared by one
+// process (hutch, while the sandbox starts) and enforced by another (the
+// sandbox's init, which receives the descriptor).
+type Ruleset struct {
+	fd  int
+	abi int
+}
+
+// Prepare creates a ruleset handling every right the kernel's ABI knows and
+// adds the rules c plans.
+func Prepare(c Config) (*Ruleset, Status, error) {
 	abi := ABI()
 	st := Status{ABI: abi}
 	if abi < 1 {
 		st.Dropped = []string{"landlock: not supported by this kernel"}
-		return st, fmt.Errorf("landlock restrict: %w", ErrNotSupported)
-	}
-	rules, dropped, err := Plan(c, abi)
-	st.Dropped = dropped
-	if err != nil {
-		return st, err
+		return nil, st, fmt.Errorf("landlock: %w", ErrNotSupported)
 	}
 	fd, err := createRuleset(min(abi, maxABI), c.Scope)
 	if err != nil {
-		return st, err
+		return nil, st, err
 	}
-	defer unix.Close(fd)
-	for _, r := range rules {
-		if err := addRule(fd, r); err != nil {
-			return st, err
-		}
+	rs := &Ruleset{fd: fd, abi: abi}
+	st.Dropped, err = rs.Add(c)
+	if err != nil {
+		rs.Close()
+		return nil, st, err
 	}
-	if _, _, errno := unix.Syscall(unix.SYS_LANDLOCK_RESTRICT_SELF, uintptr(fd), 0, 0); errno != 0 {
-		if errno == unix.EPERM {
-			return st, fmt.Errorf("landlock restrict self (no_new_privs not set?): %w", errno)
-		}
-		return st, fmt.Errorf("landlock restrict self: %w", errno)
-	}
-	return st, nil
+	return rs, st, nil
 }
+
+// FromFD adopts a ruleset descriptor made by Prepare in another process.
+func FromFD(fd int) *Ruleset { return &Ruleset{fd: fd, abi: ABI()} }
+
+// FD is the ruleset's descriptor, to pass to another process.
+func (r *Ruleset) FD() int { return r.fd }
+
+// Add plans c and adds its rules; it returns what the ABI cannot enforce.
+func (r *Ruleset) Add(c Config) ([]string, error) {
+	rules, dropped, err := Plan(c, r.abi)
+	if err != nil {
+		return dropped, err
+	}
+	for _, rule := range rules {
+		if err := addRule(r.fd, rule); err != nil {
+			return dropped, err
+		}
+	}
+	return dropped, nil
+}
+
+// RestrictSelf enforces the ruleset on the calling thread and locks the
+// calling goroutine to it for good.
+func (r *Ruleset) RestrictSelf() error {
+	runtime.LockOSThread()
+	if _, _, errno := unix.Syscall(unix.SYS_LANDLOCK_RESTRICT_SELF, uintptr(r.fd), 0, 0); errno != 0 {
+		if errno == unix.EPERM {
+			return fmt.Errorf("landlock restrict self (no_new_privs not set?): %w", errno)
+		}
+		return fmt.Errorf("landlock restrict self: %w", errno)
+	}
+	return nil
+}
+
+// Close releases the descriptor.
+func (r *Ruleset) Close() error { return unix.Close(r.fd) }
 
 // createRuleset returns a ruleset handling every filesystem right of abi,
 // and the scopes when scope is set.

@@ -9,3 +9,24 @@ func ABI() int { return 0 }
 func Restrict(c Config) (Status, error) {
 	return Status{Dropped: []string{"landlock: not supported on this platform"}}, ErrNotSupported
 }
+
+// Ruleset exists only on Linux.
+type Ruleset struct{}
+
+// Prepare returns ErrNotSupported: Landlock exists only on Linux.
+func Prepare(c Config) (*Ruleset, Status, error) { return nil, Status{}, ErrNotSupported }
+
+// FromFD returns an empty ruleset: Landlock exists only on Linux.
+func FromFD(fd int) *Ruleset { return &Ruleset{} }
+
+// FD returns -1.
+func (r *Ruleset) FD() int { return -1 }
+
+// Add returns ErrNotSupported.
+func (r *Ruleset) Add(c Config) ([]string, error) { return nil, ErrNotSupported }
+
+// RestrictSelf returns ErrNotSupported.
+func (r *Ruleset) RestrictSelf() error { return ErrNotSupported }
+
+// Close does nothing.
+func (r *Ruleset) Close() error { return nil }

@@ -1,13 +1,11 @@
 package policy
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"math"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 )
 
@@ -30,39 +28,15 @@ const (
 	MinPids        = 8
 )
 
-// memTotal returns the host's physical memory in bytes, or 0 if unknown.
-// Tests replace it.
-var memTotal = func() int64 {
-	f, err := os.Open("/proc/meminfo")
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	return parseMemTotal(bufio.NewScanner(f))
-}
-
-// parseMemTotal reads the MemTotal line ("MemTotal: 16314116 kB").
-func parseMemTotal(sc *bufio.Scanner) int64 {
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) == 3 && f[0] == "MemTotal:" && f[2] == "kB" {
-			kb, err := strconv.ParseInt(f[1], 10, 64)
-			if err != nil || kb <= 0 || kb > math.MaxInt64/kib {
-				return 0
-			}
-			return kb * kib
-		}
-	}
-	return 0
-}
-
 // Normalize fills in defaults and puts every path in canonical form, for a
 // sandbox started in cwd by a user whose home directory is home (both
 // absolute; home may be empty if unknown, and then "~" is an error).
 //
 // Defaults: root "host"; workspace cwd; network mode "none"; tmp_size
-// 256m; pids 4096; memory half the physical RAM, rounded down to a MiB
-// (left 0, no limit, when /proc/meminfo is unreadable).
+// 256m; pids 4096. Memory and CPU are not limited unless asked for: a hard
+// memory cap needs a cgroup, which costs a kernel RCU grace period per
+// sandbox on cgroup v1 hosts, while the pids limit can always be enforced
+// cheaply (see docs/ARCHITECTURE.md).
 //
 // Paths: "~" and "~/x" are expanded with home, relative paths are made
 // absolute against cwd (not against the policy file's directory), all are
@@ -116,9 +90,6 @@ func (s *Spec) Normalize(cwd, home string) error {
 	}
 	if r.Pids == 0 {
 		r.Pids = DefaultPids
-	}
-	if r.MemoryBytes == 0 {
-		r.MemoryBytes = (memTotal() / 2) &^ (mib - 1)
 	}
 	return errors.Join(n.errs...)
 }

@@ -1,29 +1,18 @@
 package policy
 
 import (
-	"bufio"
 	"errors"
 	"math"
 	"os"
 	"path/filepath"
 	"reflect"
-	"strings"
 	"testing"
 	"time"
 )
 
-// withMemTotal makes Normalize see a host with total bytes of RAM.
-func withMemTotal(t *testing.T, total int64) {
-	t.Helper()
-	saved := memTotal
-	memTotal = func() int64 { return total }
-	t.Cleanup(func() { memTotal = saved })
-}
-
 func TestNormalize(t *testing.T) {
-	withMemTotal(t, 16*gib+12345)
 	const cwd, home = "/work/proj", "/home/u"
-	defaults := Resources{MemoryBytes: 8 * gib, Pids: DefaultPids, TmpBytes: DefaultTmpBytes}
+	defaults := Resources{Pids: DefaultPids, TmpBytes: DefaultTmpBytes}
 	tests := []struct {
 		name string
 		in   Spec
@@ -116,14 +105,13 @@ func TestNormalize(t *testing.T) {
 	}
 }
 
-func TestNormalizeMemoryUnknown(t *testing.T) {
-	withMemTotal(t, 0)
+func TestNormalizeNoMemoryDefault(t *testing.T) {
 	var s Spec
 	if err := s.Normalize("/w", "/home/u"); err != nil {
 		t.Fatal(err)
 	}
-	if s.Resources.MemoryBytes != 0 {
-		t.Errorf("MemoryBytes = %d with unknown RAM, want 0 (no limit)", s.Resources.MemoryBytes)
+	if s.Resources.MemoryBytes != 0 || s.Resources.CPUs != 0 {
+		t.Errorf("memory = %d, cpus = %g by default, want no limit", s.Resources.MemoryBytes, s.Resources.CPUs)
 	}
 }
 
@@ -152,28 +140,9 @@ func TestNormalizeErrors(t *testing.T) {
 	}
 }
 
-func TestParseMemTotal(t *testing.T) {
-	tests := []struct {
-		in   string
-		want int64
-	}{
-		{"MemTotal:       16314116 kB\nMemFree: 1 kB\n", 16314116 * 1024},
-		{"MemFree: 1 kB\nMemTotal: 2048 kB\n", 2 << 20},
-		{"MemTotal: lots kB\n", 0},
-		{"MemTotal: 99999999999999999 kB\n", 0},
-		{"", 0},
-	}
-	for _, tt := range tests {
-		if got := parseMemTotal(bufio.NewScanner(strings.NewReader(tt.in))); got != tt.want {
-			t.Errorf("parseMemTotal(%q) = %d, want %d", tt.in, got, tt.want)
-		}
-	}
-}
-
 // validSpec returns a normalized Spec that passes Validate.
 func validSpec(t *testing.T) Spec {
 	t.Helper()
-	withMemTotal(t, 4*gib)
 	s := Spec{Env: Env{Pass: []string{"GOPATH"}, Set: map[string]string{"CI": "1"}}}
 	if err := s.Normalize(t.TempDir(), "/home/u"); err != nil {
 		t.Fatal(err)
@@ -266,7 +235,6 @@ func TestDenyWriteRules(t *testing.T) {
 }
 
 func TestFormatRoundTrip(t *testing.T) {
-	withMemTotal(t, 16*gib)
 	specs := map[string]Spec{
 		"zero":       {},
 		"normalized": {},

@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -31,7 +32,7 @@ func Init() int {
 		_ = sendMsg(controlFD, initReply{Error: err.Error(), ExitCode: code}, nil)
 		return code
 	}
-	dropped, err := harden(cfg, fds)
+	dropped, timings, err := harden(cfg, fds)
 	closeAll(fds)
 	if err != nil {
 		return fail(ExitHutchError, err)
@@ -58,7 +59,7 @@ func Init() int {
 		}
 		return fail(code, fmt.Errorf("%s: %w", cfg.Args[0], err))
 	}
-	if err := sendMsg(controlFD, initReply{Started: true, Dropped: dropped}, nil); err != nil {
+	if err := sendMsg(controlFD, initReply{Started: true, Dropped: dropped, Timings: timings}, nil); err != nil {
 		_ = unix.Kill(pid, unix.SIGKILL)
 		return ExitHutchError
 	}
@@ -102,69 +103,95 @@ func reap(pid int) int {
 // harden applies the layers in their fixed order: mounts → pivot_root →
 // hostname and loopback → rlimits → capabilities → no_new_privs → landlock
 // → seccomp. It returns the layers dropped under best effort.
-func harden(cfg initConfig, fds []int) ([]string, error) {
-	dropped, err := setupMounts(cfg, fds)
-	if err != nil {
-		return nil, fmt.Errorf("filesystem: %w", err)
+func harden(cfg initConfig, fds []int) (dropped []string, timings []timing, err error) {
+	last := time.Now()
+	step := func(name string) {
+		now := time.Now()
+		timings = append(timings, timing{Phase: name, Took: now.Sub(last)})
+		last = now
 	}
+	dropped, err = setupMounts(cfg, fds)
+	if err != nil {
+		return nil, nil, fmt.Errorf("filesystem: %w", err)
+	}
+	step("mounts")
 	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
-		return nil, fmt.Errorf("hostname: %w", err)
+		return nil, nil, fmt.Errorf("hostname: %w", err)
 	}
 	if err := loopbackUp(); err != nil {
-		return nil, fmt.Errorf("network: %w", err)
+		return nil, nil, fmt.Errorf("network: %w", err)
 	}
 	for _, r := range cfg.Rlimits {
 		lim := unix.Rlimit{Cur: r.Value, Max: r.Value}
 		if err := unix.Setrlimit(r.Resource, &lim); err != nil {
-			return nil, fmt.Errorf("rlimit %d: %w", r.Resource, err)
+			return nil, nil, fmt.Errorf("rlimit %d: %w", r.Resource, err)
 		}
 	}
 	// Init's memory (its config) is not for the command to read.
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
-		return nil, fmt.Errorf("dumpable: %w", err)
+		return nil, nil, fmt.Errorf("dumpable: %w", err)
 	}
+	step("hostname, network, rlimits")
 	if err := dropCapabilities(); err != nil {
-		return nil, fmt.Errorf("capabilities: %w", err)
+		return nil, nil, fmt.Errorf("capabilities: %w", err)
 	}
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		return nil, fmt.Errorf("no_new_privs: %w", err)
+		return nil, nil, fmt.Errorf("no_new_privs: %w", err)
 	}
 
-	writable := []string{"/tmp", "/dev/shm"}
-	for _, w := range cfg.Writable {
-		writable = append(writable, w.Path)
-	}
-	// Deny-read paths inside writable areas are masked by mounts alone:
-	// landlock cannot carve them out of a writable hierarchy.
-	var denyRead []string
-	for _, p := range effectiveDenyRead(cfg.DenyRead, cfg.AllowRead) {
-		if !under(p, writable) {
-			denyRead = append(denyRead, p)
-		}
-	}
-	// Landlock runs with the best ABI the kernel has; what older ABIs lack
-	// (listed in its status) is covered by the other layers.
-	_, err = landlock.Restrict(landlock.Config{
-		ReadOnly:  []string{"/"},
-		ReadWrite: writable,
-		Devices:   []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/ptmx", "/dev/pts"},
-		DenyRead:  denyRead,
-		Scope:     true,
-	})
-	if err != nil {
+	step("capabilities, no_new_privs")
+	if err := applyLandlock(cfg, fds); err != nil {
 		if !cfg.BestEffort || !errors.Is(err, landlock.ErrNotSupported) {
-			return nil, fmt.Errorf("landlock: %w: %w (pass --best-effort to run without it)", ErrKernelFeature, err)
+			return nil, nil, fmt.Errorf("landlock: %w: %w (pass --best-effort to run without it)", ErrKernelFeature, err)
 		}
 		dropped = append(dropped, "landlock ("+err.Error()+")")
 	}
 
+	step("landlock")
 	if err := seccomp.Install(); err != nil {
 		if !cfg.BestEffort || !errors.Is(err, seccomp.ErrNotSupported) {
-			return nil, fmt.Errorf("seccomp: %w: %w (pass --best-effort to run without it)", ErrKernelFeature, err)
+			return nil, nil, fmt.Errorf("seccomp: %w: %w (pass --best-effort to run without it)", ErrKernelFeature, err)
 		}
 		dropped = append(dropped, "seccomp ("+err.Error()+")")
 	}
-	return dropped, nil
+	step("seccomp")
+	return dropped, timings, nil
+}
+
+// privateReadOnly, privateWritable and privateDevices are the sandbox's own
+// filesystems, which only the init can name: Landlock rules bind to inodes,
+// and a rule on the host's /proc does not cover the sandbox's procfs mounted
+// over it (Landlock skips mount points when it walks up a path).
+var (
+	privateReadOnly = []string{"/proc", "/sys"}
+	privateWritable = []string{"/tmp", "/dev/shm"}
+	privateDevices  = []string{"/dev/pts", "/dev/ptmx"}
+)
+
+// applyLandlock enforces the ruleset the parent prepared, completed with the
+// sandbox's private filesystems, or builds the whole ruleset here. Landlock
+// runs with the best ABI the kernel has; what older ABIs lack is covered by
+// the other layers.
+func applyLandlock(cfg initConfig, fds []int) error {
+	if cfg.Landlock >= 0 && cfg.Landlock < len(fds) {
+		rs := landlock.FromFD(fds[cfg.Landlock])
+		if _, err := rs.Add(landlock.Config{ReadOnly: privateReadOnly, ReadWrite: privateWritable, Devices: privateDevices}); err != nil {
+			return err
+		}
+		return rs.RestrictSelf()
+	}
+	var writable []string
+	for _, w := range cfg.Writable {
+		writable = append(writable, w.Path)
+	}
+	_, err := landlock.Restrict(landlock.Config{
+		ReadOnly:  []string{"/"},
+		ReadWrite: append(writable, privateWritable...),
+		Devices:   append(hostDevices(), privateDevices...),
+		DenyRead:  landlockDenyRead(cfg.DenyRead, cfg.AllowRead, writable),
+		Scope:     true,
+	})
+	return err
 }
 
 // loopbackUp brings up lo in the sandbox's network namespace.

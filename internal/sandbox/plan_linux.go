@@ -26,12 +26,10 @@ import (
 //   - a pinned path (.git) stays writable but is made a mount point, so it
 //     cannot be renamed away and replaced by one with hooks of its own.
 
-// dirNames are the protected names whose placeholder is a directory.
-var dirNames = map[string]bool{
-	".git": true, ".git/hooks": true, ".vscode": true, ".idea": true, ".claude": true,
-	".codex": true, ".cursor": true, ".config/fish": true, ".config/autostart": true,
-	".config/systemd/user": true,
-}
+// dirNames are the protected names whose placeholder is a directory: an
+// empty directory named .git sends git on to the parent directories, where a
+// file of that name would break git in the workspace.
+var dirNames = map[string]bool{".git": true}
 
 // pinNames are protected names that stay writable when they exist as a
 // directory but may not be replaced.
@@ -50,21 +48,23 @@ func writableRoots(s policy.Spec) []string {
 }
 
 // protectedPaths is every deny-write path that lies inside a writable root,
-// with whether it is one of the defaults relative to that root (and so which
-// name it has).
+// with the root it lies in and its name relative to it.
 func protectedPaths(s policy.Spec) []protected {
 	roots := writableRoots(s)
 	var out []protected
 	if !s.Filesystem.NoDefaultDenies {
 		for _, r := range roots {
 			for _, n := range policy.DefaultDenyWrite() {
-				out = append(out, protected{Path: filepath.Join(r, n), Name: n})
+				out = append(out, protected{Path: filepath.Join(r, n), Name: n, Root: r})
 			}
 		}
 	}
 	for _, p := range s.Filesystem.DenyWrite {
-		if under(p, roots) {
-			out = append(out, protected{Path: p, Name: filepath.Base(p)})
+		for _, r := range roots {
+			if under(p, []string{r}) {
+				out = append(out, protected{Path: p, Name: filepath.Base(p), Root: r})
+				break
+			}
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
@@ -74,17 +74,15 @@ func protectedPaths(s policy.Spec) []protected {
 type protected struct {
 	Path string
 	Name string
+	Root string
 }
 
-// writablePlan lists the writable binds, the read-only binds and the pinned
-// directories, parents before children. Placeholders are always read-only.
-func writablePlan(s policy.Spec, made []placeholder) (w []bindSrc, ro []string, pin []string) {
+// protectionPlan lists the paths to bind read-only and the directories to
+// pin, parents before children. Placeholders are always read-only.
+func protectionPlan(s policy.Spec, made []placeholder) (ro []string, pin []string) {
 	isPlaceholder := map[string]bool{}
 	for _, p := range made {
 		isPlaceholder[p.Path] = true
-	}
-	for _, r := range writableRoots(s) {
-		w = append(w, bindSrc{Path: r, FD: -1})
 	}
 	for _, p := range protectedPaths(s) {
 		var st unix.Stat_t
@@ -97,22 +95,33 @@ func writablePlan(s policy.Spec, made []placeholder) (w []bindSrc, ro []string, 
 		}
 		ro = append(ro, p.Path)
 	}
-	return w, dedupe(ro), dedupe(pin)
+	return dedupe(ro), dedupe(pin)
 }
 
-// placeholder is a path hutch created on the host for the sandbox's lifetime.
+// placeholder is a path hutch created on the host for the sandbox's
+// lifetime: a directory, or a hard link to an unnamed empty file (one per
+// writable root). Links are an order of magnitude cheaper than new inodes on
+// common filesystems, and the shared inode identifies them when they are
+// removed.
 type placeholder struct {
-	Path string
-	Dir  bool
+	Path     string
+	Dir      bool
+	Dev, Ino uint64
 }
 
-// preparePlaceholders creates an empty file or directory for every missing
-// protected path whose parent directory exists, owned like that parent, so
-// that it can be mounted read-only. Paths already covered by a protected
-// ancestor are skipped.
-func preparePlaceholders(s policy.Spec, asRoot bool, uid, gid int) ([]placeholder, error) {
+// preparePlaceholders creates a placeholder for every missing protected path
+// whose parent directory exists, owned like that parent, so that it can be
+// mounted read-only. Paths already covered by a protected ancestor are
+// skipped; nothing is reached through a symlink.
+func preparePlaceholders(s policy.Spec, asRoot bool) ([]placeholder, error) {
 	var made []placeholder
 	var covered []string
+	sources := map[string]*emptyFile{}
+	defer func() {
+		for _, f := range sources {
+			unix.Close(f.fd)
+		}
+	}()
 	for _, p := range protectedPaths(s) {
 		if under(p.Path, covered) {
 			continue
@@ -126,43 +135,74 @@ func preparePlaceholders(s policy.Spec, asRoot bool, uid, gid int) ([]placeholde
 		} else if !errors.Is(err, unix.ENOENT) {
 			return made, fmt.Errorf("protected path %q: %w", p.Path, err)
 		}
-		parent := filepath.Dir(p.Path)
-		dirfd, err := unix.Openat2(unix.AT_FDCWD, parent, &unix.OpenHow{
+		dirfd, err := unix.Openat2(unix.AT_FDCWD, filepath.Dir(p.Path), &unix.OpenHow{
 			Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: unix.RESOLVE_NO_SYMLINKS,
 		})
 		if err != nil {
 			continue // parent missing (or reached through a symlink): nothing to create
 		}
-		var pst unix.Stat_t
-		_ = unix.Fstat(dirfd, &pst)
-		base := filepath.Base(p.Path)
-		isDir := dirNames[p.Name]
-		if isDir {
-			err = unix.Mkdirat(dirfd, base, 0o755)
-		} else {
-			var fd int
-			fd, err = unix.Openat(dirfd, base, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
-			if err == nil {
-				unix.Close(fd)
-			}
-		}
+		ph, err := makePlaceholder(dirfd, p, sources, asRoot)
+		unix.Close(dirfd)
 		if err != nil {
-			unix.Close(dirfd)
 			return made, fmt.Errorf("create placeholder for protected path %q: %w", p.Path, err)
 		}
-		made = append(made, placeholder{Path: p.Path, Dir: isDir})
+		made = append(made, ph)
 		covered = append(covered, p.Path)
-		if asRoot {
-			_ = unix.Fchownat(dirfd, base, int(pst.Uid), int(pst.Gid), unix.AT_SYMLINK_NOFOLLOW)
-		}
-		unix.Close(dirfd)
 	}
 	return made, nil
 }
 
+// emptyFile is the unnamed empty inode the file placeholders of one writable
+// root link to.
+type emptyFile struct {
+	fd       int
+	dev, ino uint64
+}
+
+func makePlaceholder(dirfd int, p protected, sources map[string]*emptyFile, asRoot bool) (placeholder, error) {
+	base := filepath.Base(p.Path)
+	var owner unix.Stat_t
+	if asRoot {
+		if err := unix.Fstat(dirfd, &owner); err != nil {
+			return placeholder{}, err
+		}
+	}
+	if dirNames[p.Name] {
+		if err := unix.Mkdirat(dirfd, base, 0o755); err != nil {
+			return placeholder{}, err
+		}
+		if asRoot {
+			_ = unix.Fchownat(dirfd, base, int(owner.Uid), int(owner.Gid), unix.AT_SYMLINK_NOFOLLOW)
+		}
+		return placeholder{Path: p.Path, Dir: true}, nil
+	}
+	src := sources[p.Root]
+	if src == nil {
+		fd, err := unix.Open(p.Root, unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, 0o444)
+		if err != nil {
+			return placeholder{}, fmt.Errorf("empty file in %q: %w", p.Root, err)
+		}
+		var st unix.Stat_t
+		_ = unix.Fstat(fd, &st)
+		if asRoot {
+			var rootSt unix.Stat_t
+			if unix.Stat(p.Root, &rootSt) == nil {
+				_ = unix.Fchown(fd, int(rootSt.Uid), int(rootSt.Gid))
+			}
+		}
+		src = &emptyFile{fd: fd, dev: st.Dev, ino: st.Ino}
+		sources[p.Root] = src
+	}
+	err := unix.Linkat(unix.AT_FDCWD, fmt.Sprintf("/proc/self/fd/%d", src.fd), dirfd, base, unix.AT_SYMLINK_FOLLOW)
+	if err != nil {
+		return placeholder{}, err
+	}
+	return placeholder{Path: p.Path, Dev: src.dev, Ino: src.ino}, nil
+}
+
 // removePlaceholders removes the placeholders again, each only if it is
-// still what hutch made: an empty regular file or an empty directory, reached
-// without following any symlink (S5).
+// still what hutch made — an empty directory, or a link to hutch's empty
+// inode — reached without following any symlink (S5).
 func removePlaceholders(ps []placeholder, log *slog.Logger) {
 	for i := len(ps) - 1; i >= 0; i-- {
 		p := ps[i]
@@ -179,7 +219,7 @@ func removePlaceholders(ps []placeholder, log *slog.Logger) {
 			switch {
 			case p.Dir && st.Mode&unix.S_IFMT == unix.S_IFDIR:
 				err = unix.Unlinkat(dirfd, base, unix.AT_REMOVEDIR) // fails unless empty
-			case !p.Dir && st.Mode&unix.S_IFMT == unix.S_IFREG && st.Size == 0:
+			case !p.Dir && st.Dev == p.Dev && st.Ino == p.Ino && st.Size == 0:
 				err = unix.Unlinkat(dirfd, base, 0)
 			default:
 				err = fmt.Errorf("changed while the sandbox ran")

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -34,6 +35,9 @@ type initConfig struct {
 	Hostname   string    `json:"hostname"`
 	Tty        bool      `json:"tty"`
 	BestEffort bool      `json:"best_effort"`
+	// Landlock is the index of a ruleset prepared by the parent among the
+	// fds sent with the config, or -1 when init builds its own.
+	Landlock int `json:"landlock"`
 	// Rlimits are set on init before the command starts: the fallback when
 	// no cgroup could be made.
 	Rlimits []rlimit `json:"rlimits"`
@@ -55,11 +59,17 @@ type rlimit struct {
 // initReply is what init tells the parent: once before starting the command
 // (Started or Error) and nothing after; its exit code carries the command's.
 type initReply struct {
-	Started      bool     `json:"started"`
-	Error        string   `json:"error,omitempty"`
-	ExitCode     int      `json:"exit_code,omitempty"`
-	Dropped      []string `json:"dropped,omitempty"`
-	Placeholders []string `json:"placeholders,omitempty"`
+	Started  bool     `json:"started"`
+	Error    string   `json:"error,omitempty"`
+	ExitCode int      `json:"exit_code,omitempty"`
+	Dropped  []string `json:"dropped,omitempty"`
+	Timings  []timing `json:"timings,omitempty"`
+}
+
+// timing is how long one step of the init's setup took, for --debug.
+type timing struct {
+	Phase string        `json:"phase"`
+	Took  time.Duration `json:"took"`
 }
 
 func sendMsg(fd int, v any, fds []int) error {
@@ -80,9 +90,21 @@ func sendMsg(fd int, v any, fds []int) error {
 // recvMsg reads one packet into v and returns the descriptors that came with
 // it. An empty packet (peer closed) is io.EOF-like: errPeerClosed.
 func recvMsg(fd int, v any) ([]int, error) {
-	buf := make([]byte, maxPacket)
 	oob := make([]byte, unix.CmsgSpace(64*4))
 	for {
+		// Peek at the packet's size first: most are small, and a buffer
+		// of the maximum size would cost more to allocate than to read.
+		size, _, _, _, err := unix.Recvmsg(fd, nil, nil, unix.MSG_PEEK|unix.MSG_TRUNC)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if size > maxPacket {
+			return nil, fmt.Errorf("control message of %d bytes exceeds %d", size, maxPacket)
+		}
+		buf := make([]byte, max(size, 1))
 		n, oobn, flags, _, err := unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
 		if err == unix.EINTR {
 			continue

@@ -13,11 +13,9 @@ import (
 	"os/signal"
 	"runtime"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/hutch-sandbox/hutch/internal/cgroups"
-	"github.com/hutch-sandbox/hutch/internal/policy"
 )
 
 // RootMappedID is the host uid and gid the sandbox runs as when root starts
@@ -46,6 +44,8 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	}
 	s := c.Spec
 	ws := s.Filesystem.Workspace
+	t0 := time.Now()
+	phase := func(name string) { c.Log.Debug("sandbox setup", "phase", name, "at", time.Since(t0)) }
 
 	var wsStat unix.Stat_t
 	if err := unix.Stat(ws, &wsStat); err != nil {
@@ -61,7 +61,6 @@ func Run(ctx context.Context, c Config) (Result, error) {
 		hostUID, hostGID = RootMappedID, RootMappedID
 	}
 
-	// Resource limits: a cgroup, or rlimits where none can be made.
 	cfg := initConfig{
 		Args:       c.Args,
 		Env:        c.Environ,
@@ -70,41 +69,18 @@ func Run(ctx context.Context, c Config) (Result, error) {
 		TmpBytes:   s.Resources.TmpBytes,
 		Hostname:   "hutch",
 		BestEffort: s.BestEffort,
+		Landlock:   -1,
 	}
-	var dropped []string
-	group, err := cgroups.Create("hutch-"+randomID(), cgroups.Limits{
-		MemoryBytes: s.Resources.MemoryBytes,
-		CPUs:        s.Resources.CPUs,
-		Pids:        s.Resources.Pids,
-	})
-	if err != nil {
-		rl, lost := rlimitFallback(s.Resources)
-		if lost != "" && !s.BestEffort {
-			return res, fmt.Errorf("%s cannot be enforced without a cgroup (%v); pass --best-effort to run without it", lost, err)
-		}
-		if lost != "" {
-			dropped = append(dropped, lost+" (no cgroup: "+err.Error()+")")
-		}
-		cfg.Rlimits = rl
-		group = nil
+	for _, r := range writableRoots(s) {
+		cfg.Writable = append(cfg.Writable, bindSrc{Path: r, FD: -1})
 	}
-	if group != nil {
-		defer group.Destroy()
-	}
-
-	// Writable paths and the protections inside them.
-	placeholders, err := preparePlaceholders(s, asRoot, innerUID, innerGID)
-	defer removePlaceholders(placeholders, c.Log)
-	if err != nil {
-		return res, err
-	}
-	cfg.Writable, cfg.DenyWrite, cfg.Pin = writablePlan(s, placeholders)
 	cfg.DenyRead = s.Filesystem.DenyRead
 	cfg.AllowRead = s.Filesystem.AllowRead
 
 	// Terminal.
 	stdin, stdout, stderr := c.Stdin, c.Stdout, c.Stderr
 	var term *ptyRelay
+	var err error
 	if isTerminal(c.Stdin) {
 		term, err = newPtyRelay(c.Stdin, c.Stdout)
 		if err != nil {
@@ -142,54 +118,66 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	if asRoot {
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(innerUID), Gid: uint32(innerGID), Groups: []uint32{}}
 	}
+
+	group, rlimits, dropped, err := limits(s.Resources, s.BestEffort)
+	if err != nil {
+		return res, err
+	}
+	cfg.Rlimits = rlimits
+	intoGroup := false
 	if group != nil {
 		if fd, ok := group.FD(); ok {
 			cmd.SysProcAttr.UseCgroupFD = true
 			cmd.SysProcAttr.CgroupFD = fd
+			intoGroup = true
 		}
 	}
 
-	// Pdeathsig is tied to the thread that cloned the child.
+	// The init starts first: it blocks reading its config, and everything
+	// below is prepared while its runtime starts. Pdeathsig is tied to the
+	// thread that cloned the child.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	if err := cmd.Start(); err != nil {
 		childCtl.Close()
+		if group != nil {
+			_ = group.Destroy()
+		}
 		return res, startError(err)
 	}
 	childCtl.Close()
 	pid := cmd.Process.Pid
 	killInit := func() { _ = unix.Kill(pid, unix.SIGKILL) }
-
 	waitErr := make(chan error, 1)
 	go func() { waitErr <- cmd.Wait() }()
-
 	fail := func(err error) (Result, error) {
 		killInit()
 		<-waitErr
 		return res, err
 	}
 
-	if group != nil && !cmd.SysProcAttr.UseCgroupFD {
-		if err := group.Add(pid); err != nil {
-			return fail(fmt.Errorf("add sandbox to cgroup: %w", err))
-		}
+	phase("init started")
+	p := prepare(s, pid, asRoot, cfg.Writable, group, intoGroup)
+	phase("host side prepared")
+	defer p.cleanup(c.Log)
+	if p.err != nil {
+		return fail(p.err)
 	}
-
-	var fds []int
-	if asRoot {
-		fds, err = idmapWritable(pid, cfg.Writable)
-		if err != nil {
-			if !s.BestEffort {
-				return fail(err)
-			}
-			dropped = append(dropped, "idmapped writable mounts ("+err.Error()+"): the sandbox may not be able to write its workspace")
-		}
+	cfg.DenyWrite, cfg.Pin = protectionPlan(s, p.placeholders)
+	fds := p.fds
+	for i := range cfg.Writable {
+		cfg.Writable[i].FD = p.writableFD[i]
+	}
+	if p.ruleset != nil {
+		cfg.Landlock = len(fds)
+		fds = append(fds, p.ruleset.FD())
 	}
 	err = sendMsg(int(ctl.Fd()), cfg, fds)
-	closeAll(fds)
+	p.closeFDs()
 	if err != nil {
 		return fail(fmt.Errorf("send sandbox config: %w", err))
 	}
+	dropped = append(dropped, p.dropped...)
 
 	var reply initReply
 	if _, err := recvMsg(int(ctl.Fd()), &reply); err != nil {
@@ -203,6 +191,10 @@ func Run(ctx context.Context, c Config) (Result, error) {
 			res.ExitCode = reply.ExitCode
 		}
 		return res, &InitError{Msg: reply.Error, Code: res.ExitCode}
+	}
+	phase("command started")
+	for _, t := range reply.Timings {
+		c.Log.Debug("sandbox init", "phase", t.Phase, "took", t.Took)
 	}
 	res.Dropped = append(dropped, reply.Dropped...)
 	for _, d := range res.Dropped {
@@ -243,6 +235,7 @@ func Run(ctx context.Context, c Config) (Result, error) {
 		}
 		break
 	}
+	phase("sandbox ended")
 	if term != nil {
 		term.Drain()
 	}
@@ -281,54 +274,6 @@ func startError(err error) error {
 		return fmt.Errorf("create sandbox namespaces: %w: %w (are user namespaces enabled? check sysctl user.max_user_namespaces and kernel.unprivileged_userns_clone, and AppArmor's kernel.apparmor_restrict_unprivileged_userns)", ErrKernelFeature, err)
 	}
 	return fmt.Errorf("start sandbox init: %w", err)
-}
-
-// idmapWritable prepares one detached, idmapped clone of every writable path
-// for the sandbox's user namespace, so that files the sandbox writes appear
-// on the host owned by the path's owner while the sandbox runs as an
-// unprivileged host uid.
-func idmapWritable(pid int, w []bindSrc) ([]int, error) {
-	userns, err := unix.Open(fmt.Sprintf("/proc/%d/ns/user", pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("open sandbox user namespace: %w", err)
-	}
-	defer unix.Close(userns)
-	var fds []int
-	for i := range w {
-		fd, err := unix.OpenTree(unix.AT_FDCWD, w[i].Path, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
-		if err != nil {
-			closeAll(fds)
-			return nil, fmt.Errorf("clone mount of %q: %w", w[i].Path, err)
-		}
-		attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(userns)}
-		if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
-			unix.Close(fd)
-			closeAll(fds)
-			return nil, fmt.Errorf("idmapped mount of %q (filesystem without idmap support?): %w: %w", w[i].Path, ErrKernelFeature, err)
-		}
-		w[i].FD = len(fds)
-		fds = append(fds, fd)
-	}
-	return fds, nil
-}
-
-// rlimitFallback turns the resource limits into per-process rlimits for
-// when no cgroup can be made. The pids limit holds for the whole sandbox
-// (RLIMIT_NPROC counts the sandbox user's processes in its own user
-// namespace); memory becomes RLIMIT_DATA per process. A CPU limit has no
-// rlimit equivalent: it is returned as lost.
-func rlimitFallback(r policy.Resources) ([]rlimit, string) {
-	var rl []rlimit
-	if r.Pids > 0 {
-		rl = append(rl, rlimit{Resource: unix.RLIMIT_NPROC, Value: uint64(r.Pids)})
-	}
-	if r.MemoryBytes > 0 {
-		rl = append(rl, rlimit{Resource: unix.RLIMIT_DATA, Value: uint64(r.MemoryBytes)})
-	}
-	if r.CPUs > 0 {
-		return rl, fmt.Sprintf("the cpu limit of %g", r.CPUs)
-	}
-	return rl, ""
 }
 
 func randomID() string {

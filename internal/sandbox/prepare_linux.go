@@ -1,0 +1,238 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/hutch-sandbox/hutch/internal/cgroups"
+	"github.com/hutch-sandbox/hutch/internal/landlock"
+	"github.com/hutch-sandbox/hutch/internal/policy"
+)
+
+// prepared is what the parent sets up on the host while the init starts:
+// joining the cgroup, the placeholders of missing protected paths, the
+// idmapped writable mounts and the Landlock ruleset.
+type prepared struct {
+	group        *cgroups.Group
+	placeholders []placeholder
+	fds          []int // idmapped writable mounts
+	writableFD   []int // per writable root: index into fds, or -1
+	ruleset      *landlock.Ruleset
+	dropped      []string
+	err          error
+}
+
+// prepare does the host-side setup for the init with the given pid, the
+// independent parts concurrently.
+func prepare(s policy.Spec, pid int, asRoot bool, writable []bindSrc, group *cgroups.Group, intoGroup bool) *prepared {
+	p := &prepared{writableFD: make([]int, len(writable)), group: group}
+	for i := range p.writableFD {
+		p.writableFD[i] = -1
+	}
+	var wg sync.WaitGroup
+	var cgErr, phErr, llErr error
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		// The init blocks reading its config until this is done, so
+		// nothing escapes the limits by forking early.
+		if group != nil && !intoGroup {
+			if err := group.Add(pid); err != nil {
+				cgErr = fmt.Errorf("add sandbox to cgroup: %w", err)
+			}
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		p.placeholders, phErr = preparePlaceholders(s, asRoot)
+	}()
+	go func() {
+		defer wg.Done()
+		llErr = p.landlock(s, writable)
+	}()
+	var idErr error
+	if asRoot {
+		var fds []int
+		fds, idErr = idmapWritable(pid, writable)
+		if idErr == nil {
+			p.fds = fds
+			for i := range writable {
+				p.writableFD[i] = i
+			}
+		} else if s.BestEffort {
+			p.dropped = append(p.dropped, "idmapped writable mounts ("+idErr.Error()+"): the sandbox may not be able to write its workspace")
+			idErr = nil
+		}
+	}
+	wg.Wait()
+	p.err = errors.Join(cgErr, phErr, llErr, idErr)
+	return p
+}
+
+// limits decides how the spec's resource limits are enforced, before the
+// init is cloned. A cgroup is made when a limit needs one: memory and CPU
+// always, the pids limit only where the pids controller is cgroup v2. On
+// v2 the init is cloned straight into the group (CLONE_INTO_CGROUP); on v1
+// it has to be moved in after the clone, which costs the kernel an RCU grace
+// period (milliseconds), so a pids limit alone is enforced there with
+// RLIMIT_NPROC instead, which counts the same thing: the tasks of the
+// sandbox's user in its own user namespace. Where no cgroup can be made (an
+// ordinary user without a delegated cgroup), every limit falls back to
+// rlimits; a CPU limit, which has none, then refuses to run without
+// --best-effort.
+func limits(r policy.Resources, bestEffort bool) (g *cgroups.Group, rl []rlimit, dropped []string, err error) {
+	l := cgroups.Limits{MemoryBytes: r.MemoryBytes, CPUs: r.CPUs}
+	if r.Pids > 0 {
+		info, _ := cgroups.Available()
+		if c, ok := info.Controllers["pids"]; (ok && c.Version == 2) || l != (cgroups.Limits{}) {
+			l.Pids = r.Pids
+		} else {
+			rl = append(rl, rlimit{Resource: unix.RLIMIT_NPROC, Value: uint64(r.Pids)})
+		}
+	}
+	if l == (cgroups.Limits{}) {
+		return nil, rl, nil, nil
+	}
+	g, cerr := cgroups.Create("hutch-"+randomID(), l)
+	if cerr == nil {
+		return g, rl, nil, nil
+	}
+	rl, lost := rlimitFallback(r)
+	if lost != "" && !bestEffort {
+		return nil, nil, nil, fmt.Errorf("%s cannot be enforced without a cgroup (%v); pass --best-effort to run without it", lost, cerr)
+	}
+	if lost != "" {
+		dropped = append(dropped, lost+" (no cgroup: "+cerr.Error()+")")
+	}
+	return nil, rl, dropped, nil
+}
+
+// landlock prepares the ruleset for the host-root view: rules bind to
+// inodes, and the sandbox's root, workspace and device nodes are the host's.
+// The init adds its private /tmp, /dev/shm and /dev/pts before enforcing.
+// With another root, or without Landlock here, the init does it all.
+func (p *prepared) landlock(s policy.Spec, writable []bindSrc) error {
+	if s.Root != "" && s.Root != policy.DefaultRoot {
+		return nil
+	}
+	var rw []string
+	for _, w := range writable {
+		rw = append(rw, w.Path)
+	}
+	rs, _, err := landlock.Prepare(landlock.Config{
+		ReadOnly:  []string{"/"},
+		ReadWrite: rw,
+		Devices:   hostDevices(),
+		DenyRead:  landlockDenyRead(s.Filesystem.DenyRead, s.Filesystem.AllowRead, rw),
+		Scope:     true,
+	})
+	if errors.Is(err, landlock.ErrNotSupported) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	p.ruleset = rs
+	return nil
+}
+
+// hostDevices are the device nodes the sandbox binds from the host.
+func hostDevices() []string {
+	out := make([]string, len(devices))
+	for i, d := range devices {
+		out[i] = "/dev/" + d
+	}
+	return out
+}
+
+// landlockDenyRead is the deny-read list Landlock enforces: paths inside
+// writable areas are masked by mounts alone (Landlock cannot carve them out
+// of a writable hierarchy).
+func landlockDenyRead(deny, allow, writable []string) []string {
+	var out []string
+	for _, p := range effectiveDenyRead(deny, allow) {
+		if !under(p, writable) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// closeFDs closes the descriptors once they were sent to the init.
+func (p *prepared) closeFDs() {
+	closeAll(p.fds)
+	p.fds = nil
+	if p.ruleset != nil {
+		p.ruleset.Close()
+		p.ruleset = nil
+	}
+}
+
+// cleanup undoes the host-side setup after the sandbox ended.
+func (p *prepared) cleanup(log *slog.Logger) {
+	p.closeFDs()
+	var wg sync.WaitGroup
+	if p.group != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := p.group.Destroy(); err != nil {
+				log.Debug("destroy cgroup", "err", err)
+			}
+		}()
+	}
+	removePlaceholders(p.placeholders, log)
+	wg.Wait()
+}
+
+// rlimitFallback turns the resource limits into per-process rlimits for
+// when no cgroup can be made. The pids limit holds for the whole sandbox
+// (RLIMIT_NPROC counts the sandbox user's processes in its own user
+// namespace); memory becomes RLIMIT_DATA per process. A CPU limit has no
+// rlimit equivalent: it is returned as lost.
+func rlimitFallback(r policy.Resources) ([]rlimit, string) {
+	var rl []rlimit
+	if r.Pids > 0 {
+		rl = append(rl, rlimit{Resource: unix.RLIMIT_NPROC, Value: uint64(r.Pids)})
+	}
+	if r.MemoryBytes > 0 {
+		rl = append(rl, rlimit{Resource: unix.RLIMIT_DATA, Value: uint64(r.MemoryBytes)})
+	}
+	if r.CPUs > 0 {
+		return rl, fmt.Sprintf("the cpu limit of %g", r.CPUs)
+	}
+	return rl, ""
+}
+
+// idmapWritable prepares one detached, idmapped clone of every writable path
+// for the sandbox's user namespace, so that files the sandbox writes appear
+// on the host owned by the path's owner while the sandbox runs as an
+// unprivileged host uid.
+func idmapWritable(pid int, w []bindSrc) ([]int, error) {
+	userns, err := unix.Open(fmt.Sprintf("/proc/%d/ns/user", pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open sandbox user namespace: %w", err)
+	}
+	defer unix.Close(userns)
+	var fds []int
+	for i := range w {
+		fd, err := unix.OpenTree(unix.AT_FDCWD, w[i].Path, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
+		if err != nil {
+			closeAll(fds)
+			return nil, fmt.Errorf("clone mount of %q: %w", w[i].Path, err)
+		}
+		attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(userns)}
+		if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
+			unix.Close(fd)
+			closeAll(fds)
+			return nil, fmt.Errorf("idmapped mount of %q (filesystem without idmap support?): %w: %w", w[i].Path, ErrKernelFeature, err)
+		}
+		w[i].FD = len(fds)
+		fds = append(fds, fd)
+	}
+	return fds, nil
+}
