@@ -29,8 +29,8 @@ Usage:
 
 Run "hutch run -h" for the flags. Exit codes of "hutch run": the command's
 own, 128+N if it was killed by signal N, 124 on --timeout, 125 when hutch
-itself failed (the command did not run), 126 if the command cannot be
-executed, 127 if it was not found.
+itself failed or was called wrongly (the command did not run), 126 if the
+command cannot be executed, 127 if it was not found.
 `
 
 func main() {
@@ -69,13 +69,13 @@ func run(args []string, stdin, stdout, stderr *os.File) int {
 func cmdRun(args []string, stdin, stdout, stderr *os.File) int {
 	fs, pf := newPolicyFlags("run", stderr)
 	debug := fs.Bool("debug", false, "log sandbox setup to stderr")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, done := parseFlags(fs, args); done {
+		return code
 	}
 	command := fs.Args()
 	if len(command) == 0 {
 		fmt.Fprintln(stderr, "hutch: no command given: hutch run [flags] -- COMMAND [ARGS...]")
-		return 2
+		return sandbox.ExitHutchError
 	}
 	spec, code := pf.spec(stderr)
 	if code != 0 {
@@ -115,12 +115,12 @@ func cmdRun(args []string, stdin, stdout, stderr *os.File) int {
 
 func cmdPolicyShow(args []string, stdout, stderr *os.File) int {
 	fs, pf := newPolicyFlags("policy show", stderr)
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, done := parseFlags(fs, args); done {
+		return code
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "hutch: policy show takes no arguments, got %q\n", fs.Args())
-		return 2
+		return sandbox.ExitHutchError
 	}
 	spec, code := pf.spec(stderr)
 	if code != 0 {
@@ -133,6 +133,21 @@ func cmdPolicyShow(args []string, stdout, stderr *os.File) int {
 	}
 	_, _ = stdout.Write(out)
 	return 0
+}
+
+// parseFlags parses args; done is true when the command must end here with
+// code: 0 after -h, 125 (hutch's own error, never the command's) after a bad
+// flag, which the flag package has already reported.
+func parseFlags(fs *flag.FlagSet, args []string) (code int, done bool) {
+	err := fs.Parse(args)
+	switch {
+	case err == nil:
+		return 0, false
+	case errors.Is(err, flag.ErrHelp):
+		return 0, true
+	default:
+		return sandbox.ExitHutchError, true
+	}
 }
 
 // policyFlags are the flags that build a policy.Spec; they override the

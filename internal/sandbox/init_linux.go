@@ -20,6 +20,10 @@ import (
 // Init is the main function of the re-executed init process. It returns the
 // exit code for main to exit with: the command's, or ExitHutchError.
 func Init() int {
+	// Signals hutch forwards are held from the start and passed on to the
+	// command once it runs.
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, append(forwardedSignals, unix.SIGWINCH)...)
 	// Capabilities, no_new_privs, landlock and seccomp are per thread: every
 	// hardening step and the command's fork happen on this one thread.
 	runtime.LockOSThread()
@@ -32,6 +36,9 @@ func Init() int {
 		_ = sendMsg(controlFD, initReply{Error: err.Error(), ExitCode: code}, nil)
 		return code
 	}
+	if len(cfg.Args) == 0 {
+		return fail(ExitHutchError, errors.New("no command given"))
+	}
 	dropped, timings, err := harden(cfg, fds)
 	closeAll(fds)
 	if err != nil {
@@ -40,15 +47,26 @@ func Init() int {
 
 	path, err := lookPath(cfg.Args[0], cfg.Env)
 	if err != nil {
-		if errors.Is(err, unix.EACCES) || errors.Is(err, unix.EISDIR) {
+		if errors.Is(err, errNotExecutable) {
 			return fail(ExitNotExecutable, err)
 		}
 		return fail(ExitNotFound, err)
 	}
+	stdio := []uintptr{0, 1, 2}
+	var master []int
+	if cfg.Tty {
+		m, slave, err := openPty(cfg.Rows, cfg.Cols)
+		if err != nil {
+			return fail(ExitHutchError, fmt.Errorf("terminal: %w", err))
+		}
+		defer unix.Close(slave)
+		stdio = []uintptr{uintptr(slave), uintptr(slave), uintptr(slave)}
+		master = []int{m}
+	}
 	attr := &syscall.ProcAttr{
 		Dir:   cfg.Dir,
 		Env:   cfg.Env,
-		Files: []uintptr{0, 1, 2},
+		Files: stdio,
 		Sys:   &syscall.SysProcAttr{Setsid: true, Setctty: cfg.Tty, Ctty: 0},
 	}
 	pid, err := syscall.ForkExec(path, cfg.Args, attr)
@@ -59,7 +77,9 @@ func Init() int {
 		}
 		return fail(code, fmt.Errorf("%s: %w", cfg.Args[0], err))
 	}
-	if err := sendMsg(controlFD, initReply{Started: true, Dropped: dropped, Timings: timings}, nil); err != nil {
+	err = sendMsg(controlFD, initReply{Started: true, Dropped: dropped, Timings: timings}, master)
+	closeAll(master)
+	if err != nil {
 		_ = unix.Kill(pid, unix.SIGKILL)
 		return ExitHutchError
 	}
@@ -67,20 +87,18 @@ func Init() int {
 	for _, fd := range []int{0, 1, 2} {
 		unix.Close(fd) // init holds no terminal or pipe of the user's
 	}
-	return reap(pid)
-}
-
-// reap forwards signals to the command's process group and reaps every
-// child until the command itself exits; its status becomes init's exit code.
-// When init returns, the kernel kills what is left in the pid namespace.
-func reap(pid int) int {
-	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2, unix.SIGWINCH)
 	go func() {
 		for s := range sigs {
 			_ = unix.Kill(-pid, s.(syscall.Signal))
 		}
 	}()
+	return reap(pid)
+}
+
+// reap reaps every child until the command itself exits; its status becomes
+// init's exit code. When init returns, the kernel kills what is left in the
+// pid namespace.
+func reap(pid int) int {
 	for {
 		var ws unix.WaitStatus
 		got, err := unix.Wait4(-1, &ws, 0, nil)
@@ -175,7 +193,11 @@ var (
 func applyLandlock(cfg initConfig, fds []int) error {
 	if cfg.Landlock >= 0 && cfg.Landlock < len(fds) {
 		rs := landlock.FromFD(fds[cfg.Landlock])
-		if _, err := rs.Add(landlock.Config{ReadOnly: privateReadOnly, ReadWrite: privateWritable, Devices: privateDevices}); err != nil {
+		rw := privateWritable
+		if cfg.PrivateHome != "" {
+			rw = append(rw[:len(rw):len(rw)], cfg.PrivateHome)
+		}
+		if _, err := rs.Add(landlock.Config{ReadOnly: privateReadOnly, ReadWrite: rw, Devices: privateDevices}); err != nil {
 			return err
 		}
 		return rs.RestrictSelf()
@@ -183,6 +205,9 @@ func applyLandlock(cfg initConfig, fds []int) error {
 	var writable []string
 	for _, w := range cfg.Writable {
 		writable = append(writable, w.Path)
+	}
+	if cfg.PrivateHome != "" {
+		writable = append(writable, cfg.PrivateHome)
 	}
 	_, err := landlock.Restrict(landlock.Config{
 		ReadOnly:  []string{"/"},
@@ -270,7 +295,9 @@ func lookPath(name string, env []string) (string, error) {
 		if err == nil {
 			return p, nil
 		}
-		if errors.Is(err, unix.EACCES) && denied == nil {
+		// A file that exists but may not be executed is remembered (126);
+		// a directory that cannot be searched is as good as absent (127).
+		if errors.Is(err, errNotExecutable) && denied == nil {
 			denied = fmt.Errorf("%s: %w", p, err)
 		}
 	}
@@ -280,13 +307,19 @@ func lookPath(name string, env []string) (string, error) {
 	return "", fmt.Errorf("%s: command not found", name)
 }
 
+// errNotExecutable marks a file that exists but cannot be executed.
+var errNotExecutable = errors.New("not executable")
+
 func executable(p string) error {
 	var st unix.Stat_t
 	if err := unix.Stat(p, &st); err != nil {
 		return err
 	}
 	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
-		return unix.EISDIR
+		return fmt.Errorf("%w: %w", errNotExecutable, unix.EISDIR)
 	}
-	return unix.Access(p, unix.X_OK)
+	if err := unix.Access(p, unix.X_OK); err != nil {
+		return fmt.Errorf("%w: %w", errNotExecutable, err)
+	}
+	return nil
 }

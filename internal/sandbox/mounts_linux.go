@@ -91,6 +91,15 @@ func setupMounts(cfg initConfig, fds []int) (dropped []string, err error) {
 	if err := m.mount("tmpfs", "/tmp", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, tmpOpts); err != nil {
 		return nil, err
 	}
+	if cfg.PrivateHome != "" {
+		opts := "mode=0700"
+		if cfg.TmpBytes > 0 {
+			opts += fmt.Sprintf(",size=%d", cfg.TmpBytes)
+		}
+		if err := m.mount("tmpfs", cfg.PrivateHome, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+			return nil, err
+		}
+	}
 	if err := m.mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return nil, err
 	}

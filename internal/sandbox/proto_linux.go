@@ -22,19 +22,24 @@ const controlFD = 3
 
 // initConfig is everything init needs; sent once by the parent.
 type initConfig struct {
-	Args       []string  `json:"args"`
-	Env        []string  `json:"env"`
-	Dir        string    `json:"dir"`
-	Root       string    `json:"root"`
-	Writable   []bindSrc `json:"writable"`
-	DenyRead   []string  `json:"deny_read"`
-	AllowRead  []string  `json:"allow_read"`
-	DenyWrite  []string  `json:"deny_write"`
-	Pin        []string  `json:"pin"`
-	TmpBytes   int64     `json:"tmp_bytes"`
-	Hostname   string    `json:"hostname"`
-	Tty        bool      `json:"tty"`
-	BestEffort bool      `json:"best_effort"`
+	Args      []string  `json:"args"`
+	Env       []string  `json:"env"`
+	Dir       string    `json:"dir"`
+	Root      string    `json:"root"`
+	Writable  []bindSrc `json:"writable"`
+	DenyRead  []string  `json:"deny_read"`
+	AllowRead []string  `json:"allow_read"`
+	DenyWrite []string  `json:"deny_write"`
+	Pin       []string  `json:"pin"`
+	TmpBytes  int64     `json:"tmp_bytes"`
+	// PrivateHome, when set, gets a private tmpfs: the caller's home
+	// directory that the sandbox's identity could not even enter.
+	PrivateHome string `json:"private_home,omitempty"`
+	Hostname    string `json:"hostname"`
+	Tty         bool   `json:"tty"`
+	Rows        uint16 `json:"rows,omitempty"`
+	Cols        uint16 `json:"cols,omitempty"`
+	BestEffort  bool   `json:"best_effort"`
 	// Landlock is the index of a ruleset prepared by the parent among the
 	// fds sent with the config, or -1 when init builds its own.
 	Landlock int `json:"landlock"`
@@ -58,6 +63,7 @@ type rlimit struct {
 
 // initReply is what init tells the parent: once before starting the command
 // (Started or Error) and nothing after; its exit code carries the command's.
+// With a terminal, the pty's master comes with the Started reply.
 type initReply struct {
 	Started  bool     `json:"started"`
 	Error    string   `json:"error,omitempty"`

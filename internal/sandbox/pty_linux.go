@@ -9,59 +9,53 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ptyRelay gives the command a terminal of its own when hutch's stdin is a
-// terminal: the command gets a new session with the pty's slave as its
-// controlling terminal, so it can never inject input into the caller's
-// terminal (ESCAPES item 14), and hutch relays bytes and window sizes.
+// When hutch's stdin is a terminal the command gets a terminal of its own:
+// the init opens a pty in the sandbox's devpts (so the command's tty has a
+// name there), makes its slave the controlling terminal of the command's new
+// session and sends the master to hutch, which relays bytes and window
+// sizes. The command can never inject input into the caller's terminal
+// (ESCAPES item 14).
+
+// openPty opens a new pty in the sandbox's /dev/ptmx with the given window
+// size.
+func openPty(rows, cols uint16) (master, slave int, err error) {
+	master, err = unix.Open("/dev/ptmx", unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, -1, fmt.Errorf("open pty: %w", err)
+	}
+	if err := unix.IoctlSetPointerInt(master, unix.TIOCSPTLCK, 0); err != nil {
+		unix.Close(master)
+		return -1, -1, fmt.Errorf("unlock pty: %w", err)
+	}
+	n, err := unix.IoctlGetUint32(master, unix.TIOCGPTN)
+	if err != nil {
+		unix.Close(master)
+		return -1, -1, fmt.Errorf("pty number: %w", err)
+	}
+	slave, err = unix.Open(fmt.Sprintf("/dev/pts/%d", n), unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		unix.Close(master)
+		return -1, -1, fmt.Errorf("open pty slave: %w", err)
+	}
+	if rows > 0 && cols > 0 {
+		_ = unix.IoctlSetWinsize(master, unix.TIOCSWINSZ, &unix.Winsize{Row: rows, Col: cols})
+	}
+	return master, slave, nil
+}
+
+// ptyRelay copies between the caller's terminal and the pty master.
 type ptyRelay struct {
-	master, slave *os.File
-	in, out       *os.File
-	saved         *unix.Termios
-	outDone       chan struct{}
-	winch         chan os.Signal
+	master  *os.File
+	in, out *os.File
+	saved   *unix.Termios
+	outDone chan struct{}
+	winch   chan os.Signal
 }
 
-func newPtyRelay(in, out *os.File) (*ptyRelay, error) {
-	mfd, err := unix.Open("/dev/ptmx", unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("open pty: %w", err)
-	}
-	if err := unix.IoctlSetPointerInt(mfd, unix.TIOCSPTLCK, 0); err != nil {
-		unix.Close(mfd)
-		return nil, fmt.Errorf("unlock pty: %w", err)
-	}
-	n, err := unix.IoctlGetUint32(mfd, unix.TIOCGPTN)
-	if err != nil {
-		unix.Close(mfd)
-		return nil, fmt.Errorf("pty number: %w", err)
-	}
-	sfd, err := unix.Open(fmt.Sprintf("/dev/pts/%d", n), unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		unix.Close(mfd)
-		return nil, fmt.Errorf("open pty slave: %w", err)
-	}
-	r := &ptyRelay{
-		master: os.NewFile(uintptr(mfd), "pty-master"),
-		slave:  os.NewFile(uintptr(sfd), "pty-slave"),
-		in:     in, out: out,
-		outDone: make(chan struct{}),
-	}
-	r.resize()
-	return r, nil
-}
-
-func (r *ptyRelay) resize() {
-	if ws, err := unix.IoctlGetWinsize(int(r.in.Fd()), unix.TIOCGWINSZ); err == nil {
-		_ = unix.IoctlSetWinsize(int(r.master.Fd()), unix.TIOCSWINSZ, ws)
-	}
-}
-
-// Start puts the caller's terminal in raw mode and starts relaying. The
-// command owns the slave by now, so hutch's copy is closed: reading the
-// master ends once every process of the sandbox has let go of it.
-func (r *ptyRelay) Start() {
-	r.slave.Close()
-	if t, err := unix.IoctlGetTermios(int(r.in.Fd()), unix.TCGETS); err == nil {
+// startPtyRelay puts the caller's terminal in raw mode and starts relaying.
+func startPtyRelay(master, in, out *os.File) *ptyRelay {
+	r := &ptyRelay{master: master, in: in, out: out, outDone: make(chan struct{})}
+	if t, err := unix.IoctlGetTermios(int(in.Fd()), unix.TCGETS); err == nil {
 		saved := *t
 		r.saved = &saved
 		raw := *t
@@ -71,8 +65,9 @@ func (r *ptyRelay) Start() {
 		raw.Cflag &^= unix.CSIZE | unix.PARENB
 		raw.Cflag |= unix.CS8
 		raw.Cc[unix.VMIN], raw.Cc[unix.VTIME] = 1, 0
-		_ = unix.IoctlSetTermios(int(r.in.Fd()), unix.TCSETS, &raw)
+		_ = unix.IoctlSetTermios(int(in.Fd()), unix.TCSETS, &raw)
 	}
+	r.resize()
 	r.winch = make(chan os.Signal, 1)
 	signal.Notify(r.winch, unix.SIGWINCH)
 	go func() {
@@ -82,9 +77,16 @@ func (r *ptyRelay) Start() {
 	}()
 	go func() { _, _ = io.Copy(r.master, r.in) }()
 	go func() {
-		_, _ = io.Copy(r.out, r.master)
+		_, _ = io.Copy(r.out, r.master) // ends with EIO once the sandbox let go of the slave
 		close(r.outDone)
 	}()
+	return r
+}
+
+func (r *ptyRelay) resize() {
+	if ws, err := unix.IoctlGetWinsize(int(r.in.Fd()), unix.TIOCGWINSZ); err == nil {
+		_ = unix.IoctlSetWinsize(int(r.master.Fd()), unix.TIOCSWINSZ, ws)
+	}
 }
 
 // Drain waits until the command's output has been relayed.
@@ -92,13 +94,10 @@ func (r *ptyRelay) Drain() { <-r.outDone }
 
 // Close restores the caller's terminal.
 func (r *ptyRelay) Close() {
-	if r.winch != nil {
-		signal.Stop(r.winch)
-		close(r.winch)
-	}
+	signal.Stop(r.winch)
+	close(r.winch)
 	if r.saved != nil {
 		_ = unix.IoctlSetTermios(int(r.in.Fd()), unix.TCSETS, r.saved)
 	}
 	r.master.Close()
-	r.slave.Close()
 }

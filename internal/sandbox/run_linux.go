@@ -11,7 +11,9 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"runtime"
+	"strings"
 	"syscall"
 	"time"
 
@@ -23,6 +25,19 @@ import (
 // idmapped so that the sandbox's writes land on the host owned by the
 // workspace's owner.
 const RootMappedID = 1_000_000_000
+
+// initCaps are the capabilities (in its own user namespace) the init keeps
+// across its execve: mounts, pivot_root and hostname (SYS_ADMIN), bringing up
+// lo (NET_ADMIN), emptying the bounding set and locking securebits (SETPCAP),
+// setting up mount points whatever their owner (DAC_OVERRIDE, FOWNER) and
+// rlimits (SYS_RESOURCE).
+var initCaps = []uintptr{
+	unix.CAP_SYS_ADMIN, unix.CAP_NET_ADMIN, unix.CAP_SETPCAP,
+	unix.CAP_DAC_OVERRIDE, unix.CAP_FOWNER, unix.CAP_SYS_RESOURCE,
+}
+
+// forwardedSignals are passed on from hutch to the command.
+var forwardedSignals = []os.Signal{unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2}
 
 // initArg0 marks the re-executed process as hutch's init.
 const initArg0 = "hutch:init"
@@ -71,24 +86,36 @@ func Run(ctx context.Context, c Config) (Result, error) {
 		BestEffort: s.BestEffort,
 		Landlock:   -1,
 	}
+	if asRoot {
+		cfg.PrivateHome = privateHome(c.Environ, writableRoots(s))
+	}
 	for _, r := range writableRoots(s) {
 		cfg.Writable = append(cfg.Writable, bindSrc{Path: r, FD: -1})
 	}
 	cfg.DenyRead = s.Filesystem.DenyRead
 	cfg.AllowRead = s.Filesystem.AllowRead
 
-	// Terminal.
+	// Signals that arrive while the sandbox starts are forwarded once it
+	// runs; none may kill hutch and leave the sandbox to its Pdeathsig.
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, forwardedSignals...)
+	defer signal.Stop(sigs)
+
+	// Terminal: the init opens a pty in the sandbox's own devpts and sends
+	// back its master; it holds nothing of the caller's terminal itself.
 	stdin, stdout, stderr := c.Stdin, c.Stdout, c.Stderr
-	var term *ptyRelay
 	var err error
 	if isTerminal(c.Stdin) {
-		term, err = newPtyRelay(c.Stdin, c.Stdout)
+		devnull, err := os.Open(os.DevNull)
 		if err != nil {
 			return res, err
 		}
-		defer term.Close()
-		stdin, stdout, stderr = term.slave, term.slave, term.slave
+		defer devnull.Close()
+		stdin, stdout, stderr = devnull, devnull, devnull
 		cfg.Tty = true
+		if ws, err := unix.IoctlGetWinsize(int(c.Stdin.Fd()), unix.TIOCGWINSZ); err == nil {
+			cfg.Rows, cfg.Cols = ws.Row, ws.Col
+		}
 	}
 
 	ctl, childCtl, err := socketPair()
@@ -113,6 +140,11 @@ func Run(ctx context.Context, c Config) (Result, error) {
 			GidMappings:                []syscall.SysProcIDMap{{ContainerID: innerGID, HostID: hostGID, Size: 1}},
 			GidMappingsEnableSetgroups: asRoot,
 			Pdeathsig:                  unix.SIGKILL,
+			// The init runs as the sandbox's inside uid, which is not 0
+			// unless the workspace is root's: without ambient capabilities
+			// its execve would drop the ones it needs to build the sandbox.
+			// It drops them all before the command starts.
+			AmbientCaps: initCaps,
 		},
 	}
 	if asRoot {
@@ -180,7 +212,8 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	dropped = append(dropped, p.dropped...)
 
 	var reply initReply
-	if _, err := recvMsg(int(ctl.Fd()), &reply); err != nil {
+	replyFDs, err := recvMsg(int(ctl.Fd()), &reply)
+	if err != nil {
 		killInit()
 		werr := <-waitErr
 		return res, fmt.Errorf("sandbox init failed before starting the command: %w (init: %v)", err, werr)
@@ -200,14 +233,17 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	for _, d := range res.Dropped {
 		fmt.Fprintf(c.Warn, "hutch: warning: running without %s\n", d)
 	}
-	if term != nil {
-		term.Start()
+	var term *ptyRelay
+	if cfg.Tty {
+		if len(replyFDs) != 1 {
+			closeAll(replyFDs)
+			return fail(fmt.Errorf("sandbox init sent %d terminal descriptors, want 1", len(replyFDs)))
+		}
+		term = startPtyRelay(os.NewFile(uintptr(replyFDs[0]), "pty-master"), c.Stdin, c.Stdout)
+		defer term.Close()
+	} else {
+		closeAll(replyFDs)
 	}
-
-	// Forward the caller's signals to the sandbox.
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2)
-	defer signal.Stop(sigs)
 
 	var timeout <-chan struct{}
 	if s.Resources.Timeout > 0 {
@@ -220,7 +256,7 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	for {
 		select {
 		case sig := <-sigs:
-			_ = unix.Kill(pid, sig.(syscall.Signal))
+			_ = unix.Kill(pid, sig.(syscall.Signal)) // init forwards it to the command
 			continue
 		case <-timeout:
 			killInit()
@@ -274,6 +310,27 @@ func startError(err error) error {
 		return fmt.Errorf("create sandbox namespaces: %w: %w (are user namespaces enabled? check sysctl user.max_user_namespaces and kernel.unprivileged_userns_clone, and AppArmor's kernel.apparmor_restrict_unprivileged_userns)", ErrKernelFeature, err)
 	}
 	return fmt.Errorf("start sandbox init: %w", err)
+}
+
+// privateHome returns the sandbox's home directory when root started the
+// sandbox and the home is closed to others (as /root is): the sandbox's
+// unprivileged identity could not enter it, and tools that need a writable
+// home (git, go, npm caches) would fail. It gets a private tmpfs instead.
+func privateHome(environ, writable []string) string {
+	var home string
+	for _, kv := range environ {
+		if v, ok := strings.CutPrefix(kv, "HOME="); ok {
+			home = v
+		}
+	}
+	var st unix.Stat_t
+	if home == "" || home == "/" || !filepath.IsAbs(home) || under(home, writable) || unix.Stat(home, &st) != nil {
+		return ""
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR || st.Mode&0o001 != 0 {
+		return ""
+	}
+	return filepath.Clean(home)
 }
 
 func randomID() string {
