@@ -1,0 +1,600 @@
+//go:build linux
+
+package escape
+
+import (
+	"bytes"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"io/fs"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/hutch-sandbox/hutch/internal/testutil"
+)
+
+// mode is who starts hutch.
+type mode struct {
+	name string
+	uid  int // uid and gid of the hutch process
+}
+
+var modes = []mode{
+	{"root", 0},
+	{"user", testutil.UnprivilegedUID},
+}
+
+// markerVar is set in the sandbox's environment by tests that look for
+// leftover sandbox processes on the host: every process of the sandbox
+// inherits it, and root can read every process's environment.
+const markerVar = "HUTCH_ESCAPE_MARK"
+
+// harness is one test's sandbox environment: who runs hutch, its workspace
+// and a fake home directory for it.
+type harness struct {
+	t    *testing.T
+	mode mode
+	ws   string // workspace, owned by mode.uid
+	home string // fake $HOME outside /tmp (which the sandbox replaces), owned by mode.uid
+}
+
+// forEachMode runs f as the parallel subtests "root" and "user", each with
+// a fresh sandbox environment.
+func forEachMode(t *testing.T, f func(t *testing.T, sb *harness)) {
+	t.Helper()
+	testutil.RequireRoot(t)
+	t.Parallel()
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			f(t, newSandbox(t, m))
+		})
+	}
+}
+
+func newSandbox(t *testing.T, m mode) *harness {
+	t.Helper()
+	return &harness{t: t, mode: m, ws: testutil.OwnedDir(t, m.uid), home: hostDir(t, m.uid, "home")}
+}
+
+// hostDir makes a directory outside /tmp (the sandbox has a private /tmp),
+// mode 0755 and owned by uid, removed when the test ends.
+func hostDir(t *testing.T, uid int, what string) string {
+	t.Helper()
+	base := "/var/tmp"
+	if fi, err := os.Stat(base); err != nil || !fi.IsDir() {
+		t.Fatalf("need %s for directories the sandbox can see: %v", base, err)
+	}
+	dir, err := os.MkdirTemp(base, "hutch-escape-"+what+"-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(dir, uid, uid); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// opts are the knobs of one hutch run.
+type opts struct {
+	flags      []string      // flags of "hutch run"
+	env        []string      // added to hutch's environment
+	dir        string        // working directory (default: the workspace)
+	stdin      *os.File      // default: /dev/null
+	stdout     *os.File      // default: captured into result.stdout
+	stderr     *os.File      // default: captured into result.stderr
+	extraFiles []*os.File    // inherited by hutch as fds 3, 4, ...
+	deadline   time.Duration // hutch is killed and the test fails after this long (default 90s)
+	noCheck    bool          // do not fail the test when hutch could not start the sandbox
+}
+
+// result is how one hutch run ended.
+type result struct {
+	stdout, stderr string
+	code           int
+	elapsed        time.Duration
+	maxRSSKiB      int64 // peak RSS of hutch or any process it waited for
+}
+
+func (r result) String() string {
+	return fmt.Sprintf("exit %d\n--- stdout:\n%s\n--- stderr:\n%s", r.code, clip(r.stdout), clip(r.stderr))
+}
+
+func clip(s string) string {
+	if len(s) > 4000 {
+		return s[:4000] + "…(clipped)"
+	}
+	return s
+}
+
+// run runs `hutch run [o.flags] -- /bin/sh -c script` in the sandbox's
+// workspace and returns its output and exit code.
+func (sb *harness) run(o opts, script string) result {
+	sb.t.Helper()
+	args := append([]string{"run"}, o.flags...)
+	args = append(args, "--", "/bin/sh", "-c", script)
+	return sb.hutch(o, args...)
+}
+
+// env is hutch's environment: nothing of the test's own, a fake HOME.
+func (sb *harness) env(extra []string) []string {
+	user := "root"
+	if sb.mode.uid != 0 {
+		user = "hutchtest"
+	}
+	env := []string{
+		"HOME=" + sb.home,
+		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"USER=" + user, "LOGNAME=" + user, "LANG=C",
+	}
+	return append(env, extra...)
+}
+
+// command prepares hutch with args as the sandbox's mode says.
+func (sb *harness) command(o opts, args ...string) *exec.Cmd {
+	cmd := exec.Command(testutil.Hutch(sb.t), args...)
+	cmd.Env = sb.env(o.env)
+	cmd.Dir = o.dir
+	if cmd.Dir == "" {
+		cmd.Dir = sb.ws
+	}
+	cmd.ExtraFiles = o.extraFiles
+	cmd.SysProcAttr = &syscall.SysProcAttr{}
+	if sb.mode.uid != 0 {
+		id := uint32(sb.mode.uid)
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: id, Gid: id, Groups: []uint32{}}
+	}
+	return cmd
+}
+
+// hutch runs the hutch binary with args and waits for it.
+func (sb *harness) hutch(o opts, args ...string) result {
+	sb.t.Helper()
+	return sb.start(o, args...).wait()
+}
+
+// running is a hutch process started by start.
+type running struct {
+	sb         *harness
+	o          opts
+	args       []string
+	cmd        *exec.Cmd
+	outF, errF *os.File
+	begin      time.Time
+}
+
+// start starts the hutch binary with args. Output goes to files, not
+// pipes, so a process left behind in the sandbox cannot keep the test
+// waiting.
+func (sb *harness) start(o opts, args ...string) *running {
+	t := sb.t
+	t.Helper()
+	p := &running{sb: sb, o: o, args: args, cmd: sb.command(o, args...)}
+	if o.stdin != nil {
+		p.cmd.Stdin = o.stdin
+	}
+	p.outF, p.errF = o.stdout, o.stderr
+	if p.outF == nil {
+		p.outF = tempFile(t, "stdout")
+	}
+	if p.errF == nil {
+		p.errF = tempFile(t, "stderr")
+	}
+	p.cmd.Stdout, p.cmd.Stderr = p.outF, p.errF
+	p.begin = time.Now()
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start hutch: %v", err)
+	}
+	return p
+}
+
+// wait waits for hutch to exit, killing it after the deadline.
+func (p *running) wait() result {
+	t := p.sb.t
+	t.Helper()
+	deadline := p.o.deadline
+	if deadline == 0 {
+		deadline = 90 * time.Second
+	}
+	var killed atomic.Bool
+	timer := time.AfterFunc(deadline, func() { killed.Store(true); _ = p.cmd.Process.Kill() })
+	err := p.cmd.Wait()
+	timer.Stop()
+	r := result{elapsed: time.Since(p.begin), code: -1}
+	if p.cmd.ProcessState == nil {
+		t.Fatalf("wait for hutch: %v", err)
+	}
+	r.code = exitCode(p.cmd.ProcessState)
+	if ru, ok := p.cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		r.maxRSSKiB = ru.Maxrss
+	}
+	if p.o.stdout == nil {
+		r.stdout = readBack(t, p.outF)
+	}
+	if p.o.stderr == nil {
+		r.stderr = readBack(t, p.errF)
+	}
+	if killed.Load() {
+		t.Fatalf("hutch %q did not return within %s; killed it\n%s", p.args, deadline, r)
+	}
+	if !p.o.noCheck && r.code == 125 {
+		t.Fatalf("hutch could not start the sandbox (exit 125), so the attack was never tried:\n%s", r)
+	}
+	return r
+}
+
+func exitCode(ps *os.ProcessState) int {
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ps.ExitCode()
+}
+
+func tempFile(t *testing.T, name string) *os.File {
+	t.Helper()
+	f, err := os.CreateTemp(t.TempDir(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
+}
+
+func readBack(t *testing.T, f *os.File) string {
+	t.Helper()
+	b, err := os.ReadFile(f.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestMain removes the attacker build once every test is done; the
+// testing package exits with m.Run's result.
+func TestMain(m *testing.M) {
+	m.Run()
+	if attackerPath != "" {
+		os.RemoveAll(filepath.Dir(attackerPath))
+	}
+}
+
+var (
+	attackerOnce sync.Once
+	attackerPath string
+	attackerErr  error
+)
+
+// attacker copies the attacker program into the workspace, owned by the
+// sandbox's user, and returns its path relative to the workspace.
+func (sb *harness) attacker() string {
+	t := sb.t
+	t.Helper()
+	attackerOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "hutch-attacker-")
+		if err != nil {
+			attackerErr = err
+			return
+		}
+		if err := os.Chmod(dir, 0o755); err != nil {
+			attackerErr = err
+			return
+		}
+		attackerPath = filepath.Join(dir, "attacker")
+		cmd := exec.Command("go", "build", "-o", attackerPath, "./attacker")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			attackerErr = fmt.Errorf("go build ./attacker: %v\n%s", err, out)
+		}
+	})
+	if attackerErr != nil {
+		t.Fatalf("build attacker: %v", attackerErr)
+	}
+	copyFile(t, attackerPath, filepath.Join(sb.ws, "attacker"), 0o755, sb.mode.uid)
+	return "./attacker"
+}
+
+func copyFile(t *testing.T, src, dst string, perm os.FileMode, uid int) {
+	t.Helper()
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, dst, string(b), perm, uid)
+}
+
+// writeFile creates (or replaces) path with content, mode perm, owned by uid.
+func writeFile(t *testing.T, path, content string, perm os.FileMode, uid int) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), perm); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, perm); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(path, uid, uid); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// mkdirs creates dirs below base (mode 0755, owned by uid).
+func mkdirs(t *testing.T, base string, uid int, dirs ...string) {
+	t.Helper()
+	for _, d := range dirs {
+		cur := base
+		for _, part := range strings.Split(d, "/") {
+			cur = filepath.Join(cur, part)
+			if err := os.Mkdir(cur, 0o755); err != nil && !os.IsExist(err) {
+				t.Fatal(err)
+			}
+			if err := os.Chown(cur, uid, uid); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// attacks parses the attacker's output: the attack as given → its result.
+func attacks(out string) map[string]string {
+	m := map[string]string{}
+	for _, line := range strings.Split(out, "\n") {
+		if k, v, ok := strings.Cut(line, " "); ok {
+			m[k] = v
+		}
+	}
+	return m
+}
+
+// expect checks that each attack of want ended with the given result, which
+// is compared with the first word of what the attacker printed.
+func expect(t *testing.T, r result, want map[string][]string) {
+	t.Helper()
+	got := attacks(r.stdout)
+	for _, a := range sortedKeys(want) {
+		res, ok := got[a]
+		if !ok {
+			t.Errorf("attack %s: no result printed\n%s", a, r)
+			continue
+		}
+		first, _, _ := strings.Cut(res, " ")
+		if !slices.Contains(want[a], first) {
+			t.Errorf("attack %s: got %q, want one of %q", a, res, want[a])
+		}
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	return slices.Sorted(maps.Keys(m))
+}
+
+// argv joins attacks into the attacker's command line.
+func argv(attacker string, attacks ...string) string {
+	return attacker + " " + strings.Join(attacks, " ")
+}
+
+// randomName returns a fresh name with prefix.
+func randomName(prefix string) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
+// snapshot records every entry under dir (without following symbolic
+// links): type, permissions, owner, and content hash or link target.
+func snapshot(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	m := map[string]string{}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		st := fi.Sys().(*syscall.Stat_t)
+		desc := fmt.Sprintf("%s uid=%d gid=%d", fi.Mode(), st.Uid, st.Gid)
+		switch {
+		case fi.Mode()&fs.ModeSymlink != 0:
+			target, _ := os.Readlink(p)
+			desc += " -> " + target
+		case fi.Mode().IsRegular():
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			sum := sha256.Sum256(b)
+			desc += fmt.Sprintf(" size=%d sha=%x", len(b), sum[:8])
+		}
+		m[rel] = desc
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("snapshot %s: %v", dir, err)
+	}
+	return m
+}
+
+// sameTree fails the test unless dir is exactly as before, apart from the
+// entries (relative paths) in ignore.
+func sameTree(t *testing.T, dir string, before map[string]string, ignore ...string) {
+	t.Helper()
+	after := snapshot(t, dir)
+	for _, k := range sortedKeys(after) {
+		if slices.Contains(ignore, k) {
+			continue
+		}
+		if b, ok := before[k]; !ok {
+			t.Errorf("host changed: %s appeared in %s (%s)", k, dir, after[k])
+		} else if b != after[k] {
+			t.Errorf("host changed: %s in %s was %s, is %s", k, dir, b, after[k])
+		}
+	}
+	for _, k := range sortedKeys(before) {
+		if _, ok := after[k]; !ok && !slices.Contains(ignore, k) {
+			t.Errorf("host changed: %s vanished from %s", k, dir)
+		}
+	}
+}
+
+// markedProcs lists the host pids whose environment carries marker.
+func markedProcs(marker string) []int {
+	want := []byte(markerVar + "=" + marker + "\x00")
+	entries, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
+		if err == nil && bytes.Contains(env, want) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// waitNoMarked fails the test unless every process carrying marker is gone
+// within a generous deadline.
+func waitNoMarked(t *testing.T, marker string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		pids := markedProcs(marker)
+		if len(pids) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			var desc []string
+			for _, p := range pids {
+				cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p))
+				desc = append(desc, fmt.Sprintf("%d %q", p, strings.ReplaceAll(string(cmdline), "\x00", " ")))
+			}
+			for _, p := range pids {
+				_ = syscall.Kill(p, syscall.SIGKILL)
+			}
+			t.Fatalf("S4 violated: sandbox processes outlived the sandbox: %s", strings.Join(desc, "; "))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// drain reads r to the end, discarding it, and returns the byte count.
+func drain(r io.Reader) int64 {
+	n, _ := io.Copy(io.Discard, r)
+	return n
+}
+
+// exists reports whether path exists (without following a final link).
+func exists(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
+}
+
+// openPty opens a new pseudo-terminal pair. Both ends are closed when the
+// test ends.
+func openPty(t *testing.T) (master, slave *os.File) {
+	t.Helper()
+	mfd, err := unix.Open("/dev/ptmx", unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatalf("open pty: %v", err)
+	}
+	if err := unix.IoctlSetPointerInt(mfd, unix.TIOCSPTLCK, 0); err != nil {
+		unix.Close(mfd)
+		t.Fatalf("unlock pty: %v", err)
+	}
+	n, err := unix.IoctlGetUint32(mfd, unix.TIOCGPTN)
+	if err != nil {
+		unix.Close(mfd)
+		t.Fatalf("pty number: %v", err)
+	}
+	sfd, err := unix.Open(fmt.Sprintf("/dev/pts/%d", n), unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		unix.Close(mfd)
+		t.Fatalf("open pty slave: %v", err)
+	}
+	master, slave = os.NewFile(uintptr(mfd), "pty-master"), os.NewFile(uintptr(sfd), "pty-slave")
+	t.Cleanup(func() { master.Close(); slave.Close() })
+	return master, slave
+}
+
+// syncBuffer collects what a reader yields, for reading while it grows.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+	n  atomic.Int64
+}
+
+// count reads r to its end (or error), only counting bytes.
+func (s *syncBuffer) count(r io.Reader) {
+	buf := make([]byte, 64<<10)
+	for {
+		k, err := r.Read(buf)
+		s.n.Add(int64(k))
+		if err != nil {
+			return
+		}
+	}
+}
+
+// collect reads r to its end (or error), keeping the bytes.
+func (s *syncBuffer) collect(r io.Reader) {
+	buf := make([]byte, 4096)
+	for {
+		k, err := r.Read(buf)
+		s.mu.Lock()
+		s.b.Write(buf[:k])
+		s.mu.Unlock()
+		s.n.Add(int64(k))
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// waitFor polls until the buffer holds substr or a generous deadline passes.
+func (s *syncBuffer) waitFor(substr string) bool {
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(s.String(), substr) {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return true
+}
+
+// waitCount polls until the buffer counted n bytes or a generous deadline
+// passes.
+func (s *syncBuffer) waitCount(n int64) {
+	deadline := time.Now().Add(10 * time.Second)
+	for s.n.Load() < n && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+}
