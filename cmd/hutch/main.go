@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/hutch-sandbox/hutch/internal/policy"
@@ -80,6 +81,16 @@ func cmdRun(args []string, stdin, stdout, stderr *os.File) int {
 	spec, code := pf.spec(stderr)
 	if code != 0 {
 		return code
+	}
+	// The sandbox may never change the policy it runs under, even when the
+	// file lies in its workspace (ESCAPES item 20).
+	for _, f := range []string{pf.policyFile, pf.srtFile} {
+		if abs, err := filepath.Abs(f); f != "" && err == nil {
+			spec.Filesystem.DenyWrite = append(spec.Filesystem.DenyWrite, abs)
+		}
+	}
+	if len(spec.Network.AllowedDomains) > 0 && pf.srtFile == "" {
+		fmt.Fprintln(stderr, "hutch: warning: network.allowed_domains is not enforced yet: the sandbox has no network beyond its own loopback")
 	}
 	log := slog.New(slog.DiscardHandler)
 	if *debug {
@@ -229,6 +240,7 @@ func (p *policyFlags) spec(stderr io.Writer) (policy.Spec, int) {
 	if err := p.apply(&s); err != nil {
 		return fail(err)
 	}
+
 	cwd, err := os.Getwd()
 	if err != nil {
 		return fail(fmt.Errorf("current directory: %w", err))

@@ -63,6 +63,15 @@ func Init() int {
 		stdio = []uintptr{uintptr(slave), uintptr(slave), uintptr(slave)}
 		master = []int{m}
 	}
+	// No descriptor but the three streams reaches the command: not the
+	// control socket, not whatever hutch itself inherited without
+	// close-on-exec (S3).
+	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		return fail(ExitHutchError, fmt.Errorf("close inherited descriptors: %w", err))
+	}
+	if err := setRlimits(cfg.Rlimits); err != nil {
+		return fail(ExitHutchError, err)
+	}
 	attr := &syscall.ProcAttr{
 		Dir:   cfg.Dir,
 		Env:   cfg.Env,
@@ -139,17 +148,11 @@ func harden(cfg initConfig, fds []int) (dropped []string, timings []timing, err 
 	if err := loopbackUp(); err != nil {
 		return nil, nil, fmt.Errorf("network: %w", err)
 	}
-	for _, r := range cfg.Rlimits {
-		lim := unix.Rlimit{Cur: r.Value, Max: r.Value}
-		if err := unix.Setrlimit(r.Resource, &lim); err != nil {
-			return nil, nil, fmt.Errorf("rlimit %d: %w", r.Resource, err)
-		}
-	}
 	// Init's memory (its config) is not for the command to read.
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return nil, nil, fmt.Errorf("dumpable: %w", err)
 	}
-	step("hostname, network, rlimits")
+	step("hostname, network")
 	if err := dropCapabilities(); err != nil {
 		return nil, nil, fmt.Errorf("capabilities: %w", err)
 	}
@@ -217,6 +220,23 @@ func applyLandlock(cfg initConfig, fds []int) error {
 		Scope:     true,
 	})
 	return err
+}
+
+// setRlimits sets the fallback limits just before the command starts, so
+// that they bind the command and not the init's own setup. A limit above
+// the caller's hard limit is lowered to it.
+func setRlimits(rl []rlimit) error {
+	for _, r := range rl {
+		var cur unix.Rlimit
+		if err := unix.Getrlimit(r.Resource, &cur); err != nil {
+			return fmt.Errorf("rlimit %d: %w", r.Resource, err)
+		}
+		v := min(r.Value, cur.Max)
+		if err := unix.Setrlimit(r.Resource, &unix.Rlimit{Cur: v, Max: v}); err != nil {
+			return fmt.Errorf("rlimit %d: %w", r.Resource, err)
+		}
+	}
+	return nil
 }
 
 // loopbackUp brings up lo in the sandbox's network namespace.

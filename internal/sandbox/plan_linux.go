@@ -2,10 +2,9 @@ package sandbox
 
 import (
 	"errors"
-	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -19,12 +18,16 @@ import (
 //   - an existing file or directory is bind-mounted read-only over itself; a
 //     mount point cannot be renamed, removed or replaced (EBUSY), so the
 //     protection also holds against swapping the path;
-//   - a missing path gets a placeholder (an empty file or directory) created
-//     on the host before the sandbox starts, mounted read-only the same way,
-//     and removed again when the sandbox ends if it is still empty — so the
-//     sandbox cannot create the path either;
-//   - a pinned path (.git) stays writable but is made a mount point, so it
-//     cannot be renamed away and replaced by one with hooks of its own.
+//   - a missing path gets a placeholder created on the host before the
+//     sandbox starts — at the first missing component, so a missing parent
+//     (.ssh for .ssh/authorized_keys) is covered too — mounted read-only the
+//     same way, and removed again when the sandbox ends if it is still
+//     hutch's — so the sandbox cannot create the path either;
+//   - every existing directory between a writable root and a protected path
+//     (.config for .config/fish, .git for .git/hooks) is pinned: bound
+//     read-write over itself, so it cannot be renamed away and replaced by
+//     one without the protection. .git itself is protected that way only:
+//     the sandbox may commit, but not create, move or swap a .git.
 
 // dirNames are the protected names whose placeholder is a directory: an
 // empty directory named .git sends git on to the parent directories, where a
@@ -34,6 +37,13 @@ var dirNames = map[string]bool{".git": true}
 // pinNames are protected names that stay writable when they exist as a
 // directory but may not be replaced.
 var pinNames = map[string]bool{".git": true}
+
+// homeOnlyNames are default protected names that run code or grant access
+// only in a home directory; elsewhere they are ordinary files.
+var homeOnlyNames = map[string]bool{
+	".config/fish": true, ".config/autostart": true, ".config/systemd/user": true,
+	".gitconfig": true, ".ssh/authorized_keys": true, ".pypirc": true,
+}
 
 // writableRoots lists the workspace and the extra writable paths that exist.
 func writableRoots(s policy.Spec) []string {
@@ -47,44 +57,124 @@ func writableRoots(s policy.Spec) []string {
 	return dedupe(roots)
 }
 
-// protectedPaths is every deny-write path that lies inside a writable root,
-// with the root it lies in and its name relative to it.
-func protectedPaths(s policy.Spec) []protected {
+// protected is one deny-write path inside a writable root.
+type protected struct {
+	Path string // absolute
+	Name string // relative to Base
+	Base string // the writable root, or the home directory inside one
+	Root string // the writable root it lies in
+}
+
+// protectedPaths is every deny-write path that lies inside a writable root:
+// the default names below every writable root (and below home, when home
+// lies in one), the config and hooks of every git submodule and worktree
+// found there, and the policy's own deny_write paths.
+func protectedPaths(s policy.Spec, home string) []protected {
 	roots := writableRoots(s)
+	rootOf := func(p string) string {
+		for _, r := range roots {
+			if under(p, []string{r}) {
+				return r
+			}
+		}
+		return ""
+	}
 	var out []protected
 	if !s.Filesystem.NoDefaultDenies {
-		for _, r := range roots {
+		bases := roots
+		if home != "" && rootOf(home) != "" {
+			bases = dedupe(append(slices.Clone(roots), home))
+		}
+		for _, b := range bases {
 			for _, n := range policy.DefaultDenyWrite() {
-				out = append(out, protected{Path: filepath.Join(r, n), Name: n, Root: r})
+				if homeOnlyNames[n] && b != home {
+					continue
+				}
+				out = append(out, protected{Path: filepath.Join(b, n), Name: n, Base: b, Root: rootOf(b)})
+			}
+			for _, n := range gitMetadata(b) {
+				out = append(out, protected{Path: filepath.Join(b, n), Name: n, Base: b, Root: rootOf(b)})
 			}
 		}
 	}
 	for _, p := range s.Filesystem.DenyWrite {
-		for _, r := range roots {
-			if under(p, []string{r}) {
-				out = append(out, protected{Path: p, Name: filepath.Base(p), Root: r})
-				break
-			}
+		if r := rootOf(p); r != "" {
+			rel, _ := filepath.Rel(r, p)
+			out = append(out, protected{Path: p, Name: rel, Base: r, Root: r})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
 	return out
 }
 
-type protected struct {
-	Path string
-	Name string
-	Root string
+// maxGitModules bounds the walk of .git/modules (S7: the workspace may be
+// the sandbox's own making).
+const maxGitModules = 256
+
+// gitMetadata lists, relative to base, the config and hooks of every
+// submodule under .git/modules (nested ones too) and the per-worktree config
+// under .git/worktrees: they run code on the user's next git command inside
+// that submodule or worktree just like .git/config and .git/hooks.
+func gitMetadata(base string) []string {
+	var out []string
+	if ents, err := os.ReadDir(filepath.Join(base, ".git/worktrees")); err == nil {
+		for _, e := range ents {
+			if e.IsDir() {
+				out = append(out, filepath.Join(".git/worktrees", e.Name(), "config.worktree"))
+			}
+		}
+	}
+	queue := []string{".git/modules"}
+	for len(queue) > 0 && len(out) < maxGitModules {
+		dir := queue[0]
+		queue = queue[1:]
+		ents, err := os.ReadDir(filepath.Join(base, dir))
+		if err != nil {
+			continue
+		}
+		for _, e := range ents {
+			if !e.IsDir() {
+				continue
+			}
+			m := filepath.Join(dir, e.Name())
+			if isGitDir(filepath.Join(base, m)) {
+				out = append(out, filepath.Join(m, "config"), filepath.Join(m, "hooks"))
+				queue = append(queue, filepath.Join(m, "modules"))
+			} else {
+				queue = append(queue, m) // a submodule named with a slash
+			}
+		}
+	}
+	return out
+}
+
+// isGitDir reports whether dir looks like a git directory (a submodule's
+// under .git/modules): it has a HEAD, a config or an objects directory.
+func isGitDir(dir string) bool {
+	for _, n := range []string{"HEAD", "config", "objects"} {
+		if _, err := os.Lstat(filepath.Join(dir, n)); err == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // protectionPlan lists the paths to bind read-only and the directories to
 // pin, parents before children. Placeholders are always read-only.
-func protectionPlan(s policy.Spec, made []placeholder) (ro []string, pin []string) {
+func protectionPlan(s policy.Spec, home string, placeholders []string) (ro []string, pin []string) {
 	isPlaceholder := map[string]bool{}
-	for _, p := range made {
-		isPlaceholder[p.Path] = true
+	for _, p := range placeholders {
+		isPlaceholder[p] = true
+		ro = append(ro, p) // some stand for a missing parent of a protected path
 	}
-	for _, p := range protectedPaths(s) {
+	for _, p := range protectedPaths(s, home) {
+		// Pin the directories on the way from the root.
+		for _, a := range ancestorsBelow(p.Root, p.Path) {
+			var st unix.Stat_t
+			if unix.Lstat(a, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR && !isPlaceholder[a] {
+				pin = append(pin, a)
+			}
+		}
 		var st unix.Stat_t
 		if unix.Lstat(p.Path, &st) != nil {
 			continue
@@ -95,141 +185,20 @@ func protectionPlan(s policy.Spec, made []placeholder) (ro []string, pin []strin
 		}
 		ro = append(ro, p.Path)
 	}
+	sort.Strings(ro)
+	sort.Strings(pin)
 	return dedupe(ro), dedupe(pin)
 }
 
-// placeholder is a path hutch created on the host for the sandbox's
-// lifetime: a directory, or a hard link to an unnamed empty file (one per
-// writable root). Links are an order of magnitude cheaper than new inodes on
-// common filesystems, and the shared inode identifies them when they are
-// removed.
-type placeholder struct {
-	Path     string
-	Dir      bool
-	Dev, Ino uint64
-}
-
-// preparePlaceholders creates a placeholder for every missing protected path
-// whose parent directory exists, owned like that parent, so that it can be
-// mounted read-only. Paths already covered by a protected ancestor are
-// skipped; nothing is reached through a symlink.
-func preparePlaceholders(s policy.Spec, asRoot bool) ([]placeholder, error) {
-	var made []placeholder
-	var covered []string
-	sources := map[string]*emptyFile{}
-	defer func() {
-		for _, f := range sources {
-			unix.Close(f.fd)
-		}
-	}()
-	for _, p := range protectedPaths(s) {
-		if under(p.Path, covered) {
-			continue
-		}
-		var st unix.Stat_t
-		if err := unix.Lstat(p.Path, &st); err == nil {
-			if !pinNames[p.Name] || st.Mode&unix.S_IFMT != unix.S_IFDIR {
-				covered = append(covered, p.Path)
-			}
-			continue
-		} else if !errors.Is(err, unix.ENOENT) {
-			return made, fmt.Errorf("protected path %q: %w", p.Path, err)
-		}
-		dirfd, err := unix.Openat2(unix.AT_FDCWD, filepath.Dir(p.Path), &unix.OpenHow{
-			Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: unix.RESOLVE_NO_SYMLINKS,
-		})
-		if err != nil {
-			continue // parent missing (or reached through a symlink): nothing to create
-		}
-		ph, err := makePlaceholder(dirfd, p, sources, asRoot)
-		unix.Close(dirfd)
-		if err != nil {
-			return made, fmt.Errorf("create placeholder for protected path %q: %w", p.Path, err)
-		}
-		made = append(made, ph)
-		covered = append(covered, p.Path)
+// ancestorsBelow lists the directories strictly between root and p, from
+// the top.
+func ancestorsBelow(root, p string) []string {
+	var out []string
+	for d := filepath.Dir(p); d != root && under(d, []string{root}); d = filepath.Dir(d) {
+		out = append(out, d)
 	}
-	return made, nil
-}
-
-// emptyFile is the unnamed empty inode the file placeholders of one writable
-// root link to.
-type emptyFile struct {
-	fd       int
-	dev, ino uint64
-}
-
-func makePlaceholder(dirfd int, p protected, sources map[string]*emptyFile, asRoot bool) (placeholder, error) {
-	base := filepath.Base(p.Path)
-	var owner unix.Stat_t
-	if asRoot {
-		if err := unix.Fstat(dirfd, &owner); err != nil {
-			return placeholder{}, err
-		}
-	}
-	if dirNames[p.Name] {
-		if err := unix.Mkdirat(dirfd, base, 0o755); err != nil {
-			return placeholder{}, err
-		}
-		if asRoot {
-			_ = unix.Fchownat(dirfd, base, int(owner.Uid), int(owner.Gid), unix.AT_SYMLINK_NOFOLLOW)
-		}
-		return placeholder{Path: p.Path, Dir: true}, nil
-	}
-	src := sources[p.Root]
-	if src == nil {
-		fd, err := unix.Open(p.Root, unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, 0o444)
-		if err != nil {
-			return placeholder{}, fmt.Errorf("empty file in %q: %w", p.Root, err)
-		}
-		var st unix.Stat_t
-		_ = unix.Fstat(fd, &st)
-		if asRoot {
-			var rootSt unix.Stat_t
-			if unix.Stat(p.Root, &rootSt) == nil {
-				_ = unix.Fchown(fd, int(rootSt.Uid), int(rootSt.Gid))
-			}
-		}
-		src = &emptyFile{fd: fd, dev: st.Dev, ino: st.Ino}
-		sources[p.Root] = src
-	}
-	err := unix.Linkat(unix.AT_FDCWD, fmt.Sprintf("/proc/self/fd/%d", src.fd), dirfd, base, unix.AT_SYMLINK_FOLLOW)
-	if err != nil {
-		return placeholder{}, err
-	}
-	return placeholder{Path: p.Path, Dev: src.dev, Ino: src.ino}, nil
-}
-
-// removePlaceholders removes the placeholders again, each only if it is
-// still what hutch made — an empty directory, or a link to hutch's empty
-// inode — reached without following any symlink (S5).
-func removePlaceholders(ps []placeholder, log *slog.Logger) {
-	for i := len(ps) - 1; i >= 0; i-- {
-		p := ps[i]
-		dirfd, err := unix.Openat2(unix.AT_FDCWD, filepath.Dir(p.Path), &unix.OpenHow{
-			Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: unix.RESOLVE_NO_SYMLINKS,
-		})
-		if err != nil {
-			log.Debug("placeholder parent gone", "path", p.Path, "err", err)
-			continue
-		}
-		base := filepath.Base(p.Path)
-		var st unix.Stat_t
-		if err := unix.Fstatat(dirfd, base, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil {
-			switch {
-			case p.Dir && st.Mode&unix.S_IFMT == unix.S_IFDIR:
-				err = unix.Unlinkat(dirfd, base, unix.AT_REMOVEDIR) // fails unless empty
-			case !p.Dir && st.Dev == p.Dev && st.Ino == p.Ino && st.Size == 0:
-				err = unix.Unlinkat(dirfd, base, 0)
-			default:
-				err = fmt.Errorf("changed while the sandbox ran")
-			}
-			if err != nil {
-				log.Debug("placeholder kept", "path", p.Path, "err", err)
-			}
-		}
-		unix.Close(dirfd)
-	}
+	slices.Reverse(out)
+	return out
 }
 
 // under reports whether p is one of roots or inside one of them.
@@ -250,4 +219,20 @@ func dedupe(s []string) []string {
 		}
 	}
 	return out
+}
+
+// firstMissing returns the first component of p below root that does not
+// exist, or "" when a component exists but is not a directory.
+func firstMissing(root, p string) string {
+	for _, a := range append(ancestorsBelow(root, p), p) {
+		var st unix.Stat_t
+		err := unix.Lstat(a, &st)
+		if errors.Is(err, unix.ENOENT) {
+			return a
+		}
+		if err != nil || (a != p && st.Mode&unix.S_IFMT != unix.S_IFDIR) {
+			return ""
+		}
+	}
+	return ""
 }

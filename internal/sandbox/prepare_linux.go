@@ -18,7 +18,7 @@ import (
 // idmapped writable mounts and the Landlock ruleset.
 type prepared struct {
 	group        *cgroups.Group
-	placeholders []placeholder
+	placeholders placeholders
 	fds          []int // idmapped writable mounts
 	writableFD   []int // per writable root: index into fds, or -1
 	ruleset      *landlock.Ruleset
@@ -28,7 +28,7 @@ type prepared struct {
 
 // prepare does the host-side setup for the init with the given pid, the
 // independent parts concurrently.
-func prepare(s policy.Spec, pid int, asRoot bool, writable []bindSrc, group *cgroups.Group, intoGroup bool) *prepared {
+func prepare(s policy.Spec, home string, pid int, asRoot bool, writable []bindSrc, group *cgroups.Group, intoGroup bool) *prepared {
 	p := &prepared{writableFD: make([]int, len(writable)), group: group}
 	for i := range p.writableFD {
 		p.writableFD[i] = -1
@@ -48,7 +48,7 @@ func prepare(s policy.Spec, pid int, asRoot bool, writable []bindSrc, group *cgr
 	}()
 	go func() {
 		defer wg.Done()
-		p.placeholders, phErr = preparePlaceholders(s, asRoot)
+		phErr = p.placeholders.prepare(s, home, asRoot)
 	}()
 	go func() {
 		defer wg.Done()
@@ -185,7 +185,7 @@ func (p *prepared) cleanup(log *slog.Logger) {
 			}
 		}()
 	}
-	removePlaceholders(p.placeholders, log)
+	p.placeholders.remove(log)
 	wg.Wait()
 }
 

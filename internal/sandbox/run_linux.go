@@ -189,13 +189,17 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	}
 
 	phase("init started")
-	p := prepare(s, pid, asRoot, cfg.Writable, group, intoGroup)
+	home := envHome(c.Environ)
+	if cfg.PrivateHome != "" {
+		home = "" // replaced by a private tmpfs: nothing there to protect
+	}
+	p := prepare(s, home, pid, asRoot, cfg.Writable, group, intoGroup)
 	phase("host side prepared")
 	defer p.cleanup(c.Log)
 	if p.err != nil {
 		return fail(p.err)
 	}
-	cfg.DenyWrite, cfg.Pin = protectionPlan(s, p.placeholders)
+	cfg.DenyWrite, cfg.Pin = protectionPlan(s, home, p.placeholders.paths())
 	fds := p.fds
 	for i := range cfg.Writable {
 		cfg.Writable[i].FD = p.writableFD[i]
@@ -317,17 +321,26 @@ func startError(err error) error {
 // unprivileged identity could not enter it, and tools that need a writable
 // home (git, go, npm caches) would fail. It gets a private tmpfs instead.
 func privateHome(environ, writable []string) string {
+	home := envHome(environ)
+	var st unix.Stat_t
+	if home == "" || home == "/" || !filepath.IsAbs(home) || under(home, writable) || unix.Stat(home, &st) != nil {
+		return ""
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR || st.Mode&0o001 != 0 {
+		return ""
+	}
+	return filepath.Clean(home)
+}
+
+// envHome is the home directory the sandbox's environment names.
+func envHome(environ []string) string {
 	var home string
 	for _, kv := range environ {
 		if v, ok := strings.CutPrefix(kv, "HOME="); ok {
 			home = v
 		}
 	}
-	var st unix.Stat_t
-	if home == "" || home == "/" || !filepath.IsAbs(home) || under(home, writable) || unix.Stat(home, &st) != nil {
-		return ""
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFDIR || st.Mode&0o001 != 0 {
+	if !filepath.IsAbs(home) {
 		return ""
 	}
 	return filepath.Clean(home)

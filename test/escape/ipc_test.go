@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -20,6 +21,20 @@ import (
 type listener struct {
 	addr     string
 	accepted atomic.Int64
+}
+
+// awaitAccept reports whether the listener has accepted a connection,
+// waiting up to d for its accept loop to catch up with a client that
+// already connected and left.
+func (l *listener) awaitAccept(d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for l.accepted.Load() == 0 {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return true
 }
 
 // listenUnix listens on the unix socket addr (a path, or "@name" for an
@@ -130,7 +145,7 @@ func TestItem12_HostUnixSockets(t *testing.T) {
 		if !strings.Contains(r.stdout, "SSH_AUTH_SOCK=unset") {
 			t.Errorf("SSH_AUTH_SOCK was passed into the sandbox\n%s", r)
 		}
-		if open.accepted.Load() == 0 {
+		if !open.awaitAccept(5 * time.Second) {
 			t.Errorf("control failed: the unprotected host socket accepted nothing\n%s", r)
 		}
 		for p, l := range own {
