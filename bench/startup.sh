@@ -1,0 +1,201 @@
+#!/usr/bin/env bash
+# Start-up benchmark: `hutch run -- /bin/true` against bubblewrap and runc
+# (and gVisor's runsc and sandbox-runtime's srt when they are installed), in
+# the same run, on this machine. Builds hutch and the measuring tool
+# (bench/startup), prepares the peers, and prints a table with ratios.
+#
+# Usage: bench/startup.sh [--markdown] [--breakdown] [-n N] [-w WARMUP] [-p P] [--pn COUNT]
+#   --markdown   print markdown tables (for docs/benchmarks.md)
+#   --breakdown  also time pieces of hutch's start-up: `hutch version` (one
+#                Go process start and exit), `hutch run --no-default-denies`
+#                and, as root, `hutch run` with its workspace on a tmpfs
+#   -n N         timed sequential runs per sandbox (default 200)
+#   -w WARMUP    untimed warm-up runs per sandbox (default 10)
+#   -p P         concurrent workers in the parallel phase (default 2 × nproc)
+#   --pn COUNT   runs per sandbox in the parallel phase (default N)
+#
+# As root it installs the peers it lacks (bubblewrap, runc, busybox-static)
+# with apt-get; runsc and srt are used only if already installed. No network
+# traffic otherwise: every sandbox runs without a network.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+n=200 warmup=10 workers=$((2 * $(nproc))) pn="" markdown="" breakdown="" tmpfs_mounted=""
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--markdown) markdown=-markdown ;;
+	--breakdown) breakdown=1 ;;
+	-n) n=$2; shift ;;
+	-w) warmup=$2; shift ;;
+	-p) workers=$2; shift ;;
+	--pn) pn=$2; shift ;;
+	-h | --help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+	*) echo "startup.sh: unknown argument $1" >&2; exit 2 ;;
+	esac
+	shift
+done
+[ -n "$pn" ] || pn=$n
+
+export PATH="$PATH:/usr/local/go/bin:/usr/sbin:/sbin"
+log() { echo "startup.sh: $*" >&2; }
+
+static_busybox() {
+	local b
+	b=$(command -v busybox 2>/dev/null) || return 1
+	! ldd "$b" >/dev/null 2>&1 # ldd fails on a static binary
+}
+
+# Peers: install what is missing, only as root.
+need=()
+command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
+command -v runc >/dev/null 2>&1 || need+=(runc)
+static_busybox || need+=(busybox-static)
+if [ ${#need[@]} -gt 0 ]; then
+	if [ "$(id -u)" = 0 ]; then
+		log "installing ${need[*]}"
+		export DEBIAN_FRONTEND=noninteractive
+		apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null 2>&1 ||
+			{ apt-get update -qq >/dev/null && apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null; }
+	else
+		log "not root: not installing ${need[*]}; those peers are skipped"
+	fi
+fi
+
+work=$(mktemp -d /tmp/hutch-bench.XXXXXX)
+chmod 755 "$work" # the sandboxes run as unprivileged host uids
+runc_prefix="hutchbench-$$-"
+cleanup() {
+	set +e
+	if command -v runc >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+		for id in $(runc list -q 2>/dev/null | grep "^$runc_prefix"); do
+			runc delete -f "$id" >/dev/null 2>&1
+		done
+	fi
+	[ -z "$tmpfs_mounted" ] || umount "$work/tmpfs"
+	rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+log "building hutch and the measuring tool"
+CGO_ENABLED=0 go build -o "$work/hutch" ./cmd/hutch
+CGO_ENABLED=0 go build -o "$work/startup" ./bench/startup
+mkdir "$work/ws" # hutch's workspace: it makes the current directory writable
+
+cmds=(
+	"hutch=$work/hutch run -- /bin/true"
+	"hutch-limits=$work/hutch run --memory 256m --pids 256 --cpus 1 -- /bin/true"
+)
+ratios="hutch/bwrap,hutch-limits/bwrap,hutch/runc,hutch-limits/runc,hutch/runsc,hutch/srt"
+if [ -n "$breakdown" ]; then
+	cmds+=(
+		"hutch-version=$work/hutch version"
+		"hutch-nodenies=$work/hutch run --no-default-denies -- /bin/true"
+	)
+	# The same sandbox with its workspace on tmpfs: shows what creating and
+	# removing the placeholder files costs on the disk under /tmp.
+	if [ "$(id -u)" = 0 ] && mkdir "$work/tmpfs" && mount -t tmpfs -o size=64m,mode=755 hutch-bench "$work/tmpfs"; then
+		tmpfs_mounted=1
+		cmds+=("hutch-tmpfs-ws@$work/tmpfs=$work/hutch run -- /bin/true")
+	fi
+fi
+
+if command -v bwrap >/dev/null 2>&1; then
+	cmds+=("bwrap=$(command -v bwrap) --unshare-all --die-with-parent --ro-bind / / --proc /proc --dev /dev --tmpfs /tmp /bin/true")
+else
+	log "bwrap not installed: skipped"
+fi
+
+# runc: a busybox bundle made afresh for this run. Isolation like hutch's:
+# user (root mapped to an unprivileged host uid, as hutch does when root runs
+# it), pid, net, ipc, uts, mount and cgroup namespaces; read-only root; no
+# capabilities; no_new_privs; a seccomp deny list of the same syscalls
+# hutch's filter refuses outright; cgroup limits as hutch-limits.
+if command -v runc >/dev/null 2>&1 && static_busybox && [ "$(id -u)" = 0 ]; then
+	bundle="$work/runc"
+	mkdir -p "$bundle/rootfs/bin" "$bundle/rootfs/proc" "$bundle/rootfs/dev" "$bundle/rootfs/sys" "$bundle/rootfs/tmp"
+	cp "$(command -v busybox)" "$bundle/rootfs/bin/busybox"
+	for a in sh true; do ln -s busybox "$bundle/rootfs/bin/$a"; done
+	cat >"$bundle/config.json" <<'EOF'
+{
+  "ociVersion": "1.0.2",
+  "process": {
+    "terminal": false,
+    "user": {"uid": 0, "gid": 0},
+    "args": ["/bin/true"],
+    "env": ["PATH=/bin"],
+    "cwd": "/",
+    "capabilities": {"bounding": [], "effective": [], "permitted": [], "inheritable": [], "ambient": []},
+    "rlimits": [{"type": "RLIMIT_NOFILE", "hard": 1024, "soft": 1024}],
+    "noNewPrivileges": true
+  },
+  "root": {"path": "rootfs", "readonly": true},
+  "hostname": "runc",
+  "mounts": [
+    {"destination": "/proc", "type": "proc", "source": "proc"},
+    {"destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]},
+    {"destination": "/dev/pts", "type": "devpts", "source": "devpts", "options": ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"]},
+    {"destination": "/dev/shm", "type": "tmpfs", "source": "shm", "options": ["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"]},
+    {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "nodev", "mode=1777"]},
+    {"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": ["nosuid", "noexec", "nodev", "ro"]}
+  ],
+  "linux": {
+    "uidMappings": [{"containerID": 0, "hostID": 1000000000, "size": 1}],
+    "gidMappings": [{"containerID": 0, "hostID": 1000000000, "size": 1}],
+    "namespaces": [{"type": "pid"}, {"type": "network"}, {"type": "ipc"}, {"type": "uts"},
+                   {"type": "mount"}, {"type": "user"}, {"type": "cgroup"}],
+    "resources": {
+      "memory": {"limit": 268435456},
+      "pids": {"limit": 256},
+      "cpu": {"quota": 100000, "period": 100000}
+    },
+    "maskedPaths": ["/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+                    "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/sys/firmware", "/proc/scsi"],
+    "readonlyPaths": ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"],
+    "seccomp": {
+      "defaultAction": "SCMP_ACT_ALLOW",
+      "syscalls": [{
+        "action": "SCMP_ACT_ERRNO", "errnoRet": 1,
+        "names": ["ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd",
+          "mount", "umount2", "pivot_root", "chroot", "move_mount", "open_tree", "fsopen", "fsconfig",
+          "fsmount", "fspick", "mount_setattr", "setns", "keyctl", "add_key", "request_key", "bpf",
+          "perf_event_open", "userfaultfd", "io_uring_setup", "io_uring_enter", "io_uring_register",
+          "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module", "reboot",
+          "swapon", "swapoff", "iopl", "ioperm", "syslog", "acct", "quotactl", "vhangup",
+          "open_by_handle_at", "name_to_handle_at", "fanotify_init", "settimeofday", "clock_settime",
+          "clock_adjtime", "adjtimex", "sethostname", "setdomainname", "uselib", "ustat", "sysfs",
+          "lookup_dcookie", "nfsservctl"]
+      }]
+    }
+  }
+}
+EOF
+	cmds+=("runc=$(command -v runc) run --bundle $bundle $runc_prefix{id}")
+else
+	log "runc needs root, runc and a static busybox: skipped"
+fi
+
+if command -v runsc >/dev/null 2>&1; then
+	cmds+=("runsc=$(command -v runsc) --network=none do /bin/true")
+else
+	log "runsc not installed: skipped (not installed by this script)"
+fi
+if command -v srt >/dev/null 2>&1; then
+	cmds+=("srt=$(command -v srt) /bin/true")
+else
+	log "srt not installed: skipped (not installed by this script)"
+fi
+
+hutch_cgroups() { find /sys/fs/cgroup -maxdepth 5 -type d -name 'hutch-*' 2>/dev/null | wc -l; }
+cgroups_before=$(hutch_cgroups)
+versions="hutch $(git rev-parse --short HEAD 2>/dev/null || echo '(no git)')"
+command -v bwrap >/dev/null 2>&1 && versions+=", $(bwrap --version)"
+command -v runc >/dev/null 2>&1 && versions+=", $(runc --version | head -1)"
+command -v runsc >/dev/null 2>&1 && versions+=", runsc $(runsc --version 2>/dev/null | head -1)"
+if [ -n "$markdown" ]; then echo "Versions: $versions."; echo; else echo "$versions"; fi
+"$work/startup" -n "$n" -warmup "$warmup" -p "$workers" -pn "$pn" -dir "$work/ws" \
+	-ratio "$ratios" $markdown "${cmds[@]}"
+
+# Nothing may outlive the benchmark.
+leaked=$(($(hutch_cgroups) - cgroups_before))
+[ "$leaked" -le 0 ] || log "warning: $leaked hutch cgroups appeared during the run and are still there"
