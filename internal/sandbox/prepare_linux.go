@@ -3,7 +3,12 @@ package sandbox
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -52,7 +57,7 @@ func prepare(s policy.Spec, home string, pid int, asRoot bool, writable []bindSr
 	}()
 	go func() {
 		defer wg.Done()
-		llErr = p.landlock(s, writable)
+		llErr = p.landlock(s, writable, sandboxIdentity(asRoot))
 	}()
 	var idErr error
 	if asRoot {
@@ -115,7 +120,7 @@ func limits(r policy.Resources, bestEffort bool) (g *cgroups.Group, rl []rlimit,
 // inodes, and the sandbox's root, workspace and device nodes are the host's.
 // The init adds its private /tmp, /dev/shm and /dev/pts before enforcing.
 // With another root, or without Landlock here, the init does it all.
-func (p *prepared) landlock(s policy.Spec, writable []bindSrc) error {
+func (p *prepared) landlock(s policy.Spec, writable []bindSrc, id identity) error {
 	if s.Root != "" && s.Root != policy.DefaultRoot {
 		return nil
 	}
@@ -127,7 +132,7 @@ func (p *prepared) landlock(s policy.Spec, writable []bindSrc) error {
 		ReadOnly:  []string{"/"},
 		ReadWrite: rw,
 		Devices:   hostDevices(),
-		DenyRead:  landlockDenyRead(s.Filesystem.DenyRead, s.Filesystem.AllowRead, rw),
+		DenyRead:  id.readable(landlockDenyRead(s.Filesystem.DenyRead, s.Filesystem.AllowRead, rw)),
 		Scope:     true,
 	})
 	if errors.Is(err, landlock.ErrNotSupported) {
@@ -138,6 +143,94 @@ func (p *prepared) landlock(s policy.Spec, writable []bindSrc) error {
 	}
 	p.ruleset = rs
 	return nil
+}
+
+// identity is who the sandbox is to the host's file permissions.
+type identity struct {
+	uid  uint32
+	gids []uint32
+}
+
+// sandboxIdentity is the host identity of the sandbox's processes: the
+// unused uid and gid RootMappedID without supplementary groups when root
+// started it, else the caller (whose supplementary groups an unprivileged
+// user namespace cannot drop).
+func sandboxIdentity(asRoot bool) identity {
+	if asRoot {
+		return identity{uid: RootMappedID, gids: []uint32{RootMappedID}}
+	}
+	id := identity{uid: uint32(os.Getuid()), gids: []uint32{uint32(os.Getgid())}}
+	if groups, err := os.Getgroups(); err == nil {
+		for _, g := range groups {
+			id.gids = append(id.gids, uint32(g))
+		}
+	}
+	return id
+}
+
+// readable keeps the paths the identity could read (or enter) by their
+// permission bits: Landlock need not carve out a path that ordinary
+// permissions already close to the sandbox — /etc/shadow, or anything
+// under a 0700 home of another user — and carving is what Landlock costs
+// at start. A path with an ACL on the way is kept: its bits do not tell.
+func (id identity) readable(paths []string) []string {
+	var out []string
+	for _, p := range paths {
+		real, err := filepath.EvalSymlinks(p)
+		if err != nil {
+			if !errors.Is(err, fs.ErrNotExist) {
+				out = append(out, p)
+			}
+			continue
+		}
+		if id.mayReach(real) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// mayReach reports whether every directory on the way to p lets the
+// identity through and p itself lets it read (a file) or enter (a
+// directory). Whatever cannot be told is taken as reachable.
+func (id identity) mayReach(p string) bool {
+	dir := "/"
+	for _, part := range strings.Split(strings.Trim(p, "/"), "/") {
+		var st unix.Stat_t
+		if unix.Stat(dir, &st) != nil || hasACL(dir) {
+			return true
+		}
+		if !id.allows(&st, 1) {
+			return false
+		}
+		dir = filepath.Join(dir, part)
+	}
+	var st unix.Stat_t
+	if unix.Stat(p, &st) != nil || hasACL(p) {
+		return true
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		return id.allows(&st, 1)
+	}
+	return id.allows(&st, 4)
+}
+
+// allows reports whether st's permission bits grant the identity want
+// (4 read, 2 write, 1 execute/search).
+func (id identity) allows(st *unix.Stat_t, want uint32) bool {
+	switch {
+	case st.Uid == id.uid:
+		return (st.Mode>>6)&want == want
+	case slices.Contains(id.gids, st.Gid):
+		return (st.Mode>>3)&want == want
+	default:
+		return st.Mode&want == want
+	}
+}
+
+func hasACL(p string) bool {
+	_, err := unix.Getxattr(p, "system.posix_acl_access", nil)
+	return err == nil
 }
 
 // hostDevices are the device nodes the sandbox binds from the host.
