@@ -44,9 +44,9 @@ var systemDenyRead = []string{
 	"/tmp/.X11-unix",
 	// Password hashes and sudo rules.
 	"/etc/shadow", "/etc/gshadow", "/etc/sudoers", "/etc/sudoers.d",
-	// SSH host private keys. Deny rules take no wildcards, so the whole
-	// directory goes, ssh_config included; ssh works without it.
-	"/etc/ssh",
+	// SSH host private keys (the public keys and ssh_config stay readable).
+	"/etc/ssh/ssh_host_rsa_key", "/etc/ssh/ssh_host_ecdsa_key",
+	"/etc/ssh/ssh_host_ed25519_key", "/etc/ssh/ssh_host_dsa_key",
 }
 
 // DefaultDenyRead returns the absolute paths the sandbox may not read unless

@@ -209,10 +209,33 @@ func (id identity) mayReach(p string) bool {
 	if unix.Stat(p, &st) != nil || hasACL(p) {
 		return true
 	}
-	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
-		return id.allows(&st, 1)
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return id.allows(&st, 4)
 	}
-	return id.allows(&st, 4)
+	if !id.allows(&st, 1) {
+		return false
+	}
+	// A directory the identity may enter is reachable if one of its
+	// entries is (like /run/user, whose per-user directories are 0700).
+	ents, err := os.ReadDir(p)
+	if err != nil {
+		return true
+	}
+	for _, e := range ents {
+		c := filepath.Join(p, e.Name())
+		var cst unix.Stat_t
+		if unix.Stat(c, &cst) != nil || hasACL(c) {
+			return true
+		}
+		want := uint32(4)
+		if cst.Mode&unix.S_IFMT == unix.S_IFDIR {
+			want = 1
+		}
+		if id.allows(&cst, want) {
+			return true
+		}
+	}
+	return false
 }
 
 // allows reports whether st's permission bits grant the identity want

@@ -127,7 +127,7 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	cmd := &exec.Cmd{
 		Path:       "/proc/self/exe",
 		Args:       []string{initArg0},
-		Env:        []string{},
+		Env:        []string{"GOMAXPROCS=1"}, // the init is sequential: one P, fewer threads
 		Dir:        "/",
 		Stdin:      stdin,
 		Stdout:     stdout,
@@ -166,11 +166,14 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	}
 
 	// The init starts first: it blocks reading its config, and everything
-	// below is prepared while its runtime starts. Pdeathsig is tied to the
-	// thread that cloned the child.
+	// below is prepared while its runtime starts. Pdeathsig fires when the
+	// thread that cloned the child exits; the Go runtime keeps its threads
+	// (nothing in hutch exits a goroutine locked to its thread), so the lock
+	// is needed only around the clone.
 	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	runtime.UnlockOSThread()
+	if err != nil {
 		childCtl.Close()
 		if group != nil {
 			_ = group.Destroy()
