@@ -213,6 +213,9 @@ func (m *mounter) mkdirAll(path string) error {
 	for _, part := range strings.Split(strings.Trim(path, "/"), "/") {
 		cur += "/" + part
 		err := unix.Mkdir(filepath.Join(m.root, cur), 0o755)
+		if err == unix.EROFS {
+			return fmt.Errorf("mount point %q is missing in the read-only root: create it there (a root needs /tmp, /proc, /dev and /sys): %w", cur, err)
+		}
 		if err != nil && err != unix.EEXIST {
 			return fmt.Errorf("create mount point %q: %w", cur, err)
 		}
