@@ -169,7 +169,7 @@ func harden(cfg initConfig, fds []int) (dropped []string, timings []timing, err 
 	}
 
 	step("landlock")
-	if err := seccomp.Install(); err != nil {
+	if err := installSeccomp(cfg); err != nil {
 		if !cfg.BestEffort || !errors.Is(err, seccomp.ErrNotSupported) {
 			return nil, nil, fmt.Errorf("seccomp: %w: %w (pass --best-effort to run without it)", ErrKernelFeature, err)
 		}
@@ -177,6 +177,13 @@ func harden(cfg initConfig, fds []int) (dropped []string, timings []timing, err 
 	}
 	step("seccomp")
 	return dropped, timings, nil
+}
+
+func installSeccomp(cfg initConfig) error {
+	if cfg.Missing["seccomp"] {
+		return fmt.Errorf("%w (simulated by %s)", seccomp.ErrNotSupported, SimulateMissingEnv)
+	}
+	return seccomp.Install()
 }
 
 // privateReadOnly, privateWritable and privateDevices are the sandbox's own
@@ -194,6 +201,9 @@ var (
 // runs with the best ABI the kernel has; what older ABIs lack is covered by
 // the other layers.
 func applyLandlock(cfg initConfig, fds []int) error {
+	if cfg.Missing["landlock"] {
+		return fmt.Errorf("%w (simulated by %s)", landlock.ErrNotSupported, SimulateMissingEnv)
+	}
 	if cfg.Landlock >= 0 && cfg.Landlock < len(fds) {
 		rs := landlock.FromFD(fds[cfg.Landlock])
 		rw := privateWritable

@@ -33,7 +33,7 @@ type prepared struct {
 
 // prepare does the host-side setup for the init with the given pid, the
 // independent parts concurrently.
-func prepare(s policy.Spec, home string, pid int, asRoot bool, writable []bindSrc, group *cgroups.Group, intoGroup bool) *prepared {
+func prepare(s policy.Spec, home string, pid int, asRoot bool, writable []bindSrc, group *cgroups.Group, intoGroup bool, missing map[string]bool) *prepared {
 	p := &prepared{writableFD: make([]int, len(writable)), group: group}
 	for i := range p.writableFD {
 		p.writableFD[i] = -1
@@ -57,12 +57,14 @@ func prepare(s policy.Spec, home string, pid int, asRoot bool, writable []bindSr
 	}()
 	go func() {
 		defer wg.Done()
-		llErr = p.landlock(s, writable, sandboxIdentity(asRoot))
+		if !missing["landlock"] {
+			llErr = p.landlock(s, writable, sandboxIdentity(asRoot))
+		}
 	}()
 	var idErr error
 	if asRoot {
 		var fds []int
-		fds, idErr = idmapWritable(pid, writable)
+		fds, idErr = idmapWritable(pid, writable, missing["idmap"])
 		if idErr == nil {
 			p.fds = fds
 			for i := range writable {
@@ -71,6 +73,8 @@ func prepare(s policy.Spec, home string, pid int, asRoot bool, writable []bindSr
 		} else if s.BestEffort {
 			p.dropped = append(p.dropped, "idmapped writable mounts ("+idErr.Error()+"): the sandbox may not be able to write its workspace")
 			idErr = nil
+		} else {
+			idErr = fmt.Errorf("%w (pass --best-effort to run without it)", idErr)
 		}
 	}
 	wg.Wait()
@@ -328,7 +332,10 @@ func rlimitFallback(r policy.Resources) ([]rlimit, string) {
 // for the sandbox's user namespace, so that files the sandbox writes appear
 // on the host owned by the path's owner while the sandbox runs as an
 // unprivileged host uid.
-func idmapWritable(pid int, w []bindSrc) ([]int, error) {
+func idmapWritable(pid int, w []bindSrc, simulateMissing bool) ([]int, error) {
+	if simulateMissing {
+		return nil, fmt.Errorf("idmapped mounts: %w: not supported (simulated by %s)", ErrKernelFeature, SimulateMissingEnv)
+	}
 	userns, err := unix.Open(fmt.Sprintf("/proc/%d/ns/user", pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("open sandbox user namespace: %w", err)

@@ -40,6 +40,9 @@ type initConfig struct {
 	Rows        uint16 `json:"rows,omitempty"`
 	Cols        uint16 `json:"cols,omitempty"`
 	BestEffort  bool   `json:"best_effort"`
+	// Missing lists kernel features to act as if absent (tests only; see
+	// SimulateMissingEnv).
+	Missing map[string]bool `json:"missing,omitempty"`
 	// Landlock is the index of a ruleset prepared by the parent among the
 	// fds sent with the config, or -1 when init builds its own.
 	Landlock int `json:"landlock"`

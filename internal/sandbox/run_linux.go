@@ -85,6 +85,10 @@ func Run(ctx context.Context, c Config) (Result, error) {
 		Hostname:   "hutch",
 		BestEffort: s.BestEffort,
 		Landlock:   -1,
+		Missing:    simulatedMissing(),
+	}
+	if cfg.Missing["userns"] {
+		return res, fmt.Errorf("create sandbox namespaces: %w: user namespaces are not available (simulated by %s)", ErrKernelFeature, SimulateMissingEnv)
 	}
 	if asRoot {
 		cfg.PrivateHome = privateHome(c.Environ, writableRoots(s))
@@ -196,7 +200,7 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	if cfg.PrivateHome != "" {
 		home = "" // replaced by a private tmpfs: nothing there to protect
 	}
-	p := prepare(s, home, pid, asRoot, cfg.Writable, group, intoGroup)
+	p := prepare(s, home, pid, asRoot, cfg.Writable, group, intoGroup, cfg.Missing)
 	phase("host side prepared")
 	defer p.cleanup(c.Log)
 	if p.err != nil {

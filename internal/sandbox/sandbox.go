@@ -15,6 +15,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 
 	"github.com/hutch-sandbox/hutch/internal/policy"
 )
@@ -38,6 +39,23 @@ var ErrNotSupported = errors.New("sandbox: not supported on this platform")
 // ErrKernelFeature wraps errors about a kernel feature hutch needs but the
 // running kernel does not offer (S2: hutch then refuses to run).
 var ErrKernelFeature = errors.New("missing kernel feature")
+
+// SimulateMissingEnv names the environment variable with which tests make
+// hutch act as if kernel features were missing: a comma-separated list of
+// "userns", "idmap", "landlock" and "seccomp". It can only make hutch refuse
+// to run (S2), or, with --best-effort, run with less and say so.
+const SimulateMissingEnv = "HUTCH_TEST_MISSING"
+
+// simulatedMissing reads SimulateMissingEnv.
+func simulatedMissing() map[string]bool {
+	out := map[string]bool{}
+	for _, f := range strings.Split(os.Getenv(SimulateMissingEnv), ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out[f] = true
+		}
+	}
+	return out
+}
 
 // Config is one sandboxed command.
 type Config struct {
