@@ -7,8 +7,10 @@
 # Usage: bench/startup.sh [--markdown] [--breakdown] [-n N] [-w WARMUP] [-p P] [--pn COUNT]
 #   --markdown   print markdown tables (for docs/benchmarks.md)
 #   --breakdown  also time pieces of hutch's start-up: `hutch version` (one
-#                Go process start and exit), `hutch run --no-default-denies`
-#                and, as root, `hutch run` with its workspace on a tmpfs
+#                Go process start and exit), `hutch run --no-default-denies`,
+#                as root `hutch run` with its workspace on a tmpfs, and the
+#                floor of any Go launcher (bench/floor: clone into the seven
+#                namespaces and exec /bin/true, nothing else)
 #   -n N         timed sequential runs per sandbox (default 200)
 #   -w WARMUP    untimed warm-up runs per sandbox (default 10)
 #   -p P         concurrent workers in the parallel phase (default 2 × nproc)
@@ -80,6 +82,7 @@ trap 'exit 130' INT TERM
 log "building hutch and the measuring tool"
 CGO_ENABLED=0 go build -o "$work/hutch" ./cmd/hutch
 CGO_ENABLED=0 go build -o "$work/startup" ./bench/startup
+CGO_ENABLED=0 go build -o "$work/floor" ./bench/floor
 mkdir "$work/ws" # hutch's workspace: it makes the current directory writable
 
 cmds=(
@@ -91,7 +94,9 @@ if [ -n "$breakdown" ]; then
 	cmds+=(
 		"hutch-version=$work/hutch version"
 		"hutch-nodenies=$work/hutch run --no-default-denies -- /bin/true"
+		"go-floor=$work/floor /bin/true"
 	)
+	ratios="$ratios,go-floor/bwrap,hutch/go-floor"
 	# The same sandbox with its workspace on tmpfs: shows what creating and
 	# removing the placeholder files costs on the disk under /tmp.
 	if [ "$(id -u)" = 0 ] && mkdir "$work/tmpfs" && mount -t tmpfs -o size=64m,mode=755 hutch-bench "$work/tmpfs"; then
