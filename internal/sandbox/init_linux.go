@@ -20,10 +20,6 @@ import (
 // Init is the main function of the re-executed init process. It returns the
 // exit code for main to exit with: the command's, or ExitHutchError.
 func Init() int {
-	// Signals hutch forwards are held from the start and passed on to the
-	// command once it runs.
-	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, append(forwardedSignals, unix.SIGWINCH)...)
 	// Capabilities, no_new_privs, landlock and seccomp are per thread: every
 	// hardening step and the command's fork happen on this one thread.
 	runtime.LockOSThread()
@@ -86,6 +82,10 @@ func Init() int {
 		}
 		return fail(code, fmt.Errorf("%s: %w", cfg.Args[0], err))
 	}
+	// hutch forwards signals only once it has this reply, so catching them
+	// from here on loses none; doing it here keeps it off the start-up path.
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, append(forwardedSignals, unix.SIGWINCH)...)
 	err = sendMsg(controlFD, initReply{Started: true, Dropped: dropped, Timings: timings}, master)
 	closeAll(master)
 	if err != nil {
