@@ -180,6 +180,14 @@ func (s Spec) DenyWriteRules() []string {
 // existing directories, every path is absolute, names and domains are well
 // formed, and resources are within bounds. It reports every problem found,
 // each naming its field, joined in one error that matches ErrInvalid.
+// systemDirs may never be the workspace or an allow_write path: the
+// sandbox could then rewrite the host itself (think of `cd / && hutch run`).
+var systemDirs = map[string]bool{
+	"/": true, "/usr": true, "/etc": true, "/bin": true, "/sbin": true, "/lib": true,
+	"/lib32": true, "/lib64": true, "/libx32": true, "/boot": true, "/var": true,
+	"/opt": true, "/srv": true, "/proc": true, "/sys": true, "/dev": true, "/run": true,
+}
+
 func (s Spec) Validate() error {
 	var errs []error
 	add := func(format string, args ...any) { errs = append(errs, fieldErrorf(format, args...)) }
@@ -202,8 +210,15 @@ func (s Spec) Validate() error {
 	fs := s.Filesystem
 	if !filepath.IsAbs(fs.Workspace) {
 		add("filesystem.workspace: must be an absolute path, got %q", fs.Workspace)
+	} else if systemDirs[fs.Workspace] {
+		add("filesystem.workspace: %q would make the host's system files writable; run hutch in a project directory or pass --workspace", fs.Workspace)
 	} else {
 		dir("filesystem.workspace", fs.Workspace)
+	}
+	for i, p := range fs.AllowWrite {
+		if systemDirs[p] {
+			add("filesystem.allow_write[%d]: %q would make the host's system files writable", i, p)
+		}
 	}
 	for _, l := range []struct {
 		field string

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 )
@@ -314,5 +315,20 @@ best_effort: false
 `
 	if string(out) != want {
 		t.Errorf("Format:\n%s\nwant:\n%s", out, want)
+	}
+}
+
+func TestValidateRefusesSystemDirs(t *testing.T) {
+	for _, dir := range []string{"/", "/usr", "/etc", "/var"} {
+		s := validSpec(t)
+		s.Filesystem.Workspace = dir
+		if err := s.Validate(); err == nil || !strings.Contains(err.Error(), "filesystem.workspace") {
+			t.Errorf("workspace %s: Validate = %v, want an error naming filesystem.workspace", dir, err)
+		}
+		s = validSpec(t)
+		s.Filesystem.AllowWrite = []string{dir}
+		if err := s.Validate(); err == nil || !strings.Contains(err.Error(), "filesystem.allow_write[0]") {
+			t.Errorf("allow_write %s: Validate = %v, want an error naming filesystem.allow_write[0]", dir, err)
+		}
 	}
 }
