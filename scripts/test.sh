@@ -10,7 +10,7 @@ export CGO_ENABLED=0
 
 # Debian packages the tests use (skipped when present or not root).
 need=()
-for tool in setpriv:util-linux ip:iproute2 git:git; do
+for tool in setpriv:util-linux ip:iproute2 git:git busybox:busybox-static; do
 	command -v "${tool%%:*}" >/dev/null 2>&1 || need+=("${tool#*:}")
 done
 if [ ${#need[@]} -gt 0 ] && [ "$(id -u)" = 0 ]; then

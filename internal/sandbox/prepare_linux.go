@@ -117,6 +117,9 @@ func limits(r policy.Resources, bestEffort bool) (g *cgroups.Group, rl []rlimit,
 	if lost != "" {
 		dropped = append(dropped, lost+" (no cgroup: "+cerr.Error()+")")
 	}
+	if r.MemoryBytes > 0 {
+		dropped = append(dropped, fmt.Sprintf("a memory limit for the whole sandbox (no cgroup: %v); each process is limited to %s of data instead", cerr, policy.FormatSize(r.MemoryBytes)))
+	}
 	return nil, rl, dropped, nil
 }
 

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/hutch-sandbox/hutch/internal/testutil"
+)
+
+// busyboxRoot makes a minimal root filesystem in a fresh directory: a static
+// busybox, its applets, and the mount points a sandbox needs (unless
+// without names one to leave out), plus the workspace's path.
+func busyboxRoot(t *testing.T, ws string, without string) string {
+	t.Helper()
+	bb, err := exec.LookPath("busybox")
+	testutil.Need(t, err == nil, "needs busybox (Debian package busybox-static)")
+	root := hostDir(t)
+	for _, d := range []string{"bin", "etc", "tmp", "proc", "dev", "sys", strings.TrimPrefix(ws, "/")} {
+		if d == without {
+			continue
+		}
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	data, err := os.ReadFile(bb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(root, "bin/busybox"), string(data), 0o755)
+	for _, applet := range []string{"sh", "ls", "cat", "echo", "id", "touch"} {
+		if err := os.Symlink("busybox", filepath.Join(root, "bin", applet)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeFile(t, filepath.Join(root, "etc/os-release"), "NAME=hutch-test-root\n", 0o644)
+	return root
+}
+
+// TestRootDir: --root DIR runs the command on a directory as its root, read
+// only, with the workspace bound in and the sandbox's own /tmp, /proc and
+// /dev; a root without a mount point the sandbox needs is refused by name.
+func TestRootDir(t *testing.T) {
+	ws := hostDir(t)
+	root := busyboxRoot(t, ws, "")
+	env := []string{"PATH=/bin", "HOME=/", "LANG=C"}
+	r := sandboxed(t, invocation{dir: ws, env: env, args: []string{
+		"--root", root, "--", "/bin/sh", "-c",
+		"cat /etc/os-release; ls /; echo written > out; touch /etc/x 2>&1 | grep -c 'Read-only'; ls /proc/self/ >/dev/null && echo proc; ls /dev/null",
+	}})
+	wantOK(t, r)
+	for _, want := range []string{"NAME=hutch-test-root", "bin", "proc", "\n1\n", "/dev/null"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, r)
+		}
+	}
+	if strings.Contains(r.stdout, "usr") {
+		t.Errorf("the host's /usr shows in a --root sandbox:\n%s", r)
+	}
+	if got, err := os.ReadFile(filepath.Join(ws, "out")); err != nil || string(got) != "written\n" {
+		t.Errorf("the workspace was not writable under --root: %q, %v", got, err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "etc/x")); err == nil {
+		t.Errorf("the sandbox wrote into its root directory")
+	}
+
+	bare := busyboxRoot(t, ws, "tmp")
+	r = sandboxed(t, invocation{dir: ws, env: env, args: []string{"--root", bare, "--", "/bin/sh", "-c", "echo ran"}})
+	wantCode(t, r, 125)
+	if !strings.Contains(r.stderr, `"/tmp"`) || strings.Contains(r.stdout, "ran") {
+		t.Errorf("a root without /tmp was not refused by name:\n%s", r)
+	}
+}
