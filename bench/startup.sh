@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Start-up benchmark: `hutch run -- /bin/true` against bubblewrap and runc
-# (and gVisor's runsc and sandbox-runtime's srt when they are installed), in
+# (and sandbox-runtime's srt, and gVisor's runsc when it is installed), in
 # the same run, on this machine. Builds hutch and the measuring tool
 # (bench/startup), prepares the peers, and prints a table with ratios.
 #
@@ -17,7 +17,7 @@
 #   --pn COUNT   runs per sandbox in the parallel phase (default N)
 #
 # As root it installs the peers it lacks (bubblewrap, runc, busybox-static)
-# with apt-get; runsc and srt are used only if already installed. No network
+# with apt-get, and srt with npm; runsc is used only if already installed. No network
 # traffic otherwise: every sandbox runs without a network.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -52,6 +52,9 @@ need=()
 command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
 command -v runc >/dev/null 2>&1 || need+=(runc)
 static_busybox || need+=(busybox-static)
+# srt (sandbox-runtime, from npm) runs bwrap and needs ripgrep and socat.
+command -v rg >/dev/null 2>&1 || need+=(ripgrep)
+command -v socat >/dev/null 2>&1 || need+=(socat)
 if [ ${#need[@]} -gt 0 ]; then
 	if [ "$(id -u)" = 0 ]; then
 		log "installing ${need[*]}"
@@ -61,6 +64,11 @@ if [ ${#need[@]} -gt 0 ]; then
 	else
 		log "not root: not installing ${need[*]}; those peers are skipped"
 	fi
+fi
+
+if ! command -v srt >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+	log "installing srt (npm @anthropic-ai/sandbox-runtime)"
+	npm install -g --silent @anthropic-ai/sandbox-runtime >/dev/null 2>&1 || log "srt could not be installed: skipped"
 fi
 
 work=$(mktemp -d /tmp/hutch-bench.XXXXXX)
@@ -188,7 +196,7 @@ fi
 if command -v srt >/dev/null 2>&1; then
 	cmds+=("srt=$(command -v srt) /bin/true")
 else
-	log "srt not installed: skipped (not installed by this script)"
+	log "srt not installed: skipped"
 fi
 
 hutch_cgroups() { find /sys/fs/cgroup -maxdepth 5 -type d -name 'hutch-*' 2>/dev/null | wc -l; }
