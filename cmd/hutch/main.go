@@ -1,6 +1,6 @@
 // Command hutch runs commands in disposable sandboxes: `hutch run -- CMD`
 // wraps one command in an OS-level sandbox, and `hutch policy show` prints
-// the effective policy. The same binary is the sandbox's hidden init.
+// the effective policy.
 package main
 
 import (
@@ -35,9 +35,6 @@ command cannot be executed, 127 if it was not found.
 `
 
 func main() {
-	if sandbox.IsInit() {
-		os.Exit(sandbox.Init())
-	}
 	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 

@@ -146,7 +146,7 @@ func TestIsolation(t *testing.T) {
 		stdout string
 	}{
 		{name: "hostname", args: []string{"--", "hostname"}, stdout: "hutch\n"},
-		{name: "pid 1 is hutch's init", args: sh(`tr '\0' ' ' < /proc/1/cmdline; echo`), stdout: "hutch:init \n"},
+		{name: "pid 1 is hutch's init", args: sh(`tr -d '\0' < /proc/1/cmdline; echo`), stdout: "hutch:init\n"},
 		{name: "network has only lo", args: sh(`tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '`), stdout: "lo\n"},
 		{name: "minimal /dev", args: sh("ls -A /dev | tr '\n' ' '"), stdout: "fd full null ptmx pts random shm stderr stdin stdout tty urandom zero "},
 		{name: "no capabilities", args: sh("grep -E '^Cap(Inh|Prm|Eff|Bnd|Amb)' /proc/self/status | cut -f2 | sort -u"), stdout: "0000000000000000\n"},

@@ -18,74 +18,38 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/policy"
 )
 
-// prepared is what the parent sets up on the host while the init starts:
-// joining the cgroup, the placeholders of missing protected paths, the
-// idmapped writable mounts and the Landlock ruleset.
+// prepared is what hutch sets up on the host before the clone: the
+// placeholders of missing protected paths and the Landlock ruleset; and the
+// cgroup, to clean up with them.
 type prepared struct {
 	group        *cgroups.Group
 	placeholders placeholders
-	fds          []int // idmapped writable mounts
-	writableFD   []int // per writable root: index into fds, or -1
 	ruleset      *landlock.Ruleset
-	dropped      []string
 	err          error
 }
 
-// prepare does the host-side setup for the init with the given pid, the
-// independent parts concurrently.
-func prepare(s policy.Spec, home string, pid int, asRoot bool, writable []bindSrc, group *cgroups.Group, intoGroup bool, missing map[string]bool) *prepared {
-	p := &prepared{writableFD: make([]int, len(writable)), group: group}
-	for i := range p.writableFD {
-		p.writableFD[i] = -1
-	}
+// prepare does the host-side setup, the two parts concurrently.
+func prepare(s policy.Spec, home string, asRoot bool, writable []bindSrc, missing map[string]bool) *prepared {
+	p := &prepared{}
+	var phErr, llErr error
 	var wg sync.WaitGroup
-	var cgErr, phErr, llErr error
-	wg.Add(3)
-	go func() {
-		defer wg.Done()
-		// The init blocks reading its config until this is done, so
-		// nothing escapes the limits by forking early.
-		if group != nil && !intoGroup {
-			if err := group.Add(pid); err != nil {
-				cgErr = fmt.Errorf("add sandbox to cgroup: %w", err)
-			}
-		}
-	}()
+	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		phErr = p.placeholders.prepare(s, home, asRoot)
 	}()
-	go func() {
-		defer wg.Done()
-		if !missing["landlock"] {
-			llErr = p.landlock(s, writable, sandboxIdentity(asRoot))
-		}
-	}()
-	var idErr error
-	if asRoot {
-		var fds []int
-		fds, idErr = idmapWritable(pid, writable, missing["idmap"])
-		if idErr == nil {
-			p.fds = fds
-			for i := range writable {
-				p.writableFD[i] = i
-			}
-		} else if s.BestEffort {
-			p.dropped = append(p.dropped, "idmapped writable mounts ("+idErr.Error()+"): the sandbox may not be able to write its workspace")
-			idErr = nil
-		} else {
-			idErr = fmt.Errorf("%w (pass --best-effort to run without it)", idErr)
-		}
+	if !missing["landlock"] {
+		llErr = p.landlock(s, writable, sandboxIdentity(asRoot))
 	}
 	wg.Wait()
-	p.err = errors.Join(cgErr, phErr, llErr, idErr)
+	p.err = errors.Join(phErr, llErr)
 	return p
 }
 
 // limits decides how the spec's resource limits are enforced, before the
-// init is cloned. A cgroup is made when a limit needs one: memory and CPU
+// sandbox is cloned. A cgroup is made when a limit needs one: memory and CPU
 // always, the pids limit only where the pids controller is cgroup v2. On
-// v2 the init is cloned straight into the group (CLONE_INTO_CGROUP); on v1
+// v2 the sandbox is cloned straight into the group (CLONE_INTO_CGROUP); on v1
 // it has to be moved in after the clone, which costs the kernel an RCU grace
 // period (milliseconds), so a pids limit alone is enforced there with
 // RLIMIT_NPROC instead, which counts the same thing: the tasks of the
@@ -123,23 +87,29 @@ func limits(r policy.Resources, bestEffort bool) (g *cgroups.Group, rl []rlimit,
 	return nil, rl, dropped, nil
 }
 
-// landlock prepares the ruleset for the host-root view: rules bind to
-// inodes, and the sandbox's root, workspace and device nodes are the host's.
-// The init adds its private /tmp, /dev/shm and /dev/pts before enforcing.
-// With another root, or without Landlock here, the init does it all.
+// landlock prepares the ruleset: rules bind to inodes, and the sandbox's
+// root, workspace and device nodes are the host's. The sandbox adds its
+// private /proc, /sys, /tmp, /dev/shm and /dev/pts before enforcing it.
 func (p *prepared) landlock(s policy.Spec, writable []bindSrc, id identity) error {
-	if s.Root != "" && s.Root != policy.DefaultRoot {
-		return nil
-	}
 	var rw []string
 	for _, w := range writable {
 		rw = append(rw, w.Path)
 	}
+	root := "/"
+	deny := landlockDenyRead(s.Filesystem.DenyRead, s.Filesystem.AllowRead, rw)
+	if s.Root != "" && s.Root != policy.DefaultRoot {
+		// The sandbox's root is a directory of the host: its paths are
+		// the same inodes below it.
+		root = s.Root
+		for i, d := range deny {
+			deny[i] = filepath.Join(root, d)
+		}
+	}
 	rs, _, err := landlock.Prepare(landlock.Config{
-		ReadOnly:  []string{"/"},
+		ReadOnly:  []string{root},
 		ReadWrite: rw,
 		Devices:   hostDevices(),
-		DenyRead:  id.readable(landlockDenyRead(s.Filesystem.DenyRead, s.Filesystem.AllowRead, rw)),
+		DenyRead:  id.readable(deny),
 		Scope:     true,
 	})
 	if errors.Is(err, landlock.ErrNotSupported) {
@@ -285,10 +255,8 @@ func landlockDenyRead(deny, allow, writable []string) []string {
 	return out
 }
 
-// closeFDs closes the descriptors once they were sent to the init.
+// closeFDs closes the ruleset once the sandbox holds it.
 func (p *prepared) closeFDs() {
-	closeAll(p.fds)
-	p.fds = nil
 	if p.ruleset != nil {
 		p.ruleset.Close()
 		p.ruleset = nil
@@ -335,10 +303,7 @@ func rlimitFallback(r policy.Resources) ([]rlimit, string) {
 // for the sandbox's user namespace, so that files the sandbox writes appear
 // on the host owned by the path's owner while the sandbox runs as an
 // unprivileged host uid.
-func idmapWritable(pid int, w []bindSrc, simulateMissing bool) ([]int, error) {
-	if simulateMissing {
-		return nil, fmt.Errorf("idmapped mounts: %w: not supported (simulated by %s)", ErrKernelFeature, SimulateMissingEnv)
-	}
+func idmapWritable(pid int, w []bindSrc) ([]int, error) {
 	userns, err := unix.Open(fmt.Sprintf("/proc/%d/ns/user", pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("open sandbox user namespace: %w", err)
@@ -357,7 +322,6 @@ func idmapWritable(pid int, w []bindSrc, simulateMissing bool) ([]int, error) {
 			closeAll(fds)
 			return nil, fmt.Errorf("idmapped mount of %q (filesystem without idmap support?): %w: %w", w[i].Path, ErrKernelFeature, err)
 		}
-		w[i].FD = len(fds)
 		fds = append(fds, fd)
 	}
 	return fds, nil

@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"fmt"
 	"io"
 	"os"
 	"os/signal"
@@ -10,38 +9,11 @@ import (
 )
 
 // When hutch's stdin is a terminal the command gets a terminal of its own:
-// the init opens a pty in the sandbox's devpts (so the command's tty has a
-// name there), makes its slave the controlling terminal of the command's new
-// session and sends the master to hutch, which relays bytes and window
-// sizes. The command can never inject input into the caller's terminal
-// (ESCAPES item 14).
-
-// openPty opens a new pty in the sandbox's /dev/ptmx with the given window
-// size.
-func openPty(rows, cols uint16) (master, slave int, err error) {
-	master, err = unix.Open("/dev/ptmx", unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return -1, -1, fmt.Errorf("open pty: %w", err)
-	}
-	if err := unix.IoctlSetPointerInt(master, unix.TIOCSPTLCK, 0); err != nil {
-		unix.Close(master)
-		return -1, -1, fmt.Errorf("unlock pty: %w", err)
-	}
-	n, err := unix.IoctlGetUint32(master, unix.TIOCGPTN)
-	if err != nil {
-		unix.Close(master)
-		return -1, -1, fmt.Errorf("pty number: %w", err)
-	}
-	slave, err = unix.Open(fmt.Sprintf("/dev/pts/%d", n), unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		unix.Close(master)
-		return -1, -1, fmt.Errorf("open pty slave: %w", err)
-	}
-	if rows > 0 && cols > 0 {
-		_ = unix.IoctlSetWinsize(master, unix.TIOCSWINSZ, &unix.Winsize{Row: rows, Col: cols})
-	}
-	return master, slave, nil
-}
+// the sandbox's first process opens a pty in the sandbox's devpts (so the
+// command's tty has a name there), makes its other end the controlling
+// terminal of the command's new session and sends the master to hutch,
+// which relays bytes and window sizes. The command can never inject input
+// into the caller's terminal (ESCAPES item 14).
 
 // ptyRelay copies between the caller's terminal and the pty master.
 type ptyRelay struct {

@@ -9,10 +9,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -25,25 +23,6 @@ import (
 // idmapped so that the sandbox's writes land on the host owned by the
 // workspace's owner.
 const RootMappedID = 1_000_000_000
-
-// initCaps are the capabilities (in its own user namespace) the init keeps
-// across its execve: mounts, pivot_root and hostname (SYS_ADMIN), bringing up
-// lo (NET_ADMIN), emptying the bounding set and locking securebits (SETPCAP),
-// setting up mount points whatever their owner (DAC_OVERRIDE, FOWNER) and
-// rlimits (SYS_RESOURCE).
-var initCaps = []uintptr{
-	unix.CAP_SYS_ADMIN, unix.CAP_NET_ADMIN, unix.CAP_SETPCAP,
-	unix.CAP_DAC_OVERRIDE, unix.CAP_FOWNER, unix.CAP_SYS_RESOURCE,
-}
-
-// forwardedSignals are passed on from hutch to the command.
-var forwardedSignals = []os.Signal{unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2}
-
-// initArg0 marks the re-executed process as hutch's init.
-const initArg0 = "hutch:init"
-
-// IsInit reports whether this process is hutch's sandbox init.
-func IsInit() bool { return len(os.Args) > 0 && os.Args[0] == initArg0 }
 
 // Run runs c.Args in a new sandbox and waits for it to end.
 func Run(ctx context.Context, c Config) (Result, error) {
@@ -84,20 +63,20 @@ func Run(ctx context.Context, c Config) (Result, error) {
 		TmpBytes:   s.Resources.TmpBytes,
 		Hostname:   "hutch",
 		BestEffort: s.BestEffort,
-		Landlock:   -1,
 		Missing:    simulatedMissing(),
+		DenyRead:   s.Filesystem.DenyRead,
+		AllowRead:  s.Filesystem.AllowRead,
 	}
 	if cfg.Missing["userns"] {
 		return res, fmt.Errorf("create sandbox namespaces: %w: user namespaces are not available (simulated by %s)", ErrKernelFeature, SimulateMissingEnv)
 	}
+	roots := writableRoots(s)
 	if asRoot {
-		cfg.PrivateHome = privateHome(c.Environ, writableRoots(s))
+		cfg.PrivateHome = privateHome(c.Environ, roots)
 	}
-	for _, r := range writableRoots(s) {
+	for _, r := range roots {
 		cfg.Writable = append(cfg.Writable, bindSrc{Path: r, FD: -1})
 	}
-	cfg.DenyRead = s.Filesystem.DenyRead
-	cfg.AllowRead = s.Filesystem.AllowRead
 
 	// Signals that arrive while the sandbox starts are forwarded once it
 	// runs; none may kill hutch and leave the sandbox to its Pdeathsig.
@@ -105,54 +84,13 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	signal.Notify(sigs, forwardedSignals...)
 	defer signal.Stop(sigs)
 
-	// Terminal: the init opens a pty in the sandbox's own devpts and sends
-	// back its master; it holds nothing of the caller's terminal itself.
-	stdin, stdout, stderr := c.Stdin, c.Stdout, c.Stderr
-	var err error
+	// Terminal: the sandbox opens a pty in its own devpts and sends back
+	// the master.
 	if isTerminal(c.Stdin) {
-		devnull, err := os.Open(os.DevNull)
-		if err != nil {
-			return res, err
-		}
-		defer devnull.Close()
-		stdin, stdout, stderr = devnull, devnull, devnull
 		cfg.Tty = true
 		if ws, err := unix.IoctlGetWinsize(int(c.Stdin.Fd()), unix.TIOCGWINSZ); err == nil {
 			cfg.Rows, cfg.Cols = ws.Row, ws.Col
 		}
-	}
-
-	ctl, childCtl, err := socketPair()
-	if err != nil {
-		return res, err
-	}
-	defer ctl.Close()
-
-	cmd := &exec.Cmd{
-		Path:       "/proc/self/exe",
-		Args:       []string{initArg0},
-		Env:        []string{"GOMAXPROCS=1"}, // the init is sequential: one P, fewer threads
-		Dir:        "/",
-		Stdin:      stdin,
-		Stdout:     stdout,
-		Stderr:     stderr,
-		ExtraFiles: []*os.File{childCtl},
-		SysProcAttr: &syscall.SysProcAttr{
-			Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID |
-				unix.CLONE_NEWNET | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWCGROUP,
-			UidMappings:                []syscall.SysProcIDMap{{ContainerID: innerUID, HostID: hostUID, Size: 1}},
-			GidMappings:                []syscall.SysProcIDMap{{ContainerID: innerGID, HostID: hostGID, Size: 1}},
-			GidMappingsEnableSetgroups: asRoot,
-			Pdeathsig:                  unix.SIGKILL,
-			// The init runs as the sandbox's inside uid, which is not 0
-			// unless the workspace is root's: without ambient capabilities
-			// its execve would drop the ones it needs to build the sandbox.
-			// It drops them all before the command starts.
-			AmbientCaps: initCaps,
-		},
-	}
-	if asRoot {
-		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(innerUID), Gid: uint32(innerGID), Groups: []uint32{}}
 	}
 
 	group, rlimits, dropped, err := limits(s.Resources, s.BestEffort)
@@ -160,100 +98,161 @@ func Run(ctx context.Context, c Config) (Result, error) {
 		return res, err
 	}
 	cfg.Rlimits = rlimits
-	intoGroup := false
+	cgroupFD := -1
 	if group != nil {
 		if fd, ok := group.FD(); ok {
-			cmd.SysProcAttr.UseCgroupFD = true
-			cmd.SysProcAttr.CgroupFD = fd
-			intoGroup = true
+			cgroupFD = fd
 		}
 	}
 
-	// The init starts first: it blocks reading its config, and everything
-	// below is prepared while its runtime starts. Pdeathsig fires when the
-	// thread that cloned the child exits; the Go runtime keeps its threads
-	// (nothing in hutch exits a goroutine locked to its thread), so the lock
-	// is needed only around the clone.
-	runtime.LockOSThread()
-	err = cmd.Start()
-	runtime.UnlockOSThread()
-	if err != nil {
-		childCtl.Close()
-		if group != nil {
-			_ = group.Destroy()
-		}
-		return res, startError(err)
-	}
-	childCtl.Close()
-	pid := cmd.Process.Pid
-	killInit := func() { _ = unix.Kill(pid, unix.SIGKILL) }
-	waitErr := make(chan error, 1)
-	go func() { waitErr <- cmd.Wait() }()
-	fail := func(err error) (Result, error) {
-		killInit()
-		<-waitErr
-		return res, err
-	}
-
-	phase("init started")
+	// The host side: placeholders and the Landlock ruleset.
 	home := envHome(c.Environ)
 	if cfg.PrivateHome != "" {
 		home = "" // replaced by a private tmpfs: nothing there to protect
 	}
-	p := prepare(s, home, pid, asRoot, cfg.Writable, group, intoGroup, cfg.Missing)
-	phase("host side prepared")
+	p := prepare(s, home, asRoot, cfg.Writable, cfg.Missing)
+	p.group = group
 	defer p.cleanup(c.Log)
 	if p.err != nil {
-		return fail(p.err)
+		return res, p.err
+	}
+	phase("host side prepared")
+	if p.ruleset == nil {
+		if !s.BestEffort {
+			return res, fmt.Errorf("landlock: %w: landlock not supported (pass --best-effort to run without it)", ErrKernelFeature)
+		}
+		dropped = append(dropped, "landlock (landlock not supported)")
+	}
+	if err := seccompAvailable(cfg.Missing); err != nil {
+		if !s.BestEffort {
+			return res, fmt.Errorf("seccomp: %w: %w (pass --best-effort to run without it)", ErrKernelFeature, err)
+		}
+		dropped = append(dropped, "seccomp ("+err.Error()+")")
+		cfg.Missing = withMissing(cfg.Missing, "seccomp")
 	}
 	cfg.DenyWrite, cfg.Pin = protectionPlan(s, home, p.placeholders.paths())
-	fds := p.fds
-	for i := range cfg.Writable {
-		cfg.Writable[i].FD = p.writableFD[i]
+	idmap := asRoot && !cfg.Missing["idmap"]
+	if asRoot && !idmap {
+		err := fmt.Errorf("idmapped mounts: %w: not supported (simulated by %s)", ErrKernelFeature, SimulateMissingEnv)
+		if !s.BestEffort {
+			return res, fmt.Errorf("%w (pass --best-effort to run without it)", err)
+		}
+		dropped = append(dropped, "idmapped writable mounts ("+err.Error()+"): the sandbox may not be able to write its workspace")
 	}
-	if p.ruleset != nil {
-		cfg.Landlock = len(fds)
-		fds = append(fds, p.ruleset.FD())
-	}
-	err = sendMsg(int(ctl.Fd()), cfg, fds)
-	p.closeFDs()
-	if err != nil {
-		return fail(fmt.Errorf("send sandbox config: %w", err))
-	}
-	dropped = append(dropped, p.dropped...)
 
-	var reply initReply
-	replyFDs, err := recvMsg(int(ctl.Fd()), &reply)
+	// The first process's prog.
+	ctl, childCtl, err := socketPair()
+	if err != nil {
+		return res, err
+	}
+	defer ctl.Close()
+	ruleset := -1
+	if p.ruleset != nil {
+		ruleset = p.ruleset.FD()
+	}
+	b := &builder{}
+	b.p.call("close hutch's end of the control socket", -1, unix.SYS_CLOSE, k(ctl.Fd()))
+	if err := b.hideArgs(); err != nil {
+		childCtl.Close()
+		return res, err
+	}
+	var recvd []int8
+	if idmap {
+		recvd = b.receive(int(childCtl.Fd()), len(cfg.Writable))
+		for i := range cfg.Writable {
+			cfg.Writable[i].FD = i
+		}
+	} else {
+		b.receive(int(childCtl.Fd()), 0)
+	}
+	b.identity(ids{uid: innerUID, gid: innerGID, setgroups: asRoot})
+	b.dieWithHutch(int(childCtl.Fd()))
+	b.mounts(cfg, recvd, denyReadKinds(effectiveDenyRead(cfg.DenyRead, cfg.AllowRead)))
+	if err := b.harden(cfg, ruleset); err != nil {
+		childCtl.Close()
+		return res, err
+	}
+	ch, err := b.command(cfg, int(childCtl.Fd()))
+	if err != nil {
+		childCtl.Close()
+		return res, err
+	}
+
+	pid, err := spawn(ch, cgroupFD)
+	childCtl.Close()
+	if err != nil {
+		return res, err
+	}
+	phase("sandbox cloned")
+	killInit := func() { _ = unix.Kill(pid, unix.SIGKILL) }
+	proc, err := os.FindProcess(pid)
 	if err != nil {
 		killInit()
-		werr := <-waitErr
-		return res, fmt.Errorf("sandbox init failed before starting the command: %w (init: %v)", err, werr)
+		return res, fmt.Errorf("sandbox process: %w", err)
 	}
-	if !reply.Started {
-		<-waitErr
-		if reply.ExitCode != 0 {
-			res.ExitCode = reply.ExitCode
+	waited := make(chan *os.ProcessState, 1)
+	go func() {
+		ps, _ := proc.Wait()
+		waited <- ps
+	}()
+	fail := func(err error) (Result, error) {
+		killInit()
+		<-waited
+		return res, err
+	}
+
+	if err := writeIDMaps(pid, innerUID, hostUID, innerGID, hostGID, asRoot); err != nil {
+		return fail(err)
+	}
+	if group != nil && cgroupFD < 0 {
+		// The first process waits for the message below before it runs
+		// anything, so nothing escapes the limits by forking early.
+		if err := group.Add(pid); err != nil {
+			return fail(fmt.Errorf("add sandbox to cgroup: %w", err))
 		}
-		return res, &InitError{Msg: reply.Error, Code: res.ExitCode}
+	}
+	var fds []int
+	if idmap {
+		if fds, err = idmapWritable(pid, cfg.Writable); err != nil {
+			return fail(fmt.Errorf("%w (pass --best-effort to run without it)", err))
+		}
+	}
+	err = unix.Sendmsg(int(ctl.Fd()), []byte{1}, unix.UnixRights(fds...), nil, 0)
+	closeAll(fds)
+	p.closeFDs()
+	if err != nil {
+		return fail(fmt.Errorf("start the sandbox: %w", err))
+	}
+
+	rep, master, err := readReply(int(ctl.Fd()))
+	if err != nil {
+		killInit()
+		ps := <-waited
+		return res, fmt.Errorf("the sandbox failed before starting the command: %w (%v)", err, ps)
+	}
+	if rep.Kind != replyStarted {
+		<-waited
+		if master >= 0 {
+			unix.Close(master)
+		}
+		ie := b.failure(rep, cfg.Args[0])
+		res.ExitCode = ie.Code
+		return res, ie
 	}
 	phase("command started")
-	for _, t := range reply.Timings {
-		c.Log.Debug("sandbox init", "phase", t.Phase, "took", t.Took)
-	}
-	res.Dropped = append(dropped, reply.Dropped...)
+	res.Dropped = dropped
 	for _, d := range res.Dropped {
 		fmt.Fprintf(c.Warn, "hutch: warning: running without %s\n", d)
 	}
 	var term *ptyRelay
 	if cfg.Tty {
-		if len(replyFDs) != 1 {
-			closeAll(replyFDs)
-			return fail(fmt.Errorf("sandbox init sent %d terminal descriptors, want 1", len(replyFDs)))
+		if master < 0 {
+			return fail(errors.New("the sandbox sent no terminal"))
 		}
-		term = startPtyRelay(os.NewFile(uintptr(replyFDs[0]), "pty-master"), c.Stdin, c.Stdout)
+		term = startPtyRelay(os.NewFile(uintptr(master), "pty-master"), c.Stdin, c.Stdout)
 		defer term.Close()
-	} else {
-		closeAll(replyFDs)
+	} else if master >= 0 {
+		unix.Close(master)
 	}
 
 	var timeout <-chan struct{}
@@ -267,18 +266,18 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	for {
 		select {
 		case sig := <-sigs:
-			_ = unix.Kill(pid, sig.(syscall.Signal)) // init forwards it to the command
+			_ = unix.Kill(pid, sig.(syscall.Signal)) // PID 1 passes it on to the command
 			continue
 		case <-timeout:
 			killInit()
-			<-waitErr
+			<-waited
 			res.TimedOut = ctx.Err() == nil
 			res.ExitCode = ExitTimeout
 			if !res.TimedOut {
 				res.ExitCode = 128 + int(unix.SIGKILL)
 			}
-		case err := <-waitErr:
-			res.ExitCode = exitCode(cmd.ProcessState, err)
+		case ps := <-waited:
+			res.ExitCode = exitCode(ps, nil)
 		}
 		break
 	}
@@ -320,7 +319,7 @@ func startError(err error) error {
 	if errors.Is(err, unix.EPERM) || errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EACCES) {
 		return fmt.Errorf("create sandbox namespaces: %w: %w (are user namespaces enabled? check sysctl user.max_user_namespaces and kernel.unprivileged_userns_clone, and AppArmor's kernel.apparmor_restrict_unprivileged_userns)", ErrKernelFeature, err)
 	}
-	return fmt.Errorf("start sandbox init: %w", err)
+	return fmt.Errorf("start the sandbox: %w", err)
 }
 
 // privateHome returns the sandbox's home directory when root started the

@@ -1,13 +1,15 @@
-// Package sandbox turns a policy.Spec into a running sandbox. The parent
-// prepares (cgroup, control socket, id maps, idmapped workspace mounts) and
-// clones a child in new user, mount, pid, net, ipc, uts and cgroup namespaces
-// that re-executes /proc/self/exe as hutch's hidden init. The init reads its
-// configuration over the control socket and hardens itself in a fixed order:
-// mounts → pivot_root → drop capabilities → no_new_privs → landlock →
-// seccomp (last), then starts the command and stays PID 1 of the sandbox,
-// reaping orphans. When init exits, the kernel kills every process left in
-// the sandbox's pid namespace (S4). Errors travel back over the socket; init
-// never writes to the user's terminal itself.
+// Package sandbox turns a policy.Spec into a running sandbox. hutch
+// prepares the host side (cgroup, placeholders, the Landlock ruleset) and
+// builds, in full, the list of system calls the sandbox's first process
+// will make: mounts → pivot_root → hostname and loopback → capabilities →
+// no_new_privs → Landlock → seccomp (last). It then clones that process in
+// new user, mount, pid, net, ipc, uts and cgroup namespaces as a fork of
+// itself that runs the list with raw system calls, without exec'ing a
+// second program or starting a second Go runtime (child_linux.go), forks
+// the command, and stays PID 1 of the sandbox, reaping orphans. When it
+// exits, the kernel kills every process left in the sandbox's pid namespace
+// (S4). Failures travel back over a control socket as the failing step and
+// its errno; the sandbox never writes to the user's terminal on its own.
 package sandbox
 
 import (

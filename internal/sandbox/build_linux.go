@@ -1,0 +1,506 @@
+package sandbox
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/hutch-sandbox/hutch/internal/landlock"
+	"github.com/hutch-sandbox/hutch/internal/seccomp"
+)
+
+// builder turns a sandbox's configuration into the prog its first process
+// runs, in the fixed order: mounts → pivot_root → hostname and loopback →
+// identity → capabilities → no_new_privs → Landlock → seccomp (last).
+type builder struct {
+	p     prog
+	root  int8 // slot: O_PATH descriptor of the new root while it is built
+	masks int8 // slot: the detached read-only tmpfs of mask files
+}
+
+// recvBuf is the memory the child receives hutch's message into: one byte
+// and up to maxRecvFDs descriptors.
+type recvBuf struct {
+	hdr  unix.Msghdr
+	iov  unix.Iovec
+	data [1]byte
+	oob  [64]byte
+}
+
+// maxRecvFDs bounds the descriptors hutch sends after the clone (one per
+// writable root).
+const maxRecvFDs = 8
+
+// O_PATH openat2 resolution of every mount target: inside the new root, so
+// a symlink the sandbox planted in its workspace resolves in the view and
+// never reaches the host (S5).
+var inRoot = unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS}
+
+// target opens path (absolute, in the view) into a new slot.
+func (b *builder) target(desc, path string) (int8, int) {
+	t := b.p.slot()
+	i := b.p.call(desc, t, unix.SYS_OPENAT2, s(b.root), b.p.str(strings.TrimPrefix(path, "/")), keepPtr(&b.p, &inRoot), k(unix.SizeofOpenHow))
+	return t, i
+}
+
+// fsmount creates a new filesystem of type fstype with string options and
+// returns the slot of its detached mount.
+func (b *builder) fsmount(desc, fstype string, opts [][2]string, attrs uintptr) int8 {
+	fs, mnt := b.p.slot(), b.p.slot()
+	b.p.call(desc+": fsopen", fs, unix.SYS_FSOPEN, b.p.str(fstype), k(unix.FSOPEN_CLOEXEC))
+	for _, o := range opts {
+		if o[1] == "" {
+			b.p.call(desc+": option "+o[0], -1, unix.SYS_FSCONFIG, s(fs), k(unix.FSCONFIG_SET_FLAG), b.p.str(o[0]), k(0), k(0))
+			continue
+		}
+		b.p.call(desc+": option "+o[0], -1, unix.SYS_FSCONFIG, s(fs), k(unix.FSCONFIG_SET_STRING), b.p.str(o[0]), b.p.str(o[1]), k(0))
+	}
+	b.p.call(desc+": create", -1, unix.SYS_FSCONFIG, s(fs), k(unix.FSCONFIG_CMD_CREATE), k(0), k(0), k(0))
+	b.p.call(desc+": fsmount", mnt, unix.SYS_FSMOUNT, s(fs), k(unix.FSMOUNT_CLOEXEC), k(attrs))
+	b.p.close(fs)
+	return mnt
+}
+
+// attach moves the detached mount in slot mnt onto path in the view,
+// creating the mount point in the sandbox's own tmpfs when mkdir is set.
+func (b *builder) attach(desc string, mnt int8, path string, mkdir bool) {
+	if mkdir {
+		b.mkdirAll(desc, path)
+	}
+	t, _ := b.target(fmt.Sprintf("mount point %q", path), path)
+	b.p.call(desc+": attach", -1, unix.SYS_MOVE_MOUNT, s(mnt), b.p.str(""), s(t), b.p.str(""),
+		k(unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH))
+	b.p.close(t)
+	b.p.close(mnt)
+}
+
+// mkdirAll creates path's components in the view; existing ones are fine.
+func (b *builder) mkdirAll(desc, path string) {
+	cur := ""
+	for _, part := range strings.Split(strings.Trim(path, "/"), "/") {
+		cur = strings.TrimPrefix(cur+"/"+part, "/")
+		i := b.p.call(desc+": create mount point /"+cur, -1, unix.SYS_MKDIRAT, s(b.root), b.p.str(cur), k(0o755))
+		b.p.skip(i, unix.EEXIST)
+	}
+}
+
+// setattr sets mount attributes on the detached tree in slot mnt.
+func (b *builder) setattr(desc string, mnt int8, set uint64) {
+	attr := &unix.MountAttr{Attr_set: set, Propagation: unix.MS_PRIVATE}
+	b.p.call(desc, -1, unix.SYS_MOUNT_SETATTR, s(mnt), b.p.str(""), k(unix.AT_EMPTY_PATH|unix.AT_RECURSIVE),
+		keepPtr(&b.p, attr), k(unsafe.Sizeof(*attr)))
+}
+
+// cloneTree clones the tree at host path (before the view exists).
+func (b *builder) cloneTree(desc, path string, set uint64) int8 {
+	t := b.p.slot()
+	b.p.call(desc, t, unix.SYS_OPEN_TREE, k(uintptr(unix.AT_FDCWD&0xffffffff)), b.p.str(path),
+		k(unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE))
+	b.setattr(desc+": attributes", t, set)
+	return t
+}
+
+// rebind binds path over itself, read-only when ro.
+func (b *builder) rebind(desc, path string, ro bool) {
+	t, _ := b.target(desc, path)
+	mnt := b.p.slot()
+	b.p.call(desc+": clone", mnt, unix.SYS_OPEN_TREE, s(t), b.p.str(""),
+		k(unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE|unix.AT_EMPTY_PATH))
+	if ro {
+		b.setattr(desc+": read-only", mnt, unix.MOUNT_ATTR_RDONLY)
+	}
+	b.p.call(desc+": attach", -1, unix.SYS_MOVE_MOUNT, s(mnt), b.p.str(""), s(t), b.p.str(""),
+		k(unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH))
+	b.p.close(mnt)
+	b.p.close(t)
+}
+
+// mask hides path behind the empty directory or file of the masks tmpfs,
+// whichever fits; a path that does not exist, or that not even the first process can
+// reach (which can do all the command can), needs none.
+func (b *builder) mask(path string, dir bool) {
+	desc := "deny read " + path
+	first, second := "f", "d"
+	if dir {
+		first, second = "d", "f"
+	}
+	t, open := b.target(desc, path)
+	mnt := b.p.slot()
+	b.p.call(desc+": clone mask", mnt, unix.SYS_OPEN_TREE, s(b.masks), b.p.str(first), k(unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC))
+	move := b.p.call(desc+": attach mask", -1, unix.SYS_MOVE_MOUNT, s(mnt), b.p.str(""), s(t), b.p.str(""),
+		k(unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH))
+	b.p.closeKeep(mnt)
+	b.p.closeKeep(t)
+	done := b.p.jump()
+	// The path changed kind since hutch looked: use the other mask.
+	b.p.skip(move, unix.ENOTDIR, unix.EISDIR)
+	b.p.closeKeep(mnt)
+	b.p.call(desc+": clone mask", mnt, unix.SYS_OPEN_TREE, s(b.masks), b.p.str(second), k(unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC))
+	b.p.call(desc+": attach mask", -1, unix.SYS_MOVE_MOUNT, s(mnt), b.p.str(""), s(t), b.p.str(""),
+		k(unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH))
+	b.p.closeKeep(mnt)
+	b.p.closeKeep(t)
+	b.p.free = append(b.p.free, mnt, t)
+	b.p.land(done)
+	b.p.skip(open, unix.ENOENT, unix.ENOTDIR, unix.EACCES)
+}
+
+// ids is who the sandbox's processes are inside their user namespace.
+type ids struct {
+	uid, gid  int
+	setgroups bool // may drop supplementary groups (root started it)
+}
+
+// receive appends the wait for hutch's message after the clone (sent once
+// the uid and gid maps are written): one byte and n descriptors, which land
+// in slots.
+func (b *builder) receive(ctl int, n int) []int8 {
+	m := &recvBuf{}
+	m.iov.Base = &m.data[0]
+	m.iov.SetLen(1)
+	m.hdr.Iov = &m.iov
+	m.hdr.SetIovlen(1)
+	m.hdr.Control = &m.oob[0]
+	m.hdr.SetControllen(unix.CmsgSpace(4 * maxRecvFDs))
+	b.p.keep = append(b.p.keep, m)
+	got := b.p.slot()
+	b.p.call("wait for hutch", got, unix.SYS_RECVMSG, ci(ctl), ptr(&m.hdr), k(unix.MSG_CMSG_CLOEXEC))
+	b.p.expect("wait for hutch: hutch went away", got, 1)
+	slots := make([]int8, n)
+	for i := range slots {
+		slots[i] = b.p.slot()
+		// The descriptors follow the cmsghdr, 4 bytes each.
+		b.p.load(slots[i], (*int32)(unsafe.Pointer(&m.oob[unix.CmsgLen(0)+4*i])))
+	}
+	return slots
+}
+
+// mounts appends the whole filesystem view and the pivot into it; fds are
+// the slots of the idmapped writable mounts hutch sent (by Writable[i].FD).
+func (b *builder) mounts(cfg initConfig, fds []int8, denyRead []pathKind) {
+	p := &b.p
+	p.call("make mounts private", -1, unix.SYS_MOUNT, p.str(""), p.str("/"), p.str(""), k(unix.MS_REC|unix.MS_PRIVATE), k(0))
+	src := "/"
+	if cfg.Root != "" && cfg.Root != "host" {
+		src = cfg.Root
+	}
+	rootTree := b.cloneTree("root "+src, src, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
+	writable := make([]int8, len(cfg.Writable))
+	for i, w := range cfg.Writable {
+		if w.FD >= 0 && w.FD < len(fds) {
+			writable[i] = fds[w.FD]
+			b.setattr("writable "+w.Path+": attributes", writable[i], unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
+			continue
+		}
+		writable[i] = b.cloneTree("writable "+w.Path, w.Path, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
+	}
+	devs := make([]int8, len(devices))
+	for i, d := range devices {
+		devs[i] = b.cloneTree("device /dev/"+d, "/dev/"+d, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NOEXEC)
+	}
+
+	// The masks: an empty file and an empty directory, mode 000, on a
+	// detached read-only tmpfs that is never attached anywhere else.
+	b.masks = b.fsmount("masks", "tmpfs", [][2]string{{"size", "4k"}, {"mode", "0555"}},
+		unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC)
+	f := p.slot()
+	p.call("masks: file", f, unix.SYS_OPENAT, s(b.masks), p.str("f"), k(unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC), k(0))
+	p.close(f)
+	p.call("masks: directory", -1, unix.SYS_MKDIRAT, s(b.masks), p.str("d"), k(0))
+	b.setattr("masks: read-only", b.masks, unix.MOUNT_ATTR_RDONLY)
+
+	p.call("attach root", -1, unix.SYS_MOVE_MOUNT, s(rootTree), p.str(""), k(uintptr(unix.AT_FDCWD&0xffffffff)), p.str(stagingDir), k(unix.MOVE_MOUNT_F_EMPTY_PATH))
+	p.close(rootTree)
+	b.root = p.slot()
+	p.call("open new root", b.root, unix.SYS_OPENAT, k(uintptr(unix.AT_FDCWD&0xffffffff)), p.str(stagingDir), k(unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC), k(0))
+
+	size := func(opts [][2]string) [][2]string {
+		if cfg.TmpBytes > 0 {
+			opts = append(opts, [2]string{"size", fmt.Sprint(cfg.TmpBytes)})
+		}
+		return opts
+	}
+	b.attach("/tmp", b.fsmount("/tmp", "tmpfs", size([][2]string{{"mode", "1777"}}), unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV), "/tmp", false)
+	if cfg.PrivateHome != "" {
+		b.attach("private home", b.fsmount("private home", "tmpfs", size([][2]string{{"mode", "0700"}}), unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV), cfg.PrivateHome, false)
+	}
+	b.attach("/proc", b.fsmount("/proc", "proc", nil, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC), "/proc", false)
+	b.attach("/sys", b.fsmount("/sys", "sysfs", nil, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC), "/sys", false)
+
+	// /dev: a tmpfs with the host's device nodes bound in, a private
+	// devpts and /dev/shm, made read-only.
+	dev := b.fsmount("/dev", "tmpfs", [][2]string{{"mode", "0755"}, {"size", "64k"}}, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NOEXEC)
+	b.attach("/dev", dev, "/dev", false)
+	for i, d := range devices {
+		node := p.slot()
+		p.call("/dev/"+d+": mount point", node, unix.SYS_OPENAT, s(b.root), p.str("dev/"+d), k(unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC), k(0o644))
+		p.close(node)
+		b.attach("/dev/"+d, devs[i], "/dev/"+d, false)
+	}
+	for _, l := range devLinks {
+		p.call("/dev/"+l[0], -1, unix.SYS_SYMLINKAT, p.str(l[1]), s(b.root), p.str("dev/"+l[0]))
+	}
+	b.attach("/dev/pts", b.fsmount("/dev/pts", "devpts", [][2]string{{"ptmxmode", "0666"}, {"mode", "0620"}}, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NOEXEC), "/dev/pts", true)
+	b.attach("/dev/shm", b.fsmount("/dev/shm", "tmpfs", size([][2]string{{"mode", "1777"}}), unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV), "/dev/shm", true)
+	devT, _ := b.target("/dev: read-only", "/dev")
+	roAttr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}
+	p.call("/dev: read-only", -1, unix.SYS_MOUNT_SETATTR, s(devT), p.str(""), k(unix.AT_EMPTY_PATH), keepPtr(p, roAttr), k(unsafe.Sizeof(*roAttr)))
+	p.close(devT)
+
+	for i, w := range cfg.Writable {
+		b.attach("writable "+w.Path, writable[i], w.Path, true)
+	}
+	for _, path := range cfg.Pin {
+		b.rebind("pin "+path, path, false)
+	}
+	for _, path := range cfg.DenyWrite {
+		b.rebind("protect "+path, path, true)
+	}
+	for _, d := range denyRead {
+		b.mask(d.path, d.dir)
+	}
+	p.close(b.masks)
+
+	// pivot_root into the view and drop the old root.
+	p.call("pivot_root: enter the new root", -1, unix.SYS_FCHDIR, s(b.root))
+	p.call("pivot_root", -1, unix.SYS_PIVOT_ROOT, p.str("."), p.str("."))
+	p.call("detach old root", -1, unix.SYS_UMOUNT2, p.str("."), k(unix.MNT_DETACH))
+	p.close(b.root)
+	p.call("enter workspace "+cfg.Dir, -1, unix.SYS_CHDIR, p.str(cfg.Dir))
+}
+
+// pathKind is a deny-read path and whether it is a directory (as hutch saw
+// it; the child copes if it changed).
+type pathKind struct {
+	path string
+	dir  bool
+}
+
+// identity appends the switch to the inside identity. The child was forked
+// with hutch's credentials, which for root are the host's root: it sheds
+// them first, before it creates any file, keeping its capabilities in the
+// sandbox's user namespace (whose root is not the id it leaves) until it
+// drops them all in harden.
+func (b *builder) identity(id ids) {
+	p := &b.p
+	if id.setgroups {
+		p.call("identity: groups", -1, unix.SYS_SETGROUPS, k(0), k(0))
+	}
+	p.call("identity: gid", -1, unix.SYS_SETRESGID, ci(id.gid), ci(id.gid), ci(id.gid))
+	p.call("identity: uid", -1, unix.SYS_SETRESUID, ci(id.uid), ci(id.uid), ci(id.uid))
+}
+
+// dieWithHutch appends the parent-death signal (after the identity switch,
+// which clears it) and a check that hutch did not die before it was set:
+// hutch's end of the control socket is then closed.
+func (b *builder) dieWithHutch(ctl int) {
+	p := &b.p
+	p.call("die with hutch", -1, unix.SYS_PRCTL, k(unix.PR_SET_PDEATHSIG), k(uintptr(unix.SIGKILL)), k(0), k(0), k(0))
+	var buf [1]byte
+	got := p.slot()
+	i := p.call("check that hutch lives", got, unix.SYS_RECVFROM, ci(ctl), keepPtr(p, &buf), k(1), k(unix.MSG_DONTWAIT|unix.MSG_PEEK), k(0), k(0))
+	p.expect("hutch went away", got, 1)
+	p.skip(i, unix.EAGAIN)
+}
+
+// hideArgs overwrites hutch's command line and environment in the first
+// process's memory: /proc/1/cmdline is readable by the sandbox, and hutch's
+// arguments may hold values (--env) meant for the command alone.
+func (b *builder) hideArgs() error {
+	stat, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		return fmt.Errorf("read own command line bounds: %w", err)
+	}
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return errors.New("read own command line bounds: bad /proc/self/stat")
+	}
+	f := strings.Fields(string(stat[i+1:])) // f[0] is field 3
+	if len(f) < 49 {
+		return errors.New("read own command line bounds: short /proc/self/stat")
+	}
+	p := &b.p
+	mem := p.slot()
+	p.call("hide hutch's arguments: open memory", mem, unix.SYS_OPENAT, k(uintptr(unix.AT_FDCWD&0xffffffff)), p.str("/proc/self/mem"), k(unix.O_RDWR|unix.O_CLOEXEC), k(0))
+	for _, r := range [][2]int{{45, 46}, {47, 48}} { // arg_start, arg_end; env_start, env_end
+		start, err1 := strconv.ParseUint(f[r[0]], 10, 64)
+		end, err2 := strconv.ParseUint(f[r[1]], 10, 64)
+		if err1 != nil || err2 != nil || end <= start || end-start > 1<<20 {
+			return errors.New("read own command line bounds: bad values")
+		}
+		fill := make([]byte, end-start)
+		if r[0] == 45 {
+			copy(fill, "hutch:init")
+		}
+		p.keep = append(p.keep, fill)
+		p.call("hide hutch's arguments", -1, unix.SYS_PWRITE64, s(mem), k(uintptr(unsafe.Pointer(&fill[0]))), ci(len(fill)), k(uintptr(start)))
+	}
+	p.close(mem)
+	return nil
+}
+
+// harden appends, after the mounts: hostname, loopback, not dumpable,
+// capabilities, no_new_privs, Landlock, seccomp.
+func (b *builder) harden(cfg initConfig, ruleset int) error {
+	p := &b.p
+	host := []byte(cfg.Hostname)
+	p.keep = append(p.keep, host)
+	p.call("hostname", -1, unix.SYS_SETHOSTNAME, k(uintptr(unsafe.Pointer(&host[0]))), ci(len(host)))
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return err
+	}
+	ifr.SetUint16(unix.IFF_UP | unix.IFF_RUNNING)
+	sock := p.slot()
+	p.call("network: socket", sock, unix.SYS_SOCKET, k(unix.AF_INET), k(unix.SOCK_DGRAM|unix.SOCK_CLOEXEC), k(0))
+	p.call("network: bring up lo", -1, unix.SYS_IOCTL, s(sock), k(unix.SIOCSIFFLAGS), keepPtr(p, ifr))
+	p.close(sock)
+
+	p.call("not dumpable", -1, unix.SYS_PRCTL, k(unix.PR_SET_DUMPABLE), k(0), k(0), k(0), k(0))
+
+	bits := secbitNoroot | secbitNorootLocked | secbitNoSetuidFixupLock | secbitKeepCapsLocked | secbitNoCapAmbientRaise | secbitNoCapAmbientLock
+	p.call("capabilities: securebits", -1, unix.SYS_PRCTL, k(unix.PR_SET_SECUREBITS), ci(bits), k(0), k(0), k(0))
+	for cp := 0; cp <= unix.CAP_LAST_CAP; cp++ {
+		i := p.call(fmt.Sprintf("capabilities: drop %d from the bounding set", cp), -1, unix.SYS_PRCTL, k(unix.PR_CAPBSET_DROP), ci(cp), k(0), k(0), k(0))
+		p.skip(i, unix.EINVAL) // a capability this kernel does not know
+	}
+	p.call("capabilities: clear ambient", -1, unix.SYS_PRCTL, k(unix.PR_CAP_AMBIENT), k(unix.PR_CAP_AMBIENT_CLEAR_ALL), k(0), k(0), k(0))
+	hdr := &unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	data := &[2]unix.CapUserData{}
+	p.call("capabilities: capset", -1, unix.SYS_CAPSET, keepPtr(p, hdr), keepPtr(p, data))
+	p.call("no_new_privs", -1, unix.SYS_PRCTL, k(unix.PR_SET_NO_NEW_PRIVS), k(1), k(0), k(0), k(0))
+
+	if ruleset >= 0 {
+		// The ruleset hutch prepared for the host's inodes, plus the
+		// sandbox's own filesystems (see applyLandlock).
+		rw := privateWritable
+		if cfg.PrivateHome != "" {
+			rw = append(rw[:len(rw):len(rw)], cfg.PrivateHome)
+		}
+		rules, _, err := landlock.Plan(landlock.Config{ReadOnly: privateReadOnly, ReadWrite: rw, Devices: []string{"/dev/pts"}}, landlock.ABI())
+		if err != nil {
+			return err
+		}
+		for _, r := range rules {
+			t := p.slot()
+			i := p.call("landlock: open "+r.Path, t, unix.SYS_OPENAT, k(uintptr(unix.AT_FDCWD&0xffffffff)), p.str(r.Path), k(unix.O_PATH|unix.O_CLOEXEC), k(0))
+			attr := &unix.LandlockPathBeneathAttr{Allowed_access: r.Access}
+			p.store(&attr.Parent_fd, t)
+			p.call("landlock: rule for "+r.Path, -1, unix.SYS_LANDLOCK_ADD_RULE, ci(ruleset), k(unix.LANDLOCK_RULE_PATH_BENEATH), keepPtr(p, attr), k(0))
+			p.close(t)
+			p.skip(i, unix.ENOENT)
+		}
+		p.call("landlock: restrict", -1, unix.SYS_LANDLOCK_RESTRICT_SELF, ci(ruleset), k(0))
+	}
+	if !cfg.Missing["seccomp"] {
+		filter, err := seccomp.Build()
+		if err != nil {
+			return err
+		}
+		fprog := &unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
+		p.keep = append(p.keep, filter)
+		p.call("seccomp", -1, unix.SYS_SECCOMP, k(unix.SECCOMP_SET_MODE_FILTER), k(0), keepPtr(p, fprog))
+	}
+	return nil
+}
+
+// command appends the last steps before the command's fork — the pty, the
+// fallback rlimits, close-on-exec for every descriptor above 2, the pipe
+// that reports a failed exec — and returns the first process around it.
+func (b *builder) command(cfg initConfig, ctl int) (*child, error) {
+	p := &b.p
+	master, slave := int8(-1), int8(-1)
+	if cfg.Tty {
+		master, slave = p.slot(), p.slot()
+		p.call("terminal: open /dev/ptmx", master, unix.SYS_OPENAT, k(uintptr(unix.AT_FDCWD&0xffffffff)), p.str("/dev/ptmx"), k(unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC), k(0))
+		var unlock int32
+		p.call("terminal: unlock", -1, unix.SYS_IOCTL, s(master), k(unix.TIOCSPTLCK), keepPtr(p, &unlock))
+		if cfg.Rows > 0 && cfg.Cols > 0 {
+			p.call("terminal: size", -1, unix.SYS_IOCTL, s(master), k(unix.TIOCSWINSZ), keepPtr(p, &unix.Winsize{Row: cfg.Rows, Col: cfg.Cols}))
+		}
+		p.call("terminal: open its other end", slave, unix.SYS_IOCTL, s(master), k(unix.TIOCGPTPEER), k(unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC))
+	}
+	for _, r := range cfg.Rlimits {
+		var cur unix.Rlimit
+		if err := unix.Getrlimit(r.Resource, &cur); err != nil {
+			return nil, fmt.Errorf("rlimit %d: %w", r.Resource, err)
+		}
+		v := min(r.Value, cur.Max) // a limit above the caller's hard limit is lowered to it
+		p.call(fmt.Sprintf("rlimit %d", r.Resource), -1, unix.SYS_PRLIMIT64, k(0), ci(r.Resource), keepPtr(p, &unix.Rlimit{Cur: v, Max: v}), k(0))
+	}
+	// No descriptor but the three streams reaches the command: not the
+	// control socket, not whatever hutch inherited without close-on-exec.
+	p.call("close inherited descriptors", -1, unix.SYS_CLOSE_RANGE, k(3), k(^uintptr(0)), k(unix.CLOSE_RANGE_CLOEXEC))
+	pipe := &[2]int32{}
+	p.call("exec pipe", -1, unix.SYS_PIPE2, keepPtr(p, pipe), k(unix.O_CLOEXEC))
+	execR, execW := p.slot(), p.slot()
+	p.load(execR, &pipe[0])
+	p.load(execW, &pipe[1])
+
+	ch, err := newChild(b, cfg, ctl)
+	if err != nil {
+		return nil, err
+	}
+	ch.master, ch.slave, ch.execR, ch.execW = master, slave, execR, execW
+	ch.ops = p.ops
+	return ch, nil
+}
+
+// failure turns the first process's report into an error with the exit
+// code hutch should use.
+func (b *builder) failure(r reply, name string) *InitError {
+	errno := unix.Errno(r.Errno)
+	switch r.Kind {
+	case replyExec:
+		if r.Code == ExitNotFound {
+			return &InitError{Msg: name + ": command not found", Code: ExitNotFound}
+		}
+		return &InitError{Msg: fmt.Sprintf("%s: cannot execute: %v", name, errno), Code: ExitNotExecutable}
+	case replyFailed:
+		desc := "start the command"
+		if r.Op >= 0 && int(r.Op) < len(b.p.descs) {
+			desc = b.p.descs[r.Op]
+		}
+		msg := fmt.Sprintf("sandbox setup: %s: %v", desc, errno)
+		if (errno == unix.EROFS || errno == unix.ENOENT) && strings.Contains(desc, "mount point") {
+			msg += " (a read-only root needs every mount point the sandbox uses: create it there)"
+		}
+		return &InitError{Msg: msg, Code: ExitHutchError}
+	}
+	return &InitError{Msg: fmt.Sprintf("sandbox setup: unexpected report %d", r.Kind), Code: ExitHutchError}
+}
+
+// denyReadKinds tells which deny-read paths are directories, as the host
+// sees them.
+func denyReadKinds(paths []string) []pathKind {
+	out := make([]pathKind, 0, len(paths))
+	for _, p := range paths {
+		var st unix.Stat_t
+		dir := unix.Stat(p, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR
+		out = append(out, pathKind{path: p, dir: dir})
+	}
+	return out
+}
+
+// seccompAvailable reports whether the seccomp layer can be set up.
+func seccompAvailable(missing map[string]bool) error {
+	if missing["seccomp"] {
+		return fmt.Errorf("%w (simulated by %s)", seccomp.ErrNotSupported, SimulateMissingEnv)
+	}
+	return seccomp.Supported()
+}
+
+// withMissing returns m with feature added.
+func withMissing(m map[string]bool, feature string) map[string]bool {
+	out := map[string]bool{feature: true}
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}

@@ -1,0 +1,114 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// initConfig is everything the sandbox's first process is built from: the
+// input of the builder (build_linux.go).
+type initConfig struct {
+	Args      []string
+	Env       []string
+	Dir       string // the working directory, in the view
+	Root      string // "host" or a directory of the host
+	Writable  []bindSrc
+	DenyRead  []string
+	AllowRead []string
+	DenyWrite []string // bound read-only over themselves
+	Pin       []string // bound read-write over themselves
+	TmpBytes  int64
+	// PrivateHome, when set, gets a private tmpfs: the caller's home
+	// directory that the sandbox's identity could not even enter.
+	PrivateHome string
+	Hostname    string
+	Tty         bool
+	Rows, Cols  uint16
+	BestEffort  bool
+	// Missing lists kernel features to act as if absent (tests only; see
+	// SimulateMissingEnv).
+	Missing map[string]bool
+	// Rlimits are set just before the command starts: the fallback when
+	// no cgroup could be made.
+	Rlimits []rlimit
+}
+
+// bindSrc is a writable host path. FD is the index of its idmapped detached
+// mount among the descriptors hutch sends after the clone, or -1 when the
+// sandbox clones the path itself.
+type bindSrc struct {
+	Path string
+	FD   int
+}
+
+type rlimit struct {
+	Resource int
+	Value    uint64
+}
+
+// stagingDir is where the sandbox attaches its new root before pivot_root.
+// It is replaced only inside the sandbox's mount namespace.
+const stagingDir = "/tmp"
+
+// devices are the host device nodes bound into the sandbox's /dev.
+var devices = []string{"null", "zero", "full", "random", "urandom", "tty"}
+
+// devLinks are the symlinks of the sandbox's /dev.
+var devLinks = [][2]string{
+	{"ptmx", "pts/ptmx"}, {"fd", "/proc/self/fd"}, {"stdin", "/proc/self/fd/0"},
+	{"stdout", "/proc/self/fd/1"}, {"stderr", "/proc/self/fd/2"},
+}
+
+// privateReadOnly and privateWritable are the sandbox's own filesystems,
+// which only the sandbox can name: Landlock rules bind to inodes, and a rule
+// on the host's /proc does not cover the sandbox's procfs mounted over it
+// (Landlock skips mount points when it walks up a path).
+var (
+	privateReadOnly = []string{"/proc", "/sys"}
+	privateWritable = []string{"/tmp", "/dev/shm"}
+)
+
+// forwardedSignals are passed on from hutch to the command.
+var forwardedSignals = []os.Signal{unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2}
+
+// Securebits that keep uid 0 in the sandbox from ever regaining capabilities
+// through execve, locked so the command cannot change them back.
+const (
+	secbitNoroot            = 1 << 0
+	secbitNorootLocked      = 1 << 1
+	secbitNoSetuidFixupLock = 1 << 3
+	secbitKeepCapsLocked    = 1 << 5
+	secbitNoCapAmbientRaise = 1 << 6
+	secbitNoCapAmbientLock  = 1 << 7
+)
+
+// effectiveDenyRead drops the deny-read paths that an allow-read path equals
+// or contains.
+func effectiveDenyRead(deny, allow []string) []string {
+	var out []string
+	for _, d := range deny {
+		if !under(d, allow) {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+var errPeerClosed = errors.New("control socket closed")
+
+func closeAll(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+}
+
+func socketPair() (parent, child *os.File, err error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("control socketpair: %w", err)
+	}
+	return os.NewFile(uintptr(fds[0]), "hutch-control"), os.NewFile(uintptr(fds[1]), "hutch-sandbox-control"), nil
+}

@@ -1,0 +1,1 @@
+// This file lets child_linux.go declare the runtime fork hooks it links to.

@@ -1,0 +1,207 @@
+package sandbox
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// cloneNamespaces are the sandbox's new namespaces.
+const cloneNamespaces = unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID |
+	unix.CLONE_NEWNET | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWCGROUP
+
+// cloneArgs is struct clone_args of clone3.
+type cloneArgs struct {
+	flags      uint64
+	pidfd      uint64
+	childTID   uint64
+	parentTID  uint64
+	exitSignal uint64
+	stack      uint64
+	stackSize  uint64
+	tls        uint64
+	setTID     uint64
+	setTIDSize uint64
+	cgroup     uint64
+}
+
+// newChild prepares the first process's world around its prog.
+func newChild(b *builder, cfg initConfig, ctl int) (*child, error) {
+	ch := &child{ops: b.p.ops, ctl: uintptr(ctl), tty: cfg.Tty, master: -1, slave: -1}
+	p := &b.p
+	argv, err := cStrings(cfg.Args)
+	if err != nil {
+		return nil, fmt.Errorf("command: %w", err)
+	}
+	envv, err := cStrings(cfg.Env)
+	if err != nil {
+		return nil, fmt.Errorf("environment: %w", err)
+	}
+	p.keep = append(p.keep, argv, envv)
+	ch.argv = uintptr(unsafe.Pointer(&argv[0]))
+	ch.envv = uintptr(unsafe.Pointer(&envv[0]))
+	for _, path := range commandPaths(cfg.Args[0], cfg.Env) {
+		b, err := unix.BytePtrFromString(path)
+		if err != nil {
+			return nil, fmt.Errorf("command: %w", err)
+		}
+		p.keep = append(p.keep, b)
+		ch.paths = append(ch.paths, uintptr(unsafe.Pointer(b)))
+	}
+	for _, sig := range forwardedSignals {
+		ch.sigmask |= 1 << (uint(sig.(syscall.Signal)) - 1)
+	}
+	ch.sigmask |= 1 << (uint(unix.SIGCHLD) - 1)
+
+	ch.outIov.Base = (*byte)(unsafe.Pointer(&ch.out))
+	ch.outIov.SetLen(int(unsafe.Sizeof(ch.out)))
+	ch.outHdr.Iov = &ch.outIov
+	ch.outHdr.SetIovlen(1)
+	ch.outFDs = ch.outHdr
+	ch.outOOB = unix.UnixRights(0)
+	ch.outFD = (*int32)(unsafe.Pointer(&ch.outOOB[unix.CmsgLen(0)]))
+	ch.outFDs.Control = &ch.outOOB[0]
+	ch.outFDs.SetControllen(len(ch.outOOB))
+	return ch, nil
+}
+
+// cStrings turns ss into a NULL-terminated array of C strings.
+func cStrings(ss []string) ([]*byte, error) {
+	out := make([]*byte, 0, len(ss)+1)
+	for _, v := range ss {
+		b, err := unix.BytePtrFromString(v)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, b)
+	}
+	return append(out, nil), nil
+}
+
+// commandPaths lists where to look for the command, in order, as a shell
+// would: the name itself if it has a slash, else each directory of PATH.
+func commandPaths(name string, env []string) []string {
+	if strings.Contains(name, "/") {
+		return []string{name}
+	}
+	path := "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			path = v
+		}
+	}
+	var out []string
+	for _, dir := range filepath.SplitList(path) {
+		if dir == "" {
+			dir = "."
+		}
+		out = append(out, filepath.Join(dir, name))
+	}
+	return out
+}
+
+// spawn clones the first process into the sandbox's namespaces (into the
+// cgroup when cgroupFD >= 0) and returns its pid. The child runs ch.main.
+// Pdeathsig belongs to the thread that cloned the child; the Go runtime
+// keeps its threads, so the lock is needed only around the clone.
+func spawn(ch *child, cgroupFD int) (int, error) {
+	args := &cloneArgs{flags: cloneNamespaces, exitSignal: uint64(unix.SIGCHLD)}
+	if cgroupFD >= 0 {
+		args.flags |= unix.CLONE_INTO_CGROUP
+		args.cgroup = uint64(cgroupFD)
+	}
+	runtime.LockOSThread()
+	pid, errno := forkChild(args, ch)
+	runtime.UnlockOSThread()
+	runtime.KeepAlive(ch)
+	if errno != 0 {
+		return 0, startError(errno)
+	}
+	return int(pid), nil
+}
+
+// forkChild is the clone itself; in the child it runs ch.main and never
+// returns.
+//
+//go:nosplit
+//go:norace
+//go:nocheckptr
+func forkChild(args *cloneArgs, ch *child) (uintptr, unix.Errno) {
+	runtimeBeforeFork()
+	pid, _, errno := syscall.RawSyscall(unix.SYS_CLONE3, uintptr(unsafe.Pointer(args)), unsafe.Sizeof(*args), 0)
+	if errno == 0 && pid == 0 {
+		ch.main()
+	}
+	runtimeAfterFork()
+	return pid, errno
+}
+
+// writeIDMaps maps the sandbox's inside uid and gid to host ids; setgroups
+// stays allowed only when root started the sandbox (it then drops all
+// supplementary groups).
+func writeIDMaps(pid, innerUID, hostUID, innerGID, hostGID int, setgroups bool) error {
+	dir := fmt.Sprintf("/proc/%d/", pid)
+	sg := "deny"
+	if setgroups {
+		sg = "allow"
+	}
+	for _, w := range [][2]string{
+		{"uid_map", fmt.Sprintf("%d %d 1\n", innerUID, hostUID)},
+		{"setgroups", sg},
+		{"gid_map", fmt.Sprintf("%d %d 1\n", innerGID, hostGID)},
+	} {
+		f, err := os.OpenFile(dir+w[0], os.O_WRONLY, 0)
+		if err != nil {
+			return fmt.Errorf("user namespace %s: %w", w[0], err)
+		}
+		_, err = f.WriteString(w[1])
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("user namespace %s: %w", w[0], err)
+		}
+	}
+	return nil
+}
+
+// readReply reads the first process's reply and the pty master with it.
+func readReply(ctl int) (reply, int, error) {
+	var r reply
+	buf := (*[unsafe.Sizeof(r)]byte)(unsafe.Pointer(&r))[:]
+	oob := make([]byte, unix.CmsgSpace(4*4))
+	for {
+		n, oobn, _, _, err := unix.Recvmsg(ctl, buf, oob, unix.MSG_CMSG_CLOEXEC)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return r, -1, err
+		}
+		fd := -1
+		if oobn > 0 {
+			msgs, _ := unix.ParseSocketControlMessage(oob[:oobn])
+			for _, m := range msgs {
+				fds, _ := unix.ParseUnixRights(&m)
+				for _, f := range fds {
+					if fd < 0 {
+						fd = f
+					} else {
+						unix.Close(f)
+					}
+				}
+			}
+		}
+		if n != len(buf) {
+			if fd >= 0 {
+				unix.Close(fd)
+			}
+			return r, -1, errPeerClosed
+		}
+		return r, fd, nil
+	}
+}
