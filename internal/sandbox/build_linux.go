@@ -121,6 +121,18 @@ func (b *builder) rebind(desc, path string, ro bool) {
 	b.p.close(t)
 }
 
+// cover mounts an empty read-only stand-in from the masks tmpfs over a
+// placeholder (a directory one when dir).
+func (b *builder) cover(desc, path string, dir bool) {
+	name := "e"
+	if dir {
+		name = "ed"
+	}
+	mnt := b.p.slot()
+	b.p.call(desc+": clone", mnt, unix.SYS_OPEN_TREE, s(b.masks), b.p.str(name), k(unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC))
+	b.attach(desc, mnt, path, false)
+}
+
 // mask hides path behind the empty directory or file of the masks tmpfs,
 // whichever fits; a path that does not exist, or that not even the first process can
 // reach (which can do all the command can), needs none.
@@ -213,6 +225,12 @@ func (b *builder) mounts(cfg initConfig, fds []int8, denyRead []pathKind) {
 	p.call("masks: file", f, unix.SYS_OPENAT, s(b.masks), p.str("f"), k(unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC), k(0))
 	p.close(f)
 	p.call("masks: directory", -1, unix.SYS_MKDIRAT, s(b.masks), p.str("d"), k(0))
+	// Stand-ins for placeholders: empty but readable, as the placeholder
+	// itself is (bound from here, they need no attribute change each).
+	e := p.slot()
+	p.call("masks: placeholder file", e, unix.SYS_OPENAT, s(b.masks), p.str("e"), k(unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC), k(0o444))
+	p.close(e)
+	p.call("masks: placeholder directory", -1, unix.SYS_MKDIRAT, s(b.masks), p.str("ed"), k(0o555))
 	b.setattr("masks: read-only", b.masks, unix.MOUNT_ATTR_RDONLY)
 
 	p.call("attach root", -1, unix.SYS_MOVE_MOUNT, s(rootTree), p.str(""), k(uintptr(unix.AT_FDCWD&0xffffffff)), p.str(stagingDir), k(unix.MOVE_MOUNT_F_EMPTY_PATH))
@@ -260,6 +278,10 @@ func (b *builder) mounts(cfg initConfig, fds []int8, denyRead []pathKind) {
 		b.rebind("pin "+path, path, false)
 	}
 	for _, path := range cfg.DenyWrite {
+		if ph, ok := cfg.Placeholders[path]; ok {
+			b.cover("protect "+path, path, ph)
+			continue
+		}
 		b.rebind("protect "+path, path, true)
 	}
 	for _, d := range denyRead {
@@ -476,14 +498,23 @@ func (b *builder) failure(r reply, name string) *InitError {
 	return &InitError{Msg: fmt.Sprintf("sandbox setup: unexpected report %d", r.Kind), Code: ExitHutchError}
 }
 
-// denyReadKinds tells which deny-read paths are directories, as the host
-// sees them.
-func denyReadKinds(paths []string) []pathKind {
+// denyReadKinds lists the deny-read paths to mask and whether each is a
+// directory, as the host sees them. A path missing on the host needs no
+// mask, except in the sandbox's own filesystems and the writable areas,
+// where it may differ or appear; there the sandbox looks for itself.
+func denyReadKinds(paths []string, writable []bindSrc) []pathKind {
+	own := []string{"/tmp", "/proc", "/dev", "/sys"}
+	for _, w := range writable {
+		own = append(own, w.Path)
+	}
 	out := make([]pathKind, 0, len(paths))
 	for _, p := range paths {
 		var st unix.Stat_t
-		dir := unix.Stat(p, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR
-		out = append(out, pathKind{path: p, dir: dir})
+		err := unix.Stat(p, &st)
+		if errors.Is(err, unix.ENOENT) && !under(p, own) {
+			continue
+		}
+		out = append(out, pathKind{path: p, dir: err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR})
 	}
 	return out
 }

@@ -19,8 +19,11 @@ type initConfig struct {
 	DenyRead  []string
 	AllowRead []string
 	DenyWrite []string // bound read-only over themselves
-	Pin       []string // bound read-write over themselves
-	TmpBytes  int64
+	// Placeholders are the DenyWrite paths hutch created, each covered
+	// with an empty stand-in (a directory when true).
+	Placeholders map[string]bool
+	Pin          []string // bound read-write over themselves
+	TmpBytes     int64
 	// PrivateHome, when set, gets a private tmpfs: the caller's home
 	// directory that the sandbox's identity could not even enter.
 	PrivateHome string

@@ -197,6 +197,15 @@ func makePlaceholder(dirfd int, path, root string, asDir bool, sources map[strin
 	return placeholder{Path: path, Root: root, Dev: src.dev, Ino: src.ino}, nil
 }
 
+// kinds maps each placeholder's path to whether it is a directory.
+func (ps *placeholders) kinds() map[string]bool {
+	out := make(map[string]bool, len(ps.made))
+	for _, p := range ps.made {
+		out[p.Path] = p.Dir
+	}
+	return out
+}
+
 // paths lists the placeholders' paths.
 func (ps *placeholders) paths() []string {
 	out := make([]string, len(ps.made))

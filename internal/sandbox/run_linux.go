@@ -131,6 +131,7 @@ func Run(ctx context.Context, c Config) (Result, error) {
 		cfg.Missing = withMissing(cfg.Missing, "seccomp")
 	}
 	cfg.DenyWrite, cfg.Pin = protectionPlan(s, home, p.placeholders.paths())
+	cfg.Placeholders = p.placeholders.kinds()
 	idmap := asRoot && !cfg.Missing["idmap"]
 	if asRoot && !idmap {
 		err := fmt.Errorf("idmapped mounts: %w: not supported (simulated by %s)", ErrKernelFeature, SimulateMissingEnv)
@@ -167,7 +168,7 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	}
 	b.identity(ids{uid: innerUID, gid: innerGID, setgroups: asRoot})
 	b.dieWithHutch(int(childCtl.Fd()))
-	b.mounts(cfg, recvd, denyReadKinds(effectiveDenyRead(cfg.DenyRead, cfg.AllowRead)))
+	b.mounts(cfg, recvd, denyReadKinds(effectiveDenyRead(cfg.DenyRead, cfg.AllowRead), cfg.Writable))
 	if err := b.harden(cfg, ruleset); err != nil {
 		childCtl.Close()
 		return res, err
