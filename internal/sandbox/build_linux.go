@@ -25,17 +25,13 @@ type builder struct {
 }
 
 // recvBuf is the memory the child receives hutch's message into: one byte
-// and up to maxRecvFDs descriptors.
+// and the descriptors (one per writable root).
 type recvBuf struct {
 	hdr  unix.Msghdr
 	iov  unix.Iovec
 	data [1]byte
-	oob  [64]byte
+	oob  []byte
 }
-
-// maxRecvFDs bounds the descriptors hutch sends after the clone (one per
-// writable root).
-const maxRecvFDs = 8
 
 // O_PATH openat2 resolution of every mount target: inside the new root, so
 // a symlink the sandbox planted in its workspace resolves in the view and
@@ -173,13 +169,13 @@ type ids struct {
 // the uid and gid maps are written): one byte and n descriptors, which land
 // in slots.
 func (b *builder) receive(ctl int, n int) []int8 {
-	m := &recvBuf{}
+	m := &recvBuf{oob: make([]byte, unix.CmsgSpace(4*max(n, 1)))}
 	m.iov.Base = &m.data[0]
 	m.iov.SetLen(1)
 	m.hdr.Iov = &m.iov
 	m.hdr.SetIovlen(1)
 	m.hdr.Control = &m.oob[0]
-	m.hdr.SetControllen(unix.CmsgSpace(4 * maxRecvFDs))
+	m.hdr.SetControllen(len(m.oob))
 	b.p.keep = append(b.p.keep, m)
 	got := b.p.slot()
 	b.p.call("wait for hutch", got, unix.SYS_RECVMSG, ci(ctl), ptr(&m.hdr), k(unix.MSG_CMSG_CLOEXEC))

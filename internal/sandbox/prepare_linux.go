@@ -255,8 +255,9 @@ func landlockDenyRead(deny, allow, writable []string) []string {
 	return out
 }
 
-// closeFDs closes the ruleset once the sandbox holds it.
-func (p *prepared) closeFDs() {
+// closeRuleset closes hutch's copy of the ruleset once the sandbox holds
+// its own.
+func (p *prepared) closeRuleset() {
 	if p.ruleset != nil {
 		p.ruleset.Close()
 		p.ruleset = nil
@@ -265,7 +266,7 @@ func (p *prepared) closeFDs() {
 
 // cleanup undoes the host-side setup after the sandbox ended.
 func (p *prepared) cleanup(log *slog.Logger) {
-	p.closeFDs()
+	p.closeRuleset()
 	var wg sync.WaitGroup
 	if p.group != nil {
 		wg.Add(1)

@@ -220,7 +220,7 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	}
 	err = unix.Sendmsg(int(ctl.Fd()), []byte{1}, unix.UnixRights(fds...), nil, 0)
 	closeAll(fds)
-	p.closeFDs()
+	p.closeRuleset()
 	if err != nil {
 		return fail(fmt.Errorf("start the sandbox: %w", err))
 	}
