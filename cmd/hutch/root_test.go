@@ -74,3 +74,27 @@ func TestRootDir(t *testing.T) {
 		t.Errorf("a root without /tmp was not refused by name:\n%s", r)
 	}
 }
+
+// TestManyWritableRoots: every --allow-write path is writable, however
+// many there are (root sends the sandbox one idmapped mount for each).
+func TestManyWritableRoots(t *testing.T) {
+	ws := hostDir(t)
+	var args []string
+	var dirs []string
+	for i := 0; i < 12; i++ {
+		d := hostDir(t)
+		dirs = append(dirs, d)
+		args = append(args, "--allow-write", d)
+	}
+	script := ""
+	for _, d := range dirs {
+		script += "echo ok > " + d + "/out && "
+	}
+	r := sandboxed(t, invocation{dir: ws, args: sh(script+"echo done", args...)})
+	wantOK(t, r)
+	for _, d := range dirs {
+		if got, err := os.ReadFile(filepath.Join(d, "out")); err != nil || string(got) != "ok\n" {
+			t.Errorf("%s was not writable: %q, %v", d, got, err)
+		}
+	}
+}
