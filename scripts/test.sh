@@ -5,7 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-export PATH="$PATH:/usr/local/go/bin:$(go env GOPATH)/bin"
+export PATH="$PATH:/usr/local/go/bin"
+export PATH="$PATH:$(go env GOPATH)/bin"
 export CGO_ENABLED=0
 
 # Debian packages the tests use (skipped when present or not root).
