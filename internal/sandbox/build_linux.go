@@ -16,8 +16,10 @@ import (
 )
 
 // builder turns a sandbox's configuration into the prog its first process
-// runs, in the fixed order: mounts → pivot_root → hostname and loopback →
-// identity → capabilities → no_new_privs → Landlock → seccomp (last).
+// runs, in the fixed order: identity → mounts → pivot_root → hostname and
+// loopback → capabilities → no_new_privs → Landlock → seccomp (last) → what
+// the command needs (pty, rlimits, close-on-exec). TestBuildOrder holds it
+// to that order.
 type builder struct {
 	p     prog
 	root  int8 // slot: O_PATH descriptor of the new root while it is built
