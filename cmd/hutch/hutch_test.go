@@ -21,6 +21,13 @@ import (
 // would: flags, a working directory, an environment, pipes or a terminal,
 // and they look only at exit codes, output and files on the host.
 
+// TestMain removes the hutch build once every test is done; the testing
+// package exits with m.Run's result.
+func TestMain(m *testing.M) {
+	m.Run()
+	testutil.RemoveBuilds()
+}
+
 // stdPath is the PATH hutch gets in these tests: directories every sandbox
 // can search, so that a missing command is reported as missing.
 const stdPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

@@ -94,3 +94,11 @@ func OwnedDir(t testing.TB, uid int) string {
 	}
 	return dir
 }
+
+// RemoveBuilds removes the binary Hutch built, if any. Packages that use
+// Hutch call it from TestMain once m.Run is done.
+func RemoveBuilds() {
+	if buildPath != "" {
+		os.RemoveAll(filepath.Dir(buildPath))
+	}
+}

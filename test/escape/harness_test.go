@@ -268,13 +268,14 @@ func readBack(t *testing.T, f *os.File) string {
 	return string(b)
 }
 
-// TestMain removes the attacker build once every test is done; the
-// testing package exits with m.Run's result.
+// TestMain removes the hutch and attacker builds once every test is done;
+// the testing package exits with m.Run's result.
 func TestMain(m *testing.M) {
 	m.Run()
 	if attackerPath != "" {
 		os.RemoveAll(filepath.Dir(attackerPath))
 	}
+	testutil.RemoveBuilds()
 }
 
 var (
