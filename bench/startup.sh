@@ -82,6 +82,8 @@ cleanup() {
 		done
 	fi
 	[ -z "$tmpfs_mounted" ] || umount "$work/tmpfs"
+	# srt leaves a socket per run in /tmp: remove those of this run.
+	find /tmp -maxdepth 1 -name 'srt-mux-*.sock' -type s -newer "$work" -delete 2>/dev/null
 	rm -rf "$work"
 }
 trap cleanup EXIT
