@@ -72,6 +72,7 @@ if ! command -v srt >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 && [ "$(id
 fi
 
 work=$(mktemp -d /tmp/hutch-bench.XXXXXX)
+touch "$work/.started" # what this run leaves in /tmp is newer
 chmod 755 "$work" # the sandboxes run as unprivileged host uids
 runc_prefix="hutchbench-$$-"
 cleanup() {
@@ -83,7 +84,7 @@ cleanup() {
 	fi
 	[ -z "$tmpfs_mounted" ] || umount "$work/tmpfs"
 	# srt leaves a socket per run in /tmp: remove those of this run.
-	find /tmp -maxdepth 1 -name 'srt-mux-*.sock' -type s -newer "$work" -delete 2>/dev/null
+	find /tmp -maxdepth 1 -name 'srt-mux-*.sock' -type s -newer "$work/.started" -delete 2>/dev/null
 	rm -rf "$work"
 }
 trap cleanup EXIT
