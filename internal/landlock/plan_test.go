@@ -40,7 +40,7 @@ func TestPlan(t *testing.T) {
 		"a.txt", "bin/", "bin/sh",
 		"etc/", "etc/passwd", "etc/shadow", "etc/ssl/", "etc/ssl/certs/", "etc/ssl/private/", "etc/ssl/private/key",
 		"etc/mtab -> /proc/self/mounts", "etc/sneaky -> ../home/u/.ssh",
-		"home/", "home/u/", "home/u/.bashrc", "home/u/.ssh/", "home/u/.ssh/id_ed25519", "home/u/work/",
+		"home/", "home/u/", "home/u/.bashrc", "home/u/.ssh/", "home/u/.ssh/id_ed25519", "home/u/src/",
 		"home/u/tools/", "home/u/tools/run", "home/u/tools/token",
 		"link -> etc",
 	}
@@ -61,14 +61,14 @@ func TestPlan(t *testing.T) {
 	}{{
 		name:   "no deny grants the root",
 		abi:    7,
-		config: Config{ReadOnly: []string{""}, ReadWrite: []string{"home/u/work"}},
-		rules:  map[string]uint64{"": rt, "home/u/work": rw},
+		config: Config{ReadOnly: []string{""}, ReadWrite: []string{"home/u/src"}},
+		rules:  map[string]uint64{"": rt, "home/u/src": rw},
 	}, {
 		name: "deny paths are carved out",
 		abi:  7,
 		config: Config{
 			ReadOnly:  []string{""},
-			ReadWrite: []string{"home/u/work", "missing/dir"},
+			ReadWrite: []string{"home/u/src", "missing/dir"},
 			Devices:   []string{"a.txt"},
 			DenyRead:  []string{"etc/shadow", "etc/ssl/private", "home/u/.ssh", "nowhere/x", "etc/ssl/private/key"},
 		},
@@ -84,7 +84,7 @@ func TestPlan(t *testing.T) {
 			"home/u":         rd,
 			"home/u/.bashrc": rf,
 			"home/u/tools":   rt,
-			"home/u/work":    rw,
+			"home/u/src":     rw,
 			"missing/dir":    rw,
 		},
 	}, {
@@ -104,7 +104,7 @@ func TestPlan(t *testing.T) {
 			"home":             rd,
 			"home/u":           rd,
 			"home/u/.bashrc":   rf,
-			"home/u/work":      rt,
+			"home/u/src":       rt,
 			"home/u/tools":     rd,
 			"home/u/tools/run": rf,
 		},

@@ -12,7 +12,7 @@ import (
 )
 
 func TestNormalize(t *testing.T) {
-	const cwd, home = "/work/proj", "/home/u"
+	const cwd, home = "/home/u/proj", "/home/u"
 	defaults := Resources{Pids: DefaultPids, TmpBytes: DefaultTmpBytes}
 	tests := []struct {
 		name string
@@ -45,13 +45,13 @@ func TestNormalize(t *testing.T) {
 				Env:     Env{Pass: []string{"A", "B", "A"}},
 			},
 			want: Spec{
-				Root: "/work/proj/rootfs",
+				Root: "/home/u/proj/rootfs",
 				Filesystem: Filesystem{
 					Workspace:       "/home/u/src/app",
-					AllowWrite:      []string{"/home/u", "/work/proj/build", "/tmp/x"},
+					AllowWrite:      []string{"/home/u", "/home/u/proj/build", "/tmp/x"},
 					DenyRead:        []string{"/home/u/.secret", "/etc/secret"},
 					AllowRead:       []string{"/home/u/.ssh/known_hosts"},
-					DenyWrite:       []string{"/work/proj/.env", "/abs/file"},
+					DenyWrite:       []string{"/home/u/proj/.env", "/abs/file"},
 					NoDefaultDenies: true,
 				},
 				Network:   Network{Mode: "none", AllowedDomains: []string{"github.com"}},
