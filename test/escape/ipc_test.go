@@ -50,6 +50,12 @@ func listenUnix(t *testing.T, addr string) *listener {
 			t.Fatal(err)
 		}
 	}
+	return count(t, l, addr)
+}
+
+// count accepts and closes connections on l until the test ends, counting
+// them.
+func count(t *testing.T, l net.Listener, addr string) *listener {
 	h := &listener{addr: addr}
 	go func() {
 		for {

@@ -17,34 +17,16 @@ import (
 // machine (with no route, connect fails before any packet is sent, and
 // the addresses tried are TEST-NET, link-local or private).
 
-// tcpListener is a host TCP listener counting the connections it accepts.
-type tcpListener struct {
-	addr     string
-	accepted atomic.Int64
-}
-
 // listenTCP listens on addr ("127.0.0.1:0", "[::1]:0", ...) until the test
 // ends; it returns nil when the host cannot listen there.
-func listenTCP(t *testing.T, addr string) *tcpListener {
+func listenTCP(t *testing.T, addr string) *listener {
 	t.Helper()
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Logf("cannot listen on %s on this host (%v); that probe is skipped", addr, err)
 		return nil
 	}
-	h := &tcpListener{addr: l.Addr().String()}
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			h.accepted.Add(1)
-			c.Close()
-		}
-	}()
-	t.Cleanup(func() { l.Close() })
-	return h
+	return count(t, l, l.Addr().String())
 }
 
 // udpListener is a host UDP socket counting the datagrams it receives.
@@ -96,13 +78,13 @@ func hostAddrs() []net.IP {
 // The sandbox's own loopback works (the control).
 func TestItem15_DirectEgress(t *testing.T) {
 	forEachMode(t, func(t *testing.T, sb *harness) {
-		var tcp []*tcpListener
+		var tcp []*listener
 		for _, addr := range []string{"127.0.0.1:0", "[::1]:0"} {
 			if l := listenTCP(t, addr); l != nil {
 				tcp = append(tcp, l)
 			}
 		}
-		var own []*tcpListener
+		var own []*listener
 		for _, ip := range hostAddrs() {
 			if l := listenTCP(t, net.JoinHostPort(ip.String(), "0")); l != nil {
 				own = append(own, l)
