@@ -148,12 +148,14 @@ func (b *builder) mask(path string, dir bool) {
 	b.p.closeKeep(mnt)
 	b.p.closeKeep(t)
 	done := b.p.jump()
-	// The path changed kind since hutch looked: use the other mask.
-	b.p.skip(move, unix.ENOTDIR, unix.EISDIR)
+	// The path changed kind since hutch looked, or went away: try the
+	// other mask; a path that is gone needs none.
+	b.p.skip(move, unix.ENOTDIR, unix.EISDIR, unix.ENOENT)
 	b.p.closeKeep(mnt)
 	b.p.call(desc+": clone mask", mnt, unix.SYS_OPEN_TREE, s(b.masks), b.p.str(second), k(unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC))
-	b.p.call(desc+": attach mask", -1, unix.SYS_MOVE_MOUNT, s(mnt), b.p.str(""), s(t), b.p.str(""),
+	move2 := b.p.call(desc+": attach mask", -1, unix.SYS_MOVE_MOUNT, s(mnt), b.p.str(""), s(t), b.p.str(""),
 		k(unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH))
+	b.p.skip(move2, unix.ENOENT)
 	b.p.closeKeep(mnt)
 	b.p.closeKeep(t)
 	b.p.free = append(b.p.free, mnt, t)
