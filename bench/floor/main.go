@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command floor is the benchmark's reference point for any sandbox launched
 // by a Go program: it does nothing but what every such sandbox must do —
 // start a Go process, clone a child into new user (mapped to an unused

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command startup measures how fast sandboxes start and end, and how much
 // memory they take. It takes a list of named commands, each a whole sandbox
 // run such as

@@ -294,15 +294,6 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	return res, nil
 }
 
-// InitError is a failure inside the sandbox before the command started, with
-// the exit code hutch should use (127 for a missing command and so on).
-type InitError struct {
-	Msg  string
-	Code int
-}
-
-func (e *InitError) Error() string { return e.Msg }
-
 func exitCode(ps *os.ProcessState, err error) int {
 	if ps == nil {
 		return ExitHutchError

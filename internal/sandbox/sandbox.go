@@ -90,3 +90,12 @@ type Result struct {
 	// Dropped lists the layers hutch could not set up under best effort.
 	Dropped []string
 }
+
+// InitError is a failure inside the sandbox before the command started, with
+// the exit code hutch should use (127 for a missing command and so on).
+type InitError struct {
+	Msg  string
+	Code int
+}
+
+func (e *InitError) Error() string { return e.Msg }
