@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -114,4 +115,15 @@ func socketPair() (parent, child *os.File, err error) {
 		return nil, nil, fmt.Errorf("control socketpair: %w", err)
 	}
 	return os.NewFile(uintptr(fds[0]), "hutch-control"), os.NewFile(uintptr(fds[1]), "hutch-sandbox-control"), nil
+}
+
+// simulatedMissing reads SimulateMissingEnv.
+func simulatedMissing() map[string]bool {
+	out := map[string]bool{}
+	for _, f := range strings.Split(os.Getenv(SimulateMissingEnv), ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out[f] = true
+		}
+	}
+	return out
 }

@@ -17,7 +17,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"strings"
 
 	"github.com/hutch-sandbox/hutch/internal/policy"
 )
@@ -47,17 +46,6 @@ var ErrKernelFeature = errors.New("missing kernel feature")
 // "userns", "idmap", "landlock" and "seccomp". It can only make hutch refuse
 // to run (S2), or, with --best-effort, run with less and say so.
 const SimulateMissingEnv = "HUTCH_TEST_MISSING"
-
-// simulatedMissing reads SimulateMissingEnv.
-func simulatedMissing() map[string]bool {
-	out := map[string]bool{}
-	for _, f := range strings.Split(os.Getenv(SimulateMissingEnv), ",") {
-		if f = strings.TrimSpace(f); f != "" {
-			out[f] = true
-		}
-	}
-	return out
-}
 
 // Config is one sandboxed command.
 type Config struct {
