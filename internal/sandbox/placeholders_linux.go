@@ -7,8 +7,6 @@ import (
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/hutch-sandbox/hutch/internal/policy"
 )
 
 // Placeholders stand in for missing protected paths while a sandbox runs
@@ -69,8 +67,8 @@ func flock(fd, how int) error {
 // path, at its first missing component below the writable root, owned like
 // the directory it is made in. Paths covered by a protected ancestor are
 // skipped; nothing is reached through a symlink.
-func (ps *placeholders) prepare(s policy.Spec, home string, asRoot bool) error {
-	if err := ps.lockRoots(writableRoots(s)); err != nil {
+func (ps *placeholders) prepare(prot []protected, roots []string, asRoot bool) error {
+	if err := ps.lockRoots(roots); err != nil {
 		return err
 	}
 	var covered []string
@@ -80,7 +78,7 @@ func (ps *placeholders) prepare(s policy.Spec, home string, asRoot bool) error {
 			unix.Close(f.fd)
 		}
 	}()
-	for _, p := range protectedPaths(s, home) {
+	for _, p := range prot {
 		if under(p.Path, covered) {
 			continue
 		}

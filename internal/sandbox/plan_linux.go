@@ -69,8 +69,7 @@ type protected struct {
 // the default names below every writable root (and below home, when home
 // lies in one), the config and hooks of every git submodule and worktree
 // found there, and the policy's own deny_write paths.
-func protectedPaths(s policy.Spec, home string) []protected {
-	roots := writableRoots(s)
+func protectedPaths(s policy.Spec, roots []string, home string) []protected {
 	rootOf := func(p string) string {
 		for _, r := range roots {
 			if under(p, []string{r}) {
@@ -159,15 +158,16 @@ func isGitDir(dir string) bool {
 	return false
 }
 
-// protectionPlan lists the paths to bind read-only and the directories to
-// pin, parents before children. Placeholders are always read-only.
-func protectionPlan(s policy.Spec, home string, placeholders []string) (ro []string, pin []string) {
+// protectionPlan lists, once the placeholders exist, the paths to bind
+// read-only and the directories to pin, parents before children.
+// Placeholders are always read-only.
+func protectionPlan(prot []protected, placeholders []string) (ro []string, pin []string) {
 	isPlaceholder := map[string]bool{}
 	for _, p := range placeholders {
 		isPlaceholder[p] = true
 		ro = append(ro, p) // some stand for a missing parent of a protected path
 	}
-	for _, p := range protectedPaths(s, home) {
+	for _, p := range prot {
 		// Pin the directories on the way from the root.
 		for _, a := range ancestorsBelow(p.Root, p.Path) {
 			var st unix.Stat_t

@@ -29,14 +29,14 @@ type prepared struct {
 }
 
 // prepare does the host-side setup, the two parts concurrently.
-func prepare(s policy.Spec, home string, asRoot bool, writable []bindSrc, missing map[string]bool) *prepared {
+func prepare(s policy.Spec, prot []protected, roots []string, asRoot bool, writable []bindSrc, missing map[string]bool) *prepared {
 	p := &prepared{}
 	var phErr, llErr error
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		phErr = p.placeholders.prepare(s, home, asRoot)
+		phErr = p.placeholders.prepare(prot, roots, asRoot)
 	}()
 	if !missing["landlock"] {
 		llErr = p.landlock(s, writable, sandboxIdentity(asRoot))

@@ -110,7 +110,8 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	if cfg.PrivateHome != "" {
 		home = "" // replaced by a private tmpfs: nothing there to protect
 	}
-	p := prepare(s, home, asRoot, cfg.Writable, cfg.Missing)
+	prot := protectedPaths(s, roots, home)
+	p := prepare(s, prot, roots, asRoot, cfg.Writable, cfg.Missing)
 	p.group = group
 	defer p.cleanup(c.Log)
 	if p.err != nil {
@@ -130,7 +131,7 @@ func Run(ctx context.Context, c Config) (Result, error) {
 		dropped = append(dropped, "seccomp ("+err.Error()+")")
 		cfg.Missing = withMissing(cfg.Missing, "seccomp")
 	}
-	cfg.DenyWrite, cfg.Pin = protectionPlan(s, home, p.placeholders.paths())
+	cfg.DenyWrite, cfg.Pin = protectionPlan(prot, p.placeholders.paths())
 	cfg.Placeholders = p.placeholders.kinds()
 	idmap := asRoot && !cfg.Missing["idmap"]
 	if asRoot && !idmap {
