@@ -204,15 +204,6 @@ func (ps *placeholders) kinds() map[string]bool {
 	return out
 }
 
-// paths lists the placeholders' paths.
-func (ps *placeholders) paths() []string {
-	out := make([]string, len(ps.made))
-	for i, p := range ps.made {
-		out[i] = p.Path
-	}
-	return out
-}
-
 // remove removes the placeholders of every root this sandbox is the last
 // one in, each only if it is still a placeholder — an empty directory, or
 // an empty file, with hutch's inode or mark — reached without following any

@@ -161,17 +161,15 @@ func isGitDir(dir string) bool {
 // protectionPlan lists, once the placeholders exist, the paths to bind
 // read-only and the directories to pin, parents before children.
 // Placeholders are always read-only.
-func protectionPlan(prot []protected, placeholders []string) (ro []string, pin []string) {
-	isPlaceholder := map[string]bool{}
-	for _, p := range placeholders {
-		isPlaceholder[p] = true
+func protectionPlan(prot []protected, placeholders map[string]bool) (ro []string, pin []string) {
+	for p := range placeholders {
 		ro = append(ro, p) // some stand for a missing parent of a protected path
 	}
 	for _, p := range prot {
 		// Pin the directories on the way from the root.
 		for _, a := range ancestorsBelow(p.Root, p.Path) {
 			var st unix.Stat_t
-			if unix.Lstat(a, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR && !isPlaceholder[a] {
+			if unix.Lstat(a, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR && !isIn(placeholders, a) {
 				pin = append(pin, a)
 			}
 		}
@@ -179,7 +177,7 @@ func protectionPlan(prot []protected, placeholders []string) (ro []string, pin [
 		if unix.Lstat(p.Path, &st) != nil {
 			continue
 		}
-		if pinNames[p.Name] && st.Mode&unix.S_IFMT == unix.S_IFDIR && !isPlaceholder[p.Path] {
+		if pinNames[p.Name] && st.Mode&unix.S_IFMT == unix.S_IFDIR && !isIn(placeholders, p.Path) {
 			pin = append(pin, p.Path)
 			continue
 		}
@@ -189,6 +187,8 @@ func protectionPlan(prot []protected, placeholders []string) (ro []string, pin [
 	sort.Strings(pin)
 	return dedupe(ro), dedupe(pin)
 }
+
+func isIn(m map[string]bool, k string) bool { _, ok := m[k]; return ok }
 
 // ancestorsBelow lists the directories strictly between root and p, from
 // the top.

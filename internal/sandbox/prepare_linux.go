@@ -29,7 +29,7 @@ type prepared struct {
 }
 
 // prepare does the host-side setup, the two parts concurrently.
-func prepare(s policy.Spec, prot []protected, roots []string, asRoot bool, writable []bindSrc, missing map[string]bool) *prepared {
+func prepare(s policy.Spec, prot []protected, roots []string, asRoot bool, missing map[string]bool) *prepared {
 	p := &prepared{}
 	var phErr, llErr error
 	var wg sync.WaitGroup
@@ -39,7 +39,7 @@ func prepare(s policy.Spec, prot []protected, roots []string, asRoot bool, writa
 		phErr = p.placeholders.prepare(prot, roots, asRoot)
 	}()
 	if !missing["landlock"] {
-		llErr = p.landlock(s, writable, sandboxIdentity(asRoot))
+		llErr = p.landlock(s, roots, sandboxIdentity(asRoot))
 	}
 	wg.Wait()
 	p.err = errors.Join(phErr, llErr)
@@ -90,11 +90,7 @@ func limits(r policy.Resources, bestEffort bool) (g *cgroups.Group, rl []rlimit,
 // landlock prepares the ruleset: rules bind to inodes, and the sandbox's
 // root, workspace and device nodes are the host's. The sandbox adds its
 // private /proc, /sys, /tmp, /dev/shm and /dev/pts before enforcing it.
-func (p *prepared) landlock(s policy.Spec, writable []bindSrc, id identity) error {
-	var rw []string
-	for _, w := range writable {
-		rw = append(rw, w.Path)
-	}
+func (p *prepared) landlock(s policy.Spec, rw []string, id identity) error {
 	root := "/"
 	deny := landlockDenyRead(s.Filesystem.DenyRead, s.Filesystem.AllowRead, rw)
 	if s.Root != "" && s.Root != policy.DefaultRoot {

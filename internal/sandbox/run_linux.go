@@ -111,7 +111,7 @@ func Run(ctx context.Context, c Config) (Result, error) {
 		home = "" // replaced by a private tmpfs: nothing there to protect
 	}
 	prot := protectedPaths(s, roots, home)
-	p := prepare(s, prot, roots, asRoot, cfg.Writable, cfg.Missing)
+	p := prepare(s, prot, roots, asRoot, cfg.Missing)
 	p.group = group
 	defer p.cleanup(c.Log)
 	if p.err != nil {
@@ -131,8 +131,8 @@ func Run(ctx context.Context, c Config) (Result, error) {
 		dropped = append(dropped, "seccomp ("+err.Error()+")")
 		cfg.Missing = withMissing(cfg.Missing, "seccomp")
 	}
-	cfg.DenyWrite, cfg.Pin = protectionPlan(prot, p.placeholders.paths())
 	cfg.Placeholders = p.placeholders.kinds()
+	cfg.DenyWrite, cfg.Pin = protectionPlan(prot, cfg.Placeholders)
 	idmap := asRoot && !cfg.Missing["idmap"]
 	if asRoot && !idmap {
 		err := fmt.Errorf("idmapped mounts: %w: not supported (simulated by %s)", ErrKernelFeature, SimulateMissingEnv)
