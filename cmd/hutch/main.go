@@ -27,6 +27,9 @@ Usage:
   hutch run [flags] -- COMMAND [ARGS...]   run COMMAND in a new sandbox
   hutch policy show [flags]                print the effective policy
   hutch version                            print hutch's version
+  hutch proxy-connect HOST PORT            (inside a sandbox) connect stdin and
+                                           stdout to HOST:PORT through the
+                                           sandbox's proxy, for ssh's ProxyCommand
 
 Run "hutch run -h" for the flags. Exit codes of "hutch run": the command's
 own, 128+N if it was killed by signal N, 124 on --timeout, 125 when hutch
@@ -52,6 +55,8 @@ func run(args []string, stdin, stdout, stderr *os.File) int {
 			return 2
 		}
 		return cmdPolicyShow(args[2:], stdout, stderr)
+	case "proxy-connect":
+		return cmdProxyConnect(args[1:], stdin, stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "hutch", version)
 		return 0
@@ -67,6 +72,7 @@ func run(args []string, stdin, stdout, stderr *os.File) int {
 func cmdRun(args []string, stdin, stdout, stderr *os.File) int {
 	fs, pf := newPolicyFlags("run", stderr)
 	debug := fs.Bool("debug", false, "log sandbox setup to stderr")
+	report := fs.String("report", "", "write every refused connection, and the traffic of every allowed host, to `file` as JSON lines")
 	if code, done := parseFlags(fs, args); done {
 		return code
 	}
@@ -86,13 +92,16 @@ func cmdRun(args []string, stdin, stdout, stderr *os.File) int {
 			spec.Filesystem.DenyWrite = append(spec.Filesystem.DenyWrite, abs)
 		}
 	}
-	if len(spec.Network.AllowedDomains) > 0 && pf.srtFile == "" {
-		fmt.Fprintln(stderr, "hutch: warning: network.allowed_domains is not enforced yet: the sandbox has no network beyond its own loopback")
-	}
 	log := slog.New(slog.DiscardHandler)
 	if *debug {
 		log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
+	egress, err := newEgress(spec, *report, stderr, log)
+	if err != nil {
+		fmt.Fprintf(stderr, "hutch: %v\n", err)
+		return sandbox.ExitHutchError
+	}
+	defer egress.finish()
 	res, err := sandbox.Run(context.Background(), sandbox.Config{
 		Spec:    spec,
 		Args:    command,
@@ -102,6 +111,7 @@ func cmdRun(args []string, stdin, stdout, stderr *os.File) int {
 		Stderr:  stderr,
 		Warn:    stderr,
 		Log:     log,
+		Proxy:   egress.sandboxProxy(),
 	})
 	if err != nil {
 		var ie *sandbox.InitError
@@ -169,6 +179,9 @@ type policyFlags struct {
 	cpus                                     float64
 	pids                                     int64
 	bestEffort, noDefaultDenies              bool
+	net                                      string
+	allowDomain, denyDomain, allowCIDR       listFlag
+	allowPrivate, addHost                    listFlag
 }
 
 type listFlag []string
@@ -197,6 +210,12 @@ func newPolicyFlags(name string, stderr io.Writer) (*flag.FlagSet, *policyFlags)
 	fs.StringVar(&p.tmpSize, "tmp-size", "", "size of the private /tmp, e.g. `256m`")
 	fs.BoolVar(&p.bestEffort, "best-effort", false, "run even if a layer cannot be set up (prints what was dropped)")
 	fs.BoolVar(&p.noDefaultDenies, "no-default-denies", false, "drop hutch's built-in deny-read and deny-write lists")
+	fs.StringVar(&p.net, "net", "", "network: \"none\" (loopback only, the default), \"proxy\" (only the allowed hosts, through hutch's egress proxy) or \"host\" (no isolation)")
+	fs.Var(&p.allowDomain, "allow-domain", "let the sandbox reach `host` (example.com, *.example.com, optionally :PORT; without a port 80 and 443) through the proxy (repeatable)")
+	fs.Var(&p.denyDomain, "deny-domain", "never let the sandbox reach `host` (same syntax; wins over --allow-domain) (repeatable)")
+	fs.Var(&p.allowCIDR, "allow-cidr", "let the sandbox reach IP addresses in `cidr` (optionally :PORT) through the proxy (repeatable)")
+	fs.Var(&p.allowPrivate, "allow-private", "let the proxy connect to loopback, private or link-local addresses in `cidr` (repeatable)")
+	fs.Var(&p.addHost, "add-host", "resolve `name:address` to that address in the proxy, like curl --resolve (repeatable)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: hutch %s [flags]", name)
 		if name == "run" {
@@ -302,5 +321,14 @@ func (p *policyFlags) apply(s *policy.Spec) error {
 	if p.bestEffort {
 		s.BestEffort = true
 	}
+	nw := &s.Network
+	if p.net != "" {
+		nw.Mode = p.net
+	}
+	nw.AllowedDomains = append(nw.AllowedDomains, p.allowDomain...)
+	nw.DeniedDomains = append(nw.DeniedDomains, p.denyDomain...)
+	nw.AllowedCIDRs = append(nw.AllowedCIDRs, p.allowCIDR...)
+	nw.AllowPrivate = append(nw.AllowPrivate, p.allowPrivate...)
+	nw.Hosts = append(nw.Hosts, p.addHost...)
 	return nil
 }

@@ -27,6 +27,10 @@ type shownPolicy struct {
 		Mode           string   `yaml:"mode"`
 		AllowedDomains []string `yaml:"allowed_domains"`
 		DeniedDomains  []string `yaml:"denied_domains"`
+		AllowedCIDRs   []string `yaml:"allowed_cidrs"`
+		AllowPrivate   []string `yaml:"allow_private"`
+		Hosts          []string `yaml:"hosts"`
+		AllowHost      *bool    `yaml:"allow_host"`
 	} `yaml:"network"`
 	Env struct {
 		Pass []string          `yaml:"pass"`
@@ -310,7 +314,8 @@ func TestPolicyFileErrors(t *testing.T) {
 		{"syntax.yaml", "filesystem: {\n", "2:1", "syntax error"},
 		{"tab.yaml", "filesystem:\n\tworkspace: /\n", "2:2", "tab"},
 		{"duplicate.yaml", "root: host\nroot: /\n", "2:1", `duplicate field "root"`},
-		{"mode.yaml", "network:\n  mode: proxy\n", "2:9", "network.mode"},
+		{"mode.yaml", "network:\n  mode: internet\n", "2:9", "network.mode"},
+		{"cidr.yaml", "network:\n  allowed_cidrs: [10.0.0]\n", "2:19", "network.allowed_cidrs[0]"},
 		{"pids.yaml", "resources:\n  pids: 0\n", "2:9", "resources.pids"},
 		{"timeout.yaml", "resources:\n  timeout: forever\n", "2:12", "resources.timeout"},
 		{"list.yaml", "- a\n- b\n", "1:1", "mapping"},
@@ -397,13 +402,13 @@ func TestPolicyShowSRT(t *testing.T) {
 	}
 	eq(t, "allowed_domains", p.Network.AllowedDomains, []string{"example.com", "*.example.org"})
 	eq(t, "denied_domains", p.Network.DeniedDomains, []string{"bad.example.com"})
+	eq(t, "mode (srt allows domains through its proxy)", p.Network.Mode, "proxy")
 	eq(t, "memory", p.Resources.Memory, "1g")
 
 	// One warning per unsupported setting, each at its place in the file.
 	for _, w := range []struct{ pos, what string }{
 		{"4:55", `"docs/**/*.md" is a pattern`},
 		{"7:5", "filesystem.allowGitConfig"},
-		{"10:5", "network.allowedDomains"},
 		{"12:5", "network.allowUnixSockets"},
 		{"13:5", "network.socksProxyPort"},
 		{"17:47", "credentials.files[0].mode"},
@@ -414,8 +419,8 @@ func TestPolicyShowSRT(t *testing.T) {
 			t.Errorf("no warning at %s about %s in:\n%s", w.pos, w.what, r.stderr)
 		}
 	}
-	if n := strings.Count(r.stderr, "hutch: warning: "); n != 7 {
-		t.Errorf("got %d warnings, want 7:\n%s", n, r.stderr)
+	if n := strings.Count(r.stderr, "hutch: warning: "); n != 6 {
+		t.Errorf("got %d warnings, want 6:\n%s", n, r.stderr)
 	}
 	if strings.Contains(r.stderr, "HUTCH_TEST_TOKEN") {
 		t.Errorf("a denied variable needs no warning: hutch withholds it anyway:\n%s", r.stderr)

@@ -81,6 +81,9 @@ func checkHostPattern(h string, denied bool) error {
 		return errors.New(`wildcards are allowed only as a leading "*." (e.g. *.example.com)`)
 	}
 	labels := strings.Split(rest, ".")
+	if last := labels[len(labels)-1]; last != "" && strings.Trim(strings.ToLower(last), "0123456789abcdefx") == "" && (strings.Trim(last, "0123456789") == "" || strings.HasPrefix(strings.ToLower(last), "0x")) {
+		return errors.New("a numeric last label reads as an IP address; write addresses in dotted form (e.g. 127.0.0.1)")
+	}
 	if len(labels) < 2 {
 		if rest != h {
 			return errors.New("too broad: a wildcard needs at least two labels after \"*.\"")
@@ -118,4 +121,87 @@ func checkEnvName(name string, pattern bool) error {
 		return fmt.Errorf("invalid variable name %q: \"*\" is allowed only at the end", name)
 	}
 	return nil
+}
+
+// checkCIDR validates an address range such as "10.0.0.0/8" or "::1/128".
+func checkCIDR(s string) error {
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		return fmt.Errorf("invalid CIDR %q: want an address range like 10.0.0.0/8 or fd00::/8", s)
+	}
+	if p != p.Masked() {
+		return fmt.Errorf("invalid CIDR %q: %s has bits set after the prefix (did you mean %s?)", s, p, p.Masked())
+	}
+	return nil
+}
+
+// SplitCIDRPort splits an allowed CIDR entry into its range and port (0
+// when it has none): "10.0.0.0/8", "10.0.0.0/8:5432", "[fd00::/8]:443".
+func SplitCIDRPort(s string) (netip.Prefix, int, error) {
+	cidr, port := s, ""
+	if strings.HasPrefix(s, "[") {
+		end := strings.IndexByte(s, ']')
+		if end < 0 {
+			return netip.Prefix{}, 0, fmt.Errorf("invalid CIDR %q: unclosed \"[\"", s)
+		}
+		cidr, port = s[1:end], s[end+1:]
+		if port != "" && !strings.HasPrefix(port, ":") {
+			return netip.Prefix{}, 0, fmt.Errorf("invalid CIDR %q: unexpected text after \"]\"", s)
+		}
+		port = strings.TrimPrefix(port, ":")
+		if port == "" && strings.HasSuffix(s, ":") {
+			port = "x"
+		}
+	} else if strings.Count(s, ":") == 1 {
+		cidr, port, _ = strings.Cut(s, ":")
+		if port == "" {
+			port = "x"
+		}
+	}
+	p, err := netip.ParsePrefix(cidr)
+	if a, aerr := netip.ParseAddr(cidr); err != nil && aerr == nil && a.Zone() == "" {
+		p, err = a.Prefix(a.BitLen()) // one address
+	}
+	if err != nil {
+		return netip.Prefix{}, 0, fmt.Errorf("invalid CIDR %q: want an address range like 10.0.0.0/8, optionally with :PORT (IPv6 in brackets: [fd00::/8]:443)", s)
+	}
+	if p != p.Masked() {
+		return netip.Prefix{}, 0, fmt.Errorf("invalid CIDR %q: %s has bits set after the prefix (did you mean %s?)", s, p, p.Masked())
+	}
+	n := 0
+	if port != "" {
+		if n, err = strconv.Atoi(port); err != nil || n < 1 || n > 65535 || port[0] == '0' {
+			return netip.Prefix{}, 0, fmt.Errorf("invalid CIDR %q: port must be a number from 1 to 65535", s)
+		}
+	}
+	return p, n, nil
+}
+
+func checkCIDRPort(s string) error {
+	_, _, err := SplitCIDRPort(s)
+	return err
+}
+
+// SplitHostPin splits a "NAME:ADDRESS" pin of network.hosts.
+func SplitHostPin(s string) (string, netip.Addr, error) {
+	name, addr, ok := strings.Cut(s, ":")
+	if !ok {
+		return "", netip.Addr{}, fmt.Errorf("invalid host pin %q: want NAME:ADDRESS, e.g. api.example.com:203.0.113.7", s)
+	}
+	if err := checkHostPattern(name, false); err != nil || strings.Contains(name, "*") {
+		if err == nil {
+			err = errors.New("wildcards cannot be pinned")
+		}
+		return "", netip.Addr{}, fmt.Errorf("invalid host pin %q: %v", s, err)
+	}
+	a, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(addr, "["), "]"))
+	if err != nil {
+		return "", netip.Addr{}, fmt.Errorf("invalid host pin %q: %q is not an IP address", s, addr)
+	}
+	return strings.ToLower(name), a, nil
+}
+
+func checkHostPin(s string) error {
+	_, _, err := SplitHostPin(s)
+	return err
 }

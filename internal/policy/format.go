@@ -30,6 +30,10 @@ type (
 		Mode           string   `yaml:"mode,omitempty"`
 		AllowedDomains []string `yaml:"allowed_domains"`
 		DeniedDomains  []string `yaml:"denied_domains"`
+		AllowedCIDRs   []string `yaml:"allowed_cidrs"`
+		AllowPrivate   []string `yaml:"allow_private"`
+		Hosts          []string `yaml:"hosts"`
+		AllowHost      *bool    `yaml:"allow_host,omitempty"`
 	}
 	formatEnv struct {
 		Pass []string          `yaml:"pass"`
@@ -64,6 +68,10 @@ func (s Spec) Format() ([]byte, error) {
 			Mode:           s.Network.Mode,
 			AllowedDomains: s.Network.AllowedDomains,
 			DeniedDomains:  s.Network.DeniedDomains,
+			AllowedCIDRs:   s.Network.AllowedCIDRs,
+			AllowPrivate:   s.Network.AllowPrivate,
+			Hosts:          s.Network.Hosts,
+			AllowHost:      s.Network.AllowHost,
 		},
 		Env:        formatEnv{Pass: s.Env.Pass, Set: s.Env.Set},
 		Resources:  formatResources{CPUs: r.CPUs, Pids: r.Pids},

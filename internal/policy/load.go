@@ -1,7 +1,6 @@
 package policy
 
 import (
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -14,13 +13,13 @@ import (
 var policyFields = map[string][]string{
 	"":           {"root", "filesystem", "network", "env", "resources", "best_effort"},
 	"filesystem": {"workspace", "allow_write", "deny_read", "allow_read", "deny_write", "no_default_denies"},
-	"network":    {"mode", "allowed_domains", "denied_domains"},
+	"network":    {"mode", "allowed_domains", "denied_domains", "allowed_cidrs", "allow_private", "hosts", "allow_host"},
 	"env":        {"pass", "set"},
 	"resources":  {"memory", "cpus", "pids", "timeout", "tmp_size"},
 }
 
 // NetworkModes lists the values network.mode accepts.
-var NetworkModes = []string{"none"}
+var NetworkModes = []string{"none", "proxy", "host"}
 
 // Load reads a policy file, YAML or JSON, and decodes it into a Spec. Every
 // problem in the file is reported as an *Error with the file's path, line
@@ -148,6 +147,16 @@ func (d *decoder) network(n *yaml.Node, nw *Network) error {
 			nw.AllowedDomains, err = d.list(e.val, name, "domains", func(s string) error { return checkDomain(s, false) })
 		case "denied_domains":
 			nw.DeniedDomains, err = d.list(e.val, name, "domains", func(s string) error { return checkDomain(s, true) })
+		case "allowed_cidrs":
+			nw.AllowedCIDRs, err = d.list(e.val, name, "CIDRs", checkCIDRPort)
+		case "allow_private":
+			nw.AllowPrivate, err = d.list(e.val, name, "CIDRs", checkCIDR)
+		case "hosts":
+			nw.Hosts, err = d.list(e.val, name, "NAME:ADDRESS pins", checkHostPin)
+		case "allow_host":
+			var b bool
+			b, err = d.boolean(e.val, name)
+			nw.AllowHost = &b
 		}
 		if err != nil {
 			return err
@@ -161,11 +170,7 @@ func checkMode(mode string) error {
 	if contains(NetworkModes, mode) {
 		return nil
 	}
-	msg := fmt.Sprintf("unknown mode %q (allowed: %s)", mode, quoteList(NetworkModes))
-	if mode == "proxy" {
-		msg += "; the egress proxy is not available yet"
-	}
-	return errors.New(msg)
+	return fmt.Errorf("unknown mode %q (allowed: %s)", mode, quoteList(NetworkModes))
 }
 
 func quoteList(list []string) string {

@@ -32,7 +32,8 @@ const (
 // sandbox started in cwd by a user whose home directory is home (both
 // absolute; home may be empty if unknown, and then "~" is an error).
 //
-// Defaults: root "host"; workspace cwd; network mode "none"; tmp_size
+// Defaults: root "host"; workspace cwd; network mode "none" ("proxy" when
+// something is allowed); tmp_size
 // 256m; pids 4096. Memory and CPU are not limited unless asked for: a hard
 // memory cap needs a cgroup, which costs a kernel RCU grace period per
 // sandbox on cgroup v1 hosts, while the pids limit can always be enforced
@@ -77,11 +78,18 @@ func (s *Spec) Normalize(cwd, home string) error {
 	fs.AllowRead = n.paths(fs.AllowRead, "filesystem.allow_read")
 	fs.DenyWrite = n.paths(fs.DenyWrite, "filesystem.deny_write")
 
-	if s.Network.Mode == "" {
-		s.Network.Mode = DefaultNetworkMode
+	nw := &s.Network
+	nw.AllowedDomains = dedupe(lower(nw.AllowedDomains))
+	nw.DeniedDomains = dedupe(lower(nw.DeniedDomains))
+	nw.AllowedCIDRs = dedupe(nw.AllowedCIDRs)
+	nw.AllowPrivate = dedupe(nw.AllowPrivate)
+	nw.Hosts = dedupe(nw.Hosts)
+	if nw.Mode == "" {
+		nw.Mode = DefaultNetworkMode
+		if len(nw.AllowedDomains) > 0 || len(nw.AllowedCIDRs) > 0 {
+			nw.Mode = "proxy"
+		}
 	}
-	s.Network.AllowedDomains = dedupe(lower(s.Network.AllowedDomains))
-	s.Network.DeniedDomains = dedupe(lower(s.Network.DeniedDomains))
 	s.Env.Pass = dedupe(s.Env.Pass)
 
 	r := &s.Resources
@@ -240,6 +248,23 @@ func (s Spec) Validate() error {
 
 	if err := checkMode(s.Network.Mode); err != nil {
 		add("network.mode: %v", err)
+	} else if s.Network.Mode == "host" && s.Network.AllowHost != nil && !*s.Network.AllowHost {
+		add("network.mode: \"host\" is refused: the policy says network.allow_host: false")
+	}
+	for _, l := range []struct {
+		field string
+		list  []string
+		check func(string) error
+	}{
+		{"network.allowed_cidrs", s.Network.AllowedCIDRs, checkCIDRPort},
+		{"network.allow_private", s.Network.AllowPrivate, checkCIDR},
+		{"network.hosts", s.Network.Hosts, checkHostPin},
+	} {
+		for i, v := range l.list {
+			if err := l.check(v); err != nil {
+				add("%s[%d]: %v", l.field, i, err)
+			}
+		}
 	}
 	for i, d := range s.Network.AllowedDomains {
 		if err := checkDomain(d, false); err != nil {

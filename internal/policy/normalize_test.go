@@ -54,7 +54,7 @@ func TestNormalize(t *testing.T) {
 					DenyWrite:       []string{"/home/u/proj/.env", "/abs/file"},
 					NoDefaultDenies: true,
 				},
-				Network:   Network{Mode: "none", AllowedDomains: []string{"github.com"}},
+				Network:   Network{Mode: "proxy", AllowedDomains: []string{"github.com"}},
 				Env:       Env{Pass: []string{"A", "B"}},
 				Resources: defaults,
 			},
@@ -174,8 +174,12 @@ func TestValidate(t *testing.T) {
 		{"deny_read relative", func(s *Spec) { s.Filesystem.DenyRead = []string{"~/.ssh"} }, `filesystem.deny_read[0]: must be an absolute path, got "~/.ssh"`},
 		{"allow_read relative", func(s *Spec) { s.Filesystem.AllowRead = []string{"x"} }, `filesystem.allow_read[0]: must be an absolute path, got "x"`},
 		{"deny_write pattern", func(s *Spec) { s.Filesystem.DenyWrite = []string{"/w/*.env"} }, `filesystem.deny_write[0]: "/w/*.env" is a pattern; hutch takes literal paths only`},
-		{"mode", func(s *Spec) { s.Network.Mode = "proxy" }, `network.mode: unknown mode "proxy" (allowed: "none"); the egress proxy is not available yet`},
-		{"mode empty", func(s *Spec) { s.Network.Mode = "" }, `network.mode: unknown mode "" (allowed: "none")`},
+		{"mode", func(s *Spec) { s.Network.Mode = "wifi" }, `network.mode: unknown mode "wifi" (allowed: "none", "proxy", "host")`},
+		{"mode empty", func(s *Spec) { s.Network.Mode = "" }, `network.mode: unknown mode "" (allowed: "none", "proxy", "host")`},
+		{"host refused", func(s *Spec) { f := false; s.Network.Mode = "host"; s.Network.AllowHost = &f }, `network.mode: "host" is refused: the policy says network.allow_host: false`},
+		{"cidr", func(s *Spec) { s.Network.AllowedCIDRs = []string{"10.0.0.0/8:22", "[fd00::/8]:x"} }, `network.allowed_cidrs[1]: invalid CIDR "[fd00::/8]:x": port must be a number from 1 to 65535`},
+		{"private", func(s *Spec) { s.Network.AllowPrivate = []string{"127.0.0.1"} }, `network.allow_private[0]: invalid CIDR "127.0.0.1": want an address range like 10.0.0.0/8 or fd00::/8`},
+		{"pin", func(s *Spec) { s.Network.Hosts = []string{"*.x.test:1.2.3.4"} }, `network.hosts[0]: invalid host pin "*.x.test:1.2.3.4": wildcards cannot be pinned`},
 		{"allowed domain", func(s *Spec) { s.Network.AllowedDomains = []string{"*"} }, `network.allowed_domains[0]: invalid domain "*": wildcards are allowed only as a leading "*." (e.g. *.example.com)`},
 		{"denied domain", func(s *Spec) { s.Network.DeniedDomains = []string{"*", "x.com:99999"} }, `network.denied_domains[1]: invalid domain "x.com:99999": port must be a number from 1 to 65535`},
 		{"env pass", func(s *Spec) { s.Env.Pass = []string{"A=B"} }, `env.pass[0]: invalid variable name "A=B": names cannot contain "="`},
@@ -190,7 +194,7 @@ func TestValidate(t *testing.T) {
 		{"cpus negative", func(s *Spec) { s.Resources.CPUs = -1 }, `resources.cpus: must be a positive number, got -1`},
 		{"cpus nan", func(s *Spec) { s.Resources.CPUs = math.NaN() }, `resources.cpus: must be a positive number, got NaN`},
 		{"two problems", func(s *Spec) { s.Resources.Pids = 1; s.Network.Mode = "x" },
-			"network.mode: unknown mode \"x\" (allowed: \"none\")\nresources.pids: 1 is below the minimum of 8"},
+			"network.mode: unknown mode \"x\" (allowed: \"none\", \"proxy\", \"host\")\nresources.pids: 1 is below the minimum of 8"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -303,6 +307,9 @@ network:
   mode: none
   allowed_domains: []
   denied_domains: []
+  allowed_cidrs: []
+  allow_private: []
+  hosts: []
 env:
   pass: []
   set: {}

@@ -46,15 +46,34 @@ type Filesystem struct {
 	NoDefaultDenies bool `json:"no_default_denies" yaml:"no_default_denies"`
 }
 
-// Network is the sandbox's network policy. Until the egress proxy exists the
-// only mode is "none": a network namespace with loopback only.
+// Network is the sandbox's network policy. In every mode but "host" the
+// sandbox has a network namespace of its own; in "proxy" mode the only way
+// out of it is hutch's egress proxy, which enforces the lists below.
 type Network struct {
-	// Mode is "none" (loopback only).
+	// Mode is "none" (loopback only), "proxy" (loopback plus hutch's egress
+	// proxy) or "host" (the host's network, no isolation). Default: "proxy"
+	// when AllowedDomains or AllowedCIDRs is set, else "none".
 	Mode string `json:"mode" yaml:"mode"`
-	// AllowedDomains lists hosts reachable through the egress proxy.
+	// AllowedDomains lists hosts reachable through the egress proxy:
+	// "example.com" (that name only), "*.example.com" (its subdomains
+	// only) or an IP address, each with an optional ":PORT"; without a port
+	// only 80 and 443.
 	AllowedDomains []string `json:"allowed_domains" yaml:"allowed_domains"`
-	// DeniedDomains lists hosts never reachable, even if allowed above.
+	// DeniedDomains lists hosts never reachable, even if allowed above
+	// (deny wins); "*" denies every host.
 	DeniedDomains []string `json:"denied_domains" yaml:"denied_domains"`
+	// AllowedCIDRs lists IP ranges reachable by address ("10.1.0.0/16",
+	// optionally ":PORT"; without a port only 80 and 443).
+	AllowedCIDRs []string `json:"allowed_cidrs" yaml:"allowed_cidrs"`
+	// AllowPrivate lists address ranges (CIDRs) the proxy may connect to
+	// although they are loopback, private, link-local or the host's own;
+	// by default it refuses them whatever a name resolves to.
+	AllowPrivate []string `json:"allow_private" yaml:"allow_private"`
+	// Hosts pins names to addresses in the proxy's resolver, as
+	// "NAME:ADDRESS" (like curl --resolve); a pinned name is never looked up.
+	Hosts []string `json:"hosts" yaml:"hosts"`
+	// AllowHost, when false, refuses mode "host". Nil means true.
+	AllowHost *bool `json:"allow_host,omitempty" yaml:"allow_host,omitempty"`
 }
 
 // Env is the sandboxed command's environment: an allow-list of names passed

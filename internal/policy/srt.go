@@ -241,10 +241,9 @@ func (d *srtDecoder) spec(root *yaml.Node) (Spec, error) {
 				var err error
 				switch e.key.Value {
 				case "allowedDomains":
+					// As in srt, allowed domains mean egress through the
+					// proxy (Normalize makes the mode "proxy").
 					s.Network.AllowedDomains, err = d.list(e.val, field, "domains", func(v string) error { return checkDomain(v, false) })
-					if err == nil && len(s.Network.AllowedDomains) > 0 {
-						d.warnf(e.key, "%s: hutch has no egress proxy yet, so the sandbox has no network; the domains are kept in the policy", field)
-					}
 				case "deniedDomains":
 					s.Network.DeniedDomains, err = d.list(e.val, field, "domains", func(v string) error { return checkDomain(v, true) })
 				}

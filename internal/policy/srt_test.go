@@ -30,7 +30,6 @@ func TestLoadSRT(t *testing.T) {
 		t.Errorf("LoadSRT\n got: %+v\nwant: %+v", got, want)
 	}
 	wantWarnings := []string{
-		file + `:3:5: network.allowedDomains: hutch has no egress proxy yet, so the sandbox has no network; the domains are kept in the policy`,
 		file + `:5:5: network.allowUnixSockets is not supported by hutch and was ignored (host daemon sockets stay denied)`,
 		file + `:8:5: network.httpProxyPort is not supported by hutch and was ignored (an external proxy cannot be used)`,
 		file + `:12:41: filesystem.allowRead[1]: "src/**/*.ts" is a pattern; hutch takes literal paths only and ignored it`,

@@ -26,13 +26,26 @@ type builder struct {
 	masks int8 // slot: the detached read-only tmpfs of mask files
 }
 
-// recvBuf is the memory the child receives hutch's message into: one byte
-// and the descriptors (one per writable root).
-type recvBuf struct {
+// msgBuf is a message between hutch and the first process, in memory the
+// first process can use: one byte and descriptors (hutch's message carries
+// one per writable root, the listeners message the proxy's two).
+type msgBuf struct {
 	hdr  unix.Msghdr
 	iov  unix.Iovec
 	data [1]byte
 	oob  []byte
+}
+
+// newMsgBuf returns a message of one byte with oob as its control data.
+func newMsgBuf(oob []byte) *msgBuf {
+	m := &msgBuf{oob: oob}
+	m.iov.Base = &m.data[0]
+	m.iov.SetLen(1)
+	m.hdr.Iov = &m.iov
+	m.hdr.SetIovlen(1)
+	m.hdr.Control = &m.oob[0]
+	m.hdr.SetControllen(len(m.oob))
+	return m
 }
 
 // O_PATH openat2 resolution of every mount target: inside the new root, so
@@ -173,13 +186,7 @@ type ids struct {
 // the uid and gid maps are written): one byte and n descriptors, which land
 // in slots.
 func (b *builder) receive(ctl int, n int) []int8 {
-	m := &recvBuf{oob: make([]byte, unix.CmsgSpace(4*max(n, 1)))}
-	m.iov.Base = &m.data[0]
-	m.iov.SetLen(1)
-	m.hdr.Iov = &m.iov
-	m.hdr.SetIovlen(1)
-	m.hdr.Control = &m.oob[0]
-	m.hdr.SetControllen(len(m.oob))
+	m := newMsgBuf(make([]byte, unix.CmsgSpace(4*max(n, 1))))
 	b.p.keep = append(b.p.keep, m)
 	got := b.p.slot()
 	b.p.call("wait for hutch", got, unix.SYS_RECVMSG, ci(ctl), ptr(&m.hdr), k(unix.MSG_CMSG_CLOEXEC))
@@ -216,6 +223,10 @@ func (b *builder) mounts(cfg initConfig, fds []int8, denyRead []pathKind) {
 	for i, d := range devices {
 		devs[i] = b.cloneTree("device /dev/"+d, "/dev/"+d, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NOEXEC)
 	}
+	exe := int8(-1)
+	if cfg.HutchExe != "" {
+		exe = b.cloneTree("hutch's binary "+cfg.HutchExe, cfg.HutchExe, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
+	}
 
 	// The masks: an empty file and an empty directory, mode 000, on a
 	// detached read-only tmpfs that is never attached anywhere else.
@@ -249,7 +260,11 @@ func (b *builder) mounts(cfg initConfig, fds []int8, denyRead []pathKind) {
 		b.attach("private home", b.fsmount("private home", "tmpfs", size([][2]string{{"mode", "0700"}}), unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV), cfg.PrivateHome, false)
 	}
 	b.attach("/proc", b.fsmount("/proc", "proc", nil, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC), "/proc", false)
-	b.attach("/sys", b.fsmount("/sys", "sysfs", nil, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC), "/sys", false)
+	if cfg.Net != "host" {
+		// A sysfs belongs to a network namespace; with the host's network
+		// the sandbox keeps the host's /sys of its read-only root.
+		b.attach("/sys", b.fsmount("/sys", "sysfs", nil, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC), "/sys", false)
+	}
 
 	// /dev: a tmpfs with the host's device nodes bound in, a private
 	// devpts and /dev/shm, made read-only.
@@ -263,6 +278,12 @@ func (b *builder) mounts(cfg initConfig, fds []int8, denyRead []pathKind) {
 	}
 	for _, l := range devLinks {
 		p.call("/dev/"+l[0], -1, unix.SYS_SYMLINKAT, p.str(l[1]), s(b.root), p.str("dev/"+l[0]))
+	}
+	if exe >= 0 {
+		node := p.slot()
+		p.call(SandboxHutch+": mount point", node, unix.SYS_OPENAT, s(b.root), p.str(strings.TrimPrefix(SandboxHutch, "/")), k(unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC), k(0o555))
+		p.close(node)
+		b.attach(SandboxHutch, exe, SandboxHutch, false)
 	}
 	b.attach("/dev/pts", b.fsmount("/dev/pts", "devpts", [][2]string{{"ptmxmode", "0666"}, {"mode", "0620"}}, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NOEXEC), "/dev/pts", true)
 	b.attach("/dev/shm", b.fsmount("/dev/shm", "tmpfs", size([][2]string{{"mode", "1777"}}), unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV), "/dev/shm", true)
@@ -303,6 +324,37 @@ type pathKind struct {
 	path string
 	dir  bool
 }
+
+// proxyListeners appends the proxy's listening sockets on the sandbox's
+// loopback (HTTP, then SOCKS5) and sends them to hutch, which serves them
+// from outside: no relay process runs in the sandbox, and the sandbox can
+// neither stop nor replace the listeners.
+func (b *builder) proxyListeners(ctl int) {
+	p := &b.p
+	m := newMsgBuf(unix.UnixRights(0, 0))
+	m.data[0] = listenersMsg
+	p.keep = append(p.keep, m)
+	var socks []int8
+	for i, port := range []int{ProxyHTTPPort, ProxySOCKSPort} {
+		l := p.slot()
+		desc := fmt.Sprintf("proxy: listen on 127.0.0.1:%d", port)
+		addr := &unix.RawSockaddrInet4{Family: unix.AF_INET, Addr: [4]byte{127, 0, 0, 1}}
+		addr.Port = uint16(port>>8) | uint16(port&0xff)<<8 // network byte order
+		p.call(desc, l, unix.SYS_SOCKET, k(unix.AF_INET), k(unix.SOCK_STREAM|unix.SOCK_CLOEXEC), k(0))
+		p.call(desc, -1, unix.SYS_BIND, s(l), keepPtr(p, addr), k(unix.SizeofSockaddrInet4))
+		p.call(desc, -1, unix.SYS_LISTEN, s(l), k(1024))
+		p.store((*int32)(unsafe.Pointer(&m.oob[unix.CmsgLen(0)+4*i])), l)
+		socks = append(socks, l)
+	}
+	p.call("proxy: hand the listeners to hutch", -1, unix.SYS_SENDMSG, ci(ctl), ptr(&m.hdr), k(0))
+	for _, l := range socks {
+		p.close(l)
+	}
+}
+
+// listenersMsg is the byte of the message that carries the proxy's
+// listeners.
+const listenersMsg = 'L'
 
 // identity appends the switch to the inside identity. The child was forked
 // with hutch's credentials, which for root are the host's root: it sheds
@@ -369,20 +421,25 @@ func (b *builder) hideArgs() error {
 
 // harden appends, after the mounts: hostname, loopback, not dumpable,
 // capabilities, no_new_privs, Landlock, seccomp.
-func (b *builder) harden(cfg initConfig, ruleset int) error {
+func (b *builder) harden(cfg initConfig, ruleset, ctl int) error {
 	p := &b.p
 	host := []byte(cfg.Hostname)
 	p.keep = append(p.keep, host)
 	p.call("hostname", -1, unix.SYS_SETHOSTNAME, k(uintptr(unsafe.Pointer(&host[0]))), ci(len(host)))
-	ifr, err := unix.NewIfreq("lo")
-	if err != nil {
-		return err
+	if cfg.Net != "host" {
+		ifr, err := unix.NewIfreq("lo")
+		if err != nil {
+			return err
+		}
+		ifr.SetUint16(unix.IFF_UP | unix.IFF_RUNNING)
+		sock := p.slot()
+		p.call("network: socket", sock, unix.SYS_SOCKET, k(unix.AF_INET), k(unix.SOCK_DGRAM|unix.SOCK_CLOEXEC), k(0))
+		p.call("network: bring up lo", -1, unix.SYS_IOCTL, s(sock), k(unix.SIOCSIFFLAGS), keepPtr(p, ifr))
+		p.close(sock)
 	}
-	ifr.SetUint16(unix.IFF_UP | unix.IFF_RUNNING)
-	sock := p.slot()
-	p.call("network: socket", sock, unix.SYS_SOCKET, k(unix.AF_INET), k(unix.SOCK_DGRAM|unix.SOCK_CLOEXEC), k(0))
-	p.call("network: bring up lo", -1, unix.SYS_IOCTL, s(sock), k(unix.SIOCSIFFLAGS), keepPtr(p, ifr))
-	p.close(sock)
+	if cfg.Net == "proxy" {
+		b.proxyListeners(ctl)
+	}
 
 	p.call("not dumpable", -1, unix.SYS_PRCTL, k(unix.PR_SET_DUMPABLE), k(0), k(0), k(0), k(0))
 
@@ -408,6 +465,11 @@ func (b *builder) harden(cfg initConfig, ruleset int) error {
 		rules, _, err := landlock.Plan(landlock.Config{ReadOnly: privateReadOnly, ReadWrite: rw, Devices: []string{"/dev/pts"}}, landlock.ABI())
 		if err != nil {
 			return err
+		}
+		if cfg.HutchExe != "" {
+			// hutch's binary bound into /dev, which is not executable
+			// otherwise.
+			rules = append(rules, landlock.Rule{Path: SandboxHutch, Access: landlock.AccessReadFile | landlock.AccessExecute})
 		}
 		for _, r := range rules {
 			t := p.slot()

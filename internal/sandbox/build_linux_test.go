@@ -13,14 +13,14 @@ func TestBuildOrder(t *testing.T) {
 	cfg := initConfig{
 		Args: []string{"true"}, Env: []string{"PATH=/bin"}, Dir: "/w", Root: "host",
 		Writable: []bindSrc{{Path: "/w", FD: -1}}, DenyRead: []string{"/etc/shadow"},
-		DenyWrite: []string{"/w/.bashrc"}, Hostname: "hutch", Tty: true,
+		DenyWrite: []string{"/w/.bashrc"}, Hostname: "hutch", Tty: true, Net: "proxy", HutchExe: "/usr/bin/hutch",
 		Rlimits: []rlimit{{Resource: 6, Value: 100}},
 	}
 	b := &builder{}
 	b.identity(ids{uid: 1000, gid: 1000})
 	b.dieWithHutch(3)
 	b.mounts(cfg, nil, []pathKind{{path: "/etc/shadow"}})
-	if err := b.harden(cfg, 99); err != nil {
+	if err := b.harden(cfg, 99, 3); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := b.command(cfg, 3); err != nil {
@@ -28,8 +28,8 @@ func TestBuildOrder(t *testing.T) {
 	}
 	order := []string{
 		"identity: uid", "die with hutch", "make mounts private", "attach root",
-		"protect /w/.bashrc", "deny read /etc/shadow", "pivot_root", "hostname",
-		"not dumpable", "capabilities: capset", "no_new_privs", "landlock: restrict",
+		"/dev/hutch: attach", "protect /w/.bashrc", "deny read /etc/shadow", "pivot_root", "hostname",
+		"network: bring up lo", "proxy: listen on 127.0.0.1:3128", "proxy: hand the listeners", "not dumpable", "capabilities: capset", "no_new_privs", "landlock: restrict",
 		"seccomp", "terminal: open /dev/ptmx", "rlimit 6", "close inherited descriptors", "exec pipe",
 	}
 	last := -1

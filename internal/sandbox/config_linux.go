@@ -29,9 +29,17 @@ type initConfig struct {
 	// directory that the sandbox's identity could not even enter.
 	PrivateHome string
 	Hostname    string
-	Tty         bool
-	Rows, Cols  uint16
-	BestEffort  bool
+	// Net is the network mode: "none" and "proxy" give the sandbox a
+	// network namespace with loopback only, where in "proxy" the first
+	// process also makes the proxy's listeners and sends them to hutch;
+	// "host" keeps the host's network.
+	Net string
+	// HutchExe is the host path of hutch's binary, bound read-only at
+	// SandboxHutch in proxy mode (ssh's ProxyCommand runs it).
+	HutchExe   string
+	Tty        bool
+	Rows, Cols uint16
+	BestEffort bool
 	// Missing lists kernel features to act as if absent (tests only; see
 	// SimulateMissingEnv).
 	Missing map[string]bool

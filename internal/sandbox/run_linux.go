@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -66,6 +67,19 @@ func Run(ctx context.Context, c Config) (Result, error) {
 		Missing:    simulatedMissing(),
 		DenyRead:   s.Filesystem.DenyRead,
 		AllowRead:  s.Filesystem.AllowRead,
+		Net:        s.Network.Mode,
+	}
+	if cfg.Net == "proxy" {
+		if c.Proxy == nil {
+			return res, errors.New("network mode proxy needs an egress proxy")
+		}
+		defer c.Proxy.Close()
+		exe, err := os.Executable()
+		if err != nil {
+			return res, fmt.Errorf("hutch's own binary: %w", err)
+		}
+		cfg.HutchExe = exe
+		cfg.Env = append(withoutProxyEnv(cfg.Env), ProxyEnv()...)
 	}
 	if cfg.Missing["userns"] {
 		return res, fmt.Errorf("create sandbox namespaces: %w: user namespaces are not available (simulated by %s)", ErrKernelFeature, SimulateMissingEnv)
@@ -170,7 +184,7 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	b.identity(ids{uid: innerUID, gid: innerGID, setgroups: asRoot})
 	b.dieWithHutch(int(childCtl.Fd()))
 	b.mounts(cfg, recvd, denyReadKinds(effectiveDenyRead(cfg.DenyRead, cfg.AllowRead), cfg.Writable))
-	if err := b.harden(cfg, ruleset); err != nil {
+	if err := b.harden(cfg, ruleset, int(childCtl.Fd())); err != nil {
 		childCtl.Close()
 		return res, err
 	}
@@ -180,7 +194,7 @@ func Run(ctx context.Context, c Config) (Result, error) {
 		return res, err
 	}
 
-	pid, err := spawn(ch, cgroupFD)
+	pid, err := spawn(ch, cgroupFD, cfg.Net != "host")
 	childCtl.Close()
 	if err != nil {
 		return res, err
@@ -226,7 +240,11 @@ func Run(ctx context.Context, c Config) (Result, error) {
 		return fail(fmt.Errorf("start the sandbox: %w", err))
 	}
 
-	rep, master, err := readReply(int(ctl.Fd()))
+	rep, master, listeners, err := readReply(int(ctl.Fd()))
+	if listeners != nil && (err != nil || rep.Kind != replyStarted || cfg.Net != "proxy") {
+		closeAll(listeners)
+		listeners = nil
+	}
 	if err != nil {
 		killInit()
 		ps := <-waited
@@ -242,6 +260,11 @@ func Run(ctx context.Context, c Config) (Result, error) {
 		return res, ie
 	}
 	phase("command started")
+	if cfg.Net == "proxy" {
+		if err := serveProxy(c.Proxy, listeners); err != nil {
+			return fail(err)
+		}
+	}
 	res.Dropped = dropped
 	for _, d := range res.Dropped {
 		fmt.Fprintf(c.Warn, "hutch: warning: running without %s\n", d)
@@ -293,6 +316,47 @@ func Run(ctx context.Context, c Config) (Result, error) {
 		}
 	}
 	return res, nil
+}
+
+// serveProxy serves the proxy's listeners (HTTP, SOCKS5) that the sandbox
+// made; closing the proxy stops them.
+func serveProxy(p Proxy, fds []int) error {
+	if len(fds) != 2 {
+		closeAll(fds)
+		return errors.New("the sandbox sent no proxy listeners")
+	}
+	var ls [2]net.Listener
+	for i, fd := range fds {
+		f := os.NewFile(uintptr(fd), "proxy-listener")
+		l, err := net.FileListener(f)
+		f.Close()
+		if err != nil {
+			for _, l := range ls[:i] {
+				l.Close()
+			}
+			closeAll(fds[i+1:])
+			return fmt.Errorf("proxy listener: %w", err)
+		}
+		ls[i] = l
+	}
+	go func() { _ = p.ServeHTTP(ls[0]) }()
+	go func() { _ = p.ServeSOCKS(ls[1]) }()
+	return nil
+}
+
+// withoutProxyEnv drops proxy settings the caller passed: in proxy mode
+// the sandbox's only way out is its own proxy.
+func withoutProxyEnv(env []string) []string {
+	out := env[:0:0]
+	for _, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		switch strings.ToUpper(name) {
+		case "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "FTP_PROXY", "GIT_SSH_COMMAND":
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
 }
 
 func exitCode(ps *os.ProcessState, err error) int {

@@ -16,7 +16,9 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"os"
+	"strconv"
 
 	"github.com/hutch-sandbox/hutch/internal/policy"
 )
@@ -63,6 +65,45 @@ type Config struct {
 	Warn io.Writer
 	// Log receives debug records; nil discards them.
 	Log *slog.Logger
+	// Proxy serves the sandbox's egress in network mode "proxy"; it is
+	// required then. Run hands it the listeners the sandbox made in its
+	// own network namespace and closes it when the sandbox has ended.
+	Proxy Proxy
+}
+
+// Proxy is the egress proxy of one sandbox (package egress implements it).
+type Proxy interface {
+	// ServeHTTP serves the HTTP proxy protocol (forwarding and CONNECT)
+	// on l until Close.
+	ServeHTTP(l net.Listener) error
+	// ServeSOCKS serves SOCKS5 on l until Close.
+	ServeSOCKS(l net.Listener) error
+	// Close stops serving and ends every open connection.
+	Close() error
+}
+
+// The proxy's addresses inside a sandbox in network mode "proxy", and the
+// path of hutch's own binary there (for ssh's ProxyCommand).
+const (
+	ProxyHTTPPort  = 3128
+	ProxySOCKSPort = 1080
+	SandboxHutch   = "/dev/hutch"
+)
+
+// ProxyEnv is the environment that points a sandbox's tools at its proxy:
+// HTTP(S)_PROXY, ALL_PROXY (SOCKS5 with names resolved by the proxy), their
+// lower-case twins, NO_PROXY for the sandbox's own loopback, and git over
+// ssh through hutch's CONNECT helper.
+func ProxyEnv() []string {
+	httpURL := "http://127.0.0.1:" + strconv.Itoa(ProxyHTTPPort)
+	socksURL := "socks5h://127.0.0.1:" + strconv.Itoa(ProxySOCKSPort)
+	return []string{
+		"HTTP_PROXY=" + httpURL, "http_proxy=" + httpURL,
+		"HTTPS_PROXY=" + httpURL, "https_proxy=" + httpURL,
+		"ALL_PROXY=" + socksURL, "all_proxy=" + socksURL,
+		"NO_PROXY=localhost,127.0.0.1,::1", "no_proxy=localhost,127.0.0.1,::1",
+		"GIT_SSH_COMMAND=ssh -o ProxyCommand='" + SandboxHutch + " proxy-connect %h %p'",
+	}
 }
 
 // Result is how a sandboxed command ended.

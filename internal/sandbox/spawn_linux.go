@@ -107,11 +107,15 @@ func commandPaths(name string, env []string) []string {
 }
 
 // spawn clones the first process into the sandbox's namespaces (into the
-// cgroup when cgroupFD >= 0) and returns its pid. The child runs ch.main.
+// cgroup when cgroupFD >= 0; without a network namespace of its own unless
+// newNet) and returns its pid. The child runs ch.main.
 // Pdeathsig belongs to the thread that cloned the child; the Go runtime
 // keeps its threads, so the lock is needed only around the clone.
-func spawn(ch *child, cgroupFD int) (int, error) {
+func spawn(ch *child, cgroupFD int, newNet bool) (int, error) {
 	args := &cloneArgs{flags: cloneNamespaces, exitSignal: uint64(unix.SIGCHLD)}
+	if !newNet {
+		args.flags &^= unix.CLONE_NEWNET
+	}
 	if cgroupFD >= 0 {
 		args.flags |= unix.CLONE_INTO_CGROUP
 		args.cgroup = uint64(cgroupFD)
@@ -169,9 +173,9 @@ func writeIDMaps(pid, innerUID, hostUID, innerGID, hostGID int, setgroups bool) 
 	return nil
 }
 
-// readReply reads the first process's reply and the pty master with it.
-func readReply(ctl int) (reply, int, error) {
-	var r reply
+// readReply reads the first process's reply and the pty master with it;
+// the proxy's listeners come in a message of their own before it.
+func readReply(ctl int) (r reply, master int, listeners []int, err error) {
 	buf := (*[unsafe.Sizeof(r)]byte)(unsafe.Pointer(&r))[:]
 	oob := make([]byte, unix.CmsgSpace(4*4))
 	for {
@@ -180,28 +184,29 @@ func readReply(ctl int) (reply, int, error) {
 			continue
 		}
 		if err != nil {
-			return r, -1, err
+			return r, -1, listeners, err
 		}
-		fd := -1
+		var fds []int
 		if oobn > 0 {
 			msgs, _ := unix.ParseSocketControlMessage(oob[:oobn])
 			for _, m := range msgs {
-				fds, _ := unix.ParseUnixRights(&m)
-				for _, f := range fds {
-					if fd < 0 {
-						fd = f
-					} else {
-						unix.Close(f)
-					}
-				}
+				got, _ := unix.ParseUnixRights(&m)
+				fds = append(fds, got...)
 			}
+		}
+		if n == 1 && buf[0] == listenersMsg && listeners == nil {
+			listeners = fds
+			continue
 		}
 		if n != len(buf) {
-			if fd >= 0 {
-				unix.Close(fd)
-			}
-			return r, -1, errPeerClosed
+			closeAll(fds)
+			return r, -1, listeners, errPeerClosed
 		}
-		return r, fd, nil
+		master = -1
+		if len(fds) > 0 {
+			master = fds[0]
+			closeAll(fds[1:])
+		}
+		return r, master, listeners, nil
 	}
 }

@@ -14,10 +14,14 @@
 package main
 
 import (
+	"bufio"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"runtime"
 	"strconv"
@@ -97,6 +101,11 @@ var attacks = map[string]func(param string) string{
 	"abstract":      dialAbstract,
 	"abstract_self": abstractSelf,
 	"tcp_self":      tcpSelf,
+
+	// The egress proxy's protocols spoken by hand (ESCAPES 15, 17, 18).
+	"socks5":  socks5Probe,
+	"socks4":  socks4Probe,
+	"rawhttp": rawHTTP,
 
 	// Terminal (ESCAPES 14).
 	"tiocsti":    tiocsti,
@@ -673,4 +682,240 @@ func fillFile(p string) string {
 		}
 	}
 	return "ok written_mib=" + mibStr
+}
+
+// proxyTimeout bounds each exchange with the egress proxy and, through it,
+// with an upstream.
+const proxyTimeout = 5 * time.Second
+
+// cutProxy splits "PROXYHOST:PROXYPORT:REST" (an IPv4 proxy address).
+func cutProxy(p string) (proxy, rest string, ok bool) {
+	i := strings.IndexByte(p, ':')
+	if i < 0 {
+		return "", "", false
+	}
+	j := strings.IndexByte(p[i+1:], ':')
+	if j < 0 {
+		return "", "", false
+	}
+	return p[:i+1+j], p[i+1+j+1:], true
+}
+
+// cutLast splits s at its last colon.
+func cutLast(s string) (before, after string, ok bool) {
+	i := strings.LastIndexByte(s, ':')
+	if i < 0 {
+		return "", "", false
+	}
+	return s[:i], s[i+1:], true
+}
+
+// readWord words the error of a read from the proxy: "closed" when it hung
+// up without answering (in full).
+func readWord(err error) string {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return "closed"
+	}
+	return result(err)
+}
+
+// echoExchange sends line on c and expects it back from the echo upstream:
+// "echo=ok", or what went wrong.
+func echoExchange(c net.Conn, r *bufio.Reader, line string) string {
+	_ = c.SetDeadline(time.Now().Add(proxyTimeout))
+	if _, err := io.WriteString(c, line+"\n"); err != nil {
+		return "echo=" + result(err)
+	}
+	got, err := r.ReadString('\n')
+	switch {
+	case strings.TrimSuffix(got, "\n") == line:
+		return "echo=ok"
+	case err != nil:
+		return "echo=" + readWord(err)
+	}
+	return "echo=mismatch"
+}
+
+var socks5Commands = map[string]byte{"connect": 1, "bind": 2, "udp": 3}
+
+// socks5Probe speaks SOCKS5 to a proxy ("PROXYHOST:PROXYPORT:HOST:PORT:CMD",
+// CMD connect, bind or udp; HOST a name, an IPv4 address or a bracketed
+// IPv6 address, sent as such). It prints the reply code, "rep=0x00"…,
+// "auth=0xNN" when the proxy refused the no-authentication method, or
+// "closed". A granted CONNECT then sends the line "socks5 HOST PORT" and
+// adds whether the upstream echoed it ("echo=ok").
+func socks5Probe(p string) string {
+	proxy, rest, ok := cutProxy(p)
+	if !ok {
+		return "badparam"
+	}
+	rest, cmdName, ok1 := cutLast(rest)
+	host, portStr, ok2 := cutLast(rest)
+	cmd, ok3 := socks5Commands[cmdName]
+	port, err := strconv.Atoi(portStr)
+	if !ok1 || !ok2 || !ok3 || err != nil || port < 0 || port > 65535 {
+		return "badparam"
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	req := []byte{5, cmd, 0}
+	if ip := net.ParseIP(host); ip != nil && ip.To4() != nil && !strings.Contains(host, ":") {
+		req = append(append(req, 1), ip.To4()...)
+	} else if ip != nil {
+		req = append(append(req, 4), ip.To16()...)
+	} else {
+		req = append(append(req, 3, byte(len(host))), host...)
+	}
+	req = binary.BigEndian.AppendUint16(req, uint16(port))
+
+	c, err := net.DialTimeout("tcp", proxy, proxyTimeout)
+	if err != nil {
+		return result(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(proxyTimeout))
+	r := bufio.NewReader(c)
+	if _, err := c.Write([]byte{5, 1, 0}); err != nil {
+		return result(err)
+	}
+	var hello [2]byte
+	if _, err := io.ReadFull(r, hello[:]); err != nil {
+		return readWord(err)
+	}
+	if hello[0] != 5 {
+		return "badversion=" + hex.EncodeToString(hello[:])
+	}
+	if hello[1] != 0 {
+		return fmt.Sprintf("auth=0x%02x", hello[1])
+	}
+	if _, err := c.Write(req); err != nil {
+		return result(err)
+	}
+	var head [4]byte
+	if _, err := io.ReadFull(r, head[:]); err != nil {
+		return readWord(err)
+	}
+	rep := fmt.Sprintf("rep=0x%02x", head[1])
+	if head[1] != 0 {
+		return rep
+	}
+	skip := 0
+	switch head[3] {
+	case 1:
+		skip = 4 + 2
+	case 4:
+		skip = 16 + 2
+	case 3:
+		n, err := r.ReadByte()
+		if err != nil {
+			return rep + " bound=" + readWord(err)
+		}
+		skip = int(n) + 2
+	default:
+		return rep + fmt.Sprintf(" atyp=0x%02x", head[3])
+	}
+	if _, err := io.ReadFull(r, make([]byte, skip)); err != nil {
+		return rep + " bound=" + readWord(err)
+	}
+	if cmd != 1 {
+		return rep
+	}
+	return rep + " " + echoExchange(c, r, "socks5 "+host+" "+portStr)
+}
+
+// socks4Probe speaks SOCKS4 to a proxy ("PROXYHOST:PROXYPORT:HOST:PORT"):
+// CONNECT to an IPv4 address, or SOCKS4a with a name. It prints the reply
+// code ("rep=0x5a" is granted), "closed" when the proxy hung up, or
+// "short=HEX" for a reply that is not SOCKS4's. A granted CONNECT then
+// sends the line "socks4 HOST PORT" and adds whether it came back.
+func socks4Probe(p string) string {
+	proxy, rest, ok := cutProxy(p)
+	if !ok {
+		return "badparam"
+	}
+	host, portStr, ok := cutLast(rest)
+	port, err := strconv.Atoi(portStr)
+	if !ok || err != nil || port < 0 || port > 65535 {
+		return "badparam"
+	}
+	req := binary.BigEndian.AppendUint16([]byte{4, 1}, uint16(port))
+	if ip := net.ParseIP(host).To4(); ip != nil {
+		req = append(append(req, ip...), "hutch\x00"...)
+	} else {
+		req = append(append(req, 0, 0, 0, 1), "hutch\x00"+host+"\x00"...)
+	}
+	c, err := net.DialTimeout("tcp", proxy, proxyTimeout)
+	if err != nil {
+		return result(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(proxyTimeout))
+	if _, err := c.Write(req); err != nil {
+		return result(err)
+	}
+	r := bufio.NewReader(c)
+	var reply [8]byte
+	n, err := io.ReadFull(r, reply[:])
+	switch {
+	case n == 0:
+		return readWord(err)
+	case n < len(reply):
+		return "short=" + hex.EncodeToString(reply[:n])
+	case reply[0] != 0:
+		return "badversion=" + hex.EncodeToString(reply[:])
+	}
+	rep := fmt.Sprintf("rep=0x%02x", reply[1])
+	if reply[1] != 0x5a {
+		return rep
+	}
+	return rep + " " + echoExchange(c, r, "socks4 "+host+" "+portStr)
+}
+
+// rawHTTP sends one hand-made request to an HTTP proxy
+// ("PROXYADDR,METHOD,TARGET,HOST": "127.0.0.1:3128,GET,http://a.test:80/x,b.test";
+// an empty HOST sends no Host header) and prints "status=NNN", the
+// proxy's X-Hutch-Blocked reason as "blocked=WORDS_JOINED_BY_UNDERSCORES",
+// and for a 2xx answer the start of the body ("body=…"), or after a
+// granted CONNECT whether the upstream echoed the line
+// "connect TARGET HOST" ("echo=ok").
+func rawHTTP(p string) string {
+	f := strings.Split(p, ",")
+	if len(f) != 4 {
+		return "badparam"
+	}
+	proxy, method, target, host := f[0], f[1], f[2], f[3]
+	c, err := net.DialTimeout("tcp", proxy, proxyTimeout)
+	if err != nil {
+		return result(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(proxyTimeout))
+	req := method + " " + target + " HTTP/1.1\r\n"
+	if host != "" {
+		req += "Host: " + host + "\r\n"
+	}
+	if method != http.MethodConnect {
+		req += "Connection: close\r\n"
+	}
+	req += "User-Agent: hutch-attacker\r\n\r\n"
+	if _, err := io.WriteString(c, req); err != nil {
+		return result(err)
+	}
+	r := bufio.NewReader(c)
+	resp, err := http.ReadResponse(r, &http.Request{Method: method})
+	if err != nil {
+		return readWord(err)
+	}
+	out := fmt.Sprintf("status=%d", resp.StatusCode)
+	if b := resp.Header.Get("X-Hutch-Blocked"); b != "" {
+		out += " blocked=" + strings.ReplaceAll(b, " ", "_")
+	}
+	if resp.StatusCode/100 != 2 {
+		return out
+	}
+	if method == http.MethodConnect {
+		return out + " " + echoExchange(c, r, "connect "+target+" "+host)
+	}
+	body := make([]byte, 64)
+	n, _ := io.ReadFull(resp.Body, body)
+	return out + " body=" + strings.Join(strings.Fields(string(body[:n])), "_")
 }

@@ -1,0 +1,203 @@
+package egress
+
+import (
+	"net/netip"
+	"slices"
+)
+
+// The address guard refuses every address that is not public unicast:
+// the host itself, loopback, private and carrier-grade NAT ranges,
+// link-local, cloud metadata endpoints, reserved, documentation and
+// multicast space. Classify names the class; Resolve lets an address of a
+// class through only where AllowPrivate or an IP-literal rule says so.
+
+// The classes Classify returns.
+const (
+	classThisHost    = "this host"
+	classUnspecified = "unspecified"
+	classLoopback    = "loopback"
+	classPrivate     = "private"
+	classCGNAT       = "cgnat"
+	classMetadata    = "metadata"
+	classLinkLocal   = "link-local"
+	classReserved    = "reserved"
+	classMulticast   = "multicast"
+	classBroadcast   = "broadcast"
+	classInvalid     = "invalid"
+)
+
+// addrRange is one non-public range and its class.
+type addrRange struct {
+	prefix netip.Prefix
+	class  string
+}
+
+// v4Ranges are the non-public IPv4 ranges, most specific first: the first
+// range that holds an address gives its class.
+var v4Ranges = []addrRange{
+	{netip.MustParsePrefix("169.254.169.254/32"), classMetadata}, // AWS, GCP, Azure, …
+	{netip.MustParsePrefix("169.254.170.2/32"), classMetadata},   // ECS task credentials
+	{netip.MustParsePrefix("100.100.100.200/32"), classMetadata}, // Alibaba Cloud
+	{netip.MustParsePrefix("255.255.255.255/32"), classBroadcast},
+	{netip.MustParsePrefix("0.0.0.0/8"), classUnspecified},
+	{netip.MustParsePrefix("127.0.0.0/8"), classLoopback},
+	{netip.MustParsePrefix("10.0.0.0/8"), classPrivate},
+	{netip.MustParsePrefix("172.16.0.0/12"), classPrivate},
+	{netip.MustParsePrefix("192.168.0.0/16"), classPrivate},
+	{netip.MustParsePrefix("100.64.0.0/10"), classCGNAT},
+	{netip.MustParsePrefix("169.254.0.0/16"), classLinkLocal},
+	{netip.MustParsePrefix("192.0.0.0/24"), classReserved},    // IETF protocol assignments
+	{netip.MustParsePrefix("198.18.0.0/15"), classReserved},   // benchmarking
+	{netip.MustParsePrefix("192.0.2.0/24"), classReserved},    // TEST-NET-1
+	{netip.MustParsePrefix("198.51.100.0/24"), classReserved}, // TEST-NET-2
+	{netip.MustParsePrefix("203.0.113.0/24"), classReserved},  // TEST-NET-3
+	{netip.MustParsePrefix("224.0.0.0/4"), classMulticast},
+	{netip.MustParsePrefix("240.0.0.0/4"), classReserved},
+}
+
+// v6Ranges are the non-public IPv6 ranges that carry no IPv4 address,
+// most specific first.
+var v6Ranges = []addrRange{
+	{netip.MustParsePrefix("fd00:ec2::254/128"), classMetadata}, // AWS over IPv6
+	{netip.MustParsePrefix("::/128"), classUnspecified},
+	{netip.MustParsePrefix("::1/128"), classLoopback},
+	{netip.MustParsePrefix("64:ff9b:1::/48"), classPrivate}, // local-use NAT64
+	{netip.MustParsePrefix("fc00::/7"), classPrivate},       // unique local
+	{netip.MustParsePrefix("fe80::/10"), classLinkLocal},
+	{netip.MustParsePrefix("fec0::/10"), classPrivate}, // site-local (deprecated)
+	{netip.MustParsePrefix("ff00::/8"), classMulticast},
+	{netip.MustParsePrefix("100::/64"), classReserved},      // discard-only
+	{netip.MustParsePrefix("2001:db8::/32"), classReserved}, // documentation
+	{netip.MustParsePrefix("2001::/32"), classReserved},     // Teredo
+}
+
+// embedding is an IPv6 range whose addresses carry an IPv4 address: an
+// address in it is classified as the IPv4 address it carries, since that
+// is where a translator or tunnel would deliver it.
+type embedding struct {
+	prefix netip.Prefix
+	at     int // the byte offset of the IPv4 address
+}
+
+// v4Embeddings are the IPv6 ranges that carry an IPv4 address.
+var v4Embeddings = []embedding{
+	{netip.MustParsePrefix("::ffff:0:0/96"), 12}, // v4-mapped
+	{netip.MustParsePrefix("::/96"), 12},         // v4-compatible (deprecated)
+	{netip.MustParsePrefix("64:ff9b::/96"), 12},  // NAT64 well-known prefix
+	{netip.MustParsePrefix("2002::/16"), 2},      // 6to4: bits 16–47
+}
+
+// Classify returns "" for an address the guard lets through by default (a
+// public unicast address), else the class that refuses it: "this host"
+// (a with its zone stripped and unmapped equals one of hostAddrs, checked
+// first), "unspecified", "loopback", "private", "cgnat", "metadata",
+// "link-local", "reserved", "multicast", "broadcast", or "invalid" for the
+// zero Addr. An IPv6 address that carries an IPv4 address (v4-mapped,
+// v4-compatible, NAT64 64:ff9b::/96, 6to4 2002::/16) has the class of the
+// IPv4 address it carries.
+func Classify(a netip.Addr, hostAddrs []netip.Addr) string {
+	if !a.IsValid() {
+		return classInvalid
+	}
+	a = a.WithZone("").Unmap()
+	for _, h := range hostAddrs {
+		if h.IsValid() && h.WithZone("").Unmap() == a {
+			return classThisHost
+		}
+	}
+	if a.Is4() {
+		return rangeClass(v4Ranges, a)
+	}
+	// :: and ::1 lie in the v4-compatible range but are classes of
+	// their own.
+	if a != netip.IPv6Unspecified() && a != netip.IPv6Loopback() {
+		if v4, ok := embedded(a); ok {
+			return Classify(v4, hostAddrs)
+		}
+	}
+	return rangeClass(v6Ranges, a)
+}
+
+// rangeClass returns the class of the first range of rs that holds a, or
+// "" when none does.
+func rangeClass(rs []addrRange, a netip.Addr) string {
+	for _, r := range rs {
+		if r.prefix.Contains(a) {
+			return r.class
+		}
+	}
+	return ""
+}
+
+// embedded returns the IPv4 address that the IPv6 address a carries, if a
+// lies in one of v4Embeddings.
+func embedded(a netip.Addr) (netip.Addr, bool) {
+	for _, e := range v4Embeddings {
+		if e.prefix.Contains(a) {
+			b := a.As16()
+			return netip.AddrFrom4([4]byte(b[e.at : e.at+4])), true
+		}
+	}
+	return netip.Addr{}, false
+}
+
+// prefixClass returns the class of the non-public range that holds all of
+// p (masked and unmapped), or "" when p is public or spans more than one
+// range or class. A rule whose prefix has a class lifts the guard for
+// addresses of that class only: "10.0.0.0/8" lets private 10.x addresses
+// through but not a host address among them; "169.254.0.0/16" lets
+// link-local addresses through but not 169.254.169.254 (metadata), which
+// only a rule for that very address opens.
+func prefixClass(p netip.Prefix, hostAddrs []netip.Addr) string {
+	if !p.IsValid() {
+		return ""
+	}
+	if p.IsSingleIP() {
+		return Classify(p.Addr(), hostAddrs)
+	}
+	a := p.Addr()
+	if a.Is4() {
+		return containingClass(v4Ranges, p)
+	}
+	for _, e := range v4Embeddings {
+		if e.prefix.Bits() <= p.Bits() && e.prefix.Contains(a) {
+			v4, _ := embedded(a)
+			return prefixClass(netip.PrefixFrom(v4, min(p.Bits()-e.prefix.Bits(), 32)).Masked(), hostAddrs)
+		}
+	}
+	return containingClass(v6Ranges, p)
+}
+
+// containingClass returns the class of the first range of rs that holds
+// the whole of p, or "". A range of a single address cannot hold a wider
+// p, so the specific classes (metadata, broadcast) never stand for a
+// range that merely contains them.
+func containingClass(rs []addrRange, p netip.Prefix) string {
+	for _, r := range rs {
+		if r.prefix.Bits() <= p.Bits() && r.prefix.Contains(p.Addr()) {
+			return r.class
+		}
+	}
+	return ""
+}
+
+// guard decides which addresses of a destination pass the address guard.
+type guard struct {
+	hostAddrs    []netip.Addr
+	allowPrivate []netip.Prefix
+}
+
+// passes reports whether a, normalized, passes: it is public, lies in one
+// of AllowPrivate, or has the class lift (the class of the IP-literal rule
+// that allowed the destination; "" lifts nothing). It returns the class
+// that refused a otherwise.
+func (g *guard) passes(a netip.Addr, lift string) (bool, string) {
+	class := Classify(a, g.hostAddrs)
+	if class == "" || (lift != "" && class == lift) {
+		return true, ""
+	}
+	if slices.ContainsFunc(g.allowPrivate, func(p netip.Prefix) bool { return p.Contains(a) }) {
+		return true, ""
+	}
+	return false, class
+}

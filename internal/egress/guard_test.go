@@ -1,0 +1,504 @@
+package egress
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+)
+
+func TestClassify(t *testing.T) {
+	hostAddrs := addrs("10.0.0.5", "2001:4860::5", "::ffff:"+pub4b, "fe80::5%eth0")
+	tests := []struct {
+		addr string
+		want string
+	}{
+		// Public unicast.
+		{"8.8.8.8", ""},
+		{"1.1.1.1", ""},
+		{pub4, ""},
+		{pub6, ""},
+		{"2001:4860:4860::8888", ""},
+		{"172.15.255.255", ""},
+		{"172.32.0.0", ""},
+		{"192.169.0.1", ""},
+		{"100.63.255.255", ""},
+		{"100.128.0.0", ""},
+		{"198.20.0.0", ""},
+		{"11.0.0.0", ""},
+		{"223.255.255.255", ""},
+
+		// The host's own addresses, checked first and compared unmapped.
+		{"10.0.0.5", "this host"},
+		{"::ffff:10.0.0.5", "this host"},
+		{"2001:4860::5", "this host"},
+		{pub4b, "this host"},
+		{"fe80::5", "this host"},
+		{"fe80::5%eth1", "this host"},
+		{"64:ff9b::10.0.0.5", "this host"},
+		{"10.0.0.6", "private"},
+
+		// IPv4.
+		{"0.0.0.0", "unspecified"},
+		{"0.1.2.3", "unspecified"},
+		{"127.0.0.1", "loopback"},
+		{"127.255.255.254", "loopback"},
+		{"10.0.0.1", "private"},
+		{"10.255.255.255", "private"},
+		{"172.16.0.1", "private"},
+		{"172.31.255.255", "private"},
+		{"192.168.1.1", "private"},
+		{"100.64.0.1", "cgnat"},
+		{"100.127.255.255", "cgnat"},
+		{"169.254.169.254", "metadata"},
+		{"169.254.170.2", "metadata"},
+		{"100.100.100.200", "metadata"},
+		{"169.254.1.1", "link-local"},
+		{"169.254.169.253", "link-local"},
+		{"169.254.170.3", "link-local"},
+		{"100.100.100.201", "cgnat"},
+		{"192.0.0.1", "reserved"},
+		{"198.18.0.1", "reserved"},
+		{"198.19.255.255", "reserved"},
+		{"192.0.2.1", "reserved"},
+		{"198.51.100.1", "reserved"},
+		{"203.0.113.1", "reserved"},
+		{"240.0.0.1", "reserved"},
+		{"255.255.255.254", "reserved"},
+		{"224.0.0.1", "multicast"},
+		{"239.255.255.255", "multicast"},
+		{"255.255.255.255", "broadcast"},
+
+		// IPv6.
+		{"::", "unspecified"},
+		{"::1", "loopback"},
+		{"::ffff:127.0.0.1", "loopback"},
+		{"::ffff:169.254.169.254", "metadata"},
+		{"::ffff:10.0.0.1", "private"},
+		{"::ffff:8.8.8.8", ""},
+		{"::127.0.0.1", "loopback"},
+		{"::169.254.169.254", "metadata"},
+		{"::8.8.8.8", ""},
+		{"::2", "unspecified"},
+		{"64:ff9b::8.8.8.8", ""},
+		{"64:ff9b::808:808", ""},
+		{"64:ff9b::127.0.0.1", "loopback"},
+		{"64:ff9b::7f00:1", "loopback"},
+		{"64:ff9b::169.254.169.254", "metadata"},
+		{"64:ff9b::10.0.0.1", "private"},
+		{"64:ff9b::255.255.255.255", "broadcast"},
+		{"64:ff9b:1::1", "private"},
+		{"64:ff9b:1:ffff::808:808", "private"},
+		{"2002:7f00:1::", "loopback"},
+		{"2002:7f00:1:2:3:4:5:6", "loopback"},
+		{"2002:a9fe:a9fe::1", "metadata"},
+		{"2002:a00:1::", "private"},
+		{"2002:808:808::1", ""},
+		{"fc00::1", "private"},
+		{"fd12:3456::1", "private"},
+		{"fd00:ec2::254", "metadata"},
+		{"fd00:ec2::253", "private"},
+		{"fe80::1", "link-local"},
+		{"fe80::1%eth0", "link-local"},
+		{"febf:ffff::1", "link-local"},
+		{"fec0::1", "private"},
+		{"feff::1", "private"},
+		{"ff02::1", "multicast"},
+		{"ff05::1:3", "multicast"},
+		{"100::1", "reserved"},
+		{"100::ffff:ffff:ffff:ffff", "reserved"},
+		{"100:0:0:1::", ""},
+		{"2001:db8::1", "reserved"},
+		{"2001:db8:ffff::1", "reserved"},
+		{"2001::1", "reserved"},
+		{"2001:0:4136:e378:8000:63bf:3fff:fdd2", "reserved"},
+		{"2001:1::1", ""},
+	}
+	for _, tt := range tests {
+		a := netip.MustParseAddr(tt.addr)
+		if got := Classify(a, hostAddrs); got != tt.want {
+			t.Errorf("Classify(%s) = %q, want %q", tt.addr, got, tt.want)
+		}
+	}
+	if got := Classify(netip.Addr{}, nil); got != "invalid" {
+		t.Errorf("Classify(zero Addr) = %q, want invalid", got)
+	}
+	if got := Classify(netip.MustParseAddr("10.0.0.5"), nil); got != "private" {
+		t.Errorf("Classify(10.0.0.5, nil) = %q, want private", got)
+	}
+}
+
+func TestClassifyPrefix(t *testing.T) {
+	hostAddrs := addrs("10.0.0.5")
+	tests := []struct {
+		prefix string
+		want   string
+	}{
+		{"10.0.0.0/8", "private"},
+		{"10.1.0.0/16", "private"},
+		{"10.0.0.5/32", "this host"},
+		{"10.0.0.6/32", "private"},
+		{"172.16.0.0/12", "private"},
+		{"192.168.0.0/16", "private"},
+		{"127.0.0.0/8", "loopback"},
+		{"127.0.0.1/32", "loopback"},
+		{"100.64.0.0/10", "cgnat"},
+		{"169.254.0.0/16", "link-local"},
+		{"169.254.169.254/32", "metadata"},
+		{"169.254.169.0/24", "link-local"},
+		{"240.0.0.0/4", "reserved"},
+		{"255.255.255.255/32", "broadcast"},
+		{"255.255.255.254/31", "reserved"},
+		{"224.0.0.0/4", "multicast"},
+		{"0.0.0.0/8", "unspecified"},
+		{"0.0.0.0/0", ""},
+		{"0.0.0.0/1", ""},
+		{"10.0.0.0/7", ""},
+		{"172.0.0.0/11", ""},
+		{"224.0.0.0/3", ""},
+		{"93.184.216.0/24", ""},
+		{pub4 + "/32", ""},
+		{"::/0", ""},
+		{"2000::/3", ""},
+		{"::1/128", "loopback"},
+		{"::/128", "unspecified"},
+		{"fc00::/7", "private"},
+		{"fd00::/8", "private"},
+		{"fd00:ec2::254/128", "metadata"},
+		{"fd00:ec2::/64", "private"},
+		{"fe80::/10", "link-local"},
+		{"fe80::/9", ""},
+		{"ff00::/8", "multicast"},
+		{"2001:db8::/32", "reserved"},
+		{"2001:db8::/48", "reserved"},
+		{"2001::/16", ""},
+		{"::ffff:10.0.0.0/104", "private"},
+		{"::ffff:0.0.0.0/96", ""},
+		{"64:ff9b::/96", ""},
+		{"64:ff9b::a00:0/104", "private"},
+		{"64:ff9b::7f00:1/128", "loopback"},
+		{"64:ff9b::/64", ""},
+		{"2002::/16", ""},
+		{"2002:a00::/24", "private"},
+		{"2002:7f00::/24", "loopback"},
+		{"2002:a9fe:a9fe::/48", "metadata"},
+		{"2002:a9fe:a9fe::/64", "metadata"},
+		{"::/96", ""},
+	}
+	for _, tt := range tests {
+		p := netip.MustParsePrefix(tt.prefix)
+		if got := prefixClass(p, hostAddrs); got != tt.want {
+			t.Errorf("prefixClass(%s) = %q, want %q", tt.prefix, got, tt.want)
+		}
+	}
+}
+
+// guardCase is one destination of a guard test and the verdict wanted.
+type guardCase struct {
+	host string
+	port int
+	want Verdict
+}
+
+// runGuardCases resolves each case with r and compares the verdicts. An
+// empty want.Host stands for the host as given.
+func runGuardCases(t *testing.T, r *Rules, tests []guardCase) {
+	t.Helper()
+	for _, tt := range tests {
+		want := tt.want
+		want.Port = tt.port
+		if want.Host == "" {
+			want.Host = tt.host
+		}
+		got := r.Resolve(context.Background(), tt.host, tt.port)
+		if d := verdictDiff(got, want); d != "" {
+			t.Errorf("Resolve(%q, %d): %s", tt.host, tt.port, d)
+		}
+	}
+}
+
+// addr parses one address for test tables.
+func addr(s string) netip.Addr { return netip.MustParseAddr(s) }
+
+func TestGuardLiftedByIPRules(t *testing.T) {
+	tests := []struct {
+		cidrs   []string
+		domains []string
+		cases   []guardCase
+	}{
+		{
+			// A private CIDR means private on purpose.
+			cidrs: []string{"10.0.0.0/8"},
+			cases: []guardCase{
+				{"10.1.2.3", 443, Verdict{Allowed: true, Addrs: addrs("10.1.2.3"), Rule: "10.0.0.0/8"}},
+				{"::ffff:10.1.2.3", 80, Verdict{Host: "10.1.2.3", Allowed: true, Addrs: addrs("10.1.2.3"), Rule: "10.0.0.0/8"}},
+				// Not the host's own address inside it.
+				{"10.0.0.5", 443, Verdict{Addr: addr("10.0.0.5"), Rule: "10.0.0.0/8", Reason: "10.0.0.5 is this host"}},
+			},
+		},
+		{
+			// The whole address space is not private on purpose.
+			cidrs: []string{"0.0.0.0/0", "::/0"},
+			cases: []guardCase{
+				{"10.1.2.3", 443, Verdict{Addr: addr("10.1.2.3"), Rule: "0.0.0.0/0", Reason: "10.1.2.3 is private"}},
+				{"127.0.0.1", 443, Verdict{Addr: addr("127.0.0.1"), Rule: "0.0.0.0/0", Reason: "127.0.0.1 is loopback"}},
+				{"[::1]", 443, Verdict{Host: "::1", Addr: addr("::1"), Rule: "::/0", Reason: "::1 is loopback"}},
+				{pub4, 443, Verdict{Allowed: true, Addrs: addrs(pub4), Rule: "0.0.0.0/0"}},
+				{pub6, 443, Verdict{Allowed: true, Addrs: addrs(pub6), Rule: "::/0"}},
+			},
+		},
+		{
+			// With both, the rule that lifts the guard decides.
+			cidrs: []string{"0.0.0.0/0", "10.0.0.0/8"},
+			cases: []guardCase{
+				{"10.1.2.3", 443, Verdict{Allowed: true, Addrs: addrs("10.1.2.3"), Rule: "10.0.0.0/8"}},
+				{pub4, 443, Verdict{Allowed: true, Addrs: addrs(pub4), Rule: "0.0.0.0/0"}},
+			},
+		},
+		{
+			// A prefix spanning private and public space lifts nothing.
+			cidrs: []string{"172.0.0.0/11", "10.0.0.0/7"},
+			cases: []guardCase{
+				{"172.16.0.1", 443, Verdict{Addr: addr("172.16.0.1"), Rule: "172.0.0.0/11", Reason: "172.16.0.1 is private"}},
+				{"10.1.1.1", 443, Verdict{Addr: addr("10.1.1.1"), Rule: "10.0.0.0/7", Reason: "10.1.1.1 is private"}},
+				{"11.1.1.1", 443, Verdict{Allowed: true, Addrs: addrs("11.1.1.1"), Rule: "10.0.0.0/7"}},
+			},
+		},
+		{
+			// Link-local on purpose is not metadata on purpose.
+			cidrs: []string{"169.254.0.0/16", "100.64.0.0/10"},
+			cases: []guardCase{
+				{"169.254.1.1", 443, Verdict{Allowed: true, Addrs: addrs("169.254.1.1"), Rule: "169.254.0.0/16"}},
+				{"169.254.169.254", 80, Verdict{Addr: addr("169.254.169.254"), Rule: "169.254.0.0/16", Reason: "169.254.169.254 is metadata"}},
+				{"100.64.0.1", 443, Verdict{Allowed: true, Addrs: addrs("100.64.0.1"), Rule: "100.64.0.0/10"}},
+				{"100.100.100.200", 80, Verdict{Addr: addr("100.100.100.200"), Rule: "100.64.0.0/10", Reason: "100.100.100.200 is metadata"}},
+			},
+		},
+		{
+			// Metadata only when named.
+			cidrs: []string{"169.254.169.254/32:80"},
+			cases: []guardCase{
+				{"169.254.169.254", 80, Verdict{Allowed: true, Addrs: addrs("169.254.169.254"), Rule: "169.254.169.254/32:80"}},
+			},
+		},
+		{
+			// IP-literal domain rules lift the guard for their address.
+			domains: []string{"127.0.0.1:8080", "[::1]:8080", "[fd00::7]", "[64:ff9b::7f00:2]"},
+			cases: []guardCase{
+				{"127.0.0.1", 8080, Verdict{Allowed: true, Addrs: addrs("127.0.0.1"), Rule: "127.0.0.1:8080"}},
+				{"[::ffff:127.0.0.1]", 8080, Verdict{Host: "127.0.0.1", Allowed: true, Addrs: addrs("127.0.0.1"), Rule: "127.0.0.1:8080"}},
+				{"::1", 8080, Verdict{Allowed: true, Addrs: addrs("::1"), Rule: "[::1]:8080"}},
+				{"fd00::7", 443, Verdict{Allowed: true, Addrs: addrs("fd00::7"), Rule: "[fd00::7]"}},
+				{"64:ff9b::7f00:2", 443, Verdict{Allowed: true, Addrs: addrs("64:ff9b::7f00:2"), Rule: "[64:ff9b::7f00:2]"}},
+				{"127.0.0.2", 8080, Verdict{Reason: "not in allowedDomains"}},
+			},
+		},
+		{
+			// IPv6 CIDRs, and IPv4 ones written as v4-mapped.
+			cidrs: []string{"[fd00::/8]:443", "::ffff:192.168.0.0/112", "2002:a00::/24", "64:ff9b::/96"},
+			cases: []guardCase{
+				{"fd12::1", 443, Verdict{Allowed: true, Addrs: addrs("fd12::1"), Rule: "[fd00::/8]:443"}},
+				{"fd00:ec2::254", 443, Verdict{Addr: addr("fd00:ec2::254"), Rule: "[fd00::/8]:443", Reason: "fd00:ec2::254 is metadata"}},
+				{"192.168.1.1", 80, Verdict{Allowed: true, Addrs: addrs("192.168.1.1"), Rule: "::ffff:192.168.0.0/112"}},
+				{"2002:a01:203::1", 443, Verdict{Allowed: true, Addrs: addrs("2002:a01:203::1"), Rule: "2002:a00::/24"}},
+				{"64:ff9b::a01:203", 443, Verdict{Addr: addr("64:ff9b::a01:203"), Rule: "64:ff9b::/96", Reason: "64:ff9b::a01:203 is private"}},
+				{"64:ff9b::808:808", 443, Verdict{Allowed: true, Addrs: addrs("64:ff9b::808:808"), Rule: "64:ff9b::/96"}},
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprint(tt.cidrs, tt.domains), func(t *testing.T) {
+			r, stub := mustRules(t, Config{AllowCIDRs: tt.cidrs, AllowDomains: tt.domains}, nil)
+			runGuardCases(t, r, tt.cases)
+			if len(stub.calls) != 0 {
+				t.Errorf("IP literals looked up: %q", stub.calls)
+			}
+		})
+	}
+}
+
+func TestGuardNamesNeverLifted(t *testing.T) {
+	r, _ := mustRules(t, Config{
+		AllowDomains: []string{"intranet.example", "10.1.1.1"},
+		AllowCIDRs:   []string{"10.0.0.0/8"},
+	}, map[string][]netip.Addr{"intranet.example": addrs("10.1.1.1")})
+	runGuardCases(t, r, []guardCase{
+		{"intranet.example", 443, Verdict{Addr: addr("10.1.1.1"), Rule: "intranet.example", Reason: "resolves to 10.1.1.1 (private)"}},
+		{"10.1.1.1", 443, Verdict{Allowed: true, Addrs: addrs("10.1.1.1"), Rule: "10.1.1.1"}},
+	})
+}
+
+func TestGuardAllowPrivate(t *testing.T) {
+	r, _ := mustRules(t, Config{
+		AllowDomains: []string{"*.example", "0.0.0.0:8080"},
+		AllowCIDRs:   []string{"0.0.0.0/0", "::/0"},
+		AllowPrivate: []netip.Prefix{
+			netip.MustParsePrefix("10.1.0.0/16"),
+			netip.MustParsePrefix("::ffff:127.0.0.1/128"),
+			netip.MustParsePrefix("fd00::1:0/112"),
+			netip.MustParsePrefix("169.254.169.0/24"),
+		},
+	}, map[string][]netip.Addr{
+		"one.example":   addrs("10.1.1.1"),
+		"two.example":   addrs("10.2.1.1"),
+		"loop.example":  addrs("::ffff:127.0.0.1"),
+		"loop2.example": addrs("127.0.0.2"),
+		"ula.example":   addrs("fd00::1:5", "fd00::2:5"),
+		"md.example":    addrs("169.254.169.254"),
+	})
+	runGuardCases(t, r, []guardCase{
+		{"one.example", 443, Verdict{Allowed: true, Addrs: addrs("10.1.1.1"), Rule: "*.example"}},
+		{"two.example", 443, Verdict{Addr: addr("10.2.1.1"), Rule: "*.example", Reason: "resolves to 10.2.1.1 (private)"}},
+		{"loop.example", 443, Verdict{Allowed: true, Addrs: addrs("127.0.0.1"), Rule: "*.example"}},
+		{"loop2.example", 443, Verdict{Addr: addr("127.0.0.2"), Rule: "*.example", Reason: "resolves to 127.0.0.2 (loopback)"}},
+		{"ula.example", 443, Verdict{Allowed: true, Addrs: addrs("fd00::1:5"), Rule: "*.example"}},
+		// AllowPrivate is a range the user named: it passes whatever the
+		// class, metadata included.
+		{"md.example", 80, Verdict{Allowed: true, Addrs: addrs("169.254.169.254"), Rule: "*.example"}},
+		// It applies to IP literals too.
+		{"10.1.9.9", 443, Verdict{Allowed: true, Addrs: addrs("10.1.9.9"), Rule: "0.0.0.0/0"}},
+		{"127.0.0.1", 443, Verdict{Allowed: true, Addrs: addrs("127.0.0.1"), Rule: "0.0.0.0/0"}},
+		{"0.0.0.0", 443, Verdict{Addr: addr("0.0.0.0"), Rule: "0.0.0.0/0", Reason: "0.0.0.0 is unspecified"}},
+		// An IP-literal rule for a non-public address lifts the guard.
+		{"0.0.0.0", 8080, Verdict{Allowed: true, Addrs: addrs("0.0.0.0"), Rule: "0.0.0.0:8080"}},
+	})
+}
+
+func TestGuardMixedResolution(t *testing.T) {
+	r, _ := mustRules(t, Config{AllowDomains: []string{"*.example"}}, map[string][]netip.Addr{
+		"mixed.example":   addrs("10.0.0.1", pub4, "127.0.0.1", pub6, "fe80::1%eth0", "::ffff:"+pub4b, pub4, "169.254.169.254"),
+		"v6first.example": addrs("::1", pub6, "::ffff:169.254.169.254"),
+		"private.example": addrs("127.0.0.1", "10.0.0.1", "::1"),
+		"host.example":    addrs("10.0.0.5", "::ffff:10.0.0.1"),
+		"meta.example":    addrs("::ffff:169.254.169.254"),
+		"nat64.example":   addrs("64:ff9b::7f00:1", "64:ff9b::808:808"),
+		"nat64lo.example": addrs("64:ff9b::127.0.0.1"),
+		"6to4.example":    addrs("2002:a9fe:a9fe::1"),
+		"compat.example":  addrs("::127.0.0.1"),
+		"ec2.example":     addrs("fd00:ec2::254"),
+		"zero.example":    addrs("0.0.0.0"),
+		"bcast.example":   addrs("255.255.255.255"),
+		"zoned.example":   addrs("fe80::1%eth0"),
+	})
+	runGuardCases(t, r, []guardCase{
+		// Refused addresses are dropped; the rest keep the resolver's
+		// order, unmapped and without repeats.
+		{"mixed.example", 443, Verdict{Allowed: true, Addrs: addrs(pub4, pub6, pub4b), Rule: "*.example"}},
+		{"v6first.example", 443, Verdict{Allowed: true, Addrs: addrs(pub6), Rule: "*.example"}},
+		// When none passes, the first refused address explains why.
+		{"private.example", 443, Verdict{Addr: addr("127.0.0.1"), Rule: "*.example", Reason: "resolves to 127.0.0.1 (loopback)"}},
+		{"host.example", 443, Verdict{Addr: addr("10.0.0.5"), Rule: "*.example", Reason: "resolves to 10.0.0.5 (this host)"}},
+		{"meta.example", 80, Verdict{Addr: addr("169.254.169.254"), Rule: "*.example", Reason: "resolves to 169.254.169.254 (metadata)"}},
+		{"nat64lo.example", 443, Verdict{Addr: addr("64:ff9b::7f00:1"), Rule: "*.example", Reason: "resolves to 64:ff9b::7f00:1 (loopback)"}},
+		{"nat64.example", 443, Verdict{Allowed: true, Addrs: addrs("64:ff9b::808:808"), Rule: "*.example"}},
+		{"6to4.example", 443, Verdict{Addr: addr("2002:a9fe:a9fe::1"), Rule: "*.example", Reason: "resolves to 2002:a9fe:a9fe::1 (metadata)"}},
+		{"compat.example", 443, Verdict{Addr: addr("::7f00:1"), Rule: "*.example", Reason: "resolves to ::7f00:1 (loopback)"}},
+		{"ec2.example", 443, Verdict{Addr: addr("fd00:ec2::254"), Rule: "*.example", Reason: "resolves to fd00:ec2::254 (metadata)"}},
+		{"zero.example", 443, Verdict{Addr: addr("0.0.0.0"), Rule: "*.example", Reason: "resolves to 0.0.0.0 (unspecified)"}},
+		{"bcast.example", 443, Verdict{Addr: addr("255.255.255.255"), Rule: "*.example", Reason: "resolves to 255.255.255.255 (broadcast)"}},
+		{"zoned.example", 443, Verdict{Addr: addr("fe80::1"), Rule: "*.example", Reason: "resolves to fe80::1 (link-local)"}},
+	})
+}
+
+func TestGuardLiteralSpellings(t *testing.T) {
+	// Rules that match every literal but lift nothing.
+	r, _ := mustRules(t, Config{AllowCIDRs: []string{"0.0.0.0/0", "::/0"}}, nil)
+	runGuardCases(t, r, []guardCase{
+		{"127.0.0.1", 443, Verdict{Addr: addr("127.0.0.1"), Rule: "0.0.0.0/0", Reason: "127.0.0.1 is loopback"}},
+		{"127.0.0.1.", 443, Verdict{Host: "127.0.0.1", Addr: addr("127.0.0.1"), Rule: "0.0.0.0/0", Reason: "127.0.0.1 is loopback"}},
+		{"[::ffff:127.0.0.1]", 443, Verdict{Host: "127.0.0.1", Addr: addr("127.0.0.1"), Rule: "0.0.0.0/0", Reason: "127.0.0.1 is loopback"}},
+		{"::ffff:7f00:1", 443, Verdict{Host: "127.0.0.1", Addr: addr("127.0.0.1"), Rule: "0.0.0.0/0", Reason: "127.0.0.1 is loopback"}},
+		{"[::ffff:169.254.169.254]", 80, Verdict{Host: "169.254.169.254", Addr: addr("169.254.169.254"), Rule: "0.0.0.0/0", Reason: "169.254.169.254 is metadata"}},
+		{"[64:ff9b::7f00:1]", 443, Verdict{Host: "64:ff9b::7f00:1", Addr: addr("64:ff9b::7f00:1"), Rule: "::/0", Reason: "64:ff9b::7f00:1 is loopback"}},
+		{"64:ff9b::169.254.169.254", 80, Verdict{Host: "64:ff9b::a9fe:a9fe", Addr: addr("64:ff9b::a9fe:a9fe"), Rule: "::/0", Reason: "64:ff9b::a9fe:a9fe is metadata"}},
+		{"[2002:7f00:1::1]", 443, Verdict{Host: "2002:7f00:1::1", Addr: addr("2002:7f00:1::1"), Rule: "::/0", Reason: "2002:7f00:1::1 is loopback"}},
+		{"[2002:a9fe:a9fe::]", 80, Verdict{Host: "2002:a9fe:a9fe::", Addr: addr("2002:a9fe:a9fe::"), Rule: "::/0", Reason: "2002:a9fe:a9fe:: is metadata"}},
+		{"[::127.0.0.1]", 443, Verdict{Host: "::7f00:1", Addr: addr("::7f00:1"), Rule: "::/0", Reason: "::7f00:1 is loopback"}},
+		{"[fd00:ec2::254]", 80, Verdict{Host: "fd00:ec2::254", Addr: addr("fd00:ec2::254"), Rule: "::/0", Reason: "fd00:ec2::254 is metadata"}},
+		{"[::]", 443, Verdict{Host: "::", Addr: addr("::"), Rule: "::/0", Reason: ":: is unspecified"}},
+		{"0.0.0.0", 443, Verdict{Addr: addr("0.0.0.0"), Rule: "0.0.0.0/0", Reason: "0.0.0.0 is unspecified"}},
+		{"10.0.0.5", 443, Verdict{Addr: addr("10.0.0.5"), Rule: "0.0.0.0/0", Reason: "10.0.0.5 is this host"}},
+		{"[2001:4860::5]", 443, Verdict{Host: "2001:4860::5", Addr: addr("2001:4860::5"), Rule: "::/0", Reason: "2001:4860::5 is this host"}},
+		{"[64:ff9b::808:808]", 443, Verdict{Host: "64:ff9b::808:808", Allowed: true, Addrs: addrs("64:ff9b::808:808"), Rule: "::/0"}},
+		{"[2002:808:808::1]", 443, Verdict{Host: "2002:808:808::1", Allowed: true, Addrs: addrs("2002:808:808::1"), Rule: "::/0"}},
+		{"8.8.8.8", 443, Verdict{Allowed: true, Addrs: addrs("8.8.8.8"), Rule: "0.0.0.0/0"}},
+		// Spellings netip does not read are names, and refused as such.
+		{"127.1", 443, Verdict{Reason: "invalid host name"}},
+		{"0x7f000001", 443, Verdict{Reason: "invalid host name"}},
+		{"2130706433", 443, Verdict{Reason: "invalid host name"}},
+		{"[fe80::1%eth0]", 443, Verdict{Reason: "invalid host name"}},
+	})
+}
+
+func TestGuardDeniedAddresses(t *testing.T) {
+	r, _ := mustRules(t, Config{
+		AllowDomains: []string{"*.example"},
+		DenyDomains:  []string{pub4, "[" + pub6 + "]:443"},
+	}, map[string][]netip.Addr{
+		"both.example": addrs(pub4, pub4b),
+		"one.example":  addrs("::ffff:" + pub4),
+		"six.example":  addrs(pub6),
+		"mix.example":  addrs("127.0.0.1", pub4),
+	})
+	runGuardCases(t, r, []guardCase{
+		{"both.example", 443, Verdict{Allowed: true, Addrs: addrs(pub4b), Rule: "*.example"}},
+		{"one.example", 443, Verdict{Addr: addr(pub4), Rule: pub4, Reason: "denied by deniedDomains"}},
+		{"six.example", 443, Verdict{Addr: addr(pub6), Rule: "[" + pub6 + "]:443", Reason: "denied by deniedDomains"}},
+		{"six.example", 80, Verdict{Allowed: true, Addrs: addrs(pub6), Rule: "*.example"}},
+		{"mix.example", 443, Verdict{Addr: addr("127.0.0.1"), Rule: "*.example", Reason: "resolves to 127.0.0.1 (loopback)"}},
+	})
+}
+
+func TestResolveLookupErrors(t *testing.T) {
+	stub := &stubLookup{
+		answers: map[string][]netip.Addr{
+			"empty.example": {},
+			"zero.example":  {{}},
+		},
+		errs: map[string]error{
+			"nx.example":       &net.DNSError{Err: "no such host", Name: "nx.example", Server: "192.0.2.53:53", IsNotFound: true},
+			"slow.example":     &net.DNSError{Err: "i/o timeout", Name: "slow.example", Server: "192.0.2.53:53", IsTimeout: true},
+			"servfail.example": &net.DNSError{Err: "server misbehaving", Name: "servfail.example", Server: "192.0.2.53:53", IsTemporary: true},
+			"wrapped.example":  fmt.Errorf("resolving: %w", &net.DNSError{Err: "no such host", IsNotFound: true}),
+			"ctx.example":      fmt.Errorf("resolving: %w", context.DeadlineExceeded),
+			"cancel.example":   context.Canceled,
+			"other.example":    errors.New("resolver exploded"),
+		},
+	}
+	r, _ := mustRules(t, Config{AllowDomains: []string{"*.example"}, Lookup: stub.lookup}, nil)
+	runGuardCases(t, r, []guardCase{
+		{"nx.example", 443, Verdict{Rule: "*.example", Reason: "lookup failed: no such host"}},
+		{"slow.example", 443, Verdict{Rule: "*.example", Reason: "lookup failed: timeout"}},
+		{"servfail.example", 443, Verdict{Rule: "*.example", Reason: "lookup failed: server misbehaving"}},
+		{"wrapped.example", 443, Verdict{Rule: "*.example", Reason: "lookup failed: no such host"}},
+		{"ctx.example", 443, Verdict{Rule: "*.example", Reason: "lookup failed: timeout"}},
+		{"cancel.example", 443, Verdict{Rule: "*.example", Reason: "lookup failed: canceled"}},
+		{"other.example", 443, Verdict{Rule: "*.example", Reason: "lookup failed: resolver exploded"}},
+		{"empty.example", 443, Verdict{Rule: "*.example", Reason: "lookup failed: no addresses"}},
+		{"zero.example", 443, Verdict{Rule: "*.example", Reason: "resolves to invalid IP (invalid)"}},
+	})
+}
+
+func TestResolveLookupTimeout(t *testing.T) {
+	ctx, cancel := withLookupTimeout(context.Background())
+	defer cancel()
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		t.Fatal("no deadline added")
+	}
+	if d := time.Until(deadline); d <= 0 || d > lookupTimeout {
+		t.Errorf("deadline in %v, want within %v", d, lookupTimeout)
+	}
+
+	want := time.Now().Add(time.Minute)
+	parent, cancelParent := context.WithDeadline(context.Background(), want)
+	defer cancelParent()
+	ctx, cancel2 := withLookupTimeout(parent)
+	defer cancel2()
+	if got, _ := ctx.Deadline(); !got.Equal(want) {
+		t.Errorf("deadline %v, want the caller's %v", got, want)
+	}
+}

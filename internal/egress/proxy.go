@@ -1,0 +1,499 @@
+package egress
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Timeouts and limits of the proxy protocols. The sandbox is not trusted:
+// every read of a request header is bounded in size and time.
+const (
+	defaultDialTimeout = 10 * time.Second
+	// handshakeTimeout bounds the reading of one request header (HTTP) or
+	// of the whole handshake (SOCKS).
+	handshakeTimeout = 30 * time.Second
+	// idleTimeout is how long a kept-alive HTTP client connection may
+	// wait for its next request.
+	idleTimeout = 2 * time.Minute
+	// lingerTimeout is how long a refused connection is drained after the
+	// answer, so that closing it does not reset the answer away.
+	lingerTimeout = 500 * time.Millisecond
+	// lingerLimit is how much a refused connection is drained at most.
+	lingerLimit = 256 << 10
+	// maxEventText bounds the text that a client chose (host names, Host
+	// headers) in events, answers and logs.
+	maxEventText = 300
+)
+
+// Proxy serves one sandbox's proxy listeners: the HTTP proxy protocol
+// (forwarding of http:// requests and CONNECT tunnels) and SOCKS5. Every
+// destination goes through Rules.Resolve, and only the addresses of its
+// Verdict are dialed.
+//
+// Set the fields before the first Serve call and do not change them
+// afterwards. A Proxy must not be copied after first use, nor reused
+// after Close.
+type Proxy struct {
+	// Rules decides every destination; required.
+	Rules *Rules
+	// Sandbox is the sandbox's id, copied into events.
+	Sandbox string
+	// Record is called for every refusal (an Event with Action
+	// "blocked"), from the goroutine of the connection, so it must be
+	// safe for concurrent use; nil drops the events.
+	Record func(Event)
+	// Log receives debug records of connections and their errors, and an
+	// info record for every refusal; nil discards them.
+	Log *slog.Logger
+	// DialTimeout bounds resolving and connecting to a destination over
+	// all of its addresses; 0 means 10 s.
+	DialTimeout time.Duration
+
+	mu        sync.Mutex
+	inited    bool
+	closed    bool
+	ctx       context.Context // canceled by Close
+	cancel    context.CancelFunc
+	listeners map[net.Listener]struct{}
+	conns     map[net.Conn]struct{}
+	wg        sync.WaitGroup
+
+	tmu     sync.Mutex
+	traffic map[trafficKey]*Event
+	order   []trafficKey
+}
+
+// trafficKey is one destination of Traffic.
+type trafficKey struct {
+	host string
+	port int
+}
+
+// initLocked sets up the proxy's state on first use; p.mu is held.
+func (p *Proxy) initLocked() {
+	if p.inited {
+		return
+	}
+	p.inited = true
+	p.ctx, p.cancel = context.WithCancel(context.Background())
+	p.listeners = make(map[net.Listener]struct{})
+	p.conns = make(map[net.Conn]struct{})
+}
+
+// context returns the context that Close cancels.
+func (p *Proxy) context() context.Context {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.initLocked()
+	return p.ctx
+}
+
+// log returns p.Log, or a logger that discards.
+func (p *Proxy) log() *slog.Logger {
+	if p.Log != nil {
+		return p.Log
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// dialTimeout returns p.DialTimeout or its default.
+func (p *Proxy) dialTimeout() time.Duration {
+	if p.DialTimeout > 0 {
+		return p.DialTimeout
+	}
+	return defaultDialTimeout
+}
+
+// ServeHTTP serves the HTTP proxy protocol on l until Close: CONNECT
+// tunnels and the forwarding of http:// requests given with an absolute
+// URI. It returns nil after Close, else the error that ended accepting
+// connections; it closes l in either case.
+func (p *Proxy) ServeHTTP(l net.Listener) error {
+	return p.serve(l, "http", p.serveHTTPConn)
+}
+
+// ServeSOCKS serves SOCKS5 (CONNECT only, no authentication) on l until
+// Close. It returns nil after Close, else the error that ended accepting
+// connections; it closes l in either case.
+func (p *Proxy) ServeSOCKS(l net.Listener) error {
+	return p.serve(l, "socks", p.serveSOCKSConn)
+}
+
+// serve accepts connections on l and hands each to handle in a goroutine
+// of its own.
+func (p *Proxy) serve(l net.Listener, name string, handle func(net.Conn)) error {
+	p.mu.Lock()
+	p.initLocked()
+	if p.closed {
+		p.mu.Unlock()
+		l.Close()
+		return nil
+	}
+	p.listeners[l] = struct{}{}
+	p.wg.Add(1)
+	p.mu.Unlock()
+	defer p.wg.Done()
+	defer func() {
+		p.mu.Lock()
+		delete(p.listeners, l)
+		p.mu.Unlock()
+		l.Close()
+	}()
+
+	var backoff time.Duration
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			if p.isClosed() {
+				return nil
+			}
+			if !temporaryAcceptError(err) {
+				return fmt.Errorf("egress: %s proxy: accept: %w", name, err)
+			}
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			p.log().Debug("egress: accept failed, retrying", "proxy", name, "err", err, "backoff", backoff)
+			if !p.sleep(backoff) {
+				return nil
+			}
+			continue
+		}
+		backoff = 0
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			c.Close()
+			return nil
+		}
+		p.conns[c] = struct{}{}
+		p.wg.Add(1)
+		p.mu.Unlock()
+		go func() {
+			defer p.wg.Done()
+			defer p.closeConn(c)
+			handle(c)
+		}()
+	}
+}
+
+// temporaryAcceptError reports whether accepting may succeed again after
+// err: the process ran out of descriptors or memory, or a connection was
+// aborted before it was accepted.
+func temporaryAcceptError(err error) bool {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return true
+	}
+	for _, e := range []error{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM, syscall.ECONNABORTED, syscall.EINTR} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// sleep waits for d or until Close, and reports whether d passed.
+func (p *Proxy) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-p.context().Done():
+		return false
+	}
+}
+
+// isClosed reports whether Close was called.
+func (p *Proxy) isClosed() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.closed
+}
+
+// track registers a connection for Close. It closes c and returns false
+// when the proxy is closed already.
+func (p *Proxy) track(c net.Conn) bool {
+	p.mu.Lock()
+	p.initLocked()
+	if p.closed {
+		p.mu.Unlock()
+		c.Close()
+		return false
+	}
+	p.conns[c] = struct{}{}
+	p.mu.Unlock()
+	return true
+}
+
+// closeConn closes a tracked connection and forgets it.
+func (p *Proxy) closeConn(c net.Conn) {
+	p.mu.Lock()
+	delete(p.conns, c)
+	p.mu.Unlock()
+	c.Close()
+}
+
+// goTracked runs f in a goroutine that Close waits for. The caller must
+// run in such a goroutine itself.
+func (p *Proxy) goTracked(f func()) {
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		f()
+	}()
+}
+
+// Close stops both servers and ends every open connection, the sandbox's
+// and the upstream ones; it waits for the goroutines serving them. It
+// returns nil; closing again does nothing.
+func (p *Proxy) Close() error {
+	p.mu.Lock()
+	p.initLocked()
+	if p.closed {
+		p.mu.Unlock()
+		p.wg.Wait()
+		return nil
+	}
+	p.closed = true
+	p.cancel()
+	for l := range p.listeners {
+		l.Close()
+	}
+	for c := range p.conns {
+		c.Close()
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+	return nil
+}
+
+// Traffic returns one Event (Action "allowed") per destination host:port
+// that the proxy connected to, in the order of their first connections:
+// Time is that of the first connection, Protocol that of the first
+// connection, Address the address of the last one; Connections counts
+// the upstream connections, BytesOut the bytes from the sandbox to the
+// destination and BytesIn those back. The bytes of a connection are
+// counted when the connection ends (a CONNECT tunnel or SOCKS5 stream) or
+// when the exchange ends (a forwarded request and its response), so call
+// Traffic after Close for the final sums.
+func (p *Proxy) Traffic() []Event {
+	p.tmu.Lock()
+	defer p.tmu.Unlock()
+	out := make([]Event, 0, len(p.order))
+	for _, k := range p.order {
+		out = append(out, *p.traffic[k])
+	}
+	return out
+}
+
+// countConn counts a new upstream connection to host:port at addr.
+func (p *Proxy) countConn(proto, host string, port int, addr netip.Addr) {
+	p.tmu.Lock()
+	defer p.tmu.Unlock()
+	k := trafficKey{host, port}
+	e := p.traffic[k]
+	if e == nil {
+		if p.traffic == nil {
+			p.traffic = make(map[trafficKey]*Event)
+		}
+		e = &Event{Time: time.Now(), Sandbox: p.Sandbox, Action: "allowed", Protocol: proto, Host: host, Port: port}
+		p.traffic[k] = e
+		p.order = append(p.order, k)
+	}
+	e.Connections++
+	e.Address = addr.String()
+}
+
+// countBytes adds bytes to the traffic of host:port, which countConn
+// has counted before.
+func (p *Proxy) countBytes(host string, port int, out, in int64) {
+	p.tmu.Lock()
+	defer p.tmu.Unlock()
+	if e := p.traffic[trafficKey{host, port}]; e != nil {
+		e.BytesOut += out
+		e.BytesIn += in
+	}
+}
+
+// block records a refusal and returns its event. v, when not nil, is the
+// verdict that refused; host and port are the destination as the client
+// gave it, used when v has none.
+func (p *Proxy) block(proto, host string, port int, v *Verdict, reason string) Event {
+	e := Event{
+		Time:     time.Now(),
+		Sandbox:  p.Sandbox,
+		Action:   "blocked",
+		Protocol: proto,
+		Host:     host,
+		Port:     port,
+		Reason:   reason,
+	}
+	if v != nil {
+		if v.Host != "" {
+			e.Host = v.Host
+		}
+		e.Port = v.Port
+		e.Rule = v.Rule
+		if e.Reason == "" {
+			e.Reason = v.Reason
+		}
+		if v.Addr.IsValid() {
+			e.Address = v.Addr.String()
+		}
+	}
+	e.Host = cleanText(e.Host, maxEventText)
+	e.Reason = cleanText(e.Reason, maxEventText)
+	if e.Reason == "" {
+		e.Reason = "blocked"
+	}
+	p.log().Info("egress: blocked", "protocol", proto, "host", e.Host, "port", e.Port, "reason", e.Reason)
+	if p.Record != nil {
+		p.Record(e)
+	}
+	return e
+}
+
+// resolve asks the rules about host:port, within the dial timeout.
+func (p *Proxy) resolve(host string, port int) Verdict {
+	ctx, cancel := context.WithTimeout(p.context(), p.dialTimeout())
+	defer cancel()
+	return p.Rules.Resolve(ctx, host, port)
+}
+
+// dial connects to port on the verdict's addresses in order, with the dial
+// timeout spread over them as net.Dialer does, and returns the tracked
+// connection and the address it reached. It dials addresses only, never a
+// name.
+func (p *Proxy) dial(v Verdict) (net.Conn, netip.Addr, error) {
+	if len(v.Addrs) == 0 {
+		return nil, netip.Addr{}, fmt.Errorf("dial %s: no address to connect to", hostPort(v.Host, v.Port))
+	}
+	deadline := time.Now().Add(p.dialTimeout())
+	ctx, cancel := context.WithDeadline(p.context(), deadline)
+	defer cancel()
+	var firstErr error
+	for i, a := range v.Addrs {
+		timeout := time.Until(deadline) / time.Duration(len(v.Addrs)-i)
+		if left := time.Until(deadline); timeout < 2*time.Second && left > 2*time.Second {
+			timeout = 2 * time.Second
+		}
+		d := net.Dialer{Timeout: timeout}
+		c, err := d.DialContext(ctx, "tcp", netip.AddrPortFrom(a, uint16(v.Port)).String())
+		if err == nil {
+			if !p.track(c) {
+				return nil, netip.Addr{}, errors.New("egress proxy closed")
+			}
+			return c, a, nil
+		}
+		if firstErr == nil {
+			firstErr = err
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, netip.Addr{}, firstErr
+}
+
+// halfCloser is a connection that can end its sending side alone.
+type halfCloser interface {
+	CloseWrite() error
+}
+
+// closeWrite ends c's sending side, or all of c when it cannot half-close.
+func closeWrite(c net.Conn) {
+	if hc, ok := c.(halfCloser); ok {
+		if hc.CloseWrite() == nil {
+			return
+		}
+	}
+	c.Close()
+}
+
+// pipe copies bytes both ways between the sandbox's connection client and
+// upstream until both directions have ended, passing each direction's end
+// on as a half-close. It returns the bytes copied from the client (out)
+// and to it (in). Both connections are handed to io.Copy as they are, so
+// that TCP connections are spliced in the kernel.
+func (p *Proxy) pipe(client, upstream net.Conn) (out, in int64) {
+	done := make(chan struct{})
+	p.goTracked(func() {
+		defer close(done)
+		var err error
+		in, err = io.Copy(client, upstream)
+		if err != nil {
+			// A broken direction ends the other one too.
+			client.Close()
+			upstream.Close()
+			return
+		}
+		closeWrite(client)
+	})
+	out, err := io.Copy(upstream, client)
+	if err != nil {
+		client.Close()
+		upstream.Close()
+	} else {
+		closeWrite(upstream)
+	}
+	<-done
+	return out, in
+}
+
+// lingerClose ends a refused connection after its answer: it half-closes
+// c and reads what the client still sends for a moment, so that closing
+// with unread data does not reset the connection before the client has
+// read the answer. The caller closes c.
+func lingerClose(c net.Conn) {
+	hc, ok := c.(halfCloser)
+	if !ok || hc.CloseWrite() != nil {
+		return
+	}
+	_ = c.SetReadDeadline(time.Now().Add(lingerTimeout))
+	_, _ = io.CopyN(io.Discard, c, lingerLimit)
+}
+
+// hostPort joins host and port, bracketing IPv6 addresses.
+func hostPort(host string, port int) string {
+	return net.JoinHostPort(host, fmt.Sprint(port))
+}
+
+// cleanText makes text that a client chose safe to show: control and
+// other unprintable characters become '?', and text longer than max
+// bytes is cut, ending in "…".
+func cleanText(s string, limit int) string {
+	clean := true
+	for _, r := range s {
+		if r == utf8.RuneError || !unicode.IsPrint(r) {
+			clean = false
+			break
+		}
+	}
+	if !clean {
+		s = strings.Map(func(r rune) rune {
+			if r == utf8.RuneError || !unicode.IsPrint(r) {
+				return '?'
+			}
+			return r
+		}, s)
+	}
+	if len(s) > limit {
+		cut := limit
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut] + "…"
+	}
+	return s
+}

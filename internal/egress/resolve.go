@@ -1,0 +1,167 @@
+package egress
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"time"
+)
+
+// lookupTimeout bounds a lookup by the system resolver when the caller's
+// context has no deadline.
+const lookupTimeout = 5 * time.Second
+
+// Resolve decides whether the sandbox may connect to host:port: it
+// normalizes host, matches the deny and allow rules, resolves the name
+// (Config.Hosts pins first, else Config.Lookup, else the system resolver
+// via net.DefaultResolver.LookupNetIP with a 5 s timeout taken from ctx or
+// added), runs the address guard on every address, and returns the
+// Verdict. It never dials.
+//
+// An IP-literal destination is not looked up: its one address is guarded
+// as it is. A name is looked up as a rooted name (with a trailing dot), so
+// the system resolver does not try it under the search domains of
+// resolv.conf: the proxy connects to the name the rules saw. A deny rule
+// that is an IP literal also drops that address from the addresses of a
+// name.
+//
+// Verdict.Rule is the deny rule that refused the destination or one of
+// its addresses, else the allow rule that matched its host and port
+// (also when the lookup or the address guard then refused it), else the
+// allow rule that matched its host on another port, else empty. For an
+// invalid host name, Verdict.Host is host as given.
+func (r *Rules) Resolve(ctx context.Context, host string, port int) Verdict {
+	v := Verdict{Host: host, Port: port}
+	name, literal, err := normalizeHost(host)
+	if err != nil {
+		v.Reason = "invalid host name"
+		return v
+	}
+	v.Host = name
+	if port < 1 || port > 65535 {
+		v.Reason = fmt.Sprintf("invalid port %d", port)
+		return v
+	}
+	if ru := r.denied(name, literal, port); ru != nil {
+		v.Rule, v.Reason = ru.raw, "denied by deniedDomains"
+		return v
+	}
+	allow, hostRule := r.allowed(name, literal, port)
+	switch {
+	case allow == nil && hostRule == nil:
+		v.Reason = "not in allowedDomains"
+		return v
+	case allow == nil:
+		v.Rule, v.Reason = hostRule.raw, fmt.Sprintf("port %d not allowed for %s", port, name)
+		return v
+	}
+
+	v.Rule = allow.raw
+	var addrs []netip.Addr
+	lift := ""
+	if literal.IsValid() {
+		addrs, lift = []netip.Addr{literal}, allow.lift
+	} else {
+		addrs, err = r.resolveName(ctx, name)
+		if err != nil {
+			v.Reason = "lookup failed: " + shortLookupError(err)
+			return v
+		}
+	}
+
+	// The first refused address explains the refusal when none passes.
+	var refused bool
+	for _, a := range addrs {
+		a = a.WithZone("").Unmap()
+		if ru := r.deniedAddr(a, port); ru != nil {
+			if !refused {
+				refused = true
+				v.Addr, v.Rule, v.Reason = a, ru.raw, "denied by deniedDomains"
+			}
+			continue
+		}
+		if ok, class := r.guard.passes(a, lift); !ok {
+			if !refused {
+				refused = true
+				v.Addr = a
+				if literal.IsValid() {
+					v.Reason = fmt.Sprintf("%s is %s", a, class)
+				} else {
+					v.Reason = fmt.Sprintf("resolves to %s (%s)", a, class)
+				}
+			}
+			continue
+		}
+		if !slices.Contains(v.Addrs, a) {
+			v.Addrs = append(v.Addrs, a)
+		}
+	}
+	if len(v.Addrs) == 0 {
+		if !refused {
+			v.Reason = "lookup failed: no addresses"
+		}
+		return v
+	}
+	v.Allowed, v.Addr, v.Rule, v.Reason = true, netip.Addr{}, allow.raw, ""
+	return v
+}
+
+// deniedAddr returns the first IP-literal deny rule that denies address a
+// on port.
+func (r *Rules) deniedAddr(a netip.Addr, port int) *rule {
+	for i := range r.deny {
+		if ru := &r.deny[i]; ru.kind == matchPrefix && ru.prefix.Contains(a) && ru.deniesPort(port) {
+			return ru
+		}
+	}
+	return nil
+}
+
+// resolveName returns the addresses of a normalized name: its pin in
+// Config.Hosts, else what Config.Lookup or the system resolver says.
+func (r *Rules) resolveName(ctx context.Context, name string) ([]netip.Addr, error) {
+	if addrs, ok := r.hosts[name]; ok {
+		return addrs, nil
+	}
+	if r.lookup != nil {
+		return r.lookup(name)
+	}
+	ctx, cancel := withLookupTimeout(ctx)
+	defer cancel()
+	return net.DefaultResolver.LookupNetIP(ctx, "ip", name+".")
+}
+
+// withLookupTimeout returns ctx if it has a deadline, else ctx with one
+// lookupTimeout from now.
+func withLookupTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, lookupTimeout)
+}
+
+// shortLookupError returns the gist of a lookup error for Verdict.Reason:
+// "no such host", "timeout", or the error's own short text, without the
+// name and server that the resolver's message repeats.
+func shortLookupError(err error) string {
+	var dnsErr *net.DNSError
+	switch {
+	case errors.As(err, &dnsErr):
+		switch {
+		case dnsErr.IsNotFound:
+			return "no such host"
+		case dnsErr.IsTimeout:
+			return "timeout"
+		case dnsErr.Err != "":
+			return dnsErr.Err
+		}
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	}
+	return err.Error()
+}
