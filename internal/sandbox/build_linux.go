@@ -224,8 +224,13 @@ func (b *builder) mounts(cfg initConfig, fds []int8, denyRead []pathKind) {
 		devs[i] = b.cloneTree("device /dev/"+d, "/dev/"+d, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NOEXEC)
 	}
 	exe := int8(-1)
-	if cfg.HutchExe != "" {
-		exe = b.cloneTree("hutch's binary "+cfg.HutchExe, cfg.HutchExe, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
+	const exeAttrs = unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV
+	switch {
+	case cfg.HutchExe != "" && cfg.HutchExeFD >= 0 && cfg.HutchExeFD < len(fds):
+		exe = fds[cfg.HutchExeFD]
+		b.setattr("hutch's binary: attributes", exe, exeAttrs)
+	case cfg.HutchExe != "":
+		exe = b.cloneTree("hutch's binary "+cfg.HutchExe, cfg.HutchExe, exeAttrs)
 	}
 
 	// The masks: an empty file and an empty directory, mode 000, on a

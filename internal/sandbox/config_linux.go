@@ -36,7 +36,11 @@ type initConfig struct {
 	Net string
 	// HutchExe is the host path of hutch's binary, bound read-only at
 	// SandboxHutch in proxy mode (ssh's ProxyCommand runs it).
-	HutchExe   string
+	HutchExe string
+	// HutchExeFD is the index of the detached mount of HutchExe among the
+	// descriptors hutch sends after the clone, or -1 when the sandbox
+	// clones the path itself.
+	HutchExeFD int
 	Tty        bool
 	Rows, Cols uint16
 	BestEffort bool

@@ -172,15 +172,34 @@ func Run(ctx context.Context, c Config) (Result, error) {
 		childCtl.Close()
 		return res, err
 	}
-	var recvd []int8
+	// Detached mounts hutch makes and sends once the sandbox exists: the
+	// idmapped writable roots, and (root only) hutch's binary, which the
+	// sandbox's unprivileged identity may not be able to reach.
+	nrecv := 0
 	if idmap {
-		recvd = b.receive(int(childCtl.Fd()), len(cfg.Writable))
 		for i := range cfg.Writable {
 			cfg.Writable[i].FD = i
 		}
-	} else {
-		b.receive(int(childCtl.Fd()), 0)
+		nrecv = len(cfg.Writable)
 	}
+	exeTree := -1
+	cfg.HutchExeFD = -1
+	if cfg.HutchExe != "" && asRoot {
+		fd, err := unix.OpenTree(unix.AT_FDCWD, cfg.HutchExe, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+		if err != nil {
+			childCtl.Close()
+			return res, fmt.Errorf("clone mount of hutch's binary %q: %w", cfg.HutchExe, err)
+		}
+		exeTree = fd
+		defer func() {
+			if exeTree >= 0 {
+				unix.Close(exeTree)
+			}
+		}()
+		cfg.HutchExeFD = nrecv
+		nrecv++
+	}
+	recvd := b.receive(int(childCtl.Fd()), nrecv)
 	b.identity(ids{uid: innerUID, gid: innerGID, setgroups: asRoot})
 	b.dieWithHutch(int(childCtl.Fd()))
 	b.mounts(cfg, recvd, denyReadKinds(effectiveDenyRead(cfg.DenyRead, cfg.AllowRead), cfg.Writable))
@@ -233,7 +252,15 @@ func Run(ctx context.Context, c Config) (Result, error) {
 			return fail(fmt.Errorf("%w (pass --best-effort to run without it)", err))
 		}
 	}
-	err = unix.Sendmsg(int(ctl.Fd()), []byte{1}, unix.UnixRights(fds...), nil, 0)
+	if exeTree >= 0 {
+		fds = append(fds, exeTree)
+		exeTree = -1
+	}
+	var oob []byte
+	if len(fds) > 0 {
+		oob = unix.UnixRights(fds...)
+	}
+	err = unix.Sendmsg(int(ctl.Fd()), []byte{1}, oob, nil, 0)
 	closeAll(fds)
 	p.closeRuleset()
 	if err != nil {

@@ -21,7 +21,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"runtime"
 	"strconv"
@@ -893,7 +892,7 @@ func rawHTTP(p string) string {
 	if host != "" {
 		req += "Host: " + host + "\r\n"
 	}
-	if method != http.MethodConnect {
+	if method != "CONNECT" {
 		req += "Connection: close\r\n"
 	}
 	req += "User-Agent: hutch-attacker\r\n\r\n"
@@ -901,21 +900,62 @@ func rawHTTP(p string) string {
 		return result(err)
 	}
 	r := bufio.NewReader(c)
-	resp, err := http.ReadResponse(r, &http.Request{Method: method})
+	status, header, err := readResponseHead(r)
 	if err != nil {
-		return readWord(err)
+		return err.Error()
 	}
-	out := fmt.Sprintf("status=%d", resp.StatusCode)
-	if b := resp.Header.Get("X-Hutch-Blocked"); b != "" {
+	out := fmt.Sprintf("status=%d", status)
+	if b := header["x-hutch-blocked"]; b != "" {
 		out += " blocked=" + strings.ReplaceAll(b, " ", "_")
 	}
-	if resp.StatusCode/100 != 2 {
+	if status/100 != 2 {
 		return out
 	}
-	if method == http.MethodConnect {
+	if method == "CONNECT" {
 		return out + " " + echoExchange(c, r, "connect "+target+" "+host)
 	}
+	if strings.EqualFold(header["transfer-encoding"], "chunked") {
+		if _, err := r.ReadString('\n'); err != nil { // the first chunk's size
+			return out + " body=" + readWord(err)
+		}
+	}
 	body := make([]byte, 64)
-	n, _ := io.ReadFull(resp.Body, body)
+	n, _ := io.ReadFull(r, body)
 	return out + " body=" + strings.Join(strings.Fields(string(body[:n])), "_")
+}
+
+// readResponseHead reads an HTTP/1.x status line and header (kept small:
+// the net/http package would make this static program too big to start
+// under the resource tests' memory limits). Header names are lower-cased;
+// the error is already worded ("closed", "badstatus=…").
+func readResponseHead(r *bufio.Reader) (int, map[string]string, error) {
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return 0, nil, errors.New(readWord(err))
+	}
+	f := strings.Fields(line)
+	if len(f) < 2 || !strings.HasPrefix(f[0], "HTTP/1.") {
+		return 0, nil, errors.New("badstatus=" + strings.Join(f, "_"))
+	}
+	status, err := strconv.Atoi(f[1])
+	if err != nil {
+		return 0, nil, errors.New("badstatus=" + strings.Join(f, "_"))
+	}
+	header := map[string]string{}
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return 0, nil, errors.New("header:" + readWord(err))
+		}
+		line = strings.TrimRight(line, "\r\n")
+		if line == "" {
+			return status, header, nil
+		}
+		if k, v, ok := strings.Cut(line, ":"); ok {
+			k = strings.ToLower(strings.TrimSpace(k))
+			if _, dup := header[k]; !dup {
+				header[k] = strings.TrimSpace(v)
+			}
+		}
+	}
 }
