@@ -40,6 +40,11 @@ func main() {
 		fail(err)
 	}
 	_, port, _ := net.SplitHostPort(up)
+	p, proxyAddr, err := startProxy(port)
+	if err != nil {
+		fail(err)
+	}
+	defer p.Close()
 	tp := newTable(*markdown, "download", "MiB/s (median of "+strconv.Itoa(*runs)+")", "ratio to direct")
 	if *hutch != "" {
 		url := fmt.Sprintf("http://%%s:%s/bytes?n=%d", port, *size)
@@ -50,17 +55,15 @@ func main() {
 			"--add-host", "up.test:127.0.0.1", "--allow-private", "127.0.0.1/32", "--"}
 		connect := median(*runs, func() float64 { return curl(sandbox, fmt.Sprintf(url, "up.test"), true) })
 		forward := median(*runs, func() float64 { return curl(sandbox, fmt.Sprintf(url, "up.test"), false) })
+		onHost := []string{"env", "http_proxy=http://" + proxyAddr}
+		hostConnect := median(*runs, func() float64 { return curl(onHost, fmt.Sprintf(url, "up.test"), true) })
 		tp.row("direct (curl on the host)", mib(direct), "1.00")
 		tp.row("hutch CONNECT (curl -p in the sandbox)", mib(connect), fmt.Sprintf("%.2f", connect/direct))
 		tp.row("hutch HTTP forwarding (curl in the sandbox)", mib(forward), fmt.Sprintf("%.2f", forward/direct))
+		tp.row("proxy code alone, CONNECT (curl -p on the host)", mib(hostConnect), fmt.Sprintf("%.2f", hostConnect/direct))
 		tp.print()
 	}
 
-	p, proxyAddr, err := startProxy(port)
-	if err != nil {
-		fail(err)
-	}
-	defer p.Close()
 	tl := newTable(*markdown, "latency", "p50 µs", "p99 µs", "added p50 µs", "added p99 µs")
 	newDirect := samples(*n, func() error { return oneShot(up, "") })
 	newProxied := samples(*n, func() error { return oneShot(proxyAddr, "up.test:"+port) })

@@ -106,7 +106,11 @@ func (e *runEgress) finish() {
 		}
 	}
 	if e.report != nil {
-		if err := e.report.Close(); err != nil {
+		err := e.rec.Err()
+		if cerr := e.report.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
 			fmt.Fprintf(e.stderr, "hutch: --report: %v\n", err)
 		}
 		e.report = nil

@@ -507,3 +507,27 @@ func TestSameAuthority(t *testing.T) {
 		}
 	}
 }
+
+func TestHTTPPipelined(t *testing.T) {
+	up := startHTTPUpstream(t, nil)
+	env := startProxy(t, testConfig(fmt.Sprintf("allowed.test:%d", up.port)))
+	c := env.dial(env.httpAddr)
+	req := "GET http://allowed.test:%d/%s HTTP/1.1\r\nHost: allowed.test:%d\r\n\r\n"
+	fmt.Fprintf(c, req+req, up.port, "one", up.port, up.port, "two", up.port)
+	br := bufio.NewReader(c)
+	for _, want := range []string{"/one", "/two"} {
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e echoed
+		err = json.NewDecoder(resp.Body).Decode(&e)
+		io.Copy(io.Discard, resp.Body)
+		if err != nil || e.URI != want {
+			t.Errorf("response for %s: %+v, %v", want, e, err)
+		}
+	}
+	if n := up.conns.Load(); n != 1 {
+		t.Errorf("two pipelined requests took %d upstream connections, want 1", n)
+	}
+}

@@ -91,8 +91,8 @@ func (p *Proxy) initLocked() {
 	p.conns = make(map[net.Conn]struct{})
 }
 
-// context returns the context that Close cancels.
-func (p *Proxy) context() context.Context {
+// baseContext returns the context that Close cancels.
+func (p *Proxy) baseContext() context.Context {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.initLocked()
@@ -209,7 +209,7 @@ func (p *Proxy) sleep(d time.Duration) bool {
 	select {
 	case <-t.C:
 		return true
-	case <-p.context().Done():
+	case <-p.baseContext().Done():
 		return false
 	}
 }
@@ -366,7 +366,7 @@ func (p *Proxy) block(proto, host string, port int, v *Verdict, reason string) E
 
 // resolve asks the rules about host:port, within the dial timeout.
 func (p *Proxy) resolve(host string, port int) Verdict {
-	ctx, cancel := context.WithTimeout(p.context(), p.dialTimeout())
+	ctx, cancel := context.WithTimeout(p.baseContext(), p.dialTimeout())
 	defer cancel()
 	return p.Rules.Resolve(ctx, host, port)
 }
@@ -380,7 +380,7 @@ func (p *Proxy) dial(v Verdict) (net.Conn, netip.Addr, error) {
 		return nil, netip.Addr{}, fmt.Errorf("dial %s: no address to connect to", hostPort(v.Host, v.Port))
 	}
 	deadline := time.Now().Add(p.dialTimeout())
-	ctx, cancel := context.WithDeadline(p.context(), deadline)
+	ctx, cancel := context.WithDeadline(p.baseContext(), deadline)
 	defer cancel()
 	var firstErr error
 	for i, a := range v.Addrs {

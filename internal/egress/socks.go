@@ -145,11 +145,9 @@ func (p *Proxy) socks5Request(c net.Conn) {
 	defer p.closeConn(up)
 	p.countConn("socks5", v.Host, v.Port, addr)
 	p.log().Debug("egress: SOCKS5 connect", "host", v.Host, "port", v.Port, "addr", addr)
-	var bound netip.AddrPort
-	if ta, ok := up.LocalAddr().(*net.TCPAddr); ok {
-		bound = ta.AddrPort()
-	}
-	if err := socks5Reply(c, repSucceeded, bound); err != nil {
+	// The bound address stays 0.0.0.0:0: the proxy's end of the upstream
+	// connection would tell the sandbox one of the host's addresses.
+	if err := socks5Reply(c, repSucceeded, netip.AddrPort{}); err != nil {
 		return
 	}
 	_ = c.SetDeadline(time.Time{})
