@@ -11,9 +11,11 @@ export CGO_ENABLED=0
 
 # Debian packages the tests use (skipped when present or not root).
 need=()
-for tool in setpriv:util-linux ip:iproute2 git:git busybox:busybox-static; do
+for tool in setpriv:util-linux ip:iproute2 git:git busybox:busybox-static curl:curl ssh:openssh-client npm:npm; do
 	command -v "${tool%%:*}" >/dev/null 2>&1 || need+=("${tool#*:}")
 done
+# pip, for the test that installs a package through the egress proxy.
+/usr/bin/python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
 if [ ${#need[@]} -gt 0 ] && [ "$(id -u)" = 0 ]; then
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi

@@ -22,6 +22,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/hutch-sandbox/hutch/internal/testutil"
 )
 
 // The tests in this file run real package managers and version control in
@@ -130,9 +132,7 @@ func hostCmd(t *testing.T, dir string, env []string, name string, args ...string
 func needTool(t *testing.T, name string) string {
 	t.Helper()
 	p, err := exec.LookPath(name)
-	if err != nil {
-		t.Skipf("skipping: %s is not installed: %v", name, err)
-	}
+	testutil.Need(t, err == nil, fmt.Sprintf("%s is not installed (scripts/test.sh installs it)", name))
 	return p
 }
 
@@ -339,9 +339,7 @@ func pythonsWithPip(t *testing.T) []string {
 func TestToolPipDownload(t *testing.T) {
 	t.Parallel()
 	pythons := pythonsWithPip(t)
-	if len(pythons) == 0 {
-		t.Skip("skipping: no python3 on this machine can run pip (python3 -m pip --version fails)")
-	}
+	testutil.Need(t, len(pythons) > 0, "no python3 on this machine can run pip (scripts/test.sh installs python3-pip)")
 	const (
 		project = "hutch-tiny"
 		wheel   = "hutch_tiny-1.0-py3-none-any.whl"
@@ -386,9 +384,7 @@ func TestToolPipDownload(t *testing.T) {
 	// the download.
 	probe := sandboxed(t, invocation{args: append([]string{"--", "sh", "-c",
 		`for py; do "$py" -m pip --version >/dev/null 2>&1 && { echo "$py"; exit 0; }; done; exit 1`, "sh"}, pythons...)})
-	if probe.code != 0 {
-		t.Skipf("skipping: none of %q can run pip inside the sandbox\n%s", pythons, probe)
-	}
+	testutil.Need(t, probe.code == 0, fmt.Sprintf("none of %q can run pip inside the sandbox\n%s", pythons, probe))
 	python := strings.TrimSpace(probe.stdout)
 	t.Logf("pip runs as %s -m pip", python)
 	ws := t.TempDir()
