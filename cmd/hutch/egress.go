@@ -1,31 +1,41 @@
 package main
 
 import (
+	"bytes"
 	"crypto/rand"
+	"crypto/x509"
 	"encoding/hex"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/netip"
 	"os"
+	"path/filepath"
+	"strings"
 
 	"github.com/hutch-sandbox/hutch/internal/egress"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
+	"github.com/hutch-sandbox/hutch/internal/secrets"
 )
 
 // runEgress is the network side of one `hutch run`: the egress proxy in
 // proxy mode, and the report of what it refused and let through.
 type runEgress struct {
-	proxy  *egress.Proxy
-	rec    *egress.Recorder
-	report *os.File
-	stderr io.Writer
+	proxy   *egress.Proxy
+	rec     *egress.Recorder
+	report  *os.File
+	stderr  io.Writer
+	secrets []*secrets.Secret
+	// caBundle is the trust bundle for the sandbox (the system's roots and
+	// the sandbox's CA) when it has secrets; its directory is removed by
+	// finish.
+	caBundle string
 }
 
 // newEgress sets up the proxy for spec's network policy and opens the
 // report file (before the sandbox starts, so a bad path fails early).
-func newEgress(spec policy.Spec, report string, stderr io.Writer, log *slog.Logger) (*runEgress, error) {
+func newEgress(spec policy.Spec, report string, upstreamCAs []string, stderr io.Writer, log *slog.Logger) (*runEgress, error) {
 	e := &runEgress{stderr: stderr}
 	if report != "" {
 		f, err := os.OpenFile(report, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
@@ -52,13 +62,162 @@ func newEgress(spec policy.Spec, report string, stderr io.Writer, log *slog.Logg
 		e.finish()
 		return nil, err
 	}
+	id := newRunID()
+	if e.secrets, err = loadSecrets(spec.Secrets); err != nil {
+		e.finish()
+		return nil, err
+	}
+	cfg.Secrets = e.secrets
 	rules, err := egress.NewRules(cfg)
 	if err != nil {
 		e.finish()
 		return nil, fmt.Errorf("network policy: %w", err)
 	}
-	e.proxy = &egress.Proxy{Rules: rules, Sandbox: newRunID(), Record: e.rec.Record, Log: log}
+	e.proxy = &egress.Proxy{Rules: rules, Sandbox: id, Record: e.rec.Record, Log: log}
+	if len(e.secrets) > 0 {
+		if err := e.setupTLS(id, upstreamCAs); err != nil {
+			e.finish()
+			return nil, err
+		}
+	}
 	return e, nil
+}
+
+// loadSecrets reads the real values of the policy's secrets and makes their
+// placeholders.
+func loadSecrets(list []policy.Secret) ([]*secrets.Secret, error) {
+	var out []*secrets.Secret
+	for _, ps := range list {
+		var value []byte
+		switch kind, src, _ := strings.Cut(ps.From, ":"); kind {
+		case "env":
+			v, ok := os.LookupEnv(src)
+			if !ok || v == "" {
+				return nil, fmt.Errorf("secret %s: hutch's environment has no %s (from: %s)", ps.Name, src, ps.From)
+			}
+			value = []byte(v)
+		case "file":
+			b, err := os.ReadFile(src)
+			if err != nil {
+				return nil, fmt.Errorf("secret %s: %w", ps.Name, err)
+			}
+			value = bytes.TrimSuffix(bytes.TrimSuffix(b, []byte("\n")), []byte("\r"))
+			if len(value) == 0 {
+				return nil, fmt.Errorf("secret %s: %s is empty", ps.Name, src)
+			}
+		default:
+			return nil, fmt.Errorf("secret %s: unknown source %q", ps.Name, ps.From)
+		}
+		placeholder, err := secrets.NewPlaceholder(ps.PlaceholderPrefix, len(value))
+		if err != nil {
+			return nil, fmt.Errorf("secret %s: %w", ps.Name, err)
+		}
+		out = append(out, &secrets.Secret{
+			Name: ps.Name, Hosts: ps.Hosts, Value: secrets.NewValue(value), Placeholder: placeholder,
+			InQuery: ps.InQuery, InBody: ps.InBody, AllowPlainHTTP: ps.AllowPlainHTTP,
+		})
+		clear(value)
+	}
+	return out, nil
+}
+
+// setupTLS makes the sandbox's CA, the proxy's roots for the secrets'
+// hosts, and the trust bundle the sandbox gets.
+func (e *runEgress) setupTLS(id string, upstreamCAs []string) error {
+	ca, err := secrets.NewCA(id, 0)
+	if err != nil {
+		return fmt.Errorf("sandbox CA: %w", err)
+	}
+	e.proxy.CA = ca
+	roots, err := x509.SystemCertPool()
+	if err != nil || roots == nil {
+		roots = x509.NewCertPool()
+	}
+	system := systemRootsPEM()
+	for _, f := range upstreamCAs {
+		pem, err := os.ReadFile(f)
+		if err != nil {
+			return fmt.Errorf("--upstream-ca: %w", err)
+		}
+		if !roots.AppendCertsFromPEM(pem) {
+			return fmt.Errorf("--upstream-ca %s: no PEM certificate in it", f)
+		}
+	}
+	e.proxy.UpstreamRoots = roots
+	// The bundle lives in a directory anyone may enter: the sandbox's
+	// identity opens it when it binds the file into its view.
+	dir, err := os.MkdirTemp("", "hutch-ca-")
+	if err != nil {
+		return fmt.Errorf("trust bundle: %w", err)
+	}
+	e.caBundle = filepath.Join(dir, "ca-certificates.crt")
+	bundle := append(append(system, '\n'), ca.CertPEM()...)
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return fmt.Errorf("trust bundle: %w", err)
+	}
+	if err := os.WriteFile(e.caBundle, bundle, 0o644); err != nil {
+		return fmt.Errorf("trust bundle: %w", err)
+	}
+	return nil
+}
+
+// systemRootsPEM returns the host's bundle of trusted certificates, the
+// first that exists of the usual places.
+func systemRootsPEM() []byte {
+	for _, f := range []string{"/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/ca-bundle.pem", "/etc/ssl/cert.pem"} {
+		if b, err := os.ReadFile(f); err == nil {
+			return b
+		}
+	}
+	return nil
+}
+
+// secretValues are the memory that holds real values, for the sandbox's
+// first process to wipe.
+func (e *runEgress) secretValues() [][]byte {
+	var out [][]byte
+	for _, s := range e.secrets {
+		out = append(out, s.Value.Bytes())
+	}
+	return out
+}
+
+// sandboxEnv gives each secret's variable its placeholder, and refuses to
+// start a sandbox whose environment or command line would carry a real
+// value in any other way (S3).
+func (e *runEgress) sandboxEnv(env, args []string) ([]string, error) {
+	if len(e.secrets) == 0 {
+		return env, nil
+	}
+	names := map[string]bool{}
+	for _, s := range e.secrets {
+		names[s.Name] = true
+	}
+	out := make([]string, 0, len(env)+len(e.secrets))
+	for _, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		if !names[name] {
+			out = append(out, kv)
+		}
+	}
+	for _, s := range e.secrets {
+		out = append(out, s.Name+"="+s.Placeholder)
+	}
+	for _, s := range e.secrets {
+		real := s.Value.Bytes()
+		for _, kv := range out {
+			if bytes.Contains([]byte(kv), real) {
+				name, _, _ := strings.Cut(kv, "=")
+				return nil, fmt.Errorf("secret %s: the sandbox's variable %s holds its real value; hutch gives the sandbox only placeholders", s.Name, name)
+			}
+		}
+		for i, a := range args {
+			if bytes.Contains([]byte(a), real) {
+				return nil, fmt.Errorf("secret %s: argument %d of the command holds its real value; pass $%s (the placeholder) instead", s.Name, i, s.Name)
+			}
+		}
+	}
+	return out, nil
 }
 
 // egressConfig turns the validated network policy into the proxy's.
@@ -114,6 +273,10 @@ func (e *runEgress) finish() {
 			fmt.Fprintf(e.stderr, "hutch: --report: %v\n", err)
 		}
 		e.report = nil
+	}
+	if e.caBundle != "" {
+		_ = os.RemoveAll(filepath.Dir(e.caBundle))
+		e.caBundle = ""
 	}
 	if sum := e.rec.Summary(); sum != "" {
 		fmt.Fprintf(e.stderr, "hutch: %s\n", sum)

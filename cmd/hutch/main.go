@@ -72,6 +72,8 @@ func run(args []string, stdin, stdout, stderr *os.File) int {
 func cmdRun(args []string, stdin, stdout, stderr *os.File) int {
 	fs, pf := newPolicyFlags("run", stderr)
 	debug := fs.Bool("debug", false, "log sandbox setup to stderr")
+	var upstreamCAs listFlag
+	fs.Var(&upstreamCAs, "upstream-ca", "also trust the certificates in `file` (PEM) when the proxy connects to a secret's host (repeatable)")
 	report := fs.String("report", "", "write every refused connection, and the traffic of every allowed host, to `file` as JSON lines")
 	if code, done := parseFlags(fs, args); done {
 		return code
@@ -96,22 +98,29 @@ func cmdRun(args []string, stdin, stdout, stderr *os.File) int {
 	if *debug {
 		log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	egress, err := newEgress(spec, *report, stderr, log)
+	egress, err := newEgress(spec, *report, upstreamCAs, stderr, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "hutch: %v\n", err)
 		return sandbox.ExitHutchError
 	}
 	defer egress.finish()
+	environ, err := egress.sandboxEnv(policy.BuildEnv(spec.Env, os.Environ()), command)
+	if err != nil {
+		fmt.Fprintf(stderr, "hutch: %v\n", err)
+		return sandbox.ExitHutchError
+	}
 	res, err := sandbox.Run(context.Background(), sandbox.Config{
-		Spec:    spec,
-		Args:    command,
-		Environ: policy.BuildEnv(spec.Env, os.Environ()),
-		Stdin:   stdin,
-		Stdout:  stdout,
-		Stderr:  stderr,
-		Warn:    stderr,
-		Log:     log,
-		Proxy:   egress.sandboxProxy(),
+		Spec:     spec,
+		Args:     command,
+		Environ:  environ,
+		CABundle: egress.caBundle,
+		Wipe:     egress.secretValues(),
+		Stdin:    stdin,
+		Stdout:   stdout,
+		Stderr:   stderr,
+		Warn:     stderr,
+		Log:      log,
+		Proxy:    egress.sandboxProxy(),
 	})
 	if err != nil {
 		var ie *sandbox.InitError
@@ -181,7 +190,7 @@ type policyFlags struct {
 	bestEffort, noDefaultDenies              bool
 	net                                      string
 	allowDomain, denyDomain, allowCIDR       listFlag
-	allowPrivate, addHost                    listFlag
+	allowPrivate, addHost, secret            listFlag
 }
 
 type listFlag []string
@@ -215,6 +224,7 @@ func newPolicyFlags(name string, stderr io.Writer) (*flag.FlagSet, *policyFlags)
 	fs.Var(&p.denyDomain, "deny-domain", "never let the sandbox reach `host` (same syntax; wins over --allow-domain) (repeatable)")
 	fs.Var(&p.allowCIDR, "allow-cidr", "let the sandbox reach IP addresses in `cidr` (optionally :PORT) through the proxy (repeatable)")
 	fs.Var(&p.allowPrivate, "allow-private", "let the proxy connect to loopback, private or link-local addresses in `cidr` (repeatable)")
+	fs.Var(&p.secret, "secret", "give the sandbox a placeholder for the secret in hutch's variable `NAME@host1,host2`; the proxy puts the real value in only on requests to those hosts (repeatable)")
 	fs.Var(&p.addHost, "add-host", "resolve `name:address` to that address in the proxy, like curl --resolve (repeatable)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: hutch %s [flags]", name)
@@ -330,5 +340,12 @@ func (p *policyFlags) apply(s *policy.Spec) error {
 	nw.AllowedCIDRs = append(nw.AllowedCIDRs, p.allowCIDR...)
 	nw.AllowPrivate = append(nw.AllowPrivate, p.allowPrivate...)
 	nw.Hosts = append(nw.Hosts, p.addHost...)
+	for _, sf := range p.secret {
+		name, hosts, ok := strings.Cut(sf, "@")
+		if !ok || name == "" || hosts == "" {
+			return fmt.Errorf("--secret %q: want NAME@host1,host2", sf)
+		}
+		s.Secrets = append(s.Secrets, policy.Secret{Name: name, Hosts: strings.Split(hosts, ",")})
+	}
 	return nil
 }

@@ -32,6 +32,15 @@ type shownPolicy struct {
 		Hosts          []string `yaml:"hosts"`
 		AllowHost      *bool    `yaml:"allow_host"`
 	} `yaml:"network"`
+	Secrets []struct {
+		Name              string   `yaml:"name"`
+		Hosts             []string `yaml:"hosts"`
+		From              string   `yaml:"from"`
+		PlaceholderPrefix string   `yaml:"placeholder_prefix"`
+		InQuery           bool     `yaml:"in_query"`
+		InBody            bool     `yaml:"in_body"`
+		AllowPlainHTTP    bool     `yaml:"allow_plain_http"`
+	} `yaml:"secrets"`
 	Env struct {
 		Pass []string          `yaml:"pass"`
 		Set  map[string]string `yaml:"set"`

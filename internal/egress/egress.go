@@ -5,6 +5,14 @@
 // proxy protocols the sandbox speaks (HTTP forwarding, CONNECT, SOCKS5) and
 // the events that record every refusal and every allowed host's traffic.
 //
+// The proxy also keeps real secrets out of the sandbox (S3): the sandbox
+// holds placeholders, and for a destination that secrets are bound to
+// (Config.Secrets) the proxy terminates the sandbox's TLS with a leaf of
+// the sandbox's CA, puts the real values in for the placeholders on the
+// way out and takes them back out of the responses. Every other tunnel
+// stays opaque. A request that carries a placeholder where its secret is
+// not bound is refused, on every request the proxy can read.
+//
 // The proxy resolves every name itself and dials exactly the address it
 // checked, so a name that resolves differently a moment later (DNS
 // rebinding) cannot send it elsewhere. It never calls package unix: the
@@ -15,6 +23,8 @@ package egress
 import (
 	"net/netip"
 	"time"
+
+	"github.com/hutch-sandbox/hutch/internal/secrets"
 )
 
 // Config is the network policy the proxy enforces.
@@ -44,6 +54,14 @@ type Config struct {
 	// HostAddrs are the host's own addresses, refused like loopback; nil
 	// means the addresses of the host's interfaces, read once.
 	HostAddrs []netip.Addr
+	// Secrets are the sandbox's secrets (S3). Each one's Hosts, in the
+	// syntax of AllowDomains, are where its real value may go: without a
+	// port it is bound to 443, and to 80 too when AllowPlainHTTP is set.
+	// A secret's hosts are allowed destinations as if listed in
+	// AllowDomains (deny rules still win). The proxy intercepts the TLS of
+	// bound destinations to swap the placeholder for the real value, and
+	// refuses requests that carry a placeholder anywhere else.
+	Secrets []*secrets.Secret
 }
 
 // Verdict is what the rules say of one destination.
@@ -85,6 +103,9 @@ type Event struct {
 	Address  string    `json:"address,omitempty"` // the resolved address
 	Rule     string    `json:"rule,omitempty"`
 	Reason   string    `json:"reason,omitempty"`
+	// Secret is the name of the secret whose placeholder a refused
+	// request carried (never its value).
+	Secret string `json:"secret,omitempty"`
 	// Allowed destinations: connections, and bytes from the sandbox
 	// (out) and to it (in), summed over the sandbox's life.
 	Connections int64 `json:"connections,omitempty"`

@@ -180,9 +180,21 @@ func (hc *httpConn) connect(req *http.Request, hostHdr string) {
 		hc.refuse(http.StatusForbidden, p.block("connect", strings.ToLower(name), port, nil, reason))
 		return
 	}
+	if s := p.Rules.placeholderInName(name); s != nil {
+		host := strings.ToLower(name)
+		hc.refuse(http.StatusForbidden, p.blockSecret("connect", host, port, s, forbidden{secret: s}.reason(host, port)))
+		return
+	}
 	v := p.resolve(name, port)
 	if !v.Allowed {
 		hc.refuse(http.StatusForbidden, p.block("connect", name, port, &v, ""))
+		return
+	}
+	if p.intercepts(v) {
+		if _, err := io.WriteString(hc.conn, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+			return
+		}
+		p.intercept(hc.conn, hc.br, "connect", v)
 		return
 	}
 	up, addr, err := p.dial(v)
@@ -292,6 +304,10 @@ func (hc *httpConn) forward(req *http.Request, hostHdr string) bool {
 		hc.refuse(http.StatusForbidden, p.block("http", strings.ToLower(name), port, nil, reason))
 		return false
 	}
+	ss, trip, ok := hc.secretsOfRequest(req, name, port)
+	if !ok {
+		return false
+	}
 	upgrading := prepareRequest(req)
 	key := strings.ToLower(name)
 	for attempt := 0; ; attempt++ {
@@ -312,12 +328,61 @@ func (hc *httpConn) forward(req *http.Request, hostHdr string) bool {
 			p.countConn("http", v.Host, v.Port, addr)
 			hc.up = &upstream{conn: conn, br: bufio.NewReader(conn), name: key, port: port, host: v.Host}
 		}
-		keep, retry := hc.exchange(req, upgrading, reused && attempt == 0)
+		keep, retry := hc.exchange(req, upgrading, reused && attempt == 0, ss, trip)
 		if !retry {
 			return keep
 		}
 		hc.dropUpstream()
 	}
+}
+
+// secretsOfRequest applies the secrets to a request for name:port in
+// clear text: it refuses the request when it carries a placeholder that
+// may not go there, else puts the real values in where the secrets allow
+// it, and returns what to do about secrets on the response and the
+// body's tripwire. ok is false when the request was answered.
+func (hc *httpConn) secretsOfRequest(req *http.Request, name string, port int) (ss *secretSet, trip *tripwire, ok bool) {
+	p := hc.p
+	if len(p.Rules.secrets) == 0 {
+		return nil, nil, true
+	}
+	host := strings.ToLower(name)
+	if n, _, err := normalizeHost(name); err == nil {
+		host = n
+	}
+	if s := p.Rules.placeholderInName(name); s != nil {
+		hc.refuse(http.StatusForbidden, p.blockSecret("http", host, port, s, forbidden{secret: s}.reason(host, port)))
+		return nil, nil, false
+	}
+	ss = p.secretsFor(host, port, true)
+	if f := ss.findHead(req.RequestURI, req.Header); f != nil {
+		hc.refuse(http.StatusForbidden, p.blockSecret("http", host, port, f.secret, f.reason(host, port)))
+		return nil, nil, false
+	}
+	trip = &tripwire{client: hc.conn}
+	ss.substHeader(req.Header)
+	ss.substQuery(req.URL)
+	if len(ss.bound) > 0 {
+		req.Header.Del("Accept-Encoding")
+	}
+	expect := func() {
+		// The body is read before the upstream is asked: the client that
+		// waits for "100 Continue" gets it from the proxy.
+		if headerHasToken(req.Header, "Expect", "100-continue") {
+			req.Header.Del("Expect")
+			hc.bw.WriteString("HTTP/1.1 100 Continue\r\n\r\n")
+			_ = hc.bw.Flush()
+		}
+	}
+	if ref := p.prepareBody(req, ss, trip, "http", host, port, expect); ref != nil {
+		if ref.event == nil {
+			hc.answer(ref.status, "", "hutch: cannot read the request body\n")
+		} else {
+			hc.refuse(ref.status, *ref.event)
+		}
+		return nil, nil, false
+	}
+	return ss, trip, true
 }
 
 // urlPort returns the port of a URL: given, or the scheme's default.
@@ -387,8 +452,12 @@ func headerHasToken(h http.Header, key, token string) bool {
 // It reports whether the client connection may serve another request
 // (keep), or that the request should be sent again on a new connection
 // because the kept-alive one had been closed (retry, only when mayRetry).
-func (hc *httpConn) exchange(req *http.Request, upgrading, mayRetry bool) (keep, retry bool) {
+//
+// ss, when not nil, redacts the response; trip, when not nil, is the
+// request body's tripwire.
+func (hc *httpConn) exchange(req *http.Request, upgrading, mayRetry bool, ss *secretSet, trip *tripwire) (keep, retry bool) {
 	p, up := hc.p, hc.up
+	trip.setUpstream(up.conn)
 	outW := &countWriter{w: up.conn}
 	hc.cw.n = 0
 	// The request is written while the response is read: the upstream
@@ -405,9 +474,27 @@ func (hc *httpConn) exchange(req *http.Request, upgrading, mayRetry bool) (keep,
 		}
 		// An interim response (100 Continue, 103 Early Hints).
 		removeHopByHop(resp.Header)
+		ss.redactHeader(resp.Header)
+		if trip.fired() != nil {
+			err = errTripped
+			break
+		}
 		if err = hc.writeHead(resp); err != nil {
 			break
 		}
+	}
+	if err == nil {
+		if e := trip.begin(); e != nil {
+			err = errTripped
+		}
+	}
+	if e := trip.fired(); err != nil && e != nil {
+		// The body carried a placeholder that may not go there.
+		up.conn.Close()
+		<-writeDone
+		hc.refuse(http.StatusForbidden, *e)
+		p.countBytes(up.host, up.port, outW.n, hc.cw.n)
+		return false, false
 	}
 	if err != nil {
 		up.conn.Close()
@@ -415,8 +502,10 @@ func (hc *httpConn) exchange(req *http.Request, upgrading, mayRetry bool) (keep,
 			<-writeDone
 			return false, true
 		}
-		p.log().Debug("egress: http upstream failed", "host", up.host, "port", up.port, "err", err)
-		hc.answer(http.StatusBadGateway, "", fmt.Sprintf("hutch: no response from %s: %v\n", hostPort(up.host, up.port), err))
+		// The error may quote the upstream, which may hold a real value.
+		msg := p.Rules.scrub(err.Error())
+		p.log().Debug("egress: http upstream failed", "host", up.host, "port", up.port, "err", msg)
+		hc.answer(http.StatusBadGateway, "", fmt.Sprintf("hutch: no response from %s: %s\n", hostPort(up.host, up.port), msg))
 		hc.conn.Close()
 		<-writeDone
 		p.countBytes(up.host, up.port, outW.n, hc.cw.n)
@@ -424,12 +513,14 @@ func (hc *httpConn) exchange(req *http.Request, upgrading, mayRetry bool) (keep,
 	}
 
 	if resp.StatusCode == http.StatusSwitchingProtocols {
+		ss.redactHeader(resp.Header)
 		hc.switchProtocols(resp, upgrading, writeDone, outW)
 		return false, false
 	}
 
 	upstreamClose := resp.Close
 	removeHopByHop(resp.Header)
+	ss.redactResponse(resp)
 	clientClose := req.Close
 	resp.Proto, resp.ProtoMajor, resp.ProtoMinor = "HTTP/1.1", 1, 1
 	if !req.ProtoAtLeast(1, 1) {
@@ -455,7 +546,7 @@ func (hc *httpConn) exchange(req *http.Request, upgrading, mayRetry bool) (keep,
 		hc.dropUpstream()
 	}
 	if werr != nil {
-		p.log().Debug("egress: http response failed", "host", up.host, "port", up.port, "err", werr)
+		p.log().Debug("egress: http response failed", "host", up.host, "port", up.port, "err", p.Rules.scrub(werr.Error()))
 	}
 	return werr == nil && wErr == nil && !clientClose, false
 }

@@ -2,11 +2,13 @@ package egress
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/netip"
 	"strings"
 	"sync"
@@ -14,6 +16,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/hutch-sandbox/hutch/internal/secrets"
 )
 
 // Timeouts and limits of the proxy protocols. The sandbox is not trusted:
@@ -59,6 +63,16 @@ type Proxy struct {
 	// DialTimeout bounds resolving and connecting to a destination over
 	// all of its addresses; 0 means 10 s.
 	DialTimeout time.Duration
+	// CA is the sandbox's certificate authority: the proxy presents its
+	// leaf certificates to the sandbox when it intercepts the TLS of a
+	// destination that secrets are bound to (see Rules.Bound). Required
+	// when the rules have secrets; the sandbox must trust it.
+	CA *secrets.CA
+	// UpstreamRoots are the roots that the certificates of intercepted
+	// destinations must chain to; nil means the system's roots. Other
+	// destinations' TLS goes through untouched and is the sandbox's to
+	// check.
+	UpstreamRoots *x509.CertPool
 
 	mu        sync.Mutex
 	inited    bool
@@ -68,6 +82,10 @@ type Proxy struct {
 	listeners map[net.Listener]struct{}
 	conns     map[net.Conn]struct{}
 	wg        sync.WaitGroup
+	transport *http.Transport // of intercepted requests, made on first use
+
+	smu  sync.Mutex
+	sets map[string]*secretSet // by the secrets bound and the scheme
 
 	tmu     sync.Mutex
 	traffic map[trafficKey]*Event
@@ -133,6 +151,10 @@ func (p *Proxy) ServeSOCKS(l net.Listener) error {
 // serve accepts connections on l and hands each to handle in a goroutine
 // of its own.
 func (p *Proxy) serve(l net.Listener, name string, handle func(net.Conn)) error {
+	if len(p.Rules.secrets) > 0 && p.CA == nil {
+		l.Close()
+		return fmt.Errorf("egress: %s proxy: the rules bind secrets but the proxy has no CA", name)
+	}
 	p.mu.Lock()
 	p.initLocked()
 	if p.closed {
@@ -273,8 +295,12 @@ func (p *Proxy) Close() error {
 	for c := range p.conns {
 		c.Close()
 	}
+	tr := p.transport
 	p.mu.Unlock()
 	p.wg.Wait()
+	if tr != nil {
+		tr.CloseIdleConnections()
+	}
 	return nil
 }
 
@@ -286,7 +312,11 @@ func (p *Proxy) Close() error {
 // destination and BytesIn those back. The bytes of a connection are
 // counted when the connection ends (a CONNECT tunnel or SOCKS5 stream) or
 // when the exchange ends (a forwarded request and its response), so call
-// Traffic after Close for the final sums.
+// Traffic after Close for the final sums. For a destination whose TLS
+// the proxy intercepts (secrets are bound to it), the bytes are those of
+// the sandbox's connections, TLS and all, and Connections counts the
+// proxy's own connections to the destination, which the sandbox's
+// requests share.
 func (p *Proxy) Traffic() []Event {
 	p.tmu.Lock()
 	defer p.tmu.Unlock()
@@ -330,6 +360,32 @@ func (p *Proxy) countBytes(host string, port int, out, in int64) {
 // verdict that refused; host and port are the destination as the client
 // gave it, used when v has none.
 func (p *Proxy) block(proto, host string, port int, v *Verdict, reason string) Event {
+	return p.record(p.blockEvent(proto, host, port, v, reason))
+}
+
+// blockSecret records the refusal of a request that carried the
+// placeholder of secret s, and returns its event.
+func (p *Proxy) blockSecret(proto, host string, port int, s *secrets.Secret, reason string) Event {
+	e := p.blockEvent(proto, host, port, nil, reason)
+	e.Secret = cleanText(s.Name, maxEventText)
+	return p.record(e)
+}
+
+// record logs a refusal and passes it to Record.
+func (p *Proxy) record(e Event) Event {
+	args := []any{"protocol", e.Protocol, "host", e.Host, "port", e.Port, "reason", e.Reason}
+	if e.Secret != "" {
+		args = append(args, "secret", e.Secret)
+	}
+	p.log().Info("egress: blocked", args...)
+	if p.Record != nil {
+		p.Record(e)
+	}
+	return e
+}
+
+// blockEvent returns the event of a refusal, as block describes it.
+func (p *Proxy) blockEvent(proto, host string, port int, v *Verdict, reason string) Event {
 	e := Event{
 		Time:     time.Now(),
 		Sandbox:  p.Sandbox,
@@ -356,10 +412,6 @@ func (p *Proxy) block(proto, host string, port int, v *Verdict, reason string) E
 	e.Reason = cleanText(e.Reason, maxEventText)
 	if e.Reason == "" {
 		e.Reason = "blocked"
-	}
-	p.log().Info("egress: blocked", "protocol", proto, "host", e.Host, "port", e.Port, "reason", e.Reason)
-	if p.Record != nil {
-		p.Record(e)
 	}
 	return e
 }

@@ -98,12 +98,18 @@ func startProxy(t *testing.T, cfg Config) *testEnv {
 		Log:         slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug})),
 		DialTimeout: 5 * time.Second,
 	}
-	hl, sl := listen(t), listen(t)
+	env.serve()
+	return env
+}
+
+// serve starts env.p on loopback listeners for HTTP and SOCKS5; the test's
+// cleanup closes it.
+func (env *testEnv) serve() {
+	hl, sl := listen(env.t), listen(env.t)
 	env.httpAddr, env.socksAddr = hl.Addr().String(), sl.Addr().String()
 	go func() { env.serveErrs <- env.p.ServeHTTP(countListener{hl, env.accepted}) }()
 	go func() { env.serveErrs <- env.p.ServeSOCKS(sl) }()
-	t.Cleanup(env.close)
-	return env
+	env.t.Cleanup(env.close)
 }
 
 // close closes the proxy and checks how its servers ended; it may be

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/hutch-sandbox/hutch/internal/secrets"
 	"golang.org/x/net/idna"
 )
 
@@ -27,6 +28,21 @@ type Rules struct {
 	// resolver.
 	lookup func(host string) ([]netip.Addr, error)
 	guard  guard
+	// secrets are Config.Secrets, and binds the destinations they are
+	// bound to.
+	secrets []*secrets.Secret
+	binds   []binding
+	// scrubber replaces every secret's real value by "[redacted]", for
+	// the text of errors that the proxy logs or answers.
+	scrubber *secrets.Replacer
+}
+
+// binding is one host entry of a secret: the destinations where the
+// proxy puts the secret's real value in.
+type binding struct {
+	rule   rule  // the entry as an allow rule, its port 0 when none was given
+	ports  []int // the ports bound: the entry's, else 443 (and 80)
+	secret int   // index into Rules.secrets
 }
 
 // ruleKind says what a rule matches.
@@ -56,7 +72,10 @@ type rule struct {
 var defaultPorts = []int{80, 443}
 
 // NewRules compiles c. A bad entry is an error naming the entry and the
-// problem, e.g. `allow-domain "exa mple.com": invalid character ' '`.
+// problem, e.g. `allow-domain "exa mple.com": invalid character ' '`, or
+// `secret GITHUB_TOKEN: host "x y": invalid character ' '` for a host of
+// a secret. A secret must have a name, a value, a placeholder of its own
+// and at least one host.
 // Domain entries and the names of c.Hosts are normalized like the hosts
 // given to Resolve (lower case, no trailing dot, internationalized names
 // in their ASCII form, IP literals canonical). When c.HostAddrs is nil,
@@ -112,6 +131,7 @@ func NewRules(c Config) (*Rules, error) {
 		}
 		r.allow = append(r.allow, ru)
 	}
+	errs = append(errs, r.addSecrets(c.Secrets)...)
 	for i := range r.allow {
 		if r.allow[i].kind == matchPrefix {
 			r.allow[i].lift = prefixClass(r.allow[i].prefix, r.guard.hostAddrs)
@@ -154,6 +174,139 @@ func NewRules(c Config) (*Rules, error) {
 		return nil, err
 	}
 	return r, nil
+}
+
+// addSecrets compiles the secrets' host entries into bindings and allow
+// rules, and returns the problems found.
+func (r *Rules) addSecrets(list []*secrets.Secret) []error {
+	var errs []error
+	names := make(map[string]bool, len(list))
+	placeholders := make(map[string]string, len(list))
+	for i, s := range list {
+		if s == nil {
+			errs = append(errs, fmt.Errorf("secret #%d: nil", i+1))
+			continue
+		}
+		var bad []error
+		switch {
+		case s.Name == "":
+			bad = append(bad, fmt.Errorf("secret #%d: no name", i+1))
+		case names[s.Name]:
+			bad = append(bad, fmt.Errorf("secret %s: listed twice", s.Name))
+		}
+		names[s.Name] = true
+		switch {
+		case s.Placeholder == "":
+			bad = append(bad, fmt.Errorf("secret %s: empty placeholder", s.Name))
+		case placeholders[s.Placeholder] != "":
+			bad = append(bad, fmt.Errorf("secret %s: same placeholder as secret %s", s.Name, placeholders[s.Placeholder]))
+		default:
+			placeholders[s.Placeholder] = s.Name
+		}
+		if s.Value.Len() == 0 {
+			bad = append(bad, fmt.Errorf("secret %s: empty value", s.Name))
+		}
+		if len(s.Hosts) == 0 {
+			bad = append(bad, fmt.Errorf("secret %s: bound to no host", s.Name))
+		}
+		var binds []binding
+		for _, h := range s.Hosts {
+			ru, err := parseDomainRule(h, false)
+			if err != nil {
+				bad = append(bad, fmt.Errorf("secret %s: host %q: %w", s.Name, h, err))
+				continue
+			}
+			b := binding{rule: ru, ports: []int{ru.port}, secret: len(r.secrets)}
+			if ru.port == 0 {
+				b.ports = []int{443}
+				if s.AllowPlainHTTP {
+					b.ports = append(b.ports, 80)
+				}
+			}
+			binds = append(binds, b)
+		}
+		if len(bad) > 0 {
+			errs = append(errs, bad...)
+			continue
+		}
+		r.secrets = append(r.secrets, s)
+		r.binds = append(r.binds, binds...)
+		for _, b := range binds {
+			r.allow = append(r.allow, b.rule)
+		}
+	}
+	if len(r.secrets) > 0 {
+		pairs := make([][2][]byte, len(r.secrets))
+		for i, s := range r.secrets {
+			pairs[i] = [2][]byte{s.Value.Bytes(), []byte("[redacted]")}
+		}
+		r.scrubber = secrets.NewReplacer(pairs...)
+	}
+	return errs
+}
+
+// scrub returns s with every secret's real value replaced by
+// "[redacted]".
+func (r *Rules) scrub(s string) string {
+	if r.scrubber == nil {
+		return s
+	}
+	return string(r.scrubber.Bytes([]byte(s)))
+}
+
+// placeholderInName returns the first secret whose placeholder a host
+// name holds, ignoring case as DNS does; nil when none does.
+func (r *Rules) placeholderInName(name string) *secrets.Secret {
+	if len(r.secrets) == 0 {
+		return nil
+	}
+	lower := strings.ToLower(name)
+	for _, s := range r.secrets {
+		if strings.Contains(lower, strings.ToLower(s.Placeholder)) {
+			return s
+		}
+	}
+	return nil
+}
+
+// Secrets returns the secrets of the Config, in its order.
+func (r *Rules) Secrets() []*secrets.Secret {
+	return slices.Clone(r.secrets)
+}
+
+// Bound returns the secrets bound to host:port, in the order of
+// Config.Secrets; nil when none is, or when host is not a valid name or
+// IP literal. host is normalized as Resolve normalizes it. Deny rules do
+// not matter here: Resolve decides whether host:port may be reached at
+// all.
+func (r *Rules) Bound(host string, port int) []*secrets.Secret {
+	var out []*secrets.Secret
+	for _, i := range r.bound(host, port) {
+		out = append(out, r.secrets[i])
+	}
+	return out
+}
+
+// bound returns the indexes into r.secrets of the secrets bound to
+// host:port, in increasing order.
+func (r *Rules) bound(host string, port int) []int {
+	if len(r.binds) == 0 {
+		return nil
+	}
+	name, addr, err := normalizeHost(host)
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for i := range r.binds {
+		b := &r.binds[i]
+		if slices.Contains(out, b.secret) || !slices.Contains(b.ports, port) || !b.rule.matchesHost(name, addr) {
+			continue
+		}
+		out = append(out, b.secret)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // interfaceAddrs returns the addresses of the host's interfaces, except

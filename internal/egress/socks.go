@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -130,10 +131,24 @@ func (p *Proxy) socks5Request(c net.Conn) {
 		return
 	}
 
+	if s := p.Rules.placeholderInName(host); s != nil {
+		name := strings.ToLower(host)
+		p.blockSecret("socks5", name, port, s, forbidden{secret: s}.reason(name, port))
+		p.socks5Fail(c, repNotAllowed)
+		return
+	}
 	v := p.resolve(host, port)
 	if !v.Allowed {
 		p.block("socks5", host, port, &v, "")
 		p.socks5Fail(c, repNotAllowed)
+		return
+	}
+	if p.intercepts(v) {
+		if err := socks5Reply(c, repSucceeded, netip.AddrPort{}); err != nil {
+			return
+		}
+		_ = c.SetDeadline(time.Time{})
+		p.intercept(c, bufio.NewReader(c), "socks5", v)
 		return
 	}
 	up, addr, err := p.dial(v)

@@ -205,3 +205,31 @@ func checkHostPin(s string) error {
 	_, _, err := SplitHostPin(s)
 	return err
 }
+
+// checkSecretSource validates a secret's "from": env:NAME or file:PATH.
+func checkSecretSource(from string) error {
+	kind, rest, ok := strings.Cut(from, ":")
+	switch {
+	case !ok || rest == "":
+		return fmt.Errorf("invalid source %q: want env:NAME or file:PATH", from)
+	case kind == "env":
+		return checkEnvName(rest, false)
+	case kind == "file":
+		return checkPath(rest)
+	}
+	return fmt.Errorf("invalid source %q: want env:NAME or file:PATH", from)
+}
+
+// checkPlaceholderPrefix validates a placeholder prefix: printable ASCII
+// without spaces, at most 64 bytes.
+func checkPlaceholderPrefix(p string) error {
+	if len(p) > 64 {
+		return fmt.Errorf("placeholder prefix %q is longer than 64 bytes", p)
+	}
+	for i := 0; i < len(p); i++ {
+		if p[i] < 0x21 || p[i] > 0x7e {
+			return fmt.Errorf("placeholder prefix %q: only printable ASCII without spaces", p)
+		}
+	}
+	return nil
+}

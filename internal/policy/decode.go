@@ -133,6 +133,19 @@ func (d *decoder) str(n *yaml.Node, field string) (string, error) {
 	return n.Value, nil
 }
 
+// checkedStr decodes a string field and validates it with check, which
+// returns the problem without the field name.
+func (d *decoder) checkedStr(n *yaml.Node, field string, check func(string) error) (string, error) {
+	v, err := d.str(n, field)
+	if err != nil {
+		return "", err
+	}
+	if cerr := check(v); cerr != nil {
+		return "", d.errorf(n, "%s: %v", field, cerr)
+	}
+	return v, nil
+}
+
 // boolean decodes a boolean field.
 func (d *decoder) boolean(n *yaml.Node, field string) (bool, error) {
 	n = resolve(n)

@@ -14,6 +14,7 @@ type (
 		Root       string           `yaml:"root,omitempty"`
 		Filesystem formatFilesystem `yaml:"filesystem"`
 		Network    formatNetwork    `yaml:"network"`
+		Secrets    []Secret         `yaml:"secrets"`
 		Env        formatEnv        `yaml:"env"`
 		Resources  formatResources  `yaml:"resources"`
 		BestEffort bool             `yaml:"best_effort"`
@@ -73,6 +74,7 @@ func (s Spec) Format() ([]byte, error) {
 			Hosts:          s.Network.Hosts,
 			AllowHost:      s.Network.AllowHost,
 		},
+		Secrets:    s.Secrets,
 		Env:        formatEnv{Pass: s.Env.Pass, Set: s.Env.Set},
 		Resources:  formatResources{CPUs: r.CPUs, Pids: r.Pids},
 		BestEffort: s.BestEffort,

@@ -11,7 +11,8 @@ import (
 // policyFields lists the field names of each section of a policy file, as spelled
 // in the json/yaml tags of Spec. A test keeps it in step with the structs.
 var policyFields = map[string][]string{
-	"":           {"root", "filesystem", "network", "env", "resources", "best_effort"},
+	"":           {"root", "filesystem", "network", "secrets", "env", "resources", "best_effort"},
+	"secrets":    {"name", "hosts", "from", "placeholder_prefix", "in_query", "in_body", "allow_plain_http"},
 	"filesystem": {"workspace", "allow_write", "deny_read", "allow_read", "deny_write", "no_default_denies"},
 	"network":    {"mode", "allowed_domains", "denied_domains", "allowed_cidrs", "allow_private", "hosts", "allow_host"},
 	"env":        {"pass", "set"},
@@ -81,6 +82,8 @@ func (d *decoder) spec(root *yaml.Node) (Spec, error) {
 			err = d.filesystem(e.val, &s.Filesystem)
 		case "network":
 			err = d.network(e.val, &s.Network)
+		case "secrets":
+			s.Secrets, err = d.secrets(e.val)
 		case "env":
 			err = d.env(e.val, &s.Env)
 		case "resources":
@@ -179,6 +182,60 @@ func quoteList(list []string) string {
 		quoted[i] = strconv.Quote(s)
 	}
 	return strings.Join(quoted, ", ")
+}
+
+// secrets decodes the list of secrets, each a mapping.
+func (d *decoder) secrets(n *yaml.Node) ([]Secret, error) {
+	n = resolve(n)
+	if isNull(n) {
+		return nil, nil
+	}
+	if n.Kind != yaml.SequenceNode {
+		return nil, d.errorf(n, "secrets: expected a list of secrets, got %s", describe(n))
+	}
+	var out []Secret
+	for i, item := range n.Content {
+		where := fmt.Sprintf("secrets[%d]", i)
+		item = resolve(item)
+		entries, err := d.mapping(item, where, policyFields["secrets"], func(name string) string { return suggestField(name, policyFields["secrets"]) })
+		if err != nil {
+			return nil, err
+		}
+		if entries == nil {
+			return nil, d.errorf(item, "%s: expected a mapping with name and hosts, got %s", where, describe(item))
+		}
+		var sec Secret
+		for _, e := range entries {
+			field := where + "." + e.key.Value
+			switch e.key.Value {
+			case "name":
+				sec.Name, err = d.checkedStr(e.val, field, func(s string) error { return checkEnvName(s, false) })
+			case "hosts":
+				sec.Hosts, err = d.list(e.val, field, "hosts", func(s string) error { return checkDomain(s, false) })
+			case "from":
+				sec.From, err = d.checkedStr(e.val, field, checkSecretSource)
+			case "placeholder_prefix":
+				sec.PlaceholderPrefix, err = d.checkedStr(e.val, field, checkPlaceholderPrefix)
+			case "in_query":
+				sec.InQuery, err = d.boolean(e.val, field)
+			case "in_body":
+				sec.InBody, err = d.boolean(e.val, field)
+			case "allow_plain_http":
+				sec.AllowPlainHTTP, err = d.boolean(e.val, field)
+			}
+			if err != nil {
+				return nil, err
+			}
+		}
+		if sec.Name == "" {
+			return nil, d.errorf(item, "%s: name is required", where)
+		}
+		if len(sec.Hosts) == 0 {
+			return nil, d.errorf(item, "%s: hosts is required: the hosts the secret may be sent to", where)
+		}
+		out = append(out, sec)
+	}
+	return out, nil
 }
 
 func (d *decoder) env(n *yaml.Node, env *Env) error {

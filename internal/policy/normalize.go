@@ -84,9 +84,22 @@ func (s *Spec) Normalize(cwd, home string) error {
 	nw.AllowedCIDRs = dedupe(nw.AllowedCIDRs)
 	nw.AllowPrivate = dedupe(nw.AllowPrivate)
 	nw.Hosts = dedupe(nw.Hosts)
+	for i := range s.Secrets {
+		sec := &s.Secrets[i]
+		sec.Hosts = dedupe(lower(sec.Hosts))
+		if sec.From == "" {
+			sec.From = "env:" + sec.Name
+		}
+		if p, ok := strings.CutPrefix(sec.From, "file:"); ok {
+			p = n.path(p, fmt.Sprintf("secrets[%d].from", i))
+			sec.From = "file:" + p
+			// The sandbox may not read the file the real value comes from.
+			fs.DenyRead = dedupe(append(fs.DenyRead, p))
+		}
+	}
 	if nw.Mode == "" {
 		nw.Mode = DefaultNetworkMode
-		if len(nw.AllowedDomains) > 0 || len(nw.AllowedCIDRs) > 0 {
+		if len(nw.AllowedDomains) > 0 || len(nw.AllowedCIDRs) > 0 || len(s.Secrets) > 0 {
 			nw.Mode = "proxy"
 		}
 	}
@@ -275,6 +288,36 @@ func (s Spec) Validate() error {
 		if err := checkDomain(d, true); err != nil {
 			add("network.denied_domains[%d]: %v", i, err)
 		}
+	}
+
+	names := map[string]int{}
+	for i, sec := range s.Secrets {
+		at := fmt.Sprintf("secrets[%d]", i)
+		if err := checkEnvName(sec.Name, false); err != nil {
+			add("%s.name: %v", at, err)
+		} else if j, dup := names[sec.Name]; dup {
+			add("%s.name: %s is already the name of secrets[%d]", at, sec.Name, j)
+		}
+		names[sec.Name] = i
+		if len(sec.Hosts) == 0 {
+			add("%s.hosts: the secret needs at least one host it may be sent to", at)
+		}
+		for j, h := range sec.Hosts {
+			if err := checkDomain(h, false); err != nil {
+				add("%s.hosts[%d]: %v", at, j, err)
+			}
+		}
+		if err := checkSecretSource(sec.From); err != nil {
+			add("%s.from: %v", at, err)
+		} else if p, ok := strings.CutPrefix(sec.From, "file:"); ok && !filepath.IsAbs(p) {
+			add("%s.from: must be an absolute path, got %q", at, p)
+		}
+		if err := checkPlaceholderPrefix(sec.PlaceholderPrefix); err != nil {
+			add("%s.placeholder_prefix: %v", at, err)
+		}
+	}
+	if len(s.Secrets) > 0 && s.Network.Mode != "proxy" {
+		add("secrets: need network mode \"proxy\" (the proxy puts their values in), got %q", s.Network.Mode)
 	}
 
 	for i, name := range s.Env.Pass {

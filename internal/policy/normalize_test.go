@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -176,6 +177,11 @@ func TestValidate(t *testing.T) {
 		{"deny_write pattern", func(s *Spec) { s.Filesystem.DenyWrite = []string{"/w/*.env"} }, `filesystem.deny_write[0]: "/w/*.env" is a pattern; hutch takes literal paths only`},
 		{"mode", func(s *Spec) { s.Network.Mode = "wifi" }, `network.mode: unknown mode "wifi" (allowed: "none", "proxy", "host")`},
 		{"mode empty", func(s *Spec) { s.Network.Mode = "" }, `network.mode: unknown mode "" (allowed: "none", "proxy", "host")`},
+		{"secret needs proxy", func(s *Spec) { s.Secrets = []Secret{{Name: "GH", Hosts: []string{"github.com"}, From: "env:GH"}} }, `secrets: need network mode "proxy" (the proxy puts their values in), got "none"`},
+		{"secret twice", func(s *Spec) {
+			s.Network.Mode = "proxy"
+			s.Secrets = []Secret{{Name: "GH", Hosts: []string{"github.com"}, From: "env:GH"}, {Name: "GH", Hosts: []string{"x.test"}, From: "env:GH"}}
+		}, `secrets[1].name: GH is already the name of secrets[0]`},
 		{"host refused", func(s *Spec) { f := false; s.Network.Mode = "host"; s.Network.AllowHost = &f }, `network.mode: "host" is refused: the policy says network.allow_host: false`},
 		{"cidr", func(s *Spec) { s.Network.AllowedCIDRs = []string{"10.0.0.0/8:22", "[fd00::/8]:x"} }, `network.allowed_cidrs[1]: invalid CIDR "[fd00::/8]:x": port must be a number from 1 to 65535`},
 		{"private", func(s *Spec) { s.Network.AllowPrivate = []string{"127.0.0.1"} }, `network.allow_private[0]: invalid CIDR "127.0.0.1": want an address range like 10.0.0.0/8 or fd00::/8`},
@@ -310,6 +316,7 @@ network:
   allowed_cidrs: []
   allow_private: []
   hosts: []
+secrets: []
 env:
   pass: []
   set: {}
@@ -337,5 +344,33 @@ func TestValidateRefusesSystemDirs(t *testing.T) {
 		if err := s.Validate(); err == nil || !strings.Contains(err.Error(), "filesystem.allow_write[0]") {
 			t.Errorf("allow_write %s: Validate = %v, want an error naming filesystem.allow_write[0]", dir, err)
 		}
+	}
+}
+
+// TestNormalizeSecrets: a secret reads hutch's variable of its own name
+// unless told otherwise, a file it comes from is hidden from the sandbox,
+// and a secret makes the network mode "proxy".
+func TestNormalizeSecrets(t *testing.T) {
+	s := Spec{Secrets: []Secret{
+		{Name: "GH", Hosts: []string{"API.GitHub.com", "api.github.com"}},
+		{Name: "KEY", Hosts: []string{"*.example.com"}, From: "file:~/keys/key.txt"},
+	}}
+	if err := s.Normalize("/w", "/home/u"); err != nil {
+		t.Fatal(err)
+	}
+	if s.Network.Mode != "proxy" {
+		t.Errorf("mode = %q, want proxy", s.Network.Mode)
+	}
+	if got := s.Secrets[0]; got.From != "env:GH" || !reflect.DeepEqual(got.Hosts, []string{"api.github.com"}) {
+		t.Errorf("secret 0 = %+v, want from env:GH and one lower-case host", got)
+	}
+	if got := s.Secrets[1].From; got != "file:/home/u/keys/key.txt" {
+		t.Errorf("secret 1 from = %q, want the expanded path", got)
+	}
+	if !slices.Contains(s.Filesystem.DenyRead, "/home/u/keys/key.txt") {
+		t.Errorf("deny_read %q lacks the secret's file", s.Filesystem.DenyRead)
+	}
+	if err := s.Validate(); err != nil && !strings.Contains(err.Error(), "workspace") {
+		t.Errorf("Validate: %v", err)
 	}
 }

@@ -16,6 +16,10 @@ type Spec struct {
 	Filesystem Filesystem `json:"filesystem" yaml:"filesystem"`
 	// Network says where the sandbox may connect.
 	Network Network `json:"network" yaml:"network"`
+	// Secrets are credentials the sandbox may use but never hold: it gets
+	// a placeholder, and the egress proxy puts the real value in only on
+	// requests to the secret's hosts.
+	Secrets []Secret `json:"secrets" yaml:"secrets"`
 	// Env says which environment variables the sandboxed command gets.
 	Env Env `json:"env" yaml:"env"`
 	// Resources bounds what the sandbox may consume.
@@ -74,6 +78,30 @@ type Network struct {
 	Hosts []string `json:"hosts" yaml:"hosts"`
 	// AllowHost, when false, refuses mode "host". Nil means true.
 	AllowHost *bool `json:"allow_host,omitempty" yaml:"allow_host,omitempty"`
+}
+
+// Secret is one credential of the sandbox.
+type Secret struct {
+	// Name is the environment variable that holds the placeholder in the
+	// sandbox.
+	Name string `json:"name" yaml:"name"`
+	// Hosts are the destinations the real value may go to, in the syntax
+	// of Network.AllowedDomains; they are reachable through the proxy.
+	// Without a port: 443 (and 80 with AllowPlainHTTP).
+	Hosts []string `json:"hosts" yaml:"hosts"`
+	// From says where hutch reads the real value: "env:NAME" (hutch's own
+	// environment; the default is env:<Name>) or "file:PATH" (the file's
+	// content without a trailing newline; the sandbox may not read it).
+	From string `json:"from" yaml:"from"`
+	// PlaceholderPrefix starts the placeholder, for clients that check a
+	// token's shape (e.g. "sk-ant-", "ghp_").
+	PlaceholderPrefix string `json:"placeholder_prefix,omitempty" yaml:"placeholder_prefix,omitempty"`
+	// InQuery and InBody allow the real value in the URL's query and in
+	// request bodies; it always goes in headers.
+	InQuery bool `json:"in_query,omitempty" yaml:"in_query,omitempty"`
+	InBody  bool `json:"in_body,omitempty" yaml:"in_body,omitempty"`
+	// AllowPlainHTTP allows the real value on plain http:// requests.
+	AllowPlainHTTP bool `json:"allow_plain_http,omitempty" yaml:"allow_plain_http,omitempty"`
 }
 
 // Env is the sandboxed command's environment: an allow-list of names passed

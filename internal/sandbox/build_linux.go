@@ -223,14 +223,15 @@ func (b *builder) mounts(cfg initConfig, fds []int8, denyRead []pathKind) {
 	for i, d := range devices {
 		devs[i] = b.cloneTree("device /dev/"+d, "/dev/"+d, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NOEXEC)
 	}
-	exe := int8(-1)
-	const exeAttrs = unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV
-	switch {
-	case cfg.HutchExe != "" && cfg.HutchExeFD >= 0 && cfg.HutchExeFD < len(fds):
-		exe = fds[cfg.HutchExeFD]
-		b.setattr("hutch's binary: attributes", exe, exeAttrs)
-	case cfg.HutchExe != "":
-		exe = b.cloneTree("hutch's binary "+cfg.HutchExe, cfg.HutchExe, exeAttrs)
+	files := make([]int8, len(cfg.Files))
+	const fileAttrs = unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV
+	for i, f := range cfg.Files {
+		if f.FD >= 0 && f.FD < len(fds) {
+			files[i] = fds[f.FD]
+			b.setattr(f.Target+": attributes", files[i], fileAttrs)
+			continue
+		}
+		files[i] = b.cloneTree(f.Target+" from "+f.Path, f.Path, fileAttrs)
 	}
 
 	// The masks: an empty file and an empty directory, mode 000, on a
@@ -284,11 +285,13 @@ func (b *builder) mounts(cfg initConfig, fds []int8, denyRead []pathKind) {
 	for _, l := range devLinks {
 		p.call("/dev/"+l[0], -1, unix.SYS_SYMLINKAT, p.str(l[1]), s(b.root), p.str("dev/"+l[0]))
 	}
-	if exe >= 0 {
-		node := p.slot()
-		p.call(SandboxHutch+": mount point", node, unix.SYS_OPENAT, s(b.root), p.str(strings.TrimPrefix(SandboxHutch, "/")), k(unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC), k(0o555))
-		p.close(node)
-		b.attach(SandboxHutch, exe, SandboxHutch, false)
+	for i, f := range cfg.Files {
+		if f.Create {
+			node := p.slot()
+			p.call(f.Target+": mount point", node, unix.SYS_OPENAT, s(b.root), p.str(strings.TrimPrefix(f.Target, "/")), k(unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC), k(0o555))
+			p.close(node)
+			b.attach(f.Target, files[i], f.Target, false)
+		}
 	}
 	b.attach("/dev/pts", b.fsmount("/dev/pts", "devpts", [][2]string{{"ptmxmode", "0666"}, {"mode", "0620"}}, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NOEXEC), "/dev/pts", true)
 	b.attach("/dev/shm", b.fsmount("/dev/shm", "tmpfs", size([][2]string{{"mode", "1777"}}), unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV), "/dev/shm", true)
@@ -299,6 +302,11 @@ func (b *builder) mounts(cfg initConfig, fds []int8, denyRead []pathKind) {
 
 	for i, w := range cfg.Writable {
 		b.attach("writable "+w.Path, writable[i], w.Path, true)
+	}
+	for i, f := range cfg.Files {
+		if !f.Create {
+			b.attach(f.Target, files[i], f.Target, false)
+		}
 	}
 	for _, path := range cfg.Pin {
 		b.rebind("pin "+path, path, false)
@@ -390,8 +398,10 @@ func (b *builder) dieWithHutch(ctl int) {
 
 // hideArgs overwrites hutch's command line and environment in the first
 // process's memory: /proc/1/cmdline is readable by the sandbox, and hutch's
-// arguments may hold values (--env) meant for the command alone.
-func (b *builder) hideArgs() error {
+// arguments may hold values (--env) meant for the command alone. It also
+// zeroes the regions of wipe (real secret values, which the fork copied
+// from hutch's memory).
+func (b *builder) hideArgs(wipe [][]byte) error {
 	stat, err := os.ReadFile("/proc/self/stat")
 	if err != nil {
 		return fmt.Errorf("read own command line bounds: %w", err)
@@ -419,6 +429,14 @@ func (b *builder) hideArgs() error {
 		}
 		p.keep = append(p.keep, fill)
 		p.call("hide hutch's arguments", -1, unix.SYS_PWRITE64, s(mem), k(uintptr(unsafe.Pointer(&fill[0]))), ci(len(fill)), k(uintptr(start)))
+	}
+	for _, w := range wipe {
+		if len(w) == 0 {
+			continue
+		}
+		zero := make([]byte, len(w))
+		p.keep = append(p.keep, zero, w)
+		p.call("wipe a secret's value", -1, unix.SYS_PWRITE64, s(mem), k(uintptr(unsafe.Pointer(&zero[0]))), ci(len(zero)), k(uintptr(unsafe.Pointer(&w[0]))))
 	}
 	p.close(mem)
 	return nil
@@ -471,10 +489,12 @@ func (b *builder) harden(cfg initConfig, ruleset, ctl int) error {
 		if err != nil {
 			return err
 		}
-		if cfg.HutchExe != "" {
-			// hutch's binary bound into /dev, which is not executable
-			// otherwise.
-			rules = append(rules, landlock.Rule{Path: SandboxHutch, Access: landlock.AccessReadFile | landlock.AccessExecute})
+		for _, f := range cfg.Files {
+			if f.Exec {
+				// hutch's binary bound into /dev, which is not
+				// executable otherwise.
+				rules = append(rules, landlock.Rule{Path: f.Target, Access: landlock.AccessReadFile | landlock.AccessExecute})
+			}
 		}
 		for _, r := range rules {
 			t := p.slot()

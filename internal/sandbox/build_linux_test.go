@@ -13,7 +13,7 @@ func TestBuildOrder(t *testing.T) {
 	cfg := initConfig{
 		Args: []string{"true"}, Env: []string{"PATH=/bin"}, Dir: "/w", Root: "host",
 		Writable: []bindSrc{{Path: "/w", FD: -1}}, DenyRead: []string{"/etc/shadow"},
-		DenyWrite: []string{"/w/.bashrc"}, Hostname: "hutch", Tty: true, Net: "proxy", HutchExe: "/usr/bin/hutch",
+		DenyWrite: []string{"/w/.bashrc"}, Hostname: "hutch", Tty: true, Net: "proxy", Files: []fileBind{{Path: "/usr/bin/hutch", Target: "/dev/hutch", Create: true, FD: -1, Exec: true}},
 		Rlimits: []rlimit{{Resource: 6, Value: 100}},
 	}
 	b := &builder{}

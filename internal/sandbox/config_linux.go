@@ -34,13 +34,9 @@ type initConfig struct {
 	// process also makes the proxy's listeners and sends them to hutch;
 	// "host" keeps the host's network.
 	Net string
-	// HutchExe is the host path of hutch's binary, bound read-only at
-	// SandboxHutch in proxy mode (ssh's ProxyCommand runs it).
-	HutchExe string
-	// HutchExeFD is the index of the detached mount of HutchExe among the
-	// descriptors hutch sends after the clone, or -1 when the sandbox
-	// clones the path itself.
-	HutchExeFD int
+	// Files are host files bound read-only into the view: hutch's binary
+	// (proxy mode), the trust bundle with the sandbox's CA (secrets).
+	Files      []fileBind
 	Tty        bool
 	Rows, Cols uint16
 	BestEffort bool
@@ -58,6 +54,19 @@ type initConfig struct {
 type bindSrc struct {
 	Path string
 	FD   int
+}
+
+// fileBind is a host file bound read-only over Target in the view. With
+// Create the mount point is made in the sandbox's own /dev. FD is the index
+// of its detached mount among the descriptors hutch sends after the clone
+// (root: the sandbox's identity may not reach the file), or -1 when the
+// sandbox clones the path itself.
+type fileBind struct {
+	Path, Target string
+	Create       bool
+	FD           int
+	// Exec makes it executable in the sandbox (a Landlock rule).
+	Exec bool
 }
 
 type rlimit struct {

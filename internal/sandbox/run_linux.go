@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -78,8 +79,15 @@ func Run(ctx context.Context, c Config) (Result, error) {
 		if err != nil {
 			return res, fmt.Errorf("hutch's own binary: %w", err)
 		}
-		cfg.HutchExe = exe
-		cfg.Env = append(withoutProxyEnv(cfg.Env), ProxyEnv()...)
+		cfg.Files = append(cfg.Files, fileBind{Path: exe, Target: SandboxHutch, Create: true, Exec: true})
+		cfg.Env = append(withoutVars(cfg.Env, proxyEnvVars), ProxyEnv()...)
+		if c.CABundle != "" {
+			targets, env := trustBundleTargets(s.Root)
+			for _, t := range targets {
+				cfg.Files = append(cfg.Files, fileBind{Path: c.CABundle, Target: t.path, Create: t.create})
+			}
+			cfg.Env = append(withoutVars(cfg.Env, trustEnvVars), env...)
+		}
 	}
 	if cfg.Missing["userns"] {
 		return res, fmt.Errorf("create sandbox namespaces: %w: user namespaces are not available (simulated by %s)", ErrKernelFeature, SimulateMissingEnv)
@@ -168,13 +176,13 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	}
 	b := &builder{}
 	b.p.call("close hutch's end of the control socket", -1, unix.SYS_CLOSE, k(ctl.Fd()))
-	if err := b.hideArgs(); err != nil {
+	if err := b.hideArgs(c.Wipe); err != nil {
 		childCtl.Close()
 		return res, err
 	}
 	// Detached mounts hutch makes and sends once the sandbox exists: the
-	// idmapped writable roots, and (root only) hutch's binary, which the
-	// sandbox's unprivileged identity may not be able to reach.
+	// idmapped writable roots, and (root only) the files bound into the
+	// view, which the sandbox's unprivileged identity may not reach.
 	nrecv := 0
 	if idmap {
 		for i := range cfg.Writable {
@@ -182,21 +190,20 @@ func Run(ctx context.Context, c Config) (Result, error) {
 		}
 		nrecv = len(cfg.Writable)
 	}
-	exeTree := -1
-	cfg.HutchExeFD = -1
-	if cfg.HutchExe != "" && asRoot {
-		fd, err := unix.OpenTree(unix.AT_FDCWD, cfg.HutchExe, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	var fileTrees []int
+	defer func() { closeAll(fileTrees) }()
+	for i := range cfg.Files {
+		cfg.Files[i].FD = -1
+		if !asRoot {
+			continue
+		}
+		fd, err := unix.OpenTree(unix.AT_FDCWD, cfg.Files[i].Path, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
 		if err != nil {
 			childCtl.Close()
-			return res, fmt.Errorf("clone mount of hutch's binary %q: %w", cfg.HutchExe, err)
+			return res, fmt.Errorf("clone mount of %q for %s: %w", cfg.Files[i].Path, cfg.Files[i].Target, err)
 		}
-		exeTree = fd
-		defer func() {
-			if exeTree >= 0 {
-				unix.Close(exeTree)
-			}
-		}()
-		cfg.HutchExeFD = nrecv
+		fileTrees = append(fileTrees, fd)
+		cfg.Files[i].FD = nrecv
 		nrecv++
 	}
 	recvd := b.receive(int(childCtl.Fd()), nrecv)
@@ -252,10 +259,8 @@ func Run(ctx context.Context, c Config) (Result, error) {
 			return fail(fmt.Errorf("%w (pass --best-effort to run without it)", err))
 		}
 	}
-	if exeTree >= 0 {
-		fds = append(fds, exeTree)
-		exeTree = -1
-	}
+	fds = append(fds, fileTrees...)
+	fileTrees = nil
 	var oob []byte
 	if len(fds) > 0 {
 		oob = unix.UnixRights(fds...)
@@ -371,17 +376,21 @@ func serveProxy(p Proxy, fds []int) error {
 	return nil
 }
 
-// withoutProxyEnv drops proxy settings the caller passed: in proxy mode
-// the sandbox's only way out is its own proxy.
-func withoutProxyEnv(env []string) []string {
+// The variables hutch sets in proxy mode, and with secrets: what the caller
+// passed under these names is dropped, in any letter case.
+var (
+	proxyEnvVars = []string{"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "FTP_PROXY", "GIT_SSH_COMMAND"}
+	trustEnvVars = []string{"SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO", "GIT_SSL_CAPATH"}
+)
+
+// withoutVars drops the variables named in names (any letter case).
+func withoutVars(env, names []string) []string {
 	out := env[:0:0]
 	for _, kv := range env {
 		name, _, _ := strings.Cut(kv, "=")
-		switch strings.ToUpper(name) {
-		case "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "FTP_PROXY", "GIT_SSH_COMMAND":
-			continue
+		if !slices.Contains(names, strings.ToUpper(name)) {
+			out = append(out, kv)
 		}
-		out = append(out, kv)
 	}
 	return out
 }

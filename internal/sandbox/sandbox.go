@@ -69,6 +69,16 @@ type Config struct {
 	// required then. Run hands it the listeners the sandbox made in its
 	// own network namespace and closes it when the sandbox has ended.
 	Proxy Proxy
+	// CABundle, in proxy mode, is a host file of trusted certificates
+	// (the system's and the sandbox's own CA, which the proxy uses for
+	// hosts a secret is bound to). It is bound over the system's bundle in
+	// the sandbox, and SSL_CERT_FILE, REQUESTS_CA_BUNDLE,
+	// NODE_EXTRA_CA_CERTS, CURL_CA_BUNDLE and GIT_SSL_CAINFO point at it.
+	CABundle string
+	// Wipe is memory of hutch that the sandbox's first process, a fork of
+	// hutch, zeroes in its copy before anything else: the real values of
+	// secrets.
+	Wipe [][]byte
 }
 
 // Proxy is the egress proxy of one sandbox (package egress implements it).

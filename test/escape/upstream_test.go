@@ -191,6 +191,7 @@ type event struct {
 	Address     string    `json:"address"`
 	Rule        string    `json:"rule"`
 	Reason      string    `json:"reason"`
+	Secret      string    `json:"secret,omitempty"`
 	Connections int64     `json:"connections"`
 	BytesOut    int64     `json:"bytes_out"`
 	BytesIn     int64     `json:"bytes_in"`
@@ -310,4 +311,114 @@ func curls(out string) map[string]map[string]string {
 		m[f[1]] = kv
 	}
 	return m
+}
+
+// exchange is one request as a recording upstream received it.
+type exchange struct {
+	method, path, query string // the query as sent, still escaped
+	header              http.Header
+	basic               string // user:password of Basic authorization, decoded
+	body                string // as far as it arrived
+	bodyErr             error  // why the body ended early, if it did
+}
+
+func (x exchange) String() string {
+	var h strings.Builder
+	for _, k := range sortedKeys(x.header) {
+		for _, v := range x.header[k] {
+			fmt.Fprintf(&h, "%s: %s\n", k, v)
+		}
+	}
+	body := x.body
+	if len(body) > 200 {
+		body = body[:100] + "…" + body[len(body)-100:]
+	}
+	return fmt.Sprintf("%s %s?%s\n%sbasic=%s\nbody (%d bytes, err %v)=%s", x.method, x.path, x.query, h.String(), x.basic, len(x.body), x.bodyErr, body)
+}
+
+// recorder is an upstream that keeps every request whole (header, query,
+// body) and echoes it back, as an API that quotes the credentials it got
+// would. Every response also carries leak, in its header (X-Leak) and its
+// body: the real values that an upstream may send back unasked.
+type recorder struct {
+	*upstream
+	leak string
+	rmu  sync.Mutex
+	reqs []exchange
+}
+
+// startRecorder serves HTTP on addr, or HTTPS when cfg is not nil. A
+// request is recorded as "METHOD PATH" (for sameSet) and whole; the answer
+// is 200 with X-Echo-Auth (the Authorization header, or the decoded
+// credentials of Basic authorization), X-Leak, and a body that repeats
+// the request line by line. Requests under /git/ without credentials get
+// 401 with a Basic challenge, as a git server answers.
+func startRecorder(t *testing.T, addr string, cfg *tls.Config, leak string) *recorder {
+	t.Helper()
+	l, u := listenUpstream(t, addr)
+	rec := &recorder{upstream: u, leak: leak}
+	var ln net.Listener = l
+	if cfg != nil {
+		ln = tls.NewListener(l, cfg)
+	}
+	srv := &http.Server{
+		Handler:           http.HandlerFunc(rec.serve),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          log.New(io.Discard, "", 0),
+	}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { srv.Close() })
+	return rec
+}
+
+func (rec *recorder) serve(w http.ResponseWriter, r *http.Request) {
+	rec.record(r.Method + " " + r.URL.Path)
+	x := exchange{method: r.Method, path: r.URL.Path, query: r.URL.RawQuery, header: r.Header.Clone()}
+	if user, pass, ok := r.BasicAuth(); ok {
+		x.basic = user + ":" + pass
+	}
+	b, err := io.ReadAll(r.Body)
+	x.body, x.bodyErr = string(b), err
+	rec.rmu.Lock()
+	rec.reqs = append(rec.reqs, x)
+	rec.rmu.Unlock()
+	auth := r.Header.Get("Authorization")
+	if x.basic != "" {
+		auth = "basic " + x.basic // decoded: the sandbox should see its placeholder here
+	}
+	if strings.HasPrefix(r.URL.Path, "/git/") && auth == "" {
+		w.Header().Set("WWW-Authenticate", `Basic realm="git"`)
+		w.WriteHeader(http.StatusUnauthorized)
+		return
+	}
+	w.Header().Set("X-Echo-Auth", auth)
+	if rec.leak != "" {
+		w.Header().Set("X-Leak", rec.leak)
+	}
+	w.Header().Set("Content-Type", "text/plain")
+	fmt.Fprintf(w, "echo path=%s\necho query=%s\necho auth=%s\necho body=%s\necho leak=%s\n", x.path, x.query, auth, x.body, rec.leak)
+}
+
+// requests returns the requests received for path, in order.
+func (rec *recorder) requests(path string) []exchange {
+	rec.rmu.Lock()
+	defer rec.rmu.Unlock()
+	var out []exchange
+	for _, x := range rec.reqs {
+		if x.path == path {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// dump returns everything the upstream received, as text.
+func (rec *recorder) dump() string {
+	rec.rmu.Lock()
+	defer rec.rmu.Unlock()
+	var b strings.Builder
+	for _, x := range rec.reqs {
+		b.WriteString(x.String() + "\n")
+	}
+	return b.String()
 }
