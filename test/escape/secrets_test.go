@@ -629,8 +629,9 @@ const scanDirs = "/etc /tmp /home /root /run /var/tmp"
 // where it is not bound, so that the report names a secret. The sandbox
 // then looks for the real values in env, every /proc/PID/environ and
 // cmdline it can see, init's environ and memory, the secret's file, and
-// every regular file under 1 MiB in the usual places, found with a
-// pattern that does not hold the value itself. The controls: a file the
+// every regular file under 1 MiB in the usual places and every file under
+// / changed since the values were made, found with a pattern that does not
+// hold the value itself. The controls: a file the
 // test plants in the workspace with both real values is found by that
 // scan, the placeholders are in the environment and in /proc. Neither
 // real value appears in the output of the sandbox, in hutch's stderr
@@ -662,6 +663,10 @@ try use -H "Authorization: Bearer $TOK" -H "X-File-Token: $FTOK" https://bound.t
 try misuse -H "Authorization: Bearer $FTOK" http://free.test:` + free.port + `/misuse
 dump
 find ` + scanDirs + ` "$PWD" "$HOME" -type f -size -1024k -print0 2>/dev/null >/tmp/scan.list
+# And every file anywhere that changed since the real values were made
+# (the control file was written after them): only such a file could hold
+# one.
+find / \( -path /proc -o -path /sys -o -path /dev \) -prune -o -type f -newer "$PWD/control/known.txt" -size -16384k -print0 2>/dev/null >>/tmp/scan.list
 echo "SCANNED $(tr -cd '\0' </tmp/scan.list | wc -c)"
 timeout 20 xargs -0 grep -l -s -e '` + hidden(reals["TOK"]) + `' -e '` + hidden(reals["FTOK"]) + `' </tmp/scan.list | sed 's/^/FOUND /'
 `
