@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/hutch-sandbox/hutch/internal/cgroups"
 )
 
 // RootMappedID is the host uid and gid the sandbox runs as when root starts
@@ -26,12 +28,18 @@ import (
 // workspace's owner.
 const RootMappedID = 1_000_000_000
 
-// Run runs c.Args in a new sandbox and waits for it to end.
-func Run(ctx context.Context, c Config) (Result, error) {
-	res := Result{ExitCode: ExitHutchError}
-	if len(c.Args) == 0 {
-		return res, errors.New("no command given")
-	}
+// launch starts a sandbox: for Run, with c.Args as its command; for Start
+// (agent is the sandbox's end of the agent connection), with hutch's agent
+// as its PID 1. On success the caller owns l and must close it; on error
+// everything launch made is gone.
+func launch(c Config, agent *os.File) (l *launched, err error) {
+	l = &launched{master: -1}
+	defer func() {
+		if err != nil {
+			l.close()
+		}
+	}()
+	res := l
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
 	}
@@ -74,7 +82,7 @@ func Run(ctx context.Context, c Config) (Result, error) {
 		if c.Proxy == nil {
 			return res, errors.New("network mode proxy needs an egress proxy")
 		}
-		defer c.Proxy.Close()
+		l.onClose(func() { _ = c.Proxy.Close() })
 		exe, err := os.Executable()
 		if err != nil {
 			return res, fmt.Errorf("hutch's own binary: %w", err)
@@ -102,13 +110,15 @@ func Run(ctx context.Context, c Config) (Result, error) {
 
 	// Signals that arrive while the sandbox starts are forwarded once it
 	// runs; none may kill hutch and leave the sandbox to its Pdeathsig.
-	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, forwardedSignals...)
-	defer signal.Stop(sigs)
+	if agent == nil {
+		l.sigs = make(chan os.Signal, 8)
+		signal.Notify(l.sigs, forwardedSignals...)
+		l.onClose(func() { signal.Stop(l.sigs) })
+	}
 
 	// Terminal: the sandbox opens a pty in its own devpts and sends back
 	// the master.
-	if isTerminal(c.Stdin) {
+	if agent == nil && isTerminal(c.Stdin) {
 		cfg.Tty = true
 		if ws, err := unix.IoctlGetWinsize(int(c.Stdin.Fd()), unix.TIOCGWINSZ); err == nil {
 			cfg.Rows, cfg.Cols = ws.Row, ws.Col
@@ -135,7 +145,8 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	prot := protectedPaths(s, roots, home)
 	p := prepare(s, prot, roots, asRoot, cfg.Missing)
 	p.group = group
-	defer p.cleanup(c.Log)
+	l.group = group
+	l.onClose(func() { p.cleanup(c.Log) })
 	if p.err != nil {
 		return res, p.err
 	}
@@ -169,7 +180,7 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	defer ctl.Close()
+	l.onClose(func() { ctl.Close() })
 	ruleset := -1
 	if p.ruleset != nil {
 		ruleset = p.ruleset.FD()
@@ -226,22 +237,10 @@ func Run(ctx context.Context, c Config) (Result, error) {
 		return res, err
 	}
 	phase("sandbox cloned")
-	killInit := func() { _ = unix.Kill(pid, unix.SIGKILL) }
-	proc, err := os.FindProcess(pid)
-	if err != nil {
-		killInit()
-		return res, fmt.Errorf("sandbox process: %w", err)
-	}
-	waited := make(chan *os.ProcessState, 1)
-	go func() {
-		ps, _ := proc.Wait()
-		waited <- ps
-	}()
-	fail := func(err error) (Result, error) {
-		killInit()
-		<-waited
+	if err := l.track(pid); err != nil {
 		return res, err
 	}
+	fail := func(err error) (*launched, error) { return res, err }
 
 	if err := writeIDMaps(pid, innerUID, hostUID, innerGID, hostGID, asRoot); err != nil {
 		return fail(err)
@@ -273,23 +272,18 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	}
 
 	rep, master, listeners, err := readReply(int(ctl.Fd()))
+	l.master = master
 	if listeners != nil && (err != nil || rep.Kind != replyStarted || cfg.Net != "proxy") {
 		closeAll(listeners)
 		listeners = nil
 	}
 	if err != nil {
-		killInit()
-		ps := <-waited
-		return res, fmt.Errorf("the sandbox failed before starting the command: %w (%v)", err, ps)
+		l.kill()
+		return res, fmt.Errorf("the sandbox failed before starting the command: %w (%v)", err, l.wait())
 	}
 	if rep.Kind != replyStarted {
-		<-waited
-		if master >= 0 {
-			unix.Close(master)
-		}
-		ie := b.failure(rep, cfg.Args[0])
-		res.ExitCode = ie.Code
-		return res, ie
+		l.wait()
+		return res, b.failure(rep, cfg.Args[0])
 	}
 	phase("command started")
 	if cfg.Net == "proxy" {
@@ -297,19 +291,48 @@ func Run(ctx context.Context, c Config) (Result, error) {
 			return fail(err)
 		}
 	}
-	res.Dropped = dropped
-	for _, d := range res.Dropped {
+	l.dropped = dropped
+	for _, d := range dropped {
 		fmt.Fprintf(c.Warn, "hutch: warning: running without %s\n", d)
 	}
+	l.tty = cfg.Tty
+	return l, nil
+}
+
+// Run runs c.Args in a new sandbox and waits for it to end.
+func Run(ctx context.Context, c Config) (Result, error) {
+	res := Result{ExitCode: ExitHutchError}
+	if len(c.Args) == 0 {
+		return res, errors.New("no command given")
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	l, err := launch(c, nil)
+	if err != nil {
+		var ie *InitError
+		if errors.As(err, &ie) {
+			res.ExitCode = ie.Code
+		}
+		return res, err
+	}
+	defer l.close()
+	res.Dropped = l.dropped
+	s := c.Spec
+	pid := l.pid
+	fail := func(err error) (Result, error) {
+		l.kill()
+		l.wait()
+		return res, err
+	}
 	var term *ptyRelay
-	if cfg.Tty {
-		if master < 0 {
+	if l.tty {
+		if l.master < 0 {
 			return fail(errors.New("the sandbox sent no terminal"))
 		}
-		term = startPtyRelay(os.NewFile(uintptr(master), "pty-master"), c.Stdin, c.Stdout)
+		term = startPtyRelay(os.NewFile(uintptr(l.master), "pty-master"), c.Stdin, c.Stdout)
+		l.master = -1
 		defer term.Close()
-	} else if master >= 0 {
-		unix.Close(master)
 	}
 
 	var timeout <-chan struct{}
@@ -322,32 +345,97 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	}
 	for {
 		select {
-		case sig := <-sigs:
+		case sig := <-l.sigs:
 			_ = unix.Kill(pid, sig.(syscall.Signal)) // PID 1 passes it on to the command
 			continue
 		case <-timeout:
-			killInit()
-			<-waited
+			l.kill()
+			l.wait()
 			res.TimedOut = ctx.Err() == nil
 			res.ExitCode = ExitTimeout
 			if !res.TimedOut {
 				res.ExitCode = 128 + int(unix.SIGKILL)
 			}
-		case ps := <-waited:
+		case ps := <-l.waited:
+			l.ps = ps
 			res.ExitCode = exitCode(ps, nil)
 		}
 		break
 	}
-	phase("sandbox ended")
+	c.Log.Debug("sandbox ended")
 	if term != nil {
 		term.Drain()
 	}
-	if group != nil {
-		if st, err := group.Stats(); err == nil && st.OOMKills > 0 {
+	if l.group != nil {
+		if st, err := l.group.Stats(); err == nil && st.OOMKills > 0 {
 			res.OOMKilled = true
 		}
 	}
 	return res, nil
+}
+
+// launched is a started sandbox: its first process, and what hutch holds
+// for it until it is closed.
+type launched struct {
+	pid     int
+	waited  chan *os.ProcessState // receives once, when the first process is reaped
+	ps      *os.ProcessState      // set once received
+	master  int                   // the pty's master, or -1
+	tty     bool
+	sigs    chan os.Signal // signals to forward (Run only)
+	group   *cgroups.Group
+	dropped []string
+	closers []func()
+}
+
+// onClose registers f to run when l is closed, in reverse order.
+func (l *launched) onClose(f func()) { l.closers = append(l.closers, f) }
+
+// track starts waiting for the first process pid.
+func (l *launched) track(pid int) error {
+	proc, err := os.FindProcess(pid)
+	if err != nil {
+		_ = unix.Kill(pid, unix.SIGKILL)
+		return fmt.Errorf("sandbox process: %w", err)
+	}
+	l.pid = pid
+	l.waited = make(chan *os.ProcessState, 1)
+	go func() {
+		ps, _ := proc.Wait()
+		l.waited <- ps
+	}()
+	return nil
+}
+
+// kill ends the sandbox: SIGKILL to its first process, and the kernel ends
+// the rest of its pid namespace.
+func (l *launched) kill() {
+	if l.pid > 0 && l.ps == nil {
+		_ = unix.Kill(l.pid, unix.SIGKILL)
+	}
+}
+
+// wait waits for the first process to be reaped and returns its state.
+func (l *launched) wait() *os.ProcessState {
+	if l.ps == nil && l.waited != nil {
+		l.ps = <-l.waited
+	}
+	return l.ps
+}
+
+// close ends the sandbox if it still runs and releases everything hutch
+// held for it.
+func (l *launched) close() {
+	l.kill()
+	l.wait()
+	if l.master >= 0 {
+		unix.Close(l.master)
+		l.master = -1
+	}
+	for i := len(l.closers) - 1; i >= 0; i-- {
+		l.closers[i]()
+	}
+	l.closers = nil
 }
 
 // serveProxy serves the proxy's listeners (HTTP, SOCKS5) that the sandbox
