@@ -14,7 +14,7 @@ func TestBuildOrder(t *testing.T) {
 		Args: []string{"true"}, Env: []string{"PATH=/bin"}, Dir: "/w", Root: "host",
 		Writable: []bindSrc{{Path: "/w", FD: -1}}, DenyRead: []string{"/etc/shadow"},
 		DenyWrite: []string{"/w/.bashrc"}, Hostname: "hutch", Tty: true, Net: "proxy", Files: []fileBind{{Path: "/usr/bin/hutch", Target: "/dev/hutch", Create: true, FD: -1, Exec: true}},
-		Rlimits: []rlimit{{Resource: 6, Value: 100}},
+		Rlimits: []rlimit{{Resource: 6, Value: 100}}, AgentFD: -1,
 	}
 	b := &builder{}
 	b.identity(ids{uid: 1000, gid: 1000})

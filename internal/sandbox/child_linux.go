@@ -52,7 +52,10 @@ type child struct {
 	envv   uintptr   // **byte, NULL-terminated
 	paths  []uintptr // *byte: where to look for the command, in order
 	tty    bool
-	master int8 // slots of the pty, with tty
+	// agentFD >= 0: exec hutch's agent (paths[0], argv, envv) with this
+	// descriptor as 3 instead of forking the command.
+	agentFD int
+	master  int8 // slots of the pty, with tty
 	slave  int8
 	execR  int8 // slots of the pipe that tells whether the exec worked
 	execW  int8
@@ -79,6 +82,9 @@ func (c *child) main() {
 	if i, e := run(c.ops, &c.slots); i >= 0 {
 		c.send(replyFailed, int32(i), int32(e), ExitHutchError, false)
 		exit(ExitHutchError)
+	}
+	if c.agentFD >= 0 {
+		c.execAgent()
 	}
 	pid, _, e := syscall.RawSyscall6(unix.SYS_CLONE, uintptr(unix.SIGCHLD), 0, 0, 0, 0, 0)
 	if e != 0 {
@@ -150,6 +156,26 @@ func (c *child) exec() {
 	}
 	syscall.RawSyscall(unix.SYS_WRITE, c.slot(c.execW), uintptr(unsafe.Pointer(&c.execErr)), 4)
 	exit(ExitNotFound)
+}
+
+// execAgent makes the first process hutch's agent: it reports the start
+// (the agent itself greets hutch on the agent connection once it runs),
+// puts the agent connection at descriptor 3, open across the exec, and
+// execs the agent with default signal handling.
+//
+//go:nosplit
+//go:norace
+//go:nocheckptr
+func (c *child) execAgent() {
+	c.send(replyStarted, -1, 0, 0, false)
+	if c.agentFD == 3 {
+		syscall.RawSyscall(unix.SYS_FCNTL, 3, unix.F_SETFD, 0)
+	} else {
+		syscall.RawSyscall(unix.SYS_DUP3, uintptr(c.agentFD), 3, 0)
+	}
+	runtimeAfterForkInChild()
+	syscall.RawSyscall(unix.SYS_EXECVE, c.paths[0], c.argv, c.envv)
+	exit(ExitNotExecutable)
 }
 
 // reap waits for signals: SIGCHLD reaps children until the command itself

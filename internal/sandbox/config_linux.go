@@ -36,8 +36,12 @@ type initConfig struct {
 	Net string
 	// Files are host files bound read-only into the view: hutch's binary
 	// (proxy mode), the trust bundle with the sandbox's CA (secrets).
-	Files      []fileBind
-	Tty        bool
+	Files []fileBind
+	Tty   bool
+	// AgentFD, when >= 0, makes the first process exec hutch's agent (at
+	// SandboxHutch) as PID 1 instead of forking Args, with this inherited
+	// descriptor, its end of the agent connection, as descriptor 3.
+	AgentFD    int
 	Rows, Cols uint16
 	BestEffort bool
 	// Missing lists kernel features to act as if absent (tests only; see

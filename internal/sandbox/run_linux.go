@@ -77,17 +77,25 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		DenyRead:   s.Filesystem.DenyRead,
 		AllowRead:  s.Filesystem.AllowRead,
 		Net:        s.Network.Mode,
+		AgentFD:    -1,
+	}
+	if agent != nil {
+		cfg.AgentFD = int(agent.Fd())
+		cfg.Args = []string{"hutch", "agent"}
+	}
+	if cfg.Net == "proxy" || agent != nil {
+		// hutch's own binary: ssh's ProxyCommand, and the agent.
+		exe, err := os.Executable()
+		if err != nil {
+			return res, fmt.Errorf("hutch's own binary: %w", err)
+		}
+		cfg.Files = append(cfg.Files, fileBind{Path: exe, Target: SandboxHutch, Create: true, Exec: true})
 	}
 	if cfg.Net == "proxy" {
 		if c.Proxy == nil {
 			return res, errors.New("network mode proxy needs an egress proxy")
 		}
 		l.onClose(func() { _ = c.Proxy.Close() })
-		exe, err := os.Executable()
-		if err != nil {
-			return res, fmt.Errorf("hutch's own binary: %w", err)
-		}
-		cfg.Files = append(cfg.Files, fileBind{Path: exe, Target: SandboxHutch, Create: true, Exec: true})
 		cfg.Env = append(withoutVars(cfg.Env, proxyEnvVars), ProxyEnv()...)
 		if c.CABundle != "" {
 			targets, env := trustBundleTargets(s.Root)
@@ -356,9 +364,8 @@ func Run(ctx context.Context, c Config) (Result, error) {
 			if !res.TimedOut {
 				res.ExitCode = 128 + int(unix.SIGKILL)
 			}
-		case ps := <-l.waited:
-			l.ps = ps
-			res.ExitCode = exitCode(ps, nil)
+		case <-l.exited:
+			res.ExitCode = exitCode(l.ps, nil)
 		}
 		break
 	}
@@ -378,8 +385,8 @@ func Run(ctx context.Context, c Config) (Result, error) {
 // for it until it is closed.
 type launched struct {
 	pid     int
-	waited  chan *os.ProcessState // receives once, when the first process is reaped
-	ps      *os.ProcessState      // set once received
+	exited  chan struct{}    // closed when the first process was reaped
+	ps      *os.ProcessState // its state, once exited is closed
 	master  int                   // the pty's master, or -1
 	tty     bool
 	sigs    chan os.Signal // signals to forward (Run only)
@@ -399,10 +406,10 @@ func (l *launched) track(pid int) error {
 		return fmt.Errorf("sandbox process: %w", err)
 	}
 	l.pid = pid
-	l.waited = make(chan *os.ProcessState, 1)
+	l.exited = make(chan struct{})
 	go func() {
-		ps, _ := proc.Wait()
-		l.waited <- ps
+		l.ps, _ = proc.Wait()
+		close(l.exited)
 	}()
 	return nil
 }
@@ -410,16 +417,22 @@ func (l *launched) track(pid int) error {
 // kill ends the sandbox: SIGKILL to its first process, and the kernel ends
 // the rest of its pid namespace.
 func (l *launched) kill() {
-	if l.pid > 0 && l.ps == nil {
+	if l.pid <= 0 {
+		return
+	}
+	select {
+	case <-l.exited:
+	default:
 		_ = unix.Kill(l.pid, unix.SIGKILL)
 	}
 }
 
 // wait waits for the first process to be reaped and returns its state.
 func (l *launched) wait() *os.ProcessState {
-	if l.ps == nil && l.waited != nil {
-		l.ps = <-l.waited
+	if l.exited == nil {
+		return nil
 	}
+	<-l.exited
 	return l.ps
 }
 

@@ -33,7 +33,7 @@ type cloneArgs struct {
 
 // newChild prepares the first process's world around its prog.
 func newChild(b *builder, cfg initConfig, ctl int) (*child, error) {
-	ch := &child{ops: b.p.ops, ctl: uintptr(ctl), tty: cfg.Tty, master: -1, slave: -1}
+	ch := &child{ops: b.p.ops, ctl: uintptr(ctl), tty: cfg.Tty, master: -1, slave: -1, agentFD: cfg.AgentFD}
 	p := &b.p
 	argv, err := cStrings(cfg.Args)
 	if err != nil {
@@ -46,7 +46,11 @@ func newChild(b *builder, cfg initConfig, ctl int) (*child, error) {
 	p.keep = append(p.keep, argv, envv)
 	ch.argv = uintptr(unsafe.Pointer(&argv[0]))
 	ch.envv = uintptr(unsafe.Pointer(&envv[0]))
-	for _, path := range commandPaths(cfg.Args[0], cfg.Env) {
+	paths := []string{SandboxHutch}
+	if cfg.AgentFD < 0 {
+		paths = commandPaths(cfg.Args[0], cfg.Env)
+	}
+	for _, path := range paths {
 		b, err := unix.BytePtrFromString(path)
 		if err != nil {
 			return nil, fmt.Errorf("command: %w", err)
