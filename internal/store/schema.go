@@ -1,0 +1,93 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+)
+
+// migrations are the schema's versions: migrations[i] turns version i into
+// version i+1. A migration, once released, is never edited; a change of the
+// schema is a new migration appended here.
+var migrations = []string{
+	// Version 1.
+	`
+CREATE TABLE tokens (
+	hash       BLOB PRIMARY KEY CHECK (length(hash) = 32), -- SHA-256 of the token
+	tenant     TEXT NOT NULL CHECK (tenant <> ''),
+	created_ns INTEGER NOT NULL
+) STRICT, WITHOUT ROWID;
+
+CREATE INDEX tokens_tenant ON tokens (tenant);
+
+CREATE TABLE sandboxes (
+	id              TEXT PRIMARY KEY CHECK (id <> ''),
+	tenant          TEXT NOT NULL CHECK (tenant <> ''),
+	state           TEXT NOT NULL CHECK (state IN ('starting', 'running', 'paused', 'stopping', 'stopped')),
+	spec            BLOB NOT NULL,
+	created_ns      INTEGER NOT NULL,
+	expires_ns      INTEGER NOT NULL,
+	last_active_ns  INTEGER NOT NULL,
+	idle_timeout_ns INTEGER NOT NULL CHECK (idle_timeout_ns >= 0),
+	pid             INTEGER NOT NULL CHECK (pid >= 0),
+	pid_start       INTEGER NOT NULL, -- a uint64 stored in its int64 bits
+	dir             TEXT NOT NULL
+) STRICT;
+
+CREATE INDEX sandboxes_created ON sandboxes (created_ns, id);
+CREATE INDEX sandboxes_tenant_created ON sandboxes (tenant, created_ns, id);
+
+CREATE TABLE sandbox_labels (
+	sandbox_id TEXT NOT NULL REFERENCES sandboxes (id) ON DELETE CASCADE,
+	key        TEXT NOT NULL CHECK (key <> ''),
+	value      TEXT NOT NULL,
+	PRIMARY KEY (sandbox_id, key)
+) STRICT, WITHOUT ROWID;
+
+-- Filtering by label looks candidates up here.
+CREATE INDEX sandbox_labels_key_value ON sandbox_labels (key, value, sandbox_id);
+`,
+}
+
+// migrate creates the table schema_migrations if it is missing and applies
+// the migrations the file lacks, all in one IMMEDIATE transaction, so that
+// two processes opening a new file at once do not both migrate it.
+func (s *Store) migrate(ctx context.Context) error {
+	return s.writeTx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+	version    INTEGER PRIMARY KEY,
+	applied_ns INTEGER NOT NULL
+) STRICT`); err != nil {
+			return fmt.Errorf("migrate: %w", describe(err))
+		}
+		var current int
+		if err := tx.QueryRowContext(ctx, "SELECT coalesce(max(version), 0) FROM schema_migrations").Scan(&current); err != nil {
+			return fmt.Errorf("migrate: %w", describe(err))
+		}
+		if current > len(migrations) {
+			return fmt.Errorf("schema version %d is newer than this hutch knows (%d): the file was written by a later hutch", current, len(migrations))
+		}
+		for v := current + 1; v <= len(migrations); v++ {
+			if _, err := tx.ExecContext(ctx, migrations[v-1]); err != nil {
+				return fmt.Errorf("migrate to version %d: %w", v, err)
+			}
+			if _, err := tx.ExecContext(ctx, "INSERT INTO schema_migrations (version, applied_ns) VALUES (?, ?)", v, time.Now().UnixNano()); err != nil {
+				return fmt.Errorf("migrate to version %d: %w", v, err)
+			}
+		}
+		if current == 0 {
+			if _, err := tx.ExecContext(ctx, setApplicationID); err != nil {
+				return fmt.Errorf("migrate: set application id: %w", err)
+			}
+		}
+		return nil
+	})
+}
+
+// schemaVersion returns the file's schema version.
+func (s *Store) schemaVersion(ctx context.Context) (int, error) {
+	var v int
+	err := s.r.QueryRowContext(ctx, "SELECT coalesce(max(version), 0) FROM schema_migrations").Scan(&v)
+	return v, err
+}

@@ -1,0 +1,304 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"modernc.org/sqlite"
+)
+
+// openTest opens a store in a new file under t.TempDir and closes it at the
+// end of the test.
+func openTest(t testing.TB) (*Store, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "state.db")
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return s, path
+}
+
+// rawDB opens path with the driver alone, for tests that look at or damage
+// a file behind the store's back.
+func rawDB(t *testing.T, path string) *sql.DB {
+	t.Helper()
+	c, err := sqlite.NewConnector(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := sql.OpenDB(c)
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+func TestOpenCreatesSchema(t *testing.T) {
+	ctx := context.Background()
+	s, path := openTest(t)
+
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mode := fi.Mode().Perm(); mode != 0o600 {
+		t.Errorf("file mode %v, want 0600", mode)
+	}
+
+	v, err := s.schemaVersion(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v != len(migrations) || v != 1 {
+		t.Errorf("schema version %d, want 1", v)
+	}
+
+	var mode string
+	if err := s.r.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
+		t.Fatal(err)
+	}
+	if mode != "wal" {
+		t.Errorf("journal mode %q, want wal", mode)
+	}
+	for _, db := range []*sql.DB{s.r, s.w} {
+		var fk, timeout int
+		if err := db.QueryRowContext(ctx, "PRAGMA foreign_keys").Scan(&fk); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.QueryRowContext(ctx, "PRAGMA busy_timeout").Scan(&timeout); err != nil {
+			t.Fatal(err)
+		}
+		if fk != 1 || timeout != busyTimeoutMillis {
+			t.Errorf("foreign_keys %d, busy_timeout %d; want 1, %d", fk, timeout, busyTimeoutMillis)
+		}
+	}
+	var appID int64
+	if err := s.r.QueryRowContext(ctx, "PRAGMA application_id").Scan(&appID); err != nil {
+		t.Fatal(err)
+	}
+	if appID != applicationID {
+		t.Errorf("application_id %#x, want %#x", appID, applicationID)
+	}
+
+	// The reading pool cannot write.
+	if _, err := s.r.ExecContext(ctx, "DELETE FROM tokens"); err == nil {
+		t.Error("a write through the reading pool succeeded")
+	}
+
+	// WAL and shared-memory files get the database file's mode.
+	if _, err := s.CreateToken(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+	for _, suffix := range []string{"-wal", "-shm"} {
+		fi, err := os.Stat(path + suffix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if mode := fi.Mode().Perm(); mode != 0o600 {
+			t.Errorf("%s mode %v, want 0600", suffix, mode)
+		}
+	}
+}
+
+func TestReopen(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "state.db")
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, err := s.CreateToken(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb := testSandbox("sb1", "acme")
+	if err := s.InsertSandbox(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	for range 2 {
+		s, err = Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tenant, err := s.TenantForToken(ctx, token); err != nil || tenant != "acme" {
+			t.Errorf("TenantForToken after reopen = %q, %v", tenant, err)
+		}
+		got, err := s.GetSandbox(ctx, "acme", "sb1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		assertSandbox(t, got, sb)
+		var applied int
+		if err := s.r.QueryRowContext(ctx, "SELECT count(*) FROM schema_migrations").Scan(&applied); err != nil {
+			t.Fatal(err)
+		}
+		if applied != len(migrations) {
+			t.Errorf("%d migrations recorded, want %d", applied, len(migrations))
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestOpenMissingDirectory(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "missing", "state.db")
+	_, err := Open(path)
+	if err == nil || !errors.Is(err, os.ErrNotExist) || !strings.Contains(err.Error(), "store: open") {
+		t.Fatalf("Open in a missing directory: %v", err)
+	}
+}
+
+// openErr opens path, expects an error mentioning want and returns it.
+func openErr(t *testing.T, path, want string) {
+	t.Helper()
+	s, err := Open(path)
+	if err == nil {
+		s.Close()
+		t.Fatalf("Open(%s) succeeded", filepath.Base(path))
+	}
+	if !strings.HasPrefix(err.Error(), "store: open ") || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Open(%s): %v\nwant an error containing %q", filepath.Base(path), err, want)
+	}
+	t.Logf("Open(%s): %v", filepath.Base(path), err)
+}
+
+func TestOpenNotSQLite(t *testing.T) {
+	dir := t.TempDir()
+	for name, content := range map[string][]byte{
+		"text":    []byte("this is not a database\n"),
+		"garbage": []byte(strings.Repeat("\x8f\x01\xfe\x22", 4096)),
+	} {
+		t.Run(name, func(t *testing.T) {
+			path := filepath.Join(dir, name)
+			if err := os.WriteFile(path, content, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			openErr(t, path, "not a hutch state file: not an SQLite database")
+			// The file was not changed.
+			got, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != string(content) {
+				t.Error("Open changed the file")
+			}
+		})
+	}
+}
+
+func TestOpenForeignDatabase(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "other.db")
+	db := rawDB(t, path)
+	if _, err := db.Exec("CREATE TABLE accounts (id INTEGER PRIMARY KEY, name TEXT)"); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	openErr(t, path, "not a hutch state file: an SQLite database of another application")
+
+	// Another application's ID, even on an empty database.
+	path = filepath.Join(t.TempDir(), "other-id.db")
+	db = rawDB(t, path)
+	if _, err := db.Exec("PRAGMA application_id = 1234"); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	openErr(t, path, "application_id 0x4d2")
+}
+
+func TestOpenCorrupt(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "state.db")
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 50 {
+		sb := testSandbox("sb"+strings.Repeat("x", i), "acme")
+		if err := s.InsertSandbox(ctx, sb); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Overwrite every page but the first (the header and the schema)
+	// with a pattern.
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pageSize := int(data[16])<<8 | int(data[17])
+	if pageSize == 1 {
+		pageSize = 65536
+	}
+	if len(data) < 3*pageSize {
+		t.Fatalf("file of %d bytes: too small to damage", len(data))
+	}
+	for i := pageSize; i < len(data); i++ {
+		data[i] = byte(i * 7)
+	}
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	openErr(t, path, "corrupt")
+}
+
+func TestOpenNewerSchema(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "state.db")
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.w.ExecContext(ctx, "INSERT INTO schema_migrations (version, applied_ns) VALUES (?, 0)", len(migrations)+1); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	openErr(t, path, "schema version 2 is newer than this hutch knows (1)")
+}
+
+func TestPathWithURICharacters(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "a?b#c%20d")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "state.db")
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateToken(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 1 {
+		t.Errorf("files in the directory: %v, want only state.db", entries)
+	}
+}
