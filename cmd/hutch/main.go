@@ -55,6 +55,8 @@ func run(args []string, stdin, stdout, stderr *os.File) int {
 			return 2
 		}
 		return cmdPolicyShow(args[2:], stdout, stderr)
+	case "agent":
+		return cmdAgent(args[1:], stderr)
 	case "proxy-connect":
 		return cmdProxyConnect(args[1:], stdin, stdout, stderr)
 	case "version", "--version":

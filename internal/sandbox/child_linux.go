@@ -47,18 +47,18 @@ type child struct {
 	ops   []op
 	slots [maxSlots]uintptr
 
-	ctl    uintptr   // its end of the control socket
-	argv   uintptr   // **byte, NULL-terminated
-	envv   uintptr   // **byte, NULL-terminated
-	paths  []uintptr // *byte: where to look for the command, in order
-	tty    bool
+	ctl   uintptr   // its end of the control socket
+	argv  uintptr   // **byte, NULL-terminated
+	envv  uintptr   // **byte, NULL-terminated
+	paths []uintptr // *byte: where to look for the command, in order
+	tty   bool
 	// agentFD >= 0: exec hutch's agent (paths[0], argv, envv) with this
 	// descriptor as 3 instead of forking the command.
 	agentFD int
 	master  int8 // slots of the pty, with tty
-	slave  int8
-	execR  int8 // slots of the pipe that tells whether the exec worked
-	execW  int8
+	slave   int8
+	execR   int8 // slots of the pipe that tells whether the exec worked
+	execW   int8
 
 	sigmask uint64 // forwarded signals and SIGCHLD, for signalfd
 	siginfo [128]byte

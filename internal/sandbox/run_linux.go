@@ -387,7 +387,7 @@ type launched struct {
 	pid     int
 	exited  chan struct{}    // closed when the first process was reaped
 	ps      *os.ProcessState // its state, once exited is closed
-	master  int                   // the pty's master, or -1
+	master  int              // the pty's master, or -1
 	tty     bool
 	sigs    chan os.Signal // signals to forward (Run only)
 	group   *cgroups.Group

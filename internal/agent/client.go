@@ -1,0 +1,885 @@
+package agent
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// maxPID bounds the pids the client accepts (PID_MAX_LIMIT).
+const maxPID = 1 << 22
+
+// Client is the daemon's end of an agent connection. Its methods may be
+// called concurrently; they all fail once the connection ended (Close, the
+// agent closed it, or the agent broke the protocol: see Err).
+type Client struct {
+	conn  net.Conn
+	wsem  chan struct{} // held while a frame is written
+	ready chan struct{} // closed once the agent's hello arrived
+	done  chan struct{} // closed once the connection ended
+	err   error         // why; set before done is closed
+
+	// set before ready is closed
+	maxOut int // the largest frame the agent accepts
+	chunk  int // the largest data body the client sends
+
+	mu     sync.Mutex
+	nextID uint32
+	calls  map[uint32]*call // nil once done
+
+	closing  atomic.Bool
+	failOnce sync.Once
+}
+
+// call is a request in flight.
+type call struct {
+	id   uint32
+	op   string
+	resp chan *response // the answer, at most one
+	out  [3]*inStream   // streams 1 and 2, if the op has them
+	in   *outStream     // stream 0, if the op has it
+
+	// list and ps, touched by the reader only until the response is
+	// delivered
+	entries   []FileInfo
+	procs     []ProcessInfo
+	listBytes int
+	listCount int
+
+	// exec
+	proc *procState
+}
+
+// procState is what the reader learns about a command.
+type procState struct {
+	exited  chan struct{} // closed once status is set
+	status  ExitStatus
+	gotExit bool // reader only
+	eofs    int  // reader only: output streams ended
+}
+
+// NewClient returns a client of the agent on conn and starts its reader
+// goroutine. The client owns conn.
+func NewClient(conn net.Conn) *Client {
+	c := &Client{
+		conn:  conn,
+		wsem:  make(chan struct{}, 1),
+		ready: make(chan struct{}),
+		done:  make(chan struct{}),
+		calls: make(map[uint32]*call),
+	}
+	go c.readLoop()
+	return c
+}
+
+// Close closes the connection: every call in progress fails with an error
+// wrapping ErrClosed, and the agent (seeing its connection end) kills the
+// commands it runs. Close waits for the reader goroutine to end.
+func (c *Client) Close() error {
+	c.closing.Store(true)
+	err := c.conn.Close()
+	<-c.done
+	if errors.Is(err, net.ErrClosed) {
+		err = nil
+	}
+	return err
+}
+
+// Done is closed when the connection has ended.
+func (c *Client) Done() <-chan struct{} { return c.done }
+
+// Err reports why the connection ended, nil while it is up. It wraps
+// ErrClosed, or ErrProtocol when the agent broke the protocol.
+func (c *Client) Err() error {
+	select {
+	case <-c.done:
+		return c.err
+	default:
+		return nil
+	}
+}
+
+// readLoop reads frames until the connection ends.
+func (c *Client) readLoop() {
+	br := bufio.NewReaderSize(c.conn, 64<<10)
+	err := c.readHello(br)
+	for err == nil {
+		var f frame
+		if f, err = readFrame(br, defaultMaxFrame); err == nil {
+			err = c.dispatch(f)
+		}
+	}
+	switch {
+	case c.closing.Load():
+		err = ErrClosed
+	case err == io.EOF:
+		err = fmt.Errorf("%w: the agent closed the connection", ErrClosed)
+	case errors.Is(err, ErrProtocol) || errors.Is(err, ErrClosed):
+	default:
+		err = fmt.Errorf("%w: read from agent: %w", ErrClosed, err)
+	}
+	c.fail(err)
+}
+
+// fail ends the connection with err.
+func (c *Client) fail(err error) {
+	c.failOnce.Do(func() {
+		c.conn.Close()
+		c.mu.Lock()
+		c.err = err
+		calls := c.calls
+		c.calls = nil
+		c.mu.Unlock()
+		for _, k := range calls {
+			k.fail(err)
+		}
+		close(c.done)
+	})
+}
+
+// violation ends the connection because the agent broke the protocol, and
+// returns the error.
+func (c *Client) violation(format string, args ...any) error {
+	err := fmt.Errorf("%w: %s", ErrProtocol, fmt.Sprintf(format, args...))
+	c.fail(err)
+	return err
+}
+
+func (k *call) fail(err error) {
+	for _, s := range k.out {
+		if s != nil {
+			s.end(err)
+		}
+	}
+	if k.in != nil {
+		k.in.fail(err)
+	}
+}
+
+func (c *Client) readHello(br *bufio.Reader) error {
+	f, err := readFrame(br, defaultMaxFrame)
+	if err != nil {
+		return err
+	}
+	if f.typ != frameHello || f.id != 0 {
+		return fmt.Errorf("%w: the first frame is of type %d, not a hello", ErrProtocol, f.typ)
+	}
+	var h hello
+	if err := json.Unmarshal(f.body, &h); err != nil {
+		return fmt.Errorf("%w: hello: %v", ErrProtocol, err)
+	}
+	if h.Version != protocolVersion {
+		return fmt.Errorf("%w: the agent speaks version %d, not %d", ErrProtocol, h.Version, protocolVersion)
+	}
+	if h.MaxFrame < minMaxFrame || h.MaxFrame > maxMaxFrame {
+		return fmt.Errorf("%w: hello: frame limit %d out of range", ErrProtocol, h.MaxFrame)
+	}
+	c.maxOut = h.MaxFrame
+	c.chunk = min(maxChunk, h.MaxFrame-headerSize)
+	close(c.ready)
+	return nil
+}
+
+func (c *Client) lookup(id uint32) *call {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.calls[id]
+}
+
+func (c *Client) remove(k *call) {
+	c.mu.Lock()
+	if c.calls[k.id] == k {
+		delete(c.calls, k.id)
+	}
+	c.mu.Unlock()
+}
+
+// dispatch handles one frame from the agent; an error ends the connection.
+// It never blocks: buffers are bounded by the windows.
+func (c *Client) dispatch(f frame) error {
+	switch f.typ {
+	case frameResponse:
+		var r response
+		if err := json.Unmarshal(f.body, &r); err != nil {
+			return fmt.Errorf("%w: response to request %d: %v", ErrProtocol, f.id, err)
+		}
+		if r.Error != nil {
+			if !knownCode(r.Error.Code) {
+				return fmt.Errorf("%w: response to request %d: unknown error code %.40q", ErrProtocol, f.id, r.Error.Code)
+			}
+			if len(r.Error.Message) > maxMessage {
+				r.Error.Message = strings.ToValidUTF8(r.Error.Message[:maxMessage], "") + "…"
+			}
+		}
+		k := c.lookup(f.id)
+		if k == nil {
+			return nil
+		}
+		select {
+		case k.resp <- &r:
+		default:
+			return nil // a second answer
+		}
+		if k.proc == nil || r.Error != nil {
+			// The answer ends the request; data already received stays
+			// readable.
+			c.remove(k)
+			for _, s := range k.out {
+				if s != nil {
+					s.end(nil)
+				}
+			}
+			if k.in != nil {
+				k.in.fail(errEnded)
+			}
+		}
+		return nil
+	case frameData, frameEOF:
+		if f.stream > streamErr || (f.typ == frameData && f.stream == streamIn) || (f.typ == frameEOF && len(f.body) != 0) {
+			return fmt.Errorf("%w: %s frame on stream %d with %d bytes", ErrProtocol, frameName(f.typ), f.stream, len(f.body))
+		}
+		k := c.lookup(f.id)
+		if k == nil {
+			return nil
+		}
+		if f.stream == streamIn { // eof: the agent no longer takes stdin
+			if k.in == nil {
+				return fmt.Errorf("%w: eof on stream 0 of a %s request", ErrProtocol, k.op)
+			}
+			k.in.fail(errStdinClosed)
+			return nil
+		}
+		s := k.out[f.stream]
+		if s == nil {
+			return fmt.Errorf("%w: %s on stream %d of a %s request", ErrProtocol, frameName(f.typ), f.stream, k.op)
+		}
+		if f.typ == frameData {
+			return s.push(f.body)
+		}
+		s.end(nil)
+		if k.proc != nil {
+			k.proc.eofs++
+			c.settle(k)
+		}
+		return nil
+	case frameCredit:
+		if f.stream != streamIn || len(f.body) != 4 {
+			return fmt.Errorf("%w: credit frame on stream %d with %d bytes", ErrProtocol, f.stream, len(f.body))
+		}
+		k := c.lookup(f.id)
+		if k == nil {
+			return nil
+		}
+		if k.in == nil {
+			return fmt.Errorf("%w: credit for a %s request", ErrProtocol, k.op)
+		}
+		k.in.grant(int(min(binary.BigEndian.Uint32(f.body), 1<<30)))
+		return nil
+	case frameExit:
+		var m exitMsg
+		if err := json.Unmarshal(f.body, &m); err != nil {
+			return fmt.Errorf("%w: exit of request %d: %v", ErrProtocol, f.id, err)
+		}
+		if m.Code < 0 || m.Code > 255 || m.Signal < 0 || m.Signal > 64 {
+			return fmt.Errorf("%w: exit of request %d: code %d, signal %d out of range", ErrProtocol, f.id, m.Code, m.Signal)
+		}
+		k := c.lookup(f.id)
+		if k == nil {
+			return nil
+		}
+		if k.proc == nil {
+			return fmt.Errorf("%w: exit for a %s request", ErrProtocol, k.op)
+		}
+		if k.proc.gotExit {
+			return nil
+		}
+		k.proc.gotExit = true
+		k.proc.status = ExitStatus(m)
+		close(k.proc.exited)
+		if k.in != nil {
+			k.in.fail(errStdinClosed)
+		}
+		c.settle(k)
+		return nil
+	case frameEntries:
+		k := c.lookup(f.id)
+		if k == nil {
+			return nil
+		}
+		if err := k.addEntries(f.body); err != nil {
+			return fmt.Errorf("%w: entries of %s request %d: %v", ErrProtocol, k.op, f.id, err)
+		}
+		return nil
+	}
+	return fmt.Errorf("%w: unexpected frame type %d from the agent", ErrProtocol, f.typ)
+}
+
+// addEntries adds a part of a list or ps result.
+func (k *call) addEntries(body []byte) error {
+	k.listBytes += len(body)
+	if k.listBytes > maxListBytes {
+		return fmt.Errorf("more than %d bytes", maxListBytes)
+	}
+	switch k.op {
+	case opList:
+		var ws []wireInfo
+		if err := json.Unmarshal(body, &ws); err != nil {
+			return err
+		}
+		if k.listCount += len(ws); k.listCount > maxListEntries {
+			return fmt.Errorf("more than %d entries", maxListEntries)
+		}
+		for _, w := range ws {
+			fi, err := fileInfo(w)
+			if err != nil {
+				return err
+			}
+			k.entries = append(k.entries, fi)
+		}
+	case opPS:
+		var ws []wireProc
+		if err := json.Unmarshal(body, &ws); err != nil {
+			return err
+		}
+		if k.listCount += len(ws); k.listCount > maxListEntries {
+			return fmt.Errorf("more than %d entries", maxListEntries)
+		}
+		for _, w := range ws {
+			n := 0
+			for _, a := range w.Args {
+				n += len(a)
+			}
+			if w.PID <= 0 || w.PID > maxPID || len(w.Args) == 0 || n > maxPSArgs {
+				return fmt.Errorf("process %d with %d arguments of %d bytes", w.PID, len(w.Args), n)
+			}
+			k.procs = append(k.procs, ProcessInfo{PID: w.PID, Args: fromWire(w.Args), Started: time.Unix(0, w.Started)})
+		}
+	default:
+		return errors.New("unexpected entries")
+	}
+	return nil
+}
+
+// settle forgets an exec once it exited and its output ended.
+func (c *Client) settle(k *call) {
+	want := 1
+	if k.out[streamErr] != nil {
+		want = 2
+	}
+	if k.proc.gotExit && k.proc.eofs >= want {
+		c.remove(k)
+	}
+}
+
+// waitReady waits for the agent's hello.
+func (c *Client) waitReady(ctx context.Context) error {
+	select {
+	case <-c.ready:
+		return nil
+	case <-c.done:
+		return c.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// write writes one whole frame.
+func (c *Client) write(ctx context.Context, b []byte) error {
+	select {
+	case c.wsem <- struct{}{}:
+	case <-c.done:
+		return c.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-c.wsem }()
+	select {
+	case <-c.done:
+		return c.err
+	default:
+	}
+	if _, err := c.conn.Write(b); err != nil {
+		c.fail(fmt.Errorf("%w: write to agent: %w", ErrClosed, err))
+		<-c.done
+		return c.err
+	}
+	return nil
+}
+
+// newCall registers a request of op; setup adds its streams.
+func (c *Client) newCall(ctx context.Context, op string, setup func(*call)) (*call, error) {
+	if err := c.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.calls == nil {
+		return nil, c.err // fail set it with the calls
+	}
+	for {
+		c.nextID++
+		if _, busy := c.calls[c.nextID]; c.nextID != 0 && !busy {
+			break
+		}
+	}
+	k := &call{id: c.nextID, op: op, resp: make(chan *response, 1)}
+	if setup != nil {
+		setup(k)
+	}
+	c.calls[k.id] = k
+	return k, nil
+}
+
+// send sends request m of call k.
+func (c *Client) send(ctx context.Context, k *call, m *request) error {
+	b, err := jsonFrame(frameRequest, k.id, m)
+	if err == nil && len(b)-lenSize > c.maxOut {
+		err = errorf(CodeTooLarge, "%s request of %d bytes exceeds the agent's limit of %d", m.Op, len(b)-lenSize, c.maxOut)
+	}
+	if err == nil {
+		err = c.write(ctx, b)
+	}
+	if err != nil {
+		c.remove(k)
+		k.fail(err)
+	}
+	return err
+}
+
+// abandon gives up on call k: the agent is told to cancel it.
+func (c *Client) abandon(k *call, err error) {
+	c.remove(k)
+	k.fail(err)
+	go func() { _ = c.write(context.Background(), encodeFrame(frameCancel, 0, k.id, nil)) }()
+}
+
+// await waits for the response to k.
+func (c *Client) await(ctx context.Context, k *call) (*response, error) {
+	select {
+	case r := <-k.resp:
+		return r, nil
+	default:
+	}
+	select {
+	case r := <-k.resp:
+		return r, nil
+	case <-c.done:
+		select {
+		case r := <-k.resp:
+			return r, nil
+		default:
+			return nil, c.err
+		}
+	case <-ctx.Done():
+		c.abandon(k, ctx.Err())
+		return nil, ctx.Err()
+	}
+}
+
+// roundTrip sends m and waits for its answer; an error the agent reported
+// is returned as an *Error.
+func (c *Client) roundTrip(ctx context.Context, m *request, setup func(*call)) (*call, *response, error) {
+	k, err := c.newCall(ctx, m.Op, setup)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := c.send(ctx, k, m); err != nil {
+		return nil, nil, err
+	}
+	r, err := c.await(ctx, k)
+	if err != nil {
+		return nil, nil, err
+	}
+	if r.Error != nil {
+		return nil, nil, r.Error
+	}
+	return k, r, nil
+}
+
+// ExecRequest describes a command to run.
+type ExecRequest struct {
+	// Args is the command and its arguments; Args[0] is looked up in the
+	// PATH of the command's environment unless it contains a slash.
+	Args []string
+	// Env is added to the agent's default environment, replacing entries
+	// with the same name.
+	Env []string
+	// Dir is the working directory, absolute; "" means the agent's default.
+	Dir string
+	// Stdin makes Process.Stdin a pipe to the command's stdin; without it
+	// the command reads /dev/null (or, with TTY, a terminal nobody types
+	// into).
+	Stdin bool
+	// TTY runs the command on a new terminal, as its controlling terminal:
+	// Stdout carries everything it writes, Stderr is empty, and closing
+	// Stdin types ^D.
+	TTY bool
+	// Rows and Cols are the terminal's size; 0 means 24×80.
+	Rows, Cols uint16
+	// Timeout, when positive, kills the command's process group with
+	// SIGKILL once it has run that long; ExitStatus.TimedOut reports it.
+	Timeout time.Duration
+}
+
+// Process is a command started by Exec. Its output must be read (or
+// drained): a command whose output nobody reads blocks once a window of it
+// is buffered, as with a pipe.
+type Process struct {
+	// PID is the command's pid in the sandbox.
+	PID int
+	// Stdin is the command's stdin; nil unless ExecRequest.Stdin.
+	Stdin io.WriteCloser
+	// Stdout is the command's stdout (with TTY, everything the terminal
+	// shows); Stderr its stderr (with TTY, empty). They end with io.EOF
+	// once every process that held them closed them, which may be after
+	// Wait returned.
+	Stdout, Stderr io.Reader
+
+	c   *Client
+	k   *call
+	tty bool
+}
+
+// ExitStatus is how a command ended.
+type ExitStatus struct {
+	// Code is the exit code, or 128+Signal when a signal killed it.
+	Code int
+	// Signal is the signal that killed it, or 0.
+	Signal int
+	// TimedOut reports that ExecRequest.Timeout killed it.
+	TimedOut bool
+}
+
+// ProcessInfo describes a command started by Exec that is still running.
+type ProcessInfo struct {
+	// PID is its pid in the sandbox.
+	PID int
+	// Args are the arguments it was started with, the first 4 KiB of
+	// them.
+	Args []string
+	// Started is when the agent started it.
+	Started time.Time
+}
+
+// FileInfo describes a file in the sandbox, as lstat sees it.
+type FileInfo struct {
+	// Name is the last element of the path ("/" for the root).
+	Name string
+	// Size is the size in bytes.
+	Size int64
+	// Mode holds the type and permission bits.
+	Mode os.FileMode
+	// ModTime is the modification time.
+	ModTime time.Time
+	// IsDir reports whether it is a directory.
+	IsDir bool
+	// Link is the target of a symlink, "" for anything else.
+	Link string
+}
+
+// Exec starts a command and returns once it runs. A command that cannot be
+// found fails with an *Error of code CodeNotFound and message
+// "<cmd>: command not found" (a shell's exit code 127), one that may not be
+// executed with CodePermissionDenied (126). ctx bounds the start only: if it
+// ends first, the agent kills the command. Use Timeout or Signal to end a
+// running command.
+func (c *Client) Exec(ctx context.Context, r ExecRequest) (*Process, error) {
+	if len(r.Args) == 0 || r.Args[0] == "" {
+		return nil, errorf(CodeInvalid, "exec: no command")
+	}
+	if r.Timeout < 0 {
+		return nil, errorf(CodeInvalid, "exec %s: negative timeout", r.Args[0])
+	}
+	if r.Dir != "" {
+		if e := checkPath("exec dir", r.Dir); e != nil {
+			return nil, e
+		}
+	}
+	m := &request{
+		Op: opExec, Args: toWire(r.Args), Env: toWire(r.Env), Dir: wstr(r.Dir),
+		Stdin: r.Stdin, TTY: r.TTY, Rows: r.Rows, Cols: r.Cols, Timeout: int64(r.Timeout),
+	}
+	k, resp, err := c.roundTrip(ctx, m, func(k *call) {
+		k.proc = &procState{exited: make(chan struct{})}
+		k.out[streamOut] = newInStream(c, k.id, streamOut)
+		if !r.TTY {
+			k.out[streamErr] = newInStream(c, k.id, streamErr)
+		}
+		if r.Stdin {
+			k.in = newOutStream(c, k.id)
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	if resp.PID <= 0 || resp.PID > maxPID {
+		return nil, c.violation("exec: pid %d out of range", resp.PID)
+	}
+	p := &Process{PID: resp.PID, Stdout: k.out[streamOut], Stderr: eofReader{}, c: c, k: k, tty: r.TTY}
+	if !r.TTY {
+		p.Stderr = k.out[streamErr]
+	}
+	if r.Stdin {
+		p.Stdin = k.in
+	}
+	return p, nil
+}
+
+type eofReader struct{}
+
+func (eofReader) Read([]byte) (int, error) { return 0, io.EOF }
+
+// Wait waits for the command to end. It does not read its output.
+func (p *Process) Wait() (ExitStatus, error) {
+	select {
+	case <-p.k.proc.exited:
+		return p.k.proc.status, nil
+	case <-p.c.done:
+		select {
+		case <-p.k.proc.exited:
+			return p.k.proc.status, nil
+		default:
+			return ExitStatus{}, fmt.Errorf("wait for process %d: %w", p.PID, p.c.err)
+		}
+	}
+}
+
+// Signal sends sig to the command's process group. It fails with
+// os.ErrProcessDone once the command ended.
+func (p *Process) Signal(sig syscall.Signal) error {
+	select {
+	case <-p.k.proc.exited:
+		return os.ErrProcessDone
+	default:
+	}
+	_, _, err := p.c.roundTrip(context.Background(), &request{Op: opSignal, Target: p.k.id, Signal: int(sig)}, nil)
+	return err
+}
+
+// Resize sets the size of the command's terminal (the command gets
+// SIGWINCH).
+func (p *Process) Resize(rows, cols uint16) error {
+	if !p.tty {
+		return errorf(CodeInvalid, "resize process %d: it has no terminal", p.PID)
+	}
+	_, _, err := p.c.roundTrip(context.Background(), &request{Op: opResize, Target: p.k.id, Rows: rows, Cols: cols}, nil)
+	return err
+}
+
+// ListProcesses lists the commands started by Exec that are still running,
+// oldest first.
+func (c *Client) ListProcesses(ctx context.Context) ([]ProcessInfo, error) {
+	k, _, err := c.roundTrip(ctx, &request{Op: opPS}, nil)
+	if err != nil {
+		return nil, err
+	}
+	return k.procs, nil
+}
+
+// ReadFile copies the content of the regular file at path into w and
+// returns the number of bytes copied.
+func (c *Client) ReadFile(ctx context.Context, path string, w io.Writer) (int64, error) {
+	if e := checkPath("read", path); e != nil {
+		return 0, e
+	}
+	k, err := c.newCall(ctx, opRead, func(k *call) { k.out[streamOut] = newInStream(c, k.id, streamOut) })
+	if err != nil {
+		return 0, err
+	}
+	if err := c.send(ctx, k, &request{Op: opRead, Path: wstr(path)}); err != nil {
+		return 0, err
+	}
+	buf := make([]byte, maxChunk)
+	var n int64
+	for {
+		m, err := k.out[streamOut].read(ctx, buf)
+		if m > 0 {
+			if _, werr := w.Write(buf[:m]); werr != nil {
+				c.abandon(k, werr)
+				return n, fmt.Errorf("read %s: %w", path, werr)
+			}
+			n += int64(m)
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				c.abandon(k, err)
+			}
+			return n, err
+		}
+	}
+	r, err := c.await(ctx, k)
+	if err != nil {
+		return n, err
+	}
+	if r.Error != nil {
+		return n, r.Error
+	}
+	if r.Size != n {
+		return n, c.violation("read %s: the agent sent %d bytes and reported %d", path, n, r.Size)
+	}
+	return n, nil
+}
+
+// WriteFile replaces the file at path with the content of r, atomically: a
+// temporary file in the same directory is written, synced and renamed over
+// path, so no reader ever sees a part of it. The parent directory must
+// exist. A symlink at path is replaced, not followed. mode's permission
+// bits (and setuid, setgid, sticky) are set exactly; mode 0 keeps those of
+// the file it replaces, or makes 0644. It returns the number of bytes
+// written.
+func (c *Client) WriteFile(ctx context.Context, path string, r io.Reader, mode os.FileMode) (int64, error) {
+	if e := checkPath("write", path); e != nil {
+		return 0, e
+	}
+	k, err := c.newCall(ctx, opWrite, func(k *call) { k.in = newOutStream(c, k.id) })
+	if err != nil {
+		return 0, err
+	}
+	if err := c.send(ctx, k, &request{Op: opWrite, Path: wstr(path), Mode: uint32(mode)}); err != nil {
+		return 0, err
+	}
+	buf := make([]byte, c.chunk)
+	var n int64
+	answered := false
+	for !answered {
+		m, rerr := r.Read(buf)
+		if m > 0 {
+			wrote, err := k.in.write(ctx, buf[:m])
+			n += int64(wrote)
+			if err != nil {
+				if !errors.Is(err, errEnded) {
+					if ctx.Err() != nil {
+						c.abandon(k, err)
+					}
+					return n, err
+				}
+				answered = true // early, with an error
+			}
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			c.abandon(k, rerr)
+			return n, fmt.Errorf("write %s: read content: %w", path, rerr)
+		}
+	}
+	if !answered {
+		_ = k.in.Close()
+	}
+	resp, err := c.await(ctx, k)
+	if err != nil {
+		return n, err
+	}
+	if resp.Error != nil {
+		return n, resp.Error
+	}
+	if resp.Size != n {
+		return n, c.violation("write %s: sent %d bytes, the agent wrote %d", path, n, resp.Size)
+	}
+	return n, nil
+}
+
+// Stat describes the file at path; a symlink is described itself, with its
+// target in Link.
+func (c *Client) Stat(ctx context.Context, path string) (FileInfo, error) {
+	if e := checkPath("stat", path); e != nil {
+		return FileInfo{}, e
+	}
+	_, r, err := c.roundTrip(ctx, &request{Op: opStat, Path: wstr(path)}, nil)
+	if err != nil {
+		return FileInfo{}, err
+	}
+	if r.Info == nil {
+		return FileInfo{}, c.violation("stat %s: no file info", path)
+	}
+	fi, err := fileInfo(*r.Info)
+	if err != nil {
+		return FileInfo{}, c.violation("stat %s: %v", path, err)
+	}
+	return fi, nil
+}
+
+// List describes the entries of the directory at path, sorted by name.
+func (c *Client) List(ctx context.Context, path string) ([]FileInfo, error) {
+	if e := checkPath("list", path); e != nil {
+		return nil, e
+	}
+	k, _, err := c.roundTrip(ctx, &request{Op: opList, Path: wstr(path)}, nil)
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(k.entries, func(a, b FileInfo) int { return strings.Compare(a.Name, b.Name) })
+	return k.entries, nil
+}
+
+// Mkdir makes the directory path (mode 0755 before the umask); with
+// parents, also its missing parents, and an existing directory is no
+// error.
+func (c *Client) Mkdir(ctx context.Context, path string, parents bool) error {
+	if e := checkPath("mkdir", path); e != nil {
+		return e
+	}
+	_, _, err := c.roundTrip(ctx, &request{Op: opMkdir, Path: wstr(path), Parents: parents}, nil)
+	return err
+}
+
+// Remove removes the file or empty directory at path; with recursive, a
+// directory and everything in it. A missing path is CodeNotFound, the root
+// CodeInvalid.
+func (c *Client) Remove(ctx context.Context, path string, recursive bool) error {
+	if e := checkPath("remove", path); e != nil {
+		return e
+	}
+	_, _, err := c.roundTrip(ctx, &request{Op: opRemove, Path: wstr(path), Recursive: recursive}, nil)
+	return err
+}
+
+// Rename renames from to to, replacing a file at to.
+func (c *Client) Rename(ctx context.Context, from, to string) error {
+	if e := checkPath("rename", from); e != nil {
+		return e
+	}
+	if e := checkPath("rename", to); e != nil {
+		return e
+	}
+	_, _, err := c.roundTrip(ctx, &request{Op: opRename, Path: wstr(from), To: wstr(to)}, nil)
+	return err
+}
+
+// fileInfo checks and converts a file info from the agent.
+func fileInfo(w wireInfo) (FileInfo, error) {
+	name, link := string(w.Name), string(w.Link)
+	switch {
+	case name == "" || len(name) > maxName || (name != "/" && strings.IndexByte(name, '/') >= 0) || strings.IndexByte(name, 0) >= 0:
+		return FileInfo{}, fmt.Errorf("bad file name %.64q", name)
+	case w.Size < 0:
+		return FileInfo{}, fmt.Errorf("file %q: negative size", name)
+	case len(link) > maxLink || strings.IndexByte(link, 0) >= 0:
+		return FileInfo{}, fmt.Errorf("file %q: bad link target", name)
+	}
+	mode := os.FileMode(w.Mode)
+	return FileInfo{
+		Name:    name,
+		Size:    w.Size,
+		Mode:    mode,
+		ModTime: time.Unix(0, w.ModTime),
+		IsDir:   mode.IsDir(),
+		Link:    link,
+	}, nil
+}

@@ -1,0 +1,60 @@
+// Package agent is hutch's agent, PID 1 of every long-lived sandbox, and the
+// daemon's end of its connection.
+//
+// Serve runs inside the sandbox on one connected stream socket: it runs
+// commands (pipes or a pty, signals, window sizes, timeouts), performs file
+// operations with the sandbox's own view of the filesystem (so a symlink the
+// sandbox made never leads to a host file, S5) and, as PID 1, reaps every
+// orphan. Client is the daemon's end. It treats everything the agent sends as
+// untrusted (S7): every frame, field, count and byte of buffered output is
+// bounded, ids it does not know are ignored, and anything malformed ends the
+// connection with an error wrapping ErrProtocol.
+//
+// # Protocol
+//
+// The connection carries frames: a 4-byte big-endian length, then that many
+// bytes of payload. A payload starts with a 6-byte header — type (1 byte),
+// stream (1 byte), id (4 bytes, big-endian) — followed by a body. No frame is
+// longer than the receiver's limit: the agent's ServeOptions.MaxFrame (1 MiB
+// by default, announced in its hello), 1 MiB for the client. The agent itself
+// sends no frame longer than 64 KiB + 6 bytes.
+//
+//	hello    agent → client  id 0; JSON {"version":1,"max_frame":N}, the first frame
+//	request  client → agent  JSON {"op":"exec"|"signal"|"resize"|"ps"|"read"|"write"|"stat"|"list"|"mkdir"|"remove"|"rename", ...}
+//	response agent → client  JSON {"error":{"code","message"}} or the op's result
+//	data     both            raw bytes of one stream, at most 64 KiB
+//	eof      both            the sender ends the stream
+//	credit   both            4-byte big-endian count: the receiver may send that many more bytes on the stream
+//	cancel   client → agent  the client abandons the request (an exec's command is killed)
+//	exit     agent → client  JSON {"code","signal","timed_out"}: the command ended
+//	entries  agent → client  JSON array of file infos or processes, a part of a list or ps result
+//
+// The client picks the id of every request, unique among its requests in
+// flight, and the frames of that request carry it: an exec's id names the
+// process for its streams, signals and resizes. Stream 0 is a command's
+// stdin or the content of a write (client → agent), stream 1 its stdout or
+// the content of a read, stream 2 its stderr (agent → client); other frames
+// use stream 0.
+//
+// Every stream is flow-controlled by a window of 256 KiB: the sender may
+// have at most that many bytes outstanding, and the receiver grants them
+// again with credit frames once it has consumed them (the agent once it
+// wrote them to the command or the file, the client once its caller read
+// them). The agent reads a command's output only while it holds credit, so
+// a command that writes gigabytes to a slow reader blocks in its pipe; each
+// side buffers at most one window per stream. The agent reports the end of
+// a command's stdin (it stopped reading, or exited) with an eof on stream 0.
+//
+// An exec's response (its pid) comes before any of its output; its exit
+// frame comes after its output ended, unless the output outlives the
+// command by more than a short grace (a background process still holds the
+// pipe), in which case output may follow the exit frame until its eof. A
+// read's content precedes its response; a write's response follows the eof
+// of its content, or comes early with an error. The entries frames of a list
+// or ps precede its response; a result holds at most 100,000 entries and
+// 16 MiB.
+//
+// Strings that name files, arguments and environment entries travel as JSON
+// strings when they are valid UTF-8 and as {"b":"<base64>"} otherwise, so any
+// byte string the kernel accepts survives the trip.
+package agent
