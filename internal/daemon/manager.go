@@ -2,50 +2,550 @@ package daemon
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/agent"
 	"github.com/hutch-sandbox/hutch/internal/store"
 )
 
+// Defaults of Config, and the bounds of the manager's own waits.
+const (
+	defaultTimeout      = 5 * time.Minute
+	defaultMaxTimeout   = 24 * time.Hour
+	defaultMaxSandboxes = 100
+
+	// reapEvery is how often the reaper looks for sandboxes past their
+	// timeout or idle timeout.
+	reapEvery = time.Second
+	// flushEvery bounds how often a sandbox's last activity is written to
+	// the store; in between it is kept in memory only.
+	flushEvery = 5 * time.Second
+	// readyTimeout bounds the wait for a new sandbox's agent to answer.
+	readyTimeout = 10 * time.Second
+	// destroyTimeout bounds how long Destroy waits for a sandbox to end.
+	destroyTimeout = 30 * time.Second
+	// closeTimeout bounds how long Close waits for every sandbox to end.
+	closeTimeout = time.Minute
+	// killTimeout bounds the wait for a leftover sandbox of a previous
+	// daemon to end once killed.
+	killTimeout = 10 * time.Second
+	// maxTeardowns bounds the sandboxes being torn down at once.
+	maxTeardowns = 16
+)
+
 // Manager keeps the sandboxes of every tenant. Safe for concurrent use.
-type Manager struct{}
+type Manager struct {
+	cfg    Config // defaults applied, StateDir absolute
+	log    *slog.Logger
+	st     *store.Store
+	lock   *os.File // the state directory's lock, held while the manager lives
+	sbRoot string   // <StateDir>/sandboxes
+
+	// quotaMu makes a tenant's quota check and the insertion of the new
+	// sandbox's row one step, so that concurrent creates cannot overrun it.
+	quotaMu sync.Mutex
+
+	mu     sync.Mutex
+	closed bool
+	live   map[string]*live // the running sandboxes of this daemon
+	// ops counts the calls in progress; it is only added to under mu
+	// while closed is false, so that Close can wait for them.
+	ops sync.WaitGroup
+
+	// reapMu makes rounds of the reaper one at a time; it guards the
+	// flush fields of live.
+	reapMu sync.Mutex
+
+	teardowns  chan struct{} // a semaphore of maxTeardowns
+	stop       chan struct{} // closed to stop the reaper
+	reaperDone chan struct{} // closed once the reaper returned
+}
+
+// instance is a started sandbox (a *sandbox.Sandbox on Linux).
+type instance interface {
+	PID() int
+	Done() <-chan struct{}
+	Close() error
+}
+
+// live is a sandbox this daemon runs, from the moment its agent answered
+// until it has been torn down.
+type live struct {
+	id, tenant string
+	dir        string // <StateDir>/sandboxes/<id>, removed at the end
+	inst       instance
+	client     *agent.Client
+	idle       time.Duration
+
+	lastActive atomic.Int64 // Unix nanoseconds of the last Agent call
+	flushedAt  time.Time    // when lastActive was last written (reapMu)
+	flushed    int64        // the value written then (reapMu)
+
+	// Guarded by Manager.mu.
+	expires  time.Time
+	stopping bool
+
+	once  sync.Once
+	ended chan struct{} // closed once torn down
+}
 
 // New opens the daemon's state in cfg.StateDir and cleans up whatever a
 // previous daemon left behind (sandboxes whose processes are gone).
-func New(cfg Config, log *slog.Logger) (*Manager, error) { panic("unimplemented") }
-
-// Close destroys every sandbox and closes the store.
-func (m *Manager) Close() error { panic("unimplemented") }
-
-// Store is the daemon's state (tokens).
-func (m *Manager) Store() *store.Store { panic("unimplemented") }
-
-// Create starts a sandbox for tenant.
-func (m *Manager) Create(ctx context.Context, tenant string, r CreateRequest) (Info, error) {
-	panic("unimplemented")
+func New(cfg Config, log *slog.Logger) (*Manager, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if err := cfg.withDefaults(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Dir(cfg.StateDir), 0o755); err != nil {
+		return nil, fmt.Errorf("state directory: %w", err)
+	}
+	if err := traversable(cfg.StateDir); err != nil {
+		return nil, err
+	}
+	lock, err := lockStateDir(cfg.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	sbRoot := filepath.Join(cfg.StateDir, "sandboxes")
+	if err := traversable(sbRoot); err != nil {
+		lock.Close()
+		return nil, err
+	}
+	st, err := store.Open(filepath.Join(cfg.StateDir, "state.db"))
+	if err != nil {
+		lock.Close()
+		return nil, err
+	}
+	m := &Manager{
+		cfg:        cfg,
+		log:        log,
+		st:         st,
+		lock:       lock,
+		sbRoot:     sbRoot,
+		live:       make(map[string]*live),
+		teardowns:  make(chan struct{}, maxTeardowns),
+		stop:       make(chan struct{}),
+		reaperDone: make(chan struct{}),
+	}
+	if err := m.cleanupLeftovers(context.Background()); err != nil {
+		st.Close()
+		lock.Close()
+		return nil, err
+	}
+	go m.reaper()
+	return m, nil
 }
 
+// traversable makes sure dir exists and that everyone may pass through it
+// but only root may list or change it (mode 0711, owned by root): a
+// sandbox sees the host's root read-only and must reach its own workspace
+// below dir, where it has a mount point, but may not find the others. What
+// is secret in dir is closed on its own: the store's files are 0600, each
+// workspace is 0700 (a sandbox enters its own through an idmapped mount,
+// where root of its user namespace owns it).
+func traversable(dir string) error {
+	if err := os.Mkdir(dir, 0o711); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("state directory: %w", err)
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("state directory: %w", err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("state directory: %s is not a directory: %w", dir, ErrInvalid)
+	}
+	if fi.Mode().Perm() != 0o711 {
+		if err := os.Chmod(dir, 0o711); err != nil {
+			return fmt.Errorf("state directory: %w", err)
+		}
+	}
+	return nil
+}
+
+// withDefaults fills in c's zero fields and checks the rest.
+func (c *Config) withDefaults() error {
+	if c.StateDir == "" {
+		return fmt.Errorf("daemon config: no state directory: %w", ErrInvalid)
+	}
+	abs, err := filepath.Abs(c.StateDir)
+	if err != nil {
+		return fmt.Errorf("daemon config: state directory: %w", err)
+	}
+	c.StateDir = abs
+	if c.DefaultTimeout == 0 {
+		c.DefaultTimeout = defaultTimeout
+	}
+	if c.MaxTimeout == 0 {
+		c.MaxTimeout = defaultMaxTimeout
+	}
+	if c.MaxSandboxes == 0 {
+		c.MaxSandboxes = defaultMaxSandboxes
+	}
+	switch {
+	case c.DefaultTimeout < 0 || c.MaxTimeout < 0 || c.MaxSandboxes < 0:
+		return fmt.Errorf("daemon config: negative timeout or sandbox count: %w", ErrInvalid)
+	case c.DefaultTimeout > c.MaxTimeout:
+		return fmt.Errorf("daemon config: default timeout %s exceeds the maximum %s: %w", c.DefaultTimeout, c.MaxTimeout, ErrInvalid)
+	}
+	return nil
+}
+
+// Close destroys every sandbox and closes the store.
+func (m *Manager) Close() error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return errClosed()
+	}
+	m.closed = true
+	m.mu.Unlock()
+
+	close(m.stop)
+	<-m.reaperDone
+	m.ops.Wait()
+
+	m.mu.Lock()
+	ls := slices.Collect(maps.Values(m.live))
+	m.mu.Unlock()
+	var ended []<-chan struct{}
+	for _, l := range ls {
+		ended = append(ended, m.end(l, "the daemon is shutting down"))
+	}
+	deadline := time.NewTimer(closeTimeout)
+	defer deadline.Stop()
+	var errs []error
+wait:
+	for _, c := range ended {
+		select {
+		case <-c:
+		case <-deadline.C:
+			errs = append(errs, fmt.Errorf("close: sandboxes did not end within %s", closeTimeout))
+			break wait
+		}
+	}
+	errs = append(errs, m.st.Close(), m.lock.Close())
+	return errors.Join(errs...)
+}
+
+// Store is the daemon's state (tokens).
+func (m *Manager) Store() *store.Store { return m.st }
+
+// errClosed is the error of every call once Close was called.
+func errClosed() error {
+	return fmt.Errorf("hutch serve is shutting down: %w", ErrUnavailable)
+}
+
+// enter counts a call in progress, or fails once Close was called; leave
+// ends it.
+func (m *Manager) enter() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return errClosed()
+	}
+	m.ops.Add(1)
+	return nil
+}
+
+func (m *Manager) leave() { m.ops.Done() }
+
 // Get describes one of tenant's sandboxes ("" tenant: any).
-func (m *Manager) Get(ctx context.Context, tenant, id string) (Info, error) { panic("unimplemented") }
+func (m *Manager) Get(ctx context.Context, tenant, id string) (Info, error) {
+	if err := m.enter(); err != nil {
+		return Info{}, err
+	}
+	defer m.leave()
+	sb, err := m.row(ctx, tenant, id)
+	if err != nil {
+		return Info{}, err
+	}
+	return infoOf(sb), nil
+}
 
 // List lists tenant's sandboxes that have all of labels (and the state,
 // when not empty).
 func (m *Manager) List(ctx context.Context, tenant string, labels map[string]string, state string) ([]Info, error) {
-	panic("unimplemented")
+	if err := m.enter(); err != nil {
+		return nil, err
+	}
+	defer m.leave()
+	switch state {
+	case "", store.StateStarting, store.StateRunning, store.StatePaused, store.StateStopping, store.StateStopped:
+	default:
+		return nil, fmt.Errorf("list sandboxes: unknown state %q: %w", state, ErrInvalid)
+	}
+	rows, err := m.st.ListSandboxes(ctx, store.Filter{Tenant: tenant, State: state, Labels: labels})
+	if err != nil {
+		return nil, fmt.Errorf("list sandboxes: %w", err)
+	}
+	out := make([]Info, 0, len(rows))
+	for _, sb := range rows {
+		if state == "" && sb.State == store.StateStopped {
+			continue
+		}
+		out = append(out, infoOf(sb))
+	}
+	return out, nil
 }
 
 // Destroy ends a sandbox and removes everything it had.
-func (m *Manager) Destroy(ctx context.Context, tenant, id string) error { panic("unimplemented") }
+func (m *Manager) Destroy(ctx context.Context, tenant, id string) error {
+	if err := m.enter(); err != nil {
+		return err
+	}
+	defer m.leave()
+	l, err := m.running(ctx, tenant, id)
+	if err != nil {
+		return err
+	}
+	t := time.NewTimer(destroyTimeout)
+	defer t.Stop()
+	select {
+	case <-m.end(l, "destroyed"):
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("sandbox %s: destroy: %w", id, ctx.Err())
+	case <-t.C:
+		return fmt.Errorf("sandbox %s: destroy: it did not end within %s", id, destroyTimeout)
+	}
+}
 
 // Extend sets the sandbox to expire timeout from now (at most MaxTimeout).
 func (m *Manager) Extend(ctx context.Context, tenant, id string, timeout time.Duration) (Info, error) {
-	panic("unimplemented")
+	if err := m.enter(); err != nil {
+		return Info{}, err
+	}
+	defer m.leave()
+	if timeout <= 0 || timeout > m.cfg.MaxTimeout {
+		return Info{}, fmt.Errorf("sandbox %s: timeout %s is not between 0 and the maximum of %s: %w", id, timeout, m.cfg.MaxTimeout, ErrInvalid)
+	}
+	l, err := m.running(ctx, tenant, id)
+	if err != nil {
+		return Info{}, err
+	}
+	expires := time.Now().Add(timeout)
+	m.mu.Lock()
+	stopping := l.stopping
+	if !stopping {
+		l.expires = expires
+	}
+	m.mu.Unlock()
+	if stopping {
+		return Info{}, fmt.Errorf("sandbox %s is stopping: %w", id, ErrConflict)
+	}
+	sb, err := m.st.UpdateSandbox(ctx, id, func(sb *store.Sandbox) error {
+		sb.Expires = expires
+		return nil
+	})
+	if err != nil {
+		return Info{}, fmt.Errorf("sandbox %s: extend: %w", id, err)
+	}
+	return infoOf(sb), nil
 }
 
 // Agent is the client of the sandbox's agent, for commands and files; the
 // call counts as activity for the idle timeout.
 func (m *Manager) Agent(ctx context.Context, tenant, id string) (*agent.Client, error) {
-	panic("unimplemented")
+	if err := m.enter(); err != nil {
+		return nil, err
+	}
+	defer m.leave()
+	l, err := m.running(ctx, tenant, id)
+	if err != nil {
+		return nil, err
+	}
+	if err := l.client.Err(); err != nil {
+		return nil, fmt.Errorf("sandbox %s: its agent connection ended (%v): %w", id, err, ErrConflict)
+	}
+	l.lastActive.Store(time.Now().UnixNano())
+	return l.client, nil
+}
+
+// row reads the record of tenant's sandbox id, any state.
+func (m *Manager) row(ctx context.Context, tenant, id string) (store.Sandbox, error) {
+	if !validID(id) {
+		return store.Sandbox{}, fmt.Errorf("sandbox %q: %w", id, ErrNotFound)
+	}
+	sb, err := m.st.GetSandbox(ctx, tenant, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Sandbox{}, fmt.Errorf("sandbox %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return store.Sandbox{}, fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	return sb, nil
+}
+
+// running returns tenant's running sandbox id. A sandbox that does not
+// exist, belongs to another tenant or is stopped is not found; one that is
+// starting or stopping is a conflict.
+func (m *Manager) running(ctx context.Context, tenant, id string) (*live, error) {
+	m.mu.Lock()
+	l := m.live[id]
+	stopping := l != nil && l.stopping
+	m.mu.Unlock()
+	if l != nil && (tenant == "" || l.tenant == tenant) {
+		if stopping {
+			return nil, fmt.Errorf("sandbox %s is stopping: %w", id, ErrConflict)
+		}
+		return l, nil
+	}
+	sb, err := m.row(ctx, tenant, id)
+	if err != nil {
+		return nil, err
+	}
+	if sb.State == store.StateStopped {
+		return nil, fmt.Errorf("sandbox %s: %w (it is stopped)", id, ErrNotFound)
+	}
+	return nil, fmt.Errorf("sandbox %s is %s: %w", id, sb.State, ErrConflict)
+}
+
+// infoOf describes sb.
+func infoOf(sb store.Sandbox) Info {
+	return Info{
+		ID:        sb.ID,
+		Tenant:    sb.Tenant,
+		State:     sb.State,
+		Labels:    sb.Labels,
+		CreatedAt: sb.Created,
+		ExpiresAt: sb.Expires,
+		Workspace: filepath.Join(sb.Dir, "workspace"),
+	}
+}
+
+// watch ends l when its PID 1 ends on its own or its agent connection
+// breaks (the agent closed it or broke the protocol).
+func (m *Manager) watch(l *live) {
+	select {
+	case <-l.inst.Done():
+		m.end(l, "its PID 1 ended")
+	case <-l.client.Done():
+		m.end(l, fmt.Sprintf("its agent connection ended: %v", l.client.Err()))
+	case <-l.ended:
+	}
+}
+
+// end starts tearing l down, once, and returns a channel closed when it is
+// done.
+func (m *Manager) end(l *live, why string) <-chan struct{} {
+	l.once.Do(func() {
+		m.mu.Lock()
+		l.stopping = true
+		m.mu.Unlock()
+		go m.teardown(l, why)
+	})
+	return l.ended
+}
+
+// teardown ends l's sandbox and every process in it, removes its
+// directory and records it as stopped (the row stays, for audit).
+func (m *Manager) teardown(l *live, why string) {
+	defer close(l.ended)
+	m.teardowns <- struct{}{}
+	defer func() { <-m.teardowns }()
+	log := m.log.With("sandbox", l.id, "tenant", l.tenant)
+	log.Info("ending sandbox", "reason", why)
+	ctx := context.Background()
+	if _, err := m.st.UpdateSandbox(ctx, l.id, func(sb *store.Sandbox) error {
+		sb.State = store.StateStopping
+		return nil
+	}); err != nil {
+		log.Error("record sandbox stopping", "err", err)
+	}
+	_ = l.client.Close()
+	// Close kills PID 1, which ends the sandbox's pid namespace, and
+	// returns once PID 1 has been reaped.
+	if err := l.inst.Close(); err != nil {
+		log.Warn("close sandbox", "err", err)
+	}
+	if err := os.RemoveAll(l.dir); err != nil {
+		log.Error("remove sandbox directory", "dir", l.dir, "err", err)
+	}
+	last := time.Unix(0, l.lastActive.Load())
+	if _, err := m.st.UpdateSandbox(ctx, l.id, func(sb *store.Sandbox) error {
+		sb.State = store.StateStopped
+		sb.LastActive = last
+		return nil
+	}); err != nil {
+		log.Error("record sandbox stopped", "err", err)
+	}
+	m.mu.Lock()
+	if m.live[l.id] == l {
+		delete(m.live, l.id)
+	}
+	m.mu.Unlock()
+	log.Info("sandbox ended")
+}
+
+// reaper ends sandboxes past their timeout or idle timeout, and writes
+// their last activity to the store now and then.
+func (m *Manager) reaper() {
+	defer close(m.reaperDone)
+	t := time.NewTicker(reapEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case now := <-t.C:
+			m.reap(now)
+		}
+	}
+}
+
+// reap is one round of the reaper at now.
+func (m *Manager) reap(now time.Time) {
+	m.reapMu.Lock()
+	defer m.reapMu.Unlock()
+	type verdict struct {
+		l   *live
+		why string
+	}
+	var (
+		ending []verdict
+		active []*live
+	)
+	m.mu.Lock()
+	for _, l := range m.live {
+		if l.stopping {
+			continue
+		}
+		last := time.Unix(0, l.lastActive.Load())
+		switch {
+		case !l.expires.IsZero() && !now.Before(l.expires):
+			ending = append(ending, verdict{l, "its timeout passed"})
+		case l.idle > 0 && now.Sub(last) >= l.idle:
+			ending = append(ending, verdict{l, fmt.Sprintf("idle for %s", l.idle)})
+		default:
+			active = append(active, l)
+		}
+	}
+	m.mu.Unlock()
+	for _, v := range ending {
+		m.end(v.l, v.why)
+	}
+	for _, l := range active {
+		last := l.lastActive.Load()
+		if last == l.flushed || now.Sub(l.flushedAt) < flushEvery {
+			continue
+		}
+		l.flushed, l.flushedAt = last, now
+		if _, err := m.st.UpdateSandbox(context.Background(), l.id, func(sb *store.Sandbox) error {
+			sb.LastActive = time.Unix(0, last)
+			return nil
+		}); err != nil {
+			m.log.Warn("record sandbox activity", "sandbox", l.id, "err", err)
+		}
+	}
 }

@@ -1,0 +1,420 @@
+package daemon
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base32"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/hutch-sandbox/hutch/internal/agent"
+	"github.com/hutch-sandbox/hutch/internal/policy"
+	"github.com/hutch-sandbox/hutch/internal/sandbox"
+	"github.com/hutch-sandbox/hutch/internal/store"
+)
+
+// Bounds of a CreateRequest.
+const (
+	maxLabels     = 64
+	maxLabelKey   = 128
+	maxLabelValue = 512
+	maxEnvVars    = 256
+	maxEnvBytes   = 128 << 10
+)
+
+// defaultPath is the commands' PATH unless the policy or the request sets
+// one.
+const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// idPrefix starts every sandbox ID; idChars random characters of
+// idAlphabet follow it (60 bits).
+const (
+	idPrefix   = "sb-"
+	idChars    = 12
+	idAlphabet = "abcdefghijklmnopqrstuvwxyz234567"
+)
+
+var idEncoding = base32.NewEncoding(idAlphabet).WithPadding(base32.NoPadding)
+
+// newID returns a new random sandbox ID.
+func newID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	return idPrefix + idEncoding.EncodeToString(b[:])[:idChars]
+}
+
+// validID reports whether id has the form newID gives, so that it can name
+// a directory.
+func validID(id string) bool {
+	rest, ok := strings.CutPrefix(id, idPrefix)
+	if !ok || len(rest) != idChars {
+		return false
+	}
+	for _, c := range rest {
+		if !strings.ContainsRune(idAlphabet, c) {
+			return false
+		}
+	}
+	return true
+}
+
+// invalid is an error of category ErrInvalid.
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), ErrInvalid)
+}
+
+// Create starts a sandbox for tenant.
+func (m *Manager) Create(ctx context.Context, tenant string, r CreateRequest) (Info, error) {
+	if err := m.enter(); err != nil {
+		return Info{}, err
+	}
+	defer m.leave()
+	if tenant == "" {
+		return Info{}, invalid("create sandbox: no tenant")
+	}
+	if err := checkLabels(r.Labels); err != nil {
+		return Info{}, err
+	}
+	if err := checkEnv(r.Env); err != nil {
+		return Info{}, err
+	}
+	if r.IdleTimeout < 0 {
+		return Info{}, invalid("create sandbox: negative idle timeout %s", r.IdleTimeout)
+	}
+
+	id := newID()
+	dir := filepath.Join(m.sbRoot, id)
+	ws := filepath.Join(dir, "workspace")
+	spec, timeout, err := m.prepare(r, dir, ws)
+	if err != nil {
+		os.RemoveAll(dir)
+		return Info{}, err
+	}
+	specJSON, err := json.Marshal(spec)
+	if err != nil {
+		os.RemoveAll(dir)
+		return Info{}, fmt.Errorf("create sandbox: encode policy: %w", err)
+	}
+
+	now := time.Now()
+	row := store.Sandbox{
+		ID:          id,
+		Tenant:      tenant,
+		State:       store.StateStarting,
+		Labels:      r.Labels,
+		Spec:        specJSON,
+		Created:     now,
+		Expires:     now.Add(timeout),
+		LastActive:  now,
+		IdleTimeout: r.IdleTimeout,
+		Dir:         dir,
+	}
+	if err := m.insert(ctx, row); err != nil {
+		os.RemoveAll(dir)
+		return Info{}, err
+	}
+	log := m.log.With("sandbox", id, "tenant", tenant)
+
+	// From here on a failure ends what was started and records the
+	// sandbox as stopped.
+	var (
+		inst   instance
+		client *agent.Client
+	)
+	fail := func(err error) (Info, error) {
+		if client != nil {
+			client.Close()
+		}
+		if inst != nil {
+			if cerr := inst.Close(); cerr != nil {
+				log.Warn("close sandbox", "err", cerr)
+			}
+		}
+		if rerr := os.RemoveAll(dir); rerr != nil {
+			log.Error("remove sandbox directory", "dir", dir, "err", rerr)
+		}
+		if _, uerr := m.st.UpdateSandbox(context.Background(), id, func(sb *store.Sandbox) error {
+			sb.State = store.StateStopped
+			return nil
+		}); uerr != nil {
+			log.Error("record sandbox stopped", "err", uerr)
+		}
+		log.Info("sandbox failed to start", "err", err)
+		return Info{}, fmt.Errorf("create sandbox %s: %w", id, err)
+	}
+
+	inst, conn, err := startSandbox(sandbox.Config{
+		Spec:    spec,
+		Environ: environ(spec.Env, r.Env),
+		Log:     log,
+	})
+	if err != nil {
+		return fail(err)
+	}
+	client = agent.NewClient(conn)
+	// Recorded at once, so that a daemon started after this one died can
+	// find the sandbox's PID 1 even if it died before the sandbox ran.
+	pid := inst.PID()
+	pidStart, err := processStart(pid)
+	if err != nil {
+		return fail(fmt.Errorf("PID 1 (host pid %d): %w", pid, err))
+	}
+	if _, err := m.st.UpdateSandbox(context.Background(), id, func(sb *store.Sandbox) error {
+		sb.PID, sb.PIDStart = pid, pidStart
+		return nil
+	}); err != nil {
+		return fail(err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	_, err = client.ListProcesses(rctx)
+	cancel()
+	if err != nil {
+		return fail(fmt.Errorf("the agent did not answer: %w", err))
+	}
+
+	l := &live{
+		id:      id,
+		tenant:  tenant,
+		dir:     dir,
+		inst:    inst,
+		client:  client,
+		idle:    r.IdleTimeout,
+		expires: row.Expires,
+		ended:   make(chan struct{}),
+	}
+	l.lastActive.Store(now.UnixNano())
+	l.flushed, l.flushedAt = now.UnixNano(), now
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return fail(errClosed())
+	}
+	m.live[id] = l
+	m.mu.Unlock()
+	go m.watch(l)
+
+	sb, err := m.st.UpdateSandbox(context.Background(), id, func(sb *store.Sandbox) error {
+		if sb.State != store.StateStarting {
+			return fmt.Errorf("it is %s", sb.State)
+		}
+		sb.State = store.StateRunning
+		return nil
+	})
+	if err != nil {
+		<-m.end(l, "recording it failed")
+		return Info{}, fmt.Errorf("create sandbox %s: %w", id, err)
+	}
+	log.Info("sandbox started", "pid", pid, "expires", row.Expires)
+	return infoOf(sb), nil
+}
+
+// insert records a new sandbox, within tenant's quota.
+func (m *Manager) insert(ctx context.Context, row store.Sandbox) error {
+	m.quotaMu.Lock()
+	defer m.quotaMu.Unlock()
+	n, err := m.st.CountSandboxes(ctx, row.Tenant)
+	if err != nil {
+		return fmt.Errorf("create sandbox: %w", err)
+	}
+	if n >= m.cfg.MaxSandboxes {
+		return fmt.Errorf("create sandbox: tenant %s has %d sandboxes, the most allowed: %w", row.Tenant, n, ErrQuota)
+	}
+	if err := m.st.InsertSandbox(ctx, row); err != nil {
+		return fmt.Errorf("create sandbox: %w", err)
+	}
+	return nil
+}
+
+// prepare makes the sandbox's directory and workspace and returns its
+// policy and lifetime.
+func (m *Manager) prepare(r CreateRequest, dir, ws string) (policy.Spec, time.Duration, error) {
+	spec := clonePolicy(r.Policy)
+	spec.Filesystem.Workspace = ws
+	if err := spec.Normalize(ws, ""); err != nil {
+		return spec, 0, invalid("create sandbox: policy: %s", oneLine(err))
+	}
+	if err := servePolicy(spec); err != nil {
+		return spec, 0, err
+	}
+	timeout := r.Timeout
+	if timeout == 0 {
+		timeout = spec.Resources.Timeout
+	}
+	if timeout == 0 {
+		timeout = m.cfg.DefaultTimeout
+	}
+	if timeout < 0 || timeout > m.cfg.MaxTimeout {
+		return spec, 0, invalid("create sandbox: timeout %s is not between 0 and the maximum of %s", timeout, m.cfg.MaxTimeout)
+	}
+	if err := os.Mkdir(dir, 0o711); err != nil {
+		return spec, 0, fmt.Errorf("create sandbox: %w", err)
+	}
+	if err := os.Chmod(dir, 0o711); err != nil { // whatever the umask
+		return spec, 0, fmt.Errorf("create sandbox: %w", err)
+	}
+	// The workspace is root's and closed to everyone else on the host:
+	// the sandbox enters it through an idmapped mount on which it appears
+	// as owned by root of the sandbox's user namespace (itself mapped to
+	// an unprivileged host uid, S1), while another sandbox, which sees
+	// the host's root read-only, cannot enter it.
+	if err := os.Mkdir(ws, 0o700); err != nil {
+		return spec, 0, fmt.Errorf("create sandbox: %w", err)
+	}
+	if err := spec.Validate(); err != nil {
+		return spec, 0, invalid("create sandbox: policy: %s", oneLine(err))
+	}
+	return spec, timeout, nil
+}
+
+// oneLine is err's message with the problems a policy check joined
+// separated by semicolons instead of newlines.
+func oneLine(err error) string {
+	return strings.ReplaceAll(err.Error(), "\n", "; ")
+}
+
+// clonePolicy copies p deeply enough that normalizing the copy leaves p
+// (the caller's) untouched.
+func clonePolicy(p policy.Spec) policy.Spec {
+	fs := &p.Filesystem
+	fs.AllowWrite = slices.Clone(fs.AllowWrite)
+	fs.DenyRead = slices.Clone(fs.DenyRead)
+	fs.AllowRead = slices.Clone(fs.AllowRead)
+	fs.DenyWrite = slices.Clone(fs.DenyWrite)
+	nw := &p.Network
+	nw.AllowedDomains = slices.Clone(nw.AllowedDomains)
+	nw.DeniedDomains = slices.Clone(nw.DeniedDomains)
+	nw.AllowedCIDRs = slices.Clone(nw.AllowedCIDRs)
+	nw.AllowPrivate = slices.Clone(nw.AllowPrivate)
+	nw.Hosts = slices.Clone(nw.Hosts)
+	p.Secrets = slices.Clone(p.Secrets)
+	for i := range p.Secrets {
+		p.Secrets[i].Hosts = slices.Clone(p.Secrets[i].Hosts)
+	}
+	p.Env.Pass = slices.Clone(p.Env.Pass)
+	p.Env.Set = maps.Clone(p.Env.Set)
+	return p
+}
+
+// servePolicy refuses, in a normalized policy, what a tenant may not ask of
+// a daemon that runs as root for many tenants: anything that opens host
+// paths beyond the read-only root with its default denies, or that weakens
+// the isolation.
+func servePolicy(s policy.Spec) error {
+	var problems []string
+	switch s.Network.Mode {
+	case "proxy":
+		return invalid("create sandbox: policy: network mode proxy is not available in hutch serve yet")
+	case "host":
+		problems = append(problems, "network.mode: \"host\" is not allowed in hutch serve")
+	}
+	if s.Root != policy.DefaultRoot {
+		problems = append(problems, "root: only \"host\" is allowed in hutch serve")
+	}
+	if len(s.Filesystem.AllowWrite) > 0 {
+		problems = append(problems, "filesystem.allow_write: host paths cannot be made writable in hutch serve")
+	}
+	if len(s.Filesystem.AllowRead) > 0 {
+		problems = append(problems, "filesystem.allow_read: exceptions to the denied paths are not allowed in hutch serve")
+	}
+	if s.Filesystem.NoDefaultDenies {
+		problems = append(problems, "filesystem.no_default_denies: not allowed in hutch serve")
+	}
+	if s.BestEffort {
+		problems = append(problems, "best_effort: not allowed in hutch serve")
+	}
+	if len(problems) > 0 {
+		return invalid("create sandbox: policy: %s", strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// checkLabels bounds a request's labels.
+func checkLabels(labels map[string]string) error {
+	if len(labels) > maxLabels {
+		return invalid("create sandbox: %d labels, at most %d allowed", len(labels), maxLabels)
+	}
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		v := labels[k]
+		switch {
+		case k == "":
+			return invalid("create sandbox: empty label key")
+		case len(k) > maxLabelKey:
+			return invalid("create sandbox: label key %.32q… is longer than %d bytes", k, maxLabelKey)
+		case !printable(k):
+			return invalid("create sandbox: label key %q is not printable UTF-8", k)
+		case len(v) > maxLabelValue:
+			return invalid("create sandbox: label %s: value longer than %d bytes", k, maxLabelValue)
+		case !utf8.ValidString(v) || strings.ContainsRune(v, 0):
+			return invalid("create sandbox: label %s: value is not valid UTF-8 text", k)
+		}
+	}
+	return nil
+}
+
+// printable reports whether s is valid UTF-8 without control characters.
+func printable(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, c := range s {
+		if unicode.IsControl(c) {
+			return false
+		}
+	}
+	return true
+}
+
+// checkEnv bounds a request's environment.
+func checkEnv(env map[string]string) error {
+	if len(env) > maxEnvVars {
+		return invalid("create sandbox: %d environment variables, at most %d allowed", len(env), maxEnvVars)
+	}
+	size := 0
+	for _, name := range slices.Sorted(maps.Keys(env)) {
+		value := env[name]
+		size += len(name) + len(value) + 2
+		switch {
+		case name == "":
+			return invalid("create sandbox: empty environment variable name")
+		case strings.ContainsAny(name, "=\x00") || !printable(name):
+			return invalid("create sandbox: invalid environment variable name %q", name)
+		case strings.ContainsRune(value, 0):
+			return invalid("create sandbox: environment variable %s: value contains a NUL byte", name)
+		}
+	}
+	if size > maxEnvBytes {
+		return invalid("create sandbox: the environment is larger than %d bytes", maxEnvBytes)
+	}
+	return nil
+}
+
+// environ is the environment of the sandbox's commands: the policy's
+// env.set (nothing is passed from the daemon's own environment), the
+// request's variables over it, and HOME and PATH unless set.
+func environ(e policy.Env, extra map[string]string) []string {
+	vars := make(map[string]string)
+	for _, kv := range policy.BuildEnv(e, nil) {
+		name, value, _ := strings.Cut(kv, "=")
+		vars[name] = value
+	}
+	maps.Copy(vars, extra)
+	if _, ok := vars["HOME"]; !ok {
+		vars["HOME"] = "/tmp"
+	}
+	if _, ok := vars["PATH"]; !ok {
+		vars["PATH"] = defaultPath
+	}
+	out := make([]string, 0, len(vars))
+	for _, name := range slices.Sorted(maps.Keys(vars)) {
+		out = append(out, name+"="+vars[name])
+	}
+	return out
+}

@@ -1,0 +1,88 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/hutch-sandbox/hutch/internal/store"
+)
+
+// cleanupLeftovers accounts for the sandboxes a previous daemon left: every record
+// not stopped is stopped, and every directory without a live sandbox is
+// removed.
+//
+// A sandbox whose PID 1 is gone (or whose pid now belongs to another
+// process, told apart by its start time) only needs its record and
+// directory cleaned up. A sandbox whose PID 1 still runs lost its agent
+// connection with the previous daemon, so nobody can drive it any more: it
+// is killed (SIGKILL to PID 1 ends its whole pid namespace). Re-adopting
+// such sandboxes, which needs a way to reconnect to their agent, is left
+// for later.
+func (m *Manager) cleanupLeftovers(ctx context.Context) error {
+	rows, err := m.st.ListSandboxes(ctx, store.Filter{})
+	if err != nil {
+		return fmt.Errorf("recover sandboxes: %w", err)
+	}
+	keep := make(map[string]bool)
+	for _, sb := range rows {
+		if sb.State == store.StateStopped {
+			continue
+		}
+		if !m.reclaim(ctx, sb) {
+			keep[sb.ID] = true
+		}
+	}
+	// Directories without a record (a daemon that died between making one
+	// and recording it) or whose removal failed before.
+	entries, err := os.ReadDir(m.sbRoot)
+	if err != nil {
+		return fmt.Errorf("recover sandboxes: %w", err)
+	}
+	for _, e := range entries {
+		if keep[e.Name()] {
+			continue
+		}
+		p := filepath.Join(m.sbRoot, e.Name())
+		if err := os.RemoveAll(p); err != nil {
+			m.log.Error("remove leftover sandbox directory", "dir", p, "err", err)
+		}
+	}
+	return nil
+}
+
+// reclaim ends the leftover sandbox sb and records it as stopped; it
+// reports false if its PID 1 could not be ended (the record then stays as
+// it is, for the next daemon to try again).
+func (m *Manager) reclaim(ctx context.Context, sb store.Sandbox) bool {
+	log := m.log.With("sandbox", sb.ID, "tenant", sb.Tenant, "pid", sb.PID)
+	if sb.PID > 0 {
+		killed, err := killProcess(sb.PID, sb.PIDStart, killTimeout)
+		if err != nil {
+			log.Error("end leftover sandbox", "err", err)
+			return false
+		}
+		if killed {
+			log.Warn("killed a sandbox of a previous daemon: its agent connection is gone")
+		}
+	}
+	if validID(sb.ID) {
+		dir := filepath.Join(m.sbRoot, sb.ID)
+		if sb.Dir != dir {
+			log.Warn("leftover sandbox recorded with another directory; removing its own", "recorded", sb.Dir, "dir", dir)
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			log.Error("remove leftover sandbox directory", "dir", dir, "err", err)
+		}
+	}
+	if _, err := m.st.UpdateSandbox(ctx, sb.ID, func(sb *store.Sandbox) error {
+		sb.State = store.StateStopped
+		return nil
+	}); err != nil {
+		log.Error("record leftover sandbox stopped", "err", err)
+		return false
+	}
+	log.Info("leftover sandbox stopped")
+	return true
+}

@@ -1,0 +1,683 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hutch-sandbox/hutch/internal/agent"
+	"github.com/hutch-sandbox/hutch/internal/policy"
+	"github.com/hutch-sandbox/hutch/internal/store"
+	"github.com/hutch-sandbox/hutch/internal/testutil"
+)
+
+// TestMain lets this test binary be the agent of the sandboxes the tests
+// start: sandbox.Start execs hutch's own binary, here the test binary, as
+// "hutch agent".
+func TestMain(m *testing.M) {
+	if len(os.Args) == 2 && os.Args[1] == "agent" {
+		f := os.NewFile(3, "agent-connection")
+		conn, err := net.FileConn(f)
+		if err != nil {
+			os.Exit(2)
+		}
+		dir, _ := os.Getwd()
+		if err := agent.Serve(conn, agent.ServeOptions{PID1: os.Getpid() == 1, Log: slog.New(slog.DiscardHandler), DefaultDir: dir, DefaultEnv: os.Environ()}); err != nil {
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// testWriter sends the manager's records to the test's log.
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSuffix(string(p), "\n"))
+	return len(p), nil
+}
+
+// newManager starts a manager on a fresh state directory; it is closed
+// when the test ends (unless the test closed it).
+func newManager(t *testing.T, cfg Config) *Manager {
+	t.Helper()
+	testutil.RequireRoot(t)
+	if cfg.StateDir == "" {
+		cfg.StateDir = stateDir(t)
+	}
+	m, err := New(cfg, slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := m.Close(); err != nil && !errors.Is(err, ErrUnavailable) {
+			t.Errorf("close: %v", err)
+		}
+	})
+	return m
+}
+
+// stateDir is a fresh state directory, removed when the test ends. It is
+// not under /tmp, which every sandbox replaces with a tmpfs of its own: a
+// sandbox sees the real one through the host's root, as it would see
+// /var/lib/hutch.
+func stateDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("/var/tmp", "hutch-daemon-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// run runs script with sh in sandbox id and returns its output (stdout then
+// stderr) and exit code.
+func run(ctx context.Context, m *Manager, tenant, id, script string) (string, int, error) {
+	c, err := m.Agent(ctx, tenant, id)
+	if err != nil {
+		return "", 0, err
+	}
+	p, err := c.Exec(ctx, agent.ExecRequest{Args: []string{"sh", "-c", script}})
+	if err != nil {
+		return "", 0, err
+	}
+	var out, errOut bytes.Buffer
+	done := make(chan struct{})
+	go func() { _, _ = io.Copy(&errOut, p.Stderr); close(done) }()
+	_, _ = io.Copy(&out, p.Stdout)
+	<-done
+	st, err := p.Wait()
+	if err != nil {
+		return "", 0, err
+	}
+	return out.String() + errOut.String(), st.Code, nil
+}
+
+func mustRun(t *testing.T, m *Manager, tenant, id, script string) string {
+	t.Helper()
+	out, code, err := run(testCtx(t), m, tenant, id, script)
+	if err != nil {
+		t.Fatalf("run %q: %v", script, err)
+	}
+	if code != 0 {
+		t.Fatalf("run %q: exit code %d\n%s", script, code, out)
+	}
+	return out
+}
+
+func mustCreate(t *testing.T, m *Manager, tenant string, r CreateRequest) Info {
+	t.Helper()
+	info, err := m.Create(testCtx(t), tenant, r)
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	return info
+}
+
+// eventually polls cond every 50 ms for up to d.
+func eventually(d time.Duration, cond func() bool) bool {
+	for end := time.Now().Add(d); ; {
+		if cond() {
+			return true
+		}
+		if time.Now().After(end) {
+			return false
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// gone reports whether host process pid no longer exists (a zombie
+// counts as gone: it runs nothing).
+func gone(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true
+	}
+	i := bytes.LastIndexByte(b, ')')
+	return i >= 0 && i+2 < len(b) && b[i+2] == 'Z'
+}
+
+// withMarker lists host processes whose command line contains marker.
+func withMarker(t *testing.T, marker string) []int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err == nil && bytes.Contains(b, []byte(marker)) && !gone(pid) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// hostPID is the host pid of the PID 1 of sandbox id.
+func hostPID(t *testing.T, m *Manager, id string) int {
+	t.Helper()
+	sb, err := m.st.GetSandbox(context.Background(), "", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb.PID <= 0 {
+		t.Fatalf("sandbox %s has no pid recorded", id)
+	}
+	return sb.PID
+}
+
+// TestCreateExec: a sandbox runs commands in its workspace, a directory
+// of the daemon's state directory, where its files land on the host.
+func TestCreateExec(t *testing.T) {
+	m := newManager(t, Config{})
+	info := mustCreate(t, m, "a", CreateRequest{Labels: map[string]string{"team": "x"}, Env: map[string]string{"GREETING": "hello"}})
+	if !validID(info.ID) || info.State != store.StateRunning || info.Tenant != "a" || info.Labels["team"] != "x" {
+		t.Errorf("info %+v", info)
+	}
+	if want := filepath.Join(m.cfg.StateDir, "sandboxes", info.ID, "workspace"); info.Workspace != want {
+		t.Errorf("workspace %q, want %q", info.Workspace, want)
+	}
+	if d := time.Until(info.ExpiresAt); d < 4*time.Minute || d > 5*time.Minute {
+		t.Errorf("expires in %s, want the default 5m", d)
+	}
+	out := mustRun(t, m, "a", info.ID, `echo "$GREETING from $PWD"; echo made >made-here; echo home=$HOME`)
+	if want := "hello from " + info.Workspace + "\n"; !strings.HasPrefix(out, want) || !strings.Contains(out, "home=/tmp") {
+		t.Errorf("output %q, want %q and home=/tmp", out, want)
+	}
+	if b, err := os.ReadFile(filepath.Join(info.Workspace, "made-here")); err != nil || string(b) != "made\n" {
+		t.Errorf("the command's file on the host: %q, %v", b, err)
+	}
+	c, err := m.Agent(testCtx(t), "a", info.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WriteFile(testCtx(t), filepath.Join(info.Workspace, "from-client"), strings.NewReader("hi"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(info.Workspace, "from-client")); err != nil || string(b) != "hi" {
+		t.Errorf("the client's file on the host: %q, %v", b, err)
+	}
+	// The sandbox cannot see the daemon's state or other workspaces.
+	out = mustRun(t, m, "a", info.ID, fmt.Sprintf(`cat %s/state.db >/dev/null 2>&1 && echo read-state; ls %s/sandboxes >/dev/null 2>&1 && echo listed; true`, m.cfg.StateDir, m.cfg.StateDir))
+	if out != "" {
+		t.Errorf("the sandbox reached the daemon's state: %q", out)
+	}
+
+	got, err := m.Get(testCtx(t), "a", info.ID)
+	if err != nil || got.ID != info.ID || got.State != store.StateRunning {
+		t.Errorf("get: %+v, %v", got, err)
+	}
+	list, err := m.List(testCtx(t), "a", map[string]string{"team": "x"}, "")
+	if err != nil || len(list) != 1 || list[0].ID != info.ID {
+		t.Errorf("list: %+v, %v", list, err)
+	}
+	if err := m.Destroy(testCtx(t), "a", info.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Dir(info.Workspace)); !os.IsNotExist(err) {
+		t.Errorf("the sandbox's directory remains: %v", err)
+	}
+	got, err = m.Get(testCtx(t), "a", info.ID)
+	if err != nil || got.State != store.StateStopped {
+		t.Errorf("get after destroy: %+v, %v", got, err)
+	}
+	if list, err := m.List(testCtx(t), "a", nil, ""); err != nil || len(list) != 0 {
+		t.Errorf("list after destroy: %+v, %v", list, err)
+	}
+	if list, err := m.List(testCtx(t), "a", nil, store.StateStopped); err != nil || len(list) != 1 {
+		t.Errorf("list of stopped: %+v, %v", list, err)
+	}
+	if err := m.Destroy(testCtx(t), "a", info.ID); !errors.Is(err, ErrNotFound) {
+		t.Errorf("second destroy: %v, want ErrNotFound", err)
+	}
+	if _, err := m.Agent(testCtx(t), "a", info.ID); !errors.Is(err, ErrNotFound) {
+		t.Errorf("agent after destroy: %v, want ErrNotFound", err)
+	}
+}
+
+// TestTenantIsolation: a tenant cannot see, use or end another tenant's
+// sandbox, and one sandbox cannot reach another's workspace.
+func TestTenantIsolation(t *testing.T) {
+	m := newManager(t, Config{})
+	ctx := testCtx(t)
+	a := mustCreate(t, m, "a", CreateRequest{Labels: map[string]string{"k": "v"}})
+	b := mustCreate(t, m, "b", CreateRequest{Labels: map[string]string{"k": "v"}})
+	mustRun(t, m, "a", a.ID, `echo secret >note; chmod 644 note`)
+
+	if _, err := m.Get(ctx, "b", a.ID); !errors.Is(err, ErrNotFound) {
+		t.Errorf("get: %v, want ErrNotFound", err)
+	}
+	if _, err := m.Agent(ctx, "b", a.ID); !errors.Is(err, ErrNotFound) {
+		t.Errorf("agent: %v, want ErrNotFound", err)
+	}
+	if _, err := m.Extend(ctx, "b", a.ID, time.Minute); !errors.Is(err, ErrNotFound) {
+		t.Errorf("extend: %v, want ErrNotFound", err)
+	}
+	if err := m.Destroy(ctx, "b", a.ID); !errors.Is(err, ErrNotFound) {
+		t.Errorf("destroy: %v, want ErrNotFound", err)
+	}
+	list, err := m.List(ctx, "b", map[string]string{"k": "v"}, "")
+	if err != nil || len(list) != 1 || list[0].ID != b.ID {
+		t.Errorf("b's list: %+v, %v", list, err)
+	}
+	// Tenant "" is the daemon's own view: every sandbox.
+	if got, err := m.Get(ctx, "", a.ID); err != nil || got.Tenant != "a" {
+		t.Errorf("get as the daemon: %+v, %v", got, err)
+	}
+	// b's sandbox sees the host's root, so the state directory, read-only,
+	// but can neither list it nor enter a's workspace.
+	out, _, err := run(ctx, m, "b", b.ID, fmt.Sprintf(`cat %[1]s/note 2>&1 || echo no-read; ls %[2]s/sandboxes 2>&1 || echo no-list; echo x >%[1]s/other 2>&1 || echo no-write`, a.Workspace, m.cfg.StateDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out, "secret") || !strings.Contains(out, "no-read") || !strings.Contains(out, "no-list") || !strings.Contains(out, "no-write") {
+		t.Errorf("b's sandbox reached a's workspace:\n%s", out)
+	}
+	if got := mustRun(t, m, "a", a.ID, `cat note`); got != "secret\n" {
+		t.Errorf("a's note: %q", got)
+	}
+}
+
+// TestQuota: a tenant has at most MaxSandboxes sandboxes at once.
+func TestQuota(t *testing.T) {
+	m := newManager(t, Config{MaxSandboxes: 2})
+	ctx := testCtx(t)
+	first := mustCreate(t, m, "a", CreateRequest{})
+	mustCreate(t, m, "a", CreateRequest{})
+	if _, err := m.Create(ctx, "a", CreateRequest{}); !errors.Is(err, ErrQuota) {
+		t.Fatalf("third create: %v, want ErrQuota", err)
+	}
+	mustCreate(t, m, "b", CreateRequest{}) // another tenant's quota
+	if err := m.Destroy(ctx, "a", first.ID); err != nil {
+		t.Fatal(err)
+	}
+	mustCreate(t, m, "a", CreateRequest{})
+	if n, err := m.st.CountSandboxes(ctx, "a"); err != nil || n != 2 {
+		t.Errorf("tenant a has %d sandboxes (%v), want 2", n, err)
+	}
+}
+
+// assertEnded checks that sandbox id ended within d: its record is
+// stopped, its directory gone and its PID 1 too.
+func assertEnded(t *testing.T, m *Manager, id string, pid int, d time.Duration) {
+	t.Helper()
+	var sb store.Sandbox
+	if !eventually(d, func() bool {
+		var err error
+		sb, err = m.st.GetSandbox(context.Background(), "", id)
+		return err == nil && sb.State == store.StateStopped
+	}) {
+		t.Fatalf("sandbox %s is still %s after %s", id, sb.State, d)
+	}
+	if _, err := os.Stat(filepath.Join(m.sbRoot, id)); !os.IsNotExist(err) {
+		t.Errorf("the sandbox's directory remains: %v", err)
+	}
+	if !gone(pid) {
+		t.Errorf("PID 1 (host pid %d) still runs", pid)
+	}
+}
+
+// TestTimeout: a sandbox ends at its timeout; Extend moves it.
+func TestTimeout(t *testing.T) {
+	t.Parallel()
+	m := newManager(t, Config{MaxTimeout: time.Hour})
+	ctx := testCtx(t)
+	short := mustCreate(t, m, "a", CreateRequest{Timeout: 2 * time.Second})
+	extended := mustCreate(t, m, "a", CreateRequest{Timeout: 2 * time.Second})
+	pid := hostPID(t, m, short.ID)
+	if _, err := m.Extend(ctx, "a", extended.ID, 2*time.Hour); !errors.Is(err, ErrInvalid) {
+		t.Errorf("extend past the maximum: %v, want ErrInvalid", err)
+	}
+	info, err := m.Extend(ctx, "a", extended.ID, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Until(info.ExpiresAt); d < 50*time.Second || d > time.Minute {
+		t.Errorf("extended to expire in %s, want 1m", d)
+	}
+	assertEnded(t, m, short.ID, pid, 5*time.Second)
+	if got, err := m.Get(ctx, "a", extended.ID); err != nil || got.State != store.StateRunning {
+		t.Errorf("the extended sandbox: %+v, %v", got, err)
+	}
+	if _, err := m.Extend(ctx, "a", short.ID, time.Minute); !errors.Is(err, ErrNotFound) {
+		t.Errorf("extend an ended sandbox: %v, want ErrNotFound", err)
+	}
+}
+
+// TestIdleTimeout: a sandbox ends once unused for its idle timeout; an
+// Agent call counts as use.
+func TestIdleTimeout(t *testing.T) {
+	t.Parallel()
+	m := newManager(t, Config{})
+	ctx := testCtx(t)
+	info := mustCreate(t, m, "a", CreateRequest{IdleTimeout: time.Second})
+	pid := hostPID(t, m, info.ID)
+	for range 8 {
+		if _, err := m.Agent(ctx, "a", info.ID); err != nil {
+			t.Fatalf("agent while in use: %v", err)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	assertEnded(t, m, info.ID, pid, 4*time.Second)
+}
+
+// TestSandboxEnds: a sandbox whose PID 1 ends on its own is recorded as
+// stopped and cleaned up.
+func TestSandboxEnds(t *testing.T) {
+	m := newManager(t, Config{})
+	info := mustCreate(t, m, "a", CreateRequest{})
+	pid := hostPID(t, m, info.ID)
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	assertEnded(t, m, info.ID, pid, 5*time.Second)
+	if _, err := m.Agent(testCtx(t), "a", info.ID); !errors.Is(err, ErrNotFound) {
+		t.Errorf("agent: %v, want ErrNotFound", err)
+	}
+}
+
+// startDaemon starts a process in sandbox id that leaves its session and
+// outlives the command that started it; its command line holds marker.
+func startDaemon(t *testing.T, m *Manager, id, marker string) {
+	t.Helper()
+	mustRun(t, m, "", id, fmt.Sprintf(`setsid sh -c 'sleep 1000; : %s' >/dev/null 2>&1 </dev/null &`, marker))
+	if !eventually(5*time.Second, func() bool { return len(withMarker(t, marker)) > 0 }) {
+		t.Fatal("the daemon process did not start")
+	}
+}
+
+// TestDestroyKillsEverything: destroying a sandbox ends every process in
+// it, daemons included (S4).
+func TestDestroyKillsEverything(t *testing.T) {
+	m := newManager(t, Config{})
+	info := mustCreate(t, m, "a", CreateRequest{})
+	pid := hostPID(t, m, info.ID)
+	marker := "hutch-destroy-marker-" + strconv.Itoa(os.Getpid())
+	startDaemon(t, m, info.ID, marker)
+	if err := m.Destroy(testCtx(t), "a", info.ID); err != nil {
+		t.Fatal(err)
+	}
+	assertEnded(t, m, info.ID, pid, time.Second)
+	if left := withMarker(t, marker); len(left) > 0 {
+		t.Errorf("processes of the sandbox remain: %v", left)
+	}
+}
+
+// crash drops m as a daemon killed with SIGKILL would: nothing is torn
+// down, only what the kernel releases is released (the store's files and
+// the state directory's lock).
+func crash(m *Manager) {
+	m.mu.Lock()
+	m.closed = true
+	m.mu.Unlock()
+	close(m.stop)
+	<-m.reaperDone
+	m.st.Close()
+	m.lock.Close()
+}
+
+// TestRecoverAfterCrash: a daemon started after another one died ends the
+// sandboxes the dead one left and records them as stopped, and removes
+// their directories.
+func TestRecoverAfterCrash(t *testing.T) {
+	testutil.RequireRoot(t)
+	dir := stateDir(t)
+	old, err := New(Config{StateDir: dir}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info := mustCreate(t, old, "a", CreateRequest{})
+	pid := hostPID(t, old, info.ID)
+	marker := "hutch-crash-marker-" + strconv.Itoa(os.Getpid())
+	startDaemon(t, old, info.ID, marker)
+	old.mu.Lock()
+	var ended []<-chan struct{}
+	for _, l := range old.live {
+		ended = append(ended, l.ended)
+	}
+	old.mu.Unlock()
+	// Records of a sandbox whose PID 1 is long gone, and a directory
+	// without a record.
+	if err := old.st.InsertSandbox(context.Background(), store.Sandbox{
+		ID: "sb-aaaaaaaaaaaa", Tenant: "a", State: store.StateRunning, Created: time.Now(),
+		PID: pid, PIDStart: 1, Dir: filepath.Join(dir, "sandboxes", "sb-aaaaaaaaaaaa"),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "sandboxes", "sb-bbbbbbbbbbbb", "workspace"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	crash(old)
+
+	m := newManager(t, Config{StateDir: dir})
+	for _, c := range ended { // the old daemon's goroutines saw the sandbox end
+		<-c
+	}
+	assertEnded(t, m, info.ID, pid, time.Second)
+	if left := withMarker(t, marker); len(left) > 0 {
+		t.Errorf("processes of the sandbox remain: %v", left)
+	}
+	if sb, err := m.st.GetSandbox(context.Background(), "", "sb-aaaaaaaaaaaa"); err != nil || sb.State != store.StateStopped {
+		t.Errorf("the record of a long gone sandbox: %+v, %v", sb, err)
+	}
+	if entries, err := os.ReadDir(m.sbRoot); err != nil || len(entries) != 0 {
+		t.Errorf("left in the sandboxes directory: %v, %v", entries, err)
+	}
+	if list, err := m.List(testCtx(t), "a", nil, ""); err != nil || len(list) != 0 {
+		t.Errorf("sandboxes listed after recovery: %+v, %v", list, err)
+	}
+	// The new daemon works.
+	info = mustCreate(t, m, "a", CreateRequest{})
+	if out := mustRun(t, m, "a", info.ID, "echo ok"); out != "ok\n" {
+		t.Errorf("output %q", out)
+	}
+}
+
+// TestStateDirLocked: two daemons never share a state directory.
+func TestStateDirLocked(t *testing.T) {
+	m := newManager(t, Config{})
+	if _, err := New(Config{StateDir: m.cfg.StateDir}, nil); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("second daemon on the same state directory: %v, want ErrUnavailable", err)
+	}
+}
+
+// TestInvalid: bad requests fail with ErrInvalid and leave nothing behind.
+func TestInvalid(t *testing.T) {
+	m := newManager(t, Config{MaxTimeout: time.Hour})
+	no := false
+	many := map[string]string{}
+	for i := range maxLabels + 1 {
+		many[strconv.Itoa(i)] = "v"
+	}
+	for _, tc := range []struct {
+		name string
+		r    CreateRequest
+		want string
+	}{
+		{"memory below the minimum", CreateRequest{Policy: policy.Spec{Resources: policy.Resources{MemoryBytes: 1}}}, "resources.memory"},
+		{"bad network mode", CreateRequest{Policy: policy.Spec{Network: policy.Network{Mode: "wide-open"}}}, "network.mode"},
+		{"proxy", CreateRequest{Policy: policy.Spec{Network: policy.Network{AllowedDomains: []string{"example.com"}}}}, "network mode proxy is not available in hutch serve yet"},
+		{"host network", CreateRequest{Policy: policy.Spec{Network: policy.Network{Mode: "host"}}}, "network.mode"},
+		{"host network refused by the policy", CreateRequest{Policy: policy.Spec{Network: policy.Network{Mode: "host", AllowHost: &no}}}, "network.mode"},
+		{"allow_write", CreateRequest{Policy: policy.Spec{Filesystem: policy.Filesystem{AllowWrite: []string{"/etc/cron.d"}}}}, "allow_write"},
+		{"allow_read", CreateRequest{Policy: policy.Spec{Filesystem: policy.Filesystem{AllowRead: []string{"/root"}}}}, "allow_read"},
+		{"no default denies", CreateRequest{Policy: policy.Spec{Filesystem: policy.Filesystem{NoDefaultDenies: true}}}, "no_default_denies"},
+		{"root", CreateRequest{Policy: policy.Spec{Root: "/srv"}}, "root"},
+		{"best effort", CreateRequest{Policy: policy.Spec{BestEffort: true}}, "best_effort"},
+		{"home path", CreateRequest{Policy: policy.Spec{Filesystem: policy.Filesystem{DenyRead: []string{"~/x"}}}}, "home"},
+		{"timeout", CreateRequest{Timeout: 2 * time.Hour}, "timeout"},
+		{"policy timeout", CreateRequest{Policy: policy.Spec{Resources: policy.Resources{Timeout: 2 * time.Hour}}}, "timeout"},
+		{"negative timeout", CreateRequest{Timeout: -time.Second}, "timeout"},
+		{"idle timeout", CreateRequest{IdleTimeout: -time.Second}, "idle timeout"},
+		{"empty label key", CreateRequest{Labels: map[string]string{"": "v"}}, "label"},
+		{"long label", CreateRequest{Labels: map[string]string{"k": strings.Repeat("v", maxLabelValue+1)}}, "label"},
+		{"many labels", CreateRequest{Labels: many}, "labels"},
+		{"env name", CreateRequest{Env: map[string]string{"A=B": "v"}}, "environment variable"},
+		{"env value", CreateRequest{Env: map[string]string{"A": "v\x00"}}, "NUL"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := m.Create(testCtx(t), "a", tc.r)
+			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("create: %v, want ErrInvalid mentioning %q", err, tc.want)
+			}
+		})
+	}
+	if _, err := m.Create(testCtx(t), "", CreateRequest{}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("create without tenant: %v, want ErrInvalid", err)
+	}
+	if _, err := m.List(testCtx(t), "a", nil, "asleep"); !errors.Is(err, ErrInvalid) {
+		t.Errorf("list by an unknown state: %v, want ErrInvalid", err)
+	}
+	for _, id := range []string{"sb-nosuchsandbx", "../../etc", ""} {
+		if _, err := m.Get(testCtx(t), "a", id); !errors.Is(err, ErrNotFound) {
+			t.Errorf("get %q: %v, want ErrNotFound", id, err)
+		}
+	}
+	if list, err := m.st.ListSandboxes(context.Background(), store.Filter{}); err != nil || len(list) != 0 {
+		t.Errorf("records left: %+v, %v", list, err)
+	}
+	if entries, err := os.ReadDir(m.sbRoot); err != nil || len(entries) != 0 {
+		t.Errorf("directories left: %v, %v", entries, err)
+	}
+}
+
+// TestConcurrent: many sandboxes created, used and destroyed at once.
+func TestConcurrent(t *testing.T) {
+	m := newManager(t, Config{})
+	const n = 20
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Go(func() {
+			ctx := testCtx(t)
+			tenant := fmt.Sprintf("t%d", i%3)
+			info, err := m.Create(ctx, tenant, CreateRequest{Env: map[string]string{"N": strconv.Itoa(i)}})
+			if err != nil {
+				errs <- err
+				return
+			}
+			out, code, err := run(ctx, m, tenant, info.ID, `echo $N; echo $N >n`)
+			if err != nil || code != 0 || out != strconv.Itoa(i)+"\n" {
+				errs <- fmt.Errorf("sandbox %d: output %q, code %d, %v", i, out, code, err)
+			}
+			if err := m.Destroy(ctx, tenant, info.ID); err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if n, err := m.st.CountSandboxes(context.Background(), ""); err != nil || n != 0 {
+		t.Errorf("%d sandboxes not stopped (%v)", n, err)
+	}
+	if entries, err := os.ReadDir(m.sbRoot); err != nil || len(entries) != 0 {
+		t.Errorf("directories left: %v, %v", entries, err)
+	}
+}
+
+// TestClose: Close ends every sandbox; afterwards every call is refused.
+func TestClose(t *testing.T) {
+	m := newManager(t, Config{})
+	ctx := testCtx(t)
+	var infos []Info
+	for range 3 {
+		infos = append(infos, mustCreate(t, m, "a", CreateRequest{}))
+	}
+	pids := []int{}
+	for _, info := range infos {
+		pids = append(pids, hostPID(t, m, info.ID))
+	}
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for i, pid := range pids {
+		if !gone(pid) {
+			t.Errorf("PID 1 of %s (host pid %d) still runs", infos[i].ID, pid)
+		}
+	}
+	if entries, err := os.ReadDir(m.sbRoot); err != nil || len(entries) != 0 {
+		t.Errorf("directories left: %v, %v", entries, err)
+	}
+	id := infos[0].ID
+	if _, err := m.Create(ctx, "a", CreateRequest{}); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("create: %v", err)
+	}
+	if _, err := m.Get(ctx, "a", id); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("get: %v", err)
+	}
+	if _, err := m.List(ctx, "a", nil, ""); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("list: %v", err)
+	}
+	if err := m.Destroy(ctx, "a", id); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("destroy: %v", err)
+	}
+	if _, err := m.Extend(ctx, "a", id, time.Minute); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("extend: %v", err)
+	}
+	if _, err := m.Agent(ctx, "a", id); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("agent: %v", err)
+	}
+	if err := m.Close(); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("second close: %v", err)
+	}
+	// The records say so.
+	m2 := newManager(t, Config{StateDir: m.cfg.StateDir})
+	for _, info := range infos {
+		if got, err := m2.Get(ctx, "a", info.ID); err != nil || got.State != store.StateStopped {
+			t.Errorf("%s after close: %+v, %v", info.ID, got, err)
+		}
+	}
+}
+
+// TestActivityRecorded: the last activity reaches the store, at most every
+// flushEvery.
+func TestActivityRecorded(t *testing.T) {
+	m := newManager(t, Config{})
+	ctx := testCtx(t)
+	info := mustCreate(t, m, "a", CreateRequest{})
+	before, err := m.st.GetSandbox(ctx, "a", info.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(10 * time.Millisecond)
+	if _, err := m.Agent(ctx, "a", info.ID); err != nil {
+		t.Fatal(err)
+	}
+	m.reap(time.Now()) // too soon after the last write
+	if sb, _ := m.st.GetSandbox(ctx, "a", info.ID); !sb.LastActive.Equal(before.LastActive) {
+		t.Errorf("last activity written %s after the previous write", sb.LastActive.Sub(before.LastActive))
+	}
+	m.reap(time.Now().Add(flushEvery))
+	if sb, _ := m.st.GetSandbox(ctx, "a", info.ID); !sb.LastActive.After(before.LastActive) {
+		t.Errorf("last activity %s not written (was %s)", sb.LastActive, before.LastActive)
+	}
+}

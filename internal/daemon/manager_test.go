@@ -1,0 +1,164 @@
+package daemon
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hutch-sandbox/hutch/internal/policy"
+)
+
+func TestNewID(t *testing.T) {
+	seen := map[string]bool{}
+	for range 1000 {
+		id := newID()
+		if !validID(id) || len(id) != len(idPrefix)+idChars || strings.ToLower(id) != id {
+			t.Fatalf("newID gave %q", id)
+		}
+		if seen[id] {
+			t.Fatalf("newID gave %q twice", id)
+		}
+		seen[id] = true
+	}
+	for _, id := range []string{"", "sb-", "sb-aaaaaaaaaaa", "sb-aaaaaaaaaaaaa", "sb-AAAAAAAAAAAA", "sb-aaaaaaaaaaa1", "xx-aaaaaaaaaaaa", "sb-../../etc/x", "sb-aaaaaaaaaaa/"} {
+		if validID(id) {
+			t.Errorf("validID(%q) = true", id)
+		}
+	}
+}
+
+func TestConfigDefaults(t *testing.T) {
+	c := Config{StateDir: "rel"}
+	if err := c.withDefaults(); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(c.StateDir, "/") || c.DefaultTimeout != 5*time.Minute || c.MaxTimeout != 24*time.Hour || c.MaxSandboxes != 100 {
+		t.Errorf("defaults: %+v", c)
+	}
+	for _, bad := range []Config{
+		{},
+		{StateDir: "/x", DefaultTimeout: time.Hour, MaxTimeout: time.Minute},
+		{StateDir: "/x", MaxSandboxes: -1},
+		{StateDir: "/x", DefaultTimeout: -time.Second},
+	} {
+		if err := bad.withDefaults(); !errors.Is(err, ErrInvalid) {
+			t.Errorf("config %+v: %v, want ErrInvalid", bad, err)
+		}
+	}
+}
+
+func TestCheckLabels(t *testing.T) {
+	many := map[string]string{}
+	for i := range maxLabels + 1 {
+		many[strings.Repeat("k", i+1)] = ""
+	}
+	for _, tc := range []struct {
+		labels map[string]string
+		ok     bool
+	}{
+		{nil, true},
+		{map[string]string{"team": "infra", "empty": ""}, true},
+		{map[string]string{"": "v"}, false},
+		{map[string]string{"a\nb": "v"}, false},
+		{map[string]string{"\xff": "v"}, false},
+		{map[string]string{strings.Repeat("k", maxLabelKey+1): "v"}, false},
+		{map[string]string{"k": strings.Repeat("v", maxLabelValue+1)}, false},
+		{map[string]string{"k": "\x00"}, false},
+		{many, false},
+	} {
+		err := checkLabels(tc.labels)
+		if (err == nil) != tc.ok || (err != nil && !errors.Is(err, ErrInvalid)) {
+			t.Errorf("checkLabels(%.40q): %v", tc.labels, err)
+		}
+	}
+}
+
+func TestCheckEnv(t *testing.T) {
+	for _, tc := range []struct {
+		env map[string]string
+		ok  bool
+	}{
+		{nil, true},
+		{map[string]string{"A": "1", "lower_case": "", "B": "x=y"}, true},
+		{map[string]string{"": "v"}, false},
+		{map[string]string{"A=B": "v"}, false},
+		{map[string]string{"A\x00": "v"}, false},
+		{map[string]string{"A": "v\x00"}, false},
+		{map[string]string{"A": strings.Repeat("v", maxEnvBytes)}, false},
+	} {
+		err := checkEnv(tc.env)
+		if (err == nil) != tc.ok || (err != nil && !errors.Is(err, ErrInvalid)) {
+			t.Errorf("checkEnv(%.40q): %v", tc.env, err)
+		}
+	}
+}
+
+func TestEnviron(t *testing.T) {
+	got := environ(policy.Env{Pass: []string{"PATH", "SECRET"}, Set: map[string]string{"A": "policy", "B": "policy"}},
+		map[string]string{"B": "request", "C": "request"})
+	want := []string{"A=policy", "B=request", "C=request", "HOME=/tmp", "PATH=" + defaultPath}
+	if !slices.Equal(got, want) {
+		t.Errorf("environ: %q, want %q", got, want)
+	}
+	got = environ(policy.Env{Set: map[string]string{"HOME": "/work", "PATH": "/bin"}}, nil)
+	if want := []string{"HOME=/work", "PATH=/bin"}; !slices.Equal(got, want) {
+		t.Errorf("environ: %q, want %q", got, want)
+	}
+}
+
+// TestServePolicy: what a tenant may not ask of hutch serve.
+func TestServePolicy(t *testing.T) {
+	no := false
+	for _, tc := range []struct {
+		name string
+		spec policy.Spec
+		want string // "" for allowed
+	}{
+		{"defaults", policy.Spec{}, ""},
+		{"more denies", policy.Spec{Filesystem: policy.Filesystem{DenyRead: []string{"/srv"}, DenyWrite: []string{"/w/x"}}}, ""},
+		{"limits", policy.Spec{Resources: policy.Resources{MemoryBytes: 64 << 20, Pids: 100}}, ""},
+		{"no network", policy.Spec{Network: policy.Network{Mode: "none", AllowHost: &no}}, ""},
+		{"proxy", policy.Spec{Network: policy.Network{AllowedDomains: []string{"example.com"}}}, "proxy"},
+		{"host network", policy.Spec{Network: policy.Network{Mode: "host"}}, "network.mode"},
+		{"root", policy.Spec{Root: "/srv/rootfs"}, "root"},
+		{"allow_write", policy.Spec{Filesystem: policy.Filesystem{AllowWrite: []string{"/srv"}}}, "allow_write"},
+		{"allow_read", policy.Spec{Filesystem: policy.Filesystem{AllowRead: []string{"/root/.ssh"}}}, "allow_read"},
+		{"no default denies", policy.Spec{Filesystem: policy.Filesystem{NoDefaultDenies: true}}, "no_default_denies"},
+		{"best effort", policy.Spec{BestEffort: true}, "best_effort"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := clonePolicy(tc.spec)
+			s.Filesystem.Workspace = "/w"
+			if err := s.Normalize("/w", ""); err != nil {
+				t.Fatal(err)
+			}
+			err := servePolicy(s)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("refused: %v", err)
+			case tc.want != "" && (!errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want)):
+				t.Errorf("got %v, want ErrInvalid mentioning %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestClonePolicy: normalizing the manager's copy leaves the caller's
+// policy as it was.
+func TestClonePolicy(t *testing.T) {
+	orig := policy.Spec{
+		Filesystem: policy.Filesystem{DenyRead: []string{"rel"}, DenyWrite: []string{"rel2"}},
+		Network:    policy.Network{AllowedDomains: []string{"EXAMPLE.com"}},
+		Env:        policy.Env{Set: map[string]string{"A": "1"}},
+	}
+	c := clonePolicy(orig)
+	if err := c.Normalize("/w", ""); err != nil {
+		t.Fatal(err)
+	}
+	c.Env.Set["B"] = "2"
+	if orig.Filesystem.DenyRead[0] != "rel" || orig.Filesystem.DenyWrite[0] != "rel2" || orig.Network.AllowedDomains[0] != "EXAMPLE.com" || len(orig.Env.Set) != 1 {
+		t.Errorf("the caller's policy changed: %+v", orig)
+	}
+}

@@ -1,0 +1,115 @@
+package daemon
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/hutch-sandbox/hutch/internal/sandbox"
+)
+
+// startSandbox starts a long-lived sandbox; its agent is at the other end
+// of the connection.
+func startSandbox(c sandbox.Config) (instance, net.Conn, error) {
+	sb, err := sandbox.Start(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	return sb, sb.Conn(), nil
+}
+
+// processStart returns the start time of process pid, in clock ticks after
+// boot (field 22 of /proc/PID/stat): with the pid it names one process
+// across pid reuse.
+func processStart(pid int) (uint64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	// The command name, field 2, is in parentheses and may hold anything;
+	// the fields after its last ')' start with field 3.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
+	}
+	f := bytes.Fields(b[i+1:])
+	if len(f) < 20 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f)+2)
+	}
+	start, err := strconv.ParseUint(string(f[19]), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: start time: %w", pid, err)
+	}
+	return start, nil
+}
+
+// killProcess kills process pid if it still is the one that started at
+// start, and waits up to timeout for it to end. It reports whether it
+// killed it; a process that is gone (or whose pid was reused) is no error.
+func killProcess(pid int, start uint64, timeout time.Duration) (bool, error) {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if errors.Is(err, unix.ESRCH) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("pidfd_open %d: %w", pid, err)
+	}
+	defer unix.Close(fd)
+	// The pidfd holds on to the process that had pid when it was opened:
+	// if pid still names the process that started at start, that is the
+	// one, and no later reuse of pid can redirect the signal.
+	if got, err := processStart(pid); err != nil || got != start {
+		return false, nil
+	}
+	if err := unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0); err != nil {
+		if errors.Is(err, unix.ESRCH) {
+			return false, nil
+		}
+		return false, fmt.Errorf("kill %d: %w", pid, err)
+	}
+	// The pidfd turns readable once the process has exited; PID 1 of a pid
+	// namespace exits only after every other process in it.
+	deadline := time.Now().Add(timeout)
+	for {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return true, fmt.Errorf("process %d did not end within %s of SIGKILL", pid, timeout)
+		}
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(fds, int(left.Milliseconds())+1)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return true, fmt.Errorf("wait for process %d: %w", pid, err)
+		}
+		if n > 0 {
+			return true, nil
+		}
+	}
+}
+
+// lockStateDir takes the lock of the state directory dir, so that two
+// daemons never share (and clean up) the same sandboxes.
+func lockStateDir(dir string) (*os.File, error) {
+	p := filepath.Join(dir, "lock")
+	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("state directory lock: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("state directory %s is in use by another hutch serve: %w", dir, ErrUnavailable)
+		}
+		return nil, fmt.Errorf("state directory lock %s: %w", p, err)
+	}
+	return f, nil
+}

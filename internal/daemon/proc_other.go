@@ -1,0 +1,29 @@
+//go:build !linux
+
+package daemon
+
+import (
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/hutch-sandbox/hutch/internal/sandbox"
+)
+
+// errNotSupported reports a platform without sandboxes.
+var errNotSupported = errors.New("hutch serve runs sandboxes on Linux only")
+
+func startSandbox(sandbox.Config) (instance, net.Conn, error) {
+	return nil, nil, errNotSupported
+}
+
+func processStart(int) (uint64, error) { return 0, errNotSupported }
+
+func killProcess(int, uint64, time.Duration) (bool, error) { return false, errNotSupported }
+
+// lockStateDir only opens the lock file: sandboxes run on Linux only.
+func lockStateDir(dir string) (*os.File, error) {
+	return os.OpenFile(filepath.Join(dir, "lock"), os.O_RDWR|os.O_CREATE, 0o600)
+}
