@@ -1,6 +1,8 @@
 // Command hutch runs commands in disposable sandboxes: `hutch run -- CMD`
-// wraps one command in an OS-level sandbox, and `hutch policy show` prints
-// the effective policy.
+// wraps one command in an OS-level sandbox, `hutch policy show` prints
+// the effective policy, `hutch serve` runs the daemon that keeps
+// long-lived sandboxes behind an HTTP API, and `hutch create`, `exec`,
+// `cp`, `ls` and `rm` use that daemon.
 package main
 
 import (
@@ -31,10 +33,25 @@ Usage:
                                            stdout to HOST:PORT through the
                                            sandbox's proxy, for ssh's ProxyCommand
 
-Run "hutch run -h" for the flags. Exit codes of "hutch run": the command's
-own, 128+N if it was killed by signal N, 124 on --timeout, 125 when hutch
-itself failed or was called wrongly (the command did not run), 126 if the
-command cannot be executed, 127 if it was not found.
+The daemon and its clients:
+  hutch serve [flags]                      run the daemon: long-lived sandboxes
+                                           behind an HTTP API on a unix socket
+                                           (and, with --listen, on TCP)
+  hutch token create --tenant NAME         make an API token for a tenant
+  hutch create [flags]                     create a sandbox; prints its id
+  hutch exec [-i] [-t] ID -- COMMAND...    run COMMAND in sandbox ID
+  hutch cp SRC ID:DST | ID:SRC DST         copy a file or directory into or
+                                           out of a sandbox
+  hutch ls [--label KEY=VALUE]...          list sandboxes
+  hutch rm ID...                           destroy sandboxes
+
+Run "hutch COMMAND -h" for the flags. Exit codes of "hutch run": the
+command's own, 128+N if it was killed by signal N, 124 on --timeout, 125
+when hutch itself failed or was called wrongly (the command did not run),
+126 if the command cannot be executed, 127 if it was not found; "hutch exec"
+exits the same way. The client commands find the daemon at $HUTCH_HOST
+(unix:///PATH or http://HOST:PORT; default unix:///run/hutch/hutch.sock)
+and send the token in $HUTCH_TOKEN; they exit with 1 when it refused.
 `
 
 func main() {
@@ -59,6 +76,20 @@ func run(args []string, stdin, stdout, stderr *os.File) int {
 		return cmdAgent(args[1:], stderr)
 	case "proxy-connect":
 		return cmdProxyConnect(args[1:], stdin, stdout, stderr)
+	case "serve":
+		return cmdServe(args[1:], stderr)
+	case "token":
+		return cmdToken(args[1:], stdout, stderr)
+	case "create":
+		return cmdCreate(args[1:], stdout, stderr)
+	case "exec":
+		return cmdExec(args[1:], stdin, stdout, stderr)
+	case "cp":
+		return cmdCp(args[1:], stdout, stderr)
+	case "ls":
+		return cmdLs(args[1:], stdout, stderr)
+	case "rm":
+		return cmdRm(args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "hutch", version)
 		return 0

@@ -1,0 +1,125 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"slices"
+	"time"
+)
+
+// Sandbox describes a sandbox.
+type Sandbox struct {
+	// ID names the sandbox.
+	ID string `json:"id"`
+	// Tenant owns it.
+	Tenant string `json:"tenant"`
+	// State is "starting", "running", "paused", "stopping" or "stopped".
+	State string `json:"state"`
+	// Labels are the tenant's key/value tags.
+	Labels map[string]string `json:"labels,omitempty"`
+	// CreatedAt is when it was created.
+	CreatedAt time.Time `json:"created_at"`
+	// ExpiresAt is when it will be destroyed unless extended.
+	ExpiresAt time.Time `json:"expires_at"`
+	// Workspace is the commands' working directory in the sandbox.
+	Workspace string `json:"workspace"`
+}
+
+// CreateOptions describes a sandbox to create.
+type CreateOptions struct {
+	// Policy is the sandbox's policy in hutch's policy-file schema, as
+	// JSON (nil: the daemon's defaults). Its workspace is the sandbox's
+	// own. A tenant on TCP may not name host paths, secrets or the host's
+	// network in it.
+	Policy json.RawMessage
+	// Labels are the tenant's own key/value tags, to find it by.
+	Labels map[string]string
+	// Env is added to the environment of every command.
+	Env map[string]string
+	// Timeout is its lifetime (0: the daemon's default).
+	Timeout time.Duration
+	// IdleTimeout, when positive, ends it after that long without use.
+	IdleTimeout time.Duration
+}
+
+// ListOptions selects sandboxes. The zero value selects all of the
+// tenant's.
+type ListOptions struct {
+	// Labels selects the sandboxes that have all of these labels.
+	Labels map[string]string
+	// State, if not empty, selects the sandboxes in that state.
+	State string
+}
+
+// duration formats a duration for the API ("" for zero).
+func duration(d time.Duration) string {
+	if d == 0 {
+		return ""
+	}
+	return d.String()
+}
+
+// Create starts a sandbox.
+func (c *Client) Create(ctx context.Context, o CreateOptions) (*Sandbox, error) {
+	in := struct {
+		Policy      json.RawMessage   `json:"policy,omitempty"`
+		Labels      map[string]string `json:"labels,omitempty"`
+		Env         map[string]string `json:"env,omitempty"`
+		Timeout     string            `json:"timeout,omitempty"`
+		IdleTimeout string            `json:"idle_timeout,omitempty"`
+	}{o.Policy, o.Labels, o.Env, duration(o.Timeout), duration(o.IdleTimeout)}
+	var sb Sandbox
+	if err := c.call(ctx, http.MethodPost, "/v1/sandboxes", nil, in, &sb); err != nil {
+		return nil, err
+	}
+	return &sb, nil
+}
+
+// Get describes a sandbox.
+func (c *Client) Get(ctx context.Context, id string) (*Sandbox, error) {
+	var sb Sandbox
+	if err := c.call(ctx, http.MethodGet, sandboxPath(id), nil, nil, &sb); err != nil {
+		return nil, err
+	}
+	return &sb, nil
+}
+
+// List lists the tenant's sandboxes that o selects.
+func (c *Client) List(ctx context.Context, o ListOptions) ([]Sandbox, error) {
+	q := url.Values{}
+	keys := make([]string, 0, len(o.Labels))
+	for k := range o.Labels {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		q.Add("label", k+"="+o.Labels[k])
+	}
+	if o.State != "" {
+		q.Set("state", o.State)
+	}
+	var out []Sandbox
+	if err := c.call(ctx, http.MethodGet, "/v1/sandboxes", q, nil, &out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Destroy ends a sandbox and removes everything it had.
+func (c *Client) Destroy(ctx context.Context, id string) error {
+	return c.call(ctx, http.MethodDelete, sandboxPath(id), nil, nil, nil)
+}
+
+// Extend sets the sandbox to expire timeout from now.
+func (c *Client) Extend(ctx context.Context, id string, timeout time.Duration) (*Sandbox, error) {
+	in := struct {
+		Timeout string `json:"timeout"`
+	}{timeout.String()}
+	var sb Sandbox
+	if err := c.call(ctx, http.MethodPost, sandboxPath(id, "timeout"), nil, in, &sb); err != nil {
+		return nil, err
+	}
+	return &sb, nil
+}

@@ -1,0 +1,171 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"syscall"
+	"time"
+
+	"github.com/hutch-sandbox/hutch/internal/api"
+	"github.com/hutch-sandbox/hutch/internal/daemon"
+	"github.com/hutch-sandbox/hutch/internal/policy"
+	"github.com/hutch-sandbox/hutch/internal/store"
+)
+
+// defaultStateDir is where the daemon keeps its state by default.
+const defaultStateDir = "/var/lib/hutch"
+
+// cmdServe runs the daemon until SIGINT or SIGTERM, then destroys every
+// sandbox.
+func cmdServe(args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("hutch serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	socket := fs.String("socket", api.DefaultSocket, "listen on the unix socket at `path` (mode 0660; \"\" for none); requests there without a token act as the tenant \"admin\"")
+	listen := fs.String("listen", "", "also listen on TCP `address` (e.g. 127.0.0.1:7070); every request there needs a token (see hutch token create)")
+	stateDir := fs.String("state-dir", defaultStateDir, "keep the daemon's state and the sandboxes' directories in `dir`")
+	maxUpload := fs.String("max-upload", "1g", "largest file or archive upload, e.g. `512m`")
+	defTimeout := fs.Duration("default-timeout", 0, "lifetime of a sandbox that asks for none (default 5m)")
+	maxTimeout := fs.Duration("max-timeout", 0, "longest lifetime of a sandbox (default 24h)")
+	maxSandboxes := fs.Int("max-sandboxes", 0, "most sandboxes a tenant may have at once (default 100)")
+	debug := fs.Bool("debug", false, "log every request")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: hutch serve [flags]\n\nRuns the daemon: an HTTP API for long-lived sandboxes, until SIGINT or SIGTERM,\nwhich destroy every sandbox.\n\nFlags:")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return usageCode(err)
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "hutch: serve takes no arguments, got %q\n", fs.Args())
+		return 2
+	}
+	upload, err := policy.ParseSize(*maxUpload)
+	if err != nil || upload <= 0 {
+		fmt.Fprintf(stderr, "hutch: --max-upload %q: want a size such as 512m or 2g\n", *maxUpload)
+		return 2
+	}
+	level := slog.LevelInfo
+	if *debug {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	// Listen first: a daemon already serving this socket must not have
+	// its sandboxes taken for leftovers.
+	ls, err := api.Listen(*socket, *listen)
+	if err != nil {
+		fmt.Fprintf(stderr, "hutch: %v\n", err)
+		return 1
+	}
+	m, err := daemon.New(daemon.Config{
+		StateDir:       *stateDir,
+		DefaultTimeout: *defTimeout,
+		MaxTimeout:     *maxTimeout,
+		MaxSandboxes:   *maxSandboxes,
+	}, log)
+	if err != nil {
+		for _, l := range ls {
+			l.Close()
+		}
+		fmt.Fprintf(stderr, "hutch: %v\n", err)
+		return 1
+	}
+	h, err := api.NewWithConfig(m, api.Config{Log: log, MaxUpload: upload})
+	if err != nil {
+		for _, l := range ls {
+			l.Close()
+		}
+		_ = m.Close()
+		fmt.Fprintf(stderr, "hutch: %v\n", err)
+		return 1
+	}
+	for _, l := range ls {
+		fmt.Fprintf(stderr, "hutch: listening on %s\n", listenerURL(l))
+	}
+	serr := api.Serve(ctx, h, log, ls...)
+	fmt.Fprintln(stderr, "hutch: shutting down; destroying every sandbox")
+	cerr := m.Close()
+	code := 0
+	if serr != nil {
+		fmt.Fprintf(stderr, "hutch: %v\n", serr)
+		code = 1
+	}
+	if cerr != nil {
+		fmt.Fprintf(stderr, "hutch: close: %v\n", cerr)
+		code = 1
+	}
+	return code
+}
+
+// listenerURL is the address clients use for l (HUTCH_HOST).
+func listenerURL(l net.Listener) string {
+	if l.Addr().Network() == "unix" {
+		return "unix://" + l.Addr().String()
+	}
+	return "http://" + l.Addr().String()
+}
+
+// tenantName is the syntax of a tenant's name.
+var tenantName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+
+// cmdToken makes an API token for a tenant, in the daemon's store (the
+// daemon may be running).
+func cmdToken(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] != "create" {
+		fmt.Fprintln(stderr, "hutch: usage: hutch token create --tenant NAME [--state-dir DIR]")
+		return 2
+	}
+	fs := flag.NewFlagSet("hutch token create", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	tenant := fs.String("tenant", "", "the tenant the token acts as (letters, digits, '.', '_', '-')")
+	stateDir := fs.String("state-dir", defaultStateDir, "the daemon's state `dir`")
+	if err := fs.Parse(args[1:]); err != nil {
+		return usageCode(err)
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "hutch: token create takes no arguments, got %q\n", fs.Args())
+		return 2
+	}
+	if !tenantName.MatchString(*tenant) {
+		fmt.Fprintf(stderr, "hutch: --tenant %q: want 1-64 letters, digits, '.', '_' or '-'\n", *tenant)
+		return 2
+	}
+	if err := os.MkdirAll(*stateDir, 0o711); err != nil {
+		fmt.Fprintf(stderr, "hutch: %v\n", err)
+		return 1
+	}
+	st, err := store.Open(filepath.Join(*stateDir, "state.db"))
+	if err != nil {
+		fmt.Fprintf(stderr, "hutch: %v\n", err)
+		return 1
+	}
+	defer st.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	token, err := st.CreateToken(ctx, *tenant)
+	if err != nil {
+		fmt.Fprintf(stderr, "hutch: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "A token for the tenant %q; it is shown only this once:\n%s\n", *tenant, token)
+	return 0
+}
+
+// usageCode is the exit code after a flag error: 0 after -h, else 2.
+func usageCode(err error) int {
+	if err == flag.ErrHelp {
+		return 0
+	}
+	return 2
+}

@@ -1,0 +1,248 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/hutch-sandbox/hutch/internal/agent"
+	"github.com/hutch-sandbox/hutch/internal/daemon"
+	"github.com/hutch-sandbox/hutch/internal/store"
+)
+
+// Manager is what the API needs of the daemon. *daemon.Manager implements
+// it; tests use fakes (see package apitest).
+type Manager interface {
+	// Store is the daemon's state, for tokens.
+	Store() *store.Store
+	// Create starts a sandbox for tenant.
+	Create(ctx context.Context, tenant string, r daemon.CreateRequest) (daemon.Info, error)
+	// Get describes one of tenant's sandboxes.
+	Get(ctx context.Context, tenant, id string) (daemon.Info, error)
+	// List lists tenant's sandboxes with all of labels (and state, if set).
+	List(ctx context.Context, tenant string, labels map[string]string, state string) ([]daemon.Info, error)
+	// Destroy ends a sandbox.
+	Destroy(ctx context.Context, tenant, id string) error
+	// Extend sets the sandbox to expire timeout from now.
+	Extend(ctx context.Context, tenant, id string, timeout time.Duration) (daemon.Info, error)
+	// Agent is the client of the sandbox's agent; the call counts as
+	// activity.
+	Agent(ctx context.Context, tenant, id string) (*agent.Client, error)
+}
+
+var _ Manager = (*daemon.Manager)(nil)
+
+// AdminTenant is the tenant of requests on the unix socket that carry no
+// token.
+const AdminTenant = "admin"
+
+// Default limits.
+const (
+	// DefaultMaxUpload is the default of Config.MaxUpload: 1 GiB.
+	DefaultMaxUpload = 1 << 30
+	// DefaultMaxOutput is the default of Config.MaxOutput: 16 MiB.
+	DefaultMaxOutput = 16 << 20
+	// MaxJSONBody bounds every JSON request body: 1 MiB.
+	MaxJSONBody = 1 << 20
+	// OutputGrace is how long the daemon waits, once a command ended, for
+	// more of its output before it stops waiting (a background process
+	// may hold the output open).
+	OutputGrace = 500 * time.Millisecond
+)
+
+// Config configures the API's handler.
+type Config struct {
+	// Log receives the handler's events; nil discards them.
+	Log *slog.Logger
+	// MaxUpload bounds the body of a file or archive upload (0:
+	// DefaultMaxUpload).
+	MaxUpload int64
+	// MaxOutput bounds each output stream a command run to completion
+	// returns (0: DefaultMaxOutput); the rest is read and dropped.
+	MaxOutput int
+}
+
+// Validate checks the configuration.
+func (c Config) Validate() error {
+	if c.MaxUpload < 0 {
+		return fmt.Errorf("api: negative upload limit %d", c.MaxUpload)
+	}
+	if c.MaxOutput < 0 {
+		return fmt.Errorf("api: negative output limit %d", c.MaxOutput)
+	}
+	return nil
+}
+
+// handler is the API.
+type handler struct {
+	m      Manager
+	log    *slog.Logger
+	cfg    Config
+	mux    *http.ServeMux
+	routes []string // the patterns registered on mux, in order
+	procs  *procTable
+}
+
+// New returns the API's handler with the default limits.
+func New(m Manager, log *slog.Logger) http.Handler {
+	h, err := NewWithConfig(m, Config{Log: log})
+	if err != nil {
+		panic(err) // the default configuration is valid
+	}
+	return h
+}
+
+// NewWithConfig returns the API's handler.
+func NewWithConfig(m Manager, cfg Config) (http.Handler, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.MaxUpload == 0 {
+		cfg.MaxUpload = DefaultMaxUpload
+	}
+	if cfg.MaxOutput == 0 {
+		cfg.MaxOutput = DefaultMaxOutput
+	}
+	h := &handler{m: m, log: cfg.Log, cfg: cfg, mux: http.NewServeMux(), procs: newProcTable()}
+	h.register()
+	return h, nil
+}
+
+// register registers every route; the OpenAPI document (openapi.json) lists
+// the same ones, which a test checks.
+func (h *handler) register() {
+	h.handle("GET /v1/health", h.health)
+	h.handle("GET /v1/openapi.json", h.openAPI)
+
+	h.handle("POST /v1/sandboxes", h.create)
+	h.handle("GET /v1/sandboxes", h.list)
+	h.handle("GET /v1/sandboxes/{id}", h.get)
+	h.handle("DELETE /v1/sandboxes/{id}", h.destroy)
+	h.handle("POST /v1/sandboxes/{id}/timeout", h.extend)
+
+	h.handle("POST /v1/sandboxes/{id}/exec", h.exec)
+	h.handle("GET /v1/sandboxes/{id}/processes", h.processes)
+	h.handle("POST /v1/sandboxes/{id}/processes/{pid}/signal", h.signal)
+
+	h.handle("GET /v1/sandboxes/{id}/files", h.readFile)
+	h.handle("PUT /v1/sandboxes/{id}/files", h.writeFile)
+	h.handle("DELETE /v1/sandboxes/{id}/files", h.remove)
+	h.handle("GET /v1/sandboxes/{id}/files/stat", h.stat)
+	h.handle("GET /v1/sandboxes/{id}/files/list", h.listDir)
+	h.handle("POST /v1/sandboxes/{id}/files/mkdir", h.mkdir)
+	h.handle("POST /v1/sandboxes/{id}/files/rename", h.rename)
+	h.handle("GET /v1/sandboxes/{id}/archive", h.download)
+	h.handle("PUT /v1/sandboxes/{id}/archive", h.upload)
+}
+
+func (h *handler) handle(pattern string, f http.HandlerFunc) {
+	h.mux.HandleFunc(pattern, f)
+	h.routes = append(h.routes, pattern)
+}
+
+// ServeHTTP authenticates the request and routes it.
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	tenant, err := h.authenticate(r)
+	if err != nil {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="hutch"`)
+		h.fail(w, r, err)
+		return
+	}
+	r = r.WithContext(context.WithValue(r.Context(), tenantKey{}, tenant))
+	if _, pattern := h.mux.Handler(r); pattern == "" {
+		h.noRoute(w, r)
+		return
+	}
+	h.mux.ServeHTTP(w, r)
+}
+
+// noRoute answers a request no pattern matches: 405 when the path exists
+// for other methods, else 404.
+func (h *handler) noRoute(w http.ResponseWriter, r *http.Request) {
+	var allow []string
+	for _, m := range []string{http.MethodGet, http.MethodPut, http.MethodPost, http.MethodDelete} {
+		if m == r.Method {
+			continue
+		}
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, pattern := h.mux.Handler(probe); pattern != "" {
+			allow = append(allow, m)
+		}
+	}
+	if len(allow) > 0 {
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		h.fail(w, r, errorf(errMethod, "%s %s: method not allowed (allowed: %s)", r.Method, r.URL.Path, strings.Join(allow, ", ")))
+		return
+	}
+	h.fail(w, r, errorf(daemon.ErrNotFound, "%s %s: no such route", r.Method, r.URL.Path))
+}
+
+// Origin is the kind of listener a request came through.
+type Origin int
+
+const (
+	// OriginRemote is a TCP listener: every request needs a token. It is
+	// the zero value, so a request whose origin nobody set needs one too.
+	OriginRemote Origin = iota
+	// OriginLocal is the unix socket: a request without a token acts as
+	// AdminTenant.
+	OriginLocal
+)
+
+type originKey struct{}
+
+type tenantKey struct{}
+
+// WithOrigin returns ctx marked with the origin of the requests that
+// carry it; Serve marks every connection with its listener's.
+func WithOrigin(ctx context.Context, o Origin) context.Context {
+	return context.WithValue(ctx, originKey{}, o)
+}
+
+// OriginOf returns the origin ctx was marked with, OriginRemote if none.
+func OriginOf(ctx context.Context) Origin {
+	o, _ := ctx.Value(originKey{}).(Origin)
+	return o
+}
+
+// authenticate returns the request's tenant.
+func (h *handler) authenticate(r *http.Request) (string, error) {
+	authz := r.Header.Get("Authorization")
+	if authz == "" {
+		if OriginOf(r.Context()) == OriginLocal {
+			return AdminTenant, nil
+		}
+		return "", errorf(errUnauthorized, "this listener needs a token: Authorization: Bearer TOKEN")
+	}
+	scheme, token, ok := strings.Cut(authz, " ")
+	token = strings.TrimSpace(token)
+	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
+		return "", errorf(errUnauthorized, "Authorization: want Bearer TOKEN")
+	}
+	tenant, err := h.m.Store().TenantForToken(r.Context(), token)
+	if errors.Is(err, store.ErrNotFound) {
+		return "", errorf(errUnauthorized, "the token is not valid")
+	}
+	if err != nil {
+		return "", fmt.Errorf("check token: %w", err)
+	}
+	return tenant, nil
+}
+
+// tenantOf is the tenant ServeHTTP authenticated.
+func tenantOf(r *http.Request) string {
+	t, _ := r.Context().Value(tenantKey{}).(string)
+	return t
+}
+
+func (h *handler) health(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
+}

@@ -1,0 +1,214 @@
+// Package apitest provides a stand-in for the daemon's manager, for tests
+// of the API and its clients that must run without root: its sandboxes are
+// plain directories, and their agents (agent.Serve) run in the test's own
+// process, connected over in-memory pipes. Commands run on the host as the
+// test's user, without any isolation: use it only with commands a test
+// controls.
+package apitest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/hutch-sandbox/hutch/internal/agent"
+	"github.com/hutch-sandbox/hutch/internal/daemon"
+	"github.com/hutch-sandbox/hutch/internal/store"
+)
+
+// Manager implements api.Manager with unisolated sandboxes. Safe for
+// concurrent use.
+type Manager struct {
+	// Quota, when positive, is the most sandboxes a tenant may have;
+	// Create fails with daemon.ErrQuota beyond it.
+	Quota int
+
+	dir   string
+	store *store.Store
+
+	mu     sync.Mutex
+	next   int
+	boxes  map[string]*box
+	last   daemon.CreateRequest
+	lastID string
+}
+
+type box struct {
+	info   daemon.Info
+	client *agent.Client
+	served chan struct{} // closed when agent.Serve returned
+}
+
+// NewManager returns a manager that keeps its store and its sandboxes'
+// directories in dir.
+func NewManager(dir string) (*Manager, error) {
+	s, err := store.Open(filepath.Join(dir, "state.db"))
+	if err != nil {
+		return nil, err
+	}
+	return &Manager{dir: dir, store: s, boxes: map[string]*box{}}, nil
+}
+
+// Close destroys every sandbox and closes the store.
+func (m *Manager) Close() error {
+	m.mu.Lock()
+	ids := slices.Collect(maps.Keys(m.boxes))
+	m.mu.Unlock()
+	for _, id := range ids {
+		_ = m.Destroy(context.Background(), "", id)
+	}
+	return m.store.Close()
+}
+
+// Store is the manager's store, for tokens.
+func (m *Manager) Store() *store.Store { return m.store }
+
+// LastCreate is the last request Create got.
+func (m *Manager) LastCreate() daemon.CreateRequest {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.last
+}
+
+// LastCreateID is the id of the last sandbox Create made.
+func (m *Manager) LastCreateID() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.lastID
+}
+
+// Create makes a directory and starts an agent whose commands run in it.
+func (m *Manager) Create(ctx context.Context, tenant string, r daemon.CreateRequest) (daemon.Info, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.last = r
+	if m.Quota > 0 {
+		n := 0
+		for _, b := range m.boxes {
+			if b.info.Tenant == tenant {
+				n++
+			}
+		}
+		if n >= m.Quota {
+			return daemon.Info{}, fmt.Errorf("tenant %s has %d sandboxes: %w", tenant, n, daemon.ErrQuota)
+		}
+	}
+	m.next++
+	id := fmt.Sprintf("sb-%d", m.next)
+	ws := filepath.Join(m.dir, id)
+	if err := os.MkdirAll(ws, 0o755); err != nil {
+		return daemon.Info{}, err
+	}
+	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + ws, "LANG=C.UTF-8"}
+	for k, v := range r.Env {
+		env = append(env, k+"="+v)
+	}
+	a, b := net.Pipe()
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = agent.Serve(b, agent.ServeOptions{DefaultDir: ws, DefaultEnv: env})
+	}()
+	timeout := r.Timeout
+	if timeout == 0 {
+		timeout = 5 * time.Minute
+	}
+	now := time.Now().UTC()
+	info := daemon.Info{
+		ID: id, Tenant: tenant, State: store.StateRunning, Labels: r.Labels,
+		CreatedAt: now, ExpiresAt: now.Add(timeout), Workspace: ws,
+	}
+	m.boxes[id] = &box{info: info, client: agent.NewClient(a), served: served}
+	m.lastID = id
+	return info, nil
+}
+
+// lookup returns tenant's sandbox id ("" tenant: any).
+func (m *Manager) lookup(tenant, id string) (*box, error) {
+	b := m.boxes[id]
+	if b == nil || (tenant != "" && b.info.Tenant != tenant) {
+		return nil, fmt.Errorf("sandbox %q: %w", id, daemon.ErrNotFound)
+	}
+	return b, nil
+}
+
+// Get describes a sandbox.
+func (m *Manager) Get(ctx context.Context, tenant, id string) (daemon.Info, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b, err := m.lookup(tenant, id)
+	if err != nil {
+		return daemon.Info{}, err
+	}
+	return b.info, nil
+}
+
+// List lists tenant's sandboxes with all of labels (and state).
+func (m *Manager) List(ctx context.Context, tenant string, labels map[string]string, state string) ([]daemon.Info, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []daemon.Info
+	for _, b := range m.boxes {
+		if b.info.Tenant != tenant || (state != "" && b.info.State != state) {
+			continue
+		}
+		match := true
+		for k, v := range labels {
+			if got, ok := b.info.Labels[k]; !ok || got != v {
+				match = false
+			}
+		}
+		if match {
+			out = append(out, b.info)
+		}
+	}
+	slices.SortFunc(out, func(a, b daemon.Info) int { return a.CreatedAt.Compare(b.CreatedAt) })
+	return out, nil
+}
+
+// Destroy stops the sandbox's agent (which kills its commands) and
+// removes its directory.
+func (m *Manager) Destroy(ctx context.Context, tenant, id string) error {
+	m.mu.Lock()
+	b, err := m.lookup(tenant, id)
+	if err == nil {
+		delete(m.boxes, id)
+	}
+	m.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	cerr := b.client.Close()
+	<-b.served
+	return errors.Join(cerr, os.RemoveAll(b.info.Workspace))
+}
+
+// Extend sets the sandbox to expire timeout from now.
+func (m *Manager) Extend(ctx context.Context, tenant, id string, timeout time.Duration) (daemon.Info, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b, err := m.lookup(tenant, id)
+	if err != nil {
+		return daemon.Info{}, err
+	}
+	b.info.ExpiresAt = time.Now().UTC().Add(timeout)
+	return b.info, nil
+}
+
+// Agent is the client of the sandbox's agent.
+func (m *Manager) Agent(ctx context.Context, tenant, id string) (*agent.Client, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b, err := m.lookup(tenant, id)
+	if err != nil {
+		return nil, err
+	}
+	return b.client, nil
+}

@@ -1,0 +1,272 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/hutch-sandbox/hutch/internal/daemon"
+	"github.com/hutch-sandbox/hutch/internal/policy"
+	"github.com/hutch-sandbox/hutch/internal/store"
+)
+
+// Bounds of a request's labels and environment.
+const (
+	maxLabels     = 64
+	maxLabelKey   = 128
+	maxLabelValue = 1024
+	maxEnv        = 1024
+)
+
+// CreateBody is the body of POST /v1/sandboxes.
+type CreateBody struct {
+	// Policy is the sandbox's policy in the policy-file schema, as JSON.
+	Policy json.RawMessage `json:"policy,omitempty"`
+	// Labels are the tenant's own key/value tags.
+	Labels map[string]string `json:"labels,omitempty"`
+	// Env is added to the environment of every command.
+	Env map[string]string `json:"env,omitempty"`
+	// Timeout is the sandbox's lifetime ("5m"; the daemon's default when
+	// empty).
+	Timeout string `json:"timeout,omitempty"`
+	// IdleTimeout ends the sandbox after that long without use.
+	IdleTimeout string `json:"idle_timeout,omitempty"`
+}
+
+// TimeoutBody is the body of POST /v1/sandboxes/{id}/timeout.
+type TimeoutBody struct {
+	// Timeout is the sandbox's new remaining lifetime, from now.
+	Timeout string `json:"timeout"`
+}
+
+func (h *handler) create(w http.ResponseWriter, r *http.Request) {
+	if _, err := query(r); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	var b CreateBody
+	if err := decodeJSON(w, r, &b, true); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	req, err := createRequest(b, OriginOf(r.Context()))
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	info, err := h.m.Create(r.Context(), tenantOf(r), req)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	h.log.Debug("sandbox created", "id", info.ID, "tenant", info.Tenant)
+	w.Header().Set("Location", "/v1/sandboxes/"+info.ID)
+	writeJSON(w, http.StatusCreated, info)
+}
+
+// createRequest checks a create body and turns it into the manager's
+// request.
+func createRequest(b CreateBody, origin Origin) (daemon.CreateRequest, error) {
+	var req daemon.CreateRequest
+	if p := bytes.TrimSpace(b.Policy); len(p) > 0 && !bytes.Equal(p, []byte("null")) {
+		if p[0] != '{' {
+			return req, errorf(daemon.ErrInvalid, "policy: want a JSON object in the policy-file schema")
+		}
+		spec, err := policy.Parse("policy", p)
+		if err != nil {
+			return req, errorf(daemon.ErrInvalid, "%v", err)
+		}
+		if origin != OriginLocal {
+			if err := checkRemotePolicy(spec); err != nil {
+				return req, err
+			}
+		}
+		req.Policy = spec
+	}
+	if err := checkLabels(b.Labels); err != nil {
+		return req, err
+	}
+	if err := checkEnv("env", b.Env); err != nil {
+		return req, err
+	}
+	var err error
+	if req.Timeout, err = parseTimeout("timeout", b.Timeout); err != nil {
+		return req, err
+	}
+	if req.IdleTimeout, err = parseTimeout("idle_timeout", b.IdleTimeout); err != nil {
+		return req, err
+	}
+	req.Labels, req.Env = b.Labels, b.Env
+	return req, nil
+}
+
+// checkRemotePolicy refuses the parts of a policy that reach into the host,
+// which only the machine's operator (the unix socket) may ask for.
+func checkRemotePolicy(s policy.Spec) error {
+	var bad []string
+	if s.Root != "" && s.Root != "host" {
+		bad = append(bad, "root")
+	}
+	if len(s.Filesystem.AllowWrite) > 0 {
+		bad = append(bad, "filesystem.allow_write")
+	}
+	if len(s.Filesystem.AllowRead) > 0 {
+		bad = append(bad, "filesystem.allow_read")
+	}
+	if s.Filesystem.NoDefaultDenies {
+		bad = append(bad, "filesystem.no_default_denies")
+	}
+	if s.Network.Mode == "host" {
+		bad = append(bad, "network.mode host")
+	}
+	if len(s.Network.AllowPrivate) > 0 {
+		bad = append(bad, "network.allow_private")
+	}
+	if len(s.Secrets) > 0 {
+		bad = append(bad, "secrets")
+	}
+	if len(s.Env.Pass) > 0 {
+		bad = append(bad, "env.pass")
+	}
+	if s.BestEffort {
+		bad = append(bad, "best_effort")
+	}
+	if len(bad) > 0 {
+		return errorf(errPermission, "policy: %s: only the daemon's operator (on its unix socket) may set these", strings.Join(bad, ", "))
+	}
+	return nil
+}
+
+func checkLabels(labels map[string]string) error {
+	if len(labels) > maxLabels {
+		return errorf(daemon.ErrInvalid, "labels: %d labels, at most %d", len(labels), maxLabels)
+	}
+	for k, v := range labels {
+		switch {
+		case k == "":
+			return errorf(daemon.ErrInvalid, "labels: empty key")
+		case len(k) > maxLabelKey:
+			return errorf(daemon.ErrInvalid, "labels: key %.32q… is longer than %d bytes", k, maxLabelKey)
+		case len(v) > maxLabelValue:
+			return errorf(daemon.ErrInvalid, "labels: the value of %q is longer than %d bytes", k, maxLabelValue)
+		case strings.ContainsRune(k, '=') || strings.IndexByte(k, 0) >= 0 || strings.IndexByte(v, 0) >= 0:
+			return errorf(daemon.ErrInvalid, "labels: %q: keys may not contain '=' or NUL, values not NUL", k)
+		}
+	}
+	return nil
+}
+
+func checkEnv(field string, env map[string]string) error {
+	if len(env) > maxEnv {
+		return errorf(daemon.ErrInvalid, "%s: %d variables, at most %d", field, len(env), maxEnv)
+	}
+	for k, v := range env {
+		if k == "" || strings.ContainsRune(k, '=') || strings.IndexByte(k, 0) >= 0 || strings.IndexByte(v, 0) >= 0 {
+			return errorf(daemon.ErrInvalid, "%s: bad variable %q: names are not empty and contain no '=' or NUL, values no NUL", field, k)
+		}
+	}
+	return nil
+}
+
+// envList turns env into NAME=VALUE entries, sorted by name.
+func envList(env map[string]string) []string {
+	out := make([]string, 0, len(env))
+	for k, v := range env {
+		out = append(out, k+"="+v)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (h *handler) list(w http.ResponseWriter, r *http.Request) {
+	q, err := query(r, "label", "state")
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	labels := map[string]string{}
+	for _, kv := range q["label"] {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			h.fail(w, r, errorf(daemon.ErrInvalid, "query: label %q: want KEY=VALUE", kv))
+			return
+		}
+		labels[k] = v
+	}
+	state, err := single(q, "state")
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	switch state {
+	case "", store.StateStarting, store.StateRunning, store.StatePaused, store.StateStopping, store.StateStopped:
+	default:
+		h.fail(w, r, errorf(daemon.ErrInvalid, "query: unknown state %q", state))
+		return
+	}
+	infos, err := h.m.List(r.Context(), tenantOf(r), labels, state)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	if infos == nil {
+		infos = []daemon.Info{}
+	}
+	writeJSON(w, http.StatusOK, infos)
+}
+
+func (h *handler) get(w http.ResponseWriter, r *http.Request) {
+	if _, err := query(r); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	info, err := h.m.Get(r.Context(), tenantOf(r), r.PathValue("id"))
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, info)
+}
+
+func (h *handler) destroy(w http.ResponseWriter, r *http.Request) {
+	if _, err := query(r); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	id := r.PathValue("id")
+	if err := h.m.Destroy(r.Context(), tenantOf(r), id); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	h.log.Debug("sandbox destroyed", "id", id, "tenant", tenantOf(r))
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (h *handler) extend(w http.ResponseWriter, r *http.Request) {
+	if _, err := query(r); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	var b TimeoutBody
+	if err := decodeJSON(w, r, &b, false); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	d, err := parseTimeout("timeout", b.Timeout)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	if d <= 0 {
+		h.fail(w, r, errorf(daemon.ErrInvalid, "timeout: want a positive duration such as \"10m\""))
+		return
+	}
+	info, err := h.m.Extend(r.Context(), tenantOf(r), r.PathValue("id"), d)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, info)
+}
