@@ -142,8 +142,17 @@ func (h *handler) register() {
 	h.handle("PUT /v1/sandboxes/{id}/archive", h.upload)
 }
 
-func (h *handler) handle(pattern string, f http.HandlerFunc) {
-	h.mux.HandleFunc(pattern, f)
+// handlerFunc is a route's handler: an error it returns, h.fail answers
+// with. One that already answered returns nil.
+type handlerFunc func(w http.ResponseWriter, r *http.Request) error
+
+// handle registers f for pattern.
+func (h *handler) handle(pattern string, f handlerFunc) {
+	h.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		if err := f(w, r); err != nil {
+			h.fail(w, r, err)
+		}
+	})
 	h.routes = append(h.routes, pattern)
 }
 
@@ -243,6 +252,7 @@ func tenantOf(r *http.Request) string {
 	return t
 }
 
-func (h *handler) health(w http.ResponseWriter, r *http.Request) {
+func (h *handler) health(w http.ResponseWriter, r *http.Request) error {
 	writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
+	return nil
 }

@@ -27,30 +27,17 @@ type ArchiveResult struct {
 	Bytes int64 `json:"bytes"`
 }
 
-func (h *handler) download(w http.ResponseWriter, r *http.Request) {
-	q, err := query(r, "path")
+func (h *handler) download(w http.ResponseWriter, r *http.Request) error {
+	p, ac, err := h.fileTarget(r)
 	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	p, err := pathParam(q)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	ac, err := h.agentFor(r)
-	if err != nil {
-		h.fail(w, r, err)
-		return
+		return err
 	}
 	fi, err := ac.Stat(r.Context(), p)
 	if err != nil {
-		h.fail(w, r, err)
-		return
+		return err
 	}
 	if !fi.IsDir {
-		h.fail(w, r, errorf(daemon.ErrInvalid, "path %q is not a directory; read a file with GET .../files", p))
-		return
+		return errorf(daemon.ErrInvalid, "path %q is not a directory; read a file with GET .../files", p)
 	}
 	lw := &lazyWriter{w: w, contentType: "application/x-tar"}
 	tw := tar.NewWriter(lw)
@@ -59,14 +46,7 @@ func (h *handler) download(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		err = tw.Close()
 	}
-	if err != nil {
-		if lw.started {
-			h.abort(r, err)
-		}
-		h.fail(w, r, err)
-		return
-	}
-	lw.start()
+	return h.endStream(r, lw, err)
 }
 
 // archiver writes a directory of the sandbox as a tar stream.
@@ -163,33 +143,25 @@ func (e *entryWriter) Write(b []byte) (int, error) {
 	return e.tw.Write(b)
 }
 
-func (h *handler) upload(w http.ResponseWriter, r *http.Request) {
-	q, err := query(r, "path")
+func (h *handler) upload(w http.ResponseWriter, r *http.Request) error {
+	_, p, err := pathQuery(r, "path")
 	if err != nil {
-		h.fail(w, r, err)
-		return
+		return err
 	}
-	p, err := pathParam(q)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	if r.ContentLength > h.cfg.MaxUpload {
-		h.fail(w, r, errorf(errTooLarge, "body: %d bytes, more than the limit of %d", r.ContentLength, h.cfg.MaxUpload))
-		return
+	if err := h.checkUpload(r); err != nil {
+		return err
 	}
 	ac, err := h.agentFor(r)
 	if err != nil {
-		h.fail(w, r, err)
-		return
+		return err
 	}
-	body := &source{r: http.MaxBytesReader(w, r.Body, h.cfg.MaxUpload)}
+	body := h.uploadBody(w, r)
 	x := &extractor{ctx: r.Context(), ac: ac, root: p, made: map[string]bool{"": true}, links: map[string]bool{}}
 	if err := x.run(body); err != nil {
-		h.fail(w, r, body.blame(err))
-		return
+		return body.blame(err)
 	}
 	writeJSON(w, http.StatusOK, ArchiveResult{Entries: x.entries, Bytes: x.bytes})
+	return nil
 }
 
 // extractor writes a tar stream into a directory of the sandbox, through

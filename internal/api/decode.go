@@ -115,6 +115,15 @@ func query(r *http.Request, allowed ...string) (url.Values, error) {
 	return q, nil
 }
 
+// decodeBody refuses any query parameter, then decodes the request's JSON
+// body into v as decodeJSON does.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any, allowEmpty bool) error {
+	if _, err := query(r); err != nil {
+		return err
+	}
+	return decodeJSON(w, r, v, allowEmpty)
+}
+
 // single returns the one value of query parameter name, "" if absent.
 func single(q url.Values, name string) (string, error) {
 	switch vs := q[name]; len(vs) {

@@ -161,50 +161,42 @@ func headerHas(h http.Header, name, token string) bool {
 	return false
 }
 
-func (h *handler) exec(w http.ResponseWriter, r *http.Request) {
+func (h *handler) exec(w http.ResponseWriter, r *http.Request) error {
 	if _, err := query(r); err != nil {
-		h.fail(w, r, err)
-		return
+		return err
 	}
 	stream, err := upgrade(r)
 	if err != nil {
-		h.fail(w, r, err)
-		return
+		return err
 	}
 	var b ExecBody
 	if err := decodeJSON(w, r, &b, false); err != nil {
-		h.fail(w, r, err)
-		return
+		return err
 	}
 	req, err := execRequest(b, stream)
 	if err != nil {
-		h.fail(w, r, err)
-		return
+		return err
 	}
-	id, tenant := r.PathValue("id"), tenantOf(r)
-	ac, err := h.m.Agent(r.Context(), tenant, id)
+	ac, err := h.agentFor(r)
 	if err != nil {
-		h.fail(w, r, err)
-		return
+		return err
 	}
 	if stream {
-		h.execStream(w, r, ac, req)
-		return
+		return h.execStream(w, r, ac, req)
 	}
 	input := []byte(b.Input)
 	if len(b.InputB64) > 0 {
 		input = b.InputB64
 	}
-	h.execRun(w, r, ac, req, input)
+	return h.execRun(w, r, ac, req, input)
 }
 
 // execRun runs a command to completion and answers with its result.
-func (h *handler) execRun(w http.ResponseWriter, r *http.Request, ac *agent.Client, req agent.ExecRequest, input []byte) {
+func (h *handler) execRun(w http.ResponseWriter, r *http.Request, ac *agent.Client, req agent.ExecRequest, input []byte) error {
 	ctx := r.Context()
 	p, err := ac.Exec(ctx, req)
 	if err != nil {
-		h.fail(w, r, err)
-		return
+		return err
 	}
 	id := r.PathValue("id")
 	h.procs.add(id, p)
@@ -222,8 +214,7 @@ func (h *handler) execRun(w http.ResponseWriter, r *http.Request, ac *agent.Clie
 	status, err := waitProcess(ctx, p)
 	rl.settle()
 	if err != nil {
-		h.fail(w, r, err)
-		return
+		return err
 	}
 	res := RunResult{PID: p.PID, ExitCode: status.Code, Signal: status.Signal, TimedOut: status.TimedOut}
 	var outTrunc, errTrunc bool
@@ -231,6 +222,7 @@ func (h *handler) execRun(w http.ResponseWriter, r *http.Request, ac *agent.Clie
 	res.Stderr, res.StderrB64, errTrunc = stderr.result()
 	res.Truncated = outTrunc || errTrunc
 	writeJSON(w, http.StatusOK, res)
+	return nil
 }
 
 // waitProcess waits for p to end; if ctx ends first, it kills p and still
@@ -364,62 +356,54 @@ func (rl *relay) idle() bool {
 	return true
 }
 
-func (h *handler) processes(w http.ResponseWriter, r *http.Request) {
+func (h *handler) processes(w http.ResponseWriter, r *http.Request) error {
 	if _, err := query(r); err != nil {
-		h.fail(w, r, err)
-		return
+		return err
 	}
-	ac, err := h.m.Agent(r.Context(), tenantOf(r), r.PathValue("id"))
+	ac, err := h.agentFor(r)
 	if err != nil {
-		h.fail(w, r, err)
-		return
+		return err
 	}
 	ps, err := ac.ListProcesses(r.Context())
 	if err != nil {
-		h.fail(w, r, err)
-		return
+		return err
 	}
 	out := make([]ProcessInfo, 0, len(ps))
 	for _, p := range ps {
 		out = append(out, ProcessInfo{PID: p.PID, Args: p.Args, Started: p.Started})
 	}
 	writeJSON(w, http.StatusOK, out)
+	return nil
 }
 
-func (h *handler) signal(w http.ResponseWriter, r *http.Request) {
+func (h *handler) signal(w http.ResponseWriter, r *http.Request) error {
 	if _, err := query(r); err != nil {
-		h.fail(w, r, err)
-		return
+		return err
 	}
 	id := r.PathValue("id")
 	pid, err := strconv.Atoi(r.PathValue("pid"))
 	if err != nil || pid <= 0 {
-		h.fail(w, r, errorf(daemon.ErrInvalid, "pid %q: want a positive integer", r.PathValue("pid")))
-		return
+		return errorf(daemon.ErrInvalid, "pid %q: want a positive integer", r.PathValue("pid"))
 	}
 	var b SignalBody
 	if err := decodeJSON(w, r, &b, false); err != nil {
-		h.fail(w, r, err)
-		return
+		return err
 	}
 	if b.Signal < 1 || b.Signal > 64 {
-		h.fail(w, r, errorf(daemon.ErrInvalid, "signal: %d is not a signal number (1-64)", b.Signal))
-		return
+		return errorf(daemon.ErrInvalid, "signal: %d is not a signal number (1-64)", b.Signal)
 	}
-	if _, err := h.m.Agent(r.Context(), tenantOf(r), id); err != nil {
-		h.fail(w, r, err)
-		return
+	if _, err := h.agentFor(r); err != nil {
+		return err
 	}
 	p := h.procs.get(id, pid)
 	if p == nil {
-		h.fail(w, r, errorf(daemon.ErrNotFound, "process %d: no command started by exec runs with this pid", pid))
-		return
+		return errorf(daemon.ErrNotFound, "process %d: no command started by exec runs with this pid", pid)
 	}
 	if err := p.Signal(syscall.Signal(b.Signal)); err != nil {
-		h.fail(w, r, err)
-		return
+		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
 // procTable holds the commands started by exec that still run, per

@@ -5,6 +5,7 @@ import (
 	"io"
 	"io/fs"
 	"net/http"
+	"net/url"
 	"os"
 	"strconv"
 	"time"
@@ -134,72 +135,100 @@ func (h *handler) abort(r *http.Request, err error) {
 	panic(http.ErrAbortHandler)
 }
 
-func (h *handler) readFile(w http.ResponseWriter, r *http.Request) {
-	q, err := query(r, "path")
+// endStream ends a response streamed through lw. A failure becomes an
+// error response while no byte of the body went out, and aborts it
+// otherwise.
+func (h *handler) endStream(r *http.Request, lw *lazyWriter, err error) error {
 	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	p, err := pathParam(q)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	ac, err := h.agentFor(r)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	lw := &lazyWriter{w: w, contentType: "application/octet-stream"}
-	if _, err := ac.ReadFile(r.Context(), p, lw); err != nil {
 		if lw.started {
 			h.abort(r, err)
 		}
-		h.fail(w, r, err)
-		return
+		return err
 	}
 	lw.start()
+	return nil
 }
 
-func (h *handler) writeFile(w http.ResponseWriter, r *http.Request) {
-	q, err := query(r, "path", "mode")
+// pathQuery returns the request's query, refusing parameters not in
+// allowed, and its validated parameter "path".
+func pathQuery(r *http.Request, allowed ...string) (url.Values, string, error) {
+	q, err := query(r, allowed...)
 	if err != nil {
-		h.fail(w, r, err)
-		return
+		return nil, "", err
 	}
 	p, err := pathParam(q)
 	if err != nil {
-		h.fail(w, r, err)
-		return
+		return nil, "", err
 	}
-	var mode os.FileMode
-	if s, err := single(q, "mode"); err != nil {
-		h.fail(w, r, err)
-		return
-	} else if s != "" {
-		u, err := strconv.ParseUint(s, 8, 32)
-		if err != nil || u > 0o7777 {
-			h.fail(w, r, errorf(daemon.ErrInvalid, "mode %q: want octal permission bits such as 0644", s))
-			return
-		}
-		mode = fileMode(uint32(u))
-	}
-	if r.ContentLength > h.cfg.MaxUpload {
-		h.fail(w, r, errorf(errTooLarge, "body: %d bytes, more than the limit of %d", r.ContentLength, h.cfg.MaxUpload))
-		return
+	return q, p, nil
+}
+
+// fileTarget returns the validated "path" of a request that takes no other
+// query parameter, and the agent of its sandbox.
+func (h *handler) fileTarget(r *http.Request) (string, *agent.Client, error) {
+	_, p, err := pathQuery(r, "path")
+	if err != nil {
+		return "", nil, err
 	}
 	ac, err := h.agentFor(r)
 	if err != nil {
-		h.fail(w, r, err)
-		return
+		return "", nil, err
 	}
-	body := &source{r: http.MaxBytesReader(w, r.Body, h.cfg.MaxUpload)}
+	return p, ac, nil
+}
+
+// checkUpload refuses an upload whose declared length exceeds the limit.
+func (h *handler) checkUpload(r *http.Request) error {
+	if r.ContentLength > h.cfg.MaxUpload {
+		return errorf(errTooLarge, "body: %d bytes, more than the limit of %d", r.ContentLength, h.cfg.MaxUpload)
+	}
+	return nil
+}
+
+// uploadBody is the request's body, bounded by the upload limit.
+func (h *handler) uploadBody(w http.ResponseWriter, r *http.Request) *source {
+	return &source{r: http.MaxBytesReader(w, r.Body, h.cfg.MaxUpload)}
+}
+
+func (h *handler) readFile(w http.ResponseWriter, r *http.Request) error {
+	p, ac, err := h.fileTarget(r)
+	if err != nil {
+		return err
+	}
+	lw := &lazyWriter{w: w, contentType: "application/octet-stream"}
+	_, err = ac.ReadFile(r.Context(), p, lw)
+	return h.endStream(r, lw, err)
+}
+
+func (h *handler) writeFile(w http.ResponseWriter, r *http.Request) error {
+	q, p, err := pathQuery(r, "path", "mode")
+	if err != nil {
+		return err
+	}
+	var mode os.FileMode
+	if s, err := single(q, "mode"); err != nil {
+		return err
+	} else if s != "" {
+		u, err := strconv.ParseUint(s, 8, 32)
+		if err != nil || u > 0o7777 {
+			return errorf(daemon.ErrInvalid, "mode %q: want octal permission bits such as 0644", s)
+		}
+		mode = fileMode(uint32(u))
+	}
+	if err := h.checkUpload(r); err != nil {
+		return err
+	}
+	ac, err := h.agentFor(r)
+	if err != nil {
+		return err
+	}
+	body := h.uploadBody(w, r)
 	n, err := ac.WriteFile(r.Context(), p, body, mode)
 	if err != nil {
-		h.fail(w, r, body.blame(err))
-		return
+		return body.blame(err)
 	}
 	writeJSON(w, http.StatusOK, WriteResult{Path: p, Size: n})
+	return nil
 }
 
 // source is a request body that remembers its own failure, so that an
@@ -230,143 +259,97 @@ func (s *source) blame(err error) error {
 	return errorf(daemon.ErrInvalid, "body: %v", s.err)
 }
 
-func (h *handler) stat(w http.ResponseWriter, r *http.Request) {
-	q, err := query(r, "path")
+func (h *handler) stat(w http.ResponseWriter, r *http.Request) error {
+	p, ac, err := h.fileTarget(r)
 	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	p, err := pathParam(q)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	ac, err := h.agentFor(r)
-	if err != nil {
-		h.fail(w, r, err)
-		return
+		return err
 	}
 	fi, err := ac.Stat(r.Context(), p)
 	if err != nil {
-		h.fail(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, fileInfo(fi))
+	return nil
 }
 
-func (h *handler) listDir(w http.ResponseWriter, r *http.Request) {
-	q, err := query(r, "path")
+func (h *handler) listDir(w http.ResponseWriter, r *http.Request) error {
+	p, ac, err := h.fileTarget(r)
 	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	p, err := pathParam(q)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	ac, err := h.agentFor(r)
-	if err != nil {
-		h.fail(w, r, err)
-		return
+		return err
 	}
 	fis, err := ac.List(r.Context(), p)
 	if err != nil {
-		h.fail(w, r, err)
-		return
+		return err
 	}
 	out := make([]FileInfo, 0, len(fis))
 	for _, fi := range fis {
 		out = append(out, fileInfo(fi))
 	}
 	writeJSON(w, http.StatusOK, out)
+	return nil
 }
 
-func (h *handler) mkdir(w http.ResponseWriter, r *http.Request) {
-	if _, err := query(r); err != nil {
-		h.fail(w, r, err)
-		return
-	}
+func (h *handler) mkdir(w http.ResponseWriter, r *http.Request) error {
 	var b MkdirBody
-	if err := decodeJSON(w, r, &b, false); err != nil {
-		h.fail(w, r, err)
-		return
+	if err := decodeBody(w, r, &b, false); err != nil {
+		return err
 	}
 	if err := checkPath("path", b.Path); err != nil {
-		h.fail(w, r, err)
-		return
+		return err
 	}
 	ac, err := h.agentFor(r)
 	if err != nil {
-		h.fail(w, r, err)
-		return
+		return err
 	}
 	if err := ac.Mkdir(r.Context(), b.Path, b.Parents); err != nil {
-		h.fail(w, r, err)
-		return
+		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
-func (h *handler) remove(w http.ResponseWriter, r *http.Request) {
-	q, err := query(r, "path", "recursive")
+func (h *handler) remove(w http.ResponseWriter, r *http.Request) error {
+	q, p, err := pathQuery(r, "path", "recursive")
 	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	p, err := pathParam(q)
-	if err != nil {
-		h.fail(w, r, err)
-		return
+		return err
 	}
 	recursive := false
 	if s, err := single(q, "recursive"); err != nil {
-		h.fail(w, r, err)
-		return
+		return err
 	} else if s != "" {
 		if recursive, err = strconv.ParseBool(s); err != nil {
-			h.fail(w, r, errorf(daemon.ErrInvalid, "recursive %q: want true or false", s))
-			return
+			return errorf(daemon.ErrInvalid, "recursive %q: want true or false", s)
 		}
 	}
 	ac, err := h.agentFor(r)
 	if err != nil {
-		h.fail(w, r, err)
-		return
+		return err
 	}
 	if err := ac.Remove(r.Context(), p, recursive); err != nil {
-		h.fail(w, r, err)
-		return
+		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
-func (h *handler) rename(w http.ResponseWriter, r *http.Request) {
-	if _, err := query(r); err != nil {
-		h.fail(w, r, err)
-		return
-	}
+func (h *handler) rename(w http.ResponseWriter, r *http.Request) error {
 	var b RenameBody
-	if err := decodeJSON(w, r, &b, false); err != nil {
-		h.fail(w, r, err)
-		return
+	if err := decodeBody(w, r, &b, false); err != nil {
+		return err
 	}
 	if err := checkPath("from", b.From); err != nil {
-		h.fail(w, r, err)
-		return
+		return err
 	}
 	if err := checkPath("to", b.To); err != nil {
-		h.fail(w, r, err)
-		return
+		return err
 	}
 	ac, err := h.agentFor(r)
 	if err != nil {
-		h.fail(w, r, err)
-		return
+		return err
 	}
 	if err := ac.Rename(r.Context(), b.From, b.To); err != nil {
-		h.fail(w, r, err)
-		return
+		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }

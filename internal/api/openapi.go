@@ -14,12 +14,12 @@ var openAPIDocument []byte
 // OpenAPI returns the OpenAPI 3.0 document of the API, as JSON.
 func OpenAPI() []byte { return append([]byte(nil), openAPIDocument...) }
 
-func (h *handler) openAPI(w http.ResponseWriter, r *http.Request) {
+func (h *handler) openAPI(w http.ResponseWriter, r *http.Request) error {
 	if _, err := query(r); err != nil {
-		h.fail(w, r, err)
-		return
+		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(openAPIDocument)
+	return nil
 }

@@ -41,29 +41,23 @@ type TimeoutBody struct {
 	Timeout string `json:"timeout"`
 }
 
-func (h *handler) create(w http.ResponseWriter, r *http.Request) {
-	if _, err := query(r); err != nil {
-		h.fail(w, r, err)
-		return
-	}
+func (h *handler) create(w http.ResponseWriter, r *http.Request) error {
 	var b CreateBody
-	if err := decodeJSON(w, r, &b, true); err != nil {
-		h.fail(w, r, err)
-		return
+	if err := decodeBody(w, r, &b, true); err != nil {
+		return err
 	}
 	req, err := createRequest(b, OriginOf(r.Context()))
 	if err != nil {
-		h.fail(w, r, err)
-		return
+		return err
 	}
 	info, err := h.m.Create(r.Context(), tenantOf(r), req)
 	if err != nil {
-		h.fail(w, r, err)
-		return
+		return err
 	}
 	h.log.Debug("sandbox created", "id", info.ID, "tenant", info.Tenant)
 	w.Header().Set("Location", "/v1/sandboxes/"+info.ID)
 	writeJSON(w, http.StatusCreated, info)
+	return nil
 }
 
 // createRequest checks a create body and turns it into the manager's
@@ -180,93 +174,80 @@ func envList(env map[string]string) []string {
 	return out
 }
 
-func (h *handler) list(w http.ResponseWriter, r *http.Request) {
+func (h *handler) list(w http.ResponseWriter, r *http.Request) error {
 	q, err := query(r, "label", "state")
 	if err != nil {
-		h.fail(w, r, err)
-		return
+		return err
 	}
 	labels := map[string]string{}
 	for _, kv := range q["label"] {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || k == "" {
-			h.fail(w, r, errorf(daemon.ErrInvalid, "query: label %q: want KEY=VALUE", kv))
-			return
+			return errorf(daemon.ErrInvalid, "query: label %q: want KEY=VALUE", kv)
 		}
 		labels[k] = v
 	}
 	state, err := single(q, "state")
 	if err != nil {
-		h.fail(w, r, err)
-		return
+		return err
 	}
 	switch state {
 	case "", store.StateStarting, store.StateRunning, store.StatePaused, store.StateStopping, store.StateStopped:
 	default:
-		h.fail(w, r, errorf(daemon.ErrInvalid, "query: unknown state %q", state))
-		return
+		return errorf(daemon.ErrInvalid, "query: unknown state %q", state)
 	}
 	infos, err := h.m.List(r.Context(), tenantOf(r), labels, state)
 	if err != nil {
-		h.fail(w, r, err)
-		return
+		return err
 	}
 	if infos == nil {
 		infos = []daemon.Info{}
 	}
 	writeJSON(w, http.StatusOK, infos)
+	return nil
 }
 
-func (h *handler) get(w http.ResponseWriter, r *http.Request) {
+func (h *handler) get(w http.ResponseWriter, r *http.Request) error {
 	if _, err := query(r); err != nil {
-		h.fail(w, r, err)
-		return
+		return err
 	}
 	info, err := h.m.Get(r.Context(), tenantOf(r), r.PathValue("id"))
 	if err != nil {
-		h.fail(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, info)
+	return nil
 }
 
-func (h *handler) destroy(w http.ResponseWriter, r *http.Request) {
+func (h *handler) destroy(w http.ResponseWriter, r *http.Request) error {
 	if _, err := query(r); err != nil {
-		h.fail(w, r, err)
-		return
+		return err
 	}
 	id := r.PathValue("id")
 	if err := h.m.Destroy(r.Context(), tenantOf(r), id); err != nil {
-		h.fail(w, r, err)
-		return
+		return err
 	}
 	h.log.Debug("sandbox destroyed", "id", id, "tenant", tenantOf(r))
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
-func (h *handler) extend(w http.ResponseWriter, r *http.Request) {
-	if _, err := query(r); err != nil {
-		h.fail(w, r, err)
-		return
-	}
+func (h *handler) extend(w http.ResponseWriter, r *http.Request) error {
 	var b TimeoutBody
-	if err := decodeJSON(w, r, &b, false); err != nil {
-		h.fail(w, r, err)
-		return
+	if err := decodeBody(w, r, &b, false); err != nil {
+		return err
 	}
 	d, err := parseTimeout("timeout", b.Timeout)
 	if err != nil {
-		h.fail(w, r, err)
-		return
+		return err
 	}
 	if d <= 0 {
-		h.fail(w, r, errorf(daemon.ErrInvalid, "timeout: want a positive duration such as \"10m\""))
-		return
+		return errorf(daemon.ErrInvalid, "timeout: want a positive duration such as \"10m\"")
 	}
 	info, err := h.m.Extend(r.Context(), tenantOf(r), r.PathValue("id"), d)
 	if err != nil {
-		h.fail(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, info)
+	return nil
 }

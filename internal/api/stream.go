@@ -25,19 +25,19 @@ const (
 )
 
 // execStream starts a command and relays the framed stream of package
-// execproto over the hijacked connection until the command ends.
-func (h *handler) execStream(w http.ResponseWriter, r *http.Request, ac *agent.Client, req agent.ExecRequest) {
+// execproto over the hijacked connection until the command ends. It
+// returns an error only before the connection was hijacked; a later
+// failure goes to the client on the stream.
+func (h *handler) execStream(w http.ResponseWriter, r *http.Request, ac *agent.Client, req agent.ExecRequest) error {
 	ctx := r.Context()
 	p, err := ac.Exec(ctx, req)
 	if err != nil {
-		h.fail(w, r, err)
-		return
+		return err
 	}
 	conn, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
 		_ = p.Signal(syscall.SIGKILL)
-		h.fail(w, r, fmt.Errorf("exec stream: %w", err))
-		return
+		return fmt.Errorf("exec stream: %w", err)
 	}
 	defer conn.Close()
 	id, tenant := r.PathValue("id"), tenantOf(r)
@@ -49,7 +49,7 @@ func (h *handler) execStream(w http.ResponseWriter, r *http.Request, ac *agent.C
 	if _, err := conn.Write([]byte(head)); err != nil {
 		_ = p.Signal(syscall.SIGKILL)
 		_, _ = p.Wait()
-		return
+		return nil
 	}
 
 	s := &stream{conn: conn, gone: make(chan struct{})}
@@ -96,6 +96,7 @@ func (h *handler) execStream(w http.ResponseWriter, r *http.Request, ac *agent.C
 	default:
 		s.finish(execproto.TypeExit, execproto.Exit{ExitCode: res.status.Code, Signal: res.status.Signal, TimedOut: res.status.TimedOut})
 	}
+	return nil
 }
 
 // stream is the daemon's end of an exec stream.

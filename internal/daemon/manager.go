@@ -110,6 +110,9 @@ func New(cfg Config, log *slog.Logger) (*Manager, error) {
 	if err := os.MkdirAll(filepath.Dir(cfg.StateDir), 0o755); err != nil {
 		return nil, fmt.Errorf("state directory: %w", err)
 	}
+	if err := ancestorsSearchable(cfg.StateDir); err != nil {
+		return nil, err
+	}
 	if err := traversable(cfg.StateDir); err != nil {
 		return nil, err
 	}
@@ -154,6 +157,25 @@ func New(cfg Config, log *slog.Logger) (*Manager, error) {
 // is secret in dir is closed on its own: the store's files are 0600, each
 // workspace is 0700 (a sandbox enters its own through an idmapped mount,
 // where root of its user namespace owns it).
+// ancestorsSearchable checks that every directory above dir lets other
+// users pass: a sandbox's unprivileged identity walks the host's path to
+// its own workspace under dir.
+func ancestorsSearchable(dir string) error {
+	for p := filepath.Dir(dir); ; p = filepath.Dir(p) {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return fmt.Errorf("state directory: %w", err)
+		}
+		if fi.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("state directory %s: %s is closed to other users (mode %04o), and the sandboxes reach their workspaces through it: choose another --state-dir or chmod o+x %s: %w",
+				dir, p, fi.Mode().Perm(), p, ErrInvalid)
+		}
+		if p == "/" {
+			return nil
+		}
+	}
+}
+
 func traversable(dir string) error {
 	if err := os.Mkdir(dir, 0o711); err != nil && !errors.Is(err, os.ErrExist) {
 		return fmt.Errorf("state directory: %w", err)
