@@ -38,6 +38,7 @@ The daemon and its clients:
                                            behind an HTTP API on a unix socket
                                            (and, with --listen, on TCP)
   hutch token create --tenant NAME         make an API token for a tenant
+  hutch audit verify [--state-dir DIR]     check the daemon's audit log
   hutch create [flags]                     create a sandbox; prints its id
   hutch exec [-i] [-t] ID -- COMMAND...    run COMMAND in sandbox ID
   hutch cp SRC ID:DST | ID:SRC DST         copy a file or directory into or
@@ -80,6 +81,8 @@ func run(args []string, stdin, stdout, stderr *os.File) int {
 		return cmdServe(args[1:], stderr)
 	case "token":
 		return cmdToken(args[1:], stdout, stderr)
+	case "audit":
+		return cmdAudit(args[1:], stdout, stderr)
 	case "create":
 		return cmdCreate(args[1:], stdout, stderr)
 	case "exec":

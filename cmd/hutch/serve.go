@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/api"
+	"github.com/hutch-sandbox/hutch/internal/audit"
 	"github.com/hutch-sandbox/hutch/internal/daemon"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/store"
@@ -81,7 +82,17 @@ func cmdServe(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "hutch: %v\n", err)
 		return 1
 	}
-	h, err := api.NewWithConfig(m, api.Config{Log: log, MaxUpload: upload})
+	al, err := audit.Open(filepath.Join(*stateDir, audit.FileName))
+	if err != nil {
+		for _, l := range ls {
+			l.Close()
+		}
+		_ = m.Close()
+		fmt.Fprintf(stderr, "hutch: %v\n", err)
+		return 1
+	}
+	defer al.Close()
+	h, err := api.NewWithConfig(m, api.Config{Log: log, MaxUpload: upload, Audit: al})
 	if err != nil {
 		for _, l := range ls {
 			l.Close()

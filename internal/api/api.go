@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/agent"
+	"github.com/hutch-sandbox/hutch/internal/audit"
 	"github.com/hutch-sandbox/hutch/internal/daemon"
 	"github.com/hutch-sandbox/hutch/internal/store"
 )
@@ -64,6 +65,10 @@ type Config struct {
 	// MaxOutput bounds each output stream a command run to completion
 	// returns (0: DefaultMaxOutput); the rest is read and dropped.
 	MaxOutput int
+	// Audit, when not nil, records every call that changes something and
+	// every command run (see package audit). A failure to record is
+	// logged; the call's answer was already sent.
+	Audit *audit.Log
 }
 
 // Validate checks the configuration.
@@ -148,6 +153,9 @@ type handlerFunc func(w http.ResponseWriter, r *http.Request) error
 
 // handle registers f for pattern.
 func (h *handler) handle(pattern string, f handlerFunc) {
+	if action := auditActions[pattern]; action != "" && h.cfg.Audit != nil {
+		f = h.audited(action, f)
+	}
 	h.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		if err := f(w, r); err != nil {
 			h.fail(w, r, err)

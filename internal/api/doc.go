@@ -71,4 +71,13 @@
 // names or ".." elements, entries that pass through a symlink the archive
 // itself made, and links whose targets lie outside the directory. Entries
 // before a refused one stay written. Every write goes through the agent.
+//
+// # Audit
+//
+// With Config.Audit set, every call that changes something (create,
+// destroy, extend, exec, signal, and the file writes, removals, renames,
+// mkdirs and uploads) is recorded in the audit log of package audit once
+// it is done: who, what, which sandbox, and the error code if it failed;
+// an exec also records its arguments, exit code, duration and byte counts.
+// Reads are not recorded, nor are file contents or environment values.
 package api

@@ -194,10 +194,14 @@ func (h *handler) exec(w http.ResponseWriter, r *http.Request) error {
 // execRun runs a command to completion and answers with its result.
 func (h *handler) execRun(w http.ResponseWriter, r *http.Request, ac *agent.Client, req agent.ExecRequest, input []byte) error {
 	ctx := r.Context()
+	start := time.Now()
 	p, err := ac.Exec(ctx, req)
 	if err != nil {
 		return err
 	}
+	var out atomic.Int64
+	var code *int // set once the command ended
+	defer func() { auditExec(r, req.Args, start, code, int64(len(input)), out.Load()) }()
 	id := r.PathValue("id")
 	h.procs.add(id, p)
 	defer h.procs.remove(id, p)
@@ -209,13 +213,14 @@ func (h *handler) execRun(w http.ResponseWriter, r *http.Request, ac *agent.Clie
 	}
 	stdout, stderr := &capture{limit: h.cfg.MaxOutput}, &capture{limit: h.cfg.MaxOutput}
 	var rl relay
-	rl.start(p.Stdout, stdout.write)
-	rl.start(p.Stderr, stderr.write)
+	rl.start(p.Stdout, counted(&out, stdout.write))
+	rl.start(p.Stderr, counted(&out, stderr.write))
 	status, err := waitProcess(ctx, p)
 	rl.settle()
 	if err != nil {
 		return err
 	}
+	code = &status.Code
 	res := RunResult{PID: p.PID, ExitCode: status.Code, Signal: status.Signal, TimedOut: status.TimedOut}
 	var outTrunc, errTrunc bool
 	res.Stdout, res.StdoutB64, outTrunc = stdout.result()
@@ -223,6 +228,14 @@ func (h *handler) execRun(w http.ResponseWriter, r *http.Request, ac *agent.Clie
 	res.Truncated = outTrunc || errTrunc
 	writeJSON(w, http.StatusOK, res)
 	return nil
+}
+
+// counted returns sink that also adds the length of what it gets to n.
+func counted(n *atomic.Int64, sink func([]byte) error) func([]byte) error {
+	return func(b []byte) error {
+		n.Add(int64(len(b)))
+		return sink(b)
+	}
 }
 
 // waitProcess waits for p to end; if ctx ends first, it kills p and still

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -30,6 +31,7 @@ const (
 // failure goes to the client on the stream.
 func (h *handler) execStream(w http.ResponseWriter, r *http.Request, ac *agent.Client, req agent.ExecRequest) error {
 	ctx := r.Context()
+	start := time.Now()
 	p, err := ac.Exec(ctx, req)
 	if err != nil {
 		return err
@@ -54,9 +56,10 @@ func (h *handler) execStream(w http.ResponseWriter, r *http.Request, ac *agent.C
 
 	s := &stream{conn: conn, gone: make(chan struct{})}
 	var rl relay
-	rl.start(p.Stdout, s.sender(execproto.TypeStdout))
+	var out atomic.Int64
+	rl.start(p.Stdout, counted(&out, s.sender(execproto.TypeStdout)))
 	if !req.TTY {
-		rl.start(p.Stderr, s.sender(execproto.TypeStderr))
+		rl.start(p.Stderr, counted(&out, s.sender(execproto.TypeStderr)))
 	}
 	touch := func() { _, _ = h.m.Agent(ctx, tenant, id) }
 	go s.read(brw.Reader, p, touch)
@@ -81,6 +84,13 @@ func (h *handler) execStream(w http.ResponseWriter, r *http.Request, ac *agent.C
 		res = <-ch
 	}
 	rl.settle()
+	var code *int
+	if res.err == nil {
+		code = &res.status.Code
+	} else {
+		_, auditEntry(r).Error = classify(res.err)
+	}
+	auditExec(r, req.Args, start, code, s.in.Load(), out.Load())
 	var protoErr error
 	select {
 	case <-s.gone:
@@ -106,6 +116,8 @@ type stream struct {
 	wmu    sync.Mutex // serializes frames
 	closed bool       // the last frame was sent; under wmu
 	failed bool       // a write failed; under wmu
+
+	in atomic.Int64 // bytes of stdin the client sent
 
 	gone     chan struct{} // closed when the client went away or broke the protocol
 	protoErr error         // why, if it broke the protocol; set before gone is closed
@@ -183,6 +195,7 @@ func (s *stream) read(br *bufio.Reader, p *agent.Process, touch func()) {
 				stdinClosed = true
 				stdin <- nil
 			case len(f.Payload) > 0:
+				s.in.Add(int64(len(f.Payload)))
 				stdin <- f.Payload
 				if time.Since(lastTouch) > touchEvery {
 					lastTouch = time.Now()
