@@ -82,8 +82,8 @@ func cmdServe(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "hutch: %v\n", err)
 		return 1
 	}
-	al, err := audit.Open(filepath.Join(*stateDir, audit.FileName))
-	if err != nil {
+	// failed closes what was opened so far and reports err.
+	failed := func(err error) int {
 		for _, l := range ls {
 			l.Close()
 		}
@@ -91,15 +91,14 @@ func cmdServe(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "hutch: %v\n", err)
 		return 1
 	}
+	al, err := audit.Open(filepath.Join(*stateDir, audit.FileName))
+	if err != nil {
+		return failed(err)
+	}
 	defer al.Close()
 	h, err := api.NewWithConfig(m, api.Config{Log: log, MaxUpload: upload, Audit: al})
 	if err != nil {
-		for _, l := range ls {
-			l.Close()
-		}
-		_ = m.Close()
-		fmt.Fprintf(stderr, "hutch: %v\n", err)
-		return 1
+		return failed(err)
 	}
 	for _, l := range ls {
 		fmt.Fprintf(stderr, "hutch: listening on %s\n", listenerURL(l))
