@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -57,7 +56,7 @@ func newEgress(spec policy.Spec, report string, upstreamCAs []string, stderr io.
 	default:
 		return e, nil
 	}
-	cfg, err := egressConfig(spec.Network)
+	cfg, err := egress.ConfigFromPolicy(spec.Network)
 	if err != nil {
 		e.finish()
 		return nil, err
@@ -220,32 +219,6 @@ func (e *runEgress) sandboxEnv(env, args []string) ([]string, error) {
 	return out, nil
 }
 
-// egressConfig turns the validated network policy into the proxy's.
-func egressConfig(nw policy.Network) (egress.Config, error) {
-	cfg := egress.Config{
-		AllowDomains: nw.AllowedDomains,
-		DenyDomains:  nw.DeniedDomains,
-		AllowCIDRs:   nw.AllowedCIDRs,
-	}
-	for _, c := range nw.AllowPrivate {
-		p, err := netip.ParsePrefix(c)
-		if err != nil {
-			return cfg, fmt.Errorf("network.allow_private: %w", err)
-		}
-		cfg.AllowPrivate = append(cfg.AllowPrivate, p.Masked())
-	}
-	for _, h := range nw.Hosts {
-		name, addr, err := policy.SplitHostPin(h)
-		if err != nil {
-			return cfg, fmt.Errorf("network.hosts: %w", err)
-		}
-		if cfg.Hosts == nil {
-			cfg.Hosts = map[string][]netip.Addr{}
-		}
-		cfg.Hosts[name] = append(cfg.Hosts[name], addr)
-	}
-	return cfg, nil
-}
 
 // sandboxProxy is the proxy for sandbox.Config (nil outside proxy mode).
 func (e *runEgress) sandboxProxy() sandbox.Proxy {

@@ -6,6 +6,7 @@ import (
 	"encoding/base32"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"maps"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/hutch-sandbox/hutch/internal/agent"
+	"github.com/hutch-sandbox/hutch/internal/egress"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
 	"github.com/hutch-sandbox/hutch/internal/store"
@@ -151,10 +153,19 @@ func (m *Manager) Create(ctx context.Context, tenant string, r CreateRequest) (I
 		return Info{}, fmt.Errorf("create sandbox %s: %w", id, err)
 	}
 
+	var proxy sandbox.Proxy
+	if spec.Network.Mode == "proxy" {
+		p, err := newProxy(spec.Network, id, log)
+		if err != nil {
+			return fail(err)
+		}
+		proxy = p
+	}
 	inst, conn, err := startSandbox(sandbox.Config{
 		Spec:    spec,
 		Environ: environ(spec.Env, r.Env),
 		Log:     log,
+		Proxy:   proxy,
 	})
 	if err != nil {
 		return fail(err)
@@ -310,8 +321,6 @@ func clonePolicy(p policy.Spec) policy.Spec {
 func servePolicy(s policy.Spec) error {
 	var problems []string
 	switch s.Network.Mode {
-	case "proxy":
-		return invalid("create sandbox: policy: network mode proxy is not available in hutch serve yet")
 	case "host":
 		problems = append(problems, "network.mode: \"host\" is not allowed in hutch serve")
 	}
@@ -326,6 +335,9 @@ func servePolicy(s policy.Spec) error {
 	}
 	if s.Filesystem.NoDefaultDenies {
 		problems = append(problems, "filesystem.no_default_denies: not allowed in hutch serve")
+	}
+	if len(s.Secrets) > 0 {
+		problems = append(problems, "secrets: not available in hutch serve yet")
 	}
 	if s.BestEffort {
 		problems = append(problems, "best_effort: not allowed in hutch serve")
@@ -417,4 +429,25 @@ func environ(e policy.Env, extra map[string]string) []string {
 		out = append(out, name+"="+vars[name])
 	}
 	return out
+}
+
+// newProxy makes the egress proxy of sandbox id: its refusals go to the
+// daemon's log (the sandbox's event stream, later).
+func newProxy(nw policy.Network, id string, log *slog.Logger) (*egress.Proxy, error) {
+	cfg, err := egress.ConfigFromPolicy(nw)
+	if err != nil {
+		return nil, invalid("policy: %v", err)
+	}
+	rules, err := egress.NewRules(cfg)
+	if err != nil {
+		return nil, invalid("policy: %v", err)
+	}
+	return &egress.Proxy{
+		Rules:   rules,
+		Sandbox: id,
+		Log:     log,
+		Record: func(e egress.Event) {
+			log.Info("egress refused", "protocol", e.Protocol, "host", e.Host, "port", e.Port, "reason", e.Reason, "rule", e.Rule)
+		},
+	}, nil
 }

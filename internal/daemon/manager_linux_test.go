@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -522,7 +523,7 @@ func TestInvalid(t *testing.T) {
 	}{
 		{"memory below the minimum", CreateRequest{Policy: policy.Spec{Resources: policy.Resources{MemoryBytes: 1}}}, "resources.memory"},
 		{"bad network mode", CreateRequest{Policy: policy.Spec{Network: policy.Network{Mode: "wide-open"}}}, "network.mode"},
-		{"proxy", CreateRequest{Policy: policy.Spec{Network: policy.Network{AllowedDomains: []string{"example.com"}}}}, "network mode proxy is not available in hutch serve yet"},
+		{"secrets", CreateRequest{Policy: policy.Spec{Secrets: []policy.Secret{{Name: "T", Hosts: []string{"example.com"}}}}}, "secrets: not available in hutch serve yet"},
 		{"host network", CreateRequest{Policy: policy.Spec{Network: policy.Network{Mode: "host"}}}, "network.mode"},
 		{"host network refused by the policy", CreateRequest{Policy: policy.Spec{Network: policy.Network{Mode: "host", AllowHost: &no}}}, "network.mode"},
 		{"allow_write", CreateRequest{Policy: policy.Spec{Filesystem: policy.Filesystem{AllowWrite: []string{"/etc/cron.d"}}}}, "allow_write"},
@@ -679,5 +680,36 @@ func TestActivityRecorded(t *testing.T) {
 	m.reap(time.Now().Add(flushEvery))
 	if sb, _ := m.st.GetSandbox(ctx, "a", info.ID); !sb.LastActive.After(before.LastActive) {
 		t.Errorf("last activity %s not written (was %s)", sb.LastActive, before.LastActive)
+	}
+}
+
+// TestProxy: a served sandbox in network mode "proxy" reaches an allowed
+// host through its own egress proxy (here a loopback upstream pinned by
+// name), and nothing else.
+func TestProxy(t *testing.T) {
+	m := newManager(t, Config{})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "upstream saw %s%s\n", r.Host, r.URL.Path)
+	})}
+	go func() { _ = srv.Serve(l) }()
+	defer srv.Close()
+	_, port, _ := net.SplitHostPort(l.Addr().String())
+	info := mustCreate(t, m, "alice", CreateRequest{Policy: policy.Spec{Network: policy.Network{
+		AllowedDomains: []string{"up.test:" + port},
+		Hosts:          []string{"up.test:127.0.0.1", "other.test:127.0.0.1"},
+		AllowPrivate:   []string{"127.0.0.1/32"},
+	}}})
+	out := mustRun(t, m, "alice", info.ID, `curl -sS --max-time 10 http://up.test:`+port+`/ok; curl -sS --max-time 10 -o /dev/null -w "%{http_code}\n" http://other.test:`+port+`/no; curl -sS --noproxy '*' --max-time 5 http://127.0.0.1:`+port+`/direct || echo direct-failed`)
+	for _, want := range []string{"upstream saw up.test:" + port + "/ok", "403", "direct-failed"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "/no") || strings.Contains(out, "/direct") {
+		t.Errorf("a refused request reached the upstream:\n%s", out)
 	}
 }
