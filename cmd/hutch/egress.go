@@ -219,7 +219,6 @@ func (e *runEgress) sandboxEnv(env, args []string) ([]string, error) {
 	return out, nil
 }
 
-
 // sandboxProxy is the proxy for sandbox.Config (nil outside proxy mode).
 func (e *runEgress) sandboxProxy() sandbox.Proxy {
 	if e.proxy == nil {

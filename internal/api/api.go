@@ -33,6 +33,9 @@ type Manager interface {
 	// Agent is the client of the sandbox's agent; the call counts as
 	// activity.
 	Agent(ctx context.Context, tenant, id string) (*agent.Client, error)
+	// Counts returns the number of sandboxes of all tenants in each of
+	// daemon.CountedStates, for GET /metrics.
+	Counts(ctx context.Context) (map[string]int, error)
 }
 
 var _ Manager = (*daemon.Manager)(nil)
@@ -90,6 +93,7 @@ type handler struct {
 	mux    *http.ServeMux
 	routes []string // the patterns registered on mux, in order
 	procs  *procTable
+	met    *apiMetrics
 }
 
 // New returns the API's handler with the default limits.
@@ -116,6 +120,7 @@ func NewWithConfig(m Manager, cfg Config) (http.Handler, error) {
 		cfg.MaxOutput = DefaultMaxOutput
 	}
 	h := &handler{m: m, log: cfg.Log, cfg: cfg, mux: http.NewServeMux(), procs: newProcTable()}
+	h.met = newAPIMetrics(m)
 	h.register()
 	return h, nil
 }
@@ -125,6 +130,7 @@ func NewWithConfig(m Manager, cfg Config) (http.Handler, error) {
 func (h *handler) register() {
 	h.handle("GET /v1/health", h.health)
 	h.handle("GET /v1/openapi.json", h.openAPI)
+	h.handle("GET /metrics", h.metrics)
 
 	h.handle("POST /v1/sandboxes", h.create)
 	h.handle("GET /v1/sandboxes", h.list)
@@ -165,7 +171,12 @@ func (h *handler) handle(pattern string, f handlerFunc) {
 }
 
 // ServeHTTP authenticates the request and routes it.
+// Every request is counted by route and status.
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	_, pattern := h.mux.Handler(r)
+	sw := &statusWriter{ResponseWriter: w}
+	defer func() { h.met.request(pattern, sw.status()) }()
+	w = sw
 	tenant, err := h.authenticate(r)
 	if err != nil {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="hutch"`)
@@ -173,7 +184,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r = r.WithContext(context.WithValue(r.Context(), tenantKey{}, tenant))
-	if _, pattern := h.mux.Handler(r); pattern == "" {
+	if pattern == "" {
 		h.noRoute(w, r)
 		return
 	}

@@ -72,6 +72,15 @@
 // itself made, and links whose targets lie outside the directory. Entries
 // before a refused one stay written. Every write goes through the agent.
 //
+// # Metrics
+//
+// GET /metrics answers with the daemon's metrics in the Prometheus text
+// format (package metrics), behind the same authentication as every other
+// route: the number of sandboxes by state (computed at each scrape), the
+// durations of creations and of commands, the requests by route pattern
+// and status, and the egress proxies' refusals and relayed bytes (the
+// bytes counted when a sandbox ends).
+//
 // # Audit
 //
 // With Config.Audit set, every call that changes something (create,

@@ -199,6 +199,7 @@ func (h *handler) execRun(w http.ResponseWriter, r *http.Request, ac *agent.Clie
 	if err != nil {
 		return err
 	}
+	defer func() { h.met.exec.With("run").Observe(time.Since(start).Seconds()) }()
 	var out atomic.Int64
 	var code *int // set once the command ended
 	defer func() { auditExec(r, req.Args, start, code, int64(len(input)), out.Load()) }()

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/daemon"
 	"github.com/hutch-sandbox/hutch/internal/policy"
@@ -50,7 +51,9 @@ func (h *handler) create(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	start := time.Now()
 	info, err := h.m.Create(r.Context(), tenantOf(r), req)
+	h.met.create.Observe(time.Since(start).Seconds())
 	if err != nil {
 		return err
 	}

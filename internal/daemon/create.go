@@ -130,6 +130,7 @@ func (m *Manager) Create(ctx context.Context, tenant string, r CreateRequest) (I
 	var (
 		inst   instance
 		client *agent.Client
+		eproxy *egress.Proxy
 	)
 	fail := func(err error) (Info, error) {
 		if client != nil {
@@ -140,6 +141,7 @@ func (m *Manager) Create(ctx context.Context, tenant string, r CreateRequest) (I
 				log.Warn("close sandbox", "err", cerr)
 			}
 		}
+		countTraffic(eproxy)
 		if rerr := os.RemoveAll(dir); rerr != nil {
 			log.Error("remove sandbox directory", "dir", dir, "err", rerr)
 		}
@@ -159,7 +161,7 @@ func (m *Manager) Create(ctx context.Context, tenant string, r CreateRequest) (I
 		if err != nil {
 			return fail(err)
 		}
-		proxy = p
+		proxy, eproxy = p, p
 	}
 	inst, conn, err := startSandbox(sandbox.Config{
 		Spec:    spec,
@@ -197,6 +199,7 @@ func (m *Manager) Create(ctx context.Context, tenant string, r CreateRequest) (I
 		dir:     dir,
 		inst:    inst,
 		client:  client,
+		proxy:   eproxy,
 		idle:    r.IdleTimeout,
 		expires: row.Expires,
 		ended:   make(chan struct{}),
@@ -447,6 +450,7 @@ func newProxy(nw policy.Network, id string, log *slog.Logger) (*egress.Proxy, er
 		Sandbox: id,
 		Log:     log,
 		Record: func(e egress.Event) {
+			EgressRefused.With().Inc()
 			log.Info("egress refused", "protocol", e.Protocol, "host", e.Host, "port", e.Port, "reason", e.Reason, "rule", e.Rule)
 		},
 	}, nil

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/agent"
+	"github.com/hutch-sandbox/hutch/internal/egress"
 	"github.com/hutch-sandbox/hutch/internal/store"
 )
 
@@ -84,6 +85,7 @@ type live struct {
 	dir        string // <StateDir>/sandboxes/<id>, removed at the end
 	inst       instance
 	client     *agent.Client
+	proxy      *egress.Proxy // its egress proxy; nil unless the network mode is proxy
 	idle       time.Duration
 
 	lastActive atomic.Int64 // Unix nanoseconds of the last Agent call
@@ -494,6 +496,7 @@ func (m *Manager) teardown(l *live, why string) {
 	if err := os.RemoveAll(l.dir); err != nil {
 		log.Error("remove sandbox directory", "dir", l.dir, "err", err)
 	}
+	countTraffic(l.proxy)
 	last := time.Unix(0, l.lastActive.Load())
 	if _, err := m.st.UpdateSandbox(ctx, l.id, func(sb *store.Sandbox) error {
 		sb.State = store.StateStopped

@@ -712,4 +712,26 @@ func TestProxy(t *testing.T) {
 	if strings.Contains(out, "/no") || strings.Contains(out, "/direct") {
 		t.Errorf("a refused request reached the upstream:\n%s", out)
 	}
+
+	// The metrics: the refusal counted at once, the bytes once the
+	// sandbox ended. Other tests' proxies may add to the same counters.
+	if v := EgressRefused.With().Value(); v < 1 {
+		t.Errorf("egress refusals counted: %v", v)
+	}
+	if c, err := m.Counts(context.Background()); err != nil || c[store.StateRunning] != 1 || c[store.StateStarting] != 0 || c[store.StateStopping] != 0 {
+		t.Errorf("counts %v, %v", c, err)
+	}
+	in, outBytes := EgressBytes.With("in").Value(), EgressBytes.With("out").Value()
+	if err := m.Destroy(context.Background(), "alice", info.ID); err != nil {
+		t.Fatal(err)
+	}
+	if d := EgressBytes.With("in").Value() - in; d <= 0 {
+		t.Errorf("bytes in grew by %v", d)
+	}
+	if d := EgressBytes.With("out").Value() - outBytes; d <= 0 {
+		t.Errorf("bytes out grew by %v", d)
+	}
+	if c, err := m.Counts(context.Background()); err != nil || c[store.StateRunning] != 0 {
+		t.Errorf("counts after destroy %v, %v", c, err)
+	}
 }

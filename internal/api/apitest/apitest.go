@@ -202,6 +202,22 @@ func (m *Manager) Extend(ctx context.Context, tenant, id string, timeout time.Du
 	return b.info, nil
 }
 
+// Counts returns the number of sandboxes in each of daemon.CountedStates.
+func (m *Manager) Counts(ctx context.Context) (map[string]int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := map[string]int{}
+	for _, s := range daemon.CountedStates {
+		out[s] = 0
+	}
+	for _, b := range m.boxes {
+		if _, ok := out[b.info.State]; ok {
+			out[b.info.State]++
+		}
+	}
+	return out, nil
+}
+
 // Agent is the client of the sandbox's agent.
 func (m *Manager) Agent(ctx context.Context, tenant, id string) (*agent.Client, error) {
 	m.mu.Lock()
