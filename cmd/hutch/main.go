@@ -45,6 +45,8 @@ The daemon and its clients:
                                            out of a sandbox
   hutch ls [--label KEY=VALUE]...          list sandboxes
   hutch rm ID...                           destroy sandboxes
+  hutch events [--since N] ID              print sandbox ID's events as they
+                                           happen, until it ends or Ctrl-C
 
 Run "hutch COMMAND -h" for the flags. Exit codes of "hutch run": the
 command's own, 128+N if it was killed by signal N, 124 on --timeout, 125
@@ -93,6 +95,8 @@ func run(args []string, stdin, stdout, stderr *os.File) int {
 		return cmdLs(args[1:], stdout, stderr)
 	case "rm":
 		return cmdRm(args[1:], stdout, stderr)
+	case "events":
+		return cmdEvents(args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "hutch", version)
 		return 0

@@ -28,10 +28,10 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
 )
 
-// The commands that talk to a daemon (create, exec, cp, ls, rm) reach it
-// through package client at $HUTCH_HOST with $HUTCH_TOKEN. They exit with
-// 0, 1 when the daemon refused or failed, 2 after a usage error; exec
-// exits with the command's code, and 125 when hutch failed.
+// The commands that talk to a daemon (create, exec, cp, ls, rm, events)
+// reach it through package client at $HUTCH_HOST with $HUTCH_TOKEN. They
+// exit with 0, 1 when the daemon refused or failed, 2 after a usage error;
+// exec exits with the command's code, and 125 when hutch failed.
 
 // remoteTimeout bounds one call to the daemon other than streams.
 const remoteTimeout = 5 * time.Minute

@@ -425,6 +425,14 @@ func TestServe(t *testing.T) {
 		if r := d.admin(t, "exec", other, "--", "true"); r.code == 0 {
 			t.Errorf("exec after rm: %s", r)
 		}
+		// The events of the destroyed sandbox are still kept: hutch events
+		// prints them and returns after "ended".
+		r = d.admin(t, "events", other)
+		wantOK(t, r)
+		if lines := strings.Split(strings.TrimSpace(r.stdout), "\n"); len(lines) < 4 ||
+			!strings.Contains(lines[0], " created ") || !strings.Contains(lines[len(lines)-2], " destroyed ") || !strings.Contains(lines[len(lines)-1], " ended ") {
+			t.Errorf("events:\n%s", r.stdout)
+		}
 		wantCode(t, d.admin(t, "rm", "no-such-sandbox"), 1)
 	})
 

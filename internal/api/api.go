@@ -33,6 +33,13 @@ type Manager interface {
 	// Agent is the client of the sandbox's agent; the call counts as
 	// activity.
 	Agent(ctx context.Context, tenant, id string) (*agent.Client, error)
+	// Emit records an event (such as daemon.EventExec or EventExit) in
+	// the event log of tenant's sandbox id.
+	Emit(tenant, id, typ string, data map[string]any)
+	// Events returns the events of tenant's sandbox id after sequence
+	// number since, then follows the new ones until ctx ends or the
+	// sandbox ended (the channel is closed after its "ended" event).
+	Events(ctx context.Context, tenant, id string, since int64) (<-chan daemon.Event, error)
 	// Counts returns the number of sandboxes of all tenants in each of
 	// daemon.CountedStates, for GET /metrics.
 	Counts(ctx context.Context) (map[string]int, error)
@@ -137,6 +144,7 @@ func (h *handler) register() {
 	h.handle("GET /v1/sandboxes/{id}", h.get)
 	h.handle("DELETE /v1/sandboxes/{id}", h.destroy)
 	h.handle("POST /v1/sandboxes/{id}/timeout", h.extend)
+	h.handle("GET /v1/sandboxes/{id}/events", h.events)
 
 	h.handle("POST /v1/sandboxes/{id}/exec", h.exec)
 	h.handle("GET /v1/sandboxes/{id}/processes", h.processes)

@@ -72,6 +72,17 @@
 // itself made, and links whose targets lie outside the directory. Entries
 // before a refused one stay written. Every write goes through the agent.
 //
+// # Events
+//
+// GET /v1/sandboxes/{id}/events?since=N streams a sandbox's events as
+// NDJSON (application/x-ndjson), one daemon.Event a line, each flushed as
+// it comes: the daemon keeps a sandbox's last 1000 events, replays those
+// numbered above since, then follows new ones until the sandbox ended
+// (the stream ends after its "ended" event) or the client goes away. A
+// reader that falls behind gets a "dropped" event counting what it
+// missed. The events of an ended sandbox are kept for 5 minutes. Events
+// carry no secret values and no file contents.
+//
 // # Metrics
 //
 // GET /metrics answers with the daemon's metrics in the Prometheus text

@@ -200,6 +200,7 @@ func (h *handler) execRun(w http.ResponseWriter, r *http.Request, ac *agent.Clie
 		return err
 	}
 	defer func() { h.met.exec.With("run").Observe(time.Since(start).Seconds()) }()
+	h.emitExec(r, p, req.Args)
 	var out atomic.Int64
 	var code *int // set once the command ended
 	defer func() { auditExec(r, req.Args, start, code, int64(len(input)), out.Load()) }()
@@ -217,6 +218,7 @@ func (h *handler) execRun(w http.ResponseWriter, r *http.Request, ac *agent.Clie
 	rl.start(p.Stdout, counted(&out, stdout.write))
 	rl.start(p.Stderr, counted(&out, stderr.write))
 	status, err := waitProcess(ctx, p)
+	h.emitExit(r, p, status, err)
 	rl.settle()
 	if err != nil {
 		return err

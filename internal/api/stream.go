@@ -43,6 +43,7 @@ func (h *handler) execStream(w http.ResponseWriter, r *http.Request, ac *agent.C
 		return fmt.Errorf("exec stream: %w", err)
 	}
 	defer conn.Close()
+	h.emitExec(r, p, req.Args)
 	id, tenant := r.PathValue("id"), tenantOf(r)
 	h.procs.add(id, p)
 	defer h.procs.remove(id, p)
@@ -51,7 +52,8 @@ func (h *handler) execStream(w http.ResponseWriter, r *http.Request, ac *agent.C
 		execproto.Protocol, execproto.PIDHeader, p.PID)
 	if _, err := conn.Write([]byte(head)); err != nil {
 		_ = p.Signal(syscall.SIGKILL)
-		_, _ = p.Wait()
+		st, err := p.Wait()
+		h.emitExit(r, p, st, err)
 		return nil
 	}
 
@@ -84,6 +86,7 @@ func (h *handler) execStream(w http.ResponseWriter, r *http.Request, ac *agent.C
 		_ = p.Signal(syscall.SIGKILL)
 		res = <-ch
 	}
+	h.emitExit(r, p, res.status, res.err)
 	rl.settle()
 	var code *int
 	if res.err == nil {

@@ -124,6 +124,8 @@ func (m *Manager) Create(ctx context.Context, tenant string, r CreateRequest) (I
 		return Info{}, err
 	}
 	log := m.log.With("sandbox", id, "tenant", tenant)
+	ev := m.newEvents(tenant, id)
+	ev.append(EventCreated, map[string]any{"expires": row.Expires}, false)
 
 	// From here on a failure ends what was started and records the
 	// sandbox as stopped.
@@ -152,12 +154,13 @@ func (m *Manager) Create(ctx context.Context, tenant string, r CreateRequest) (I
 			log.Error("record sandbox stopped", "err", uerr)
 		}
 		log.Info("sandbox failed to start", "err", err)
+		m.endEvents(id, ev, "it failed to start")
 		return Info{}, fmt.Errorf("create sandbox %s: %w", id, err)
 	}
 
 	var proxy sandbox.Proxy
 	if spec.Network.Mode == "proxy" {
-		p, err := newProxy(spec.Network, id, log)
+		p, err := newProxy(spec.Network, id, log, ev)
 		if err != nil {
 			return fail(err)
 		}
@@ -200,6 +203,7 @@ func (m *Manager) Create(ctx context.Context, tenant string, r CreateRequest) (I
 		inst:    inst,
 		client:  client,
 		proxy:   eproxy,
+		ev:      ev,
 		idle:    r.IdleTimeout,
 		expires: row.Expires,
 		ended:   make(chan struct{}),
@@ -223,9 +227,10 @@ func (m *Manager) Create(ctx context.Context, tenant string, r CreateRequest) (I
 		return nil
 	})
 	if err != nil {
-		<-m.end(l, "recording it failed")
+		<-m.end(l, "", "recording it failed")
 		return Info{}, fmt.Errorf("create sandbox %s: %w", id, err)
 	}
+	ev.append(EventStarted, nil, false)
 	log.Info("sandbox started", "pid", pid, "expires", row.Expires)
 	return infoOf(sb), nil
 }
@@ -435,8 +440,8 @@ func environ(e policy.Env, extra map[string]string) []string {
 }
 
 // newProxy makes the egress proxy of sandbox id: its refusals go to the
-// daemon's log (the sandbox's event stream, later).
-func newProxy(nw policy.Network, id string, log *slog.Logger) (*egress.Proxy, error) {
+// daemon's log and to the sandbox's event log ev.
+func newProxy(nw policy.Network, id string, log *slog.Logger, ev *eventLog) (*egress.Proxy, error) {
 	cfg, err := egress.ConfigFromPolicy(nw)
 	if err != nil {
 		return nil, invalid("policy: %v", err)
@@ -452,6 +457,7 @@ func newProxy(nw policy.Network, id string, log *slog.Logger) (*egress.Proxy, er
 		Record: func(e egress.Event) {
 			EgressRefused.With().Inc()
 			log.Info("egress refused", "protocol", e.Protocol, "host", e.Host, "port", e.Port, "reason", e.Reason, "rule", e.Rule)
+			ev.append(EventEgressRefused, map[string]any{"protocol": e.Protocol, "host": e.Host, "port": e.Port, "reason": e.Reason}, false)
 		},
 	}, nil
 }

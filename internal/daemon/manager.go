@@ -66,6 +66,11 @@ type Manager struct {
 	// flush fields of live.
 	reapMu sync.Mutex
 
+	// evMu guards events, the event logs of the sandboxes that run or
+	// ended recently.
+	evMu   sync.Mutex
+	events map[string]*eventLog
+
 	teardowns  chan struct{} // a semaphore of maxTeardowns
 	stop       chan struct{} // closed to stop the reaper
 	reaperDone chan struct{} // closed once the reaper returned
@@ -86,6 +91,7 @@ type live struct {
 	inst       instance
 	client     *agent.Client
 	proxy      *egress.Proxy // its egress proxy; nil unless the network mode is proxy
+	ev         *eventLog
 	idle       time.Duration
 
 	lastActive atomic.Int64 // Unix nanoseconds of the last Agent call
@@ -244,7 +250,7 @@ func (m *Manager) Close() error {
 	m.mu.Unlock()
 	var ended []<-chan struct{}
 	for _, l := range ls {
-		ended = append(ended, m.end(l, "the daemon is shutting down"))
+		ended = append(ended, m.end(l, "", "the daemon is shutting down"))
 	}
 	deadline := time.NewTimer(closeTimeout)
 	defer deadline.Stop()
@@ -336,7 +342,7 @@ func (m *Manager) Destroy(ctx context.Context, tenant, id string) error {
 	t := time.NewTimer(destroyTimeout)
 	defer t.Stop()
 	select {
-	case <-m.end(l, "destroyed"):
+	case <-m.end(l, EventDestroyed, "destroyed"):
 		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("sandbox %s: destroy: %w", id, ctx.Err())
@@ -453,17 +459,20 @@ func infoOf(sb store.Sandbox) Info {
 func (m *Manager) watch(l *live) {
 	select {
 	case <-l.inst.Done():
-		m.end(l, "its PID 1 ended")
+		m.end(l, "", "its PID 1 ended")
 	case <-l.client.Done():
-		m.end(l, fmt.Sprintf("its agent connection ended: %v", l.client.Err()))
+		m.end(l, "", fmt.Sprintf("its agent connection ended: %v", l.client.Err()))
 	case <-l.ended:
 	}
 }
 
 // end starts tearing l down, once, and returns a channel closed when it is
-// done.
-func (m *Manager) end(l *live, why string) <-chan struct{} {
+// done. The first call records an event of type kind, unless empty.
+func (m *Manager) end(l *live, kind, why string) <-chan struct{} {
 	l.once.Do(func() {
+		if kind != "" {
+			l.ev.append(kind, map[string]any{"reason": why}, false)
+		}
 		m.mu.Lock()
 		l.stopping = true
 		m.mu.Unlock()
@@ -510,6 +519,7 @@ func (m *Manager) teardown(l *live, why string) {
 		delete(m.live, l.id)
 	}
 	m.mu.Unlock()
+	m.endEvents(l.id, l.ev, why)
 	log.Info("sandbox ended")
 }
 
@@ -534,8 +544,8 @@ func (m *Manager) reap(now time.Time) {
 	m.reapMu.Lock()
 	defer m.reapMu.Unlock()
 	type verdict struct {
-		l   *live
-		why string
+		l         *live
+		kind, why string
 	}
 	var (
 		ending []verdict
@@ -549,16 +559,16 @@ func (m *Manager) reap(now time.Time) {
 		last := time.Unix(0, l.lastActive.Load())
 		switch {
 		case !l.expires.IsZero() && !now.Before(l.expires):
-			ending = append(ending, verdict{l, "its timeout passed"})
+			ending = append(ending, verdict{l, EventTimeout, "its timeout passed"})
 		case l.idle > 0 && now.Sub(last) >= l.idle:
-			ending = append(ending, verdict{l, fmt.Sprintf("idle for %s", l.idle)})
+			ending = append(ending, verdict{l, EventIdleTimeout, fmt.Sprintf("idle for %s", l.idle)})
 		default:
 			active = append(active, l)
 		}
 	}
 	m.mu.Unlock()
 	for _, v := range ending {
-		m.end(v.l, v.why)
+		m.end(v.l, v.kind, v.why)
 	}
 	for _, l := range active {
 		last := l.lastActive.Load()

@@ -734,4 +734,71 @@ func TestProxy(t *testing.T) {
 	if c, err := m.Counts(context.Background()); err != nil || c[store.StateRunning] != 0 {
 		t.Errorf("counts after destroy %v, %v", c, err)
 	}
+
+	// The refusal is in the sandbox's events, with where it went.
+	ch, err := m.Events(context.Background(), "alice", info.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refused []Event
+	var types []string
+	for e := range ch {
+		types = append(types, e.Type)
+		if e.Type == EventEgressRefused {
+			refused = append(refused, e)
+		}
+	}
+	if len(refused) == 0 || refused[0].Data["host"] != "other.test" || refused[0].Data["reason"] == "" {
+		t.Errorf("egress refusals in the events: %+v", refused)
+	}
+	if types[len(types)-2] != EventDestroyed || types[len(types)-1] != EventEnded {
+		t.Errorf("events %v, want destroyed then ended last", types)
+	}
+}
+
+// TestTimeoutEvents: a sandbox's event stream tells that it was created,
+// started, timed out and ended, then closes; other tenants do not see it.
+func TestTimeoutEvents(t *testing.T) {
+	t.Parallel()
+	m := newManager(t, Config{})
+	ctx := testCtx(t)
+	info := mustCreate(t, m, "a", CreateRequest{Timeout: 2 * time.Second})
+	if _, err := m.Events(ctx, "b", info.ID, 0); !errors.Is(err, ErrNotFound) {
+		t.Errorf("another tenant's events: %v, want ErrNotFound", err)
+	}
+	ch, err := m.Events(ctx, "a", info.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var types []string
+	timer := time.NewTimer(15 * time.Second)
+	defer timer.Stop()
+	for done := false; !done; {
+		select {
+		case e, ok := <-ch:
+			if !ok {
+				done = true
+				break
+			}
+			types = append(types, e.Type)
+		case <-timer.C:
+			t.Fatalf("the stream did not end; got %v", types)
+		}
+	}
+	want := []string{EventCreated, EventStarted, EventTimeout, EventEnded}
+	if strings.Join(types, ",") != strings.Join(want, ",") {
+		t.Fatalf("events %v, want %v", types, want)
+	}
+	// The log of the ended sandbox is kept: a late reader sees its end.
+	ch, err = m.Events(ctx, "a", info.ID, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var late []string
+	for e := range ch {
+		late = append(late, e.Type)
+	}
+	if strings.Join(late, ",") != EventTimeout+","+EventEnded {
+		t.Errorf("events since 2 of the ended sandbox: %v", late)
+	}
 }

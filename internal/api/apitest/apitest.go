@@ -36,8 +36,15 @@ type Manager struct {
 	mu     sync.Mutex
 	next   int
 	boxes  map[string]*box
+	events map[string]*eventsOf // of every sandbox made, ended or not
 	last   daemon.CreateRequest
 	lastID string
+}
+
+// eventsOf is the event log of a sandbox and its tenant.
+type eventsOf struct {
+	tenant string
+	log    *daemon.EventLog
 }
 
 type box struct {
@@ -53,7 +60,7 @@ func NewManager(dir string) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Manager{dir: dir, store: s, boxes: map[string]*box{}}, nil
+	return &Manager{dir: dir, store: s, boxes: map[string]*box{}, events: map[string]*eventsOf{}}, nil
 }
 
 // Close destroys every sandbox and closes the store.
@@ -126,6 +133,10 @@ func (m *Manager) Create(ctx context.Context, tenant string, r daemon.CreateRequ
 		CreatedAt: now, ExpiresAt: now.Add(timeout), Workspace: ws,
 	}
 	m.boxes[id] = &box{info: info, client: agent.NewClient(a), served: served}
+	ev := &eventsOf{tenant: tenant, log: daemon.NewEventLog()}
+	ev.log.Append(daemon.EventCreated, map[string]any{"expires": info.ExpiresAt})
+	ev.log.Append(daemon.EventStarted, nil)
+	m.events[id] = ev
 	m.lastID = id
 	return info, nil
 }
@@ -181,13 +192,44 @@ func (m *Manager) Destroy(ctx context.Context, tenant, id string) error {
 	if err == nil {
 		delete(m.boxes, id)
 	}
+	ev := m.events[id]
 	m.mu.Unlock()
 	if err != nil {
 		return err
 	}
+	ev.log.Append(daemon.EventDestroyed, map[string]any{"reason": "destroyed"})
 	cerr := b.client.Close()
 	<-b.served
+	ev.log.End("destroyed")
 	return errors.Join(cerr, os.RemoveAll(b.info.Workspace))
+}
+
+// eventLog is the event log of tenant's sandbox id ("" tenant: any), kept
+// after it ended.
+func (m *Manager) eventLog(tenant, id string) (*daemon.EventLog, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ev := m.events[id]
+	if ev == nil || (tenant != "" && ev.tenant != tenant) {
+		return nil, fmt.Errorf("sandbox %q: %w", id, daemon.ErrNotFound)
+	}
+	return ev.log, nil
+}
+
+// Emit records an event of a sandbox.
+func (m *Manager) Emit(tenant, id, typ string, data map[string]any) {
+	if lg, err := m.eventLog(tenant, id); err == nil {
+		lg.Append(typ, data)
+	}
+}
+
+// Events follows a sandbox's events, as daemon.Manager.Events does.
+func (m *Manager) Events(ctx context.Context, tenant, id string, since int64) (<-chan daemon.Event, error) {
+	lg, err := m.eventLog(tenant, id)
+	if err != nil {
+		return nil, err
+	}
+	return lg.Subscribe(ctx, since), nil
 }
 
 // Extend sets the sandbox to expire timeout from now.
