@@ -455,7 +455,7 @@ func TestBadRequests(t *testing.T) {
 		{"bad pid", "POST", sb + "/processes/x/signal", `{"signal":9}`, 400, CodeInvalid, []string{`"x"`}},
 		{"no path", "GET", sb + "/files", nil, 400, CodeInvalid, []string{"missing path"}},
 		{"relative path", "GET", sb + "/files?path=etc/passwd", nil, 400, CodeInvalid, []string{"absolute"}},
-		{"dot-dot path", "PUT", sb + "/files?path=" + "/work/../../etc/passwd", "x", 400, CodeInvalid, []string{`".."`}},
+		{"dot-dot path", "PUT", sb + "/files?path=" + "/workspace/../../etc/passwd", "x", 400, CodeInvalid, []string{`".."`}},
 		{"dot-dot mkdir", "POST", sb + "/files/mkdir", `{"path":"/a/.."}`, 400, CodeInvalid, []string{`".."`}},
 		{"dot-dot rename", "POST", sb + "/files/rename", `{"from":"/a","to":"/b/../../c"}`, 400, CodeInvalid, []string{"to"}},
 		{"two paths", "GET", sb + "/files/stat?path=/a&path=/b", nil, 400, CodeInvalid, []string{"2 times"}},
