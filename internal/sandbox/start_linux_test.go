@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -23,16 +21,7 @@ import (
 // as "hutch agent".
 func TestMain(m *testing.M) {
 	if len(os.Args) == 2 && os.Args[1] == "agent" {
-		f := os.NewFile(3, "agent-connection")
-		conn, err := net.FileConn(f)
-		if err != nil {
-			os.Exit(2)
-		}
-		dir, _ := os.Getwd()
-		if err := agent.Serve(conn, agent.ServeOptions{PID1: os.Getpid() == 1, Log: slog.New(slog.DiscardHandler), DefaultDir: dir, DefaultEnv: os.Environ()}); err != nil {
-			os.Exit(1)
-		}
-		os.Exit(0)
+		os.Exit(agent.Main(os.Stderr))
 	}
 	os.Exit(m.Run())
 }

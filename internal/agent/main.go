@@ -1,0 +1,39 @@
+package agent
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+)
+
+// ConnFD is the descriptor on which a sandbox's first process hands the
+// agent its connection to the daemon (see sandbox.Start).
+const ConnFD = 3
+
+// Main is `hutch agent`: it serves the daemon on ConnFD, as PID 1 when it
+// is, with the process's working directory and environment as the
+// commands' defaults. It returns the process's exit code: 0 when the
+// daemon closed the connection, 1 when serving failed, 2 when there is no
+// agent connection (the agent runs only inside a sandbox).
+func Main(stderr io.Writer) int {
+	f := os.NewFile(ConnFD, "agent-connection")
+	conn, err := net.FileConn(f)
+	f.Close()
+	if err != nil {
+		fmt.Fprintf(stderr, "hutch: agent: no agent connection on descriptor %d (the agent runs only inside a sandbox that hutch serve started): %v\n", ConnFD, err)
+		return 2
+	}
+	dir, _ := os.Getwd()
+	err = Serve(conn, ServeOptions{
+		PID1:       os.Getpid() == 1,
+		Log:        slog.New(slog.DiscardHandler),
+		DefaultDir: dir,
+		DefaultEnv: os.Environ(),
+	})
+	if err != nil {
+		return 1
+	}
+	return 0
+}
