@@ -163,7 +163,7 @@ func (e *runEgress) setupTLS(id string, upstreamCAs []string) error {
 // systemRootsPEM returns the host's bundle of trusted certificates, the
 // first that exists of the usual places.
 func systemRootsPEM() []byte {
-	for _, f := range []string{"/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/ca-bundle.pem", "/etc/ssl/cert.pem"} {
+	for _, f := range sandbox.SystemBundles {
 		if b, err := os.ReadFile(f); err == nil {
 			return b
 		}

@@ -100,6 +100,15 @@ const (
 	SandboxHutch   = "/dev/hutch"
 )
 
+// SystemBundles are where distributions keep the bundle of trusted
+// certificates that TLS clients read by default.
+var SystemBundles = []string{
+	"/etc/ssl/certs/ca-certificates.crt", // Debian, Ubuntu, Alpine, Arch
+	"/etc/pki/tls/certs/ca-bundle.crt",   // Fedora, RHEL
+	"/etc/ssl/ca-bundle.pem",             // openSUSE
+	"/etc/ssl/cert.pem",                  // Alpine, macOS-like layouts
+}
+
 // ProxyEnv is the environment that points a sandbox's tools at its proxy:
 // HTTP(S)_PROXY, ALL_PROXY (SOCKS5 with names resolved by the proxy), their
 // lower-case twins, NO_PROXY for the sandbox's own loopback, and git over

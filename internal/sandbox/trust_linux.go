@@ -5,15 +5,6 @@ import (
 	"path/filepath"
 )
 
-// systemBundles are where distributions keep the bundle of trusted
-// certificates that TLS clients read by default.
-var systemBundles = []string{
-	"/etc/ssl/certs/ca-certificates.crt", // Debian, Ubuntu, Alpine, Arch
-	"/etc/pki/tls/certs/ca-bundle.crt",   // Fedora, RHEL
-	"/etc/ssl/ca-bundle.pem",             // openSUSE
-	"/etc/ssl/cert.pem",                  // Alpine, macOS-like layouts
-}
-
 // fallbackBundle is where the bundle goes when the root has none of the
 // system's paths: the sandbox's own /dev.
 const fallbackBundle = "/dev/hutch-ca.crt"
@@ -33,7 +24,7 @@ func trustBundleTargets(root string) ([]bundleTarget, []string) {
 		base = root
 	}
 	var out []bundleTarget
-	for _, p := range systemBundles {
+	for _, p := range SystemBundles {
 		if fi, err := os.Stat(filepath.Join(base, p)); err == nil && fi.Mode().IsRegular() {
 			out = append(out, bundleTarget{path: p})
 		}
