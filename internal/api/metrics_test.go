@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // scrape returns the samples of GET /metrics by series (name and labels).
@@ -47,7 +48,17 @@ func TestMetrics(t *testing.T) {
 	e.request(t, "GET", "/v1/sandboxes/nope", nil)
 	e.request(t, "GET", "/no/such/route", nil)
 
+	// A stream's handler records its duration and status after the client
+	// has read the exit, so wait for those two series to appear.
 	got := e.scrape(t)
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); got = e.scrape(t) {
+		_, a := got[`hutch_exec_seconds_count{mode="stream"}`]
+		_, b := got[`hutch_api_requests_total{route="POST /v1/sandboxes/{id}/exec",code="101"}`]
+		if a && b {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	for series, want := range map[string]float64{
 		`hutch_sandboxes{state="running"}`:                                          1,
 		`hutch_sandboxes{state="starting"}`:                                         0,
@@ -89,9 +100,11 @@ func TestMetrics(t *testing.T) {
 			t.Errorf("%s_sum = %v", h, sum)
 		}
 	}
-	// The scrape itself is counted in the next one.
-	if v := e.scrape(t)[`hutch_api_requests_total{route="GET /metrics",code="200"}`]; v != 1 {
-		t.Errorf("GET /metrics counted %v times, want 1", v)
+	// Each scrape is counted in the next one.
+	const scrapes = `hutch_api_requests_total{route="GET /metrics",code="200"}`
+	before := e.scrape(t)[scrapes]
+	if v := e.scrape(t)[scrapes]; before < 1 || v != before+1 {
+		t.Errorf("GET /metrics counted %v then %v times, want one more", before, v)
 	}
 
 	// Destroyed sandboxes are no longer counted.
