@@ -94,6 +94,17 @@ func (r *Ruleset) Add(c Config) ([]string, error) {
 	return dropped, nil
 }
 
+// AddWritableTree grants every right but device ioctls on the hierarchy
+// open at fd, which need not be reachable by a path: the root of a
+// detached mount (a sandbox's writable root layer) works.
+func (r *Ruleset) AddWritableTree(fd int) error {
+	fsAccess, _ := handled(min(r.abi, maxABI))
+	if err := addPathBeneath(r.fd, fd, writeTreeAccess&fsAccess); err != nil {
+		return fmt.Errorf("landlock rule for the writable root: %w", err)
+	}
+	return nil
+}
+
 // RestrictSelf enforces the ruleset on the calling thread and locks the
 // calling goroutine to it for good.
 func (r *Ruleset) RestrictSelf() error {

@@ -25,6 +25,9 @@ func (r *Ruleset) FD() int { return -1 }
 // Add returns ErrNotSupported.
 func (r *Ruleset) Add(c Config) ([]string, error) { return nil, ErrNotSupported }
 
+// AddWritableTree returns ErrNotSupported: Landlock exists only on Linux.
+func (r *Ruleset) AddWritableTree(fd int) error { return ErrNotSupported }
+
 // RestrictSelf returns ErrNotSupported.
 func (r *Ruleset) RestrictSelf() error { return ErrNotSupported }
 

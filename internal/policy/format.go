@@ -46,6 +46,7 @@ type (
 		Pids    int64   `yaml:"pids,omitempty"`
 		Timeout string  `yaml:"timeout,omitempty"`
 		TmpSize string  `yaml:"tmp_size,omitempty"`
+		Disk    string  `yaml:"disk,omitempty"`
 	}
 )
 
@@ -84,6 +85,9 @@ func (s Spec) Format() ([]byte, error) {
 	}
 	if r.TmpBytes != 0 {
 		f.Resources.TmpSize = FormatSize(r.TmpBytes)
+	}
+	if r.DiskBytes != 0 {
+		f.Resources.Disk = FormatSize(r.DiskBytes)
 	}
 	if r.Timeout != 0 {
 		f.Resources.Timeout = formatTimeout(r.Timeout)

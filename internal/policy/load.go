@@ -16,7 +16,7 @@ var policyFields = map[string][]string{
 	"filesystem": {"workspace", "allow_write", "deny_read", "allow_read", "deny_write", "no_default_denies"},
 	"network":    {"mode", "allowed_domains", "denied_domains", "allowed_cidrs", "allow_private", "hosts", "allow_host"},
 	"env":        {"pass", "set"},
-	"resources":  {"memory", "cpus", "pids", "timeout", "tmp_size"},
+	"resources":  {"memory", "cpus", "pids", "timeout", "tmp_size", "disk"},
 }
 
 // NetworkModes lists the values network.mode accepts.
@@ -311,6 +311,8 @@ func (d *decoder) resources(n *yaml.Node, r *Resources) error {
 			r.MemoryBytes, err = d.size(e.val, name)
 		case "tmp_size":
 			r.TmpBytes, err = d.size(e.val, name)
+		case "disk":
+			r.DiskBytes, err = d.size(e.val, name)
 		case "timeout":
 			r.Timeout, err = d.timeout(e.val, name)
 		case "cpus":

@@ -25,6 +25,7 @@ const (
 const (
 	MinMemoryBytes = 4 * mib
 	MinTmpBytes    = 1 * mib
+	MinDiskBytes   = 16 * mib
 	MinPids        = 8
 )
 
@@ -209,6 +210,10 @@ var systemDirs = map[string]bool{
 	"/opt": true, "/srv": true, "/proc": true, "/sys": true, "/dev": true, "/run": true,
 }
 
+// SystemDir reports whether p (clean, absolute) is one of the system
+// directories that may be neither the workspace nor an allow_write path.
+func SystemDir(p string) bool { return systemDirs[p] }
+
 func (s Spec) Validate() error {
 	var errs []error
 	add := func(format string, args ...any) { errs = append(errs, fieldErrorf(format, args...)) }
@@ -339,6 +344,9 @@ func (s Spec) Validate() error {
 	}
 	if r.TmpBytes < MinTmpBytes {
 		add("resources.tmp_size: %s is below the minimum of %s", FormatSize(r.TmpBytes), FormatSize(MinTmpBytes))
+	}
+	if r.DiskBytes < 0 || (r.DiskBytes > 0 && r.DiskBytes < MinDiskBytes) {
+		add("resources.disk: %s is below the minimum of %s", FormatSize(r.DiskBytes), FormatSize(MinDiskBytes))
 	}
 	if r.Timeout < 0 {
 		add("resources.timeout: must not be negative, got %s", r.Timeout)

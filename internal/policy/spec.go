@@ -127,4 +127,8 @@ type Resources struct {
 	Timeout time.Duration `json:"timeout" yaml:"timeout"`
 	// TmpBytes is the size of the sandbox's private /tmp.
 	TmpBytes int64 `json:"tmp_size" yaml:"tmp_size"`
+	// DiskBytes bounds what a sandbox of hutch serve may write into its
+	// root filesystem (its writable layer); 0 is the daemon's default.
+	// hutch run, whose root is read-only, has no use for it.
+	DiskBytes int64 `json:"disk" yaml:"disk"`
 }

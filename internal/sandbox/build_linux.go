@@ -209,7 +209,12 @@ func (b *builder) mounts(cfg initConfig, fds []int8, denyRead []pathKind) {
 	if cfg.Root != "" && cfg.Root != "host" {
 		src = cfg.Root
 	}
-	rootTree := b.cloneTree("root "+src, src, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
+	var rootTree int8
+	if cfg.RootLayer >= 0 && cfg.RootLayer < len(fds) {
+		rootTree = fds[cfg.RootLayer] // nosuid and nodev already
+	} else {
+		rootTree = b.cloneTree("root "+src, src, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
+	}
 	writable := make([]int8, len(cfg.Writable))
 	for i, w := range cfg.Writable {
 		if w.FD >= 0 && w.FD < len(fds) {

@@ -41,7 +41,11 @@ type initConfig struct {
 	// AgentFD, when >= 0, makes the first process exec hutch's agent (at
 	// SandboxHutch) as PID 1 instead of forking Args, with this inherited
 	// descriptor, its end of the agent connection, as descriptor 3.
-	AgentFD    int
+	AgentFD int
+	// RootLayer, when >= 0, is the index among the descriptors hutch sends
+	// after the clone of the writable root layer, attached as the root
+	// instead of a read-only clone of Root.
+	RootLayer  int
 	Rows, Cols uint16
 	BestEffort bool
 	// Missing lists kernel features to act as if absent (tests only; see

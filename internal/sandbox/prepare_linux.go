@@ -29,7 +29,7 @@ type prepared struct {
 }
 
 // prepare does the host-side setup, the two parts concurrently.
-func prepare(s policy.Spec, prot []protected, roots []string, asRoot bool, missing map[string]bool) *prepared {
+func prepare(s policy.Spec, prot []protected, roots []string, asRoot, layer bool, missing map[string]bool) *prepared {
 	p := &prepared{}
 	var phErr, llErr error
 	var wg sync.WaitGroup
@@ -39,7 +39,7 @@ func prepare(s policy.Spec, prot []protected, roots []string, asRoot bool, missi
 		phErr = p.placeholders.prepare(prot, roots, asRoot)
 	}()
 	if !missing["landlock"] {
-		llErr = p.landlock(s, roots, sandboxIdentity(asRoot))
+		llErr = p.landlock(s, roots, sandboxIdentity(asRoot), layer)
 	}
 	wg.Wait()
 	p.err = errors.Join(phErr, llErr)
@@ -90,19 +90,28 @@ func limits(r policy.Resources, bestEffort bool) (g *cgroups.Group, rl []rlimit,
 // landlock prepares the ruleset: rules bind to inodes, and the sandbox's
 // root, workspace and device nodes are the host's. The sandbox adds its
 // private /proc, /sys, /tmp, /dev/shm and /dev/pts before enforcing it.
-func (p *prepared) landlock(s policy.Spec, rw []string, id identity) error {
+// With a writable root layer (layer) only the device nodes are the host's:
+// hutch adds the layer's rule once it exists, and the deny-read paths,
+// inside that writable tree, are masked by mounts alone.
+func (p *prepared) landlock(s policy.Spec, rw []string, id identity, layer bool) error {
 	root := "/"
 	deny := landlockDenyRead(s.Filesystem.DenyRead, s.Filesystem.AllowRead, rw)
+	ro := []string{root}
+	if layer {
+		ro, deny = nil, nil
+	}
 	if s.Root != "" && s.Root != policy.DefaultRoot {
 		// The sandbox's root is a directory of the host: its paths are
 		// the same inodes below it.
-		root = s.Root
 		for i, d := range deny {
-			deny[i] = filepath.Join(root, d)
+			deny[i] = filepath.Join(s.Root, d)
+		}
+		if !layer {
+			ro = []string{s.Root}
 		}
 	}
 	rs, _, err := landlock.Prepare(landlock.Config{
-		ReadOnly:  []string{root},
+		ReadOnly:  ro,
 		ReadWrite: rw,
 		Devices:   hostDevices(),
 		DenyRead:  id.readable(deny),

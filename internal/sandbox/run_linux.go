@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hutch-sandbox/hutch/internal/cgroups"
+	"github.com/hutch-sandbox/hutch/internal/policy"
 )
 
 // RootMappedID is the host uid and gid the sandbox runs as when root starts
@@ -51,18 +52,33 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 	t0 := time.Now()
 	phase := func(name string) { c.Log.Debug("sandbox setup", "phase", name, "at", time.Since(t0)) }
 
-	var wsStat unix.Stat_t
-	if err := unix.Stat(ws, &wsStat); err != nil {
-		return res, fmt.Errorf("workspace %q: %w", ws, err)
+	layer := c.RootLayer
+	asRoot := os.Geteuid() == 0
+	if layer != nil {
+		if !asRoot {
+			return res, errors.New("a writable root layer needs hutch to run as root")
+		}
+		if layer.SizeBytes <= 0 {
+			return res, errors.New("a writable root layer needs a size")
+		}
+	}
+	var wsStat unix.Stat_t // the workspace's owner becomes the inside identity
+	if layer == nil {
+		if err := unix.Stat(ws, &wsStat); err != nil {
+			return res, fmt.Errorf("workspace %q: %w", ws, err)
+		}
 	}
 
 	// Identity (S1).
-	asRoot := os.Geteuid() == 0
 	innerUID, innerGID := os.Getuid(), os.Getgid()
 	hostUID, hostGID := innerUID, innerGID
+	nids := 1
 	if asRoot {
 		innerUID, innerGID = int(wsStat.Uid), int(wsStat.Gid)
 		hostUID, hostGID = RootMappedID, RootMappedID
+	}
+	if layer != nil {
+		nids = LayerIDs
 	}
 
 	cfg := initConfig{
@@ -78,6 +94,7 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		AllowRead:  s.Filesystem.AllowRead,
 		Net:        s.Network.Mode,
 		AgentFD:    -1,
+		RootLayer:  -1,
 	}
 	if agent != nil {
 		cfg.AgentFD = int(agent.Fd())
@@ -108,8 +125,11 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 	if cfg.Missing["userns"] {
 		return res, fmt.Errorf("create sandbox namespaces: %w: user namespaces are not available (simulated by %s)", ErrKernelFeature, SimulateMissingEnv)
 	}
-	roots := writableRoots(s)
-	if asRoot {
+	var roots []string // nothing of the host's is writable with a root layer
+	if layer == nil {
+		roots = writableRoots(s)
+	}
+	if asRoot && layer == nil {
 		cfg.PrivateHome = privateHome(c.Environ, roots)
 	}
 	for _, r := range roots {
@@ -150,8 +170,14 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 	if cfg.PrivateHome != "" {
 		home = "" // replaced by a private tmpfs: nothing there to protect
 	}
-	prot := protectedPaths(s, roots, home)
-	p := prepare(s, prot, roots, asRoot, cfg.Missing)
+	var prot []protected
+	if layer == nil {
+		// Deny-write paths keep a sandbox from planting code that the
+		// host's user runs next; with a root layer nothing it writes
+		// outlives it.
+		prot = protectedPaths(s, roots, home)
+	}
+	p := prepare(s, prot, roots, asRoot, layer != nil, cfg.Missing)
 	p.group = group
 	l.group = group
 	l.onClose(func() { p.cleanup(c.Log) })
@@ -175,6 +201,9 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 	cfg.Placeholders = p.placeholders.kinds()
 	cfg.DenyWrite, cfg.Pin = protectionPlan(prot, cfg.Placeholders)
 	idmap := asRoot && !cfg.Missing["idmap"]
+	if layer != nil && !idmap {
+		return res, fmt.Errorf("writable root layer: idmapped mounts: %w: not supported (simulated by %s)", ErrKernelFeature, SimulateMissingEnv)
+	}
 	if asRoot && !idmap {
 		err := fmt.Errorf("idmapped mounts: %w: not supported (simulated by %s)", ErrKernelFeature, SimulateMissingEnv)
 		if !s.BestEffort {
@@ -208,6 +237,10 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 			cfg.Writable[i].FD = i
 		}
 		nrecv = len(cfg.Writable)
+	}
+	if layer != nil {
+		cfg.RootLayer = nrecv
+		nrecv++
 	}
 	var fileTrees []int
 	defer func() { closeAll(fileTrees) }()
@@ -250,7 +283,7 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 	}
 	fail := func(err error) (*launched, error) { return res, err }
 
-	if err := writeIDMaps(pid, innerUID, hostUID, innerGID, hostGID, asRoot); err != nil {
+	if err := writeIDMaps(pid, idMap{innerUID, hostUID, nids}, idMap{innerGID, hostGID, nids}, asRoot); err != nil {
 		return fail(err)
 	}
 	if group != nil && cgroupFD < 0 {
@@ -264,6 +297,25 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 	if idmap {
 		if fds, err = idmapWritable(pid, cfg.Writable); err != nil {
 			return fail(fmt.Errorf("%w (pass --best-effort to run without it)", err))
+		}
+	}
+	if layer != nil {
+		root := "/"
+		if s.Root != "" && s.Root != policy.DefaultRoot {
+			root = s.Root
+		}
+		lfd, err := rootLayer(pid, root, *layer, ws)
+		if err != nil {
+			closeAll(fds)
+			return fail(err)
+		}
+		if p.ruleset != nil {
+			err = p.ruleset.AddWritableTree(lfd)
+		}
+		fds = append(fds, lfd)
+		if err != nil {
+			closeAll(fds)
+			return fail(err)
 		}
 	}
 	fds = append(fds, fileTrees...)

@@ -79,6 +79,29 @@ type Config struct {
 	// hutch, zeroes in its copy before anything else: the real values of
 	// secrets.
 	Wipe [][]byte
+	// RootLayer, when set, makes the sandbox's root filesystem writable:
+	// a copy-on-write layer over the read-only root (root only). The
+	// workspace (Spec.Filesystem.Workspace) is then a directory of the
+	// view made in that layer, not a host path, and the policy's
+	// allow_write and deny_write do not apply: nothing the sandbox writes
+	// reaches the host.
+	RootLayer *RootLayer
+}
+
+// RootLayer is the writable layer over a sandbox's read-only root. Files
+// keep the owners they have on the host (host ids 0–65535 appear as
+// themselves inside, through an idmapped mount), so that package managers
+// work as in a container; everything written goes to a tmpfs of its own,
+// which ends with the sandbox.
+type RootLayer struct {
+	// SizeBytes bounds what the sandbox can write into its root (the
+	// tmpfs's size; its pages count against the sandbox's memory limit).
+	// Required.
+	SizeBytes int64
+	// Hide lists directories of the root that the sandbox sees empty (and
+	// may use as its own): what the host keeps there stays out of the
+	// view, e.g. /root, /home, /var/tmp, a daemon's state directory.
+	Hide []string
 }
 
 // Proxy is the egress proxy of one sandbox (package egress implements it).

@@ -150,19 +150,23 @@ func forkChild(args *cloneArgs, ch *child) (uintptr, unix.Errno) {
 	return pid, errno
 }
 
-// writeIDMaps maps the sandbox's inside uid and gid to host ids; setgroups
-// stays allowed only when root started the sandbox (it then drops all
-// supplementary groups).
-func writeIDMaps(pid, innerUID, hostUID, innerGID, hostGID int, setgroups bool) error {
+// idMap maps n ids from inner (in the sandbox's user namespace) onto the
+// host's from host.
+type idMap struct{ inner, host, n int }
+
+// writeIDMaps writes the sandbox's uid and gid maps; setgroups stays allowed
+// only when root started the sandbox (it then drops all supplementary
+// groups).
+func writeIDMaps(pid int, uids, gids idMap, setgroups bool) error {
 	dir := fmt.Sprintf("/proc/%d/", pid)
 	sg := "deny"
 	if setgroups {
 		sg = "allow"
 	}
 	for _, w := range [][2]string{
-		{"uid_map", fmt.Sprintf("%d %d 1\n", innerUID, hostUID)},
+		{"uid_map", fmt.Sprintf("%d %d %d\n", uids.inner, uids.host, uids.n)},
 		{"setgroups", sg},
-		{"gid_map", fmt.Sprintf("%d %d 1\n", innerGID, hostGID)},
+		{"gid_map", fmt.Sprintf("%d %d %d\n", gids.inner, gids.host, gids.n)},
 	} {
 		f, err := os.OpenFile(dir+w[0], os.O_WRONLY, 0)
 		if err != nil {

@@ -26,6 +26,22 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// startAgent starts a long-lived sandbox and connects to its agent; both
+// end with the test.
+func startAgent(t *testing.T, cfg Config) (*Sandbox, *agent.Client, context.Context) {
+	t.Helper()
+	sb, err := Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sb.Close() })
+	c := agent.NewClient(sb.Conn())
+	t.Cleanup(func() { c.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return sb, c, ctx
+}
+
 // TestStart: a long-lived sandbox runs hutch's agent as its PID 1, which
 // runs commands in the sandbox (in its workspace, as the sandbox's
 // identity, under its isolation) and serves files there; closing the
@@ -40,15 +56,7 @@ func TestStart(t *testing.T) {
 	if err := s.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	sb, err := Start(Config{Spec: s, Environ: []string{"PATH=/usr/bin:/bin", "HOME=/tmp"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sb.Close()
-	c := agent.NewClient(sb.Conn())
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	sb, c, ctx := startAgent(t, Config{Spec: s, Environ: []string{"PATH=/usr/bin:/bin", "HOME=/tmp"}})
 
 	run := func(script string) (string, agent.ExitStatus) {
 		t.Helper()
@@ -114,5 +122,112 @@ func TestStart(t *testing.T) {
 	// The sandbox's PID 1 is gone, and with it its pid namespace.
 	if err := syscall.Kill(sb.PID(), 0); err == nil {
 		t.Errorf("PID 1 (host pid %d) still exists", sb.PID())
+	}
+}
+
+// TestStartRootLayer: with a root layer, the sandbox's whole root is
+// writable, files keep their host owners, writes never reach the host,
+// hidden directories are empty, the layer's size is a hard limit, and the
+// default deny-read paths stay masked.
+func TestStartRootLayer(t *testing.T) {
+	testutil.RequireRoot(t)
+	// Host fixtures outside /tmp (which every sandbox replaces).
+	fix, err := os.MkdirTemp("/var/lib", "hutch-layer-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(fix) })
+	if err := os.Chmod(fix, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	owned := filepath.Join(fix, "owned")
+	hidden := filepath.Join(fix, "hidden")
+	for _, f := range []struct{ path, text string }{
+		{owned, "owned by 1234\n"}, {filepath.Join(hidden, "secret"), "host secret\n"},
+	} {
+		if err := os.MkdirAll(filepath.Dir(f.path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(f.path, []byte(f.text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chown(owned, 1234, 1234); err != nil {
+		t.Fatal(err)
+	}
+
+	var s policy.Spec
+	if err := s.Normalize("/workspace", ""); err != nil {
+		t.Fatal(err)
+	}
+	_, c, ctx := startAgent(t, Config{
+		Spec:      s,
+		Environ:   []string{"PATH=/usr/bin:/bin", "HOME=/root"},
+		RootLayer: &RootLayer{SizeBytes: 16 << 20, Hide: []string{"/root", hidden}},
+	})
+	run := func(script string) (string, int) {
+		t.Helper()
+		p, err := c.Exec(ctx, agent.ExecRequest{Args: []string{"sh", "-c", script}})
+		if err != nil {
+			t.Fatalf("exec %q: %v", script, err)
+		}
+		out, _ := io.ReadAll(io.MultiReader(p.Stdout, p.Stderr))
+		st, err := p.Wait()
+		if err != nil {
+			t.Fatalf("wait %q: %v", script, err)
+		}
+		return string(out), st.Code
+	}
+	hostname, err := os.ReadFile("/etc/hostname")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	out, code := run(`set -e
+echo "cwd=$PWD uid=$(id -u)"
+echo "passwd=$(stat -c %u:%g /etc/passwd) owned=$(stat -c %u:%g ` + owned + `)"
+echo layer > /etc/hutch-layer-test
+echo changed > /etc/hostname
+mkdir -p /usr/local/lib/hutch-layer-test && echo pkg > /usr/local/lib/hutch-layer-test/f
+rm ` + owned + `
+echo "hidden=[$(ls -A ` + hidden + `)] root=[$(ls -A /root)]"
+echo mine > ` + hidden + `/new && echo hidden-writable
+echo home > ~/file && echo home-writable
+cat /etc/shadow 2>/dev/null | head -c 5 || true; echo "shadow-end"
+`)
+	if code != 0 {
+		t.Fatalf("exit %d:\n%s", code, out)
+	}
+	for _, want := range []string{
+		"cwd=/workspace uid=0", "passwd=0:0 owned=1234:1234", "hidden=[] root=[]",
+		"hidden-writable", "home-writable", "\nshadow-end",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	// The layer's size is a hard limit.
+	out, code = run(`dd if=/dev/zero of=/workspace/big bs=1M count=32 2>&1; rm -f /workspace/big; echo after > /workspace/small && cat /workspace/small`)
+	if code != 0 || !strings.Contains(out, "No space left") || !strings.HasSuffix(out, "after\n") {
+		t.Errorf("filling the layer: exit %d:\n%s", code, out)
+	}
+	// Nothing the sandbox wrote reached the host.
+	if _, err := os.Stat("/etc/hutch-layer-test"); err == nil {
+		t.Error("/etc/hutch-layer-test appeared on the host")
+	}
+	if _, err := os.Stat("/usr/local/lib/hutch-layer-test"); err == nil {
+		t.Error("/usr/local/lib/hutch-layer-test appeared on the host")
+	}
+	if b, _ := os.ReadFile("/etc/hostname"); !bytes.Equal(b, hostname) {
+		t.Errorf("the host's /etc/hostname changed to %q", b)
+	}
+	if _, err := os.Stat(owned); err != nil {
+		t.Errorf("the host's %s: %v", owned, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(hidden, "secret")); err != nil || string(b) != "host secret\n" {
+		t.Errorf("the host's hidden file: %q, %v", b, err)
+	}
+	if _, err := os.Stat(filepath.Join(hidden, "new")); err == nil {
+		t.Error("a file written to a hidden directory reached the host")
 	}
 }

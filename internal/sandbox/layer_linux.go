@@ -1,0 +1,252 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// LayerIDs is how many host ids (from 0) a sandbox with a writable root
+// layer maps: its user namespace maps ids 0–LayerIDs-1 onto RootMappedID
+// and up, and the read-only root appears through an idmapped mount with
+// that mapping, so that a file of host uid N is owned by uid N inside.
+const LayerIDs = 65536
+
+// layerInodeBytes is how many bytes of the layer's size buy one inode: a
+// sandbox cannot exhaust the host's memory with empty files either.
+const layerInodeBytes = 4096
+
+// rootLayer makes the writable root of the sandbox whose PID 1 is pid, as
+// a detached overlay mount for it to attach as its root:
+//
+//   - lower: a clone of the host's root (that mount only), idmapped with
+//     the sandbox's user namespace and read-only;
+//   - upper and work: directories on a fresh tmpfs of l.SizeBytes, made by
+//     hutch (the overlay's mounter, whose copy-ups keep the owners the
+//     lower layer shows);
+//   - in the upper layer beforehand: the workspace, owned by the sandbox's
+//     root, and every l.Hide directory, opaque, so that the host's contents
+//     stay out of the view.
+//
+// Everything but the returned descriptor is released: the mount holds its
+// layers, and it ends when the sandbox's mount namespace lets it go.
+func rootLayer(pid int, root string, l RootLayer, workspace string) (int, error) {
+	userns, err := unix.Open(fmt.Sprintf("/proc/%d/ns/user", pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("root layer: open sandbox user namespace: %w", err)
+	}
+	defer unix.Close(userns)
+
+	var fds []int
+	defer func() { closeAll(fds) }()
+	keep := func(fd int) int { fds = append(fds, fd); return fd }
+
+	lower, err := unix.OpenTree(unix.AT_FDCWD, root, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if err != nil {
+		return -1, fmt.Errorf("root layer: clone %s: %w", root, err)
+	}
+	keep(lower)
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_RDONLY, Userns_fd: uint64(userns)}
+	if err := unix.MountSetattr(lower, "", unix.AT_EMPTY_PATH, &attr); err != nil {
+		return -1, fmt.Errorf("root layer: idmapped mount of %s (filesystem without idmap support?): %w: %w", root, ErrKernelFeature, err)
+	}
+
+	tmpfs, err := newFS("tmpfs", [][2]string{
+		{"size", strconv.FormatInt(l.SizeBytes, 10)},
+		{"nr_inodes", strconv.FormatInt(max(l.SizeBytes/layerInodeBytes, 1024), 10)},
+		{"mode", "0755"},
+	}, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
+	if err != nil {
+		return -1, fmt.Errorf("root layer: %w", err)
+	}
+	keep(tmpfs)
+	if err := unix.Mkdirat(tmpfs, "work", 0o700); err != nil {
+		return -1, fmt.Errorf("root layer: %w", err)
+	}
+	if err := unix.Mkdirat(tmpfs, "upper", 0o755); err != nil {
+		return -1, fmt.Errorf("root layer: %w", err)
+	}
+	if err := unix.Fchownat(tmpfs, "upper", RootMappedID, RootMappedID, 0); err != nil {
+		return -1, fmt.Errorf("root layer: %w", err)
+	}
+	if err := layerDir(tmpfs, root, workspace, false); err != nil {
+		return -1, fmt.Errorf("root layer: workspace %s: %w", workspace, err)
+	}
+	for _, h := range l.Hide {
+		if err := layerDir(tmpfs, root, h, true); err != nil {
+			return -1, fmt.Errorf("root layer: hide %s: %w", h, err)
+		}
+	}
+	upper, err := unix.Openat(tmpfs, "upper", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("root layer: %w", err)
+	}
+	keep(upper)
+	work, err := unix.Openat(tmpfs, "work", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("root layer: %w", err)
+	}
+	keep(work)
+
+	ovl, err := newFSWith("overlay", func(fs int) error {
+		for _, o := range []struct {
+			key string
+			fd  int
+		}{{"lowerdir+", lower}, {"upperdir", upper}, {"workdir", work}} {
+			if err := unix.FsconfigSetFd(fs, o.key, o.fd); err != nil {
+				return fmt.Errorf("%s: %w", o.key, err)
+			}
+		}
+		return nil
+	}, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
+	if err != nil {
+		return -1, fmt.Errorf("root layer: %w", err)
+	}
+	return ovl, nil
+}
+
+// newFS makes a detached mount of a new filesystem of type typ with the
+// string options opts.
+func newFS(typ string, opts [][2]string, attrs int) (int, error) {
+	return newFSWith(typ, func(fs int) error {
+		for _, o := range opts {
+			if err := unix.FsconfigSetString(fs, o[0], o[1]); err != nil {
+				return fmt.Errorf("%s=%s: %w", o[0], o[1], err)
+			}
+		}
+		return nil
+	}, attrs)
+}
+
+// newFSWith makes a detached mount of a new filesystem of type typ, whose
+// options config sets. A refusal carries the kernel's own words on it.
+func newFSWith(typ string, config func(fs int) error, attrs int) (int, error) {
+	fs, err := unix.Fsopen(typ, unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return -1, fmt.Errorf("%s: %w", typ, err)
+	}
+	defer unix.Close(fs)
+	fail := func(err error) (int, error) {
+		if msg := fsLog(fs); msg != "" {
+			return -1, fmt.Errorf("%s: %w (%s)", typ, err, msg)
+		}
+		return -1, fmt.Errorf("%s: %w", typ, err)
+	}
+	if err := config(fs); err != nil {
+		return fail(err)
+	}
+	if err := unix.FsconfigCreate(fs); err != nil {
+		return fail(err)
+	}
+	mnt, err := unix.Fsmount(fs, unix.FSMOUNT_CLOEXEC, attrs)
+	if err != nil {
+		return fail(err)
+	}
+	return mnt, nil
+}
+
+// fsLog drains the messages a filesystem context logged.
+func fsLog(fs int) string {
+	var msgs []string
+	buf := make([]byte, 1024)
+	for range 8 {
+		n, err := unix.Read(fs, buf)
+		if err != nil || n <= 0 {
+			break
+		}
+		msgs = append(msgs, strings.TrimSpace(string(buf[:n])))
+	}
+	return strings.Join(msgs, "; ")
+}
+
+// layerDir makes dir (absolute, in the view) in the upper layer on the
+// tmpfs at layer. Its parents are made as the host's root has them (mode
+// and owner: the overlay shows an upper directory's own attributes), so
+// that they merge with the lower ones unchanged. dir itself is owned by the
+// sandbox's root, mode 0755 — or, when hide is set, has the host's mode and
+// owner and is opaque (empty in the view), and is skipped if the host has
+// no directory there.
+func layerDir(layer int, root, dir string, hide bool) error {
+	rel := strings.Trim(filepath.Clean(dir), "/")
+	if !filepath.IsAbs(dir) || rel == "" {
+		return fmt.Errorf("%q is not an absolute path below /", dir)
+	}
+	parts := strings.Split(rel, "/")
+	for i := range parts {
+		last := i == len(parts)-1
+		sub := strings.Join(parts[:i+1], "/")
+		var st unix.Stat_t
+		err := unix.Lstat(filepath.Join(root, sub), &st)
+		switch {
+		case err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR:
+		case hide:
+			// Nothing of the host's to hide there (or not a plain
+			// directory, which a hidden path must be).
+			return nil
+		case err != nil && !errors.Is(err, unix.ENOENT):
+			return err
+		case err == nil:
+			return fmt.Errorf("%s is not a directory on the host's root", "/"+sub)
+		default:
+			st = unix.Stat_t{Mode: 0o755}
+		}
+		mode, uid, gid := st.Mode&0o7777, layerID(st.Uid), layerID(st.Gid)
+		if last && !hide {
+			mode, uid, gid = 0o755, RootMappedID, RootMappedID
+		}
+		path := "upper/" + sub
+		if err := unix.Mkdirat(layer, path, 0o700); err != nil {
+			if errors.Is(err, unix.EEXIST) && !last {
+				continue
+			}
+			return err
+		}
+		if err := unix.Fchownat(layer, path, uid, gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return err
+		}
+		if err := fchmodat(layer, path, mode); err != nil {
+			return err
+		}
+		if last && hide {
+			if err := setOpaque(layer, path); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// layerID is the host id the lower layer shows for host id id: itself
+// moved to the sandbox's range, or the overflow id outside it.
+func layerID(id uint32) int {
+	if id < LayerIDs {
+		return RootMappedID + int(id)
+	}
+	return RootMappedID + 65534
+}
+
+// fchmodat sets the mode of path below dir (the tmpfs of a layer, where
+// nothing can swap a directory for a link while hutch works).
+func fchmodat(dir int, path string, mode uint32) error {
+	fd, err := unix.Openat(dir, path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	return unix.Fchmod(fd, mode)
+}
+
+// setOpaque marks the upper directory path opaque: the overlay shows none of
+// the lower directory's entries below it.
+func setOpaque(dir int, path string) error {
+	fd, err := unix.Openat(dir, path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	return unix.Fsetxattr(fd, "trusted.overlay.opaque", []byte("y"), 0)
+}
