@@ -31,8 +31,9 @@ type Sandbox struct {
 type CreateOptions struct {
 	// Policy is the sandbox's policy in hutch's policy-file schema, as
 	// JSON (nil: the daemon's defaults). Its workspace is the sandbox's
-	// own. A tenant on TCP may not name host paths, secrets or the host's
-	// network in it.
+	// own. A tenant on TCP may not name host paths, the daemon's own
+	// environment or files as a secret's source, or the host's network in
+	// it.
 	Policy json.RawMessage
 	// Labels are the tenant's own key/value tags, to find it by.
 	Labels map[string]string
@@ -42,6 +43,11 @@ type CreateOptions struct {
 	Timeout time.Duration
 	// IdleTimeout, when positive, ends it after that long without use.
 	IdleTimeout time.Duration
+	// Secrets are the real values of the policy's secrets, by name (for
+	// the secrets without "from"). The sandbox sees only placeholders in
+	// those variables; the daemon swaps the real values in on requests to
+	// each secret's hosts, and never stores them.
+	Secrets map[string]string
 }
 
 // ListOptions selects sandboxes. The zero value selects all of the
@@ -69,7 +75,8 @@ func (c *Client) Create(ctx context.Context, o CreateOptions) (*Sandbox, error) 
 		Env         map[string]string `json:"env,omitempty"`
 		Timeout     string            `json:"timeout,omitempty"`
 		IdleTimeout string            `json:"idle_timeout,omitempty"`
-	}{o.Policy, o.Labels, o.Env, duration(o.Timeout), duration(o.IdleTimeout)}
+		Secrets     map[string]string `json:"secrets,omitempty"`
+	}{o.Policy, o.Labels, o.Env, duration(o.Timeout), duration(o.IdleTimeout), o.Secrets}
 	var sb Sandbox
 	if err := c.call(ctx, http.MethodPost, "/v1/sandboxes", nil, in, &sb); err != nil {
 		return nil, err

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"crypto/rand"
 	"crypto/x509"
 	"encoding/hex"
@@ -62,7 +61,7 @@ func newEgress(spec policy.Spec, report string, upstreamCAs []string, stderr io.
 		return nil, err
 	}
 	id := newRunID()
-	if e.secrets, err = loadSecrets(spec.Secrets); err != nil {
+	if e.secrets, err = egress.LoadSecrets(spec.Secrets, nil); err != nil {
 		e.finish()
 		return nil, err
 	}
@@ -82,44 +81,6 @@ func newEgress(spec policy.Spec, report string, upstreamCAs []string, stderr io.
 	return e, nil
 }
 
-// loadSecrets reads the real values of the policy's secrets and makes their
-// placeholders.
-func loadSecrets(list []policy.Secret) ([]*secrets.Secret, error) {
-	var out []*secrets.Secret
-	for _, ps := range list {
-		var value []byte
-		switch kind, src, _ := strings.Cut(ps.From, ":"); kind {
-		case "env":
-			v, ok := os.LookupEnv(src)
-			if !ok || v == "" {
-				return nil, fmt.Errorf("secret %s: hutch's environment has no %s (from: %s)", ps.Name, src, ps.From)
-			}
-			value = []byte(v)
-		case "file":
-			b, err := os.ReadFile(src)
-			if err != nil {
-				return nil, fmt.Errorf("secret %s: %w", ps.Name, err)
-			}
-			value = bytes.TrimSuffix(bytes.TrimSuffix(b, []byte("\n")), []byte("\r"))
-			if len(value) == 0 {
-				return nil, fmt.Errorf("secret %s: %s is empty", ps.Name, src)
-			}
-		default:
-			return nil, fmt.Errorf("secret %s: unknown source %q", ps.Name, ps.From)
-		}
-		placeholder, err := secrets.NewPlaceholder(ps.PlaceholderPrefix, len(value))
-		if err != nil {
-			return nil, fmt.Errorf("secret %s: %w", ps.Name, err)
-		}
-		out = append(out, &secrets.Secret{
-			Name: ps.Name, Hosts: ps.Hosts, Value: secrets.NewValue(value), Placeholder: placeholder,
-			InQuery: ps.InQuery, InBody: ps.InBody, AllowPlainHTTP: ps.AllowPlainHTTP,
-		})
-		clear(value)
-	}
-	return out, nil
-}
-
 // setupTLS makes the sandbox's CA, the proxy's roots for the secrets'
 // hosts, and the trust bundle the sandbox gets.
 func (e *runEgress) setupTLS(id string, upstreamCAs []string) error {
@@ -128,20 +89,11 @@ func (e *runEgress) setupTLS(id string, upstreamCAs []string) error {
 		return fmt.Errorf("sandbox CA: %w", err)
 	}
 	e.proxy.CA = ca
-	roots, err := x509.SystemCertPool()
-	if err != nil || roots == nil {
-		roots = x509.NewCertPool()
+	roots, err := upstreamRoots(upstreamCAs)
+	if err != nil {
+		return err
 	}
-	system := systemRootsPEM()
-	for _, f := range upstreamCAs {
-		pem, err := os.ReadFile(f)
-		if err != nil {
-			return fmt.Errorf("--upstream-ca: %w", err)
-		}
-		if !roots.AppendCertsFromPEM(pem) {
-			return fmt.Errorf("--upstream-ca %s: no PEM certificate in it", f)
-		}
-	}
+	system := sandbox.SystemRootsPEM()
 	e.proxy.UpstreamRoots = roots
 	// The bundle lives in a directory anyone may enter: the sandbox's
 	// identity opens it when it binds the file into its view.
@@ -160,15 +112,23 @@ func (e *runEgress) setupTLS(id string, upstreamCAs []string) error {
 	return nil
 }
 
-// systemRootsPEM returns the host's bundle of trusted certificates, the
-// first that exists of the usual places.
-func systemRootsPEM() []byte {
-	for _, f := range sandbox.SystemBundles {
-		if b, err := os.ReadFile(f); err == nil {
-			return b
+// upstreamRoots are the roots the proxy verifies a secret's host with: the
+// system's and the certificates in files (--upstream-ca).
+func upstreamRoots(files []string) (*x509.CertPool, error) {
+	roots, err := x509.SystemCertPool()
+	if err != nil || roots == nil {
+		roots = x509.NewCertPool()
+	}
+	for _, f := range files {
+		pem, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("--upstream-ca: %w", err)
+		}
+		if !roots.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--upstream-ca %s: no PEM certificate in it", f)
 		}
 	}
-	return nil
+	return roots, nil
 }
 
 // secretValues are the memory that holds real values, for the sandbox's
@@ -202,19 +162,8 @@ func (e *runEgress) sandboxEnv(env, args []string) ([]string, error) {
 	for _, s := range e.secrets {
 		out = append(out, s.Name+"="+s.Placeholder)
 	}
-	for _, s := range e.secrets {
-		real := s.Value.Bytes()
-		for _, kv := range out {
-			if bytes.Contains([]byte(kv), real) {
-				name, _, _ := strings.Cut(kv, "=")
-				return nil, fmt.Errorf("secret %s: the sandbox's variable %s holds its real value; hutch gives the sandbox only placeholders", s.Name, name)
-			}
-		}
-		for i, a := range args {
-			if bytes.Contains([]byte(a), real) {
-				return nil, fmt.Errorf("secret %s: argument %d of the command holds its real value; pass $%s (the placeholder) instead", s.Name, i, s.Name)
-			}
-		}
+	if err := egress.CheckNoRealValues(e.secrets, out, args); err != nil {
+		return nil, err
 	}
 	return out, nil
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"archive/tar"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -82,14 +81,21 @@ func keyValues(flagName string, list []string) (map[string]string, error) {
 	return m, nil
 }
 
+// cmdCreate is hutch create: the flags of hutch run describe the policy,
+// which goes to the daemon in the policy-file schema. Secrets named by
+// --secret (or by the policy file with an env: or file: source) are read
+// here, from this command's environment and files, and travel in the
+// request; the daemon gives the sandbox placeholders only.
 func cmdCreate(args []string, stdout, stderr io.Writer) int {
-	fs := remoteFlags("create", "[flags]", stderr)
-	policyFile := fs.String("policy", "", "policy `file` (YAML or JSON, the schema of hutch run --policy)")
-	timeout := fs.Duration("timeout", 0, "the sandbox's lifetime, e.g. 30m (default: the daemon's)")
+	fs, pf := newPolicyFlags("create", stderr)
 	idle := fs.Duration("idle-timeout", 0, "end the sandbox after this long without use")
-	var labels, env listFlag
+	disk := fs.String("disk", "", "size of the sandbox's writable root, e.g. `2g` (default: the daemon's)")
+	var labels listFlag
 	fs.Var(&labels, "label", "tag the sandbox with `key=value` (repeatable)")
-	fs.Var(&env, "env", "set `NAME=VALUE` for every command in the sandbox (repeatable)")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: hutch create [flags]\n\nCreates a sandbox in the daemon at $HUTCH_HOST (default %s), with the token in $HUTCH_TOKEN,\nand prints its id. --timeout is its lifetime.\n\nFlags:\n", client.DefaultHost)
+		fs.PrintDefaults()
+	}
 	if err := fs.Parse(args); err != nil {
 		return usageCode(err)
 	}
@@ -97,22 +103,31 @@ func cmdCreate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "hutch: create takes no arguments, got %q\n", fs.Args())
 		return 2
 	}
-	var opts client.CreateOptions
+	opts := client.CreateOptions{IdleTimeout: *idle}
 	var err error
 	if opts.Labels, err = keyValues("label", labels); err != nil {
 		fmt.Fprintf(stderr, "hutch: %v\n", err)
 		return 2
 	}
-	if opts.Env, err = keyValues("env", env); err != nil {
+	spec, err := pf.remoteSpec()
+	if err == nil && *disk != "" {
+		if spec.Resources.DiskBytes, err = policy.ParseSize(*disk); err != nil {
+			err = fmt.Errorf("--disk: %w", err)
+		}
+	}
+	if err == nil {
+		opts.Secrets, err = localSecrets(&spec)
+	}
+	// The lifetime and the variables travel as the request's own, which
+	// leaves a policy of defaults that a warm sandbox can serve.
+	opts.Timeout, spec.Resources.Timeout = spec.Resources.Timeout, 0
+	opts.Env, spec.Env.Set = spec.Env.Set, nil
+	if err == nil {
+		opts.Policy, err = specJSON(spec)
+	}
+	if err != nil {
 		fmt.Fprintf(stderr, "hutch: %v\n", err)
 		return 2
-	}
-	opts.Timeout, opts.IdleTimeout = *timeout, *idle
-	if *policyFile != "" {
-		if opts.Policy, err = policyJSON(*policyFile); err != nil {
-			fmt.Fprintf(stderr, "hutch: %v\n", err)
-			return 1
-		}
 	}
 	c, ok := newClient(stderr)
 	if !ok {
@@ -129,34 +144,91 @@ func cmdCreate(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// policyJSON reads a policy file, checks it as hutch run would (so that
-// errors name the file, line and column) and returns it as JSON in the same
-// schema, for the daemon.
-func policyJSON(file string) (json.RawMessage, error) {
-	if _, err := policy.Load(file); err != nil {
-		return nil, err
+// remoteSpec is the policy of the flags and the policy or srt settings
+// file, not normalized (the daemon does that): env.pass is resolved here,
+// from this command's environment.
+func (p *policyFlags) remoteSpec() (policy.Spec, error) {
+	var s policy.Spec
+	var err error
+	switch {
+	case p.policyFile != "" && p.srtFile != "":
+		return s, errors.New("--policy and --srt-settings cannot be combined")
+	case p.policyFile != "":
+		s, err = policy.Load(p.policyFile)
+	case p.srtFile != "":
+		s, _, err = policy.LoadSRT(p.srtFile)
 	}
-	data, err := os.ReadFile(file)
+	if err != nil {
+		return s, err
+	}
+	if err := p.apply(&s); err != nil {
+		return s, err
+	}
+	for _, pat := range s.Env.Pass {
+		for _, kv := range os.Environ() {
+			name, value, _ := strings.Cut(kv, "=")
+			prefix, wild := strings.CutSuffix(pat, "*")
+			if name == pat || (wild && strings.HasPrefix(name, prefix)) {
+				if s.Env.Set == nil {
+					s.Env.Set = map[string]string{}
+				}
+				s.Env.Set[name] = value
+			}
+		}
+	}
+	s.Env.Pass = nil
+	return s, nil
+}
+
+// localSecrets reads the real values of the policy's secrets from this
+// command's environment (env:NAME, the default) or files (file:PATH); the
+// request carries them (from: request).
+func localSecrets(s *policy.Spec) (map[string]string, error) {
+	if len(s.Secrets) == 0 {
+		return nil, nil
+	}
+	values := map[string]string{}
+	for i := range s.Secrets {
+		sec := &s.Secrets[i]
+		from := sec.From
+		if from == "" {
+			from = "env:" + sec.Name
+		}
+		kind, src, _ := strings.Cut(from, ":")
+		switch kind {
+		case "env":
+			v, ok := os.LookupEnv(src)
+			if !ok || v == "" {
+				return nil, fmt.Errorf("secret %s: this command's environment has no %s (from: %s)", sec.Name, src, from)
+			}
+			values[sec.Name] = v
+		case "file":
+			b, err := os.ReadFile(src)
+			if err != nil {
+				return nil, fmt.Errorf("secret %s: %w", sec.Name, err)
+			}
+			values[sec.Name] = strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
+		default:
+			return nil, fmt.Errorf("secret %s: unknown source %q", sec.Name, from)
+		}
+		sec.From = policy.SecretFromRequest
+	}
+	return values, nil
+}
+
+// specJSON is s in the policy-file schema, as JSON.
+func specJSON(s policy.Spec) (json.RawMessage, error) {
+	y, err := s.Format()
 	if err != nil {
 		return nil, err
 	}
-	trimmed := bytes.TrimSpace(data)
-	if len(trimmed) == 0 {
-		return nil, nil
-	}
-	if json.Valid(trimmed) {
-		return trimmed, nil
-	}
 	var v any
-	if err := yaml.Unmarshal(data, &v); err != nil {
-		return nil, fmt.Errorf("%s: %w", file, err)
-	}
-	if v == nil {
-		return nil, nil
+	if err := yaml.Unmarshal(y, &v); err != nil {
+		return nil, fmt.Errorf("policy as JSON: %w", err)
 	}
 	out, err := json.Marshal(v)
 	if err != nil {
-		return nil, fmt.Errorf("%s: as JSON: %w", file, err)
+		return nil, fmt.Errorf("policy as JSON: %w", err)
 	}
 	return out, nil
 }

@@ -36,9 +36,14 @@ func cmdServe(args []string, stderr io.Writer) int {
 	defTimeout := fs.Duration("default-timeout", 0, "lifetime of a sandbox that asks for none (default 5m)")
 	maxTimeout := fs.Duration("max-timeout", 0, "longest lifetime of a sandbox (default 24h)")
 	maxSandboxes := fs.Int("max-sandboxes", 0, "most sandboxes a tenant may have at once (default 100)")
+	disk := fs.String("disk", "1g", "default `size` of a sandbox's writable root (its policy's resources.disk overrides it); it is kept in memory")
+	maxDisk := fs.String("max-disk", "16g", "largest `size` of a sandbox's writable root a policy may ask for")
+	warm := fs.Int("warm", 0, "keep `N` sandboxes of the default policy started, for creates that ask for no other policy to take at once")
+	var upstreamCAs listFlag
+	fs.Var(&upstreamCAs, "upstream-ca", "also trust the certificates in `file` (PEM) when a sandbox's proxy connects to a secret's host (repeatable)")
 	debug := fs.Bool("debug", false, "log every request")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: hutch serve [flags]\n\nRuns the daemon: an HTTP API for long-lived sandboxes, until SIGINT or SIGTERM,\nwhich destroy every sandbox.\n\nFlags:")
+		fmt.Fprintln(stderr, "Usage: hutch serve [flags]\n\nRuns the daemon: an HTTP API for long-lived sandboxes, until SIGINT or SIGTERM,\nwhich destroy every sandbox. With --warm N it keeps N sandboxes of the default\npolicy ready: a create with the default policy takes one at once, and the\npool refills in the background.\n\nFlags:")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -51,6 +56,18 @@ func cmdServe(args []string, stderr io.Writer) int {
 	upload, err := policy.ParseSize(*maxUpload)
 	if err != nil || upload <= 0 {
 		fmt.Fprintf(stderr, "hutch: --max-upload %q: want a size such as 512m or 2g\n", *maxUpload)
+		return 2
+	}
+	var disks [2]int64
+	for i, f := range []struct{ name, value string }{{"disk", *disk}, {"max-disk", *maxDisk}} {
+		if disks[i], err = policy.ParseSize(f.value); err != nil || disks[i] <= 0 {
+			fmt.Fprintf(stderr, "hutch: --%s %q: want a size such as 512m or 2g\n", f.name, f.value)
+			return 2
+		}
+	}
+	roots, err := upstreamRoots(upstreamCAs)
+	if err != nil {
+		fmt.Fprintf(stderr, "hutch: %v\n", err)
 		return 2
 	}
 	level := slog.LevelInfo
@@ -74,6 +91,10 @@ func cmdServe(args []string, stderr io.Writer) int {
 		DefaultTimeout: *defTimeout,
 		MaxTimeout:     *maxTimeout,
 		MaxSandboxes:   *maxSandboxes,
+		Warm:           *warm,
+		DefaultDisk:    disks[0],
+		UpstreamRoots:  roots,
+		MaxDisk:        disks[1],
 	}, log)
 	if err != nil {
 		for _, l := range ls {
@@ -151,7 +172,7 @@ func cmdToken(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "hutch: --tenant %q: want 1-64 letters, digits, '.', '_' or '-'\n", *tenant)
 		return 2
 	}
-	if err := os.MkdirAll(*stateDir, 0o711); err != nil {
+	if err := os.MkdirAll(*stateDir, 0o700); err != nil {
 		fmt.Fprintf(stderr, "hutch: %v\n", err)
 		return 1
 	}

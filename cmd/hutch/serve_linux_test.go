@@ -79,7 +79,7 @@ func startDaemon(t *testing.T) *daemonProc {
 		base: base, stateDir: filepath.Join(base, "state"), sock: filepath.Join(base, "s.sock"),
 		log: &lockedBuffer{}, exited: make(chan struct{}),
 	}
-	d.cmd = exec.Command(bin, "serve", "--socket", d.sock, "--state-dir", d.stateDir, "--listen", "127.0.0.1:0")
+	d.cmd = exec.Command(bin, "serve", "--socket", d.sock, "--state-dir", d.stateDir, "--listen", "127.0.0.1:0", "--warm", "2")
 	d.cmd.Env = baseEnv(base)
 	d.cmd.Dir = base
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
@@ -248,8 +248,18 @@ func TestServe(t *testing.T) {
 	d := startDaemon(t)
 	ctx := context.Background()
 
+	// The warm pool (--warm 2) fills, and the create takes from it; its
+	// environment reaches the commands all the same (exec below).
+	for end := time.Now().Add(guard); !strings.Contains(d.log.String(), "warm=2 size=2"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("the warm pool did not fill:\n%s", d.log.String())
+		}
+	}
 	r := d.admin(t, "create", "--label", "suite=e2e", "--env", "GREETING=hello", "--timeout", "10m")
 	wantOK(t, r)
+	if !strings.Contains(d.log.String(), "warm=true") {
+		t.Errorf("the create did not take a warm sandbox:\n%s", d.log.String())
+	}
 	id := lastLine(r.stdout)
 	if id == "" {
 		t.Fatalf("create printed no id: %s", r)
@@ -288,6 +298,30 @@ func TestServe(t *testing.T) {
 		if !strings.Contains(r.stderr, "404") {
 			t.Errorf("exec in a missing sandbox: %s", r)
 		}
+	})
+
+	t.Run("create with the flags of run", func(t *testing.T) {
+		const real = "e2e-real-token-value"
+		dir := t.TempDir()
+		env := append(baseEnv(dir), "HUTCH_HOST=unix://"+d.sock, "E2E_TOKEN="+real)
+		r := hutch(t, invocation{dir: dir, env: env, args: []string{"create", "--memory", "128m", "--disk", "32m",
+			"--allow-domain", "example.com", "--secret", "E2E_TOKEN@example.com", "--env", "A=b", "--label", "kind=flags"}})
+		wantOK(t, r)
+		fid := lastLine(r.stdout)
+		r = d.admin(t, "exec", fid, "--", "sh", "-c", `echo "A=$A proxy=$HTTPS_PROXY"; df -k / | tail -1 | awk '{print $2}'; echo "$E2E_TOKEN"`)
+		wantOK(t, r)
+		got := lines(r.stdout)
+		if len(got) != 3 || got[0] != "A=b proxy=http://127.0.0.1:3128" || got[1] != "32768" || got[2] == "" || strings.Contains(got[2], real) {
+			t.Errorf("in the sandbox: %q", got)
+		}
+		wantOK(t, d.admin(t, "rm", fid))
+		// A secret whose variable is not set here is refused before anything is made.
+		r = hutch(t, invocation{dir: dir, env: append(baseEnv(dir), "HUTCH_HOST=unix://"+d.sock), args: []string{"create", "--secret", "E2E_TOKEN@example.com"}})
+		wantCode(t, r, 2)
+		if !strings.Contains(r.stderr, "E2E_TOKEN") {
+			t.Errorf("create without the secret's value: %s", r)
+		}
+		wantCode(t, d.admin(t, "create", "--disk", "lots"), 2)
 	})
 
 	t.Run("cp", func(t *testing.T) {

@@ -41,6 +41,9 @@ type Client struct {
 
 	closing  atomic.Bool
 	failOnce sync.Once
+
+	// env is added under the environment of every Exec (see SetEnv).
+	env atomic.Pointer[[]string]
 }
 
 // call is a request in flight.
@@ -82,6 +85,16 @@ func NewClient(conn net.Conn) *Client {
 	}
 	go c.readLoop()
 	return c
+}
+
+// SetEnv sets NAME=VALUE entries that every later Exec sends before its
+// own ExecRequest.Env, so that an entry of ExecRequest.Env wins over one of
+// env with its name, and both win over the agent's own environment. The
+// daemon uses it for a sandbox started before the environment asked for
+// was known (a warm one).
+func (c *Client) SetEnv(env []string) {
+	env = slices.Clone(env)
+	c.env.Store(&env)
 }
 
 // Close closes the connection: every call in progress fails with an error
@@ -608,7 +621,7 @@ func (c *Client) Exec(ctx context.Context, r ExecRequest) (*Process, error) {
 		}
 	}
 	m := &request{
-		Op: opExec, Args: toWire(r.Args), Env: toWire(r.Env), Dir: wstr(r.Dir),
+		Op: opExec, Args: toWire(r.Args), Env: toWire(c.execEnv(r.Env)), Dir: wstr(r.Dir),
 		Stdin: r.Stdin, TTY: r.TTY, Rows: r.Rows, Cols: r.Cols, Timeout: int64(r.Timeout),
 	}
 	k, resp, err := c.roundTrip(ctx, m, func(k *call) {
@@ -635,6 +648,16 @@ func (c *Client) Exec(ctx context.Context, r ExecRequest) (*Process, error) {
 		p.Stdin = k.in
 	}
 	return p, nil
+}
+
+// execEnv is env after the entries SetEnv set; the agent lets a later
+// entry replace an earlier one with its name.
+func (c *Client) execEnv(env []string) []string {
+	base := c.env.Load()
+	if base == nil || len(*base) == 0 {
+		return env
+	}
+	return slices.Concat(*base, env)
 }
 
 type eofReader struct{}

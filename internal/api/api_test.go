@@ -329,7 +329,8 @@ func TestRemotePolicy(t *testing.T) {
 		{`{"filesystem":{"no_default_denies":true}}`, "filesystem.no_default_denies"},
 		{`{"network":{"mode":"host"}}`, "network.mode host"},
 		{`{"network":{"allowed_domains":["example.com"],"allow_private":["10.0.0.0/8"]}}`, "network.allow_private"},
-		{`{"secrets":[{"name":"TOKEN","hosts":["api.example.com"]}]}`, "secrets"},
+		{`{"secrets":[{"name":"TOKEN","hosts":["api.example.com"]}]}`, "secrets[0].from"},
+		{`{"secrets":[{"name":"TOKEN","hosts":["api.example.com"],"from":"file:/etc/hutch/token"}]}`, "secrets[0].from"},
 		{`{"env":{"pass":["AWS_SECRET_ACCESS_KEY"]}}`, "env.pass"},
 		{`{"best_effort":true}`, "best_effort"},
 	} {
@@ -348,6 +349,21 @@ func TestRemotePolicy(t *testing.T) {
 	if got.Resources.MemoryBytes != 512<<20 || !slices.Equal(got.Network.AllowedDomains, []string{"example.com"}) {
 		t.Errorf("the policy reached the manager as %+v", got)
 	}
+	// A secret whose value comes with the request is fine from anywhere;
+	// the value reaches the manager and nothing echoes it.
+	resp, data = remote.request(t, "POST", "/v1/sandboxes",
+		`{"policy":{"secrets":[{"name":"TOKEN","hosts":["api.example.com"]}]},"secrets":{"TOKEN":"real-value-77"}}`,
+		"Authorization", "Bearer "+tok)
+	want(t, resp, data, http.StatusCreated, "")
+	req := remote.m.LastCreate()
+	if v := req.Secrets["TOKEN"]; string(v.Bytes()) != "real-value-77" || len(req.Policy.Secrets) != 1 || req.Policy.Secrets[0].From != policy.SecretFromRequest {
+		t.Errorf("the manager got secrets %v and policy secrets %+v", req.Secrets, req.Policy.Secrets)
+	}
+	if strings.Contains(string(data), "real-value-77") {
+		t.Errorf("the response shows the value: %s", data)
+	}
+	resp, data = remote.request(t, "POST", "/v1/sandboxes", `{"secrets":{"TOKEN":5}}`, "Authorization", "Bearer "+tok)
+	want(t, resp, data, http.StatusBadRequest, CodeInvalid, "secret value")
 }
 
 func TestCreate(t *testing.T) {

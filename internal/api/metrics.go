@@ -48,7 +48,7 @@ func newAPIMetrics(m Manager) *apiMetrics {
 			}
 			return out, nil
 		})
-	am.reg.Register(am.requests, create, am.exec, sandboxes, daemon.EgressRefused, daemon.EgressBytes)
+	am.reg.Register(am.requests, create, am.exec, sandboxes, daemon.EgressRefused, daemon.EgressBytes, daemon.WarmSandboxes)
 	return am
 }
 

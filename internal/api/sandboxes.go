@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/hutch-sandbox/hutch/internal/daemon"
 	"github.com/hutch-sandbox/hutch/internal/policy"
+	"github.com/hutch-sandbox/hutch/internal/secrets"
 	"github.com/hutch-sandbox/hutch/internal/store"
 )
 
@@ -34,6 +36,11 @@ type CreateBody struct {
 	Timeout string `json:"timeout,omitempty"`
 	// IdleTimeout ends the sandbox after that long without use.
 	IdleTimeout string `json:"idle_timeout,omitempty"`
+	// Secrets are the real values of the policy's secrets, by name: a
+	// secret of the policy without "from" takes its value from here. The
+	// sandbox gets a placeholder; the daemon keeps the value in memory
+	// only and swaps it in at the egress for the secret's hosts.
+	Secrets map[string]secrets.Value `json:"secrets,omitempty"`
 }
 
 // TimeoutBody is the body of POST /v1/sandboxes/{id}/timeout.
@@ -76,6 +83,13 @@ func createRequest(b CreateBody, origin Origin) (daemon.CreateRequest, error) {
 		if err != nil {
 			return req, errorf(daemon.ErrInvalid, "%v", err)
 		}
+		for i := range spec.Secrets {
+			if s := &spec.Secrets[i]; s.From == "" {
+				if _, ok := b.Secrets[s.Name]; ok {
+					s.From = policy.SecretFromRequest
+				}
+			}
+		}
 		if origin != OriginLocal {
 			if err := checkRemotePolicy(spec); err != nil {
 				return req, err
@@ -96,7 +110,7 @@ func createRequest(b CreateBody, origin Origin) (daemon.CreateRequest, error) {
 	if req.IdleTimeout, err = parseTimeout("idle_timeout", b.IdleTimeout); err != nil {
 		return req, err
 	}
-	req.Labels, req.Env = b.Labels, b.Env
+	req.Labels, req.Env, req.Secrets = b.Labels, b.Env, b.Secrets
 	return req, nil
 }
 
@@ -122,8 +136,10 @@ func checkRemotePolicy(s policy.Spec) error {
 	if len(s.Network.AllowPrivate) > 0 {
 		bad = append(bad, "network.allow_private")
 	}
-	if len(s.Secrets) > 0 {
-		bad = append(bad, "secrets")
+	for i, sec := range s.Secrets {
+		if sec.From != policy.SecretFromRequest {
+			bad = append(bad, fmt.Sprintf("secrets[%d].from (the daemon's own environment and files; give the value in the request's secrets instead)", i))
+		}
 	}
 	if len(s.Env.Pass) > 0 {
 		bad = append(bad, "env.pass")

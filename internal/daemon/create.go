@@ -20,6 +20,7 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/egress"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
+	"github.com/hutch-sandbox/hutch/internal/secrets"
 	"github.com/hutch-sandbox/hutch/internal/store"
 )
 
@@ -92,10 +93,28 @@ func (m *Manager) Create(ctx context.Context, tenant string, r CreateRequest) (I
 		return Info{}, invalid("create sandbox: negative idle timeout %s", r.IdleTimeout)
 	}
 
+	if tenant == warmTenant {
+		return Info{}, invalid("create sandbox: the tenant name %q is reserved", tenant)
+	}
+	if m.pool != nil && warmMatch(r) {
+		if info, ok, err := m.takeWarm(ctx, tenant, r); ok || err != nil {
+			return info, err
+		}
+	}
+
 	id := newID()
 	dir := filepath.Join(m.sbRoot, id)
-	ws := filepath.Join(dir, "workspace")
-	spec, timeout, err := m.prepare(r, dir, ws)
+	spec, timeout, err := m.prepare(r, dir, workspaceOf(r.Policy))
+	if err != nil {
+		os.RemoveAll(dir)
+		return Info{}, err
+	}
+	sec, err := loadSecrets(spec, r.Secrets)
+	if err != nil {
+		os.RemoveAll(dir)
+		return Info{}, err
+	}
+	env, err := sec.env(environ(spec.Env, r.Env))
 	if err != nil {
 		os.RemoveAll(dir)
 		return Info{}, err
@@ -127,93 +146,22 @@ func (m *Manager) Create(ctx context.Context, tenant string, r CreateRequest) (I
 	ev := m.newEvents(tenant, id)
 	ev.append(EventCreated, map[string]any{"expires": row.Expires}, false)
 
-	// From here on a failure ends what was started and records the
-	// sandbox as stopped.
-	var (
-		inst   instance
-		client *agent.Client
-		eproxy *egress.Proxy
-	)
-	fail := func(err error) (Info, error) {
-		if client != nil {
-			client.Close()
-		}
-		if inst != nil {
-			if cerr := inst.Close(); cerr != nil {
-				log.Warn("close sandbox", "err", cerr)
-			}
-		}
-		countTraffic(eproxy)
-		if rerr := os.RemoveAll(dir); rerr != nil {
-			log.Error("remove sandbox directory", "dir", dir, "err", rerr)
-		}
-		if _, uerr := m.st.UpdateSandbox(context.Background(), id, func(sb *store.Sandbox) error {
-			sb.State = store.StateStopped
-			return nil
-		}); uerr != nil {
-			log.Error("record sandbox stopped", "err", uerr)
-		}
-		log.Info("sandbox failed to start", "err", err)
-		m.endEvents(id, ev, "it failed to start")
+	l, err := m.launch(ctx, id, dir, spec, env, sec, log, ev)
+	if err != nil {
+		m.abandon(id, dir, log, ev, err)
 		return Info{}, fmt.Errorf("create sandbox %s: %w", id, err)
 	}
-
-	var proxy sandbox.Proxy
-	if spec.Network.Mode == "proxy" {
-		p, err := newProxy(spec.Network, id, log, ev)
-		if err != nil {
-			return fail(err)
-		}
-		proxy, eproxy = p, p
-	}
-	inst, conn, err := startSandbox(sandbox.Config{
-		Spec:    spec,
-		Environ: environ(spec.Env, r.Env),
-		Log:     log,
-		Proxy:   proxy,
-	})
-	if err != nil {
-		return fail(err)
-	}
-	client = agent.NewClient(conn)
-	// Recorded at once, so that a daemon started after this one died can
-	// find the sandbox's PID 1 even if it died before the sandbox ran.
-	pid := inst.PID()
-	pidStart, err := processStart(pid)
-	if err != nil {
-		return fail(fmt.Errorf("PID 1 (host pid %d): %w", pid, err))
-	}
-	if _, err := m.st.UpdateSandbox(context.Background(), id, func(sb *store.Sandbox) error {
-		sb.PID, sb.PIDStart = pid, pidStart
-		return nil
-	}); err != nil {
-		return fail(err)
-	}
-	rctx, cancel := context.WithTimeout(ctx, readyTimeout)
-	_, err = client.ListProcesses(rctx)
-	cancel()
-	if err != nil {
-		return fail(fmt.Errorf("the agent did not answer: %w", err))
-	}
-
-	l := &live{
-		id:      id,
-		tenant:  tenant,
-		dir:     dir,
-		inst:    inst,
-		client:  client,
-		proxy:   eproxy,
-		ev:      ev,
-		idle:    r.IdleTimeout,
-		expires: row.Expires,
-		ended:   make(chan struct{}),
-	}
+	l.tenant = tenant
+	l.idle = r.IdleTimeout
+	l.expires = row.Expires
 	l.lastActive.Store(now.UnixNano())
 	l.flushed, l.flushedAt = now.UnixNano(), now
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
-		return fail(errClosed())
+		l.close(log)
+		m.abandon(id, dir, log, ev, errClosed())
+		return Info{}, fmt.Errorf("create sandbox %s: %w", id, errClosed())
 	}
 	m.live[id] = l
 	m.mu.Unlock()
@@ -231,8 +179,101 @@ func (m *Manager) Create(ctx context.Context, tenant string, r CreateRequest) (I
 		return Info{}, fmt.Errorf("create sandbox %s: %w", id, err)
 	}
 	ev.append(EventStarted, nil, false)
-	log.Info("sandbox started", "pid", pid, "expires", row.Expires)
+	log.Info("sandbox started", "pid", l.inst.PID(), "expires", row.Expires)
 	return infoOf(sb), nil
+}
+
+// launch starts sandbox id — its record made (starting) and its directory
+// ready — with spec and env as its agent's environment (with the
+// placeholders of sec, the spec's secrets, nil for none), records the host
+// pid of its PID 1 and waits for its agent to answer. It is how every
+// sandbox starts, created or warm. The live it returns belongs to no
+// tenant yet and is not in m.live; ev (may be nil) gets its proxy's
+// refusals. On error everything started is closed again; the caller
+// cleans up the record and the directory (abandon).
+func (m *Manager) launch(ctx context.Context, id, dir string, spec policy.Spec, env []string, sec *sandboxSecrets, log *slog.Logger, ev *eventLog) (*live, error) {
+	l := &live{id: id, dir: dir, ev: ev, ended: make(chan struct{})}
+	fail := func(err error) (*live, error) {
+		l.close(log)
+		return nil, err
+	}
+	var proxy sandbox.Proxy
+	if spec.Network.Mode == "proxy" {
+		p, err := newProxy(spec.Network, id, log, ev, sec.secrets())
+		if err != nil {
+			return nil, err
+		}
+		proxy, l.proxy = p, p
+		if sec != nil {
+			if err := sec.intercept(p, id, dir, m.cfg.UpstreamRoots); err != nil {
+				return fail(err)
+			}
+		}
+	}
+	inst, conn, err := startSandbox(sandbox.Config{
+		Spec:      spec,
+		Environ:   env,
+		Log:       log,
+		Proxy:     proxy,
+		RootLayer: &sandbox.RootLayer{SizeBytes: spec.Resources.DiskBytes, Hide: m.hidden()},
+		CABundle:  sec.caBundle(),
+		Wipe:      sec.values(),
+	})
+	if err != nil {
+		return fail(err)
+	}
+	l.inst = inst
+	l.client = agent.NewClient(conn)
+	// Recorded at once, so that a daemon started after this one died can
+	// find the sandbox's PID 1 even if it died before the sandbox ran.
+	pid := inst.PID()
+	pidStart, err := processStart(pid)
+	if err != nil {
+		return fail(fmt.Errorf("PID 1 (host pid %d): %w", pid, err))
+	}
+	if _, err := m.st.UpdateSandbox(context.Background(), id, func(sb *store.Sandbox) error {
+		sb.PID, sb.PIDStart = pid, pidStart
+		return nil
+	}); err != nil {
+		return fail(err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	_, err = l.client.ListProcesses(rctx)
+	cancel()
+	if err != nil {
+		return fail(fmt.Errorf("the agent did not answer: %w", err))
+	}
+	return l, nil
+}
+
+// close ends what launch started of l, for a sandbox that never ran for
+// a tenant: its agent connection, its PID 1 and its proxy.
+func (l *live) close(log *slog.Logger) {
+	if l.client != nil {
+		l.client.Close()
+	}
+	if l.inst != nil {
+		if err := l.inst.Close(); err != nil {
+			log.Warn("close sandbox", "err", err)
+		}
+	}
+	countTraffic(l.proxy)
+}
+
+// abandon cleans up after sandbox id failed to start (err): it removes its
+// directory, records it as stopped and ends its event log (ev may be nil).
+func (m *Manager) abandon(id, dir string, log *slog.Logger, ev *eventLog, err error) {
+	if rerr := os.RemoveAll(dir); rerr != nil {
+		log.Error("remove sandbox directory", "dir", dir, "err", rerr)
+	}
+	if _, uerr := m.st.UpdateSandbox(context.Background(), id, func(sb *store.Sandbox) error {
+		sb.State = store.StateStopped
+		return nil
+	}); uerr != nil {
+		log.Error("record sandbox stopped", "err", uerr)
+	}
+	log.Info("sandbox failed to start", "err", err)
+	m.endEvents(id, ev, "it failed to start")
 }
 
 // insert records a new sandbox, within tenant's quota.
@@ -252,8 +293,9 @@ func (m *Manager) insert(ctx context.Context, row store.Sandbox) error {
 	return nil
 }
 
-// prepare makes the sandbox's directory and workspace and returns its
-// policy and lifetime.
+// prepare makes the sandbox's directory and returns its policy, whose
+// workspace is ws (a directory of the sandbox's writable root, made there
+// when it starts), and its lifetime.
 func (m *Manager) prepare(r CreateRequest, dir, ws string) (policy.Spec, time.Duration, error) {
 	spec := clonePolicy(r.Policy)
 	spec.Filesystem.Workspace = ws
@@ -263,34 +305,49 @@ func (m *Manager) prepare(r CreateRequest, dir, ws string) (policy.Spec, time.Du
 	if err := servePolicy(spec); err != nil {
 		return spec, 0, err
 	}
-	timeout := r.Timeout
+	if spec.Resources.DiskBytes == 0 {
+		spec.Resources.DiskBytes = m.cfg.DefaultDisk
+	}
+	if spec.Resources.DiskBytes > m.cfg.MaxDisk {
+		return spec, 0, invalid("create sandbox: policy: resources.disk: %s is above the maximum of %s", policy.FormatSize(spec.Resources.DiskBytes), policy.FormatSize(m.cfg.MaxDisk))
+	}
+	timeout, err := m.lifetime(r.Timeout, spec.Resources.Timeout)
+	if err != nil {
+		return spec, 0, err
+	}
+	// The workspace is made in the sandbox's own root layer, not on the
+	// host: it is checked as if it were an existing directory.
+	check := spec
+	check.Filesystem.Workspace = m.sbRoot
+	if err := check.Validate(); err != nil {
+		return spec, 0, invalid("create sandbox: policy: %s", oneLine(err))
+	}
+	switch {
+	case !filepath.IsAbs(ws):
+		return spec, 0, invalid("create sandbox: policy: filesystem.workspace: must be an absolute path, got %q", ws)
+	case policy.SystemDir(ws):
+		return spec, 0, invalid("create sandbox: policy: filesystem.workspace: %q is a system directory", ws)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return spec, 0, fmt.Errorf("create sandbox: %w", err)
+	}
+	return spec, timeout, nil
+}
+
+// lifetime is the lifetime of a sandbox whose request asked for timeout
+// and whose policy for policyTimeout (the daemon's default when both are
+// zero).
+func (m *Manager) lifetime(timeout, policyTimeout time.Duration) (time.Duration, error) {
 	if timeout == 0 {
-		timeout = spec.Resources.Timeout
+		timeout = policyTimeout
 	}
 	if timeout == 0 {
 		timeout = m.cfg.DefaultTimeout
 	}
 	if timeout < 0 || timeout > m.cfg.MaxTimeout {
-		return spec, 0, invalid("create sandbox: timeout %s is not between 0 and the maximum of %s", timeout, m.cfg.MaxTimeout)
+		return 0, invalid("create sandbox: timeout %s is not between 0 and the maximum of %s", timeout, m.cfg.MaxTimeout)
 	}
-	if err := os.Mkdir(dir, 0o711); err != nil {
-		return spec, 0, fmt.Errorf("create sandbox: %w", err)
-	}
-	if err := os.Chmod(dir, 0o711); err != nil { // whatever the umask
-		return spec, 0, fmt.Errorf("create sandbox: %w", err)
-	}
-	// The workspace is root's and closed to everyone else on the host:
-	// the sandbox enters it through an idmapped mount on which it appears
-	// as owned by root of the sandbox's user namespace (itself mapped to
-	// an unprivileged host uid, S1), while another sandbox, which sees
-	// the host's root read-only, cannot enter it.
-	if err := os.Mkdir(ws, 0o700); err != nil {
-		return spec, 0, fmt.Errorf("create sandbox: %w", err)
-	}
-	if err := spec.Validate(); err != nil {
-		return spec, 0, invalid("create sandbox: policy: %s", oneLine(err))
-	}
-	return spec, timeout, nil
+	return timeout, nil
 }
 
 // oneLine is err's message with the problems a policy check joined
@@ -343,9 +400,6 @@ func servePolicy(s policy.Spec) error {
 	}
 	if s.Filesystem.NoDefaultDenies {
 		problems = append(problems, "filesystem.no_default_denies: not allowed in hutch serve")
-	}
-	if len(s.Secrets) > 0 {
-		problems = append(problems, "secrets: not available in hutch serve yet")
 	}
 	if s.BestEffort {
 		problems = append(problems, "best_effort: not allowed in hutch serve")
@@ -439,13 +493,15 @@ func environ(e policy.Env, extra map[string]string) []string {
 	return out
 }
 
-// newProxy makes the egress proxy of sandbox id: its refusals go to the
-// daemon's log and to the sandbox's event log ev.
-func newProxy(nw policy.Network, id string, log *slog.Logger, ev *eventLog) (*egress.Proxy, error) {
+// newProxy makes the egress proxy of sandbox id, with its secrets (nil for
+// none): its refusals go to the daemon's log and to the sandbox's event log
+// ev.
+func newProxy(nw policy.Network, id string, log *slog.Logger, ev *eventLog, list []*secrets.Secret) (*egress.Proxy, error) {
 	cfg, err := egress.ConfigFromPolicy(nw)
 	if err != nil {
 		return nil, invalid("policy: %v", err)
 	}
+	cfg.Secrets = list
 	rules, err := egress.NewRules(cfg)
 	if err != nil {
 		return nil, invalid("policy: %v", err)

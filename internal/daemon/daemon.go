@@ -7,10 +7,12 @@
 package daemon
 
 import (
+	"crypto/x509"
 	"errors"
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/policy"
+	"github.com/hutch-sandbox/hutch/internal/secrets"
 )
 
 // Category errors; package api maps them to HTTP statuses in one place.
@@ -25,20 +27,39 @@ var (
 // Config is a daemon's configuration.
 type Config struct {
 	// StateDir holds the store (state.db), the audit log and one
-	// directory per sandbox (its workspace).
+	// directory per sandbox. Sandboxes never see it.
 	StateDir string
+	// DefaultDisk is the size of a sandbox's writable root layer when its
+	// policy sets no resources.disk (1 GiB when zero); MaxDisk bounds what
+	// a policy may ask for (16 GiB, or DefaultDisk if larger, when zero).
+	// The layer lives in memory (tmpfs): what a sandbox writes counts
+	// against its memory limit.
+	DefaultDisk, MaxDisk int64
+	// UpstreamRoots verify the upstreams of hosts a sandbox's secrets are
+	// bound to (the system's roots when nil).
+	UpstreamRoots *x509.CertPool
 	// DefaultTimeout and MaxTimeout bound a sandbox's life (5 minutes and
 	// 24 hours when zero).
 	DefaultTimeout, MaxTimeout time.Duration
 	// MaxSandboxes is the most sandboxes a tenant may have at once (0:
 	// 100).
 	MaxSandboxes int
+	// Warm is how many sandboxes of the default policy the daemon keeps
+	// started and ready (0 to MaxWarm, and at most MaxSandboxes): a create
+	// with the default policy takes one at once, and the pool refills in
+	// the background. Warm sandboxes belong to no tenant until taken and
+	// count against no quota. 0: no pool.
+	Warm int
 }
+
+// MaxWarm bounds Config.Warm.
+const MaxWarm = 1000
 
 // CreateRequest is what a tenant asks for.
 type CreateRequest struct {
-	// Policy is the sandbox's policy (the policy-file schema); its
-	// workspace is replaced by the sandbox's own directory.
+	// Policy is the sandbox's policy (the policy-file schema). Its
+	// workspace (DefaultWorkspace when empty) is a directory made in the
+	// sandbox's writable root, not a host path.
 	Policy policy.Spec
 	// Labels are the tenant's own key/value tags, for listing.
 	Labels map[string]string
@@ -49,6 +70,11 @@ type CreateRequest struct {
 	// IdleTimeout, when positive, ends the sandbox after that long
 	// without an exec, stdin or file call.
 	IdleTimeout time.Duration
+	// Secrets are the real values of the policy's secrets whose source is
+	// policy.SecretFromRequest, by name. They stay in the daemon's memory:
+	// the sandbox gets placeholders, the proxy swaps the values in for the
+	// secrets' hosts only, and the store keeps none of them.
+	Secrets map[string]secrets.Value
 }
 
 // Info describes a sandbox.

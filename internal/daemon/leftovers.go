@@ -11,7 +11,8 @@ import (
 
 // cleanupLeftovers accounts for the sandboxes a previous daemon left: every record
 // not stopped is stopped, and every directory without a live sandbox is
-// removed.
+// removed. Warm sandboxes (tenant warmTenant, see pool.go) are ended the
+// same way, and their records, which no tenant owns, are then deleted.
 //
 // A sandbox whose PID 1 is gone (or whose pid now belongs to another
 // process, told apart by its start time) only needs its record and
@@ -27,11 +28,16 @@ func (m *Manager) cleanupLeftovers(ctx context.Context) error {
 	}
 	keep := make(map[string]bool)
 	for _, sb := range rows {
-		if sb.State == store.StateStopped {
+		if sb.State != store.StateStopped && !m.reclaim(ctx, sb) {
+			keep[sb.ID] = true
 			continue
 		}
-		if !m.reclaim(ctx, sb) {
-			keep[sb.ID] = true
+		// A warm sandbox's record matters to no tenant once it is
+		// stopped.
+		if sb.Tenant == warmTenant {
+			if err := m.st.DeleteSandbox(ctx, sb.ID); err != nil {
+				m.log.Error("remove the record of a stopped warm sandbox", "sandbox", sb.ID, "err", err)
+			}
 		}
 	}
 	// Directories without a record (a daemon that died between making one

@@ -15,6 +15,7 @@ import (
 
 	"github.com/hutch-sandbox/hutch/internal/agent"
 	"github.com/hutch-sandbox/hutch/internal/egress"
+	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/store"
 )
 
@@ -71,6 +72,9 @@ type Manager struct {
 	evMu   sync.Mutex
 	events map[string]*eventLog
 
+	// pool keeps the warm sandboxes (pool.go); nil when Config.Warm is 0.
+	pool *pool
+
 	teardowns  chan struct{} // a semaphore of maxTeardowns
 	stop       chan struct{} // closed to stop the reaper
 	reaperDone chan struct{} // closed once the reaper returned
@@ -118,10 +122,7 @@ func New(cfg Config, log *slog.Logger) (*Manager, error) {
 	if err := os.MkdirAll(filepath.Dir(cfg.StateDir), 0o755); err != nil {
 		return nil, fmt.Errorf("state directory: %w", err)
 	}
-	if err := ancestorsSearchable(cfg.StateDir); err != nil {
-		return nil, err
-	}
-	if err := traversable(cfg.StateDir); err != nil {
+	if err := private(cfg.StateDir); err != nil {
 		return nil, err
 	}
 	lock, err := lockStateDir(cfg.StateDir)
@@ -129,7 +130,7 @@ func New(cfg Config, log *slog.Logger) (*Manager, error) {
 		return nil, err
 	}
 	sbRoot := filepath.Join(cfg.StateDir, "sandboxes")
-	if err := traversable(sbRoot); err != nil {
+	if err := private(sbRoot); err != nil {
 		lock.Close()
 		return nil, err
 	}
@@ -155,37 +156,17 @@ func New(cfg Config, log *slog.Logger) (*Manager, error) {
 		return nil, err
 	}
 	go m.reaper()
+	if cfg.Warm > 0 {
+		m.startPool(cfg.Warm)
+	}
 	return m, nil
 }
 
-// traversable makes sure dir exists and that everyone may pass through it
-// but only root may list or change it (mode 0711, owned by root): a
-// sandbox sees the host's root read-only and must reach its own workspace
-// below dir, where it has a mount point, but may not find the others. What
-// is secret in dir is closed on its own: the store's files are 0600, each
-// workspace is 0700 (a sandbox enters its own through an idmapped mount,
-// where root of its user namespace owns it).
-// ancestorsSearchable checks that every directory above dir lets other
-// users pass: a sandbox's unprivileged identity walks the host's path to
-// its own workspace under dir.
-func ancestorsSearchable(dir string) error {
-	for p := filepath.Dir(dir); ; p = filepath.Dir(p) {
-		fi, err := os.Stat(p)
-		if err != nil {
-			return fmt.Errorf("state directory: %w", err)
-		}
-		if fi.Mode().Perm()&0o001 == 0 {
-			return fmt.Errorf("state directory %s: %s is closed to other users (mode %04o), and the sandboxes reach their workspaces through it: choose another --state-dir or chmod o+x %s: %w",
-				dir, p, fi.Mode().Perm(), p, ErrInvalid)
-		}
-		if p == "/" {
-			return nil
-		}
-	}
-}
-
-func traversable(dir string) error {
-	if err := os.Mkdir(dir, 0o711); err != nil && !errors.Is(err, os.ErrExist) {
+// private makes sure dir exists and that only root may enter it (mode
+// 0700, owned by root): nothing of the daemon's is for anyone else, and the
+// sandboxes, whose roots are their own layers, never reach it.
+func private(dir string) error {
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 		return fmt.Errorf("state directory: %w", err)
 	}
 	fi, err := os.Stat(dir)
@@ -195,8 +176,8 @@ func traversable(dir string) error {
 	if !fi.IsDir() {
 		return fmt.Errorf("state directory: %s is not a directory: %w", dir, ErrInvalid)
 	}
-	if fi.Mode().Perm() != 0o711 {
-		if err := os.Chmod(dir, 0o711); err != nil {
+	if fi.Mode().Perm() != 0o700 {
+		if err := os.Chmod(dir, 0o700); err != nil {
 			return fmt.Errorf("state directory: %w", err)
 		}
 	}
@@ -222,9 +203,22 @@ func (c *Config) withDefaults() error {
 	if c.MaxSandboxes == 0 {
 		c.MaxSandboxes = defaultMaxSandboxes
 	}
+	if c.DefaultDisk == 0 {
+		c.DefaultDisk = defaultDisk
+	}
+	if c.MaxDisk == 0 {
+		c.MaxDisk = max(defaultMaxDisk, c.DefaultDisk)
+	}
 	switch {
 	case c.DefaultTimeout < 0 || c.MaxTimeout < 0 || c.MaxSandboxes < 0:
 		return fmt.Errorf("daemon config: negative timeout or sandbox count: %w", ErrInvalid)
+	case c.Warm < 0 || c.Warm > MaxWarm:
+		return fmt.Errorf("daemon config: %d warm sandboxes is not between 0 and %d: %w", c.Warm, MaxWarm, ErrInvalid)
+	case c.Warm > c.MaxSandboxes:
+		return fmt.Errorf("daemon config: %d warm sandboxes exceed the %d sandboxes a tenant may have: %w", c.Warm, c.MaxSandboxes, ErrInvalid)
+	case c.DefaultDisk < policy.MinDiskBytes || c.DefaultDisk > c.MaxDisk:
+		return fmt.Errorf("daemon config: default disk %s is not between %s and the maximum %s: %w",
+			policy.FormatSize(c.DefaultDisk), policy.FormatSize(policy.MinDiskBytes), policy.FormatSize(c.MaxDisk), ErrInvalid)
 	case c.DefaultTimeout > c.MaxTimeout:
 		return fmt.Errorf("daemon config: default timeout %s exceeds the maximum %s: %w", c.DefaultTimeout, c.MaxTimeout, ErrInvalid)
 	}
@@ -243,10 +237,14 @@ func (m *Manager) Close() error {
 
 	close(m.stop)
 	<-m.reaperDone
+	var warm []*live
+	if m.pool != nil {
+		warm = m.pool.halt()
+	}
 	m.ops.Wait()
 
 	m.mu.Lock()
-	ls := slices.Collect(maps.Values(m.live))
+	ls := append(slices.Collect(maps.Values(m.live)), warm...)
 	m.mu.Unlock()
 	var ended []<-chan struct{}
 	for _, l := range ls {
@@ -321,7 +319,7 @@ func (m *Manager) List(ctx context.Context, tenant string, labels map[string]str
 	}
 	out := make([]Info, 0, len(rows))
 	for _, sb := range rows {
-		if state == "" && sb.State == store.StateStopped {
+		if (state == "" && sb.State == store.StateStopped) || sb.Tenant == warmTenant {
 			continue
 		}
 		out = append(out, infoOf(sb))
@@ -450,7 +448,7 @@ func infoOf(sb store.Sandbox) Info {
 		Labels:    sb.Labels,
 		CreatedAt: sb.Created,
 		ExpiresAt: sb.Expires,
-		Workspace: filepath.Join(sb.Dir, "workspace"),
+		Workspace: specWorkspace(sb.Spec),
 	}
 }
 

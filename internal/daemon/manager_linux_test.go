@@ -184,16 +184,16 @@ func hostPID(t *testing.T, m *Manager, id string) int {
 	return sb.PID
 }
 
-// TestCreateExec: a sandbox runs commands in its workspace, a directory
-// of the daemon's state directory, where its files land on the host.
+// TestCreateExec: a sandbox runs commands in its workspace, a directory of
+// its own writable root; nothing it writes reaches the host.
 func TestCreateExec(t *testing.T) {
 	m := newManager(t, Config{})
 	info := mustCreate(t, m, "a", CreateRequest{Labels: map[string]string{"team": "x"}, Env: map[string]string{"GREETING": "hello"}})
 	if !validID(info.ID) || info.State != store.StateRunning || info.Tenant != "a" || info.Labels["team"] != "x" {
 		t.Errorf("info %+v", info)
 	}
-	if want := filepath.Join(m.cfg.StateDir, "sandboxes", info.ID, "workspace"); info.Workspace != want {
-		t.Errorf("workspace %q, want %q", info.Workspace, want)
+	if info.Workspace != DefaultWorkspace {
+		t.Errorf("workspace %q, want %q", info.Workspace, DefaultWorkspace)
 	}
 	if d := time.Until(info.ExpiresAt); d < 4*time.Minute || d > 5*time.Minute {
 		t.Errorf("expires in %s, want the default 5m", d)
@@ -202,8 +202,11 @@ func TestCreateExec(t *testing.T) {
 	if want := "hello from " + info.Workspace + "\n"; !strings.HasPrefix(out, want) || !strings.Contains(out, "home=/tmp") {
 		t.Errorf("output %q, want %q and home=/tmp", out, want)
 	}
-	if b, err := os.ReadFile(filepath.Join(info.Workspace, "made-here")); err != nil || string(b) != "made\n" {
-		t.Errorf("the command's file on the host: %q, %v", b, err)
+	if out := mustRun(t, m, "a", info.ID, `cat /workspace/made-here`); out != "made\n" {
+		t.Errorf("the command's file: %q", out)
+	}
+	if _, err := os.Stat(filepath.Join("/workspace", "made-here")); err == nil {
+		t.Error("the command's file reached the host")
 	}
 	c, err := m.Agent(testCtx(t), "a", info.ID)
 	if err != nil {
@@ -212,11 +215,11 @@ func TestCreateExec(t *testing.T) {
 	if _, err := c.WriteFile(testCtx(t), filepath.Join(info.Workspace, "from-client"), strings.NewReader("hi"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if b, err := os.ReadFile(filepath.Join(info.Workspace, "from-client")); err != nil || string(b) != "hi" {
-		t.Errorf("the client's file on the host: %q, %v", b, err)
+	if out := mustRun(t, m, "a", info.ID, `cat from-client`); out != "hi" {
+		t.Errorf("the client's file: %q", out)
 	}
-	// The sandbox cannot see the daemon's state or other workspaces.
-	out = mustRun(t, m, "a", info.ID, fmt.Sprintf(`cat %s/state.db >/dev/null 2>&1 && echo read-state; ls %s/sandboxes >/dev/null 2>&1 && echo listed; true`, m.cfg.StateDir, m.cfg.StateDir))
+	// The sandbox sees the daemon's state directory empty.
+	out = mustRun(t, m, "a", info.ID, fmt.Sprintf(`cat %s/state.db >/dev/null 2>&1 && echo read-state; ls -A %s; true`, m.cfg.StateDir, m.cfg.StateDir))
 	if out != "" {
 		t.Errorf("the sandbox reached the daemon's state: %q", out)
 	}
@@ -232,7 +235,7 @@ func TestCreateExec(t *testing.T) {
 	if err := m.Destroy(testCtx(t), "a", info.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Dir(info.Workspace)); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(m.cfg.StateDir, "sandboxes", info.ID)); !os.IsNotExist(err) {
 		t.Errorf("the sandbox's directory remains: %v", err)
 	}
 	got, err = m.Get(testCtx(t), "a", info.ID)
@@ -282,13 +285,13 @@ func TestTenantIsolation(t *testing.T) {
 	if got, err := m.Get(ctx, "", a.ID); err != nil || got.Tenant != "a" {
 		t.Errorf("get as the daemon: %+v, %v", got, err)
 	}
-	// b's sandbox sees the host's root, so the state directory, read-only,
-	// but can neither list it nor enter a's workspace.
-	out, _, err := run(ctx, m, "b", b.ID, fmt.Sprintf(`cat %[1]s/note 2>&1 || echo no-read; ls %[2]s/sandboxes 2>&1 || echo no-list; echo x >%[1]s/other 2>&1 || echo no-write`, a.Workspace, m.cfg.StateDir))
+	// b's sandbox has a workspace of its own, and sees the daemon's state
+	// directory, where the sandboxes' directories are, empty.
+	out, _, err := run(ctx, m, "b", b.ID, fmt.Sprintf(`cat %[1]s/note 2>&1 || echo no-read; ls %[2]s/sandboxes 2>&1 || echo no-list`, a.Workspace, m.cfg.StateDir))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(out, "secret") || !strings.Contains(out, "no-read") || !strings.Contains(out, "no-list") || !strings.Contains(out, "no-write") {
+	if strings.Contains(out, "secret") || !strings.Contains(out, "no-read") || !strings.Contains(out, "no-list") {
 		t.Errorf("b's sandbox reached a's workspace:\n%s", out)
 	}
 	if got := mustRun(t, m, "a", a.ID, `cat note`); got != "secret\n" {
@@ -514,7 +517,8 @@ func TestInvalid(t *testing.T) {
 	}{
 		{"memory below the minimum", CreateRequest{Policy: policy.Spec{Resources: policy.Resources{MemoryBytes: 1}}}, "resources.memory"},
 		{"bad network mode", CreateRequest{Policy: policy.Spec{Network: policy.Network{Mode: "wide-open"}}}, "network.mode"},
-		{"secrets", CreateRequest{Policy: policy.Spec{Secrets: []policy.Secret{{Name: "T", Hosts: []string{"example.com"}}}}}, "secrets: not available in hutch serve yet"},
+		{"a secret without its value", CreateRequest{Policy: policy.Spec{Secrets: []policy.Secret{{Name: "T", Hosts: []string{"example.com"}, From: policy.SecretFromRequest}}}}, "secret T: the request carries no value"},
+		{"a secret from the daemon's environment that is not set", CreateRequest{Policy: policy.Spec{Secrets: []policy.Secret{{Name: "HUTCH_TEST_UNSET_SECRET", Hosts: []string{"example.com"}}}}}, "hutch's environment has no HUTCH_TEST_UNSET_SECRET"},
 		{"host network", CreateRequest{Policy: policy.Spec{Network: policy.Network{Mode: "host"}}}, "network.mode"},
 		{"host network refused by the policy", CreateRequest{Policy: policy.Spec{Network: policy.Network{Mode: "host", AllowHost: &no}}}, "network.mode"},
 		{"allow_write", CreateRequest{Policy: policy.Spec{Filesystem: policy.Filesystem{AllowWrite: []string{"/etc/cron.d"}}}}, "allow_write"},
@@ -791,5 +795,44 @@ func TestTimeoutEvents(t *testing.T) {
 	}
 	if strings.Join(late, ",") != EventTimeout+","+EventEnded {
 		t.Errorf("events since 2 of the ended sandbox: %v", late)
+	}
+}
+
+// TestWritableRoot: a sandbox's root is its own copy of the host's: it
+// installs into /usr/local and edits /etc as in a container, the host
+// never changes, another sandbox sees none of it, and its policy's disk
+// size bounds what it writes.
+func TestWritableRoot(t *testing.T) {
+	m := newManager(t, Config{})
+	a := mustCreate(t, m, "a", CreateRequest{})
+	b := mustCreate(t, m, "a", CreateRequest{})
+	name := "hutch-root-test-" + a.ID
+	out := mustRun(t, m, "a", a.ID, `printf '#!/bin/sh\necho installed\n' >/usr/local/bin/`+name+` && chmod +x /usr/local/bin/`+name+` && `+name+`; echo edited >>/etc/hosts; id -u; stat -c %U /etc/passwd`)
+	if out != "installed\n0\nroot\n" {
+		t.Errorf("output %q", out)
+	}
+	if _, err := os.Stat("/usr/local/bin/" + name); err == nil {
+		t.Error("the sandbox's program reached the host")
+	}
+	if b, err := os.ReadFile("/etc/hosts"); err != nil || strings.Contains(string(b), "edited") {
+		t.Errorf("the host's /etc/hosts: %q, %v", b, err)
+	}
+	if out := mustRun(t, m, "a", b.ID, `ls /usr/local/bin/`+name+` 2>/dev/null; grep -c edited /etc/hosts; true`); out != "0\n" {
+		t.Errorf("another sandbox sees the first one's files: %q", out)
+	}
+
+	var small policy.Spec
+	small.Resources.DiskBytes = 16 << 20
+	c := mustCreate(t, m, "a", CreateRequest{Policy: small})
+	out, _, err := run(testCtx(t), m, "a", c.ID, `dd if=/dev/zero of=big bs=1M count=32 2>&1; rm big; echo ok >small && cat small`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "No space left") || !strings.HasSuffix(out, "ok\n") {
+		t.Errorf("a sandbox with 16m of disk wrote 32m:\n%s", out)
+	}
+	small.Resources.DiskBytes = 1 << 40
+	if _, err := m.Create(testCtx(t), "a", CreateRequest{Policy: small}); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "resources.disk") {
+		t.Errorf("a disk above the maximum: %v, want ErrInvalid naming resources.disk", err)
 	}
 }

@@ -45,7 +45,8 @@ func countTraffic(p *egress.Proxy) {
 var CountedStates = []string{store.StateStarting, store.StateRunning, store.StateStopping}
 
 // Counts returns the number of sandboxes of every tenant in each of
-// CountedStates.
+// CountedStates; warm sandboxes, which belong to no tenant, are not
+// counted.
 func (m *Manager) Counts(ctx context.Context) (map[string]int, error) {
 	if err := m.enter(); err != nil {
 		return nil, err
@@ -57,7 +58,11 @@ func (m *Manager) Counts(ctx context.Context) (map[string]int, error) {
 		if err != nil {
 			return nil, fmt.Errorf("count sandboxes: %w", err)
 		}
-		out[state] = len(list)
+		for _, sb := range list {
+			if sb.Tenant != warmTenant { // counted by WarmSandboxes
+				out[state]++
+			}
+		}
 	}
 	return out, nil
 }

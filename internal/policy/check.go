@@ -208,17 +208,24 @@ func checkHostPin(s string) error {
 
 // checkSecretSource validates a secret's "from": env:NAME or file:PATH.
 func checkSecretSource(from string) error {
+	if from == SecretFromRequest {
+		return nil
+	}
 	kind, rest, ok := strings.Cut(from, ":")
 	switch {
 	case !ok || rest == "":
-		return fmt.Errorf("invalid source %q: want env:NAME or file:PATH", from)
+		return fmt.Errorf("invalid source %q: want env:NAME, file:PATH or request", from)
 	case kind == "env":
 		return checkEnvName(rest, false)
 	case kind == "file":
 		return checkPath(rest)
 	}
-	return fmt.Errorf("invalid source %q: want env:NAME or file:PATH", from)
+	return fmt.Errorf("invalid source %q: want env:NAME, file:PATH or request", from)
 }
+
+// SecretFromRequest is the source of a secret whose real value comes with
+// the request that creates the sandbox (hutch serve).
+const SecretFromRequest = "request"
 
 // checkPlaceholderPrefix validates a placeholder prefix: printable ASCII
 // without spaces, at most 64 bytes.

@@ -96,7 +96,7 @@ func TestParseErrors(t *testing.T) {
 		{"secret bad name", "", "secrets:\n  - name: A=B\n    hosts: [x.test]\n",
 			`policy.yaml:2:11: secrets[0].name: invalid variable name "A=B": names cannot contain "="`},
 		{"secret bad source", "", "secrets:\n  - name: GH\n    hosts: [x.test]\n    from: vault:gh\n",
-			`policy.yaml:4:11: secrets[0].from: invalid source "vault:gh": want env:NAME or file:PATH`},
+			`policy.yaml:4:11: secrets[0].from: invalid source "vault:gh": want env:NAME, file:PATH or request`},
 		{"secret bad prefix", "", "secrets:\n  - name: GH\n    hosts: [x.test]\n    placeholder_prefix: \"a b\"\n",
 			`policy.yaml:4:25: secrets[0].placeholder_prefix: placeholder prefix "a b": only printable ASCII without spaces`},
 		{"secret bad host", "", "secrets:\n  - name: GH\n    hosts: [\"https://x.test\"]\n",

@@ -90,8 +90,9 @@ type Secret struct {
 	// Without a port: 443 (and 80 with AllowPlainHTTP).
 	Hosts []string `json:"hosts" yaml:"hosts"`
 	// From says where hutch reads the real value: "env:NAME" (hutch's own
-	// environment; the default is env:<Name>) or "file:PATH" (the file's
-	// content without a trailing newline; the sandbox may not read it).
+	// environment; the default is env:<Name>), "file:PATH" (the file's
+	// content without a trailing newline; the sandbox may not read it), or
+	// SecretFromRequest (hutch serve only: the create request carries it).
 	From string `json:"from" yaml:"from"`
 	// PlaceholderPrefix starts the placeholder, for clients that check a
 	// token's shape (e.g. "sk-ant-", "ghp_").

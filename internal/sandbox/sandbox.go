@@ -132,6 +132,17 @@ var SystemBundles = []string{
 	"/etc/ssl/cert.pem",                  // Alpine, macOS-like layouts
 }
 
+// SystemRootsPEM returns the host's bundle of trusted certificates, the
+// first of SystemBundles that exists.
+func SystemRootsPEM() []byte {
+	for _, f := range SystemBundles {
+		if b, err := os.ReadFile(f); err == nil {
+			return b
+		}
+	}
+	return nil
+}
+
 // ProxyEnv is the environment that points a sandbox's tools at its proxy:
 // HTTP(S)_PROXY, ALL_PROXY (SOCKS5 with names resolved by the proxy), their
 // lower-case twins, NO_PROXY for the sandbox's own loopback, and git over

@@ -1,6 +1,7 @@
 package secrets
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -63,4 +64,15 @@ func (v Value) MarshalJSON() ([]byte, error) {
 // too.
 func (v Value) MarshalText() ([]byte, error) {
 	return []byte(redacted), nil
+}
+
+// UnmarshalJSON implements json.Unmarshaler: a JSON string becomes the
+// value (how an API request carries it in); marshaling still redacts.
+func (v *Value) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("secret value: want a JSON string")
+	}
+	*v = NewValue([]byte(s))
+	return nil
 }
