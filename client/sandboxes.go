@@ -119,6 +119,29 @@ func (c *Client) Destroy(ctx context.Context, id string) error {
 	return c.call(ctx, http.MethodDelete, sandboxPath(id), nil, nil, nil)
 }
 
+// Pause freezes every process of a sandbox where it is, until Resume. While
+// it is paused, commands and file calls fail with ErrConflict (409) and
+// its idle timeout does not run; its timeout still does, and Destroy ends
+// it. Pausing a paused sandbox fails with ErrConflict.
+func (c *Client) Pause(ctx context.Context, id string) (*Sandbox, error) {
+	var sb Sandbox
+	if err := c.call(ctx, http.MethodPost, sandboxPath(id, "pause"), nil, nil, &sb); err != nil {
+		return nil, err
+	}
+	return &sb, nil
+}
+
+// Resume lets the processes of a paused sandbox go on; its idle timeout
+// counts from now. Resuming a sandbox that is not paused fails with
+// ErrConflict.
+func (c *Client) Resume(ctx context.Context, id string) (*Sandbox, error) {
+	var sb Sandbox
+	if err := c.call(ctx, http.MethodPost, sandboxPath(id, "resume"), nil, nil, &sb); err != nil {
+		return nil, err
+	}
+	return &sb, nil
+}
+
 // Extend sets the sandbox to expire timeout from now.
 func (c *Client) Extend(ctx context.Context, id string, timeout time.Duration) (*Sandbox, error) {
 	in := struct {

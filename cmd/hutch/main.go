@@ -45,6 +45,8 @@ The daemon and its clients:
                                            out of a sandbox
   hutch ls [--label KEY=VALUE]...          list sandboxes
   hutch rm ID...                           destroy sandboxes
+  hutch pause ID...                        freeze every process of sandboxes
+  hutch resume ID...                       let paused sandboxes go on
   hutch events [--since N] ID              print sandbox ID's events as they
                                            happen, until it ends or Ctrl-C
 
@@ -95,6 +97,10 @@ func run(args []string, stdin, stdout, stderr *os.File) int {
 		return cmdLs(args[1:], stdout, stderr)
 	case "rm":
 		return cmdRm(args[1:], stdout, stderr)
+	case "pause":
+		return cmdPause(args[1:], stdout, stderr)
+	case "resume":
+		return cmdResume(args[1:], stdout, stderr)
 	case "events":
 		return cmdEvents(args[1:], stdout, stderr)
 	case "version", "--version":

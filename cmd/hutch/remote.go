@@ -402,34 +402,6 @@ func cmdLs(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-func cmdRm(args []string, stdout, stderr io.Writer) int {
-	fs := remoteFlags("rm", "ID...", stderr)
-	if err := fs.Parse(args); err != nil {
-		return usageCode(err)
-	}
-	if fs.NArg() == 0 {
-		fmt.Fprintln(stderr, "hutch: usage: hutch rm ID...")
-		return 2
-	}
-	c, ok := newClient(stderr)
-	if !ok {
-		return 1
-	}
-	code := 0
-	for _, id := range fs.Args() {
-		ctx, cancel := context.WithTimeout(context.Background(), remoteTimeout)
-		err := c.Destroy(ctx, id)
-		cancel()
-		if err != nil {
-			fmt.Fprintf(stderr, "hutch: rm %s: %v\n", id, err)
-			code = 1
-			continue
-		}
-		fmt.Fprintln(stdout, id)
-	}
-	return code
-}
-
 // remoteOperand splits "ID:PATH"; ok is false for a local path (one with a
 // slash before its first colon, or no colon).
 func remoteOperand(s string) (id, p string, ok bool) {

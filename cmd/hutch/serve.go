@@ -38,6 +38,8 @@ func cmdServe(args []string, stderr io.Writer) int {
 	maxSandboxes := fs.Int("max-sandboxes", 0, "most sandboxes a tenant may have at once (default 100)")
 	disk := fs.String("disk", "1g", "default `size` of a sandbox's writable root (its policy's resources.disk overrides it); it is kept in memory")
 	maxDisk := fs.String("max-disk", "16g", "largest `size` of a sandbox's writable root a policy may ask for")
+	tenantMemory := fs.String("tenant-memory", "", "bound the sum of the memory limits of a tenant's sandboxes to `size` (sandboxes then need a memory limit: their policy's or --default-memory)")
+	defaultMemory := fs.String("default-memory", "", "memory limit (`size`) of a sandbox whose policy sets none")
 	warm := fs.Int("warm", 0, "keep `N` sandboxes of the default policy started, for creates that ask for no other policy to take at once")
 	var upstreamCAs listFlag
 	fs.Var(&upstreamCAs, "upstream-ca", "also trust the certificates in `file` (PEM) when a sandbox's proxy connects to a secret's host (repeatable)")
@@ -58,9 +60,12 @@ func cmdServe(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "hutch: --max-upload %q: want a size such as 512m or 2g\n", *maxUpload)
 		return 2
 	}
-	var disks [2]int64
-	for i, f := range []struct{ name, value string }{{"disk", *disk}, {"max-disk", *maxDisk}} {
-		if disks[i], err = policy.ParseSize(f.value); err != nil || disks[i] <= 0 {
+	var sizes [4]int64
+	for i, f := range []struct{ name, value string }{{"disk", *disk}, {"max-disk", *maxDisk}, {"tenant-memory", *tenantMemory}, {"default-memory", *defaultMemory}} {
+		if f.value == "" {
+			continue
+		}
+		if sizes[i], err = policy.ParseSize(f.value); err != nil || sizes[i] <= 0 {
 			fmt.Fprintf(stderr, "hutch: --%s %q: want a size such as 512m or 2g\n", f.name, f.value)
 			return 2
 		}
@@ -92,9 +97,11 @@ func cmdServe(args []string, stderr io.Writer) int {
 		MaxTimeout:     *maxTimeout,
 		MaxSandboxes:   *maxSandboxes,
 		Warm:           *warm,
-		DefaultDisk:    disks[0],
+		DefaultDisk:    sizes[0],
+		MaxDisk:        sizes[1],
+		TenantMemory:   sizes[2],
+		DefaultMemory:  sizes[3],
 		UpstreamRoots:  roots,
-		MaxDisk:        disks[1],
 	}, log)
 	if err != nil {
 		for _, l := range ls {

@@ -67,7 +67,6 @@ type daemonProc struct {
 func startDaemon(t *testing.T) *daemonProc {
 	t.Helper()
 	testutil.RequireRoot(t)
-	bin := testutil.Hutch(t)
 	base, err := os.MkdirTemp("", "hutch-serve-")
 	if err != nil {
 		t.Fatal(err)
@@ -75,36 +74,51 @@ func startDaemon(t *testing.T) *daemonProc {
 	if err := os.Chmod(base, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	d := &daemonProc{
-		base: base, stateDir: filepath.Join(base, "state"), sock: filepath.Join(base, "s.sock"),
-		log: &lockedBuffer{}, exited: make(chan struct{}),
-	}
-	d.cmd = exec.Command(bin, "serve", "--socket", d.sock, "--state-dir", d.stateDir, "--listen", "127.0.0.1:0", "--warm", "2")
-	d.cmd.Env = baseEnv(base)
-	d.cmd.Dir = base
+	t.Cleanup(func() { os.RemoveAll(base) })
+	d := &daemonProc{base: base, stateDir: filepath.Join(base, "state"), sock: filepath.Join(base, "s.sock")}
+	d.start(t)
+	return d
+}
+
+// start starts d's `hutch serve` (again, after it ended) and waits for it
+// to listen.
+func (d *daemonProc) start(t *testing.T) {
+	t.Helper()
+	d.log, d.exited, d.tcp = &lockedBuffer{}, make(chan struct{}), ""
+	d.cmd = exec.Command(testutil.Hutch(t), "serve", "--socket", d.sock, "--state-dir", d.stateDir, "--listen", "127.0.0.1:0", "--warm", "2")
+	d.cmd.Env = baseEnv(d.base)
+	d.cmd.Dir = d.base
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
 	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	cmd, exited, log := d.cmd, d.exited, d.log
 	go func() {
-		d.waitErr = d.cmd.Wait()
-		close(d.exited)
+		d.waitErr = cmd.Wait()
+		close(exited)
 	}()
 	t.Cleanup(func() {
-		left := sandboxProcs(t, d.cmd.Process.Pid)
+		left := sandboxProcs(t, cmd.Process.Pid)
+		// A daemon still running is stopped as an operator would, so
+		// that it removes its sandboxes' cgroups; killed, it would leave
+		// them to a next daemon on the same state directory.
 		select {
-		case <-d.exited:
+		case <-exited:
 		default:
-			_ = d.cmd.Process.Signal(syscall.SIGKILL)
-			<-d.exited
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-exited:
+			case <-time.After(guard):
+				_ = cmd.Process.Signal(syscall.SIGKILL)
+				<-exited
+			}
 		}
 		for _, p := range left {
 			p.kill()
 		}
 		if t.Failed() {
-			t.Logf("hutch serve's log:\n%s", d.log.String())
+			t.Logf("hutch serve's log:\n%s", log.String())
 		}
-		os.RemoveAll(base)
 	})
 	deadline := time.Now().Add(guard)
 	for {
@@ -117,7 +131,7 @@ func startDaemon(t *testing.T) *daemonProc {
 			if !strings.Contains(d.log.String(), "hutch: listening on unix://"+d.sock+"\n") {
 				t.Errorf("hutch serve does not name its socket:\n%s", d.log.String())
 			}
-			return d
+			return
 		}
 		select {
 		case <-d.exited:
@@ -533,6 +547,8 @@ func TestServe(t *testing.T) {
 			t.Errorf("remote create with allow_write: %s", r)
 		}
 	})
+
+	t.Run("pause and resume", func(t *testing.T) { testPause(t, d) })
 
 	t.Run("terminal", func(t *testing.T) { execOnTerminal(t, d, id) })
 

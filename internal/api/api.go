@@ -30,6 +30,10 @@ type Manager interface {
 	Destroy(ctx context.Context, tenant, id string) error
 	// Extend sets the sandbox to expire timeout from now.
 	Extend(ctx context.Context, tenant, id string, timeout time.Duration) (daemon.Info, error)
+	// Pause freezes every process of the sandbox until Resume.
+	Pause(ctx context.Context, tenant, id string) (daemon.Info, error)
+	// Resume lets the processes of a paused sandbox go on.
+	Resume(ctx context.Context, tenant, id string) (daemon.Info, error)
 	// Agent is the client of the sandbox's agent; the call counts as
 	// activity.
 	Agent(ctx context.Context, tenant, id string) (*agent.Client, error)
@@ -144,6 +148,8 @@ func (h *handler) register() {
 	h.handle("GET /v1/sandboxes/{id}", h.get)
 	h.handle("DELETE /v1/sandboxes/{id}", h.destroy)
 	h.handle("POST /v1/sandboxes/{id}/timeout", h.extend)
+	h.handle("POST /v1/sandboxes/{id}/pause", h.pause)
+	h.handle("POST /v1/sandboxes/{id}/resume", h.resume)
 	h.handle("GET /v1/sandboxes/{id}/events", h.events)
 
 	h.handle("POST /v1/sandboxes/{id}/exec", h.exec)

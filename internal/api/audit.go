@@ -14,6 +14,8 @@ var auditActions = map[string]string{
 	"POST /v1/sandboxes":                             "create",
 	"DELETE /v1/sandboxes/{id}":                      "destroy",
 	"POST /v1/sandboxes/{id}/timeout":                "extend",
+	"POST /v1/sandboxes/{id}/pause":                  "pause",
+	"POST /v1/sandboxes/{id}/resume":                 "resume",
 	"POST /v1/sandboxes/{id}/exec":                   "exec",
 	"POST /v1/sandboxes/{id}/processes/{pid}/signal": "signal",
 	"PUT /v1/sandboxes/{id}/files":                   "write_file",

@@ -14,15 +14,22 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/execproto"
 )
 
-func TestAuditLog(t *testing.T) {
-	t.Parallel()
+// newAuditedEnv is a test environment whose API appends to an audit log at
+// the path it returns.
+func newAuditedEnv(t *testing.T, origin Origin) (*testEnv, string) {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), audit.FileName)
 	al, err := audit.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { al.Close() })
-	e := newEnv(t, Config{Audit: al}, OriginLocal)
+	return newEnv(t, Config{Audit: al}, origin), path
+}
+
+func TestAuditLog(t *testing.T) {
+	t.Parallel()
+	e, path := newAuditedEnv(t, OriginLocal)
 
 	info := e.create(t, `{"env":{"SECRET_VALUE":"hunter2"}}`)
 	res := e.run(t, info.ID, `{"args":["sh","-c","cat; echo 12345; exit 3"],"input":"xyzzy","env":{"TOKEN":"hunter3"}}`)
@@ -85,13 +92,7 @@ func TestAuditLog(t *testing.T) {
 
 func TestAuditExecStream(t *testing.T) {
 	t.Parallel()
-	path := filepath.Join(t.TempDir(), audit.FileName)
-	al, err := audit.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { al.Close() })
-	e := newEnv(t, Config{Audit: al}, OriginLocal)
+	e, path := newAuditedEnv(t, OriginLocal)
 	id := e.create(t, nil).ID
 
 	s := e.openStream(t, id, `{"args":["sh","-c","cat; exit 4"],"stdin":true}`)

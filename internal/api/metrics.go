@@ -48,7 +48,7 @@ func newAPIMetrics(m Manager) *apiMetrics {
 			}
 			return out, nil
 		})
-	am.reg.Register(am.requests, create, am.exec, sandboxes, daemon.EgressRefused, daemon.EgressBytes, daemon.WarmSandboxes)
+	am.reg.Register(am.requests, create, am.exec, sandboxes, daemon.EgressRefused, daemon.EgressBytes, daemon.WarmSandboxes, daemon.OOMKills)
 	return am
 }
 

@@ -86,6 +86,34 @@ func Create(name string, l Limits) (*Group, error) {
 	if l == (Limits{}) {
 		return &Group{}, nil
 	}
+	return create(name, l)
+}
+
+// CreateAlways is Create, but makes the group even when every limit is
+// zero, so that its processes can be frozen (Freeze) and killed as a
+// whole. The freezer it uses holds every process of the group: the
+// group's cgroup v2 directory where the kernel can freeze there (on a
+// hybrid machine too: every process is added to, or cloned into, the v2
+// directory), else a directory of its own in the v1 freezer hierarchy,
+// which Add joins like the others (and FD then declines, so that no
+// process is cloned into the v2 directory alone). It fails with
+// ErrNotSupported where there is neither.
+func CreateAlways(name string, l Limits) (*Group, error) {
+	if err := l.Validate(); err != nil {
+		return nil, err
+	}
+	g, err := create(name, l)
+	if err != nil {
+		return nil, err
+	}
+	if g.freeze.file == "" {
+		_ = g.Destroy()
+		return nil, fmt.Errorf("cgroups: create group %s: %w", name, tagged{errors.New("neither cgroup v2 nor a v1 freezer hierarchy can freeze it"), ErrNotSupported})
+	}
+	return g, nil
+}
+
+func create(name string, l Limits) (*Group, error) {
 	if name == "" || name == "." || name == ".." || name == supervisor || strings.ContainsAny(name, "/\n\x00") {
 		return nil, fmt.Errorf("cgroups: invalid group name %q", name)
 	}
@@ -261,7 +289,9 @@ func (g *Group) Paths() []string { return slices.Clone(g.dirs) }
 // Kill SIGKILLs every process in the group, wherever it moved in the process
 // tree, and waits until none is left. It uses cgroup.kill where the kernel
 // has it; else it freezes the group, kills every process listed and thaws
-// it, until the group is empty.
+// it, until the group is empty. A group Freeze stopped is thawed once its
+// processes were signalled (a v1 frozen task dies only when thawed), so
+// Kill and Destroy end a frozen group as well.
 func (g *Group) Kill() error {
 	if err := g.killAll(); err != nil {
 		return fmt.Errorf("cgroups: kill: %w", err)
@@ -276,6 +306,11 @@ func (g *Group) killAll() error {
 	if g.kill != "" {
 		err := writeFile(g.kill, "1")
 		if err == nil {
+			// A task of a frozen group dies of SIGKILL on cgroup v2, but a
+			// v1 freezer holds it until thawed: thaw, whichever it is.
+			if err := g.thawAll(); err != nil {
+				return err
+			}
 			return poll(func() (bool, error) {
 				pids, err := g.procs()
 				return len(pids) == 0, err
@@ -296,11 +331,27 @@ func (g *Group) killAll() error {
 				_ = unix.Kill(pid, unix.SIGKILL) // ESRCH: it is gone already
 			}
 		}
-		if err := g.setFrozen(false); err != nil {
+		if err := g.thawAll(); err != nil {
 			return false, err
 		}
 		return len(pids) == 0, err
 	})
+}
+
+// thawAll thaws the group's freezer and any v1 freezer directory of the
+// group (a Group from OfProcess may have both).
+func (g *Group) thawAll() error {
+	err := g.setFrozen(false)
+	for _, d := range g.dirs {
+		f := d + "/freezer.state"
+		if f == g.freeze.file {
+			continue
+		}
+		if werr := writeFile(f, "THAWED"); werr != nil && !errors.Is(werr, fs.ErrNotExist) {
+			err = errors.Join(err, werr)
+		}
+	}
+	return err
 }
 
 func (g *Group) setFrozen(on bool) error {
@@ -315,6 +366,71 @@ func (g *Group) setFrozen(on bool) error {
 		return err
 	}
 	return nil
+}
+
+// Freeze stops every process of the group where it is, until Thaw; the
+// processes notice nothing but the time that passed. It returns once the
+// kernel reports the group frozen (cgroup v2: "frozen 1" in cgroup.events;
+// v1: freezer.state FROZEN), or fails, the group thawed again, after
+// freezeTimeout. A group without a freezer (one made with no limits by
+// Create, or on a kernel without either freezer) cannot be frozen.
+func (g *Group) Freeze() error {
+	if g.freeze.file == "" {
+		return fmt.Errorf("cgroups: freeze: %w", tagged{errors.New("the group has no freezer"), ErrNotSupported})
+	}
+	if err := g.setFrozen(true); err != nil {
+		return fmt.Errorf("cgroups: freeze: %w", classify(err))
+	}
+	done, err := pollFor(freezeTimeout, func() (bool, error) {
+		frozen, err := g.frozen()
+		if err == nil && !frozen && g.v1Freezer() {
+			// A v1 group stays FREEZING when a task did not stop the
+			// first time; writing FROZEN again retries those tasks.
+			err = g.setFrozen(true)
+		}
+		return frozen, err
+	})
+	if err == nil && !done {
+		err = fmt.Errorf("not frozen after %v", freezeTimeout)
+	}
+	if err != nil {
+		_ = g.setFrozen(false)
+		return fmt.Errorf("cgroups: freeze %s: %w", filepath.Dir(g.freeze.file), err)
+	}
+	return nil
+}
+
+// Thaw lets the processes of a group Freeze stopped go on.
+func (g *Group) Thaw() error {
+	if g.freeze.file == "" {
+		return fmt.Errorf("cgroups: thaw: %w", tagged{errors.New("the group has no freezer"), ErrNotSupported})
+	}
+	if err := g.setFrozen(false); err != nil {
+		return fmt.Errorf("cgroups: thaw: %w", classify(err))
+	}
+	return nil
+}
+
+// freezeTimeout bounds how long Freeze waits for the group to be frozen.
+const freezeTimeout = 5 * time.Second
+
+// v1Freezer reports whether the group's freezer is a v1 one.
+func (g *Group) v1Freezer() bool { return strings.HasSuffix(g.freeze.file, "/freezer.state") }
+
+// frozen reports whether the kernel has frozen every process of the group.
+func (g *Group) frozen() (bool, error) {
+	if g.v1Freezer() {
+		b, err := os.ReadFile(g.freeze.file)
+		if err != nil {
+			return false, err
+		}
+		return strings.TrimSpace(string(b)) == g.freeze.on, nil
+	}
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(g.freeze.file), "cgroup.events"))
+	if err != nil {
+		return false, err
+	}
+	return parseCounter(string(b), "frozen") == 1, nil
 }
 
 // procs lists the processes in any of the group's directories.
@@ -370,14 +486,24 @@ func (g *Group) rmdirs(dirs []string) (busy []string, err error) {
 // poll calls step, sleeping a little longer each time, until it is done,
 // fails, or killTimeout passes.
 func poll(step func() (bool, error)) error {
-	deadline := time.Now().Add(killTimeout)
+	done, err := pollFor(killTimeout, step)
+	if err == nil && !done {
+		err = fmt.Errorf("processes still in the group after %v", killTimeout)
+	}
+	return err
+}
+
+// pollFor calls step like poll, for up to timeout, and reports whether it
+// got done.
+func pollFor(timeout time.Duration, step func() (bool, error)) (bool, error) {
+	deadline := time.Now().Add(timeout)
 	for delay := 20 * time.Microsecond; ; delay = min(2*delay, 10*time.Millisecond) {
 		done, err := step()
 		if done || err != nil {
-			return err
+			return done, err
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("processes still in the group after %v", killTimeout)
+			return false, nil
 		}
 		time.Sleep(delay)
 	}
@@ -474,4 +600,70 @@ func classify(err error) error {
 		return tagged{err, ErrNotSupported}
 	}
 	return err
+}
+
+// Named returns the group called name that Create or CreateAlways made
+// beneath the caller's own cgroup, in every hierarchy where its directory
+// exists: for a group whose Group was lost with its process (a daemon that
+// died), even once every process in it is gone. Destroy then kills what is
+// left in it, frozen or not, and removes it. A name without directories
+// gives a Group whose methods do nothing.
+func Named(name string) (*Group, error) {
+	if name == "" || name == "." || name == ".." || name == supervisor || strings.ContainsAny(name, "/\n\x00") {
+		return nil, fmt.Errorf("cgroups: invalid group name %q", name)
+	}
+	info, err := layout()
+	if err != nil {
+		return nil, err
+	}
+	exists := func(own string) string {
+		if own == "" {
+			return ""
+		}
+		dir := filepath.Join(unsupervised(own), name)
+		if fi, err := os.Stat(dir); err == nil && fi.IsDir() {
+			return dir
+		}
+		return ""
+	}
+	v1 := map[string]string{}
+	for c, where := range info.Controllers {
+		if where.Version == 1 {
+			if dir := exists(where.Path); dir != "" {
+				v1[c] = dir
+			}
+		}
+	}
+	return found(exists(info.Unified), v1), nil
+}
+
+// unsupervised is own, the caller's cgroup in a hierarchy, or its parent
+// when the caller moved out of it into the supervisor leaf (enable).
+func unsupervised(own string) string {
+	if filepath.Base(own) == supervisor {
+		return filepath.Dir(own)
+	}
+	return own
+}
+
+// found is the Group of existing directories: v2 ("" for none) and those of
+// the v1 controllers in v1.
+func found(v2 string, v1 map[string]string) *Group {
+	g := &Group{}
+	if v2 != "" {
+		g.dirs, g.v2, g.kill = []string{v2}, v2, v2+"/cgroup.kill"
+		if v2Freezes(v2) {
+			g.freeze = freezer{v2 + "/cgroup.freeze", "1", "0"}
+		}
+	}
+	for _, c := range slices.Sorted(maps.Keys(v1)) {
+		dir := v1[c]
+		if !slices.Contains(g.dirs, dir) {
+			g.dirs = append(g.dirs, dir)
+		}
+		if c == "freezer" && g.freeze.file == "" {
+			g.freeze = freezer{dir + "/freezer.state", "FROZEN", "THAWED"}
+		}
+	}
+	return g
 }

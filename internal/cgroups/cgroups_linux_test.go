@@ -17,6 +17,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/testutil"
 	"golang.org/x/sys/unix"
@@ -543,5 +544,163 @@ func BenchmarkCreateDestroy(b *testing.B) {
 		if err := g.Destroy(); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestFreeze freezes a process that appends to a file as fast as it can,
+// checks that the file stops growing, thaws it, checks that it grows
+// again, then freezes it once more and destroys the frozen group, by each
+// freezer and each way Kill may end the processes.
+func TestFreeze(t *testing.T) {
+	info, _ := Available()
+	tests := []struct {
+		name  string
+		setup func(g *Group) string // returns why the variant is missing here, if it is
+	}{
+		{"as created", func(g *Group) string { return "" }},
+		{"v1 freezer", func(g *Group) string {
+			if c, ok := info.Controllers["freezer"]; !ok || c.Version != 1 {
+				return "no cgroup v1 freezer hierarchy"
+			}
+			if err := g.useV1Freezer(info, filepath.Base(g.Paths()[0])); err != nil {
+				t.Fatal(err)
+			}
+			return ""
+		}},
+		{"v1 freezer without cgroup.kill", func(g *Group) string {
+			if c, ok := info.Controllers["freezer"]; !ok || c.Version != 1 {
+				return "no cgroup v1 freezer hierarchy"
+			}
+			g.kill = ""
+			if err := g.useV1Freezer(info, filepath.Base(g.Paths()[0])); err != nil {
+				t.Fatal(err)
+			}
+			return ""
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			testutil.RequireRoot(t)
+			g, err := CreateAlways(uniqueName(), Limits{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { destroy(t, g) })
+			if len(g.Paths()) == 0 {
+				t.Fatal("CreateAlways made no directory")
+			}
+			if why := tt.setup(g); why != "" {
+				testutil.Need(t, false, why)
+			}
+			file := filepath.Join(t.TempDir(), "count")
+			cmd := exec.Command("sh", "-c", `read _; while :; do echo x; done >> "$1"`, "sh", file)
+			start(t, g, cmd)
+			size := func() int64 {
+				fi, err := os.Stat(file)
+				if err != nil {
+					return 0
+				}
+				return fi.Size()
+			}
+			if !testutil.Eventually(5*time.Second, func() bool { return size() > 0 }) {
+				t.Fatal("the process wrote nothing")
+			}
+
+			if err := g.Freeze(); err != nil {
+				t.Fatal(err)
+			}
+			if frozen, err := g.frozen(); err != nil || !frozen {
+				t.Fatalf("after Freeze the kernel reports frozen = %v (%v)", frozen, err)
+			}
+			before := size()
+			time.Sleep(300 * time.Millisecond)
+			if after := size(); after != before {
+				t.Fatalf("frozen, the file grew from %d to %d bytes", before, after)
+			}
+			if err := g.Thaw(); err != nil {
+				t.Fatal(err)
+			}
+			if !testutil.Eventually(5*time.Second, func() bool { return size() > before }) {
+				t.Fatalf("thawed, the file stayed at %d bytes", before)
+			}
+
+			if err := g.Freeze(); err != nil {
+				t.Fatal(err)
+			}
+			pid := cmd.Process.Pid
+			destroy(t, g)
+			if pids, err := g.procs(); err != nil || len(pids) != 0 {
+				t.Errorf("after Destroy the group holds %v (%v)", pids, err)
+			}
+			err = cmd.Wait()
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+				t.Errorf("the process ended with %v, want SIGKILL", err)
+			}
+			if s := state(pid); s != "" {
+				t.Errorf("process %d is still there (state %s)", pid, s)
+			}
+		})
+	}
+}
+
+// TestFreezeNeedsFreezer checks that a group Create made without limits,
+// which has no directory, refuses to freeze.
+func TestFreezeNeedsFreezer(t *testing.T) {
+	g, err := Create("unused", Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, f := range map[string]func() error{"Freeze": g.Freeze, "Thaw": g.Thaw} {
+		if err := f(); !errors.Is(err, ErrNotSupported) {
+			t.Errorf("%s: %v, want ErrNotSupported", name, err)
+		}
+	}
+}
+
+// TestNamed finds the group of a frozen process whose Group is lost, by
+// its name, with each freezer, and destroys it: the process dies and no
+// directory is left.
+func TestNamed(t *testing.T) {
+	info, _ := Available()
+	for _, v1 := range []bool{false, true} {
+		t.Run(fmt.Sprintf("v1 freezer %v", v1), func(t *testing.T) {
+			testutil.RequireRoot(t)
+			g, err := CreateAlways(uniqueName(), Limits{MemoryBytes: 64 << 20})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { destroy(t, g) })
+			if v1 {
+				if c, ok := info.Controllers["freezer"]; !ok || c.Version != 1 {
+					testutil.Need(t, false, "no cgroup v1 freezer hierarchy")
+				}
+				if err := g.useV1Freezer(info, filepath.Base(g.Paths()[0])); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cmd := exec.Command("sleep", "600")
+			start(t, g, cmd)
+			if err := g.Freeze(); err != nil {
+				t.Fatal(err)
+			}
+			found, err := Named(filepath.Base(g.Paths()[0]))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := slices.Sorted(slices.Values(found.Paths())), slices.Sorted(slices.Values(g.Paths())); !slices.Equal(got, want) {
+				t.Fatalf("Named found %v, want %v", got, want)
+			}
+			if none, err := Named("hutch-test-no-such-group"); err != nil || len(none.Paths()) != 0 {
+				t.Errorf("Named of a group that does not exist: %v, %v", none.Paths(), err)
+			}
+			if _, err := Named("../escape"); err == nil {
+				t.Error("Named accepted a path")
+			}
+			destroy(t, found)
+			if err := cmd.Wait(); err == nil || !strings.Contains(err.Error(), "killed") {
+				t.Errorf("sleep ended with %v, want killed", err)
+			}
+		})
 	}
 }

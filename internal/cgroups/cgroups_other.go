@@ -18,6 +18,14 @@ func Create(name string, l Limits) (*Group, error) {
 	return &Group{}, nil
 }
 
+// CreateAlways fails with ErrNotSupported off Linux.
+func CreateAlways(name string, l Limits) (*Group, error) {
+	if err := l.Validate(); err != nil {
+		return nil, err
+	}
+	return nil, fmt.Errorf("cgroups: groups need Linux: %w", ErrNotSupported)
+}
+
 // Available fails with ErrNotSupported off Linux.
 func Available() (Info, error) {
 	return Info{}, fmt.Errorf("cgroups: need Linux: %w", ErrNotSupported)
@@ -40,3 +48,16 @@ func (g *Group) Paths() []string { return nil }
 
 // Stats returns zeros: the group has no counters.
 func (g *Group) Stats() (Stats, error) { return Stats{}, nil }
+
+// Freeze fails with ErrNotSupported: the group has no freezer.
+func (g *Group) Freeze() error {
+	return fmt.Errorf("cgroups: freeze: %w", ErrNotSupported)
+}
+
+// Thaw fails with ErrNotSupported: the group has no freezer.
+func (g *Group) Thaw() error {
+	return fmt.Errorf("cgroups: thaw: %w", ErrNotSupported)
+}
+
+// Named returns a Group whose methods do nothing: cgroups are Linux only.
+func Named(name string) (*Group, error) { return &Group{}, nil }

@@ -138,7 +138,7 @@ func (m *Manager) Create(ctx context.Context, tenant string, r CreateRequest) (I
 		IdleTimeout: r.IdleTimeout,
 		Dir:         dir,
 	}
-	if err := m.insert(ctx, row); err != nil {
+	if err := m.insert(ctx, row, spec.Resources.MemoryBytes); err != nil {
 		os.RemoveAll(dir)
 		return Info{}, err
 	}
@@ -211,13 +211,15 @@ func (m *Manager) launch(ctx context.Context, id, dir string, spec policy.Spec, 
 		}
 	}
 	inst, conn, err := startSandbox(sandbox.Config{
-		Spec:      spec,
-		Environ:   env,
-		Log:       log,
-		Proxy:     proxy,
-		RootLayer: &sandbox.RootLayer{SizeBytes: spec.Resources.DiskBytes, Hide: m.hidden()},
-		CABundle:  sec.caBundle(),
-		Wipe:      sec.values(),
+		Spec:       spec,
+		Environ:    env,
+		Log:        log,
+		Proxy:      proxy,
+		RootLayer:  m.rootLayer(spec),
+		CABundle:   sec.caBundle(),
+		Wipe:       sec.values(),
+		Cgroup:     true,
+		CgroupName: sandboxCgroupPrefix + id,
 	})
 	if err != nil {
 		return fail(err)
@@ -277,18 +279,41 @@ func (m *Manager) abandon(id, dir string, log *slog.Logger, ev *eventLog, err er
 }
 
 // insert records a new sandbox, within tenant's quota.
-func (m *Manager) insert(ctx context.Context, row store.Sandbox) error {
+func (m *Manager) insert(ctx context.Context, row store.Sandbox, memory int64) error {
 	m.quotaMu.Lock()
 	defer m.quotaMu.Unlock()
-	n, err := m.st.CountSandboxes(ctx, row.Tenant)
+	if err := m.quota(ctx, row.Tenant, memory); err != nil {
+		return err
+	}
+	if err := m.st.InsertSandbox(ctx, row); err != nil {
+		return fmt.Errorf("create sandbox: %w", err)
+	}
+	return nil
+}
+
+// quota checks, under quotaMu, that tenant may have one more sandbox, with
+// a memory limit of memory bytes.
+func (m *Manager) quota(ctx context.Context, tenant string, memory int64) error {
+	n, err := m.st.CountSandboxes(ctx, tenant)
 	if err != nil {
 		return fmt.Errorf("create sandbox: %w", err)
 	}
 	if n >= m.cfg.MaxSandboxes {
-		return fmt.Errorf("create sandbox: tenant %s has %d sandboxes, the most allowed: %w", row.Tenant, n, ErrQuota)
+		return fmt.Errorf("create sandbox: tenant %s has %d sandboxes, the most allowed: %w", tenant, n, ErrQuota)
 	}
-	if err := m.st.InsertSandbox(ctx, row); err != nil {
+	if m.cfg.TenantMemory <= 0 {
+		return nil
+	}
+	if memory <= 0 {
+		return invalid("create sandbox: policy: resources.memory: required, the tenants' memory is bounded")
+	}
+	used, err := m.st.MemoryOf(ctx, tenant)
+	if err != nil {
 		return fmt.Errorf("create sandbox: %w", err)
+	}
+	if used+memory > m.cfg.TenantMemory {
+		return fmt.Errorf("create sandbox: tenant %s has sandboxes with %s of memory; %s more exceeds its quota of %s: %w",
+			tenant, policy.FormatSize(used), policy.FormatSize(memory), policy.FormatSize(m.cfg.TenantMemory), ErrQuota)
 	}
 	return nil
 }
@@ -308,6 +333,10 @@ func (m *Manager) prepare(r CreateRequest, dir, ws string) (policy.Spec, time.Du
 	if spec.Resources.DiskBytes == 0 {
 		spec.Resources.DiskBytes = m.cfg.DefaultDisk
 	}
+	if spec.Resources.MemoryBytes == 0 {
+		spec.Resources.MemoryBytes = m.cfg.DefaultMemory
+	}
+
 	if spec.Resources.DiskBytes > m.cfg.MaxDisk {
 		return spec, 0, invalid("create sandbox: policy: resources.disk: %s is above the maximum of %s", policy.FormatSize(spec.Resources.DiskBytes), policy.FormatSize(m.cfg.MaxDisk))
 	}

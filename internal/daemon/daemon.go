@@ -35,6 +35,14 @@ type Config struct {
 	// The layer lives in memory (tmpfs): what a sandbox writes counts
 	// against its memory limit.
 	DefaultDisk, MaxDisk int64
+	// TenantMemory, when positive, bounds the sum of the memory limits
+	// of a tenant's sandboxes; a sandbox whose policy sets no
+	// resources.memory then gets DefaultMemory (and is refused when that
+	// is 0 too).
+	TenantMemory int64
+	// DefaultMemory, when positive, is the memory limit of a sandbox whose
+	// policy sets none.
+	DefaultMemory int64
 	// UpstreamRoots verify the upstreams of hosts a sandbox's secrets are
 	// bound to (the system's roots when nil).
 	UpstreamRoots *x509.CertPool

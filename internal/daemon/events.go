@@ -17,6 +17,9 @@ const (
 	EventTimeout       = "timeout"        // its timeout passed; it is ending
 	EventIdleTimeout   = "idle_timeout"   // it was idle too long; it is ending
 	EventDestroyed     = "destroyed"      // it was destroyed; it is ending
+	EventPaused        = "paused"         // its processes were frozen (Pause)
+	EventResumed       = "resumed"        // its processes go on (Resume)
+	EventOOM           = "oom"            // the kernel killed processes for exceeding the memory limit (data: kills, total)
 	EventEnded         = "ended"          // it ended (data: reason); always the last event
 	// EventDropped is not recorded: a subscriber that fell behind gets it
 	// in place of the events it missed (data: count).

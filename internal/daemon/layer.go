@@ -2,10 +2,15 @@ package daemon
 
 import (
 	"encoding/json"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"slices"
+	"sync"
+	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/policy"
+	"github.com/hutch-sandbox/hutch/internal/sandbox"
 )
 
 // DefaultWorkspace is the commands' working directory in a sandbox whose
@@ -35,6 +40,17 @@ func (m *Manager) hidden() []string {
 	return append(slices.Clone(hiddenDirs), m.cfg.StateDir)
 }
 
+// rootLayer is the writable root of a sandbox of m with spec: its size,
+// and what of the host's root it must not see (hidden and closed paths).
+func (m *Manager) rootLayer(spec policy.Spec) *sandbox.RootLayer {
+	dirs, files := closedPaths()
+	return &sandbox.RootLayer{
+		SizeBytes: spec.Resources.DiskBytes,
+		Hide:      append(m.hidden(), dirs...),
+		Remove:    files,
+	}
+}
+
 // workspaceOf is the workspace a policy asks for, DefaultWorkspace when it
 // names none.
 func workspaceOf(p policy.Spec) string {
@@ -55,4 +71,106 @@ func specWorkspace(spec []byte) string {
 		return DefaultWorkspace
 	}
 	return s.Filesystem.Workspace
+}
+
+// closedEvery is how old the list of the host's closed paths may get before
+// a create starts a new scan (and goes on with the old list meanwhile).
+const closedEvery = 5 * time.Minute
+
+// closed is the process's list of the host root's paths closed to other
+// users, shared by every manager: scanning takes a second or more.
+var closed struct {
+	mu       sync.Mutex
+	ready    chan struct{} // closed once the first scan is done
+	scanning bool
+	at       time.Time
+	dirs     []string // directories other users may not list or enter
+	files    []string // files other users may not read
+}
+
+// closedPaths returns the directories and files of the host's root that
+// other users may not read (or list, or enter), as of a recent scan.
+// Through a sandbox's idmapped layer their owners would be the sandbox's
+// own ids, which could read them; the layer shows those directories empty
+// and those files not at all. The first call waits for a scan; later ones
+// start a new scan in the background when the list is older than
+// closedEvery.
+func closedPaths() (dirs, files []string) {
+	closed.mu.Lock()
+	if closed.ready == nil {
+		closed.ready = make(chan struct{})
+		closed.scanning = true
+		go rescanClosed()
+	} else if !closed.scanning && time.Since(closed.at) > closedEvery {
+		closed.scanning = true
+		go rescanClosed()
+	}
+	ready := closed.ready
+	closed.mu.Unlock()
+	<-ready
+	closed.mu.Lock()
+	defer closed.mu.Unlock()
+	return closed.dirs, closed.files
+}
+
+// rescanClosed scans the host's root for closed paths and publishes them.
+func rescanClosed() {
+	dirs, files := scanClosed("/", hiddenDirs)
+	closed.mu.Lock()
+	closed.dirs, closed.files, closed.at, closed.scanning = dirs, files, time.Now(), false
+	select {
+	case <-closed.ready:
+	default:
+		close(closed.ready)
+	}
+	closed.mu.Unlock()
+}
+
+// scanClosed walks the filesystem of root (not the ones mounted below it)
+// for directories that other users may not list or enter (not descended
+// into) and files they may not read, skipping the directories in skip.
+// What cannot be examined is taken as closed.
+func scanClosed(root string, skip []string) (dirs, files []string) {
+	var rootDev uint64
+	if fi, err := os.Lstat(root); err == nil {
+		rootDev = devOf(fi)
+	}
+	_ = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if p == root {
+			return nil
+		}
+		if slices.Contains(skip, p) {
+			return filepath.SkipDir
+		}
+		if err != nil {
+			if d != nil && d.IsDir() {
+				dirs = append(dirs, p)
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !d.IsDir() && !d.Type().IsRegular() {
+			return nil // links, devices, sockets, fifos: nothing to read
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return nil
+		}
+		perm := fi.Mode().Perm()
+		if d.IsDir() {
+			if devOf(fi) != rootDev {
+				return filepath.SkipDir // another filesystem: not in the layer
+			}
+			if perm&0o005 != 0o005 {
+				dirs = append(dirs, p)
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if perm&0o004 == 0 {
+			files = append(files, p)
+		}
+		return nil
+	})
+	return dirs, files
 }

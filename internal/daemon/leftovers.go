@@ -63,6 +63,11 @@ func (m *Manager) cleanupLeftovers(ctx context.Context) error {
 // it is, for the next daemon to try again).
 func (m *Manager) reclaim(ctx context.Context, sb store.Sandbox) bool {
 	log := m.log.With("sandbox", sb.ID, "tenant", sb.Tenant, "pid", sb.PID)
+	if validID(sb.ID) {
+		// Its cgroup first: that ends a paused (frozen) sandbox as well,
+		// and removes the cgroup's directories.
+		endCgroup(sb.ID, log)
+	}
 	if sb.PID > 0 {
 		killed, err := killProcess(sb.PID, sb.PIDStart, killTimeout)
 		if err != nil {

@@ -85,6 +85,10 @@ type instance interface {
 	PID() int
 	Done() <-chan struct{}
 	Close() error
+	// Freeze stops every process of the sandbox until Thaw.
+	Freeze() error
+	// Thaw lets the processes Freeze stopped go on.
+	Thaw() error
 }
 
 // live is a sandbox this daemon runs, from the moment its agent answered
@@ -100,11 +104,15 @@ type live struct {
 
 	lastActive atomic.Int64 // Unix nanoseconds of the last Agent call
 	flushedAt  time.Time    // when lastActive was last written (reapMu)
+	oomKills   int64        // the OOM kills recorded so far (reapMu)
 	flushed    int64        // the value written then (reapMu)
 
 	// Guarded by Manager.mu.
 	expires  time.Time
 	stopping bool
+	paused   bool // frozen by Pause, or being frozen
+
+	pauseMu sync.Mutex // makes Pause and Resume of the sandbox one at a time
 
 	once  sync.Once
 	ended chan struct{} // closed once torn down
@@ -155,6 +163,7 @@ func New(cfg Config, log *slog.Logger) (*Manager, error) {
 		lock.Close()
 		return nil, err
 	}
+	go closedPaths() // the first create need not wait for the whole scan
 	go m.reaper()
 	if cfg.Warm > 0 {
 		m.startPool(cfg.Warm)
@@ -216,6 +225,12 @@ func (c *Config) withDefaults() error {
 		return fmt.Errorf("daemon config: %d warm sandboxes is not between 0 and %d: %w", c.Warm, MaxWarm, ErrInvalid)
 	case c.Warm > c.MaxSandboxes:
 		return fmt.Errorf("daemon config: %d warm sandboxes exceed the %d sandboxes a tenant may have: %w", c.Warm, c.MaxSandboxes, ErrInvalid)
+	case c.TenantMemory < 0 || c.DefaultMemory < 0:
+		return fmt.Errorf("daemon config: negative memory: %w", ErrInvalid)
+	case c.DefaultMemory > 0 && c.DefaultMemory < policy.MinMemoryBytes:
+		return fmt.Errorf("daemon config: default memory %s is below the minimum of %s: %w", policy.FormatSize(c.DefaultMemory), policy.FormatSize(policy.MinMemoryBytes), ErrInvalid)
+	case c.TenantMemory > 0 && c.DefaultMemory > c.TenantMemory:
+		return fmt.Errorf("daemon config: default memory %s exceeds a tenant's %s: %w", policy.FormatSize(c.DefaultMemory), policy.FormatSize(c.TenantMemory), ErrInvalid)
 	case c.DefaultDisk < policy.MinDiskBytes || c.DefaultDisk > c.MaxDisk:
 		return fmt.Errorf("daemon config: default disk %s is not between %s and the maximum %s: %w",
 			policy.FormatSize(c.DefaultDisk), policy.FormatSize(policy.MinDiskBytes), policy.FormatSize(c.MaxDisk), ErrInvalid)
@@ -396,6 +411,12 @@ func (m *Manager) Agent(ctx context.Context, tenant, id string) (*agent.Client, 
 	if err := l.client.Err(); err != nil {
 		return nil, fmt.Errorf("sandbox %s: its agent connection ended (%v): %w", id, err, ErrConflict)
 	}
+	m.mu.Lock()
+	paused := l.paused
+	m.mu.Unlock()
+	if paused {
+		return nil, errPaused(id)
+	}
 	l.lastActive.Store(time.Now().UnixNano())
 	return l.client, nil
 }
@@ -558,7 +579,7 @@ func (m *Manager) reap(now time.Time) {
 		switch {
 		case !l.expires.IsZero() && !now.Before(l.expires):
 			ending = append(ending, verdict{l, EventTimeout, "its timeout passed"})
-		case l.idle > 0 && now.Sub(last) >= l.idle:
+		case l.idle > 0 && !l.paused && now.Sub(last) >= l.idle: // a paused sandbox is not idle
 			ending = append(ending, verdict{l, EventIdleTimeout, fmt.Sprintf("idle for %s", l.idle)})
 		default:
 			active = append(active, l)
@@ -568,6 +589,7 @@ func (m *Manager) reap(now time.Time) {
 	for _, v := range ending {
 		m.end(v.l, v.kind, v.why)
 	}
+	m.checkOOM(active)
 	for _, l := range active {
 		last := l.lastActive.Load()
 		if last == l.flushed || now.Sub(l.flushedAt) < flushEvery {

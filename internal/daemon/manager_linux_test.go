@@ -126,19 +126,6 @@ func mustCreate(t *testing.T, m *Manager, tenant string, r CreateRequest) Info {
 	return info
 }
 
-// eventually polls cond every 50 ms for up to d.
-func eventually(d time.Duration, cond func() bool) bool {
-	for end := time.Now().Add(d); ; {
-		if cond() {
-			return true
-		}
-		if time.Now().After(end) {
-			return false
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // gone reports whether host process pid no longer exists (a zombie
 // counts as gone: it runs nothing).
 func gone(pid int) bool {
@@ -318,12 +305,49 @@ func TestQuota(t *testing.T) {
 	}
 }
 
+// TestMemoryQuota: with TenantMemory, the memory limits of a tenant's
+// sandboxes add up to at most that; DefaultMemory fills in for a policy
+// without a limit, and without it such a policy is refused.
+func TestMemoryQuota(t *testing.T) {
+	m := newManager(t, Config{TenantMemory: 300 << 20, DefaultMemory: 128 << 20})
+	ctx := testCtx(t)
+	first := mustCreate(t, m, "a", CreateRequest{})
+	mustCreate(t, m, "a", CreateRequest{})
+	_, err := m.Create(ctx, "a", CreateRequest{})
+	if !errors.Is(err, ErrQuota) || !strings.Contains(err.Error(), "quota of 300m") {
+		t.Fatalf("a third 128m sandbox: %v, want ErrQuota naming the memory quota", err)
+	}
+	var small policy.Spec
+	small.Resources.MemoryBytes = 32 << 20
+	mustCreate(t, m, "a", CreateRequest{Policy: small})
+	mustCreate(t, m, "b", CreateRequest{}) // another tenant's quota
+	// The default is the sandbox's own memory limit.
+	if sb, err := m.st.GetSandbox(ctx, "a", first.ID); err != nil || !strings.Contains(string(sb.Spec), `"memory":134217728`) {
+		t.Errorf("the sandbox's policy: %s, %v", sb.Spec, err)
+	}
+	if err := m.Destroy(ctx, "a", first.ID); err != nil {
+		t.Fatal(err)
+	}
+	mustCreate(t, m, "a", CreateRequest{})
+
+	m2 := newManager(t, Config{TenantMemory: 300 << 20})
+	if _, err := m2.Create(ctx, "a", CreateRequest{}); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "resources.memory") {
+		t.Errorf("no memory limit under a memory quota: %v, want ErrInvalid naming resources.memory", err)
+	}
+	for _, c := range []Config{{TenantMemory: -1}, {DefaultMemory: 1}, {TenantMemory: 64 << 20, DefaultMemory: 128 << 20}} {
+		c.StateDir = t.TempDir()
+		if _, err := New(c, nil); !errors.Is(err, ErrInvalid) {
+			t.Errorf("New(%+v) = %v, want ErrInvalid", c, err)
+		}
+	}
+}
+
 // assertEnded checks that sandbox id ended within d: its record is
 // stopped, its directory gone and its PID 1 too.
 func assertEnded(t *testing.T, m *Manager, id string, pid int, d time.Duration) {
 	t.Helper()
 	var sb store.Sandbox
-	if !eventually(d, func() bool {
+	if !testutil.Eventually(d, func() bool {
 		var err error
 		sb, err = m.st.GetSandbox(context.Background(), "", id)
 		return err == nil && sb.State == store.StateStopped
@@ -402,7 +426,7 @@ func TestSandboxEnds(t *testing.T) {
 func startDaemon(t *testing.T, m *Manager, id, marker string) {
 	t.Helper()
 	mustRun(t, m, "", id, fmt.Sprintf(`setsid sh -c 'sleep 1000; : %s' >/dev/null 2>&1 </dev/null &`, marker))
-	if !eventually(5*time.Second, func() bool { return len(withMarker(t, marker)) > 0 }) {
+	if !testutil.Eventually(5*time.Second, func() bool { return len(withMarker(t, marker)) > 0 }) {
 		t.Fatal("the daemon process did not start")
 	}
 }
@@ -834,5 +858,47 @@ func TestWritableRoot(t *testing.T) {
 	small.Resources.DiskBytes = 1 << 40
 	if _, err := m.Create(testCtx(t), "a", CreateRequest{Policy: small}); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "resources.disk") {
 		t.Errorf("a disk above the maximum: %v, want ErrInvalid naming resources.disk", err)
+	}
+}
+
+// TestClosedHostFiles (escape item 3 for served sandboxes): through its
+// idmapped layer a sandbox's root owns the host's root-owned files, so
+// the files and directories the host closes to other users are not in
+// its view at all, while what others may read stays readable.
+func TestClosedHostFiles(t *testing.T) {
+	testutil.RequireRoot(t)
+	fix, err := os.MkdirTemp("/var/lib", "hutch-closed-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(fix) })
+	for _, f := range []struct {
+		path string
+		mode os.FileMode
+	}{{"secret", 0o600}, {"group-only", 0o640}, {"public", 0o644}, {"private/inside", 0o644}} {
+		p := filepath.Join(fix, f.path)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("host "+f.path+"\n"), f.mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(fix, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Join(fix, "private"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	rescanClosed()
+	m := newManager(t, Config{})
+	sb := mustCreate(t, m, "a", CreateRequest{})
+	out := mustRun(t, m, "a", sb.ID, fmt.Sprintf(`cd %s && for f in secret group-only public private/inside; do cat $f 2>/dev/null || echo "no $f"; done; ls -A private; cat /etc/shadow /etc/gshadow 2>/dev/null | head -c 10; echo end`, fix))
+	if want := "no secret\nno group-only\nhost public\nno private/inside\nend\n"; out != want {
+		t.Errorf("in the sandbox:\n%s\nwant:\n%s", out, want)
+	}
+	// The sandbox may still make its own files there.
+	if out := mustRun(t, m, "a", sb.ID, fmt.Sprintf(`echo mine >%[1]s/secret && cat %[1]s/secret`, fix)); out != "mine\n" {
+		t.Errorf("a file of the sandbox's own: %q", out)
 	}
 }

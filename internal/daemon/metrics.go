@@ -42,7 +42,7 @@ func countTraffic(p *egress.Proxy) {
 }
 
 // CountedStates are the states Counts counts.
-var CountedStates = []string{store.StateStarting, store.StateRunning, store.StateStopping}
+var CountedStates = []string{store.StateStarting, store.StateRunning, store.StatePaused, store.StateStopping}
 
 // Counts returns the number of sandboxes of every tenant in each of
 // CountedStates; warm sandboxes, which belong to no tenant, are not

@@ -420,14 +420,9 @@ func (m *Manager) takeWarm(ctx context.Context, tenant string, r CreateRequest) 
 	}
 	// The quota check and the new record are one step, as in insert.
 	m.quotaMu.Lock()
-	n, err := m.st.CountSandboxes(ctx, tenant)
-	if err != nil {
+	if err := m.quota(ctx, tenant, m.cfg.DefaultMemory); err != nil {
 		m.quotaMu.Unlock()
-		return Info{}, true, fmt.Errorf("create sandbox: %w", err)
-	}
-	if n >= m.cfg.MaxSandboxes {
-		m.quotaMu.Unlock()
-		return Info{}, true, fmt.Errorf("create sandbox: tenant %s has %d sandboxes, the most allowed: %w", tenant, n, ErrQuota)
+		return Info{}, true, err
 	}
 	l := m.take()
 	if l == nil {

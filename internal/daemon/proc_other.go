@@ -27,3 +27,6 @@ func killProcess(int, uint64, time.Duration) (bool, error) { return false, errNo
 func lockStateDir(dir string) (*os.File, error) {
 	return os.OpenFile(filepath.Join(dir, "lock"), os.O_RDWR|os.O_CREATE, 0o600)
 }
+
+// devOf is 0: sandboxes run on Linux only.
+func devOf(os.FileInfo) uint64 { return 0 }

@@ -29,8 +29,8 @@ const layerInodeBytes = 4096
 //     hutch (the overlay's mounter, whose copy-ups keep the owners the
 //     lower layer shows);
 //   - in the upper layer beforehand: the workspace, owned by the sandbox's
-//     root, and every l.Hide directory, opaque, so that the host's contents
-//     stay out of the view.
+//     root, every l.Hide directory, opaque, so that the host's contents
+//     stay out of the view, and a whiteout for every l.Remove file.
 //
 // Everything but the returned descriptor is released: the mount holds its
 // layers, and it ends when the sandbox's mount namespace lets it go.
@@ -79,6 +79,11 @@ func rootLayer(pid int, root string, l RootLayer, workspace string) (int, error)
 	for _, h := range l.Hide {
 		if err := layerDir(tmpfs, root, h, true); err != nil {
 			return -1, fmt.Errorf("root layer: hide %s: %w", h, err)
+		}
+	}
+	for _, r := range l.Remove {
+		if err := layerWhiteout(tmpfs, root, r); err != nil {
+			return -1, fmt.Errorf("root layer: remove %s: %w", r, err)
 		}
 	}
 	upper, err := unix.Openat(tmpfs, "upper", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
@@ -164,57 +169,111 @@ func fsLog(fs int) string {
 }
 
 // layerDir makes dir (absolute, in the view) in the upper layer on the
-// tmpfs at layer. Its parents are made as the host's root has them (mode
-// and owner: the overlay shows an upper directory's own attributes), so
-// that they merge with the lower ones unchanged. dir itself is owned by the
-// sandbox's root, mode 0755 — or, when hide is set, has the host's mode and
-// owner and is opaque (empty in the view), and is skipped if the host has
-// no directory there.
+// tmpfs at layer, its parents as the host's root has them (layerParents).
+// dir itself is owned by the sandbox's root, mode 0755 — or, when hide is
+// set, has the host's mode and owner and is opaque (empty in the view), and
+// is skipped if the host has no directory there.
 func layerDir(layer int, root, dir string, hide bool) error {
 	rel := strings.Trim(filepath.Clean(dir), "/")
 	if !filepath.IsAbs(dir) || rel == "" {
 		return fmt.Errorf("%q is not an absolute path below /", dir)
 	}
+	var st unix.Stat_t
+	err := unix.Lstat(filepath.Join(root, rel), &st)
+	isDir := err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR
+	switch {
+	case hide && !isDir:
+		return nil // nothing of the host's to hide there
+	case err == nil && !isDir:
+		return fmt.Errorf("/%s is not a directory on the host's root", rel)
+	case err != nil && !errors.Is(err, unix.ENOENT):
+		return err
+	}
+	if parent := filepath.Dir(rel); parent != "." {
+		if err := layerParents(layer, root, parent); err != nil {
+			return err
+		}
+	}
+	mode, uid, gid := uint32(0o755), RootMappedID, RootMappedID
+	if hide {
+		mode, uid, gid = st.Mode&0o7777, layerID(st.Uid), layerID(st.Gid)
+	}
+	path := "upper/" + rel
+	if err := unix.Mkdirat(layer, path, 0o700); err != nil && !errors.Is(err, unix.EEXIST) {
+		return err
+	}
+	if err := unix.Fchownat(layer, path, uid, gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return err
+	}
+	if err := fchmodat(layer, path, mode); err != nil {
+		return err
+	}
+	if hide {
+		return setOpaque(layer, path)
+	}
+	return nil
+}
+
+// layerWhiteout makes file (absolute, in the view) absent from the view:
+// a whiteout (a 0/0 character device) in the upper layer on the tmpfs at
+// layer, its parents made as the host's root has them. A path the host has
+// no file at (or whose parent is not a directory) needs none.
+func layerWhiteout(layer int, root, file string) error {
+	rel := strings.Trim(filepath.Clean(file), "/")
+	if !filepath.IsAbs(file) || rel == "" {
+		return fmt.Errorf("%q is not an absolute path below /", file)
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(filepath.Join(root, rel), &st); err != nil {
+		return nil
+	}
+	if dir := filepath.Dir(rel); dir != "." {
+		if err := layerParents(layer, root, dir); err != nil {
+			return err
+		}
+	}
+	err := unix.Mknodat(layer, "upper/"+rel, unix.S_IFCHR, 0)
+	if errors.Is(err, unix.EEXIST) || errors.Is(err, unix.ENOTDIR) {
+		return nil // already hidden or removed by an entry above it
+	}
+	return err
+}
+
+// layerParents makes the directory rel (relative to the root) and its
+// parents in the upper layer, unless made, as the host's root has them
+// (the overlay shows an upper directory's own attributes, so they must
+// merge with the lower ones unchanged); one the host lacks is made for the
+// sandbox's root, mode 0755.
+func layerParents(layer int, root, rel string) error {
 	parts := strings.Split(rel, "/")
 	for i := range parts {
-		last := i == len(parts)-1
 		sub := strings.Join(parts[:i+1], "/")
 		var st unix.Stat_t
 		err := unix.Lstat(filepath.Join(root, sub), &st)
 		switch {
-		case err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR:
-		case hide:
-			// Nothing of the host's to hide there (or not a plain
-			// directory, which a hidden path must be).
-			return nil
-		case err != nil && !errors.Is(err, unix.ENOENT):
+		case errors.Is(err, unix.ENOENT):
+			st = unix.Stat_t{Mode: unix.S_IFDIR | 0o755}
+		case err != nil:
 			return err
-		case err == nil:
-			return fmt.Errorf("%s is not a directory on the host's root", "/"+sub)
-		default:
-			st = unix.Stat_t{Mode: 0o755}
-		}
-		mode, uid, gid := st.Mode&0o7777, layerID(st.Uid), layerID(st.Gid)
-		if last && !hide {
-			mode, uid, gid = 0o755, RootMappedID, RootMappedID
+		case st.Mode&unix.S_IFMT != unix.S_IFDIR:
+			return fmt.Errorf("/%s is not a directory on the host's root", sub)
 		}
 		path := "upper/" + sub
 		if err := unix.Mkdirat(layer, path, 0o700); err != nil {
-			if errors.Is(err, unix.EEXIST) && !last {
+			if errors.Is(err, unix.EEXIST) {
 				continue
 			}
 			return err
 		}
+		uid, gid := layerID(st.Uid), layerID(st.Gid)
+		if err != nil {
+			uid, gid = RootMappedID, RootMappedID
+		}
 		if err := unix.Fchownat(layer, path, uid, gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 			return err
 		}
-		if err := fchmodat(layer, path, mode); err != nil {
+		if err := fchmodat(layer, path, st.Mode&0o7777); err != nil {
 			return err
-		}
-		if last && hide {
-			if err := setOpaque(layer, path); err != nil {
-				return err
-			}
 		}
 	}
 	return nil

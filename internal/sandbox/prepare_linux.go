@@ -56,8 +56,13 @@ func prepare(s policy.Spec, prot []protected, roots []string, asRoot, layer bool
 // sandbox's user in its own user namespace. Where no cgroup can be made (an
 // ordinary user without a delegated cgroup), every limit falls back to
 // rlimits; a CPU limit, which has none, then refuses to run without
-// --best-effort.
-func limits(r policy.Resources, bestEffort bool) (g *cgroups.Group, rl []rlimit, dropped []string, err error) {
+// --best-effort. With always (Config.Cgroup) the cgroup is made even
+// without a limit that needs one, so that the sandbox can be frozen, and
+// failing to make it is an error.
+func limits(r policy.Resources, bestEffort, always bool, name string) (g *cgroups.Group, rl []rlimit, dropped []string, err error) {
+	if name == "" {
+		name = "hutch-" + randomID()
+	}
 	l := cgroups.Limits{MemoryBytes: r.MemoryBytes, CPUs: r.CPUs}
 	if r.Pids > 0 {
 		info, _ := cgroups.Available()
@@ -67,10 +72,17 @@ func limits(r policy.Resources, bestEffort bool) (g *cgroups.Group, rl []rlimit,
 			rl = append(rl, rlimit{Resource: unix.RLIMIT_NPROC, Value: uint64(r.Pids)})
 		}
 	}
+	if always {
+		g, err := cgroups.CreateAlways(name, l)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("sandbox cgroup: %w", err)
+		}
+		return g, rl, nil, nil
+	}
 	if l == (cgroups.Limits{}) {
 		return nil, rl, nil, nil
 	}
-	g, cerr := cgroups.Create("hutch-"+randomID(), l)
+	g, cerr := cgroups.Create(name, l)
 	if cerr == nil {
 		return g, rl, nil, nil
 	}

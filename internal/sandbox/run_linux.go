@@ -153,7 +153,7 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		}
 	}
 
-	group, rlimits, dropped, err := limits(s.Resources, s.BestEffort)
+	group, rlimits, dropped, err := limits(s.Resources, s.BestEffort, c.Cgroup, c.CgroupName)
 	if err != nil {
 		return res, err
 	}

@@ -79,6 +79,14 @@ type Config struct {
 	// hutch, zeroes in its copy before anything else: the real values of
 	// secrets.
 	Wipe [][]byte
+	// Cgroup makes a cgroup for the sandbox even without resource limits
+	// (pause needs one): failing to make it is then an error, not a
+	// fallback to rlimits.
+	Cgroup bool
+	// CgroupName names the sandbox's cgroup, if it gets one
+	// ("hutch-RANDOM" when empty): a daemon names it after the sandbox,
+	// so that the next daemon can find it after a crash.
+	CgroupName string
 	// RootLayer, when set, makes the sandbox's root filesystem writable:
 	// a copy-on-write layer over the read-only root (root only). The
 	// workspace (Spec.Filesystem.Workspace) is then a directory of the
@@ -102,6 +110,9 @@ type RootLayer struct {
 	// may use as its own): what the host keeps there stays out of the
 	// view, e.g. /root, /home, /var/tmp, a daemon's state directory.
 	Hide []string
+	// Remove lists files of the root that do not exist in the view (a
+	// whiteout in the layer), such as files only their owner may read.
+	Remove []string
 }
 
 // Proxy is the egress proxy of one sandbox (package egress implements it).

@@ -7,6 +7,8 @@ import (
 	"os"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/hutch-sandbox/hutch/internal/cgroups"
 )
 
 // Sandbox is a long-lived sandbox whose PID 1 is hutch's agent (package
@@ -66,9 +68,53 @@ func (s *Sandbox) ExitCode() int {
 // held for it (placeholders, cgroup, the proxy).
 func (s *Sandbox) Close() error {
 	err := s.conn.Close()
-	s.l.close()
 	if errors.Is(err, net.ErrClosed) {
 		err = nil
 	}
+	if g := s.l.group; g != nil {
+		// A frozen sandbox too: a task a v1 freezer holds does not die of
+		// SIGKILL until thawed, and Kill thaws the group once it signalled
+		// every process.
+		if kerr := g.Kill(); kerr != nil {
+			err = errors.Join(err, fmt.Errorf("close sandbox: %w", kerr))
+		}
+	}
+	s.l.close()
 	return err
+}
+
+// ErrNoCgroup is the error of Freeze and Thaw on a sandbox started
+// without a cgroup (see Config.Cgroup).
+var ErrNoCgroup = errors.New("the sandbox has no cgroup")
+
+// Freeze stops every process of the sandbox where it is, PID 1 included,
+// until Thaw; it returns once the kernel reports them all frozen. Close
+// still ends a frozen sandbox.
+func (s *Sandbox) Freeze() error {
+	if s.l.group == nil {
+		return fmt.Errorf("freeze sandbox: %w", ErrNoCgroup)
+	}
+	if err := s.l.group.Freeze(); err != nil {
+		return fmt.Errorf("freeze sandbox: %w", err)
+	}
+	return nil
+}
+
+// Thaw lets the processes of a sandbox Freeze stopped go on.
+func (s *Sandbox) Thaw() error {
+	if s.l.group == nil {
+		return fmt.Errorf("thaw sandbox: %w", ErrNoCgroup)
+	}
+	if err := s.l.group.Thaw(); err != nil {
+		return fmt.Errorf("thaw sandbox: %w", err)
+	}
+	return nil
+}
+
+// Stats reads the sandbox's cgroup: memory, OOM kills, processes.
+func (s *Sandbox) Stats() (cgroups.Stats, error) {
+	if s.l.group == nil {
+		return cgroups.Stats{}, fmt.Errorf("sandbox stats: %w", ErrNoCgroup)
+	}
+	return s.l.group.Stats()
 }

@@ -142,8 +142,9 @@ func TestStartRootLayer(t *testing.T) {
 	}
 	owned := filepath.Join(fix, "owned")
 	hidden := filepath.Join(fix, "hidden")
+	removed := filepath.Join(fix, "sub", "removed")
 	for _, f := range []struct{ path, text string }{
-		{owned, "owned by 1234\n"}, {filepath.Join(hidden, "secret"), "host secret\n"},
+		{owned, "owned by 1234\n"}, {filepath.Join(hidden, "secret"), "host secret\n"}, {removed, "removed\n"},
 	} {
 		if err := os.MkdirAll(filepath.Dir(f.path), 0o755); err != nil {
 			t.Fatal(err)
@@ -163,7 +164,7 @@ func TestStartRootLayer(t *testing.T) {
 	_, c, ctx := startAgent(t, Config{
 		Spec:      s,
 		Environ:   []string{"PATH=/usr/bin:/bin", "HOME=/root"},
-		RootLayer: &RootLayer{SizeBytes: 16 << 20, Hide: []string{"/root", hidden}},
+		RootLayer: &RootLayer{SizeBytes: 16 << 20, Hide: []string{"/root", hidden}, Remove: []string{removed, "/nonexistent/file"}},
 	})
 	run := func(script string) (string, int) {
 		t.Helper()
@@ -190,7 +191,7 @@ echo layer > /etc/hutch-layer-test
 echo changed > /etc/hostname
 mkdir -p /usr/local/lib/hutch-layer-test && echo pkg > /usr/local/lib/hutch-layer-test/f
 rm ` + owned + `
-echo "hidden=[$(ls -A ` + hidden + `)] root=[$(ls -A /root)]"
+echo "hidden=[$(ls -A ` + hidden + `)] root=[$(ls -A /root)] removed=[$(ls -A ` + filepath.Dir(removed) + `)]"
 echo mine > ` + hidden + `/new && echo hidden-writable
 echo home > ~/file && echo home-writable
 cat /etc/shadow 2>/dev/null | head -c 5 || true; echo "shadow-end"
@@ -199,7 +200,7 @@ cat /etc/shadow 2>/dev/null | head -c 5 || true; echo "shadow-end"
 		t.Fatalf("exit %d:\n%s", code, out)
 	}
 	for _, want := range []string{
-		"cwd=/workspace uid=0", "passwd=0:0 owned=1234:1234", "hidden=[] root=[]",
+		"cwd=/workspace uid=0", "passwd=0:0 owned=1234:1234", "hidden=[] root=[] removed=[]",
 		"hidden-writable", "home-writable", "\nshadow-end",
 	} {
 		if !strings.Contains(out, want) {

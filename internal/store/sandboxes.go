@@ -409,3 +409,15 @@ func (s *Store) CountSandboxes(ctx context.Context, tenant string) (int, error) 
 	}
 	return n, nil
 }
+
+// MemoryOf returns the sum of the memory limits (resources.memory of their
+// policies, in bytes) of tenant's sandboxes that are not stopped.
+func (s *Store) MemoryOf(ctx context.Context, tenant string) (int64, error) {
+	var n int64
+	err := s.r.QueryRowContext(ctx, `SELECT coalesce(sum(json_extract(CAST(spec AS TEXT), '$.resources.memory')), 0)
+		FROM sandboxes WHERE state <> 'stopped' AND tenant = ?`, tenant).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("store: memory of %q: %w", tenant, err)
+	}
+	return n, nil
+}

@@ -500,3 +500,36 @@ func BenchmarkInsertGetSandbox(b *testing.B) {
 		}
 	}
 }
+
+// TestMemoryOf: the memory limits of a tenant's sandboxes that are not
+// stopped add up; one without a limit, or with a policy that names none,
+// adds nothing.
+func TestMemoryOf(t *testing.T) {
+	ctx := context.Background()
+	s, _ := openTest(t)
+	for i, spec := range []string{
+		`{"resources":{"memory":1048576}}`, `{"resources":{"memory":2097152}}`, `{"resources":{}}`, `{}`,
+		`{"resources":{"memory":4194304}}`,
+	} {
+		sb := testSandbox(fmt.Sprintf("m-%d", i), "acme")
+		if i == 4 {
+			sb.Tenant = "beta"
+		}
+		sb.Spec = []byte(spec)
+		if err := s.InsertSandbox(ctx, sb); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := s.MemoryOf(ctx, "acme"); err != nil || n != 3<<20 {
+		t.Errorf("MemoryOf(acme) = %d, %v; want %d", n, err, 3<<20)
+	}
+	if _, err := s.UpdateSandbox(ctx, "m-1", func(sb *Sandbox) error { sb.State = StateStopped; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.MemoryOf(ctx, "acme"); err != nil || n != 1<<20 {
+		t.Errorf("MemoryOf(acme) with one stopped = %d, %v; want %d", n, err, 1<<20)
+	}
+	if n, err := s.MemoryOf(ctx, "nobody"); err != nil || n != 0 {
+		t.Errorf("MemoryOf(nobody) = %d, %v", n, err)
+	}
+}

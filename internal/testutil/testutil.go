@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 )
 
 // Strict reports whether tests run under HUTCH_TEST_ROOT=1, where a missing
@@ -100,5 +101,19 @@ func OwnedDir(t testing.TB, uid int) string {
 func RemoveBuilds() {
 	if buildPath != "" {
 		os.RemoveAll(filepath.Dir(buildPath))
+	}
+}
+
+// Eventually polls cond every 10 ms for up to d and reports whether it
+// became true: for what a test waits on without a signal to wait for.
+func Eventually(d time.Duration, cond func() bool) bool {
+	for end := time.Now().Add(d); ; {
+		if cond() {
+			return true
+		}
+		if time.Now().After(end) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

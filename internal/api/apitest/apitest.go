@@ -244,6 +244,36 @@ func (m *Manager) Extend(ctx context.Context, tenant, id string, timeout time.Du
 	return b.info, nil
 }
 
+// Pause marks the sandbox paused: its agent refuses calls until Resume,
+// as daemon.Manager's does (its commands are not frozen here).
+func (m *Manager) Pause(ctx context.Context, tenant, id string) (daemon.Info, error) {
+	return m.setState(tenant, id, store.StateRunning, store.StatePaused, daemon.EventPaused)
+}
+
+// Resume marks a paused sandbox running again.
+func (m *Manager) Resume(ctx context.Context, tenant, id string) (daemon.Info, error) {
+	return m.setState(tenant, id, store.StatePaused, store.StateRunning, daemon.EventResumed)
+}
+
+// setState moves tenant's sandbox id from state from to state to, and
+// records an event of type kind; a sandbox in another state is a conflict.
+func (m *Manager) setState(tenant, id, from, to, kind string) (daemon.Info, error) {
+	m.mu.Lock()
+	b, err := m.lookup(tenant, id)
+	if err == nil && b.info.State != from {
+		err = fmt.Errorf("sandbox %s is %s: %w", id, b.info.State, daemon.ErrConflict)
+	}
+	if err != nil {
+		m.mu.Unlock()
+		return daemon.Info{}, err
+	}
+	b.info.State = to
+	info, ev := b.info, m.events[id]
+	m.mu.Unlock()
+	ev.log.Append(kind, nil)
+	return info, nil
+}
+
 // Counts returns the number of sandboxes in each of daemon.CountedStates.
 func (m *Manager) Counts(ctx context.Context) (map[string]int, error) {
 	m.mu.Lock()
@@ -267,6 +297,9 @@ func (m *Manager) Agent(ctx context.Context, tenant, id string) (*agent.Client, 
 	b, err := m.lookup(tenant, id)
 	if err != nil {
 		return nil, err
+	}
+	if b.info.State == store.StatePaused {
+		return nil, fmt.Errorf("sandbox %s is paused (resume it first): %w", id, daemon.ErrConflict)
 	}
 	return b.client, nil
 }

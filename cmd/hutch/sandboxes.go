@@ -1,0 +1,65 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/hutch-sandbox/hutch/client"
+)
+
+// cmdPause is "hutch pause ID...": it freezes every process of each
+// sandbox, and prints the ids it paused.
+func cmdPause(args []string, stdout, stderr io.Writer) int {
+	return eachSandbox("pause", dropInfo((*client.Client).Pause), args, stdout, stderr)
+}
+
+// cmdResume is "hutch resume ID...": it lets the processes of each paused
+// sandbox go on, and prints the ids it resumed.
+func cmdResume(args []string, stdout, stderr io.Writer) int {
+	return eachSandbox("resume", dropInfo((*client.Client).Resume), args, stdout, stderr)
+}
+
+// cmdRm is "hutch rm ID...": it destroys each sandbox, and prints the ids
+// it destroyed.
+func cmdRm(args []string, stdout, stderr io.Writer) int {
+	return eachSandbox("rm", (*client.Client).Destroy, args, stdout, stderr)
+}
+
+// dropInfo adapts a call that describes the sandbox to eachSandbox.
+func dropInfo(f func(*client.Client, context.Context, string) (*client.Sandbox, error)) func(*client.Client, context.Context, string) error {
+	return func(c *client.Client, ctx context.Context, id string) error {
+		_, err := f(c, ctx, id)
+		return err
+	}
+}
+
+// eachSandbox runs the command name, which calls f for every sandbox named
+// in args and prints the ids it succeeded for.
+func eachSandbox(name string, f func(*client.Client, context.Context, string) error, args []string, stdout, stderr io.Writer) int {
+	fs := remoteFlags(name, "ID...", stderr)
+	if err := fs.Parse(args); err != nil {
+		return usageCode(err)
+	}
+	if fs.NArg() == 0 {
+		fmt.Fprintf(stderr, "hutch: usage: hutch %s ID...\n", name)
+		return 2
+	}
+	c, ok := newClient(stderr)
+	if !ok {
+		return 1
+	}
+	code := 0
+	for _, id := range fs.Args() {
+		ctx, cancel := context.WithTimeout(context.Background(), remoteTimeout)
+		err := f(c, ctx, id)
+		cancel()
+		if err != nil {
+			fmt.Fprintf(stderr, "hutch: %s %s: %v\n", name, id, err)
+			code = 1
+			continue
+		}
+		fmt.Fprintln(stdout, id)
+	}
+	return code
+}
