@@ -21,6 +21,7 @@
 # traffic otherwise: every sandbox runs without a network.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 
 n=200 warmup=10 workers=$((2 * $(nproc))) pn="" markdown="" breakdown="" tmpfs_mounted=""
 while [ $# -gt 0 ]; do
@@ -39,13 +40,6 @@ done
 [ -n "$pn" ] || pn=$n
 
 export PATH="$PATH:/usr/local/go/bin:/usr/sbin:/sbin"
-log() { echo "startup.sh: $*" >&2; }
-
-static_busybox() {
-	local b
-	b=$(command -v busybox 2>/dev/null) || return 1
-	! ldd "$b" >/dev/null 2>&1 # ldd fails on a static binary
-}
 
 # Peers: install what is missing, only as root.
 need=()
@@ -57,10 +51,7 @@ command -v rg >/dev/null 2>&1 || need+=(ripgrep)
 command -v socat >/dev/null 2>&1 || need+=(socat)
 if [ ${#need[@]} -gt 0 ]; then
 	if [ "$(id -u)" = 0 ]; then
-		log "installing ${need[*]}"
-		export DEBIAN_FRONTEND=noninteractive
-		apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null 2>&1 ||
-			{ apt-get update -qq >/dev/null && apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null; }
+		apt_install "${need[@]}"
 	else
 		log "not root: not installing ${need[*]}; those peers are skipped"
 	fi
@@ -77,11 +68,7 @@ chmod 755 "$work" # the sandboxes run as unprivileged host uids
 runc_prefix="hutchbench-$$-"
 cleanup() {
 	set +e
-	if command -v runc >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-		for id in $(runc list -q 2>/dev/null | grep "^$runc_prefix"); do
-			runc delete -f "$id" >/dev/null 2>&1
-		done
-	fi
+	[ "$(id -u)" != 0 ] || runc_delete_all "$runc_prefix"
 	[ -z "$tmpfs_mounted" ] || umount "$work/tmpfs"
 	# srt leaves a socket per run in /tmp: remove those of this run.
 	find /tmp -maxdepth 1 -name 'srt-mux-*.sock' -type s -newer "$work/.started" -delete 2>/dev/null
@@ -90,10 +77,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-log "building hutch and the measuring tool"
-CGO_ENABLED=0 go build -o "$work/hutch" ./cmd/hutch
-CGO_ENABLED=0 go build -o "$work/startup" ./bench/startup
-CGO_ENABLED=0 go build -o "$work/floor" ./bench/floor
+build_tools "$work" startup floor
 mkdir "$work/ws" # hutch's workspace: it makes the current directory writable
 
 cmds=(
@@ -122,70 +106,13 @@ else
 	log "bwrap not installed: skipped"
 fi
 
-# runc: a busybox bundle made afresh for this run. Isolation like hutch's:
-# user (root mapped to an unprivileged host uid, as hutch does when root runs
-# it), pid, net, ipc, uts, mount and cgroup namespaces; read-only root; no
-# capabilities; no_new_privs; a seccomp deny list of the same syscalls
-# hutch's filter refuses outright; cgroup limits as hutch-limits.
+# runc: a busybox bundle made afresh for this run, isolated like hutch (see
+# runc_bundle in bench/lib.sh), with cgroup limits as hutch-limits.
 if command -v runc >/dev/null 2>&1 && static_busybox && [ "$(id -u)" = 0 ]; then
 	bundle="$work/runc"
-	mkdir -p "$bundle/rootfs/bin" "$bundle/rootfs/proc" "$bundle/rootfs/dev" "$bundle/rootfs/sys" "$bundle/rootfs/tmp"
-	cp "$(command -v busybox)" "$bundle/rootfs/bin/busybox"
-	for a in sh true; do ln -s busybox "$bundle/rootfs/bin/$a"; done
-	cat >"$bundle/config.json" <<'EOF'
-{
-  "ociVersion": "1.0.2",
-  "process": {
-    "terminal": false,
-    "user": {"uid": 0, "gid": 0},
-    "args": ["/bin/true"],
-    "env": ["PATH=/bin"],
-    "cwd": "/",
-    "capabilities": {"bounding": [], "effective": [], "permitted": [], "inheritable": [], "ambient": []},
-    "rlimits": [{"type": "RLIMIT_NOFILE", "hard": 1024, "soft": 1024}],
-    "noNewPrivileges": true
-  },
-  "root": {"path": "rootfs", "readonly": true},
-  "hostname": "runc",
-  "mounts": [
-    {"destination": "/proc", "type": "proc", "source": "proc"},
-    {"destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]},
-    {"destination": "/dev/pts", "type": "devpts", "source": "devpts", "options": ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"]},
-    {"destination": "/dev/shm", "type": "tmpfs", "source": "shm", "options": ["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"]},
-    {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "nodev", "mode=1777"]},
-    {"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": ["nosuid", "noexec", "nodev", "ro"]}
-  ],
-  "linux": {
-    "uidMappings": [{"containerID": 0, "hostID": 1000000000, "size": 1}],
-    "gidMappings": [{"containerID": 0, "hostID": 1000000000, "size": 1}],
-    "namespaces": [{"type": "pid"}, {"type": "network"}, {"type": "ipc"}, {"type": "uts"},
-                   {"type": "mount"}, {"type": "user"}, {"type": "cgroup"}],
-    "resources": {
-      "memory": {"limit": 268435456},
-      "pids": {"limit": 256},
-      "cpu": {"quota": 100000, "period": 100000}
-    },
-    "maskedPaths": ["/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
-                    "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/sys/firmware", "/proc/scsi"],
-    "readonlyPaths": ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"],
-    "seccomp": {
-      "defaultAction": "SCMP_ACT_ALLOW",
-      "syscalls": [{
-        "action": "SCMP_ACT_ERRNO", "errnoRet": 1,
-        "names": ["ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd",
-          "mount", "umount2", "pivot_root", "chroot", "move_mount", "open_tree", "fsopen", "fsconfig",
-          "fsmount", "fspick", "mount_setattr", "setns", "keyctl", "add_key", "request_key", "bpf",
-          "perf_event_open", "userfaultfd", "io_uring_setup", "io_uring_enter", "io_uring_register",
-          "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module", "reboot",
-          "swapon", "swapoff", "iopl", "ioperm", "syslog", "acct", "quotactl", "vhangup",
-          "open_by_handle_at", "name_to_handle_at", "fanotify_init", "settimeofday", "clock_settime",
-          "clock_adjtime", "adjtimex", "sethostname", "setdomainname", "uselib", "ustat", "sysfs",
-          "lookup_dcookie", "nfsservctl"]
-      }]
-    }
-  }
-}
-EOF
+	runc_bundle "$bundle" '["/bin/true"]' \
+		'{"memory": {"limit": 268435456}, "pids": {"limit": 256}, "cpu": {"quota": 100000, "period": 100000}}' \
+		sh true
 	cmds+=("runc=$(command -v runc) run --bundle $bundle $runc_prefix{id}")
 else
 	log "runc needs root, runc and a static busybox: skipped"

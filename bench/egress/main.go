@@ -24,6 +24,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hutch-sandbox/hutch/bench/report"
 	"github.com/hutch-sandbox/hutch/internal/egress"
 )
 
@@ -45,7 +46,7 @@ func main() {
 		fail(err)
 	}
 	defer p.Close()
-	tp := newTable(*markdown, "download", "MiB/s (median of "+strconv.Itoa(*runs)+")", "ratio to direct")
+	tp := report.NewTable(*markdown, "download", "MiB/s (median of "+strconv.Itoa(*runs)+")", "ratio to direct")
 	if *hutch != "" {
 		url := fmt.Sprintf("http://%%s:%s/bytes?n=%d", port, *size)
 		direct := median(*runs, func() float64 {
@@ -57,14 +58,15 @@ func main() {
 		forward := median(*runs, func() float64 { return curl(sandbox, fmt.Sprintf(url, "up.test"), false) })
 		onHost := []string{"env", "http_proxy=http://" + proxyAddr}
 		hostConnect := median(*runs, func() float64 { return curl(onHost, fmt.Sprintf(url, "up.test"), true) })
-		tp.row("direct (curl on the host)", mib(direct), "1.00")
-		tp.row("hutch CONNECT (curl -p in the sandbox)", mib(connect), fmt.Sprintf("%.2f", connect/direct))
-		tp.row("hutch HTTP forwarding (curl in the sandbox)", mib(forward), fmt.Sprintf("%.2f", forward/direct))
-		tp.row("proxy code alone, CONNECT (curl -p on the host)", mib(hostConnect), fmt.Sprintf("%.2f", hostConnect/direct))
-		tp.print()
+		tp.Row("direct (curl on the host)", mib(direct), "1.00")
+		tp.Row("hutch CONNECT (curl -p in the sandbox)", mib(connect), fmt.Sprintf("%.2f", connect/direct))
+		tp.Row("hutch HTTP forwarding (curl in the sandbox)", mib(forward), fmt.Sprintf("%.2f", forward/direct))
+		tp.Row("proxy code alone, CONNECT (curl -p on the host)", mib(hostConnect), fmt.Sprintf("%.2f", hostConnect/direct))
+		tp.Print(os.Stdout)
 	}
 
-	tl := newTable(*markdown, "latency", "p50 µs", "p99 µs", "added p50 µs", "added p99 µs")
+	// p50 and p99 are nearest-rank percentiles: see report.Percentile.
+	tl := report.NewTable(*markdown, "latency", "p50 µs", "p99 µs", "added p50 µs", "added p99 µs")
 	newDirect := samples(*n, func() error { return oneShot(up, "") })
 	newProxied := samples(*n, func() error { return oneShot(proxyAddr, "up.test:"+port) })
 	keptDirect, err := keptAlive(*n, up, "")
@@ -86,12 +88,12 @@ func main() {
 	} {
 		added50, added99 := "-", "-"
 		if r.direct != nil {
-			added50 = us(pct(r.got, 50) - pct(r.direct, 50))
-			added99 = us(pct(r.got, 99) - pct(r.direct, 99))
+			added50 = us(report.Percentile(r.got, 50) - report.Percentile(r.direct, 50))
+			added99 = us(report.Percentile(r.got, 99) - report.Percentile(r.direct, 99))
 		}
-		tl.row(r.name, us(pct(r.got, 50)), us(pct(r.got, 99)), added50, added99)
+		tl.Row(r.name, us(report.Percentile(r.got, 50)), us(report.Percentile(r.got, 99)), added50, added99)
 	}
-	tl.print()
+	tl.Print(os.Stdout)
 }
 
 // startUpstream serves /bytes?n=N (N zero bytes) and a small /hello on a
@@ -231,12 +233,6 @@ func samples(n int, f func() error) []time.Duration {
 	return out
 }
 
-func pct(d []time.Duration, p int) time.Duration {
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return s[min(len(s)-1, len(s)*p/100)]
-}
-
 func median(runs int, f func() float64) float64 {
 	v := make([]float64, runs)
 	for i := range v {
@@ -249,50 +245,3 @@ func median(runs int, f func() float64) float64 {
 func mib(bps float64) string    { return fmt.Sprintf("%.0f", bps/(1<<20)) }
 func us(d time.Duration) string { return fmt.Sprintf("%.0f", float64(d)/float64(time.Microsecond)) }
 func fail(err error)            { fmt.Fprintln(os.Stderr, "egress:", err); os.Exit(1) }
-
-// table prints aligned text or markdown.
-type table struct {
-	markdown bool
-	rows     [][]string
-}
-
-func newTable(markdown bool, head ...string) *table {
-	return &table{markdown: markdown, rows: [][]string{head}}
-}
-
-func (t *table) row(cells ...string) { t.rows = append(t.rows, cells) }
-
-func (t *table) print() {
-	if t.markdown {
-		for i, r := range t.rows {
-			fmt.Println("| " + strings.Join(r, " | ") + " |")
-			if i == 0 {
-				sep := make([]string, len(r))
-				for j := range sep {
-					sep[j] = "---:"
-				}
-				sep[0] = "---"
-				fmt.Println("| " + strings.Join(sep, " | ") + " |")
-			}
-		}
-		fmt.Println()
-		return
-	}
-	width := make([]int, len(t.rows[0]))
-	for _, r := range t.rows {
-		for j, c := range r {
-			width[j] = max(width[j], len(c))
-		}
-	}
-	for _, r := range t.rows {
-		for j, c := range r {
-			if j == 0 {
-				fmt.Printf("%-*s", width[j]+2, c)
-			} else {
-				fmt.Printf("%*s  ", width[j], c)
-			}
-		}
-		fmt.Println()
-	}
-	fmt.Println()
-}

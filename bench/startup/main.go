@@ -51,7 +51,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -63,6 +62,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/hutch-sandbox/hutch/bench/report"
 )
 
 // launcherEnv marks the re-executed launcher of the memory pass.
@@ -172,11 +173,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "startup: %v\n", err)
 		return 1
 	}
-	out := printText
-	if o.markdown {
-		out = printMarkdown
-	}
-	out(stdout, o, results, ratios)
+	printResults(stdout, o, results, ratios)
 	return 0
 }
 
@@ -506,7 +503,7 @@ func (r *runner) measure(cmds []command, progress io.Writer) ([]result, error) {
 				results[j].floor = max(results[j].floor, floor)
 			}
 			slices.Sort(rss)
-			results[j].rss, results[j].rssMax = percentile(rss, 50), rss[len(rss)-1]
+			results[j].rss, results[j].rssMax = report.Percentile(rss, 50), rss[len(rss)-1]
 		}
 	}
 	return results, nil
@@ -554,22 +551,14 @@ func summarize(name string, s []sample) result {
 		walls[i], cpus[i] = x.wall, x.cpu
 		total += x.wall
 	}
-	slices.Sort(walls)
-	slices.Sort(cpus)
 	return result{
 		name:      name,
-		median:    percentile(walls, 50),
-		p90:       percentile(walls, 90),
+		median:    report.Percentile(walls, 50),
+		p90:       report.Percentile(walls, 90),
 		mean:      total / time.Duration(len(s)),
-		cpu:       percentile(cpus, 50),
+		cpu:       report.Percentile(cpus, 50),
 		seqPerSec: float64(len(s)) / total.Seconds(),
 	}
-}
-
-// percentile returns the nearest-rank p-th percentile of sorted values.
-func percentile[T any](sorted []T, p float64) T {
-	i := int(math.Ceil(p/100*float64(len(sorted)))) - 1
-	return sorted[max(0, min(i, len(sorted)-1))]
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d)/float64(time.Millisecond)) }
@@ -670,76 +659,25 @@ elapsed with P concurrent workers. Ratios are a/b: below 1 means a is faster (ti
 for /s above 1 means a does more.`, mib(floor))
 }
 
-func printText(w io.Writer, o options, results []result, ratios [][2]string) {
-	fmt.Fprintln(w, machine(o))
-	fmt.Fprintln(w)
-	rows := [][]string{header(o)}
+// printResults prints the machine, the table of results, the table of
+// ratios and the notes, as aligned text or markdown.
+func printResults(w io.Writer, o options, results []result, ratios [][2]string) {
+	if o.markdown {
+		fmt.Fprintf(w, "%s.\n\n", machine(o))
+	} else {
+		fmt.Fprintf(w, "%s\n\n", machine(o))
+	}
+	t := report.NewTable(o.markdown, header(o)...)
 	for _, r := range results {
-		rows = append(rows, row(o, r))
+		t.Row(row(o, r)...)
 	}
-	printAligned(w, rows)
+	t.Print(w)
 	if len(ratios) > 0 {
-		fmt.Fprintln(w)
-		rows = [][]string{ratioHeader()}
+		t = report.NewTable(o.markdown, ratioHeader()...)
 		for _, p := range ratios {
-			rows = append(rows, ratioRow(o, find(results, p[0]), find(results, p[1])))
+			t.Row(ratioRow(o, find(results, p[0]), find(results, p[1]))...)
 		}
-		printAligned(w, rows)
+		t.Print(w)
 	}
-	fmt.Fprintln(w)
 	fmt.Fprintln(w, notes(o, results))
-}
-
-func printAligned(w io.Writer, rows [][]string) {
-	widths := make([]int, len(rows[0]))
-	for _, r := range rows {
-		for i, c := range r {
-			widths[i] = max(widths[i], len([]rune(c)))
-		}
-	}
-	for _, r := range rows {
-		var b strings.Builder
-		for i, c := range r {
-			pad := strings.Repeat(" ", widths[i]-len([]rune(c)))
-			if i == 0 {
-				b.WriteString(c + pad)
-			} else {
-				b.WriteString("  " + pad + c)
-			}
-		}
-		fmt.Fprintln(w, b.String())
-	}
-}
-
-func printMarkdown(w io.Writer, o options, results []result, ratios [][2]string) {
-	fmt.Fprintf(w, "%s.\n\n", machine(o))
-	rows := [][]string{header(o)}
-	for _, r := range results {
-		rows = append(rows, row(o, r))
-	}
-	mdTable(w, rows)
-	if len(ratios) > 0 {
-		fmt.Fprintln(w)
-		rows = [][]string{ratioHeader()}
-		for _, p := range ratios {
-			rows = append(rows, ratioRow(o, find(results, p[0]), find(results, p[1])))
-		}
-		mdTable(w, rows)
-	}
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, notes(o, results))
-}
-
-func mdTable(w io.Writer, rows [][]string) {
-	line := func(cells []string) { fmt.Fprintf(w, "| %s |\n", strings.Join(cells, " | ")) }
-	line(rows[0])
-	sep := make([]string, len(rows[0]))
-	for i := range sep {
-		sep[i] = "---:"
-	}
-	sep[0] = "---"
-	line(sep)
-	for _, r := range rows[1:] {
-		line(r)
-	}
 }

@@ -65,21 +65,6 @@ func TestParseRatios(t *testing.T) {
 	}
 }
 
-func TestPercentile(t *testing.T) {
-	v := []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
-	for _, tt := range []struct {
-		p    float64
-		want int
-	}{{50, 5}, {90, 9}, {100, 10}, {0, 1}} {
-		if got := percentile(v, tt.p); got != tt.want {
-			t.Errorf("p%v = %d, want %d", tt.p, got, tt.want)
-		}
-	}
-	if got := percentile([]int{7}, 90); got != 7 {
-		t.Errorf("p90 of one value = %d, want 7", got)
-	}
-}
-
 func TestRatioRowFloor(t *testing.T) {
 	o := options{workers: 4, rssRuns: 10}
 	a := result{name: "a", median: 2, p90: 2, cpu: 2, rss: 5000, floor: 2500, seqPerSec: 1, parPerSec: 1}

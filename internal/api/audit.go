@@ -37,6 +37,12 @@ func (h *handler) audited(action string, f handlerFunc) handlerFunc {
 		if err != nil && e.Error == "" {
 			_, e.Error = classify(err)
 		}
+		if err == nil && r.Header.Get("Upgrade") == "" {
+			// The answer goes out first: the client need not wait for
+			// the log's sync. (An upgraded exec stream was taken over
+			// and has ended.)
+			_ = http.NewResponseController(w).Flush()
+		}
 		if aerr := h.cfg.Audit.Append(*e); aerr != nil {
 			h.log.Error("audit log", "action", action, "sandbox", e.Sandbox, "err", aerr)
 		}

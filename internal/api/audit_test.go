@@ -2,6 +2,7 @@ package api
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/hutch-sandbox/hutch/internal/audit"
 	"github.com/hutch-sandbox/hutch/internal/execproto"
+	"github.com/hutch-sandbox/hutch/internal/testutil"
 )
 
 // newAuditedEnv is a test environment whose API appends to an audit log at
@@ -43,12 +45,21 @@ func TestAuditLog(t *testing.T) {
 	resp, data = e.request(t, "DELETE", "/v1/sandboxes/"+info.ID, nil)
 	want(t, resp, data, 204, "")
 
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if n, err := audit.Verify(f); err != nil || n != 4 {
+	// A call's entry is appended once its answer went out.
+	var (
+		n   int
+		err error
+	)
+	testutil.Eventually(10*time.Second, func() bool {
+		f, oerr := os.Open(path)
+		if oerr != nil {
+			t.Fatal(oerr)
+		}
+		defer f.Close()
+		n, err = audit.Verify(f)
+		return err == nil && n == 4
+	})
+	if err != nil || n != 4 {
 		t.Fatalf("Verify = %d, %v; want 4, nil", n, err)
 	}
 	raw, _ := os.ReadFile(path)
@@ -58,10 +69,7 @@ func TestAuditLog(t *testing.T) {
 		}
 	}
 	var got []audit.Entry
-	sc := bufio.NewScanner(f)
-	if _, err := f.Seek(0, 0); err != nil {
-		t.Fatal(err)
-	}
+	sc := bufio.NewScanner(bytes.NewReader(raw))
 	for sc.Scan() {
 		var en audit.Entry
 		if err := json.Unmarshal(sc.Bytes(), &en); err != nil {

@@ -49,6 +49,8 @@ const (
 	// sandbox failed to start: it doubles with each failure in a row.
 	warmBackoffMin = 500 * time.Millisecond
 	warmBackoffMax = time.Minute
+	// warmRefillDelay is how long after a take the pool starts refilling.
+	warmRefillDelay = 50 * time.Millisecond
 	// warmPingTimeout bounds the check that a warm sandbox's agent still
 	// answers when a create takes it.
 	warmPingTimeout = 2 * time.Second
@@ -289,7 +291,10 @@ func (p *pool) remove(w *warm) bool {
 // Two callers never get the same sandbox.
 func (m *Manager) take() *live {
 	p := m.pool
-	defer p.kick()
+	// The refill waits a moment: on a small machine, starting the next
+	// warm sandbox at once would compete with the first commands of the
+	// one just taken.
+	defer time.AfterFunc(warmRefillDelay, p.kick)
 	for {
 		p.mu.Lock()
 		if len(p.ready) == 0 {

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Daemon benchmark: `hutch serve` through its Go SDK, against runc, in the
+# same run, on this machine. Builds hutch and the measuring tool
+# (bench/serve), which starts a daemon of its own on a unix socket in a
+# temporary directory and reports: create → first exec output → destroy
+# (cold, and warm when `hutch serve` has a --warm flag), the exec round trip
+# on a live sandbox (run to completion and streaming), execs/s with
+# concurrent clients on one sandbox and on one sandbox each, and the memory
+# of idle sandboxes. runc is the peer: `runc exec` in a running container,
+# and create → start → exec → delete. The issue's targets are printed next
+# to the figures.
+#
+# Usage: bench/serve.sh [--markdown] [-n N] [-e N] [-c N] [-dur D] [-idle N] [-runc-n N]
+#   --markdown   print markdown tables (for docs/benchmarks.md)
+#   -n N         create → output → destroy cycles (default 200)
+#   -e N         exec round trips per way (default 2000)
+#   -c N         concurrent clients in the throughput phase (default 16)
+#   -dur D       length of each throughput run (default 3s)
+#   -idle N      idle sandboxes for the memory figure (default 500; 0 skips)
+#   -runc-n N    runc samples per way (default 200)
+#
+# Needs root. Installs runc and busybox-static with apt-get when missing.
+# No network traffic otherwise: the daemon listens on a unix socket only and
+# its sandboxes have no network. The daemon is stopped by its pid at the
+# end, every runc container of the run deleted and the directory removed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. bench/lib.sh
+
+args=()
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--markdown) args+=(-markdown) ;;
+	-n | -e | -c | -dur | -idle | -runc-n) args+=("$1" "$2"); shift ;;
+	-h | --help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+	*) echo "serve.sh: unknown argument $1" >&2; exit 2 ;;
+	esac
+	shift
+done
+
+export PATH="$PATH:/usr/local/go/bin:/usr/sbin:/sbin"
+[ "$(id -u)" = 0 ] || { log "needs root (hutch serve, runc)"; exit 1; }
+
+need=()
+command -v runc >/dev/null 2>&1 || need+=(runc)
+static_busybox || need+=(busybox-static)
+[ ${#need[@]} -eq 0 ] || apt_install "${need[@]}"
+
+work=$(mktemp -d /tmp/hutch-serve-bench.XXXXXX)
+chmod 711 "$work" # the sandboxes reach their workspaces through it
+runc_prefix="hutchserve-$$-"
+cleanup() {
+	set +e
+	# A daemon still running (the tool was killed): stop it by its pid.
+	for f in "$work"/*/serve.pid; do
+		[ -f "$f" ] || continue
+		pid=$(cat "$f")
+		if [ -r "/proc/$pid/cmdline" ] && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q "$work"; then
+			kill -TERM "$pid" 2>/dev/null
+			for _ in $(seq 300); do [ -d "/proc/$pid" ] || break; sleep 0.1; done
+			kill -KILL "$pid" 2>/dev/null
+		fi
+	done
+	runc_delete_all "$runc_prefix"
+	# Nothing of the run may stay mounted.
+	awk -v w="$work" 'index($5, w) == 1 { print $5 }' /proc/self/mountinfo | sort -r | while read -r m; do
+		umount -l "$m"
+	done
+	rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+build_tools "$work" serve
+
+# runc: a busybox bundle whose process sleeps until killed, isolated as
+# bench/startup.sh's runc (see runc_bundle in bench/lib.sh), without the
+# memory and CPU limits: served sandboxes have none by default.
+runc_bundle "$work/runc" '["/bin/sleep", "86400"]' '{"pids": {"limit": 4096}}' sh true echo sleep
+
+log "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+"$work/serve" -hutch "$work/hutch" -work "$work" -runc "$(command -v runc)" -bundle "$work/runc" \
+	-prefix "$runc_prefix" "${args[@]}"
+log "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
