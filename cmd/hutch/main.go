@@ -17,6 +17,7 @@ import (
 	"strings"
 
 	"github.com/hutch-sandbox/hutch/internal/policy"
+	"github.com/hutch-sandbox/hutch/internal/proxyconnect"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
 )
 
@@ -80,7 +81,7 @@ func run(args []string, stdin, stdout, stderr *os.File) int {
 	case "agent":
 		return cmdAgent(args[1:], stderr)
 	case "proxy-connect":
-		return cmdProxyConnect(args[1:], stdin, stdout, stderr)
+		return proxyconnect.Main(args[1:], stdin, stdout, stderr)
 	case "serve":
 		return cmdServe(args[1:], stderr)
 	case "token":

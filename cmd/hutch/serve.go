@@ -93,6 +93,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 	}
 	m, err := daemon.New(daemon.Config{
 		StateDir:       *stateDir,
+		AgentBinary:    agentBinary(log),
 		DefaultTimeout: *defTimeout,
 		MaxTimeout:     *maxTimeout,
 		MaxSandboxes:   *maxSandboxes,
@@ -198,6 +199,22 @@ func cmdToken(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "A token for the tenant %q; it is shown only this once:\n%s\n", *tenant, token)
 	return 0
+}
+
+// agentBinary is hutch-agent next to hutch's own binary, the sandboxes'
+// PID 1 when it is installed there; "" (hutch's own binary) otherwise.
+func agentBinary(log *slog.Logger) string {
+	exe, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	p := filepath.Join(filepath.Dir(exe), "hutch-agent")
+	if fi, err := os.Stat(p); err != nil || !fi.Mode().IsRegular() || fi.Mode()&0o111 == 0 {
+		log.Info("the sandboxes' agent is hutch itself; install hutch-agent next to it to halve each sandbox's memory", "hutch", exe)
+		return ""
+	}
+	log.Info("the sandboxes' agent", "binary", p)
+	return p
 }
 
 // usageCode is the exit code after a flag error: 0 after -h, else 2.

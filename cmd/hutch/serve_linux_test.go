@@ -328,6 +328,18 @@ func TestServe(t *testing.T) {
 		if len(got) != 3 || got[0] != "A=b proxy=http://127.0.0.1:3128" || got[1] != "32768" || got[2] == "" || strings.Contains(got[2], real) {
 			t.Errorf("in the sandbox: %q", got)
 		}
+		// PID 1 is hutch-agent, which also serves ssh's proxy-connect.
+		if !strings.Contains(d.log.String(), "the sandboxes' agent\" binary="+filepath.Join(filepath.Dir(testutil.Hutch(t)), "hutch-agent")) {
+			t.Errorf("the daemon does not use hutch-agent:\n%s", d.log.String())
+		}
+		agentInfo, err := os.Stat(filepath.Join(filepath.Dir(testutil.Hutch(t)), "hutch-agent"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r = d.admin(t, "exec", fid, "--", "sh", "-c", "stat -L -c %s /dev/hutch; /dev/hutch proxy-connect example.com 22 </dev/null")
+		if r.code != 1 || strings.TrimSpace(r.stdout) != strconv.FormatInt(agentInfo.Size(), 10) || !strings.Contains(r.stderr, "proxy-connect: example.com:22 refused") {
+			t.Errorf("PID 1 (want hutch-agent, %d bytes) and proxy-connect in a served sandbox: %s", agentInfo.Size(), r)
+		}
 		wantOK(t, d.admin(t, "rm", fid))
 		// A secret whose variable is not set here is refused before anything is made.
 		r = hutch(t, invocation{dir: dir, env: append(baseEnv(dir), "HUTCH_HOST=unix://"+d.sock), args: []string{"create", "--secret", "E2E_TOKEN@example.com"}})

@@ -211,15 +211,16 @@ func (m *Manager) launch(ctx context.Context, id, dir string, spec policy.Spec, 
 		}
 	}
 	inst, conn, err := startSandbox(sandbox.Config{
-		Spec:       spec,
-		Environ:    env,
-		Log:        log,
-		Proxy:      proxy,
-		RootLayer:  m.rootLayer(spec),
-		CABundle:   sec.caBundle(),
-		Wipe:       sec.values(),
-		Cgroup:     true,
-		CgroupName: sandboxCgroupPrefix + id,
+		Spec:        spec,
+		Environ:     env,
+		Log:         log,
+		Proxy:       proxy,
+		RootLayer:   m.rootLayer(spec),
+		CABundle:    sec.caBundle(),
+		AgentBinary: m.cfg.AgentBinary,
+		Wipe:        sec.values(),
+		Cgroup:      true,
+		CgroupName:  sandboxCgroupPrefix + id,
 	})
 	if err != nil {
 		return fail(err)

@@ -43,6 +43,10 @@ type Config struct {
 	// DefaultMemory, when positive, is the memory limit of a sandbox whose
 	// policy sets none.
 	DefaultMemory int64
+	// AgentBinary is the PID 1 of every sandbox: a binary that serves
+	// "agent" and "proxy-connect" as hutch does (hutch-agent, which costs
+	// each sandbox half the memory); the daemon's own binary when empty.
+	AgentBinary string
 	// UpstreamRoots verify the upstreams of hosts a sandbox's secrets are
 	// bound to (the system's roots when nil).
 	UpstreamRoots *x509.CertPool

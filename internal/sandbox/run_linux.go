@@ -106,6 +106,9 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		if err != nil {
 			return res, fmt.Errorf("hutch's own binary: %w", err)
 		}
+		if agent != nil && c.AgentBinary != "" {
+			exe = c.AgentBinary
+		}
 		cfg.Files = append(cfg.Files, fileBind{Path: exe, Target: SandboxHutch, Create: true, Exec: true})
 	}
 	if cfg.Net == "proxy" {

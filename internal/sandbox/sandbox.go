@@ -21,6 +21,7 @@ import (
 	"strconv"
 
 	"github.com/hutch-sandbox/hutch/internal/policy"
+	"github.com/hutch-sandbox/hutch/internal/proxyconnect"
 )
 
 // Exit codes of `hutch run` that are hutch's own, not the command's.
@@ -87,6 +88,10 @@ type Config struct {
 	// ("hutch-RANDOM" when empty): a daemon names it after the sandbox,
 	// so that the next daemon can find it after a crash.
 	CgroupName string
+	// AgentBinary, for Start, is the binary bound at SandboxHutch and run
+	// as the agent (it must serve "agent" and "proxy-connect" as hutch
+	// does, like hutch-agent); hutch's own binary when empty.
+	AgentBinary string
 	// RootLayer, when set, makes the sandbox's root filesystem writable:
 	// a copy-on-write layer over the read-only root (root only). The
 	// workspace (Spec.Filesystem.Workspace) is then a directory of the
@@ -129,7 +134,7 @@ type Proxy interface {
 // The proxy's addresses inside a sandbox in network mode "proxy", and the
 // path of hutch's own binary there (for ssh's ProxyCommand).
 const (
-	ProxyHTTPPort  = 3128
+	ProxyHTTPPort  = proxyconnect.Port
 	ProxySOCKSPort = 1080
 	SandboxHutch   = "/dev/hutch"
 )

@@ -1,0 +1,26 @@
+// Command hutch-agent is PID 1 of the sandboxes of hutch serve: hutch's
+// agent alone (and ssh's proxy-connect helper), without the rest of hutch.
+// A sandbox's PID 1 stays for the sandbox's life, and this binary's runtime
+// and package initialization cost half the memory of the whole hutch
+// binary's; hutch serve uses it when it is installed next to hutch.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/hutch-sandbox/hutch/internal/agent"
+	"github.com/hutch-sandbox/hutch/internal/proxyconnect"
+)
+
+func main() {
+	args := os.Args[1:]
+	switch {
+	case len(args) > 0 && args[0] == "agent":
+		os.Exit(agent.Main(os.Stderr))
+	case len(args) > 0 && args[0] == "proxy-connect":
+		os.Exit(proxyconnect.Main(args[1:], os.Stdin, os.Stdout, os.Stderr))
+	}
+	fmt.Fprintln(os.Stderr, "hutch-agent: usage: hutch-agent agent | proxy-connect HOST PORT (inside a sandbox of hutch serve)")
+	os.Exit(2)
+}
