@@ -218,6 +218,7 @@ func (m *Manager) launch(ctx context.Context, id, dir string, spec policy.Spec, 
 		RootLayer:   m.rootLayer(spec),
 		CABundle:    sec.caBundle(),
 		AgentBinary: m.cfg.AgentBinary,
+		RootCaps:    true,
 		Wipe:        sec.values(),
 		Cgroup:      true,
 		CgroupName:  sandboxCgroupPrefix + id,
@@ -511,7 +512,7 @@ func environ(e policy.Env, extra map[string]string) []string {
 	}
 	maps.Copy(vars, extra)
 	if _, ok := vars["HOME"]; !ok {
-		vars["HOME"] = "/tmp"
+		vars["HOME"] = "/root"
 	}
 	if _, ok := vars["PATH"]; !ok {
 		vars["PATH"] = defaultPath

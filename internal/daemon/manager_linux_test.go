@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -186,8 +187,8 @@ func TestCreateExec(t *testing.T) {
 		t.Errorf("expires in %s, want the default 5m", d)
 	}
 	out := mustRun(t, m, "a", info.ID, `echo "$GREETING from $PWD"; echo made >made-here; echo home=$HOME`)
-	if want := "hello from " + info.Workspace + "\n"; !strings.HasPrefix(out, want) || !strings.Contains(out, "home=/tmp") {
-		t.Errorf("output %q, want %q and home=/tmp", out, want)
+	if want := "hello from " + info.Workspace + "\n"; !strings.HasPrefix(out, want) || !strings.Contains(out, "home=/root") {
+		t.Errorf("output %q, want %q and home=/root", out, want)
 	}
 	if out := mustRun(t, m, "a", info.ID, `cat /workspace/made-here`); out != "made\n" {
 		t.Errorf("the command's file: %q", out)
@@ -900,5 +901,31 @@ func TestClosedHostFiles(t *testing.T) {
 	// The sandbox may still make its own files there.
 	if out := mustRun(t, m, "a", sb.ID, fmt.Sprintf(`echo mine >%[1]s/secret && cat %[1]s/secret`, fix)); out != "mine\n" {
 		t.Errorf("a file of the sandbox's own: %q", out)
+	}
+}
+
+// TestRootCapabilities: the root of a served sandbox keeps, in its own
+// user namespace, what package managers need — chown, file permissions,
+// switching to its other ids, which drops them — and nothing that reaches
+// beyond its files and ids: no mount, no ptrace, no raw network.
+func TestRootCapabilities(t *testing.T) {
+	_, err := exec.LookPath("setpriv")
+	testutil.Need(t, err == nil, "setpriv (util-linux) is not installed")
+	m := newManager(t, Config{})
+	sb := mustCreate(t, m, "a", CreateRequest{})
+	out, code, err := run(testCtx(t), m, "a", sb.ID, `
+grep -E '^Cap(Eff|Bnd|Amb)' /proc/self/status | tr -d '\t' | tr '\n' ' '; echo
+echo mine >f && chown 42:42 f && chmod 600 f && stat -c '%u:%g %a' f
+cat f                                                  # root reads another uid's 0600 file
+setpriv --reuid 42 --regid 42 --clear-groups sh -c 'id -u; grep CapEff /proc/self/status | tr -d "\t"; cat /etc/hostname >/dev/null && echo reads; { echo x >>/etc/hosts; } 2>/dev/null || echo "42 cannot write /etc/hosts"'
+mount -t tmpfs t /mnt 2>/dev/null && echo MOUNTED || echo "no mount"
+echo done`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "CapEff:00000000000004fb CapBnd:00000000000004fb CapAmb:00000000000004fb \n" +
+		"42:42 600\nmine\n42\nCapEff:0000000000000000\nreads\n42 cannot write /etc/hosts\nno mount\ndone\n"
+	if code != 0 || out != want {
+		t.Errorf("exit %d, output:\n%s\nwant:\n%s", code, out, want)
 	}
 }

@@ -98,7 +98,7 @@ func TestCheckEnv(t *testing.T) {
 func TestEnviron(t *testing.T) {
 	got := environ(policy.Env{Pass: []string{"PATH", "SECRET"}, Set: map[string]string{"A": "policy", "B": "policy"}},
 		map[string]string{"B": "request", "C": "request"})
-	want := []string{"A=policy", "B=request", "C=request", "HOME=/tmp", "PATH=" + defaultPath}
+	want := []string{"A=policy", "B=request", "C=request", "HOME=/root", "PATH=" + defaultPath}
 	if !slices.Equal(got, want) {
 		t.Errorf("environ: %q, want %q", got, want)
 	}

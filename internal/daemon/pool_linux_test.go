@@ -105,7 +105,7 @@ func TestWarmPool(t *testing.T) {
 	}
 	// The request's environment, under the exec's own.
 	out := mustRun(t, m, "a", info.ID, `echo "$GREETING $PATH $HOME"`)
-	if out != "hello /opt/none:/usr/bin:/bin /tmp\n" {
+	if out != "hello /opt/none:/usr/bin:/bin /root\n" {
 		t.Errorf("output %q", out)
 	}
 	if out, _, err := run(ctx, m, "a", info.ID, `echo $GREETING`); err != nil || out != "hello\n" {

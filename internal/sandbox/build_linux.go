@@ -471,16 +471,40 @@ func (b *builder) harden(cfg initConfig, ruleset, ctl int) error {
 
 	p.call("not dumpable", -1, unix.SYS_PRCTL, k(unix.PR_SET_DUMPABLE), k(0), k(0), k(0), k(0))
 
-	bits := secbitNoroot | secbitNorootLocked | secbitNoSetuidFixupLock | secbitKeepCapsLocked | secbitNoCapAmbientRaise | secbitNoCapAmbientLock
+	// Root of the user namespace gains nothing by being root (NOROOT), and
+	// every capability goes — but the ones of Keep, which stay in every
+	// set, ambient included, so that the programs the sandbox runs keep
+	// them too (and lose them, as usual, when they switch to another uid).
+	bits := secbitNoroot | secbitNorootLocked | secbitNoSetuidFixupLock | secbitNoCapAmbientLock
+	if len(cfg.KeepCaps) == 0 {
+		bits |= secbitKeepCapsLocked | secbitNoCapAmbientRaise
+	}
+	// With capabilities kept, a program may still ask to keep them across
+	// a switch to another uid (PR_SET_KEEPCAPS, as setpriv does): they are
+	// only those of Keep.
 	p.call("capabilities: securebits", -1, unix.SYS_PRCTL, k(unix.PR_SET_SECUREBITS), ci(bits), k(0), k(0), k(0))
+	var keep uint64
+	for _, cp := range cfg.KeepCaps {
+		keep |= 1 << cp
+	}
 	for cp := 0; cp <= unix.CAP_LAST_CAP; cp++ {
+		if keep&(1<<cp) != 0 {
+			continue
+		}
 		i := p.call(fmt.Sprintf("capabilities: drop %d from the bounding set", cp), -1, unix.SYS_PRCTL, k(unix.PR_CAPBSET_DROP), ci(cp), k(0), k(0), k(0))
 		p.skip(i, unix.EINVAL) // a capability this kernel does not know
 	}
 	p.call("capabilities: clear ambient", -1, unix.SYS_PRCTL, k(unix.PR_CAP_AMBIENT), k(unix.PR_CAP_AMBIENT_CLEAR_ALL), k(0), k(0), k(0))
 	hdr := &unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	data := &[2]unix.CapUserData{}
+	for i := range data {
+		set := uint32(keep >> (32 * i))
+		data[i] = unix.CapUserData{Effective: set, Permitted: set, Inheritable: set}
+	}
 	p.call("capabilities: capset", -1, unix.SYS_CAPSET, keepPtr(p, hdr), keepPtr(p, data))
+	for _, cp := range cfg.KeepCaps {
+		p.call(fmt.Sprintf("capabilities: keep %d (ambient)", cp), -1, unix.SYS_PRCTL, k(unix.PR_CAP_AMBIENT), k(unix.PR_CAP_AMBIENT_RAISE), ci(cp), k(0), k(0))
+	}
 	p.call("no_new_privs", -1, unix.SYS_PRCTL, k(unix.PR_SET_NO_NEW_PRIVS), k(1), k(0), k(0), k(0))
 
 	if ruleset >= 0 {

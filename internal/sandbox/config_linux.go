@@ -42,6 +42,9 @@ type initConfig struct {
 	// SandboxHutch) as PID 1 instead of forking Args, with this inherited
 	// descriptor, its end of the agent connection, as descriptor 3.
 	AgentFD int
+	// KeepCaps are the capabilities the sandbox keeps in its own user
+	// namespace (Config.RootCaps); none otherwise.
+	KeepCaps []int
 	// RootLayer, when >= 0, is the index among the descriptors hutch sends
 	// after the clone of the writable root layer, attached as the root
 	// instead of a read-only clone of Root.

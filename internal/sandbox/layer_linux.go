@@ -16,6 +16,20 @@ import (
 // that mapping, so that a file of host uid N is owned by uid N inside.
 const LayerIDs = 65536
 
+// rootCapNumbers are the numbers of RootCapabilities.
+func rootCapNumbers() []int {
+	numbers := map[string]int{
+		"chown": unix.CAP_CHOWN, "dac_override": unix.CAP_DAC_OVERRIDE, "fowner": unix.CAP_FOWNER,
+		"fsetid": unix.CAP_FSETID, "kill": unix.CAP_KILL, "setgid": unix.CAP_SETGID,
+		"setuid": unix.CAP_SETUID, "net_bind_service": unix.CAP_NET_BIND_SERVICE,
+	}
+	out := make([]int, 0, len(RootCapabilities))
+	for _, name := range RootCapabilities {
+		out = append(out, numbers[name])
+	}
+	return out
+}
+
 // layerInodeBytes is how many bytes of the layer's size buy one inode: a
 // sandbox cannot exhaust the host's memory with empty files either.
 const layerInodeBytes = 4096

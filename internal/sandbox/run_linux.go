@@ -80,6 +80,13 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 	if layer != nil {
 		nids = LayerIDs
 	}
+	var keepCaps []int
+	if c.RootCaps {
+		if layer == nil {
+			return res, errors.New("root capabilities need a writable root layer")
+		}
+		keepCaps = rootCapNumbers()
+	}
 
 	cfg := initConfig{
 		Args:       c.Args,
@@ -95,6 +102,7 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		Net:        s.Network.Mode,
 		AgentFD:    -1,
 		RootLayer:  -1,
+		KeepCaps:   keepCaps,
 	}
 	if agent != nil {
 		cfg.AgentFD = int(agent.Fd())

@@ -88,6 +88,11 @@ type Config struct {
 	// ("hutch-RANDOM" when empty): a daemon names it after the sandbox,
 	// so that the next daemon can find it after a crash.
 	CgroupName string
+	// RootCaps, with a RootLayer, leaves the sandbox's root (in its own
+	// user namespace, over its own ids and files only) the capabilities
+	// RootCapabilities names, which package managers and the like need;
+	// without it the sandbox holds none.
+	RootCaps bool
 	// AgentBinary, for Start, is the binary bound at SandboxHutch and run
 	// as the agent (it must serve "agent" and "proxy-connect" as hutch
 	// does, like hutch-agent); hutch's own binary when empty.
@@ -147,6 +152,16 @@ var SystemBundles = []string{
 	"/etc/ssl/ca-bundle.pem",             // openSUSE
 	"/etc/ssl/cert.pem",                  // Alpine, macOS-like layouts
 }
+
+// RootCapabilities are the capabilities a sandbox with Config.RootCaps keeps:
+// those a container's root has over files and identities (chown, override
+// file permissions, own any file, keep set-id bits, signal any of its
+// processes, switch uid and gid among its own ids) and binding ports below
+// 1024 in its own network namespace. None of them reaches the host: its ids
+// map to unprivileged host ids, its root is its own layer, and it may not
+// mount, trace, load modules or change the network (no CAP_SYS_ADMIN,
+// CAP_NET_ADMIN, CAP_SYS_PTRACE …).
+var RootCapabilities = []string{"chown", "dac_override", "fowner", "fsetid", "kill", "setgid", "setuid", "net_bind_service"}
 
 // SystemRootsPEM returns the host's bundle of trusted certificates, the
 // first of SystemBundles that exists.
