@@ -544,6 +544,17 @@ type ExecRequest struct {
 	// Timeout, when positive, kills the command's process group with
 	// SIGKILL once it has run that long; ExitStatus.TimedOut reports it.
 	Timeout time.Duration
+	// User, when not nil, runs the command with that uid and gid (and no
+	// supplementary groups) instead of the agent's own.
+	User *Credential
+}
+
+// Credential is a user and group id in the sandbox.
+type Credential struct {
+	// UID is the user id.
+	UID uint32
+	// GID is the group id.
+	GID uint32
 }
 
 // Process is a command started by Exec. Its output must be read (or
@@ -600,6 +611,8 @@ type FileInfo struct {
 	IsDir bool
 	// Link is the target of a symlink, "" for anything else.
 	Link string
+	// UID and GID are the ids of its owner and group.
+	UID, GID uint32
 }
 
 // Exec starts a command and returns once it runs. A command that cannot be
@@ -623,6 +636,9 @@ func (c *Client) Exec(ctx context.Context, r ExecRequest) (*Process, error) {
 	m := &request{
 		Op: opExec, Args: toWire(r.Args), Env: toWire(c.execEnv(r.Env)), Dir: wstr(r.Dir),
 		Stdin: r.Stdin, TTY: r.TTY, Rows: r.Rows, Cols: r.Cols, Timeout: int64(r.Timeout),
+	}
+	if r.User != nil {
+		m.UID, m.GID = &r.User.UID, &r.User.GID
 	}
 	k, resp, err := c.roundTrip(ctx, m, func(k *call) {
 		k.proc = &procState{exited: make(chan struct{})}
@@ -885,6 +901,16 @@ func (c *Client) Rename(ctx context.Context, from, to string) error {
 	return err
 }
 
+// Chown sets the owner and group of the file at path (a symlink itself,
+// not what it points to).
+func (c *Client) Chown(ctx context.Context, path string, uid, gid uint32) error {
+	if e := checkPath("chown", path); e != nil {
+		return e
+	}
+	_, _, err := c.roundTrip(ctx, &request{Op: opChown, Path: wstr(path), UID: &uid, GID: &gid}, nil)
+	return err
+}
+
 // fileInfo checks and converts a file info from the agent.
 func fileInfo(w wireInfo) (FileInfo, error) {
 	name, link := string(w.Name), string(w.Link)
@@ -904,5 +930,7 @@ func fileInfo(w wireInfo) (FileInfo, error) {
 		ModTime: time.Unix(0, w.ModTime),
 		IsDir:   mode.IsDir(),
 		Link:    link,
+		UID:     w.UID,
+		GID:     w.GID,
 	}, nil
 }

@@ -20,7 +20,7 @@
 // sends no frame longer than 64 KiB + 6 bytes.
 //
 //	hello    agent → client  id 0; JSON {"version":1,"max_frame":N}, the first frame
-//	request  client → agent  JSON {"op":"exec"|"signal"|"resize"|"ps"|"read"|"write"|"stat"|"list"|"mkdir"|"remove"|"rename", ...}
+//	request  client → agent  JSON {"op":"exec"|"signal"|"resize"|"ps"|"read"|"write"|"stat"|"list"|"mkdir"|"remove"|"rename"|"chown", ...}
 //	response agent → client  JSON {"error":{"code","message"}} or the op's result
 //	data     both            raw bytes of one stream, at most 64 KiB
 //	eof      both            the sender ends the stream

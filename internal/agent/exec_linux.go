@@ -425,7 +425,19 @@ func (s *server) start(m *request) (*process, error) {
 		Files: fds,
 		Sys:   &syscall.SysProcAttr{Setsid: true, Setctty: m.TTY, Ctty: 0},
 	}
-	if err := s.procs.fork(path, attr, p); err != nil {
+	if (m.UID == nil) != (m.GID == nil) {
+		return fail(errorf(CodeInvalid, "exec %s: a uid without a gid or a gid without a uid", args[0]))
+	}
+	if m.UID != nil {
+		attr.Sys.Credential = &syscall.Credential{Uid: *m.UID, Gid: *m.GID, Groups: []uint32{}}
+	}
+	err = s.procs.fork(path, attr, p)
+	if err == syscall.EPERM && m.UID != nil {
+		// A user namespace whose setgroups is denied: keep the groups.
+		attr.Sys.Credential.NoSetGroups = true
+		err = s.procs.fork(path, attr, p)
+	}
+	if err != nil {
 		return fail(execError(args[0], err))
 	}
 	return p, nil

@@ -164,6 +164,9 @@ func infoOf(p string, fi fs.FileInfo) *wireInfo {
 		Mode:    uint32(fi.Mode()),
 		ModTime: fi.ModTime().UnixNano(),
 	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		w.UID, w.GID = st.Uid, st.Gid
+	}
 	if fi.Mode()&fs.ModeSymlink != 0 {
 		if l, err := os.Readlink(p); err == nil {
 			w.Link = wstr(l)
@@ -265,4 +268,15 @@ func rename(from, to string) error {
 		return e
 	}
 	return os.Rename(from, to)
+}
+
+// chown sets the owner and group of p itself.
+func chown(p string, uid, gid *uint32) error {
+	if e := checkPath("chown", p); e != nil {
+		return e
+	}
+	if uid == nil || gid == nil {
+		return errorf(CodeInvalid, "chown %s: no uid or gid", p)
+	}
+	return os.Lchown(p, int(*uid), int(*gid))
 }

@@ -156,6 +156,7 @@ const (
 	opMkdir  = "mkdir"
 	opRemove = "remove"
 	opRename = "rename"
+	opChown  = "chown"
 )
 
 // hello is the agent's first frame.
@@ -177,6 +178,9 @@ type request struct {
 	Rows    uint16 `json:"rows,omitempty"`
 	Cols    uint16 `json:"cols,omitempty"`
 	Timeout int64  `json:"timeout_ns,omitempty"`
+	// exec as another user; chown
+	UID *uint32 `json:"uid,omitempty"`
+	GID *uint32 `json:"gid,omitempty"`
 
 	// signal, resize (with Rows, Cols)
 	Target uint32 `json:"target,omitempty"`
@@ -212,6 +216,8 @@ type wireInfo struct {
 	Mode    uint32 `json:"mode"`
 	ModTime int64  `json:"mtime_ns"`
 	Link    wstr   `json:"link,omitempty"`
+	UID     uint32 `json:"uid"`
+	GID     uint32 `json:"gid"`
 }
 
 // wireProc is a ProcessInfo on the wire.

@@ -304,6 +304,8 @@ func (s *server) handle(r *areq, m *request) {
 		s.reply(r.id, response{}, remove(string(m.Path), m.Recursive))
 	case opRename:
 		s.reply(r.id, response{}, rename(string(m.Path), string(m.To)))
+	case opChown:
+		s.reply(r.id, response{}, chown(string(m.Path), m.UID, m.GID))
 	default:
 		s.replyErr(r.id, errorf(CodeInvalid, "unknown operation %q", m.Op))
 	}

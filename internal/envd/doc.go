@@ -1,0 +1,32 @@
+// Package envd serves E2B's in-sandbox daemon API ("envd") for hutch's
+// long-lived sandboxes, so that the official E2B SDKs work unchanged against
+// hutch serve.
+//
+// New returns an http.Handler. For each request it asks a Resolver which
+// sandbox the request is for (E2B's SDKs name it in the E2b-Sandbox-Id
+// header and authenticate with X-Access-Token; the resolver checks both),
+// then serves, through that sandbox's agent (package agent):
+//
+//   - the Connect services process.Process and filesystem.Filesystem of
+//     E2B's envd protocol, with the Connect protocol's JSON codec: unary
+//     calls as application/json, server streams as application/connect+json
+//     (5-byte envelopes, an end-of-stream envelope carrying the error);
+//   - GET and POST /files: a file's raw content, and uploads (multipart or
+//     a raw body);
+//   - GET /health.
+//
+// Commands started through process.Process outlive the stream that started
+// them: the handler keeps, per sandbox, a registry of the commands it
+// started (pid, tag, configuration), fans their output out to the streams
+// connected to them, and forgets them once they ended.
+//
+// E2B code runs as "user" (uid and gid 1000, home /home/user) unless a
+// request names "root" (uid and gid 0, home /root); the user comes from the
+// Authorization header (HTTP basic, "user:") of Connect calls and from the
+// username query parameter of /files. Files written and directories made for
+// a user are owned by that user.
+//
+// Everything a client sends is untrusted: request bodies, envelopes, uploads
+// and watch snapshots are bounded, and malformed input is answered with
+// invalid_argument.
+package envd

@@ -1,0 +1,646 @@
+package envd
+
+import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime/multipart"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hutch-sandbox/hutch/internal/agent"
+)
+
+// env is a handler serving one sandbox whose agent runs in the test
+// process.
+type env struct {
+	srv   *httptest.Server
+	agent *agent.Client
+	home  string // the home of "user"
+	user  user
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	base, err := os.MkdirTemp("", "envd-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	if err := os.Chmod(base, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	u := user{name: "user", uid: uint32(os.Getuid()), gid: uint32(os.Getgid()), home: filepath.Join(base, "home", "user")}
+	if os.Geteuid() == 0 {
+		u.uid, u.gid = 1000, 1000
+	}
+	for _, d := range []string{filepath.Join(base, "home"), u.home, filepath.Join(base, "root")} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chown(u.home, int(u.uid), int(u.gid)); err != nil && os.Geteuid() == 0 {
+		t.Fatal(err)
+	}
+	users := []user{u, {name: "root", uid: uint32(os.Getuid()), gid: uint32(os.Getgid()), home: filepath.Join(base, "root")}}
+
+	a, b := net.Pipe()
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = agent.Serve(b, agent.ServeOptions{DefaultEnv: []string{"PATH=" + os.Getenv("PATH"), "LANG=C.UTF-8"}})
+	}()
+	c := agent.NewClient(a)
+	t.Cleanup(func() {
+		c.Close()
+		<-served
+	})
+	h := newHandler(func(r *http.Request) (Sandbox, error) {
+		if id := r.Header.Get("E2b-Sandbox-Id"); id != "sb1" {
+			return Sandbox{}, &Error{Code: codeNotFound, Message: fmt.Sprintf("sandbox %q not found", id)}
+		}
+		return Sandbox{ID: "sb1", Agent: c}, nil
+	}, nil, users)
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return &env{srv: srv, agent: c, home: u.home, user: u}
+}
+
+func (e *env) request(t *testing.T, method, path, contentType string, body io.Reader) *http.Request {
+	t.Helper()
+	req, err := http.NewRequest(method, e.srv.URL+path, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("E2b-Sandbox-Id", "sb1")
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	return req
+}
+
+func do(t *testing.T, req *http.Request) (*http.Response, []byte) {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, b
+}
+
+// call makes a unary call and decodes its answer into out (if not nil);
+// it returns the HTTP status and, for an error, its Connect code.
+func (e *env) call(t *testing.T, proc string, req any, out any) (int, wireError) {
+	t.Helper()
+	b, err := json.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, body := do(t, e.request(t, "POST", "/"+proc, "application/json", bytes.NewReader(b)))
+	if resp.StatusCode != 200 {
+		var we wireError
+		if err := json.Unmarshal(body, &we); err != nil {
+			t.Fatalf("%s: status %d, body %q", proc, resp.StatusCode, body)
+		}
+		return resp.StatusCode, we
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+		t.Errorf("%s: content type %q", proc, ct)
+	}
+	if out != nil {
+		if err := json.Unmarshal(body, out); err != nil {
+			t.Fatalf("%s: decode %q: %v", proc, body, err)
+		}
+	}
+	return 200, wireError{}
+}
+
+// mustCall makes a unary call that must succeed.
+func (e *env) mustCall(t *testing.T, proc string, req any, out any) {
+	t.Helper()
+	if status, we := e.call(t, proc, req, out); status != 200 {
+		t.Fatalf("%s: status %d: %s: %s", proc, status, we.Code, we.Message)
+	}
+}
+
+// clientStream is the client's end of a server stream.
+type clientStream struct {
+	t    *testing.T
+	resp *http.Response
+	br   *bufio.Reader
+}
+
+func envelope(msg []byte) []byte {
+	b := make([]byte, 5+len(msg))
+	binary.BigEndian.PutUint32(b[1:5], uint32(len(msg)))
+	copy(b[5:], msg)
+	return b
+}
+
+func (e *env) stream(t *testing.T, proc string, req any, header map[string]string) *clientStream {
+	t.Helper()
+	msg, err := json.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e.rawStream(t, proc, envelope(msg), header)
+}
+
+func (e *env) rawStream(t *testing.T, proc string, body []byte, header map[string]string) *clientStream {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	r := e.request(t, "POST", "/"+proc, "application/connect+json", bytes.NewReader(body)).WithContext(ctx)
+	for k, v := range header {
+		r.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/connect+json" {
+		t.Fatalf("%s: status %d, content type %q", proc, resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	return &clientStream{t: t, resp: resp, br: bufio.NewReader(resp.Body)}
+}
+
+// next returns the next envelope.
+func (s *clientStream) next() (byte, []byte) {
+	s.t.Helper()
+	var hdr [5]byte
+	if _, err := io.ReadFull(s.br, hdr[:]); err != nil {
+		s.t.Fatalf("read envelope: %v", err)
+	}
+	b := make([]byte, binary.BigEndian.Uint32(hdr[1:]))
+	if _, err := io.ReadFull(s.br, b); err != nil {
+		s.t.Fatalf("read envelope: %v", err)
+	}
+	return hdr[0], b
+}
+
+// event is a process event as a client decodes it.
+type event struct {
+	Start *struct {
+		PID uint32 `json:"pid"`
+	} `json:"start"`
+	Data *struct {
+		Stdout []byte `json:"stdout"`
+		Stderr []byte `json:"stderr"`
+		PTY    []byte `json:"pty"`
+	} `json:"data"`
+	End *struct {
+		ExitCode int32   `json:"exitCode"`
+		Exited   bool    `json:"exited"`
+		Status   string  `json:"status"`
+		Error    *string `json:"error"`
+	} `json:"end"`
+	Keepalive *struct{} `json:"keepalive"`
+}
+
+// event returns the next process event, failing at the end of the stream.
+func (s *clientStream) event() event {
+	s.t.Helper()
+	for {
+		flags, b := s.next()
+		if flags&flagEndStream != 0 {
+			s.t.Fatalf("end of stream instead of an event: %s", b)
+		}
+		var m struct {
+			Event *event `json:"event"`
+		}
+		if err := json.Unmarshal(b, &m); err != nil || m.Event == nil {
+			s.t.Fatalf("event %q: %v", b, err)
+		}
+		if m.Event.Keepalive == nil {
+			return *m.Event
+		}
+	}
+}
+
+// endOfStream reads the end-of-stream envelope and returns its error.
+func (s *clientStream) endOfStream() *wireError {
+	s.t.Helper()
+	flags, b := s.next()
+	if flags != flagEndStream {
+		s.t.Fatalf("envelope %q with flags %#x instead of the end of the stream", b, flags)
+	}
+	var m struct {
+		Error *wireError `json:"error"`
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		s.t.Fatalf("end of stream %q: %v", b, err)
+	}
+	return m.Error
+}
+
+// collect reads events to the end of the command and returns its output.
+func (s *clientStream) collect() (stdout, stderr string, end event) {
+	s.t.Helper()
+	var out, errb bytes.Buffer
+	for {
+		ev := s.event()
+		switch {
+		case ev.Data != nil:
+			out.Write(ev.Data.Stdout)
+			out.Write(ev.Data.PTY)
+			errb.Write(ev.Data.Stderr)
+		case ev.End != nil:
+			if e := s.endOfStream(); e != nil {
+				s.t.Fatalf("stream ended with %+v", e)
+			}
+			return out.String(), errb.String(), ev
+		default:
+			s.t.Fatalf("unexpected event %+v", ev)
+		}
+	}
+}
+
+func bashStart(cmd string) map[string]any {
+	return map[string]any{"process": map[string]any{"cmd": "/bin/bash", "args": []string{"-c", cmd}}, "stdin": false}
+}
+
+func TestStart(t *testing.T) {
+	e := newEnv(t)
+	s := e.stream(t, "process.Process/Start", map[string]any{
+		"process": map[string]any{"cmd": "/bin/bash", "args": []string{"-c", "echo out; echo err >&2; echo $HOME $USER; pwd; id -u; exit 3"}, "envs": map[string]string{"X": "y"}},
+		"stdin":   false,
+	}, map[string]string{"Keepalive-Ping-Interval": "50"})
+	first := s.event()
+	if first.Start == nil || first.Start.PID == 0 {
+		t.Fatalf("first event %+v, want a start with a pid", first)
+	}
+	stdout, stderr, end := s.collect()
+	want := fmt.Sprintf("out\n%s user\n%s\n%d\n", e.home, e.home, e.user.uid)
+	if stdout != want || stderr != "err\n" {
+		t.Errorf("stdout %q, stderr %q; want %q, %q", stdout, stderr, want, "err\n")
+	}
+	if end.End.ExitCode != 3 || !end.End.Exited || end.End.Status != "exit status 3" {
+		t.Errorf("end %+v", *end.End)
+	}
+
+	s = e.stream(t, "process.Process/Start", bashStart("true"), nil)
+	s.event()
+	if _, _, end := s.collect(); end.End.ExitCode != 0 || end.End.Status != "exit status 0" {
+		t.Errorf("end %+v", *end.End)
+	}
+
+	// A command that cannot start ends the stream with an error.
+	s = e.stream(t, "process.Process/Start", map[string]any{"process": map[string]any{"cmd": "/nonexistent"}}, nil)
+	if we := s.endOfStream(); we == nil || we.Code != codeNotFound {
+		t.Errorf("start of a missing command: %+v", we)
+	}
+	// So does an unknown user.
+	s = e.stream(t, "process.Process/Start", bashStart("true"), map[string]string{"Authorization": "Basic " + base64.StdEncoding.EncodeToString([]byte("nobody:"))})
+	if we := s.endOfStream(); we == nil || we.Code != codeInvalidArgument || !strings.Contains(we.Message, "nobody") {
+		t.Errorf("start as nobody: %+v", we)
+	}
+}
+
+func TestBackgroundProcess(t *testing.T) {
+	e := newEnv(t)
+	s := e.stream(t, "process.Process/Start", map[string]any{
+		"process": map[string]any{"cmd": "cat"},
+		"tag":     "t1",
+		"stdin":   true,
+	}, nil)
+	start := s.event()
+	pid := start.Start.PID
+
+	var list struct {
+		Processes []struct {
+			Config processConfig `json:"config"`
+			PID    uint32        `json:"pid"`
+			Tag    *string       `json:"tag"`
+		} `json:"processes"`
+	}
+	e.mustCall(t, "process.Process/List", map[string]any{}, &list)
+	if len(list.Processes) != 1 || list.Processes[0].PID != pid || list.Processes[0].Tag == nil || *list.Processes[0].Tag != "t1" ||
+		list.Processes[0].Config.Cmd != "cat" || list.Processes[0].Config.Cwd == nil || *list.Processes[0].Config.Cwd != e.home {
+		t.Fatalf("list: %+v", list)
+	}
+
+	// A second stream connects by tag and sees the output from now on.
+	c := e.stream(t, "process.Process/Connect", map[string]any{"process": map[string]any{"tag": "t1"}}, nil)
+	if ev := c.event(); ev.Start == nil || ev.Start.PID != pid {
+		t.Fatalf("connect: first event %+v", ev)
+	}
+	e.mustCall(t, "process.Process/SendInput", map[string]any{
+		"process": map[string]any{"pid": pid},
+		"input":   map[string]any{"stdin": base64.StdEncoding.EncodeToString([]byte("hello\n"))},
+	}, nil)
+	for _, st := range []*clientStream{s, c} {
+		var got []byte
+		for len(got) < 6 {
+			ev := st.event()
+			if ev.Data == nil {
+				t.Fatalf("event %+v, want data", ev)
+			}
+			got = append(got, ev.Data.Stdout...)
+		}
+		if string(got) != "hello\n" {
+			t.Errorf("stdout %q", got)
+		}
+	}
+
+	e.mustCall(t, "process.Process/SendSignal", map[string]any{"process": map[string]any{"pid": pid}, "signal": "SIGNAL_SIGKILL"}, nil)
+	for _, st := range []*clientStream{s, c} {
+		_, _, end := st.collect()
+		if end.End.ExitCode != -1 || end.End.Exited || end.End.Status != "signal: killed" {
+			t.Errorf("end %+v", *end.End)
+		}
+	}
+	e.mustCall(t, "process.Process/List", map[string]any{}, &list)
+	if len(list.Processes) != 0 {
+		t.Errorf("list after the end: %+v", list)
+	}
+	if status, we := e.call(t, "process.Process/SendSignal", map[string]any{"process": map[string]any{"pid": pid}, "signal": 15}, nil); status != 404 || we.Code != codeNotFound {
+		t.Errorf("signal to an ended process: %d %+v", status, we)
+	}
+	c = e.stream(t, "process.Process/Connect", map[string]any{"process": map[string]any{"pid": pid}}, nil)
+	if we := c.endOfStream(); we == nil || we.Code != codeNotFound {
+		t.Errorf("connect to an ended process: %+v", we)
+	}
+}
+
+func TestCloseStdin(t *testing.T) {
+	e := newEnv(t)
+	s := e.stream(t, "process.Process/Start", map[string]any{"process": map[string]any{"cmd": "wc", "args": []string{"-c"}}, "stdin": true}, nil)
+	pid := s.event().Start.PID
+	e.mustCall(t, "process.Process/SendInput", map[string]any{
+		"process": map[string]any{"pid": pid},
+		"input":   map[string]any{"stdin": base64.StdEncoding.EncodeToString([]byte("12345"))},
+	}, nil)
+	e.mustCall(t, "process.Process/CloseStdin", map[string]any{"process": map[string]any{"pid": pid}}, nil)
+	if stdout, _, end := s.collect(); strings.TrimSpace(stdout) != "5" || end.End.ExitCode != 0 {
+		t.Errorf("wc -c: %q, %+v", stdout, *end.End)
+	}
+}
+
+func TestPTY(t *testing.T) {
+	e := newEnv(t)
+	s := e.stream(t, "process.Process/Start", map[string]any{
+		"process": map[string]any{"cmd": "/bin/sh", "args": []string{"-c", "read x; stty size; echo got $x"}},
+		"pty":     map[string]any{"size": map[string]any{"cols": 100, "rows": 30}},
+	}, nil)
+	pid := s.event().Start.PID
+	e.mustCall(t, "process.Process/Update", map[string]any{"process": map[string]any{"pid": pid}, "pty": map[string]any{"size": map[string]any{"cols": 120, "rows": 40}}}, nil)
+	e.mustCall(t, "process.Process/SendInput", map[string]any{
+		"process": map[string]any{"pid": pid},
+		"input":   map[string]any{"pty": base64.StdEncoding.EncodeToString([]byte("abc\n"))},
+	}, nil)
+	out, _, end := s.collect()
+	if !strings.Contains(out, "40 120") || !strings.Contains(out, "got abc") || end.End.ExitCode != 0 {
+		t.Errorf("pty output %q, end %+v", out, *end.End)
+	}
+}
+
+func TestFiles(t *testing.T) {
+	e := newEnv(t)
+	data := make([]byte, 300<<10)
+	rand.Read(data)
+
+	// Multipart, the path relative to the user's home, parents made.
+	var body bytes.Buffer
+	mw := multipart.NewWriter(&body)
+	fw, _ := mw.CreateFormFile("file", "dir/sub/f.bin")
+	fw.Write(data)
+	fw, _ = mw.CreateFormFile("file", "/tmp/../"+strings.TrimPrefix(e.home, "/")+"/g.txt")
+	fw.Write([]byte("second"))
+	mw.Close()
+	resp, b := do(t, e.request(t, "POST", "/files?username=user", mw.FormDataContentType(), &body))
+	if resp.StatusCode != 200 {
+		t.Fatalf("upload: %d %s", resp.StatusCode, b)
+	}
+	var up []uploaded
+	if err := json.Unmarshal(b, &up); err != nil {
+		t.Fatal(err)
+	}
+	want := []uploaded{{Path: e.home + "/dir/sub/f.bin", Name: "f.bin", Type: "file"}, {Path: e.home + "/g.txt", Name: "g.txt", Type: "file"}}
+	if fmt.Sprint(up) != fmt.Sprint(want) {
+		t.Errorf("upload: %+v, want %+v", up, want)
+	}
+	for _, p := range []string{e.home + "/dir", e.home + "/dir/sub", e.home + "/dir/sub/f.bin"} {
+		fi, err := e.agent.Stat(context.Background(), p)
+		if err != nil || fi.UID != e.user.uid || fi.GID != e.user.gid {
+			t.Errorf("%s: %+v, %v; want owned by %d:%d", p, fi, err, e.user.uid, e.user.gid)
+		}
+	}
+
+	resp, b = do(t, e.request(t, "GET", "/files?path=dir/sub/f.bin&username=user", "", nil))
+	if resp.StatusCode != 200 || !bytes.Equal(b, data) {
+		t.Errorf("download: %d, %d bytes", resp.StatusCode, len(b))
+	}
+
+	// A raw, gzipped body; the user from the query.
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write(data[:1000])
+	zw.Close()
+	req := e.request(t, "POST", "/files?path="+e.home+"/raw.bin", "application/octet-stream", &gz)
+	req.Header.Set("Content-Encoding", "gzip")
+	if resp, b := do(t, req); resp.StatusCode != 200 {
+		t.Fatalf("raw upload: %d %s", resp.StatusCode, b)
+	}
+	if got, err := os.ReadFile(e.home + "/raw.bin"); err != nil || !bytes.Equal(got, data[:1000]) {
+		t.Errorf("raw upload wrote %d bytes, %v", len(got), err)
+	}
+
+	resp, b = do(t, e.request(t, "GET", "/files?path=missing&username=user", "", nil))
+	var fe struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	}
+	if resp.StatusCode != 404 || json.Unmarshal(b, &fe) != nil || fe.Code != 404 || fe.Message == "" {
+		t.Errorf("download of a missing file: %d %s", resp.StatusCode, b)
+	}
+	if resp, b := do(t, e.request(t, "GET", "/files?path=x&username=nobody", "", nil)); resp.StatusCode != 400 || !strings.Contains(string(b), "nobody") {
+		t.Errorf("download as nobody: %d %s", resp.StatusCode, b)
+	}
+	if resp, b := do(t, e.request(t, "POST", "/files?username=user", "text/plain", strings.NewReader("x"))); resp.StatusCode != 400 {
+		t.Errorf("upload of text/plain: %d %s", resp.StatusCode, b)
+	}
+}
+
+type entryResp struct {
+	Entry entryInfo `json:"entry"`
+}
+
+func TestFilesystem(t *testing.T) {
+	e := newEnv(t)
+	var st entryResp
+	if status, we := e.call(t, "filesystem.Filesystem/Stat", map[string]any{"path": "missing"}, nil); status != 404 || we.Code != codeNotFound {
+		t.Errorf("stat of a missing path: %d %+v", status, we)
+	}
+	e.mustCall(t, "filesystem.Filesystem/MakeDir", map[string]any{"path": "a/b"}, &st)
+	if st.Entry.Path != e.home+"/a/b" || st.Entry.Type != "FILE_TYPE_DIRECTORY" || st.Entry.Owner != "user" || st.Entry.Name != "b" {
+		t.Errorf("make dir: %+v", st.Entry)
+	}
+	if status, we := e.call(t, "filesystem.Filesystem/MakeDir", map[string]any{"path": "a/b"}, nil); status != 409 || we.Code != codeAlreadyExists {
+		t.Errorf("make an existing dir: %d %+v", status, we)
+	}
+	if err := os.WriteFile(e.home+"/a/b/f", []byte("12345"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("f", e.home+"/a/b/l"); err != nil {
+		t.Fatal(err)
+	}
+	e.mustCall(t, "filesystem.Filesystem/Stat", map[string]any{"path": e.home + "/a/b/f"}, &st)
+	if st.Entry.Size != "5" || st.Entry.Mode != 0o640 || st.Entry.Permissions != "-rw-r-----" || st.Entry.Type != "FILE_TYPE_FILE" {
+		t.Errorf("stat: %+v", st.Entry)
+	}
+	if _, err := time.Parse(time.RFC3339Nano, st.Entry.ModifiedTime); err != nil || !strings.HasSuffix(st.Entry.ModifiedTime, "Z") {
+		t.Errorf("modified time %q: %v", st.Entry.ModifiedTime, err)
+	}
+
+	var ls struct {
+		Entries []entryInfo `json:"entries"`
+	}
+	e.mustCall(t, "filesystem.Filesystem/ListDir", map[string]any{"path": "a", "depth": 1}, &ls)
+	if len(ls.Entries) != 1 || ls.Entries[0].Path != e.home+"/a/b" {
+		t.Errorf("list depth 1: %+v", ls.Entries)
+	}
+	e.mustCall(t, "filesystem.Filesystem/ListDir", map[string]any{"path": "a", "depth": 2}, &ls)
+	var got []string
+	for _, en := range ls.Entries {
+		got = append(got, en.Name+":"+en.Type)
+		if en.Name == "l" && (en.SymlinkTarget == nil || *en.SymlinkTarget != "f") {
+			t.Errorf("symlink entry: %+v", en)
+		}
+	}
+	if strings.Join(got, " ") != "b:FILE_TYPE_DIRECTORY f:FILE_TYPE_FILE l:FILE_TYPE_SYMLINK" {
+		t.Errorf("list depth 2: %v", got)
+	}
+
+	e.mustCall(t, "filesystem.Filesystem/Move", map[string]any{"source": "a/b/f", "destination": "c/g"}, &st)
+	if st.Entry.Path != e.home+"/c/g" || st.Entry.Size != "5" {
+		t.Errorf("move: %+v", st.Entry)
+	}
+	e.mustCall(t, "filesystem.Filesystem/Remove", map[string]any{"path": "a"}, nil)
+	if _, err := os.Lstat(e.home + "/a"); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("after remove: %v", err)
+	}
+	if status, we := e.call(t, "filesystem.Filesystem/Remove", map[string]any{"path": "a"}, nil); status != 404 || we.Code != codeNotFound {
+		t.Errorf("remove of a missing path: %d %+v", status, we)
+	}
+}
+
+func TestWatch(t *testing.T) {
+	e := newEnv(t)
+	s := e.stream(t, "filesystem.Filesystem/WatchDir", map[string]any{"path": e.home, "includeEntry": true}, nil)
+	if _, b := s.next(); string(b) != `{"start":{}}` {
+		t.Fatalf("first message %s", b)
+	}
+	if err := os.WriteFile(e.home+"/new.txt", []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		flags, b := s.next()
+		if flags != 0 {
+			t.Fatalf("end of stream: %s", b)
+		}
+		var m watchResponse
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatal(err)
+		}
+		if m.Filesystem != nil {
+			if m.Filesystem.Name != "new.txt" || m.Filesystem.Type != "EVENT_TYPE_CREATE" || m.Filesystem.Entry == nil || m.Filesystem.Entry.Path != e.home+"/new.txt" {
+				t.Errorf("event %s", b)
+			}
+			break
+		}
+	}
+
+	var cw struct {
+		WatcherID string `json:"watcherId"`
+	}
+	e.mustCall(t, "filesystem.Filesystem/CreateWatcher", map[string]any{"path": e.home}, &cw)
+	if err := os.Remove(e.home + "/new.txt"); err != nil {
+		t.Fatal(err)
+	}
+	var evs struct {
+		Events []filesystemEvent `json:"events"`
+	}
+	e.mustCall(t, "filesystem.Filesystem/GetWatcherEvents", map[string]any{"watcherId": cw.WatcherID}, &evs)
+	if len(evs.Events) != 1 || evs.Events[0].Name != "new.txt" || evs.Events[0].Type != "EVENT_TYPE_REMOVE" {
+		t.Errorf("watcher events: %+v", evs)
+	}
+	e.mustCall(t, "filesystem.Filesystem/RemoveWatcher", map[string]any{"watcherId": cw.WatcherID}, nil)
+	if status, _ := e.call(t, "filesystem.Filesystem/GetWatcherEvents", map[string]any{"watcherId": cw.WatcherID}, nil); status != 404 {
+		t.Errorf("events of a removed watcher: %d", status)
+	}
+	s = e.stream(t, "filesystem.Filesystem/WatchDir", map[string]any{"path": "missing"}, nil)
+	if we := s.endOfStream(); we == nil || we.Code != codeNotFound {
+		t.Errorf("watch of a missing dir: %+v", we)
+	}
+}
+
+func TestProtocolErrors(t *testing.T) {
+	e := newEnv(t)
+	check := func(name string, req *http.Request, status int, code string) {
+		t.Helper()
+		resp, b := do(t, req)
+		var we wireError
+		if resp.StatusCode != status || json.Unmarshal(b, &we) != nil || we.Code != code {
+			t.Errorf("%s: %d %s; want %d %s", name, resp.StatusCode, b, status, code)
+		}
+	}
+	check("malformed JSON", e.request(t, "POST", "/filesystem.Filesystem/Stat", "application/json", strings.NewReader("{")), 400, codeInvalidArgument)
+	check("wrong field type", e.request(t, "POST", "/filesystem.Filesystem/Stat", "application/json", strings.NewReader(`{"path":7}`)), 400, codeInvalidArgument)
+	check("binary codec", e.request(t, "POST", "/filesystem.Filesystem/Stat", "application/proto", strings.NewReader("")), 400, codeInvalidArgument)
+	check("oversized", e.request(t, "POST", "/filesystem.Filesystem/Stat", "application/json", bytes.NewReader(make([]byte, maxMessage+1))), 400, codeInvalidArgument)
+	check("unknown procedure", e.request(t, "POST", "/process.Process/Nope", "application/json", strings.NewReader("{}")), 501, codeUnimplemented)
+	req := e.request(t, "POST", "/process.Process/List", "application/json", strings.NewReader("{}"))
+	req.Header.Set("E2b-Sandbox-Id", "other")
+	check("unknown sandbox", req, 404, codeNotFound)
+	req = e.request(t, "POST", "/process.Process/List", "application/json", strings.NewReader("{}"))
+	req.Header.Set("Connect-Timeout-Ms", "soon")
+	check("bad timeout", req, 400, codeInvalidArgument)
+	req = e.request(t, "POST", "/filesystem.Filesystem/Stat", "application/json", strings.NewReader(`{"path":"x"}`))
+	req.Header.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte("nobody:")))
+	check("unknown user", req, 400, codeInvalidArgument)
+	check("invalid signal", e.request(t, "POST", "/process.Process/SendSignal", "application/json", strings.NewReader(`{"process":{"pid":1},"signal":"SIGNAL_SIGHUP"}`)), 400, codeInvalidArgument)
+
+	msg, _ := json.Marshal(bashStart("true"))
+	for name, body := range map[string][]byte{
+		"two messages":        append(envelope(msg), envelope(msg)...),
+		"truncated envelope":  envelope(msg)[:8],
+		"oversized envelope":  {0, 0xff, 0xff, 0xff, 0xff},
+		"unknown flags":       append([]byte{0x80}, envelope(msg)[1:]...),
+		"malformed JSON body": envelope([]byte("{")),
+	} {
+		s := e.rawStream(t, "process.Process/Start", body, nil)
+		if we := s.endOfStream(); we == nil || we.Code != codeInvalidArgument {
+			t.Errorf("%s: %+v", name, we)
+		}
+	}
+
+	resp, _ := do(t, e.request(t, "GET", "/health", "", nil))
+	if resp.StatusCode != 204 {
+		t.Errorf("health: %d", resp.StatusCode)
+	}
+	for p, want := range map[string]bool{"/process.Process/Start": true, "/filesystem.Filesystem/Stat": true, "/files": true, "/health": true, "/sandboxes": false, "/filesx": false} {
+		if Paths(p) != want {
+			t.Errorf("Paths(%q) = %v", p, !want)
+		}
+	}
+}

@@ -1,0 +1,274 @@
+package envd
+
+import (
+	"compress/gzip"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"mime"
+	"net/http"
+	"path"
+	"strings"
+)
+
+const (
+	// maxUpload bounds the body of one upload.
+	maxUpload = 4 << 30
+	// maxUploadFiles bounds the files of one multipart upload.
+	maxUploadFiles = 1000
+)
+
+// writeHTTPError answers a /files or /health request with the JSON error
+// envd documents: {"code": status, "message": ...}.
+func writeHTTPError(w http.ResponseWriter, status int, msg string) {
+	b, _ := json.Marshal(struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	}{status, msg})
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
+func writeFilesError(w http.ResponseWriter, err error) {
+	e := asError(err)
+	writeHTTPError(w, httpStatus(e.Code), e.Message)
+}
+
+// uploaded is an entry of the answer to an upload.
+type uploaded struct {
+	Path string `json:"path"`
+	Name string `json:"name"`
+	Type string `json:"type"`
+}
+
+func (h *handler) files(w http.ResponseWriter, r *http.Request) {
+	b, err := h.box(r)
+	if err != nil {
+		writeFilesError(w, err)
+		return
+	}
+	q := r.URL.Query()
+	name := q.Get("username")
+	if name == "" {
+		// The SDKs name the user of /files in the query; take that of
+		// the Authorization header otherwise.
+		u, err := h.requestUser(r)
+		if err != nil {
+			writeFilesError(w, err)
+			return
+		}
+		name = u.name
+	}
+	u, err := h.lookupUser(name)
+	if err != nil {
+		writeFilesError(w, err)
+		return
+	}
+	switch r.Method {
+	case http.MethodGet, http.MethodHead:
+		h.download(w, r, b, u, q.Get("path"))
+	case http.MethodPost:
+		h.upload(w, r, b, u, q.Get("path"))
+	default:
+		w.Header().Set("Allow", "GET, HEAD, POST")
+		writeHTTPError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed on /files", r.Method))
+	}
+}
+
+func (h *handler) download(w http.ResponseWriter, r *http.Request, b *box, u user, p string) {
+	p, err := resolvePath(u, p)
+	if err != nil {
+		writeFilesError(w, err)
+		return
+	}
+	ctx := r.Context()
+	fi, err := b.agent.Stat(ctx, p)
+	// A symlink is read through: the agent opens what it points to.
+	if err == nil && fi.Mode&fs.ModeSymlink != 0 {
+		fi.IsDir = false
+	}
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		writeHTTPError(w, http.StatusNotFound, fmt.Sprintf("path %s does not exist", p))
+		return
+	case err != nil:
+		writeFilesError(w, fmt.Errorf("read %s: %w", p, err))
+		return
+	case fi.IsDir:
+		writeHTTPError(w, http.StatusBadRequest, fmt.Sprintf("path %s is a directory", p))
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Disposition", mime.FormatMediaType("inline", map[string]string{"filename": path.Base(p)}))
+	if r.Method == http.MethodHead {
+		return
+	}
+	var out io.Writer = w
+	if acceptsGzip(r) {
+		w.Header().Set("Content-Encoding", "gzip")
+		w.Header().Add("Vary", "Accept-Encoding")
+		zw := gzip.NewWriter(w)
+		defer zw.Close()
+		out = zw
+	}
+	sw := &startWriter{w: out}
+	if _, err := b.agent.ReadFile(ctx, p, sw); err != nil {
+		if !sw.started {
+			w.Header().Del("Content-Encoding")
+			w.Header().Del("Content-Disposition")
+			writeFilesError(w, fmt.Errorf("read %s: %w", p, err))
+			return
+		}
+		// The status is out: cut the response short.
+		h.log.Warn("envd download failed", "sandbox", b.id, "path", p, "err", err)
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// startWriter records whether anything was written.
+type startWriter struct {
+	w       io.Writer
+	started bool
+}
+
+func (s *startWriter) Write(b []byte) (int, error) {
+	s.started = true
+	return s.w.Write(b)
+}
+
+func acceptsGzip(r *http.Request) bool {
+	for _, part := range strings.Split(r.Header.Get("Accept-Encoding"), ",") {
+		enc, params, _ := strings.Cut(strings.TrimSpace(part), ";")
+		if strings.EqualFold(strings.TrimSpace(enc), "gzip") && !strings.Contains(strings.ReplaceAll(params, " ", ""), "q=0") {
+			return true
+		}
+	}
+	return false
+}
+
+func (h *handler) upload(w http.ResponseWriter, r *http.Request, b *box, u user, qpath string) {
+	r.Body = http.MaxBytesReader(w, r.Body, maxUpload)
+	var out []uploaded
+	write := func(p string, body io.Reader) error {
+		abs, err := resolvePath(u, p)
+		if err != nil {
+			return err
+		}
+		if abs == "/" {
+			return errorf(codeInvalidArgument, "write %s: not a file path", p)
+		}
+		if err := h.writeFile(r, b, u, abs, body); err != nil {
+			return err
+		}
+		out = append(out, uploaded{Path: abs, Name: path.Base(abs), Type: "file"})
+		return nil
+	}
+	var err error
+	switch mt := mediaType(r); mt {
+	case "multipart/form-data":
+		err = h.uploadMultipart(r, qpath, write)
+	case "application/octet-stream", "":
+		if qpath == "" {
+			err = errorf(codeInvalidArgument, "upload: no path")
+			break
+		}
+		var body io.Reader = r.Body
+		switch enc := strings.ToLower(r.Header.Get("Content-Encoding")); enc {
+		case "", "identity":
+		case "gzip":
+			zr, zerr := gzip.NewReader(r.Body)
+			if zerr != nil {
+				err = errorf(codeInvalidArgument, "upload: gzip body: %v", zerr)
+				break
+			}
+			defer zr.Close()
+			body = zr
+		default:
+			err = errorf(codeInvalidArgument, "upload: content encoding %.40q is not supported", enc)
+		}
+		if err == nil {
+			err = write(qpath, body)
+		}
+	default:
+		err = errorf(codeInvalidArgument, "upload: content type %.60q: use multipart/form-data or application/octet-stream", mt)
+	}
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			err = errorf(codeInvalidArgument, "upload exceeds the limit of %d bytes", maxUpload)
+		}
+		writeFilesError(w, err)
+		return
+	}
+	if out == nil {
+		writeHTTPError(w, http.StatusBadRequest, "upload: no file")
+		return
+	}
+	enc, _ := json.Marshal(out)
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(enc)
+}
+
+// uploadMultipart writes the "file" parts of a multipart body: the first
+// to qpath if set, any other to its file name (a path).
+func (h *handler) uploadMultipart(r *http.Request, qpath string, write func(string, io.Reader) error) error {
+	mr, err := r.MultipartReader()
+	if err != nil {
+		return errorf(codeInvalidArgument, "upload: %v", err)
+	}
+	n := 0
+	for {
+		part, err := mr.NextPart()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) {
+				return err
+			}
+			return errorf(codeInvalidArgument, "upload: multipart body: %v", err)
+		}
+		if part.FormName() != "file" {
+			part.Close()
+			continue
+		}
+		if n++; n > maxUploadFiles {
+			return errorf(codeInvalidArgument, "upload: more than %d files", maxUploadFiles)
+		}
+		// The file name is a path: FileName would keep its last element.
+		_, params, _ := mime.ParseMediaType(part.Header.Get("Content-Disposition"))
+		p := params["filename"]
+		if qpath != "" && n == 1 {
+			p = qpath
+		}
+		if p == "" {
+			return errorf(codeInvalidArgument, "upload: file %d has no path", n)
+		}
+		err = write(p, part)
+		part.Close()
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// writeFile writes the file at p for u: its missing parents made, the
+// file owned by u.
+func (h *handler) writeFile(r *http.Request, b *box, u user, p string, body io.Reader) error {
+	ctx := r.Context()
+	if err := h.makeDirs(ctx, b, u, path.Dir(p)); err != nil {
+		return err
+	}
+	if _, err := b.agent.WriteFile(ctx, p, body, 0); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return err
+		}
+		return fmt.Errorf("write %s: %w", p, err)
+	}
+	return h.own(ctx, b, u, p)
+}
