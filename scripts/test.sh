@@ -21,6 +21,19 @@ if [ ${#need[@]} -gt 0 ] && [ "$(id -u)" = 0 ]; then
 fi
 command -v staticcheck >/dev/null 2>&1 || go install honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
+# E2B's JavaScript SDK, pinned by test/e2b/package-lock.json, for
+# TestE2BSDK; it needs node 20.18 or later, which Debian 12's nodejs is not:
+# then node comes from the npm registry too, into test/e2b/.node (git-ignored).
+node_ok() { "$1" -e 'const [a,b]=process.versions.node.split(".").map(Number); process.exit(a>20||(a==20&&b>=18)?0:1)' 2>/dev/null; }
+if command -v npm >/dev/null 2>&1; then
+	if ! { command -v node >/dev/null 2>&1 && node_ok node; } && ! node_ok test/e2b/.node/node_modules/.bin/node; then
+		npm install --prefix test/e2b/.node --no-audit --no-fund --silent node@20.20.2 ||
+			echo "warning: could not install node 20 from the npm registry; TestE2BSDK cannot run"
+	fi
+	[ -f test/e2b/node_modules/e2b/package.json ] || (cd test/e2b && npm ci --no-audit --no-fund --silent) ||
+		echo "warning: npm ci in test/e2b failed; TestE2BSDK cannot run"
+fi
+
 echo "== gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$unformatted" ]; then echo "gofmt wants to change: $unformatted"; exit 1; fi

@@ -17,6 +17,7 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/api"
 	"github.com/hutch-sandbox/hutch/internal/audit"
 	"github.com/hutch-sandbox/hutch/internal/daemon"
+	"github.com/hutch-sandbox/hutch/internal/e2b"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/store"
 )
@@ -129,6 +130,11 @@ func cmdServe(args []string, stderr io.Writer) int {
 	if err != nil {
 		return failed(err)
 	}
+	// E2B's REST API and its in-sandbox API (envd) on the same listeners,
+	// so that E2B's SDKs work with E2B_API_URL and E2B_SANDBOX_URL set to
+	// the daemon; hutch's own routes are untouched.
+	isEnvd, envdHandler := envdRoutes(log)
+	h = e2b.New(m, log).Mount(h, isEnvd, envdHandler)
 	for _, l := range ls {
 		fmt.Fprintf(stderr, "hutch: listening on %s\n", listenerURL(l))
 	}
@@ -162,13 +168,14 @@ var tenantName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 // daemon may be running).
 func cmdToken(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] != "create" {
-		fmt.Fprintln(stderr, "hutch: usage: hutch token create --tenant NAME [--state-dir DIR]")
+		fmt.Fprintln(stderr, "hutch: usage: hutch token create --tenant NAME [--e2b] [--state-dir DIR]")
 		return 2
 	}
 	fs := flag.NewFlagSet("hutch token create", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	tenant := fs.String("tenant", "", "the tenant the token acts as (letters, digits, '.', '_', '-')")
 	stateDir := fs.String("state-dir", defaultStateDir, "the daemon's state `dir`")
+	e2bShape := fs.Bool("e2b", false, "make the token shaped as an E2B API key (e2b_ and 40 hex digits), for E2B's SDKs; it works for hutch's API too")
 	if err := fs.Parse(args[1:]); err != nil {
 		return usageCode(err)
 	}
@@ -192,7 +199,11 @@ func cmdToken(args []string, stdout, stderr io.Writer) int {
 	defer st.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	token, err := st.CreateToken(ctx, *tenant)
+	create := st.CreateToken
+	if *e2bShape {
+		create = st.CreateE2BToken
+	}
+	token, err := create(ctx, *tenant)
 	if err != nil {
 		fmt.Fprintf(stderr, "hutch: %v\n", err)
 		return 1

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hutch-sandbox/hutch/internal/agent"
 	"github.com/hutch-sandbox/hutch/internal/audit"
 	"github.com/hutch-sandbox/hutch/internal/daemon"
 	"github.com/hutch-sandbox/hutch/internal/store"
@@ -18,25 +17,7 @@ import (
 // Manager is what the API needs of the daemon. *daemon.Manager implements
 // it; tests use fakes (see package apitest).
 type Manager interface {
-	// Store is the daemon's state, for tokens.
-	Store() *store.Store
-	// Create starts a sandbox for tenant.
-	Create(ctx context.Context, tenant string, r daemon.CreateRequest) (daemon.Info, error)
-	// Get describes one of tenant's sandboxes.
-	Get(ctx context.Context, tenant, id string) (daemon.Info, error)
-	// List lists tenant's sandboxes with all of labels (and state, if set).
-	List(ctx context.Context, tenant string, labels map[string]string, state string) ([]daemon.Info, error)
-	// Destroy ends a sandbox.
-	Destroy(ctx context.Context, tenant, id string) error
-	// Extend sets the sandbox to expire timeout from now.
-	Extend(ctx context.Context, tenant, id string, timeout time.Duration) (daemon.Info, error)
-	// Pause freezes every process of the sandbox until Resume.
-	Pause(ctx context.Context, tenant, id string) (daemon.Info, error)
-	// Resume lets the processes of a paused sandbox go on.
-	Resume(ctx context.Context, tenant, id string) (daemon.Info, error)
-	// Agent is the client of the sandbox's agent; the call counts as
-	// activity.
-	Agent(ctx context.Context, tenant, id string) (*agent.Client, error)
+	daemon.Sandboxes
 	// Emit records an event (such as daemon.EventExec or EventExit) in
 	// the event log of tenant's sandbox id.
 	Emit(tenant, id, typ string, data map[string]any)

@@ -7,12 +7,15 @@
 package daemon
 
 import (
+	"context"
 	"crypto/x509"
 	"errors"
 	"time"
 
+	"github.com/hutch-sandbox/hutch/internal/agent"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/secrets"
+	"github.com/hutch-sandbox/hutch/internal/store"
 )
 
 // Category errors; package api maps them to HTTP statuses in one place.
@@ -88,6 +91,32 @@ type CreateRequest struct {
 	// secrets' hosts only, and the store keeps none of them.
 	Secrets map[string]secrets.Value
 }
+
+// Sandboxes is what a front end of the daemon (hutch's API, E2B's) needs
+// to serve tenants' sandboxes; *Manager implements it.
+type Sandboxes interface {
+	// Store is the daemon's state, for tokens.
+	Store() *store.Store
+	// Create starts a sandbox for tenant.
+	Create(ctx context.Context, tenant string, r CreateRequest) (Info, error)
+	// Get describes one of tenant's sandboxes.
+	Get(ctx context.Context, tenant, id string) (Info, error)
+	// List lists tenant's sandboxes with all of labels (and state, if set).
+	List(ctx context.Context, tenant string, labels map[string]string, state string) ([]Info, error)
+	// Destroy ends a sandbox.
+	Destroy(ctx context.Context, tenant, id string) error
+	// Extend sets the sandbox to expire timeout from now.
+	Extend(ctx context.Context, tenant, id string, timeout time.Duration) (Info, error)
+	// Pause freezes every process of the sandbox until Resume.
+	Pause(ctx context.Context, tenant, id string) (Info, error)
+	// Resume lets the processes of a paused sandbox go on.
+	Resume(ctx context.Context, tenant, id string) (Info, error)
+	// Agent is the client of the sandbox's agent; the call counts as
+	// activity.
+	Agent(ctx context.Context, tenant, id string) (*agent.Client, error)
+}
+
+var _ Sandboxes = (*Manager)(nil)
 
 // Info describes a sandbox.
 type Info struct {

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"database/sql"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -18,7 +19,17 @@ const (
 	tokenPrefix = "hutch_"
 	// tokenBytes is a token's number of random bytes.
 	tokenBytes = 32
+
+	// e2bTokenPrefix starts every token made by CreateE2BToken, the shape
+	// of an E2B API key, which E2B's SDKs expect.
+	e2bTokenPrefix = "e2b_"
+	// e2bTokenBytes is the number of random bytes of such a token.
+	e2bTokenBytes = 20
 )
+
+// e2bTokenLen is the length of a token made by CreateE2BToken: the prefix and
+// 40 lowercase hex digits.
+var e2bTokenLen = len(e2bTokenPrefix) + hex.EncodedLen(e2bTokenBytes)
 
 // tokenLen is a token's length: the prefix and the unpadded base64url of its
 // random bytes (43 characters).
@@ -34,14 +45,30 @@ func tokenHash(token string) []byte {
 // "hutch_" followed by the base64url (unpadded) of 32 random bytes; the
 // store keeps only its SHA-256, so the token cannot be read back.
 func (s *Store) CreateToken(ctx context.Context, tenant string) (string, error) {
-	if tenant == "" {
-		return "", errors.New("store: create token: empty tenant")
-	}
 	var b [tokenBytes]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return "", fmt.Errorf("store: create token for %q: %w", tenant, err)
 	}
-	token := tokenPrefix + base64.RawURLEncoding.EncodeToString(b[:])
+	return s.insertToken(ctx, tenant, tokenPrefix+base64.RawURLEncoding.EncodeToString(b[:]))
+}
+
+// CreateE2BToken makes a new API token for tenant shaped as an E2B API key,
+// "e2b_" followed by 40 lowercase hex digits (20 random bytes), and returns
+// it. It acts as any other token of tenant; E2B's SDKs check the shape of
+// their key.
+func (s *Store) CreateE2BToken(ctx context.Context, tenant string) (string, error) {
+	var b [e2bTokenBytes]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("store: create token for %q: %w", tenant, err)
+	}
+	return s.insertToken(ctx, tenant, e2bTokenPrefix+hex.EncodeToString(b[:]))
+}
+
+// insertToken records token (by its hash) as tenant's.
+func (s *Store) insertToken(ctx context.Context, tenant, token string) (string, error) {
+	if tenant == "" {
+		return "", errors.New("store: create token: empty tenant")
+	}
 	_, err := s.w.ExecContext(ctx,
 		"INSERT INTO tokens (hash, tenant, created_ns) VALUES (?, ?, ?)",
 		tokenHash(token), tenant, time.Now().UnixNano())
@@ -51,12 +78,24 @@ func (s *Store) CreateToken(ctx context.Context, tenant string) (string, error) 
 	return token, nil
 }
 
-// TenantForToken returns the tenant that token belongs to, or an error
-// wrapping ErrNotFound if it is not a live token. The token is looked up by
+// wellFormed reports whether token has the shape of a token CreateToken or
+// CreateE2BToken makes.
+func wellFormed(token string) bool {
+	switch {
+	case strings.HasPrefix(token, tokenPrefix):
+		return len(token) == tokenLen
+	case strings.HasPrefix(token, e2bTokenPrefix):
+		return len(token) == e2bTokenLen
+	}
+	return false
+}
+
+// TenantForToken returns the tenant that token (of either shape) belongs
+// to, or an error wrapping ErrNotFound if it is not a live token. The token is looked up by
 // its SHA-256: the comparisons made on the way depend on the hash, not on
 // the token, so their timing tells nothing useful about valid tokens.
 func (s *Store) TenantForToken(ctx context.Context, token string) (string, error) {
-	if len(token) != tokenLen || !strings.HasPrefix(token, tokenPrefix) {
+	if !wellFormed(token) {
 		return "", fmt.Errorf("store: token: %w", ErrNotFound)
 	}
 	var tenant string

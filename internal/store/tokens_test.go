@@ -129,3 +129,31 @@ func TestTokenNotInFile(t *testing.T) {
 		t.Fatalf("TenantForToken after reopen = %q, %v", got, err)
 	}
 }
+
+var e2bTokenRE = regexp.MustCompile(`^e2b_[0-9a-f]{40}$`)
+
+func TestE2BTokens(t *testing.T) {
+	ctx := context.Background()
+	s, _ := openTest(t)
+	tok, err := s.CreateE2BToken(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !e2bTokenRE.MatchString(tok) {
+		t.Fatalf("token %q has not the form e2b_ + 40 hex digits", tok)
+	}
+	if got, err := s.TenantForToken(ctx, tok); err != nil || got != "acme" {
+		t.Fatalf("TenantForToken(%q) = %q, %v; want acme", tok, got, err)
+	}
+	for _, bad := range []string{tok[:len(tok)-1], tok + "0", "e2b_" + tok[4:len(tok)-1] + "x", "hutch_" + tok[4:]} {
+		if _, err := s.TenantForToken(ctx, bad); !errors.Is(err, ErrNotFound) {
+			t.Errorf("TenantForToken(%q) = %v, want ErrNotFound", bad, err)
+		}
+	}
+	if n, err := s.RevokeTokens(ctx, "acme"); err != nil || n != 1 {
+		t.Fatalf("RevokeTokens = %d, %v; want 1", n, err)
+	}
+	if _, err := s.TenantForToken(ctx, tok); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("revoked token: %v, want ErrNotFound", err)
+	}
+}

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hutch-sandbox/hutch/internal/testutil"
+)
+
+// e2bDir holds the JavaScript test of E2B's SDK and its pinned
+// dependencies (package.json, package-lock.json; node_modules is made by
+// npm ci, as scripts/test.sh does).
+var e2bDir = filepath.Join("..", "..", "test", "e2b")
+
+// nodeForE2B returns a node binary recent enough for E2B's SDK (20.18 or
+// later): the one scripts/test.sh installs under test/e2b/.node, or node on
+// the PATH; "" and why not when there is none.
+func nodeForE2B() (string, string) {
+	candidates := []string{filepath.Join(e2bDir, ".node", "node_modules", ".bin", "node")}
+	if p, err := exec.LookPath("node"); err == nil {
+		candidates = append(candidates, p)
+	}
+	why := "no node binary (scripts/test.sh installs one)"
+	for _, p := range candidates {
+		out, err := exec.Command(p, "--version").Output()
+		if err != nil {
+			continue
+		}
+		v := strings.TrimSpace(string(out))
+		m := regexp.MustCompile(`^v(\d+)\.(\d+)\.`).FindStringSubmatch(v)
+		if m == nil {
+			continue
+		}
+		major, _ := strconv.Atoi(m[1])
+		minor, _ := strconv.Atoi(m[2])
+		if major > 20 || (major == 20 && minor >= 18) {
+			abs, err := filepath.Abs(p)
+			if err != nil {
+				return "", err.Error()
+			}
+			return abs, ""
+		}
+		why = "node " + v + " is older than 20.18, which E2B's SDK needs (scripts/test.sh installs a newer one)"
+	}
+	return "", why
+}
+
+// TestE2BSDK runs E2B's JavaScript SDK, unchanged, against hutch serve:
+// test/e2b/sdk.test.mjs with node's test runner, E2B_API_URL and
+// E2B_SANDBOX_URL set to the daemon's TCP listener and E2B_API_KEY to a
+// token made by `hutch token create --e2b`.
+func TestE2BSDK(t *testing.T) {
+	testutil.RequireRoot(t)
+	node, why := nodeForE2B()
+	testutil.Need(t, node != "", why)
+	_, err := os.Stat(filepath.Join(e2bDir, "node_modules", "e2b", "package.json"))
+	if err != nil {
+		if npm, lerr := exec.LookPath("npm"); lerr == nil {
+			cmd := exec.Command(npm, "ci", "--no-audit", "--no-fund")
+			cmd.Dir = e2bDir
+			if out, cerr := cmd.CombinedOutput(); cerr != nil {
+				t.Logf("npm ci in %s: %v\n%s", e2bDir, cerr, out)
+			}
+			_, err = os.Stat(filepath.Join(e2bDir, "node_modules", "e2b", "package.json"))
+		}
+	}
+	testutil.Need(t, err == nil, "E2B's SDK is not installed in test/e2b/node_modules (npm ci there; scripts/test.sh does)")
+
+	d := startDaemon(t)
+	r := d.admin(t, "token", "create", "--tenant", "e2b-sdk", "--e2b", "--state-dir", d.stateDir)
+	token := lastLine(r.stdout)
+	if r.code != 0 || !regexp.MustCompile(`^e2b_[0-9a-f]{40}$`).MatchString(token) {
+		t.Fatalf("token create --e2b: want a token e2b_ + 40 hex digits:\n%s", r)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=spec", "sdk.test.mjs")
+	cmd.Dir = e2bDir
+	cmd.Env = append(os.Environ(),
+		"E2B_API_URL="+d.tcp, "E2B_SANDBOX_URL="+d.tcp, "E2B_API_KEY="+token,
+		"NO_COLOR=1", "HTTP_PROXY=", "HTTPS_PROXY=", "http_proxy=", "https_proxy=")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("node --test sdk.test.mjs: %v\n%s", err, out)
+	}
+	t.Logf("%s", out)
+}

@@ -1,0 +1,302 @@
+package e2b
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hutch-sandbox/hutch/internal/agent"
+	"github.com/hutch-sandbox/hutch/internal/daemon"
+	"github.com/hutch-sandbox/hutch/internal/store"
+)
+
+// EnvdVersion is the version of E2B's in-sandbox API (envd) that create and
+// connect report; E2B's SDKs choose the protocol features they use by it.
+const EnvdVersion = "0.6.4"
+
+// Template is the one template hutch offers: the host's root, read-only,
+// under the sandbox's writable layer, as E2B's "base".
+const Template = "base"
+
+// Manager is what the handler needs of the daemon; *daemon.Manager
+// implements it.
+type Manager = daemon.Sandboxes
+
+// keepEnded is how long the record of a sandbox that ended is kept, so that
+// envd requests for it are told it is gone rather than refused.
+const keepEnded = 10 * time.Minute
+
+// record is what the handler keeps of a sandbox in memory.
+type record struct {
+	tenant string
+	token  string // the envd access token
+	// network is what create asked for, for GET /sandboxes/{id}; nil for
+	// a sandbox made through hutch's own API.
+	network *networkBody
+	// internet is allow_internet_access as applied.
+	internet *bool
+	ended    time.Time // when it was seen gone; zero while it lives
+}
+
+// Handler serves E2B's REST API. Safe for concurrent use.
+type Handler struct {
+	m   Manager
+	log *slog.Logger
+	mux *http.ServeMux
+
+	mu      sync.Mutex
+	records map[string]*record // by sandbox id
+}
+
+// New returns the handler of E2B's REST API over m.
+func New(m Manager, log *slog.Logger) *Handler {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	h := &Handler{m: m, log: log, mux: http.NewServeMux(), records: map[string]*record{}}
+	h.register()
+	return h
+}
+
+// register registers every route.
+func (h *Handler) register() {
+	h.handle("POST /sandboxes", h.create)
+	h.handle("POST /v2/sandboxes", h.create)
+	h.handle("GET /sandboxes", h.listV1)
+	h.handle("GET /v2/sandboxes", h.listV2)
+	h.handle("GET /sandboxes/{id}", h.get)
+	h.handle("DELETE /sandboxes/{id}", h.kill)
+	h.handle("POST /sandboxes/{id}/timeout", h.setTimeout)
+	h.handle("POST /sandboxes/{id}/refreshes", h.refresh)
+	h.handle("POST /sandboxes/{id}/pause", h.pause)
+	h.handle("POST /sandboxes/{id}/resume", h.resume)
+	h.handle("POST /v2/sandboxes/{id}/connect", h.connect)
+}
+
+// handlerFunc is a route's handler, given the request's tenant: an error
+// it returns, fail answers with.
+type handlerFunc func(w http.ResponseWriter, r *http.Request, tenant string) error
+
+// handle registers f for pattern, behind authentication.
+func (h *Handler) handle(pattern string, f handlerFunc) {
+	h.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		tenant, err := h.authenticate(r)
+		if err == nil {
+			err = f(w, r, tenant)
+		}
+		if err != nil {
+			h.fail(w, r, err)
+		}
+	})
+}
+
+// Paths reports whether path belongs to E2B's REST API for sandboxes
+// (/sandboxes..., /v2/sandboxes...), which the handler answers; hutch's own
+// API has none of them.
+func Paths(path string) bool {
+	for _, p := range []string{"/sandboxes", "/v2/sandboxes"} {
+		if path == p || strings.HasPrefix(path, p+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// ServeHTTP routes a request of E2B's REST API; a path or method it does
+// not serve is answered 501 with its name.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if _, pattern := h.mux.Handler(r); pattern == "" {
+		h.fail(w, r, errorf(errNoRoute, "%s %s: not supported by hutch", r.Method, r.URL.Path))
+		return
+	}
+	h.mux.ServeHTTP(w, r)
+}
+
+// authenticate returns the tenant of the request's API key: X-API-Key (as
+// E2B's SDKs send it) or Authorization: Bearer, a hutch token.
+func (h *Handler) authenticate(r *http.Request) (string, error) {
+	key := r.Header.Get("X-API-Key")
+	if key == "" {
+		if scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " "); ok && strings.EqualFold(scheme, "Bearer") {
+			key = strings.TrimSpace(tok)
+		}
+	}
+	if key == "" {
+		return "", errorf(ErrUnauthenticated, "missing API key: send a hutch token (hutch token create --e2b) in X-API-Key")
+	}
+	tenant, err := h.m.Store().TenantForToken(r.Context(), key)
+	if errors.Is(err, store.ErrNotFound) {
+		return "", errorf(ErrUnauthenticated, "invalid API key")
+	}
+	if err != nil {
+		return "", fmt.Errorf("check API key: %w", err)
+	}
+	return tenant, nil
+}
+
+// newAccessToken returns a new random envd access token.
+func newAccessToken() (string, error) {
+	var b [24]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("make envd access token: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+// token returns the envd access token of tenant's sandbox id, making one
+// (and its record) if it has none: a sandbox made through hutch's own API
+// gets one when an E2B client connects to it.
+func (h *Handler) token(tenant, id string) (string, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if rec := h.records[id]; rec != nil && rec.tenant == tenant {
+		rec.ended = time.Time{}
+		return rec.token, nil
+	}
+	tok, err := newAccessToken()
+	if err != nil {
+		return "", err
+	}
+	h.records[id] = &record{tenant: tenant, token: tok}
+	return tok, nil
+}
+
+// record returns a copy of the record of tenant's sandbox id, if any.
+func (h *Handler) record(tenant, id string) (record, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	rec := h.records[id]
+	if rec == nil || rec.tenant != tenant {
+		return record{}, false
+	}
+	return *rec, true
+}
+
+// ended notes that sandbox id is gone; its record is dropped keepEnded
+// later.
+func (h *Handler) ended(id string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if rec := h.records[id]; rec != nil && rec.ended.IsZero() {
+		rec.ended = time.Now()
+	}
+}
+
+// prune drops the records of sandboxes that ended more than keepEnded ago,
+// and notes the end of those of tenant no longer in live (the ids of
+// tenant's sandboxes that run or are paused).
+func (h *Handler) prune(tenant string, live map[string]bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	now := time.Now()
+	for id, rec := range h.records {
+		if rec.tenant == tenant && !live[id] && rec.ended.IsZero() {
+			rec.ended = now
+		}
+		if !rec.ended.IsZero() && now.Sub(rec.ended) > keepEnded {
+			delete(h.records, id)
+		}
+	}
+}
+
+// Sandbox is a sandbox an envd request is for, as Resolve found it.
+type Sandbox struct {
+	// ID is the sandbox's id.
+	ID string
+	// Agent is the client of its agent.
+	Agent *agent.Client
+	// Touch records activity in the sandbox.
+	Touch func()
+}
+
+// Resolve returns the sandbox a request of E2B's in-sandbox API (envd) is
+// for: the one named by its E2b-Sandbox-Id header, whose envd access token
+// X-Access-Token must carry. An error wraps ErrUnauthenticated (no or a
+// wrong token), daemon.ErrNotFound (the sandbox is gone) or
+// daemon.ErrConflict (it is paused or stopping).
+func (h *Handler) Resolve(r *http.Request) (Sandbox, error) {
+	id := r.Header.Get("E2b-Sandbox-Id")
+	tok := r.Header.Get("X-Access-Token")
+	if id == "" {
+		return Sandbox{}, errorf(ErrUnauthenticated, "missing E2b-Sandbox-Id header")
+	}
+	if tok == "" {
+		return Sandbox{}, errorf(ErrUnauthenticated, "missing X-Access-Token header (the envd access token of sandbox %s)", id)
+	}
+	h.mu.Lock()
+	rec := h.records[id]
+	var tenant string
+	ok := rec != nil && subtle.ConstantTimeCompare([]byte(rec.token), []byte(tok)) == 1
+	if ok {
+		tenant = rec.tenant
+	}
+	h.mu.Unlock()
+	if !ok {
+		return Sandbox{}, errorf(ErrUnauthenticated, "sandbox %s: invalid envd access token", id)
+	}
+	c, err := h.m.Agent(r.Context(), tenant, id)
+	if err != nil {
+		if errors.Is(err, daemon.ErrNotFound) {
+			h.ended(id)
+		}
+		return Sandbox{}, err
+	}
+	touch := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, _ = h.m.Agent(ctx, tenant, id)
+	}
+	return Sandbox{ID: id, Agent: c, Touch: touch}, nil
+}
+
+type resolvedKey struct{}
+
+// Resolved returns the sandbox Mount resolved for an envd request.
+func Resolved(r *http.Request) (Sandbox, bool) {
+	s, ok := r.Context().Value(resolvedKey{}).(Sandbox)
+	return s, ok
+}
+
+// Mount returns a handler that serves E2B's REST paths (Paths) with h, the
+// paths for which isEnvd is true with envd once Resolve found their sandbox
+// (which Resolved then returns), and every other request with next
+// (hutch's own API). A nil isEnvd serves no envd paths. An envd request
+// without a valid access token is answered 401; one for a sandbox that is
+// gone or paused 502, as E2B's proxy answers (its SDKs read that as "not
+// running").
+func (h *Handler) Mount(next http.Handler, isEnvd func(string) bool, envd http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case Paths(r.URL.Path):
+			h.ServeHTTP(w, r)
+		case isEnvd != nil && isEnvd(r.URL.Path):
+			s, err := h.Resolve(r)
+			if err != nil {
+				h.refuseEnvd(w, r, err)
+				return
+			}
+			envd.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), resolvedKey{}, s)))
+		default:
+			next.ServeHTTP(w, r)
+		}
+	})
+}
+
+// refuseEnvd answers an envd request whose sandbox Resolve refused.
+func (h *Handler) refuseEnvd(w http.ResponseWriter, r *http.Request, err error) {
+	status := classify(err)
+	if status == http.StatusNotFound || status == http.StatusConflict {
+		// E2B's proxy answers 502 for a sandbox that does not run.
+		status = http.StatusBadGateway
+	}
+	h.log.Debug("envd request refused", "path", r.URL.Path, "status", status, "err", err)
+	writeJSON(w, status, Error{Code: status, Message: err.Error()})
+}

@@ -1,0 +1,117 @@
+package e2b
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func body(t *testing.T, s string) CreateBody {
+	t.Helper()
+	var b CreateBody
+	if err := json.Unmarshal([]byte(s), &b); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestCreateRequest(t *testing.T) {
+	req, err := createRequest(body(t, `{"templateID":"base","timeout":90,"metadata":{"k":"v"},"envVars":{"A":"1"},"secure":true,"autoPause":false}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if req.Timeout != 90*time.Second || req.Labels["k"] != "v" || req.Env["A"] != "1" {
+		t.Errorf("request %+v", req)
+	}
+	if req.Policy.Filesystem.Workspace != Workspace || req.Policy.Network.Mode != "none" {
+		t.Errorf("policy %+v", req.Policy)
+	}
+
+	req, err = createRequest(body(t, `{"templateID":"base","network":{"allowOut":["example.com","*.npmjs.org","10.1.0.0/16"],"denyOut":["0.0.0.0/0","bad.example.com"]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nw := req.Policy.Network
+	if nw.Mode != "proxy" || !slices.Equal(nw.AllowedDomains, []string{"example.com", "*.npmjs.org"}) ||
+		!slices.Equal(nw.AllowedCIDRs, []string{"10.1.0.0/16"}) || !slices.Equal(nw.DeniedDomains, []string{"bad.example.com"}) {
+		t.Errorf("network %+v", nw)
+	}
+
+	for in, want := range map[string]string{
+		`{"templateID":"python"}`:                                        `template "python"`,
+		`{"autoPause":true}`:                                             "autoPause",
+		`{"mcp":{"x":{}}}`:                                               "mcp",
+		`{"volumeMounts":[{"name":"v","path":"/v"}]}`:                    "volumeMounts",
+		`{"network":{"allowPublicTraffic":true}}`:                        "allowPublicTraffic",
+		`{"network":{"rules":{}}}`:                                       "network.rules",
+		`{"allow_internet_access":true}`:                                 "no unrestricted internet access",
+		`{"network":{"allowOut":["0.0.0.0/0"]}}`:                         "no unrestricted internet access",
+		`{"allow_internet_access":false,"network":{"allowOut":["a.b"]}}`: "both offline",
+		`{"timeout":-1}`:                                                 "out of range",
+	} {
+		_, err := createRequest(body(t, in))
+		if err == nil || !strings.Contains(err.Error(), want) || classify(err) != http.StatusBadRequest {
+			t.Errorf("createRequest(%s) = %v (status %d), want 400 naming %q", in, err, classify(err), want)
+		}
+	}
+}
+
+func TestUnknownField(t *testing.T) {
+	r := httptest.NewRequest("POST", "/v2/sandboxes", strings.NewReader(`{"templateID":"base","newThing":1}`))
+	var b CreateBody
+	err := decode(httptest.NewRecorder(), r, &b, false)
+	if err == nil || !strings.Contains(err.Error(), "newThing") || classify(err) != http.StatusBadRequest {
+		t.Fatalf("decode = %v, want 400 naming newThing", err)
+	}
+}
+
+func TestParseList(t *testing.T) {
+	// As E2B's JavaScript SDK encodes a metadata filter.
+	md := url.Values{}
+	md.Set(url.PathEscape("key with space"), url.PathEscape("a/b c"))
+	q := url.Values{"metadata": {md.Encode()}, "state": {"running,paused"}, "limit": {"5"}, "nextToken": {"NQ"}}
+	lq, err := parseList(q, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lq.metadata["key with space"] != "a/b c" || len(lq.metadata) != 1 {
+		t.Errorf("metadata %q", lq.metadata)
+	}
+	if !slices.Equal(lq.states, []string{"running", "paused"}) || lq.limit != 5 || lq.offset != 5 {
+		t.Errorf("query %+v", lq)
+	}
+	for _, bad := range []url.Values{{"limit": {"0"}}, {"limit": {"101"}}, {"state": {"gone"}}, {"nextToken": {"!"}}, {"other": {"1"}}} {
+		if _, err := parseList(bad, true); err == nil || classify(err) != http.StatusBadRequest {
+			t.Errorf("parseList(%v) = %v, want 400", bad, err)
+		}
+	}
+}
+
+func TestPaths(t *testing.T) {
+	for p, want := range map[string]bool{
+		"/sandboxes": true, "/sandboxes/sb-1": true, "/v2/sandboxes": true, "/v2/sandboxes/sb-1/connect": true,
+		"/v1/sandboxes": false, "/sandboxesx": false, "/health": false,
+	} {
+		if Paths(p) != want {
+			t.Errorf("Paths(%q) = %v", p, !want)
+		}
+	}
+}
+
+func TestClassify(t *testing.T) {
+	for err, want := range map[error]int{
+		errorf(ErrUnauthenticated, "x"): 401,
+		errorf(errNoRoute, "x"):         501,
+		errors.New("other"):             500,
+	} {
+		if got := classify(err); got != want {
+			t.Errorf("classify(%v) = %d, want %d", err, got, want)
+		}
+	}
+}

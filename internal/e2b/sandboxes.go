@@ -1,0 +1,693 @@
+package e2b
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hutch-sandbox/hutch/internal/daemon"
+	"github.com/hutch-sandbox/hutch/internal/policy"
+	"github.com/hutch-sandbox/hutch/internal/store"
+)
+
+// Bounds of requests.
+const (
+	// maxBody bounds every JSON request body: 1 MiB.
+	maxBody = 1 << 20
+	// maxPage is the largest (and default) page of a list.
+	maxPage = 100
+)
+
+// Workspace is the working directory, and the home of the user "user", of
+// every sandbox made through E2B's API.
+const Workspace = "/home/user"
+
+// allTraffic is the CIDR E2B's SDKs use for "every destination".
+const allTraffic = "0.0.0.0/0"
+
+// CreateBody is the body of POST /sandboxes and POST /v2/sandboxes (E2B's
+// NewSandbox). It maps onto hutch as follows:
+//
+//   - templateID: only "base" (or empty), the host's root read-only under
+//     the sandbox's writable layer; any other is refused.
+//   - timeout (seconds): the sandbox's lifetime (the daemon's default when
+//     0 or absent).
+//   - metadata: the sandbox's labels (the daemon's label rules apply:
+//     non-empty printable keys of at most 128 bytes, values of at most
+//     1024).
+//   - envVars: added to the environment of every command.
+//   - allow_internet_access false: network mode "none" (loopback only).
+//   - network.allowOut: the hosts (domains, "*.domain", IP addresses) and
+//     CIDRs the sandbox reaches through hutch's egress proxy (network mode
+//     "proxy"); network.denyOut: hosts never reached (deny wins).
+//     "0.0.0.0/0" in denyOut says what hutch does anyway: everything not
+//     allowed is denied.
+//   - hutch has no unrestricted internet access (its egress is allow-list
+//     based): without allowOut a sandbox is offline, and
+//     allow_internet_access true without allowOut is refused.
+//   - secure: accepted either way; envd always needs the access token.
+//   - autoPause, autoResume, mcp, volumeMounts, iam, network.rules,
+//     network.egressProxy, network.maskRequestHost,
+//     network.allowPublicTraffic true, and any field hutch does not know,
+//     are refused with 400 naming them.
+type CreateBody struct {
+	TemplateID          string            `json:"templateID"`
+	Timeout             *int64            `json:"timeout"`
+	Metadata            map[string]string `json:"metadata"`
+	EnvVars             map[string]string `json:"envVars"`
+	Secure              *bool             `json:"secure"`
+	AllowInternetAccess *bool             `json:"allow_internet_access"`
+	Network             *networkBody      `json:"network"`
+	AutoPause           *bool             `json:"autoPause"`
+	AutoPauseMemory     *bool             `json:"autoPauseMemory"`
+	AutoResume          json.RawMessage   `json:"autoResume"`
+	MCP                 json.RawMessage   `json:"mcp"`
+	VolumeMounts        json.RawMessage   `json:"volumeMounts"`
+	IAM                 json.RawMessage   `json:"iam"`
+}
+
+// networkBody is E2B's SandboxNetworkConfig.
+type networkBody struct {
+	AllowOut           []string        `json:"allowOut,omitempty"`
+	DenyOut            []string        `json:"denyOut,omitempty"`
+	AllowPublicTraffic *bool           `json:"allowPublicTraffic,omitempty"`
+	MaskRequestHost    json.RawMessage `json:"maskRequestHost,omitempty"`
+	Rules              json.RawMessage `json:"rules,omitempty"`
+	EgressProxy        json.RawMessage `json:"egressProxy,omitempty"`
+	HTTPSPorts         json.RawMessage `json:"httpsPorts,omitempty"`
+}
+
+// sandboxJSON is E2B's Sandbox, the answer of create and connect.
+type sandboxJSON struct {
+	TemplateID      string  `json:"templateID"`
+	SandboxID       string  `json:"sandboxID"`
+	ClientID        string  `json:"clientID"`
+	EnvdVersion     string  `json:"envdVersion"`
+	EnvdAccessToken string  `json:"envdAccessToken"`
+	Domain          *string `json:"domain"`
+}
+
+// listedJSON is E2B's ListedSandbox.
+type listedJSON struct {
+	TemplateID   string            `json:"templateID"`
+	SandboxID    string            `json:"sandboxID"`
+	ClientID     string            `json:"clientID"`
+	StartedAt    time.Time         `json:"startedAt"`
+	EndAt        time.Time         `json:"endAt"`
+	CPUCount     int               `json:"cpuCount"`
+	MemoryMB     int               `json:"memoryMB"`
+	DiskSizeMB   int               `json:"diskSizeMB"`
+	Metadata     map[string]string `json:"metadata"`
+	State        string            `json:"state"`
+	EnvdVersion  string            `json:"envdVersion"`
+	VolumeMounts []any             `json:"volumeMounts"`
+}
+
+// detailJSON is E2B's SandboxDetail, the answer of GET /sandboxes/{id}.
+type detailJSON struct {
+	listedJSON
+	AllowInternetAccess *bool        `json:"allowInternetAccess,omitempty"`
+	Network             *networkBody `json:"network,omitempty"`
+	Domain              *string      `json:"domain"`
+}
+
+// timeoutBody is the body of POST /sandboxes/{id}/timeout and of connect
+// and resume.
+type timeoutBody struct {
+	Timeout   *int64          `json:"timeout"`
+	AutoPause *bool           `json:"autoPause"`
+	Memory    json.RawMessage `json:"memory"`
+}
+
+// decode reads the JSON body of r into v, refusing unknown fields; an
+// empty body leaves v as it is when optional.
+func decode(w http.ResponseWriter, r *http.Request, v any, optional bool) error {
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		return fmt.Errorf("read body: %w", err)
+	}
+	if len(strings.TrimSpace(string(b))) == 0 {
+		if optional {
+			return nil
+		}
+		return errorf(daemon.ErrInvalid, "missing JSON body")
+	}
+	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		if strings.HasPrefix(err.Error(), "json: unknown field") {
+			return errorf(errUnsupported, "body: %s: not supported by hutch", strings.TrimPrefix(err.Error(), "json: "))
+		}
+		return fmt.Errorf("body: %w", err)
+	}
+	return nil
+}
+
+// seconds turns an E2B timeout in seconds into a duration; 0 when absent.
+func seconds(field string, s *int64) (time.Duration, error) {
+	if s == nil {
+		return 0, nil
+	}
+	if *s < 0 || *s > int64(365*24*time.Hour/time.Second) {
+		return 0, errorf(daemon.ErrInvalid, "%s: %d seconds is out of range", field, *s)
+	}
+	return time.Duration(*s) * time.Second, nil
+}
+
+// createRequest checks a create body and turns it into the manager's
+// request.
+func createRequest(b CreateBody) (daemon.CreateRequest, error) {
+	var req daemon.CreateRequest
+	var unsupported []string
+	if b.AutoPause != nil && *b.AutoPause {
+		unsupported = append(unsupported, "autoPause (lifecycle onTimeout: pause)")
+	}
+	if b.AutoPauseMemory != nil {
+		unsupported = append(unsupported, "autoPauseMemory")
+	}
+	for _, f := range []struct {
+		name string
+		raw  json.RawMessage
+	}{{"autoResume", b.AutoResume}, {"mcp", b.MCP}, {"volumeMounts", b.VolumeMounts}, {"iam", b.IAM}} {
+		if present(f.raw) {
+			unsupported = append(unsupported, f.name)
+		}
+	}
+	if n := b.Network; n != nil {
+		for _, f := range []struct {
+			name string
+			raw  json.RawMessage
+		}{{"network.maskRequestHost", n.MaskRequestHost}, {"network.rules", n.Rules}, {"network.egressProxy", n.EgressProxy}, {"network.httpsPorts", n.HTTPSPorts}} {
+			if present(f.raw) {
+				unsupported = append(unsupported, f.name)
+			}
+		}
+		if n.AllowPublicTraffic != nil && *n.AllowPublicTraffic {
+			unsupported = append(unsupported, "network.allowPublicTraffic (hutch exposes no sandbox ports)")
+		}
+	}
+	if len(unsupported) > 0 {
+		return req, errorf(errUnsupported, "not supported by hutch: %s", strings.Join(unsupported, ", "))
+	}
+	if b.TemplateID != "" && b.TemplateID != Template {
+		return req, errorf(errUnsupported, "template %q: hutch offers only the template %q", b.TemplateID, Template)
+	}
+	var err error
+	if req.Timeout, err = seconds("timeout", b.Timeout); err != nil {
+		return req, err
+	}
+	spec := policy.Spec{}
+	spec.Filesystem.Workspace = Workspace
+	if spec.Network, err = network(b.AllowInternetAccess, b.Network); err != nil {
+		return req, err
+	}
+	req.Policy = spec
+	req.Labels, req.Env = b.Metadata, b.EnvVars
+	return req, nil
+}
+
+// present reports whether a raw JSON field was given (and is not null).
+func present(raw json.RawMessage) bool {
+	s := strings.TrimSpace(string(raw))
+	return s != "" && s != "null"
+}
+
+// network maps allow_internet_access and network onto hutch's network
+// policy (see CreateBody).
+func network(internet *bool, n *networkBody) (policy.Network, error) {
+	var nw policy.Network
+	var allowOut, denyOut []string
+	if n != nil {
+		allowOut, denyOut = n.AllowOut, n.DenyOut
+	}
+	if internet != nil && !*internet {
+		if len(allowOut) > 0 {
+			return nw, errorf(daemon.ErrInvalid, "allow_internet_access false and network.allowOut: the sandbox cannot be both offline and reach %s", strings.Join(allowOut, ", "))
+		}
+		nw.Mode = "none"
+		return nw, nil
+	}
+	for _, a := range allowOut {
+		if a == allTraffic || a == "*" {
+			return nw, errorf(errUnsupported, "network.allowOut %q: hutch offers no unrestricted internet access; list the hosts the sandbox may reach", a)
+		}
+		if isCIDR(a) {
+			nw.AllowedCIDRs = append(nw.AllowedCIDRs, a)
+		} else {
+			nw.AllowedDomains = append(nw.AllowedDomains, a)
+		}
+	}
+	for _, d := range denyOut {
+		switch {
+		case d == allTraffic:
+			// Everything not allowed is denied anyway.
+		case isCIDR(d):
+			if slices.Contains(nw.AllowedCIDRs, d) {
+				return nw, errorf(daemon.ErrInvalid, "network: %q is both allowed and denied", d)
+			}
+			// Denied already: hutch reaches only the allowed ranges.
+		default:
+			nw.DeniedDomains = append(nw.DeniedDomains, d)
+		}
+	}
+	if len(nw.AllowedDomains)+len(nw.AllowedCIDRs) == 0 {
+		if internet != nil && *internet {
+			return nw, errorf(errUnsupported, "allow_internet_access true: hutch offers no unrestricted internet access; list the hosts the sandbox may reach in network.allowOut")
+		}
+		nw.Mode = "none"
+		nw.DeniedDomains = nil
+		return nw, nil
+	}
+	nw.Mode = "proxy"
+	return nw, nil
+}
+
+// isCIDR reports whether s is an IP address range (or a bare address).
+func isCIDR(s string) bool {
+	if _, err := netip.ParsePrefix(s); err == nil {
+		return strings.Contains(s, "/")
+	}
+	return false
+}
+
+func (h *Handler) create(w http.ResponseWriter, r *http.Request, tenant string) error {
+	var b CreateBody
+	if err := decode(w, r, &b, false); err != nil {
+		return err
+	}
+	req, err := createRequest(b)
+	if err != nil {
+		return err
+	}
+	info, err := h.m.Create(r.Context(), tenant, req)
+	if err != nil {
+		return err
+	}
+	if err := h.setupUser(r.Context(), tenant, info.ID); err != nil {
+		if derr := h.m.Destroy(r.Context(), tenant, info.ID); derr != nil {
+			h.log.Error("destroy a sandbox whose setup failed", "id", info.ID, "err", derr)
+		}
+		return fmt.Errorf("sandbox %s: %w", info.ID, err)
+	}
+	tok, err := newAccessToken()
+	if err != nil {
+		_ = h.m.Destroy(r.Context(), tenant, info.ID)
+		return err
+	}
+	internet := req.Policy.Network.Mode != "none"
+	h.mu.Lock()
+	h.records[info.ID] = &record{tenant: tenant, token: tok, network: b.Network, internet: &internet}
+	h.mu.Unlock()
+	h.log.Debug("e2b sandbox created", "id", info.ID, "tenant", tenant)
+	writeJSON(w, http.StatusCreated, sandboxJSON{
+		TemplateID: Template, SandboxID: info.ID, ClientID: tenant,
+		EnvdVersion: EnvdVersion, EnvdAccessToken: tok,
+	})
+	return nil
+}
+
+// e2bState is E2B's state of a hutch sandbox: "running" or "paused"; ""
+// for one that is gone or going.
+func e2bState(s string) string {
+	switch s {
+	case store.StateStarting, store.StateRunning:
+		return "running"
+	case store.StatePaused:
+		return "paused"
+	}
+	return ""
+}
+
+// listed is E2B's description of info.
+func listed(info daemon.Info) listedJSON {
+	md := info.Labels
+	if md == nil {
+		md = map[string]string{}
+	}
+	return listedJSON{
+		TemplateID: Template, SandboxID: info.ID, ClientID: info.Tenant,
+		StartedAt: info.CreatedAt.UTC(), EndAt: info.ExpiresAt.UTC(),
+		CPUCount: runtime.NumCPU(), Metadata: md, State: e2bState(info.State),
+		EnvdVersion: EnvdVersion, VolumeMounts: []any{},
+	}
+}
+
+// live returns tenant's sandbox id, running or paused; ErrNotFound if it
+// is gone or going.
+func (h *Handler) live(r *http.Request, tenant, id string) (daemon.Info, error) {
+	info, err := h.m.Get(r.Context(), tenant, id)
+	if err != nil {
+		return info, err
+	}
+	if e2bState(info.State) == "" {
+		h.ended(id)
+		return info, errorf(daemon.ErrNotFound, "sandbox %s: it is %s", id, info.State)
+	}
+	return info, nil
+}
+
+func (h *Handler) get(w http.ResponseWriter, r *http.Request, tenant string) error {
+	info, err := h.live(r, tenant, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	d := detailJSON{listedJSON: listed(info)}
+	if rec, ok := h.record(tenant, info.ID); ok {
+		d.AllowInternetAccess, d.Network = rec.internet, rec.network
+	}
+	writeJSON(w, http.StatusOK, d)
+	return nil
+}
+
+// listQuery is the parsed query of a list.
+type listQuery struct {
+	metadata     map[string]string
+	states       []string // E2B's states; empty: running and paused
+	startedAfter time.Time
+	template     string
+	desc         bool
+	limit        int
+	offset       int
+}
+
+// parseList parses the query of GET /sandboxes (v1 false) or
+// /v2/sandboxes.
+func parseList(q url.Values, v2 bool) (listQuery, error) {
+	lq := listQuery{limit: maxPage}
+	for k := range q {
+		switch k {
+		case "metadata":
+		case "state", "nextToken", "limit", "startedAfter", "template", "order":
+			if !v2 {
+				return lq, errorf(errUnsupported, "query: %q: not a parameter of GET /sandboxes", k)
+			}
+		default:
+			return lq, errorf(errUnsupported, "query: %q: not supported by hutch", k)
+		}
+	}
+	if md := q.Get("metadata"); md != "" {
+		pairs, err := url.ParseQuery(md)
+		if err != nil {
+			return lq, errorf(daemon.ErrInvalid, "query: metadata %q: %v", md, err)
+		}
+		lq.metadata = map[string]string{}
+		for k, vs := range pairs {
+			key, err1 := url.PathUnescape(k)
+			val, err2 := url.PathUnescape(vs[len(vs)-1])
+			if err := errors.Join(err1, err2); err != nil {
+				return lq, errorf(daemon.ErrInvalid, "query: metadata %q: %v", md, err)
+			}
+			lq.metadata[key] = val
+		}
+	}
+	if !v2 {
+		lq.states = []string{"running"}
+		return lq, nil
+	}
+	for _, s := range q["state"] {
+		for st := range strings.SplitSeq(s, ",") {
+			switch st {
+			case "running", "paused":
+				lq.states = append(lq.states, st)
+			case "":
+			default:
+				return lq, errorf(daemon.ErrInvalid, "query: unknown state %q (running or paused)", st)
+			}
+		}
+	}
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > maxPage {
+			return lq, errorf(daemon.ErrInvalid, "query: limit %q: want 1 to %d", s, maxPage)
+		}
+		lq.limit = n
+	}
+	if s := q.Get("nextToken"); s != "" {
+		b, err := base64.RawURLEncoding.DecodeString(s)
+		n, err2 := strconv.Atoi(string(b))
+		if err != nil || err2 != nil || n < 0 {
+			return lq, errorf(daemon.ErrInvalid, "query: nextToken %q is not one this server gave", s)
+		}
+		lq.offset = n
+	}
+	if s := q.Get("startedAfter"); s != "" {
+		t, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			return lq, errorf(daemon.ErrInvalid, "query: startedAfter %q: want an RFC 3339 time", s)
+		}
+		lq.startedAfter = t
+	}
+	lq.template = q.Get("template")
+	switch o := q.Get("order"); o {
+	case "", "asc":
+	case "desc":
+		lq.desc = true
+	default:
+		return lq, errorf(daemon.ErrInvalid, "query: order %q: want asc or desc", o)
+	}
+	return lq, nil
+}
+
+// list answers the sandboxes of tenant that match lq, a page of them.
+func (h *Handler) list(w http.ResponseWriter, r *http.Request, tenant string, lq listQuery) error {
+	infos, err := h.m.List(r.Context(), tenant, lq.metadata, "")
+	if err != nil {
+		return err
+	}
+	states := lq.states
+	if len(states) == 0 {
+		states = []string{"running", "paused"}
+	}
+	live := map[string]bool{}
+	out := []listedJSON{}
+	for _, info := range infos {
+		st := e2bState(info.State)
+		if st != "" {
+			live[info.ID] = true
+		}
+		if st == "" || !slices.Contains(states, st) ||
+			(lq.template != "" && lq.template != Template) ||
+			(!lq.startedAfter.IsZero() && !info.CreatedAt.After(lq.startedAfter)) {
+			continue
+		}
+		out = append(out, listed(info))
+	}
+	if lq.metadata == nil {
+		h.prune(tenant, live)
+	}
+	slices.SortStableFunc(out, func(a, b listedJSON) int {
+		c := a.StartedAt.Compare(b.StartedAt)
+		if c == 0 {
+			c = strings.Compare(a.SandboxID, b.SandboxID)
+		}
+		if lq.desc {
+			c = -c
+		}
+		return c
+	})
+	if lq.offset >= len(out) {
+		out = out[:0]
+	} else {
+		out = out[lq.offset:]
+	}
+	if len(out) > lq.limit {
+		out = out[:lq.limit]
+		next := strconv.Itoa(lq.offset + lq.limit)
+		w.Header().Set("X-Next-Token", base64.RawURLEncoding.EncodeToString([]byte(next)))
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (h *Handler) listV1(w http.ResponseWriter, r *http.Request, tenant string) error {
+	lq, err := parseList(r.URL.Query(), false)
+	if err != nil {
+		return err
+	}
+	lq.limit = int(^uint(0) >> 1)
+	return h.list(w, r, tenant, lq)
+}
+
+func (h *Handler) listV2(w http.ResponseWriter, r *http.Request, tenant string) error {
+	lq, err := parseList(r.URL.Query(), true)
+	if err != nil {
+		return err
+	}
+	return h.list(w, r, tenant, lq)
+}
+
+func (h *Handler) kill(w http.ResponseWriter, r *http.Request, tenant string) error {
+	id := r.PathValue("id")
+	if _, err := h.live(r, tenant, id); err != nil {
+		return err
+	}
+	if err := h.m.Destroy(r.Context(), tenant, id); err != nil {
+		return err
+	}
+	h.ended(id)
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (h *Handler) setTimeout(w http.ResponseWriter, r *http.Request, tenant string) error {
+	var b timeoutBody
+	if err := decode(w, r, &b, false); err != nil {
+		return err
+	}
+	if b.AutoPause != nil || present(b.Memory) {
+		return errorf(errUnsupported, "body: only timeout is supported")
+	}
+	d, err := seconds("timeout", b.Timeout)
+	if err != nil {
+		return err
+	}
+	if d <= 0 {
+		return errorf(daemon.ErrInvalid, "timeout: want a positive number of seconds")
+	}
+	id := r.PathValue("id")
+	if _, err := h.live(r, tenant, id); err != nil {
+		return err
+	}
+	if _, err := h.m.Extend(r.Context(), tenant, id, d); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// refreshBody is the body of POST /sandboxes/{id}/refreshes.
+type refreshBody struct {
+	Duration *int64 `json:"duration"`
+}
+
+// refresh keeps the sandbox alive for duration seconds from now (unless it
+// was to live longer anyway).
+func (h *Handler) refresh(w http.ResponseWriter, r *http.Request, tenant string) error {
+	var b refreshBody
+	if err := decode(w, r, &b, true); err != nil {
+		return err
+	}
+	d, err := seconds("duration", b.Duration)
+	if err != nil {
+		return err
+	}
+	if d == 0 {
+		d = 60 * time.Second
+	}
+	if err := h.extendTo(r, tenant, r.PathValue("id"), d); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// extendTo makes sandbox id live at least d from now.
+func (h *Handler) extendTo(r *http.Request, tenant, id string, d time.Duration) error {
+	info, err := h.live(r, tenant, id)
+	if err != nil {
+		return err
+	}
+	if d > 0 && time.Until(info.ExpiresAt) < d {
+		if _, err := h.m.Extend(r.Context(), tenant, id, d); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (h *Handler) pause(w http.ResponseWriter, r *http.Request, tenant string) error {
+	var b timeoutBody
+	if err := decode(w, r, &b, true); err != nil {
+		return err
+	}
+	id := r.PathValue("id")
+	if _, err := h.live(r, tenant, id); err != nil {
+		return err
+	}
+	if _, err := h.m.Pause(r.Context(), tenant, id); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// resume is E2B's older POST /sandboxes/{id}/resume: 201 with the
+// sandbox, 409 if it is not paused.
+func (h *Handler) resume(w http.ResponseWriter, r *http.Request, tenant string) error {
+	var b timeoutBody
+	if err := decode(w, r, &b, true); err != nil {
+		return err
+	}
+	if b.AutoPause != nil && *b.AutoPause {
+		return errorf(errUnsupported, "autoPause: not supported by hutch")
+	}
+	d, err := seconds("timeout", b.Timeout)
+	if err != nil {
+		return err
+	}
+	id := r.PathValue("id")
+	if _, err := h.live(r, tenant, id); err != nil {
+		return err
+	}
+	if _, err := h.m.Resume(r.Context(), tenant, id); err != nil {
+		return err
+	}
+	return h.answerSandbox(w, r, tenant, id, d, http.StatusCreated)
+}
+
+// connect is POST /v2/sandboxes/{id}/connect: resumes the sandbox if it is
+// paused (201), or just answers it (200); a timeout makes it live at least
+// that long from now.
+func (h *Handler) connect(w http.ResponseWriter, r *http.Request, tenant string) error {
+	var b timeoutBody
+	if err := decode(w, r, &b, true); err != nil {
+		return err
+	}
+	if b.AutoPause != nil {
+		return errorf(errUnsupported, "autoPause: not supported by hutch")
+	}
+	d, err := seconds("timeout", b.Timeout)
+	if err != nil {
+		return err
+	}
+	id := r.PathValue("id")
+	info, err := h.live(r, tenant, id)
+	if err != nil {
+		return err
+	}
+	status := http.StatusOK
+	if info.State == store.StatePaused {
+		if _, err := h.m.Resume(r.Context(), tenant, id); err != nil && !errors.Is(err, daemon.ErrConflict) {
+			return err
+		}
+		status = http.StatusCreated
+	}
+	return h.answerSandbox(w, r, tenant, id, d, status)
+}
+
+// answerSandbox extends sandbox id to live at least d, and answers it with
+// its envd access token.
+func (h *Handler) answerSandbox(w http.ResponseWriter, r *http.Request, tenant, id string, d time.Duration, status int) error {
+	if err := h.extendTo(r, tenant, id, d); err != nil {
+		return err
+	}
+	tok, err := h.token(tenant, id)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, status, sandboxJSON{
+		TemplateID: Template, SandboxID: id, ClientID: tenant,
+		EnvdVersion: EnvdVersion, EnvdAccessToken: tok,
+	})
+	return nil
+}
