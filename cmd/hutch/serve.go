@@ -134,7 +134,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 	// so that E2B's SDKs work with E2B_API_URL and E2B_SANDBOX_URL set to
 	// the daemon; hutch's own routes are untouched.
 	isEnvd, envdHandler := envdRoutes(log)
-	h = e2b.New(m, log).Mount(h, isEnvd, envdHandler)
+	h = e2b.New(m, log, e2b.WithAudit(al)).Mount(h, isEnvd, envdHandler)
 	for _, l := range ls {
 		fmt.Fprintf(stderr, "hutch: listening on %s\n", listenerURL(l))
 	}

@@ -8,6 +8,15 @@ import (
 	"os"
 )
 
+// MainIfAgent runs Main and exits when the process was started as
+// "PROGRAM agent": how a test binary, which a daemon under test starts as
+// the sandboxes' PID 1 (its own binary), stands in for hutch.
+func MainIfAgent() {
+	if len(os.Args) == 2 && os.Args[1] == "agent" {
+		os.Exit(Main(os.Stderr))
+	}
+}
+
 // ConnFD is the descriptor on which a sandbox's first process hands the
 // agent its connection to the daemon (see sandbox.Start).
 const ConnFD = 3

@@ -145,6 +145,7 @@ func (e *entryWriter) Write(b []byte) (int, error) {
 
 func (h *handler) upload(w http.ResponseWriter, r *http.Request) error {
 	_, p, err := pathQuery(r, "path")
+	auditEntry(r).Paths = []string{p}
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -42,6 +43,11 @@ func TestAuditLog(t *testing.T) {
 	e.request(t, "GET", "/v1/sandboxes/"+info.ID, nil)
 	resp, data := e.request(t, "POST", "/v1/sandboxes/"+info.ID+"/exec", `{"args":[]}`)
 	want(t, resp, data, 400, CodeInvalid)
+	file := info.Workspace + "/audited.txt"
+	resp, data = e.request(t, "PUT", "/v1/sandboxes/"+info.ID+"/files?path="+url.QueryEscape(file), "content")
+	if resp.StatusCode/100 != 2 {
+		t.Fatalf("write file: %d %s", resp.StatusCode, data)
+	}
 	resp, data = e.request(t, "DELETE", "/v1/sandboxes/"+info.ID, nil)
 	want(t, resp, data, 204, "")
 
@@ -57,10 +63,10 @@ func TestAuditLog(t *testing.T) {
 		}
 		defer f.Close()
 		n, err = audit.Verify(f)
-		return err == nil && n == 4
+		return err == nil && n == 5
 	})
-	if err != nil || n != 4 {
-		t.Fatalf("Verify = %d, %v; want 4, nil", n, err)
+	if err != nil || n != 5 {
+		t.Fatalf("Verify = %d, %v; want 5, nil", n, err)
 	}
 	raw, _ := os.ReadFile(path)
 	for _, secret := range []string{"hunter2", "hunter3", "xyzzy"} {
@@ -77,10 +83,10 @@ func TestAuditLog(t *testing.T) {
 		}
 		got = append(got, en)
 	}
-	if len(got) != 4 {
-		t.Fatalf("%d entries, want 4", len(got))
+	if len(got) != 5 {
+		t.Fatalf("%d entries, want 5", len(got))
 	}
-	for i, act := range []string{"create", "exec", "exec", "destroy"} {
+	for i, act := range []string{"create", "exec", "exec", "write_file", "destroy"} {
 		if got[i].Action != act || got[i].Tenant != AdminTenant || got[i].Sandbox != info.ID || got[i].Time.IsZero() {
 			t.Errorf("entry %d: %+v, want %s by %s on %s", i+1, got[i], act, AdminTenant, info.ID)
 		}
@@ -92,6 +98,9 @@ func TestAuditLog(t *testing.T) {
 	}
 	if bad := got[2]; bad.Error != CodeInvalid || bad.ExitCode != nil {
 		t.Errorf("failed exec entry: %+v", bad)
+	}
+	if wf := got[3]; !slices.Equal(wf.Paths, []string{file}) || wf.Error != "" {
+		t.Errorf("write_file entry: %+v", wf)
 	}
 	if got[0].Error != "" || got[3].Error != "" {
 		t.Errorf("create, destroy: %+v, %+v", got[0], got[3])

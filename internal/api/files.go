@@ -202,6 +202,7 @@ func (h *handler) readFile(w http.ResponseWriter, r *http.Request) error {
 
 func (h *handler) writeFile(w http.ResponseWriter, r *http.Request) error {
 	q, p, err := pathQuery(r, "path", "mode")
+	auditEntry(r).Paths = []string{p}
 	if err != nil {
 		return err
 	}
@@ -301,6 +302,7 @@ func (h *handler) mkdir(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	auditEntry(r).Paths = []string{b.Path}
 	if err := ac.Mkdir(r.Context(), b.Path, b.Parents); err != nil {
 		return err
 	}
@@ -310,6 +312,7 @@ func (h *handler) mkdir(w http.ResponseWriter, r *http.Request) error {
 
 func (h *handler) remove(w http.ResponseWriter, r *http.Request) error {
 	q, p, err := pathQuery(r, "path", "recursive")
+	auditEntry(r).Paths = []string{p}
 	if err != nil {
 		return err
 	}
@@ -340,6 +343,7 @@ func (h *handler) rename(w http.ResponseWriter, r *http.Request) error {
 	if err := checkPath("from", b.From); err != nil {
 		return err
 	}
+	auditEntry(r).Paths = []string{b.From, b.To}
 	if err := checkPath("to", b.To); err != nil {
 		return err
 	}

@@ -24,11 +24,7 @@ import (
 // The real daemon starts hutch's own binary (os.Executable), here this
 // test binary, as "hutch agent", the PID 1 of every sandbox. An init
 // function, not TestMain, so that the package's tests keep theirs free.
-func init() {
-	if len(os.Args) == 2 && os.Args[1] == "agent" {
-		os.Exit(agent.Main(os.Stderr))
-	}
-}
+func init() { agent.MainIfAgent() }
 
 // loadSandboxes is how many sandboxes TestLoad keeps alive at once; the
 // daemon's per-tenant quota is raised above it.

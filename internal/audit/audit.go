@@ -52,6 +52,9 @@ type Entry struct {
 	Sandbox string `json:"sandbox,omitempty"`
 	// Command is the arguments of an exec.
 	Command []string `json:"command,omitempty"`
+	// Paths are the files a file call wrote, made, moved (from, to) or
+	// removed, as the sandbox names them.
+	Paths []string `json:"paths,omitempty"`
 	// ExitCode is how an exec's command ended (nil if it did not run to
 	// its end).
 	ExitCode *int `json:"exit_code,omitempty"`

@@ -13,7 +13,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/hutch-sandbox/hutch/internal/agent"
@@ -453,7 +452,7 @@ func checkLabels(labels map[string]string) error {
 			return invalid("create sandbox: empty label key")
 		case len(k) > maxLabelKey:
 			return invalid("create sandbox: label key %.32q… is longer than %d bytes", k, maxLabelKey)
-		case !printable(k):
+		case !policy.Printable(k):
 			return invalid("create sandbox: label key %q is not printable UTF-8", k)
 		case len(v) > maxLabelValue:
 			return invalid("create sandbox: label %s: value longer than %d bytes", k, maxLabelValue)
@@ -462,19 +461,6 @@ func checkLabels(labels map[string]string) error {
 		}
 	}
 	return nil
-}
-
-// printable reports whether s is valid UTF-8 without control characters.
-func printable(s string) bool {
-	if !utf8.ValidString(s) {
-		return false
-	}
-	for _, c := range s {
-		if unicode.IsControl(c) {
-			return false
-		}
-	}
-	return true
 }
 
 // checkEnv bounds a request's environment.
@@ -489,7 +475,7 @@ func checkEnv(env map[string]string) error {
 		switch {
 		case name == "":
 			return invalid("create sandbox: empty environment variable name")
-		case strings.ContainsAny(name, "=\x00") || !printable(name):
+		case strings.ContainsAny(name, "=\x00") || !policy.Printable(name):
 			return invalid("create sandbox: invalid environment variable name %q", name)
 		case strings.ContainsRune(value, 0):
 			return invalid("create sandbox: environment variable %s: value contains a NUL byte", name)

@@ -29,9 +29,7 @@ import (
 // start: sandbox.Start execs hutch's own binary, here the test binary, as
 // "hutch agent".
 func TestMain(m *testing.M) {
-	if len(os.Args) == 2 && os.Args[1] == "agent" {
-		os.Exit(agent.Main(os.Stderr))
-	}
+	agent.MainIfAgent()
 	os.Exit(m.Run())
 }
 

@@ -14,7 +14,9 @@ import (
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/agent"
+	"github.com/hutch-sandbox/hutch/internal/audit"
 	"github.com/hutch-sandbox/hutch/internal/daemon"
+	"github.com/hutch-sandbox/hutch/internal/envd"
 	"github.com/hutch-sandbox/hutch/internal/store"
 )
 
@@ -48,20 +50,30 @@ type record struct {
 
 // Handler serves E2B's REST API. Safe for concurrent use.
 type Handler struct {
-	m   Manager
-	log *slog.Logger
-	mux *http.ServeMux
+	m     Manager
+	log   *slog.Logger
+	mux   *http.ServeMux
+	audit *audit.Log // nil: no auditing
+
+	// setup prepares a new sandbox for E2B's SDKs (setupUser; tests
+	// replace it when their sandboxes are not isolated).
+	setup func(ctx context.Context, tenant, id string) error
 
 	mu      sync.Mutex
 	records map[string]*record // by sandbox id
 }
 
-// New returns the handler of E2B's REST API over m.
-func New(m Manager, log *slog.Logger) *Handler {
+// New returns the handler of E2B's REST API over m, configured by opts
+// (WithAudit).
+func New(m Manager, log *slog.Logger, opts ...Option) *Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	h := &Handler{m: m, log: log, mux: http.NewServeMux(), records: map[string]*record{}}
+	for _, o := range opts {
+		o(h)
+	}
+	h.setup = h.setupUser
 	h.register()
 	return h
 }
@@ -85,8 +97,12 @@ func (h *Handler) register() {
 // it returns, fail answers with.
 type handlerFunc func(w http.ResponseWriter, r *http.Request, tenant string) error
 
-// handle registers f for pattern, behind authentication.
+// handle registers f for pattern, behind authentication; audited if it
+// changes something and the handler has an audit log.
 func (h *Handler) handle(pattern string, f handlerFunc) {
+	if action, ok := auditActions[pattern]; ok && h.audit != nil {
+		f = h.audited(action, f)
+	}
 	h.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		tenant, err := h.authenticate(r)
 		if err == nil {
@@ -139,12 +155,25 @@ func (h *Handler) authenticate(r *http.Request) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("check API key: %w", err)
 	}
+	if tenant == "" {
+		// The manager reads an empty tenant as "any tenant"; no token
+		// has one, and none may act as one.
+		return "", errorf(ErrUnauthenticated, "invalid API key")
+	}
 	return tenant, nil
 }
 
+// accessTokenBytes is the size of an envd access token's random part: 192
+// bits from crypto/rand, independent of the sandbox's id.
+const accessTokenBytes = 24
+
+// noToken is what Resolve compares a token with when the sandbox has no
+// record: as long as a real token, and never one (not hexadecimal).
+var noToken = strings.Repeat("-", 2*accessTokenBytes)
+
 // newAccessToken returns a new random envd access token.
 func newAccessToken() (string, error) {
-	var b [24]byte
+	var b [accessTokenBytes]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return "", fmt.Errorf("make envd access token: %w", err)
 	}
@@ -153,11 +182,15 @@ func newAccessToken() (string, error) {
 
 // token returns the envd access token of tenant's sandbox id, making one
 // (and its record) if it has none: a sandbox made through hutch's own API
-// gets one when an E2B client connects to it.
+// gets one when an E2B client connects to it. The record of another
+// tenant's sandbox is never replaced: that sandbox is not found.
 func (h *Handler) token(tenant, id string) (string, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if rec := h.records[id]; rec != nil && rec.tenant == tenant {
+	if rec := h.records[id]; rec != nil {
+		if rec.tenant != tenant {
+			return "", errorf(daemon.ErrNotFound, "sandbox %s: not found", id)
+		}
 		rec.ended = time.Time{}
 		return rec.token, nil
 	}
@@ -215,6 +248,8 @@ type Sandbox struct {
 	Agent *agent.Client
 	// Touch records activity in the sandbox.
 	Touch func()
+
+	audit func(envd.Event) // see Envd
 }
 
 // Resolve returns the sandbox a request of E2B's in-sandbox API (envd) is
@@ -233,8 +268,15 @@ func (h *Handler) Resolve(r *http.Request) (Sandbox, error) {
 	}
 	h.mu.Lock()
 	rec := h.records[id]
+	want := noToken
+	if rec != nil {
+		want = rec.token
+	}
+	// Compared in constant time, and compared even for an unknown
+	// sandbox, so that timing tells neither the token nor whether the
+	// sandbox exists.
+	ok := subtle.ConstantTimeCompare([]byte(want), []byte(tok)) == 1 && rec != nil
 	var tenant string
-	ok := rec != nil && subtle.ConstantTimeCompare([]byte(rec.token), []byte(tok)) == 1
 	if ok {
 		tenant = rec.tenant
 	}
@@ -254,7 +296,7 @@ func (h *Handler) Resolve(r *http.Request) (Sandbox, error) {
 		defer cancel()
 		_, _ = h.m.Agent(ctx, tenant, id)
 	}
-	return Sandbox{ID: id, Agent: c, Touch: touch}, nil
+	return Sandbox{ID: id, Agent: c, Touch: touch, audit: h.envdAuditor(tenant, id)}, nil
 }
 
 type resolvedKey struct{}
@@ -297,6 +339,12 @@ func (h *Handler) refuseEnvd(w http.ResponseWriter, r *http.Request, err error) 
 		// E2B's proxy answers 502 for a sandbox that does not run.
 		status = http.StatusBadGateway
 	}
-	h.log.Debug("envd request refused", "path", r.URL.Path, "status", status, "err", err)
-	writeJSON(w, status, Error{Code: status, Message: err.Error()})
+	msg := err.Error()
+	if status == http.StatusInternalServerError {
+		h.log.Error("envd request failed", "path", r.URL.Path, "status", status, "err", err)
+		msg = internalMessage
+	} else {
+		h.log.Debug("envd request refused", "path", r.URL.Path, "status", status, "err", err)
+	}
+	writeJSON(w, status, Error{Code: status, Message: msg})
 }

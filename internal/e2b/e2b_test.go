@@ -29,8 +29,16 @@ func TestCreateRequest(t *testing.T) {
 	if req.Timeout != 90*time.Second || req.Labels["k"] != "v" || req.Env["A"] != "1" {
 		t.Errorf("request %+v", req)
 	}
-	if req.Policy.Filesystem.Workspace != Workspace || req.Policy.Network.Mode != "none" {
+	// E2B's default is the internet: every public destination (on 80
+	// and 443) through the proxy.
+	if nw := req.Policy.Network; req.Policy.Filesystem.Workspace != Workspace || nw.Mode != "proxy" || !slices.Equal(nw.AllowedDomains, []string{"*"}) {
 		t.Errorf("policy %+v", req.Policy)
+	}
+	for _, in := range []string{`{"allow_internet_access":true}`, `{"network":{"allowOut":["0.0.0.0/0"],"denyOut":["evil.example"]}}`} {
+		req, err := createRequest(body(t, in))
+		if nw := req.Policy.Network; err != nil || nw.Mode != "proxy" || !slices.Equal(nw.AllowedDomains, []string{"*"}) {
+			t.Errorf("createRequest(%s) = %+v, %v; want the internet", in, nw, err)
+		}
 	}
 
 	req, err = createRequest(body(t, `{"templateID":"base","network":{"allowOut":["example.com","*.npmjs.org","10.1.0.0/16"],"denyOut":["0.0.0.0/0","bad.example.com"]}}`))
@@ -50,8 +58,7 @@ func TestCreateRequest(t *testing.T) {
 		`{"volumeMounts":[{"name":"v","path":"/v"}]}`:                    "volumeMounts",
 		`{"network":{"allowPublicTraffic":true}}`:                        "allowPublicTraffic",
 		`{"network":{"rules":{}}}`:                                       "network.rules",
-		`{"allow_internet_access":true}`:                                 "no unrestricted internet access",
-		`{"network":{"allowOut":["0.0.0.0/0"]}}`:                         "no unrestricted internet access",
+		`{"network":{"denyOut":["10.0.0.0/8"]}}`:                         "not address ranges",
 		`{"allow_internet_access":false,"network":{"allowOut":["a.b"]}}`: "both offline",
 		`{"timeout":-1}`:                                                 "out of range",
 	} {

@@ -78,15 +78,24 @@ func classify(err error) int {
 	return http.StatusInternalServerError
 }
 
+// internalMessage is the message of every 500 answer: what went wrong
+// inside the daemon (paths, store errors, a command's output) goes to the
+// daemon's log, not to the client.
+const internalMessage = "internal error (the daemon's log has the details)"
+
 // fail answers with err.
 func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	status := classify(err)
+	msg := err.Error()
 	if status >= 500 && status != http.StatusNotImplemented {
 		h.log.Error("e2b request failed", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
 	} else {
 		h.log.Debug("e2b request refused", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
 	}
-	writeJSON(w, status, Error{Code: status, Message: err.Error()})
+	if status == http.StatusInternalServerError {
+		msg = internalMessage
+	}
+	writeJSON(w, status, Error{Code: status, Message: msg})
 }
 
 // writeJSON answers with v as JSON.

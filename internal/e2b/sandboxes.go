@@ -1,11 +1,14 @@
 package e2b
 
 import (
+	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/netip"
 	"net/url"
@@ -14,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/hutch-sandbox/hutch/internal/daemon"
 	"github.com/hutch-sandbox/hutch/internal/policy"
@@ -26,6 +30,17 @@ const (
 	maxBody = 1 << 20
 	// maxPage is the largest (and default) page of a list.
 	maxPage = 100
+)
+
+// Bounds of metadata and envVars: the daemon's own bounds of a sandbox's
+// labels and environment (its checkLabels and checkEnv), checked here too
+// so that an error names E2B's field. The daemon checks them again.
+const (
+	maxMetadata      = 64
+	maxMetadataKey   = 128
+	maxMetadataValue = 512
+	maxEnvVars       = 256
+	maxEnvBytes      = 128 << 10
 )
 
 // Workspace is the working directory, and the home of the user "user", of
@@ -42,10 +57,12 @@ const allTraffic = "0.0.0.0/0"
 //     the sandbox's writable layer; any other is refused.
 //   - timeout (seconds): the sandbox's lifetime (the daemon's default when
 //     0 or absent).
-//   - metadata: the sandbox's labels (the daemon's label rules apply:
-//     non-empty printable keys of at most 128 bytes, values of at most
-//     1024).
-//   - envVars: added to the environment of every command.
+//   - metadata: the sandbox's labels (the daemon's label rules apply: at
+//     most 64, non-empty printable keys of at most 128 bytes, values of at
+//     most 512 bytes of UTF-8 text).
+//   - envVars: added to the environment of every command (at most 256,
+//     128 KiB in all; names without '=', NUL or control characters,
+//     values without NUL).
 //   - allow_internet_access false: network mode "none" (loopback only).
 //   - network.allowOut: the hosts (domains, "*.domain", IP addresses) and
 //     CIDRs the sandbox reaches through hutch's egress proxy (network mode
@@ -133,8 +150,13 @@ type timeoutBody struct {
 // empty body leaves v as it is when optional.
 func decode(w http.ResponseWriter, r *http.Request, v any, optional bool) error {
 	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		return fmt.Errorf("read body: larger than %d bytes: %w", maxBody, err)
+	}
 	if err != nil {
-		return fmt.Errorf("read body: %w", err)
+		// The client's body broke off.
+		return errorf(daemon.ErrInvalid, "read body: %v", err)
 	}
 	if len(strings.TrimSpace(string(b))) == 0 {
 		if optional {
@@ -142,13 +164,18 @@ func decode(w http.ResponseWriter, r *http.Request, v any, optional bool) error 
 		}
 		return errorf(daemon.ErrInvalid, "missing JSON body")
 	}
-	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		if strings.HasPrefix(err.Error(), "json: unknown field") {
 			return errorf(errUnsupported, "body: %s: not supported by hutch", strings.TrimPrefix(err.Error(), "json: "))
 		}
-		return fmt.Errorf("body: %w", err)
+		// Every other failure (bad syntax, a truncated body, a value of
+		// the wrong type) is the client's: 400.
+		return errorf(daemon.ErrInvalid, "body: invalid JSON: %s", strings.TrimPrefix(err.Error(), "json: "))
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errorf(daemon.ErrInvalid, "body: invalid JSON: data after the object")
 	}
 	return nil
 }
@@ -211,9 +238,63 @@ func createRequest(b CreateBody) (daemon.CreateRequest, error) {
 	if spec.Network, err = network(b.AllowInternetAccess, b.Network); err != nil {
 		return req, err
 	}
+	if err := checkMetadata(b.Metadata); err != nil {
+		return req, err
+	}
+	if err := checkEnvVars(b.EnvVars); err != nil {
+		return req, err
+	}
 	req.Policy = spec
 	req.Labels, req.Env = b.Metadata, b.EnvVars
 	return req, nil
+}
+
+// checkMetadata bounds metadata as the daemon bounds labels.
+func checkMetadata(md map[string]string) error {
+	if len(md) > maxMetadata {
+		return errorf(daemon.ErrInvalid, "metadata: %d entries, at most %d allowed", len(md), maxMetadata)
+	}
+	for _, k := range slices.Sorted(maps.Keys(md)) {
+		v := md[k]
+		switch {
+		case k == "":
+			return errorf(daemon.ErrInvalid, "metadata: empty key")
+		case len(k) > maxMetadataKey:
+			return errorf(daemon.ErrInvalid, "metadata: key %.32q… is longer than %d bytes", k, maxMetadataKey)
+		case !policy.Printable(k):
+			return errorf(daemon.ErrInvalid, "metadata: key %q is not printable UTF-8", k)
+		case len(v) > maxMetadataValue:
+			return errorf(daemon.ErrInvalid, "metadata: %.32q: value longer than %d bytes", k, maxMetadataValue)
+		case !utf8.ValidString(v) || strings.ContainsRune(v, 0):
+			return errorf(daemon.ErrInvalid, "metadata: %q: value is not valid UTF-8 text", k)
+		}
+	}
+	return nil
+}
+
+// checkEnvVars bounds envVars as the daemon bounds a sandbox's
+// environment.
+func checkEnvVars(env map[string]string) error {
+	if len(env) > maxEnvVars {
+		return errorf(daemon.ErrInvalid, "envVars: %d variables, at most %d allowed", len(env), maxEnvVars)
+	}
+	size := 0
+	for _, name := range slices.Sorted(maps.Keys(env)) {
+		value := env[name]
+		size += len(name) + len(value) + 2
+		switch {
+		case name == "":
+			return errorf(daemon.ErrInvalid, "envVars: empty variable name")
+		case strings.ContainsAny(name, "=\x00") || !policy.Printable(name):
+			return errorf(daemon.ErrInvalid, "envVars: invalid variable name %.64q", name)
+		case strings.ContainsRune(value, 0):
+			return errorf(daemon.ErrInvalid, "envVars: %.64q: value contains a NUL byte", name)
+		}
+	}
+	if size > maxEnvBytes {
+		return errorf(daemon.ErrInvalid, "envVars: %d bytes in all, at most %d allowed", size, maxEnvBytes)
+	}
+	return nil
 }
 
 // present reports whether a raw JSON field was given (and is not null).
@@ -223,7 +304,14 @@ func present(raw json.RawMessage) bool {
 }
 
 // network maps allow_internet_access and network onto hutch's network
-// policy (see CreateBody).
+// policy (see CreateBody). E2B's default is the internet: for hutch, every
+// public destination on ports 80 and 443 through the sandbox's egress
+// proxy, whose address guard still refuses loopback, private, link-local
+// and metadata addresses. allowOut narrows that to its hosts and ranges;
+// denyOut takes host names out (an address range can be taken out only of
+// an explicit allowOut, where it is out anyway unless listed); denying
+// all traffic without allowOut, or allow_internet_access false, leaves the
+// sandbox offline.
 func network(internet *bool, n *networkBody) (policy.Network, error) {
 	var nw policy.Network
 	var allowOut, denyOut []string
@@ -237,33 +325,36 @@ func network(internet *bool, n *networkBody) (policy.Network, error) {
 		nw.Mode = "none"
 		return nw, nil
 	}
+	everything := func(a string) bool { return a == allTraffic || a == "*" }
 	for _, a := range allowOut {
-		if a == allTraffic || a == "*" {
-			return nw, errorf(errUnsupported, "network.allowOut %q: hutch offers no unrestricted internet access; list the hosts the sandbox may reach", a)
-		}
-		if isCIDR(a) {
+		switch {
+		case everything(a):
+			nw.AllowedDomains = append(nw.AllowedDomains, "*")
+		case isCIDR(a):
 			nw.AllowedCIDRs = append(nw.AllowedCIDRs, a)
-		} else {
+		default:
 			nw.AllowedDomains = append(nw.AllowedDomains, a)
 		}
 	}
+	if len(allowOut) == 0 && !slices.ContainsFunc(denyOut, everything) {
+		nw.AllowedDomains = []string{"*"}
+	}
+	open := slices.Contains(nw.AllowedDomains, "*")
 	for _, d := range denyOut {
 		switch {
-		case d == allTraffic:
+		case everything(d):
 			// Everything not allowed is denied anyway.
+		case isCIDR(d) && slices.Contains(nw.AllowedCIDRs, d):
+			return nw, errorf(daemon.ErrInvalid, "network: %q is both allowed and denied", d)
+		case isCIDR(d) && open:
+			return nw, errorf(errUnsupported, "network.denyOut %q: with the internet allowed hutch denies host names, not address ranges; list what the sandbox may reach in network.allowOut instead", d)
 		case isCIDR(d):
-			if slices.Contains(nw.AllowedCIDRs, d) {
-				return nw, errorf(daemon.ErrInvalid, "network: %q is both allowed and denied", d)
-			}
-			// Denied already: hutch reaches only the allowed ranges.
+			// Denied already: the sandbox reaches only the allowed ranges.
 		default:
 			nw.DeniedDomains = append(nw.DeniedDomains, d)
 		}
 	}
 	if len(nw.AllowedDomains)+len(nw.AllowedCIDRs) == 0 {
-		if internet != nil && *internet {
-			return nw, errorf(errUnsupported, "allow_internet_access true: hutch offers no unrestricted internet access; list the hosts the sandbox may reach in network.allowOut")
-		}
 		nw.Mode = "none"
 		nw.DeniedDomains = nil
 		return nw, nil
@@ -293,21 +384,38 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, tenant string) 
 	if err != nil {
 		return err
 	}
-	if err := h.setupUser(r.Context(), tenant, info.ID); err != nil {
-		if derr := h.m.Destroy(r.Context(), tenant, info.ID); derr != nil {
+	auditEntry(r).Sandbox = info.ID
+	// The sandbox is destroyed even if the client went away meanwhile.
+	cleanup := context.WithoutCancel(r.Context())
+	if err := h.setup(r.Context(), tenant, info.ID); err != nil {
+		if derr := h.m.Destroy(cleanup, tenant, info.ID); derr != nil {
 			h.log.Error("destroy a sandbox whose setup failed", "id", info.ID, "err", derr)
 		}
 		return fmt.Errorf("sandbox %s: %w", info.ID, err)
 	}
 	tok, err := newAccessToken()
 	if err != nil {
-		_ = h.m.Destroy(r.Context(), tenant, info.ID)
+		if derr := h.m.Destroy(cleanup, tenant, info.ID); derr != nil {
+			h.log.Error("destroy a sandbox without an access token", "id", info.ID, "err", derr)
+		}
 		return err
 	}
 	internet := req.Policy.Network.Mode != "none"
 	h.mu.Lock()
 	h.records[info.ID] = &record{tenant: tenant, token: tok, network: b.Network, internet: &internet}
 	h.mu.Unlock()
+	// Forget the records of the tenant's sandboxes that ended (by their
+	// timeout, say) without this handler seeing it, so that the records
+	// stay bounded by the tenant's quota and recent ends.
+	if infos, err := h.m.List(r.Context(), tenant, nil, ""); err == nil {
+		live := map[string]bool{info.ID: true}
+		for _, i := range infos {
+			if e2bState(i.State) != "" {
+				live[i.ID] = true
+			}
+		}
+		h.prune(tenant, live)
+	}
 	h.log.Debug("e2b sandbox created", "id", info.ID, "tenant", tenant)
 	writeJSON(w, http.StatusCreated, sandboxJSON{
 		TemplateID: Template, SandboxID: info.ID, ClientID: tenant,
@@ -667,6 +775,7 @@ func (h *Handler) connect(w http.ResponseWriter, r *http.Request, tenant string)
 	}
 	status := http.StatusOK
 	if info.State == store.StatePaused {
+		auditEntry(r).Action = "resume"
 		if _, err := h.m.Resume(r.Context(), tenant, id); err != nil && !errors.Is(err, daemon.ErrConflict) {
 			return err
 		}

@@ -3,10 +3,9 @@ package e2b
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
-	"io"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/agent"
@@ -39,11 +38,34 @@ func (h *Handler) setupUser(ctx context.Context, tenant, id string) error {
 	if err := appendLine(ctx, c, "/etc/group", groupLine); err != nil {
 		return fmt.Errorf("set up user %s: %w", userName, err)
 	}
-	owner := fmt.Sprintf("%d:%d", userID, userID)
-	if err := run(ctx, c, "chown", owner, Workspace); err != nil {
-		return fmt.Errorf("set up user %s: %w", userName, err)
+	// Through the agent, not a chown command: nothing of the request
+	// (envVars such as PATH or LD_PRELOAD) takes part in the setup.
+	if err := c.Chown(ctx, Workspace, userID, userID); err != nil {
+		return fmt.Errorf("set up user %s: chown %s: %w", userName, Workspace, err)
 	}
 	return nil
+}
+
+// maxAccountFile bounds what appendLine reads of /etc/passwd or /etc/group
+// (S7: the sandbox's files are untrusted, even when they are the host's
+// copies).
+const maxAccountFile = 1 << 20
+
+// errTooLong is the error of a limitedBuffer that overflowed.
+var errTooLong = errors.New("longer than the limit")
+
+// limitedBuffer is a buffer that refuses to grow beyond max bytes.
+type limitedBuffer struct {
+	bytes.Buffer
+	max int
+}
+
+// Write appends p, or fails if that would exceed the limit.
+func (b *limitedBuffer) Write(p []byte) (int, error) {
+	if b.Len()+len(p) > b.max {
+		return 0, fmt.Errorf("%d bytes: %w", b.max, errTooLong)
+	}
+	return b.Buffer.Write(p)
 }
 
 // appendLine makes line the entry of its name (the text before the first
@@ -51,7 +73,7 @@ func (h *Handler) setupUser(ctx context.Context, tenant, id string) error {
 // the same name or id, such as a host user of uid 1000, are dropped from
 // the sandbox's copy, so that the id is shown as E2B's user.
 func appendLine(ctx context.Context, c *agent.Client, path, line string) error {
-	var buf bytes.Buffer
+	buf := limitedBuffer{max: maxAccountFile}
 	if _, err := c.ReadFile(ctx, path, &buf); err != nil {
 		return fmt.Errorf("read %s: %w", path, err)
 	}
@@ -67,33 +89,6 @@ func appendLine(ctx context.Context, c *agent.Client, path, line string) error {
 	out.WriteString(line + "\n")
 	if _, err := c.WriteFile(ctx, path, strings.NewReader(out.String()), 0o644); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
-}
-
-// run runs a command in the sandbox to its end; a non-zero exit is an
-// error carrying its stderr.
-func run(ctx context.Context, c *agent.Client, args ...string) error {
-	p, err := c.Exec(ctx, agent.ExecRequest{Args: args, Timeout: setupTimeout})
-	if err != nil {
-		return fmt.Errorf("run %s: %w", args[0], err)
-	}
-	var stderr bytes.Buffer
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); _, _ = io.Copy(io.Discard, p.Stdout) }()
-	go func() {
-		defer wg.Done()
-		_, _ = io.Copy(&stderr, io.LimitReader(p.Stderr, 4096))
-		_, _ = io.Copy(io.Discard, p.Stderr)
-	}()
-	st, err := p.Wait()
-	wg.Wait()
-	if err != nil {
-		return fmt.Errorf("run %s: %w", args[0], err)
-	}
-	if st.Code != 0 {
-		return fmt.Errorf("run %s: exit code %d: %s", strings.Join(args, " "), st.Code, strings.TrimSpace(stderr.String()))
 	}
 	return nil
 }

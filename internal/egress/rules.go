@@ -52,7 +52,7 @@ const (
 	matchName     ruleKind = iota // one name
 	matchSuffix                   // names below a domain ("*.example.com")
 	matchPrefix                   // IP literals in a prefix (an IP-literal rule is a prefix of one address)
-	matchEveryone                 // every destination ("*" in DenyDomains)
+	matchEveryone                 // every destination ("*")
 )
 
 // rule is one compiled entry of AllowDomains, DenyDomains or AllowCIDRs.
@@ -212,6 +212,9 @@ func (r *Rules) addSecrets(list []*secrets.Secret) []error {
 		var binds []binding
 		for _, h := range s.Hosts {
 			ru, err := parseDomainRule(h, false)
+			if err == nil && ru.kind == matchEveryone {
+				err = errors.New(`"*" would send the secret anywhere; name its hosts`)
+			}
 			if err != nil {
 				bad = append(bad, fmt.Errorf("secret %s: host %q: %w", s.Name, h, err))
 				continue
@@ -340,8 +343,8 @@ func interfaceAddrs() ([]netip.Addr, error) {
 
 // parseDomainRule compiles an entry of AllowDomains (deny false) or
 // DenyDomains (deny true): "example.com", "*.example.com", "localhost",
-// "203.0.113.7", "[2001:db8::1]", each with an optional ":PORT"; a deny
-// entry may also be "*" or "*:PORT".
+// "203.0.113.7", "[2001:db8::1]", "*" (every destination), each with an
+// optional ":PORT".
 func parseDomainRule(s string, deny bool) (rule, error) {
 	ru := rule{raw: s}
 	if strings.Contains(s, "/") {
@@ -356,9 +359,8 @@ func parseDomainRule(s string, deny bool) (rule, error) {
 	}
 	switch {
 	case host == "*":
-		if !deny {
-			return ru, errors.New(`"*" would allow every name; list the domains, or "*.example.com"`)
-		}
+		// Every destination; an allowed one is still checked by the
+		// address guard (no loopback, private, metadata … addresses).
 		ru.kind = matchEveryone
 		return ru, nil
 	case strings.HasPrefix(host, "*."):

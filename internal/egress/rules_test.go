@@ -250,8 +250,7 @@ func TestRulesNewRulesErrors(t *testing.T) {
 	}{
 		{Config{AllowDomains: []string{"exa mple.com"}}, `allow-domain "exa mple.com": invalid character ' '`},
 		{Config{AllowDomains: []string{""}}, `allow-domain "": empty host`},
-		{Config{AllowDomains: []string{"*"}}, `~allow-domain "*": "*" would allow every name`},
-		{Config{AllowDomains: []string{"*:443"}}, `~allow-domain "*:443": "*" would allow every name`},
+		{Config{AllowDomains: []string{"*x"}}, `~allow-domain "*x": "*" is allowed only as a leading`},
 		{Config{AllowDomains: []string{"*.*.example.com"}}, `~allow-domain "*.*.example.com": "*" is allowed only as a leading "*."`},
 		{Config{AllowDomains: []string{"a.*.example.com"}}, `~allow-domain "a.*.example.com": "*" is allowed only`},
 		{Config{AllowDomains: []string{"*example.com"}}, `~allow-domain "*example.com": "*" is allowed only`},

@@ -108,7 +108,7 @@ func TestRulesSecretsErrors(t *testing.T) {
 		want string
 	}{
 		{[]*secrets.Secret{plainSecret("GITHUB_TOKEN", "ph", "x y")}, `secret GITHUB_TOKEN: host "x y": invalid character ' '`},
-		{[]*secrets.Secret{plainSecret("T", "ph", "*")}, `~secret T: host "*": "*" would allow every name`},
+		{[]*secrets.Secret{plainSecret("T", "ph", "*")}, `~secret T: host "*": "*" would send the secret anywhere`},
 		{[]*secrets.Secret{plainSecret("T", "ph", "https://api.example")}, `~secret T: host "https://api.example": give a host name`},
 		{[]*secrets.Secret{plainSecret("T", "ph", "api.example:0")}, `~secret T: host "api.example:0": invalid port "0"`},
 		{[]*secrets.Secret{plainSecret("T", "ph")}, `secret T: bound to no host`},

@@ -240,9 +240,14 @@ func readStreamRequest(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	if n > maxMessage {
 		return nil, errorf(codeInvalidArgument, "request message of %d bytes exceeds the limit of %d", n, maxMessage)
 	}
-	msg := make([]byte, n)
-	if _, err := io.ReadFull(body, msg); err != nil {
+	// Read what arrives, up to the size the envelope declares: memory is
+	// spent on data that came, not on a size the client merely claimed.
+	msg, err := io.ReadAll(io.LimitReader(body, int64(n)))
+	if err != nil {
 		return nil, errorf(codeInvalidArgument, "read request message: %v", err)
+	}
+	if len(msg) != int(n) {
+		return nil, errorf(codeInvalidArgument, "read request message: %d of %d bytes", len(msg), n)
 	}
 	var one [1]byte
 	if m, _ := body.Read(one[:]); m != 0 {

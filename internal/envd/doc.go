@@ -18,7 +18,11 @@
 // Commands started through process.Process outlive the stream that started
 // them: the handler keeps, per sandbox, a registry of the commands it
 // started (pid, tag, configuration), fans their output out to the streams
-// connected to them, and forgets them once they ended.
+// connected to them, and forgets them once they ended. As in envd, the
+// deadline of the Start request (Connect-Timeout-Ms, the SDKs' timeoutMs)
+// bounds the command itself: it is killed when the deadline passes, and a
+// command that did not exit with 0 ends with its status as the end event's
+// error ("exit status 3", "signal: killed").
 //
 // E2B code runs as "user" (uid and gid 1000, home /home/user) unless a
 // request names "root" (uid and gid 0, home /root); the user comes from the

@@ -24,6 +24,12 @@ type Sandbox struct {
 	Agent *agent.Client
 	// Touch records activity in the sandbox; it may be nil.
 	Touch func()
+	// Audit, when not nil, receives every call that changes something
+	// in the sandbox once it was answered, and every command started in
+	// it once the command ended (see Event). It is called from the
+	// request's goroutine or, for a command, from the one that followed
+	// it; it must be safe for concurrent use.
+	Audit func(Event)
 }
 
 // Resolver returns the sandbox a request is for, or an error; an error of
@@ -63,6 +69,7 @@ type box struct {
 	id    string
 	agent *agent.Client
 	procs *registry
+	audit func(Event) // the sandbox's Audit; nil: none
 
 	mu       sync.Mutex
 	watchers map[string]*watcher
@@ -157,7 +164,7 @@ func (h *handler) box(r *http.Request) (*box, error) {
 	defer h.mu.Unlock()
 	b := h.boxes[sb.Agent]
 	if b == nil {
-		b = &box{id: sb.ID, agent: sb.Agent, procs: newRegistry(), watchers: make(map[string]*watcher)}
+		b = &box{id: sb.ID, agent: sb.Agent, procs: newRegistry(), audit: sb.Audit, watchers: make(map[string]*watcher)}
 		h.boxes[sb.Agent] = b
 		go func() {
 			<-sb.Agent.Done()
@@ -186,19 +193,34 @@ func (h *handler) unary(w http.ResponseWriter, r *http.Request, f func(ctx conte
 		writeUnaryError(w, err)
 		return
 	}
+	var ev *Event
+	if action := auditActions[r.URL.Path]; action != "" && b.audit != nil {
+		ev = &Event{Time: time.Now(), Action: action}
+		r = withEvent(r, ev)
+		// The answer goes out first: the client need not wait for the
+		// audit log.
+		defer func() { b.record(*ev) }()
+	}
 	resp, err := f(ctx, b, r, body)
-	if err != nil {
-		h.log.Debug("envd call failed", "sandbox", b.id, "path", r.URL.Path, "err", err)
-		writeUnaryError(w, err)
-		return
+	if err == nil {
+		var out []byte
+		if out, err = json.Marshal(resp); err != nil {
+			err = fmt.Errorf("encode response: %w", err)
+		} else {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write(out)
+			_ = http.NewResponseController(w).Flush()
+			return
+		}
 	}
-	out, err := json.Marshal(resp)
-	if err != nil {
-		writeUnaryError(w, fmt.Errorf("encode response: %w", err))
-		return
+	h.log.Debug("envd call failed", "sandbox", b.id, "path", r.URL.Path, "err", err)
+	if ev != nil {
+		ev.Error = asError(err).Code
 	}
-	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write(out)
+	writeUnaryError(w, err)
+	if ev != nil {
+		_ = http.NewResponseController(w).Flush()
+	}
 }
 
 func (h *handler) streaming(w http.ResponseWriter, r *http.Request, f func(ctx context.Context, b *box, r *http.Request, body []byte, s *stream) error) {

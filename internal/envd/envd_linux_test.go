@@ -294,13 +294,13 @@ func TestStart(t *testing.T) {
 	if stdout != want || stderr != "err\n" {
 		t.Errorf("stdout %q, stderr %q; want %q, %q", stdout, stderr, want, "err\n")
 	}
-	if end.End.ExitCode != 3 || !end.End.Exited || end.End.Status != "exit status 3" {
+	if end.End.ExitCode != 3 || !end.End.Exited || end.End.Status != "exit status 3" || end.End.Error == nil || *end.End.Error != "exit status 3" {
 		t.Errorf("end %+v", *end.End)
 	}
 
 	s = e.stream(t, "process.Process/Start", bashStart("true"), nil)
 	s.event()
-	if _, _, end := s.collect(); end.End.ExitCode != 0 || end.End.Status != "exit status 0" {
+	if _, _, end := s.collect(); end.End.ExitCode != 0 || end.End.Status != "exit status 0" || end.End.Error != nil {
 		t.Errorf("end %+v", *end.End)
 	}
 
@@ -365,7 +365,7 @@ func TestBackgroundProcess(t *testing.T) {
 	e.mustCall(t, "process.Process/SendSignal", map[string]any{"process": map[string]any{"pid": pid}, "signal": "SIGNAL_SIGKILL"}, nil)
 	for _, st := range []*clientStream{s, c} {
 		_, _, end := st.collect()
-		if end.End.ExitCode != -1 || end.End.Exited || end.End.Status != "signal: killed" {
+		if end.End.ExitCode != -1 || end.End.Exited || end.End.Status != "signal: killed" || end.End.Error == nil || *end.End.Error != "signal: killed" {
 			t.Errorf("end %+v", *end.End)
 		}
 	}
@@ -379,6 +379,35 @@ func TestBackgroundProcess(t *testing.T) {
 	c = e.stream(t, "process.Process/Connect", map[string]any{"process": map[string]any{"pid": pid}}, nil)
 	if we := c.endOfStream(); we == nil || we.Code != codeNotFound {
 		t.Errorf("connect to an ended process: %+v", we)
+	}
+}
+
+// TestStartTimeout: Connect-Timeout-Ms bounds the command, which is killed
+// when it passes, whether or not a stream still follows it.
+func TestStartTimeout(t *testing.T) {
+	e := newEnv(t)
+	// The stream that started it is gone before the deadline.
+	s := e.stream(t, "process.Process/Start", bashStart("sleep 30"), map[string]string{"Connect-Timeout-Ms": "300"})
+	pid := s.event().Start.PID
+	s.resp.Body.Close()
+	c := e.stream(t, "process.Process/Connect", map[string]any{"process": map[string]any{"pid": pid}}, nil)
+	if ev := c.event(); ev.Start == nil || ev.Start.PID != pid {
+		t.Fatalf("connect: first event %+v", ev)
+	}
+	start := time.Now()
+	_, _, end := c.collect()
+	if end.End.ExitCode != -1 || end.End.Exited || end.End.Status != "signal: killed" || end.End.Error == nil || !strings.Contains(*end.End.Error, "timed out") {
+		t.Errorf("end %+v", *end.End)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("the command ended after %v, want at its deadline", d)
+	}
+	var list struct {
+		Processes []json.RawMessage `json:"processes"`
+	}
+	e.mustCall(t, "process.Process/List", map[string]any{}, &list)
+	if len(list.Processes) != 0 {
+		t.Errorf("list after the deadline: %s", list.Processes)
 	}
 }
 

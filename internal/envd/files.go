@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"path"
 	"strings"
+	"time"
 )
 
 const (
@@ -152,6 +153,27 @@ func acceptsGzip(r *http.Request) bool {
 func (h *handler) upload(w http.ResponseWriter, r *http.Request, b *box, u user, qpath string) {
 	r.Body = http.MaxBytesReader(w, r.Body, maxUpload)
 	var out []uploaded
+	// Every file written, or that failed to be, is recorded in the audit
+	// log once the answer went out; an upload that failed before any
+	// file, as one write_file that failed.
+	var events []Event
+	var err error
+	defer func() {
+		if b.audit == nil {
+			return
+		}
+		if len(events) == 0 && err != nil {
+			ev := Event{Time: time.Now(), Action: "write_file", Error: uploadCode(err)}
+			if qpath != "" {
+				ev.Paths = []string{qpath}
+			}
+			events = append(events, ev)
+		}
+		_ = http.NewResponseController(w).Flush()
+		for _, ev := range events {
+			b.record(ev)
+		}
+	}()
 	write := func(p string, body io.Reader) error {
 		abs, err := resolvePath(u, p)
 		if err != nil {
@@ -160,13 +182,18 @@ func (h *handler) upload(w http.ResponseWriter, r *http.Request, b *box, u user,
 		if abs == "/" {
 			return errorf(codeInvalidArgument, "write %s: not a file path", p)
 		}
-		if err := h.writeFile(r, b, u, abs, body); err != nil {
+		ev := Event{Time: time.Now(), Action: "write_file", Paths: []string{abs}}
+		err = h.writeFile(r, b, u, abs, body)
+		if err != nil {
+			ev.Error = uploadCode(err)
+		}
+		events = append(events, ev)
+		if err != nil {
 			return err
 		}
 		out = append(out, uploaded{Path: abs, Name: path.Base(abs), Type: "file"})
 		return nil
 	}
-	var err error
 	switch mt := mediaType(r); mt {
 	case "multipart/form-data":
 		err = h.uploadMultipart(r, qpath, write)
@@ -210,6 +237,15 @@ func (h *handler) upload(w http.ResponseWriter, r *http.Request, b *box, u user,
 	enc, _ := json.Marshal(out)
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(enc)
+}
+
+// uploadCode is the Connect code of an upload's error.
+func uploadCode(err error) string {
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return codeResourceExhausted
+	}
+	return asError(err).Code
 }
 
 // uploadMultipart writes the "file" parts of a multipart body: the first

@@ -177,6 +177,7 @@ func (h *handler) fsMakeDir(ctx context.Context, b *box, r *http.Request, body [
 	if err != nil {
 		return nil, err
 	}
+	auditPaths(r, p)
 	if fi, err := b.agent.Stat(ctx, p); err == nil {
 		if fi.IsDir {
 			return nil, errorf(codeAlreadyExists, "directory %s already exists", p)
@@ -206,6 +207,7 @@ func (h *handler) fsMove(ctx context.Context, b *box, r *http.Request, body []by
 	if err != nil {
 		return nil, err
 	}
+	auditPaths(r, src, dst)
 	if _, err := b.agent.Stat(ctx, src); err != nil {
 		return nil, fmt.Errorf("move %s: %w", src, err)
 	}
@@ -230,6 +232,7 @@ func (h *handler) fsRemove(ctx context.Context, b *box, r *http.Request, body []
 	if err != nil {
 		return nil, err
 	}
+	auditPaths(r, p)
 	if err := b.agent.Remove(ctx, p, true); err != nil {
 		return nil, fmt.Errorf("remove %s: %w", p, err)
 	}

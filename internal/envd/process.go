@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -125,6 +126,10 @@ type proc struct {
 	tty bool
 	p   *agent.Process
 
+	args    []string     // as run, for the audit log
+	start   time.Time    // when it started
+	in, out atomic.Int64 // bytes of input sent, of output read
+
 	inMu        sync.Mutex // serializes writes to stdin
 	stdinClosed bool       // under inMu
 
@@ -176,6 +181,7 @@ func (p *proc) pump(r io.Reader, kind string) {
 	for {
 		n, err := r.Read(buf)
 		if n > 0 {
+			p.out.Add(int64(n))
 			data := slices.Clone(buf[:n])
 			d := &dataEvent{}
 			switch kind {
@@ -194,8 +200,10 @@ func (p *proc) pump(r io.Reader, kind string) {
 	}
 }
 
-// run follows the command to its end, then forgets it.
-func (p *proc) run(reg *registry) {
+// run follows the command to its end, then forgets it and records it in
+// the audit log of b.
+func (p *proc) run(b *box) {
+	reg := b.procs
 	var pumps sync.WaitGroup
 	pumps.Add(1)
 	if p.tty {
@@ -223,24 +231,40 @@ func (p *proc) run(reg *registry) {
 	}
 	reg.mu.Unlock()
 	close(p.done)
+	ev := Event{
+		Time: p.start, Action: "exec", Command: p.args, Duration: time.Since(p.start),
+		BytesIn: p.in.Load(), BytesOut: p.out.Load(),
+	}
+	if err == nil {
+		code := st.Code
+		ev.ExitCode = &code
+	}
+	b.record(ev)
 }
 
 // endOf is the end event of a command that ended with st, or whose end
-// could not be learnt (err).
+// could not be learnt (err). As envd's, a command that did not exit with 0
+// has an error, which the SDKs' CommandExitError carries as its message:
+// its status ("exit status 3", "signal: killed").
 func endOf(st agent.ExitStatus, err error) endEvent {
 	if err != nil {
 		msg := err.Error()
 		return endEvent{ExitCode: -1, Status: "unknown", Error: &msg}
 	}
 	if st.Signal != 0 {
-		e := endEvent{ExitCode: -1, Status: "signal: " + syscall.Signal(st.Signal).String()}
+		status := "signal: " + syscall.Signal(st.Signal).String()
+		msg := status
 		if st.TimedOut {
-			msg := "the command timed out"
-			e.Error = &msg
+			msg += " (the command timed out)"
 		}
-		return e
+		return endEvent{ExitCode: -1, Status: status, Error: &msg}
 	}
-	return endEvent{ExitCode: int32(st.Code), Exited: true, Status: "exit status " + strconv.Itoa(st.Code)}
+	e := endEvent{ExitCode: int32(st.Code), Exited: true, Status: "exit status " + strconv.Itoa(st.Code)}
+	if st.Code != 0 {
+		msg := e.Status
+		e.Error = &msg
+	}
+	return e
 }
 
 // find returns the running command sel selects.
@@ -268,7 +292,17 @@ func (reg *registry) find(sel *selector) (*proc, error) {
 	return found, nil
 }
 
-func (h *handler) processStart(ctx context.Context, b *box, r *http.Request, body []byte, s *stream) error {
+func (h *handler) processStart(ctx context.Context, b *box, r *http.Request, body []byte, s *stream) (err error) {
+	// A command that started is recorded in the audit log once it ended
+	// (by run); one that did not start, here.
+	start := time.Now()
+	var args []string
+	started := false
+	defer func() {
+		if err != nil && !started {
+			b.record(Event{Time: start, Action: "exec", Command: args, Error: asError(err).Code})
+		}
+	}()
 	var req struct {
 		Process *processConfig `json:"process"`
 		PTY     *ptyConfig     `json:"pty"`
@@ -281,6 +315,7 @@ func (h *handler) processStart(ctx context.Context, b *box, r *http.Request, bod
 	if req.Process == nil || req.Process.Cmd == "" {
 		return errorf(codeInvalidArgument, "start: no command")
 	}
+	args = append([]string{req.Process.Cmd}, req.Process.Args...)
 	u, err := h.requestUser(r)
 	if err != nil {
 		return err
@@ -300,11 +335,17 @@ func (h *handler) processStart(ctx context.Context, b *box, r *http.Request, bod
 		env = append(env, k+"="+cfg.Envs[k])
 	}
 	xr := agent.ExecRequest{
-		Args:  append([]string{cfg.Cmd}, cfg.Args...),
+		Args:  args,
 		Env:   env,
 		Dir:   dir,
 		Stdin: req.Stdin == nil || *req.Stdin,
 		User:  &agent.Credential{UID: u.uid, GID: u.gid},
+	}
+	// As envd does, the request's deadline (Connect-Timeout-Ms: the SDKs'
+	// timeoutMs) bounds the command itself, not only this stream: the
+	// command is killed when it passes, even if nobody is connected.
+	if dl, ok := ctx.Deadline(); ok {
+		xr.Timeout = max(time.Until(dl), time.Millisecond)
 	}
 	if req.PTY != nil {
 		xr.TTY, xr.Stdin = true, true
@@ -322,7 +363,11 @@ func (h *handler) processStart(ctx context.Context, b *box, r *http.Request, bod
 	if err != nil {
 		return fmt.Errorf("start %s: %w", cfg.Cmd, err)
 	}
-	p := &proc{pid: ap.PID, tag: req.Tag, cfg: cfg, tty: xr.TTY, p: ap, subs: make(map[*sub]struct{}), done: make(chan struct{})}
+	started = true
+	p := &proc{
+		pid: ap.PID, tag: req.Tag, cfg: cfg, tty: xr.TTY, p: ap, args: args, start: start,
+		subs: make(map[*sub]struct{}), done: make(chan struct{}),
+	}
 	if !xr.Stdin {
 		p.stdinClosed = true
 	}
@@ -332,7 +377,7 @@ func (h *handler) processStart(ctx context.Context, b *box, r *http.Request, bod
 	b.procs.mu.Lock()
 	b.procs.byPID[p.pid] = p
 	b.procs.mu.Unlock()
-	go p.run(b.procs)
+	go p.run(b)
 	h.log.Debug("envd started a command", "sandbox", b.id, "pid", p.pid, "cmd", cfg.Cmd)
 	return follow(ctx, s, p, sub, keepaliveInterval(r))
 }
@@ -446,7 +491,9 @@ func (h *handler) processSendInput(_ context.Context, b *box, _ *http.Request, b
 	if len(data) == 0 {
 		return struct{}{}, nil
 	}
-	if _, err := p.p.Stdin.Write(data); err != nil {
+	n, err := p.p.Stdin.Write(data)
+	p.in.Add(int64(n))
+	if err != nil {
 		return nil, fmt.Errorf("send input to process %d: %w", p.pid, err)
 	}
 	return struct{}{}, nil

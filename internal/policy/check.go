@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // checkPath validates a path as written in a policy file, before Normalize
@@ -70,7 +72,7 @@ func checkDomain(s string, denied bool) error {
 
 // checkHostPattern validates the host part of a domain entry.
 func checkHostPattern(h string, denied bool) error {
-	if h == "localhost" || (h == "*" && denied) {
+	if h == "localhost" || h == "*" {
 		return nil
 	}
 	if _, err := netip.ParseAddr(h); err == nil {
@@ -221,6 +223,29 @@ func checkSecretSource(from string) error {
 		return checkPath(rest)
 	}
 	return fmt.Errorf("invalid source %q: want env:NAME, file:PATH or request", from)
+}
+
+// Printable reports whether s is valid UTF-8 without control characters
+// (names and labels a person reads).
+func Printable(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, c := range s {
+		if unicode.IsControl(c) {
+			return false
+		}
+	}
+	return true
+}
+
+// checkSecretHost validates a host a secret is bound to: a domain entry,
+// but never "*", which would send the secret anywhere.
+func checkSecretHost(h string) error {
+	if host, _, _ := strings.Cut(h, ":"); host == "*" {
+		return errors.New(`"*" would send the secret anywhere; name its hosts`)
+	}
+	return checkDomain(h, false)
 }
 
 // SecretFromRequest is the source of a secret whose real value comes with

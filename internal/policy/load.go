@@ -211,7 +211,7 @@ func (d *decoder) secrets(n *yaml.Node) ([]Secret, error) {
 			case "name":
 				sec.Name, err = d.checkedStr(e.val, field, func(s string) error { return checkEnvName(s, false) })
 			case "hosts":
-				sec.Hosts, err = d.list(e.val, field, "hosts", func(s string) error { return checkDomain(s, false) })
+				sec.Hosts, err = d.list(e.val, field, "hosts", checkSecretHost)
 			case "from":
 				sec.From, err = d.checkedStr(e.val, field, checkSecretSource)
 			case "placeholder_prefix":

@@ -308,7 +308,7 @@ func (s Spec) Validate() error {
 			add("%s.hosts: the secret needs at least one host it may be sent to", at)
 		}
 		for j, h := range sec.Hosts {
-			if err := checkDomain(h, false); err != nil {
+			if err := checkSecretHost(h); err != nil {
 				add("%s.hosts[%d]: %v", at, j, err)
 			}
 		}

@@ -20,9 +20,7 @@ import (
 // start: Start execs hutch's own binary, which here is the test binary,
 // as "hutch agent".
 func TestMain(m *testing.M) {
-	if len(os.Args) == 2 && os.Args[1] == "agent" {
-		os.Exit(agent.Main(os.Stderr))
-	}
+	agent.MainIfAgent()
 	os.Exit(m.Run())
 }
 

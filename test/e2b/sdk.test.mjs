@@ -1,11 +1,11 @@
 // E2B's JavaScript SDK, unchanged, against hutch serve. Run by
-// TestE2BSDK (cmd/hutch/e2b_test.go), which starts the daemon and sets
+// TestE2BSDK (cmd/hutch/e2b_linux_test.go), which starts the daemon and sets
 // E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY. The tests named
 // "control plane" use E2B's REST API only; those named "envd" use E2B's
 // in-sandbox API too.
 import { test, describe, after } from 'node:test'
 import assert from 'node:assert/strict'
-import { Sandbox, CommandExitError, NotFoundError, SandboxNotFoundError, InvalidArgumentError, FileType } from 'e2b'
+import { Sandbox, CommandExitError, NotFoundError, SandboxNotFoundError, TimeoutError, FileType, FilesystemEventType } from 'e2b'
 
 for (const v of ['E2B_API_URL', 'E2B_SANDBOX_URL', 'E2B_API_KEY']) {
   if (!process.env[v]) throw new Error(`${v} is not set`)
@@ -20,6 +20,20 @@ async function create (opts = {}) {
 after(async () => {
   await Promise.all(made.map((id) => Sandbox.kill(id).catch(() => {})))
 })
+
+// until polls f until it returns something truthy, failing with what (a
+// string, or a function returning one) after ms.
+async function until (f, what, ms = 10_000) {
+  const end = Date.now() + ms
+  for (;;) {
+    const v = await f()
+    if (v) return v
+    if (Date.now() > end) throw new Error(`timed out waiting for ${typeof what === 'function' ? what() : what}`)
+    await new Promise((resolve) => setTimeout(resolve, 25))
+  }
+}
+
+const text = (u8) => new TextDecoder().decode(u8)
 
 async function listAll (opts) {
   const out = []
@@ -84,7 +98,7 @@ describe('control plane', () => {
   test('unsupported options are refused, naming them', async () => {
     await assert.rejects(Sandbox.create('python', { timeoutMs: 10_000 }), /template "python"/)
     await assert.rejects(Sandbox.create({ lifecycle: { onTimeout: 'pause' } }), /autoPause/)
-    await assert.rejects(Sandbox.create({ allowInternetAccess: true }), /no unrestricted internet access/)
+    await assert.rejects(Sandbox.create({ network: { denyOut: ['10.0.0.0/8'] } }), /not address ranges/)
   })
 
   test('pause, list by state, connect resumes', async () => {
@@ -185,6 +199,14 @@ describe('envd', () => {
     await assert.rejects(sbx.files.read('/home/user/missing'), NotFoundError)
   })
 
+  test('the default network: public hosts through the proxy, never private addresses or denied hosts', async () => {
+    const sbx = await create({ network: { denyOut: ['evil.example'] } })
+    const r = await sbx.commands.run(
+      'echo "$HTTPS_PROXY"; for u in http://10.0.0.1/ http://169.254.169.254/latest/meta-data/ http://evil.example/; do ' +
+      'curl -s -o /dev/null -w "%{http_code} " --max-time 5 -x "$HTTP_PROXY" "$u"; done; echo')
+    assert.equal(r.stdout, 'http://127.0.0.1:3128\n403 403 403 \n')
+  })
+
   test('offline sandbox has no network', async () => {
     const sbx = await create({ allowInternetAccess: false })
     const r = await sbx.commands.run('cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d " "')
@@ -195,5 +217,273 @@ describe('envd', () => {
     const sbx = await create()
     const forged = new Sandbox({ sandboxId: sbx.sandboxId, envdAccessToken: 'wrong', envdVersion: sbx.envdApi.version })
     await assert.rejects(forged.commands.run('true'), /invalid envd access token|unauthenticated|401/i)
+  })
+})
+
+describe('envd: commands', () => {
+  test('streamed output arrives in order, as it is written, before the result', async () => {
+    const sbx = await create()
+    const chunks = []
+    let firstAt = 0
+    let resolved = false
+    const r = await sbx.commands.run('echo first; sleep 0.3; echo "second $(date +%s%3N)"; echo e1 >&2; echo e2 >&2', {
+      onStdout: (d) => {
+        assert.ok(!resolved, 'stdout after the result')
+        if (chunks.length === 0) firstAt = Date.now()
+        chunks.push(d)
+      },
+      onStderr: (d) => { assert.ok(!resolved, 'stderr after the result'); chunks.push('ERR:' + d) }
+    })
+    resolved = true
+    assert.equal(chunks[0], 'first\n', 'the first chunk is the first line alone')
+    const second = chunks.join('').match(/second (\d+)\n/)
+    assert.ok(second, `chunks ${JSON.stringify(chunks)}`)
+    assert.ok(firstAt > 0 && firstAt < Number(second[1]), `first chunk at ${firstAt}, second written at ${second[1]}`)
+    assert.equal(chunks.filter((c) => !c.startsWith('ERR:')).join(''), r.stdout)
+    assert.equal(chunks.filter((c) => c.startsWith('ERR:')).map((c) => c.slice(4)).join(''), 'e1\ne2\n')
+    assert.match(r.stdout, /^first\nsecond \d+\n$/)
+    assert.equal(r.stderr, 'e1\ne2\n')
+  })
+
+  test('the start event comes first: pid is the command\'s, even when it prints at once', async () => {
+    const sbx = await create()
+    const h = await sbx.commands.run('echo $$', { background: true })
+    const r = await h.wait()
+    assert.equal(r.stdout, `${h.pid}\n`)
+    assert.equal(h.exitCode, 0)
+  })
+
+  test('exit codes, CommandExitError, envs, cwd, user', async () => {
+    const sbx = await create()
+    assert.equal((await sbx.commands.run('exit 0')).exitCode, 0)
+    await assert.rejects(sbx.commands.run('echo partial; echo oops >&2; exit 42'), (e) => {
+      assert.ok(e instanceof CommandExitError, `got ${e}`)
+      assert.equal(e.exitCode, 42)
+      assert.equal(e.error, 'exit status 42')
+      assert.equal(e.stdout, 'partial\n')
+      assert.equal(e.stderr, 'oops\n')
+      return true
+    })
+    const env = await sbx.commands.run('printf "%s|%s" "$A" "$B"', { envs: { A: 'x y', B: '$literal' } })
+    assert.equal(env.stdout, 'x y|$literal')
+    assert.equal((await sbx.commands.run('pwd', { cwd: '/usr' })).stdout, '/usr\n')
+    await sbx.files.makeDir('/home/user/sub')
+    assert.equal((await sbx.commands.run('pwd', { cwd: 'sub' })).stdout, '/home/user/sub\n')
+    assert.equal((await sbx.commands.run('id -u; id -g; echo $HOME', { user: 'user' })).stdout, '1000\n1000\n/home/user\n')
+    assert.equal((await sbx.commands.run('id -u; id -g; echo $HOME; pwd', { user: 'root' })).stdout, '0\n0\n/root\n/root\n')
+  })
+
+  test('timeoutMs ends the command with a timeout error and kills it', async () => {
+    const sbx = await create()
+    const t0 = Date.now()
+    await assert.rejects(sbx.commands.run('sleep 10', { timeoutMs: 500 }), (e) => {
+      assert.ok(e instanceof TimeoutError, `got ${e?.name}: ${e?.message}`)
+      return true
+    })
+    assert.ok(Date.now() - t0 < 5_000, 'the timeout is honoured')
+    await until(async () => !(await sbx.commands.list()).some((p) => p.args?.includes('sleep 10')), 'the command to be gone from the list', 3_000)
+    const ps = await sbx.commands.run('ps -eo args= | grep -c "^sleep 10$" || true')
+    assert.equal(ps.stdout, '0\n', 'no sleep 10 is left running')
+  })
+
+  test('background: pid, list, wait, kill', async () => {
+    const sbx = await create()
+    const h = await sbx.commands.run('sleep 30', { background: true, cwd: '/tmp', envs: { BG: '1' } })
+    assert.ok(Number.isInteger(h.pid) && h.pid > 0)
+    assert.equal(h.exitCode, undefined, 'a running command has no exit code')
+    const listed = (await sbx.commands.list()).find((p) => p.pid === h.pid)
+    assert.ok(listed, 'the background command is listed')
+    assert.equal(listed.cmd, '/bin/bash')
+    assert.deepEqual(listed.args, ['-l', '-c', 'sleep 30'])
+    assert.equal(listed.cwd, '/tmp')
+    assert.equal(listed.envs.BG, '1')
+    assert.equal(listed.tag, undefined)
+    const done = await sbx.commands.run('echo done', { background: true })
+    assert.equal((await done.wait()).stdout, 'done\n')
+
+    assert.equal(await h.kill(), true)
+    await assert.rejects(h.wait(), (e) => {
+      assert.ok(e instanceof CommandExitError, `got ${e}`)
+      assert.equal(e.exitCode, -1)
+      assert.match(e.error ?? '', /signal: killed/)
+      return true
+    })
+    await until(async () => !(await sbx.commands.list()).some((p) => p.pid === h.pid), 'the killed command to leave the list')
+    assert.equal((await sbx.commands.run(`kill -0 ${h.pid} 2>/dev/null && echo alive || echo gone`, { user: 'root' })).stdout, 'gone\n')
+    assert.equal(await sbx.commands.kill(h.pid), false, 'killing it again')
+    assert.equal(await sbx.commands.kill(999_999), false, 'an unknown pid')
+  })
+
+  test('sendStdin to a background cat', async () => {
+    const sbx = await create()
+    let out = ''
+    const h = await sbx.commands.run('cat', { background: true, stdin: true, onStdout: (d) => { out += d } })
+    await sbx.commands.sendStdin(h.pid, 'hello\n')
+    await until(() => out === 'hello\n', 'cat to echo the first line')
+    await h.sendStdin(new TextEncoder().encode('bytes\n'))
+    await until(() => out === 'hello\nbytes\n', 'cat to echo the second line')
+    await h.closeStdin()
+    const r = await h.wait()
+    assert.equal(r.stdout, 'hello\nbytes\n')
+  })
+
+  test('connect to a running command by pid', async () => {
+    const sbx = await create()
+    const h = await sbx.commands.run('echo early; while [ ! -e /tmp/go ]; do sleep 0.05; done; echo later; echo late-err >&2; exit 7', { background: true })
+    await until(() => h.stdout === 'early\n', 'the first output')
+    const got = []
+    const c = await sbx.commands.connect(h.pid, { onStdout: (d) => got.push(d) })
+    assert.equal(c.pid, h.pid)
+    await sbx.files.write('/tmp/go', '')
+    await assert.rejects(c.wait(), (e) => {
+      assert.ok(e instanceof CommandExitError, `got ${e}`)
+      assert.equal(e.exitCode, 7)
+      assert.equal(e.stdout, 'later\n')
+      assert.equal(e.stderr, 'late-err\n')
+      return true
+    })
+    assert.equal(got.join(''), 'later\n')
+    await assert.rejects(h.wait(), (e) => e instanceof CommandExitError && e.stdout === 'early\nlater\n')
+    await assert.rejects(sbx.commands.connect(h.pid), NotFoundError)
+  })
+})
+
+describe('envd: pty', () => {
+  test('create, sendInput, resize, kill', async () => {
+    const sbx = await create()
+    let seen = ''
+    const h = await sbx.pty.create({ cols: 91, rows: 27, onData: (d) => { seen += text(d) } })
+    assert.ok(h.pid > 0)
+    const enc = new TextEncoder()
+    await sbx.pty.sendInput(h.pid, enc.encode('echo hi\n'))
+    await until(() => /[\r\n]hi\r\n/.test(seen), () => `the shell to print hi; it showed ${JSON.stringify(seen)}`)
+    await sbx.pty.sendInput(h.pid, enc.encode('stty size; echo $TERM\n'))
+    await until(() => /[\r\n]27 91\r\nxterm-256color\r\n/.test(seen), () => `stty to print 27 91; the terminal showed ${JSON.stringify(seen)}`)
+    await sbx.pty.resize(h.pid, { cols: 120, rows: 40 })
+    await sbx.pty.sendInput(h.pid, enc.encode('stty size\n'))
+    await until(() => /[\r\n]40 120\r\n/.test(seen), () => `stty to print 40 120; the terminal showed ${JSON.stringify(seen)}`)
+    assert.ok((await sbx.commands.list()).some((p) => p.pid === h.pid), 'the pty is listed')
+    assert.equal(await sbx.pty.kill(h.pid), true)
+    await assert.rejects(h.wait(), CommandExitError)
+    assert.equal(await sbx.pty.kill(h.pid), false)
+  })
+})
+
+describe('envd: files', () => {
+  test('read as text, bytes, blob and stream', async () => {
+    const sbx = await create()
+    const bin = Uint8Array.from([0, 255, 1, 254, 0, 10, 13, 0xc3, 0x28, 255, 0])
+    await sbx.files.write('/home/user/bin', bin)
+    const bytes = await sbx.files.read('/home/user/bin', { format: 'bytes' })
+    assert.ok(bytes instanceof Uint8Array)
+    assert.deepEqual([...bytes], [...bin])
+    const blob = await sbx.files.read('/home/user/bin', { format: 'blob' })
+    assert.ok(blob instanceof Blob)
+    assert.deepEqual([...new Uint8Array(await blob.arrayBuffer())], [...bin])
+    const big = 'x'.repeat(300_000) + 'end'
+    await sbx.files.write('big.txt', big)
+    const stream = await sbx.files.read('big.txt', { format: 'stream' })
+    const parts = []
+    for await (const c of stream) parts.push(c)
+    assert.equal(text(Buffer.concat(parts)), big)
+    assert.equal(await sbx.files.read('/home/user/big.txt'), big)
+    assert.equal(await sbx.files.read('/home/user/big.txt', { format: 'text' }), big)
+    await sbx.files.write('empty', '')
+    assert.equal(await sbx.files.read('empty'), '')
+    await assert.rejects(sbx.files.read('/home/user/missing'), NotFoundError)
+    await assert.rejects(sbx.files.read('/nope/missing', { format: 'bytes' }), NotFoundError)
+  })
+
+  test('write one and many; owners follow the user', async () => {
+    const sbx = await create()
+    const one = await sbx.files.write('/home/user/one.txt', 'one')
+    assert.equal(one.path, '/home/user/one.txt')
+    assert.equal(one.name, 'one.txt')
+    const many = await sbx.files.write([
+      { path: '/home/user/m/a.txt', data: 'A' },
+      { path: 'm/b.bin', data: new Uint8Array([0, 255]) },
+      { path: '/tmp/c.txt', data: new Blob(['C']) }
+    ])
+    assert.ok(Array.isArray(many))
+    assert.deepEqual(many.map((w) => w.path), ['/home/user/m/a.txt', '/home/user/m/b.bin', '/tmp/c.txt'])
+    assert.equal(await sbx.files.read('/home/user/m/a.txt'), 'A')
+    assert.deepEqual([...await sbx.files.read('/home/user/m/b.bin', { format: 'bytes' })], [0, 255])
+    assert.equal(await sbx.files.read('/tmp/c.txt'), 'C')
+    await sbx.files.write('/home/user/one.txt', 'overwritten')
+    assert.equal(await sbx.files.read('one.txt'), 'overwritten')
+
+    await sbx.files.write('/tmp/byroot', 'r', { user: 'root' })
+    await sbx.files.write('/tmp/byuser', 'u', { user: 'user' })
+    assert.equal((await sbx.files.getInfo('/tmp/byroot')).owner, 'root')
+    assert.equal((await sbx.files.getInfo('/tmp/byuser')).owner, 'user')
+    assert.equal((await sbx.commands.run('stat -c %u:%g /tmp/byroot /tmp/byuser /home/user/m /home/user/m/a.txt')).stdout, '0:0\n1000:1000\n1000:1000\n1000:1000\n')
+    await sbx.files.write('/root/secret', 's', { user: 'root' })
+    assert.equal(await sbx.files.read('/root/secret', { user: 'root' }), 's')
+  })
+
+  test('list, exists, getInfo, makeDir, rename, remove', async () => {
+    const sbx = await create()
+    await sbx.files.write('/home/user/l/f.txt', 'hello')
+    assert.equal(await sbx.files.makeDir('/home/user/l/d'), true)
+    assert.equal(await sbx.files.makeDir('/home/user/l/d'), false, 'an existing directory')
+    const ents = (await sbx.files.list('/home/user/l')).sort((a, b) => a.name.localeCompare(b.name))
+    assert.deepEqual(ents.map((e) => [e.name, e.type, e.path]), [
+      ['d', FileType.DIR, '/home/user/l/d'],
+      ['f.txt', FileType.FILE, '/home/user/l/f.txt']
+    ])
+    assert.deepEqual((await sbx.files.list('l', { depth: 2 })).map((e) => e.path).sort(), ['/home/user/l/d', '/home/user/l/f.txt'])
+    assert.equal(await sbx.files.exists('/home/user/l/f.txt'), true)
+    assert.equal(await sbx.files.exists('l/d'), true)
+    assert.equal(await sbx.files.exists('/home/user/l/none'), false)
+
+    const before = Date.now()
+    const info = await sbx.files.getInfo('/home/user/l/f.txt')
+    assert.equal(info.name, 'f.txt')
+    assert.equal(info.type, FileType.FILE)
+    assert.equal(info.path, '/home/user/l/f.txt')
+    assert.equal(info.size, 5)
+    assert.equal(info.owner, 'user')
+    assert.equal(info.group, 'user')
+    assert.equal(info.mode & 0o777, Number.parseInt((await sbx.commands.run('stat -c %a /home/user/l/f.txt')).stdout, 8))
+    assert.match(info.permissions, /^-[rwx-]{9}$/)
+    assert.ok(info.modifiedTime instanceof Date)
+    assert.ok(Math.abs(info.modifiedTime.getTime() - before) < 60_000, `modified ${info.modifiedTime.toISOString()}`)
+    const dinfo = await sbx.files.getInfo('/home/user/l/d')
+    assert.equal(dinfo.type, FileType.DIR)
+    assert.match(dinfo.permissions, /^d[rwx-]{9}$/)
+    await assert.rejects(sbx.files.getInfo('/home/user/l/none'), NotFoundError)
+
+    const moved = await sbx.files.rename('/home/user/l/f.txt', '/home/user/l/d/g.txt')
+    assert.equal(moved.path, '/home/user/l/d/g.txt')
+    assert.equal(moved.name, 'g.txt')
+    assert.equal(await sbx.files.exists('/home/user/l/f.txt'), false)
+    assert.equal(await sbx.files.read('/home/user/l/d/g.txt'), 'hello')
+    await assert.rejects(sbx.files.rename('/home/user/l/none', '/home/user/l/x'), NotFoundError)
+
+    await sbx.files.remove('/home/user/l/d/g.txt')
+    assert.equal(await sbx.files.exists('/home/user/l/d/g.txt'), false)
+    await sbx.files.remove('/home/user/l')
+    assert.equal(await sbx.files.exists('/home/user/l'), false)
+  })
+
+  test('watchDir reports create, write and remove', async () => {
+    const sbx = await create()
+    await sbx.files.makeDir('/home/user/w')
+    const events = []
+    const h = await sbx.files.watchDir('/home/user/w', (e) => { events.push(e) })
+    const has = (type) => events.some((e) => e.name === 'f.txt' && e.type === type)
+    try {
+      await sbx.files.write('/home/user/w/f.txt', 'a')
+      await until(() => has(FilesystemEventType.CREATE), 'a create event')
+      await sbx.commands.run('echo more >> /home/user/w/f.txt')
+      await until(() => has(FilesystemEventType.WRITE), 'a write event')
+      await sbx.files.remove('/home/user/w/f.txt')
+      await until(() => has(FilesystemEventType.REMOVE), 'a remove event')
+    } finally {
+      await h.stop()
+    }
+    const types = events.filter((e) => e.name === 'f.txt').map((e) => e.type)
+    assert.ok(types.indexOf(FilesystemEventType.CREATE) < types.indexOf(FilesystemEventType.WRITE))
+    assert.equal(types.at(-1), FilesystemEventType.REMOVE)
   })
 })

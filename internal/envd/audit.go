@@ -1,0 +1,69 @@
+package envd
+
+import (
+	"context"
+	"net/http"
+	"time"
+)
+
+// Event is a call that changed something in a sandbox, or a command that
+// ran there, for the daemon's audit log: Sandbox.Audit receives it.
+type Event struct {
+	// Time is when the call was made (or the command started).
+	Time time.Time
+	// Action is what it did, in the words of hutch's audit log: "exec",
+	// "signal", "write_file", "mkdir", "rename" or "remove".
+	Action string
+	// Command is the arguments of an exec, as run (the command and its
+	// args).
+	Command []string
+	// Paths are the paths a file call acted on: the file written, the
+	// directory made, the path removed, or the source and destination of
+	// a move.
+	Paths []string
+	// ExitCode is how an exec's command ended; nil if it did not run to
+	// its end (it could not be followed, or its sandbox ended first).
+	ExitCode *int
+	// Duration is how long an exec's command ran.
+	Duration time.Duration
+	// BytesIn is how many bytes of input an exec's command was sent.
+	BytesIn int64
+	// BytesOut is how many bytes of output (stdout and stderr, or its
+	// terminal's) an exec's command produced.
+	BytesOut int64
+	// Error is the Connect code of a call that failed (such as
+	// "not_found"); empty if it succeeded.
+	Error string
+}
+
+// auditActions names the action of every unary procedure that changes
+// something; the others only read (or, as SendInput, feed a command
+// that is audited itself).
+var auditActions = map[string]string{
+	"/process.Process/SendSignal":    "signal",
+	"/filesystem.Filesystem/MakeDir": "mkdir",
+	"/filesystem.Filesystem/Move":    "rename",
+	"/filesystem.Filesystem/Remove":  "remove",
+}
+
+type eventKey struct{}
+
+// withEvent returns r carrying ev, for the procedure to fill in.
+func withEvent(r *http.Request, ev *Event) *http.Request {
+	return r.WithContext(context.WithValue(r.Context(), eventKey{}, ev))
+}
+
+// auditPaths records the paths a call acted on in its event, if it is
+// audited.
+func auditPaths(r *http.Request, paths ...string) {
+	if ev, ok := r.Context().Value(eventKey{}).(*Event); ok {
+		ev.Paths = paths
+	}
+}
+
+// record hands ev to the sandbox's audit hook, if it has one.
+func (b *box) record(ev Event) {
+	if b.audit != nil {
+		b.audit(ev)
+	}
+}
