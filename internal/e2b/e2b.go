@@ -261,12 +261,21 @@ func (h *Handler) Resolve(r *http.Request) (Sandbox, error) {
 	id := r.Header.Get("E2b-Sandbox-Id")
 	tok := r.Header.Get("X-Access-Token")
 	if id == "" {
-		return Sandbox{}, errorf(ErrUnauthenticated, "missing E2b-Sandbox-Id header")
+		// E2B's own routing names the sandbox in the host name
+		// (PORT-ID.DOMAIN); older SDKs send only the token.
+		id = sandboxOfHost(r.Host)
 	}
 	if tok == "" {
-		return Sandbox{}, errorf(ErrUnauthenticated, "missing X-Access-Token header (the envd access token of sandbox %s)", id)
+		return Sandbox{}, errorf(ErrUnauthenticated, "missing X-Access-Token header (the envd access token of the sandbox)")
 	}
 	h.mu.Lock()
+	if id == "" {
+		id = h.sandboxOfToken(tok)
+	}
+	if id == "" {
+		h.mu.Unlock()
+		return Sandbox{}, errorf(ErrUnauthenticated, "missing E2b-Sandbox-Id header, and the access token names no sandbox")
+	}
 	rec := h.records[id]
 	want := noToken
 	if rec != nil {
@@ -297,6 +306,32 @@ func (h *Handler) Resolve(r *http.Request) (Sandbox, error) {
 		_, _ = h.m.Agent(ctx, tenant, id)
 	}
 	return Sandbox{ID: id, Agent: c, Touch: touch, audit: h.envdAuditor(tenant, id)}, nil
+}
+
+// sandboxOfHost is the sandbox id in a host name of E2B's form
+// PORT-ID.DOMAIN, "" for any other host.
+func sandboxOfHost(host string) string {
+	label, _, ok := strings.Cut(host, ".")
+	if !ok {
+		return ""
+	}
+	port, id, ok := strings.Cut(label, "-")
+	if !ok || port == "" || strings.Trim(port, "0123456789") != "" || id == "" {
+		return ""
+	}
+	return id
+}
+
+// sandboxOfToken is the sandbox whose envd access token tok is, "" if
+// none; every token is compared, in constant time. Under h.mu.
+func (h *Handler) sandboxOfToken(tok string) string {
+	found := ""
+	for id, rec := range h.records {
+		if subtle.ConstantTimeCompare([]byte(rec.token), []byte(tok)) == 1 {
+			found = id
+		}
+	}
+	return found
 }
 
 type resolvedKey struct{}

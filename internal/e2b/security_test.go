@@ -99,6 +99,10 @@ func (f *fixture) addKeys(t *testing.T, st *store.Store) {
 func (f *fixture) do(method, path, body string, headers ...string) *httptest.ResponseRecorder {
 	r := httptest.NewRequest(method, path, strings.NewReader(body))
 	for i := 0; i+1 < len(headers); i += 2 {
+		if headers[i] == "Host" {
+			r.Host = headers[i+1]
+			continue
+		}
 		r.Header.Set(headers[i], headers[i+1])
 	}
 	w := httptest.NewRecorder()
@@ -158,7 +162,7 @@ func checkError(t *testing.T, what string, w *httptest.ResponseRecorder, status 
 func TestTenantIsolation(t *testing.T) {
 	f := newFixture(t)
 	bobID, bobTok := f.create(t, "bob")
-	_, aliceTok := f.create(t, "alice")
+	aliceID, aliceTok := f.create(t, "alice")
 	const unknown = "sb-nonexistent"
 
 	// Every route that names a sandbox: alice on bob's is answered as
@@ -205,7 +209,8 @@ func TestTenantIsolation(t *testing.T) {
 		status  int
 	}{
 		{"no token", []string{"E2b-Sandbox-Id", bobID}, http.StatusUnauthorized},
-		{"no sandbox id", []string{"X-Access-Token", bobTok}, http.StatusUnauthorized},
+		{"no sandbox id, wrong token", []string{"X-Access-Token", strings.Repeat("0", len(bobTok))}, http.StatusUnauthorized},
+		{"bob's token, alice's sandbox in the host name", []string{"Host", "49983-" + aliceID + ".e2b.test", "X-Access-Token", bobTok}, http.StatusUnauthorized},
 		{"wrong token", []string{"E2b-Sandbox-Id", bobID, "X-Access-Token", strings.Repeat("0", len(bobTok))}, http.StatusUnauthorized},
 		{"short token", []string{"E2b-Sandbox-Id", bobID, "X-Access-Token", bobTok[:len(bobTok)-1]}, http.StatusUnauthorized},
 		{"alice's sandbox's token", []string{"E2b-Sandbox-Id", bobID, "X-Access-Token", aliceTok}, http.StatusUnauthorized},
@@ -221,9 +226,17 @@ func TestTenantIsolation(t *testing.T) {
 			}
 		}
 	}
-	w = f.do("GET", "/health", "", "E2b-Sandbox-Id", bobID, "X-Access-Token", bobTok)
-	if w.Code != http.StatusOK || w.Body.String() != bobID {
-		t.Errorf("envd with bob's token: %d %s, want bob's sandbox", w.Code, w.Body)
+	// The sandbox is named by the header, by E2B's host name
+	// (PORT-ID.DOMAIN), or by its token alone (as older SDKs do).
+	for name, headers := range map[string][]string{
+		"header":     {"E2b-Sandbox-Id", bobID, "X-Access-Token", bobTok},
+		"host name":  {"Host", "49983-" + bobID + ".e2b.test", "X-Access-Token", bobTok},
+		"token only": {"X-Access-Token", bobTok},
+	} {
+		w = f.do("GET", "/health", "", headers...)
+		if w.Code != http.StatusOK || w.Body.String() != bobID {
+			t.Errorf("envd with bob's token, sandbox by %s: %d %s, want bob's sandbox", name, w.Code, w.Body)
+		}
 	}
 
 	// Alice cannot kill bob's sandbox; bob can, after which its token

@@ -16,6 +16,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/textproto"
 	"os"
 	"path/filepath"
 	"strings"
@@ -455,6 +456,10 @@ func TestFiles(t *testing.T) {
 	fw.Write(data)
 	fw, _ = mw.CreateFormFile("file", "/tmp/../"+strings.TrimPrefix(e.home, "/")+"/g.txt")
 	fw.Write([]byte("second"))
+	// A quote escaped as a form (and the Python SDK's httpx) escapes it;
+	// another percent sign stays.
+	fw, _ = mw.CreatePart(textproto.MIMEHeader{"Content-Disposition": {`form-data; name="file"; filename="q%22uote%25.txt"`}})
+	fw.Write([]byte("third"))
 	mw.Close()
 	resp, b := do(t, e.request(t, "POST", "/files?username=user", mw.FormDataContentType(), &body))
 	if resp.StatusCode != 200 {
@@ -464,7 +469,8 @@ func TestFiles(t *testing.T) {
 	if err := json.Unmarshal(b, &up); err != nil {
 		t.Fatal(err)
 	}
-	want := []uploaded{{Path: e.home + "/dir/sub/f.bin", Name: "f.bin", Type: "file"}, {Path: e.home + "/g.txt", Name: "g.txt", Type: "file"}}
+	want := []uploaded{{Path: e.home + "/dir/sub/f.bin", Name: "f.bin", Type: "file"}, {Path: e.home + "/g.txt", Name: "g.txt", Type: "file"},
+		{Path: e.home + `/q"uote%25.txt`, Name: `q"uote%25.txt`, Type: "file"}}
 	if fmt.Sprint(up) != fmt.Sprint(want) {
 		t.Errorf("upload: %+v, want %+v", up, want)
 	}

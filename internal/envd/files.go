@@ -248,6 +248,12 @@ func uploadCode(err error) string {
 	return asError(err).Code
 }
 
+// formFileName undoes the escapes HTML's multipart form encoding (and
+// httpx, the Python SDK's client) applies to a file name: '"', CR and LF
+// as %22, %0D and %0A. Nothing else is decoded, so a name with a literal
+// "%" stays as it is.
+var formFileName = strings.NewReplacer("%22", `"`, "%0D", "\r", "%0A", "\n", "%0d", "\r", "%0a", "\n")
+
 // uploadMultipart writes the "file" parts of a multipart body: the first
 // to qpath if set, any other to its file name (a path).
 func (h *handler) uploadMultipart(r *http.Request, qpath string, write func(string, io.Reader) error) error {
@@ -277,7 +283,7 @@ func (h *handler) uploadMultipart(r *http.Request, qpath string, write func(stri
 		}
 		// The file name is a path: FileName would keep its last element.
 		_, params, _ := mime.ParseMediaType(part.Header.Get("Content-Disposition"))
-		p := params["filename"]
+		p := formFileName.Replace(params["filename"])
 		if qpath != "" && n == 1 {
 			p = qpath
 		}
