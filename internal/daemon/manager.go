@@ -587,6 +587,12 @@ func (m *Manager) reap(now time.Time) {
 	}
 	m.mu.Unlock()
 	for _, v := range ending {
+		if v.kind == EventIdleTimeout && busy(v.l) {
+			// A command still running is activity, however quiet.
+			v.l.lastActive.Store(now.UnixNano())
+			active = append(active, v.l)
+			continue
+		}
 		m.end(v.l, v.kind, v.why)
 	}
 	m.checkOOM(active)

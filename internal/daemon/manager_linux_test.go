@@ -405,6 +405,29 @@ func TestIdleTimeout(t *testing.T) {
 	assertEnded(t, m, info.ID, pid, 4*time.Second)
 }
 
+// TestIdleWhileCommandRuns: a command that runs quietly keeps its sandbox
+// from ending for idleness; once it ended, the idle timeout applies.
+func TestIdleWhileCommandRuns(t *testing.T) {
+	t.Parallel()
+	m := newManager(t, Config{})
+	ctx := testCtx(t)
+	info := mustCreate(t, m, "a", CreateRequest{IdleTimeout: time.Second})
+	pid := hostPID(t, m, info.ID)
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := run(ctx, m, "a", info.ID, "sleep 3")
+		done <- err
+	}()
+	time.Sleep(2500 * time.Millisecond) // past the idle timeout and a reaper round
+	if got, err := m.Get(ctx, "a", info.ID); err != nil || got.State != store.StateRunning {
+		t.Fatalf("with a command running: %+v, %v; want running", got, err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("the command: %v", err)
+	}
+	assertEnded(t, m, info.ID, pid, 5*time.Second)
+}
+
 // TestSandboxEnds: a sandbox whose PID 1 ends on its own is recorded as
 // stopped and cleaned up.
 func TestSandboxEnds(t *testing.T) {
