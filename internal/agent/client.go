@@ -63,6 +63,9 @@ type call struct {
 
 	// exec
 	proc *procState
+
+	// watch
+	watch *watchQueue
 }
 
 // procState is what the reader learns about a command.
@@ -179,6 +182,9 @@ func (k *call) fail(err error) {
 	if k.in != nil {
 		k.in.fail(err)
 	}
+	if k.watch != nil {
+		k.watch.end(err)
+	}
 }
 
 func (c *Client) readHello(br *bufio.Reader) error {
@@ -245,7 +251,7 @@ func (c *Client) dispatch(f frame) error {
 		default:
 			return nil // a second answer
 		}
-		if k.proc == nil || r.Error != nil {
+		if (k.proc == nil && k.watch == nil) || r.Error != nil {
 			// The answer ends the request; data already received stays
 			// readable.
 			c.remove(k)
@@ -256,6 +262,9 @@ func (c *Client) dispatch(f frame) error {
 			}
 			if k.in != nil {
 				k.in.fail(errEnded)
+			}
+			if k.watch != nil {
+				k.watch.end(nil)
 			}
 		}
 		return nil
@@ -272,6 +281,11 @@ func (c *Client) dispatch(f frame) error {
 				return fmt.Errorf("%w: eof on stream 0 of a %s request", ErrProtocol, k.op)
 			}
 			k.in.fail(errStdinClosed)
+			return nil
+		}
+		if k.watch != nil && f.stream == streamOut && f.typ == frameEOF {
+			k.watch.end(nil)
+			c.remove(k)
 			return nil
 		}
 		s := k.out[f.stream]
@@ -326,6 +340,18 @@ func (c *Client) dispatch(f frame) error {
 		}
 		c.settle(k)
 		return nil
+	case frameEvents:
+		if f.stream != streamOut {
+			return fmt.Errorf("%w: events frame on stream %d", ErrProtocol, f.stream)
+		}
+		k := c.lookup(f.id)
+		if k == nil {
+			return nil
+		}
+		if k.watch == nil {
+			return fmt.Errorf("%w: events for a %s request", ErrProtocol, k.op)
+		}
+		return k.watch.push(f.body)
 	case frameEntries:
 		k := c.lookup(f.id)
 		if k == nil {

@@ -4,8 +4,8 @@
 // Serve runs inside the sandbox on one connected stream socket: it runs
 // commands (pipes or a pty, signals, window sizes, timeouts), performs file
 // operations with the sandbox's own view of the filesystem (so a symlink the
-// sandbox made never leads to a host file, S5) and, as PID 1, reaps every
-// orphan. Client is the daemon's end. It treats everything the agent sends as
+// sandbox made never leads to a host file, S5), watches directories with
+// inotify and, as PID 1, reaps every orphan. Client is the daemon's end. It treats everything the agent sends as
 // untrusted (S7): every frame, field, count and byte of buffered output is
 // bounded, ids it does not know are ignored, and anything malformed ends the
 // connection with an error wrapping ErrProtocol.
@@ -20,7 +20,7 @@
 // sends no frame longer than 64 KiB + 6 bytes.
 //
 //	hello    agent → client  id 0; JSON {"version":1,"max_frame":N}, the first frame
-//	request  client → agent  JSON {"op":"exec"|"signal"|"resize"|"ps"|"read"|"write"|"stat"|"list"|"mkdir"|"remove"|"rename"|"chown", ...}
+//	request  client → agent  JSON {"op":"exec"|"signal"|"resize"|"ps"|"read"|"write"|"stat"|"list"|"mkdir"|"remove"|"rename"|"chown"|"watch", ...}
 //	response agent → client  JSON {"error":{"code","message"}} or the op's result
 //	data     both            raw bytes of one stream, at most 64 KiB
 //	eof      both            the sender ends the stream
@@ -28,13 +28,14 @@
 //	cancel   client → agent  the client abandons the request (an exec's command is killed)
 //	exit     agent → client  JSON {"code","signal","timed_out"}: the command ended
 //	entries  agent → client  JSON array of file infos or processes, a part of a list or ps result
+//	events   agent → client  stream 1; JSON array of watch events {"op","path","dir"}
 //
 // The client picks the id of every request, unique among its requests in
 // flight, and the frames of that request carry it: an exec's id names the
 // process for its streams, signals and resizes. Stream 0 is a command's
-// stdin or the content of a write (client → agent), stream 1 its stdout or
-// the content of a read, stream 2 its stderr (agent → client); other frames
-// use stream 0.
+// stdin or the content of a write (client → agent), stream 1 its stdout,
+// the content of a read or the events of a watch, stream 2 its stderr
+// (agent → client); other frames use stream 0.
 //
 // Every stream is flow-controlled by a window of 256 KiB: the sender may
 // have at most that many bytes outstanding, and the receiver grants them
@@ -44,6 +45,7 @@
 // a command that writes gigabytes to a slow reader blocks in its pipe; each
 // side buffers at most one window per stream. The agent reports the end of
 // a command's stdin (it stopped reading, or exited) with an eof on stream 0.
+// The bytes of an events frame's body count against the window of stream 1.
 //
 // An exec's response (its pid) comes before any of its output; its exit
 // frame comes after its output ended, unless the output outlives the
@@ -53,6 +55,23 @@
 // of its content, or comes early with an error. The entries frames of a list
 // or ps precede its response; a result holds at most 100,000 entries and
 // 16 MiB.
+//
+// A watch ({"path","recursive"}) responds once its directory — and, if
+// recursive, every directory below it — is watched; its events frames
+// follow, until the client cancels it or the agent ends it with an eof on
+// stream 1 (the directory was removed or moved: a remove or rename event
+// with path "" comes first). An event's op is "create" (also the new name
+// of a move), "write", "remove", "rename" (the old name of a move),
+// "chmod", or "overflow" (path "": events were lost). Its path is relative
+// to the watched directory, at most 4096 bytes, without empty, "." or ".."
+// elements. A recursive watch watches the directories that appear, and
+// reports what it finds in them as created. The agent bounds each watch to
+// 8,192 directories and 10,000 events a second (with a burst of as many),
+// reporting an overflow when it drops events for either; it reads the
+// kernel's queue only while it may send a full events frame, so a client
+// that does not read the events makes the queue overflow, which is
+// reported too. The agent does not report its own temporary files (those
+// of writes).
 //
 // Strings that name files, arguments and environment entries travel as JSON
 // strings when they are valid UTF-8 and as {"b":"<base64>"} otherwise, so any

@@ -15,6 +15,10 @@ import (
 // namespace, so the kernel resolves every path, symlinks included, in the
 // sandbox's own view: nothing here can reach a host file (S5).
 
+// tempPrefix starts the names of the temporary files of writes, which
+// watches do not report.
+const tempPrefix = ".hutch-write-"
+
 // readFile streams the content of the regular file at p.
 func (s *server) readFile(r *areq, p string) {
 	if e := checkPath("read", p); e != nil {
@@ -86,7 +90,7 @@ func (s *server) writeFile(r *areq, p string, mode uint32) {
 	case mode == 0:
 		perm = 0o644
 	}
-	f, err := os.CreateTemp(dir, ".hutch-write-*")
+	f, err := os.CreateTemp(dir, tempPrefix+"*")
 	if err != nil {
 		s.replyErr(r.id, pathError("write", p, err))
 		return

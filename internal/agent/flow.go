@@ -44,6 +44,23 @@ func (c *credit) wait(ctx context.Context) (int, error) {
 	}
 }
 
+// waitFor blocks until n bytes may be sent.
+func (c *credit) waitFor(ctx context.Context, n int) error {
+	for {
+		c.mu.Lock()
+		avail := c.avail
+		c.mu.Unlock()
+		if avail >= n {
+			return nil
+		}
+		select {
+		case <-c.wake:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
 // spend records n bytes sent.
 func (c *credit) spend(n int) {
 	c.mu.Lock()

@@ -23,6 +23,7 @@ const (
 	frameCancel   byte = 7
 	frameExit     byte = 8
 	frameEntries  byte = 9
+	frameEvents   byte = 10
 )
 
 // Streams.
@@ -55,6 +56,8 @@ const (
 	// maxListBytes and maxListEntries bound one list or ps result.
 	maxListBytes   = 16 << 20
 	maxListEntries = 100_000
+	// maxWatchPath bounds the path of a watch event (PATH_MAX).
+	maxWatchPath = 4096
 	// maxPSArgs bounds the arguments of one process in a ps result.
 	maxPSArgs = 4 << 10
 	// maxMessage bounds an error message the client keeps.
@@ -157,7 +160,15 @@ const (
 	opRemove = "remove"
 	opRename = "rename"
 	opChown  = "chown"
+	opWatch  = "watch"
 )
+
+// wireEvent is a WatchEvent on the wire.
+type wireEvent struct {
+	Op   string `json:"op"`
+	Path wstr   `json:"path"`
+	Dir  bool   `json:"dir,omitempty"`
+}
 
 // hello is the agent's first frame.
 type hello struct {

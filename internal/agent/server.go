@@ -69,6 +69,11 @@ type server struct {
 
 	wg sync.WaitGroup // every goroutine the server started
 
+	// maxWatches and eventRate bound each watch: the directories it
+	// watches and the events it reports per second (and in a burst). Tests
+	// lower them; 0 means defaultMaxWatches and defaultEventRate.
+	maxWatches, eventRate int
+
 	// outRead counts the bytes read from commands' output, for tests of
 	// flow control.
 	outRead atomic.Int64
@@ -256,7 +261,7 @@ func (s *server) begin(id uint32, m *request) {
 		if m.Stdin {
 			r.in = newInbox()
 		}
-	case opRead:
+	case opRead, opWatch:
 		r.out[streamOut] = newCredit()
 	case opWrite:
 		r.in = newInbox()
@@ -306,6 +311,8 @@ func (s *server) handle(r *areq, m *request) {
 		s.reply(r.id, response{}, rename(string(m.Path), string(m.To)))
 	case opChown:
 		s.reply(r.id, response{}, chown(string(m.Path), m.UID, m.GID))
+	case opWatch:
+		s.watch(r, string(m.Path), m.Recursive)
 	default:
 		s.replyErr(r.id, errorf(CodeInvalid, "unknown operation %q", m.Op))
 	}

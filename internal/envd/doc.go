@@ -30,7 +30,14 @@
 // username query parameter of /files. Files written and directories made for
 // a user are owned by that user.
 //
-// Everything a client sends is untrusted: request bodies, envelopes, uploads
-// and watch snapshots are bounded, and malformed input is answered with
+// Everything a client sends is untrusted: request bodies, envelopes and
+// uploads are bounded, and malformed input is answered with
 // invalid_argument.
+//
+// WatchDir and the watchers of CreateWatcher use the agent's watches
+// (inotify in the sandbox): they report create, write, remove, rename (the
+// old name of a file moved away; the new one is a create) and chmod. A
+// watch that lost events (the agent's bounds, or more than 10,000 events
+// kept for a watcher between two reads) ends with resource_exhausted, one
+// whose directory was removed or moved with not_found.
 package envd

@@ -579,45 +579,145 @@ func TestFilesystem(t *testing.T) {
 	}
 }
 
-func TestWatch(t *testing.T) {
-	e := newEnv(t)
-	s := e.stream(t, "filesystem.Filesystem/WatchDir", map[string]any{"path": e.home, "includeEntry": true}, nil)
-	if _, b := s.next(); string(b) != `{"start":{}}` {
-		t.Fatalf("first message %s", b)
-	}
-	if err := os.WriteFile(e.home+"/new.txt", []byte("x"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+// fsEvent returns the next filesystem event of a watch, failing at the
+// end of the stream.
+func (s *clientStream) fsEvent() filesystemEvent {
+	s.t.Helper()
 	for {
 		flags, b := s.next()
 		if flags != 0 {
-			t.Fatalf("end of stream: %s", b)
+			s.t.Fatalf("end of stream: %s", b)
 		}
 		var m watchResponse
 		if err := json.Unmarshal(b, &m); err != nil {
-			t.Fatal(err)
+			s.t.Fatal(err)
 		}
 		if m.Filesystem != nil {
-			if m.Filesystem.Name != "new.txt" || m.Filesystem.Type != "EVENT_TYPE_CREATE" || m.Filesystem.Entry == nil || m.Filesystem.Entry.Path != e.home+"/new.txt" {
-				t.Errorf("event %s", b)
-			}
-			break
+			return *m.Filesystem
 		}
+	}
+}
+
+// waitEvent reads events until one named name of type typ.
+func (s *clientStream) waitEvent(name, typ string) filesystemEvent {
+	s.t.Helper()
+	for {
+		ev := s.fsEvent()
+		if strings.Contains(ev.Name, ".hutch-write-") {
+			s.t.Errorf("event of a temporary file: %+v", ev)
+		}
+		if ev.Name == name && ev.Type == typ {
+			return ev
+		}
+	}
+}
+
+// inotifyInstances counts the inotify instances of the test process.
+func inotifyInstances(t *testing.T) int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range ents {
+		if l, _ := os.Readlink("/proc/self/fd/" + e.Name()); l == "anon_inode:inotify" {
+			n++
+		}
+	}
+	return n
+}
+
+func TestWatch(t *testing.T) {
+	e := newEnv(t)
+	base := inotifyInstances(t)
+	s := e.stream(t, "filesystem.Filesystem/WatchDir", map[string]any{"path": e.home, "includeEntry": true, "recursive": true}, nil)
+	if _, b := s.next(); string(b) != `{"start":{}}` {
+		t.Fatalf("first message %s", b)
+	}
+	if _, err := e.agent.WriteFile(context.Background(), e.home+"/new.txt", strings.NewReader("x"), 0); err != nil {
+		t.Fatal(err)
+	}
+	ev := s.waitEvent("new.txt", "EVENT_TYPE_CREATE")
+	if ev.Entry == nil || ev.Entry.Path != e.home+"/new.txt" || ev.Entry.Size != "1" {
+		t.Errorf("event %+v", ev)
+	}
+	f, err := os.OpenFile(e.home+"/new.txt", os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString("more")
+	f.Close()
+	s.waitEvent("new.txt", "EVENT_TYPE_WRITE")
+	if err := os.Chmod(e.home+"/new.txt", 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s.waitEvent("new.txt", "EVENT_TYPE_CHMOD")
+	if err := os.Rename(e.home+"/new.txt", e.home+"/moved.txt"); err != nil {
+		t.Fatal(err)
+	}
+	if ev := s.waitEvent("new.txt", "EVENT_TYPE_RENAME"); ev.Entry != nil {
+		t.Errorf("rename with an entry: %+v", ev)
+	}
+	s.waitEvent("moved.txt", "EVENT_TYPE_CREATE")
+	if err := os.MkdirAll(e.home+"/sub/deeper", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if ev := s.waitEvent("sub", "EVENT_TYPE_CREATE"); ev.Entry == nil || ev.Entry.Type != "FILE_TYPE_DIRECTORY" {
+		t.Errorf("event %+v", ev)
+	}
+	s.waitEvent("sub/deeper", "EVENT_TYPE_CREATE")
+	if err := os.WriteFile(e.home+"/sub/deeper/f", []byte("f"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s.waitEvent("sub/deeper/f", "EVENT_TYPE_CREATE")
+	if err := os.Remove(e.home + "/sub/deeper/f"); err != nil {
+		t.Fatal(err)
+	}
+	s.waitEvent("sub/deeper/f", "EVENT_TYPE_REMOVE")
+	// Closing the stream stops the agent's watch.
+	s.resp.Body.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for inotifyInstances(t) > base {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d inotify instances after the stream closed, %d before", inotifyInstances(t), base)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	// A watch of a directory that goes away ends.
+	if err := os.Mkdir(e.home+"/gone", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s = e.stream(t, "filesystem.Filesystem/WatchDir", map[string]any{"path": "gone"}, nil)
+	if _, b := s.next(); string(b) != `{"start":{}}` {
+		t.Fatalf("first message %s", b)
+	}
+	if err := os.Remove(e.home + "/gone"); err != nil {
+		t.Fatal(err)
+	}
+	if we := s.endOfStream(); we == nil || we.Code != codeNotFound {
+		t.Errorf("watch of a removed dir: %+v", we)
 	}
 
 	var cw struct {
 		WatcherID string `json:"watcherId"`
 	}
 	e.mustCall(t, "filesystem.Filesystem/CreateWatcher", map[string]any{"path": e.home}, &cw)
-	if err := os.Remove(e.home + "/new.txt"); err != nil {
+	if err := os.Remove(e.home + "/moved.txt"); err != nil {
 		t.Fatal(err)
 	}
 	var evs struct {
 		Events []filesystemEvent `json:"events"`
 	}
-	e.mustCall(t, "filesystem.Filesystem/GetWatcherEvents", map[string]any{"watcherId": cw.WatcherID}, &evs)
-	if len(evs.Events) != 1 || evs.Events[0].Name != "new.txt" || evs.Events[0].Type != "EVENT_TYPE_REMOVE" {
+	for deadline := time.Now().Add(5 * time.Second); len(evs.Events) == 0 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		e.mustCall(t, "filesystem.Filesystem/GetWatcherEvents", map[string]any{"watcherId": cw.WatcherID}, &evs)
+	}
+	if len(evs.Events) != 1 || evs.Events[0].Name != "moved.txt" || evs.Events[0].Type != "EVENT_TYPE_REMOVE" {
 		t.Errorf("watcher events: %+v", evs)
+	}
+	e.mustCall(t, "filesystem.Filesystem/GetWatcherEvents", map[string]any{"watcherId": cw.WatcherID}, &evs)
+	if len(evs.Events) != 0 {
+		t.Errorf("watcher events read twice: %+v", evs)
 	}
 	e.mustCall(t, "filesystem.Filesystem/RemoveWatcher", map[string]any{"watcherId": cw.WatcherID}, nil)
 	if status, _ := e.call(t, "filesystem.Filesystem/GetWatcherEvents", map[string]any{"watcherId": cw.WatcherID}, nil); status != 404 {
@@ -626,6 +726,56 @@ func TestWatch(t *testing.T) {
 	s = e.stream(t, "filesystem.Filesystem/WatchDir", map[string]any{"path": "missing"}, nil)
 	if we := s.endOfStream(); we == nil || we.Code != codeNotFound {
 		t.Errorf("watch of a missing dir: %+v", we)
+	}
+	deadline = time.Now().Add(5 * time.Second)
+	for inotifyInstances(t) > base {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d inotify instances after the watches ended, %d before", inotifyInstances(t), base)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestWatcherBounds checks that a watcher whose events are not read stops
+// with resource_exhausted once it would keep too many, after returning
+// those it kept.
+func TestWatcherBounds(t *testing.T) {
+	if testing.Short() {
+		t.Skip("creates 10,000 files")
+	}
+	e := newEnv(t)
+	var cw struct {
+		WatcherID string `json:"watcherId"`
+	}
+	e.mustCall(t, "filesystem.Filesystem/CreateWatcher", map[string]any{"path": e.home}, &cw)
+	for i := range maxWatcherEvents + 100 {
+		f, err := os.Create(fmt.Sprintf("%s/%d", e.home, i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+	got := 0
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var evs struct {
+			Events []filesystemEvent `json:"events"`
+		}
+		status, we := e.call(t, "filesystem.Filesystem/GetWatcherEvents", map[string]any{"watcherId": cw.WatcherID}, &evs)
+		if status != 200 {
+			if we.Code != codeResourceExhausted {
+				t.Fatalf("events: %d %+v", status, we)
+			}
+			break
+		}
+		got += len(evs.Events)
+		if time.Now().After(deadline) {
+			t.Fatalf("%d events and no error", got)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got == 0 || got > maxWatcherEvents {
+		t.Errorf("%d events", got)
 	}
 }
 

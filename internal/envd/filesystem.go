@@ -6,25 +6,23 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
-	"maps"
 	"net/http"
 	"path"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/agent"
 )
 
 const (
-	// maxListEntries bounds the entries of one ListDir and of one watch
-	// snapshot.
+	// maxListEntries bounds the entries of one ListDir.
 	maxListEntries = 100_000
 	// maxDepth bounds the depth of ListDir.
 	maxDepth = 64
-	// watchInterval is how often a watch polls its directory.
-	watchInterval = 200 * time.Millisecond
 	// maxWatchers bounds the watchers of one sandbox.
 	maxWatchers = 64
 	// maxWatcherEvents bounds the events a watcher keeps between reads.
@@ -290,10 +288,6 @@ func (h *handler) fsListDir(ctx context.Context, b *box, r *http.Request, body [
 	return out, nil
 }
 
-// snapshot is what a watch saw of a directory: its entries by path
-// relative to it.
-type snapshot map[string]agent.FileInfo
-
 // filesystemEvent is filesystem.FilesystemEvent.
 type filesystemEvent struct {
 	Name  string     `json:"name"`
@@ -308,53 +302,47 @@ type watchSpec struct {
 	includeEntry bool
 }
 
-func (w watchSpec) snapshot(ctx context.Context, b *box) (snapshot, error) {
-	depth := 1
-	if w.recursive {
-		depth = maxDepth
-	}
-	snap := make(snapshot)
-	count := 0
-	err := walk(ctx, b, w.root, depth, &count, func(q string, fi agent.FileInfo) {
-		rel := q[len(w.root):]
-		if w.root != "/" {
-			rel = rel[1:]
-		} else if len(rel) > 0 && rel[0] == '/' {
-			rel = rel[1:]
-		}
-		snap[rel] = fi
-	})
-	return snap, err
+// eventTypes are the filesystem.EventType of the agent's watch events.
+var eventTypes = map[string]string{
+	agent.WatchCreate: "EVENT_TYPE_CREATE",
+	agent.WatchWrite:  "EVENT_TYPE_WRITE",
+	agent.WatchRemove: "EVENT_TYPE_REMOVE",
+	agent.WatchRename: "EVENT_TYPE_RENAME",
+	agent.WatchChmod:  "EVENT_TYPE_CHMOD",
 }
 
-// diff returns the events that lead from old to cur.
-func (h *handler) diff(w watchSpec, old, cur snapshot) []filesystemEvent {
-	var evs []filesystemEvent
-	ev := func(name, typ string, fi *agent.FileInfo) {
-		e := filesystemEvent{Name: name, Type: typ}
-		if w.includeEntry && fi != nil {
-			e.Entry = h.entry(path.Join(w.root, name), *fi)
-		}
-		evs = append(evs, e)
-	}
-	for _, name := range slices.Sorted(maps.Keys(cur)) {
-		fi := cur[name]
-		was, ok := old[name]
+// errEventsLost is the error of a watch that lost events.
+func errEventsLost(root string) error {
+	return errorf(codeResourceExhausted, "watch %s: events were lost (too many changes)", root)
+}
+
+// errWatchGone is the error of a watch whose directory went away.
+func errWatchGone(root string) error {
+	return errorf(codeNotFound, "watch %s: the directory was removed or moved", root)
+}
+
+// convert turns the agent's events into E2B's, describing the files
+// created or changed if w.includeEntry. It returns an error once the
+// watch cannot go on: events were lost, or the directory went away.
+func (h *handler) convert(ctx context.Context, b *box, w watchSpec, evs []agent.WatchEvent) ([]filesystemEvent, error) {
+	out := make([]filesystemEvent, 0, len(evs))
+	for _, ev := range evs {
 		switch {
-		case !ok:
-			ev(name, "EVENT_TYPE_CREATE", &fi)
-		case was.Size != fi.Size || !was.ModTime.Equal(fi.ModTime) || was.IsDir != fi.IsDir || was.Link != fi.Link:
-			ev(name, "EVENT_TYPE_WRITE", &fi)
-		case was.Mode != fi.Mode || was.UID != fi.UID || was.GID != fi.GID:
-			ev(name, "EVENT_TYPE_CHMOD", &fi)
+		case ev.Op == agent.WatchOverflow:
+			return out, errEventsLost(w.root)
+		case ev.Path == "":
+			return out, errWatchGone(w.root)
 		}
-	}
-	for _, name := range slices.Sorted(maps.Keys(old)) {
-		if _, ok := cur[name]; !ok {
-			ev(name, "EVENT_TYPE_REMOVE", nil)
+		e := filesystemEvent{Name: ev.Path, Type: eventTypes[ev.Op]}
+		if w.includeEntry && (ev.Op == agent.WatchCreate || ev.Op == agent.WatchWrite || ev.Op == agent.WatchChmod) {
+			p := path.Join(w.root, ev.Path)
+			if fi, err := b.agent.Stat(ctx, p); err == nil {
+				e.Entry = h.entry(p, fi)
+			}
 		}
+		out = append(out, e)
 	}
-	return evs
+	return out, nil
 }
 
 type watchRequest struct {
@@ -364,21 +352,26 @@ type watchRequest struct {
 	AllowNetworkMounts bool   `json:"allowNetworkMounts"`
 }
 
-// watchSpecOf checks a watch request.
-func (h *handler) watchSpecOf(ctx context.Context, b *box, r *http.Request, body []byte) (watchSpec, error) {
+// startWatch checks a watch request and starts the agent's watch.
+func (h *handler) startWatch(ctx context.Context, b *box, r *http.Request, body []byte) (watchSpec, *agent.Watch, error) {
 	var req watchRequest
 	_, p, err := h.pathRequest(r, body, &req, &req.Path)
 	if err != nil {
-		return watchSpec{}, err
+		return watchSpec{}, nil, err
 	}
 	fi, err := b.agent.Stat(ctx, p)
 	if err != nil {
-		return watchSpec{}, fmt.Errorf("watch %s: %w", p, err)
+		return watchSpec{}, nil, fmt.Errorf("watch %s: %w", p, err)
 	}
 	if !fi.IsDir {
-		return watchSpec{}, errorf(codeInvalidArgument, "watch %s: not a directory", p)
+		return watchSpec{}, nil, errorf(codeInvalidArgument, "watch %s: not a directory", p)
 	}
-	return watchSpec{root: p, recursive: req.Recursive, includeEntry: req.IncludeEntry}, nil
+	w := watchSpec{root: p, recursive: req.Recursive, includeEntry: req.IncludeEntry}
+	aw, err := b.agent.Watch(ctx, p, req.Recursive)
+	if err != nil {
+		return watchSpec{}, nil, fmt.Errorf("watch %s: %w", p, err)
+	}
+	return w, aw, nil
 }
 
 type watchResponse struct {
@@ -388,19 +381,34 @@ type watchResponse struct {
 }
 
 func (h *handler) fsWatchDir(ctx context.Context, b *box, r *http.Request, body []byte, s *stream) error {
-	w, err := h.watchSpecOf(ctx, b, r, body)
+	w, aw, err := h.startWatch(ctx, b, r, body)
 	if err != nil {
 		return err
 	}
-	snap, err := w.snapshot(ctx, b)
-	if err != nil {
-		return fmt.Errorf("watch %s: %w", w.root, err)
-	}
+	defer aw.Stop()
 	if err := s.send(watchResponse{Start: &struct{}{}}); err != nil {
 		return err
 	}
-	poll := time.NewTicker(watchInterval)
-	defer poll.Stop()
+	type batch struct {
+		evs []agent.WatchEvent
+		err error
+	}
+	batches := make(chan batch)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		for {
+			evs, err := aw.Next(ctx)
+			select {
+			case batches <- batch{evs, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
 	var tick <-chan time.Time
 	if d := keepaliveInterval(r); d > 0 {
 		t := time.NewTicker(d)
@@ -415,49 +423,89 @@ func (h *handler) fsWatchDir(ctx context.Context, b *box, r *http.Request, body 
 			if err := s.send(watchResponse{Keepalive: &struct{}{}}); err != nil {
 				return err
 			}
-		case <-poll.C:
-			cur, err := w.snapshot(ctx, b)
-			if err != nil {
-				if errors.Is(err, fs.ErrNotExist) {
-					return errorf(codeNotFound, "watch %s: the directory was removed", w.root)
+		case bt := <-batches:
+			if bt.err != nil {
+				if errors.Is(bt.err, io.EOF) {
+					return errWatchGone(w.root)
 				}
-				return fmt.Errorf("watch %s: %w", w.root, err)
+				return fmt.Errorf("watch %s: %w", w.root, bt.err)
 			}
-			for _, ev := range h.diff(w, snap, cur) {
+			evs, cerr := h.convert(ctx, b, w, bt.evs)
+			for _, ev := range evs {
 				if err := s.send(watchResponse{Filesystem: &ev}); err != nil {
 					return err
 				}
 			}
-			snap = cur
+			if cerr != nil {
+				return cerr
+			}
 		}
 	}
 }
 
-// watcher is a watch whose events are read with GetWatcherEvents: each
-// read compares the directory with what the previous one saw.
+// watcher is a watch whose events are read with GetWatcherEvents: a
+// goroutine collects them, at most maxWatcherEvents between two reads.
 type watcher struct {
-	spec watchSpec
-	snap snapshot
+	stop func() // ends the watch and the goroutine
+
+	mu     sync.Mutex
+	events []filesystemEvent
+	err    error // why the watch ended, once it did
+}
+
+// collect gathers the events of aw until it ends.
+func (h *handler) collect(ctx context.Context, b *box, spec watchSpec, aw *agent.Watch, wt *watcher) {
+	for {
+		evs, err := aw.Next(ctx)
+		var fevs []filesystemEvent
+		if err == nil {
+			fevs, err = h.convert(ctx, b, spec, evs)
+		} else if errors.Is(err, io.EOF) {
+			err = errWatchGone(spec.root)
+		} else {
+			err = fmt.Errorf("watch %s: %w", spec.root, err)
+		}
+		wt.mu.Lock()
+		if len(wt.events)+len(fevs) > maxWatcherEvents {
+			err = errEventsLost(spec.root)
+			fevs = fevs[:maxWatcherEvents-len(wt.events)]
+		}
+		wt.events = append(wt.events, fevs...)
+		if err != nil && wt.err == nil {
+			wt.err = err
+		}
+		wt.mu.Unlock()
+		if err != nil {
+			aw.Stop()
+			return
+		}
+	}
 }
 
 func (h *handler) fsCreateWatcher(ctx context.Context, b *box, r *http.Request, body []byte) (any, error) {
-	w, err := h.watchSpecOf(ctx, b, r, body)
+	b.mu.Lock()
+	n := len(b.watchers)
+	b.mu.Unlock()
+	if n >= maxWatchers {
+		return nil, errorf(codeResourceExhausted, "create watcher: %d watchers exist", n)
+	}
+	spec, aw, err := h.startWatch(ctx, b, r, body)
 	if err != nil {
 		return nil, err
-	}
-	snap, err := w.snapshot(ctx, b)
-	if err != nil {
-		return nil, fmt.Errorf("watch %s: %w", w.root, err)
 	}
 	var idb [12]byte
 	_, _ = rand.Read(idb[:])
 	id := hex.EncodeToString(idb[:])
+	wctx, cancel := context.WithCancel(context.Background())
+	wt := &watcher{stop: func() { cancel(); aw.Stop() }}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if len(b.watchers) >= maxWatchers {
+		wt.stop()
 		return nil, errorf(codeResourceExhausted, "create watcher: %d watchers exist", len(b.watchers))
 	}
-	b.watchers[id] = &watcher{spec: w, snap: snap}
+	b.watchers[id] = wt
+	go h.collect(wctx, b, spec, aw, wt)
 	return struct {
 		WatcherID string `json:"watcherId"`
 	}{id}, nil
@@ -473,7 +521,9 @@ func (b *box) watcher(id string) (*watcher, error) {
 	return w, nil
 }
 
-func (h *handler) fsGetWatcherEvents(ctx context.Context, b *box, _ *http.Request, body []byte) (any, error) {
+// fsGetWatcherEvents returns the events collected since the previous
+// call; once they are all returned, a watch that ended reports why.
+func (h *handler) fsGetWatcherEvents(_ context.Context, b *box, _ *http.Request, body []byte) (any, error) {
 	var req struct {
 		WatcherID string `json:"watcherId"`
 	}
@@ -484,16 +534,12 @@ func (h *handler) fsGetWatcherEvents(ctx context.Context, b *box, _ *http.Reques
 	if err != nil {
 		return nil, err
 	}
-	cur, err := w.spec.snapshot(ctx, b)
-	if err != nil {
-		return nil, fmt.Errorf("watch %s: %w", w.spec.root, err)
-	}
-	b.mu.Lock()
-	evs := h.diff(w.spec, w.snap, cur)
-	w.snap = cur
-	b.mu.Unlock()
-	if len(evs) > maxWatcherEvents {
-		evs = evs[:maxWatcherEvents]
+	w.mu.Lock()
+	evs, werr := w.events, w.err
+	w.events = nil
+	w.mu.Unlock()
+	if len(evs) == 0 && werr != nil {
+		return nil, werr
 	}
 	if evs == nil {
 		evs = []filesystemEvent{}
@@ -511,10 +557,12 @@ func (h *handler) fsRemoveWatcher(_ context.Context, b *box, _ *http.Request, bo
 		return nil, err
 	}
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.watchers[req.WatcherID] == nil {
+	w := b.watchers[req.WatcherID]
+	delete(b.watchers, req.WatcherID)
+	b.mu.Unlock()
+	if w == nil {
 		return nil, errorf(codeNotFound, "watcher %.64q not found", req.WatcherID)
 	}
-	delete(b.watchers, req.WatcherID)
+	w.stop()
 	return struct{}{}, nil
 }

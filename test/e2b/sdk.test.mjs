@@ -486,4 +486,27 @@ describe('envd: files', () => {
     assert.ok(types.indexOf(FilesystemEventType.CREATE) < types.indexOf(FilesystemEventType.WRITE))
     assert.equal(types.at(-1), FilesystemEventType.REMOVE)
   })
+
+  test('watchDir reports renames and, recursively, changes in new subdirectories', async () => {
+    const sbx = await create()
+    await sbx.files.makeDir('/home/user/r')
+    const events = []
+    const h = await sbx.files.watchDir('/home/user/r', (e) => { events.push(e) }, { recursive: true })
+    const has = (name, type) => events.some((e) => e.name === name && e.type === type)
+    try {
+      await sbx.files.write('/home/user/r/a.txt', 'a')
+      await until(() => has('a.txt', FilesystemEventType.CREATE), 'a create event')
+      await sbx.files.rename('/home/user/r/a.txt', '/home/user/r/b.txt')
+      await until(() => has('a.txt', FilesystemEventType.RENAME), 'a rename event for the old name')
+      await until(() => has('b.txt', FilesystemEventType.CREATE), 'a create event for the new name')
+      await sbx.commands.run('mkdir -p /home/user/r/sub/deep && echo x > /home/user/r/sub/deep/c.txt')
+      await until(() => has('sub', FilesystemEventType.CREATE), 'a create event for the subdirectory')
+      await until(() => has('sub/deep/c.txt', FilesystemEventType.CREATE), 'a create event in the subdirectory')
+      await sbx.commands.run('echo more >> /home/user/r/sub/deep/c.txt')
+      await until(() => has('sub/deep/c.txt', FilesystemEventType.WRITE), 'a write event in the subdirectory')
+    } finally {
+      await h.stop()
+    }
+    assert.ok(!events.some((e) => e.name.includes('.hutch-write-')), 'no events of temporary files')
+  })
 })
