@@ -30,7 +30,8 @@ func (p *Proxy) intercepts(v Verdict) bool {
 
 // interception is one intercepted connection of the sandbox: a CONNECT
 // tunnel or SOCKS5 stream to a destination that secrets are bound to,
-// served as HTTP/1.1 by the proxy, which sends each request on itself.
+// served by the proxy as HTTP/1.1, or as HTTP/2 when the sandbox's TLS
+// client negotiated h2, and the proxy sends each request on itself.
 type interception struct {
 	p      *Proxy
 	v      Verdict
@@ -97,6 +98,7 @@ func (p *Proxy) terminateTLS(c net.Conn, v Verdict) *tls.Conn {
 		p.log().Warn("egress: no certificate to intercept with", "host", v.Host, "err", err)
 		return nil
 	}
+	cfg.NextProtos = []string{http2Proto, "http/1.1"}
 	var sni string
 	next := cfg.GetConfigForClient
 	cfg.GetConfigForClient = func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
@@ -132,10 +134,15 @@ func sameServerName(sni, host string) bool {
 	return err == nil && name == host
 }
 
-// serve serves HTTP/1.1 on conn until the client or the proxy ends it,
-// and waits for the requests being served.
+// serve serves HTTP/1.1 on conn, or HTTP/2 when conn is TLS that
+// negotiated h2, until the client or the proxy ends it, and waits for the
+// requests being served.
 func (ic *interception) serve(conn net.Conn) {
 	p := ic.p
+	if tc, ok := conn.(*tls.Conn); ok && tc.ConnectionState().NegotiatedProtocol == http2Proto {
+		ic.serveHTTP2(tc)
+		return
+	}
 	srv := &http.Server{
 		Handler:           ic,
 		ReadHeaderTimeout: handshakeTimeout,
@@ -146,6 +153,66 @@ func (ic *interception) serve(conn net.Conn) {
 	}
 	_ = srv.Serve(newOneConnListener(conn))
 	ic.handlers.Wait()
+}
+
+// http2Proto is HTTP/2's ALPN protocol name.
+const http2Proto = "h2"
+
+// Bounds of an intercepted HTTP/2 connection, whose frames come from the
+// sandbox: the streams open at once, the largest frame read, the HPACK
+// tables both ways, and the request bodies' bytes in flight (the flow
+// control windows) per connection and per stream. Headers are bounded by
+// maxHeaderBytes, as over HTTP/1.1.
+const (
+	h2MaxStreams   = 100
+	h2MaxFrame     = 16 << 10
+	h2HeaderTable  = 4 << 10
+	h2ConnWindow   = 1 << 20
+	h2StreamWindow = 256 << 10
+)
+
+// serveHTTP2 serves HTTP/2 on tc, which negotiated h2, until the client
+// or the proxy ends it, and waits for the requests being served. Every
+// stream is a request served by ServeHTTP, as over HTTP/1.1.
+func (ic *interception) serveHTTP2(tc *tls.Conn) {
+	p := ic.p
+	// net/http serves HTTP/2 only on a *tls.Conn: the listener hands tc
+	// itself, and the connection's end is told by its state.
+	l := &oneConnListener{conn: tc, done: make(chan struct{}), addr: tc.LocalAddr()}
+	var protocols http.Protocols
+	protocols.SetHTTP2(true)
+	srv := &http.Server{
+		Handler:        ic,
+		IdleTimeout:    idleTimeout,
+		MaxHeaderBytes: maxHeaderBytes,
+		ErrorLog:       p.errorLog(),
+		BaseContext:    func(net.Listener) context.Context { return p.baseContext() },
+		Protocols:      &protocols,
+		HTTP2: &http.HTTP2Config{
+			MaxConcurrentStreams:          h2MaxStreams,
+			MaxReadFrameSize:              h2MaxFrame,
+			MaxDecoderHeaderTableSize:     h2HeaderTable,
+			MaxEncoderHeaderTableSize:     h2HeaderTable,
+			MaxReceiveBufferPerConnection: h2ConnWindow,
+			MaxReceiveBufferPerStream:     h2StreamWindow,
+		},
+		ConnState: func(_ net.Conn, s http.ConnState) {
+			if s == http.StateClosed || s == http.StateHijacked {
+				l.end()
+			}
+		},
+	}
+	_ = srv.Serve(l)
+	ic.handlers.Wait()
+}
+
+// closerFunc is a function as an io.Closer.
+type closerFunc func()
+
+// Close calls f.
+func (f closerFunc) Close() error {
+	f()
+	return nil
 }
 
 // reqInfoKey is the context key of a request's reqInfo.
@@ -180,28 +247,38 @@ func (ic *interception) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if r.Host != "" && !sameAuthority(r.Host, v.Host, v.Port, defPort) {
 		reason := fmt.Sprintf("Host header %s differs from CONNECT target %s", cleanText(r.Host, maxEventText), hostPort(v.Host, v.Port))
-		writeRefusal(w, http.StatusForbidden, p.block(ic.scheme, v.Host, v.Port, nil, reason))
+		writeRefusal(w, http.StatusForbidden, p.block(ic.scheme, v.Host, v.Port, nil, reason), r.ProtoMajor >= 2)
 		return
 	}
 	if f := ic.ss.findHead(r.RequestURI, r.Header); f != nil {
-		writeRefusal(w, http.StatusForbidden, p.blockSecret(ic.scheme, v.Host, v.Port, f.secret, f.reason(v.Host, v.Port)))
+		writeRefusal(w, http.StatusForbidden, p.blockSecret(ic.scheme, v.Host, v.Port, f.secret, f.reason(v.Host, v.Port)), r.ProtoMajor >= 2)
 		return
 	}
 	trip := &tripwire{client: ic.client}
+	if r.ProtoMajor == 2 {
+		// A stream of a connection that carries others: a refusal found
+		// after the response began resets that stream only.
+		ctx, cancel := context.WithCancel(r.Context())
+		defer cancel()
+		r = r.WithContext(ctx)
+		trip.client = closerFunc(cancel)
+	}
 	ic.ss.substHeader(r.Header)
 	ic.ss.substQuery(r.URL)
 	r.Header.Del("Accept-Encoding")
 	if ref := p.prepareBody(r, ic.ss, trip, ic.scheme, v.Host, v.Port, nil); ref != nil {
 		if ref.event == nil {
-			w.Header().Set("Connection", "close")
+			if r.ProtoMajor < 2 {
+				w.Header().Set("Connection", "close")
+			}
 			http.Error(w, "hutch: cannot read the request body", ref.status)
 			return
 		}
-		writeRefusal(w, ref.status, *ref.event)
+		writeRefusal(w, ref.status, *ref.event, r.ProtoMajor >= 2)
 		return
 	}
 	r = r.WithContext(context.WithValue(r.Context(), reqInfoKey{}, &reqInfo{v: v, proto: ic.proto, trip: trip}))
-	ic.rp.ServeHTTP(&interceptWriter{ResponseWriter: w, ss: ic.ss, trip: trip}, r)
+	ic.rp.ServeHTTP(&interceptWriter{ResponseWriter: w, ss: ic.ss, trip: trip, keepConn: r.ProtoMajor >= 2}, r)
 }
 
 // rewrite aims the outgoing request at the checked destination. It keeps
@@ -236,7 +313,7 @@ func (ic *interception) modifyResponse(resp *http.Response) error {
 func (ic *interception) errorHandler(w http.ResponseWriter, r *http.Request, err error) {
 	if ri := reqInfoOf(r.Context()); ri != nil {
 		if e := ri.trip.fired(); e != nil {
-			writeRefusal(w, http.StatusForbidden, *e)
+			writeRefusal(w, http.StatusForbidden, *e, r.ProtoMajor >= 2)
 			return
 		}
 	}
@@ -255,15 +332,19 @@ func (ic *interception) errorHandler(w http.ResponseWriter, r *http.Request, err
 }
 
 // writeRefusal answers a refused request: status, the reason in the
-// X-Hutch-Blocked header, a line of text, and the connection's end.
-func writeRefusal(w http.ResponseWriter, status int, e Event) {
+// X-Hutch-Blocked header, a line of text, and the connection's end unless
+// keepConn (an HTTP/2 stream, which ends by itself without the
+// connection's other streams).
+func writeRefusal(w http.ResponseWriter, status int, e Event, keepConn bool) {
 	body := fmt.Sprintf("hutch: blocked %s: %s\n", hostPort(e.Host, e.Port), e.Reason)
 	h := w.Header()
 	clear(h)
 	h.Set("Content-Type", "text/plain; charset=utf-8")
 	h.Set("X-Hutch-Blocked", headerText(e.Reason))
 	h.Set("Content-Length", fmt.Sprint(len(body)))
-	h.Set("Connection", "close")
+	if !keepConn {
+		h.Set("Connection", "close")
+	}
 	w.WriteHeader(status)
 	_, _ = io.WriteString(w, body)
 }
@@ -274,10 +355,11 @@ func writeRefusal(w http.ResponseWriter, status int, e Event) {
 // refusal instead and drops what follows.
 type interceptWriter struct {
 	http.ResponseWriter
-	ss      *secretSet
-	trip    *tripwire
-	wrote   bool
-	refused bool
+	ss       *secretSet
+	trip     *tripwire
+	keepConn bool // an HTTP/2 stream: a refusal does not end the connection
+	wrote    bool
+	refused  bool
 }
 
 // WriteHeader writes the response's status and redacted header, or the
@@ -296,7 +378,7 @@ func (w *interceptWriter) WriteHeader(code int) {
 	w.wrote = true
 	if e := w.trip.begin(); e != nil {
 		w.refused = true
-		writeRefusal(w.ResponseWriter, http.StatusForbidden, *e)
+		writeRefusal(w.ResponseWriter, http.StatusForbidden, *e, w.keepConn)
 		return
 	}
 	w.ss.redactHeader(w.Header())
@@ -407,6 +489,7 @@ type oneConnListener struct {
 	mu   sync.Mutex
 	conn net.Conn
 	done chan struct{}
+	once sync.Once
 	addr net.Addr
 }
 
@@ -428,6 +511,12 @@ func (l *oneConnListener) Accept() (net.Conn, error) {
 	}
 	<-l.done
 	return nil, net.ErrClosed
+}
+
+// end signals the connection's end, when the listener does not learn it
+// from the connection's Close.
+func (l *oneConnListener) end() {
+	l.once.Do(func() { close(l.done) })
 }
 
 // Close does nothing: the connection ends by itself.

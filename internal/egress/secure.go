@@ -52,10 +52,12 @@ type secretSet struct {
 	// bound are the secrets bound to the destination.
 	bound []*secrets.Secret
 	// forbid are the placeholders refused there; watch finds them (its
-	// pair i is forbid[i]), and watchLen is the longest one's length.
-	forbid   []forbidden
-	watch    *secrets.Replacer
-	watchLen int
+	// pair i is forbid[i]), watchPats are they, and watchLen is the
+	// longest one's length.
+	forbid    []forbidden
+	watch     *secrets.Replacer
+	watchPats [][]byte
+	watchLen  int
 	// header, query and body put the real values in for the
 	// placeholders, each nil when no secret is substituted there. query
 	// puts in the values escaped for a URL query, for the placeholders as
@@ -134,6 +136,7 @@ func newSecretSet(all []*secrets.Secret, bound []int, plain bool) *secretSet {
 	}
 	ss.watch, ss.header, ss.query, ss.body, ss.redact = replacer(watch), replacer(header), replacer(query), replacer(body), replacer(redact)
 	for _, w := range watch {
+		ss.watchPats = append(ss.watchPats, w[0])
 		ss.watchLen = max(ss.watchLen, len(w[0]))
 	}
 	return ss
@@ -325,6 +328,19 @@ type readCloser struct {
 	io.Closer
 }
 
+// closers closes both, in turn: the reader of a body read ahead (which
+// ends the goroutine that passes the body on) and the body.
+type closers [2]io.Closer
+
+// Close closes both and returns the first error.
+func (c closers) Close() error {
+	err := c[0].Close()
+	if err2 := c[1].Close(); err == nil {
+		err = err2
+	}
+	return err
+}
+
 // refusal is the proxy's answer to a request it will not send on.
 type refusal struct {
 	status int
@@ -378,7 +394,7 @@ func (p *Proxy) prepareBody(req *http.Request, ss *secretSet, trip *tripwire, pr
 	}
 	if rest != nil {
 		// Longer than the limit, or still streaming: watched from here on.
-		req.Body = readCloser{rest, req.Body}
+		req.Body = readCloser{rest, closers{rest, req.Body}}
 		return nil
 	}
 	req.Body = readCloser{bytes.NewReader(b), req.Body}
@@ -398,9 +414,10 @@ const readAheadWait = time.Second
 // readAhead reads r to its end if it ends within limit bytes and, when
 // wait > 0, within wait. Then it returns the body whole and a nil rest.
 // Otherwise it returns rest, a reader of everything r gives (what was read
-// ahead first), and b is nil. An error of r while reading ahead is
-// returned as err.
-func readAhead(r io.Reader, limit int64, wait time.Duration) (b []byte, rest io.Reader, err error) {
+// ahead first, at once, even while r has nothing more yet: a client may
+// wait for an answer to what it sent), and b is nil. An error of r while
+// reading ahead is returned as err.
+func readAhead(r io.Reader, limit int64, wait time.Duration) (b []byte, rest io.ReadCloser, err error) {
 	type result struct {
 		b      []byte
 		err    error
@@ -426,19 +443,21 @@ func readAhead(r io.Reader, limit int64, wait time.Duration) (b []byte, rest io.
 		}
 		pw.CloseWithError(rerr)
 	}
+	// buf is what was read ahead; once handedOff, rest's reader owns it
+	// and the goroutine streams what it reads next.
+	var buf bytes.Buffer
 	go func() {
-		var buf bytes.Buffer
 		chunk := make([]byte, 32<<10)
 		for {
 			n, rerr := r.Read(chunk)
-			buf.Write(chunk[:n])
-			end := rerr != nil || int64(buf.Len()) > limit
 			mu.Lock()
 			if handedOff {
 				mu.Unlock()
-				stream(buf.Bytes(), rerr)
+				stream(chunk[:n], rerr)
 				return
 			}
+			buf.Write(chunk[:n])
+			end := rerr != nil || int64(buf.Len()) > limit
 			if !end {
 				mu.Unlock()
 				continue
@@ -470,8 +489,9 @@ func readAhead(r io.Reader, limit int64, wait time.Duration) (b []byte, rest io.
 		mu.Lock()
 		if !finished {
 			handedOff = true
+			head := buf.Bytes()
 			mu.Unlock()
-			return nil, pr, nil
+			return nil, readCloser{io.MultiReader(bytes.NewReader(head), pr), pr}, nil
 		}
 		mu.Unlock()
 		res = <-done
@@ -491,7 +511,7 @@ func readAhead(r io.Reader, limit int64, wait time.Duration) (b []byte, rest io.
 func (ss *secretSet) wrapBody(body io.ReadCloser, found func(forbidden)) io.ReadCloser {
 	var r io.Reader = body
 	if ss.watch != nil {
-		r = &scanReader{src: r, watch: ss.watch, keep: ss.watchLen - 1, found: func(i int) { found(ss.forbid[i]) }}
+		r = &scanReader{src: r, watch: ss.watch, pats: ss.watchPats, keep: ss.watchLen - 1, found: func(i int) { found(ss.forbid[i]) }}
 	}
 	if ss.body != nil {
 		r = ss.body.Reader(r)
@@ -507,13 +527,17 @@ func (ss *secretSet) wrapBody(body io.ReadCloser, found func(forbidden)) io.Read
 var errForbiddenPlaceholder = errors.New("the request body carries a secret's placeholder that may not go there")
 
 // scanReader passes a stream on while it watches it for patterns: it
-// holds back the last keep bytes (the longest pattern less one) until it
-// has seen what follows them, so that no byte of a pattern is passed on.
-// When a pattern turns up, it calls found with its index and fails with
-// errForbiddenPlaceholder from then on.
+// holds back the bytes at the end of what it read that may begin a
+// pattern (at most keep, the longest pattern less one) until it has seen
+// what follows them, so that no byte of a pattern is passed on, and a
+// stream that pauses (a bidirectional stream waiting for its answer) is
+// passed on up to where it paused unless it paused inside what may be a
+// pattern. When a pattern turns up, it calls found with its index and
+// fails with errForbiddenPlaceholder from then on.
 type scanReader struct {
 	src   io.Reader
 	watch *secrets.Replacer
+	pats  [][]byte // the patterns; nil: hold back the last keep bytes
 	keep  int
 	found func(int)
 	buf   []byte
@@ -557,7 +581,7 @@ func (s *scanReader) Read(p []byte) (int, error) {
 		case err != nil:
 			s.n, s.err = 0, err
 		default:
-			s.ready = max(0, s.n-s.keep)
+			s.ready = s.undecided()
 			if k == 0 {
 				if empty++; empty >= 100 {
 					s.err = io.ErrNoProgress
@@ -565,6 +589,25 @@ func (s *scanReader) Read(p []byte) (int, error) {
 			}
 		}
 	}
+}
+
+// undecided returns where the bytes read begin that may be the start of
+// a pattern cut off by the end of what was read: the first of the last
+// keep positions from which what was read is a proper prefix of a
+// pattern, or the end.
+func (s *scanReader) undecided() int {
+	from := max(0, s.n-s.keep)
+	if s.pats == nil {
+		return from
+	}
+	for p := from; p < s.n; p++ {
+		for _, pat := range s.pats {
+			if len(pat) > s.n-p && bytes.HasPrefix(pat, s.buf[p:s.n]) {
+				return p
+			}
+		}
+	}
+	return s.n
 }
 
 // tripwire is the state of one request whose body is watched for

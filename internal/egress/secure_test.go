@@ -143,17 +143,21 @@ func TestScanReader(t *testing.T) {
 		{strings.Repeat("a", 70000) + "TWO" + strings.Repeat("b", 10), 1},
 		{strings.Repeat("a", scanChunk-4) + "SECRETONE", 0},
 	} {
-		for _, oneByte := range []bool{false, true} {
+		for _, mode := range []int{0, 1, 2} {
+			oneByte := mode == 1
 			var src io.Reader = strings.NewReader(tt.in)
 			if oneByte {
 				src = iotest.OneByteReader(src)
 			}
 			found := -1
 			s := &scanReader{src: src, watch: watch, keep: len("SECRETONE") - 1, found: func(i int) { found = i }}
+			if mode == 2 {
+				s.pats = [][]byte{[]byte("SECRETONE"), []byte("TWO")}
+			}
 			out, err := io.ReadAll(s)
 			if tt.found < 0 {
 				if err != nil || string(out) != tt.in || found != -1 {
-					t.Errorf("%.20q (one byte %v): %d bytes, %v, found %d; want it all", tt.in, oneByte, len(out), err, found)
+					t.Errorf("%.20q (mode %d): %d bytes, %v, found %d; want it all", tt.in, mode, len(out), err, found)
 				}
 				continue
 			}
@@ -163,9 +167,34 @@ func TestScanReader(t *testing.T) {
 				at = max(strings.Index(tt.in, "SECRETONE"), strings.Index(tt.in, "TWO"))
 			}
 			if !errors.Is(err, errForbiddenPlaceholder) || found != tt.found || !bytes.HasPrefix([]byte(tt.in), out) || len(out) > at {
-				t.Errorf("%.20q (one byte %v): %d bytes, %v, found %d; want at most %d bytes and pattern %d", tt.in, oneByte, len(out), err, found, at, tt.found)
+				t.Errorf("%.20q (mode %d): %d bytes, %v, found %d; want at most %d bytes and pattern %d", tt.in, mode, len(out), err, found, at, tt.found)
 			}
 		}
+	}
+}
+
+// A scanReader with its patterns holds back only what may begin one: a
+// stream that pauses is passed on up to the pause.
+func TestScanReaderPause(t *testing.T) {
+	watch := secrets.NewReplacer([2][]byte{[]byte("SECRETONE"), nil})
+	pr, pw := io.Pipe()
+	s := &scanReader{src: pr, watch: watch, pats: [][]byte{[]byte("SECRETONE")}, keep: len("SECRETONE") - 1, found: func(int) {}}
+	go io.WriteString(pw, "hello\n")
+	buf := make([]byte, 64)
+	if n, err := s.Read(buf); err != nil || string(buf[:n]) != "hello\n" {
+		t.Fatalf("read %q, %v; want the line", buf[:n], err)
+	}
+	go io.WriteString(pw, "then SECR")
+	if n, err := s.Read(buf); err != nil || string(buf[:n]) != "then " {
+		t.Fatalf("read %q, %v; want what precedes a possible pattern", buf[:n], err)
+	}
+	go func() {
+		io.WriteString(pw, "ET")
+		pw.Close()
+	}()
+	rest, err := io.ReadAll(s)
+	if err != nil || string(rest) != "SECRET" {
+		t.Fatalf("rest %q, %v", rest, err)
 	}
 }
 
