@@ -37,8 +37,10 @@ Usage:
 The daemon and its clients:
   hutch serve [flags]                      run the daemon: long-lived sandboxes
                                            behind an HTTP API on a unix socket
-                                           (and, with --listen, on TCP)
-  hutch token create --tenant NAME         make an API token for a tenant
+                                           (and, with --listen, on TCP, where
+                                           E2B's SDKs work too)
+  hutch token create --tenant NAME [--e2b] make an API token for a tenant
+                                           (--e2b: shaped as E2B's API keys)
   hutch audit verify [--state-dir DIR]     check the daemon's audit log
   hutch create [flags]                     create a sandbox; prints its id
   hutch exec [-i] [-t] ID -- COMMAND...    run COMMAND in sandbox ID
