@@ -32,8 +32,9 @@ type Rules struct {
 	// bound to.
 	secrets []*secrets.Secret
 	binds   []binding
-	// scrubber replaces every secret's real value by "[redacted]", for
-	// the text of errors that the proxy logs or answers.
+	// scrubber replaces every secret's real value, and its encoded forms
+	// (secrets.RedactionPairs), by "[redacted]", for the text of errors
+	// that the proxy logs or answers.
 	scrubber *secrets.Replacer
 }
 
@@ -239,17 +240,19 @@ func (r *Rules) addSecrets(list []*secrets.Secret) []error {
 		}
 	}
 	if len(r.secrets) > 0 {
-		pairs := make([][2][]byte, len(r.secrets))
-		for i, s := range r.secrets {
-			pairs[i] = [2][]byte{s.Value.Bytes(), []byte("[redacted]")}
+		var pairs [][2][]byte
+		for _, s := range r.secrets {
+			for _, p := range secrets.RedactionPairs(s.Value.Bytes(), []byte(s.Placeholder)) {
+				pairs = append(pairs, [2][]byte{p[0], []byte("[redacted]")})
+			}
 		}
 		r.scrubber = secrets.NewReplacer(pairs...)
 	}
 	return errs
 }
 
-// scrub returns s with every secret's real value replaced by
-// "[redacted]".
+// scrub returns s with every secret's real value, and its encoded forms,
+// replaced by "[redacted]".
 func (r *Rules) scrub(s string) string {
 	if r.scrubber == nil {
 		return s

@@ -75,19 +75,31 @@ func secretNamed(list []policy.Secret, name string) bool {
 
 // CheckNoRealValues refuses an environment or a command line that would
 // carry a real value into the sandbox in any other way than through the
-// proxy (S3): the sandbox gets placeholders only.
+// proxy (S3): the sandbox gets placeholders only. It looks for the value
+// as it is and for its encoded forms (secrets.RedactionPairs).
 func CheckNoRealValues(list []*secrets.Secret, env, args []string) error {
 	for _, s := range list {
-		real := s.Value.Bytes()
+		forms := secrets.RedactionPairs(s.Value.Bytes(), []byte(s.Placeholder))
+		holds := func(x string) (bool, string) {
+			for k, f := range forms {
+				if bytes.Contains([]byte(x), f[0]) {
+					if k == 0 {
+						return true, "its real value"
+					}
+					return true, "its real value, encoded"
+				}
+			}
+			return false, ""
+		}
 		for _, kv := range env {
-			if bytes.Contains([]byte(kv), real) {
+			if ok, what := holds(kv); ok {
 				name, _, _ := strings.Cut(kv, "=")
-				return fmt.Errorf("secret %s: the sandbox's variable %s holds its real value; hutch gives the sandbox only placeholders", s.Name, name)
+				return fmt.Errorf("secret %s: the sandbox's variable %s holds %s; hutch gives the sandbox only placeholders", s.Name, name, what)
 			}
 		}
 		for i, a := range args {
-			if bytes.Contains([]byte(a), real) {
-				return fmt.Errorf("secret %s: argument %d of the command holds its real value; pass $%s (the placeholder) instead", s.Name, i, s.Name)
+			if ok, what := holds(a); ok {
+				return fmt.Errorf("secret %s: argument %d of the command holds %s; pass $%s (the placeholder) instead", s.Name, i, what, s.Name)
 			}
 		}
 	}

@@ -2,6 +2,7 @@ package egress
 
 import (
 	"bytes"
+	"compress/gzip"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -66,7 +67,9 @@ type secretSet struct {
 	header, query, body *secrets.Replacer
 	bodyResizes         bool
 	// redact puts the bound secrets' placeholders back for their real
-	// values in responses; redactResizes tells whether it changes
+	// values in responses, also for the values' encoded forms (JSON,
+	// percent-encoding, base64: secrets.RedactionPairs) by the
+	// placeholders' same forms; redactResizes tells whether it changes
 	// lengths. nil when no secret is bound.
 	redact        *secrets.Replacer
 	redactResizes bool
@@ -108,8 +111,10 @@ func newSecretSet(all []*secrets.Secret, bound []int, plain bool) *secretSet {
 			continue
 		}
 		ss.bound = append(ss.bound, s)
-		redact = append(redact, [2][]byte{val, ph})
-		ss.redactResizes = ss.redactResizes || len(val) != len(ph)
+		for _, pair := range secrets.RedactionPairs(val, ph) {
+			redact = append(redact, pair)
+			ss.redactResizes = ss.redactResizes || len(pair[0]) != len(pair[1])
+		}
 		if plain && !s.AllowPlainHTTP {
 			ss.forbid = append(ss.forbid, forbidden{secret: s, plain: true})
 			watch = append(watch, [2][]byte{ph, ph})
@@ -258,10 +263,12 @@ func (ss *secretSet) redactHeader(h http.Header) {
 }
 
 // redactResponse puts the placeholders back for the bound secrets' real
-// values in a response: its header, its body as it streams, and its
-// trailer. When that may change the body's length, the response loses
-// its Content-Length and is sent in chunks. A 101 response's body, the
-// upgraded connection, is left alone.
+// values (and their encoded forms) in a response: its header, its body as
+// it streams, and its trailer. A body with Content-Encoding gzip (alone)
+// is decompressed first and goes on without that encoding; bodies in
+// other encodings go on as they are, unredacted. When redaction may change
+// the body's length, the response loses its Content-Length and is sent in
+// chunks. A 101 response's body, the upgraded connection, is left alone.
 func (ss *secretSet) redactResponse(resp *http.Response) {
 	if ss == nil || ss.redact == nil {
 		return
@@ -270,12 +277,53 @@ func (ss *secretSet) redactResponse(resp *http.Response) {
 	if resp.StatusCode == http.StatusSwitchingProtocols || !responseHasBody(resp) {
 		return
 	}
-	resp.Body = &redactedBody{r: ss.redact.Reader(resp.Body), body: resp.Body, resp: resp, ss: ss}
-	if ss.redactResizes && resp.ContentLength != 0 {
+	var src io.Reader = resp.Body
+	resize := ss.redactResizes
+	if ce := strings.ToLower(strings.TrimSpace(resp.Header.Get("Content-Encoding"))); len(resp.Header.Values("Content-Encoding")) == 1 && (ce == "gzip" || ce == "x-gzip") {
+		// The proxy asks for no compression; an upstream that compresses
+		// anyway has its body decompressed, to be redacted.
+		src = &gunzipReader{src: resp.Body}
+		resp.Header.Del("Content-Encoding")
+		resp.Uncompressed = true
+		resize = true
+	}
+	resp.Body = &redactedBody{r: ss.redact.Reader(src), body: resp.Body, resp: resp, ss: ss}
+	if resize && resp.ContentLength != 0 {
 		resp.ContentLength = -1
 		resp.Header.Del("Content-Length")
 		resp.TransferEncoding = []string{"chunked"}
 	}
+}
+
+// gunzipReader reads the gzip-decompressed bytes of src, starting the
+// decompressor at the first read.
+type gunzipReader struct {
+	src io.Reader
+	zr  *gzip.Reader
+	err error
+}
+
+// Read implements io.Reader.
+func (g *gunzipReader) Read(p []byte) (int, error) {
+	if g.err != nil {
+		return 0, g.err
+	}
+	if g.zr == nil {
+		zr, err := gzip.NewReader(g.src)
+		if err != nil {
+			g.err = fmt.Errorf("gzip response body: %w", err)
+			return 0, g.err
+		}
+		g.zr = zr
+	}
+	n, err := g.zr.Read(p)
+	if err != nil && err != io.EOF {
+		err = fmt.Errorf("gzip response body: %w", err)
+	}
+	if err != nil {
+		g.err = err
+	}
+	return n, err
 }
 
 // responseHasBody reports whether resp may have a body.
