@@ -42,6 +42,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 	tenantMemory := fs.String("tenant-memory", "", "bound the sum of the memory limits of a tenant's sandboxes to `size` (sandboxes then need a memory limit: their policy's or --default-memory)")
 	defaultMemory := fs.String("default-memory", "", "memory limit (`size`) of a sandbox whose policy sets none")
 	warm := fs.Int("warm", 0, "keep `N` sandboxes of the default policy started, for creates that ask for no other policy to take at once")
+	noInternet := fs.Bool("no-internet", false, "refuse \"*\" (every public host) in sandboxes' allowed domains, and give E2B's sandboxes no network unless they list hosts")
 	var upstreamCAs listFlag
 	fs.Var(&upstreamCAs, "upstream-ca", "also trust the certificates in `file` (PEM) when a sandbox's proxy connects to a secret's host (repeatable)")
 	debug := fs.Bool("debug", false, "log every request")
@@ -95,6 +96,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 	m, err := daemon.New(daemon.Config{
 		StateDir:       *stateDir,
 		AgentBinary:    agentBinary(log),
+		NoInternet:     *noInternet,
 		DefaultTimeout: *defTimeout,
 		MaxTimeout:     *maxTimeout,
 		MaxSandboxes:   *maxSandboxes,
@@ -134,7 +136,11 @@ func cmdServe(args []string, stderr io.Writer) int {
 	// so that E2B's SDKs work with E2B_API_URL and E2B_SANDBOX_URL set to
 	// the daemon; hutch's own routes are untouched.
 	isEnvd, envdHandler := envdRoutes(log)
-	h = e2b.New(m, log, e2b.WithAudit(al)).Mount(h, isEnvd, envdHandler)
+	opts := []e2b.Option{e2b.WithAudit(al)}
+	if *noInternet {
+		opts = append(opts, e2b.WithoutInternet())
+	}
+	h = e2b.New(m, log, opts...).Mount(h, isEnvd, envdHandler)
 	for _, l := range ls {
 		fmt.Fprintf(stderr, "hutch: listening on %s\n", listenerURL(l))
 	}

@@ -328,7 +328,7 @@ func (m *Manager) prepare(r CreateRequest, dir, ws string) (policy.Spec, time.Du
 	if err := spec.Normalize(ws, ""); err != nil {
 		return spec, 0, invalid("create sandbox: policy: %s", oneLine(err))
 	}
-	if err := servePolicy(spec); err != nil {
+	if err := servePolicy(spec, m.cfg.NoInternet); err != nil {
 		return spec, 0, err
 	}
 	if spec.Resources.DiskBytes == 0 {
@@ -413,8 +413,15 @@ func clonePolicy(p policy.Spec) policy.Spec {
 // a daemon that runs as root for many tenants: anything that opens host
 // paths beyond the read-only root with its default denies, or that weakens
 // the isolation.
-func servePolicy(s policy.Spec) error {
+func servePolicy(s policy.Spec, noInternet bool) error {
 	var problems []string
+	if noInternet {
+		for i, d := range s.Network.AllowedDomains {
+			if host, _, _ := strings.Cut(d, ":"); host == "*" {
+				problems = append(problems, fmt.Sprintf("network.allowed_domains[%d]: %q: this daemon gives sandboxes no access to every host (hutch serve --no-internet); list the hosts", i, d))
+			}
+		}
+	}
 	switch s.Network.Mode {
 	case "host":
 		problems = append(problems, "network.mode: \"host\" is not allowed in hutch serve")

@@ -46,6 +46,9 @@ type Config struct {
 	// DefaultMemory, when positive, is the memory limit of a sandbox whose
 	// policy sets none.
 	DefaultMemory int64
+	// NoInternet refuses "*" in a policy's allowed domains: sandboxes reach
+	// only the hosts their policies name.
+	NoInternet bool
 	// AgentBinary is the PID 1 of every sandbox: a binary that serves
 	// "agent" and "proxy-connect" as hutch does (hutch-agent, which costs
 	// each sandbox half the memory); the daemon's own binary when empty.

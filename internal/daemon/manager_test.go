@@ -112,21 +112,25 @@ func TestEnviron(t *testing.T) {
 func TestServePolicy(t *testing.T) {
 	no := false
 	for _, tc := range []struct {
-		name string
-		spec policy.Spec
-		want string // "" for allowed
+		name       string
+		spec       policy.Spec
+		noInternet bool
+		want       string // "" for allowed
 	}{
-		{"defaults", policy.Spec{}, ""},
-		{"more denies", policy.Spec{Filesystem: policy.Filesystem{DenyRead: []string{"/srv"}, DenyWrite: []string{"/w/x"}}}, ""},
-		{"limits", policy.Spec{Resources: policy.Resources{MemoryBytes: 64 << 20, Pids: 100}}, ""},
-		{"no network", policy.Spec{Network: policy.Network{Mode: "none", AllowHost: &no}}, ""},
-		{"proxy", policy.Spec{Network: policy.Network{AllowedDomains: []string{"example.com"}}}, ""},
-		{"host network", policy.Spec{Network: policy.Network{Mode: "host"}}, "network.mode"},
-		{"root", policy.Spec{Root: "/srv/rootfs"}, "root"},
-		{"allow_write", policy.Spec{Filesystem: policy.Filesystem{AllowWrite: []string{"/srv"}}}, "allow_write"},
-		{"allow_read", policy.Spec{Filesystem: policy.Filesystem{AllowRead: []string{"/root/.ssh"}}}, "allow_read"},
-		{"no default denies", policy.Spec{Filesystem: policy.Filesystem{NoDefaultDenies: true}}, "no_default_denies"},
-		{"best effort", policy.Spec{BestEffort: true}, "best_effort"},
+		{"defaults", policy.Spec{}, false, ""},
+		{"every host", policy.Spec{Network: policy.Network{AllowedDomains: []string{"*"}}}, false, ""},
+		{"every host, no internet", policy.Spec{Network: policy.Network{AllowedDomains: []string{"a.example", "*:8080"}}}, true, `allowed_domains[1]: "*:8080"`},
+		{"named hosts, no internet", policy.Spec{Network: policy.Network{AllowedDomains: []string{"*.example.com"}}}, true, ""},
+		{"more denies", policy.Spec{Filesystem: policy.Filesystem{DenyRead: []string{"/srv"}, DenyWrite: []string{"/w/x"}}}, false, ""},
+		{"limits", policy.Spec{Resources: policy.Resources{MemoryBytes: 64 << 20, Pids: 100}}, false, ""},
+		{"no network", policy.Spec{Network: policy.Network{Mode: "none", AllowHost: &no}}, false, ""},
+		{"proxy", policy.Spec{Network: policy.Network{AllowedDomains: []string{"example.com"}}}, false, ""},
+		{"host network", policy.Spec{Network: policy.Network{Mode: "host"}}, false, "network.mode"},
+		{"root", policy.Spec{Root: "/srv/rootfs"}, false, "root"},
+		{"allow_write", policy.Spec{Filesystem: policy.Filesystem{AllowWrite: []string{"/srv"}}}, false, "allow_write"},
+		{"allow_read", policy.Spec{Filesystem: policy.Filesystem{AllowRead: []string{"/root/.ssh"}}}, false, "allow_read"},
+		{"no default denies", policy.Spec{Filesystem: policy.Filesystem{NoDefaultDenies: true}}, false, "no_default_denies"},
+		{"best effort", policy.Spec{BestEffort: true}, false, "best_effort"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := clonePolicy(tc.spec)
@@ -134,7 +138,7 @@ func TestServePolicy(t *testing.T) {
 			if err := s.Normalize("/w", ""); err != nil {
 				t.Fatal(err)
 			}
-			err := servePolicy(s)
+			err := servePolicy(s, tc.noInternet)
 			switch {
 			case tc.want == "" && err != nil:
 				t.Errorf("refused: %v", err)

@@ -54,6 +54,9 @@ type Handler struct {
 	log   *slog.Logger
 	mux   *http.ServeMux
 	audit *audit.Log // nil: no auditing
+	// noInternet: the daemon gives sandboxes no access to every host
+	// (WithoutInternet).
+	noInternet bool
 
 	// setup prepares a new sandbox for E2B's SDKs (setupUser; tests
 	// replace it when their sandboxes are not isolated).
@@ -63,8 +66,16 @@ type Handler struct {
 	records map[string]*record // by sandbox id
 }
 
+// WithoutInternet makes the handler map E2B's default network (the
+// internet) to none, and refuse requests for the internet, for a daemon
+// whose sandboxes reach only the hosts they name (hutch serve
+// --no-internet).
+func WithoutInternet() Option {
+	return func(h *Handler) { h.noInternet = true }
+}
+
 // New returns the handler of E2B's REST API over m, configured by opts
-// (WithAudit).
+// (WithAudit, WithoutInternet).
 func New(m Manager, log *slog.Logger, opts ...Option) *Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hutch-sandbox/hutch/internal/policy"
 )
 
 func body(t *testing.T, s string) CreateBody {
@@ -22,7 +24,7 @@ func body(t *testing.T, s string) CreateBody {
 }
 
 func TestCreateRequest(t *testing.T) {
-	req, err := createRequest(body(t, `{"templateID":"base","timeout":90,"metadata":{"k":"v"},"envVars":{"A":"1"},"secure":true,"autoPause":false}`))
+	req, err := createRequest(body(t, `{"templateID":"base","timeout":90,"metadata":{"k":"v"},"envVars":{"A":"1"},"secure":true,"autoPause":false}`), true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,13 +37,13 @@ func TestCreateRequest(t *testing.T) {
 		t.Errorf("policy %+v", req.Policy)
 	}
 	for _, in := range []string{`{"allow_internet_access":true}`, `{"network":{"allowOut":["0.0.0.0/0"],"denyOut":["evil.example"]}}`} {
-		req, err := createRequest(body(t, in))
+		req, err := createRequest(body(t, in), true)
 		if nw := req.Policy.Network; err != nil || nw.Mode != "proxy" || !slices.Equal(nw.AllowedDomains, []string{"*"}) {
 			t.Errorf("createRequest(%s) = %+v, %v; want the internet", in, nw, err)
 		}
 	}
 
-	req, err = createRequest(body(t, `{"templateID":"base","network":{"allowOut":["example.com","*.npmjs.org","10.1.0.0/16"],"denyOut":["0.0.0.0/0","bad.example.com"]}}`))
+	req, err = createRequest(body(t, `{"templateID":"base","network":{"allowOut":["example.com","*.npmjs.org","10.1.0.0/16"],"denyOut":["0.0.0.0/0","bad.example.com"]}}`), true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,9 +64,31 @@ func TestCreateRequest(t *testing.T) {
 		`{"allow_internet_access":false,"network":{"allowOut":["a.b"]}}`: "both offline",
 		`{"timeout":-1}`:                                                 "out of range",
 	} {
-		_, err := createRequest(body(t, in))
+		_, err := createRequest(body(t, in), true)
 		if err == nil || !strings.Contains(err.Error(), want) || classify(err) != http.StatusBadRequest {
 			t.Errorf("createRequest(%s) = %v (status %d), want 400 naming %q", in, err, classify(err), want)
+		}
+	}
+}
+
+// TestNoInternet: for a daemon that gives no internet (hutch serve
+// --no-internet), E2B's default network is none, named hosts still work,
+// and asking for the internet is refused, naming the flag.
+func TestNoInternet(t *testing.T) {
+	for in, want := range map[string]policy.Network{
+		`{}`:                              {Mode: "none"},
+		`{"allow_internet_access":false}`: {Mode: "none"},
+		`{"network":{"allowOut":["example.com"]}}`: {Mode: "proxy", AllowedDomains: []string{"example.com"}},
+	} {
+		req, err := createRequest(body(t, in), false)
+		if nw := req.Policy.Network; err != nil || nw.Mode != want.Mode || !slices.Equal(nw.AllowedDomains, want.AllowedDomains) {
+			t.Errorf("createRequest(%s) = %+v, %v; want %+v", in, nw, err, want)
+		}
+	}
+	for _, in := range []string{`{"allow_internet_access":true}`, `{"network":{"allowOut":["0.0.0.0/0"]}}`, `{"network":{"allowOut":["a.example","*"]}}`} {
+		_, err := createRequest(body(t, in), false)
+		if err == nil || !strings.Contains(err.Error(), "--no-internet") || classify(err) != http.StatusBadRequest {
+			t.Errorf("createRequest(%s) = %v (status %d), want 400 naming --no-internet", in, err, classify(err))
 		}
 	}
 }

@@ -193,7 +193,7 @@ func seconds(field string, s *int64) (time.Duration, error) {
 
 // createRequest checks a create body and turns it into the manager's
 // request.
-func createRequest(b CreateBody) (daemon.CreateRequest, error) {
+func createRequest(b CreateBody, internet bool) (daemon.CreateRequest, error) {
 	var req daemon.CreateRequest
 	var unsupported []string
 	if b.AutoPause != nil && *b.AutoPause {
@@ -235,7 +235,7 @@ func createRequest(b CreateBody) (daemon.CreateRequest, error) {
 	}
 	spec := policy.Spec{}
 	spec.Filesystem.Workspace = Workspace
-	if spec.Network, err = network(b.AllowInternetAccess, b.Network); err != nil {
+	if spec.Network, err = network(b.AllowInternetAccess, b.Network, internet); err != nil {
 		return req, err
 	}
 	if err := checkMetadata(b.Metadata); err != nil {
@@ -311,8 +311,10 @@ func present(raw json.RawMessage) bool {
 // denyOut takes host names out (an address range can be taken out only of
 // an explicit allowOut, where it is out anyway unless listed); denying
 // all traffic without allowOut, or allow_internet_access false, leaves the
-// sandbox offline.
-func network(internet *bool, n *networkBody) (policy.Network, error) {
+// sandbox offline. A daemon that offers no internet (offered false, hutch
+// serve --no-internet) leaves a sandbox without allowOut offline, and
+// refuses to be asked for the internet.
+func network(internet *bool, n *networkBody, offered bool) (policy.Network, error) {
 	var nw policy.Network
 	var allowOut, denyOut []string
 	if n != nil {
@@ -326,6 +328,14 @@ func network(internet *bool, n *networkBody) (policy.Network, error) {
 		return nw, nil
 	}
 	everything := func(a string) bool { return a == allTraffic || a == "*" }
+	if !offered {
+		if internet != nil && *internet && len(allowOut) == 0 {
+			return nw, errorf(errUnsupported, "allow_internet_access true: this hutch serve gives sandboxes no internet access (--no-internet); list the hosts the sandbox may reach in network.allowOut")
+		}
+		if i := slices.IndexFunc(allowOut, everything); i >= 0 {
+			return nw, errorf(errUnsupported, "network.allowOut %q: this hutch serve gives sandboxes no internet access (--no-internet); list the hosts", allowOut[i])
+		}
+	}
 	for _, a := range allowOut {
 		switch {
 		case everything(a):
@@ -336,7 +346,7 @@ func network(internet *bool, n *networkBody) (policy.Network, error) {
 			nw.AllowedDomains = append(nw.AllowedDomains, a)
 		}
 	}
-	if len(allowOut) == 0 && !slices.ContainsFunc(denyOut, everything) {
+	if len(allowOut) == 0 && offered && !slices.ContainsFunc(denyOut, everything) {
 		nw.AllowedDomains = []string{"*"}
 	}
 	open := slices.Contains(nw.AllowedDomains, "*")
@@ -376,7 +386,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, tenant string) 
 	if err := decode(w, r, &b, false); err != nil {
 		return err
 	}
-	req, err := createRequest(b)
+	req, err := createRequest(b, !h.noInternet)
 	if err != nil {
 		return err
 	}
