@@ -17,7 +17,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -31,24 +30,6 @@ import (
 // The tests in this file start `hutch serve` and drive it with the client
 // commands (create, exec, cp, ls, rm, token create) as a user would.
 
-// lockedBuffer is a buffer written by a process and read by the test.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // daemonProc is a `hutch serve` the test started.
 type daemonProc struct {
 	cmd      *exec.Cmd
@@ -56,7 +37,7 @@ type daemonProc struct {
 	stateDir string
 	sock     string // HUTCH_HOST for the admin
 	tcp      string // http://127.0.0.1:PORT
-	log      *lockedBuffer
+	log      *testutil.Buffer
 	exited   chan struct{}
 	waitErr  error
 }
@@ -84,7 +65,7 @@ func startDaemon(t *testing.T) *daemonProc {
 // to listen.
 func (d *daemonProc) start(t *testing.T) {
 	t.Helper()
-	d.log, d.exited, d.tcp = &lockedBuffer{}, make(chan struct{}), ""
+	d.log, d.exited, d.tcp = &testutil.Buffer{}, make(chan struct{}), ""
 	d.cmd = exec.Command(testutil.Hutch(t), "serve", "--socket", d.sock, "--state-dir", d.stateDir, "--listen", "127.0.0.1:0", "--warm", "2")
 	d.cmd.Env = baseEnv(d.base)
 	d.cmd.Dir = d.base

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -18,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hutch-sandbox/hutch/internal/testutil"
 	"golang.org/x/sys/unix"
 )
 
@@ -49,24 +49,6 @@ func agentChild() int {
 	return 0
 }
 
-// lockedBuffer is a bytes.Buffer safe for concurrent use.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // childAgent is the test binary re-executed as an agent with PID1 set.
 type childAgent struct {
 	c   *Client
@@ -84,7 +66,7 @@ func startChildAgent(t testing.TB) *childAgent {
 	// GORACE: a binary built with -race otherwise lingers a second at exit.
 	cmd.Env = append(os.Environ(), childEnv+"=1", strings.TrimSpace("GORACE="+os.Getenv("GORACE")+" atexit_sleep_ms=0"))
 	cmd.ExtraFiles = []*os.File{theirs}
-	stderr := &lockedBuffer{}
+	stderr := &testutil.Buffer{}
 	cmd.Stderr = stderr
 	err = cmd.Start()
 	theirs.Close()

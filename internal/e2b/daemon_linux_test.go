@@ -50,7 +50,7 @@ func newRealFixture(t *testing.T) *realFixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(stateDir) })
-	logs := &lockedBuffer{}
+	logs := &testutil.Buffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	m, err := daemon.New(daemon.Config{
 		StateDir: stateDir, MaxTimeout: realMaxTimeout, DefaultTimeout: 5 * time.Minute, MaxSandboxes: realQuota,

@@ -12,32 +12,14 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/hutch-sandbox/hutch/internal/agent"
 	"github.com/hutch-sandbox/hutch/internal/api/apitest"
 	"github.com/hutch-sandbox/hutch/internal/daemon"
 	"github.com/hutch-sandbox/hutch/internal/store"
+	"github.com/hutch-sandbox/hutch/internal/testutil"
 )
-
-// lockedBuffer is a buffer for a logger that several goroutines use.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // fixture is the E2B front end over apitest's manager, mounted as hutch
 // serve mounts it, with a stand-in for envd that answers the id of the
@@ -46,7 +28,7 @@ type fixture struct {
 	m    *apitest.Manager
 	h    *Handler
 	srv  http.Handler
-	logs *lockedBuffer
+	logs *testutil.Buffer
 	// keys are API keys by tenant.
 	keys map[string]string
 }
@@ -61,7 +43,7 @@ func newFixture(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = m.Close() })
-	logs := &lockedBuffer{}
+	logs := &testutil.Buffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	h := New(m, log)
 	h.setup = func(context.Context, string, string) error { return nil }

@@ -2,7 +2,6 @@ package egress
 
 import (
 	"bufio"
-	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -29,6 +28,7 @@ import (
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/secrets"
+	"github.com/hutch-sandbox/hutch/internal/testutil"
 )
 
 // The tests of secrets (S3) run real TLS on loopback: upstream HTTPS
@@ -202,31 +202,13 @@ func (u *recUpstream) last(t *testing.T) seen {
 	return got[len(got)-1]
 }
 
-// syncBuffer is a buffer for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // secretEnv is a running proxy with secrets.
 type secretEnv struct {
 	*testEnv
 	ca      *secrets.CA
-	caPool  *x509.CertPool // trusts ca only
-	logs    *syncBuffer    // everything the proxy logged
-	report  *syncBuffer    // every event as JSON
+	caPool  *x509.CertPool   // trusts ca only
+	logs    *testutil.Buffer // everything the proxy logged
+	report  *testutil.Buffer // every event as JSON
 	secrets []*secrets.Secret
 }
 
@@ -264,7 +246,7 @@ func startSecretProxy(t *testing.T, cfg Config, roots *x509.CertPool) *secretEnv
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := &secretEnv{ca: ca, caPool: x509.NewCertPool(), logs: &syncBuffer{}, report: &syncBuffer{}, secrets: cfg.Secrets}
+	env := &secretEnv{ca: ca, caPool: x509.NewCertPool(), logs: &testutil.Buffer{}, report: &testutil.Buffer{}, secrets: cfg.Secrets}
 	env.caPool.AddCert(ca.Certificate())
 	env.testEnv = &testEnv{t: t, rec: NewRecorder(env.report), accepted: new(atomic.Int32), serveErrs: make(chan error, 2)}
 	env.p = &Proxy{

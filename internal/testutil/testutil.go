@@ -5,6 +5,7 @@
 package testutil
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
@@ -117,4 +118,25 @@ func Eventually(d time.Duration, cond func() bool) bool {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// Buffer is a bytes.Buffer safe for concurrent use: written by a process
+// or a logger while the test reads it.
+type Buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+// Write appends p.
+func (b *Buffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+// String returns what was written so far.
+func (b *Buffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
