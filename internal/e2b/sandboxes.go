@@ -64,14 +64,15 @@ const allTraffic = "0.0.0.0/0"
 //     128 KiB in all; names without '=', NUL or control characters,
 //     values without NUL).
 //   - allow_internet_access false: network mode "none" (loopback only).
-//   - network.allowOut: the hosts (domains, "*.domain", IP addresses) and
-//     CIDRs the sandbox reaches through hutch's egress proxy (network mode
-//     "proxy"); network.denyOut: hosts never reached (deny wins).
-//     "0.0.0.0/0" in denyOut says what hutch does anyway: everything not
-//     allowed is denied.
-//   - hutch has no unrestricted internet access (its egress is allow-list
-//     based): without allowOut a sandbox is offline, and
-//     allow_internet_access true without allowOut is refused.
+//   - without network.allowOut (E2B's default, or allow_internet_access
+//     true): the internet — every public host on ports 80 and 443 through
+//     hutch's egress proxy, which still refuses loopback, private and
+//     metadata addresses (none at all for a handler WithoutInternet).
+//   - network.allowOut: only those hosts (domains, "*.domain", IP
+//     addresses) and CIDRs ("0.0.0.0/0" or "*": the internet again);
+//     network.denyOut: host names never reached (deny wins); "0.0.0.0/0"
+//     there without allowOut leaves the sandbox offline, another CIDR while
+//     the internet is allowed is refused.
 //   - secure: accepted either way; envd always needs the access token.
 //   - autoPause, autoResume, mcp, volumeMounts, iam, network.rules,
 //     network.egressProxy, network.maskRequestHost,
