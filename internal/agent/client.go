@@ -238,9 +238,7 @@ func (c *Client) dispatch(f frame) error {
 			if !knownCode(r.Error.Code) {
 				return fmt.Errorf("%w: response to request %d: unknown error code %.40q", ErrProtocol, f.id, r.Error.Code)
 			}
-			if len(r.Error.Message) > maxMessage {
-				r.Error.Message = strings.ToValidUTF8(r.Error.Message[:maxMessage], "") + "…"
-			}
+			r.Error.Message = truncMessage(r.Error.Message)
 		}
 		k := c.lookup(f.id)
 		if k == nil {

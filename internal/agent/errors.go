@@ -126,6 +126,14 @@ func codeOf(err error) string {
 	return CodeInternal
 }
 
+// truncMessage cuts an error message to maxMessage bytes, marking the cut.
+func truncMessage(m string) string {
+	if len(m) <= maxMessage {
+		return m
+	}
+	return strings.ToValidUTF8(m[:maxMessage], "") + "…"
+}
+
 // within puts what (an operation and its path) before err's message.
 func within(what string, err error) *Error {
 	e := toError(err)

@@ -494,7 +494,7 @@ func lookPath(cmd string, env []string, dir string) (string, error) {
 		if err != nil || fi.IsDir() {
 			continue
 		}
-		if executable(p) == nil {
+		if mayExec(p) == nil {
 			return p, nil
 		}
 		denied = true
@@ -514,6 +514,11 @@ func executable(p string) error {
 	if fi.IsDir() {
 		return syscall.EISDIR
 	}
+	return mayExec(p)
+}
+
+// mayExec checks that the agent may execute p, which exists.
+func mayExec(p string) error {
 	return unix.Faccessat(unix.AT_FDCWD, p, unix.X_OK, unix.AT_EACCESS)
 }
 

@@ -405,22 +405,12 @@ func TestFlowControl(t *testing.T) {
 	}
 	time.Sleep(300 * time.Millisecond) // nobody reads
 	check(0)
-	buf := make([]byte, 16<<10)
-	var consumed int64
-	for i := 0; ; i++ {
-		n, err := p.Stdout.Read(buf)
-		consumed += int64(n)
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	consumed := drainSlowly(t, p.Stdout, 16<<10, func(i int, consumed int64) {
 		if consumed < 4<<20 && i%16 == 0 {
 			time.Sleep(time.Millisecond) // slow at first
 			check(consumed)
 		}
-	}
+	})
 	check(consumed)
 	if consumed != total {
 		t.Errorf("read %d bytes, want %d", consumed, total)

@@ -28,35 +28,21 @@ func (c *credit) add(n int) {
 }
 
 // wait blocks until some bytes may be sent and returns how many.
-func (c *credit) wait(ctx context.Context) (int, error) {
-	for {
-		c.mu.Lock()
-		n := c.avail
-		c.mu.Unlock()
-		if n > 0 {
-			return n, nil
-		}
-		select {
-		case <-c.wake:
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		}
-	}
-}
+func (c *credit) wait(ctx context.Context) (int, error) { return c.waitFor(ctx, 1) }
 
-// waitFor blocks until n bytes may be sent.
-func (c *credit) waitFor(ctx context.Context, n int) error {
+// waitFor blocks until n bytes may be sent and returns how many may.
+func (c *credit) waitFor(ctx context.Context, n int) (int, error) {
 	for {
 		c.mu.Lock()
 		avail := c.avail
 		c.mu.Unlock()
 		if avail >= n {
-			return nil
+			return avail, nil
 		}
 		select {
 		case <-c.wake:
 		case <-ctx.Done():
-			return ctx.Err()
+			return 0, ctx.Err()
 		}
 	}
 }

@@ -174,3 +174,23 @@ func agentError(t testing.TB, err error, code string) *Error {
 	}
 	return e
 }
+
+// drainSlowly reads r to its end in reads of at most size bytes, calling
+// each after every read with its index and the bytes read so far (to pace
+// the reader), and returns the number of bytes read.
+func drainSlowly(t testing.TB, r io.Reader, size int, each func(i int, n int64)) int64 {
+	t.Helper()
+	buf := make([]byte, size)
+	var n int64
+	for i := 0; ; i++ {
+		k, err := r.Read(buf)
+		n += int64(k)
+		if err == io.EOF {
+			return n
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		each(i, n)
+	}
+}

@@ -259,21 +259,11 @@ func TestPID1BoundedMemory(t *testing.T) {
 	}
 	time.Sleep(500 * time.Millisecond) // a reader that does not read at all
 	stalled := memory(t, a.pid, "VmRSS")
-	buf := make([]byte, 32<<10)
-	var n int64
-	for i := 0; ; i++ {
-		k, err := p.Stdout.Read(buf)
-		n += int64(k)
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	n := drainSlowly(t, p.Stdout, 32<<10, func(i int, _ int64) {
 		if i%64 == 0 {
 			time.Sleep(time.Millisecond) // slow
 		}
-	}
+	})
 	if st, err := p.Wait(); err != nil || st.Code != 0 || n != total {
 		t.Fatalf("head: %d bytes, %+v, %v", n, st, err)
 	}

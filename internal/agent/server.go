@@ -10,7 +10,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -358,10 +357,7 @@ func (s *server) reply(id uint32, resp response, err error) {
 
 func (s *server) replyErr(id uint32, err error) {
 	e := toError(err)
-	if len(e.Message) > maxMessage {
-		e = &Error{Code: e.Code, Message: strings.ToValidUTF8(e.Message[:maxMessage], "") + "…"}
-	}
-	_ = s.sendJSON(frameResponse, id, response{Error: e})
+	_ = s.sendJSON(frameResponse, id, response{Error: &Error{Code: e.Code, Message: truncMessage(e.Message)}})
 }
 
 // batcher sends the items of a list or ps result in entries frames.

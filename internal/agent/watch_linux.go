@@ -111,7 +111,7 @@ func (w *watcher) run() error {
 	for {
 		// Read only with room for a full frame of events: a client that
 		// reads no events lets the kernel's queue fill up (and overflow).
-		if err := w.r.out[streamOut].waitFor(w.r.ctx, entriesBatch); err != nil {
+		if _, err := w.r.out[streamOut].waitFor(w.r.ctx, entriesBatch); err != nil {
 			return nil
 		}
 		n, err := w.f.Read(buf)
@@ -344,7 +344,7 @@ func (w *watcher) flush() error {
 	}
 	w.batch = append(w.batch, ']')
 	cr := w.r.out[streamOut]
-	if err := cr.waitFor(w.r.ctx, len(w.batch)); err != nil {
+	if _, err := cr.waitFor(w.r.ctx, len(w.batch)); err != nil {
 		return err
 	}
 	cr.spend(len(w.batch))

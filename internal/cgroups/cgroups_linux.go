@@ -114,8 +114,8 @@ func CreateAlways(name string, l Limits) (*Group, error) {
 }
 
 func create(name string, l Limits) (*Group, error) {
-	if name == "" || name == "." || name == ".." || name == supervisor || strings.ContainsAny(name, "/\n\x00") {
-		return nil, fmt.Errorf("cgroups: invalid group name %q", name)
+	if err := checkName(name); err != nil {
+		return nil, err
 	}
 	info, err := layout()
 	if err != nil {
@@ -131,6 +131,14 @@ func create(name string, l Limits) (*Group, error) {
 		return nil, err
 	}
 	return g, nil
+}
+
+// checkName refuses a group name that is not one directory of its own.
+func checkName(name string) error {
+	if name == "" || name == "." || name == ".." || name == supervisor || strings.ContainsAny(name, "/\n\x00") {
+		return fmt.Errorf("cgroups: invalid group name %q", name)
+	}
+	return nil
 }
 
 func (g *Group) make(info Info, name string, l Limits, parts []part) error {
@@ -339,7 +347,7 @@ func (g *Group) killAll() error {
 }
 
 // thawAll thaws the group's freezer and any v1 freezer directory of the
-// group (a Group from OfProcess may have both).
+// group (a Group from Named may have both).
 func (g *Group) thawAll() error {
 	err := g.setFrozen(false)
 	for _, d := range g.dirs {
@@ -609,8 +617,8 @@ func classify(err error) error {
 // left in it, frozen or not, and removes it. A name without directories
 // gives a Group whose methods do nothing.
 func Named(name string) (*Group, error) {
-	if name == "" || name == "." || name == ".." || name == supervisor || strings.ContainsAny(name, "/\n\x00") {
-		return nil, fmt.Errorf("cgroups: invalid group name %q", name)
+	if err := checkName(name); err != nil {
+		return nil, err
 	}
 	info, err := layout()
 	if err != nil {

@@ -101,46 +101,32 @@ func (m *Manager) Create(ctx context.Context, tenant string, r CreateRequest) (I
 		}
 	}
 
-	id := newID()
-	dir := filepath.Join(m.sbRoot, id)
-	spec, timeout, err := m.prepare(r, dir, workspaceOf(r.Policy))
+	spec, timeout, err := m.prepare(r, workspaceOf(r.Policy))
 	if err != nil {
-		os.RemoveAll(dir)
 		return Info{}, err
 	}
 	sec, err := loadSecrets(spec, r.Secrets)
 	if err != nil {
-		os.RemoveAll(dir)
 		return Info{}, err
 	}
 	env, err := sec.env(environ(spec.Env, r.Env))
 	if err != nil {
-		os.RemoveAll(dir)
 		return Info{}, err
-	}
-	specJSON, err := json.Marshal(spec)
-	if err != nil {
-		os.RemoveAll(dir)
-		return Info{}, fmt.Errorf("create sandbox: encode policy: %w", err)
 	}
 
 	now := time.Now()
 	row := store.Sandbox{
-		ID:          id,
 		Tenant:      tenant,
-		State:       store.StateStarting,
 		Labels:      r.Labels,
-		Spec:        specJSON,
 		Created:     now,
 		Expires:     now.Add(timeout),
 		LastActive:  now,
 		IdleTimeout: r.IdleTimeout,
-		Dir:         dir,
 	}
-	if err := m.insert(ctx, row, spec.Resources.MemoryBytes); err != nil {
-		os.RemoveAll(dir)
+	if err := m.record(ctx, &row, spec); err != nil {
 		return Info{}, err
 	}
+	id, dir := row.ID, row.Dir
 	log := m.log.With("sandbox", id, "tenant", tenant)
 	ev := m.newEvents(tenant, id)
 	ev.append(EventCreated, map[string]any{"expires": row.Expires}, false)
@@ -150,29 +136,12 @@ func (m *Manager) Create(ctx context.Context, tenant string, r CreateRequest) (I
 		m.abandon(id, dir, log, ev, err)
 		return Info{}, fmt.Errorf("create sandbox %s: %w", id, err)
 	}
-	l.tenant = tenant
-	l.idle = r.IdleTimeout
-	l.expires = row.Expires
-	l.lastActive.Store(now.UnixNano())
-	l.flushed, l.flushedAt = now.UnixNano(), now
-	m.mu.Lock()
-	if m.closed {
-		m.mu.Unlock()
+	if err := m.adopt(l, tenant, r.IdleTimeout, now, row.Expires); err != nil {
 		l.close(log)
-		m.abandon(id, dir, log, ev, errClosed())
-		return Info{}, fmt.Errorf("create sandbox %s: %w", id, errClosed())
+		m.abandon(id, dir, log, ev, err)
+		return Info{}, fmt.Errorf("create sandbox %s: %w", id, err)
 	}
-	m.live[id] = l
-	m.mu.Unlock()
-	go m.watch(l)
-
-	sb, err := m.st.UpdateSandbox(context.Background(), id, func(sb *store.Sandbox) error {
-		if sb.State != store.StateStarting {
-			return fmt.Errorf("it is %s", sb.State)
-		}
-		sb.State = store.StateRunning
-		return nil
-	})
+	sb, err := m.markRunning(id)
 	if err != nil {
 		<-m.end(l, "", "recording it failed")
 		return Info{}, fmt.Errorf("create sandbox %s: %w", id, err)
@@ -279,17 +248,81 @@ func (m *Manager) abandon(id, dir string, log *slog.Logger, ev *eventLog, err er
 	m.endEvents(id, ev, "it failed to start")
 }
 
-// insert records a new sandbox, within tenant's quota.
-func (m *Manager) insert(ctx context.Context, row store.Sandbox, memory int64) error {
-	m.quotaMu.Lock()
-	defer m.quotaMu.Unlock()
-	if err := m.quota(ctx, row.Tenant, memory); err != nil {
-		return err
+// adopt makes l, just started or taken from the warm pool, tenant's
+// sandbox — active at now, expiring at expires, with idle timeout idle —
+// and watches it; it fails, leaving l to the caller, once the manager is
+// closed.
+func (m *Manager) adopt(l *live, tenant string, idle time.Duration, now, expires time.Time) error {
+	l.tenant = tenant
+	l.idle = idle
+	l.expires = expires
+	l.lastActive.Store(now.UnixNano())
+	l.flushed, l.flushedAt = now.UnixNano(), now
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return errClosed()
 	}
-	if err := m.st.InsertSandbox(ctx, row); err != nil {
+	m.live[l.id] = l
+	m.mu.Unlock()
+	go m.watch(l)
+	return nil
+}
+
+// markRunning records sandbox id, which was starting, as running.
+func (m *Manager) markRunning(id string) (store.Sandbox, error) {
+	return m.st.UpdateSandbox(context.Background(), id, func(sb *store.Sandbox) error {
+		if sb.State != store.StateStarting {
+			return fmt.Errorf("it is %s", sb.State)
+		}
+		sb.State = store.StateRunning
+		return nil
+	})
+}
+
+// record completes row, the record of a new sandbox of spec — its ID, its
+// directory (made here), its state (starting) and its policy — and inserts
+// it; a tenant's within its quota, a warm one's (warmTenant) without.
+func (m *Manager) record(ctx context.Context, row *store.Sandbox, spec policy.Spec) error {
+	specJSON, err := json.Marshal(spec)
+	if err != nil {
+		return fmt.Errorf("create sandbox: encode policy: %w", err)
+	}
+	row.ID = newID()
+	row.Dir = filepath.Join(m.sbRoot, row.ID)
+	row.State = store.StateStarting
+	row.Spec = specJSON
+	if err := os.Mkdir(row.Dir, 0o700); err != nil {
 		return fmt.Errorf("create sandbox: %w", err)
 	}
-	return nil
+	insert := func() error {
+		if err := m.st.InsertSandbox(ctx, *row); err != nil {
+			return fmt.Errorf("create sandbox: %w", err)
+		}
+		return nil
+	}
+	if row.Tenant == warmTenant {
+		err = insert()
+	} else {
+		err = m.withQuota(ctx, row.Tenant, spec.Resources.MemoryBytes, insert)
+	}
+	if err != nil {
+		os.RemoveAll(row.Dir)
+	}
+	return err
+}
+
+// withQuota runs add, which records a new sandbox of tenant with a memory
+// limit of memory bytes, if the tenant's quota allows it: the check and
+// the new record are one step, so that concurrent creates cannot overrun
+// the quota.
+func (m *Manager) withQuota(ctx context.Context, tenant string, memory int64, add func() error) error {
+	m.quotaMu.Lock()
+	defer m.quotaMu.Unlock()
+	if err := m.quota(ctx, tenant, memory); err != nil {
+		return err
+	}
+	return add()
 }
 
 // quota checks, under quotaMu, that tenant may have one more sandbox, with
@@ -319,10 +352,10 @@ func (m *Manager) quota(ctx context.Context, tenant string, memory int64) error 
 	return nil
 }
 
-// prepare makes the sandbox's directory and returns its policy, whose
-// workspace is ws (a directory of the sandbox's writable root, made there
-// when it starts), and its lifetime.
-func (m *Manager) prepare(r CreateRequest, dir, ws string) (policy.Spec, time.Duration, error) {
+// prepare returns the policy of a new sandbox for r, whose workspace is ws
+// (a directory of the sandbox's writable root, made there when it starts),
+// and its lifetime.
+func (m *Manager) prepare(r CreateRequest, ws string) (policy.Spec, time.Duration, error) {
 	spec := clonePolicy(r.Policy)
 	spec.Filesystem.Workspace = ws
 	if err := spec.Normalize(ws, ""); err != nil {
@@ -357,9 +390,6 @@ func (m *Manager) prepare(r CreateRequest, dir, ws string) (policy.Spec, time.Du
 		return spec, 0, invalid("create sandbox: policy: filesystem.workspace: must be an absolute path, got %q", ws)
 	case policy.SystemDir(ws):
 		return spec, 0, invalid("create sandbox: policy: filesystem.workspace: %q is a system directory", ws)
-	}
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		return spec, 0, fmt.Errorf("create sandbox: %w", err)
 	}
 	return spec, timeout, nil
 }
@@ -510,9 +540,14 @@ func environ(e policy.Env, extra map[string]string) []string {
 	if _, ok := vars["PATH"]; !ok {
 		vars["PATH"] = defaultPath
 	}
-	out := make([]string, 0, len(vars))
-	for _, name := range slices.Sorted(maps.Keys(vars)) {
-		out = append(out, name+"="+vars[name])
+	return envEntries(vars)
+}
+
+// envEntries turns env into NAME=VALUE entries, sorted by name.
+func envEntries(env map[string]string) []string {
+	out := make([]string, 0, len(env))
+	for _, name := range slices.Sorted(maps.Keys(env)) {
+		out = append(out, name+"="+env[name])
 	}
 	return out
 }

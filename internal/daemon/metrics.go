@@ -52,17 +52,9 @@ func (m *Manager) Counts(ctx context.Context) (map[string]int, error) {
 		return nil, err
 	}
 	defer m.leave()
-	out := make(map[string]int, len(CountedStates))
-	for _, state := range CountedStates {
-		list, err := m.st.ListSandboxes(ctx, store.Filter{State: state})
-		if err != nil {
-			return nil, fmt.Errorf("count sandboxes: %w", err)
-		}
-		for _, sb := range list {
-			if sb.Tenant != warmTenant { // counted by WarmSandboxes
-				out[state]++
-			}
-		}
+	out, err := m.st.CountStates(ctx, warmTenant) // warm ones are counted by WarmSandboxes
+	if err != nil {
+		return nil, fmt.Errorf("count sandboxes: %w", err)
 	}
 	return out, nil
 }

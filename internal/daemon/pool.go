@@ -2,12 +2,9 @@ package daemon
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
-	"os"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"sync"
@@ -209,43 +206,25 @@ func (m *Manager) warmOne() {
 // startWarm starts a sandbox of the default policy for the pool: the same
 // preparation and start as Create's, recorded under warmTenant.
 func (m *Manager) startWarm(ctx context.Context) (*live, error) {
-	id := newID()
-	dir := filepath.Join(m.sbRoot, id)
-	spec, _, err := m.prepare(CreateRequest{}, dir, workspaceOf(policy.Spec{}))
+	spec, _, err := m.prepare(CreateRequest{}, workspaceOf(policy.Spec{}))
 	if err != nil {
-		os.RemoveAll(dir)
 		return nil, err
 	}
-	specJSON, err := json.Marshal(spec)
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("warm sandbox: encode policy: %w", err)
-	}
 	now := time.Now()
-	if err := m.st.InsertSandbox(ctx, store.Sandbox{
-		ID:         id,
-		Tenant:     warmTenant,
-		State:      store.StateStarting,
-		Spec:       specJSON,
-		Created:    now,
-		LastActive: now,
-		Dir:        dir,
-	}); err != nil {
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("warm sandbox: %w", err)
+	row := store.Sandbox{Tenant: warmTenant, Created: now, LastActive: now}
+	if err := m.record(ctx, &row, spec); err != nil {
+		return nil, err
 	}
+	id, dir := row.ID, row.Dir
 	log := m.log.With("sandbox", id, "tenant", warmTenant)
 	l, err := m.launch(ctx, id, dir, spec, environ(spec.Env, nil), nil, log, nil)
-	if err != nil {
-		m.abandon(id, dir, log, nil, err)
-		return nil, fmt.Errorf("warm sandbox %s: %w", id, err)
+	if err == nil {
+		l.tenant = warmTenant
+		if _, err = m.markRunning(id); err != nil {
+			l.close(log)
+		}
 	}
-	l.tenant = warmTenant
-	if _, err := m.st.UpdateSandbox(context.Background(), id, func(sb *store.Sandbox) error {
-		sb.State = store.StateRunning
-		return nil
-	}); err != nil {
-		l.close(log)
+	if err != nil {
 		m.abandon(id, dir, log, nil, err)
 		return nil, fmt.Errorf("warm sandbox %s: %w", id, err)
 	}
@@ -381,13 +360,26 @@ func defaultPolicy(p policy.Spec) bool {
 	if workspaceOf(p) != ws {
 		return false
 	}
-	got, want := clonePolicy(p), policy.Spec{}
-	got.Filesystem.Workspace, want.Filesystem.Workspace = ws, ws
-	if got.Normalize(ws, "") != nil || want.Normalize(ws, "") != nil {
+	want, ok := normalDefault()
+	got := clonePolicy(p)
+	got.Filesystem.Workspace = ws
+	if !ok || got.Normalize(ws, "") != nil {
 		return false
 	}
-	return reflect.DeepEqual(compactPolicy(got), compactPolicy(want))
+	return reflect.DeepEqual(compactPolicy(got), want)
 }
+
+// normalDefault is the default policy normalized and compacted, as
+// defaultPolicy compares it; ok is false if it does not normalize.
+var normalDefault = sync.OnceValues(func() (policy.Spec, bool) {
+	ws := workspaceOf(policy.Spec{})
+	p := policy.Spec{}
+	p.Filesystem.Workspace = ws
+	if p.Normalize(ws, "") != nil {
+		return p, false
+	}
+	return compactPolicy(p), true
+})
 
 // compactPolicy makes p's empty lists and maps nil, so that a policy that
 // spells them [] or {} compares equal to one that leaves them out.
@@ -423,57 +415,53 @@ func (m *Manager) takeWarm(ctx context.Context, tenant string, r CreateRequest) 
 	if err != nil {
 		return Info{}, true, err
 	}
-	// The quota check and the new record are one step, as in insert.
-	m.quotaMu.Lock()
-	if err := m.quota(ctx, tenant, m.cfg.DefaultMemory); err != nil {
-		m.quotaMu.Unlock()
-		return Info{}, true, err
+	if m.pool.readyCount() == 0 {
+		return Info{}, false, nil // no need to check the quota twice
 	}
-	l := m.take()
-	if l == nil {
-		m.quotaMu.Unlock()
-		return Info{}, false, nil
-	}
-	// From here on the sandbox is this call's: nothing may cancel the
-	// store's updates halfway.
-	id := l.id
-	log := m.log.With("sandbox", id, "tenant", tenant)
-	now := time.Now()
-	row, err := m.reassign(id, func(sb *store.Sandbox) {
-		sb.Tenant = tenant
-		sb.State = store.StateRunning
-		sb.Labels = maps.Clone(r.Labels)
-		sb.Created = now
-		sb.Expires = now.Add(timeout)
-		sb.LastActive = now
-		sb.IdleTimeout = r.IdleTimeout
+	var (
+		l   *live
+		row store.Sandbox
+		now time.Time
+	)
+	err = m.withQuota(ctx, tenant, m.cfg.DefaultMemory, func() error {
+		if l = m.take(); l == nil {
+			return nil
+		}
+		// From here on the sandbox is this call's: nothing may cancel
+		// the store's updates halfway.
+		now = time.Now()
+		var err error
+		row, err = m.reassign(l.id, func(sb *store.Sandbox) {
+			sb.Tenant = tenant
+			sb.State = store.StateRunning
+			sb.Labels = maps.Clone(r.Labels)
+			sb.Created = now
+			sb.Expires = now.Add(timeout)
+			sb.LastActive = now
+			sb.IdleTimeout = r.IdleTimeout
+		})
+		return err
 	})
-	m.quotaMu.Unlock()
+	if l == nil { // the quota refused, or the pool was empty
+		return Info{}, err != nil, err
+	}
 	if err != nil {
 		<-m.end(l, "", "recording it failed")
-		return Info{}, true, fmt.Errorf("create sandbox %s: %w", id, err)
+		return Info{}, true, fmt.Errorf("create sandbox %s: %w", l.id, err)
 	}
 	m.pool.took.Add(1)
 
-	l.tenant = tenant
-	l.idle = r.IdleTimeout
-	l.expires = row.Expires
-	l.lastActive.Store(now.UnixNano())
-	l.flushed, l.flushedAt = now.UnixNano(), now
+	id := l.id
+	log := m.log.With("sandbox", id, "tenant", tenant)
 	if len(r.Env) > 0 {
 		l.client.SetEnv(envEntries(r.Env))
 	}
 	l.ev = m.newEvents(tenant, id)
 	l.ev.append(EventCreated, map[string]any{"expires": row.Expires, "warm": true}, false)
-	m.mu.Lock()
-	if m.closed {
-		m.mu.Unlock()
+	if err := m.adopt(l, tenant, r.IdleTimeout, now, row.Expires); err != nil {
 		<-m.end(l, "", "the daemon is shutting down")
-		return Info{}, true, fmt.Errorf("create sandbox %s: %w", id, errClosed())
+		return Info{}, true, fmt.Errorf("create sandbox %s: %w", id, err)
 	}
-	m.live[id] = l
-	m.mu.Unlock()
-	go m.watch(l)
 	l.ev.append(EventStarted, nil, false)
 	log.Info("sandbox started", "pid", l.inst.PID(), "expires", row.Expires, "warm", true, "warm_left", m.pool.readyCount())
 	return infoOf(row), true, nil
@@ -499,13 +487,4 @@ func (m *Manager) reassign(id string, change func(*store.Sandbox)) (store.Sandbo
 		return store.Sandbox{}, err
 	}
 	return m.st.GetSandbox(ctx, sb.Tenant, id)
-}
-
-// envEntries turns env into NAME=VALUE entries, sorted by name.
-func envEntries(env map[string]string) []string {
-	out := make([]string, 0, len(env))
-	for _, name := range slices.Sorted(maps.Keys(env)) {
-		out = append(out, name+"="+env[name])
-	}
-	return out
 }

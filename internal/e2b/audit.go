@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/hutch-sandbox/hutch/internal/api"
 	"github.com/hutch-sandbox/hutch/internal/audit"
 	"github.com/hutch-sandbox/hutch/internal/envd"
 )
@@ -78,36 +79,36 @@ func (h *Handler) appendAudit(e audit.Entry) {
 func auditCode(status int) string {
 	switch status {
 	case http.StatusBadRequest:
-		return "invalid"
+		return api.CodeInvalid
 	case http.StatusUnauthorized:
-		return "unauthorized"
+		return api.CodeUnauthorized
 	case http.StatusNotFound:
-		return "not_found"
+		return api.CodeNotFound
 	case http.StatusConflict:
-		return "conflict"
+		return api.CodeConflict
 	case http.StatusRequestEntityTooLarge:
-		return "too_large"
+		return api.CodeTooLarge
 	case http.StatusTooManyRequests:
-		return "quota"
+		return api.CodeQuota
 	case http.StatusServiceUnavailable:
-		return "unavailable"
+		return api.CodeUnavailable
 	}
-	return "internal"
+	return api.CodeInternal
 }
 
 // envdCodes maps envd's Connect codes onto the error codes of hutch's API.
 var envdCodes = map[string]string{
-	"invalid_argument":    "invalid",
-	"unimplemented":       "invalid",
-	"not_found":           "not_found",
-	"already_exists":      "conflict",
-	"failed_precondition": "conflict",
-	"permission_denied":   "permission_denied",
-	"resource_exhausted":  "too_large",
-	"unauthenticated":     "unauthorized",
-	"unavailable":         "unavailable",
-	"deadline_exceeded":   "unavailable",
-	"canceled":            "unavailable",
+	"invalid_argument":    api.CodeInvalid,
+	"unimplemented":       api.CodeInvalid,
+	"not_found":           api.CodeNotFound,
+	"already_exists":      api.CodeConflict,
+	"failed_precondition": api.CodeConflict,
+	"permission_denied":   api.CodePermissionDenied,
+	"resource_exhausted":  api.CodeTooLarge,
+	"unauthenticated":     api.CodeUnauthorized,
+	"unavailable":         api.CodeUnavailable,
+	"deadline_exceeded":   api.CodeUnavailable,
+	"canceled":            api.CodeUnavailable,
 }
 
 // envdAuditor returns the audit hook of tenant's sandbox id for envd; nil
@@ -125,7 +126,7 @@ func (h *Handler) envdAuditor(tenant, id string) func(envd.Event) {
 		if ev.Error != "" {
 			e.Error = envdCodes[ev.Error]
 			if e.Error == "" {
-				e.Error = "internal"
+				e.Error = api.CodeInternal
 			}
 		}
 		h.appendAudit(e)
@@ -135,5 +136,7 @@ func (h *Handler) envdAuditor(tenant, id string) func(envd.Event) {
 // Envd is s as envd serves it: its calls audited in the handler's audit
 // log, if any.
 func (s Sandbox) Envd() envd.Sandbox {
-	return envd.Sandbox{ID: s.ID, Agent: s.Agent, Touch: s.Touch, Audit: s.audit}
+	// No Touch: the manager recorded the request's activity when Resolve
+	// asked it for the sandbox's agent.
+	return envd.Sandbox{ID: s.ID, Agent: s.Agent, Audit: s.audit}
 }

@@ -255,10 +255,9 @@ func (h *Handler) prune(tenant string, live map[string]bool) {
 type Sandbox struct {
 	// ID is the sandbox's id.
 	ID string
-	// Agent is the client of its agent.
+	// Agent is the client of its agent. Resolve got it from the
+	// manager, which recorded the request as activity in the sandbox.
 	Agent *agent.Client
-	// Touch records activity in the sandbox.
-	Touch func()
 
 	audit func(envd.Event) // see Envd
 }
@@ -311,12 +310,7 @@ func (h *Handler) Resolve(r *http.Request) (Sandbox, error) {
 		}
 		return Sandbox{}, err
 	}
-	touch := func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_, _ = h.m.Agent(ctx, tenant, id)
-	}
-	return Sandbox{ID: id, Agent: c, Touch: touch, audit: h.envdAuditor(tenant, id)}, nil
+	return Sandbox{ID: id, Agent: c, audit: h.envdAuditor(tenant, id)}, nil
 }
 
 // sandboxOfHost is the sandbox id in a host name of E2B's form

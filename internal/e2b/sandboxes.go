@@ -19,6 +19,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/hutch-sandbox/hutch/internal/api"
 	"github.com/hutch-sandbox/hutch/internal/daemon"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/store"
@@ -26,8 +27,8 @@ import (
 
 // Bounds of requests.
 const (
-	// maxBody bounds every JSON request body: 1 MiB.
-	maxBody = 1 << 20
+	// maxBody bounds every JSON request body, as hutch's own API does.
+	maxBody = api.MaxJSONBody
 	// maxPage is the largest (and default) page of a list.
 	maxPage = 100
 )

@@ -182,7 +182,7 @@ func (hc *httpConn) connect(req *http.Request, hostHdr string) {
 	}
 	if s := p.Rules.placeholderInName(name); s != nil {
 		host := strings.ToLower(name)
-		hc.refuse(http.StatusForbidden, p.blockSecret("connect", host, port, s, forbidden{secret: s}.reason(host, port)))
+		hc.refuse(http.StatusForbidden, p.blockSecret("connect", host, port, forbidden{secret: s}))
 		return
 	}
 	v := p.resolve(name, port)
@@ -351,12 +351,12 @@ func (hc *httpConn) secretsOfRequest(req *http.Request, name string, port int) (
 		host = n
 	}
 	if s := p.Rules.placeholderInName(name); s != nil {
-		hc.refuse(http.StatusForbidden, p.blockSecret("http", host, port, s, forbidden{secret: s}.reason(host, port)))
+		hc.refuse(http.StatusForbidden, p.blockSecret("http", host, port, forbidden{secret: s}))
 		return nil, nil, false
 	}
 	ss = p.secretsFor(host, port, true)
 	if f := ss.findHead(req.RequestURI, req.Header); f != nil {
-		hc.refuse(http.StatusForbidden, p.blockSecret("http", host, port, f.secret, f.reason(host, port)))
+		hc.refuse(http.StatusForbidden, p.blockSecret("http", host, port, *f))
 		return nil, nil, false
 	}
 	trip = &tripwire{client: hc.conn}

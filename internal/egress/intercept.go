@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -251,7 +252,7 @@ func (ic *interception) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if f := ic.ss.findHead(r.RequestURI, r.Header); f != nil {
-		writeRefusal(w, http.StatusForbidden, p.blockSecret(ic.scheme, v.Host, v.Port, f.secret, f.reason(v.Host, v.Port)), r.ProtoMajor >= 2)
+		writeRefusal(w, http.StatusForbidden, p.blockSecret(ic.scheme, v.Host, v.Port, *f), r.ProtoMajor >= 2)
 		return
 	}
 	trip := &tripwire{client: ic.client}
@@ -322,13 +323,8 @@ func (ic *interception) errorHandler(w http.ResponseWriter, r *http.Request, err
 	if !errors.Is(err, context.Canceled) {
 		p.log().Debug("egress: intercepted request failed", "host", v.Host, "port", v.Port, "err", msg)
 	}
-	body := fmt.Sprintf("hutch: no response from %s: %s\n", hostPort(v.Host, v.Port), cleanText(msg, maxEventText))
-	h := w.Header()
-	clear(h)
-	h.Set("Content-Type", "text/plain; charset=utf-8")
-	h.Set("Content-Length", fmt.Sprint(len(body)))
-	w.WriteHeader(http.StatusBadGateway)
-	_, _ = io.WriteString(w, body)
+	clear(w.Header())
+	writeText(w, http.StatusBadGateway, fmt.Sprintf("hutch: no response from %s: %s\n", hostPort(v.Host, v.Port), cleanText(msg, maxEventText)))
 }
 
 // writeRefusal answers a refused request: status, the reason in the
@@ -336,21 +332,28 @@ func (ic *interception) errorHandler(w http.ResponseWriter, r *http.Request, err
 // keepConn (an HTTP/2 stream, which ends by itself without the
 // connection's other streams).
 func writeRefusal(w http.ResponseWriter, status int, e Event, keepConn bool) {
-	body := fmt.Sprintf("hutch: blocked %s: %s\n", hostPort(e.Host, e.Port), e.Reason)
 	h := w.Header()
 	clear(h)
-	h.Set("Content-Type", "text/plain; charset=utf-8")
 	h.Set("X-Hutch-Blocked", headerText(e.Reason))
-	h.Set("Content-Length", fmt.Sprint(len(body)))
 	if !keepConn {
 		h.Set("Connection", "close")
 	}
+	writeText(w, status, fmt.Sprintf("hutch: blocked %s: %s\n", hostPort(e.Host, e.Port), e.Reason))
+}
+
+// writeText writes a response of the proxy's own, with the header set so
+// far: status, and body as plain text.
+func writeText(w http.ResponseWriter, status int, body string) {
+	h := w.Header()
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(status)
 	_, _ = io.WriteString(w, body)
 }
 
 // interceptWriter is the response writer of an intercepted request: it
-// redacts the header of every response written (interim ones too), and
+// redacts the header of interim responses (which the reverse proxy
+// passes on without modifyResponse, which redacts the final one), and
 // when the request tripped before the response began, it writes the
 // refusal instead and drops what follows.
 type interceptWriter struct {
@@ -362,8 +365,8 @@ type interceptWriter struct {
 	refused  bool
 }
 
-// WriteHeader writes the response's status and redacted header, or the
-// refusal.
+// WriteHeader writes the response's status and header (an interim one
+// redacted), or the refusal.
 func (w *interceptWriter) WriteHeader(code int) {
 	if w.wrote {
 		return
@@ -381,7 +384,6 @@ func (w *interceptWriter) WriteHeader(code int) {
 		writeRefusal(w.ResponseWriter, http.StatusForbidden, *e, w.keepConn)
 		return
 	}
-	w.ss.redactHeader(w.Header())
 	w.ResponseWriter.WriteHeader(code)
 }
 

@@ -65,7 +65,7 @@ type Proxy struct {
 	DialTimeout time.Duration
 	// CA is the sandbox's certificate authority: the proxy presents its
 	// leaf certificates to the sandbox when it intercepts the TLS of a
-	// destination that secrets are bound to (see Rules.Bound). Required
+	// destination that secrets are bound to (Config.Secrets). Required
 	// when the rules have secrets; the sandbox must trust it.
 	CA *secrets.CA
 	// UpstreamRoots are the roots that the certificates of intercepted
@@ -363,11 +363,11 @@ func (p *Proxy) block(proto, host string, port int, v *Verdict, reason string) E
 	return p.record(p.blockEvent(proto, host, port, v, reason))
 }
 
-// blockSecret records the refusal of a request that carried the
-// placeholder of secret s, and returns its event.
-func (p *Proxy) blockSecret(proto, host string, port int, s *secrets.Secret, reason string) Event {
-	e := p.blockEvent(proto, host, port, nil, reason)
-	e.Secret = cleanText(s.Name, maxEventText)
+// blockSecret records the refusal of a request to host:port that carried
+// the forbidden placeholder f, and returns its event.
+func (p *Proxy) blockSecret(proto, host string, port int, f forbidden) Event {
+	e := p.blockEvent(proto, host, port, nil, f.reason(host, port))
+	e.Secret = cleanText(f.secret.Name, maxEventText)
 	return p.record(e)
 }
 

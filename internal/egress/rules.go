@@ -32,6 +32,9 @@ type Rules struct {
 	// bound to.
 	secrets []*secrets.Secret
 	binds   []binding
+	// lowerPlaceholders are the secrets' placeholders in lower case, in
+	// the order of secrets, for host names (whose case DNS ignores).
+	lowerPlaceholders []string
 	// scrubber replaces every secret's real value, and its encoded forms
 	// (secrets.RedactionPairs), by "[redacted]", for the text of errors
 	// that the proxy logs or answers.
@@ -234,6 +237,7 @@ func (r *Rules) addSecrets(list []*secrets.Secret) []error {
 			continue
 		}
 		r.secrets = append(r.secrets, s)
+		r.lowerPlaceholders = append(r.lowerPlaceholders, strings.ToLower(s.Placeholder))
 		r.binds = append(r.binds, binds...)
 		for _, b := range binds {
 			r.allow = append(r.allow, b.rule)
@@ -267,34 +271,19 @@ func (r *Rules) placeholderInName(name string) *secrets.Secret {
 		return nil
 	}
 	lower := strings.ToLower(name)
-	for _, s := range r.secrets {
-		if strings.Contains(lower, strings.ToLower(s.Placeholder)) {
-			return s
+	for i, ph := range r.lowerPlaceholders {
+		if strings.Contains(lower, ph) {
+			return r.secrets[i]
 		}
 	}
 	return nil
 }
 
-// Secrets returns the secrets of the Config, in its order.
-func (r *Rules) Secrets() []*secrets.Secret {
-	return slices.Clone(r.secrets)
-}
-
-// Bound returns the secrets bound to host:port, in the order of
-// Config.Secrets; nil when none is, or when host is not a valid name or
-// IP literal. host is normalized as Resolve normalizes it. Deny rules do
-// not matter here: Resolve decides whether host:port may be reached at
-// all.
-func (r *Rules) Bound(host string, port int) []*secrets.Secret {
-	var out []*secrets.Secret
-	for _, i := range r.bound(host, port) {
-		out = append(out, r.secrets[i])
-	}
-	return out
-}
-
 // bound returns the indexes into r.secrets of the secrets bound to
-// host:port, in increasing order.
+// host:port, in increasing order; nil when none is, or when host is not a
+// valid name or IP literal. host is normalized as Resolve normalizes it.
+// Deny rules do not matter here: Resolve decides whether host:port may be
+// reached at all.
 func (r *Rules) bound(host string, port int) []int {
 	if len(r.binds) == 0 {
 		return nil

@@ -82,7 +82,7 @@ func CheckNoRealValues(list []*secrets.Secret, env, args []string) error {
 		forms := secrets.RedactionPairs(s.Value.Bytes(), []byte(s.Placeholder))
 		holds := func(x string) (bool, string) {
 			for k, f := range forms {
-				if bytes.Contains([]byte(x), f[0]) {
+				if strings.Contains(x, string(f[0])) {
 					if k == 0 {
 						return true, "its real value"
 					}

@@ -53,12 +53,10 @@ type secretSet struct {
 	// bound are the secrets bound to the destination.
 	bound []*secrets.Secret
 	// forbid are the placeholders refused there; watch finds them (its
-	// pair i is forbid[i]), watchPats are they, and watchLen is the
-	// longest one's length.
-	forbid    []forbidden
-	watch     *secrets.Replacer
-	watchPats [][]byte
-	watchLen  int
+	// pair i is forbid[i]), and watchNames finds them in lower case in a
+	// header name in lower case (header names lose their case).
+	forbid            []forbidden
+	watch, watchNames *secrets.Replacer
 	// header, query and body put the real values in for the
 	// placeholders, each nil when no secret is substituted there. query
 	// puts in the values escaped for a URL query, for the placeholders as
@@ -102,12 +100,13 @@ func (p *Proxy) secretsFor(host string, port int, plain bool) *secretSet {
 // all at the indexes bound are bound to.
 func newSecretSet(all []*secrets.Secret, bound []int, plain bool) *secretSet {
 	ss := &secretSet{}
-	var watch, header, query, body, redact [][2][]byte
+	var watch, watchNames, header, query, body, redact [][2][]byte
 	for i, s := range all {
 		ph, val := []byte(s.Placeholder), s.Value.Bytes()
 		if !slices.Contains(bound, i) {
 			ss.forbid = append(ss.forbid, forbidden{secret: s})
 			watch = append(watch, [2][]byte{ph, ph})
+			watchNames = append(watchNames, [2][]byte{bytes.ToLower(ph), nil})
 			continue
 		}
 		ss.bound = append(ss.bound, s)
@@ -118,6 +117,7 @@ func newSecretSet(all []*secrets.Secret, bound []int, plain bool) *secretSet {
 		if plain && !s.AllowPlainHTTP {
 			ss.forbid = append(ss.forbid, forbidden{secret: s, plain: true})
 			watch = append(watch, [2][]byte{ph, ph})
+			watchNames = append(watchNames, [2][]byte{bytes.ToLower(ph), nil})
 			continue
 		}
 		header = append(header, [2][]byte{ph, val})
@@ -139,11 +139,8 @@ func newSecretSet(all []*secrets.Secret, bound []int, plain bool) *secretSet {
 		}
 		return secrets.NewReplacer(pairs...)
 	}
-	ss.watch, ss.header, ss.query, ss.body, ss.redact = replacer(watch), replacer(header), replacer(query), replacer(body), replacer(redact)
-	for _, w := range watch {
-		ss.watchPats = append(ss.watchPats, w[0])
-		ss.watchLen = max(ss.watchLen, len(w[0]))
-	}
+	ss.watch, ss.watchNames = replacer(watch), replacer(watchNames)
+	ss.header, ss.query, ss.body, ss.redact = replacer(header), replacer(query), replacer(body), replacer(redact)
 	return ss
 }
 
@@ -157,11 +154,12 @@ func (ss *secretSet) findHead(uri string, h http.Header) *forbidden {
 		return nil
 	}
 	best := -1
-	look := func(s string) {
-		if found := ss.watch.Contains([]byte(s)); len(found) > 0 && (best < 0 || found[0] < best) {
+	lookIn := func(w *secrets.Replacer, s string) {
+		if found := w.Contains([]byte(s)); len(found) > 0 && (best < 0 || found[0] < best) {
 			best = found[0]
 		}
 	}
+	look := func(s string) { lookIn(ss.watch, s) }
 	look(uri)
 	if u, err := url.PathUnescape(uri); err == nil && u != uri {
 		look(u)
@@ -171,12 +169,7 @@ func (ss *secretSet) findHead(uri string, h http.Header) *forbidden {
 			continue
 		}
 		// Header names lose their case (canonical form).
-		lower := strings.ToLower(k)
-		for i, f := range ss.forbid {
-			if (best < 0 || i < best) && strings.Contains(lower, strings.ToLower(f.secret.Placeholder)) {
-				best = i
-			}
-		}
+		lookIn(ss.watchNames, strings.ToLower(k))
 		for _, v := range vs {
 			look(v)
 			if creds, ok := basicCredentials(v); ok {
@@ -410,7 +403,7 @@ func (p *Proxy) prepareBody(req *http.Request, ss *secretSet, trip *tripwire, pr
 		return nil
 	}
 	body := ss.wrapBody(req.Body, func(f forbidden) {
-		trip.fire(p.blockSecret(proto, host, port, f.secret, f.reason(host, port)))
+		trip.fire(p.blockSecret(proto, host, port, f))
 	})
 	resize := ss.bodyResizes && req.ContentLength > 0
 	if !resize && ss.watch == nil {
@@ -559,7 +552,7 @@ func readAhead(r io.Reader, limit int64, wait time.Duration) (b []byte, rest io.
 func (ss *secretSet) wrapBody(body io.ReadCloser, found func(forbidden)) io.ReadCloser {
 	var r io.Reader = body
 	if ss.watch != nil {
-		r = &scanReader{src: r, watch: ss.watch, pats: ss.watchPats, keep: ss.watchLen - 1, found: func(i int) { found(ss.forbid[i]) }}
+		r = &scanReader{src: r, watch: ss.watch, found: func(i int) { found(ss.forbid[i]) }}
 	}
 	if ss.body != nil {
 		r = ss.body.Reader(r)
@@ -574,19 +567,18 @@ func (ss *secretSet) wrapBody(body io.ReadCloser, found func(forbidden)) io.Read
 // placeholder.
 var errForbiddenPlaceholder = errors.New("the request body carries a secret's placeholder that may not go there")
 
-// scanReader passes a stream on while it watches it for patterns: it
-// holds back the bytes at the end of what it read that may begin a
-// pattern (at most keep, the longest pattern less one) until it has seen
-// what follows them, so that no byte of a pattern is passed on, and a
-// stream that pauses (a bidirectional stream waiting for its answer) is
-// passed on up to where it paused unless it paused inside what may be a
-// pattern. When a pattern turns up, it calls found with its index and
-// fails with errForbiddenPlaceholder from then on.
+// scanReader passes a stream on while it watches it for the patterns of
+// watch: it holds back the bytes at the end of what it read that may
+// begin a pattern (at most the longest pattern less one,
+// secrets.Replacer.Undecided) until it has seen what follows them, so
+// that no byte of a pattern is passed on, and a stream that pauses (a
+// bidirectional stream waiting for its answer) is passed on up to where
+// it paused unless it paused inside what may be a pattern. When a
+// pattern turns up, it calls found with its index and fails with
+// errForbiddenPlaceholder from then on.
 type scanReader struct {
 	src   io.Reader
 	watch *secrets.Replacer
-	pats  [][]byte // the patterns; nil: hold back the last keep bytes
-	keep  int
 	found func(int)
 	buf   []byte
 	// buf[off:ready] is checked and may be returned; buf[ready:n] is
@@ -610,7 +602,7 @@ func (s *scanReader) Read(p []byte) (int, error) {
 			return 0, s.err
 		}
 		if s.buf == nil {
-			s.buf = make([]byte, scanChunk+s.keep)
+			s.buf = make([]byte, scanChunk+s.watch.MaxLen())
 		}
 		s.n = copy(s.buf, s.buf[s.ready:s.n])
 		s.off, s.ready = 0, 0
@@ -629,7 +621,7 @@ func (s *scanReader) Read(p []byte) (int, error) {
 		case err != nil:
 			s.n, s.err = 0, err
 		default:
-			s.ready = s.undecided()
+			s.ready = s.watch.Undecided(s.buf[:s.n])
 			if k == 0 {
 				if empty++; empty >= 100 {
 					s.err = io.ErrNoProgress
@@ -637,25 +629,6 @@ func (s *scanReader) Read(p []byte) (int, error) {
 			}
 		}
 	}
-}
-
-// undecided returns where the bytes read begin that may be the start of
-// a pattern cut off by the end of what was read: the first of the last
-// keep positions from which what was read is a proper prefix of a
-// pattern, or the end.
-func (s *scanReader) undecided() int {
-	from := max(0, s.n-s.keep)
-	if s.pats == nil {
-		return from
-	}
-	for p := from; p < s.n; p++ {
-		for _, pat := range s.pats {
-			if len(pat) > s.n-p && bytes.HasPrefix(pat, s.buf[p:s.n]) {
-				return p
-			}
-		}
-	}
-	return s.n
 }
 
 // tripwire is the state of one request whose body is watched for

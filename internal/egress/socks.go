@@ -133,7 +133,7 @@ func (p *Proxy) socks5Request(c net.Conn) {
 
 	if s := p.Rules.placeholderInName(host); s != nil {
 		name := strings.ToLower(host)
-		p.blockSecret("socks5", name, port, s, forbidden{secret: s}.reason(name, port))
+		p.blockSecret("socks5", name, port, forbidden{secret: s})
 		p.socks5Fail(c, repNotAllowed)
 		return
 	}

@@ -1,6 +1,7 @@
 package envd
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -180,7 +181,7 @@ func checkEncoding(r *http.Request, header string) error {
 // decode unmarshals one request message; protobuf's JSON allows unknown
 // fields to be skipped, and an empty body is the empty message.
 func decode(b []byte, v any) error {
-	if len(strings.TrimSpace(string(b))) == 0 {
+	if len(bytes.TrimSpace(b)) == 0 {
 		return nil
 	}
 	if err := json.Unmarshal(b, v); err != nil {

@@ -364,15 +364,11 @@ func (h *handler) processStart(ctx context.Context, b *box, r *http.Request, bod
 		return fmt.Errorf("start %s: %w", cfg.Cmd, err)
 	}
 	started = true
+	cfg.Cwd = &dir
 	p := &proc{
 		pid: ap.PID, tag: req.Tag, cfg: cfg, tty: xr.TTY, p: ap, args: args, start: start,
-		subs: make(map[*sub]struct{}), done: make(chan struct{}),
+		stdinClosed: !xr.Stdin, subs: make(map[*sub]struct{}), done: make(chan struct{}),
 	}
-	if !xr.Stdin {
-		p.stdinClosed = true
-	}
-	cfg.Cwd = &dir
-	p.cfg = cfg
 	sub := p.subscribe() // before the output flows
 	b.procs.mu.Lock()
 	b.procs.byPID[p.pid] = p

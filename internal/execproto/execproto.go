@@ -92,19 +92,16 @@ type Error struct {
 	Message string `json:"message"`
 }
 
-// Append appends a frame of type typ with payload p to b.
-func Append(b []byte, typ byte, p []byte) []byte {
-	b = append(b, typ, 0, 0, 0, 0)
-	binary.BigEndian.PutUint32(b[len(b)-4:], uint32(len(p)))
-	return append(b, p...)
-}
-
 // Write writes a frame in one Write call.
 func Write(w io.Writer, typ byte, p []byte) error {
 	if len(p) > MaxPayload {
 		return fmt.Errorf("%w: payload of %d bytes exceeds %d", ErrFrame, len(p), MaxPayload)
 	}
-	_, err := w.Write(Append(make([]byte, 0, HeaderSize+len(p)), typ, p))
+	b := make([]byte, HeaderSize+len(p))
+	b[0] = typ
+	binary.BigEndian.PutUint32(b[1:HeaderSize], uint32(len(p)))
+	copy(b[HeaderSize:], p)
+	_, err := w.Write(b)
 	return err
 }
 

@@ -188,14 +188,17 @@ func writeSample(w *bufio.Writer, name string, names, values []string, extraName
 
 // EscapeLabel escapes a label value: backslash, double quote and line
 // feed become \\, \" and \n.
-func EscapeLabel(s string) string {
-	return strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`).Replace(s)
-}
+func EscapeLabel(s string) string { return labelEscaper.Replace(s) }
 
 // escapeHelp escapes a help text: backslash and line feed.
-func escapeHelp(s string) string {
-	return strings.NewReplacer(`\`, `\\`, "\n", `\n`).Replace(s)
-}
+func escapeHelp(s string) string { return helpEscaper.Replace(s) }
+
+// The replacers of EscapeLabel and escapeHelp, made once: a scrape
+// escapes every label value it writes.
+var (
+	labelEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
+	helpEscaper  = strings.NewReplacer(`\`, `\\`, "\n", `\n`)
+)
 
 // FormatValue formats a sample value as the format wants it.
 func FormatValue(v float64) string {

@@ -213,14 +213,13 @@ func checkSecretSource(from string) error {
 	if from == SecretFromRequest {
 		return nil
 	}
-	kind, rest, ok := strings.Cut(from, ":")
-	switch {
-	case !ok || rest == "":
-		return fmt.Errorf("invalid source %q: want env:NAME, file:PATH or request", from)
-	case kind == "env":
-		return checkEnvName(rest, false)
-	case kind == "file":
-		return checkPath(rest)
+	if kind, rest, _ := strings.Cut(from, ":"); rest != "" {
+		switch kind {
+		case "env":
+			return checkEnvName(rest, false)
+		case "file":
+			return checkPath(rest)
+		}
 	}
 	return fmt.Errorf("invalid source %q: want env:NAME, file:PATH or request", from)
 }

@@ -205,10 +205,7 @@ func (b *builder) receive(ctl int, n int) []int8 {
 func (b *builder) mounts(cfg initConfig, fds []int8, denyRead []pathKind) {
 	p := &b.p
 	p.call("make mounts private", -1, unix.SYS_MOUNT, p.str(""), p.str("/"), p.str(""), k(unix.MS_REC|unix.MS_PRIVATE), k(0))
-	src := "/"
-	if cfg.Root != "" && cfg.Root != "host" {
-		src = cfg.Root
-	}
+	src := rootDir(cfg.Root)
 	var rootTree int8
 	if cfg.RootLayer >= 0 && cfg.RootLayer < len(fds) {
 		rootTree = fds[cfg.RootLayer] // nosuid and nodev already

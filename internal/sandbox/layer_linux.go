@@ -10,11 +10,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// LayerIDs is how many host ids (from 0) a sandbox with a writable root
-// layer maps: its user namespace maps ids 0–LayerIDs-1 onto RootMappedID
+// layerIDs is how many host ids (from 0) a sandbox with a writable root
+// layer maps: its user namespace maps ids 0–layerIDs-1 onto RootMappedID
 // and up, and the read-only root appears through an idmapped mount with
 // that mapping, so that a file of host uid N is owned by uid N inside.
-const LayerIDs = 65536
+const layerIDs = 65536
 
 // rootCapNumbers are the numbers of RootCapabilities.
 func rootCapNumbers() []int {
@@ -188,12 +188,12 @@ func fsLog(fs int) string {
 // set, has the host's mode and owner and is opaque (empty in the view), and
 // is skipped if the host has no directory there.
 func layerDir(layer int, root, dir string, hide bool) error {
-	rel := strings.Trim(filepath.Clean(dir), "/")
-	if !filepath.IsAbs(dir) || rel == "" {
-		return fmt.Errorf("%q is not an absolute path below /", dir)
+	rel, err := layerRel(dir)
+	if err != nil {
+		return err
 	}
 	var st unix.Stat_t
-	err := unix.Lstat(filepath.Join(root, rel), &st)
+	err = unix.Lstat(filepath.Join(root, rel), &st)
 	isDir := err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR
 	switch {
 	case hide && !isDir:
@@ -233,9 +233,9 @@ func layerDir(layer int, root, dir string, hide bool) error {
 // layer, its parents made as the host's root has them. A path the host has
 // no file at (or whose parent is not a directory) needs none.
 func layerWhiteout(layer int, root, file string) error {
-	rel := strings.Trim(filepath.Clean(file), "/")
-	if !filepath.IsAbs(file) || rel == "" {
-		return fmt.Errorf("%q is not an absolute path below /", file)
+	rel, err := layerRel(file)
+	if err != nil {
+		return err
 	}
 	var st unix.Stat_t
 	if err := unix.Lstat(filepath.Join(root, rel), &st); err != nil {
@@ -246,11 +246,21 @@ func layerWhiteout(layer int, root, file string) error {
 			return err
 		}
 	}
-	err := unix.Mknodat(layer, "upper/"+rel, unix.S_IFCHR, 0)
+	err = unix.Mknodat(layer, "upper/"+rel, unix.S_IFCHR, 0)
 	if errors.Is(err, unix.EEXIST) || errors.Is(err, unix.ENOTDIR) {
 		return nil // already hidden or removed by an entry above it
 	}
 	return err
+}
+
+// layerRel is p, an absolute path in the view other than "/", relative to
+// the root.
+func layerRel(p string) (string, error) {
+	rel := strings.Trim(filepath.Clean(p), "/")
+	if !filepath.IsAbs(p) || rel == "" {
+		return "", fmt.Errorf("%q is not an absolute path below /", p)
+	}
+	return rel, nil
 }
 
 // layerParents makes the directory rel (relative to the root) and its
@@ -279,11 +289,9 @@ func layerParents(layer int, root, rel string) error {
 			}
 			return err
 		}
-		uid, gid := layerID(st.Uid), layerID(st.Gid)
-		if err != nil {
-			uid, gid = RootMappedID, RootMappedID
-		}
-		if err := unix.Fchownat(layer, path, uid, gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		// A directory the host lacks (st zero but its mode) goes to the
+		// sandbox's root: layerID(0).
+		if err := unix.Fchownat(layer, path, layerID(st.Uid), layerID(st.Gid), unix.AT_SYMLINK_NOFOLLOW); err != nil {
 			return err
 		}
 		if err := fchmodat(layer, path, st.Mode&0o7777); err != nil {
@@ -296,7 +304,7 @@ func layerParents(layer int, root, rel string) error {
 // layerID is the host id the lower layer shows for host id id: itself
 // moved to the sandbox's range, or the overflow id outside it.
 func layerID(id uint32) int {
-	if id < LayerIDs {
+	if id < layerIDs {
 		return RootMappedID + int(id)
 	}
 	return RootMappedID + 65534

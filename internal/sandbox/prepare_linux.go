@@ -106,20 +106,17 @@ func limits(r policy.Resources, bestEffort, always bool, name string) (g *cgroup
 // hutch adds the layer's rule once it exists, and the deny-read paths,
 // inside that writable tree, are masked by mounts alone.
 func (p *prepared) landlock(s policy.Spec, rw []string, id identity, layer bool) error {
-	root := "/"
-	deny := landlockDenyRead(s.Filesystem.DenyRead, s.Filesystem.AllowRead, rw)
-	ro := []string{root}
-	if layer {
-		ro, deny = nil, nil
-	}
-	if s.Root != "" && s.Root != policy.DefaultRoot {
-		// The sandbox's root is a directory of the host: its paths are
-		// the same inodes below it.
-		for i, d := range deny {
-			deny[i] = filepath.Join(s.Root, d)
-		}
-		if !layer {
-			ro = []string{s.Root}
+	var ro, deny []string
+	if !layer {
+		root := rootDir(s.Root)
+		ro = []string{root}
+		deny = landlockDenyRead(s.Filesystem.DenyRead, s.Filesystem.AllowRead, rw)
+		if root != "/" {
+			// The sandbox's root is a directory of the host: its paths
+			// are the same inodes below it.
+			for i, d := range deny {
+				deny[i] = filepath.Join(root, d)
+			}
 		}
 	}
 	rs, _, err := landlock.Prepare(landlock.Config{

@@ -27,17 +27,9 @@ type ptyRelay struct {
 // startPtyRelay puts the caller's terminal in raw mode and starts relaying.
 func startPtyRelay(master, in, out *os.File) *ptyRelay {
 	r := &ptyRelay{master: master, in: in, out: out, outDone: make(chan struct{})}
-	if t, err := unix.IoctlGetTermios(int(in.Fd()), unix.TCGETS); err == nil {
-		saved := *t
-		r.saved = &saved
-		raw := *t
-		raw.Iflag &^= unix.IGNBRK | unix.BRKINT | unix.PARMRK | unix.ISTRIP | unix.INLCR | unix.IGNCR | unix.ICRNL | unix.IXON
-		raw.Oflag &^= unix.OPOST
-		raw.Lflag &^= unix.ECHO | unix.ECHONL | unix.ICANON | unix.ISIG | unix.IEXTEN
-		raw.Cflag &^= unix.CSIZE | unix.PARENB
-		raw.Cflag |= unix.CS8
-		raw.Cc[unix.VMIN], raw.Cc[unix.VTIME] = 1, 0
-		_ = unix.IoctlSetTermios(int(in.Fd()), unix.TCSETS, &raw)
+	if saved, err := unix.IoctlGetTermios(int(in.Fd()), unix.TCGETS); err == nil {
+		r.saved = saved
+		_ = setRaw(int(in.Fd()), *saved)
 	}
 	r.resize()
 	r.winch = make(chan os.Signal, 1)
@@ -53,6 +45,18 @@ func startPtyRelay(master, in, out *os.File) *ptyRelay {
 		close(r.outDone)
 	}()
 	return r
+}
+
+// setRaw puts the terminal fd, whose mode is t, in raw mode: no echo, no
+// line editing, no signals from keys, no output processing.
+func setRaw(fd int, t unix.Termios) error {
+	t.Iflag &^= unix.IGNBRK | unix.BRKINT | unix.PARMRK | unix.ISTRIP | unix.INLCR | unix.IGNCR | unix.ICRNL | unix.IXON
+	t.Oflag &^= unix.OPOST
+	t.Lflag &^= unix.ECHO | unix.ECHONL | unix.ICANON | unix.ISIG | unix.IEXTEN
+	t.Cflag &^= unix.CSIZE | unix.PARENB
+	t.Cflag |= unix.CS8
+	t.Cc[unix.VMIN], t.Cc[unix.VTIME] = 1, 0
+	return unix.IoctlSetTermios(fd, unix.TCSETS, &t)
 }
 
 func (r *ptyRelay) resize() {

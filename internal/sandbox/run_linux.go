@@ -78,7 +78,7 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		hostUID, hostGID = RootMappedID, RootMappedID
 	}
 	if layer != nil {
-		nids = LayerIDs
+		nids = layerIDs
 	}
 	var keepCaps []int
 	if c.RootCaps {
@@ -311,11 +311,7 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		}
 	}
 	if layer != nil {
-		root := "/"
-		if s.Root != "" && s.Root != policy.DefaultRoot {
-			root = s.Root
-		}
-		lfd, err := rootLayer(pid, root, *layer, ws)
+		lfd, err := rootLayer(pid, rootDir(s.Root), *layer, ws)
 		if err != nil {
 			closeAll(fds)
 			return fail(err)
@@ -546,6 +542,15 @@ var (
 	proxyEnvVars = []string{"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "FTP_PROXY", "GIT_SSH_COMMAND"}
 	trustEnvVars = []string{"SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO", "GIT_SSL_CAPATH"}
 )
+
+// rootDir is the host directory that a policy's root (policy.DefaultRoot,
+// "" before Normalize, or a directory) shows as the sandbox's "/".
+func rootDir(root string) string {
+	if root == "" || root == policy.DefaultRoot {
+		return "/"
+	}
+	return root
+}
 
 // withoutVars drops the variables named in names (any letter case).
 func withoutVars(env, names []string) []string {

@@ -144,9 +144,9 @@ const (
 	SandboxHutch   = "/dev/hutch"
 )
 
-// SystemBundles are where distributions keep the bundle of trusted
+// systemBundles are where distributions keep the bundle of trusted
 // certificates that TLS clients read by default.
-var SystemBundles = []string{
+var systemBundles = []string{
 	"/etc/ssl/certs/ca-certificates.crt", // Debian, Ubuntu, Alpine, Arch
 	"/etc/pki/tls/certs/ca-bundle.crt",   // Fedora, RHEL
 	"/etc/ssl/ca-bundle.pem",             // openSUSE
@@ -164,9 +164,9 @@ var SystemBundles = []string{
 var RootCapabilities = []string{"chown", "dac_override", "fowner", "fsetid", "kill", "setgid", "setuid", "net_bind_service"}
 
 // SystemRootsPEM returns the host's bundle of trusted certificates, the
-// first of SystemBundles that exists.
+// first of systemBundles that exists.
 func SystemRootsPEM() []byte {
-	for _, f := range SystemBundles {
+	for _, f := range systemBundles {
 		if b, err := os.ReadFile(f); err == nil {
 			return b
 		}

@@ -18,22 +18,14 @@ func IsTerminal(f *os.File) bool { return isTerminal(f) }
 // no signals from keys, no output processing) and returns the function
 // that restores its previous mode.
 func RawTerminal(f *os.File) (restore func(), err error) {
-	t, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	saved, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
 	if err != nil {
 		return nil, fmt.Errorf("terminal mode: %w", err)
 	}
-	saved := *t
-	raw := *t
-	raw.Iflag &^= unix.IGNBRK | unix.BRKINT | unix.PARMRK | unix.ISTRIP | unix.INLCR | unix.IGNCR | unix.ICRNL | unix.IXON
-	raw.Oflag &^= unix.OPOST
-	raw.Lflag &^= unix.ECHO | unix.ECHONL | unix.ICANON | unix.ISIG | unix.IEXTEN
-	raw.Cflag &^= unix.CSIZE | unix.PARENB
-	raw.Cflag |= unix.CS8
-	raw.Cc[unix.VMIN], raw.Cc[unix.VTIME] = 1, 0
-	if err := unix.IoctlSetTermios(int(f.Fd()), unix.TCSETS, &raw); err != nil {
+	if err := setRaw(int(f.Fd()), *saved); err != nil {
 		return nil, fmt.Errorf("terminal raw mode: %w", err)
 	}
-	return func() { _ = unix.IoctlSetTermios(int(f.Fd()), unix.TCSETS, &saved) }, nil
+	return func() { _ = unix.IoctlSetTermios(int(f.Fd()), unix.TCSETS, saved) }, nil
 }
 
 // TerminalSize returns the size of the terminal f.

@@ -19,12 +19,9 @@ type bundleTarget struct {
 // has, else at fallbackBundle; and the variables that point TLS clients at
 // it.
 func trustBundleTargets(root string) ([]bundleTarget, []string) {
-	base := "/"
-	if root != "" && root != "host" {
-		base = root
-	}
+	base := rootDir(root)
 	var out []bundleTarget
-	for _, p := range SystemBundles {
+	for _, p := range systemBundles {
 		if fi, err := os.Stat(filepath.Join(base, p)); err == nil && fi.Mode().IsRegular() {
 			out = append(out, bundleTarget{path: p})
 		}

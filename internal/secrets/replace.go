@@ -146,6 +146,19 @@ func (r *Replacer) undecided(b []byte, from int) int {
 	return len(b)
 }
 
+// MaxLen is the length of the longest pattern, 0 when there is none.
+func (r *Replacer) MaxLen() int {
+	return r.maxLen
+}
+
+// Undecided returns the first position in b from which b is a proper
+// prefix of some pattern (what follows b may complete the pattern), or
+// len(b) if there is none. A stream watched with Contains holds back
+// b[Undecided(b):] until it has seen what follows.
+func (r *Replacer) Undecided(b []byte) int {
+	return r.undecided(b, 0)
+}
+
 // Reader returns a reader of src with every pattern replaced, as Bytes
 // would replace them in all of src, also where a pattern spans two reads
 // from src. It streams: it reads src 32 KiB at a time and holds back at

@@ -410,6 +410,33 @@ func (s *Store) CountSandboxes(ctx context.Context, tenant string) (int, error) 
 	return n, nil
 }
 
+// CountStates returns the number of sandboxes in each state but stopped
+// (states without any are left out), leaving out the sandboxes of tenant
+// except.
+func (s *Store) CountStates(ctx context.Context, except string) (map[string]int, error) {
+	rows, err := s.r.QueryContext(ctx,
+		"SELECT state, count(*) FROM sandboxes WHERE state <> 'stopped' AND tenant <> ? GROUP BY state", except)
+	if err != nil {
+		return nil, fmt.Errorf("store: count sandboxes by state: %w", err)
+	}
+	defer rows.Close()
+	out := make(map[string]int)
+	for rows.Next() {
+		var (
+			state string
+			n     int
+		)
+		if err := rows.Scan(&state, &n); err != nil {
+			return nil, fmt.Errorf("store: count sandboxes by state: %w", err)
+		}
+		out[state] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: count sandboxes by state: %w", err)
+	}
+	return out, nil
+}
+
 // MemoryOf returns the sum of the memory limits (resources.memory of their
 // policies, in bytes) of tenant's sandboxes that are not stopped.
 func (s *Store) MemoryOf(ctx context.Context, tenant string) (int64, error) {

@@ -272,6 +272,21 @@ func TestTenantIsolation(t *testing.T) {
 	if n, err := s.CountSandboxes(ctx, "acme"); err != nil || n != 1 {
 		t.Errorf("CountSandboxes(acme) with one stopped = %d, %v; want 1", n, err)
 	}
+	if _, err := s.UpdateSandbox(ctx, "beta-1", func(sb *Sandbox) error {
+		sb.State = StatePaused
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for except, want := range map[string]map[string]int{
+		"":     {StateRunning: 2, StatePaused: 1},
+		"beta": {StateRunning: 1},
+		"acme": {StateRunning: 1, StatePaused: 1},
+	} {
+		if got, err := s.CountStates(ctx, except); err != nil || !maps.Equal(got, want) {
+			t.Errorf("CountStates(except %q) = %v, %v; want %v", except, got, err, want)
+		}
+	}
 }
 
 func TestListFilters(t *testing.T) {
