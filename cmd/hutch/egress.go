@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/hutch-sandbox/hutch/internal/egress"
 	"github.com/hutch-sandbox/hutch/internal/policy"
@@ -84,17 +83,14 @@ func newEgress(spec policy.Spec, report string, upstreamCAs []string, stderr io.
 // setupTLS makes the sandbox's CA, the proxy's roots for the secrets'
 // hosts, and the trust bundle the sandbox gets.
 func (e *runEgress) setupTLS(id string, upstreamCAs []string) error {
-	ca, err := secrets.NewCA(id, 0)
-	if err != nil {
-		return fmt.Errorf("sandbox CA: %w", err)
-	}
-	e.proxy.CA = ca
 	roots, err := upstreamRoots(upstreamCAs)
 	if err != nil {
 		return err
 	}
-	system := sandbox.SystemRootsPEM()
-	e.proxy.UpstreamRoots = roots
+	bundle, err := e.proxy.Intercept(id, roots, sandbox.SystemRootsPEM())
+	if err != nil {
+		return err
+	}
 	// The bundle lives in a directory anyone may enter: the sandbox's
 	// identity opens it when it binds the file into its view.
 	dir, err := os.MkdirTemp("", "hutch-ca-")
@@ -102,7 +98,6 @@ func (e *runEgress) setupTLS(id string, upstreamCAs []string) error {
 		return fmt.Errorf("trust bundle: %w", err)
 	}
 	e.caBundle = filepath.Join(dir, "ca-certificates.crt")
-	bundle := append(append(system, '\n'), ca.CertPEM()...)
 	if err := os.Chmod(dir, 0o755); err != nil {
 		return fmt.Errorf("trust bundle: %w", err)
 	}
@@ -133,39 +128,13 @@ func upstreamRoots(files []string) (*x509.CertPool, error) {
 
 // secretValues are the memory that holds real values, for the sandbox's
 // first process to wipe.
-func (e *runEgress) secretValues() [][]byte {
-	var out [][]byte
-	for _, s := range e.secrets {
-		out = append(out, s.Value.Bytes())
-	}
-	return out
-}
+func (e *runEgress) secretValues() [][]byte { return egress.Values(e.secrets) }
 
 // sandboxEnv gives each secret's variable its placeholder, and refuses to
 // start a sandbox whose environment or command line would carry a real
 // value in any other way (S3).
 func (e *runEgress) sandboxEnv(env, args []string) ([]string, error) {
-	if len(e.secrets) == 0 {
-		return env, nil
-	}
-	names := map[string]bool{}
-	for _, s := range e.secrets {
-		names[s.Name] = true
-	}
-	out := make([]string, 0, len(env)+len(e.secrets))
-	for _, kv := range env {
-		name, _, _ := strings.Cut(kv, "=")
-		if !names[name] {
-			out = append(out, kv)
-		}
-	}
-	for _, s := range e.secrets {
-		out = append(out, s.Name+"="+s.Placeholder)
-	}
-	if err := egress.CheckNoRealValues(e.secrets, out, args); err != nil {
-		return nil, err
-	}
-	return out, nil
+	return egress.PlaceholderEnv(e.secrets, env, args)
 }
 
 // sandboxProxy is the proxy for sandbox.Config (nil outside proxy mode).

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/hutch-sandbox/hutch/internal/egress"
 	"github.com/hutch-sandbox/hutch/internal/policy"
@@ -48,48 +47,22 @@ func (s *sandboxSecrets) env(env []string) ([]string, error) {
 	if s == nil {
 		return env, nil
 	}
-	out := make([]string, 0, len(env)+len(s.list))
-	for _, kv := range env {
-		name, _, _ := strings.Cut(kv, "=")
-		if !s.named(name) {
-			out = append(out, kv)
-		}
-	}
-	for _, sec := range s.list {
-		out = append(out, sec.Name+"="+sec.Placeholder)
-	}
-	if err := egress.CheckNoRealValues(s.list, out, nil); err != nil {
+	out, err := egress.PlaceholderEnv(s.list, env, nil)
+	if err != nil {
 		return nil, invalid("create sandbox: %v", err)
 	}
 	return out, nil
 }
 
-func (s *sandboxSecrets) named(name string) bool {
-	for _, sec := range s.list {
-		if sec.Name == name {
-			return true
-		}
-	}
-	return false
-}
-
-// intercept gives proxy p of sandbox id the secrets, a CA of the sandbox's
-// own for the hosts they are bound to, and the roots it verifies those
-// upstreams with; it writes the sandbox's trust bundle into dir.
+// intercept gives proxy p of sandbox id the secrets' interception (its own
+// CA, the roots it verifies upstreams with: the system's when upstream is
+// nil) and writes the sandbox's trust bundle into dir.
 func (s *sandboxSecrets) intercept(p *egress.Proxy, id, dir string, upstream *x509.CertPool) error {
-	ca, err := secrets.NewCA(id, 0)
+	bundle, err := p.Intercept(id, upstream, sandbox.SystemRootsPEM())
 	if err != nil {
-		return fmt.Errorf("sandbox CA: %w", err)
-	}
-	p.CA = ca
-	p.UpstreamRoots = upstream
-	if p.UpstreamRoots == nil {
-		if p.UpstreamRoots, err = x509.SystemCertPool(); err != nil || p.UpstreamRoots == nil {
-			p.UpstreamRoots = x509.NewCertPool()
-		}
+		return err
 	}
 	s.bundle = filepath.Join(dir, "ca-certificates.crt")
-	bundle := append(append(sandbox.SystemRootsPEM(), '\n'), ca.CertPEM()...)
 	if err := os.WriteFile(s.bundle, bundle, 0o644); err != nil {
 		return fmt.Errorf("trust bundle: %w", err)
 	}
@@ -109,11 +82,7 @@ func (s *sandboxSecrets) values() [][]byte {
 	if s == nil {
 		return nil
 	}
-	out := make([][]byte, 0, len(s.list))
-	for _, sec := range s.list {
-		out = append(out, sec.Value.Bytes())
-	}
-	return out
+	return egress.Values(s.list)
 }
 
 // caBundle is the trust bundle file ("" without secrets).

@@ -2,8 +2,10 @@ package egress
 
 import (
 	"bytes"
+	"crypto/x509"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/hutch-sandbox/hutch/internal/policy"
@@ -104,4 +106,60 @@ func CheckNoRealValues(list []*secrets.Secret, env, args []string) error {
 		}
 	}
 	return nil
+}
+
+// PlaceholderEnv is env with each secret's variable set to its placeholder
+// (whatever env had for it); it refuses an environment or command line
+// args that would carry a real value into the sandbox in any other way
+// (S3).
+func PlaceholderEnv(list []*secrets.Secret, env, args []string) ([]string, error) {
+	if len(list) == 0 {
+		return env, nil
+	}
+	names := make(map[string]bool, len(list))
+	for _, s := range list {
+		names[s.Name] = true
+	}
+	out := make([]string, 0, len(env)+len(list))
+	for _, kv := range env {
+		if name, _, _ := strings.Cut(kv, "="); !names[name] {
+			out = append(out, kv)
+		}
+	}
+	for _, s := range list {
+		out = append(out, s.Name+"="+s.Placeholder)
+	}
+	if err := CheckNoRealValues(list, out, args); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Values is the memory that holds the secrets' real values, for a
+// sandbox's first process (a fork of hutch) to wipe in its copy.
+func Values(list []*secrets.Secret) [][]byte {
+	out := make([][]byte, 0, len(list))
+	for _, s := range list {
+		out = append(out, s.Value.Bytes())
+	}
+	return out
+}
+
+// Intercept readies p to terminate TLS for the hosts its secrets are bound
+// to: a CA of the sandbox's own (named name), and the roots it verifies
+// those upstreams with (the system's when upstream is nil). It returns the
+// trust bundle the sandbox gets: systemPEM, the host's trusted
+// certificates, and the CA.
+func (p *Proxy) Intercept(name string, upstream *x509.CertPool, systemPEM []byte) ([]byte, error) {
+	ca, err := secrets.NewCA(name, 0)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox CA: %w", err)
+	}
+	if upstream == nil {
+		if upstream, err = x509.SystemCertPool(); err != nil || upstream == nil {
+			upstream = x509.NewCertPool()
+		}
+	}
+	p.CA, p.UpstreamRoots = ca, upstream
+	return append(append(slices.Clip(systemPEM), '\n'), ca.CertPEM()...), nil
 }
