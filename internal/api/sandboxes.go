@@ -15,13 +15,8 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/store"
 )
 
-// Bounds of a request's labels and environment.
-const (
-	maxLabels     = 64
-	maxLabelKey   = 128
-	maxLabelValue = 1024
-	maxEnv        = 1024
-)
+// maxEnv bounds the environment an exec request adds.
+const maxEnv = 1024
 
 // CreateBody is the body of POST /v1/sandboxes.
 type CreateBody struct {
@@ -97,10 +92,10 @@ func createRequest(b CreateBody, origin Origin) (daemon.CreateRequest, error) {
 		}
 		req.Policy = spec
 	}
-	if err := checkLabels(b.Labels); err != nil {
+	if err := daemon.CheckLabels("labels", b.Labels); err != nil {
 		return req, err
 	}
-	if err := checkEnv("env", b.Env); err != nil {
+	if err := daemon.CheckEnv("env", b.Env); err != nil {
 		return req, err
 	}
 	var err error
@@ -153,25 +148,8 @@ func checkRemotePolicy(s policy.Spec) error {
 	return nil
 }
 
-func checkLabels(labels map[string]string) error {
-	if len(labels) > maxLabels {
-		return errorf(daemon.ErrInvalid, "labels: %d labels, at most %d", len(labels), maxLabels)
-	}
-	for k, v := range labels {
-		switch {
-		case k == "":
-			return errorf(daemon.ErrInvalid, "labels: empty key")
-		case len(k) > maxLabelKey:
-			return errorf(daemon.ErrInvalid, "labels: key %.32q… is longer than %d bytes", k, maxLabelKey)
-		case len(v) > maxLabelValue:
-			return errorf(daemon.ErrInvalid, "labels: the value of %q is longer than %d bytes", k, maxLabelValue)
-		case strings.ContainsRune(k, '=') || strings.IndexByte(k, 0) >= 0 || strings.IndexByte(v, 0) >= 0:
-			return errorf(daemon.ErrInvalid, "labels: %q: keys may not contain '=' or NUL, values not NUL", k)
-		}
-	}
-	return nil
-}
-
+// checkEnv bounds the environment an exec request adds (a create's is the
+// daemon's to check: daemon.CheckEnv).
 func checkEnv(field string, env map[string]string) error {
 	if len(env) > maxEnv {
 		return errorf(daemon.ErrInvalid, "%s: %d variables, at most %d", field, len(env), maxEnv)

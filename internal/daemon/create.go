@@ -23,13 +23,14 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/store"
 )
 
-// Bounds of a CreateRequest.
+// Bounds of a CreateRequest's labels and environment (CheckLabels,
+// CheckEnv).
 const (
-	maxLabels     = 64
-	maxLabelKey   = 128
-	maxLabelValue = 512
-	maxEnvVars    = 256
-	maxEnvBytes   = 128 << 10
+	MaxLabels     = 64
+	MaxLabelKey   = 128
+	MaxLabelValue = 512
+	MaxEnvVars    = 256
+	MaxEnvBytes   = 128 << 10
 )
 
 // defaultPath is the commands' PATH unless the policy or the request sets
@@ -82,10 +83,10 @@ func (m *Manager) Create(ctx context.Context, tenant string, r CreateRequest) (I
 	if tenant == "" {
 		return Info{}, invalid("create sandbox: no tenant")
 	}
-	if err := checkLabels(r.Labels); err != nil {
+	if err := CheckLabels("create sandbox: labels", r.Labels); err != nil {
 		return Info{}, err
 	}
-	if err := checkEnv(r.Env); err != nil {
+	if err := CheckEnv("create sandbox: env", r.Env); err != nil {
 		return Info{}, err
 	}
 	if r.IdleTimeout < 0 {
@@ -477,33 +478,38 @@ func servePolicy(s policy.Spec, noInternet bool) error {
 	return nil
 }
 
-// checkLabels bounds a request's labels.
-func checkLabels(labels map[string]string) error {
-	if len(labels) > maxLabels {
-		return invalid("create sandbox: %d labels, at most %d allowed", len(labels), maxLabels)
+// CheckLabels bounds a create's labels (at most 64; non-empty printable
+// keys of at most 128 bytes; values of at most 512 bytes of UTF-8 text
+// without NUL); field names them in the error, as the caller's request
+// does ("labels", E2B's "metadata").
+func CheckLabels(field string, labels map[string]string) error {
+	if len(labels) > MaxLabels {
+		return invalid("%s: %d entries, at most %d allowed", field, len(labels), MaxLabels)
 	}
 	for _, k := range slices.Sorted(maps.Keys(labels)) {
 		v := labels[k]
 		switch {
 		case k == "":
-			return invalid("create sandbox: empty label key")
-		case len(k) > maxLabelKey:
-			return invalid("create sandbox: label key %.32q… is longer than %d bytes", k, maxLabelKey)
+			return invalid("%s: empty key", field)
+		case len(k) > MaxLabelKey:
+			return invalid("%s: key %.32q… is longer than %d bytes", field, k, MaxLabelKey)
 		case !policy.Printable(k):
-			return invalid("create sandbox: label key %q is not printable UTF-8", k)
-		case len(v) > maxLabelValue:
-			return invalid("create sandbox: label %s: value longer than %d bytes", k, maxLabelValue)
+			return invalid("%s: key %q is not printable UTF-8", field, k)
+		case len(v) > MaxLabelValue:
+			return invalid("%s: %.32q: value longer than %d bytes", field, k, MaxLabelValue)
 		case !utf8.ValidString(v) || strings.ContainsRune(v, 0):
-			return invalid("create sandbox: label %s: value is not valid UTF-8 text", k)
+			return invalid("%s: %q: value is not valid UTF-8 text", field, k)
 		}
 	}
 	return nil
 }
 
-// checkEnv bounds a request's environment.
-func checkEnv(env map[string]string) error {
-	if len(env) > maxEnvVars {
-		return invalid("create sandbox: %d environment variables, at most %d allowed", len(env), maxEnvVars)
+// CheckEnv bounds a create's environment (at most 256 variables and
+// 128 KiB in all; names without '=', NUL or control characters, values
+// without NUL); field names it in the error ("env", E2B's "envVars").
+func CheckEnv(field string, env map[string]string) error {
+	if len(env) > MaxEnvVars {
+		return invalid("%s: %d variables, at most %d allowed", field, len(env), MaxEnvVars)
 	}
 	size := 0
 	for _, name := range slices.Sorted(maps.Keys(env)) {
@@ -511,15 +517,15 @@ func checkEnv(env map[string]string) error {
 		size += len(name) + len(value) + 2
 		switch {
 		case name == "":
-			return invalid("create sandbox: empty environment variable name")
+			return invalid("%s: empty variable name", field)
 		case strings.ContainsAny(name, "=\x00") || !policy.Printable(name):
-			return invalid("create sandbox: invalid environment variable name %q", name)
+			return invalid("%s: invalid variable name %.64q", field, name)
 		case strings.ContainsRune(value, 0):
-			return invalid("create sandbox: environment variable %s: value contains a NUL byte", name)
+			return invalid("%s: %.64q: value contains a NUL byte", field, name)
 		}
 	}
-	if size > maxEnvBytes {
-		return invalid("create sandbox: the environment is larger than %d bytes", maxEnvBytes)
+	if size > MaxEnvBytes {
+		return invalid("%s: %d bytes in all, at most %d allowed", field, size, MaxEnvBytes)
 	}
 	return nil
 }

@@ -553,7 +553,7 @@ func TestInvalid(t *testing.T) {
 	m := newManager(t, Config{MaxTimeout: time.Hour})
 	no := false
 	many := map[string]string{}
-	for i := range maxLabels + 1 {
+	for i := range MaxLabels + 1 {
 		many[strconv.Itoa(i)] = "v"
 	}
 	for _, tc := range []struct {
@@ -578,9 +578,9 @@ func TestInvalid(t *testing.T) {
 		{"negative timeout", CreateRequest{Timeout: -time.Second}, "timeout"},
 		{"idle timeout", CreateRequest{IdleTimeout: -time.Second}, "idle timeout"},
 		{"empty label key", CreateRequest{Labels: map[string]string{"": "v"}}, "label"},
-		{"long label", CreateRequest{Labels: map[string]string{"k": strings.Repeat("v", maxLabelValue+1)}}, "label"},
+		{"long label", CreateRequest{Labels: map[string]string{"k": strings.Repeat("v", MaxLabelValue+1)}}, "label"},
 		{"many labels", CreateRequest{Labels: many}, "labels"},
-		{"env name", CreateRequest{Env: map[string]string{"A=B": "v"}}, "environment variable"},
+		{"env name", CreateRequest{Env: map[string]string{"A=B": "v"}}, "env: invalid variable name"},
 		{"env value", CreateRequest{Env: map[string]string{"A": "v\x00"}}, "NUL"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -51,7 +51,7 @@ func TestConfigDefaults(t *testing.T) {
 
 func TestCheckLabels(t *testing.T) {
 	many := map[string]string{}
-	for i := range maxLabels + 1 {
+	for i := range MaxLabels + 1 {
 		many[strings.Repeat("k", i+1)] = ""
 	}
 	for _, tc := range []struct {
@@ -63,12 +63,12 @@ func TestCheckLabels(t *testing.T) {
 		{map[string]string{"": "v"}, false},
 		{map[string]string{"a\nb": "v"}, false},
 		{map[string]string{"\xff": "v"}, false},
-		{map[string]string{strings.Repeat("k", maxLabelKey+1): "v"}, false},
-		{map[string]string{"k": strings.Repeat("v", maxLabelValue+1)}, false},
+		{map[string]string{strings.Repeat("k", MaxLabelKey+1): "v"}, false},
+		{map[string]string{"k": strings.Repeat("v", MaxLabelValue+1)}, false},
 		{map[string]string{"k": "\x00"}, false},
 		{many, false},
 	} {
-		err := checkLabels(tc.labels)
+		err := CheckLabels("labels", tc.labels)
 		if (err == nil) != tc.ok || (err != nil && !errors.Is(err, ErrInvalid)) {
 			t.Errorf("checkLabels(%.40q): %v", tc.labels, err)
 		}
@@ -86,9 +86,9 @@ func TestCheckEnv(t *testing.T) {
 		{map[string]string{"A=B": "v"}, false},
 		{map[string]string{"A\x00": "v"}, false},
 		{map[string]string{"A": "v\x00"}, false},
-		{map[string]string{"A": strings.Repeat("v", maxEnvBytes)}, false},
+		{map[string]string{"A": strings.Repeat("v", MaxEnvBytes)}, false},
 	} {
-		err := checkEnv(tc.env)
+		err := CheckEnv("env", tc.env)
 		if (err == nil) != tc.ok || (err != nil && !errors.Is(err, ErrInvalid)) {
 			t.Errorf("checkEnv(%.40q): %v", tc.env, err)
 		}

@@ -329,8 +329,8 @@ func TestRealDaemon(t *testing.T) {
 			return string(b)
 		}
 		for _, body := range []string{
-			`{"metadata":` + many(maxMetadata+1, func(i int) string { return fmt.Sprint(i) }, "v") + `}`,
-			`{"envVars":` + many(maxEnvVars+1, func(i int) string { return fmt.Sprintf("V%d", i) }, "v") + `}`,
+			`{"metadata":` + many(daemon.MaxLabels+1, func(i int) string { return fmt.Sprint(i) }, "v") + `}`,
+			`{"envVars":` + many(daemon.MaxEnvVars+1, func(i int) string { return fmt.Sprintf("V%d", i) }, "v") + `}`,
 			`{"network":{"denyOut":["10.0.0.0/8"]}}`,
 		} {
 			checkError(t, fmt.Sprintf("create %.40s", body), f.as("alice", "POST", "/sandboxes", body), http.StatusBadRequest)
@@ -339,8 +339,8 @@ func TestRealDaemon(t *testing.T) {
 			t.Fatalf("refused creates made sandboxes: %d, then %d", before, n)
 		}
 		// At the bounds, the daemon accepts what E2B's front end does.
-		atBounds := `{"metadata":` + many(maxMetadata, func(i int) string { return fmt.Sprintf("%0*d", maxMetadataKey, i) }, strings.Repeat("v", maxMetadataValue)) +
-			`,"envVars":` + many(maxEnvVars, func(i int) string { return fmt.Sprintf("V%d", i) }, strings.Repeat("v", 400)) + `}`
+		atBounds := `{"metadata":` + many(daemon.MaxLabels, func(i int) string { return fmt.Sprintf("%0*d", daemon.MaxLabelKey, i) }, strings.Repeat("v", daemon.MaxLabelValue)) +
+			`,"envVars":` + many(daemon.MaxEnvVars, func(i int) string { return fmt.Sprintf("V%d", i) }, strings.Repeat("v", 400)) + `}`
 		w := f.as("alice", "POST", "/sandboxes", atBounds)
 		if w.Code != http.StatusCreated {
 			t.Fatalf("create at the bounds: %d %s", w.Code, w.Body)

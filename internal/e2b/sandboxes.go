@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"net/http"
 	"net/netip"
 	"net/url"
@@ -17,7 +16,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/hutch-sandbox/hutch/internal/api"
 	"github.com/hutch-sandbox/hutch/internal/daemon"
@@ -31,17 +29,6 @@ const (
 	maxBody = api.MaxJSONBody
 	// maxPage is the largest (and default) page of a list.
 	maxPage = 100
-)
-
-// Bounds of metadata and envVars: the daemon's own bounds of a sandbox's
-// labels and environment (its checkLabels and checkEnv), checked here too
-// so that an error names E2B's field. The daemon checks them again.
-const (
-	maxMetadata      = 64
-	maxMetadataKey   = 128
-	maxMetadataValue = 512
-	maxEnvVars       = 256
-	maxEnvBytes      = 128 << 10
 )
 
 // Workspace is the working directory, and the home of the user "user", of
@@ -240,63 +227,15 @@ func createRequest(b CreateBody, internet bool) (daemon.CreateRequest, error) {
 	if spec.Network, err = network(b.AllowInternetAccess, b.Network, internet); err != nil {
 		return req, err
 	}
-	if err := checkMetadata(b.Metadata); err != nil {
+	if err := daemon.CheckLabels("metadata", b.Metadata); err != nil {
 		return req, err
 	}
-	if err := checkEnvVars(b.EnvVars); err != nil {
+	if err := daemon.CheckEnv("envVars", b.EnvVars); err != nil {
 		return req, err
 	}
 	req.Policy = spec
 	req.Labels, req.Env = b.Metadata, b.EnvVars
 	return req, nil
-}
-
-// checkMetadata bounds metadata as the daemon bounds labels.
-func checkMetadata(md map[string]string) error {
-	if len(md) > maxMetadata {
-		return errorf(daemon.ErrInvalid, "metadata: %d entries, at most %d allowed", len(md), maxMetadata)
-	}
-	for _, k := range slices.Sorted(maps.Keys(md)) {
-		v := md[k]
-		switch {
-		case k == "":
-			return errorf(daemon.ErrInvalid, "metadata: empty key")
-		case len(k) > maxMetadataKey:
-			return errorf(daemon.ErrInvalid, "metadata: key %.32q… is longer than %d bytes", k, maxMetadataKey)
-		case !policy.Printable(k):
-			return errorf(daemon.ErrInvalid, "metadata: key %q is not printable UTF-8", k)
-		case len(v) > maxMetadataValue:
-			return errorf(daemon.ErrInvalid, "metadata: %.32q: value longer than %d bytes", k, maxMetadataValue)
-		case !utf8.ValidString(v) || strings.ContainsRune(v, 0):
-			return errorf(daemon.ErrInvalid, "metadata: %q: value is not valid UTF-8 text", k)
-		}
-	}
-	return nil
-}
-
-// checkEnvVars bounds envVars as the daemon bounds a sandbox's
-// environment.
-func checkEnvVars(env map[string]string) error {
-	if len(env) > maxEnvVars {
-		return errorf(daemon.ErrInvalid, "envVars: %d variables, at most %d allowed", len(env), maxEnvVars)
-	}
-	size := 0
-	for _, name := range slices.Sorted(maps.Keys(env)) {
-		value := env[name]
-		size += len(name) + len(value) + 2
-		switch {
-		case name == "":
-			return errorf(daemon.ErrInvalid, "envVars: empty variable name")
-		case strings.ContainsAny(name, "=\x00") || !policy.Printable(name):
-			return errorf(daemon.ErrInvalid, "envVars: invalid variable name %.64q", name)
-		case strings.ContainsRune(value, 0):
-			return errorf(daemon.ErrInvalid, "envVars: %.64q: value contains a NUL byte", name)
-		}
-	}
-	if size > maxEnvBytes {
-		return errorf(daemon.ErrInvalid, "envVars: %d bytes in all, at most %d allowed", size, maxEnvBytes)
-	}
-	return nil
 }
 
 // present reports whether a raw JSON field was given (and is not null).

@@ -382,16 +382,16 @@ func TestCreateBounds(t *testing.T) {
 		body string
 		want string // "" when accepted
 	}{
-		{`{"metadata":` + many(maxMetadata, longKey(maxMetadataKey), strings.Repeat("v", maxMetadataValue)) + `}`, ""},
-		{`{"metadata":` + many(maxMetadata+1, longKey(3), "v") + `}`, "metadata: 65 entries"},
-		{`{"metadata":` + many(1, longKey(maxMetadataKey+1), "v") + `}`, "metadata: key"},
-		{`{"metadata":` + many(1, longKey(3), strings.Repeat("v", maxMetadataValue+1)) + `}`, "metadata: \"000\": value longer"},
+		{`{"metadata":` + many(daemon.MaxLabels, longKey(daemon.MaxLabelKey), strings.Repeat("v", daemon.MaxLabelValue)) + `}`, ""},
+		{`{"metadata":` + many(daemon.MaxLabels+1, longKey(3), "v") + `}`, "metadata: 65 entries"},
+		{`{"metadata":` + many(1, longKey(daemon.MaxLabelKey+1), "v") + `}`, "metadata: key"},
+		{`{"metadata":` + many(1, longKey(3), strings.Repeat("v", daemon.MaxLabelValue+1)) + `}`, "metadata: \"000\": value longer"},
 		{`{"metadata":{"":"v"}}`, "metadata: empty key"},
 		{`{"metadata":{"a\nb":"v"}}`, "metadata: key"},
 		{`{"metadata":{"k":"a\u0000b"}}`, "metadata"},
-		{`{"envVars":` + many(maxEnvVars, envName, strings.Repeat("v", 400)) + `}`, ""},
-		{`{"envVars":` + many(maxEnvVars+1, envName, "v") + `}`, "envVars: 257 variables"},
-		{`{"envVars":` + many(2, envName, strings.Repeat("v", maxEnvBytes/2)) + `}`, "envVars: "},
+		{`{"envVars":` + many(daemon.MaxEnvVars, envName, strings.Repeat("v", 400)) + `}`, ""},
+		{`{"envVars":` + many(daemon.MaxEnvVars+1, envName, "v") + `}`, "envVars: 257 variables"},
+		{`{"envVars":` + many(2, envName, strings.Repeat("v", daemon.MaxEnvBytes/2)) + `}`, "envVars: "},
 		{`{"envVars":{"A=B":"v"}}`, "envVars: invalid variable name"},
 		{`{"envVars":{"":"v"}}`, "envVars: empty"},
 		{`{"envVars":{"A\nB":"v"}}`, "envVars: invalid variable name"},
