@@ -549,6 +549,30 @@ func (g *Group) Stats() (Stats, error) {
 			counter{g.pids, "pids.current", "", &s.PidsCurrent},
 			counter{g.pids, "pids.events", "max", &s.PidsLimitHits})
 	}
+	if err := readCounters(cs); err != nil {
+		return Stats{}, err
+	}
+	return s, nil
+}
+
+// OOMKills is what Stats reports as OOMKills, read from the one file that
+// counts it: for a poller that asks nothing else. 0 without a memory
+// controller in the group.
+func (g *Group) OOMKills() (int64, error) {
+	var n int64
+	switch {
+	case g.memory == "":
+		return 0, nil
+	case g.memory == g.v2:
+		return n, readCounters([]counter{{g.memory, "memory.events", "oom_kill", &n}})
+	default:
+		return n, readCounters([]counter{{g.memory, "memory.oom_control", "oom_kill", &n}})
+	}
+}
+
+// readCounters adds each counter's value to its destination, reading every
+// file once; a file an older kernel lacks counts as 0.
+func readCounters(cs []counter) error {
 	texts := map[string]string{}
 	for _, c := range cs {
 		p := filepath.Join(c.dir, c.file)
@@ -556,14 +580,14 @@ func (g *Group) Stats() (Stats, error) {
 		if !ok {
 			b, err := os.ReadFile(p)
 			if err != nil && !errors.Is(err, fs.ErrNotExist) { // older kernels lack some files: leave those zero
-				return Stats{}, fmt.Errorf("cgroups: stats: %w", err)
+				return fmt.Errorf("cgroups: stats: %w", err)
 			}
 			text = string(b)
 			texts[p] = text
 		}
 		*c.dst += parseCounter(text, c.key)
 	}
-	return s, nil
+	return nil
 }
 
 // writeFile writes value to an existing file, in one write as cgroupfs

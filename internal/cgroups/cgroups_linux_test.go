@@ -280,6 +280,9 @@ func TestMemoryLimitOOM(t *testing.T) {
 	}
 	// MemoryLimitHits is not checked: some kernels (6.18, v1) do not count
 	// them. The peak may pass the limit by a charge batch.
+	if n, err := g.OOMKills(); err != nil || n != s.OOMKills {
+		t.Errorf("OOMKills() = %d, %v; want Stats' %d", n, err, s.OOMKills)
+	}
 	if s.OOMKills == 0 || s.MemoryPeak > limit+1<<20 {
 		t.Errorf("stats %+v: want OOMKills > 0, MemoryPeak near %d at most", s, limit)
 	}

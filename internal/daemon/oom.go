@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"github.com/hutch-sandbox/hutch/internal/cgroups"
 	"github.com/hutch-sandbox/hutch/internal/metrics"
 )
 
@@ -10,9 +9,10 @@ import (
 var OOMKills = metrics.NewCounter("hutch_oom_kills_total",
 	"Processes of sandboxes that the kernel killed for exceeding their memory limit.")
 
-// statser is an instance whose cgroup can be read (a *sandbox.Sandbox).
-type statser interface {
-	Stats() (cgroups.Stats, error)
+// oomCounter is an instance whose OOM kills can be read (a
+// *sandbox.Sandbox).
+type oomCounter interface {
+	OOMKills() (int64, error)
 }
 
 // checkOOM records, for each sandbox of list, the processes the OOM killer
@@ -20,20 +20,20 @@ type statser interface {
 // metric and a log line. It runs in the reaper, under reapMu.
 func (m *Manager) checkOOM(list []*live) {
 	for _, l := range list {
-		s, ok := l.inst.(statser)
+		c, ok := l.inst.(oomCounter)
 		if !ok {
 			continue
 		}
-		st, err := s.Stats()
-		if err != nil || st.OOMKills <= l.oomKills {
+		total, err := c.OOMKills()
+		if err != nil || total <= l.oomKills {
 			continue
 		}
-		n := st.OOMKills - l.oomKills
-		l.oomKills = st.OOMKills
+		n := total - l.oomKills
+		l.oomKills = total
 		OOMKills.With().Add(float64(n))
 		m.log.Warn("out of memory: processes killed", "sandbox", l.id, "tenant", l.tenant, "kills", n)
 		if l.ev != nil {
-			l.ev.append(EventOOM, map[string]any{"kills": n, "total": st.OOMKills}, false)
+			l.ev.append(EventOOM, map[string]any{"kills": n, "total": total}, false)
 		}
 	}
 }

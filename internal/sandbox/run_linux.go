@@ -433,7 +433,7 @@ func Run(ctx context.Context, c Config) (Result, error) {
 		term.Drain()
 	}
 	if l.group != nil {
-		if st, err := l.group.Stats(); err == nil && st.OOMKills > 0 {
+		if n, err := l.group.OOMKills(); err == nil && n > 0 {
 			res.OOMKilled = true
 		}
 	}

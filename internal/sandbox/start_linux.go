@@ -7,8 +7,6 @@ import (
 	"os"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/hutch-sandbox/hutch/internal/cgroups"
 )
 
 // Sandbox is a long-lived sandbox whose PID 1 is hutch's agent (package
@@ -111,10 +109,11 @@ func (s *Sandbox) Thaw() error {
 	return nil
 }
 
-// Stats reads the sandbox's cgroup: memory, OOM kills, processes.
-func (s *Sandbox) Stats() (cgroups.Stats, error) {
+// OOMKills is how many of the sandbox's processes the kernel's OOM killer
+// ended.
+func (s *Sandbox) OOMKills() (int64, error) {
 	if s.l.group == nil {
-		return cgroups.Stats{}, fmt.Errorf("sandbox stats: %w", ErrNoCgroup)
+		return 0, fmt.Errorf("sandbox OOM kills: %w", ErrNoCgroup)
 	}
-	return s.l.group.Stats()
+	return s.l.group.OOMKills()
 }
