@@ -261,17 +261,28 @@ func TestRestrict(t *testing.T) {
 
 func TestRestrictWithoutNoNewPrivs(t *testing.T) {
 	testutil.Need(t, ABI() > 0, "kernel has no landlock")
-	if os.Geteuid() == 0 {
-		t.Skip("root holds CAP_SYS_ADMIN, which stands in for no_new_privs")
-	}
 	// Without no_new_privs the kernel refuses before anything is enforced,
 	// so this can run in the test process itself (on a goroutine of its
 	// own, since Restrict locks its thread).
-	if v, err := unix.PrctlRetInt(unix.PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0); err != nil || v != 0 {
-		t.Skipf("no_new_privs already set (%d, %v)", v, err)
-	}
+	v, err := unix.PrctlRetInt(unix.PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0)
+	testutil.Need(t, err == nil && v == 0, fmt.Sprintf("no_new_privs already set (%d, %v)", v, err))
 	done := make(chan error)
 	go func() {
+		// CAP_SYS_ADMIN stands in for no_new_privs: root's thread drops
+		// it from its effective set first (capabilities are per thread,
+		// and this one ends with the goroutine, which keeps it locked).
+		runtime.LockOSThread()
+		hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+		var data [2]unix.CapUserData
+		if err := unix.Capget(&hdr, &data[0]); err != nil {
+			done <- err
+			return
+		}
+		data[unix.CAP_SYS_ADMIN/32].Effective &^= 1 << (unix.CAP_SYS_ADMIN % 32)
+		if err := unix.Capset(&hdr, &data[0]); err != nil {
+			done <- err
+			return
+		}
 		_, err := Restrict(Config{ReadOnly: []string{"/"}})
 		done <- err
 	}()
