@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/proxyconnect"
@@ -185,6 +186,12 @@ func cmdRun(args []string, stdin, stdout, stderr *os.File) int {
 	}
 	if res.OOMKilled {
 		fmt.Fprintf(stderr, "hutch: the sandbox ran out of memory (limit %s)\n", policy.FormatSize(spec.Resources.MemoryBytes))
+	}
+	for _, line := range sandbox.SetAsideReport(res.SetAside) {
+		fmt.Fprintln(stderr, line)
+	}
+	for _, sa := range res.SetAside {
+		egress.rec.Note(setAsideRecord{Time: time.Now(), Action: "set_aside", SetAside: sa})
 	}
 	return res.ExitCode
 }
@@ -397,4 +404,11 @@ func (p *policyFlags) apply(s *policy.Spec) error {
 		s.Secrets = append(s.Secrets, policy.Secret{Name: name, Hosts: strings.Split(hosts, ",")})
 	}
 	return nil
+}
+
+// setAsideRecord is the --report line of something hutch set aside.
+type setAsideRecord struct {
+	Time   time.Time `json:"time"`
+	Action string    `json:"action"` // "set_aside"
+	sandbox.SetAside
 }

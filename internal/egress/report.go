@@ -42,6 +42,23 @@ func NewRecorder(w io.Writer) *Recorder {
 	return &Recorder{w: w, counts: make(map[refusalKey]int)}
 }
 
+// Note writes v, any other record of the sandbox's run (what hutch set
+// aside when it ended), as one JSON line of the report.
+func (r *Recorder) Note(v any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.w == nil || r.err != nil {
+		return
+	}
+	line, err := json.Marshal(v)
+	if err == nil {
+		_, err = r.w.Write(append(line, '\n'))
+	}
+	if err != nil {
+		r.err = fmt.Errorf("writing the report: %w", err)
+	}
+}
+
 // Record writes e as one JSON line and, when its Action is "blocked",
 // keeps it for Blocked and Summary. After a write error Record writes no
 // more (Err returns the error) but still keeps events.

@@ -7,22 +7,61 @@ import (
 	"strings"
 )
 
-// homeDenyRead lists credential, key and history files relative to the
-// invoking user's home directory. The sandbox may not read them.
+// homeDenyRead lists credential, key, token and history files relative to
+// the invoking user's home directory. The sandbox may not read them. The
+// list is grouped by kind; README.md documents it, and a test keeps the two
+// in step.
 var homeDenyRead = []string{
-	// Login, signing and keyring secrets.
-	".ssh", ".gnupg", ".password-store", ".local/share/keyrings",
-	// Cloud, cluster and infrastructure credentials.
-	".aws", ".azure", ".config/gcloud", ".kube", ".docker", ".config/containers/auth.json",
-	".terraform.d", ".vault-token", ".config/rclone", ".s3cfg", ".boto",
-	// Code forges and package registries.
-	".config/gh", ".config/hub", ".git-credentials", ".netrc",
-	".npmrc", ".pypirc", ".cargo/credentials", ".cargo/credentials.toml", ".gem/credentials", ".m2/settings.xml",
-	// Password manager CLI sessions.
-	".config/op",
+	// Login, signing and encryption keys.
+	".ssh", ".gnupg", ".pki", ".config/sops", ".config/age",
+	// Keyrings and password managers.
+	".password-store", ".local/share/keyrings", ".local/share/kwalletd", ".config/op", ".op",
+	".config/Bitwarden CLI", ".config/Bitwarden", ".lastpass", ".local/share/lpass",
+	".local/share/gopass", ".config/gopass", ".local/share/python_keyring",
+	// Cloud, cluster and infrastructure tools.
+	".aws", ".azure", ".config/gcloud", ".gsutil", ".oci", ".config/doctl", ".config/hcloud",
+	".config/scw", ".config/linode-cli", ".fly", ".config/exoscale", ".ibmcloud", ".aliyun",
+	".config/openstack", ".kube", ".minikube", ".talos", ".config/helm/registry", ".docker",
+	".config/containers/auth.json", ".terraform.d", ".terraformrc", ".pulumi/credentials.json",
+	".vault-token", ".config/rclone", ".s3cfg", ".boto", ".wrangler", ".config/.wrangler",
+	".local/share/com.vercel.cli", ".netlify", ".config/netlify", ".config/configstore",
+	".databrickscfg", ".snowflake", ".dbt/profiles.yml", ".kaggle", ".sentryclirc",
+	".circleci/cli.yml", ".config/heroku", ".smbcredentials",
+	// Code forges and version control.
+	".config/gh", ".config/hub", ".config/glab-cli", ".config/tea", ".git-credentials",
+	".config/git/credentials", ".netrc", ".authinfo", ".authinfo.gpg", ".subversion/auth",
+	// Package registries and build tools.
+	".npmrc", ".yarnrc", ".yarnrc.yml", ".pypirc", ".config/pypoetry/auth.toml",
+	".cargo/credentials", ".cargo/credentials.toml", ".gem/credentials", ".bundle/config",
+	".m2/settings.xml", ".m2/settings-security.xml", ".gradle/gradle.properties",
+	".ivy2/.credentials", ".sbt/credentials", ".composer/auth.json", ".config/composer/auth.json",
+	".nuget/NuGet/NuGet.Config", ".config/NuGet/NuGet.Config", ".pub-cache/credentials.json",
+	".config/dart/pub-credentials.json", ".hex/hex.config",
+	// Database clients.
+	".pgpass", ".my.cnf", ".mylogin.cnf", ".rediscli_auth", ".cassandra/cqlshrc",
+	".influxdbv2/configs", ".local/share/DBeaverData",
+	// AI tools and coding agents.
+	".claude/.credentials.json", ".claude.json", ".codex/auth.json", ".config/github-copilot",
+	".gemini/oauth_creds.json", ".gemini/google_accounts.json", ".qwen/oauth_creds.json",
+	".cache/huggingface/token", ".huggingface/token", ".local/share/opencode/auth.json",
+	".local/share/amp", ".config/goose/secrets.yaml", ".codeium", ".ollama/id_ed25519",
+	".aider.conf.yml", ".continue/config.json", ".continue/config.yaml",
+	// Browser profiles (cookies, saved passwords, session tokens).
+	".mozilla", ".librewolf", ".config/google-chrome", ".config/google-chrome-beta",
+	".config/google-chrome-unstable", ".config/chromium", ".config/BraveSoftware",
+	".config/microsoft-edge", ".config/vivaldi", ".config/opera", "snap/firefox", "snap/chromium",
+	".var/app",
+	// Mail and chat.
+	".thunderbird", ".msmtprc", ".fetchmailrc", ".mbsyncrc", ".muttrc", ".mutt", ".purple",
+	".config/Slack", ".config/discord", ".config/Signal", ".local/share/TelegramDesktop",
+	// Desktop session secrets.
+	".Xauthority", ".ICEauthority", ".vnc/passwd",
 	// Shell and REPL histories, which often hold pasted tokens.
-	".bash_history", ".zsh_history", ".python_history", ".node_repl_history", ".psql_history",
-	".mysql_history", ".lesshst", ".config/fish/fish_history", ".local/share/fish/fish_history",
+	".bash_history", ".zsh_history", ".zhistory", ".histfile", ".sh_history", ".python_history",
+	".node_repl_history", ".psql_history", ".mysql_history", ".sqlite_history",
+	".rediscli_history", ".dbshell", ".mongosh", ".irb_history", ".pry_history", ".Rhistory",
+	".lesshst", ".ipython", ".julia/logs", ".local/share/atuin", ".config/fish/fish_history",
+	".local/share/fish/fish_history",
 	// A dotenv file kept directly in the home directory.
 	".env",
 }
@@ -32,18 +71,27 @@ var systemDenyRead = []string{
 	// Per-user runtime directories: session bus, ssh and gpg agents, Wayland,
 	// PulseAudio; any of them can act as the user outside the sandbox.
 	"/run/user",
-	// Container and VM daemons: talking to them is root on the host.
-	"/var/run/docker.sock", "/run/docker.sock",
-	"/run/containerd", "/var/run/containerd",
-	"/run/podman", "/run/crio", "/var/run/crio",
-	"/run/libvirt", "/var/run/libvirt",
+	// hutch's own daemon: its admin socket drives every sandbox, and its
+	// state holds tokens (the default paths of hutch serve).
+	"/run/hutch", "/var/lib/hutch",
+	// Container, VM and build daemons: talking to them is root on the host.
+	"/var/run/docker.sock", "/run/docker.sock", "/run/docker", "/var/run/docker",
+	"/run/containerd", "/var/run/containerd", "/run/k3s",
+	"/run/podman", "/run/crio", "/var/run/crio", "/var/run/cri-dockerd.sock", "/run/buildkit",
+	"/run/libvirt", "/var/run/libvirt", "/var/snap/lxd/common/lxd", "/var/lib/lxd/unix.socket",
+	"/var/lib/incus/unix.socket", "/run/incus",
 	// System services that act on a caller's behalf.
 	"/run/dbus/system_bus_socket", "/var/run/dbus/system_bus_socket",
-	"/run/snapd.socket", "/run/systemd/private", "/run/systemd/journal",
+	"/run/snapd.socket", "/run/snapd-snap.socket", "/run/systemd/private", "/run/systemd/journal",
+	"/run/systemd/userdb", "/run/systemd/io.system.ManagedOOM", "/run/polkit", "/run/cups",
+	"/run/avahi-daemon",
 	// The X server, which lets any client read keystrokes and the screen.
 	"/tmp/.X11-unix",
-	// Password hashes and sudo rules.
-	"/etc/shadow", "/etc/gshadow", "/etc/sudoers", "/etc/sudoers.d",
+	// Secrets mounted for a container or pod (Docker secrets, Kubernetes
+	// service account tokens).
+	"/run/secrets", "/var/run/secrets",
+	// Password hashes, sudo rules, TLS keys.
+	"/etc/shadow", "/etc/gshadow", "/etc/sudoers", "/etc/sudoers.d", "/etc/ssl/private",
 	// SSH host private keys (the public keys and ssh_config stay readable).
 	"/etc/ssh/ssh_host_rsa_key", "/etc/ssh/ssh_host_ecdsa_key",
 	"/etc/ssh/ssh_host_ed25519_key", "/etc/ssh/ssh_host_dsa_key",
@@ -63,29 +111,140 @@ func DefaultDenyRead(home string) []string {
 	return append(out, systemDenyRead...)
 }
 
+// Protection is how a default protected name is kept from the sandbox.
+type Protection int
+
+const (
+	// Prevent: the name is read-only inside every writable area whether or
+	// not it exists; a missing one is held by a placeholder while the
+	// sandbox runs, so it cannot be created.
+	Prevent Protection = iota
+	// SetAside: the name is read-only while it exists; one the sandbox
+	// creates is renamed (NAME.hutch-set-aside) when the sandbox ends, so
+	// that nothing runs it until a person has looked at it. Used for the
+	// configuration of tools that read it when they start, where a
+	// placeholder for every name in every workspace would cost each sandbox
+	// more than it protects.
+	SetAside
+)
+
+// ProtectedName is one default deny-write name.
+type ProtectedName struct {
+	Name     string     // relative to each writable area
+	HomeOnly bool       // only when the writable area is the home directory
+	How      Protection // when it does not exist
+	Why      string     // what runs it, for the documentation and reports
+}
+
 // defaultDenyWrite lists names, relative to each writable area, that stay
-// read-only inside it. Each protects the entry and everything under it,
-// and the sandbox may not create it where it does not exist. A writable
-// area is the workspace, every allow_write path, and so the home directory
-// when it is one of those; the home-only names matter only then.
-var defaultDenyWrite = []string{
+// read-only inside it. Each protects the entry and everything under it. A
+// writable area is the workspace, every allow_write path, and so the home
+// directory when it is one of those; the home-only names matter only then.
+// Beyond these names, the sandbox protects every git directory it finds in
+// a writable area (see package gitmeta).
+var defaultDenyWrite = []ProtectedName{
 	// Shell startup files: their code runs in the user's next shell.
-	".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".profile",
-	".zshrc", ".zprofile", ".zshenv", ".zlogin", ".zlogout", ".config/fish",
+	{Name: ".bashrc", Why: "bash"}, {Name: ".bash_profile", Why: "bash"}, {Name: ".bash_login", Why: "bash"},
+	{Name: ".bash_logout", Why: "bash"}, {Name: ".profile", Why: "login shells"}, {Name: ".zshrc", Why: "zsh"},
+	{Name: ".zprofile", Why: "zsh"}, {Name: ".zshenv", Why: "zsh"}, {Name: ".zlogin", Why: "zsh"},
+	{Name: ".zlogout", Why: "zsh"}, {Name: ".config/fish", HomeOnly: true, Why: "fish"},
 	// Git: hooks and config run code on the user's next git command, and
 	// .gitmodules points submodules elsewhere. ".git" itself is listed so
 	// the sandbox can neither create a repository where none exists nor
 	// replace or move an existing .git; this rule protects the entry only,
 	// the objects, refs and index under an existing .git stay writable so
-	// that git works. Hooks and config stay protected by their own rules.
-	".git/hooks", ".git/config", ".gitmodules", ".git",
+	// that git works. The rest of every git directory (config.worktree,
+	// commondir, info, submodules, worktrees, core.hooksPath) is protected
+	// from what the sandbox finds there.
+	{Name: ".git/hooks", Why: "git hooks"}, {Name: ".git/config", Why: "git"},
+	{Name: ".gitmodules", Why: "git submodules"}, {Name: GitDirName, Why: "git"},
 	// Editor, agent and tool config that runs code or adds tools when the
 	// user opens the project.
-	".vscode", ".idea", ".mcp.json", ".claude", ".codex", ".cursor", ".envrc", ".ripgreprc",
+	{Name: ".vscode", Why: "VS Code tasks, settings and MCP servers"},
+	{Name: ".idea", Why: "JetBrains IDEs run configurations"},
+	{Name: ".mcp.json", Why: "MCP servers of Claude Code and others"},
+	{Name: ".claude", Why: "Claude Code hooks and settings"},
+	{Name: ".codex", Why: "Codex settings"},
+	{Name: ".cursor", Why: "Cursor MCP servers and rules"},
+	{Name: ".envrc", Why: "direnv"}, {Name: ".ripgreprc", Why: "ripgrep"},
 	// Session autostart (home only).
-	".config/autostart", ".config/systemd/user",
+	{Name: ".config/autostart", HomeOnly: true, Why: "desktop session autostart"},
+	{Name: ".config/systemd/user", HomeOnly: true, Why: "systemd user units"},
 	// Home-only files that grant access or redirect tools.
-	".gitconfig", ".ssh/authorized_keys", ".npmrc", ".pypirc",
+	{Name: ".gitconfig", HomeOnly: true, Why: "git"}, {Name: ".ssh/authorized_keys", HomeOnly: true, Why: "sshd"},
+	{Name: ".npmrc", HomeOnly: true, Why: "npm"}, {Name: ".pypirc", HomeOnly: true, Why: "twine"},
+
+	// Coding agents' project settings: MCP servers, hooks, tool commands.
+	{Name: ".gemini", How: SetAside, Why: "Gemini CLI settings and MCP servers"},
+	{Name: ".qwen", How: SetAside, Why: "Qwen Code settings and MCP servers"},
+	{Name: ".amazonq", How: SetAside, Why: "Amazon Q MCP servers"},
+	{Name: ".roo", How: SetAside, Why: "Roo Code MCP servers"},
+	{Name: ".roomodes", How: SetAside, Why: "Roo Code modes"},
+	{Name: ".kilocode", How: SetAside, Why: "Kilo Code MCP servers"},
+	{Name: ".kiro", How: SetAside, Why: "Kiro hooks and MCP servers"},
+	{Name: ".continue", How: SetAside, Why: "Continue MCP servers and commands"},
+	{Name: ".windsurf", How: SetAside, Why: "Windsurf workflows and MCP servers"},
+	{Name: ".junie", How: SetAside, Why: "Junie MCP servers"},
+	{Name: ".augment", How: SetAside, Why: "Augment settings"},
+	{Name: ".opencode", How: SetAside, Why: "opencode commands and plugins"},
+	{Name: "opencode.json", How: SetAside, Why: "opencode MCP servers"},
+	{Name: "opencode.jsonc", How: SetAside, Why: "opencode MCP servers"},
+	{Name: ".crush.json", How: SetAside, Why: "Crush MCP servers and LSPs"},
+	{Name: "crush.json", How: SetAside, Why: "Crush MCP servers and LSPs"},
+	{Name: ".aider.conf.yml", How: SetAside, Why: "aider (lint and test commands)"},
+	{Name: ".goose", How: SetAside, Why: "goose settings"},
+	{Name: ".trae", How: SetAside, Why: "Trae MCP servers"},
+	// Editors: tasks, language servers and project scripts they start.
+	{Name: ".zed", How: SetAside, Why: "Zed tasks and language servers"},
+	{Name: ".fleet", How: SetAside, Why: "Fleet run configurations"},
+	{Name: ".helix", How: SetAside, Why: "Helix language servers"},
+	{Name: ".theia", How: SetAside, Why: "Theia tasks"},
+	{Name: ".nvim.lua", How: SetAside, Why: "Neovim exrc"}, {Name: ".nvimrc", How: SetAside, Why: "Neovim exrc"},
+	{Name: ".exrc", How: SetAside, Why: "vi exrc"},
+	{Name: ".devcontainer", How: SetAside, Why: "dev container commands"},
+	{Name: ".devcontainer.json", How: SetAside, Why: "dev container commands"},
+	// Git tooling: hook managers and the hooks they install.
+	{Name: ".pre-commit-config.yaml", How: SetAside, Why: "pre-commit"},
+	{Name: ".husky", How: SetAside, Why: "husky git hooks"},
+	{Name: ".githooks", How: SetAside, Why: "git hooks (core.hooksPath)"},
+	{Name: ".git-hooks", How: SetAside, Why: "git hooks (core.hooksPath)"},
+	{Name: "lefthook.yml", How: SetAside, Why: "lefthook"}, {Name: "lefthook.yaml", How: SetAside, Why: "lefthook"},
+	{Name: "lefthook.toml", How: SetAside, Why: "lefthook"}, {Name: "lefthook.json", How: SetAside, Why: "lefthook"},
+	{Name: ".lefthook.yml", How: SetAside, Why: "lefthook"}, {Name: ".lefthook.yaml", How: SetAside, Why: "lefthook"},
+	{Name: ".lefthook.toml", How: SetAside, Why: "lefthook"}, {Name: ".lefthook.json", How: SetAside, Why: "lefthook"},
+	{Name: "lefthook-local.yml", How: SetAside, Why: "lefthook"}, {Name: ".lefthook-local.yml", How: SetAside, Why: "lefthook"},
+	{Name: ".lefthook", How: SetAside, Why: "lefthook scripts"},
+	{Name: ".overcommit.yml", How: SetAside, Why: "overcommit"},
+	{Name: ".simple-git-hooks.json", How: SetAside, Why: "simple-git-hooks"},
+	{Name: ".simple-git-hooks.js", How: SetAside, Why: "simple-git-hooks"},
+	{Name: ".simple-git-hooks.cjs", How: SetAside, Why: "simple-git-hooks"},
+	// Environment managers that run code when a shell enters the directory.
+	{Name: "mise.toml", How: SetAside, Why: "mise hooks and tasks"}, {Name: ".mise.toml", How: SetAside, Why: "mise hooks and tasks"},
+	{Name: "mise.local.toml", How: SetAside, Why: "mise hooks and tasks"}, {Name: ".mise.local.toml", How: SetAside, Why: "mise hooks and tasks"},
+	{Name: ".mise", How: SetAside, Why: "mise tasks"}, {Name: ".config/mise", How: SetAside, Why: "mise hooks and tasks"},
+	{Name: ".autoenv.zsh", How: SetAside, Why: "zsh-autoenv"}, {Name: ".autoenv_leave.zsh", How: SetAside, Why: "zsh-autoenv"},
+	// Debuggers and REPLs that run a startup file from the current directory.
+	{Name: ".pdbrc", How: SetAside, Why: "pdb"}, {Name: ".irbrc", How: SetAside, Why: "irb"},
+	{Name: ".gdbinit", How: SetAside, Why: "gdb"}, {Name: ".lldbinit", How: SetAside, Why: "lldb"},
+	{Name: ".Rprofile", How: SetAside, Why: "R"},
+	// Home only: what the user's shell, editor and tools run next.
+	{Name: ".config/git", HomeOnly: true, How: SetAside, Why: "git"},
+	{Name: ".ssh/config", HomeOnly: true, How: SetAside, Why: "ssh (ProxyCommand)"},
+	{Name: ".ssh/rc", HomeOnly: true, How: SetAside, Why: "sshd"},
+	{Name: ".bashrc.d", HomeOnly: true, How: SetAside, Why: "bash"},
+	{Name: ".config/environment.d", HomeOnly: true, How: SetAside, Why: "systemd user environment"},
+	{Name: ".local/share/systemd/user", HomeOnly: true, How: SetAside, Why: "systemd user units"},
+	{Name: ".config/nvim", HomeOnly: true, How: SetAside, Why: "Neovim"},
+	{Name: ".vimrc", HomeOnly: true, How: SetAside, Why: "Vim"}, {Name: ".vim", HomeOnly: true, How: SetAside, Why: "Vim"},
+	{Name: ".emacs", HomeOnly: true, How: SetAside, Why: "Emacs"}, {Name: ".emacs.d", HomeOnly: true, How: SetAside, Why: "Emacs"},
+	{Name: ".tmux.conf", HomeOnly: true, How: SetAside, Why: "tmux"},
+	{Name: ".config/starship.toml", HomeOnly: true, How: SetAside, Why: "starship prompt commands"},
+	{Name: ".config/direnv", HomeOnly: true, How: SetAside, Why: "direnv"},
+	{Name: ".psqlrc", HomeOnly: true, How: SetAside, Why: "psql"}, {Name: ".sqliterc", How: SetAside, HomeOnly: true, Why: "sqlite3"},
+	{Name: ".xinitrc", HomeOnly: true, How: SetAside, Why: "X session"}, {Name: ".xsession", HomeOnly: true, How: SetAside, Why: "X session"},
+	{Name: ".xprofile", HomeOnly: true, How: SetAside, Why: "X session"},
+	{Name: ".local/bin", HomeOnly: true, How: SetAside, Why: "programs on the user's PATH"},
+	{Name: "bin", HomeOnly: true, How: SetAside, Why: "programs on the user's PATH"},
 }
 
 // GitDirName is the one default deny-write name whose rule protects only
@@ -94,12 +253,17 @@ const GitDirName = ".git"
 
 // DefaultDenyWrite returns the names, relative to each writable area, that
 // stay read-only unless the policy sets no_default_denies. Every name
-// protects the path and all below it, whether it exists or not, except
-// GitDirName, which protects only the entry: no .git may be created, removed
-// or swapped, while the contents of an existing one stay writable.
-func DefaultDenyWrite() []string {
+// protects the path and all below it, except GitDirName, which protects
+// only the entry: no .git may be created, removed or swapped, while the
+// contents of an existing one stay writable. A Prevent name holds whether
+// or not it exists; a SetAside name holds while it exists, and one the
+// sandbox creates is set aside when it ends.
+func DefaultDenyWrite() []ProtectedName {
 	return slices.Clone(defaultDenyWrite)
 }
+
+// SetAsideSuffix is added to the name of what hutch sets aside.
+const SetAsideSuffix = ".hutch-set-aside"
 
 // SafeEnv lists the environment variables passed from the caller to every
 // sandbox: names, or prefixes ending in "*". Anything else must be named in

@@ -125,7 +125,17 @@ func TestDefaultDenyRead(t *testing.T) {
 }
 
 func TestDefaultDenyWrite(t *testing.T) {
-	got := DefaultDenyWrite()
+	names := DefaultDenyWrite()
+	var got []string
+	for _, n := range names {
+		got = append(got, n.Name)
+		if n.Why == "" {
+			t.Errorf("DefaultDenyWrite entry %q does not say what runs it", n.Name)
+		}
+	}
+	if dup := len(got) - len(dedupe(got)); dup != 0 {
+		t.Errorf("DefaultDenyWrite has %d duplicates", dup)
+	}
 	for _, want := range []string{".bashrc", ".zshrc", ".profile", ".git/hooks", ".git/config", GitDirName, ".vscode", ".mcp.json", ".claude", ".ssh/authorized_keys"} {
 		if !slices.Contains(got, want) {
 			t.Errorf("DefaultDenyWrite lacks %s", want)
@@ -136,8 +146,8 @@ func TestDefaultDenyWrite(t *testing.T) {
 			t.Errorf("DefaultDenyWrite entry %q is not a clean relative name", p)
 		}
 	}
-	got[0] = "changed"
-	if DefaultDenyWrite()[0] == "changed" {
+	names[0].Name = "changed"
+	if DefaultDenyWrite()[0].Name == "changed" {
 		t.Error("DefaultDenyWrite returns its internal slice")
 	}
 }

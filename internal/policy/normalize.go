@@ -193,7 +193,9 @@ func (s Spec) WritableRoots() []string {
 func (s Spec) DenyWriteRules() []string {
 	var out []string
 	if !s.Filesystem.NoDefaultDenies {
-		out = DefaultDenyWrite()
+		for _, n := range DefaultDenyWrite() {
+			out = append(out, n.Name)
+		}
 	}
 	return append(out, s.Filesystem.DenyWrite...)
 }

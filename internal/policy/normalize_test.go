@@ -232,7 +232,11 @@ func TestDenyWriteRules(t *testing.T) {
 		AllowWrite: []string{"/tmp/cache", "/w"},
 		DenyWrite:  []string{"/w/.env"},
 	}}
-	want := append(DefaultDenyWrite(), "/w/.env")
+	var want []string
+	for _, n := range DefaultDenyWrite() {
+		want = append(want, n.Name)
+	}
+	want = append(want, "/w/.env")
 	if got := s.DenyWriteRules(); !reflect.DeepEqual(got, want) {
 		t.Errorf("DenyWriteRules = %q, want %q", got, want)
 	}

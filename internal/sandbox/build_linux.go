@@ -132,12 +132,15 @@ func (b *builder) rebind(desc, path string, ro bool) {
 	b.p.close(t)
 }
 
-// cover mounts an empty read-only stand-in from the masks tmpfs over a
-// placeholder (a directory one when dir).
-func (b *builder) cover(desc, path string, dir bool) {
+// cover mounts a read-only stand-in from the masks tmpfs over a
+// placeholder, of its kind.
+func (b *builder) cover(desc, path string, kind placeholderKind) {
 	name := "e"
-	if dir {
+	switch kind {
+	case placeholderDir:
 		name = "ed"
+	case placeholderSelf:
+		name = "es"
 	}
 	mnt := b.p.slot()
 	b.p.call(desc+": clone", mnt, unix.SYS_OPEN_TREE, s(b.masks), b.p.str(name), k(unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC))
@@ -250,6 +253,12 @@ func (b *builder) mounts(cfg initConfig, fds []int8, denyRead []pathKind) {
 	p.call("masks: placeholder file", e, unix.SYS_OPENAT, s(b.masks), p.str("e"), k(unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC), k(0o444))
 	p.close(e)
 	p.call("masks: placeholder directory", -1, unix.SYS_MKDIRAT, s(b.masks), p.str("ed"), k(0o555))
+	if hasKind(cfg.Placeholders, placeholderSelf) {
+		es := p.slot()
+		p.call("masks: placeholder commondir", es, unix.SYS_OPENAT, s(b.masks), p.str("es"), k(unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC), k(0o444))
+		p.call("masks: placeholder commondir: write", -1, unix.SYS_WRITE, s(es), p.str("."), k(1))
+		p.close(es)
+	}
 	b.setattr("masks: read-only", b.masks, unix.MOUNT_ATTR_RDONLY)
 
 	p.call("attach root", -1, unix.SYS_MOVE_MOUNT, s(rootTree), p.str(""), k(uintptr(unix.AT_FDCWD&0xffffffff)), p.str(stagingDir), k(unix.MOVE_MOUNT_F_EMPTY_PATH))
@@ -647,4 +656,14 @@ func withMissing(m map[string]bool, feature string) map[string]bool {
 		out[k] = v
 	}
 	return out
+}
+
+// hasKind reports whether a placeholder of kind k is among m.
+func hasKind(m map[string]placeholderKind, k placeholderKind) bool {
+	for _, v := range m {
+		if v == k {
+			return true
+		}
+	}
+	return false
 }

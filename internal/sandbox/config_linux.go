@@ -21,8 +21,8 @@ type initConfig struct {
 	AllowRead []string
 	DenyWrite []string // bound read-only over themselves
 	// Placeholders are the DenyWrite paths hutch created, each covered
-	// with an empty stand-in (a directory when true).
-	Placeholders map[string]bool
+	// with a stand-in of its kind.
+	Placeholders map[string]placeholderKind
 	Pin          []string // bound read-write over themselves
 	TmpBytes     int64
 	// PrivateHome, when set, gets a private tmpfs: the caller's home

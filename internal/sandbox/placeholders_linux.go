@@ -21,14 +21,22 @@ import (
 const placeholderXattr = "user.hutch.placeholder"
 
 // placeholder is a path on the host that stands for a missing protected
-// path: a directory, or a hard link to an unnamed empty inode (one per
-// writable root: a link costs an order of magnitude less than a new inode
-// on common filesystems).
+// path: a directory, or a hard link to an unnamed inode (one per writable
+// root and content: a link costs an order of magnitude less than a new
+// inode on common filesystems).
 type placeholder struct {
 	Path     string
 	Root     string
-	Dir      bool
-	Dev, Ino uint64 // of the empty inode, for filesystems without user xattrs
+	Kind     placeholderKind
+	Dev, Ino uint64 // of the inode, for filesystems without user xattrs
+}
+
+// content is what a file placeholder of kind k holds.
+func (k placeholderKind) content() string {
+	if k == placeholderSelf {
+		return "."
+	}
+	return ""
 }
 
 // placeholders is the placeholder set of one sandbox and its locks.
@@ -72,7 +80,7 @@ func (ps *placeholders) prepare(prot []protected, roots []string, asRoot bool) e
 		return err
 	}
 	var covered []string
-	sources := map[string]*emptyFile{}
+	sources := map[sourceKey]*emptyFile{}
 	defer func() {
 		for _, f := range sources {
 			unix.Close(f.fd)
@@ -87,7 +95,7 @@ func (ps *placeholders) prepare(prot []protected, roots []string, asRoot bool) e
 			if ph, ok := adopt(p.Path, p.Root, &st); ok {
 				ps.made = append(ps.made, ph)
 			}
-			if !pinNames[p.Name] || st.Mode&unix.S_IFMT != unix.S_IFDIR || isMarked(p.Path) {
+			if !p.Pin || st.Mode&unix.S_IFMT != unix.S_IFDIR || isMarked(p.Path) {
 				covered = append(covered, p.Path)
 			}
 			continue
@@ -104,8 +112,11 @@ func (ps *placeholders) prepare(prot []protected, roots []string, asRoot bool) e
 		if err != nil {
 			continue // reached through a symlink: the sandbox cannot create below it either
 		}
-		asDir := dirNames[p.Name] || target != p.Path
-		ph, err := makePlaceholder(dirfd, target, p.Root, asDir, sources, asRoot)
+		kind := p.Kind
+		if target != p.Path {
+			kind = placeholderDir // a missing parent
+		}
+		ph, err := makePlaceholder(dirfd, target, p.Root, kind, sources, asRoot)
 		unix.Close(dirfd)
 		if errors.Is(err, unix.EEXIST) {
 			// Another sandbox of the same workspace was quicker.
@@ -131,7 +142,14 @@ func adopt(path, root string, st *unix.Stat_t) (placeholder, bool) {
 	if !isMarked(path) {
 		return placeholder{}, false
 	}
-	return placeholder{Path: path, Root: root, Dir: st.Mode&unix.S_IFMT == unix.S_IFDIR, Dev: st.Dev, Ino: st.Ino}, true
+	kind := placeholderFile
+	switch {
+	case st.Mode&unix.S_IFMT == unix.S_IFDIR:
+		kind = placeholderDir
+	case st.Size == int64(len(placeholderSelf.content())):
+		kind = placeholderSelf
+	}
+	return placeholder{Path: path, Root: root, Kind: kind, Dev: st.Dev, Ino: st.Ino}, true
 }
 
 func isMarked(path string) bool {
@@ -139,16 +157,22 @@ func isMarked(path string) bool {
 	return err == nil
 }
 
-// emptyFile is the unnamed empty inode the file placeholders of one writable
-// root link to.
+// emptyFile is the unnamed inode the file placeholders of one writable
+// root and content link to.
 type emptyFile struct {
 	fd       int
 	dev, ino uint64
 }
 
-func makePlaceholder(dirfd int, path, root string, asDir bool, sources map[string]*emptyFile, asRoot bool) (placeholder, error) {
+// sourceKey names the inode of emptyFile: a writable root and a kind.
+type sourceKey struct {
+	root string
+	kind placeholderKind
+}
+
+func makePlaceholder(dirfd int, path, root string, kind placeholderKind, sources map[sourceKey]*emptyFile, asRoot bool) (placeholder, error) {
 	base := filepath.Base(path)
-	if asDir {
+	if kind == placeholderDir {
 		if err := unix.Mkdirat(dirfd, base, 0o755); err != nil {
 			return placeholder{}, err
 		}
@@ -168,13 +192,19 @@ func makePlaceholder(dirfd int, path, root string, asDir bool, sources map[strin
 				_ = unix.Fchown(fd, int(owner.Uid), int(owner.Gid))
 			}
 		}
-		return placeholder{Path: path, Root: root, Dir: true, Dev: st.Dev, Ino: st.Ino}, nil
+		return placeholder{Path: path, Root: root, Kind: kind, Dev: st.Dev, Ino: st.Ino}, nil
 	}
-	src := sources[root]
+	src := sources[sourceKey{root, kind}]
 	if src == nil {
 		fd, err := unix.Open(root, unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, 0o444)
 		if err != nil {
 			return placeholder{}, fmt.Errorf("empty file in %q: %w", root, err)
+		}
+		if c := kind.content(); c != "" {
+			if _, err := unix.Write(fd, []byte(c)); err != nil {
+				unix.Close(fd)
+				return placeholder{}, fmt.Errorf("placeholder file in %q: %w", root, err)
+			}
 		}
 		_ = unix.Fsetxattr(fd, placeholderXattr, []byte("1"), 0)
 		var st unix.Stat_t
@@ -186,20 +216,20 @@ func makePlaceholder(dirfd int, path, root string, asDir bool, sources map[strin
 			}
 		}
 		src = &emptyFile{fd: fd, dev: st.Dev, ino: st.Ino}
-		sources[root] = src
+		sources[sourceKey{root, kind}] = src
 	}
 	err := unix.Linkat(unix.AT_FDCWD, fmt.Sprintf("/proc/self/fd/%d", src.fd), dirfd, filepath.Base(path), unix.AT_SYMLINK_FOLLOW)
 	if err != nil {
 		return placeholder{}, err
 	}
-	return placeholder{Path: path, Root: root, Dev: src.dev, Ino: src.ino}, nil
+	return placeholder{Path: path, Root: root, Kind: kind, Dev: src.dev, Ino: src.ino}, nil
 }
 
-// kinds maps each placeholder's path to whether it is a directory.
-func (ps *placeholders) kinds() map[string]bool {
-	out := make(map[string]bool, len(ps.made))
+// kinds maps each placeholder's path to its kind.
+func (ps *placeholders) kinds() map[string]placeholderKind {
+	out := make(map[string]placeholderKind, len(ps.made))
 	for _, p := range ps.made {
-		out[p.Path] = p.Dir
+		out[p.Path] = p.Kind
 	}
 	return out
 }
@@ -240,9 +270,9 @@ func removePlaceholder(p placeholder, log *slog.Logger) {
 	}
 	ours := st.Dev == p.Dev && st.Ino == p.Ino || isMarked(p.Path)
 	switch {
-	case ours && p.Dir && st.Mode&unix.S_IFMT == unix.S_IFDIR:
+	case ours && p.Kind == placeholderDir && st.Mode&unix.S_IFMT == unix.S_IFDIR:
 		err = unix.Unlinkat(dirfd, base, unix.AT_REMOVEDIR) // fails unless empty
-	case ours && !p.Dir && st.Mode&unix.S_IFMT == unix.S_IFREG && st.Size == 0:
+	case ours && p.Kind != placeholderDir && st.Mode&unix.S_IFMT == unix.S_IFREG && st.Size == int64(len(p.Kind.content())):
 		err = unix.Unlinkat(dirfd, base, 0)
 	default:
 		err = errors.New("changed while the sandbox ran")

@@ -29,21 +29,17 @@ import (
 //     one without the protection. .git itself is protected that way only:
 //     the sandbox may commit, but not create, move or swap a .git.
 
-// dirNames are the protected names whose placeholder is a directory: an
-// empty directory named .git sends git on to the parent directories, where a
-// file of that name would break git in the workspace.
-var dirNames = map[string]bool{".git": true}
+// placeholderKind is what stands for a missing protected path.
+type placeholderKind uint8
 
-// pinNames are protected names that stay writable when they exist as a
-// directory but may not be replaced.
-var pinNames = map[string]bool{".git": true}
-
-// homeOnlyNames are default protected names that run code or grant access
-// only in a home directory; elsewhere they are ordinary files.
-var homeOnlyNames = map[string]bool{
-	".config/fish": true, ".config/autostart": true, ".config/systemd/user": true,
-	".gitconfig": true, ".ssh/authorized_keys": true, ".pypirc": true,
-}
+const (
+	placeholderFile placeholderKind = iota // an empty read-only file
+	placeholderDir                         // an empty read-only directory
+	// placeholderSelf is a file holding ".": a git directory's commondir
+	// that names the directory itself, which git reads as if there were
+	// none (an empty commondir would stop git).
+	placeholderSelf
+)
 
 // writableRoots lists the workspace and the extra writable paths that exist.
 func writableRoots(s policy.Spec) []string {
@@ -60,16 +56,31 @@ func writableRoots(s policy.Spec) []string {
 // protected is one deny-write path inside a writable root.
 type protected struct {
 	Path string // absolute
-	Name string // relative to Base
-	Base string // the writable root, or the home directory inside one
 	Root string // the writable root it lies in
+	// Kind is what stands for the path while the sandbox runs when it
+	// does not exist: a directory for a missing parent too.
+	Kind placeholderKind
+	// Pin: an existing directory stays writable but may not be renamed,
+	// removed or replaced (a .git directory).
+	Pin bool
+}
+
+// protection is what protectedPaths decided.
+type protection struct {
+	prot []protected // read-only (placeholders for the missing ones)
+	// created lists the SetAside names that do not exist: the sandbox may
+	// create them, and hutch sets them aside when it ends (whys says what
+	// runs each).
+	created []protected
+	whys    map[string]string
+	git     *gitScan
 }
 
 // protectedPaths is every deny-write path that lies inside a writable root:
 // the default names below every writable root (and below home, when home
-// lies in one), the config and hooks of every git submodule and worktree
-// found there, and the policy's own deny_write paths.
-func protectedPaths(s policy.Spec, roots []string, home string) []protected {
+// lies in one), every git directory found there with what its
+// configuration names, and the policy's own deny_write paths.
+func protectedPaths(s policy.Spec, roots []string, home string) protection {
 	rootOf := func(p string) string {
 		for _, r := range roots {
 			if under(p, []string{r}) {
@@ -78,7 +89,7 @@ func protectedPaths(s policy.Spec, roots []string, home string) []protected {
 		}
 		return ""
 	}
-	var out []protected
+	out := protection{whys: map[string]string{}}
 	if !s.Filesystem.NoDefaultDenies {
 		bases := roots
 		if home != "" && rootOf(home) != "" {
@@ -86,64 +97,51 @@ func protectedPaths(s policy.Spec, roots []string, home string) []protected {
 		}
 		for _, b := range bases {
 			for _, n := range policy.DefaultDenyWrite() {
-				if homeOnlyNames[n] && b != home {
+				if n.HomeOnly && b != home {
 					continue
 				}
-				out = append(out, protected{Path: filepath.Join(b, n), Name: n, Base: b, Root: rootOf(b)})
-			}
-			for _, n := range gitMetadata(b) {
-				out = append(out, protected{Path: filepath.Join(b, n), Name: n, Base: b, Root: rootOf(b)})
+				p := protected{Path: filepath.Join(b, n.Name), Root: rootOf(b)}
+				if n.Name == policy.GitDirName {
+					p.Kind, p.Pin = placeholderDir, true
+				}
+				if n.How == policy.SetAside {
+					var st unix.Stat_t
+					if unix.Lstat(p.Path, &st) != nil {
+						out.created = append(out.created, p)
+						out.whys[p.Path] = n.Why
+						continue
+					}
+				}
+				out.prot = append(out.prot, p)
 			}
 		}
+		out.git = scanGit(roots, home)
+		out.prot = append(out.prot, out.git.prot...)
 	}
 	for _, p := range s.Filesystem.DenyWrite {
 		if r := rootOf(p); r != "" {
-			rel, _ := filepath.Rel(r, p)
-			out = append(out, protected{Path: p, Name: rel, Base: r, Root: r})
+			out.prot = append(out.prot, protected{Path: p, Root: r})
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
-	return out
-}
-
-// maxGitModules bounds the walk of .git/modules (S7: the workspace may be
-// the sandbox's own making).
-const maxGitModules = 256
-
-// gitMetadata lists, relative to base, the config and hooks of every
-// submodule under .git/modules (nested ones too) and the per-worktree config
-// under .git/worktrees: they run code on the user's next git command inside
-// that submodule or worktree just like .git/config and .git/hooks.
-func gitMetadata(base string) []string {
-	var out []string
-	if ents, err := os.ReadDir(filepath.Join(base, ".git/worktrees")); err == nil {
-		for _, e := range ents {
-			if e.IsDir() {
-				out = append(out, filepath.Join(".git/worktrees", e.Name(), "config.worktree"))
-			}
-		}
-	}
-	queue := []string{".git/modules"}
-	for len(queue) > 0 && len(out) < maxGitModules {
-		dir := queue[0]
-		queue = queue[1:]
-		ents, err := os.ReadDir(filepath.Join(base, dir))
-		if err != nil {
+	// One entry a path: the git scan knows more of a git directory's
+	// names (hooks is a directory) than the default list does.
+	sort.SliceStable(out.prot, func(i, j int) bool { return out.prot[i].Path < out.prot[j].Path })
+	merged := out.prot[:0]
+	for _, p := range out.prot {
+		if n := len(merged); n > 0 && merged[n-1].Path == p.Path {
+			merged[n-1].Kind = max(merged[n-1].Kind, p.Kind)
+			merged[n-1].Pin = merged[n-1].Pin || p.Pin
 			continue
 		}
-		for _, e := range ents {
-			if !e.IsDir() {
-				continue
-			}
-			m := filepath.Join(dir, e.Name())
-			if isGitDir(filepath.Join(base, m)) {
-				out = append(out, filepath.Join(m, "config"), filepath.Join(m, "hooks"))
-				queue = append(queue, filepath.Join(m, "modules"))
-			} else {
-				queue = append(queue, m) // a submodule named with a slash
-			}
-		}
+		merged = append(merged, p)
 	}
+	out.prot = merged
+	// A name the git scan protects (a configured hooks directory) is held
+	// by a placeholder, not left to be set aside.
+	out.created = slices.DeleteFunc(out.created, func(c protected) bool {
+		_, found := slices.BinarySearchFunc(out.prot, c.Path, func(p protected, path string) int { return strings.Compare(p.Path, path) })
+		return found
+	})
 	return out
 }
 
@@ -161,7 +159,7 @@ func isGitDir(dir string) bool {
 // protectionPlan lists, once the placeholders exist, the paths to bind
 // read-only and the directories to pin, parents before children.
 // Placeholders are always read-only.
-func protectionPlan(prot []protected, placeholders map[string]bool) (ro []string, pin []string) {
+func protectionPlan(prot []protected, placeholders map[string]placeholderKind) (ro []string, pin []string) {
 	for p := range placeholders {
 		ro = append(ro, p) // some stand for a missing parent of a protected path
 	}
@@ -177,7 +175,7 @@ func protectionPlan(prot []protected, placeholders map[string]bool) (ro []string
 		if unix.Lstat(p.Path, &st) != nil {
 			continue
 		}
-		if pinNames[p.Name] && st.Mode&unix.S_IFMT == unix.S_IFDIR && !isIn(placeholders, p.Path) {
+		if p.Pin && st.Mode&unix.S_IFMT == unix.S_IFDIR && !isIn(placeholders, p.Path) {
 			pin = append(pin, p.Path)
 			continue
 		}
@@ -188,7 +186,7 @@ func protectionPlan(prot []protected, placeholders map[string]bool) (ro []string
 	return dedupe(ro), dedupe(pin)
 }
 
-func isIn(m map[string]bool, k string) bool { _, ok := m[k]; return ok }
+func isIn(m map[string]placeholderKind, k string) bool { _, ok := m[k]; return ok }
 
 // ancestorsBelow lists the directories strictly between root and p, from
 // the top.

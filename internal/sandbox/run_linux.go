@@ -34,7 +34,7 @@ const RootMappedID = 1_000_000_000
 // as its PID 1. On success the caller owns l and must close it; on error
 // everything launch made is gone.
 func launch(c Config, agent *os.File) (l *launched, err error) {
-	l = &launched{master: -1}
+	l = &launched{master: -1, warn: c.Warn}
 	defer func() {
 		if err != nil {
 			l.close()
@@ -181,14 +181,15 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 	if cfg.PrivateHome != "" {
 		home = "" // replaced by a private tmpfs: nothing there to protect
 	}
-	var prot []protected
+	var prot protection
 	if layer == nil {
 		// Deny-write paths keep a sandbox from planting code that the
 		// host's user runs next; with a root layer nothing it writes
 		// outlives it.
 		prot = protectedPaths(s, roots, home)
+		l.after = &aftercare{git: prot.git, created: prot.created, whys: prot.whys}
 	}
-	p := prepare(s, prot, roots, asRoot, layer != nil, cfg.Missing)
+	p := prepare(s, prot.prot, roots, asRoot, layer != nil, cfg.Missing)
 	p.group = group
 	l.group = group
 	l.onClose(func() { p.cleanup(c.Log) })
@@ -210,7 +211,7 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		cfg.Missing = withMissing(cfg.Missing, "seccomp")
 	}
 	cfg.Placeholders = p.placeholders.kinds()
-	cfg.DenyWrite, cfg.Pin = protectionPlan(prot, cfg.Placeholders)
+	cfg.DenyWrite, cfg.Pin = protectionPlan(prot.prot, cfg.Placeholders)
 	idmap := asRoot && !cfg.Missing["idmap"]
 	if layer != nil && !idmap {
 		return res, fmt.Errorf("writable root layer: idmapped mounts: %w: not supported (simulated by %s)", ErrKernelFeature, SimulateMissingEnv)
@@ -432,6 +433,7 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	if term != nil {
 		term.Drain()
 	}
+	res.SetAside = l.finish()
 	if l.group != nil {
 		if n, err := l.group.OOMKills(); err == nil && n > 0 {
 			res.OOMKilled = true
@@ -452,6 +454,21 @@ type launched struct {
 	group   *cgroups.Group
 	dropped []string
 	closers []func()
+	after   *aftercare // what to check once the sandbox has ended, if anything
+	warn    io.Writer  // where close reports what aftercare set aside
+}
+
+// finish runs the aftercare once the sandbox has ended, once: what the
+// sandbox made that would run commands outside it is set aside.
+func (l *launched) finish() []SetAside {
+	l.kill()
+	l.wait()
+	if l.after == nil {
+		return nil
+	}
+	a := l.after
+	l.after = nil
+	return a.run()
 }
 
 // onClose registers f to run when l is closed, in reverse order.
@@ -498,8 +515,11 @@ func (l *launched) wait() *os.ProcessState {
 // close ends the sandbox if it still runs and releases everything hutch
 // held for it.
 func (l *launched) close() {
-	l.kill()
-	l.wait()
+	if sa := l.finish(); len(sa) > 0 && l.warn != nil {
+		for _, line := range SetAsideReport(sa) {
+			fmt.Fprintln(l.warn, line)
+		}
+	}
 	if l.master >= 0 {
 		unix.Close(l.master)
 		l.master = -1

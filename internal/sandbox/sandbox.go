@@ -14,10 +14,12 @@ package sandbox
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 
 	"github.com/hutch-sandbox/hutch/internal/policy"
@@ -202,6 +204,20 @@ type Result struct {
 	OOMKilled bool
 	// Dropped lists the layers hutch could not set up under best effort.
 	Dropped []string
+	// SetAside lists what the sandbox made in its writable areas that would
+	// run commands outside it, and that hutch renamed when it ended.
+	SetAside []SetAside
+}
+
+// SetAside is a file or directory the sandbox made that hutch renamed when
+// the sandbox ended, so that nothing on the host runs it until a person
+// has looked at it: a repository whose configuration runs commands, an
+// agent's or editor's settings.
+type SetAside struct {
+	Path string `json:"path"`          // where the sandbox made it
+	To   string `json:"to,omitempty"`  // where it is now; empty when renaming failed
+	Why  string `json:"why"`           // what it would have run
+	Err  string `json:"err,omitempty"` // why it could not be renamed
 }
 
 // InitError is a failure inside the sandbox before the command started, with
@@ -212,3 +228,16 @@ type InitError struct {
 }
 
 func (e *InitError) Error() string { return e.Msg }
+
+// SetAsideReport words what was set aside for the user, a line each.
+func SetAsideReport(sa []SetAside) []string {
+	var out []string
+	for _, s := range sa {
+		if s.To == "" {
+			out = append(out, fmt.Sprintf("hutch: warning: could not set aside %s (%s): %s; do not use it before you have looked at it", s.Path, s.Why, s.Err))
+			continue
+		}
+		out = append(out, fmt.Sprintf("hutch: set aside %s as %s: %s; look at it before you rename it back", s.Path, filepath.Base(s.To), s.Why))
+	}
+	return out
+}
