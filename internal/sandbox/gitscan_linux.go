@@ -72,8 +72,40 @@ type gitScan struct {
 	gitDirs   map[string]bool   // every git directory protected
 	watch     map[string]fileID // directories whose new entries may be new git directories
 	worktrees map[string]string // git directory → the worktree it belongs to
+	bare      []string          // git directories found without a .git entry (bare repositories)
 	prot      []protected
 	truncated bool
+}
+
+// gitLooks gathers what a directory holds that makes it a git directory:
+// git takes a directory with a HEAD file and objects and refs directories
+// for one (and the user's next git command inside it reads its config).
+type gitLooks struct{ head, objects, refs bool }
+
+func (l *gitLooks) see(name string, typ byte) {
+	switch {
+	case name == "HEAD" && typ == unix.DT_REG:
+		l.head = true
+	case name == "objects" && typ == unix.DT_DIR:
+		l.objects = true
+	case name == "refs" && typ == unix.DT_DIR:
+		l.refs = true
+	}
+}
+
+func (l gitLooks) gitDir() bool { return l.head && l.objects && l.refs }
+
+// dtype is the d_type of a file of mode m.
+func dtype(m uint32) byte {
+	switch m & unix.S_IFMT {
+	case unix.S_IFDIR:
+		return unix.DT_DIR
+	case unix.S_IFREG:
+		return unix.DT_REG
+	case unix.S_IFLNK:
+		return unix.DT_LNK
+	}
+	return unix.DT_UNKNOWN
 }
 
 // scanGit walks roots and lists the protections of every git directory in
@@ -101,6 +133,9 @@ func scanGit(roots []string, home string) *gitScan {
 	for _, e := range slices.Sorted(maps.Keys(g.entries)) {
 		g.protectEntry(e, global)
 	}
+	for _, d := range g.bare {
+		g.protectGitDir(d, "", global, 0)
+	}
 	return g
 }
 
@@ -118,6 +153,7 @@ func (g *gitScan) walk(fd int, p string, depth int, buf []byte, found *[]string)
 	}
 	g.dirs[p] = idOf(&st)
 	var subdirs []string
+	var looks gitLooks
 	readDir(fd, buf, func(name string, typ byte) {
 		if name == gitmeta.GitDir {
 			var est unix.Stat_t
@@ -136,14 +172,23 @@ func (g *gitScan) walk(fd int, p string, depth int, buf []byte, found *[]string)
 			if unix.Fstatat(fd, name, &est, unix.AT_SYMLINK_NOFOLLOW) != nil {
 				return
 			}
-			if est.Mode&unix.S_IFMT == unix.S_IFDIR {
-				typ = unix.DT_DIR
-			}
+			typ = dtype(est.Mode)
 		}
+		looks.see(name, typ)
 		if typ == unix.DT_DIR {
 			subdirs = append(subdirs, name)
 		}
 	})
+	if looks.gitDir() {
+		// A git directory of its own (a bare repository): git takes its
+		// configuration from it when run inside.
+		if found != nil {
+			*found = append(*found, p)
+		} else {
+			g.bare = append(g.bare, p)
+		}
+		return
+	}
 	for _, name := range subdirs {
 		child := filepath.Join(p, name)
 		if _, seen := g.dirs[child]; seen && found != nil {

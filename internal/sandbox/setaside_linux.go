@@ -131,8 +131,16 @@ func (g *gitScan) newGit() []string {
 			continue
 		}
 		var subdirs []string
+		var looks gitLooks
 		readDir(fd, buf, func(name string, typ byte) {
 			path := filepath.Join(p, name)
+			if typ == unix.DT_UNKNOWN {
+				var st unix.Stat_t
+				if unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
+					typ = dtype(st.Mode)
+				}
+			}
+			looks.see(name, typ)
 			if name == gitmeta.GitDir {
 				var st unix.Stat_t
 				if unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
@@ -144,10 +152,15 @@ func (g *gitScan) newGit() []string {
 				}
 				return
 			}
-			if _, known := g.dirs[path]; !known && (typ == unix.DT_DIR || typ == unix.DT_UNKNOWN) {
+			if _, known := g.dirs[path]; !known && typ == unix.DT_DIR {
 				subdirs = append(subdirs, name)
 			}
 		})
+		if looks.gitDir() && !g.gitDirs[p] {
+			found = append(found, p) // made into a bare repository
+			unix.Close(fd)
+			continue
+		}
 		for _, name := range subdirs {
 			cfd, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 			if err != nil {
