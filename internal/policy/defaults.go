@@ -7,94 +7,118 @@ import (
 	"strings"
 )
 
+// PathGroup is a group of the default deny-read list: what the paths are,
+// and the paths.
+type PathGroup struct {
+	What  string
+	Paths []string
+}
+
 // homeDenyRead lists credential, key, token and history files relative to
 // the invoking user's home directory. The sandbox may not read them. The
 // list is grouped by kind; README.md documents it, and a test keeps the two
 // in step.
-var homeDenyRead = []string{
-	// Login, signing and encryption keys.
-	".ssh", ".gnupg", ".pki", ".config/sops", ".config/age",
-	// Keyrings and password managers.
-	".password-store", ".local/share/keyrings", ".local/share/kwalletd", ".config/op", ".op",
-	".config/Bitwarden CLI", ".config/Bitwarden", ".lastpass", ".local/share/lpass",
-	".local/share/gopass", ".config/gopass", ".local/share/python_keyring",
-	// Cloud, cluster and infrastructure tools.
-	".aws", ".azure", ".config/gcloud", ".gsutil", ".oci", ".config/doctl", ".config/hcloud",
-	".config/scw", ".config/linode-cli", ".fly", ".config/exoscale", ".ibmcloud", ".aliyun",
-	".config/openstack", ".kube", ".minikube", ".talos", ".config/helm/registry", ".docker",
-	".config/containers/auth.json", ".terraform.d", ".terraformrc", ".pulumi/credentials.json",
-	".vault-token", ".config/rclone", ".s3cfg", ".boto", ".wrangler", ".config/.wrangler",
-	".local/share/com.vercel.cli", ".netlify", ".config/netlify", ".config/configstore",
-	".databrickscfg", ".snowflake", ".dbt/profiles.yml", ".kaggle", ".sentryclirc",
-	".circleci/cli.yml", ".config/heroku", ".smbcredentials",
-	// Code forges and version control.
-	".config/gh", ".config/hub", ".config/glab-cli", ".config/tea", ".git-credentials",
-	".config/git/credentials", ".netrc", ".authinfo", ".authinfo.gpg", ".subversion/auth",
-	// Package registries and build tools.
-	".npmrc", ".yarnrc", ".yarnrc.yml", ".pypirc", ".config/pypoetry/auth.toml",
-	".cargo/credentials", ".cargo/credentials.toml", ".gem/credentials", ".bundle/config",
-	".m2/settings.xml", ".m2/settings-security.xml", ".gradle/gradle.properties",
-	".ivy2/.credentials", ".sbt/credentials", ".composer/auth.json", ".config/composer/auth.json",
-	".nuget/NuGet/NuGet.Config", ".config/NuGet/NuGet.Config", ".pub-cache/credentials.json",
-	".config/dart/pub-credentials.json", ".hex/hex.config",
-	// Database clients.
-	".pgpass", ".my.cnf", ".mylogin.cnf", ".rediscli_auth", ".cassandra/cqlshrc",
-	".influxdbv2/configs", ".local/share/DBeaverData",
-	// AI tools and coding agents.
-	".claude/.credentials.json", ".claude.json", ".codex/auth.json", ".config/github-copilot",
-	".gemini/oauth_creds.json", ".gemini/google_accounts.json", ".qwen/oauth_creds.json",
-	".cache/huggingface/token", ".huggingface/token", ".local/share/opencode/auth.json",
-	".local/share/amp", ".config/goose/secrets.yaml", ".codeium", ".ollama/id_ed25519",
-	".aider.conf.yml", ".continue/config.json", ".continue/config.yaml",
-	// Browser profiles (cookies, saved passwords, session tokens).
-	".mozilla", ".librewolf", ".config/google-chrome", ".config/google-chrome-beta",
-	".config/google-chrome-unstable", ".config/chromium", ".config/BraveSoftware",
-	".config/microsoft-edge", ".config/vivaldi", ".config/opera", "snap/firefox", "snap/chromium",
-	".var/app",
-	// Mail and chat.
-	".thunderbird", ".msmtprc", ".fetchmailrc", ".mbsyncrc", ".muttrc", ".mutt", ".purple",
-	".config/Slack", ".config/discord", ".config/Signal", ".local/share/TelegramDesktop",
-	// Desktop session secrets.
-	".Xauthority", ".ICEauthority", ".vnc/passwd",
-	// Shell and REPL histories, which often hold pasted tokens.
-	".bash_history", ".zsh_history", ".zhistory", ".histfile", ".sh_history", ".python_history",
-	".node_repl_history", ".psql_history", ".mysql_history", ".sqlite_history",
-	".rediscli_history", ".dbshell", ".mongosh", ".irb_history", ".pry_history", ".Rhistory",
-	".lesshst", ".ipython", ".julia/logs", ".local/share/atuin", ".config/fish/fish_history",
-	".local/share/fish/fish_history",
-	// A dotenv file kept directly in the home directory.
-	".env",
+var homeDenyRead = []PathGroup{
+	{What: "Login, signing and encryption keys", Paths: []string{
+		".ssh", ".gnupg", ".pki", ".config/sops", ".config/age",
+	}},
+	{What: "Keyrings and password managers", Paths: []string{
+		".password-store", ".local/share/keyrings", ".local/share/kwalletd", ".config/op", ".op",
+		".config/Bitwarden CLI", ".config/Bitwarden", ".lastpass", ".local/share/lpass",
+		".local/share/gopass", ".config/gopass", ".local/share/python_keyring",
+	}},
+	{What: "Cloud, cluster and infrastructure tools", Paths: []string{
+		".aws", ".azure", ".config/gcloud", ".gsutil", ".oci", ".config/doctl", ".config/hcloud",
+		".config/scw", ".config/linode-cli", ".fly", ".config/exoscale", ".ibmcloud", ".aliyun",
+		".config/openstack", ".kube", ".minikube", ".talos", ".config/helm/registry", ".docker",
+		".config/containers/auth.json", ".terraform.d", ".terraformrc", ".pulumi/credentials.json",
+		".vault-token", ".config/rclone", ".s3cfg", ".boto", ".wrangler", ".config/.wrangler",
+		".local/share/com.vercel.cli", ".netlify", ".config/netlify", ".config/configstore",
+		".databrickscfg", ".snowflake", ".dbt/profiles.yml", ".kaggle", ".sentryclirc",
+		".circleci/cli.yml", ".config/heroku", ".smbcredentials",
+	}},
+	{What: "Code forges and version control", Paths: []string{
+		".config/gh", ".config/hub", ".config/glab-cli", ".config/tea", ".git-credentials",
+		".config/git/credentials", ".netrc", ".authinfo", ".authinfo.gpg", ".subversion/auth",
+	}},
+	{What: "Package registries and build tools", Paths: []string{
+		".npmrc", ".yarnrc", ".yarnrc.yml", ".pypirc", ".config/pypoetry/auth.toml",
+		".cargo/credentials", ".cargo/credentials.toml", ".gem/credentials", ".bundle/config",
+		".m2/settings.xml", ".m2/settings-security.xml", ".gradle/gradle.properties",
+		".ivy2/.credentials", ".sbt/credentials", ".composer/auth.json", ".config/composer/auth.json",
+		".nuget/NuGet/NuGet.Config", ".config/NuGet/NuGet.Config", ".pub-cache/credentials.json",
+		".config/dart/pub-credentials.json", ".hex/hex.config",
+	}},
+	{What: "Database clients", Paths: []string{
+		".pgpass", ".my.cnf", ".mylogin.cnf", ".rediscli_auth", ".cassandra/cqlshrc",
+		".influxdbv2/configs", ".local/share/DBeaverData",
+	}},
+	{What: "AI tools and coding agents", Paths: []string{
+		".claude/.credentials.json", ".claude.json", ".codex/auth.json", ".config/github-copilot",
+		".gemini/oauth_creds.json", ".gemini/google_accounts.json", ".qwen/oauth_creds.json",
+		".cache/huggingface/token", ".huggingface/token", ".local/share/opencode/auth.json",
+		".local/share/amp", ".config/goose/secrets.yaml", ".codeium", ".ollama/id_ed25519",
+		".aider.conf.yml", ".continue/config.json", ".continue/config.yaml",
+	}},
+	{What: "Browser profiles (cookies, saved passwords, session tokens)", Paths: []string{
+		".mozilla", ".librewolf", ".config/google-chrome", ".config/google-chrome-beta",
+		".config/google-chrome-unstable", ".config/chromium", ".config/BraveSoftware",
+		".config/microsoft-edge", ".config/vivaldi", ".config/opera", "snap/firefox", "snap/chromium",
+		".var/app",
+	}},
+	{What: "Mail and chat", Paths: []string{
+		".thunderbird", ".msmtprc", ".fetchmailrc", ".mbsyncrc", ".muttrc", ".mutt", ".purple",
+		".config/Slack", ".config/discord", ".config/Signal", ".local/share/TelegramDesktop",
+	}},
+	{What: "Desktop session secrets", Paths: []string{
+		".Xauthority", ".ICEauthority", ".vnc/passwd",
+	}},
+	{What: "Shell and REPL histories, which often hold pasted tokens", Paths: []string{
+		".bash_history", ".zsh_history", ".zhistory", ".histfile", ".sh_history", ".python_history",
+		".node_repl_history", ".psql_history", ".mysql_history", ".sqlite_history",
+		".rediscli_history", ".dbshell", ".mongosh", ".irb_history", ".pry_history", ".Rhistory",
+		".lesshst", ".ipython", ".julia/logs", ".local/share/atuin", ".config/fish/fish_history",
+		".local/share/fish/fish_history",
+	}},
+	{What: "A dotenv file kept directly in the home directory", Paths: []string{
+		".env",
+	}},
 }
 
 // systemDenyRead lists host paths the sandbox may not read.
-var systemDenyRead = []string{
-	// Per-user runtime directories: session bus, ssh and gpg agents, Wayland,
-	// PulseAudio; any of them can act as the user outside the sandbox.
-	"/run/user",
-	// hutch's own daemon: its admin socket drives every sandbox, and its
-	// state holds tokens (the default paths of hutch serve).
-	"/run/hutch", "/var/lib/hutch",
-	// Container, VM and build daemons: talking to them is root on the host.
-	"/var/run/docker.sock", "/run/docker.sock", "/run/docker", "/var/run/docker",
-	"/run/containerd", "/var/run/containerd", "/run/k3s",
-	"/run/podman", "/run/crio", "/var/run/crio", "/var/run/cri-dockerd.sock", "/run/buildkit",
-	"/run/libvirt", "/var/run/libvirt", "/var/snap/lxd/common/lxd", "/var/lib/lxd/unix.socket",
-	"/var/lib/incus/unix.socket", "/run/incus",
-	// System services that act on a caller's behalf.
-	"/run/dbus/system_bus_socket", "/var/run/dbus/system_bus_socket",
-	"/run/snapd.socket", "/run/snapd-snap.socket", "/run/systemd/private", "/run/systemd/journal",
-	"/run/systemd/userdb", "/run/systemd/io.system.ManagedOOM", "/run/polkit", "/run/cups",
-	"/run/avahi-daemon",
-	// The X server, which lets any client read keystrokes and the screen.
-	"/tmp/.X11-unix",
-	// Secrets mounted for a container or pod (Docker secrets, Kubernetes
-	// service account tokens).
-	"/run/secrets", "/var/run/secrets",
-	// Password hashes, sudo rules, TLS keys.
-	"/etc/shadow", "/etc/gshadow", "/etc/sudoers", "/etc/sudoers.d", "/etc/ssl/private",
-	// SSH host private keys (the public keys and ssh_config stay readable).
-	"/etc/ssh/ssh_host_rsa_key", "/etc/ssh/ssh_host_ecdsa_key",
-	"/etc/ssh/ssh_host_ed25519_key", "/etc/ssh/ssh_host_dsa_key",
+var systemDenyRead = []PathGroup{
+	{What: "Per-user runtime directories (session bus, ssh and gpg agents, Wayland, PulseAudio), which act as the user outside the sandbox", Paths: []string{
+		"/run/user",
+	}},
+	{What: "hutch serve's admin socket and state (its default paths)", Paths: []string{
+		"/run/hutch", "/var/lib/hutch",
+	}},
+	{What: "Container, VM and build daemons, which are root on the host", Paths: []string{
+		"/var/run/docker.sock", "/run/docker.sock", "/run/docker", "/var/run/docker",
+		"/run/containerd", "/var/run/containerd", "/run/k3s",
+		"/run/podman", "/run/crio", "/var/run/crio", "/var/run/cri-dockerd.sock", "/run/buildkit",
+		"/run/libvirt", "/var/run/libvirt", "/var/snap/lxd/common/lxd", "/var/lib/lxd/unix.socket",
+		"/var/lib/incus/unix.socket", "/run/incus",
+	}},
+	{What: "System services that act on a caller's behalf", Paths: []string{
+		"/run/dbus/system_bus_socket", "/var/run/dbus/system_bus_socket",
+		"/run/snapd.socket", "/run/snapd-snap.socket", "/run/systemd/private", "/run/systemd/journal",
+		"/run/systemd/userdb", "/run/systemd/io.system.ManagedOOM", "/run/polkit", "/run/cups",
+		"/run/avahi-daemon",
+	}},
+	{What: "The X server, which lets any client read keystrokes and the screen", Paths: []string{
+		"/tmp/.X11-unix",
+	}},
+	{What: "Secrets mounted for a container or pod (Docker secrets, Kubernetes service account tokens)", Paths: []string{
+		"/run/secrets", "/var/run/secrets",
+	}},
+	{What: "Password hashes, sudo rules, TLS keys", Paths: []string{
+		"/etc/shadow", "/etc/gshadow", "/etc/sudoers", "/etc/sudoers.d", "/etc/ssl/private",
+	}},
+	{What: "SSH host private keys (the public keys and ssh_config stay readable)", Paths: []string{
+		"/etc/ssh/ssh_host_rsa_key", "/etc/ssh/ssh_host_ecdsa_key",
+		"/etc/ssh/ssh_host_ed25519_key", "/etc/ssh/ssh_host_dsa_key",
+	}},
 }
 
 // DefaultDenyRead returns the absolute paths the sandbox may not read unless
@@ -102,13 +126,18 @@ var systemDenyRead = []string{
 // home (skipped when home is empty or relative), and host daemon sockets and
 // system secrets.
 func DefaultDenyRead(home string) []string {
-	out := make([]string, 0, len(homeDenyRead)+len(systemDenyRead))
+	var out []string
 	if home != "" && filepath.IsAbs(home) {
-		for _, p := range homeDenyRead {
-			out = append(out, filepath.Join(home, p))
+		for _, g := range homeDenyRead {
+			for _, p := range g.Paths {
+				out = append(out, filepath.Join(home, p))
+			}
 		}
 	}
-	return append(out, systemDenyRead...)
+	for _, g := range systemDenyRead {
+		out = append(out, g.Paths...)
+	}
+	return out
 }
 
 // Protection is how a default protected name is kept from the sandbox.

@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"flag"
+	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -118,7 +120,11 @@ func TestDefaultDenyRead(t *testing.T) {
 
 	for _, home := range []string{"", "relative/home"} {
 		noHome := DefaultDenyRead(home)
-		if !reflect.DeepEqual(noHome, systemDenyRead) {
+		var system []string
+		for _, g := range systemDenyRead {
+			system = append(system, g.Paths...)
+		}
+		if !reflect.DeepEqual(noHome, system) {
 			t.Errorf("DefaultDenyRead(%q) = %v, want the system entries only", home, noHome)
 		}
 	}
@@ -149,5 +155,33 @@ func TestDefaultDenyWrite(t *testing.T) {
 	names[0].Name = "changed"
 	if DefaultDenyWrite()[0].Name == "changed" {
 		t.Error("DefaultDenyWrite returns its internal slice")
+	}
+}
+
+var update = flag.Bool("update", false, "rewrite the README's list of defaults")
+
+// TestREADMEDefaults: the README documents the default lists as they are
+// (go test ./internal/policy -run README -update rewrites them).
+func TestREADMEDefaults(t *testing.T) {
+	const begin, end = "<!-- defaults:begin -->\n", "<!-- defaults:end -->"
+	path := filepath.Join("..", "..", "README.md")
+	readme, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(readme)
+	i, j := strings.Index(s, begin), strings.Index(s, end)
+	if i < 0 || j < i {
+		t.Fatalf("README.md lacks the %q and %q markers", begin, end)
+	}
+	want := "\n" + DefaultsMarkdown() + "\n"
+	if got := s[i+len(begin) : j]; got != want {
+		if *update {
+			if err := os.WriteFile(path, []byte(s[:i+len(begin)]+want+s[j:]), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+		t.Errorf("README.md's list of defaults is out of date: run go test ./internal/policy -run README -update")
 	}
 }
