@@ -44,7 +44,7 @@ import (
 // maxScanDirs bounds the directories one scan walks (S7: the tree may be a
 // sandbox's making); maxScanDepth bounds their depth.
 const (
-	maxScanDirs  = 200_000
+	maxScanDirs  = 50_000
 	maxScanDepth = 256
 	maxGitDirs   = 4096 // git directories protected or inspected per sandbox
 )

@@ -188,6 +188,9 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		// outlives it.
 		prot = protectedPaths(s, roots, home)
 		l.after = &aftercare{git: prot.git, created: prot.created, whys: prot.whys}
+		if prot.git != nil && prot.git.truncated {
+			fmt.Fprintf(c.Warn, "hutch: warning: the writable areas hold more than %d directories (or deeper than %d): git repositories beyond them are neither protected nor checked; run hutch in the project's own directory\n", maxScanDirs, maxScanDepth)
+		}
 	}
 	p := prepare(s, prot.prot, roots, asRoot, layer != nil, cfg.Missing)
 	p.group = group
