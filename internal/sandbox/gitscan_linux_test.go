@@ -180,3 +180,31 @@ func TestNewGitSetAside(t *testing.T) {
 }
 
 func exists(p string) bool { _, err := os.Lstat(p); return err == nil }
+
+func TestDirNames(t *testing.T) {
+	dir := t.TempDir()
+	tree(t, dir, ".aws/credentials=x", ".config/gh/hosts.yml=x", "file=x")
+	d := newDirNames()
+	for p, want := range map[string]bool{
+		"/":                        true,
+		dir:                        true,
+		dir + "/.aws":              true,
+		dir + "/.aws/credentials":  true,
+		dir + "/.aws/config":       false,
+		dir + "/.ssh":              false,
+		dir + "/.ssh/id_rsa":       false,
+		dir + "/.config/gh":        true,
+		dir + "/.config/gcloud/x":  false,
+		dir + "/file/below":        false, // a file is not a directory
+		"/proc/self/status":        true,
+		"/nonexistent-hutch-dir/x": false,
+	} {
+		if got := d.mayExist(p); got != want {
+			t.Errorf("mayExist(%s) = %v, want %v", p, got, want)
+		}
+	}
+	got := presentOrOwn([]string{dir + "/.aws", dir + "/.ssh", "/proc/nothing-here-hutch"}, []string{"/proc"})
+	if !slices.Equal(got, []string{dir + "/.aws", "/proc/nothing-here-hutch"}) {
+		t.Errorf("presentOrOwn = %q", got)
+	}
+}

@@ -90,6 +90,7 @@ func protectedPaths(s policy.Spec, roots []string, home string) protection {
 		return ""
 	}
 	out := protection{whys: map[string]string{}}
+	names := newDirNames()
 	if !s.Filesystem.NoDefaultDenies {
 		bases := roots
 		if home != "" && rootOf(home) != "" {
@@ -106,7 +107,7 @@ func protectedPaths(s policy.Spec, roots []string, home string) protection {
 				}
 				if n.How == policy.SetAside {
 					var st unix.Stat_t
-					if unix.Lstat(p.Path, &st) != nil {
+					if !names.mayExist(p.Path) || unix.Lstat(p.Path, &st) != nil {
 						out.created = append(out.created, p)
 						out.whys[p.Path] = n.Why
 						continue

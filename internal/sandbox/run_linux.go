@@ -140,6 +140,11 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 	if layer == nil {
 		roots = writableRoots(s)
 	}
+	// Most default deny-read paths do not exist on a given machine: drop
+	// those here, with a listing per directory, rather than let every
+	// later step look each up.
+	s.Filesystem.DenyRead = presentOrOwn(s.Filesystem.DenyRead, append([]string{"/tmp", "/proc", "/dev", "/sys"}, roots...))
+	cfg.DenyRead = s.Filesystem.DenyRead
 	if asRoot && layer == nil {
 		cfg.PrivateHome = privateHome(c.Environ, roots)
 	}
