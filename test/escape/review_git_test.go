@@ -12,12 +12,9 @@ import (
 	"testing"
 )
 
-// hostGit runs git on the host as the workspace's owner would: as uid,
-// with home as HOME and nothing else of the test's environment. It
-// returns git's combined output; a failing git is not an error (a
-// repository hutch set aside makes git fail, which is the point).
-func hostGit(t *testing.T, uid int, home, dir string, args ...string) string {
-	t.Helper()
+// gitAs prepares git on the host as the workspace's owner would run it:
+// as uid, with home as HOME and nothing else of the test's environment.
+func gitAs(uid int, home, dir string, args ...string) *exec.Cmd {
 	cmd := exec.Command("git", args...)
 	cmd.Dir = dir
 	cmd.Env = []string{"HOME=" + home, "PATH=/usr/local/bin:/usr/bin:/bin", "GIT_CONFIG_NOSYSTEM=1",
@@ -25,21 +22,21 @@ func hostGit(t *testing.T, uid int, home, dir string, args ...string) string {
 	if uid != 0 {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid), Groups: []uint32{}}}
 	}
-	out, _ := cmd.CombinedOutput()
+	return cmd
+}
+
+// hostGit runs git as gitAs says and returns its combined output; a
+// failing git is not an error (a repository hutch set aside makes git
+// fail, which is the point).
+func hostGit(uid int, home, dir string, args ...string) string {
+	out, _ := gitAs(uid, home, dir, args...).CombinedOutput()
 	return string(out)
 }
 
 // mustGit is hostGit for the test's own set-up, which must work.
 func mustGit(t *testing.T, uid int, home, dir string, args ...string) {
 	t.Helper()
-	cmd := exec.Command("git", args...)
-	cmd.Dir = dir
-	cmd.Env = []string{"HOME=" + home, "PATH=/usr/local/bin:/usr/bin:/bin", "GIT_CONFIG_NOSYSTEM=1",
-		"GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.test", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.test"}
-	if uid != 0 {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid), Groups: []uint32{}}}
-	}
-	if out, err := cmd.CombinedOutput(); err != nil {
+	if out, err := gitAs(uid, home, dir, args...).CombinedOutput(); err != nil {
 		t.Fatalf("git %s in %s: %v\n%s", strings.Join(args, " "), dir, err, out)
 	}
 }
@@ -165,9 +162,9 @@ echo control > control.txt && git add control.txt && git -c user.name=a -c user.
 
 		// The host's git, everywhere, runs nothing the sandbox chose.
 		for _, dir := range []string{".", "wt", "sub", "libs/nested", "new1", "new2", "new3", "new4", "new5", "bare6", "new7", "clean", "evilgit", "evilcommon"} {
-			out := hostGit(t, uid, home, filepath.Join(ws, dir), "status")
-			hostGit(t, uid, home, filepath.Join(ws, dir), "checkout", "-q", "-b", "probe")
-			hostGit(t, uid, home, filepath.Join(ws, dir), "-c", "user.name=t", "-c", "user.email=t@example.test", "commit", "-q", "--allow-empty", "-m", "probe")
+			out := hostGit(uid, home, filepath.Join(ws, dir), "status")
+			hostGit(uid, home, filepath.Join(ws, dir), "checkout", "-q", "-b", "probe")
+			hostGit(uid, home, filepath.Join(ws, dir), "-c", "user.name=t", "-c", "user.email=t@example.test", "commit", "-q", "--allow-empty", "-m", "probe")
 			if ents, _ := os.ReadDir(marks); len(ents) > 0 {
 				var names []string
 				for _, e := range ents {
@@ -184,7 +181,7 @@ echo control > control.txt && git add control.txt && git -c user.name=a -c user.
 
 		// The control: the same payload, configured by the host itself.
 		g("clean", "config", "core.fsmonitor", fmt.Sprintf("touch %s/control; :", marks))
-		hostGit(t, uid, home, filepath.Join(ws, "clean"), "status")
+		hostGit(uid, home, filepath.Join(ws, "clean"), "status")
 		if !exists(filepath.Join(marks, "control")) {
 			t.Errorf("control: core.fsmonitor did not run in a repository the host configured; the check above proves nothing")
 		}
