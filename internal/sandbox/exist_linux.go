@@ -2,9 +2,14 @@ package sandbox
 
 import (
 	"errors"
+	"fmt"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/hutch-sandbox/hutch/internal/policy"
 )
 
 // dirNames answers "may this path exist?" for many paths at the cost of
@@ -66,4 +71,55 @@ func presentOrOwn(paths, own []string) []string {
 		}
 	}
 	return out
+}
+
+// realPaths replaces, in s, the workspace and the allow_write paths by
+// their real paths (symbolic links resolved), and every deny and allow
+// path below one of them accordingly. The paths are the user's own choice,
+// resolved before the sandbox exists; everything hutch does on the host
+// below them afterwards follows no symbolic link.
+func realPaths(s *policy.Spec) error {
+	f := &s.Filesystem
+	type move struct{ from, to string }
+	var moves []move
+	real := func(p string) (string, error) {
+		r, err := filepath.EvalSymlinks(p)
+		if err == nil && r != p {
+			moves = append(moves, move{p, r})
+		}
+		return r, err
+	}
+	ws, err := real(f.Workspace)
+	if err != nil {
+		return fmt.Errorf("workspace %q: %w", f.Workspace, err)
+	}
+	f.Workspace = ws
+	allow := make([]string, 0, len(f.AllowWrite))
+	for _, p := range f.AllowWrite {
+		if r, err := real(p); err == nil {
+			p = r
+		}
+		allow = append(allow, p)
+	}
+	f.AllowWrite = allow
+	if len(moves) == 0 {
+		return nil
+	}
+	// The longest prefix first: an allow_write path inside the workspace.
+	slices.SortFunc(moves, func(a, b move) int { return len(b.from) - len(a.from) })
+	rewrite := func(paths []string) []string {
+		out := make([]string, len(paths))
+		for i, p := range paths {
+			out[i] = p
+			for _, m := range moves {
+				if rest, ok := strings.CutPrefix(p, m.from); ok && (rest == "" || rest[0] == '/') {
+					out[i] = m.to + rest
+					break
+				}
+			}
+		}
+		return out
+	}
+	f.DenyWrite, f.DenyRead, f.AllowRead = rewrite(f.DenyWrite), rewrite(f.DenyRead), rewrite(f.AllowRead)
+	return nil
 }

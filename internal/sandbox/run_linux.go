@@ -34,7 +34,7 @@ const RootMappedID = 1_000_000_000
 // as its PID 1. On success the caller owns l and must close it; on error
 // everything launch made is gone.
 func launch(c Config, agent *os.File) (l *launched, err error) {
-	l = &launched{master: -1, warn: c.Warn}
+	l = &launched{master: -1, warn: c.Warn, log: c.Log}
 	defer func() {
 		if err != nil {
 			l.close()
@@ -48,6 +48,15 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		c.Warn = io.Discard
 	}
 	s := c.Spec
+	if c.RootLayer == nil {
+		// The host-side steps (placeholders, the git scan, setting aside)
+		// reach the writable areas without following any symbolic link,
+		// so that the sandbox cannot redirect them; a workspace reached
+		// through one is taken by its real path.
+		if err := realPaths(&s); err != nil {
+			return res, err
+		}
+	}
 	ws := s.Filesystem.Workspace
 	t0 := time.Now()
 	phase := func(name string) { c.Log.Debug("sandbox setup", "phase", name, "at", time.Since(t0)) }
@@ -464,6 +473,7 @@ type launched struct {
 	closers []func()
 	after   *aftercare // what to check once the sandbox has ended, if anything
 	warn    io.Writer  // where close reports what aftercare set aside
+	log     *slog.Logger
 }
 
 // finish runs the aftercare once the sandbox has ended, once: what the
@@ -476,7 +486,12 @@ func (l *launched) finish() []SetAside {
 	}
 	a := l.after
 	l.after = nil
-	return a.run()
+	t0 := time.Now()
+	sa := a.run()
+	if l.log != nil {
+		l.log.Debug("sandbox ended: writable areas checked", "took", time.Since(t0), "set_aside", len(sa))
+	}
+	return sa
 }
 
 // onClose registers f to run when l is closed, in reverse order.

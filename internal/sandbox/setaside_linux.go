@@ -30,8 +30,9 @@ type aftercare struct {
 // and reports each. Nothing of the sandbox runs any more.
 func (a *aftercare) run() []SetAside {
 	var out []SetAside
+	names := newDirNames()
 	for _, p := range a.created {
-		if !existsNoFollow(p.Path) {
+		if !names.mayExist(p.Path) || !existsNoFollow(p.Path) {
 			continue
 		}
 		why := "the sandbox created it; " + a.whys[p.Path] + " would run what it says"

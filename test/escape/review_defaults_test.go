@@ -278,3 +278,26 @@ func TestItem25_HutchDaemon(t *testing.T) {
 		}
 	})
 }
+
+// TestItem07_WorkspaceThroughLink: a workspace entered through a symbolic
+// link (a logical $PWD, a linked home) keeps every protection: missing
+// shell rc files and .git cannot be created, a tool's settings the
+// sandbox creates are set aside, and nothing is left behind — hutch takes
+// the workspace by its real path, where its host-side steps follow no
+// link (S5).
+func TestItem07_WorkspaceThroughLink(t *testing.T) {
+	forEachMode(t, func(t *testing.T, sb *harness) {
+		link := filepath.Join(hostDir(t, sb.mode.uid, "link"), "ws")
+		if err := os.Symlink(sb.ws, link); err != nil {
+			t.Fatal(err)
+		}
+		before := snapshot(t, sb.ws)
+		r := sb.run(opts{dir: link, env: []string{"PWD=" + link}}, tryWrites([]string{".bashrc", ".profile", ".git/config", ".vscode/tasks.json"}, "notes.txt")+
+			"mkdir .gemini && echo '{}' > .gemini/settings.json && echo MADE gemini\n")
+		noWrites(t, r, []string{".bashrc", ".profile", ".git/config", ".vscode/tasks.json"}, "notes.txt")
+		if !strings.Contains(r.stdout, "MADE gemini") || exists(filepath.Join(sb.ws, ".gemini")) || !exists(filepath.Join(sb.ws, ".gemini"+policy.SetAsideSuffix)) {
+			t.Errorf(".gemini was not set aside\n%s", r)
+		}
+		sameTree(t, sb.ws, before, "notes.txt", ".gemini"+policy.SetAsideSuffix, ".gemini"+policy.SetAsideSuffix+"/settings.json")
+	})
+}
