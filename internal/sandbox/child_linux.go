@@ -111,14 +111,11 @@ func (c *child) main() {
 		break
 	}
 	c.send(replyStarted, -1, 0, 0, c.tty)
-	// The first process keeps none of the caller's streams or the pty.
-	for fd := uintptr(0); fd < 3; fd++ {
-		syscall.RawSyscall(unix.SYS_CLOSE, fd, 0, 0)
-	}
-	if c.tty {
-		syscall.RawSyscall(unix.SYS_CLOSE, c.slot(c.master), 0, 0)
-		syscall.RawSyscall(unix.SYS_CLOSE, c.slot(c.slave), 0, 0)
-	}
+	// From here on the first process needs no descriptor: it keeps none of
+	// the caller's streams, the pty, the control socket, or what it
+	// inherited from hutch (the writable roots' locks, hutch's runtime's
+	// descriptors, detached mounts of host files).
+	syscall.RawSyscall(unix.SYS_CLOSE_RANGE, 0, ^uintptr(0), 0)
 	c.reap(pid)
 }
 
