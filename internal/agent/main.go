@@ -26,7 +26,15 @@ const ConnFD = 3
 // commands' defaults. It returns the process's exit code: 0 when the
 // daemon closed the connection, 1 when serving failed, 2 when there is no
 // agent connection (the agent runs only inside a sandbox).
+//
+// Its first act, before it reads anything from the daemon and so before
+// any code of the sandbox can run, makes the process not dumpable: the
+// exec that started it made it dumpable again.
 func Main(stderr io.Writer) int {
+	if err := undumpable(); err != nil {
+		fmt.Fprintf(stderr, "hutch: agent: %v\n", err)
+		return 1
+	}
 	f := os.NewFile(ConnFD, "agent-connection")
 	conn, err := net.FileConn(f)
 	f.Close()

@@ -569,6 +569,16 @@ func (b *builder) command(cfg initConfig, ctl int) (*child, error) {
 		v := min(r.Value, cur.Max) // a limit above the caller's hard limit is lowered to it
 		p.call(fmt.Sprintf("rlimit %d", r.Resource), -1, unix.SYS_PRLIMIT64, k(0), ci(r.Resource), keepPtr(p, &unix.Rlimit{Cur: v, Max: v}), k(0))
 	}
+	if cfg.AgentFD >= 0 {
+		// The agent gets the sandbox's /dev/null as its streams, not the
+		// daemon's (its log): nothing of the host's through PID 1.
+		null := p.slot()
+		p.call("agent: open /dev/null", null, unix.SYS_OPENAT, k(uintptr(unix.AT_FDCWD&0xffffffff)), p.str("/dev/null"), k(unix.O_RDWR|unix.O_CLOEXEC), k(0))
+		for fd := range 3 {
+			p.call(fmt.Sprintf("agent: /dev/null as descriptor %d", fd), -1, unix.SYS_DUP3, s(null), ci(fd), k(0))
+		}
+		p.close(null)
+	}
 	// No descriptor but the three streams reaches the command: not the
 	// control socket, not whatever hutch inherited without close-on-exec.
 	p.call("close inherited descriptors", -1, unix.SYS_CLOSE_RANGE, k(3), k(^uintptr(0)), k(unix.CLOSE_RANGE_CLOEXEC))
