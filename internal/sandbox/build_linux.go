@@ -368,8 +368,11 @@ func (b *builder) proxyListeners(ctl int) {
 }
 
 // listenersMsg is the byte of the message that carries the proxy's
-// listeners.
-const listenersMsg = 'L'
+// listeners, listenerMsg that of the seccomp filter's listener.
+const (
+	listenersMsg = 'L'
+	listenerMsg  = 'N'
+)
 
 // identity appends the switch to the inside identity. The child was forked
 // with hutch's credentials, which for root are the host's root: it sheds
@@ -533,14 +536,34 @@ func (b *builder) harden(cfg initConfig, ruleset, ctl int) error {
 		}
 		p.call("landlock: restrict", -1, unix.SYS_LANDLOCK_RESTRICT_SELF, ci(ruleset), k(0))
 	}
+	if cfg.HostWrites {
+		// Files the sandbox makes are never writable to others (nor to
+		// the group when the user's umask withholds it); the filter keeps
+		// a umask that lacks those bits from being set.
+		p.call("umask", -1, unix.SYS_UMASK, k(uintptr(cfg.Umask)))
+	}
 	if !cfg.Missing["seccomp"] {
-		filter, err := seccomp.Build()
+		o := seccomp.Options{HostWrites: cfg.HostWrites, Withheld: cfg.Withheld}
+		filter, err := seccomp.Build(o)
 		if err != nil {
 			return err
 		}
 		fprog := &unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
 		p.keep = append(p.keep, filter)
-		p.call("seccomp", -1, unix.SYS_SECCOMP, k(unix.SECCOMP_SET_MODE_FILTER), k(0), keepPtr(p, fprog))
+		if !o.Listener() {
+			p.call("seccomp", -1, unix.SYS_SECCOMP, k(unix.SECCOMP_SET_MODE_FILTER), k(0), keepPtr(p, fprog))
+			return nil
+		}
+		// The filter's listener goes to hutch, which answers the calls
+		// the filter hands over (seccomp.Supervisor).
+		lst := p.slot()
+		p.call("seccomp", lst, unix.SYS_SECCOMP, k(unix.SECCOMP_SET_MODE_FILTER), k(unix.SECCOMP_FILTER_FLAG_NEW_LISTENER), keepPtr(p, fprog))
+		m := newMsgBuf(unix.UnixRights(0))
+		m.data[0] = listenerMsg
+		p.keep = append(p.keep, m)
+		p.store((*int32)(unsafe.Pointer(&m.oob[unix.CmsgLen(0)])), lst)
+		p.call("seccomp: hand the listener to hutch", -1, unix.SYS_SENDMSG, ci(ctl), ptr(&m.hdr), k(0))
+		p.close(lst)
 	}
 	return nil
 }

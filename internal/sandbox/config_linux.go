@@ -57,6 +57,14 @@ type initConfig struct {
 	// Rlimits are set just before the command starts: the fallback when
 	// no cgroup could be made.
 	Rlimits []rlimit
+	// HostWrites marks a sandbox with host paths to write (Writable):
+	// nothing it writes may grant or widen privilege on the host (package
+	// hostperm). Its umask is Umask (the user's plus the withheld bits) and
+	// its filter has the rules for host writes, which withhold Withheld and
+	// hand umask calls that lack it to hutch (see seccomp.Supervisor).
+	HostWrites bool
+	Umask      uint32
+	Withheld   uint32
 }
 
 // bindSrc is a writable host path. FD is the index of its idmapped detached

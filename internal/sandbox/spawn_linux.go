@@ -181,9 +181,31 @@ func writeIDMaps(pid int, uids, gids idMap, setgroups bool) error {
 	return nil
 }
 
-// readReply reads the first process's reply and the pty master with it;
-// the proxy's listeners come in a message of their own before it.
-func readReply(ctl int) (r reply, master int, listeners []int, err error) {
+// sent is what the first process sends hutch besides its reply: the pty's
+// master (with the reply), the proxy's listeners and the seccomp filter's
+// listener (each in a message of its own, before the reply). Absent
+// descriptors are -1 (nil for the listeners).
+type sent struct {
+	master    int
+	listeners []int
+	listener  int
+}
+
+// close closes every descriptor of s.
+func (s *sent) close() {
+	closeAll(s.listeners)
+	s.listeners = nil
+	for _, fd := range []*int{&s.master, &s.listener} {
+		if *fd >= 0 {
+			unix.Close(*fd)
+			*fd = -1
+		}
+	}
+}
+
+// readReply reads the first process's reply and the descriptors it sends.
+func readReply(ctl int) (r reply, got sent, err error) {
+	got = sent{master: -1, listener: -1}
 	buf := (*[unsafe.Sizeof(r)]byte)(unsafe.Pointer(&r))[:]
 	oob := make([]byte, unix.CmsgSpace(4*4))
 	for {
@@ -192,29 +214,36 @@ func readReply(ctl int) (r reply, master int, listeners []int, err error) {
 			continue
 		}
 		if err != nil {
-			return r, -1, listeners, err
+			return r, got, err
 		}
 		var fds []int
 		if oobn > 0 {
 			msgs, _ := unix.ParseSocketControlMessage(oob[:oobn])
 			for _, m := range msgs {
-				got, _ := unix.ParseUnixRights(&m)
-				fds = append(fds, got...)
+				fds, _ = appendRights(fds, &m)
 			}
 		}
-		if n == 1 && buf[0] == listenersMsg && listeners == nil {
-			listeners = fds
+		switch {
+		case n == 1 && buf[0] == listenersMsg && got.listeners == nil:
+			got.listeners = fds
 			continue
-		}
-		if n != len(buf) {
+		case n == 1 && buf[0] == listenerMsg && got.listener < 0 && len(fds) == 1:
+			got.listener = fds[0]
+			continue
+		case n != len(buf):
 			closeAll(fds)
-			return r, -1, listeners, errPeerClosed
+			return r, got, errPeerClosed
 		}
-		master = -1
 		if len(fds) > 0 {
-			master = fds[0]
+			got.master = fds[0]
 			closeAll(fds[1:])
 		}
-		return r, master, listeners, nil
+		return r, got, nil
 	}
+}
+
+// appendRights appends the descriptors of an SCM_RIGHTS message to fds.
+func appendRights(fds []int, m *unix.SocketControlMessage) ([]int, error) {
+	got, err := unix.ParseUnixRights(m)
+	return append(fds, got...), err
 }
