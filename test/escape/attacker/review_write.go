@@ -33,8 +33,10 @@ func init() {
 		attacks[name] = chmodShell(name, f)
 	}
 	for name, f := range map[string]func(path string, mode uint32) (int, error){
-		"w_open":    openRaw,
-		"w_openat":  func(p string, m uint32) (int, error) { return openatRaw(p, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY, uint64(m)) },
+		"w_open": openRaw,
+		"w_openat": func(p string, m uint32) (int, error) {
+			return openatRaw(p, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY, uint64(m))
+		},
 		"w_creat":   creatRaw,
 		"w_openat2": openat2File,
 		"w_tmpfile": tmpfileLinked,
@@ -261,7 +263,7 @@ func setacl(p string) string {
 		return "create:" + result(err)
 	}
 	acl := make([]byte, 4+3*8)
-	binary.LittleEndian.PutUint32(acl[0:], 2) // POSIX_ACL_XATTR_VERSION
+	binary.LittleEndian.PutUint32(acl[0:], 2)                        // POSIX_ACL_XATTR_VERSION
 	for i, e := range [][2]uint16{{0x01, 7}, {0x04, 5}, {0x20, 7}} { // ACL_USER_OBJ, ACL_GROUP_OBJ, ACL_OTHER
 		binary.LittleEndian.PutUint16(acl[4+8*i:], e[0])
 		binary.LittleEndian.PutUint16(acl[6+8*i:], e[1])
