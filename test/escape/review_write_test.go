@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/hutch-sandbox/hutch/internal/hostperm"
 	"github.com/hutch-sandbox/hutch/internal/testutil"
 )
 
@@ -340,3 +341,46 @@ func TestItem21_ServedLayer(t *testing.T) {
 		t.Errorf("umask(0) in a served sandbox without host paths: %q\n%s", got["w_umask0"], r)
 	}
 }
+
+// TestItem21_CpFromServed: hutch cp from a served sandbox to the host
+// brings no privilege with it. Inside its own layer the sandbox may make a
+// setuid, world-writable copy of the shell and a world-writable directory
+// holding set-id and sticky files (the control: it can); copied out, file
+// and tree land without set-id or sticky bits, with the local umask, and
+// nothing writable by others (nor by the group when the umask withholds
+// it).
+func TestItem21_CpFromServed(t *testing.T) {
+	testutil.RequireRoot(t)
+	t.Parallel()
+	d := startServed(t)
+	id := d.create()
+	r := d.client("exec", id, "--", "sh", "-c", `set -e
+cp /bin/sh x && chmod 6777 x
+mkdir -m 0777 d && cp /bin/sh d/suid && chmod 4777 d/suid && touch d/plain && chmod 0666 d/plain
+mkdir -m 1777 d/tmp && touch d/tmp/f && chmod 2777 d/tmp/f
+stat -c '%a %n' x d d/suid d/plain d/tmp d/tmp/f`)
+	if r.code != 0 || !strings.Contains(r.stdout, "6777 x") || !strings.Contains(r.stdout, "4777 d/suid") {
+		t.Fatalf("control: the sandbox could not make set-id files in its layer:\n%s", r)
+	}
+	host := hostDir(t, 0, "cp")
+	for _, c := range [][2]string{{id + ":x", filepath.Join(host, "x")}, {id + ":d", filepath.Join(host, "d")}} {
+		if r := d.client("cp", c[0], c[1]); r.code != 0 {
+			t.Fatalf("hutch cp %s %s:\n%s", c[0], c[1], r)
+		}
+	}
+	for _, f := range []string{"x", "d/suid", "d/plain", "d/tmp/f"} {
+		if !exists(filepath.Join(host, f)) {
+			t.Errorf("control: %s was not copied", f)
+		}
+	}
+	noHostPrivilege(t, host, cliWithheld())
+	for _, f := range []string{"d", "d/tmp"} {
+		if m := hostMode(filepath.Join(host, f)); m&0o1000 != 0 {
+			t.Errorf("host: %s is sticky (%04o)", f, m)
+		}
+	}
+}
+
+// cliWithheld is what hostperm withholds under this test
+// process's umask, which the client commands inherit.
+func cliWithheld() fs.FileMode { return hostperm.Withheld(hostperm.Umask()) }
