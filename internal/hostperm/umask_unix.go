@@ -3,35 +3,24 @@
 package hostperm
 
 import (
-	"bytes"
 	"io/fs"
-	"os"
-	"strconv"
-	"sync"
 	"syscall"
 )
 
-// umaskMu serializes the fallback's change and restore of the umask.
-var umaskMu sync.Mutex
+// atStart is the umask the process started with, read during package
+// initialization: the umask is read only by setting it (and setting it
+// back), and no goroutine creates files that early. /proc/self/status has
+// it too, but costs a hundred times more on hutch run's start.
+var atStart = current()
 
-// Umask returns the process's umask without changing it: from
-// /proc/self/status (Linux 4.7 and later). Elsewhere it sets the umask and
-// sets it back, which a file created by another goroutine at that moment
-// would see.
-func Umask() fs.FileMode {
-	if b, err := os.ReadFile("/proc/self/status"); err == nil {
-		if i := bytes.Index(b, []byte("\nUmask:")); i >= 0 {
-			line := b[i+len("\nUmask:"):]
-			if j := bytes.IndexByte(line, '\n'); j >= 0 {
-				line = line[:j]
-			}
-			if v, err := strconv.ParseUint(string(bytes.TrimSpace(line)), 8, 32); err == nil {
-				return fs.FileMode(v) & fs.ModePerm
-			}
-		}
-	}
-	umaskMu.Lock()
-	defer umaskMu.Unlock()
+// Umask returns the umask the process started with: the user's. hutch
+// never changes its own.
+func Umask() fs.FileMode { return atStart }
+
+// current reads the umask by setting a strict one for a moment (a file
+// created meanwhile would be private, not more open) and setting the old
+// one back.
+func current() fs.FileMode {
 	old := syscall.Umask(0o077)
 	syscall.Umask(old)
 	return fs.FileMode(old) & fs.ModePerm
