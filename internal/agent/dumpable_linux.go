@@ -2,8 +2,11 @@ package agent
 
 import (
 	"fmt"
+	"os"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/hutch-sandbox/hutch/internal/seccomp"
 )
 
 // undumpable makes the agent's process not dumpable. execve made it
@@ -17,4 +20,19 @@ func undumpable() error {
 		return fmt.Errorf("make the agent not dumpable: %w", err)
 	}
 	return nil
+}
+
+// superviseListener answers, for the sandbox's life, the calls that its
+// seccomp filter hands over, when the first process passed the filter's
+// listener on ListenerFD (a sandbox with host paths to write); nil when
+// there is none.
+func superviseListener() (*seccomp.Supervisor, error) {
+	if link, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", ListenerFD)); err != nil || link != "anon_inode:seccomp notify" {
+		return nil, nil
+	}
+	sup, err := seccomp.Supervise(ListenerFD)
+	if err != nil {
+		return nil, fmt.Errorf("answer the seccomp filter's calls: %w", err)
+	}
+	return sup, nil
 }

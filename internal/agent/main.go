@@ -18,8 +18,14 @@ func MainIfAgent() {
 }
 
 // ConnFD is the descriptor on which a sandbox's first process hands the
-// agent its connection to the daemon (see sandbox.Start).
-const ConnFD = 3
+// agent its connection to the daemon (see sandbox.Start), and ListenerFD
+// the one of its seccomp filter's listener, when the filter hands calls
+// over (a sandbox with host paths to write): the agent, PID 1, answers
+// them (seccomp.Supervisor).
+const (
+	ConnFD     = 3
+	ListenerFD = 4
+)
 
 // Main is `hutch agent`: it serves the daemon on ConnFD, as PID 1 when it
 // is, with the process's working directory and environment as the
@@ -34,6 +40,14 @@ func Main(stderr io.Writer) int {
 	if err := undumpable(); err != nil {
 		fmt.Fprintf(stderr, "hutch: agent: %v\n", err)
 		return 1
+	}
+	sup, err := superviseListener()
+	if err != nil {
+		fmt.Fprintf(stderr, "hutch: agent: %v\n", err)
+		return 1
+	}
+	if sup != nil {
+		defer sup.Close()
 	}
 	f := os.NewFile(ConnFD, "agent-connection")
 	conn, err := net.FileConn(f)

@@ -24,6 +24,9 @@ type builder struct {
 	p     prog
 	root  int8 // slot: O_PATH descriptor of the new root while it is built
 	masks int8 // slot: the detached read-only tmpfs of mask files
+	// listener is the slot of the seccomp filter's listener, which the
+	// sandbox's PID 1 serves; -1 when the filter hands nothing over.
+	listener int8
 }
 
 // msgBuf is a message between hutch and the first process, in memory the
@@ -368,11 +371,8 @@ func (b *builder) proxyListeners(ctl int) {
 }
 
 // listenersMsg is the byte of the message that carries the proxy's
-// listeners, listenerMsg that of the seccomp filter's listener.
-const (
-	listenersMsg = 'L'
-	listenerMsg  = 'N'
-)
+// listeners.
+const listenersMsg = 'L'
 
 // identity appends the switch to the inside identity. The child was forked
 // with hutch's credentials, which for root are the host's root: it sheds
@@ -451,6 +451,7 @@ func (b *builder) hideArgs(wipe [][]byte) error {
 // capabilities, no_new_privs, Landlock, seccomp.
 func (b *builder) harden(cfg initConfig, ruleset, ctl int) error {
 	p := &b.p
+	b.listener = -1
 	host := []byte(cfg.Hostname)
 	p.keep = append(p.keep, host)
 	p.call("hostname", -1, unix.SYS_SETHOSTNAME, k(uintptr(unsafe.Pointer(&host[0]))), ci(len(host)))
@@ -554,16 +555,19 @@ func (b *builder) harden(cfg initConfig, ruleset, ctl int) error {
 			p.call("seccomp", -1, unix.SYS_SECCOMP, k(unix.SECCOMP_SET_MODE_FILTER), k(0), keepPtr(p, fprog))
 			return nil
 		}
-		// The filter's listener goes to hutch, which answers the calls
-		// the filter hands over (seccomp.Supervisor).
-		lst := p.slot()
-		p.call("seccomp", lst, unix.SYS_SECCOMP, k(unix.SECCOMP_SET_MODE_FILTER), k(unix.SECCOMP_FILTER_FLAG_NEW_LISTENER), keepPtr(p, fprog))
-		m := newMsgBuf(unix.UnixRights(0))
-		m.data[0] = listenerMsg
-		p.keep = append(p.keep, m)
-		p.store((*int32)(unsafe.Pointer(&m.oob[unix.CmsgLen(0)])), lst)
-		p.call("seccomp: hand the listener to hutch", -1, unix.SYS_SENDMSG, ci(ctl), ptr(&m.hdr), k(0))
-		p.close(lst)
+		// The sandbox's PID 1 answers the calls the filter hands over (see
+		// child.answer; the agent, seccomp.Supervisor): no work for hutch
+		// at start, and a sandbox that keeps asking spends its own time.
+		b.listener = p.slot()
+		p.call("seccomp", b.listener, unix.SYS_SECCOMP, k(unix.SECCOMP_SET_MODE_FILTER), k(unix.SECCOMP_FILTER_FLAG_NEW_LISTENER), keepPtr(p, fprog))
+		if cfg.AgentFD >= 0 {
+			// Above the descriptors the agent gets (0–3), so that the
+			// moves to 3 and agent.ListenerFD never replace it.
+			high := p.slot()
+			p.call("seccomp: listener above the agent's descriptors", high, unix.SYS_FCNTL, s(b.listener), k(unix.F_DUPFD_CLOEXEC), k(10))
+			p.close(b.listener)
+			b.listener = high
+		}
 	}
 	return nil
 }
@@ -616,6 +620,7 @@ func (b *builder) command(cfg initConfig, ctl int) (*child, error) {
 		return nil, err
 	}
 	ch.master, ch.slave, ch.execR, ch.execW = master, slave, execR, execW
+	ch.listener = b.listener
 	ch.ops = p.ops
 	return ch, nil
 }

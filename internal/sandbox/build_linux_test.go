@@ -31,7 +31,7 @@ func TestBuildOrder(t *testing.T) {
 		"identity: uid", "die with hutch", "make mounts private", "attach root",
 		"/dev/hutch: attach", "protect /w/.bashrc", "deny read /etc/shadow", "pivot_root", "hostname",
 		"network: bring up lo", "proxy: listen on 127.0.0.1:3128", "proxy: hand the listeners", "not dumpable", "capabilities: capset", "no_new_privs", "landlock: restrict",
-		"umask", "seccomp", "seccomp: hand the listener to hutch", "terminal: open /dev/ptmx", "rlimit 6", "close inherited descriptors", "exec pipe",
+		"umask", "seccomp", "terminal: open /dev/ptmx", "rlimit 6", "close inherited descriptors", "exec pipe",
 	}
 	last := -1
 	for _, want := range order {

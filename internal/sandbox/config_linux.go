@@ -61,7 +61,8 @@ type initConfig struct {
 	// nothing it writes may grant or widen privilege on the host (package
 	// hostperm). Its umask is Umask (the user's plus the withheld bits) and
 	// its filter has the rules for host writes, which withhold Withheld and
-	// hand umask calls that lack it to hutch (see seccomp.Supervisor).
+	// hand umask calls that lack it to the sandbox's PID 1 (child.answer,
+	// or the agent's seccomp.Supervisor).
 	HostWrites bool
 	Umask      uint32
 	Withheld   uint32

@@ -22,7 +22,6 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/cgroups"
 	"github.com/hutch-sandbox/hutch/internal/hostperm"
 	"github.com/hutch-sandbox/hutch/internal/policy"
-	"github.com/hutch-sandbox/hutch/internal/seccomp"
 )
 
 // RootMappedID is the host uid and gid the sandbox runs as when root starts
@@ -365,19 +364,6 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		return res, b.failure(rep, cfg.Args[0])
 	}
 	phase("command started")
-	if got.listener >= 0 || (cfg.HostWrites && !cfg.Missing["seccomp"]) {
-		if got.listener < 0 {
-			got.close()
-			return fail(errors.New("the sandbox sent no seccomp listener"))
-		}
-		sup, err := seccomp.Supervise(got.listener)
-		got.listener = -1
-		if err != nil {
-			got.close()
-			return fail(err)
-		}
-		l.onClose(func() { _ = sup.Close() })
-	}
 	if cfg.Net == "proxy" {
 		listeners := got.listeners
 		got.listeners = nil

@@ -33,7 +33,7 @@ type cloneArgs struct {
 
 // newChild prepares the first process's world around its prog.
 func newChild(b *builder, cfg initConfig, ctl int) (*child, error) {
-	ch := &child{ops: b.p.ops, ctl: uintptr(ctl), tty: cfg.Tty, master: -1, slave: -1, agentFD: cfg.AgentFD}
+	ch := &child{ops: b.p.ops, ctl: uintptr(ctl), tty: cfg.Tty, master: -1, slave: -1, agentFD: cfg.AgentFD, listener: -1}
 	p := &b.p
 	argv, err := cStrings(cfg.Args)
 	if err != nil {
@@ -182,30 +182,26 @@ func writeIDMaps(pid int, uids, gids idMap, setgroups bool) error {
 }
 
 // sent is what the first process sends hutch besides its reply: the pty's
-// master (with the reply), the proxy's listeners and the seccomp filter's
-// listener (each in a message of its own, before the reply). Absent
-// descriptors are -1 (nil for the listeners).
+// master (with the reply) and the proxy's listeners (in a message of their
+// own, before the reply). An absent master is -1.
 type sent struct {
 	master    int
 	listeners []int
-	listener  int
 }
 
 // close closes every descriptor of s.
 func (s *sent) close() {
 	closeAll(s.listeners)
 	s.listeners = nil
-	for _, fd := range []*int{&s.master, &s.listener} {
-		if *fd >= 0 {
-			unix.Close(*fd)
-			*fd = -1
-		}
+	if s.master >= 0 {
+		unix.Close(s.master)
+		s.master = -1
 	}
 }
 
 // readReply reads the first process's reply and the descriptors it sends.
 func readReply(ctl int) (r reply, got sent, err error) {
-	got = sent{master: -1, listener: -1}
+	got = sent{master: -1}
 	buf := (*[unsafe.Sizeof(r)]byte)(unsafe.Pointer(&r))[:]
 	oob := make([]byte, unix.CmsgSpace(4*4))
 	for {
@@ -220,17 +216,15 @@ func readReply(ctl int) (r reply, got sent, err error) {
 		if oobn > 0 {
 			msgs, _ := unix.ParseSocketControlMessage(oob[:oobn])
 			for _, m := range msgs {
-				fds, _ = appendRights(fds, &m)
+				rights, _ := unix.ParseUnixRights(&m)
+				fds = append(fds, rights...)
 			}
 		}
-		switch {
-		case n == 1 && buf[0] == listenersMsg && got.listeners == nil:
+		if n == 1 && buf[0] == listenersMsg && got.listeners == nil {
 			got.listeners = fds
 			continue
-		case n == 1 && buf[0] == listenerMsg && got.listener < 0 && len(fds) == 1:
-			got.listener = fds[0]
-			continue
-		case n != len(buf):
+		}
+		if n != len(buf) {
 			closeAll(fds)
 			return r, got, errPeerClosed
 		}
@@ -240,10 +234,4 @@ func readReply(ctl int) (r reply, got sent, err error) {
 		}
 		return r, got, nil
 	}
-}
-
-// appendRights appends the descriptors of an SCM_RIGHTS message to fds.
-func appendRights(fds []int, m *unix.SocketControlMessage) ([]int, error) {
-	got, err := unix.ParseUnixRights(m)
-	return append(fds, got...), err
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/agent"
+	"github.com/hutch-sandbox/hutch/internal/hostperm"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/testutil"
 )
@@ -129,7 +130,9 @@ func TestStart(t *testing.T) {
 // memory nor read its environment, and its streams are the sandbox's
 // /dev/null, not those of the process that started the sandbox (a
 // daemon's log): nothing of the host reaches the sandbox through PID 1
-// (ESCAPES 27). A command holds its own streams and nothing else.
+// (ESCAPES 27). A command holds its own streams and nothing else (not the
+// seccomp listener the agent serves: its workspace is the host's, so the
+// agent answers the umask calls the filter hands over).
 func TestStartPID1(t *testing.T) {
 	testutil.RequireRoot(t)
 	ws := t.TempDir()
@@ -155,6 +158,21 @@ ls /proc/self/fd | tr '\n' ' '`}})
 	// ls lists its own directory's descriptor too.
 	if got := strings.Fields(string(out)); len(got) != 4 || got[0] != "0" || got[1] != "1" || got[2] != "2" {
 		t.Errorf("a command's descriptors: %q, want 0, 1, 2 (and ls's own)", out)
+	}
+	// The workspace is the host's: the agent answers the umask calls the
+	// filter hands over (dash's umask reads it with umask(0), then sets it
+	// back), umask 0 is not set, and new files are not writable by others.
+	p, err = c.Exec(ctx, agent.ExecRequest{Args: []string{"sh", "-c", "umask; umask 0; umask; rm -f f; touch f; stat -c %a f"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ = io.ReadAll(io.MultiReader(p.Stdout, p.Stderr))
+	if _, err := p.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	um := hostperm.SandboxUmask(hostperm.Umask())
+	if want := fmt.Sprintf("%04o\n%04o\n%o\n", um, um, 0o666&^um); string(out) != want {
+		t.Errorf("umask in a sandbox with host paths to write: %q, want %q", out, want)
 	}
 	for fd := range 3 {
 		var st syscall.Stat_t

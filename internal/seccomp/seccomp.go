@@ -14,8 +14,9 @@
 // privilege on the host, so set-id modes, modes that give others (or the
 // group, as the user's umask says) write, extended attributes and openat2
 // are refused, and a umask that would let new files be writable by others
-// is never set: that call goes to a [Supervisor] in hutch ([Notify]), which
-// answers with the calling thread's current umask.
+// is never set: that call goes to the sandbox's PID 1 ([Notify]; the
+// agent runs a [Supervisor]), which answers with the calling thread's
+// current umask.
 //
 // The table is data, not code. A [Rule] names a system call, the [Action] to
 // take and, optionally, [Cond]itions on its arguments. Rules for one system
@@ -87,8 +88,8 @@ const (
 	// then carry on without it.
 	EOPNOTSUPP
 	// Notify stops the calling thread and hands the call to the filter's
-	// supervisor (a [Supervisor] in hutch), whose answer becomes the
-	// call's result; the call itself never runs. A filter with a Notify
+	// supervisor (see [Supervisor]), whose answer becomes the call's
+	// result; the call itself never runs. A filter with a Notify
 	// rule is installed with a listener (see [Options.Listener]).
 	Notify
 )

@@ -45,17 +45,22 @@ const unknownUmask = 0o077
 // umask and changes nothing, and no file is ever created writable to
 // others. Any other call is answered ENOSYS.
 //
-// The supervisor runs in hutch, outside the sandbox, on the Go runtime's
-// poller. When it is closed (or hutch dies), the calls fail with ENOSYS;
-// the sandbox then dies with hutch anyway.
+// It runs on the Go runtime's poller, in the agent, PID 1 of a served
+// sandbox (hutch run's first process, which has no Go runtime, does the
+// same in package sandbox): the sandbox's own PID 1 answers its calls, at
+// no cost to hutch, and a sandbox that keeps asking spends its own time.
+// When the supervisor is closed (or PID 1 ends, and with it the sandbox),
+// the calls fail with ENOSYS.
 type Supervisor struct {
 	f    *os.File
 	done chan struct{}
 }
 
 // Supervise starts answering the notifications of the listener fd, which
-// it takes over (see [Install]). Close stops it.
+// it takes over (see [Install]) and marks close-on-exec: nothing the
+// process starts gets it. Close stops it.
 func Supervise(fd int) (*Supervisor, error) {
+	unix.CloseOnExec(fd)
 	if err := unix.SetNonblock(fd, true); err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("seccomp: supervise: %w", err)
