@@ -128,6 +128,24 @@ func TestItem21_SetIDFiles(t *testing.T) {
 				t.Errorf("host: control %s has mode %04o, want %04o", file, m, mode)
 			}
 		}
+		// From the host: each copy the chmods aimed at is as it was made
+		// (0755, the workspace owner's), and no create left a file.
+		for _, m := range []string{"6755", "4755", "2755"} {
+			for _, c := range []string{"chmod", "chmod_hi", "fchmod", "fchmodat", "fchmodat2"} {
+				var st unix.Stat_t
+				path := filepath.Join(sb.ws, "w-"+c+"-"+m)
+				if err := unix.Lstat(path, &st); err != nil {
+					t.Errorf("host: %s: %v", path, err)
+				} else if st.Mode&0o7777 != 0o755 || int(st.Uid) != sb.mode.uid {
+					t.Errorf("host: %s has mode %04o, owner %d; want 0755, %d", path, st.Mode&0o7777, st.Uid, sb.mode.uid)
+				}
+			}
+			for _, c := range []string{"open", "openat", "creat", "mknod", "openat2", "tmpfile"} {
+				if path := filepath.Join(sb.ws, "w-"+c+"-"+m); exists(path) {
+					t.Errorf("host: the refused create left %s", path)
+				}
+			}
+		}
 		noHostPrivilege(t, sb.ws, 0o002)
 	})
 }
@@ -159,9 +177,9 @@ cp /bin/sh ./setcap-tool && setcap cap_setuid+ep ./setcap-tool; echo "RC setcap 
 		if strings.Contains(r.stdout, "RC setcap 0") {
 			t.Errorf("setcap worked\n%s", r)
 		}
-		for _, f := range []string{"w-setcap-set", "w-setacl-fset", "setcap-tool"} {
-			if !exists(filepath.Join(sb.ws, f)) {
-				t.Errorf("control: %s was not written to the workspace\n%s", f, r)
+		for f, mode := range map[string]int{"w-setcap-set": 0o755, "w-setcap-fset": 0o755, "w-setacl-fset": 0o644, "w-setacl-setat": 0o644, "setcap-tool": 0o755} {
+			if m := hostMode(filepath.Join(sb.ws, f)); m != mode {
+				t.Errorf("host: %s has mode %04o, want %04o as it was made\n%s", f, m, mode, r)
 			}
 		}
 		noHostPrivilege(t, sb.ws, 0o002)
