@@ -23,6 +23,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/hutch-sandbox/hutch/client"
+	"github.com/hutch-sandbox/hutch/internal/hostperm"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
 )
@@ -568,15 +569,18 @@ func download(ctx context.Context, c *client.Client, id, src, dst string, stdout
 	if fi, err := os.Stat(dst); err == nil && fi.IsDir() {
 		dst = filepath.Join(dst, path.Base(src))
 	}
+	// What comes out of a sandbox grants nothing on the host: no set-id
+	// bit, the local umask, never writable by others (hostperm).
+	umask := hostperm.Umask()
 	if !st.IsDir {
-		return downloadFile(ctx, c, id, src, dst, st.Mode.Perm())
+		return downloadFile(ctx, c, id, src, dst, hostperm.Mode(st.Mode, umask))
 	}
 	if err := os.MkdirAll(dst, 0o755); err != nil {
 		return err
 	}
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(c.Download(ctx, id, src, pw)) }()
-	err = extractTar(pr, dst)
+	err = extractTar(pr, dst, umask)
 	pr.CloseWithError(errors.New("extraction ended"))
 	return err
 }
@@ -606,8 +610,10 @@ func downloadFile(ctx context.Context, c *client.Client, id, src, dst string, pe
 // extractTar writes a tar stream into dir. Everything goes through an
 // os.Root, so no entry — whatever its name, and whatever symlinks earlier
 // entries made — lands outside dir; absolute names and ".." are refused
-// outright.
-func extractTar(r io.Reader, dir string) error {
+// outright. Modes follow hostperm.Mode for umask: no set-id or sticky
+// bit, never writable by others; directories stay the user's to enter
+// and write.
+func extractTar(r io.Reader, dir string, umask fs.FileMode) error {
 	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return err
@@ -634,7 +640,7 @@ func extractTar(r io.Reader, dir string) error {
 				return err
 			}
 		}
-		perm := fs.FileMode(hdr.Mode).Perm()
+		perm := hostperm.Mode(hdr.FileInfo().Mode(), umask)
 		switch hdr.Typeflag {
 		case tar.TypeDir:
 			if err := root.MkdirAll(name, 0o755); err != nil {

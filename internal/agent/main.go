@@ -18,15 +18,37 @@ func MainIfAgent() {
 }
 
 // ConnFD is the descriptor on which a sandbox's first process hands the
-// agent its connection to the daemon (see sandbox.Start).
-const ConnFD = 3
+// agent its connection to the daemon (see sandbox.Start), and ListenerFD
+// the one of its seccomp filter's listener, when the filter hands calls
+// over (a sandbox with host paths to write): the agent, PID 1, answers
+// them (seccomp.Supervisor).
+const (
+	ConnFD     = 3
+	ListenerFD = 4
+)
 
 // Main is `hutch agent`: it serves the daemon on ConnFD, as PID 1 when it
 // is, with the process's working directory and environment as the
 // commands' defaults. It returns the process's exit code: 0 when the
 // daemon closed the connection, 1 when serving failed, 2 when there is no
 // agent connection (the agent runs only inside a sandbox).
+//
+// Its first act, before it reads anything from the daemon and so before
+// any code of the sandbox can run, makes the process not dumpable: the
+// exec that started it made it dumpable again.
 func Main(stderr io.Writer) int {
+	if err := undumpable(); err != nil {
+		fmt.Fprintf(stderr, "hutch: agent: %v\n", err)
+		return 1
+	}
+	sup, err := superviseListener()
+	if err != nil {
+		fmt.Fprintf(stderr, "hutch: agent: %v\n", err)
+		return 1
+	}
+	if sup != nil {
+		defer sup.Close()
+	}
 	f := os.NewFile(ConnFD, "agent-connection")
 	conn, err := net.FileConn(f)
 	f.Close()

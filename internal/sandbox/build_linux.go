@@ -24,6 +24,9 @@ type builder struct {
 	p     prog
 	root  int8 // slot: O_PATH descriptor of the new root while it is built
 	masks int8 // slot: the detached read-only tmpfs of mask files
+	// listener is the slot of the seccomp filter's listener, which the
+	// sandbox's PID 1 serves; -1 when the filter hands nothing over.
+	listener int8
 }
 
 // msgBuf is a message between hutch and the first process, in memory the
@@ -457,6 +460,7 @@ func (b *builder) hideArgs(wipe [][]byte) error {
 // capabilities, no_new_privs, Landlock, seccomp.
 func (b *builder) harden(cfg initConfig, ruleset, ctl int) error {
 	p := &b.p
+	b.listener = -1
 	host := []byte(cfg.Hostname)
 	p.keep = append(p.keep, host)
 	p.call("hostname", -1, unix.SYS_SETHOSTNAME, k(uintptr(unsafe.Pointer(&host[0]))), ci(len(host)))
@@ -542,14 +546,37 @@ func (b *builder) harden(cfg initConfig, ruleset, ctl int) error {
 		}
 		p.call("landlock: restrict", -1, unix.SYS_LANDLOCK_RESTRICT_SELF, ci(ruleset), k(0))
 	}
+	if cfg.HostWrites {
+		// Files the sandbox makes are never writable to others (nor to
+		// the group when the user's umask withholds it); the filter keeps
+		// a umask that lacks those bits from being set.
+		p.call("umask", -1, unix.SYS_UMASK, k(uintptr(cfg.Umask)))
+	}
 	if !cfg.Missing["seccomp"] {
-		filter, err := seccomp.Build()
+		o := seccomp.Options{HostWrites: cfg.HostWrites, Withheld: cfg.Withheld}
+		filter, err := seccomp.Build(o)
 		if err != nil {
 			return err
 		}
 		fprog := &unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
 		p.keep = append(p.keep, filter)
-		p.call("seccomp", -1, unix.SYS_SECCOMP, k(unix.SECCOMP_SET_MODE_FILTER), k(0), keepPtr(p, fprog))
+		if !o.Listener() {
+			p.call("seccomp", -1, unix.SYS_SECCOMP, k(unix.SECCOMP_SET_MODE_FILTER), k(0), keepPtr(p, fprog))
+			return nil
+		}
+		// The sandbox's PID 1 answers the calls the filter hands over (see
+		// child.answer; the agent, seccomp.Supervisor): no work for hutch
+		// at start, and a sandbox that keeps asking spends its own time.
+		b.listener = p.slot()
+		p.call("seccomp", b.listener, unix.SYS_SECCOMP, k(unix.SECCOMP_SET_MODE_FILTER), k(unix.SECCOMP_FILTER_FLAG_NEW_LISTENER), keepPtr(p, fprog))
+		if cfg.AgentFD >= 0 {
+			// Above the descriptors the agent gets (0–3), so that the
+			// moves to 3 and agent.ListenerFD never replace it.
+			high := p.slot()
+			p.call("seccomp: listener above the agent's descriptors", high, unix.SYS_FCNTL, s(b.listener), k(unix.F_DUPFD_CLOEXEC), k(10))
+			p.close(b.listener)
+			b.listener = high
+		}
 	}
 	return nil
 }
@@ -578,6 +605,16 @@ func (b *builder) command(cfg initConfig, ctl int) (*child, error) {
 		v := min(r.Value, cur.Max) // a limit above the caller's hard limit is lowered to it
 		p.call(fmt.Sprintf("rlimit %d", r.Resource), -1, unix.SYS_PRLIMIT64, k(0), ci(r.Resource), keepPtr(p, &unix.Rlimit{Cur: v, Max: v}), k(0))
 	}
+	if cfg.AgentFD >= 0 {
+		// The agent gets the sandbox's /dev/null as its streams, not the
+		// daemon's (its log): nothing of the host's through PID 1.
+		null := p.slot()
+		p.call("agent: open /dev/null", null, unix.SYS_OPENAT, k(uintptr(unix.AT_FDCWD&0xffffffff)), p.str("/dev/null"), k(unix.O_RDWR|unix.O_CLOEXEC), k(0))
+		for fd := range 3 {
+			p.call(fmt.Sprintf("agent: /dev/null as descriptor %d", fd), -1, unix.SYS_DUP3, s(null), ci(fd), k(0))
+		}
+		p.close(null)
+	}
 	// No descriptor but the three streams reaches the command: not the
 	// control socket, not whatever hutch inherited without close-on-exec.
 	p.call("close inherited descriptors", -1, unix.SYS_CLOSE_RANGE, k(3), k(^uintptr(0)), k(unix.CLOSE_RANGE_CLOEXEC))
@@ -592,6 +629,7 @@ func (b *builder) command(cfg initConfig, ctl int) (*child, error) {
 		return nil, err
 	}
 	ch.master, ch.slave, ch.execR, ch.execW = master, slave, execR, execW
+	ch.listener = b.listener
 	ch.ops = p.ops
 	return ch, nil
 }

@@ -15,6 +15,7 @@ func TestBuildOrder(t *testing.T) {
 		Writable: []bindSrc{{Path: "/w", FD: -1}}, DenyRead: []string{"/etc/shadow"},
 		DenyWrite: []string{"/w/.bashrc"}, Hostname: "hutch", Tty: true, Net: "proxy", Files: []fileBind{{Path: "/usr/bin/hutch", Target: "/dev/hutch", Create: true, FD: -1, Exec: true}},
 		Rlimits: []rlimit{{Resource: 6, Value: 100}}, AgentFD: -1,
+		HostWrites: true, Umask: 0o022, Withheld: 0o022,
 	}
 	b := &builder{}
 	b.identity(ids{uid: 1000, gid: 1000})
@@ -30,7 +31,7 @@ func TestBuildOrder(t *testing.T) {
 		"identity: uid", "die with hutch", "make mounts private", "attach root",
 		"/dev/hutch: attach", "protect /w/.bashrc", "deny read /etc/shadow", "pivot_root", "hostname",
 		"network: bring up lo", "proxy: listen on 127.0.0.1:3128", "proxy: hand the listeners", "not dumpable", "capabilities: capset", "no_new_privs", "landlock: restrict",
-		"seccomp", "terminal: open /dev/ptmx", "rlimit 6", "close inherited descriptors", "exec pipe",
+		"umask", "seccomp", "terminal: open /dev/ptmx", "rlimit 6", "close inherited descriptors", "exec pipe",
 	}
 	last := -1
 	for _, want := range order {

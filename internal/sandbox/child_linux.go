@@ -60,6 +60,16 @@ type child struct {
 	execR   int8 // slots of the pipe that tells whether the exec worked
 	execW   int8
 
+	// listener is the slot of the seccomp filter's listener (-1: none):
+	// PID 1 answers the umask calls the filter hands over (answer), or
+	// passes it to the agent as agentListenerFD.
+	listener int8
+	pfds     [2]unix.PollFd
+	notif    seccompNotif
+	resp     seccompResp
+	path     [32]byte  // /proc/PID/status
+	procBuf  [512]byte // its start, which holds Umask
+
 	sigmask uint64 // forwarded signals and SIGCHLD, for signalfd
 	siginfo [128]byte
 	status  int32
@@ -111,15 +121,21 @@ func (c *child) main() {
 		break
 	}
 	c.send(replyStarted, -1, 0, 0, c.tty)
-	// The first process keeps none of the caller's streams or the pty.
-	for fd := uintptr(0); fd < 3; fd++ {
-		syscall.RawSyscall(unix.SYS_CLOSE, fd, 0, 0)
+	// From here on the first process needs no descriptor but the filter's
+	// listener: it keeps none of the caller's streams, the pty, the
+	// control socket, or what it inherited from hutch (the writable roots'
+	// locks, hutch's runtime's descriptors, detached mounts of host files).
+	lfd := ^uintptr(0)
+	if c.listener >= 0 {
+		lfd = c.slot(c.listener)
+		if lfd > 0 {
+			syscall.RawSyscall(unix.SYS_CLOSE_RANGE, 0, lfd-1, 0)
+		}
+		syscall.RawSyscall(unix.SYS_CLOSE_RANGE, lfd+1, ^uintptr(0), 0)
+	} else {
+		syscall.RawSyscall(unix.SYS_CLOSE_RANGE, 0, ^uintptr(0), 0)
 	}
-	if c.tty {
-		syscall.RawSyscall(unix.SYS_CLOSE, c.slot(c.master), 0, 0)
-		syscall.RawSyscall(unix.SYS_CLOSE, c.slot(c.slave), 0, 0)
-	}
-	c.reap(pid)
+	c.reap(pid, lfd)
 }
 
 //go:nosplit
@@ -173,6 +189,10 @@ func (c *child) execAgent() {
 	} else {
 		syscall.RawSyscall(unix.SYS_DUP3, uintptr(c.agentFD), 3, 0)
 	}
+	if c.listener >= 0 {
+		// Above 9 (see builder.harden), so neither 3 nor this replaced it.
+		syscall.RawSyscall(unix.SYS_DUP3, c.slot(c.listener), agentListenerFD, 0)
+	}
 	runtimeAfterForkInChild()
 	syscall.RawSyscall(unix.SYS_EXECVE, c.paths[0], c.argv, c.envv)
 	exit(ExitNotExecutable)
@@ -180,17 +200,44 @@ func (c *child) execAgent() {
 
 // reap waits for signals: SIGCHLD reaps children until the command itself
 // has exited, whose status becomes the first process's exit code; any
-// other (forwarded by hutch) goes to the command's process group.
+// other (forwarded by hutch) goes to the command's process group. With the
+// filter's listener lfd (not ^0) it also answers the calls the filter
+// hands over.
 //
 //go:nosplit
 //go:norace
 //go:nocheckptr
-func (c *child) reap(cmd uintptr) {
+func (c *child) reap(cmd, lfd uintptr) {
 	sfd, _, e := syscall.RawSyscall6(unix.SYS_SIGNALFD4, ^uintptr(0), uintptr(unsafe.Pointer(&c.sigmask)), 8, unix.SFD_CLOEXEC, 0, 0)
 	if e != 0 {
 		exit(ExitHutchError)
 	}
+	nfds := uintptr(1)
+	c.pfds[0] = unix.PollFd{Fd: int32(sfd), Events: unix.POLLIN}
+	if lfd != ^uintptr(0) {
+		c.pfds[1] = unix.PollFd{Fd: int32(lfd), Events: unix.POLLIN}
+		nfds = 2
+	}
 	for {
+		if nfds == 2 {
+			// The signalfd and the listener; without a listener the
+			// read below waits alone.
+			_, _, e := syscall.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&c.pfds[0])), nfds, 0, 0, 0, 0)
+			if e == unix.EINTR {
+				continue
+			}
+			if e != 0 {
+				exit(ExitHutchError)
+			}
+			if c.pfds[1].Revents&unix.POLLIN != 0 {
+				c.answer(lfd)
+			} else if c.pfds[1].Revents&(unix.POLLHUP|unix.POLLERR|unix.POLLNVAL) != 0 {
+				nfds = 1
+			}
+			if c.pfds[0].Revents&unix.POLLIN == 0 {
+				continue
+			}
+		}
 		_, _, e := syscall.RawSyscall(unix.SYS_READ, sfd, uintptr(unsafe.Pointer(&c.siginfo[0])), uintptr(len(c.siginfo)))
 		if e == unix.EINTR {
 			continue
@@ -217,6 +264,129 @@ func (c *child) reap(cmd uintptr) {
 			}
 		}
 	}
+}
+
+// agentListenerFD is where the agent finds the filter's listener
+// (agent.ListenerFD).
+const agentListenerFD = 4
+
+// seccompNotif and seccompResp are struct seccomp_notif and struct
+// seccomp_notif_resp.
+type seccompNotif struct {
+	id    uint64
+	pid   uint32 // the calling thread, in the receiver's pid namespace
+	flags uint32
+	nr    int32
+	arch  uint32
+	ip    uint64
+	args  [6]uint64
+}
+
+type seccompResp struct {
+	id    uint64
+	val   int64
+	error int32
+	flags uint32
+}
+
+// unknownUmask answers for a thread whose umask cannot be read (it is
+// gone, and the answer with it): set back, it makes files private.
+const unknownUmask = 0o077
+
+// answer receives one call the filter handed over and answers it; the
+// listener has one pending. The only such call is a umask that lacks the
+// withheld bits (see seccomp's host-write rules): it is never made, and
+// returns the calling thread's current umask, read from the sandbox's
+// /proc, as umask(2) returns the old one. So old = umask(0); umask(old)
+// reads the true umask and changes nothing. It is what
+// seccomp.Supervisor does in the agent, without the Go runtime.
+//
+//go:nosplit
+//go:norace
+//go:nocheckptr
+func (c *child) answer(lfd uintptr) {
+	c.notif = seccompNotif{}
+	if _, _, e := syscall.RawSyscall(unix.SYS_IOCTL, lfd, unix.SECCOMP_IOCTL_NOTIF_RECV, uintptr(unsafe.Pointer(&c.notif))); e != 0 {
+		return // the caller went away meanwhile
+	}
+	c.resp = seccompResp{id: c.notif.id}
+	if c.notif.nr != unix.SYS_UMASK {
+		c.resp.error = -int32(unix.ENOSYS)
+	} else {
+		c.resp.val = int64(c.umaskOf(c.notif.pid))
+		// The pid may be another thread's by now if the call is gone:
+		// answer only a call still waiting, whose thread was read.
+		if _, _, e := syscall.RawSyscall(unix.SYS_IOCTL, lfd, unix.SECCOMP_IOCTL_NOTIF_ID_VALID, uintptr(unsafe.Pointer(&c.notif.id))); e != 0 {
+			return
+		}
+	}
+	syscall.RawSyscall(unix.SYS_IOCTL, lfd, unix.SECCOMP_IOCTL_NOTIF_SEND, uintptr(unsafe.Pointer(&c.resp)))
+}
+
+// umaskOf reads the umask of thread tid from the "Umask:" line of
+// /proc/TID/status (near its start), or returns unknownUmask.
+//
+//go:nosplit
+//go:norace
+//go:nocheckptr
+func (c *child) umaskOf(tid uint32) uint32 {
+	n := 0
+	for _, b := range [...]byte{'/', 'p', 'r', 'o', 'c', '/'} {
+		c.path[n] = b
+		n++
+	}
+	var digits [10]byte
+	d := 0
+	for v := tid; ; v /= 10 {
+		digits[d] = byte('0' + v%10)
+		d++
+		if v < 10 {
+			break
+		}
+	}
+	for d > 0 {
+		d--
+		c.path[n] = digits[d]
+		n++
+	}
+	for _, b := range [...]byte{'/', 's', 't', 'a', 't', 'u', 's', 0} {
+		c.path[n] = b
+		n++
+	}
+	fd, _, e := syscall.RawSyscall6(unix.SYS_OPENAT, uintptr(unix.AT_FDCWD&0xffffffff), uintptr(unsafe.Pointer(&c.path[0])), unix.O_RDONLY|unix.O_CLOEXEC, 0, 0, 0)
+	if e != 0 {
+		return unknownUmask
+	}
+	got, _, e := syscall.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&c.procBuf[0])), uintptr(len(c.procBuf)))
+	syscall.RawSyscall(unix.SYS_CLOSE, fd, 0, 0)
+	if e != 0 || got > uintptr(len(c.procBuf)) {
+		return unknownUmask
+	}
+	const key = "\nUmask:"
+	for i := 0; i+len(key) <= int(got); i++ {
+		j := 0
+		for j < len(key) && c.procBuf[i+j] == key[j] {
+			j++
+		}
+		if j < len(key) {
+			continue
+		}
+		i += len(key)
+		for i < int(got) && (c.procBuf[i] == ' ' || c.procBuf[i] == '\t') {
+			i++
+		}
+		mask, digits := uint32(0), 0
+		for i < int(got) && c.procBuf[i] >= '0' && c.procBuf[i] <= '7' {
+			mask = mask<<3 | uint32(c.procBuf[i]-'0')
+			i++
+			digits++
+		}
+		if digits == 0 || i >= int(got) || c.procBuf[i] != '\n' {
+			return unknownUmask
+		}
+		return mask & 0o777
+	}
+	return unknownUmask
 }
 
 // send tells hutch how the start went, with the pty's master when withFD.

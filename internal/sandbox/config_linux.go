@@ -57,6 +57,15 @@ type initConfig struct {
 	// Rlimits are set just before the command starts: the fallback when
 	// no cgroup could be made.
 	Rlimits []rlimit
+	// HostWrites marks a sandbox with host paths to write (Writable):
+	// nothing it writes may grant or widen privilege on the host (package
+	// hostperm). Its umask is Umask (the user's plus the withheld bits) and
+	// its filter has the rules for host writes, which withhold Withheld and
+	// hand umask calls that lack it to the sandbox's PID 1 (child.answer,
+	// or the agent's seccomp.Supervisor).
+	HostWrites bool
+	Umask      uint32
+	Withheld   uint32
 }
 
 // bindSrc is a writable host path. FD is the index of its idmapped detached
@@ -146,7 +155,27 @@ func socketPair() (parent, child *os.File, err error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("control socketpair: %w", err)
 	}
+	if fds[1], err = aboveStdio(fds[1]); err != nil {
+		unix.Close(fds[0])
+		return nil, nil, fmt.Errorf("control socketpair: %w", err)
+	}
 	return os.NewFile(uintptr(fds[0]), "hutch-control"), os.NewFile(uintptr(fds[1]), "hutch-sandbox-control"), nil
+}
+
+// aboveStdio returns fd, or, when it is 0, 1 or 2 (hutch was started with
+// a standard stream closed), a close-on-exec copy of it above 2, closing
+// fd: the first process of a served sandbox puts /dev/null on 0–2, which
+// must not replace the descriptors it still needs.
+func aboveStdio(fd int) (int, error) {
+	if fd > 2 {
+		return fd, nil
+	}
+	nfd, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 3)
+	unix.Close(fd)
+	if err != nil {
+		return -1, fmt.Errorf("move descriptor %d above the standard streams: %w", fd, err)
+	}
+	return nfd, nil
 }
 
 // simulatedMissing reads SimulateMissingEnv.

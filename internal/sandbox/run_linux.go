@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hutch-sandbox/hutch/internal/cgroups"
+	"github.com/hutch-sandbox/hutch/internal/hostperm"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 )
 
@@ -160,6 +161,13 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 	for _, r := range roots {
 		cfg.Writable = append(cfg.Writable, bindSrc{Path: r, FD: -1})
 	}
+	if len(cfg.Writable) > 0 {
+		// What the sandbox writes there must not grant or widen privilege
+		// on the host (ESCAPES 21).
+		umask := hostperm.Umask()
+		cfg.HostWrites = true
+		cfg.Umask, cfg.Withheld = uint32(hostperm.SandboxUmask(umask)), uint32(hostperm.Withheld(umask))
+	}
 
 	// Signals that arrive while the sandbox starts are forwarded once it
 	// runs; none may kill hutch and leave the sandbox to its Pdeathsig.
@@ -224,7 +232,11 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		if !s.BestEffort {
 			return res, fmt.Errorf("seccomp: %w: %w (pass --best-effort to run without it)", ErrKernelFeature, err)
 		}
-		dropped = append(dropped, "seccomp ("+err.Error()+")")
+		what := "seccomp (" + err.Error() + ")"
+		if cfg.HostWrites {
+			what += ": files it writes may be made setuid, setgid or writable to others"
+		}
+		dropped = append(dropped, what)
 		cfg.Missing = withMissing(cfg.Missing, "seccomp")
 	}
 	cfg.Placeholders = p.placeholders.kinds()
@@ -356,11 +368,10 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		return fail(fmt.Errorf("start the sandbox: %w", err))
 	}
 
-	rep, master, listeners, err := readReply(int(ctl.Fd()))
-	l.master = master
-	if listeners != nil && (err != nil || rep.Kind != replyStarted || cfg.Net != "proxy") {
-		closeAll(listeners)
-		listeners = nil
+	rep, got, err := readReply(int(ctl.Fd()))
+	l.master, got.master = got.master, -1
+	if err != nil || rep.Kind != replyStarted {
+		got.close()
 	}
 	if err != nil {
 		l.kill()
@@ -372,10 +383,13 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 	}
 	phase("command started")
 	if cfg.Net == "proxy" {
+		listeners := got.listeners
+		got.listeners = nil
 		if err := serveProxy(c.Proxy, listeners); err != nil {
 			return fail(err)
 		}
 	}
+	got.close()
 	l.dropped = dropped
 	for _, d := range dropped {
 		fmt.Fprintf(c.Warn, "hutch: warning: running without %s\n", d)

@@ -33,7 +33,7 @@ type cloneArgs struct {
 
 // newChild prepares the first process's world around its prog.
 func newChild(b *builder, cfg initConfig, ctl int) (*child, error) {
-	ch := &child{ops: b.p.ops, ctl: uintptr(ctl), tty: cfg.Tty, master: -1, slave: -1, agentFD: cfg.AgentFD}
+	ch := &child{ops: b.p.ops, ctl: uintptr(ctl), tty: cfg.Tty, master: -1, slave: -1, agentFD: cfg.AgentFD, listener: -1}
 	p := &b.p
 	argv, err := cStrings(cfg.Args)
 	if err != nil {
@@ -181,9 +181,27 @@ func writeIDMaps(pid int, uids, gids idMap, setgroups bool) error {
 	return nil
 }
 
-// readReply reads the first process's reply and the pty master with it;
-// the proxy's listeners come in a message of their own before it.
-func readReply(ctl int) (r reply, master int, listeners []int, err error) {
+// sent is what the first process sends hutch besides its reply: the pty's
+// master (with the reply) and the proxy's listeners (in a message of their
+// own, before the reply). An absent master is -1.
+type sent struct {
+	master    int
+	listeners []int
+}
+
+// close closes every descriptor of s.
+func (s *sent) close() {
+	closeAll(s.listeners)
+	s.listeners = nil
+	if s.master >= 0 {
+		unix.Close(s.master)
+		s.master = -1
+	}
+}
+
+// readReply reads the first process's reply and the descriptors it sends.
+func readReply(ctl int) (r reply, got sent, err error) {
+	got = sent{master: -1}
 	buf := (*[unsafe.Sizeof(r)]byte)(unsafe.Pointer(&r))[:]
 	oob := make([]byte, unix.CmsgSpace(4*4))
 	for {
@@ -192,29 +210,28 @@ func readReply(ctl int) (r reply, master int, listeners []int, err error) {
 			continue
 		}
 		if err != nil {
-			return r, -1, listeners, err
+			return r, got, err
 		}
 		var fds []int
 		if oobn > 0 {
 			msgs, _ := unix.ParseSocketControlMessage(oob[:oobn])
 			for _, m := range msgs {
-				got, _ := unix.ParseUnixRights(&m)
-				fds = append(fds, got...)
+				rights, _ := unix.ParseUnixRights(&m)
+				fds = append(fds, rights...)
 			}
 		}
-		if n == 1 && buf[0] == listenersMsg && listeners == nil {
-			listeners = fds
+		if n == 1 && buf[0] == listenersMsg && got.listeners == nil {
+			got.listeners = fds
 			continue
 		}
 		if n != len(buf) {
 			closeAll(fds)
-			return r, -1, listeners, errPeerClosed
+			return r, got, errPeerClosed
 		}
-		master = -1
 		if len(fds) > 0 {
-			master = fds[0]
+			got.master = fds[0]
 			closeAll(fds[1:])
 		}
-		return r, master, listeners, nil
+		return r, got, nil
 	}
 }

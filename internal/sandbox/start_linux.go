@@ -24,6 +24,10 @@ func Start(c Config) (*Sandbox, error) {
 	if err != nil {
 		return nil, fmt.Errorf("agent socketpair: %w", err)
 	}
+	if fds[1], err = aboveStdio(fds[1]); err != nil {
+		unix.Close(fds[0])
+		return nil, fmt.Errorf("agent socketpair: %w", err)
+	}
 	ours, theirs := os.NewFile(uintptr(fds[0]), "hutch-agent"), os.NewFile(uintptr(fds[1]), "hutch-agent-sandbox")
 	defer ours.Close()
 	l, err := launch(c, theirs)

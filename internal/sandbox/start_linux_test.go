@@ -3,6 +3,7 @@ package sandbox
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/agent"
+	"github.com/hutch-sandbox/hutch/internal/hostperm"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/testutil"
 )
@@ -120,6 +122,65 @@ func TestStart(t *testing.T) {
 	// The sandbox's PID 1 is gone, and with it its pid namespace.
 	if err := syscall.Kill(sb.PID(), 0); err == nil {
 		t.Errorf("PID 1 (host pid %d) still exists", sb.PID())
+	}
+}
+
+// TestStartPID1: the agent, PID 1 of a long-lived sandbox, is not
+// dumpable, so the commands (which run as its uid) can neither open its
+// memory nor read its environment, and its streams are the sandbox's
+// /dev/null, not those of the process that started the sandbox (a
+// daemon's log): nothing of the host reaches the sandbox through PID 1
+// (ESCAPES 27). A command holds its own streams and nothing else (not the
+// seccomp listener the agent serves: its workspace is the host's, so the
+// agent answers the umask calls the filter hands over).
+func TestStartPID1(t *testing.T) {
+	testutil.RequireRoot(t)
+	ws := t.TempDir()
+	var s policy.Spec
+	if err := s.Normalize(ws, t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	sb, c, ctx := startAgent(t, Config{Spec: s, Environ: []string{"PATH=/usr/bin:/bin", "HOME=/tmp"}})
+	p, err := c.Exec(ctx, agent.ExecRequest{Args: []string{"sh", "-c", `
+head -c 1 /proc/1/environ >/dev/null 2>&1 && echo environ-readable
+(exec 3<>/proc/1/mem) 2>/dev/null && echo mem-writable
+ls /proc/self/fd | tr '\n' ' '`}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := io.ReadAll(io.MultiReader(p.Stdout, p.Stderr))
+	if _, err := p.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(out), "readable") || strings.Contains(string(out), "writable") {
+		t.Errorf("PID 1 is open to its commands:\n%s", out)
+	}
+	// ls lists its own directory's descriptor too.
+	if got := strings.Fields(string(out)); len(got) != 4 || got[0] != "0" || got[1] != "1" || got[2] != "2" {
+		t.Errorf("a command's descriptors: %q, want 0, 1, 2 (and ls's own)", out)
+	}
+	// The workspace is the host's: the agent answers the umask calls the
+	// filter hands over (dash's umask reads it with umask(0), then sets it
+	// back), umask 0 is not set, and new files are not writable by others.
+	p, err = c.Exec(ctx, agent.ExecRequest{Args: []string{"sh", "-c", "umask; umask 0; umask; rm -f f; touch f; stat -c %a f"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ = io.ReadAll(io.MultiReader(p.Stdout, p.Stderr))
+	if _, err := p.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	um := hostperm.SandboxUmask(hostperm.Umask())
+	if want := fmt.Sprintf("%04o\n%04o\n%o\n", um, um, 0o666&^um); string(out) != want {
+		t.Errorf("umask in a sandbox with host paths to write: %q, want %q", out, want)
+	}
+	for fd := range 3 {
+		var st syscall.Stat_t
+		path := fmt.Sprintf("/proc/%d/fd/%d", sb.PID(), fd)
+		if err := syscall.Stat(path, &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFCHR || st.Rdev != 1<<8|3 {
+			link, _ := os.Readlink(path)
+			t.Errorf("the agent's descriptor %d is %q (%v), want /dev/null", fd, link, err)
+		}
 	}
 }
 

@@ -117,6 +117,10 @@ func retName(k uint32) string {
 		return "ENOSYS"
 	case retErrno | errnoEAFNOSUPPORT:
 		return "EAFNOSUPPORT"
+	case retErrno | errnoEOPNOTSUPP:
+		return "EOPNOTSUPP"
+	case retUserNotif:
+		return "notify"
 	}
 	return fmt.Sprintf("%#x", k)
 }
@@ -129,6 +133,17 @@ func mustRet(t testing.TB, a Action) uint32 {
 	}
 	return k
 }
+
+// hostOpts and hostOptsGroup are the options of a sandbox that writes
+// host paths, for a user whose umask withholds group write (022) and one
+// whose umask does not (002).
+var (
+	hostOpts      = Options{HostWrites: true, Withheld: sIwoth | sIwgrp}
+	hostOptsGroup = Options{HostWrites: true, Withheld: sIwoth}
+)
+
+// fullTable is the largest table: every rule of every option.
+func fullTable() []Rule { return table(hostOpts) }
 
 // otherNumbers holds calls the rules do not name, for test cases.
 var otherNumbers = map[string]map[string]int{
@@ -166,15 +181,7 @@ func TestFilter(t *testing.T) {
 	enosys := uint32(retErrno | errnoENOSYS)
 	eafnosupport := uint32(retErrno | errnoEAFNOSUPPORT)
 
-	tests := []struct {
-		name string
-		only string // run only for this architecture
-		call string // syscall name, or "" to use nr
-		nr   int32
-		arch uint32 // AUDIT_ARCH; 0 means native
-		args [6]uint64
-		want uint32
-	}{
+	tests := []filterCase{
 		{name: "read", call: "read", want: allow},
 		{name: "write", call: "write", args: [6]uint64{1, 0, 10}, want: allow},
 		{name: "getpid", call: "getpid", want: allow},
@@ -246,31 +253,199 @@ func TestFilter(t *testing.T) {
 		{name: "personality ADDR_NO_RANDOMIZE", call: "personality", args: [6]uint64{addrNoRandom}, want: eperm},
 		{name: "personality PER_LINUX32", call: "personality", args: [6]uint64{8}, want: eperm},
 	}
+	// Every sandbox's rules decide the same with and without the rules
+	// for host writes.
 	for _, a := range []*arch{archAMD64, archARM64} {
-		prog, err := assemble(rules, a)
-		if err != nil {
-			t.Fatalf("%s: %v", a.name, err)
-		}
-		for _, tt := range tests {
-			if tt.only != "" && tt.only != a.name {
-				continue
+		for _, o := range []Options{{}, hostOpts, hostOptsGroup} {
+			prog, err := assemble(table(o), a)
+			if err != nil {
+				t.Fatalf("%s: %v", a.name, err)
 			}
-			t.Run(a.name+"/"+tt.name, func(t *testing.T) {
-				d := seccompData{nr: tt.nr, arch: a.audit, args: tt.args}
-				if tt.call != "" {
-					d.nr = nrOf(t, a, tt.call)
-				}
-				if tt.arch != 0 {
-					d.arch = tt.arch
-				}
-				got, err := run(prog, d)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if got != tt.want {
-					t.Errorf("nr %d args %#x: got %s, want %s", d.nr, d.args, retName(got), retName(tt.want))
-				}
-			})
+			runCases(t, a, prog, fmt.Sprintf("%s/hostwrites=%v", a.name, o.HostWrites), tests)
+		}
+	}
+}
+
+// filterCase is one call and what the filter must answer.
+type filterCase struct {
+	name string
+	only string // run only for this architecture
+	call string // syscall name, or "" to use nr
+	nr   int32
+	arch uint32 // AUDIT_ARCH; 0 means native
+	args [6]uint64
+	want uint32
+}
+
+func runCases(t *testing.T, a *arch, prog []instruction, prefix string, tests []filterCase) {
+	t.Helper()
+	for _, tt := range tests {
+		if tt.only != "" && tt.only != a.name {
+			continue
+		}
+		t.Run(prefix+"/"+tt.name, func(t *testing.T) {
+			d := seccompData{nr: tt.nr, arch: a.audit, args: tt.args}
+			if tt.call != "" {
+				d.nr = nrOf(t, a, tt.call)
+			}
+			if tt.arch != 0 {
+				d.arch = tt.arch
+			}
+			got, err := run(prog, d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tt.want {
+				t.Errorf("nr %d args %#x: got %s, want %s", d.nr, d.args, retName(got), retName(tt.want))
+			}
+		})
+	}
+}
+
+// TestHostWriteRules: with host writes, no call may make a file setuid,
+// setgid, writable to others (or to the group when withheld), set or
+// remove an extended attribute, or set a umask that lacks the withheld
+// bits (that goes to the supervisor); everything else about files is
+// allowed, and without host writes none of it is refused. Modes are
+// umode_t and flags int: only their low bits count, whatever the high
+// word holds.
+func TestHostWriteRules(t *testing.T) {
+	allow := uint32(retAllow)
+	eperm := uint32(retErrno | errnoEPERM)
+	enosys := uint32(retErrno | errnoENOSYS)
+	eopnotsupp := uint32(retErrno | errnoEOPNOTSUPP)
+	notify := uint32(retUserNotif)
+	const (
+		oWronly  = 0o1
+		oRdwr    = 0o2
+		sIfreg   = 0o100000
+		highWord = 0xffffffff_00000000
+	)
+	oTmpfileFlags := uint64(oTmpfile | 0o200000) // O_TMPFILE with x86_64's O_DIRECTORY
+	// mode is where each chmod call takes its mode.
+	chmods := map[string]int{"chmod": 1, "fchmod": 1, "fchmodat": 2, "fchmodat2": 2}
+	var common, groupWithheld, groupAllowed, off []filterCase
+	for call, arg := range chmods {
+		only := ""
+		if call == "chmod" {
+			only = "amd64"
+		}
+		mode := func(name string, m uint64, want uint32) filterCase {
+			c := filterCase{name: fmt.Sprintf("%s %s", call, name), only: only, call: call, want: want}
+			c.args[arg] = m
+			return c
+		}
+		common = append(common,
+			mode("06755", 0o6755, eperm), mode("04755", 0o4755, eperm), mode("02755", 0o2755, eperm),
+			mode("0777", 0o777, eperm), mode("0757 (o+w)", 0o757, eperm), mode("0646", 0o646, eperm),
+			mode("0755", 0o755, allow), mode("0700", 0o700, allow), mode("0444", 0o444, allow), mode("01755 (sticky)", 0o1755, allow),
+			mode("04755, high word set", 1<<32|0o4755, eperm), mode("0755, high word all ones", highWord|0o755, allow),
+			mode("0755 with bit 16 (umode_t drops it)", 1<<16|0o755, allow),
+		)
+		groupWithheld = append(groupWithheld, mode("0775 (g+w)", 0o775, eperm), mode("0664", 0o664, eperm))
+		groupAllowed = append(groupAllowed, mode("0775 (g+w)", 0o775, allow), mode("0664", 0o664, allow), mode("02775", 0o2775, eperm))
+		off = append(off, mode("06755", 0o6755, allow), mode("0777", 0o777, allow))
+		// The mode in another argument decides nothing.
+		other := filterCase{name: call + " 06755 in another argument", only: only, call: call, want: allow}
+		other.args[arg-1] = 0o6755
+		if arg+1 < 6 {
+			other.args[arg+1] = 0o6755
+		}
+		common = append(common, other)
+	}
+	// Creates: flags then mode, per call.
+	for _, c := range []struct {
+		call       string
+		only       string
+		flags, arg int
+	}{{"openat", "", 2, 3}, {"open", "amd64", 1, 2}} {
+		create := func(name string, flags, m uint64, want uint32) filterCase {
+			fc := filterCase{name: c.call + " " + name, only: c.only, call: c.call, want: want}
+			fc.args[c.flags], fc.args[c.arg] = flags, m
+			return fc
+		}
+		common = append(common,
+			create("O_CREAT 04755", oCreat|oWronly, 0o4755, eperm),
+			create("O_CREAT 02755", oCreat|oWronly, 0o2755, eperm),
+			create("O_CREAT 0666 (the umask takes care of it)", oCreat|oWronly, 0o666, allow),
+			create("O_CREAT 0777", oCreat|oRdwr, 0o777, allow),
+			create("O_RDONLY with a stray 04755", 0, 0o4755, allow),
+			create("O_CREAT 04755, flags' high word set", highWord|oCreat, 0o4755, eperm),
+			create("O_CREAT 04755, mode's high word set", oCreat, highWord|0o4755, eperm),
+			create("O_CREAT with a high-word-only setuid", oCreat, 0o4000<<32|0o644, allow),
+			create("O_TMPFILE 0600", oTmpfileFlags|oRdwr, 0o600, allow),
+			create("O_TMPFILE 0666", oTmpfileFlags|oRdwr, 0o666, eopnotsupp),
+			create("O_TMPFILE 04600", oTmpfileFlags|oRdwr, 0o4600, eopnotsupp),
+			create("O_TMPFILE alone (EINVAL in the kernel) 04600", oTmpfile, 0o4600, eopnotsupp),
+		)
+		groupWithheld = append(groupWithheld, create("O_TMPFILE 0660", oTmpfileFlags|oRdwr, 0o660, eopnotsupp))
+		groupAllowed = append(groupAllowed, create("O_TMPFILE 0660", oTmpfileFlags|oRdwr, 0o660, allow))
+		off = append(off, create("O_CREAT 04755", oCreat|oWronly, 0o4755, allow), create("O_TMPFILE 0666", oTmpfileFlags|oRdwr, 0o666, allow))
+	}
+	common = append(common,
+		filterCase{name: "creat 04755", only: "amd64", call: "creat", args: [6]uint64{0, 0o4755}, want: eperm},
+		filterCase{name: "creat 0644", only: "amd64", call: "creat", args: [6]uint64{0, 0o644}, want: allow},
+		filterCase{name: "mknod S_IFREG|04755", only: "amd64", call: "mknod", args: [6]uint64{0, sIfreg | 0o4755}, want: eperm},
+		filterCase{name: "mknod S_IFIFO|0644", only: "amd64", call: "mknod", args: [6]uint64{0, 0o010000 | 0o644}, want: allow},
+		filterCase{name: "mknodat S_IFREG|02755", call: "mknodat", args: [6]uint64{0, 0, sIfreg | 0o2755}, want: eperm},
+		filterCase{name: "mknodat S_IFREG|0644", call: "mknodat", args: [6]uint64{0, 0, sIfreg | 0o644}, want: allow},
+		filterCase{name: "openat2", call: "openat2", want: enosys},
+		filterCase{name: "umask(022)", call: "umask", args: [6]uint64{0o022}, want: allow},
+		filterCase{name: "umask(077)", call: "umask", args: [6]uint64{0o077}, want: allow},
+		filterCase{name: "umask(0)", call: "umask", args: [6]uint64{0}, want: notify},
+		filterCase{name: "umask(020)", call: "umask", args: [6]uint64{0o020}, want: notify},
+		filterCase{name: "umask(0), high word set", call: "umask", args: [6]uint64{highWord}, want: notify},
+		filterCase{name: "umask(022), high word set", call: "umask", args: [6]uint64{highWord | 0o022}, want: allow},
+	)
+	for _, x := range []string{"setxattr", "lsetxattr", "fsetxattr", "setxattrat", "removexattr", "lremovexattr", "fremovexattr", "removexattrat"} {
+		common = append(common, filterCase{name: x, call: x, want: eopnotsupp})
+		off = append(off, filterCase{name: x, call: x, want: allow})
+	}
+	groupWithheld = append(groupWithheld, filterCase{name: "umask(002)", call: "umask", args: [6]uint64{0o002}, want: notify})
+	groupAllowed = append(groupAllowed, filterCase{name: "umask(002)", call: "umask", args: [6]uint64{0o002}, want: allow})
+	off = append(off,
+		filterCase{name: "openat2", call: "openat2", want: allow},
+		filterCase{name: "umask(0)", call: "umask", want: allow},
+	)
+	for _, a := range []*arch{archAMD64, archARM64} {
+		for _, tt := range []struct {
+			o     Options
+			cases [][]filterCase
+		}{
+			{hostOpts, [][]filterCase{common, groupWithheld}},
+			{hostOptsGroup, [][]filterCase{common, groupAllowed}},
+			{Options{}, [][]filterCase{off}},
+		} {
+			prog, err := assemble(table(tt.o), a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, cs := range tt.cases {
+				runCases(t, a, prog, fmt.Sprintf("%s/withheld=%#o", a.name, tt.o.Withheld), cs)
+			}
+		}
+	}
+}
+
+func TestOptions(t *testing.T) {
+	for _, tt := range []struct {
+		o        Options
+		ok       bool
+		listener bool
+	}{
+		{Options{}, true, false},
+		{hostOpts, true, true},
+		{hostOptsGroup, true, true},
+		{Options{HostWrites: true}, false, true},
+		{Options{HostWrites: true, Withheld: sIwgrp}, false, true},
+		{Options{HostWrites: true, Withheld: sIwoth | 0o200}, false, true},
+		{Options{Withheld: sIwoth}, false, false},
+	} {
+		if err := tt.o.validate(); (err == nil) != tt.ok {
+			t.Errorf("%+v: validate: %v, want ok=%v", tt.o, err, tt.ok)
+		}
+		if got := tt.o.Listener(); got != tt.listener {
+			t.Errorf("%+v: Listener() = %v", tt.o, got)
 		}
 	}
 }
@@ -281,6 +456,7 @@ func TestFilter(t *testing.T) {
 // match no rule's condition in the table).
 func TestEveryRule(t *testing.T) {
 	for _, a := range []*arch{archAMD64, archARM64} {
+		rules := fullTable()
 		prog, err := assemble(rules, a)
 		if err != nil {
 			t.Fatalf("%s: %v", a.name, err)
@@ -316,7 +492,7 @@ func TestEveryRule(t *testing.T) {
 // high word (20+8*i) that the caller could use to steer a compare.
 func TestLowWordOnly(t *testing.T) {
 	for _, a := range []*arch{archAMD64, archARM64} {
-		prog, err := assemble(rules, a)
+		prog, err := assemble(fullTable(), a)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -525,7 +701,7 @@ func TestAssembleErrors(t *testing.T) {
 // names share a number, no number is unused, and every rule says why.
 func TestTables(t *testing.T) {
 	used := map[string]bool{}
-	for i, r := range rules {
+	for i, r := range fullTable() {
 		used[r.Name] = true
 		if r.Why == "" {
 			t.Errorf("rule %d (%s) has no Why", i, r.Name)
@@ -563,7 +739,8 @@ func TestTables(t *testing.T) {
 }
 
 func TestRulesIsACopy(t *testing.T) {
-	rs := Rules()
+	rules := baseRules
+	rs := Rules(Options{})
 	if len(rs) != len(rules) {
 		t.Fatalf("Rules() has %d rules, table has %d", len(rs), len(rules))
 	}

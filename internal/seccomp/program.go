@@ -62,10 +62,12 @@ func argHigh(i int) uint32 { return uint32(offArgs + 8*i + 4) }
 const (
 	retKillProcess = 0x80000000
 	retErrno       = 0x00050000
+	retUserNotif   = 0x7fc00000
 	retAllow       = 0x7fff0000
 
 	errnoEPERM        = 1
 	errnoENOSYS       = 38
+	errnoEOPNOTSUPP   = 95
 	errnoEAFNOSUPPORT = 97
 )
 
@@ -82,6 +84,10 @@ func (a Action) ret() (uint32, error) {
 		return retErrno | errnoEAFNOSUPPORT, nil
 	case KillProcess:
 		return retKillProcess, nil
+	case EOPNOTSUPP:
+		return retErrno | errnoEOPNOTSUPP, nil
+	case Notify:
+		return retUserNotif, nil
 	}
 	return 0, fmt.Errorf("unknown action %d", uint8(a))
 }

@@ -1,5 +1,7 @@
 package seccomp
 
+import "fmt"
+
 // Constants from the Linux UAPI headers (linux/sched.h, linux/socket.h,
 // asm-generic/ioctls.h, linux/personality.h). They are written out so the
 // table compiles on every platform; the Linux tests compare them with
@@ -34,12 +36,125 @@ const (
 
 	perLinux = 0x0000
 	perQuery = 0xffffffff // personality(0xffffffff) reads the persona
+
+	// File modes (linux/stat.h) and open flags (asm-generic/fcntl.h, the
+	// same on x86_64 and aarch64). oTmpfile is __O_TMPFILE, the bit that
+	// O_TMPFILE adds to O_DIRECTORY.
+	sIsuid   = 0o4000
+	sIsgid   = 0o2000
+	sIwgrp   = 0o020
+	sIwoth   = 0o002
+	oCreat   = 0o100
+	oTmpfile = 0o20000000
 )
 
-// rules is the filter table. See the package documentation for how it is
-// read; the tests check that every name has a number on every architecture
-// (or is known to be absent there).
-var rules = []Rule{
+// Options selects the parts of the filter that depend on the sandbox.
+type Options struct {
+	// HostWrites adds the rules for a sandbox that writes into host paths
+	// (hutch run's workspace and allow_write paths): what it creates or
+	// changes there may not grant or widen privilege on the host. See
+	// hostWriteRules.
+	HostWrites bool
+	// Withheld, with HostWrites, is the set of write permissions that no
+	// file the sandbox makes may get: S_IWOTH, and S_IWGRP when the user's
+	// umask withholds group write (package hostperm decides). chmod may not
+	// grant them, and a umask that lacks them is answered by the
+	// supervisor instead of being set.
+	Withheld uint32
+}
+
+// validate checks that o describes a filter that can be built.
+func (o Options) validate() error {
+	if !o.HostWrites {
+		if o.Withheld != 0 {
+			return fmt.Errorf("withheld bits %#o without host writes", o.Withheld)
+		}
+		return nil
+	}
+	if o.Withheld&sIwoth == 0 || o.Withheld&^(sIwoth|sIwgrp) != 0 {
+		return fmt.Errorf("withheld bits %#o: want S_IWOTH, and at most S_IWGRP besides", o.Withheld)
+	}
+	return nil
+}
+
+// Listener reports whether the filter hands calls to a supervisor (it
+// has a [Notify] rule): it must then be installed with a listener, whose
+// descriptor the supervisor reads.
+func (o Options) Listener() bool {
+	for _, r := range table(o) {
+		if r.Action == Notify {
+			return true
+		}
+	}
+	return false
+}
+
+// table is the filter table for o: the rules for host writes, when asked
+// for, ahead of the rules every sandbox gets (openat, the most frequent of
+// the calls they name, is then found after a few compares).
+func table(o Options) []Rule {
+	if !o.HostWrites {
+		return baseRules
+	}
+	return append(hostWriteRules(uint64(o.Withheld)), baseRules...)
+}
+
+// hostWriteRules keep what a sandbox writes into host paths from granting
+// or widening privilege on the host (ESCAPES 21): no setuid or setgid file,
+// no file capability or ACL, no host-owned entry made writable to others
+// (or to the group, when withheld says so). The filter cannot tell which
+// file a call names, so the rules hold everywhere in the sandbox, its own
+// /tmp included. Together with the sandbox's umask (the user's plus the
+// withheld bits, which a Notify rule keeps) they cover every way a mode is
+// set: chmod, fchmod, fchmodat, fchmodat2; the mode of a create (open,
+// openat, creat, mknod, mknodat; the kernel keeps S_ISUID and S_ISGID of a
+// create's mode, while the umask takes care of write bits); openat2,
+// whose mode the filter cannot read; and extended attributes, whose names
+// it cannot read either (security.capability, POSIX ACLs that grant
+// others write, a removed ACL entry that widens the group's access).
+// mkdir needs no rule: the kernel drops set-id bits from its mode.
+func hostWriteRules(withheld uint64) []Rule {
+	const setid = sIsuid | sIsgid
+	bad := setid | withheld
+	return []Rule{
+		{Name: "openat", Action: EOPNOTSUPP, When: []Cond{{Arg: 2, Op: AnyBits, Mask: oTmpfile}, {Arg: 3, Op: AnyBits, Mask: bad}},
+			Why: "an unnamed file (O_TMPFILE) with a set-id or withheld mode: kernels before 6.0 do not apply the umask to it; callers fall back to a named file"},
+		{Name: "openat", Action: EPERM, When: []Cond{{Arg: 2, Op: AnyBits, Mask: oCreat | oTmpfile}, {Arg: 3, Op: AnyBits, Mask: setid}},
+			Why: "create a setuid or setgid file"},
+		{Name: "open", Action: EOPNOTSUPP, When: []Cond{{Arg: 1, Op: AnyBits, Mask: oTmpfile}, {Arg: 2, Op: AnyBits, Mask: bad}},
+			Why: "an unnamed file (O_TMPFILE) with a set-id or withheld mode: kernels before 6.0 do not apply the umask to it; callers fall back to a named file"},
+		{Name: "open", Action: EPERM, When: []Cond{{Arg: 1, Op: AnyBits, Mask: oCreat | oTmpfile}, {Arg: 2, Op: AnyBits, Mask: setid}},
+			Why: "create a setuid or setgid file"},
+		{Name: "creat", Action: EPERM, When: []Cond{{Arg: 1, Op: AnyBits, Mask: setid}}, Why: "create a setuid or setgid file"},
+		{Name: "mknod", Action: EPERM, When: []Cond{{Arg: 1, Op: AnyBits, Mask: setid}}, Why: "create a setuid or setgid file"},
+		{Name: "mknodat", Action: EPERM, When: []Cond{{Arg: 2, Op: AnyBits, Mask: setid}}, Why: "create a setuid or setgid file"},
+		{Name: "openat2", Action: ENOSYS, Why: "its flags and mode are in a struct the filter cannot read; callers fall back to openat"},
+
+		{Name: "chmod", Action: EPERM, When: []Cond{{Arg: 1, Op: AnyBits, Mask: bad}}, Why: "make a file setuid, setgid or writable to others"},
+		{Name: "fchmod", Action: EPERM, When: []Cond{{Arg: 1, Op: AnyBits, Mask: bad}}, Why: "make a file setuid, setgid or writable to others"},
+		{Name: "fchmodat", Action: EPERM, When: []Cond{{Arg: 2, Op: AnyBits, Mask: bad}}, Why: "make a file setuid, setgid or writable to others"},
+		{Name: "fchmodat2", Action: EPERM, When: []Cond{{Arg: 2, Op: AnyBits, Mask: bad}}, Why: "make a file setuid, setgid or writable to others"},
+
+		{Name: "setxattr", Action: EOPNOTSUPP, Why: "file capabilities and ACLs; names cannot be inspected"},
+		{Name: "lsetxattr", Action: EOPNOTSUPP, Why: "file capabilities and ACLs; names cannot be inspected"},
+		{Name: "fsetxattr", Action: EOPNOTSUPP, Why: "file capabilities and ACLs; names cannot be inspected"},
+		{Name: "setxattrat", Action: EOPNOTSUPP, Why: "file capabilities and ACLs; names cannot be inspected"},
+		{Name: "removexattr", Action: EOPNOTSUPP, Why: "removing an ACL entry can widen access; names cannot be inspected"},
+		{Name: "lremovexattr", Action: EOPNOTSUPP, Why: "removing an ACL entry can widen access; names cannot be inspected"},
+		{Name: "fremovexattr", Action: EOPNOTSUPP, Why: "removing an ACL entry can widen access; names cannot be inspected"},
+		{Name: "removexattrat", Action: EOPNOTSUPP, Why: "removing an ACL entry can widen access; names cannot be inspected"},
+
+		// umask's mask is an int; the kernel keeps its permission bits.
+		{Name: "umask", Action: Allow, When: []Cond{{Arg: 0, Mask: withheld, Value: withheld}}, Why: "a umask that keeps the withheld bits"},
+		{Name: "umask", Action: Notify,
+			Why: "a umask that would let new files be writable by others: the supervisor answers with the thread's current umask, which stays"},
+	}
+}
+
+// baseRules is the filter table every sandbox gets. See the package
+// documentation for how it is read; the tests check that every name has a
+// number on every architecture (or is known to be absent there).
+var baseRules = []Rule{
 	// Other processes.
 	{Name: "ptrace", Action: EPERM, Why: "trace and control other processes"},
 	{Name: "process_vm_readv", Action: EPERM, Why: "read another process's memory"},
@@ -147,10 +262,11 @@ var rules = []Rule{
 		Why: "TIOCLINUX: read the console and inject selections"},
 }
 
-// Rules returns a copy of the filter table, in the order the filter tries
-// it. It is the same on every architecture; calls an architecture lacks are
-// left out of its program.
-func Rules() []Rule {
+// Rules returns a copy of the filter table for o, in the order the filter
+// tries it. It is the same on every architecture; calls an architecture
+// lacks are left out of its program.
+func Rules(o Options) []Rule {
+	rules := table(o)
 	out := make([]Rule, len(rules))
 	for i, r := range rules {
 		r.When = append([]Cond(nil), r.When...)

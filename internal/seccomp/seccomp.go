@@ -9,6 +9,15 @@
 // loading, clock setting, terminal keystroke injection and network address
 // families other than unix, IPv4 and IPv6.
 //
+// A sandbox that writes into host paths (hutch run's workspace) gets more
+// rules ([Options].HostWrites): nothing it writes may grant or widen
+// privilege on the host, so set-id modes, modes that give others (or the
+// group, as the user's umask says) write, extended attributes and openat2
+// are refused, and a umask that would let new files be writable by others
+// is never set: that call goes to the sandbox's PID 1 ([Notify]; the
+// agent runs a [Supervisor]), which answers with the calling thread's
+// current umask.
+//
 // The table is data, not code. A [Rule] names a system call, the [Action] to
 // take and, optionally, [Cond]itions on its arguments. Rules for one system
 // call are tried in table order and the first whose conditions all hold
@@ -37,7 +46,8 @@
 // supported architectures: the low word of args[i] is at offset 16+8*i and the
 // high word at 20+8*i).
 //
-// [Install] applies the filter to the calling thread only. The caller (the
+// [Install] applies the filter to the calling thread only (the sandbox's
+// first process installs it with its own system call list instead). The caller (the
 // sandbox init) locks its goroutine to the OS thread, sets no_new_privs and
 // then executes the command from that same thread, which carries the filter
 // into the new program and every process it starts.
@@ -73,6 +83,15 @@ const (
 	EAFNOSUPPORT
 	// KillProcess kills the whole process as if by an uncatchable SIGSYS.
 	KillProcess
+	// EOPNOTSUPP fails the call with EOPNOTSUPP ("operation not
+	// supported"), what a filesystem without the feature answers: tools
+	// then carry on without it.
+	EOPNOTSUPP
+	// Notify stops the calling thread and hands the call to the filter's
+	// supervisor (see [Supervisor]), whose answer becomes the call's
+	// result; the call itself never runs. A filter with a Notify
+	// rule is installed with a listener (see [Options.Listener]).
+	Notify
 )
 
 var actionNames = [...]string{
@@ -81,6 +100,8 @@ var actionNames = [...]string{
 	ENOSYS:       "ENOSYS",
 	EAFNOSUPPORT: "EAFNOSUPPORT",
 	KillProcess:  "kill process",
+	EOPNOTSUPP:   "EOPNOTSUPP",
+	Notify:       "notify",
 }
 
 // String returns the action's name, such as "EPERM".

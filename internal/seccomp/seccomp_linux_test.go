@@ -6,9 +6,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -109,13 +111,21 @@ func TestNativeNumbers(t *testing.T) {
 
 func TestBuild(t *testing.T) {
 	if native == nil {
-		_, err := Build()
+		_, err := Build(Options{})
 		if !errors.Is(err, ErrNotSupported) {
 			t.Fatalf("Build on %s: got %v, want ErrNotSupported", runtime.GOARCH, err)
 		}
 		return
 	}
-	filter, err := Build()
+	if _, err := Build(Options{HostWrites: true}); err == nil {
+		t.Error("Build with host writes and nothing withheld: no error")
+	}
+	host, err := Build(Options{HostWrites: true, Withheld: unix.S_IWOTH | unix.S_IWGRP})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s filter with host writes: %d instructions", native.name, len(host))
+	filter, err := Build(Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +225,11 @@ func TestHelperProcess(t *testing.T) {
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		t.Fatalf("set no_new_privs: %v", err)
 	}
-	if err := Install(); err != nil {
+	if mode == "notify" {
+		notifyHelper(t)
+		return
+	}
+	if _, err := Install(Options{}); err != nil {
 		t.Fatal(err)
 	}
 	switch mode {
@@ -228,6 +242,136 @@ func TestHelperProcess(t *testing.T) {
 		t.Fatalf("x32 getpid returned (errno %d) instead of killing the process", e)
 	default:
 		t.Fatalf("unknown helper mode %q", mode)
+	}
+}
+
+// notifyHelper installs the filter for host writes on this thread only
+// (the supervisor's goroutine runs on other threads, without it), answers
+// its umask notifications with a Supervisor, and prints what the calls
+// returned: "value NAME N" for a umask's result, "check NAME ERRNO" for
+// others.
+func notifyHelper(t *testing.T) {
+	dir, err := os.MkdirTemp("", "hutch-seccomp-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	file := dir + "/f"
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	unix.Umask(0o027)
+	fd, err := Install(Options{HostWrites: true, Withheld: unix.S_IWOTH | unix.S_IWGRP})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sup, err := Supervise(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path, _ := unix.BytePtrFromString(file)
+	created, _ := unix.BytePtrFromString(dir + "/created")
+	name, _ := unix.BytePtrFromString("user.hutch")
+	raw := func(nr uintptr, a ...uintptr) (uintptr, syscall.Errno) {
+		var args [6]uintptr
+		copy(args[:], a)
+		r, _, e := unix.RawSyscall6(nr, args[0], args[1], args[2], args[3], args[4], args[5])
+		return r, e
+	}
+	value := func(what string, nr uintptr, a ...uintptr) {
+		r, e := raw(nr, a...)
+		if e != 0 {
+			fmt.Printf("value\t%s\terrno %d\n", what, int(e))
+			return
+		}
+		fmt.Printf("value\t%s\t%#o\n", what, r)
+	}
+	check := func(what string, nr uintptr, a ...uintptr) {
+		r, e := raw(nr, a...)
+		if e == 0 && (nr == unix.SYS_OPENAT || nr == unix.SYS_OPENAT2) {
+			unix.Close(int(r))
+		}
+		fmt.Printf("check\t%s\t%d\n", what, int(e))
+	}
+	at := uintptr(unix.AT_FDCWD & 0xffffffff)
+	p := uintptr(unsafe.Pointer(path))
+	value("umask(0)", unix.SYS_UMASK, 0)
+	value("umask(0) again", unix.SYS_UMASK, 0)
+	value("umask(077)", unix.SYS_UMASK, 0o077)
+	value("umask(0) after 077", unix.SYS_UMASK, 0)
+	value("umask(002) after 077", unix.SYS_UMASK, 0o002)
+	value("umask(027) after 077", unix.SYS_UMASK, 0o027)
+	check("fchmodat 04755", unix.SYS_FCHMODAT, at, p, 0o4755)
+	check("fchmodat 0777", unix.SYS_FCHMODAT, at, p, 0o777)
+	check("fchmodat 0775", unix.SYS_FCHMODAT, at, p, 0o775)
+	check("fchmodat 0755", unix.SYS_FCHMODAT, at, p, 0o755)
+	check("fchmodat2 02755", unix.SYS_FCHMODAT2, at, p, 0o2755, 0)
+	check("openat O_CREAT 04755", unix.SYS_OPENAT, at, uintptr(unsafe.Pointer(created)), unix.O_CREAT|unix.O_WRONLY|unix.O_CLOEXEC, 0o4755)
+	check("openat O_CREAT 0666", unix.SYS_OPENAT, at, uintptr(unsafe.Pointer(created)), unix.O_CREAT|unix.O_WRONLY|unix.O_CLOEXEC, 0o666)
+	check("openat2", unix.SYS_OPENAT2, at, p, uintptr(unsafe.Pointer(&unix.OpenHow{Flags: unix.O_RDONLY})), unix.SizeofOpenHow)
+	check("setxattr", unix.SYS_SETXATTR, p, uintptr(unsafe.Pointer(name)), p, 1, 0)
+	check("removexattr", unix.SYS_REMOVEXATTR, p, uintptr(unsafe.Pointer(name)))
+	var st unix.Stat_t
+	if err := unix.Stat(dir+"/created", &st); err == nil {
+		fmt.Printf("value\tcreated mode\t%#o\n", st.Mode&0o7777)
+	}
+	if err := sup.Close(); err != nil {
+		t.Fatal(err)
+	}
+	check("umask(0) without a supervisor", unix.SYS_UMASK, 0)
+	value("umask(022) without a supervisor", unix.SYS_UMASK, 0o022)
+	runtime.KeepAlive(path)
+	runtime.KeepAlive(created)
+	runtime.KeepAlive(name)
+}
+
+// TestSupervisor installs the filter for host writes in a child, where a
+// Supervisor answers its umask calls, and checks the results: a umask
+// lacking the withheld bits returns the thread's current umask and leaves
+// it, one with them is set; set-id and withheld modes, openat2 and
+// extended attributes are refused; once the supervisor is gone the
+// notified calls fail with ENOSYS.
+func TestSupervisor(t *testing.T) {
+	needSeccomp(t)
+	out, err := runHelper(t, "notify")
+	if err != nil {
+		t.Fatalf("helper: %v\n%s", err, out)
+	}
+	got := map[string]string{}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		if f := strings.Split(sc.Text(), "\t"); len(f) == 3 && (f[0] == "check" || f[0] == "value") {
+			got[f[1]] = f[2]
+		}
+	}
+	want := map[string]string{
+		"umask(0)":                        "027",
+		"umask(0) again":                  "027",
+		"umask(077)":                      "027",
+		"umask(0) after 077":              "077",
+		"umask(002) after 077":            "077",
+		"umask(027) after 077":            "077",
+		"fchmodat 04755":                  strconv.Itoa(int(unix.EPERM)),
+		"fchmodat 0777":                   strconv.Itoa(int(unix.EPERM)),
+		"fchmodat 0775":                   strconv.Itoa(int(unix.EPERM)),
+		"fchmodat 0755":                   "0",
+		"fchmodat2 02755":                 strconv.Itoa(int(unix.EPERM)),
+		"openat O_CREAT 04755":            strconv.Itoa(int(unix.EPERM)),
+		"openat O_CREAT 0666":             "0",
+		"created mode":                    "0640",
+		"openat2":                         strconv.Itoa(int(unix.ENOSYS)),
+		"setxattr":                        strconv.Itoa(int(unix.EOPNOTSUPP)),
+		"removexattr":                     strconv.Itoa(int(unix.EOPNOTSUPP)),
+		"umask(0) without a supervisor":   strconv.Itoa(int(unix.ENOSYS)),
+		"umask(022) without a supervisor": "027",
+	}
+	for _, k := range slices.Sorted(maps.Keys(want)) {
+		if got[k] != want[k] {
+			t.Errorf("%s: got %q, want %q", k, got[k], want[k])
+		}
+	}
+	if t.Failed() {
+		t.Logf("helper output:\n%s", out)
 	}
 }
 
@@ -315,7 +459,7 @@ func BenchmarkBuild(b *testing.B) {
 		b.Skipf("no syscall table for %s", runtime.GOARCH)
 	}
 	for b.Loop() {
-		if _, err := Build(); err != nil {
+		if _, err := Build(Options{}); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -105,6 +105,7 @@ type opts struct {
 	extraFiles []*os.File    // inherited by hutch as fds 3, 4, ...
 	deadline   time.Duration // hutch is killed and the test fails after this long (default 90s)
 	noCheck    bool          // do not fail the test when hutch could not start the sandbox
+	umask      string        // hutch's umask (octal), when not the test's own
 }
 
 // result is how one hutch run ended.
@@ -152,6 +153,9 @@ func (sb *harness) env(extra []string) []string {
 // command prepares hutch with args as the sandbox's mode says.
 func (sb *harness) command(o opts, args ...string) *exec.Cmd {
 	cmd := exec.Command(testutil.Hutch(sb.t), args...)
+	if o.umask != "" {
+		cmd = exec.Command("/bin/sh", append([]string{"-c", "umask " + o.umask + ` && exec "$0" "$@"`, testutil.Hutch(sb.t)}, args...)...)
+	}
 	cmd.Env = sb.env(o.env)
 	cmd.Dir = o.dir
 	if cmd.Dir == "" {
