@@ -704,6 +704,20 @@ type eofReader struct{}
 
 func (eofReader) Read([]byte) (int, error) { return 0, io.EOF }
 
+// OutputPending reports whether output the agent sent is still to be read
+// or handled: the agent sends everything a command wrote before its exit,
+// so a caller that saw the exit may wait while this is true, and then
+// stop waiting for the streams' ends (which a process left in the
+// background may hold off).
+func (p *Process) OutputPending() bool {
+	for _, r := range []io.Reader{p.Stdout, p.Stderr} {
+		if s, ok := r.(*inStream); ok && s.Pending() {
+			return true
+		}
+	}
+	return false
+}
+
 // Wait waits for the command to end. It does not read its output.
 func (p *Process) Wait() (ExitStatus, error) {
 	select {

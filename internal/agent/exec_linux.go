@@ -248,22 +248,11 @@ func (s *server) exec(r *areq, m *request) {
 
 	s.reply(r.id, response{PID: p.pid}, nil)
 
-	var pumps sync.WaitGroup
-	pumpsDone := make(chan struct{})
+	pumps := make([]*outPump, len(p.outs))
 	for i, f := range p.outs {
-		stream := streamOut + byte(i)
-		pumps.Add(1)
-		go func() {
-			defer pumps.Done()
-			if _, err := s.pump(r, stream, f, true); err == nil {
-				_ = s.send(encodeFrame(frameEOF, stream, r.id, nil))
-			}
-		}()
+		pumps[i] = &outPump{f: f, stream: streamOut + byte(i)}
+		s.startPump(r, pumps[i])
 	}
-	go func() {
-		pumps.Wait()
-		close(pumpsDone)
-	}()
 	stopIn := make(chan struct{})
 	var feeder sync.WaitGroup
 	if r.in != nil {
@@ -275,11 +264,22 @@ func (s *server) exec(r *areq, m *request) {
 	}
 
 	<-p.exited
+	// Everything the command wrote before it ended is sent before its
+	// exit: a stream whose end does not come within the grace (a
+	// background process holds it, or the machine is busy) is paused and
+	// read to what it holds now, then resumed for what may follow.
 	grace := time.NewTimer(exitGrace)
-	select {
-	case <-pumpsDone:
-	case <-grace.C:
-	case <-r.ctx.Done():
+	if !pumpsEnded(r.ctx, pumps, grace.C) {
+		for _, o := range pumps {
+			_ = o.f.SetReadDeadline(time.Now())
+		}
+		if pumpsEnded(r.ctx, pumps, nil) {
+			for _, o := range pumps {
+				if o.paused {
+					s.drain(r, o)
+				}
+			}
+		}
 	}
 	grace.Stop()
 	em := p.exitMsg()
@@ -295,9 +295,99 @@ func (s *server) exec(r *areq, m *request) {
 	if p.stdin != nil && p.tty == nil {
 		p.stdin.Close()
 	}
-	<-pumpsDone
+	for _, o := range pumps {
+		if o.paused && !o.ended {
+			_ = o.f.SetReadDeadline(time.Time{})
+			s.startPump(r, o)
+		}
+	}
+	pumpsEnded(r.ctx, pumps, nil)
 	for _, f := range p.outs {
 		f.Close()
+	}
+}
+
+// outPump forwards one output stream of a command.
+type outPump struct {
+	f      *os.File
+	stream byte
+	done   chan struct{} // closed when the pump returns
+	paused bool          // it returned because its read deadline passed
+	ended  bool          // the stream reached its end (sent)
+}
+
+// startPump forwards o's stream until its end, or until its read
+// deadline passes (paused).
+func (s *server) startPump(r *areq, o *outPump) {
+	o.done, o.paused = make(chan struct{}), false
+	go func() {
+		defer close(o.done)
+		_, err := s.pump(r, o.stream, o.f, true)
+		switch {
+		case err == nil:
+			o.ended = true
+			_ = s.send(encodeFrame(frameEOF, o.stream, r.id, nil))
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			o.paused = true
+		}
+	}()
+}
+
+// pumpsEnded waits until every pump has returned; false when timeout (nil
+// for none) or ctx comes first.
+func pumpsEnded(ctx context.Context, pumps []*outPump, timeout <-chan time.Time) bool {
+	for _, o := range pumps {
+		select {
+		case <-o.done:
+		case <-timeout:
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
+	return true
+}
+
+// drain sends what o's stream holds now, without waiting for more: a read
+// that would block ends it. The stream's end, if it comes, is sent too.
+func (s *server) drain(r *areq, o *outPump) {
+	rc, err := o.f.SyscallConn()
+	if err != nil {
+		return
+	}
+	cr := r.out[o.stream]
+	bp := bufPool.Get().(*[]byte)
+	defer bufPool.Put(bp)
+	buf := *bp
+	for {
+		avail, err := cr.wait(r.ctx)
+		if err != nil {
+			return
+		}
+		var n int
+		var rerr error
+		// Control, not Read: the pause's deadline has passed, and the
+		// descriptor is non-blocking, so this read returns at once.
+		if err := rc.Control(func(fd uintptr) {
+			n, rerr = unix.Read(int(fd), buf[prefixSize:prefixSize+min(avail, maxChunk)])
+		}); err != nil {
+			return
+		}
+		switch {
+		case n > 0:
+			cr.spend(n)
+			s.outRead.Add(int64(n))
+			putPrefix(buf, frameData, o.stream, r.id, n)
+			if s.send(buf[:prefixSize+n]) != nil {
+				return
+			}
+		case rerr == nil || rerr == unix.EIO:
+			o.ended = true
+			_ = s.send(encodeFrame(frameEOF, o.stream, r.id, nil))
+			return
+		default:
+			return // EAGAIN: nothing more for now
+		}
 	}
 }
 

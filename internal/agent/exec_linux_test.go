@@ -488,3 +488,36 @@ func BenchmarkExecRoundTrip(b *testing.B) {
 		}
 	}
 }
+
+// TestOutputBeforeExit: everything a command wrote before it ended reaches
+// the client before its exit, even when the client reads late and the
+// agent held output back for lack of credit when the command ended (the
+// exit used to be sent after a fixed grace, and the rest was lost).
+func TestOutputBeforeExit(t *testing.T) {
+	noLeaks(t)
+	c, _ := agentPair(t, ServeOptions{}, false)
+	const total = window + 60<<10 // the window, and more than fits a pipe's default buffer past it
+	p, err := c.Exec(context.Background(), ExecRequest{Args: []string{"sh", "-c", "head -c " + strconv.Itoa(total) + " /dev/zero; (sleep 3; echo late) &"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan struct{})
+	go func() { _, _ = p.Wait(); close(waited) }()
+	// Nobody reads: the agent is out of credit when the command ends, and
+	// holds the exit back until the client took the rest.
+	select {
+	case <-waited:
+		t.Fatal("the exit came while output the command wrote before it was still held back")
+	case <-time.After(4 * exitGrace):
+	}
+	out, err := io.ReadAll(p.Stdout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out) < total {
+		t.Errorf("read %d bytes before the end, want %d", len(out), total)
+	}
+	if st, err := p.Wait(); err != nil || st.Code != 0 {
+		t.Errorf("status %+v, %v", st, err)
+	}
+}

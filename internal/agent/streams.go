@@ -54,6 +54,7 @@ type inStream struct {
 	ungranted int // bytes read and not yet granted again
 	ended     bool
 	err       error // why the stream ended, if not by its eof; after the data
+	inHand    bool  // the last Read returned data, and no Read has come since
 	changed   notifier
 }
 
@@ -105,6 +106,16 @@ func (s *inStream) end(err error) {
 	s.changed.notify()
 }
 
+// Pending reports whether the stream's reader has work: data the agent
+// sent is waiting, the stream has ended (a Read returns at once), or the
+// reader has not come back for more since its last Read returned data
+// (it is still handling it).
+func (s *inStream) Pending() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.chunks) > 0 || s.ended || s.inHand
+}
+
 // Read reads what the agent sent; io.EOF after the stream's end.
 func (s *inStream) Read(p []byte) (int, error) { return s.read(context.Background(), p) }
 
@@ -112,9 +123,13 @@ func (s *inStream) read(ctx context.Context, p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
+	s.mu.Lock()
+	s.inHand = false
+	s.mu.Unlock()
 	for {
 		s.mu.Lock()
 		if len(s.chunks) > 0 {
+			s.inHand = true
 			n := copy(p, s.chunks[0])
 			if n == len(s.chunks[0]) {
 				s.chunks[0] = nil

@@ -310,11 +310,16 @@ type relay struct {
 type copier struct {
 	idleSince atomic.Int64 // when it began waiting for data, 0 while it handles some
 	finished  atomic.Bool
+	src       io.Reader
 }
+
+// pending is what a command's output stream says of itself: data waiting
+// to be read, or its end (agent streams do).
+type pending interface{ Pending() bool }
 
 // start copies r to sink in a new goroutine.
 func (rl *relay) start(r io.Reader, sink func([]byte) error) {
-	c := &copier{}
+	c := &copier{src: r}
 	rl.copiers = append(rl.copiers, c)
 	rl.wg.Add(1)
 	go func() {
@@ -366,6 +371,11 @@ func (rl *relay) idle() bool {
 		}
 		since := c.idleSince.Load()
 		if since == 0 || time.Duration(now-since) < OutputGrace {
+			return false
+		}
+		// Output that arrived with the exit is not idleness: the agent
+		// sends everything a command wrote before its exit.
+		if p, ok := c.src.(pending); ok && p.Pending() {
 			return false
 		}
 	}

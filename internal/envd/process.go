@@ -217,10 +217,21 @@ func (p *proc) run(b *box) {
 	go func() { pumps.Wait(); close(pumpsDone) }()
 	st, err := p.p.Wait()
 	if err == nil {
+		// The output the command wrote came before its exit: it is read
+		// to the last byte; then a stream still open (a process left in
+		// the background holds it) is not waited for past the grace.
 		t := time.NewTimer(exitGrace)
-		select {
-		case <-pumpsDone:
-		case <-t.C:
+	wait:
+		for {
+			select {
+			case <-pumpsDone:
+				break wait
+			case <-t.C:
+				if !p.p.OutputPending() {
+					break wait
+				}
+				t.Reset(exitGrace / 10)
+			}
 		}
 		t.Stop()
 	}
