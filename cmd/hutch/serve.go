@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -43,6 +44,8 @@ func cmdServe(args []string, stderr io.Writer) int {
 	defaultMemory := fs.String("default-memory", "", "memory limit (`size`) of a sandbox whose policy sets none")
 	warm := fs.Int("warm", 0, "keep `N` sandboxes of the default policy started, for creates that ask for no other policy to take at once")
 	noInternet := fs.Bool("no-internet", false, "refuse \"*\" (every public host) in sandboxes' allowed domains, and give E2B's sandboxes no network unless they list hosts")
+	var allowPrivate listFlag
+	fs.Var(&allowPrivate, "allow-private", "let every sandbox's proxy connect to loopback, private, link-local or this host's addresses in `cidr` (repeatable); tenants' own rules never open such addresses")
 	var upstreamCAs listFlag
 	fs.Var(&upstreamCAs, "upstream-ca", "also trust the certificates in `file` (PEM) when a sandbox's proxy connects to a secret's host (repeatable)")
 	debug := fs.Bool("debug", false, "log every request")
@@ -72,6 +75,15 @@ func cmdServe(args []string, stderr io.Writer) int {
 			return 2
 		}
 	}
+	var private []netip.Prefix
+	for _, c := range allowPrivate {
+		p, err := netip.ParsePrefix(c)
+		if err != nil || p != p.Masked() {
+			fmt.Fprintf(stderr, "hutch: --allow-private %q: want a CIDR such as 10.1.0.0/16\n", c)
+			return 2
+		}
+		private = append(private, p)
+	}
 	roots, err := upstreamRoots(upstreamCAs)
 	if err != nil {
 		fmt.Fprintf(stderr, "hutch: %v\n", err)
@@ -97,6 +109,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 		StateDir:       *stateDir,
 		AgentBinary:    agentBinary(log),
 		NoInternet:     *noInternet,
+		AllowPrivate:   private,
 		DefaultTimeout: *defTimeout,
 		MaxTimeout:     *maxTimeout,
 		MaxSandboxes:   *maxSandboxes,

@@ -106,6 +106,7 @@ func createRequest(b CreateBody, origin Origin) (daemon.CreateRequest, error) {
 		return req, err
 	}
 	req.Labels, req.Env, req.Secrets = b.Labels, b.Env, b.Secrets
+	req.Operator = origin == OriginLocal
 	return req, nil
 }
 

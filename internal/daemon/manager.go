@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -234,6 +235,8 @@ func (c *Config) withDefaults() error {
 	case c.DefaultDisk < policy.MinDiskBytes || c.DefaultDisk > c.MaxDisk:
 		return fmt.Errorf("daemon config: default disk %s is not between %s and the maximum %s: %w",
 			policy.FormatSize(c.DefaultDisk), policy.FormatSize(policy.MinDiskBytes), policy.FormatSize(c.MaxDisk), ErrInvalid)
+	case slices.ContainsFunc(c.AllowPrivate, func(p netip.Prefix) bool { return !p.IsValid() || p != p.Masked() }):
+		return fmt.Errorf("daemon config: allow-private: want valid prefixes without host bits, got %v: %w", c.AllowPrivate, ErrInvalid)
 	case c.DefaultTimeout > c.MaxTimeout:
 		return fmt.Errorf("daemon config: default timeout %s exceeds the maximum %s: %w", c.DefaultTimeout, c.MaxTimeout, ErrInvalid)
 	}

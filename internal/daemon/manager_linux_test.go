@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -726,9 +727,10 @@ func TestActivityRecorded(t *testing.T) {
 
 // TestProxy: a served sandbox in network mode "proxy" reaches an allowed
 // host through its own egress proxy (here a loopback upstream pinned by
-// name), and nothing else.
+// name, which the operator's configuration opened for every sandbox), and
+// nothing else.
 func TestProxy(t *testing.T) {
-	m := newManager(t, Config{})
+	m := newManager(t, Config{AllowPrivate: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}})
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -742,7 +744,6 @@ func TestProxy(t *testing.T) {
 	info := mustCreate(t, m, "alice", CreateRequest{Policy: policy.Spec{Network: policy.Network{
 		AllowedDomains: []string{"up.test:" + port},
 		Hosts:          []string{"up.test:127.0.0.1", "other.test:127.0.0.1"},
-		AllowPrivate:   []string{"127.0.0.1/32"},
 	}}})
 	out := mustRun(t, m, "alice", info.ID, `curl -sS --max-time 10 http://up.test:`+port+`/ok; curl -sS --max-time 10 -o /dev/null -w "%{http_code}\n" http://other.test:`+port+`/no; curl -sS --noproxy '*' --max-time 5 http://127.0.0.1:`+port+`/direct || echo direct-failed`)
 	for _, want := range []string{"upstream saw up.test:" + port + "/ok", "403", "direct-failed"} {

@@ -136,9 +136,11 @@ func NewRules(c Config) (*Rules, error) {
 		r.allow = append(r.allow, ru)
 	}
 	errs = append(errs, r.addSecrets(c.Secrets)...)
-	for i := range r.allow {
-		if r.allow[i].kind == matchPrefix {
-			r.allow[i].lift = prefixClass(r.allow[i].prefix, r.guard.hostAddrs)
+	if c.OperatorRules {
+		for i := range r.allow {
+			if r.allow[i].kind == matchPrefix {
+				r.allow[i].lift = prefixClass(r.allow[i].prefix, r.guard.hostAddrs)
+			}
 		}
 	}
 
