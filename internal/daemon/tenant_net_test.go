@@ -27,7 +27,9 @@ func TestTenantNetwork(t *testing.T) {
 		spec policy.Spec
 		want []string // "" for none
 	}{
-		{spec(func(s *policy.Spec) { s.Network.AllowedDomains = []string{"example.com", "*", "*.example.org:8443", "8.8.8.8"} }), nil},
+		{spec(func(s *policy.Spec) {
+			s.Network.AllowedDomains = []string{"example.com", "*", "*.example.org:8443", "8.8.8.8"}
+		}), nil},
 		{spec(func(s *policy.Spec) { s.Network.AllowedCIDRs = []string{"0.0.0.0/0", "::/0", "93.184.216.0/24"} }), nil},
 		{spec(func(s *policy.Spec) { s.Network.Hosts = []string{"a.test:93.184.216.34", "b.test:10.9.1.1"} }), nil},
 		{spec(func(s *policy.Spec) { s.Network.AllowedCIDRs = []string{"10.9.0.0/16"} }), nil},
