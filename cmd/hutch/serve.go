@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -12,6 +13,8 @@ import (
 	"os/signal"
 	"path/filepath"
 	"regexp"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -38,10 +41,12 @@ func cmdServe(args []string, stderr io.Writer) int {
 	defTimeout := fs.Duration("default-timeout", 0, "lifetime of a sandbox that asks for none (default 5m)")
 	maxTimeout := fs.Duration("max-timeout", 0, "longest lifetime of a sandbox (default 24h)")
 	maxSandboxes := fs.Int("max-sandboxes", 0, "most sandboxes a tenant may have at once (default 100)")
-	disk := fs.String("disk", "1g", "default `size` of a sandbox's writable root (its policy's resources.disk overrides it); it is kept in memory")
+	disk := fs.String("disk", "1g", "default `size` of a sandbox's writable root (its policy's resources.disk overrides it); it is kept in memory, charged to the sandbox's memory limit")
 	maxDisk := fs.String("max-disk", "16g", "largest `size` of a sandbox's writable root a policy may ask for")
-	tenantMemory := fs.String("tenant-memory", "", "bound the sum of the memory limits of a tenant's sandboxes to `size` (sandboxes then need a memory limit: their policy's or --default-memory)")
-	defaultMemory := fs.String("default-memory", "", "memory limit (`size`) of a sandbox whose policy sets none")
+	maxTmp := fs.String("max-tmp-size", "1g", "largest `size` of a sandbox's /tmp and /dev/shm (each; in memory, charged to its memory limit) a policy may ask for")
+	defaultMemory := fs.String("default-memory", "1g", "memory limit (`size`) of a sandbox whose policy sets none; everything a sandbox writes to /tmp, /dev/shm and its root counts against it")
+	maxMemory := fs.String("max-memory", "16g", "largest memory limit (`size`) a policy may ask for")
+	tenantMemory := fs.String("tenant-memory", "", "bound the sum of the memory limits of a tenant's sandboxes to `size` (default: half of this host's memory)")
 	warm := fs.Int("warm", 0, "keep `N` sandboxes of the default policy started, for creates that ask for no other policy to take at once")
 	noInternet := fs.Bool("no-internet", false, "refuse \"*\" (every public host) in sandboxes' allowed domains, and give E2B's sandboxes no network unless they list hosts")
 	var allowPrivate listFlag
@@ -65,9 +70,15 @@ func cmdServe(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "hutch: --max-upload %q: want a size such as 512m or 2g\n", *maxUpload)
 		return 2
 	}
-	var sizes [4]int64
-	for i, f := range []struct{ name, value string }{{"disk", *disk}, {"max-disk", *maxDisk}, {"tenant-memory", *tenantMemory}, {"default-memory", *defaultMemory}} {
-		if f.value == "" {
+	var sizes [6]int64
+	for i, f := range []struct{ name, value string }{{"disk", *disk}, {"max-disk", *maxDisk}, {"tenant-memory", *tenantMemory}, {"default-memory", *defaultMemory}, {"max-memory", *maxMemory}, {"max-tmp-size", *maxTmp}} {
+		if f.name == "tenant-memory" && f.value == "" {
+			total, err := hostMemory()
+			if err != nil {
+				fmt.Fprintf(stderr, "hutch: --tenant-memory: no default (%v); give a size\n", err)
+				return 2
+			}
+			sizes[i] = total / 2 &^ (1<<20 - 1)
 			continue
 		}
 		if sizes[i], err = policy.ParseSize(f.value); err != nil || sizes[i] <= 0 {
@@ -118,6 +129,8 @@ func cmdServe(args []string, stderr io.Writer) int {
 		MaxDisk:        sizes[1],
 		TenantMemory:   sizes[2],
 		DefaultMemory:  sizes[3],
+		MaxMemory:      sizes[4],
+		MaxTmp:         sizes[5],
 		UpstreamRoots:  roots,
 	}, log)
 	if err != nil {
@@ -253,4 +266,22 @@ func usageCode(err error) int {
 		return 0
 	}
 	return 2
+}
+
+// hostMemory is the host's memory (MemTotal in /proc/meminfo), in bytes.
+func hostMemory() (int64, error) {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err != nil || kb <= 0 {
+				return 0, fmt.Errorf("/proc/meminfo: %q", line)
+			}
+			return kb << 10, nil
+		}
+	}
+	return 0, errors.New("/proc/meminfo has no MemTotal")
 }

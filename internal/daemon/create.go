@@ -364,6 +364,9 @@ func (m *Manager) prepare(r CreateRequest, ws string) (policy.Spec, time.Duratio
 	if err := spec.Normalize(ws, ""); err != nil {
 		return spec, 0, invalid("create sandbox: policy: %s", oneLine(err))
 	}
+	if r.Policy.Resources.TmpBytes == 0 {
+		spec.Resources.TmpBytes = min(spec.Resources.TmpBytes, m.cfg.MaxTmp)
+	}
 	if err := servePolicy(spec, m.cfg.NoInternet); err != nil {
 		return spec, 0, err
 	}
@@ -379,8 +382,19 @@ func (m *Manager) prepare(r CreateRequest, ws string) (policy.Spec, time.Duratio
 		spec.Resources.MemoryBytes = m.cfg.DefaultMemory
 	}
 
-	if spec.Resources.DiskBytes > m.cfg.MaxDisk {
-		return spec, 0, invalid("create sandbox: policy: resources.disk: %s is above the maximum of %s", policy.FormatSize(spec.Resources.DiskBytes), policy.FormatSize(m.cfg.MaxDisk))
+	// Each is RAM the host holds for the sandbox (its memory limit, and
+	// tmpfs mounts charged to it): bounded by the operator.
+	for _, b := range []struct {
+		field, flag string
+		size, max   int64
+	}{
+		{"resources.disk", "--max-disk", spec.Resources.DiskBytes, m.cfg.MaxDisk},
+		{"resources.memory", "--max-memory", spec.Resources.MemoryBytes, m.cfg.MaxMemory},
+		{"resources.tmp_size", "--max-tmp-size", spec.Resources.TmpBytes, m.cfg.MaxTmp},
+	} {
+		if b.size > b.max {
+			return spec, 0, invalid("create sandbox: policy: %s: %s is above the maximum of %s (hutch serve %s)", b.field, policy.FormatSize(b.size), policy.FormatSize(b.max), b.flag)
+		}
 	}
 	timeout, err := m.lifetime(r.Timeout, spec.Resources.Timeout)
 	if err != nil {

@@ -39,14 +39,22 @@ type Config struct {
 	// The layer lives in memory (tmpfs): what a sandbox writes counts
 	// against its memory limit.
 	DefaultDisk, MaxDisk int64
+	// DefaultMemory is the memory limit of a sandbox whose policy sets
+	// none (1 GiB, or TenantMemory if smaller, when zero); MaxMemory
+	// bounds what a policy may ask for (16 GiB, or DefaultMemory if
+	// larger, when zero). Every served sandbox has a memory limit: its
+	// processes and every page it writes into its RAM-backed file systems
+	// (its writable root, /tmp, /dev/shm) are charged to its memory
+	// cgroup, so that no sandbox makes the host hold more than that.
+	DefaultMemory, MaxMemory int64
+	// MaxTmp bounds a policy's resources.tmp_size, the size of each of a
+	// sandbox's private tmpfs mounts (/tmp, /dev/shm; 1 GiB when zero). A
+	// policy without one gets policy.DefaultTmpBytes, or MaxTmp if
+	// smaller.
+	MaxTmp int64
 	// TenantMemory, when positive, bounds the sum of the memory limits
-	// of a tenant's sandboxes; a sandbox whose policy sets no
-	// resources.memory then gets DefaultMemory (and is refused when that
-	// is 0 too).
+	// of a tenant's sandboxes that are not stopped.
 	TenantMemory int64
-	// DefaultMemory, when positive, is the memory limit of a sandbox whose
-	// policy sets none.
-	DefaultMemory int64
 	// NoInternet refuses "*" in a policy's allowed domains: sandboxes reach
 	// only the hosts their policies name.
 	NoInternet bool

@@ -330,11 +330,14 @@ func TestMemoryQuota(t *testing.T) {
 	}
 	mustCreate(t, m, "a", CreateRequest{})
 
+	// Without a default, a sandbox gets 1 GiB, or the tenant's quota if
+	// that is smaller.
 	m2 := newManager(t, Config{TenantMemory: 300 << 20})
-	if _, err := m2.Create(ctx, "a", CreateRequest{}); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "resources.memory") {
-		t.Errorf("no memory limit under a memory quota: %v, want ErrInvalid naming resources.memory", err)
+	info := mustCreate(t, m2, "a", CreateRequest{})
+	if sb, err := m2.st.GetSandbox(ctx, "a", info.ID); err != nil || !strings.Contains(string(sb.Spec), `"memory":314572800`) {
+		t.Errorf("the sandbox's policy: %s, %v", sb.Spec, err)
 	}
-	for _, c := range []Config{{TenantMemory: -1}, {DefaultMemory: 1}, {TenantMemory: 64 << 20, DefaultMemory: 128 << 20}} {
+	for _, c := range []Config{{TenantMemory: -1}, {DefaultMemory: 1}, {TenantMemory: 64 << 20, DefaultMemory: 128 << 20}, {DefaultMemory: 2 << 30, MaxMemory: 1 << 30}, {MaxTmp: 1}} {
 		c.StateDir = t.TempDir()
 		if _, err := New(c, nil); !errors.Is(err, ErrInvalid) {
 			t.Errorf("New(%+v) = %v, want ErrInvalid", c, err)
