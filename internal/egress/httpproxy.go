@@ -474,7 +474,7 @@ func (hc *httpConn) exchange(req *http.Request, upgrading, mayRetry bool, ss *se
 		}
 		// An interim response (100 Continue, 103 Early Hints).
 		removeHopByHop(resp.Header)
-		ss.redactHeader(resp.Header)
+		ss.redactHead(resp)
 		if trip.fired() != nil {
 			err = errTripped
 			break
@@ -513,7 +513,7 @@ func (hc *httpConn) exchange(req *http.Request, upgrading, mayRetry bool, ss *se
 	}
 
 	if resp.StatusCode == http.StatusSwitchingProtocols {
-		ss.redactHeader(resp.Header)
+		ss.redactHead(resp)
 		hc.switchProtocols(resp, upgrading, writeDone, outW)
 		return false, false
 	}

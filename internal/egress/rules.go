@@ -251,6 +251,12 @@ func (r *Rules) addSecrets(list []*secrets.Secret) []error {
 			for _, p := range secrets.RedactionPairs(s.Value.Bytes(), []byte(s.Placeholder)) {
 				pairs = append(pairs, [2][]byte{p[0], []byte("[redacted]")})
 			}
+			// Go's errors quote what they show (%q): the value as
+			// strconv.Quote escapes it.
+			v := string(s.Value.Bytes())
+			if q := strconv.Quote(v); q[1:len(q)-1] != v {
+				pairs = append(pairs, [2][]byte{[]byte(q[1 : len(q)-1]), []byte("[redacted]")})
+			}
 		}
 		r.scrubber = secrets.NewReplacer(pairs...)
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/textproto"
 	"net/url"
 	"slices"
 	"strconv"
@@ -71,6 +72,11 @@ type secretSet struct {
 	// lengths. nil when no secret is bound.
 	redact        *secrets.Replacer
 	redactResizes bool
+	// redactNames does what redact does in header and trailer names,
+	// whose case is not kept (HTTP/2 lower-cases them, Go canonicalizes
+	// them): its patterns are redact's in ASCII lower case, and it is
+	// applied to names in lower case.
+	redactNames *secrets.Replacer
 }
 
 // secretsFor returns what to do about secrets on requests to host:port
@@ -100,7 +106,8 @@ func (p *Proxy) secretsFor(host string, port int, plain bool) *secretSet {
 // all at the indexes bound are bound to.
 func newSecretSet(all []*secrets.Secret, bound []int, plain bool) *secretSet {
 	ss := &secretSet{}
-	var watch, watchNames, header, query, body, redact [][2][]byte
+	var watch, watchNames, header, query, body, redact, redactNames [][2][]byte
+	seenNames := map[string]bool{}
 	for i, s := range all {
 		ph, val := []byte(s.Placeholder), s.Value.Bytes()
 		if !slices.Contains(bound, i) {
@@ -113,6 +120,10 @@ func newSecretSet(all []*secrets.Secret, bound []int, plain bool) *secretSet {
 		for _, pair := range secrets.RedactionPairs(val, ph) {
 			redact = append(redact, pair)
 			ss.redactResizes = ss.redactResizes || len(pair[0]) != len(pair[1])
+			if lower := asciiLower(pair[0]); !seenNames[string(lower)] {
+				seenNames[string(lower)] = true
+				redactNames = append(redactNames, [2][]byte{lower, asciiLower(pair[1])})
+			}
 		}
 		if plain && !s.AllowPlainHTTP {
 			ss.forbid = append(ss.forbid, forbidden{secret: s, plain: true})
@@ -141,7 +152,21 @@ func newSecretSet(all []*secrets.Secret, bound []int, plain bool) *secretSet {
 	}
 	ss.watch, ss.watchNames = replacer(watch), replacer(watchNames)
 	ss.header, ss.query, ss.body, ss.redact = replacer(header), replacer(query), replacer(body), replacer(redact)
+	ss.redactNames = replacer(redactNames)
 	return ss
+}
+
+// asciiLower returns b with its ASCII letters in lower case (and every
+// other byte as it is, so that positions are kept).
+func asciiLower(b []byte) []byte {
+	out := make([]byte, len(b))
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		out[i] = c
+	}
+	return out
 }
 
 // findHead returns the first forbidden placeholder (in the order of the
@@ -241,18 +266,46 @@ func (ss *secretSet) substQuery(u *url.URL) {
 }
 
 // redactHeader puts the placeholders back for the bound secrets' real
-// values in every value of h.
+// values (and their encoded forms) in every value of h, and in every name,
+// whatever its case: a name that holds one is renamed, its values going
+// to the new name (after those it may have already).
 func (ss *secretSet) redactHeader(h http.Header) {
 	if ss == nil || ss.redact == nil {
 		return
 	}
-	for _, vs := range h {
+	var renamed []string
+	for k, vs := range h {
 		for i, v := range vs {
 			if b := ss.redact.Bytes([]byte(v)); string(b) != v {
 				vs[i] = string(b)
 			}
 		}
+		lower := asciiLower([]byte(k))
+		if b := ss.redactNames.Bytes(lower); !bytes.Equal(b, lower) {
+			renamed = append(renamed, k)
+		}
 	}
+	for _, k := range renamed {
+		vs := h[k]
+		delete(h, k)
+		name := textproto.CanonicalMIMEHeaderKey(string(ss.redactNames.Bytes(asciiLower([]byte(k)))))
+		h[name] = append(h[name], vs...)
+	}
+}
+
+// redactHead puts the placeholders back for the bound secrets' real
+// values in what a response says before its body: its status text, its
+// header (names and values), and the names of the trailer it announces.
+// It serves interim (1xx) responses as well as final ones.
+func (ss *secretSet) redactHead(resp *http.Response) {
+	if ss == nil || ss.redact == nil {
+		return
+	}
+	if b := ss.redact.Bytes([]byte(resp.Status)); string(b) != resp.Status {
+		resp.Status = string(b)
+	}
+	ss.redactHeader(resp.Header)
+	ss.redactHeader(resp.Trailer)
 }
 
 // redactResponse puts the placeholders back for the bound secrets' real
@@ -266,7 +319,7 @@ func (ss *secretSet) redactResponse(resp *http.Response) {
 	if ss == nil || ss.redact == nil {
 		return
 	}
-	ss.redactHeader(resp.Header)
+	ss.redactHead(resp)
 	if resp.StatusCode == http.StatusSwitchingProtocols || !responseHasBody(resp) {
 		return
 	}
