@@ -457,7 +457,7 @@ func (h *handler) processList(_ context.Context, b *box, _ *http.Request, body [
 	return out, nil
 }
 
-func (h *handler) processSendInput(_ context.Context, b *box, _ *http.Request, body []byte) (any, error) {
+func (h *handler) processSendInput(_ context.Context, b *box, r *http.Request, body []byte) (any, error) {
 	var req struct {
 		Process *selector     `json:"process"`
 		Input   *processInput `json:"input"`
@@ -489,13 +489,14 @@ func (h *handler) processSendInput(_ context.Context, b *box, _ *http.Request, b
 	}
 	n, err := p.p.Stdin.Write(data)
 	p.in.Add(int64(n))
+	auditCommand(r, p.args, int64(n))
 	if err != nil {
 		return nil, fmt.Errorf("send input to process %d: %w", p.pid, err)
 	}
 	return struct{}{}, nil
 }
 
-func (h *handler) processCloseStdin(_ context.Context, b *box, _ *http.Request, body []byte) (any, error) {
+func (h *handler) processCloseStdin(_ context.Context, b *box, r *http.Request, body []byte) (any, error) {
 	var req struct {
 		Process *selector `json:"process"`
 	}
@@ -506,6 +507,7 @@ func (h *handler) processCloseStdin(_ context.Context, b *box, _ *http.Request, 
 	if err != nil {
 		return nil, err
 	}
+	auditCommand(r, p.args, 0)
 	p.inMu.Lock()
 	defer p.inMu.Unlock()
 	if p.stdinClosed || p.p.Stdin == nil {
@@ -543,7 +545,7 @@ func signalNumber(raw json.RawMessage) (syscall.Signal, error) {
 	return 0, errorf(codeInvalidArgument, "signal %d: not SIGTERM (15) or SIGKILL (9)", n)
 }
 
-func (h *handler) processSendSignal(_ context.Context, b *box, _ *http.Request, body []byte) (any, error) {
+func (h *handler) processSendSignal(_ context.Context, b *box, r *http.Request, body []byte) (any, error) {
 	var req struct {
 		Process *selector       `json:"process"`
 		Signal  json.RawMessage `json:"signal"`
@@ -562,6 +564,7 @@ func (h *handler) processSendSignal(_ context.Context, b *box, _ *http.Request, 
 	if err != nil {
 		return nil, err
 	}
+	auditCommand(r, p.args, 0)
 	if err := p.p.Signal(sig); err != nil {
 		if errors.Is(err, os.ErrProcessDone) {
 			return nil, errorf(codeNotFound, "process with pid %d has exited", p.pid)
@@ -571,7 +574,7 @@ func (h *handler) processSendSignal(_ context.Context, b *box, _ *http.Request, 
 	return struct{}{}, nil
 }
 
-func (h *handler) processUpdate(_ context.Context, b *box, _ *http.Request, body []byte) (any, error) {
+func (h *handler) processUpdate(_ context.Context, b *box, r *http.Request, body []byte) (any, error) {
 	var req struct {
 		Process *selector  `json:"process"`
 		PTY     *ptyConfig `json:"pty"`
@@ -583,6 +586,7 @@ func (h *handler) processUpdate(_ context.Context, b *box, _ *http.Request, body
 	if err != nil {
 		return nil, err
 	}
+	auditCommand(r, p.args, 0)
 	if req.PTY == nil || req.PTY.Size == nil {
 		return struct{}{}, nil
 	}
