@@ -536,7 +536,9 @@ func (w *walker) calls() map[string]call {
 		}),
 		"envd POST /filesystem.Filesystem/Remove": func(t *testing.T) func(*testing.T) {
 			w.writeFile(t, "/home/user/envd-doomed", "x")
-			return func(t *testing.T) { w.unary(t, "filesystem.Filesystem/Remove", `{"path":"/home/user/envd-doomed"}`, 200) }
+			return func(t *testing.T) {
+				w.unary(t, "filesystem.Filesystem/Remove", `{"path":"/home/user/envd-doomed"}`, 200)
+			}
 		},
 		"envd POST /filesystem.Filesystem/WatchDir": now(func(t *testing.T) {
 			w.stream(t, bounded(), "filesystem.Filesystem/WatchDir", `{"path":"/home/user"}`)
