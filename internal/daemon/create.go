@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/base32"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -136,6 +137,10 @@ func (m *Manager) Create(ctx context.Context, tenant string, r CreateRequest) (I
 	l, err := m.launch(ctx, id, dir, spec, env, sec, r.Operator, log, ev)
 	if err != nil {
 		m.abandon(id, dir, log, ev, err)
+		if errors.Is(err, sandbox.ErrNotDirInRoot) {
+			// The host's root changed since prepare looked.
+			return Info{}, invalid("create sandbox %s: policy: filesystem.workspace: %v", id, err)
+		}
 		return Info{}, fmt.Errorf("create sandbox %s: %w", id, err)
 	}
 	if err := m.adopt(l, tenant, r.IdleTimeout, now, row.Expires); err != nil {
@@ -412,6 +417,14 @@ func (m *Manager) prepare(r CreateRequest, ws string) (policy.Spec, time.Duratio
 		return spec, 0, invalid("create sandbox: policy: filesystem.workspace: must be an absolute path, got %q", ws)
 	case policy.SystemDir(ws):
 		return spec, 0, invalid("create sandbox: policy: filesystem.workspace: %q is a system directory", ws)
+	}
+	// The workspace is made in the sandbox's layer; the host's root is
+	// looked at only where the sandbox's view shows it, so that the
+	// answer is the same whatever the host holds where the view hides it.
+	if err := m.rootLayer(spec).CheckWorkspace("", ws); errors.Is(err, sandbox.ErrNotDirInRoot) {
+		return spec, 0, invalid("create sandbox: policy: filesystem.workspace: %q: %v", ws, err)
+	} else if err != nil {
+		return spec, 0, fmt.Errorf("create sandbox: workspace %q: %w", ws, err)
 	}
 	return spec, timeout, nil
 }
