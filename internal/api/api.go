@@ -204,7 +204,8 @@ func (h *handler) handle(rt audit.Route, f handlerFunc) {
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, pattern := h.mux.Handler(r)
 	sw := &statusWriter{ResponseWriter: w}
-	defer func() { h.met.request(pattern, sw.status()) }()
+	var tenant string
+	defer func() { h.met.request(tenant, pattern, sw.status()) }()
 	w = sw
 	tenant, err := h.authenticate(r)
 	if err != nil {

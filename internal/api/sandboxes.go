@@ -55,7 +55,7 @@ func (h *handler) create(w http.ResponseWriter, r *http.Request) error {
 	}
 	start := time.Now()
 	info, err := h.m.Create(r.Context(), tenantOf(r), req)
-	h.met.create.Observe(time.Since(start).Seconds())
+	h.met.created(tenantOf(r), time.Since(start))
 	if err != nil {
 		return err
 	}
