@@ -46,7 +46,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 	maxTmp := fs.String("max-tmp-size", "1g", "largest `size` of a sandbox's /tmp and /dev/shm (each; in memory, charged to its memory limit) a policy may ask for")
 	defaultMemory := fs.String("default-memory", "1g", "memory limit (`size`) of a sandbox whose policy sets none; everything a sandbox writes to /tmp, /dev/shm and its root counts against it")
 	maxMemory := fs.String("max-memory", "16g", "largest memory limit (`size`) a policy may ask for")
-	tenantMemory := fs.String("tenant-memory", "", "bound the sum of the memory limits of a tenant's sandboxes to `size` (default: half of this host's memory)")
+	tenantMemory := fs.String("tenant-memory", "", "bound the sum of the memory limits of a tenant's sandboxes to `size` (default: this host's memory)")
 	warm := fs.Int("warm", 0, "keep `N` sandboxes of the default policy started, for creates that ask for no other policy to take at once")
 	noInternet := fs.Bool("no-internet", false, "refuse \"*\" (every public host) in sandboxes' allowed domains, and give E2B's sandboxes no network unless they list hosts")
 	var allowPrivate listFlag
@@ -78,7 +78,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 				fmt.Fprintf(stderr, "hutch: --tenant-memory: no default (%v); give a size\n", err)
 				return 2
 			}
-			sizes[i] = total / 2 &^ (1<<20 - 1)
+			sizes[i] = total &^ (1<<20 - 1)
 			continue
 		}
 		if sizes[i], err = policy.ParseSize(f.value); err != nil || sizes[i] <= 0 {
