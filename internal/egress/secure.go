@@ -2,6 +2,7 @@ package egress
 
 import (
 	"bytes"
+	"cmp"
 	"compress/gzip"
 	"encoding/base64"
 	"errors"
@@ -14,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/secrets"
@@ -451,9 +453,13 @@ type refusal struct {
 // upstream request. A body whose length substitution may change is read
 // whole too, to announce the new length. Before reading ahead it calls
 // expect, when not nil. It returns a refusal, or nil to go on.
-func (p *Proxy) prepareBody(req *http.Request, ss *secretSet, trip *tripwire, proto, host string, port int, expect func()) *refusal {
+// done, never nil, gives back what the body holds of the proxy's
+// read-ahead budget (Proxy.MaxReadAhead) — which closing the body does as
+// well — and must be called once the request has ended.
+func (p *Proxy) prepareBody(req *http.Request, ss *secretSet, trip *tripwire, proto, host string, port int, expect func()) (ref *refusal, done func()) {
+	done = func() {}
 	if ss == nil || req.Body == nil || req.Body == http.NoBody {
-		return nil
+		return nil, done
 	}
 	body := ss.wrapBody(req.Body, func(f forbidden) {
 		trip.fire(p.blockSecret(proto, host, port, f))
@@ -461,15 +467,15 @@ func (p *Proxy) prepareBody(req *http.Request, ss *secretSet, trip *tripwire, pr
 	resize := ss.bodyResizes && req.ContentLength > 0
 	if !resize && ss.watch == nil {
 		req.Body = body
-		return nil
+		return nil, done
 	}
 	if req.ContentLength > maxResizedBody {
 		if resize {
 			e := p.block(proto, host, port, nil, fmt.Sprintf("request body of %d bytes: over 16 MiB, too large to count again after substituting secrets", req.ContentLength))
-			return &refusal{status: http.StatusRequestEntityTooLarge, event: &e}
+			return &refusal{status: http.StatusRequestEntityTooLarge, event: &e}, done
 		}
 		req.Body = body
-		return nil
+		return nil, done
 	}
 	if expect != nil {
 		expect()
@@ -478,26 +484,49 @@ func (p *Proxy) prepareBody(req *http.Request, ss *secretSet, trip *tripwire, pr
 	if resize {
 		wait = 0 // the new length must be known
 	}
-	b, rest, err := readAhead(body, maxResizedBody, wait)
+	// What is read ahead counts against the proxy's budget until the
+	// body is closed (sent, or the request ended).
+	var held atomic.Int64
+	max := cmp.Or(p.MaxReadAhead, DefaultMaxReadAhead)
+	var short atomic.Bool
+	take := func(n int) bool {
+		if !p.ahead.take(int64(n), max) {
+			short.Store(true)
+			return false
+		}
+		held.Add(int64(n))
+		return true
+	}
+	release := closerFunc(func() { p.ahead.give(held.Swap(0)) })
+	done = func() { release.Close() }
+	b, rest, err := readAhead(body, maxResizedBody, wait, take)
 	if err != nil {
+		release()
 		if e := trip.fired(); e != nil {
-			return &refusal{status: http.StatusForbidden, event: e}
+			return &refusal{status: http.StatusForbidden, event: e}, done
 		}
 		p.log().Debug("egress: reading a request body", "host", host, "port", port, "err", p.Rules.scrub(err.Error()))
-		return &refusal{status: http.StatusBadRequest}
+		return &refusal{status: http.StatusBadRequest}, done
+	}
+	if rest != nil && resize && short.Load() {
+		rest.Close()
+		release()
+		e := p.block(proto, host, port, nil, fmt.Sprintf("request bodies held for the sandbox: over %d KiB, too many to count this one's length again after substituting secrets", max>>10))
+		return &refusal{status: http.StatusServiceUnavailable, event: &e}, done
 	}
 	if rest != nil {
-		// Longer than the limit, or still streaming: watched from here on.
-		req.Body = readCloser{rest, closers{rest, req.Body}}
-		return nil
+		// Longer than the limit or the budget, or still streaming:
+		// watched from here on.
+		req.Body = readCloser{rest, closers{rest, closers{req.Body, release}}}
+		return nil, done
 	}
-	req.Body = readCloser{bytes.NewReader(b), req.Body}
+	req.Body = readCloser{bytes.NewReader(b), closers{req.Body, release}}
 	req.ContentLength = int64(len(b))
 	req.TransferEncoding = nil
 	if req.Header.Get("Content-Length") != "" {
 		req.Header.Set("Content-Length", strconv.Itoa(len(b)))
 	}
-	return nil
+	return nil, done
 }
 
 // readAheadWait is how long prepareBody waits for a watched body to end
@@ -506,12 +535,13 @@ func (p *Proxy) prepareBody(req *http.Request, ss *secretSet, trip *tripwire, pr
 const readAheadWait = time.Second
 
 // readAhead reads r to its end if it ends within limit bytes and, when
-// wait > 0, within wait. Then it returns the body whole and a nil rest.
+// wait > 0, within wait, taking each piece it holds from take (when not
+// nil): when take refuses, it stops as when over the limit. Then it returns the body whole and a nil rest.
 // Otherwise it returns rest, a reader of everything r gives (what was read
 // ahead first, at once, even while r has nothing more yet: a client may
 // wait for an answer to what it sent), and b is nil. An error of r while
 // reading ahead is returned as err.
-func readAhead(r io.Reader, limit int64, wait time.Duration) (b []byte, rest io.ReadCloser, err error) {
+func readAhead(r io.Reader, limit int64, wait time.Duration, take func(n int) bool) (b []byte, rest io.ReadCloser, err error) {
 	type result struct {
 		b      []byte
 		err    error
@@ -550,8 +580,9 @@ func readAhead(r io.Reader, limit int64, wait time.Duration) (b []byte, rest io.
 				stream(chunk[:n], rerr)
 				return
 			}
+			over := int64(buf.Len()+n) > limit || (take != nil && n > 0 && !take(n))
 			buf.Write(chunk[:n])
-			end := rerr != nil || int64(buf.Len()) > limit
+			end := rerr != nil || over
 			if !end {
 				mu.Unlock()
 				continue
@@ -696,6 +727,16 @@ type tripwire struct {
 	started  bool
 	upstream io.Closer // closed when it fires, when not nil
 	client   io.Closer // closed when it fires after the response began
+	// done ends what the request's body holds of the proxy (prepareBody),
+	// once the request has ended (end).
+	done func()
+}
+
+// end calls done, if set, once the request has ended.
+func (t *tripwire) end() {
+	if t != nil && t.done != nil {
+		t.done()
+	}
 }
 
 // fire records e as the request's refusal, the first time only.
