@@ -629,8 +629,9 @@ func newProxy(nw policy.Network, open []netip.Prefix, operator bool, id string, 
 // what only the operator may open.
 const operatorOnly = "only the daemon's operator may open loopback, private, link-local, metadata and this host's addresses (on its unix socket, or for every sandbox with hutch serve --allow-private)"
 
-// tenantNetwork refuses, in a tenant's normalized policy, what would open
-// an address the egress proxy's guard refuses: network.allow_private, and
+// tenantNetwork refuses, in a tenant's normalized policy, a secret whose
+// value would come from the daemon's environment or files, and what would
+// open an address the egress proxy's guard refuses: network.allow_private, and
 // IP-literal allow rules, CIDRs, host pins (network.hosts) and secrets'
 // hosts for loopback, private, link-local, metadata, CGNAT or this host's
 // addresses, in any spelling (v4-mapped, NAT64, 6to4 …), unless the
@@ -682,6 +683,14 @@ func (m *Manager) tenantNetwork(s policy.Spec) error {
 	}
 	if len(problems) > 0 {
 		return invalid("create sandbox: policy: %s: %s", strings.Join(problems, "; "), operatorOnly)
+	}
+	// A secret's value comes with a tenant's request, never from the
+	// daemon's own environment or files, which the proxy would send to
+	// the tenant's chosen host.
+	for i, sec := range s.Secrets {
+		if sec.From != policy.SecretFromRequest {
+			return invalid("create sandbox: policy: secrets[%d].from: %q: a tenant's secret takes its value from the request (only the daemon's operator may name its environment or files)", i, sec.From)
+		}
 	}
 	return nil
 }

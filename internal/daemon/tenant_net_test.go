@@ -64,6 +64,9 @@ func TestTenantNetwork(t *testing.T) {
 		}), []string{`secrets[1].hosts[1]: "10.1.2.3:8080" names private`}},
 		{spec(func(s *policy.Spec) { s.Network.AllowPrivate = []string{"127.0.0.1/32"} }), []string{"network.allow_private"}},
 	} {
+		for i := range tc.spec.Secrets {
+			tc.spec.Secrets[i].From = policy.SecretFromRequest
+		}
 		err := m.tenantNetwork(tc.spec)
 		if len(tc.want) == 0 {
 			if err != nil {
@@ -79,6 +82,15 @@ func TestTenantNetwork(t *testing.T) {
 			if !strings.Contains(err.Error(), w) {
 				t.Errorf("error %q lacks %q", err, w)
 			}
+		}
+	}
+	// A secret whose value would come from the daemon's files or
+	// environment.
+	for _, from := range []string{"file:/etc/shadow", "env:HOME", ""} {
+		var p policy.Spec
+		p.Secrets = []policy.Secret{{Name: "A", Hosts: []string{"api.example.com"}, From: from}}
+		if err := m.tenantNetwork(p); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "secrets[0].from") {
+			t.Errorf("secret from %q: %v, want ErrInvalid naming secrets[0].from", from, err)
 		}
 	}
 	// The host's own addresses, public or not.
