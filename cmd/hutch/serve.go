@@ -34,7 +34,7 @@ const defaultStateDir = "/var/lib/hutch"
 func cmdServe(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("hutch serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	socket := fs.String("socket", api.DefaultSocket, "listen on the unix socket at `path` (mode 0660; \"\" for none); requests there without a token act as the tenant \"admin\"")
+	socket := fs.String("socket", api.DefaultSocket, "listen on the unix socket at `path` (mode 0660; \"\" for none); requests there without a token act as the tenant \"admin\"; processes in another user namespace (any sandbox) are refused")
 	listen := fs.String("listen", "", "also listen on TCP `address` (e.g. 127.0.0.1:7070); every request there needs a token (see hutch token create)")
 	stateDir := fs.String("state-dir", defaultStateDir, "keep the daemon's state and the sandboxes' directories in `dir`")
 	maxUpload := fs.String("max-upload", "1g", "largest file or archive upload, a `size` such as 512m")
