@@ -1,10 +1,8 @@
 package peercred
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"os"
 	"strconv"
 	"sync"
 	"syscall"
@@ -76,11 +74,8 @@ func Of(c syscall.Conn) (Peer, error) {
 		return p, fmt.Errorf("peer credentials: SO_PEERPIDFD: %w", fdErr)
 	}
 	defer unix.Close(pidfd)
-	if pid, err := pidOf(pidfd); err != nil {
-		return p, err
-	} else if pid != p.PID {
-		return p, fmt.Errorf("peer credentials: the peer's pidfd names pid %d, SO_PEERCRED pid %d", pid, p.PID)
-	}
+	// SO_PEERCRED's pid and SO_PEERPIDFD's process were both taken when
+	// the peer connected: the same process.
 	ns, err := userNS(strconv.Itoa(p.PID))
 	if err != nil {
 		return p, fmt.Errorf("peer credentials: %w", err)
@@ -97,29 +92,4 @@ func Of(c syscall.Conn) (Peer, error) {
 	}
 	p.SameUserNS = ns == own
 	return p, nil
-}
-
-// pidOf returns the pid of pidfd's process in this pid namespace, from
-// /proc/self/fdinfo: 0 when it is not in this namespace, -1 once it has
-// exited (which are errors here).
-func pidOf(pidfd int) (int, error) {
-	b, err := os.ReadFile("/proc/self/fdinfo/" + strconv.Itoa(pidfd))
-	if err != nil {
-		return 0, fmt.Errorf("peer credentials: %w", err)
-	}
-	for line := range bytes.SplitSeq(b, []byte("\n")) {
-		if v, ok := bytes.CutPrefix(line, []byte("Pid:")); ok {
-			pid, err := strconv.Atoi(string(bytes.TrimSpace(v)))
-			switch {
-			case err != nil:
-				return 0, fmt.Errorf("peer credentials: fdinfo of a pidfd: %q", line)
-			case pid == -1:
-				return 0, errors.New("peer credentials: the peer has exited")
-			case pid == 0:
-				return 0, errors.New("peer credentials: the peer's process is not in this pid namespace")
-			}
-			return pid, nil
-		}
-	}
-	return 0, errors.New("peer credentials: fdinfo of a pidfd has no Pid line")
 }
