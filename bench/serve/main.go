@@ -129,8 +129,15 @@ func startDaemon(ctx context.Context, cfg config, name string, extra ...string) 
 		return nil, err
 	}
 	defer logf.Close()
+	most := max(cfg.idle, cfg.c) + 50
 	args := append([]string{"serve", "--socket", filepath.Join(dir, "hutch.sock"), "--state-dir", filepath.Join(dir, "state"),
-		"--max-sandboxes", strconv.Itoa(max(cfg.idle, cfg.c) + 50)}, extra...)
+		"--max-sandboxes", strconv.Itoa(most)}, extra...)
+	if servesFlag(cfg.hutch, "max-memory") {
+		// Every sandbox has a memory limit (1g by default), which the
+		// tenant's quota (half of the host's memory by default) adds up:
+		// room for the most sandboxes the run makes.
+		args = append(args, "--tenant-memory", strconv.Itoa(most)+"g")
+	}
 	d.cmd = exec.Command(cfg.hutch, args...)
 	d.cmd.Stdout, d.cmd.Stderr = logf, logf
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
@@ -190,10 +197,15 @@ func tail(path string) string {
 
 // servesWarm reports whether `hutch serve -h` lists a -warm flag.
 func servesWarm(hutch string) bool {
+	return servesFlag(hutch, "warm")
+}
+
+// servesFlag reports whether `hutch serve -h` lists the flag -name.
+func servesFlag(hutch, name string) bool {
 	out, _ := exec.Command(hutch, "serve", "-h").CombinedOutput()
 	for _, l := range strings.Split(string(out), "\n") {
 		f := strings.Fields(l)
-		if len(f) > 0 && (f[0] == "-warm" || f[0] == "--warm") {
+		if len(f) > 0 && (f[0] == "-"+name || f[0] == "--"+name) {
 			return true
 		}
 	}

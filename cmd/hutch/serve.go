@@ -2,15 +2,19 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"regexp"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -30,19 +34,23 @@ const defaultStateDir = "/var/lib/hutch"
 func cmdServe(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("hutch serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	socket := fs.String("socket", api.DefaultSocket, "listen on the unix socket at `path` (mode 0660; \"\" for none); requests there without a token act as the tenant \"admin\"")
+	socket := fs.String("socket", api.DefaultSocket, "listen on the unix socket at `path` (mode 0660; \"\" for none); requests there without a token act as the tenant \"admin\"; processes in another user namespace (any sandbox) are refused")
 	listen := fs.String("listen", "", "also listen on TCP `address` (e.g. 127.0.0.1:7070); every request there needs a token (see hutch token create)")
 	stateDir := fs.String("state-dir", defaultStateDir, "keep the daemon's state and the sandboxes' directories in `dir`")
 	maxUpload := fs.String("max-upload", "1g", "largest file or archive upload, a `size` such as 512m")
 	defTimeout := fs.Duration("default-timeout", 0, "lifetime of a sandbox that asks for none (default 5m)")
 	maxTimeout := fs.Duration("max-timeout", 0, "longest lifetime of a sandbox (default 24h)")
 	maxSandboxes := fs.Int("max-sandboxes", 0, "most sandboxes a tenant may have at once (default 100)")
-	disk := fs.String("disk", "1g", "default `size` of a sandbox's writable root (its policy's resources.disk overrides it); it is kept in memory")
+	disk := fs.String("disk", "1g", "default `size` of a sandbox's writable root (its policy's resources.disk overrides it); it is kept in memory, charged to the sandbox's memory limit")
 	maxDisk := fs.String("max-disk", "16g", "largest `size` of a sandbox's writable root a policy may ask for")
-	tenantMemory := fs.String("tenant-memory", "", "bound the sum of the memory limits of a tenant's sandboxes to `size` (sandboxes then need a memory limit: their policy's or --default-memory)")
-	defaultMemory := fs.String("default-memory", "", "memory limit (`size`) of a sandbox whose policy sets none")
+	maxTmp := fs.String("max-tmp-size", "1g", "largest `size` of a sandbox's /tmp and /dev/shm (each; in memory, charged to its memory limit) a policy may ask for")
+	defaultMemory := fs.String("default-memory", "1g", "memory limit (`size`) of a sandbox whose policy sets none; everything a sandbox writes to /tmp, /dev/shm and its root counts against it")
+	maxMemory := fs.String("max-memory", "16g", "largest memory limit (`size`) a policy may ask for")
+	tenantMemory := fs.String("tenant-memory", "", "bound the sum of the memory limits of a tenant's sandboxes to `size` (default: this host's memory)")
 	warm := fs.Int("warm", 0, "keep `N` sandboxes of the default policy started, for creates that ask for no other policy to take at once")
 	noInternet := fs.Bool("no-internet", false, "refuse \"*\" (every public host) in sandboxes' allowed domains, and give E2B's sandboxes no network unless they list hosts")
+	var allowPrivate listFlag
+	fs.Var(&allowPrivate, "allow-private", "let every sandbox's proxy connect to loopback, private, link-local or this host's addresses in `cidr` (repeatable); tenants' own rules never open such addresses")
 	var upstreamCAs listFlag
 	fs.Var(&upstreamCAs, "upstream-ca", "also trust the certificates in `file` (PEM) when a sandbox's proxy connects to a secret's host (repeatable)")
 	debug := fs.Bool("debug", false, "log every request")
@@ -62,15 +70,30 @@ func cmdServe(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "hutch: --max-upload %q: want a size such as 512m or 2g\n", *maxUpload)
 		return 2
 	}
-	var sizes [4]int64
-	for i, f := range []struct{ name, value string }{{"disk", *disk}, {"max-disk", *maxDisk}, {"tenant-memory", *tenantMemory}, {"default-memory", *defaultMemory}} {
-		if f.value == "" {
+	var sizes [6]int64
+	for i, f := range []struct{ name, value string }{{"disk", *disk}, {"max-disk", *maxDisk}, {"tenant-memory", *tenantMemory}, {"default-memory", *defaultMemory}, {"max-memory", *maxMemory}, {"max-tmp-size", *maxTmp}} {
+		if f.name == "tenant-memory" && f.value == "" {
+			total, err := hostMemory()
+			if err != nil {
+				fmt.Fprintf(stderr, "hutch: --tenant-memory: no default (%v); give a size\n", err)
+				return 2
+			}
+			sizes[i] = total &^ (1<<20 - 1)
 			continue
 		}
 		if sizes[i], err = policy.ParseSize(f.value); err != nil || sizes[i] <= 0 {
 			fmt.Fprintf(stderr, "hutch: --%s %q: want a size such as 512m or 2g\n", f.name, f.value)
 			return 2
 		}
+	}
+	var private []netip.Prefix
+	for _, c := range allowPrivate {
+		p, err := netip.ParsePrefix(c)
+		if err != nil || p != p.Masked() {
+			fmt.Fprintf(stderr, "hutch: --allow-private %q: want a CIDR such as 10.1.0.0/16\n", c)
+			return 2
+		}
+		private = append(private, p)
 	}
 	roots, err := upstreamRoots(upstreamCAs)
 	if err != nil {
@@ -97,6 +120,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 		StateDir:       *stateDir,
 		AgentBinary:    agentBinary(log),
 		NoInternet:     *noInternet,
+		AllowPrivate:   private,
 		DefaultTimeout: *defTimeout,
 		MaxTimeout:     *maxTimeout,
 		MaxSandboxes:   *maxSandboxes,
@@ -105,6 +129,8 @@ func cmdServe(args []string, stderr io.Writer) int {
 		MaxDisk:        sizes[1],
 		TenantMemory:   sizes[2],
 		DefaultMemory:  sizes[3],
+		MaxMemory:      sizes[4],
+		MaxTmp:         sizes[5],
 		UpstreamRoots:  roots,
 	}, log)
 	if err != nil {
@@ -240,4 +266,22 @@ func usageCode(err error) int {
 		return 0
 	}
 	return 2
+}
+
+// hostMemory is the host's memory (MemTotal in /proc/meminfo), in bytes.
+func hostMemory() (int64, error) {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err != nil || kb <= 0 {
+				return 0, fmt.Errorf("/proc/meminfo: %q", line)
+			}
+			return kb << 10, nil
+		}
+	}
+	return 0, errors.New("/proc/meminfo has no MemTotal")
 }

@@ -117,52 +117,86 @@ func NewWithConfig(m Manager, cfg Config) (http.Handler, error) {
 	return h, nil
 }
 
-// register registers every route; the OpenAPI document (openapi.json) lists
-// the same ones, which a test checks.
+// route is one route of the API: what the audit log records of it, and
+// its handler.
+type route struct {
+	audit.Route
+	handle handlerFunc
+}
+
+// table is every route of the API, in the order registered. Each says
+// whether it is audited (its audit action) or only reads
+// (audit.ReadOnly); the OpenAPI document (openapi.json) lists the same
+// routes, which a test checks.
+func (h *handler) table() []route {
+	const ro = audit.ReadOnly
+	r := func(pattern, action string, f handlerFunc) route {
+		return route{audit.Route{Pattern: pattern, Action: action}, f}
+	}
+	return []route{
+		r("GET /v1/health", ro, h.health),
+		r("GET /v1/openapi.json", ro, h.openAPI),
+		r("GET /metrics", ro, h.metrics),
+
+		r("POST /v1/sandboxes", "create", h.create),
+		r("GET /v1/sandboxes", ro, h.list),
+		r("GET /v1/sandboxes/{id}", ro, h.get),
+		r("DELETE /v1/sandboxes/{id}", "destroy", h.destroy),
+		r("POST /v1/sandboxes/{id}/timeout", "extend", h.extend),
+		r("POST /v1/sandboxes/{id}/pause", "pause", h.pause),
+		r("POST /v1/sandboxes/{id}/resume", "resume", h.resume),
+		r("GET /v1/sandboxes/{id}/events", ro, h.events),
+
+		r("POST /v1/sandboxes/{id}/exec", "exec", h.exec),
+		r("GET /v1/sandboxes/{id}/processes", ro, h.processes),
+		r("POST /v1/sandboxes/{id}/processes/{pid}/signal", "signal", h.signal),
+
+		r("GET /v1/sandboxes/{id}/files", ro, h.readFile),
+		r("PUT /v1/sandboxes/{id}/files", "write_file", h.writeFile),
+		r("DELETE /v1/sandboxes/{id}/files", "remove", h.remove),
+		r("GET /v1/sandboxes/{id}/files/stat", ro, h.stat),
+		r("GET /v1/sandboxes/{id}/files/list", ro, h.listDir),
+		r("POST /v1/sandboxes/{id}/files/mkdir", "mkdir", h.mkdir),
+		r("POST /v1/sandboxes/{id}/files/rename", "rename", h.rename),
+		r("GET /v1/sandboxes/{id}/archive", ro, h.download),
+		r("PUT /v1/sandboxes/{id}/archive", "upload", h.upload),
+	}
+}
+
+// Routes returns every route of the API and what the audit log records of
+// it, from the table the handler registers.
+func Routes() []audit.Route {
+	var out []audit.Route
+	for _, r := range (&handler{}).table() {
+		out = append(out, r.Route)
+	}
+	return out
+}
+
+// register registers every route of the table.
 func (h *handler) register() {
-	h.handle("GET /v1/health", h.health)
-	h.handle("GET /v1/openapi.json", h.openAPI)
-	h.handle("GET /metrics", h.metrics)
-
-	h.handle("POST /v1/sandboxes", h.create)
-	h.handle("GET /v1/sandboxes", h.list)
-	h.handle("GET /v1/sandboxes/{id}", h.get)
-	h.handle("DELETE /v1/sandboxes/{id}", h.destroy)
-	h.handle("POST /v1/sandboxes/{id}/timeout", h.extend)
-	h.handle("POST /v1/sandboxes/{id}/pause", h.pause)
-	h.handle("POST /v1/sandboxes/{id}/resume", h.resume)
-	h.handle("GET /v1/sandboxes/{id}/events", h.events)
-
-	h.handle("POST /v1/sandboxes/{id}/exec", h.exec)
-	h.handle("GET /v1/sandboxes/{id}/processes", h.processes)
-	h.handle("POST /v1/sandboxes/{id}/processes/{pid}/signal", h.signal)
-
-	h.handle("GET /v1/sandboxes/{id}/files", h.readFile)
-	h.handle("PUT /v1/sandboxes/{id}/files", h.writeFile)
-	h.handle("DELETE /v1/sandboxes/{id}/files", h.remove)
-	h.handle("GET /v1/sandboxes/{id}/files/stat", h.stat)
-	h.handle("GET /v1/sandboxes/{id}/files/list", h.listDir)
-	h.handle("POST /v1/sandboxes/{id}/files/mkdir", h.mkdir)
-	h.handle("POST /v1/sandboxes/{id}/files/rename", h.rename)
-	h.handle("GET /v1/sandboxes/{id}/archive", h.download)
-	h.handle("PUT /v1/sandboxes/{id}/archive", h.upload)
+	for _, r := range h.table() {
+		h.handle(r.Route, r.handle)
+	}
 }
 
 // handlerFunc is a route's handler: an error it returns, h.fail answers
 // with. One that already answered returns nil.
 type handlerFunc func(w http.ResponseWriter, r *http.Request) error
 
-// handle registers f for pattern.
-func (h *handler) handle(pattern string, f handlerFunc) {
-	if action := auditActions[pattern]; action != "" && h.cfg.Audit != nil {
-		f = h.audited(action, f)
+// handle registers f for rt, audited unless it only reads (and the API
+// has an audit log).
+func (h *handler) handle(rt audit.Route, f handlerFunc) {
+	rt.Check()
+	if rt.Action != audit.ReadOnly && h.cfg.Audit != nil {
+		f = h.audited(rt.Action, f)
 	}
-	h.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+	h.mux.HandleFunc(rt.Pattern, func(w http.ResponseWriter, r *http.Request) {
 		if err := f(w, r); err != nil {
 			h.fail(w, r, err)
 		}
 	})
-	h.routes = append(h.routes, pattern)
+	h.routes = append(h.routes, rt.Pattern)
 }
 
 // ServeHTTP authenticates the request and routes it.
@@ -170,7 +204,8 @@ func (h *handler) handle(pattern string, f handlerFunc) {
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, pattern := h.mux.Handler(r)
 	sw := &statusWriter{ResponseWriter: w}
-	defer func() { h.met.request(pattern, sw.status()) }()
+	var tenant string
+	defer func() { h.met.request(tenant, pattern, sw.status()) }()
 	w = sw
 	tenant, err := h.authenticate(r)
 	if err != nil {

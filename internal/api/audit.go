@@ -8,23 +8,6 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/audit"
 )
 
-// auditActions names the audit action of every route that changes
-// something; the routes that only read are not audited.
-var auditActions = map[string]string{
-	"POST /v1/sandboxes":                             "create",
-	"DELETE /v1/sandboxes/{id}":                      "destroy",
-	"POST /v1/sandboxes/{id}/timeout":                "extend",
-	"POST /v1/sandboxes/{id}/pause":                  "pause",
-	"POST /v1/sandboxes/{id}/resume":                 "resume",
-	"POST /v1/sandboxes/{id}/exec":                   "exec",
-	"POST /v1/sandboxes/{id}/processes/{pid}/signal": "signal",
-	"PUT /v1/sandboxes/{id}/files":                   "write_file",
-	"DELETE /v1/sandboxes/{id}/files":                "remove",
-	"POST /v1/sandboxes/{id}/files/mkdir":            "mkdir",
-	"POST /v1/sandboxes/{id}/files/rename":           "rename",
-	"PUT /v1/sandboxes/{id}/archive":                 "upload",
-}
-
 type auditKey struct{}
 
 // audited wraps f so that every call of it is recorded in the audit log

@@ -115,11 +115,19 @@ func errorBody(err error) (int, ErrorBody) {
 	return status, ErrorBody{Code: code, Message: err.Error()}
 }
 
+// internalMessage is the message of a 500 answer to a tenant: what went
+// wrong inside the daemon (host paths, store errors) goes to the daemon's
+// log, not to a client that is not the machine's operator.
+const internalMessage = "internal error (the daemon's log has the details)"
+
 // fail answers with err.
 func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	status, body := errorBody(err)
 	if status >= 500 {
 		h.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
+		if status == http.StatusInternalServerError && OriginOf(r.Context()) != OriginLocal {
+			body.Message = internalMessage
+		}
 	} else {
 		h.log.Debug("request refused", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
 	}

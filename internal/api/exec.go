@@ -199,7 +199,7 @@ func (h *handler) execRun(w http.ResponseWriter, r *http.Request, ac *agent.Clie
 	if err != nil {
 		return err
 	}
-	defer func() { h.met.exec.With("run").Observe(time.Since(start).Seconds()) }()
+	defer func() { h.met.ran(tenantOf(r), "run", time.Since(start)) }()
 	h.emitExec(r, p, req.Args)
 	var out atomic.Int64
 	var code *int // set once the command ended

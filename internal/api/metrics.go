@@ -7,14 +7,31 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/daemon"
 	"github.com/hutch-sandbox/hutch/internal/metrics"
 )
 
-// apiMetrics are what GET /metrics writes.
+// apiMetrics are what GET /metrics writes: every series to the
+// operator (the unix socket), and to a tenant its own series only
+// (tenantSet): how many sandboxes it has, its requests, creates and
+// commands. The process-wide series (egress, OOM kills, the warm pool)
+// and other tenants' are the operator's.
 type apiMetrics struct {
+	m        Manager
+	reg      metrics.Registry
+	requests *metrics.CounterVec
+	create   *metrics.Histogram
+	exec     *metrics.HistogramVec
+
+	mu      sync.Mutex
+	tenants map[string]*tenantSet
+}
+
+// tenantSet is one tenant's series, under the names of the operator's.
+type tenantSet struct {
 	reg      metrics.Registry
 	requests *metrics.CounterVec
 	create   *metrics.Histogram
@@ -24,46 +41,116 @@ type apiMetrics struct {
 // countsTimeout bounds the store queries of a scrape.
 const countsTimeout = 10 * time.Second
 
-func newAPIMetrics(m Manager) *apiMetrics {
-	am := &apiMetrics{
-		requests: metrics.NewCounter("hutch_api_requests_total",
-			"API requests by route (the pattern matched, \"none\" if none) and HTTP status.", "route", "code"),
-		exec: metrics.NewHistogram("hutch_exec_seconds",
-			"Duration of commands run through the API, from start to end, by mode (run or stream).", metrics.DefaultBuckets, "mode"),
-	}
-	create := metrics.NewHistogram("hutch_sandbox_create_seconds",
+// The families GET /metrics writes for the operator and for tenants.
+func newRequests() *metrics.CounterVec {
+	return metrics.NewCounter("hutch_api_requests_total",
+		"API requests by route (the pattern matched, \"none\" if none) and HTTP status.", "route", "code")
+}
+
+func newExec() *metrics.HistogramVec {
+	return metrics.NewHistogram("hutch_exec_seconds",
+		"Duration of commands run through the API, from start to end, by mode (run or stream).", metrics.DefaultBuckets, "mode")
+}
+
+func newCreate() *metrics.HistogramVec {
+	return metrics.NewHistogram("hutch_sandbox_create_seconds",
 		"Duration of sandbox creations, successful or not.", metrics.DefaultBuckets)
+}
+
+// sandboxesGauge is hutch_sandboxes, by state, from counts.
+func sandboxesGauge(help string, counts func(ctx context.Context) (map[string]int, error)) *metrics.GaugeFunc {
+	return metrics.NewGaugeFunc("hutch_sandboxes", help, []string{"state"}, func() ([]metrics.Sample, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), countsTimeout)
+		defer cancel()
+		c, err := counts(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]metrics.Sample, 0, len(daemon.CountedStates))
+		for _, s := range daemon.CountedStates {
+			out = append(out, metrics.Sample{Values: []string{s}, Value: float64(c[s])})
+		}
+		return out, nil
+	})
+}
+
+func newAPIMetrics(m Manager) *apiMetrics {
+	am := &apiMetrics{m: m, requests: newRequests(), exec: newExec(), tenants: map[string]*tenantSet{}}
+	create := newCreate()
 	am.create = create.With()
-	sandboxes := metrics.NewGaugeFunc("hutch_sandboxes",
-		"Sandboxes of all tenants by state.", []string{"state"}, func() ([]metrics.Sample, error) {
-			ctx, cancel := context.WithTimeout(context.Background(), countsTimeout)
-			defer cancel()
-			counts, err := m.Counts(ctx)
-			if err != nil {
-				return nil, err
-			}
-			out := make([]metrics.Sample, 0, len(daemon.CountedStates))
-			for _, s := range daemon.CountedStates {
-				out = append(out, metrics.Sample{Values: []string{s}, Value: float64(counts[s])})
-			}
-			return out, nil
-		})
+	sandboxes := sandboxesGauge("Sandboxes of all tenants by state.", m.Counts)
 	am.reg.Register(am.requests, create, am.exec, sandboxes, daemon.EgressRefused, daemon.EgressBytes, daemon.WarmSandboxes, daemon.OOMKills)
 	return am
 }
 
-// request counts a request.
-func (am *apiMetrics) request(pattern string, code int) {
+// tenant returns the series of tenant, made on first use ("" has none:
+// a request that was not authenticated).
+func (am *apiMetrics) tenant(tenant string) *tenantSet {
+	if tenant == "" {
+		return nil
+	}
+	am.mu.Lock()
+	defer am.mu.Unlock()
+	if ts := am.tenants[tenant]; ts != nil {
+		return ts
+	}
+	ts := &tenantSet{requests: newRequests(), exec: newExec()}
+	create := newCreate()
+	ts.create = create.With()
+	sandboxes := sandboxesGauge("Sandboxes of this tenant by state.", func(ctx context.Context) (map[string]int, error) {
+		infos, err := am.m.List(ctx, tenant, nil, "")
+		if err != nil {
+			return nil, err
+		}
+		c := map[string]int{}
+		for _, i := range infos {
+			c[i.State]++
+		}
+		return c, nil
+	})
+	ts.reg.Register(ts.requests, create, ts.exec, sandboxes)
+	am.tenants[tenant] = ts
+	return ts
+}
+
+// request counts a request of tenant ("" when it was not authenticated).
+func (am *apiMetrics) request(tenant, pattern string, code int) {
 	if pattern == "" {
 		pattern = "none"
 	}
 	am.requests.With(pattern, strconv.Itoa(code)).Inc()
+	if ts := am.tenant(tenant); ts != nil {
+		ts.requests.With(pattern, strconv.Itoa(code)).Inc()
+	}
 }
 
-// metrics answers with every metric in the Prometheus text format.
+// created records how long a create of tenant took.
+func (am *apiMetrics) created(tenant string, d time.Duration) {
+	am.create.Observe(d.Seconds())
+	if ts := am.tenant(tenant); ts != nil {
+		ts.create.Observe(d.Seconds())
+	}
+}
+
+// ran records how long a command of tenant ran, by mode.
+func (am *apiMetrics) ran(tenant, mode string, d time.Duration) {
+	am.exec.With(mode).Observe(d.Seconds())
+	if ts := am.tenant(tenant); ts != nil {
+		ts.exec.With(mode).Observe(d.Seconds())
+	}
+}
+
+// metrics answers with the metrics in the Prometheus text format: every
+// series to the operator (the unix socket), the tenant's own to a
+// tenant's token. Decision: scoped rather than refused, so that a tenant
+// can watch its own use without learning anything of other tenants'.
 func (h *handler) metrics(w http.ResponseWriter, r *http.Request) error {
+	reg := &h.met.reg
+	if OriginOf(r.Context()) != OriginLocal {
+		reg = &h.met.tenant(tenantOf(r)).reg
+	}
 	var b bytes.Buffer
-	if _, err := h.met.reg.WriteTo(&b); err != nil {
+	if _, err := reg.WriteTo(&b); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", metrics.ContentType)

@@ -1,7 +1,10 @@
 package api
 
 import (
+	"context"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -116,17 +119,83 @@ func TestMetrics(t *testing.T) {
 	}
 }
 
-func TestMetricsNeedsToken(t *testing.T) {
+// TestMetricsTenantScope: over TCP, /metrics needs a token, and a
+// tenant's token gets its own series only — its sandboxes, requests,
+// creates and commands — never another tenant's, nor the process-wide
+// series (egress, OOM kills, the warm pool), which are the operator's.
+func TestMetricsTenantScope(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, Config{}, OriginRemote)
 	resp, data := e.request(t, "GET", "/metrics", nil)
 	want(t, resp, data, http.StatusUnauthorized, "unauthorized")
-	token, err := e.m.Store().CreateToken(t.Context(), "alice")
-	if err != nil {
-		t.Fatal(err)
+	tokens := map[string]string{}
+	for _, tenant := range []string{"alice", "bob"} {
+		token, err := e.m.Store().CreateToken(t.Context(), tenant)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokens[tenant] = token
 	}
-	got := e.scrape(t, "Authorization", "Bearer "+token)
-	if v := got[`hutch_api_requests_total{route="GET /metrics",code="401"}`]; v != 1 {
-		t.Errorf("the refused scrape counted %v times, want 1", v)
+	auth := func(tenant string) []string { return []string{"Authorization", "Bearer " + tokens[tenant]} }
+	for range 2 {
+		resp, data := e.request(t, "POST", "/v1/sandboxes", nil, auth("alice")...)
+		want(t, resp, data, http.StatusCreated, "")
 	}
+	resp, data = e.request(t, "GET", "/v1/sandboxes/sb-aaaaaaaaaaaa", nil, auth("bob")...)
+	want(t, resp, data, http.StatusNotFound, "not_found")
+
+	alice, bob := e.scrape(t, auth("alice")...), e.scrape(t, auth("bob")...)
+	for series, v := range map[string]float64{
+		`hutch_sandboxes{state="running"}`:                                2,
+		`hutch_api_requests_total{route="POST /v1/sandboxes",code="201"}`: 2,
+		`hutch_sandbox_create_seconds_count`:                              2,
+	} {
+		if alice[series] != v {
+			t.Errorf("alice: %s = %v, want %v", series, alice[series], v)
+		}
+		if got, ok := bob[series]; ok && got != 0 {
+			t.Errorf("bob sees alice's %s = %v", series, got)
+		}
+	}
+	if v := bob[`hutch_api_requests_total{route="GET /v1/sandboxes/{id}",code="404"}`]; v != 1 {
+		t.Errorf("bob's own 404: %v, want 1", v)
+	}
+	if _, ok := alice[`hutch_api_requests_total{route="GET /v1/sandboxes/{id}",code="404"}`]; ok {
+		t.Error("alice sees bob's request")
+	}
+	for series := range alice {
+		for _, global := range []string{"hutch_egress_", "hutch_warm_", "hutch_oom_", `code="401"`} {
+			if strings.Contains(series, global) {
+				t.Errorf("a tenant sees %s", series)
+			}
+		}
+	}
+	// The operator, on the socket, sees everything: both tenants'
+	// requests and the refused one.
+	local := newEnvOn(t, e, OriginLocal)
+	all := local.scrape(t)
+	for series, v := range map[string]float64{
+		`hutch_sandboxes{state="running"}`:                                    2,
+		`hutch_api_requests_total{route="POST /v1/sandboxes",code="201"}`:     2,
+		`hutch_api_requests_total{route="GET /v1/sandboxes/{id}",code="404"}`: 1,
+		`hutch_api_requests_total{route="GET /metrics",code="401"}`:           1,
+	} {
+		if all[series] != v {
+			t.Errorf("operator: %s = %v, want %v", series, all[series], v)
+		}
+	}
+	if _, ok := all[`hutch_egress_refused_total`]; !ok {
+		t.Error("the operator does not see the egress series")
+	}
+}
+
+// newEnvOn serves e's handler on a server of its own whose connections
+// have origin.
+func newEnvOn(t *testing.T, e *testEnv, origin Origin) *testEnv {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(e.h)
+	srv.Config.ConnContext = func(ctx context.Context, _ net.Conn) context.Context { return WithOrigin(ctx, origin) }
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return &testEnv{m: e.m, h: e.h, srv: srv}
 }

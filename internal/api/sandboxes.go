@@ -55,7 +55,7 @@ func (h *handler) create(w http.ResponseWriter, r *http.Request) error {
 	}
 	start := time.Now()
 	info, err := h.m.Create(r.Context(), tenantOf(r), req)
-	h.met.create.Observe(time.Since(start).Seconds())
+	h.met.created(tenantOf(r), time.Since(start))
 	if err != nil {
 		return err
 	}
@@ -106,6 +106,7 @@ func createRequest(b CreateBody, origin Origin) (daemon.CreateRequest, error) {
 		return req, err
 	}
 	req.Labels, req.Env, req.Secrets = b.Labels, b.Env, b.Secrets
+	req.Operator = origin == OriginLocal
 	return req, nil
 }
 

@@ -10,7 +10,10 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
+
+	"github.com/hutch-sandbox/hutch/internal/peercred"
 )
 
 // DefaultSocket is the daemon's default unix socket.
@@ -119,7 +122,11 @@ func (l *unixListener) Close() error {
 // then shuts down: it stops accepting, lets requests in progress finish
 // for a while, ends the exec streams (their commands are killed) and
 // closes the listeners. Requests on a unix listener have OriginLocal,
-// others OriginRemote. It returns nil after a shutdown ctx asked for.
+// others OriginRemote. A connection on a unix listener whose peer is in
+// another user namespace than the daemon's — every hutch sandbox is — or
+// cannot be placed is refused: each of its requests is answered 403 and
+// logged, and h never sees it (see guardPeers). It returns nil after a
+// shutdown ctx asked for.
 func Serve(ctx context.Context, h http.Handler, log *slog.Logger, ls ...net.Listener) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -127,7 +134,7 @@ func Serve(ctx context.Context, h http.Handler, log *slog.Logger, ls ...net.List
 	base, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelBase()
 	srv := &http.Server{
-		Handler:           h,
+		Handler:           guardPeers(h, log),
 		ReadHeaderTimeout: 30 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
@@ -135,6 +142,7 @@ func Serve(ctx context.Context, h http.Handler, log *slog.Logger, ls ...net.List
 		BaseContext:       func(net.Listener) context.Context { return base },
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 			if c.LocalAddr().Network() == "unix" {
+				ctx = context.WithValue(ctx, peerKey{}, &peerCheck{conn: c})
 				return WithOrigin(ctx, OriginLocal)
 			}
 			return WithOrigin(ctx, OriginRemote)
@@ -163,4 +171,55 @@ func Serve(ctx context.Context, h http.Handler, log *slog.Logger, ls ...net.List
 		<-errc
 	}
 	return err
+}
+
+type peerKey struct{}
+
+// peerCheck is the verdict on the peer of one unix socket connection,
+// reached once, at its first request.
+type peerCheck struct {
+	conn net.Conn
+	once sync.Once
+	err  error
+}
+
+// check returns why the connection's peer is refused, nil if it is not.
+func (pc *peerCheck) check() error {
+	pc.once.Do(func() {
+		sc, ok := pc.conn.(syscall.Conn)
+		if !ok {
+			pc.err = fmt.Errorf("the connection (%T) has no peer credentials", pc.conn)
+			return
+		}
+		p, err := peercred.Of(sc)
+		switch {
+		case err != nil:
+			pc.err = fmt.Errorf("cannot tell where the peer runs (%v)", err)
+		case !p.SameUserNS:
+			pc.err = fmt.Errorf("the peer (%s) is in another user namespace than the daemon (a sandbox, or a container with its own user namespace)", p)
+		}
+	})
+	return pc.err
+}
+
+// guardPeers answers every request on a unix socket connection whose peer
+// is not in the daemon's user namespace with 403 (and closes the
+// connection), logging it, before h sees it: a process in a sandbox
+// (hutch run's or any other's) that reaches the daemon's socket through
+// the file system must not act as its operator. Other requests go to h.
+func guardPeers(h http.Handler, log *slog.Logger) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if pc, ok := r.Context().Value(peerKey{}).(*peerCheck); ok {
+			if err := pc.check(); err != nil {
+				log.Warn("refused a connection on the unix socket", "reason", err.Error(), "method", r.Method, "path", r.URL.Path)
+				w.Header().Set("Connection", "close")
+				writeJSON(w, http.StatusForbidden, ErrorBody{
+					Code:    CodePermissionDenied,
+					Message: "hutch serve refuses this connection: " + err.Error() + "; its unix socket serves only processes in the daemon's own user namespace",
+				})
+				return
+			}
+		}
+		h.ServeHTTP(w, r)
+	})
 }

@@ -36,7 +36,7 @@ func (h *handler) execStream(w http.ResponseWriter, r *http.Request, ac *agent.C
 	if err != nil {
 		return err
 	}
-	defer func() { h.met.exec.With("stream").Observe(time.Since(start).Seconds()) }()
+	defer func() { h.met.ran(tenantOf(r), "stream", time.Since(start)) }()
 	conn, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
 		_ = p.Signal(syscall.SIGKILL)

@@ -44,8 +44,11 @@ type Entry struct {
 	Time time.Time `json:"time"`
 	// Tenant is the tenant that made it.
 	Tenant string `json:"tenant"`
-	// Action is what it did: "create", "destroy", "extend", "exec",
-	// "write_file", "remove", "rename", "mkdir", "upload", "signal".
+	// Action is what it did: "create", "destroy", "extend", "pause",
+	// "resume", "connect", "exec", "stdin", "close_stdin", "resize",
+	// "signal", "write_file", "remove", "rename", "mkdir", "upload",
+	// "watch", "unwatch" (the front ends' route tables say which route
+	// records which).
 	Action string `json:"action"`
 	// Sandbox is the sandbox it acted on ("" when none, e.g. a create
 	// that failed).

@@ -5,9 +5,11 @@ import (
 	"crypto/rand"
 	"encoding/base32"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -132,9 +134,13 @@ func (m *Manager) Create(ctx context.Context, tenant string, r CreateRequest) (I
 	ev := m.newEvents(tenant, id)
 	ev.append(EventCreated, map[string]any{"expires": row.Expires}, false)
 
-	l, err := m.launch(ctx, id, dir, spec, env, sec, log, ev)
+	l, err := m.launch(ctx, id, dir, spec, env, sec, r.Operator, log, ev)
 	if err != nil {
 		m.abandon(id, dir, log, ev, err)
+		if errors.Is(err, sandbox.ErrNotDirInRoot) {
+			// The host's root changed since prepare looked.
+			return Info{}, invalid("create sandbox %s: policy: filesystem.workspace: %v", id, err)
+		}
 		return Info{}, fmt.Errorf("create sandbox %s: %w", id, err)
 	}
 	if err := m.adopt(l, tenant, r.IdleTimeout, now, row.Expires); err != nil {
@@ -154,13 +160,14 @@ func (m *Manager) Create(ctx context.Context, tenant string, r CreateRequest) (I
 
 // launch starts sandbox id — its record made (starting) and its directory
 // ready — with spec and env as its agent's environment (with the
-// placeholders of sec, the spec's secrets, nil for none), records the host
+// placeholders of sec, the spec's secrets, nil for none; spec the
+// operator's when operator, else a tenant's), records the host
 // pid of its PID 1 and waits for its agent to answer. It is how every
 // sandbox starts, created or warm. The live it returns belongs to no
 // tenant yet and is not in m.live; ev (may be nil) gets its proxy's
 // refusals. On error everything started is closed again; the caller
 // cleans up the record and the directory (abandon).
-func (m *Manager) launch(ctx context.Context, id, dir string, spec policy.Spec, env []string, sec *sandboxSecrets, log *slog.Logger, ev *eventLog) (*live, error) {
+func (m *Manager) launch(ctx context.Context, id, dir string, spec policy.Spec, env []string, sec *sandboxSecrets, operator bool, log *slog.Logger, ev *eventLog) (*live, error) {
 	l := &live{id: id, dir: dir, ev: ev, ended: make(chan struct{})}
 	fail := func(err error) (*live, error) {
 		l.close(log)
@@ -168,7 +175,7 @@ func (m *Manager) launch(ctx context.Context, id, dir string, spec policy.Spec, 
 	}
 	var proxy sandbox.Proxy
 	if spec.Network.Mode == "proxy" {
-		p, err := newProxy(spec.Network, id, log, ev, sec.secrets())
+		p, err := newProxy(spec.Network, m.cfg.AllowPrivate, operator, id, log, ev, sec.secrets())
 		if err != nil {
 			return nil, err
 		}
@@ -362,8 +369,16 @@ func (m *Manager) prepare(r CreateRequest, ws string) (policy.Spec, time.Duratio
 	if err := spec.Normalize(ws, ""); err != nil {
 		return spec, 0, invalid("create sandbox: policy: %s", oneLine(err))
 	}
+	if r.Policy.Resources.TmpBytes == 0 {
+		spec.Resources.TmpBytes = min(spec.Resources.TmpBytes, m.cfg.MaxTmp)
+	}
 	if err := servePolicy(spec, m.cfg.NoInternet); err != nil {
 		return spec, 0, err
+	}
+	if !r.Operator {
+		if err := m.tenantNetwork(spec); err != nil {
+			return spec, 0, err
+		}
 	}
 	if spec.Resources.DiskBytes == 0 {
 		spec.Resources.DiskBytes = m.cfg.DefaultDisk
@@ -372,8 +387,19 @@ func (m *Manager) prepare(r CreateRequest, ws string) (policy.Spec, time.Duratio
 		spec.Resources.MemoryBytes = m.cfg.DefaultMemory
 	}
 
-	if spec.Resources.DiskBytes > m.cfg.MaxDisk {
-		return spec, 0, invalid("create sandbox: policy: resources.disk: %s is above the maximum of %s", policy.FormatSize(spec.Resources.DiskBytes), policy.FormatSize(m.cfg.MaxDisk))
+	// Each is RAM the host holds for the sandbox (its memory limit, and
+	// tmpfs mounts charged to it): bounded by the operator.
+	for _, b := range []struct {
+		field, flag string
+		size, max   int64
+	}{
+		{"resources.disk", "--max-disk", spec.Resources.DiskBytes, m.cfg.MaxDisk},
+		{"resources.memory", "--max-memory", spec.Resources.MemoryBytes, m.cfg.MaxMemory},
+		{"resources.tmp_size", "--max-tmp-size", spec.Resources.TmpBytes, m.cfg.MaxTmp},
+	} {
+		if b.size > b.max {
+			return spec, 0, invalid("create sandbox: policy: %s: %s is above the maximum of %s (hutch serve %s)", b.field, policy.FormatSize(b.size), policy.FormatSize(b.max), b.flag)
+		}
 	}
 	timeout, err := m.lifetime(r.Timeout, spec.Resources.Timeout)
 	if err != nil {
@@ -391,6 +417,14 @@ func (m *Manager) prepare(r CreateRequest, ws string) (policy.Spec, time.Duratio
 		return spec, 0, invalid("create sandbox: policy: filesystem.workspace: must be an absolute path, got %q", ws)
 	case policy.SystemDir(ws):
 		return spec, 0, invalid("create sandbox: policy: filesystem.workspace: %q is a system directory", ws)
+	}
+	// The workspace is made in the sandbox's layer; the host's root is
+	// looked at only where the sandbox's view shows it, so that the
+	// answer is the same whatever the host holds where the view hides it.
+	if err := m.rootLayer(spec).CheckWorkspace("", ws); errors.Is(err, sandbox.ErrNotDirInRoot) {
+		return spec, 0, invalid("create sandbox: policy: filesystem.workspace: %q: %v", ws, err)
+	} else if err != nil {
+		return spec, 0, fmt.Errorf("create sandbox: workspace %q: %w", ws, err)
 	}
 	return spec, timeout, nil
 }
@@ -560,13 +594,21 @@ func envEntries(env map[string]string) []string {
 
 // newProxy makes the egress proxy of sandbox id, with its secrets (nil for
 // none): its refusals go to the daemon's log and to the sandbox's event log
-// ev.
-func newProxy(nw policy.Network, id string, log *slog.Logger, ev *eventLog, list []*secrets.Secret) (*egress.Proxy, error) {
+// ev. Its address guard lets through what open (the daemon's
+// configuration) opens and, for the operator's policy only (operator),
+// what the policy's allow_private and IP-literal rules open: a tenant's
+// rules open nothing the guard refuses, whatever a front end let through.
+func newProxy(nw policy.Network, open []netip.Prefix, operator bool, id string, log *slog.Logger, ev *eventLog, list []*secrets.Secret) (*egress.Proxy, error) {
 	cfg, err := egress.ConfigFromPolicy(nw)
 	if err != nil {
 		return nil, invalid("policy: %v", err)
 	}
 	cfg.Secrets = list
+	cfg.OperatorRules = operator
+	if !operator {
+		cfg.AllowPrivate = nil
+	}
+	cfg.AllowPrivate = append(slices.Clone(open), cfg.AllowPrivate...)
 	rules, err := egress.NewRules(cfg)
 	if err != nil {
 		return nil, invalid("policy: %v", err)
@@ -581,4 +623,101 @@ func newProxy(nw policy.Network, id string, log *slog.Logger, ev *eventLog, list
 			ev.append(EventEgressRefused, map[string]any{"protocol": e.Protocol, "host": e.Host, "port": e.Port, "reason": e.Reason}, false)
 		},
 	}, nil
+}
+
+// operatorOnly ends the message of a tenant's network rule that asks for
+// what only the operator may open.
+const operatorOnly = "only the daemon's operator may open loopback, private, link-local, metadata and this host's addresses (on its unix socket, or for every sandbox with hutch serve --allow-private)"
+
+// tenantNetwork refuses, in a tenant's normalized policy, a secret whose
+// value would come from the daemon's environment or files, and what would
+// open an address the egress proxy's guard refuses: network.allow_private, and
+// IP-literal allow rules, CIDRs, host pins (network.hosts) and secrets'
+// hosts for loopback, private, link-local, metadata, CGNAT or this host's
+// addresses, in any spelling (v4-mapped, NAT64, 6to4 …), unless the
+// daemon's configuration opened them (Config.AllowPrivate). The proxy of
+// a tenant's sandbox would refuse them anyway (newProxy); this names the
+// field instead.
+func (m *Manager) tenantNetwork(s policy.Spec) error {
+	hostAddrs, err := egress.HostAddrs()
+	if err != nil {
+		return fmt.Errorf("create sandbox: the host's addresses: %w", err)
+	}
+	var problems []string
+	nw := s.Network
+	if len(nw.AllowPrivate) > 0 {
+		problems = append(problems, "network.allow_private")
+	}
+	rule := func(field string, i int, entry string, cidr bool) {
+		class, err := egress.SpecialRule(entry, cidr, hostAddrs, m.cfg.AllowPrivate)
+		switch {
+		case err != nil:
+			// Validate would have refused it; name it all the same.
+			problems = append(problems, fmt.Sprintf("%s[%d]: %q: %v", field, i, entry, err))
+		case class != "":
+			problems = append(problems, fmt.Sprintf("%s[%d]: %q names %s addresses", field, i, entry, class))
+		}
+	}
+	for i, d := range nw.AllowedDomains {
+		rule("network.allowed_domains", i, d, false)
+	}
+	for i, c := range nw.AllowedCIDRs {
+		rule("network.allowed_cidrs", i, c, true)
+	}
+	for i, sec := range s.Secrets {
+		for j, h := range sec.Hosts {
+			rule(fmt.Sprintf("secrets[%d].hosts", i), j, h, false)
+		}
+	}
+	for i, h := range nw.Hosts {
+		_, addr, err := policy.SplitHostPin(h)
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("network.hosts[%d]: %v", i, err))
+			continue
+		}
+		addr = addr.WithZone("").Unmap()
+		class := egress.Classify(addr, hostAddrs)
+		if class != "" && !slices.ContainsFunc(m.cfg.AllowPrivate, func(p netip.Prefix) bool { return p.Contains(addr) }) {
+			problems = append(problems, fmt.Sprintf("network.hosts[%d]: %q pins a name to a %s address", i, h, class))
+		}
+	}
+	if len(problems) > 0 {
+		return invalid("create sandbox: policy: %s: %s", strings.Join(problems, "; "), operatorOnly)
+	}
+	// A secret's value comes with a tenant's request, never from the
+	// daemon's own environment or files, which the proxy would send to
+	// the tenant's chosen host.
+	for i, sec := range s.Secrets {
+		if sec.From != policy.SecretFromRequest {
+			return invalid("create sandbox: policy: secrets[%d].from: %q: a tenant's secret takes its value from the request (only the daemon's operator may name its environment or files)", i, sec.From)
+		}
+	}
+	return nil
+}
+
+// CheckTenantRule checks an egress allow rule a tenant wrote (see
+// Sandboxes), with what the daemon's configuration opened.
+func (m *Manager) CheckTenantRule(field, entry string, cidr bool) error {
+	return TenantRule(field, entry, cidr, m.cfg.AllowPrivate)
+}
+
+// TenantRule checks an egress allow rule a tenant wrote, in the syntax of
+// network.allowed_domains (cidr false) or allowed_cidrs (cidr true): an
+// error of category ErrInvalid naming field when it does not parse, or
+// when it asks for addresses the guard refuses (loopback, private,
+// link-local, metadata, this host's …) outside open, the ranges the
+// operator opened for every sandbox.
+func TenantRule(field, entry string, cidr bool, open []netip.Prefix) error {
+	hostAddrs, err := egress.HostAddrs()
+	if err != nil {
+		return fmt.Errorf("the host's addresses: %w", err)
+	}
+	class, err := egress.SpecialRule(entry, cidr, hostAddrs, open)
+	switch {
+	case err != nil:
+		return invalid("%s: %q: %v", field, entry, err)
+	case class != "":
+		return invalid("%s: %q names %s addresses: %s", field, entry, class, operatorOnly)
+	}
+	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"context"
 	"crypto/x509"
 	"errors"
+	"net/netip"
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/agent"
@@ -38,17 +39,31 @@ type Config struct {
 	// The layer lives in memory (tmpfs): what a sandbox writes counts
 	// against its memory limit.
 	DefaultDisk, MaxDisk int64
+	// DefaultMemory is the memory limit of a sandbox whose policy sets
+	// none (1 GiB, or TenantMemory if smaller, when zero); MaxMemory
+	// bounds what a policy may ask for (16 GiB, or DefaultMemory if
+	// larger, when zero). Every served sandbox has a memory limit: its
+	// processes and every page it writes into its RAM-backed file systems
+	// (its writable root, /tmp, /dev/shm) are charged to its memory
+	// cgroup, so that no sandbox makes the host hold more than that.
+	DefaultMemory, MaxMemory int64
+	// MaxTmp bounds a policy's resources.tmp_size, the size of each of a
+	// sandbox's private tmpfs mounts (/tmp, /dev/shm; 1 GiB when zero). A
+	// policy without one gets policy.DefaultTmpBytes, or MaxTmp if
+	// smaller.
+	MaxTmp int64
 	// TenantMemory, when positive, bounds the sum of the memory limits
-	// of a tenant's sandboxes; a sandbox whose policy sets no
-	// resources.memory then gets DefaultMemory (and is refused when that
-	// is 0 too).
+	// of a tenant's sandboxes that are not stopped.
 	TenantMemory int64
-	// DefaultMemory, when positive, is the memory limit of a sandbox whose
-	// policy sets none.
-	DefaultMemory int64
 	// NoInternet refuses "*" in a policy's allowed domains: sandboxes reach
 	// only the hosts their policies name.
 	NoInternet bool
+	// AllowPrivate lists the address ranges that every sandbox's egress
+	// proxy lets through although its address guard refuses them
+	// (loopback, private, link-local, metadata, this host's …): the
+	// operator's decision (hutch serve --allow-private). A tenant's rules
+	// open nothing else the guard refuses (CreateRequest.Operator).
+	AllowPrivate []netip.Prefix
 	// AgentBinary is the PID 1 of every sandbox: a binary that serves
 	// "agent" and "proxy-connect" as hutch does (hutch-agent, which costs
 	// each sandbox half the memory); the daemon's own binary when empty.
@@ -93,6 +108,14 @@ type CreateRequest struct {
 	// the sandbox gets placeholders, the proxy swaps the values in for the
 	// secrets' hosts only, and the store keeps none of them.
 	Secrets map[string]secrets.Value
+	// Operator says that the request comes from the daemon's operator
+	// (hutch's API on its unix socket), whose policy may open what the
+	// egress proxy's address guard refuses: network.allow_private, and
+	// IP-literal and CIDR rules for loopback, private, link-local,
+	// metadata or this host's addresses. A tenant's request (false) may
+	// not: such rules are refused (ErrInvalid), and its sandbox's proxy
+	// lets through only what Config.AllowPrivate opens.
+	Operator bool
 }
 
 // Sandboxes is what a front end of the daemon (hutch's API, E2B's) needs
@@ -117,6 +140,12 @@ type Sandboxes interface {
 	// Agent is the client of the sandbox's agent; the call counts as
 	// activity.
 	Agent(ctx context.Context, tenant, id string) (*agent.Client, error)
+	// CheckTenantRule checks an egress allow rule a tenant wrote, in the
+	// syntax of network.allowed_domains (cidr false) or allowed_cidrs
+	// (cidr true), before its front end maps it into a policy: an error
+	// of category ErrInvalid, naming field, when it asks for addresses
+	// only the operator may open (see egress.SpecialRule).
+	CheckTenantRule(field, entry string, cidr bool) error
 }
 
 var _ Sandboxes = (*Manager)(nil)

@@ -17,10 +17,14 @@ import (
 // policy names none: a directory of its writable root.
 const DefaultWorkspace = "/workspace"
 
-// Defaults of Config.DefaultDisk and Config.MaxDisk.
+// Defaults of Config.DefaultDisk, MaxDisk, DefaultMemory, MaxMemory and
+// MaxTmp.
 const (
-	defaultDisk    = 1 << 30
-	defaultMaxDisk = 16 << 30
+	defaultDisk      = 1 << 30
+	defaultMaxDisk   = 16 << 30
+	defaultMemory    = 1 << 30
+	defaultMaxMemory = 16 << 30
+	defaultMaxTmp    = 1 << 30
 )
 
 // hiddenDirs are the host directories every sandbox sees empty (and may

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -218,6 +219,18 @@ func (c *Config) withDefaults() error {
 	if c.MaxDisk == 0 {
 		c.MaxDisk = max(defaultMaxDisk, c.DefaultDisk)
 	}
+	if c.DefaultMemory == 0 {
+		c.DefaultMemory = defaultMemory
+		if c.TenantMemory > 0 {
+			c.DefaultMemory = min(c.DefaultMemory, c.TenantMemory)
+		}
+	}
+	if c.MaxMemory == 0 {
+		c.MaxMemory = max(defaultMaxMemory, c.DefaultMemory)
+	}
+	if c.MaxTmp == 0 {
+		c.MaxTmp = defaultMaxTmp
+	}
 	switch {
 	case c.DefaultTimeout < 0 || c.MaxTimeout < 0 || c.MaxSandboxes < 0:
 		return fmt.Errorf("daemon config: negative timeout or sandbox count: %w", ErrInvalid)
@@ -225,15 +238,20 @@ func (c *Config) withDefaults() error {
 		return fmt.Errorf("daemon config: %d warm sandboxes is not between 0 and %d: %w", c.Warm, MaxWarm, ErrInvalid)
 	case c.Warm > c.MaxSandboxes:
 		return fmt.Errorf("daemon config: %d warm sandboxes exceed the %d sandboxes a tenant may have: %w", c.Warm, c.MaxSandboxes, ErrInvalid)
-	case c.TenantMemory < 0 || c.DefaultMemory < 0:
+	case c.TenantMemory < 0 || c.DefaultMemory < 0 || c.MaxMemory < 0:
 		return fmt.Errorf("daemon config: negative memory: %w", ErrInvalid)
-	case c.DefaultMemory > 0 && c.DefaultMemory < policy.MinMemoryBytes:
-		return fmt.Errorf("daemon config: default memory %s is below the minimum of %s: %w", policy.FormatSize(c.DefaultMemory), policy.FormatSize(policy.MinMemoryBytes), ErrInvalid)
+	case c.DefaultMemory < policy.MinMemoryBytes || c.DefaultMemory > c.MaxMemory:
+		return fmt.Errorf("daemon config: default memory %s is not between %s and the maximum %s: %w",
+			policy.FormatSize(c.DefaultMemory), policy.FormatSize(policy.MinMemoryBytes), policy.FormatSize(c.MaxMemory), ErrInvalid)
+	case c.MaxTmp < policy.MinTmpBytes:
+		return fmt.Errorf("daemon config: maximum tmp size %s is below the minimum of %s: %w", policy.FormatSize(c.MaxTmp), policy.FormatSize(policy.MinTmpBytes), ErrInvalid)
 	case c.TenantMemory > 0 && c.DefaultMemory > c.TenantMemory:
 		return fmt.Errorf("daemon config: default memory %s exceeds a tenant's %s: %w", policy.FormatSize(c.DefaultMemory), policy.FormatSize(c.TenantMemory), ErrInvalid)
 	case c.DefaultDisk < policy.MinDiskBytes || c.DefaultDisk > c.MaxDisk:
 		return fmt.Errorf("daemon config: default disk %s is not between %s and the maximum %s: %w",
 			policy.FormatSize(c.DefaultDisk), policy.FormatSize(policy.MinDiskBytes), policy.FormatSize(c.MaxDisk), ErrInvalid)
+	case slices.ContainsFunc(c.AllowPrivate, func(p netip.Prefix) bool { return !p.IsValid() || p != p.Masked() }):
+		return fmt.Errorf("daemon config: allow-private: want valid prefixes without host bits, got %v: %w", c.AllowPrivate, ErrInvalid)
 	case c.DefaultTimeout > c.MaxTimeout:
 		return fmt.Errorf("daemon config: default timeout %s exceeds the maximum %s: %w", c.DefaultTimeout, c.MaxTimeout, ErrInvalid)
 	}

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -329,11 +330,14 @@ func TestMemoryQuota(t *testing.T) {
 	}
 	mustCreate(t, m, "a", CreateRequest{})
 
+	// Without a default, a sandbox gets 1 GiB, or the tenant's quota if
+	// that is smaller.
 	m2 := newManager(t, Config{TenantMemory: 300 << 20})
-	if _, err := m2.Create(ctx, "a", CreateRequest{}); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "resources.memory") {
-		t.Errorf("no memory limit under a memory quota: %v, want ErrInvalid naming resources.memory", err)
+	info := mustCreate(t, m2, "a", CreateRequest{})
+	if sb, err := m2.st.GetSandbox(ctx, "a", info.ID); err != nil || !strings.Contains(string(sb.Spec), `"memory":314572800`) {
+		t.Errorf("the sandbox's policy: %s, %v", sb.Spec, err)
 	}
-	for _, c := range []Config{{TenantMemory: -1}, {DefaultMemory: 1}, {TenantMemory: 64 << 20, DefaultMemory: 128 << 20}} {
+	for _, c := range []Config{{TenantMemory: -1}, {DefaultMemory: 1}, {TenantMemory: 64 << 20, DefaultMemory: 128 << 20}, {DefaultMemory: 2 << 30, MaxMemory: 1 << 30}, {MaxTmp: 1}} {
 		c.StateDir = t.TempDir()
 		if _, err := New(c, nil); !errors.Is(err, ErrInvalid) {
 			t.Errorf("New(%+v) = %v, want ErrInvalid", c, err)
@@ -564,7 +568,8 @@ func TestInvalid(t *testing.T) {
 		{"memory below the minimum", CreateRequest{Policy: policy.Spec{Resources: policy.Resources{MemoryBytes: 1}}}, "resources.memory"},
 		{"bad network mode", CreateRequest{Policy: policy.Spec{Network: policy.Network{Mode: "wide-open"}}}, "network.mode"},
 		{"a secret without its value", CreateRequest{Policy: policy.Spec{Secrets: []policy.Secret{{Name: "T", Hosts: []string{"example.com"}, From: policy.SecretFromRequest}}}}, "secret T: the request carries no value"},
-		{"a secret from the daemon's environment that is not set", CreateRequest{Policy: policy.Spec{Secrets: []policy.Secret{{Name: "HUTCH_TEST_UNSET_SECRET", Hosts: []string{"example.com"}}}}}, "hutch's environment has no HUTCH_TEST_UNSET_SECRET"},
+		{"a secret from the daemon's environment that is not set", CreateRequest{Operator: true, Policy: policy.Spec{Secrets: []policy.Secret{{Name: "HUTCH_TEST_UNSET_SECRET", Hosts: []string{"example.com"}}}}}, "hutch's environment has no HUTCH_TEST_UNSET_SECRET"},
+		{"a tenant's secret from the daemon's environment", CreateRequest{Policy: policy.Spec{Secrets: []policy.Secret{{Name: "HOME", Hosts: []string{"example.com"}}}}}, "secrets[0].from"},
 		{"host network", CreateRequest{Policy: policy.Spec{Network: policy.Network{Mode: "host"}}}, "network.mode"},
 		{"host network refused by the policy", CreateRequest{Policy: policy.Spec{Network: policy.Network{Mode: "host", AllowHost: &no}}}, "network.mode"},
 		{"allow_write", CreateRequest{Policy: policy.Spec{Filesystem: policy.Filesystem{AllowWrite: []string{"/etc/cron.d"}}}}, "allow_write"},
@@ -726,9 +731,10 @@ func TestActivityRecorded(t *testing.T) {
 
 // TestProxy: a served sandbox in network mode "proxy" reaches an allowed
 // host through its own egress proxy (here a loopback upstream pinned by
-// name), and nothing else.
+// name, which the operator's configuration opened for every sandbox), and
+// nothing else.
 func TestProxy(t *testing.T) {
-	m := newManager(t, Config{})
+	m := newManager(t, Config{AllowPrivate: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}})
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -742,7 +748,6 @@ func TestProxy(t *testing.T) {
 	info := mustCreate(t, m, "alice", CreateRequest{Policy: policy.Spec{Network: policy.Network{
 		AllowedDomains: []string{"up.test:" + port},
 		Hosts:          []string{"up.test:127.0.0.1", "other.test:127.0.0.1"},
-		AllowPrivate:   []string{"127.0.0.1/32"},
 	}}})
 	out := mustRun(t, m, "alice", info.ID, `curl -sS --max-time 10 http://up.test:`+port+`/ok; curl -sS --max-time 10 -o /dev/null -w "%{http_code}\n" http://other.test:`+port+`/no; curl -sS --noproxy '*' --max-time 5 http://127.0.0.1:`+port+`/direct || echo direct-failed`)
 	for _, want := range []string{"upstream saw up.test:" + port + "/ok", "403", "direct-failed"} {

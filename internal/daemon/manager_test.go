@@ -166,3 +166,42 @@ func TestClonePolicy(t *testing.T) {
 		t.Errorf("the caller's policy changed: %+v", orig)
 	}
 }
+
+// TestResourceMaxima: every size that makes the host hold memory for a
+// sandbox — its memory limit, its writable root, its /tmp and /dev/shm —
+// has a default and a maximum; a policy beyond one is refused naming the
+// field and the flag.
+func TestResourceMaxima(t *testing.T) {
+	c := Config{StateDir: t.TempDir(), MaxTmp: 512 << 20}
+	if err := c.withDefaults(); err != nil {
+		t.Fatal(err)
+	}
+	m := &Manager{cfg: c, sbRoot: t.TempDir()}
+	spec, _, err := m.prepare(CreateRequest{}, DefaultWorkspace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := spec.Resources; r.MemoryBytes != 1<<30 || r.DiskBytes != 1<<30 || r.TmpBytes != policy.DefaultTmpBytes {
+		t.Errorf("defaults: %+v", r)
+	}
+	// A maximum below the default tmp size lowers it.
+	m.cfg.MaxTmp = 64 << 20
+	if spec, _, err := m.prepare(CreateRequest{}, DefaultWorkspace); err != nil || spec.Resources.TmpBytes != 64<<20 {
+		t.Errorf("tmp size under a 64m maximum: %d, %v", spec.Resources.TmpBytes, err)
+	}
+	for _, tc := range []struct {
+		r    policy.Resources
+		want string
+	}{
+		{policy.Resources{TmpBytes: 100 << 40}, "resources.tmp_size: 100t is above the maximum of 64m (hutch serve --max-tmp-size)"},
+		{policy.Resources{MemoryBytes: 17 << 30}, "resources.memory: 17g is above the maximum of 16g (hutch serve --max-memory)"},
+		{policy.Resources{DiskBytes: 1 << 40}, "resources.disk: 1t is above the maximum of 16g (hutch serve --max-disk)"},
+	} {
+		var p policy.Spec
+		p.Resources = tc.r
+		_, _, err := m.prepare(CreateRequest{Policy: p}, DefaultWorkspace)
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v, want ErrInvalid with %q", tc.r, err, tc.want)
+		}
+	}
+}

@@ -217,7 +217,7 @@ func (m *Manager) startWarm(ctx context.Context) (*live, error) {
 	}
 	id, dir := row.ID, row.Dir
 	log := m.log.With("sandbox", id, "tenant", warmTenant)
-	l, err := m.launch(ctx, id, dir, spec, environ(spec.Env, nil), nil, log, nil)
+	l, err := m.launch(ctx, id, dir, spec, environ(spec.Env, nil), nil, false, log, nil)
 	if err == nil {
 		l.tenant = warmTenant
 		if _, err = m.markRunning(id); err != nil {

@@ -50,7 +50,7 @@ func TestSecrets(t *testing.T) {
 	p.Network.Hosts = []string{"example.com:127.0.0.1"}
 	p.Secrets = []policy.Secret{{Name: "TOKEN", Hosts: []string{host}, From: policy.SecretFromRequest}}
 	values := map[string]secrets.Value{"TOKEN": secrets.NewValue([]byte(real))}
-	info := mustCreate(t, m, "a", CreateRequest{Policy: p, Secrets: values})
+	info := mustCreate(t, m, "a", CreateRequest{Policy: p, Secrets: values, Operator: true})
 
 	out := mustRun(t, m, "a", info.ID, `curl -sS https://`+host+`/ -H "Authorization: Bearer $TOKEN"; echo; echo "token=$TOKEN"; env | grep -c `+real+`; true`)
 	lines := strings.Split(out, "\n")
@@ -78,9 +78,9 @@ func TestSecrets(t *testing.T) {
 		r    CreateRequest
 		want string
 	}{
-		{"no value", CreateRequest{Policy: p}, "carries no value"},
+		{"no value", CreateRequest{Policy: p, Operator: true}, "carries no value"},
 		{"a value without a secret", CreateRequest{Secrets: values}, "no secrets"},
-		{"the real value in a variable", CreateRequest{Policy: p, Secrets: values, Env: map[string]string{"X": "a" + real}}, "holds its real value"},
+		{"the real value in a variable", CreateRequest{Policy: p, Secrets: values, Env: map[string]string{"X": "a" + real}, Operator: true}, "holds its real value"},
 	} {
 		_, err := m.Create(testCtx(t), "a", tc.r)
 		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {

@@ -14,39 +14,24 @@ import (
 type Option func(*Handler)
 
 // WithAudit makes the handler record, in l, every call of E2B's API that
-// changes something (create, kill, set timeout, pause, resume, a connect
-// that resumes) and, through the sandboxes Resolve returns, every envd
-// call that does (commands, signals, file writes), with the same actions
-// as hutch's own API. A nil l records nothing.
+// changes something (create, kill, set timeout, refresh, pause, resume,
+// connect) and, through the sandboxes Resolve returns, every envd call
+// that does (commands, their input and signals, file writes, watchers),
+// with the same actions as hutch's own API. A nil l records nothing.
 func WithAudit(l *audit.Log) Option {
 	return func(h *Handler) { h.audit = l }
-}
-
-// auditActions names the audit action of every route that changes
-// something; connect is audited as "resume" only when it resumed.
-var auditActions = map[string]string{
-	"POST /sandboxes":                 "create",
-	"POST /v2/sandboxes":              "create",
-	"DELETE /sandboxes/{id}":          "destroy",
-	"POST /sandboxes/{id}/timeout":    "extend",
-	"POST /sandboxes/{id}/pause":      "pause",
-	"POST /sandboxes/{id}/resume":     "resume",
-	"POST /v2/sandboxes/{id}/connect": "",
 }
 
 type auditKey struct{}
 
 // audited wraps f so that every call of it is recorded in the audit log as
-// action (when the handler leaves it set) once the answer went out: with
-// the error code if it failed, and what the handler added with
+// action (or the action the handler set instead) once the answer went out:
+// with the error code if it failed, and what the handler added with
 // auditEntry.
 func (h *Handler) audited(action string, f handlerFunc) handlerFunc {
 	return func(w http.ResponseWriter, r *http.Request, tenant string) error {
 		e := &audit.Entry{Time: time.Now(), Tenant: tenant, Action: action, Sandbox: r.PathValue("id")}
 		err := f(w, r.WithContext(context.WithValue(r.Context(), auditKey{}, e)), tenant)
-		if e.Action == "" {
-			return err
-		}
 		if err != nil {
 			// Answered before the entry is written, as a success is.
 			h.fail(w, r, err)

@@ -89,32 +89,65 @@ func New(m Manager, log *slog.Logger, opts ...Option) *Handler {
 	return h
 }
 
-// register registers every route.
+// route is one route of E2B's REST API: what the audit log records of
+// it, and its handler.
+type route struct {
+	audit.Route
+	handle handlerFunc
+}
+
+// table is every route of the handler, in the order registered; each says
+// whether it is audited (its action) or only reads (audit.ReadOnly).
+// connect is audited as "resume" when it resumed the sandbox.
+func (h *Handler) table() []route {
+	const ro = audit.ReadOnly
+	r := func(pattern, action string, f handlerFunc) route {
+		return route{audit.Route{Pattern: pattern, Action: action}, f}
+	}
+	return []route{
+		r("POST /sandboxes", "create", h.create),
+		r("POST /v2/sandboxes", "create", h.create),
+		r("GET /sandboxes", ro, h.listV1),
+		r("GET /v2/sandboxes", ro, h.listV2),
+		r("GET /sandboxes/{id}", ro, h.get),
+		r("DELETE /sandboxes/{id}", "destroy", h.kill),
+		r("POST /sandboxes/{id}/timeout", "extend", h.setTimeout),
+		r("POST /sandboxes/{id}/refreshes", "extend", h.refresh),
+		r("POST /sandboxes/{id}/pause", "pause", h.pause),
+		r("POST /sandboxes/{id}/resume", "resume", h.resume),
+		r("POST /v2/sandboxes/{id}/connect", "connect", h.connect),
+	}
+}
+
+// Routes returns every route of E2B's REST API and what the audit log
+// records of it, from the table the handler registers.
+func Routes() []audit.Route {
+	var out []audit.Route
+	for _, r := range (&Handler{}).table() {
+		out = append(out, r.Route)
+	}
+	return out
+}
+
+// register registers every route of the table.
 func (h *Handler) register() {
-	h.handle("POST /sandboxes", h.create)
-	h.handle("POST /v2/sandboxes", h.create)
-	h.handle("GET /sandboxes", h.listV1)
-	h.handle("GET /v2/sandboxes", h.listV2)
-	h.handle("GET /sandboxes/{id}", h.get)
-	h.handle("DELETE /sandboxes/{id}", h.kill)
-	h.handle("POST /sandboxes/{id}/timeout", h.setTimeout)
-	h.handle("POST /sandboxes/{id}/refreshes", h.refresh)
-	h.handle("POST /sandboxes/{id}/pause", h.pause)
-	h.handle("POST /sandboxes/{id}/resume", h.resume)
-	h.handle("POST /v2/sandboxes/{id}/connect", h.connect)
+	for _, r := range h.table() {
+		h.handle(r.Route, r.handle)
+	}
 }
 
 // handlerFunc is a route's handler, given the request's tenant: an error
 // it returns, fail answers with.
 type handlerFunc func(w http.ResponseWriter, r *http.Request, tenant string) error
 
-// handle registers f for pattern, behind authentication; audited if it
-// changes something and the handler has an audit log.
-func (h *Handler) handle(pattern string, f handlerFunc) {
-	if action, ok := auditActions[pattern]; ok && h.audit != nil {
-		f = h.audited(action, f)
+// handle registers f for rt, behind authentication; audited unless it only
+// reads (and the handler has an audit log).
+func (h *Handler) handle(rt audit.Route, f handlerFunc) {
+	rt.Check()
+	if rt.Action != audit.ReadOnly && h.audit != nil {
+		f = h.audited(rt.Action, f)
 	}
-	h.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+	h.mux.HandleFunc(rt.Pattern, func(w http.ResponseWriter, r *http.Request) {
 		tenant, err := h.authenticate(r)
 		if err == nil {
 			err = f(w, r, tenant)

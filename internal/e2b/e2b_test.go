@@ -11,8 +11,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hutch-sandbox/hutch/internal/daemon"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 )
+
+// tenantRule checks a tenant's rule as a daemon that opened nothing.
+func tenantRule(field, entry string, cidr bool) error {
+	return daemon.TenantRule(field, entry, cidr, nil)
+}
 
 func body(t *testing.T, s string) CreateBody {
 	t.Helper()
@@ -24,7 +30,7 @@ func body(t *testing.T, s string) CreateBody {
 }
 
 func TestCreateRequest(t *testing.T) {
-	req, err := createRequest(body(t, `{"templateID":"base","timeout":90,"metadata":{"k":"v"},"envVars":{"A":"1"},"secure":true,"autoPause":false}`), true)
+	req, err := createRequest(body(t, `{"templateID":"base","timeout":90,"metadata":{"k":"v"},"envVars":{"A":"1"},"secure":true,"autoPause":false}`), true, tenantRule)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,19 +43,19 @@ func TestCreateRequest(t *testing.T) {
 		t.Errorf("policy %+v", req.Policy)
 	}
 	for _, in := range []string{`{"allow_internet_access":true}`, `{"network":{"allowOut":["0.0.0.0/0"],"denyOut":["evil.example"]}}`} {
-		req, err := createRequest(body(t, in), true)
+		req, err := createRequest(body(t, in), true, tenantRule)
 		if nw := req.Policy.Network; err != nil || nw.Mode != "proxy" || !slices.Equal(nw.AllowedDomains, []string{"*"}) {
 			t.Errorf("createRequest(%s) = %+v, %v; want the internet", in, nw, err)
 		}
 	}
 
-	req, err = createRequest(body(t, `{"templateID":"base","network":{"allowOut":["example.com","*.npmjs.org","10.1.0.0/16"],"denyOut":["0.0.0.0/0","bad.example.com"]}}`), true)
+	req, err = createRequest(body(t, `{"templateID":"base","network":{"allowOut":["example.com","*.npmjs.org","93.184.216.0/24"],"denyOut":["0.0.0.0/0","bad.example.com"]}}`), true, tenantRule)
 	if err != nil {
 		t.Fatal(err)
 	}
 	nw := req.Policy.Network
 	if nw.Mode != "proxy" || !slices.Equal(nw.AllowedDomains, []string{"example.com", "*.npmjs.org"}) ||
-		!slices.Equal(nw.AllowedCIDRs, []string{"10.1.0.0/16"}) || !slices.Equal(nw.DeniedDomains, []string{"bad.example.com"}) {
+		!slices.Equal(nw.AllowedCIDRs, []string{"93.184.216.0/24"}) || !slices.Equal(nw.DeniedDomains, []string{"bad.example.com"}) {
 		t.Errorf("network %+v", nw)
 	}
 
@@ -63,8 +69,18 @@ func TestCreateRequest(t *testing.T) {
 		`{"network":{"denyOut":["10.0.0.0/8"]}}`:                         "not address ranges",
 		`{"allow_internet_access":false,"network":{"allowOut":["a.b"]}}`: "both offline",
 		`{"timeout":-1}`:                                                 "out of range",
+		// A tenant's rules never open what the proxy's guard refuses.
+		`{"network":{"allowOut":["127.0.0.1"]}}`:                           `network.allowOut[0]: "127.0.0.1" names loopback addresses: only the daemon's operator`,
+		`{"network":{"allowOut":["a.example","[::ffff:127.0.0.1]:8080"]}}`: `network.allowOut[1]: "[::ffff:127.0.0.1]:8080" names loopback`,
+		`{"network":{"allowOut":["169.254.169.254"]}}`:                     "network.allowOut[0]: \"169.254.169.254\" names metadata",
+		`{"network":{"allowOut":["10.0.0.0/8"]}}`:                          "network.allowOut[0]: \"10.0.0.0/8\" names private",
+		`{"network":{"allowOut":["[64:ff9b::a9fe:a9fe]"]}}`:                "names metadata",
+		`{"network":{"allowOut":["2002:7f00::/24"]}}`:                      "names loopback",
+		`{"network":{"allowOut":["localhost:8080"]}}`:                      "names loopback",
+		`{"network":{"allowOut":["100.64.0.0/10"]}}`:                       "names cgnat",
+		`{"network":{"allowOut":["fe80::/10"]}}`:                           "names link-local",
 	} {
-		_, err := createRequest(body(t, in), true)
+		_, err := createRequest(body(t, in), true, tenantRule)
 		if err == nil || !strings.Contains(err.Error(), want) || classify(err) != http.StatusBadRequest {
 			t.Errorf("createRequest(%s) = %v (status %d), want 400 naming %q", in, err, classify(err), want)
 		}
@@ -80,13 +96,13 @@ func TestNoInternet(t *testing.T) {
 		`{"allow_internet_access":false}`: {Mode: "none"},
 		`{"network":{"allowOut":["example.com"]}}`: {Mode: "proxy", AllowedDomains: []string{"example.com"}},
 	} {
-		req, err := createRequest(body(t, in), false)
+		req, err := createRequest(body(t, in), false, tenantRule)
 		if nw := req.Policy.Network; err != nil || nw.Mode != want.Mode || !slices.Equal(nw.AllowedDomains, want.AllowedDomains) {
 			t.Errorf("createRequest(%s) = %+v, %v; want %+v", in, nw, err, want)
 		}
 	}
 	for _, in := range []string{`{"allow_internet_access":true}`, `{"network":{"allowOut":["0.0.0.0/0"]}}`, `{"network":{"allowOut":["a.example","*"]}}`} {
-		_, err := createRequest(body(t, in), false)
+		_, err := createRequest(body(t, in), false, tenantRule)
 		if err == nil || !strings.Contains(err.Error(), "--no-internet") || classify(err) != http.StatusBadRequest {
 			t.Errorf("createRequest(%s) = %v (status %d), want 400 naming --no-internet", in, err, classify(err))
 		}

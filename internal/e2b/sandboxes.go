@@ -182,7 +182,7 @@ func seconds(field string, s *int64) (time.Duration, error) {
 
 // createRequest checks a create body and turns it into the manager's
 // request.
-func createRequest(b CreateBody, internet bool) (daemon.CreateRequest, error) {
+func createRequest(b CreateBody, internet bool, check ruleCheck) (daemon.CreateRequest, error) {
 	var req daemon.CreateRequest
 	var unsupported []string
 	if b.AutoPause != nil && *b.AutoPause {
@@ -224,7 +224,7 @@ func createRequest(b CreateBody, internet bool) (daemon.CreateRequest, error) {
 	}
 	spec := policy.Spec{}
 	spec.Filesystem.Workspace = Workspace
-	if spec.Network, err = network(b.AllowInternetAccess, b.Network, internet); err != nil {
+	if spec.Network, err = network(b.AllowInternetAccess, b.Network, internet, check); err != nil {
 		return req, err
 	}
 	if err := daemon.CheckLabels("metadata", b.Metadata); err != nil {
@@ -254,8 +254,10 @@ func present(raw json.RawMessage) bool {
 // all traffic without allowOut, or allow_internet_access false, leaves the
 // sandbox offline. A daemon that offers no internet (offered false, hutch
 // serve --no-internet) leaves a sandbox without allowOut offline, and
-// refuses to be asked for the internet.
-func network(internet *bool, n *networkBody, offered bool) (policy.Network, error) {
+// refuses to be asked for the internet. check refuses an allowOut entry
+// that asks for addresses only the daemon's operator may open (loopback,
+// private, link-local, metadata, this host's): a tenant never may.
+func network(internet *bool, n *networkBody, offered bool, check ruleCheck) (policy.Network, error) {
 	var nw policy.Network
 	var allowOut, denyOut []string
 	if n != nil {
@@ -277,7 +279,12 @@ func network(internet *bool, n *networkBody, offered bool) (policy.Network, erro
 			return nw, errorf(errUnsupported, "network.allowOut %q: this hutch serve gives sandboxes no internet access (--no-internet); list the hosts", allowOut[i])
 		}
 	}
-	for _, a := range allowOut {
+	for i, a := range allowOut {
+		if !everything(a) {
+			if err := check(fmt.Sprintf("network.allowOut[%d]", i), a, isCIDR(a)); err != nil {
+				return nw, err
+			}
+		}
 		switch {
 		case everything(a):
 			nw.AllowedDomains = append(nw.AllowedDomains, "*")
@@ -314,6 +321,10 @@ func network(internet *bool, n *networkBody, offered bool) (policy.Network, erro
 	return nw, nil
 }
 
+// ruleCheck checks an allow rule a tenant wrote (daemon.Sandboxes'
+// CheckTenantRule).
+type ruleCheck func(field, entry string, cidr bool) error
+
 // isCIDR reports whether s is an IP address range (or a bare address).
 func isCIDR(s string) bool {
 	if _, err := netip.ParsePrefix(s); err == nil {
@@ -327,7 +338,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, tenant string) 
 	if err := decode(w, r, &b, false); err != nil {
 		return err
 	}
-	req, err := createRequest(b, !h.noInternet)
+	req, err := createRequest(b, !h.noInternet, h.m.CheckTenantRule)
 	if err != nil {
 		return err
 	}

@@ -43,8 +43,16 @@ type Config struct {
 	AllowCIDRs []string
 	// AllowPrivate lists the address ranges that the address guard lets
 	// through although they are loopback, private, link-local, … (tests use
-	// 127.0.0.1/32 with loopback upstreams).
+	// 127.0.0.1/32 with loopback upstreams). Only the operator sets it.
 	AllowPrivate []netip.Prefix
+	// OperatorRules says that the allow rules are the operator's (hutch
+	// run's user; hutch serve's admin on its unix socket), who may open
+	// what the address guard refuses with them: an IP-literal rule of
+	// AllowDomains, AllowCIDRs or a secret's hosts that lies wholly in one
+	// non-public class ("127.0.0.1:8080", "10.0.0.0/8") lets addresses of
+	// that class through. Without it (the zero value: a tenant's rules),
+	// no rule opens anything the guard refuses; only AllowPrivate does.
+	OperatorRules bool
 	// Hosts pins names to addresses in the proxy's resolver, like curl's
 	// --resolve: a pinned name is never looked up.
 	Hosts map[string][]netip.Addr

@@ -3,6 +3,7 @@ package egress
 import (
 	"net/netip"
 	"slices"
+	"strings"
 )
 
 // The address guard refuses every address that is not public unicast:
@@ -200,4 +201,114 @@ func (g *guard) passes(a netip.Addr, lift string) (bool, string) {
 		return true, ""
 	}
 	return false, class
+}
+
+// HostAddrs returns the addresses of this host's interfaces, loopback
+// apart (Classify knows loopback): the "this host" addresses of Classify
+// and SpecialRule.
+func HostAddrs() ([]netip.Addr, error) {
+	return interfaceAddrs()
+}
+
+// SpecialRule returns the class of the addresses that an allow rule asks
+// for when the address guard refuses every one of them — "loopback",
+// "private", "link-local", "metadata", "this host", … ("non-public" for
+// a range of several such classes) — and "" when the rule names a host
+// name, "*", or a range that holds public addresses (the guard still
+// refuses the others at connect time). entry is in the syntax of
+// AllowDomains and of a secret's hosts (cidr false) or of AllowCIDRs (cidr
+// true). The names of the loopback interface, "localhost" and its
+// subdomains (RFC 6761), count as loopback. A rule that lies wholly in one
+// of open (ranges the operator opened, AllowPrivate) asks for nothing
+// special. Only the operator may write a rule with a class
+// (Config.OperatorRules): front ends refuse a tenant's. An entry that does
+// not parse is an error, as NewRules words it.
+func SpecialRule(entry string, cidr bool, hostAddrs []netip.Addr, open []netip.Prefix) (string, error) {
+	var ru rule
+	var err error
+	if cidr {
+		ru, err = parseCIDRRule(entry)
+	} else {
+		ru, err = parseDomainRule(entry, false)
+	}
+	if err != nil {
+		return "", err
+	}
+	var p netip.Prefix
+	switch ru.kind {
+	case matchPrefix:
+		p = ru.prefix
+	case matchName, matchSuffix:
+		name := strings.TrimPrefix(ru.name, ".")
+		if name != "localhost" && !strings.HasSuffix(name, ".localhost") {
+			return "", nil
+		}
+		p = netip.MustParsePrefix("127.0.0.1/32")
+	default:
+		return "", nil
+	}
+	if slices.ContainsFunc(open, func(o netip.Prefix) bool {
+		o = unmapPrefix(o.Masked())
+		return o.Addr().Is4() == p.Addr().Is4() && o.Bits() <= p.Bits() && o.Contains(p.Addr())
+	}) {
+		return "", nil
+	}
+	if class := prefixClass(p, hostAddrs); class != "" {
+		return class, nil
+	}
+	if onlySpecial(p, hostAddrs) {
+		return "non-public", nil
+	}
+	return "", nil
+}
+
+// onlySpecial reports whether the guard refuses every address of p: p
+// lies in one non-public class, or each of its halves holds only
+// non-public addresses. A half that overlaps no non-public range is
+// public, which ends the search.
+func onlySpecial(p netip.Prefix, hostAddrs []netip.Addr) bool {
+	if prefixClass(p, hostAddrs) != "" {
+		return true
+	}
+	if p.Bits() >= p.Addr().BitLen() || !mayHoldSpecial(p, hostAddrs) {
+		return false
+	}
+	lo := netip.PrefixFrom(p.Addr(), p.Bits()+1)
+	b := p.Addr().AsSlice()
+	bit := p.Bits()
+	b[bit/8] |= 0x80 >> (bit % 8)
+	a, _ := netip.AddrFromSlice(b)
+	hi := netip.PrefixFrom(a, p.Bits()+1)
+	return onlySpecial(lo, hostAddrs) && onlySpecial(hi, hostAddrs)
+}
+
+// mayHoldSpecial reports whether p overlaps a non-public range, a host
+// address or (IPv6) a range that carries IPv4 addresses.
+func mayHoldSpecial(p netip.Prefix, hostAddrs []netip.Addr) bool {
+	if p.Addr().Is6() {
+		for _, e := range v4Embeddings {
+			if e.prefix.Bits() <= p.Bits() && e.prefix.Contains(p.Addr()) {
+				v4, _ := embedded(p.Addr())
+				return mayHoldSpecial(netip.PrefixFrom(v4, min(p.Bits()-e.prefix.Bits(), 32)).Masked(), hostAddrs)
+			}
+			if e.prefix.Overlaps(p) {
+				return true
+			}
+		}
+	}
+	rs := v6Ranges
+	if p.Addr().Is4() {
+		rs = v4Ranges
+	}
+	for _, r := range rs {
+		if r.prefix.Overlaps(p) {
+			return true
+		}
+	}
+	for _, h := range hostAddrs {
+		if p.Contains(h.WithZone("").Unmap()) {
+			return true
+		}
+	}
+	return false
 }

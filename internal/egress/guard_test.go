@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 )
@@ -311,19 +312,51 @@ func TestGuardLiftedByIPRules(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprint(tt.cidrs, tt.domains), func(t *testing.T) {
-			r, stub := mustRules(t, Config{AllowCIDRs: tt.cidrs, AllowDomains: tt.domains}, nil)
+			r, stub := mustRules(t, Config{AllowCIDRs: tt.cidrs, AllowDomains: tt.domains, OperatorRules: true}, nil)
 			runGuardCases(t, r, tt.cases)
 			if len(stub.calls) != 0 {
 				t.Errorf("IP literals looked up: %q", stub.calls)
 			}
 		})
+		// The same rules written by a tenant open nothing the guard
+		// refuses: every non-public address is refused, by its class.
+		t.Run(fmt.Sprint("tenant", tt.cidrs, tt.domains), func(t *testing.T) {
+			r, _ := mustRules(t, Config{AllowCIDRs: tt.cidrs, AllowDomains: tt.domains}, nil)
+			var cases []guardCase
+			for _, c := range tt.cases {
+				a, _ := netip.ParseAddr(strings.Trim(c.host, "[]"))
+				class := Classify(a, r.guard.hostAddrs)
+				if !c.want.Allowed || class == "" {
+					cases = append(cases, c)
+					continue
+				}
+				a = a.Unmap()
+				want := Verdict{Host: c.want.Host, Addr: a, Reason: fmt.Sprintf("%s is %s", a, class)}
+				// The first rule that matches the host and port
+				// explains the refusal.
+				want.Rule = r.firstAllow(a, c.port)
+				cases = append(cases, guardCase{c.host, c.port, want})
+			}
+			runGuardCases(t, r, cases)
+		})
 	}
+}
+
+// firstAllow is the first allow rule matching IP literal a on port.
+func (r *Rules) firstAllow(a netip.Addr, port int) string {
+	for _, ru := range r.allow {
+		if ru.matchesHost("", a) && ru.allowsPort(port) {
+			return ru.raw
+		}
+	}
+	return ""
 }
 
 func TestGuardNamesNeverLifted(t *testing.T) {
 	r, _ := mustRules(t, Config{
-		AllowDomains: []string{"intranet.example", "10.1.1.1"},
-		AllowCIDRs:   []string{"10.0.0.0/8"},
+		AllowDomains:  []string{"intranet.example", "10.1.1.1"},
+		AllowCIDRs:    []string{"10.0.0.0/8"},
+		OperatorRules: true,
 	}, map[string][]netip.Addr{"intranet.example": addrs("10.1.1.1")})
 	runGuardCases(t, r, []guardCase{
 		{"intranet.example", 443, Verdict{Addr: addr("10.1.1.1"), Rule: "intranet.example", Reason: "resolves to 10.1.1.1 (private)"}},
@@ -333,8 +366,9 @@ func TestGuardNamesNeverLifted(t *testing.T) {
 
 func TestGuardAllowPrivate(t *testing.T) {
 	r, _ := mustRules(t, Config{
-		AllowDomains: []string{"*.example", "0.0.0.0:8080"},
-		AllowCIDRs:   []string{"0.0.0.0/0", "::/0"},
+		AllowDomains:  []string{"*.example", "0.0.0.0:8080"},
+		AllowCIDRs:    []string{"0.0.0.0/0", "::/0"},
+		OperatorRules: true,
 		AllowPrivate: []netip.Prefix{
 			netip.MustParsePrefix("10.1.0.0/16"),
 			netip.MustParsePrefix("::ffff:127.0.0.1/128"),
@@ -500,5 +534,97 @@ func TestResolveLookupTimeout(t *testing.T) {
 	defer cancel2()
 	if got, _ := ctx.Deadline(); !got.Equal(want) {
 		t.Errorf("deadline %v, want the caller's %v", got, want)
+	}
+}
+
+func TestSpecialRule(t *testing.T) {
+	host := addrs("10.0.0.5", "2001:4860::5", "198.18.0.1", "8.8.4.4")
+	open := []netip.Prefix{netip.MustParsePrefix("10.9.0.0/16"), netip.MustParsePrefix("::ffff:127.0.0.9/128")}
+	tests := []struct {
+		entry string
+		cidr  bool
+		class string
+	}{
+		// Names ask for nothing special (the guard checks what they
+		// resolve to), except the loopback interface's.
+		{"example.com", false, ""},
+		{"*.example.com:8443", false, ""},
+		{"*", false, ""},
+		{"*:22", false, ""},
+		{"localhost", false, "loopback"},
+		{"LocalHost.:8080", false, "loopback"},
+		{"a.localhost", false, "loopback"},
+		{"*.localhost", false, "loopback"},
+		{"localhost.example.com", false, ""},
+		// IP literals, in every spelling.
+		{"127.0.0.1", false, "loopback"},
+		{"127.0.0.1:8080", false, "loopback"},
+		{"[::1]:22", false, "loopback"},
+		{"[::ffff:127.0.0.1]", false, "loopback"},
+		{"[::ffff:7f00:1]:80", false, "loopback"},
+		{"[64:ff9b::7f00:1]", false, "loopback"},
+		{"[2002:7f00:1::]", false, "loopback"},
+		{"[::127.0.0.1]", false, "loopback"},
+		{"169.254.169.254", false, "metadata"},
+		{"[::ffff:169.254.169.254]", false, "metadata"},
+		{"[fd00:ec2::254]", false, "metadata"},
+		{"169.254.1.1", false, "link-local"},
+		{"[fe80::1]", false, "link-local"},
+		{"10.1.2.3", false, "private"},
+		{"192.168.0.1:443", false, "private"},
+		{"[fd00::7]", false, "private"},
+		{"100.64.0.1", false, "cgnat"},
+		{"0.0.0.0:8080", false, "unspecified"},
+		{"[::]", false, "unspecified"},
+		{"10.0.0.5", false, "this host"},
+		{"8.8.4.4", false, "this host"},
+		{"[2001:4860::5]", false, "this host"},
+		{"[::ffff:8.8.4.4]", false, "this host"},
+		{"224.0.0.1", false, "multicast"},
+		{"8.8.8.8", false, ""},
+		{"[2606:4700::1111]", false, ""},
+		{"[64:ff9b::808:808]", false, ""},
+		// CIDRs: wholly non-public is special, anything with public
+		// addresses is not.
+		{"127.0.0.0/8", true, "loopback"},
+		{"127.0.0.1", true, "loopback"},
+		{"127.0.0.1:80", true, "loopback"},
+		{"::ffff:127.0.0.0/104", true, "loopback"},
+		{"[::1/128]:22", true, "loopback"},
+		{"10.0.0.0/8:5432", true, "private"},
+		{"169.254.0.0/16", true, "link-local"},
+		{"169.254.169.254/32", true, "metadata"},
+		{"100.64.0.0/10", true, "cgnat"},
+		{"0.0.0.0/8", true, "unspecified"},
+		{"fc00::/7", true, "private"},
+		{"64:ff9b::a00:0/104", true, "private"},
+		{"2002:a9fe::/32", true, "link-local"},
+		{"224.0.0.0/3", true, "non-public"},
+		{"10.0.0.4/30", true, "private"},
+		{"8.8.4.4/32", true, "this host"},
+		{"0.0.0.0/0", true, ""},
+		{"::/0", true, ""},
+		{"10.0.0.0/7", true, ""},
+		{"8.8.4.0/24", true, ""},
+		{"::ffff:0:0/96", true, ""},
+		{"64:ff9b::/96", true, ""},
+		{"2002::/16", true, ""},
+		// What the operator opened is no longer special.
+		{"10.9.1.1", false, ""},
+		{"10.9.0.0/16", true, ""},
+		{"10.8.0.0/15", true, "private"},
+		{"127.0.0.9", false, ""},
+		{"127.0.0.8/31", true, "loopback"},
+	}
+	for _, tt := range tests {
+		got, err := SpecialRule(tt.entry, tt.cidr, host, open)
+		if err != nil || got != tt.class {
+			t.Errorf("SpecialRule(%q, %v) = %q, %v; want %q", tt.entry, tt.cidr, got, err, tt.class)
+		}
+	}
+	for _, bad := range []string{"", "exa mple.com", "10.0.0.1/8", "http://x/"} {
+		if _, err := SpecialRule(bad, strings.Contains(bad, "/"), host, nil); err == nil {
+			t.Errorf("SpecialRule(%q): no error", bad)
+		}
 	}
 }

@@ -308,6 +308,7 @@ func (hc *httpConn) forward(req *http.Request, hostHdr string) bool {
 	if !ok {
 		return false
 	}
+	defer trip.end()
 	upgrading := prepareRequest(req)
 	key := strings.ToLower(name)
 	for attempt := 0; ; attempt++ {
@@ -374,7 +375,10 @@ func (hc *httpConn) secretsOfRequest(req *http.Request, name string, port int) (
 			_ = hc.bw.Flush()
 		}
 	}
-	if ref := p.prepareBody(req, ss, trip, "http", host, port, expect); ref != nil {
+	ref, done := p.prepareBody(req, ss, trip, "http", host, port, expect)
+	trip.done = done
+	if ref != nil {
+		done()
 		if ref.event == nil {
 			hc.answer(ref.status, "", "hutch: cannot read the request body\n")
 		} else {
@@ -474,7 +478,7 @@ func (hc *httpConn) exchange(req *http.Request, upgrading, mayRetry bool, ss *se
 		}
 		// An interim response (100 Continue, 103 Early Hints).
 		removeHopByHop(resp.Header)
-		ss.redactHeader(resp.Header)
+		ss.redactHead(resp)
 		if trip.fired() != nil {
 			err = errTripped
 			break
@@ -513,7 +517,7 @@ func (hc *httpConn) exchange(req *http.Request, upgrading, mayRetry bool, ss *se
 	}
 
 	if resp.StatusCode == http.StatusSwitchingProtocols {
-		ss.redactHeader(resp.Header)
+		ss.redactHead(resp)
 		hc.switchProtocols(resp, upgrading, writeDone, outW)
 		return false, false
 	}

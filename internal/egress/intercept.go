@@ -267,7 +267,9 @@ func (ic *interception) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ic.ss.substHeader(r.Header)
 	ic.ss.substQuery(r.URL)
 	r.Header.Del("Accept-Encoding")
-	if ref := p.prepareBody(r, ic.ss, trip, ic.scheme, v.Host, v.Port, nil); ref != nil {
+	ref, done := p.prepareBody(r, ic.ss, trip, ic.scheme, v.Host, v.Port, nil)
+	defer done()
+	if ref != nil {
 		if ref.event == nil {
 			if r.ProtoMajor < 2 {
 				w.Header().Set("Connection", "close")

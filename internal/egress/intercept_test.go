@@ -236,7 +236,7 @@ func secretConfig(list []*secrets.Secret, allow ...string) Config {
 // startSecretProxy serves a proxy with cfg's rules, a sandbox CA, and
 // roots for the upstreams. Its logs and events are kept; when the test
 // ends, after the proxy closed, none of them may hold a real value.
-func startSecretProxy(t *testing.T, cfg Config, roots *x509.CertPool) *secretEnv {
+func startSecretProxy(t *testing.T, cfg Config, roots *x509.CertPool, opts ...func(*Proxy)) *secretEnv {
 	t.Helper()
 	rules, err := NewRules(cfg)
 	if err != nil {
@@ -257,6 +257,9 @@ func startSecretProxy(t *testing.T, cfg Config, roots *x509.CertPool) *secretEnv
 		DialTimeout:   5 * time.Second,
 		CA:            ca,
 		UpstreamRoots: roots,
+	}
+	for _, o := range opts {
+		o(env.p)
 	}
 	// Cleanups run last first: the check runs after the proxy closed.
 	t.Cleanup(env.checkNoLeak)

@@ -1,6 +1,7 @@
 package egress
 
 import (
+	"cmp"
 	"context"
 	"crypto/x509"
 	"errors"
@@ -40,6 +41,16 @@ const (
 	maxEventText = 300
 )
 
+// Defaults of what the proxy holds for its sandbox: memory and
+// descriptors of the process that runs it (the daemon), which the
+// sandbox's own limits do not count.
+const (
+	// DefaultMaxConns is the default of Proxy.MaxConns.
+	DefaultMaxConns = 512
+	// DefaultMaxReadAhead is the default of Proxy.MaxReadAhead: 64 MiB.
+	DefaultMaxReadAhead = 64 << 20
+)
+
 // Proxy serves one sandbox's proxy listeners: the HTTP proxy protocol
 // (forwarding of http:// requests and CONNECT tunnels) and SOCKS5. Every
 // destination goes through Rules.Resolve, and only the addresses of its
@@ -73,8 +84,21 @@ type Proxy struct {
 	// destinations' TLS goes through untouched and is the sandbox's to
 	// check.
 	UpstreamRoots *x509.CertPool
+	// MaxConns bounds the sandbox's connections to the proxy at once, on
+	// all its listeners: one more is closed at once (the first of a run
+	// of them is recorded). 0 means DefaultMaxConns.
+	MaxConns int
+	// MaxReadAhead bounds the bytes of request bodies the proxy holds at
+	// once for the sandbox while it reads them ahead (see prepareBody). A
+	// body that would go beyond streams instead, watched as it goes, as a
+	// body over 16 MiB does; one whose length must be counted again is
+	// refused (503). 0 means DefaultMaxReadAhead.
+	MaxReadAhead int64
 
 	mu        sync.Mutex
+	clients   int  // the sandbox's connections (p.mu)
+	crowded   bool // a connection was refused since clients was last below MaxConns (p.mu)
+	ahead     readBudget
 	inited    bool
 	closed    bool
 	ctx       context.Context // canceled by Close
@@ -197,11 +221,30 @@ func (p *Proxy) serve(l net.Listener, name string, handle func(net.Conn)) error 
 			c.Close()
 			return nil
 		}
+		if max := cmp.Or(p.MaxConns, DefaultMaxConns); p.clients >= max {
+			first := !p.crowded
+			p.crowded = true
+			p.mu.Unlock()
+			c.Close()
+			if first {
+				p.record(Event{Time: time.Now(), Sandbox: p.Sandbox, Action: "blocked", Protocol: name, Reason: fmt.Sprintf("more than %d connections to the proxy at once", max)})
+			}
+			continue
+		}
+		p.clients++
 		p.conns[c] = struct{}{}
 		p.wg.Add(1)
 		p.mu.Unlock()
 		go func() {
 			defer p.wg.Done()
+			defer func() {
+				p.mu.Lock()
+				p.clients--
+				if p.clients < cmp.Or(p.MaxConns, DefaultMaxConns) {
+					p.crowded = false
+				}
+				p.mu.Unlock()
+			}()
 			defer p.closeConn(c)
 			handle(c)
 		}()
@@ -548,4 +591,29 @@ func cleanText(s string, limit int) string {
 		s = s[:cut] + "…"
 	}
 	return s
+}
+
+// readBudget is what the proxy may hold of request bodies it reads ahead,
+// for all of its sandbox's requests at once.
+type readBudget struct {
+	mu   sync.Mutex
+	used int64
+}
+
+// take takes n bytes from the budget of max, unless that would exceed it.
+func (b *readBudget) take(n, max int64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.used+n > max {
+		return false
+	}
+	b.used += n
+	return true
+}
+
+// give returns n bytes to the budget.
+func (b *readBudget) give(n int64) {
+	b.mu.Lock()
+	b.used -= n
+	b.mu.Unlock()
 }

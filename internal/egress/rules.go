@@ -136,9 +136,11 @@ func NewRules(c Config) (*Rules, error) {
 		r.allow = append(r.allow, ru)
 	}
 	errs = append(errs, r.addSecrets(c.Secrets)...)
-	for i := range r.allow {
-		if r.allow[i].kind == matchPrefix {
-			r.allow[i].lift = prefixClass(r.allow[i].prefix, r.guard.hostAddrs)
+	if c.OperatorRules {
+		for i := range r.allow {
+			if r.allow[i].kind == matchPrefix {
+				r.allow[i].lift = prefixClass(r.allow[i].prefix, r.guard.hostAddrs)
+			}
 		}
 	}
 
@@ -248,6 +250,12 @@ func (r *Rules) addSecrets(list []*secrets.Secret) []error {
 		for _, s := range r.secrets {
 			for _, p := range secrets.RedactionPairs(s.Value.Bytes(), []byte(s.Placeholder)) {
 				pairs = append(pairs, [2][]byte{p[0], []byte("[redacted]")})
+			}
+			// Go's errors quote what they show (%q): the value as
+			// strconv.Quote escapes it.
+			v := string(s.Value.Bytes())
+			if q := strconv.Quote(v); q[1:len(q)-1] != v {
+				pairs = append(pairs, [2][]byte{[]byte(q[1 : len(q)-1]), []byte("[redacted]")})
 			}
 		}
 		r.scrubber = secrets.NewReplacer(pairs...)

@@ -512,6 +512,7 @@ func TestResolveCIDRRules(t *testing.T) {
 			"10.0.0.0/8:5432",
 			"0.0.0.0/0:9999",
 		},
+		OperatorRules: true,
 	}, map[string][]netip.Addr{"inside.test": addrs("93.184.216.99")})
 	tests := []struct {
 		host string

@@ -2,17 +2,20 @@ package egress
 
 import (
 	"bytes"
+	"cmp"
 	"compress/gzip"
 	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/textproto"
 	"net/url"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/secrets"
@@ -71,6 +74,11 @@ type secretSet struct {
 	// lengths. nil when no secret is bound.
 	redact        *secrets.Replacer
 	redactResizes bool
+	// redactNames does what redact does in header and trailer names,
+	// whose case is not kept (HTTP/2 lower-cases them, Go canonicalizes
+	// them): its patterns are redact's in ASCII lower case, and it is
+	// applied to names in lower case.
+	redactNames *secrets.Replacer
 }
 
 // secretsFor returns what to do about secrets on requests to host:port
@@ -100,7 +108,8 @@ func (p *Proxy) secretsFor(host string, port int, plain bool) *secretSet {
 // all at the indexes bound are bound to.
 func newSecretSet(all []*secrets.Secret, bound []int, plain bool) *secretSet {
 	ss := &secretSet{}
-	var watch, watchNames, header, query, body, redact [][2][]byte
+	var watch, watchNames, header, query, body, redact, redactNames [][2][]byte
+	seenNames := map[string]bool{}
 	for i, s := range all {
 		ph, val := []byte(s.Placeholder), s.Value.Bytes()
 		if !slices.Contains(bound, i) {
@@ -113,6 +122,10 @@ func newSecretSet(all []*secrets.Secret, bound []int, plain bool) *secretSet {
 		for _, pair := range secrets.RedactionPairs(val, ph) {
 			redact = append(redact, pair)
 			ss.redactResizes = ss.redactResizes || len(pair[0]) != len(pair[1])
+			if lower := asciiLower(pair[0]); !seenNames[string(lower)] {
+				seenNames[string(lower)] = true
+				redactNames = append(redactNames, [2][]byte{lower, asciiLower(pair[1])})
+			}
 		}
 		if plain && !s.AllowPlainHTTP {
 			ss.forbid = append(ss.forbid, forbidden{secret: s, plain: true})
@@ -141,7 +154,21 @@ func newSecretSet(all []*secrets.Secret, bound []int, plain bool) *secretSet {
 	}
 	ss.watch, ss.watchNames = replacer(watch), replacer(watchNames)
 	ss.header, ss.query, ss.body, ss.redact = replacer(header), replacer(query), replacer(body), replacer(redact)
+	ss.redactNames = replacer(redactNames)
 	return ss
+}
+
+// asciiLower returns b with its ASCII letters in lower case (and every
+// other byte as it is, so that positions are kept).
+func asciiLower(b []byte) []byte {
+	out := make([]byte, len(b))
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		out[i] = c
+	}
+	return out
 }
 
 // findHead returns the first forbidden placeholder (in the order of the
@@ -241,18 +268,46 @@ func (ss *secretSet) substQuery(u *url.URL) {
 }
 
 // redactHeader puts the placeholders back for the bound secrets' real
-// values in every value of h.
+// values (and their encoded forms) in every value of h, and in every name,
+// whatever its case: a name that holds one is renamed, its values going
+// to the new name (after those it may have already).
 func (ss *secretSet) redactHeader(h http.Header) {
 	if ss == nil || ss.redact == nil {
 		return
 	}
-	for _, vs := range h {
+	var renamed []string
+	for k, vs := range h {
 		for i, v := range vs {
 			if b := ss.redact.Bytes([]byte(v)); string(b) != v {
 				vs[i] = string(b)
 			}
 		}
+		lower := asciiLower([]byte(k))
+		if b := ss.redactNames.Bytes(lower); !bytes.Equal(b, lower) {
+			renamed = append(renamed, k)
+		}
 	}
+	for _, k := range renamed {
+		vs := h[k]
+		delete(h, k)
+		name := textproto.CanonicalMIMEHeaderKey(string(ss.redactNames.Bytes(asciiLower([]byte(k)))))
+		h[name] = append(h[name], vs...)
+	}
+}
+
+// redactHead puts the placeholders back for the bound secrets' real
+// values in what a response says before its body: its status text, its
+// header (names and values), and the names of the trailer it announces.
+// It serves interim (1xx) responses as well as final ones.
+func (ss *secretSet) redactHead(resp *http.Response) {
+	if ss == nil || ss.redact == nil {
+		return
+	}
+	if b := ss.redact.Bytes([]byte(resp.Status)); string(b) != resp.Status {
+		resp.Status = string(b)
+	}
+	ss.redactHeader(resp.Header)
+	ss.redactHeader(resp.Trailer)
 }
 
 // redactResponse puts the placeholders back for the bound secrets' real
@@ -266,7 +321,7 @@ func (ss *secretSet) redactResponse(resp *http.Response) {
 	if ss == nil || ss.redact == nil {
 		return
 	}
-	ss.redactHeader(resp.Header)
+	ss.redactHead(resp)
 	if resp.StatusCode == http.StatusSwitchingProtocols || !responseHasBody(resp) {
 		return
 	}
@@ -398,9 +453,13 @@ type refusal struct {
 // upstream request. A body whose length substitution may change is read
 // whole too, to announce the new length. Before reading ahead it calls
 // expect, when not nil. It returns a refusal, or nil to go on.
-func (p *Proxy) prepareBody(req *http.Request, ss *secretSet, trip *tripwire, proto, host string, port int, expect func()) *refusal {
+// done, never nil, gives back what the body holds of the proxy's
+// read-ahead budget (Proxy.MaxReadAhead) — which closing the body does as
+// well — and must be called once the request has ended.
+func (p *Proxy) prepareBody(req *http.Request, ss *secretSet, trip *tripwire, proto, host string, port int, expect func()) (ref *refusal, done func()) {
+	done = func() {}
 	if ss == nil || req.Body == nil || req.Body == http.NoBody {
-		return nil
+		return nil, done
 	}
 	body := ss.wrapBody(req.Body, func(f forbidden) {
 		trip.fire(p.blockSecret(proto, host, port, f))
@@ -408,15 +467,15 @@ func (p *Proxy) prepareBody(req *http.Request, ss *secretSet, trip *tripwire, pr
 	resize := ss.bodyResizes && req.ContentLength > 0
 	if !resize && ss.watch == nil {
 		req.Body = body
-		return nil
+		return nil, done
 	}
 	if req.ContentLength > maxResizedBody {
 		if resize {
 			e := p.block(proto, host, port, nil, fmt.Sprintf("request body of %d bytes: over 16 MiB, too large to count again after substituting secrets", req.ContentLength))
-			return &refusal{status: http.StatusRequestEntityTooLarge, event: &e}
+			return &refusal{status: http.StatusRequestEntityTooLarge, event: &e}, done
 		}
 		req.Body = body
-		return nil
+		return nil, done
 	}
 	if expect != nil {
 		expect()
@@ -425,26 +484,49 @@ func (p *Proxy) prepareBody(req *http.Request, ss *secretSet, trip *tripwire, pr
 	if resize {
 		wait = 0 // the new length must be known
 	}
-	b, rest, err := readAhead(body, maxResizedBody, wait)
+	// What is read ahead counts against the proxy's budget until the
+	// body is closed (sent, or the request ended).
+	var held atomic.Int64
+	max := cmp.Or(p.MaxReadAhead, DefaultMaxReadAhead)
+	var short atomic.Bool
+	take := func(n int) bool {
+		if !p.ahead.take(int64(n), max) {
+			short.Store(true)
+			return false
+		}
+		held.Add(int64(n))
+		return true
+	}
+	release := closerFunc(func() { p.ahead.give(held.Swap(0)) })
+	done = func() { release.Close() }
+	b, rest, err := readAhead(body, maxResizedBody, wait, take)
 	if err != nil {
+		release()
 		if e := trip.fired(); e != nil {
-			return &refusal{status: http.StatusForbidden, event: e}
+			return &refusal{status: http.StatusForbidden, event: e}, done
 		}
 		p.log().Debug("egress: reading a request body", "host", host, "port", port, "err", p.Rules.scrub(err.Error()))
-		return &refusal{status: http.StatusBadRequest}
+		return &refusal{status: http.StatusBadRequest}, done
+	}
+	if rest != nil && resize && short.Load() {
+		rest.Close()
+		release()
+		e := p.block(proto, host, port, nil, fmt.Sprintf("request bodies held for the sandbox: over %d KiB, too many to count this one's length again after substituting secrets", max>>10))
+		return &refusal{status: http.StatusServiceUnavailable, event: &e}, done
 	}
 	if rest != nil {
-		// Longer than the limit, or still streaming: watched from here on.
-		req.Body = readCloser{rest, closers{rest, req.Body}}
-		return nil
+		// Longer than the limit or the budget, or still streaming:
+		// watched from here on.
+		req.Body = readCloser{rest, closers{rest, closers{req.Body, release}}}
+		return nil, done
 	}
-	req.Body = readCloser{bytes.NewReader(b), req.Body}
+	req.Body = readCloser{bytes.NewReader(b), closers{req.Body, release}}
 	req.ContentLength = int64(len(b))
 	req.TransferEncoding = nil
 	if req.Header.Get("Content-Length") != "" {
 		req.Header.Set("Content-Length", strconv.Itoa(len(b)))
 	}
-	return nil
+	return nil, done
 }
 
 // readAheadWait is how long prepareBody waits for a watched body to end
@@ -453,12 +535,13 @@ func (p *Proxy) prepareBody(req *http.Request, ss *secretSet, trip *tripwire, pr
 const readAheadWait = time.Second
 
 // readAhead reads r to its end if it ends within limit bytes and, when
-// wait > 0, within wait. Then it returns the body whole and a nil rest.
+// wait > 0, within wait, taking each piece it holds from take (when not
+// nil): when take refuses, it stops as when over the limit. Then it returns the body whole and a nil rest.
 // Otherwise it returns rest, a reader of everything r gives (what was read
 // ahead first, at once, even while r has nothing more yet: a client may
 // wait for an answer to what it sent), and b is nil. An error of r while
 // reading ahead is returned as err.
-func readAhead(r io.Reader, limit int64, wait time.Duration) (b []byte, rest io.ReadCloser, err error) {
+func readAhead(r io.Reader, limit int64, wait time.Duration, take func(n int) bool) (b []byte, rest io.ReadCloser, err error) {
 	type result struct {
 		b      []byte
 		err    error
@@ -497,8 +580,9 @@ func readAhead(r io.Reader, limit int64, wait time.Duration) (b []byte, rest io.
 				stream(chunk[:n], rerr)
 				return
 			}
+			over := int64(buf.Len()+n) > limit || (take != nil && n > 0 && !take(n))
 			buf.Write(chunk[:n])
-			end := rerr != nil || int64(buf.Len()) > limit
+			end := rerr != nil || over
 			if !end {
 				mu.Unlock()
 				continue
@@ -643,6 +727,16 @@ type tripwire struct {
 	started  bool
 	upstream io.Closer // closed when it fires, when not nil
 	client   io.Closer // closed when it fires after the response began
+	// done ends what the request's body holds of the proxy (prepareBody),
+	// once the request has ended (end).
+	done func()
+}
+
+// end calls done, if set, once the request has ended.
+func (t *tripwire) end() {
+	if t != nil && t.done != nil {
+		t.done()
+	}
 }
 
 // fire records e as the request's refusal, the first time only.

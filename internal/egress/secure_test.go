@@ -97,9 +97,14 @@ func TestRulesSecretsPrivateIP(t *testing.T) {
 	// A secret bound to a private address lets that address through the
 	// guard, as an IP-literal allow rule does.
 	s := plainSecret("LOCAL", "ph_local", "10.1.2.3:8080")
-	r, _ := mustRules(t, Config{Secrets: []*secrets.Secret{s}}, nil)
+	r, _ := mustRules(t, Config{Secrets: []*secrets.Secret{s}, OperatorRules: true}, nil)
 	if v := r.Resolve(context.Background(), "10.1.2.3", 8080); !v.Allowed {
 		t.Errorf("Resolve(10.1.2.3, 8080) = %+v, want allowed", v)
+	}
+	// Unless a tenant wrote it.
+	r, _ = mustRules(t, Config{Secrets: []*secrets.Secret{s}}, nil)
+	if v := r.Resolve(context.Background(), "10.1.2.3", 8080); v.Allowed || v.Reason != "10.1.2.3 is private" {
+		t.Errorf("tenant: Resolve(10.1.2.3, 8080) = %+v, want refused as private", v)
 	}
 }
 

@@ -12,7 +12,8 @@ type Event struct {
 	// Time is when the call was made (or the command started).
 	Time time.Time
 	// Action is what it did, in the words of hutch's audit log: "exec",
-	// "signal", "write_file", "mkdir", "rename" or "remove".
+	// "stdin", "close_stdin", "resize", "signal", "write_file", "mkdir",
+	// "rename", "remove", "watch" or "unwatch".
 	Action string
 	// Command is the arguments of an exec, as run (the command and its
 	// args).
@@ -36,21 +37,19 @@ type Event struct {
 	Error string
 }
 
-// auditActions names the action of every unary procedure that changes
-// something; the others only read (or, as SendInput, feed a command
-// that is audited itself).
-var auditActions = map[string]string{
-	"/process.Process/SendSignal":    "signal",
-	"/filesystem.Filesystem/MakeDir": "mkdir",
-	"/filesystem.Filesystem/Move":    "rename",
-	"/filesystem.Filesystem/Remove":  "remove",
-}
-
 type eventKey struct{}
 
 // withEvent returns r carrying ev, for the procedure to fill in.
 func withEvent(r *http.Request, ev *Event) *http.Request {
 	return r.WithContext(context.WithValue(r.Context(), eventKey{}, ev))
+}
+
+// auditCommand records the command (its arguments as run) and the input
+// a call acted on in its event, if it is audited.
+func auditCommand(r *http.Request, args []string, in int64) {
+	if ev, ok := r.Context().Value(eventKey{}).(*Event); ok {
+		ev.Command, ev.BytesIn = args, in
+	}
 }
 
 // auditPaths records the paths a call acted on in its event, if it is

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/agent"
+	"github.com/hutch-sandbox/hutch/internal/audit"
 )
 
 // Sandbox is what envd needs of the sandbox a request is for.
@@ -89,35 +90,82 @@ func newHandler(resolve Resolver, log *slog.Logger, users []user) *handler {
 	}
 	h := &handler{resolve: resolve, log: log, users: users, boxes: make(map[*agent.Client]*box)}
 	mux := http.NewServeMux()
-	unary := func(name string, f func(ctx context.Context, b *box, r *http.Request, body []byte) (any, error)) {
-		mux.HandleFunc("/"+name, func(w http.ResponseWriter, r *http.Request) { h.unary(w, r, f) })
+	registered := map[string]bool{}
+	for _, rt := range h.table() {
+		rt.Check()
+		// Connect's procedures answer every method themselves (a
+		// Connect error), and /files serves GET and POST: the mux
+		// routes by path.
+		_, path, _ := strings.Cut(rt.Pattern, " ")
+		if !registered[path] {
+			registered[path] = true
+			mux.HandleFunc(path, rt.serve)
+		}
 	}
-	streaming := func(name string, f func(ctx context.Context, b *box, r *http.Request, body []byte, s *stream) error) {
-		mux.HandleFunc("/"+name, func(w http.ResponseWriter, r *http.Request) { h.streaming(w, r, f) })
-	}
-	unary("process.Process/List", h.processList)
-	streaming("process.Process/Start", h.processStart)
-	streaming("process.Process/Connect", h.processConnect)
-	unary("process.Process/Update", h.processUpdate)
-	unary("process.Process/SendInput", h.processSendInput)
-	unary("process.Process/SendSignal", h.processSendSignal)
-	unary("process.Process/CloseStdin", h.processCloseStdin)
-	unary("process.Process/StreamInput", func(context.Context, *box, *http.Request, []byte) (any, error) {
-		return nil, errorf(codeUnimplemented, "process.Process/StreamInput is not supported: use SendInput")
-	})
-	unary("filesystem.Filesystem/Stat", h.fsStat)
-	unary("filesystem.Filesystem/MakeDir", h.fsMakeDir)
-	unary("filesystem.Filesystem/Move", h.fsMove)
-	unary("filesystem.Filesystem/ListDir", h.fsListDir)
-	unary("filesystem.Filesystem/Remove", h.fsRemove)
-	streaming("filesystem.Filesystem/WatchDir", h.fsWatchDir)
-	unary("filesystem.Filesystem/CreateWatcher", h.fsCreateWatcher)
-	unary("filesystem.Filesystem/GetWatcherEvents", h.fsGetWatcherEvents)
-	unary("filesystem.Filesystem/RemoveWatcher", h.fsRemoveWatcher)
-	mux.HandleFunc("/files", h.files)
-	mux.HandleFunc("/health", h.health)
 	h.mux = mux
 	return h
+}
+
+// route is one route of envd: what the audit log records of it, and its
+// handler.
+type route struct {
+	audit.Route
+	serve http.HandlerFunc
+}
+
+// table is every route of envd, in the order registered. Each says
+// whether it is audited (its action: a unary procedure is recorded by
+// unary once answered, a command by processStart once it ended, a file
+// upload by files) or only reads (audit.ReadOnly).
+func (h *handler) table() []route {
+	const ro = audit.ReadOnly
+	unary := func(name, action string, f unaryFunc) route {
+		return route{audit.Route{Pattern: "POST /" + name, Action: action}, func(w http.ResponseWriter, r *http.Request) { h.unary(w, r, action, f) }}
+	}
+	streaming := func(name, action string, f streamFunc) route {
+		return route{audit.Route{Pattern: "POST /" + name, Action: action}, func(w http.ResponseWriter, r *http.Request) { h.streaming(w, r, f) }}
+	}
+	return []route{
+		unary("process.Process/List", ro, h.processList),
+		streaming("process.Process/Start", "exec", h.processStart),
+		streaming("process.Process/Connect", ro, h.processConnect),
+		unary("process.Process/Update", "resize", h.processUpdate),
+		unary("process.Process/SendInput", "stdin", h.processSendInput),
+		unary("process.Process/SendSignal", "signal", h.processSendSignal),
+		unary("process.Process/CloseStdin", "close_stdin", h.processCloseStdin),
+		unary("process.Process/StreamInput", ro, func(context.Context, *box, *http.Request, []byte) (any, error) {
+			return nil, errorf(codeUnimplemented, "process.Process/StreamInput is not supported: use SendInput")
+		}),
+		unary("filesystem.Filesystem/Stat", ro, h.fsStat),
+		unary("filesystem.Filesystem/MakeDir", "mkdir", h.fsMakeDir),
+		unary("filesystem.Filesystem/Move", "rename", h.fsMove),
+		unary("filesystem.Filesystem/ListDir", ro, h.fsListDir),
+		unary("filesystem.Filesystem/Remove", "remove", h.fsRemove),
+		streaming("filesystem.Filesystem/WatchDir", ro, h.fsWatchDir),
+		unary("filesystem.Filesystem/CreateWatcher", "watch", h.fsCreateWatcher),
+		unary("filesystem.Filesystem/GetWatcherEvents", ro, h.fsGetWatcherEvents),
+		unary("filesystem.Filesystem/RemoveWatcher", "unwatch", h.fsRemoveWatcher),
+		{audit.Route{Pattern: "GET /files", Action: ro}, h.files},
+		{audit.Route{Pattern: "HEAD /files", Action: ro}, h.files},
+		{audit.Route{Pattern: "POST /files", Action: "write_file"}, h.files},
+		{audit.Route{Pattern: "GET /health", Action: ro}, h.health},
+	}
+}
+
+// unaryFunc is a unary procedure; streamFunc a server-streaming one.
+type (
+	unaryFunc  func(ctx context.Context, b *box, r *http.Request, body []byte) (any, error)
+	streamFunc func(ctx context.Context, b *box, r *http.Request, body []byte, s *stream) error
+)
+
+// Routes returns every route of envd and what the audit log records of
+// it, from the table New registers.
+func Routes() []audit.Route {
+	var out []audit.Route
+	for _, r := range (&handler{}).table() {
+		out = append(out, r.Route)
+	}
+	return out
 }
 
 // Paths reports whether the request path belongs to envd: the Connect
@@ -176,7 +224,9 @@ func (h *handler) box(r *http.Request) (*box, error) {
 	return b, nil
 }
 
-func (h *handler) unary(w http.ResponseWriter, r *http.Request, f func(ctx context.Context, b *box, r *http.Request, body []byte) (any, error)) {
+// unary serves a unary procedure, recorded in the audit log as action
+// once answered unless that is audit.ReadOnly.
+func (h *handler) unary(w http.ResponseWriter, r *http.Request, action string, f unaryFunc) {
 	body, err := readUnary(w, r)
 	if err != nil {
 		writeUnaryError(w, err)
@@ -194,7 +244,7 @@ func (h *handler) unary(w http.ResponseWriter, r *http.Request, f func(ctx conte
 		return
 	}
 	var ev *Event
-	if action := auditActions[r.URL.Path]; action != "" && b.audit != nil {
+	if action != audit.ReadOnly && b.audit != nil {
 		ev = &Event{Time: time.Now(), Action: action}
 		r = withEvent(r, ev)
 		// The answer goes out first: the client need not wait for the
@@ -223,7 +273,7 @@ func (h *handler) unary(w http.ResponseWriter, r *http.Request, f func(ctx conte
 	}
 }
 
-func (h *handler) streaming(w http.ResponseWriter, r *http.Request, f func(ctx context.Context, b *box, r *http.Request, body []byte, s *stream) error) {
+func (h *handler) streaming(w http.ResponseWriter, r *http.Request, f streamFunc) {
 	s := newStream(w)
 	body, err := readStreamRequest(w, r)
 	if err != nil {

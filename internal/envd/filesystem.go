@@ -493,6 +493,7 @@ func (h *handler) fsCreateWatcher(ctx context.Context, b *box, r *http.Request, 
 	if err != nil {
 		return nil, err
 	}
+	auditPaths(r, spec.root)
 	var idb [12]byte
 	_, _ = rand.Read(idb[:])
 	id := hex.EncodeToString(idb[:])

@@ -468,7 +468,7 @@ func (h *handler) processList(_ context.Context, b *box, _ *http.Request, body [
 	return out, nil
 }
 
-func (h *handler) processSendInput(_ context.Context, b *box, _ *http.Request, body []byte) (any, error) {
+func (h *handler) processSendInput(_ context.Context, b *box, r *http.Request, body []byte) (any, error) {
 	var req struct {
 		Process *selector     `json:"process"`
 		Input   *processInput `json:"input"`
@@ -500,13 +500,14 @@ func (h *handler) processSendInput(_ context.Context, b *box, _ *http.Request, b
 	}
 	n, err := p.p.Stdin.Write(data)
 	p.in.Add(int64(n))
+	auditCommand(r, p.args, int64(n))
 	if err != nil {
 		return nil, fmt.Errorf("send input to process %d: %w", p.pid, err)
 	}
 	return struct{}{}, nil
 }
 
-func (h *handler) processCloseStdin(_ context.Context, b *box, _ *http.Request, body []byte) (any, error) {
+func (h *handler) processCloseStdin(_ context.Context, b *box, r *http.Request, body []byte) (any, error) {
 	var req struct {
 		Process *selector `json:"process"`
 	}
@@ -517,6 +518,7 @@ func (h *handler) processCloseStdin(_ context.Context, b *box, _ *http.Request, 
 	if err != nil {
 		return nil, err
 	}
+	auditCommand(r, p.args, 0)
 	p.inMu.Lock()
 	defer p.inMu.Unlock()
 	if p.stdinClosed || p.p.Stdin == nil {
@@ -554,7 +556,7 @@ func signalNumber(raw json.RawMessage) (syscall.Signal, error) {
 	return 0, errorf(codeInvalidArgument, "signal %d: not SIGTERM (15) or SIGKILL (9)", n)
 }
 
-func (h *handler) processSendSignal(_ context.Context, b *box, _ *http.Request, body []byte) (any, error) {
+func (h *handler) processSendSignal(_ context.Context, b *box, r *http.Request, body []byte) (any, error) {
 	var req struct {
 		Process *selector       `json:"process"`
 		Signal  json.RawMessage `json:"signal"`
@@ -573,6 +575,7 @@ func (h *handler) processSendSignal(_ context.Context, b *box, _ *http.Request, 
 	if err != nil {
 		return nil, err
 	}
+	auditCommand(r, p.args, 0)
 	if err := p.p.Signal(sig); err != nil {
 		if errors.Is(err, os.ErrProcessDone) {
 			return nil, errorf(codeNotFound, "process with pid %d has exited", p.pid)
@@ -582,7 +585,7 @@ func (h *handler) processSendSignal(_ context.Context, b *box, _ *http.Request, 
 	return struct{}{}, nil
 }
 
-func (h *handler) processUpdate(_ context.Context, b *box, _ *http.Request, body []byte) (any, error) {
+func (h *handler) processUpdate(_ context.Context, b *box, r *http.Request, body []byte) (any, error) {
 	var req struct {
 		Process *selector  `json:"process"`
 		PTY     *ptyConfig `json:"pty"`
@@ -594,6 +597,7 @@ func (h *handler) processUpdate(_ context.Context, b *box, _ *http.Request, body
 	if err != nil {
 		return nil, err
 	}
+	auditCommand(r, p.args, 0)
 	if req.PTY == nil || req.PTY.Size == nil {
 		return struct{}{}, nil
 	}

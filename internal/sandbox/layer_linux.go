@@ -87,11 +87,14 @@ func rootLayer(pid int, root string, l RootLayer, workspace string) (int, error)
 	if err := unix.Fchownat(tmpfs, "upper", RootMappedID, RootMappedID, 0); err != nil {
 		return -1, fmt.Errorf("root layer: %w", err)
 	}
-	if err := layerDir(tmpfs, root, workspace, false); err != nil {
+	// The workspace is made as the view shows the host's root: nothing
+	// of what the layer hides is looked at (S5: a tenant's path tells
+	// nothing of the host beyond the view).
+	if err := layerDir(tmpfs, root, workspace, false, newLayerView(root, l)); err != nil {
 		return -1, fmt.Errorf("root layer: workspace %s: %w", workspace, err)
 	}
 	for _, h := range l.Hide {
-		if err := layerDir(tmpfs, root, h, true); err != nil {
+		if err := layerDir(tmpfs, root, h, true, nil); err != nil {
 			return -1, fmt.Errorf("root layer: hide %s: %w", h, err)
 		}
 	}
@@ -186,25 +189,26 @@ func fsLog(fs int) string {
 // tmpfs at layer, its parents as the host's root has them (layerParents).
 // dir itself is owned by the sandbox's root, mode 0755 — or, when hide is
 // set, has the host's mode and owner and is opaque (empty in the view), and
-// is skipped if the host has no directory there.
-func layerDir(layer int, root, dir string, hide bool) error {
+// is skipped if the host has no directory there. With a view, the host's
+// root is looked at only where the view shows it.
+func layerDir(layer int, root, dir string, hide bool, view *layerView) error {
 	rel, err := layerRel(dir)
 	if err != nil {
 		return err
 	}
 	var st unix.Stat_t
-	err = unix.Lstat(filepath.Join(root, rel), &st)
+	err = view.lstatOr(root, rel, &st)
 	isDir := err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR
 	switch {
 	case hide && !isDir:
 		return nil // nothing of the host's to hide there
 	case err == nil && !isDir:
-		return fmt.Errorf("/%s is not a directory on the host's root", rel)
+		return fmt.Errorf("/%s: %w", rel, ErrNotDirInRoot)
 	case err != nil && !errors.Is(err, unix.ENOENT):
 		return err
 	}
 	if parent := filepath.Dir(rel); parent != "." {
-		if err := layerParents(layer, root, parent); err != nil {
+		if err := layerParents(layer, root, parent, view); err != nil {
 			return err
 		}
 	}
@@ -242,7 +246,7 @@ func layerWhiteout(layer int, root, file string) error {
 		return nil
 	}
 	if dir := filepath.Dir(rel); dir != "." {
-		if err := layerParents(layer, root, dir); err != nil {
+		if err := layerParents(layer, root, dir, nil); err != nil {
 			return err
 		}
 	}
@@ -266,21 +270,21 @@ func layerRel(p string) (string, error) {
 // layerParents makes the directory rel (relative to the root) and its
 // parents in the upper layer, unless made, as the host's root has them
 // (the overlay shows an upper directory's own attributes, so they must
-// merge with the lower ones unchanged); one the host lacks is made for the
-// sandbox's root, mode 0755.
-func layerParents(layer int, root, rel string) error {
+// merge with the lower ones unchanged); one the host lacks (or, with a
+// view, the view does not show) is made for the sandbox's root, mode 0755.
+func layerParents(layer int, root, rel string, view *layerView) error {
 	parts := strings.Split(rel, "/")
 	for i := range parts {
 		sub := strings.Join(parts[:i+1], "/")
 		var st unix.Stat_t
-		err := unix.Lstat(filepath.Join(root, sub), &st)
+		err := view.lstatOr(root, sub, &st)
 		switch {
 		case errors.Is(err, unix.ENOENT):
 			st = unix.Stat_t{Mode: unix.S_IFDIR | 0o755}
 		case err != nil:
 			return err
 		case st.Mode&unix.S_IFMT != unix.S_IFDIR:
-			return fmt.Errorf("/%s is not a directory on the host's root", sub)
+			return fmt.Errorf("/%s: %w", sub, ErrNotDirInRoot)
 		}
 		path := "upper/" + sub
 		if err := unix.Mkdirat(layer, path, 0o700); err != nil {
@@ -330,4 +334,86 @@ func setOpaque(dir int, path string) error {
 	}
 	defer unix.Close(fd)
 	return unix.Fsetxattr(fd, "trusted.overlay.opaque", []byte("y"), 0)
+}
+
+// layerView is what a sandbox's view shows of the host's root under a root
+// layer: the host's entries, but nothing below a hidden directory and no
+// removed file (nor anything below one).
+type layerView struct {
+	root   string
+	hide   []string        // relative to the root
+	remove map[string]bool // relative to the root
+}
+
+// newLayerView is the view l gives of root.
+func newLayerView(root string, l RootLayer) *layerView {
+	v := &layerView{root: root, remove: make(map[string]bool, len(l.Remove))}
+	for _, h := range l.Hide {
+		if rel, err := layerRel(h); err == nil {
+			v.hide = append(v.hide, rel)
+		}
+	}
+	for _, r := range l.Remove {
+		if rel, err := layerRel(r); err == nil {
+			v.remove[rel] = true
+		}
+	}
+	return v
+}
+
+// lstat is lstat(2) of rel (relative to the root) as the view shows it:
+// ENOENT below a hidden directory or at or below a removed file, where the
+// host is not looked at; the host's answer elsewhere.
+func (v *layerView) lstat(rel string, st *unix.Stat_t) error {
+	for _, h := range v.hide {
+		if strings.HasPrefix(rel, h+"/") {
+			return unix.ENOENT
+		}
+	}
+	for p := rel; p != "." && p != "/" && p != ""; p = filepath.Dir(p) {
+		if v.remove[p] {
+			return unix.ENOENT
+		}
+	}
+	return unix.Lstat(filepath.Join(v.root, rel), st)
+}
+
+// lstatOr is v.lstat, or the host's lstat of rel below root for a nil v.
+func (v *layerView) lstatOr(root, rel string, st *unix.Stat_t) error {
+	if v == nil {
+		return unix.Lstat(filepath.Join(root, rel), st)
+	}
+	return v.lstat(rel, st)
+}
+
+// CheckWorkspace reports whether the workspace (absolute) can be made in a
+// root layer l over root (the host's "/" when empty): an error wrapping
+// ErrNotDirInRoot names the first component of its path that the view
+// shows as something other than a directory (a file, a symbolic link).
+// Like the layer itself, it looks at the host's root only where the view
+// shows it, so that its answer tells nothing of what the layer hides.
+func (l RootLayer) CheckWorkspace(root, workspace string) error {
+	if root == "" {
+		root = "/"
+	}
+	rel, err := layerRel(workspace)
+	if err != nil {
+		return err
+	}
+	v := newLayerView(root, l)
+	parts := strings.Split(rel, "/")
+	for i := range parts {
+		sub := strings.Join(parts[:i+1], "/")
+		var st unix.Stat_t
+		err := v.lstat(sub, &st)
+		switch {
+		case errors.Is(err, unix.ENOENT):
+			return nil // made in the layer from here on
+		case err != nil:
+			return fmt.Errorf("/%s: %w", sub, err)
+		case st.Mode&unix.S_IFMT != unix.S_IFDIR:
+			return fmt.Errorf("/%s: %w", sub, ErrNotDirInRoot)
+		}
+	}
+	return nil
 }

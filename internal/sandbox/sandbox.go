@@ -108,6 +108,11 @@ type Config struct {
 	RootLayer *RootLayer
 }
 
+// ErrNotDirInRoot is the error of a path of a sandbox's root layer (its
+// workspace) that goes through something other than a directory of the
+// view: a file, a symbolic link.
+var ErrNotDirInRoot = errors.New("not a directory in the sandbox's root")
+
 // RootLayer is the writable layer over a sandbox's read-only root. Files
 // keep the owners they have on the host (host ids 0–65535 appear as
 // themselves inside, through an idmapped mount), so that package managers

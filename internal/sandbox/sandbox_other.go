@@ -8,3 +8,8 @@ import "context"
 func Run(ctx context.Context, c Config) (Result, error) {
 	return Result{ExitCode: ExitHutchError}, ErrNotSupported
 }
+
+// CheckWorkspace is not available outside Linux.
+func (l RootLayer) CheckWorkspace(root, workspace string) error {
+	return ErrNotSupported
+}

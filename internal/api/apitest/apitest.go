@@ -77,6 +77,12 @@ func (m *Manager) Close() error {
 // Store is the manager's store, for tokens.
 func (m *Manager) Store() *store.Store { return m.store }
 
+// CheckTenantRule checks a tenant's egress rule as the daemon does with
+// nothing opened by its configuration.
+func (m *Manager) CheckTenantRule(field, entry string, cidr bool) error {
+	return daemon.TenantRule(field, entry, cidr, nil)
+}
+
 // LastCreate is the last request Create got.
 func (m *Manager) LastCreate() daemon.CreateRequest {
 	m.mu.Lock()
