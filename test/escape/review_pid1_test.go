@@ -20,68 +20,6 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/testutil"
 )
 
-// served is a `hutch serve` a test started, with its log in a host file
-// as an operator would keep it.
-type served struct {
-	t       *testing.T
-	cmd     *exec.Cmd
-	base    string // the socket, the state directory and the log
-	sock    string
-	logPath string
-	exited  chan struct{}
-}
-
-// startServed starts `hutch serve` on a unix socket of its own, stdout and
-// stderr appended to a log file on the host; the test's cleanup stops it
-// (SIGTERM, which ends its sandboxes).
-func startServed(t *testing.T) *served {
-	t.Helper()
-	testutil.RequireRoot(t)
-	base := hostDir(t, 0, "serve")
-	d := &served{t: t, base: base, sock: filepath.Join(base, "s.sock"), logPath: filepath.Join(base, "daemon.log"), exited: make(chan struct{})}
-	log, err := os.OpenFile(d.logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer log.Close()
-	d.cmd = exec.Command(testutil.Hutch(t), "serve", "--socket", d.sock, "--state-dir", filepath.Join(base, "state"))
-	d.cmd.Env = []string{"HOME=" + base, "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C"}
-	d.cmd.Dir = base
-	d.cmd.Stdout, d.cmd.Stderr = log, log
-	if err := d.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		_ = d.cmd.Wait()
-		close(d.exited)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-d.exited:
-		default:
-			_ = d.cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-d.exited:
-			case <-time.After(60 * time.Second):
-				_ = d.cmd.Process.Kill()
-				<-d.exited
-			}
-		}
-		if t.Failed() {
-			t.Logf("hutch serve's log:\n%s", d.log())
-		}
-	})
-	if !testutil.Eventually(60*time.Second, func() bool { return strings.Contains(d.log(), "listening on unix://"+d.sock) }) {
-		t.Fatalf("hutch serve did not listen:\n%s", d.log())
-	}
-	return d
-}
-
-func (d *served) log() string {
-	b, _ := os.ReadFile(d.logPath)
-	return string(b)
-}
-
 // client runs a client command of hutch on the daemon's socket.
 func (d *served) client(args ...string) result {
 	d.t.Helper()
@@ -100,8 +38,8 @@ func (d *served) client(args ...string) result {
 	return r
 }
 
-// create makes a sandbox with the daemon's defaults and returns its id.
-func (d *served) create() string {
+// createCLI makes a sandbox with the daemon's defaults through hutch create and returns its id.
+func (d *served) createCLI() string {
 	d.t.Helper()
 	r := d.client("create")
 	if r.code != 0 {
@@ -253,8 +191,8 @@ func expectPID1(t *testing.T, r result, who string) {
 func TestItem27_ServedPID1(t *testing.T) {
 	testutil.RequireRoot(t)
 	t.Parallel()
-	d := startServed(t)
-	id := d.create()
+	d := startServed(t, "", false)
+	id := d.createCLI()
 	a := d.attacker(id)
 	names := sortedKeys(pid1Attacks)
 
@@ -291,8 +229,8 @@ func TestItem27_ServedPID1(t *testing.T) {
 	t.Run("host", func(t *testing.T) {
 		pid := d.pid1()
 		checkHostFDs(t, pid, "the agent", true)
-		if strings.Contains(d.log(), "written through PID 1") {
-			t.Errorf("the sandbox wrote into the daemon's log:\n%s", d.log())
+		if strings.Contains(d.logText(), "written through PID 1") {
+			t.Errorf("the sandbox wrote into the daemon's log:\n%s", d.logText())
 		}
 	})
 }

@@ -31,91 +31,6 @@ import (
 // driven over its TCP listener with tenants' tokens (hutch's API and E2B's)
 // and, for the operator, over its unix socket.
 
-// served is a `hutch serve` a test started: its unix socket, its TCP
-// address, its state directory and its log.
-type served struct {
-	cmd      *exec.Cmd
-	dir      string // holds the socket and the state directory
-	sock     string
-	url      string // http://127.0.0.1:PORT
-	stateDir string
-	log      *syncBuffer
-	exited   chan struct{}
-}
-
-// startServed starts `hutch serve` with a socket and a TCP port of its own
-// in dir (made when empty) and flags; the test's cleanup stops it as an
-// operator would (SIGTERM: it destroys its sandboxes) and ends anything
-// it started that is still there.
-func startServed(t *testing.T, dir string, tcp bool, flags ...string) *served {
-	t.Helper()
-	testutil.RequireRoot(t)
-	if dir == "" {
-		dir = hostDir(t, 0, "serve")
-	}
-	s := &served{dir: dir, sock: filepath.Join(dir, "hutch.sock"), stateDir: filepath.Join(dir, "state"), log: &syncBuffer{}, exited: make(chan struct{})}
-	args := []string{"serve", "--socket", s.sock, "--state-dir", s.stateDir}
-	if tcp {
-		args = append(args, "--listen", "127.0.0.1:0")
-	}
-	s.cmd = exec.Command(testutil.Hutch(t), append(args, flags...)...)
-	s.cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + dir, "LANG=C"}
-	s.cmd.Dir = dir
-	pr, pw := io.Pipe()
-	s.cmd.Stdout, s.cmd.Stderr = pw, pw
-	go s.log.collect(pr)
-	if err := s.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = s.cmd.Wait(); pw.Close(); close(s.exited) }()
-	t.Cleanup(func() { s.stop(t) })
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		out := s.log.String()
-		if m := regexp.MustCompile(`hutch: listening on (http://\S+)`).FindStringSubmatch(out); m != nil {
-			s.url = m[1]
-		}
-		if strings.Contains(out, "hutch: listening on unix://"+s.sock) && (s.url != "" || !tcp) {
-			return s
-		}
-		select {
-		case <-s.exited:
-			t.Fatalf("hutch serve ended at start:\n%s", out)
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("hutch serve did not listen:\n%s", out)
-		}
-	}
-}
-
-// stop ends the daemon with SIGTERM (SIGKILL after a long while) and
-// kills any process of its sandboxes still there.
-func (s *served) stop(t *testing.T) {
-	select {
-	case <-s.exited:
-		return
-	default:
-	}
-	left := descendants(s.cmd.Process.Pid)
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.exited:
-	case <-time.After(90 * time.Second):
-		_ = s.cmd.Process.Kill()
-		<-s.exited
-		t.Errorf("hutch serve did not stop on SIGTERM:\n%s", s.log.String())
-	}
-	for _, pid := range left {
-		if descendantOf(pid, 1) {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-	}
-	if t.Failed() {
-		t.Logf("hutch serve's log:\n%s", clip(s.log.String()))
-	}
-}
-
 // descendants lists the processes below pid.
 func descendants(pid int) []int {
 	var out []int
@@ -678,8 +593,8 @@ func TestItem25_ServeRefusesSandboxPeers(t *testing.T) {
 		if !strings.Contains(r.stdout, "code=403") || !strings.Contains(r.stdout, `"permission_denied"`) || !strings.Contains(r.stdout, "user namespace") {
 			t.Errorf("a hutch run sandbox used hutch serve's socket:\n%s", r)
 		}
-		if !strings.Contains(d.log.String(), "refused a connection on the unix socket") {
-			t.Errorf("the refusal is not in the daemon's log:\n%s", d.log.String())
+		if !strings.Contains(d.logText(), "refused a connection on the unix socket") {
+			t.Errorf("the refusal is not in the daemon's log:\n%s", d.logText())
 		}
 		// Nothing was made, nothing audited.
 		status, out := d.do(t, "", "GET", "/v1/sandboxes", "")

@@ -334,8 +334,8 @@ cp /bin/sh ./plain && chmod 0755 ./plain && cp -p ./plain ./plain-copy; echo "RC
 func TestItem21_ServedLayer(t *testing.T) {
 	testutil.RequireRoot(t)
 	t.Parallel()
-	d := startServed(t)
-	id := d.create()
+	d := startServed(t, "", false)
+	id := d.createCLI()
 	a := d.attacker(id)
 	r := d.client("exec", id, "--", a, "whoami", "w_chmod:4755", "w_setcap:fset", "w_umask0")
 	got := attacks(r.stdout)
@@ -370,8 +370,8 @@ func TestItem21_ServedLayer(t *testing.T) {
 func TestItem21_CpFromServed(t *testing.T) {
 	testutil.RequireRoot(t)
 	t.Parallel()
-	d := startServed(t)
-	id := d.create()
+	d := startServed(t, "", false)
+	id := d.createCLI()
 	r := d.client("exec", id, "--", "sh", "-c", `set -e
 cp /bin/sh x && chmod 6777 x
 mkdir -m 0777 d && cp /bin/sh d/suid && chmod 4777 d/suid && touch d/plain && chmod 0666 d/plain
