@@ -34,7 +34,7 @@ var _ Manager = (*daemon.Manager)(nil)
 
 // AdminTenant is the tenant of requests on the unix socket that carry no
 // token.
-const AdminTenant = "admin"
+const AdminTenant = store.SocketTenant
 
 // Default limits.
 const (

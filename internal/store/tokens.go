@@ -64,10 +64,18 @@ func (s *Store) CreateE2BToken(ctx context.Context, tenant string) (string, erro
 	return s.insertToken(ctx, tenant, e2bTokenPrefix+hex.EncodeToString(b[:]))
 }
 
+// SocketTenant is the tenant of requests on the daemon's unix socket that
+// carry no token: its operator. No token is ever made for it, so that no
+// token over TCP acts on the operator's sandboxes.
+const SocketTenant = "admin"
+
 // insertToken records token (by its hash) as tenant's.
 func (s *Store) insertToken(ctx context.Context, tenant, token string) (string, error) {
 	if tenant == "" {
 		return "", errors.New("store: create token: empty tenant")
+	}
+	if tenant == SocketTenant {
+		return "", fmt.Errorf("store: create token: the tenant %q is the unix socket's operator, who needs no token; name the tenant otherwise", tenant)
 	}
 	_, err := s.w.ExecContext(ctx,
 		"INSERT INTO tokens (hash, tenant, created_ns) VALUES (?, ?, ?)",
@@ -105,6 +113,10 @@ func (s *Store) TenantForToken(ctx context.Context, token string) (string, error
 	}
 	if err != nil {
 		return "", fmt.Errorf("store: token: %w", err)
+	}
+	if tenant == SocketTenant {
+		// Made by an older hutch: it would act as the socket's operator.
+		return "", fmt.Errorf("store: token of the reserved tenant %q: %w", tenant, ErrNotFound)
 	}
 	return tenant, nil
 }

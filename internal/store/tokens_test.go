@@ -157,3 +157,25 @@ func TestE2BTokens(t *testing.T) {
 		t.Fatalf("revoked token: %v, want ErrNotFound", err)
 	}
 }
+
+// TestSocketTenantHasNoTokens: no token is made for the unix socket's
+// tenant, and one an older hutch made does not authenticate, so that no
+// request over TCP acts on the operator's sandboxes.
+func TestSocketTenantHasNoTokens(t *testing.T) {
+	s, path := openTest(t)
+	ctx := context.Background()
+	if _, err := s.CreateToken(ctx, SocketTenant); err == nil {
+		t.Error("CreateToken made a token for the socket's tenant")
+	}
+	if _, err := s.CreateE2BToken(ctx, SocketTenant); err == nil {
+		t.Error("CreateE2BToken made a token for the socket's tenant")
+	}
+	const old = "hutch_" + "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
+	db := rawDB(t, path)
+	if _, err := db.Exec("INSERT INTO tokens (hash, tenant, created_ns) VALUES (?, ?, 0)", tokenHash(old), SocketTenant); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.TenantForToken(ctx, old); !errors.Is(err, ErrNotFound) {
+		t.Errorf("a stored token of the socket's tenant authenticated: %v", err)
+	}
+}
