@@ -104,13 +104,24 @@ type procTable struct {
 	mu      sync.Mutex
 	byPID   map[int]*process
 
+	// oomBase is the agent's own OOM score adjustment. As PID 1 it starts
+	// its commands at commandOOMAdj, above it, so that at the sandbox's
+	// memory limit the kernel's OOM killer takes a command, not the agent,
+	// whose end would end the sandbox (what a command writes into a tmpfs
+	// counts against the limit, not against the command's own size, so
+	// the agent can be the largest process). A process may raise its own
+	// value, and lower it back to where it was, without privilege: around
+	// each fork the agent raises its own, and lowers it back after.
+	oomBase int
+	oomMu   sync.Mutex
+
 	sigs chan os.Signal
 	stop chan struct{}
 	done chan struct{}
 }
 
 func newProcTable(pid1 bool, log *slog.Logger) (*procTable, error) {
-	t := &procTable{pid1: pid1, log: log}
+	t := &procTable{pid1: pid1, log: log, oomBase: readOOMAdj()}
 	if pid1 {
 		t.byPID = make(map[int]*process)
 		t.sigs = make(chan os.Signal, 16)
@@ -174,10 +185,40 @@ func (t *procTable) reapAll() {
 	}
 }
 
+// commandOOMAdj is the OOM score adjustment a served sandbox's commands
+// start with (see procTable.oomBase).
+const commandOOMAdj = 500
+
+// readOOMAdj is the agent's own OOM score adjustment; commandOOMAdj when
+// it cannot be read (commands then start with the agent's).
+func readOOMAdj() int {
+	b, err := os.ReadFile("/proc/self/oom_score_adj")
+	if err != nil {
+		return commandOOMAdj
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return commandOOMAdj
+	}
+	return n
+}
+
+// setOOMAdj sets the agent's own OOM score adjustment.
+func setOOMAdj(v int) error {
+	return os.WriteFile("/proc/self/oom_score_adj", []byte(strconv.Itoa(v)), 0)
+}
+
 // fork starts p and registers it with the reaper.
 func (t *procTable) fork(path string, attr *syscall.ProcAttr, p *process) error {
 	t.startMu.RLock()
 	defer t.startMu.RUnlock()
+	if t.pid1 && t.oomBase < commandOOMAdj {
+		t.oomMu.Lock()
+		defer t.oomMu.Unlock()
+		if err := setOOMAdj(commandOOMAdj); err == nil {
+			defer func() { _ = setOOMAdj(t.oomBase) }()
+		}
+	}
 	pid, err := syscall.ForkExec(path, p.args, attr)
 	if err != nil {
 		return err

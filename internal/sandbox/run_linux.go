@@ -323,7 +323,6 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		return res, err
 	}
 	fail := func(err error) (*launched, error) { return res, err }
-
 	if err := writeIDMaps(pid, idMap{innerUID, hostUID, nids}, idMap{innerGID, hostGID, nids}, asRoot); err != nil {
 		return fail(err)
 	}

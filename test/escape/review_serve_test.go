@@ -310,7 +310,8 @@ func memoryPeak(t *testing.T, id string) (peak, limit int64) {
 // sandbox writes into memory — /tmp, /dev/shm, its writable root — counts
 // against its memory limit, which every served sandbox has by default:
 // writing 3 × 64 MiB under a 96 MiB default leaves at most 96 MiB written
-// (the writer is OOM-killed, the sandbox goes on), and the sandbox's
+// (the writer is OOM-killed — commands start with a higher OOM score than
+// the agent, the sandbox's PID 1 — and the sandbox goes on), and the sandbox's
 // cgroup never held more. Sizes beyond the daemon's maxima are refused
 // with 400 naming the field. The control: the same writes under a larger
 // limit all succeed (what the host held before every sandbox had a
@@ -329,7 +330,9 @@ func TestItem28_TenantMemory(t *testing.T) {
 		refused(t, policy, status, out, field, "above the maximum")
 	}
 
-	write := `echo 1000 >/proc/self/oom_score_adj; for f in /tmp/a /dev/shm/b /root/c; do dd if=/dev/zero of=$f bs=1M count=64 2>/dev/null; done; true`
+	// No help from the writer: at the limit the OOM killer must take it,
+	// not the agent (the sandbox's PID 1, whose end would end the sandbox).
+	write := `for f in /tmp/a /dev/shm/b /root/c; do dd if=/dev/zero of=$f bs=1M count=64 2>/dev/null; done; true`
 	sum := func(id, token string) int64 {
 		out, errOut, code, ok := d.runIn(t, token, id, `t=0; for f in /tmp/a /dev/shm/b /root/c; do [ -e $f ] && t=$((t + $(stat -c '%b' $f) * $(stat -c '%B' $f))); done; echo $t`)
 		if !ok || code != 0 {
@@ -343,6 +346,9 @@ func TestItem28_TenantMemory(t *testing.T) {
 	}
 
 	id := d.create(t, tok, `{}`)
+	if out, _, _, _ := d.runIn(t, tok, id, `echo $(cat /proc/1/oom_score_adj) $(cat /proc/self/oom_score_adj)`); strings.TrimSpace(out) != "0 500" {
+		t.Errorf("OOM score adjustments of the agent and a command: %q, want 0 and 500", out)
+	}
 	if _, errOut, _, ok := d.runIn(t, tok, id, write); !ok {
 		t.Fatalf("the sandbox ended while writing (its agent was killed): %s", errOut)
 	}
