@@ -20,16 +20,23 @@ type dirNames struct {
 	buf     []byte
 	listing map[string]map[string]bool // directory → its names; nil when it does not exist
 	unknown map[string]bool            // directories that cannot be listed
+	known   map[string]bool            // directories known to exist, whose parents need no listing
 }
 
-func newDirNames() *dirNames {
-	return &dirNames{buf: make([]byte, 16<<10), listing: map[string]map[string]bool{}, unknown: map[string]bool{}}
+// newDirNames returns a dirNames that takes the directories exist for
+// existing (their parents are not listed to find them).
+func newDirNames(exist ...string) *dirNames {
+	d := &dirNames{buf: make([]byte, 16<<10), listing: map[string]map[string]bool{}, unknown: map[string]bool{}, known: map[string]bool{}}
+	for _, e := range exist {
+		d.known[e] = true
+	}
+	return d
 }
 
 // mayExist reports whether p (absolute, clean) may exist: false only when
 // a directory on its way was listed and lacks the next name.
 func (d *dirNames) mayExist(p string) bool {
-	if p == "/" {
+	if p == "/" || d.known[p] {
 		return true
 	}
 	parent := filepath.Dir(p)
@@ -62,8 +69,8 @@ func (d *dirNames) mayExist(p string) bool {
 // presentOrOwn keeps the paths that may exist, and every path under one of
 // own (filesystems of the sandbox's own, and writable areas, where a path
 // may appear after hutch looked).
-func presentOrOwn(paths, own []string) []string {
-	d := newDirNames()
+func presentOrOwn(paths, own []string, exist ...string) []string {
+	d := newDirNames(exist...)
 	var out []string
 	for _, p := range paths {
 		if under(p, own) || d.mayExist(filepath.Clean(p)) {

@@ -67,12 +67,13 @@ func idOf(st *unix.Stat_t) fileID {
 type gitScan struct {
 	roots     []string
 	home      string
-	dirs      map[string]fileID // every directory walked
-	entries   map[string]fileID // every .git entry found, by path
-	gitDirs   map[string]bool   // every git directory protected
-	watch     map[string]fileID // directories whose new entries may be new git directories
-	worktrees map[string]string // git directory → the worktree it belongs to
-	bare      []string          // git directories found without a .git entry (bare repositories)
+	dirs      map[string]fileID          // every directory walked
+	entries   map[string]fileID          // every .git entry found, by path
+	gitDirs   map[string]bool            // every git directory protected
+	watch     map[string]fileID          // directories whose new entries may be new git directories
+	worktrees map[string]string          // git directory → the worktree it belongs to
+	bare      []string                   // git directories found without a .git entry (bare repositories)
+	skip      map[string]placeholderKind // paths the check after the sandbox ends passes over
 	prot      []protected
 	truncated bool
 }

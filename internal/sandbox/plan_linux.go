@@ -90,7 +90,7 @@ func protectedPaths(s policy.Spec, roots []string, home string) protection {
 		return ""
 	}
 	out := protection{whys: map[string]string{}}
-	names := newDirNames()
+	names := newDirNames(roots...)
 	if !s.Filesystem.NoDefaultDenies {
 		bases := roots
 		if home != "" && rootOf(home) != "" {

@@ -19,24 +19,29 @@ import (
 )
 
 // prepared is what hutch sets up on the host before the clone: the
-// placeholders of missing protected paths and the Landlock ruleset; and the
-// cgroup, to clean up with them.
+// protected paths (the default names, the git scan) and the placeholders
+// of the missing ones, and the Landlock ruleset; and the cgroup, to clean
+// up with them.
 type prepared struct {
 	group        *cgroups.Group
+	prot         protection
 	placeholders placeholders
 	ruleset      *landlock.Ruleset
 	err          error
 }
 
-// prepare does the host-side setup, the two parts concurrently.
-func prepare(s policy.Spec, prot []protected, roots []string, asRoot, layer bool, missing map[string]bool) *prepared {
+// prepare does the host-side setup: what to protect (protect, which walks
+// the writable areas) and its placeholders, and the Landlock ruleset,
+// concurrently.
+func prepare(s policy.Spec, protect func() protection, roots []string, asRoot, layer bool, missing map[string]bool) *prepared {
 	p := &prepared{}
 	var phErr, llErr error
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		phErr = p.placeholders.prepare(prot, roots, asRoot)
+		p.prot = protect()
+		phErr = p.placeholders.prepare(p.prot.prot, roots, asRoot)
 	}()
 	if !missing["landlock"] {
 		llErr = p.landlock(s, roots, sandboxIdentity(asRoot), layer)

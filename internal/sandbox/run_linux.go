@@ -153,7 +153,7 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 	// Most default deny-read paths do not exist on a given machine: drop
 	// those here, with a listing per directory, rather than let every
 	// later step look each up.
-	s.Filesystem.DenyRead = presentOrOwn(s.Filesystem.DenyRead, append([]string{"/tmp", "/proc", "/dev", "/sys"}, roots...))
+	s.Filesystem.DenyRead = presentOrOwn(s.Filesystem.DenyRead, append([]string{"/tmp", "/proc", "/dev", "/sys"}, roots...), envHome(c.Environ))
 	cfg.DenyRead = s.Filesystem.DenyRead
 	if asRoot && layer == nil {
 		cfg.PrivateHome = privateHome(c.Environ, roots)
@@ -203,18 +203,21 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 	if cfg.PrivateHome != "" {
 		home = "" // replaced by a private tmpfs: nothing there to protect
 	}
-	var prot protection
+	protect := func() protection { return protection{} }
 	if layer == nil {
 		// Deny-write paths keep a sandbox from planting code that the
 		// host's user runs next; with a root layer nothing it writes
 		// outlives it.
-		prot = protectedPaths(s, roots, home)
-		l.after = &aftercare{git: prot.git, created: prot.created, whys: prot.whys}
+		protect = func() protection { return protectedPaths(s, roots, home) }
+	}
+	p := prepare(s, protect, roots, asRoot, layer != nil, cfg.Missing)
+	prot := p.prot
+	if layer == nil {
+		l.after = &aftercare{git: prot.git, created: prot.created, whys: prot.whys, placeholders: p.placeholders.kinds()}
 		if prot.git != nil && prot.git.truncated {
 			fmt.Fprintf(c.Warn, "hutch: warning: the writable areas hold more than %d directories (or deeper than %d): git repositories beyond them are neither protected nor checked; run hutch in the project's own directory\n", maxScanDirs, maxScanDepth)
 		}
 	}
-	p := prepare(s, prot.prot, roots, asRoot, layer != nil, cfg.Missing)
 	p.group = group
 	l.group = group
 	l.onClose(func() { p.cleanup(c.Log) })

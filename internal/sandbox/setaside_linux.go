@@ -24,13 +24,20 @@ type aftercare struct {
 	git     *gitScan
 	created []protected // SetAside names that did not exist when the sandbox started
 	whys    map[string]string
+	// placeholders are hutch's own stand-ins in the writable areas, not
+	// looked into.
+	placeholders map[string]placeholderKind
 }
 
 // run sets aside what the sandbox made that would run commands outside it,
 // and reports each. Nothing of the sandbox runs any more.
 func (a *aftercare) run() []SetAside {
 	var out []SetAside
-	names := newDirNames()
+	var roots []string
+	if a.git != nil {
+		roots = a.git.roots
+	}
+	names := newDirNames(roots...)
 	for _, p := range a.created {
 		if !names.mayExist(p.Path) || !existsNoFollow(p.Path) {
 			continue
@@ -39,6 +46,7 @@ func (a *aftercare) run() []SetAside {
 		out = append(out, setAside(p.Path, why))
 	}
 	if a.git != nil {
+		a.git.skip = a.placeholders
 		for _, c := range a.git.newGit() {
 			reasons := a.git.inspect(c)
 			if len(reasons) == 0 {
@@ -135,6 +143,9 @@ func (g *gitScan) newGit() []string {
 		var looks gitLooks
 		readDir(fd, buf, func(name string, typ byte) {
 			path := filepath.Join(p, name)
+			if _, ours := g.skip[path]; ours {
+				return
+			}
 			if typ == unix.DT_UNKNOWN {
 				var st unix.Stat_t
 				if unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
