@@ -31,6 +31,38 @@
 // "ATTACK RESULT" line per attack, RESULT being "ok" or the errno's name, so
 // tests assert the exact outcome.
 //
+// What it covers, by ESCAPES.md item (every item has a test):
+//
+//	1  credential files                     TestItem01_CredentialFiles
+//	2  secrets in the environment           TestItem02_*
+//	3  host-root-only files                 TestItem03_HostRootOnlyFiles
+//	4  shell rc files                       TestItem04_ShellRCWorkspace, _ShellRCHome
+//	5  git hooks and config                 TestItem05_Git, _SubmoduleGitDir
+//	6  tool config that runs code           TestItem06_ToolConfigWorkspace, _AutostartHome
+//	7  symlinks, links, renames             TestItem07_* (a workspace entered through a link too)
+//	8  /proc and other processes            TestItem08_ProcAndProcesses
+//	9  staying alive                        TestItem09_*
+//	10 privilege and kernel surface         TestItem10_*
+//	11 resources                            TestItem11_*
+//	12 host unix sockets                    TestItem12_HostUnixSockets
+//	13 abstract sockets, socket families    TestItem13_*
+//	14 terminal injection                   TestItem14_TerminalInjection
+//	15–18 network egress, DNS, filters, SSRF TestItem15_* … TestItem18_*
+//	19 placeholders of secrets              TestItem19_Placeholders
+//	20 policy and harness                   TestItem20_*
+//	21 privilege granted by what is written TestItem21_* (set-id modes by every call, file
+//	                                        capabilities and ACLs, umask, a .git made
+//	                                        writable, copies, hutch cp, served layers)
+//	22 git beyond .git/config and hooks     TestItem22_GitEverywhere
+//	23 other tools' configuration           TestItem23_ToolConfig
+//	24 more credential stores               TestItem24_CredentialStores
+//	25 hutch's own sockets and state        TestItem25_HutchDaemon, _ServeRefusesSandboxPeers
+//	26 a tenant's rules and special addresses TestItem26_TenantNetworkRules
+//	27 the sandbox's PID 1                  TestItem27_RunPID1, _ServedPID1
+//	28 host memory held by a tenant         TestItem28_TenantMemory
+//	29 a secret reflected in a response     TestItem29_SecretReflected
+//	30 unaudited changes, oracles, metrics  TestItem30_AuditAndOracles
+//
 // The suite sends no traffic off the machine: it listens only on the host's
 // own addresses, and the outside addresses it tries are from TEST-NET or
 // other ranges to which the sandbox has no route, so connecting fails
