@@ -48,6 +48,10 @@ type CreateOptions struct {
 	// those variables; the daemon swaps the real values in on requests to
 	// each secret's hosts, and never stores them.
 	Secrets map[string]string
+	// UpstreamCA holds PEM certificates the sandbox's egress proxy trusts
+	// too when it connects to the hosts of the policy's secrets, for a
+	// secret's host behind a private CA.
+	UpstreamCA []byte
 }
 
 // ListOptions selects sandboxes. The zero value selects all of the
@@ -76,7 +80,8 @@ func (c *Client) Create(ctx context.Context, o CreateOptions) (*Sandbox, error) 
 		Timeout     string            `json:"timeout,omitempty"`
 		IdleTimeout string            `json:"idle_timeout,omitempty"`
 		Secrets     map[string]string `json:"secrets,omitempty"`
-	}{o.Policy, o.Labels, o.Env, duration(o.Timeout), duration(o.IdleTimeout), o.Secrets}
+		UpstreamCA  string            `json:"upstream_ca,omitempty"`
+	}{o.Policy, o.Labels, o.Env, duration(o.Timeout), duration(o.IdleTimeout), o.Secrets, string(o.UpstreamCA)}
 	var sb Sandbox
 	if err := c.call(ctx, http.MethodPost, "/v1/sandboxes", nil, in, &sb); err != nil {
 		return nil, err

@@ -137,6 +137,7 @@ func (h *handler) table() []route {
 		r("GET /v1/health", ro, h.health),
 		r("GET /v1/openapi.json", ro, h.openAPI),
 		r("GET /metrics", ro, h.metrics),
+		r("POST /v1/tokens", "create_token", h.createToken),
 
 		r("POST /v1/sandboxes", "create", h.create),
 		r("GET /v1/sandboxes", ro, h.list),

@@ -36,6 +36,11 @@ type CreateBody struct {
 	// sandbox gets a placeholder; the daemon keeps the value in memory
 	// only and swaps it in at the egress for the secret's hosts.
 	Secrets map[string]secrets.Value `json:"secrets,omitempty"`
+	// UpstreamCA holds PEM certificates the sandbox's proxy trusts too,
+	// besides the daemon's roots, when it connects to the hosts of the
+	// policy's secrets (for a secret's host behind a private CA). It
+	// concerns only this sandbox's own secrets, so a tenant may give it.
+	UpstreamCA string `json:"upstream_ca,omitempty"`
 }
 
 // TimeoutBody is the body of POST /v1/sandboxes/{id}/timeout.
@@ -106,6 +111,9 @@ func createRequest(b CreateBody, origin Origin) (daemon.CreateRequest, error) {
 		return req, err
 	}
 	req.Labels, req.Env, req.Secrets = b.Labels, b.Env, b.Secrets
+	if b.UpstreamCA != "" {
+		req.UpstreamCA = []byte(b.UpstreamCA)
+	}
 	req.Operator = origin == OriginLocal
 	return req, nil
 }

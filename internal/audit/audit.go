@@ -47,12 +47,15 @@ type Entry struct {
 	// Action is what it did: "create", "destroy", "extend", "pause",
 	// "resume", "connect", "exec", "stdin", "close_stdin", "resize",
 	// "signal", "write_file", "remove", "rename", "mkdir", "upload",
-	// "watch", "unwatch" (the front ends' route tables say which route
-	// records which).
+	// "watch", "unwatch", "create_token" (the front ends' route tables
+	// say which route records which).
 	Action string `json:"action"`
 	// Sandbox is the sandbox it acted on ("" when none, e.g. a create
 	// that failed).
 	Sandbox string `json:"sandbox,omitempty"`
+	// Subject is the tenant a token was made for (create_token); the
+	// token itself is never recorded.
+	Subject string `json:"subject,omitempty"`
 	// Command is the arguments of an exec.
 	Command []string `json:"command,omitempty"`
 	// Paths are the files a file call wrote, made, moved (from, to) or

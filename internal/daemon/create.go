@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"crypto/rand"
+	"crypto/x509"
 	"encoding/base32"
 	"encoding/json"
 	"errors"
@@ -98,6 +99,13 @@ func (m *Manager) Create(ctx context.Context, tenant string, r CreateRequest) (I
 	if tenant == warmTenant {
 		return Info{}, invalid("create sandbox: the tenant name %q is reserved", tenant)
 	}
+	var upstream *x509.CertPool // the daemon's roots, unless the request adds some
+	if len(r.UpstreamCA) > 0 {
+		var err error
+		if upstream, err = withUpstreamCA(m.cfg.UpstreamRoots, r.UpstreamCA); err != nil {
+			return Info{}, err
+		}
+	}
 	if m.pool != nil && warmMatch(r) {
 		if info, ok, err := m.takeWarm(ctx, tenant, r); ok || err != nil {
 			return info, err
@@ -111,6 +119,9 @@ func (m *Manager) Create(ctx context.Context, tenant string, r CreateRequest) (I
 	sec, err := loadSecrets(spec, r.Secrets)
 	if err != nil {
 		return Info{}, err
+	}
+	if sec != nil {
+		sec.upstream = upstream
 	}
 	env, err := sec.env(environ(spec.Env, r.Env))
 	if err != nil {

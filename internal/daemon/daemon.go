@@ -108,6 +108,11 @@ type CreateRequest struct {
 	// the sandbox gets placeholders, the proxy swaps the values in for the
 	// secrets' hosts only, and the store keeps none of them.
 	Secrets map[string]secrets.Value
+	// UpstreamCA holds PEM certificates that the sandbox's proxy trusts
+	// too, besides Config.UpstreamRoots, when it connects to the hosts of
+	// the policy's secrets (hutch create --upstream-ca). It must hold at
+	// least one certificate when set.
+	UpstreamCA []byte
 	// Operator says that the request comes from the daemon's operator
 	// (hutch's API on its unix socket), whose policy may open what the
 	// egress proxy's address guard refuses: network.allow_private, and

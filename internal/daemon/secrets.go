@@ -18,6 +18,24 @@ import (
 type sandboxSecrets struct {
 	list   []*secrets.Secret
 	bundle string // the trust bundle file (host roots + the sandbox's CA)
+	// upstream, when not nil, replaces the daemon's roots for the
+	// secrets' hosts (the request's UpstreamCA added to them).
+	upstream *x509.CertPool
+}
+
+// withUpstreamCA returns base (the system's roots when nil) with the
+// certificates of pem added.
+func withUpstreamCA(base *x509.CertPool, pem []byte) (*x509.CertPool, error) {
+	var pool *x509.CertPool
+	if base != nil {
+		pool = base.Clone()
+	} else if pool, _ = x509.SystemCertPool(); pool == nil {
+		pool = x509.NewCertPool()
+	}
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, invalid("create sandbox: upstream CA: no PEM certificate in it")
+	}
+	return pool, nil
 }
 
 // loadSecrets makes the secrets of a normalized spec from the request's
@@ -58,6 +76,9 @@ func (s *sandboxSecrets) env(env []string) ([]string, error) {
 // CA, the roots it verifies upstreams with: the system's when upstream is
 // nil) and writes the sandbox's trust bundle into dir.
 func (s *sandboxSecrets) intercept(p *egress.Proxy, id, dir string, upstream *x509.CertPool) error {
+	if s.upstream != nil {
+		upstream = s.upstream
+	}
 	bundle, err := p.Intercept(id, upstream, sandbox.SystemRootsPEM())
 	if err != nil {
 		return err

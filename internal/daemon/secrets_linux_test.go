@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -89,5 +90,45 @@ func TestSecrets(t *testing.T) {
 		if err != nil && strings.Contains(err.Error(), real) {
 			t.Errorf("%s: the error shows the real value: %v", tc.name, err)
 		}
+	}
+}
+
+// TestSecretsUpstreamCA: a create request's own upstream CA (hutch create
+// --upstream-ca) lets its sandbox's proxy verify a secret's host that the
+// daemon's roots do not; without it the proxy refuses that host's
+// certificate; something that holds no certificate is refused.
+func TestSecretsUpstreamCA(t *testing.T) {
+	_, err := exec.LookPath("curl")
+	testutil.Need(t, err == nil, "curl is not installed")
+	up := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte("reached"))
+	}))
+	defer up.Close()
+	u, err := url.Parse(up.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := "example.com:" + u.Port()
+	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: up.Certificate().Raw})
+
+	m := newManager(t, Config{}) // the system's roots only
+	var p policy.Spec
+	p.Network.AllowPrivate = []string{"127.0.0.1/32"}
+	p.Network.Hosts = []string{"example.com:127.0.0.1"}
+	p.Secrets = []policy.Secret{{Name: "TOKEN", Hosts: []string{host}, From: policy.SecretFromRequest}}
+	values := map[string]secrets.Value{"TOKEN": secrets.NewValue([]byte("upstream-ca-test-value"))}
+	script := `curl -sS https://` + host + `/ -H "Authorization: Bearer $TOKEN" 2>&1; true`
+
+	with := mustCreate(t, m, "a", CreateRequest{Policy: p, Secrets: values, UpstreamCA: caPEM, Operator: true})
+	if out := mustRun(t, m, "a", with.ID, script); out != "reached" {
+		t.Errorf("with the request's upstream CA: %q, want the upstream's answer", out)
+	}
+	without := mustCreate(t, m, "a", CreateRequest{Policy: p, Secrets: values, Operator: true})
+	if out := mustRun(t, m, "a", without.ID, script); out == "reached" {
+		t.Errorf("without an upstream CA the proxy trusted the test server: %q", out)
+	}
+	_, err = m.Create(testCtx(t), "a", CreateRequest{Policy: p, Secrets: values, UpstreamCA: []byte("not a certificate"), Operator: true})
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "upstream CA") {
+		t.Errorf("a request's upstream CA without a certificate: %v, want ErrInvalid", err)
 	}
 }

@@ -380,6 +380,9 @@ func (w *walker) calls() map[string]call {
 		"hutch GET /v1/health":       now(func(t *testing.T) { w.hutch(t, "GET", "/v1/health", "", 200) }),
 		"hutch GET /v1/openapi.json": now(func(t *testing.T) { w.hutch(t, "GET", "/v1/openapi.json", "", 200) }),
 		"hutch GET /metrics":         now(func(t *testing.T) { w.hutch(t, "GET", "/metrics", "", 200) }),
+		// Only the operator on the unix socket makes tokens: a tenant's
+		// attempt is refused, and recorded.
+		"hutch POST /v1/tokens": now(func(t *testing.T) { w.hutch(t, "POST", "/v1/tokens", `{"tenant":"bob"}`, 403) }),
 		"hutch POST /v1/sandboxes": now(func(t *testing.T) {
 			w.created(t, w.hutch(t, "POST", "/v1/sandboxes", `{"labels":{"k":"v"}}`, 201))
 		}),

@@ -64,6 +64,26 @@ func (s *Store) CreateE2BToken(ctx context.Context, tenant string) (string, erro
 	return s.insertToken(ctx, tenant, e2bTokenPrefix+hex.EncodeToString(b[:]))
 }
 
+// CheckTenant checks the syntax of a tenant's name for a new token: 1 to 64
+// letters, digits, '.', '_' or '-', beginning with a letter or digit; and
+// not SocketTenant, which needs no token.
+func CheckTenant(name string) error {
+	ok := name != "" && len(name) <= 64
+	for i, c := range name {
+		alnum := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
+		if !alnum && (i == 0 || !strings.ContainsRune("._-", c)) {
+			ok = false
+		}
+	}
+	if !ok {
+		return fmt.Errorf("tenant %q: want 1-64 letters, digits, '.', '_' or '-', beginning with a letter or digit", name)
+	}
+	if name == SocketTenant {
+		return fmt.Errorf("tenant %q is the unix socket's operator, who needs no token; name the tenant otherwise", name)
+	}
+	return nil
+}
+
 // SocketTenant is the tenant of requests on the daemon's unix socket that
 // carry no token: its operator. No token is ever made for it, so that no
 // token over TCP acts on the operator's sandboxes.

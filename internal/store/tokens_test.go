@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"regexp"
+	"strings"
 	"testing"
 )
 
@@ -177,5 +178,17 @@ func TestSocketTenantHasNoTokens(t *testing.T) {
 	}
 	if _, err := s.TenantForToken(ctx, old); !errors.Is(err, ErrNotFound) {
 		t.Errorf("a stored token of the socket's tenant authenticated: %v", err)
+	}
+}
+
+func TestCheckTenant(t *testing.T) {
+	for name, ok := range map[string]bool{
+		"alice": true, "team-a.prod_2": true, "A": true, strings.Repeat("x", 64): true,
+		"": false, "-a": false, ".a": false, "a b": false, "a/b": false, "ä": false, strings.Repeat("x", 65): false,
+		SocketTenant: false,
+	} {
+		if err := CheckTenant(name); (err == nil) != ok {
+			t.Errorf("CheckTenant(%q) = %v, want ok=%v", name, err, ok)
+		}
 	}
 }
