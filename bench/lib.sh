@@ -21,14 +21,14 @@ apt_install() {
 		{ apt-get update -qq >/dev/null && apt-get install -y -qq --no-install-recommends "$@" >/dev/null; }
 }
 
-# build_tools DIR TOOL... builds hutch (and hutch-agent, the sandboxes'
-# PID 1 in hutch serve) into DIR and each measuring tool bench/TOOL into
-# DIR/TOOL, statically.
+# build_tools DIR TOOL... builds hutch (and hutch-serve, the daemon's
+# binary, and hutch-agent, the sandboxes' PID 1 in hutch serve) into DIR
+# and each measuring tool bench/TOOL into DIR/TOOL, statically.
 build_tools() {
 	local dir=$1 t
 	shift
 	log "building hutch and the measuring tool"
-	CGO_ENABLED=0 go build -o "$dir/" ./cmd/hutch ./cmd/hutch-agent
+	CGO_ENABLED=0 go build -o "$dir/" ./cmd/hutch ./cmd/hutch-serve ./cmd/hutch-agent
 	for t in "$@"; do CGO_ENABLED=0 go build -o "$dir/$t" "./bench/$t"; done
 }
 

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 
 	"github.com/hutch-sandbox/hutch/internal/audit"
+	"github.com/hutch-sandbox/hutch/internal/cli"
 )
 
 // cmdAudit checks the daemon's audit log: hutch audit verify [--state-dir
@@ -21,12 +22,12 @@ func cmdAudit(args []string, stdout, stderr io.Writer) int {
 	}
 	fs := flag.NewFlagSet("hutch audit verify", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	stateDir := fs.String("state-dir", "", "check the audit log in the daemon's state `dir` (default "+defaultStateDir+")")
+	stateDir := fs.String("state-dir", "", "check the audit log in the daemon's state `dir` (default "+cli.DefaultStateDir+")")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: hutch audit verify [--state-dir DIR | FILE]\n\nChecks the hash chain of the daemon's audit log.\n\nFlags:")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args[1:]); err != nil {
+	if err := cli.Parse(fs, args[1:], stderr); err != nil {
 		return usageCode(err)
 	}
 	var path string
@@ -39,7 +40,7 @@ func cmdAudit(args []string, stdout, stderr io.Writer) int {
 	case *stateDir != "":
 		path = filepath.Join(*stateDir, audit.FileName)
 	default:
-		path = filepath.Join(defaultStateDir, audit.FileName)
+		path = filepath.Join(cli.DefaultStateDir, audit.FileName)
 	}
 	f, err := os.Open(path)
 	if err != nil {

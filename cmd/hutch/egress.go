@@ -113,20 +113,24 @@ func (e *runEgress) setupTLS(id string, upstreamCAs []string) error {
 // upstreamRoots are the roots the proxy verifies a secret's host with: the
 // system's and the certificates in files (--upstream-ca).
 func upstreamRoots(files []string) (*x509.CertPool, error) {
-	roots, err := x509.SystemCertPool()
-	if err != nil || roots == nil {
-		roots = x509.NewCertPool()
+	pems, err := readPEMs(files)
+	if err != nil {
+		return nil, err
 	}
+	return egress.UpstreamRoots(pems, func(i int) string { return "--upstream-ca " + files[i] })
+}
+
+// readPEMs reads the files of --upstream-ca.
+func readPEMs(files []string) ([][]byte, error) {
+	var pems [][]byte
 	for _, f := range files {
 		pem, err := os.ReadFile(f)
 		if err != nil {
 			return nil, fmt.Errorf("--upstream-ca: %w", err)
 		}
-		if !roots.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("--upstream-ca %s: no PEM certificate in it", f)
-		}
+		pems = append(pems, pem)
 	}
-	return roots, nil
+	return pems, nil
 }
 
 // secretValues are the memory that holds real values, for the sandbox's

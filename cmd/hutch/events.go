@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/hutch-sandbox/hutch/client"
+	"github.com/hutch-sandbox/hutch/internal/cli"
 )
 
 // cmdEvents prints a sandbox's events, one a line, as they happen, until
@@ -21,7 +22,7 @@ import (
 func cmdEvents(args []string, stdout, stderr io.Writer) int {
 	fs := remoteFlags("events", "[--since N] ID", stderr)
 	since := fs.Int64("since", 0, "print only the events after sequence number `N`")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args, stderr); err != nil {
 		return usageCode(err)
 	}
 	if fs.NArg() != 1 {

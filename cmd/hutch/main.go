@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hutch-sandbox/hutch/internal/cli"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/proxyconnect"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
@@ -81,14 +82,11 @@ func run(args []string, stdin, stdout, stderr *os.File) int {
 			return 2
 		}
 		return cmdPolicyShow(args[2:], stdout, stderr)
-	case "agent":
-		return cmdAgent(args[1:], stderr)
 	case "proxy-connect":
 		return proxyconnect.Main(args[1:], stdin, stdout, stderr)
-	case "serve":
-		return cmdServe(args[1:], stderr)
-	case "token":
-		return cmdToken(args[1:], stdout, stderr)
+	case "serve", "token":
+		// The daemon's commands are hutch-serve's (see daemon.go).
+		return execServe(args, stderr)
 	case "audit":
 		return cmdAudit(args[1:], stdout, stderr)
 	case "create":
@@ -114,18 +112,21 @@ func run(args []string, stdin, stdout, stderr *os.File) int {
 		fmt.Fprint(stdout, usage)
 		return 0
 	default:
-		fmt.Fprintf(stderr, "hutch: unknown command %q\n\n%s", args[0], usage)
+		msg := fmt.Sprintf("hutch: unknown command %q", args[0])
+		if near := cli.Closest(args[0], commands); len(near) > 0 {
+			msg += "; did you mean " + strings.Join(near, " or ") + "?"
+		}
+		fmt.Fprintf(stderr, "%s (\"hutch help\" lists the commands)\n", msg)
 		return 2
 	}
 }
 
+// commands are hutch's commands, for suggestions after a typo.
+var commands = []string{"run", "policy", "version", "proxy-connect", "serve", "token", "audit", "create", "exec", "cp", "ls", "rm", "pause", "resume", "events", "help"}
+
 func cmdRun(args []string, stdin, stdout, stderr *os.File) int {
-	fs, pf := newPolicyFlags("run", stderr)
-	debug := fs.Bool("debug", false, "log sandbox setup to stderr")
-	var upstreamCAs listFlag
-	fs.Var(&upstreamCAs, "upstream-ca", "also trust the certificates in `file` (PEM) when the proxy connects to a secret's host (repeatable)")
-	report := fs.String("report", "", "write every refused connection, and the traffic of every allowed host, to `file` as JSON lines")
-	if code, done := parseFlags(fs, args); done {
+	fs, rf := newRunFlags("run", stderr)
+	if code, done := parseFlags(fs, args, stderr); done {
 		return code
 	}
 	command := fs.Args()
@@ -133,6 +134,7 @@ func cmdRun(args []string, stdin, stdout, stderr *os.File) int {
 		fmt.Fprintln(stderr, "hutch: no command given: hutch run [flags] -- COMMAND [ARGS...]")
 		return sandbox.ExitHutchError
 	}
+	pf := &rf.policyFlags
 	spec, code := pf.spec(stderr)
 	if code != 0 {
 		return code
@@ -144,11 +146,12 @@ func cmdRun(args []string, stdin, stdout, stderr *os.File) int {
 			spec.Filesystem.DenyWrite = append(spec.Filesystem.DenyWrite, abs)
 		}
 	}
+	warnPrivateArgs(spec, command, stderr)
 	log := slog.New(slog.DiscardHandler)
-	if *debug {
+	if rf.debug {
 		log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	egress, err := newEgress(spec, *report, upstreamCAs, stderr, log)
+	egress, err := newEgress(spec, rf.report, rf.upstreamCAs, stderr, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "hutch: %v\n", err)
 		return sandbox.ExitHutchError
@@ -197,15 +200,15 @@ func cmdRun(args []string, stdin, stdout, stderr *os.File) int {
 }
 
 func cmdPolicyShow(args []string, stdout, stderr *os.File) int {
-	fs, pf := newPolicyFlags("policy show", stderr)
-	if code, done := parseFlags(fs, args); done {
+	fs, rf := newRunFlags("policy show", stderr)
+	if code, done := parseFlags(fs, args, stderr); done {
 		return code
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "hutch: policy show takes no arguments, got %q\n", fs.Args())
 		return sandbox.ExitHutchError
 	}
-	spec, code := pf.spec(stderr)
+	spec, code := rf.spec(stderr)
 	if code != 0 {
 		return code
 	}
@@ -218,12 +221,11 @@ func cmdPolicyShow(args []string, stdout, stderr *os.File) int {
 	return 0
 }
 
-// parseFlags parses args; done is true when the command must end here with
-// code: 0 after -h, 125 (hutch's own error, never the command's) after a bad
-// flag, which the flag package has already reported.
-func parseFlags(fs *flag.FlagSet, args []string) (code int, done bool) {
-	err := fs.Parse(args)
-	switch {
+// parseFlags parses args (see cli.Parse); done is true when the command
+// must end here with code: 0 after -h, 125 (hutch's own error, never the
+// command's) after a bad flag, which cli.Parse has reported.
+func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) (code int, done bool) {
+	switch err := cli.Parse(fs, args, stderr); {
 	case err == nil:
 		return 0, false
 	case errors.Is(err, flag.ErrHelp):
@@ -233,65 +235,13 @@ func parseFlags(fs *flag.FlagSet, args []string) (code int, done bool) {
 	}
 }
 
-// policyFlags are the flags that build a policy.Spec; they override the
-// policy file given with --policy (lists are added to the file's).
-type policyFlags struct {
-	set                                      map[string]bool
-	policyFile, srtFile, workspace, root     string
-	allowWrite, denyRead, denyWrite, allowRd listFlag
-	env, passEnv                             listFlag
-	memory, tmpSize, timeout                 string
-	cpus                                     float64
-	pids                                     int64
-	bestEffort, noDefaultDenies              bool
-	net                                      string
-	allowDomain, denyDomain, allowCIDR       listFlag
-	allowPrivate, addHost, secret            listFlag
-}
-
-type listFlag []string
-
-func (l *listFlag) String() string     { return strings.Join(*l, ",") }
-func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
-
-func newPolicyFlags(name string, stderr io.Writer) (*flag.FlagSet, *policyFlags) {
-	fs := flag.NewFlagSet("hutch "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	p := &policyFlags{}
-	fs.StringVar(&p.policyFile, "policy", "", "policy `file` (YAML or JSON)")
-	fs.StringVar(&p.srtFile, "srt-settings", "", "sandbox-runtime (srt) settings `file` to import")
-	fs.StringVar(&p.workspace, "workspace", "", "writable workspace `dir` (default: the current directory)")
-	fs.StringVar(&p.root, "root", "", "root filesystem: \"host\" (read-only host root, default) or a `dir`")
-	fs.Var(&p.allowWrite, "allow-write", "make `path` writable too (repeatable)")
-	fs.Var(&p.denyRead, "deny-read", "hide `path` from the sandbox (repeatable)")
-	fs.Var(&p.denyWrite, "deny-write", "keep `path` read-only even inside a writable area (repeatable)")
-	fs.Var(&p.allowRd, "allow-read", "re-allow reading `path` that a deny-read hides (repeatable)")
-	fs.Var(&p.env, "env", "set `NAME=VALUE` in the sandbox (repeatable)")
-	fs.Var(&p.passEnv, "pass-env", "pass the caller's variable `NAME` (or PREFIX_*) through (repeatable)")
-	fs.StringVar(&p.memory, "memory", "", "memory limit of the whole sandbox, e.g. `512m`")
-	fs.Float64Var(&p.cpus, "cpus", 0, "CPU limit in `cores`, e.g. 1.5")
-	fs.Int64Var(&p.pids, "pids", 0, "maximum number of processes and threads")
-	fs.StringVar(&p.timeout, "timeout", "", "kill the sandbox after this `duration`, e.g. 30s")
-	fs.StringVar(&p.tmpSize, "tmp-size", "", "size of the private /tmp, e.g. `256m`")
-	fs.BoolVar(&p.bestEffort, "best-effort", false, "run even if a layer cannot be set up (prints what was dropped)")
-	fs.BoolVar(&p.noDefaultDenies, "no-default-denies", false, "drop hutch's built-in deny-read and deny-write lists")
-	fs.StringVar(&p.net, "net", "", "network: \"none\" (loopback only, the default), \"proxy\" (only the allowed hosts, through hutch's egress proxy) or \"host\" (no isolation)")
-	fs.Var(&p.allowDomain, "allow-domain", "let the sandbox reach `host` (example.com, *.example.com, optionally :PORT; without a port 80 and 443) through the proxy (repeatable)")
-	fs.Var(&p.denyDomain, "deny-domain", "never let the sandbox reach `host` (same syntax; wins over --allow-domain) (repeatable)")
-	fs.Var(&p.allowCIDR, "allow-cidr", "let the sandbox reach IP addresses in `cidr` (optionally :PORT) through the proxy (repeatable)")
-	fs.Var(&p.allowPrivate, "allow-private", "let the proxy connect to loopback, private or link-local addresses in `cidr` (repeatable)")
-	fs.Var(&p.secret, "secret", "give the sandbox a placeholder for the secret in hutch's variable `NAME@host1,host2`; the proxy puts the real value in only on requests to those hosts (repeatable)")
-	fs.Var(&p.addHost, "add-host", "resolve `name:address` to that address in the proxy, like curl --resolve (repeatable)")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: hutch %s [flags]", name)
-		if name == "run" {
-			fmt.Fprint(stderr, " -- COMMAND [ARGS...]")
-		}
-		fmt.Fprintln(stderr, "\n\nFlags:")
-		fs.PrintDefaults()
+// usageCode is the exit code of the commands other than run, policy show
+// and exec after cli.Parse failed: 0 after -h, else 2.
+func usageCode(err error) int {
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
 	}
-	p.set = map[string]bool{}
-	return fs, p
+	return 2
 }
 
 // spec builds the effective policy; a non-zero code means it failed and the

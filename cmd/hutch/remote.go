@@ -3,6 +3,7 @@ package main
 import (
 	"archive/tar"
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -23,6 +24,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/hutch-sandbox/hutch/client"
+	"github.com/hutch-sandbox/hutch/internal/cli"
 	"github.com/hutch-sandbox/hutch/internal/hostperm"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
@@ -88,20 +90,24 @@ func keyValues(flagName string, list []string) (map[string]string, error) {
 // here, from this command's environment and files, and travel in the
 // request; the daemon gives the sandbox placeholders only.
 func cmdCreate(args []string, stdout, stderr io.Writer) int {
-	fs, pf := newPolicyFlags("create", stderr)
+	fs, rf := newRunFlags("create", stderr)
 	idle := fs.Duration("idle-timeout", 0, "end the sandbox after this long without use")
 	disk := fs.String("disk", "", "size of the sandbox's writable root, e.g. `2g` (default: the daemon's)")
-	var labels listFlag
+	var labels cli.List
 	fs.Var(&labels, "label", "tag the sandbox with `key=value` (repeatable)")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: hutch create [flags]\n\nCreates a sandbox in the daemon at $HUTCH_HOST (default %s), with the token in $HUTCH_TOKEN,\nand prints its id. --timeout is its lifetime.\n\nFlags:\n", client.DefaultHost)
+		fmt.Fprintf(stderr, "Usage: hutch create [flags]\n\nCreates a sandbox in the daemon at $HUTCH_HOST (default %s), with the token in $HUTCH_TOKEN,\nand prints its id. It takes the flags of hutch run; --timeout is the sandbox's lifetime,\n--debug prints the policy sent, and --report is refused: a served sandbox's refused\nconnections are its events (hutch events ID).\n\nFlags:\n", client.DefaultHost)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args, stderr); err != nil {
 		return usageCode(err)
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "hutch: create takes no arguments, got %q\n", fs.Args())
+		return 2
+	}
+	if rf.report != "" {
+		fmt.Fprintln(stderr, "hutch: create: --report is for hutch run; a served sandbox's refused connections are its events: hutch events ID")
 		return 2
 	}
 	opts := client.CreateOptions{IdleTimeout: *idle}
@@ -110,7 +116,11 @@ func cmdCreate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "hutch: %v\n", err)
 		return 2
 	}
-	spec, err := pf.remoteSpec()
+	if opts.UpstreamCA, err = upstreamPEM(rf.upstreamCAs); err != nil {
+		fmt.Fprintf(stderr, "hutch: %v\n", err)
+		return 2
+	}
+	spec, err := rf.remoteSpec()
 	if err == nil && *disk != "" {
 		if spec.Resources.DiskBytes, err = policy.ParseSize(*disk); err != nil {
 			err = fmt.Errorf("--disk: %w", err)
@@ -130,6 +140,10 @@ func cmdCreate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "hutch: %v\n", err)
 		return 2
 	}
+	if rf.debug {
+		fmt.Fprintf(stderr, "hutch: create: policy %s, lifetime %s, %d variables, %d secret values, %d bytes of upstream CA\n",
+			opts.Policy, opts.Timeout, len(opts.Env), len(opts.Secrets), len(opts.UpstreamCA))
+	}
 	c, ok := newClient(stderr)
 	if !ok {
 		return 1
@@ -143,6 +157,23 @@ func cmdCreate(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintln(stdout, sb.ID)
 	return 0
+}
+
+// upstreamPEM reads the files of --upstream-ca, each of which must hold a
+// PEM certificate, for the request.
+func upstreamPEM(files []string) ([]byte, error) {
+	pems, err := readPEMs(files)
+	if err != nil {
+		return nil, err
+	}
+	var out []byte
+	for i, p := range pems {
+		if !x509.NewCertPool().AppendCertsFromPEM(p) {
+			return nil, fmt.Errorf("--upstream-ca %s: no PEM certificate in it", files[i])
+		}
+		out = append(append(out, p...), '\n')
+	}
+	return out, nil
 }
 
 // remoteSpec is the policy of the flags and the policy or srt settings
@@ -249,12 +280,12 @@ func commandArgs(args []string) (id string, command []string) {
 func cmdExec(args []string, stdin, stdout, stderr *os.File) int {
 	fs := remoteFlags("exec", "[-i] [-t] [flags] ID -- COMMAND [ARGS...]", stderr)
 	interactive := fs.Bool("i", false, "pass stdin to the command")
-	tty := fs.Bool("t", false, "run the command on a terminal (with -i, the local terminal in raw mode; window size changes follow)")
-	var env listFlag
+	tty := fs.Bool("t", false, "run the command on a terminal; when stdin is a terminal, the local one, in raw mode, with its input (as -it) and window size changes")
+	var env cli.List
 	fs.Var(&env, "env", "set `NAME=VALUE` for the command (repeatable)")
 	dir := fs.String("cwd", "", "run the command in `dir` (default: the workspace)")
 	timeout := fs.Duration("timeout", 0, "kill the command after this `duration` (exit 124)")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args, stderr); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
@@ -274,8 +305,13 @@ func cmdExec(args []string, stdin, stdout, stderr *os.File) int {
 	if !ok {
 		return sandbox.ExitHutchError
 	}
-	cmd := client.Command{Args: command, Env: envMap, Dir: *dir, Stdin: *interactive, TTY: *tty, Timeout: *timeout}
+	// On a terminal, -t alone forwards the terminal's input too: a
+	// terminal that swallows every key (and, raw, Ctrl-C with them) is
+	// never what someone at the keyboard wants. Without a terminal on
+	// stdin, -t alone gives the command a terminal but no input, as
+	// docker exec -t does.
 	localTTY := *tty && sandbox.IsTerminal(stdin)
+	cmd := client.Command{Args: command, Env: envMap, Dir: *dir, Stdin: *interactive || localTTY, TTY: *tty, Timeout: *timeout}
 	if localTTY {
 		cmd.Rows, cmd.Cols, _ = sandbox.TerminalSize(stdin)
 	}
@@ -352,11 +388,11 @@ func cmdExec(args []string, stdin, stdout, stderr *os.File) int {
 
 func cmdLs(args []string, stdout, stderr io.Writer) int {
 	fs := remoteFlags("ls", "[--label key=value]... [--state STATE] [-q]", stderr)
-	var labels listFlag
+	var labels cli.List
 	fs.Var(&labels, "label", "only sandboxes with the label `key=value` (repeatable)")
 	state := fs.String("state", "", "only sandboxes in `state` (starting, running, stopping, stopped)")
 	quiet := fs.Bool("q", false, "print the ids only")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args, stderr); err != nil {
 		return usageCode(err)
 	}
 	if fs.NArg() > 0 {
@@ -432,7 +468,7 @@ func remotePath(ctx context.Context, c *client.Client, id, p string) (string, er
 
 func cmdCp(args []string, stdout, stderr io.Writer) int {
 	fs := remoteFlags("cp", "SRC ID:DST | ID:SRC DST", stderr)
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args, stderr); err != nil {
 		return usageCode(err)
 	}
 	if fs.NArg() != 2 {

@@ -6,6 +6,7 @@ import (
 	"io"
 
 	"github.com/hutch-sandbox/hutch/client"
+	"github.com/hutch-sandbox/hutch/internal/cli"
 )
 
 // cmdPause is "hutch pause ID...": it freezes every process of each
@@ -38,7 +39,7 @@ func dropInfo(f func(*client.Client, context.Context, string) (*client.Sandbox, 
 // in args and prints the ids it succeeded for.
 func eachSandbox(name string, f func(*client.Client, context.Context, string) error, args []string, stdout, stderr io.Writer) int {
 	fs := remoteFlags(name, "ID...", stderr)
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args, stderr); err != nil {
 		return usageCode(err)
 	}
 	if fs.NArg() == 0 {

@@ -163,3 +163,19 @@ func (p *Proxy) Intercept(name string, upstream *x509.CertPool, systemPEM []byte
 	p.CA, p.UpstreamRoots = ca, upstream
 	return append(append(slices.Clip(systemPEM), '\n'), ca.CertPEM()...), nil
 }
+
+// UpstreamRoots are the roots a proxy verifies the hosts of secrets with:
+// the system's, and the certificates in each PEM of pems (at least one in
+// each; name(i) says which one failed).
+func UpstreamRoots(pems [][]byte, name func(i int) string) (*x509.CertPool, error) {
+	roots, err := x509.SystemCertPool()
+	if err != nil || roots == nil {
+		roots = x509.NewCertPool()
+	}
+	for i, pem := range pems {
+		if !roots.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%s: no PEM certificate in it", name(i))
+		}
+	}
+	return roots, nil
+}

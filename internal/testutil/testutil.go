@@ -46,8 +46,9 @@ var (
 
 // Hutch builds the hutch binary once per test process (CGO disabled, as
 // released) into a world-readable directory, so tests can also run it as an
-// unprivileged user, and returns its path. hutch-agent is built next to
-// it, where hutch serve finds it.
+// unprivileged user, and returns its path. hutch-serve (the daemon's
+// binary, which hutch serve and hutch token run) and hutch-agent (the
+// sandboxes' PID 1, which hutch serve finds there) are built next to it.
 func Hutch(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
@@ -61,7 +62,7 @@ func Hutch(t testing.TB) string {
 			return
 		}
 		buildPath = filepath.Join(dir, "hutch")
-		cmd := exec.Command("go", "build", "-o", dir+"/", "github.com/hutch-sandbox/hutch/cmd/hutch", "github.com/hutch-sandbox/hutch/cmd/hutch-agent")
+		cmd := exec.Command("go", "build", "-o", dir+"/", "github.com/hutch-sandbox/hutch/cmd/hutch", "github.com/hutch-sandbox/hutch/cmd/hutch-serve", "github.com/hutch-sandbox/hutch/cmd/hutch-agent")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -12,22 +13,21 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/api"
 	"github.com/hutch-sandbox/hutch/internal/audit"
+	"github.com/hutch-sandbox/hutch/internal/cli"
 	"github.com/hutch-sandbox/hutch/internal/daemon"
 	"github.com/hutch-sandbox/hutch/internal/e2b"
+	"github.com/hutch-sandbox/hutch/internal/egress"
 	"github.com/hutch-sandbox/hutch/internal/policy"
-	"github.com/hutch-sandbox/hutch/internal/store"
 )
 
 // defaultStateDir is where the daemon keeps its state by default.
-const defaultStateDir = "/var/lib/hutch"
+const defaultStateDir = cli.DefaultStateDir
 
 // cmdServe runs the daemon until SIGINT or SIGTERM, then destroys every
 // sandbox.
@@ -49,16 +49,16 @@ func cmdServe(args []string, stderr io.Writer) int {
 	tenantMemory := fs.String("tenant-memory", "", "bound the sum of the memory limits of a tenant's sandboxes to `size` (default: this host's memory)")
 	warm := fs.Int("warm", 0, "keep `N` sandboxes of the default policy started, for creates that ask for no other policy to take at once")
 	noInternet := fs.Bool("no-internet", false, "refuse \"*\" (every public host) in sandboxes' allowed domains, and give E2B's sandboxes no network unless they list hosts")
-	var allowPrivate listFlag
+	var allowPrivate cli.List
 	fs.Var(&allowPrivate, "allow-private", "let every sandbox's proxy connect to loopback, private, link-local or this host's addresses in `cidr` (repeatable); tenants' own rules never open such addresses")
-	var upstreamCAs listFlag
+	var upstreamCAs cli.List
 	fs.Var(&upstreamCAs, "upstream-ca", "also trust the certificates in `file` (PEM) when a sandbox's proxy connects to a secret's host (repeatable)")
 	debug := fs.Bool("debug", false, "log every request")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: hutch serve [flags]\n\nRuns the daemon: an HTTP API for long-lived sandboxes, until SIGINT or SIGTERM,\nwhich destroy every sandbox. With --warm N it keeps N sandboxes of the default\npolicy ready: a create with the default policy takes one at once, and the\npool refills in the background.\n\nFlags:")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args, stderr); err != nil {
 		return usageCode(err)
 	}
 	if fs.NArg() > 0 {
@@ -170,6 +170,10 @@ func cmdServe(args []string, stderr io.Writer) int {
 	for _, l := range ls {
 		fmt.Fprintf(stderr, "hutch: listening on %s\n", listenerURL(l))
 	}
+	// Where this daemon answers, for `hutch token create --state-dir`,
+	// next to the lock it holds.
+	forget := recordSocket(*stateDir, ls, log)
+	defer forget()
 	serr := api.Serve(ctx, h, log, ls...)
 	fmt.Fprintln(stderr, "hutch: shutting down; destroying every sandbox")
 	cerr := m.Close()
@@ -185,63 +189,53 @@ func cmdServe(args []string, stderr io.Writer) int {
 	return code
 }
 
+// socketFile, in the state directory, holds the address of the unix socket
+// of the daemon that holds the directory's lock.
+const socketFile = "socket"
+
+// recordSocket writes the address of the unix listener among ls into the
+// state directory's socket file, and returns what removes it again.
+func recordSocket(stateDir string, ls []net.Listener, log *slog.Logger) (forget func()) {
+	p := filepath.Join(stateDir, socketFile)
+	for _, l := range ls {
+		if l.Addr().Network() != "unix" {
+			continue
+		}
+		addr := listenerURL(l) + "\n"
+		if err := os.WriteFile(p, []byte(addr), 0o644); err != nil {
+			log.Warn("cannot record the socket in the state directory", "err", err)
+			return func() {}
+		}
+		return func() {
+			if b, err := os.ReadFile(p); err == nil && string(b) == addr {
+				_ = os.Remove(p)
+			}
+		}
+	}
+	_ = os.Remove(p) // a socket of an earlier daemon
+	return func() {}
+}
+
+// upstreamRoots are the roots the proxies verify a secret's host with: the
+// system's and the certificates in files (--upstream-ca).
+func upstreamRoots(files []string) (*x509.CertPool, error) {
+	var pems [][]byte
+	for _, f := range files {
+		pem, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("--upstream-ca: %w", err)
+		}
+		pems = append(pems, pem)
+	}
+	return egress.UpstreamRoots(pems, func(i int) string { return "--upstream-ca " + files[i] })
+}
+
 // listenerURL is the address clients use for l (HUTCH_HOST).
 func listenerURL(l net.Listener) string {
 	if l.Addr().Network() == "unix" {
 		return "unix://" + l.Addr().String()
 	}
 	return "http://" + l.Addr().String()
-}
-
-// tenantName is the syntax of a tenant's name.
-var tenantName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
-
-// cmdToken makes an API token for a tenant, in the daemon's store (the
-// daemon may be running).
-func cmdToken(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] != "create" {
-		fmt.Fprintln(stderr, "hutch: usage: hutch token create --tenant NAME [--e2b] [--state-dir DIR]")
-		return 2
-	}
-	fs := flag.NewFlagSet("hutch token create", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	tenant := fs.String("tenant", "", "the tenant the token acts as (letters, digits, '.', '_', '-')")
-	stateDir := fs.String("state-dir", defaultStateDir, "the daemon's state `dir`")
-	e2bShape := fs.Bool("e2b", false, "make the token shaped as an E2B API key (e2b_ and 40 hex digits), for E2B's SDKs; it works for hutch's API too")
-	if err := fs.Parse(args[1:]); err != nil {
-		return usageCode(err)
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "hutch: token create takes no arguments, got %q\n", fs.Args())
-		return 2
-	}
-	if !tenantName.MatchString(*tenant) {
-		fmt.Fprintf(stderr, "hutch: --tenant %q: want 1-64 letters, digits, '.', '_' or '-'\n", *tenant)
-		return 2
-	}
-	if err := os.MkdirAll(*stateDir, 0o700); err != nil {
-		fmt.Fprintf(stderr, "hutch: %v\n", err)
-		return 1
-	}
-	st, err := store.Open(filepath.Join(*stateDir, "state.db"))
-	if err != nil {
-		fmt.Fprintf(stderr, "hutch: %v\n", err)
-		return 1
-	}
-	defer st.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	create := st.CreateToken
-	if *e2bShape {
-		create = st.CreateE2BToken
-	}
-	token, err := create(ctx, *tenant)
-	if err != nil {
-		fmt.Fprintf(stderr, "hutch: %v\n", err)
-		return 1
-	}
-	fmt.Fprintf(stdout, "A token for the tenant %q; it is shown only this once:\n%s\n", *tenant, token)
-	return 0
 }
 
 // agentBinary is hutch-agent next to hutch's own binary, the sandboxes'
@@ -260,9 +254,9 @@ func agentBinary(log *slog.Logger) string {
 	return p
 }
 
-// usageCode is the exit code after a flag error: 0 after -h, else 2.
+// usageCode is the exit code after cli.Parse failed: 0 after -h, else 2.
 func usageCode(err error) int {
-	if err == flag.ErrHelp {
+	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
 	return 2

@@ -1,0 +1,66 @@
+// Command hutch-serve is hutch's daemon, `hutch serve`: long-lived
+// sandboxes behind an HTTP API, with SQLite state, an audit log and E2B's
+// front ends. It also makes API tokens (`hutch token create`) and, when
+// hutch-agent is not installed next to it, is its sandboxes' PID 1.
+//
+// Users type `hutch serve` and `hutch token create`: hutch runs this
+// binary, installed next to it, for those. It is a binary of its own so
+// that `hutch run` and the client commands do not pay at every start for
+// the packages only the daemon uses (see docs/ARCHITECTURE.md, "one binary
+// for the daemon, one for everything else").
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/hutch-sandbox/hutch/internal/agent"
+	"github.com/hutch-sandbox/hutch/internal/proxyconnect"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+const usage = `hutch-serve is hutch's daemon; run it as "hutch serve".
+
+Usage:
+  hutch serve [flags]                      run the daemon (hutch-serve serve [flags])
+  hutch token create --tenant NAME [--e2b] make an API token for a tenant
+  hutch-serve version                      print its version
+
+Run "hutch serve -h" and "hutch token create -h" for the flags.
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		return cmdServe(nil, stderr)
+	}
+	switch args[0] {
+	case "serve":
+		return cmdServe(args[1:], stderr)
+	case "token":
+		return cmdToken(args[1:], stdout, stderr)
+	case "agent":
+		// PID 1 of a sandbox when hutch-agent is not installed.
+		if len(args) != 1 {
+			fmt.Fprintln(stderr, "hutch: agent takes no arguments")
+			return 2
+		}
+		return agent.Main(stderr)
+	case "proxy-connect":
+		return proxyconnect.Main(args[1:], stdin, stdout, stderr)
+	case "version", "--version":
+		fmt.Fprintln(stdout, "hutch-serve", version)
+		return 0
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	// hutch-serve FLAGS is hutch serve FLAGS.
+	return cmdServe(args, stderr)
+}

@@ -1,0 +1,83 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/hutch-sandbox/hutch/internal/cli"
+)
+
+// runFlags are the flags of hutch run. hutch create and hutch policy show
+// take exactly these too (create adds its own): they are defined here
+// once, so that the commands cannot drift apart.
+type runFlags struct {
+	policyFlags
+	debug       bool
+	upstreamCAs cli.List
+	report      string
+}
+
+// policyFlags are the flags that build a policy.Spec; they override the
+// policy file given with --policy (lists are added to the file's).
+type policyFlags struct {
+	policyFile, srtFile, workspace, root     string
+	allowWrite, denyRead, denyWrite, allowRd cli.List
+	env, passEnv                             cli.List
+	memory, tmpSize, timeout                 string
+	cpus                                     float64
+	pids                                     int64
+	bestEffort, noDefaultDenies              bool
+	net                                      string
+	allowDomain, denyDomain, allowCIDR       cli.List
+	allowPrivate, addHost, secret            cli.List
+}
+
+// newRunFlags returns the flag set of the command name ("run", "create",
+// "policy show") with hutch run's flags.
+func newRunFlags(name string, stderr io.Writer) (*flag.FlagSet, *runFlags) {
+	fs := flag.NewFlagSet("hutch "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	r := &runFlags{}
+	p := &r.policyFlags
+	fs.StringVar(&p.policyFile, "policy", "", "policy `file` (YAML or JSON)")
+	fs.StringVar(&p.srtFile, "srt-settings", "", "sandbox-runtime (srt) settings `file` to import")
+	fs.StringVar(&p.workspace, "workspace", "", "writable workspace `dir` (default: the current directory)")
+	fs.StringVar(&p.root, "root", "", "root filesystem: \"host\" (read-only host root, default) or a `dir`")
+	fs.Var(&p.allowWrite, "allow-write", "make `path` writable too (repeatable)")
+	fs.Var(&p.denyRead, "deny-read", "hide `path` from the sandbox (repeatable)")
+	fs.Var(&p.denyWrite, "deny-write", "keep `path` read-only even inside a writable area (repeatable)")
+	fs.Var(&p.allowRd, "allow-read", "re-allow reading `path` that a deny-read hides (repeatable)")
+	fs.Var(&p.env, "env", "set `NAME=VALUE` in the sandbox (repeatable)")
+	fs.Var(&p.passEnv, "pass-env", "pass the caller's variable `NAME` (or PREFIX_*) through (repeatable)")
+	fs.StringVar(&p.memory, "memory", "", "memory limit of the whole sandbox, e.g. `512m`")
+	fs.Float64Var(&p.cpus, "cpus", 0, "CPU limit in `cores`, e.g. 1.5")
+	fs.Int64Var(&p.pids, "pids", 0, "maximum number of processes and threads")
+	fs.StringVar(&p.timeout, "timeout", "", "kill the sandbox after this `duration`, e.g. 30s")
+	fs.StringVar(&p.tmpSize, "tmp-size", "", "size of the private /tmp, e.g. `256m`")
+	fs.BoolVar(&p.bestEffort, "best-effort", false, "run even if a layer cannot be set up (prints what was dropped)")
+	fs.BoolVar(&p.noDefaultDenies, "no-default-denies", false, "drop hutch's built-in deny-read and deny-write lists")
+	fs.StringVar(&p.net, "net", "", "network: \"none\" (loopback only, the default), \"proxy\" (only the allowed hosts, through hutch's egress proxy) or \"host\" (no isolation)")
+	fs.Var(&p.allowDomain, "allow-domain", "let the sandbox reach `host` (example.com, *.example.com, optionally :PORT; without a port 80 and 443) through the proxy (repeatable)")
+	fs.Var(&p.denyDomain, "deny-domain", "never let the sandbox reach `host` (same syntax; wins over --allow-domain) (repeatable)")
+	fs.Var(&p.allowCIDR, "allow-cidr", "let the sandbox reach IP addresses in `cidr` (optionally :PORT) through the proxy (repeatable)")
+	fs.Var(&p.allowPrivate, "allow-private", "let the proxy connect to loopback, private or link-local addresses in `cidr` (repeatable)")
+	fs.Var(&p.secret, "secret", "give the sandbox a placeholder for the secret in hutch's variable `NAME@host1,host2`; the proxy puts the real value in only on requests to those hosts (repeatable)")
+	fs.Var(&p.addHost, "add-host", "resolve `name:address` to that address in the proxy, like curl --resolve (repeatable)")
+	fs.BoolVar(&r.debug, "debug", false, "log sandbox setup to stderr")
+	fs.Var(&r.upstreamCAs, "upstream-ca", "also trust the certificates in `file` (PEM) when the proxy connects to a secret's host (repeatable)")
+	fs.StringVar(&r.report, "report", "", "write every refused connection, and the traffic of every allowed host, to `file` as JSON lines")
+	fs.Usage = func() {
+		switch name {
+		case "run":
+			fmt.Fprint(stderr, "Usage: hutch run [flags] -- COMMAND [ARGS...]\n\nRuns COMMAND in a new sandbox.\n")
+		case "policy show":
+			fmt.Fprint(stderr, "Usage: hutch policy show [flags]\n\nPrints the policy hutch run would apply with the same flags (--debug, --report and\n--upstream-ca, which are not policy, change nothing here).\n")
+		default:
+			fmt.Fprintf(stderr, "Usage: hutch %s [flags]\n", name)
+		}
+		fmt.Fprintln(stderr, "\nFlags:")
+		fs.PrintDefaults()
+	}
+	return fs, r
+}
