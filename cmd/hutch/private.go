@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/hutch-sandbox/hutch/internal/policy"
@@ -44,12 +45,27 @@ func warnPrivateArgs(spec policy.Spec, command []string, stderr io.Writer) {
 	if strings.HasPrefix(hidden[0], privateDirs[1]+"/") {
 		dir = privateDirs[1]
 	}
-	what, flag, them := hidden[0]+" is", "--allow-write "+hidden[0], "it"
-	if len(hidden) > 1 {
-		what, flag, them = strings.Join(hidden, ", ")+" are", "--allow-write for each", "them"
+	// --allow-write takes directories: a file's own, unless that is
+	// /tmp itself (all of the host's /tmp is not what the user wants).
+	var flags []string
+	for _, p := range hidden {
+		d := p
+		if fi, err := os.Stat(p); err == nil && !fi.IsDir() {
+			d = filepath.Dir(p)
+		}
+		if !slices.Contains(privateDirs, d) && !slices.Contains(flags, "--allow-write "+d) {
+			flags = append(flags, "--allow-write "+d)
+		}
 	}
-	fmt.Fprintf(stderr, "hutch: warning: %s in the host's %s, which the sandbox does not see (it gets a private %s): pass %s, or put %s in the workspace (%s)\n",
-		what, dir, dir, flag, them, spec.Filesystem.Workspace)
+	what, them := hidden[0]+" is", "it"
+	if len(hidden) > 1 {
+		what, them = strings.Join(hidden, ", ")+" are", "them"
+	}
+	todo := fmt.Sprintf("put %s in the workspace (%s), or in a directory of %s and pass --allow-write DIR", them, spec.Filesystem.Workspace, dir)
+	if len(flags) > 0 {
+		todo = fmt.Sprintf("pass %s, or put %s in the workspace (%s)", strings.Join(flags, " "), them, spec.Filesystem.Workspace)
+	}
+	fmt.Fprintf(stderr, "hutch: warning: %s in the host's %s, which the sandbox does not see (it gets a private %s): %s\n", what, dir, dir, todo)
 }
 
 // visibleInSandbox reports whether the host path p is the host's in the
