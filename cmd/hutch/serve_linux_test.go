@@ -543,7 +543,17 @@ func TestServe(t *testing.T) {
 
 	t.Run("pause and resume", func(t *testing.T) { testPause(t, d) })
 
-	t.Run("terminal", func(t *testing.T) { execOnTerminal(t, d, id) })
+	t.Run("terminal", func(t *testing.T) { execOnTerminal(t, d, id, "-i", "-t") })
+	t.Run("terminal -it", func(t *testing.T) { execOnTerminal(t, d, id, "-it") })
+	// -t alone on a terminal forwards its input too: keys reach the
+	// command (docker's -t alone would swallow them, Ctrl-C included).
+	t.Run("terminal -t alone", func(t *testing.T) { execOnTerminal(t, d, id, "-t") })
+	t.Run("-t without a terminal", func(t *testing.T) {
+		r := d.as(t, "", "", strings.NewReader("not for the command\n"), "exec", "-t", id, "--", "sh", "-c", "test -t 0 && test -t 1 && echo on a terminal")
+		if wantOK(t, r); strings.TrimSpace(r.stdout) != "on a terminal" {
+			t.Errorf("exec -t with pipes: %s", r)
+		}
+	})
 
 	t.Run("SIGTERM ends every sandbox", func(t *testing.T) {
 		r := d.admin(t, "exec", id, "--", "sh", "-c", "sleep 1000 >/dev/null 2>&1 &")
@@ -634,10 +644,11 @@ func tarOf(t *testing.T, entries []tarEntryE2E) []byte {
 	return buf.Bytes()
 }
 
-// execOnTerminal runs `hutch exec -i -t` on a terminal: the local
-// terminal is put in raw mode (the remote one echoes and edits), a change
-// of its size reaches the command, and its mode is restored at the end.
-func execOnTerminal(t *testing.T, d *daemonProc, id string) {
+// execOnTerminal runs `hutch exec FLAGS` (-i -t, -it, -t) on a terminal:
+// the local terminal is put in raw mode (the remote one echoes and
+// edits), typed input and a change of its size reach the command, and its
+// mode is restored at the end.
+func execOnTerminal(t *testing.T, d *daemonProc, id string, flags ...string) {
 	term := newTerminal(t, 24, 80)
 	before, err := unix.IoctlGetTermios(int(term.slave.Fd()), unix.TCGETS)
 	if err != nil {
@@ -646,7 +657,8 @@ func execOnTerminal(t *testing.T, d *daemonProc, id string) {
 	ctx, cancel := context.WithTimeout(context.Background(), guard)
 	defer cancel()
 	dir := t.TempDir()
-	cmd := exec.CommandContext(ctx, testutil.Hutch(t), "exec", "-i", "-t", id, "--", "sh", "-c", "stty size; read x; stty size; echo got $x")
+	args := append(append([]string{"exec"}, flags...), id, "--", "sh", "-c", "stty size; read x; stty size; echo got $x")
+	cmd := exec.CommandContext(ctx, testutil.Hutch(t), args...)
 	cmd.Dir = dir
 	cmd.Env = append(baseEnv(dir), "TERM=xterm", "HUTCH_HOST=unix://"+d.sock)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = term.slave, term.slave, term.slave
