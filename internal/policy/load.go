@@ -9,14 +9,25 @@ import (
 )
 
 // policyFields lists the field names of each section of a policy file, as spelled
-// in the json/yaml tags of Spec. A test keeps it in step with the structs.
-var policyFields = map[string][]string{
-	"":           {"root", "filesystem", "network", "secrets", "env", "resources", "best_effort"},
-	"secrets":    {"name", "hosts", "from", "placeholder_prefix", "in_query", "in_body", "allow_plain_http"},
-	"filesystem": {"workspace", "allow_write", "deny_read", "allow_read", "deny_write", "no_default_denies"},
-	"network":    {"mode", "allowed_domains", "denied_domains", "allowed_cidrs", "allow_private", "hosts", "allow_host"},
-	"env":        {"pass", "set"},
-	"resources":  {"memory", "cpus", "pids", "timeout", "tmp_size", "disk"},
+// in the json/yaml tags of Spec ("" is the top level; nil for no section).
+// A test keeps it in step with the structs. (A switch, not a map: a map
+// literal is built at package initialization, on every start of hutch.)
+func policyFields(section string) []string {
+	switch section {
+	case "":
+		return []string{"root", "filesystem", "network", "secrets", "env", "resources", "best_effort"}
+	case "secrets":
+		return []string{"name", "hosts", "from", "placeholder_prefix", "in_query", "in_body", "allow_plain_http"}
+	case "filesystem":
+		return []string{"workspace", "allow_write", "deny_read", "allow_read", "deny_write", "no_default_denies"}
+	case "network":
+		return []string{"mode", "allowed_domains", "denied_domains", "allowed_cidrs", "allow_private", "hosts", "allow_host"}
+	case "env":
+		return []string{"pass", "set"}
+	case "resources":
+		return []string{"memory", "cpus", "pids", "timeout", "tmp_size", "disk"}
+	}
+	return nil
 }
 
 // NetworkModes lists the values network.mode accepts.
@@ -49,12 +60,12 @@ func Parse(name string, data []byte) (Spec, error) {
 // level it also recognizes a field of another section given out of place.
 func suggestIn(section string) func(string) string {
 	return func(name string) string {
-		if s := suggestField(name, policyFields[section]); s != "" {
+		if s := suggestField(name, policyFields(section)); s != "" {
 			return s
 		}
 		if section == "" {
-			for _, sec := range policyFields[""] {
-				if s := suggestField(name, policyFields[sec]); s != "" {
+			for _, sec := range policyFields("") {
+				if s := suggestField(name, policyFields(sec)); s != "" {
 					return sec + "." + s
 				}
 			}
@@ -65,7 +76,7 @@ func suggestIn(section string) func(string) string {
 
 func (d *decoder) spec(root *yaml.Node) (Spec, error) {
 	var s Spec
-	top, err := d.mapping(root, "", policyFields[""], suggestIn(""))
+	top, err := d.mapping(root, "", policyFields(""), suggestIn(""))
 	if err != nil {
 		return Spec{}, err
 	}
@@ -99,7 +110,7 @@ func (d *decoder) spec(root *yaml.Node) (Spec, error) {
 }
 
 func (d *decoder) filesystem(n *yaml.Node, fs *Filesystem) error {
-	entries, err := d.mapping(n, "filesystem", policyFields["filesystem"], suggestIn("filesystem"))
+	entries, err := d.mapping(n, "filesystem", policyFields("filesystem"), suggestIn("filesystem"))
 	if err != nil {
 		return err
 	}
@@ -132,7 +143,7 @@ func (d *decoder) filesystem(n *yaml.Node, fs *Filesystem) error {
 }
 
 func (d *decoder) network(n *yaml.Node, nw *Network) error {
-	entries, err := d.mapping(n, "network", policyFields["network"], suggestIn("network"))
+	entries, err := d.mapping(n, "network", policyFields("network"), suggestIn("network"))
 	if err != nil {
 		return err
 	}
@@ -197,7 +208,7 @@ func (d *decoder) secrets(n *yaml.Node) ([]Secret, error) {
 	for i, item := range n.Content {
 		where := fmt.Sprintf("secrets[%d]", i)
 		item = resolve(item)
-		entries, err := d.mapping(item, where, policyFields["secrets"], func(name string) string { return suggestField(name, policyFields["secrets"]) })
+		entries, err := d.mapping(item, where, policyFields("secrets"), func(name string) string { return suggestField(name, policyFields("secrets")) })
 		if err != nil {
 			return nil, err
 		}
@@ -239,7 +250,7 @@ func (d *decoder) secrets(n *yaml.Node) ([]Secret, error) {
 }
 
 func (d *decoder) env(n *yaml.Node, env *Env) error {
-	entries, err := d.mapping(n, "env", policyFields["env"], suggestIn("env"))
+	entries, err := d.mapping(n, "env", policyFields("env"), suggestIn("env"))
 	if err != nil {
 		return err
 	}
@@ -300,7 +311,7 @@ func (d *decoder) envSet(n *yaml.Node) (map[string]string, error) {
 }
 
 func (d *decoder) resources(n *yaml.Node, r *Resources) error {
-	entries, err := d.mapping(n, "resources", policyFields["resources"], suggestIn("resources"))
+	entries, err := d.mapping(n, "resources", policyFields("resources"), suggestIn("resources"))
 	if err != nil {
 		return err
 	}

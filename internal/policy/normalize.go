@@ -200,22 +200,28 @@ func (s Spec) DenyWriteRules() []string {
 	return append(out, s.Filesystem.DenyWrite...)
 }
 
-// Validate checks a normalized Spec: the workspace and a non-host root are
-// existing directories, every path is absolute, names and domains are well
-// formed, and resources are within bounds. It reports every problem found,
-// each naming its field, joined in one error that matches ErrInvalid.
-// systemDirs may never be the workspace or an allow_write path: the
-// sandbox could then rewrite the host itself (think of `cd / && hutch run`).
-var systemDirs = map[string]bool{
-	"/": true, "/usr": true, "/etc": true, "/bin": true, "/sbin": true, "/lib": true,
-	"/lib32": true, "/lib64": true, "/libx32": true, "/boot": true, "/var": true,
-	"/opt": true, "/srv": true, "/proc": true, "/sys": true, "/dev": true, "/run": true,
+// systemDir reports whether p is a directory that may never be the
+// workspace or an allow_write path: the sandbox could then rewrite the
+// host itself (think of `cd / && hutch run`). (A switch, not a map: a
+// map literal is built at package initialization, on every start of
+// hutch.)
+func systemDir(p string) bool {
+	switch p {
+	case "/", "/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/boot", "/var",
+		"/opt", "/srv", "/proc", "/sys", "/dev", "/run":
+		return true
+	}
+	return false
 }
 
 // SystemDir reports whether p (clean, absolute) is one of the system
 // directories that may be neither the workspace nor an allow_write path.
-func SystemDir(p string) bool { return systemDirs[p] }
+func SystemDir(p string) bool { return systemDir(p) }
 
+// Validate checks a normalized Spec: the workspace and a non-host root are
+// existing directories, every path is absolute, names and domains are well
+// formed, and resources are within bounds. It reports every problem found,
+// each naming its field, joined in one error that matches ErrInvalid.
 func (s Spec) Validate() error {
 	var errs []error
 	add := func(format string, args ...any) { errs = append(errs, fieldErrorf(format, args...)) }
@@ -238,13 +244,13 @@ func (s Spec) Validate() error {
 	fs := s.Filesystem
 	if !filepath.IsAbs(fs.Workspace) {
 		add("filesystem.workspace: must be an absolute path, got %q", fs.Workspace)
-	} else if systemDirs[fs.Workspace] {
+	} else if systemDir(fs.Workspace) {
 		add("filesystem.workspace: %q would make the host's system files writable; run hutch in a project directory or pass --workspace", fs.Workspace)
 	} else {
 		dir("filesystem.workspace", fs.Workspace)
 	}
 	for i, p := range fs.AllowWrite {
-		if systemDirs[p] {
+		if systemDir(p) {
 			add("filesystem.allow_write[%d]: %q would make the host's system files writable", i, p)
 		}
 	}

@@ -9,7 +9,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -110,31 +109,53 @@ func parseYAML(name string, data []byte) (*yaml.Node, error) {
 	return root, nil
 }
 
-var (
-	yamlErrorRE  = regexp.MustCompile(`^yaml: (?:line (\d+): )?(.*)$`)
-	yamlAnchorRE = regexp.MustCompile(`^unknown anchor '(.*)' referenced$`)
-)
+// splitYAMLError splits an error message of the YAML parser, "yaml: line
+// N: MSG" or "yaml: MSG" on one line, into N ("" when absent) and MSG. (No
+// regular expression: compiling one at package initialization cost every
+// start of hutch.)
+func splitYAMLError(s string) (line, msg string, ok bool) {
+	rest, ok := strings.CutPrefix(s, "yaml: ")
+	if !ok || strings.Contains(s, "\n") {
+		return "", "", false
+	}
+	if r, ok := strings.CutPrefix(rest, "line "); ok {
+		n := len(r) - len(strings.TrimLeft(r, "0123456789"))
+		if after, ok := strings.CutPrefix(r[n:], ": "); ok && n > 0 {
+			return r[:n], after, true
+		}
+	}
+	return "", rest, true
+}
+
+// unknownAnchor returns the name in the parser's "unknown anchor 'NAME'
+// referenced".
+func unknownAnchor(msg string) (string, bool) {
+	rest, ok := strings.CutPrefix(msg, "unknown anchor '")
+	if !ok {
+		return "", false
+	}
+	return strings.CutSuffix(rest, "' referenced")
+}
 
 // yamlSyntaxError turns an error of the YAML parser into an *Error. The
 // parser reports only a line, and counts it differently for scanner and
 // parser errors; this recovers the 1-based line and points at the first
 // non-blank character on it.
 func yamlSyntaxError(name string, data []byte, err error) error {
-	m := yamlErrorRE.FindStringSubmatch(err.Error())
-	if m == nil {
+	n, msg, ok := splitYAMLError(err.Error())
+	if !ok {
 		return &Error{File: name, Line: 1, Column: 1, Msg: "syntax error: " + err.Error()}
 	}
-	msg := m[2]
-	line, _ := strconv.Atoi(m[1])
+	line, _ := strconv.Atoi(n)
 	if isYAMLParserError(msg) {
 		line++ // parser errors report the 0-based line of their mark
 	} else if line == 0 {
 		line = 1 // scanner errors on the first line report no line at all
 	}
-	if am := yamlAnchorRE.FindStringSubmatch(msg); am != nil {
-		if i := bytes.Index(data, []byte("*"+am[1])); i >= 0 {
+	if anchor, ok := unknownAnchor(msg); ok {
+		if i := bytes.Index(data, []byte("*"+anchor)); i >= 0 {
 			l, c := position(data, i)
-			return &Error{File: name, Line: l, Column: c, Msg: fmt.Sprintf("unknown anchor %q", am[1])}
+			return &Error{File: name, Line: l, Column: c, Msg: fmt.Sprintf("unknown anchor %q", anchor)}
 		}
 	}
 	lines := bytes.Split(data, []byte("\n"))
