@@ -1,8 +1,11 @@
 // Command hutch runs commands in disposable sandboxes: `hutch run -- CMD`
 // wraps one command in an OS-level sandbox, `hutch policy show` prints
 // the effective policy, `hutch serve` runs the daemon that keeps
-// long-lived sandboxes behind an HTTP API, and `hutch create`, `exec`,
-// `cp`, `ls` and `rm` use that daemon.
+// long-lived sandboxes behind an HTTP API (it execs hutch-serve, the
+// daemon's own binary), and `hutch create`, `exec`, `cp`, `ls` and `rm`
+// use that daemon. What runs at every start of hutch is kept small: see
+// docs/ARCHITECTURE.md, "one binary for the daemon, one for everything
+// else".
 package main
 
 import (
@@ -41,11 +44,13 @@ The daemon and its clients:
                                            behind an HTTP API on a unix socket
                                            (and, with --listen, on TCP, where
                                            E2B's SDKs work too)
-  hutch token create --tenant NAME [--e2b] make an API token for a tenant
-                                           (--e2b: shaped as E2B's API keys)
+  hutch token create --tenant NAME [--e2b] make an API token for a tenant,
+                                           through the daemon
   hutch audit verify [--state-dir DIR]     check the daemon's audit log
-  hutch create [flags]                     create a sandbox; prints its id
-  hutch exec [-i] [-t] ID -- COMMAND...    run COMMAND in sandbox ID
+  hutch create [flags]                     create a sandbox (the flags of
+                                           hutch run); prints its id
+  hutch exec [-it] ID -- COMMAND...        run COMMAND in sandbox ID (-i: pass
+                                           stdin; -t: on a terminal, this one)
   hutch cp SRC ID:DST | ID:SRC DST         copy a file or directory into or
                                            out of a sandbox
   hutch ls [--label KEY=VALUE]...          list sandboxes
@@ -54,6 +59,9 @@ The daemon and its clients:
   hutch resume ID...                       let paused sandboxes go on
   hutch events [--since N] ID              print sandbox ID's events as they
                                            happen, until it ends or Ctrl-C
+
+hutch serve and hutch token run hutch-serve, the daemon's binary, installed
+next to hutch.
 
 Run "hutch COMMAND -h" for the flags. Exit codes of "hutch run": the
 command's own, 128+N if it was killed by signal N, 124 on --timeout, 125
