@@ -314,6 +314,10 @@ func (b *builder) mounts(cfg initConfig, fds []int8, denyRead []pathKind) {
 	p.call("/dev: read-only", -1, unix.SYS_MOUNT_SETATTR, s(devT), p.str(""), k(unix.AT_EMPTY_PATH), keepPtr(p, roAttr), k(unsafe.Sizeof(*roAttr)))
 	p.close(devT)
 
+	for _, d := range cfg.Shadows {
+		b.attach("the way to a writable area through "+d, b.fsmount("shadow "+d, "tmpfs", [][2]string{{"mode", "0755"}, {"size", "64k"}},
+			unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC), d, false)
+	}
 	for i, w := range cfg.Writable {
 		b.attach("writable "+w.Path, writable[i], w.Path, true)
 	}

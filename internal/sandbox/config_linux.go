@@ -28,6 +28,12 @@ type initConfig struct {
 	// PrivateHome, when set, gets a private tmpfs: the caller's home
 	// directory that the sandbox's identity could not even enter.
 	PrivateHome string
+	// Shadows are directories on the way to a writable area that the
+	// sandbox's identity may not search (a 0700 directory of root's, as
+	// mktemp -d makes): each is covered in the view by an empty tmpfs that
+	// holds only the way down to the writable area, so that the sandbox
+	// reaches its workspace and nothing else of that directory.
+	Shadows []string
 	Hostname    string
 	// Net is the network mode: "none" and "proxy" give the sandbox a
 	// network namespace with loopback only, where in "proxy" the first

@@ -153,11 +153,12 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 	// Most default deny-read paths do not exist on a given machine: drop
 	// those here, with a listing per directory, rather than let every
 	// later step look each up.
-	s.Filesystem.DenyRead = presentOrOwn(s.Filesystem.DenyRead, append([]string{"/tmp", "/proc", "/dev", "/sys"}, roots...), envHome(c.Environ))
+	s.Filesystem.DenyRead = presentOrOwn(s.Filesystem.DenyRead, append(slices.Clone(ownFilesystems), roots...), envHome(c.Environ))
 	cfg.DenyRead = s.Filesystem.DenyRead
 	if asRoot && layer == nil {
 		cfg.PrivateHome = privateHome(c.Environ, roots)
 	}
+	cfg.Shadows = shadows(roots, sandboxIdentity(asRoot), cfg.PrivateHome)
 	for _, r := range roots {
 		cfg.Writable = append(cfg.Writable, bindSrc{Path: r, FD: -1})
 	}
@@ -657,6 +658,39 @@ func privateHome(environ, writable []string) string {
 		return ""
 	}
 	return filepath.Clean(home)
+}
+
+// ownFilesystems are the sandbox's own filesystems in its view.
+var ownFilesystems = []string{"/tmp", "/proc", "/dev", "/sys"}
+
+// shadows lists, for the writable roots, the first directory on the way to
+// each (from /) that the sandbox's identity may not search, but none under
+// the private home or another writable root (which the sandbox gets as
+// its own) — see initConfig.Shadows.
+func shadows(roots []string, id identity, privateHome string) []string {
+	var out []string
+	for _, r := range roots {
+		dir := "/"
+		for _, part := range strings.Split(strings.Trim(filepath.Dir(r), "/"), "/") {
+			if part == "" {
+				break
+			}
+			dir = filepath.Join(dir, part)
+			if dir == privateHome || under(dir, roots) || under(dir, ownFilesystems) {
+				break // the sandbox's own: the way is made there anyway
+			}
+			var st unix.Stat_t
+			if unix.Stat(dir, &st) != nil || hasACL(dir) {
+				break
+			}
+			if !id.allows(&st, 1) {
+				out = append(out, dir)
+				break
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // envHome is the home directory the sandbox's environment names.
