@@ -33,8 +33,8 @@ type initConfig struct {
 	// mktemp -d makes): each is covered in the view by an empty tmpfs that
 	// holds only the way down to the writable area, so that the sandbox
 	// reaches its workspace and nothing else of that directory.
-	Shadows []string
-	Hostname    string
+	Shadows  []string
+	Hostname string
 	// Net is the network mode: "none" and "proxy" give the sandbox a
 	// network namespace with loopback only, where in "proxy" the first
 	// process also makes the proxy's listeners and sends them to hutch;
