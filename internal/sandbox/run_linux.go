@@ -245,6 +245,11 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 	}
 	cfg.Placeholders = p.placeholders.kinds()
 	cfg.DenyWrite, cfg.Pin = protectionPlan(prot.prot, cfg.Placeholders)
+	if len(cfg.Placeholders) > 0 {
+		binds, remove := excludeBinds(cfg.Placeholders)
+		l.onClose(remove)
+		cfg.Files = append(cfg.Files, binds...)
+	}
 	idmap := asRoot && !cfg.Missing["idmap"]
 	if layer != nil && !idmap {
 		return res, fmt.Errorf("writable root layer: idmapped mounts: %w: not supported (simulated by %s)", ErrKernelFeature, SimulateMissingEnv)
