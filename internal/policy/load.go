@@ -13,7 +13,7 @@ import (
 var policyFields = map[string][]string{
 	"":           {"root", "filesystem", "network", "secrets", "env", "resources", "best_effort"},
 	"secrets":    {"name", "hosts", "from", "placeholder_prefix", "in_query", "in_body", "allow_plain_http"},
-	"filesystem": {"workspace", "allow_write", "deny_read", "allow_read", "deny_write", "no_default_denies"},
+	"filesystem": {"workspace", "allow_write", "deny_read", "allow_read", "deny_write", "no_default_denies", "home"},
 	"network":    {"mode", "allowed_domains", "denied_domains", "allowed_cidrs", "allow_private", "hosts", "allow_host"},
 	"env":        {"pass", "set"},
 	"resources":  {"memory", "cpus", "pids", "timeout", "tmp_size", "disk"},
@@ -123,6 +123,13 @@ func (d *decoder) filesystem(n *yaml.Node, fs *Filesystem) error {
 			fs.DenyWrite, err = d.list(e.val, name, "paths", checkPath)
 		case "no_default_denies":
 			fs.NoDefaultDenies, err = d.boolean(e.val, name)
+		case "home":
+			fs.Home, err = d.str(e.val, name)
+			if err == nil {
+				if cerr := CheckHome(fs.Home); cerr != nil {
+					err = d.errorf(e.val, "%s: %v", name, cerr)
+				}
+			}
 		}
 		if err != nil {
 			return err
@@ -164,6 +171,14 @@ func (d *decoder) network(n *yaml.Node, nw *Network) error {
 		if err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// CheckHome checks a value of filesystem.home.
+func CheckHome(mode string) error {
+	if !contains(HomeModes, mode) {
+		return fmt.Errorf("unknown home %q (allowed: %s)", mode, quoteList(HomeModes))
 	}
 	return nil
 }
