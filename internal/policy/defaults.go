@@ -80,6 +80,9 @@ var homeDenyRead = []PathGroup{
 		".lesshst", ".ipython", ".julia/logs", ".local/share/atuin", ".config/fish/fish_history",
 		".local/share/fish/fish_history",
 	}},
+	{What: "Homes hutch keeps for other workspaces' sandboxes (--home persist)", Paths: []string{
+		".local/state/hutch",
+	}},
 	{What: "A dotenv file kept directly in the home directory", Paths: []string{
 		".env",
 	}},

@@ -112,6 +112,7 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		Net:        s.Network.Mode,
 		AgentFD:    -1,
 		RootLayer:  -1,
+		HomeLayer:  -1,
 		KeepCaps:   keepCaps,
 	}
 	if agent != nil {
@@ -155,10 +156,18 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 	// later step look each up.
 	s.Filesystem.DenyRead = presentOrOwn(s.Filesystem.DenyRead, append(slices.Clone(ownFilesystems), roots...), envHome(c.Environ))
 	cfg.DenyRead = s.Filesystem.DenyRead
-	if asRoot && layer == nil {
-		cfg.PrivateHome = privateHome(c.Environ, roots)
+	homeBuild := false // hutch builds the home's overlay (root)
+	if layer == nil {
+		var note string
+		homeBuild, note, err = setHome(&cfg, s, c.Environ, roots, asRoot, int(wsStat.Uid), int(wsStat.Gid))
+		if err != nil {
+			return res, err
+		}
+		if note != "" {
+			fmt.Fprintf(c.Warn, "hutch: note: %s\n", note)
+		}
 	}
-	cfg.Shadows = shadows(roots, sandboxIdentity(asRoot), cfg.PrivateHome)
+	cfg.Shadows = shadows(roots, sandboxIdentity(asRoot), cfg.PrivateHome, cfg.Home)
 	for _, r := range roots {
 		cfg.Writable = append(cfg.Writable, bindSrc{Path: r, FD: -1})
 	}
@@ -292,6 +301,14 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		cfg.RootLayer = nrecv
 		nrecv++
 	}
+	if homeBuild {
+		cfg.HomeLayer = nrecv
+		nrecv++
+	}
+	if idmap && cfg.HomePersist.Path != "" {
+		cfg.HomePersist.FD = nrecv
+		nrecv++
+	}
 	var fileTrees []int
 	defer func() { closeAll(fileTrees) }()
 	for i := range cfg.Files {
@@ -347,6 +364,22 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		if fds, err = idmapWritable(pid, cfg.Writable); err != nil {
 			return fail(fmt.Errorf("%w (pass --best-effort to run without it)", err))
 		}
+	}
+	if homeBuild {
+		hfd, err := homeLayer(pid, cfg.Home, s.Resources.TmpBytes)
+		if err != nil {
+			closeAll(fds)
+			return fail(err)
+		}
+		fds = append(fds, hfd)
+	}
+	if idmap && cfg.HomePersist.Path != "" {
+		pfd, err := idmapWritable(pid, []bindSrc{cfg.HomePersist})
+		if err != nil {
+			closeAll(fds)
+			return fail(err)
+		}
+		fds = append(fds, pfd...)
 	}
 	if layer != nil {
 		lfd, err := rootLayer(pid, rootDir(s.Root), *layer, ws)
@@ -672,7 +705,7 @@ var ownFilesystems = []string{"/tmp", "/proc", "/dev", "/sys"}
 // each (from /) that the sandbox's identity may not search, but none under
 // the private home or another writable root (which the sandbox gets as
 // its own) — see initConfig.Shadows.
-func shadows(roots []string, id identity, privateHome string) []string {
+func shadows(roots []string, id identity, privateHome, home string) []string {
 	var out []string
 	for _, r := range roots {
 		dir := "/"
@@ -681,7 +714,7 @@ func shadows(roots []string, id identity, privateHome string) []string {
 				break
 			}
 			dir = filepath.Join(dir, part)
-			if dir == privateHome || under(dir, roots) || under(dir, ownFilesystems) {
+			if dir == privateHome || dir == home || under(dir, roots) || under(dir, ownFilesystems) {
 				break // the sandbox's own: the way is made there anyway
 			}
 			var st unix.Stat_t

@@ -81,7 +81,8 @@ echo "RC $(cat .bashrc)"
 // TestItem04_ShellRCHome: with the home directory itself writable
 // (--allow-write ~), its shell startup files and fish config stay
 // protected, existing or not, and nothing is left behind (S5). By default
-// the home directory is read-only.
+// the home directory is the host's read-only under a layer of the
+// sandbox's own: nothing written there reaches the host.
 func TestItem04_ShellRCHome(t *testing.T) {
 	forEachMode(t, func(t *testing.T, sb *harness) {
 		writeFile(t, filepath.Join(sb.home, ".profile"), "# original\n", 0o644, sb.mode.uid)
@@ -89,10 +90,10 @@ func TestItem04_ShellRCHome(t *testing.T) {
 		before := snapshot(t, sb.home)
 
 		r := sb.run(opts{flags: []string{"--workspace", sb.ws}}, "cd \"$HOME\" || exit 99\n"+tryWrites([]string{".bashrc"}, sb.ws+"/control"))
-		if strings.Contains(r.stdout, "WROTE .bashrc") || !strings.Contains(r.stderr, "Read-only file system") {
-			t.Errorf("by default the home directory must be read-only\n%s", r)
+		if !strings.Contains(r.stdout, "WROTE "+sb.ws+"/control") {
+			t.Errorf("control failed\n%s", r)
 		}
-		sameTree(t, sb.home, before)
+		sameTree(t, sb.home, before) // by default what the sandbox writes in the home stays in its own layer
 
 		r = sb.run(opts{flags: []string{"--workspace", sb.ws, "--allow-write", sb.home}}, "cd \"$HOME\" || exit 99\n"+tryWrites(paths, "notes.txt"))
 		noWrites(t, r, paths, "notes.txt")
