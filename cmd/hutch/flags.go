@@ -28,7 +28,7 @@ type policyFlags struct {
 	cpus                                     float64
 	pids                                     int64
 	bestEffort, noDefaultDenies              bool
-	net                                      string
+	net, home                                string
 	allowDomain, denyDomain, allowCIDR       cli.List
 	allowPrivate, addHost, secret            cli.List
 }
@@ -57,6 +57,7 @@ func newRunFlags(name string, stderr io.Writer) (*flag.FlagSet, *runFlags) {
 	fs.StringVar(&p.tmpSize, "tmp-size", "", "size of the private /tmp, e.g. `256m`")
 	fs.BoolVar(&p.bestEffort, "best-effort", false, "run even if a layer cannot be set up (prints what was dropped)")
 	fs.BoolVar(&p.noDefaultDenies, "no-default-denies", false, "drop hutch's built-in deny-read and deny-write lists")
+	fs.StringVar(&p.home, "home", "", "your home directory in the sandbox: \"ro\" (default: read-only, the sandbox's writes kept in memory and dropped at its end), \"tmp\" (an empty one, dropped at its end) or \"persist\" (one of its own, kept per workspace); credentials stay masked in every `mode`")
 	fs.StringVar(&p.net, "net", "", "network: \"none\" (loopback only, the default), \"proxy\" (only the allowed hosts, through hutch's egress proxy) or \"host\" (no isolation)")
 	fs.Var(&p.allowDomain, "allow-domain", "let the sandbox reach `host` (example.com, *.example.com, optionally :PORT; without a port 80 and 443) through the proxy (repeatable)")
 	fs.Var(&p.denyDomain, "deny-domain", "never let the sandbox reach `host` (same syntax; wins over --allow-domain) (repeatable)")

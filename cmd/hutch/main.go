@@ -309,6 +309,12 @@ func (p *policyFlags) apply(s *policy.Spec) error {
 	if p.noDefaultDenies {
 		s.Filesystem.NoDefaultDenies = true
 	}
+	if p.home != "" {
+		if err := policy.CheckHome(p.home); err != nil {
+			return fmt.Errorf("--home: %w", err)
+		}
+		s.Filesystem.Home = p.home
+	}
 	for _, kv := range p.env {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || k == "" {

@@ -22,6 +22,7 @@ type shownPolicy struct {
 		AllowRead       []string `yaml:"allow_read"`
 		DenyWrite       []string `yaml:"deny_write"`
 		NoDefaultDenies bool     `yaml:"no_default_denies"`
+		Home            string   `yaml:"home"`
 	} `yaml:"filesystem"`
 	Network struct {
 		Mode           string   `yaml:"mode"`

@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -96,5 +97,34 @@ func TestManyWritableRoots(t *testing.T) {
 		if got, err := os.ReadFile(filepath.Join(d, "out")); err != nil || string(got) != "ok\n" {
 			t.Errorf("%s was not writable: %q, %v", d, got, err)
 		}
+	}
+}
+
+// TestWorkspaceBelowClosedDir: run by root in a workspace below a
+// directory only its owner may enter (what mktemp -d makes), hutch works
+// as bubblewrap does: the sandbox reaches and writes its workspace, and
+// sees nothing else of the closed directory (the way down is a tmpfs of
+// its own), whose other contents stay out of reach.
+func TestWorkspaceBelowClosedDir(t *testing.T) {
+	base := hostDir(t)
+	closed := filepath.Join(base, "closed")
+	writeFile(t, filepath.Join(closed, "other", "secret"), "secret\n", 0o644)
+	ws := filepath.Join(closed, "deep", "ws")
+	if err := os.MkdirAll(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(closed, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	r := sandboxed(t, invocation{dir: ws, args: sh(`pwd; echo ok > out && echo WROTE; ls ..; ls ../..; cat ../../other/secret 2>&1; true`)})
+	wantOK(t, r)
+	if !strings.Contains(r.stdout, "WROTE") {
+		t.Errorf("the workspace was not writable:\n%s", r)
+	}
+	if got, err := os.ReadFile(filepath.Join(ws, "out")); err != nil || string(got) != "ok\n" {
+		t.Errorf("the write did not reach the host: %q, %v", got, err)
+	}
+	if strings.Contains(r.stdout, "\nsecret\n") || slices.Contains(lines(r.stdout), "other") {
+		t.Errorf("the sandbox saw the closed directory's other contents:\n%s", r)
 	}
 }

@@ -49,8 +49,9 @@ const (
 	// warmRefillDelay is how long after a take the pool starts refilling.
 	warmRefillDelay = 50 * time.Millisecond
 	// warmPingTimeout bounds the check that a warm sandbox's agent still
-	// answers when a create takes it.
-	warmPingTimeout = 2 * time.Second
+	// answers when a create takes it: generous, since a busy machine
+	// answers slowly, while an agent that is gone fails at once.
+	warmPingTimeout = 10 * time.Second
 )
 
 // warmCount is the number of warm sandboxes ready, in every manager of the

@@ -80,6 +80,9 @@ var homeDenyRead = []PathGroup{
 		".lesshst", ".ipython", ".julia/logs", ".local/share/atuin", ".config/fish/fish_history",
 		".local/share/fish/fish_history",
 	}},
+	{What: "Homes hutch keeps for other workspaces' sandboxes (--home persist)", Paths: []string{
+		".local/state/hutch",
+	}},
 	{What: "A dotenv file kept directly in the home directory", Paths: []string{
 		".env",
 	}},
@@ -179,12 +182,14 @@ var defaultDenyWrite = []ProtectedName{
 	{Name: ".zlogout", Why: "zsh"}, {Name: ".config/fish", HomeOnly: true, Why: "fish"},
 	// Git: hooks and config run code on the user's next git command, and
 	// .gitmodules points submodules elsewhere. ".git" itself is listed so
-	// the sandbox can neither create a repository where none exists nor
-	// replace or move an existing .git; this rule protects the entry only,
-	// the objects, refs and index under an existing .git stay writable so
-	// that git works. The rest of every git directory (config.worktree,
-	// commondir, info, submodules, worktrees, core.hooksPath) is protected
-	// from what the sandbox finds there.
+	// that the sandbox can neither replace nor move an existing .git; this
+	// rule protects the entry only, the objects, refs and index under an
+	// existing .git stay writable so that git works. Where there is no
+	// repository, the .git names are not held: the sandbox may make one
+	// (git init), which is inspected when it ends and set aside if it
+	// would run commands. The rest of every git directory
+	// (config.worktree, commondir, info, submodules, worktrees,
+	// core.hooksPath) is protected from what the sandbox finds there.
 	{Name: ".git/hooks", Why: "git hooks"}, {Name: ".git/config", Why: "git"},
 	{Name: ".gitmodules", Why: "git submodules"}, {Name: GitDirName, Why: "git"},
 	// Editor, agent and tool config that runs code or adds tools when the

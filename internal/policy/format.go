@@ -26,6 +26,7 @@ type (
 		AllowRead       []string `yaml:"allow_read"`
 		DenyWrite       []string `yaml:"deny_write"`
 		NoDefaultDenies bool     `yaml:"no_default_denies"`
+		Home            string   `yaml:"home,omitempty"`
 	}
 	formatNetwork struct {
 		Mode           string   `yaml:"mode,omitempty"`
@@ -65,6 +66,7 @@ func (s Spec) Format() ([]byte, error) {
 			AllowRead:       s.Filesystem.AllowRead,
 			DenyWrite:       s.Filesystem.DenyWrite,
 			NoDefaultDenies: s.Filesystem.NoDefaultDenies,
+			Home:            s.Filesystem.Home,
 		},
 		Network: formatNetwork{
 			Mode:           s.Network.Mode,

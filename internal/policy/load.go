@@ -19,7 +19,7 @@ func policyFields(section string) []string {
 	case "secrets":
 		return []string{"name", "hosts", "from", "placeholder_prefix", "in_query", "in_body", "allow_plain_http"}
 	case "filesystem":
-		return []string{"workspace", "allow_write", "deny_read", "allow_read", "deny_write", "no_default_denies"}
+		return []string{"workspace", "allow_write", "deny_read", "allow_read", "deny_write", "no_default_denies", "home"}
 	case "network":
 		return []string{"mode", "allowed_domains", "denied_domains", "allowed_cidrs", "allow_private", "hosts", "allow_host"}
 	case "env":
@@ -134,6 +134,13 @@ func (d *decoder) filesystem(n *yaml.Node, fs *Filesystem) error {
 			fs.DenyWrite, err = d.list(e.val, name, "paths", checkPath)
 		case "no_default_denies":
 			fs.NoDefaultDenies, err = d.boolean(e.val, name)
+		case "home":
+			fs.Home, err = d.str(e.val, name)
+			if err == nil {
+				if cerr := CheckHome(fs.Home); cerr != nil {
+					err = d.errorf(e.val, "%s: %v", name, cerr)
+				}
+			}
 		}
 		if err != nil {
 			return err
@@ -175,6 +182,14 @@ func (d *decoder) network(n *yaml.Node, nw *Network) error {
 		if err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// CheckHome checks a value of filesystem.home.
+func CheckHome(mode string) error {
+	if !contains(HomeModes, mode) {
+		return fmt.Errorf("unknown home %q (allowed: %s)", mode, quoteList(HomeModes))
 	}
 	return nil
 }

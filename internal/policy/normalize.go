@@ -78,6 +78,9 @@ func (s *Spec) Normalize(cwd, home string) error {
 	}
 	fs.AllowRead = n.paths(fs.AllowRead, "filesystem.allow_read")
 	fs.DenyWrite = n.paths(fs.DenyWrite, "filesystem.deny_write")
+	if fs.Home == "" {
+		fs.Home = DefaultHome
+	}
 
 	nw := &s.Network
 	nw.AllowedDomains = dedupe(lower(nw.AllowedDomains))
@@ -272,6 +275,9 @@ func (s Spec) Validate() error {
 		}
 	}
 
+	if err := CheckHome(s.Filesystem.Home); err != nil {
+		add("filesystem.home: %v", err)
+	}
 	if err := checkMode(s.Network.Mode); err != nil {
 		add("network.mode: %v", err)
 	} else if s.Network.Mode == "host" && s.Network.AllowHost != nil && !*s.Network.AllowHost {

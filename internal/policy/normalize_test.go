@@ -95,6 +95,9 @@ func TestNormalize(t *testing.T) {
 			if err := got.Normalize(cwd, home); err != nil {
 				t.Fatalf("Normalize: %v", err)
 			}
+			if tt.want.Filesystem.Home == "" {
+				tt.want.Filesystem.Home = DefaultHome // every mode but the default is in the input
+			}
 			if !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("Normalize\n got: %+v\nwant: %+v", got, tt.want)
 			}
@@ -175,6 +178,7 @@ func TestValidate(t *testing.T) {
 		{"deny_read relative", func(s *Spec) { s.Filesystem.DenyRead = []string{"~/.ssh"} }, `filesystem.deny_read[0]: must be an absolute path, got "~/.ssh"`},
 		{"allow_read relative", func(s *Spec) { s.Filesystem.AllowRead = []string{"x"} }, `filesystem.allow_read[0]: must be an absolute path, got "x"`},
 		{"deny_write pattern", func(s *Spec) { s.Filesystem.DenyWrite = []string{"/w/*.env"} }, `filesystem.deny_write[0]: "/w/*.env" is a pattern; hutch takes literal paths only`},
+		{"home", func(s *Spec) { s.Filesystem.Home = "rw" }, `filesystem.home: unknown home "rw" (allowed: "ro", "tmp", "persist")`},
 		{"mode", func(s *Spec) { s.Network.Mode = "wifi" }, `network.mode: unknown mode "wifi" (allowed: "none", "proxy", "host")`},
 		{"mode empty", func(s *Spec) { s.Network.Mode = "" }, `network.mode: unknown mode "" (allowed: "none", "proxy", "host")`},
 		{"secret needs proxy", func(s *Spec) { s.Secrets = []Secret{{Name: "GH", Hosts: []string{"github.com"}, From: "env:GH"}} }, `secrets: need network mode "proxy" (the proxy puts their values in), got "none"`},

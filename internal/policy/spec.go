@@ -48,7 +48,21 @@ type Filesystem struct {
 	DenyWrite []string `json:"deny_write" yaml:"deny_write"`
 	// NoDefaultDenies drops hutch's built-in deny-read and deny-write lists.
 	NoDefaultDenies bool `json:"no_default_denies" yaml:"no_default_denies"`
+	// Home is what the sandbox sees as the invoking user's home directory
+	// (one of HomeModes), unless the home is itself a writable area:
+	// "ro" the real home, read-only, with what the sandbox writes there
+	// kept in memory and thrown away at its end; "tmp" an empty home of
+	// its own, thrown away at its end; "persist" a home of its own kept
+	// between runs, one per workspace. The default deny-read paths are
+	// masked in every mode. Default: "ro".
+	Home string `json:"home" yaml:"home"`
 }
+
+// HomeModes are the values of Filesystem.Home.
+var HomeModes = []string{"ro", "tmp", "persist"}
+
+// DefaultHome is Filesystem.Home's default.
+const DefaultHome = "ro"
 
 // Network is the sandbox's network policy. In every mode but "host" the
 // sandbox has a network namespace of its own; in "proxy" mode the only way

@@ -120,6 +120,41 @@ func (b *builder) cloneTree(desc, path string, set uint64) int8 {
 	return t
 }
 
+// homeOverlay builds, as the first process, an overlay over the home
+// directory: the real home (as the view shows it) below, read-only, and a
+// tmpfs of size bytes above that takes what the sandbox writes, gone with
+// it.
+func (b *builder) homeOverlay(home string, size int64) {
+	p := &b.p
+	opts := [][2]string{{"mode", "0755"}}
+	if size > 0 {
+		opts = append(opts, [2]string{"size", fmt.Sprint(size)})
+	}
+	tm := b.fsmount("home: writes", "tmpfs", opts, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
+	p.call("home: upper", -1, unix.SYS_MKDIRAT, s(tm), p.str("upper"), k(0o755))
+	p.call("home: work", -1, unix.SYS_MKDIRAT, s(tm), p.str("work"), k(0o700))
+	up, wk := p.slot(), p.slot()
+	p.call("home: upper", up, unix.SYS_OPENAT, s(tm), p.str("upper"), k(unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC), k(0))
+	p.call("home: work", wk, unix.SYS_OPENAT, s(tm), p.str("work"), k(unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC), k(0))
+	low, _ := b.target("home: "+home, home)
+	fs, mnt := p.slot(), p.slot()
+	p.call("home: overlay", fs, unix.SYS_FSOPEN, p.str("overlay"), k(unix.FSOPEN_CLOEXEC))
+	for _, o := range []struct {
+		key  string
+		slot int8
+	}{{"lowerdir+", low}, {"upperdir", up}, {"workdir", wk}} {
+		p.call("home: overlay "+o.key, -1, unix.SYS_FSCONFIG, s(fs), k(unix.FSCONFIG_SET_FD), p.str(o.key), k(0), s(o.slot))
+	}
+	p.call("home: overlay create", -1, unix.SYS_FSCONFIG, s(fs), k(unix.FSCONFIG_CMD_CREATE), k(0), k(0), k(0))
+	p.call("home: overlay mount", mnt, unix.SYS_FSMOUNT, s(fs), k(unix.FSMOUNT_CLOEXEC), k(unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV))
+	p.close(fs)
+	p.close(low)
+	p.close(up)
+	p.close(wk)
+	p.close(tm)
+	b.attach("home", mnt, home, false)
+}
+
 // rebind binds path over itself, read-only when ro.
 func (b *builder) rebind(desc, path string, ro bool) {
 	t, _ := b.target(desc, path)
@@ -279,6 +314,22 @@ func (b *builder) mounts(cfg initConfig, fds []int8, denyRead []pathKind) {
 	if cfg.PrivateHome != "" {
 		b.attach("private home", b.fsmount("private home", "tmpfs", size([][2]string{{"mode", "0700"}}), unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV), cfg.PrivateHome, false)
 	}
+	switch {
+	case cfg.Home == "":
+	case cfg.HomeLayer >= 0 && cfg.HomeLayer < len(fds):
+		b.attach("home", fds[cfg.HomeLayer], cfg.Home, false)
+	case cfg.HomeOverlay:
+		b.homeOverlay(cfg.Home, cfg.TmpBytes)
+	case cfg.HomePersist.Path != "":
+		var tree int8
+		if cfg.HomePersist.FD >= 0 && cfg.HomePersist.FD < len(fds) {
+			tree = fds[cfg.HomePersist.FD]
+			b.setattr("home "+cfg.HomePersist.Path+": attributes", tree, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
+		} else {
+			tree = b.cloneTree("home "+cfg.HomePersist.Path, cfg.HomePersist.Path, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
+		}
+		b.attach("home", tree, cfg.Home, false)
+	}
 	b.attach("/proc", b.fsmount("/proc", "proc", nil, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC), "/proc", false)
 	if cfg.Net != "host" {
 		// A sysfs belongs to a network namespace; with the host's network
@@ -314,6 +365,10 @@ func (b *builder) mounts(cfg initConfig, fds []int8, denyRead []pathKind) {
 	p.call("/dev: read-only", -1, unix.SYS_MOUNT_SETATTR, s(devT), p.str(""), k(unix.AT_EMPTY_PATH), keepPtr(p, roAttr), k(unsafe.Sizeof(*roAttr)))
 	p.close(devT)
 
+	for _, d := range cfg.Shadows {
+		b.attach("the way to a writable area through "+d, b.fsmount("shadow "+d, "tmpfs", [][2]string{{"mode", "0755"}, {"size", "64k"}},
+			unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC), d, false)
+	}
 	for i, w := range cfg.Writable {
 		b.attach("writable "+w.Path, writable[i], w.Path, true)
 	}
@@ -523,6 +578,9 @@ func (b *builder) harden(cfg initConfig, ruleset, ctl int) error {
 		rw := privateWritable
 		if cfg.PrivateHome != "" {
 			rw = append(rw[:len(rw):len(rw)], cfg.PrivateHome)
+		}
+		if cfg.Home != "" {
+			rw = append(rw[:len(rw):len(rw)], cfg.Home)
 		}
 		rules, _, err := landlock.Plan(landlock.Config{ReadOnly: privateReadOnly, ReadWrite: rw, Devices: []string{"/dev/pts"}}, landlock.ABI())
 		if err != nil {

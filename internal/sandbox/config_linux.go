@@ -28,7 +28,13 @@ type initConfig struct {
 	// PrivateHome, when set, gets a private tmpfs: the caller's home
 	// directory that the sandbox's identity could not even enter.
 	PrivateHome string
-	Hostname    string
+	// Shadows are directories on the way to a writable area that the
+	// sandbox's identity may not search (a 0700 directory of root's, as
+	// mktemp -d makes): each is covered in the view by an empty tmpfs that
+	// holds only the way down to the writable area, so that the sandbox
+	// reaches its workspace and nothing else of that directory.
+	Shadows  []string
+	Hostname string
 	// Net is the network mode: "none" and "proxy" give the sandbox a
 	// network namespace with loopback only, where in "proxy" the first
 	// process also makes the proxy's listeners and sends them to hutch;
@@ -45,6 +51,23 @@ type initConfig struct {
 	// KeepCaps are the capabilities the sandbox keeps in its own user
 	// namespace (Config.RootCaps); none otherwise.
 	KeepCaps []int
+	// Home is the home directory the sandbox gets in one of the ways
+	// below, "" for none (the view shows the host's, read-only, or it is
+	// a writable area, or PrivateHome covers it).
+	Home string
+	// HomeLayer, when >= 0, is the index among the descriptors hutch sends
+	// of the overlay it built over Home (root: an idmapped, read-only
+	// lower, so that the sandbox reads a home its identity could not
+	// enter); the first process attaches it.
+	HomeLayer int
+	// HomeOverlay makes the first process build that overlay itself (an
+	// ordinary user, whose home the sandbox reads as it is): the real
+	// home below, a tmpfs of TmpBytes above.
+	HomeOverlay bool
+	// HomePersist is a directory of the host bound read-write over Home
+	// (--home persist); its FD is the index of hutch's idmapped mount of
+	// it (root), or -1.
+	HomePersist bindSrc
 	// RootLayer, when >= 0, is the index among the descriptors hutch sends
 	// after the clone of the writable root layer, attached as the root
 	// instead of a read-only clone of Root.

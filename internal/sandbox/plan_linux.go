@@ -97,8 +97,16 @@ func protectedPaths(s policy.Spec, roots []string, home string) protection {
 			bases = dedupe(append(slices.Clone(roots), home))
 		}
 		for _, b := range bases {
+			// Without a repository, .git and what lies in one are not held:
+			// the sandbox may make a repository (git init), which is
+			// inspected, and set aside if it would run commands, when the
+			// sandbox ends.
+			repo := names.mayExist(filepath.Join(b, policy.GitDirName)) && existsNoFollow(filepath.Join(b, policy.GitDirName))
 			for _, n := range policy.DefaultDenyWrite() {
 				if n.HomeOnly && b != home {
+					continue
+				}
+				if !repo && (n.Name == policy.GitDirName || strings.HasPrefix(n.Name, policy.GitDirName+"/")) {
 					continue
 				}
 				p := protected{Path: filepath.Join(b, n.Name), Root: rootOf(b)}

@@ -112,6 +112,7 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		Net:        s.Network.Mode,
 		AgentFD:    -1,
 		RootLayer:  -1,
+		HomeLayer:  -1,
 		KeepCaps:   keepCaps,
 	}
 	if agent != nil {
@@ -153,11 +154,20 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 	// Most default deny-read paths do not exist on a given machine: drop
 	// those here, with a listing per directory, rather than let every
 	// later step look each up.
-	s.Filesystem.DenyRead = presentOrOwn(s.Filesystem.DenyRead, append([]string{"/tmp", "/proc", "/dev", "/sys"}, roots...), envHome(c.Environ))
+	s.Filesystem.DenyRead = presentOrOwn(s.Filesystem.DenyRead, append(slices.Clone(ownFilesystems), roots...), envHome(c.Environ))
 	cfg.DenyRead = s.Filesystem.DenyRead
-	if asRoot && layer == nil {
-		cfg.PrivateHome = privateHome(c.Environ, roots)
+	homeBuild := false // hutch builds the home's overlay (root)
+	if layer == nil {
+		var note string
+		homeBuild, note, err = setHome(&cfg, s, c.Environ, roots, asRoot, int(wsStat.Uid), int(wsStat.Gid))
+		if err != nil {
+			return res, err
+		}
+		if note != "" {
+			fmt.Fprintf(c.Warn, "hutch: note: %s\n", note)
+		}
 	}
+	cfg.Shadows = shadows(roots, sandboxIdentity(asRoot), cfg.PrivateHome, cfg.Home)
 	for _, r := range roots {
 		cfg.Writable = append(cfg.Writable, bindSrc{Path: r, FD: -1})
 	}
@@ -244,6 +254,11 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 	}
 	cfg.Placeholders = p.placeholders.kinds()
 	cfg.DenyWrite, cfg.Pin = protectionPlan(prot.prot, cfg.Placeholders)
+	if len(cfg.Placeholders) > 0 {
+		binds, remove := excludeBinds(cfg.Placeholders)
+		l.onClose(remove)
+		cfg.Files = append(cfg.Files, binds...)
+	}
 	idmap := asRoot && !cfg.Missing["idmap"]
 	if layer != nil && !idmap {
 		return res, fmt.Errorf("writable root layer: idmapped mounts: %w: not supported (simulated by %s)", ErrKernelFeature, SimulateMissingEnv)
@@ -284,6 +299,14 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 	}
 	if layer != nil {
 		cfg.RootLayer = nrecv
+		nrecv++
+	}
+	if homeBuild {
+		cfg.HomeLayer = nrecv
+		nrecv++
+	}
+	if idmap && cfg.HomePersist.Path != "" {
+		cfg.HomePersist.FD = nrecv
 		nrecv++
 	}
 	var fileTrees []int
@@ -341,6 +364,22 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		if fds, err = idmapWritable(pid, cfg.Writable); err != nil {
 			return fail(fmt.Errorf("%w (pass --best-effort to run without it)", err))
 		}
+	}
+	if homeBuild {
+		hfd, err := homeLayer(pid, cfg.Home, s.Resources.TmpBytes)
+		if err != nil {
+			closeAll(fds)
+			return fail(err)
+		}
+		fds = append(fds, hfd)
+	}
+	if idmap && cfg.HomePersist.Path != "" {
+		pfd, err := idmapWritable(pid, []bindSrc{cfg.HomePersist})
+		if err != nil {
+			closeAll(fds)
+			return fail(err)
+		}
+		fds = append(fds, pfd...)
 	}
 	if layer != nil {
 		lfd, err := rootLayer(pid, rootDir(s.Root), *layer, ws)
@@ -657,6 +696,39 @@ func privateHome(environ, writable []string) string {
 		return ""
 	}
 	return filepath.Clean(home)
+}
+
+// ownFilesystems are the sandbox's own filesystems in its view.
+var ownFilesystems = []string{"/tmp", "/proc", "/dev", "/sys"}
+
+// shadows lists, for the writable roots, the first directory on the way to
+// each (from /) that the sandbox's identity may not search, but none under
+// the private home or another writable root (which the sandbox gets as
+// its own) — see initConfig.Shadows.
+func shadows(roots []string, id identity, privateHome, home string) []string {
+	var out []string
+	for _, r := range roots {
+		dir := "/"
+		for _, part := range strings.Split(strings.Trim(filepath.Dir(r), "/"), "/") {
+			if part == "" {
+				break
+			}
+			dir = filepath.Join(dir, part)
+			if dir == privateHome || dir == home || under(dir, roots) || under(dir, ownFilesystems) {
+				break // the sandbox's own: the way is made there anyway
+			}
+			var st unix.Stat_t
+			if unix.Stat(dir, &st) != nil || hasACL(dir) {
+				break
+			}
+			if !id.allows(&st, 1) {
+				out = append(out, dir)
+				break
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // envHome is the home directory the sandbox's environment names.

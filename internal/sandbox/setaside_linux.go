@@ -254,8 +254,14 @@ func (g *gitScan) inspect(p string) []string {
 			return []string{err.Error()}
 		}
 		dir := resolveFrom(filepath.Dir(p), target)
-		if g.gitDirs[dir] || g.rootOf(dir) == "" {
-			return nil // a protected git directory, or one the sandbox could not write
+		switch {
+		case g.gitDirs[dir]:
+			return nil // a protected git directory
+		case g.rootOf(dir) == "":
+			// The sandbox could not write there, but someone else may
+			// have: a gitlink the sandbox made may not lend the user's
+			// trust to a directory it chose.
+			return []string{"its gitlink points outside the writable areas, to " + dir}
 		}
 		return g.inspectGitDir(dir, 0)
 	case unix.S_IFDIR:

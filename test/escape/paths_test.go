@@ -67,7 +67,7 @@ cat .bashrc; echo "RC readreplaced $?"
 // are never followed by hutch itself on the host (S5). The first run plants
 // .config → ~/.config and .ssh → ~/.ssh; the second run, in the same
 // workspace, must neither create placeholders through them (in the real
-// ~/.config) nor let the sandbox write through them.
+// ~/.config) nor let what the sandbox writes through them reach the host.
 func TestItem07_LinkFollowedNextRun(t *testing.T) {
 	forEachMode(t, func(t *testing.T, sb *harness) {
 		mkdirs(t, sb.home, sb.mode.uid, ".config", ".ssh")
@@ -88,11 +88,8 @@ echo pwned > .ssh/authorized_keys; echo "RC authkeys $?"
 		if !strings.Contains(r.stdout, "keep\nRC control 0") {
 			t.Errorf("control failed: ~/.config/keep was not readable through the planted link\n%s", r)
 		}
-		for _, a := range []string{"fish", "autostart", "authkeys"} {
-			if strings.Contains(r.stdout, "RC "+a+" 0") {
-				t.Errorf("%s: wrote through a planted link\n%s", a, r)
-			}
-		}
+		// Writes through the links land in the sandbox's own layer over
+		// the home (--home ro), never in the host's home.
 		sameTree(t, sb.home, before)
 	})
 }

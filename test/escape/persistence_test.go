@@ -81,7 +81,8 @@ echo "RC $(cat .bashrc)"
 // TestItem04_ShellRCHome: with the home directory itself writable
 // (--allow-write ~), its shell startup files and fish config stay
 // protected, existing or not, and nothing is left behind (S5). By default
-// the home directory is read-only.
+// the home directory is the host's read-only under a layer of the
+// sandbox's own: nothing written there reaches the host.
 func TestItem04_ShellRCHome(t *testing.T) {
 	forEachMode(t, func(t *testing.T, sb *harness) {
 		writeFile(t, filepath.Join(sb.home, ".profile"), "# original\n", 0o644, sb.mode.uid)
@@ -89,10 +90,10 @@ func TestItem04_ShellRCHome(t *testing.T) {
 		before := snapshot(t, sb.home)
 
 		r := sb.run(opts{flags: []string{"--workspace", sb.ws}}, "cd \"$HOME\" || exit 99\n"+tryWrites([]string{".bashrc"}, sb.ws+"/control"))
-		if strings.Contains(r.stdout, "WROTE .bashrc") || !strings.Contains(r.stderr, "Read-only file system") {
-			t.Errorf("by default the home directory must be read-only\n%s", r)
+		if !strings.Contains(r.stdout, "WROTE "+sb.ws+"/control") {
+			t.Errorf("control failed\n%s", r)
 		}
-		sameTree(t, sb.home, before)
+		sameTree(t, sb.home, before) // by default what the sandbox writes in the home stays in its own layer
 
 		r = sb.run(opts{flags: []string{"--workspace", sb.ws, "--allow-write", sb.home}}, "cd \"$HOME\" || exit 99\n"+tryWrites(paths, "notes.txt"))
 		noWrites(t, r, paths, "notes.txt")
@@ -146,22 +147,41 @@ ln -s /tmp .git/hooks2 2>/dev/null
 			sameTree(t, sb.ws, before, ".git/objects/ab/control", ".git/hooks2")
 		})
 		t.Run("norepo", func(t *testing.T) {
-			ws := testutil.OwnedDir(t, sb.mode.uid)
-			before := snapshot(t, ws)
-			script := tryWrites([]string{".git/hooks/pre-commit", ".git/config", ".gitmodules"}, "control") + `
-mkdir .git 2>/dev/null && echo "WROTE mkdir-git"
-echo "gitdir: /tmp/evil" > .git 2>/dev/null && echo "WROTE gitfile"
-mkdir -p d/hooks && mv -T d .git 2>/dev/null && echo "WROTE mv-git"
-rm -rf d
-`
-			r := sb.run(opts{dir: ws}, script)
-			noWrites(t, r, []string{".git/hooks/pre-commit", ".git/config", ".gitmodules"}, "control")
-			for _, w := range []string{"mkdir-git", "gitfile", "mv-git"} {
-				if strings.Contains(r.stdout, "WROTE "+w) {
-					t.Errorf("%s succeeded in a workspace without a repository\n%s", w, r)
+			// Without a repository the sandbox may make one (git init),
+			// but one whose hooks or config would run commands — by any
+			// way of making a .git: a directory, a directory moved into
+			// place, a gitlink to a directory elsewhere, a symbolic link —
+			// is set aside when the sandbox ends; .gitmodules stays
+			// protected; a clean repository is kept (the control).
+			for name, make := range map[string]string{
+				"dir":     tryWrites([]string{".git/hooks/pre-commit", ".git/config"}, "control"),
+				"moved":   "mkdir -p d/hooks && echo '#!/bin/sh' > d/hooks/post-checkout && mv -T d .git && echo control > control\n",
+				"gitlink": "echo 'gitdir: /var/tmp' > .git && echo control > control\n",
+				"symlink": "ln -s /var/tmp .git && echo control > control\n",
+			} {
+				ws := testutil.OwnedDir(t, sb.mode.uid)
+				before := snapshot(t, ws)
+				r := sb.run(opts{dir: ws}, make+tryWrites([]string{".gitmodules"}, "control"))
+				noWrites(t, r, []string{".gitmodules"}, "control")
+				if exists(filepath.Join(ws, ".git")) || !exists(filepath.Join(ws, ".git.hutch-set-aside")) {
+					t.Errorf("%s: the .git the sandbox made was not set aside\n%s", name, r)
 				}
+				if !strings.Contains(r.stderr, "set aside "+filepath.Join(ws, ".git")+" ") {
+					t.Errorf("%s: setting .git aside was not reported\n%s", name, r)
+				}
+				ignore := []string{"control"}
+				for p := range snapshot(t, ws) {
+					if strings.HasPrefix(p, ".git.hutch-set-aside") {
+						ignore = append(ignore, p)
+					}
+				}
+				sameTree(t, ws, before, ignore...)
 			}
-			sameTree(t, ws, before, "control")
+			ws := testutil.OwnedDir(t, sb.mode.uid)
+			r := sb.run(opts{dir: ws}, "git init -q . && echo made")
+			if !strings.Contains(r.stdout, "made") || !exists(filepath.Join(ws, ".git/HEAD")) || exists(filepath.Join(ws, ".git.hutch-set-aside")) {
+				t.Errorf("control: a clean repository the sandbox made was not kept\n%s", r)
+			}
 		})
 		t.Run("gitfile", func(t *testing.T) {
 			// A worktree or submodule checkout: .git is a file naming

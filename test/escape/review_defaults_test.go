@@ -292,9 +292,9 @@ func TestItem07_WorkspaceThroughLink(t *testing.T) {
 			t.Fatal(err)
 		}
 		before := snapshot(t, sb.ws)
-		r := sb.run(opts{dir: link, env: []string{"PWD=" + link}}, tryWrites([]string{".bashrc", ".profile", ".git/config", ".vscode/tasks.json"}, "notes.txt")+
+		r := sb.run(opts{dir: link, env: []string{"PWD=" + link}}, tryWrites([]string{".bashrc", ".profile", ".vscode/tasks.json"}, "notes.txt")+
 			"mkdir .gemini && echo '{}' > .gemini/settings.json && echo MADE gemini\n")
-		noWrites(t, r, []string{".bashrc", ".profile", ".git/config", ".vscode/tasks.json"}, "notes.txt")
+		noWrites(t, r, []string{".bashrc", ".profile", ".vscode/tasks.json"}, "notes.txt")
 		if !strings.Contains(r.stdout, "MADE gemini") || exists(filepath.Join(sb.ws, ".gemini")) || !exists(filepath.Join(sb.ws, ".gemini"+policy.SetAsideSuffix)) {
 			t.Errorf(".gemini was not set aside\n%s", r)
 		}

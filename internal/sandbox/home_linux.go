@@ -1,0 +1,199 @@
+package sandbox
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/hutch-sandbox/hutch/internal/policy"
+)
+
+// The home directory (policy filesystem.home).
+//
+// A home that is itself a writable area is the host's, writable, with the
+// home-only protected names held; one below the sandbox's own /tmp is not
+// there at all. Otherwise:
+//
+//   - "ro" (the default): the real home, read-only, with an overlay whose
+//     upper layer is a tmpfs of tmp_size bytes: toolchains, caches and
+//     configuration read as they are (~/go, ~/.cargo, ~/.rustup, ~/.npm,
+//     ~/.gitconfig), what the sandbox writes there (a build cache, npm's
+//     logs) works and is gone when it ends. An ordinary user's sandbox
+//     builds the overlay itself, over the home it reads. A sandbox started
+//     by root cannot enter root's home (0700) as its unprivileged identity:
+//     hutch builds the overlay, its lower layer idmapped so that the home's
+//     files are the sandbox's own (as the workspace is), when the home
+//     belongs to the workspace's owner; otherwise the sandbox gets an empty
+//     home (as "tmp"), and hutch says so.
+//   - "tmp": an empty home of its own on a tmpfs of tmp_size bytes.
+//   - "persist": a home of its own, kept between runs: a directory per
+//     workspace under $XDG_STATE_HOME/hutch/homes (~/.local/state), bound
+//     read-write.
+//
+// The default deny-read paths are masked in every mode.
+
+// homesDir is where persisted homes are kept, below the state directory.
+const homesDir = "hutch/homes"
+
+// setHome decides how the sandbox sees the invoking user's home and sets
+// cfg for it; build says hutch must build the home's overlay (homeLayer)
+// and send it. note is for the user when the mode asked for cannot be had.
+func setHome(cfg *initConfig, s policy.Spec, environ, roots []string, asRoot bool, wsUID, wsGID int) (build bool, note string, err error) {
+	home := envHome(environ)
+	var st unix.Stat_t
+	if home == "" || home == "/" || !filepath.IsAbs(home) || under(home, roots) || under(home, ownFilesystems) ||
+		unix.Stat(home, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return false, "", nil
+	}
+	home = filepath.Clean(home)
+	mode := s.Filesystem.Home
+	if mode == "" {
+		mode = policy.DefaultHome
+	}
+	switch mode {
+	case "tmp":
+		cfg.PrivateHome = home
+		return false, "", nil
+	case "persist":
+		dir, err := persistedHome(home, s.Filesystem.Workspace, asRoot, wsUID, wsGID)
+		if err != nil {
+			return false, "", fmt.Errorf("--home persist: %w", err)
+		}
+		cfg.Home, cfg.HomePersist = home, bindSrc{Path: dir, FD: -1}
+		return false, "", nil
+	}
+	// "ro": an overlay over the real home.
+	if !asRoot {
+		if !overlayFDs() {
+			return false, "this kernel cannot layer the home directory (Linux 6.8 or later can): it is read-only in the sandbox, and writes there fail", nil
+		}
+		cfg.Home, cfg.HomeOverlay = home, true
+		return false, "", nil
+	}
+	if int(st.Uid) != wsUID {
+		// The idmap makes the workspace owner's files the sandbox's; the
+		// home of another user would stay closed to it.
+		if privateHome(environ, roots) != "" {
+			cfg.PrivateHome = home
+			return false, fmt.Sprintf("%s is not the workspace owner's: the sandbox gets an empty home of its own (--home tmp)", home), nil
+		}
+	}
+	cfg.Home = home
+	return true, "", nil
+}
+
+// persistedHome returns (making it) the directory kept as the home of the
+// sandboxes of workspace: below the state directory of the user who owns
+// home, named after the workspace.
+func persistedHome(home, workspace string, asRoot bool, uid, gid int) (string, error) {
+	state := os.Getenv("XDG_STATE_HOME")
+	if state == "" || !filepath.IsAbs(state) {
+		state = filepath.Join(home, ".local", "state")
+	}
+	sum := sha256.Sum256([]byte(workspace))
+	dir := filepath.Join(state, homesDir, filepath.Base(workspace)+"-"+hex.EncodeToString(sum[:6]))
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	if asRoot {
+		// The sandbox writes it as the workspace's owner.
+		if err := os.Chown(dir, uid, gid); err != nil {
+			return "", err
+		}
+	}
+	return dir, nil
+}
+
+// homeLayer builds (as root) the overlay of a root-started sandbox's home:
+// the home below, idmapped with the sandbox's user namespace and
+// read-only, and a tmpfs of size bytes above.
+func homeLayer(pid int, home string, size int64) (int, error) {
+	userns, err := unix.Open(fmt.Sprintf("/proc/%d/ns/user", pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("home: open sandbox user namespace: %w", err)
+	}
+	defer unix.Close(userns)
+	var fds []int
+	defer func() { closeAll(fds) }()
+	lower, err := unix.OpenTree(unix.AT_FDCWD, home, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if err != nil {
+		return -1, fmt.Errorf("home: clone %s: %w", home, err)
+	}
+	fds = append(fds, lower)
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_RDONLY, Userns_fd: uint64(userns)}
+	if err := unix.MountSetattr(lower, "", unix.AT_EMPTY_PATH, &attr); err != nil {
+		return -1, fmt.Errorf("home: idmapped mount of %s: %w: %w", home, ErrKernelFeature, err)
+	}
+	opts := [][2]string{{"mode", "0755"}}
+	if size > 0 {
+		opts = append(opts, [2]string{"size", strconv.FormatInt(size, 10)})
+	}
+	tmpfs, err := newFS("tmpfs", opts, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
+	if err != nil {
+		return -1, fmt.Errorf("home: %w", err)
+	}
+	fds = append(fds, tmpfs)
+	for _, d := range []string{"upper", "work"} {
+		if err := unix.Mkdirat(tmpfs, d, 0o700); err != nil {
+			return -1, fmt.Errorf("home: %w", err)
+		}
+	}
+	if err := unix.Fchownat(tmpfs, "upper", RootMappedID, RootMappedID, 0); err != nil {
+		return -1, fmt.Errorf("home: %w", err)
+	}
+	open := func(name string) (int, error) {
+		fd, err := unix.Openat(tmpfs, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err == nil {
+			fds = append(fds, fd)
+		}
+		return fd, err
+	}
+	upper, err := open("upper")
+	if err != nil {
+		return -1, fmt.Errorf("home: %w", err)
+	}
+	work, err := open("work")
+	if err != nil {
+		return -1, fmt.Errorf("home: %w", err)
+	}
+	ovl, err := newFSWith("overlay", func(fs int) error {
+		for _, o := range []struct {
+			key string
+			fd  int
+		}{{"lowerdir+", lower}, {"upperdir", upper}, {"workdir", work}} {
+			if err := unix.FsconfigSetFd(fs, o.key, o.fd); err != nil {
+				return fmt.Errorf("%s: %w", o.key, err)
+			}
+		}
+		return nil
+	}, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
+	if err != nil {
+		return -1, fmt.Errorf("home: %w", err)
+	}
+	return ovl, nil
+}
+
+// overlayFDs reports whether overlayfs takes its layers as descriptors
+// ("lowerdir+" by descriptor: Linux 6.8).
+func overlayFDs() bool {
+	var u unix.Utsname
+	if unix.Uname(&u) != nil {
+		return false
+	}
+	rel := unix.ByteSliceToString(u.Release[:])
+	major, rest, _ := strings.Cut(rel, ".")
+	minor, _, _ := strings.Cut(rest, ".")
+	ma, err1 := strconv.Atoi(major)
+	mi, err2 := strconv.Atoi(strings.TrimRightFunc(minor, func(r rune) bool { return r < '0' || r > '9' }))
+	if errors.Join(err1, err2) != nil {
+		return false
+	}
+	return ma > 6 || ma == 6 && mi >= 8
+}
