@@ -517,6 +517,9 @@ func servePolicy(s policy.Spec, noInternet bool) error {
 	if s.BestEffort {
 		problems = append(problems, "best_effort: not allowed in hutch serve")
 	}
+	if s.Filesystem.Home != "" && s.Filesystem.Home != policy.DefaultHome {
+		problems = append(problems, fmt.Sprintf("filesystem.home: %q: a sandbox of hutch serve has a home of its own in its writable root (HOME=/root); the host's homes are not in it", s.Filesystem.Home))
+	}
 	if len(problems) > 0 {
 		return invalid("create sandbox: policy: %s", strings.Join(problems, "; "))
 	}

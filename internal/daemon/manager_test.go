@@ -131,6 +131,7 @@ func TestServePolicy(t *testing.T) {
 		{"allow_read", policy.Spec{Filesystem: policy.Filesystem{AllowRead: []string{"/root/.ssh"}}}, false, "allow_read"},
 		{"no default denies", policy.Spec{Filesystem: policy.Filesystem{NoDefaultDenies: true}}, false, "no_default_denies"},
 		{"best effort", policy.Spec{BestEffort: true}, false, "best_effort"},
+		{"home persist", policy.Spec{Filesystem: policy.Filesystem{Home: "persist"}}, false, "filesystem.home"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := clonePolicy(tc.spec)
