@@ -76,7 +76,8 @@ func TestLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
+	// Generous: 200 sandboxes on a busy 2-core machine.
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 
 	// Create and use every sandbox concurrently; all stay alive until

@@ -268,6 +268,14 @@ func TestItem27_RunPID1(t *testing.T) {
 			if pid1 == 0 {
 				t.Errorf("%v: no PID 1 found below hutch", flags)
 			} else {
+				// PID 1 closes what it holds once it has reported the
+				// command started, which may come after the command's
+				// first output on a busy machine: wait for the caller's
+				// stdout (descriptor 1) to be gone, then look.
+				testutil.Eventually(30*time.Second, func() bool {
+					_, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/1", pid1))
+					return err != nil
+				})
 				checkHostFDs(t, pid1, fmt.Sprintf("hutch run %v: PID 1", flags), false)
 			}
 			_ = p.cmd.Process.Signal(syscall.SIGTERM)
