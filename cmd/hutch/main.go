@@ -148,7 +148,7 @@ func cmdRun(args []string, stdin, stdout, stderr *os.File) int {
 	if *debug {
 		log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	egress, err := newEgress(spec, *report, upstreamCAs, stderr, log)
+	egress, err := newEgress(spec, pf.givenMode == "none", *report, upstreamCAs, stderr, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "hutch: %v\n", err)
 		return sandbox.ExitHutchError
@@ -247,6 +247,9 @@ type policyFlags struct {
 	net                                      string
 	allowDomain, denyDomain, allowCIDR       listFlag
 	allowPrivate, addHost, secret            listFlag
+	// givenMode is the network mode the flags and the policy file named,
+	// before the defaults ("" when none did).
+	givenMode string
 }
 
 type listFlag []string
@@ -322,6 +325,7 @@ func (p *policyFlags) spec(stderr io.Writer) (policy.Spec, int) {
 	if err := p.apply(&s); err != nil {
 		return fail(err)
 	}
+	p.givenMode = s.Network.Mode
 
 	cwd, err := os.Getwd()
 	if err != nil {

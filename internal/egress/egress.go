@@ -70,7 +70,17 @@ type Config struct {
 	// bound destinations to swap the placeholder for the real value, and
 	// refuses requests that carry a placeholder anywhere else.
 	Secrets []*secrets.Secret
+	// Offline says that the sandbox has no network (network mode
+	// "none"): every destination is refused, without a lookup, with the
+	// reason OfflineReason, and the rules above do not matter. The proxy
+	// then only answers: clients that honour the proxy variables get a
+	// refusal they treat as final at once, and hutch can say where they
+	// tried to go.
+	Offline bool
 }
+
+// OfflineReason is the reason of every refusal of an Offline proxy.
+const OfflineReason = "the sandbox has no network (--net none)"
 
 // Verdict is what the rules say of one destination.
 type Verdict struct {
@@ -97,20 +107,39 @@ type Verdict struct {
 	// "denied by deniedDomains", "resolves to 127.0.0.1 (loopback)",
 	// "lookup failed: no such host".
 	Reason string
+	// Allow names what would let a refused destination through, in the
+	// words of hutch's flags: "--allow-domain evil.test",
+	// "--allow-domain example.com:22", "--allow-private 10.0.0.5/32";
+	// for a tenant's sandbox of hutch serve, what only the daemon's
+	// operator can do ("hutch serve --allow-private 10.0.0.5/32"). Empty
+	// when no setting allows it (an invalid name, a malformed request).
+	Allow string
+	// AllowField is the policy field behind Allow
+	// ("network.allowed_domains", "network.allow_private",
+	// "network.denied_domains", "secrets[].hosts", …), or empty.
+	AllowField string
 }
 
-// Event is one line of a report: a refused connection, or the traffic of
-// an allowed destination.
+// Event is one line of a report: a refused connection, a name the sandbox
+// looked up itself, or the traffic of an allowed destination.
 type Event struct {
-	Time     time.Time `json:"time"`
-	Sandbox  string    `json:"sandbox"`
-	Action   string    `json:"action"`   // "blocked" or "allowed"
-	Protocol string    `json:"protocol"` // "http", "connect", "socks5", "socks4", "ssh"…
-	Host     string    `json:"host"`
-	Port     int       `json:"port"`
-	Address  string    `json:"address,omitempty"` // the resolved address
-	Rule     string    `json:"rule,omitempty"`
-	Reason   string    `json:"reason,omitempty"`
+	Time    time.Time `json:"time"`
+	Sandbox string    `json:"sandbox"`
+	// Action is "blocked" (a refused connection), "lookup" (a name the
+	// sandbox looked up, answered "no such host"; Protocol "dns", Port 0)
+	// or "allowed".
+	Action   string `json:"action"`
+	Protocol string `json:"protocol"` // "http", "connect", "socks5", "socks4", "dns"…
+	Host     string `json:"host"`
+	Port     int    `json:"port"`
+	Address  string `json:"address,omitempty"` // the resolved address
+	Rule     string `json:"rule,omitempty"`
+	Reason   string `json:"reason,omitempty"`
+	// Allow and AllowField name what would let a refused destination
+	// through: a flag of hutch run and hutch create, and the policy field
+	// it sets (see Verdict).
+	Allow      string `json:"allow,omitempty"`
+	AllowField string `json:"allow_field,omitempty"`
 	// Secret is the name of the secret whose placeholder a refused
 	// request carried (never its value).
 	Secret string `json:"secret,omitempty"`

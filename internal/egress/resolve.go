@@ -32,7 +32,9 @@ const lookupTimeout = 5 * time.Second
 // its addresses, else the allow rule that matched its host and port
 // (also when the lookup or the address guard then refused it), else the
 // allow rule that matched its host on another port, else empty. For an
-// invalid host name, Verdict.Host is host as given.
+// invalid host name, Verdict.Host is host as given. Verdict.Allow names
+// what would let a refused destination through. With Config.Offline every
+// valid destination is refused (OfflineReason), and nothing is looked up.
 func (r *Rules) Resolve(ctx context.Context, host string, port int) Verdict {
 	v := Verdict{Host: host, Port: port}
 	name, literal, err := normalizeHost(host)
@@ -45,17 +47,25 @@ func (r *Rules) Resolve(ctx context.Context, host string, port int) Verdict {
 		v.Reason = fmt.Sprintf("invalid port %d", port)
 		return v
 	}
+	if r.offline {
+		v.Reason = OfflineReason
+		allowDomain(&v, name, literal, port, false)
+		return v
+	}
 	if ru := r.denied(name, literal, port); ru != nil {
 		v.Rule, v.Reason = ru.raw, "denied by deniedDomains"
+		notDenied(&v, ru.raw)
 		return v
 	}
 	allow, hostRule := r.allowed(name, literal, port)
 	switch {
 	case allow == nil && hostRule == nil:
 		v.Reason = "not in allowedDomains"
+		allowDomain(&v, name, literal, port, false)
 		return v
 	case allow == nil:
 		v.Rule, v.Reason = hostRule.raw, fmt.Sprintf("port %d not allowed for %s", port, name)
+		allowDomain(&v, name, literal, port, true)
 		return v
 	}
 
@@ -68,6 +78,7 @@ func (r *Rules) Resolve(ctx context.Context, host string, port int) Verdict {
 		addrs, err = r.resolveName(ctx, name)
 		if err != nil {
 			v.Reason = "lookup failed: " + shortLookupError(err)
+			pinHost(&v, name)
 			return v
 		}
 	}
@@ -80,6 +91,7 @@ func (r *Rules) Resolve(ctx context.Context, host string, port int) Verdict {
 			if !refused {
 				refused = true
 				v.Addr, v.Rule, v.Reason = a, ru.raw, "denied by deniedDomains"
+				notDenied(&v, ru.raw)
 			}
 			continue
 		}
@@ -92,6 +104,7 @@ func (r *Rules) Resolve(ctx context.Context, host string, port int) Verdict {
 				} else {
 					v.Reason = fmt.Sprintf("resolves to %s (%s)", a, class)
 				}
+				r.openPrivate(&v, a)
 			}
 			continue
 		}
@@ -102,9 +115,11 @@ func (r *Rules) Resolve(ctx context.Context, host string, port int) Verdict {
 	if len(v.Addrs) == 0 {
 		if !refused {
 			v.Reason = "lookup failed: no addresses"
+			pinHost(&v, name)
 		}
 		return v
 	}
+	v.Allow, v.AllowField = "", ""
 	v.Allowed, v.Addr, v.Rule, v.Reason = true, netip.Addr{}, allow.raw, ""
 	return v
 }

@@ -39,6 +39,9 @@ type Rules struct {
 	// (secrets.RedactionPairs), by "[redacted]", for the text of errors
 	// that the proxy logs or answers.
 	scrubber *secrets.Replacer
+	// offline is Config.Offline; operator is Config.OperatorRules, which
+	// also says whose flags a refusal names (Verdict.Allow).
+	offline, operator bool
 }
 
 // binding is one host entry of a secret: the destinations where the
@@ -86,10 +89,14 @@ var defaultPorts = []int{80, 443}
 // NewRules reads the addresses of the host's interfaces, except loopback
 // addresses, which the guard refuses as loopback already.
 func NewRules(c Config) (*Rules, error) {
-	r := &Rules{lookup: c.Lookup}
+	r := &Rules{lookup: c.Lookup, offline: c.Offline, operator: c.OperatorRules}
 	var errs []error
 
 	hostAddrs := c.HostAddrs
+	if hostAddrs == nil && c.Offline {
+		// Nothing is dialed: the host's addresses do not matter.
+		hostAddrs = []netip.Addr{}
+	}
 	if hostAddrs == nil {
 		var err error
 		if hostAddrs, err = interfaceAddrs(); err != nil {
@@ -690,4 +697,15 @@ func (r *Rules) allowed(name string, addr netip.Addr, port int) (allow, hostRule
 		}
 	}
 	return allow, hostRule
+}
+
+// allowsName reports whether an allow rule matches the normalized name on
+// any port.
+func (r *Rules) allowsName(name string) bool {
+	for i := range r.allow {
+		if r.allow[i].matchesHost(name, netip.Addr{}) {
+			return true
+		}
+	}
+	return false
 }

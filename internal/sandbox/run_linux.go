@@ -104,7 +104,7 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		Dir:        ws,
 		Root:       s.Root,
 		TmpBytes:   s.Resources.TmpBytes,
-		Hostname:   "hutch",
+		Hostname:   Hostname,
 		BestEffort: s.BestEffort,
 		Missing:    simulatedMissing(),
 		DenyRead:   s.Filesystem.DenyRead,
@@ -129,10 +129,18 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		}
 		cfg.Files = append(cfg.Files, fileBind{Path: exe, Target: SandboxHutch, Create: true, Exec: true})
 	}
+	if cfg.Net == "proxy" && c.Proxy == nil {
+		return res, errors.New("network mode proxy needs an egress proxy")
+	}
+	cfg.Listen = c.Proxy != nil && (cfg.Net == "proxy" || cfg.Net == "none")
+	if cfg.Net == "none" && c.Proxy != nil {
+		// A proxy that refuses everything: clients that use it fail at
+		// once, and say where they meant to go. ssh needs hutch's binary
+		// to use it; without, it fails at its name lookup.
+		l.onClose(func() { _ = c.Proxy.Close() })
+		cfg.Env = append(withoutVars(cfg.Env, proxyEnvVars), proxyEnv(false)...)
+	}
 	if cfg.Net == "proxy" {
-		if c.Proxy == nil {
-			return res, errors.New("network mode proxy needs an egress proxy")
-		}
 		l.onClose(func() { _ = c.Proxy.Close() })
 		cfg.Env = append(withoutVars(cfg.Env, proxyEnvVars), ProxyEnv()...)
 		if c.CABundle != "" {
@@ -153,6 +161,12 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 	// Most default deny-read paths do not exist on a given machine: drop
 	// those here, with a listing per directory, rather than let every
 	// later step look each up.
+	if cfg.Net != "host" {
+		// The host's resolver daemons answer over unix sockets, which no
+		// network namespace separates: through them the sandbox could
+		// resolve names, and send them out, on the host's network (S6).
+		s.Filesystem.DenyRead = append(slices.Clip(s.Filesystem.DenyRead), resolverSockets...)
+	}
 	s.Filesystem.DenyRead = presentOrOwn(s.Filesystem.DenyRead, append([]string{"/tmp", "/proc", "/dev", "/sys"}, roots...), envHome(c.Environ))
 	cfg.DenyRead = s.Filesystem.DenyRead
 	if asRoot && layer == nil {
@@ -384,7 +398,7 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		return res, b.failure(rep, cfg.Args[0])
 	}
 	phase("command started")
-	if cfg.Net == "proxy" {
+	if cfg.Listen {
 		listeners := got.listeners
 		got.listeners = nil
 		if err := serveProxy(c.Proxy, listeners); err != nil {
@@ -569,15 +583,16 @@ func (l *launched) close() {
 	l.closers = nil
 }
 
-// serveProxy serves the proxy's listeners (HTTP, SOCKS5) that the sandbox
-// made; closing the proxy stops them.
+// serveProxy serves the sockets the sandbox made for hutch (netSockets):
+// the proxy's listeners (HTTP, SOCKS5) and the DNS socket; closing the
+// proxy stops them.
 func serveProxy(p Proxy, fds []int) error {
-	if len(fds) != 2 {
+	if len(fds) != 3 {
 		closeAll(fds)
 		return errors.New("the sandbox sent no proxy listeners")
 	}
 	var ls [2]net.Listener
-	for i, fd := range fds {
+	for i, fd := range fds[:2] {
 		f := os.NewFile(uintptr(fd), "proxy-listener")
 		l, err := net.FileListener(f)
 		f.Close()
@@ -590,9 +605,28 @@ func serveProxy(p Proxy, fds []int) error {
 		}
 		ls[i] = l
 	}
+	f := os.NewFile(uintptr(fds[2]), "dns-socket")
+	dns, err := net.FilePacketConn(f)
+	f.Close()
+	if err != nil {
+		ls[0].Close()
+		ls[1].Close()
+		return fmt.Errorf("DNS socket: %w", err)
+	}
 	go func() { _ = p.ServeHTTP(ls[0]) }()
 	go func() { _ = p.ServeSOCKS(ls[1]) }()
+	go func() { _ = p.ServeDNS(dns) }()
 	return nil
+}
+
+// resolverSockets are the unix sockets of the host's name resolvers
+// (systemd-resolved's varlink API, which glibc's nss-resolve uses, and
+// nscd's), hidden from sandboxes without the host's network.
+var resolverSockets = []string{
+	"/run/systemd/resolve/io.systemd.Resolve",
+	"/run/systemd/resolve/io.systemd.Resolve.Monitor",
+	"/run/nscd/socket",
+	"/var/run/nscd/socket",
 }
 
 // The variables hutch sets in proxy mode, and with secrets: what the caller
