@@ -57,9 +57,12 @@ const (
 	// maxDNSRecorded bounds the lookups recorded per proxy; later ones
 	// are answered but not recorded.
 	maxDNSRecorded = 10000
-	// maxDNSClients bounds the client sockets remembered to pair the A
-	// and AAAA queries of one lookup.
-	maxDNSClients = 1024
+	// maxDNSNames bounds the names remembered to pair the A and AAAA
+	// queries of one lookup.
+	maxDNSNames = 1024
+	// dnsPairWindow is how soon after a query of a name one of another
+	// type counts as the same lookup.
+	dnsPairWindow = time.Second
 )
 
 // dnsQuestion is the one question of a query.
@@ -172,11 +175,11 @@ func isReverseName(name string) bool {
 		name == "in-addr.arpa" || name == "ip6.arpa"
 }
 
-// dnsClient is the last lookup seen from one client socket: the A and
-// AAAA queries of one getaddrinfo come from one socket, one after the
-// other, and count as one lookup.
-type dnsClient struct {
-	name  string
+// dnsLookup is the last lookup of one name: the A and AAAA queries of
+// one getaddrinfo (from one socket, or two at once as Go's resolver asks)
+// count as one lookup; the same type asked again is another.
+type dnsLookup struct {
+	at    time.Time
 	types []uint16
 }
 
@@ -185,8 +188,8 @@ type dnsClient struct {
 // it closes c. Every name gets an authoritative "no such name" (NXDOMAIN),
 // which resolvers take as final, except localhost, its subdomains and
 // Proxy.Hostname, which get the loopback addresses. Each lookup of another
-// name (an A and an AAAA query from one socket count once; reverse
-// lookups are not counted) is passed to Record as an Event with Action
+// name (the A and AAAA queries of one lookup count once; reverse lookups
+// are not counted) is passed to Record as an Event with Action
 // "lookup", Protocol "dns", the name as Host, and what would let the
 // sandbox reach it as Allow. It returns nil after Close, else the error
 // that ended reading.
@@ -214,7 +217,7 @@ func (p *Proxy) ServeDNS(c net.PacketConn) error {
 
 	host := strings.ToLower(p.Hostname)
 	local := func(name string) bool { return isLoopbackName(name, host) }
-	clients := make(map[string]*dnsClient)
+	lookups := make(map[string]*dnsLookup)
 	recorded := 0
 	buf := make([]byte, maxDNSPacket)
 	for {
@@ -236,21 +239,21 @@ func (p *Proxy) ServeDNS(c net.PacketConn) error {
 		if !ok || local(q.name) || isReverseName(q.name) || q.name == "" || recorded >= maxDNSRecorded {
 			continue
 		}
-		// One lookup, or the second query of one?
-		key := from.String()
-		cl := clients[key]
-		if cl != nil && cl.name == q.name && !containsType(cl.types, q.qtype) {
-			cl.types = append(cl.types, q.qtype)
+		// One lookup, or another query of one?
+		now := time.Now()
+		lk := lookups[q.name]
+		if lk != nil && now.Sub(lk.at) < dnsPairWindow && !containsType(lk.types, q.qtype) {
+			lk.types = append(lk.types, q.qtype)
 			continue
 		}
-		if cl == nil {
-			if len(clients) >= maxDNSClients {
-				clear(clients)
+		if lk == nil {
+			if len(lookups) >= maxDNSNames {
+				clear(lookups)
 			}
-			cl = &dnsClient{}
-			clients[key] = cl
+			lk = &dnsLookup{}
+			lookups[q.name] = lk
 		}
-		cl.name, cl.types = q.name, append(cl.types[:0], q.qtype)
+		lk.at, lk.types = now, append(lk.types[:0], q.qtype)
 		recorded++
 		p.recordLookup(q.name)
 	}

@@ -256,7 +256,7 @@ func (r *Recorder) Lines() []string {
 	}
 	if len(r.fixes) > 0 {
 		var b strings.Builder
-		if len(r.fixes) == 1 && r.total+r.lookups == 1 {
+		if len(r.fixes) == 1 {
 			b.WriteString("to allow it:")
 		} else {
 			b.WriteString("to allow them:")
