@@ -143,7 +143,7 @@ header=("tool" "hutch (--net none) s" "hutch --net proxy s")
 echo "hutch $(git rev-parse --short HEAD 2>/dev/null || echo '(no git)'), $runs runs each, median wall time until the tool gave up"
 if [ -n "$markdown" ]; then
 	echo
-	(IFS='|'; echo "| ${header[*]} |" | sed 's/|/ | /g; s/  */ /g')
+	(IFS='|'; echo "| ${header[*]} |" | sed 's/|/ | /g; s/  */ /g; s/^ //; s/ $//')
 	printf '|%s' $(printf -- '---%.0s ' "${header[@]}"); echo '|'
 else
 	printf '%-6s' "${header[0]}"; printf '%24s' "${header[@]:1}"; echo
@@ -155,7 +155,7 @@ for tool in "${active[@]}"; do
 	fi
 	[ -z "$before" ] || row+=("$(secs "${med[$tool,hutch-before]}")")
 	if [ -n "$markdown" ]; then
-		(IFS='|'; echo "| ${row[*]} |" | sed 's/|/ | /g; s/  */ /g')
+		(IFS='|'; echo "| ${row[*]} |" | sed 's/|/ | /g; s/  */ /g; s/^ //; s/ $//')
 	else
 		printf '%-6s' "${row[0]}"; printf '%24s' "${row[@]:1}"; echo
 	fi
