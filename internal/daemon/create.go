@@ -610,7 +610,7 @@ func newProxy(nw policy.Network, open []netip.Prefix, operator bool, id string, 
 	cfg.OperatorRules = operator
 	cfg.Offline = nw.Mode == "none"
 	if !operator {
-		cfg.AllowPrivate = nil
+		cfg.AllowPrivate, cfg.PrivateNames = nil, nil
 	}
 	cfg.AllowPrivate = append(slices.Clone(open), cfg.AllowPrivate...)
 	rules, err := egress.NewRules(cfg)
@@ -657,6 +657,9 @@ func (m *Manager) tenantNetwork(s policy.Spec) error {
 	nw := s.Network
 	if len(nw.AllowPrivate) > 0 {
 		problems = append(problems, "network.allow_private")
+	}
+	if len(nw.PrivateNames) > 0 {
+		problems = append(problems, "network.private_names")
 	}
 	rule := func(field string, i int, entry string, cidr bool) {
 		class, err := egress.SpecialRule(entry, cidr, hostAddrs, m.cfg.AllowPrivate)

@@ -32,8 +32,8 @@ type Config struct {
 	// AllowDomains lists the destinations the sandbox may reach:
 	// "example.com" (that name only), "*.example.com" (its subdomains
 	// only, not example.com itself), an IP literal ("203.0.113.7",
-	// "[2001:db8::1]"), each with an optional ":PORT". Without a port only
-	// 80 and 443 are allowed.
+	// "[2001:db8::1]"), each with an optional ":PORT", or ":*" for every
+	// port. Without a port only 80 and 443 are allowed.
 	AllowDomains []string
 	// DenyDomains lists destinations never reachable, in the same syntax
 	// ("*" denies every name); deny wins over allow.
@@ -70,6 +70,14 @@ type Config struct {
 	// bound destinations to swap the placeholder for the real value, and
 	// refuses requests that carry a placeholder anywhere else.
 	Secrets []*secrets.Secret
+	// PrivateNames lists ranges of private-use, CGNAT or reserved
+	// addresses that allowed names may resolve to (srt's default, which
+	// hutch's import of srt's settings keeps): an intranet name allowed on
+	// purpose. Unlike AllowPrivate it opens nothing to IP-literal
+	// destinations, and never loopback, link-local, metadata, multicast or
+	// this host's addresses, whatever the range. Only the operator sets
+	// it.
+	PrivateNames []netip.Prefix
 	// Offline says that the sandbox has no network (network mode
 	// "none"): every destination is refused, without a lookup, with the
 	// reason OfflineReason, and the rules above do not matter. The proxy

@@ -71,9 +71,9 @@ func (r *Rules) Resolve(ctx context.Context, host string, port int) Verdict {
 
 	v.Rule = allow.raw
 	var addrs []netip.Addr
-	lift := ""
+	lift := allow.lift
 	if literal.IsValid() {
-		addrs, lift = []netip.Addr{literal}, allow.lift
+		addrs = []netip.Addr{literal}
 	} else {
 		addrs, err = r.resolveName(ctx, name)
 		if err != nil {
@@ -95,7 +95,8 @@ func (r *Rules) Resolve(ctx context.Context, host string, port int) Verdict {
 			}
 			continue
 		}
-		if ok, class := r.guard.passes(a, lift); !ok {
+		if ok, class := r.guard.passes(a, lift); !ok &&
+			(literal.IsValid() || !(r.literalAllows(a, port, class) || r.guard.passesName(a, class))) {
 			if !refused {
 				refused = true
 				v.Addr = a
@@ -136,10 +137,15 @@ func (r *Rules) deniedAddr(a netip.Addr, port int) *rule {
 }
 
 // resolveName returns the addresses of a normalized name: its pin in
-// Config.Hosts, else what Config.Lookup or the system resolver says.
+// Config.Hosts, the loopback for localhost and the names below it (RFC
+// 6761, never looked up), else what Config.Lookup or the system resolver
+// says.
 func (r *Rules) resolveName(ctx context.Context, name string) ([]netip.Addr, error) {
 	if addrs, ok := r.hosts[name]; ok {
 		return addrs, nil
+	}
+	if isLocalhost(name) {
+		return []netip.Addr{netip.AddrFrom4([4]byte{127, 0, 0, 1}), netip.IPv6Loopback()}, nil
 	}
 	if r.lookup != nil {
 		return r.lookup(name)

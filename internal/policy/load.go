@@ -14,7 +14,7 @@ var policyFields = map[string][]string{
 	"":           {"root", "filesystem", "network", "secrets", "env", "resources", "best_effort"},
 	"secrets":    {"name", "hosts", "from", "placeholder_prefix", "in_query", "in_body", "allow_plain_http"},
 	"filesystem": {"workspace", "allow_write", "deny_read", "allow_read", "deny_write", "no_default_denies"},
-	"network":    {"mode", "allowed_domains", "denied_domains", "allowed_cidrs", "allow_private", "hosts", "allow_host"},
+	"network":    {"mode", "allowed_domains", "denied_domains", "allowed_cidrs", "allow_private", "private_names", "hosts", "allow_host"},
 	"env":        {"pass", "set"},
 	"resources":  {"memory", "cpus", "pids", "timeout", "tmp_size", "disk"},
 }
@@ -154,6 +154,8 @@ func (d *decoder) network(n *yaml.Node, nw *Network) error {
 			nw.AllowedCIDRs, err = d.list(e.val, name, "CIDRs", checkCIDRPort)
 		case "allow_private":
 			nw.AllowPrivate, err = d.list(e.val, name, "CIDRs", checkCIDR)
+		case "private_names":
+			nw.PrivateNames, err = d.list(e.val, name, "CIDRs", checkCIDR)
 		case "hosts":
 			nw.Hosts, err = d.list(e.val, name, "NAME:ADDRESS pins", checkHostPin)
 		case "allow_host":
