@@ -204,8 +204,13 @@ var nameClasses = []string{classPrivate, classCGNAT, classReserved}
 // passesName reports whether a, an address a name resolved to, of class,
 // lies in one of the privateNames ranges that may hold it.
 func (g *guard) passesName(a netip.Addr, class string) bool {
-	return slices.Contains(nameClasses, class) &&
-		slices.ContainsFunc(g.privateNames, func(p netip.Prefix) bool { return p.Contains(a) })
+	if !slices.Contains(nameClasses, class) {
+		return false
+	}
+	if v4, ok := embedded(a); ok && a.Is6() {
+		a = v4 // a NAT64 or 6to4 spelling of an IPv4 address
+	}
+	return slices.ContainsFunc(g.privateNames, func(p netip.Prefix) bool { return p.Contains(a) })
 }
 
 // passes reports whether a, normalized, passes: it is public, lies in one
