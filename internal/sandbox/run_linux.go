@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -401,9 +402,11 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 	if cfg.Listen {
 		listeners := got.listeners
 		got.listeners = nil
-		if err := serveProxy(c.Proxy, listeners); err != nil {
+		w, err := serveLazily(c.Proxy, listeners)
+		if err != nil {
 			return fail(err)
 		}
+		l.onClose(w.stop) // before the proxy's Close, registered earlier
 	}
 	got.close()
 	l.dropped = dropped
@@ -583,14 +586,97 @@ func (l *launched) close() {
 	l.closers = nil
 }
 
+// netWaiter holds the sockets the sandbox made for hutch (netSockets)
+// until the first connection or datagram arrives on one of them, and only
+// then hands them to the proxy. Most commands never touch the network, and
+// serving at once would cost every sandbox the proxy's goroutines, their
+// stacks and the code they fault in — about 5% of a default sandbox's
+// start-up when measured. Waiting costs an epoll descriptor and one parked
+// goroutine.
+type netWaiter struct {
+	p   Proxy
+	fds []int    // the sockets: HTTP, SOCKS5, DNS
+	ep  *os.File // an epoll descriptor watching fds, itself in Go's poller
+	mu  sync.Mutex
+	// done is set once the sockets went to the proxy or were closed.
+	done bool
+}
+
+// serveLazily starts waiting on fds for p; it takes the descriptors over.
+func serveLazily(p Proxy, fds []int) (*netWaiter, error) {
+	if len(fds) != 3 {
+		closeAll(fds)
+		return nil, errors.New("the sandbox sent no proxy listeners")
+	}
+	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		closeAll(fds)
+		return nil, fmt.Errorf("network sockets: epoll: %w", err)
+	}
+	for _, fd := range fds {
+		if err == nil {
+			err = unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)})
+		}
+	}
+	if err == nil {
+		err = unix.SetNonblock(ep, true)
+	}
+	if err != nil {
+		unix.Close(ep)
+		closeAll(fds)
+		return nil, fmt.Errorf("network sockets: epoll: %w", err)
+	}
+	w := &netWaiter{p: p, fds: fds, ep: os.NewFile(uintptr(ep), "hutch-net-wait")}
+	rc, err := w.ep.SyscallConn()
+	if err != nil {
+		w.stop()
+		return nil, fmt.Errorf("network sockets: %w", err)
+	}
+	go func() {
+		var evs [3]unix.EpollEvent
+		err := rc.Read(func(fd uintptr) bool {
+			n, err := unix.EpollWait(int(fd), evs[:], 0)
+			return n > 0 || (err != nil && err != unix.EINTR)
+		})
+		if err == nil {
+			w.handOver()
+		}
+	}()
+	return w, nil
+}
+
+// handOver gives the sockets to the proxy, unless stop came first.
+func (w *netWaiter) handOver() {
+	w.mu.Lock()
+	if w.done {
+		w.mu.Unlock()
+		return
+	}
+	w.done = true
+	w.mu.Unlock()
+	w.ep.Close()
+	if err := serveProxy(w.p, w.fds); err != nil {
+		// The sandbox's clients then find no one listening.
+		return
+	}
+}
+
+// stop closes the sockets if the proxy never got them, and ends the wait.
+func (w *netWaiter) stop() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.done {
+		return
+	}
+	w.done = true
+	w.ep.Close()
+	closeAll(w.fds)
+}
+
 // serveProxy serves the sockets the sandbox made for hutch (netSockets):
 // the proxy's listeners (HTTP, SOCKS5) and the DNS socket; closing the
 // proxy stops them.
 func serveProxy(p Proxy, fds []int) error {
-	if len(fds) != 3 {
-		closeAll(fds)
-		return errors.New("the sandbox sent no proxy listeners")
-	}
 	var ls [2]net.Listener
 	for i, fd := range fds[:2] {
 		f := os.NewFile(uintptr(fd), "proxy-listener")
