@@ -4,6 +4,10 @@
 // link-local, metadata or host addresses unless a rule allows them), the
 // proxy protocols the sandbox speaks (HTTP forwarding, CONNECT, SOCKS5) and
 // the events that record every refusal and every allowed host's traffic.
+// Every refusal names what would allow it (Verdict.Allow). The proxy also
+// answers the sandbox's own name lookups, on a DNS socket of its loopback,
+// with a final "no such host" (ServeDNS), and can refuse everything at
+// once for a sandbox without a network (Config.Offline).
 //
 // The proxy also keeps real secrets out of the sandbox (S3): the sandbox
 // holds placeholders, and for a destination that secrets are bound to
