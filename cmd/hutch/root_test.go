@@ -102,7 +102,7 @@ func TestManyWritableRoots(t *testing.T) {
 // TestResolvConfInRoot: the sandbox's resolv.conf, which names hutch's
 // answers on its own loopback, replaces the root's, also where the root's
 // is a symbolic link (as systemd-resolved's is, into /run); a root whose
-// link leads nowhere, or that has none, starts all the same.
+// link leads nowhere or in a loop, or that has none, starts all the same.
 func TestResolvConfInRoot(t *testing.T) {
 	ws := hostDir(t)
 	env := []string{"PATH=/bin", "HOME=/", "LANG=C"}
@@ -127,9 +127,15 @@ func TestResolvConfInRoot(t *testing.T) {
 	if err := os.Symlink("../run/nowhere/resolv.conf", filepath.Join(dangling, "etc/resolv.conf")); err != nil {
 		t.Fatal(err)
 	}
-	r = sandboxed(t, invocation{dir: ws, env: env, args: []string{"--root", dangling, "--", "/bin/sh", "-c", "echo ran"}})
-	wantOK(t, r)
-	if !strings.Contains(r.stdout, "ran") {
-		t.Errorf("a root with a dangling resolv.conf link did not run:\n%s", r)
+	loop := busyboxRoot(t, ws, "")
+	if err := os.Symlink("resolv.conf", filepath.Join(loop, "etc/resolv.conf")); err != nil {
+		t.Fatal(err)
+	}
+	for _, root := range []string{dangling, loop} {
+		r = sandboxed(t, invocation{dir: ws, env: env, args: []string{"--root", root, "--", "/bin/sh", "-c", "echo ran"}})
+		wantOK(t, r)
+		if !strings.Contains(r.stdout, "ran") {
+			t.Errorf("a root with a resolv.conf link that leads nowhere did not run:\n%s", r)
+		}
 	}
 }

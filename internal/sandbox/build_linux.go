@@ -180,7 +180,7 @@ func (b *builder) mask(path string, dir bool) {
 	b.p.closeKeep(t)
 	b.p.free = append(b.p.free, mnt, t)
 	b.p.land(done)
-	b.p.skip(open, unix.ENOENT, unix.ENOTDIR, unix.EACCES)
+	b.p.skip(open, unix.ENOENT, unix.ENOTDIR, unix.EACCES, unix.ELOOP)
 }
 
 // ids is who the sandbox's processes are inside their user namespace.
@@ -435,7 +435,7 @@ func (b *builder) bindResolvConf() {
 	p.skip(move, unix.EISDIR, unix.ENOTDIR, unix.EINVAL)
 	p.closeKeep(t)
 	p.free = append(p.free, t)
-	p.skip(open, unix.ENOENT, unix.ENOTDIR, unix.EACCES)
+	p.skip(open, unix.ENOENT, unix.ENOTDIR, unix.EACCES, unix.ELOOP)
 	p.close(mnt)
 }
 
