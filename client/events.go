@@ -19,7 +19,8 @@ const (
 	EventStarted       = "started"        // it runs
 	EventExec          = "exec"           // a command started (data: pid, args)
 	EventExit          = "exit"           // a command ended (data: pid, code, and signal, timed_out or error)
-	EventEgressRefused = "egress_refused" // its proxy refused a connection (data: protocol, host, port, reason)
+	EventEgressRefused = "egress_refused" // its proxy refused a connection (data: protocol, host, port, reason, allow: what would allow it)
+	EventLookup        = "lookup"         // a command looked up a name itself, answered "no such host" (data: host, reason, allow)
 	EventTimeout       = "timeout"        // its timeout passed (data: reason)
 	EventIdleTimeout   = "idle_timeout"   // it was idle too long (data: reason)
 	EventDestroyed     = "destroyed"      // it was destroyed (data: reason)

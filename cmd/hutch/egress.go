@@ -32,7 +32,9 @@ type runEgress struct {
 
 // newEgress sets up the proxy for spec's network policy and opens the
 // report file (before the sandbox starts, so a bad path fails early).
-func newEgress(spec policy.Spec, report string, upstreamCAs []string, stderr io.Writer, log *slog.Logger) (*runEgress, error) {
+// explicitNone says that the user asked for network mode "none" (a flag or
+// the policy file), which allowing a host then has to change too.
+func newEgress(spec policy.Spec, explicitNone bool, report string, upstreamCAs []string, stderr io.Writer, log *slog.Logger) (*runEgress, error) {
 	e := &runEgress{stderr: stderr}
 	if report != "" {
 		f, err := os.OpenFile(report, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
@@ -46,9 +48,26 @@ func newEgress(spec policy.Spec, report string, upstreamCAs []string, stderr io.
 		w = e.report
 	}
 	e.rec = egress.NewRecorder(w)
+	id := newRunID()
 	switch spec.Network.Mode {
 	case "host":
 		fmt.Fprintln(stderr, "hutch: warning: --net host: the sandbox shares the host's network; no egress policy applies")
+		return e, nil
+	case "none":
+		// The sandbox has no network, but hutch answers on its loopback:
+		// a proxy that refuses every destination and a DNS server that
+		// knows no name, so that clients fail at once, and hutch can say
+		// where they tried to go.
+		rules, err := egress.NewRules(egress.Config{Offline: true, OperatorRules: true})
+		if err != nil {
+			e.finish()
+			return nil, fmt.Errorf("network policy: %w", err)
+		}
+		e.proxy = &egress.Proxy{Rules: rules, Sandbox: id, Record: e.rec.Record, Log: log, Hostname: sandbox.Hostname}
+		if explicitNone {
+			// Allowing a host then takes the mode too.
+			e.rec.SetFixPrefix("--net proxy")
+		}
 		return e, nil
 	case "proxy":
 	default:
@@ -59,7 +78,6 @@ func newEgress(spec policy.Spec, report string, upstreamCAs []string, stderr io.
 		e.finish()
 		return nil, err
 	}
-	id := newRunID()
 	if e.secrets, err = egress.LoadSecrets(spec.Secrets, nil); err != nil {
 		e.finish()
 		return nil, err
@@ -73,7 +91,7 @@ func newEgress(spec policy.Spec, report string, upstreamCAs []string, stderr io.
 		e.finish()
 		return nil, fmt.Errorf("network policy: %w", err)
 	}
-	e.proxy = &egress.Proxy{Rules: rules, Sandbox: id, Record: e.rec.Record, Log: log}
+	e.proxy = &egress.Proxy{Rules: rules, Sandbox: id, Record: e.rec.Record, Log: log, Hostname: sandbox.Hostname}
 	if len(e.secrets) > 0 {
 		if err := e.setupTLS(id, upstreamCAs); err != nil {
 			e.finish()
@@ -153,7 +171,8 @@ func (e *runEgress) sandboxProxy() sandbox.Proxy {
 }
 
 // finish writes the traffic of allowed hosts to the report, closes it, and
-// prints the one-line summary of refusals.
+// prints the summary of refusals, of the names the sandbox looked up, and
+// of what would allow them.
 func (e *runEgress) finish() {
 	if e.proxy != nil {
 		_ = e.proxy.Close()
@@ -175,8 +194,8 @@ func (e *runEgress) finish() {
 		_ = os.RemoveAll(filepath.Dir(e.caBundle))
 		e.caBundle = ""
 	}
-	if sum := e.rec.Summary(); sum != "" {
-		fmt.Fprintf(e.stderr, "hutch: %s\n", sum)
+	for _, line := range e.rec.Lines() {
+		fmt.Fprintf(e.stderr, "hutch: %s\n", line)
 	}
 }
 

@@ -31,6 +31,9 @@ type policyFlags struct {
 	net, home                                string
 	allowDomain, denyDomain, allowCIDR       cli.List
 	allowPrivate, addHost, secret            cli.List
+	// givenMode is the network mode the flags and the policy file named,
+	// before the defaults ("" when none did).
+	givenMode string
 }
 
 // newRunFlags returns the flag set of the command name ("run", "create",
@@ -59,7 +62,7 @@ func newRunFlags(name string, stderr io.Writer) (*flag.FlagSet, *runFlags) {
 	fs.BoolVar(&p.noDefaultDenies, "no-default-denies", false, "drop hutch's built-in deny-read and deny-write lists")
 	fs.StringVar(&p.home, "home", "", "your home directory in the sandbox: \"ro\" (default: read-only, the sandbox's writes kept in memory and dropped at its end), \"tmp\" (an empty one, dropped at its end) or \"persist\" (one of its own, kept per workspace); credentials stay masked in every `mode`")
 	fs.StringVar(&p.net, "net", "", "network: \"none\" (loopback only, the default), \"proxy\" (only the allowed hosts, through hutch's egress proxy) or \"host\" (no isolation)")
-	fs.Var(&p.allowDomain, "allow-domain", "let the sandbox reach `host` (example.com, *.example.com, optionally :PORT; without a port 80 and 443) through the proxy (repeatable)")
+	fs.Var(&p.allowDomain, "allow-domain", "let the sandbox reach `host` (example.com, *.example.com, optionally :PORT or :* for every port; without a port 80 and 443) through the proxy (repeatable)")
 	fs.Var(&p.denyDomain, "deny-domain", "never let the sandbox reach `host` (same syntax; wins over --allow-domain) (repeatable)")
 	fs.Var(&p.allowCIDR, "allow-cidr", "let the sandbox reach IP addresses in `cidr` (optionally :PORT) through the proxy (repeatable)")
 	fs.Var(&p.allowPrivate, "allow-private", "let the proxy connect to loopback, private or link-local addresses in `cidr` (repeatable)")

@@ -159,7 +159,7 @@ func cmdRun(args []string, stdin, stdout, stderr *os.File) int {
 	if rf.debug {
 		log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	egress, err := newEgress(spec, rf.report, rf.upstreamCAs, stderr, log)
+	egress, err := newEgress(spec, pf.givenMode == "none", rf.report, rf.upstreamCAs, stderr, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "hutch: %v\n", err)
 		return sandbox.ExitHutchError
@@ -280,6 +280,7 @@ func (p *policyFlags) spec(stderr io.Writer) (policy.Spec, int) {
 	if err := p.apply(&s); err != nil {
 		return fail(err)
 	}
+	p.givenMode = s.Network.Mode
 
 	cwd, err := os.Getwd()
 	if err != nil {

@@ -222,3 +222,41 @@ func TestNetHost(t *testing.T) {
 		t.Errorf("--net host gave no warning\n%s", r)
 	}
 }
+
+// TestSRTSettingsReachWhatSRTReaches: srt settings that reach a server on
+// the host's loopback under srt — an allowed localhost without a port (so
+// on every port), and a name that resolves to an allowed IP literal on
+// that literal's port — reach it under --srt-settings too, through the
+// proxy; the same name on a port the literal does not allow is refused,
+// naming the fix.
+func TestSRTSettingsReachWhatSRTReaches(t *testing.T) {
+	t.Parallel()
+	up := startUpstream(t)
+	_, port, _ := net.SplitHostPort(up.addr)
+	ws := hostDir(t)
+	settings := filepath.Join(ws, "srt.json")
+	writeFile(t, settings, `{"network": {"allowedDomains": ["localhost", "myapp.test", "127.0.0.1:`+port+`"]},
+ "filesystem": {"allowWrite": ["."]}}`, 0o644)
+	curl := `curl -sS --max-time 10 --noproxy '' -x http://127.0.0.1:3128 `
+	script := curl + `http://localhost:` + port + `/by-localhost; echo "RC localhost $?"
+` + curl + `http://myapp.test:` + port + `/by-name; echo "RC name $?"
+` + curl + `-o /dev/null -D - http://myapp.test/other-port | tr -d '\r'; echo "RC other $?"
+`
+	r := sandboxed(t, invocation{dir: ws, args: sh(script, "--srt-settings", settings, "--add-host", "myapp.test:127.0.0.1")})
+	wantOK(t, r)
+	for _, want := range []string{
+		"hello from localhost:" + port + "/by-localhost", "RC localhost 0",
+		"hello from myapp.test:" + port + "/by-name", "RC name 0",
+		"X-Hutch-Blocked: resolves to 127.0.0.1 (loopback)", "X-Hutch-Allow: --allow-private 127.0.0.1/32",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("stdout lacks %q\n%s", want, r)
+		}
+	}
+	if got := up.requests(); !slices.Equal(got, []string{"localhost:" + port + "/by-localhost", "myapp.test:" + port + "/by-name"}) {
+		t.Errorf("the upstream got %q", got)
+	}
+	if want := "hutch: to allow it: --allow-private 127.0.0.1/32\n"; !strings.Contains(r.stderr, want) {
+		t.Errorf("stderr lacks %q\n%s", want, r)
+	}
+}

@@ -30,6 +30,7 @@ type shownPolicy struct {
 		DeniedDomains  []string `yaml:"denied_domains"`
 		AllowedCIDRs   []string `yaml:"allowed_cidrs"`
 		AllowPrivate   []string `yaml:"allow_private"`
+		PrivateNames   []string `yaml:"private_names"`
 		Hosts          []string `yaml:"hosts"`
 		AllowHost      *bool    `yaml:"allow_host"`
 	} `yaml:"network"`
@@ -410,7 +411,11 @@ func TestPolicyShowSRT(t *testing.T) {
 			t.Errorf("deny_read lacks %s: %q", want, p.Filesystem.DenyRead)
 		}
 	}
-	eq(t, "allowed_domains", p.Network.AllowedDomains, []string{"example.com", "*.example.org"})
+	// srt matches an entry without a port on every port.
+	eq(t, "allowed_domains", p.Network.AllowedDomains, []string{"example.com:*", "*.example.org:*"})
+	if !slices.Contains(p.Network.PrivateNames, "10.0.0.0/8") || !slices.Contains(p.Network.PrivateNames, "fc00::/7") {
+		t.Errorf("private_names lacks srt's private-use ranges: %q", p.Network.PrivateNames)
+	}
 	eq(t, "denied_domains", p.Network.DeniedDomains, []string{"bad.example.com"})
 	eq(t, "mode (srt allows domains through its proxy)", p.Network.Mode, "proxy")
 	eq(t, "memory", p.Resources.Memory, "1g")

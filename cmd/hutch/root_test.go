@@ -128,3 +128,44 @@ func TestWorkspaceBelowClosedDir(t *testing.T) {
 		t.Errorf("the sandbox saw the closed directory's other contents:\n%s", r)
 	}
 }
+
+// TestResolvConfInRoot: the sandbox's resolv.conf, which names hutch's
+// answers on its own loopback, replaces the root's, also where the root's
+// is a symbolic link (as systemd-resolved's is, into /run); a root whose
+// link leads nowhere or in a loop, or that has none, starts all the same.
+func TestResolvConfInRoot(t *testing.T) {
+	ws := hostDir(t)
+	env := []string{"PATH=/bin", "HOME=/", "LANG=C"}
+	root := busyboxRoot(t, ws, "")
+	writeFile(t, filepath.Join(root, "run/resolve/stub-resolv.conf"), "nameserver 10.255.255.53\nsearch corp.example\n", 0o644)
+	if err := os.Symlink("../run/resolve/stub-resolv.conf", filepath.Join(root, "etc/resolv.conf")); err != nil {
+		t.Fatal(err)
+	}
+	r := sandboxed(t, invocation{dir: ws, env: env, args: []string{"--root", root, "--", "/bin/sh", "-c",
+		"cat /etc/resolv.conf; echo ==; cat /run/resolve/stub-resolv.conf"}})
+	wantOK(t, r)
+	for _, part := range strings.Split(r.stdout, "==") {
+		if !strings.Contains(part, "nameserver 127.0.0.1") || strings.Contains(part, "10.255.255.53") || strings.Contains(part, "corp.example") {
+			t.Errorf("the root's resolv.conf shows through:\n%s", r)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(root, "run/resolve/stub-resolv.conf")); err != nil || !strings.Contains(string(b), "10.255.255.53") {
+		t.Errorf("the root's own file changed: %q, %v", b, err)
+	}
+
+	dangling := busyboxRoot(t, ws, "")
+	if err := os.Symlink("../run/nowhere/resolv.conf", filepath.Join(dangling, "etc/resolv.conf")); err != nil {
+		t.Fatal(err)
+	}
+	loop := busyboxRoot(t, ws, "")
+	if err := os.Symlink("resolv.conf", filepath.Join(loop, "etc/resolv.conf")); err != nil {
+		t.Fatal(err)
+	}
+	for _, root := range []string{dangling, loop} {
+		r = sandboxed(t, invocation{dir: ws, env: env, args: []string{"--root", root, "--", "/bin/sh", "-c", "echo ran"}})
+		wantOK(t, r)
+		if !strings.Contains(r.stdout, "ran") {
+			t.Errorf("a root with a resolv.conf link that leads nowhere did not run:\n%s", r)
+		}
+	}
+}

@@ -185,7 +185,9 @@ func (m *Manager) launch(ctx context.Context, id, dir string, spec policy.Spec, 
 		return nil, err
 	}
 	var proxy sandbox.Proxy
-	if spec.Network.Mode == "proxy" {
+	if spec.Network.Mode == "proxy" || spec.Network.Mode == "none" {
+		// In mode "none" the proxy refuses everything: the sandbox's
+		// clients fail at once, and its events say where they meant to go.
 		p, err := newProxy(spec.Network, m.cfg.AllowPrivate, operator, id, log, ev, sec.secrets())
 		if err != nil {
 			return nil, err
@@ -607,8 +609,9 @@ func envEntries(env map[string]string) []string {
 }
 
 // newProxy makes the egress proxy of sandbox id, with its secrets (nil for
-// none): its refusals go to the daemon's log and to the sandbox's event log
-// ev. Its address guard lets through what open (the daemon's
+// none): its refusals, and the names the sandbox looked up, go to the
+// daemon's log and to the sandbox's event log ev. In network mode "none"
+// it refuses every destination (egress.Config.Offline). Its address guard lets through what open (the daemon's
 // configuration) opens and, for the operator's policy only (operator),
 // what the policy's allow_private and IP-literal rules open: a tenant's
 // rules open nothing the guard refuses, whatever a front end let through.
@@ -619,8 +622,9 @@ func newProxy(nw policy.Network, open []netip.Prefix, operator bool, id string, 
 	}
 	cfg.Secrets = list
 	cfg.OperatorRules = operator
+	cfg.Offline = nw.Mode == "none"
 	if !operator {
-		cfg.AllowPrivate = nil
+		cfg.AllowPrivate, cfg.PrivateNames = nil, nil
 	}
 	cfg.AllowPrivate = append(slices.Clone(open), cfg.AllowPrivate...)
 	rules, err := egress.NewRules(cfg)
@@ -628,13 +632,19 @@ func newProxy(nw policy.Network, open []netip.Prefix, operator bool, id string, 
 		return nil, invalid("policy: %v", err)
 	}
 	return &egress.Proxy{
-		Rules:   rules,
-		Sandbox: id,
-		Log:     log,
+		Rules:    rules,
+		Sandbox:  id,
+		Log:      log,
+		Hostname: sandbox.Hostname,
 		Record: func(e egress.Event) {
+			if e.Action == "lookup" {
+				log.Debug("name lookup in the sandbox", "host", e.Host)
+				ev.append(EventLookup, map[string]any{"host": e.Host, "reason": e.Reason, "allow": e.Allow}, false)
+				return
+			}
 			EgressRefused.With().Inc()
-			log.Info("egress refused", "protocol", e.Protocol, "host", e.Host, "port", e.Port, "reason", e.Reason, "rule", e.Rule)
-			ev.append(EventEgressRefused, map[string]any{"protocol": e.Protocol, "host": e.Host, "port": e.Port, "reason": e.Reason}, false)
+			log.Info("egress refused", "protocol", e.Protocol, "host", e.Host, "port", e.Port, "reason", e.Reason, "rule", e.Rule, "allow", e.Allow)
+			ev.append(EventEgressRefused, map[string]any{"protocol": e.Protocol, "host": e.Host, "port": e.Port, "reason": e.Reason, "allow": e.Allow}, false)
 		},
 	}, nil
 }
@@ -661,6 +671,9 @@ func (m *Manager) tenantNetwork(s policy.Spec) error {
 	nw := s.Network
 	if len(nw.AllowPrivate) > 0 {
 		problems = append(problems, "network.allow_private")
+	}
+	if len(nw.PrivateNames) > 0 {
+		problems = append(problems, "network.private_names")
 	}
 	rule := func(field string, i int, entry string, cidr bool) {
 		class, err := egress.SpecialRule(entry, cidr, hostAddrs, m.cfg.AllowPrivate)

@@ -13,7 +13,8 @@ const (
 	EventStarted       = "started"        // it runs and answers
 	EventExec          = "exec"           // a command was started (data: pid, args)
 	EventExit          = "exit"           // a command ended (data: pid, code, signal)
-	EventEgressRefused = "egress_refused" // its proxy refused a connection (data: protocol, host, port, reason)
+	EventEgressRefused = "egress_refused" // its proxy refused a connection (data: protocol, host, port, reason, allow: what would allow it)
+	EventLookup        = "lookup"         // a command looked up a name itself, answered "no such host" (data: host, reason, allow)
 	EventTimeout       = "timeout"        // its timeout passed; it is ending
 	EventIdleTimeout   = "idle_timeout"   // it was idle too long; it is ending
 	EventDestroyed     = "destroyed"      // it was destroyed; it is ending

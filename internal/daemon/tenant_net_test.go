@@ -63,6 +63,7 @@ func TestTenantNetwork(t *testing.T) {
 			s.Secrets = []policy.Secret{{Name: "A", Hosts: []string{"api.example.com"}}, {Name: "B", Hosts: []string{"x.test", "10.1.2.3:8080"}}}
 		}), []string{`secrets[1].hosts[1]: "10.1.2.3:8080" names private`}},
 		{spec(func(s *policy.Spec) { s.Network.AllowPrivate = []string{"127.0.0.1/32"} }), []string{"network.allow_private"}},
+		{spec(func(s *policy.Spec) { s.Network.PrivateNames = []string{"10.0.0.0/8"} }), []string{"network.private_names"}},
 	} {
 		for i := range tc.spec.Secrets {
 			tc.spec.Secrets[i].From = policy.SecretFromRequest
@@ -119,22 +120,25 @@ func TestTenantProxy(t *testing.T) {
 		AllowedDomains: []string{"127.0.0.1:8080", "[::ffff:10.1.2.3]", "169.254.169.254", "*"},
 		AllowedCIDRs:   []string{"192.168.0.0/16"},
 		AllowPrivate:   []string{"172.16.0.0/12"},
+		PrivateNames:   []string{"10.0.0.0/8"},
+		Hosts:          []string{"intranet.test:10.7.7.7"},
 	}
 	log := slog.New(slog.DiscardHandler)
 	dests := []struct {
 		host string
 		port int
-	}{{"127.0.0.1", 8080}, {"10.1.2.3", 443}, {"169.254.169.254", 80}, {"192.168.1.1", 443}, {"172.16.0.1", 443}}
+	}{{"127.0.0.1", 8080}, {"10.1.2.3", 443}, {"169.254.169.254", 80}, {"192.168.1.1", 443}, {"172.16.0.1", 443}, {"intranet.test", 443}}
 	for _, tc := range []struct {
 		name     string
 		open     []netip.Prefix
 		operator bool
 		allowed  []bool
 	}{
-		{"tenant", nil, false, []bool{false, false, false, false, false}},
-		{"tenant, opened by the daemon", []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}, false, []bool{true, false, false, false, false}},
-		// 172.16.0.1 through "*" and the policy's allow_private.
-		{"operator", nil, true, []bool{true, true, true, true, true}},
+		{"tenant", nil, false, []bool{false, false, false, false, false, false}},
+		{"tenant, opened by the daemon", []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}, false, []bool{true, false, false, false, false, false}},
+		// 172.16.0.1 through "*" and the policy's allow_private;
+		// intranet.test through "*" and private_names.
+		{"operator", nil, true, []bool{true, true, true, true, true, true}},
 	} {
 		p, err := newProxy(nw, tc.open, tc.operator, "sb-test", log, nil, nil)
 		if err != nil {

@@ -4,6 +4,10 @@
 // link-local, metadata or host addresses unless a rule allows them), the
 // proxy protocols the sandbox speaks (HTTP forwarding, CONNECT, SOCKS5) and
 // the events that record every refusal and every allowed host's traffic.
+// Every refusal names what would allow it (Verdict.Allow). The proxy also
+// answers the sandbox's own name lookups, on a DNS socket of its loopback,
+// with a final "no such host" (ServeDNS), and can refuse everything at
+// once for a sandbox without a network (Config.Offline).
 //
 // The proxy also keeps real secrets out of the sandbox (S3): the sandbox
 // holds placeholders, and for a destination that secrets are bound to
@@ -32,8 +36,8 @@ type Config struct {
 	// AllowDomains lists the destinations the sandbox may reach:
 	// "example.com" (that name only), "*.example.com" (its subdomains
 	// only, not example.com itself), an IP literal ("203.0.113.7",
-	// "[2001:db8::1]"), each with an optional ":PORT". Without a port only
-	// 80 and 443 are allowed.
+	// "[2001:db8::1]"), each with an optional ":PORT", or ":*" for every
+	// port. Without a port only 80 and 443 are allowed.
 	AllowDomains []string
 	// DenyDomains lists destinations never reachable, in the same syntax
 	// ("*" denies every name); deny wins over allow.
@@ -70,7 +74,25 @@ type Config struct {
 	// bound destinations to swap the placeholder for the real value, and
 	// refuses requests that carry a placeholder anywhere else.
 	Secrets []*secrets.Secret
+	// PrivateNames lists ranges of private-use, CGNAT or reserved
+	// addresses that allowed names may resolve to (srt's default, which
+	// hutch's import of srt's settings keeps): an intranet name allowed on
+	// purpose. Unlike AllowPrivate it opens nothing to IP-literal
+	// destinations, and never loopback, link-local, metadata, multicast or
+	// this host's addresses, whatever the range. Only the operator sets
+	// it.
+	PrivateNames []netip.Prefix
+	// Offline says that the sandbox has no network (network mode
+	// "none"): every destination is refused, without a lookup, with the
+	// reason OfflineReason, and the rules above do not matter. The proxy
+	// then only answers: clients that honour the proxy variables get a
+	// refusal they treat as final at once, and hutch can say where they
+	// tried to go.
+	Offline bool
 }
+
+// OfflineReason is the reason of every refusal of an Offline proxy.
+const OfflineReason = "the sandbox has no network (--net none)"
 
 // Verdict is what the rules say of one destination.
 type Verdict struct {
@@ -97,20 +119,39 @@ type Verdict struct {
 	// "denied by deniedDomains", "resolves to 127.0.0.1 (loopback)",
 	// "lookup failed: no such host".
 	Reason string
+	// Allow names what would let a refused destination through, in the
+	// words of hutch's flags: "--allow-domain evil.test",
+	// "--allow-domain example.com:22", "--allow-private 10.0.0.5/32";
+	// for a tenant's sandbox of hutch serve, what only the daemon's
+	// operator can do ("hutch serve --allow-private 10.0.0.5/32"). Empty
+	// when no setting allows it (an invalid name, a malformed request).
+	Allow string
+	// AllowField is the policy field behind Allow
+	// ("network.allowed_domains", "network.allow_private",
+	// "network.denied_domains", "secrets[].hosts", …), or empty.
+	AllowField string
 }
 
-// Event is one line of a report: a refused connection, or the traffic of
-// an allowed destination.
+// Event is one line of a report: a refused connection, a name the sandbox
+// looked up itself, or the traffic of an allowed destination.
 type Event struct {
-	Time     time.Time `json:"time"`
-	Sandbox  string    `json:"sandbox"`
-	Action   string    `json:"action"`   // "blocked" or "allowed"
-	Protocol string    `json:"protocol"` // "http", "connect", "socks5", "socks4", "ssh"…
-	Host     string    `json:"host"`
-	Port     int       `json:"port"`
-	Address  string    `json:"address,omitempty"` // the resolved address
-	Rule     string    `json:"rule,omitempty"`
-	Reason   string    `json:"reason,omitempty"`
+	Time    time.Time `json:"time"`
+	Sandbox string    `json:"sandbox"`
+	// Action is "blocked" (a refused connection), "lookup" (a name the
+	// sandbox looked up, answered "no such host"; Protocol "dns", Port 0)
+	// or "allowed".
+	Action   string `json:"action"`
+	Protocol string `json:"protocol"` // "http", "connect", "socks5", "socks4", "dns"…
+	Host     string `json:"host"`
+	Port     int    `json:"port"`
+	Address  string `json:"address,omitempty"` // the resolved address
+	Rule     string `json:"rule,omitempty"`
+	Reason   string `json:"reason,omitempty"`
+	// Allow and AllowField name what would let a refused destination
+	// through: a flag of hutch run and hutch create, and the policy field
+	// it sets (see Verdict).
+	Allow      string `json:"allow,omitempty"`
+	AllowField string `json:"allow_field,omitempty"`
 	// Secret is the name of the secret whose placeholder a refused
 	// request carried (never its value).
 	Secret string `json:"secret,omitempty"`

@@ -39,6 +39,8 @@ var v4Ranges = []addrRange{
 	{netip.MustParsePrefix("169.254.169.254/32"), classMetadata}, // AWS, GCP, Azure, …
 	{netip.MustParsePrefix("169.254.170.2/32"), classMetadata},   // ECS task credentials
 	{netip.MustParsePrefix("100.100.100.200/32"), classMetadata}, // Alibaba Cloud
+	{netip.MustParsePrefix("168.63.129.16/32"), classMetadata},   // Azure's platform endpoint (WireServer)
+	{netip.MustParsePrefix("192.0.0.192/32"), classMetadata},     // Oracle Cloud
 	{netip.MustParsePrefix("255.255.255.255/32"), classBroadcast},
 	{netip.MustParsePrefix("0.0.0.0/8"), classUnspecified},
 	{netip.MustParsePrefix("127.0.0.0/8"), classLoopback},
@@ -59,7 +61,10 @@ var v4Ranges = []addrRange{
 // v6Ranges are the non-public IPv6 ranges that carry no IPv4 address,
 // most specific first.
 var v6Ranges = []addrRange{
-	{netip.MustParsePrefix("fd00:ec2::254/128"), classMetadata}, // AWS over IPv6
+	{netip.MustParsePrefix("fd00:ec2::/32"), classMetadata},          // AWS over IPv6 (fd00:ec2::254 and its other endpoints)
+	{netip.MustParsePrefix("fd20:ce::254/128"), classMetadata},       // Google Cloud over IPv6
+	{netip.MustParsePrefix("fd00:c1::a9fe:a9fe/128"), classMetadata}, // metadata over IPv6 (169.254.169.254 in a ULA)
+	{netip.MustParsePrefix("fd00:42::42/128"), classMetadata},        // metadata over IPv6
 	{netip.MustParsePrefix("::/128"), classUnspecified},
 	{netip.MustParsePrefix("::1/128"), classLoopback},
 	{netip.MustParsePrefix("64:ff9b:1::/48"), classPrivate}, // local-use NAT64
@@ -186,6 +191,26 @@ func containingClass(rs []addrRange, p netip.Prefix) string {
 type guard struct {
 	hostAddrs    []netip.Addr
 	allowPrivate []netip.Prefix
+	// privateNames are Config.PrivateNames: ranges where a name's private,
+	// CGNAT or reserved addresses pass.
+	privateNames []netip.Prefix
+}
+
+// nameClasses are the classes of addresses that Config.PrivateNames can
+// let a name resolve to; loopback, link-local, metadata, multicast and this
+// host's addresses it never opens.
+var nameClasses = []string{classPrivate, classCGNAT, classReserved}
+
+// passesName reports whether a, an address a name resolved to, of class,
+// lies in one of the privateNames ranges that may hold it.
+func (g *guard) passesName(a netip.Addr, class string) bool {
+	if !slices.Contains(nameClasses, class) {
+		return false
+	}
+	if v4, ok := embedded(a); ok && a.Is6() {
+		a = v4 // a NAT64 or 6to4 spelling of an IPv4 address
+	}
+	return slices.ContainsFunc(g.privateNames, func(p netip.Prefix) bool { return p.Contains(a) })
 }
 
 // passes reports whether a, normalized, passes: it is public, lies in one

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -101,7 +102,12 @@ func TestClassify(t *testing.T) {
 		{"fc00::1", "private"},
 		{"fd12:3456::1", "private"},
 		{"fd00:ec2::254", "metadata"},
-		{"fd00:ec2::253", "private"},
+		{"fd00:ec2::253", "metadata"}, // AWS's resolver: the whole fd00:ec2::/32 is AWS's platform
+		{"fd00:ec3::1", "private"},
+		{"168.63.129.16", "metadata"},
+		{"192.0.0.192", "metadata"},
+		{"192.0.0.193", "reserved"},
+		{"fd20:ce::254", "metadata"},
 		{"fe80::1", "link-local"},
 		{"fe80::1%eth0", "link-local"},
 		{"febf:ffff::1", "link-local"},
@@ -169,7 +175,8 @@ func TestClassifyPrefix(t *testing.T) {
 		{"fc00::/7", "private"},
 		{"fd00::/8", "private"},
 		{"fd00:ec2::254/128", "metadata"},
-		{"fd00:ec2::/64", "private"},
+		{"fd00:ec2::/64", "metadata"},
+		{"fd00:ec3::/64", "private"},
 		{"fe80::/10", "link-local"},
 		{"fe80::/9", ""},
 		{"ff00::/8", "multicast"},
@@ -352,15 +359,87 @@ func (r *Rules) firstAllow(a netip.Addr, port int) string {
 	return ""
 }
 
-func TestGuardNamesNeverLifted(t *testing.T) {
-	r, _ := mustRules(t, Config{
-		AllowDomains:  []string{"intranet.example", "10.1.1.1"},
-		AllowCIDRs:    []string{"10.0.0.0/8"},
+// TestGuardNamesReachOpenedLiterals: a name is not lifted by its own
+// rule, but an address it resolves to passes when an operator's IP-literal
+// rule opens that address on that port (srt's rule: reaching it by name
+// grants nothing the literal does not); a tenant's literal rules open
+// nothing, and neither does a literal on another port. localhost is the
+// loopback, never looked up, and an operator's rule naming it opens it.
+func TestGuardNamesReachOpenedLiterals(t *testing.T) {
+	names := map[string][]netip.Addr{
+		"intranet.example": addrs("10.1.1.1"),
+		"other.example":    addrs("10.2.2.2"),
+		"db.example":       addrs("10.3.3.3"),
+		"api.example":      addrs("10.1.2.2"),
+		"loop.example":     addrs("127.0.0.1"),
+		"localhost":        addrs(pub4), // never asked: localhost is the loopback
+	}
+	cfg := Config{
+		AllowDomains:  []string{"*.example", "api.example:8443", "api.example:8444", "10.1.1.1", "10.3.3.3:5432", "localhost:3000", "*.localhost"},
+		AllowCIDRs:    []string{"10.1.0.0/16:8443"},
 		OperatorRules: true,
-	}, map[string][]netip.Addr{"intranet.example": addrs("10.1.1.1")})
+	}
+	r, stub := mustRules(t, cfg, names)
 	runGuardCases(t, r, []guardCase{
-		{"intranet.example", 443, Verdict{Addr: addr("10.1.1.1"), Rule: "intranet.example", Reason: "resolves to 10.1.1.1 (private)"}},
+		{"intranet.example", 443, Verdict{Allowed: true, Addrs: addrs("10.1.1.1"), Rule: "*.example"}},
+		{"api.example", 8443, Verdict{Allowed: true, Addrs: addrs("10.1.2.2"), Rule: "api.example:8443"}},
+		{"api.example", 8444, Verdict{Addr: addr("10.1.2.2"), Rule: "api.example:8444", Reason: "resolves to 10.1.2.2 (private)"}},
+		{"other.example", 443, Verdict{Addr: addr("10.2.2.2"), Rule: "*.example", Reason: "resolves to 10.2.2.2 (private)"}},
+		{"db.example", 443, Verdict{Addr: addr("10.3.3.3"), Rule: "*.example", Reason: "resolves to 10.3.3.3 (private)"}},
+		{"loop.example", 443, Verdict{Addr: addr("127.0.0.1"), Rule: "*.example", Reason: "resolves to 127.0.0.1 (loopback)"}},
+		{"localhost", 3000, Verdict{Allowed: true, Addrs: addrs("127.0.0.1", "::1"), Rule: "localhost:3000"}},
+		{"app.localhost", 443, Verdict{Allowed: true, Addrs: addrs("127.0.0.1", "::1"), Rule: "*.localhost"}},
 		{"10.1.1.1", 443, Verdict{Allowed: true, Addrs: addrs("10.1.1.1"), Rule: "10.1.1.1"}},
+	})
+	if slices.Contains(stub.calls, "localhost") || slices.Contains(stub.calls, "app.localhost") {
+		t.Errorf("localhost was looked up: %q", stub.calls)
+	}
+
+	cfg.OperatorRules = false
+	r, _ = mustRules(t, cfg, names)
+	runGuardCases(t, r, []guardCase{
+		{"intranet.example", 443, Verdict{Addr: addr("10.1.1.1"), Rule: "*.example", Reason: "resolves to 10.1.1.1 (private)"}},
+		{"localhost", 3000, Verdict{Addr: addr("127.0.0.1"), Rule: "localhost:3000", Reason: "resolves to 127.0.0.1 (loopback)"}},
+	})
+}
+
+// TestGuardPrivateNames: Config.PrivateNames lets a name resolve to the
+// private, CGNAT and reserved addresses in its ranges, and to nothing
+// else: not to loopback, link-local, metadata or this host's addresses in
+// them, and IP literals stay refused.
+func TestGuardPrivateNames(t *testing.T) {
+	r, _ := mustRules(t, Config{
+		AllowDomains: []string{"*.example"},
+		AllowCIDRs:   []string{"0.0.0.0/0", "::/0"},
+		PrivateNames: []netip.Prefix{
+			netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("100.64.0.0/10"),
+			netip.MustParsePrefix("192.0.2.0/24"), netip.MustParsePrefix("fc00::/7"),
+			netip.MustParsePrefix("0.0.0.0/0"),
+		},
+	}, map[string][]netip.Addr{
+		"intranet.example": addrs("10.1.1.1"),
+		"cgnat.example":    addrs("100.64.1.1"),
+		"doc.example":      addrs("192.0.2.7"),
+		"ula.example":      addrs("fd00::7"),
+		"self.example":     addrs("10.0.0.5"),
+		"loop.example":     addrs("127.0.0.1"),
+		"md.example":       addrs("169.254.169.254"),
+		"ll.example":       addrs("169.254.1.1"),
+		"v6md.example":     addrs("fd00:ec2::254"),
+		"other.example":    addrs("172.16.0.1"),
+	})
+	runGuardCases(t, r, []guardCase{
+		{"intranet.example", 443, Verdict{Allowed: true, Addrs: addrs("10.1.1.1"), Rule: "*.example"}},
+		{"cgnat.example", 443, Verdict{Allowed: true, Addrs: addrs("100.64.1.1"), Rule: "*.example"}},
+		{"doc.example", 443, Verdict{Allowed: true, Addrs: addrs("192.0.2.7"), Rule: "*.example"}},
+		{"ula.example", 443, Verdict{Allowed: true, Addrs: addrs("fd00::7"), Rule: "*.example"}},
+		{"other.example", 443, Verdict{Allowed: true, Addrs: addrs("172.16.0.1"), Rule: "*.example"}},
+		{"self.example", 443, Verdict{Addr: addr("10.0.0.5"), Rule: "*.example", Reason: "resolves to 10.0.0.5 (this host)"}},
+		{"loop.example", 443, Verdict{Addr: addr("127.0.0.1"), Rule: "*.example", Reason: "resolves to 127.0.0.1 (loopback)"}},
+		{"md.example", 443, Verdict{Addr: addr("169.254.169.254"), Rule: "*.example", Reason: "resolves to 169.254.169.254 (metadata)"}},
+		{"ll.example", 443, Verdict{Addr: addr("169.254.1.1"), Rule: "*.example", Reason: "resolves to 169.254.1.1 (link-local)"}},
+		{"v6md.example", 443, Verdict{Addr: addr("fd00:ec2::254"), Rule: "*.example", Reason: "resolves to fd00:ec2::254 (metadata)"}},
+		{"10.1.1.1", 443, Verdict{Addr: addr("10.1.1.1"), Rule: "0.0.0.0/0", Reason: "10.1.1.1 is private"}},
 	})
 }
 

@@ -652,20 +652,39 @@ func (hc *httpConn) dropUpstream() {
 }
 
 // refuse answers a refusal: status, the reason in the X-Hutch-Blocked
-// header, and a line of text.
+// header, what would allow it in X-Hutch-Allow, and both as text.
 func (hc *httpConn) refuse(status int, e Event) {
-	hc.answer(status, e.Reason, fmt.Sprintf("hutch: blocked %s: %s\n", hostPort(e.Host, e.Port), e.Reason))
+	hc.answerAllow(status, e.Reason, e.Allow, refusalText(e))
+}
+
+// refusalText is the body of a refusal: what was blocked and why, and what
+// would allow it.
+func refusalText(e Event) string {
+	s := fmt.Sprintf("hutch: blocked %s: %s\n", hostPort(e.Host, e.Port), e.Reason)
+	if fix := fixText(e.Allow, e.AllowField); fix != "" {
+		s += "hutch: to allow it: " + fix + "\n"
+	}
+	return s
 }
 
 // answer writes a response of the proxy's own, closing the connection:
 // status, the X-Hutch-Blocked header when blocked is not empty, and body as
 // plain text.
 func (hc *httpConn) answer(status int, blocked, body string) {
+	hc.answerAllow(status, blocked, "", body)
+}
+
+// answerAllow is answer with the X-Hutch-Allow header when allow is not
+// empty.
+func (hc *httpConn) answerAllow(status int, blocked, allow, body string) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "HTTP/1.1 %d %s\r\n", status, http.StatusText(status))
 	b.WriteString("Content-Type: text/plain; charset=utf-8\r\n")
 	if blocked != "" {
 		fmt.Fprintf(&b, "X-Hutch-Blocked: %s\r\n", headerText(blocked))
+	}
+	if allow != "" {
+		fmt.Fprintf(&b, "X-Hutch-Allow: %s\r\n", headerText(allow))
 	}
 	fmt.Fprintf(&b, "Content-Length: %d\r\nConnection: close\r\n\r\n%s", len(body), body)
 	_ = hc.conn.SetWriteDeadline(time.Now().Add(handshakeTimeout))

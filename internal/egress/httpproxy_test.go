@@ -245,7 +245,11 @@ func TestHTTPBlocked(t *testing.T) {
 	if resp.StatusCode != http.StatusForbidden || resp.Header.Get("X-Hutch-Blocked") != e.Reason {
 		t.Errorf("answer %s, X-Hutch-Blocked %q; want 403 and %q", resp.Status, resp.Header.Get("X-Hutch-Blocked"), e.Reason)
 	}
-	if want := fmt.Sprintf("hutch: blocked denied.test:%d: not in allowedDomains\n", up.port); string(body) != want {
+	fix := fmt.Sprintf("--allow-domain denied.test:%d", up.port)
+	if e.Allow != fix || e.AllowField != "network.allowed_domains" || resp.Header.Get("X-Hutch-Allow") != fix {
+		t.Errorf("event %+v, X-Hutch-Allow %q: want the fix %q", e, resp.Header.Get("X-Hutch-Allow"), fix)
+	}
+	if want := fmt.Sprintf("hutch: blocked denied.test:%d: not in allowedDomains\nhutch: to allow it: %s (network.allowed_domains)\n", up.port, fix); string(body) != want {
 		t.Errorf("body %q, want %q", body, want)
 	}
 	if up.conns.Load() != 0 {
@@ -365,7 +369,8 @@ func TestConnectPortNotAllowed(t *testing.T) {
 		t.Errorf("event %+v: want the port in the reason and the host's rule", e)
 	}
 	if resp.StatusCode != http.StatusForbidden || resp.Header.Get("X-Hutch-Blocked") != e.Reason ||
-		body != fmt.Sprintf("hutch: blocked allowed.test:22: %s\n", e.Reason) {
+		resp.Header.Get("X-Hutch-Allow") != "--allow-domain allowed.test:22" ||
+		body != fmt.Sprintf("hutch: blocked allowed.test:22: %s\nhutch: to allow it: --allow-domain allowed.test:22 (network.allowed_domains)\n", e.Reason) {
 		t.Errorf("answer %s %v %q", resp.Status, resp.Header, body)
 	}
 }

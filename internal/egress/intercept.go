@@ -330,17 +330,21 @@ func (ic *interception) errorHandler(w http.ResponseWriter, r *http.Request, err
 }
 
 // writeRefusal answers a refused request: status, the reason in the
-// X-Hutch-Blocked header, a line of text, and the connection's end unless
+// X-Hutch-Blocked header, what would allow it in X-Hutch-Allow, the same
+// as text, and the connection's end unless
 // keepConn (an HTTP/2 stream, which ends by itself without the
 // connection's other streams).
 func writeRefusal(w http.ResponseWriter, status int, e Event, keepConn bool) {
 	h := w.Header()
 	clear(h)
 	h.Set("X-Hutch-Blocked", headerText(e.Reason))
+	if e.Allow != "" {
+		h.Set("X-Hutch-Allow", headerText(e.Allow))
+	}
 	if !keepConn {
 		h.Set("Connection", "close")
 	}
-	writeText(w, status, fmt.Sprintf("hutch: blocked %s: %s\n", hostPort(e.Host, e.Port), e.Reason))
+	writeText(w, status, refusalText(e))
 }
 
 // writeText writes a response of the proxy's own, with the header set so

@@ -22,6 +22,13 @@ func ConfigFromPolicy(nw policy.Network) (Config, error) {
 		}
 		cfg.AllowPrivate = append(cfg.AllowPrivate, p.Masked())
 	}
+	for _, c := range nw.PrivateNames {
+		p, err := netip.ParsePrefix(c)
+		if err != nil {
+			return cfg, fmt.Errorf("network.private_names: %w", err)
+		}
+		cfg.PrivateNames = append(cfg.PrivateNames, p.Masked())
+	}
 	for _, h := range nw.Hosts {
 		name, addr, err := policy.SplitHostPin(h)
 		if err != nil {

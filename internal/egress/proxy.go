@@ -94,6 +94,9 @@ type Proxy struct {
 	// body over 16 MiB does; one whose length must be counted again is
 	// refused (503). 0 means DefaultMaxReadAhead.
 	MaxReadAhead int64
+	// Hostname is the sandbox's host name, which ServeDNS answers with
+	// the loopback addresses as it does localhost.
+	Hostname string
 
 	mu        sync.Mutex
 	clients   int  // the sandbox's connections (p.mu)
@@ -104,6 +107,7 @@ type Proxy struct {
 	ctx       context.Context // canceled by Close
 	cancel    context.CancelFunc
 	listeners map[net.Listener]struct{}
+	packets   map[net.PacketConn]struct{} // ServeDNS's sockets
 	conns     map[net.Conn]struct{}
 	wg        sync.WaitGroup
 	transport *http.Transport // of intercepted requests, made on first use
@@ -319,7 +323,7 @@ func (p *Proxy) goTracked(f func()) {
 	}()
 }
 
-// Close stops both servers and ends every open connection, the sandbox's
+// Close stops the servers (HTTP, SOCKS5, DNS) and ends every open connection, the sandbox's
 // and the upstream ones; it waits for the goroutines serving them. It
 // returns nil; closing again does nothing.
 func (p *Proxy) Close() error {
@@ -334,6 +338,9 @@ func (p *Proxy) Close() error {
 	p.cancel()
 	for l := range p.listeners {
 		l.Close()
+	}
+	for c := range p.packets {
+		c.Close()
 	}
 	for c := range p.conns {
 		c.Close()
@@ -411,6 +418,11 @@ func (p *Proxy) block(proto, host string, port int, v *Verdict, reason string) E
 func (p *Proxy) blockSecret(proto, host string, port int, f forbidden) Event {
 	e := p.blockEvent(proto, host, port, nil, f.reason(host, port))
 	e.Secret = cleanText(f.secret.Name, maxEventText)
+	if p.Rules.placeholderInName(host) == nil {
+		// A name that carries a placeholder is no host to bind.
+		allow, field := secretFix(f.secret, host, port, f.plain)
+		e.Allow, e.AllowField = cleanText(allow, maxEventText), field
+	}
 	return p.record(e)
 }
 
@@ -446,6 +458,7 @@ func (p *Proxy) blockEvent(proto, host string, port int, v *Verdict, reason stri
 		e.Rule = v.Rule
 		if e.Reason == "" {
 			e.Reason = v.Reason
+			e.Allow, e.AllowField = v.Allow, v.AllowField
 		}
 		if v.Addr.IsValid() {
 			e.Address = v.Addr.String()
@@ -453,6 +466,7 @@ func (p *Proxy) blockEvent(proto, host string, port int, v *Verdict, reason stri
 	}
 	e.Host = cleanText(e.Host, maxEventText)
 	e.Reason = cleanText(e.Reason, maxEventText)
+	e.Allow = cleanText(e.Allow, maxEventText)
 	if e.Reason == "" {
 		e.Reason = "blocked"
 	}

@@ -32,7 +32,9 @@ const lookupTimeout = 5 * time.Second
 // its addresses, else the allow rule that matched its host and port
 // (also when the lookup or the address guard then refused it), else the
 // allow rule that matched its host on another port, else empty. For an
-// invalid host name, Verdict.Host is host as given.
+// invalid host name, Verdict.Host is host as given. Verdict.Allow names
+// what would let a refused destination through. With Config.Offline every
+// valid destination is refused (OfflineReason), and nothing is looked up.
 func (r *Rules) Resolve(ctx context.Context, host string, port int) Verdict {
 	v := Verdict{Host: host, Port: port}
 	name, literal, err := normalizeHost(host)
@@ -45,29 +47,38 @@ func (r *Rules) Resolve(ctx context.Context, host string, port int) Verdict {
 		v.Reason = fmt.Sprintf("invalid port %d", port)
 		return v
 	}
+	if r.offline {
+		v.Reason = OfflineReason
+		allowDomain(&v, name, literal, port, false)
+		return v
+	}
 	if ru := r.denied(name, literal, port); ru != nil {
 		v.Rule, v.Reason = ru.raw, "denied by deniedDomains"
+		notDenied(&v, ru.raw)
 		return v
 	}
 	allow, hostRule := r.allowed(name, literal, port)
 	switch {
 	case allow == nil && hostRule == nil:
 		v.Reason = "not in allowedDomains"
+		allowDomain(&v, name, literal, port, false)
 		return v
 	case allow == nil:
 		v.Rule, v.Reason = hostRule.raw, fmt.Sprintf("port %d not allowed for %s", port, name)
+		allowDomain(&v, name, literal, port, true)
 		return v
 	}
 
 	v.Rule = allow.raw
 	var addrs []netip.Addr
-	lift := ""
+	lift := allow.lift
 	if literal.IsValid() {
-		addrs, lift = []netip.Addr{literal}, allow.lift
+		addrs = []netip.Addr{literal}
 	} else {
 		addrs, err = r.resolveName(ctx, name)
 		if err != nil {
 			v.Reason = "lookup failed: " + shortLookupError(err)
+			pinHost(&v, name)
 			return v
 		}
 	}
@@ -80,10 +91,12 @@ func (r *Rules) Resolve(ctx context.Context, host string, port int) Verdict {
 			if !refused {
 				refused = true
 				v.Addr, v.Rule, v.Reason = a, ru.raw, "denied by deniedDomains"
+				notDenied(&v, ru.raw)
 			}
 			continue
 		}
-		if ok, class := r.guard.passes(a, lift); !ok {
+		if ok, class := r.guard.passes(a, lift); !ok &&
+			(literal.IsValid() || !(r.literalAllows(a, port, class) || r.guard.passesName(a, class))) {
 			if !refused {
 				refused = true
 				v.Addr = a
@@ -92,6 +105,7 @@ func (r *Rules) Resolve(ctx context.Context, host string, port int) Verdict {
 				} else {
 					v.Reason = fmt.Sprintf("resolves to %s (%s)", a, class)
 				}
+				r.openPrivate(&v, a)
 			}
 			continue
 		}
@@ -102,9 +116,11 @@ func (r *Rules) Resolve(ctx context.Context, host string, port int) Verdict {
 	if len(v.Addrs) == 0 {
 		if !refused {
 			v.Reason = "lookup failed: no addresses"
+			pinHost(&v, name)
 		}
 		return v
 	}
+	v.Allow, v.AllowField = "", ""
 	v.Allowed, v.Addr, v.Rule, v.Reason = true, netip.Addr{}, allow.raw, ""
 	return v
 }
@@ -121,10 +137,15 @@ func (r *Rules) deniedAddr(a netip.Addr, port int) *rule {
 }
 
 // resolveName returns the addresses of a normalized name: its pin in
-// Config.Hosts, else what Config.Lookup or the system resolver says.
+// Config.Hosts, the loopback for localhost and the names below it (RFC
+// 6761, never looked up), else what Config.Lookup or the system resolver
+// says.
 func (r *Rules) resolveName(ctx context.Context, name string) ([]netip.Addr, error) {
 	if addrs, ok := r.hosts[name]; ok {
 		return addrs, nil
+	}
+	if isLocalhost(name) {
+		return []netip.Addr{netip.AddrFrom4([4]byte{127, 0, 0, 1}), netip.IPv6Loopback()}, nil
 	}
 	if r.lookup != nil {
 		return r.lookup(name)

@@ -39,6 +39,9 @@ type Rules struct {
 	// (secrets.RedactionPairs), by "[redacted]", for the text of errors
 	// that the proxy logs or answers.
 	scrubber *secrets.Replacer
+	// offline is Config.Offline; operator is Config.OperatorRules, which
+	// also says whose flags a refusal names (Verdict.Allow).
+	offline, operator bool
 }
 
 // binding is one host entry of a secret: the destinations where the
@@ -65,10 +68,12 @@ type rule struct {
 	kind   ruleKind
 	name   string       // matchName: the name; matchSuffix: ".example.com"
 	prefix netip.Prefix // matchPrefix
-	port   int          // 0: the default ports (80 and 443) in an allow rule, every port in a deny rule
+	port   int          // 0: the default ports (80 and 443) in an allow rule, every port in a deny rule; anyPort: every port
 	// lift is the class of the non-public range that holds all of prefix
 	// (see prefixClass): an allow rule with a lift lets an IP-literal
-	// destination of that class through the address guard.
+	// destination of that class through the address guard, and a name
+	// whose address it holds on a port it allows. An operator's rule for
+	// localhost or *.localhost lifts loopback for those names.
 	lift string
 }
 
@@ -86,10 +91,14 @@ var defaultPorts = []int{80, 443}
 // NewRules reads the addresses of the host's interfaces, except loopback
 // addresses, which the guard refuses as loopback already.
 func NewRules(c Config) (*Rules, error) {
-	r := &Rules{lookup: c.Lookup}
+	r := &Rules{lookup: c.Lookup, offline: c.Offline, operator: c.OperatorRules}
 	var errs []error
 
 	hostAddrs := c.HostAddrs
+	if hostAddrs == nil && c.Offline {
+		// Nothing is dialed: the host's addresses do not matter.
+		hostAddrs = []netip.Addr{}
+	}
 	if hostAddrs == nil {
 		var err error
 		if hostAddrs, err = interfaceAddrs(); err != nil {
@@ -138,10 +147,22 @@ func NewRules(c Config) (*Rules, error) {
 	errs = append(errs, r.addSecrets(c.Secrets)...)
 	if c.OperatorRules {
 		for i := range r.allow {
-			if r.allow[i].kind == matchPrefix {
-				r.allow[i].lift = prefixClass(r.allow[i].prefix, r.guard.hostAddrs)
+			switch ru := &r.allow[i]; {
+			case ru.kind == matchPrefix:
+				ru.lift = prefixClass(ru.prefix, r.guard.hostAddrs)
+			case ru.kind == matchName && ru.name == "localhost", ru.kind == matchSuffix && ru.name == ".localhost":
+				// Names that are the loopback (RFC 6761): naming them
+				// is asking for the loopback, as "127.0.0.1" is.
+				ru.lift = classLoopback
 			}
 		}
+	}
+	for _, p := range c.PrivateNames {
+		if !p.IsValid() {
+			errs = append(errs, fmt.Errorf("private-names %q: invalid prefix", p))
+			continue
+		}
+		r.guard.privateNames = append(r.guard.privateNames, unmapPrefix(p.Masked()))
 	}
 
 	if len(c.Hosts) > 0 {
@@ -218,8 +239,11 @@ func (r *Rules) addSecrets(list []*secrets.Secret) []error {
 		var binds []binding
 		for _, h := range s.Hosts {
 			ru, err := parseDomainRule(h, false)
-			if err == nil && ru.kind == matchEveryone {
+			switch {
+			case err == nil && ru.kind == matchEveryone:
 				err = errors.New(`"*" would send the secret anywhere; name its hosts`)
+			case err == nil && ru.port == anyPort:
+				err = errors.New(`":*" would send the secret to every port; name the port, or none for 443`)
 			}
 			if err != nil {
 				bad = append(bad, fmt.Errorf("secret %s: host %q: %w", s.Name, h, err))
@@ -344,7 +368,7 @@ func interfaceAddrs() ([]netip.Addr, error) {
 // parseDomainRule compiles an entry of AllowDomains (deny false) or
 // DenyDomains (deny true): "example.com", "*.example.com", "localhost",
 // "203.0.113.7", "[2001:db8::1]", "*" (every destination), each with an
-// optional ":PORT".
+// optional ":PORT" or ":*" (every port).
 func parseDomainRule(s string, deny bool) (rule, error) {
 	ru := rule{raw: s}
 	if strings.Contains(s, "/") {
@@ -497,15 +521,22 @@ func splitHostPort(s string) (host, port string, err error) {
 	}
 }
 
-// parsePort parses the port of a rule: "" is 0 (no port given), else a
-// decimal number from 1 to 65535 without sign or leading zero.
+// anyPort is the port of a rule that matches every port ("example.com:*").
+const anyPort = -1
+
+// parsePort parses the port of a rule: "" is 0 (no port given), "*" is
+// anyPort, else a decimal number from 1 to 65535 without sign or leading
+// zero.
 func parsePort(s string) (int, error) {
-	if s == "" {
+	switch s {
+	case "":
 		return 0, nil
+	case "*":
+		return anyPort, nil
 	}
 	n, err := strconv.Atoi(s)
 	if err != nil || n < 1 || n > 65535 || s[0] < '1' || s[0] > '9' {
-		return 0, fmt.Errorf("invalid port %q: want a number from 1 to 65535", s)
+		return 0, fmt.Errorf("invalid port %q: want a number from 1 to 65535, or *", s)
 	}
 	return n, nil
 }
@@ -640,15 +671,18 @@ func (ru *rule) matchesHost(name string, addr netip.Addr) bool {
 
 // allowsPort reports whether an allow rule matching the host allows port.
 func (ru *rule) allowsPort(port int) bool {
-	if ru.port == 0 {
+	switch ru.port {
+	case 0:
 		return slices.Contains(defaultPorts, port)
+	case anyPort:
+		return true
 	}
 	return ru.port == port
 }
 
 // deniesPort reports whether a deny rule matching the host denies port.
 func (ru *rule) deniesPort(port int) bool {
-	return ru.port == 0 || ru.port == port
+	return ru.port == 0 || ru.port == anyPort || ru.port == port
 }
 
 // denied returns the first deny rule that matches the destination.
@@ -690,4 +724,34 @@ func (r *Rules) allowed(name string, addr netip.Addr, port int) (allow, hostRule
 		}
 	}
 	return allow, hostRule
+}
+
+// allowsName reports whether an allow rule matches the normalized name on
+// any port.
+func (r *Rules) allowsName(name string) bool {
+	for i := range r.allow {
+		if r.allow[i].matchesHost(name, netip.Addr{}) {
+			return true
+		}
+	}
+	return false
+}
+
+// literalAllows reports whether an IP-literal allow rule that lifts the
+// guard for class holds address a and allows port: a name that resolves
+// to a then reaches nothing the rule does not open by address.
+func (r *Rules) literalAllows(a netip.Addr, port int, class string) bool {
+	for i := range r.allow {
+		ru := &r.allow[i]
+		if ru.kind == matchPrefix && ru.lift != "" && ru.lift == class && ru.prefix.Contains(a) && ru.allowsPort(port) {
+			return true
+		}
+	}
+	return false
+}
+
+// isLocalhost reports whether the normalized name is localhost or below
+// it, which are the loopback (RFC 6761).
+func isLocalhost(name string) bool {
+	return name == "localhost" || strings.HasSuffix(name, ".localhost")
 }

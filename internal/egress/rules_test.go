@@ -256,7 +256,7 @@ func TestRulesNewRulesErrors(t *testing.T) {
 		{Config{AllowDomains: []string{"*example.com"}}, `~allow-domain "*example.com": "*" is allowed only`},
 		{Config{AllowDomains: []string{"*.10.0.0.1"}}, `~allow-domain "*.10.0.0.1": "*." needs a domain name`},
 		{Config{AllowDomains: []string{"*."}}, `allow-domain "*.": empty host`},
-		{Config{AllowDomains: []string{"example.com:0"}}, `allow-domain "example.com:0": invalid port "0": want a number from 1 to 65535`},
+		{Config{AllowDomains: []string{"example.com:0"}}, `allow-domain "example.com:0": invalid port "0": want a number from 1 to 65535, or *`},
 		{Config{AllowDomains: []string{"example.com:65536"}}, `~invalid port "65536"`},
 		{Config{AllowDomains: []string{"example.com:+443"}}, `~invalid port "+443"`},
 		{Config{AllowDomains: []string{"example.com:0443"}}, `~invalid port "0443"`},

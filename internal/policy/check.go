@@ -30,8 +30,8 @@ func checkPath(p string) error {
 // checkDomain validates an entry of allowed_domains (denied false) or
 // denied_domains (denied true): a host name with at least one dot,
 // "localhost", "*.example.com", an IPv4 address or a bracketed IPv6 address,
-// each optionally followed by ":port". denied_domains also accepts "*"
-// (every host) and "*:port".
+// each optionally followed by ":port" or ":*" (every port). denied_domains
+// also accepts "*" (every host) and "*:port".
 func checkDomain(s string, denied bool) error {
 	if strings.Contains(s, "/") {
 		return fmt.Errorf("invalid domain %q: give a host name, not a URL", s)
@@ -62,13 +62,20 @@ func checkDomain(s string, denied bool) error {
 			return fmt.Errorf("invalid domain %q: %v", s, err)
 		}
 	}
+	if port == AnyPort {
+		return nil
+	}
 	if port != "" || strings.HasSuffix(s, ":") {
 		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 || port[0] == '0' {
-			return fmt.Errorf("invalid domain %q: port must be a number from 1 to 65535", s)
+			return fmt.Errorf("invalid domain %q: port must be a number from 1 to 65535, or * for every port", s)
 		}
 	}
 	return nil
 }
+
+// AnyPort is the port of a domain entry that matches every port
+// ("example.com:*"); an entry without a port matches 80 and 443 only.
+const AnyPort = "*"
 
 // checkHostPattern validates the host part of a domain entry.
 func checkHostPattern(h string, denied bool) error {
@@ -243,6 +250,9 @@ func Printable(s string) bool {
 func checkSecretHost(h string) error {
 	if host, _, _ := strings.Cut(h, ":"); host == "*" {
 		return errors.New(`"*" would send the secret anywhere; name its hosts`)
+	}
+	if strings.HasSuffix(h, ":"+AnyPort) {
+		return errors.New(`":*" would send the secret to every port; name the port, or none for 443`)
 	}
 	return checkDomain(h, false)
 }

@@ -34,6 +34,7 @@ type (
 		DeniedDomains  []string `yaml:"denied_domains"`
 		AllowedCIDRs   []string `yaml:"allowed_cidrs"`
 		AllowPrivate   []string `yaml:"allow_private"`
+		PrivateNames   []string `yaml:"private_names,omitempty"`
 		Hosts          []string `yaml:"hosts"`
 		AllowHost      *bool    `yaml:"allow_host,omitempty"`
 	}
@@ -74,6 +75,7 @@ func (s Spec) Format() ([]byte, error) {
 			DeniedDomains:  s.Network.DeniedDomains,
 			AllowedCIDRs:   s.Network.AllowedCIDRs,
 			AllowPrivate:   s.Network.AllowPrivate,
+			PrivateNames:   s.Network.PrivateNames,
 			Hosts:          s.Network.Hosts,
 			AllowHost:      s.Network.AllowHost,
 		},

@@ -21,7 +21,7 @@ func policyFields(section string) []string {
 	case "filesystem":
 		return []string{"workspace", "allow_write", "deny_read", "allow_read", "deny_write", "no_default_denies", "home"}
 	case "network":
-		return []string{"mode", "allowed_domains", "denied_domains", "allowed_cidrs", "allow_private", "hosts", "allow_host"}
+		return []string{"mode", "allowed_domains", "denied_domains", "allowed_cidrs", "allow_private", "private_names", "hosts", "allow_host"}
 	case "env":
 		return []string{"pass", "set"}
 	case "resources":
@@ -172,6 +172,8 @@ func (d *decoder) network(n *yaml.Node, nw *Network) error {
 			nw.AllowedCIDRs, err = d.list(e.val, name, "CIDRs", checkCIDRPort)
 		case "allow_private":
 			nw.AllowPrivate, err = d.list(e.val, name, "CIDRs", checkCIDR)
+		case "private_names":
+			nw.PrivateNames, err = d.list(e.val, name, "CIDRs", checkCIDR)
 		case "hosts":
 			nw.Hosts, err = d.list(e.val, name, "NAME:ADDRESS pins", checkHostPin)
 		case "allow_host":

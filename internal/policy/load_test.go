@@ -112,7 +112,7 @@ func TestParseErrors(t *testing.T) {
 		{"url", "", "network:\n  allowed_domains: [https://x.com]\n",
 			`policy.yaml:2:21: network.allowed_domains[0]: invalid domain "https://x.com": give a host name, not a URL`},
 		{"bad port", "", "network:\n  denied_domains: [\"x.com:0\"]\n",
-			`policy.yaml:2:20: network.denied_domains[0]: invalid domain "x.com:0": port must be a number from 1 to 65535`},
+			`policy.yaml:2:20: network.denied_domains[0]: invalid domain "x.com:0": port must be a number from 1 to 65535, or * for every port`},
 		{"bare ipv6", "", "network:\n  denied_domains: [\"::1\"]\n",
 			`policy.yaml:2:20: network.denied_domains[0]: invalid domain "::1": write IPv6 addresses in brackets, e.g. [::1]:443`},
 

@@ -87,6 +87,7 @@ func (s *Spec) Normalize(cwd, home string) error {
 	nw.DeniedDomains = dedupe(lower(nw.DeniedDomains))
 	nw.AllowedCIDRs = dedupe(nw.AllowedCIDRs)
 	nw.AllowPrivate = dedupe(nw.AllowPrivate)
+	nw.PrivateNames = dedupe(nw.PrivateNames)
 	nw.Hosts = dedupe(nw.Hosts)
 	for i := range s.Secrets {
 		sec := &s.Secrets[i]
@@ -290,6 +291,7 @@ func (s Spec) Validate() error {
 	}{
 		{"network.allowed_cidrs", s.Network.AllowedCIDRs, checkCIDRPort},
 		{"network.allow_private", s.Network.AllowPrivate, checkCIDR},
+		{"network.private_names", s.Network.PrivateNames, checkCIDR},
 		{"network.hosts", s.Network.Hosts, checkHostPin},
 	} {
 		for i, v := range l.list {

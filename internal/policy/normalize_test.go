@@ -191,7 +191,7 @@ func TestValidate(t *testing.T) {
 		{"private", func(s *Spec) { s.Network.AllowPrivate = []string{"127.0.0.1"} }, `network.allow_private[0]: invalid CIDR "127.0.0.1": want an address range like 10.0.0.0/8 or fd00::/8`},
 		{"pin", func(s *Spec) { s.Network.Hosts = []string{"*.x.test:1.2.3.4"} }, `network.hosts[0]: invalid host pin "*.x.test:1.2.3.4": wildcards cannot be pinned`},
 		{"allowed domain", func(s *Spec) { s.Network.AllowedDomains = []string{"*", "a*.com"} }, `network.allowed_domains[1]: invalid domain "a*.com": wildcards are allowed only as a leading "*." (e.g. *.example.com)`},
-		{"denied domain", func(s *Spec) { s.Network.DeniedDomains = []string{"*", "x.com:99999"} }, `network.denied_domains[1]: invalid domain "x.com:99999": port must be a number from 1 to 65535`},
+		{"denied domain", func(s *Spec) { s.Network.DeniedDomains = []string{"*", "x.com:99999"} }, `network.denied_domains[1]: invalid domain "x.com:99999": port must be a number from 1 to 65535, or * for every port`},
 		{"env pass", func(s *Spec) { s.Env.Pass = []string{"A=B"} }, `env.pass[0]: invalid variable name "A=B": names cannot contain "="`},
 		{"env set name", func(s *Spec) { s.Env.Set = map[string]string{"": "x"} }, `env.set: empty variable name`},
 		{"env set value", func(s *Spec) { s.Env.Set = map[string]string{"A": "a\x00b"} }, `env.set.A: value must not contain a NUL byte`},

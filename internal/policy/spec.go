@@ -74,8 +74,8 @@ type Network struct {
 	Mode string `json:"mode" yaml:"mode"`
 	// AllowedDomains lists hosts reachable through the egress proxy:
 	// "example.com" (that name only), "*.example.com" (its subdomains
-	// only) or an IP address, each with an optional ":PORT"; without a port
-	// only 80 and 443.
+	// only) or an IP address, each with an optional ":PORT" or ":*" (every
+	// port); without a port only 80 and 443.
 	AllowedDomains []string `json:"allowed_domains" yaml:"allowed_domains"`
 	// DeniedDomains lists hosts never reachable, even if allowed above
 	// (deny wins); "*" denies every host.
@@ -87,6 +87,12 @@ type Network struct {
 	// although they are loopback, private, link-local or the host's own;
 	// by default it refuses them whatever a name resolves to.
 	AllowPrivate []string `json:"allow_private" yaml:"allow_private"`
+	// PrivateNames lists ranges (CIDRs) of private-use, CGNAT or reserved
+	// addresses that allowed host names may resolve to, as srt lets them
+	// (an import of srt's settings sets it): an intranet name allowed on
+	// purpose. Unlike AllowPrivate it opens nothing to IP addresses, and
+	// never loopback, link-local, metadata or the host's own addresses.
+	PrivateNames []string `json:"private_names,omitempty" yaml:"private_names,omitempty"`
 	// Hosts pins names to addresses in the proxy's resolver, as
 	// "NAME:ADDRESS" (like curl --resolve); a pinned name is never looked up.
 	Hosts []string `json:"hosts" yaml:"hosts"`

@@ -2,7 +2,9 @@ package policy
 
 import (
 	"fmt"
+	"net/netip"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -50,13 +52,14 @@ var srtFields = []srtField{
 
 	// Network.
 	{"network", srtMapped, ""},
-	{"network.allowedDomains", srtMapped, "network.allowed_domains"},
+	{"network.allowedDomains", srtMapped, "network.allowed_domains; an entry without a port gets \":*\" (srt: every port); with any entry, network.private_names opens srt's private-use and reserved ranges to names"},
+	{"network.deniedResolvedAddresses", srtMapped, "taken out of network.private_names; a public address goes to network.denied_domains; a public range is refused"},
 	{"network.deniedDomains", srtMapped, "network.denied_domains"},
 	{"network.deniedDomainReasons", srtIgnored, "denials give no custom reason"},
 	{"network.strictAllowlist", srtCovered, "hutch never asks; unlisted hosts are always denied"},
 	{"network.allowUnixSockets", srtIgnored, "host daemon sockets stay denied"},
 	{"network.allowAllUnixSockets", srtIgnored, "host daemon sockets stay denied"},
-	{"network.allowLocalBinding", srtIgnored, "the sandbox has its own loopback, which it may always bind"},
+	{"network.allowLocalBinding", srtIgnored, "the sandbox may always bind its own loopback; to reach the host's, as srt on macOS lets it, list localhost:PORT in allowedDomains"},
 	{"network.allowMachLookup", srtIgnored, "macOS only"},
 	{"network.httpProxyPort", srtIgnored, "an external proxy cannot be used"},
 	{"network.socksProxyPort", srtIgnored, "an external proxy cannot be used"},
@@ -237,7 +240,9 @@ func (d *srtDecoder) spec(root *yaml.Node) (Spec, error) {
 				return err
 			})
 		case "network":
-			return d.section(e.val, "network.", field, func(e entry, field string) error {
+			var deniedAddrs []string
+			var deniedNode *yaml.Node
+			err := d.section(e.val, "network.", field, func(e entry, field string) error {
 				var err error
 				switch e.key.Value {
 				case "allowedDomains":
@@ -246,9 +251,16 @@ func (d *srtDecoder) spec(root *yaml.Node) (Spec, error) {
 					s.Network.AllowedDomains, err = d.list(e.val, field, "domains", func(v string) error { return checkDomain(v, false) })
 				case "deniedDomains":
 					s.Network.DeniedDomains, err = d.list(e.val, field, "domains", func(v string) error { return checkDomain(v, true) })
+				case "deniedResolvedAddresses":
+					deniedNode = e.val
+					deniedAddrs, err = d.list(e.val, field, "addresses or CIDRs", checkAddrOrCIDR)
 				}
 				return err
 			})
+			if err != nil {
+				return err
+			}
+			return d.srtNetwork(&s.Network, deniedAddrs, deniedNode)
 		case "credentials":
 			return d.section(e.val, "credentials.", field, func(e entry, field string) error {
 				return d.credentials(e, field, &s)
@@ -364,4 +376,152 @@ func (d *srtDecoder) credentials(e entry, field string, s *Spec) error {
 		}
 	}
 	return nil
+}
+
+// srtNetwork makes an imported network policy let through what srt does.
+// srt matches an allowed domain without a port on every port; hutch on 80
+// and 443 only: such an entry gets ":*". srt lets an allowed name resolve
+// to private-use and reserved addresses (an intranet name allowed on
+// purpose), and refuses only loopback, link-local, multicast, metadata,
+// this host's addresses and deniedResolvedAddresses; hutch's guard refuses
+// them all unless network.private_names opens them: it gets srt's ranges,
+// less deniedResolvedAddresses. An address of deniedResolvedAddresses that
+// hutch would let through anyway (a public one) is denied outright with
+// network.denied_domains; a public range cannot be, and is an error.
+// localhost entries and names that resolve to an allowed IP literal need
+// nothing here: hutch run's rules are the operator's, which open them.
+func (d *srtDecoder) srtNetwork(nw *Network, denied []string, deniedNode *yaml.Node) error {
+	for i, dom := range nw.AllowedDomains {
+		if !domainHasPort(dom) {
+			nw.AllowedDomains[i] = dom + ":" + AnyPort
+		}
+	}
+	open := slices.Clone(srtNameRanges)
+	for i, a := range denied {
+		p := addrOrCIDR(a)
+		for _, o := range srtNameRanges {
+			if o.Overlaps(p) {
+				open = subtractPrefix(open, p)
+				break
+			}
+		}
+		if within(p, srtNameRanges) || within(p, guardedRanges) {
+			continue
+		}
+		if !p.IsSingleIP() {
+			item := resolve(resolve(deniedNode).Content[i])
+			return d.errorf(item, "network.deniedResolvedAddresses[%d]: %q holds public addresses: hutch can refuse a name's public address only one at a time (list them), as it refuses every non-public one already", i, a)
+		}
+		nw.DeniedDomains = append(nw.DeniedDomains, bracketV6(p.Addr()))
+	}
+	if len(nw.AllowedDomains) == 0 {
+		return nil
+	}
+	for _, p := range open {
+		nw.PrivateNames = append(nw.PrivateNames, p.String())
+	}
+	return nil
+}
+
+// srtNameRanges are the private-use and reserved ranges that srt lets an
+// allowed name resolve to, and that hutch's guard refuses unless
+// network.private_names opens them.
+var srtNameRanges = mustPrefixes(
+	"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10",
+	"192.0.0.0/24", "192.0.2.0/24", "198.18.0.0/15", "198.51.100.0/24", "203.0.113.0/24", "240.0.0.0/4",
+	"fc00::/7", "fec0::/10", "64:ff9b:1::/48", "100::/64", "2001:db8::/32", "2001::/32",
+)
+
+// guardedRanges are ranges whose addresses hutch refuses to a name
+// whatever network.private_names says: unspecified, loopback, link-local,
+// multicast.
+var guardedRanges = mustPrefixes(
+	"0.0.0.0/8", "127.0.0.0/8", "169.254.0.0/16", "224.0.0.0/4",
+	"::/128", "::1/128", "fe80::/10", "ff00::/8",
+)
+
+func mustPrefixes(ss ...string) []netip.Prefix {
+	out := make([]netip.Prefix, len(ss))
+	for i, s := range ss {
+		out[i] = netip.MustParsePrefix(s)
+	}
+	return out
+}
+
+// within reports whether p lies wholly in one of ranges.
+func within(p netip.Prefix, ranges []netip.Prefix) bool {
+	for _, r := range ranges {
+		if r.Addr().Is4() == p.Addr().Is4() && r.Bits() <= p.Bits() && r.Contains(p.Addr()) {
+			return true
+		}
+	}
+	return false
+}
+
+// subtractPrefix returns ranges without the addresses of cut.
+func subtractPrefix(ranges []netip.Prefix, cut netip.Prefix) []netip.Prefix {
+	var out []netip.Prefix
+	for _, r := range ranges {
+		switch {
+		case !r.Overlaps(cut):
+			out = append(out, r)
+		case cut.Bits() <= r.Bits():
+			// cut holds all of r.
+		default:
+			// r less cut: the sibling of each prefix on the way from r
+			// down to cut.
+			for bits := r.Bits() + 1; bits <= cut.Bits(); bits++ {
+				on := netip.PrefixFrom(cut.Addr(), bits).Masked()
+				b := on.Addr().AsSlice()
+				b[(bits-1)/8] ^= 0x80 >> ((bits - 1) % 8)
+				sib, _ := netip.AddrFromSlice(b)
+				out = append(out, netip.PrefixFrom(sib, bits))
+			}
+		}
+	}
+	return out
+}
+
+// addrOrCIDR parses an address or a CIDR that checkAddrOrCIDR accepted, as
+// a prefix (of one address for an address), IPv4-mapped ones as IPv4.
+func addrOrCIDR(s string) netip.Prefix {
+	if p, err := netip.ParsePrefix(s); err == nil {
+		p = p.Masked()
+		if p.Addr().Is4In6() && p.Bits() >= 96 {
+			return netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+		}
+		return p
+	}
+	a, _ := netip.ParseAddr(s)
+	a = a.WithZone("").Unmap()
+	return netip.PrefixFrom(a, a.BitLen())
+}
+
+// checkAddrOrCIDR validates an entry of srt's deniedResolvedAddresses: an
+// IP address or a CIDR, unbracketed.
+func checkAddrOrCIDR(s string) error {
+	if _, err := netip.ParseAddr(s); err == nil {
+		return nil
+	}
+	if _, err := netip.ParsePrefix(s); err == nil {
+		return nil
+	}
+	return fmt.Errorf("%q is neither an IP address nor a CIDR", s)
+}
+
+// bracketV6 spells an address as a host of a domain entry.
+func bracketV6(a netip.Addr) string {
+	if a.Is6() {
+		return "[" + a.String() + "]"
+	}
+	return a.String()
+}
+
+// domainHasPort reports whether a domain entry that checkDomain accepted
+// names a port.
+func domainHasPort(s string) bool {
+	if strings.HasPrefix(s, "[") {
+		return strings.Contains(s[strings.IndexByte(s, ']'):], ":")
+	}
+	return strings.Count(s, ":") == 1
 }

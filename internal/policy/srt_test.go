@@ -22,8 +22,10 @@ func TestLoadSRT(t *testing.T) {
 			DenyWrite:  []string{".env", "config/production.json"},
 		},
 		Network: Network{
-			AllowedDomains: []string{"github.com", "*.npmjs.org", "api.example.com:443"},
+			// srt matches an entry without a port on every port.
+			AllowedDomains: []string{"github.com:*", "*.npmjs.org:*", "api.example.com:443"},
 			DeniedDomains:  []string{"malicious.example", "*:22"},
+			PrivateNames:   srtNames(),
 		},
 	}
 	if !reflect.DeepEqual(got, want) {
@@ -185,5 +187,72 @@ func TestSRTDocs(t *testing.T) {
 		if !strings.Contains(string(doc), "`"+f.name+"`") && !strings.Contains(string(doc), "`"+short+"`") {
 			t.Errorf("docs/srt-settings.md does not mention `%s`", f.name)
 		}
+	}
+}
+
+// srtNames are the ranges srtNameRanges as strings.
+func srtNames() []string {
+	var out []string
+	for _, p := range srtNameRanges {
+		out = append(out, p.String())
+	}
+	return out
+}
+
+// TestSRTNetwork: what srt lets through, the import lets through —
+// every port of an entry without one, names that resolve to private-use
+// and reserved addresses — less deniedResolvedAddresses, and a public
+// range there, which hutch cannot refuse to names, is an error.
+func TestSRTNetwork(t *testing.T) {
+	for _, tt := range []struct {
+		name, in string
+		want     Network
+		err      string
+	}{
+		{"no domains", `{"network": {"allowedDomains": []}}`, Network{}, ""},
+		{"ports", `{"network": {"allowedDomains": ["a.example.com", "[::1]", "[::1]:8080", "localhost", "127.0.0.1:3000"]}}`,
+			Network{AllowedDomains: []string{"a.example.com:*", "[::1]:*", "[::1]:8080", "localhost:*", "127.0.0.1:3000"}, PrivateNames: srtNames()}, ""},
+		{"denied resolved", `{"network": {"allowedDomains": ["a.example.com:443"], "deniedResolvedAddresses": ["10.0.0.0/8", "172.16.5.0/24", "fc00::/7", "8.8.8.8", "2001:4860::8888", "127.0.0.1", "169.254.0.0/16"]}}`,
+			Network{AllowedDomains: []string{"a.example.com:443"}, DeniedDomains: []string{"8.8.8.8", "[2001:4860::8888]"}, PrivateNames: func() []string {
+				var out []string
+				for _, p := range srtNames() {
+					switch p {
+					case "10.0.0.0/8", "fc00::/7":
+					case "172.16.0.0/12":
+						out = append(out, "172.24.0.0/13", "172.20.0.0/14", "172.18.0.0/15", "172.17.0.0/16", "172.16.128.0/17",
+							"172.16.64.0/18", "172.16.32.0/19", "172.16.16.0/20", "172.16.8.0/21", "172.16.0.0/22", "172.16.6.0/23", "172.16.4.0/24")
+					default:
+						out = append(out, p)
+					}
+				}
+				return out
+			}()}, ""},
+		{"public range", `{"network": {"allowedDomains": ["a.example.com"], "deniedResolvedAddresses": ["10.0.0.0/8", "8.8.8.0/24"]}}`, Network{},
+			`srt.json:1:93: network.deniedResolvedAddresses[1]: "8.8.8.0/24" holds public addresses`},
+		{"not an address", `{"network": {"deniedResolvedAddresses": ["example.com"]}}`, Network{},
+			`srt.json:1:42: network.deniedResolvedAddresses[0]: "example.com" is neither an IP address nor a CIDR`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, _, err := ParseSRT("srt.json", []byte(tt.in))
+			if tt.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.err) {
+					t.Fatalf("err = %v, want %q", err, tt.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got.Network, tt.want) {
+				t.Errorf("network\n got: %+v\nwant: %+v", got.Network, tt.want)
+			}
+			// What the import makes validates.
+			if err := got.Normalize(t.TempDir(), "/home/u"); err != nil {
+				t.Fatal(err)
+			}
+			if err := got.Validate(); err != nil {
+				t.Error(err)
+			}
+		})
 	}
 }

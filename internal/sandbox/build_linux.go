@@ -31,7 +31,8 @@ type builder struct {
 
 // msgBuf is a message between hutch and the first process, in memory the
 // first process can use: one byte and descriptors (hutch's message carries
-// one per writable root, the listeners message the proxy's two).
+// one per writable root, the listeners message the proxy's two listeners
+// and the DNS socket).
 type msgBuf struct {
 	hdr  unix.Msghdr
 	iov  unix.Iovec
@@ -214,7 +215,7 @@ func (b *builder) mask(path string, dir bool) {
 	b.p.closeKeep(t)
 	b.p.free = append(b.p.free, mnt, t)
 	b.p.land(done)
-	b.p.skip(open, unix.ENOENT, unix.ENOTDIR, unix.EACCES)
+	b.p.skip(open, unix.ENOENT, unix.ENOTDIR, unix.EACCES, unix.ELOOP)
 }
 
 // ids is who the sandbox's processes are inside their user namespace.
@@ -279,7 +280,7 @@ func (b *builder) mounts(cfg initConfig, fds []int8, denyRead []pathKind) {
 
 	// The masks: an empty file and an empty directory, mode 000, on a
 	// detached read-only tmpfs that is never attached anywhere else.
-	b.masks = b.fsmount("masks", "tmpfs", [][2]string{{"size", "4k"}, {"mode", "0555"}},
+	b.masks = b.fsmount("masks", "tmpfs", [][2]string{{"size", "16k"}, {"mode", "0555"}},
 		unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC)
 	f := p.slot()
 	p.call("masks: file", f, unix.SYS_OPENAT, s(b.masks), p.str("f"), k(unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC), k(0))
@@ -296,6 +297,14 @@ func (b *builder) mounts(cfg initConfig, fds []int8, denyRead []pathKind) {
 		p.call("masks: placeholder commondir", es, unix.SYS_OPENAT, s(b.masks), p.str("es"), k(unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC), k(0o444))
 		p.call("masks: placeholder commondir: write", -1, unix.SYS_WRITE, s(es), p.str("."), k(1))
 		p.close(es)
+	}
+	if cfg.Listen {
+		r := p.slot()
+		conf := []byte(resolvConf)
+		p.keep = append(p.keep, conf)
+		p.call("masks: resolv.conf", r, unix.SYS_OPENAT, s(b.masks), p.str("r"), k(unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC), k(0o444))
+		p.call("masks: resolv.conf: write", -1, unix.SYS_WRITE, s(r), k(uintptr(unsafe.Pointer(&conf[0]))), ci(len(conf)))
+		p.close(r)
 	}
 	b.setattr("masks: read-only", b.masks, unix.MOUNT_ATTR_RDONLY)
 
@@ -377,6 +386,9 @@ func (b *builder) mounts(cfg initConfig, fds []int8, denyRead []pathKind) {
 			b.attach(f.Target, files[i], f.Target, false)
 		}
 	}
+	if cfg.Listen {
+		b.bindResolvConf()
+	}
 	for _, path := range cfg.Pin {
 		b.rebind("pin "+path, path, false)
 	}
@@ -407,36 +419,80 @@ type pathKind struct {
 	dir  bool
 }
 
-// proxyListeners appends the proxy's listening sockets on the sandbox's
-// loopback (HTTP, then SOCKS5) and sends them to hutch, which serves them
-// from outside: no relay process runs in the sandbox, and the sandbox can
-// neither stop nor replace the listeners.
-func (b *builder) proxyListeners(ctl int) {
+// netSockets appends the sockets hutch serves for the sandbox on its
+// loopback — the proxy's listeners (HTTP, SOCKS5) and the UDP socket its
+// resolv.conf names (127.0.0.1:53, DNS) — and sends them to hutch, which
+// serves them from outside: no relay process runs in the sandbox, and the
+// sandbox can neither stop nor replace them. They are made like any
+// socket of the sandbox's network namespace, so that only the sandbox
+// reaches them.
+func (b *builder) netSockets(ctl int) {
 	p := &b.p
-	m := newMsgBuf(unix.UnixRights(0, 0))
+	m := newMsgBuf(unix.UnixRights(0, 0, 0))
 	m.data[0] = listenersMsg
 	p.keep = append(p.keep, m)
 	var socks []int8
-	for i, port := range []int{ProxyHTTPPort, ProxySOCKSPort} {
+	for i, sk := range []struct {
+		port int
+		typ  uintptr
+		what string
+	}{
+		{ProxyHTTPPort, unix.SOCK_STREAM, "proxy: listen on"},
+		{ProxySOCKSPort, unix.SOCK_STREAM, "proxy: listen on"},
+		{DNSPort, unix.SOCK_DGRAM, "name lookups: bind"},
+	} {
 		l := p.slot()
-		desc := fmt.Sprintf("proxy: listen on 127.0.0.1:%d", port)
+		desc := fmt.Sprintf("%s 127.0.0.1:%d", sk.what, sk.port)
 		addr := &unix.RawSockaddrInet4{Family: unix.AF_INET, Addr: [4]byte{127, 0, 0, 1}}
-		addr.Port = uint16(port>>8) | uint16(port&0xff)<<8 // network byte order
-		p.call(desc, l, unix.SYS_SOCKET, k(unix.AF_INET), k(unix.SOCK_STREAM|unix.SOCK_CLOEXEC), k(0))
+		addr.Port = uint16(sk.port>>8) | uint16(sk.port&0xff)<<8 // network byte order
+		p.call(desc, l, unix.SYS_SOCKET, k(unix.AF_INET), k(sk.typ|unix.SOCK_CLOEXEC), k(0))
 		p.call(desc, -1, unix.SYS_BIND, s(l), keepPtr(p, addr), k(unix.SizeofSockaddrInet4))
-		p.call(desc, -1, unix.SYS_LISTEN, s(l), k(1024))
+		if sk.typ == unix.SOCK_STREAM {
+			p.call(desc, -1, unix.SYS_LISTEN, s(l), k(1024))
+		}
 		p.store((*int32)(unsafe.Pointer(&m.oob[unix.CmsgLen(0)+4*i])), l)
 		socks = append(socks, l)
 	}
-	p.call("proxy: hand the listeners to hutch", -1, unix.SYS_SENDMSG, ci(ctl), ptr(&m.hdr), k(0))
+	p.call("network: hand the proxy's and the name lookups' sockets to hutch", -1, unix.SYS_SENDMSG, ci(ctl), ptr(&m.hdr), k(0))
 	for _, l := range socks {
 		p.close(l)
 	}
 }
 
-// listenersMsg is the byte of the message that carries the proxy's
-// listeners.
+// listenersMsg is the byte of the message that carries the sockets of
+// netSockets.
 const listenersMsg = 'L'
+
+// resolvConf is the sandbox's /etc/resolv.conf when hutch answers its
+// name lookups (see egress.Proxy.ServeDNS): one nameserver, its own
+// loopback, and no search domains, whose names would only be refused too.
+const resolvConf = "# hutch: names are resolved by hutch's egress proxy, not in the sandbox;\n" +
+	"# this server answers every lookup \"no such host\" at once.\n" +
+	"nameserver 127.0.0.1\n" +
+	"options timeout:1 attempts:1\n"
+
+// resolvConfPath is where resolvers read their configuration.
+const resolvConfPath = "/etc/resolv.conf"
+
+// bindResolvConf binds the masks tmpfs's resolv.conf read-only over the
+// view's /etc/resolv.conf, or over what it links to in the view (a
+// resolv.conf managed by systemd-resolved or NetworkManager is a symbolic
+// link into /run). A view without one needs none: resolvers then ask
+// 127.0.0.1 by default.
+func (b *builder) bindResolvConf() {
+	p := &b.p
+	desc := "name lookups: " + resolvConfPath
+	mnt := p.slot()
+	p.call(desc+": clone", mnt, unix.SYS_OPEN_TREE, s(b.masks), p.str("r"), k(unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC))
+	t, open := b.target(desc, resolvConfPath)
+	move := p.call(desc+": attach", -1, unix.SYS_MOVE_MOUNT, s(mnt), p.str(""), s(t), p.str(""),
+		k(unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH))
+	p.skip(move, unix.EISDIR, unix.ENOTDIR, unix.EINVAL)
+	p.closeKeep(t)
+	p.free = append(p.free, t)
+	p.skip(open, unix.ENOENT, unix.ENOTDIR, unix.EACCES, unix.ELOOP)
+	p.close(mnt)
+}
 
 // identity appends the switch to the inside identity. The child was forked
 // with hutch's credentials, which for root are the host's root: it sheds
@@ -511,7 +567,8 @@ func (b *builder) hideArgs(wipe [][]byte) error {
 	return nil
 }
 
-// harden appends, after the mounts: hostname, loopback, not dumpable,
+// harden appends, after the mounts: hostname, loopback (and the sockets
+// hutch serves there), not dumpable,
 // capabilities, no_new_privs, Landlock, seccomp.
 func (b *builder) harden(cfg initConfig, ruleset, ctl int) error {
 	p := &b.p
@@ -530,8 +587,8 @@ func (b *builder) harden(cfg initConfig, ruleset, ctl int) error {
 		p.call("network: bring up lo", -1, unix.SYS_IOCTL, s(sock), k(unix.SIOCSIFFLAGS), keepPtr(p, ifr))
 		p.close(sock)
 	}
-	if cfg.Net == "proxy" {
-		b.proxyListeners(ctl)
+	if cfg.Listen {
+		b.netSockets(ctl)
 	}
 
 	p.call("not dumpable", -1, unix.SYS_PRCTL, k(unix.PR_SET_DUMPABLE), k(0), k(0), k(0), k(0))

@@ -13,7 +13,7 @@ func TestBuildOrder(t *testing.T) {
 	cfg := initConfig{
 		Args: []string{"true"}, Env: []string{"PATH=/bin"}, Dir: "/w", Root: "host",
 		Writable: []bindSrc{{Path: "/w", FD: -1}}, DenyRead: []string{"/etc/shadow"},
-		DenyWrite: []string{"/w/.bashrc"}, Hostname: "hutch", Tty: true, Net: "proxy", Files: []fileBind{{Path: "/usr/bin/hutch", Target: "/dev/hutch", Create: true, FD: -1, Exec: true}},
+		DenyWrite: []string{"/w/.bashrc"}, Hostname: "hutch", Tty: true, Net: "proxy", Listen: true, Files: []fileBind{{Path: "/usr/bin/hutch", Target: "/dev/hutch", Create: true, FD: -1, Exec: true}},
 		Rlimits: []rlimit{{Resource: 6, Value: 100}}, AgentFD: -1,
 		HostWrites: true, Umask: 0o022, Withheld: 0o022,
 	}
@@ -29,8 +29,9 @@ func TestBuildOrder(t *testing.T) {
 	}
 	order := []string{
 		"identity: uid", "die with hutch", "make mounts private", "attach root",
-		"/dev/hutch: attach", "protect /w/.bashrc", "deny read /etc/shadow", "pivot_root", "hostname",
-		"network: bring up lo", "proxy: listen on 127.0.0.1:3128", "proxy: hand the listeners", "not dumpable", "capabilities: capset", "no_new_privs", "landlock: restrict",
+		"/dev/hutch: attach", "name lookups: /etc/resolv.conf: attach", "protect /w/.bashrc", "deny read /etc/shadow", "pivot_root", "hostname",
+		"network: bring up lo", "proxy: listen on 127.0.0.1:3128", "proxy: listen on 127.0.0.1:1080", "name lookups: bind 127.0.0.1:53",
+		"network: hand the proxy's and the name lookups' sockets", "not dumpable", "capabilities: capset", "no_new_privs", "landlock: restrict",
 		"umask", "seccomp", "terminal: open /dev/ptmx", "rlimit 6", "close inherited descriptors", "exec pipe",
 	}
 	last := -1

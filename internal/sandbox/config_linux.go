@@ -36,10 +36,15 @@ type initConfig struct {
 	Shadows  []string
 	Hostname string
 	// Net is the network mode: "none" and "proxy" give the sandbox a
-	// network namespace with loopback only, where in "proxy" the first
-	// process also makes the proxy's listeners and sends them to hutch;
-	// "host" keeps the host's network.
+	// network namespace with loopback only; "host" keeps the host's
+	// network.
 	Net string
+	// Listen makes the first process create, on that loopback, the
+	// sockets hutch serves — the proxy's listeners and the DNS socket —
+	// and send them to hutch, and bind a resolv.conf that names the DNS
+	// socket: in mode "proxy", and in mode "none" with a proxy that
+	// refuses everything.
+	Listen bool
 	// Files are host files bound read-only into the view: hutch's binary
 	// (proxy mode), the trust bundle with the sandbox's CA (secrets).
 	Files []fileBind

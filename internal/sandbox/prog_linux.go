@@ -45,7 +45,7 @@ type op struct {
 	args   [6]uintptr
 	from   [6]int8 // >= 0: the argument is that slot's value
 	to     int8    // >= 0: the result goes to that slot
-	skipOn [3]unix.Errno
+	skipOn [4]unix.Errno
 	skipTo int32          // with an errno of skipOn, go on at this op
 	addr   unsafe.Pointer // the int32 of opLoad and opStore
 }
@@ -124,8 +124,11 @@ func (p *prog) store(addr *int32, slot int8) {
 }
 
 // skip makes op i go on at the current end of the prog when it fails with
-// one of errnos.
+// one of errnos (at most four).
 func (p *prog) skip(i int, errnos ...unix.Errno) {
+	if len(errnos) > len(p.ops[i].skipOn) {
+		panic("sandbox: too many errnos to skip on")
+	}
 	copy(p.ops[i].skipOn[:], errnos)
 	p.ops[i].skipTo = int32(len(p.ops))
 }
@@ -195,7 +198,7 @@ func run(ops []op, slots *[maxSlots]uintptr) (int, unix.Errno) {
 		}
 		r, _, e := syscall.RawSyscall6(o.nr, a[0], a[1], a[2], a[3], a[4], a[5])
 		if e != 0 {
-			if o.skipTo >= 0 && (e == o.skipOn[0] || e == o.skipOn[1] || e == o.skipOn[2]) {
+			if o.skipTo >= 0 && (e == o.skipOn[0] || e == o.skipOn[1] || e == o.skipOn[2] || e == o.skipOn[3]) {
 				i = int(o.skipTo)
 				continue
 			}

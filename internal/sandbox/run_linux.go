@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -104,7 +105,7 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		Dir:        ws,
 		Root:       s.Root,
 		TmpBytes:   s.Resources.TmpBytes,
-		Hostname:   "hutch",
+		Hostname:   Hostname,
 		BestEffort: s.BestEffort,
 		Missing:    simulatedMissing(),
 		DenyRead:   s.Filesystem.DenyRead,
@@ -130,10 +131,18 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		}
 		cfg.Files = append(cfg.Files, fileBind{Path: exe, Target: SandboxHutch, Create: true, Exec: true})
 	}
+	if cfg.Net == "proxy" && c.Proxy == nil {
+		return res, errors.New("network mode proxy needs an egress proxy")
+	}
+	cfg.Listen = c.Proxy != nil && (cfg.Net == "proxy" || cfg.Net == "none")
+	if cfg.Net == "none" && c.Proxy != nil {
+		// A proxy that refuses everything: clients that use it fail at
+		// once, and say where they meant to go. ssh needs hutch's binary
+		// to use it; without, it fails at its name lookup.
+		l.onClose(func() { _ = c.Proxy.Close() })
+		cfg.Env = append(withoutVars(cfg.Env, proxyEnvVars), proxyEnv(false)...)
+	}
 	if cfg.Net == "proxy" {
-		if c.Proxy == nil {
-			return res, errors.New("network mode proxy needs an egress proxy")
-		}
 		l.onClose(func() { _ = c.Proxy.Close() })
 		cfg.Env = append(withoutVars(cfg.Env, proxyEnvVars), ProxyEnv()...)
 		if c.CABundle != "" {
@@ -154,6 +163,12 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 	// Most default deny-read paths do not exist on a given machine: drop
 	// those here, with a listing per directory, rather than let every
 	// later step look each up.
+	if cfg.Net != "host" {
+		// The host's resolver daemons answer over unix sockets, which no
+		// network namespace separates: through them the sandbox could
+		// resolve names, and send them out, on the host's network (S6).
+		s.Filesystem.DenyRead = append(slices.Clip(s.Filesystem.DenyRead), resolverSockets...)
+	}
 	s.Filesystem.DenyRead = presentOrOwn(s.Filesystem.DenyRead, append(slices.Clone(ownFilesystems), roots...), envHome(c.Environ))
 	cfg.DenyRead = s.Filesystem.DenyRead
 	homeBuild := false // hutch builds the home's overlay (root)
@@ -423,12 +438,14 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		return res, b.failure(rep, cfg.Args[0])
 	}
 	phase("command started")
-	if cfg.Net == "proxy" {
+	if cfg.Listen {
 		listeners := got.listeners
 		got.listeners = nil
-		if err := serveProxy(c.Proxy, listeners); err != nil {
+		w, err := serveLazily(c.Proxy, listeners)
+		if err != nil {
 			return fail(err)
 		}
+		l.onClose(w.stop) // before the proxy's Close, registered earlier
 	}
 	got.close()
 	l.dropped = dropped
@@ -608,15 +625,99 @@ func (l *launched) close() {
 	l.closers = nil
 }
 
-// serveProxy serves the proxy's listeners (HTTP, SOCKS5) that the sandbox
-// made; closing the proxy stops them.
-func serveProxy(p Proxy, fds []int) error {
-	if len(fds) != 2 {
+// netWaiter holds the sockets the sandbox made for hutch (netSockets)
+// until the first connection or datagram arrives on one of them, and only
+// then hands them to the proxy. Most commands never touch the network, and
+// serving at once would cost every sandbox the proxy's goroutines, their
+// stacks and the code they fault in — about 5% of a default sandbox's
+// start-up when measured. Waiting costs an epoll descriptor and one parked
+// goroutine.
+type netWaiter struct {
+	p   Proxy
+	fds []int    // the sockets: HTTP, SOCKS5, DNS
+	ep  *os.File // an epoll descriptor watching fds, itself in Go's poller
+	mu  sync.Mutex
+	// done is set once the sockets went to the proxy or were closed.
+	done bool
+}
+
+// serveLazily starts waiting on fds for p; it takes the descriptors over.
+func serveLazily(p Proxy, fds []int) (*netWaiter, error) {
+	if len(fds) != 3 {
 		closeAll(fds)
-		return errors.New("the sandbox sent no proxy listeners")
+		return nil, errors.New("the sandbox sent no proxy listeners")
 	}
+	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		closeAll(fds)
+		return nil, fmt.Errorf("network sockets: epoll: %w", err)
+	}
+	for _, fd := range fds {
+		if err == nil {
+			err = unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)})
+		}
+	}
+	if err == nil {
+		err = unix.SetNonblock(ep, true)
+	}
+	if err != nil {
+		unix.Close(ep)
+		closeAll(fds)
+		return nil, fmt.Errorf("network sockets: epoll: %w", err)
+	}
+	w := &netWaiter{p: p, fds: fds, ep: os.NewFile(uintptr(ep), "hutch-net-wait")}
+	rc, err := w.ep.SyscallConn()
+	if err != nil {
+		w.stop()
+		return nil, fmt.Errorf("network sockets: %w", err)
+	}
+	go func() {
+		var evs [3]unix.EpollEvent
+		err := rc.Read(func(fd uintptr) bool {
+			n, err := unix.EpollWait(int(fd), evs[:], 0)
+			return n > 0 || (err != nil && err != unix.EINTR)
+		})
+		if err == nil {
+			w.handOver()
+		}
+	}()
+	return w, nil
+}
+
+// handOver gives the sockets to the proxy, unless stop came first.
+func (w *netWaiter) handOver() {
+	w.mu.Lock()
+	if w.done {
+		w.mu.Unlock()
+		return
+	}
+	w.done = true
+	w.mu.Unlock()
+	w.ep.Close()
+	if err := serveProxy(w.p, w.fds); err != nil {
+		// The sandbox's clients then find no one listening.
+		return
+	}
+}
+
+// stop closes the sockets if the proxy never got them, and ends the wait.
+func (w *netWaiter) stop() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.done {
+		return
+	}
+	w.done = true
+	w.ep.Close()
+	closeAll(w.fds)
+}
+
+// serveProxy serves the sockets the sandbox made for hutch (netSockets):
+// the proxy's listeners (HTTP, SOCKS5) and the DNS socket; closing the
+// proxy stops them.
+func serveProxy(p Proxy, fds []int) error {
 	var ls [2]net.Listener
-	for i, fd := range fds {
+	for i, fd := range fds[:2] {
 		f := os.NewFile(uintptr(fd), "proxy-listener")
 		l, err := net.FileListener(f)
 		f.Close()
@@ -629,9 +730,28 @@ func serveProxy(p Proxy, fds []int) error {
 		}
 		ls[i] = l
 	}
+	f := os.NewFile(uintptr(fds[2]), "dns-socket")
+	dns, err := net.FilePacketConn(f)
+	f.Close()
+	if err != nil {
+		ls[0].Close()
+		ls[1].Close()
+		return fmt.Errorf("DNS socket: %w", err)
+	}
 	go func() { _ = p.ServeHTTP(ls[0]) }()
 	go func() { _ = p.ServeSOCKS(ls[1]) }()
+	go func() { _ = p.ServeDNS(dns) }()
 	return nil
+}
+
+// resolverSockets are the unix sockets of the host's name resolvers
+// (systemd-resolved's varlink API, which glibc's nss-resolve uses, and
+// nscd's), hidden from sandboxes without the host's network.
+var resolverSockets = []string{
+	"/run/systemd/resolve/io.systemd.Resolve",
+	"/run/systemd/resolve/io.systemd.Resolve.Monitor",
+	"/run/nscd/socket",
+	"/var/run/nscd/socket",
 }
 
 // The variables hutch sets in proxy mode, and with secrets: what the caller

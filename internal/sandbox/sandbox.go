@@ -69,8 +69,12 @@ type Config struct {
 	// Log receives debug records; nil discards them.
 	Log *slog.Logger
 	// Proxy serves the sandbox's egress in network mode "proxy"; it is
-	// required then. Run hands it the listeners the sandbox made in its
-	// own network namespace and closes it when the sandbox has ended.
+	// required then. Run hands it the listeners and the DNS socket the
+	// sandbox made in its own network namespace and closes it when the
+	// sandbox has ended. In mode "none" it is optional: given, it answers
+	// there too (a proxy that refuses everything, egress.Config.Offline),
+	// so that clients fail at once and hutch knows where they tried to go;
+	// without it the sandbox's lookups and connections just fail.
 	Proxy Proxy
 	// CABundle, in proxy mode, is a host file of trusted certificates
 	// (the system's and the sandbox's own CA, which the proxy uses for
@@ -139,15 +143,21 @@ type Proxy interface {
 	ServeHTTP(l net.Listener) error
 	// ServeSOCKS serves SOCKS5 on l until Close.
 	ServeSOCKS(l net.Listener) error
+	// ServeDNS answers the sandbox's name lookups on c (UDP) until Close.
+	ServeDNS(c net.PacketConn) error
 	// Close stops serving and ends every open connection.
 	Close() error
 }
 
-// The proxy's addresses inside a sandbox in network mode "proxy", and the
-// path of hutch's own binary there (for ssh's ProxyCommand).
+// The proxy's addresses inside a sandbox in network mode "proxy" (and
+// "none", where it refuses everything), the port of the sandbox's DNS
+// server on 127.0.0.1, the sandbox's host name, and the path of hutch's
+// own binary there (for ssh's ProxyCommand).
 const (
 	ProxyHTTPPort  = proxyconnect.Port
 	ProxySOCKSPort = 1080
+	DNSPort        = 53
+	Hostname       = "hutch"
 	SandboxHutch   = "/dev/hutch"
 )
 
@@ -186,15 +196,23 @@ func SystemRootsPEM() []byte {
 // lower-case twins, NO_PROXY for the sandbox's own loopback, and git over
 // ssh through hutch's CONNECT helper.
 func ProxyEnv() []string {
+	return proxyEnv(true)
+}
+
+// proxyEnv is ProxyEnv, without GIT_SSH_COMMAND unless ssh is set.
+func proxyEnv(ssh bool) []string {
 	httpURL := "http://127.0.0.1:" + strconv.Itoa(ProxyHTTPPort)
 	socksURL := "socks5h://127.0.0.1:" + strconv.Itoa(ProxySOCKSPort)
-	return []string{
+	env := []string{
 		"HTTP_PROXY=" + httpURL, "http_proxy=" + httpURL,
 		"HTTPS_PROXY=" + httpURL, "https_proxy=" + httpURL,
 		"ALL_PROXY=" + socksURL, "all_proxy=" + socksURL,
 		"NO_PROXY=localhost,127.0.0.1,::1", "no_proxy=localhost,127.0.0.1,::1",
-		"GIT_SSH_COMMAND=ssh -o ProxyCommand='" + SandboxHutch + " proxy-connect %h %p'",
 	}
+	if ssh {
+		env = append(env, "GIT_SSH_COMMAND=ssh -o ProxyCommand='"+SandboxHutch+" proxy-connect %h %p'")
+	}
+	return env
 }
 
 // Result is how a sandboxed command ended.

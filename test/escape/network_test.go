@@ -86,8 +86,11 @@ func hostAddrs() []net.IP {
 // the host's own non-loopback addresses, to a TEST-NET address over IPv4
 // and IPv6, and UDP to TEST-NET fail at once with "network unreachable";
 // a UDP datagram to the host's loopback never arrives; raw ICMP sockets are
-// refused; proxy variables are not passed, and curl with --noproxy fails.
-// The sandbox's own loopback works (the control).
+// refused; the caller's proxy variables are not passed, and curl with
+// --noproxy fails. On the sandbox's loopback hutch's proxy listens, but
+// only refuses: the proxy variables name it, and a request through it gets
+// 403 "the sandbox has no network" and reaches nothing. The sandbox's own
+// loopback works (the control).
 func TestItem15_DirectEgress(t *testing.T) {
 	forEachMode(t, func(t *testing.T, sb *harness) {
 		var tcp []*listener
@@ -112,9 +115,9 @@ func TestItem15_DirectEgress(t *testing.T) {
 			"socket:raw4":          {"EPERM"},
 			"socket:raw6":          {"EPERM"},
 			"tcp_self":             {"ok"},
-			// No proxy listens in mode "none".
-			"tcp:127.0.0.1:3128": {"ECONNREFUSED"},
-			"tcp:127.0.0.1:1080": {"ECONNREFUSED"},
+			// In mode "none" hutch's proxy listens there only to refuse.
+			"tcp:127.0.0.1:3128": {"ok"},
+			"tcp:127.0.0.1:1080": {"ok"},
 		}
 		for _, l := range tcp {
 			want["tcp:"+l.addr] = []string{"ECONNREFUSED"}
@@ -123,16 +126,24 @@ func TestItem15_DirectEgress(t *testing.T) {
 			want["tcp:"+l.addr] = []string{"ENETUNREACH"}
 		}
 		script := argv(a, sortedKeys(want)...) + `
-echo "PROXY=${HTTP_PROXY:-unset}${HTTPS_PROXY:-unset}${ALL_PROXY:-unset}"
+echo "PROXY=${HTTP_PROXY:-unset} ${HTTPS_PROXY:-unset} ${ALL_PROXY:-unset}"
 if command -v curl >/dev/null; then
-	unset HTTP_PROXY HTTPS_PROXY http_proxy https_proxy ALL_PROXY
+	curl -sS --max-time 5 -o /dev/null -w 'PROXIED %{http_code}\n' http://192.0.2.1/
+	unset HTTP_PROXY HTTPS_PROXY http_proxy https_proxy ALL_PROXY all_proxy
 	curl -sS --noproxy '*' --max-time 5 http://192.0.2.1/; echo "RC curl $?"
 fi
 `
-		r := sb.run(opts{env: []string{"HTTP_PROXY=http://127.0.0.1:3128", "HTTPS_PROXY=http://127.0.0.1:3128", "ALL_PROXY=socks5://127.0.0.1:1080"}}, script)
+		caller := []string{"HTTP_PROXY=http://192.0.2.9:3128", "HTTPS_PROXY=http://192.0.2.9:3128", "ALL_PROXY=socks5://192.0.2.9:1080"}
+		r := sb.run(opts{env: caller}, script)
 		expect(t, r, want)
-		if !strings.Contains(r.stdout, "PROXY=unsetunsetunset") {
-			t.Errorf("proxy variables were passed into the sandbox\n%s", r)
+		if strings.Contains(r.stdout, "192.0.2.9") {
+			t.Errorf("the caller's proxy variables were passed into the sandbox\n%s", r)
+		}
+		if !strings.Contains(r.stdout, "PROXY=http://127.0.0.1:3128 http://127.0.0.1:3128 socks5h://127.0.0.1:1080") {
+			t.Errorf("the proxy variables do not name hutch's refusing proxy\n%s", r)
+		}
+		if strings.Contains(r.stdout, "PROXIED") && !strings.Contains(r.stdout, "PROXIED 403") {
+			t.Errorf("hutch's proxy in mode none did not refuse\n%s", r)
 		}
 		if strings.Contains(r.stdout, "RC curl 0") {
 			t.Errorf("curl --noproxy reached TEST-NET\n%s", r)
@@ -494,9 +505,10 @@ getent ahosts example.com; echo "RC lookup2 $?"
 // exfiltration through the proxy, asking it for random names over plain
 // HTTP, CONNECT and SOCKS5 with a domain address: each is refused as "not
 // in allowedDomains", decided before any lookup (a lookup would have
-// carried the name to the host's resolver). The controls: /etc/hosts
-// answers, and the pinned name is reached through the proxy, which
-// resolves it itself.
+// carried the name to the host's resolver). The sandbox's own lookups are
+// answered "no such host" by hutch on the sandbox's loopback and reported
+// as lookups. The controls: /etc/hosts answers, and the pinned name is
+// reached through the proxy, which resolves it itself.
 func TestItem16_DNSProxy(t *testing.T) {
 	forEachMode(t, func(t *testing.T, sb *harness) {
 		e := newEgressEnv(t, sb)
@@ -553,6 +565,11 @@ try exfil_connect https://` + viaConnect + `/
 			if strings.Contains(ev.Reason, "lookup") || ev.Address != "" && strings.Contains(ev.Host, secret) {
 				t.Errorf("S6: the proxy looked up a name it had to refuse unresolved: %s", ev)
 			}
+		}
+		// The sandbox's own lookup was answered by hutch on its loopback,
+		// and reported; it went nowhere else.
+		if _, ok := findEvent(evs, "lookup", "dns", secret+".example.invalid", 0); !ok {
+			t.Errorf("report: no lookup event for the sandbox's getent\n%s", reportText(evs))
 		}
 	})
 }

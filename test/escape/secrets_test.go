@@ -425,7 +425,8 @@ dump() { for f in /tmp/h.* /tmp/b.* /tmp/e.*; do echo "== $f"; cat "$f"; echo; d
 // free.test's HTTPS is not intercepted: the sandbox sees the upstream's
 // certificate (curl verifies it with the upstream's CA, and the issuer is
 // that CA), the bundle with hutch's CA does not verify it, and the
-// upstream receives the placeholder, never the real value. Conversely,
+// upstream receives the placeholder, never the real value, unreported (the
+// proxy cannot read the tunnel; the README says so). Conversely,
 // the upstream's CA does not verify what the sandbox sees of bound.test.
 func TestItem19_Placeholders(t *testing.T) {
 	forEachMode(t, func(t *testing.T, sb *harness) {
@@ -621,6 +622,15 @@ dump
 		// a_b×5 (header, Basic, body twice, SOCKS5), b_a, plain_a, name_q.
 		if n != 14 {
 			t.Errorf("report: %d refusals name a secret, want 14\n%s", n, reportText(evs))
+		}
+		// As documented (README, Secrets): the placeholder inside HTTPS to
+		// an allowed host no secret is bound to is not seen, so neither
+		// refused nor reported; free.test got the placeholder, never the
+		// real value (above).
+		for _, ev := range evs {
+			if ev.Host == "free.test" && ev.Port == atoi(t, e.tlsF.port) && ev.Action == "blocked" {
+				t.Errorf("report: a refusal for free.test's opaque tunnel, which the proxy cannot read: %s", ev)
+			}
 		}
 	})
 }
