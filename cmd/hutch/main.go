@@ -204,6 +204,12 @@ func cmdRun(args []string, stdin, stdout, stderr *os.File) int {
 	for _, sa := range res.SetAside {
 		egress.rec.Note(setAsideRecord{Time: time.Now(), Action: "set_aside", SetAside: sa})
 	}
+	for _, line := range sandbox.RefusalReport(res.Refused, res.RefusedMore) {
+		fmt.Fprintln(stderr, line)
+	}
+	for _, r := range res.Refused {
+		egress.rec.Note(fileRefusalRecord{Time: time.Now(), Action: "deny", Protocol: "file", FileRefusal: r})
+	}
 	return res.ExitCode
 }
 
@@ -376,4 +382,14 @@ type setAsideRecord struct {
 	Time   time.Time `json:"time"`
 	Action string    `json:"action"` // "set_aside"
 	sandbox.SetAside
+}
+
+// fileRefusalRecord is a line of the report for what the sandbox was
+// refused at a path hutch hid or protected (counted: one line a path and
+// kind of access).
+type fileRefusalRecord struct {
+	Time     time.Time `json:"time"`
+	Action   string    `json:"action"`   // "deny"
+	Protocol string    `json:"protocol"` // "file"
+	sandbox.FileRefusal
 }

@@ -23,7 +23,9 @@ import (
 type builder struct {
 	p     prog
 	root  int8 // slot: O_PATH descriptor of the new root while it is built
-	masks int8 // slot: the detached read-only tmpfs of mask files
+	masks int8 // slot: the detached read-only tmpfs of mask files, or hutch's stand-ins
+	// served: the masks are hutch's stand-ins, a node for each path.
+	served bool
 	// listener is the slot of the seccomp filter's listener, which the
 	// sandbox's PID 1 serves; -1 when the filter hands nothing over.
 	listener int8
@@ -173,12 +175,14 @@ func (b *builder) rebind(desc, path string, ro bool) {
 
 // cover mounts a read-only stand-in from the masks tmpfs over a
 // placeholder, of its kind.
-func (b *builder) cover(desc, path string, kind placeholderKind) {
+func (b *builder) cover(j int, desc, path string, kind placeholderKind) {
 	name := "e"
-	switch kind {
-	case placeholderDir:
+	switch {
+	case b.served:
+		name = coverNodeName(j)
+	case kind == placeholderDir:
 		name = "ed"
-	case placeholderSelf:
+	case kind == placeholderSelf:
 		name = "es"
 	}
 	mnt := b.p.slot()
@@ -189,11 +193,14 @@ func (b *builder) cover(desc, path string, kind placeholderKind) {
 // mask hides path behind the empty directory or file of the masks tmpfs,
 // whichever fits; a path that does not exist, or that not even the first process can
 // reach (which can do all the command can), needs none.
-func (b *builder) mask(path string, dir bool) {
+func (b *builder) mask(i int, path string, dir bool) {
 	desc := "deny read " + path
 	first, second := "f", "d"
+	if b.served {
+		first, second = maskNodeName(i, false), maskNodeName(i, true)
+	}
 	if dir {
-		first, second = "d", "f"
+		first, second = second, first
 	}
 	t, open := b.target(desc, path)
 	mnt := b.p.slot()
@@ -278,35 +285,11 @@ func (b *builder) mounts(cfg initConfig, fds []int8, denyRead []pathKind) {
 		files[i] = b.cloneTree(f.Target+" from "+f.Path, f.Path, fileAttrs)
 	}
 
-	// The masks: an empty file and an empty directory, mode 000, on a
-	// detached read-only tmpfs that is never attached anywhere else.
-	b.masks = b.fsmount("masks", "tmpfs", [][2]string{{"size", "16k"}, {"mode", "0555"}},
-		unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC)
-	f := p.slot()
-	p.call("masks: file", f, unix.SYS_OPENAT, s(b.masks), p.str("f"), k(unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC), k(0))
-	p.close(f)
-	p.call("masks: directory", -1, unix.SYS_MKDIRAT, s(b.masks), p.str("d"), k(0))
-	// Stand-ins for placeholders: empty but readable, as the placeholder
-	// itself is (bound from here, they need no attribute change each).
-	e := p.slot()
-	p.call("masks: placeholder file", e, unix.SYS_OPENAT, s(b.masks), p.str("e"), k(unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC), k(0o444))
-	p.close(e)
-	p.call("masks: placeholder directory", -1, unix.SYS_MKDIRAT, s(b.masks), p.str("ed"), k(0o555))
-	if hasKind(cfg.Placeholders, placeholderSelf) {
-		es := p.slot()
-		p.call("masks: placeholder commondir", es, unix.SYS_OPENAT, s(b.masks), p.str("es"), k(unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC), k(0o444))
-		p.call("masks: placeholder commondir: write", -1, unix.SYS_WRITE, s(es), p.str("."), k(1))
-		p.close(es)
+	if cfg.MasksLayer >= 0 && cfg.MasksLayer < len(fds) {
+		b.servedMasks(fds[cfg.MasksLayer])
+	} else {
+		b.tmpfsMasks(cfg)
 	}
-	if cfg.Listen {
-		r := p.slot()
-		conf := []byte(resolvConf)
-		p.keep = append(p.keep, conf)
-		p.call("masks: resolv.conf", r, unix.SYS_OPENAT, s(b.masks), p.str("r"), k(unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC), k(0o444))
-		p.call("masks: resolv.conf: write", -1, unix.SYS_WRITE, s(r), k(uintptr(unsafe.Pointer(&conf[0]))), ci(len(conf)))
-		p.close(r)
-	}
-	b.setattr("masks: read-only", b.masks, unix.MOUNT_ATTR_RDONLY)
 
 	p.call("attach root", -1, unix.SYS_MOVE_MOUNT, s(rootTree), p.str(""), k(uintptr(unix.AT_FDCWD&0xffffffff)), p.str(stagingDir), k(unix.MOVE_MOUNT_F_EMPTY_PATH))
 	p.close(rootTree)
@@ -392,15 +375,15 @@ func (b *builder) mounts(cfg initConfig, fds []int8, denyRead []pathKind) {
 	for _, path := range cfg.Pin {
 		b.rebind("pin "+path, path, false)
 	}
-	for _, path := range cfg.DenyWrite {
+	for j, path := range cfg.DenyWrite {
 		if ph, ok := cfg.Placeholders[path]; ok {
-			b.cover("protect "+path, path, ph)
+			b.cover(j, "protect "+path, path, ph)
 			continue
 		}
 		b.rebind("protect "+path, path, true)
 	}
-	for _, d := range denyRead {
-		b.mask(d.path, d.dir)
+	for i, d := range denyRead {
+		b.mask(i, d.path, d.dir)
 	}
 	p.close(b.masks)
 
@@ -410,6 +393,54 @@ func (b *builder) mounts(cfg initConfig, fds []int8, denyRead []pathKind) {
 	p.call("detach old root", -1, unix.SYS_UMOUNT2, p.str("."), k(unix.MNT_DETACH))
 	p.close(b.root)
 	p.call("enter workspace "+cfg.Dir, -1, unix.SYS_CHDIR, p.str(cfg.Dir))
+}
+
+// servedMasks takes the stand-ins hutch serves (mnt, their detached mount)
+// as the masks: attached in the first process's own mount namespace where
+// the new root is attached next, on top of them (a mount that came from
+// another namespace cannot be cloned from until it is attached in this
+// one), and gone with the old root.
+func (b *builder) servedMasks(mnt int8) {
+	p := &b.p
+	p.call("stand-ins: attach", -1, unix.SYS_MOVE_MOUNT, s(mnt), p.str(""), k(uintptr(unix.AT_FDCWD&0xffffffff)), p.str(stagingDir), k(unix.MOVE_MOUNT_F_EMPTY_PATH))
+	p.close(mnt)
+	b.masks = p.slot()
+	p.call("stand-ins: open", b.masks, unix.SYS_OPENAT, k(uintptr(unix.AT_FDCWD&0xffffffff)), p.str(stagingDir), k(unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC), k(0))
+	b.served = true
+}
+
+// tmpfsMasks makes the masks: an empty file and an empty directory, mode
+// 000, on a detached read-only tmpfs that is never attached anywhere else,
+// with the placeholders' stand-ins and the sandbox's resolv.conf.
+func (b *builder) tmpfsMasks(cfg initConfig) {
+	p := &b.p
+	b.masks = b.fsmount("masks", "tmpfs", [][2]string{{"size", "16k"}, {"mode", "0555"}},
+		unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC)
+	f := p.slot()
+	p.call("masks: file", f, unix.SYS_OPENAT, s(b.masks), p.str("f"), k(unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC), k(0))
+	p.close(f)
+	p.call("masks: directory", -1, unix.SYS_MKDIRAT, s(b.masks), p.str("d"), k(0))
+	// Stand-ins for placeholders: empty but readable, as the placeholder
+	// itself is (bound from here, they need no attribute change each).
+	e := p.slot()
+	p.call("masks: placeholder file", e, unix.SYS_OPENAT, s(b.masks), p.str("e"), k(unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC), k(0o444))
+	p.close(e)
+	p.call("masks: placeholder directory", -1, unix.SYS_MKDIRAT, s(b.masks), p.str("ed"), k(0o555))
+	if hasKind(cfg.Placeholders, placeholderSelf) {
+		es := p.slot()
+		p.call("masks: placeholder commondir", es, unix.SYS_OPENAT, s(b.masks), p.str("es"), k(unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC), k(0o444))
+		p.call("masks: placeholder commondir: write", -1, unix.SYS_WRITE, s(es), p.str("."), k(1))
+		p.close(es)
+	}
+	if cfg.Listen {
+		r := p.slot()
+		conf := []byte(resolvConf)
+		p.keep = append(p.keep, conf)
+		p.call("masks: resolv.conf", r, unix.SYS_OPENAT, s(b.masks), p.str(resolvNodeName), k(unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC), k(0o444))
+		p.call("masks: resolv.conf: write", -1, unix.SYS_WRITE, s(r), k(uintptr(unsafe.Pointer(&conf[0]))), ci(len(conf)))
+		p.close(r)
+	}
+	b.setattr("masks: read-only", b.masks, unix.MOUNT_ATTR_RDONLY)
 }
 
 // pathKind is a deny-read path and whether it is a directory (as hutch saw

@@ -65,6 +65,10 @@ type initConfig struct {
 	// lower, so that the sandbox reads a home its identity could not
 	// enter); the first process attaches it.
 	HomeLayer int
+	// MasksLayer, when >= 0, is the index among the descriptors hutch sends
+	// of the stand-ins hutch serves itself (see standIns): the masks and
+	// placeholders are cloned from it instead of from a tmpfs.
+	MasksLayer int
 	// HomeOverlay makes the first process build that overlay itself (an
 	// ordinary user, whose home the sandbox reads as it is): the real
 	// home below, a tmpfs of TmpBytes above.

@@ -114,6 +114,7 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		AgentFD:    -1,
 		RootLayer:  -1,
 		HomeLayer:  -1,
+		MasksLayer: -1,
 		KeepCaps:   keepCaps,
 	}
 	if agent != nil {
@@ -340,10 +341,28 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		cfg.Files[i].FD = nrecv
 		nrecv++
 	}
+	denyKinds := denyReadKinds(effectiveDenyRead(cfg.DenyRead, cfg.AllowRead), cfg.Writable)
+	if asRoot && agent == nil && layer == nil && !cfg.Missing["fuse"] {
+		// What the sandbox tries at the masks and placeholders is reported
+		// at its end; without FUSE they refuse all the same, unseen.
+		var defaults []string
+		if !s.Filesystem.NoDefaultDenies {
+			defaults = policy.DefaultDenyRead(envHome(c.Environ))
+		}
+		si, err := serveStandIns(cfg, denyKinds, defaults, s.Filesystem.DenyWrite, uint32(hostUID), uint32(hostGID))
+		if err != nil {
+			c.Log.Debug("stand-ins not served: refusals go unreported", "err", err)
+		} else {
+			l.standIns = si
+			l.onClose(si.close)
+			cfg.MasksLayer = nrecv
+			nrecv++
+		}
+	}
 	recvd := b.receive(int(childCtl.Fd()), nrecv)
 	b.identity(ids{uid: innerUID, gid: innerGID, setgroups: asRoot})
 	b.dieWithHutch(int(childCtl.Fd()))
-	b.mounts(cfg, recvd, denyReadKinds(effectiveDenyRead(cfg.DenyRead, cfg.AllowRead), cfg.Writable))
+	b.mounts(cfg, recvd, denyKinds)
 	if err := b.harden(cfg, ruleset, int(childCtl.Fd())); err != nil {
 		childCtl.Close()
 		return res, err
@@ -413,6 +432,10 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 	}
 	fds = append(fds, fileTrees...)
 	fileTrees = nil
+	if l.standIns != nil {
+		fds = append(fds, l.standIns.mnt)
+		l.standIns.mnt = -1 // closed with fds once sent
+	}
 	var oob []byte
 	if len(fds) > 0 {
 		oob = unix.UnixRights(fds...)
@@ -523,6 +546,9 @@ func Run(ctx context.Context, c Config) (Result, error) {
 		term.Drain()
 	}
 	res.SetAside = l.finish()
+	if l.standIns != nil {
+		res.Refused, res.RefusedMore = l.standIns.refused()
+	}
 	if l.group != nil {
 		if n, err := l.group.OOMKills(); err == nil && n > 0 {
 			res.OOMKilled = true
@@ -544,8 +570,10 @@ type launched struct {
 	dropped []string
 	closers []func()
 	after   *aftercare // what to check once the sandbox has ended, if anything
-	warn    io.Writer  // where close reports what aftercare set aside
-	log     *slog.Logger
+	// standIns serves the masks and placeholders, when hutch does.
+	standIns *standIns
+	warn     io.Writer // where close reports what aftercare set aside
+	log      *slog.Logger
 }
 
 // finish runs the aftercare once the sandbox has ended, once: what the

@@ -20,7 +20,9 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/proxyconnect"
@@ -230,6 +232,84 @@ type Result struct {
 	// SetAside lists what the sandbox made in its writable areas that would
 	// run commands outside it, and that hutch renamed when it ended.
 	SetAside []SetAside
+	// Refused lists what the sandbox tried at the paths hutch hid or
+	// protected and was refused, once per path and kind of access, in the
+	// order of the first attempt. Empty when hutch could not watch them
+	// (see FileRefusal).
+	Refused []FileRefusal
+	// RefusedMore counts the refusals beyond the maxFileRefusals distinct
+	// ones Refused holds.
+	RefusedMore int
+}
+
+// FileRefusal is what the sandbox tried at a path hutch hid (deny-read)
+// or protected (a placeholder hutch put over a protected path that did not
+// exist), and how often. hutch sees these when it serves the stand-ins
+// itself (as root, with FUSE); a path that exists and is only bound
+// read-only refuses writes in the kernel, unseen.
+type FileRefusal struct {
+	Path  string `json:"path"`            // in the sandbox's view
+	Op    string `json:"op"`              // read, write, create, remove or change
+	Rule  string `json:"rule"`            // what refused it
+	Allow string `json:"allow,omitempty"` // the flag that would allow it, if one does
+	Count int    `json:"count"`
+}
+
+// maxFileRefusals bounds the distinct refusals a sandbox's Result holds.
+const maxFileRefusals = 1000
+
+// fileRefusalsListed is how many distinct refusals RefusalReport lists.
+const fileRefusalsListed = 5
+
+// RefusalReport returns what hutch says about the file refusals at the
+// end of a run: a line of what was refused, and one of what would allow
+// it, when a flag would.
+func RefusalReport(refused []FileRefusal, more int) []string {
+	if len(refused) == 0 {
+		return nil
+	}
+	total := more
+	for _, r := range refused {
+		total += r.Count
+	}
+	var b strings.Builder
+	noun := "file accesses"
+	if total == 1 {
+		noun = "file access"
+	}
+	fmt.Fprintf(&b, "hutch: refused %d %s: ", total, noun)
+	var fixes []string
+	for i, r := range refused {
+		if r.Allow != "" && !slices.Contains(fixes, r.Allow) {
+			fixes = append(fixes, r.Allow)
+		}
+		if i == fileRefusalsListed {
+			fmt.Fprintf(&b, ", and %d more", len(refused)-i)
+			continue
+		}
+		if i > fileRefusalsListed {
+			continue
+		}
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s %s (%s)", r.Op, r.Path, r.Rule)
+		if r.Count > 1 {
+			fmt.Fprintf(&b, " ×%d", r.Count)
+		}
+	}
+	if more > 0 && len(refused) <= fileRefusalsListed {
+		b.WriteString(", and more")
+	}
+	out := []string{b.String()}
+	if len(fixes) > 0 {
+		what := "them"
+		if total == 1 {
+			what = "it"
+		}
+		out = append(out, fmt.Sprintf("hutch: to allow %s: %s", what, strings.Join(fixes, " ")))
+	}
+	return out
 }
 
 // SetAside is a file or directory the sandbox made that hutch renamed when
