@@ -28,6 +28,8 @@ type runEgress struct {
 	// the sandbox's CA) when it has secrets; its directory is removed by
 	// finish.
 	caBundle string
+	// id names the sandbox in the report's lines.
+	id string
 }
 
 // newEgress sets up the proxy for spec's network policy and opens the
@@ -49,6 +51,7 @@ func newEgress(spec policy.Spec, explicitNone bool, report string, upstreamCAs [
 	}
 	e.rec = egress.NewRecorder(w)
 	id := newRunID()
+	e.id = id
 	switch spec.Network.Mode {
 	case "host":
 		fmt.Fprintln(stderr, "hutch: warning: --net host: the sandbox shares the host's network; no egress policy applies")

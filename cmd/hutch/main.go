@@ -202,13 +202,13 @@ func cmdRun(args []string, stdin, stdout, stderr *os.File) int {
 		fmt.Fprintln(stderr, line)
 	}
 	for _, sa := range res.SetAside {
-		egress.rec.Note(setAsideRecord{Time: time.Now(), Action: "set_aside", SetAside: sa})
+		egress.rec.Note(setAsideRecord{Time: time.Now(), Sandbox: egress.id, Action: "set_aside", SetAside: sa})
 	}
 	for _, line := range sandbox.RefusalReport(res.Refused, res.RefusedMore) {
 		fmt.Fprintln(stderr, line)
 	}
 	for _, r := range res.Refused {
-		egress.rec.Note(fileRefusalRecord{Time: time.Now(), Action: "deny", Protocol: "file", FileRefusal: r})
+		egress.rec.Note(fileRefusalRecord{Time: time.Now(), Sandbox: egress.id, Action: "blocked", Protocol: "file", FileRefusal: r})
 	}
 	return res.ExitCode
 }
@@ -379,8 +379,9 @@ func (p *policyFlags) apply(s *policy.Spec) error {
 
 // setAsideRecord is the --report line of something hutch set aside.
 type setAsideRecord struct {
-	Time   time.Time `json:"time"`
-	Action string    `json:"action"` // "set_aside"
+	Time    time.Time `json:"time"`
+	Sandbox string    `json:"sandbox"`
+	Action  string    `json:"action"` // "set_aside"
 	sandbox.SetAside
 }
 
@@ -389,7 +390,8 @@ type setAsideRecord struct {
 // kind of access).
 type fileRefusalRecord struct {
 	Time     time.Time `json:"time"`
-	Action   string    `json:"action"`   // "deny"
+	Sandbox  string    `json:"sandbox"`
+	Action   string    `json:"action"`   // "blocked"
 	Protocol string    `json:"protocol"` // "file"
 	sandbox.FileRefusal
 }

@@ -72,16 +72,7 @@ func TestHomeModes(t *testing.T) {
 			writeFile(t, filepath.Join(home, ".config", "tool", "conf"), "setting\n", 0o644)
 			writeFile(t, filepath.Join(home, ".aws", "credentials"), "SECRET\n", 0o600)
 			writeFile(t, filepath.Join(home, "go", "bin", "tool"), "#!/bin/sh\necho toolchain\n", 0o755)
-			for _, d := range []string{home, ws} {
-				if err := filepath.Walk(d, func(p string, _ os.FileInfo, err error) error {
-					if err != nil {
-						return err
-					}
-					return os.Chown(p, uid, uid)
-				}); err != nil {
-					t.Fatal(err)
-				}
-			}
+			chownTree(t, uid, home, ws)
 			if uid == 0 {
 				if err := os.Chmod(home, 0o700); err != nil { // as /root is
 					t.Fatal(err)
