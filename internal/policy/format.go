@@ -105,5 +105,25 @@ func (s Spec) Format() ([]byte, error) {
 	if err := enc.Close(); err != nil {
 		return nil, fmt.Errorf("format policy: %w", err)
 	}
-	return buf.Bytes(), nil
+	// What the home mode means, said where it is set: a home that looks
+	// like the user's but keeps nothing surprises the most.
+	out := buf.Bytes()
+	if note := homeNote(s.Filesystem.Home); note != "" {
+		line := []byte("\n  home: " + s.Filesystem.Home + "\n")
+		out = bytes.Replace(out, line, []byte("\n  home: "+s.Filesystem.Home+" # "+note+"\n"), 1)
+	}
+	return out, nil
+}
+
+// homeNote explains a home mode in a line.
+func homeNote(mode string) string {
+	switch mode {
+	case "ro":
+		return "your home, read-only (credentials hidden); what the sandbox writes there is dropped at its end"
+	case "tmp":
+		return "an empty home of the sandbox's own, dropped at its end"
+	case "persist":
+		return "a home of the sandbox's own, kept for this workspace under ~/.local/state/hutch/homes"
+	}
+	return ""
 }
