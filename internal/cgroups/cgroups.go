@@ -40,7 +40,9 @@ var (
 	// ErrPermission is wrapped by errors about cgroups the caller may not
 	// change, e.g. an ordinary user without a delegated cgroup. Such errors
 	// match ErrNotSupported as well.
-	ErrPermission = fmt.Errorf("no permission to manage cgroups: %w", ErrNotSupported)
+	// (Neither is built with fmt.Errorf: these are set during package
+	// initialization, at every start of hutch.)
+	ErrPermission error = tagged{errors.New("no permission to manage cgroups"), ErrNotSupported}
 )
 
 // tagged prints as err but also matches kind with errors.Is.

@@ -43,8 +43,19 @@ const supervisor = "hutch-supervisor"
 // directories to go.
 const killTimeout = 5 * time.Second
 
-// layout is the caller's cgroup layout, read once per process.
-var layout = sync.OnceValues(readLayout)
+// layoutOnce guards the caller's cgroup layout, read once per process
+// (by layout; a sync.OnceValues would be built at every start of hutch).
+var (
+	layoutOnce sync.Once
+	layoutInfo Info
+	layoutErr  error
+)
+
+// layout returns the caller's cgroup layout.
+func layout() (Info, error) {
+	layoutOnce.Do(func() { layoutInfo, layoutErr = readLayout() })
+	return layoutInfo, layoutErr
+}
 
 // Available describes where each controller lives for the caller.
 func Available() (Info, error) {
