@@ -609,10 +609,19 @@ func writeFile(path, value string) error {
 		return &fs.PathError{Op: "open", Path: path, Err: err}
 	}
 	defer unix.Close(fd)
-	if _, err := unix.Write(fd, []byte(value)); err != nil {
-		return &fs.PathError{Op: "write", Path: path, Err: err}
+	for {
+		_, err := unix.Write(fd, []byte(value))
+		switch {
+		case err == unix.EINTR:
+			// cgroup v1 refuses a memory limit while a signal is pending
+			// (the Go runtime's preemption signal, say): write again, as
+			// package os does.
+			continue
+		case err != nil:
+			return &fs.PathError{Op: "write", Path: path, Err: err}
+		}
+		return nil
 	}
-	return nil
 }
 
 func readPids(path string) ([]int, error) {
