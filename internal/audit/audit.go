@@ -35,8 +35,9 @@ import (
 // FileName is the log's file name in the daemon's state directory.
 const FileName = "audit.jsonl"
 
-// zeroHash is the prev of the first line.
-var zeroHash = strings.Repeat("0", 64)
+// zeroHash is the prev of the first line: as many zeros as a SHA-256 has
+// hex digits (a constant, not built during package initialization).
+const zeroHash = "0000000000000000000000000000000000000000000000000000000000000000"
 
 // Entry is one audited event.
 type Entry struct {

@@ -40,8 +40,16 @@ var (
 	// ErrPermission is wrapped by errors about cgroups the caller may not
 	// change, e.g. an ordinary user without a delegated cgroup. Such errors
 	// match ErrNotSupported as well.
-	ErrPermission = fmt.Errorf("no permission to manage cgroups: %w", ErrNotSupported)
+	ErrPermission error = permissionError{}
 )
+
+// permissionError is ErrPermission: a value of its own type, not one built
+// with fmt.Errorf, so that package initialization (at every start of
+// hutch) has nothing to do for it.
+type permissionError struct{}
+
+func (permissionError) Error() string { return "no permission to manage cgroups" }
+func (permissionError) Unwrap() error { return ErrNotSupported }
 
 // tagged prints as err but also matches kind with errors.Is.
 type tagged struct{ err, kind error }

@@ -43,8 +43,19 @@ const supervisor = "hutch-supervisor"
 // directories to go.
 const killTimeout = 5 * time.Second
 
-// layout is the caller's cgroup layout, read once per process.
-var layout = sync.OnceValues(readLayout)
+// layoutOnce guards the caller's cgroup layout, read once per process
+// (by layout; a sync.OnceValues would be built at every start of hutch).
+var (
+	layoutOnce sync.Once
+	layoutInfo Info
+	layoutErr  error
+)
+
+// layout returns the caller's cgroup layout.
+func layout() (Info, error) {
+	layoutOnce.Do(func() { layoutInfo, layoutErr = readLayout() })
+	return layoutInfo, layoutErr
+}
 
 // Available describes where each controller lives for the caller.
 func Available() (Info, error) {
@@ -598,10 +609,19 @@ func writeFile(path, value string) error {
 		return &fs.PathError{Op: "open", Path: path, Err: err}
 	}
 	defer unix.Close(fd)
-	if _, err := unix.Write(fd, []byte(value)); err != nil {
-		return &fs.PathError{Op: "write", Path: path, Err: err}
+	for {
+		_, err := unix.Write(fd, []byte(value))
+		switch {
+		case err == unix.EINTR:
+			// cgroup v1 refuses a memory limit while a signal is pending
+			// (the Go runtime's preemption signal, say): write again, as
+			// package os does.
+			continue
+		case err != nil:
+			return &fs.PathError{Op: "write", Path: path, Err: err}
+		}
+		return nil
 	}
-	return nil
 }
 
 func readPids(path string) ([]int, error) {

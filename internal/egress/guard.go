@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 )
 
 // The address guard refuses every address that is not public unicast:
@@ -33,48 +34,55 @@ type addrRange struct {
 	class  string
 }
 
-// v4Ranges are the non-public IPv4 ranges, most specific first: the first
-// range that holds an address gives its class.
-var v4Ranges = []addrRange{
-	{netip.MustParsePrefix("169.254.169.254/32"), classMetadata}, // AWS, GCP, Azure, …
-	{netip.MustParsePrefix("169.254.170.2/32"), classMetadata},   // ECS task credentials
-	{netip.MustParsePrefix("100.100.100.200/32"), classMetadata}, // Alibaba Cloud
-	{netip.MustParsePrefix("168.63.129.16/32"), classMetadata},   // Azure's platform endpoint (WireServer)
-	{netip.MustParsePrefix("192.0.0.192/32"), classMetadata},     // Oracle Cloud
-	{netip.MustParsePrefix("255.255.255.255/32"), classBroadcast},
-	{netip.MustParsePrefix("0.0.0.0/8"), classUnspecified},
-	{netip.MustParsePrefix("127.0.0.0/8"), classLoopback},
-	{netip.MustParsePrefix("10.0.0.0/8"), classPrivate},
-	{netip.MustParsePrefix("172.16.0.0/12"), classPrivate},
-	{netip.MustParsePrefix("192.168.0.0/16"), classPrivate},
-	{netip.MustParsePrefix("100.64.0.0/10"), classCGNAT},
-	{netip.MustParsePrefix("169.254.0.0/16"), classLinkLocal},
-	{netip.MustParsePrefix("192.0.0.0/24"), classReserved},    // IETF protocol assignments
-	{netip.MustParsePrefix("198.18.0.0/15"), classReserved},   // benchmarking
-	{netip.MustParsePrefix("192.0.2.0/24"), classReserved},    // TEST-NET-1
-	{netip.MustParsePrefix("198.51.100.0/24"), classReserved}, // TEST-NET-2
-	{netip.MustParsePrefix("203.0.113.0/24"), classReserved},  // TEST-NET-3
-	{netip.MustParsePrefix("224.0.0.0/4"), classMulticast},
-	{netip.MustParsePrefix("240.0.0.0/4"), classReserved},
+// rangeText is a range as written in the tables below: a CIDR and its class.
+type rangeText struct{ cidr, class string }
+
+// The tables below are parsed on first use (see tables): parsing them
+// during package initialization would cost every start of hutch, though
+// most of its commands never classify an address.
+
+// v4RangeText are the non-public IPv4 ranges, most specific first: the
+// first range that holds an address gives its class.
+var v4RangeText = []rangeText{
+	{"169.254.169.254/32", classMetadata}, // AWS, GCP, Azure, …
+	{"169.254.170.2/32", classMetadata},   // ECS task credentials
+	{"100.100.100.200/32", classMetadata}, // Alibaba Cloud
+	{"168.63.129.16/32", classMetadata},   // Azure's platform endpoint (WireServer)
+	{"192.0.0.192/32", classMetadata},     // Oracle Cloud
+	{"255.255.255.255/32", classBroadcast},
+	{"0.0.0.0/8", classUnspecified},
+	{"127.0.0.0/8", classLoopback},
+	{"10.0.0.0/8", classPrivate},
+	{"172.16.0.0/12", classPrivate},
+	{"192.168.0.0/16", classPrivate},
+	{"100.64.0.0/10", classCGNAT},
+	{"169.254.0.0/16", classLinkLocal},
+	{"192.0.0.0/24", classReserved},    // IETF protocol assignments
+	{"198.18.0.0/15", classReserved},   // benchmarking
+	{"192.0.2.0/24", classReserved},    // TEST-NET-1
+	{"198.51.100.0/24", classReserved}, // TEST-NET-2
+	{"203.0.113.0/24", classReserved},  // TEST-NET-3
+	{"224.0.0.0/4", classMulticast},
+	{"240.0.0.0/4", classReserved},
 }
 
-// v6Ranges are the non-public IPv6 ranges that carry no IPv4 address,
+// v6RangeText are the non-public IPv6 ranges that carry no IPv4 address,
 // most specific first.
-var v6Ranges = []addrRange{
-	{netip.MustParsePrefix("fd00:ec2::/32"), classMetadata},          // AWS over IPv6 (fd00:ec2::254 and its other endpoints)
-	{netip.MustParsePrefix("fd20:ce::254/128"), classMetadata},       // Google Cloud over IPv6
-	{netip.MustParsePrefix("fd00:c1::a9fe:a9fe/128"), classMetadata}, // metadata over IPv6 (169.254.169.254 in a ULA)
-	{netip.MustParsePrefix("fd00:42::42/128"), classMetadata},        // metadata over IPv6
-	{netip.MustParsePrefix("::/128"), classUnspecified},
-	{netip.MustParsePrefix("::1/128"), classLoopback},
-	{netip.MustParsePrefix("64:ff9b:1::/48"), classPrivate}, // local-use NAT64
-	{netip.MustParsePrefix("fc00::/7"), classPrivate},       // unique local
-	{netip.MustParsePrefix("fe80::/10"), classLinkLocal},
-	{netip.MustParsePrefix("fec0::/10"), classPrivate}, // site-local (deprecated)
-	{netip.MustParsePrefix("ff00::/8"), classMulticast},
-	{netip.MustParsePrefix("100::/64"), classReserved},      // discard-only
-	{netip.MustParsePrefix("2001:db8::/32"), classReserved}, // documentation
-	{netip.MustParsePrefix("2001::/32"), classReserved},     // Teredo
+var v6RangeText = []rangeText{
+	{"fd00:ec2::/32", classMetadata},          // AWS over IPv6 (fd00:ec2::254 and its other endpoints)
+	{"fd20:ce::254/128", classMetadata},       // Google Cloud over IPv6
+	{"fd00:c1::a9fe:a9fe/128", classMetadata}, // metadata over IPv6 (169.254.169.254 in a ULA)
+	{"fd00:42::42/128", classMetadata},        // metadata over IPv6
+	{"::/128", classUnspecified},
+	{"::1/128", classLoopback},
+	{"64:ff9b:1::/48", classPrivate}, // local-use NAT64
+	{"fc00::/7", classPrivate},       // unique local
+	{"fe80::/10", classLinkLocal},
+	{"fec0::/10", classPrivate}, // site-local (deprecated)
+	{"ff00::/8", classMulticast},
+	{"100::/64", classReserved},      // discard-only
+	{"2001:db8::/32", classReserved}, // documentation
+	{"2001::/32", classReserved},     // Teredo
 }
 
 // embedding is an IPv6 range whose addresses carry an IPv4 address: an
@@ -85,12 +93,47 @@ type embedding struct {
 	at     int // the byte offset of the IPv4 address
 }
 
-// v4Embeddings are the IPv6 ranges that carry an IPv4 address.
-var v4Embeddings = []embedding{
-	{netip.MustParsePrefix("::ffff:0:0/96"), 12}, // v4-mapped
-	{netip.MustParsePrefix("::/96"), 12},         // v4-compatible (deprecated)
-	{netip.MustParsePrefix("64:ff9b::/96"), 12},  // NAT64 well-known prefix
-	{netip.MustParsePrefix("2002::/16"), 2},      // 6to4: bits 16–47
+// v4EmbeddingText are the IPv6 ranges that carry an IPv4 address, with the
+// byte offset of the IPv4 address in them.
+var v4EmbeddingText = []struct {
+	cidr string
+	at   int
+}{
+	{"::ffff:0:0/96", 12}, // v4-mapped
+	{"::/96", 12},         // v4-compatible (deprecated)
+	{"64:ff9b::/96", 12},  // NAT64 well-known prefix
+	{"2002::/16", 2},      // 6to4: bits 16–47
+}
+
+// rangeTables are the parsed tables: the IPv4 and IPv6 ranges and the
+// IPv6 ranges that carry an IPv4 address.
+type rangeTables struct {
+	v4, v6       []addrRange
+	v4Embeddings []embedding
+}
+
+var (
+	tablesOnce   sync.Once
+	parsedTables rangeTables
+)
+
+// tables returns the tables above, parsed once.
+func tables() *rangeTables {
+	tablesOnce.Do(func() {
+		parse := func(ts []rangeText) []addrRange {
+			rs := make([]addrRange, len(ts))
+			for i, t := range ts {
+				rs[i] = addrRange{netip.MustParsePrefix(t.cidr), t.class}
+			}
+			return rs
+		}
+		parsedTables.v4 = parse(v4RangeText)
+		parsedTables.v6 = parse(v6RangeText)
+		for _, e := range v4EmbeddingText {
+			parsedTables.v4Embeddings = append(parsedTables.v4Embeddings, embedding{netip.MustParsePrefix(e.cidr), e.at})
+		}
+	})
+	return &parsedTables
 }
 
 // Classify returns "" for an address the guard lets through by default (a
@@ -112,7 +155,7 @@ func Classify(a netip.Addr, hostAddrs []netip.Addr) string {
 		}
 	}
 	if a.Is4() {
-		return rangeClass(v4Ranges, a)
+		return rangeClass(tables().v4, a)
 	}
 	// :: and ::1 lie in the v4-compatible range but are classes of
 	// their own.
@@ -121,7 +164,7 @@ func Classify(a netip.Addr, hostAddrs []netip.Addr) string {
 			return Classify(v4, hostAddrs)
 		}
 	}
-	return rangeClass(v6Ranges, a)
+	return rangeClass(tables().v6, a)
 }
 
 // rangeClass returns the class of the first range of rs that holds a, or
@@ -136,9 +179,9 @@ func rangeClass(rs []addrRange, a netip.Addr) string {
 }
 
 // embedded returns the IPv4 address that the IPv6 address a carries, if a
-// lies in one of v4Embeddings.
+// lies in one of the ranges of v4EmbeddingText.
 func embedded(a netip.Addr) (netip.Addr, bool) {
-	for _, e := range v4Embeddings {
+	for _, e := range tables().v4Embeddings {
 		if e.prefix.Contains(a) {
 			b := a.As16()
 			return netip.AddrFrom4([4]byte(b[e.at : e.at+4])), true
@@ -163,15 +206,15 @@ func prefixClass(p netip.Prefix, hostAddrs []netip.Addr) string {
 	}
 	a := p.Addr()
 	if a.Is4() {
-		return containingClass(v4Ranges, p)
+		return containingClass(tables().v4, p)
 	}
-	for _, e := range v4Embeddings {
+	for _, e := range tables().v4Embeddings {
 		if e.prefix.Bits() <= p.Bits() && e.prefix.Contains(a) {
 			v4, _ := embedded(a)
 			return prefixClass(netip.PrefixFrom(v4, min(p.Bits()-e.prefix.Bits(), 32)).Masked(), hostAddrs)
 		}
 	}
-	return containingClass(v6Ranges, p)
+	return containingClass(tables().v6, p)
 }
 
 // containingClass returns the class of the first range of rs that holds
@@ -311,7 +354,7 @@ func onlySpecial(p netip.Prefix, hostAddrs []netip.Addr) bool {
 // address or (IPv6) a range that carries IPv4 addresses.
 func mayHoldSpecial(p netip.Prefix, hostAddrs []netip.Addr) bool {
 	if p.Addr().Is6() {
-		for _, e := range v4Embeddings {
+		for _, e := range tables().v4Embeddings {
 			if e.prefix.Bits() <= p.Bits() && e.prefix.Contains(p.Addr()) {
 				v4, _ := embedded(p.Addr())
 				return mayHoldSpecial(netip.PrefixFrom(v4, min(p.Bits()-e.prefix.Bits(), 32)).Masked(), hostAddrs)
@@ -321,9 +364,9 @@ func mayHoldSpecial(p netip.Prefix, hostAddrs []netip.Addr) bool {
 			}
 		}
 	}
-	rs := v6Ranges
+	rs := tables().v6
 	if p.Addr().Is4() {
-		rs = v4Ranges
+		rs = tables().v4
 	}
 	for _, r := range rs {
 		if r.prefix.Overlaps(p) {

@@ -396,16 +396,17 @@ func (d *srtDecoder) srtNetwork(nw *Network, denied []string, deniedNode *yaml.N
 			nw.AllowedDomains[i] = dom + ":" + AnyPort
 		}
 	}
-	open := slices.Clone(srtNameRanges)
+	names, guarded := srtNameRanges(), guardedRanges()
+	open := slices.Clone(names)
 	for i, a := range denied {
 		p := addrOrCIDR(a)
-		for _, o := range srtNameRanges {
+		for _, o := range names {
 			if o.Overlaps(p) {
 				open = subtractPrefix(open, p)
 				break
 			}
 		}
-		if within(p, srtNameRanges) || within(p, guardedRanges) {
+		if within(p, names) || within(p, guarded) {
 			continue
 		}
 		if !p.IsSingleIP() {
@@ -423,22 +424,28 @@ func (d *srtDecoder) srtNetwork(nw *Network, denied []string, deniedNode *yaml.N
 	return nil
 }
 
-// srtNameRanges are the private-use and reserved ranges that srt lets an
-// allowed name resolve to, and that hutch's guard refuses unless
-// network.private_names opens them.
-var srtNameRanges = mustPrefixes(
-	"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10",
-	"192.0.0.0/24", "192.0.2.0/24", "198.18.0.0/15", "198.51.100.0/24", "203.0.113.0/24", "240.0.0.0/4",
-	"fc00::/7", "fec0::/10", "64:ff9b:1::/48", "100::/64", "2001:db8::/32", "2001::/32",
-)
+// srtNameRanges returns the private-use and reserved ranges that srt lets
+// an allowed name resolve to, and that hutch's guard refuses unless
+// network.private_names opens them. (Parsed at each call, which only an
+// srt settings file makes: not during package initialization, at every
+// start of hutch.)
+func srtNameRanges() []netip.Prefix {
+	return mustPrefixes(
+		"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10",
+		"192.0.0.0/24", "192.0.2.0/24", "198.18.0.0/15", "198.51.100.0/24", "203.0.113.0/24", "240.0.0.0/4",
+		"fc00::/7", "fec0::/10", "64:ff9b:1::/48", "100::/64", "2001:db8::/32", "2001::/32",
+	)
+}
 
-// guardedRanges are ranges whose addresses hutch refuses to a name
+// guardedRanges returns ranges whose addresses hutch refuses to a name
 // whatever network.private_names says: unspecified, loopback, link-local,
 // multicast.
-var guardedRanges = mustPrefixes(
-	"0.0.0.0/8", "127.0.0.0/8", "169.254.0.0/16", "224.0.0.0/4",
-	"::/128", "::1/128", "fe80::/10", "ff00::/8",
-)
+func guardedRanges() []netip.Prefix {
+	return mustPrefixes(
+		"0.0.0.0/8", "127.0.0.0/8", "169.254.0.0/16", "224.0.0.0/4",
+		"::/128", "::1/128", "fe80::/10", "ff00::/8",
+	)
+}
 
 func mustPrefixes(ss ...string) []netip.Prefix {
 	out := make([]netip.Prefix, len(ss))

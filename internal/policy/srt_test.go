@@ -193,7 +193,7 @@ func TestSRTDocs(t *testing.T) {
 // srtNames are the ranges srtNameRanges as strings.
 func srtNames() []string {
 	var out []string
-	for _, p := range srtNameRanges {
+	for _, p := range srtNameRanges() {
 		out = append(out, p.String())
 	}
 	return out

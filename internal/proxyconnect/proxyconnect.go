@@ -21,8 +21,9 @@ const Port = 3128
 // maxHeaderBytes bounds the proxy's answer to CONNECT.
 const maxHeaderBytes = 64 << 10
 
-// proxyAddr is where the proxy listens (tests change it).
-var proxyAddr = "127.0.0.1:" + strconv.Itoa(Port)
+// proxyAddr is where the proxy listens when set (tests set it); else
+// 127.0.0.1:Port.
+var proxyAddr string
 
 // Main is `proxy-connect HOST PORT`: it returns the process's exit code. A
 // refusal is printed with the proxy's reason.
@@ -37,6 +38,9 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 2
 	}
 	proxy := proxyAddr
+	if proxy == "" {
+		proxy = "127.0.0.1:" + strconv.Itoa(Port)
+	}
 	conn, err := net.Dial("tcp", proxy)
 	if err != nil {
 		fmt.Fprintf(stderr, "hutch: proxy-connect: no proxy at %s (is the sandbox running with --net proxy?): %v\n", proxy, err)

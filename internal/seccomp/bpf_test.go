@@ -153,7 +153,7 @@ var otherNumbers = map[string]map[string]int{
 
 func nrOf(t testing.TB, a *arch, name string) int32 {
 	t.Helper()
-	if nr, ok := a.numbers[name]; ok {
+	if nr, ok := a.number(name); ok {
 		return int32(nr)
 	}
 	if nr, ok := otherNumbers[a.name][name]; ok {
@@ -462,7 +462,7 @@ func TestEveryRule(t *testing.T) {
 			t.Fatalf("%s: %v", a.name, err)
 		}
 		for _, r := range rules {
-			nr := a.numbers[r.Name]
+			nr, _ := a.number(r.Name)
 			if nr == absent {
 				continue
 			}
@@ -520,9 +520,9 @@ func TestLowWordOnly(t *testing.T) {
 
 // testArch is a made-up architecture for synthetic rule tables.
 func testArch(names ...string) *arch {
-	a := &arch{name: "test", audit: auditArchX86_64, numbers: map[string]int{"absent": absent}}
+	a := &arch{name: "test", audit: auditArchX86_64, numbers: []syscallNumber{{"absent", absent}}}
 	for i, n := range names {
-		a.numbers[n] = 100 + i
+		a.numbers = append(a.numbers, syscallNumber{n, 100 + i})
 	}
 	return a
 }
@@ -709,7 +709,11 @@ func TestTables(t *testing.T) {
 	}
 	for _, a := range []*arch{archAMD64, archARM64} {
 		seen := map[int]string{}
-		for name, nr := range a.numbers {
+		for _, n := range a.numbers {
+			name, nr := n.name, n.nr
+			if first, _ := a.number(name); first != nr {
+				t.Errorf("%s: %s listed twice", a.name, name)
+			}
 			if !used[name] {
 				t.Errorf("%s: %s has a number but no rule", a.name, name)
 			}
@@ -725,15 +729,15 @@ func TestTables(t *testing.T) {
 			seen[nr] = name
 		}
 		for name := range used {
-			if _, ok := a.numbers[name]; !ok {
+			if _, ok := a.number(name); !ok {
 				t.Errorf("%s: no number for %s", a.name, name)
 			}
 		}
 	}
 	// x86_64 must have every call in the table.
-	for name, nr := range archAMD64.numbers {
-		if nr == absent {
-			t.Errorf("amd64: %s marked absent", name)
+	for _, n := range archAMD64.numbers {
+		if n.nr == absent {
+			t.Errorf("amd64: %s marked absent", n.name)
 		}
 	}
 }

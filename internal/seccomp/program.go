@@ -258,7 +258,7 @@ func assemble(rs []Rule, a *arch) ([]instruction, error) {
 	var blocks []*syscallBlock
 	byName := map[string]*syscallBlock{}
 	for i, r := range rs {
-		nr, ok := a.numbers[r.Name]
+		nr, ok := a.number(r.Name)
 		if !ok {
 			return nil, fmt.Errorf("rule %d: no syscall %q in the %s table", i, r.Name, a.name)
 		}

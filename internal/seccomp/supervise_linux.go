@@ -127,7 +127,7 @@ func answer(fd int) {
 		return
 	}
 	resp := notifResp{id: n.id}
-	if native == nil || n.data.arch != native.audit || int(n.data.nr) != native.numbers["umask"] {
+	if native == nil || n.data.arch != native.audit || !native.is(int(n.data.nr), "umask") {
 		resp.error = -int32(unix.ENOSYS)
 	} else {
 		mask, err := threadUmask(n.pid)

@@ -75,7 +75,7 @@ func RedactionPairs(value, placeholder []byte) [][2][]byte {
 			add(v, p)
 		}
 	}
-	for _, st := range percentStyles {
+	for _, st := range percentStyles() {
 		add(percentEscape(value, st), percentEscape(placeholder, st))
 	}
 	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.URLEncoding} {
@@ -240,11 +240,12 @@ type percentStyle struct {
 // (application/x-www-form-urlencoded), and Go's PathEscape.
 var percentKeeps = []string{"-._~", "-._~/", "-._~!'()*", "-._*", "-._~$&+,:;=@"}
 
-// percentStyles are the percent-encodings redaction covers: each of
+// percentStyles returns the percent-encodings redaction covers: each of
 // percentKeeps with a space as "+" and as %20, in upper- and lower-case
-// hex.
-var percentStyles = func() []percentStyle {
-	var out []percentStyle
+// hex. (Built at each call, not during package initialization: that runs
+// at every start of hutch.)
+func percentStyles() []percentStyle {
+	out := make([]percentStyle, 0, 4*len(percentKeeps))
 	for _, keep := range percentKeeps {
 		for _, plus := range []bool{true, false} {
 			for _, lower := range []bool{false, true} {
@@ -253,7 +254,7 @@ var percentStyles = func() []percentStyle {
 		}
 	}
 	return out
-}()
+}
 
 // percentEscape returns b percent-encoded in style st.
 func percentEscape(b []byte, st percentStyle) []byte {

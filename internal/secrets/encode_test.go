@@ -33,8 +33,8 @@ func TestRedactionPairsForms(t *testing.T) {
 		t.Fatal(err)
 	}
 	pairs := RedactionPairs([]byte(encodeReal), []byte(ph))
-	if len(pairs) > MaxRedactionPairs || len(jsonStyles)+len(percentStyles) != 7+20 {
-		t.Fatalf("%d pairs, %d JSON and %d percent styles; the bound is %d", len(pairs), len(jsonStyles), len(percentStyles), MaxRedactionPairs)
+	if len(pairs) > MaxRedactionPairs || len(jsonStyles)+len(percentStyles()) != 7+20 {
+		t.Fatalf("%d pairs, %d JSON and %d percent styles; the bound is %d", len(pairs), len(jsonStyles), len(percentStyles()), MaxRedactionPairs)
 	}
 	if string(pairs[0][0]) != encodeReal || string(pairs[0][1]) != ph {
 		t.Errorf("the first pair is %q, want the value and the placeholder", pairs[0])
