@@ -92,6 +92,16 @@ if [ -n "$breakdown" ]; then
 		"go-floor=$work/floor /bin/true"
 	)
 	ratios="$ratios,go-floor/bwrap,hutch/go-floor"
+	# What serving the masks and placeholders costs (root: hutch's own
+	# FUSE stand-ins, which report refusals) against the tmpfs ones; both
+	# through env(1), so that the two pay the same extra exec.
+	if [ "$(id -u)" = 0 ]; then
+		cmds+=(
+			"hutch-served=env HUTCH_BENCH=1 $work/hutch run -- /bin/true"
+			"hutch-unserved=env HUTCH_TEST_MISSING=fuse $work/hutch run -- /bin/true"
+		)
+		ratios="$ratios,hutch-served/hutch-unserved"
+	fi
 	# The same sandbox with its workspace on tmpfs: shows what creating and
 	# removing the placeholder files costs on the disk under /tmp.
 	if [ "$(id -u)" = 0 ] && mkdir "$work/tmpfs" && mount -t tmpfs -o size=64m,mode=755 hutch-bench "$work/tmpfs"; then

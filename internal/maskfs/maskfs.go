@@ -30,6 +30,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 )
@@ -78,7 +79,7 @@ type Refusal struct {
 
 // FS is a stand-in filesystem and its server.
 type FS struct {
-	nodes    []Node
+	nodes    atomic.Pointer[[]Node] // set by New or SetNodes
 	uid, gid uint32
 	record   func(Refusal)
 
@@ -93,7 +94,17 @@ type FS struct {
 // for every refused request of a node with a Path; it is called from the
 // server's goroutine and must not block for long.
 func New(nodes []Node, uid, gid uint32, record func(Refusal)) *FS {
-	return &FS{nodes: nodes, uid: uid, gid: gid, record: record, dev: -1, stop: -1, done: make(chan struct{})}
+	f := &FS{uid: uid, gid: gid, record: record, dev: -1, stop: -1, done: make(chan struct{})}
+	f.SetNodes(nodes)
+	return f
+}
+
+// SetNodes replaces the filesystem's nodes. Mounting takes the kernel a
+// while (it registers the filesystem as a device), so hutch mounts before
+// it knows every path, and gives the nodes before the sandbox asks for
+// them; requests in between see the nodes given before.
+func (f *FS) SetNodes(nodes []Node) {
+	f.nodes.Store(&nodes)
 }
 
 // Mount creates the filesystem and returns its detached mount (nosuid,
@@ -207,6 +218,7 @@ const (
 	opDestroy     = 38
 	opBatchForget = 42
 	opFallocate   = 43
+	opReaddirplus = 44
 	opRename2     = 45
 	opSyncfs      = 50
 	opTmpfile     = 51
@@ -236,6 +248,8 @@ const (
 
 	protoMajor = 7
 	protoMinor = 31
+
+	flagDoReaddirplus = 1 << 13 // FUSE_DO_READDIRPLUS
 )
 
 // serve reads and answers requests until the device is closed or the
@@ -296,7 +310,8 @@ func (f *FS) answer(req, out []byte) []byte {
 		ne.PutUint32(out, uint32(len(out)))
 		return out
 	}
-	node, isNode := f.node(nodeid)
+	nodes := *f.nodes.Load()
+	node, isNode := nodeOf(nodes, nodeid)
 	refuse := func(path string, op Op, errno unix.Errno) []byte {
 		if path != "" && f.record != nil {
 			f.record(Refusal{Node: int(nodeid) - 2, Path: path, Op: op})
@@ -333,7 +348,11 @@ func (f *FS) answer(req, out []byte) []byte {
 		ne.PutUint32(b, protoMajor)
 		ne.PutUint32(b[4:], min(minor, protoMinor))
 		ne.PutUint32(b[8:], readahead)
-		ne.PutUint32(b[12:], 0)  // flags: no extras
+		// Directories are read with their entries' attributes: one request
+		// lists every node, and the kernel keeps their names, so that the
+		// sandbox's first process, which lists the root before it clones
+		// the nodes, does not ask for them one by one.
+		ne.PutUint32(b[12:], flagDoReaddirplus)
 		ne.PutUint16(b[16:], 12) // max_background
 		ne.PutUint16(b[18:], 9)  // congestion_threshold
 		ne.PutUint32(b[20:], maxWrite)
@@ -349,9 +368,9 @@ func (f *FS) answer(req, out []byte) []byte {
 			return reply(unix.EIO)
 		}
 		if nodeid == rootID {
-			for i := range f.nodes {
-				if f.nodes[i].Name == name {
-					return reply(0, f.entry(uint64(i)+2))
+			for i := range nodes {
+				if nodes[i].Name == name {
+					return reply(0, entry(nodes, uint64(i)+2, f.uid, f.gid))
 				}
 			}
 			return reply(unix.ENOENT)
@@ -369,7 +388,7 @@ func (f *FS) answer(req, out []byte) []byte {
 		}
 		b := make([]byte, attrOutLen)
 		ne.PutUint64(b, valid)
-		f.attr(b[16:], nodeid)
+		attr(nodes, b[16:], nodeid, f.uid, f.gid)
 		return reply(0, b)
 	case opSetattr:
 		return changed(OpChange, "")
@@ -427,11 +446,11 @@ func (f *FS) answer(req, out []byte) []byte {
 			data = data[:size]
 		}
 		return reply(0, data)
-	case opReaddir:
+	case opReaddir, opReaddirplus:
 		if len(in) < 20 {
 			return reply(unix.EIO)
 		}
-		return reply(0, f.readdir(nodeid, ne.Uint64(in[8:]), int(ne.Uint32(in[16:]))))
+		return reply(0, f.readdir(nodes, nodeid, ne.Uint64(in[8:]), int(ne.Uint32(in[16:])), opcode == opReaddirplus))
 	case opWrite, opFallocate:
 		return changed(OpWrite, "")
 	case opAccess:
@@ -460,28 +479,28 @@ func (f *FS) answer(req, out []byte) []byte {
 	return reply(unix.ENOSYS)
 }
 
-// node returns the stand-in of nodeid.
-func (f *FS) node(nodeid uint64) (Node, bool) {
-	if nodeid < 2 || nodeid-2 >= uint64(len(f.nodes)) {
+// nodeOf returns the stand-in of nodeid among nodes.
+func nodeOf(nodes []Node, nodeid uint64) (Node, bool) {
+	if nodeid < 2 || nodeid-2 >= uint64(len(nodes)) {
 		return Node{}, false
 	}
-	return f.nodes[nodeid-2], true
+	return nodes[nodeid-2], true
 }
 
 // entry returns the fuse_entry_out of nodeid.
-func (f *FS) entry(nodeid uint64) []byte {
+func entry(nodes []Node, nodeid uint64, uid, gid uint32) []byte {
 	b := make([]byte, entryOutLen)
 	ne.PutUint64(b, nodeid)
 	ne.PutUint64(b[16:], valid)
 	ne.PutUint64(b[24:], valid)
-	f.attr(b[40:], nodeid)
+	attr(nodes, b[40:], nodeid, uid, gid)
 	return b
 }
 
 // attr fills the fuse_attr of nodeid into b.
-func (f *FS) attr(b []byte, nodeid uint64) {
+func attr(nodes []Node, b []byte, nodeid uint64, uid, gid uint32) {
 	mode, nlink, size := uint32(unix.S_IFDIR|0o555), uint32(2), 0
-	if n, ok := f.node(nodeid); ok {
+	if n, ok := nodeOf(nodes, nodeid); ok {
 		mode, nlink, size = n.Mode&0o777|unix.S_IFREG, 1, len(n.Data)
 		if n.Dir {
 			mode, nlink = n.Mode&0o777|unix.S_IFDIR, 2
@@ -492,15 +511,15 @@ func (f *FS) attr(b []byte, nodeid uint64) {
 	ne.PutUint64(b[16:], uint64(size+511)/512)
 	ne.PutUint32(b[60:], mode)
 	ne.PutUint32(b[64:], nlink)
-	ne.PutUint32(b[68:], f.uid)
-	ne.PutUint32(b[72:], f.gid)
+	ne.PutUint32(b[68:], uid)
+	ne.PutUint32(b[72:], gid)
 	ne.PutUint32(b[80:], 4096) // blksize
 }
 
 // readdir returns the entries of directory nodeid from index off, at most
-// size bytes of them: the root lists the nodes, a stand-in directory only
-// "." and "..".
-func (f *FS) readdir(nodeid, off uint64, size int) []byte {
+// size bytes of them, with their attributes when plus is set: the root
+// lists the nodes, a stand-in directory only "." and "..".
+func (f *FS) readdir(nodes []Node, nodeid, off uint64, size int, plus bool) []byte {
 	type ent struct {
 		ino  uint64
 		name string
@@ -508,14 +527,23 @@ func (f *FS) readdir(nodeid, off uint64, size int) []byte {
 	}
 	ents := []ent{{nodeid, ".", true}, {rootID, "..", true}}
 	if nodeid == rootID {
-		for i, n := range f.nodes {
+		for i, n := range nodes {
 			ents = append(ents, ent{uint64(i) + 2, n.Name, n.Dir})
 		}
 	}
 	var b []byte
 	for i := off; i < uint64(len(ents)); i++ {
 		e := ents[i]
-		rec := (direntLen + len(e.name) + 7) &^ 7
+		var eo []byte
+		if plus {
+			// "." and ".." go without an entry (node 0), which the
+			// kernel skips.
+			eo = make([]byte, entryOutLen)
+			if e.name != "." && e.name != ".." {
+				eo = entry(nodes, e.ino, f.uid, f.gid)
+			}
+		}
+		rec := (len(eo) + direntLen + len(e.name) + 7) &^ 7
 		if len(b)+rec > size {
 			break
 		}
@@ -523,13 +551,15 @@ func (f *FS) readdir(nodeid, off uint64, size int) []byte {
 		if e.dir {
 			typ = unix.DT_DIR
 		}
-		d := make([]byte, rec)
+		full := make([]byte, rec)
+		copy(full, eo)
+		d := full[len(eo):]
 		ne.PutUint64(d, e.ino)
 		ne.PutUint64(d[8:], i+1)
 		ne.PutUint32(d[16:], uint32(len(e.name)))
 		ne.PutUint32(d[20:], typ)
 		copy(d[direntLen:], e.name)
-		b = append(b, d...)
+		b = append(b, full...)
 	}
 	return b
 }

@@ -224,6 +224,14 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		}
 	}
 
+	if asRoot && agent == nil && layer == nil && !cfg.Missing["fuse"] {
+		// What the sandbox tries at the masks and placeholders is reported
+		// at its end (hutch serves them); without FUSE they refuse all the
+		// same, unseen. The mount is made while the host side is prepared.
+		si := startStandIns(uint32(hostUID), uint32(hostGID))
+		l.standIns = si
+		l.onClose(si.close)
+	}
 	// The host side: placeholders and the Landlock ruleset.
 	home := envHome(c.Environ)
 	if cfg.PrivateHome != "" {
@@ -342,19 +350,15 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		nrecv++
 	}
 	denyKinds := denyReadKinds(effectiveDenyRead(cfg.DenyRead, cfg.AllowRead), cfg.Writable)
-	if asRoot && agent == nil && layer == nil && !cfg.Missing["fuse"] {
-		// What the sandbox tries at the masks and placeholders is reported
-		// at its end; without FUSE they refuse all the same, unseen.
+	if si := l.standIns; si != nil {
 		var defaults []string
 		if !s.Filesystem.NoDefaultDenies {
 			defaults = policy.DefaultDenyRead(envHome(c.Environ))
 		}
-		si, err := serveStandIns(cfg, denyKinds, defaults, s.Filesystem.DenyWrite, uint32(hostUID), uint32(hostGID))
-		if err != nil {
+		if err := si.setNodes(cfg, denyKinds, defaults, s.Filesystem.DenyWrite); err != nil {
 			c.Log.Debug("stand-ins not served: refusals go unreported", "err", err)
+			l.standIns = nil
 		} else {
-			l.standIns = si
-			l.onClose(si.close)
 			cfg.MasksLayer = nrecv
 			nrecv++
 		}

@@ -16,8 +16,10 @@ import (
 // refuse in the kernel, unseen.
 type standIns struct {
 	fs    *maskfs.FS
-	mnt   int        // the detached mount, until sent to the sandbox
-	rules []nodeRule // per node
+	ready chan struct{} // closed once the mount is made, or failed
+	mnt   int           // the detached mount, until sent to the sandbox
+	err   error         // why the mount failed
+	rules []nodeRule    // per node
 
 	mu    sync.Mutex
 	count map[refusalKey]int
@@ -52,17 +54,35 @@ func coverNodeName(j int) string { return fmt.Sprintf("p%d", j) }
 
 const resolvNodeName = "r"
 
-// serveStandIns mounts the stand-ins of cfg's deny-read masks (denyRead),
-// its placeholders (cfg.DenyWrite entries in cfg.Placeholders) and its
-// resolv.conf, owned by uid and gid on the host. defaults are the default
+// startStandIns starts mounting an empty stand-ins filesystem, owned by
+// uid and gid on the host, while hutch prepares the rest: the kernel takes
+// a while to make one (it registers it as a device), and the paths it is
+// to hold are known only later (setNodes).
+func startStandIns(uid, gid uint32) *standIns {
+	si := &standIns{mnt: -1, ready: make(chan struct{}), count: make(map[refusalKey]int)}
+	si.fs = maskfs.New(nil, uid, gid, si.record)
+	go func() {
+		defer close(si.ready)
+		si.mnt, si.err = si.fs.Mount()
+	}()
+	return si
+}
+
+// setNodes waits for the mount and gives it the stand-ins of cfg's
+// deny-read masks (denyRead), its placeholders (cfg.DenyWrite entries in
+// cfg.Placeholders) and its resolv.conf. defaults are the default
 // deny-read paths and userDenyWrite the policy's own deny-write paths, for
-// the rules refusals name.
-func serveStandIns(cfg initConfig, denyRead []pathKind, defaults, userDenyWrite []string, uid, gid uint32) (*standIns, error) {
-	si := &standIns{mnt: -1, count: make(map[refusalKey]int)}
+// the rules refusals name. It returns why the mount failed, if it did.
+func (si *standIns) setNodes(cfg initConfig, denyRead []pathKind, defaults, userDenyWrite []string) error {
+	<-si.ready
+	if si.err != nil {
+		return si.err
+	}
 	var nodes []maskfs.Node
+	var rules []nodeRule
 	add := func(n maskfs.Node, r nodeRule) {
 		nodes = append(nodes, n)
-		si.rules = append(si.rules, r)
+		rules = append(rules, r)
 	}
 	for i, d := range denyRead {
 		r := nodeRule{rule: "deny-read", allow: "--allow-read " + d.path}
@@ -93,13 +113,11 @@ func serveStandIns(cfg initConfig, denyRead []pathKind, defaults, userDenyWrite 
 	if cfg.Listen {
 		add(maskfs.Node{Name: resolvNodeName, Mode: 0o444, Data: []byte(resolvConf)}, nodeRule{})
 	}
-	si.fs = maskfs.New(nodes, uid, gid, si.record)
-	mnt, err := si.fs.Mount()
-	if err != nil {
-		return nil, err
-	}
-	si.mnt = mnt
-	return si, nil
+	si.mu.Lock()
+	si.rules = rules
+	si.mu.Unlock()
+	si.fs.SetNodes(nodes)
+	return nil
 }
 
 // record counts one refusal.
@@ -136,6 +154,7 @@ func (si *standIns) refused() ([]FileRefusal, int) {
 
 // close stops the server.
 func (si *standIns) close() {
+	<-si.ready
 	if si.mnt >= 0 {
 		closeAll([]int{si.mnt})
 		si.mnt = -1
