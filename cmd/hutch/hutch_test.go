@@ -43,6 +43,10 @@ type invocation struct {
 	env   []string  // hutch's whole environment; baseEnv(dir) when nil
 	stdin io.Reader // nil: no input
 	uid   int       // run as this uid and gid (from a root test) when non-zero
+	// fuse, when set, is a device node bound over /dev/fuse in a mount
+	// namespace of hutch's own (root tests), so that a test chooses
+	// whether hutch's user may open it.
+	fuse string
 }
 
 // result is how hutch ended and what it printed.
@@ -74,6 +78,16 @@ func hutch(t *testing.T, inv invocation) result {
 	ctx, cancel := context.WithTimeout(context.Background(), guard)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, inv.args...)
+	if inv.fuse != "" {
+		drop := []string{}
+		if inv.uid != 0 {
+			drop = []string{"setpriv", fmt.Sprintf("--reuid=%d", inv.uid), fmt.Sprintf("--regid=%d", inv.uid), "--clear-groups"}
+		}
+		script := `mount --bind "$0" /dev/fuse && exec "$@"`
+		cmd = exec.CommandContext(ctx, "/bin/sh", append(append([]string{"-c", script, inv.fuse}, drop...), append([]string{bin}, inv.args...)...)...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
+		inv.uid = 0 // setpriv drops to it
+	}
 	cmd.Dir = inv.dir
 	cmd.Env = inv.env
 	cmd.Stdin = inv.stdin

@@ -2,25 +2,51 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/hutch-sandbox/hutch/internal/testutil"
 )
 
 // TestFileRefusalsReported: what the sandbox tries at the paths hutch hid
 // or protected is refused as before (Permission denied, Read-only file
-// system) and, run by root, reported at exit: each path with what was
-// tried, the rule that refused it, how often, and the flag that would
-// allow it; the report gets a line for each. Nothing of what is hidden
-// shows in either. A run that touches none of them prints nothing more.
-// Run by an ordinary user the refusals hold all the same (hutch serves no
-// stand-ins then, see ARCHITECTURE.md) and nothing is reported.
+// system) and reported at exit: each path with what was tried, the rule
+// that refused it, how often, and the flag that would allow it; the report
+// gets a line for each. Nothing of what is hidden shows in either. A run
+// that touches none of them prints nothing more. hutch serves the
+// stand-ins itself as root, and as an ordinary user when the user may
+// open /dev/fuse (the sandbox's first process mounts them); when the user
+// may not, the refusals hold all the same and nothing is reported.
 func TestFileRefusalsReported(t *testing.T) {
-	for _, uid := range []int{0, testutil.UnprivilegedUID} {
-		t.Run(map[int]string{0: "root", testutil.UnprivilegedUID: "user"}[uid], func(t *testing.T) {
+	testutil.RequireRoot(t)
+	nodes := hostDir(t)
+	for _, c := range []struct {
+		name     string
+		uid      int
+		fuseMode uint32 // of the node bound over /dev/fuse; 0: the machine's own
+		reported bool
+	}{
+		{"root", 0, 0, true},
+		{"user", testutil.UnprivilegedUID, 0o666, true},
+		{"user without FUSE", testutil.UnprivilegedUID, 0o600, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			uid := c.uid
+			var fuse string
+			if c.fuseMode != 0 {
+				fuse = filepath.Join(nodes, fmt.Sprintf("fuse-%o", c.fuseMode))
+				if err := unix.Mknod(fuse, unix.S_IFCHR|c.fuseMode, int(unix.Mkdev(10, 229))); err != nil && !os.IsExist(err) {
+					t.Fatal(err)
+				}
+				if err := os.Chmod(fuse, os.FileMode(c.fuseMode)); err != nil {
+					t.Fatal(err)
+				}
+			}
 			home, ws := hostDir(t), hostDir(t)
 			writeFile(t, filepath.Join(home, ".ssh", "id_ed25519"), "PRIVATE-KEY-BYTES\n", 0o600)
 			writeFile(t, filepath.Join(home, ".aws", "credentials"), "AWS-SECRET-BYTES\n", 0o600)
@@ -32,7 +58,7 @@ func TestFileRefusalsReported(t *testing.T) {
 			rep := filepath.Join(repDir, "report.jsonl")
 			script := `cat ~/.ssh/id_ed25519; cat ~/.ssh/id_ed25519; ls ~/.aws; cat ~/.aws/credentials;
 				echo evil > .bashrc; echo '{}' > .mcp.json; cat ~/notes.txt; echo ran`
-			r := hutch(t, invocation{dir: ws, env: env, uid: uid, args: []string{"run", "--report", rep, "--", "sh", "-c", script}})
+			r := hutch(t, invocation{dir: ws, env: env, uid: uid, fuse: fuse, args: []string{"run", "--report", rep, "--", "sh", "-c", script}})
 			wantOK(t, r)
 			for _, want := range []string{"id_ed25519: Permission denied", ".aws': Permission denied", "credentials: Permission denied", ".bashrc: Read-only file system", ".mcp.json: Read-only file system"} {
 				if !strings.Contains(r.stderr, want) {
@@ -51,9 +77,9 @@ func TestFileRefusalsReported(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if uid != 0 {
+			if !c.reported {
 				if strings.Contains(r.stderr, "hutch: refused") || strings.Contains(string(raw), `"file"`) {
-					t.Errorf("an ordinary user's run reported file refusals it cannot see:\n%s\n%s", r, raw)
+					t.Errorf("a run without FUSE reported file refusals it cannot see:\n%s\n%s", r, raw)
 				}
 				return
 			}
@@ -97,7 +123,7 @@ func TestFileRefusalsReported(t *testing.T) {
 				t.Errorf("report lines %+v", got)
 			}
 
-			r = hutch(t, invocation{dir: ws, env: env, uid: uid, args: []string{"run", "--", "sh", "-c", "cat ~/notes.txt"}})
+			r = hutch(t, invocation{dir: ws, env: env, uid: uid, fuse: fuse, args: []string{"run", "--", "sh", "-c", "cat ~/notes.txt"}})
 			wantOK(t, r)
 			if strings.Contains(r.stderr, "refused") {
 				t.Errorf("a run that touched nothing hidden reported refusals:\n%s", r)

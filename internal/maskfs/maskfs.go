@@ -132,6 +132,40 @@ func (f *FS) Mount() (int, error) {
 	return mnt, nil
 }
 
+// Serve serves the filesystem on dev, a /dev/fuse descriptor another
+// process mounted it with (the sandbox's first process, in its own user
+// namespace: the kernel takes only a device opened there), and takes
+// dev over. It returns at once; the server ends as Mount's does.
+func (f *FS) Serve(dev int) error {
+	if err := unix.SetNonblock(dev, true); err != nil {
+		unix.Close(dev)
+		return fmt.Errorf("maskfs: %w", err)
+	}
+	stop, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		unix.Close(dev)
+		return fmt.Errorf("maskfs: eventfd: %w", err)
+	}
+	f.dev, f.stop = dev, stop
+	go f.serve()
+	return nil
+}
+
+// MountOptions returns the options the filesystem is created with, on
+// the /dev/fuse descriptor dev, by a creator whose user namespace maps uid
+// and gid (the same where hutch mounts it and where the sandbox's first
+// process does).
+func MountOptions(dev int, uid, gid uint32) [][2]string {
+	return [][2]string{
+		{"source", "hutch"},
+		{"fd", strconv.Itoa(dev)},
+		{"rootmode", "40555"},
+		{"user_id", strconv.FormatUint(uint64(uid), 10)},
+		{"group_id", strconv.FormatUint(uint64(gid), 10)},
+		{"allow_other", ""},
+	}
+}
+
 // mountFuse creates the filesystem served on dev and returns its detached
 // mount.
 func mountFuse(dev int) (int, error) {
@@ -140,14 +174,7 @@ func mountFuse(dev int) (int, error) {
 		return -1, fmt.Errorf("maskfs: fsopen fuse: %w", err)
 	}
 	defer unix.Close(fs)
-	for _, o := range [][2]string{
-		{"source", "hutch"},
-		{"fd", strconv.Itoa(dev)},
-		{"rootmode", "40555"},
-		{"user_id", "0"},
-		{"group_id", "0"},
-		{"allow_other", ""},
-	} {
+	for _, o := range MountOptions(dev, 0, 0) {
 		if o[1] == "" {
 			err = unix.FsconfigSetFlag(fs, o[0])
 		} else {

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hutch-sandbox/hutch/internal/landlock"
+	"github.com/hutch-sandbox/hutch/internal/maskfs"
 	"github.com/hutch-sandbox/hutch/internal/seccomp"
 )
 
@@ -26,6 +27,10 @@ type builder struct {
 	masks int8 // slot: the detached read-only tmpfs of mask files, or hutch's stand-ins
 	// served: the masks are hutch's stand-ins, a node for each path.
 	served bool
+	// ctl is the first process's end of the control socket.
+	ctl int
+	// who is the sandbox's identity in its user namespace (identity).
+	who ids
 	// listener is the slot of the seccomp filter's listener, which the
 	// sandbox's PID 1 serves; -1 when the filter hands nothing over.
 	listener int8
@@ -69,7 +74,14 @@ func (b *builder) target(desc, path string) (int8, int) {
 // fsmount creates a new filesystem of type fstype with string options and
 // returns the slot of its detached mount.
 func (b *builder) fsmount(desc, fstype string, opts [][2]string, attrs uintptr) int8 {
-	fs, mnt := b.p.slot(), b.p.slot()
+	mnt := b.p.slot()
+	b.fsmountTo(mnt, desc, fstype, opts, attrs)
+	return mnt
+}
+
+// fsmountTo is fsmount into the slot mnt.
+func (b *builder) fsmountTo(mnt int8, desc, fstype string, opts [][2]string, attrs uintptr) {
+	fs := b.p.slot()
 	b.p.call(desc+": fsopen", fs, unix.SYS_FSOPEN, b.p.str(fstype), k(unix.FSOPEN_CLOEXEC))
 	for _, o := range opts {
 		if o[1] == "" {
@@ -81,7 +93,6 @@ func (b *builder) fsmount(desc, fstype string, opts [][2]string, attrs uintptr) 
 	b.p.call(desc+": create", -1, unix.SYS_FSCONFIG, s(fs), k(unix.FSCONFIG_CMD_CREATE), k(0), k(0), k(0))
 	b.p.call(desc+": fsmount", mnt, unix.SYS_FSMOUNT, s(fs), k(unix.FSMOUNT_CLOEXEC), k(attrs))
 	b.p.close(fs)
-	return mnt
 }
 
 // attach moves the detached mount in slot mnt onto path in the view,
@@ -285,9 +296,12 @@ func (b *builder) mounts(cfg initConfig, fds []int8, denyRead []pathKind) {
 		files[i] = b.cloneTree(f.Target+" from "+f.Path, f.Path, fileAttrs)
 	}
 
-	if cfg.MasksLayer >= 0 && cfg.MasksLayer < len(fds) {
+	switch {
+	case cfg.MasksLayer >= 0 && cfg.MasksLayer < len(fds):
 		b.servedMasks(fds[cfg.MasksLayer], 2*len(denyRead)+len(cfg.Placeholders)+1)
-	} else {
+	case cfg.StandInsDevice:
+		b.userStandIns(cfg, denyRead)
+	default:
 		b.tmpfsMasks(cfg)
 	}
 
@@ -423,6 +437,93 @@ func (b *builder) servedMasks(mnt int8, nodes int) {
 	p.close(dir)
 }
 
+// standInsFD is where the first process puts its FUSE device while it
+// mounts the stand-ins: mount options name the device by number, and a
+// prog's options are fixed when hutch builds it.
+const standInsFD = 999
+
+// standInsMsg is the byte of the message that hands the stand-ins' FUSE
+// device to hutch.
+const standInsMsg = 'F'
+
+// userStandIns makes the stand-ins when an ordinary user started hutch:
+// the first process mounts them itself, in its own user namespace (the
+// kernel takes a FUSE device only from the namespace of the mount, and
+// the user may mount nothing outside it), and hands the device to hutch,
+// which serves it from then on (readReply). Without /dev/fuse, or when
+// the kernel refuses the mount, it makes the same nodes on a read-only
+// tmpfs, which refuse unseen.
+func (b *builder) userStandIns(cfg initConfig, denyRead []pathKind) {
+	p := &b.p
+	b.masks = p.slot()
+	b.served = true
+	dev := p.slot()
+	open := p.call("stand-ins: open /dev/fuse", dev, unix.SYS_OPENAT, k(uintptr(unix.AT_FDCWD&0xffffffff)), p.str("/dev/fuse"), k(unix.O_RDWR|unix.O_CLOEXEC), k(0))
+	dup := p.call("stand-ins: the device's number", -1, unix.SYS_DUP3, s(dev), k(standInsFD), k(unix.O_CLOEXEC))
+	fs := p.slot()
+	steps := []int{dup}
+	steps = append(steps, p.call("stand-ins: fsopen", fs, unix.SYS_FSOPEN, p.str("fuse"), k(unix.FSOPEN_CLOEXEC)))
+	for _, o := range maskfs.MountOptions(standInsFD, uint32(b.who.uid), uint32(b.who.gid)) {
+		if o[1] == "" {
+			steps = append(steps, p.call("stand-ins: option "+o[0], -1, unix.SYS_FSCONFIG, s(fs), k(unix.FSCONFIG_SET_FLAG), p.str(o[0]), k(0), k(0)))
+			continue
+		}
+		steps = append(steps, p.call("stand-ins: option "+o[0], -1, unix.SYS_FSCONFIG, s(fs), k(unix.FSCONFIG_SET_STRING), p.str(o[0]), p.str(o[1]), k(0)))
+	}
+	steps = append(steps, p.call("stand-ins: create", -1, unix.SYS_FSCONFIG, s(fs), k(unix.FSCONFIG_CMD_CREATE), k(0), k(0), k(0)))
+	steps = append(steps, p.call("stand-ins: fsmount", b.masks, unix.SYS_FSMOUNT, s(fs), k(unix.FSMOUNT_CLOEXEC),
+		k(unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC)))
+	p.closeKeep(fs)
+	p.call("stand-ins: close the device's number", -1, unix.SYS_CLOSE, k(standInsFD))
+	m := newMsgBuf(unix.UnixRights(0))
+	m.data[0] = standInsMsg
+	p.keep = append(p.keep, m)
+	p.store((*int32)(unsafe.Pointer(&m.oob[unix.CmsgLen(0)])), dev)
+	p.call("stand-ins: hand them to hutch", -1, unix.SYS_SENDMSG, ci(b.ctl), ptr(&m.hdr), k(0))
+	p.closeKeep(dev)
+	done := p.jump()
+	// No FUSE here: the same nodes on a tmpfs.
+	p.skip(open, unix.EACCES, unix.ENOENT, unix.EPERM, unix.ENXIO)
+	for _, i := range steps {
+		p.skip(i, unix.EPERM, unix.EINVAL, unix.ENODEV, unix.EACCES)
+	}
+	p.call("stand-ins: close the device's number", -1, unix.SYS_CLOSE, k(standInsFD))
+	p.skip(len(p.ops)-1, unix.EBADF)
+	b.fsmountTo(b.masks, "masks", "tmpfs", [][2]string{{"size", "64k"}, {"mode", "0555"}},
+		unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC)
+	file := func(name string, mode uintptr, data string) {
+		f := p.slot()
+		p.call("masks: "+name, f, unix.SYS_OPENAT, s(b.masks), p.str(name), k(unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC), k(mode))
+		if data != "" {
+			buf := []byte(data)
+			p.keep = append(p.keep, buf)
+			p.call("masks: "+name+": write", -1, unix.SYS_WRITE, s(f), k(uintptr(unsafe.Pointer(&buf[0]))), ci(len(buf)))
+		}
+		p.close(f)
+	}
+	for i := range denyRead {
+		file(maskNodeName(i, false), 0, "")
+		p.call("masks: "+maskNodeName(i, true), -1, unix.SYS_MKDIRAT, s(b.masks), p.str(maskNodeName(i, true)), k(0))
+	}
+	for j, path := range cfg.DenyWrite {
+		kind, ok := cfg.Placeholders[path]
+		switch {
+		case !ok:
+		case kind == placeholderDir:
+			p.call("masks: "+coverNodeName(j), -1, unix.SYS_MKDIRAT, s(b.masks), p.str(coverNodeName(j)), k(0o555))
+		case kind == placeholderSelf:
+			file(coverNodeName(j), 0o444, ".")
+		default:
+			file(coverNodeName(j), 0o444, "")
+		}
+	}
+	if cfg.Listen {
+		file(resolvNodeName, 0o444, resolvConf)
+	}
+	b.setattr("masks: read-only", b.masks, unix.MOUNT_ATTR_RDONLY)
+	p.land(done)
+}
+
 // tmpfsMasks makes the masks: an empty file and an empty directory, mode
 // 000, on a detached read-only tmpfs that is never attached anywhere else,
 // with the placeholders' stand-ins and the sandbox's resolv.conf.
@@ -546,6 +647,7 @@ func (b *builder) bindResolvConf() {
 // drops them all in harden.
 func (b *builder) identity(id ids) {
 	p := &b.p
+	b.who = id
 	if id.setgroups {
 		p.call("identity: groups", -1, unix.SYS_SETGROUPS, k(0), k(0))
 	}

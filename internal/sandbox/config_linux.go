@@ -69,6 +69,11 @@ type initConfig struct {
 	// of the stand-ins hutch serves itself (see standIns): the masks and
 	// placeholders are cloned from it instead of from a tmpfs.
 	MasksLayer int
+	// StandInsDevice makes the first process mount the stand-ins itself,
+	// in its user namespace (an ordinary user's hutch may not), and hand
+	// their FUSE device to hutch; without /dev/fuse it makes them on a
+	// tmpfs, unseen.
+	StandInsDevice bool
 	// HomeOverlay makes the first process build that overlay itself (an
 	// ordinary user, whose home the sandbox reads as it is): the real
 	// home below, a tmpfs of TmpBytes above.

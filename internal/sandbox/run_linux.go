@@ -224,11 +224,19 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		}
 	}
 
-	if asRoot && agent == nil && layer == nil && !cfg.Missing["fuse"] {
+	if agent == nil && layer == nil && !cfg.Missing["fuse"] {
 		// What the sandbox tries at the masks and placeholders is reported
 		// at its end (hutch serves them); without FUSE they refuse all the
-		// same, unseen. The mount is made while the host side is prepared.
-		si := startStandIns(uint32(hostUID), uint32(hostGID))
+		// same, unseen. Root: the mount is made while the host side is
+		// prepared. An ordinary user: the sandbox's first process mounts
+		// them and hands them over.
+		uid, gid := uint32(hostUID), uint32(hostGID)
+		if !asRoot {
+			// Ids as the sandbox's user namespace, where its first
+			// process mounts them, sees them.
+			uid, gid = uint32(innerUID), uint32(innerGID)
+		}
+		si := startStandIns(uid, gid, !asRoot)
 		l.standIns = si
 		l.onClose(si.close)
 	}
@@ -305,7 +313,7 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 	if p.ruleset != nil {
 		ruleset = p.ruleset.FD()
 	}
-	b := &builder{}
+	b := &builder{ctl: int(childCtl.Fd())}
 	b.p.call("close hutch's end of the control socket", -1, unix.SYS_CLOSE, k(ctl.Fd()))
 	if err := b.hideArgs(c.Wipe); err != nil {
 		childCtl.Close()
@@ -355,10 +363,13 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		if !s.Filesystem.NoDefaultDenies {
 			defaults = policy.DefaultDenyRead(envHome(c.Environ))
 		}
-		if err := si.setNodes(cfg, denyKinds, defaults, s.Filesystem.DenyWrite); err != nil {
+		switch err := si.setNodes(cfg, denyKinds, defaults, s.Filesystem.DenyWrite); {
+		case err != nil:
 			c.Log.Debug("stand-ins not served: refusals go unreported", "err", err)
 			l.standIns = nil
-		} else {
+		case si.byChild:
+			cfg.StandInsDevice = true
+		default:
 			cfg.MasksLayer = nrecv
 			nrecv++
 		}
@@ -436,7 +447,7 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 	}
 	fds = append(fds, fileTrees...)
 	fileTrees = nil
-	if l.standIns != nil {
+	if l.standIns != nil && cfg.MasksLayer >= 0 {
 		fds = append(fds, l.standIns.mnt)
 		l.standIns.mnt = -1 // closed with fds once sent
 	}
@@ -451,7 +462,15 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		return fail(fmt.Errorf("start the sandbox: %w", err))
 	}
 
-	rep, got, err := readReply(int(ctl.Fd()))
+	var onStandIns func(int)
+	if si := l.standIns; si != nil && si.byChild {
+		onStandIns = func(dev int) {
+			if err := si.fs.Serve(dev); err != nil {
+				c.Log.Debug("stand-ins not served: refusals go unreported", "err", err)
+			}
+		}
+	}
+	rep, got, err := readReply(int(ctl.Fd()), onStandIns)
 	l.master, got.master = got.master, -1
 	if err != nil || rep.Kind != replyStarted {
 		got.close()

@@ -200,7 +200,7 @@ func (s *sent) close() {
 }
 
 // readReply reads the first process's reply and the descriptors it sends.
-func readReply(ctl int) (r reply, got sent, err error) {
+func readReply(ctl int, onStandIns func(dev int)) (r reply, got sent, err error) {
 	got = sent{master: -1}
 	buf := (*[unsafe.Sizeof(r)]byte)(unsafe.Pointer(&r))[:]
 	oob := make([]byte, unix.CmsgSpace(4*4))
@@ -222,6 +222,16 @@ func readReply(ctl int) (r reply, got sent, err error) {
 		}
 		if n == 1 && buf[0] == listenersMsg && got.listeners == nil {
 			got.listeners = fds
+			continue
+		}
+		if n == 1 && buf[0] == standInsMsg {
+			// The first process mounted the stand-ins and waits for
+			// them to be served (see builder.userStandIns).
+			if len(fds) == 1 && onStandIns != nil {
+				onStandIns(fds[0])
+			} else {
+				closeAll(fds)
+			}
 			continue
 		}
 		if n != len(buf) {

@@ -17,6 +17,9 @@ import (
 type standIns struct {
 	fs    *maskfs.FS
 	ready chan struct{} // closed once the mount is made, or failed
+	// byChild: the sandbox's first process mounts the filesystem and
+	// hands its device over (hutch not root); mnt stays -1.
+	byChild bool
 	mnt   int           // the detached mount, until sent to the sandbox
 	err   error         // why the mount failed
 	rules []nodeRule    // per node
@@ -58,9 +61,13 @@ const resolvNodeName = "r"
 // uid and gid on the host, while hutch prepares the rest: the kernel takes
 // a while to make one (it registers it as a device), and the paths it is
 // to hold are known only later (setNodes).
-func startStandIns(uid, gid uint32) *standIns {
-	si := &standIns{mnt: -1, ready: make(chan struct{}), count: make(map[refusalKey]int)}
+func startStandIns(uid, gid uint32, byChild bool) *standIns {
+	si := &standIns{mnt: -1, ready: make(chan struct{}), count: make(map[refusalKey]int), byChild: byChild}
 	si.fs = maskfs.New(nil, uid, gid, si.record)
+	if byChild {
+		close(si.ready)
+		return si
+	}
 	go func() {
 		defer close(si.ready)
 		si.mnt, si.err = si.fs.Mount()
