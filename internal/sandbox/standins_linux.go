@@ -20,9 +20,9 @@ type standIns struct {
 	// byChild: the sandbox's first process mounts the filesystem and
 	// hands its device over (hutch not root); mnt stays -1.
 	byChild bool
-	mnt   int           // the detached mount, until sent to the sandbox
-	err   error         // why the mount failed
-	rules []nodeRule    // per node
+	mnt     int        // the detached mount, until sent to the sandbox
+	err     error      // why the mount failed
+	rules   []nodeRule // per node
 
 	mu    sync.Mutex
 	count map[refusalKey]int
