@@ -10,7 +10,9 @@
 #                Go process start and exit), `hutch run --no-default-denies`,
 #                as root `hutch run` with its workspace on a tmpfs, and the
 #                floor of any Go launcher (bench/floor: clone into the seven
-#                namespaces and exec /bin/true, nothing else)
+#                namespaces and exec /bin/true, nothing else), and as root
+#                hutch with and without the stand-ins it serves (which
+#                report file refusals)
 #   -n N         timed sequential runs per sandbox (default 200)
 #   -w WARMUP    untimed warm-up runs per sandbox (default 10)
 #   -p P         concurrent workers in the parallel phase (default 2 × nproc)
