@@ -43,7 +43,8 @@
 //	8  /proc and other processes            TestItem08_ProcAndProcesses
 //	9  staying alive                        TestItem09_*
 //	10 privilege and kernel surface         TestItem10_* (the stand-ins hutch serves over hidden
-//	                                        and protected paths: TestItem10_StandIns)
+//	                                        and protected paths, as root and as a user whose
+//	                                        sandbox mounts them: TestItem10_StandIns)
 //	11 resources                            TestItem11_*
 //	12 host unix sockets                    TestItem12_HostUnixSockets
 //	13 abstract sockets, socket families    TestItem13_*

@@ -106,6 +106,10 @@ type opts struct {
 	deadline   time.Duration // hutch is killed and the test fails after this long (default 90s)
 	noCheck    bool          // do not fail the test when hutch could not start the sandbox
 	umask      string        // hutch's umask (octal), when not the test's own
+	// fuse, when set, is a device node bound over /dev/fuse in a mount
+	// namespace of hutch's own, so that a test decides whether the
+	// user may open it.
+	fuse string
 }
 
 // result is how one hutch run ended.
@@ -155,6 +159,24 @@ func (sb *harness) command(o opts, args ...string) *exec.Cmd {
 	cmd := exec.Command(testutil.Hutch(sb.t), args...)
 	if o.umask != "" {
 		cmd = exec.Command("/bin/sh", append([]string{"-c", "umask " + o.umask + ` && exec "$0" "$@"`, testutil.Hutch(sb.t)}, args...)...)
+	}
+	if o.fuse != "" {
+		// mount(8) as root in a mount namespace of its own, then hutch as
+		// the mode's user.
+		drop := []string{}
+		if sb.mode.uid != 0 {
+			drop = []string{"setpriv", fmt.Sprintf("--reuid=%d", sb.mode.uid), fmt.Sprintf("--regid=%d", sb.mode.uid), "--clear-groups"}
+		}
+		inner := append(append(drop, cmd.Path), cmd.Args[1:]...)
+		cmd = exec.Command("/bin/sh", append([]string{"-c", `mount --bind "$0" /dev/fuse && exec "$@"`, o.fuse}, inner...)...)
+		cmd.Env = sb.env(o.env)
+		cmd.Dir = o.dir
+		if cmd.Dir == "" {
+			cmd.Dir = sb.ws
+		}
+		cmd.ExtraFiles = o.extraFiles
+		cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
+		return cmd
 	}
 	cmd.Env = sb.env(o.env)
 	cmd.Dir = o.dir

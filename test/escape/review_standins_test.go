@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // standInAttempts is a python3 program that tries every way to read,
@@ -73,48 +75,68 @@ print("FLOODED")
 // mounted over each path, never as a whole.
 func TestItem10_StandIns(t *testing.T) {
 	forEachMode(t, func(t *testing.T, sb *harness) {
-		mkdirs(t, sb.home, sb.mode.uid, ".ssh")
-		writeFile(t, filepath.Join(sb.home, ".netrc"), "machine x login y password NETRC-REAL-SECRET\n", 0o600, sb.mode.uid)
-		writeFile(t, filepath.Join(sb.home, ".ssh", "id_ed25519"), "KEY-REAL-SECRET\n", 0o600, sb.mode.uid)
-		before := snapshot(t, sb.home)
-		wsBefore := snapshot(t, sb.ws)
-		prog := filepath.Join(hostDir(t, sb.mode.uid, "prog"), "attempts.py")
-		writeFile(t, prog, standInAttempts, 0o644, sb.mode.uid)
-		hiddenFile := filepath.Join(sb.home, ".netrc")
-		hiddenDir := filepath.Join(sb.home, ".ssh")
-		placeholder := filepath.Join(sb.ws, ".bashrc")
-		r := sb.run(opts{}, fmt.Sprintf(`touch spare && /usr/bin/python3 %s %s %s %s spare; rm -f spare; grep -c ' - fuse ' /proc/self/mountinfo; awk '$9 == "fuse" && $4 == "/" {print "WHOLE", $5}' /proc/self/mountinfo`,
-			prog, hiddenFile, hiddenDir, placeholder))
-		if r.code != 0 || !strings.Contains(r.stdout, "FLOODED") {
-			t.Fatalf("the attempts did not run to their end:\n%s", r)
-		}
-		for _, l := range strings.Split(r.stdout, "\n") {
-			if strings.HasPrefix(l, "GOT ") {
-				t.Errorf("a stand-in took %s", strings.TrimPrefix(l, "GOT "))
-			}
-			if strings.HasPrefix(l, "WHOLE ") {
-				t.Errorf("the stand-ins' whole filesystem is mounted in the sandbox at %s", strings.TrimPrefix(l, "WHOLE "))
-			}
-		}
-		if strings.Contains(r.stdout+r.stderr, "REAL-SECRET") {
-			t.Errorf("a hidden file's content showed:\n%s", r)
-		}
-		sameTree(t, sb.home, before)
-		sameTree(t, sb.ws, wsBefore)
-		if _, err := os.Lstat(placeholder); !os.IsNotExist(err) {
-			t.Errorf("the placeholder outlived the sandbox on the host: %v", err)
-		}
-		if sb.mode.uid != 0 {
-			return
-		}
-		for _, want := range []string{
-			"read " + hiddenFile + " (deny-read, a default) ×",
-			"and 995 more", // 1000 distinct refusals kept, 5 listed
-			"hutch: to allow them: --allow-read " + hiddenFile,
-		} {
-			if !strings.Contains(r.stderr, want) {
-				t.Errorf("hutch's report lacks %q:\n%s", want, r)
-			}
-		}
+		standInAttacks(t, sb, opts{})
 	})
+	// An ordinary user whose hutch may open /dev/fuse: the sandbox's first
+	// process mounts the stand-ins in the sandbox's own user namespace and
+	// hands them to hutch.
+	t.Run("user with FUSE", func(t *testing.T) {
+		sb := newSandbox(t, modes[1])
+		node := filepath.Join(hostDir(t, 0, "fuse"), "fuse")
+		if err := unix.Mknod(node, unix.S_IFCHR|0o666, int(unix.Mkdev(10, 229))); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(node, 0o666); err != nil {
+			t.Fatal(err)
+		}
+		standInAttacks(t, sb, opts{fuse: node})
+	})
+}
+
+// standInAttacks runs standInAttempts in sb's sandbox (o's hutch) and
+// checks what TestItem10_StandIns says.
+func standInAttacks(t *testing.T, sb *harness, o opts) {
+	mkdirs(t, sb.home, sb.mode.uid, ".ssh")
+	writeFile(t, filepath.Join(sb.home, ".netrc"), "machine x login y password NETRC-REAL-SECRET\n", 0o600, sb.mode.uid)
+	writeFile(t, filepath.Join(sb.home, ".ssh", "id_ed25519"), "KEY-REAL-SECRET\n", 0o600, sb.mode.uid)
+	before := snapshot(t, sb.home)
+	wsBefore := snapshot(t, sb.ws)
+	prog := filepath.Join(hostDir(t, sb.mode.uid, "prog"), "attempts.py")
+	writeFile(t, prog, standInAttempts, 0o644, sb.mode.uid)
+	hiddenFile := filepath.Join(sb.home, ".netrc")
+	hiddenDir := filepath.Join(sb.home, ".ssh")
+	placeholder := filepath.Join(sb.ws, ".bashrc")
+	r := sb.run(o, fmt.Sprintf(`touch spare && /usr/bin/python3 %s %s %s %s spare; rm -f spare; grep -c ' - fuse ' /proc/self/mountinfo; awk '$9 == "fuse" && $4 == "/" {print "WHOLE", $5}' /proc/self/mountinfo`,
+		prog, hiddenFile, hiddenDir, placeholder))
+	if r.code != 0 || !strings.Contains(r.stdout, "FLOODED") {
+		t.Fatalf("the attempts did not run to their end:\n%s", r)
+	}
+	for _, l := range strings.Split(r.stdout, "\n") {
+		if strings.HasPrefix(l, "GOT ") {
+			t.Errorf("a stand-in took %s", strings.TrimPrefix(l, "GOT "))
+		}
+		if strings.HasPrefix(l, "WHOLE ") {
+			t.Errorf("the stand-ins' whole filesystem is mounted in the sandbox at %s", strings.TrimPrefix(l, "WHOLE "))
+		}
+	}
+	if strings.Contains(r.stdout+r.stderr, "REAL-SECRET") {
+		t.Errorf("a hidden file's content showed:\n%s", r)
+	}
+	sameTree(t, sb.home, before)
+	sameTree(t, sb.ws, wsBefore)
+	if _, err := os.Lstat(placeholder); !os.IsNotExist(err) {
+		t.Errorf("the placeholder outlived the sandbox on the host: %v", err)
+	}
+	if sb.mode.uid != 0 && o.fuse == "" {
+		return // no FUSE for this user here: refused, unreported
+	}
+	for _, want := range []string{
+		"read " + hiddenFile + " (deny-read, a default) ×",
+		"and 995 more", // 1000 distinct refusals kept, 5 listed
+		"hutch: to allow them: --allow-read " + hiddenFile,
+	} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("hutch's report lacks %q:\n%s", want, r)
+		}
+	}
 }
