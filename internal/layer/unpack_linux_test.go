@@ -7,10 +7,8 @@ import (
 	"errors"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -293,34 +291,7 @@ func FuzzUnpack(f *testing.F) {
 }
 
 // TestUnpackAsUser runs the tests above as an ordinary user (an ordinary
-// user's hutch unpacks its own images): run by root, it runs them again
-// in a process of testutil.UnprivilegedUID.
+// user's hutch unpacks its own images).
 func TestUnpackAsUser(t *testing.T) {
-	if os.Getenv("HUTCH_LAYER_AS_USER") != "" {
-		t.Skip("already the ordinary user")
-	}
-	testutil.RequireRoot(t)
-	// The test binary lies where only root may look: a copy the user can run.
-	self, err := os.ReadFile("/proc/self/exe")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "layer.test")
-	if err := os.WriteFile(bin, self, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for _, d := range []string{dir, filepath.Dir(dir)} {
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cmd := exec.Command(bin, "-test.run=^(TestUnpack|TestUnpackHostile|TestUnpackBounds)$", "-test.count=1", "-test.v")
-	cmd.Env = append(os.Environ(), "HUTCH_LAYER_AS_USER=1", "TMPDIR=/tmp")
-	id := uint32(testutil.UnprivilegedUID)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: id, Gid: id, Groups: []uint32{}}}
-	out, err := cmd.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "--- PASS: TestUnpackHostile") {
-		t.Errorf("as uid %d: %v\n%s", id, err, out)
-	}
+	testutil.RunAsUser(t, "^(TestUnpack|TestUnpackHostile|TestUnpackBounds)$")
 }

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -140,4 +141,48 @@ func (b *Buffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.b.String()
+}
+
+// asUserEnv marks the test process RunAsUser started.
+const asUserEnv = "HUTCH_TEST_AS_USER"
+
+// AsUser reports whether this test process is the one RunAsUser started.
+func AsUser() bool { return os.Getenv(asUserEnv) != "" }
+
+// RunAsUser runs the tests of this test binary whose names match pattern
+// (a -test.run expression) again, as UnprivilegedUID, and fails t unless
+// they pass: for packages whose code also runs as an ordinary user's
+// hutch. It needs root; in the process it started it does nothing.
+func RunAsUser(t *testing.T, pattern string) {
+	t.Helper()
+	if AsUser() {
+		t.Skip("already the ordinary user")
+	}
+	RequireRoot(t)
+	// The test binary lies where only root may look: a copy the user can
+	// run.
+	self, err := os.ReadFile("/proc/self/exe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "hutch-as-user-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	bin := filepath.Join(dir, "test")
+	if err := os.WriteFile(bin, self, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-test.run="+pattern, "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), asUserEnv+"=1", "TMPDIR=/tmp")
+	id := uint32(UnprivilegedUID)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: id, Gid: id, Groups: []uint32{}}}
+	out, err := cmd.CombinedOutput()
+	if err != nil || !bytes.Contains(out, []byte("\nPASS")) || bytes.Contains(out, []byte("--- SKIP")) {
+		t.Errorf("as uid %d: %v\n%s", id, err, out)
+	}
 }

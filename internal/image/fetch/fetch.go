@@ -1,0 +1,307 @@
+// Package fetch brings OCI images into hutch's image store (package
+// image): from a `docker save` tarball or an OCI layout (a directory or a
+// tar of one), and from registries. The registry protocol, manifests and
+// their formats are go-containerregistry's; unpacking is package layer's,
+// and what is trusted is checked here: every layer's uncompressed content
+// against the diff ID the image's configuration names (the configuration
+// itself is named by the manifest's digest), while it is unpacked, before
+// anything of it enters the store.
+package fetch
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/hutch-sandbox/hutch/internal/image"
+	"github.com/hutch-sandbox/hutch/internal/layer"
+)
+
+// Options say how layers are unpacked.
+type Options struct {
+	// Root: hutch runs as root, so layers keep the owners they name and
+	// mark opaque directories with trusted.overlay.opaque; otherwise they
+	// belong to the user and use user.overlay.opaque (an overlayfs mount
+	// with userxattr).
+	Root bool
+	// Limits bound each layer (layer.DefaultLimits when zero).
+	Limits layer.Limits
+	// Progress, if set, is told of each layer as it starts and ends.
+	Progress func(Event)
+	// Warn, if set, receives what unpacking stripped or skipped.
+	Warn func(string)
+}
+
+// Event is a step of bringing an image in.
+type Event struct {
+	Layer  string // diff ID
+	Index  int    // 1-based, of Count
+	Count  int
+	Cached bool  // already in the store
+	Done   bool  // unpacked (or found)
+	Bytes  int64 // uncompressed, when done
+}
+
+// Add brings img into the store under the names refs: its layers, each
+// verified while it is unpacked and unpacked once (a layer already in the
+// store is not read again; two Adds at once unpack it once), then its
+// record. A layer that fails leaves nothing behind.
+func Add(s *image.Store, img v1.Image, refs []string, opt Options) (*image.Image, error) {
+	digest, err := img.Digest()
+	if err != nil {
+		return nil, fmt.Errorf("image: %w", err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return nil, fmt.Errorf("image %s: configuration: %w", digest, err)
+	}
+	layers, err := img.Layers()
+	if err != nil {
+		return nil, fmt.Errorf("image %s: layers: %w", digest, err)
+	}
+	if len(layers) != len(cf.RootFS.DiffIDs) {
+		return nil, fmt.Errorf("image %s: %d layers, but its configuration names %d", digest, len(layers), len(cf.RootFS.DiffIDs))
+	}
+	rec := &image.Image{
+		Digest:   digest.String(),
+		Platform: platform(cf),
+		Config: image.Config{
+			Env: cf.Config.Env, Entrypoint: cf.Config.Entrypoint, Cmd: cf.Config.Cmd,
+			WorkingDir: cf.Config.WorkingDir, User: cf.Config.User,
+		},
+		Added: time.Now().UTC(),
+	}
+	for i, l := range layers {
+		diffID := cf.RootFS.DiffIDs[i].String()
+		n, cached, err := addLayer(s, l, diffID, opt, i+1, len(layers))
+		if err != nil {
+			return nil, fmt.Errorf("image %s: layer %s: %w", digest, diffID, err)
+		}
+		if opt.Progress != nil {
+			opt.Progress(Event{Layer: diffID, Index: i + 1, Count: len(layers), Cached: cached, Done: true, Bytes: n})
+		}
+		rec.Layers = append(rec.Layers, diffID)
+		rec.Size += n
+	}
+	if err := s.Put(rec, refs...); err != nil {
+		return nil, err
+	}
+	return s.Get(rec.Digest)
+}
+
+// addLayer unpacks l, whose configuration names diffID, into the store
+// unless it is there, and returns its uncompressed size (the unpacked
+// tree's, for a cached layer: 0).
+func addLayer(s *image.Store, l v1.Layer, diffID string, opt Options, index, count int) (int64, bool, error) {
+	if s.HasLayer(diffID) {
+		return 0, true, nil
+	}
+	unlock, err := s.LockLayer(diffID)
+	if err != nil {
+		return 0, false, err
+	}
+	defer unlock()
+	if s.HasLayer(diffID) {
+		return 0, true, nil // unpacked by another pull meanwhile
+	}
+	if opt.Progress != nil {
+		opt.Progress(Event{Layer: diffID, Index: index, Count: count})
+	}
+	tmp, err := s.TempDir("layer-")
+	if err != nil {
+		return 0, false, err
+	}
+	keep := false
+	defer func() {
+		if !keep {
+			_ = removeAll(tmp)
+		}
+	}()
+	rc, err := l.Uncompressed()
+	if err != nil {
+		return 0, false, err
+	}
+	defer rc.Close()
+	h := sha256.New()
+	tee := io.TeeReader(rc, h)
+	lopt := layer.Options{Limits: opt.Limits, OpaqueXattr: "user.overlay.opaque"}
+	if opt.Root {
+		lopt.OpaqueXattr = "trusted.overlay.opaque"
+		lopt.Owner = func(uid, gid int) (int, int) { return uid, gid }
+	}
+	rep, err := layer.Unpack(tee, tmp, lopt)
+	if err != nil {
+		return 0, false, err
+	}
+	// What follows the tar's end (padding) counts for the digest too.
+	limit := lopt.Limits.Bytes
+	if limit <= 0 {
+		limit = layer.DefaultLimits.Bytes
+	}
+	extra, err := io.Copy(io.Discard, io.LimitReader(tee, limit-rep.Bytes+1))
+	if err != nil {
+		return 0, false, err
+	}
+	if rep.Bytes+extra > limit {
+		return 0, false, layer.ErrTooLarge
+	}
+	if got := "sha256:" + hex.EncodeToString(h.Sum(nil)); got != diffID {
+		return 0, false, fmt.Errorf("its content is %s, not what the image's configuration names: refused", got)
+	}
+	if opt.Warn != nil {
+		for _, w := range append(rep.Stripped, rep.Skipped...) {
+			opt.Warn(fmt.Sprintf("layer %s: %s", diffID, w))
+		}
+	}
+	// The layer's top is the root directory of the sandbox's view.
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return 0, false, err
+	}
+	dst, err := s.LayerDir(diffID)
+	if err != nil {
+		return 0, false, err
+	}
+	if err := os.Rename(tmp, dst); err != nil {
+		return 0, false, err
+	}
+	keep = true
+	return rep.Bytes + extra, false, nil
+}
+
+func platform(cf *v1.ConfigFile) string {
+	p := cf.OS + "/" + cf.Architecture
+	if cf.Variant != "" {
+		p += "/" + cf.Variant
+	}
+	return p
+}
+
+// Import brings in the images of the file or directory at path: a
+// `docker save` tarball (each image under its tags), or an OCI image
+// layout, a directory or a tar of one (each image under its
+// org.opencontainers.image.ref.name, taken as a tag of name when it is not
+// a whole reference). An image without a name is kept by its digest only.
+func Import(s *image.Store, path, repo string, opt Options) ([]*image.Image, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("import: %w", err)
+	}
+	if fi.IsDir() {
+		return importLayout(s, path, repo, opt)
+	}
+	if m, err := tarball.LoadManifest(opener(path)); err == nil && len(m) > 0 {
+		return importDockerSave(s, path, m, opt)
+	}
+	// An OCI layout in a tar: unpacked (as hostile as a layer) into the
+	// store's tmp/, then read as a directory.
+	tmp, err := s.TempDir("import-")
+	if err != nil {
+		return nil, err
+	}
+	defer removeAll(tmp)
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("import: %w", err)
+	}
+	defer f.Close()
+	if _, err := layer.Unpack(f, tmp, layer.Options{Limits: opt.Limits}); err != nil {
+		return nil, fmt.Errorf("import %s: neither a docker save tarball nor an OCI layout: %w", path, err)
+	}
+	if _, err := os.Stat(filepath.Join(tmp, "oci-layout")); err != nil {
+		return nil, fmt.Errorf("import %s: neither a docker save tarball (no manifest.json) nor an OCI layout (no oci-layout)", path)
+	}
+	return importLayout(s, tmp, repo, opt)
+}
+
+func opener(path string) tarball.Opener {
+	return func() (io.ReadCloser, error) { return os.Open(path) }
+}
+
+func importDockerSave(s *image.Store, path string, m tarball.Manifest, opt Options) ([]*image.Image, error) {
+	var out []*image.Image
+	for i, d := range m {
+		var tag *name.Tag
+		if len(d.RepoTags) > 0 {
+			t, err := name.NewTag(d.RepoTags[0])
+			if err != nil {
+				return out, fmt.Errorf("import %s: image %d: tag %q: %w", path, i+1, d.RepoTags[0], err)
+			}
+			tag = &t
+		} else if len(m) > 1 {
+			return out, fmt.Errorf("import %s: image %d has no tag, and the tarball holds %d images", path, i+1, len(m))
+		}
+		img, err := tarball.Image(opener(path), tag)
+		if err != nil {
+			return out, fmt.Errorf("import %s: %w", path, err)
+		}
+		rec, err := Add(s, img, d.RepoTags, opt)
+		if err != nil {
+			return out, fmt.Errorf("import %s: %w", path, err)
+		}
+		out = append(out, rec)
+	}
+	return out, nil
+}
+
+func importLayout(s *image.Store, dir, repo string, opt Options) ([]*image.Image, error) {
+	idx, err := layout.ImageIndexFromPath(dir)
+	if err != nil {
+		return nil, fmt.Errorf("import %s: %w", dir, err)
+	}
+	im, err := idx.IndexManifest()
+	if err != nil {
+		return nil, fmt.Errorf("import %s: %w", dir, err)
+	}
+	var out []*image.Image
+	for _, d := range im.Manifests {
+		if !d.MediaType.IsImage() {
+			continue // nested indexes: a platform is chosen on pull
+		}
+		img, err := idx.Image(d.Digest)
+		if err != nil {
+			return out, fmt.Errorf("import %s: %s: %w", dir, d.Digest, err)
+		}
+		var refs []string
+		if n := d.Annotations["org.opencontainers.image.ref.name"]; n != "" {
+			if _, err := image.Normalize(n); err == nil && strings.ContainsAny(n, "/:") {
+				refs = append(refs, n)
+			} else if repo != "" {
+				refs = append(refs, repo+":"+n)
+			}
+		}
+		rec, err := Add(s, img, refs, opt)
+		if err != nil {
+			return out, fmt.Errorf("import %s: %w", dir, err)
+		}
+		out = append(out, rec)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("import " + dir + ": the layout holds no image")
+	}
+	return out, nil
+}
+
+// removeAll removes dir, also what a layer made read-only.
+func removeAll(dir string) error {
+	if err := os.RemoveAll(dir); err == nil {
+		return nil
+	}
+	_ = filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+		if err == nil && fi.IsDir() {
+			_ = os.Chmod(p, 0o700)
+		}
+		return nil
+	})
+	return os.RemoveAll(dir)
+}

@@ -1,0 +1,398 @@
+// Package image keeps the OCI images sandboxes start from, in a
+// content-addressed store under hutch's state directory: each layer
+// unpacked once (package layer) and stacked read-only under every sandbox
+// of every image that holds it, and a record per image (its manifest
+// digest, its configuration and its layers) under the names it was
+// pulled or imported by.
+//
+// This package reads and writes the store and needs no registry code, so
+// that `hutch run --image` finds an image without linking a registry
+// client; package image/fetch brings images in (pull, import) and writes
+// them here.
+//
+// Layout, below DIR/images:
+//
+//	layers/sha256/HEX/   a layer unpacked, named by its diff ID (the
+//	                     digest of its uncompressed tar); made in tmp/ and
+//	                     renamed here whole, so a layer here is complete
+//	records/HEX.json     an image, named by its manifest digest
+//	refs.json            name → manifest digest
+//	tmp/                 work in progress; nothing there is trusted
+//	lock                 taken (flock) to change refs.json or remove
+//
+// A pull killed at any point leaves at most files in tmp/ and layers no
+// record names: nothing a later pull or sandbox trusts.
+package image
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Config is what a sandbox takes from an image's configuration.
+type Config struct {
+	Env        []string `json:"env,omitempty"`
+	Entrypoint []string `json:"entrypoint,omitempty"`
+	Cmd        []string `json:"cmd,omitempty"`
+	WorkingDir string   `json:"working_dir,omitempty"`
+	User       string   `json:"user,omitempty"`
+}
+
+// Image is one image in the store.
+type Image struct {
+	// Digest is the manifest's digest ("sha256:…"): the image's identity.
+	Digest string `json:"digest"`
+	// Platform is the image's OS and architecture ("linux/amd64").
+	Platform string `json:"platform"`
+	Config   Config `json:"config"`
+	// Layers are the layers' diff IDs, bottom first.
+	Layers []string `json:"layers"`
+	// Size is the layers' uncompressed size in bytes.
+	Size int64 `json:"size"`
+	// Added is when the image came into the store.
+	Added time.Time `json:"added"`
+	// Refs are the names it is known by (filled in by List and Get).
+	Refs []string `json:"-"`
+}
+
+// Store is an image store.
+type Store struct {
+	dir string
+}
+
+// Errors of the store.
+var (
+	ErrNotFound = errors.New("no such image")
+	ErrBadRef   = errors.New("not an image reference")
+)
+
+// Open opens (and makes) the store below stateDir.
+func Open(stateDir string) (*Store, error) {
+	dir := filepath.Join(stateDir, "images")
+	for _, d := range []string{"layers/sha256", "records", "tmp"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
+			return nil, fmt.Errorf("image store: %w", err)
+		}
+	}
+	return &Store{dir: dir}, nil
+}
+
+// Dir is the store's directory.
+func (s *Store) Dir() string { return s.dir }
+
+// isDigest reports whether s is a whole sha256 digest ("sha256:" and 64
+// lower-case hex digits).
+func isDigest(s string) bool {
+	h, ok := strings.CutPrefix(s, "sha256:")
+	return ok && len(h) == 64 && isHex(h)
+}
+
+// LayerDir is where the layer of diff ID diffID is, unpacked.
+func (s *Store) LayerDir(diffID string) (string, error) {
+	if !isDigest(diffID) {
+		return "", fmt.Errorf("image store: %q is not a sha256 digest", diffID)
+	}
+	return filepath.Join(s.dir, "layers", "sha256", strings.TrimPrefix(diffID, "sha256:")), nil
+}
+
+// HasLayer reports whether the layer diffID is unpacked in the store.
+func (s *Store) HasLayer(diffID string) bool {
+	d, err := s.LayerDir(diffID)
+	if err != nil {
+		return false
+	}
+	fi, err := os.Lstat(d)
+	return err == nil && fi.IsDir()
+}
+
+// TempDir makes a directory for work in progress, which the caller
+// renames into the store or removes.
+func (s *Store) TempDir(pattern string) (string, error) {
+	return os.MkdirTemp(filepath.Join(s.dir, "tmp"), pattern)
+}
+
+// Put records img under the names refs (normalized; an earlier image of
+// the same name loses it). Every layer must be in the store.
+func (s *Store) Put(img *Image, refs ...string) error {
+	if !isDigest(img.Digest) {
+		return fmt.Errorf("image store: %q is not a sha256 digest", img.Digest)
+	}
+	for _, l := range img.Layers {
+		if !s.HasLayer(l) {
+			return fmt.Errorf("image store: layer %s of %s is not in the store", l, img.Digest)
+		}
+	}
+	names := make([]string, 0, len(refs))
+	for _, r := range refs {
+		n, err := Normalize(r)
+		if err != nil {
+			return err
+		}
+		names = append(names, n)
+	}
+	unlock, err := s.lock()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	b, err := json.MarshalIndent(img, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := s.writeFile(s.recordPath(img.Digest), b); err != nil {
+		return err
+	}
+	m, err := s.refs()
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		m[n] = img.Digest
+	}
+	return s.writeRefs(m)
+}
+
+// Get returns the image named ref: a name (normalized as Normalize does)
+// or a manifest digest, whole ("sha256:…") or its first 12 or more hex
+// digits.
+func (s *Store) Get(ref string) (*Image, error) {
+	m, err := s.refs()
+	if err != nil {
+		return nil, err
+	}
+	digest, err := s.resolve(m, ref)
+	if err != nil {
+		return nil, err
+	}
+	img, err := s.record(digest)
+	if err != nil {
+		return nil, err
+	}
+	img.Refs = refsOf(m, digest)
+	return img, nil
+}
+
+// List returns every image, newest first.
+func (s *Store) List() ([]*Image, error) {
+	m, err := s.refs()
+	if err != nil {
+		return nil, err
+	}
+	ents, err := os.ReadDir(filepath.Join(s.dir, "records"))
+	if err != nil {
+		return nil, fmt.Errorf("image store: %w", err)
+	}
+	var out []*Image
+	for _, e := range ents {
+		hex, ok := strings.CutSuffix(e.Name(), ".json")
+		if !ok {
+			continue
+		}
+		img, err := s.record("sha256:" + hex)
+		if err != nil {
+			continue
+		}
+		img.Refs = refsOf(m, img.Digest)
+		out = append(out, img)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Added.After(out[j].Added) })
+	return out, nil
+}
+
+// Remove removes the name ref, or, given a digest, the image and every
+// name of it. An image left without names is removed; its layers stay
+// until Prune.
+func (s *Store) Remove(ref string) error {
+	unlock, err := s.lock()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	m, err := s.refs()
+	if err != nil {
+		return err
+	}
+	digest, err := s.resolve(m, ref)
+	if err != nil {
+		return err
+	}
+	if n, nerr := Normalize(ref); nerr == nil && m[n] == digest {
+		delete(m, n)
+	} else {
+		for _, n := range refsOf(m, digest) {
+			delete(m, n)
+		}
+	}
+	if len(refsOf(m, digest)) == 0 {
+		if err := os.Remove(s.recordPath(digest)); err != nil && !os.IsNotExist(err) {
+			return fmt.Errorf("image store: %w", err)
+		}
+	}
+	return s.writeRefs(m)
+}
+
+// Prune removes the layers no image holds, and what work in progress
+// left in tmp/ more than a minute ago (a pull running now keeps its own),
+// and returns how many layers it removed.
+func (s *Store) Prune() (layers int, err error) {
+	unlock, err := s.lock()
+	if err != nil {
+		return 0, err
+	}
+	defer unlock()
+	imgs, err := s.List()
+	if err != nil {
+		return 0, err
+	}
+	used := map[string]bool{}
+	for _, img := range imgs {
+		for _, l := range img.Layers {
+			used[strings.TrimPrefix(l, "sha256:")] = true
+		}
+	}
+	ents, err := os.ReadDir(filepath.Join(s.dir, "layers", "sha256"))
+	if err != nil {
+		return 0, fmt.Errorf("image store: %w", err)
+	}
+	for _, e := range ents {
+		if used[e.Name()] || strings.HasSuffix(e.Name(), ".lock") {
+			continue
+		}
+		if err := removeTree(filepath.Join(s.dir, "layers", "sha256", e.Name())); err != nil {
+			return layers, err
+		}
+		layers++
+	}
+	tmp, _ := os.ReadDir(filepath.Join(s.dir, "tmp"))
+	for _, e := range tmp {
+		if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > time.Minute {
+			_ = removeTree(filepath.Join(s.dir, "tmp", e.Name()))
+		}
+	}
+	return layers, nil
+}
+
+func (s *Store) recordPath(digest string) string {
+	return filepath.Join(s.dir, "records", strings.TrimPrefix(digest, "sha256:")+".json")
+}
+
+func (s *Store) record(digest string) (*Image, error) {
+	b, err := os.ReadFile(s.recordPath(digest))
+	if os.IsNotExist(err) {
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, digest)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("image store: %w", err)
+	}
+	var img Image
+	if err := json.Unmarshal(b, &img); err != nil {
+		return nil, fmt.Errorf("image store: record %s: %w", digest, err)
+	}
+	return &img, nil
+}
+
+// resolve finds the digest ref names.
+func (s *Store) resolve(m map[string]string, ref string) (string, error) {
+	if isDigest(ref) {
+		if _, err := os.Stat(s.recordPath(ref)); err != nil {
+			return "", fmt.Errorf("%w: %s", ErrNotFound, ref)
+		}
+		return ref, nil
+	}
+	if n, err := Normalize(ref); err == nil {
+		if d, ok := m[n]; ok {
+			return d, nil
+		}
+	}
+	if prefix := strings.TrimPrefix(ref, "sha256:"); len(prefix) >= 12 && isHex(prefix) {
+		var found []string
+		ents, _ := os.ReadDir(filepath.Join(s.dir, "records"))
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), prefix) {
+				found = append(found, "sha256:"+strings.TrimSuffix(e.Name(), ".json"))
+			}
+		}
+		switch len(found) {
+		case 1:
+			return found[0], nil
+		case 0:
+		default:
+			return "", fmt.Errorf("image store: %q names %d images", ref, len(found))
+		}
+	}
+	return "", fmt.Errorf("%w: %s", ErrNotFound, ref)
+}
+
+func isHex(s string) bool {
+	for _, c := range s {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+func refsOf(m map[string]string, digest string) []string {
+	var out []string
+	for n, d := range m {
+		if d == digest {
+			out = append(out, n)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (s *Store) refs() (map[string]string, error) {
+	m := map[string]string{}
+	b, err := os.ReadFile(filepath.Join(s.dir, "refs.json"))
+	if os.IsNotExist(err) {
+		return m, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("image store: %w", err)
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("image store: refs.json: %w", err)
+	}
+	return m, nil
+}
+
+func (s *Store) writeRefs(m map[string]string) error {
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return err
+	}
+	return s.writeFile(filepath.Join(s.dir, "refs.json"), b)
+}
+
+// writeFile replaces path with b whole: written beside it, synced and
+// renamed over it.
+func (s *Store) writeFile(path string, b []byte) error {
+	f, err := os.CreateTemp(filepath.Join(s.dir, "tmp"), "write-")
+	if err != nil {
+		return fmt.Errorf("image store: %w", err)
+	}
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return fmt.Errorf("image store: %w", err)
+	}
+	return nil
+}
