@@ -43,9 +43,9 @@ func flock(path string) (func(), error) {
 	return func() { f.Close() }, nil
 }
 
-// removeTree removes dir and everything below it, also what a layer made
+// RemoveTree removes dir and everything below it, also what a layer made
 // read-only.
-func removeTree(dir string) error {
+func RemoveTree(dir string) error {
 	if err := os.RemoveAll(dir); err == nil {
 		return nil
 	}

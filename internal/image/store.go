@@ -265,7 +265,7 @@ func (s *Store) Prune() (layers int, err error) {
 		if used[e.Name()] || strings.HasSuffix(e.Name(), ".lock") {
 			continue
 		}
-		if err := removeTree(filepath.Join(s.dir, "layers", "sha256", e.Name())); err != nil {
+		if err := RemoveTree(filepath.Join(s.dir, "layers", "sha256", e.Name())); err != nil {
 			return layers, err
 		}
 		layers++
@@ -273,7 +273,7 @@ func (s *Store) Prune() (layers int, err error) {
 	tmp, _ := os.ReadDir(filepath.Join(s.dir, "tmp"))
 	for _, e := range tmp {
 		if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > time.Minute {
-			_ = removeTree(filepath.Join(s.dir, "tmp", e.Name()))
+			_ = RemoveTree(filepath.Join(s.dir, "tmp", e.Name()))
 		}
 	}
 	return layers, nil

@@ -125,7 +125,7 @@ func addLayer(s *image.Store, l v1.Layer, diffID string, opt Options, index, cou
 	keep := false
 	defer func() {
 		if !keep {
-			_ = removeAll(tmp)
+			_ = image.RemoveTree(tmp)
 		}
 	}()
 	rc, err := l.Uncompressed()
@@ -209,7 +209,7 @@ func Import(s *image.Store, path, repo string, opt Options) ([]*image.Image, err
 	if err != nil {
 		return nil, err
 	}
-	defer removeAll(tmp)
+	defer image.RemoveTree(tmp)
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("import: %w", err)
@@ -290,18 +290,4 @@ func importLayout(s *image.Store, dir, repo string, opt Options) ([]*image.Image
 		return nil, errors.New("import " + dir + ": the layout holds no image")
 	}
 	return out, nil
-}
-
-// removeAll removes dir, also what a layer made read-only.
-func removeAll(dir string) error {
-	if err := os.RemoveAll(dir); err == nil {
-		return nil
-	}
-	_ = filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
-		if err == nil && fi.IsDir() {
-			_ = os.Chmod(p, 0o700)
-		}
-		return nil
-	})
-	return os.RemoveAll(dir)
 }

@@ -90,7 +90,7 @@ func testImage(t *testing.T) v1.Image {
 func newStore(t *testing.T) *image.Store {
 	t.Helper()
 	dir := t.TempDir()
-	t.Cleanup(func() { _ = removeAll(dir) })
+	t.Cleanup(func() { _ = image.RemoveTree(dir) })
 	s, err := image.Open(dir)
 	if err != nil {
 		t.Fatal(err)
