@@ -3,7 +3,10 @@
 // front ends. It also makes API tokens (`hutch token create`) and, when
 // hutch-agent is not installed next to it, is its sandboxes' PID 1.
 //
-// Users type `hutch serve` and `hutch token create`: hutch runs this
+// It also keeps the images sandboxes start from (`hutch image`), which
+// links a registry client.
+//
+// Users type `hutch serve`, `hutch token create` and `hutch image`: hutch runs this
 // binary, installed next to it, for those. It is a binary of its own so
 // that `hutch run` and the client commands do not pay at every start for
 // the packages only the daemon uses (see docs/ARCHITECTURE.md, "one binary
@@ -27,6 +30,7 @@ const usage = `hutch-serve is hutch's daemon; run it as "hutch serve".
 Usage:
   hutch serve [flags]                      run the daemon (hutch-serve serve [flags])
   hutch token create --tenant NAME [--e2b] make an API token for a tenant
+  hutch image COMMAND                      the images sandboxes start from (hutch image -h)
   hutch-serve version                      print its version
 
 Run "hutch serve -h" and "hutch token create -h" for the flags.
@@ -45,6 +49,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return cmdServe(args[1:], stderr)
 	case "token":
 		return cmdToken(args[1:], stdout, stderr)
+	case "image":
+		return cmdImage(args[1:], stdout, stderr)
 	case "agent":
 		// PID 1 of a sandbox when hutch-agent is not installed.
 		if len(args) != 1 {

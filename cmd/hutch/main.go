@@ -39,6 +39,11 @@ Usage:
                                            stdout to HOST:PORT through the
                                            sandbox's proxy, for ssh's ProxyCommand
 
+Images:
+  hutch image import FILE                  bring in a docker save tarball or an
+                                           OCI layout; also ls, inspect, rm, prune
+                                           (hutch image -h)
+
 The daemon and its clients:
   hutch serve [flags]                      run the daemon: long-lived sandboxes
                                            behind an HTTP API on a unix socket
@@ -60,8 +65,8 @@ The daemon and its clients:
   hutch events [--since N] ID              print sandbox ID's events as they
                                            happen, until it ends or Ctrl-C
 
-hutch serve and hutch token run hutch-serve, the daemon's binary, installed
-next to hutch.
+hutch serve, hutch token and hutch image run hutch-serve, the daemon's
+binary, installed next to hutch.
 
 Run "hutch COMMAND -h" for the flags. Exit codes of "hutch run": the
 command's own, 128+N if it was killed by signal N, 124 on --timeout, 125
@@ -92,8 +97,9 @@ func run(args []string, stdin, stdout, stderr *os.File) int {
 		return cmdPolicyShow(args[2:], stdout, stderr)
 	case "proxy-connect":
 		return proxyconnect.Main(args[1:], stdin, stdout, stderr)
-	case "serve", "token":
-		// The daemon's commands are hutch-serve's (see daemon.go).
+	case "serve", "token", "image":
+		// The daemon's commands, and the images' (which link a registry
+		// client), are hutch-serve's (see daemon.go).
 		return execServe(args, stderr)
 	case "audit":
 		return cmdAudit(args[1:], stdout, stderr)
@@ -130,7 +136,7 @@ func run(args []string, stdin, stdout, stderr *os.File) int {
 }
 
 // commands are hutch's commands, for suggestions after a typo.
-var commands = []string{"run", "policy", "version", "proxy-connect", "serve", "token", "audit", "create", "exec", "cp", "ls", "rm", "pause", "resume", "events", "help"}
+var commands = []string{"run", "policy", "version", "proxy-connect", "serve", "token", "image", "audit", "create", "exec", "cp", "ls", "rm", "pause", "resume", "events", "help"}
 
 func cmdRun(args []string, stdin, stdout, stderr *os.File) int {
 	fs, rf := newRunFlags("run", stderr)

@@ -1,0 +1,214 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/hutch-sandbox/hutch/internal/cli"
+	"github.com/hutch-sandbox/hutch/internal/image"
+	"github.com/hutch-sandbox/hutch/internal/image/fetch"
+)
+
+const imageUsage = `Usage:
+  hutch image import FILE [--name REPO]   bring in a docker save tarball or an OCI layout (directory or tar)
+  hutch image ls                          list the images
+  hutch image inspect REF                 print an image's record as JSON
+  hutch image rm REF...                   remove names (a digest removes the image)
+  hutch image prune                       remove the layers no image holds
+
+Every command takes --state-dir DIR (default: $HUTCH_STATE_DIR, else
+/var/lib/hutch for root, shared with hutch serve, and
+$XDG_DATA_HOME/hutch, ~/.local/share/hutch, for an ordinary user).
+`
+
+// imageStateDir is where the image store lies when --state-dir is not
+// given.
+func imageStateDir() string {
+	if d := os.Getenv("HUTCH_STATE_DIR"); d != "" {
+		return d
+	}
+	if os.Geteuid() == 0 {
+		return defaultStateDir
+	}
+	if d := os.Getenv("XDG_DATA_HOME"); filepath.IsAbs(d) {
+		return filepath.Join(d, "hutch")
+	}
+	home, _ := os.UserHomeDir()
+	return filepath.Join(home, ".local", "share", "hutch")
+}
+
+// cmdImage is `hutch image`.
+func cmdImage(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprint(stderr, imageUsage)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	sub, rest := args[0], args[1:]
+	fs := flag.NewFlagSet("hutch image "+sub, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	stateDir := fs.String("state-dir", imageStateDir(), "the state `dir` that holds the images")
+	repo := fs.String("name", "", "for import: the repository an OCI layout's bare tags belong to")
+	fs.Usage = func() { fmt.Fprint(stderr, imageUsage) }
+	switch sub {
+	case "import", "ls", "inspect", "rm", "prune":
+	default:
+		msg := fmt.Sprintf("hutch: unknown image command %q", sub)
+		if c := cli.Closest(sub, []string{"import", "ls", "inspect", "rm", "prune"}); len(c) > 0 {
+			msg += fmt.Sprintf("; did you mean %q?", c[0])
+		}
+		fmt.Fprintln(stderr, msg)
+		return 2
+	}
+	if err := cli.Parse(fs, flagsFirst(rest, "state-dir", "name"), stderr); err != nil {
+		return usageCode(err)
+	}
+	st, err := image.Open(*stateDir)
+	if err != nil {
+		fmt.Fprintf(stderr, "hutch: %v\n", err)
+		return 1
+	}
+	fail := func(err error) int {
+		fmt.Fprintf(stderr, "hutch: %v\n", err)
+		return 1
+	}
+	wantArgs := func(n int, what string) bool {
+		if (n >= 0 && fs.NArg() != n) || (n < 0 && fs.NArg() == 0) {
+			fmt.Fprintf(stderr, "hutch: image %s takes %s\n", sub, what)
+			return false
+		}
+		return true
+	}
+	switch sub {
+	case "import":
+		if !wantArgs(1, "one FILE") {
+			return 2
+		}
+		opt := fetch.Options{Root: os.Geteuid() == 0, Warn: func(s string) { fmt.Fprintf(stderr, "hutch: warning: %s\n", s) }}
+		imgs, err := fetch.Import(st, fs.Arg(0), *repo, opt)
+		for _, img := range imgs {
+			fmt.Fprintf(stdout, "%s %s\n", img.Digest, strings.Join(img.Refs, " "))
+		}
+		if err != nil {
+			return fail(err)
+		}
+	case "ls":
+		if !wantArgs(0, "no arguments") {
+			return 2
+		}
+		imgs, err := st.List()
+		if err != nil {
+			return fail(err)
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "NAME\tDIGEST\tPLATFORM\tSIZE\tADDED")
+		for _, img := range imgs {
+			names := img.Refs
+			if len(names) == 0 {
+				names = []string{"<none>"}
+			}
+			for _, n := range names {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", n, short(img.Digest), img.Platform, humanSize(img.Size), img.Added.Local().Format(time.DateTime))
+			}
+		}
+		tw.Flush()
+	case "inspect":
+		if !wantArgs(1, "one REF") {
+			return 2
+		}
+		img, err := st.Get(fs.Arg(0))
+		if err != nil {
+			return fail(err)
+		}
+		out := struct {
+			*image.Image
+			Refs []string `json:"refs"`
+		}{img, img.Refs}
+		b, _ := json.MarshalIndent(out, "", "  ")
+		fmt.Fprintln(stdout, string(b))
+	case "rm":
+		if !wantArgs(-1, "one REF or more") {
+			return 2
+		}
+		code := 0
+		for _, r := range fs.Args() {
+			if err := st.Remove(r); err != nil {
+				code = fail(err)
+				continue
+			}
+			fmt.Fprintf(stdout, "removed %s\n", r)
+		}
+		return code
+	case "prune":
+		if !wantArgs(0, "no arguments") {
+			return 2
+		}
+		n, err := st.Prune()
+		if err != nil {
+			return fail(err)
+		}
+		fmt.Fprintf(stdout, "removed %d unused layers\n", n)
+	}
+	return 0
+}
+
+// short is a digest's first 12 hex digits.
+func short(d string) string {
+	h := strings.TrimPrefix(d, "sha256:")
+	if len(h) > 12 {
+		h = h[:12]
+	}
+	return h
+}
+
+// humanSize prints n bytes in binary units.
+func humanSize(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	v, u := float64(n), "B"
+	for _, next := range []string{"KiB", "MiB", "GiB", "TiB"} {
+		if v < unit {
+			break
+		}
+		v, u = v/unit, next
+	}
+	return fmt.Sprintf("%.1f %s", v, u)
+}
+
+// flagsFirst moves the flags among args (valued ones named in valued, as
+// "--f V" or "--f=V") before the other arguments, so that flags may follow
+// an image's name as git's and docker's do. No image reference or file
+// hutch takes starts with '-'.
+func flagsFirst(args []string, valued ...string) []string {
+	var flags, rest []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			rest = append(rest, args[i+1:]...)
+			break
+		}
+		if !strings.HasPrefix(a, "-") || a == "-" {
+			rest = append(rest, a)
+			continue
+		}
+		flags = append(flags, a)
+		n := strings.TrimLeft(a, "-")
+		if !strings.Contains(n, "=") && slices.Contains(valued, n) && i+1 < len(args) {
+			flags = append(flags, args[i+1])
+			i++
+		}
+	}
+	return append(flags, rest...)
+}
