@@ -1,11 +1,13 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -15,9 +17,13 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/cli"
 	"github.com/hutch-sandbox/hutch/internal/image"
 	"github.com/hutch-sandbox/hutch/internal/image/fetch"
+	"github.com/hutch-sandbox/hutch/internal/sandbox"
 )
 
 const imageUsage = `Usage:
+  hutch image pull REF [flags]            pull an image from its registry (HTTPS; credentials from
+                                          ~/.docker/config.json): --insecure-registry HOST:PORT (plain
+                                          HTTP, repeatable), --registry-auth FILE, --platform OS/ARCH
   hutch image import FILE [--name REPO]   bring in a docker save tarball or an OCI layout (directory or tar)
   hutch image ls                          list the images
   hutch image inspect REF                 print an image's record as JSON
@@ -59,18 +65,22 @@ func cmdImage(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	stateDir := fs.String("state-dir", imageStateDir(), "the state `dir` that holds the images")
 	repo := fs.String("name", "", "for import: the repository an OCI layout's bare tags belong to")
+	var insecure cli.List
+	fs.Var(&insecure, "insecure-registry", "for pull: reach registry `HOST:PORT` over plain HTTP (repeatable)")
+	authFile := fs.String("registry-auth", "", "for pull: take credentials from this Docker configuration `file`")
+	plat := fs.String("platform", "", "for pull: the platform to take from a multi-platform image, e.g. linux/arm64")
 	fs.Usage = func() { fmt.Fprint(stderr, imageUsage) }
 	switch sub {
-	case "import", "ls", "inspect", "rm", "prune":
+	case "pull", "import", "ls", "inspect", "rm", "prune":
 	default:
 		msg := fmt.Sprintf("hutch: unknown image command %q", sub)
-		if c := cli.Closest(sub, []string{"import", "ls", "inspect", "rm", "prune"}); len(c) > 0 {
+		if c := cli.Closest(sub, []string{"pull", "import", "ls", "inspect", "rm", "prune"}); len(c) > 0 {
 			msg += fmt.Sprintf("; did you mean %q?", c[0])
 		}
 		fmt.Fprintln(stderr, msg)
 		return 2
 	}
-	if err := cli.Parse(fs, flagsFirst(rest, "state-dir", "name"), stderr); err != nil {
+	if err := cli.Parse(fs, flagsFirst(rest, "state-dir", "name", "insecure-registry", "registry-auth", "platform"), stderr); err != nil {
 		return usageCode(err)
 	}
 	st, err := image.Open(*stateDir)
@@ -89,12 +99,35 @@ func cmdImage(args []string, stdout, stderr io.Writer) int {
 		}
 		return true
 	}
+	warn := func(s string) { fmt.Fprintf(stderr, "hutch: warning: %s\n", s) }
 	switch sub {
+	case "pull":
+		if !wantArgs(1, "one REF") {
+			return 2
+		}
+		o := fetch.PullOptions{Options: fetch.Options{Root: os.Geteuid() == 0, Warn: warn}, Insecure: insecure, AuthFile: *authFile, Platform: *plat}
+		if f, ok := stderr.(*os.File); ok && sandbox.IsTerminal(f) {
+			o.Progress = func(e fetch.Event) {
+				switch {
+				case e.Cached:
+					fmt.Fprintf(stderr, "layer %d/%d %s: in the store\n", e.Index, e.Count, short(e.Layer))
+				case e.Done:
+					fmt.Fprintf(stderr, "layer %d/%d %s: %s\n", e.Index, e.Count, short(e.Layer), humanSize(e.Bytes))
+				}
+			}
+		}
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+		defer stop()
+		img, err := fetch.Pull(ctx, st, fs.Arg(0), o)
+		if err != nil {
+			return fail(err)
+		}
+		fmt.Fprintln(stdout, img.Digest)
 	case "import":
 		if !wantArgs(1, "one FILE") {
 			return 2
 		}
-		opt := fetch.Options{Root: os.Geteuid() == 0, Warn: func(s string) { fmt.Fprintf(stderr, "hutch: warning: %s\n", s) }}
+		opt := fetch.Options{Root: os.Geteuid() == 0, Warn: warn}
 		imgs, err := fetch.Import(st, fs.Arg(0), *repo, opt)
 		for _, img := range imgs {
 			fmt.Fprintf(stdout, "%s %s\n", img.Digest, strings.Join(img.Refs, " "))

@@ -4,14 +4,18 @@ import (
 	"archive/tar"
 	"bytes"
 	"io"
+	"log"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
@@ -97,5 +101,42 @@ func TestImageCommands(t *testing.T) {
 	r = run("import", filepath.Join(state, "missing.tar"))
 	if r.code == 0 || !strings.Contains(r.stderr, "missing.tar") {
 		t.Errorf("import of a missing file:\n%s", r)
+	}
+}
+
+// TestImagePull: hutch image pull takes an image from a registry on
+// loopback that speaks plain HTTP only when named with
+// --insecure-registry, and prints its digest; hutch image ls shows it.
+func TestImagePull(t *testing.T) {
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer srv.Close()
+	host := strings.TrimPrefix(srv.URL, "http://")
+	img, err := tarball.ImageFromPath(testImageTar(t, "hutch.test/x:1", "etc/pulled", "yes\n"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := name.ParseReference(host+"/team/pulled:2", name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(ref, img); err != nil {
+		t.Fatal(err)
+	}
+	state := hostDir(t)
+	home := hostDir(t)
+	env := []string{"PATH=" + stdPath, "HOME=" + home, "LANG=C.UTF-8"}
+	r := hutch(t, invocation{env: env, args: []string{"image", "pull", ref.String(), "--state-dir", state}})
+	if r.code == 0 || !strings.Contains(r.stderr, "--insecure-registry "+host) {
+		t.Errorf("plain HTTP without the flag:\n%s", r)
+	}
+	r = hutch(t, invocation{env: env, args: []string{"image", "pull", "--insecure-registry", host, ref.String(), "--state-dir", state}})
+	wantOK(t, r)
+	digest, _ := img.Digest()
+	if strings.TrimSpace(r.stdout) != digest.String() {
+		t.Errorf("pull printed %q, want the digest %s\n%s", r.stdout, digest, r)
+	}
+	r = hutch(t, invocation{env: env, args: []string{"image", "ls", "--state-dir", state}})
+	if !strings.Contains(r.stdout, host+"/team/pulled:2") {
+		t.Errorf("ls:\n%s", r)
 	}
 }

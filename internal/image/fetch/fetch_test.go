@@ -399,5 +399,5 @@ func TestNormalize(t *testing.T) {
 // TestFetchAsUser runs the tests above as an ordinary user, whose layers
 // keep no owners and mark opaque directories with user.overlay.opaque.
 func TestFetchAsUser(t *testing.T) {
-	testutil.RunAsUser(t, "^(TestImportDockerSave|TestImportLayout|TestImportRefused|TestImportConcurrent|TestRemovePrune)$")
+	testutil.RunAsUser(t, "^(TestImportDockerSave|TestImportLayout|TestImportRefused|TestImportConcurrent|TestRemovePrune|TestPullAuth|TestPullPlainHTTP|TestPullIndex|TestPullTampered)$")
 }
