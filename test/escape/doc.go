@@ -64,6 +64,9 @@
 //	28 host memory held by a tenant         TestItem28_TenantMemory
 //	29 a secret reflected in a response     TestItem29_SecretReflected
 //	30 unaudited changes, oracles, metrics  TestItem30_AuditAndOracles
+//	-- an image's layers (hostile input)    TestImageLayersHostile (dot-dot, absolute names, a
+//	                                        planted symbolic link as a parent, hard links out,
+//	                                        whiteouts through a link, device nodes, set-id bits)
 //
 // The suite sends no traffic off the machine: it listens only on the host's
 // own addresses, and the outside addresses it tries are from TEST-NET or
