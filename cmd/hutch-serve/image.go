@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -35,22 +34,6 @@ Every command takes --state-dir DIR (default: $HUTCH_STATE_DIR, else
 $XDG_DATA_HOME/hutch, ~/.local/share/hutch, for an ordinary user).
 `
 
-// imageStateDir is where the image store lies when --state-dir is not
-// given.
-func imageStateDir() string {
-	if d := os.Getenv("HUTCH_STATE_DIR"); d != "" {
-		return d
-	}
-	if os.Geteuid() == 0 {
-		return defaultStateDir
-	}
-	if d := os.Getenv("XDG_DATA_HOME"); filepath.IsAbs(d) {
-		return filepath.Join(d, "hutch")
-	}
-	home, _ := os.UserHomeDir()
-	return filepath.Join(home, ".local", "share", "hutch")
-}
-
 // cmdImage is `hutch image`.
 func cmdImage(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
@@ -63,7 +46,7 @@ func cmdImage(args []string, stdout, stderr io.Writer) int {
 	sub, rest := args[0], args[1:]
 	fs := flag.NewFlagSet("hutch image "+sub, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	stateDir := fs.String("state-dir", imageStateDir(), "the state `dir` that holds the images")
+	stateDir := fs.String("state-dir", image.DefaultStateDir(), "the state `dir` that holds the images")
 	repo := fs.String("name", "", "for import: the repository an OCI layout's bare tags belong to")
 	var insecure cli.List
 	fs.Var(&insecure, "insecure-registry", "for pull: reach registry `HOST:PORT` over plain HTTP (repeatable)")

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -17,6 +18,9 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/hutch-sandbox/hutch/internal/sandbox"
+	"github.com/hutch-sandbox/hutch/internal/testutil"
 )
 
 // testImageTar writes a `docker save` tarball of a one-layer image tagged
@@ -138,5 +142,119 @@ func TestImagePull(t *testing.T) {
 	r = hutch(t, invocation{env: env, args: []string{"image", "ls", "--state-dir", state}})
 	if !strings.Contains(r.stdout, host+"/team/pulled:2") {
 		t.Errorf("ls:\n%s", r)
+	}
+}
+
+// busyboxImageTar writes a `docker save` tarball of a two-layer image made
+// from the host's busybox (the second layer deletes a file of the first,
+// makes a directory opaque and adds /etc/motd), tagged tag.
+func busyboxImageTar(t *testing.T, tag string) string {
+	t.Helper()
+	bb, err := os.ReadFile("/bin/busybox")
+	if err != nil {
+		testutil.Need(t, false, "needs /bin/busybox (busybox-static): "+err.Error())
+	}
+	type e struct {
+		name, link, body string
+		typ              byte
+		mode             int64
+	}
+	build := func(es ...e) v1.Layer {
+		var b bytes.Buffer
+		tw := tar.NewWriter(&b)
+		for _, x := range es {
+			h := &tar.Header{Name: x.name, Linkname: x.link, Typeflag: x.typ, Mode: x.mode, Size: int64(len(x.body))}
+			if h.Typeflag == 0 {
+				h.Typeflag = tar.TypeReg
+			}
+			if h.Typeflag != tar.TypeReg {
+				h.Size = 0
+			}
+			tw.WriteHeader(h)
+			tw.Write([]byte(x.body))
+		}
+		tw.Close()
+		l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b.Bytes())), nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	base := []e{{name: "bin/", typ: tar.TypeDir, mode: 0o755}, {name: "bin/busybox", body: string(bb), mode: 0o755}}
+	for _, a := range []string{"sh", "cat", "ls", "echo", "id", "pwd", "test", "mkdir"} {
+		base = append(base, e{name: "bin/" + a, link: "busybox", typ: tar.TypeSymlink})
+	}
+	for _, d := range []string{"etc/", "proc/", "sys/", "dev/", "tmp/", "root/", "opq/"} {
+		base = append(base, e{name: d, typ: tar.TypeDir, mode: 0o755})
+	}
+	base = append(base, e{name: "etc/passwd", body: "root:x:0:0:root:/root:/bin/sh\n", mode: 0o644},
+		e{name: "gone", body: "deleted by the layer above\n", mode: 0o644}, e{name: "opq/old", body: "old\n", mode: 0o644})
+	top := []e{{name: ".wh.gone"}, {name: "opq/", typ: tar.TypeDir, mode: 0o755}, {name: "opq/.wh..wh..opq"},
+		{name: "opq/new", body: "new\n", mode: 0o644}, {name: "etc/motd", body: "from the image\n", mode: 0o644}}
+	img, err := mutate.AppendLayers(empty.Image, build(base...), build(top...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf = cf.DeepCopy()
+	cf.OS, cf.Architecture = "linux", "amd64"
+	cf.Config.Env = []string{"PATH=/bin", "GREETING=hi from the image"}
+	cf.Config.Cmd = []string{"/bin/sh", "-c", "echo default command"}
+	if img, err = mutate.ConfigFile(img, cf); err != nil {
+		t.Fatal(err)
+	}
+	ref, err := name.NewTag(tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(hostDir(t), "bb.tar")
+	if err := tarball.WriteToFile(p, ref, img); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestRunImage: hutch run --image starts the sandbox from an image of the
+// store: its files (whiteouts and opaque directories honoured), not the
+// host's; its environment (the image's PATH, not the host's); its command
+// when none is given; the workspace bound in and written on the host;
+// writes to the root kept in memory, never in the store.
+func TestRunImage(t *testing.T) {
+	testutil.RequireRoot(t)
+	state, ws := hostDir(t), hostDir(t)
+	env := []string{"PATH=" + stdPath, "HOME=" + hostDir(t), "LANG=C.UTF-8", "HUTCH_STATE_DIR=" + state}
+	r := hutch(t, invocation{env: env, args: []string{"image", "import", busyboxImageTar(t, "hutch.test/bb:1")}})
+	wantOK(t, r)
+	r = hutch(t, invocation{dir: ws, env: env, args: []string{"run", "--image", "hutch.test/bb:1", "--", "sh", "-c",
+		`cat /etc/motd; echo "$GREETING"; echo "PATH=$PATH"; ls /opq; test -e /gone || echo no-gone; test -e /usr/bin/env || echo no-host-usr;
+		 pwd; echo written > out; id -u; echo x > /etc/newfile && echo root-writable`}})
+	wantOK(t, r)
+	for _, want := range []string{"from the image", "hi from the image", "PATH=/bin\n", "new\n", "no-gone", "no-host-usr", ws + "\n", "0\n", "root-writable"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("the sandbox's output lacks %q:\n%s", want, r)
+		}
+	}
+	if strings.Contains(r.stdout, "old\n") {
+		t.Errorf("the opaque directory shows the lower layer's file:\n%s", r)
+	}
+	if b, err := os.ReadFile(filepath.Join(ws, "out")); err != nil || string(b) != "written\n" {
+		t.Errorf("the workspace write did not reach the host: %q, %v", b, err)
+	}
+	if m, _ := filepath.Glob(filepath.Join(state, "images", "layers", "sha256", "*", "etc", "newfile")); len(m) > 0 {
+		t.Errorf("a write to the root reached the store: %v", m)
+	}
+	r = hutch(t, invocation{dir: ws, env: env, args: []string{"run", "--image", "hutch.test/bb:1"}})
+	wantOK(t, r)
+	if !strings.Contains(r.stdout, "default command") {
+		t.Errorf("the image's command did not run:\n%s", r)
+	}
+	// Not in the store: pulled first, here from a registry that is not
+	// there (loopback, nothing listens on port 1).
+	r = hutch(t, invocation{dir: ws, env: env, args: []string{"run", "--image", "127.0.0.1:1/none:1", "--", "true"}})
+	if r.code != sandbox.ExitHutchError || !strings.Contains(r.stderr, "pulling it") || !strings.Contains(r.stderr, "127.0.0.1:1") {
+		t.Errorf("a missing image:\n%s", r)
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/cli"
+	"github.com/hutch-sandbox/hutch/internal/image"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/proxyconnect"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
@@ -144,14 +145,26 @@ func cmdRun(args []string, stdin, stdout, stderr *os.File) int {
 		return code
 	}
 	command := fs.Args()
-	if len(command) == 0 {
-		fmt.Fprintln(stderr, "hutch: no command given: hutch run [flags] -- COMMAND [ARGS...]")
-		return sandbox.ExitHutchError
-	}
 	pf := &rf.policyFlags
 	spec, code := pf.spec(stderr)
 	if code != 0 {
 		return code
+	}
+	var imgRoot *sandbox.ImageRoot
+	var img *image.Image
+	if _, ok := spec.Image(); ok {
+		var err error
+		if imgRoot, img, err = imageRoot(spec, stderr); err != nil {
+			fmt.Fprintf(stderr, "hutch: %v\n", err)
+			return sandbox.ExitHutchError
+		}
+		if len(command) == 0 {
+			command = imageCommand(img)
+		}
+	}
+	if len(command) == 0 {
+		fmt.Fprintln(stderr, "hutch: no command given: hutch run [flags] -- COMMAND [ARGS...]")
+		return sandbox.ExitHutchError
 	}
 	// The sandbox may never change the policy it runs under, even when the
 	// file lies in its workspace (ESCAPES item 20).
@@ -171,7 +184,11 @@ func cmdRun(args []string, stdin, stdout, stderr *os.File) int {
 		return sandbox.ExitHutchError
 	}
 	defer egress.finish()
-	environ, err := egress.sandboxEnv(policy.BuildEnv(spec.Env, os.Environ()), command)
+	base := policy.BuildEnv(spec.Env, os.Environ())
+	if img != nil {
+		base = imageEnv(img, spec, base)
+	}
+	environ, err := egress.sandboxEnv(base, command)
 	if err != nil {
 		fmt.Fprintf(stderr, "hutch: %v\n", err)
 		return sandbox.ExitHutchError
@@ -188,6 +205,7 @@ func cmdRun(args []string, stdin, stdout, stderr *os.File) int {
 		Warn:     stderr,
 		Log:      log,
 		Proxy:    egress.sandboxProxy(),
+		Image:    imgRoot,
 	})
 	if err != nil {
 		var ie *sandbox.InitError
@@ -314,6 +332,12 @@ func (p *policyFlags) apply(s *policy.Spec) error {
 	}
 	if p.root != "" {
 		s.Root = p.root
+	}
+	if p.image != "" {
+		if p.root != "" {
+			return errors.New("--root and --image cannot be combined")
+		}
+		s.Root = policy.ImagePrefix + p.image
 	}
 	s.Filesystem.AllowWrite = append(s.Filesystem.AllowWrite, p.allowWrite...)
 	s.Filesystem.DenyRead = append(s.Filesystem.DenyRead, p.denyRead...)

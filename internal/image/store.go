@@ -84,6 +84,23 @@ func Open(stateDir string) (*Store, error) {
 	return &Store{dir: dir}, nil
 }
 
+// DefaultStateDir is the state directory whose store hutch uses unless
+// told otherwise: $HUTCH_STATE_DIR, else /var/lib/hutch for root (shared
+// with hutch serve), else $XDG_DATA_HOME/hutch (~/.local/share/hutch).
+func DefaultStateDir() string {
+	if d := os.Getenv("HUTCH_STATE_DIR"); d != "" {
+		return d
+	}
+	if os.Geteuid() == 0 {
+		return "/var/lib/hutch"
+	}
+	if d := os.Getenv("XDG_DATA_HOME"); filepath.IsAbs(d) {
+		return filepath.Join(d, "hutch")
+	}
+	home, _ := os.UserHomeDir()
+	return filepath.Join(home, ".local", "share", "hutch")
+}
+
 // Dir is the store's directory.
 func (s *Store) Dir() string { return s.dir }
 

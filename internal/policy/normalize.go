@@ -62,7 +62,7 @@ func (s *Spec) Normalize(cwd, home string) error {
 	if s.Root == "" {
 		s.Root = DefaultRoot
 	}
-	if s.Root != DefaultRoot {
+	if _, img := s.Image(); s.Root != DefaultRoot && !img {
 		s.Root = n.path(s.Root, "root")
 	}
 	if fs.Workspace == "" {
@@ -237,10 +237,15 @@ func (s Spec) Validate() error {
 		}
 	}
 
+	ref, isImage := s.Image()
 	switch {
 	case s.Root == DefaultRoot:
+	case isImage:
+		if ref == "" || strings.ContainsAny(ref, " \t\n") || len(ref) > 512 {
+			add("root: image:REF needs an image reference, got %q", s.Root)
+		}
 	case !filepath.IsAbs(s.Root):
-		add("root: must be %q or an absolute directory, got %q", DefaultRoot, s.Root)
+		add("root: must be %q, an absolute directory or image:REF, got %q", DefaultRoot, s.Root)
 	default:
 		dir("root", s.Root)
 	}

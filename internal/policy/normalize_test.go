@@ -168,7 +168,7 @@ func TestValidate(t *testing.T) {
 		modify func(*Spec)
 		want   string
 	}{
-		{"root relative", func(s *Spec) { s.Root = "rootfs" }, `root: must be "host" or an absolute directory, got "rootfs"`},
+		{"root relative", func(s *Spec) { s.Root = "rootfs" }, `root: must be "host", an absolute directory or image:REF, got "rootfs"`},
 		{"root missing", func(s *Spec) { s.Root = "/nonexistent/rootfs" }, `root: "/nonexistent/rootfs" does not exist`},
 		{"root file", func(s *Spec) { s.Root = file }, `root: "` + file + `" is not a directory`},
 		{"workspace empty", func(s *Spec) { s.Filesystem.Workspace = "" }, `filesystem.workspace: must be an absolute path, got ""`},

@@ -5,12 +5,25 @@
 // the result. Everything else in hutch consumes a validated Spec.
 package policy
 
-import "time"
+import (
+	"strings"
+	"time"
+)
+
+// ImagePrefix starts a Root that names an image.
+const ImagePrefix = "image:"
+
+// Image returns the image reference Root names, if it names one.
+func (s Spec) Image() (string, bool) {
+	return strings.CutPrefix(s.Root, ImagePrefix)
+}
 
 // Spec is the complete, effective description of one sandbox.
 type Spec struct {
-	// Root is "host" (the host's root, read-only) or the absolute path of a
-	// directory to use as the sandbox's root filesystem (read-only).
+	// Root is "host" (the host's root, read-only), the absolute path of a
+	// directory to use as the sandbox's root filesystem (read-only), or
+	// "image:REF", an image of hutch's image store (its layers stacked
+	// read-only, the sandbox's writes to its root kept in memory).
 	Root string `json:"root" yaml:"root"`
 	// Filesystem says what the sandbox may read and write.
 	Filesystem Filesystem `json:"filesystem" yaml:"filesystem"`

@@ -131,6 +131,83 @@ func rootLayer(pid int, root string, l RootLayer, workspace string) (int, error)
 	return ovl, nil
 }
 
+// imageLayer makes the root of the sandbox whose PID 1 is pid from an
+// image, as a detached overlay mount for it to attach as its root: the
+// image's layers, each a clone of its directory in hutch's image store
+// idmapped with the sandbox's user namespace (a file of the image's uid N
+// is owned by uid N inside) and read-only, as the lower layers; upper and
+// work on a fresh tmpfs of img.SizeBytes, owned by the sandbox's root, so
+// that the sandbox may write its root (and make the mount points of what
+// hutch binds in), in memory, until it ends.
+func imageLayer(pid int, img ImageRoot) (int, error) {
+	userns, err := unix.Open(fmt.Sprintf("/proc/%d/ns/user", pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("image root: open sandbox user namespace: %w", err)
+	}
+	defer unix.Close(userns)
+	var fds []int
+	defer func() { closeAll(fds) }()
+	var lowers []int
+	for i := len(img.Layers) - 1; i >= 0; i-- { // overlayfs takes the top layer first
+		dir := img.Layers[i]
+		l, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+		if err != nil {
+			return -1, fmt.Errorf("image root: layer %s: %w", filepath.Base(dir), err)
+		}
+		fds = append(fds, l)
+		attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_RDONLY, Userns_fd: uint64(userns)}
+		if err := unix.MountSetattr(l, "", unix.AT_EMPTY_PATH, &attr); err != nil {
+			return -1, fmt.Errorf("image root: idmapped mount of layer %s: %w: %w", filepath.Base(dir), ErrKernelFeature, err)
+		}
+		lowers = append(lowers, l)
+	}
+	tmpfs, err := newFS("tmpfs", [][2]string{
+		{"size", strconv.FormatInt(img.SizeBytes, 10)},
+		{"nr_inodes", strconv.FormatInt(max(img.SizeBytes/layerInodeBytes, 1024), 10)},
+		{"mode", "0755"},
+	}, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
+	if err != nil {
+		return -1, fmt.Errorf("image root: %w", err)
+	}
+	fds = append(fds, tmpfs)
+	for _, d := range []struct {
+		name string
+		mode uint32
+	}{{"work", 0o700}, {"upper", 0o755}} {
+		if err := unix.Mkdirat(tmpfs, d.name, d.mode); err != nil {
+			return -1, fmt.Errorf("image root: %w", err)
+		}
+	}
+	if err := unix.Fchownat(tmpfs, "upper", RootMappedID, RootMappedID, 0); err != nil {
+		return -1, fmt.Errorf("image root: %w", err)
+	}
+	upper, err := unix.Openat(tmpfs, "upper", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("image root: %w", err)
+	}
+	fds = append(fds, upper)
+	work, err := unix.Openat(tmpfs, "work", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("image root: %w", err)
+	}
+	fds = append(fds, work)
+	ovl, err := newFSWith("overlay", func(fs int) error {
+		for _, l := range lowers {
+			if err := unix.FsconfigSetFd(fs, "lowerdir+", l); err != nil {
+				return fmt.Errorf("lowerdir+: %w", err)
+			}
+		}
+		if err := unix.FsconfigSetFd(fs, "upperdir", upper); err != nil {
+			return fmt.Errorf("upperdir: %w", err)
+		}
+		return unix.FsconfigSetFd(fs, "workdir", work)
+	}, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
+	if err != nil {
+		return -1, fmt.Errorf("image root: %w", err)
+	}
+	return ovl, nil
+}
+
 // newFS makes a detached mount of a new filesystem of type typ with the
 // string options opts.
 func newFS(typ string, opts [][2]string, attrs int) (int, error) {

@@ -73,6 +73,19 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 			return res, errors.New("a writable root layer needs a size")
 		}
 	}
+	img := c.Image
+	if img != nil {
+		switch {
+		case !asRoot:
+			return res, errors.New("a sandbox from an image needs hutch to run as root, for now")
+		case layer != nil:
+			return res, errors.New("a sandbox from an image takes no other root layer")
+		case len(img.Layers) == 0:
+			return res, errors.New("an image without layers")
+		case img.SizeBytes <= 0:
+			return res, errors.New("a sandbox from an image needs a size for what it writes to its root")
+		}
+	}
 	var wsStat unix.Stat_t // the workspace's owner becomes the inside identity
 	if layer == nil {
 		if err := unix.Stat(ws, &wsStat); err != nil {
@@ -88,7 +101,9 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		innerUID, innerGID = int(wsStat.Uid), int(wsStat.Gid)
 		hostUID, hostGID = RootMappedID, RootMappedID
 	}
-	if layer != nil {
+	if layer != nil || img != nil {
+		// The root's files keep their owners' ids, 0–65535, in the
+		// sandbox (an idmapped mount).
 		nids = layerIDs
 	}
 	var keepCaps []int
@@ -147,7 +162,11 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		l.onClose(func() { _ = c.Proxy.Close() })
 		cfg.Env = append(withoutVars(cfg.Env, proxyEnvVars), ProxyEnv()...)
 		if c.CABundle != "" {
-			targets, env := trustBundleTargets(s.Root)
+			root := s.Root
+			if img != nil {
+				root = img.Layers[len(img.Layers)-1] // where an image keeps its bundle, mostly
+			}
+			targets, env := trustBundleTargets(root)
 			for _, t := range targets {
 				cfg.Files = append(cfg.Files, fileBind{Path: c.CABundle, Target: t.path, Create: t.create})
 			}
@@ -173,7 +192,7 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 	s.Filesystem.DenyRead = presentOrOwn(s.Filesystem.DenyRead, append(slices.Clone(ownFilesystems), roots...), envHome(c.Environ))
 	cfg.DenyRead = s.Filesystem.DenyRead
 	homeBuild := false // hutch builds the home's overlay (root)
-	if layer == nil {
+	if layer == nil && img == nil {
 		var note string
 		homeBuild, note, err = setHome(&cfg, s, c.Environ, roots, asRoot, int(wsStat.Uid), int(wsStat.Gid))
 		if err != nil {
@@ -183,7 +202,10 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 			fmt.Fprintf(c.Warn, "hutch: note: %s\n", note)
 		}
 	}
-	cfg.Shadows = shadows(roots, sandboxIdentity(asRoot), cfg.PrivateHome, cfg.Home)
+	if img == nil {
+		// (In an image's view the way to a writable area is made fresh.)
+		cfg.Shadows = shadows(roots, sandboxIdentity(asRoot), cfg.PrivateHome, cfg.Home)
+	}
 	for _, r := range roots {
 		cfg.Writable = append(cfg.Writable, bindSrc{Path: r, FD: -1})
 	}
@@ -252,7 +274,7 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		// outlives it.
 		protect = func() protection { return protectedPaths(s, roots, home) }
 	}
-	p := prepare(s, protect, roots, asRoot, layer != nil, cfg.Missing)
+	p := prepare(s, protect, roots, asRoot, layer != nil || img != nil, cfg.Missing)
 	prot := p.prot
 	if layer == nil {
 		l.after = &aftercare{git: prot.git, created: prot.created, whys: prot.whys, placeholders: p.placeholders.kinds()}
@@ -329,7 +351,7 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		}
 		nrecv = len(cfg.Writable)
 	}
-	if layer != nil {
+	if layer != nil || img != nil {
 		cfg.RootLayer = nrecv
 		nrecv++
 	}
@@ -429,6 +451,20 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 			return fail(err)
 		}
 		fds = append(fds, pfd...)
+	}
+	if img != nil {
+		ifd, err := imageLayer(pid, *img)
+		if err == nil && p.ruleset != nil {
+			err = p.ruleset.AddWritableTree(ifd)
+		}
+		if err != nil {
+			if ifd >= 0 {
+				unix.Close(ifd)
+			}
+			closeAll(fds)
+			return fail(err)
+		}
+		fds = append(fds, ifd)
 	}
 	if layer != nil {
 		lfd, err := rootLayer(pid, rootDir(s.Root), *layer, ws)

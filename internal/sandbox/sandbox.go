@@ -112,6 +112,23 @@ type Config struct {
 	// allow_write and deny_write do not apply: nothing the sandbox writes
 	// reaches the host.
 	RootLayer *RootLayer
+	// Image, when set, is the root the sandbox starts from instead of the
+	// host's (policy root "image:REF"): the image's layers stacked
+	// read-only, with the sandbox's writes to its root kept in memory and
+	// dropped at its end. The workspace and allow_write paths are bound
+	// in at their host paths, and every protection applies as with the
+	// host's root. Root only, for now.
+	Image *ImageRoot
+}
+
+// ImageRoot is an image's unpacked layers, as the sandbox's root.
+type ImageRoot struct {
+	// Layers are the layers' directories in hutch's image store, bottom
+	// first.
+	Layers []string
+	// SizeBytes bounds what the sandbox writes to its root (a tmpfs; its
+	// pages count against the sandbox's memory limit).
+	SizeBytes int64
 }
 
 // ErrNotDirInRoot is the error of a path of a sandbox's root layer (its

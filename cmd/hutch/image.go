@@ -1,0 +1,100 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"slices"
+	"strings"
+
+	"github.com/hutch-sandbox/hutch/internal/image"
+	"github.com/hutch-sandbox/hutch/internal/policy"
+	"github.com/hutch-sandbox/hutch/internal/sandbox"
+)
+
+// defaultImageRootSize bounds what a sandbox from an image writes to its
+// root when --tmp-size does not say.
+const defaultImageRootSize = 1 << 30
+
+// imageRoot finds the image spec's root names in hutch's image store,
+// pulling it first (hutch-serve pulls, with its progress on stderr) when
+// the store lacks it, and returns the sandbox's root and the image.
+func imageRoot(spec policy.Spec, stderr io.Writer) (*sandbox.ImageRoot, *image.Image, error) {
+	ref, _ := spec.Image()
+	dir := image.DefaultStateDir()
+	st, err := image.Open(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	img, err := st.Get(ref)
+	if errors.Is(err, image.ErrNotFound) {
+		fmt.Fprintf(stderr, "hutch: %s is not in the image store (%s): pulling it\n", ref, dir)
+		bin, ferr := findServe()
+		if ferr != nil {
+			return nil, nil, ferr
+		}
+		cmd := exec.Command(bin, "image", "pull", ref, "--state-dir", dir)
+		cmd.Stdout, cmd.Stderr = io.Discard, stderr
+		if rerr := cmd.Run(); rerr != nil {
+			return nil, nil, fmt.Errorf("pull %s: %w", ref, rerr)
+		}
+		img, err = st.Get(ref)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	root := &sandbox.ImageRoot{SizeBytes: spec.Resources.TmpBytes}
+	if root.SizeBytes <= 0 {
+		root.SizeBytes = defaultImageRootSize
+	}
+	for _, l := range img.Layers {
+		d, err := st.LayerDir(l)
+		if err != nil {
+			return nil, nil, err
+		}
+		if !st.HasLayer(l) {
+			return nil, nil, fmt.Errorf("image %s: layer %s is missing from the store: pull it again", img.Digest, l)
+		}
+		root.Layers = append(root.Layers, d)
+	}
+	return root, img, nil
+}
+
+// imageEnv is the environment of a sandbox from img: the image's own,
+// with what the policy passes and sets on top — but for the variables
+// that describe the host's user and its programs (PATH, HOME, SHELL,
+// USER, LOGNAME), which are the image's unless the policy sets them.
+func imageEnv(img *image.Image, spec policy.Spec, environ []string) []string {
+	out := slices.Clone(img.Config.Env)
+	set := func(kv string) {
+		k, _, _ := strings.Cut(kv, "=")
+		for i, e := range out {
+			if ek, _, _ := strings.Cut(e, "="); ek == k {
+				out[i] = kv
+				return
+			}
+		}
+		out = append(out, kv)
+	}
+	for _, kv := range environ {
+		k, _, _ := strings.Cut(kv, "=")
+		if _, explicit := spec.Env.Set[k]; !explicit && slices.Contains([]string{"PATH", "HOME", "SHELL", "USER", "LOGNAME"}, k) {
+			continue
+		}
+		set(kv)
+	}
+	if !slices.ContainsFunc(out, func(e string) bool { return strings.HasPrefix(e, "PATH=") }) {
+		out = append(out, "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+	}
+	if !slices.ContainsFunc(out, func(e string) bool { return strings.HasPrefix(e, "HOME=") }) {
+		out = append(out, "HOME=/root")
+	}
+	return out
+}
+
+// imageCommand is the command of a sandbox from img when none is given:
+// the image's entrypoint and command.
+func imageCommand(img *image.Image) []string {
+	return append(slices.Clone(img.Config.Entrypoint), img.Config.Cmd...)
+}
