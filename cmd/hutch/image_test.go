@@ -1,8 +1,6 @@
 package main
 
 import (
-	"archive/tar"
-	"bytes"
 	"io"
 	"log"
 	"net/http/httptest"
@@ -14,11 +12,10 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
+	"github.com/hutch-sandbox/hutch/internal/image/imagetest"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
 	"github.com/hutch-sandbox/hutch/internal/testutil"
 )
@@ -27,41 +24,9 @@ import (
 // tag (a file holding content) into a fresh directory.
 func testImageTar(t *testing.T, tag, file, content string) string {
 	t.Helper()
-	var b bytes.Buffer
-	tw := tar.NewWriter(&b)
-	tw.WriteHeader(&tar.Header{Name: file, Mode: 0o644, Size: int64(len(content)), Typeflag: tar.TypeReg})
-	tw.Write([]byte(content))
-	tw.Close()
-	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b.Bytes())), nil })
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := mutate.AppendLayers(empty.Image, l)
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err = mutate.ConfigFile(img, &v1.ConfigFile{OS: "linux", Architecture: "amd64",
-		RootFS: v1.RootFS{Type: "layers", DiffIDs: mustDiffIDs(t, img)}, Config: v1.Config{Cmd: []string{"/bin/sh"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref, err := name.NewTag(tag)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := filepath.Join(hostDir(t), "image.tar")
-	if err := tarball.WriteToFile(p, ref, img); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
-func mustDiffIDs(t *testing.T, img v1.Image) []v1.Hash {
-	cf, err := img.ConfigFile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cf.RootFS.DiffIDs
+	img := imagetest.Image(t, "amd64", func(c *v1.Config) { c.Cmd = []string{"/bin/sh"} },
+		imagetest.Layer(t, imagetest.Tar(t, imagetest.File(file, content, 0o644))))
+	return imagetest.DockerSave(t, img, tag, hostDir(t))
 }
 
 // TestImageCommands: hutch image import, ls, inspect, rm and prune, as a
@@ -154,67 +119,22 @@ func busyboxImageTar(t *testing.T, tag string) string {
 	if err != nil {
 		testutil.Need(t, false, "needs /bin/busybox (busybox-static): "+err.Error())
 	}
-	type e struct {
-		name, link, body string
-		typ              byte
-		mode             int64
-	}
-	build := func(es ...e) v1.Layer {
-		var b bytes.Buffer
-		tw := tar.NewWriter(&b)
-		for _, x := range es {
-			h := &tar.Header{Name: x.name, Linkname: x.link, Typeflag: x.typ, Mode: x.mode, Size: int64(len(x.body))}
-			if h.Typeflag == 0 {
-				h.Typeflag = tar.TypeReg
-			}
-			if h.Typeflag != tar.TypeReg {
-				h.Size = 0
-			}
-			tw.WriteHeader(h)
-			tw.Write([]byte(x.body))
-		}
-		tw.Close()
-		l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b.Bytes())), nil })
-		if err != nil {
-			t.Fatal(err)
-		}
-		return l
-	}
-	base := []e{{name: "bin/", typ: tar.TypeDir, mode: 0o755}, {name: "bin/busybox", body: string(bb), mode: 0o755}}
+	base := []imagetest.Entry{imagetest.Dir("bin/"), imagetest.File("bin/busybox", string(bb), 0o755)}
 	for _, a := range []string{"sh", "cat", "ls", "echo", "id", "pwd", "test", "mkdir"} {
-		base = append(base, e{name: "bin/" + a, link: "busybox", typ: tar.TypeSymlink})
+		base = append(base, imagetest.Symlink("bin/"+a, "busybox"))
 	}
 	for _, d := range []string{"etc/", "proc/", "sys/", "dev/", "tmp/", "root/", "opq/"} {
-		base = append(base, e{name: d, typ: tar.TypeDir, mode: 0o755})
+		base = append(base, imagetest.Dir(d))
 	}
-	base = append(base, e{name: "etc/passwd", body: "root:x:0:0:root:/root:/bin/sh\n", mode: 0o644},
-		e{name: "gone", body: "deleted by the layer above\n", mode: 0o644}, e{name: "opq/old", body: "old\n", mode: 0o644})
-	top := []e{{name: ".wh.gone"}, {name: "opq/", typ: tar.TypeDir, mode: 0o755}, {name: "opq/.wh..wh..opq"},
-		{name: "opq/new", body: "new\n", mode: 0o644}, {name: "etc/motd", body: "from the image\n", mode: 0o644}}
-	img, err := mutate.AppendLayers(empty.Image, build(base...), build(top...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture = "linux", "amd64"
-	cf.Config.Env = []string{"PATH=/bin", "GREETING=hi from the image"}
-	cf.Config.Cmd = []string{"/bin/sh", "-c", "echo default command"}
-	if img, err = mutate.ConfigFile(img, cf); err != nil {
-		t.Fatal(err)
-	}
-	ref, err := name.NewTag(tag)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := filepath.Join(hostDir(t), "bb.tar")
-	if err := tarball.WriteToFile(p, ref, img); err != nil {
-		t.Fatal(err)
-	}
-	return p
+	base = append(base, imagetest.File("etc/passwd", "root:x:0:0:root:/root:/bin/sh\n", 0o644),
+		imagetest.File("gone", "deleted by the layer above\n", 0o644), imagetest.File("opq/old", "old\n", 0o644))
+	top := []imagetest.Entry{imagetest.File(".wh.gone", "", 0), imagetest.Dir("opq/"), imagetest.File("opq/.wh..wh..opq", "", 0),
+		imagetest.File("opq/new", "new\n", 0o644), imagetest.File("etc/motd", "from the image\n", 0o644)}
+	img := imagetest.Image(t, "amd64", func(c *v1.Config) {
+		c.Env = []string{"PATH=/bin", "GREETING=hi from the image"}
+		c.Cmd = []string{"/bin/sh", "-c", "echo default command"}
+	}, imagetest.Layer(t, imagetest.Tar(t, base...)), imagetest.Layer(t, imagetest.Tar(t, top...)))
+	return imagetest.DockerSave(t, img, tag, hostDir(t))
 }
 
 // TestRunImage: hutch run --image starts the sandbox from an image of the

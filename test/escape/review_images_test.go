@@ -4,82 +4,23 @@ package escape
 
 import (
 	"archive/tar"
-	"bytes"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/google/go-containerregistry/pkg/name"
-	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/hutch-sandbox/hutch/internal/image/imagetest"
 )
 
 // layerEntry is one entry of a hostile layer.
-type layerEntry struct {
-	name, link string
-	typ        byte
-	mode       int64
-	body       string
-}
+type layerEntry = imagetest.Entry
 
 // imageTarOf writes a `docker save` tarball of an image of one layer made
-// of entries, tagged hutch.test/hostile:NAME.
+// of entries, tagged hutch.test/hostile:TAG.
 func imageTarOf(t *testing.T, dir, tag string, entries ...layerEntry) string {
 	t.Helper()
-	var b bytes.Buffer
-	tw := tar.NewWriter(&b)
-	for _, e := range entries {
-		h := &tar.Header{Name: e.name, Linkname: e.link, Typeflag: e.typ, Mode: e.mode, Size: int64(len(e.body))}
-		if h.Typeflag == 0 {
-			h.Typeflag = tar.TypeReg
-		}
-		if h.Typeflag != tar.TypeReg {
-			h.Size = 0
-		}
-		if err := tw.WriteHeader(h); err != nil {
-			t.Fatal(err)
-		}
-		if h.Size > 0 {
-			tw.Write([]byte(e.body))
-		}
-	}
-	tw.Close()
-	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b.Bytes())), nil })
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := mutate.AppendLayers(empty.Image, l)
-	if err != nil {
-		t.Fatal(err)
-	}
-	img = withPlatform(t, img)
-	ref, err := name.NewTag("hutch.test/hostile:" + tag)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := filepath.Join(dir, tag+".tar")
-	if err := tarball.WriteToFile(p, ref, img); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
-func withPlatform(t *testing.T, img v1.Image) v1.Image {
-	cf, err := img.ConfigFile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture = "linux", "amd64"
-	img, err = mutate.ConfigFile(img, cf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return img
+	img := imagetest.Image(t, "amd64", nil, imagetest.Layer(t, imagetest.Tar(t, entries...)))
+	return imagetest.DockerSave(t, img, "hutch.test/hostile:"+tag, dir)
 }
 
 // TestImageLayersHostile: an image's layers come from whoever pushed it.
@@ -101,12 +42,12 @@ func TestImageLayersHostile(t *testing.T) {
 			tag     string
 			entries []layerEntry
 		}{
-			{"dotdot", []layerEntry{{name: up + strings.TrimPrefix(victim, "/"), body: "owned\n"}}},
-			{"absolute", []layerEntry{{name: victim, body: "owned\n"}}},
-			{"symlink-parent", []layerEntry{{name: "l", typ: tar.TypeSymlink, link: victimDir}, {name: "l/victim", body: "owned\n"}}},
-			{"symlink-parent-rel", []layerEntry{{name: "d/", typ: tar.TypeDir, mode: 0o755}, {name: "d/l", typ: tar.TypeSymlink, link: up + strings.TrimPrefix(victimDir, "/")}, {name: "d/l/new", body: "owned\n"}}},
-			{"hardlink-out", []layerEntry{{name: "h", typ: tar.TypeLink, link: up + strings.TrimPrefix(victim, "/")}}},
-			{"whiteout-through-link", []layerEntry{{name: "l", typ: tar.TypeSymlink, link: victimDir}, {name: "l/.wh.victim"}}},
+			{"dotdot", []layerEntry{{Name: up + strings.TrimPrefix(victim, "/"), Body: "owned\n"}}},
+			{"absolute", []layerEntry{{Name: victim, Body: "owned\n"}}},
+			{"symlink-parent", []layerEntry{{Name: "l", Type: tar.TypeSymlink, Link: victimDir}, {Name: "l/victim", Body: "owned\n"}}},
+			{"symlink-parent-rel", []layerEntry{{Name: "d/", Type: tar.TypeDir, Mode: 0o755}, {Name: "d/l", Type: tar.TypeSymlink, Link: up + strings.TrimPrefix(victimDir, "/")}, {Name: "d/l/new", Body: "owned\n"}}},
+			{"hardlink-out", []layerEntry{{Name: "h", Type: tar.TypeLink, Link: up + strings.TrimPrefix(victim, "/")}}},
+			{"whiteout-through-link", []layerEntry{{Name: "l", Type: tar.TypeSymlink, Link: victimDir}, {Name: "l/.wh.victim"}}},
 		} {
 			p := imageTarOf(t, work, c.tag, c.entries...)
 			r := sb.hutch(opts{noCheck: true}, "image", "import", p, "--state-dir", state)
@@ -136,10 +77,10 @@ func TestImageLayersHostile(t *testing.T) {
 		}
 
 		p := imageTarOf(t, work, "devices",
-			layerEntry{name: "dev/sda", typ: tar.TypeBlock, mode: 0o666},
-			layerEntry{name: "dev/mem", typ: tar.TypeChar, mode: 0o666},
-			layerEntry{name: "bin/su", mode: 0o4755, body: "#!/bin/sh\n"},
-			layerEntry{name: "bin/sg", mode: 0o2755, body: "#!/bin/sh\n"})
+			layerEntry{Name: "dev/sda", Type: tar.TypeBlock, Mode: 0o666},
+			layerEntry{Name: "dev/mem", Type: tar.TypeChar, Mode: 0o666},
+			layerEntry{Name: "bin/su", Mode: 0o4755, Body: "#!/bin/sh\n"},
+			layerEntry{Name: "bin/sg", Mode: 0o2755, Body: "#!/bin/sh\n"})
 		r := sb.hutch(opts{}, "image", "import", p, "--state-dir", state)
 		for _, want := range []string{"dev/sda: a device node", "dev/mem: a device node", "bin/su: set-id bits", "bin/sg: set-id bits"} {
 			if !strings.Contains(r.stderr, want) {

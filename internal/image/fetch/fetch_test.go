@@ -11,17 +11,15 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"golang.org/x/sys/unix"
 
 	"github.com/hutch-sandbox/hutch/internal/image"
+	"github.com/hutch-sandbox/hutch/internal/image/imagetest"
 	"github.com/hutch-sandbox/hutch/internal/layer"
 	"github.com/hutch-sandbox/hutch/internal/testutil"
 )
@@ -30,36 +28,22 @@ import (
 // makes a directory, content "->target" a symbolic link.
 func tarOf(t *testing.T, entries ...string) []byte {
 	t.Helper()
-	var b bytes.Buffer
-	tw := tar.NewWriter(&b)
+	var es []imagetest.Entry
 	for _, e := range entries {
 		n, body, _ := strings.Cut(e, "=")
-		h := &tar.Header{Name: n, Mode: 0o644, ModTime: time.Unix(1_700_000_000, 0), Typeflag: tar.TypeReg, Size: int64(len(body))}
 		switch {
 		case strings.HasSuffix(n, "/"):
-			h.Typeflag, h.Mode, h.Size = tar.TypeDir, 0o755, 0
+			es = append(es, imagetest.Dir(n))
 		case strings.HasPrefix(body, "->"):
-			h.Typeflag, h.Linkname, h.Size = tar.TypeSymlink, body[2:], 0
-		}
-		if err := tw.WriteHeader(h); err != nil {
-			t.Fatal(err)
-		}
-		if h.Size > 0 {
-			tw.Write([]byte(body))
+			es = append(es, imagetest.Symlink(n, body[2:]))
+		default:
+			es = append(es, imagetest.File(n, body, 0o644))
 		}
 	}
-	tw.Close()
-	return b.Bytes()
+	return imagetest.Tar(t, es...)
 }
 
-func layerOf(t *testing.T, b []byte) v1.Layer {
-	t.Helper()
-	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil })
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
-}
+func layerOf(t *testing.T, b []byte) v1.Layer { return imagetest.Layer(t, b) }
 
 // testImage is two layers: the second deletes a file of the first, makes
 // a directory opaque and adds files.
@@ -67,24 +51,11 @@ func testImage(t *testing.T) v1.Image {
 	t.Helper()
 	l1 := tarOf(t, "bin/", "bin/hello=#!/bin/sh\necho hello\n", "etc/", "etc/os-release=ID=box\n", "gone=x", "opq/", "opq/old=old", "lib=->bin")
 	l2 := tarOf(t, ".wh.gone=", "opq/", "opq/.wh..wh..opq=", "opq/new=new", "etc/added=added")
-	img, err := mutate.AppendLayers(empty.Image, layerOf(t, l1), layerOf(t, l2))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture = "linux", "amd64"
-	cf.Config.Env = []string{"PATH=/bin", "GREETING=hi"}
-	cf.Config.Cmd = []string{"/bin/hello"}
-	cf.Config.WorkingDir = "/etc"
-	img, err = mutate.ConfigFile(img, cf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return img
+	return imagetest.Image(t, "amd64", func(c *v1.Config) {
+		c.Env = []string{"PATH=/bin", "GREETING=hi"}
+		c.Cmd = []string{"/bin/hello"}
+		c.WorkingDir = "/etc"
+	}, layerOf(t, l1), layerOf(t, l2))
 }
 
 func newStore(t *testing.T) *image.Store {
@@ -102,15 +73,7 @@ func opts() Options { return Options{Root: os.Geteuid() == 0} }
 
 func dockerSave(t *testing.T, img v1.Image, tag string) string {
 	t.Helper()
-	p := filepath.Join(t.TempDir(), "image.tar")
-	ref, err := name.NewTag(tag)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := tarball.WriteToFile(p, ref, img); err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return imagetest.DockerSave(t, img, tag, t.TempDir())
 }
 
 // checkImage checks what the store holds of testImage.
@@ -253,10 +216,7 @@ func TestImportRefused(t *testing.T) {
 	assertNothingKept(t, s)
 
 	escape := tarOf(t, "l=->/etc", "l/passwd=owned")
-	img, err := mutate.AppendLayers(empty.Image, layerOf(t, escape))
-	if err != nil {
-		t.Fatal(err)
-	}
+	img := imagetest.Image(t, "amd64", nil, layerOf(t, escape))
 	s = newStore(t)
 	_, err = Import(s, dockerSave(t, img, "hutch.test/escape:1"), "", opts())
 	var ee *layer.EntryError

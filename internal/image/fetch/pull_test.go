@@ -23,6 +23,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/hutch-sandbox/hutch/internal/image"
+	"github.com/hutch-sandbox/hutch/internal/image/imagetest"
 )
 
 // testRegistry is go-containerregistry's registry on loopback, over TLS
@@ -164,15 +165,7 @@ func TestPullPlainHTTP(t *testing.T) {
 func TestPullIndex(t *testing.T) {
 	r := newRegistry(t, true, "", "")
 	archImage := func(arch string) v1.Image {
-		img, err := mutate.AppendLayers(empty.Image, layerOf(t, tarOf(t, "arch="+arch)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		cf, _ := img.ConfigFile()
-		cf = cf.DeepCopy()
-		cf.OS, cf.Architecture = "linux", arch
-		img, _ = mutate.ConfigFile(img, cf)
-		return img
+		return imagetest.Image(t, arch, nil, layerOf(t, tarOf(t, "arch="+arch)))
 	}
 	idx := mutate.AppendManifests(empty.Index,
 		mutate.IndexAddendum{Add: archImage("amd64"), Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "amd64"}}},

@@ -1,0 +1,119 @@
+// Package imagetest builds OCI images for hutch's tests: layers from
+// entries written as the test spells them (hostile ones too), images of
+// such layers, and `docker save` tarballs of them.
+package imagetest
+
+import (
+	"archive/tar"
+	"bytes"
+	"io"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+)
+
+// Entry is one entry of a layer's tar. Type is tar.TypeReg when zero; only
+// a regular file has a Body.
+type Entry struct {
+	Name, Link, Body string
+	Type             byte
+	Mode             int64
+}
+
+// File, Dir and Symlink are the usual entries.
+func File(name, body string, mode int64) Entry { return Entry{Name: name, Body: body, Mode: mode} }
+func Dir(name string) Entry                    { return Entry{Name: name, Type: tar.TypeDir, Mode: 0o755} }
+func Symlink(name, target string) Entry {
+	return Entry{Name: name, Link: target, Type: tar.TypeSymlink}
+}
+
+// Tar is the layer tar of entries, as given (no name is cleaned).
+func Tar(t testing.TB, entries ...Entry) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	for _, e := range entries {
+		h := &tar.Header{Name: e.Name, Linkname: e.Link, Typeflag: e.Type, Mode: e.Mode,
+			Size: int64(len(e.Body)), ModTime: time.Unix(1_700_000_000, 0)}
+		if h.Typeflag == 0 {
+			h.Typeflag = tar.TypeReg
+		}
+		if h.Typeflag != tar.TypeReg {
+			h.Size = 0
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		if h.Size > 0 {
+			if _, err := tw.Write([]byte(e.Body)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// Layer is a layer of the tar b.
+func Layer(t testing.TB, b []byte) v1.Layer {
+	t.Helper()
+	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// Image is an image of layers (bottom first) for linux/arch, its
+// configuration changed by config when not nil.
+func Image(t testing.TB, arch string, config func(*v1.Config), layers ...v1.Layer) v1.Image {
+	t.Helper()
+	img, err := mutate.AppendLayers(empty.Image, layers...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf = cf.DeepCopy()
+	cf.OS, cf.Architecture = "linux", arch
+	if config != nil {
+		config(&cf.Config)
+	}
+	if img, err = mutate.ConfigFile(img, cf); err != nil {
+		t.Fatal(err)
+	}
+	return img
+}
+
+// DockerSave writes img as a `docker save` tarball tagged tag into dir and
+// returns its path.
+func DockerSave(t testing.TB, img v1.Image, tag, dir string) string {
+	t.Helper()
+	ref, err := name.NewTag(tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.CreateTemp(dir, "image-*.tar")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if err := tarball.WriteToFile(f.Name(), ref, img); err != nil {
+		t.Fatal(err)
+	}
+	// Readable by the ordinary user a test may import it as.
+	if err := os.Chmod(f.Name(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return f.Name()
+}
