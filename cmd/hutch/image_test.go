@@ -110,30 +110,11 @@ func TestImagePull(t *testing.T) {
 	}
 }
 
-// busyboxImageTar writes a `docker save` tarball of a two-layer image made
-// from the host's busybox (the second layer deletes a file of the first,
-// makes a directory opaque and adds /etc/motd), tagged tag.
+// busyboxImageTar writes a `docker save` tarball of imagetest.Busybox,
+// tagged tag.
 func busyboxImageTar(t *testing.T, tag string) string {
 	t.Helper()
-	bb, err := os.ReadFile("/bin/busybox")
-	if err != nil {
-		testutil.Need(t, false, "needs /bin/busybox (busybox-static): "+err.Error())
-	}
-	base := []imagetest.Entry{imagetest.Dir("bin/"), imagetest.File("bin/busybox", string(bb), 0o755)}
-	for _, a := range []string{"sh", "cat", "ls", "echo", "id", "pwd", "test", "mkdir"} {
-		base = append(base, imagetest.Symlink("bin/"+a, "busybox"))
-	}
-	for _, d := range []string{"etc/", "proc/", "sys/", "dev/", "tmp/", "root/", "opq/"} {
-		base = append(base, imagetest.Dir(d))
-	}
-	base = append(base, imagetest.File("etc/passwd", "root:x:0:0:root:/root:/bin/sh\n", 0o644),
-		imagetest.File("gone", "deleted by the layer above\n", 0o644), imagetest.File("opq/old", "old\n", 0o644))
-	top := []imagetest.Entry{imagetest.File(".wh.gone", "", 0), imagetest.Dir("opq/"), imagetest.File("opq/.wh..wh..opq", "", 0),
-		imagetest.File("opq/new", "new\n", 0o644), imagetest.File("etc/motd", "from the image\n", 0o644)}
-	img := imagetest.Image(t, "amd64", func(c *v1.Config) {
-		c.Env = []string{"PATH=/bin", "GREETING=hi from the image"}
-		c.Cmd = []string{"/bin/sh", "-c", "echo default command"}
-	}, imagetest.Layer(t, imagetest.Tar(t, base...)), imagetest.Layer(t, imagetest.Tar(t, top...)))
+	img := imagetest.Busybox(t, func(ok bool, reason string) { testutil.Need(t, ok, reason) })
 	return imagetest.DockerSave(t, img, tag, hostDir(t))
 }
 

@@ -67,6 +67,8 @@
 //	-- an image's layers (hostile input)    TestImageLayersHostile (dot-dot, absolute names, a
 //	                                        planted symbolic link as a parent, hard links out,
 //	                                        whiteouts through a link, device nodes, set-id bits)
+//	-- a sandbox from an image              TestImageRootEscapes (host files out of view, writes to
+//	                                        the root in memory only, protections, the store intact)
 //
 // The suite sends no traffic off the machine: it listens only on the host's
 // own addresses, and the outside addresses it tries are from TEST-NET or

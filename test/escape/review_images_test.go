@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/hutch-sandbox/hutch/internal/image/imagetest"
+	"github.com/hutch-sandbox/hutch/internal/testutil"
 )
 
 // layerEntry is one entry of a hostile layer.
@@ -105,6 +106,59 @@ func TestImageLayersHostile(t *testing.T) {
 		}
 		if !found {
 			t.Errorf("the image of devices and set-id files was not imported:\n%s", r)
+		}
+	})
+}
+
+// TestImageRootEscapes: a sandbox started from an image (as root; an
+// ordinary user's hutch refuses --image for now) reaches nothing of the
+// host beyond its workspace: the host's files are not in its view, what
+// it writes to its root (also at a host path it makes) stays in memory
+// and never reaches the host or the image store, and the workspace's
+// protected names stay protected.
+func TestImageRootEscapes(t *testing.T) {
+	forEachMode(t, func(t *testing.T, sb *harness) {
+		state := hostDir(t, sb.mode.uid, "state")
+		img := imagetest.Busybox(t, func(ok bool, reason string) { testutil.Need(t, ok, reason) })
+		p := imagetest.DockerSave(t, img, "hutch.test/escape-root:1", hostDir(t, sb.mode.uid, "tar"))
+		env := []string{"HUTCH_STATE_DIR=" + state}
+		if r := sb.hutch(opts{env: env}, "image", "import", p); r.code != 0 {
+			t.Fatalf("import:\n%s", r)
+		}
+		victimDir := hostDir(t, 0, "victim")
+		writeFile(t, filepath.Join(victimDir, "secret"), "HOST-SECRET\n", 0o644, 0)
+		writeFile(t, filepath.Join(sb.home, ".netrc"), "NETRC-SECRET\n", 0o600, sb.mode.uid)
+		script := `cat ` + victimDir + `/secret 2>&1; cat ` + sb.home + `/.netrc 2>&1; cat /etc/hostname 2>&1
+			mkdir -p ` + victimDir + ` && echo planted > ` + victimDir + `/planted && echo WROTE-HOST-PATH
+			echo evil > .bashrc || echo BASHRC-REFUSED
+			echo hello > /etc/motd && echo WROTE-ROOT
+			echo ok > in-workspace`
+		r := sb.run(opts{env: env, flags: []string{"--image", "hutch.test/escape-root:1"}, noCheck: true}, script)
+		if sb.mode.uid != 0 {
+			if r.code == 0 || !strings.Contains(r.stderr, "needs hutch to run as root") {
+				t.Errorf("an ordinary user's --image:\n%s", r)
+			}
+			return
+		}
+		if r.code != 0 {
+			t.Fatalf("the sandbox did not run:\n%s", r)
+		}
+		if strings.Contains(r.stdout+r.stderr, "HOST-SECRET") || strings.Contains(r.stdout+r.stderr, "NETRC-SECRET") {
+			t.Errorf("a host file showed in the image's view:\n%s", r)
+		}
+		if _, err := os.Stat(filepath.Join(victimDir, "planted")); !os.IsNotExist(err) {
+			t.Errorf("a write to a host path outside the workspace reached the host: %v", err)
+		}
+		if !strings.Contains(r.stdout, "BASHRC-REFUSED") {
+			t.Errorf("the workspace's .bashrc was writable:\n%s", r)
+		}
+		if b, err := os.ReadFile(filepath.Join(sb.ws, "in-workspace")); err != nil || string(b) != "ok\n" {
+			t.Errorf("the workspace: %q, %v", b, err)
+		}
+		if m, _ := filepath.Glob(filepath.Join(state, "images", "layers", "sha256", "*", "etc", "motd")); len(m) != 1 {
+			t.Errorf("the store's layers: %v", m)
+		} else if b, _ := os.ReadFile(m[0]); string(b) != "from the image\n" {
+			t.Errorf("a write to the root reached the image store: %q", b)
 		}
 	})
 }

@@ -117,3 +117,33 @@ func DockerSave(t testing.TB, img v1.Image, tag, dir string) string {
 	}
 	return f.Name()
 }
+
+// Busybox is a two-layer image made from the host's busybox (skipped when
+// /bin/busybox is missing, failed under HUTCH_TEST_ROOT=1 by the caller's
+// gate): its applets as links, an /etc/passwd, and a second layer that
+// deletes /gone, makes /opq opaque (hiding /opq/old) and adds /etc/motd.
+// Its PATH is /bin, GREETING is set, and its command echoes "default
+// command".
+func Busybox(t testing.TB, need func(ok bool, reason string)) v1.Image {
+	t.Helper()
+	bb, err := os.ReadFile("/bin/busybox")
+	if err != nil {
+		need(false, "needs /bin/busybox (busybox-static): "+err.Error())
+		return nil
+	}
+	base := []Entry{Dir("bin/"), File("bin/busybox", string(bb), 0o755)}
+	for _, a := range []string{"sh", "cat", "ls", "echo", "id", "pwd", "test", "mkdir", "touch", "rm"} {
+		base = append(base, Symlink("bin/"+a, "busybox"))
+	}
+	for _, d := range []string{"etc/", "proc/", "sys/", "dev/", "tmp/", "root/", "opq/"} {
+		base = append(base, Dir(d))
+	}
+	base = append(base, File("etc/passwd", "root:x:0:0:root:/root:/bin/sh\n", 0o644),
+		File("gone", "deleted by the layer above\n", 0o644), File("opq/old", "old\n", 0o644))
+	top := []Entry{File(".wh.gone", "", 0), Dir("opq/"), File("opq/.wh..wh..opq", "", 0),
+		File("opq/new", "new\n", 0o644), File("etc/motd", "from the image\n", 0o644)}
+	return Image(t, "amd64", func(c *v1.Config) {
+		c.Env = []string{"PATH=/bin", "GREETING=hi from the image"}
+		c.Cmd = []string{"/bin/sh", "-c", "echo default command"}
+	}, Layer(t, Tar(t, base...)), Layer(t, Tar(t, top...)))
+}
