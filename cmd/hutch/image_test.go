@@ -1,13 +1,18 @@
 package main
 
 import (
+	"bytes"
 	"io"
 	"log"
+	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
@@ -157,5 +162,101 @@ func TestRunImage(t *testing.T) {
 	r = hutch(t, invocation{dir: ws, env: env, args: []string{"run", "--image", "127.0.0.1:1/none:1", "--", "true"}})
 	if r.code != sandbox.ExitHutchError || !strings.Contains(r.stderr, "pulling it") || !strings.Contains(r.stderr, "127.0.0.1:1") {
 		t.Errorf("a missing image:\n%s", r)
+	}
+}
+
+// TestImagePullKilled: a pull killed (SIGKILL) while it unpacks a layer
+// leaves nothing a later pull or sandbox trusts: no image, no layer in
+// place; the next pull brings the image in whole.
+func TestImagePullKilled(t *testing.T) {
+	big := make([]byte, 48<<20) // incompressible enough to take a while
+	for i := range big {
+		big[i] = byte(i*7 + i/4096)
+	}
+	img := imagetest.Image(t, "amd64", nil, imagetest.Layer(t, imagetest.Tar(t, imagetest.File("big", string(big), 0o644))))
+	var slow atomic.Bool
+	slow.Store(true)
+	reg := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if slow.Load() && strings.Contains(r.URL.Path, "/blobs/") && r.Method == http.MethodGet {
+			// Serve blobs a little at a time, so that the pull is
+			// surely killed in the middle of one.
+			rec := httptest.NewRecorder()
+			reg.ServeHTTP(rec, r)
+			for k, v := range rec.Header() {
+				w.Header()[k] = v
+			}
+			w.WriteHeader(rec.Code)
+			b := rec.Body.Bytes()
+			for len(b) > 0 && slow.Load() {
+				n := min(len(b), 256<<10)
+				if _, err := w.Write(b[:n]); err != nil {
+					return
+				}
+				w.(http.Flusher).Flush()
+				b = b[n:]
+				time.Sleep(20 * time.Millisecond)
+			}
+			w.Write(b)
+			return
+		}
+		reg.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	host := strings.TrimPrefix(srv.URL, "http://")
+	ref, err := name.ParseReference(host+"/big:1", name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow.Store(false)
+	if err := remote.Write(ref, img); err != nil {
+		t.Fatal(err)
+	}
+	slow.Store(true)
+	state := hostDir(t)
+	args := []string{"image", "pull", "--insecure-registry", host, ref.String(), "--state-dir", state}
+	cmd := exec.Command(testutil.Hutch(t), args...)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Wait until it is unpacking (a layer directory in tmp/), then kill.
+	tmp := filepath.Join(state, "images", "tmp")
+	started := testutil.Eventually(2*time.Minute, func() bool {
+		es, _ := os.ReadDir(tmp)
+		for _, e := range es {
+			if strings.HasPrefix(e.Name(), "layer-") {
+				return true
+			}
+		}
+		return false
+	})
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	if !started {
+		t.Fatal("the pull never started unpacking")
+	}
+	env := []string{"PATH=" + stdPath, "HOME=" + hostDir(t), "LANG=C.UTF-8"}
+	r := hutch(t, invocation{env: env, args: []string{"image", "ls", "--state-dir", state}})
+	if strings.Contains(r.stdout, "big") {
+		t.Errorf("a killed pull left an image:\n%s", r)
+	}
+	if es, _ := os.ReadDir(filepath.Join(state, "images", "layers", "sha256")); len(es) > 0 {
+		for _, e := range es {
+			if !strings.HasSuffix(e.Name(), ".lock") {
+				t.Errorf("a killed pull left a layer in place: %s", e.Name())
+			}
+		}
+	}
+	slow.Store(false)
+	r = hutch(t, invocation{env: env, args: args})
+	wantOK(t, r)
+	r = hutch(t, invocation{env: env, args: []string{"image", "inspect", ref.String(), "--state-dir", state}})
+	wantOK(t, r)
+	layers, _ := filepath.Glob(filepath.Join(state, "images", "layers", "sha256", "*", "big"))
+	if len(layers) != 1 {
+		t.Fatalf("layers after the second pull: %v", layers)
+	}
+	if b, err := os.ReadFile(layers[0]); err != nil || !bytes.Equal(b, big) {
+		t.Errorf("the layer after the second pull is not whole: %d bytes, %v", len(b), err)
 	}
 }
