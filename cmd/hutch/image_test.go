@@ -123,45 +123,51 @@ func busyboxImageTar(t *testing.T, tag string) string {
 	return imagetest.DockerSave(t, img, tag, hostDir(t))
 }
 
-// TestRunImage: hutch run --image starts the sandbox from an image of the
-// store: its files (whiteouts and opaque directories honoured), not the
+// TestRunImage: hutch run --image, as root and as an ordinary user,
+// starts the sandbox from an image of the store: its files (whiteouts and opaque directories honoured), not the
 // host's; its environment (the image's PATH, not the host's); its command
 // when none is given; the workspace bound in and written on the host;
 // writes to the root kept in memory, never in the store.
 func TestRunImage(t *testing.T) {
 	testutil.RequireRoot(t)
-	state, ws := hostDir(t), hostDir(t)
-	env := []string{"PATH=" + stdPath, "HOME=" + hostDir(t), "LANG=C.UTF-8", "HUTCH_STATE_DIR=" + state}
-	r := hutch(t, invocation{env: env, args: []string{"image", "import", busyboxImageTar(t, "hutch.test/bb:1")}})
-	wantOK(t, r)
-	r = hutch(t, invocation{dir: ws, env: env, args: []string{"run", "--image", "hutch.test/bb:1", "--", "sh", "-c",
-		`cat /etc/motd; echo "$GREETING"; echo "PATH=$PATH"; ls /opq; test -e /gone || echo no-gone; test -e /usr/bin/env || echo no-host-usr;
-		 pwd; echo written > out; id -u; echo x > /etc/newfile && echo root-writable`}})
-	wantOK(t, r)
-	for _, want := range []string{"from the image", "hi from the image", "PATH=/bin\n", "new\n", "no-gone", "no-host-usr", ws + "\n", "0\n", "root-writable"} {
-		if !strings.Contains(r.stdout, want) {
-			t.Errorf("the sandbox's output lacks %q:\n%s", want, r)
-		}
-	}
-	if strings.Contains(r.stdout, "old\n") {
-		t.Errorf("the opaque directory shows the lower layer's file:\n%s", r)
-	}
-	if b, err := os.ReadFile(filepath.Join(ws, "out")); err != nil || string(b) != "written\n" {
-		t.Errorf("the workspace write did not reach the host: %q, %v", b, err)
-	}
-	if m, _ := filepath.Glob(filepath.Join(state, "images", "layers", "sha256", "*", "etc", "newfile")); len(m) > 0 {
-		t.Errorf("a write to the root reached the store: %v", m)
-	}
-	r = hutch(t, invocation{dir: ws, env: env, args: []string{"run", "--image", "hutch.test/bb:1"}})
-	wantOK(t, r)
-	if !strings.Contains(r.stdout, "default command") {
-		t.Errorf("the image's command did not run:\n%s", r)
-	}
-	// Not in the store: pulled first, here from a registry that is not
-	// there (loopback, nothing listens on port 1).
-	r = hutch(t, invocation{dir: ws, env: env, args: []string{"run", "--image", "127.0.0.1:1/none:1", "--", "true"}})
-	if r.code != sandbox.ExitHutchError || !strings.Contains(r.stderr, "pulling it") || !strings.Contains(r.stderr, "127.0.0.1:1") {
-		t.Errorf("a missing image:\n%s", r)
+	tarPath := busyboxImageTar(t, "hutch.test/bb:1")
+	for _, uid := range []int{0, testutil.UnprivilegedUID} {
+		t.Run(map[int]string{0: "root", testutil.UnprivilegedUID: "user"}[uid], func(t *testing.T) {
+			state, ws, home := hostDir(t), hostDir(t), hostDir(t)
+			chownTree(t, uid, state, ws, home)
+			env := []string{"PATH=" + stdPath, "HOME=" + home, "LANG=C.UTF-8", "HUTCH_STATE_DIR=" + state}
+			r := hutch(t, invocation{uid: uid, dir: ws, env: env, args: []string{"image", "import", tarPath}})
+			wantOK(t, r)
+			r = hutch(t, invocation{uid: uid, dir: ws, env: env, args: []string{"run", "--image", "hutch.test/bb:1", "--", "sh", "-c",
+				`cat /etc/motd; echo "$GREETING"; echo "PATH=$PATH"; ls /opq; test -e /gone || echo no-gone; test -e /usr/bin/env || echo no-host-usr;
+				 pwd; echo written > out; echo x > /etc/newfile && echo root-writable`}})
+			wantOK(t, r)
+			for _, want := range []string{"from the image", "hi from the image", "PATH=/bin\n", "new\n", "no-gone", "no-host-usr", ws + "\n", "root-writable"} {
+				if !strings.Contains(r.stdout, want) {
+					t.Errorf("the sandbox's output lacks %q:\n%s", want, r)
+				}
+			}
+			if strings.Contains(r.stdout, "old\n") {
+				t.Errorf("the opaque directory shows the lower layer's file:\n%s", r)
+			}
+			if b, err := os.ReadFile(filepath.Join(ws, "out")); err != nil || string(b) != "written\n" {
+				t.Errorf("the workspace write did not reach the host: %q, %v", b, err)
+			}
+			if m, _ := filepath.Glob(filepath.Join(state, "images", "layers", "sha256", "*", "etc", "newfile")); len(m) > 0 {
+				t.Errorf("a write to the root reached the store: %v", m)
+			}
+			r = hutch(t, invocation{uid: uid, dir: ws, env: env, args: []string{"run", "--image", "hutch.test/bb:1"}})
+			wantOK(t, r)
+			if !strings.Contains(r.stdout, "default command") {
+				t.Errorf("the image's command did not run:\n%s", r)
+			}
+			// Not in the store: pulled first, here from a registry that is
+			// not there (loopback, nothing listens on port 1).
+			r = hutch(t, invocation{uid: uid, dir: ws, env: env, args: []string{"run", "--image", "127.0.0.1:1/none:1", "--", "true"}})
+			if r.code != sandbox.ExitHutchError || !strings.Contains(r.stderr, "pulling it") || !strings.Contains(r.stderr, "127.0.0.1:1") {
+				t.Errorf("a missing image:\n%s", r)
+			}
+		})
 	}
 }
 

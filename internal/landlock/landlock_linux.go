@@ -105,6 +105,14 @@ func (r *Ruleset) AddWritableTree(fd int) error {
 	return nil
 }
 
+// WritableTreeAccess is the access AddWritableTree grants, for a rule
+// another process adds to the ruleset (the sandbox's first process, for a
+// tree that exists only in its own mount namespace).
+func (r *Ruleset) WritableTreeAccess() uint64 {
+	fsAccess, _ := handled(min(r.abi, maxABI))
+	return writeTreeAccess & fsAccess
+}
+
 // RestrictSelf enforces the ruleset on the calling thread and locks the
 // calling goroutine to it for good.
 func (r *Ruleset) RestrictSelf() error {

@@ -28,6 +28,9 @@ func (r *Ruleset) Add(c Config) ([]string, error) { return nil, ErrNotSupported 
 // AddWritableTree returns ErrNotSupported: Landlock exists only on Linux.
 func (r *Ruleset) AddWritableTree(fd int) error { return ErrNotSupported }
 
+// WritableTreeAccess returns 0.
+func (r *Ruleset) WritableTreeAccess() uint64 { return 0 }
+
 // RestrictSelf returns ErrNotSupported.
 func (r *Ruleset) RestrictSelf() error { return ErrNotSupported }
 

@@ -31,6 +31,8 @@ type builder struct {
 	ctl int
 	// who is the sandbox's identity in its user namespace (identity).
 	who ids
+	// ruleset is the Landlock ruleset's descriptor, -1 for none.
+	ruleset int
 	// listener is the slot of the seccomp filter's listener, which the
 	// sandbox's PID 1 serves; -1 when the filter hands nothing over.
 	listener int8
@@ -169,6 +171,51 @@ func (b *builder) homeOverlay(home string, size int64) {
 	b.attach("home", mnt, home, false)
 }
 
+// imageOverlay stacks the image's layers (cfg.ImageLayers, host
+// directories an ordinary user may read) as the sandbox's root, in the
+// first process's own user namespace: the layers read-only, with
+// userxattr (the layers mark opaque directories with user.overlay.opaque),
+// writes on a tmpfs of cfg.ImageSize. The root exists only here, so the
+// Landlock rule that lets the sandbox use it is added here too.
+func (b *builder) imageOverlay(cfg initConfig) int8 {
+	p := &b.p
+	opts := [][2]string{{"mode", "0755"}}
+	if cfg.ImageSize > 0 {
+		opts = append(opts, [2]string{"size", fmt.Sprint(cfg.ImageSize)})
+	}
+	tm := b.fsmount("image root: writes", "tmpfs", opts, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
+	p.call("image root: upper", -1, unix.SYS_MKDIRAT, s(tm), p.str("upper"), k(0o755))
+	p.call("image root: work", -1, unix.SYS_MKDIRAT, s(tm), p.str("work"), k(0o700))
+	up, wk := p.slot(), p.slot()
+	p.call("image root: upper", up, unix.SYS_OPENAT, s(tm), p.str("upper"), k(unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC), k(0))
+	p.call("image root: work", wk, unix.SYS_OPENAT, s(tm), p.str("work"), k(unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC), k(0))
+	fs, mnt := p.slot(), p.slot()
+	p.call("image root: overlay", fs, unix.SYS_FSOPEN, p.str("overlay"), k(unix.FSOPEN_CLOEXEC))
+	p.call("image root: overlay userxattr", -1, unix.SYS_FSCONFIG, s(fs), k(unix.FSCONFIG_SET_FLAG), p.str("userxattr"), k(0), k(0))
+	for i := len(cfg.ImageLayers) - 1; i >= 0; i-- { // overlayfs takes the top layer first
+		low := p.slot()
+		p.call("image root: layer "+cfg.ImageLayers[i], low, unix.SYS_OPENAT, k(uintptr(unix.AT_FDCWD&0xffffffff)), p.str(cfg.ImageLayers[i]),
+			k(unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC), k(0))
+		p.call("image root: overlay lowerdir+", -1, unix.SYS_FSCONFIG, s(fs), k(unix.FSCONFIG_SET_FD), p.str("lowerdir+"), k(0), s(low))
+		p.close(low)
+	}
+	p.call("image root: overlay upperdir", -1, unix.SYS_FSCONFIG, s(fs), k(unix.FSCONFIG_SET_FD), p.str("upperdir"), k(0), s(up))
+	p.call("image root: overlay workdir", -1, unix.SYS_FSCONFIG, s(fs), k(unix.FSCONFIG_SET_FD), p.str("workdir"), k(0), s(wk))
+	p.call("image root: overlay create", -1, unix.SYS_FSCONFIG, s(fs), k(unix.FSCONFIG_CMD_CREATE), k(0), k(0), k(0))
+	p.call("image root: overlay mount", mnt, unix.SYS_FSMOUNT, s(fs), k(unix.FSMOUNT_CLOEXEC), k(unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV))
+	p.close(fs)
+	p.close(up)
+	p.close(wk)
+	p.close(tm)
+	if cfg.ImageAccess != 0 && b.ruleset >= 0 {
+		attr := &unix.LandlockPathBeneathAttr{Allowed_access: cfg.ImageAccess}
+		p.keep = append(p.keep, attr)
+		p.store(&attr.Parent_fd, mnt)
+		p.call("image root: landlock rule", -1, unix.SYS_LANDLOCK_ADD_RULE, ci(b.ruleset), k(unix.LANDLOCK_RULE_PATH_BENEATH), ptr(attr), k(0))
+	}
+	return mnt
+}
+
 // rebind binds path over itself, read-only when ro.
 func (b *builder) rebind(desc, path string, ro bool) {
 	t, _ := b.target(desc, path)
@@ -269,6 +316,8 @@ func (b *builder) mounts(cfg initConfig, fds []int8, denyRead []pathKind) {
 	var rootTree int8
 	if cfg.RootLayer >= 0 && cfg.RootLayer < len(fds) {
 		rootTree = fds[cfg.RootLayer] // nosuid and nodev already
+	} else if len(cfg.ImageLayers) > 0 {
+		rootTree = b.imageOverlay(cfg)
 	} else {
 		rootTree = b.cloneTree("root "+src, src, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
 	}

@@ -69,6 +69,14 @@ type initConfig struct {
 	// of the stand-ins hutch serves itself (see standIns): the masks and
 	// placeholders are cloned from it instead of from a tmpfs.
 	MasksLayer int
+	// ImageLayers, when set, are the layer directories (bottom first) of
+	// the image the first process stacks as its root itself (an ordinary
+	// user: in its own user namespace, with userxattr), with writes on a
+	// tmpfs of ImageSize; ImageAccess, when not 0, is the Landlock access
+	// it gives that root in the ruleset before it is enforced.
+	ImageLayers []string
+	ImageSize   int64
+	ImageAccess uint64
 	// StandInsDevice makes the first process mount the stand-ins itself,
 	// in its user namespace (an ordinary user's hutch may not), and hand
 	// their FUSE device to hutch; without /dev/fuse it makes them on a

@@ -76,8 +76,6 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 	img := c.Image
 	if img != nil {
 		switch {
-		case !asRoot:
-			return res, errors.New("a sandbox from an image needs hutch to run as root, for now")
 		case layer != nil:
 			return res, errors.New("a sandbox from an image takes no other root layer")
 		case len(img.Layers) == 0:
@@ -101,7 +99,7 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		innerUID, innerGID = int(wsStat.Uid), int(wsStat.Gid)
 		hostUID, hostGID = RootMappedID, RootMappedID
 	}
-	if layer != nil || img != nil {
+	if layer != nil || (img != nil && asRoot) {
 		// The root's files keep their owners' ids, 0–65535, in the
 		// sandbox (an idmapped mount).
 		nids = layerIDs
@@ -335,7 +333,7 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 	if p.ruleset != nil {
 		ruleset = p.ruleset.FD()
 	}
-	b := &builder{ctl: int(childCtl.Fd())}
+	b := &builder{ctl: int(childCtl.Fd()), ruleset: ruleset}
 	b.p.call("close hutch's end of the control socket", -1, unix.SYS_CLOSE, k(ctl.Fd()))
 	if err := b.hideArgs(c.Wipe); err != nil {
 		childCtl.Close()
@@ -351,9 +349,16 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		}
 		nrecv = len(cfg.Writable)
 	}
-	if layer != nil || img != nil {
+	switch {
+	case layer != nil || (img != nil && asRoot):
 		cfg.RootLayer = nrecv
 		nrecv++
+	case img != nil:
+		// An ordinary user: the first process stacks the layers itself.
+		cfg.ImageLayers, cfg.ImageSize = img.Layers, img.SizeBytes
+		if p.ruleset != nil {
+			cfg.ImageAccess = p.ruleset.WritableTreeAccess()
+		}
 	}
 	if homeBuild {
 		cfg.HomeLayer = nrecv
@@ -452,7 +457,7 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		}
 		fds = append(fds, pfd...)
 	}
-	if img != nil {
+	if img != nil && asRoot {
 		ifd, err := imageLayer(pid, *img)
 		if err == nil && p.ruleset != nil {
 			err = p.ruleset.AddWritableTree(ifd)
