@@ -16,6 +16,7 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/cli"
 	"github.com/hutch-sandbox/hutch/internal/image"
 	"github.com/hutch-sandbox/hutch/internal/image/fetch"
+	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
 )
 
@@ -27,7 +28,8 @@ const imageUsage = `Usage:
   hutch image ls                          list the images
   hutch image inspect REF                 print an image's record as JSON
   hutch image rm REF...                   remove names (a digest removes the image)
-  hutch image prune                       remove the layers no image holds
+  hutch image prune [--max-size SIZE]     remove the layers no image holds; with --max-size, first
+                                          the least recently used images until the layers fit
 
 Every command takes --state-dir DIR (default: $HUTCH_STATE_DIR, else
 /var/lib/hutch for root, shared with hutch serve, and
@@ -52,6 +54,7 @@ func cmdImage(args []string, stdout, stderr io.Writer) int {
 	fs.Var(&insecure, "insecure-registry", "for pull: reach registry `HOST:PORT` over plain HTTP (repeatable)")
 	authFile := fs.String("registry-auth", "", "for pull: take credentials from this Docker configuration `file`")
 	plat := fs.String("platform", "", "for pull: the platform to take from a multi-platform image, e.g. linux/arm64")
+	maxSize := fs.String("max-size", "", "for prune: remove the least recently used images until the layers take at most `size` (e.g. 20g); images in use stay")
 	fs.Usage = func() { fmt.Fprint(stderr, imageUsage) }
 	switch sub {
 	case "pull", "import", "ls", "inspect", "rm", "prune":
@@ -63,7 +66,7 @@ func cmdImage(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, msg)
 		return 2
 	}
-	if err := cli.Parse(fs, flagsFirst(rest, "state-dir", "name", "insecure-registry", "registry-auth", "platform"), stderr); err != nil {
+	if err := cli.Parse(fs, flagsFirst(rest, "state-dir", "name", "insecure-registry", "registry-auth", "platform", "max-size"), stderr); err != nil {
 		return usageCode(err)
 	}
 	st, err := image.Open(*stateDir)
@@ -168,6 +171,19 @@ func cmdImage(args []string, stdout, stderr io.Writer) int {
 	case "prune":
 		if !wantArgs(0, "no arguments") {
 			return 2
+		}
+		if *maxSize != "" {
+			limit, err := policy.ParseSize(*maxSize)
+			if err != nil {
+				return fail(fmt.Errorf("--max-size: %w", err))
+			}
+			removed, err := st.Evict(limit)
+			for _, d := range removed {
+				fmt.Fprintf(stdout, "removed image %s\n", d)
+			}
+			if err != nil {
+				return fail(err)
+			}
 		}
 		n, err := st.Prune()
 		if err != nil {

@@ -19,46 +19,52 @@ const defaultImageRootSize = 1 << 30
 
 // imageRoot finds the image spec's root names in hutch's image store,
 // pulling it first (hutch-serve pulls, with its progress on stderr) when
-// the store lacks it, and returns the sandbox's root and the image.
-func imageRoot(spec policy.Spec, stderr io.Writer) (*sandbox.ImageRoot, *image.Image, error) {
+// the store lacks it, and returns the sandbox's root and the image, which
+// it marks in use (no prune or eviction removes its layers) until release
+// is called.
+func imageRoot(spec policy.Spec, stderr io.Writer) (root *sandbox.ImageRoot, img *image.Image, release func(), err error) {
 	ref, _ := spec.Image()
 	dir := image.DefaultStateDir()
 	st, err := image.Open(dir)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	img, err := st.Get(ref)
+	img, err = st.Get(ref)
 	if errors.Is(err, image.ErrNotFound) {
 		fmt.Fprintf(stderr, "hutch: %s is not in the image store (%s): pulling it\n", ref, dir)
 		bin, ferr := findServe()
 		if ferr != nil {
-			return nil, nil, ferr
+			return nil, nil, nil, ferr
 		}
 		cmd := exec.Command(bin, "image", "pull", ref, "--state-dir", dir)
 		cmd.Stdout, cmd.Stderr = io.Discard, stderr
 		if rerr := cmd.Run(); rerr != nil {
-			return nil, nil, fmt.Errorf("pull %s: %w", ref, rerr)
+			return nil, nil, nil, fmt.Errorf("pull %s: %w", ref, rerr)
 		}
 		img, err = st.Get(ref)
 	}
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	root := &sandbox.ImageRoot{SizeBytes: spec.Resources.TmpBytes}
+	if release, err = st.Use(img); err != nil {
+		return nil, nil, nil, err
+	}
+	root = &sandbox.ImageRoot{SizeBytes: spec.Resources.TmpBytes}
 	if root.SizeBytes <= 0 {
 		root.SizeBytes = defaultImageRootSize
 	}
 	for _, l := range img.Layers {
 		d, err := st.LayerDir(l)
-		if err != nil {
-			return nil, nil, err
+		if err == nil && !st.HasLayer(l) {
+			err = fmt.Errorf("image %s: layer %s is missing from the store: pull it again", img.Digest, l)
 		}
-		if !st.HasLayer(l) {
-			return nil, nil, fmt.Errorf("image %s: layer %s is missing from the store: pull it again", img.Digest, l)
+		if err != nil {
+			release()
+			return nil, nil, nil, err
 		}
 		root.Layers = append(root.Layers, d)
 	}
-	return root, img, nil
+	return root, img, release, nil
 }
 
 // imageEnv is the environment of a sandbox from img: the image's own,

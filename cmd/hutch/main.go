@@ -154,10 +154,12 @@ func cmdRun(args []string, stdin, stdout, stderr *os.File) int {
 	var img *image.Image
 	if _, ok := spec.Image(); ok {
 		var err error
-		if imgRoot, img, err = imageRoot(spec, stderr); err != nil {
+		var release func()
+		if imgRoot, img, release, err = imageRoot(spec, stderr); err != nil {
 			fmt.Fprintf(stderr, "hutch: %v\n", err)
 			return sandbox.ExitHutchError
 		}
+		defer release()
 		if len(command) == 0 {
 			command = imageCommand(img)
 		}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -26,21 +27,69 @@ func (s *Store) LockLayer(diffID string) (func(), error) {
 }
 
 func flock(path string) (func(), error) {
+	return flockHow(path, unix.LOCK_EX)
+}
+
+// flockHow takes the lock of path in mode how (LOCK_EX or LOCK_SH, with
+// LOCK_NB not to wait: then unix.EWOULDBLOCK when it is held).
+func flockHow(path string, how int) (func(), error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("image store: %w", err)
 	}
 	for {
-		err = unix.Flock(int(f.Fd()), unix.LOCK_EX)
+		err = unix.Flock(int(f.Fd()), how)
 		if err != unix.EINTR {
 			break
 		}
 	}
 	if err != nil {
 		f.Close()
+		if err == unix.EWOULDBLOCK {
+			return nil, err
+		}
 		return nil, fmt.Errorf("image store: lock %s: %w", path, err)
 	}
 	return func() { f.Close() }, nil
+}
+
+// Use marks img used now (eviction takes the least recently used first)
+// and holds its layers in use until the returned function is called: a
+// sandbox stacks them, and prune or eviction removing one under it would
+// pull files out of its view. It takes each layer's lock shared.
+func (s *Store) Use(img *Image) (func(), error) {
+	now := time.Now()
+	_ = os.Chtimes(s.recordPath(img.Digest), now, now)
+	var releases []func()
+	release := func() {
+		for _, r := range releases {
+			r()
+		}
+	}
+	for _, l := range img.Layers {
+		d, err := s.LayerDir(l)
+		if err != nil {
+			release()
+			return nil, err
+		}
+		r, err := flockHow(d+".lock", unix.LOCK_SH)
+		if err != nil {
+			release()
+			return nil, err
+		}
+		releases = append(releases, r)
+	}
+	return release, nil
+}
+
+// tryLayer takes layer hex's lock if no sandbox uses the layer and no
+// pull unpacks it; ok is false when one does.
+func (s *Store) tryLayer(hex string) (release func(), ok bool) {
+	r, err := flockHow(filepath.Join(s.dir, "layers", "sha256", hex+".lock"), unix.LOCK_EX|unix.LOCK_NB)
+	if err != nil {
+		return nil, false
+	}
+	return r, true
 }
 
 // RemoveTree removes dir and everything below it, also what a layer made

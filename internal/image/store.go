@@ -33,6 +33,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -255,15 +256,19 @@ func (s *Store) Remove(ref string) error {
 	return s.writeRefs(m)
 }
 
-// Prune removes the layers no image holds, and what work in progress
-// left in tmp/ more than a minute ago (a pull running now keeps its own),
-// and returns how many layers it removed.
+// Prune removes the layers no image holds and no sandbox uses, and what
+// work in progress left in tmp/ more than a minute ago (a pull running
+// now keeps its own), and returns how many layers it removed.
 func (s *Store) Prune() (layers int, err error) {
 	unlock, err := s.lock()
 	if err != nil {
 		return 0, err
 	}
 	defer unlock()
+	return s.pruneLocked()
+}
+
+func (s *Store) pruneLocked() (layers int, err error) {
 	imgs, err := s.List()
 	if err != nil {
 		return 0, err
@@ -282,7 +287,13 @@ func (s *Store) Prune() (layers int, err error) {
 		if used[e.Name()] || strings.HasSuffix(e.Name(), ".lock") {
 			continue
 		}
-		if err := RemoveTree(filepath.Join(s.dir, "layers", "sha256", e.Name())); err != nil {
+		release, ok := s.tryLayer(e.Name())
+		if !ok {
+			continue // a sandbox of a removed image still stacks it
+		}
+		err := RemoveTree(filepath.Join(s.dir, "layers", "sha256", e.Name()))
+		release()
+		if err != nil {
 			return layers, err
 		}
 		layers++
@@ -294,6 +305,102 @@ func (s *Store) Prune() (layers int, err error) {
 		}
 	}
 	return layers, nil
+}
+
+// Evict removes images, the least recently used first (Use marks use),
+// until the layers take at most maxBytes on disk, then the layers no
+// image holds; an image a sandbox uses stays. It returns the digests of
+// the images removed.
+func (s *Store) Evict(maxBytes int64) ([]string, error) {
+	unlock, err := s.lock()
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	imgs, err := s.List()
+	if err != nil {
+		return nil, err
+	}
+	sizes := map[string]int64{}
+	holders := map[string]int{}
+	var total int64
+	for _, img := range imgs {
+		for _, l := range img.Layers {
+			holders[l]++
+			if _, ok := sizes[l]; !ok {
+				d, _ := s.LayerDir(l)
+				sizes[l] = diskUsage(d)
+				total += sizes[l]
+			}
+		}
+	}
+	// Least recently used first: the record's modification time.
+	used := func(img *Image) time.Time {
+		if fi, err := os.Stat(s.recordPath(img.Digest)); err == nil {
+			return fi.ModTime()
+		}
+		return img.Added
+	}
+	sort.SliceStable(imgs, func(i, j int) bool { return used(imgs[i]).Before(used(imgs[j])) })
+	m, err := s.refs()
+	if err != nil {
+		return nil, err
+	}
+	var removed []string
+	for _, img := range imgs {
+		if total <= maxBytes {
+			break
+		}
+		if s.inUse(img) {
+			continue
+		}
+		for _, n := range refsOf(m, img.Digest) {
+			delete(m, n)
+		}
+		if err := os.Remove(s.recordPath(img.Digest)); err != nil && !os.IsNotExist(err) {
+			return removed, fmt.Errorf("image store: %w", err)
+		}
+		removed = append(removed, img.Digest)
+		for _, l := range img.Layers {
+			if holders[l]--; holders[l] == 0 {
+				total -= sizes[l]
+			}
+		}
+	}
+	if err := s.writeRefs(m); err != nil {
+		return removed, err
+	}
+	_, err = s.pruneLocked()
+	return removed, err
+}
+
+// inUse reports whether a sandbox holds a layer of img (Use).
+func (s *Store) inUse(img *Image) bool {
+	for _, l := range img.Layers {
+		release, ok := s.tryLayer(strings.TrimPrefix(l, "sha256:"))
+		if !ok {
+			return true
+		}
+		release()
+	}
+	return false
+}
+
+// diskUsage is the disk space the files below dir take.
+func diskUsage(dir string) int64 {
+	var n int64
+	_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if fi, err := d.Info(); err == nil {
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+				n += st.Blocks * 512
+			}
+		}
+		return nil
+	})
+	return n
 }
 
 func (s *Store) recordPath(digest string) string {

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -359,5 +360,67 @@ func TestNormalize(t *testing.T) {
 // TestFetchAsUser runs the tests above as an ordinary user, whose layers
 // keep no owners and mark opaque directories with user.overlay.opaque.
 func TestFetchAsUser(t *testing.T) {
-	testutil.RunAsUser(t, "^(TestImportDockerSave|TestImportLayout|TestImportRefused|TestImportConcurrent|TestRemovePrune|TestPullAuth|TestPullPlainHTTP|TestPullIndex|TestPullTampered)$")
+	testutil.RunAsUser(t, "^(TestImportDockerSave|TestImportLayout|TestImportRefused|TestImportConcurrent|TestRemovePrune|TestEvictAndInUse|TestPullAuth|TestPullPlainHTTP|TestPullIndex|TestPullTampered)$")
+}
+
+// TestEvictAndInUse: eviction removes the least recently used images
+// first until the layers fit, never an image a sandbox uses (Use), and
+// prune leaves the layers of a removed image alone while a sandbox still
+// stacks them.
+func TestEvictAndInUse(t *testing.T) {
+	s := newStore(t)
+	a := imagetest.Image(t, "amd64", nil, layerOf(t, tarOf(t, "a="+strings.Repeat("a", 64<<10))))
+	b := imagetest.Image(t, "amd64", nil, layerOf(t, tarOf(t, "b="+strings.Repeat("b", 64<<10))))
+	c := imagetest.Image(t, "amd64", nil, layerOf(t, tarOf(t, "c="+strings.Repeat("c", 64<<10))))
+	for tag, img := range map[string]v1.Image{"a": a, "b": b, "c": c} {
+		if _, err := Import(s, dockerSave(t, img, "hutch.test/lru:"+tag), "", opts()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	get := func(tag string) *image.Image {
+		img, err := s.Get("hutch.test/lru:" + tag)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return img
+	}
+	// b is in use (oldest use of all), a was used before c.
+	imgA, imgB, imgC := get("a"), get("b"), get("c")
+	old := time.Now().Add(-time.Hour)
+	for _, x := range []*image.Image{imgA, imgB} {
+		os.Chtimes(filepath.Join(s.Dir(), "records", strings.TrimPrefix(x.Digest, "sha256:")+".json"), old, old)
+	}
+	release, err := s.Use(imgB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old = old.Add(-time.Hour)
+	os.Chtimes(filepath.Join(s.Dir(), "records", strings.TrimPrefix(imgB.Digest, "sha256:")+".json"), old, old)
+	// Room for about two layers: a goes (least recently used not in use).
+	removed, err := s.Evict(150 << 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(removed) != 1 || removed[0] != imgA.Digest {
+		t.Errorf("evicted %v, want only a (%s)", removed, imgA.Digest)
+	}
+	// Room for nothing: c goes too, b stays in use.
+	if removed, err = s.Evict(0); err != nil || len(removed) != 1 || removed[0] != imgC.Digest {
+		t.Errorf("evicted %v, %v; want only c", removed, err)
+	}
+	if _, err := s.Get("hutch.test/lru:b"); err != nil {
+		t.Errorf("the image in use was evicted: %v", err)
+	}
+	// b removed by name while in use: its layer stays until released.
+	if err := s.Remove("hutch.test/lru:b"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.Prune(); err != nil || n != 0 || !s.HasLayer(imgB.Layers[0]) {
+		t.Errorf("prune of a layer in use: %d removed, %v", n, err)
+	}
+	release()
+	if n, err := s.Prune(); err != nil || n != 1 {
+		t.Errorf("prune after release: %d, %v", n, err)
+	}
+	assertNothingKept(t, s)
 }
