@@ -20,6 +20,7 @@ import (
 
 	"github.com/hutch-sandbox/hutch/internal/agent"
 	"github.com/hutch-sandbox/hutch/internal/egress"
+	"github.com/hutch-sandbox/hutch/internal/image"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
 	"github.com/hutch-sandbox/hutch/internal/secrets"
@@ -184,13 +185,22 @@ func (m *Manager) launch(ctx context.Context, id, dir string, spec policy.Spec, 
 		l.close(log)
 		return nil, err
 	}
+	layer := m.rootLayer(spec)
+	var img *image.Image
+	if ref, ok := spec.Image(); ok {
+		var err error
+		if img, layer, l.release, err = m.imageLayer(ref, spec); err != nil {
+			return nil, err
+		}
+		env = imageEnv(img.Config.Env, env, spec.Env)
+	}
 	var proxy sandbox.Proxy
 	if spec.Network.Mode == "proxy" || spec.Network.Mode == "none" {
 		// In mode "none" the proxy refuses everything: the sandbox's
 		// clients fail at once, and its events say where they meant to go.
 		p, err := newProxy(spec.Network, m.cfg.AllowPrivate, operator, id, log, ev, sec.secrets())
 		if err != nil {
-			return nil, err
+			return fail(err)
 		}
 		proxy, l.proxy = p, p
 		if sec != nil {
@@ -204,7 +214,7 @@ func (m *Manager) launch(ctx context.Context, id, dir string, spec policy.Spec, 
 		Environ:     env,
 		Log:         log,
 		Proxy:       proxy,
-		RootLayer:   m.rootLayer(spec),
+		RootLayer:   layer,
 		CABundle:    sec.caBundle(),
 		AgentBinary: m.cfg.AgentBinary,
 		RootCaps:    true,
@@ -249,6 +259,10 @@ func (l *live) close(log *slog.Logger) {
 		if err := l.inst.Close(); err != nil {
 			log.Warn("close sandbox", "err", err)
 		}
+	}
+	if l.release != nil {
+		l.release()
+		l.release = nil
 	}
 	countTraffic(l.proxy)
 }
@@ -434,7 +448,13 @@ func (m *Manager) prepare(r CreateRequest, ws string) (policy.Spec, time.Duratio
 	// The workspace is made in the sandbox's layer; the host's root is
 	// looked at only where the sandbox's view shows it, so that the
 	// answer is the same whatever the host holds where the view hides it.
-	if err := m.rootLayer(spec).CheckWorkspace("", ws); errors.Is(err, sandbox.ErrNotDirInRoot) {
+	if ref, ok := spec.Image(); ok {
+		// Made in the image's root, whatever it holds there; the image
+		// must be in the daemon's store.
+		if _, err := m.images.Get(ref); err != nil {
+			return spec, 0, invalid("create sandbox: policy: root: image %s is not in the daemon's image store (hutch image pull --state-dir %s %s)", ref, m.cfg.StateDir, ref)
+		}
+	} else if err := m.rootLayer(spec).CheckWorkspace("", ws); errors.Is(err, sandbox.ErrNotDirInRoot) {
 		return spec, 0, invalid("create sandbox: policy: filesystem.workspace: %q: %v", ws, err)
 	} else if err != nil {
 		return spec, 0, fmt.Errorf("create sandbox: workspace %q: %w", ws, err)
@@ -504,8 +524,8 @@ func servePolicy(s policy.Spec, noInternet bool) error {
 	case "host":
 		problems = append(problems, "network.mode: \"host\" is not allowed in hutch serve")
 	}
-	if s.Root != policy.DefaultRoot {
-		problems = append(problems, "root: only \"host\" is allowed in hutch serve")
+	if _, img := s.Image(); s.Root != policy.DefaultRoot && !img {
+		problems = append(problems, "root: only \"host\" or image:REF is allowed in hutch serve")
 	}
 	if len(s.Filesystem.AllowWrite) > 0 {
 		problems = append(problems, "filesystem.allow_write: host paths cannot be made writable in hutch serve")
@@ -595,6 +615,28 @@ func environ(e policy.Env, extra map[string]string) []string {
 	}
 	if _, ok := vars["PATH"]; !ok {
 		vars["PATH"] = defaultPath
+	}
+	return envEntries(vars)
+}
+
+// imageEnv is the environment of a sandbox started from an image whose
+// own is base: the image's variables, under env (the policy's and the
+// request's), but for PATH and HOME, which are the image's unless the
+// policy sets them (env holds the daemon's defaults for both).
+func imageEnv(base, env []string, p policy.Env) []string {
+	vars := make(map[string]string)
+	for _, kv := range base {
+		name, value, _ := strings.Cut(kv, "=")
+		vars[name] = value
+	}
+	for _, kv := range env {
+		name, value, _ := strings.Cut(kv, "=")
+		if _, set := p.Set[name]; !set && (name == "PATH" || name == "HOME") {
+			if _, own := vars[name]; own {
+				continue
+			}
+		}
+		vars[name] = value
 	}
 	return envEntries(vars)
 }

@@ -2,6 +2,8 @@ package daemon
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -9,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hutch-sandbox/hutch/internal/image"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
 )
@@ -177,4 +180,36 @@ func scanClosed(root string, skip []string) (dirs, files []string) {
 		return nil
 	})
 	return dirs, files
+}
+
+// imageLayer is the root of a sandbox of m started from the image ref of
+// the daemon's image store: its layers, read-only, under the sandbox's
+// own writes. The image's layers are held in use until release is called.
+// An image not in the store is refused: the daemon pulls nothing on a
+// tenant's word (an operator brings images in with hutch image).
+func (m *Manager) imageLayer(ref string, spec policy.Spec) (*image.Image, *sandbox.RootLayer, func(), error) {
+	img, err := m.images.Get(ref)
+	if errors.Is(err, image.ErrNotFound) || errors.Is(err, image.ErrBadRef) {
+		return nil, nil, nil, invalid("create sandbox: policy: root: image %s is not in the daemon's image store (hutch image pull --state-dir %s %s)", ref, m.cfg.StateDir, ref)
+	}
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	release, err := m.images.Use(img)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	l := &sandbox.RootLayer{SizeBytes: spec.Resources.DiskBytes}
+	for _, d := range img.Layers {
+		dir, err := m.images.LayerDir(d)
+		if err == nil && !m.images.HasLayer(d) {
+			err = fmt.Errorf("image %s: layer %s is missing from the store", img.Digest, d)
+		}
+		if err != nil {
+			release()
+			return nil, nil, nil, err
+		}
+		l.Lowers = append(l.Lowers, dir)
+	}
+	return img, l, release, nil
 }

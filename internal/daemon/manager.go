@@ -16,6 +16,7 @@ import (
 
 	"github.com/hutch-sandbox/hutch/internal/agent"
 	"github.com/hutch-sandbox/hutch/internal/egress"
+	"github.com/hutch-sandbox/hutch/internal/image"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/store"
 )
@@ -50,8 +51,9 @@ type Manager struct {
 	cfg    Config // defaults applied, StateDir absolute
 	log    *slog.Logger
 	st     *store.Store
-	lock   *os.File // the state directory's lock, held while the manager lives
-	sbRoot string   // <StateDir>/sandboxes
+	images *image.Store // the images sandboxes may start from (hutch image, same state dir)
+	lock   *os.File     // the state directory's lock, held while the manager lives
+	sbRoot string       // <StateDir>/sandboxes
 
 	// quotaMu makes a tenant's quota check and the insertion of the new
 	// sandbox's row one step, so that concurrent creates cannot overrun it.
@@ -102,6 +104,9 @@ type live struct {
 	proxy      *egress.Proxy // its egress proxy; nil unless the network mode is proxy
 	ev         *eventLog
 	idle       time.Duration
+	// release lets go of the image the sandbox started from (its layers
+	// held in use); nil without one.
+	release func()
 
 	lastActive atomic.Int64 // Unix nanoseconds of the last Agent call
 	flushedAt  time.Time    // when lastActive was last written (reapMu)
@@ -148,10 +153,17 @@ func New(cfg Config, log *slog.Logger) (*Manager, error) {
 		lock.Close()
 		return nil, err
 	}
+	images, err := image.Open(cfg.StateDir)
+	if err != nil {
+		st.Close()
+		lock.Close()
+		return nil, err
+	}
 	m := &Manager{
 		cfg:        cfg,
 		log:        log,
 		st:         st,
+		images:     images,
 		lock:       lock,
 		sbRoot:     sbRoot,
 		live:       make(map[string]*live),
@@ -538,6 +550,9 @@ func (m *Manager) teardown(l *live, why string) {
 	// returns once PID 1 has been reaped.
 	if err := l.inst.Close(); err != nil {
 		log.Warn("close sandbox", "err", err)
+	}
+	if l.release != nil {
+		l.release()
 	}
 	if err := os.RemoveAll(l.dir); err != nil {
 		log.Error("remove sandbox directory", "dir", l.dir, "err", err)

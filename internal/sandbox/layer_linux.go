@@ -139,7 +139,7 @@ func rootLayer(pid int, root string, l RootLayer, workspace string) (int, error)
 // work on a fresh tmpfs of img.SizeBytes, owned by the sandbox's root, so
 // that the sandbox may write its root (and make the mount points of what
 // hutch binds in), in memory, until it ends.
-func imageLayer(pid int, img ImageRoot) (int, error) {
+func imageLayer(pid int, img ImageRoot, workspace string) (int, error) {
 	userns, err := unix.Open(fmt.Sprintf("/proc/%d/ns/user", pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return -1, fmt.Errorf("image root: open sandbox user namespace: %w", err)
@@ -180,6 +180,24 @@ func imageLayer(pid int, img ImageRoot) (int, error) {
 	}
 	if err := unix.Fchownat(tmpfs, "upper", RootMappedID, RootMappedID, 0); err != nil {
 		return -1, fmt.Errorf("image root: %w", err)
+	}
+	if workspace != "" {
+		// A served sandbox's workspace is made in its root, the
+		// sandbox's own, with whatever directories lead to it.
+		rel, err := layerRel(workspace)
+		if err != nil {
+			return -1, fmt.Errorf("image root: workspace %s: %w", workspace, err)
+		}
+		cur := "upper"
+		for _, c := range strings.Split(rel, "/") {
+			cur += "/" + c
+			if err := unix.Mkdirat(tmpfs, cur, 0o755); err != nil && err != unix.EEXIST {
+				return -1, fmt.Errorf("image root: workspace %s: %w", workspace, err)
+			}
+			if err := unix.Fchownat(tmpfs, cur, RootMappedID, RootMappedID, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+				return -1, fmt.Errorf("image root: workspace %s: %w", workspace, err)
+			}
+		}
 	}
 	upper, err := unix.Openat(tmpfs, "upper", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -476,6 +494,9 @@ func (l RootLayer) CheckWorkspace(root, workspace string) error {
 	rel, err := layerRel(workspace)
 	if err != nil {
 		return err
+	}
+	if len(l.Lowers) > 0 {
+		return nil // made in the image's root, whatever the image holds there
 	}
 	v := newLayerView(root, l)
 	parts := strings.Split(rel, "/")

@@ -458,7 +458,7 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		fds = append(fds, pfd...)
 	}
 	if img != nil && asRoot {
-		ifd, err := imageLayer(pid, *img)
+		ifd, err := imageLayer(pid, *img, "")
 		if err == nil && p.ruleset != nil {
 			err = p.ruleset.AddWritableTree(ifd)
 		}
@@ -472,7 +472,13 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		fds = append(fds, ifd)
 	}
 	if layer != nil {
-		lfd, err := rootLayer(pid, rootDir(s.Root), *layer, ws)
+		var lfd int
+		var err error
+		if len(layer.Lowers) > 0 {
+			lfd, err = imageLayer(pid, ImageRoot{Layers: layer.Lowers, SizeBytes: layer.SizeBytes}, ws)
+		} else {
+			lfd, err = rootLayer(pid, rootDir(s.Root), *layer, ws)
+		}
 		if err != nil {
 			closeAll(fds)
 			return fail(err)

@@ -153,6 +153,10 @@ type RootLayer struct {
 	// Remove lists files of the root that do not exist in the view (a
 	// whiteout in the layer), such as files only their owner may read.
 	Remove []string
+	// Lowers, when set, are an image's layer directories (bottom first),
+	// stacked instead of the host's root: Hide and Remove then do not
+	// apply (nothing of the host's is in the view).
+	Lowers []string
 }
 
 // Proxy is the egress proxy of one sandbox (package egress implements it).

@@ -1,0 +1,40 @@
+package daemon
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/hutch-sandbox/hutch/internal/image/fetch"
+	"github.com/hutch-sandbox/hutch/internal/image/imagetest"
+	"github.com/hutch-sandbox/hutch/internal/policy"
+	"github.com/hutch-sandbox/hutch/internal/testutil"
+)
+
+// TestCreateFromImage: a tenant's sandbox starts from an image of the
+// daemon's image store (policy root image:REF): the image's files and
+// environment, its workspace made in its own root, every other file of
+// the host out of view; an image not in the store is refused as the
+// tenant's error, and the daemon fetches nothing for it.
+func TestCreateFromImage(t *testing.T) {
+	// The image has no C library: the sandboxes' agent is the static
+	// hutch-agent (this test binary may be linked against libc).
+	m := newManager(t, Config{AgentBinary: filepath.Join(filepath.Dir(testutil.Hutch(t)), "hutch-agent")})
+	img := imagetest.Busybox(t, func(ok bool, reason string) { testutil.Need(t, ok, reason) })
+	tarPath := imagetest.DockerSave(t, img, "hutch.test/served:1", t.TempDir())
+	if _, err := fetch.Import(m.images, tarPath, "", fetch.Options{Root: os.Geteuid() == 0}); err != nil {
+		t.Fatal(err)
+	}
+	info := mustCreate(t, m, "a", CreateRequest{Policy: policy.Spec{Root: policy.ImagePrefix + "hutch.test/served:1"}})
+	out := mustRun(t, m, "a", info.ID, `cat /etc/motd; echo "$GREETING|$PATH"; pwd; ls /opq; test -e /usr/bin/env || echo no-host-usr; echo made > here && cat here`)
+	for _, want := range []string{"from the image\n", "hi from the image|/bin\n", info.Workspace + "\n", "new\n", "no-host-usr\n", "made\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the sandbox's output lacks %q:\n%s", want, out)
+		}
+	}
+	_, err := m.Create(testCtx(t), "a", CreateRequest{Policy: policy.Spec{Root: policy.ImagePrefix + "hutch.test/absent:1"}})
+	if err == nil || !strings.Contains(err.Error(), "not in the daemon's image store") {
+		t.Errorf("an image not in the store: %v", err)
+	}
+}
