@@ -31,7 +31,9 @@ import (
 // "hutch agent".
 func TestMain(m *testing.M) {
 	agent.MainIfAgent()
-	os.Exit(m.Run())
+	code := m.Run()
+	testutil.RemoveBuilds() // the static agent of TestCreateFromImage
+	os.Exit(code)
 }
 
 // testWriter sends the manager's records to the test's log.
