@@ -23,6 +23,7 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/daemon"
 	"github.com/hutch-sandbox/hutch/internal/e2b"
 	"github.com/hutch-sandbox/hutch/internal/egress"
+	"github.com/hutch-sandbox/hutch/internal/image"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 )
 
@@ -49,6 +50,8 @@ func cmdServe(args []string, stderr io.Writer) int {
 	tenantMemory := fs.String("tenant-memory", "", "bound the sum of the memory limits of a tenant's sandboxes to `size` (default: this host's memory)")
 	warm := fs.Int("warm", 0, "keep `N` sandboxes of the default policy started, for creates that ask for no other policy to take at once")
 	noInternet := fs.Bool("no-internet", false, "refuse \"*\" (every public host) in sandboxes' allowed domains, and give E2B's sandboxes no network unless they list hosts")
+	var templateFlags cli.List
+	fs.Var(&templateFlags, "template", "E2B's template `NAME=REF`: its templateID starts image REF of the daemon's image store (hutch image pull --state-dir); NAME base replaces the host's root for E2B's default (repeatable)")
 	var allowPrivate cli.List
 	fs.Var(&allowPrivate, "allow-private", "let every sandbox's proxy connect to loopback, private, link-local or this host's addresses in `cidr` (repeatable); tenants' own rules never open such addresses")
 	var upstreamCAs cli.List
@@ -63,6 +66,11 @@ func cmdServe(args []string, stderr io.Writer) int {
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "hutch: serve takes no arguments, got %q\n", fs.Args())
+		return 2
+	}
+	templates, err := parseTemplates(templateFlags)
+	if err != nil {
+		fmt.Fprintf(stderr, "hutch: %v\n", err)
 		return 2
 	}
 	upload, err := policy.ParseSize(*maxUpload)
@@ -165,6 +173,9 @@ func cmdServe(args []string, stderr io.Writer) int {
 	opts := []e2b.Option{e2b.WithAudit(al)}
 	if *noInternet {
 		opts = append(opts, e2b.WithoutInternet())
+	}
+	if len(templates) > 0 {
+		opts = append(opts, e2b.WithTemplates(templates))
 	}
 	h = e2b.New(m, log, opts...).Mount(h, isEnvd, envdHandler)
 	for _, l := range ls {
@@ -278,4 +289,23 @@ func hostMemory() (int64, error) {
 		}
 	}
 	return 0, errors.New("/proc/meminfo has no MemTotal")
+}
+
+// parseTemplates reads --template NAME=REF flags.
+func parseTemplates(flags []string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, f := range flags {
+		name, ref, ok := strings.Cut(f, "=")
+		if !ok || name == "" || ref == "" || strings.ContainsAny(name, " /:\t") {
+			return nil, fmt.Errorf("--template %q: want NAME=REF (a name without spaces, '/' or ':', and an image reference)", f)
+		}
+		if _, err := image.Normalize(ref); err != nil {
+			return nil, fmt.Errorf("--template %s: %w", name, err)
+		}
+		if _, dup := out[name]; dup {
+			return nil, fmt.Errorf("--template %s: given twice", name)
+		}
+		out[name] = ref
+	}
+	return out, nil
 }

@@ -39,9 +39,17 @@ type realFixture struct {
 	fixture
 	dm        *daemon.Manager
 	auditPath string
+	stateDir  string
 }
 
 func newRealFixture(t *testing.T) *realFixture {
+	t.Helper()
+	return newRealFixtureWith(t, daemon.Config{})
+}
+
+// newRealFixtureWith is newRealFixture with cfg's AgentBinary and E2B's
+// options opts.
+func newRealFixtureWith(t *testing.T, cfg daemon.Config, opts ...Option) *realFixture {
 	t.Helper()
 	testutil.RequireRoot(t)
 	// Not under /tmp, which each sandbox replaces with a tmpfs of its own.
@@ -54,6 +62,7 @@ func newRealFixture(t *testing.T) *realFixture {
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	m, err := daemon.New(daemon.Config{
 		StateDir: stateDir, MaxTimeout: realMaxTimeout, DefaultTimeout: 5 * time.Minute, MaxSandboxes: realQuota,
+		AgentBinary: cfg.AgentBinary,
 	}, log)
 	if err != nil {
 		t.Fatal(err)
@@ -69,7 +78,7 @@ func newRealFixture(t *testing.T) *realFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := New(m, log, WithAudit(al))
+	h := New(m, log, append([]Option{WithAudit(al)}, opts...)...)
 	envdHandler := envd.New(func(r *http.Request) (envd.Sandbox, error) {
 		s, ok := Resolved(r)
 		if !ok {
@@ -81,6 +90,7 @@ func newRealFixture(t *testing.T) *realFixture {
 		fixture:   fixture{h: h, srv: h.Mount(hutchAPI, envd.Paths, envdHandler), logs: logs, keys: map[string]string{}},
 		dm:        m,
 		auditPath: auditPath,
+		stateDir:  stateDir,
 	}
 	f.addKeys(t, m.Store())
 	return f

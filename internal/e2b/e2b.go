@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"strings"
 	"sync"
@@ -43,6 +44,8 @@ type record struct {
 	// network is what create asked for, for GET /sandboxes/{id}; nil for
 	// a sandbox made through hutch's own API.
 	network *networkBody
+	// template is the template it was created from ("" for Template).
+	template string
 	// internet is allow_internet_access as applied.
 	internet *bool
 	ended    time.Time // when it was seen gone; zero while it lives
@@ -57,6 +60,8 @@ type Handler struct {
 	// noInternet: the daemon gives sandboxes no access to every host
 	// (WithoutInternet).
 	noInternet bool
+	// templates are the templates besides the host's root: name → image.
+	templates map[string]string
 
 	// setup prepares a new sandbox for E2B's SDKs (setupUser; tests
 	// replace it when their sandboxes are not isolated).
@@ -64,6 +69,24 @@ type Handler struct {
 
 	mu      sync.Mutex
 	records map[string]*record // by sandbox id
+}
+
+// WithTemplates gives E2B's templates: each name (templateID) starts a
+// sandbox from that image of the daemon's image store. A template named
+// Template ("base") replaces the host's root for E2B's default; an
+// unknown name is E2B's not-found error.
+func WithTemplates(t map[string]string) Option {
+	return func(h *Handler) { h.templates = maps.Clone(t) }
+}
+
+// templateOf is the template sandbox id was created from.
+func (h *Handler) templateOf(id string) string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if rec := h.records[id]; rec != nil && rec.template != "" {
+		return rec.template
+	}
+	return Template
 }
 
 // WithoutInternet makes the handler map E2B's default network (the

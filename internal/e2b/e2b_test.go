@@ -30,7 +30,7 @@ func body(t *testing.T, s string) CreateBody {
 }
 
 func TestCreateRequest(t *testing.T) {
-	req, err := createRequest(body(t, `{"templateID":"base","timeout":90,"metadata":{"k":"v"},"envVars":{"A":"1"},"secure":true,"autoPause":false}`), true, tenantRule)
+	req, _, err := createRequest(body(t, `{"templateID":"base","timeout":90,"metadata":{"k":"v"},"envVars":{"A":"1"},"secure":true,"autoPause":false}`), true, tenantRule, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,13 +43,13 @@ func TestCreateRequest(t *testing.T) {
 		t.Errorf("policy %+v", req.Policy)
 	}
 	for _, in := range []string{`{"allow_internet_access":true}`, `{"network":{"allowOut":["0.0.0.0/0"],"denyOut":["evil.example"]}}`} {
-		req, err := createRequest(body(t, in), true, tenantRule)
+		req, _, err := createRequest(body(t, in), true, tenantRule, nil)
 		if nw := req.Policy.Network; err != nil || nw.Mode != "proxy" || !slices.Equal(nw.AllowedDomains, []string{"*"}) {
 			t.Errorf("createRequest(%s) = %+v, %v; want the internet", in, nw, err)
 		}
 	}
 
-	req, err = createRequest(body(t, `{"templateID":"base","network":{"allowOut":["example.com","*.npmjs.org","93.184.216.0/24"],"denyOut":["0.0.0.0/0","bad.example.com"]}}`), true, tenantRule)
+	req, _, err = createRequest(body(t, `{"templateID":"base","network":{"allowOut":["example.com","*.npmjs.org","93.184.216.0/24"],"denyOut":["0.0.0.0/0","bad.example.com"]}}`), true, tenantRule, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +60,6 @@ func TestCreateRequest(t *testing.T) {
 	}
 
 	for in, want := range map[string]string{
-		`{"templateID":"python"}`:                                        `template "python"`,
 		`{"autoPause":true}`:                                             "autoPause",
 		`{"mcp":{"x":{}}}`:                                               "mcp",
 		`{"volumeMounts":[{"name":"v","path":"/v"}]}`:                    "volumeMounts",
@@ -80,10 +79,31 @@ func TestCreateRequest(t *testing.T) {
 		`{"network":{"allowOut":["100.64.0.0/10"]}}`:                       "names cgnat",
 		`{"network":{"allowOut":["fe80::/10"]}}`:                           "names link-local",
 	} {
-		_, err := createRequest(body(t, in), true, tenantRule)
+		_, _, err := createRequest(body(t, in), true, tenantRule, nil)
 		if err == nil || !strings.Contains(err.Error(), want) || classify(err) != http.StatusBadRequest {
 			t.Errorf("createRequest(%s) = %v (status %d), want 400 naming %q", in, err, classify(err), want)
 		}
+	}
+
+	// Templates: an unknown one is E2B's not-found error naming the ones
+	// there are; a known one starts its image; "base" is the host's root
+	// unless a template of that name replaces it.
+	templates := map[string]string{"python": "docker.io/library/python:3.12"}
+	if _, _, err := createRequest(body(t, `{"templateID":"node"}`), true, tenantRule, templates); classify(err) != http.StatusNotFound ||
+		!strings.Contains(err.Error(), `template "node"`) || !strings.Contains(err.Error(), "base, python") {
+		t.Errorf("an unknown template: %v (status %d)", err, classify(err))
+	}
+	req, name, err := createRequest(body(t, `{"templateID":"python"}`), true, tenantRule, templates)
+	if err != nil || name != "python" || req.Policy.Root != "image:docker.io/library/python:3.12" {
+		t.Errorf("the python template: %q %q, %v", name, req.Policy.Root, err)
+	}
+	req, name, err = createRequest(body(t, `{}`), true, tenantRule, templates)
+	if err != nil || name != Template || req.Policy.Root != "" {
+		t.Errorf("the default template: %q %q, %v", name, req.Policy.Root, err)
+	}
+	req, _, err = createRequest(body(t, `{"templateID":"base"}`), true, tenantRule, map[string]string{"base": "hutch.test/base:1"})
+	if err != nil || req.Policy.Root != "image:hutch.test/base:1" {
+		t.Errorf("base replaced: %q, %v", req.Policy.Root, err)
 	}
 }
 
@@ -96,13 +116,13 @@ func TestNoInternet(t *testing.T) {
 		`{"allow_internet_access":false}`: {Mode: "none"},
 		`{"network":{"allowOut":["example.com"]}}`: {Mode: "proxy", AllowedDomains: []string{"example.com"}},
 	} {
-		req, err := createRequest(body(t, in), false, tenantRule)
+		req, _, err := createRequest(body(t, in), false, tenantRule, nil)
 		if nw := req.Policy.Network; err != nil || nw.Mode != want.Mode || !slices.Equal(nw.AllowedDomains, want.AllowedDomains) {
 			t.Errorf("createRequest(%s) = %+v, %v; want %+v", in, nw, err, want)
 		}
 	}
 	for _, in := range []string{`{"allow_internet_access":true}`, `{"network":{"allowOut":["0.0.0.0/0"]}}`, `{"network":{"allowOut":["a.example","*"]}}`} {
-		_, err := createRequest(body(t, in), false, tenantRule)
+		_, _, err := createRequest(body(t, in), false, tenantRule, nil)
 		if err == nil || !strings.Contains(err.Error(), "--no-internet") || classify(err) != http.StatusBadRequest {
 			t.Errorf("createRequest(%s) = %v (status %d), want 400 naming --no-internet", in, err, classify(err))
 		}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/netip"
 	"net/url"
@@ -182,7 +183,7 @@ func seconds(field string, s *int64) (time.Duration, error) {
 
 // createRequest checks a create body and turns it into the manager's
 // request.
-func createRequest(b CreateBody, internet bool, check ruleCheck) (daemon.CreateRequest, error) {
+func createRequest(b CreateBody, internet bool, check ruleCheck, templates map[string]string) (daemon.CreateRequest, string, error) {
 	var req daemon.CreateRequest
 	var unsupported []string
 	if b.AutoPause != nil && *b.AutoPause {
@@ -213,29 +214,38 @@ func createRequest(b CreateBody, internet bool, check ruleCheck) (daemon.CreateR
 		}
 	}
 	if len(unsupported) > 0 {
-		return req, errorf(errUnsupported, "not supported by hutch: %s", strings.Join(unsupported, ", "))
+		return req, "", errorf(errUnsupported, "not supported by hutch: %s", strings.Join(unsupported, ", "))
 	}
-	if b.TemplateID != "" && b.TemplateID != Template {
-		return req, errorf(errUnsupported, "template %q: hutch offers only the template %q", b.TemplateID, Template)
+	template := b.TemplateID
+	if template == "" {
+		template = Template
+	}
+	ref, isImage := templates[template]
+	if !isImage && template != Template {
+		names := append([]string{Template}, slices.Sorted(maps.Keys(templates))...)
+		return req, "", fmt.Errorf("%w: template %q (this daemon's templates: %s)", daemon.ErrNotFound, template, strings.Join(slices.Compact(names), ", "))
 	}
 	var err error
 	if req.Timeout, err = seconds("timeout", b.Timeout); err != nil {
-		return req, err
+		return req, "", err
 	}
 	spec := policy.Spec{}
 	spec.Filesystem.Workspace = Workspace
+	if isImage {
+		spec.Root = policy.ImagePrefix + ref
+	}
 	if spec.Network, err = network(b.AllowInternetAccess, b.Network, internet, check); err != nil {
-		return req, err
+		return req, "", err
 	}
 	if err := daemon.CheckLabels("metadata", b.Metadata); err != nil {
-		return req, err
+		return req, "", err
 	}
 	if err := daemon.CheckEnv("envVars", b.EnvVars); err != nil {
-		return req, err
+		return req, "", err
 	}
 	req.Policy = spec
 	req.Labels, req.Env = b.Metadata, b.EnvVars
-	return req, nil
+	return req, template, nil
 }
 
 // present reports whether a raw JSON field was given (and is not null).
@@ -338,7 +348,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, tenant string) 
 	if err := decode(w, r, &b, false); err != nil {
 		return err
 	}
-	req, err := createRequest(b, !h.noInternet, h.m.CheckTenantRule)
+	req, template, err := createRequest(b, !h.noInternet, h.m.CheckTenantRule, h.templates)
 	if err != nil {
 		return err
 	}
@@ -364,7 +374,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, tenant string) 
 	}
 	internet := req.Policy.Network.Mode != "none"
 	h.mu.Lock()
-	h.records[info.ID] = &record{tenant: tenant, token: tok, network: b.Network, internet: &internet}
+	h.records[info.ID] = &record{tenant: tenant, token: tok, network: b.Network, internet: &internet, template: template}
 	h.mu.Unlock()
 	// Forget the records of the tenant's sandboxes that ended (by their
 	// timeout, say) without this handler seeing it, so that the records
@@ -380,7 +390,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, tenant string) 
 	}
 	h.log.Debug("e2b sandbox created", "id", info.ID, "tenant", tenant)
 	writeJSON(w, http.StatusCreated, sandboxJSON{
-		TemplateID: Template, SandboxID: info.ID, ClientID: tenant,
+		TemplateID: template, SandboxID: info.ID, ClientID: tenant,
 		EnvdVersion: EnvdVersion, EnvdAccessToken: tok,
 	})
 	return nil
@@ -399,13 +409,13 @@ func e2bState(s string) string {
 }
 
 // listed is E2B's description of info.
-func listed(info daemon.Info) listedJSON {
+func listed(info daemon.Info, template string) listedJSON {
 	md := info.Labels
 	if md == nil {
 		md = map[string]string{}
 	}
 	return listedJSON{
-		TemplateID: Template, SandboxID: info.ID, ClientID: info.Tenant,
+		TemplateID: template, SandboxID: info.ID, ClientID: info.Tenant,
 		StartedAt: info.CreatedAt.UTC(), EndAt: info.ExpiresAt.UTC(),
 		CPUCount: runtime.NumCPU(), Metadata: md, State: e2bState(info.State),
 		EnvdVersion: EnvdVersion, VolumeMounts: []any{},
@@ -431,7 +441,7 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request, tenant string) err
 	if err != nil {
 		return err
 	}
-	d := detailJSON{listedJSON: listed(info)}
+	d := detailJSON{listedJSON: listed(info, h.templateOf(info.ID))}
 	if rec, ok := h.record(tenant, info.ID); ok {
 		d.AllowInternetAccess, d.Network = rec.internet, rec.network
 	}
@@ -550,7 +560,7 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request, tenant string, lq
 			(!lq.startedAfter.IsZero() && !info.CreatedAt.After(lq.startedAfter)) {
 			continue
 		}
-		out = append(out, listed(info))
+		out = append(out, listed(info, h.templateOf(info.ID)))
 	}
 	if lq.metadata == nil {
 		h.prune(tenant, live)
@@ -757,7 +767,7 @@ func (h *Handler) answerSandbox(w http.ResponseWriter, r *http.Request, tenant, 
 		return err
 	}
 	writeJSON(w, status, sandboxJSON{
-		TemplateID: Template, SandboxID: id, ClientID: tenant,
+		TemplateID: h.templateOf(id), SandboxID: id, ClientID: tenant,
 		EnvdVersion: EnvdVersion, EnvdAccessToken: tok,
 	})
 	return nil

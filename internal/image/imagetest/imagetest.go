@@ -138,7 +138,7 @@ func Busybox(t testing.TB, need func(ok bool, reason string)) v1.Image {
 	for _, d := range []string{"etc/", "proc/", "sys/", "dev/", "tmp/", "root/", "opq/"} {
 		base = append(base, Dir(d))
 	}
-	base = append(base, File("etc/passwd", "root:x:0:0:root:/root:/bin/sh\n", 0o644),
+	base = append(base, File("etc/passwd", "root:x:0:0:root:/root:/bin/sh\n", 0o644), File("etc/group", "root:x:0:\n", 0o644),
 		File("gone", "deleted by the layer above\n", 0o644), File("opq/old", "old\n", 0o644))
 	top := []Entry{File(".wh.gone", "", 0), Dir("opq/"), File("opq/.wh..wh..opq", "", 0),
 		File("opq/new", "new\n", 0o644), File("etc/motd", "from the image\n", 0o644)}
