@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -50,6 +51,8 @@ func cmdServe(args []string, stderr io.Writer) int {
 	tenantMemory := fs.String("tenant-memory", "", "bound the sum of the memory limits of a tenant's sandboxes to `size` (default: this host's memory)")
 	warm := fs.Int("warm", 0, "keep `N` sandboxes of the default policy started, for creates that ask for no other policy to take at once")
 	noInternet := fs.Bool("no-internet", false, "refuse \"*\" (every public host) in sandboxes' allowed domains, and give E2B's sandboxes no network unless they list hosts")
+	var allowImages cli.List
+	fs.Var(&allowImages, "allow-image", "let tenants start sandboxes only from images whose name matches `pattern` (path.Match on the normal form, e.g. docker.io/library/python:*) or whose digest it is (repeatable; default: any image of the daemon's store)")
 	var templateFlags cli.List
 	fs.Var(&templateFlags, "template", "E2B's template `NAME=REF`: its templateID starts image REF of the daemon's image store (hutch image pull --state-dir); NAME base replaces the host's root for E2B's default (repeatable)")
 	var allowPrivate cli.List
@@ -72,6 +75,12 @@ func cmdServe(args []string, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "hutch: %v\n", err)
 		return 2
+	}
+	for _, p := range allowImages {
+		if _, err := path.Match(p, ""); err != nil {
+			fmt.Fprintf(stderr, "hutch: --allow-image %q: %v\n", p, err)
+			return 2
+		}
 	}
 	upload, err := policy.ParseSize(*maxUpload)
 	if err != nil || upload <= 0 {
@@ -129,6 +138,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 		AgentBinary:    agentBinary(log),
 		NoInternet:     *noInternet,
 		AllowPrivate:   private,
+		AllowImages:    allowImages,
 		DefaultTimeout: *defTimeout,
 		MaxTimeout:     *maxTimeout,
 		MaxSandboxes:   *maxSandboxes,

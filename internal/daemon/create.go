@@ -451,8 +451,12 @@ func (m *Manager) prepare(r CreateRequest, ws string) (policy.Spec, time.Duratio
 	if ref, ok := spec.Image(); ok {
 		// Made in the image's root, whatever it holds there; the image
 		// must be in the daemon's store.
-		if _, err := m.images.Get(ref); err != nil {
+		img, err := m.images.Get(ref)
+		if err != nil {
 			return spec, 0, invalid("create sandbox: policy: root: image %s is not in the daemon's image store (hutch image pull --state-dir %s %s)", ref, m.cfg.StateDir, ref)
+		}
+		if !m.imageAllowed(ref, img) {
+			return spec, 0, invalid("create sandbox: policy: root: image %s is not one this daemon allows (hutch serve --allow-image)", ref)
 		}
 	} else if err := m.rootLayer(spec).CheckWorkspace("", ws); errors.Is(err, sandbox.ErrNotDirInRoot) {
 		return spec, 0, invalid("create sandbox: policy: filesystem.workspace: %q: %v", ws, err)

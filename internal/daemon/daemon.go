@@ -64,6 +64,11 @@ type Config struct {
 	// operator's decision (hutch serve --allow-private). A tenant's rules
 	// open nothing else the guard refuses (CreateRequest.Operator).
 	AllowPrivate []netip.Prefix
+	// AllowImages, when set, are the only images a tenant's sandbox may
+	// start from: patterns (path.Match) on image names in their normal
+	// form ("docker.io/library/python:*"), or a manifest digest. Empty:
+	// any image of the daemon's store (hutch serve --allow-image).
+	AllowImages []string
 	// AgentBinary is the PID 1 of every sandbox: a binary that serves
 	// "agent" and "proxy-connect" as hutch does (hutch-agent, which costs
 	// each sandbox half the memory); the daemon's own binary when empty.

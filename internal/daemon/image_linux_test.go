@@ -37,4 +37,16 @@ func TestCreateFromImage(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "not in the daemon's image store") {
 		t.Errorf("an image not in the store: %v", err)
 	}
+
+	// An operator's --allow-image: only the images it names.
+	m.cfg.AllowImages = []string{"hutch.test/other:*"}
+	_, err = m.Create(testCtx(t), "a", CreateRequest{Policy: policy.Spec{Root: policy.ImagePrefix + "hutch.test/served:1"}})
+	if err == nil || !strings.Contains(err.Error(), "not one this daemon allows") {
+		t.Errorf("an image --allow-image does not name: %v", err)
+	}
+	m.cfg.AllowImages = []string{"hutch.test/served:*"}
+	info = mustCreate(t, m, "a", CreateRequest{Policy: policy.Spec{Root: policy.ImagePrefix + "hutch.test/served:1"}})
+	if out := mustRun(t, m, "a", info.ID, `cat /etc/motd`); out != "from the image\n" {
+		t.Errorf("an allowed image: %q", out)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -212,4 +213,23 @@ func (m *Manager) imageLayer(ref string, spec policy.Spec) (*image.Image, *sandb
 		l.Lowers = append(l.Lowers, dir)
 	}
 	return img, l, release, nil
+}
+
+// imageAllowed reports whether a tenant may start a sandbox from img,
+// named ref: always without Config.AllowImages, else when a pattern there
+// matches its name in normal form, or is its digest.
+func (m *Manager) imageAllowed(ref string, img *image.Image) bool {
+	if len(m.cfg.AllowImages) == 0 {
+		return true
+	}
+	name, _ := image.Normalize(ref)
+	for _, p := range m.cfg.AllowImages {
+		if p == img.Digest {
+			return true
+		}
+		if ok, _ := path.Match(p, name); ok {
+			return true
+		}
+	}
+	return false
 }
