@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -27,6 +28,10 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/image"
 	"github.com/hutch-sandbox/hutch/internal/layer"
 )
+
+// parallelLayers is how many layers of an image are fetched and unpacked
+// at once.
+const parallelLayers = 3
 
 // Options say how layers are unpacked.
 type Options struct {
@@ -82,17 +87,42 @@ func Add(s *image.Store, img v1.Image, refs []string, opt Options) (*image.Image
 		},
 		Added: time.Now().UTC(),
 	}
+	// Layers are fetched and unpacked a few at once: one layer's download
+	// waits on the network while another's decompression and files take
+	// the CPU.
+	type result struct {
+		n   int64
+		err error
+	}
+	results := make([]result, len(layers))
+	sem := make(chan struct{}, parallelLayers)
+	var wg sync.WaitGroup
+	var progressMu sync.Mutex
 	for i, l := range layers {
 		diffID := cf.RootFS.DiffIDs[i].String()
-		n, cached, err := addLayer(s, l, diffID, opt, i+1, len(layers))
-		if err != nil {
-			return nil, fmt.Errorf("image %s: layer %s: %w", digest, diffID, err)
-		}
-		if opt.Progress != nil {
-			opt.Progress(Event{Layer: diffID, Index: i + 1, Count: len(layers), Cached: cached, Done: true, Bytes: n})
-		}
 		rec.Layers = append(rec.Layers, diffID)
-		rec.Size += n
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			o := opt
+			if opt.Progress != nil {
+				o.Progress = func(e Event) { progressMu.Lock(); defer progressMu.Unlock(); opt.Progress(e) }
+			}
+			n, cached, err := addLayer(s, l, diffID, o, i+1, len(layers))
+			results[i] = result{n, err}
+			if err == nil && o.Progress != nil {
+				o.Progress(Event{Layer: diffID, Index: i + 1, Count: len(layers), Cached: cached, Done: true, Bytes: n})
+			}
+		}()
+	}
+	wg.Wait()
+	for i, r := range results {
+		if r.err != nil {
+			return nil, fmt.Errorf("image %s: layer %s: %w", digest, rec.Layers[i], r.err)
+		}
+		rec.Size += r.n
 	}
 	if err := s.Put(rec, refs...); err != nil {
 		return nil, err

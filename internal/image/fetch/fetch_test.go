@@ -214,7 +214,8 @@ func TestImportRefused(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "layer sha256:") {
 		t.Errorf("a tampered layer: %v", err)
 	}
-	assertNothingKept(t, s)
+	cf, _ := good.ConfigFile()
+	assertRefused(t, s, cf.RootFS.DiffIDs[0].String())
 
 	escape := tarOf(t, "l=->/etc", "l/passwd=owned")
 	img := imagetest.Image(t, "amd64", nil, layerOf(t, escape))
@@ -225,6 +226,27 @@ func TestImportRefused(t *testing.T) {
 		t.Errorf("a layer through a symbolic link: %v", err)
 	}
 	assertNothingKept(t, s)
+}
+
+// assertRefused checks that an image whose layer diffID was refused left
+// no record, no work in progress and not that layer; the layers it
+// verified whole may stay (a retry does not fetch them again).
+func assertRefused(t *testing.T, s *image.Store, diffID string) {
+	t.Helper()
+	if s.HasLayer(diffID) {
+		t.Errorf("the refused layer %s was kept", diffID)
+	}
+	for _, d := range []string{"records", "tmp"} {
+		ents, _ := os.ReadDir(filepath.Join(s.Dir(), d))
+		for _, e := range ents {
+			if !strings.HasPrefix(e.Name(), "write-") {
+				t.Errorf("%s/%s was kept", d, e.Name())
+			}
+		}
+	}
+	if imgs, _ := s.List(); len(imgs) != 0 {
+		t.Errorf("images %v", imgs)
+	}
 }
 
 func assertNothingKept(t *testing.T, s *image.Store) {

@@ -209,5 +209,6 @@ func TestPullTampered(t *testing.T) {
 	} else if !strings.Contains(err.Error(), "layer sha256:") {
 		t.Errorf("the error names no layer: %v", err)
 	}
-	assertNothingKept(t, s)
+	cf, _ := img.ConfigFile()
+	assertRefused(t, s, cf.RootFS.DiffIDs[0].String())
 }
