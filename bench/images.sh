@@ -44,23 +44,12 @@ trap 'exit 130' INT TERM
 build_tools "$work" startup
 
 # The image: one layer, a root made of busybox.
-root="$work/rootfs"
-mkdir -p "$root/bin" "$root/etc" "$root/proc" "$root/sys" "$root/dev" "$root/tmp" "$root/root"
-cp "$(command -v busybox)" "$root/bin/busybox"
-for a in sh true cat ls echo; do ln -s busybox "$root/bin/$a"; done
-echo 'root:x:0:0:root:/root:/bin/sh' >"$root/etc/passwd"
-save="$work/save"
-mkdir "$save"
-tar --numeric-owner --owner=0 --group=0 -C "$root" -cf "$save/layer.tar" .
-diff_id=$(sha256sum "$save/layer.tar" | cut -d' ' -f1)
-printf '{"architecture":"amd64","os":"linux","rootfs":{"type":"layers","diff_ids":["sha256:%s"]},"config":{"Env":["PATH=/bin"]}}' "$diff_id" >"$save/config.json"
-printf '[{"Config":"config.json","RepoTags":["bench.local/busybox:1"],"Layers":["layer.tar"]}]' >"$save/manifest.json"
-tar -C "$save" -cf "$work/image.tar" manifest.json config.json layer.tar
+busybox_image_tar "$work" bench.local/busybox:1
 export HUTCH_STATE_DIR="$work/state"
 "$work/hutch" image import "$work/image.tar" >/dev/null
 mkdir "$work/ws"
 
-log "hutch $(git rev-parse --short HEAD 2>/dev/null || echo '?'), image of $(du -sh "$root" | cut -f1) ($(find "$root" | wc -l) entries)"
+log "hutch $(git rev-parse --short HEAD 2>/dev/null || echo '?'), image of $(du -sh "$work/rootfs" | cut -f1) ($(find "$work/rootfs" | wc -l) entries)"
 "$work/startup" -n "$n" -warmup "$warmup" -p 0 -rss-runs 10 -dir "$work/ws" $markdown \
 	-ratio "image/host" \
 	"host=$work/hutch run -- /bin/true" \

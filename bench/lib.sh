@@ -107,3 +107,19 @@ runc_bundle() {
 }
 EOF
 }
+
+# busybox_image_tar DIR TAG writes DIR/image.tar, a `docker save` tarball of
+# a one-layer image tagged TAG: a root (DIR/rootfs) of the host's busybox
+# and its sh, true, cat, ls, echo and sleep applets.
+busybox_image_tar() {
+	local dir=$1 tag=$2 root=$1/rootfs save=$1/save diff_id a
+	mkdir -p "$root/bin" "$root/etc" "$root/proc" "$root/sys" "$root/dev" "$root/tmp" "$root/root" "$save"
+	cp "$(command -v busybox)" "$root/bin/busybox"
+	for a in sh true cat ls echo sleep; do ln -s busybox "$root/bin/$a"; done
+	echo 'root:x:0:0:root:/root:/bin/sh' >"$root/etc/passwd"
+	tar --numeric-owner --owner=0 --group=0 -C "$root" -cf "$save/layer.tar" .
+	diff_id=$(sha256sum "$save/layer.tar" | cut -d' ' -f1)
+	printf '{"architecture":"amd64","os":"linux","rootfs":{"type":"layers","diff_ids":["sha256:%s"]},"config":{"Env":["PATH=/bin"]}}' "$diff_id" >"$save/config.json"
+	printf '[{"Config":"config.json","RepoTags":["%s"],"Layers":["layer.tar"]}]' "$tag" >"$save/manifest.json"
+	tar -C "$save" -cf "$dir/image.tar" manifest.json config.json layer.tar
+}
