@@ -98,7 +98,13 @@ func cmdImage(args []string, stdout, stderr io.Writer) int {
 				case e.Cached:
 					fmt.Fprintf(stderr, "layer %d/%d %s: in the store\n", e.Index, e.Count, short(e.Layer))
 				case e.Done:
-					fmt.Fprintf(stderr, "layer %d/%d %s: %s\n", e.Index, e.Count, short(e.Layer), humanSize(e.Bytes))
+					rate := ""
+					if s := e.Took.Seconds(); s > 0 {
+						rate = fmt.Sprintf(", %s/s", humanSize(int64(float64(e.Bytes)/s)))
+					}
+					fmt.Fprintf(stderr, "layer %d/%d %s: %s in %.1f s%s\n", e.Index, e.Count, short(e.Layer), humanSize(e.Bytes), e.Took.Seconds(), rate)
+				default:
+					fmt.Fprintf(stderr, "layer %d/%d %s: fetching\n", e.Index, e.Count, short(e.Layer))
 				}
 			}
 		}

@@ -53,9 +53,10 @@ type Event struct {
 	Layer  string // diff ID
 	Index  int    // 1-based, of Count
 	Count  int
-	Cached bool  // already in the store
-	Done   bool  // unpacked (or found)
-	Bytes  int64 // uncompressed, when done
+	Cached bool          // already in the store
+	Done   bool          // unpacked (or found)
+	Bytes  int64         // uncompressed, when done
+	Took   time.Duration // fetching and unpacking it, when done
 }
 
 // Add brings img into the store under the names refs: its layers, each
@@ -110,10 +111,11 @@ func Add(s *image.Store, img v1.Image, refs []string, opt Options) (*image.Image
 			if opt.Progress != nil {
 				o.Progress = func(e Event) { progressMu.Lock(); defer progressMu.Unlock(); opt.Progress(e) }
 			}
+			t0 := time.Now()
 			n, cached, err := addLayer(s, l, diffID, o, i+1, len(layers))
 			results[i] = result{n, err}
 			if err == nil && o.Progress != nil {
-				o.Progress(Event{Layer: diffID, Index: i + 1, Count: len(layers), Cached: cached, Done: true, Bytes: n})
+				o.Progress(Event{Layer: diffID, Index: i + 1, Count: len(layers), Cached: cached, Done: true, Bytes: n, Took: time.Since(t0)})
 			}
 		}()
 	}
