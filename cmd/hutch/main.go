@@ -168,6 +168,14 @@ func cmdRun(args []string, stdin, stdout, stderr *os.File) int {
 		fmt.Fprintln(stderr, "hutch: no command given: hutch run [flags] -- COMMAND [ARGS...]")
 		return sandbox.ExitHutchError
 	}
+	// Nor read or change hutch's own state: a state directory named by
+	// HUTCH_STATE_DIR holds images whose layers every sandbox of them runs
+	// (the default ones are on the default deny lists).
+	if d := os.Getenv("HUTCH_STATE_DIR"); d != "" {
+		if abs, err := filepath.Abs(d); err == nil && !policy.SystemDir(abs) {
+			spec.Filesystem.DenyRead = append(spec.Filesystem.DenyRead, abs)
+		}
+	}
 	// The sandbox may never change the policy it runs under, even when the
 	// file lies in its workspace (ESCAPES item 20).
 	for _, f := range []string{pf.policyFile, pf.srtFile} {

@@ -80,8 +80,8 @@ var homeDenyRead = []PathGroup{
 		".lesshst", ".ipython", ".julia/logs", ".local/share/atuin", ".config/fish/fish_history",
 		".local/share/fish/fish_history",
 	}},
-	{What: "Homes hutch keeps for other workspaces' sandboxes (--home persist)", Paths: []string{
-		".local/state/hutch",
+	{What: "hutch's own: homes it keeps for other workspaces' sandboxes (--home persist), and an ordinary user's image store (a sandbox that wrote a layer there would run in every sandbox of that image)", Paths: []string{
+		".local/state/hutch", ".local/share/hutch",
 	}},
 	{What: "A dotenv file kept directly in the home directory", Paths: []string{
 		".env",
