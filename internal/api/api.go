@@ -11,6 +11,7 @@ import (
 
 	"github.com/hutch-sandbox/hutch/internal/audit"
 	"github.com/hutch-sandbox/hutch/internal/daemon"
+	"github.com/hutch-sandbox/hutch/internal/image"
 	"github.com/hutch-sandbox/hutch/internal/store"
 )
 
@@ -28,6 +29,8 @@ type Manager interface {
 	// Counts returns the number of sandboxes of all tenants in each of
 	// daemon.CountedStates, for GET /metrics.
 	Counts(ctx context.Context) (map[string]int, error)
+	// Images is the daemon's image store, which sandboxes start from.
+	Images() *image.Store
 }
 
 var _ Manager = (*daemon.Manager)(nil)
@@ -138,6 +141,10 @@ func (h *handler) table() []route {
 		r("GET /v1/openapi.json", ro, h.openAPI),
 		r("GET /metrics", ro, h.metrics),
 		r("POST /v1/tokens", "create_token", h.createToken),
+
+		r("GET /v1/images", ro, h.listImages),
+		r("DELETE /v1/images", "remove_image", h.removeImage),
+		r("POST /v1/images/pull", "pull_image", h.pullImage),
 
 		r("POST /v1/sandboxes", "create", h.create),
 		r("GET /v1/sandboxes", ro, h.list),

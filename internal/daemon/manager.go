@@ -124,6 +124,10 @@ type live struct {
 	ended chan struct{} // closed once torn down
 }
 
+// Images is the daemon's image store (below its state directory), which
+// sandboxes start from.
+func (m *Manager) Images() *image.Store { return m.images }
+
 // New opens the daemon's state in cfg.StateDir and cleans up whatever a
 // previous daemon left behind (sandboxes whose processes are gone).
 func New(cfg Config, log *slog.Logger) (*Manager, error) {

@@ -383,6 +383,11 @@ func (w *walker) calls() map[string]call {
 		// Only the operator on the unix socket makes tokens: a tenant's
 		// attempt is refused, and recorded.
 		"hutch POST /v1/tokens": now(func(t *testing.T) { w.hutch(t, "POST", "/v1/tokens", `{"tenant":"bob"}`, 403) }),
+		// Images: a tenant lists them, and may neither pull nor remove
+		// one (refused, and recorded).
+		"hutch GET /v1/images":       now(func(t *testing.T) { w.hutch(t, "GET", "/v1/images", "", 200) }),
+		"hutch POST /v1/images/pull": now(func(t *testing.T) { w.hutch(t, "POST", "/v1/images/pull", `{"ref":"busybox"}`, 403) }),
+		"hutch DELETE /v1/images":    now(func(t *testing.T) { w.hutch(t, "DELETE", "/v1/images?ref=busybox", "", 403) }),
 		"hutch POST /v1/sandboxes": now(func(t *testing.T) {
 			w.created(t, w.hutch(t, "POST", "/v1/sandboxes", `{"labels":{"k":"v"}}`, 201))
 		}),

@@ -20,6 +20,7 @@ import (
 
 	"github.com/hutch-sandbox/hutch/internal/agent"
 	"github.com/hutch-sandbox/hutch/internal/daemon"
+	"github.com/hutch-sandbox/hutch/internal/image"
 	"github.com/hutch-sandbox/hutch/internal/store"
 )
 
@@ -76,6 +77,15 @@ func (m *Manager) Close() error {
 
 // Store is the manager's store, for tokens.
 func (m *Manager) Store() *store.Store { return m.store }
+
+// Images is an image store in the manager's directory.
+func (m *Manager) Images() *image.Store {
+	st, err := image.Open(m.dir)
+	if err != nil {
+		panic(err)
+	}
+	return st
+}
 
 // CheckTenantRule checks a tenant's egress rule as the daemon does with
 // nothing opened by its configuration.

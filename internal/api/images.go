@@ -1,0 +1,139 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/hutch-sandbox/hutch/internal/daemon"
+	"github.com/hutch-sandbox/hutch/internal/image"
+	"github.com/hutch-sandbox/hutch/internal/image/fetch"
+)
+
+// ImageInfo is an image of the daemon's store, as GET /v1/images lists it.
+type ImageInfo struct {
+	Digest   string    `json:"digest"`
+	Refs     []string  `json:"refs"`
+	Platform string    `json:"platform"`
+	Size     int64     `json:"size"`
+	Added    time.Time `json:"added"`
+}
+
+// PullBody is the body of POST /v1/images/pull.
+type PullBody struct {
+	Ref      string `json:"ref"`
+	Platform string `json:"platform,omitempty"`
+	// InsecureRegistries lists the registries (HOST:PORT) the pull may
+	// reach over plain HTTP.
+	InsecureRegistries []string `json:"insecure_registries,omitempty"`
+}
+
+// PullEvent is a line of POST /v1/images/pull's answer: a layer's
+// progress, then a last line with the image's digest or the error.
+type PullEvent struct {
+	Layer  string     `json:"layer,omitempty"`
+	Index  int        `json:"index,omitempty"`
+	Count  int        `json:"count,omitempty"`
+	Cached bool       `json:"cached,omitempty"`
+	Done   bool       `json:"done,omitempty"`
+	Bytes  int64      `json:"bytes,omitempty"`
+	Digest string     `json:"digest,omitempty"`
+	Error  *ErrorBody `json:"error,omitempty"`
+}
+
+// operatorOnly refuses a request that is not the daemon's operator's (the
+// unix socket, no token): what it would do acts for every tenant.
+func operatorOnly(r *http.Request, what string) error {
+	if OriginOf(r.Context()) != OriginLocal || tenantOf(r) != AdminTenant || r.Header.Get("Authorization") != "" {
+		return errorf(errPermission, "%s: the daemon's operator only, on its unix socket without a token", what)
+	}
+	return nil
+}
+
+// listImages lists the daemon's images (GET /v1/images): what sandboxes
+// may start from (policy root image:REF).
+func (h *handler) listImages(w http.ResponseWriter, r *http.Request) error {
+	imgs, err := h.m.Images().List()
+	if err != nil {
+		return err
+	}
+	out := make([]ImageInfo, 0, len(imgs))
+	for _, img := range imgs {
+		refs := img.Refs
+		if refs == nil {
+			refs = []string{}
+		}
+		out = append(out, ImageInfo{Digest: img.Digest, Refs: refs, Platform: img.Platform, Size: img.Size, Added: img.Added})
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// removeImage removes a name of an image, or an image by its digest
+// (DELETE /v1/images?ref=REF), and the layers no image holds any more
+// and no sandbox uses. The operator's only.
+func (h *handler) removeImage(w http.ResponseWriter, r *http.Request) error {
+	if err := operatorOnly(r, "removing images"); err != nil {
+		return err
+	}
+	ref := r.URL.Query().Get("ref")
+	if ref == "" {
+		return errorf(daemon.ErrInvalid, "ref: the image to remove is required")
+	}
+	auditEntry(r).Subject = ref
+	st := h.m.Images()
+	if err := st.Remove(ref); err != nil {
+		if errors.Is(err, image.ErrNotFound) {
+			return errorf(daemon.ErrNotFound, "%v", err)
+		}
+		return err
+	}
+	if _, err := st.Prune(); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// pullImage pulls an image into the daemon's store (POST
+// /v1/images/pull), answering with JSON lines as it goes: a line per
+// layer started and done, then one with the digest or the error. The
+// operator's only: the daemon reaches a registry on no tenant's word.
+func (h *handler) pullImage(w http.ResponseWriter, r *http.Request) error {
+	if err := operatorOnly(r, "pulling images"); err != nil {
+		return err
+	}
+	var b PullBody
+	if err := decodeBody(w, r, &b, false); err != nil {
+		return err
+	}
+	if _, err := image.Normalize(b.Ref); err != nil {
+		return errorf(daemon.ErrInvalid, "ref: %v", err)
+	}
+	auditEntry(r).Subject = b.Ref
+	w.Header().Set("Content-Type", "application/jsonl")
+	w.WriteHeader(http.StatusOK)
+	enc := json.NewEncoder(w)
+	flush := func() {
+		if f, ok := w.(http.Flusher); ok {
+			f.Flush()
+		}
+	}
+	opt := fetch.PullOptions{Options: fetch.Options{Root: os.Geteuid() == 0}, Platform: b.Platform, Insecure: b.InsecureRegistries}
+	opt.Progress = func(e fetch.Event) {
+		_ = enc.Encode(PullEvent{Layer: e.Layer, Index: e.Index, Count: e.Count, Cached: e.Cached, Done: e.Done, Bytes: e.Bytes})
+		flush()
+	}
+	img, err := fetch.Pull(r.Context(), h.m.Images(), b.Ref, opt)
+	if err != nil {
+		_ = enc.Encode(PullEvent{Error: &ErrorBody{Code: CodeInvalid, Message: strings.TrimSpace(err.Error())}})
+		flush()
+		return nil
+	}
+	_ = enc.Encode(PullEvent{Digest: img.Digest})
+	flush()
+	return nil
+}

@@ -1,0 +1,83 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/hutch-sandbox/hutch/internal/image/imagetest"
+)
+
+// TestImages: the daemon's operator pulls an image into its store through
+// the API (progress, then the digest, as JSON lines) and removes it; any
+// tenant lists the images; a tenant may neither pull nor remove (the
+// daemon reaches a registry on no tenant's word).
+func TestImages(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer srv.Close()
+	host := strings.TrimPrefix(srv.URL, "http://")
+	img := imagetest.Image(t, "amd64", nil, imagetest.Layer(t, imagetest.Tar(t, imagetest.File("hello", "hi\n", 0o644))))
+	ref, err := name.ParseReference(host+"/team/box:1", name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(ref, img); err != nil {
+		t.Fatal(err)
+	}
+	digest, _ := img.Digest()
+
+	e := newEnv(t, Config{}, OriginLocal)
+	tok, err := e.m.Store().CreateToken(context.Background(), "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := `{"ref":"` + ref.String() + `","insecure_registries":["` + host + `"]}`
+	resp, data := e.request(t, "POST", "/v1/images/pull", body, "Authorization", "Bearer "+tok)
+	want(t, resp, data, 403, CodePermissionDenied, "operator")
+
+	resp, data = e.request(t, "POST", "/v1/images/pull", body)
+	want(t, resp, data, 200, "")
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	var last PullEvent
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); err != nil || last.Digest != digest.String() {
+		t.Fatalf("the pull's last line %q (%v), want the digest %s", lines[len(lines)-1], err, digest)
+	}
+	if len(lines) < 2 {
+		t.Errorf("no progress before the digest: %s", data)
+	}
+
+	resp, data = e.request(t, "GET", "/v1/images", "", "Authorization", "Bearer "+tok)
+	want(t, resp, data, 200, "")
+	var list []ImageInfo
+	if err := json.Unmarshal(data, &list); err != nil || len(list) != 1 || list[0].Digest != digest.String() || list[0].Refs[0] != ref.String() {
+		t.Errorf("list: %s (%v)", data, err)
+	}
+
+	resp, data = e.request(t, "DELETE", "/v1/images?ref="+ref.String(), "", "Authorization", "Bearer "+tok)
+	want(t, resp, data, 403, CodePermissionDenied)
+	resp, data = e.request(t, "DELETE", "/v1/images?ref="+ref.String(), "")
+	want(t, resp, data, 204, "")
+	resp, data = e.request(t, "DELETE", "/v1/images?ref="+ref.String(), "")
+	want(t, resp, data, 404, CodeNotFound)
+	resp, data = e.request(t, "GET", "/v1/images", "")
+	if resp.StatusCode != 200 || strings.TrimSpace(string(data)) != "[]" {
+		t.Errorf("after rm: %s", data)
+	}
+
+	// A plain-HTTP registry not named, and a bad reference.
+	resp, data = e.request(t, "POST", "/v1/images/pull", `{"ref":"`+ref.String()+`"}`)
+	if resp.StatusCode != 200 || !strings.Contains(string(data), "--insecure-registry") {
+		t.Errorf("plain HTTP not named: %d %s", resp.StatusCode, data)
+	}
+	resp, data = e.request(t, "POST", "/v1/images/pull", `{"ref":"UPPER/case"}`)
+	want(t, resp, data, 400, CodeInvalid)
+}
