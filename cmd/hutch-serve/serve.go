@@ -8,15 +8,19 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
 	"os/signal"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
+
+	"gopkg.in/yaml.v3"
 
 	"github.com/hutch-sandbox/hutch/internal/api"
 	"github.com/hutch-sandbox/hutch/internal/audit"
@@ -53,6 +57,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 	noInternet := fs.Bool("no-internet", false, "refuse \"*\" (every public host) in sandboxes' allowed domains, and give E2B's sandboxes no network unless they list hosts")
 	var allowImages cli.List
 	fs.Var(&allowImages, "allow-image", "let tenants start sandboxes only from images whose name matches `pattern` (path.Match on the normal form, e.g. docker.io/library/python:*) or whose digest it is (repeatable; default: any image of the daemon's store)")
+	templatesFile := fs.String("templates", "", "E2B's templates from a YAML or JSON `file` mapping each NAME to an image REF, as --template does")
 	var templateFlags cli.List
 	fs.Var(&templateFlags, "template", "E2B's template `NAME=REF`: its templateID starts image REF of the daemon's image store (hutch image pull --state-dir); NAME base replaces the host's root for E2B's default (repeatable)")
 	var allowPrivate cli.List
@@ -71,7 +76,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "hutch: serve takes no arguments, got %q\n", fs.Args())
 		return 2
 	}
-	templates, err := parseTemplates(templateFlags)
+	templates, err := parseTemplates(*templatesFile, templateFlags)
 	if err != nil {
 		fmt.Fprintf(stderr, "hutch: %v\n", err)
 		return 2
@@ -301,9 +306,23 @@ func hostMemory() (int64, error) {
 	return 0, errors.New("/proc/meminfo has no MemTotal")
 }
 
-// parseTemplates reads --template NAME=REF flags.
-func parseTemplates(flags []string) (map[string]string, error) {
+// parseTemplates reads the templates file (if any) and --template
+// NAME=REF flags: every name once, every reference an image reference.
+func parseTemplates(file string, flags []string) (map[string]string, error) {
 	out := map[string]string{}
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return nil, fmt.Errorf("--templates: %w", err)
+		}
+		var m map[string]string
+		if err := yaml.Unmarshal(b, &m); err != nil {
+			return nil, fmt.Errorf("--templates %s: want a map of template names to image references: %w", file, err)
+		}
+		for _, name := range slices.Sorted(maps.Keys(m)) {
+			flags = append([]string{name + "=" + m[name]}, flags...)
+		}
+	}
 	for _, f := range flags {
 		name, ref, ok := strings.Cut(f, "=")
 		if !ok || name == "" || ref == "" || strings.ContainsAny(name, " /:\t") {
