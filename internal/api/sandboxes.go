@@ -65,6 +65,7 @@ func (h *handler) create(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	auditEntry(r).Sandbox = info.ID
+	auditEntry(r).Image = info.Image
 	h.log.Debug("sandbox created", "id", info.ID, "tenant", info.Tenant)
 	w.Header().Set("Location", "/v1/sandboxes/"+info.ID)
 	writeJSON(w, http.StatusCreated, info)

@@ -48,15 +48,18 @@ type Entry struct {
 	// Action is what it did: "create", "destroy", "extend", "pause",
 	// "resume", "connect", "exec", "stdin", "close_stdin", "resize",
 	// "signal", "write_file", "remove", "rename", "mkdir", "upload",
-	// "watch", "unwatch", "create_token" (the front ends' route tables
-	// say which route records which).
+	// "watch", "unwatch", "create_token", "pull_image", "remove_image"
+	// (the front ends' route tables say which route records which).
 	Action string `json:"action"`
 	// Sandbox is the sandbox it acted on ("" when none, e.g. a create
 	// that failed).
 	Sandbox string `json:"sandbox,omitempty"`
-	// Subject is the tenant a token was made for (create_token); the
-	// token itself is never recorded.
+	// Subject is the tenant a token was made for (create_token; the
+	// token itself is never recorded), or the image a pull or removal
+	// names (pull_image, remove_image).
 	Subject string `json:"subject,omitempty"`
+	// Image is the digest of the image a created sandbox started from.
+	Image string `json:"image,omitempty"`
 	// Command is the arguments of an exec.
 	Command []string `json:"command,omitempty"`
 	// Paths are the files a file call wrote, made, moved (from, to) or

@@ -166,8 +166,10 @@ func (m *Manager) Create(ctx context.Context, tenant string, r CreateRequest) (I
 		return Info{}, fmt.Errorf("create sandbox %s: %w", id, err)
 	}
 	ev.append(EventStarted, nil, false)
-	log.Info("sandbox started", "pid", l.inst.PID(), "expires", row.Expires)
-	return infoOf(sb), nil
+	log.Info("sandbox started", "pid", l.inst.PID(), "expires", row.Expires, "image", l.image)
+	info := infoOf(sb)
+	info.Image = l.image
+	return info, nil
 }
 
 // launch starts sandbox id — its record made (starting) and its directory
@@ -193,6 +195,7 @@ func (m *Manager) launch(ctx context.Context, id, dir string, spec policy.Spec, 
 			return nil, err
 		}
 		env = imageEnv(img.Config.Env, env, spec.Env)
+		l.image = img.Digest
 	}
 	var proxy sandbox.Proxy
 	if spec.Network.Mode == "proxy" || spec.Network.Mode == "none" {

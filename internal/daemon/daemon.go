@@ -170,4 +170,7 @@ type Info struct {
 	ExpiresAt time.Time         `json:"expires_at"`
 	// Workspace is the commands' working directory in the sandbox.
 	Workspace string `json:"workspace"`
+	// Image is the digest of the image the sandbox started from, in the
+	// answer of a create ("" for the host's root, and in other answers).
+	Image string `json:"image,omitempty"`
 }

@@ -27,6 +27,9 @@ func TestCreateFromImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	info := mustCreate(t, m, "a", CreateRequest{Policy: policy.Spec{Root: policy.ImagePrefix + "hutch.test/served:1"}})
+	if digest, _ := img.Digest(); info.Image != digest.String() {
+		t.Errorf("create says image %q, want %s", info.Image, digest)
+	}
 	out := mustRun(t, m, "a", info.ID, `cat /etc/motd; echo "$GREETING|$PATH"; pwd; ls /opq; test -e /usr/bin/env || echo no-host-usr; echo made > here && cat here`)
 	for _, want := range []string{"from the image\n", "hi from the image|/bin\n", info.Workspace + "\n", "new\n", "no-host-usr\n", "made\n"} {
 		if !strings.Contains(out, want) {

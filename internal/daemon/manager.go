@@ -107,6 +107,8 @@ type live struct {
 	// release lets go of the image the sandbox started from (its layers
 	// held in use); nil without one.
 	release func()
+	// image is the digest of that image ("" for the host's root).
+	image string
 
 	lastActive atomic.Int64 // Unix nanoseconds of the last Agent call
 	flushedAt  time.Time    // when lastActive was last written (reapMu)

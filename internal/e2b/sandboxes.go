@@ -357,6 +357,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, tenant string) 
 		return err
 	}
 	auditEntry(r).Sandbox = info.ID
+	auditEntry(r).Image = info.Image
 	// The sandbox is destroyed even if the client went away meanwhile.
 	cleanup := context.WithoutCancel(r.Context())
 	if err := h.setup(r.Context(), tenant, info.ID); err != nil {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/daemon"
 	"github.com/hutch-sandbox/hutch/internal/image"
@@ -59,6 +60,20 @@ func TestTemplateImage(t *testing.T) {
 	w = f.as("alice", http.MethodGet, "/v2/sandboxes", "")
 	if !strings.Contains(w.Body.String(), `"templateID":"bb"`) {
 		t.Errorf("the list does not say the template: %d %s", w.Code, w.Body)
+	}
+	// The audit log says which image the sandbox started from.
+	digest, _ := img.Digest()
+	found := false
+	testutil.Eventually(10*time.Second, func() bool {
+		for _, e := range readAudit(t, f.auditPath) {
+			if e.Action == "create" && e.Sandbox == created.SandboxID && e.Image == digest.String() {
+				found = true
+			}
+		}
+		return found
+	})
+	if !found {
+		t.Errorf("no create entry with the image %s in the audit log", digest)
 	}
 	w = f.as("alice", http.MethodPost, "/sandboxes", `{"templateID":"nope"}`)
 	if w.Code != http.StatusNotFound || !strings.Contains(w.Body.String(), "bb") {
