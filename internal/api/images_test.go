@@ -55,6 +55,15 @@ func TestImages(t *testing.T) {
 		t.Errorf("no progress before the digest: %s", data)
 	}
 
+	// The operator's /metrics counts what pulls brought in.
+	resp, data = e.request(t, "GET", "/metrics", "")
+	want(t, resp, data, 200, "")
+	for _, m := range []string{`hutch_image_layers_total{result="unpacked"} `, "hutch_image_unpacked_bytes_total ", "hutch_image_layer_seconds_count "} {
+		if !strings.Contains(string(data), m) {
+			t.Errorf("/metrics lacks %s", m)
+		}
+	}
+
 	resp, data = e.request(t, "GET", "/v1/images", "", "Authorization", "Bearer "+tok)
 	want(t, resp, data, 200, "")
 	var list []ImageInfo

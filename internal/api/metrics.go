@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/daemon"
+	"github.com/hutch-sandbox/hutch/internal/image/fetch"
 	"github.com/hutch-sandbox/hutch/internal/metrics"
 )
 
@@ -79,7 +80,8 @@ func newAPIMetrics(m Manager) *apiMetrics {
 	create := newCreate()
 	am.create = create.With()
 	sandboxes := sandboxesGauge("Sandboxes of all tenants by state.", m.Counts)
-	am.reg.Register(am.requests, create, am.exec, sandboxes, daemon.EgressRefused, daemon.EgressBytes, daemon.WarmSandboxes, daemon.OOMKills)
+	am.reg.Register(am.requests, create, am.exec, sandboxes, daemon.EgressRefused, daemon.EgressBytes, daemon.WarmSandboxes, daemon.OOMKills,
+		fetch.Layers, fetch.Bytes, fetch.UnpackSeconds)
 	return am
 }
 

@@ -114,6 +114,16 @@ func Add(s *image.Store, img v1.Image, refs []string, opt Options) (*image.Image
 			t0 := time.Now()
 			n, cached, err := addLayer(s, l, diffID, o, i+1, len(layers))
 			results[i] = result{n, err}
+			switch {
+			case err != nil:
+				Layers.With("refused").Inc()
+			case cached:
+				Layers.With("cached").Inc()
+			default:
+				Layers.With("unpacked").Inc()
+				Bytes.With().Add(float64(n))
+				UnpackSeconds.With().Observe(time.Since(t0).Seconds())
+			}
 			if err == nil && o.Progress != nil {
 				o.Progress(Event{Layer: diffID, Index: i + 1, Count: len(layers), Cached: cached, Done: true, Bytes: n, Took: time.Since(t0)})
 			}
