@@ -141,34 +141,50 @@ func (b *builder) cloneTree(desc, path string, set uint64) int8 {
 // tmpfs of size bytes above that takes what the sandbox writes, gone with
 // it.
 func (b *builder) homeOverlay(home string, size int64) {
+	low, _ := b.target("home: "+home, home)
+	mnt := b.tmpfsOverlay("home", size, false, func(fs int8) { b.lowerdir("home", fs, low) })
+	b.p.close(low)
+	b.attach("home", mnt, home, false)
+}
+
+// tmpfsOverlay appends the making of a detached overlay (nosuid, nodev)
+// of the lower layers lowers adds (b.lowerdir, the top first) under an
+// upper and a work directory on a fresh tmpfs of size bytes (no bound
+// when 0); userxattr for one whose layers mark opaque directories with
+// user.overlay.opaque. It returns the mount's slot.
+func (b *builder) tmpfsOverlay(desc string, size int64, userxattr bool, lowers func(fs int8)) int8 {
 	p := &b.p
 	opts := [][2]string{{"mode", "0755"}}
 	if size > 0 {
 		opts = append(opts, [2]string{"size", fmt.Sprint(size)})
 	}
-	tm := b.fsmount("home: writes", "tmpfs", opts, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
-	p.call("home: upper", -1, unix.SYS_MKDIRAT, s(tm), p.str("upper"), k(0o755))
-	p.call("home: work", -1, unix.SYS_MKDIRAT, s(tm), p.str("work"), k(0o700))
+	tm := b.fsmount(desc+": writes", "tmpfs", opts, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
+	p.call(desc+": upper", -1, unix.SYS_MKDIRAT, s(tm), p.str("upper"), k(0o755))
+	p.call(desc+": work", -1, unix.SYS_MKDIRAT, s(tm), p.str("work"), k(0o700))
 	up, wk := p.slot(), p.slot()
-	p.call("home: upper", up, unix.SYS_OPENAT, s(tm), p.str("upper"), k(unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC), k(0))
-	p.call("home: work", wk, unix.SYS_OPENAT, s(tm), p.str("work"), k(unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC), k(0))
-	low, _ := b.target("home: "+home, home)
+	p.call(desc+": upper", up, unix.SYS_OPENAT, s(tm), p.str("upper"), k(unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC), k(0))
+	p.call(desc+": work", wk, unix.SYS_OPENAT, s(tm), p.str("work"), k(unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC), k(0))
 	fs, mnt := p.slot(), p.slot()
-	p.call("home: overlay", fs, unix.SYS_FSOPEN, p.str("overlay"), k(unix.FSOPEN_CLOEXEC))
-	for _, o := range []struct {
-		key  string
-		slot int8
-	}{{"lowerdir+", low}, {"upperdir", up}, {"workdir", wk}} {
-		p.call("home: overlay "+o.key, -1, unix.SYS_FSCONFIG, s(fs), k(unix.FSCONFIG_SET_FD), p.str(o.key), k(0), s(o.slot))
+	p.call(desc+": overlay", fs, unix.SYS_FSOPEN, p.str("overlay"), k(unix.FSOPEN_CLOEXEC))
+	if userxattr {
+		p.call(desc+": overlay userxattr", -1, unix.SYS_FSCONFIG, s(fs), k(unix.FSCONFIG_SET_FLAG), p.str("userxattr"), k(0), k(0))
 	}
-	p.call("home: overlay create", -1, unix.SYS_FSCONFIG, s(fs), k(unix.FSCONFIG_CMD_CREATE), k(0), k(0), k(0))
-	p.call("home: overlay mount", mnt, unix.SYS_FSMOUNT, s(fs), k(unix.FSMOUNT_CLOEXEC), k(unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV))
+	lowers(fs)
+	p.call(desc+": overlay upperdir", -1, unix.SYS_FSCONFIG, s(fs), k(unix.FSCONFIG_SET_FD), p.str("upperdir"), k(0), s(up))
+	p.call(desc+": overlay workdir", -1, unix.SYS_FSCONFIG, s(fs), k(unix.FSCONFIG_SET_FD), p.str("workdir"), k(0), s(wk))
+	p.call(desc+": overlay create", -1, unix.SYS_FSCONFIG, s(fs), k(unix.FSCONFIG_CMD_CREATE), k(0), k(0), k(0))
+	p.call(desc+": overlay mount", mnt, unix.SYS_FSMOUNT, s(fs), k(unix.FSMOUNT_CLOEXEC), k(unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV))
 	p.close(fs)
-	p.close(low)
 	p.close(up)
 	p.close(wk)
 	p.close(tm)
-	b.attach("home", mnt, home, false)
+	return mnt
+}
+
+// lowerdir appends a lower layer, the directory in slot low, to the
+// overlay being made in slot fs.
+func (b *builder) lowerdir(desc string, fs, low int8) {
+	b.p.call(desc+": overlay lowerdir+", -1, unix.SYS_FSCONFIG, s(fs), k(unix.FSCONFIG_SET_FD), b.p.str("lowerdir+"), k(0), s(low))
 }
 
 // imageOverlay stacks the image's layers (cfg.ImageLayers, host
@@ -179,34 +195,17 @@ func (b *builder) homeOverlay(home string, size int64) {
 // Landlock rule that lets the sandbox use it is added here too.
 func (b *builder) imageOverlay(cfg initConfig) int8 {
 	p := &b.p
-	opts := [][2]string{{"mode", "0755"}}
-	if cfg.ImageSize > 0 {
-		opts = append(opts, [2]string{"size", fmt.Sprint(cfg.ImageSize)})
-	}
-	tm := b.fsmount("image root: writes", "tmpfs", opts, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
-	p.call("image root: upper", -1, unix.SYS_MKDIRAT, s(tm), p.str("upper"), k(0o755))
-	p.call("image root: work", -1, unix.SYS_MKDIRAT, s(tm), p.str("work"), k(0o700))
-	up, wk := p.slot(), p.slot()
-	p.call("image root: upper", up, unix.SYS_OPENAT, s(tm), p.str("upper"), k(unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC), k(0))
-	p.call("image root: work", wk, unix.SYS_OPENAT, s(tm), p.str("work"), k(unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC), k(0))
-	fs, mnt := p.slot(), p.slot()
-	p.call("image root: overlay", fs, unix.SYS_FSOPEN, p.str("overlay"), k(unix.FSOPEN_CLOEXEC))
-	p.call("image root: overlay userxattr", -1, unix.SYS_FSCONFIG, s(fs), k(unix.FSCONFIG_SET_FLAG), p.str("userxattr"), k(0), k(0))
-	for i := len(cfg.ImageLayers) - 1; i >= 0; i-- { // overlayfs takes the top layer first
-		low := p.slot()
-		p.call("image root: layer "+cfg.ImageLayers[i], low, unix.SYS_OPENAT, k(uintptr(unix.AT_FDCWD&0xffffffff)), p.str(cfg.ImageLayers[i]),
-			k(unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC), k(0))
-		p.call("image root: overlay lowerdir+", -1, unix.SYS_FSCONFIG, s(fs), k(unix.FSCONFIG_SET_FD), p.str("lowerdir+"), k(0), s(low))
-		p.close(low)
-	}
-	p.call("image root: overlay upperdir", -1, unix.SYS_FSCONFIG, s(fs), k(unix.FSCONFIG_SET_FD), p.str("upperdir"), k(0), s(up))
-	p.call("image root: overlay workdir", -1, unix.SYS_FSCONFIG, s(fs), k(unix.FSCONFIG_SET_FD), p.str("workdir"), k(0), s(wk))
-	p.call("image root: overlay create", -1, unix.SYS_FSCONFIG, s(fs), k(unix.FSCONFIG_CMD_CREATE), k(0), k(0), k(0))
-	p.call("image root: overlay mount", mnt, unix.SYS_FSMOUNT, s(fs), k(unix.FSMOUNT_CLOEXEC), k(unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV))
-	p.close(fs)
-	p.close(up)
-	p.close(wk)
-	p.close(tm)
+	mnt := b.tmpfsOverlay("image root", cfg.ImageSize, true, func(fs int8) {
+		// One layer open at a time: an image may have more layers than a
+		// prog has slots.
+		for i := len(cfg.ImageLayers) - 1; i >= 0; i-- { // overlayfs takes the top layer first
+			low := p.slot()
+			p.call("image root: layer "+cfg.ImageLayers[i], low, unix.SYS_OPENAT, k(uintptr(unix.AT_FDCWD&0xffffffff)), p.str(cfg.ImageLayers[i]),
+				k(unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC), k(0))
+			b.lowerdir("image root", fs, low)
+			p.close(low)
+		}
+	})
 	if cfg.ImageAccess != 0 && b.ruleset >= 0 {
 		attr := &unix.LandlockPathBeneathAttr{Allowed_access: cfg.ImageAccess}
 		p.keep = append(p.keep, attr)

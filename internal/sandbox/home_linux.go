@@ -115,65 +115,21 @@ func persistedHome(home, workspace string, asRoot bool, uid, gid int) (string, e
 // the home below, idmapped with the sandbox's user namespace and
 // read-only, and a tmpfs of size bytes above.
 func homeLayer(pid int, home string, size int64) (int, error) {
-	userns, err := unix.Open(fmt.Sprintf("/proc/%d/ns/user", pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	userns, err := sandboxUserns(pid)
 	if err != nil {
-		return -1, fmt.Errorf("home: open sandbox user namespace: %w", err)
+		return -1, fmt.Errorf("home: %w", err)
 	}
 	defer unix.Close(userns)
-	var fds []int
-	defer func() { closeAll(fds) }()
-	lower, err := unix.OpenTree(unix.AT_FDCWD, home, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	lower, err := idmappedLower(home, userns)
 	if err != nil {
-		return -1, fmt.Errorf("home: clone %s: %w", home, err)
+		return -1, fmt.Errorf("home: %w", err)
 	}
-	fds = append(fds, lower)
-	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_RDONLY, Userns_fd: uint64(userns)}
-	if err := unix.MountSetattr(lower, "", unix.AT_EMPTY_PATH, &attr); err != nil {
-		return -1, fmt.Errorf("home: idmapped mount of %s: %w: %w", home, ErrKernelFeature, err)
-	}
+	defer unix.Close(lower)
 	opts := [][2]string{{"mode", "0755"}}
 	if size > 0 {
 		opts = append(opts, [2]string{"size", strconv.FormatInt(size, 10)})
 	}
-	tmpfs, err := newFS("tmpfs", opts, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
-	if err != nil {
-		return -1, fmt.Errorf("home: %w", err)
-	}
-	fds = append(fds, tmpfs)
-	for _, d := range []string{"upper", "work"} {
-		if err := unix.Mkdirat(tmpfs, d, 0o700); err != nil {
-			return -1, fmt.Errorf("home: %w", err)
-		}
-	}
-	if err := unix.Fchownat(tmpfs, "upper", RootMappedID, RootMappedID, 0); err != nil {
-		return -1, fmt.Errorf("home: %w", err)
-	}
-	open := func(name string) (int, error) {
-		fd, err := unix.Openat(tmpfs, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-		if err == nil {
-			fds = append(fds, fd)
-		}
-		return fd, err
-	}
-	upper, err := open("upper")
-	if err != nil {
-		return -1, fmt.Errorf("home: %w", err)
-	}
-	work, err := open("work")
-	if err != nil {
-		return -1, fmt.Errorf("home: %w", err)
-	}
-	ovl, err := newFSWith("overlay", func(fs int) error {
-		for _, o := range []struct {
-			key string
-			fd  int
-		}{{"lowerdir+", lower}, {"upperdir", upper}, {"workdir", work}} {
-			if err := unix.FsconfigSetFd(fs, o.key, o.fd); err != nil {
-				return fmt.Errorf("%s: %w", o.key, err)
-			}
-		}
-		return nil
-	}, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
+	ovl, err := tmpfsOverlay([]int{lower}, opts, 0o700, nil)
 	if err != nil {
 		return -1, fmt.Errorf("home: %w", err)
 	}

@@ -49,86 +49,129 @@ const layerInodeBytes = 4096
 // Everything but the returned descriptor is released: the mount holds its
 // layers, and it ends when the sandbox's mount namespace lets it go.
 func rootLayer(pid int, root string, l RootLayer, workspace string) (int, error) {
-	userns, err := unix.Open(fmt.Sprintf("/proc/%d/ns/user", pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	userns, err := sandboxUserns(pid)
 	if err != nil {
-		return -1, fmt.Errorf("root layer: open sandbox user namespace: %w", err)
+		return -1, fmt.Errorf("root layer: %w", err)
 	}
 	defer unix.Close(userns)
-
-	var fds []int
-	defer func() { closeAll(fds) }()
-	keep := func(fd int) int { fds = append(fds, fd); return fd }
-
-	lower, err := unix.OpenTree(unix.AT_FDCWD, root, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
-	if err != nil {
-		return -1, fmt.Errorf("root layer: clone %s: %w", root, err)
-	}
-	keep(lower)
-	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_RDONLY, Userns_fd: uint64(userns)}
-	if err := unix.MountSetattr(lower, "", unix.AT_EMPTY_PATH, &attr); err != nil {
-		return -1, fmt.Errorf("root layer: idmapped mount of %s (filesystem without idmap support?): %w: %w", root, ErrKernelFeature, err)
-	}
-
-	tmpfs, err := newFS("tmpfs", [][2]string{
-		{"size", strconv.FormatInt(l.SizeBytes, 10)},
-		{"nr_inodes", strconv.FormatInt(max(l.SizeBytes/layerInodeBytes, 1024), 10)},
-		{"mode", "0755"},
-	}, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
+	lower, err := idmappedLower(root, userns)
 	if err != nil {
 		return -1, fmt.Errorf("root layer: %w", err)
 	}
-	keep(tmpfs)
-	if err := unix.Mkdirat(tmpfs, "work", 0o700); err != nil {
-		return -1, fmt.Errorf("root layer: %w", err)
-	}
-	if err := unix.Mkdirat(tmpfs, "upper", 0o755); err != nil {
-		return -1, fmt.Errorf("root layer: %w", err)
-	}
-	if err := unix.Fchownat(tmpfs, "upper", RootMappedID, RootMappedID, 0); err != nil {
-		return -1, fmt.Errorf("root layer: %w", err)
-	}
-	// The workspace is made as the view shows the host's root: nothing
-	// of what the layer hides is looked at (S5: a tenant's path tells
-	// nothing of the host beyond the view).
-	if err := layerDir(tmpfs, root, workspace, false, newLayerView(root, l)); err != nil {
-		return -1, fmt.Errorf("root layer: workspace %s: %w", workspace, err)
-	}
-	for _, h := range l.Hide {
-		if err := layerDir(tmpfs, root, h, true, nil); err != nil {
-			return -1, fmt.Errorf("root layer: hide %s: %w", h, err)
+	defer unix.Close(lower)
+	ovl, err := tmpfsOverlay([]int{lower}, layerTmpfs(l.SizeBytes), 0o755, func(tmpfs int) error {
+		// The workspace is made as the view shows the host's root:
+		// nothing of what the layer hides is looked at (S5: a tenant's
+		// path tells nothing of the host beyond the view).
+		if err := layerDir(tmpfs, root, workspace, false, newLayerView(root, l)); err != nil {
+			return fmt.Errorf("workspace %s: %w", workspace, err)
 		}
-	}
-	for _, r := range l.Remove {
-		if err := layerWhiteout(tmpfs, root, r); err != nil {
-			return -1, fmt.Errorf("root layer: remove %s: %w", r, err)
+		for _, h := range l.Hide {
+			if err := layerDir(tmpfs, root, h, true, nil); err != nil {
+				return fmt.Errorf("hide %s: %w", h, err)
+			}
 		}
-	}
-	upper, err := unix.Openat(tmpfs, "upper", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return -1, fmt.Errorf("root layer: %w", err)
-	}
-	keep(upper)
-	work, err := unix.Openat(tmpfs, "work", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return -1, fmt.Errorf("root layer: %w", err)
-	}
-	keep(work)
-
-	ovl, err := newFSWith("overlay", func(fs int) error {
-		for _, o := range []struct {
-			key string
-			fd  int
-		}{{"lowerdir+", lower}, {"upperdir", upper}, {"workdir", work}} {
-			if err := unix.FsconfigSetFd(fs, o.key, o.fd); err != nil {
-				return fmt.Errorf("%s: %w", o.key, err)
+		for _, r := range l.Remove {
+			if err := layerWhiteout(tmpfs, root, r); err != nil {
+				return fmt.Errorf("remove %s: %w", r, err)
 			}
 		}
 		return nil
-	}, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
+	})
 	if err != nil {
 		return -1, fmt.Errorf("root layer: %w", err)
 	}
 	return ovl, nil
+}
+
+// sandboxUserns opens the user namespace of the sandbox whose PID 1 is
+// pid, to idmap mounts with.
+func sandboxUserns(pid int) (int, error) {
+	fd, err := unix.Open(fmt.Sprintf("/proc/%d/ns/user", pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("open sandbox user namespace: %w", err)
+	}
+	return fd, nil
+}
+
+// idmappedLower clones the tree at path (that mount only), idmapped with
+// the user namespace userns and read-only: a lower layer whose files show
+// the sandbox the ids they have on the host.
+func idmappedLower(path string, userns int) (int, error) {
+	l, err := unix.OpenTree(unix.AT_FDCWD, path, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if err != nil {
+		return -1, fmt.Errorf("clone %s: %w", path, err)
+	}
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_RDONLY, Userns_fd: uint64(userns)}
+	if err := unix.MountSetattr(l, "", unix.AT_EMPTY_PATH, &attr); err != nil {
+		unix.Close(l)
+		return -1, fmt.Errorf("idmapped mount of %s (filesystem without idmap support?): %w: %w", path, ErrKernelFeature, err)
+	}
+	return l, nil
+}
+
+// layerTmpfs are the options of the tmpfs a writable layer of size bytes
+// lies on.
+func layerTmpfs(size int64) [][2]string {
+	return [][2]string{
+		{"size", strconv.FormatInt(size, 10)},
+		{"nr_inodes", strconv.FormatInt(max(size/layerInodeBytes, 1024), 10)},
+		{"mode", "0755"},
+	}
+}
+
+// tmpfsOverlay makes a detached overlay mount (nosuid, nodev) of lowers
+// (descriptors, the top first) under an upper and a work directory on a
+// fresh tmpfs of opts, made by hutch (the overlay's mounter, whose
+// copy-ups keep the owners the lower layers show). The upper directory
+// has mode upperMode and belongs to the sandbox's root; fill, if set,
+// makes entries below it (tmpfs is the tmpfs, its paths "upper/...")
+// before the overlay is made. The caller keeps lowers.
+func tmpfsOverlay(lowers []int, opts [][2]string, upperMode uint32, fill func(tmpfs int) error) (int, error) {
+	var fds []int
+	defer func() { closeAll(fds) }()
+	tmpfs, err := newFS("tmpfs", opts, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
+	if err != nil {
+		return -1, err
+	}
+	fds = append(fds, tmpfs)
+	if err := unix.Mkdirat(tmpfs, "work", 0o700); err != nil {
+		return -1, err
+	}
+	if err := unix.Mkdirat(tmpfs, "upper", upperMode); err != nil {
+		return -1, err
+	}
+	if err := unix.Fchownat(tmpfs, "upper", RootMappedID, RootMappedID, 0); err != nil {
+		return -1, err
+	}
+	if fill != nil {
+		if err := fill(tmpfs); err != nil {
+			return -1, err
+		}
+	}
+	var dirs [2]int
+	for i, name := range []string{"upper", "work"} {
+		fd, err := unix.Openat(tmpfs, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return -1, err
+		}
+		fds = append(fds, fd)
+		dirs[i] = fd
+	}
+	return newFSWith("overlay", func(fs int) error {
+		for _, l := range lowers {
+			if err := unix.FsconfigSetFd(fs, "lowerdir+", l); err != nil {
+				return fmt.Errorf("lowerdir+: %w", err)
+			}
+		}
+		if err := unix.FsconfigSetFd(fs, "upperdir", dirs[0]); err != nil {
+			return fmt.Errorf("upperdir: %w", err)
+		}
+		if err := unix.FsconfigSetFd(fs, "workdir", dirs[1]); err != nil {
+			return fmt.Errorf("workdir: %w", err)
+		}
+		return nil
+	}, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
 }
 
 // imageLayer makes the root of the sandbox whose PID 1 is pid from an
@@ -140,86 +183,43 @@ func rootLayer(pid int, root string, l RootLayer, workspace string) (int, error)
 // that the sandbox may write its root (and make the mount points of what
 // hutch binds in), in memory, until it ends.
 func imageLayer(pid int, img ImageRoot, workspace string) (int, error) {
-	userns, err := unix.Open(fmt.Sprintf("/proc/%d/ns/user", pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	userns, err := sandboxUserns(pid)
 	if err != nil {
-		return -1, fmt.Errorf("image root: open sandbox user namespace: %w", err)
+		return -1, fmt.Errorf("image root: %w", err)
 	}
 	defer unix.Close(userns)
-	var fds []int
-	defer func() { closeAll(fds) }()
 	var lowers []int
+	defer func() { closeAll(lowers) }()
 	for i := len(img.Layers) - 1; i >= 0; i-- { // overlayfs takes the top layer first
-		dir := img.Layers[i]
-		l, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+		l, err := idmappedLower(img.Layers[i], userns)
 		if err != nil {
-			return -1, fmt.Errorf("image root: layer %s: %w", filepath.Base(dir), err)
-		}
-		fds = append(fds, l)
-		attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_RDONLY, Userns_fd: uint64(userns)}
-		if err := unix.MountSetattr(l, "", unix.AT_EMPTY_PATH, &attr); err != nil {
-			return -1, fmt.Errorf("image root: idmapped mount of layer %s: %w: %w", filepath.Base(dir), ErrKernelFeature, err)
+			return -1, fmt.Errorf("image root: layer %s: %w", filepath.Base(img.Layers[i]), err)
 		}
 		lowers = append(lowers, l)
 	}
-	tmpfs, err := newFS("tmpfs", [][2]string{
-		{"size", strconv.FormatInt(img.SizeBytes, 10)},
-		{"nr_inodes", strconv.FormatInt(max(img.SizeBytes/layerInodeBytes, 1024), 10)},
-		{"mode", "0755"},
-	}, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
-	if err != nil {
-		return -1, fmt.Errorf("image root: %w", err)
-	}
-	fds = append(fds, tmpfs)
-	for _, d := range []struct {
-		name string
-		mode uint32
-	}{{"work", 0o700}, {"upper", 0o755}} {
-		if err := unix.Mkdirat(tmpfs, d.name, d.mode); err != nil {
-			return -1, fmt.Errorf("image root: %w", err)
-		}
-	}
-	if err := unix.Fchownat(tmpfs, "upper", RootMappedID, RootMappedID, 0); err != nil {
-		return -1, fmt.Errorf("image root: %w", err)
-	}
+	var fill func(int) error
 	if workspace != "" {
 		// A served sandbox's workspace is made in its root, the
 		// sandbox's own, with whatever directories lead to it.
-		rel, err := layerRel(workspace)
-		if err != nil {
-			return -1, fmt.Errorf("image root: workspace %s: %w", workspace, err)
-		}
-		cur := "upper"
-		for _, c := range strings.Split(rel, "/") {
-			cur += "/" + c
-			if err := unix.Mkdirat(tmpfs, cur, 0o755); err != nil && err != unix.EEXIST {
-				return -1, fmt.Errorf("image root: workspace %s: %w", workspace, err)
+		fill = func(tmpfs int) error {
+			rel, err := layerRel(workspace)
+			if err != nil {
+				return fmt.Errorf("workspace %s: %w", workspace, err)
 			}
-			if err := unix.Fchownat(tmpfs, cur, RootMappedID, RootMappedID, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-				return -1, fmt.Errorf("image root: workspace %s: %w", workspace, err)
+			cur := "upper"
+			for _, c := range strings.Split(rel, "/") {
+				cur += "/" + c
+				if err := unix.Mkdirat(tmpfs, cur, 0o755); err != nil && err != unix.EEXIST {
+					return fmt.Errorf("workspace %s: %w", workspace, err)
+				}
+				if err := unix.Fchownat(tmpfs, cur, RootMappedID, RootMappedID, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+					return fmt.Errorf("workspace %s: %w", workspace, err)
+				}
 			}
+			return nil
 		}
 	}
-	upper, err := unix.Openat(tmpfs, "upper", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return -1, fmt.Errorf("image root: %w", err)
-	}
-	fds = append(fds, upper)
-	work, err := unix.Openat(tmpfs, "work", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return -1, fmt.Errorf("image root: %w", err)
-	}
-	fds = append(fds, work)
-	ovl, err := newFSWith("overlay", func(fs int) error {
-		for _, l := range lowers {
-			if err := unix.FsconfigSetFd(fs, "lowerdir+", l); err != nil {
-				return fmt.Errorf("lowerdir+: %w", err)
-			}
-		}
-		if err := unix.FsconfigSetFd(fs, "upperdir", upper); err != nil {
-			return fmt.Errorf("upperdir: %w", err)
-		}
-		return unix.FsconfigSetFd(fs, "workdir", work)
-	}, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
+	ovl, err := tmpfsOverlay(lowers, layerTmpfs(img.SizeBytes), 0o755, fill)
 	if err != nil {
 		return -1, fmt.Errorf("image root: %w", err)
 	}
