@@ -46,23 +46,12 @@ func imageRoot(spec policy.Spec, stderr io.Writer) (root *sandbox.ImageRoot, img
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	if release, err = st.Use(img); err != nil {
-		return nil, nil, nil, err
-	}
 	root = &sandbox.ImageRoot{SizeBytes: spec.Resources.TmpBytes}
 	if root.SizeBytes <= 0 {
 		root.SizeBytes = defaultImageRootSize
 	}
-	for _, l := range img.Layers {
-		d, err := st.LayerDir(l)
-		if err == nil && !st.HasLayer(l) {
-			err = fmt.Errorf("image %s: layer %s is missing from the store: pull it again", img.Digest, l)
-		}
-		if err != nil {
-			release()
-			return nil, nil, nil, err
-		}
-		root.Layers = append(root.Layers, d)
+	if root.Layers, release, err = st.Stack(img); err != nil {
+		return nil, nil, nil, err
 	}
 	return root, img, release, nil
 }

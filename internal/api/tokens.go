@@ -27,8 +27,8 @@ type TokenResult struct {
 // may: a request on the unix socket without a token. A tenant, with its
 // own token on either listener, may not make tokens for itself or others.
 func (h *handler) createToken(w http.ResponseWriter, r *http.Request) error {
-	if OriginOf(r.Context()) != OriginLocal || tenantOf(r) != AdminTenant || r.Header.Get("Authorization") != "" {
-		return errorf(errPermission, "tokens are made by the daemon's operator only: on its unix socket, without a token (hutch token create)")
+	if err := operatorOnly(r, "tokens are made by hutch token create"); err != nil {
+		return err
 	}
 	var b TokenBody
 	if err := decodeBody(w, r, &b, false); err != nil {

@@ -3,7 +3,6 @@ package daemon
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io/fs"
 	"os"
 	"path"
@@ -196,21 +195,10 @@ func (m *Manager) imageLayer(ref string, spec policy.Spec) (*image.Image, *sandb
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	release, err := m.images.Use(img)
-	if err != nil {
-		return nil, nil, nil, err
-	}
 	l := &sandbox.RootLayer{SizeBytes: spec.Resources.DiskBytes}
-	for _, d := range img.Layers {
-		dir, err := m.images.LayerDir(d)
-		if err == nil && !m.images.HasLayer(d) {
-			err = fmt.Errorf("image %s: layer %s is missing from the store", img.Digest, d)
-		}
-		if err != nil {
-			release()
-			return nil, nil, nil, err
-		}
-		l.Lowers = append(l.Lowers, dir)
+	var release func()
+	if l.Lowers, release, err = m.images.Stack(img); err != nil {
+		return nil, nil, nil, err
 	}
 	return img, l, release, nil
 }

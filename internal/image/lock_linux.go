@@ -82,6 +82,28 @@ func (s *Store) Use(img *Image) (func(), error) {
 	return release, nil
 }
 
+// Stack returns the directories of img's layers (bottom first), for a
+// sandbox to stack as its root, and holds them in use (Use) until release
+// is called. A layer missing from the store is an error: pull the image
+// again.
+func (s *Store) Stack(img *Image) (dirs []string, release func(), err error) {
+	if release, err = s.Use(img); err != nil {
+		return nil, nil, err
+	}
+	for _, l := range img.Layers {
+		d, err := s.LayerDir(l)
+		if err == nil && !s.HasLayer(l) {
+			err = fmt.Errorf("image %s: layer %s is missing from the store: pull it again", img.Digest, l)
+		}
+		if err != nil {
+			release()
+			return nil, nil, err
+		}
+		dirs = append(dirs, d)
+	}
+	return dirs, release, nil
+}
+
 // tryLayer takes layer hex's lock if no sandbox uses the layer and no
 // pull unpacks it; ok is false when one does.
 func (s *Store) tryLayer(hex string) (release func(), ok bool) {

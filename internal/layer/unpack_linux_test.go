@@ -10,49 +10,17 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/hutch-sandbox/hutch/internal/image/imagetest"
 	"github.com/hutch-sandbox/hutch/internal/testutil"
 )
 
 // ent is one tar entry of a test layer.
-type ent struct {
-	name, link string
-	typ        byte
-	mode       int64
-	body       string
-	pax        map[string]string
-}
+type ent = imagetest.Entry
 
-func layerOf(t *testing.T, ents ...ent) []byte {
-	t.Helper()
-	var b bytes.Buffer
-	tw := tar.NewWriter(&b)
-	for _, e := range ents {
-		h := &tar.Header{Name: e.name, Linkname: e.link, Typeflag: e.typ, Mode: e.mode, Size: int64(len(e.body)),
-			ModTime: time.Unix(1_700_000_000, 0), PAXRecords: e.pax, Format: tar.FormatPAX}
-		if e.typ == 0 {
-			h.Typeflag = tar.TypeReg
-		}
-		if h.Typeflag != tar.TypeReg {
-			h.Size = 0
-		}
-		if err := tw.WriteHeader(h); err != nil {
-			t.Fatal(err)
-		}
-		if h.Size > 0 {
-			if _, err := tw.Write([]byte(e.body)); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return b.Bytes()
-}
+func layerOf(t *testing.T, ents ...ent) []byte { return imagetest.Tar(t, ents...) }
 
 var userOpaque = Options{OpaqueXattr: "user.overlay.opaque"}
 
@@ -83,23 +51,23 @@ func writable(dir string) {
 // made; a later entry of the same name replaces an earlier one.
 func TestUnpack(t *testing.T) {
 	dir, rep, err := unpack(t, userOpaque,
-		ent{name: "./etc/", typ: tar.TypeDir, mode: 0o755},
-		ent{name: "etc/hostname", mode: 0o644, body: "box\n"},
-		ent{name: "usr/bin/tool", mode: 0o4755, body: "#!/bin/sh\n"},
-		ent{name: "usr/bin/cap", mode: 0o755, body: "x", pax: map[string]string{"SCHILY.xattr.security.capability": "\x01"}},
-		ent{name: "usr/bin/link", typ: tar.TypeSymlink, link: "tool"},
-		ent{name: "usr/bin/hard", typ: tar.TypeLink, link: "usr/bin/tool"},
-		ent{name: "ro/", typ: tar.TypeDir, mode: 0o555},
-		ent{name: "ro/inside", mode: 0o600, body: "in"},
-		ent{name: "fifo", typ: tar.TypeFifo, mode: 0o644},
-		ent{name: "dev/sda", typ: tar.TypeBlock, mode: 0o660},
-		ent{name: "dev/null", typ: tar.TypeChar, mode: 0o666},
-		ent{name: "gone/.wh.old", mode: 0o644},
-		ent{name: "opaque/.wh..wh..opq", mode: 0o644},
-		ent{name: "dup", mode: 0o644, body: "first"},
-		ent{name: "dup", typ: tar.TypeDir, mode: 0o755},
-		ent{name: "dup/x", mode: 0o644, body: "x"},
-		ent{name: "dup", mode: 0o644, body: "second"},
+		ent{Name: "./etc/", Type: tar.TypeDir, Mode: 0o755},
+		ent{Name: "etc/hostname", Mode: 0o644, Body: "box\n"},
+		ent{Name: "usr/bin/tool", Mode: 0o4755, Body: "#!/bin/sh\n"},
+		ent{Name: "usr/bin/cap", Mode: 0o755, Body: "x", PAX: map[string]string{"SCHILY.xattr.security.capability": "\x01"}},
+		ent{Name: "usr/bin/link", Type: tar.TypeSymlink, Link: "tool"},
+		ent{Name: "usr/bin/hard", Type: tar.TypeLink, Link: "usr/bin/tool"},
+		ent{Name: "ro/", Type: tar.TypeDir, Mode: 0o555},
+		ent{Name: "ro/inside", Mode: 0o600, Body: "in"},
+		ent{Name: "fifo", Type: tar.TypeFifo, Mode: 0o644},
+		ent{Name: "dev/sda", Type: tar.TypeBlock, Mode: 0o660},
+		ent{Name: "dev/null", Type: tar.TypeChar, Mode: 0o666},
+		ent{Name: "gone/.wh.old", Mode: 0o644},
+		ent{Name: "opaque/.wh..wh..opq", Mode: 0o644},
+		ent{Name: "dup", Mode: 0o644, Body: "first"},
+		ent{Name: "dup", Type: tar.TypeDir, Mode: 0o755},
+		ent{Name: "dup/x", Mode: 0o644, Body: "x"},
+		ent{Name: "dup", Mode: 0o644, Body: "second"},
 	)
 	if err != nil {
 		t.Fatal(err)
@@ -194,17 +162,17 @@ func TestUnpackHostile(t *testing.T) {
 		ents []ent
 		want error
 	}{
-		{"dot-dot", []ent{{name: "../victim", body: "x"}}, ErrEscape},
-		{"dot-dot deep", []ent{{name: "a/b/../../../victim", body: "x"}}, ErrEscape},
-		{"absolute", []ent{{name: outside, body: "x"}}, ErrEscape},
-		{"symlink parent", []ent{{name: "l", typ: tar.TypeSymlink, link: outDir}, {name: "l/victim", body: "x"}}, ErrLinkParent},
-		{"relative symlink parent", []ent{{name: "a/", typ: tar.TypeDir, mode: 0o755}, {name: "a/l", typ: tar.TypeSymlink, link: "../../../../../../.." + outDir}, {name: "a/l/victim", body: "x"}}, ErrLinkParent},
-		{"hard link out", []ent{{name: "h", typ: tar.TypeLink, link: "../victim"}}, ErrLinkTarget},
-		{"hard link absolute", []ent{{name: "h", typ: tar.TypeLink, link: outside}}, ErrLinkTarget},
-		{"hard link through a symlink", []ent{{name: "l", typ: tar.TypeSymlink, link: outDir}, {name: "h", typ: tar.TypeLink, link: "l/victim"}}, ErrLinkTarget},
-		{"whiteout through a symlink", []ent{{name: "l", typ: tar.TypeSymlink, link: outDir}, {name: "l/.wh.victim", body: ""}}, ErrLinkParent},
-		{"not UTF-8", []ent{{name: "bad\xff\xfe", body: "x"}}, ErrBadName},
-		{"whiteout of dot-dot", []ent{{name: "a/.wh...", body: ""}}, ErrEscape},
+		{"dot-dot", []ent{{Name: "../victim", Body: "x"}}, ErrEscape},
+		{"dot-dot deep", []ent{{Name: "a/b/../../../victim", Body: "x"}}, ErrEscape},
+		{"absolute", []ent{{Name: outside, Body: "x"}}, ErrEscape},
+		{"symlink parent", []ent{{Name: "l", Type: tar.TypeSymlink, Link: outDir}, {Name: "l/victim", Body: "x"}}, ErrLinkParent},
+		{"relative symlink parent", []ent{{Name: "a/", Type: tar.TypeDir, Mode: 0o755}, {Name: "a/l", Type: tar.TypeSymlink, Link: "../../../../../../.." + outDir}, {Name: "a/l/victim", Body: "x"}}, ErrLinkParent},
+		{"hard link out", []ent{{Name: "h", Type: tar.TypeLink, Link: "../victim"}}, ErrLinkTarget},
+		{"hard link absolute", []ent{{Name: "h", Type: tar.TypeLink, Link: outside}}, ErrLinkTarget},
+		{"hard link through a symlink", []ent{{Name: "l", Type: tar.TypeSymlink, Link: outDir}, {Name: "h", Type: tar.TypeLink, Link: "l/victim"}}, ErrLinkTarget},
+		{"whiteout through a symlink", []ent{{Name: "l", Type: tar.TypeSymlink, Link: outDir}, {Name: "l/.wh.victim", Body: ""}}, ErrLinkParent},
+		{"not UTF-8", []ent{{Name: "bad\xff\xfe", Body: "x"}}, ErrBadName},
+		{"whiteout of dot-dot", []ent{{Name: "a/.wh...", Body: ""}}, ErrEscape},
 	} {
 		t.Run(c.what, func(t *testing.T) {
 			_, _, err := unpack(t, userOpaque, c.ents...)
@@ -220,7 +188,7 @@ func TestUnpackHostile(t *testing.T) {
 			}
 		})
 	}
-	dir, _, err := unpack(t, userOpaque, ent{name: "x", typ: tar.TypeSymlink, link: outside}, ent{name: "x", body: "inside"})
+	dir, _, err := unpack(t, userOpaque, ent{Name: "x", Type: tar.TypeSymlink, Link: outside}, ent{Name: "x", Body: "inside"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,7 +226,7 @@ func TestUnpackBounds(t *testing.T) {
 	}
 	var many []ent
 	for i := range 50 {
-		many = append(many, ent{name: "f" + string(rune('a'+i%26)) + string(rune('a'+i/26)), body: "x"})
+		many = append(many, ent{Name: "f" + string(rune('a'+i%26)) + string(rune('a'+i/26)), Body: "x"})
 	}
 	if _, _, err := unpack(t, Options{Limits: Limits{Entries: 10}}, many...); !errors.Is(err, ErrTooMany) {
 		t.Errorf("50 entries, limit 10: %v", err)

@@ -24,6 +24,8 @@ type Entry struct {
 	Name, Link, Body string
 	Type             byte
 	Mode             int64
+	// PAX are PAX records (extended attributes, "SCHILY.xattr.NAME").
+	PAX map[string]string
 }
 
 // File, Dir and Symlink are the usual entries.
@@ -40,7 +42,10 @@ func Tar(t testing.TB, entries ...Entry) []byte {
 	tw := tar.NewWriter(&b)
 	for _, e := range entries {
 		h := &tar.Header{Name: e.Name, Linkname: e.Link, Typeflag: e.Type, Mode: e.Mode,
-			Size: int64(len(e.Body)), ModTime: time.Unix(1_700_000_000, 0)}
+			Size: int64(len(e.Body)), ModTime: time.Unix(1_700_000_000, 0), PAXRecords: e.PAX}
+		if len(e.PAX) > 0 {
+			h.Format = tar.FormatPAX
+		}
 		if h.Typeflag == 0 {
 			h.Typeflag = tar.TypeReg
 		}
