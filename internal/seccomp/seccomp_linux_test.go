@@ -91,7 +91,7 @@ func TestNativeNumbers(t *testing.T) {
 	if native == nil {
 		t.Skipf("no syscall table for %s", runtime.GOARCH)
 	}
-	for _, n := range native.numbers {
+	for _, n := range numbersOf(native) {
 		name, nr := n.name, n.nr
 		want, ok := xsysNumbers[name]
 		switch {

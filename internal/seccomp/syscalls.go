@@ -16,7 +16,8 @@ type arch struct {
 	// AUDIT_ARCH with syscall numbers that have bit 30 set.
 	x32 bool
 	// numbers holds every syscall the rules name with its number, or with
-	// absent if the architecture does not have it. It is a list, not a
+	// absent if the architecture does not have it, but for those of
+	// unifiedNumbers. It is a list, not a
 	// map, so that it is plain data in the binary: a map literal would be
 	// built during package initialization, at every start of hutch.
 	numbers []syscallNumber
@@ -31,9 +32,11 @@ type syscallNumber struct {
 // number returns the number of the syscall name, absent if the
 // architecture does not have it, and false if the table does not list it.
 func (a *arch) number(name string) (int, bool) {
-	for _, n := range a.numbers {
-		if n.name == name {
-			return n.nr, true
+	for _, list := range [][]syscallNumber{a.numbers, unifiedNumbers} {
+		for _, n := range list {
+			if n.name == name {
+				return n.nr, true
+			}
 		}
 	}
 	return 0, false
@@ -43,6 +46,30 @@ func (a *arch) number(name string) (int, bool) {
 func (a *arch) is(nr int, name string) bool {
 	n, ok := a.number(name)
 	return ok && n != absent && n == nr
+}
+
+// unifiedNumbers are the syscalls numbered from 424 up, which every
+// architecture numbers alike (since Linux 5.1); each arch's own list
+// holds the others.
+var unifiedNumbers = []syscallNumber{
+	{"io_uring_setup", 425},
+	{"io_uring_enter", 426},
+	{"io_uring_register", 427},
+	{"open_tree", 428},
+	{"move_mount", 429},
+	{"fsopen", 430},
+	{"fsconfig", 431},
+	{"fsmount", 432},
+	{"fspick", 433},
+	{"clone3", 435},
+	{"openat2", 437},
+	{"pidfd_getfd", 438},
+	{"mount_setattr", 442},
+	{"quotactl_fd", 443},
+	{"fchmodat2", 452},
+	{"setxattrat", 463},
+	{"removexattrat", 466},
+	{"open_tree_attr", 467},
 }
 
 // absent marks a syscall an architecture does not have.
@@ -130,24 +157,6 @@ var archAMD64 = &arch{
 		{"kexec_file_load", 320},
 		{"bpf", 321},
 		{"userfaultfd", 323},
-		{"io_uring_setup", 425},
-		{"io_uring_enter", 426},
-		{"io_uring_register", 427},
-		{"open_tree", 428},
-		{"move_mount", 429},
-		{"fsopen", 430},
-		{"fsconfig", 431},
-		{"fsmount", 432},
-		{"fspick", 433},
-		{"clone3", 435},
-		{"openat2", 437},
-		{"pidfd_getfd", 438},
-		{"mount_setattr", 442},
-		{"quotactl_fd", 443},
-		{"fchmodat2", 452},
-		{"setxattrat", 463},
-		{"removexattrat", 466},
-		{"open_tree_attr", 467},
 	},
 }
 
@@ -212,24 +221,6 @@ var archARM64 = &arch{
 		{"bpf", 280},
 		{"userfaultfd", 282},
 		{"kexec_file_load", 294},
-		{"io_uring_setup", 425},
-		{"io_uring_enter", 426},
-		{"io_uring_register", 427},
-		{"open_tree", 428},
-		{"move_mount", 429},
-		{"fsopen", 430},
-		{"fsconfig", 431},
-		{"fsmount", 432},
-		{"fspick", 433},
-		{"clone3", 435},
-		{"openat2", 437},
-		{"pidfd_getfd", 438},
-		{"mount_setattr", 442},
-		{"quotactl_fd", 443},
-		{"fchmodat2", 452},
-		{"setxattrat", 463},
-		{"removexattrat", 466},
-		{"open_tree_attr", 467},
 
 		{"uselib", absent},
 		{"ustat", absent},
