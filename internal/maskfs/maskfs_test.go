@@ -109,24 +109,34 @@ var standInSteps = []step{
 	}, nil, nil},
 }
 
-// clientEnv, when set, makes TestStandInsClient the client of
-// TestStandIns: a process of its own (a FUSE server and its client in one
+// clientEnv, when set, makes this test binary the client of
+// TestStandIns (TestMain): a process of its own (a FUSE server and its client in one
 // process can stall each other in Go's scheduler), in a mount namespace of
 // its own, with the filesystem's detached mount as descriptor 3.
 const clientEnv = "MASKFS_TEST_CLIENT"
 
-// TestStandInsClient is TestStandIns's client; alone it does nothing.
-func TestStandInsClient(t *testing.T) {
-	if os.Getenv(clientEnv) == "" {
-		t.Skip("the client of TestStandIns, run by it")
+// TestMain runs the client of TestStandIns when this binary is started
+// as it (clientEnv), and the tests otherwise.
+func TestMain(m *testing.M) {
+	if os.Getenv(clientEnv) != "" {
+		os.Exit(standInsClient())
 	}
+	os.Exit(m.Run())
+}
+
+// standInsClient is TestStandIns's client: it attaches the filesystem
+// (descriptor 3) in its mount namespace, runs the steps and prints each
+// one's errno.
+func standInsClient() int {
 	dir, err := os.MkdirTemp("", "maskfs-client-")
 	if err != nil {
-		t.Fatal(err)
+		fmt.Println(err)
+		return 1
 	}
 	defer os.Remove(dir)
 	if err := unix.MoveMount(3, "", unix.AT_FDCWD, dir, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
-		t.Fatal(err)
+		fmt.Println(err)
+		return 1
 	}
 	at := func(n string) string { return filepath.Join(dir, n) }
 	for i, s := range standInSteps {
@@ -139,6 +149,7 @@ func TestStandInsClient(t *testing.T) {
 		fmt.Printf("STEP %d %d\n", i, errno)
 	}
 	_ = unix.Unmount(dir, unix.MNT_DETACH)
+	return 0
 }
 
 // TestStandIns: through the kernel, a hidden node refuses every access
@@ -159,7 +170,7 @@ func TestStandIns(t *testing.T) {
 	}
 	defer f.Close()
 	mf := os.NewFile(uintptr(mnt), "mount")
-	cmd := exec.Command(os.Args[0], "-test.run=^TestStandInsClient$", "-test.v")
+	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), clientEnv+"=1")
 	cmd.ExtraFiles = []*os.File{mf}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
