@@ -24,12 +24,14 @@ import (
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/agent"
+	"github.com/hutch-sandbox/hutch/internal/testutil"
 )
 
 // env is a handler serving one sandbox whose agent runs in the test
 // process.
 type env struct {
 	srv   *httptest.Server
+	h     *handler
 	agent *agent.Client
 	home  string // the home of "user"
 	user  user
@@ -78,7 +80,7 @@ func newEnv(t *testing.T) *env {
 	}, nil, users)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	return &env{srv: srv, agent: c, home: u.home, user: u}
+	return &env{srv: srv, h: h, agent: c, home: u.home, user: u}
 }
 
 func (e *env) request(t *testing.T, method, path, contentType string, body io.Reader) *http.Request {
@@ -754,6 +756,27 @@ func TestWatcherBounds(t *testing.T) {
 			t.Fatal(err)
 		}
 		f.Close()
+	}
+	// Unread, the watcher keeps events until it would keep too many, then
+	// stops: wait for that (on a busy machine the agent's events may
+	// trickle in), so that no read drains it before.
+	stopped := testutil.Eventually(2*time.Minute, func() bool {
+		e.h.mu.Lock()
+		defer e.h.mu.Unlock()
+		for _, b := range e.h.boxes {
+			b.mu.Lock()
+			wt := b.watchers[cw.WatcherID]
+			b.mu.Unlock()
+			if wt != nil {
+				wt.mu.Lock()
+				defer wt.mu.Unlock()
+				return wt.err != nil
+			}
+		}
+		return false
+	})
+	if !stopped {
+		t.Fatal("the unread watcher did not stop")
 	}
 	got := 0
 	deadline := time.Now().Add(20 * time.Second)
