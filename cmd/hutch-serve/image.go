@@ -184,8 +184,8 @@ func cmdImage(args []string, stdout, stderr io.Writer) int {
 				return fail(fmt.Errorf("--max-size: %w", err))
 			}
 			removed, err := st.Evict(limit)
-			for _, d := range removed {
-				fmt.Fprintf(stdout, "removed image %s\n", d)
+			for _, img := range removed {
+				fmt.Fprintf(stdout, "removed image %s\n", describe(img))
 			}
 			if err != nil {
 				return fail(err)
@@ -198,6 +198,14 @@ func cmdImage(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "removed %d unused layers\n", n)
 	}
 	return 0
+}
+
+// describe names img by its digest and names, for messages.
+func describe(img *image.Image) string {
+	if len(img.Refs) == 0 {
+		return img.Digest
+	}
+	return img.Digest + " (" + strings.Join(img.Refs, ", ") + ")"
 }
 
 // short is a digest's first 12 hex digits.

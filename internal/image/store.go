@@ -15,8 +15,10 @@
 //	layers/sha256/HEX/   a layer unpacked, named by its diff ID (the
 //	                     digest of its uncompressed tar); made in tmp/ and
 //	                     renamed here whole, so a layer here is complete
+//	layers/sha256/HEX.size  the layer's disk usage, measured once
 //	records/HEX.json     an image, named by its manifest digest
 //	refs.json            name → manifest digest
+//	limit.json           the standing size limit (SetLimit), if any
 //	tmp/                 work in progress; nothing there is trusted
 //	lock                 taken (flock) to change refs.json or remove
 //
@@ -32,6 +34,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -284,6 +287,12 @@ func (s *Store) pruneLocked() (layers int, err error) {
 		return 0, fmt.Errorf("image store: %w", err)
 	}
 	for _, e := range ents {
+		if hex, ok := strings.CutSuffix(e.Name(), sizeSuffix); ok {
+			if _, err := os.Lstat(filepath.Join(s.dir, "layers", "sha256", hex)); os.IsNotExist(err) {
+				_ = os.Remove(filepath.Join(s.dir, "layers", "sha256", e.Name())) // its layer is gone
+			}
+			continue
+		}
 		if used[e.Name()] || strings.HasSuffix(e.Name(), ".lock") {
 			continue
 		}
@@ -292,6 +301,9 @@ func (s *Store) pruneLocked() (layers int, err error) {
 			continue // a sandbox of a removed image still stacks it
 		}
 		err := RemoveTree(filepath.Join(s.dir, "layers", "sha256", e.Name()))
+		if err == nil {
+			_ = os.Remove(filepath.Join(s.dir, "layers", "sha256", e.Name()+sizeSuffix))
+		}
 		release()
 		if err != nil {
 			return layers, err
@@ -309,9 +321,35 @@ func (s *Store) pruneLocked() (layers int, err error) {
 
 // Evict removes images, the least recently used first (Use marks use),
 // until the layers take at most maxBytes on disk, then the layers no
-// image holds; an image a sandbox uses stays. It returns the digests of
-// the images removed.
-func (s *Store) Evict(maxBytes int64) ([]string, error) {
+// image holds. It passes over an image a sandbox uses and the images
+// whose digests keep names. It returns the images removed, with the
+// names they had.
+func (s *Store) Evict(maxBytes int64, keep ...string) ([]*Image, error) {
+	return s.evict(maxBytes, keep, time.Time{})
+}
+
+// recentUse is how long after its last use Fit spares an image: the one
+// a pull in another process just brought in, until the sandbox that
+// asked for it stacks it.
+const recentUse = time.Minute
+
+// Fit keeps the store within its standing limit (SetLimit), or within
+// maxBytes when that is positive: it evicts as Evict does, but also
+// passes over the images used (or brought in) in the last minute, so that
+// an image is never taken from under the sandbox about to start from it.
+// With no limit it does nothing.
+func (s *Store) Fit(maxBytes int64, keep ...string) ([]*Image, error) {
+	if maxBytes <= 0 {
+		var err error
+		if maxBytes, err = s.Limit(); err != nil || maxBytes <= 0 {
+			return nil, err
+		}
+	}
+	return s.evict(maxBytes, keep, time.Now().Add(-recentUse))
+}
+
+// evict is Evict, which also spares the images used since spareSince.
+func (s *Store) evict(maxBytes int64, keep []string, spareSince time.Time) ([]*Image, error) {
 	unlock, err := s.lock()
 	if err != nil {
 		return nil, err
@@ -328,30 +366,27 @@ func (s *Store) Evict(maxBytes int64) ([]string, error) {
 		for _, l := range img.Layers {
 			holders[l]++
 			if _, ok := sizes[l]; !ok {
-				d, _ := s.LayerDir(l)
-				sizes[l] = diskUsage(d)
+				sizes[l] = s.layerSize(l)
 				total += sizes[l]
 			}
 		}
 	}
 	// Least recently used first: the record's modification time.
-	used := func(img *Image) time.Time {
-		if fi, err := os.Stat(s.recordPath(img.Digest)); err == nil {
-			return fi.ModTime()
-		}
-		return img.Added
+	used := map[string]time.Time{}
+	for _, img := range imgs {
+		used[img.Digest] = s.lastUse(img)
 	}
-	sort.SliceStable(imgs, func(i, j int) bool { return used(imgs[i]).Before(used(imgs[j])) })
+	sort.SliceStable(imgs, func(i, j int) bool { return used[imgs[i].Digest].Before(used[imgs[j].Digest]) })
 	m, err := s.refs()
 	if err != nil {
 		return nil, err
 	}
-	var removed []string
+	var removed []*Image
 	for _, img := range imgs {
 		if total <= maxBytes {
 			break
 		}
-		if s.inUse(img) {
+		if slices.Contains(keep, img.Digest) || used[img.Digest].After(spareSince) && !spareSince.IsZero() || s.inUse(img) {
 			continue
 		}
 		for _, n := range refsOf(m, img.Digest) {
@@ -360,12 +395,15 @@ func (s *Store) Evict(maxBytes int64) ([]string, error) {
 		if err := os.Remove(s.recordPath(img.Digest)); err != nil && !os.IsNotExist(err) {
 			return removed, fmt.Errorf("image store: %w", err)
 		}
-		removed = append(removed, img.Digest)
+		removed = append(removed, img)
 		for _, l := range img.Layers {
 			if holders[l]--; holders[l] == 0 {
 				total -= sizes[l]
 			}
 		}
+	}
+	if len(removed) == 0 {
+		return nil, nil
 	}
 	if err := s.writeRefs(m); err != nil {
 		return removed, err
@@ -373,6 +411,102 @@ func (s *Store) Evict(maxBytes int64) ([]string, error) {
 	_, err = s.pruneLocked()
 	return removed, err
 }
+
+// lastUse is when img was last used (Use) or brought in: its record's
+// modification time.
+func (s *Store) lastUse(img *Image) time.Time {
+	if fi, err := os.Stat(s.recordPath(img.Digest)); err == nil {
+		return fi.ModTime()
+	}
+	return img.Added
+}
+
+// Usage is the disk space the layers of the store's images take.
+func (s *Store) Usage() (int64, error) {
+	imgs, err := s.List()
+	if err != nil {
+		return 0, err
+	}
+	seen := map[string]bool{}
+	var total int64
+	for _, img := range imgs {
+		for _, l := range img.Layers {
+			if !seen[l] {
+				seen[l] = true
+				total += s.layerSize(l)
+			}
+		}
+	}
+	return total, nil
+}
+
+// layerSize is the disk space the layer diffID takes, as its HEX.size
+// file beside it records; measured (and recorded) when that is missing.
+// A layer in place never changes, so the measure holds as long as it.
+func (s *Store) layerSize(diffID string) int64 {
+	d, err := s.LayerDir(diffID)
+	if err != nil {
+		return 0
+	}
+	if b, err := os.ReadFile(d + sizeSuffix); err == nil {
+		if n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil && n >= 0 {
+			return n
+		}
+	}
+	if !s.HasLayer(diffID) {
+		return 0
+	}
+	n := diskUsage(d)
+	_ = s.writeFile(d+sizeSuffix, []byte(strconv.FormatInt(n, 10)+"\n"))
+	return n
+}
+
+// sizeSuffix names the file beside a layer that records its disk usage.
+const sizeSuffix = ".size"
+
+// Limit is the store's standing size limit (SetLimit), 0 when it has
+// none.
+func (s *Store) Limit() (int64, error) {
+	b, err := os.ReadFile(filepath.Join(s.dir, limitFile))
+	if os.IsNotExist(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("image store: %w", err)
+	}
+	var l struct {
+		MaxBytes int64 `json:"max_bytes"`
+	}
+	if err := json.Unmarshal(b, &l); err != nil || l.MaxBytes < 0 {
+		return 0, fmt.Errorf("image store: %s: not a size limit (%v): set it again with hutch image limit", limitFile, err)
+	}
+	return l.MaxBytes, nil
+}
+
+// SetLimit sets the store's standing size limit: after every pull or
+// import into the store (Fit), and periodically in hutch serve, the least
+// recently used images are removed until the layers take at most
+// maxBytes. 0 removes the limit.
+func (s *Store) SetLimit(maxBytes int64) error {
+	if maxBytes < 0 {
+		return fmt.Errorf("image store: a size limit of %d bytes", maxBytes)
+	}
+	unlock, err := s.lock()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if maxBytes == 0 {
+		if err := os.Remove(filepath.Join(s.dir, limitFile)); err != nil && !os.IsNotExist(err) {
+			return fmt.Errorf("image store: %w", err)
+		}
+		return nil
+	}
+	return s.writeFile(filepath.Join(s.dir, limitFile), fmt.Appendf(nil, "{\"max_bytes\": %d}\n", maxBytes))
+}
+
+// limitFile holds the store's standing size limit.
+const limitFile = "limit.json"
 
 // inUse reports whether a sandbox holds a layer of img (Use).
 func (s *Store) inUse(img *Image) bool {

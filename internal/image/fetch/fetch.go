@@ -23,6 +23,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/partial"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/hutch-sandbox/hutch/internal/image"
@@ -42,21 +43,46 @@ type Options struct {
 	Root bool
 	// Limits bound each layer (layer.DefaultLimits when zero).
 	Limits layer.Limits
-	// Progress, if set, is told of each layer as it starts and ends.
+	// Progress, if set, is told of an image as it starts, and of each of
+	// its layers as it starts and ends.
 	Progress func(Event)
-	// Warn, if set, receives what unpacking stripped or skipped.
+	// Fetched, if set, is told of the layers' bytes as they come in: a
+	// pull's compressed bytes as they arrive from the registry, an
+	// import's layers as they are read. It is called from several
+	// goroutines at once.
+	Fetched func(n int64)
+	// Warn, if set, receives what unpacking stripped or skipped, and why
+	// the store could not be kept within its size limit.
 	Warn func(string)
+	// MaxBytes, when positive, is the size the store is kept within once
+	// the image is in, instead of the store's standing limit
+	// (image.Store.Fit): the least recently used images go, never this
+	// one nor one in use.
+	MaxBytes int64
+	// Evicted, if set, is told of each image removed to keep the store
+	// within its limit.
+	Evicted func(*image.Image)
+
+	// compressed: the layers are fetched compressed (a pull), and
+	// Fetched counts those bytes.
+	compressed bool
 }
 
-// Event is a step of bringing an image in.
+// Event is a step of bringing an image in: the image's start (Index 0),
+// then each layer's start and end.
 type Event struct {
-	Layer  string // diff ID
-	Index  int    // 1-based, of Count
+	Image  string // the image's manifest digest
+	Layer  string // diff ID; "" at the image's start
+	Index  int    // 1-based, of Count; 0 at the image's start
 	Count  int
-	Cached bool          // already in the store
-	Done   bool          // unpacked (or found)
-	Bytes  int64         // uncompressed, when done
-	Took   time.Duration // fetching and unpacking it, when done
+	Cached bool  // already in the store
+	Done   bool  // unpacked (or found)
+	Bytes  int64 // uncompressed, when done
+	// Size is what there is to fetch, when it is known (a pull's
+	// compressed sizes, from the manifest): the layer's, and at the
+	// image's start the sum of those the store lacks.
+	Size int64
+	Took time.Duration // fetching and unpacking it, when done
 }
 
 // Add brings img into the store under the names refs: its layers, each
@@ -88,6 +114,15 @@ func Add(s *image.Store, img v1.Image, refs []string, opt Options) (*image.Image
 		},
 		Added: time.Now().UTC(),
 	}
+	if opt.Progress != nil {
+		start := Event{Image: rec.Digest, Count: len(layers)}
+		for i, l := range layers {
+			if !s.HasLayer(cf.RootFS.DiffIDs[i].String()) {
+				start.Size += compressedSize(l, opt)
+			}
+		}
+		opt.Progress(start)
+	}
 	// Layers are fetched and unpacked a few at once: one layer's download
 	// waits on the network while another's decompression and files take
 	// the CPU.
@@ -112,7 +147,7 @@ func Add(s *image.Store, img v1.Image, refs []string, opt Options) (*image.Image
 				o.Progress = func(e Event) { progressMu.Lock(); defer progressMu.Unlock(); opt.Progress(e) }
 			}
 			t0 := time.Now()
-			n, cached, err := addLayer(s, l, diffID, o, i+1, len(layers))
+			n, cached, err := addLayer(s, l, rec.Digest, diffID, o, i+1, len(layers))
 			results[i] = result{n, err}
 			switch {
 			case err != nil:
@@ -125,7 +160,8 @@ func Add(s *image.Store, img v1.Image, refs []string, opt Options) (*image.Image
 				UnpackSeconds.With().Observe(time.Since(t0).Seconds())
 			}
 			if err == nil && o.Progress != nil {
-				o.Progress(Event{Layer: diffID, Index: i + 1, Count: len(layers), Cached: cached, Done: true, Bytes: n, Took: time.Since(t0)})
+				o.Progress(Event{Image: rec.Digest, Layer: diffID, Index: i + 1, Count: len(layers), Cached: cached, Done: true,
+					Bytes: n, Size: compressedSize(l, o), Took: time.Since(t0)})
 			}
 		}()
 	}
@@ -139,13 +175,86 @@ func Add(s *image.Store, img v1.Image, refs []string, opt Options) (*image.Image
 	if err := s.Put(rec, refs...); err != nil {
 		return nil, err
 	}
+	evicted, err := s.Fit(opt.MaxBytes, rec.Digest)
+	if err != nil && opt.Warn != nil {
+		opt.Warn(fmt.Sprintf("keeping the image store within its size limit: %v", err))
+	}
+	if opt.Evicted != nil {
+		for _, img := range evicted {
+			opt.Evicted(img)
+		}
+	}
 	return s.Get(rec.Digest)
+}
+
+// compressedSize is the size of l to fetch, when it is known without
+// reading it: a pull's layer's, from the manifest.
+func compressedSize(l v1.Layer, opt Options) int64 {
+	if !opt.compressed {
+		return 0
+	}
+	n, err := l.Size()
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+// countedLayer is a layer whose compressed bytes are counted as they are
+// read.
+type countedLayer struct {
+	v1.Layer
+	count func(int64)
+}
+
+func (c countedLayer) Compressed() (io.ReadCloser, error) {
+	rc, err := c.Layer.Compressed()
+	if err != nil {
+		return nil, err
+	}
+	return countingReader{rc, c.count}, nil
+}
+
+// countingReader tells count of every byte read.
+type countingReader struct {
+	io.ReadCloser
+	count func(int64)
+}
+
+func (r countingReader) Read(p []byte) (int, error) {
+	n, err := r.ReadCloser.Read(p)
+	if n > 0 {
+		r.count(int64(n))
+	}
+	return n, err
+}
+
+// uncompressed opens l's uncompressed bytes, counting what comes in
+// (Options.Fetched): for a pull the compressed bytes, for an import the
+// layer's own (a docker save layer may be stored uncompressed, and its
+// compressed form made on the fly).
+func uncompressed(l v1.Layer, opt Options) (io.ReadCloser, error) {
+	switch {
+	case opt.Fetched == nil:
+		return l.Uncompressed()
+	case opt.compressed:
+		cl, err := partial.CompressedToLayer(countedLayer{l, opt.Fetched})
+		if err != nil {
+			return nil, err
+		}
+		return cl.Uncompressed()
+	}
+	rc, err := l.Uncompressed()
+	if err != nil {
+		return nil, err
+	}
+	return countingReader{rc, opt.Fetched}, nil
 }
 
 // addLayer unpacks l, whose configuration names diffID, into the store
 // unless it is there, and returns its uncompressed size (the unpacked
 // tree's, for a cached layer: 0).
-func addLayer(s *image.Store, l v1.Layer, diffID string, opt Options, index, count int) (int64, bool, error) {
+func addLayer(s *image.Store, l v1.Layer, imageDigest, diffID string, opt Options, index, count int) (int64, bool, error) {
 	if s.HasLayer(diffID) {
 		return 0, true, nil
 	}
@@ -158,7 +267,7 @@ func addLayer(s *image.Store, l v1.Layer, diffID string, opt Options, index, cou
 		return 0, true, nil // unpacked by another pull meanwhile
 	}
 	if opt.Progress != nil {
-		opt.Progress(Event{Layer: diffID, Index: index, Count: count})
+		opt.Progress(Event{Image: imageDigest, Layer: diffID, Index: index, Count: count, Size: compressedSize(l, opt)})
 	}
 	tmp, err := s.TempDir("layer-")
 	if err != nil {
@@ -170,7 +279,7 @@ func addLayer(s *image.Store, l v1.Layer, diffID string, opt Options, index, cou
 			_ = image.RemoveTree(tmp)
 		}
 	}()
-	rc, err := l.Uncompressed()
+	rc, err := uncompressed(l, opt)
 	if err != nil {
 		return 0, false, err
 	}

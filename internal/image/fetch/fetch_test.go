@@ -382,7 +382,7 @@ func TestNormalize(t *testing.T) {
 // TestFetchAsUser runs the tests above as an ordinary user, whose layers
 // keep no owners and mark opaque directories with user.overlay.opaque.
 func TestFetchAsUser(t *testing.T) {
-	testutil.RunAsUser(t, "^(TestImportDockerSave|TestImportLayout|TestImportRefused|TestImportConcurrent|TestRemovePrune|TestEvictAndInUse|TestPullAuth|TestPullPlainHTTP|TestPullIndex|TestPullTampered)$")
+	testutil.RunAsUser(t, "^(TestImportDockerSave|TestImportLayout|TestImportRefused|TestImportConcurrent|TestRemovePrune|TestEvictAndInUse|TestStandingLimit|TestUseIsRecent|TestPullAuth|TestPullPlainHTTP|TestPullIndex|TestPullTampered)$")
 }
 
 // TestEvictAndInUse: eviction removes the least recently used images
@@ -423,11 +423,11 @@ func TestEvictAndInUse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(removed) != 1 || removed[0] != imgA.Digest {
+	if len(removed) != 1 || removed[0].Digest != imgA.Digest || removed[0].Refs[0] != "hutch.test/lru:a" {
 		t.Errorf("evicted %v, want only a (%s)", removed, imgA.Digest)
 	}
 	// Room for nothing: c goes too, b stays in use.
-	if removed, err = s.Evict(0); err != nil || len(removed) != 1 || removed[0] != imgC.Digest {
+	if removed, err = s.Evict(0); err != nil || len(removed) != 1 || removed[0].Digest != imgC.Digest {
 		t.Errorf("evicted %v, %v; want only c", removed, err)
 	}
 	if _, err := s.Get("hutch.test/lru:b"); err != nil {

@@ -86,6 +86,7 @@ func Pull(ctx context.Context, s *image.Store, ref string, opt PullOptions) (*im
 	if cf, err := img.ConfigFile(); err == nil && !platformMatches(cf, plat) {
 		return nil, fmt.Errorf("pull %s: the image is for %s, not %s", ref, platform(cf), plat.String())
 	}
+	opt.compressed = true
 	rec, err := Add(s, img, []string{ref}, opt.Options)
 	if err != nil {
 		return nil, fmt.Errorf("pull %s: %w", ref, err)
