@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -30,6 +31,19 @@ const imageUsage = `Usage:
   hutch image rm REF...                   remove names (a digest removes the image)
   hutch image prune [--max-size SIZE]     remove the layers no image holds; with --max-size, first
                                           the least recently used images until the layers fit
+  hutch image limit [SIZE|none]           set the store's standing size limit (or show it, and what
+                                          the layers take): after every pull and import, and every
+                                          minute in hutch serve, the least recently used images are
+                                          removed until the layers fit
+
+REF is a Docker reference: python:3.12 (docker.io/library/python:3.12),
+ghcr.io/owner/name:tag, REPO@sha256:DIGEST. On a terminal, pull and import
+show their progress on stderr; the digest is printed on stdout.
+
+A pull or import keeps the store within --max-size SIZE if given, else
+$HUTCH_IMAGE_CACHE_MAX, else the store's standing limit. The image brought
+in, images in use by a sandbox and images used in the last minute are never
+removed for it.
 
 Every command takes --state-dir DIR (default: $HUTCH_STATE_DIR, else
 /var/lib/hutch for root, shared with hutch serve, and
@@ -54,13 +68,13 @@ func cmdImage(args []string, stdout, stderr io.Writer) int {
 	fs.Var(&insecure, "insecure-registry", "for pull: reach registry `HOST:PORT` over plain HTTP (repeatable)")
 	authFile := fs.String("registry-auth", "", "for pull: take credentials from this Docker configuration `file`")
 	plat := fs.String("platform", "", "for pull: the platform to take from a multi-platform image, e.g. linux/arm64")
-	maxSize := fs.String("max-size", "", "for prune: remove the least recently used images until the layers take at most `size` (e.g. 20g); images in use stay")
+	maxSize := fs.String("max-size", "", "for prune, pull and import: remove the least recently used images until the layers take at most `size` (e.g. 20g); images in use stay")
 	fs.Usage = func() { fmt.Fprint(stderr, imageUsage) }
 	switch sub {
-	case "pull", "import", "ls", "inspect", "rm", "prune":
+	case "pull", "import", "ls", "inspect", "rm", "prune", "limit":
 	default:
 		msg := fmt.Sprintf("hutch: unknown image command %q", sub)
-		if c := cli.Closest(sub, []string{"pull", "import", "ls", "inspect", "rm", "prune"}); len(c) > 0 {
+		if c := cli.Closest(sub, []string{"pull", "import", "ls", "inspect", "rm", "prune", "limit"}); len(c) > 0 {
 			msg += fmt.Sprintf("; did you mean %q?", c[0])
 		}
 		fmt.Fprintln(stderr, msg)
@@ -85,44 +99,52 @@ func cmdImage(args []string, stdout, stderr io.Writer) int {
 		}
 		return true
 	}
-	warn := func(s string) { fmt.Fprintf(stderr, "hutch: warning: %s\n", s) }
 	switch sub {
-	case "pull":
-		if !wantArgs(1, "one REF") {
+	case "pull", "import":
+		if !wantArgs(1, map[string]string{"pull": "one REF", "import": "one FILE"}[sub]) {
 			return 2
 		}
-		o := fetch.PullOptions{Options: fetch.Options{Root: os.Geteuid() == 0, Warn: warn}, Insecure: insecure, AuthFile: *authFile, Platform: *plat}
-		if f, ok := stderr.(*os.File); ok && sandbox.IsTerminal(f) {
-			o.Progress = func(e fetch.Event) {
-				switch {
-				case e.Cached:
-					fmt.Fprintf(stderr, "layer %d/%d %s: in the store\n", e.Index, e.Count, short(e.Layer))
-				case e.Done:
-					rate := ""
-					if s := e.Took.Seconds(); s > 0 {
-						rate = fmt.Sprintf(", %s/s", humanSize(int64(float64(e.Bytes)/s)))
-					}
-					fmt.Fprintf(stderr, "layer %d/%d %s: %s in %.1f s%s\n", e.Index, e.Count, short(e.Layer), humanSize(e.Bytes), e.Took.Seconds(), rate)
-				default:
-					fmt.Fprintf(stderr, "layer %d/%d %s: fetching\n", e.Index, e.Count, short(e.Layer))
-				}
-			}
-		}
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-		defer stop()
-		img, err := fetch.Pull(ctx, st, fs.Arg(0), o)
-		if err != nil {
+		opt := fetch.Options{Root: os.Geteuid() == 0}
+		if opt.MaxBytes, err = cacheMax(*maxSize); err != nil {
 			return fail(err)
 		}
-		fmt.Fprintln(stdout, img.Digest)
-	case "import":
-		if !wantArgs(1, "one FILE") {
-			return 2
+		var m *meter
+		if f, ok := stderr.(*os.File); ok && sandbox.IsTerminal(f) {
+			m = newMeter(f, sub+"ing", fs.Arg(0))
+			m.options(&opt)
 		}
-		opt := fetch.Options{Root: os.Geteuid() == 0, Warn: warn}
-		imgs, err := fetch.Import(st, fs.Arg(0), *repo, opt)
+		note := func(s string) {
+			if m != nil {
+				m.println(s)
+			} else {
+				fmt.Fprintln(stderr, s)
+			}
+		}
+		opt.Warn = func(s string) { note("hutch: warning: " + s) }
+		opt.Evicted = func(img *image.Image) {
+			note(fmt.Sprintf("hutch: removed image %s, the least recently used, to keep the store within its size limit", describe(img)))
+		}
+		var imgs []*image.Image
+		if sub == "pull" {
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+			defer stop()
+			var img *image.Image
+			if img, err = fetch.Pull(ctx, st, fs.Arg(0), fetch.PullOptions{Options: opt, Insecure: insecure, AuthFile: *authFile, Platform: *plat}); err == nil {
+				imgs = append(imgs, img)
+			}
+		} else {
+			imgs, err = fetch.Import(st, fs.Arg(0), *repo, opt)
+		}
+		if m != nil {
+			out, ok := stdout.(*os.File)
+			m.finish(err == nil, !ok || !sandbox.IsTerminal(out))
+		}
 		for _, img := range imgs {
-			fmt.Fprintf(stdout, "%s %s\n", img.Digest, strings.Join(img.Refs, " "))
+			if sub == "pull" {
+				fmt.Fprintln(stdout, img.Digest)
+			} else {
+				fmt.Fprintf(stdout, "%s %s\n", img.Digest, strings.Join(img.Refs, " "))
+			}
 		}
 		if err != nil {
 			return fail(err)
@@ -196,8 +218,83 @@ func cmdImage(args []string, stdout, stderr io.Writer) int {
 			return fail(err)
 		}
 		fmt.Fprintf(stdout, "removed %d unused layers\n", n)
+	case "limit":
+		if fs.NArg() > 1 {
+			fmt.Fprintln(stderr, "hutch: image limit takes at most one SIZE (or none)")
+			return 2
+		}
+		if fs.NArg() == 1 {
+			limit, err := parseLimit(fs.Arg(0))
+			if err != nil {
+				return fail(fmt.Errorf("image limit: %w", err))
+			}
+			if err := st.SetLimit(limit); err != nil {
+				return fail(err)
+			}
+			removed, err := st.Fit(0)
+			for _, img := range removed {
+				fmt.Fprintf(stdout, "removed image %s\n", describe(img))
+			}
+			if err != nil {
+				return fail(err)
+			}
+		}
+		limit, err := st.Limit()
+		if err != nil {
+			return fail(err)
+		}
+		used, err := st.Usage()
+		if err != nil {
+			return fail(err)
+		}
+		if limit == 0 {
+			fmt.Fprintf(stdout, "no limit; the layers take %s\n", humanSize(used))
+		} else {
+			fmt.Fprintf(stdout, "limit %s; the layers take %s\n", humanSize(limit), humanSize(used))
+		}
 	}
 	return 0
+}
+
+// cacheEnv names the variable that bounds the image store for the pulls
+// and imports of a process (hutch run's too), when --max-size does not.
+const cacheEnv = "HUTCH_IMAGE_CACHE_MAX"
+
+// cacheMax is the size a pull or import keeps the store within: flag (from
+// --max-size) if given, else $HUTCH_IMAGE_CACHE_MAX, else 0 (the store's
+// standing limit).
+func cacheMax(flag string) (int64, error) {
+	name, v := "--max-size", flag
+	if v == "" {
+		name, v = cacheEnv, os.Getenv(cacheEnv)
+	}
+	if v == "" {
+		return 0, nil
+	}
+	n, err := policy.ParseSize(v)
+	if err == nil && n == 0 {
+		err = errors.New("a limit of 0 would keep no image: give a size such as 20g")
+	}
+	if err != nil {
+		return 0, fmt.Errorf("%s %q: %w", name, v, err)
+	}
+	return n, nil
+}
+
+// parseLimit parses the size limit of an image store: a size such as 20g,
+// or "none" (0, no limit).
+func parseLimit(s string) (int64, error) {
+	if s == "none" {
+		return 0, nil
+	}
+	n, err := policy.ParseSize(s)
+	if err != nil {
+		return 0, err
+	}
+	if n == 0 {
+		return 0, errors.New("a limit of 0 would keep no image: give a size such as 20g, or none for no limit")
+	}
+	return n, nil
 }
 
 // describe names img by its digest and names, for messages.

@@ -16,6 +16,9 @@ type runFlags struct {
 	debug       bool
 	upstreamCAs cli.List
 	report      string
+	// stateDir is hutch run's --state-dir: whose image store --image
+	// uses.
+	stateDir string
 }
 
 // policyFlags are the flags that build a policy.Spec; they override the
@@ -72,6 +75,9 @@ func newRunFlags(name string, stderr io.Writer) (*flag.FlagSet, *runFlags) {
 	fs.BoolVar(&r.debug, "debug", false, "log sandbox setup to stderr")
 	fs.Var(&r.upstreamCAs, "upstream-ca", "also trust the certificates in `file` (PEM) when the proxy connects to a secret's host (repeatable)")
 	fs.StringVar(&r.report, "report", "", "write every refused connection, and the traffic of every allowed host, to `file` as JSON lines")
+	if name == "run" {
+		fs.StringVar(&r.stateDir, "state-dir", "", "the state `dir` whose image store --image takes images from and pulls into (default: $HUTCH_STATE_DIR, else /var/lib/hutch for root and ~/.local/share/hutch for a user); the sandbox can read none of it")
+	}
 	fs.Usage = func() {
 		switch name {
 		case "run":

@@ -17,14 +17,13 @@ import (
 // root when --tmp-size does not say.
 const defaultImageRootSize = 1 << 30
 
-// imageRoot finds the image spec's root names in hutch's image store,
-// pulling it first (hutch-serve pulls, with its progress on stderr) when
-// the store lacks it, and returns the sandbox's root and the image, which
-// it marks in use (no prune or eviction removes its layers) until release
-// is called.
-func imageRoot(spec policy.Spec, stderr io.Writer) (root *sandbox.ImageRoot, img *image.Image, release func(), err error) {
+// imageRoot finds the image spec's root names in the image store of the
+// state directory dir, pulling it first (hutch-serve pulls, with its
+// progress on stderr when that is a terminal) when the store lacks it, and
+// returns the sandbox's root and the image, which it marks in use (no
+// prune or eviction removes its layers) until release is called.
+func imageRoot(spec policy.Spec, dir string, stderr io.Writer) (root *sandbox.ImageRoot, img *image.Image, release func(), err error) {
 	ref, _ := spec.Image()
-	dir := image.DefaultStateDir()
 	st, err := image.Open(dir)
 	if err != nil {
 		return nil, nil, nil, err

@@ -150,12 +150,16 @@ func cmdRun(args []string, stdin, stdout, stderr *os.File) int {
 	if code != 0 {
 		return code
 	}
+	stateDir := rf.stateDir
+	if stateDir == "" {
+		stateDir = image.DefaultStateDir()
+	}
 	var imgRoot *sandbox.ImageRoot
 	var img *image.Image
 	if _, ok := spec.Image(); ok {
 		var err error
 		var release func()
-		if imgRoot, img, release, err = imageRoot(spec, stderr); err != nil {
+		if imgRoot, img, release, err = imageRoot(spec, stateDir, stderr); err != nil {
 			fmt.Fprintf(stderr, "hutch: %v\n", err)
 			return sandbox.ExitHutchError
 		}
@@ -168,12 +172,18 @@ func cmdRun(args []string, stdin, stdout, stderr *os.File) int {
 		fmt.Fprintln(stderr, "hutch: no command given: hutch run [flags] -- COMMAND [ARGS...]")
 		return sandbox.ExitHutchError
 	}
-	// Nor read or change hutch's own state: a state directory named by
-	// HUTCH_STATE_DIR holds images whose layers every sandbox of them runs
-	// (the default ones are on the default deny lists).
-	if d := os.Getenv("HUTCH_STATE_DIR"); d != "" {
-		if abs, err := filepath.Abs(d); err == nil && !policy.SystemDir(abs) {
+	// Nor read or change hutch's own state: the state directory (--state-dir,
+	// else HUTCH_STATE_DIR's, else the default one) holds the images whose
+	// layers every sandbox of them runs, HUTCH_STATE_DIR perhaps a
+	// daemon's; of a system directory named so, the store. Read-only too,
+	// should --allow-read open it in a writable place.
+	for _, d := range []string{stateDir, os.Getenv("HUTCH_STATE_DIR")} {
+		if abs, err := filepath.Abs(d); d != "" && err == nil {
+			if policy.SystemDir(abs) {
+				abs = filepath.Join(abs, "images")
+			}
 			spec.Filesystem.DenyRead = append(spec.Filesystem.DenyRead, abs)
+			spec.Filesystem.DenyWrite = append(spec.Filesystem.DenyWrite, abs)
 		}
 	}
 	// The sandbox may never change the policy it runs under, even when the
