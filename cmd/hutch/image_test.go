@@ -80,7 +80,8 @@ func TestImageCommands(t *testing.T) {
 
 // TestImagePull: hutch image pull takes an image from a registry on
 // loopback that speaks plain HTTP only when named with
-// --insecure-registry, and prints its digest; hutch image ls shows it.
+// --insecure-registry, and prints its digest alone (stderr is no
+// terminal: no progress); hutch image ls shows it.
 func TestImagePull(t *testing.T) {
 	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
 	defer srv.Close()
@@ -106,8 +107,9 @@ func TestImagePull(t *testing.T) {
 	r = hutch(t, invocation{env: env, args: []string{"image", "pull", "--insecure-registry", host, ref.String(), "--state-dir", state}})
 	wantOK(t, r)
 	digest, _ := img.Digest()
-	if strings.TrimSpace(r.stdout) != digest.String() {
-		t.Errorf("pull printed %q, want the digest %s\n%s", r.stdout, digest, r)
+	// Not on a terminal: quiet, and the digest alone on stdout.
+	if r.stdout != digest.String()+"\n" || r.stderr != "" {
+		t.Errorf("pull printed %q, want the digest %s alone\n%s", r.stdout, digest, r)
 	}
 	r = hutch(t, invocation{env: env, args: []string{"image", "ls", "--state-dir", state}})
 	if !strings.Contains(r.stdout, host+"/team/pulled:2") {
