@@ -57,6 +57,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 	noInternet := fs.Bool("no-internet", false, "refuse \"*\" (every public host) in sandboxes' allowed domains, and give E2B's sandboxes no network unless they list hosts")
 	var allowImages cli.List
 	fs.Var(&allowImages, "allow-image", "let tenants start sandboxes only from images whose name matches `pattern` (path.Match on the normal form, e.g. docker.io/library/python:*) or whose digest it is (repeatable; default: any image of the daemon's store)")
+	imageCacheMax := fs.String("image-cache-max", "", "keep the image store within `size` (e.g. 20g; none: no limit), its standing limit, which pulls into it keep too (hutch image limit): the least recently used images not in use go after every pull and every minute (default: the store's limit, if set)")
 	templatesFile := fs.String("templates", "", "E2B's templates from a YAML or JSON `file` mapping each NAME to an image REF, as --template does")
 	var templateFlags cli.List
 	fs.Var(&templateFlags, "template", "E2B's template `NAME=REF`: its templateID starts image REF of the daemon's image store (hutch image pull --state-dir); NAME base replaces the host's root for E2B's default (repeatable)")
@@ -86,6 +87,10 @@ func cmdServe(args []string, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "hutch: --allow-image %q: %v\n", p, err)
 			return 2
 		}
+	}
+	if _, err := parseLimit(*imageCacheMax); *imageCacheMax != "" && err != nil {
+		fmt.Fprintf(stderr, "hutch: --image-cache-max %q: %v\n", *imageCacheMax, err)
+		return 2
 	}
 	upload, err := policy.ParseSize(*maxUpload)
 	if err != nil || upload <= 0 {
@@ -172,6 +177,11 @@ func cmdServe(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "hutch: %v\n", err)
 		return 1
 	}
+	waitImages, err := keepImageCache(ctx, *stateDir, *imageCacheMax, log)
+	if err != nil {
+		return failed(fmt.Errorf("--image-cache-max: %w", err))
+	}
+	defer waitImages()
 	al, err := audit.Open(filepath.Join(*stateDir, audit.FileName))
 	if err != nil {
 		return failed(err)

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -266,5 +267,69 @@ func TestImagePullKilled(t *testing.T) {
 	}
 	if b, err := os.ReadFile(layers[0]); err != nil || !bytes.Equal(b, big) {
 		t.Errorf("the layer after the second pull is not whole: %d bytes, %v", len(b), err)
+	}
+}
+
+// TestImageLimit: hutch image limit sets, shows and removes the store's
+// standing limit; a pull or import keeps the store within --max-size or
+// $HUTCH_IMAGE_CACHE_MAX, whose bad values are refused naming them, and
+// says on stderr which images it removed.
+func TestImageLimit(t *testing.T) {
+	state := hostDir(t)
+	env := []string{"PATH=" + stdPath, "HOME=" + hostDir(t), "LANG=C.UTF-8", "HUTCH_STATE_DIR=" + state}
+	run := func(extraEnv []string, args ...string) result {
+		t.Helper()
+		return hutch(t, invocation{env: append(slices.Clone(env), extraEnv...), args: append([]string{"image"}, args...)})
+	}
+	r := run(nil, "limit")
+	wantOK(t, r)
+	if !strings.HasPrefix(r.stdout, "no limit; the layers take ") {
+		t.Errorf("limit of a new store:\n%s", r)
+	}
+	r = run(nil, "limit", "20g")
+	wantOK(t, r)
+	if !strings.Contains(r.stdout, "limit 20.0 GiB;") {
+		t.Errorf("limit 20g:\n%s", r)
+	}
+	for _, c := range []struct {
+		env  []string
+		args []string
+		want string
+	}{
+		{nil, []string{"limit", "lots"}, `invalid size "lots"`},
+		{nil, []string{"limit", "0"}, "none for no limit"},
+		{nil, []string{"limit", "1g", "2g"}, "at most one SIZE"},
+		{[]string{"HUTCH_IMAGE_CACHE_MAX=lots"}, []string{"import", testImageTar(t, "hutch.test/a:1", "a", "a")}, `HUTCH_IMAGE_CACHE_MAX "lots"`},
+		{nil, []string{"import", "--max-size", "0", testImageTar(t, "hutch.test/a:1", "a", "a")}, `--max-size "0"`},
+	} {
+		if r := run(c.env, c.args...); r.code == 0 || !strings.Contains(r.stderr, c.want) {
+			t.Errorf("%v %v: want an error with %q:\n%s", c.env, c.args, c.want, r)
+		}
+	}
+	r = run(nil, "limit", "none")
+	wantOK(t, r)
+	if !strings.HasPrefix(r.stdout, "no limit;") {
+		t.Errorf("limit none:\n%s", r)
+	}
+	// Two images in; a third with room for one: the first two, not used
+	// in the last minute (made so), go, and stderr says so.
+	for _, tag := range []string{"a", "b"} {
+		wantOK(t, run(nil, "import", testImageTar(t, "hutch.test/"+tag+":1", tag, strings.Repeat(tag, 32<<10))))
+	}
+	old := time.Now().Add(-time.Hour)
+	records, _ := filepath.Glob(filepath.Join(state, "images", "records", "*.json"))
+	for _, p := range records {
+		_ = os.Chtimes(p, old, old)
+	}
+	r = run([]string{"HUTCH_IMAGE_CACHE_MAX=1k"}, "import", testImageTar(t, "hutch.test/c:1", "c", "c"))
+	wantOK(t, r)
+	for _, want := range []string{"hutch.test/a:1", "hutch.test/b:1", "least recently used"} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("the import's stderr lacks %q:\n%s", want, r)
+		}
+	}
+	r = run(nil, "ls")
+	if strings.Contains(r.stdout, "hutch.test/a:1") || strings.Contains(r.stdout, "hutch.test/b:1") || !strings.Contains(r.stdout, "hutch.test/c:1") {
+		t.Errorf("ls after the import over the limit:\n%s", r)
 	}
 }
