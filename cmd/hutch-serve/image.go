@@ -126,8 +126,11 @@ func cmdImage(args []string, stdout, stderr io.Writer) int {
 		}
 		var imgs []*image.Image
 		if sub == "pull" {
+			// Ctrl-C ends the pull (what it verified stays); a second one,
+			// while it waits for another pull of the image, ends hutch.
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 			defer stop()
+			context.AfterFunc(ctx, stop)
 			var img *image.Image
 			if img, err = fetch.Pull(ctx, st, fs.Arg(0), fetch.PullOptions{Options: opt, Insecure: insecure, AuthFile: *authFile, Platform: *plat}); err == nil {
 				imgs = append(imgs, img)

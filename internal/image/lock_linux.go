@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -24,6 +25,16 @@ func (s *Store) LockLayer(diffID string) (func(), error) {
 		return nil, err
 	}
 	return flock(d + ".lock")
+}
+
+// LockImage takes the lock of the image of manifest digest digest while
+// it is brought in, so that a second pull of it at once waits for the
+// first and then finds it in the store, fetching nothing.
+func (s *Store) LockImage(digest string) (func(), error) {
+	if !isDigest(digest) {
+		return nil, fmt.Errorf("image store: %q is not a sha256 digest", digest)
+	}
+	return flock(filepath.Join(s.dir, "locks", strings.TrimPrefix(digest, "sha256:")))
 }
 
 func flock(path string) (func(), error) {

@@ -19,6 +19,7 @@
 //	records/HEX.json     an image, named by its manifest digest
 //	refs.json            name → manifest digest
 //	limit.json           the standing size limit (SetLimit), if any
+//	locks/HEX            taken (flock) while the image HEX is brought in
 //	tmp/                 work in progress; nothing there is trusted
 //	lock                 taken (flock) to change refs.json or remove
 //
@@ -80,7 +81,7 @@ var (
 // Open opens (and makes) the store below stateDir.
 func Open(stateDir string) (*Store, error) {
 	dir := filepath.Join(stateDir, "images")
-	for _, d := range []string{"layers/sha256", "records", "tmp"} {
+	for _, d := range []string{"layers/sha256", "records", "locks", "tmp"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
 			return nil, fmt.Errorf("image store: %w", err)
 		}

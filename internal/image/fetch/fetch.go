@@ -16,6 +16,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -66,6 +67,8 @@ type Options struct {
 	// compressed: the layers are fetched compressed (a pull), and
 	// Fetched counts those bytes.
 	compressed bool
+	// platform, if set, is the platform the image must be for (a pull's).
+	platform *v1.Platform
 }
 
 // Event is a step of bringing an image in: the image's start (Index 0),
@@ -94,9 +97,31 @@ func Add(s *image.Store, img v1.Image, refs []string, opt Options) (*image.Image
 	if err != nil {
 		return nil, fmt.Errorf("image: %w", err)
 	}
+	unlock, err := s.LockImage(digest.String())
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	if rec, err := s.Get(digest.String()); err == nil && slices.IndexFunc(rec.Layers, func(l string) bool { return !s.HasLayer(l) }) < 0 {
+		// In the store whole (perhaps brought in by a pull that held the
+		// lock first): named, and nothing fetched.
+		if err := checkPlatform(rec.Digest, rec.Platform, opt); err != nil {
+			return nil, err
+		}
+		if opt.Progress != nil {
+			opt.Progress(Event{Image: rec.Digest, Count: len(rec.Layers)})
+			for i, l := range rec.Layers {
+				opt.Progress(Event{Image: rec.Digest, Layer: l, Index: i + 1, Count: len(rec.Layers), Cached: true, Done: true})
+			}
+		}
+		return put(s, rec, refs, opt)
+	}
 	cf, err := img.ConfigFile()
 	if err != nil {
 		return nil, fmt.Errorf("image %s: configuration: %w", digest, err)
+	}
+	if err := checkPlatform(digest.String(), platform(cf), opt); err != nil {
+		return nil, err
 	}
 	layers, err := img.Layers()
 	if err != nil {
@@ -172,6 +197,11 @@ func Add(s *image.Store, img v1.Image, refs []string, opt Options) (*image.Image
 		}
 		rec.Size += r.n
 	}
+	return put(s, rec, refs, opt)
+}
+
+// put records rec under refs, then keeps the store within its limit.
+func put(s *image.Store, rec *image.Image, refs []string, opt Options) (*image.Image, error) {
 	if err := s.Put(rec, refs...); err != nil {
 		return nil, err
 	}
@@ -185,6 +215,15 @@ func Add(s *image.Store, img v1.Image, refs []string, opt Options) (*image.Image
 		}
 	}
 	return s.Get(rec.Digest)
+}
+
+// checkPlatform refuses an image of platform p (digest) that is not for
+// the platform a pull asked for.
+func checkPlatform(digest, p string, opt Options) error {
+	if opt.platform != nil && !platformMatches(p, *opt.platform) {
+		return fmt.Errorf("image %s is for %s, not %s", digest, p, opt.platform)
+	}
+	return nil
 }
 
 // compressedSize is the size of l to fetch, when it is known without

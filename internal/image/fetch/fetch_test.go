@@ -382,7 +382,7 @@ func TestNormalize(t *testing.T) {
 // TestFetchAsUser runs the tests above as an ordinary user, whose layers
 // keep no owners and mark opaque directories with user.overlay.opaque.
 func TestFetchAsUser(t *testing.T) {
-	testutil.RunAsUser(t, "^(TestImportDockerSave|TestImportLayout|TestImportRefused|TestImportConcurrent|TestRemovePrune|TestEvictAndInUse|TestStandingLimit|TestUseIsRecent|TestPullAuth|TestPullPlainHTTP|TestPullIndex|TestPullTampered)$")
+	testutil.RunAsUser(t, "^(TestImportDockerSave|TestImportLayout|TestImportRefused|TestImportConcurrent|TestRemovePrune|TestEvictAndInUse|TestStandingLimit|TestUseIsRecent|TestPullAuth|TestPullPlainHTTP|TestPullIndex|TestPullTampered|TestPullDockerConfig|TestPullBearerToken|TestPullConcurrent|TestPullReferences)$")
 }
 
 // TestEvictAndInUse: eviction removes the least recently used images

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -60,11 +61,9 @@ func Pull(ctx context.Context, s *image.Store, ref string, opt PullOptions) (*im
 	if err != nil {
 		return nil, err
 	}
-	var kc authn.Keychain = authn.DefaultKeychain
-	if opt.AuthFile != "" {
-		if kc, err = fileKeychain(opt.AuthFile); err != nil {
-			return nil, err
-		}
+	kc, err := keychain(opt.AuthFile)
+	if err != nil {
+		return nil, err
 	}
 	tr := opt.Transport
 	if tr == nil {
@@ -83,10 +82,8 @@ func Pull(ctx context.Context, s *image.Store, ref string, opt PullOptions) (*im
 	if err != nil {
 		return nil, fmt.Errorf("pull %s: %w", ref, err)
 	}
-	if cf, err := img.ConfigFile(); err == nil && !platformMatches(cf, plat) {
-		return nil, fmt.Errorf("pull %s: the image is for %s, not %s", ref, platform(cf), plat.String())
-	}
 	opt.compressed = true
+	opt.platform = &plat
 	rec, err := Add(s, img, []string{ref}, opt.Options)
 	if err != nil {
 		return nil, fmt.Errorf("pull %s: %w", ref, err)
@@ -114,11 +111,15 @@ func platformOf(p string) (v1.Platform, error) {
 	return plat, nil
 }
 
-func platformMatches(cf *v1.ConfigFile, p v1.Platform) bool {
-	if cf.OS == "" && cf.Architecture == "" {
+// platformMatches reports whether an image of platform p ("os/arch",
+// perhaps "/variant"; "/" when the image does not say) runs on want.
+func platformMatches(p string, want v1.Platform) bool {
+	if p == "/" {
 		return true // an image that does not say
 	}
-	return cf.OS == p.OS && cf.Architecture == p.Architecture
+	goos, arch, _ := strings.Cut(p, "/")
+	arch, _, _ = strings.Cut(arch, "/")
+	return goos == want.OS && arch == want.Architecture
 }
 
 // httpsOnly refuses plain-HTTP requests to registries not named as
@@ -136,16 +137,46 @@ func (h httpsOnly) RoundTrip(req *http.Request) (*http.Response, error) {
 	return h.next.RoundTrip(req)
 }
 
-// fileKeychain takes credentials from the Docker configuration file path.
-func fileKeychain(path string) (authn.Keychain, error) {
+// keychain is where a pull's credentials come from: the Docker
+// configuration file authFile (--registry-auth), else the caller's own,
+// $DOCKER_CONFIG/config.json or ~/.docker/config.json (read at every pull,
+// as HOME is then: Docker's own loader keeps the first directory it found
+// for the life of the process), else Podman's auth.json where
+// go-containerregistry looks for it.
+func keychain(authFile string) (authn.Keychain, error) {
+	if authFile != "" {
+		return fileKeychain(authFile, "--registry-auth ")
+	}
+	dir := os.Getenv("DOCKER_CONFIG")
+	if dir == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return authn.DefaultKeychain, nil
+		}
+		dir = filepath.Join(home, ".docker")
+	}
+	if p := filepath.Join(dir, "config.json"); fileExists(p) {
+		return fileKeychain(p, "")
+	}
+	return authn.DefaultKeychain, nil
+}
+
+func fileExists(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.Mode().IsRegular()
+}
+
+// fileKeychain takes credentials from the Docker configuration file path
+// (with the credential helpers it names); errors name it after what.
+func fileKeychain(path, what string) (authn.Keychain, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("--registry-auth: %w", err)
+		return nil, fmt.Errorf("%s%w", what, err)
 	}
 	defer f.Close()
 	cf := configfile.New(path)
 	if err := cf.LoadFromReader(f); err != nil {
-		return nil, fmt.Errorf("--registry-auth %s: %w", path, err)
+		return nil, fmt.Errorf("%s%s: %w", what, path, err)
 	}
 	return configKeychain{cf}, nil
 }

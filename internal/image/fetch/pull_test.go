@@ -3,6 +3,7 @@ package fetch
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -12,6 +13,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/authn"
@@ -27,27 +29,62 @@ import (
 )
 
 // testRegistry is go-containerregistry's registry on loopback, over TLS
-// (or plain HTTP), with basic auth when user is set.
+// (or plain HTTP), with basic auth when user is set, or bearer tokens
+// when token is, and a count of the blobs it served.
 type testRegistry struct {
 	srv        *httptest.Server
 	host       string
 	user, pass string
+	// token, when set, is the bearer token every request must carry,
+	// handed out at /token (the realm its 401s name) for the credentials
+	// user and pass, as Docker Hub's and most registries' token servers do.
+	token string
 	// tamper, when set, changes the blob of that digest as it is served.
 	tamper string
+
+	mu       sync.Mutex
+	blobGets map[string]int // digest → GETs
 }
 
 func newRegistry(t *testing.T, tls bool, user, pass string) *testRegistry {
 	t.Helper()
-	r := &testRegistry{user: user, pass: pass}
+	return startRegistry(t, tls, &testRegistry{user: user, pass: pass})
+}
+
+// startRegistry serves r.
+func startRegistry(t *testing.T, tls bool, r *testRegistry) *testRegistry {
+	t.Helper()
+	r.blobGets = map[string]int{}
 	reg := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
 	h := http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if r.user != "" {
+		if req.URL.Path == "/token" {
+			if u, p, ok := req.BasicAuth(); !ok || u != r.user || p != r.pass {
+				w.WriteHeader(http.StatusUnauthorized)
+				return
+			}
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, `{"token": %q}`, r.token)
+			return
+		}
+		switch {
+		case r.token != "":
+			if req.Header.Get("Authorization") != "Bearer "+r.token {
+				w.Header().Set("WWW-Authenticate", fmt.Sprintf(`Bearer realm="%s/token",service="hutch-test"`, r.srv.URL))
+				w.WriteHeader(http.StatusUnauthorized)
+				return
+			}
+		case r.user != "":
 			u, p, ok := req.BasicAuth()
 			if !ok || u != r.user || p != r.pass {
 				w.Header().Set("WWW-Authenticate", `Basic realm="hutch-test"`)
 				w.WriteHeader(http.StatusUnauthorized)
 				return
 			}
+		}
+		if _, blob, ok := strings.Cut(req.URL.Path, "/blobs/"); ok && req.Method == http.MethodGet {
+			r.mu.Lock()
+			r.blobGets[blob]++
+			r.mu.Unlock()
 		}
 		if r.tamper != "" && req.Method == http.MethodGet && strings.HasSuffix(req.URL.Path, "/blobs/"+r.tamper) {
 			rec := httptest.NewRecorder()
@@ -73,6 +110,15 @@ func newRegistry(t *testing.T, tls bool, user, pass string) *testRegistry {
 	t.Cleanup(r.srv.Close)
 	r.host = strings.TrimPrefix(strings.TrimPrefix(r.srv.URL, "https://"), "http://")
 	return r
+}
+
+// gets returns how many times each blob was fetched, and forgets.
+func (r *testRegistry) gets() map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	g := r.blobGets
+	r.blobGets = map[string]int{}
+	return g
 }
 
 // push puts img (or an index) at repo:tag on the registry.
@@ -194,8 +240,9 @@ func TestPullIndex(t *testing.T) {
 	}
 }
 
-// TestPullTampered: a blob that is not what its digest says is refused,
-// and nothing of the image is kept.
+// TestPullTampered: a blob that is not what its digest says is refused
+// with an error naming the image and the layer, and nothing of the image
+// is kept.
 func TestPullTampered(t *testing.T) {
 	r := newRegistry(t, true, "", "")
 	img := testImage(t)
@@ -204,11 +251,143 @@ func TestPullTampered(t *testing.T) {
 	d, _ := ls[0].Digest()
 	r.tamper = d.String()
 	s := newStore(t)
+	cf, _ := img.ConfigFile()
+	digest, _ := img.Digest()
 	if _, err := Pull(context.Background(), s, ref, r.pullOpts(t)); err == nil {
 		t.Fatal("a tampered layer was taken")
-	} else if !strings.Contains(err.Error(), "layer sha256:") {
-		t.Errorf("the error names no layer: %v", err)
+	} else if msg := err.Error(); !strings.Contains(msg, ref) || !strings.Contains(msg, "image "+digest.String()) ||
+		!strings.Contains(msg, "layer "+cf.RootFS.DiffIDs[0].String()) {
+		t.Errorf("the error names not the image (%s, %s) and the layer (%s): %v", ref, digest, cf.RootFS.DiffIDs[0], err)
 	}
-	cf, _ := img.ConfigFile()
 	assertRefused(t, s, cf.RootFS.DiffIDs[0].String())
+}
+
+// dockerConfig writes a Docker configuration file ($HOME/.docker/config.json
+// of the HOME pullOpts made) with the credentials user:pass for host.
+func dockerConfig(t *testing.T, host, user, pass string) {
+	t.Helper()
+	dir := filepath.Join(os.Getenv("HOME"), ".docker")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	cfg := fmt.Sprintf(`{"auths": {%q: {"auth": %q}}}`, host, base64.StdEncoding.EncodeToString([]byte(user+":"+pass)))
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPullDockerConfig: without --registry-auth, the credentials come
+// from the caller's ~/.docker/config.json (HOME's).
+func TestPullDockerConfig(t *testing.T) {
+	r := newRegistry(t, true, "agent", "s3cret")
+	ref := r.push(t, "team/box:1", testImage(t))
+	s := newStore(t)
+	o := r.pullOpts(t)
+	dockerConfig(t, r.host, "agent", "wrong")
+	if _, err := Pull(context.Background(), s, ref, o); err == nil {
+		t.Error("wrong credentials in ~/.docker/config.json were taken")
+	}
+	dockerConfig(t, r.host, "agent", "s3cret")
+	if _, err := Pull(context.Background(), s, ref, o); err != nil {
+		t.Fatal(err)
+	}
+	checkImage(t, s, ref)
+}
+
+// TestPullBearerToken: a registry that wants a bearer token (its 401
+// names the realm that hands them out, as Docker Hub's does) is reached
+// with a token fetched there with the caller's credentials; without them
+// the token server's refusal is the error.
+func TestPullBearerToken(t *testing.T) {
+	r := startRegistry(t, true, &testRegistry{user: "agent", pass: "s3cret", token: "t0ken"})
+	ref := r.push(t, "team/box:1", testImage(t))
+	s := newStore(t)
+	o := r.pullOpts(t)
+	if _, err := Pull(context.Background(), s, ref, o); err == nil || !strings.Contains(err.Error(), "401") && !strings.Contains(strings.ToLower(err.Error()), "unauthorized") {
+		t.Errorf("without credentials: %v", err)
+	}
+	dockerConfig(t, r.host, "agent", "s3cret")
+	if _, err := Pull(context.Background(), s, ref, o); err != nil {
+		t.Fatal(err)
+	}
+	checkImage(t, s, ref)
+}
+
+// TestPullConcurrent: two pulls of one image at once, into one store,
+// both succeed and fetch each blob (layers and configuration) once: the
+// second waits for the first and finds the image in the store.
+func TestPullConcurrent(t *testing.T) {
+	r := newRegistry(t, true, "", "")
+	img := testImage(t)
+	ref := r.push(t, "box:1", img)
+	r.gets()
+	s := newStore(t)
+	o := r.pullOpts(t)
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = Pull(context.Background(), s, ref, o)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkImage(t, s, ref)
+	got := r.gets()
+	ls, _ := img.Layers()
+	cfg, _ := img.ConfigName()
+	want := []string{cfg.String()}
+	for _, l := range ls {
+		d, _ := l.Digest()
+		want = append(want, d.String())
+	}
+	for _, d := range want {
+		if got[d] != 1 {
+			t.Errorf("blob %s fetched %d times, want once (all: %v)", d, got[d], got)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("blobs fetched: %v, want %v once each", got, want)
+	}
+}
+
+// TestPullReferences: Docker's forms of a reference: REPO@sha256:DIGEST
+// and REPO:TAG@sha256:DIGEST (the digest rules) pull the image the digest
+// names, recorded under REPO@sha256:DIGEST; a digest the registry lacks is
+// its error; an image for another platform is refused, naming both.
+func TestPullReferences(t *testing.T) {
+	r := newRegistry(t, true, "", "")
+	img := testImage(t)
+	r.push(t, "team/box:1", img)
+	digest, _ := img.Digest()
+	for _, ref := range []string{r.host + "/team/box@" + digest.String(), r.host + "/team/box:other@" + digest.String()} {
+		s := newStore(t)
+		rec, err := Pull(context.Background(), s, ref, r.pullOpts(t))
+		if err != nil {
+			t.Fatalf("%s: %v", ref, err)
+		}
+		if want := r.host + "/team/box@" + digest.String(); rec.Digest != digest.String() || len(rec.Refs) != 1 || rec.Refs[0] != want {
+			t.Errorf("%s: recorded %s as %v, want %s", ref, rec.Digest, rec.Refs, want)
+		}
+		checkImage(t, s, r.host+"/team/box@"+digest.String())
+	}
+	missing := r.host + "/team/box@sha256:" + strings.Repeat("0", 64)
+	if _, err := Pull(context.Background(), newStore(t), missing, r.pullOpts(t)); err == nil || !strings.Contains(err.Error(), missing) {
+		t.Errorf("a digest the registry lacks: %v", err)
+	}
+	riscv := r.push(t, "team/riscv:1", imagetest.Image(t, "riscv64", nil, layerOf(t, tarOf(t, "x=y"))))
+	if _, err := Pull(context.Background(), newStore(t), riscv, r.pullOpts(t)); err == nil || !strings.Contains(err.Error(), "is for linux/riscv64, not linux/"+runtime.GOARCH) {
+		t.Errorf("an image for another platform: %v", err)
+	}
+	for _, bad := range []string{"", "Upper/case:1", r.host + "/box@sha256:12", "a b"} {
+		if _, err := Pull(context.Background(), newStore(t), bad, r.pullOpts(t)); !errors.Is(err, image.ErrBadRef) {
+			t.Errorf("%q: %v", bad, err)
+		}
+	}
 }
