@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/image"
@@ -58,4 +59,14 @@ func keepImageCache(ctx context.Context, stateDir, flag string, log *slog.Logger
 		}
 	}()
 	return func() { <-done }, nil
+}
+
+// serveStateDir is hutch serve's state directory when --state-dir does
+// not name one: $HUTCH_STATE_DIR, as for hutch image and hutch run, so
+// that one variable names the store they share; else defaultStateDir.
+func serveStateDir() string {
+	if d := os.Getenv("HUTCH_STATE_DIR"); d != "" {
+		return d
+	}
+	return defaultStateDir
 }

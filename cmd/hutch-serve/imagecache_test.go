@@ -96,3 +96,17 @@ func TestKeepImageCache(t *testing.T) {
 		t.Errorf("hutch serve --image-cache-max 0: exit %d, %s", code, stderr.String())
 	}
 }
+
+// TestServeStateDir: hutch serve's state directory is --state-dir's, else
+// $HUTCH_STATE_DIR's (the one hutch image and hutch run use), else
+// /var/lib/hutch.
+func TestServeStateDir(t *testing.T) {
+	t.Setenv("HUTCH_STATE_DIR", "")
+	if d := serveStateDir(); d != defaultStateDir {
+		t.Errorf("without HUTCH_STATE_DIR: %s", d)
+	}
+	t.Setenv("HUTCH_STATE_DIR", "/srv/hutch-state")
+	if d := serveStateDir(); d != "/srv/hutch-state" {
+		t.Errorf("with HUTCH_STATE_DIR: %s", d)
+	}
+}

@@ -42,7 +42,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	socket := fs.String("socket", api.DefaultSocket, "listen on the unix socket at `path` (mode 0660; \"\" for none); requests there without a token act as the tenant \"admin\"; processes in another user namespace (any sandbox) are refused")
 	listen := fs.String("listen", "", "also listen on TCP `address` (e.g. 127.0.0.1:7070); every request there needs a token (see hutch token create)")
-	stateDir := fs.String("state-dir", defaultStateDir, "keep the daemon's state and the sandboxes' directories in `dir`")
+	stateDir := fs.String("state-dir", serveStateDir(), "keep the daemon's state, its image store (DIR/images) and the sandboxes' directories in `dir`; $HUTCH_STATE_DIR, if set, is the default")
 	maxUpload := fs.String("max-upload", "1g", "largest file or archive upload, a `size` such as 512m")
 	defTimeout := fs.Duration("default-timeout", 0, "lifetime of a sandbox that asks for none (default 5m)")
 	maxTimeout := fs.Duration("max-timeout", 0, "longest lifetime of a sandbox (default 24h)")
