@@ -108,6 +108,7 @@ func Add(s *image.Store, img v1.Image, refs []string, opt Options) (*image.Image
 		if err := checkPlatform(rec.Digest, rec.Platform, opt); err != nil {
 			return nil, err
 		}
+		Layers.With("cached").Add(float64(len(rec.Layers)))
 		if opt.Progress != nil {
 			opt.Progress(Event{Image: rec.Digest, Count: len(rec.Layers)})
 			for i, l := range rec.Layers {
