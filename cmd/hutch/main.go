@@ -41,9 +41,10 @@ Usage:
                                            sandbox's proxy, for ssh's ProxyCommand
 
 Images:
+  hutch image pull REF                     pull an image from its registry
   hutch image import FILE                  bring in a docker save tarball or an
-                                           OCI layout; also ls, inspect, rm, prune
-                                           (hutch image -h)
+                                           OCI layout; also ls, inspect, rm,
+                                           prune, limit (hutch image -h)
 
 The daemon and its clients:
   hutch serve [flags]                      run the daemon: long-lived sandboxes
