@@ -408,16 +408,12 @@ func TestEvictAndInUse(t *testing.T) {
 	}
 	// b is in use (oldest use of all), a was used before c.
 	imgA, imgB, imgC := get("a"), get("b"), get("c")
-	old := time.Now().Add(-time.Hour)
-	for _, x := range []*image.Image{imgA, imgB} {
-		os.Chtimes(filepath.Join(s.Dir(), "records", strings.TrimPrefix(x.Digest, "sha256:")+".json"), old, old)
-	}
+	usedAgo(t, s, imgA, time.Hour)
 	release, err := s.Use(imgB)
 	if err != nil {
 		t.Fatal(err)
 	}
-	old = old.Add(-time.Hour)
-	os.Chtimes(filepath.Join(s.Dir(), "records", strings.TrimPrefix(imgB.Digest, "sha256:")+".json"), old, old)
+	usedAgo(t, s, imgB, 2*time.Hour)
 	// Room for about two layers: a goes (least recently used not in use).
 	removed, err := s.Evict(150 << 10)
 	if err != nil {
