@@ -95,6 +95,7 @@ func TestRunFlagsEverywhere(t *testing.T) {
 		{"create", "--upstream-ca", "/nonexistent.pem"},
 		{"create", "--debug", "--memory", "64m"},
 		{"create", "--report", dir + "/r.jsonl"},
+		{"create", "--state-dir", dir},
 	} {
 		r := hutch(t, invocation{args: args, dir: dir, env: env})
 		if r.code == 0 || strings.Contains(r.stderr, "unknown flag") || len(lines(r.stderr)) > 2 {
@@ -104,6 +105,10 @@ func TestRunFlagsEverywhere(t *testing.T) {
 	r := hutch(t, invocation{args: []string{"create", "--report", dir + "/r.jsonl"}, dir: dir, env: env})
 	if r.code != 2 || !strings.Contains(r.stderr, "hutch events") {
 		t.Errorf("create --report: want exit 2 pointing to hutch events, got %s", r)
+	}
+	r = hutch(t, invocation{args: []string{"create", "--state-dir", dir}, dir: dir, env: env})
+	if r.code != 2 || !strings.Contains(r.stderr, "the daemon's store") {
+		t.Errorf("create --state-dir: want exit 2 pointing to the daemon's store, got %s", r)
 	}
 	r = hutch(t, invocation{args: []string{"create", "--upstream-ca", "/nonexistent.pem"}, dir: dir, env: env})
 	if r.code != 2 || !strings.Contains(r.stderr, "--upstream-ca") {

@@ -75,15 +75,13 @@ func newRunFlags(name string, stderr io.Writer) (*flag.FlagSet, *runFlags) {
 	fs.BoolVar(&r.debug, "debug", false, "log sandbox setup to stderr")
 	fs.Var(&r.upstreamCAs, "upstream-ca", "also trust the certificates in `file` (PEM) when the proxy connects to a secret's host (repeatable)")
 	fs.StringVar(&r.report, "report", "", "write every refused connection, and the traffic of every allowed host, to `file` as JSON lines")
-	if name == "run" {
-		fs.StringVar(&r.stateDir, "state-dir", "", "the state `dir` whose image store --image takes images from and pulls into (default: $HUTCH_STATE_DIR, else /var/lib/hutch for root and ~/.local/share/hutch for a user); the sandbox can read none of it")
-	}
+	fs.StringVar(&r.stateDir, "state-dir", "", "the state `dir` whose image store --image takes images from and pulls into (default: $HUTCH_STATE_DIR, else /var/lib/hutch for root and ~/.local/share/hutch for a user); the sandbox can neither read nor write it")
 	fs.Usage = func() {
 		switch name {
 		case "run":
 			fmt.Fprint(stderr, "Usage: hutch run [flags] -- COMMAND [ARGS...]\n\nRuns COMMAND in a new sandbox.\n")
 		case "policy show":
-			fmt.Fprint(stderr, "Usage: hutch policy show [flags]\n\nPrints the policy hutch run would apply with the same flags (--debug, --report and\n--upstream-ca, which are not policy, change nothing here).\n")
+			fmt.Fprint(stderr, "Usage: hutch policy show [flags]\n\nPrints the policy hutch run would apply with the same flags (--debug, --report,\n--upstream-ca and --state-dir, which are not policy, change nothing here).\n")
 		default:
 			fmt.Fprintf(stderr, "Usage: hutch %s [flags]\n", name)
 		}

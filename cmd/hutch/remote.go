@@ -96,7 +96,7 @@ func cmdCreate(args []string, stdout, stderr io.Writer) int {
 	var labels cli.List
 	fs.Var(&labels, "label", "tag the sandbox with `key=value` (repeatable)")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: hutch create [flags]\n\nCreates a sandbox in the daemon at $HUTCH_HOST (default %s), with the token in $HUTCH_TOKEN,\nand prints its id. It takes the flags of hutch run; --timeout is the sandbox's lifetime,\n--debug prints the policy sent, and --report is refused: a served sandbox's refused\nconnections are its events (hutch events ID).\n\nFlags:\n", client.DefaultHost)
+		fmt.Fprintf(stderr, "Usage: hutch create [flags]\n\nCreates a sandbox in the daemon at $HUTCH_HOST (default %s), with the token in $HUTCH_TOKEN,\nand prints its id. It takes the flags of hutch run; --timeout is the sandbox's lifetime,\n--debug prints the policy sent; --report is refused (a served sandbox's refused\nconnections are its events: hutch events ID), and --state-dir (its image comes from\nthe daemon's store).\n\nFlags:\n", client.DefaultHost)
 		fs.PrintDefaults()
 	}
 	if err := cli.Parse(fs, args, stderr); err != nil {
@@ -108,6 +108,10 @@ func cmdCreate(args []string, stdout, stderr io.Writer) int {
 	}
 	if rf.report != "" {
 		fmt.Fprintln(stderr, "hutch: create: --report is for hutch run; a served sandbox's refused connections are its events: hutch events ID")
+		return 2
+	}
+	if rf.stateDir != "" {
+		fmt.Fprintln(stderr, "hutch: create: --state-dir is for hutch run; a served sandbox's image comes from the daemon's store: hutch image pull --state-dir DIR with the daemon's state directory")
 		return 2
 	}
 	opts := client.CreateOptions{IdleTimeout: *idle}
