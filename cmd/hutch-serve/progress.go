@@ -142,10 +142,27 @@ func (m *meter) finishImage(withDigest bool) {
 
 // draw redraws the progress line.
 func (m *meter) draw() {
-	if m.image == "" {
-		return
+	line := m.line(time.Now())
+	// A line longer than the terminal would wrap, and the carriage
+	// return would go back to its last row only.
+	cols := 80
+	if _, c, err := sandbox.TerminalSize(m.term); err == nil && c > 1 {
+		cols = int(c)
 	}
-	now := time.Now()
+	if r := []rune(line); len(r) > cols-1 {
+		line = string(r[:cols-1])
+	}
+	w := len([]rune(line))
+	fmt.Fprintf(m.term, "\r%s%s", line, strings.Repeat(" ", max(0, m.width-w)))
+	m.width = w
+}
+
+// line is the progress line at now: before an image's manifest is read,
+// what is brought in; then its layers done, its bytes and the rate.
+func (m *meter) line(now time.Time) string {
+	if m.image == "" {
+		return fmt.Sprintf("%s %s ...", m.verb, m.name)
+	}
 	n := m.fetched.Load() - m.base
 	m.samples = append(m.samples, sample{now, n})
 	for len(m.samples) > 1 && now.Sub(m.samples[0].at) > rateWindow {
@@ -160,18 +177,7 @@ func (m *meter) draw() {
 	if first := m.samples[0]; now.Sub(first.at) > drawEvery {
 		line += fmt.Sprintf(", %s/s", humanSize(int64(float64(n-first.bytes)/now.Sub(first.at).Seconds())))
 	}
-	// A line longer than the terminal would wrap, and the carriage
-	// return would go back to its last row only.
-	cols := 80
-	if _, c, err := sandbox.TerminalSize(m.term); err == nil && c > 1 {
-		cols = int(c)
-	}
-	if r := []rune(line); len(r) > cols-1 {
-		line = string(r[:cols-1])
-	}
-	w := len([]rune(line))
-	fmt.Fprintf(m.term, "\r%s%s", line, strings.Repeat(" ", max(0, m.width-w)))
-	m.width = w
+	return line
 }
 
 // clear blanks the progress line and puts the cursor at its start.
