@@ -26,7 +26,7 @@ const imageUsage = `Usage:
                                           ~/.docker/config.json): --insecure-registry HOST:PORT (plain
                                           HTTP, repeatable), --registry-auth FILE, --platform OS/ARCH
   hutch image import FILE [--name REPO]   bring in a docker save tarball or an OCI layout (directory or tar)
-  hutch image ls                          list the images
+  hutch image ls                          list the images (LAST USED: pulled, or a sandbox started)
   hutch image inspect REF                 print an image's record as JSON
   hutch image rm REF...                   remove names (a digest removes the image)
   hutch image prune [--max-size SIZE]     remove the layers no image holds; with --max-size, first
@@ -161,14 +161,15 @@ func cmdImage(args []string, stdout, stderr io.Writer) int {
 			return fail(err)
 		}
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "NAME\tDIGEST\tPLATFORM\tSIZE\tADDED")
+		fmt.Fprintln(tw, "NAME\tDIGEST\tPLATFORM\tSIZE\tADDED\tLAST USED")
 		for _, img := range imgs {
 			names := img.Refs
 			if len(names) == 0 {
 				names = []string{"<none>"}
 			}
 			for _, n := range names {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", n, short(img.Digest), img.Platform, humanSize(img.Size), img.Added.Local().Format(time.DateTime))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", n, short(img.Digest), img.Platform, humanSize(img.Size),
+					img.Added.Local().Format(time.DateTime), st.LastUse(img).Local().Format(time.DateTime))
 			}
 		}
 		tw.Flush()

@@ -52,7 +52,7 @@ func TestImageCommands(t *testing.T) {
 	}
 	r = run("ls")
 	wantOK(t, r)
-	if !strings.Contains(r.stdout, "hutch.test/tool:1") || !strings.Contains(r.stdout, "linux/amd64") {
+	if !strings.Contains(r.stdout, "hutch.test/tool:1") || !strings.Contains(r.stdout, "linux/amd64") || !strings.Contains(r.stdout, "LAST USED") {
 		t.Errorf("ls:\n%s", r)
 	}
 	r = run("inspect", "hutch.test/tool:1")

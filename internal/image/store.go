@@ -375,7 +375,7 @@ func (s *Store) evict(maxBytes int64, keep []string, spareSince time.Time) ([]*I
 	// Least recently used first: the record's modification time.
 	used := map[string]time.Time{}
 	for _, img := range imgs {
-		used[img.Digest] = s.lastUse(img)
+		used[img.Digest] = s.LastUse(img)
 	}
 	sort.SliceStable(imgs, func(i, j int) bool { return used[imgs[i].Digest].Before(used[imgs[j].Digest]) })
 	m, err := s.refs()
@@ -413,9 +413,9 @@ func (s *Store) evict(maxBytes int64, keep []string, spareSince time.Time) ([]*I
 	return removed, err
 }
 
-// lastUse is when img was last used (Use) or brought in: its record's
-// modification time.
-func (s *Store) lastUse(img *Image) time.Time {
+// LastUse is when img was last used (Use: a sandbox started from it) or
+// brought in: its record's modification time, the order of eviction.
+func (s *Store) LastUse(img *Image) time.Time {
 	if fi, err := os.Stat(s.recordPath(img.Digest)); err == nil {
 		return fi.ModTime()
 	}
