@@ -29,12 +29,39 @@ func (s *Store) LockLayer(diffID string) (func(), error) {
 
 // LockImage takes the lock of the image of manifest digest digest while
 // it is brought in, so that a second pull of it at once waits for the
-// first and then finds it in the store, fetching nothing.
+// first and then finds it in the store, fetching nothing. The lock's file
+// is removed as it is dropped: a pull waiting on it then holds a file no
+// longer there, and a pull after that makes another; both find the image
+// in the store, or, if the first failed, bring it in at once, each layer
+// still unpacked once.
 func (s *Store) LockImage(digest string) (func(), error) {
 	if !isDigest(digest) {
 		return nil, fmt.Errorf("image store: %q is not a sha256 digest", digest)
 	}
-	return flock(filepath.Join(s.dir, "locks", strings.TrimPrefix(digest, "sha256:")))
+	p := filepath.Join(s.dir, "locks", strings.TrimPrefix(digest, "sha256:"))
+	release, err := flock(p)
+	if err != nil {
+		return nil, err
+	}
+	return func() {
+		_ = os.Remove(p)
+		release()
+	}, nil
+}
+
+// pruneImageLocks removes the locks of images that pulls killed left
+// (LockImage removes its own), if no pull holds them.
+func (s *Store) pruneImageLocks() {
+	dir := filepath.Join(s.dir, "locks")
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		release, err := flockHow(filepath.Join(dir, e.Name()), unix.LOCK_EX|unix.LOCK_NB)
+		if err != nil {
+			continue // a pull brings it in now
+		}
+		_ = os.Remove(filepath.Join(dir, e.Name()))
+		release()
+	}
 }
 
 func flock(path string) (func(), error) {

@@ -19,7 +19,8 @@
 //	records/HEX.json     an image, named by its manifest digest
 //	refs.json            name → manifest digest
 //	limit.json           the standing size limit (SetLimit), if any
-//	locks/HEX            taken (flock) while the image HEX is brought in
+//	locks/HEX            taken (flock) while the image HEX is brought in,
+//	                     removed after
 //	tmp/                 work in progress; nothing there is trusted
 //	lock                 taken (flock) to change refs.json or remove
 //
@@ -317,6 +318,7 @@ func (s *Store) pruneLocked() (layers int, err error) {
 			_ = RemoveTree(filepath.Join(s.dir, "tmp", e.Name()))
 		}
 	}
+	s.pruneImageLocks()
 	return layers, nil
 }
 

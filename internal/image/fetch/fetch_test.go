@@ -251,7 +251,7 @@ func assertRefused(t *testing.T, s *image.Store, diffID string) {
 
 func assertNothingKept(t *testing.T, s *image.Store) {
 	t.Helper()
-	for _, d := range []string{"layers/sha256", "records", "tmp"} {
+	for _, d := range []string{"layers/sha256", "records", "tmp", "locks"} {
 		ents, _ := os.ReadDir(filepath.Join(s.Dir(), d))
 		for _, e := range ents {
 			if !strings.HasSuffix(e.Name(), ".lock") && !strings.HasPrefix(e.Name(), "write-") {
