@@ -330,6 +330,9 @@ func (p *policyFlags) spec(stderr io.Writer) (policy.Spec, int) {
 	if err := s.Normalize(cwd, home); err != nil {
 		return fail(err)
 	}
+	if _, img := s.Image(); img && s.Filesystem.WorkspaceAt == "" {
+		s.Filesystem.WorkspaceAt = policy.DefaultWorkspaceAt
+	}
 	if err := s.Validate(); err != nil {
 		return fail(err)
 	}
@@ -348,6 +351,12 @@ func (p *policyFlags) apply(s *policy.Spec) error {
 			return errors.New("--root and --image cannot be combined")
 		}
 		s.Root = policy.ImagePrefix + p.image
+	}
+	if p.workspaceAt != "" {
+		if err := policy.CheckWorkspaceAt(p.workspaceAt); err != nil {
+			return fmt.Errorf("--workspace-at: %w", err)
+		}
+		s.Filesystem.WorkspaceAt = p.workspaceAt
 	}
 	s.Filesystem.AllowWrite = append(s.Filesystem.AllowWrite, p.allowWrite...)
 	s.Filesystem.DenyRead = append(s.Filesystem.DenyRead, p.denyRead...)

@@ -543,6 +543,9 @@ func servePolicy(s policy.Spec, noInternet bool) error {
 	if s.Filesystem.NoDefaultDenies {
 		problems = append(problems, "filesystem.no_default_denies: not allowed in hutch serve")
 	}
+	if s.Filesystem.WorkspaceAt != "" {
+		problems = append(problems, "filesystem.workspace_at: a sandbox of hutch serve has its workspace in its own root, at filesystem.workspace")
+	}
 	if s.BestEffort {
 		problems = append(problems, "best_effort: not allowed in hutch serve")
 	}
