@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -140,9 +141,9 @@ func TestRunImage(t *testing.T) {
 			wantOK(t, r)
 			r = hutch(t, invocation{uid: uid, dir: ws, env: env, args: []string{"run", "--image", "hutch.test/bb:1", "--", "sh", "-c",
 				`cat /etc/motd; echo "$GREETING"; echo "PATH=$PATH"; ls /opq; test -e /gone || echo no-gone; test -e /usr/bin/env || echo no-host-usr;
-				 pwd; echo written > out; echo x > /etc/newfile && echo root-writable`}})
+				 pwd; echo "PWD=$PWD"; test -e ` + ws + ` || echo no-host-path; echo written > out; echo x > /etc/newfile && echo root-writable`}})
 			wantOK(t, r)
-			for _, want := range []string{"from the image", "hi from the image", "PATH=/bin\n", "new\n", "no-gone", "no-host-usr", ws + "\n", "root-writable"} {
+			for _, want := range []string{"from the image", "hi from the image", "PATH=/bin\n", "new\n", "no-gone", "no-host-usr", "\n/workspace\nPWD=/workspace\nno-host-path\n", "root-writable"} {
 				if !strings.Contains(r.stdout, want) {
 					t.Errorf("the sandbox's output lacks %q:\n%s", want, r)
 				}
@@ -152,6 +153,23 @@ func TestRunImage(t *testing.T) {
 			}
 			if b, err := os.ReadFile(filepath.Join(ws, "out")); err != nil || string(b) != "written\n" {
 				t.Errorf("the workspace write did not reach the host: %q, %v", b, err)
+			}
+			if fi, err := os.Stat(filepath.Join(ws, "out")); err == nil && fi.Sys().(*syscall.Stat_t).Uid != uint32(uid) {
+				t.Errorf("the workspace write belongs to uid %d on the host, not to the workspace's owner %d", fi.Sys().(*syscall.Stat_t).Uid, uid)
+			}
+			// Elsewhere, as the policy says; never with the host's root.
+			r = hutch(t, invocation{uid: uid, dir: ws, env: env, args: []string{"run", "--image", "hutch.test/bb:1", "--workspace-at", "/src", "--", "sh", "-c", "pwd; cat out"}})
+			wantOK(t, r)
+			if r.stdout != "/src\nwritten\n" {
+				t.Errorf("--workspace-at /src:\n%s", r)
+			}
+			r = hutch(t, invocation{uid: uid, dir: ws, env: env, args: []string{"run", "--workspace-at", "/src", "--", "true"}})
+			if r.code != sandbox.ExitHutchError || !strings.Contains(r.stderr, "workspace_at: only a sandbox from an image") {
+				t.Errorf("--workspace-at with the host's root:\n%s", r)
+			}
+			r = hutch(t, invocation{uid: uid, dir: ws, env: env, args: []string{"policy", "show", "--image", "hutch.test/bb:1"}})
+			if !strings.Contains(r.stdout, "workspace_at: /workspace\n") {
+				t.Errorf("policy show does not say where the workspace is:\n%s", r)
 			}
 			if m, _ := filepath.Glob(filepath.Join(state, "images", "layers", "sha256", "*", "etc", "newfile")); len(m) > 0 {
 				t.Errorf("a write to the root reached the store: %v", m)

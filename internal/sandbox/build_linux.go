@@ -36,7 +36,15 @@ type builder struct {
 	// listener is the slot of the seccomp filter's listener, which the
 	// sandbox's PID 1 serves; -1 when the filter hands nothing over.
 	listener int8
+	// ws is where the view shows the workspace (initConfig.Workspace).
+	ws viewMap
 }
+
+// view is where the view shows the host path p of a writable area: every
+// mount target made from a host path goes through it (a protection bound
+// at the host path while the workspace is elsewhere would protect
+// nothing); the sources, host paths cloned before the view exists, never.
+func (b *builder) view(p string) string { return b.ws.of(p) }
 
 // msgBuf is a message between hutch and the first process, in memory the
 // first process can use: one byte and descriptors (hutch's message carries
@@ -259,7 +267,7 @@ func (b *builder) mask(i int, path string, dir bool) {
 	if dir {
 		first, second = second, first
 	}
-	t, open := b.target(desc, path)
+	t, open := b.target(desc, b.view(path))
 	mnt := b.p.slot()
 	b.p.call(desc+": clone mask", mnt, unix.SYS_OPEN_TREE, s(b.masks), b.p.str(first), k(unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC))
 	move := b.p.call(desc+": attach mask", -1, unix.SYS_MOVE_MOUNT, s(mnt), b.p.str(""), s(t), b.p.str(""),
@@ -310,6 +318,7 @@ func (b *builder) receive(ctl int, n int) []int8 {
 // the slots of the idmapped writable mounts hutch sent (by Writable[i].FD).
 func (b *builder) mounts(cfg initConfig, fds []int8, denyRead []pathKind) {
 	p := &b.p
+	b.ws = cfg.Workspace
 	p.call("make mounts private", -1, unix.SYS_MOUNT, p.str(""), p.str("/"), p.str(""), k(unix.MS_REC|unix.MS_PRIVATE), k(0))
 	src := rootDir(cfg.Root)
 	var rootTree int8
@@ -424,10 +433,14 @@ func (b *builder) mounts(cfg initConfig, fds []int8, denyRead []pathKind) {
 			unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC), d, false)
 	}
 	for i, w := range cfg.Writable {
-		b.attach("writable "+w.Path, writable[i], w.Path, true)
+		b.attach("writable "+w.Path, writable[i], b.view(w.Path), true)
 	}
 	for i, f := range cfg.Files {
-		if !f.Create {
+		switch {
+		case f.Create:
+		case f.HostTarget:
+			b.attach(f.Target, files[i], b.view(f.Target), false)
+		default:
 			b.attach(f.Target, files[i], f.Target, false)
 		}
 	}
@@ -435,14 +448,14 @@ func (b *builder) mounts(cfg initConfig, fds []int8, denyRead []pathKind) {
 		b.bindResolvConf()
 	}
 	for _, path := range cfg.Pin {
-		b.rebind("pin "+path, path, false)
+		b.rebind("pin "+path, b.view(path), false)
 	}
 	for j, path := range cfg.DenyWrite {
 		if ph, ok := cfg.Placeholders[path]; ok {
-			b.cover(j, "protect "+path, path, ph)
+			b.cover(j, "protect "+path, b.view(path), ph)
 			continue
 		}
-		b.rebind("protect "+path, path, true)
+		b.rebind("protect "+path, b.view(path), true)
 	}
 	for i, d := range denyRead {
 		b.mask(i, d.path, d.dir)

@@ -207,6 +207,9 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 	for _, r := range roots {
 		cfg.Writable = append(cfg.Writable, bindSrc{Path: r, FD: -1})
 	}
+	if err := placeWorkspace(&cfg, s, img, roots); err != nil {
+		return res, err
+	}
 	if len(cfg.Writable) > 0 {
 		// What the sandbox writes there must not grant or widen privilege
 		// on the host (ESCAPES 21).
@@ -547,6 +550,36 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 	}
 	l.tty = cfg.Tty
 	return l, nil
+}
+
+// placeWorkspace sets where the view shows the workspace (a sandbox from
+// an image: the policy's workspace_at; else its host path) and the
+// command's working directory there, or the image's (img.Dir), with PWD
+// to match. A writable area of the host at, above or below where the
+// workspace is shown would be mixed up with it in the view: refused.
+func placeWorkspace(cfg *initConfig, s policy.Spec, img *ImageRoot, roots []string) error {
+	ws, at := s.Filesystem.Workspace, s.Filesystem.WorkspaceAt
+	if img == nil {
+		if at != "" && at != ws {
+			return fmt.Errorf("workspace_at %s: only a sandbox from an image has its workspace elsewhere than at its host path", at)
+		}
+		return nil
+	}
+	if at == "" {
+		at = ws
+	}
+	for _, r := range roots {
+		if r != ws && (under(r, []string{at}) || under(at, []string{r})) {
+			return fmt.Errorf("writable path %s: the workspace is at %s in the sandbox, which that path would cover or lie in (choose another --workspace-at)", r, at)
+		}
+	}
+	cfg.Workspace = viewMap{Host: ws, At: at}
+	cfg.Dir = at
+	if img.Dir != "" {
+		cfg.Dir = img.Dir
+	}
+	cfg.Env = append(withoutVars(cfg.Env, []string{"PWD", "OLDPWD"}), "PWD="+cfg.Dir)
+	return nil
 }
 
 // Run runs c.Args in a new sandbox and waits for it to end.

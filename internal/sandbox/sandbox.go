@@ -115,9 +115,10 @@ type Config struct {
 	// Image, when set, is the root the sandbox starts from instead of the
 	// host's (policy root "image:REF"): the image's layers stacked
 	// read-only, with the sandbox's writes to its root kept in memory and
-	// dropped at its end. The workspace and allow_write paths are bound
-	// in at their host paths, and every protection applies as with the
-	// host's root. Root only, for now.
+	// dropped at its end. The workspace is bound in at
+	// Spec.Filesystem.WorkspaceAt (at its host path when that is empty),
+	// allow_write paths at their host paths, and every protection of the
+	// workspace applies where the view shows it.
 	Image *ImageRoot
 }
 
@@ -129,6 +130,10 @@ type ImageRoot struct {
 	// SizeBytes bounds what the sandbox writes to its root (a tmpfs; its
 	// pages count against the sandbox's memory limit).
 	SizeBytes int64
+	// Dir, when set, is the command's working directory (a path of the
+	// view: the image's WorkingDir for its own command); the workspace
+	// otherwise.
+	Dir string
 }
 
 // ErrNotDirInRoot is the error of a path of a sandbox's root layer (its
