@@ -12,9 +12,9 @@ import (
 // initConfig is everything the sandbox's first process is built from: the
 // input of the builder (build_linux.go).
 type initConfig struct {
-	Args      []string
-	Env       []string
-	Dir       string // the working directory, in the view
+	Args []string
+	Env  []string
+	Dir  string // the working directory, in the view
 	// Workspace is where the workspace is bound in the view: its host
 	// path and where the view shows it (a sandbox from an image binds it
 	// at /workspace). Every target the builder makes from a host path in
