@@ -157,3 +157,78 @@ func TestImageRootEscapes(t *testing.T) {
 		}
 	})
 }
+
+// TestImageWorkspaceProtections: in a sandbox from an image the workspace
+// is at /workspace, not at its host path, and every protection of the
+// workspace holds there exactly as with the host's root: git's hooks and
+// configuration, the policy file the sandbox runs under, the default
+// deny-write names (existing or held by placeholders), the policy's own
+// deny_write and deny_read, a .git that may be neither moved nor
+// replaced; what it makes that the host would run is set aside at its
+// end, reported by its host path.
+func TestImageWorkspaceProtections(t *testing.T) {
+	forEachMode(t, func(t *testing.T, sb *harness) {
+		state := hostDir(t, sb.mode.uid, "state")
+		img := imagetest.Busybox(t, func(ok bool, reason string) { testutil.Need(t, ok, reason) })
+		p := imagetest.DockerSave(t, img, "hutch.test/escape-ws:1", hostDir(t, sb.mode.uid, "tar"))
+		env := []string{"HUTCH_STATE_DIR=" + state}
+		if r := sb.hutch(opts{env: env}, "image", "import", p); r.code != 0 {
+			t.Fatalf("import:\n%s", r)
+		}
+		mkdirs(t, sb.ws, sb.mode.uid, ".git/hooks", ".git/objects", ".git/refs/heads")
+		writeFile(t, filepath.Join(sb.ws, ".git", "HEAD"), "ref: refs/heads/main\n", 0o644, sb.mode.uid)
+		writeFile(t, filepath.Join(sb.ws, ".git", "config"), "[core]\n\tbare = false\n", 0o644, sb.mode.uid)
+		writeFile(t, filepath.Join(sb.ws, "secret.txt"), "WS-SECRET\n", 0o644, sb.mode.uid)
+		writeFile(t, filepath.Join(sb.ws, "keep.txt"), "kept\n", 0o644, sb.mode.uid)
+		writeFile(t, filepath.Join(sb.ws, ".bashrc"), "# the user's\n", 0o644, sb.mode.uid)
+		pol := filepath.Join(sb.ws, "policy.yaml")
+		policy := "filesystem:\n  deny_read: [" + filepath.Join(sb.ws, "secret.txt") + "]\n  deny_write: [" + filepath.Join(sb.ws, "keep.txt") + "]\n"
+		writeFile(t, pol, policy, 0o644, sb.mode.uid)
+		script := `pwd
+			echo hook > .git/hooks/pre-commit && echo HOOK-WRITTEN
+			echo '[core] hooksPath=/x' >> .git/config && echo CONFIG-WRITTEN
+			echo root: host > policy.yaml && echo POLICY-WRITTEN
+			echo evil >> .bashrc && echo BASHRC-WRITTEN
+			mkdir -p .vscode && echo x > .vscode/tasks.json && echo VSCODE-WRITTEN
+			echo x > .mcp.json && echo MCP-WRITTEN
+			echo x > keep.txt && echo KEEP-WRITTEN
+			cat secret.txt /workspace/secret.txt
+			busybox mv .git moved-git && echo GIT-MOVED
+			busybox mv .git/hooks .git/h && echo HOOKS-MOVED
+			mkdir -p other/.git && busybox mv .git .git-old && busybox mv other/.git .git && echo GIT-REPLACED
+			echo 'repos: []' > .pre-commit-config.yaml
+			echo ok > work.txt && echo WORK-WRITTEN`
+		r := sb.run(opts{env: env, flags: []string{"--image", "hutch.test/escape-ws:1", "--policy", pol}, noCheck: true}, script)
+		if r.code != 0 {
+			t.Fatalf("the sandbox did not run:\n%s", r)
+		}
+		if !strings.HasPrefix(r.stdout, "/workspace\n") || !strings.Contains(r.stdout, "WORK-WRITTEN") {
+			t.Fatalf("the workspace is not at /workspace, or not writable:\n%s", r)
+		}
+		for _, bad := range []string{"HOOK-WRITTEN", "CONFIG-WRITTEN", "POLICY-WRITTEN", "BASHRC-WRITTEN", "VSCODE-WRITTEN", "MCP-WRITTEN", "KEEP-WRITTEN", "WS-SECRET", "GIT-MOVED", "HOOKS-MOVED", "GIT-REPLACED"} {
+			if strings.Contains(r.stdout, bad) {
+				t.Errorf("%s: a protection of the workspace does not hold at /workspace:\n%s", bad, r)
+			}
+		}
+		for path, want := range map[string]string{
+			".git/config": "[core]\n\tbare = false\n", "policy.yaml": policy, ".bashrc": "# the user's\n", "keep.txt": "kept\n",
+			".git/HEAD": "ref: refs/heads/main\n", "work.txt": "ok\n",
+		} {
+			if b, err := os.ReadFile(filepath.Join(sb.ws, path)); err != nil || string(b) != want {
+				t.Errorf("%s on the host: %q, %v", path, b, err)
+			}
+		}
+		for _, gone := range []string{".git/hooks/pre-commit", ".mcp.json", ".vscode/tasks.json", ".pre-commit-config.yaml"} {
+			if _, err := os.Lstat(filepath.Join(sb.ws, gone)); !os.IsNotExist(err) {
+				t.Errorf("%s exists on the host after the sandbox: %v", gone, err)
+			}
+		}
+		setAside := filepath.Join(sb.ws, ".pre-commit-config.yaml")
+		if !strings.Contains(r.stderr, setAside) {
+			t.Errorf("the set-aside report does not name the host path %s:\n%s", setAside, r)
+		}
+		if _, err := os.Stat(setAside + ".hutch-set-aside"); err != nil {
+			t.Errorf("the hook manager's file was not set aside: %v", err)
+		}
+	})
+}
