@@ -132,6 +132,16 @@ func busyboxImageTar(t *testing.T, tag string) string {
 func TestRunImage(t *testing.T) {
 	testutil.RequireRoot(t)
 	tarPath := busyboxImageTar(t, "hutch.test/bb:1")
+	need := func(ok bool, reason string) { testutil.Need(t, ok, reason) }
+	withUser := func(tag, user, workdir string) string {
+		img := imagetest.BusyboxWith(t, need, func(c *v1.Config) {
+			c.User, c.WorkingDir = user, workdir
+			c.Cmd = []string{"/bin/sh", "-c", "pwd; id -u"}
+		}, imagetest.File("etc/passwd", "root:x:0:0:root:/root:/bin/sh\napp:x:1000:1000:App:/home/app:/bin/sh\n", 0o644),
+			imagetest.File("etc/group", "root:x:0:\napp:x:1000:\nextra:x:2000:app\n", 0o644), imagetest.Dir("home/"), imagetest.Dir("home/app/"))
+		return imagetest.DockerSave(t, img, tag, hostDir(t))
+	}
+	userTars := []string{withUser("hutch.test/app:1", "app", "/srv/app"), withUser("hutch.test/num:1", "4242:4343", ""), withUser("hutch.test/ghost:1", "ghost", "")}
 	for _, uid := range []int{0, testutil.UnprivilegedUID} {
 		t.Run(map[int]string{0: "root", testutil.UnprivilegedUID: "user"}[uid], func(t *testing.T) {
 			state, ws, home := hostDir(t), hostDir(t), hostDir(t)
@@ -178,6 +188,47 @@ func TestRunImage(t *testing.T) {
 			wantOK(t, r)
 			if !strings.Contains(r.stdout, "default command") {
 				t.Errorf("the image's command did not run:\n%s", r)
+			}
+
+			// The image's user, with its groups (root: an ordinary user's
+			// sandbox maps one id and sets no groups) and home; what it
+			// writes in the workspace belongs on the host to the
+			// workspace's owner, here another user than hutch's when root
+			// runs it.
+			for _, p := range userTars {
+				wantOK(t, hutch(t, invocation{uid: uid, dir: ws, env: env, args: []string{"image", "import", p}}))
+			}
+			owner := testutil.UnprivilegedUID
+			ws2 := hostDir(t)
+			chownTree(t, owner, ws2)
+			r = hutch(t, invocation{uid: uid, dir: ws2, env: env, args: []string{"run", "--image", "hutch.test/app:1", "--", "sh", "-c",
+				`pwd; id -u; id -G; echo "HOME=$HOME USER=$USER LOGNAME=$LOGNAME"; echo hi > f`}})
+			wantOK(t, r)
+			groups := "1000 2000\n"
+			if uid != 0 {
+				groups = "1000"
+			}
+			if want := "/workspace\n1000\n" + groups; !strings.HasPrefix(r.stdout, want) || !strings.Contains(r.stdout, "HOME=/home/app USER=app LOGNAME=app\n") {
+				t.Errorf("the image's user: want %q and its home and name:\n%s", want, r)
+			}
+			if fi, err := os.Stat(filepath.Join(ws2, "f")); err != nil || fi.Sys().(*syscall.Stat_t).Uid != uint32(owner) || fi.Sys().(*syscall.Stat_t).Gid != uint32(owner) {
+				t.Errorf("the image user's file in the workspace is not the workspace owner's (%d) on the host: %v", owner, err)
+			}
+			// Its own command starts in its working directory (made when
+			// missing).
+			r = hutch(t, invocation{uid: uid, dir: ws2, env: env, args: []string{"run", "--image", "hutch.test/app:1"}})
+			wantOK(t, r)
+			if r.stdout != "/srv/app\n1000\n" {
+				t.Errorf("the image's command in its working directory:\n%s", r)
+			}
+			r = hutch(t, invocation{uid: uid, dir: ws2, env: env, args: []string{"run", "--image", "hutch.test/num:1", "--", "sh", "-c", `id -u; id -g; echo "HOME=$HOME"`}})
+			wantOK(t, r)
+			if r.stdout != "4242\n4343\nHOME=/\n" {
+				t.Errorf("a numeric user the image does not list:\n%s", r)
+			}
+			r = hutch(t, invocation{uid: uid, dir: ws2, env: env, args: []string{"run", "--image", "hutch.test/ghost:1", "--", "true"}})
+			if r.code != sandbox.ExitHutchError || !strings.Contains(r.stderr, `image hutch.test/ghost:1: user "ghost": no such user in the image's /etc/passwd`) {
+				t.Errorf("a user the image does not list:\n%s", r)
 			}
 			// Not in the store: pulled first, here from a registry that is
 			// not there (loopback, nothing listens on port 1).

@@ -152,16 +152,23 @@ func cmdRun(args []string, stdin, stdout, stderr *os.File) int {
 	}
 	var imgRoot *sandbox.ImageRoot
 	var img *image.Image
+	var imgUser image.User
 	if _, ok := spec.Image(); ok {
 		var err error
 		var release func()
-		if imgRoot, img, release, err = imageRoot(spec, stderr); err != nil {
+		if imgRoot, img, imgUser, release, err = imageRoot(spec, stderr); err != nil {
 			fmt.Fprintf(stderr, "hutch: %v\n", err)
 			return sandbox.ExitHutchError
 		}
 		defer release()
 		if len(command) == 0 {
+			// The image's own command starts where the image says; a
+			// command given here works on the user's project, in the
+			// workspace.
 			command = imageCommand(img)
+			if wd := img.Config.WorkingDir; wd != "" {
+				imgRoot.Dir = filepath.Join("/", wd)
+			}
 		}
 	}
 	if len(command) == 0 {
@@ -196,7 +203,7 @@ func cmdRun(args []string, stdin, stdout, stderr *os.File) int {
 	defer egress.finish()
 	base := policy.BuildEnv(spec.Env, os.Environ())
 	if img != nil {
-		base = imageEnv(img, spec, base)
+		base = imageEnv(img, imgUser, spec, base)
 	}
 	environ, err := egress.sandboxEnv(base, command)
 	if err != nil {

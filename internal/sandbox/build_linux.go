@@ -293,7 +293,8 @@ func (b *builder) mask(i int, path string, dir bool) {
 // ids is who the sandbox's processes are inside their user namespace.
 type ids struct {
 	uid, gid  int
-	setgroups bool // may drop supplementary groups (root started it)
+	setgroups bool  // may set supplementary groups (root started it)
+	groups    []int // the supplementary groups (with setgroups; none otherwise)
 }
 
 // receive appends the wait for hutch's message after the clone (sent once
@@ -461,6 +462,9 @@ func (b *builder) mounts(cfg initConfig, fds []int8, denyRead []pathKind) {
 		b.mask(i, d.path, d.dir)
 	}
 	p.close(b.masks)
+	if cfg.MakeDir {
+		b.mkdirAll("working directory", cfg.Dir)
+	}
 
 	// pivot_root into the view and drop the old root.
 	p.call("pivot_root: enter the new root", -1, unix.SYS_FCHDIR, s(b.root))
@@ -710,7 +714,12 @@ func (b *builder) identity(id ids) {
 	p := &b.p
 	b.who = id
 	if id.setgroups {
-		p.call("identity: groups", -1, unix.SYS_SETGROUPS, k(0), k(0))
+		list := make([]uint32, len(id.groups)+1) // never empty: a pointer to keep
+		for i, g := range id.groups {
+			list[i] = uint32(g)
+		}
+		p.keep = append(p.keep, list)
+		p.call("identity: groups", -1, unix.SYS_SETGROUPS, ci(len(id.groups)), k(uintptr(unsafe.Pointer(&list[0]))))
 	}
 	p.call("identity: gid", -1, unix.SYS_SETRESGID, ci(id.gid), ci(id.gid), ci(id.gid))
 	p.call("identity: uid", -1, unix.SYS_SETRESUID, ci(id.uid), ci(id.uid), ci(id.uid))

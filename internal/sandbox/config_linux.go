@@ -15,6 +15,9 @@ type initConfig struct {
 	Args []string
 	Env  []string
 	Dir  string // the working directory, in the view
+	// MakeDir makes Dir in the view when it is missing (an image's
+	// working directory, as Docker makes it).
+	MakeDir bool
 	// Workspace is where the workspace is bound in the view: its host
 	// path and where the view shows it (a sandbox from an image binds it
 	// at /workspace). Every target the builder makes from a host path in

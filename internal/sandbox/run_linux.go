@@ -104,6 +104,25 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		// sandbox (an idmapped mount).
 		nids = layerIDs
 	}
+	mapUID, mapGID := innerUID, innerGID // the first inner ids of the maps
+	var groups []int
+	if img != nil {
+		// The image's user (root when it names none). Root: the image's
+		// ids 0–65535 are mapped, the writable areas idmapped so that
+		// their owner's files are the user's; an ordinary user: the one
+		// id there is becomes the image user's, and every file of the
+		// image and the workspace shows as theirs.
+		innerUID, innerGID = img.UID, img.GID
+		mapUID, mapGID = innerUID, innerGID
+		if asRoot {
+			mapUID, mapGID, groups = 0, 0, img.Groups
+			for _, id := range append([]int{img.UID, img.GID}, img.Groups...) {
+				if id < 0 || id >= layerIDs {
+					return res, fmt.Errorf("the image's user: id %d: hutch maps the image's ids 0–%d only", id, layerIDs-1)
+				}
+			}
+		}
+	}
 	var keepCaps []int
 	if c.RootCaps {
 		if layer == nil {
@@ -405,7 +424,7 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		}
 	}
 	recvd := b.receive(int(childCtl.Fd()), nrecv)
-	b.identity(ids{uid: innerUID, gid: innerGID, setgroups: asRoot})
+	b.identity(ids{uid: innerUID, gid: innerGID, setgroups: asRoot, groups: groups})
 	b.dieWithHutch(int(childCtl.Fd()))
 	b.mounts(cfg, recvd, denyKinds)
 	if err := b.harden(cfg, ruleset, int(childCtl.Fd())); err != nil {
@@ -428,7 +447,7 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		return res, err
 	}
 	fail := func(err error) (*launched, error) { return res, err }
-	if err := writeIDMaps(pid, idMap{innerUID, hostUID, nids}, idMap{innerGID, hostGID, nids}, asRoot); err != nil {
+	if err := writeIDMaps(pid, idMap{mapUID, hostUID, nids}, idMap{mapGID, hostGID, nids}, asRoot); err != nil {
 		return fail(err)
 	}
 	if group != nil && cgroupFD < 0 {
@@ -439,7 +458,20 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		}
 	}
 	var fds []int
-	if idmap {
+	switch {
+	case idmap && img != nil:
+		// The owner of the workspace (and of what allow_write paths it
+		// owns) is the image's user inside.
+		userns, err := idmapUserns(int(wsStat.Uid), int(wsStat.Gid), hostUID+innerUID, hostGID+innerGID)
+		if err != nil {
+			return fail(err)
+		}
+		fds, err = idmapWith(userns, cfg.Writable)
+		unix.Close(userns)
+		if err != nil {
+			return fail(fmt.Errorf("%w (pass --best-effort to run without it)", err))
+		}
+	case idmap:
 		if fds, err = idmapWritable(pid, cfg.Writable); err != nil {
 			return fail(fmt.Errorf("%w (pass --best-effort to run without it)", err))
 		}
@@ -576,7 +608,7 @@ func placeWorkspace(cfg *initConfig, s policy.Spec, img *ImageRoot, roots []stri
 	cfg.Workspace = viewMap{Host: ws, At: at}
 	cfg.Dir = at
 	if img.Dir != "" {
-		cfg.Dir = img.Dir
+		cfg.Dir, cfg.MakeDir = img.Dir, true
 	}
 	cfg.Env = append(withoutVars(cfg.Env, []string{"PWD", "OLDPWD"}), "PWD="+cfg.Dir)
 	return nil

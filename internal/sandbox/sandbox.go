@@ -134,6 +134,15 @@ type ImageRoot struct {
 	// view: the image's WorkingDir for its own command); the workspace
 	// otherwise.
 	Dir string
+	// UID and GID are who the command runs as (the image's user; root
+	// when both are 0), Groups its supplementary groups. Root: ids
+	// 0–65535 of the image are mapped, and the workspace's owner is UID
+	// and GID inside. An ordinary user: the one id the sandbox maps is
+	// UID and GID (every file of the image and the workspace shows as
+	// theirs), and Groups are not set (the kernel refuses setgroups in
+	// such a namespace).
+	UID, GID int
+	Groups   []int
 }
 
 // ErrNotDirInRoot is the error of a path of a sandbox's root layer (its
