@@ -75,9 +75,9 @@ func TestWorkspaceTargets(t *testing.T) {
 	const ws = "/srv/proj"
 	cfg := initConfig{
 		Args: []string{"true"}, Env: []string{"PATH=/bin"}, Dir: "/workspace", Root: "host",
-		Workspace: viewMap{Host: ws, At: "/workspace"},
-		Writable:  []bindSrc{{Path: ws, FD: -1}, {Path: "/var/cache/x", FD: -1}},
-		DenyWrite: []string{ws + "/.bashrc", ws + "/.vscode", "/var/cache/x/.envrc"},
+		Workspace:    viewMap{Host: ws, At: "/workspace"},
+		Writable:     []bindSrc{{Path: ws, FD: -1}, {Path: "/var/cache/x", FD: -1}},
+		DenyWrite:    []string{ws + "/.bashrc", ws + "/.vscode", "/var/cache/x/.envrc"},
 		Placeholders: map[string]placeholderKind{ws + "/.vscode": placeholderDir},
 		Pin:          []string{ws + "/.git"},
 		Files: []fileBind{
