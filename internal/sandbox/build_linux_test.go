@@ -133,6 +133,8 @@ func TestPlaceWorkspace(t *testing.T) {
 		{at: "/src", dir: "/app", roots: []string{"/home/u/p"}, wantDir: "/app"},
 		{at: "/workspace", roots: []string{"/home/u/p", "/workspace/cache"}, err: "writable path /workspace/cache"},
 		{at: "/opt/w", roots: []string{"/home/u/p", "/opt"}, err: "writable path /opt"},
+		{at: "/workspace", roots: []string{"/home/u/p", "/home/u"}, err: "writable path /home/u holds the workspace"},
+		{at: "/workspace", roots: []string{"/home/u/p", "/home/u/p/build"}, wantDir: "/workspace"},
 	} {
 		cfg := initConfig{}
 		err := placeWorkspace(&cfg, spec(tt.at), &ImageRoot{Dir: tt.dir}, tt.roots)

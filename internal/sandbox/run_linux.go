@@ -588,7 +588,9 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 // an image: the policy's workspace_at; else its host path) and the
 // command's working directory there, or the image's (img.Dir), with PWD
 // to match. A writable area of the host at, above or below where the
-// workspace is shown would be mixed up with it in the view: refused.
+// workspace is shown would be mixed up with it in the view, and one that
+// holds the workspace would show it unprotected at its host path:
+// refused.
 func placeWorkspace(cfg *initConfig, s policy.Spec, img *ImageRoot, roots []string) error {
 	ws, at := s.Filesystem.Workspace, s.Filesystem.WorkspaceAt
 	if img == nil {
@@ -601,7 +603,14 @@ func placeWorkspace(cfg *initConfig, s policy.Spec, img *ImageRoot, roots []stri
 		at = ws
 	}
 	for _, r := range roots {
-		if r != ws && (under(r, []string{at}) || under(at, []string{r})) {
+		switch {
+		case r == ws || at == ws:
+		case under(ws, []string{r}):
+			// Bound at its host path, it would show the workspace a
+			// second time, there, where the workspace's protections
+			// (bound at workspace_at) are not.
+			return fmt.Errorf("writable path %s holds the workspace, which a sandbox from an image shows at %s only", r, at)
+		case under(r, []string{at}) || under(at, []string{r}):
 			return fmt.Errorf("writable path %s: the workspace is at %s in the sandbox, which that path would cover or lie in (choose another --workspace-at)", r, at)
 		}
 	}
