@@ -200,7 +200,8 @@ func importImages(t *testing.T, sb *harness, images map[string]v1.Image) (state 
 // workspaceProtections is TestImageWorkspaceProtections in sb's
 // workspace, with image ref, whose user is uid.
 func workspaceProtections(t *testing.T, sb *harness, env []string, ref, uid string) {
-	mkdirs(t, sb.ws, sb.mode.uid, ".git/hooks", ".git/objects", ".git/refs/heads")
+	mkdirs(t, sb.ws, sb.mode.uid, ".git/hooks", ".git/info", ".git/objects", ".git/refs/heads")
+	writeFile(t, filepath.Join(sb.ws, ".git", "info", "exclude"), "*.o\n", 0o644, sb.mode.uid)
 	writeFile(t, filepath.Join(sb.ws, ".git", "HEAD"), "ref: refs/heads/main\n", 0o644, sb.mode.uid)
 	writeFile(t, filepath.Join(sb.ws, ".git", "config"), "[core]\n\tbare = false\n", 0o644, sb.mode.uid)
 	writeFile(t, filepath.Join(sb.ws, "secret.txt"), "WS-SECRET\n", 0o644, sb.mode.uid)
@@ -210,6 +211,8 @@ func workspaceProtections(t *testing.T, sb *harness, env []string, ref, uid stri
 	policy := "filesystem:\n  deny_read: [" + filepath.Join(sb.ws, "secret.txt") + "]\n  deny_write: [" + filepath.Join(sb.ws, "keep.txt") + "]\n"
 	writeFile(t, pol, policy, 0o644, sb.mode.uid)
 	script := `pwd; id -u
+		cat .git/info/exclude
+		echo x >> .git/info/exclude && echo EXCLUDE-WRITTEN
 			echo hook > .git/hooks/pre-commit && echo HOOK-WRITTEN
 			echo '[core] hooksPath=/x' >> .git/config && echo CONFIG-WRITTEN
 			echo root: host > policy.yaml && echo POLICY-WRITTEN
@@ -230,7 +233,10 @@ func workspaceProtections(t *testing.T, sb *harness, env []string, ref, uid stri
 	if !strings.HasPrefix(r.stdout, "/workspace\n"+uid+"\n") || !strings.Contains(r.stdout, "WORK-WRITTEN") {
 		t.Fatalf("the workspace is not at /workspace, not writable, or the command not uid %s:\n%s", uid, r)
 	}
-	for _, bad := range []string{"HOOK-WRITTEN", "CONFIG-WRITTEN", "POLICY-WRITTEN", "BASHRC-WRITTEN", "VSCODE-WRITTEN", "MCP-WRITTEN", "KEEP-WRITTEN", "WS-SECRET", "GIT-MOVED", "HOOKS-MOVED", "GIT-REPLACED"} {
+	if !strings.Contains(r.stdout, "*.o\n# hutch: empty stand-ins") {
+		t.Errorf("git's info/exclude at /workspace is not hutch's copy, with the placeholders:\n%s", r)
+	}
+	for _, bad := range []string{"EXCLUDE-WRITTEN", "HOOK-WRITTEN", "CONFIG-WRITTEN", "POLICY-WRITTEN", "BASHRC-WRITTEN", "VSCODE-WRITTEN", "MCP-WRITTEN", "KEEP-WRITTEN", "WS-SECRET", "GIT-MOVED", "HOOKS-MOVED", "GIT-REPLACED"} {
 		if strings.Contains(r.stdout, bad) {
 			t.Errorf("%s: a protection of the workspace does not hold at /workspace:\n%s", bad, r)
 		}
