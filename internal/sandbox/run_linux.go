@@ -72,6 +72,9 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		if layer.SizeBytes <= 0 {
 			return res, errors.New("a writable root layer needs a size")
 		}
+		if min(layer.UID, layer.GID) < 0 || max(layer.UID, layer.GID) >= layerIDs {
+			return res, fmt.Errorf("the workspace's owner %d:%d: a root layer maps ids 0–%d only", layer.UID, layer.GID, layerIDs-1)
+		}
 	}
 	img := c.Image
 	if img != nil {
@@ -510,7 +513,7 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		var lfd int
 		var err error
 		if len(layer.Lowers) > 0 {
-			lfd, err = imageLayer(pid, ImageRoot{Layers: layer.Lowers, SizeBytes: layer.SizeBytes}, ws)
+			lfd, err = imageLayer(pid, ImageRoot{Layers: layer.Lowers, SizeBytes: layer.SizeBytes, UID: layer.UID, GID: layer.GID}, ws)
 		} else {
 			lfd, err = rootLayer(pid, rootDir(s.Root), *layer, ws)
 		}

@@ -171,6 +171,9 @@ type RootLayer struct {
 	// stacked instead of the host's root: Hide and Remove then do not
 	// apply (nothing of the host's is in the view).
 	Lowers []string
+	// UID and GID own the workspace made in the layer (with Lowers: the
+	// image's user, ids 0–65535; root when both are 0).
+	UID, GID int
 }
 
 // Proxy is the egress proxy of one sandbox (package egress implements it).
