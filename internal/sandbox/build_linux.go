@@ -471,7 +471,7 @@ func (b *builder) mounts(cfg initConfig, fds []int8, denyRead []pathKind) {
 	p.call("pivot_root", -1, unix.SYS_PIVOT_ROOT, p.str("."), p.str("."))
 	p.call("detach old root", -1, unix.SYS_UMOUNT2, p.str("."), k(unix.MNT_DETACH))
 	p.close(b.root)
-	p.call("enter workspace "+cfg.Dir, -1, unix.SYS_CHDIR, p.str(cfg.Dir))
+	p.call("enter working directory "+cfg.Dir, -1, unix.SYS_CHDIR, p.str(cfg.Dir))
 }
 
 // servedMasks takes the stand-ins hutch serves (mnt, their detached mount)

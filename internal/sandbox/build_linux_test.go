@@ -126,11 +126,14 @@ func TestPlaceWorkspace(t *testing.T) {
 		at, dir string
 		roots   []string
 		wantDir string
+		makeDir bool
 		err     string
 	}{
 		{at: "/workspace", roots: []string{"/home/u/p", "/home/u/cache"}, wantDir: "/workspace"},
 		{at: "", roots: []string{"/home/u/p"}, wantDir: "/home/u/p"},
-		{at: "/src", dir: "/app", roots: []string{"/home/u/p"}, wantDir: "/app"},
+		{at: "/src", dir: "/app", roots: []string{"/home/u/p"}, wantDir: "/app", makeDir: true},
+		{at: "/src", dir: "/src/app", roots: []string{"/home/u/p"}, wantDir: "/src/app"},
+		{at: "/src", dir: "/var/cache/x/app", roots: []string{"/home/u/p", "/var/cache/x"}, wantDir: "/var/cache/x/app"},
 		{at: "/workspace", roots: []string{"/home/u/p", "/workspace/cache"}, err: "writable path /workspace/cache"},
 		{at: "/opt/w", roots: []string{"/home/u/p", "/opt"}, err: "writable path /opt"},
 		{at: "/workspace", roots: []string{"/home/u/p", "/home/u"}, err: "writable path /home/u holds the workspace"},
@@ -145,8 +148,8 @@ func TestPlaceWorkspace(t *testing.T) {
 			}
 		case err != nil:
 			t.Errorf("%+v: %v", tt, err)
-		case cfg.Dir != tt.wantDir || !slices.Contains(cfg.Env, "PWD="+tt.wantDir):
-			t.Errorf("%+v: dir %q, env %q", tt, cfg.Dir, cfg.Env)
+		case cfg.Dir != tt.wantDir || cfg.MakeDir != tt.makeDir || !slices.Contains(cfg.Env, "PWD="+tt.wantDir):
+			t.Errorf("%+v: dir %q (made: %v), env %q", tt, cfg.Dir, cfg.MakeDir, cfg.Env)
 		}
 	}
 	if err := placeWorkspace(&initConfig{}, spec("/workspace"), nil, nil); err == nil {

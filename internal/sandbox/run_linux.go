@@ -620,7 +620,10 @@ func placeWorkspace(cfg *initConfig, s policy.Spec, img *ImageRoot, roots []stri
 	cfg.Workspace = viewMap{Host: ws, At: at}
 	cfg.Dir = at
 	if img.Dir != "" {
-		cfg.Dir, cfg.MakeDir = img.Dir, true
+		// Made when missing, but never in a writable area of the host:
+		// the first process, which makes it, still holds its
+		// capabilities, and the image is not the user's to write there.
+		cfg.Dir, cfg.MakeDir = img.Dir, !under(img.Dir, append([]string{at}, roots...))
 	}
 	cfg.Env = append(withoutVars(cfg.Env, []string{"PWD", "OLDPWD"}), "PWD="+cfg.Dir)
 	return nil
