@@ -254,6 +254,11 @@ func workspaceProtections(t *testing.T, sb *harness, env []string, ref, uid stri
 			t.Errorf("%s exists on the host after the sandbox: %v", gone, err)
 		}
 	}
+	for _, line := range strings.Split(r.stderr, "\n") {
+		if strings.HasPrefix(line, "hutch: refused") && strings.Contains(line, "/workspace/") {
+			t.Errorf("a refusal report names the path in the sandbox, not the host's: %s", line)
+		}
+	}
 	setAside := filepath.Join(sb.ws, ".pre-commit-config.yaml")
 	if !strings.Contains(r.stderr, setAside) {
 		t.Errorf("the set-aside report does not name the host path %s:\n%s", setAside, r)
