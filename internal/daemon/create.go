@@ -465,6 +465,9 @@ func (m *Manager) prepare(r CreateRequest, ws string) (policy.Spec, time.Duratio
 		if !m.imageAllowed(ref, img) {
 			return spec, 0, invalid("create sandbox: policy: root: image %s is not one this daemon allows (hutch serve --allow-image)", ref)
 		}
+		if _, err := m.images.User(img); err != nil {
+			return spec, 0, invalid("create sandbox: policy: root: %v", err)
+		}
 	} else if err := m.rootLayer(spec).CheckWorkspace("", ws); errors.Is(err, sandbox.ErrNotDirInRoot) {
 		return spec, 0, invalid("create sandbox: policy: filesystem.workspace: %q: %v", ws, err)
 	} else if err != nil {
