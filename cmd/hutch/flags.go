@@ -31,7 +31,7 @@ type policyFlags struct {
 	cpus                                     float64
 	pids                                     int64
 	bestEffort, noDefaultDenies              bool
-	net, home, image                         string
+	net, home, image, workspaceAt            string
 	allowDomain, denyDomain, allowCIDR       cli.List
 	allowPrivate, addHost, secret            cli.List
 	// givenMode is the network mode the flags and the policy file named,
@@ -50,7 +50,8 @@ func newRunFlags(name string, stderr io.Writer) (*flag.FlagSet, *runFlags) {
 	fs.StringVar(&p.srtFile, "srt-settings", "", "sandbox-runtime (srt) settings `file` to import")
 	fs.StringVar(&p.workspace, "workspace", "", "writable workspace `dir` (default: the current directory)")
 	fs.StringVar(&p.root, "root", "", "root filesystem: \"host\" (read-only host root, default) or a `dir`")
-	fs.StringVar(&p.image, "image", "", "start the sandbox from `image` REF of hutch's image store, pulled first if it is not there (the workspace is at /workspace)")
+	fs.StringVar(&p.image, "image", "", "start the sandbox from `image` REF of hutch's image store, pulled first if it is not there: the workspace is at /workspace (--workspace-at), the command runs as the image's user, in the workspace; with no command, the image's own runs in its working directory")
+	fs.StringVar(&p.workspaceAt, "workspace-at", "", "with --image: where the workspace is in the sandbox, an absolute `path` (default /workspace)")
 	fs.Var(&p.allowWrite, "allow-write", "make `path` writable too (repeatable)")
 	fs.Var(&p.denyRead, "deny-read", "hide `path` from the sandbox (repeatable)")
 	fs.Var(&p.denyWrite, "deny-write", "keep `path` read-only even inside a writable area (repeatable)")

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -134,6 +135,16 @@ func busyboxImageTar(t *testing.T, tag string) string {
 func TestRunImage(t *testing.T) {
 	testutil.RequireRoot(t)
 	tarPath := busyboxImageTar(t, "hutch.test/bb:1")
+	need := func(ok bool, reason string) { testutil.Need(t, ok, reason) }
+	withUser := func(tag, user, workdir string) string {
+		img := imagetest.BusyboxWith(t, need, func(c *v1.Config) {
+			c.User, c.WorkingDir = user, workdir
+			c.Cmd = []string{"/bin/sh", "-c", "pwd; id -u"}
+		}, imagetest.File("etc/passwd", "root:x:0:0:root:/root:/bin/sh\napp:x:1000:1000:App:/home/app:/bin/sh\n", 0o644),
+			imagetest.File("etc/group", "root:x:0:\napp:x:1000:\nextra:x:2000:app\n", 0o644), imagetest.Dir("home/"), imagetest.Dir("home/app/"))
+		return imagetest.DockerSave(t, img, tag, hostDir(t))
+	}
+	userTars := []string{withUser("hutch.test/app:1", "app", "/srv/app"), withUser("hutch.test/num:1", "4242:4343", ""), withUser("hutch.test/ghost:1", "ghost", "")}
 	for _, uid := range []int{0, testutil.UnprivilegedUID} {
 		t.Run(map[int]string{0: "root", testutil.UnprivilegedUID: "user"}[uid], func(t *testing.T) {
 			state, ws, home := hostDir(t), hostDir(t), hostDir(t)
@@ -143,9 +154,9 @@ func TestRunImage(t *testing.T) {
 			wantOK(t, r)
 			r = hutch(t, invocation{uid: uid, dir: ws, env: env, args: []string{"run", "--image", "hutch.test/bb:1", "--", "sh", "-c",
 				`cat /etc/motd; echo "$GREETING"; echo "PATH=$PATH"; ls /opq; test -e /gone || echo no-gone; test -e /usr/bin/env || echo no-host-usr;
-				 pwd; echo written > out; echo x > /etc/newfile && echo root-writable`}})
+				 pwd; echo "PWD=$PWD"; test -e ` + ws + ` || echo no-host-path; echo written > out; echo x > /etc/newfile && echo root-writable`}})
 			wantOK(t, r)
-			for _, want := range []string{"from the image", "hi from the image", "PATH=/bin\n", "new\n", "no-gone", "no-host-usr", ws + "\n", "root-writable"} {
+			for _, want := range []string{"from the image", "hi from the image", "PATH=/bin\n", "new\n", "no-gone", "no-host-usr", "\n/workspace\nPWD=/workspace\nno-host-path\n", "root-writable"} {
 				if !strings.Contains(r.stdout, want) {
 					t.Errorf("the sandbox's output lacks %q:\n%s", want, r)
 				}
@@ -156,6 +167,23 @@ func TestRunImage(t *testing.T) {
 			if b, err := os.ReadFile(filepath.Join(ws, "out")); err != nil || string(b) != "written\n" {
 				t.Errorf("the workspace write did not reach the host: %q, %v", b, err)
 			}
+			if fi, err := os.Stat(filepath.Join(ws, "out")); err == nil && fi.Sys().(*syscall.Stat_t).Uid != uint32(uid) {
+				t.Errorf("the workspace write belongs to uid %d on the host, not to the workspace's owner %d", fi.Sys().(*syscall.Stat_t).Uid, uid)
+			}
+			// Elsewhere, as the policy says; never with the host's root.
+			r = hutch(t, invocation{uid: uid, dir: ws, env: env, args: []string{"run", "--image", "hutch.test/bb:1", "--workspace-at", "/src", "--", "sh", "-c", "pwd; cat out"}})
+			wantOK(t, r)
+			if r.stdout != "/src\nwritten\n" {
+				t.Errorf("--workspace-at /src:\n%s", r)
+			}
+			r = hutch(t, invocation{uid: uid, dir: ws, env: env, args: []string{"run", "--workspace-at", "/src", "--", "true"}})
+			if r.code != sandbox.ExitHutchError || !strings.Contains(r.stderr, "workspace_at: only a sandbox from an image") {
+				t.Errorf("--workspace-at with the host's root:\n%s", r)
+			}
+			r = hutch(t, invocation{uid: uid, dir: ws, env: env, args: []string{"policy", "show", "--image", "hutch.test/bb:1"}})
+			if !strings.Contains(r.stdout, "workspace_at: /workspace\n") {
+				t.Errorf("policy show does not say where the workspace is:\n%s", r)
+			}
 			if m, _ := filepath.Glob(filepath.Join(state, "images", "layers", "sha256", "*", "etc", "newfile")); len(m) > 0 {
 				t.Errorf("a write to the root reached the store: %v", m)
 			}
@@ -163,6 +191,47 @@ func TestRunImage(t *testing.T) {
 			wantOK(t, r)
 			if !strings.Contains(r.stdout, "default command") {
 				t.Errorf("the image's command did not run:\n%s", r)
+			}
+
+			// The image's user, with its groups (root: an ordinary user's
+			// sandbox maps one id and sets no groups) and home; what it
+			// writes in the workspace belongs on the host to the
+			// workspace's owner, here another user than hutch's when root
+			// runs it.
+			for _, p := range userTars {
+				wantOK(t, hutch(t, invocation{uid: uid, dir: ws, env: env, args: []string{"image", "import", p}}))
+			}
+			owner := testutil.UnprivilegedUID
+			ws2 := hostDir(t)
+			chownTree(t, owner, ws2)
+			r = hutch(t, invocation{uid: uid, dir: ws2, env: env, args: []string{"run", "--image", "hutch.test/app:1", "--", "sh", "-c",
+				`pwd; id -u; id -G; echo "HOME=$HOME USER=$USER LOGNAME=$LOGNAME"; echo hi > f`}})
+			wantOK(t, r)
+			groups := "1000 2000\n"
+			if uid != 0 {
+				groups = "1000"
+			}
+			if want := "/workspace\n1000\n" + groups; !strings.HasPrefix(r.stdout, want) || !strings.Contains(r.stdout, "HOME=/home/app USER=app LOGNAME=app\n") {
+				t.Errorf("the image's user: want %q and its home and name:\n%s", want, r)
+			}
+			if fi, err := os.Stat(filepath.Join(ws2, "f")); err != nil || fi.Sys().(*syscall.Stat_t).Uid != uint32(owner) || fi.Sys().(*syscall.Stat_t).Gid != uint32(owner) {
+				t.Errorf("the image user's file in the workspace is not the workspace owner's (%d) on the host: %v", owner, err)
+			}
+			// Its own command starts in its working directory (made when
+			// missing).
+			r = hutch(t, invocation{uid: uid, dir: ws2, env: env, args: []string{"run", "--image", "hutch.test/app:1"}})
+			wantOK(t, r)
+			if r.stdout != "/srv/app\n1000\n" {
+				t.Errorf("the image's command in its working directory:\n%s", r)
+			}
+			r = hutch(t, invocation{uid: uid, dir: ws2, env: env, args: []string{"run", "--image", "hutch.test/num:1", "--", "sh", "-c", `id -u; id -g; echo "HOME=$HOME"`}})
+			wantOK(t, r)
+			if r.stdout != "4242\n4343\nHOME=/\n" {
+				t.Errorf("a numeric user the image does not list:\n%s", r)
+			}
+			r = hutch(t, invocation{uid: uid, dir: ws2, env: env, args: []string{"run", "--image", "hutch.test/ghost:1", "--", "true"}})
+			if r.code != sandbox.ExitHutchError || !strings.Contains(r.stderr, `image hutch.test/ghost:1: user "ghost": no such user in the image's /etc/passwd`) {
+				t.Errorf("a user the image does not list:\n%s", r)
 			}
 			// Not in the store: pulled first, here from a registry that is
 			// not there (loopback, nothing listens on port 1).

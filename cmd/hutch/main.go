@@ -157,16 +157,23 @@ func cmdRun(args []string, stdin, stdout, stderr *os.File) int {
 	}
 	var imgRoot *sandbox.ImageRoot
 	var img *image.Image
+	var imgUser image.User
 	if _, ok := spec.Image(); ok {
 		var err error
 		var release func()
-		if imgRoot, img, release, err = imageRoot(spec, stateDir, stderr); err != nil {
+		if imgRoot, img, imgUser, release, err = imageRoot(spec, stateDir, stderr); err != nil {
 			fmt.Fprintf(stderr, "hutch: %v\n", err)
 			return sandbox.ExitHutchError
 		}
 		defer release()
 		if len(command) == 0 {
+			// The image's own command starts where the image says; a
+			// command given here works on the user's project, in the
+			// workspace.
 			command = imageCommand(img)
+			if wd := img.Config.WorkingDir; wd != "" {
+				imgRoot.Dir = filepath.Join("/", wd)
+			}
 		}
 	}
 	if len(command) == 0 {
@@ -207,7 +214,7 @@ func cmdRun(args []string, stdin, stdout, stderr *os.File) int {
 	defer egress.finish()
 	base := policy.BuildEnv(spec.Env, os.Environ())
 	if img != nil {
-		base = imageEnv(img, spec, base)
+		base = imageEnv(img, imgUser, spec, base)
 	}
 	environ, err := egress.sandboxEnv(base, command)
 	if err != nil {
@@ -341,6 +348,9 @@ func (p *policyFlags) spec(stderr io.Writer) (policy.Spec, int) {
 	if err := s.Normalize(cwd, home); err != nil {
 		return fail(err)
 	}
+	if _, img := s.Image(); img && s.Filesystem.WorkspaceAt == "" {
+		s.Filesystem.WorkspaceAt = policy.DefaultWorkspaceAt
+	}
 	if err := s.Validate(); err != nil {
 		return fail(err)
 	}
@@ -359,6 +369,12 @@ func (p *policyFlags) apply(s *policy.Spec) error {
 			return errors.New("--root and --image cannot be combined")
 		}
 		s.Root = policy.ImagePrefix + p.image
+	}
+	if p.workspaceAt != "" {
+		if err := policy.CheckWorkspaceAt(p.workspaceAt); err != nil {
+			return fmt.Errorf("--workspace-at: %w", err)
+		}
+		s.Filesystem.WorkspaceAt = p.workspaceAt
 	}
 	s.Filesystem.AllowWrite = append(s.Filesystem.AllowWrite, p.allowWrite...)
 	s.Filesystem.DenyRead = append(s.Filesystem.DenyRead, p.denyRead...)

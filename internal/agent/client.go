@@ -44,6 +44,8 @@ type Client struct {
 
 	// env is added under the environment of every Exec (see SetEnv).
 	env atomic.Pointer[[]string]
+	// user runs every Exec that names none (see SetUser).
+	user atomic.Pointer[Credential]
 }
 
 // call is a request in flight.
@@ -98,6 +100,16 @@ func NewClient(conn net.Conn) *Client {
 func (c *Client) SetEnv(env []string) {
 	env = slices.Clone(env)
 	c.env.Store(&env)
+}
+
+// SetUser makes every later Exec whose request names no User run as u
+// (the user of the image the sandbox started from) instead of the
+// agent's own identity; nil goes back to the agent's.
+func (c *Client) SetUser(u *Credential) {
+	if u != nil {
+		u = &Credential{UID: u.UID, GID: u.GID}
+	}
+	c.user.Store(u)
 }
 
 // Close closes the connection: every call in progress fails with an error
@@ -660,6 +672,9 @@ func (c *Client) Exec(ctx context.Context, r ExecRequest) (*Process, error) {
 	m := &request{
 		Op: opExec, Args: toWire(r.Args), Env: toWire(c.execEnv(r.Env)), Dir: wstr(r.Dir),
 		Stdin: r.Stdin, TTY: r.TTY, Rows: r.Rows, Cols: r.Cols, Timeout: int64(r.Timeout),
+	}
+	if r.User == nil {
+		r.User = c.user.Load()
 	}
 	if r.User != nil {
 		m.UID, m.GID = &r.User.UID, &r.User.GID

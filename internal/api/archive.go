@@ -307,9 +307,11 @@ func (x *extractor) link(symbolic bool, target, full string) error {
 }
 
 // runTool runs a command in the sandbox to completion; a failure carries
-// what it wrote to stderr.
+// what it wrote to stderr. It runs as the agent's own root, which does the
+// archive's other file operations, not as the image's user that commands
+// run as by default.
 func runTool(ctx context.Context, ac *agent.Client, args ...string) error {
-	p, err := ac.Exec(ctx, agent.ExecRequest{Args: args})
+	p, err := ac.Exec(ctx, agent.ExecRequest{Args: args, User: &agent.Credential{}})
 	if err != nil {
 		return err
 	}

@@ -189,12 +189,13 @@ func (m *Manager) launch(ctx context.Context, id, dir string, spec policy.Spec, 
 	}
 	layer := m.rootLayer(spec)
 	var img *image.Image
+	var user image.User
 	if ref, ok := spec.Image(); ok {
 		var err error
-		if img, layer, l.release, err = m.imageLayer(ref, spec); err != nil {
+		if img, user, layer, l.release, err = m.imageLayer(ref, spec); err != nil {
 			return nil, err
 		}
-		env = imageEnv(img.Config.Env, env, spec.Env)
+		env = imageEnv(imageUserEnv(img, user), env, spec.Env)
 		l.image = img.Digest
 	}
 	var proxy sandbox.Proxy
@@ -230,6 +231,9 @@ func (m *Manager) launch(ctx context.Context, id, dir string, spec policy.Spec, 
 	}
 	l.inst = inst
 	l.client = agent.NewClient(conn)
+	if img != nil && img.Config.User != "" {
+		l.client.SetUser(&agent.Credential{UID: uint32(user.UID), GID: uint32(user.GID)})
+	}
 	// Recorded at once, so that a daemon started after this one died can
 	// find the sandbox's PID 1 even if it died before the sandbox ran.
 	pid := inst.PID()
@@ -461,6 +465,9 @@ func (m *Manager) prepare(r CreateRequest, ws string) (policy.Spec, time.Duratio
 		if !m.imageAllowed(ref, img) {
 			return spec, 0, invalid("create sandbox: policy: root: image %s is not one this daemon allows (hutch serve --allow-image)", ref)
 		}
+		if _, err := m.images.User(img); err != nil {
+			return spec, 0, invalid("create sandbox: policy: root: %v", err)
+		}
 	} else if err := m.rootLayer(spec).CheckWorkspace("", ws); errors.Is(err, sandbox.ErrNotDirInRoot) {
 		return spec, 0, invalid("create sandbox: policy: filesystem.workspace: %q: %v", ws, err)
 	} else if err != nil {
@@ -542,6 +549,9 @@ func servePolicy(s policy.Spec, noInternet bool) error {
 	}
 	if s.Filesystem.NoDefaultDenies {
 		problems = append(problems, "filesystem.no_default_denies: not allowed in hutch serve")
+	}
+	if s.Filesystem.WorkspaceAt != "" {
+		problems = append(problems, "filesystem.workspace_at: a sandbox of hutch serve has its workspace in its own root, at filesystem.workspace")
 	}
 	if s.BestEffort {
 		problems = append(problems, "best_effort: not allowed in hutch serve")
@@ -646,6 +656,22 @@ func imageEnv(base, env []string, p policy.Env) []string {
 		vars[name] = value
 	}
 	return envEntries(vars)
+}
+
+// imageUserEnv is img's own environment with, when it names a user, that
+// user's HOME (unless the image sets one), USER and LOGNAME.
+func imageUserEnv(img *image.Image, u image.User) []string {
+	env := slices.Clip(img.Config.Env)
+	if img.Config.User == "" {
+		return env
+	}
+	vars := map[string]string{"HOME": u.Home, "USER": u.Name, "LOGNAME": u.Name}
+	for _, name := range []string{"HOME", "USER", "LOGNAME"} {
+		if vars[name] != "" && !slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, name+"=") }) {
+			env = append(env, name+"="+vars[name])
+		}
+	}
+	return env
 }
 
 // envEntries turns env into NAME=VALUE entries, sorted by name.

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
 	"github.com/hutch-sandbox/hutch/internal/image/fetch"
 	"github.com/hutch-sandbox/hutch/internal/image/imagetest"
 	"github.com/hutch-sandbox/hutch/internal/policy"
@@ -36,7 +38,27 @@ func TestCreateFromImage(t *testing.T) {
 			t.Errorf("the sandbox's output lacks %q:\n%s", want, out)
 		}
 	}
-	_, err := m.Create(testCtx(t), "a", CreateRequest{Policy: policy.Spec{Root: policy.ImagePrefix + "hutch.test/absent:1"}})
+
+	// The image's user: who commands run as unless they say, owner of
+	// the workspace, with its home; a user the image does not list
+	// refuses the sandbox.
+	for tag, user := range map[string]string{"hutch.test/app:1": "app", "hutch.test/ghost:1": "ghost"} {
+		img := imagetest.BusyboxWith(t, func(ok bool, reason string) { testutil.Need(t, ok, reason) }, func(c *v1.Config) { c.User = user },
+			imagetest.File("etc/passwd", "root:x:0:0:root:/root:/bin/sh\napp:x:1000:1000::/home/app:/bin/sh\n", 0o644))
+		if _, err := fetch.Import(m.images, imagetest.DockerSave(t, img, tag, t.TempDir()), "", fetch.Options{Root: os.Geteuid() == 0}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	info = mustCreate(t, m, "a", CreateRequest{Policy: policy.Spec{Root: policy.ImagePrefix + "hutch.test/app:1"}})
+	if out := mustRun(t, m, "a", info.ID, `id -u; id -g; echo "$HOME $USER"; pwd; echo mine > f && echo wrote`); out != "1000\n1000\n/home/app app\n"+info.Workspace+"\nwrote\n" {
+		t.Errorf("the image's user:\n%s", out)
+	}
+	_, err := m.Create(testCtx(t), "a", CreateRequest{Policy: policy.Spec{Root: policy.ImagePrefix + "hutch.test/ghost:1"}})
+	if err == nil || !strings.Contains(err.Error(), `user "ghost": no such user`) {
+		t.Errorf("an image whose user it does not list: %v", err)
+	}
+
+	_, err = m.Create(testCtx(t), "a", CreateRequest{Policy: policy.Spec{Root: policy.ImagePrefix + "hutch.test/absent:1"}})
 	if err == nil || !strings.Contains(err.Error(), "not in the daemon's image store") {
 		t.Errorf("an image not in the store: %v", err)
 	}

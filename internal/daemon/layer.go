@@ -186,21 +186,27 @@ func scanClosed(root string, skip []string) (dirs, files []string) {
 // the daemon's image store: its layers, read-only, under the sandbox's
 // own writes. The image's layers are held in use until release is called.
 // An image not in the store is refused: the daemon pulls nothing on a
-// tenant's word (an operator brings images in with hutch image).
-func (m *Manager) imageLayer(ref string, spec policy.Spec) (*image.Image, *sandbox.RootLayer, func(), error) {
+// tenant's word (an operator brings images in with hutch image). The
+// image's user (its own passwd's) owns the workspace, and is who
+// commands run as unless they say.
+func (m *Manager) imageLayer(ref string, spec policy.Spec) (*image.Image, image.User, *sandbox.RootLayer, func(), error) {
 	img, err := m.images.Get(ref)
 	if errors.Is(err, image.ErrNotFound) || errors.Is(err, image.ErrBadRef) {
-		return nil, nil, nil, invalid("create sandbox: policy: root: image %s is not in the daemon's image store (hutch image pull --state-dir %s %s)", ref, m.cfg.StateDir, ref)
+		return nil, image.User{}, nil, nil, invalid("create sandbox: policy: root: image %s is not in the daemon's image store (hutch image pull --state-dir %s %s)", ref, m.cfg.StateDir, ref)
 	}
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, image.User{}, nil, nil, err
 	}
-	l := &sandbox.RootLayer{SizeBytes: spec.Resources.DiskBytes}
+	u, err := m.images.User(img)
+	if err != nil {
+		return nil, image.User{}, nil, nil, invalid("create sandbox: policy: root: %v", err)
+	}
+	l := &sandbox.RootLayer{SizeBytes: spec.Resources.DiskBytes, UID: u.UID, GID: u.GID}
 	var release func()
 	if l.Lowers, release, err = m.images.Stack(img); err != nil {
-		return nil, nil, nil, err
+		return nil, image.User{}, nil, nil, err
 	}
-	return img, l, release, nil
+	return img, u, l, release, nil
 }
 
 // imageAllowed reports whether a tenant may start a sandbox from img,

@@ -21,6 +21,7 @@ type (
 	}
 	formatFilesystem struct {
 		Workspace       string   `yaml:"workspace,omitempty"`
+		WorkspaceAt     string   `yaml:"workspace_at,omitempty"`
 		AllowWrite      []string `yaml:"allow_write"`
 		DenyRead        []string `yaml:"deny_read"`
 		AllowRead       []string `yaml:"allow_read"`
@@ -62,6 +63,7 @@ func (s Spec) Format() ([]byte, error) {
 		Root: s.Root,
 		Filesystem: formatFilesystem{
 			Workspace:       s.Filesystem.Workspace,
+			WorkspaceAt:     s.Filesystem.WorkspaceAt,
 			AllowWrite:      s.Filesystem.AllowWrite,
 			DenyRead:        s.Filesystem.DenyRead,
 			AllowRead:       s.Filesystem.AllowRead,

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -19,7 +20,7 @@ func policyFields(section string) []string {
 	case "secrets":
 		return []string{"name", "hosts", "from", "placeholder_prefix", "in_query", "in_body", "allow_plain_http"}
 	case "filesystem":
-		return []string{"workspace", "allow_write", "deny_read", "allow_read", "deny_write", "no_default_denies", "home"}
+		return []string{"workspace", "workspace_at", "allow_write", "deny_read", "allow_read", "deny_write", "no_default_denies", "home"}
 	case "network":
 		return []string{"mode", "allowed_domains", "denied_domains", "allowed_cidrs", "allow_private", "private_names", "hosts", "allow_host"}
 	case "env":
@@ -124,6 +125,13 @@ func (d *decoder) filesystem(n *yaml.Node, fs *Filesystem) error {
 					err = d.errorf(e.val, "%s: %v", name, cerr)
 				}
 			}
+		case "workspace_at":
+			fs.WorkspaceAt, err = d.str(e.val, name)
+			if err == nil {
+				if cerr := CheckWorkspaceAt(fs.WorkspaceAt); cerr != nil {
+					err = d.errorf(e.val, "%s: %v", name, cerr)
+				}
+			}
 		case "allow_write":
 			fs.AllowWrite, err = d.list(e.val, name, "paths", checkPath)
 		case "deny_read":
@@ -184,6 +192,23 @@ func (d *decoder) network(n *yaml.Node, nw *Network) error {
 		if err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// CheckWorkspaceAt checks a value of filesystem.workspace_at: a clean
+// absolute path of the sandbox's view, not its root, a system directory
+// of the image (which the workspace would cover) or one of the sandbox's
+// own filesystems.
+func CheckWorkspaceAt(p string) error {
+	if err := checkPath(p); err != nil {
+		return err
+	}
+	switch {
+	case !filepath.IsAbs(p) || filepath.Clean(p) != p:
+		return fmt.Errorf("must be a clean absolute path in the sandbox, got %q", p)
+	case systemDir(p) || p == "/tmp" || strings.HasPrefix(p, "/proc/") || strings.HasPrefix(p, "/sys/") || strings.HasPrefix(p, "/dev/"):
+		return fmt.Errorf("%q would cover the image's system files or the sandbox's own filesystems", p)
 	}
 	return nil
 }

@@ -67,6 +67,10 @@ func TestParseErrors(t *testing.T) {
 			`policy.yaml:2:15: filesystem.deny_read[0]: "~/.ssh/id_*" is a pattern; hutch takes literal paths only`},
 		{"tilde user", "", "filesystem:\n  workspace: ~bob/src\n",
 			`policy.yaml:2:14: filesystem.workspace: cannot expand "~bob/src": only "~" and "~/" are expanded, not "~user"`},
+		{"workspace_at relative", "", "filesystem:\n  workspace_at: src\n",
+			`policy.yaml:2:17: filesystem.workspace_at: must be a clean absolute path in the sandbox, got "src"`},
+		{"workspace_at over /etc", "", "filesystem:\n  workspace_at: /etc\n",
+			`policy.yaml:2:17: filesystem.workspace_at: "/etc" would cover the image's system files or the sandbox's own filesystems`},
 		{"root pattern", "", "root: /srv/*\n",
 			`policy.yaml:1:7: root: "/srv/*" is a pattern; hutch takes literal paths only`},
 

@@ -258,6 +258,13 @@ func (s Spec) Validate() error {
 	} else {
 		dir("filesystem.workspace", fs.Workspace)
 	}
+	if fs.WorkspaceAt != "" {
+		if !isImage {
+			add("filesystem.workspace_at: only a sandbox from an image (root: image:REF) has its workspace elsewhere than at its host path (root is %q)", s.Root)
+		} else if err := CheckWorkspaceAt(fs.WorkspaceAt); err != nil {
+			add("filesystem.workspace_at: %v", err)
+		}
+	}
 	for i, p := range fs.AllowWrite {
 		if systemDir(p) {
 			add("filesystem.allow_write[%d]: %q would make the host's system files writable", i, p)

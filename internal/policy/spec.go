@@ -49,6 +49,12 @@ type Filesystem struct {
 	// Workspace is the directory the command runs in, writable. Default: the
 	// current directory.
 	Workspace string `json:"workspace" yaml:"workspace"`
+	// WorkspaceAt is where the workspace is in the sandbox's view: only
+	// for a sandbox from an image (Root "image:REF"), whose view is the
+	// image's; hutch run binds it at /workspace unless this says where.
+	// With the host's root the workspace is at its host path, and this
+	// must be empty.
+	WorkspaceAt string `json:"workspace_at,omitempty" yaml:"workspace_at,omitempty"`
 	// AllowWrite lists extra writable paths.
 	AllowWrite []string `json:"allow_write" yaml:"allow_write"`
 	// DenyRead lists paths the sandbox may not read (added to the defaults
@@ -70,6 +76,10 @@ type Filesystem struct {
 	// masked in every mode. Default: "ro".
 	Home string `json:"home" yaml:"home"`
 }
+
+// DefaultWorkspaceAt is where hutch run binds the workspace in a sandbox
+// from an image when Filesystem.WorkspaceAt does not say.
+const DefaultWorkspaceAt = "/workspace"
 
 // HomeModes are the values of Filesystem.Home.
 var HomeModes = []string{"ro", "tmp", "persist"}

@@ -36,7 +36,15 @@ type builder struct {
 	// listener is the slot of the seccomp filter's listener, which the
 	// sandbox's PID 1 serves; -1 when the filter hands nothing over.
 	listener int8
+	// ws is where the view shows the workspace (initConfig.Workspace).
+	ws viewMap
 }
+
+// view is where the view shows the host path p of a writable area: every
+// mount target made from a host path goes through it (a protection bound
+// at the host path while the workspace is elsewhere would protect
+// nothing); the sources, host paths cloned before the view exists, never.
+func (b *builder) view(p string) string { return b.ws.of(p) }
 
 // msgBuf is a message between hutch and the first process, in memory the
 // first process can use: one byte and descriptors (hutch's message carries
@@ -259,7 +267,7 @@ func (b *builder) mask(i int, path string, dir bool) {
 	if dir {
 		first, second = second, first
 	}
-	t, open := b.target(desc, path)
+	t, open := b.target(desc, b.view(path))
 	mnt := b.p.slot()
 	b.p.call(desc+": clone mask", mnt, unix.SYS_OPEN_TREE, s(b.masks), b.p.str(first), k(unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC))
 	move := b.p.call(desc+": attach mask", -1, unix.SYS_MOVE_MOUNT, s(mnt), b.p.str(""), s(t), b.p.str(""),
@@ -285,7 +293,8 @@ func (b *builder) mask(i int, path string, dir bool) {
 // ids is who the sandbox's processes are inside their user namespace.
 type ids struct {
 	uid, gid  int
-	setgroups bool // may drop supplementary groups (root started it)
+	setgroups bool  // may set supplementary groups (root started it)
+	groups    []int // the supplementary groups (with setgroups; none otherwise)
 }
 
 // receive appends the wait for hutch's message after the clone (sent once
@@ -310,6 +319,7 @@ func (b *builder) receive(ctl int, n int) []int8 {
 // the slots of the idmapped writable mounts hutch sent (by Writable[i].FD).
 func (b *builder) mounts(cfg initConfig, fds []int8, denyRead []pathKind) {
 	p := &b.p
+	b.ws = cfg.Workspace
 	p.call("make mounts private", -1, unix.SYS_MOUNT, p.str(""), p.str("/"), p.str(""), k(unix.MS_REC|unix.MS_PRIVATE), k(0))
 	src := rootDir(cfg.Root)
 	var rootTree int8
@@ -424,10 +434,14 @@ func (b *builder) mounts(cfg initConfig, fds []int8, denyRead []pathKind) {
 			unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC), d, false)
 	}
 	for i, w := range cfg.Writable {
-		b.attach("writable "+w.Path, writable[i], w.Path, true)
+		b.attach("writable "+w.Path, writable[i], b.view(w.Path), true)
 	}
 	for i, f := range cfg.Files {
-		if !f.Create {
+		switch {
+		case f.Create:
+		case f.HostTarget:
+			b.attach(f.Target, files[i], b.view(f.Target), false)
+		default:
 			b.attach(f.Target, files[i], f.Target, false)
 		}
 	}
@@ -435,26 +449,29 @@ func (b *builder) mounts(cfg initConfig, fds []int8, denyRead []pathKind) {
 		b.bindResolvConf()
 	}
 	for _, path := range cfg.Pin {
-		b.rebind("pin "+path, path, false)
+		b.rebind("pin "+path, b.view(path), false)
 	}
 	for j, path := range cfg.DenyWrite {
 		if ph, ok := cfg.Placeholders[path]; ok {
-			b.cover(j, "protect "+path, path, ph)
+			b.cover(j, "protect "+path, b.view(path), ph)
 			continue
 		}
-		b.rebind("protect "+path, path, true)
+		b.rebind("protect "+path, b.view(path), true)
 	}
 	for i, d := range denyRead {
 		b.mask(i, d.path, d.dir)
 	}
 	p.close(b.masks)
+	if cfg.MakeDir {
+		b.mkdirAll("working directory", cfg.Dir)
+	}
 
 	// pivot_root into the view and drop the old root.
 	p.call("pivot_root: enter the new root", -1, unix.SYS_FCHDIR, s(b.root))
 	p.call("pivot_root", -1, unix.SYS_PIVOT_ROOT, p.str("."), p.str("."))
 	p.call("detach old root", -1, unix.SYS_UMOUNT2, p.str("."), k(unix.MNT_DETACH))
 	p.close(b.root)
-	p.call("enter workspace "+cfg.Dir, -1, unix.SYS_CHDIR, p.str(cfg.Dir))
+	p.call("enter working directory "+cfg.Dir, -1, unix.SYS_CHDIR, p.str(cfg.Dir))
 }
 
 // servedMasks takes the stand-ins hutch serves (mnt, their detached mount)
@@ -697,7 +714,12 @@ func (b *builder) identity(id ids) {
 	p := &b.p
 	b.who = id
 	if id.setgroups {
-		p.call("identity: groups", -1, unix.SYS_SETGROUPS, k(0), k(0))
+		list := make([]uint32, len(id.groups)+1) // never empty: a pointer to keep
+		for i, g := range id.groups {
+			list[i] = uint32(g)
+		}
+		p.keep = append(p.keep, list)
+		p.call("identity: groups", -1, unix.SYS_SETGROUPS, ci(len(id.groups)), k(uintptr(unsafe.Pointer(&list[0]))))
 	}
 	p.call("identity: gid", -1, unix.SYS_SETRESGID, ci(id.gid), ci(id.gid), ci(id.gid))
 	p.call("identity: uid", -1, unix.SYS_SETRESUID, ci(id.uid), ci(id.uid), ci(id.uid))

@@ -12,9 +12,19 @@ import (
 // initConfig is everything the sandbox's first process is built from: the
 // input of the builder (build_linux.go).
 type initConfig struct {
-	Args      []string
-	Env       []string
-	Dir       string // the working directory, in the view
+	Args []string
+	Env  []string
+	Dir  string // the working directory, in the view
+	// MakeDir makes Dir in the view when it is missing (an image's
+	// working directory, as Docker makes it).
+	MakeDir bool
+	// Workspace is where the workspace is bound in the view: its host
+	// path and where the view shows it (a sandbox from an image binds it
+	// at /workspace). Every target the builder makes from a host path in
+	// the workspace — the writable bind, pins, deny-write binds and
+	// placeholders' covers, deny-read masks, excludes — is translated
+	// with it (builder.view); sources never are.
+	Workspace viewMap
 	Root      string // "host" or a directory of the host
 	Writable  []bindSrc
 	DenyRead  []string
@@ -129,9 +139,34 @@ type bindSrc struct {
 type fileBind struct {
 	Path, Target string
 	Create       bool
-	FD           int
+	// HostTarget marks a Target that is a host path in a writable area
+	// (a repository's info/exclude), which the view may show elsewhere
+	// (initConfig.Workspace); other targets are paths of the view.
+	HostTarget bool
+	FD         int
 	// Exec makes it executable in the sandbox (a Landlock rule).
 	Exec bool
+}
+
+// viewMap maps the host directory Host to At in the sandbox's view; the
+// zero viewMap maps nothing.
+type viewMap struct {
+	Host, At string
+}
+
+// of is where the view shows the host path p: below At for a path at or
+// below Host, else p itself.
+func (v viewMap) of(p string) string {
+	if v.At == "" || v.Host == "" || v.At == v.Host {
+		return p
+	}
+	if p == v.Host {
+		return v.At
+	}
+	if rest, ok := strings.CutPrefix(p, strings.TrimSuffix(v.Host, "/")+"/"); ok {
+		return v.At + "/" + rest
+	}
+	return p
 }
 
 type rlimit struct {

@@ -81,7 +81,7 @@ func excludeBinds(placeholders map[string]placeholderKind) ([]fileBind, func()) 
 			continue
 		}
 		temps = append(temps, f.Name())
-		binds = append(binds, fileBind{Path: f.Name(), Target: r.exclude})
+		binds = append(binds, fileBind{Path: f.Name(), Target: r.exclude, HostTarget: true})
 	}
 	return binds, func() {
 		for _, t := range temps {

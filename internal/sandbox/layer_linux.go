@@ -207,12 +207,17 @@ func imageLayer(pid int, img ImageRoot, workspace string) (int, error) {
 				return fmt.Errorf("workspace %s: %w", workspace, err)
 			}
 			cur := "upper"
-			for _, c := range strings.Split(rel, "/") {
+			parts := strings.Split(rel, "/")
+			for i, c := range parts {
 				cur += "/" + c
 				if err := unix.Mkdirat(tmpfs, cur, 0o755); err != nil && err != unix.EEXIST {
 					return fmt.Errorf("workspace %s: %w", workspace, err)
 				}
-				if err := unix.Fchownat(tmpfs, cur, RootMappedID, RootMappedID, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+				uid, gid := RootMappedID, RootMappedID // the way there: the sandbox's root
+				if i == len(parts)-1 {
+					uid, gid = RootMappedID+img.UID, RootMappedID+img.GID // the image's user
+				}
+				if err := unix.Fchownat(tmpfs, cur, uid, gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 					return fmt.Errorf("workspace %s: %w", workspace, err)
 				}
 			}

@@ -324,11 +324,16 @@ func rlimitFallback(r policy.Resources) ([]rlimit, string) {
 // on the host owned by the path's owner while the sandbox runs as an
 // unprivileged host uid.
 func idmapWritable(pid int, w []bindSrc) ([]int, error) {
-	userns, err := unix.Open(fmt.Sprintf("/proc/%d/ns/user", pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	userns, err := sandboxUserns(pid)
 	if err != nil {
-		return nil, fmt.Errorf("open sandbox user namespace: %w", err)
+		return nil, err
 	}
 	defer unix.Close(userns)
+	return idmapWith(userns, w)
+}
+
+// idmapWith is idmapWritable with the user namespace userns.
+func idmapWith(userns int, w []bindSrc) ([]int, error) {
 	var fds []int
 	for i := range w {
 		fd, err := unix.OpenTree(unix.AT_FDCWD, w[i].Path, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)

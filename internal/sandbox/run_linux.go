@@ -72,6 +72,9 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		if layer.SizeBytes <= 0 {
 			return res, errors.New("a writable root layer needs a size")
 		}
+		if min(layer.UID, layer.GID) < 0 || max(layer.UID, layer.GID) >= layerIDs {
+			return res, fmt.Errorf("the workspace's owner %d:%d: a root layer maps ids 0–%d only", layer.UID, layer.GID, layerIDs-1)
+		}
 	}
 	img := c.Image
 	if img != nil {
@@ -103,6 +106,25 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		// The root's files keep their owners' ids, 0–65535, in the
 		// sandbox (an idmapped mount).
 		nids = layerIDs
+	}
+	mapUID, mapGID := innerUID, innerGID // the first inner ids of the maps
+	var groups []int
+	if img != nil {
+		// The image's user (root when it names none). Root: the image's
+		// ids 0–65535 are mapped, the writable areas idmapped so that
+		// their owner's files are the user's; an ordinary user: the one
+		// id there is becomes the image user's, and every file of the
+		// image and the workspace shows as theirs.
+		innerUID, innerGID = img.UID, img.GID
+		mapUID, mapGID = innerUID, innerGID
+		if asRoot {
+			mapUID, mapGID, groups = 0, 0, img.Groups
+			for _, id := range append([]int{img.UID, img.GID}, img.Groups...) {
+				if id < 0 || id >= layerIDs {
+					return res, fmt.Errorf("the image's user: id %d: hutch maps the image's ids 0–%d only", id, layerIDs-1)
+				}
+			}
+		}
 	}
 	var keepCaps []int
 	if c.RootCaps {
@@ -206,6 +228,9 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 	}
 	for _, r := range roots {
 		cfg.Writable = append(cfg.Writable, bindSrc{Path: r, FD: -1})
+	}
+	if err := placeWorkspace(&cfg, s, img, roots); err != nil {
+		return res, err
 	}
 	if len(cfg.Writable) > 0 {
 		// What the sandbox writes there must not grant or widen privilege
@@ -402,7 +427,7 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		}
 	}
 	recvd := b.receive(int(childCtl.Fd()), nrecv)
-	b.identity(ids{uid: innerUID, gid: innerGID, setgroups: asRoot})
+	b.identity(ids{uid: innerUID, gid: innerGID, setgroups: asRoot, groups: groups})
 	b.dieWithHutch(int(childCtl.Fd()))
 	b.mounts(cfg, recvd, denyKinds)
 	if err := b.harden(cfg, ruleset, int(childCtl.Fd())); err != nil {
@@ -425,7 +450,7 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		return res, err
 	}
 	fail := func(err error) (*launched, error) { return res, err }
-	if err := writeIDMaps(pid, idMap{innerUID, hostUID, nids}, idMap{innerGID, hostGID, nids}, asRoot); err != nil {
+	if err := writeIDMaps(pid, idMap{mapUID, hostUID, nids}, idMap{mapGID, hostGID, nids}, asRoot); err != nil {
 		return fail(err)
 	}
 	if group != nil && cgroupFD < 0 {
@@ -436,7 +461,20 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		}
 	}
 	var fds []int
-	if idmap {
+	switch {
+	case idmap && img != nil:
+		// The owner of the workspace (and of what allow_write paths it
+		// owns) is the image's user inside.
+		userns, err := idmapUserns(int(wsStat.Uid), int(wsStat.Gid), hostUID+innerUID, hostGID+innerGID)
+		if err != nil {
+			return fail(err)
+		}
+		fds, err = idmapWith(userns, cfg.Writable)
+		unix.Close(userns)
+		if err != nil {
+			return fail(fmt.Errorf("%w (pass --best-effort to run without it)", err))
+		}
+	case idmap:
 		if fds, err = idmapWritable(pid, cfg.Writable); err != nil {
 			return fail(fmt.Errorf("%w (pass --best-effort to run without it)", err))
 		}
@@ -475,7 +513,7 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		var lfd int
 		var err error
 		if len(layer.Lowers) > 0 {
-			lfd, err = imageLayer(pid, ImageRoot{Layers: layer.Lowers, SizeBytes: layer.SizeBytes}, ws)
+			lfd, err = imageLayer(pid, ImageRoot{Layers: layer.Lowers, SizeBytes: layer.SizeBytes, UID: layer.UID, GID: layer.GID}, ws)
 		} else {
 			lfd, err = rootLayer(pid, rootDir(s.Root), *layer, ws)
 		}
@@ -547,6 +585,48 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 	}
 	l.tty = cfg.Tty
 	return l, nil
+}
+
+// placeWorkspace sets where the view shows the workspace (a sandbox from
+// an image: the policy's workspace_at; else its host path) and the
+// command's working directory there, or the image's (img.Dir), with PWD
+// to match. A writable area of the host at, above or below where the
+// workspace is shown would be mixed up with it in the view, and one that
+// holds the workspace would show it unprotected at its host path:
+// refused.
+func placeWorkspace(cfg *initConfig, s policy.Spec, img *ImageRoot, roots []string) error {
+	ws, at := s.Filesystem.Workspace, s.Filesystem.WorkspaceAt
+	if img == nil {
+		if at != "" && at != ws {
+			return fmt.Errorf("workspace_at %s: only a sandbox from an image has its workspace elsewhere than at its host path", at)
+		}
+		return nil
+	}
+	if at == "" {
+		at = ws
+	}
+	for _, r := range roots {
+		switch {
+		case r == ws || at == ws:
+		case under(ws, []string{r}):
+			// Bound at its host path, it would show the workspace a
+			// second time, there, where the workspace's protections
+			// (bound at workspace_at) are not.
+			return fmt.Errorf("writable path %s holds the workspace, which a sandbox from an image shows at %s only", r, at)
+		case under(r, []string{at}) || under(at, []string{r}):
+			return fmt.Errorf("writable path %s: the workspace is at %s in the sandbox, which that path would cover or lie in (choose another --workspace-at)", r, at)
+		}
+	}
+	cfg.Workspace = viewMap{Host: ws, At: at}
+	cfg.Dir = at
+	if img.Dir != "" {
+		// Made when missing, but never in a writable area of the host:
+		// the first process, which makes it, still holds its
+		// capabilities, and the image is not the user's to write there.
+		cfg.Dir, cfg.MakeDir = img.Dir, !under(img.Dir, append([]string{at}, roots...))
+	}
+	cfg.Env = append(withoutVars(cfg.Env, []string{"PWD", "OLDPWD"}), "PWD="+cfg.Dir)
+	return nil
 }
 
 // Run runs c.Args in a new sandbox and waits for it to end.

@@ -115,9 +115,10 @@ type Config struct {
 	// Image, when set, is the root the sandbox starts from instead of the
 	// host's (policy root "image:REF"): the image's layers stacked
 	// read-only, with the sandbox's writes to its root kept in memory and
-	// dropped at its end. The workspace and allow_write paths are bound
-	// in at their host paths, and every protection applies as with the
-	// host's root. Root only, for now.
+	// dropped at its end. The workspace is bound in at
+	// Spec.Filesystem.WorkspaceAt (at its host path when that is empty),
+	// allow_write paths at their host paths, and every protection of the
+	// workspace applies where the view shows it.
 	Image *ImageRoot
 }
 
@@ -129,6 +130,19 @@ type ImageRoot struct {
 	// SizeBytes bounds what the sandbox writes to its root (a tmpfs; its
 	// pages count against the sandbox's memory limit).
 	SizeBytes int64
+	// Dir, when set, is the command's working directory (a path of the
+	// view: the image's WorkingDir for its own command); the workspace
+	// otherwise.
+	Dir string
+	// UID and GID are who the command runs as (the image's user; root
+	// when both are 0), Groups its supplementary groups. Root: ids
+	// 0–65535 of the image are mapped, and the workspace's owner is UID
+	// and GID inside. An ordinary user: the one id the sandbox maps is
+	// UID and GID (every file of the image and the workspace shows as
+	// theirs), and Groups are not set (the kernel refuses setgroups in
+	// such a namespace).
+	UID, GID int
+	Groups   []int
 }
 
 // ErrNotDirInRoot is the error of a path of a sandbox's root layer (its
@@ -157,6 +171,9 @@ type RootLayer struct {
 	// stacked instead of the host's root: Hide and Remove then do not
 	// apply (nothing of the host's is in the view).
 	Lowers []string
+	// UID and GID own the workspace made in the layer (with Lowers: the
+	// image's user, ids 0–65535; root when both are 0).
+	UID, GID int
 }
 
 // Proxy is the egress proxy of one sandbox (package egress implements it).

@@ -245,3 +245,64 @@ func readReply(ctl int, onStandIns func(dev int)) (r reply, got sent, err error)
 		return r, got, nil
 	}
 }
+
+// idmapUserns makes a user namespace for idmapped mounts only (root):
+// it maps the host uid and gid of a writable area's owner, uid and gid,
+// onto toUID and toGID, so that a mount idmapped with it shows the
+// owner's files as the host ids toUID and toGID — which the sandbox's own
+// namespace shows as the id its command runs as — and the command's
+// files land on the host as the owner's. Every other id stays unmapped
+// (nobody, read-only). The namespace's only process, which blocks in the
+// kernel from its clone on, is gone when idmapUserns returns; the
+// descriptor keeps the namespace.
+func idmapUserns(uid, gid, toUID, toGID int) (int, error) {
+	args := &cloneArgs{flags: unix.CLONE_NEWUSER, exitSignal: uint64(unix.SIGCHLD)}
+	runtime.LockOSThread()
+	pid, errno := forkIdle(args)
+	runtime.UnlockOSThread()
+	if errno != 0 {
+		return -1, fmt.Errorf("user namespace for the writable areas' owner: %w", errno)
+	}
+	defer func() {
+		_ = unix.Kill(int(pid), unix.SIGKILL)
+		var ws unix.WaitStatus
+		for {
+			if _, err := unix.Wait4(int(pid), &ws, 0, nil); err != unix.EINTR {
+				break
+			}
+		}
+	}()
+	dir := fmt.Sprintf("/proc/%d/", pid)
+	for _, w := range [][2]string{
+		{"uid_map", fmt.Sprintf("%d %d 1\n", uid, toUID)},
+		{"gid_map", fmt.Sprintf("%d %d 1\n", gid, toGID)},
+	} {
+		if err := os.WriteFile(dir+w[0], []byte(w[1]), 0); err != nil {
+			return -1, fmt.Errorf("user namespace for the writable areas' owner: %s: %w", w[0], err)
+		}
+	}
+	fd, err := unix.Open(dir+"ns/user", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("user namespace for the writable areas' owner: %w", err)
+	}
+	return fd, nil
+}
+
+// forkIdle clones a process (args) that only waits to be killed: it asks
+// for SIGKILL when its parent thread goes, and sleeps in ppoll.
+//
+//go:nosplit
+//go:norace
+//go:nocheckptr
+func forkIdle(args *cloneArgs) (uintptr, unix.Errno) {
+	runtimeBeforeFork()
+	pid, _, errno := syscall.RawSyscall(unix.SYS_CLONE3, uintptr(unsafe.Pointer(args)), unsafe.Sizeof(*args), 0)
+	if errno == 0 && pid == 0 {
+		syscall.RawSyscall6(unix.SYS_PRCTL, unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0, 0)
+		for {
+			syscall.RawSyscall6(unix.SYS_PPOLL, 0, 0, 0, 0, 0, 0)
+		}
+	}
+	runtimeAfterFork()
+	return pid, errno
+}

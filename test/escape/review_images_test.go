@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
 	"github.com/hutch-sandbox/hutch/internal/image/imagetest"
 	"github.com/hutch-sandbox/hutch/internal/testutil"
 )
@@ -119,13 +121,7 @@ func TestImageLayersHostile(t *testing.T) {
 // protected names stay protected.
 func TestImageRootEscapes(t *testing.T) {
 	forEachMode(t, func(t *testing.T, sb *harness) {
-		state := hostDir(t, sb.mode.uid, "state")
-		img := imagetest.Busybox(t, func(ok bool, reason string) { testutil.Need(t, ok, reason) })
-		p := imagetest.DockerSave(t, img, "hutch.test/escape-root:1", hostDir(t, sb.mode.uid, "tar"))
-		env := []string{"HUTCH_STATE_DIR=" + state}
-		if r := sb.hutch(opts{env: env}, "image", "import", p); r.code != 0 {
-			t.Fatalf("import:\n%s", r)
-		}
+		state, env := importImages(t, sb, map[string]v1.Image{"hutch.test/escape-root:1": imagetest.Busybox(t, need(t))})
 		victimDir := hostDir(t, 0, "victim")
 		writeFile(t, filepath.Join(victimDir, "secret"), "HOST-SECRET\n", 0o644, 0)
 		writeFile(t, filepath.Join(sb.home, ".netrc"), "NETRC-SECRET\n", 0o600, sb.mode.uid)
@@ -156,4 +152,118 @@ func TestImageRootEscapes(t *testing.T) {
 			t.Errorf("a write to the root reached the image store: %q", b)
 		}
 	})
+}
+
+// TestImageWorkspaceProtections: in a sandbox from an image the workspace
+// is at /workspace, not at its host path, and every protection of the
+// workspace holds there exactly as with the host's root: git's hooks and
+// configuration, the policy file the sandbox runs under, the default
+// deny-write names (existing or held by placeholders), the policy's own
+// deny_write and deny_read, a .git that may be neither moved nor
+// replaced; what it makes that the host would run is set aside at its
+// end, reported by its host path.
+func TestImageWorkspaceProtections(t *testing.T) {
+	forEachMode(t, func(t *testing.T, sb *harness) {
+		_, env := importImages(t, sb, map[string]v1.Image{
+			"hutch.test/escape-ws:root": imagetest.Busybox(t, need(t)),
+			"hutch.test/escape-ws:app": imagetest.BusyboxWith(t, need(t), func(c *v1.Config) { c.User = "app" },
+				imagetest.File("etc/passwd", "root:x:0:0:root:/root:/bin/sh\napp:x:1000:1000::/home/app:/bin/sh\n", 0o644)),
+		})
+		for user, uid := range map[string]string{"root": "0", "app": "1000"} {
+			t.Run("image user "+user, func(t *testing.T) {
+				workspaceProtections(t, newSandbox(t, sb.mode), env, "hutch.test/escape-ws:"+user, uid)
+			})
+		}
+	})
+}
+
+// need is testutil.Need for imagetest.
+func need(t *testing.T) func(ok bool, reason string) {
+	return func(ok bool, reason string) { testutil.Need(t, ok, reason) }
+}
+
+// importImages imports images (by tag) into a state directory of the
+// test's own, which env names for hutch.
+func importImages(t *testing.T, sb *harness, images map[string]v1.Image) (state string, env []string) {
+	t.Helper()
+	state = hostDir(t, sb.mode.uid, "state")
+	env = []string{"HUTCH_STATE_DIR=" + state}
+	for tag, img := range images {
+		p := imagetest.DockerSave(t, img, tag, hostDir(t, sb.mode.uid, "tar"))
+		if r := sb.hutch(opts{env: env}, "image", "import", p); r.code != 0 {
+			t.Fatalf("import %s:\n%s", tag, r)
+		}
+	}
+	return state, env
+}
+
+// workspaceProtections is TestImageWorkspaceProtections in sb's
+// workspace, with image ref, whose user is uid.
+func workspaceProtections(t *testing.T, sb *harness, env []string, ref, uid string) {
+	mkdirs(t, sb.ws, sb.mode.uid, ".git/hooks", ".git/info", ".git/objects", ".git/refs/heads")
+	writeFile(t, filepath.Join(sb.ws, ".git", "info", "exclude"), "*.o\n", 0o644, sb.mode.uid)
+	writeFile(t, filepath.Join(sb.ws, ".git", "HEAD"), "ref: refs/heads/main\n", 0o644, sb.mode.uid)
+	writeFile(t, filepath.Join(sb.ws, ".git", "config"), "[core]\n\tbare = false\n", 0o644, sb.mode.uid)
+	writeFile(t, filepath.Join(sb.ws, "secret.txt"), "WS-SECRET\n", 0o644, sb.mode.uid)
+	writeFile(t, filepath.Join(sb.ws, "keep.txt"), "kept\n", 0o644, sb.mode.uid)
+	writeFile(t, filepath.Join(sb.ws, ".bashrc"), "# the user's\n", 0o644, sb.mode.uid)
+	pol := filepath.Join(sb.ws, "policy.yaml")
+	policy := "filesystem:\n  deny_read: [" + filepath.Join(sb.ws, "secret.txt") + "]\n  deny_write: [" + filepath.Join(sb.ws, "keep.txt") + "]\n"
+	writeFile(t, pol, policy, 0o644, sb.mode.uid)
+	script := `pwd; id -u
+		cat .git/info/exclude
+		echo x >> .git/info/exclude && echo EXCLUDE-WRITTEN
+			echo hook > .git/hooks/pre-commit && echo HOOK-WRITTEN
+			echo '[core] hooksPath=/x' >> .git/config && echo CONFIG-WRITTEN
+			echo root: host > policy.yaml && echo POLICY-WRITTEN
+			echo evil >> .bashrc && echo BASHRC-WRITTEN
+			mkdir -p .vscode && echo x > .vscode/tasks.json && echo VSCODE-WRITTEN
+			echo x > .mcp.json && echo MCP-WRITTEN
+			echo x > keep.txt && echo KEEP-WRITTEN
+			cat secret.txt /workspace/secret.txt
+			busybox mv .git moved-git && echo GIT-MOVED
+			busybox mv .git/hooks .git/h && echo HOOKS-MOVED
+			mkdir -p other/.git && busybox mv .git .git-old && busybox mv other/.git .git && echo GIT-REPLACED
+			echo 'repos: []' > .pre-commit-config.yaml
+			echo ok > work.txt && echo WORK-WRITTEN`
+	r := sb.run(opts{env: env, flags: []string{"--image", ref, "--policy", pol}, noCheck: true}, script)
+	if r.code != 0 {
+		t.Fatalf("the sandbox did not run:\n%s", r)
+	}
+	if !strings.HasPrefix(r.stdout, "/workspace\n"+uid+"\n") || !strings.Contains(r.stdout, "WORK-WRITTEN") {
+		t.Fatalf("the workspace is not at /workspace, not writable, or the command not uid %s:\n%s", uid, r)
+	}
+	if !strings.Contains(r.stdout, "*.o\n# hutch: empty stand-ins") {
+		t.Errorf("git's info/exclude at /workspace is not hutch's copy, with the placeholders:\n%s", r)
+	}
+	for _, bad := range []string{"EXCLUDE-WRITTEN", "HOOK-WRITTEN", "CONFIG-WRITTEN", "POLICY-WRITTEN", "BASHRC-WRITTEN", "VSCODE-WRITTEN", "MCP-WRITTEN", "KEEP-WRITTEN", "WS-SECRET", "GIT-MOVED", "HOOKS-MOVED", "GIT-REPLACED"} {
+		if strings.Contains(r.stdout, bad) {
+			t.Errorf("%s: a protection of the workspace does not hold at /workspace:\n%s", bad, r)
+		}
+	}
+	for path, want := range map[string]string{
+		".git/config": "[core]\n\tbare = false\n", "policy.yaml": policy, ".bashrc": "# the user's\n", "keep.txt": "kept\n",
+		".git/HEAD": "ref: refs/heads/main\n", "work.txt": "ok\n",
+	} {
+		if b, err := os.ReadFile(filepath.Join(sb.ws, path)); err != nil || string(b) != want {
+			t.Errorf("%s on the host: %q, %v", path, b, err)
+		}
+	}
+	for _, gone := range []string{".git/hooks/pre-commit", ".mcp.json", ".vscode/tasks.json", ".pre-commit-config.yaml"} {
+		if _, err := os.Lstat(filepath.Join(sb.ws, gone)); !os.IsNotExist(err) {
+			t.Errorf("%s exists on the host after the sandbox: %v", gone, err)
+		}
+	}
+	for _, line := range strings.Split(r.stderr, "\n") {
+		if strings.HasPrefix(line, "hutch: refused") && strings.Contains(line, "/workspace/") {
+			t.Errorf("a refusal report names the path in the sandbox, not the host's: %s", line)
+		}
+	}
+	setAside := filepath.Join(sb.ws, ".pre-commit-config.yaml")
+	if !strings.Contains(r.stderr, setAside) {
+		t.Errorf("the set-aside report does not name the host path %s:\n%s", setAside, r)
+	}
+	if _, err := os.Stat(setAside + ".hutch-set-aside"); err != nil {
+		t.Errorf("the hook manager's file was not set aside: %v", err)
+	}
 }

@@ -131,6 +131,14 @@ func DockerSave(t testing.TB, img v1.Image, tag, dir string) string {
 // command".
 func Busybox(t testing.TB, need func(ok bool, reason string)) v1.Image {
 	t.Helper()
+	return BusyboxWith(t, need, nil)
+}
+
+// BusyboxWith is Busybox with config applied to its configuration after
+// Busybox's own, and a third layer of extra on top, if any (an
+// /etc/passwd with the image's users, say).
+func BusyboxWith(t testing.TB, need func(ok bool, reason string), config func(*v1.Config), extra ...Entry) v1.Image {
+	t.Helper()
 	bb, err := os.ReadFile("/bin/busybox")
 	if err != nil {
 		need(false, "needs /bin/busybox (busybox-static): "+err.Error())
@@ -147,8 +155,15 @@ func Busybox(t testing.TB, need func(ok bool, reason string)) v1.Image {
 		File("gone", "deleted by the layer above\n", 0o644), File("opq/old", "old\n", 0o644))
 	top := []Entry{File(".wh.gone", "", 0), Dir("opq/"), File("opq/.wh..wh..opq", "", 0),
 		File("opq/new", "new\n", 0o644), File("etc/motd", "from the image\n", 0o644)}
+	layers := []v1.Layer{Layer(t, Tar(t, base...)), Layer(t, Tar(t, top...))}
+	if len(extra) > 0 {
+		layers = append(layers, Layer(t, Tar(t, extra...)))
+	}
 	return Image(t, "amd64", func(c *v1.Config) {
 		c.Env = []string{"PATH=/bin", "GREETING=hi from the image"}
 		c.Cmd = []string{"/bin/sh", "-c", "echo default command"}
-	}, Layer(t, Tar(t, base...)), Layer(t, Tar(t, top...)))
+		if config != nil {
+			config(c)
+		}
+	}, layers...)
 }
