@@ -25,6 +25,9 @@ type Sandbox struct {
 	ExpiresAt time.Time `json:"expires_at"`
 	// Workspace is the commands' working directory in the sandbox.
 	Workspace string `json:"workspace"`
+	// Image is the digest of the image the sandbox started from
+	// ("sha256:…"; "" for the host's root).
+	Image string `json:"image,omitempty"`
 }
 
 // CreateOptions describes a sandbox to create.

@@ -167,9 +167,7 @@ func (m *Manager) Create(ctx context.Context, tenant string, r CreateRequest) (I
 	}
 	ev.append(EventStarted, nil, false)
 	log.Info("sandbox started", "pid", l.inst.PID(), "expires", row.Expires, "image", l.image)
-	info := infoOf(sb)
-	info.Image = l.image
-	return info, nil
+	return infoOf(sb), nil
 }
 
 // launch starts sandbox id — its record made (starting) and its directory
@@ -231,14 +229,16 @@ func (m *Manager) launch(ctx context.Context, id, dir string, spec policy.Spec, 
 	l.inst = inst
 	l.client = agent.NewClient(conn)
 	// Recorded at once, so that a daemon started after this one died can
-	// find the sandbox's PID 1 even if it died before the sandbox ran.
+	// find the sandbox's PID 1 even if it died before the sandbox ran;
+	// the image's digest with it, which the sandbox's record keeps for
+	// its life and after.
 	pid := inst.PID()
 	pidStart, err := processStart(pid)
 	if err != nil {
 		return fail(fmt.Errorf("PID 1 (host pid %d): %w", pid, err))
 	}
 	if _, err := m.st.UpdateSandbox(context.Background(), id, func(sb *store.Sandbox) error {
-		sb.PID, sb.PIDStart = pid, pidStart
+		sb.PID, sb.PIDStart, sb.Image = pid, pidStart, l.image
 		return nil
 	}); err != nil {
 		return fail(err)

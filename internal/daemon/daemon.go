@@ -170,7 +170,8 @@ type Info struct {
 	ExpiresAt time.Time         `json:"expires_at"`
 	// Workspace is the commands' working directory in the sandbox.
 	Workspace string `json:"workspace"`
-	// Image is the digest of the image the sandbox started from, in the
-	// answer of a create ("" for the host's root, and in other answers).
+	// Image is the digest of the image the sandbox started from ("" for
+	// the host's root), kept in its record: every answer gives it, also
+	// once the sandbox stopped and after a restart of the daemon.
 	Image string `json:"image,omitempty"`
 }

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/image/fetch"
 	"github.com/hutch-sandbox/hutch/internal/image/imagetest"
 	"github.com/hutch-sandbox/hutch/internal/policy"
+	"github.com/hutch-sandbox/hutch/internal/store"
 	"github.com/hutch-sandbox/hutch/internal/testutil"
 )
 
@@ -29,6 +31,13 @@ func TestCreateFromImage(t *testing.T) {
 	info := mustCreate(t, m, "a", CreateRequest{Policy: policy.Spec{Root: policy.ImagePrefix + "hutch.test/served:1"}})
 	if digest, _ := img.Digest(); info.Image != digest.String() {
 		t.Errorf("create says image %q, want %s", info.Image, digest)
+	}
+	// Every answer says the image, not only the create's.
+	if got, err := m.Get(testCtx(t), "a", info.ID); err != nil || got.Image != info.Image {
+		t.Errorf("get: image %q, %v; want %s", got.Image, err, info.Image)
+	}
+	if list, err := m.List(testCtx(t), "a", nil, ""); err != nil || len(list) != 1 || list[0].Image != info.Image {
+		t.Errorf("list: %+v, %v; want the image %s", list, err, info.Image)
 	}
 	out := mustRun(t, m, "a", info.ID, `cat /etc/motd; echo "$GREETING|$PATH"; pwd; ls /opq; test -e /usr/bin/env || echo no-host-usr; echo made > here && cat here`)
 	for _, want := range []string{"from the image\n", "hi from the image|/bin\n", info.Workspace + "\n", "new\n", "no-host-usr\n", "made\n"} {
@@ -51,5 +60,28 @@ func TestCreateFromImage(t *testing.T) {
 	info = mustCreate(t, m, "a", CreateRequest{Policy: policy.Spec{Root: policy.ImagePrefix + "hutch.test/served:1"}})
 	if out := mustRun(t, m, "a", info.ID, `cat /etc/motd`); out != "from the image\n" {
 		t.Errorf("an allowed image: %q", out)
+	}
+	host := mustCreate(t, m, "a", CreateRequest{})
+	if host.Image != "" {
+		t.Errorf("a sandbox of the host's root says image %q", host.Image)
+	}
+
+	// The record keeps the image once the daemon is gone: the next one
+	// says it of the stopped sandbox.
+	dir := m.cfg.StateDir
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	m2, err := New(Config{StateDir: dir}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m2.Close()
+	got, err := m2.Get(testCtx(t), "a", info.ID)
+	if err != nil || got.Image != info.Image || got.State != store.StateStopped {
+		t.Errorf("after a restart: %+v, %v; want stopped, image %s", got, err, info.Image)
+	}
+	if got, err := m2.Get(testCtx(t), "a", host.ID); err != nil || got.Image != "" {
+		t.Errorf("after a restart, the host-root sandbox: %+v, %v", got, err)
 	}
 }

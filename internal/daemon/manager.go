@@ -506,6 +506,7 @@ func infoOf(sb store.Sandbox) Info {
 		CreatedAt: sb.Created,
 		ExpiresAt: sb.Expires,
 		Workspace: specWorkspace(sb.Spec),
+		Image:     sb.Image,
 	}
 }
 
