@@ -107,8 +107,8 @@ func (m *Manager) Create(ctx context.Context, tenant string, r CreateRequest) (I
 			return Info{}, err
 		}
 	}
-	if m.pool != nil && warmMatch(r) {
-		if info, ok, err := m.takeWarm(ctx, tenant, r); ok || err != nil {
+	if p := m.warmPool(r); p != nil {
+		if info, ok, err := m.takeWarm(ctx, p, tenant, r); ok || err != nil {
 			return info, err
 		}
 	}
