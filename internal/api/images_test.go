@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/registry"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
+	"github.com/hutch-sandbox/hutch/internal/daemon"
 	"github.com/hutch-sandbox/hutch/internal/image/imagetest"
 )
 
@@ -58,10 +59,18 @@ func TestImages(t *testing.T) {
 	// The operator's /metrics counts what pulls brought in.
 	resp, data = e.request(t, "GET", "/metrics", "")
 	want(t, resp, data, 200, "")
-	for _, m := range []string{`hutch_image_layers_total{result="unpacked"} `, "hutch_image_unpacked_bytes_total ", "hutch_image_layer_seconds_count "} {
+	for _, m := range []string{`hutch_image_layers_total{result="unpacked"} `, "hutch_image_unpacked_bytes_total ", "hutch_image_layer_seconds_count ",
+		`hutch_image_cache_total{op="pull",result="miss"} `, `hutch_image_cache_total{op="create",result="hit"} `} {
 		if !strings.Contains(string(data), m) {
 			t.Errorf("/metrics lacks %s", m)
 		}
+	}
+	// A second pull finds every layer in the store: a hit.
+	hits := daemon.ImageCache.With("pull", "hit").Value()
+	resp, data = e.request(t, "POST", "/v1/images/pull", body)
+	want(t, resp, data, 200, "")
+	if !strings.Contains(string(data), `"cached":true`) || daemon.ImageCache.With("pull", "hit").Value() != hits+1 {
+		t.Errorf("a pull of an image in the store: %s; hits %v → %v", data, hits, daemon.ImageCache.With("pull", "hit").Value())
 	}
 
 	resp, data = e.request(t, "GET", "/v1/images", "", "Authorization", "Bearer "+tok)

@@ -81,7 +81,7 @@ func newAPIMetrics(m Manager) *apiMetrics {
 	am.create = create.With()
 	sandboxes := sandboxesGauge("Sandboxes of all tenants by state.", m.Counts)
 	am.reg.Register(am.requests, create, am.exec, sandboxes, daemon.EgressRefused, daemon.EgressBytes, daemon.WarmSandboxes, daemon.WarmCreates, daemon.OOMKills,
-		fetch.Layers, fetch.Bytes, fetch.UnpackSeconds)
+		daemon.ImageCache, fetch.Layers, fetch.Bytes, fetch.UnpackSeconds)
 	return am
 }
 

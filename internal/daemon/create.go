@@ -100,6 +100,10 @@ func (m *Manager) Create(ctx context.Context, tenant string, r CreateRequest) (I
 	if tenant == warmTenant {
 		return Info{}, invalid("create sandbox: the tenant name %q is reserved", tenant)
 	}
+	if ref, ok := r.Policy.Image(); ok {
+		_, err := m.images.Get(ref)
+		ImageCache.With("create", CacheResult(err == nil)).Inc()
+	}
 	var upstream *x509.CertPool // the daemon's roots, unless the request adds some
 	if len(r.UpstreamCA) > 0 {
 		var err error
