@@ -100,7 +100,11 @@ func run(args []string, stdin, stdout, stderr *os.File) int {
 		return proxyconnect.Main(args[1:], stdin, stdout, stderr)
 	case "serve", "token", "image":
 		// The daemon's commands, and the images' (which link a registry
-		// client), are hutch-serve's (see daemon.go).
+		// client), are hutch-serve's (see daemon.go); the daemon's images
+		// (--remote) are the API's.
+		if args[0] == "image" && remoteImage(args[1:]) {
+			return cmdRemoteImage(args[1:], stdout, stderr)
+		}
 		return execServe(args, stderr)
 	case "audit":
 		return cmdAudit(args[1:], stdout, stderr)
