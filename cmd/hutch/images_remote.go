@@ -53,7 +53,7 @@ func cmdRemoteImage(args []string, stdout, stderr io.Writer) int {
 	usage := func() { fmt.Fprintf(stderr, remoteImageUsage, client.DefaultHost) }
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		usage()
-		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
+		if slices.ContainsFunc(args, func(a string) bool { return a == "-h" || a == "--help" || a == "help" }) {
 			return 0
 		}
 		return 2
