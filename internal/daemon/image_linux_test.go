@@ -30,6 +30,7 @@ func TestCreateFromImage(t *testing.T) {
 	if _, err := fetch.Import(m.images, tarPath, "", fetch.Options{Root: os.Geteuid() == 0}); err != nil {
 		t.Fatal(err)
 	}
+	hits, misses := ImageCache.With("create", "hit").Value(), ImageCache.With("create", "miss").Value()
 	info := mustCreate(t, m, "a", CreateRequest{Policy: policy.Spec{Root: policy.ImagePrefix + "hutch.test/served:1"}})
 	if digest, _ := img.Digest(); info.Image != digest.String() {
 		t.Errorf("create says image %q, want %s", info.Image, digest)
@@ -50,6 +51,10 @@ func TestCreateFromImage(t *testing.T) {
 	_, err := m.Create(testCtx(t), "a", CreateRequest{Policy: policy.Spec{Root: policy.ImagePrefix + "hutch.test/absent:1"}})
 	if err == nil || !strings.Contains(err.Error(), "not in the daemon's image store") {
 		t.Errorf("an image not in the store: %v", err)
+	}
+	// hutch_image_cache_total counts both (other tests may count too).
+	if ImageCache.With("create", "hit").Value() < hits+1 || ImageCache.With("create", "miss").Value() < misses+1 {
+		t.Errorf("hutch_image_cache_total{op=\"create\"}: hits %v → %v, misses %v → %v", hits, ImageCache.With("create", "hit").Value(), misses, ImageCache.With("create", "miss").Value())
 	}
 
 	// An operator's --allow-image: only the images it names.
