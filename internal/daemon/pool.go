@@ -451,7 +451,9 @@ func (p *pool) readyCount() int {
 // warmPool is the pool of m whose sandboxes can serve r, nil if none:
 // r's policy normalizes to the pool's, and its environment does not set
 // HOME (which decides, at start, whether the sandbox gets a private
-// home).
+// home), nor, for a pool of an image, PATH (a cold sandbox of an image
+// keeps the image's PATH over the request's, where a warm one's agent
+// would put the request's over it).
 func (m *Manager) warmPool(r CreateRequest) *pool {
 	if len(m.pools) == 0 {
 		return nil
@@ -459,6 +461,7 @@ func (m *Manager) warmPool(r CreateRequest) *pool {
 	if _, ok := r.Env["HOME"]; ok {
 		return nil
 	}
+	_, setsPath := r.Env["PATH"]
 	if reflect.DeepEqual(r.Policy, policy.Spec{}) {
 		// The common case, without normalizing.
 		for _, p := range m.pools {
@@ -472,7 +475,7 @@ func (m *Manager) warmPool(r CreateRequest) *pool {
 		return nil
 	}
 	for _, p := range m.pools {
-		if reflect.DeepEqual(key, p.key) {
+		if reflect.DeepEqual(key, p.key) && !(setsPath && p.ref != "") {
 			return p
 		}
 	}

@@ -58,6 +58,8 @@ func TestWarmMatch(t *testing.T) {
 			return p
 		}()}, "-"},
 		{"the template's image, hutch's workspace", CreateRequest{Policy: policy.Spec{Root: e2b.Root}}, "-"},
+		{"the template's, PATH", CreateRequest{Policy: e2b, Env: map[string]string{"PATH": "/opt/bin"}}, "-"},
+		{"the default, PATH", CreateRequest{Env: map[string]string{"PATH": "/opt/bin"}}, ""},
 	} {
 		got := "-"
 		if p := m.warmPool(c.r); p != nil {
