@@ -3,15 +3,8 @@ package client_test
 import (
 	"context"
 	"errors"
-	"io"
-	"log"
-	"net/http/httptest"
 	"strings"
 	"testing"
-
-	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/registry"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/hutch-sandbox/hutch/client"
 	"github.com/hutch-sandbox/hutch/internal/image/imagetest"
@@ -23,18 +16,8 @@ import (
 // root), and a policy that names another root with it is refused.
 func TestImages(t *testing.T) {
 	ctx := context.Background()
-	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
-	defer srv.Close()
-	host := strings.TrimPrefix(srv.URL, "http://")
 	img := imagetest.Image(t, "amd64", nil, imagetest.Layer(t, imagetest.Tar(t, imagetest.File("hello", "hi\n", 0o644))))
-	ref := host + "/sdk/box:1"
-	r, err := name.ParseReference(ref, name.Insecure)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := remote.Write(r, img); err != nil {
-		t.Fatal(err)
-	}
+	host, ref := imagetest.Registry(t, img, "sdk/box:1")
 	digest, _ := img.Digest()
 
 	op, err := client.New("", "")

@@ -14,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hutch-sandbox/hutch/internal/image"
-	"github.com/hutch-sandbox/hutch/internal/image/fetch"
 	"github.com/hutch-sandbox/hutch/internal/image/imagetest"
 	"github.com/hutch-sandbox/hutch/internal/testutil"
 )
@@ -84,16 +82,8 @@ func TestE2BSDK(t *testing.T) {
 	testutil.Need(t, err == nil, "E2B's SDK is not installed in test/e2b/node_modules (npm ci there; scripts/test.sh does)")
 
 	img := imagetest.Busybox(t, func(ok bool, reason string) { testutil.Need(t, ok, reason) })
-	tarPath := imagetest.DockerSave(t, img, "hutch.test/e2b-sdk:1", t.TempDir())
-	d := startDaemonWith(t, func(stateDir string) {
-		st, err := image.Open(stateDir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := fetch.Import(st, tarPath, "", fetch.Options{Root: true}); err != nil {
-			t.Fatal(err)
-		}
-	}, "--warm", "2", "--template", "bb=hutch.test/e2b-sdk:1", "--warm", "bb=1")
+	d := startDaemonWith(t, importImage(t, img, "hutch.test/e2b-sdk:1"),
+		"--warm", "2", "--template", "bb=hutch.test/e2b-sdk:1", "--warm", "bb=1")
 	const warmBB = `hutch_warm_sandboxes{template="bb"} 1`
 	if !testutil.Eventually(time.Minute, func() bool { return strings.Contains(d.metrics(t), warmBB+"\n") }) {
 		t.Fatalf("the template's warm pool did not fill: no %s in\n%s", warmBB, d.metrics(t))

@@ -1,15 +1,10 @@
 package main
 
 import (
-	"io"
-	"log"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
-	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/registry"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/hutch-sandbox/hutch/internal/image"
 	"github.com/hutch-sandbox/hutch/internal/image/fetch"
@@ -26,16 +21,7 @@ func TestServeImages(t *testing.T) {
 	img := imagetest.Busybox(t, func(ok bool, reason string) { testutil.Need(t, ok, reason) })
 	digest, _ := img.Digest()
 	short := "sha256:" + digest.Hex[:12]
-	tarPath := imagetest.DockerSave(t, img, "hutch.test/cli:1", t.TempDir())
-	d := startDaemonWith(t, func(stateDir string) {
-		st, err := image.Open(stateDir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := fetch.Import(st, tarPath, "", fetch.Options{Root: true}); err != nil {
-			t.Fatal(err)
-		}
-	})
+	d := startDaemonWith(t, importImage(t, img, "hutch.test/cli:1"))
 	r := d.admin(t, "token", "create", "--tenant", "img", "--state-dir", d.stateDir)
 	wantOK(t, r)
 	token := lastLine(r.stdout)
@@ -71,18 +57,8 @@ func TestServeImages(t *testing.T) {
 	}
 
 	// A pull from a registry, on the daemon's socket only.
-	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
-	defer srv.Close()
-	host := strings.TrimPrefix(srv.URL, "http://")
 	small := imagetest.Image(t, "amd64", nil, imagetest.Layer(t, imagetest.Tar(t, imagetest.File("hello", "hi\n", 0o644))))
-	ref := host + "/cli/small:1"
-	nr, err := name.ParseReference(ref, name.Insecure)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := remote.Write(nr, small); err != nil {
-		t.Fatal(err)
-	}
+	host, ref := imagetest.Registry(t, small, "cli/small:1")
 	smallDigest, _ := small.Digest()
 	r = tenant("image", "pull", ref, "--remote", "--insecure-registry", host)
 	if r.code != 1 || !strings.Contains(r.stderr, "operator") {
@@ -118,6 +94,21 @@ func TestServeImages(t *testing.T) {
 	} {
 		if r := d.admin(t, c.args...); r.code != 2 || !strings.Contains(r.stderr, c.want) {
 			t.Errorf("%q: want exit 2 and %q:\n%s", c.args, c.want, r)
+		}
+	}
+}
+
+// importImage is a setup of startDaemonWith: it imports img, named tag,
+// into the daemon's state directory before the daemon starts.
+func importImage(t *testing.T, img v1.Image, tag string) func(stateDir string) {
+	tarPath := imagetest.DockerSave(t, img, tag, t.TempDir())
+	return func(stateDir string) {
+		st, err := image.Open(stateDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fetch.Import(st, tarPath, "", fetch.Options{Root: true}); err != nil {
+			t.Fatal(err)
 		}
 	}
 }
