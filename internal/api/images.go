@@ -123,7 +123,9 @@ func (h *handler) pullImage(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	opt := fetch.PullOptions{Options: fetch.Options{Root: os.Geteuid() == 0}, Platform: b.Platform, Insecure: b.InsecureRegistries}
+	fetched := false // a layer was not in the store
 	opt.Progress = func(e fetch.Event) {
+		fetched = fetched || (e.Done && !e.Cached)
 		_ = enc.Encode(PullEvent{Layer: e.Layer, Index: e.Index, Count: e.Count, Cached: e.Cached, Done: e.Done, Bytes: e.Bytes})
 		flush()
 	}
@@ -133,6 +135,7 @@ func (h *handler) pullImage(w http.ResponseWriter, r *http.Request) error {
 		flush()
 		return nil
 	}
+	daemon.ImageCache.With("pull", daemon.CacheResult(!fetched)).Inc()
 	_ = enc.Encode(PullEvent{Digest: img.Digest})
 	flush()
 	return nil
