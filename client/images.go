@@ -55,6 +55,13 @@ type PullEvent struct {
 	// unpacked.
 	Done  bool  `json:"done,omitempty"`
 	Bytes int64 `json:"bytes,omitempty"`
+	// Size is what there is to fetch: the layer's compressed size when
+	// it starts, and on the image's first event (no Layer, Index 0) the
+	// sum of those the store lacks.
+	Size int64 `json:"size,omitempty"`
+	// Fetched, on events of its own (a few a second at most), counts the
+	// bytes fetched so far.
+	Fetched int64 `json:"fetched,omitempty"`
 }
 
 // maxPullLine bounds one line of a pull's answer.

@@ -38,7 +38,10 @@ func TestImages(t *testing.T) {
 	if err != nil || got != digest.String() {
 		t.Fatalf("pull: %q, %v; want %s", got, err, digest)
 	}
-	if len(events) < 2 || !events[len(events)-1].Done || events[0].Count != 1 || events[0].Layer == "" {
+	// The image's event (its layer count, the bytes to fetch), then the
+	// layer's, the last saying it is in the store.
+	if len(events) < 3 || events[0].Layer != "" || events[0].Count != 1 || events[0].Size <= 0 ||
+		events[1].Layer == "" || !events[len(events)-1].Done {
 		t.Errorf("progress %+v", events)
 	}
 	// A registry reached over plain HTTP without saying so: the daemon's

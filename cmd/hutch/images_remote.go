@@ -98,10 +98,24 @@ func cmdRemoteImage(args []string, stdout, stderr io.Writer) int {
 		printImages(stdout, imgs, *quiet)
 	case "pull":
 		o := client.PullOptions{Platform: *plat, InsecureRegistries: insecure}
+		inPlace := false // the last line counts bytes, and is redrawn
 		if f, ok := stderr.(*os.File); ok && sandbox.IsTerminal(f) {
-			o.Progress = func(e client.PullEvent) { fmt.Fprintln(stderr, pullLine(e)) }
+			o.Progress = func(e client.PullEvent) {
+				if inPlace {
+					fmt.Fprint(stderr, "\r\033[K")
+				}
+				inPlace = e.Fetched > 0
+				if inPlace {
+					fmt.Fprint(stderr, pullLine(e))
+					return
+				}
+				fmt.Fprintln(stderr, pullLine(e))
+			}
 		}
 		digest, err := c.PullImage(ctx, operands[0], o)
+		if inPlace {
+			fmt.Fprint(stderr, "\r\033[K")
+		}
 		if err != nil {
 			fmt.Fprintf(stderr, "hutch: image pull: %v\n", err)
 			return 1
@@ -166,6 +180,12 @@ func printImages(w io.Writer, imgs []client.Image, quiet bool) {
 
 // pullLine describes a step of a pull.
 func pullLine(e client.PullEvent) string {
+	switch {
+	case e.Fetched > 0:
+		return "fetched " + mebibytes(e.Fetched)
+	case e.Layer == "":
+		return fmt.Sprintf("%d layers, %s to fetch", e.Count, mebibytes(e.Size))
+	}
 	layer := fmt.Sprintf("layer %d/%d %s", e.Index, e.Count, shortDigest(e.Layer))
 	switch {
 	case e.Cached:
