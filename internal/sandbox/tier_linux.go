@@ -6,6 +6,8 @@ import (
 	"os"
 	"slices"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/hutch-sandbox/hutch/internal/policy"
 )
 
@@ -133,4 +135,34 @@ func (p *Protection) Finish() []SetAside {
 		p.prep = nil
 	}
 	return sa
+}
+
+// RelayTerminal puts the caller's terminal in raw mode and relays bytes and
+// window sizes between it (in, out) and a pty master the sandbox's tier
+// handed over. drain waits until the command's output has been relayed;
+// restore gives the caller's terminal back and closes master.
+func RelayTerminal(master, in, out *os.File) (drain, restore func()) {
+	r := startPtyRelay(master, in, out)
+	return r.Drain, r.Close
+}
+
+// ReadOnlyHostRoot mounts at target a copy of the host's mount tree from
+// "/", every mount of it read-only, nosuid and nodev, and private: the
+// root of a tier whose runtime reads its root through a host directory
+// (gVisor's gofer), so that no write can reach the host's root whatever the
+// runtime makes of its mount options. unmount detaches it.
+func ReadOnlyHostRoot(target string) (unmount func() error, err error) {
+	fd, err := unix.OpenTree(unix.AT_FDCWD, "/", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
+	if err != nil {
+		return nil, fmt.Errorf("clone the host's root: %w", err)
+	}
+	defer unix.Close(fd)
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV, Propagation: unix.MS_PRIVATE}
+	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
+		return nil, fmt.Errorf("make the host's root read-only: %w", err)
+	}
+	if err := unix.MoveMount(fd, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return nil, fmt.Errorf("mount the host's root at %s: %w", target, err)
+	}
+	return func() error { return unix.Unmount(target, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW) }, nil
 }

@@ -1,0 +1,441 @@
+package gvisor
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/hutch-sandbox/hutch/internal/policy"
+	"github.com/hutch-sandbox/hutch/internal/sandbox"
+)
+
+// DefaultStateDir is where each sandbox of the tier gets a private
+// directory (mode 0700): its OCI bundle, runsc's state (runsc --root), the
+// empty file its masks bind, the console socket. Removed when the sandbox
+// ends; a directory whose hutch was killed is removed by the next one.
+const DefaultStateDir = "/run/hutch-gvisor"
+
+// Runtime is the gVisor tier. The zero value is not usable: Runsc is
+// required (see Find).
+type Runtime struct {
+	// Runsc is the runsc binary, of the pinned version (Find).
+	Runsc string
+	// StateDir holds the sandboxes' private directories; DefaultStateDir
+	// when empty.
+	StateDir string
+}
+
+var _ sandbox.Runtime = (*Runtime)(nil)
+
+// Tier returns policy.TierGVisor.
+func (*Runtime) Tier() string { return policy.TierGVisor }
+
+// Start is not there yet: hutch serve's sandboxes under gVisor (the agent
+// as PID 1 over a socket runsc donates) come in a later version.
+func (*Runtime) Start(c sandbox.Config) (sandbox.Instance, error) {
+	return nil, fmt.Errorf("tier %q: long-lived sandboxes (hutch serve) are not yet supported: %w", policy.TierGVisor, errors.ErrUnsupported)
+}
+
+// forwarded are the signals hutch passes on to the command.
+var forwarded = []os.Signal{unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2}
+
+// Run runs c.Args under gVisor and waits for it: the contract of
+// sandbox.Run. Only root can run it in this version (runsc then gives its
+// Sentry a user namespace of its own, as host nobody, and the command
+// runs as the workspace's owner without capabilities inside gVisor).
+func (rt *Runtime) Run(ctx context.Context, c sandbox.Config) (res sandbox.Result, err error) {
+	res.ExitCode = sandbox.ExitHutchError
+	s := c.Spec
+	log := c.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	warn := c.Warn
+	if warn == nil {
+		warn = io.Discard
+	}
+	switch {
+	case len(c.Args) == 0:
+		return res, errors.New("no command given")
+	case s.Tier != policy.TierGVisor:
+		return res, fmt.Errorf("tier %q: not the gvisor tier", s.Tier)
+	case rt.Runsc == "":
+		return res, fmt.Errorf("%w: tier %q needs runsc; %s", ErrRunsc, policy.TierGVisor, installAdvice())
+	case os.Geteuid() != 0:
+		return res, fmt.Errorf("tier %q needs hutch to run as root in this version (runsc's rootless mode does not give the same isolation)", policy.TierGVisor)
+	case c.Image != nil || c.RootLayer != nil || c.RootCaps:
+		return res, fmt.Errorf("tier %q: a root from an image or a writable root layer is not yet supported", policy.TierGVisor)
+	}
+	if r := policy.TierRefusals(s); len(r) > 0 {
+		return res, fmt.Errorf("tier %q: %s", policy.TierGVisor, strings.Join(r, "; "))
+	}
+	if s.Network.Mode != "none" {
+		return res, fmt.Errorf("tier %q: network mode %q is not yet supported", policy.TierGVisor, s.Network.Mode)
+	}
+	if c.Proxy != nil {
+		// The offline proxy of mode "none" answers over listeners made in
+		// the namespace tier's network namespace; gVisor's loopback is its
+		// own. Nothing to serve.
+		defer c.Proxy.Close()
+	}
+
+	base := rt.StateDir
+	if base == "" {
+		base = DefaultStateDir
+	}
+	sweep(base, rt.Runsc, log)
+	id := "hutch-" + randomID()
+	dir, err := makePrivateDir(base, id)
+	if err != nil {
+		return res, err
+	}
+	state := filepath.Join(dir, "state")
+	defer func() { cleanup(rt.Runsc, dir, id, log) }()
+
+	// The home: the host's, read-only, with the deny-read paths in it
+	// masked ("ro"), or an empty tmpfs ("tmp").
+	home := envHome(c.Environ)
+	prot, err := sandbox.Protect(s, home, log)
+	if err != nil {
+		return res, err
+	}
+	defer func() { res.SetAside = prot.Finish() }()
+	for _, w := range prot.Warnings {
+		fmt.Fprintf(warn, "hutch: warning: %s\n", w)
+	}
+	s = prot.Spec
+	var wsStat unix.Stat_t
+	if err := unix.Stat(s.Filesystem.Workspace, &wsStat); err != nil {
+		return res, fmt.Errorf("workspace %q: %w", s.Filesystem.Workspace, err)
+	}
+	v := view{args: c.Args, env: c.Environ, uid: wsStat.Uid, gid: wsStat.Gid, prot: prot}
+	if home != "" && !inAny(home, prot.Roots) && s.Filesystem.Home == "tmp" {
+		v.home, v.homeTmp = home, true
+	}
+	hide := func(p string) bool {
+		if inAny(p, prot.Roots) {
+			return inAny(p, prot.DenyRead)
+		}
+		return within(p, "/tmp") || within(p, "/dev/shm") || (v.homeTmp && within(p, v.home)) || inAny(p, prot.DenyRead)
+	}
+	if err := lookPath(c.Args[0], c.Environ, hide); err != nil {
+		var ie *sandbox.InitError
+		if errors.As(err, &ie) {
+			res.ExitCode = ie.Code
+		}
+		return res, err
+	}
+	v.rootfs = filepath.Join(dir, "rootfs")
+	if err := os.Mkdir(v.rootfs, 0o700); err != nil {
+		return res, fmt.Errorf("root: %w", err)
+	}
+	if _, err := sandbox.ReadOnlyHostRoot(v.rootfs); err != nil {
+		return res, err // cleanup unmounts it
+	}
+	v.empty = filepath.Join(dir, "empty")
+	if err := os.WriteFile(v.empty, nil, 0o444); err != nil {
+		return res, fmt.Errorf("mask file: %w", err)
+	}
+	if s.Resources.MemoryBytes > 0 || s.Resources.CPUs > 0 {
+		v.cgroup = "/" + id
+	}
+
+	// Signals that arrive while the sandbox starts are forwarded once it
+	// runs; none may kill hutch and leave runsc to its parent-death signal.
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, forwarded...)
+	defer signal.Stop(sigs)
+
+	var console net.Listener
+	if sandbox.IsTerminal(c.Stdin) {
+		v.tty = true
+		if ws, err := unix.IoctlGetWinsize(int(c.Stdin.Fd()), unix.TIOCGWINSZ); err == nil {
+			v.rows, v.cols = ws.Row, ws.Col
+		}
+		if console, err = net.Listen("unix", filepath.Join(dir, "console.sock")); err != nil {
+			return res, fmt.Errorf("console socket: %w", err)
+		}
+		defer console.Close()
+	}
+	spec, err := json.MarshalIndent(buildSpec(s, v), "", " ")
+	if err != nil {
+		return res, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), spec, 0o600); err != nil {
+		return res, fmt.Errorf("bundle: %w", err)
+	}
+
+	logFile := filepath.Join(dir, "runsc.log")
+	args := []string{
+		"--root", state, "--log", logFile,
+		"--network=none", "--overlay2=none", "--host-uds=none",
+	}
+	if v.cgroup == "" {
+		args = append(args, "--ignore-cgroups")
+	}
+	args = append(args, "run", "--bundle", dir)
+	if console != nil {
+		args = append(args, "--console-socket", console.Addr().String())
+	}
+	args = append(args, id)
+	cmd := exec.Command(rt.Runsc, args...)
+	cmd.Dir = dir
+	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+	if console == nil {
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = c.Stdin, c.Stdout, c.Stderr
+	} else {
+		cmd.Stdout, cmd.Stderr = c.Stderr, c.Stderr // runsc's own messages
+	}
+	// runsc runs its sandbox attached: its Sentry and gofer die with it,
+	// and it dies with hutch (S4).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	log.Debug("gvisor: starting", "runsc", rt.Runsc, "args", args)
+	if err := cmd.Start(); err != nil {
+		return res, fmt.Errorf("start runsc: %w", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(done)
+	}()
+	var drain, restore func()
+	if console != nil {
+		master, err := receiveConsole(console, done)
+		if err != nil {
+			_ = cmd.Process.Kill()
+			<-done
+			return res, err
+		}
+		drain, restore = sandbox.RelayTerminal(master, c.Stdin, c.Stdout)
+		defer restore()
+	}
+
+	var timeout <-chan time.Time
+	if s.Resources.Timeout > 0 {
+		t := time.NewTimer(s.Resources.Timeout)
+		defer t.Stop()
+		timeout = t.C
+	}
+	for waiting := true; waiting; {
+		select {
+		case <-done:
+			waiting = false
+		case sig := <-sigs:
+			// runsc run passes the signals it gets on to the command.
+			_ = cmd.Process.Signal(sig)
+		case <-timeout:
+			res.TimedOut = true
+			_ = cmd.Process.Kill()
+		case <-ctx.Done():
+			_ = cmd.Process.Kill()
+		}
+	}
+	if drain != nil {
+		drain()
+	}
+	code := cmd.ProcessState.ExitCode()
+	switch {
+	case res.TimedOut:
+		res.ExitCode = sandbox.ExitTimeout
+		return res, nil
+	case ctx.Err() != nil:
+		return res, ctx.Err()
+	case code == 128 && runscFailed(logFile):
+		return res, fmt.Errorf("tier %q: runsc could not run the sandbox (see its message above)", policy.TierGVisor)
+	case code < 0:
+		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return res, fmt.Errorf("runsc was killed by signal %d", ws.Signal())
+		}
+		return res, errors.New("runsc ended without an exit code")
+	}
+	res.ExitCode = code
+	return res, nil
+}
+
+// runscFailed reports whether runsc's log says it failed itself, rather
+// than the command exiting with 128.
+func runscFailed(logFile string) bool {
+	b, err := os.ReadFile(logFile)
+	return err == nil && bytes.Contains(b, []byte("FATAL ERROR"))
+}
+
+// receiveConsole waits for runsc to send the pty master over the console
+// socket.
+func receiveConsole(l net.Listener, done <-chan struct{}) (*os.File, error) {
+	type got struct {
+		f   *os.File
+		err error
+	}
+	ch := make(chan got, 1)
+	go func() {
+		conn, err := l.Accept()
+		if err != nil {
+			ch <- got{nil, err}
+			return
+		}
+		defer conn.Close()
+		uc := conn.(*net.UnixConn)
+		oob := make([]byte, unix.CmsgSpace(4))
+		buf := make([]byte, 256)
+		_, oobn, _, _, err := uc.ReadMsgUnix(buf, oob)
+		if err != nil {
+			ch <- got{nil, err}
+			return
+		}
+		msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+		if err != nil || len(msgs) != 1 {
+			ch <- got{nil, fmt.Errorf("no descriptor (%v)", err)}
+			return
+		}
+		fds, err := unix.ParseUnixRights(&msgs[0])
+		if err != nil || len(fds) != 1 {
+			for _, fd := range fds {
+				unix.Close(fd)
+			}
+			ch <- got{nil, fmt.Errorf("want one descriptor (%v)", err)}
+			return
+		}
+		ch <- got{os.NewFile(uintptr(fds[0]), "pty-master"), nil}
+	}()
+	select {
+	case g := <-ch:
+		if g.err != nil {
+			return nil, fmt.Errorf("console socket: %w", g.err)
+		}
+		return g.f, nil
+	case <-done:
+		return nil, errors.New("runsc ended before it sent the terminal")
+	}
+}
+
+// makePrivateDir makes base (0700, root's) and id's directory in it.
+func makePrivateDir(base, id string) (string, error) {
+	if err := os.MkdirAll(base, 0o700); err != nil {
+		return "", fmt.Errorf("state directory: %w", err)
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(base, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR || st.Uid != 0 || st.Mode&0o077 != 0 {
+		return "", fmt.Errorf("state directory %s: must be a directory of root's, mode 0700", base)
+	}
+	dir := filepath.Join(base, id)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return "", fmt.Errorf("state directory: %w", err)
+	}
+	// The owner: the next hutch removes what a hutch killed with SIGKILL
+	// left (sweep).
+	if err := os.WriteFile(filepath.Join(dir, "owner"), []byte(ownerStamp(os.Getpid())), 0o600); err != nil {
+		os.RemoveAll(dir)
+		return "", fmt.Errorf("state directory: %w", err)
+	}
+	return dir, nil
+}
+
+// ownerStamp names a process for as long as it lives: its pid and start
+// time (a pid alone may be reused).
+func ownerStamp(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return ""
+	}
+	// The start time is field 22; the command name (2) may hold spaces.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return ""
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 {
+		return ""
+	}
+	return fmt.Sprintf("%d %s", pid, f[19])
+}
+
+// sweep removes the directories of sandboxes whose hutch is gone (killed
+// with SIGKILL: runsc and its sandbox died with it, their state stayed).
+func sweep(base, runsc string, log *slog.Logger) {
+	entries, err := os.ReadDir(base)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), "hutch-") {
+			continue
+		}
+		dir := filepath.Join(base, e.Name())
+		b, err := os.ReadFile(filepath.Join(dir, "owner"))
+		if err != nil {
+			continue // being made
+		}
+		var pid int
+		if _, err := fmt.Sscanf(string(b), "%d", &pid); err != nil || ownerStamp(pid) == string(b) {
+			continue // its hutch still runs
+		}
+		log.Debug("gvisor: removing a dead sandbox's state", "dir", dir)
+		cleanup(runsc, dir, e.Name(), log)
+	}
+}
+
+// cleanup deletes the sandbox's container (its processes, if any are
+// left, and the cgroup runsc made), unmounts what runsc left in its state
+// directory and removes the sandbox's directory.
+func cleanup(runsc, dir, id string, log *slog.Logger) {
+	state := filepath.Join(dir, "state")
+	if _, err := os.Stat(state); err == nil {
+		cmd := exec.Command(runsc, "--root", state, "delete", "--force", id)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if out, err := cmd.CombinedOutput(); err != nil {
+			log.Debug("gvisor: runsc delete", "err", err, "out", string(out))
+		}
+		// runsc binds a network namespace of its own into its root.
+		entries, _ := os.ReadDir(state)
+		for _, e := range entries {
+			_ = unix.Unmount(filepath.Join(state, e.Name()), unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
+		}
+	}
+	// The root is a copy of the host's mount tree: unmounted, never
+	// walked, and only then removed (rmdir fails on a mount point).
+	rootfs := filepath.Join(dir, "rootfs")
+	_ = unix.Unmount(rootfs, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
+	if err := unix.Rmdir(rootfs); err != nil && !errors.Is(err, unix.ENOENT) {
+		log.Debug("gvisor: remove the root's mount point; leaving the state directory", "err", err)
+		return
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		log.Debug("gvisor: remove state", "err", err)
+	}
+}
+
+// envHome is HOME of environ, when absolute.
+func envHome(environ []string) string {
+	var home string
+	for _, kv := range environ {
+		if v, ok := strings.CutPrefix(kv, "HOME="); ok {
+			home = v
+		}
+	}
+	if !filepath.IsAbs(home) {
+		return ""
+	}
+	return filepath.Clean(home)
+}
+
+func randomID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
