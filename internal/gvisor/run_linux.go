@@ -198,7 +198,11 @@ func (rt *Runtime) Run(ctx context.Context, c sandbox.Config) (res sandbox.Resul
 	cmd.Dir = dir
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
 	if console == nil {
-		cmd.Stdin, cmd.Stdout, cmd.Stderr = c.Stdin, c.Stdout, c.Stderr
+		cmd.Stdin = c.Stdin
+		// gVisor writes a regular file at offsets of its own: stdout and
+		// stderr sharing one file (2>&1) would overwrite each other. The
+		// command writes to pipes then, which hutch copies.
+		cmd.Stdout, cmd.Stderr = viaPipe(c.Stdout), viaPipe(c.Stderr)
 	} else {
 		cmd.Stdout, cmd.Stderr = c.Stderr, c.Stderr // runsc's own messages
 	}
@@ -237,8 +241,9 @@ func (rt *Runtime) Run(ctx context.Context, c sandbox.Config) (res sandbox.Resul
 		case <-done:
 			waiting = false
 		case sig := <-sigs:
-			// runsc run passes the signals it gets on to the command.
-			_ = cmd.Process.Signal(sig)
+			// runsc run dies of the signals it gets: runsc kill passes
+			// them on to the command.
+			go forward(rt.Runsc, state, id, sig.(syscall.Signal), log)
 		case <-timeout:
 			res.TimedOut = true
 			_ = cmd.Process.Kill()
@@ -266,6 +271,27 @@ func (rt *Runtime) Run(ctx context.Context, c sandbox.Config) (res sandbox.Resul
 	}
 	res.ExitCode = code
 	return res, nil
+}
+
+// forward sends sig to the sandbox's command.
+func forward(runsc, state, id string, sig syscall.Signal, log *slog.Logger) {
+	cmd := exec.Command(runsc, "--root", state, "kill", id, fmt.Sprint(int(sig)))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		log.Debug("gvisor: forward signal", "signal", sig, "err", err, "out", string(out))
+	}
+}
+
+// viaPipe returns f, or a writer that is not an *os.File (so that
+// os/exec gives runsc a pipe and copies) when f is a regular file.
+func viaPipe(f *os.File) io.Writer {
+	if f == nil {
+		return nil
+	}
+	if st, err := f.Stat(); err == nil && st.Mode().IsRegular() {
+		return struct{ io.Writer }{f}
+	}
+	return f
 }
 
 // runscFailed reports whether runsc's log says it failed itself, rather
@@ -333,6 +359,9 @@ func makePrivateDir(base, id string) (string, error) {
 	if err := unix.Lstat(base, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR || st.Uid != 0 || st.Mode&0o077 != 0 {
 		return "", fmt.Errorf("state directory %s: must be a directory of root's, mode 0700", base)
 	}
+	if err := privateMount(base); err != nil {
+		return "", fmt.Errorf("state directory %s: %w", base, err)
+	}
 	dir := filepath.Join(base, id)
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return "", fmt.Errorf("state directory: %w", err)
@@ -344,6 +373,27 @@ func makePrivateDir(base, id string) (string, error) {
 		return "", fmt.Errorf("state directory: %w", err)
 	}
 	return dir, nil
+}
+
+// privateMount makes dir a mount point of its own, private: the
+// sandboxes' roots mounted below it propagate to no other mount namespace.
+func privateMount(dir string) error {
+	var stx unix.Statx_t
+	if err := unix.Statx(unix.AT_FDCWD, dir, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_BASIC_STATS, &stx); err != nil {
+		return err
+	}
+	if stx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT == 0 {
+		return errors.New("the kernel does not say which directories are mount points")
+	}
+	if stx.Attributes&unix.STATX_ATTR_MOUNT_ROOT == 0 {
+		if err := unix.Mount(dir, dir, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind over itself: %w", err)
+		}
+	}
+	if err := unix.Mount("", dir, "", unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("make private: %w", err)
+	}
+	return nil
 }
 
 // ownerStamp names a process for as long as it lives: its pid and start
