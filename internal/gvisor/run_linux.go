@@ -183,11 +183,18 @@ func (rt *Runtime) Run(ctx context.Context, c sandbox.Config) (res sandbox.Resul
 
 	logFile := filepath.Join(dir, "runsc.log")
 	args := []string{
-		"--root", state, "--log", logFile,
+		"--root", state, "--log", logFile, "--log-format=json",
 		"--network=none", "--overlay2=none", "--host-uds=none",
 	}
 	if v.cgroup == "" {
 		args = append(args, "--ignore-cgroups")
+	}
+	debugDir := ""
+	if log.Enabled(ctx, slog.LevelDebug) {
+		// runsc's own debug logs (its gofer's and Sentry's too), whose
+		// errors hutch passes on if the sandbox fails to start.
+		debugDir = filepath.Join(dir, "debug") + "/"
+		args = append(args, "--debug", "--debug-log="+debugDir)
 	}
 	args = append(args, "run", "--bundle", dir)
 	if console != nil {
@@ -198,13 +205,22 @@ func (rt *Runtime) Run(ctx context.Context, c sandbox.Config) (res sandbox.Resul
 	cmd.Dir = dir
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
 	if console == nil {
-		cmd.Stdin = c.Stdin
+		if c.Stdin != nil {
+			cmd.Stdin = c.Stdin
+		}
 		// gVisor writes a regular file at offsets of its own: stdout and
 		// stderr sharing one file (2>&1) would overwrite each other. The
 		// command writes to pipes then, which hutch copies.
-		cmd.Stdout, cmd.Stderr = viaPipe(c.Stdout), viaPipe(c.Stderr)
+		if c.Stdout != nil {
+			cmd.Stdout = viaPipe(c.Stdout)
+		}
+		if c.Stderr != nil {
+			cmd.Stderr = viaPipe(c.Stderr)
+		}
 	} else {
-		cmd.Stdout, cmd.Stderr = c.Stderr, c.Stderr // runsc's own messages
+		if c.Stderr != nil {
+			cmd.Stdout, cmd.Stderr = viaPipe(c.Stderr), viaPipe(c.Stderr) // runsc's own messages
+		}
 	}
 	// runsc runs its sandbox attached: its Sentry and gofer die with it,
 	// and it dies with hutch (S4).
@@ -261,8 +277,8 @@ func (rt *Runtime) Run(ctx context.Context, c sandbox.Config) (res sandbox.Resul
 		return res, nil
 	case ctx.Err() != nil:
 		return res, ctx.Err()
-	case code == 128 && runscFailed(logFile):
-		return res, fmt.Errorf("tier %q: runsc could not run the sandbox (see its message above)", policy.TierGVisor)
+	case code == 128 && runscFailed(logFile, debugDir, log):
+		return res, fmt.Errorf("tier %q: runsc could not run the sandbox (see its message above; --debug shows runsc's logs)", policy.TierGVisor)
 	case code < 0:
 		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			return res, fmt.Errorf("runsc was killed by signal %d", ws.Signal())
@@ -296,9 +312,28 @@ func viaPipe(f *os.File) io.Writer {
 
 // runscFailed reports whether runsc's log says it failed itself, rather
 // than the command exiting with 128.
-func runscFailed(logFile string) bool {
-	b, err := os.ReadFile(logFile)
-	return err == nil && bytes.Contains(b, []byte("FATAL ERROR"))
+func runscFailed(logFile, debugDir string, log *slog.Logger) bool {
+	failed := false
+	if b, err := os.ReadFile(logFile); err == nil && (bytes.Contains(b, []byte(`"level":"error"`)) || bytes.Contains(b, []byte("FATAL ERROR"))) {
+		failed = true
+	}
+	if debugDir == "" {
+		return failed
+	}
+	entries, _ := os.ReadDir(debugDir)
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(debugDir, e.Name()))
+		if err != nil {
+			continue
+		}
+		for _, line := range bytes.Split(b, []byte("\n")) {
+			if bytes.Contains(line, []byte("FATAL ERROR")) {
+				failed = true
+				log.Debug("gvisor: runsc failed", "log", e.Name(), "line", string(line))
+			}
+		}
+	}
+	return failed
 }
 
 // receiveConsole waits for runsc to send the pty master over the console
