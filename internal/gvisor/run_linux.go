@@ -21,8 +21,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/hutch-sandbox/hutch/internal/hostperm"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
+	"github.com/hutch-sandbox/hutch/internal/seccomp"
 )
 
 // DefaultStateDir is where each sandbox of the tier gets a private
@@ -148,6 +150,13 @@ func (rt *Runtime) Run(ctx context.Context, c sandbox.Config) (res sandbox.Resul
 	if _, err := sandbox.ReadOnlyHostRoot(v.rootfs); err != nil {
 		return res, err // cleanup unmounts it
 	}
+	// What the sandbox writes to the host may not grant privilege there
+	// (ESCAPES 21): the namespace tier's rules, in gVisor's own filter.
+	umask := hostperm.Umask()
+	v.umask = uint32(hostperm.SandboxUmask(umask))
+	if v.filter, err = ociFilter(seccomp.HostWriteRules(uint32(hostperm.Withheld(umask)))); err != nil {
+		return res, err
+	}
 	v.empty = filepath.Join(dir, "empty")
 	if err := os.WriteFile(v.empty, nil, 0o444); err != nil {
 		return res, fmt.Errorf("mask file: %w", err)
@@ -184,7 +193,7 @@ func (rt *Runtime) Run(ctx context.Context, c sandbox.Config) (res sandbox.Resul
 	logFile := filepath.Join(dir, "runsc.log")
 	args := []string{
 		"--root", state, "--log", logFile, "--log-format=json",
-		"--network=none", "--overlay2=none", "--host-uds=none",
+		"--network=none", "--overlay2=none", "--host-uds=none", "--oci-seccomp",
 	}
 	if v.cgroup == "" {
 		args = append(args, "--ignore-cgroups")

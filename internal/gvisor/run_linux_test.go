@@ -209,6 +209,9 @@ echo changed > keep.txt || echo keep refused
 mkdir .vscode || echo vscode refused
 echo x > /etc/hutch-test || echo etc refused
 echo x > ` + outside + `/x || echo outside refused
+chmod 4755 new.txt || echo setuid refused
+chmod 2755 new.txt || echo setgid refused
+chmod 0666 new.txt || echo others refused
 echo done`
 	o := run(t, rt, ws, func(s *policy.Spec) {
 		s.Filesystem.DenyRead = []string{secretDir, secretFile, filepath.Join(ws, "hidden.txt")}
@@ -227,11 +230,14 @@ echo done`
 		if st.Uid != uint32(uid) || st.Gid != uint32(uid) {
 			t.Errorf("%s is owned by %d:%d on the host, want %d:%d", f, st.Uid, st.Gid, uid, uid)
 		}
+		if st.Mode&0o7002 != 0 {
+			t.Errorf("%s has mode %#o on the host: set-id or writable to others (ESCAPES 21)", f, st.Mode&0o7777)
+		}
 	}
 	if strings.Contains(o.stdout, "secret") {
 		t.Errorf("a deny-read path was read:\n%s", o)
 	}
-	for _, want := range []string{"bashrc refused", "keep refused", "vscode refused", "etc refused", "outside refused", "done"} {
+	for _, want := range []string{"bashrc refused", "keep refused", "vscode refused", "etc refused", "outside refused", "setuid refused", "setgid refused", "others refused", "done"} {
 		if !strings.Contains(o.stdout, want) {
 			t.Errorf("output lacks %q:\n%s", want, o)
 		}

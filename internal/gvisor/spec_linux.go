@@ -40,6 +40,7 @@ type (
 	ociUser struct {
 		UID            uint32   `json:"uid"`
 		GID            uint32   `json:"gid"`
+		Umask          *uint32  `json:"umask,omitempty"`
 		AdditionalGids []uint32 `json:"additionalGids,omitempty"`
 	}
 	// ociCapabilities are all empty: the command holds no capability.
@@ -69,6 +70,7 @@ type (
 		Namespaces  []ociNamespace `json:"namespaces"`
 		Resources   *ociResources  `json:"resources,omitempty"`
 		CgroupsPath string         `json:"cgroupsPath,omitempty"`
+		Seccomp     *ociSeccomp    `json:"seccomp,omitempty"`
 	}
 	ociNamespace struct {
 		Type string `json:"type"`
@@ -103,6 +105,10 @@ type view struct {
 	rows     uint16
 	cols     uint16
 	cgroup   string // the cgroup runsc makes for the limits, "" for none
+	// umask is the command's umask; filter keeps what it writes to the
+	// host from granting privilege there (ESCAPES 21).
+	umask  uint32
+	filter *ociSeccomp
 }
 
 // buildSpec writes the OCI spec of a sandbox of spec s.
@@ -116,7 +122,7 @@ func buildSpec(s policy.Spec, v view) ociSpec {
 		Root: ociRoot{Path: v.rootfs},
 		Process: ociProcess{
 			Terminal: v.tty,
-			User:     ociUser{UID: v.uid, GID: v.gid},
+			User:     ociUser{UID: v.uid, GID: v.gid, Umask: &v.umask},
 			Args:     v.args,
 			Env:      v.env,
 			Cwd:      s.Filesystem.Workspace,
@@ -125,7 +131,10 @@ func buildSpec(s policy.Spec, v view) ociSpec {
 			},
 			NoNewPrivileges: true,
 		},
-		Linux: ociLinux{Namespaces: []ociNamespace{{"pid"}, {"network"}, {"ipc"}, {"uts"}, {"mount"}}},
+		Linux: ociLinux{
+			Namespaces: []ociNamespace{{"pid"}, {"network"}, {"ipc"}, {"uts"}, {"mount"}},
+			Seccomp:    v.filter,
+		},
 	}
 	if v.tty && v.rows > 0 && v.cols > 0 {
 		o.Process.ConsoleSize = &ociBox{Height: v.rows, Width: v.cols}
