@@ -1,0 +1,172 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/hutch-sandbox/hutch/internal/gvisor"
+	"github.com/hutch-sandbox/hutch/internal/testutil"
+)
+
+// gvisorFlags are hutch run's flags for the gVisor tier with the test's
+// runsc, which must be the pinned version.
+func gvisorFlags(t *testing.T) []string {
+	t.Helper()
+	bin := testutil.Runsc(t)
+	if _, err := gvisor.Find(bin); err != nil {
+		t.Fatalf("the test's runsc: %v", err)
+	}
+	return []string{"--tier", "gvisor", "--runsc", bin}
+}
+
+// runscProcesses lists the processes of runsc that hutch's sandboxes
+// started (their command lines name hutch's state directory).
+func runscProcesses() []int {
+	var out []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && bytes.Contains(b, []byte("runsc")) && bytes.Contains(b, []byte(gvisor.DefaultStateDir+"/hutch-")) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// TestGVisorRun drives hutch run --tier gvisor as a user would: the
+// command runs on gVisor's kernel with the caller's environment scrubbed,
+// and exit codes are the namespace tier's.
+func TestGVisorRun(t *testing.T) {
+	flags := gvisorFlags(t)
+	ws := hostDir(t)
+	env := append(baseEnv(ws), "AWS_SECRET_ACCESS_KEY=hunter2", "HUTCH_TEST_SECRET=x")
+	r := sandboxed(t, invocation{dir: ws, env: env, args: sh("uname -r; cat /proc/version; env; echo out > file; exit 7", flags...)})
+	wantCode(t, r, 7)
+	if !strings.Contains(r.stdout, "gvisor") {
+		t.Errorf("the command did not see gVisor's kernel:\n%s", r)
+	}
+	if strings.Contains(r.stdout, "hunter2") || strings.Contains(r.stdout, "HUTCH_TEST_SECRET") {
+		t.Errorf("the environment was not scrubbed:\n%s", r)
+	}
+	if b, err := os.ReadFile(filepath.Join(ws, "file")); err != nil || string(b) != "out\n" {
+		t.Errorf("the workspace's file: %q, %v", b, err)
+	}
+	r = sandboxed(t, invocation{dir: ws, args: append(append([]string{}, flags...), "--", "no-such-command-hutch-test")})
+	wantCode(t, r, 127)
+	r = sandboxed(t, invocation{dir: ws, args: sh("sleep 600", append([]string{"--timeout", "1s"}, flags...)...)})
+	wantCode(t, r, 124)
+	if pids := runscProcesses(); len(pids) > 0 {
+		t.Errorf("runsc processes outlived hutch: %v", pids)
+	}
+}
+
+// TestGVisorKilled checks S4 when hutch itself is killed with SIGKILL:
+// runsc and its sandbox die with it, and the next hutch removes the state
+// they left.
+func TestGVisorKilled(t *testing.T) {
+	flags := gvisorFlags(t)
+	ws := hostDir(t)
+	cmd := exec.Command(testutil.Hutch(t), append([]string{"run"}, sh("sleep 600 & echo started; sleep 600", flags...)...)...)
+	cmd.Dir = ws
+	cmd.Env = baseEnv(ws)
+	out := &testutil.Buffer{}
+	cmd.Stdout = out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if !testutil.Eventually(guard, func() bool { return strings.Contains(out.String(), "started") }) {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		t.Fatalf("the sandbox did not start; it printed %q", out.String())
+	}
+	if len(runscProcesses()) == 0 {
+		t.Fatal("no runsc process while the sandbox runs: the test cannot tell anything")
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	if !testutil.Eventually(guard, func() bool { return len(runscProcesses()) == 0 }) {
+		t.Errorf("runsc processes outlived hutch killed with SIGKILL: %v", runscProcesses())
+	}
+	// The next sandbox removes what the killed one left.
+	wantOK(t, sandboxed(t, invocation{dir: ws, args: append(append([]string{}, flags...), "--", "true")}))
+	entries, _ := os.ReadDir(gvisor.DefaultStateDir)
+	for _, e := range entries {
+		t.Errorf("state left behind: %s", e.Name())
+	}
+}
+
+// TestGVisorTerminal checks the pty under gVisor: input typed reaches the
+// command, its output and the window size come through, the exit code is
+// the command's, and the user's terminal is restored.
+func TestGVisorTerminal(t *testing.T) {
+	flags := gvisorFlags(t)
+	term := newTerminal(t, 33, 77)
+	before, err := unix.IoctlGetTermios(int(term.master.Fd()), unix.TCGETS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, waited := startOnTerminal(t, term, sh("test -t 0 && echo terminal; stty size; echo ready; read x; echo got:$x; exit 3", flags...)...)
+	term.waitFor(t, "ready\n")
+	if _, err := term.master.Write([]byte("hello\r")); err != nil {
+		t.Fatal(err)
+	}
+	if code := exitCode(t, waited); code != 3 {
+		t.Errorf("exit code: got %d, want the command's 3", code)
+	}
+	<-term.done
+	out := term.shown()
+	for _, want := range []string{"terminal\n", "33 77\n", "got:hello\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the terminal does not show %q:\n%s", want, out)
+		}
+	}
+	after, err := unix.IoctlGetTermios(int(term.master.Fd()), unix.TCGETS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before.Lflag != after.Lflag || before.Iflag != after.Iflag {
+		t.Errorf("terminal modes not restored: before %s, after %s", modes(before), modes(after))
+	}
+}
+
+// TestGVisorSignal checks that a signal to hutch reaches the command.
+func TestGVisorSignal(t *testing.T) {
+	flags := gvisorFlags(t)
+	ws := hostDir(t)
+	cmd := exec.Command(testutil.Hutch(t), append([]string{"run"}, sh(`trap 'echo got TERM; exit 9' TERM; echo ready; while :; do sleep 1; done`, flags...)...)...)
+	cmd.Dir = ws
+	cmd.Env = baseEnv(ws)
+	out := &testutil.Buffer{}
+	cmd.Stdout = out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill() }()
+	if !testutil.Eventually(guard, func() bool { return strings.Contains(out.String(), "ready") }) {
+		t.Fatalf("the sandbox did not start; it printed %q", out.String())
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(guard):
+		t.Fatal("hutch did not end after SIGTERM")
+	}
+	if code := cmd.ProcessState.ExitCode(); code != 9 || !strings.Contains(out.String(), "got TERM") {
+		t.Errorf("exit %d, output %q: the command did not get SIGTERM", code, out.String())
+	}
+}
