@@ -127,8 +127,19 @@ func (rt *Runtime) Run(ctx context.Context, c sandbox.Config) (res sandbox.Resul
 		return res, fmt.Errorf("workspace %q: %w", s.Filesystem.Workspace, err)
 	}
 	v := view{args: c.Args, env: c.Environ, uid: wsStat.Uid, gid: wsStat.Gid, prot: prot}
-	if home != "" && !inAny(home, prot.Roots) && s.Filesystem.Home == "tmp" {
-		v.home, v.homeTmp = home, true
+	if home != "" && home != "/" && !inAny(home, prot.Roots) && !within(home, "/tmp") {
+		var st unix.Stat_t
+		switch {
+		case unix.Stat(home, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR:
+		case s.Filesystem.Home == "tmp":
+			v.home, v.homeTmp = home, true
+		case st.Uid != wsStat.Uid:
+			// The command runs as the workspace's owner: another user's
+			// home would stay closed to it, or show it what is not its own.
+			v.home, v.homeTmp = home, true
+			fmt.Fprintf(warn, "hutch: note: %s is not the workspace owner's: the sandbox gets an empty home of its own (--home tmp)\n", home)
+		}
+		// "ro": the home as the host's root shows it, read-only.
 	}
 	hide := func(p string) bool {
 		if inAny(p, prot.Roots) {
