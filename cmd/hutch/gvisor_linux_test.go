@@ -95,6 +95,7 @@ func TestGVisorKilled(t *testing.T) {
 	if len(runscProcesses()) == 0 {
 		t.Fatal("no runsc process while the sandbox runs: the test cannot tell anything")
 	}
+	checkSentryCredentials(t)
 	_ = cmd.Process.Kill()
 	_ = cmd.Wait()
 	if !testutil.Eventually(guard, func() bool { return len(runscProcesses()) == 0 }) {
@@ -105,6 +106,52 @@ func TestGVisorKilled(t *testing.T) {
 	entries, _ := os.ReadDir(gvisor.DefaultStateDir)
 	for _, e := range entries {
 		t.Errorf("state left behind: %s", e.Name())
+	}
+}
+
+// checkSentryCredentials checks S1 under gVisor: the Sentry, and the stub
+// processes in which the command's code runs, hold no host-root
+// credentials: not uid 0, no capability.
+func checkSentryCredentials(t *testing.T) {
+	t.Helper()
+	status := func(pid int, field string) string {
+		b, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, field+":"); ok {
+				return strings.Fields(v)[0]
+			}
+		}
+		return ""
+	}
+	seen := 0
+	for _, pid := range runscProcesses() {
+		cmdline, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+		if !bytes.HasPrefix(cmdline, []byte("runsc-sandbox")) {
+			continue
+		}
+		pids := []int{pid}
+		tasks, _ := filepath.Glob(filepath.Join("/proc", strconv.Itoa(pid), "task", "*", "children"))
+		for _, f := range tasks {
+			b, _ := os.ReadFile(f)
+			for _, c := range strings.Fields(string(b)) {
+				if n, err := strconv.Atoi(c); err == nil {
+					pids = append(pids, n)
+				}
+			}
+		}
+		for _, p := range pids {
+			uid, caps := status(p, "Uid"), status(p, "CapEff")
+			if uid == "" {
+				continue // gone
+			}
+			seen++
+			if uid == "0" || caps != "0000000000000000" {
+				t.Errorf("process %d of the sandbox has uid %s, capabilities %s (S1)", p, uid, caps)
+			}
+		}
+	}
+	if seen == 0 {
+		t.Error("found no Sentry process to check")
 	}
 }
 

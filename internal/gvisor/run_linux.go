@@ -205,6 +205,11 @@ func (rt *Runtime) Run(ctx context.Context, c sandbox.Config) (res sandbox.Resul
 	args := []string{
 		"--root", state, "--log", logFile, "--log-format=json",
 		"--network=none", "--overlay2=none", "--host-uds=none", "--oci-seccomp",
+		// S1: without direct access to files the Sentry and the stub
+		// processes that run the command are host nobody without any
+		// capability (with it, root in a user namespace that maps every id,
+		// with CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_FOWNER, CAP_FSETID …).
+		"--directfs=false",
 	}
 	if v.cgroup == "" {
 		args = append(args, "--ignore-cgroups")
