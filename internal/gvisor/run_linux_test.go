@@ -346,6 +346,39 @@ func TestLimits(t *testing.T) {
 	if f := strings.Fields(o.stdout); len(f) < 2 || f[1] != "65536" {
 		t.Errorf("MemTotal %q, want the limit, 65536 kB", o.stdout)
 	}
+	// The CPU limit is the cgroup's around gVisor's Sentry.
+	done := make(chan outcome, 1)
+	go func() {
+		done <- run(t, rt, ws, func(s *policy.Spec) { s.Resources.CPUs = 0.5 }, "sh", "-c", "echo started; sleep 600")
+	}()
+	var quota string
+	testutil.Eventually(time.Minute, func() bool {
+		for _, pid := range processesOf(rt.StateDir) {
+			cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+			if !bytes.HasPrefix(cmdline, []byte("runsc-sandbox")) {
+				continue
+			}
+			cg, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+			for _, l := range strings.Split(string(cg), "\n") {
+				if f := strings.SplitN(l, ":", 3); len(f) == 3 && (f[1] == "cpu" || f[1] == "cpu,cpuacct" || f[1] == "") {
+					for _, file := range []string{"/sys/fs/cgroup/cpu" + f[2] + "/cpu.cfs_quota_us", "/sys/fs/cgroup" + f[2] + "/cpu.max", "/sys/fs/cgroup/unified" + f[2] + "/cpu.max"} {
+						if b, err := os.ReadFile(file); err == nil && !strings.HasPrefix(string(b), "max") && !strings.HasPrefix(string(b), "-1") {
+							quota = strings.TrimSpace(string(b))
+						}
+					}
+				}
+			}
+			if quota != "" {
+				_ = unix.Kill(pid, unix.SIGKILL) // ends the sandbox
+				return true
+			}
+		}
+		return false
+	})
+	<-done
+	if quota != "50000" && quota != "50000 100000" {
+		t.Errorf("the Sentry's cgroup has CPU quota %q, want half a core (50000 per 100000)", quota)
+	}
 	o = run(t, rt, ws, func(s *policy.Spec) { s.Resources.Pids = 40 },
 		"sh", "-c", "i=0; while [ $i -lt 200 ]; do sleep 600 & i=$((i+1)); done; echo all started")
 	if o.res.ExitCode == 0 || strings.Contains(o.stdout, "all started") {
