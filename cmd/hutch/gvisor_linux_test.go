@@ -46,6 +46,30 @@ func runscProcesses() []int {
 	return out
 }
 
+// startUntil starts `hutch run ARGS` in workspace ws and waits until the
+// command printed ready; hutch is killed when the test ends.
+func startUntil(t *testing.T, ws string, args []string, ready string) (*exec.Cmd, *testutil.Buffer) {
+	t.Helper()
+	cmd := exec.Command(testutil.Hutch(t), append([]string{"run"}, args...)...)
+	cmd.Dir = ws
+	cmd.Env = baseEnv(ws)
+	out := &testutil.Buffer{}
+	cmd.Stdout = out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	if !testutil.Eventually(guard, func() bool { return strings.Contains(out.String(), ready) }) {
+		t.Fatalf("the sandbox did not start; it printed %q", out.String())
+	}
+	return cmd, out
+}
+
 // TestGVisorRun drives hutch run --tier gvisor as a user would: the
 // command runs on gVisor's kernel with the caller's environment scrubbed,
 // and exit codes are the namespace tier's.
@@ -79,19 +103,7 @@ func TestGVisorRun(t *testing.T) {
 func TestGVisorKilled(t *testing.T) {
 	flags := gvisorFlags(t)
 	ws := hostDir(t)
-	cmd := exec.Command(testutil.Hutch(t), append([]string{"run"}, sh("sleep 600 & echo started; sleep 600", flags...)...)...)
-	cmd.Dir = ws
-	cmd.Env = baseEnv(ws)
-	out := &testutil.Buffer{}
-	cmd.Stdout = out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	if !testutil.Eventually(guard, func() bool { return strings.Contains(out.String(), "started") }) {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		t.Fatalf("the sandbox did not start; it printed %q", out.String())
-	}
+	cmd, _ := startUntil(t, ws, sh("sleep 600 & echo started; sleep 600", flags...), "started")
 	if len(runscProcesses()) == 0 {
 		t.Fatal("no runsc process while the sandbox runs: the test cannot tell anything")
 	}
@@ -192,19 +204,7 @@ func TestGVisorTerminal(t *testing.T) {
 // TestGVisorSignal checks that a signal to hutch reaches the command.
 func TestGVisorSignal(t *testing.T) {
 	flags := gvisorFlags(t)
-	ws := hostDir(t)
-	cmd := exec.Command(testutil.Hutch(t), append([]string{"run"}, sh(`trap 'echo got TERM; exit 9' TERM; echo ready; while :; do sleep 1; done`, flags...)...)...)
-	cmd.Dir = ws
-	cmd.Env = baseEnv(ws)
-	out := &testutil.Buffer{}
-	cmd.Stdout = out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = cmd.Process.Kill() }()
-	if !testutil.Eventually(guard, func() bool { return strings.Contains(out.String(), "ready") }) {
-		t.Fatalf("the sandbox did not start; it printed %q", out.String())
-	}
+	cmd, out := startUntil(t, hostDir(t), sh(`trap 'echo got TERM; exit 9' TERM; echo ready; while :; do sleep 1; done`, flags...), "ready")
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()

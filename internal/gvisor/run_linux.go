@@ -3,8 +3,6 @@ package gvisor
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -102,7 +100,7 @@ func (rt *Runtime) Run(ctx context.Context, c sandbox.Config) (res sandbox.Resul
 		base = DefaultStateDir
 	}
 	sweep(base, rt.Runsc, log)
-	id := "hutch-" + randomID()
+	id := "hutch-" + sandbox.RandomID()
 	dir, err := makePrivateDir(base, id)
 	if err != nil {
 		return res, err
@@ -112,7 +110,7 @@ func (rt *Runtime) Run(ctx context.Context, c sandbox.Config) (res sandbox.Resul
 
 	// The home: the host's, read-only, with the deny-read paths in it
 	// masked ("ro"), or an empty tmpfs ("tmp").
-	home := envHome(c.Environ)
+	home := sandbox.EnvHome(c.Environ)
 	prot, err := sandbox.Protect(s, home, log)
 	if err != nil {
 		return res, err
@@ -528,24 +526,4 @@ func cleanup(runsc, dir, id string, log *slog.Logger) {
 	if err := os.RemoveAll(dir); err != nil {
 		log.Debug("gvisor: remove state", "err", err)
 	}
-}
-
-// envHome is HOME of environ, when absolute.
-func envHome(environ []string) string {
-	var home string
-	for _, kv := range environ {
-		if v, ok := strings.CutPrefix(kv, "HOME="); ok {
-			home = v
-		}
-	}
-	if !filepath.IsAbs(home) {
-		return ""
-	}
-	return filepath.Clean(home)
-}
-
-func randomID() string {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }

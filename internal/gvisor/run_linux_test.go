@@ -30,7 +30,7 @@ func testRuntime(t *testing.T) *Runtime {
 	if err != nil {
 		t.Fatalf("the test's runsc: %v", err)
 	}
-	base := filepath.Join("/run", "hutch-gvisor-test-"+randomID())
+	base := filepath.Join("/run", "hutch-gvisor-test-"+sandbox.RandomID())
 	t.Cleanup(func() {
 		if pids := processesOf(base); len(pids) > 0 {
 			t.Errorf("processes of the sandbox outlived it: %v", pids)
