@@ -28,9 +28,9 @@ func gvisorFlags(t *testing.T) []string {
 	return []string{"--tier", "gvisor", "--runsc", bin}
 }
 
-// runscProcesses lists the processes of runsc that hutch's sandboxes
-// started (their command lines name hutch's state directory).
-func runscProcesses() []int {
+// runscProcesses lists the processes of runsc whose command lines name
+// dir (runsc and its gofer and Sentry name their state directory).
+func runscProcesses(dir string) []int {
 	var out []int
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
@@ -39,11 +39,24 @@ func runscProcesses() []int {
 			continue
 		}
 		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err == nil && bytes.Contains(b, []byte("runsc")) && bytes.Contains(b, []byte(gvisor.DefaultStateDir+"/hutch-")) {
+		if err == nil && bytes.Contains(b, []byte("runsc")) && bytes.Contains(b, []byte(dir)) {
 			out = append(out, pid)
 		}
 	}
 	return out
+}
+
+// stateDirOf returns the state directory of the gVisor sandbox that hutch
+// process pid runs (its owner file names pid), or "".
+func stateDirOf(pid int) string {
+	entries, _ := os.ReadDir(gvisor.DefaultStateDir)
+	for _, e := range entries {
+		dir := filepath.Join(gvisor.DefaultStateDir, e.Name())
+		if b, err := os.ReadFile(filepath.Join(dir, "owner")); err == nil && strings.HasPrefix(string(b), strconv.Itoa(pid)+" ") {
+			return dir
+		}
+	}
+	return ""
 }
 
 // startUntil starts `hutch run ARGS` in workspace ws and waits until the
@@ -92,9 +105,6 @@ func TestGVisorRun(t *testing.T) {
 	wantCode(t, r, 127)
 	r = sandboxed(t, invocation{dir: ws, args: sh("sleep 600", append([]string{"--timeout", "1s"}, flags...)...)})
 	wantCode(t, r, 124)
-	if pids := runscProcesses(); len(pids) > 0 {
-		t.Errorf("runsc processes outlived hutch: %v", pids)
-	}
 }
 
 // TestGVisorKilled checks S4 when hutch itself is killed with SIGKILL:
@@ -104,27 +114,27 @@ func TestGVisorKilled(t *testing.T) {
 	flags := gvisorFlags(t)
 	ws := hostDir(t)
 	cmd, _ := startUntil(t, ws, sh("sleep 600 & echo started; sleep 600", flags...), "started")
-	if len(runscProcesses()) == 0 {
-		t.Fatal("no runsc process while the sandbox runs: the test cannot tell anything")
+	dir := stateDirOf(cmd.Process.Pid)
+	if dir == "" || len(runscProcesses(dir)) == 0 {
+		t.Fatalf("no state directory (%q) or runsc process while the sandbox runs: the test cannot tell anything", dir)
 	}
-	checkSentryCredentials(t)
+	checkSentryCredentials(t, dir)
 	_ = cmd.Process.Kill()
 	_ = cmd.Wait()
-	if !testutil.Eventually(guard, func() bool { return len(runscProcesses()) == 0 }) {
-		t.Errorf("runsc processes outlived hutch killed with SIGKILL: %v", runscProcesses())
+	if !testutil.Eventually(guard, func() bool { return len(runscProcesses(dir)) == 0 }) {
+		t.Errorf("runsc processes outlived hutch killed with SIGKILL: %v", runscProcesses(dir))
 	}
 	// The next sandbox removes what the killed one left.
 	wantOK(t, sandboxed(t, invocation{dir: ws, args: append(append([]string{}, flags...), "--", "true")}))
-	entries, _ := os.ReadDir(gvisor.DefaultStateDir)
-	for _, e := range entries {
-		t.Errorf("state left behind: %s", e.Name())
+	if _, err := os.Lstat(dir); err == nil {
+		t.Errorf("state left behind: %s", dir)
 	}
 }
 
 // checkSentryCredentials checks S1 under gVisor: the Sentry, and the stub
 // processes in which the command's code runs, hold no host-root
 // credentials: not uid 0, no capability.
-func checkSentryCredentials(t *testing.T) {
+func checkSentryCredentials(t *testing.T, dir string) {
 	t.Helper()
 	status := func(pid int, field string) string {
 		b, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
@@ -136,7 +146,7 @@ func checkSentryCredentials(t *testing.T) {
 		return ""
 	}
 	seen := 0
-	for _, pid := range runscProcesses() {
+	for _, pid := range runscProcesses(dir) {
 		cmdline, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
 		if !bytes.HasPrefix(cmdline, []byte("runsc-sandbox")) {
 			continue
