@@ -159,6 +159,13 @@ func (rt *Runtime) Run(ctx context.Context, c sandbox.Config) (res sandbox.Resul
 	if _, err := sandbox.ReadOnlyHostRoot(v.rootfs); err != nil {
 		return res, err // cleanup unmounts it
 	}
+	// The clone holds a copy of the state directory's mount, with the
+	// roots of the other sandboxes running now: drop it, so that roots
+	// do not nest, each in the next (the view hides the directory too).
+	if err := unix.Unmount(filepath.Join(v.rootfs, base), unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW); err != nil {
+		return res, fmt.Errorf("root: the state directory's copy: %w", err)
+	}
+	v.hide = append(v.hide, base)
 	// What the sandbox writes to the host may not grant privilege there
 	// (ESCAPES 21): the namespace tier's rules, in gVisor's own filter.
 	umask := hostperm.Umask()

@@ -353,11 +353,7 @@ func TestLimits(t *testing.T) {
 	}()
 	var quota string
 	testutil.Eventually(time.Minute, func() bool {
-		for _, pid := range processesOf(rt.StateDir) {
-			cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-			if !bytes.HasPrefix(cmdline, []byte("runsc-sandbox")) {
-				continue
-			}
+		for _, pid := range sentries(rt.StateDir) {
 			cg, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
 			for _, l := range strings.Split(string(cg), "\n") {
 				if f := strings.SplitN(l, ":", 3); len(f) == 3 && (f[1] == "cpu" || f[1] == "cpu,cpuacct" || f[1] == "") {
@@ -398,4 +394,48 @@ func TestRefuses(t *testing.T) {
 	if _, err := rt.Start(sandbox.Config{Spec: s}); err == nil {
 		t.Error("Start: long-lived sandboxes are not there yet, but Start did not say so")
 	}
+}
+
+// TestRootsDoNotNest checks that a sandbox's root, a clone of the host's
+// mount tree, holds no copy of the roots of the sandboxes already running.
+func TestRootsDoNotNest(t *testing.T) {
+	rt := testRuntime(t)
+	ws := testutil.OwnedDir(t, testutil.UnprivilegedUID)
+	var done []chan outcome
+	for i := 0; i < 2; i++ {
+		ch := make(chan outcome, 1)
+		done = append(done, ch)
+		go func() { ch <- run(t, rt, ws, nil, "sleep", "600") }()
+		want := i + 1
+		if !testutil.Eventually(time.Minute, func() bool { return len(sentries(rt.StateDir)) == want }) {
+			t.Fatalf("sandbox %d did not start", want)
+		}
+	}
+	info, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(info), "\n") {
+		if f := strings.Fields(l); len(f) > 4 && strings.Count(f[4], rt.StateDir) > 1 {
+			t.Errorf("a sandbox's root holds another's: %s", f[4])
+		}
+	}
+	for _, pid := range sentries(rt.StateDir) {
+		_ = unix.Kill(pid, unix.SIGKILL)
+	}
+	for _, ch := range done {
+		<-ch
+	}
+}
+
+// sentries lists the Sentry processes of the sandboxes below dir.
+func sentries(dir string) []int {
+	var out []int
+	for _, pid := range processesOf(dir) {
+		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if bytes.HasPrefix(cmdline, []byte("runsc-sandbox")) {
+			out = append(out, pid)
+		}
+	}
+	return out
 }
