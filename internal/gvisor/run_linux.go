@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -166,6 +167,20 @@ func (rt *Runtime) Run(ctx context.Context, c sandbox.Config) (res sandbox.Resul
 		return res, fmt.Errorf("root: the state directory's copy: %w", err)
 	}
 	v.hide = append(v.hide, base)
+	// The writable areas, idmapped: the workspace owner's files show as
+	// the command's, what it writes lands as the owner's, and other
+	// users' files there stay nobody's. They are mounted on a tmpfs of
+	// the bundle's, which is unmounted, never walked, before the bundle
+	// is removed.
+	if v.areas, err = areaMounts(dir, len(prot.Roots)); err != nil {
+		return res, err
+	}
+	if v.shadows, err = shadowWays(v.rootfs, prot.Roots); err != nil {
+		return res, err
+	}
+	if err := sandbox.MountIdmapped(prot.Roots, v.areas, areaMap(wsStat.Uid), areaMap(wsStat.Gid)); err != nil {
+		return res, err
+	}
 	// What the sandbox writes to the host may not grant privilege there
 	// (ESCAPES 21): the namespace tier's rules, in gVisor's own filter.
 	umask := hostperm.Umask()
@@ -417,18 +432,28 @@ func receiveConsole(l net.Listener, done <-chan struct{}) (*os.File, error) {
 
 // makePrivateDir makes base (0700, root's) and id's directory in it.
 func makePrivateDir(base, id string) (string, error) {
-	if err := os.MkdirAll(base, 0o700); err != nil {
+	// Searchable by others, and no more: gVisor's gofer reaches the
+	// bundle with the sandbox's ids, which own nothing of the host's.
+	if err := os.MkdirAll(base, 0o711); err != nil {
 		return "", fmt.Errorf("state directory: %w", err)
 	}
 	var st unix.Stat_t
-	if err := unix.Lstat(base, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR || st.Uid != 0 || st.Mode&0o077 != 0 {
-		return "", fmt.Errorf("state directory %s: must be a directory of root's, mode 0700", base)
+	if err := unix.Lstat(base, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR || st.Uid != 0 || st.Mode&0o066 != 0 {
+		return "", fmt.Errorf("state directory %s: must be a directory of root's, mode 0711", base)
+	}
+	if st.Mode&0o011 != 0o011 {
+		if err := os.Chmod(base, 0o711); err != nil {
+			return "", fmt.Errorf("state directory %s: %w", base, err)
+		}
 	}
 	if err := privateMount(base); err != nil {
 		return "", fmt.Errorf("state directory %s: %w", base, err)
 	}
 	dir := filepath.Join(base, id)
-	if err := os.Mkdir(dir, 0o700); err != nil {
+	if err := os.Mkdir(dir, 0o711); err != nil {
+		return "", fmt.Errorf("state directory: %w", err)
+	}
+	if err := os.Chmod(dir, 0o711); err != nil {
 		return "", fmt.Errorf("state directory: %w", err)
 	}
 	// The owner: the next hutch removes what a hutch killed with SIGKILL
@@ -522,8 +547,15 @@ func cleanup(runsc, dir, id string, log *slog.Logger) {
 			_ = unix.Unmount(filepath.Join(state, e.Name()), unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
 		}
 	}
-	// The root is a copy of the host's mount tree: unmounted, never
-	// walked, and only then removed (rmdir fails on a mount point).
+	// The writable areas' mounts and the root, a copy of the host's
+	// mount tree: unmounted, never walked, and only then removed (rmdir
+	// fails on a mount point).
+	areas := filepath.Join(dir, "areas")
+	_ = unix.Unmount(areas, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
+	if err := unix.Rmdir(areas); err != nil && !errors.Is(err, unix.ENOENT) {
+		log.Debug("gvisor: remove the areas' mount point; leaving the state directory", "err", err)
+		return
+	}
 	rootfs := filepath.Join(dir, "rootfs")
 	_ = unix.Unmount(rootfs, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
 	if err := unix.Rmdir(rootfs); err != nil && !errors.Is(err, unix.ENOENT) {
@@ -533,4 +565,78 @@ func cleanup(runsc, dir, id string, log *slog.Logger) {
 	if err := os.RemoveAll(dir); err != nil {
 		log.Debug("gvisor: remove state", "err", err)
 	}
+}
+
+// areaMounts makes, below the bundle dir, n directories on a tmpfs of
+// their own for the writable areas' idmapped mounts: searchable by gVisor's
+// gofer, whose host ids are the sandbox's (cleanup unmounts the tmpfs, and
+// the areas with it, before it removes anything).
+func areaMounts(dir string, n int) ([]string, error) {
+	areas := filepath.Join(dir, "areas")
+	if err := os.Mkdir(areas, 0o711); err != nil {
+		return nil, fmt.Errorf("writable areas: %w", err)
+	}
+	if err := unix.Mount("hutch-areas", areas, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0711,size=64k"); err != nil {
+		return nil, fmt.Errorf("writable areas: %w", err)
+	}
+	out := make([]string, n)
+	for i := range out {
+		out[i] = filepath.Join(areas, strconv.Itoa(i))
+		if err := os.Mkdir(out[i], 0o711); err != nil {
+			return nil, fmt.Errorf("writable areas: %w", err)
+		}
+	}
+	return out, nil
+}
+
+// shadowWays makes the way to each writable area (roots) searchable in the
+// root's copy at rootfs, as the namespace tier's shadows do: the first
+// directory on the way that others cannot search (the command's ids own
+// nothing of the host's, and gVisor's gofer, with those ids, resolves the
+// mount points) becomes an empty, read-only tmpfs holding only the
+// directories down to the areas' mount points. It returns those
+// directories (host paths).
+func shadowWays(rootfs string, roots []string) ([]string, error) {
+	var shadows []string
+	for _, r := range roots {
+		if inAny(r, shadows) {
+			continue
+		}
+		for _, a := range ancestors(r) {
+			if !othersReach(a) {
+				shadows = append(shadows, a)
+				break
+			}
+		}
+	}
+	for _, sh := range shadows {
+		t := filepath.Join(rootfs, sh)
+		if err := unix.Mount("hutch-way", t, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0755,size=64k"); err != nil {
+			return nil, fmt.Errorf("the way to %s: %w", sh, err)
+		}
+		for _, r := range roots {
+			if within(r, sh) && r != sh {
+				if err := os.MkdirAll(filepath.Join(rootfs, r), 0o755); err != nil {
+					return nil, fmt.Errorf("the way to %s: %w", r, err)
+				}
+			}
+		}
+		if err := unix.Mount("", t, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+			return nil, fmt.Errorf("the way to %s: read-only: %w", sh, err)
+		}
+	}
+	return shadows, nil
+}
+
+// areaMap is the idmap of the writable areas for a workspace owner of id
+// (a uid or a gid): the owner's id shows as the host id the command's id
+// has (sandbox.RootMappedID plus it, in the spec's user namespace), and
+// root's as the one of the sandbox's root, the id gVisor's gofer creates
+// files with before it gives them to their owner.
+func areaMap(id uint32) string {
+	m := fmt.Sprintf("0 %d 1\n", sandbox.RootMappedID)
+	if id != 0 {
+		m += fmt.Sprintf("%d %d 1\n", id, sandbox.RootMappedID+int(id))
+	}
+	return m
 }

@@ -2,6 +2,7 @@ package gvisor
 
 import (
 	"fmt"
+	"golang.org/x/sys/unix"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -68,12 +69,19 @@ type (
 	}
 	ociLinux struct {
 		Namespaces  []ociNamespace `json:"namespaces"`
+		UIDMappings []ociIDMapping `json:"uidMappings,omitempty"`
+		GIDMappings []ociIDMapping `json:"gidMappings,omitempty"`
 		Resources   *ociResources  `json:"resources,omitempty"`
 		CgroupsPath string         `json:"cgroupsPath,omitempty"`
 		Seccomp     *ociSeccomp    `json:"seccomp,omitempty"`
 	}
 	ociNamespace struct {
 		Type string `json:"type"`
+	}
+	ociIDMapping struct {
+		ContainerID uint32 `json:"containerID"`
+		HostID      uint32 `json:"hostID"`
+		Size        uint32 `json:"size"`
 	}
 	ociResources struct {
 		Memory *ociMemory `json:"memory,omitempty"`
@@ -99,13 +107,20 @@ type view struct {
 	home     string // the home directory, when it is the host's and not writable
 	homeTmp  bool   // the home is an empty tmpfs of the sandbox's own
 	prot     *sandbox.Protection
-	rootfs   string   // the host's root, read-only (sandbox.ReadOnlyHostRoot)
-	empty    string   // an empty, read-only host file: the mask of deny-read files
-	hide     []string // directories of hutch's own the view shows empty
-	tty      bool
-	rows     uint16
-	cols     uint16
-	cgroup   string // the cgroup runsc makes for the limits, "" for none
+	rootfs   string // the host's root, read-only (sandbox.ReadOnlyHostRoot)
+	empty    string // an empty, read-only host file: the mask of deny-read files
+	// areas are where the writable areas (prot.Roots, same order) are
+	// mounted idmapped (sandbox.MountIdmapped), reachable by gVisor's
+	// gofer, whose host ids are those of the sandbox's user namespace.
+	areas []string
+	// shadows are the directories on the way to a writable area that the
+	// command could not search, empty in the root's copy (shadowWays).
+	shadows []string
+	hide    []string // directories of hutch's own the view shows empty
+	tty     bool
+	rows    uint16
+	cols    uint16
+	cgroup  string // the cgroup runsc makes for the limits, "" for none
 	// umask is the command's umask; filter keeps what it writes to the
 	// host from granting privilege there (ESCAPES 21).
 	umask  uint32
@@ -133,8 +148,15 @@ func buildSpec(s policy.Spec, v view) ociSpec {
 			NoNewPrivileges: true,
 		},
 		Linux: ociLinux{
-			Namespaces: []ociNamespace{{"pid"}, {"network"}, {"ipc"}, {"uts"}, {"mount"}},
-			Seccomp:    v.filter,
+			Namespaces: []ociNamespace{{"pid"}, {"network"}, {"ipc"}, {"uts"}, {"mount"}, {"user"}},
+			// S1: the command's ids are host ids of no one's
+			// (sandbox.RootMappedID), as in the namespace tier: the host's
+			// files of its owner (root's, when root owns the workspace)
+			// show as nobody's to it, and the writable areas, idmapped
+			// (sandbox.MountIdmapped), show their owner's files as its own.
+			UIDMappings: []ociIDMapping{{ContainerID: 0, HostID: sandbox.RootMappedID, Size: 65536}},
+			GIDMappings: []ociIDMapping{{ContainerID: 0, HostID: sandbox.RootMappedID, Size: 65536}},
+			Seccomp:     v.filter,
 		},
 	}
 	if v.tty && v.rows > 0 && v.cols > 0 {
@@ -197,15 +219,25 @@ func buildSpec(s policy.Spec, v view) ociSpec {
 		}
 		return v.homeTmp && v.home != "" && within(p, v.home)
 	}
+	// The writable areas, and what lies in them, come from their
+	// idmapped mounts.
 	pr := v.prot
+	area := func(p string) string {
+		for i, r := range pr.Roots {
+			if within(p, r) && i < len(v.areas) {
+				return filepath.Join(v.areas[i], strings.TrimPrefix(p, r))
+			}
+		}
+		return p
+	}
 	for _, root := range pr.Roots {
-		m = append(m, bind(root, root, false))
+		m = append(m, bind(area(root), root, false))
 	}
 	for _, p := range pr.Pin {
-		m = append(m, bind(p, p, false))
+		m = append(m, bind(area(p), p, false))
 	}
 	for _, p := range pr.ReadOnly {
-		m = append(m, bind(p, p, true))
+		m = append(m, bind(area(p), p, true))
 	}
 	for _, f := range pr.Files {
 		m = append(m, bind(f.Source, f.Target, true))
@@ -216,6 +248,9 @@ func buildSpec(s policy.Spec, v view) ociSpec {
 	for _, d := range pr.DenyRead {
 		if hidden(d) && !inAny(d, pr.Roots) {
 			continue // not in the view at all
+		}
+		if !inAny(d, pr.Roots) && (!othersReach(d) || inAny(d, v.shadows)) {
+			continue // out of the command's reach, and of gVisor's gofer
 		}
 		if pr.Dirs[d] {
 			m = append(m, tmpfs(d, 0, true))
@@ -296,4 +331,40 @@ func lookPath(name string, env []string, hide func(string) bool) error {
 		return &sandbox.InitError{Msg: firstErr.Error(), Code: sandbox.ExitNotExecutable}
 	}
 	return &sandbox.InitError{Msg: name + ": command not found", Code: sandbox.ExitNotFound}
+}
+
+// othersReach reports whether a user who owns none of p and its parent
+// directories may reach p: each parent searchable by others, and p
+// readable (a file) or searchable (a directory) by others.
+func othersReach(p string) bool {
+	var st unix.Stat_t
+	if unix.Stat(p, &st) != nil {
+		return false
+	}
+	need := uint32(0o004)
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		need = 0o001
+	}
+	if st.Mode&need == 0 {
+		return false
+	}
+	for d := filepath.Dir(p); ; d = filepath.Dir(d) {
+		var st unix.Stat_t
+		if unix.Stat(d, &st) != nil || st.Mode&0o001 == 0 {
+			return false
+		}
+		if d == "/" {
+			return true
+		}
+	}
+}
+
+// ancestors lists the directories strictly between / and p, parents
+// first.
+func ancestors(p string) []string {
+	var out []string
+	for d := filepath.Dir(p); d != "/" && d != "."; d = filepath.Dir(d) {
+		out = append([]string{d}, out...)
+	}
+	return out
 }
