@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -505,19 +506,27 @@ func sweep(base, runsc string, log *slog.Logger) {
 	}
 }
 
+// nullNetns is the network namespace runsc binds into its root directory.
+const nullNetns = "null-netns"
+
 // cleanup deletes the sandbox's container (its processes, if any are
 // left, and the cgroup runsc made), unmounts what runsc left in its state
 // directory and removes the sandbox's directory.
 func cleanup(runsc, dir, id string, log *slog.Logger) {
 	state := filepath.Join(dir, "state")
-	if _, err := os.Stat(state); err == nil {
-		cmd := exec.Command(runsc, "--root", state, "delete", "--force", id)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if out, err := cmd.CombinedOutput(); err != nil {
-			log.Debug("gvisor: runsc delete", "err", err, "out", string(out))
+	if entries, err := os.ReadDir(state); err == nil {
+		// A runsc run that ended on its own has deleted its container,
+		// and left only the network namespace it binds into its root;
+		// one that was killed left the container's files (and perhaps
+		// processes and cgroups), which runsc delete removes.
+		if slices.ContainsFunc(entries, func(e os.DirEntry) bool { return e.Name() != nullNetns }) {
+			cmd := exec.Command(runsc, "--root", state, "delete", "--force", id)
+			cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+			if out, err := cmd.CombinedOutput(); err != nil {
+				log.Debug("gvisor: runsc delete", "err", err, "out", string(out))
+			}
+			entries, _ = os.ReadDir(state)
 		}
-		// runsc binds a network namespace of its own into its root.
-		entries, _ := os.ReadDir(state)
 		for _, e := range entries {
 			_ = unix.Unmount(filepath.Join(state, e.Name()), unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
 		}

@@ -365,13 +365,12 @@ func TestLimits(t *testing.T) {
 				}
 			}
 			if quota != "" {
-				_ = unix.Kill(pid, unix.SIGKILL) // ends the sandbox
 				return true
 			}
 		}
 		return false
 	})
-	<-done
+	endAll(t, rt.StateDir, done)
 	if quota != "50000" && quota != "50000 100000" {
 		t.Errorf("the Sentry's cgroup has CPU quota %q, want half a core (50000 per 100000)", quota)
 	}
@@ -408,6 +407,7 @@ func TestRootsDoNotNest(t *testing.T) {
 		go func() { ch <- run(t, rt, ws, nil, "sleep", "600") }()
 		want := i + 1
 		if !testutil.Eventually(time.Minute, func() bool { return len(sentries(rt.StateDir)) == want }) {
+			endAll(t, rt.StateDir, done...)
 			t.Fatalf("sandbox %d did not start", want)
 		}
 	}
@@ -420,11 +420,30 @@ func TestRootsDoNotNest(t *testing.T) {
 			t.Errorf("a sandbox's root holds another's: %s", f[4])
 		}
 	}
-	for _, pid := range sentries(rt.StateDir) {
-		_ = unix.Kill(pid, unix.SIGKILL)
-	}
+	endAll(t, rt.StateDir, done...)
+}
+
+// endAll ends the sandboxes below dir, which the test started in the
+// background, by killing runsc and its processes (a Sentry may still be
+// re-executing itself when the test looks), and waits for their runs.
+func endAll(t *testing.T, dir string, done ...chan outcome) {
+	t.Helper()
+	guard := time.After(2 * time.Minute) // a guard, not a threshold
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
 	for _, ch := range done {
-		<-ch
+		for waiting := true; waiting; {
+			for _, pid := range processesOf(dir) {
+				_ = unix.Kill(pid, unix.SIGKILL)
+			}
+			select {
+			case <-ch:
+				waiting = false
+			case <-tick.C:
+			case <-guard:
+				t.Fatal("a sandbox did not end after its processes were killed")
+			}
+		}
 	}
 }
 
