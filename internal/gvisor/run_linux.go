@@ -422,8 +422,9 @@ func makePrivateDir(base, id string) (string, error) {
 		return "", fmt.Errorf("state directory: %w", err)
 	}
 	var st unix.Stat_t
-	if err := unix.Lstat(base, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR || st.Uid != 0 || st.Mode&0o077 != 0 {
-		return "", fmt.Errorf("state directory %s: must be a directory of root's, mode 0700", base)
+	// Made 0700; only root may write there, whoever may pass through.
+	if err := unix.Lstat(base, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR || st.Uid != 0 || st.Mode&0o022 != 0 {
+		return "", fmt.Errorf("state directory %s: must be a directory of root's that only root may write", base)
 	}
 	if err := privateMount(base); err != nil {
 		return "", fmt.Errorf("state directory %s: %w", base, err)
