@@ -14,6 +14,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -540,7 +541,52 @@ func cleanup(runsc, dir, id string, log *slog.Logger) {
 		log.Debug("gvisor: remove the root's mount point; leaving the state directory", "err", err)
 		return
 	}
+	// Never remove through a mount: a directory laid out by another
+	// version of hutch may hold binds of a workspace.
+	if m := mountsBelow(dir); len(m) > 0 {
+		log.Debug("gvisor: mounts below the state directory; leaving it", "dir", dir, "mounts", m)
+		return
+	}
 	if err := os.RemoveAll(dir); err != nil {
 		log.Debug("gvisor: remove state", "err", err)
 	}
+}
+
+// mountsBelow lists the mount points of hutch's mount namespace at or
+// below dir.
+func mountsBelow(dir string) []string {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return []string{"(mountinfo: " + err.Error() + ")"}
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		if p := unescapeMountinfo(f[4]); within(p, dir) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// unescapeMountinfo undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, "\\") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }
