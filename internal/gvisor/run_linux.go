@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -14,7 +15,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -515,6 +515,9 @@ const nullNetns = "null-netns"
 // left, and the cgroup runsc made), unmounts what runsc left in its state
 // directory and removes the sandbox's directory.
 func cleanup(runsc, dir, id string, log *slog.Logger) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	state := filepath.Join(dir, "state")
 	if entries, err := os.ReadDir(state); err == nil {
 		// A runsc run that ended on its own has deleted its container,
@@ -552,41 +555,24 @@ func cleanup(runsc, dir, id string, log *slog.Logger) {
 	}
 }
 
-// mountsBelow lists the mount points of hutch's mount namespace at or
-// below dir.
+// mountsBelow lists the mount points below dir (dir itself excluded),
+// without descending into any of them.
 func mountsBelow(dir string) []string {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return []string{"(mountinfo: " + err.Error() + ")"}
-	}
 	var out []string
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 5 {
-			continue
+	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.IsDir() || p == dir {
+			return nil
 		}
-		if p := unescapeMountinfo(f[4]); within(p, dir) {
-			out = append(out, p)
+		var stx unix.Statx_t
+		if err := unix.Statx(unix.AT_FDCWD, p, unix.AT_SYMLINK_NOFOLLOW, 0, &stx); err != nil {
+			out = append(out, p+" ("+err.Error()+")")
+			return filepath.SkipDir
 		}
-	}
+		if stx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT == 0 || stx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0 {
+			out = append(out, p) // a mount, or no way to tell
+			return filepath.SkipDir
+		}
+		return nil
+	})
 	return out
-}
-
-// unescapeMountinfo undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, "\\") {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
