@@ -188,15 +188,7 @@ func TestGVisorTerminal(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, waited := startOnTerminal(t, term, sh("test -t 0 && echo terminal; stty size; echo ready; read x; echo got:$x; exit 3", flags...)...)
-	term.waitFor(t, "ready\n")
-	if _, err := term.master.Write([]byte("hello\r")); err != nil {
-		t.Fatal(err)
-	}
-	if code := exitCode(t, waited); code != 3 {
-		t.Errorf("exit code: got %d, want the command's 3", code)
-	}
-	<-term.done
-	out := term.shown()
+	out := typeHello(t, term, waited)
 	for _, want := range []string{"terminal\n", "33 77\n", "got:hello\n"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the terminal does not show %q:\n%s", want, out)

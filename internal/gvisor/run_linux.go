@@ -7,12 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -430,7 +432,7 @@ func receiveConsole(l net.Listener, done <-chan struct{}) (*os.File, error) {
 	}
 }
 
-// makePrivateDir makes base (0700, root's) and id's directory in it.
+// makePrivateDir makes base (0711, root's) and id's directory in it.
 func makePrivateDir(base, id string) (string, error) {
 	// Searchable by others, and no more: gVisor's gofer reaches the
 	// bundle with the sandbox's ids, which own nothing of the host's.
@@ -438,11 +440,13 @@ func makePrivateDir(base, id string) (string, error) {
 		return "", fmt.Errorf("state directory: %w", err)
 	}
 	var st unix.Stat_t
-	if err := unix.Lstat(base, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR || st.Uid != 0 || st.Mode&0o066 != 0 {
-		return "", fmt.Errorf("state directory %s: must be a directory of root's, mode 0711", base)
+	// Made 0711: only root may write there, and gVisor's gofer, whose
+	// host ids are the sandbox's, may pass through.
+	if err := unix.Lstat(base, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR || st.Uid != 0 || st.Mode&0o022 != 0 {
+		return "", fmt.Errorf("state directory %s: must be a directory of root's that only root may write", base)
 	}
 	if st.Mode&0o011 != 0o011 {
-		if err := os.Chmod(base, 0o711); err != nil {
+		if err := os.Chmod(base, os.FileMode(st.Mode&0o777|0o011)); err != nil {
 			return "", fmt.Errorf("state directory %s: %w", base, err)
 		}
 	}
@@ -530,19 +534,30 @@ func sweep(base, runsc string, log *slog.Logger) {
 	}
 }
 
+// nullNetns is the network namespace runsc binds into its root directory.
+const nullNetns = "null-netns"
+
 // cleanup deletes the sandbox's container (its processes, if any are
 // left, and the cgroup runsc made), unmounts what runsc left in its state
 // directory and removes the sandbox's directory.
 func cleanup(runsc, dir, id string, log *slog.Logger) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	state := filepath.Join(dir, "state")
-	if _, err := os.Stat(state); err == nil {
-		cmd := exec.Command(runsc, "--root", state, "delete", "--force", id)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if out, err := cmd.CombinedOutput(); err != nil {
-			log.Debug("gvisor: runsc delete", "err", err, "out", string(out))
+	if entries, err := os.ReadDir(state); err == nil {
+		// A runsc run that ended on its own has deleted its container,
+		// and left only the network namespace it binds into its root;
+		// one that was killed left the container's files (and perhaps
+		// processes and cgroups), which runsc delete removes.
+		if slices.ContainsFunc(entries, func(e os.DirEntry) bool { return e.Name() != nullNetns }) {
+			cmd := exec.Command(runsc, "--root", state, "delete", "--force", id)
+			cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+			if out, err := cmd.CombinedOutput(); err != nil {
+				log.Debug("gvisor: runsc delete", "err", err, "out", string(out))
+			}
+			entries, _ = os.ReadDir(state)
 		}
-		// runsc binds a network namespace of its own into its root.
-		entries, _ := os.ReadDir(state)
 		for _, e := range entries {
 			_ = unix.Unmount(filepath.Join(state, e.Name()), unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
 		}
@@ -550,16 +565,17 @@ func cleanup(runsc, dir, id string, log *slog.Logger) {
 	// The writable areas' mounts and the root, a copy of the host's
 	// mount tree: unmounted, never walked, and only then removed (rmdir
 	// fails on a mount point).
-	areas := filepath.Join(dir, "areas")
-	_ = unix.Unmount(areas, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
-	if err := unix.Rmdir(areas); err != nil && !errors.Is(err, unix.ENOENT) {
-		log.Debug("gvisor: remove the areas' mount point; leaving the state directory", "err", err)
-		return
-	}
+	_ = unix.Unmount(filepath.Join(dir, "areas"), unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
 	rootfs := filepath.Join(dir, "rootfs")
 	_ = unix.Unmount(rootfs, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
 	if err := unix.Rmdir(rootfs); err != nil && !errors.Is(err, unix.ENOENT) {
 		log.Debug("gvisor: remove the root's mount point; leaving the state directory", "err", err)
+		return
+	}
+	// Never remove through a mount: a directory laid out by another
+	// version of hutch may hold binds of a workspace.
+	if m := mountsBelow(dir); len(m) > 0 {
+		log.Debug("gvisor: mounts below the state directory; leaving it", "dir", dir, "mounts", m)
 		return
 	}
 	if err := os.RemoveAll(dir); err != nil {
@@ -639,4 +655,26 @@ func areaMap(id uint32) string {
 		m += fmt.Sprintf("%d %d 1\n", id, sandbox.RootMappedID+int(id))
 	}
 	return m
+}
+
+// mountsBelow lists the mount points below dir (dir itself excluded),
+// without descending into any of them.
+func mountsBelow(dir string) []string {
+	var out []string
+	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.IsDir() || p == dir {
+			return nil
+		}
+		var stx unix.Statx_t
+		if err := unix.Statx(unix.AT_FDCWD, p, unix.AT_SYMLINK_NOFOLLOW, 0, &stx); err != nil {
+			out = append(out, p+" ("+err.Error()+")")
+			return filepath.SkipDir
+		}
+		if stx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT == 0 || stx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0 {
+			out = append(out, p) // a mount, or no way to tell
+			return filepath.SkipDir
+		}
+		return nil
+	})
+	return out
 }

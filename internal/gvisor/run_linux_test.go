@@ -365,13 +365,12 @@ func TestLimits(t *testing.T) {
 				}
 			}
 			if quota != "" {
-				_ = unix.Kill(pid, unix.SIGKILL) // ends the sandbox
 				return true
 			}
 		}
 		return false
 	})
-	<-done
+	endAll(t, rt.StateDir, done)
 	if quota != "50000" && quota != "50000 100000" {
 		t.Errorf("the Sentry's cgroup has CPU quota %q, want half a core (50000 per 100000)", quota)
 	}
@@ -408,6 +407,7 @@ func TestRootsDoNotNest(t *testing.T) {
 		go func() { ch <- run(t, rt, ws, nil, "sleep", "600") }()
 		want := i + 1
 		if !testutil.Eventually(time.Minute, func() bool { return len(sentries(rt.StateDir)) == want }) {
+			endAll(t, rt.StateDir, done...)
 			t.Fatalf("sandbox %d did not start", want)
 		}
 	}
@@ -420,11 +420,30 @@ func TestRootsDoNotNest(t *testing.T) {
 			t.Errorf("a sandbox's root holds another's: %s", f[4])
 		}
 	}
-	for _, pid := range sentries(rt.StateDir) {
-		_ = unix.Kill(pid, unix.SIGKILL)
-	}
+	endAll(t, rt.StateDir, done...)
+}
+
+// endAll ends the sandboxes below dir, which the test started in the
+// background, by killing runsc and its processes (a Sentry may still be
+// re-executing itself when the test looks), and waits for their runs.
+func endAll(t *testing.T, dir string, done ...chan outcome) {
+	t.Helper()
+	guard := time.After(2 * time.Minute) // a guard, not a threshold
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
 	for _, ch := range done {
-		<-ch
+		for waiting := true; waiting; {
+			for _, pid := range processesOf(dir) {
+				_ = unix.Kill(pid, unix.SIGKILL)
+			}
+			select {
+			case <-ch:
+				waiting = false
+			case <-tick.C:
+			case <-guard:
+				t.Fatal("a sandbox did not end after its processes were killed")
+			}
+		}
 	}
 }
 
@@ -438,4 +457,52 @@ func sentries(dir string) []int {
 		}
 	}
 	return out
+}
+
+// TestRootOwnedWorkspace: a workspace of root's, on a way others cannot
+// search (as /root/project is), makes the command root inside gVisor but
+// no owner of the host's files: a file only root may read stays closed to
+// it (S1), as in the namespace tier, while what it writes in the
+// workspace lands there as root's.
+func TestRootOwnedWorkspace(t *testing.T) {
+	rt := testRuntime(t)
+	closed, err := os.MkdirTemp("/var/tmp", "hutch-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(closed) })
+	if err := os.Chmod(closed, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	ws := filepath.Join(closed, "project")
+	if err := os.Mkdir(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	open, err := os.MkdirTemp("/var/tmp", "hutch-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(open) })
+	if err := os.Chmod(open, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	secret := filepath.Join(open, "root-only")
+	if err := os.WriteFile(secret, []byte("root-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o := run(t, rt, ws, nil, "sh", "-c", "id -u; pwd; cat "+secret+" || echo secret refused; echo new > new.txt && echo written")
+	wantExit(t, o, 0)
+	if strings.Contains(o.stdout, "root-secret") || !strings.Contains(o.stdout, "secret refused") {
+		t.Errorf("the command read a file only the host's root may read:\n%s", o)
+	}
+	if lines := strings.Split(o.stdout, "\n"); len(lines) < 2 || lines[0] != "0" || lines[1] != ws {
+		t.Errorf("want root in the workspace %s:\n%s", ws, o)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Lstat(filepath.Join(ws, "new.txt"), &st); err != nil {
+		t.Fatalf("new.txt was not written to the host: %v\n%s", err, o)
+	}
+	if st.Uid != 0 || st.Gid != 0 {
+		t.Errorf("new.txt is owned by %d:%d on the host, want root's", st.Uid, st.Gid)
+	}
 }
