@@ -96,6 +96,7 @@ func TestRunFlagsEverywhere(t *testing.T) {
 		{"create", "--debug", "--memory", "64m"},
 		{"create", "--report", dir + "/r.jsonl"},
 		{"create", "--state-dir", dir},
+		{"create", "--runsc", "/usr/bin/runsc"},
 	} {
 		r := hutch(t, invocation{args: args, dir: dir, env: env})
 		if r.code == 0 || strings.Contains(r.stderr, "unknown flag") || len(lines(r.stderr)) > 2 {
@@ -105,6 +106,10 @@ func TestRunFlagsEverywhere(t *testing.T) {
 	r := hutch(t, invocation{args: []string{"create", "--report", dir + "/r.jsonl"}, dir: dir, env: env})
 	if r.code != 2 || !strings.Contains(r.stderr, "hutch events") {
 		t.Errorf("create --report: want exit 2 pointing to hutch events, got %s", r)
+	}
+	r = hutch(t, invocation{args: []string{"create", "--runsc", "/usr/bin/runsc"}, dir: dir, env: env})
+	if r.code != 2 || !strings.Contains(r.stderr, "the daemon's") {
+		t.Errorf("create --runsc: want exit 2 saying the runtime is the daemon's, got %s", r)
 	}
 	r = hutch(t, invocation{args: []string{"create", "--state-dir", dir}, dir: dir, env: env})
 	if r.code != 2 || !strings.Contains(r.stderr, "the daemon's store") {

@@ -227,7 +227,12 @@ func cmdRun(args []string, stdin, stdout, stderr *os.File) int {
 		fmt.Fprintf(stderr, "hutch: %v\n", err)
 		return sandbox.ExitHutchError
 	}
-	res, err := sandbox.Run(context.Background(), sandbox.Config{
+	rt, err := runtimeFor(spec.Tier, rf.runsc)
+	if err != nil {
+		fmt.Fprintf(stderr, "hutch: %v\n", err)
+		return sandbox.ExitHutchError
+	}
+	res, err := rt.Run(context.Background(), sandbox.Config{
 		Spec:     spec,
 		Args:     command,
 		Environ:  environ,
@@ -369,6 +374,12 @@ func (p *policyFlags) apply(s *policy.Spec) error {
 	}
 	if p.root != "" {
 		s.Root = p.root
+	}
+	if p.tier != "" {
+		if err := policy.CheckTier(p.tier); err != nil {
+			return fmt.Errorf("--tier: %w", err)
+		}
+		s.Tier = p.tier
 	}
 	if p.image != "" {
 		if p.root != "" {

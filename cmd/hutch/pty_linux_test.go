@@ -122,6 +122,23 @@ func startOnTerminal(t *testing.T, term *terminal, args ...string) (*exec.Cmd, <
 	return cmd, waited
 }
 
+// typeHello waits until the command on term printed "ready", types
+// "hello" and Enter, checks that hutch exits with the command's 3 and
+// returns what the terminal showed.
+func typeHello(t *testing.T, term *terminal, waited <-chan error) string {
+	t.Helper()
+	term.waitFor(t, "ready\n")
+	if _, err := term.master.Write([]byte("hello\r")); err != nil {
+		t.Fatal(err)
+	}
+	if code := exitCode(t, waited); code != 3 {
+		t.Errorf("exit code: got %d, want the command's 3", code)
+	}
+	<-term.done
+	out := term.shown()
+	return out
+}
+
 // exitCode waits for hutch and returns its exit code.
 func exitCode(t *testing.T, waited <-chan error) int {
 	t.Helper()
@@ -162,15 +179,7 @@ read x
 echo "got:$x"
 exit 3`
 	_, waited := startOnTerminal(t, term, "--", "sh", "-c", script)
-	term.waitFor(t, "ready\n")
-	if _, err := term.master.Write([]byte("hello\r")); err != nil {
-		t.Fatal(err)
-	}
-	if code := exitCode(t, waited); code != 3 {
-		t.Errorf("exit code: got %d, want the command's 3", code)
-	}
-	<-term.done
-	out := term.shown()
+	out := typeHello(t, term, waited)
 
 	fields := map[string]string{}
 	for _, l := range lines(out) {

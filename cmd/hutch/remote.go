@@ -110,6 +110,10 @@ func cmdCreate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "hutch: create: --report is for hutch run; a served sandbox's refused connections are its events: hutch events ID")
 		return 2
 	}
+	if rf.runsc != "" {
+		fmt.Fprintln(stderr, "hutch: create: --runsc is for hutch run; a served sandbox's runtime is the daemon's")
+		return 2
+	}
 	if rf.stateDir != "" {
 		fmt.Fprintln(stderr, "hutch: create: --state-dir is for hutch run; a served sandbox's image comes from the daemon's store: hutch image pull --state-dir DIR with the daemon's state directory")
 		return 2

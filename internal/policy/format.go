@@ -12,6 +12,7 @@ import (
 type (
 	formatSpec struct {
 		Root       string           `yaml:"root,omitempty"`
+		Tier       string           `yaml:"tier,omitempty"`
 		Filesystem formatFilesystem `yaml:"filesystem"`
 		Network    formatNetwork    `yaml:"network"`
 		Secrets    []Secret         `yaml:"secrets"`
@@ -61,6 +62,7 @@ func (s Spec) Format() ([]byte, error) {
 	r := s.Resources
 	f := formatSpec{
 		Root: s.Root,
+		Tier: s.Tier,
 		Filesystem: formatFilesystem{
 			Workspace:       s.Filesystem.Workspace,
 			WorkspaceAt:     s.Filesystem.WorkspaceAt,

@@ -16,7 +16,7 @@ import (
 func policyFields(section string) []string {
 	switch section {
 	case "":
-		return []string{"root", "filesystem", "network", "secrets", "env", "resources", "best_effort"}
+		return []string{"root", "tier", "filesystem", "network", "secrets", "env", "resources", "best_effort"}
 	case "secrets":
 		return []string{"name", "hosts", "from", "placeholder_prefix", "in_query", "in_body", "allow_plain_http"}
 	case "filesystem":
@@ -88,6 +88,13 @@ func (d *decoder) spec(root *yaml.Node) (Spec, error) {
 			if err == nil && s.Root != "host" && s.Root != "" {
 				if cerr := checkPath(s.Root); cerr != nil {
 					err = d.errorf(e.val, "root: %v", cerr)
+				}
+			}
+		case "tier":
+			s.Tier, err = d.str(e.val, "tier")
+			if err == nil && s.Tier != "" {
+				if cerr := CheckTier(s.Tier); cerr != nil {
+					err = d.errorf(e.val, "tier: %v", cerr)
 				}
 			}
 		case "filesystem":

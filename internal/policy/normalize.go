@@ -62,6 +62,9 @@ func (s *Spec) Normalize(cwd, home string) error {
 	if s.Root == "" {
 		s.Root = DefaultRoot
 	}
+	if s.Tier == "" {
+		s.Tier = DefaultTier
+	}
 	if _, img := s.Image(); s.Root != DefaultRoot && !img {
 		s.Root = n.path(s.Root, "root")
 	}
@@ -290,6 +293,14 @@ func (s Spec) Validate() error {
 
 	if err := CheckHome(s.Filesystem.Home); err != nil {
 		add("filesystem.home: %v", err)
+	}
+	if s.Tier != "" {
+		if err := CheckTier(s.Tier); err != nil {
+			add("tier: %v", err)
+		}
+		for _, r := range TierRefusals(s) {
+			add("%s", r)
+		}
 	}
 	if err := checkMode(s.Network.Mode); err != nil {
 		add("network.mode: %v", err)

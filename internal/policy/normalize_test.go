@@ -98,6 +98,9 @@ func TestNormalize(t *testing.T) {
 			if tt.want.Filesystem.Home == "" {
 				tt.want.Filesystem.Home = DefaultHome // every mode but the default is in the input
 			}
+			if tt.want.Tier == "" {
+				tt.want.Tier = DefaultTier
+			}
 			if !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("Normalize\n got: %+v\nwant: %+v", got, tt.want)
 			}

@@ -25,6 +25,13 @@ type Spec struct {
 	// "image:REF", an image of hutch's image store (its layers stacked
 	// read-only, the sandbox's writes to its root kept in memory).
 	Root string `json:"root" yaml:"root"`
+	// Tier is the isolation tier the sandbox runs in (one of Tiers):
+	// "namespace" (the default) shares the host's kernel behind
+	// namespaces, Landlock and seccomp; "gvisor" runs it on gVisor's
+	// application kernel (runsc), so that its system calls never reach
+	// the host's kernel directly. A field a tier cannot honour is refused
+	// (TierRefusals), never dropped.
+	Tier string `json:"tier,omitempty" yaml:"tier,omitempty"`
 	// Filesystem says what the sandbox may read and write.
 	Filesystem Filesystem `json:"filesystem" yaml:"filesystem"`
 	// Network says where the sandbox may connect.

@@ -37,6 +37,9 @@ const RootMappedID = 1_000_000_000
 // everything launch made is gone.
 func launch(c Config, agent *os.File) (l *launched, err error) {
 	l = &launched{master: -1, warn: c.Warn, log: c.Log}
+	if err := checkTier(c.Spec); err != nil {
+		return l, err
+	}
 	defer func() {
 		if err != nil {
 			l.close()

@@ -13,3 +13,6 @@ func Run(ctx context.Context, c Config) (Result, error) {
 func (l RootLayer) CheckWorkspace(root, workspace string) error {
 	return ErrNotSupported
 }
+
+// Start is not available outside Linux.
+func (Namespaces) Start(c Config) (Instance, error) { return nil, ErrNotSupported }

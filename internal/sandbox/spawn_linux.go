@@ -256,6 +256,12 @@ func readReply(ctl int, onStandIns func(dev int)) (r reply, got sent, err error)
 // kernel from its clone on, is gone when idmapUserns returns; the
 // descriptor keeps the namespace.
 func idmapUserns(uid, gid, toUID, toGID int) (int, error) {
+	return idmapUsernsMaps(fmt.Sprintf("%d %d 1\n", uid, toUID), fmt.Sprintf("%d %d 1\n", gid, toGID))
+}
+
+// idmapUsernsMaps is idmapUserns with the namespace's uid_map and gid_map
+// given whole (lines "inside outside count").
+func idmapUsernsMaps(uidMap, gidMap string) (int, error) {
 	args := &cloneArgs{flags: unix.CLONE_NEWUSER, exitSignal: uint64(unix.SIGCHLD)}
 	runtime.LockOSThread()
 	pid, errno := forkIdle(args)
@@ -274,8 +280,8 @@ func idmapUserns(uid, gid, toUID, toGID int) (int, error) {
 	}()
 	dir := fmt.Sprintf("/proc/%d/", pid)
 	for _, w := range [][2]string{
-		{"uid_map", fmt.Sprintf("%d %d 1\n", uid, toUID)},
-		{"gid_map", fmt.Sprintf("%d %d 1\n", gid, toGID)},
+		{"uid_map", uidMap},
+		{"gid_map", gidMap},
 	} {
 		if err := os.WriteFile(dir+w[0], []byte(w[1]), 0); err != nil {
 			return -1, fmt.Errorf("user namespace for the writable areas' owner: %s: %w", w[0], err)

@@ -262,6 +262,13 @@ var baseRules = []Rule{
 		Why: "TIOCLINUX: read the console and inject selections"},
 }
 
+// HostWriteRules returns a copy of the rules Options.HostWrites adds (see
+// hostWriteRules), for a tier that enforces them with a filter of its own
+// (gVisor's Sentry reads them from the OCI spec).
+func HostWriteRules(withheld uint32) []Rule {
+	return Rules(Options{HostWrites: true, Withheld: withheld})[:len(hostWriteRules(uint64(withheld)))]
+}
+
 // Rules returns a copy of the filter table for o, in the order the filter
 // tries it. It is the same on every architecture; calls an architecture
 // lacks are left out of its program.

@@ -39,6 +39,27 @@ func RequireRoot(t testing.TB) {
 	Need(t, os.Geteuid() == 0, "needs root")
 }
 
+// RunscEnv names the environment variable that gives the tests of the
+// gVisor tier their runsc binary; without it they look for runsc on PATH.
+const RunscEnv = "HUTCH_TEST_RUNSC"
+
+// Runsc returns the runsc binary for tests of the gVisor tier, which need
+// root: $HUTCH_TEST_RUNSC, else runsc on PATH. Without one the test skips
+// with the reason, or fails when HUTCH_TEST_ROOT=1. It does not check the
+// version: the tests do, with the tier's own check.
+func Runsc(t testing.TB) string {
+	t.Helper()
+	RequireRoot(t)
+	if p := os.Getenv(RunscEnv); p != "" {
+		_, err := os.Stat(p)
+		Need(t, err == nil, fmt.Sprintf("%s=%s: %v", RunscEnv, p, err))
+		return p
+	}
+	p, err := exec.LookPath("runsc")
+	Need(t, err == nil, "needs gVisor's runsc on PATH or in $"+RunscEnv+" (see the README's test command)")
+	return p
+}
+
 var (
 	buildOnce sync.Once
 	buildPath string

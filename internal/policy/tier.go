@@ -1,0 +1,63 @@
+package policy
+
+import "fmt"
+
+// The isolation tiers (Spec.Tier).
+const (
+	// TierNamespace shares the host's kernel: namespaces, Landlock,
+	// seccomp and cgroups around the sandbox's processes.
+	TierNamespace = "namespace"
+	// TierGVisor runs the sandbox on gVisor's application kernel (runsc):
+	// its system calls are served by gVisor, not by the host's kernel.
+	TierGVisor = "gvisor"
+	// DefaultTier is Spec.Tier's default.
+	DefaultTier = TierNamespace
+)
+
+// Tiers lists the values Spec.Tier accepts.
+var Tiers = []string{TierNamespace, TierGVisor}
+
+// CheckTier checks a value of Spec.Tier.
+func CheckTier(tier string) error {
+	if !contains(Tiers, tier) {
+		return fmt.Errorf("unknown tier %q (allowed: %s)", tier, quoteList(Tiers))
+	}
+	return nil
+}
+
+// tierRefusal is one policy field a tier cannot honour yet, and why.
+type tierRefusal struct {
+	tier  string
+	field string
+	// applies reports whether s asks for what the tier cannot give.
+	applies func(s Spec) bool
+	why     string
+}
+
+// tierRefusals is the one table of what each tier refuses (S2: a field a
+// tier cannot honour is refused, never silently dropped). The namespace
+// tier honours every field.
+var tierRefusals = []tierRefusal{
+	{TierGVisor, "network.mode", func(s Spec) bool { return s.Network.Mode == "proxy" },
+		`"proxy" is not yet supported under tier "gvisor" (the egress proxy reaches gVisor's network stack in a later version); use network mode "none" or tier "namespace"`},
+	{TierGVisor, "network.mode", func(s Spec) bool { return s.Network.Mode == "host" },
+		`"host" is not supported under tier "gvisor": gVisor's sandbox has no route to the host's network; use network mode "none" or tier "namespace"`},
+	{TierGVisor, "secrets", func(s Spec) bool { return len(s.Secrets) > 0 },
+		`not yet supported under tier "gvisor" (they need the egress proxy); use tier "namespace"`},
+	{TierGVisor, "root", func(s Spec) bool { return s.Root != "" && s.Root != DefaultRoot },
+		`not yet supported under tier "gvisor": its sandboxes start from the host's root, read-only; use tier "namespace" for a root directory or an image`},
+	{TierGVisor, "filesystem.home", func(s Spec) bool { return s.Filesystem.Home == "persist" },
+		`"persist" is not yet supported under tier "gvisor"; use "ro" or "tmp"`},
+}
+
+// TierRefusals lists, one message a field, what s asks for that its tier
+// cannot honour. Empty when the tier honours all of s.
+func TierRefusals(s Spec) []string {
+	var out []string
+	for _, r := range tierRefusals {
+		if r.tier == s.Tier && r.applies(s) {
+			out = append(out, fmt.Sprintf("%s: %s", r.field, r.why))
+		}
+	}
+	return out
+}
