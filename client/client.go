@@ -1,7 +1,8 @@
 // Package client is the Go SDK of hutch's daemon (`hutch serve`): it
 // creates, lists, extends and destroys sandboxes, runs commands in them
-// (to completion, or streaming with stdin, a terminal and signals) and
-// reads and writes their files and directories.
+// (to completion, or streaming with stdin, a terminal and signals),
+// reads and writes their files and directories, and lists, pulls and
+// removes the images of the daemon's store that sandboxes start from.
 //
 // A Client talks to one daemon, over its unix socket ("unix:///path", the
 // default being unix:///run/hutch/hutch.sock) or over HTTP

@@ -25,7 +25,8 @@ const (
 
 // Error is an error the daemon reported.
 type Error struct {
-	// Status is the HTTP status (0 for an error of an exec stream).
+	// Status is the HTTP status (0 for an error reported in a stream: an
+	// exec's, a pull's).
 	Status int
 	// Code is one of the Code constants.
 	Code string

@@ -1,8 +1,10 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
@@ -25,6 +27,9 @@ type Sandbox struct {
 	ExpiresAt time.Time `json:"expires_at"`
 	// Workspace is the commands' working directory in the sandbox.
 	Workspace string `json:"workspace"`
+	// Image is the digest of the image the sandbox started from
+	// ("sha256:…"; "" for the host's root).
+	Image string `json:"image,omitempty"`
 }
 
 // CreateOptions describes a sandbox to create.
@@ -35,6 +40,12 @@ type CreateOptions struct {
 	// environment or files as a secret's source, or the host's network in
 	// it.
 	Policy json.RawMessage
+	// Image, when set, is the image the sandbox starts from instead of
+	// the host's root: a name or digest of an image in the daemon's store
+	// (Images; the daemon pulls nothing on a tenant's word). It is the
+	// policy's root image:REF; a policy that names another root is
+	// refused.
+	Image string
 	// Labels are the tenant's own key/value tags, to find it by.
 	Labels map[string]string
 	// Env is added to the environment of every command.
@@ -73,6 +84,13 @@ func duration(d time.Duration) string {
 
 // Create starts a sandbox.
 func (c *Client) Create(ctx context.Context, o CreateOptions) (*Sandbox, error) {
+	if o.Image != "" {
+		p, err := withRoot(o.Policy, "image:"+o.Image)
+		if err != nil {
+			return nil, err
+		}
+		o.Policy = p
+	}
 	in := struct {
 		Policy      json.RawMessage   `json:"policy,omitempty"`
 		Labels      map[string]string `json:"labels,omitempty"`
@@ -87,6 +105,26 @@ func (c *Client) Create(ctx context.Context, o CreateOptions) (*Sandbox, error) 
 		return nil, err
 	}
 	return &sb, nil
+}
+
+// withRoot is policy (JSON; nil for the defaults) with its root set to
+// root; a policy that names another root is refused.
+func withRoot(policy json.RawMessage, root string) (json.RawMessage, error) {
+	fields := map[string]json.RawMessage{}
+	if p := bytes.TrimSpace(policy); len(p) > 0 && !bytes.Equal(p, []byte("null")) {
+		if err := json.Unmarshal(p, &fields); err != nil {
+			return nil, fmt.Errorf("hutch client: create: policy: want a JSON object: %w", err)
+		}
+	}
+	want, _ := json.Marshal(root)
+	if old, ok := fields["root"]; ok {
+		var s string
+		if json.Unmarshal(old, &s) != nil || s != root {
+			return nil, fmt.Errorf("hutch client: create: the image %s and the policy's root %s: give one of them", root, old)
+		}
+	}
+	fields["root"] = want
+	return json.Marshal(fields)
 }
 
 // Get describes a sandbox.

@@ -283,7 +283,7 @@ func run(ctx context.Context, cfg config) error {
 		wc, err := client.New(wd.host, "")
 		if err == nil {
 			// Before each cycle, wait until the pool is full again
-			// (hutch_warm_sandboxes in GET /metrics).
+			// (hutch_warm_sandboxes{template=""} in GET /metrics).
 			full := func() error { return waitWarm(ctx, wd.dir, cfg.warm) }
 			var warm cycleTimes
 			warm, err = cycles(ctx, wc, cfg.n, full)
@@ -383,7 +383,7 @@ func waitWarm(ctx context.Context, dir string, n int) error {
 			return err
 		}
 		for _, l := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(l, "hutch_warm_sandboxes "); ok {
+			if v, ok := strings.CutPrefix(l, `hutch_warm_sandboxes{template=""} `); ok {
 				last = v
 				if f, err := strconv.ParseFloat(v, 64); err == nil && f >= float64(n) {
 					return nil

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/x509"
 	"errors"
@@ -53,7 +54,8 @@ func cmdServe(args []string, stderr io.Writer) int {
 	defaultMemory := fs.String("default-memory", "1g", "memory limit (`size`) of a sandbox whose policy sets none; everything a sandbox writes to /tmp, /dev/shm and its root counts against it")
 	maxMemory := fs.String("max-memory", "16g", "largest memory limit (`size`) a policy may ask for")
 	tenantMemory := fs.String("tenant-memory", "", "bound the sum of the memory limits of a tenant's sandboxes to `size` (default: this host's memory)")
-	warm := fs.Int("warm", 0, "keep `N` sandboxes of the default policy started, for creates that ask for no other policy to take at once")
+	var warmFlags cli.List
+	fs.Var(&warmFlags, "warm", "keep `N` sandboxes of the default policy started, for creates that ask for no other policy to take at once; NAME=N keeps N of E2B's template NAME (--template, or base), for E2B's creates of it with its defaults and any create of the same policy (repeatable)")
 	noInternet := fs.Bool("no-internet", false, "refuse \"*\" (every public host) in sandboxes' allowed domains, and give E2B's sandboxes no network unless they list hosts")
 	var allowImages cli.List
 	fs.Var(&allowImages, "allow-image", "let tenants start sandboxes only from images whose name matches `pattern` (path.Match on the normal form, e.g. docker.io/library/python:*) or whose digest it is (repeatable; default: any image of the daemon's store)")
@@ -67,7 +69,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 	fs.Var(&upstreamCAs, "upstream-ca", "also trust the certificates in `file` (PEM) when a sandbox's proxy connects to a secret's host (repeatable)")
 	debug := fs.Bool("debug", false, "log every request")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: hutch serve [flags]\n\nRuns the daemon: an HTTP API for long-lived sandboxes, until SIGINT or SIGTERM,\nwhich destroy every sandbox. With --warm N it keeps N sandboxes of the default\npolicy ready: a create with the default policy takes one at once, and the\npool refills in the background.\n\nFlags:")
+		fmt.Fprintln(stderr, "Usage: hutch serve [flags]\n\nRuns the daemon: an HTTP API for long-lived sandboxes, until SIGINT or SIGTERM,\nwhich destroy every sandbox. With --warm N it keeps N sandboxes of the default\npolicy ready: a create with the default policy takes one at once, and the\npool refills in the background; --warm NAME=N does the same for E2B's\ntemplate NAME, whose image must be in the daemon's store at start.\n\nFlags:")
 		fs.PrintDefaults()
 	}
 	if err := cli.Parse(fs, args, stderr); err != nil {
@@ -78,6 +80,11 @@ func cmdServe(args []string, stderr io.Writer) int {
 		return 2
 	}
 	templates, err := parseTemplates(*templatesFile, templateFlags)
+	if err != nil {
+		fmt.Fprintf(stderr, "hutch: %v\n", err)
+		return 2
+	}
+	warm, pools, err := parseWarm(warmFlags, templates, !*noInternet)
 	if err != nil {
 		fmt.Fprintf(stderr, "hutch: %v\n", err)
 		return 2
@@ -152,7 +159,8 @@ func cmdServe(args []string, stderr io.Writer) int {
 		DefaultTimeout: *defTimeout,
 		MaxTimeout:     *maxTimeout,
 		MaxSandboxes:   *maxSandboxes,
-		Warm:           *warm,
+		Warm:           warm,
+		Pools:          pools,
 		DefaultDisk:    sizes[0],
 		MaxDisk:        sizes[1],
 		TenantMemory:   sizes[2],
@@ -202,6 +210,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 	if len(templates) > 0 {
 		opts = append(opts, e2b.WithTemplates(templates))
 	}
+	missingTemplates(m.Images(), templates, pools, log)
 	h = e2b.New(m, log, opts...).Mount(h, isEnvd, envdHandler)
 	for _, l := range ls {
 		fmt.Fprintf(stderr, "hutch: listening on %s\n", listenerURL(l))
@@ -347,4 +356,59 @@ func parseTemplates(file string, flags []string) (map[string]string, error) {
 		out[name] = ref
 	}
 	return out, nil
+}
+
+// parseWarm reads the --warm flags: N, the warm sandboxes of the default
+// policy (once), and NAME=N, those of E2B's template NAME — one of
+// templates, or base — whose policy is what E2B's create of it makes
+// (internet: the daemon offers sandboxes the internet).
+func parseWarm(flags []string, templates map[string]string, internet bool) (int, []daemon.WarmPool, error) {
+	warm, seen := 0, map[string]bool{}
+	var pools []daemon.WarmPool
+	for _, f := range flags {
+		name, count, named := strings.Cut(f, "=")
+		if !named {
+			name, count = "", f
+		}
+		n, err := strconv.Atoi(count)
+		if err != nil || n < 0 || (named && n == 0) {
+			return 0, nil, fmt.Errorf("--warm %q: want N or NAME=N, N a number of sandboxes (NAME=N: at least 1)", f)
+		}
+		if seen[name] {
+			return 0, nil, fmt.Errorf("--warm %q: the pool of %s is given twice", f, cmp.Or(name, "the default policy"))
+		}
+		seen[name] = true
+		if !named {
+			warm = n
+			continue
+		}
+		spec, err := e2b.TemplatePolicy(name, templates, internet)
+		if err != nil {
+			return 0, nil, fmt.Errorf("--warm %s: %v (name it with --template %s=REF)", f, err, name)
+		}
+		pools = append(pools, daemon.WarmPool{Name: name, Size: n, Policy: spec})
+	}
+	return warm, pools, nil
+}
+
+// missingTemplates warns of the templates whose images are not in the
+// daemon's store. Decision: a warning, not an error, since an image can
+// be brought in while the daemon runs (POST /v1/images/pull, hutch image
+// pull); until then E2B's creates of the template fail with its name. A
+// template with a warm pool is different: its pool could never fill, and
+// the daemon refuses to start (daemon.New).
+func missingTemplates(st *image.Store, templates map[string]string, pools []daemon.WarmPool, log *slog.Logger) {
+	warm := map[string]bool{}
+	for _, p := range pools {
+		warm[p.Name] = true
+	}
+	for _, name := range slices.Sorted(maps.Keys(templates)) {
+		if warm[name] {
+			continue
+		}
+		if _, err := st.Get(templates[name]); err != nil {
+			log.Warn("an E2B template's image is not in the daemon's image store: its creates fail until it is pulled (hutch image pull --remote, or hutch image pull --state-dir)",
+				"template", name, "image", templates[name], "err", err)
+		}
+	}
 }

@@ -5,6 +5,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/hutch-sandbox/hutch/internal/e2b"
+	"github.com/hutch-sandbox/hutch/internal/policy"
 )
 
 // TestParseTemplates: templates come from a YAML or JSON file and from
@@ -39,6 +42,42 @@ func TestParseTemplates(t *testing.T) {
 	} {
 		if _, err := parseTemplates(c.file, c.flags); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("parseTemplates(%q, %q) = %v, want an error naming %q", c.file, c.flags, err, c.want)
+		}
+	}
+}
+
+// TestParseWarm: --warm N is the default policy's pool, NAME=N a
+// template's, with the policy E2B's create of the template makes; a
+// malformed count, a pool given twice and an unknown template are refused.
+func TestParseWarm(t *testing.T) {
+	templates := map[string]string{"py": "python:3.12"}
+	warm, pools, err := parseWarm([]string{"3", "py=2", "base=1"}, templates, true)
+	if err != nil || warm != 3 || len(pools) != 2 {
+		t.Fatalf("parseWarm: %d, %+v, %v", warm, pools, err)
+	}
+	py := pools[0]
+	if py.Name != "py" || py.Size != 2 || py.Policy.Root != policy.ImagePrefix+"python:3.12" || py.Policy.Filesystem.Workspace != e2b.Workspace || py.Policy.Network.Mode != "proxy" {
+		t.Errorf("the template's pool %+v", py)
+	}
+	if base := pools[1]; base.Name != "base" || base.Policy.Root != "" {
+		t.Errorf("base's pool %+v", base)
+	}
+	if _, pools, err := parseWarm([]string{"py=1"}, templates, false); err != nil || pools[0].Policy.Network.Mode != "none" {
+		t.Errorf("without the internet: %+v, %v", pools, err)
+	}
+	for _, c := range []struct {
+		flags []string
+		want  string
+	}{
+		{[]string{"x"}, `"x": want N or NAME=N`},
+		{[]string{"-1"}, `want N or NAME=N`},
+		{[]string{"py=0"}, `NAME=N: at least 1`},
+		{[]string{"1", "2"}, "the default policy is given twice"},
+		{[]string{"py=1", "py=2"}, "py is given twice"},
+		{[]string{"node=1"}, `template "node"`},
+	} {
+		if _, _, err := parseWarm(c.flags, templates, true); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("parseWarm(%q) = %v, want an error naming %q", c.flags, err, c.want)
 		}
 	}
 }

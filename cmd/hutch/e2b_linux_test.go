@@ -2,6 +2,9 @@ package main
 
 import (
 	"context"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hutch-sandbox/hutch/internal/image/imagetest"
 	"github.com/hutch-sandbox/hutch/internal/testutil"
 )
 
@@ -55,7 +59,11 @@ func nodeForE2B() (string, string) {
 // TestE2BSDK runs E2B's JavaScript SDK, unchanged, against hutch serve:
 // test/e2b/sdk.test.mjs with node's test runner, E2B_API_URL and
 // E2B_SANDBOX_URL set to the daemon's TCP listener and E2B_API_KEY to a
-// token made by `hutch token create --e2b`.
+// token made by `hutch token create --e2b`. The daemon has a template,
+// bb, of a busybox image imported into its state directory before it
+// started, with a warm pool of one (--template bb=REF --warm bb=1): the
+// SDK's Sandbox.create('bb') takes the warm sandbox, as the daemon's
+// metrics say after the run.
 func TestE2BSDK(t *testing.T) {
 	testutil.RequireRoot(t)
 	node, why := nodeForE2B()
@@ -73,7 +81,13 @@ func TestE2BSDK(t *testing.T) {
 	}
 	testutil.Need(t, err == nil, "E2B's SDK is not installed in test/e2b/node_modules (npm ci there; scripts/test.sh does)")
 
-	d := startDaemon(t)
+	img := imagetest.Busybox(t, func(ok bool, reason string) { testutil.Need(t, ok, reason) })
+	d := startDaemonWith(t, importImage(t, img, "hutch.test/e2b-sdk:1"),
+		"--warm", "2", "--template", "bb=hutch.test/e2b-sdk:1", "--warm", "bb=1")
+	const warmBB = `hutch_warm_sandboxes{template="bb"} 1`
+	if !testutil.Eventually(time.Minute, func() bool { return strings.Contains(d.metrics(t), warmBB+"\n") }) {
+		t.Fatalf("the template's warm pool did not fill: no %s in\n%s", warmBB, d.metrics(t))
+	}
 	r := d.admin(t, "token", "create", "--tenant", "e2b-sdk", "--e2b", "--state-dir", d.stateDir)
 	token := lastLine(r.stdout)
 	if r.code != 0 || !regexp.MustCompile(`^e2b_[0-9a-f]{40}$`).MatchString(token) {
@@ -85,11 +99,33 @@ func TestE2BSDK(t *testing.T) {
 	cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=spec", "sdk.test.mjs")
 	cmd.Dir = e2bDir
 	cmd.Env = append(os.Environ(),
-		"E2B_API_URL="+d.tcp, "E2B_SANDBOX_URL="+d.tcp, "E2B_API_KEY="+token,
+		"E2B_API_URL="+d.tcp, "E2B_SANDBOX_URL="+d.tcp, "E2B_API_KEY="+token, "HUTCH_E2B_TEMPLATE=bb",
 		"NO_COLOR=1", "HTTP_PROXY=", "HTTPS_PROXY=", "http_proxy=", "https_proxy=")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("node --test sdk.test.mjs: %v\n%s", err, out)
 	}
 	t.Logf("%s", out)
+	if m := d.metrics(t); !strings.Contains(m, `hutch_warm_creates_total{template="bb",result="hit"} 1`+"\n") {
+		t.Errorf("the SDK's create of the template did not take the warm sandbox:\n%s", m)
+	}
+}
+
+// metrics is what the daemon's GET /metrics answers its operator.
+func (d *daemonProc) metrics(t *testing.T) string {
+	t.Helper()
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", d.sock)
+	}}}
+	defer hc.CloseIdleConnections()
+	resp, err := hc.Get("http://hutch/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /metrics: %d %v\n%s", resp.StatusCode, err, b)
+	}
+	return string(b)
 }

@@ -61,14 +61,16 @@ The daemon and its clients:
   hutch cp SRC ID:DST | ID:SRC DST         copy a file or directory into or
                                            out of a sandbox
   hutch ls [--label KEY=VALUE]...          list sandboxes
+  hutch image ls|pull|rm --remote          the daemon's images (hutch image
+                                           --remote -h)
   hutch rm ID...                           destroy sandboxes
   hutch pause ID...                        freeze every process of sandboxes
   hutch resume ID...                       let paused sandboxes go on
   hutch events [--since N] ID              print sandbox ID's events as they
                                            happen, until it ends or Ctrl-C
 
-hutch serve, hutch token and hutch image run hutch-serve, the daemon's
-binary, installed next to hutch.
+hutch serve, hutch token and hutch image (without --remote) run
+hutch-serve, the daemon's binary, installed next to hutch.
 
 Run "hutch COMMAND -h" for the flags. Exit codes of "hutch run": the
 command's own, 128+N if it was killed by signal N, 124 on --timeout, 125
@@ -101,7 +103,11 @@ func run(args []string, stdin, stdout, stderr *os.File) int {
 		return proxyconnect.Main(args[1:], stdin, stdout, stderr)
 	case "serve", "token", "image":
 		// The daemon's commands, and the images' (which link a registry
-		// client), are hutch-serve's (see daemon.go).
+		// client), are hutch-serve's (see daemon.go); the daemon's images
+		// (--remote) are the API's.
+		if args[0] == "image" && remoteImage(args[1:]) {
+			return cmdRemoteImage(args[1:], stdout, stderr)
+		}
 		return execServe(args, stderr)
 	case "audit":
 		return cmdAudit(args[1:], stdout, stderr)

@@ -426,7 +426,7 @@ func cmdLs(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSTATE\tCREATED\tEXPIRES\tLABELS")
+	fmt.Fprintln(tw, "ID\tSTATE\tIMAGE\tCREATED\tEXPIRES\tLABELS")
 	for _, sb := range sbs {
 		keys := make([]string, 0, len(sb.Labels))
 		for k := range sb.Labels {
@@ -436,11 +436,23 @@ func cmdLs(args []string, stdout, stderr io.Writer) int {
 		for i, k := range keys {
 			keys[i] = k + "=" + sb.Labels[k]
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", sb.ID, sb.State,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", sb.ID, sb.State, shortDigest(sb.Image),
 			sb.CreatedAt.Local().Format(time.DateTime), sb.ExpiresAt.Local().Format(time.DateTime), strings.Join(keys, ","))
 	}
 	_ = tw.Flush()
 	return 0
+}
+
+// shortDigest is how hutch ls shows an image's digest: its first 12 hex
+// digits ("sha256:0123456789ab"), "-" for the host's root.
+func shortDigest(d string) string {
+	if d == "" {
+		return "-"
+	}
+	if alg, hex, ok := strings.Cut(d, ":"); ok && len(hex) > 12 {
+		return alg + ":" + hex[:12]
+	}
+	return d
 }
 
 // remoteOperand splits "ID:PATH"; ok is false for a local path (one with a

@@ -35,8 +35,9 @@ type daemonProc struct {
 	cmd      *exec.Cmd
 	base     string // holds the socket and the state directory
 	stateDir string
-	sock     string // HUTCH_HOST for the admin
-	tcp      string // http://127.0.0.1:PORT
+	sock     string   // HUTCH_HOST for the admin
+	tcp      string   // http://127.0.0.1:PORT
+	flags    []string // given to hutch serve besides the socket, state and listen flags
 	log      *testutil.Buffer
 	exited   chan struct{}
 	waitErr  error
@@ -47,6 +48,14 @@ type daemonProc struct {
 // process of its sandboxes that is left.
 func startDaemon(t *testing.T) *daemonProc {
 	t.Helper()
+	return startDaemonWith(t, nil, "--warm", "2")
+}
+
+// startDaemonWith starts `hutch serve` as startDaemon does, with flags
+// instead of --warm 2, once setup (if not nil) prepared its state
+// directory (made, empty).
+func startDaemonWith(t *testing.T, setup func(stateDir string), flags ...string) *daemonProc {
+	t.Helper()
 	testutil.RequireRoot(t)
 	base, err := os.MkdirTemp("", "hutch-serve-")
 	if err != nil {
@@ -56,7 +65,13 @@ func startDaemon(t *testing.T) *daemonProc {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(base) })
-	d := &daemonProc{base: base, stateDir: filepath.Join(base, "state"), sock: filepath.Join(base, "s.sock")}
+	d := &daemonProc{base: base, stateDir: filepath.Join(base, "state"), sock: filepath.Join(base, "s.sock"), flags: flags}
+	if setup != nil {
+		if err := os.Mkdir(d.stateDir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		setup(d.stateDir)
+	}
 	d.start(t)
 	return d
 }
@@ -66,7 +81,7 @@ func startDaemon(t *testing.T) *daemonProc {
 func (d *daemonProc) start(t *testing.T) {
 	t.Helper()
 	d.log, d.exited, d.tcp = &testutil.Buffer{}, make(chan struct{}), ""
-	d.cmd = exec.Command(testutil.Hutch(t), "serve", "--socket", d.sock, "--state-dir", d.stateDir, "--listen", "127.0.0.1:0", "--warm", "2")
+	d.cmd = exec.Command(testutil.Hutch(t), append([]string{"serve", "--socket", d.sock, "--state-dir", d.stateDir, "--listen", "127.0.0.1:0"}, d.flags...)...)
 	d.cmd.Env = baseEnv(d.base)
 	d.cmd.Dir = d.base
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
@@ -448,7 +463,8 @@ func TestServe(t *testing.T) {
 		other := lastLine(r.stdout)
 		r = d.admin(t, "ls")
 		wantOK(t, r)
-		if !strings.Contains(r.stdout, id) || !strings.Contains(r.stdout, other) || !strings.HasPrefix(r.stdout, "ID") || !strings.Contains(r.stdout, "suite=e2e") {
+		if !strings.Contains(r.stdout, id) || !strings.Contains(r.stdout, other) || !strings.HasPrefix(r.stdout, "ID") || !strings.Contains(r.stdout, "suite=e2e") ||
+			!strings.Contains(lines(r.stdout)[0], "IMAGE") || !strings.Contains(r.stdout, "running  -  ") {
 			t.Errorf("ls:\n%s", r.stdout)
 		}
 		r = d.admin(t, "ls", "-q", "--label", "suite=e2e")

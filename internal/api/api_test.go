@@ -349,6 +349,13 @@ func TestRemotePolicy(t *testing.T) {
 	if got.Resources.MemoryBytes != 512<<20 || !slices.Equal(got.Network.AllowedDomains, []string{"example.com"}) {
 		t.Errorf("the policy reached the manager as %+v", got)
 	}
+	// So is an image of the daemon's store as the root (the daemon
+	// checks that it is there and allowed).
+	resp, data = remote.request(t, "POST", "/v1/sandboxes", `{"policy":{"root":"image:python:3.12"}}`, "Authorization", "Bearer "+tok)
+	want(t, resp, data, http.StatusCreated, "")
+	if got := remote.m.LastCreate().Policy.Root; got != "image:python:3.12" {
+		t.Errorf("the image root reached the manager as %q", got)
+	}
 	// A secret whose value comes with the request is fine from anywhere;
 	// the value reaches the manager and nothing echoes it.
 	resp, data = remote.request(t, "POST", "/v1/sandboxes",

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/daemon"
@@ -31,17 +32,28 @@ type PullBody struct {
 	InsecureRegistries []string `json:"insecure_registries,omitempty"`
 }
 
-// PullEvent is a line of POST /v1/images/pull's answer: a layer's
-// progress, then a last line with the image's digest or the error.
+// pullTick is the least time between two lines of a pull's answer that
+// count the bytes fetched.
+const pullTick = 250 * time.Millisecond
+
+// PullEvent is a line of POST /v1/images/pull's answer: first the
+// image's (its layer count, and in Size the bytes to fetch of the layers
+// the store lacks), then each layer's progress (its Size when it starts,
+// its unpacked Bytes when done) and lines that count the bytes fetched so
+// far, then a last line with the image's digest or the error.
 type PullEvent struct {
-	Layer  string     `json:"layer,omitempty"`
-	Index  int        `json:"index,omitempty"`
-	Count  int        `json:"count,omitempty"`
-	Cached bool       `json:"cached,omitempty"`
-	Done   bool       `json:"done,omitempty"`
-	Bytes  int64      `json:"bytes,omitempty"`
-	Digest string     `json:"digest,omitempty"`
-	Error  *ErrorBody `json:"error,omitempty"`
+	Layer  string `json:"layer,omitempty"`
+	Index  int    `json:"index,omitempty"`
+	Count  int    `json:"count,omitempty"`
+	Cached bool   `json:"cached,omitempty"`
+	Done   bool   `json:"done,omitempty"`
+	Bytes  int64  `json:"bytes,omitempty"`
+	Size   int64  `json:"size,omitempty"`
+	// Fetched, on lines of its own (a few a second at most), counts the
+	// bytes fetched so far.
+	Fetched int64      `json:"fetched,omitempty"`
+	Digest  string     `json:"digest,omitempty"`
+	Error   *ErrorBody `json:"error,omitempty"`
 }
 
 // operatorOnly refuses a request that is not the daemon's operator's (the
@@ -123,9 +135,26 @@ func (h *handler) pullImage(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	opt := fetch.PullOptions{Options: fetch.Options{Root: os.Geteuid() == 0}, Platform: b.Platform, Insecure: b.InsecureRegistries}
+	var mu sync.Mutex // the layers' progress and their bytes come from several goroutines
+	fetched := false  // a layer was not in the store
 	opt.Progress = func(e fetch.Event) {
-		_ = enc.Encode(PullEvent{Layer: e.Layer, Index: e.Index, Count: e.Count, Cached: e.Cached, Done: e.Done, Bytes: e.Bytes})
+		mu.Lock()
+		defer mu.Unlock()
+		fetched = fetched || (e.Done && !e.Cached)
+		_ = enc.Encode(PullEvent{Layer: e.Layer, Index: e.Index, Count: e.Count, Cached: e.Cached, Done: e.Done, Bytes: e.Bytes, Size: e.Size})
 		flush()
+	}
+	var total int64
+	var told time.Time
+	opt.Fetched = func(n int64) {
+		mu.Lock()
+		defer mu.Unlock()
+		total += n
+		if now := time.Now(); now.Sub(told) >= pullTick {
+			told = now
+			_ = enc.Encode(PullEvent{Fetched: total})
+			flush()
+		}
 	}
 	img, err := fetch.Pull(r.Context(), h.m.Images(), b.Ref, opt)
 	if err != nil {
@@ -133,6 +162,7 @@ func (h *handler) pullImage(w http.ResponseWriter, r *http.Request) error {
 		flush()
 		return nil
 	}
+	daemon.ImageCache.With("pull", daemon.CacheResult(!fetched)).Inc()
 	_ = enc.Encode(PullEvent{Digest: img.Digest})
 	flush()
 	return nil

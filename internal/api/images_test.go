@@ -3,16 +3,10 @@ package api
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"log"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
-	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/registry"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
-
+	"github.com/hutch-sandbox/hutch/internal/daemon"
 	"github.com/hutch-sandbox/hutch/internal/image/imagetest"
 )
 
@@ -22,17 +16,8 @@ import (
 // daemon reaches a registry on no tenant's word).
 func TestImages(t *testing.T) {
 	t.Parallel()
-	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
-	defer srv.Close()
-	host := strings.TrimPrefix(srv.URL, "http://")
 	img := imagetest.Image(t, "amd64", nil, imagetest.Layer(t, imagetest.Tar(t, imagetest.File("hello", "hi\n", 0o644))))
-	ref, err := name.ParseReference(host+"/team/box:1", name.Insecure)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := remote.Write(ref, img); err != nil {
-		t.Fatal(err)
-	}
+	host, ref := imagetest.Registry(t, img, "team/box:1")
 	digest, _ := img.Digest()
 
 	e := newEnv(t, Config{}, OriginLocal)
@@ -40,7 +25,7 @@ func TestImages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	body := `{"ref":"` + ref.String() + `","insecure_registries":["` + host + `"]}`
+	body := `{"ref":"` + ref + `","insecure_registries":["` + host + `"]}`
 	resp, data := e.request(t, "POST", "/v1/images/pull", body, "Authorization", "Bearer "+tok)
 	want(t, resp, data, 403, CodePermissionDenied, "operator")
 
@@ -58,24 +43,32 @@ func TestImages(t *testing.T) {
 	// The operator's /metrics counts what pulls brought in.
 	resp, data = e.request(t, "GET", "/metrics", "")
 	want(t, resp, data, 200, "")
-	for _, m := range []string{`hutch_image_layers_total{result="unpacked"} `, "hutch_image_unpacked_bytes_total ", "hutch_image_layer_seconds_count "} {
+	for _, m := range []string{`hutch_image_layers_total{result="unpacked"} `, "hutch_image_unpacked_bytes_total ", "hutch_image_layer_seconds_count ",
+		`hutch_image_cache_total{op="pull",result="miss"} `, `hutch_image_cache_total{op="create",result="hit"} `} {
 		if !strings.Contains(string(data), m) {
 			t.Errorf("/metrics lacks %s", m)
 		}
+	}
+	// A second pull finds every layer in the store: a hit.
+	hits := daemon.ImageCache.With("pull", "hit").Value()
+	resp, data = e.request(t, "POST", "/v1/images/pull", body)
+	want(t, resp, data, 200, "")
+	if !strings.Contains(string(data), `"cached":true`) || daemon.ImageCache.With("pull", "hit").Value() != hits+1 {
+		t.Errorf("a pull of an image in the store: %s; hits %v → %v", data, hits, daemon.ImageCache.With("pull", "hit").Value())
 	}
 
 	resp, data = e.request(t, "GET", "/v1/images", "", "Authorization", "Bearer "+tok)
 	want(t, resp, data, 200, "")
 	var list []ImageInfo
-	if err := json.Unmarshal(data, &list); err != nil || len(list) != 1 || list[0].Digest != digest.String() || list[0].Refs[0] != ref.String() {
+	if err := json.Unmarshal(data, &list); err != nil || len(list) != 1 || list[0].Digest != digest.String() || list[0].Refs[0] != ref {
 		t.Errorf("list: %s (%v)", data, err)
 	}
 
-	resp, data = e.request(t, "DELETE", "/v1/images?ref="+ref.String(), "", "Authorization", "Bearer "+tok)
+	resp, data = e.request(t, "DELETE", "/v1/images?ref="+ref, "", "Authorization", "Bearer "+tok)
 	want(t, resp, data, 403, CodePermissionDenied)
-	resp, data = e.request(t, "DELETE", "/v1/images?ref="+ref.String(), "")
+	resp, data = e.request(t, "DELETE", "/v1/images?ref="+ref, "")
 	want(t, resp, data, 204, "")
-	resp, data = e.request(t, "DELETE", "/v1/images?ref="+ref.String(), "")
+	resp, data = e.request(t, "DELETE", "/v1/images?ref="+ref, "")
 	want(t, resp, data, 404, CodeNotFound)
 	resp, data = e.request(t, "GET", "/v1/images", "")
 	if resp.StatusCode != 200 || strings.TrimSpace(string(data)) != "[]" {
@@ -83,7 +76,7 @@ func TestImages(t *testing.T) {
 	}
 
 	// A plain-HTTP registry not named, and a bad reference.
-	resp, data = e.request(t, "POST", "/v1/images/pull", `{"ref":"`+ref.String()+`"}`)
+	resp, data = e.request(t, "POST", "/v1/images/pull", `{"ref":"`+ref+`"}`)
 	if resp.StatusCode != 200 || !strings.Contains(string(data), "--insecure-registry") {
 		t.Errorf("plain HTTP not named: %d %s", resp.StatusCode, data)
 	}

@@ -80,8 +80,8 @@ func newAPIMetrics(m Manager) *apiMetrics {
 	create := newCreate()
 	am.create = create.With()
 	sandboxes := sandboxesGauge("Sandboxes of all tenants by state.", m.Counts)
-	am.reg.Register(am.requests, create, am.exec, sandboxes, daemon.EgressRefused, daemon.EgressBytes, daemon.WarmSandboxes, daemon.OOMKills,
-		fetch.Layers, fetch.Bytes, fetch.UnpackSeconds)
+	am.reg.Register(am.requests, create, am.exec, sandboxes, daemon.EgressRefused, daemon.EgressBytes, daemon.WarmSandboxes, daemon.WarmCreates, daemon.OOMKills,
+		daemon.ImageCache, fetch.Layers, fetch.Bytes, fetch.UnpackSeconds)
 	return am
 }
 

@@ -79,7 +79,7 @@ func TestMetrics(t *testing.T) {
 		`hutch_egress_bytes_total{direction="in"}`:                                  -1, // present; shared by the process
 		`hutch_egress_bytes_total{direction="out"}`:                                 -1,
 		`hutch_egress_refused_total`:                                                -1,
-		`hutch_warm_sandboxes`:                                                      -1,
+		`hutch_warm_sandboxes{template=""}`:                                         -1,
 		`hutch_sandbox_create_seconds_bucket{le="10"}`:                              -1,
 		`hutch_exec_seconds_bucket{mode="run",le="0.005"}`:                          -1,
 	} {

@@ -123,7 +123,9 @@ func createRequest(b CreateBody, origin Origin) (daemon.CreateRequest, error) {
 // which only the machine's operator (the unix socket) may ask for.
 func checkRemotePolicy(s policy.Spec) error {
 	var bad []string
-	if s.Root != "" && s.Root != "host" {
+	// An image of the daemon's store is fine: the daemon checks that it
+	// is there, and allowed (hutch serve --allow-image).
+	if _, img := s.Image(); s.Root != "" && s.Root != "host" && !img {
 		bad = append(bad, "root")
 	}
 	if len(s.Filesystem.AllowWrite) > 0 {

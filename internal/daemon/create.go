@@ -100,6 +100,10 @@ func (m *Manager) Create(ctx context.Context, tenant string, r CreateRequest) (I
 	if tenant == warmTenant {
 		return Info{}, invalid("create sandbox: the tenant name %q is reserved", tenant)
 	}
+	if ref, ok := r.Policy.Image(); ok {
+		_, err := m.images.Get(ref)
+		ImageCache.With("create", CacheResult(err == nil)).Inc()
+	}
 	var upstream *x509.CertPool // the daemon's roots, unless the request adds some
 	if len(r.UpstreamCA) > 0 {
 		var err error
@@ -107,8 +111,8 @@ func (m *Manager) Create(ctx context.Context, tenant string, r CreateRequest) (I
 			return Info{}, err
 		}
 	}
-	if m.pool != nil && warmMatch(r) {
-		if info, ok, err := m.takeWarm(ctx, tenant, r); ok || err != nil {
+	if p := m.warmPool(r); p != nil {
+		if info, ok, err := m.takeWarm(ctx, p, tenant, r); ok || err != nil {
 			return info, err
 		}
 	}
@@ -167,9 +171,7 @@ func (m *Manager) Create(ctx context.Context, tenant string, r CreateRequest) (I
 	}
 	ev.append(EventStarted, nil, false)
 	log.Info("sandbox started", "pid", l.inst.PID(), "expires", row.Expires, "image", l.image)
-	info := infoOf(sb)
-	info.Image = l.image
-	return info, nil
+	return infoOf(sb), nil
 }
 
 // launch starts sandbox id — its record made (starting) and its directory
@@ -235,14 +237,16 @@ func (m *Manager) launch(ctx context.Context, id, dir string, spec policy.Spec, 
 		l.client.SetUser(&agent.Credential{UID: uint32(user.UID), GID: uint32(user.GID)})
 	}
 	// Recorded at once, so that a daemon started after this one died can
-	// find the sandbox's PID 1 even if it died before the sandbox ran.
+	// find the sandbox's PID 1 even if it died before the sandbox ran;
+	// the image's digest with it, which the sandbox's record keeps for
+	// its life and after.
 	pid := inst.PID()
 	pidStart, err := processStart(pid)
 	if err != nil {
 		return fail(fmt.Errorf("PID 1 (host pid %d): %w", pid, err))
 	}
 	if _, err := m.st.UpdateSandbox(context.Background(), id, func(sb *store.Sandbox) error {
-		sb.PID, sb.PIDStart = pid, pidStart
+		sb.PID, sb.PIDStart, sb.Image = pid, pidStart, l.image
 		return nil
 	}); err != nil {
 		return fail(err)

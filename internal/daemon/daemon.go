@@ -88,10 +88,13 @@ type Config struct {
 	// the background. Warm sandboxes belong to no tenant until taken and
 	// count against no quota. 0: no pool.
 	Warm int
+	// Pools are warm pools of other policies (E2B templates': hutch serve
+	// --warm NAME=N): a create whose policy is a pool's takes one of its
+	// sandboxes as a create with the default policy takes one of Warm's.
+	// The warm sandboxes of all pools, Warm's included, are at most
+	// MaxWarm.
+	Pools []WarmPool
 }
-
-// MaxWarm bounds Config.Warm.
-const MaxWarm = 1000
 
 // CreateRequest is what a tenant asks for.
 type CreateRequest struct {
@@ -170,7 +173,8 @@ type Info struct {
 	ExpiresAt time.Time         `json:"expires_at"`
 	// Workspace is the commands' working directory in the sandbox.
 	Workspace string `json:"workspace"`
-	// Image is the digest of the image the sandbox started from, in the
-	// answer of a create ("" for the host's root, and in other answers).
+	// Image is the digest of the image the sandbox started from ("" for
+	// the host's root), kept in its record: every answer gives it, also
+	// once the sandbox stopped and after a restart of the daemon.
 	Image string `json:"image,omitempty"`
 }

@@ -75,8 +75,11 @@ type Manager struct {
 	evMu   sync.Mutex
 	events map[string]*eventLog
 
-	// pool keeps the warm sandboxes (pool.go); nil when Config.Warm is 0.
-	pool *pool
+	// pools keep the warm sandboxes (pool.go): Config.Warm's first, if
+	// any, then Config.Pools'.
+	pools []*pool
+	// warmSlots is a semaphore of maxWarmStarts, shared by the pools.
+	warmSlots chan struct{}
 
 	teardowns  chan struct{} // a semaphore of maxTeardowns
 	stop       chan struct{} // closed to stop the reaper
@@ -176,6 +179,7 @@ func New(cfg Config, log *slog.Logger) (*Manager, error) {
 		teardowns:  make(chan struct{}, maxTeardowns),
 		stop:       make(chan struct{}),
 		reaperDone: make(chan struct{}),
+		warmSlots:  make(chan struct{}, maxWarmStarts),
 	}
 	if err := m.cleanupLeftovers(context.Background()); err != nil {
 		st.Close()
@@ -183,9 +187,22 @@ func New(cfg Config, log *slog.Logger) (*Manager, error) {
 		return nil, err
 	}
 	go closedPaths() // the first create need not wait for the whole scan
-	go m.reaper()
+	pools := cfg.Pools
 	if cfg.Warm > 0 {
-		m.startPool(cfg.Warm)
+		pools = append([]WarmPool{{Size: cfg.Warm}}, pools...)
+	}
+	for _, wp := range pools {
+		p, err := m.newPool(wp)
+		if err != nil {
+			st.Close()
+			lock.Close()
+			return nil, err
+		}
+		m.pools = append(m.pools, p)
+	}
+	go m.reaper()
+	for _, p := range m.pools {
+		m.start(p)
 	}
 	return m, nil
 }
@@ -273,6 +290,31 @@ func (c *Config) withDefaults() error {
 	case c.DefaultTimeout > c.MaxTimeout:
 		return fmt.Errorf("daemon config: default timeout %s exceeds the maximum %s: %w", c.DefaultTimeout, c.MaxTimeout, ErrInvalid)
 	}
+	return c.checkPools()
+}
+
+// checkPools checks c.Pools: named, each once, of 1 to MaxSandboxes
+// sandboxes, at most MaxWarm with Warm's, and without secrets.
+func (c *Config) checkPools() error {
+	total := c.Warm
+	seen := map[string]bool{}
+	for _, p := range c.Pools {
+		switch {
+		case p.Name == "":
+			return fmt.Errorf("daemon config: a warm pool without a name: %w", ErrInvalid)
+		case seen[p.Name]:
+			return fmt.Errorf("daemon config: warm pool %s: given twice: %w", p.Name, ErrInvalid)
+		case p.Size < 1 || p.Size > c.MaxSandboxes:
+			return fmt.Errorf("daemon config: warm pool %s: %d warm sandboxes is not between 1 and the %d sandboxes a tenant may have: %w", p.Name, p.Size, c.MaxSandboxes, ErrInvalid)
+		case len(p.Policy.Secrets) > 0:
+			return fmt.Errorf("daemon config: warm pool %s: a warm sandbox's policy names no secrets: %w", p.Name, ErrInvalid)
+		}
+		seen[p.Name] = true
+		total += p.Size
+	}
+	if total > MaxWarm {
+		return fmt.Errorf("daemon config: %d warm sandboxes in all, more than %d: %w", total, MaxWarm, ErrInvalid)
+	}
 	return nil
 }
 
@@ -289,8 +331,8 @@ func (m *Manager) Close() error {
 	close(m.stop)
 	<-m.reaperDone
 	var warm []*live
-	if m.pool != nil {
-		warm = m.pool.halt()
+	for _, p := range m.pools {
+		warm = append(warm, p.halt()...)
 	}
 	m.ops.Wait()
 
@@ -506,6 +548,7 @@ func infoOf(sb store.Sandbox) Info {
 		CreatedAt: sb.Created,
 		ExpiresAt: sb.Expires,
 		Workspace: specWorkspace(sb.Spec),
+		Image:     sb.Image,
 	}
 }
 

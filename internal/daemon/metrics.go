@@ -21,10 +21,35 @@ var (
 		"Bytes the sandboxes' egress proxies relayed, counted when a sandbox ends.", "direction")
 )
 
+// ImageCache counts what found its image, or its layers, in the daemon's
+// store, by op and result: op "create" (a create from an image: "hit",
+// it was in the store; "miss", refused as missing: the daemon pulls
+// nothing on a tenant's word) and op "pull" (a pull that succeeded:
+// "hit", every layer was in the store and nothing was fetched; "miss",
+// some were fetched). Package api counts the pulls and adds it to what
+// GET /metrics writes; what pulls fetched and unpacked is package fetch's
+// (hutch_image_layers_total, hutch_image_unpacked_bytes_total,
+// hutch_image_layer_seconds).
+var ImageCache = metrics.NewCounter("hutch_image_cache_total",
+	"Creates from an image (op create: hit, the image was in the store; miss, refused as missing) and pulls (op pull: hit, every layer was in the store; miss, layers were fetched).", "op", "result")
+
 func init() {
-	// Both directions are written from the start, at 0.
+	// Both directions are written from the start, at 0, and every
+	// outcome of the image cache.
 	EgressBytes.With("in")
 	EgressBytes.With("out")
+	for _, op := range []string{"create", "pull"} {
+		ImageCache.With(op, "hit")
+		ImageCache.With(op, "miss")
+	}
+}
+
+// CacheResult is ImageCache's result label: "hit" when hit, else "miss".
+func CacheResult(hit bool) string {
+	if hit {
+		return "hit"
+	}
+	return "miss"
 }
 
 // countTraffic adds the bytes p relayed to EgressBytes; p may be nil.

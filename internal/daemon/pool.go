@@ -11,17 +11,21 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hutch-sandbox/hutch/internal/image"
 	"github.com/hutch-sandbox/hutch/internal/metrics"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/store"
 )
 
-// The warm pool (Config.Warm) keeps sandboxes of the default policy
-// started, their agents answering, so that a create with that policy
-// takes one at once instead of waiting for a start.
+// A warm pool keeps sandboxes of one policy started, their agents
+// answering, so that a create with that policy takes one at once instead
+// of waiting for a start: Config.Warm's of the default policy, and
+// Config.Pools' of others (an E2B template's: its image, workspace and
+// network). A create's policy is normalized and compared with each pool's
+// (normalPolicy): equal, it takes a sandbox of that pool if one is ready.
 //
 // A warm sandbox starts exactly as a created one (launch, with the
-// request CreateRequest{}) and is recorded in the store under warmTenant,
+// request CreateRequest{Policy: the pool's}) and is recorded in the store under warmTenant,
 // a name no real tenant can have: so it shows in no tenant's List, counts
 // against no tenant's quota, and a daemon started after this one died
 // finds and ends it like any other leftover. A create takes one under the
@@ -40,7 +44,8 @@ const warmTenant = "@warm"
 
 // Bounds of the pool's refilling.
 const (
-	// maxWarmStarts is the most warm sandboxes starting at once.
+	// maxWarmStarts is the most warm sandboxes starting at once, in all
+	// of a manager's pools.
 	maxWarmStarts = 2
 	// warmBackoffMin and warmBackoffMax bound the wait after a warm
 	// sandbox failed to start: it doubles with each failure in a row.
@@ -54,22 +59,78 @@ const (
 	warmPingTimeout = 10 * time.Second
 )
 
-// warmCount is the number of warm sandboxes ready, in every manager of the
+// MaxWarm bounds the warm sandboxes of a daemon, in all its pools.
+const MaxWarm = 1000
+
+// WarmPool is a warm pool of sandboxes of a policy besides the default
+// (Config.Pools): an E2B template's, say.
+type WarmPool struct {
+	// Name names the pool in the log and in metrics: the template's name.
+	// Not empty (that is Config.Warm's pool), and unique.
+	Name string
+	// Size is how many sandboxes it keeps ready (1 to MaxSandboxes).
+	Size int
+	// Policy is what its sandboxes start with: a create whose policy
+	// normalizes to the same takes one. It names no secrets (a warm
+	// sandbox has no request to take their values from). An image it
+	// starts from must be in the daemon's store when the daemon starts
+	// (New fails otherwise), and allowed (Config.AllowImages).
+	Policy policy.Spec
+}
+
+// warmCounts are the numbers of warm sandboxes ready, by pool name ("" for
+// the default policy's, written from the start), in every manager of the
 // process.
-var warmCount atomic.Int64
+var warmCounts = struct {
+	sync.Mutex
+	n map[string]int64
+}{n: map[string]int64{"": 0}}
 
-// WarmSandboxes is the gauge hutch_warm_sandboxes: the warm sandboxes
-// ready to be taken, in every manager of the process; package api adds it
-// to what GET /metrics writes.
-var WarmSandboxes = metrics.NewGaugeFunc("hutch_warm_sandboxes",
-	"Warm sandboxes of the default policy, started and ready to be taken by a create.", nil,
-	func() ([]metrics.Sample, error) {
-		return []metrics.Sample{{Value: float64(warmCount.Load())}}, nil
-	})
+// addWarm adds d to the ready count of the pool name.
+func addWarm(name string, d int64) {
+	warmCounts.Lock()
+	defer warmCounts.Unlock()
+	warmCounts.n[name] += d
+}
 
-// pool is the warm pool of a manager.
+// warmReady is the ready count of the pools named name, in every manager.
+func warmReady(name string) int64 {
+	warmCounts.Lock()
+	defer warmCounts.Unlock()
+	return warmCounts.n[name]
+}
+
+// Metrics of the warm pools, in every manager of the process; package api
+// adds them to what GET /metrics writes. Their label template is the
+// pool's name: "" for the default policy's (--warm N), the template's name
+// for the others (--warm NAME=N).
+var (
+	// WarmSandboxes is the gauge of the warm sandboxes ready to be taken.
+	WarmSandboxes = metrics.NewGaugeFunc("hutch_warm_sandboxes",
+		"Warm sandboxes started and ready to be taken by a create, by pool (template; \"\" for the default policy's).", []string{"template"},
+		func() ([]metrics.Sample, error) {
+			warmCounts.Lock()
+			defer warmCounts.Unlock()
+			out := make([]metrics.Sample, 0, len(warmCounts.n))
+			for name, n := range warmCounts.n {
+				out = append(out, metrics.Sample{Values: []string{name}, Value: float64(n)})
+			}
+			return out, nil
+		})
+	// WarmCreates counts the creates whose policy is a pool's, by pool
+	// and result: "hit" (it took a warm sandbox) or "miss" (none was
+	// ready, or none still answered: it started cold).
+	WarmCreates = metrics.NewCounter("hutch_warm_creates_total",
+		"Creates whose policy is a warm pool's, by pool (template) and result: hit (took a warm sandbox) or miss (started cold).", "template", "result")
+)
+
+// pool is a warm pool of a manager.
 type pool struct {
-	size int
+	name   string      // "" for Config.Warm's
+	size   int         // the warm sandboxes it keeps ready
+	policy policy.Spec // what its sandboxes start with
+	key    policy.Spec // policy, normalized (normalPolicy)
+	ref    string      // the image its sandboxes start from; "" for the host's root
 
 	mu       sync.Mutex
 	ready    []*warm // oldest first
@@ -94,21 +155,42 @@ type warm struct {
 	taken chan struct{} // closed once a create took it
 }
 
-// startPool starts a pool of size warm sandboxes and its filler.
-func (m *Manager) startPool(size int) {
-	ctx, cancel := context.WithCancel(context.Background())
-	p := &pool{
-		size:   size,
-		kickc:  make(chan struct{}, 1),
-		stopc:  make(chan struct{}),
-		ctx:    ctx,
-		cancel: cancel,
+// newPool checks the pool wp's policy — as a create's, and its image
+// present in the store — and makes the pool, not started.
+func (m *Manager) newPool(wp WarmPool) (*pool, error) {
+	key, ok := normalPolicy(wp.Policy)
+	if !ok {
+		return nil, fmt.Errorf("warm pool %s: its policy does not normalize: %w", wp.Name, ErrInvalid)
 	}
-	m.pool = p
-	m.log.Info("warm pool", "size", size)
+	p := &pool{name: wp.Name, size: wp.Size, policy: clonePolicy(wp.Policy), key: key}
+	p.ref, _ = wp.Policy.Image()
+	if wp.Name != "" {
+		// The default policy needs no check; the others' start with
+		// their first warm sandbox otherwise, failing over and over.
+		if _, _, err := m.prepare(CreateRequest{Policy: wp.Policy}, workspaceOf(wp.Policy)); err != nil {
+			return nil, fmt.Errorf("warm pool %s: %w", wp.Name, err)
+		}
+	}
+	return p, nil
+}
+
+// start starts p's filler.
+func (m *Manager) start(p *pool) {
+	ctx, cancel := context.WithCancel(context.Background())
+	p.kickc = make(chan struct{}, 1)
+	p.stopc = make(chan struct{})
+	p.ctx, p.cancel = ctx, cancel
+	m.log.Info("warm pool", "template", p.name, "size", p.size, "image", p.ref)
 	p.wg.Add(1)
-	go m.fill()
+	go m.fill(p)
 	p.kick()
+}
+
+// kickPools wakes every pool's filler: a start slot was freed.
+func (m *Manager) kickPools() {
+	for _, p := range m.pools {
+		p.kick()
+	}
 }
 
 // kick wakes the filler.
@@ -119,17 +201,16 @@ func (p *pool) kick() {
 	}
 }
 
-// fill starts warm sandboxes whenever the pool is short, at most
-// maxWarmStarts at once, until halt.
-func (m *Manager) fill() {
-	p := m.pool
+// fill starts warm sandboxes whenever p is short, at most maxWarmStarts
+// at once in all pools, until halt.
+func (m *Manager) fill(p *pool) {
 	defer p.wg.Done()
 	for {
 		var (
 			retry <-chan time.Time
 			t     *time.Timer
 		)
-		if wait := m.startSome(); wait > 0 {
+		if wait := m.startSome(p); wait > 0 {
 			t = time.NewTimer(wait)
 			retry = t.C
 		}
@@ -149,11 +230,10 @@ func (m *Manager) fill() {
 	}
 }
 
-// startSome starts as many warm sandboxes as the pool lacks and may start
-// now; after a failure it starts none before the back-off passed and
-// returns how long that is.
-func (m *Manager) startSome() time.Duration {
-	p := m.pool
+// startSome starts as many warm sandboxes as p lacks and may start now
+// (a slot of m.warmSlots free); after a failure it starts none before the
+// back-off passed and returns how long that is.
+func (m *Manager) startSome(p *pool) time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.halted {
@@ -162,20 +242,25 @@ func (m *Manager) startSome() time.Duration {
 	if wait := time.Until(p.retryAt); wait > 0 {
 		return wait
 	}
-	for len(p.ready)+p.starting < p.size && p.starting < maxWarmStarts {
+	for len(p.ready)+p.starting < p.size {
+		select {
+		case m.warmSlots <- struct{}{}:
+		default:
+			return 0 // the pool whose start ends next kicks this one
+		}
 		p.starting++
 		p.wg.Add(1)
-		go m.warmOne()
+		go m.warmOne(p)
 	}
 	return 0
 }
 
-// warmOne starts one warm sandbox and adds it to the pool.
-func (m *Manager) warmOne() {
-	p := m.pool
+// warmOne starts one warm sandbox and adds it to p.
+func (m *Manager) warmOne(p *pool) {
 	defer p.wg.Done()
-	defer p.kick()
-	l, err := m.startWarm(p.ctx)
+	defer m.kickPools()
+	l, err := m.startWarm(p)
+	<-m.warmSlots
 	p.mu.Lock()
 	p.starting--
 	if err != nil {
@@ -185,7 +270,7 @@ func (m *Manager) warmOne() {
 		p.retryAt = time.Now().Add(wait)
 		p.mu.Unlock()
 		if !halted {
-			m.log.Warn("warm sandbox failed to start", "err", err, "retry_in", wait)
+			m.log.Warn("warm sandbox failed to start", "template", p.name, "err", err, "retry_in", wait)
 		}
 		return
 	}
@@ -198,16 +283,17 @@ func (m *Manager) warmOne() {
 	w := &warm{l: l, taken: make(chan struct{})}
 	p.ready = append(p.ready, w)
 	n := len(p.ready)
-	warmCount.Add(1)
+	addWarm(p.name, 1)
 	p.mu.Unlock()
-	go m.watchWarm(w)
-	m.log.Info("warm sandbox ready", "sandbox", l.id, "warm", n, "size", p.size)
+	go m.watchWarm(p, w)
+	m.log.Info("warm sandbox ready", "sandbox", l.id, "template", p.name, "warm", n, "size", p.size)
 }
 
-// startWarm starts a sandbox of the default policy for the pool: the same
-// preparation and start as Create's, recorded under warmTenant.
-func (m *Manager) startWarm(ctx context.Context) (*live, error) {
-	spec, _, err := m.prepare(CreateRequest{}, workspaceOf(policy.Spec{}))
+// startWarm starts a sandbox of p's policy: the same preparation and
+// start as Create's, recorded under warmTenant.
+func (m *Manager) startWarm(p *pool) (*live, error) {
+	ctx := p.ctx
+	spec, _, err := m.prepare(CreateRequest{Policy: p.policy}, workspaceOf(p.policy))
 	if err != nil {
 		return nil, err
 	}
@@ -233,8 +319,8 @@ func (m *Manager) startWarm(ctx context.Context) (*live, error) {
 	return l, nil
 }
 
-// watchWarm discards w if its sandbox ends while it waits in the pool.
-func (m *Manager) watchWarm(w *warm) {
+// watchWarm discards w if its sandbox ends while it waits in p.
+func (m *Manager) watchWarm(p *pool, w *warm) {
 	var why string
 	select {
 	case <-w.taken:
@@ -244,12 +330,12 @@ func (m *Manager) watchWarm(w *warm) {
 	case <-w.l.client.Done():
 		why = fmt.Sprintf("its agent connection ended while warm: %v", w.l.client.Err())
 	}
-	if !m.pool.remove(w) {
+	if !p.remove(w) {
 		return // taken meanwhile (the taker sees it dead), or halted
 	}
-	m.log.Warn("warm sandbox discarded", "sandbox", w.l.id, "reason", why)
+	m.log.Warn("warm sandbox discarded", "sandbox", w.l.id, "template", p.name, "reason", why)
 	m.end(w.l, "", why)
-	m.pool.kick()
+	p.kick()
 }
 
 // remove takes w out of the pool; it reports false if w was no longer in
@@ -262,15 +348,15 @@ func (p *pool) remove(w *warm) bool {
 		return false
 	}
 	p.ready = slices.Delete(p.ready, i, i+1)
-	warmCount.Add(-1)
+	addWarm(p.name, -1)
 	return true
 }
 
-// take takes the oldest warm sandbox whose agent still answers out of
-// the pool, nil if there is none; the dead ones it meets are discarded.
-// Two callers never get the same sandbox.
-func (m *Manager) take() *live {
-	p := m.pool
+// take takes the oldest warm sandbox of p whose agent still answers, and
+// whose image is still the one p's image name gives, out of p; nil if
+// there is none. The others it meets are discarded. Two callers never get
+// the same sandbox.
+func (m *Manager) take(p *pool) *live {
 	// The refill waits a moment: on a small machine, starting the next
 	// warm sandbox at once would compete with the first commands of the
 	// one just taken.
@@ -283,17 +369,38 @@ func (m *Manager) take() *live {
 		}
 		w := p.ready[0]
 		p.ready = slices.Delete(p.ready, 0, 1)
-		warmCount.Add(-1)
+		addWarm(p.name, -1)
 		close(w.taken)
 		p.mu.Unlock()
+		why := ""
 		if err := alive(w.l); err != nil {
-			why := fmt.Sprintf("it ended while warm: %v", err)
-			m.log.Warn("warm sandbox discarded", "sandbox", w.l.id, "reason", why)
+			why = fmt.Sprintf("it ended while warm: %v", err)
+		} else if err := m.sameImage(p.ref, w.l.image); err != nil {
+			why = err.Error()
+		}
+		if why != "" {
+			m.log.Warn("warm sandbox discarded", "sandbox", w.l.id, "template", p.name, "reason", why)
 			m.end(w.l, "", why)
 			continue
 		}
 		return w.l
 	}
+}
+
+// sameImage checks that the image name ref ("" for the host's root) still
+// names the image of digest in the store.
+func (m *Manager) sameImage(ref, digest string) error {
+	if ref == "" {
+		return nil
+	}
+	img, err := m.images.Get(ref)
+	switch {
+	case err != nil:
+		return fmt.Errorf("its image %s is no longer in the store: %v", ref, err)
+	case img.Digest != digest:
+		return fmt.Errorf("its image %s is now %s, not %s", ref, img.Digest, digest)
+	}
+	return nil
 }
 
 // alive checks that l's PID 1 runs and its agent answers (a round trip:
@@ -329,7 +436,7 @@ func (p *pool) halt() []*live {
 		close(w.taken)
 		out = append(out, w.l)
 	}
-	warmCount.Add(-int64(len(p.ready)))
+	addWarm(p.name, -int64(len(p.ready)))
 	p.ready = nil
 	return out
 }
@@ -341,46 +448,60 @@ func (p *pool) readyCount() int {
 	return len(p.ready)
 }
 
-// warmMatch reports whether a warm sandbox can serve r: its policy is the
-// default and its environment does not set HOME (which decides, at start,
-// whether the sandbox gets a private home).
-func warmMatch(r CreateRequest) bool {
-	if _, ok := r.Env["HOME"]; ok {
-		return false
+// warmPool is the pool of m whose sandboxes can serve r, nil if none:
+// r's policy normalizes to the pool's, and its environment does not set
+// HOME (which decides, at start, whether the sandbox gets a private
+// home), nor, for a pool of an image, PATH (a cold sandbox of an image
+// keeps the image's PATH over the request's, where a warm one's agent
+// would put the request's over it).
+func (m *Manager) warmPool(r CreateRequest) *pool {
+	if len(m.pools) == 0 {
+		return nil
 	}
-	return defaultPolicy(r.Policy)
+	if _, ok := r.Env["HOME"]; ok {
+		return nil
+	}
+	_, setsPath := r.Env["PATH"]
+	if reflect.DeepEqual(r.Policy, policy.Spec{}) {
+		// The common case, without normalizing.
+		for _, p := range m.pools {
+			if p.name == "" {
+				return p
+			}
+		}
+	}
+	key, ok := normalPolicy(r.Policy)
+	if !ok {
+		return nil
+	}
+	for _, p := range m.pools {
+		if reflect.DeepEqual(key, p.key) && !(setsPath && p.ref != "") {
+			return p
+		}
+	}
+	return nil
 }
 
-// defaultPolicy reports whether p, normalized, is the default policy (what
-// an empty policy normalizes to).
-func defaultPolicy(p policy.Spec) bool {
-	if reflect.DeepEqual(p, policy.Spec{}) {
-		return true
-	}
-	ws := workspaceOf(policy.Spec{})
-	if workspaceOf(p) != ws {
-		return false
-	}
-	want, ok := normalDefault()
+// normalPolicy is p normalized and compacted, as warm pools compare
+// policies: its workspace set (DefaultWorkspace when it names none), an
+// image's name in its normal form (docker.io/library/…); ok is false if p
+// does not normalize.
+func normalPolicy(p policy.Spec) (policy.Spec, bool) {
+	ws := workspaceOf(p)
 	got := clonePolicy(p)
 	got.Filesystem.Workspace = ws
-	if !ok || got.Normalize(ws, "") != nil {
-		return false
+	if got.Normalize(ws, "") != nil {
+		return got, false
 	}
-	return reflect.DeepEqual(compactPolicy(got), want)
+	if ref, ok := got.Image(); ok {
+		name, err := image.Normalize(ref)
+		if err != nil {
+			return got, false
+		}
+		got.Root = policy.ImagePrefix + name
+	}
+	return compactPolicy(got), true
 }
-
-// normalDefault is the default policy normalized and compacted, as
-// defaultPolicy compares it; ok is false if it does not normalize.
-var normalDefault = sync.OnceValues(func() (policy.Spec, bool) {
-	ws := workspaceOf(policy.Spec{})
-	p := policy.Spec{}
-	p.Filesystem.Workspace = ws
-	if p.Normalize(ws, "") != nil {
-		return p, false
-	}
-	return compactPolicy(p), true
-})
 
 // compactPolicy makes p's empty lists and maps nil, so that a policy that
 // spells them [] or {} compares equal to one that leaves them out.
@@ -408,15 +529,16 @@ func compactPolicy(p policy.Spec) policy.Spec {
 	return p
 }
 
-// takeWarm gives tenant a warm sandbox for r, if one is ready: ok reports
-// whether it answered (a sandbox or an error); when it did not, the caller
-// starts a sandbox cold.
-func (m *Manager) takeWarm(ctx context.Context, tenant string, r CreateRequest) (info Info, ok bool, err error) {
-	timeout, err := m.lifetime(r.Timeout, 0)
+// takeWarm gives tenant a warm sandbox of p for r, if one is ready: ok
+// reports whether it answered (a sandbox or an error); when it did not,
+// the caller starts a sandbox cold.
+func (m *Manager) takeWarm(ctx context.Context, p *pool, tenant string, r CreateRequest) (info Info, ok bool, err error) {
+	timeout, err := m.lifetime(r.Timeout, p.policy.Resources.Timeout)
 	if err != nil {
 		return Info{}, true, err
 	}
-	if m.pool.readyCount() == 0 {
+	if p.readyCount() == 0 {
+		WarmCreates.With(p.name, "miss").Inc()
 		return Info{}, false, nil // no need to check the quota twice
 	}
 	var (
@@ -424,8 +546,12 @@ func (m *Manager) takeWarm(ctx context.Context, tenant string, r CreateRequest) 
 		row store.Sandbox
 		now time.Time
 	)
-	err = m.withQuota(ctx, tenant, m.cfg.DefaultMemory, func() error {
-		if l = m.take(); l == nil {
+	memory := p.policy.Resources.MemoryBytes
+	if memory == 0 {
+		memory = m.cfg.DefaultMemory
+	}
+	err = m.withQuota(ctx, tenant, memory, func() error {
+		if l = m.take(p); l == nil {
 			return nil
 		}
 		// From here on the sandbox is this call's: nothing may cancel
@@ -444,13 +570,17 @@ func (m *Manager) takeWarm(ctx context.Context, tenant string, r CreateRequest) 
 		return err
 	})
 	if l == nil { // the quota refused, or the pool was empty
+		if err == nil {
+			WarmCreates.With(p.name, "miss").Inc()
+		}
 		return Info{}, err != nil, err
 	}
 	if err != nil {
 		<-m.end(l, "", "recording it failed")
 		return Info{}, true, fmt.Errorf("create sandbox %s: %w", l.id, err)
 	}
-	m.pool.took.Add(1)
+	p.took.Add(1)
+	WarmCreates.With(p.name, "hit").Inc()
 
 	id := l.id
 	log := m.log.With("sandbox", id, "tenant", tenant)
@@ -464,7 +594,7 @@ func (m *Manager) takeWarm(ctx context.Context, tenant string, r CreateRequest) 
 		return Info{}, true, fmt.Errorf("create sandbox %s: %w", id, err)
 	}
 	l.ev.append(EventStarted, nil, false)
-	log.Info("sandbox started", "pid", l.inst.PID(), "expires", row.Expires, "warm", true, "warm_left", m.pool.readyCount())
+	log.Info("sandbox started", "pid", l.inst.PID(), "expires", row.Expires, "image", l.image, "warm", true, "template", p.name, "warm_left", p.readyCount())
 	return infoOf(row), true, nil
 }
 

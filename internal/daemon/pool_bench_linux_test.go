@@ -32,7 +32,7 @@ func benchCreate(b *testing.B, warm int) {
 		if warm == 0 {
 			return
 		}
-		for end := time.Now().Add(30 * time.Second); m.pool.readyCount() < warm; time.Sleep(time.Millisecond) {
+		for end := time.Now().Add(30 * time.Second); m.pools[0].readyCount() < warm; time.Sleep(time.Millisecond) {
 			if time.Now().After(end) {
 				b.Fatal("the pool did not refill")
 			}
@@ -75,10 +75,10 @@ func benchCreate(b *testing.B, warm int) {
 
 // poolTook is how many creates took a warm sandbox.
 func (m *Manager) poolTook() int64 {
-	if m.pool == nil {
+	if len(m.pools) == 0 {
 		return 0
 	}
-	return m.pool.took.Load()
+	return m.pools[0].took.Load()
 }
 
 // BenchmarkCreateCold: create (a sandbox started for it), exec true,

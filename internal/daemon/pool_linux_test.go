@@ -35,8 +35,8 @@ func warmRows(t *testing.T, st *store.Store) []store.Sandbox {
 // waitWarm waits until m's pool holds n ready sandboxes.
 func waitWarm(t *testing.T, m *Manager, n int) {
 	t.Helper()
-	if !testutil.Eventually(30*time.Second, func() bool { return m.pool.readyCount() == n }) {
-		t.Fatalf("the pool holds %d warm sandboxes, want %d", m.pool.readyCount(), n)
+	if !testutil.Eventually(30*time.Second, func() bool { return m.pools[0].readyCount() == n }) {
+		t.Fatalf("the pool holds %d warm sandboxes, want %d", m.pools[0].readyCount(), n)
 	}
 }
 
@@ -75,7 +75,7 @@ func TestWarmPool(t *testing.T) {
 	if c, err := m.Counts(ctx); err != nil || c[store.StateRunning] != 0 {
 		t.Errorf("counts with only warm sandboxes: %v, %v", c, err)
 	}
-	if v := warmCount.Load(); v < 2 {
+	if v := warmReady(""); v < 2 {
 		t.Errorf("hutch_warm_sandboxes is %d, want at least 2", v)
 	}
 	if _, err := m.Create(ctx, warmTenant, CreateRequest{}); !errors.Is(err, ErrInvalid) {
@@ -88,7 +88,7 @@ func TestWarmPool(t *testing.T) {
 		Env:     map[string]string{"GREETING": "hello", "PATH": "/opt/none:/usr/bin:/bin"},
 		Timeout: 10 * time.Second,
 	})
-	if got := m.pool.took.Load(); got != 1 {
+	if got := m.pools[0].took.Load(); got != 1 {
 		t.Fatalf("%d sandboxes taken from the pool, want 1", got)
 	}
 	if e := firstEvent(t, m, "a", info.ID); e.Type != EventCreated || e.Data["warm"] != true {
@@ -125,7 +125,7 @@ func TestWarmPool(t *testing.T) {
 	if _, err := m.Create(ctx, "a", CreateRequest{}); !errors.Is(err, ErrQuota) {
 		t.Errorf("third create: %v, want ErrQuota", err)
 	}
-	if got := m.pool.took.Load(); got != 2 {
+	if got := m.pools[0].took.Load(); got != 2 {
 		t.Errorf("%d sandboxes taken from the pool, want 2", got)
 	}
 	if err := m.Destroy(ctx, "a", info.ID); err != nil {
@@ -151,11 +151,11 @@ func TestWarmCold(t *testing.T) {
 		if e := firstEvent(t, m, "a", info.ID); e.Type != EventCreated || e.Data["warm"] != nil {
 			t.Errorf("request %d: first event %+v, want created without warm", i, e)
 		}
-		if got := m.pool.took.Load(); got != 0 {
+		if got := m.pools[0].took.Load(); got != 0 {
 			t.Fatalf("request %d: %d sandboxes taken from the pool, want 0", i, got)
 		}
-		if m.pool.readyCount() != 1 {
-			t.Errorf("request %d: the pool holds %d", i, m.pool.readyCount())
+		if m.pools[0].readyCount() != 1 {
+			t.Errorf("request %d: the pool holds %d", i, m.pools[0].readyCount())
 		}
 	}
 }
@@ -196,10 +196,10 @@ func TestWarmConcurrent(t *testing.T) {
 	if len(seen) != n {
 		t.Errorf("%d distinct sandboxes, want %d", len(seen), n)
 	}
-	if took := m.pool.took.Load(); took < 1 {
+	if took := m.pools[0].took.Load(); took < 1 {
 		t.Errorf("%d taken from the pool", took)
 	}
-	t.Logf("%d of %d creates took a warm sandbox", m.pool.took.Load(), n)
+	t.Logf("%d of %d creates took a warm sandbox", m.pools[0].took.Load(), n)
 }
 
 // TestWarmDiscarded: a warm sandbox that died while waiting is discarded,
@@ -256,7 +256,7 @@ func TestWarmCrash(t *testing.T) {
 	}
 	waitWarm(t, old, 2)
 	rows := warmRows(t, old.st)
-	old.pool.halt() // its filler stops; the sandboxes are left running
+	old.pools[0].halt() // its filler stops; the sandboxes are left running
 	crash(old)
 	for _, sb := range rows {
 		if gone(sb.PID) {

@@ -6,30 +6,67 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/policy"
 )
 
+// testPool is a pool of p, as New makes it, not started.
+func testPool(t *testing.T, name string, p policy.Spec) *pool {
+	t.Helper()
+	key, ok := normalPolicy(p)
+	if !ok {
+		t.Fatalf("pool %s: the policy does not normalize", name)
+	}
+	ref, _ := p.Image()
+	return &pool{name: name, policy: p, key: key, ref: ref}
+}
+
 func TestWarmMatch(t *testing.T) {
+	e2b := policy.Spec{Root: policy.ImagePrefix + "python:3", Filesystem: policy.Filesystem{Workspace: "/home/user"},
+		Network: policy.Network{Mode: "proxy", AllowedDomains: []string{"*:80", "*:443"}}}
+	m := &Manager{pools: []*pool{testPool(t, "", policy.Spec{}), testPool(t, "py", e2b)}}
 	for _, c := range []struct {
 		name string
 		r    CreateRequest
-		want bool
+		want string // the pool's name; "-" for none
 	}{
-		{"empty", CreateRequest{}, true},
-		{"labels, env and timeouts", CreateRequest{Labels: map[string]string{"a": "b"}, Env: map[string]string{"X": "1"}, Timeout: 1, IdleTimeout: 1}, true},
+		{"empty", CreateRequest{}, ""},
+		{"labels, env and timeouts", CreateRequest{Labels: map[string]string{"a": "b"}, Env: map[string]string{"X": "1"}, Timeout: 1, IdleTimeout: 1}, ""},
 		{"defaults spelled out", CreateRequest{Policy: policy.Spec{
 			Root:       policy.DefaultRoot,
 			Filesystem: policy.Filesystem{Workspace: DefaultWorkspace, DenyRead: []string{}},
 			Network:    policy.Network{Mode: policy.DefaultNetworkMode, AllowedDomains: []string{}},
 			Resources:  policy.Resources{Pids: policy.DefaultPids},
-		}}, true},
-		{"HOME", CreateRequest{Env: map[string]string{"HOME": "/root"}}, false},
-		{"allowed domain", CreateRequest{Policy: policy.Spec{Network: policy.Network{AllowedDomains: []string{"example.com"}}}}, false},
-		{"memory", CreateRequest{Policy: policy.Spec{Resources: policy.Resources{MemoryBytes: 1 << 28}}}, false},
-		{"policy timeout", CreateRequest{Policy: policy.Spec{Resources: policy.Resources{Timeout: 1}}}, false},
-		{"workspace", CreateRequest{Policy: policy.Spec{Filesystem: policy.Filesystem{Workspace: "/src"}}}, false},
-		{"env.set", CreateRequest{Policy: policy.Spec{Env: policy.Env{Set: map[string]string{"A": "1"}}}}, false},
-		{"deny read", CreateRequest{Policy: policy.Spec{Filesystem: policy.Filesystem{DenyRead: []string{"/etc"}}}}, false},
+		}}, ""},
+		{"HOME", CreateRequest{Env: map[string]string{"HOME": "/root"}}, "-"},
+		{"allowed domain", CreateRequest{Policy: policy.Spec{Network: policy.Network{AllowedDomains: []string{"example.com"}}}}, "-"},
+		{"memory", CreateRequest{Policy: policy.Spec{Resources: policy.Resources{MemoryBytes: 1 << 28}}}, "-"},
+		{"policy timeout", CreateRequest{Policy: policy.Spec{Resources: policy.Resources{Timeout: 1}}}, "-"},
+		{"workspace", CreateRequest{Policy: policy.Spec{Filesystem: policy.Filesystem{Workspace: "/src"}}}, "-"},
+		{"env.set", CreateRequest{Policy: policy.Spec{Env: policy.Env{Set: map[string]string{"A": "1"}}}}, "-"},
+		{"deny read", CreateRequest{Policy: policy.Spec{Filesystem: policy.Filesystem{DenyRead: []string{"/etc"}}}}, "-"},
+		{"the template's", CreateRequest{Policy: e2b, Labels: map[string]string{"a": "b"}}, "py"},
+		{"the template's, the image in its normal form", CreateRequest{Policy: func() policy.Spec {
+			p := clonePolicy(e2b)
+			p.Root = policy.ImagePrefix + "docker.io/library/python:3"
+			return p
+		}()}, "py"},
+		{"another image", CreateRequest{Policy: func() policy.Spec {
+			p := clonePolicy(e2b)
+			p.Root = policy.ImagePrefix + "python:3.12"
+			return p
+		}()}, "-"},
+		{"the template's image, another network", CreateRequest{Policy: func() policy.Spec {
+			p := clonePolicy(e2b)
+			p.Network = policy.Network{Mode: "none"}
+			return p
+		}()}, "-"},
+		{"the template's image, hutch's workspace", CreateRequest{Policy: policy.Spec{Root: e2b.Root}}, "-"},
+		{"the template's, PATH", CreateRequest{Policy: e2b, Env: map[string]string{"PATH": "/opt/bin"}}, "-"},
+		{"the default, PATH", CreateRequest{Env: map[string]string{"PATH": "/opt/bin"}}, ""},
 	} {
-		if got := warmMatch(c.r); got != c.want {
-			t.Errorf("%s: warmMatch = %v, want %v", c.name, got, c.want)
+		got := "-"
+		if p := m.warmPool(c.r); p != nil {
+			got = p.name
+		}
+		if got != c.want {
+			t.Errorf("%s: the pool is %q, want %q", c.name, got, c.want)
 		}
 	}
 }
@@ -44,6 +81,13 @@ func TestWarmConfig(t *testing.T) {
 		{Config{StateDir: "/x", Warm: -1}, false},
 		{Config{StateDir: "/x", Warm: MaxWarm + 1, MaxSandboxes: 2000}, false},
 		{Config{StateDir: "/x", Warm: 5, MaxSandboxes: 4}, false},
+		{Config{StateDir: "/x", Warm: 1, Pools: []WarmPool{{Name: "a", Size: 2}, {Name: "b", Size: 3}}}, true},
+		{Config{StateDir: "/x", Pools: []WarmPool{{Name: "", Size: 2}}}, false},
+		{Config{StateDir: "/x", Pools: []WarmPool{{Name: "a", Size: 1}, {Name: "a", Size: 1}}}, false},
+		{Config{StateDir: "/x", Pools: []WarmPool{{Name: "a", Size: 0}}}, false},
+		{Config{StateDir: "/x", MaxSandboxes: 4, Pools: []WarmPool{{Name: "a", Size: 5}}}, false},
+		{Config{StateDir: "/x", Warm: 600, MaxSandboxes: 2000, Pools: []WarmPool{{Name: "a", Size: 401}}}, false},
+		{Config{StateDir: "/x", Pools: []WarmPool{{Name: "a", Size: 1, Policy: policy.Spec{Secrets: []policy.Secret{{Name: "T"}}}}}}, false},
 	} {
 		err := c.cfg.withDefaults()
 		if (err == nil) != c.ok {

@@ -42,8 +42,10 @@ const allTraffic = "0.0.0.0/0"
 // CreateBody is the body of POST /sandboxes and POST /v2/sandboxes (E2B's
 // NewSandbox). It maps onto hutch as follows:
 //
-//   - templateID: only "base" (or empty), the host's root read-only under
-//     the sandbox's writable layer; any other is refused.
+//   - templateID: "base" (or empty), the host's root read-only under the
+//     sandbox's writable layer, or a template the handler was given
+//     (WithTemplates: an image of the daemon's store); any other is
+//     refused (404).
 //   - timeout (seconds): the sandbox's lifetime (the daemon's default when
 //     0 or absent).
 //   - metadata: the sandbox's labels (the daemon's label rules apply: at
@@ -246,6 +248,18 @@ func createRequest(b CreateBody, internet bool, check ruleCheck, templates map[s
 	req.Policy = spec
 	req.Labels, req.Env = b.Metadata, b.EnvVars
 	return req, template, nil
+}
+
+// TemplatePolicy is the policy of a sandbox E2B's create makes of
+// template and nothing else (the SDK's Sandbox.create(template) with its
+// defaults), with templates the handler's (WithTemplates) and internet
+// whether the daemon offers sandboxes the internet (not WithoutInternet):
+// the policy of the template's warm pool (hutch serve --warm NAME=N),
+// which such a create takes from. An unknown template is an error of
+// category daemon.ErrNotFound.
+func TemplatePolicy(template string, templates map[string]string, internet bool) (policy.Spec, error) {
+	req, _, err := createRequest(CreateBody{TemplateID: template}, internet, nil, templates)
+	return req.Policy, err
 }
 
 // present reports whether a raw JSON field was given (and is not null).

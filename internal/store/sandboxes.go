@@ -64,6 +64,9 @@ type Sandbox struct {
 	PIDStart uint64
 	// Dir is the sandbox's directory under the daemon's state directory.
 	Dir string
+	// Image is the digest of the image the sandbox started from ("" for
+	// the host's root).
+	Image string
 }
 
 // Filter selects sandboxes in ListSandboxes. Its zero value selects all.
@@ -80,7 +83,7 @@ type Filter struct {
 // sandboxColumns are the columns scanSandbox reads, in its order; s is the
 // sandboxes table.
 const sandboxColumns = `s.id, s.tenant, s.state, s.spec, s.created_ns, s.expires_ns,
-	s.last_active_ns, s.idle_timeout_ns, s.pid, s.pid_start, s.dir,
+	s.last_active_ns, s.idle_timeout_ns, s.pid, s.pid_start, s.dir, s.image,
 	(SELECT json_group_object(l.key, l.value) FROM sandbox_labels l WHERE l.sandbox_id = s.id)`
 
 // scanner is a *sql.Row or a *sql.Rows.
@@ -97,7 +100,7 @@ func scanSandbox(row scanner) (Sandbox, error) {
 		labels                               []byte
 	)
 	err := row.Scan(&sb.ID, &sb.Tenant, &sb.State, &sb.Spec, &created, &expires,
-		&lastActive, &idleNS, &sb.PID, &pidStart, &sb.Dir, &labels)
+		&lastActive, &idleNS, &sb.PID, &pidStart, &sb.Dir, &sb.Image, &labels)
 	if err != nil {
 		return Sandbox{}, err
 	}
@@ -219,9 +222,9 @@ func (s *Store) InsertSandbox(ctx context.Context, sb Sandbox) error {
 	}
 	err = s.writeTx(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO sandboxes
-	(id, tenant, state, spec, created_ns, expires_ns, last_active_ns, idle_timeout_ns, pid, pid_start, dir)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			sb.ID, sb.Tenant, sb.State, r.spec, r.created, r.expires, r.lastActive, r.idleNS, sb.PID, r.pidStart, sb.Dir)
+	(id, tenant, state, spec, created_ns, expires_ns, last_active_ns, idle_timeout_ns, pid, pid_start, dir, image)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			sb.ID, sb.Tenant, sb.State, r.spec, r.created, r.expires, r.lastActive, r.idleNS, sb.PID, r.pidStart, sb.Dir, sb.Image)
 		if isConstraint(err) {
 			return ErrConflict
 		}
@@ -342,9 +345,9 @@ func (s *Store) UpdateSandbox(ctx context.Context, id string, fn func(*Sandbox) 
 		}
 		_, err = tx.ExecContext(ctx, `UPDATE sandboxes SET
 	state = ?, spec = ?, created_ns = ?, expires_ns = ?, last_active_ns = ?,
-	idle_timeout_ns = ?, pid = ?, pid_start = ?, dir = ?
+	idle_timeout_ns = ?, pid = ?, pid_start = ?, dir = ?, image = ?
 	WHERE id = ?`,
-			sb.State, r.spec, r.created, r.expires, r.lastActive, r.idleNS, sb.PID, r.pidStart, sb.Dir, id)
+			sb.State, r.spec, r.created, r.expires, r.lastActive, r.idleNS, sb.PID, r.pidStart, sb.Dir, sb.Image, id)
 		if err != nil {
 			return err
 		}

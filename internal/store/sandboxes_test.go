@@ -32,6 +32,7 @@ func testSandbox(id, tenant string) Sandbox {
 		PID:         4242,
 		PIDStart:    math.MaxUint64 - 1,
 		Dir:         "/var/lib/hutch/sandboxes/" + id,
+		Image:       "sha256:" + strings.Repeat("ab", 32),
 	}
 }
 
@@ -41,7 +42,8 @@ func assertSandbox(t *testing.T, got, want Sandbox) {
 	t.Helper()
 	if got.ID != want.ID || got.Tenant != want.Tenant || got.State != want.State ||
 		string(got.Spec) != string(want.Spec) || got.IdleTimeout != want.IdleTimeout ||
-		got.PID != want.PID || got.PIDStart != want.PIDStart || got.Dir != want.Dir {
+		got.PID != want.PID || got.PIDStart != want.PIDStart || got.Dir != want.Dir ||
+		got.Image != want.Image {
 		t.Errorf("sandbox\n got %+v\nwant %+v", got, want)
 	}
 	if len(got.Labels) == 0 && got.Labels != nil {
@@ -112,6 +114,7 @@ func TestSandboxCRUD(t *testing.T) {
 		delete(sb.Labels, "team")
 		sb.Labels["owner"] = "ann"
 		sb.Spec = []byte(`{}`)
+		sb.Image = ""
 		return nil
 	})
 	if err != nil {
@@ -123,6 +126,7 @@ func TestSandboxCRUD(t *testing.T) {
 	want.PID = 0
 	want.Labels = map[string]string{"purpose": "dev", "owner": "ann"}
 	want.Spec = []byte(`{}`)
+	want.Image = ""
 	assertSandbox(t, upd, want)
 	got, err = s.GetSandbox(ctx, "acme", "sb1")
 	if err != nil {

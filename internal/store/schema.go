@@ -48,6 +48,10 @@ CREATE TABLE sandbox_labels (
 -- Filtering by label looks candidates up here.
 CREATE INDEX sandbox_labels_key_value ON sandbox_labels (key, value, sandbox_id);
 `,
+	// Version 2: the digest of the image a sandbox started from.
+	`
+ALTER TABLE sandboxes ADD COLUMN image TEXT NOT NULL DEFAULT '';
+`,
 }
 
 // migrate creates the table schema_migrations if it is missing and applies

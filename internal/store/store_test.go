@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -58,8 +59,8 @@ func TestOpenCreatesSchema(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v != len(migrations) || v != 1 {
-		t.Errorf("schema version %d, want 1", v)
+	if v != len(migrations) || v != 2 {
+		t.Errorf("schema version %d, want 2", v)
 	}
 
 	var mode string
@@ -271,7 +272,7 @@ func TestOpenNewerSchema(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	openErr(t, path, "schema version 2 is newer than this hutch knows (1)")
+	openErr(t, path, fmt.Sprintf("schema version %d is newer than this hutch knows (%d)", len(migrations)+1, len(migrations)))
 }
 
 func TestPathWithURICharacters(t *testing.T) {
@@ -300,5 +301,47 @@ func TestPathWithURICharacters(t *testing.T) {
 	}
 	if len(entries) != 1 {
 		t.Errorf("files in the directory: %v, want only state.db", entries)
+	}
+}
+
+// TestMigrateImage: a file of schema version 1 (before sandboxes recorded
+// their image) is migrated on open; its sandboxes read back without one.
+func TestMigrateImage(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "state.db")
+	db := rawDB(t, path)
+	for _, q := range []string{
+		"CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_ns INTEGER NOT NULL) STRICT",
+		migrations[0],
+		"INSERT INTO schema_migrations (version, applied_ns) VALUES (1, 0)",
+		setApplicationID,
+		`INSERT INTO sandboxes (id, tenant, state, spec, created_ns, expires_ns, last_active_ns, idle_timeout_ns, pid, pid_start, dir)
+			VALUES ('old', 'acme', 'stopped', x'', 1, 2, 3, 0, 0, 0, '/x')`,
+	} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	db.Close()
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if v, err := s.schemaVersion(ctx); err != nil || v != len(migrations) {
+		t.Errorf("schema version %d, %v; want %d", v, err, len(migrations))
+	}
+	sb, err := s.GetSandbox(ctx, "acme", "old")
+	if err != nil || sb.Image != "" || sb.State != StateStopped {
+		t.Errorf("a sandbox of version 1: %+v, %v", sb, err)
+	}
+	if _, err := s.UpdateSandbox(ctx, "old", func(sb *Sandbox) error {
+		sb.Image = "sha256:" + strings.Repeat("0", 64)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if sb, err := s.GetSandbox(ctx, "", "old"); err != nil || sb.Image != "sha256:"+strings.Repeat("0", 64) {
+		t.Errorf("its image after an update: %+v, %v", sb, err)
 	}
 }

@@ -5,7 +5,7 @@
 // in-sandbox API too.
 import { test, describe, after } from 'node:test'
 import assert from 'node:assert/strict'
-import { Sandbox, CommandExitError, NotFoundError, SandboxNotFoundError, TimeoutError, FileType, FilesystemEventType } from 'e2b'
+import { Sandbox, SandboxError, CommandExitError, NotFoundError, SandboxNotFoundError, TimeoutError, FileType, FilesystemEventType } from 'e2b'
 
 for (const v of ['E2B_API_URL', 'E2B_SANDBOX_URL', 'E2B_API_KEY']) {
   if (!process.env[v]) throw new Error(`${v} is not set`)
@@ -124,6 +124,36 @@ describe('control plane', () => {
     const some = await create({ network: { allowOut: ['example.com'], denyOut: ['0.0.0.0/0'] } })
     const info = await some.getInfo()
     assert.deepEqual(info.network.allowOut, ['example.com'])
+  })
+})
+
+// HUTCH_E2B_TEMPLATE names a template of the daemon (hutch serve
+// --template NAME=REF) whose image is the busybox image of hutch's tests
+// (imagetest.Busybox: /etc/motd says "from the image", no /usr).
+const template = process.env.HUTCH_E2B_TEMPLATE
+
+describe('templates', () => {
+  test('a template starts its image; an unknown one is not found', { skip: !template && 'HUTCH_E2B_TEMPLATE is not set' }, async () => {
+    const sbx = await Sandbox.create(template, { timeoutMs: 60_000, metadata: { suite: 'template' } })
+    made.push(sbx.sandboxId)
+    const info = await sbx.getInfo()
+    assert.equal(info.templateId, template)
+    assert.equal(info.state, 'running')
+    // The image's files, not the host's (the image has no shell E2B's
+    // commands use: /bin/bash).
+    assert.equal(await sbx.files.read('/etc/motd'), 'from the image\n')
+    assert.equal(await sbx.files.exists('/usr/bin/env'), false)
+    const listed = await listAll({ query: { metadata: { suite: 'template' } } })
+    assert.deepEqual(listed.map((s) => [s.sandboxId, s.templateId]), [[sbx.sandboxId, template]])
+
+    await assert.rejects(Sandbox.create('no-such-template', { timeoutMs: 10_000 }), (err) => {
+      assert.ok(err instanceof SandboxError, `${err}`)
+      assert.equal(err.statusCode, 404)
+      assert.match(err.message, /template "no-such-template"/)
+      assert.match(err.message, new RegExp(template))
+      return true
+    })
+    await sbx.kill() // its memory counts against the tenant's quota
   })
 })
 
