@@ -15,6 +15,7 @@ import (
 
 	"github.com/hutch-sandbox/hutch/internal/agent"
 	"github.com/hutch-sandbox/hutch/internal/policy"
+	"github.com/hutch-sandbox/hutch/internal/sandbox"
 	"github.com/hutch-sandbox/hutch/internal/secrets"
 	"github.com/hutch-sandbox/hutch/internal/store"
 )
@@ -94,6 +95,20 @@ type Config struct {
 	// The warm sandboxes of all pools, Warm's included, are at most
 	// MaxWarm.
 	Pools []WarmPool
+	// DefaultTier is the isolation tier of a sandbox whose policy names
+	// none (hutch serve --default-tier; E2B's creates never name one):
+	// policy.DefaultTier, or MinTier if stronger, when empty. It may not
+	// be weaker than MinTier, and Runtimes must run it.
+	DefaultTier string
+	// MinTier is the weakest tier a policy may name (hutch serve
+	// --min-tier): a create of a weaker one is refused (ErrInvalid). Any
+	// tier when empty.
+	MinTier string
+	// Runtimes run the sandboxes of each tier, by its name (policy.Tiers;
+	// each runtime's Tier is its key): a create whose policy resolves to a
+	// tier without one is refused, never run in another (S2). Nil:
+	// DefaultRuntimes().
+	Runtimes map[string]sandbox.Runtime
 }
 
 // CreateRequest is what a tenant asks for.
@@ -177,4 +192,7 @@ type Info struct {
 	// the host's root), kept in its record: every answer gives it, also
 	// once the sandbox stopped and after a restart of the daemon.
 	Image string `json:"image,omitempty"`
+	// Tier is the isolation tier the sandbox runs in (policy.Tiers), kept
+	// in its record as Image is.
+	Tier string `json:"tier"`
 }
