@@ -60,7 +60,7 @@ func (c *Config) checkTiers() error {
 			c.DefaultTier, c.MinTier, c.MinTier, ErrInvalid)
 	}
 	if c.Runtimes[c.DefaultTier] == nil {
-		return fmt.Errorf("daemon config: default tier %s: %s: %w", c.DefaultTier, c.noRuntime(c.DefaultTier), ErrInvalid)
+		return fmt.Errorf("daemon config: default tier %s (hutch serve --default-tier, or --min-tier): %s: %w", c.DefaultTier, c.noRuntime(c.DefaultTier), ErrInvalid)
 	}
 	return nil
 }

@@ -65,8 +65,8 @@ func TestConfigTiers(t *testing.T) {
 	}{
 		{"defaults", Config{}, policy.TierNamespace, policy.TierNamespace, ""},
 		{"namespace named", Config{DefaultTier: "namespace", MinTier: "namespace"}, policy.TierNamespace, policy.TierNamespace, ""},
-		{"default gvisor", Config{DefaultTier: "gvisor"}, "", "", "default tier gvisor: hutch serve does not run the gvisor tier yet (it runs: namespace)"},
-		{"min gvisor", Config{MinTier: "gvisor"}, "", "", "default tier gvisor: hutch serve does not run the gvisor tier yet (it runs: namespace)"},
+		{"default gvisor", Config{DefaultTier: "gvisor"}, "", "", "default tier gvisor (hutch serve --default-tier, or --min-tier): hutch serve does not run the gvisor tier yet (it runs: namespace)"},
+		{"min gvisor", Config{MinTier: "gvisor"}, "", "", "default tier gvisor (hutch serve --default-tier, or --min-tier): hutch serve does not run the gvisor tier yet (it runs: namespace)"},
 		{"default weaker than min", Config{DefaultTier: "namespace", MinTier: "gvisor"}, "", "", "the default tier namespace is weaker than the minimum tier gvisor"},
 		{"unknown default", Config{DefaultTier: "kvm"}, "", "", `default tier (--default-tier): unknown tier "kvm"`},
 		{"unknown min", Config{MinTier: "kvm"}, "", "", `minimum tier (--min-tier): unknown tier "kvm"`},
