@@ -148,7 +148,7 @@ func (m *Manager) Create(ctx context.Context, tenant string, r CreateRequest) (I
 	id, dir := row.ID, row.Dir
 	log := m.log.With("sandbox", id, "tenant", tenant)
 	ev := m.newEvents(tenant, id)
-	ev.append(EventCreated, map[string]any{"expires": row.Expires}, false)
+	ev.append(EventCreated, map[string]any{"expires": row.Expires, "tier": spec.Tier}, false)
 
 	l, err := m.launch(ctx, id, dir, spec, env, sec, r.Operator, log, ev)
 	if err != nil {

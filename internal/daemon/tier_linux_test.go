@@ -43,8 +43,15 @@ func TestCreateTier(t *testing.T) {
 	if out != "ok\n" {
 		t.Errorf("exec: %q", out)
 	}
+	ch, err := m.Events(ctx, "a", info.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := <-ch; e.Type != EventCreated || e.Data["tier"] != policy.TierNamespace {
+		t.Errorf("the first event %+v, want created with tier namespace", e)
+	}
 
-	_, err := m.Create(ctx, "a", CreateRequest{Policy: policy.Spec{Tier: policy.TierGVisor}})
+	_, err = m.Create(ctx, "a", CreateRequest{Policy: policy.Spec{Tier: policy.TierGVisor}})
 	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "hutch serve does not run the gvisor tier yet") {
 		t.Errorf("create of tier gvisor: %v, want refused: hutch serve does not run the gvisor tier yet", err)
 	}
