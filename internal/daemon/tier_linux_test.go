@@ -43,15 +43,11 @@ func TestCreateTier(t *testing.T) {
 	if out != "ok\n" {
 		t.Errorf("exec: %q", out)
 	}
-	ch, err := m.Events(ctx, "a", info.ID, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if e := <-ch; e.Type != EventCreated || e.Data["tier"] != policy.TierNamespace {
+	if e := firstEvent(t, m, "a", info.ID); e.Type != EventCreated || e.Data["tier"] != policy.TierNamespace {
 		t.Errorf("the first event %+v, want created with tier namespace", e)
 	}
 
-	_, err = m.Create(ctx, "a", CreateRequest{Policy: policy.Spec{Tier: policy.TierGVisor}})
+	_, err := m.Create(ctx, "a", CreateRequest{Policy: policy.Spec{Tier: policy.TierGVisor}})
 	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "hutch serve does not run the gvisor tier yet") {
 		t.Errorf("create of tier gvisor: %v, want refused: hutch serve does not run the gvisor tier yet", err)
 	}
@@ -114,5 +110,35 @@ func TestCreateTierRuntime(t *testing.T) {
 	rows, err := m.st.ListSandboxes(ctx, store.Filter{Tenant: "a"})
 	if err != nil || len(rows) != 1 || rows[0].Tier != policy.TierGVisor || rows[0].State != store.StateStopped {
 		t.Errorf("records: %+v, %v; want one stopped, of tier gvisor", rows, err)
+	}
+}
+
+// TestWarmTier: the warm sandboxes of the default policy are of the
+// daemon's default tier; a create of another tier does not take one (it
+// starts cold, through its own tier's runtime), one that names the
+// default tier does.
+func TestWarmTier(t *testing.T) {
+	gv := &fakeRuntime{tier: policy.TierGVisor}
+	m := newManager(t, Config{Warm: 1, Runtimes: map[string]sandbox.Runtime{
+		policy.TierNamespace: sandbox.Namespaces{},
+		policy.TierGVisor:    gv,
+	}})
+	waitWarm(t, m, 1)
+	if rows := warmRows(t, m.st); len(rows) != 1 || rows[0].Tier != policy.TierNamespace {
+		t.Errorf("the warm records: %+v; want one of the namespace tier", rows)
+	}
+	ctx := testCtx(t)
+	if _, err := m.Create(ctx, "a", CreateRequest{Policy: policy.Spec{Tier: policy.TierGVisor}}); !errors.Is(err, errFakeStart) {
+		t.Errorf("create of tier gvisor: %v, want the gvisor runtime's error", err)
+	}
+	if took, starts := m.pools[0].took.Load(), len(gv.started()); took != 0 || starts != 1 {
+		t.Errorf("a create of tier gvisor: %d warm sandboxes taken, %d gvisor starts; want 0 and 1", took, starts)
+	}
+	info := mustCreate(t, m, "a", CreateRequest{Policy: policy.Spec{Tier: policy.TierNamespace}})
+	if took := m.pools[0].took.Load(); took != 1 || info.Tier != policy.TierNamespace {
+		t.Errorf("a create of tier namespace: %d warm sandboxes taken, tier %q; want 1, namespace", took, info.Tier)
+	}
+	if e := firstEvent(t, m, "a", info.ID); e.Data["warm"] != true || e.Data["tier"] != policy.TierNamespace {
+		t.Errorf("the first event %+v, want created, warm, of tier namespace", e)
 	}
 }
