@@ -21,6 +21,18 @@ if [ ${#need[@]} -gt 0 ] && [ "$(id -u)" = 0 ]; then
 fi
 command -v staticcheck >/dev/null 2>&1 || go install honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
+# gVisor's runsc at the version hutch pins, for the tests of --tier gvisor
+# (they take it from $HUTCH_TEST_RUNSC). Static (CGO_ENABLED=0): runsc
+# re-executes itself in an empty chroot. Built once, in about 3 minutes.
+runsc_version=$(sed -n 's/^[[:space:]]*PinnedVersion *= *"\(.*\)"$/\1/p' internal/gvisor/gvisor.go)
+runsc_dir="$(go env GOPATH)/hutch-runsc/$runsc_version"
+if ! go version -m "$runsc_dir/runsc" 2>/dev/null | grep -q "^[[:space:]]mod[[:space:]]gvisor.dev/gvisor[[:space:]]$runsc_version[[:space:]]"; then
+	echo "== building runsc $runsc_version (about 3 minutes)"
+	GOBIN="$runsc_dir" CGO_ENABLED=0 go install "gvisor.dev/gvisor/runsc@$runsc_version" ||
+		echo "warning: could not build runsc; the tests of --tier gvisor cannot run"
+fi
+export HUTCH_TEST_RUNSC="$runsc_dir/runsc"
+
 # E2B's JavaScript SDK, pinned by test/e2b/package-lock.json, for
 # TestE2BSDK; it needs node 20.18 or later, which Debian 12's nodejs is not:
 # then node comes from the npm registry too, into test/e2b/.node (git-ignored).

@@ -15,6 +15,7 @@ import (
 // shownPolicy is what `hutch policy show` prints, as a user reads it.
 type shownPolicy struct {
 	Root       string `yaml:"root"`
+	Tier       string `yaml:"tier"`
 	Filesystem struct {
 		Workspace       string   `yaml:"workspace"`
 		AllowWrite      []string `yaml:"allow_write"`
@@ -95,6 +96,9 @@ func TestPolicyShowDefaults(t *testing.T) {
 	p := parsePolicy(t, r.stdout)
 	if p.Root != "host" {
 		t.Errorf("root: got %q, want host", p.Root)
+	}
+	if p.Tier != "namespace" {
+		t.Errorf("tier: got %q, want namespace", p.Tier)
 	}
 	if p.Filesystem.Workspace != d.ws {
 		t.Errorf("workspace: got %q, want the current directory %q", p.Filesystem.Workspace, d.ws)

@@ -77,7 +77,8 @@ func Find(path string) (string, error) {
 
 // Version returns the version of gVisor's module a runsc binary was built
 // from, from its Go build information (runsc --version says
-// "VERSION_MISSING" for a build by go install).
+// "VERSION_MISSING" for a build by go install); a runsc built with cgo is
+// an error.
 func Version(path string) (string, error) {
 	bi, err := buildinfo.ReadFile(path)
 	if err != nil {
@@ -85,6 +86,13 @@ func Version(path string) (string, error) {
 	}
 	if bi.Main.Path != Module {
 		return "", fmt.Errorf("built from module %q, not gVisor's %s", bi.Main.Path, Module)
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "CGO_ENABLED" && s.Value != "0" {
+			// It would fail in its empty chroot, which has no ELF
+			// interpreter, with an error that says nothing of why.
+			return "", errors.New("built with cgo; runsc must be a static binary (CGO_ENABLED=0)")
+		}
 	}
 	return bi.Main.Version, nil
 }

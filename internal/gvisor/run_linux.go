@@ -3,8 +3,6 @@ package gvisor
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -102,7 +100,7 @@ func (rt *Runtime) Run(ctx context.Context, c sandbox.Config) (res sandbox.Resul
 		base = DefaultStateDir
 	}
 	sweep(base, rt.Runsc, log)
-	id := "hutch-" + randomID()
+	id := "hutch-" + sandbox.RandomID()
 	dir, err := makePrivateDir(base, id)
 	if err != nil {
 		return res, err
@@ -112,7 +110,7 @@ func (rt *Runtime) Run(ctx context.Context, c sandbox.Config) (res sandbox.Resul
 
 	// The home: the host's, read-only, with the deny-read paths in it
 	// masked ("ro"), or an empty tmpfs ("tmp").
-	home := envHome(c.Environ)
+	home := sandbox.EnvHome(c.Environ)
 	prot, err := sandbox.Protect(s, home, log)
 	if err != nil {
 		return res, err
@@ -127,8 +125,19 @@ func (rt *Runtime) Run(ctx context.Context, c sandbox.Config) (res sandbox.Resul
 		return res, fmt.Errorf("workspace %q: %w", s.Filesystem.Workspace, err)
 	}
 	v := view{args: c.Args, env: c.Environ, uid: wsStat.Uid, gid: wsStat.Gid, prot: prot}
-	if home != "" && !inAny(home, prot.Roots) && s.Filesystem.Home == "tmp" {
-		v.home, v.homeTmp = home, true
+	if home != "" && home != "/" && !inAny(home, prot.Roots) && !within(home, "/tmp") {
+		var st unix.Stat_t
+		switch {
+		case unix.Stat(home, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR:
+		case s.Filesystem.Home == "tmp":
+			v.home, v.homeTmp = home, true
+		case st.Uid != wsStat.Uid:
+			// The command runs as the workspace's owner: another user's
+			// home would stay closed to it, or show it what is not its own.
+			v.home, v.homeTmp = home, true
+			fmt.Fprintf(warn, "hutch: note: %s is not the workspace owner's: the sandbox gets an empty home of its own (--home tmp)\n", home)
+		}
+		// "ro": the home as the host's root shows it, read-only.
 	}
 	hide := func(p string) bool {
 		if inAny(p, prot.Roots) {
@@ -150,6 +159,13 @@ func (rt *Runtime) Run(ctx context.Context, c sandbox.Config) (res sandbox.Resul
 	if _, err := sandbox.ReadOnlyHostRoot(v.rootfs); err != nil {
 		return res, err // cleanup unmounts it
 	}
+	// The clone holds a copy of the state directory's mount, with the
+	// roots of the other sandboxes running now: drop it, so that roots
+	// do not nest, each in the next (the view hides the directory too).
+	if err := unix.Unmount(filepath.Join(v.rootfs, base), unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW); err != nil {
+		return res, fmt.Errorf("root: the state directory's copy: %w", err)
+	}
+	v.hide = append(v.hide, base)
 	// What the sandbox writes to the host may not grant privilege there
 	// (ESCAPES 21): the namespace tier's rules, in gVisor's own filter.
 	umask := hostperm.Umask()
@@ -194,6 +210,11 @@ func (rt *Runtime) Run(ctx context.Context, c sandbox.Config) (res sandbox.Resul
 	args := []string{
 		"--root", state, "--log", logFile, "--log-format=json",
 		"--network=none", "--overlay2=none", "--host-uds=none", "--oci-seccomp",
+		// S1: without direct access to files the Sentry and the stub
+		// processes that run the command are host nobody without any
+		// capability (with it, root in a user namespace that maps every id,
+		// with CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_FOWNER, CAP_FSETID …).
+		"--directfs=false",
 	}
 	if v.cgroup == "" {
 		args = append(args, "--ignore-cgroups")
@@ -512,24 +533,4 @@ func cleanup(runsc, dir, id string, log *slog.Logger) {
 	if err := os.RemoveAll(dir); err != nil {
 		log.Debug("gvisor: remove state", "err", err)
 	}
-}
-
-// envHome is HOME of environ, when absolute.
-func envHome(environ []string) string {
-	var home string
-	for _, kv := range environ {
-		if v, ok := strings.CutPrefix(kv, "HOME="); ok {
-			home = v
-		}
-	}
-	if !filepath.IsAbs(home) {
-		return ""
-	}
-	return filepath.Clean(home)
-}
-
-func randomID() string {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }

@@ -30,7 +30,7 @@ func testRuntime(t *testing.T) *Runtime {
 	if err != nil {
 		t.Fatalf("the test's runsc: %v", err)
 	}
-	base := filepath.Join("/run", "hutch-gvisor-test-"+randomID())
+	base := filepath.Join("/run", "hutch-gvisor-test-"+sandbox.RandomID())
 	t.Cleanup(func() {
 		if pids := processesOf(base); len(pids) > 0 {
 			t.Errorf("processes of the sandbox outlived it: %v", pids)
@@ -346,6 +346,35 @@ func TestLimits(t *testing.T) {
 	if f := strings.Fields(o.stdout); len(f) < 2 || f[1] != "65536" {
 		t.Errorf("MemTotal %q, want the limit, 65536 kB", o.stdout)
 	}
+	// The CPU limit is the cgroup's around gVisor's Sentry.
+	done := make(chan outcome, 1)
+	go func() {
+		done <- run(t, rt, ws, func(s *policy.Spec) { s.Resources.CPUs = 0.5 }, "sh", "-c", "echo started; sleep 600")
+	}()
+	var quota string
+	testutil.Eventually(time.Minute, func() bool {
+		for _, pid := range sentries(rt.StateDir) {
+			cg, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+			for _, l := range strings.Split(string(cg), "\n") {
+				if f := strings.SplitN(l, ":", 3); len(f) == 3 && (f[1] == "cpu" || f[1] == "cpu,cpuacct" || f[1] == "") {
+					for _, file := range []string{"/sys/fs/cgroup/cpu" + f[2] + "/cpu.cfs_quota_us", "/sys/fs/cgroup" + f[2] + "/cpu.max", "/sys/fs/cgroup/unified" + f[2] + "/cpu.max"} {
+						if b, err := os.ReadFile(file); err == nil && !strings.HasPrefix(string(b), "max") && !strings.HasPrefix(string(b), "-1") {
+							quota = strings.TrimSpace(string(b))
+						}
+					}
+				}
+			}
+			if quota != "" {
+				_ = unix.Kill(pid, unix.SIGKILL) // ends the sandbox
+				return true
+			}
+		}
+		return false
+	})
+	<-done
+	if quota != "50000" && quota != "50000 100000" {
+		t.Errorf("the Sentry's cgroup has CPU quota %q, want half a core (50000 per 100000)", quota)
+	}
 	o = run(t, rt, ws, func(s *policy.Spec) { s.Resources.Pids = 40 },
 		"sh", "-c", "i=0; while [ $i -lt 200 ]; do sleep 600 & i=$((i+1)); done; echo all started")
 	if o.res.ExitCode == 0 || strings.Contains(o.stdout, "all started") {
@@ -365,4 +394,48 @@ func TestRefuses(t *testing.T) {
 	if _, err := rt.Start(sandbox.Config{Spec: s}); err == nil {
 		t.Error("Start: long-lived sandboxes are not there yet, but Start did not say so")
 	}
+}
+
+// TestRootsDoNotNest checks that a sandbox's root, a clone of the host's
+// mount tree, holds no copy of the roots of the sandboxes already running.
+func TestRootsDoNotNest(t *testing.T) {
+	rt := testRuntime(t)
+	ws := testutil.OwnedDir(t, testutil.UnprivilegedUID)
+	var done []chan outcome
+	for i := 0; i < 2; i++ {
+		ch := make(chan outcome, 1)
+		done = append(done, ch)
+		go func() { ch <- run(t, rt, ws, nil, "sleep", "600") }()
+		want := i + 1
+		if !testutil.Eventually(time.Minute, func() bool { return len(sentries(rt.StateDir)) == want }) {
+			t.Fatalf("sandbox %d did not start", want)
+		}
+	}
+	info, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(info), "\n") {
+		if f := strings.Fields(l); len(f) > 4 && strings.Count(f[4], rt.StateDir) > 1 {
+			t.Errorf("a sandbox's root holds another's: %s", f[4])
+		}
+	}
+	for _, pid := range sentries(rt.StateDir) {
+		_ = unix.Kill(pid, unix.SIGKILL)
+	}
+	for _, ch := range done {
+		<-ch
+	}
+}
+
+// sentries lists the Sentry processes of the sandboxes below dir.
+func sentries(dir string) []int {
+	var out []int
+	for _, pid := range processesOf(dir) {
+		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if bytes.HasPrefix(cmdline, []byte("runsc-sandbox")) {
+			out = append(out, pid)
+		}
+	}
+	return out
 }

@@ -99,8 +99,9 @@ type view struct {
 	home     string // the home directory, when it is the host's and not writable
 	homeTmp  bool   // the home is an empty tmpfs of the sandbox's own
 	prot     *sandbox.Protection
-	rootfs   string // the host's root, read-only (sandbox.ReadOnlyHostRoot)
-	empty    string // an empty, read-only host file: the mask of deny-read files
+	rootfs   string   // the host's root, read-only (sandbox.ReadOnlyHostRoot)
+	empty    string   // an empty, read-only host file: the mask of deny-read files
+	hide     []string // directories of hutch's own the view shows empty
 	tty      bool
 	rows     uint16
 	cols     uint16
@@ -208,6 +209,9 @@ func buildSpec(s policy.Spec, v view) ociSpec {
 	}
 	for _, f := range pr.Files {
 		m = append(m, bind(f.Source, f.Target, true))
+	}
+	for _, d := range v.hide {
+		m = append(m, tmpfs(d, 0, true))
 	}
 	for _, d := range pr.DenyRead {
 		if hidden(d) && !inAny(d, pr.Roots) {

@@ -137,6 +137,13 @@ func (p *Protection) Finish() []SetAside {
 	return sa
 }
 
+// EnvHome is HOME of environ when it is an absolute path, cleaned; ""
+// otherwise.
+func EnvHome(environ []string) string { return envHome(environ) }
+
+// RandomID is a random name for a sandbox's resources (12 hex digits).
+func RandomID() string { return randomID() }
+
 // RelayTerminal puts the caller's terminal in raw mode and relays bytes and
 // window sizes between it (in, out) and a pty master the sandbox's tier
 // handed over. drain waits until the command's output has been relayed;

@@ -1,0 +1,29 @@
+//go:build !linux
+
+package gvisor
+
+import (
+	"context"
+
+	"github.com/hutch-sandbox/hutch/internal/policy"
+	"github.com/hutch-sandbox/hutch/internal/sandbox"
+)
+
+// Runtime is the gVisor tier, which needs Linux.
+type Runtime struct {
+	Runsc    string
+	StateDir string
+}
+
+// Tier returns policy.TierGVisor.
+func (*Runtime) Tier() string { return policy.TierGVisor }
+
+// Run is not available outside Linux.
+func (*Runtime) Run(ctx context.Context, c sandbox.Config) (sandbox.Result, error) {
+	return sandbox.Result{ExitCode: sandbox.ExitHutchError}, sandbox.ErrNotSupported
+}
+
+// Start is not available outside Linux.
+func (*Runtime) Start(c sandbox.Config) (sandbox.Instance, error) {
+	return nil, sandbox.ErrNotSupported
+}
