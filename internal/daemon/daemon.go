@@ -1,6 +1,8 @@
 // Package daemon is the core of `hutch serve`: it keeps long-lived
-// sandboxes for tenants — creates them from a policy (sandbox.Start, with
-// hutch's agent as PID 1), runs commands and file operations in them
+// sandboxes for tenants — creates them from a policy, in the isolation
+// tier it names or the daemon's default, through that tier's runtime
+// (sandbox.Runtime: sandbox.Namespaces today, with hutch's agent as PID
+// 1), runs commands and file operations in them
 // through their agents, expires them (timeout, idle timeout), and records
 // them in the store so that nothing is left unaccounted for. Package api
 // puts it on HTTP.
