@@ -3,6 +3,8 @@
 // (to completion, or streaming with stdin, a terminal and signals),
 // reads and writes their files and directories, and lists, pulls and
 // removes the images of the daemon's store that sandboxes start from.
+// Every sandbox runs in an isolation tier (CreateOptions.Tier,
+// Sandbox.Tier): the daemon's default unless the create names one.
 //
 // A Client talks to one daemon, over its unix socket ("unix:///path", the
 // default being unix:///run/hutch/hutch.sock) or over HTTP

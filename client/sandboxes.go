@@ -30,6 +30,10 @@ type Sandbox struct {
 	// Image is the digest of the image the sandbox started from
 	// ("sha256:…"; "" for the host's root).
 	Image string `json:"image,omitempty"`
+	// Tier is the isolation tier the sandbox runs in: "namespace" (the
+	// host's kernel behind namespaces, Landlock and seccomp) or "gvisor"
+	// (gVisor's application kernel).
+	Tier string `json:"tier,omitempty"`
 }
 
 // CreateOptions describes a sandbox to create.
@@ -46,6 +50,13 @@ type CreateOptions struct {
 	// policy's root image:REF; a policy that names another root is
 	// refused.
 	Image string
+	// Tier, when set, is the isolation tier the sandbox runs in
+	// ("namespace", "gvisor"): the policy's tier, which a policy that
+	// names another refuses. Empty: the daemon's default (hutch serve
+	// --default-tier). The daemon refuses a tier weaker than its minimum
+	// (hutch serve --min-tier) or one it does not run, with an *Error of
+	// code CodeInvalid that names them.
+	Tier string
 	// Labels are the tenant's own key/value tags, to find it by.
 	Labels map[string]string
 	// Env is added to the environment of every command.
@@ -84,8 +95,16 @@ func duration(d time.Duration) string {
 
 // Create starts a sandbox.
 func (c *Client) Create(ctx context.Context, o CreateOptions) (*Sandbox, error) {
+	// The options that are the policy's fields: the image is its root.
+	var fields [][3]string // field, value, the option's name
 	if o.Image != "" {
-		p, err := withRoot(o.Policy, "image:"+o.Image)
+		fields = append(fields, [3]string{"root", "image:" + o.Image, "the image"})
+	}
+	if o.Tier != "" {
+		fields = append(fields, [3]string{"tier", o.Tier, "the tier"})
+	}
+	for _, f := range fields {
+		p, err := withField(o.Policy, f[0], f[1], f[2])
 		if err != nil {
 			return nil, err
 		}
@@ -107,23 +126,24 @@ func (c *Client) Create(ctx context.Context, o CreateOptions) (*Sandbox, error) 
 	return &sb, nil
 }
 
-// withRoot is policy (JSON; nil for the defaults) with its root set to
-// root; a policy that names another root is refused.
-func withRoot(policy json.RawMessage, root string) (json.RawMessage, error) {
+// withField is policy (JSON; nil for the defaults) with its top-level
+// string field set to value (an option of CreateOptions, called name); a
+// policy that names another value is refused.
+func withField(policy json.RawMessage, field, value, name string) (json.RawMessage, error) {
 	fields := map[string]json.RawMessage{}
 	if p := bytes.TrimSpace(policy); len(p) > 0 && !bytes.Equal(p, []byte("null")) {
 		if err := json.Unmarshal(p, &fields); err != nil {
 			return nil, fmt.Errorf("hutch client: create: policy: want a JSON object: %w", err)
 		}
 	}
-	want, _ := json.Marshal(root)
-	if old, ok := fields["root"]; ok {
+	want, _ := json.Marshal(value)
+	if old, ok := fields[field]; ok {
 		var s string
-		if json.Unmarshal(old, &s) != nil || s != root {
-			return nil, fmt.Errorf("hutch client: create: the image %s and the policy's root %s: give one of them", root, old)
+		if json.Unmarshal(old, &s) != nil || s != value {
+			return nil, fmt.Errorf("hutch client: create: %s %s and the policy's %s %s: give one of them", name, value, field, old)
 		}
 	}
-	fields["root"] = want
+	fields[field] = want
 	return json.Marshal(fields)
 }
 

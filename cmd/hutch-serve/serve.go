@@ -67,9 +67,11 @@ func cmdServe(args []string, stderr io.Writer) int {
 	fs.Var(&allowPrivate, "allow-private", "let every sandbox's proxy connect to loopback, private, link-local or this host's addresses in `cidr` (repeatable); tenants' own rules never open such addresses")
 	var upstreamCAs cli.List
 	fs.Var(&upstreamCAs, "upstream-ca", "also trust the certificates in `file` (PEM) when a sandbox's proxy connects to a secret's host (repeatable)")
+	defaultTier := fs.String("default-tier", "", "isolation `tier` of a sandbox whose policy names none, E2B's included: namespace (the default, or --min-tier if stronger) or gvisor")
+	minTier := fs.String("min-tier", "", "refuse sandboxes of a `tier` weaker than this (namespace < gvisor); default: none refused")
 	debug := fs.Bool("debug", false, "log every request")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: hutch serve [flags]\n\nRuns the daemon: an HTTP API for long-lived sandboxes, until SIGINT or SIGTERM,\nwhich destroy every sandbox. With --warm N it keeps N sandboxes of the default\npolicy ready: a create with the default policy takes one at once, and the\npool refills in the background; --warm NAME=N does the same for E2B's\ntemplate NAME, whose image must be in the daemon's store at start.\n\nFlags:")
+		fmt.Fprintln(stderr, "Usage: hutch serve [flags]\n\nRuns the daemon: an HTTP API for long-lived sandboxes, until SIGINT or SIGTERM,\nwhich destroy every sandbox. With --warm N it keeps N sandboxes of the default\npolicy ready: a create with the default policy takes one at once, and the\npool refills in the background; --warm NAME=N does the same for E2B's\ntemplate NAME, whose image must be in the daemon's store at start.\n\nEvery sandbox runs in an isolation tier: its policy's, or --default-tier;\n--min-tier refuses weaker ones. hutch serve runs the namespace tier for now:\na create of gvisor is refused, and so is a --default-tier or --min-tier of\ngvisor at start.\n\nFlags:")
 		fs.PrintDefaults()
 	}
 	if err := cli.Parse(fs, args, stderr); err != nil {
@@ -78,6 +80,15 @@ func cmdServe(args []string, stderr io.Writer) int {
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "hutch: serve takes no arguments, got %q\n", fs.Args())
 		return 2
+	}
+	for _, f := range []struct{ name, value string }{{"default-tier", *defaultTier}, {"min-tier", *minTier}} {
+		if f.value == "" {
+			continue
+		}
+		if err := policy.CheckTier(f.value); err != nil {
+			fmt.Fprintf(stderr, "hutch: --%s: %v\n", f.name, err)
+			return 2
+		}
 	}
 	templates, err := parseTemplates(*templatesFile, templateFlags)
 	if err != nil {
@@ -168,6 +179,8 @@ func cmdServe(args []string, stderr io.Writer) int {
 		MaxMemory:      sizes[4],
 		MaxTmp:         sizes[5],
 		UpstreamRoots:  roots,
+		DefaultTier:    *defaultTier,
+		MinTier:        *minTier,
 	}, log)
 	if err != nil {
 		for _, l := range ls {

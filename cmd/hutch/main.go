@@ -50,7 +50,9 @@ The daemon and its clients:
   hutch serve [flags]                      run the daemon: long-lived sandboxes
                                            behind an HTTP API on a unix socket
                                            (and, with --listen, on TCP, where
-                                           E2B's SDKs work too)
+                                           E2B's SDKs work too), in the
+                                           isolation tier of --default-tier,
+                                           none weaker than --min-tier
   hutch token create --tenant NAME [--e2b] make an API token for a tenant,
                                            through the daemon
   hutch audit verify [--state-dir DIR]     check the daemon's audit log
@@ -60,7 +62,8 @@ The daemon and its clients:
                                            stdin; -t: on a terminal, this one)
   hutch cp SRC ID:DST | ID:SRC DST         copy a file or directory into or
                                            out of a sandbox
-  hutch ls [--label KEY=VALUE]...          list sandboxes
+  hutch ls [--label KEY=VALUE]...          list sandboxes, with their tier
+                                           and image
   hutch image ls|pull|rm --remote          the daemon's images (hutch image
                                            --remote -h)
   hutch rm ID...                           destroy sandboxes

@@ -2,6 +2,7 @@ package main
 
 import (
 	"archive/tar"
+	"cmp"
 	"context"
 	"crypto/x509"
 	"encoding/json"
@@ -96,7 +97,7 @@ func cmdCreate(args []string, stdout, stderr io.Writer) int {
 	var labels cli.List
 	fs.Var(&labels, "label", "tag the sandbox with `key=value` (repeatable)")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: hutch create [flags]\n\nCreates a sandbox in the daemon at $HUTCH_HOST (default %s), with the token in $HUTCH_TOKEN,\nand prints its id. It takes the flags of hutch run; --timeout is the sandbox's lifetime,\n--debug prints the policy sent; --report is refused (a served sandbox's refused\nconnections are its events: hutch events ID), and --state-dir (its image comes from\nthe daemon's store).\n\nFlags:\n", client.DefaultHost)
+		fmt.Fprintf(stderr, "Usage: hutch create [flags]\n\nCreates a sandbox in the daemon at $HUTCH_HOST (default %s), with the token in $HUTCH_TOKEN,\nand prints its id. It takes the flags of hutch run; --timeout is the sandbox's lifetime,\n--debug prints the policy sent; --tier is the sandbox's isolation tier (default: the\ndaemon's, hutch serve --default-tier); --report is refused (a served sandbox's refused\nconnections are its events: hutch events ID), and so are --state-dir (its image comes\nfrom the daemon's store) and --runsc (the daemon runs the tier).\n\nFlags:\n", client.DefaultHost)
 		fs.PrintDefaults()
 	}
 	if err := cli.Parse(fs, args, stderr); err != nil {
@@ -116,6 +117,10 @@ func cmdCreate(args []string, stdout, stderr io.Writer) int {
 	}
 	if rf.stateDir != "" {
 		fmt.Fprintln(stderr, "hutch: create: --state-dir is for hutch run; a served sandbox's image comes from the daemon's store: hutch image pull --state-dir DIR with the daemon's state directory")
+		return 2
+	}
+	if rf.runsc != "" {
+		fmt.Fprintln(stderr, "hutch: create: --runsc is for hutch run; the daemon runs a served sandbox's tier (--tier) with its own runtimes")
 		return 2
 	}
 	opts := client.CreateOptions{IdleTimeout: *idle}
@@ -430,7 +435,7 @@ func cmdLs(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSTATE\tIMAGE\tCREATED\tEXPIRES\tLABELS")
+	fmt.Fprintln(tw, "ID\tSTATE\tTIER\tIMAGE\tCREATED\tEXPIRES\tLABELS")
 	for _, sb := range sbs {
 		keys := make([]string, 0, len(sb.Labels))
 		for k := range sb.Labels {
@@ -440,7 +445,7 @@ func cmdLs(args []string, stdout, stderr io.Writer) int {
 		for i, k := range keys {
 			keys[i] = k + "=" + sb.Labels[k]
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", sb.ID, sb.State, shortDigest(sb.Image),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", sb.ID, sb.State, cmp.Or(sb.Tier, "-"), shortDigest(sb.Image),
 			sb.CreatedAt.Local().Format(time.DateTime), sb.ExpiresAt.Local().Format(time.DateTime), strings.Join(keys, ","))
 	}
 	_ = tw.Flush()

@@ -464,7 +464,7 @@ func TestServe(t *testing.T) {
 		r = d.admin(t, "ls")
 		wantOK(t, r)
 		if !strings.Contains(r.stdout, id) || !strings.Contains(r.stdout, other) || !strings.HasPrefix(r.stdout, "ID") || !strings.Contains(r.stdout, "suite=e2e") ||
-			!strings.Contains(lines(r.stdout)[0], "IMAGE") || !strings.Contains(r.stdout, "running  -  ") {
+			!strings.Contains(lines(r.stdout)[0], " TIER ") || !strings.Contains(lines(r.stdout)[0], " IMAGE ") || !strings.Contains(r.stdout, "running  namespace  -  ") {
 			t.Errorf("ls:\n%s", r.stdout)
 		}
 		r = d.admin(t, "ls", "-q", "--label", "suite=e2e")

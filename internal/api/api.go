@@ -28,7 +28,7 @@ type Manager interface {
 	Events(ctx context.Context, tenant, id string, since int64) (<-chan daemon.Event, error)
 	// Counts returns the number of sandboxes of all tenants in each of
 	// daemon.CountedStates, for GET /metrics.
-	Counts(ctx context.Context) (map[string]int, error)
+	Counts(ctx context.Context) (map[store.StateTier]int, error)
 	// Images is the daemon's image store, which sandboxes start from.
 	Images() *image.Store
 }

@@ -102,6 +102,9 @@ func TestAuditLog(t *testing.T) {
 	if wf := got[3]; !slices.Equal(wf.Paths, []string{file}) || wf.Error != "" {
 		t.Errorf("write_file entry: %+v", wf)
 	}
+	if got[0].Tier != "namespace" || got[1].Tier != "" {
+		t.Errorf("the create's entry names tier %q, the exec's %q; want namespace, none", got[0].Tier, got[1].Tier)
+	}
 	if got[0].Error != "" || got[3].Error != "" {
 		t.Errorf("create, destroy: %+v, %+v", got[0], got[3])
 	}

@@ -87,8 +87,9 @@
 //
 // GET /metrics answers with the daemon's metrics in the Prometheus text
 // format (package metrics), behind the same authentication as every other
-// route: the number of sandboxes by state (computed at each scrape), the
-// durations of creations and of commands, the requests by route pattern
+// route: the number of sandboxes by state and isolation tier (computed at
+// each scrape), the sandboxes created by tier, the durations of creations
+// and of commands, the requests by route pattern
 // and status, and the egress proxies' refusals and relayed bytes (the
 // bytes counted when a sandbox ends).
 //
@@ -98,6 +99,7 @@
 // destroy, extend, exec, signal, and the file writes, removals, renames,
 // mkdirs and uploads) is recorded in the audit log of package audit once
 // it is done: who, what, which sandbox, and the error code if it failed;
-// an exec also records its arguments, exit code, duration and byte counts.
+// a create also records the sandbox's image and isolation tier, an exec
+// its arguments, exit code, duration and byte counts.
 // Reads are not recorded, nor are file contents or environment values.
 package api

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -18,7 +17,6 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/agent"
 	"github.com/hutch-sandbox/hutch/internal/daemon"
 	"github.com/hutch-sandbox/hutch/internal/store"
-	"github.com/hutch-sandbox/hutch/internal/testutil"
 )
 
 // The real daemon starts hutch's own binary (os.Executable), here this
@@ -37,45 +35,8 @@ const loadSandboxes = 200
 // then all destroyed concurrently. Not one call may fail, and nothing may
 // remain: no PID 1, no record not stopped, no sandbox directory.
 func TestLoad(t *testing.T) {
-	testutil.RequireRoot(t)
-	// The state directory is not under /tmp, which each sandbox replaces
-	// with a tmpfs of its own.
-	stateDir, err := os.MkdirTemp("/var/tmp", "hutch-api-load-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(stateDir) })
-	log := slog.New(slog.DiscardHandler)
-	m, err := daemon.New(daemon.Config{StateDir: stateDir, MaxSandboxes: loadSandboxes + 10, DefaultTimeout: 5 * time.Minute}, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := false
-	t.Cleanup(func() {
-		if !closed {
-			_ = m.Close()
-		}
-	})
-	h, err := NewWithConfig(m, Config{Log: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sock := filepath.Join(t.TempDir(), "hutch.sock")
-	ls, err := Listen(sock, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sctx, stop := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- Serve(sctx, h, log, ls...) }()
-	t.Cleanup(func() {
-		stop()
-		<-served
-	})
-	c, err := client.New("unix://"+sock, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	stateDir := testStateDir(t)
+	m, c, _ := realDaemon(t, daemon.Config{StateDir: stateDir, MaxSandboxes: loadSandboxes + 10, DefaultTimeout: 5 * time.Minute}, Config{})
 	// Generous: 200 sandboxes on a busy 2-core machine.
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -176,7 +137,6 @@ func TestLoad(t *testing.T) {
 	if entries, err := os.ReadDir(filepath.Join(stateDir, "sandboxes")); err == nil && len(entries) != 0 {
 		t.Errorf("%d sandbox directories left, e.g. %s", len(entries), entries[0].Name())
 	}
-	closed = true
 	if err := m.Close(); err != nil {
 		t.Errorf("close: %v", err)
 	}

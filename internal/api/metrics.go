@@ -13,6 +13,8 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/daemon"
 	"github.com/hutch-sandbox/hutch/internal/image/fetch"
 	"github.com/hutch-sandbox/hutch/internal/metrics"
+	"github.com/hutch-sandbox/hutch/internal/policy"
+	"github.com/hutch-sandbox/hutch/internal/store"
 )
 
 // apiMetrics are what GET /metrics writes: every series to the
@@ -58,18 +60,23 @@ func newCreate() *metrics.HistogramVec {
 		"Duration of sandbox creations, successful or not.", metrics.DefaultBuckets)
 }
 
-// sandboxesGauge is hutch_sandboxes, by state, from counts.
-func sandboxesGauge(help string, counts func(ctx context.Context) (map[string]int, error)) *metrics.GaugeFunc {
-	return metrics.NewGaugeFunc("hutch_sandboxes", help, []string{"state"}, func() ([]metrics.Sample, error) {
+// sandboxesGauge is hutch_sandboxes, by state and isolation tier, from
+// counts: every state of daemon.CountedStates with every tier of
+// policy.Tiers, whatever the store holds, so that the series are few and
+// always the same.
+func sandboxesGauge(help string, counts func(ctx context.Context) (map[store.StateTier]int, error)) *metrics.GaugeFunc {
+	return metrics.NewGaugeFunc("hutch_sandboxes", help, []string{"state", "tier"}, func() ([]metrics.Sample, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), countsTimeout)
 		defer cancel()
 		c, err := counts(ctx)
 		if err != nil {
 			return nil, err
 		}
-		out := make([]metrics.Sample, 0, len(daemon.CountedStates))
+		out := make([]metrics.Sample, 0, len(daemon.CountedStates)*len(policy.Tiers))
 		for _, s := range daemon.CountedStates {
-			out = append(out, metrics.Sample{Values: []string{s}, Value: float64(c[s])})
+			for _, t := range policy.Tiers {
+				out = append(out, metrics.Sample{Values: []string{s, t}, Value: float64(c[store.StateTier{State: s, Tier: t}])})
+			}
 		}
 		return out, nil
 	})
@@ -80,7 +87,7 @@ func newAPIMetrics(m Manager) *apiMetrics {
 	create := newCreate()
 	am.create = create.With()
 	sandboxes := sandboxesGauge("Sandboxes of all tenants by state.", m.Counts)
-	am.reg.Register(am.requests, create, am.exec, sandboxes, daemon.EgressRefused, daemon.EgressBytes, daemon.WarmSandboxes, daemon.WarmCreates, daemon.OOMKills,
+	am.reg.Register(am.requests, create, am.exec, sandboxes, daemon.SandboxesCreated, daemon.EgressRefused, daemon.EgressBytes, daemon.WarmSandboxes, daemon.WarmCreates, daemon.OOMKills,
 		daemon.ImageCache, fetch.Layers, fetch.Bytes, fetch.UnpackSeconds)
 	return am
 }
@@ -99,14 +106,14 @@ func (am *apiMetrics) tenant(tenant string) *tenantSet {
 	ts := &tenantSet{requests: newRequests(), exec: newExec()}
 	create := newCreate()
 	ts.create = create.With()
-	sandboxes := sandboxesGauge("Sandboxes of this tenant by state.", func(ctx context.Context) (map[string]int, error) {
+	sandboxes := sandboxesGauge("Sandboxes of this tenant by state.", func(ctx context.Context) (map[store.StateTier]int, error) {
 		infos, err := am.m.List(ctx, tenant, nil, "")
 		if err != nil {
 			return nil, err
 		}
-		c := map[string]int{}
+		c := map[store.StateTier]int{}
 		for _, i := range infos {
-			c[i.State]++
+			c[store.StateTier{State: i.State, Tier: i.Tier}]++
 		}
 		return c, nil
 	})

@@ -63,9 +63,12 @@ func TestMetrics(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	for series, want := range map[string]float64{
-		`hutch_sandboxes{state="running"}`:                                          1,
-		`hutch_sandboxes{state="starting"}`:                                         0,
-		`hutch_sandboxes{state="stopping"}`:                                         0,
+		`hutch_sandboxes{state="running",tier="namespace"}`:                         1,
+		`hutch_sandboxes{state="starting",tier="namespace"}`:                        0,
+		`hutch_sandboxes{state="stopping",tier="namespace"}`:                        0,
+		`hutch_sandboxes{state="running",tier="gvisor"}`:                            0, // every tier is written
+		`hutch_sandboxes_created_total{tier="namespace"}`:                           -1,
+		`hutch_sandboxes_created_total{tier="gvisor"}`:                              -1,
 		`hutch_sandbox_create_seconds_count`:                                        1,
 		`hutch_sandbox_create_seconds_bucket{le="+Inf"}`:                            1,
 		`hutch_exec_seconds_count{mode="run"}`:                                      1,
@@ -114,7 +117,7 @@ func TestMetrics(t *testing.T) {
 	// Destroyed sandboxes are no longer counted.
 	resp, data := e.request(t, "DELETE", "/v1/sandboxes/"+id, nil)
 	want(t, resp, data, http.StatusNoContent, "")
-	if v := e.scrape(t)[`hutch_sandboxes{state="running"}`]; v != 0 {
+	if v := e.scrape(t)[`hutch_sandboxes{state="running",tier="namespace"}`]; v != 0 {
 		t.Errorf("running after destroy: %v", v)
 	}
 }
@@ -146,7 +149,7 @@ func TestMetricsTenantScope(t *testing.T) {
 
 	alice, bob := e.scrape(t, auth("alice")...), e.scrape(t, auth("bob")...)
 	for series, v := range map[string]float64{
-		`hutch_sandboxes{state="running"}`:                                2,
+		`hutch_sandboxes{state="running",tier="namespace"}`:               2,
 		`hutch_api_requests_total{route="POST /v1/sandboxes",code="201"}`: 2,
 		`hutch_sandbox_create_seconds_count`:                              2,
 	} {
@@ -175,7 +178,7 @@ func TestMetricsTenantScope(t *testing.T) {
 	local := newEnvOn(t, e, OriginLocal)
 	all := local.scrape(t)
 	for series, v := range map[string]float64{
-		`hutch_sandboxes{state="running"}`:                                    2,
+		`hutch_sandboxes{state="running",tier="namespace"}`:                   2,
 		`hutch_api_requests_total{route="POST /v1/sandboxes",code="201"}`:     2,
 		`hutch_api_requests_total{route="GET /v1/sandboxes/{id}",code="404"}`: 1,
 		`hutch_api_requests_total{route="GET /metrics",code="401"}`:           1,

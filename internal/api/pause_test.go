@@ -49,8 +49,8 @@ func TestPauseResume(t *testing.T) {
 	if err := json.Unmarshal(data, &got); err != nil || got.ID != info.ID || got.State != store.StatePaused {
 		t.Fatalf("pause answered %s (%v), want the paused sandbox", data, err)
 	}
-	if n := e.scrape(t, asA...)[`hutch_sandboxes{state="paused"}`]; n != 1 {
-		t.Errorf(`hutch_sandboxes{state="paused"} = %v, want 1`, n)
+	if n := e.scrape(t, asA...)[`hutch_sandboxes{state="paused",tier="namespace"}`]; n != 1 {
+		t.Errorf(`hutch_sandboxes{state="paused",tier="namespace"} = %v, want 1`, n)
 	}
 	resp, data = e.request(t, "POST", sb+"/pause", nil, asA...)
 	want(t, resp, data, 409, CodeConflict, "paused")

@@ -59,6 +59,7 @@ func (h *handler) create(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	start := time.Now()
+	auditEntry(r).Tier = req.Policy.Tier // the tier asked for, if the create is refused
 	info, err := h.m.Create(r.Context(), tenantOf(r), req)
 	h.met.created(tenantOf(r), time.Since(start))
 	if err != nil {
@@ -66,6 +67,7 @@ func (h *handler) create(w http.ResponseWriter, r *http.Request) error {
 	}
 	auditEntry(r).Sandbox = info.ID
 	auditEntry(r).Image = info.Image
+	auditEntry(r).Tier = info.Tier
 	h.log.Debug("sandbox created", "id", info.ID, "tenant", info.Tenant)
 	w.Header().Set("Location", "/v1/sandboxes/"+info.ID)
 	writeJSON(w, http.StatusCreated, info)

@@ -60,6 +60,9 @@ type Entry struct {
 	Subject string `json:"subject,omitempty"`
 	// Image is the digest of the image a created sandbox started from.
 	Image string `json:"image,omitempty"`
+	// Tier is the isolation tier of a created sandbox or, for a create
+	// refused, the tier its policy named.
+	Tier string `json:"tier,omitempty"`
 	// Command is the arguments of an exec.
 	Command []string `json:"command,omitempty"`
 	// Paths are the files a file call wrote, made, moved (from, to) or

@@ -148,7 +148,7 @@ func (m *Manager) Create(ctx context.Context, tenant string, r CreateRequest) (I
 	id, dir := row.ID, row.Dir
 	log := m.log.With("sandbox", id, "tenant", tenant)
 	ev := m.newEvents(tenant, id)
-	ev.append(EventCreated, map[string]any{"expires": row.Expires}, false)
+	ev.append(EventCreated, map[string]any{"expires": row.Expires, "tier": spec.Tier}, false)
 
 	l, err := m.launch(ctx, id, dir, spec, env, sec, r.Operator, log, ev)
 	if err != nil {
@@ -170,7 +170,8 @@ func (m *Manager) Create(ctx context.Context, tenant string, r CreateRequest) (I
 		return Info{}, fmt.Errorf("create sandbox %s: %w", id, err)
 	}
 	ev.append(EventStarted, nil, false)
-	log.Info("sandbox started", "pid", l.inst.PID(), "expires", row.Expires, "image", l.image)
+	SandboxesCreated.With(sb.Tier).Inc()
+	log.Info("sandbox started", "pid", l.inst.PID(), "expires", row.Expires, "image", l.image, "tier", sb.Tier)
 	return infoOf(sb), nil
 }
 
@@ -215,7 +216,11 @@ func (m *Manager) launch(ctx context.Context, id, dir string, spec policy.Spec, 
 			}
 		}
 	}
-	inst, conn, err := startSandbox(sandbox.Config{
+	rt, err := m.runtime(spec.Tier)
+	if err != nil {
+		return fail(err)
+	}
+	inst, conn, err := startSandbox(rt, sandbox.Config{
 		Spec:        spec,
 		Environ:     env,
 		Log:         log,
@@ -338,6 +343,7 @@ func (m *Manager) record(ctx context.Context, row *store.Sandbox, spec policy.Sp
 	row.Dir = filepath.Join(m.sbRoot, row.ID)
 	row.State = store.StateStarting
 	row.Spec = specJSON
+	row.Tier = spec.Tier
 	if err := os.Mkdir(row.Dir, 0o700); err != nil {
 		return fmt.Errorf("create sandbox: %w", err)
 	}
@@ -404,8 +410,14 @@ func (m *Manager) quota(ctx context.Context, tenant string, memory int64) error 
 func (m *Manager) prepare(r CreateRequest, ws string) (policy.Spec, time.Duration, error) {
 	spec := clonePolicy(r.Policy)
 	spec.Filesystem.Workspace = ws
+	m.resolveTier(&spec)
 	if err := spec.Normalize(ws, ""); err != nil {
 		return spec, 0, invalid("create sandbox: policy: %s", oneLine(err))
+	}
+	// Before the rest: a tier the daemon refuses is the answer, whatever
+	// else the policy asks for.
+	if err := m.checkTier(spec.Tier); err != nil {
+		return spec, 0, err
 	}
 	if r.Policy.Resources.TmpBytes == 0 {
 		spec.Resources.TmpBytes = min(spec.Resources.TmpBytes, m.cfg.MaxTmp)

@@ -1,6 +1,8 @@
 // Package daemon is the core of `hutch serve`: it keeps long-lived
-// sandboxes for tenants — creates them from a policy (sandbox.Start, with
-// hutch's agent as PID 1), runs commands and file operations in them
+// sandboxes for tenants — creates them from a policy, in the isolation
+// tier it names or the daemon's default, through that tier's runtime
+// (sandbox.Runtime: sandbox.Namespaces today, with hutch's agent as PID
+// 1), runs commands and file operations in them
 // through their agents, expires them (timeout, idle timeout), and records
 // them in the store so that nothing is left unaccounted for. Package api
 // puts it on HTTP.
@@ -15,6 +17,7 @@ import (
 
 	"github.com/hutch-sandbox/hutch/internal/agent"
 	"github.com/hutch-sandbox/hutch/internal/policy"
+	"github.com/hutch-sandbox/hutch/internal/sandbox"
 	"github.com/hutch-sandbox/hutch/internal/secrets"
 	"github.com/hutch-sandbox/hutch/internal/store"
 )
@@ -94,6 +97,20 @@ type Config struct {
 	// The warm sandboxes of all pools, Warm's included, are at most
 	// MaxWarm.
 	Pools []WarmPool
+	// DefaultTier is the isolation tier of a sandbox whose policy names
+	// none (hutch serve --default-tier; E2B's creates never name one):
+	// policy.DefaultTier, or MinTier if stronger, when empty. It may not
+	// be weaker than MinTier, and Runtimes must run it.
+	DefaultTier string
+	// MinTier is the weakest tier a policy may name (hutch serve
+	// --min-tier): a create of a weaker one is refused (ErrInvalid). Any
+	// tier when empty.
+	MinTier string
+	// Runtimes run the sandboxes of each tier, by its name (policy.Tiers;
+	// each runtime's Tier is its key): a create whose policy resolves to a
+	// tier without one is refused, never run in another (S2). Nil:
+	// DefaultRuntimes().
+	Runtimes map[string]sandbox.Runtime
 }
 
 // CreateRequest is what a tenant asks for.
@@ -177,4 +194,7 @@ type Info struct {
 	// the host's root), kept in its record: every answer gives it, also
 	// once the sandbox stopped and after a restart of the daemon.
 	Image string `json:"image,omitempty"`
+	// Tier is the isolation tier the sandbox runs in (policy.Tiers), kept
+	// in its record as Image is.
+	Tier string `json:"tier"`
 }

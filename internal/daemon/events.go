@@ -9,7 +9,7 @@ import (
 
 // Event types of a sandbox's event stream.
 const (
-	EventCreated       = "created"        // its record was made; it is starting (data: expires; warm: true if taken from the warm pool)
+	EventCreated       = "created"        // its record was made; it is starting (data: expires, tier; warm: true if taken from the warm pool)
 	EventStarted       = "started"        // it runs and answers
 	EventExec          = "exec"           // a command was started (data: pid, args)
 	EventExit          = "exit"           // a command ended (data: pid, code, signal)

@@ -97,15 +97,7 @@ func TestCreateFromImage(t *testing.T) {
 
 	// The record keeps the image once the daemon is gone: the next one
 	// says it of the stopped sandbox.
-	dir := m.cfg.StateDir
-	if err := m.Close(); err != nil {
-		t.Fatal(err)
-	}
-	m2, err := New(Config{StateDir: dir}, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m2.Close()
+	m2 := reopen(t, m)
 	got, err := m2.Get(testCtx(t), "a", info.ID)
 	if err != nil || got.Image != info.Image || got.State != store.StateStopped {
 		t.Errorf("after a restart: %+v, %v; want stopped, image %s", got, err, info.Image)

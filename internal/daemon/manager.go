@@ -290,6 +290,9 @@ func (c *Config) withDefaults() error {
 	case c.DefaultTimeout > c.MaxTimeout:
 		return fmt.Errorf("daemon config: default timeout %s exceeds the maximum %s: %w", c.DefaultTimeout, c.MaxTimeout, ErrInvalid)
 	}
+	if err := c.checkTiers(); err != nil {
+		return err
+	}
 	return c.checkPools()
 }
 
@@ -549,6 +552,7 @@ func infoOf(sb store.Sandbox) Info {
 		ExpiresAt: sb.Expires,
 		Workspace: specWorkspace(sb.Spec),
 		Image:     sb.Image,
+		Tier:      sb.Tier,
 	}
 }
 

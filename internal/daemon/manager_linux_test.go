@@ -766,7 +766,7 @@ func TestProxy(t *testing.T) {
 	if v := EgressRefused.With().Value(); v < 1 {
 		t.Errorf("egress refusals counted: %v", v)
 	}
-	if c, err := m.Counts(context.Background()); err != nil || c[store.StateRunning] != 1 || c[store.StateStarting] != 0 || c[store.StateStopping] != 0 {
+	if c, err := m.Counts(context.Background()); err != nil || c[nsState(store.StateRunning)] != 1 || c[nsState(store.StateStarting)] != 0 || c[nsState(store.StateStopping)] != 0 {
 		t.Errorf("counts %v, %v", c, err)
 	}
 	in, outBytes := EgressBytes.With("in").Value(), EgressBytes.With("out").Value()
@@ -779,7 +779,7 @@ func TestProxy(t *testing.T) {
 	if d := EgressBytes.With("out").Value() - outBytes; d <= 0 {
 		t.Errorf("bytes out grew by %v", d)
 	}
-	if c, err := m.Counts(context.Background()); err != nil || c[store.StateRunning] != 0 {
+	if c, err := m.Counts(context.Background()); err != nil || c[nsState(store.StateRunning)] != 0 {
 		t.Errorf("counts after destroy %v, %v", c, err)
 	}
 

@@ -6,6 +6,7 @@ import (
 
 	"github.com/hutch-sandbox/hutch/internal/egress"
 	"github.com/hutch-sandbox/hutch/internal/metrics"
+	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/store"
 )
 
@@ -33,14 +34,23 @@ var (
 var ImageCache = metrics.NewCounter("hutch_image_cache_total",
 	"Creates from an image (op create: hit, the image was in the store; miss, refused as missing) and pulls (op pull: hit, every layer was in the store; miss, layers were fetched).", "op", "result")
 
+// SandboxesCreated counts the sandboxes created for tenants (cold, or
+// taken from a warm pool), by isolation tier: as many series as
+// policy.Tiers, whatever a request names.
+var SandboxesCreated = metrics.NewCounter("hutch_sandboxes_created_total",
+	"Sandboxes created for tenants (warm ones taken included), by isolation tier.", "tier")
+
 func init() {
-	// Both directions are written from the start, at 0, and every
-	// outcome of the image cache.
+	// Both directions are written from the start, at 0, every outcome of
+	// the image cache and every tier.
 	EgressBytes.With("in")
 	EgressBytes.With("out")
 	for _, op := range []string{"create", "pull"} {
 		ImageCache.With(op, "hit")
 		ImageCache.With(op, "miss")
+	}
+	for _, t := range policy.Tiers {
+		SandboxesCreated.With(t)
 	}
 }
 
@@ -70,9 +80,9 @@ func countTraffic(p *egress.Proxy) {
 var CountedStates = []string{store.StateStarting, store.StateRunning, store.StatePaused, store.StateStopping}
 
 // Counts returns the number of sandboxes of every tenant in each of
-// CountedStates; warm sandboxes, which belong to no tenant, are not
-// counted.
-func (m *Manager) Counts(ctx context.Context) (map[string]int, error) {
+// CountedStates, by tier (policy.Tiers); warm sandboxes, which belong to
+// no tenant, are not counted.
+func (m *Manager) Counts(ctx context.Context) (map[store.StateTier]int, error) {
 	if err := m.enter(); err != nil {
 		return nil, err
 	}

@@ -95,7 +95,7 @@ func TestPauseResume(t *testing.T) {
 	if list, err := m.List(ctx, "a", nil, store.StatePaused); err != nil || len(list) != 1 || list[0].ID != info.ID {
 		t.Errorf("list paused: %+v, %v", list, err)
 	}
-	if counts, err := m.Counts(ctx); err != nil || counts[store.StatePaused] != 1 {
+	if counts, err := m.Counts(ctx); err != nil || counts[nsState(store.StatePaused)] != 1 {
 		t.Errorf("counts %v, %v; want 1 paused", counts, err)
 	}
 	t0 := cpuTicks(busy)

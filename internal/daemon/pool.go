@@ -158,7 +158,7 @@ type warm struct {
 // newPool checks the pool wp's policy — as a create's, and its image
 // present in the store — and makes the pool, not started.
 func (m *Manager) newPool(wp WarmPool) (*pool, error) {
-	key, ok := normalPolicy(wp.Policy)
+	key, ok := normalPolicy(wp.Policy, m.cfg.DefaultTier)
 	if !ok {
 		return nil, fmt.Errorf("warm pool %s: its policy does not normalize: %w", wp.Name, ErrInvalid)
 	}
@@ -470,7 +470,7 @@ func (m *Manager) warmPool(r CreateRequest) *pool {
 			}
 		}
 	}
-	key, ok := normalPolicy(r.Policy)
+	key, ok := normalPolicy(r.Policy, m.cfg.DefaultTier)
 	if !ok {
 		return nil
 	}
@@ -483,13 +483,17 @@ func (m *Manager) warmPool(r CreateRequest) *pool {
 }
 
 // normalPolicy is p normalized and compacted, as warm pools compare
-// policies: its workspace set (DefaultWorkspace when it names none), an
-// image's name in its normal form (docker.io/library/…); ok is false if p
-// does not normalize.
-func normalPolicy(p policy.Spec) (policy.Spec, bool) {
+// policies: its workspace set (DefaultWorkspace when it names none), its
+// tier (tier, the daemon's default, when it names none), an image's name
+// in its normal form (docker.io/library/…); ok is false if p does not
+// normalize.
+func normalPolicy(p policy.Spec, tier string) (policy.Spec, bool) {
 	ws := workspaceOf(p)
 	got := clonePolicy(p)
 	got.Filesystem.Workspace = ws
+	if got.Tier == "" {
+		got.Tier = tier
+	}
 	if got.Normalize(ws, "") != nil {
 		return got, false
 	}
@@ -581,6 +585,7 @@ func (m *Manager) takeWarm(ctx context.Context, p *pool, tenant string, r Create
 	}
 	p.took.Add(1)
 	WarmCreates.With(p.name, "hit").Inc()
+	SandboxesCreated.With(row.Tier).Inc()
 
 	id := l.id
 	log := m.log.With("sandbox", id, "tenant", tenant)
@@ -588,13 +593,13 @@ func (m *Manager) takeWarm(ctx context.Context, p *pool, tenant string, r Create
 		l.client.SetEnv(envEntries(r.Env))
 	}
 	l.ev = m.newEvents(tenant, id)
-	l.ev.append(EventCreated, map[string]any{"expires": row.Expires, "warm": true}, false)
+	l.ev.append(EventCreated, map[string]any{"expires": row.Expires, "tier": row.Tier, "warm": true}, false)
 	if err := m.adopt(l, tenant, r.IdleTimeout, now, row.Expires); err != nil {
 		<-m.end(l, "", "the daemon is shutting down")
 		return Info{}, true, fmt.Errorf("create sandbox %s: %w", id, err)
 	}
 	l.ev.append(EventStarted, nil, false)
-	log.Info("sandbox started", "pid", l.inst.PID(), "expires", row.Expires, "image", l.image, "warm", true, "template", p.name, "warm_left", p.readyCount())
+	log.Info("sandbox started", "pid", l.inst.PID(), "expires", row.Expires, "image", l.image, "tier", row.Tier, "warm", true, "template", p.name, "warm_left", p.readyCount())
 	return infoOf(row), true, nil
 }
 

@@ -72,7 +72,7 @@ func TestWarmPool(t *testing.T) {
 	if list, err := m.List(ctx, "a", nil, ""); err != nil || len(list) != 0 {
 		t.Errorf("list with only warm sandboxes: %+v, %v", list, err)
 	}
-	if c, err := m.Counts(ctx); err != nil || c[store.StateRunning] != 0 {
+	if c, err := m.Counts(ctx); err != nil || c[nsState(store.StateRunning)] != 0 {
 		t.Errorf("counts with only warm sandboxes: %v, %v", c, err)
 	}
 	if v := warmReady(""); v < 2 {

@@ -6,10 +6,17 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/policy"
 )
 
-// testPool is a pool of p, as New makes it, not started.
+// testPool is a pool of p, as New makes it with the default tier, not
+// started.
 func testPool(t *testing.T, name string, p policy.Spec) *pool {
 	t.Helper()
-	key, ok := normalPolicy(p)
+	return testTierPool(t, name, p, policy.DefaultTier)
+}
+
+// testTierPool is a pool of p in a daemon whose default tier is tier.
+func testTierPool(t *testing.T, name string, p policy.Spec, tier string) *pool {
+	t.Helper()
+	key, ok := normalPolicy(p, tier)
 	if !ok {
 		t.Fatalf("pool %s: the policy does not normalize", name)
 	}
@@ -60,6 +67,13 @@ func TestWarmMatch(t *testing.T) {
 		{"the template's image, hutch's workspace", CreateRequest{Policy: policy.Spec{Root: e2b.Root}}, "-"},
 		{"the template's, PATH", CreateRequest{Policy: e2b, Env: map[string]string{"PATH": "/opt/bin"}}, "-"},
 		{"the default, PATH", CreateRequest{Env: map[string]string{"PATH": "/opt/bin"}}, ""},
+		{"the default tier named", CreateRequest{Policy: policy.Spec{Tier: policy.TierNamespace}}, ""},
+		{"another tier", CreateRequest{Policy: policy.Spec{Tier: policy.TierGVisor}}, "-"},
+		{"the template's, another tier", CreateRequest{Policy: func() policy.Spec {
+			p := clonePolicy(e2b)
+			p.Tier = policy.TierGVisor
+			return p
+		}()}, "-"},
 	} {
 		got := "-"
 		if p := m.warmPool(c.r); p != nil {
@@ -67,6 +81,30 @@ func TestWarmMatch(t *testing.T) {
 		}
 		if got != c.want {
 			t.Errorf("%s: the pool is %q, want %q", c.name, got, c.want)
+		}
+	}
+}
+
+// TestWarmMatchTier: in a daemon whose default tier is gvisor, the pool
+// of the default policy is of gvisor; a create that names gvisor takes
+// from it, one that names namespace does not.
+func TestWarmMatchTier(t *testing.T) {
+	m := &Manager{cfg: Config{DefaultTier: policy.TierGVisor}, pools: []*pool{testTierPool(t, "", policy.Spec{}, policy.TierGVisor)}}
+	if m.pools[0].key.Tier != policy.TierGVisor {
+		t.Fatalf("the default pool's tier is %q", m.pools[0].key.Tier)
+	}
+	for _, c := range []struct {
+		name string
+		r    CreateRequest
+		want bool
+	}{
+		{"empty", CreateRequest{}, true},
+		{"the default tier named", CreateRequest{Policy: policy.Spec{Tier: policy.TierGVisor}}, true},
+		{"a default spelled out, no tier", CreateRequest{Policy: policy.Spec{Resources: policy.Resources{Pids: policy.DefaultPids}}}, true},
+		{"the namespace tier", CreateRequest{Policy: policy.Spec{Tier: policy.TierNamespace}}, false},
+	} {
+		if got := m.warmPool(c.r) != nil; got != c.want {
+			t.Errorf("%s: takes from the pool %v, want %v", c.name, got, c.want)
 		}
 	}
 }

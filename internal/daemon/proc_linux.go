@@ -16,14 +16,23 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
 )
 
-// startSandbox starts a long-lived sandbox; its agent is at the other end
-// of the connection.
-func startSandbox(c sandbox.Config) (instance, net.Conn, error) {
-	sb, err := sandbox.Start(c)
+// startSandbox starts a long-lived sandbox with the runtime of its tier
+// (Config.Runtimes); its agent is at the other end of the connection. The
+// daemon needs the host pid of what holds the sandbox (its PID 1 under
+// the namespace tier), which it records to end the sandbox after a crash
+// of the daemon (leftovers.go): a runtime whose sandboxes do not say it
+// is refused.
+func startSandbox(rt sandbox.Runtime, c sandbox.Config) (instance, net.Conn, error) {
+	sb, err := rt.Start(c)
 	if err != nil {
 		return nil, nil, err
 	}
-	return sb, sb.Conn(), nil
+	inst, ok := sb.(instance)
+	if !ok {
+		_ = sb.Close()
+		return nil, nil, fmt.Errorf("tier %s: its sandboxes give no host pid to record", rt.Tier())
+	}
+	return inst, sb.Conn(), nil
 }
 
 // processStart returns the start time of process pid, in clock ticks after

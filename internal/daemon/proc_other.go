@@ -15,7 +15,7 @@ import (
 // errNotSupported reports a platform without sandboxes.
 var errNotSupported = errors.New("hutch serve runs sandboxes on Linux only")
 
-func startSandbox(sandbox.Config) (instance, net.Conn, error) {
+func startSandbox(sandbox.Runtime, sandbox.Config) (instance, net.Conn, error) {
 	return nil, nil, errNotSupported
 }
 

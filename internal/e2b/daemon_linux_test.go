@@ -47,8 +47,8 @@ func newRealFixture(t *testing.T) *realFixture {
 	return newRealFixtureWith(t, daemon.Config{})
 }
 
-// newRealFixtureWith is newRealFixture with cfg's AgentBinary and E2B's
-// options opts.
+// newRealFixtureWith is newRealFixture with cfg's AgentBinary and tiers
+// (DefaultTier, MinTier, Runtimes) and E2B's options opts.
 func newRealFixtureWith(t *testing.T, cfg daemon.Config, opts ...Option) *realFixture {
 	t.Helper()
 	testutil.RequireRoot(t)
@@ -62,7 +62,7 @@ func newRealFixtureWith(t *testing.T, cfg daemon.Config, opts ...Option) *realFi
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	m, err := daemon.New(daemon.Config{
 		StateDir: stateDir, MaxTimeout: realMaxTimeout, DefaultTimeout: 5 * time.Minute, MaxSandboxes: realQuota,
-		AgentBinary: cfg.AgentBinary,
+		AgentBinary: cfg.AgentBinary, DefaultTier: cfg.DefaultTier, MinTier: cfg.MinTier, Runtimes: cfg.Runtimes,
 	}, log)
 	if err != nil {
 		t.Fatal(err)

@@ -372,6 +372,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, tenant string) 
 	}
 	auditEntry(r).Sandbox = info.ID
 	auditEntry(r).Image = info.Image
+	auditEntry(r).Tier = info.Tier // the daemon's default: E2B's creates name none
 	// The sandbox is destroyed even if the client went away meanwhile.
 	cleanup := context.WithoutCancel(r.Context())
 	if err := h.setup(r.Context(), tenant, info.ID); err != nil {

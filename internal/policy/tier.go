@@ -14,7 +14,8 @@ const (
 	DefaultTier = TierNamespace
 )
 
-// Tiers lists the values Spec.Tier accepts.
+// Tiers lists the values Spec.Tier accepts, weakest isolation first: the
+// one ordered table of the tiers (TierRank; a microvm tier goes last).
 var Tiers = []string{TierNamespace, TierGVisor}
 
 // CheckTier checks a value of Spec.Tier.

@@ -67,7 +67,17 @@ type Sandbox struct {
 	// Image is the digest of the image the sandbox started from ("" for
 	// the host's root).
 	Image string
+	// Tier is the isolation tier the sandbox runs in (policy.Tiers); it
+	// does not change in the sandbox's life. Empty is recorded as
+	// NamespaceTier, which the sandboxes recorded before tiers (schema
+	// version 2 and earlier) read as.
+	Tier string
 }
+
+// NamespaceTier is the namespace tier's name (policy.TierNamespace; the
+// store imports nothing of hutch's): the tier of a record that names
+// none.
+const NamespaceTier = "namespace"
 
 // Filter selects sandboxes in ListSandboxes. Its zero value selects all.
 type Filter struct {
@@ -83,7 +93,7 @@ type Filter struct {
 // sandboxColumns are the columns scanSandbox reads, in its order; s is the
 // sandboxes table.
 const sandboxColumns = `s.id, s.tenant, s.state, s.spec, s.created_ns, s.expires_ns,
-	s.last_active_ns, s.idle_timeout_ns, s.pid, s.pid_start, s.dir, s.image,
+	s.last_active_ns, s.idle_timeout_ns, s.pid, s.pid_start, s.dir, s.image, s.tier,
 	(SELECT json_group_object(l.key, l.value) FROM sandbox_labels l WHERE l.sandbox_id = s.id)`
 
 // scanner is a *sql.Row or a *sql.Rows.
@@ -100,7 +110,7 @@ func scanSandbox(row scanner) (Sandbox, error) {
 		labels                               []byte
 	)
 	err := row.Scan(&sb.ID, &sb.Tenant, &sb.State, &sb.Spec, &created, &expires,
-		&lastActive, &idleNS, &sb.PID, &pidStart, &sb.Dir, &sb.Image, &labels)
+		&lastActive, &idleNS, &sb.PID, &pidStart, &sb.Dir, &sb.Image, &sb.Tier, &labels)
 	if err != nil {
 		return Sandbox{}, err
 	}
@@ -192,6 +202,9 @@ func check(sb *Sandbox) (row, error) {
 	if r.spec == nil {
 		r.spec = []byte{} // the column is NOT NULL
 	}
+	if sb.Tier == "" {
+		sb.Tier = NamespaceTier
+	}
 	return r, nil
 }
 
@@ -222,9 +235,9 @@ func (s *Store) InsertSandbox(ctx context.Context, sb Sandbox) error {
 	}
 	err = s.writeTx(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO sandboxes
-	(id, tenant, state, spec, created_ns, expires_ns, last_active_ns, idle_timeout_ns, pid, pid_start, dir, image)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			sb.ID, sb.Tenant, sb.State, r.spec, r.created, r.expires, r.lastActive, r.idleNS, sb.PID, r.pidStart, sb.Dir, sb.Image)
+	(id, tenant, state, spec, created_ns, expires_ns, last_active_ns, idle_timeout_ns, pid, pid_start, dir, image, tier)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			sb.ID, sb.Tenant, sb.State, r.spec, r.created, r.expires, r.lastActive, r.idleNS, sb.PID, r.pidStart, sb.Dir, sb.Image, sb.Tier)
 		if isConstraint(err) {
 			return ErrConflict
 		}
@@ -336,8 +349,8 @@ func (s *Store) UpdateSandbox(ctx context.Context, id string, fn func(*Sandbox) 
 		if err := fn(&sb); err != nil {
 			return err
 		}
-		if sb.ID != old.ID || sb.Tenant != old.Tenant {
-			return errors.New("the id and the tenant of a sandbox cannot change")
+		if sb.ID != old.ID || sb.Tenant != old.Tenant || sb.Tier != old.Tier {
+			return errors.New("the id, the tenant and the tier of a sandbox cannot change")
 		}
 		r, err := check(&sb)
 		if err != nil {
@@ -413,26 +426,29 @@ func (s *Store) CountSandboxes(ctx context.Context, tenant string) (int, error) 
 	return n, nil
 }
 
-// CountStates returns the number of sandboxes in each state but stopped
-// (states without any are left out), leaving out the sandboxes of tenant
-// except.
-func (s *Store) CountStates(ctx context.Context, except string) (map[string]int, error) {
+// StateTier is a state and a tier, what CountStates counts sandboxes by.
+type StateTier struct{ State, Tier string }
+
+// CountStates returns the number of sandboxes in each state but stopped,
+// by tier (the pairs without any are left out), leaving out the
+// sandboxes of tenant except.
+func (s *Store) CountStates(ctx context.Context, except string) (map[StateTier]int, error) {
 	rows, err := s.r.QueryContext(ctx,
-		"SELECT state, count(*) FROM sandboxes WHERE state <> 'stopped' AND tenant <> ? GROUP BY state", except)
+		"SELECT state, tier, count(*) FROM sandboxes WHERE state <> 'stopped' AND tenant <> ? GROUP BY state, tier", except)
 	if err != nil {
 		return nil, fmt.Errorf("store: count sandboxes by state: %w", err)
 	}
 	defer rows.Close()
-	out := make(map[string]int)
+	out := make(map[StateTier]int)
 	for rows.Next() {
 		var (
-			state string
-			n     int
+			k StateTier
+			n int
 		)
-		if err := rows.Scan(&state, &n); err != nil {
+		if err := rows.Scan(&k.State, &k.Tier, &n); err != nil {
 			return nil, fmt.Errorf("store: count sandboxes by state: %w", err)
 		}
-		out[state] = n
+		out[k] = n
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("store: count sandboxes by state: %w", err)

@@ -33,6 +33,7 @@ func testSandbox(id, tenant string) Sandbox {
 		PIDStart:    math.MaxUint64 - 1,
 		Dir:         "/var/lib/hutch/sandboxes/" + id,
 		Image:       "sha256:" + strings.Repeat("ab", 32),
+		Tier:        "gvisor",
 	}
 }
 
@@ -43,7 +44,7 @@ func assertSandbox(t *testing.T, got, want Sandbox) {
 	if got.ID != want.ID || got.Tenant != want.Tenant || got.State != want.State ||
 		string(got.Spec) != string(want.Spec) || got.IdleTimeout != want.IdleTimeout ||
 		got.PID != want.PID || got.PIDStart != want.PIDStart || got.Dir != want.Dir ||
-		got.Image != want.Image {
+		got.Image != want.Image || got.Tier != want.Tier {
 		t.Errorf("sandbox\n got %+v\nwant %+v", got, want)
 	}
 	if len(got.Labels) == 0 && got.Labels != nil {
@@ -100,6 +101,7 @@ func TestSandboxCRUD(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	bare.Tier = NamespaceTier // recorded so, when the record names none
 	assertSandbox(t, got, bare)
 	if got.Spec != nil || got.Labels != nil {
 		t.Errorf("bare sandbox read back with Spec %q, Labels %v; want nil", got.Spec, got.Labels)
@@ -134,6 +136,14 @@ func TestSandboxCRUD(t *testing.T) {
 	}
 	assertSandbox(t, got, want)
 	assertSandbox(t, upd, got)
+
+	// The tier is the sandbox's for its life.
+	if _, err := s.UpdateSandbox(ctx, "sb1", func(sb *Sandbox) error {
+		sb.Tier = NamespaceTier
+		return nil
+	}); err == nil || !strings.Contains(err.Error(), "cannot change") {
+		t.Errorf("UpdateSandbox changing the tier: %v, want refused", err)
+	}
 
 	// Removing all labels.
 	if _, err := s.UpdateSandbox(ctx, "sb1", func(sb *Sandbox) error {
@@ -232,6 +242,9 @@ func TestTenantIsolation(t *testing.T) {
 	for i, tenant := range []string{"acme", "beta", "acme", "beta"} {
 		sb := testSandbox(fmt.Sprintf("%s-%d", tenant, i), tenant)
 		sb.Created = base.Add(time.Duration(i) * time.Second)
+		if i < 2 {
+			sb.Tier = "" // recorded as the namespace tier
+		}
 		if err := s.InsertSandbox(ctx, sb); err != nil {
 			t.Fatal(err)
 		}
@@ -282,10 +295,12 @@ func TestTenantIsolation(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	for except, want := range map[string]map[string]int{
-		"":     {StateRunning: 2, StatePaused: 1},
-		"beta": {StateRunning: 1},
-		"acme": {StateRunning: 1, StatePaused: 1},
+	// acme-0 (stopped) and beta-1 (paused) are of the namespace tier,
+	// acme-2 and beta-3 (running) of gvisor.
+	for except, want := range map[string]map[StateTier]int{
+		"":     {{StateRunning, "gvisor"}: 2, {StatePaused, NamespaceTier}: 1},
+		"beta": {{StateRunning, "gvisor"}: 1},
+		"acme": {{StateRunning, "gvisor"}: 1, {StatePaused, NamespaceTier}: 1},
 	} {
 		if got, err := s.CountStates(ctx, except); err != nil || !maps.Equal(got, want) {
 			t.Errorf("CountStates(except %q) = %v, %v; want %v", except, got, err, want)

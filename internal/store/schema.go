@@ -52,6 +52,11 @@ CREATE INDEX sandbox_labels_key_value ON sandbox_labels (key, value, sandbox_id)
 	`
 ALTER TABLE sandboxes ADD COLUMN image TEXT NOT NULL DEFAULT '';
 `,
+	// Version 3: the isolation tier a sandbox runs in; the sandboxes
+	// recorded before ran in the namespace tier, the only one then.
+	`
+ALTER TABLE sandboxes ADD COLUMN tier TEXT NOT NULL DEFAULT 'namespace' CHECK (tier <> '');
+`,
 }
 
 // migrate creates the table schema_migrations if it is missing and applies

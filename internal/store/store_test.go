@@ -59,8 +59,8 @@ func TestOpenCreatesSchema(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v != len(migrations) || v != 2 {
-		t.Errorf("schema version %d, want 2", v)
+	if v != len(migrations) || v != 3 {
+		t.Errorf("schema version %d, want 3", v)
 	}
 
 	var mode string
@@ -304,20 +304,19 @@ func TestPathWithURICharacters(t *testing.T) {
 	}
 }
 
-// TestMigrateImage: a file of schema version 1 (before sandboxes recorded
-// their image) is migrated on open; its sandboxes read back without one.
-func TestMigrateImage(t *testing.T) {
+// openOld opens a file of schema version (its migrations applied as a
+// hutch of then did), with rows inserted before: Open migrates it.
+func openOld(t *testing.T, version int, rows ...string) *Store {
+	t.Helper()
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "state.db")
 	db := rawDB(t, path)
-	for _, q := range []string{
-		"CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_ns INTEGER NOT NULL) STRICT",
-		migrations[0],
-		"INSERT INTO schema_migrations (version, applied_ns) VALUES (1, 0)",
-		setApplicationID,
-		`INSERT INTO sandboxes (id, tenant, state, spec, created_ns, expires_ns, last_active_ns, idle_timeout_ns, pid, pid_start, dir)
-			VALUES ('old', 'acme', 'stopped', x'', 1, 2, 3, 0, 0, 0, '/x')`,
-	} {
+	stmts := []string{"CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_ns INTEGER NOT NULL) STRICT"}
+	for v := 1; v <= version; v++ {
+		stmts = append(stmts, migrations[v-1], fmt.Sprintf("INSERT INTO schema_migrations (version, applied_ns) VALUES (%d, 0)", v))
+	}
+	stmts = append(append(stmts, setApplicationID), rows...)
+	for _, q := range stmts {
 		if _, err := db.ExecContext(ctx, q); err != nil {
 			t.Fatalf("%s: %v", q, err)
 		}
@@ -327,7 +326,16 @@ func TestMigrateImage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// TestMigrateImage: a file of schema version 1 (before sandboxes recorded
+// their image) is migrated on open; its sandboxes read back without one.
+func TestMigrateImage(t *testing.T) {
+	ctx := context.Background()
+	s := openOld(t, 1, `INSERT INTO sandboxes (id, tenant, state, spec, created_ns, expires_ns, last_active_ns, idle_timeout_ns, pid, pid_start, dir)
+			VALUES ('old', 'acme', 'stopped', x'', 1, 2, 3, 0, 0, 0, '/x')`)
 	if v, err := s.schemaVersion(ctx); err != nil || v != len(migrations) {
 		t.Errorf("schema version %d, %v; want %d", v, err, len(migrations))
 	}
@@ -343,5 +351,30 @@ func TestMigrateImage(t *testing.T) {
 	}
 	if sb, err := s.GetSandbox(ctx, "", "old"); err != nil || sb.Image != "sha256:"+strings.Repeat("0", 64) {
 		t.Errorf("its image after an update: %+v, %v", sb, err)
+	}
+}
+
+// TestMigrateTier: a file of schema version 2 (before sandboxes recorded
+// their tier) is migrated on open; its sandboxes read back in the
+// namespace tier, the only one they could run in, and keep it.
+func TestMigrateTier(t *testing.T) {
+	ctx := context.Background()
+	s := openOld(t, 2, `INSERT INTO sandboxes (id, tenant, state, spec, created_ns, expires_ns, last_active_ns, idle_timeout_ns, pid, pid_start, dir, image)
+			VALUES ('old', 'acme', 'running', x'', 1, 2, 3, 0, 0, 0, '/x', '')`)
+	if v, err := s.schemaVersion(ctx); err != nil || v != 3 {
+		t.Errorf("schema version %d, %v; want 3", v, err)
+	}
+	sb, err := s.GetSandbox(ctx, "acme", "old")
+	if err != nil || sb.Tier != NamespaceTier || sb.State != StateRunning {
+		t.Errorf("a sandbox of version 2: %+v, %v; want the namespace tier", sb, err)
+	}
+	if c, err := s.CountStates(ctx, ""); err != nil || c[StateTier{StateRunning, NamespaceTier}] != 1 || len(c) != 1 {
+		t.Errorf("CountStates = %v, %v; want one running of the namespace tier", c, err)
+	}
+	if sb, err := s.UpdateSandbox(ctx, "old", func(sb *Sandbox) error {
+		sb.State = StateStopped
+		return nil
+	}); err != nil || sb.Tier != NamespaceTier {
+		t.Errorf("after an update: %+v, %v", sb, err)
 	}
 }

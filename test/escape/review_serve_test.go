@@ -545,7 +545,7 @@ func TestItem30_AuditAndOracles(t *testing.T) {
 		}
 	}
 	_, aliceMetrics := d.do(t, alice, "GET", "/metrics", "")
-	if !strings.Contains(aliceMetrics, `hutch_sandboxes{state="running"} 1`) {
+	if !strings.Contains(aliceMetrics, `hutch_sandboxes{state="running",tier="namespace"} 1`) {
 		t.Errorf("alice's metrics do not count her sandbox:\n%s", aliceMetrics)
 	}
 }

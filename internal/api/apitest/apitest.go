@@ -7,6 +7,7 @@
 package apitest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -21,6 +22,7 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/agent"
 	"github.com/hutch-sandbox/hutch/internal/daemon"
 	"github.com/hutch-sandbox/hutch/internal/image"
+	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/store"
 )
 
@@ -147,6 +149,7 @@ func (m *Manager) Create(ctx context.Context, tenant string, r daemon.CreateRequ
 	info := daemon.Info{
 		ID: id, Tenant: tenant, State: store.StateRunning, Labels: r.Labels,
 		CreatedAt: now, ExpiresAt: now.Add(timeout), Workspace: ws,
+		Tier: cmp.Or(r.Policy.Tier, policy.DefaultTier), // the tier it would have (it runs in none)
 	}
 	m.boxes[id] = &box{info: info, client: agent.NewClient(a), served: served}
 	ev := &eventsOf{tenant: tenant, log: daemon.NewEventLog()}
@@ -290,17 +293,15 @@ func (m *Manager) setState(tenant, id, from, to, kind string) (daemon.Info, erro
 	return info, nil
 }
 
-// Counts returns the number of sandboxes in each of daemon.CountedStates.
-func (m *Manager) Counts(ctx context.Context) (map[string]int, error) {
+// Counts returns the number of sandboxes in each of daemon.CountedStates,
+// by tier.
+func (m *Manager) Counts(ctx context.Context) (map[store.StateTier]int, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := map[string]int{}
-	for _, s := range daemon.CountedStates {
-		out[s] = 0
-	}
+	out := map[store.StateTier]int{}
 	for _, b := range m.boxes {
-		if _, ok := out[b.info.State]; ok {
-			out[b.info.State]++
+		if slices.Contains(daemon.CountedStates, b.info.State) {
+			out[store.StateTier{State: b.info.State, Tier: b.info.Tier}]++
 		}
 	}
 	return out, nil

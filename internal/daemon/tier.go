@@ -1,0 +1,104 @@
+package daemon
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/hutch-sandbox/hutch/internal/policy"
+	"github.com/hutch-sandbox/hutch/internal/sandbox"
+)
+
+// Isolation tiers in hutch serve. A sandbox's tier is its policy's, or
+// the daemon's default (Config.DefaultTier) when the policy names none;
+// it is resolved before anything else of the policy is looked at, so that
+// a warm pool's sandboxes are of the tier their policy resolves to and a
+// create takes one only if the tiers match (the tier is part of the
+// normalized policy pools compare). A tier weaker than Config.MinTier is
+// refused, and so is one the daemon has no runtime for (Config.Runtimes):
+// a sandbox never runs in another tier than its record says (S2).
+
+// DefaultRuntimes are the tiers hutch serve runs: the namespace tier. The
+// gVisor tier runs hutch run's sandboxes only (internal/gvisor); served
+// sandboxes get it by an entry here.
+func DefaultRuntimes() map[string]sandbox.Runtime {
+	return map[string]sandbox.Runtime{policy.TierNamespace: sandbox.Namespaces{}}
+}
+
+// checkTiers fills in c's tiers and checks them: known tiers, the default
+// not weaker than the minimum, a runtime of the tier its key names for
+// each entry of Runtimes, and one for the default tier (a daemon that
+// failed every create of the default, or ran it weaker, would be worse
+// than none).
+func (c *Config) checkTiers() error {
+	if c.Runtimes == nil {
+		c.Runtimes = DefaultRuntimes()
+	}
+	for _, t := range slices.Sorted(maps.Keys(c.Runtimes)) {
+		if err := policy.CheckTier(t); err != nil {
+			return fmt.Errorf("daemon config: runtimes: %v: %w", err, ErrInvalid)
+		}
+		if rt := c.Runtimes[t]; rt == nil || rt.Tier() != t {
+			return fmt.Errorf("daemon config: runtimes: the runtime of tier %s is not that tier's: %w", t, ErrInvalid)
+		}
+	}
+	if c.MinTier == "" {
+		c.MinTier = policy.Tiers[0]
+	}
+	if err := policy.CheckTier(c.MinTier); err != nil {
+		return fmt.Errorf("daemon config: minimum tier (--min-tier): %v: %w", err, ErrInvalid)
+	}
+	if c.DefaultTier == "" {
+		c.DefaultTier = policy.StrongerTier(policy.DefaultTier, c.MinTier)
+	}
+	if err := policy.CheckTier(c.DefaultTier); err != nil {
+		return fmt.Errorf("daemon config: default tier (--default-tier): %v: %w", err, ErrInvalid)
+	}
+	if !policy.TierAtLeast(c.DefaultTier, c.MinTier) {
+		return fmt.Errorf("daemon config: the default tier %s is weaker than the minimum tier %s: every create without a tier would be refused (hutch serve --default-tier %s, or a weaker --min-tier): %w",
+			c.DefaultTier, c.MinTier, c.MinTier, ErrInvalid)
+	}
+	if c.Runtimes[c.DefaultTier] == nil {
+		return fmt.Errorf("daemon config: default tier %s (hutch serve --default-tier, or --min-tier): %s: %w", c.DefaultTier, c.noRuntime(c.DefaultTier), ErrInvalid)
+	}
+	return nil
+}
+
+// noRuntime says that the daemon does not run tier, and which tiers it
+// runs.
+func (c *Config) noRuntime(tier string) string {
+	return fmt.Sprintf("hutch serve does not run the %s tier yet (it runs: %s)", tier, strings.Join(slices.Sorted(maps.Keys(c.Runtimes)), ", "))
+}
+
+// resolveTier gives spec, a tenant's policy not yet normalized, the
+// daemon's default tier when it names none.
+func (m *Manager) resolveTier(spec *policy.Spec) {
+	if spec.Tier == "" {
+		spec.Tier = m.cfg.DefaultTier
+	}
+}
+
+// checkTier refuses a sandbox of tier: unknown, weaker than the daemon's
+// minimum, or one the daemon has no runtime for.
+func (m *Manager) checkTier(tier string) error {
+	if err := policy.CheckTier(tier); err != nil {
+		return invalid("create sandbox: policy: tier: %v", err)
+	}
+	if !policy.TierAtLeast(tier, m.cfg.MinTier) {
+		return invalid("create sandbox: policy: tier: %s is weaker than %s, the minimum tier of this daemon (hutch serve --min-tier %s)", tier, m.cfg.MinTier, m.cfg.MinTier)
+	}
+	if m.cfg.Runtimes[tier] == nil {
+		return invalid("create sandbox: policy: tier: %s", m.cfg.noRuntime(tier))
+	}
+	return nil
+}
+
+// runtime is the runtime of tier; checkTier has checked that there is one.
+func (m *Manager) runtime(tier string) (sandbox.Runtime, error) {
+	rt := m.cfg.Runtimes[tier]
+	if rt == nil {
+		return nil, invalid("tier: %s", m.cfg.noRuntime(tier))
+	}
+	return rt, nil
+}

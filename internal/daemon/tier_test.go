@@ -1,0 +1,125 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/hutch-sandbox/hutch/internal/policy"
+	"github.com/hutch-sandbox/hutch/internal/sandbox"
+	"github.com/hutch-sandbox/hutch/internal/store"
+)
+
+// nsState is the key of Counts for a state of the namespace tier.
+func nsState(state string) store.StateTier {
+	return store.StateTier{State: state, Tier: policy.TierNamespace}
+}
+
+// errFakeStart is what fakeRuntime's Start answers.
+var errFakeStart = errors.New("the test's runtime starts nothing")
+
+// fakeRuntime stands for a tier the daemon does not run yet: it records
+// the configs it was asked to start and starts nothing.
+type fakeRuntime struct {
+	tier string
+
+	mu     sync.Mutex
+	starts []sandbox.Config
+}
+
+func (f *fakeRuntime) Tier() string { return f.tier }
+
+func (f *fakeRuntime) Run(context.Context, sandbox.Config) (sandbox.Result, error) {
+	return sandbox.Result{}, errFakeStart
+}
+
+func (f *fakeRuntime) Start(c sandbox.Config) (sandbox.Instance, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.starts = append(f.starts, c)
+	return nil, errFakeStart
+}
+
+// started returns the configs Start was called with.
+func (f *fakeRuntime) started() []sandbox.Config {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]sandbox.Config(nil), f.starts...)
+}
+
+// TestConfigTiers: the default tier is namespace, or the minimum tier if
+// stronger; a default weaker than the minimum, an unknown tier, a runtime
+// under another tier's name and a default tier without a runtime (gvisor,
+// today) are refused, the last with the message a create of it gets.
+func TestConfigTiers(t *testing.T) {
+	gv := func() map[string]sandbox.Runtime {
+		return map[string]sandbox.Runtime{policy.TierNamespace: sandbox.Namespaces{}, policy.TierGVisor: &fakeRuntime{tier: policy.TierGVisor}}
+	}
+	for _, c := range []struct {
+		name             string
+		cfg              Config
+		wantDef, wantMin string
+		err              string // in the error; "" for none
+	}{
+		{"defaults", Config{}, policy.TierNamespace, policy.TierNamespace, ""},
+		{"namespace named", Config{DefaultTier: "namespace", MinTier: "namespace"}, policy.TierNamespace, policy.TierNamespace, ""},
+		{"default gvisor", Config{DefaultTier: "gvisor"}, "", "", "default tier gvisor (hutch serve --default-tier, or --min-tier): hutch serve does not run the gvisor tier yet (it runs: namespace)"},
+		{"min gvisor", Config{MinTier: "gvisor"}, "", "", "default tier gvisor (hutch serve --default-tier, or --min-tier): hutch serve does not run the gvisor tier yet (it runs: namespace)"},
+		{"default weaker than min", Config{DefaultTier: "namespace", MinTier: "gvisor"}, "", "", "the default tier namespace is weaker than the minimum tier gvisor"},
+		{"unknown default", Config{DefaultTier: "kvm"}, "", "", `default tier (--default-tier): unknown tier "kvm"`},
+		{"unknown min", Config{MinTier: "kvm"}, "", "", `minimum tier (--min-tier): unknown tier "kvm"`},
+		{"gvisor run", Config{DefaultTier: "gvisor", Runtimes: gv()}, policy.TierGVisor, policy.TierNamespace, ""},
+		{"min gvisor run", Config{MinTier: "gvisor", Runtimes: gv()}, policy.TierGVisor, policy.TierGVisor, ""},
+		{"runtime of another tier", Config{Runtimes: map[string]sandbox.Runtime{policy.TierNamespace: &fakeRuntime{tier: policy.TierGVisor}}}, "", "", "the runtime of tier namespace is not that tier's"},
+		{"runtime of an unknown tier", Config{Runtimes: map[string]sandbox.Runtime{"kvm": &fakeRuntime{tier: "kvm"}, policy.TierNamespace: sandbox.Namespaces{}}}, "", "", `unknown tier "kvm"`},
+		{"no runtimes", Config{Runtimes: map[string]sandbox.Runtime{}}, "", "", "hutch serve does not run the namespace tier yet (it runs: )"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := c.cfg
+			cfg.StateDir = "/x"
+			err := cfg.withDefaults()
+			switch {
+			case c.err == "" && err != nil:
+				t.Fatalf("withDefaults: %v", err)
+			case c.err != "" && (!errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), c.err)):
+				t.Fatalf("withDefaults = %v, want ErrInvalid with %q", err, c.err)
+			case c.err == "" && (cfg.DefaultTier != c.wantDef || cfg.MinTier != c.wantMin):
+				t.Fatalf("default tier %q, minimum %q; want %q, %q", cfg.DefaultTier, cfg.MinTier, c.wantDef, c.wantMin)
+			}
+		})
+	}
+}
+
+// TestCheckTier: a create's tier below the minimum is refused naming both
+// tiers and the flag; one without a runtime says that hutch serve does not
+// run it yet.
+func TestCheckTier(t *testing.T) {
+	for _, c := range []struct {
+		cfg  Config
+		tier string
+		err  string
+	}{
+		{Config{}, policy.TierNamespace, ""},
+		{Config{}, policy.TierGVisor, "create sandbox: policy: tier: hutch serve does not run the gvisor tier yet (it runs: namespace)"},
+		{Config{}, "kvm", `create sandbox: policy: tier: unknown tier "kvm" (allowed: "namespace", "gvisor")`},
+		{Config{MinTier: policy.TierGVisor, Runtimes: map[string]sandbox.Runtime{policy.TierGVisor: &fakeRuntime{tier: policy.TierGVisor}}}, policy.TierNamespace,
+			"create sandbox: policy: tier: namespace is weaker than gvisor, the minimum tier of this daemon (hutch serve --min-tier gvisor)"},
+		{Config{MinTier: policy.TierGVisor, Runtimes: map[string]sandbox.Runtime{policy.TierGVisor: &fakeRuntime{tier: policy.TierGVisor}}}, policy.TierGVisor, ""},
+	} {
+		cfg := c.cfg
+		cfg.StateDir = "/x"
+		if err := cfg.withDefaults(); err != nil {
+			t.Fatal(err)
+		}
+		m := &Manager{cfg: cfg}
+		err := m.checkTier(c.tier)
+		switch {
+		case c.err == "" && err != nil:
+			t.Errorf("min %s, tier %s: %v", cfg.MinTier, c.tier, err)
+		case c.err != "" && (!errors.Is(err, ErrInvalid) || err.Error() != c.err+": invalid"):
+			t.Errorf("min %s, tier %s: %v, want %q", cfg.MinTier, c.tier, err, c.err)
+		}
+	}
+}
