@@ -459,25 +459,14 @@ func sentries(dir string) []int {
 	return out
 }
 
-// TestRootOwnedWorkspace: a workspace of root's, on a way others cannot
-// search (as /root/project is), makes the command root inside gVisor but
-// no owner of the host's files: a file only root may read stays closed to
-// it (S1), as in the namespace tier, while what it writes in the
-// workspace lands there as root's.
+// TestRootOwnedWorkspace: a workspace of root's makes the command root
+// inside gVisor but no owner of the host's files: a file only root may
+// read stays closed to it (S1), as in the namespace tier, while what it
+// writes in the workspace lands there as root's; also when the way to the
+// workspace is a directory others cannot search (as /root is for
+// /root/project).
 func TestRootOwnedWorkspace(t *testing.T) {
 	rt := testRuntime(t)
-	closed, err := os.MkdirTemp("/var/tmp", "hutch-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(closed) })
-	if err := os.Chmod(closed, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	ws := filepath.Join(closed, "project")
-	if err := os.Mkdir(ws, 0o755); err != nil {
-		t.Fatal(err)
-	}
 	open, err := os.MkdirTemp("/var/tmp", "hutch-test-")
 	if err != nil {
 		t.Fatal(err)
@@ -490,19 +479,38 @@ func TestRootOwnedWorkspace(t *testing.T) {
 	if err := os.WriteFile(secret, []byte("root-secret\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	o := run(t, rt, ws, nil, "sh", "-c", "id -u; pwd; cat "+secret+" || echo secret refused; echo new > new.txt && echo written")
-	wantExit(t, o, 0)
-	if strings.Contains(o.stdout, "root-secret") || !strings.Contains(o.stdout, "secret refused") {
-		t.Errorf("the command read a file only the host's root may read:\n%s", o)
-	}
-	if lines := strings.Split(o.stdout, "\n"); len(lines) < 2 || lines[0] != "0" || lines[1] != ws {
-		t.Errorf("want root in the workspace %s:\n%s", ws, o)
-	}
-	var st syscall.Stat_t
-	if err := syscall.Lstat(filepath.Join(ws, "new.txt"), &st); err != nil {
-		t.Fatalf("new.txt was not written to the host: %v\n%s", err, o)
-	}
-	if st.Uid != 0 || st.Gid != 0 {
-		t.Errorf("new.txt is owned by %d:%d on the host, want root's", st.Uid, st.Gid)
+	for _, way := range []struct {
+		name string
+		mode os.FileMode
+	}{{"open way", 0o755}, {"closed way", 0o700}} {
+		t.Run(way.name, func(t *testing.T) {
+			parent, err := os.MkdirTemp("/var/tmp", "hutch-test-")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { os.RemoveAll(parent) })
+			if err := os.Chmod(parent, way.mode); err != nil {
+				t.Fatal(err)
+			}
+			ws := filepath.Join(parent, "project")
+			if err := os.Mkdir(ws, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			o := run(t, rt, ws, nil, "sh", "-c", "id -u; pwd; cat "+secret+" || echo secret refused; echo new > new.txt && echo written")
+			wantExit(t, o, 0)
+			if strings.Contains(o.stdout, "root-secret") || !strings.Contains(o.stdout, "secret refused") {
+				t.Errorf("the command read a file only the host's root may read:\n%s", o)
+			}
+			if lines := strings.Split(o.stdout, "\n"); len(lines) < 2 || lines[0] != "0" || lines[1] != ws {
+				t.Errorf("want root in the workspace %s:\n%s", ws, o)
+			}
+			var st syscall.Stat_t
+			if err := syscall.Lstat(filepath.Join(ws, "new.txt"), &st); err != nil {
+				t.Fatalf("new.txt was not written to the host: %v\n%s", err, o)
+			}
+			if st.Uid != 0 || st.Gid != 0 {
+				t.Errorf("new.txt is owned by %d:%d on the host, want root's", st.Uid, st.Gid)
+			}
+		})
 	}
 }
