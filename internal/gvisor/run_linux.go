@@ -194,6 +194,9 @@ func (rt *Runtime) Run(ctx context.Context, c sandbox.Config) (res sandbox.Resul
 	if err := os.WriteFile(v.empty, nil, 0o444); err != nil {
 		return res, fmt.Errorf("mask file: %w", err)
 	}
+	if v.special, err = maskSpecial(v.rootfs, v.empty, prot.DenyRead, prot.Roots); err != nil {
+		return res, err
+	}
 	if s.Resources.MemoryBytes > 0 || s.Resources.CPUs > 0 {
 		v.cgroup = "/" + id
 	}
@@ -677,4 +680,65 @@ func mountsBelow(dir string) []string {
 		return nil
 	})
 	return out
+}
+
+// maskSpecial binds the empty file over each deny-read path that is
+// neither a file nor a directory (a unix socket such as /run/docker.sock,
+// a fifo, a device node) in the root's copy at rootfs, on the host and
+// read-only: gVisor's gofer cannot open such a path as a mount point, and
+// a socket masked nowhere would be one the sandbox may connect to with
+// runsc's --host-uds. The path is resolved in the copy (RESOLVE_IN_ROOT),
+// never through a symbolic link out of it; the masks go with the copy.
+// One in a writable area (roots) is refused: a mount there would stop
+// gVisor's gofer from binding the area. It returns the paths it masked.
+func maskSpecial(rootfs, empty string, denyRead, roots []string) (map[string]bool, error) {
+	masked := map[string]bool{}
+	var root, tree = -1, -1
+	defer func() {
+		for _, fd := range []int{root, tree} {
+			if fd >= 0 {
+				unix.Close(fd)
+			}
+		}
+	}()
+	for _, d := range denyRead {
+		var st unix.Stat_t
+		if unix.Lstat(d, &st) != nil {
+			continue
+		}
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFSOCK, unix.S_IFIFO, unix.S_IFCHR, unix.S_IFBLK:
+		default:
+			continue
+		}
+		if inAny(d, roots) {
+			return nil, fmt.Errorf("tier %q: deny read %s: a socket, fifo or device in a writable area cannot be masked under gVisor yet", policy.TierGVisor, d)
+		}
+		if root < 0 {
+			var err error
+			if root, err = unix.Open(rootfs, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
+				return nil, fmt.Errorf("deny read: the root's copy: %w", err)
+			}
+		}
+		t, err := unix.Openat2(root, strings.TrimPrefix(d, "/"), &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC | unix.O_NOFOLLOW, Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS})
+		if errors.Is(err, unix.ENOENT) {
+			continue // not in the view (below an empty way to a writable area)
+		} else if err != nil {
+			return nil, fmt.Errorf("deny read %s: %w", d, err)
+		}
+		m, err := unix.OpenTree(unix.AT_FDCWD, empty, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+		if err == nil {
+			attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV | unix.MOUNT_ATTR_NOEXEC}
+			if err = unix.MountSetattr(m, "", unix.AT_EMPTY_PATH, &attr); err == nil {
+				err = unix.MoveMount(m, "", t, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH)
+			}
+			unix.Close(m)
+		}
+		unix.Close(t)
+		if err != nil {
+			return nil, fmt.Errorf("deny read %s: %w", d, err)
+		}
+		masked[d] = true
+	}
+	return masked, nil
 }

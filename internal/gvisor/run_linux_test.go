@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -512,5 +513,46 @@ func TestRootOwnedWorkspace(t *testing.T) {
 				t.Errorf("new.txt is owned by %d:%d on the host, want root's", st.Uid, st.Gid)
 			}
 		})
+	}
+}
+
+// TestDenyReadSockets: a deny-read path that is a unix socket (as
+// /run/docker.sock on a Docker host) is an empty file in the view, and
+// the sandbox starts: gVisor's gofer cannot mount over a socket, so hutch
+// masks it on the host. One in the workspace is refused, not left open.
+func TestDenyReadSockets(t *testing.T) {
+	rt := testRuntime(t)
+	ws := testutil.OwnedDir(t, testutil.UnprivilegedUID)
+	outside, err := os.MkdirTemp("/var/tmp", "hutch-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(outside) })
+	if err := os.Chmod(outside, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	listen := func(p string) {
+		l, err := net.Listen("unix", p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		if err := os.Chmod(p, 0o777); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sock := filepath.Join(outside, "daemon.sock")
+	listen(sock)
+	o := run(t, rt, ws, func(s *policy.Spec) { s.Filesystem.DenyRead = []string{sock} }, "sh", "-c",
+		"if [ -S "+sock+" ]; then echo socket; elif [ -f "+sock+" ] && [ ! -s "+sock+" ]; then echo empty; fi")
+	wantExit(t, o, 0)
+	if strings.TrimSpace(o.stdout) != "empty" {
+		t.Errorf("want the socket masked by an empty file:\n%s", o)
+	}
+	inside := filepath.Join(ws, "agent.sock")
+	listen(inside)
+	o = run(t, rt, ws, func(s *policy.Spec) { s.Filesystem.DenyRead = []string{inside} }, "true")
+	if o.res.ExitCode == 0 || o.err == nil || !strings.Contains(o.err.Error(), "cannot be masked") {
+		t.Errorf("a socket to hide in the workspace was not refused:\n%s", o)
 	}
 }

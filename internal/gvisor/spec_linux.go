@@ -116,6 +116,10 @@ type view struct {
 	// shadows are the directories on the way to a writable area that the
 	// command could not search, empty in the root's copy (shadowWays).
 	shadows []string
+	// special are the deny-read paths that are neither files nor
+	// directories (unix sockets, fifos, device nodes), masked on the host
+	// in the root's copy: gVisor's gofer cannot open them as mount points.
+	special map[string]bool
 	hide    []string // directories of hutch's own the view shows empty
 	tty     bool
 	rows    uint16
@@ -251,6 +255,9 @@ func buildSpec(s policy.Spec, v view) ociSpec {
 		}
 		if !inAny(d, pr.Roots) && (!othersReach(d) || inAny(d, v.shadows)) {
 			continue // out of the command's reach, and of gVisor's gofer
+		}
+		if v.special[d] {
+			continue // masked on the host (maskSpecial)
 		}
 		if pr.Dirs[d] {
 			m = append(m, tmpfs(d, 0, true))
