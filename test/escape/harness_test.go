@@ -69,6 +69,7 @@ var notUnderGVisor = map[string]string{
 	"TestItem16_DNSProxy":             "needs --net proxy, refused under gVisor (policy.TierRefusals: network.mode)",
 	"TestItem17_FilterCoverage":       "needs --net proxy, refused under gVisor (policy.TierRefusals: network.mode)",
 	"TestItem18_SSRFProxy":            "needs --net proxy, refused under gVisor (policy.TierRefusals: network.mode)",
+	"TestItem27_RunPID1":              "attacks hutch's init, the sandbox's PID 1 under namespaces; a gVisor sandbox has no hutch process inside (its PID 1 is the command: TestItem02_Environment, TestItem08_ProcAndProcesses), and the test's second run needs --net proxy (policy.TierRefusals: network.mode)",
 	"TestItem15_NetHost":              "needs --net host, refused under gVisor (policy.TierRefusals: network.mode)",
 }
 
