@@ -193,7 +193,7 @@ func TestItem08_ProcAndProcesses(t *testing.T) {
 		script := fmt.Sprintf(`
 cat "/proc/self/root$HOME/.ssh/id_rsa"; echo "RC procroot $?"
 ls /proc/1/root/ >/dev/null; echo "RC initroot $?"
-echo "INIT-CMDLINE $(tr '\0' ' ' </proc/1/cmdline)"
+echo "INIT-CMDLINE $(tr '\0' '\n' </proc/1/cmdline | head -n 2 | tr '\n' ' ')"
 [ -e /proc/%[2]d ] && echo "VISIBLE host pid"
 kill -0 $$; echo "RC selfkill $?"
 %[1]s openproc:/proc/1/mem openproc:/proc/1/environ ptrace process_vm_readv process_vm_writev pidfd_getfd kill:%[2]d pidfd_open:%[2]d
