@@ -36,9 +36,13 @@
 // TestItem18_SSRFProxy), the host's network (TestItem15_NetHost), secrets
 // (TestItem02_SecretNeverInSandbox, _SecretCopiesRefused,
 // TestItem19_Placeholders), an image as the root (TestImageRootEscapes,
-// TestImageWorkspaceProtections) — and TestItem27_RunPID1, whose target,
-// hutch's init as the sandbox's PID 1, does not exist under gVisor (PID 1
-// is the command). The tests of hutch serve that do not go through
+// TestImageWorkspaceProtections) — and what tests a mechanism of the
+// namespace tier that gVisor does not have: TestItem27_RunPID1 (hutch's
+// init as the sandbox's PID 1; under gVisor PID 1 is the command),
+// TestItem10_StandIns (the stand-ins hutch serves over hidden and
+// protected paths; gVisor masks with empty files and tmpfs), and
+// TestItem21_Umask (the supervisor that keeps the umask's withheld bits;
+// ARCHITECTURE documents that gVisor has no counterpart). The tests of hutch serve that do not go through
 // forEachMode (TestItem21_ServedLayer, _CpFromServed, TestItem26..30,
 // TestItem27_ServedPID1) run under the namespace tier only: hutch serve
 // does not run the gVisor tier yet. Nor does anything run as an ordinary
@@ -52,7 +56,11 @@
 // (there is no hutch process inside to attack); no host unix socket is
 // reachable at all (runsc runs without --host-uds); the sandbox's
 // processes are not host processes, and what must die with hutch is runsc
-// and its sandbox and gofer. TestGVisorKernel checks what only gVisor
+// and its sandbox and gofer; calls and families gVisor implements itself
+// (keyrings, nested namespaces, netlink, ICMP sockets) act on gVisor's
+// kernel only; calls it lacks fail with ENOSYS, ENOTTY or ENOTSUP. The
+// harness's gvisorAlso adds such results to an attack's expected ones
+// under the gVisor tier only. TestGVisorKernel checks what only gVisor
 // has: uname -r and -v, /proc/version and dmesg are gVisor's kernel's,
 // never the host's (the namespace run of the same script, showing the
 // host's release, is its control).
