@@ -3,6 +3,10 @@
 package escape
 
 import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -72,4 +76,35 @@ func TestGVisorKernel(t *testing.T) {
 			t.Errorf("the host's kernel (%s, %s) shows inside the gVisor sandbox\n%s", hostRelease, hostVersion, r)
 		}
 	})
+}
+
+// TestNotUnderGVisorNamesTests: every entry of notUnderGVisor names a test
+// of this package, so that a renamed test cannot leave an entry that
+// skips nothing while the renamed one runs under gVisor unnoticed, or the
+// reverse.
+func TestNotUnderGVisorNamesTests(t *testing.T) {
+	files, err := filepath.Glob("*_test.go")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("list the package's test files: %v", err)
+	}
+	tests := map[string]bool{}
+	for _, f := range files {
+		file, err := parser.ParseFile(token.NewFileSet(), f, nil, parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range file.Decls {
+			if fn, ok := d.(*ast.FuncDecl); ok && fn.Recv == nil && strings.HasPrefix(fn.Name.Name, "Test") {
+				tests[fn.Name.Name] = true
+			}
+		}
+	}
+	for name, why := range notUnderGVisor {
+		if !tests[name] {
+			t.Errorf("notUnderGVisor names %s (%s), which is no test of this package", name, why)
+		}
+		if why == "" {
+			t.Errorf("notUnderGVisor gives no reason for %s", name)
+		}
+	}
 }
