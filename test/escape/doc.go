@@ -13,16 +13,57 @@
 //     placeholder left behind, no sandbox process still running, no
 //     connection accepted by a host listener.
 //
-// Every test runs twice, as the parallel subtests "root" and "user": once
+// Every test runs under both isolation tiers, as the parallel subtests
+// "namespace" and "gvisor" (the table tiers in the harness; forEachMode
+// runs a test's body once per tier and per who starts hutch, so no test
+// is copied). Under "namespace" it runs twice, as "root" and "user": once
 // with hutch started by root (the sandbox runs as uid 0 of its own user
 // namespace, an unused uid on the host) and once with hutch started by the
-// unprivileged uid testutil.UnprivilegedUID, each with a workspace and a
-// fake home directory of its own (outside /tmp, which the sandbox
-// replaces). The test process itself must be root for both, so the suite
-// skips on a developer machine and fails under HUTCH_TEST_ROOT=1, as CI
-// runs it:
+// unprivileged uid testutil.UnprivilegedUID. Under "gvisor" (hutch run
+// --tier gvisor, with the runsc of $HUTCH_TEST_RUNSC, see testutil.Runsc)
+// it runs as "root" only: the tier runs as root only in this version. Each
+// run gets a workspace and a fake home directory of its own (outside /tmp,
+// which the sandbox replaces). The test process itself must be root, so
+// the suite skips on a developer machine and fails under HUTCH_TEST_ROOT=1,
+// as CI runs it:
 //
-//	sudo HUTCH_TEST_ROOT=1 go test -count=1 ./test/escape/
+//	sudo HUTCH_TEST_ROOT=1 HUTCH_TEST_RUNSC=/path/to/runsc go test -count=1 ./test/escape/
+//
+// Not under gVisor, by design (the table notUnderGVisor, whose reason the
+// skipped "gvisor" subtest prints): what needs a policy the tier refuses
+// (policy.TierRefusals) — the egress proxy (TestItem15_PolicyNoDirectRoute,
+// _ProxyBypass, TestItem16_DNSProxy, TestItem17_FilterCoverage,
+// TestItem18_SSRFProxy), the host's network (TestItem15_NetHost), secrets
+// (TestItem02_SecretNeverInSandbox, _SecretCopiesRefused,
+// TestItem19_Placeholders), an image as the root (TestImageRootEscapes,
+// TestImageWorkspaceProtections) — and what tests a mechanism of the
+// namespace tier that gVisor does not have: TestItem27_RunPID1 (hutch's
+// init as the sandbox's PID 1; under gVisor PID 1 is the command),
+// TestItem10_StandIns (the stand-ins hutch serves over hidden and
+// protected paths; gVisor masks with empty files and tmpfs), and
+// TestItem21_Umask (the supervisor that keeps the umask's withheld bits;
+// ARCHITECTURE documents that gVisor has no counterpart). The tests of hutch serve that do not go through
+// forEachMode (TestItem21_ServedLayer, _CpFromServed, TestItem26..30,
+// TestItem27_ServedPID1) run under the namespace tier only: hutch serve
+// does not run the gVisor tier yet. Nor does anything run as an ordinary
+// user under gVisor.
+//
+// Where gVisor's kernel answers an attack differently and legitimately,
+// the test asserts, under "gvisor", the security property rather than the
+// namespace tier's errno, and says why in a comment (the namespace
+// assertions are unchanged): a deny-read file is masked by an empty file,
+// so reading it succeeds and yields nothing; PID 1 is the command itself
+// (there is no hutch process inside to attack); no host unix socket is
+// reachable at all (runsc runs without --host-uds); the sandbox's
+// processes are not host processes, and what must die with hutch is runsc
+// and its sandbox and gofer; calls and families gVisor implements itself
+// (keyrings, nested namespaces, netlink, ICMP sockets) act on gVisor's
+// kernel only; calls it lacks fail with ENOSYS, ENOTTY or ENOTSUP. The
+// harness's gvisorAlso adds such results to an attack's expected ones
+// under the gVisor tier only. TestGVisorKernel checks what only gVisor
+// has: uname -r and -v, /proc/version and dmesg are gVisor's kernel's,
+// never the host's (the namespace run of the same script, showing the
+// host's release, is its control).
 //
 // Tests are named TestItemNN_What after the ESCAPES.md item they cover and
 // name the security invariants (S1..S7) in their comments. Attacks that need

@@ -25,18 +25,54 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/testutil"
 )
 
-// mode is who starts hutch.
+// mode is who starts hutch, and under which isolation tier.
 type mode struct {
-	name string
-	uid  int // uid and gid of the hutch process
+	name  string
+	uid   int    // uid and gid of the hutch process
+	tier  string // policy.TierNamespace or policy.TierGVisor
+	runsc string // tier gvisor: the runsc binary (testutil.Runsc)
 }
 
+// modes are who starts hutch under the namespace tier.
 var modes = []mode{
-	{"root", 0},
-	{"user", testutil.UnprivilegedUID},
+	{name: "root", uid: 0, tier: policy.TierNamespace},
+	{name: "user", uid: testutil.UnprivilegedUID, tier: policy.TierNamespace},
+}
+
+// tiers is the table of isolation tiers the suite runs every test under,
+// each as a subtest named after the tier, with who may start hutch there:
+// the gVisor tier runs as root only in this version.
+var tiers = []struct {
+	name  string
+	modes []mode
+}{
+	{policy.TierNamespace, modes},
+	{policy.TierGVisor, []mode{{name: "root", uid: 0, tier: policy.TierGVisor}}},
+}
+
+// notUnderGVisor is the table of the tests that do not run under the
+// gVisor tier, by design, each with the reason: what the test needs that
+// the tier refuses (policy.TierRefusals) or does not have yet. Every other
+// test of forEachMode runs under both tiers.
+var notUnderGVisor = map[string]string{
+	"TestImageRootEscapes":            "a sandbox from an image: --image is refused under gVisor (policy.TierRefusals: root)",
+	"TestImageWorkspaceProtections":   "a sandbox from an image: --image is refused under gVisor (policy.TierRefusals: root)",
+	"TestItem02_SecretNeverInSandbox": "needs secrets, refused under gVisor until the egress proxy reaches it (policy.TierRefusals: secrets)",
+	"TestItem02_SecretCopiesRefused":  "needs secrets, refused under gVisor until the egress proxy reaches it (policy.TierRefusals: secrets)",
+	"TestItem19_Placeholders":         "needs secrets and --net proxy, refused under gVisor (policy.TierRefusals: secrets, network.mode)",
+	"TestItem15_PolicyNoDirectRoute":  "needs --net proxy, refused under gVisor (policy.TierRefusals: network.mode)",
+	"TestItem15_ProxyBypass":          "needs --net proxy, refused under gVisor (policy.TierRefusals: network.mode)",
+	"TestItem16_DNSProxy":             "needs --net proxy, refused under gVisor (policy.TierRefusals: network.mode)",
+	"TestItem17_FilterCoverage":       "needs --net proxy, refused under gVisor (policy.TierRefusals: network.mode)",
+	"TestItem18_SSRFProxy":            "needs --net proxy, refused under gVisor (policy.TierRefusals: network.mode)",
+	"TestItem27_RunPID1":              "attacks hutch's init, the sandbox's PID 1 under namespaces; a gVisor sandbox has no hutch process inside (its PID 1 is the command: TestItem02_Environment, TestItem08_ProcAndProcesses), and the test's second run needs --net proxy (policy.TierRefusals: network.mode)",
+	"TestItem10_StandIns":             "the stand-ins are the namespace tier's (hutch serves them over hidden and protected paths and counts what they refuse); the gVisor tier masks with an empty read-only file or tmpfs instead (TestItem01_CredentialFiles, TestItem07_Symlinks run there) and reports no refused read",
+	"TestItem21_Umask":                "the namespace tier's supervisor keeps the umask's withheld bits; under gVisor it has no counterpart (ARCHITECTURE, The gVisor tier, Host writes: a command that lowers its umask can create files writable by others, never set-id, which TestItem21_SetIDFiles checks there) and gVisor's /proc/self/status has no Umask line",
+	"TestItem15_NetHost":              "needs --net host, refused under gVisor (policy.TierRefusals: network.mode)",
 }
 
 // markerVar is set in the sandbox's environment by tests that look for
@@ -44,8 +80,8 @@ var modes = []mode{
 // inherits it, and root can read every process's environment.
 const markerVar = "HUTCH_ESCAPE_MARK"
 
-// harness is one test's sandbox environment: who runs hutch, its workspace
-// and a fake home directory for it.
+// harness is one test's sandbox environment: who runs hutch, under which
+// tier, its workspace and a fake home directory for it.
 type harness struct {
 	t    *testing.T
 	mode mode
@@ -53,18 +89,51 @@ type harness struct {
 	home string // fake $HOME outside /tmp (which the sandbox replaces), owned by mode.uid
 }
 
-// forEachMode runs f as the parallel subtests "root" and "user", each with
-// a fresh sandbox environment.
+// forEachMode runs f under every tier of tiers, as the parallel subtests
+// "namespace" and "gvisor", and in each as the parallel subtests of who
+// starts hutch ("root", "user"), each with a fresh sandbox environment. A
+// test of notUnderGVisor skips its "gvisor" subtest with the table's reason.
 func forEachMode(t *testing.T, f func(t *testing.T, sb *harness)) {
 	t.Helper()
 	testutil.RequireRoot(t)
 	t.Parallel()
-	for _, m := range modes {
-		t.Run(m.name, func(t *testing.T) {
+	for _, tr := range tiers {
+		t.Run(tr.name, func(t *testing.T) {
 			t.Parallel()
-			f(t, newSandbox(t, m))
+			runsc := ""
+			if tr.name == policy.TierGVisor {
+				if why, ok := notUnderGVisor[t.Name()[:strings.Index(t.Name(), "/")]]; ok {
+					t.Skip("not under the gVisor tier, by design (notUnderGVisor): " + why)
+				}
+				runsc = testutil.Runsc(t)
+			}
+			for _, m := range tr.modes {
+				m.runsc = runsc
+				t.Run(m.name, func(t *testing.T) {
+					t.Parallel()
+					f(t, newSandbox(t, m))
+				})
+			}
 		})
 	}
+}
+
+// gvisor reports whether the sandbox runs under the gVisor tier.
+func (sb *harness) gvisor() bool { return sb.mode.tier == policy.TierGVisor }
+
+// gvisorAlso returns want with, under the gVisor tier only, the results of
+// also accepted too: what gVisor's kernel answers to the same attack. Each
+// caller says why none of them is an escape. Under the namespace tier want
+// is returned unchanged.
+func (sb *harness) gvisorAlso(want, also map[string][]string) map[string][]string {
+	if !sb.gvisor() {
+		return want
+	}
+	out := maps.Clone(want)
+	for k, v := range also {
+		out[k] = append(slices.Clone(out[k]), v...)
+	}
+	return out
 }
 
 func newSandbox(t *testing.T, m mode) *harness {
@@ -154,8 +223,12 @@ func (sb *harness) env(extra []string) []string {
 	return append(env, extra...)
 }
 
-// command prepares hutch with args as the sandbox's mode says.
+// command prepares hutch with args as the sandbox's mode says: under the
+// gVisor tier, "hutch run" gets --tier gvisor and the test's runsc.
 func (sb *harness) command(o opts, args ...string) *exec.Cmd {
+	if sb.gvisor() && len(args) > 0 && args[0] == "run" {
+		args = append([]string{"run", "--tier", policy.TierGVisor, "--runsc", sb.mode.runsc}, args[1:]...)
+	}
 	cmd := exec.Command(testutil.Hutch(sb.t), args...)
 	if o.umask != "" {
 		cmd = exec.Command("/bin/sh", append([]string{"-c", "umask " + o.umask + ` && exec "$0" "$@"`, testutil.Hutch(sb.t)}, args...)...)

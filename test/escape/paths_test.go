@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -43,7 +44,14 @@ cat .bashrc; echo "RC readreplaced $?"
 		if !strings.Contains(r.stdout, notes) || !strings.Contains(r.stdout, "RC control 0") {
 			t.Errorf("control failed: a link to ~/notes.txt was not readable\n%s", r)
 		}
-		for _, a := range []string{"dirlink", "filelink", "rootlink", "hardlink", "hardlink2", "copy", "dotdot", "replace"} {
+		mustFail := []string{"dirlink", "filelink", "rootlink", "hardlink", "hardlink2", "copy", "dotdot", "replace"}
+		if sb.gvisor() {
+			// The gVisor tier masks a deny-read file with an empty one:
+			// reading or copying it succeeds and yields nothing, which
+			// noSecret above and the empty copy below check.
+			mustFail = slices.DeleteFunc(mustFail, func(a string) bool { return a == "copy" || a == "dotdot" })
+		}
+		for _, a := range mustFail {
 			if strings.Contains(r.stdout, "RC "+a+" 0") {
 				t.Errorf("%s: succeeded\n%s", a, r)
 			}
@@ -185,6 +193,7 @@ func TestItem08_ProcAndProcesses(t *testing.T) {
 		script := fmt.Sprintf(`
 cat "/proc/self/root$HOME/.ssh/id_rsa"; echo "RC procroot $?"
 ls /proc/1/root/ >/dev/null; echo "RC initroot $?"
+echo "INIT-CMDLINE $(tr '\0' '\n' </proc/1/cmdline | head -n 2 | tr '\n' ' ')"
 [ -e /proc/%[2]d ] && echo "VISIBLE host pid"
 kill -0 $$; echo "RC selfkill $?"
 %[1]s openproc:/proc/1/mem openproc:/proc/1/environ ptrace process_vm_readv process_vm_writev pidfd_getfd kill:%[2]d pidfd_open:%[2]d
@@ -195,7 +204,7 @@ exit 7
 `, a, vpid)
 		r := sb.run(opts{}, script)
 		noSecret(t, r, secrets)
-		expect(t, r, map[string][]string{
+		want := map[string][]string{
 			"openproc:/proc/1/mem":             {"EACCES"},
 			"openproc:/proc/1/environ":         {"EACCES"},
 			"ptrace":                           {"EPERM"},
@@ -204,8 +213,26 @@ exit 7
 			"pidfd_getfd":                      {"EPERM"},
 			"kill:" + strconv.Itoa(vpid):       {"ESRCH"},
 			"pidfd_open:" + strconv.Itoa(vpid): {"ESRCH"},
-		})
-		for _, bad := range []string{"RC procroot 0", "RC initroot 0", "VISIBLE host pid"} {
+		}
+		bad := []string{"RC procroot 0", "RC initroot 0", "VISIBLE host pid"}
+		if sb.gvisor() {
+			// Under gVisor no hutch process runs inside the sandbox: PID 1
+			// is the command's own shell, whose environment and root are
+			// the command's own, and process_vm_readv/writev (on the
+			// attacker's own memory) are calls of gVisor's kernel on the
+			// sandbox's memory. What must hold is that PID 1 is the
+			// command and that nothing outside is reached: the host
+			// process is neither seen nor signalled, below.
+			for _, own := range []string{"openproc:/proc/1/environ", "process_vm_readv", "process_vm_writev"} {
+				delete(want, own)
+			}
+			bad = slices.DeleteFunc(bad, func(s string) bool { return s == "RC initroot 0" })
+			if !strings.Contains(r.stdout, "INIT-CMDLINE /bin/sh -c") {
+				t.Errorf("under gVisor, PID 1 is not the command\n%s", r)
+			}
+		}
+		expect(t, r, want)
+		for _, bad := range bad {
 			if strings.Contains(r.stdout, bad) {
 				t.Errorf("%s\n%s", bad, r)
 			}

@@ -152,7 +152,16 @@ for l in /proc/1/fd/*; do readlink "$l" && echo "INIT-FD-VISIBLE $l"; done 2>/de
 		if strings.Contains(r.stdout, secret) {
 			t.Errorf("a root-only file was read through a descriptor leaked into the sandbox")
 		}
-		if strings.Contains(r.stdout, "INIT-FD-VISIBLE") {
+		if sb.gvisor() {
+			// Under gVisor PID 1 is the command's own shell, whose
+			// descriptors are its own: what must hold is that none
+			// reaches the host file or directory hutch was given.
+			for _, l := range strings.Split(r.stdout, "\n") {
+				if l == "/" || strings.Contains(l, dir) {
+					t.Errorf("PID 1 holds a host file or directory: %s\n%s", l, r)
+				}
+			}
+		} else if strings.Contains(r.stdout, "INIT-FD-VISIBLE") {
 			t.Errorf("init's descriptors can be resolved from the command\n%s", r)
 		}
 	})
