@@ -1,0 +1,164 @@
+package main
+
+import (
+	"bufio"
+	"encoding/pem"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestGVisorNetProxy: under gVisor, --net proxy gives the command the
+// namespace tier's proxy (S6): an allowed host (pinned to a loopback
+// upstream) is reached through the HTTP proxy, with CONNECT over TLS and
+// through SOCKS5, a host that is not allowed gets the 403 naming the flag,
+// lookups are answered by hutch, ssh's ProxyCommand (/dev/hutch
+// proxy-connect) reaches an allowed port, a direct connection finds no
+// route, the proxy's sockets cannot be added to, a unix socket the command
+// binds is no host socket, and the report and the summary list it all.
+func TestGVisorNetProxy(t *testing.T) {
+	flags := gvisorFlags(t)
+	up := startUpstream(t)
+	_, port, _ := net.SplitHostPort(up.addr)
+	tlsUp := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "tls hello from %s%s\n", r.Host, r.URL.Path)
+	}))
+	defer tlsUp.Close()
+	_, tlsPort, _ := net.SplitHostPort(tlsUp.Listener.Addr().String())
+	ssh, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ssh.Close()
+	banner := make(chan string, 1)
+	go func() {
+		c, err := ssh.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		line, _ := bufio.NewReader(c).ReadString('\n')
+		banner <- line
+	}()
+	_, sshPort, _ := net.SplitHostPort(ssh.Addr().String())
+
+	ws := hostDir(t)
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: tlsUp.Certificate().Raw})
+	writeFile(t, filepath.Join(ws, "ca.pem"), string(ca), 0o644)
+	report := filepath.Join(hostDir(t), "report.jsonl")
+	script := `
+echo "HTTP_PROXY=$HTTP_PROXY ALL_PROXY=$ALL_PROXY"
+curl -sS --max-time 10 http://allowed.test:` + port + `/one; echo "RC allowed $?"
+curl -sS --max-time 10 --cacert ca.pem https://example.com:` + tlsPort + `/tls; echo "RC tls $?"
+curl -sS --max-time 10 -x "$ALL_PROXY" http://allowed.test:` + port + `/socks; echo "RC socks $?"
+curl -sS --max-time 10 -o /dev/null -D - http://blocked.test:` + port + `/two; echo "RC blocked $?"
+getent hosts localhost; echo "RC localhost $?"
+getent hosts looked-up.test; echo "RC lookup $?"
+curl -sS --max-time 10 --noproxy '*' http://192.0.2.1/; echo "RC direct $?"
+eval "$GIT_SSH_COMMAND -o BatchMode=yes -o ConnectTimeout=5 -p ` + sshPort + ` git@allowed.test true" </dev/null >/dev/null 2>&1; echo "RC ssh $?"
+ls /dev/hutch-proxy | tr '\n' ' '; echo
+touch /dev/hutch-proxy/x 2>/dev/null; echo "RC write $?"
+/usr/bin/python3 -c 'import socket; s = socket.socket(socket.AF_UNIX); s.bind("made.sock"); s.listen(); print("bound")'
+`
+	r := sandboxed(t, invocation{dir: ws, args: sh(script, append(flags, "--net", "proxy",
+		"--allow-domain", "allowed.test:"+port, "--allow-domain", "allowed.test:"+sshPort, "--allow-domain", "example.com:"+tlsPort,
+		"--add-host", "allowed.test:127.0.0.1", "--add-host", "blocked.test:127.0.0.1", "--add-host", "example.com:127.0.0.1",
+		"--allow-private", "127.0.0.1/32", "--report", report)...)})
+	wantOK(t, r)
+	for _, want := range []string{
+		"HTTP_PROXY=http://127.0.0.1:3128 ALL_PROXY=socks5h://127.0.0.1:1080",
+		"hello from allowed.test:" + port + "/one", "RC allowed 0",
+		"tls hello from example.com:" + tlsPort + "/tls", "RC tls 0",
+		"hello from allowed.test:" + port + "/socks", "RC socks 0",
+		"403", "X-Hutch-Blocked: not in allowedDomains", "X-Hutch-Allow: --allow-domain blocked.test:" + port,
+		"localhost", "RC localhost 0", "RC lookup 2",
+		"RC direct 7", "RC ssh ",
+		"dns.sock http.sock socks.sock \n", "RC write 1",
+		"bound",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("stdout lacks %q\n%s", want, r)
+		}
+	}
+	if got := up.requests(); !slices.Equal(got, []string{"allowed.test:" + port + "/one", "allowed.test:" + port + "/socks"}) {
+		t.Errorf("the upstream got %q, want only the allowed requests", got)
+	}
+	select {
+	case line := <-banner:
+		if !strings.HasPrefix(line, "SSH-2.0-") {
+			t.Errorf("ssh through the proxy sent %q, want an SSH banner", line)
+		}
+	default:
+		t.Errorf("ssh's ProxyCommand never reached the allowed host\n%s", r)
+	}
+	if _, err := os.Lstat(filepath.Join(ws, "made.sock")); err == nil {
+		t.Errorf("the command made a socket on the host (runsc --host-uds must be open only)")
+	}
+	for _, want := range []string{
+		"hutch: blocked 1 connection: blocked.test:" + port + " (not in allowedDomains)",
+		`answered "no such host"`, "looked-up.test",
+	} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("stderr lacks %q\n%s", want, r)
+		}
+	}
+	var blocked, lookups []reportLine
+	traffic := map[string]bool{}
+	for _, l := range readReport(t, report) {
+		switch l.Action {
+		case "blocked":
+			blocked = append(blocked, l)
+		case "lookup":
+			lookups = append(lookups, l)
+		case "allowed":
+			if l.BytesIn > 0 && l.BytesOut > 0 && l.Connections >= 1 {
+				traffic[fmt.Sprintf("%s:%d", l.Host, l.Port)] = true
+			}
+		}
+	}
+	if len(blocked) != 1 || blocked[0].Host != "blocked.test" || blocked[0].Protocol != "http" || blocked[0].Reason != "not in allowedDomains" {
+		t.Errorf("report: want one blocked plain-HTTP request to blocked.test, got %+v", blocked)
+	}
+	if !slices.ContainsFunc(lookups, func(l reportLine) bool { return l.Host == "looked-up.test" && l.Protocol == "dns" }) {
+		t.Errorf("report: no lookup of looked-up.test, got %+v", lookups)
+	}
+	for _, hp := range []string{"allowed.test:" + port, "example.com:" + tlsPort} {
+		if !traffic[hp] {
+			t.Errorf("report: no traffic line for %s with bytes, got %v", hp, traffic)
+		}
+	}
+}
+
+// TestGVisorNetNone: under gVisor, --net none answers as in the namespace
+// tier: the refusing proxy's 403 naming --net proxy, lookups answered "no
+// such host" at once, and no route out.
+func TestGVisorNetNone(t *testing.T) {
+	flags := gvisorFlags(t)
+	ws := hostDir(t)
+	script := `
+echo "HTTP_PROXY=$HTTP_PROXY GIT_SSH_COMMAND=$GIT_SSH_COMMAND"
+curl -sS --max-time 10 -o /dev/null -D - http://example.test/; echo "RC proxy $?"
+getent hosts example.test; echo "RC lookup $?"
+curl -sS --max-time 10 --noproxy '*' http://192.0.2.1/; echo "RC direct $?"
+`
+	r := sandboxed(t, invocation{dir: ws, args: sh(script, append(flags, "--net", "none")...)})
+	wantOK(t, r)
+	for _, want := range []string{
+		"HTTP_PROXY=http://127.0.0.1:3128 GIT_SSH_COMMAND=\n",
+		"403", "X-Hutch-Blocked: the sandbox has no network (--net none)", "RC proxy 0",
+		"RC lookup 2", "RC direct 7",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("stdout lacks %q\n%s", want, r)
+		}
+	}
+	if want := "--net proxy --allow-domain example.test"; !strings.Contains(r.stderr, want) {
+		t.Errorf("stderr lacks %q\n%s", want, r)
+	}
+}
