@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"encoding/pem"
 	"fmt"
 	"net"
@@ -31,22 +30,7 @@ func TestGVisorNetProxy(t *testing.T) {
 	}))
 	defer tlsUp.Close()
 	_, tlsPort, _ := net.SplitHostPort(tlsUp.Listener.Addr().String())
-	ssh, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ssh.Close()
-	banner := make(chan string, 1)
-	go func() {
-		c, err := ssh.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		line, _ := bufio.NewReader(c).ReadString('\n')
-		banner <- line
-	}()
-	_, sshPort, _ := net.SplitHostPort(ssh.Addr().String())
+	sshPort, banner := startSSHListener(t)
 
 	ws := hostDir(t)
 	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: tlsUp.Certificate().Raw})
@@ -89,14 +73,7 @@ touch /dev/hutch-proxy/x 2>/dev/null; echo "RC write $?"
 	if got := up.requests(); !slices.Equal(got, []string{"allowed.test:" + port + "/one", "allowed.test:" + port + "/socks"}) {
 		t.Errorf("the upstream got %q, want only the allowed requests", got)
 	}
-	select {
-	case line := <-banner:
-		if !strings.HasPrefix(line, "SSH-2.0-") {
-			t.Errorf("ssh through the proxy sent %q, want an SSH banner", line)
-		}
-	default:
-		t.Errorf("ssh's ProxyCommand never reached the allowed host\n%s", r)
-	}
+	wantBanner(t, banner, r)
 	if _, err := os.Lstat(filepath.Join(ws, "made.sock")); err == nil {
 		t.Errorf("the command made a socket on the host (runsc --host-uds must be open only)")
 	}
