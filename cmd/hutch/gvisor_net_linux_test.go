@@ -139,3 +139,47 @@ curl -sS --max-time 10 --noproxy '*' http://192.0.2.1/; echo "RC direct $?"
 		t.Errorf("stderr lacks %q\n%s", want, r)
 	}
 }
+
+// TestGVisorSecrets: under gVisor a secret works as in the namespace tier
+// (S3): the command holds a placeholder, trusts the sandbox's CA through
+// the bound system bundle, and the upstream of the secret's host gets the
+// real value, which never reaches the sandbox, also not in the answer.
+func TestGVisorSecrets(t *testing.T) {
+	flags := gvisorFlags(t)
+	got := make(chan string, 4)
+	up := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		auth := r.Header.Get("Authorization")
+		got <- auth
+		fmt.Fprintf(w, "upstream got %s\n", auth)
+	}))
+	defer up.Close()
+	_, upPort, _ := net.SplitHostPort(up.Listener.Addr().String())
+	ca := filepath.Join(hostDir(t), "ca.pem")
+	writeFile(t, ca, string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: up.Certificate().Raw})), 0o644)
+	ws := hostDir(t)
+	real := "real-" + strings.Repeat("7f3a", 8)
+	env := append(baseEnv(ws), "TOK="+real)
+	script := `
+echo "env=$TOK"; R=real-; env | grep -c "${R}` + strings.TrimPrefix(real, "real-") + `"
+curl -sS --max-time 10 -H "Authorization: Bearer $TOK" https://example.com:` + upPort + `/s; echo "RC secret $?"
+`
+	r := sandboxed(t, invocation{dir: ws, env: env, args: sh(script, append(flags, "--secret", "TOK@example.com:"+upPort,
+		"--upstream-ca", ca, "--add-host", "example.com:127.0.0.1", "--allow-private", "127.0.0.1/32")...)})
+	wantOK(t, r)
+	if strings.Contains(r.stdout, real) || strings.Contains(r.stderr, real) {
+		t.Errorf("the real value reached the sandbox:\n%s", r)
+	}
+	for _, want := range []string{"env=", "\n0\n", "upstream got Bearer ", "RC secret 0"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("stdout lacks %q\n%s", want, r)
+		}
+	}
+	select {
+	case auth := <-got:
+		if auth != "Bearer "+real {
+			t.Errorf("the upstream got %q, want the real value", auth)
+		}
+	default:
+		t.Errorf("the upstream got no request\n%s", r)
+	}
+}

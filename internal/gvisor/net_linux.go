@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
 )
 
@@ -223,7 +224,11 @@ func (rt *Runtime) proxyView(v *view, dir, mode string, c sandbox.Config) error 
 	}
 	v.env = sandbox.ProxyEnviron(v.env, mode)
 	if mode == "proxy" && c.CABundle != "" {
-		paths, _, env := sandbox.TrustBundle(v.env)
+		paths, created, env := sandbox.TrustBundle(v.env)
+		if created {
+			// Its mount point would have to be made in the host's root.
+			return fmt.Errorf("tier %q: the host has no bundle of trusted certificates to bind the sandbox's CA over (secrets need one)", policy.TierGVisor)
+		}
 		v.env = env
 		v.bundle, v.bundleAt = c.CABundle, paths
 	}
