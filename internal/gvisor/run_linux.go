@@ -201,7 +201,11 @@ func (rt *Runtime) Run(ctx context.Context, c sandbox.Config) (res sandbox.Resul
 	if s.Resources.MemoryBytes > 0 || s.Resources.CPUs > 0 {
 		v.cgroup = "/" + id
 	}
-	if c.Proxy != nil {
+	if s.Network.Mode == "proxy" {
+		// Not for mode "none": its refusing proxy would need runsc's
+		// --host-uds=open, which lets gVisor connect to every host socket
+		// its view shows that others may write to (as the namespace tier
+		// does), where without it gVisor reaches none.
 		if err := rt.proxyView(&v, dir, s.Network.Mode, c); err != nil {
 			return res, err
 		}
