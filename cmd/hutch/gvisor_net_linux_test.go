@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/hutch-sandbox/hutch/internal/testutil"
 )
 
 // TestGVisorNetProxy: under gVisor, --net proxy gives the command the
@@ -173,5 +175,25 @@ curl -sS --max-time 10 -H "Authorization: Bearer $TOK" https://example.com:` + u
 		}
 	default:
 		t.Errorf("the upstream got no request\n%s", r)
+	}
+}
+
+// TestGVisorNetProxyOwner: the proxy's sockets are the command's alone,
+// also when the workspace's owner (the command's identity) is not root:
+// the command reaches the proxy and still cannot add to the directory.
+func TestGVisorNetProxyOwner(t *testing.T) {
+	flags := gvisorFlags(t)
+	ws := testutil.OwnedDir(t, testutil.UnprivilegedUID)
+	script := `
+id -u
+curl -sS --max-time 10 -o /dev/null -w "%{http_code}\n" http://example.test/; echo "RC proxy $?"
+touch /dev/hutch-proxy/x 2>/dev/null; echo "RC write $?"
+`
+	r := sandboxed(t, invocation{dir: ws, args: sh(script, append(flags, "--net", "proxy", "--allow-domain", "allowed.test")...)})
+	wantOK(t, r)
+	for _, want := range []string{fmt.Sprintf("%d\n", testutil.UnprivilegedUID), "403\nRC proxy 0", "RC write 1"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("stdout lacks %q\n%s", want, r)
+		}
 	}
 }

@@ -16,13 +16,16 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
 )
 
-// serveNet makes dir (root's, 0755: the sandbox may connect to the sockets
-// in it, and create nothing) with the proxy's unix sockets, and serves p
-// on them: HTTP and SOCKS5 on stream sockets, DNS on a stream socket whose
+// serveNet makes dir with the proxy's unix sockets, and serves p on them:
+// HTTP and SOCKS5 on stream sockets, DNS on a stream socket whose
 // connections carry messages framed as DNS over TCP does. Closing p stops
-// them all.
-func serveNet(dir string, p sandbox.Proxy) error {
-	if err := os.Mkdir(dir, 0o755); err != nil {
+// them all. The directory (0500) and the sockets (0600) belong to owner,
+// the host id of the command's (gVisor's kernel checks the command's
+// permission, and its gofer, whose user namespace maps that id, connects):
+// no other host user may connect (the state directory's name is in runsc's
+// command line), and the sandbox may create nothing there.
+func serveNet(dir string, p sandbox.Proxy, owner, group int) error {
+	if err := os.Mkdir(dir, 0o700); err != nil {
 		return fmt.Errorf("proxy sockets: %w", err)
 	}
 	var ls [3]net.Listener
@@ -30,9 +33,10 @@ func serveNet(dir string, p sandbox.Proxy) error {
 		path := filepath.Join(dir, name)
 		l, err := net.Listen("unix", path)
 		if err == nil {
-			// Anyone may connect: the sandbox's ids own nothing of the
-			// host's.
-			err = os.Chmod(path, 0o666)
+			err = os.Chmod(path, 0o600)
+		}
+		if err == nil {
+			err = os.Lchown(path, owner, group)
 		}
 		if err != nil {
 			for _, l := range ls[:i] {
@@ -44,6 +48,16 @@ func serveNet(dir string, p sandbox.Proxy) error {
 			return fmt.Errorf("proxy sockets: %w", err)
 		}
 		ls[i] = l
+	}
+	err := os.Chown(dir, owner, group)
+	if err == nil {
+		err = os.Chmod(dir, 0o500)
+	}
+	if err != nil {
+		for _, l := range ls {
+			l.Close()
+		}
+		return fmt.Errorf("proxy sockets: %w", err)
 	}
 	go func() { _ = p.ServeHTTP(ls[0]) }()
 	go func() { _ = p.ServeSOCKS(ls[1]) }()
@@ -207,7 +221,7 @@ func (rt *Runtime) proxyView(v *view, dir, mode string, c sandbox.Config) error 
 		return err
 	}
 	v.netDir = filepath.Join(dir, "net")
-	if err := serveNet(v.netDir, c.Proxy); err != nil {
+	if err := serveNet(v.netDir, c.Proxy, sandbox.RootMappedID+int(v.uid), sandbox.RootMappedID+int(v.gid)); err != nil {
 		return err
 	}
 	// Lookups go to 127.0.0.1:53: hutch's resolv.conf over the view's
