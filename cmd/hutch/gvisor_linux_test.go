@@ -187,35 +187,67 @@ func TestGVisorTerminal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, waited := startOnTerminal(t, term, sh("test -t 0 && echo terminal; stty size; echo ready; read x; echo got:$x; exit 3", flags...)...)
-	out := typeHello(t, term, waited)
-	for _, want := range []string{"terminal\n", "33 77\n", "got:hello\n"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("the terminal does not show %q:\n%s", want, out)
-		}
-	}
-	after, err := unix.IoctlGetTermios(int(term.master.Fd()), unix.TCGETS)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if before.Lflag != after.Lflag || before.Iflag != after.Iflag {
-		t.Errorf("terminal modes not restored: before %s, after %s", modes(before), modes(after))
+	for _, net := range gvisorNets {
+		t.Run(net[1], func(t *testing.T) {
+			term := newTerminal(t, 33, 77)
+			_, waited := startOnTerminal(t, term, sh("test -t 0 && echo terminal; stty size; echo ready; read x; echo got:$x; exit 3", append(net, flags...)...)...)
+			out := typeHello(t, term, waited)
+			for _, want := range []string{"terminal\n", "33 77\n", "got:hello\n"} {
+				if !strings.Contains(out, want) {
+					t.Errorf("the terminal does not show %q:\n%s", want, out)
+				}
+			}
+			after, err := unix.IoctlGetTermios(int(term.master.Fd()), unix.TCGETS)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if before.Lflag != after.Lflag || before.Iflag != after.Iflag {
+				t.Errorf("terminal modes not restored: before %s, after %s", modes(before), modes(after))
+			}
+		})
 	}
 }
+
+// gvisorNets are the network modes the gVisor tests of the terminal,
+// signals and exit codes run in: without the proxy the command is the
+// sandbox's first process, with it hutch's relay is.
+var gvisorNets = [][]string{{"--net", "none"}, {"--net", "proxy", "--allow-domain", "example.test"}}
 
 // TestGVisorSignal checks that a signal to hutch reaches the command.
 func TestGVisorSignal(t *testing.T) {
 	flags := gvisorFlags(t)
-	cmd, out := startUntil(t, hostDir(t), sh(`trap 'echo got TERM; exit 9' TERM; echo ready; while :; do sleep 1; done`, flags...), "ready")
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case <-done:
-	case <-time.After(guard):
-		t.Fatal("hutch did not end after SIGTERM")
+	for _, net := range gvisorNets {
+		t.Run(net[1], func(t *testing.T) {
+			cmd, out := startUntil(t, hostDir(t), sh(`trap 'echo got TERM; exit 9' TERM; echo ready; while :; do sleep 1; done`, append(net, flags...)...), "ready")
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			select {
+			case <-done:
+			case <-time.After(guard):
+				t.Fatal("hutch did not end after SIGTERM")
+			}
+			if code := cmd.ProcessState.ExitCode(); code != 9 || !strings.Contains(out.String(), "got TERM") {
+				t.Errorf("exit %d, output %q: the command did not get SIGTERM", code, out.String())
+			}
+		})
 	}
-	if code := cmd.ProcessState.ExitCode(); code != 9 || !strings.Contains(out.String(), "got TERM") {
-		t.Errorf("exit %d, output %q: the command did not get SIGTERM", code, out.String())
+}
+
+// TestGVisorExitCodes: the exit codes are the command's in both network
+// modes: its own, 128+N when signal N killed it, and 0 at once when it
+// ends leaving a process behind (gVisor ends the rest).
+func TestGVisorExitCodes(t *testing.T) {
+	flags := gvisorFlags(t)
+	for _, net := range gvisorNets {
+		t.Run(net[1], func(t *testing.T) {
+			for _, tt := range []struct {
+				script string
+				code   int
+			}{{"exit 7", 7}, {"kill -KILL $$", 137}, {"sleep 600 & echo started", 0}} {
+				r := sandboxed(t, invocation{args: sh(tt.script, append(net, flags...)...)})
+				wantCode(t, r, tt.code)
+			}
+		})
 	}
 }

@@ -24,8 +24,6 @@ func TestGVisorRefusals(t *testing.T) {
 		path string // PATH; stdPath when empty
 		want []string
 	}{
-		{"net proxy", []string{"--tier", "gvisor", "--net", "proxy", "--allow-domain", "example.com", "--", "true"}, "",
-			[]string{`"proxy" is not yet supported under tier "gvisor"`}},
 		{"net host", []string{"--tier", "gvisor", "--net", "host", "--", "true"}, "",
 			[]string{`"host" is not supported under tier "gvisor"`}},
 		{"unknown tier", []string{"--tier", "kvm", "--", "true"}, "", []string{`--tier: unknown tier "kvm"`}},

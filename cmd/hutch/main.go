@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/cli"
+	"github.com/hutch-sandbox/hutch/internal/gvisor"
 	"github.com/hutch-sandbox/hutch/internal/image"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/proxyconnect"
@@ -104,6 +105,9 @@ func run(args []string, stdin, stdout, stderr *os.File) int {
 		return cmdPolicyShow(args[2:], stdout, stderr)
 	case "proxy-connect":
 		return proxyconnect.Main(args[1:], stdin, stdout, stderr)
+	case gvisor.InitCommand:
+		// Hidden: the first process of a gVisor sandbox with a proxy.
+		return gvisor.InitMain(args[1:], stderr)
 	case "serve", "token", "image":
 		// The daemon's commands, and the images' (which link a registry
 		// client), are hutch-serve's (see daemon.go); the daemon's images

@@ -92,6 +92,43 @@ func (u *upstream) requests() []string {
 	return slices.Clone(u.got)
 }
 
+// startSSHListener listens on the loopback for one connection and passes
+// on the first line it got (an SSH client's banner); it returns its port.
+func startSSHListener(t *testing.T) (string, <-chan string) {
+	t.Helper()
+	ssh, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ssh.Close() })
+	banner := make(chan string, 1)
+	go func() {
+		c, err := ssh.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		line, _ := bufio.NewReader(c).ReadString('\n')
+		banner <- line
+	}()
+	_, port, _ := net.SplitHostPort(ssh.Addr().String())
+	return port, banner
+}
+
+// wantBanner fails the test unless ssh's ProxyCommand in the sandbox (r)
+// reached startSSHListener's listener with an SSH banner.
+func wantBanner(t *testing.T, banner <-chan string, r result) {
+	t.Helper()
+	select {
+	case line := <-banner:
+		if !strings.HasPrefix(line, "SSH-2.0-") {
+			t.Errorf("ssh through the proxy sent %q, want an SSH banner", line)
+		}
+	default:
+		t.Errorf("ssh's ProxyCommand never reached the allowed host\n%s", r)
+	}
+}
+
 // reportLine is one line of --report.
 type reportLine struct {
 	Action, Protocol, Host, Address, Rule, Reason, Sandbox string
@@ -134,22 +171,7 @@ func readReport(t *testing.T, path string) []reportLine {
 func TestNetProxy(t *testing.T) {
 	up := startUpstream(t)
 	_, port, _ := net.SplitHostPort(up.addr)
-	ssh, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ssh.Close()
-	banner := make(chan string, 1)
-	go func() {
-		c, err := ssh.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		line, _ := bufio.NewReader(c).ReadString('\n')
-		banner <- line
-	}()
-	_, sshPort, _ := net.SplitHostPort(ssh.Addr().String())
+	sshPort, banner := startSSHListener(t)
 
 	dir := hostDir(t)
 	report := filepath.Join(dir, "report.jsonl")
@@ -175,14 +197,7 @@ eval "$GIT_SSH_COMMAND -o BatchMode=yes -o ConnectTimeout=5 -p ` + sshPort + ` g
 	if got := up.requests(); !slices.Equal(got, []string{"allowed.test:" + port + "/one"}) {
 		t.Errorf("the upstream got %q, want only the allowed request", got)
 	}
-	select {
-	case line := <-banner:
-		if !strings.HasPrefix(line, "SSH-2.0-") {
-			t.Errorf("ssh through the proxy sent %q, want an SSH banner", line)
-		}
-	default:
-		t.Errorf("ssh's ProxyCommand never reached the allowed host\n%s", r)
-	}
+	wantBanner(t, banner, r)
 	if want := "hutch: blocked 1 connection: blocked.test:" + port + " (not in allowedDomains)"; !strings.Contains(r.stderr, want) {
 		t.Errorf("stderr lacks the summary %q\n%s", want, r)
 	}

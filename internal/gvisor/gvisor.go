@@ -7,7 +7,11 @@
 // masked, the scrubbed environment, the workspace owner's identity without
 // capabilities, the limits — and runs it with a runsc of the pinned
 // version, attached to hutch (S4), with a state directory of its own that
-// is removed when the sandbox ends.
+// is removed when the sandbox ends. In network mode "proxy" gVisor still
+// has no network of the host's: hutch serves its egress proxy on unix
+// sockets bound into the view, and its own binary, the sandbox's first
+// process (InitMain), relays the sandbox's loopback proxy addresses to
+// them.
 package gvisor
 
 import (

@@ -42,6 +42,10 @@ type Runtime struct {
 	// StateDir holds the sandboxes' private directories; DefaultStateDir
 	// when empty.
 	StateDir string
+	// Binary is hutch's binary, bound read-only at sandbox.SandboxHutch
+	// when the sandbox has a proxy: its first process (InitMain) and ssh's
+	// ProxyCommand. The running executable when empty.
+	Binary string
 }
 
 var _ sandbox.Runtime = (*Runtime)(nil)
@@ -88,13 +92,13 @@ func (rt *Runtime) Run(ctx context.Context, c sandbox.Config) (res sandbox.Resul
 	if r := policy.TierRefusals(s); len(r) > 0 {
 		return res, fmt.Errorf("tier %q: %s", policy.TierGVisor, strings.Join(r, "; "))
 	}
-	if s.Network.Mode != "none" {
-		return res, fmt.Errorf("tier %q: network mode %q is not yet supported", policy.TierGVisor, s.Network.Mode)
+	switch {
+	case s.Network.Mode != "none" && s.Network.Mode != "proxy":
+		return res, fmt.Errorf("tier %q: network mode %q is not supported", policy.TierGVisor, s.Network.Mode)
+	case s.Network.Mode == "proxy" && c.Proxy == nil:
+		return res, errors.New("network mode proxy needs an egress proxy")
 	}
 	if c.Proxy != nil {
-		// The offline proxy of mode "none" answers over listeners made in
-		// the namespace tier's network namespace; gVisor's loopback is its
-		// own. Nothing to serve.
 		defer c.Proxy.Close()
 	}
 
@@ -200,6 +204,15 @@ func (rt *Runtime) Run(ctx context.Context, c sandbox.Config) (res sandbox.Resul
 	if s.Resources.MemoryBytes > 0 || s.Resources.CPUs > 0 {
 		v.cgroup = "/" + id
 	}
+	if s.Network.Mode == "proxy" {
+		// Not for mode "none": its refusing proxy would need runsc's
+		// --host-uds=open, which lets gVisor connect to every host socket
+		// its view shows that others may write to (as the namespace tier
+		// does), where without it gVisor reaches none.
+		if err := rt.proxyView(&v, dir, s.Network.Mode, c); err != nil {
+			return res, err
+		}
+	}
 
 	// Signals that arrive while the sandbox starts are forwarded once it
 	// runs; none may kill hutch and leave runsc to its parent-death signal.
@@ -229,12 +242,20 @@ func (rt *Runtime) Run(ctx context.Context, c sandbox.Config) (res sandbox.Resul
 	logFile := filepath.Join(dir, "runsc.log")
 	args := []string{
 		"--root", state, "--log", logFile, "--log-format=json",
-		"--network=none", "--overlay2=none", "--host-uds=none", "--oci-seccomp",
+		"--network=none", "--overlay2=none", "--oci-seccomp",
 		// S1: without direct access to files the Sentry and the stub
 		// processes that run the command are host nobody without any
 		// capability (with it, root in a user namespace that maps every id,
 		// with CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_FOWNER, CAP_FSETID …).
 		"--directfs=false",
+	}
+	if v.netDir == "" {
+		args = append(args, "--host-uds=none")
+	} else {
+		// The proxy's sockets: the sandbox may connect to a host socket
+		// its view shows (only those, in a read-only directory of
+		// root's), and never make one ("create", "all").
+		args = append(args, "--host-uds=open")
 	}
 	if v.cgroup == "" {
 		args = append(args, "--ignore-cgroups")
@@ -569,6 +590,7 @@ func cleanup(runsc, dir, id string, log *slog.Logger) {
 	// mount tree: unmounted, never walked, and only then removed (rmdir
 	// fails on a mount point).
 	_ = unix.Unmount(filepath.Join(dir, "areas"), unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
+	_ = unix.Unmount(filepath.Join(dir, hutchFile), unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
 	rootfs := filepath.Join(dir, "rootfs")
 	_ = unix.Unmount(rootfs, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
 	if err := unix.Rmdir(rootfs); err != nil && !errors.Is(err, unix.ENOENT) {

@@ -388,8 +388,12 @@ func TestRefuses(t *testing.T) {
 	s := policy.Spec{Tier: policy.TierGVisor}
 	s.Network.Mode = "proxy"
 	_, err := rt.Run(context.Background(), sandbox.Config{Spec: s, Args: []string{"true"}})
-	if err == nil || !strings.Contains(err.Error(), `"proxy" is not yet supported under tier "gvisor"`) {
-		t.Errorf("network mode proxy: %v", err)
+	if err == nil || !strings.Contains(err.Error(), "network mode proxy needs an egress proxy") {
+		t.Errorf("network mode proxy without a proxy: %v", err)
+	}
+	s.Network.Mode = "host"
+	if _, err := rt.Run(context.Background(), sandbox.Config{Spec: s, Args: []string{"true"}}); err == nil || !strings.Contains(err.Error(), `"host" is not supported under tier "gvisor"`) {
+		t.Errorf("network mode host: %v", err)
 	}
 	if _, err := rt.Start(sandbox.Config{Spec: s}); err == nil {
 		t.Error("Start: long-lived sandboxes are not there yet, but Start did not say so")

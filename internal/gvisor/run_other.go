@@ -4,6 +4,7 @@ package gvisor
 
 import (
 	"context"
+	"io"
 
 	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
@@ -13,6 +14,15 @@ import (
 type Runtime struct {
 	Runsc    string
 	StateDir string
+	Binary   string
+}
+
+// InitCommand is the hidden command of a gVisor sandbox's first process.
+const InitCommand = "gvisor-init"
+
+// InitMain is not available outside Linux.
+func InitMain(args []string, stderr io.Writer) int {
+	return sandbox.ExitHutchError
 }
 
 // Tier returns policy.TierGVisor.

@@ -129,6 +129,14 @@ type view struct {
 	// host from granting privilege there (ESCAPES 21).
 	umask  uint32
 	filter *ociSeccomp
+	// With a proxy (proxyView): hutch's binary bound at
+	// sandbox.SandboxHutch, the first process; the directory of the
+	// proxy's sockets; hutch's resolv.conf and where it goes; the trust
+	// bundle and where it goes.
+	hutch, netDir    string
+	resolv, resolvAt string
+	bundle           string
+	bundleAt         []string
 }
 
 // buildSpec writes the OCI spec of a sandbox of spec s.
@@ -264,6 +272,16 @@ func buildSpec(s policy.Spec, v view) ociSpec {
 		} else {
 			m = append(m, bind(v.empty, d, true))
 		}
+	}
+	if v.netDir != "" {
+		m = append(m, bind(v.hutch, sandbox.SandboxHutch, true), bind(v.netDir, sandboxNetDir, true))
+		if v.resolv != "" {
+			m = append(m, bind(v.resolv, v.resolvAt, true))
+		}
+		for _, t := range v.bundleAt {
+			m = append(m, bind(v.bundle, t, true))
+		}
+		o.Process.Args = append([]string{sandbox.SandboxHutch, InitCommand, "--"}, v.args...)
 	}
 	o.Mounts = m
 	return o

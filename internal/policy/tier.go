@@ -39,12 +39,8 @@ type tierRefusal struct {
 // tier cannot honour is refused, never silently dropped). The namespace
 // tier honours every field.
 var tierRefusals = []tierRefusal{
-	{TierGVisor, "network.mode", func(s Spec) bool { return s.Network.Mode == "proxy" },
-		`"proxy" is not yet supported under tier "gvisor" (the egress proxy reaches gVisor's network stack in a later version); use network mode "none" or tier "namespace"`},
 	{TierGVisor, "network.mode", func(s Spec) bool { return s.Network.Mode == "host" },
 		`"host" is not supported under tier "gvisor": gVisor's sandbox has no route to the host's network; use network mode "none" or tier "namespace"`},
-	{TierGVisor, "secrets", func(s Spec) bool { return len(s.Secrets) > 0 },
-		`not yet supported under tier "gvisor" (they need the egress proxy); use tier "namespace"`},
 	{TierGVisor, "root", func(s Spec) bool { return s.Root != "" && s.Root != DefaultRoot },
 		`not yet supported under tier "gvisor": its sandboxes start from the host's root, read-only; use tier "namespace" for a root directory or an image`},
 	{TierGVisor, "filesystem.home", func(s Spec) bool { return s.Filesystem.Home == "persist" },

@@ -46,8 +46,7 @@ func TestTierRefusals(t *testing.T) {
 	}{
 		{"namespace honours proxy", func(s *Spec) { s.Network.Mode = "proxy" }, ""},
 		{"gvisor none", func(s *Spec) { s.Tier = TierGVisor }, ""},
-		{"gvisor proxy", func(s *Spec) { s.Tier, s.Network.Mode = TierGVisor, "proxy" },
-			`network.mode: "proxy" is not yet supported under tier "gvisor"`},
+		{"gvisor proxy", func(s *Spec) { s.Tier, s.Network.Mode = TierGVisor, "proxy" }, ""},
 		{"gvisor host", func(s *Spec) { s.Tier, s.Network.Mode = TierGVisor, "host" },
 			`network.mode: "host" is not supported under tier "gvisor"`},
 		{"gvisor image", func(s *Spec) { s.Tier, s.Root = TierGVisor, ImagePrefix+"alpine" },

@@ -1,0 +1,278 @@
+package gvisor
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/hutch-sandbox/hutch/internal/policy"
+	"github.com/hutch-sandbox/hutch/internal/sandbox"
+)
+
+// serveNet makes dir with the proxy's unix sockets, and serves p on them:
+// HTTP and SOCKS5 on stream sockets, DNS on a stream socket whose
+// connections carry messages framed as DNS over TCP does. Closing p stops
+// them all. The directory (0500) and the sockets (0600) belong to owner,
+// the host id of the command's (gVisor's kernel checks the command's
+// permission, and its gofer, whose user namespace maps that id, connects):
+// no other host user may connect (the state directory's name is in runsc's
+// command line), and the sandbox may create nothing there.
+func serveNet(dir string, p sandbox.Proxy, owner, group int) error {
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return fmt.Errorf("proxy sockets: %w", err)
+	}
+	var ls [3]net.Listener
+	for i, name := range []string{httpSocket, socksSocket, dnsSocket} {
+		path := filepath.Join(dir, name)
+		l, err := net.Listen("unix", path)
+		if err == nil {
+			err = os.Chmod(path, 0o600)
+		}
+		if err == nil {
+			err = os.Lchown(path, owner, group)
+		}
+		if err != nil {
+			for _, l := range ls[:i] {
+				l.Close()
+			}
+			if l != nil {
+				l.Close()
+			}
+			return fmt.Errorf("proxy sockets: %w", err)
+		}
+		ls[i] = l
+	}
+	err := os.Chown(dir, owner, group)
+	if err == nil {
+		err = os.Chmod(dir, 0o500)
+	}
+	if err != nil {
+		for _, l := range ls {
+			l.Close()
+		}
+		return fmt.Errorf("proxy sockets: %w", err)
+	}
+	go func() { _ = p.ServeHTTP(ls[0]) }()
+	go func() { _ = p.ServeSOCKS(ls[1]) }()
+	go func() { _ = p.ServeDNS(newStreamPackets(ls[2])) }()
+	return nil
+}
+
+// streamPackets is a net.PacketConn over the connections of a stream
+// listener: each length-prefixed message a connection sends is a packet
+// from that connection, and a packet written to it goes back framed the
+// same way. It lets the proxy's DNS server answer the relay's queries.
+type streamPackets struct {
+	l       net.Listener
+	packets chan packet
+	done    chan struct{}
+	once    sync.Once
+	mu      sync.Mutex
+	conns   map[net.Conn]struct{}
+}
+
+type packet struct {
+	b    []byte
+	from connAddr
+}
+
+// connAddr is the address of a packet: the connection it came on.
+type connAddr struct{ c net.Conn }
+
+func (connAddr) Network() string  { return "unix" }
+func (a connAddr) String() string { return fmt.Sprintf("relay-%p", a.c) }
+
+// maxDNSConns bounds the relay's connections served at once.
+const maxDNSConns = 64
+
+func newStreamPackets(l net.Listener) *streamPackets {
+	s := &streamPackets{l: l, packets: make(chan packet), done: make(chan struct{}), conns: make(map[net.Conn]struct{})}
+	go s.accept()
+	return s
+}
+
+func (s *streamPackets) accept() {
+	slots := make(chan struct{}, maxDNSConns)
+	for {
+		c, err := s.l.Accept()
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return
+		}
+		select {
+		case slots <- struct{}{}:
+		case <-s.done:
+			c.Close()
+			return
+		}
+		s.mu.Lock()
+		s.conns[c] = struct{}{}
+		s.mu.Unlock()
+		go func() {
+			defer func() {
+				s.mu.Lock()
+				delete(s.conns, c)
+				s.mu.Unlock()
+				c.Close()
+				<-slots
+			}()
+			for {
+				b, err := readFrame(c)
+				if err != nil {
+					return
+				}
+				select {
+				case s.packets <- packet{b, connAddr{c}}:
+				case <-s.done:
+					return
+				}
+			}
+		}()
+	}
+}
+
+// ReadFrom returns the next message of any connection.
+func (s *streamPackets) ReadFrom(b []byte) (int, net.Addr, error) {
+	select {
+	case p := <-s.packets:
+		return copy(b, p.b), p.from, nil
+	case <-s.done:
+		return 0, nil, net.ErrClosed
+	}
+}
+
+// WriteTo sends b, framed, on the connection addr names.
+func (s *streamPackets) WriteTo(b []byte, addr net.Addr) (int, error) {
+	a, ok := addr.(connAddr)
+	if !ok || len(b) > 0xffff {
+		return 0, errors.New("not a relay's connection")
+	}
+	f := make([]byte, 2+len(b))
+	binary.BigEndian.PutUint16(f, uint16(len(b)))
+	copy(f[2:], b)
+	if _, err := a.c.Write(f); err != nil {
+		return 0, err
+	}
+	return len(b), nil
+}
+
+// Close stops accepting and ends every connection.
+func (s *streamPackets) Close() error {
+	s.once.Do(func() {
+		close(s.done)
+		s.l.Close()
+		s.mu.Lock()
+		for c := range s.conns {
+			c.Close()
+		}
+		s.mu.Unlock()
+	})
+	return nil
+}
+
+func (s *streamPackets) LocalAddr() net.Addr { return s.l.Addr() }
+
+// The proxy's DNS server sets no deadlines on its socket; these exist for
+// net.PacketConn.
+func (s *streamPackets) SetDeadline(t time.Time) error      { return nil }
+func (s *streamPackets) SetReadDeadline(t time.Time) error  { return nil }
+func (s *streamPackets) SetWriteDeadline(t time.Time) error { return nil }
+
+// hutchFile is the name of hutch's binary in the state directory: a
+// read-only bind of it that gVisor's gofer, with the sandbox's ids, can
+// reach.
+const hutchFile = "hutch"
+
+// proxyView serves the sandbox's proxy on unix sockets in dir's "net"
+// and sets what the view needs to reach it: hutch's binary at
+// sandbox.SandboxHutch as the first process (InitMain, which relays the
+// sandbox's 127.0.0.1:3128, :1080 and :53 to the sockets), the sockets'
+// directory, hutch's resolv.conf, the proxy's variables and, with a CA
+// bundle, the trust bundle.
+func (rt *Runtime) proxyView(v *view, dir, mode string, c sandbox.Config) error {
+	exe := rt.Binary
+	if exe == "" {
+		var err error
+		if exe, err = os.Executable(); err != nil {
+			return fmt.Errorf("hutch's own binary: %w", err)
+		}
+	}
+	v.hutch = filepath.Join(dir, hutchFile)
+	if err := os.WriteFile(v.hutch, nil, 0o555); err != nil {
+		return fmt.Errorf("hutch's own binary: %w", err)
+	}
+	if err := unix.Mount(exe, v.hutch, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("hutch's own binary: bind %s: %w", exe, err)
+	}
+	if err := unix.Mount("", v.hutch, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+		return fmt.Errorf("hutch's own binary: read-only: %w", err)
+	}
+	if err := devMountPoints(v.rootfs); err != nil {
+		return err
+	}
+	v.netDir = filepath.Join(dir, "net")
+	if err := serveNet(v.netDir, c.Proxy, sandbox.RootMappedID+int(v.uid), sandbox.RootMappedID+int(v.gid)); err != nil {
+		return err
+	}
+	// Lookups go to 127.0.0.1:53: hutch's resolv.conf over the view's
+	// (over what it links to, when it is a link: systemd-resolved's and
+	// NetworkManager's are); a view without one needs none.
+	if t, err := filepath.EvalSymlinks(resolvConfPath); err == nil && filepath.IsAbs(t) {
+		if st, err := os.Stat(t); err == nil && st.Mode().IsRegular() {
+			v.resolv = filepath.Join(dir, "resolv.conf")
+			v.resolvAt = t
+			if err := os.WriteFile(v.resolv, []byte(sandbox.ResolvConf), 0o444); err != nil {
+				return fmt.Errorf("resolv.conf: %w", err)
+			}
+		}
+	}
+	v.env = sandbox.ProxyEnviron(v.env, mode)
+	if mode == "proxy" && c.CABundle != "" {
+		paths, created, env := sandbox.TrustBundle(v.env)
+		if created {
+			// Its mount point would have to be made in the host's root.
+			return fmt.Errorf("tier %q: the host has no bundle of trusted certificates to bind the sandbox's CA over (secrets need one)", policy.TierGVisor)
+		}
+		v.env = env
+		v.bundle, v.bundleAt = c.CABundle, paths
+	}
+	return nil
+}
+
+// resolvConfPath is where resolvers read their configuration.
+const resolvConfPath = "/etc/resolv.conf"
+
+// devMountPoints makes the mount points of what the view binds into /dev
+// in the root's copy: gVisor's gofer binds a mount's source at its
+// destination in the root it serves, which must exist there, while the
+// command sees gVisor's own /dev with those binds on it. The copy's /dev
+// (the host's) becomes an empty read-only tmpfs holding only the mount
+// points.
+func devMountPoints(rootfs string) error {
+	d := filepath.Join(rootfs, "dev")
+	if err := unix.Mount("hutch-dev", d, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0755,size=64k"); err != nil {
+		return fmt.Errorf("/dev's mount points: %w", err)
+	}
+	for _, sub := range []string{"shm", "pts", "mqueue", filepath.Base(sandboxNetDir)} {
+		if err := os.Mkdir(filepath.Join(d, sub), 0o755); err != nil {
+			return fmt.Errorf("/dev's mount points: %w", err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(d, filepath.Base(sandbox.SandboxHutch)), nil, 0o555); err != nil {
+		return fmt.Errorf("/dev's mount points: %w", err)
+	}
+	if err := unix.Mount("", d, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("/dev's mount points: read-only: %w", err)
+	}
+	return nil
+}
