@@ -31,13 +31,15 @@
 //
 // Not under gVisor, by design (the table notUnderGVisor, whose reason the
 // skipped "gvisor" subtest prints): what needs a policy the tier refuses
-// (policy.TierRefusals) — the egress proxy (TestItem15_PolicyNoDirectRoute,
-// _ProxyBypass, TestItem16_DNSProxy, TestItem17_FilterCoverage,
-// TestItem18_SSRFProxy), the host's network (TestItem15_NetHost), secrets
-// (TestItem02_SecretNeverInSandbox, _SecretCopiesRefused,
-// TestItem19_Placeholders), an image as the root (TestImageRootEscapes,
-// TestImageWorkspaceProtections) — and what tests a mechanism of the
-// namespace tier that gVisor does not have: TestItem27_RunPID1 (hutch's
+// (policy.TierRefusals) — the host's network (TestItem15_NetHost), an
+// image as the root (TestImageRootEscapes, TestImageWorkspaceProtections)
+// — TestItem02_SecretNeverInSandbox, whose probes are the namespace tier's
+// answers (the egress proxy and secrets themselves run under gVisor:
+// TestItem15_PolicyNoDirectRoute, _ProxyBypass, TestItem16_DNSProxy,
+// TestItem17_FilterCoverage, TestItem18_SSRFProxy,
+// TestItem02_SecretCopiesRefused, TestItem19_Placeholders) — and what
+// tests a mechanism of the namespace tier that gVisor does not have:
+// TestItem27_RunPID1 (hutch's
 // init as the sandbox's PID 1; under gVisor PID 1 is the command),
 // TestItem10_StandIns (the stand-ins hutch serves over hidden and
 // protected paths; gVisor masks with empty files and tmpfs), and
