@@ -643,7 +643,7 @@ func shadowWays(rootfs string, roots []string) ([]string, error) {
 		if inAny(r, shadows) {
 			continue
 		}
-		for _, a := range ancestors(r) {
+		for _, a := range sandbox.AncestorsBelow("/", r) {
 			if !othersReach(a) {
 				shadows = append(shadows, a)
 				break

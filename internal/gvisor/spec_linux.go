@@ -383,13 +383,3 @@ func othersReach(p string) bool {
 		}
 	}
 }
-
-// ancestors lists the directories strictly between / and p, parents
-// first.
-func ancestors(p string) []string {
-	var out []string
-	for d := filepath.Dir(p); d != "/" && d != "."; d = filepath.Dir(d) {
-		out = append([]string{d}, out...)
-	}
-	return out
-}

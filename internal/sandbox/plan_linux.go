@@ -174,7 +174,7 @@ func protectionPlan(prot []protected, placeholders map[string]placeholderKind) (
 	}
 	for _, p := range prot {
 		// Pin the directories on the way from the root.
-		for _, a := range ancestorsBelow(p.Root, p.Path) {
+		for _, a := range AncestorsBelow(p.Root, p.Path) {
 			var st unix.Stat_t
 			if unix.Lstat(a, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR && !isIn(placeholders, a) {
 				pin = append(pin, a)
@@ -197,9 +197,9 @@ func protectionPlan(prot []protected, placeholders map[string]placeholderKind) (
 
 func isIn(m map[string]placeholderKind, k string) bool { _, ok := m[k]; return ok }
 
-// ancestorsBelow lists the directories strictly between root and p, from
+// AncestorsBelow lists the directories strictly between root and p, from
 // the top.
-func ancestorsBelow(root, p string) []string {
+func AncestorsBelow(root, p string) []string {
 	var out []string
 	for d := filepath.Dir(p); d != root && under(d, []string{root}); d = filepath.Dir(d) {
 		out = append(out, d)
@@ -231,7 +231,7 @@ func dedupe(s []string) []string {
 // firstMissing returns the first component of p below root that does not
 // exist, or "" when a component exists but is not a directory.
 func firstMissing(root, p string) string {
-	for _, a := range append(ancestorsBelow(root, p), p) {
+	for _, a := range append(AncestorsBelow(root, p), p) {
 		var st unix.Stat_t
 		err := unix.Lstat(a, &st)
 		if errors.Is(err, unix.ENOENT) {
