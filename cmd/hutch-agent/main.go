@@ -17,7 +17,7 @@ func main() {
 	args := os.Args[1:]
 	switch {
 	case len(args) > 0 && args[0] == "agent":
-		os.Exit(agent.Main(os.Stderr))
+		os.Exit(agent.Main(args[1:], os.Stderr))
 	case len(args) > 0 && args[0] == "proxy-connect":
 		os.Exit(proxyconnect.Main(args[1:], os.Stdin, os.Stdout, os.Stderr))
 	}

@@ -53,11 +53,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return cmdImage(args[1:], stdout, stderr)
 	case "agent":
 		// PID 1 of a sandbox when hutch-agent is not installed.
-		if len(args) != 1 {
-			fmt.Fprintln(stderr, "hutch: agent takes no arguments")
-			return 2
-		}
-		return agent.Main(stderr)
+		return agent.Main(args[1:], stderr)
 	case "proxy-connect":
 		return proxyconnect.Main(args[1:], stdin, stdout, stderr)
 	case "version", "--version":

@@ -29,8 +29,10 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/daemon"
 	"github.com/hutch-sandbox/hutch/internal/e2b"
 	"github.com/hutch-sandbox/hutch/internal/egress"
+	"github.com/hutch-sandbox/hutch/internal/gvisor"
 	"github.com/hutch-sandbox/hutch/internal/image"
 	"github.com/hutch-sandbox/hutch/internal/policy"
+	"github.com/hutch-sandbox/hutch/internal/sandbox"
 )
 
 // defaultStateDir is where the daemon keeps its state by default.
@@ -69,9 +71,10 @@ func cmdServe(args []string, stderr io.Writer) int {
 	fs.Var(&upstreamCAs, "upstream-ca", "also trust the certificates in `file` (PEM) when a sandbox's proxy connects to a secret's host (repeatable)")
 	defaultTier := fs.String("default-tier", "", "isolation `tier` of a sandbox whose policy names none, E2B's included: namespace (the default, or --min-tier if stronger) or gvisor")
 	minTier := fs.String("min-tier", "", "refuse sandboxes of a `tier` weaker than this (namespace < gvisor); default: none refused")
+	runsc := fs.String("runsc", "", "gVisor's runsc `binary` for the gvisor tier (default: runsc on PATH; it must be the pinned version, and without one the tier is refused with the command that installs it)")
 	debug := fs.Bool("debug", false, "log every request")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: hutch serve [flags]\n\nRuns the daemon: an HTTP API for long-lived sandboxes, until SIGINT or SIGTERM,\nwhich destroy every sandbox. With --warm N it keeps N sandboxes of the default\npolicy ready: a create with the default policy takes one at once, and the\npool refills in the background; --warm NAME=N does the same for E2B's\ntemplate NAME, whose image must be in the daemon's store at start.\n\nEvery sandbox runs in an isolation tier: its policy's, or --default-tier;\n--min-tier refuses weaker ones. hutch serve runs the namespace tier for now:\na create of gvisor is refused, and so is a --default-tier or --min-tier of\ngvisor at start.\n\nFlags:")
+		fmt.Fprintln(stderr, "Usage: hutch serve [flags]\n\nRuns the daemon: an HTTP API for long-lived sandboxes, until SIGINT or SIGTERM,\nwhich destroy every sandbox. With --warm N it keeps N sandboxes of the default\npolicy ready: a create with the default policy takes one at once, and the\npool refills in the background; --warm NAME=N does the same for E2B's\ntemplate NAME, whose image must be in the daemon's store at start.\n\nEvery sandbox runs in an isolation tier: its policy's, or --default-tier;\n--min-tier refuses weaker ones. The gvisor tier needs runsc of the pinned\nversion (--runsc, or on PATH); without it a create of gvisor is refused, and\nso is a --default-tier or --min-tier of gvisor at start.\n\nFlags:")
 		fs.PrintDefaults()
 	}
 	if err := cli.Parse(fs, args, stderr); err != nil {
@@ -161,6 +164,14 @@ func cmdServe(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "hutch: %v\n", err)
 		return 1
 	}
+	runtimes, unavailable, err := tierRuntimes(*runsc)
+	if err != nil {
+		for _, l := range ls {
+			l.Close()
+		}
+		fmt.Fprintf(stderr, "hutch: --runsc: %v\n", err)
+		return 1
+	}
 	m, err := daemon.New(daemon.Config{
 		StateDir:       *stateDir,
 		AgentBinary:    agentBinary(log),
@@ -181,6 +192,8 @@ func cmdServe(args []string, stderr io.Writer) int {
 		UpstreamRoots:  roots,
 		DefaultTier:    *defaultTier,
 		MinTier:        *minTier,
+		Runtimes:       runtimes,
+		Unavailable:    unavailable,
 	}, log)
 	if err != nil {
 		for _, l := range ls {
@@ -424,4 +437,22 @@ func missingTemplates(st *image.Store, templates map[string]string, pools []daem
 				"template", name, "image", templates[name], "err", err)
 		}
 	}
+}
+
+// tierRuntimes are the tiers this daemon runs: the namespace tier, and
+// the gVisor tier when runsc (the flag's, or the one on PATH) is of the
+// pinned version. A runsc named by the flag that is not is an error; one
+// missing from PATH leaves the tier out, with the reason (and the command
+// that installs it) for the creates that ask for it.
+func tierRuntimes(runsc string) (map[string]sandbox.Runtime, map[string]string, error) {
+	rts := daemon.DefaultRuntimes()
+	path, err := gvisor.Find(runsc)
+	switch {
+	case err == nil:
+		rts[policy.TierGVisor] = &gvisor.Runtime{Runsc: path}
+		return rts, nil, nil
+	case runsc != "":
+		return nil, nil, err
+	}
+	return rts, map[string]string{policy.TierGVisor: err.Error()}, nil
 }

@@ -6,14 +6,17 @@ import (
 	"log/slog"
 	"net"
 	"os"
+
+	"github.com/hutch-sandbox/hutch/internal/relay"
 )
 
 // MainIfAgent runs Main and exits when the process was started as
-// "PROGRAM agent": how a test binary, which a daemon under test starts as
-// the sandboxes' PID 1 (its own binary), stands in for hutch.
+// "PROGRAM agent [--relay DIR]": how a test binary, which a daemon under
+// test starts as the sandboxes' PID 1 (its own binary), stands in for
+// hutch.
 func MainIfAgent() {
-	if len(os.Args) == 2 && os.Args[1] == "agent" {
-		os.Exit(Main(os.Stderr))
+	if len(os.Args) >= 2 && os.Args[1] == "agent" {
+		os.Exit(Main(os.Args[2:], os.Stderr))
 	}
 }
 
@@ -27,7 +30,7 @@ const (
 	ListenerFD = 4
 )
 
-// Main is `hutch agent`: it serves the daemon on ConnFD, as PID 1 when it
+// Main is `hutch agent [--relay DIR]`: it serves the daemon on ConnFD, as PID 1 when it
 // is, with the process's working directory and environment as the
 // commands' defaults. It returns the process's exit code: 0 when the
 // daemon closed the connection, 1 when serving failed, 2 when there is no
@@ -35,11 +38,25 @@ const (
 //
 // Its first act, before it reads anything from the daemon and so before
 // any code of the sandbox can run, makes the process not dumpable: the
-// exec that started it made it dumpable again.
-func Main(stderr io.Writer) int {
+// exec that started it made it dumpable again. With --relay DIR (a
+// sandbox whose kernel has no route to the host, gVisor) it then relays
+// the sandbox's loopback proxy addresses to the egress proxy's sockets in
+// DIR (package relay) for the sandbox's life.
+func Main(args []string, stderr io.Writer) int {
 	if err := undumpable(); err != nil {
 		fmt.Fprintf(stderr, "hutch: agent: %v\n", err)
 		return 1
+	}
+	switch {
+	case len(args) == 0:
+	case len(args) == 2 && args[0] == "--relay" && args[1] != "":
+		if err := relay.Start(args[1]); err != nil {
+			fmt.Fprintf(stderr, "hutch: agent: %v\n", err)
+			return 1
+		}
+	default:
+		fmt.Fprintf(stderr, "hutch: agent: usage: agent [--relay DIR] (inside a sandbox of hutch serve)\n")
+		return 2
 	}
 	sup, err := superviseListener()
 	if err != nil {

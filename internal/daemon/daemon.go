@@ -111,6 +111,10 @@ type Config struct {
 	// tier without one is refused, never run in another (S2). Nil:
 	// DefaultRuntimes().
 	Runtimes map[string]sandbox.Runtime
+	// Unavailable says, by tier, why there is no runtime of it (e.g. no
+	// runsc of the pinned version, and how to install it): the message of
+	// a create or a default of that tier, which is refused.
+	Unavailable map[string]string
 }
 
 // CreateRequest is what a tenant asks for.

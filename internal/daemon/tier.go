@@ -19,9 +19,9 @@ import (
 // refused, and so is one the daemon has no runtime for (Config.Runtimes):
 // a sandbox never runs in another tier than its record says (S2).
 
-// DefaultRuntimes are the tiers hutch serve runs: the namespace tier. The
-// gVisor tier runs hutch run's sandboxes only (internal/gvisor); served
-// sandboxes get it by an entry here.
+// DefaultRuntimes are the tiers every hutch serve runs: the namespace
+// tier. hutch serve adds the gVisor tier (internal/gvisor) when it finds
+// a runsc of the pinned version.
 func DefaultRuntimes() map[string]sandbox.Runtime {
 	return map[string]sandbox.Runtime{policy.TierNamespace: sandbox.Namespaces{}}
 }
@@ -68,7 +68,10 @@ func (c *Config) checkTiers() error {
 // noRuntime says that the daemon does not run tier, and which tiers it
 // runs.
 func (c *Config) noRuntime(tier string) string {
-	return fmt.Sprintf("hutch serve does not run the %s tier yet (it runs: %s)", tier, strings.Join(slices.Sorted(maps.Keys(c.Runtimes)), ", "))
+	if why := c.Unavailable[tier]; why != "" {
+		return fmt.Sprintf("hutch serve does not run the %s tier: %s", tier, why)
+	}
+	return fmt.Sprintf("hutch serve does not run the %s tier (it runs: %s)", tier, strings.Join(slices.Sorted(maps.Keys(c.Runtimes)), ", "))
 }
 
 // resolveTier gives spec, a tenant's policy not yet normalized, the

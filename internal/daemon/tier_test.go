@@ -65,8 +65,8 @@ func TestConfigTiers(t *testing.T) {
 	}{
 		{"defaults", Config{}, policy.TierNamespace, policy.TierNamespace, ""},
 		{"namespace named", Config{DefaultTier: "namespace", MinTier: "namespace"}, policy.TierNamespace, policy.TierNamespace, ""},
-		{"default gvisor", Config{DefaultTier: "gvisor"}, "", "", "default tier gvisor (hutch serve --default-tier, or --min-tier): hutch serve does not run the gvisor tier yet (it runs: namespace)"},
-		{"min gvisor", Config{MinTier: "gvisor"}, "", "", "default tier gvisor (hutch serve --default-tier, or --min-tier): hutch serve does not run the gvisor tier yet (it runs: namespace)"},
+		{"default gvisor", Config{DefaultTier: "gvisor"}, "", "", "default tier gvisor (hutch serve --default-tier, or --min-tier): hutch serve does not run the gvisor tier (it runs: namespace)"},
+		{"min gvisor", Config{MinTier: "gvisor"}, "", "", "default tier gvisor (hutch serve --default-tier, or --min-tier): hutch serve does not run the gvisor tier (it runs: namespace)"},
 		{"default weaker than min", Config{DefaultTier: "namespace", MinTier: "gvisor"}, "", "", "the default tier namespace is weaker than the minimum tier gvisor"},
 		{"unknown default", Config{DefaultTier: "kvm"}, "", "", `default tier (--default-tier): unknown tier "kvm"`},
 		{"unknown min", Config{MinTier: "kvm"}, "", "", `minimum tier (--min-tier): unknown tier "kvm"`},
@@ -74,7 +74,7 @@ func TestConfigTiers(t *testing.T) {
 		{"min gvisor run", Config{MinTier: "gvisor", Runtimes: gv()}, policy.TierGVisor, policy.TierGVisor, ""},
 		{"runtime of another tier", Config{Runtimes: map[string]sandbox.Runtime{policy.TierNamespace: &fakeRuntime{tier: policy.TierGVisor}}}, "", "", "the runtime of tier namespace is not that tier's"},
 		{"runtime of an unknown tier", Config{Runtimes: map[string]sandbox.Runtime{"kvm": &fakeRuntime{tier: "kvm"}, policy.TierNamespace: sandbox.Namespaces{}}}, "", "", `unknown tier "kvm"`},
-		{"no runtimes", Config{Runtimes: map[string]sandbox.Runtime{}}, "", "", "hutch serve does not run the namespace tier yet (it runs: )"},
+		{"no runtimes", Config{Runtimes: map[string]sandbox.Runtime{}}, "", "", "hutch serve does not run the namespace tier (it runs: )"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := c.cfg
@@ -102,7 +102,7 @@ func TestCheckTier(t *testing.T) {
 		err  string
 	}{
 		{Config{}, policy.TierNamespace, ""},
-		{Config{}, policy.TierGVisor, "create sandbox: policy: tier: hutch serve does not run the gvisor tier yet (it runs: namespace)"},
+		{Config{}, policy.TierGVisor, "create sandbox: policy: tier: hutch serve does not run the gvisor tier (it runs: namespace)"},
 		{Config{}, "kvm", `create sandbox: policy: tier: unknown tier "kvm" (allowed: "namespace", "gvisor")`},
 		{Config{MinTier: policy.TierGVisor, Runtimes: map[string]sandbox.Runtime{policy.TierGVisor: &fakeRuntime{tier: policy.TierGVisor}}}, policy.TierNamespace,
 			"create sandbox: policy: tier: namespace is weaker than gvisor, the minimum tier of this daemon (hutch serve --min-tier gvisor)"},

@@ -1,21 +1,17 @@
 package gvisor
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"os/signal"
-	"path/filepath"
-	"strconv"
-	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/hutch-sandbox/hutch/internal/relay"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
 )
 
@@ -23,19 +19,6 @@ import (
 // process of a gVisor sandbox with a proxy: `/dev/hutch gvisor-init --
 // CMD...` (InitMain).
 const InitCommand = "gvisor-init"
-
-// The view's directory of the proxy's sockets (a read-only bind of the
-// state directory's "net"), and the sockets in it.
-const (
-	sandboxNetDir = "/dev/hutch-proxy"
-	httpSocket    = "http.sock"
-	socksSocket   = "socks.sock"
-	dnsSocket     = "dns.sock"
-)
-
-// maxRelayedDNS bounds a DNS message the relay passes on (the proxy reads
-// at most this much from a datagram too).
-const maxRelayedDNS = 4096
 
 // InitMain is `gvisor-init -- CMD...`, run inside gVisor as the sandbox's
 // first process: it listens on the sandbox's 127.0.0.1:3128 (HTTP proxy),
@@ -51,7 +34,7 @@ func InitMain(args []string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "hutch: usage: hutch "+InitCommand+" -- COMMAND [ARGS...] (the first process of a gVisor sandbox)")
 		return sandbox.ExitHutchError
 	}
-	if err := startRelays(sandboxNetDir); err != nil {
+	if err := relay.Start(relay.SandboxDir); err != nil {
 		fmt.Fprintf(stderr, "hutch: %s: %v\n", InitCommand, err)
 		return sandbox.ExitHutchError
 	}
@@ -99,111 +82,4 @@ func InitMain(args []string, stderr io.Writer) int {
 			return 128 + int(ws.Signal())
 		}
 	}
-}
-
-// startRelays listens on the sandbox's proxy addresses and relays to the
-// sockets in dir.
-func startRelays(dir string) error {
-	for _, r := range []struct {
-		port   int
-		socket string
-	}{{sandbox.ProxyHTTPPort, httpSocket}, {sandbox.ProxySOCKSPort, socksSocket}} {
-		l, err := net.Listen("tcp4", "127.0.0.1:"+strconv.Itoa(r.port))
-		if err != nil {
-			return fmt.Errorf("proxy relay: %w", err)
-		}
-		go relayStreams(l, filepath.Join(dir, r.socket))
-	}
-	pc, err := net.ListenPacket("udp4", "127.0.0.1:"+strconv.Itoa(sandbox.DNSPort))
-	if err != nil {
-		return fmt.Errorf("DNS relay: %w", err)
-	}
-	go relayDNS(pc, filepath.Join(dir, dnsSocket))
-	return nil
-}
-
-// relayStreams passes each connection l accepts on to the unix socket at
-// path, both ways, until either side ends.
-func relayStreams(l net.Listener, path string) {
-	for {
-		c, err := l.Accept()
-		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
-			}
-			return
-		}
-		go func() {
-			defer c.Close()
-			u, err := net.Dial("unix", path)
-			if err != nil {
-				return
-			}
-			defer u.Close()
-			var wg sync.WaitGroup
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				_, _ = io.Copy(u, c)
-				_ = u.(*net.UnixConn).CloseWrite()
-			}()
-			_, _ = io.Copy(c, u)
-			_ = c.(*net.TCPConn).CloseWrite()
-			wg.Wait()
-		}()
-	}
-}
-
-// relayDNS passes each datagram pc gets to the unix stream socket at path,
-// framed as DNS over TCP frames its messages (a two-byte length first), one
-// connection a query, and sends the answer back.
-func relayDNS(pc net.PacketConn, path string) {
-	buf := make([]byte, maxRelayedDNS)
-	for {
-		n, from, err := pc.ReadFrom(buf)
-		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
-			}
-			return
-		}
-		q := make([]byte, 2+n)
-		binary.BigEndian.PutUint16(q, uint16(n))
-		copy(q[2:], buf[:n])
-		go func() {
-			u, err := net.Dial("unix", path)
-			if err != nil {
-				return
-			}
-			defer u.Close()
-			if _, err := u.Write(q); err != nil {
-				return
-			}
-			a, err := readFrame(u)
-			if err != nil {
-				return
-			}
-			_, _ = pc.WriteTo(a, from)
-		}()
-	}
-}
-
-// readFrame reads one length-prefixed DNS message of at most
-// maxRelayedDNS bytes.
-func readFrame(r io.Reader) ([]byte, error) {
-	var l [2]byte
-	if _, err := io.ReadFull(r, l[:]); err != nil {
-		return nil, err
-	}
-	n := int(binary.BigEndian.Uint16(l[:]))
-	if n > maxRelayedDNS {
-		return nil, fmt.Errorf("DNS message of %d bytes", n)
-	}
-	b := make([]byte, n)
-	if _, err := io.ReadFull(r, b); err != nil {
-		return nil, err
-	}
-	return b, nil
 }

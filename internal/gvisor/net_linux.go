@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hutch-sandbox/hutch/internal/policy"
+	"github.com/hutch-sandbox/hutch/internal/relay"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
 )
 
@@ -29,7 +30,7 @@ func serveNet(dir string, p sandbox.Proxy, owner, group int) error {
 		return fmt.Errorf("proxy sockets: %w", err)
 	}
 	var ls [3]net.Listener
-	for i, name := range []string{httpSocket, socksSocket, dnsSocket} {
+	for i, name := range []string{relay.HTTPSocket, relay.SOCKSSocket, relay.DNSSocket} {
 		path := filepath.Join(dir, name)
 		l, err := net.Listen("unix", path)
 		if err == nil {
@@ -127,7 +128,7 @@ func (s *streamPackets) accept() {
 				<-slots
 			}()
 			for {
-				b, err := readFrame(c)
+				b, err := relay.ReadFrame(c)
 				if err != nil {
 					return
 				}
@@ -194,13 +195,58 @@ func (s *streamPackets) SetWriteDeadline(t time.Time) error { return nil }
 const hutchFile = "hutch"
 
 // proxyView serves the sandbox's proxy on unix sockets in dir's "net"
-// and sets what the view needs to reach it: hutch's binary at
-// sandbox.SandboxHutch as the first process (InitMain, which relays the
-// sandbox's 127.0.0.1:3128, :1080 and :53 to the sockets), the sockets'
-// directory, hutch's resolv.conf, the proxy's variables and, with a CA
-// bundle, the trust bundle.
-func (rt *Runtime) proxyView(v *view, dir, mode string, c sandbox.Config) error {
-	exe := rt.Binary
+// and sets what the view needs to reach it: the sockets' directory,
+// hutch's resolv.conf, the proxy's variables and, with a CA bundle, the
+// trust bundle. layered says the root is the sandbox's own writable layer
+// (a served sandbox), where runsc makes the mount points it lacks; else it
+// is the host's, read-only. The first process relays the sandbox's
+// 127.0.0.1:3128, :1080 and :53 to the sockets (InitMain, or the agent's
+// --relay).
+func proxyView(v *view, dir, mode string, c sandbox.Config, layered bool) error {
+	v.netDir = filepath.Join(dir, "net")
+	if err := serveNet(v.netDir, c.Proxy, sandbox.RootMappedID+int(v.uid), sandbox.RootMappedID+int(v.gid)); err != nil {
+		return err
+	}
+	// Lookups go to 127.0.0.1:53: hutch's resolv.conf over the view's
+	// (over what it links to, when it is a link: systemd-resolved's and
+	// NetworkManager's are); a view without one needs none. In a layer of
+	// the sandbox's own, gVisor resolves the path in the view.
+	resolvAt := ""
+	if layered {
+		resolvAt = resolvConfPath
+	} else if t, err := filepath.EvalSymlinks(resolvConfPath); err == nil && filepath.IsAbs(t) {
+		if st, err := os.Stat(t); err == nil && st.Mode().IsRegular() {
+			resolvAt = t
+		}
+	}
+	if resolvAt != "" {
+		v.resolv, v.resolvAt = filepath.Join(dir, "resolv.conf"), resolvAt
+		if err := os.WriteFile(v.resolv, []byte(sandbox.ResolvConf), 0o444); err != nil {
+			return fmt.Errorf("resolv.conf: %w", err)
+		}
+	}
+	v.env = sandbox.ProxyEnviron(v.env, mode)
+	if mode == "proxy" && c.CABundle != "" {
+		root := "/"
+		if layered {
+			root = v.rootfs
+		}
+		paths, created, env := sandbox.TrustBundle(root, v.env)
+		if created && !layered {
+			// Its mount point would have to be made in the host's root.
+			return fmt.Errorf("tier %q: the host has no bundle of trusted certificates to bind the sandbox's CA over (secrets need one)", policy.TierGVisor)
+		}
+		v.env = env
+		v.bundle, v.bundleAt = c.CABundle, paths
+	}
+	return nil
+}
+
+// bindHutch binds exe (hutch's binary, or the agent's) read-only at
+// dir's hutchFile, where gVisor's gofer, whose host ids are the
+// sandbox's, can reach it, and sets the view to bind it at
+// sandbox.SandboxHutch.
+func bindHutch(v *view, dir, exe string) error {
 	if exe == "" {
 		var err error
 		if exe, err = os.Executable(); err != nil {
@@ -217,36 +263,7 @@ func (rt *Runtime) proxyView(v *view, dir, mode string, c sandbox.Config) error 
 	if err := unix.Mount("", v.hutch, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
 		return fmt.Errorf("hutch's own binary: read-only: %w", err)
 	}
-	if err := devMountPoints(v.rootfs); err != nil {
-		return err
-	}
-	v.netDir = filepath.Join(dir, "net")
-	if err := serveNet(v.netDir, c.Proxy, sandbox.RootMappedID+int(v.uid), sandbox.RootMappedID+int(v.gid)); err != nil {
-		return err
-	}
-	// Lookups go to 127.0.0.1:53: hutch's resolv.conf over the view's
-	// (over what it links to, when it is a link: systemd-resolved's and
-	// NetworkManager's are); a view without one needs none.
-	if t, err := filepath.EvalSymlinks(resolvConfPath); err == nil && filepath.IsAbs(t) {
-		if st, err := os.Stat(t); err == nil && st.Mode().IsRegular() {
-			v.resolv = filepath.Join(dir, "resolv.conf")
-			v.resolvAt = t
-			if err := os.WriteFile(v.resolv, []byte(sandbox.ResolvConf), 0o444); err != nil {
-				return fmt.Errorf("resolv.conf: %w", err)
-			}
-		}
-	}
-	v.env = sandbox.ProxyEnviron(v.env, mode)
-	if mode == "proxy" && c.CABundle != "" {
-		paths, created, env := sandbox.TrustBundle(v.env)
-		if created {
-			// Its mount point would have to be made in the host's root.
-			return fmt.Errorf("tier %q: the host has no bundle of trusted certificates to bind the sandbox's CA over (secrets need one)", policy.TierGVisor)
-		}
-		v.env = env
-		v.bundle, v.bundleAt = c.CABundle, paths
-	}
-	return nil
+	return devMountPoints(v.rootfs)
 }
 
 // resolvConfPath is where resolvers read their configuration.
@@ -263,7 +280,7 @@ func devMountPoints(rootfs string) error {
 	if err := unix.Mount("hutch-dev", d, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0755,size=64k"); err != nil {
 		return fmt.Errorf("/dev's mount points: %w", err)
 	}
-	for _, sub := range []string{"shm", "pts", "mqueue", filepath.Base(sandboxNetDir)} {
+	for _, sub := range []string{"shm", "pts", "mqueue", filepath.Base(relay.SandboxDir)} {
 		if err := os.Mkdir(filepath.Join(d, sub), 0o755); err != nil {
 			return fmt.Errorf("/dev's mount points: %w", err)
 		}

@@ -7,9 +7,11 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/hutch-sandbox/hutch/internal/relay"
 )
 
-// TestRelays: what the relay inside gVisor (relayStreams, relayDNS) sends
+// TestRelays: what the relay inside gVisor (relay.Streams, relay.DNS) sends
 // over the unix sockets reaches the host side, and the answers come back:
 // a stream both ways, and DNS datagrams through streamPackets, the
 // net.PacketConn the proxy's DNS server reads (here an echo).
@@ -35,7 +37,7 @@ func TestRelays(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tl.Close()
-	go relayStreams(tl, filepath.Join(dir, "s.sock"))
+	go relay.Streams(tl, filepath.Join(dir, "s.sock"))
 	c, err := net.Dial("tcp4", tl.Addr().String())
 	if err != nil {
 		t.Fatal(err)
@@ -58,7 +60,7 @@ func TestRelays(t *testing.T) {
 	sp := newStreamPackets(dl)
 	defer sp.Close()
 	go func() {
-		buf := make([]byte, maxRelayedDNS)
+		buf := make([]byte, relay.MaxDNS)
 		for {
 			n, from, err := sp.ReadFrom(buf)
 			if err != nil {
@@ -72,7 +74,7 @@ func TestRelays(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pc.Close()
-	go relayDNS(pc, filepath.Join(dir, "d.sock"))
+	go relay.DNS(pc, filepath.Join(dir, "d.sock"))
 	u, err := net.Dial("udp4", pc.LocalAddr().String())
 	if err != nil {
 		t.Fatal(err)

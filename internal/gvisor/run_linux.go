@@ -53,12 +53,6 @@ var _ sandbox.Runtime = (*Runtime)(nil)
 // Tier returns policy.TierGVisor.
 func (*Runtime) Tier() string { return policy.TierGVisor }
 
-// Start is not there yet: hutch serve's sandboxes under gVisor (the agent
-// as PID 1 over a socket runsc donates) come in a later version.
-func (*Runtime) Start(c sandbox.Config) (sandbox.Instance, error) {
-	return nil, fmt.Errorf("tier %q: long-lived sandboxes (hutch serve) are not yet supported: %w", policy.TierGVisor, errors.ErrUnsupported)
-}
-
 // forwarded are the signals hutch passes on to the command.
 var forwarded = []os.Signal{unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2}
 
@@ -209,7 +203,10 @@ func (rt *Runtime) Run(ctx context.Context, c sandbox.Config) (res sandbox.Resul
 		// --host-uds=open, which lets gVisor connect to every host socket
 		// its view shows that others may write to (as the namespace tier
 		// does), where without it gVisor reaches none.
-		if err := rt.proxyView(&v, dir, s.Network.Mode, c); err != nil {
+		if err := bindHutch(&v, dir, rt.Binary); err != nil {
+			return res, err
+		}
+		if err := proxyView(&v, dir, s.Network.Mode, c, false); err != nil {
 			return res, err
 		}
 	}
@@ -240,26 +237,7 @@ func (rt *Runtime) Run(ctx context.Context, c sandbox.Config) (res sandbox.Resul
 	}
 
 	logFile := filepath.Join(dir, "runsc.log")
-	args := []string{
-		"--root", state, "--log", logFile, "--log-format=json",
-		"--network=none", "--overlay2=none", "--oci-seccomp",
-		// S1: without direct access to files the Sentry and the stub
-		// processes that run the command are host nobody without any
-		// capability (with it, root in a user namespace that maps every id,
-		// with CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_FOWNER, CAP_FSETID …).
-		"--directfs=false",
-	}
-	if v.netDir == "" {
-		args = append(args, "--host-uds=none")
-	} else {
-		// The proxy's sockets: the sandbox may connect to a host socket
-		// its view shows (only those, in a read-only directory of
-		// root's), and never make one ("create", "all").
-		args = append(args, "--host-uds=open")
-	}
-	if v.cgroup == "" {
-		args = append(args, "--ignore-cgroups")
-	}
+	args := runscArgs(state, logFile, v.netDir != "", v.cgroup != "")
 	debugDir := ""
 	if log.Enabled(ctx, slog.LevelDebug) {
 		// runsc's own debug logs (its gofer's and Sentry's too), whose

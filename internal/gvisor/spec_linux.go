@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/hutch-sandbox/hutch/internal/policy"
+	"github.com/hutch-sandbox/hutch/internal/relay"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
 )
 
@@ -175,41 +176,9 @@ func buildSpec(s policy.Spec, v view) ociSpec {
 		o.Process.ConsoleSize = &ociBox{Height: v.rows, Width: v.cols}
 	}
 	r := s.Resources
-	if r.Pids > 0 {
-		// gVisor counts the sandbox's tasks against RLIMIT_NPROC itself; a
-		// host cgroup's pids limit would count gVisor's own threads instead.
-		o.Process.Rlimits = append(o.Process.Rlimits, ociRlimit{Type: "RLIMIT_NPROC", Hard: uint64(r.Pids), Soft: uint64(r.Pids)})
-	}
-	if v.cgroup != "" {
-		res := &ociResources{}
-		if r.MemoryBytes > 0 {
-			res.Memory = &ociMemory{Limit: r.MemoryBytes}
-		}
-		if r.CPUs > 0 {
-			res.CPU = &ociCPU{Quota: int64(r.CPUs * cpuPeriod), Period: cpuPeriod}
-		}
-		o.Linux.Resources, o.Linux.CgroupsPath = res, v.cgroup
-	}
+	limits(&o, r, v.cgroup)
 
-	tmpfs := func(dst string, size int64, ro bool) ociMount {
-		opts := []string{"nosuid", "nodev", "mode=1777"}
-		if size > 0 {
-			opts = append(opts, "size="+strconv.FormatInt(size, 10))
-		}
-		if ro {
-			opts = []string{"ro", "nosuid", "nodev", "noexec", "mode=0755", "size=4096"}
-		}
-		return ociMount{Destination: dst, Type: "tmpfs", Source: "tmpfs", Options: opts}
-	}
-	bind := func(src, dst string, ro bool) ociMount {
-		opts := []string{"bind", "nosuid", "nodev"}
-		if ro {
-			opts = append(opts, "ro")
-		} else {
-			opts = append(opts, "rw")
-		}
-		return ociMount{Destination: dst, Type: "bind", Source: src, Options: opts}
-	}
+	tmpfs, bind := tmpfsMount, bindMount
 	m := []ociMount{
 		{Destination: "/proc", Type: "proc", Source: "proc"},
 		tmpfs("/tmp", r.TmpBytes, false),
@@ -274,17 +243,69 @@ func buildSpec(s policy.Spec, v view) ociSpec {
 		}
 	}
 	if v.netDir != "" {
-		m = append(m, bind(v.hutch, sandbox.SandboxHutch, true), bind(v.netDir, sandboxNetDir, true))
-		if v.resolv != "" {
-			m = append(m, bind(v.resolv, v.resolvAt, true))
-		}
-		for _, t := range v.bundleAt {
-			m = append(m, bind(v.bundle, t, true))
-		}
+		m = append(m, bind(v.hutch, sandbox.SandboxHutch, true))
+		m = append(m, netMounts(v)...)
 		o.Process.Args = append([]string{sandbox.SandboxHutch, InitCommand, "--"}, v.args...)
 	}
 	o.Mounts = m
 	return o
+}
+
+// limits sets the spec's limits of r: RLIMIT_NPROC for the pids (gVisor
+// counts the sandbox's tasks against it itself; a host cgroup's pids
+// limit would count gVisor's own threads instead), and memory and CPU in
+// cgroup, when it is set.
+func limits(o *ociSpec, r policy.Resources, cgroup string) {
+	if r.Pids > 0 {
+		o.Process.Rlimits = append(o.Process.Rlimits, ociRlimit{Type: "RLIMIT_NPROC", Hard: uint64(r.Pids), Soft: uint64(r.Pids)})
+	}
+	if cgroup != "" {
+		res := &ociResources{}
+		if r.MemoryBytes > 0 {
+			res.Memory = &ociMemory{Limit: r.MemoryBytes}
+		}
+		if r.CPUs > 0 {
+			res.CPU = &ociCPU{Quota: int64(r.CPUs * cpuPeriod), Period: cpuPeriod}
+		}
+		o.Linux.Resources, o.Linux.CgroupsPath = res, cgroup
+	}
+}
+
+// netMounts are the view's mounts of proxyView: the proxy's sockets,
+// hutch's resolv.conf and the trust bundle.
+func netMounts(v view) []ociMount {
+	m := []ociMount{bindMount(v.netDir, relay.SandboxDir, true)}
+	if v.resolv != "" {
+		m = append(m, bindMount(v.resolv, v.resolvAt, true))
+	}
+	for _, t := range v.bundleAt {
+		m = append(m, bindMount(v.bundle, t, true))
+	}
+	return m
+}
+
+// tmpfsMount is a tmpfs at dst of size bytes (no bound when 0), open to
+// all (mode 1777), or an empty read-only one (ro).
+func tmpfsMount(dst string, size int64, ro bool) ociMount {
+	opts := []string{"nosuid", "nodev", "mode=1777"}
+	if size > 0 {
+		opts = append(opts, "size="+strconv.FormatInt(size, 10))
+	}
+	if ro {
+		opts = []string{"ro", "nosuid", "nodev", "noexec", "mode=0755", "size=4096"}
+	}
+	return ociMount{Destination: dst, Type: "tmpfs", Source: "tmpfs", Options: opts}
+}
+
+// bindMount binds the host's src at dst, read-only (ro) or read-write.
+func bindMount(src, dst string, ro bool) ociMount {
+	opts := []string{"bind", "nosuid", "nodev"}
+	if ro {
+		opts = append(opts, "ro")
+	} else {
+		opts = append(opts, "rw")
+	}
+	return ociMount{Destination: dst, Type: "bind", Source: src, Options: opts}
 }
 
 // within reports whether p is dir or below it.

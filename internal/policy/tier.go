@@ -41,8 +41,10 @@ type tierRefusal struct {
 var tierRefusals = []tierRefusal{
 	{TierGVisor, "network.mode", func(s Spec) bool { return s.Network.Mode == "host" },
 		`"host" is not supported under tier "gvisor": gVisor's sandbox has no route to the host's network; use network mode "none" or tier "namespace"`},
-	{TierGVisor, "root", func(s Spec) bool { return s.Root != "" && s.Root != DefaultRoot },
-		`not yet supported under tier "gvisor": its sandboxes start from the host's root, read-only; use tier "namespace" for a root directory or an image`},
+	{TierGVisor, "root", func(s Spec) bool {
+		_, image := s.Image()
+		return s.Root != "" && s.Root != DefaultRoot && !image
+	}, `a root directory is not yet supported under tier "gvisor": its sandboxes start from the host's root or an image; use tier "namespace" for a root directory`},
 	{TierGVisor, "filesystem.home", func(s Spec) bool { return s.Filesystem.Home == "persist" },
 		`"persist" is not yet supported under tier "gvisor"; use "ro" or "tmp"`},
 }

@@ -34,8 +34,9 @@ func rootCapNumbers() []int {
 // sandbox cannot exhaust the host's memory with empty files either.
 const layerInodeBytes = 4096
 
-// rootLayer makes the writable root of the sandbox whose PID 1 is pid, as
-// a detached overlay mount for it to attach as its root:
+// rootLayer makes the writable root of a sandbox whose user namespace is
+// userns (ids 0–layerIDs-1 onto RootMappedID and up), as a detached
+// overlay mount for it to attach as its root:
 //
 //   - lower: a clone of the host's root (that mount only), idmapped with
 //     the sandbox's user namespace and read-only;
@@ -48,12 +49,7 @@ const layerInodeBytes = 4096
 //
 // Everything but the returned descriptor is released: the mount holds its
 // layers, and it ends when the sandbox's mount namespace lets it go.
-func rootLayer(pid int, root string, l RootLayer, workspace string) (int, error) {
-	userns, err := sandboxUserns(pid)
-	if err != nil {
-		return -1, fmt.Errorf("root layer: %w", err)
-	}
-	defer unix.Close(userns)
+func rootLayer(userns int, root string, l RootLayer, workspace string) (int, error) {
 	lower, err := idmappedLower(root, userns)
 	if err != nil {
 		return -1, fmt.Errorf("root layer: %w", err)
@@ -174,20 +170,15 @@ func tmpfsOverlay(lowers []int, opts [][2]string, upperMode uint32, fill func(tm
 	}, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
 }
 
-// imageLayer makes the root of the sandbox whose PID 1 is pid from an
-// image, as a detached overlay mount for it to attach as its root: the
+// imageLayer makes the root of a sandbox whose user namespace is userns
+// from an image, as a detached overlay mount for it to attach as its root: the
 // image's layers, each a clone of its directory in hutch's image store
 // idmapped with the sandbox's user namespace (a file of the image's uid N
 // is owned by uid N inside) and read-only, as the lower layers; upper and
 // work on a fresh tmpfs of img.SizeBytes, owned by the sandbox's root, so
 // that the sandbox may write its root (and make the mount points of what
 // hutch binds in), in memory, until it ends.
-func imageLayer(pid int, img ImageRoot, workspace string) (int, error) {
-	userns, err := sandboxUserns(pid)
-	if err != nil {
-		return -1, fmt.Errorf("image root: %w", err)
-	}
-	defer unix.Close(userns)
+func imageLayer(userns int, img ImageRoot, workspace string) (int, error) {
 	var lowers []int
 	defer func() { closeAll(lowers) }()
 	for i := len(img.Layers) - 1; i >= 0; i-- { // overlayfs takes the top layer first

@@ -498,8 +498,17 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		}
 		fds = append(fds, pfd...)
 	}
+	userns := -1
+	if (img != nil && asRoot) || layer != nil {
+		var err error
+		if userns, err = sandboxUserns(pid); err != nil {
+			closeAll(fds)
+			return fail(err)
+		}
+		defer unix.Close(userns)
+	}
 	if img != nil && asRoot {
-		ifd, err := imageLayer(pid, *img, "")
+		ifd, err := imageLayer(userns, *img, "")
 		if err == nil && p.ruleset != nil {
 			err = p.ruleset.AddWritableTree(ifd)
 		}
@@ -516,9 +525,9 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		var lfd int
 		var err error
 		if len(layer.Lowers) > 0 {
-			lfd, err = imageLayer(pid, ImageRoot{Layers: layer.Lowers, SizeBytes: layer.SizeBytes, UID: layer.UID, GID: layer.GID}, ws)
+			lfd, err = imageLayer(userns, ImageRoot{Layers: layer.Lowers, SizeBytes: layer.SizeBytes, UID: layer.UID, GID: layer.GID}, ws)
 		} else {
-			lfd, err = rootLayer(pid, rootDir(s.Root), *layer, ws)
+			lfd, err = rootLayer(userns, rootDir(s.Root), *layer, ws)
 		}
 		if err != nil {
 			closeAll(fds)

@@ -26,6 +26,7 @@ import (
 
 	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/proxyconnect"
+	"github.com/hutch-sandbox/hutch/internal/relay"
 )
 
 // Exit codes of `hutch run` that are hutch's own, not the command's.
@@ -195,8 +196,8 @@ type Proxy interface {
 // own binary there (for ssh's ProxyCommand).
 const (
 	ProxyHTTPPort  = proxyconnect.Port
-	ProxySOCKSPort = 1080
-	DNSPort        = 53
+	ProxySOCKSPort = relay.SOCKSPort
+	DNSPort        = relay.DNSPort
 	Hostname       = "hutch"
 	SandboxHutch   = "/dev/hutch"
 )

@@ -13,11 +13,11 @@ func ProxyEnviron(env []string, mode string) []string {
 }
 
 // TrustBundle returns where the sandbox's trust bundle (Config.CABundle)
-// goes in a view of the host's root (the system bundles that exist there;
-// created says the one path is made for it), and env with the variables
-// that point TLS clients at it.
-func TrustBundle(env []string) (paths []string, created bool, out []string) {
-	targets, vars := trustBundleTargets("/")
+// goes in a view of root (the system bundles that exist there; created
+// says the one path is made for it), and env with the variables that
+// point TLS clients at it.
+func TrustBundle(root string, env []string) (paths []string, created bool, out []string) {
+	targets, vars := trustBundleTargets(root)
 	for _, t := range targets {
 		paths = append(paths, t.path)
 		created = created || t.create

@@ -1,0 +1,103 @@
+package daemon
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/hutch-sandbox/hutch/internal/gvisor"
+	"github.com/hutch-sandbox/hutch/internal/policy"
+	"github.com/hutch-sandbox/hutch/internal/sandbox"
+	"github.com/hutch-sandbox/hutch/internal/store"
+	"github.com/hutch-sandbox/hutch/internal/testutil"
+)
+
+// gvisorConfig is a daemon config whose default tier is gVisor, with the
+// test's runsc and a state directory of the test's own for runsc, which
+// must be empty when the test ends.
+func gvisorConfig(t *testing.T) Config {
+	t.Helper()
+	testutil.RequireRoot(t)
+	bin, err := gvisor.Find(testutil.Runsc(t))
+	if err != nil {
+		t.Fatalf("the test's runsc: %v", err)
+	}
+	base := filepath.Join("/run", "hutch-gvisor-test-"+sandbox.RandomID())
+	t.Cleanup(func() {
+		entries, _ := os.ReadDir(base)
+		for _, e := range entries {
+			t.Errorf("gVisor state left behind: %s", filepath.Join(base, e.Name()))
+		}
+		_ = unix.Unmount(base, unix.MNT_DETACH)
+		_ = os.Remove(base)
+	})
+	return Config{
+		DefaultTier: policy.TierGVisor,
+		Runtimes: map[string]sandbox.Runtime{
+			policy.TierNamespace: sandbox.Namespaces{},
+			policy.TierGVisor:    &gvisor.Runtime{Runsc: bin, StateDir: base},
+		},
+	}
+}
+
+// TestGVisorServed: a sandbox of hutch serve under gVisor runs the agent
+// as its PID 1 inside gVisor's kernel: commands and files work as under
+// namespaces, in a writable root of the sandbox's own that never reaches
+// the host, the host's private directories hidden; pause and resume keep
+// it; destroying it leaves nothing behind.
+func TestGVisorServed(t *testing.T) {
+	m := newManager(t, gvisorConfig(t))
+	info := mustCreate(t, m, "a", CreateRequest{Env: map[string]string{"GREETING": "hello"}})
+	if info.Tier != policy.TierGVisor {
+		t.Fatalf("tier %q", info.Tier)
+	}
+	out := mustRun(t, m, "a", info.ID, `echo "$GREETING from $PWD"; id -u; cat /proc/1/cmdline | tr '\0' ' '; echo; dmesg | grep -c -i gvisor; echo made >made-here; cat made-here; ls -A /root | wc -l`)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 6 || lines[0] != "hello from "+info.Workspace || lines[1] != "0" || !strings.HasPrefix(lines[2], sandbox.SandboxHutch+" agent") || lines[3] == "0" || lines[4] != "made" || lines[5] != "0" {
+		t.Errorf("output:\n%s\nwant: the greeting, uid 0, the agent as PID 1, gVisor's kernel messages, the file, an empty /root", out)
+	}
+	if _, err := os.Stat(filepath.Join(info.Workspace, "made-here")); err == nil {
+		t.Error("the command's file reached the host")
+	}
+	c, err := m.Agent(testCtx(t), "a", info.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WriteFile(testCtx(t), filepath.Join(info.Workspace, "from-client"), strings.NewReader("hi"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out := mustRun(t, m, "a", info.ID, `cat from-client`); out != "hi" {
+		t.Errorf("the client's file: %q", out)
+	}
+	// The host pid recorded is runsc's, which holds the sandbox.
+	pid := hostPID(t, m, info.ID)
+	if b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline")); err != nil || !strings.Contains(string(b), "runsc") {
+		t.Errorf("host pid %d is not runsc's: %q, %v", pid, b, err)
+	}
+
+	mustRun(t, m, "a", info.ID, `i=0; while :; do i=$((i+1)); echo $i >/tmp/count; sleep 0.05; done >/dev/null 2>&1 &`)
+	if _, err := m.Pause(testCtx(t), "a", info.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Resume(testCtx(t), "a", info.ID); err != nil {
+		t.Fatal(err)
+	}
+	if out := mustRun(t, m, "a", info.ID, `a=$(cat /tmp/count); sleep 0.5; b=$(cat /tmp/count); [ "$b" -gt "$a" ] && echo counting`); out != "counting\n" {
+		t.Errorf("after resume: %q", out)
+	}
+
+	if err := m.Destroy(testCtx(t), "a", info.ID); err != nil {
+		t.Fatal(err)
+	}
+	if !gone(pid) {
+		t.Errorf("runsc (pid %d) outlived its sandbox", pid)
+	}
+	got, err := m.Get(testCtx(t), "a", info.ID)
+	if err != nil || got.State != store.StateStopped {
+		t.Errorf("get after destroy: %+v, %v", got, err)
+	}
+}

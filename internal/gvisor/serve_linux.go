@@ -1,0 +1,398 @@
+package gvisor
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/hutch-sandbox/hutch/internal/agent"
+	"github.com/hutch-sandbox/hutch/internal/policy"
+	"github.com/hutch-sandbox/hutch/internal/relay"
+	"github.com/hutch-sandbox/hutch/internal/sandbox"
+)
+
+// Start starts a long-lived sandbox under gVisor for hutch serve, with
+// hutch's agent as its PID 1 (inside gVisor's kernel), serving the agent
+// protocol on a socket runsc donates to it (runsc run --pass-fd): the
+// contract of sandbox.Start. The sandbox's root is the namespace tier's
+// writable root layer (c.RootLayer, required: the host's root or an
+// image's layers, read-only, under a tmpfs of the layer's size, with the
+// workspace made in it and the host's private directories hidden),
+// attached on the host where runsc's gofer serves it, its ids mapped as
+// in the namespace tier (0–65535 onto sandbox.RootMappedID and up). The
+// agent runs as the sandbox's root with sandbox.RootCapabilities (with
+// c.RootCaps) in gVisor's kernel; nothing it writes reaches the host.
+//
+// runsc run stays attached to hutch, its pid the instance's PID: killing
+// it ends the sandbox (S4). Freeze and Thaw are runsc pause and resume.
+func (rt *Runtime) Start(c sandbox.Config) (inst sandbox.Instance, err error) {
+	s := c.Spec
+	log := c.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	switch {
+	case s.Tier != policy.TierGVisor:
+		return nil, fmt.Errorf("tier %q: not the gvisor tier", s.Tier)
+	case rt.Runsc == "":
+		return nil, fmt.Errorf("%w: tier %q needs runsc; %s", ErrRunsc, policy.TierGVisor, installAdvice())
+	case os.Geteuid() != 0:
+		return nil, fmt.Errorf("tier %q needs hutch to run as root in this version", policy.TierGVisor)
+	case c.RootLayer == nil || c.Image != nil:
+		return nil, fmt.Errorf("tier %q: a long-lived sandbox needs a writable root layer", policy.TierGVisor)
+	case s.Network.Mode != "none" && s.Network.Mode != "proxy":
+		return nil, fmt.Errorf("tier %q: network mode %q is not supported", policy.TierGVisor, s.Network.Mode)
+	case s.Network.Mode == "proxy" && c.Proxy == nil:
+		return nil, errors.New("network mode proxy needs an egress proxy")
+	}
+	if r := policy.TierRefusals(s); len(r) > 0 {
+		return nil, fmt.Errorf("tier %q: %s", policy.TierGVisor, strings.Join(r, "; "))
+	}
+	l := *c.RootLayer
+	if min(l.UID, l.GID) < 0 || max(l.UID, l.GID) >= sandbox.LayerIDs {
+		return nil, fmt.Errorf("the workspace's owner %d:%d: a root layer maps ids 0–%d only", l.UID, l.GID, sandbox.LayerIDs-1)
+	}
+
+	base := rt.StateDir
+	if base == "" {
+		base = DefaultStateDir
+	}
+	sweep(base, rt.Runsc, log)
+	id := "hutch-" + sandbox.RandomID()
+	dir, err := makePrivateDir(base, id)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			cleanup(rt.Runsc, dir, id, log)
+		}
+	}()
+	state := filepath.Join(dir, "state")
+
+	v := view{args: []string{sandbox.SandboxHutch, "agent"}, env: c.Environ}
+	v.rootfs = filepath.Join(dir, "rootfs")
+	if err := os.Mkdir(v.rootfs, 0o755); err != nil {
+		return nil, fmt.Errorf("root: %w", err)
+	}
+	root := "/"
+	if s.Root != "" && s.Root != policy.DefaultRoot && len(l.Lowers) == 0 {
+		root = s.Root
+	}
+	if err := sandbox.MountLayerRoot(v.rootfs, root, &l, nil, s.Filesystem.Workspace); err != nil {
+		return nil, err
+	}
+	if err := bindHutch(&v, dir, c.AgentBinary); err != nil {
+		return nil, err
+	}
+	v.empty = filepath.Join(dir, "empty")
+	if err := os.WriteFile(v.empty, nil, 0o444); err != nil {
+		return nil, fmt.Errorf("mask file: %w", err)
+	}
+	// The deny-read paths the layer shows (it hides the host's private
+	// directories and removes its closed files already): sockets, fifos
+	// and devices masked on the host, in the layer's mount; files and
+	// directories by the spec.
+	if v.special, err = maskSpecial(v.rootfs, v.empty, s.Filesystem.DenyRead, nil); err != nil {
+		return nil, err
+	}
+	masks, err := layerMasks(v.rootfs, v.empty, s.Filesystem.DenyRead, v.special)
+	if err != nil {
+		return nil, err
+	}
+	if s.Network.Mode == "proxy" {
+		if err := proxyView(&v, dir, s.Network.Mode, c, true); err != nil {
+			return nil, err
+		}
+		v.args = append(v.args, "--relay", relay.SandboxDir)
+	} else {
+		v.env = sandbox.ProxyEnviron(v.env, s.Network.Mode)
+	}
+	if s.Resources.MemoryBytes > 0 || s.Resources.CPUs > 0 || c.Cgroup {
+		name := c.CgroupName
+		if name == "" {
+			name = id
+		}
+		v.cgroup = "/" + name
+	}
+	spec, err := json.MarshalIndent(servedSpec(s, v, masks, c.RootCaps), "", " ")
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), spec, 0o600); err != nil {
+		return nil, fmt.Errorf("bundle: %w", err)
+	}
+
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("agent socketpair: %w", err)
+	}
+	ours, theirs := os.NewFile(uintptr(fds[0]), "hutch-agent"), os.NewFile(uintptr(fds[1]), "hutch-agent-sandbox")
+	defer theirs.Close()
+	conn, err := net.FileConn(ours)
+	ours.Close()
+	if err != nil {
+		return nil, fmt.Errorf("agent connection: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			conn.Close()
+		}
+	}()
+
+	logFile := filepath.Join(dir, "runsc.log")
+	args := runscArgs(state, logFile, v.netDir != "", v.cgroup != "")
+	// The socket's end is descriptor 3 of runsc, and of the agent in
+	// gVisor (agent.ConnFD).
+	args = append(args, "run", "--bundle", dir, "--pass-fd", fmt.Sprintf("3:%d", agent.ConnFD), id)
+	out := &tail{max: 8 << 10}
+	cmd := exec.Command(rt.Runsc, args...)
+	cmd.Dir = dir
+	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.ExtraFiles = []*os.File{theirs}
+	// runsc runs its sandbox attached: its Sentry and gofer die with it,
+	// and it dies with hutch (S4).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	log.Debug("gvisor: starting a served sandbox", "runsc", rt.Runsc, "args", args)
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start runsc: %w", err)
+	}
+	sb := &served{runsc: rt.Runsc, dir: dir, id: id, state: state, logFile: logFile, cmd: cmd, conn: conn, out: out, done: make(chan struct{}), log: log}
+	go func() {
+		_ = cmd.Wait()
+		sb.code = cmd.ProcessState.ExitCode()
+		close(sb.done)
+	}()
+	return sb, nil
+}
+
+// runscArgs are runsc's flags for a sandbox whose state is in state and
+// whose log goes to logFile: no network of gVisor's own, no overlay over
+// the prepared root, the OCI spec's seccomp filter, the file system
+// served without direct host access; hostUDS lets the sandbox connect to
+// the host's unix sockets its view shows (the proxy's), cgroup makes the
+// spec's cgroup.
+func runscArgs(state, logFile string, hostUDS, cgroup bool) []string {
+	args := []string{
+		"--root", state, "--log", logFile, "--log-format=json",
+		"--network=none", "--overlay2=none", "--oci-seccomp",
+		// S1: without direct access to files the Sentry and the stub
+		// processes that run the command are host nobody without any
+		// capability (with it, root in a user namespace that maps every id,
+		// with CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_FOWNER, CAP_FSETID …).
+		"--directfs=false",
+	}
+	if hostUDS {
+		// The proxy's sockets: the sandbox may connect to a host socket
+		// its view shows (only those, in a read-only directory of
+		// root's), and never make one ("create", "all").
+		args = append(args, "--host-uds=open")
+	} else {
+		args = append(args, "--host-uds=none")
+	}
+	if !cgroup {
+		args = append(args, "--ignore-cgroups")
+	}
+	return args
+}
+
+// layerMasks are the spec's masks of the deny-read paths the layered
+// root at rootfs shows: an empty read-only tmpfs over a directory, the
+// empty file over anything else (special files, masked on the host
+// already, are left out). A path is looked up in the root, never through
+// a symbolic link out of it.
+func layerMasks(rootfs, empty string, denyRead []string, special map[string]bool) ([]ociMount, error) {
+	rfd, err := unix.Open(rootfs, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("deny read: the root: %w", err)
+	}
+	defer unix.Close(rfd)
+	var m []ociMount
+	for _, d := range denyRead {
+		if special[d] || !filepath.IsAbs(d) {
+			continue
+		}
+		fd, err := unix.Openat2(rfd, strings.TrimPrefix(d, "/"), &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC | unix.O_NOFOLLOW, Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS})
+		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
+			continue // not in the view
+		} else if err != nil {
+			return nil, fmt.Errorf("deny read %s: %w", d, err)
+		}
+		var st unix.Stat_t
+		err = unix.Fstat(fd, &st)
+		unix.Close(fd)
+		if err != nil {
+			return nil, fmt.Errorf("deny read %s: %w", d, err)
+		}
+		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+			m = append(m, tmpfsMount(d, 0, true))
+		} else {
+			m = append(m, bindMount(empty, d, true))
+		}
+	}
+	return m, nil
+}
+
+// servedSpec writes the OCI spec of a served sandbox of spec s: the
+// agent, the sandbox's root, in the layered root with the sandbox's own
+// /tmp and /dev/shm, the deny-read masks, and the proxy's mounts.
+func servedSpec(s policy.Spec, v view, masks []ociMount, rootCaps bool) ociSpec {
+	umask := uint32(0o022)
+	var caps []string
+	if rootCaps {
+		for _, c := range sandbox.RootCapabilities {
+			caps = append(caps, "CAP_"+strings.ToUpper(c))
+		}
+	}
+	o := ociSpec{
+		Version:  "1.0.2",
+		Hostname: sandbox.Hostname,
+		Root:     ociRoot{Path: v.rootfs},
+		Process: ociProcess{
+			User: ociUser{UID: 0, GID: 0, Umask: &umask},
+			Args: v.args,
+			Env:  v.env,
+			Cwd:  s.Filesystem.Workspace,
+			Capabilities: ociCapabilities{
+				Bounding: caps, Effective: caps, Inheritable: []string{}, Permitted: caps, Ambient: []string{},
+			},
+			NoNewPrivileges: true,
+		},
+		Linux: ociLinux{
+			Namespaces: []ociNamespace{{"pid"}, {"network"}, {"ipc"}, {"uts"}, {"mount"}, {"user"}},
+			// The layer's ids, as in the namespace tier: a file of host
+			// (or image) id N shows as N's, and the sandbox's ids are host
+			// ids of no one's.
+			UIDMappings: []ociIDMapping{{ContainerID: 0, HostID: sandbox.RootMappedID, Size: sandbox.LayerIDs}},
+			GIDMappings: []ociIDMapping{{ContainerID: 0, HostID: sandbox.RootMappedID, Size: sandbox.LayerIDs}},
+		},
+	}
+	if caps == nil {
+		o.Process.Capabilities = ociCapabilities{Bounding: []string{}, Effective: []string{}, Inheritable: []string{}, Permitted: []string{}, Ambient: []string{}}
+	}
+	limits(&o, s.Resources, v.cgroup)
+	r := s.Resources
+	m := []ociMount{
+		{Destination: "/proc", Type: "proc", Source: "proc"},
+		tmpfsMount("/tmp", r.TmpBytes, false),
+		tmpfsMount("/dev/shm", r.TmpBytes, false),
+		bindMount(v.hutch, sandbox.SandboxHutch, true),
+	}
+	m = append(m, masks...)
+	if v.netDir != "" {
+		m = append(m, netMounts(v)...)
+	}
+	o.Mounts = m
+	return o
+}
+
+// served is a long-lived sandbox under gVisor.
+type served struct {
+	runsc, dir, id, state, logFile string
+	cmd                            *exec.Cmd
+	conn                           net.Conn
+	out                            *tail
+	log                            *slog.Logger
+	done                           chan struct{}
+	code                           int // runsc run's exit code, once done is closed
+	once                           sync.Once
+}
+
+var _ sandbox.Instance = (*served)(nil)
+
+// Conn is the connection to the agent.
+func (s *served) Conn() net.Conn { return s.conn }
+
+// PID is the host pid of runsc run, which holds the sandbox: killing it
+// ends the sandbox.
+func (s *served) PID() int { return s.cmd.Process.Pid }
+
+// Done is closed when the sandbox has ended.
+func (s *served) Done() <-chan struct{} { return s.done }
+
+// ExitCode is the agent's exit code, as runsc run passes it on.
+func (s *served) ExitCode() int {
+	<-s.done
+	return s.code
+}
+
+// Dropped is empty: the tier sets up every layer or fails.
+func (s *served) Dropped() []string { return nil }
+
+// Freeze stops every task of the sandbox (runsc pause).
+func (s *served) Freeze() error { return s.runscDo("pause") }
+
+// Thaw lets them go on (runsc resume).
+func (s *served) Thaw() error { return s.runscDo("resume") }
+
+// runscDo runs runsc's command what on the sandbox.
+func (s *served) runscDo(what string) error {
+	select {
+	case <-s.done:
+		return errors.New("the sandbox has ended")
+	default:
+	}
+	cmd := exec.Command(s.runsc, "--root", s.state, what, s.id)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("runsc %s: %v: %s", what, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// Close kills the sandbox (runsc run, and with it gVisor's Sentry, gofer
+// and every task) and removes what the host holds for it.
+func (s *served) Close() error {
+	s.once.Do(func() {
+		_ = s.cmd.Process.Kill()
+		<-s.done
+		s.conn.Close()
+		cleanup(s.runsc, s.dir, s.id, s.log)
+	})
+	return nil
+}
+
+// Failure says why the sandbox ended, when runsc says: its own error
+// lines, for a sandbox that did not start.
+func (s *served) Failure() string {
+	select {
+	case <-s.done:
+	default:
+		return ""
+	}
+	return s.out.String()
+}
+
+// tail keeps the last max bytes written to it.
+type tail struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if len(t.b) > t.max {
+		t.b = append(t.b[:0:0], t.b[len(t.b)-t.max:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tail) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return strings.TrimSpace(string(t.b))
+}
