@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/image/imagetest"
+	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/testutil"
 )
 
@@ -64,7 +65,19 @@ func nodeForE2B() (string, string) {
 // started, with a warm pool of one (--template bb=REF --warm bb=1): the
 // SDK's Sandbox.create('bb') takes the warm sandbox, as the daemon's
 // metrics say after the run.
-func TestE2BSDK(t *testing.T) {
+func TestE2BSDK(t *testing.T) { e2bSDK(t, "namespace") }
+
+// TestE2BSDKGVisor is TestE2BSDK against a daemon whose default tier is
+// gVisor: every sandbox the SDK makes, the template's warm one included,
+// runs under gVisor.
+func TestE2BSDKGVisor(t *testing.T) {
+	testutil.RequireRoot(t)
+	e2bSDK(t, "gvisor", "--default-tier", "gvisor", "--runsc", testutil.Runsc(t))
+}
+
+// e2bSDK runs E2B's SDK against a daemon started with the flags args,
+// whose every sandbox must be of tier.
+func e2bSDK(t *testing.T, tier string, args ...string) {
 	testutil.RequireRoot(t)
 	node, why := nodeForE2B()
 	testutil.Need(t, node != "", why)
@@ -83,7 +96,7 @@ func TestE2BSDK(t *testing.T) {
 
 	img := imagetest.Busybox(t, func(ok bool, reason string) { testutil.Need(t, ok, reason) })
 	d := startDaemonWith(t, importImage(t, img, "hutch.test/e2b-sdk:1"),
-		"--warm", "2", "--template", "bb=hutch.test/e2b-sdk:1", "--warm", "bb=1")
+		append([]string{"--warm", "2", "--template", "bb=hutch.test/e2b-sdk:1", "--warm", "bb=1"}, args...)...)
 	const warmBB = `hutch_warm_sandboxes{template="bb"} 1`
 	if !testutil.Eventually(time.Minute, func() bool { return strings.Contains(d.metrics(t), warmBB+"\n") }) {
 		t.Fatalf("the template's warm pool did not fill: no %s in\n%s", warmBB, d.metrics(t))
@@ -106,8 +119,19 @@ func TestE2BSDK(t *testing.T) {
 		t.Fatalf("node --test sdk.test.mjs: %v\n%s", err, out)
 	}
 	t.Logf("%s", out)
-	if m := d.metrics(t); !strings.Contains(m, `hutch_warm_creates_total{template="bb",result="hit"} 1`+"\n") {
+	m := d.metrics(t)
+	if !strings.Contains(m, `hutch_warm_creates_total{template="bb",result="hit"} 1`+"\n") {
 		t.Errorf("the SDK's create of the template did not take the warm sandbox:\n%s", m)
+	}
+	// Every sandbox was of the tier: the counts of the others are 0.
+	for _, other := range policy.Tiers {
+		line := regexp.MustCompile(`(?m)^hutch_sandboxes_created_total\{tier="` + other + `"\} (\d+)$`).FindStringSubmatch(m)
+		switch {
+		case line == nil:
+			t.Errorf("no count of the sandboxes created of tier %s:\n%s", other, m)
+		case other == tier && line[1] == "0", other != tier && line[1] != "0":
+			t.Errorf("%s sandboxes of tier %s, the daemon's default being %s", line[1], other, tier)
+		}
 	}
 }
 
