@@ -5,38 +5,47 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hutch-sandbox/hutch/internal/gvisor"
 	"github.com/hutch-sandbox/hutch/internal/testutil"
 )
 
-// TestServeTier: hutch serve refuses to start with a default or minimum
-// tier it does not run (gvisor, for now), with a default weaker than the
-// minimum, and with an unknown tier; a daemon of the namespace tier
-// refuses hutch create --tier gvisor, saying why, creates a sandbox of its
-// default tier without --tier, and hutch ls names it.
+// TestServeTier: without a runsc (none on PATH, no --runsc) hutch serve
+// refuses to start with a default or minimum tier of gvisor, printing the
+// command that installs runsc; a --runsc that is not runsc of the pinned
+// version is refused too, and so are a default weaker than the minimum
+// and an unknown tier. A daemon of the namespace tier without runsc
+// refuses hutch create --tier gvisor, saying why, creates a sandbox of
+// its default tier without --tier, and hutch ls names it.
 func TestServeTier(t *testing.T) {
 	testutil.RequireRoot(t)
+	const noRunsc = `hutch serve does not run the gvisor tier: runsc: tier "gvisor" needs gVisor's runsc, and there is none on PATH; install it with:
+  ` + gvisor.InstallCommand
 	for _, c := range []struct {
 		flags []string
 		code  int
 		want  string
 	}{
-		{[]string{"--default-tier", "gvisor"}, 1, "hutch serve does not run the gvisor tier yet (it runs: namespace)"},
-		{[]string{"--min-tier", "gvisor"}, 1, "hutch serve does not run the gvisor tier yet (it runs: namespace)"},
-		{[]string{"--default-tier", "gvisor", "--min-tier", "gvisor"}, 1, "hutch serve does not run the gvisor tier yet"},
+		{[]string{"--default-tier", "gvisor"}, 1, noRunsc},
+		{[]string{"--min-tier", "gvisor"}, 1, noRunsc},
+		{[]string{"--default-tier", "gvisor", "--min-tier", "gvisor"}, 1, noRunsc},
+		{[]string{"--runsc", "/bin/true"}, 1, "hutch: --runsc: runsc /bin/true: not a Go binary with build information"},
+		{[]string{"--runsc", "/nonexistent/runsc"}, 1, "hutch: --runsc: runsc /nonexistent/runsc: stat /nonexistent/runsc: no such file or directory"},
 		{[]string{"--default-tier", "namespace", "--min-tier", "gvisor"}, 1, "the default tier namespace is weaker than the minimum tier gvisor"},
 		{[]string{"--default-tier", "kvm"}, 2, `--default-tier: unknown tier "kvm"`},
 		{[]string{"--min-tier", "vm"}, 2, `--min-tier: unknown tier "vm"`},
 	} {
 		base := t.TempDir()
-		r := hutch(t, invocation{args: append([]string{"serve", "--socket", filepath.Join(base, "s.sock"), "--state-dir", filepath.Join(base, "state")}, c.flags...)})
+		// No runsc on PATH, whatever the machine has installed.
+		env := []string{"PATH=" + base, "HOME=" + base, "LANG=C.UTF-8"}
+		r := hutch(t, invocation{args: append([]string{"serve", "--socket", filepath.Join(base, "s.sock"), "--state-dir", filepath.Join(base, "state")}, c.flags...), env: env})
 		if r.code != c.code || !strings.Contains(r.stderr, c.want) {
 			t.Errorf("hutch serve %q: %s\nwant exit %d and %q", c.flags, r, c.code, c.want)
 		}
 	}
 
-	d := startDaemonWith(t, nil, "--default-tier", "namespace", "--min-tier", "namespace")
+	d := startDaemonWith(t, nil, "--default-tier", "namespace", "--min-tier", "namespace", "--runsc", "")
 	r := d.admin(t, "create", "--tier", "gvisor")
-	if r.code != 1 || !strings.Contains(r.stderr, "hutch serve does not run the gvisor tier yet") || !strings.Contains(r.stderr, "400 invalid") {
+	if r.code != 1 || !strings.Contains(r.stderr, "hutch serve does not run the gvisor tier") || !strings.Contains(r.stderr, "400 invalid") {
 		t.Errorf("hutch create --tier gvisor: %s", r)
 	}
 	r = d.admin(t, "create", "--runsc", "/usr/local/bin/runsc")
@@ -54,4 +63,40 @@ func TestServeTier(t *testing.T) {
 	}
 	r = d.admin(t, "create", "--tier", "namespace")
 	wantOK(t, r)
+}
+
+// TestServeGVisor: hutch serve --runsc R --default-tier gvisor runs its
+// sandboxes under gVisor: hutch create makes one, hutch exec runs in
+// gVisor's kernel, hutch ls names the tier; --tier namespace is still
+// honoured, and refused by a daemon of --min-tier gvisor.
+func TestServeGVisor(t *testing.T) {
+	testutil.RequireRoot(t)
+	runsc := testutil.Runsc(t)
+	d := startDaemonWith(t, nil, "--runsc", runsc, "--default-tier", "gvisor")
+	r := d.admin(t, "create", "--label", "suite=gvisor")
+	wantOK(t, r)
+	id := lastLine(r.stdout)
+	r = d.admin(t, "exec", id, "--", "sh", "-c", "dmesg | grep -c -i gvisor; id -u")
+	wantOK(t, r)
+	if ls := lines(r.stdout); len(ls) != 2 || ls[0] == "0" || ls[1] != "0" {
+		t.Errorf("hutch exec in a gVisor sandbox: %s\nwant gVisor's kernel messages and uid 0", r)
+	}
+	r = d.admin(t, "ls", "--label", "suite=gvisor")
+	wantOK(t, r)
+	if ls := lines(r.stdout); len(ls) != 2 || !strings.HasPrefix(ls[1], id) || !strings.Contains(ls[1], " running  gvisor  ") {
+		t.Errorf("hutch ls:\n%s", r.stdout)
+	}
+	r = d.admin(t, "create", "--tier", "namespace", "--label", "suite=gvisor")
+	wantOK(t, r)
+	ns := lastLine(r.stdout)
+	r = d.admin(t, "exec", ns, "--", "sh", "-c", "dmesg 2>/dev/null | grep -c -i gvisor; true")
+	if strings.TrimSpace(r.stdout) != "0" && strings.TrimSpace(r.stdout) != "" {
+		t.Errorf("a namespace sandbox of a gVisor daemon: %s", r)
+	}
+
+	strict := startDaemonWith(t, nil, "--runsc", runsc, "--min-tier", "gvisor")
+	r = strict.admin(t, "create", "--tier", "namespace")
+	if r.code != 1 || !strings.Contains(r.stderr, "namespace is weaker than gvisor, the minimum tier of this daemon") {
+		t.Errorf("hutch create --tier namespace on a daemon of --min-tier gvisor: %s", r)
+	}
 }
