@@ -144,6 +144,9 @@ type ImageRoot struct {
 	// such a namespace).
 	UID, GID int
 	Groups   []int
+
+	// save is the RootLayer's Keep and From (MountLayerRoot).
+	save layerSave
 }
 
 // ErrNotDirInRoot is the error of a path of a sandbox's root layer (its
@@ -175,6 +178,15 @@ type RootLayer struct {
 	// UID and GID own the workspace made in the layer (with Lowers: the
 	// image's user, ids 0–65535; root when both are 0).
 	UID, GID int
+	// Keep and From are for a tier that saves a sandbox to disk and
+	// restores it (gVisor, MountLayerRoot only). Keep, when set, is an
+	// empty directory where the layer's tmpfs is attached too, so that
+	// SaveLayer can copy what the sandbox wrote once it stopped. From,
+	// when set, is a copy SaveLayer made: the new layer holds what it
+	// holds (the workspace in it already) instead of a fresh one; Hide
+	// directories it has no entry for, and Remove files, are added, since
+	// the host may have closed more paths since.
+	Keep, From string
 }
 
 // Proxy is the egress proxy of one sandbox (package egress implements it).
