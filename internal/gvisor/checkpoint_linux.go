@@ -1,0 +1,114 @@
+package gvisor
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hutch-sandbox/hutch/internal/sandbox"
+)
+
+// What Checkpoint writes in its directory, and where the layer's tmpfs is
+// attached in a sandbox's state directory.
+const (
+	savedImage  = "image"       // runsc checkpoint's image: the sandbox's kernel, processes and memory
+	savedLayer  = "layer"       // the root layer's upper directory (sandbox.SaveLayer)
+	savedBundle = "config.json" // the OCI bundle's spec the sandbox ran with
+	savedMeta   = "gvisor.json" // savedSandbox
+	layerDir    = "layer"       // in the state directory: the layer's tmpfs (RootLayer.Keep)
+)
+
+// checkpointTimeout bounds the wait for runsc run to end once its sandbox
+// was saved.
+const checkpointTimeout = time.Minute
+
+// savedSandbox is what Restore needs besides the image, the layer and the
+// bundle.
+type savedSandbox struct {
+	// ID is runsc's container id, which names the state directory the
+	// bundle's paths are in.
+	ID string `json:"id"`
+}
+
+// readSaved reads the description of the sandbox Checkpoint saved in dir.
+func readSaved(dir string) (savedSandbox, error) {
+	var sv savedSandbox
+	b, err := os.ReadFile(filepath.Join(dir, savedMeta))
+	if err != nil {
+		return sv, fmt.Errorf("restore: %w", err)
+	}
+	if err := json.Unmarshal(b, &sv); err != nil {
+		return sv, fmt.Errorf("restore: %s: %w", savedMeta, err)
+	}
+	if !strings.HasPrefix(sv.ID, "hutch-") || filepath.Base(sv.ID) != sv.ID {
+		return sv, fmt.Errorf("restore: %s: bad id %q", savedMeta, sv.ID)
+	}
+	return sv, nil
+}
+
+// Restore starts again a sandbox that Checkpoint saved in dir, with c as
+// the sandbox's configuration (the one it was started with, but for what
+// the daemon rebuilds: the proxy, served on the same sockets): its
+// processes go on where they were, with their memory, and its root layer
+// holds what they wrote. The agent answers on the instance's connection
+// once a client attaches (agent.Attach). dir is left as it is.
+func (rt *Runtime) Restore(c sandbox.Config, dir string) (sandbox.Instance, error) {
+	return rt.start(c, dir)
+}
+
+// Checkpoint saves the sandbox to dir (made here, owner-only; it must not
+// exist) and ends it: runsc checkpoint writes its kernel, processes and
+// memory (the image), and the root layer's upper directory, the bundle's
+// spec and runsc's container id are copied beside it. Every runsc process
+// of the sandbox ends, and Close then frees what the host holds for it
+// (the layer's tmpfs). The agent must be detached (agent.Client.Detach):
+// a restored sandbox's agent reads its new connection from where it
+// stopped. When runsc cannot save the sandbox, it goes on running, and the
+// error says why.
+func (s *served) Checkpoint(dir string) error {
+	select {
+	case <-s.done:
+		return errors.New("checkpoint: the sandbox has ended")
+	default:
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	image := filepath.Join(dir, savedImage)
+	if err := os.Mkdir(image, 0o700); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	args := append(slices.Clip(s.flags), "checkpoint", "--image-path", image, s.id)
+	cmd := exec.Command(s.runsc, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("checkpoint: runsc checkpoint: %v: %s", err, strings.TrimSpace(string(out)))
+	}
+	select {
+	case <-s.done:
+	case <-time.After(checkpointTimeout):
+		return fmt.Errorf("checkpoint: runsc run did not end within %s of the checkpoint", checkpointTimeout)
+	}
+	if err := sandbox.SaveLayer(filepath.Join(s.dir, layerDir), filepath.Join(dir, savedLayer)); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	b, err := os.ReadFile(filepath.Join(s.dir, "config.json"))
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, savedBundle), b, 0o600)
+	}
+	if err == nil {
+		b, _ = json.Marshal(savedSandbox{ID: s.id})
+		err = os.WriteFile(filepath.Join(dir, savedMeta), b, 0o600)
+	}
+	if err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	return nil
+}
