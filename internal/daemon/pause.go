@@ -27,6 +27,13 @@ func (m *Manager) Pause(ctx context.Context, tenant, id string) (Info, error) {
 // go on; the idle timeout counts from now. Resuming a sandbox that is not
 // paused is a conflict.
 func (m *Manager) Resume(ctx context.Context, tenant, id string) (Info, error) {
+	if err := m.enter(); err != nil {
+		return Info{}, err
+	}
+	defer m.leave()
+	if info, ok, err := m.resumeDormant(ctx, tenant, id); ok {
+		return info, err
+	}
 	return m.setPaused(ctx, tenant, id, false)
 }
 
@@ -62,6 +69,9 @@ func (m *Manager) setPaused(ctx context.Context, tenant, id string, pause bool) 
 		return Info{}, fmt.Errorf("sandbox %s: pause: it is paused already: %w", id, ErrConflict)
 	case !pause && !paused:
 		return Info{}, fmt.Errorf("sandbox %s: resume: it is not paused: %w", id, ErrConflict)
+	}
+	if pause && m.toDisk(l) {
+		return m.pauseToDisk(ctx, l)
 	}
 
 	if pause {
