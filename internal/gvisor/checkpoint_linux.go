@@ -32,9 +32,9 @@ const checkpointTimeout = time.Minute
 // savedSandbox is what Restore needs besides the image, the layer and the
 // bundle.
 type savedSandbox struct {
-	// ID is runsc's container id, which names the state directory the
-	// bundle's paths are in.
-	ID string `json:"id"`
+	// Dir is the state directory the sandbox ran in, which the bundle's
+	// paths name.
+	Dir string `json:"dir"`
 }
 
 // readSaved reads the description of the sandbox Checkpoint saved in dir.
@@ -47,17 +47,43 @@ func readSaved(dir string) (savedSandbox, error) {
 	if err := json.Unmarshal(b, &sv); err != nil {
 		return sv, fmt.Errorf("restore: %s: %w", savedMeta, err)
 	}
-	if !strings.HasPrefix(sv.ID, "hutch-") || filepath.Base(sv.ID) != sv.ID {
-		return sv, fmt.Errorf("restore: %s: bad id %q", savedMeta, sv.ID)
+	if !filepath.IsAbs(sv.Dir) || filepath.Clean(sv.Dir) != sv.Dir || sv.Dir == "/" {
+		return sv, fmt.Errorf("restore: %s: bad directory %q", savedMeta, sv.Dir)
 	}
 	return sv, nil
 }
 
+// savedSpec is the spec saved in dir, its paths in the state directory
+// from moved to the state directory to: runsc's container id and the
+// directory may change, the mounts (in their order) may not.
+func savedSpec(dir, from, to string) ([]byte, error) {
+	b, err := os.ReadFile(filepath.Join(dir, savedBundle))
+	if err != nil {
+		return nil, fmt.Errorf("restore: %w", err)
+	}
+	var o ociSpec
+	if err := json.Unmarshal(b, &o); err != nil {
+		return nil, fmt.Errorf("restore: %s: %w", savedBundle, err)
+	}
+	move := func(p string) string {
+		if rest, ok := strings.CutPrefix(p, from); ok && (rest == "" || rest[0] == '/') {
+			return to + rest
+		}
+		return p
+	}
+	o.Root.Path = move(o.Root.Path)
+	for i := range o.Mounts {
+		o.Mounts[i].Source = move(o.Mounts[i].Source)
+	}
+	return json.MarshalIndent(o, "", " ")
+}
+
 // Restore starts again a sandbox that Checkpoint saved in dir, with c as
 // the sandbox's configuration (the one it was started with, but for what
-// the daemon rebuilds: the proxy, served on the same sockets): its
-// processes go on where they were, with their memory, and its root layer
-// holds what they wrote. The agent answers on the instance's connection
+// the daemon rebuilds: the proxy, served on sockets at the same paths in
+// the sandbox's view): its processes go on where they were, with their
+// memory, and its root layer holds what they wrote. It runs in a state
+// directory of its own, as a new sandbox does. The agent answers on the instance's connection
 // once a client attaches (agent.Attach). dir is left as it is.
 func (rt *Runtime) Restore(c sandbox.Config, dir string) (sandbox.Instance, error) {
 	return rt.start(c, dir)
@@ -66,7 +92,7 @@ func (rt *Runtime) Restore(c sandbox.Config, dir string) (sandbox.Instance, erro
 // Checkpoint saves the sandbox to dir (made here, owner-only; it must not
 // exist) and ends it: runsc checkpoint writes its kernel, processes and
 // memory (the image), and the root layer's upper directory, the bundle's
-// spec and runsc's container id are copied beside it. Every runsc process
+// spec and its state directory's name are copied beside it. Every runsc process
 // of the sandbox ends, and Close then frees what the host holds for it
 // (the layer's tmpfs). The agent must be detached (agent.Client.Detach):
 // a restored sandbox's agent reads its new connection from where it
@@ -104,7 +130,7 @@ func (s *served) Checkpoint(dir string) error {
 		err = os.WriteFile(filepath.Join(dir, savedBundle), b, 0o600)
 	}
 	if err == nil {
-		b, _ = json.Marshal(savedSandbox{ID: s.id})
+		b, _ = json.Marshal(savedSandbox{Dir: s.dir})
 		err = os.WriteFile(filepath.Join(dir, savedMeta), b, 0o600)
 	}
 	if err != nil {

@@ -76,14 +76,13 @@ func (rt *Runtime) start(c sandbox.Config, saved string) (inst sandbox.Instance,
 		base = DefaultStateDir
 	}
 	sweep(base, rt.Runsc, log)
-	id := "hutch-" + sandbox.RandomID()
 	var sv savedSandbox
 	if saved != "" {
 		if sv, err = readSaved(saved); err != nil {
 			return nil, err
 		}
-		id = sv.ID // the bundle's paths name it
 	}
+	id := "hutch-" + sandbox.RandomID()
 	dir, err := makePrivateDir(base, id)
 	if err != nil {
 		return nil, err
@@ -154,11 +153,11 @@ func (rt *Runtime) start(c sandbox.Config, saved string) (inst sandbox.Instance,
 		return nil, err
 	}
 	if saved != "" {
-		// The bundle the sandbox was saved with: the checkpoint holds
-		// its mounts. The view made above is the same (the same paths,
-		// made the same way).
-		if spec, err = os.ReadFile(filepath.Join(saved, savedBundle)); err != nil {
-			return nil, fmt.Errorf("restore: %w", err)
+		// The spec the sandbox was saved with, whose mounts the
+		// checkpoint holds, in this state directory: the view made above
+		// is the same, made the same way.
+		if spec, err = savedSpec(saved, sv.Dir, dir); err != nil {
+			return nil, err
 		}
 	}
 	if err := os.WriteFile(filepath.Join(dir, "config.json"), spec, 0o600); err != nil {
