@@ -196,7 +196,7 @@ func (rt *Runtime) Run(ctx context.Context, c sandbox.Config) (res sandbox.Resul
 		return res, err
 	}
 	if s.Resources.MemoryBytes > 0 || s.Resources.CPUs > 0 {
-		v.cgroup = "/" + id
+		v.cgroup = id
 	}
 	if s.Network.Mode == "proxy" {
 		// Not for mode "none": its refusing proxy would need runsc's

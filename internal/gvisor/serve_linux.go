@@ -123,7 +123,7 @@ func (rt *Runtime) Start(c sandbox.Config) (inst sandbox.Instance, err error) {
 		if name == "" {
 			name = id
 		}
-		v.cgroup = "/" + name
+		v.cgroup = name
 	}
 	spec, err := json.MarshalIndent(servedSpec(s, v, masks, c.RootCaps), "", " ")
 	if err != nil {

@@ -68,6 +68,41 @@ var notUnderGVisor = map[string]string{
 	"TestItem15_NetHost":              "needs --net host, refused under gVisor (policy.TierRefusals: network.mode)",
 }
 
+// servedNotUnderGVisor is the table of the tests of hutch serve
+// (forEachServedTier) that do not run against a daemon of the gVisor
+// tier, each with the reason.
+var servedNotUnderGVisor = map[string]string{}
+
+// forEachServedTier runs f once for every tier of tiers, as parallel
+// subtests named after it, with the flags that make it the default tier
+// of the hutch serve f starts (startServed): every sandbox f makes
+// without naming a tier is of that tier. A test of servedNotUnderGVisor
+// skips its "gvisor" subtest with the table's reason.
+func forEachServedTier(t *testing.T, f func(t *testing.T, tierFlags []string)) {
+	t.Helper()
+	testutil.RequireRoot(t)
+	t.Parallel()
+	for _, tr := range tiers {
+		t.Run(tr.name, func(t *testing.T) {
+			t.Parallel()
+			var flags []string
+			if tr.name == policy.TierGVisor {
+				if why, ok := servedNotUnderGVisor[t.Name()[:strings.Index(t.Name(), "/")]]; ok {
+					t.Skip("not against a daemon of the gVisor tier (servedNotUnderGVisor): " + why)
+				}
+				flags = []string{"--default-tier", policy.TierGVisor, "--runsc", testutil.Runsc(t)}
+			}
+			f(t, flags)
+		})
+	}
+}
+
+// underGVisor reports whether tierFlags (forEachServedTier's) make the
+// daemon's default tier gVisor.
+func underGVisor(tierFlags []string) bool {
+	return slices.Contains(tierFlags, policy.TierGVisor)
+}
+
 // markerVar is set in the sandbox's environment by tests that look for
 // leftover sandbox processes on the host: every process of the sandbox
 // inherits it, and root can read every process's environment.
