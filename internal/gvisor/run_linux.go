@@ -570,9 +570,15 @@ func cleanup(runsc, dir, id string, log *slog.Logger) {
 	_ = unix.Unmount(filepath.Join(dir, "areas"), unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
 	_ = unix.Unmount(filepath.Join(dir, hutchFile), unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
 	rootfs := filepath.Join(dir, "rootfs")
-	_ = unix.Unmount(rootfs, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
+	// The root may be stacked (a layer attached over the mount point):
+	// unmount until nothing is mounted there.
+	for range 8 {
+		if err := unix.Unmount(rootfs, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW); err != nil {
+			break
+		}
+	}
 	if err := unix.Rmdir(rootfs); err != nil && !errors.Is(err, unix.ENOENT) {
-		log.Debug("gvisor: remove the root's mount point; leaving the state directory", "err", err)
+		log.Debug("gvisor: remove the root's mount point; leaving the state directory", "err", err, "mounts", mountsAt(rootfs))
 		return
 	}
 	// Never remove through a mount: a directory laid out by another
@@ -741,4 +747,17 @@ func maskSpecial(rootfs, empty string, denyRead, roots []string) (map[string]boo
 		masked[d] = true
 	}
 	return masked, nil
+}
+
+// mountsAt lists the lines of /proc/self/mountinfo whose mount point is p
+// (what keeps it busy).
+func mountsAt(p string) []string {
+	b, _ := os.ReadFile("/proc/self/mountinfo")
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) > 4 && f[4] == p {
+			out = append(out, l)
+		}
+	}
+	return out
 }
