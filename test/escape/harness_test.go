@@ -59,10 +59,8 @@ var tiers = []struct {
 // the tier refuses (policy.TierRefusals) or does not have yet. Every other
 // test of forEachMode runs under both tiers.
 var notUnderGVisor = map[string]string{
-	"TestItem02_SecretNeverInSandbox": "its probes are the namespace tier's answers: /proc/1/environ unreadable (under gVisor PID 1 is hutch's relay, gvisor-init, as the command's user, and its environment holds the placeholders only) and the secret's file refused with an errno (under gVisor it reads as the empty mask); the secrets themselves run under gVisor in TestItem02_SecretCopiesRefused, TestItem19_Placeholders and internal/gvisor's TestGVisorSecrets",
 	"TestImageRootEscapes":            "a sandbox from an image: --image is refused under gVisor (policy.TierRefusals: root)",
 	"TestImageWorkspaceProtections":   "a sandbox from an image: --image is refused under gVisor (policy.TierRefusals: root)",
-	"TestItem27_RunPID1":              "attacks hutch's init, the sandbox's PID 1 under namespaces; a gVisor sandbox has no hutch process inside (its PID 1 is the command: TestItem02_Environment, TestItem08_ProcAndProcesses), and the test's second run needs --net proxy (policy.TierRefusals: network.mode)",
 	"TestItem10_StandIns":             "the stand-ins are the namespace tier's (hutch serves them over hidden and protected paths and counts what they refuse); the gVisor tier masks with an empty read-only file or tmpfs instead (TestItem01_CredentialFiles, TestItem07_Symlinks run there) and reports no refused read",
 	"TestItem21_Umask":                "the namespace tier's supervisor keeps the umask's withheld bits; under gVisor it has no counterpart (ARCHITECTURE, The gVisor tier, Host writes: a command that lowers its umask can create files writable by others, never set-id, which TestItem21_SetIDFiles checks there) and gVisor's /proc/self/status has no Umask line",
 	"TestItem15_NetHost":              "needs --net host, refused under gVisor (policy.TierRefusals: network.mode)",
