@@ -86,6 +86,14 @@ type Manager struct {
 	reaperDone chan struct{} // closed once the reaper returned
 }
 
+// endReasoner is an instance that can say why it ended on its own (the
+// gVisor tier's: the host's OOM killer ends a gVisor sandbox whole).
+type endReasoner interface {
+	// EndReason says why, "" when it does not know; oom is set when the
+	// OOM killer ended it.
+	EndReason() (why string, oom bool)
+}
+
 // instance is a started sandbox (a *sandbox.Sandbox on Linux).
 type instance interface {
 	PID() int
@@ -561,11 +569,45 @@ func infoOf(sb store.Sandbox) Info {
 func (m *Manager) watch(l *live) {
 	select {
 	case <-l.inst.Done():
-		m.end(l, "", "its PID 1 ended")
+		m.end(l, "", m.endReason(l, "its PID 1 ended"))
 	case <-l.client.Done():
-		m.end(l, "", fmt.Sprintf("its agent connection ended: %v", l.client.Err()))
+		why := fmt.Sprintf("its agent connection ended: %v", l.client.Err())
+		if _, ok := l.inst.(endReasoner); ok {
+			// A sandbox that ended whole (gVisor's, at its memory limit)
+			// breaks the connection first: its reason is worth the wait.
+			select {
+			case <-l.inst.Done():
+				why = m.endReason(l, why)
+			case <-time.After(endReasonWait):
+			case <-l.ended:
+			}
+		}
+		m.end(l, "", why)
 	case <-l.ended:
 	}
+}
+
+// endReasonWait bounds how long watch waits for a sandbox whose agent
+// connection broke to end, to learn why.
+const endReasonWait = 2 * time.Second
+
+// endReason is why l's sandbox ended on its own, as its instance says
+// (recording an OOM kill as an "oom" event and in the metric), or why.
+func (m *Manager) endReason(l *live, why string) string {
+	r, ok := l.inst.(endReasoner)
+	if !ok {
+		return why
+	}
+	reason, oom := r.EndReason()
+	if reason == "" {
+		return why
+	}
+	if oom {
+		OOMKills.With().Add(1)
+		m.log.Warn("out of memory: the sandbox ended", "sandbox", l.id, "tenant", l.tenant)
+		l.ev.append(EventOOM, map[string]any{"kills": int64(1), "reason": reason}, false)
+	}
+	return reason
 }
 
 // end starts tearing l down, once, and returns a channel closed when it is

@@ -577,7 +577,14 @@ func cleanup(runsc, dir, id string, log *slog.Logger) {
 			break
 		}
 	}
-	if err := unix.Rmdir(rootfs); err != nil && !errors.Is(err, unix.ENOENT) {
+	// The root's mount point can stay busy a moment after runsc's gofer,
+	// which served it, has gone.
+	err := unix.Rmdir(rootfs)
+	for i := 0; errors.Is(err, unix.EBUSY) && i < 20; i++ {
+		time.Sleep(100 * time.Millisecond)
+		err = unix.Rmdir(rootfs)
+	}
+	if err != nil && !errors.Is(err, unix.ENOENT) {
 		log.Debug("gvisor: remove the root's mount point; leaving the state directory", "err", err, "mounts", mountsAt(rootfs))
 		return
 	}

@@ -11,11 +11,13 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/hutch-sandbox/hutch/internal/agent"
+	"github.com/hutch-sandbox/hutch/internal/cgroups"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/relay"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
@@ -169,9 +171,17 @@ func (rt *Runtime) Start(c sandbox.Config) (inst sandbox.Instance, err error) {
 		return nil, fmt.Errorf("start runsc: %w", err)
 	}
 	sb := &served{runsc: rt.Runsc, dir: dir, id: id, state: state, logFile: logFile, cmd: cmd, conn: conn, out: out, done: make(chan struct{}), log: log}
+	cgroup := v.cgroup
 	go func() {
 		_ = cmd.Wait()
 		sb.code = cmd.ProcessState.ExitCode()
+		if cgroup != "" {
+			// runsc run has ended the container; its cgroup may be left
+			// until runsc delete, with the count of OOM kills in it.
+			if g, err := cgroups.Named(cgroup); err == nil {
+				sb.oomKills, _ = g.OOMKills()
+			}
+		}
 		close(sb.done)
 	}()
 	return sb, nil
@@ -305,7 +315,9 @@ type served struct {
 	out                            *tail
 	log                            *slog.Logger
 	done                           chan struct{}
-	code                           int // runsc run's exit code, once done is closed
+	code                           int   // runsc run's exit code, once done is closed
+	oomKills                       int64 // OOM kills in its cgroup when it ended, if it was still there
+	closing                        atomic.Bool
 	once                           sync.Once
 }
 
@@ -354,6 +366,7 @@ func (s *served) runscDo(what string) error {
 // Close kills the sandbox (runsc run, and with it gVisor's Sentry, gofer
 // and every task) and removes what the host holds for it.
 func (s *served) Close() error {
+	s.closing.Store(true)
 	s.once.Do(func() {
 		_ = s.cmd.Process.Kill()
 		<-s.done
@@ -363,15 +376,29 @@ func (s *served) Close() error {
 	return nil
 }
 
-// Failure says why the sandbox ended, when runsc says: its own error
-// lines, for a sandbox that did not start.
-func (s *served) Failure() string {
+// EndReason says why the sandbox ended on its own ("" while it runs, or
+// when Close ended it): the host's OOM killer (gVisor has none of its own:
+// a sandbox at its memory limit ends whole; oom is then set), a kill from
+// the host, or runsc's own last words.
+func (s *served) EndReason() (why string, oom bool) {
 	select {
 	case <-s.done:
 	default:
-		return ""
+		return "", false
 	}
-	return s.out.String()
+	switch {
+	case s.closing.Load():
+		return "", false
+	case s.oomKills > 0:
+		return "out of memory: the host's OOM killer ended gVisor's Sentry at the sandbox's memory limit", true
+	case s.code == 128+int(syscall.SIGKILL):
+		// runsc has removed the cgroup by then, as a rule: a SIGKILL from
+		// the host is the OOM killer's unless an operator sent it.
+		return "out of memory: gVisor's Sentry was killed on the host (SIGKILL), by the OOM killer at the sandbox's memory limit unless an operator killed it", true
+	case s.code != 0 && s.out.String() != "":
+		return fmt.Sprintf("runsc ended with code %d: %s", s.code, s.out.String()), false
+	}
+	return "", false
 }
 
 // tail keeps the last max bytes written to it.
