@@ -53,7 +53,7 @@ func newRunFlags(name string, stderr io.Writer) (*flag.FlagSet, *runFlags) {
 	fs.StringVar(&p.policyFile, "policy", "", "policy `file` (YAML or JSON)")
 	fs.StringVar(&p.srtFile, "srt-settings", "", "sandbox-runtime (srt) settings `file` to import")
 	fs.StringVar(&p.workspace, "workspace", "", "writable workspace `dir` (default: the current directory)")
-	fs.StringVar(&p.tier, "tier", "", "isolation `tier`: \"namespace\" (the default: namespaces, Landlock and seccomp on the host's kernel) or \"gvisor\" (gVisor's application kernel, runsc; root only, --net none only for now)")
+	fs.StringVar(&p.tier, "tier", "", "isolation `tier`: \"namespace\" (the default: namespaces, Landlock and seccomp on the host's kernel) or \"gvisor\" (gVisor's application kernel, runsc; root only)")
 	fs.StringVar(&r.runsc, "runsc", "", "with --tier gvisor: the runsc `binary` (default: runsc on PATH); it must be the version hutch pins")
 	fs.StringVar(&p.root, "root", "", "root filesystem: \"host\" (read-only host root, default) or a `dir`")
 	fs.StringVar(&p.image, "image", "", "start the sandbox from `image` REF of hutch's image store, pulled first if it is not there: the workspace is at /workspace (--workspace-at), the command runs as the image's user, in the workspace; with no command, the image's own runs in its working directory")

@@ -138,8 +138,8 @@ func TestServedTier(t *testing.T) {
 	_, err = c.Create(ctx, client.CreateOptions{Tier: policy.TierGVisor})
 	var e *client.Error
 	if !errors.As(err, &e) || e.Status != http.StatusBadRequest || e.Code != client.CodeInvalid ||
-		!strings.Contains(e.Message, "hutch serve does not run the gvisor tier yet") {
-		t.Errorf("create of tier gvisor: %#v, want 400 invalid: hutch serve does not run the gvisor tier yet", err)
+		!strings.Contains(e.Message, "hutch serve does not run the gvisor tier") {
+		t.Errorf("create of tier gvisor: %#v, want 400 invalid: hutch serve does not run the gvisor tier", err)
 	}
 
 	metrics := scrapeSocket(t, sock)

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -99,5 +100,49 @@ func TestGVisorServed(t *testing.T) {
 	got, err := m.Get(testCtx(t), "a", info.ID)
 	if err != nil || got.State != store.StateStopped {
 		t.Errorf("get after destroy: %+v, %v", got, err)
+	}
+}
+
+// TestGVisorOOM: a gVisor sandbox that outgrows its memory limit ends
+// whole (gVisor has no OOM killer of its own: the host's takes the
+// Sentry), and the daemon says why: an "oom" event, the metric, and the
+// sandbox stopped.
+func TestGVisorOOM(t *testing.T) {
+	m := newManager(t, gvisorConfig(t))
+	ctx := testCtx(t)
+	var p policy.Spec
+	p.Resources.MemoryBytes = 64 << 20
+	info := mustCreate(t, m, "a", CreateRequest{Policy: p})
+	ch, err := m.Events(ctx, "a", info.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := OOMKills.With().Value()
+	// dd's 256 MiB buffer does not fit in 64 MiB.
+	_, _, _ = run(ctx, m, "a", info.ID, `dd if=/dev/zero of=/dev/null bs=256M count=1`)
+	timer := time.NewTimer(30 * time.Second)
+	defer timer.Stop()
+	for oom := false; !oom; {
+		select {
+		case e := <-ch:
+			if e.Type != EventOOM {
+				continue
+			}
+			oom = true
+			if r, _ := e.Data["reason"].(string); !strings.Contains(r, "out of memory") {
+				t.Errorf("oom event data %v", e.Data)
+			}
+			if after := OOMKills.With().Value(); after < before+1 {
+				t.Errorf("hutch_oom_kills_total went from %v to %v", before, after)
+			}
+		case <-timer.C:
+			t.Fatal("no oom event")
+		}
+	}
+	if !testutil.Eventually(30*time.Second, func() bool {
+		got, err := m.Get(ctx, "a", info.ID)
+		return err == nil && got.State == store.StateStopped
+	}) {
+		t.Error("the sandbox is not stopped after its Sentry was OOM-killed")
 	}
 }

@@ -89,6 +89,14 @@ type Manager struct {
 	reaperDone chan struct{} // closed once the reaper returned
 }
 
+// endReasoner is an instance that can say why it ended on its own (the
+// gVisor tier's: the host's OOM killer ends a gVisor sandbox whole).
+type endReasoner interface {
+	// EndReason says why, "" when it does not know; oom is set when the
+	// OOM killer ended it.
+	EndReason() (why string, oom bool)
+}
+
 // instance is a started sandbox (a *sandbox.Sandbox on Linux).
 type instance interface {
 	PID() int
@@ -592,9 +600,22 @@ func (m *Manager) watch(l *live, inst instance, client *agent.Client, unwatch, w
 	defer close(watched)
 	select {
 	case <-inst.Done():
-		m.end(l, "", "its PID 1 ended")
+		m.end(l, "", m.endReason(l, "its PID 1 ended"))
 	case <-client.Done():
-		m.end(l, "", fmt.Sprintf("its agent connection ended: %v", client.Err()))
+		why := fmt.Sprintf("its agent connection ended: %v", client.Err())
+		if _, ok := inst.(endReasoner); ok {
+			// A sandbox that ended whole (gVisor's, at its memory limit)
+			// breaks the connection first: its reason is worth the wait.
+			select {
+			case <-inst.Done():
+				why = m.endReason(l, why)
+			case <-time.After(endReasonWait):
+			case <-l.ended:
+			case <-unwatch:
+				return
+			}
+		}
+		m.end(l, "", why)
 	case <-l.ended:
 	case <-unwatch:
 	}
@@ -604,6 +625,29 @@ func (m *Manager) watch(l *live, inst instance, client *agent.Client, unwatch, w
 func (m *Manager) startWatch(l *live) {
 	l.unwatch, l.watched = make(chan struct{}), make(chan struct{})
 	go m.watch(l, l.inst, l.client, l.unwatch, l.watched)
+}
+
+// endReasonWait bounds how long watch waits for a sandbox whose agent
+// connection broke to end, to learn why.
+const endReasonWait = 2 * time.Second
+
+// endReason is why l's sandbox ended on its own, as its instance says
+// (recording an OOM kill as an "oom" event and in the metric), or why.
+func (m *Manager) endReason(l *live, why string) string {
+	r, ok := l.inst.(endReasoner)
+	if !ok {
+		return why
+	}
+	reason, oom := r.EndReason()
+	if reason == "" {
+		return why
+	}
+	if oom {
+		OOMKills.With().Add(1)
+		m.log.Warn("out of memory: the sandbox ended", "sandbox", l.id, "tenant", l.tenant)
+		l.ev.append(EventOOM, map[string]any{"kills": int64(1), "reason": reason}, false)
+	}
+	return reason
 }
 
 // end starts tearing l down, once, and returns a channel closed when it is

@@ -49,7 +49,7 @@ func TestCreateTier(t *testing.T) {
 
 	_, err := m.Create(ctx, "a", CreateRequest{Policy: policy.Spec{Tier: policy.TierGVisor}})
 	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "hutch serve does not run the gvisor tier") {
-		t.Errorf("create of tier gvisor: %v, want refused: hutch serve does not run the gvisor tier yet", err)
+		t.Errorf("create of tier gvisor: %v, want refused: hutch serve does not run the gvisor tier", err)
 	}
 	if rows, err := m.st.ListSandboxes(ctx, store.Filter{}); err != nil || len(rows) != 2 {
 		t.Errorf("records after the refused create: %d, %v; want 2", len(rows), err)

@@ -34,6 +34,13 @@ func InitMain(args []string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "hutch: usage: hutch "+InitCommand+" -- COMMAND [ARGS...] (the first process of a gVisor sandbox)")
 		return sandbox.ExitHutchError
 	}
+	// Not dumpable, as the agent: the command, of the same user, may
+	// neither read this process's memory or environment nor trace it
+	// (ESCAPES 27). The command is dumpable again after its exec.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		fmt.Fprintf(stderr, "hutch: %s: not dumpable: %v\n", InitCommand, err)
+		return sandbox.ExitHutchError
+	}
 	if err := relay.Start(relay.SandboxDir); err != nil {
 		fmt.Fprintf(stderr, "hutch: %s: %v\n", InitCommand, err)
 		return sandbox.ExitHutchError

@@ -196,7 +196,7 @@ func (rt *Runtime) Run(ctx context.Context, c sandbox.Config) (res sandbox.Resul
 		return res, err
 	}
 	if s.Resources.MemoryBytes > 0 || s.Resources.CPUs > 0 {
-		v.cgroup = "/" + id
+		v.cgroup = id
 	}
 	if s.Network.Mode == "proxy" {
 		// Not for mode "none": its refusing proxy would need runsc's
@@ -571,9 +571,22 @@ func cleanup(runsc, dir, id string, log *slog.Logger) {
 	_ = unix.Unmount(filepath.Join(dir, layerDir), unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
 	_ = unix.Unmount(filepath.Join(dir, hutchFile), unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
 	rootfs := filepath.Join(dir, "rootfs")
-	_ = unix.Unmount(rootfs, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
-	if err := unix.Rmdir(rootfs); err != nil && !errors.Is(err, unix.ENOENT) {
-		log.Debug("gvisor: remove the root's mount point; leaving the state directory", "err", err)
+	// The root may be stacked (a layer attached over the mount point):
+	// unmount until nothing is mounted there.
+	for range 8 {
+		if err := unix.Unmount(rootfs, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW); err != nil {
+			break
+		}
+	}
+	// The root's mount point can stay busy a moment after runsc's gofer,
+	// which served it, has gone.
+	err := unix.Rmdir(rootfs)
+	for i := 0; errors.Is(err, unix.EBUSY) && i < 20; i++ {
+		time.Sleep(100 * time.Millisecond)
+		err = unix.Rmdir(rootfs)
+	}
+	if err != nil && !errors.Is(err, unix.ENOENT) {
+		log.Debug("gvisor: remove the root's mount point; leaving the state directory", "err", err, "mounts", mountsAt(rootfs))
 		return
 	}
 	// Never remove through a mount: a directory laid out by another
@@ -742,4 +755,17 @@ func maskSpecial(rootfs, empty string, denyRead, roots []string) (map[string]boo
 		masked[d] = true
 	}
 	return masked, nil
+}
+
+// mountsAt lists the lines of /proc/self/mountinfo whose mount point is p
+// (what keeps it busy).
+func mountsAt(p string) []string {
+	b, _ := os.ReadFile("/proc/self/mountinfo")
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) > 4 && f[4] == p {
+			out = append(out, l)
+		}
+	}
+	return out
 }

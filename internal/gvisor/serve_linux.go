@@ -12,10 +12,12 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/hutch-sandbox/hutch/internal/cgroups"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/relay"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
@@ -146,7 +148,7 @@ func (rt *Runtime) start(c sandbox.Config, saved string) (inst sandbox.Instance,
 		if name == "" {
 			name = id
 		}
-		v.cgroup = "/" + name
+		v.cgroup = name
 	}
 	spec, err := json.MarshalIndent(servedSpec(s, v, masks, c.RootCaps), "", " ")
 	if err != nil {
@@ -165,7 +167,7 @@ func (rt *Runtime) start(c sandbox.Config, saved string) (inst sandbox.Instance,
 	}
 
 	logFile := filepath.Join(dir, "runsc.log")
-	sb := &served{runsc: rt.Runsc, dir: dir, id: id, state: state, logFile: logFile, log: log, proxy: c.Proxy}
+	sb := &served{runsc: rt.Runsc, dir: dir, id: id, state: state, logFile: logFile, log: log, proxy: c.Proxy, cgroup: v.cgroup}
 	sb.flags = runscArgs(state, logFile, v.netDir != "", v.cgroup != "")
 	args := append(slices.Clip(sb.flags), "run", "--bundle", dir, id)
 	if saved != "" {
@@ -209,6 +211,13 @@ func (s *served) launch(args []string) error {
 	go func() {
 		_ = cmd.Wait()
 		s.code = cmd.ProcessState.ExitCode()
+		if s.cgroup != "" {
+			// runsc run has ended the container; its cgroup may be left
+			// until runsc delete, with the count of OOM kills in it.
+			if g, err := cgroups.Named(s.cgroup); err == nil {
+				s.oomKills, _ = g.OOMKills()
+			}
+		}
 		close(s.done)
 	}()
 	return nil
@@ -338,13 +347,16 @@ func servedSpec(s policy.Spec, v view, masks []ociMount, rootCaps bool) ociSpec 
 type served struct {
 	runsc, dir, id, state, logFile string
 	flags                          []string // runsc's global flags (runscArgs)
+	cgroup                         string   // the spec's cgroup, "" for none
 	cmd                            *exec.Cmd
 	conn                           net.Conn
 	out                            *tail
 	log                            *slog.Logger
 	proxy                          sandbox.Proxy // closed with the sandbox; nil for none
 	done                           chan struct{}
-	code                           int // runsc run's exit code, once done is closed
+	code                           int   // runsc run's exit code, once done is closed
+	oomKills                       int64 // OOM kills in its cgroup when it ended, if it was still there
+	closing                        atomic.Bool
 	once                           sync.Once
 }
 
@@ -393,6 +405,7 @@ func (s *served) runscDo(what string) error {
 // Close kills the sandbox (runsc run, and with it gVisor's Sentry, gofer
 // and every task) and removes what the host holds for it.
 func (s *served) Close() error {
+	s.closing.Store(true)
 	s.once.Do(func() {
 		_ = s.cmd.Process.Kill()
 		<-s.done
@@ -405,15 +418,29 @@ func (s *served) Close() error {
 	return nil
 }
 
-// Failure says why the sandbox ended, when runsc says: its own error
-// lines, for a sandbox that did not start.
-func (s *served) Failure() string {
+// EndReason says why the sandbox ended on its own ("" while it runs, or
+// when Close ended it): the host's OOM killer (gVisor has none of its own:
+// a sandbox at its memory limit ends whole; oom is then set), a kill from
+// the host, or runsc's own last words.
+func (s *served) EndReason() (why string, oom bool) {
 	select {
 	case <-s.done:
 	default:
-		return ""
+		return "", false
 	}
-	return s.out.String()
+	switch {
+	case s.closing.Load():
+		return "", false
+	case s.oomKills > 0:
+		return "out of memory: the host's OOM killer ended gVisor's Sentry at the sandbox's memory limit", true
+	case s.code == 128+int(syscall.SIGKILL):
+		// runsc has removed the cgroup by then, as a rule: a SIGKILL from
+		// the host is the OOM killer's unless an operator sent it.
+		return "out of memory: gVisor's Sentry was killed on the host (SIGKILL), by the OOM killer at the sandbox's memory limit unless an operator killed it", true
+	case s.code != 0 && s.out.String() != "":
+		return fmt.Sprintf("runsc ended with code %d: %s", s.code, s.out.String()), false
+	}
+	return "", false
 }
 
 // tail keeps the last max bytes written to it.

@@ -125,7 +125,10 @@ type view struct {
 	tty     bool
 	rows    uint16
 	cols    uint16
-	cgroup  string // the cgroup runsc makes for the limits, "" for none
+	// cgroup is the cgroup runsc makes for the limits, "" for none: a
+	// name, relative to hutch's own cgroup (in every hierarchy), as the
+	// namespace tier places its sandboxes' groups.
+	cgroup string
 	// umask is the command's umask; filter keeps what it writes to the
 	// host from granting privilege there (ESCAPES 21).
 	umask  uint32

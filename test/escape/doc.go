@@ -31,32 +31,32 @@
 //
 // Not under gVisor, by design (the table notUnderGVisor, whose reason the
 // skipped "gvisor" subtest prints): what needs a policy the tier refuses
-// (policy.TierRefusals) — the host's network (TestItem15_NetHost), an
-// image as the root (TestImageRootEscapes, TestImageWorkspaceProtections)
-// — TestItem02_SecretNeverInSandbox, whose probes are the namespace tier's
-// answers (the egress proxy and secrets themselves run under gVisor:
-// TestItem15_PolicyNoDirectRoute, _ProxyBypass, TestItem16_DNSProxy,
-// TestItem17_FilterCoverage, TestItem18_SSRFProxy,
-// TestItem02_SecretCopiesRefused, TestItem19_Placeholders) — and what
-// tests a mechanism of the namespace tier that gVisor does not have:
-// TestItem27_RunPID1 (hutch's
-// init as the sandbox's PID 1; under gVisor PID 1 is the command),
-// TestItem10_StandIns (the stand-ins hutch serves over hidden and
+// (policy.TierRefusals, or hutch run's refusal of an image root under
+// gVisor) — the host's network (TestItem15_NetHost), an image as the root
+// of hutch run (TestImageRootEscapes, TestImageWorkspaceProtections) —
+// and what tests a mechanism of the namespace tier that gVisor does not
+// have: TestItem10_StandIns (the stand-ins hutch serves over hidden and
 // protected paths; gVisor masks with empty files and tmpfs), and
 // TestItem21_Umask (the supervisor that keeps the umask's withheld bits;
-// ARCHITECTURE documents that gVisor has no counterpart). The tests of hutch serve that do not go through
-// forEachMode (TestItem21_ServedLayer, _CpFromServed, TestItem26..30,
-// TestItem27_ServedPID1) run under the namespace tier only: hutch serve
-// does not run the gVisor tier yet. Nor does anything run as an ordinary
-// user under gVisor.
+// ARCHITECTURE documents that gVisor has no counterpart). Nor does
+// anything run as an ordinary user under gVisor.
+//
+// The tests of hutch serve (TestItem21_ServedLayer, _CpFromServed,
+// TestItem26..30, TestItem27_ServedPID1) start a daemon of each tier in
+// turn (forEachServedTier: the parallel subtests "namespace" and
+// "gvisor", the latter with hutch serve --default-tier gvisor), so every
+// sandbox they make is of that tier; servedNotUnderGVisor names those
+// that skip the gVisor daemon, with the reason (none today).
 //
 // Where gVisor's kernel answers an attack differently and legitimately,
 // the test asserts, under "gvisor", the security property rather than the
 // namespace tier's errno, and says why in a comment (the namespace
 // assertions are unchanged): a deny-read file is masked by an empty file,
-// so reading it succeeds and yields nothing; PID 1 is the command itself
-// (there is no hutch process inside to attack); no host unix socket is
-// reachable at all (runsc runs without --host-uds); the sandbox's
+// so reading it succeeds and yields nothing; in mode none PID 1 is the
+// command itself (in mode proxy it is hutch's relay, attacked as the
+// namespace tier's init is, and /proc/PID/map_files does not exist: ENOENT);
+// in mode none no host unix socket is reachable at all (runsc runs with
+// --host-uds=none); the sandbox's
 // processes are not host processes, and what must die with hutch is runsc
 // and its sandbox and gofer; calls and families gVisor implements itself
 // (keyrings, nested namespaces, netlink, ICMP sockets) act on gVisor's

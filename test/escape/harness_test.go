@@ -59,13 +59,46 @@ var tiers = []struct {
 // the tier refuses (policy.TierRefusals) or does not have yet. Every other
 // test of forEachMode runs under both tiers.
 var notUnderGVisor = map[string]string{
-	"TestItem02_SecretNeverInSandbox": "its probes are the namespace tier's answers: /proc/1/environ unreadable (under gVisor PID 1 is hutch's relay, gvisor-init, as the command's user, and its environment holds the placeholders only) and the secret's file refused with an errno (under gVisor it reads as the empty mask); the secrets themselves run under gVisor in TestItem02_SecretCopiesRefused, TestItem19_Placeholders and internal/gvisor's TestGVisorSecrets",
-	"TestImageRootEscapes":            "a sandbox from an image: --image is refused under gVisor (policy.TierRefusals: root)",
-	"TestImageWorkspaceProtections":   "a sandbox from an image: --image is refused under gVisor (policy.TierRefusals: root)",
-	"TestItem27_RunPID1":              "attacks hutch's init, the sandbox's PID 1 under namespaces; a gVisor sandbox has no hutch process inside (its PID 1 is the command: TestItem02_Environment, TestItem08_ProcAndProcesses), and the test's second run needs --net proxy (policy.TierRefusals: network.mode)",
-	"TestItem10_StandIns":             "the stand-ins are the namespace tier's (hutch serves them over hidden and protected paths and counts what they refuse); the gVisor tier masks with an empty read-only file or tmpfs instead (TestItem01_CredentialFiles, TestItem07_Symlinks run there) and reports no refused read",
-	"TestItem21_Umask":                "the namespace tier's supervisor keeps the umask's withheld bits; under gVisor it has no counterpart (ARCHITECTURE, The gVisor tier, Host writes: a command that lowers its umask can create files writable by others, never set-id, which TestItem21_SetIDFiles checks there) and gVisor's /proc/self/status has no Umask line",
-	"TestItem15_NetHost":              "needs --net host, refused under gVisor (policy.TierRefusals: network.mode)",
+	"TestImageRootEscapes":          "a sandbox of hutch run from an image: refused under gVisor in this version (gvisor.Runtime.Run; hutch serve's image roots run there, TestE2BSDKGVisor)",
+	"TestImageWorkspaceProtections": "a sandbox of hutch run from an image: refused under gVisor in this version (gvisor.Runtime.Run; hutch serve's image roots run there, TestE2BSDKGVisor)",
+	"TestItem10_StandIns":           "the stand-ins are the namespace tier's (hutch serves them over hidden and protected paths and counts what they refuse); the gVisor tier masks with an empty read-only file or tmpfs instead (TestItem01_CredentialFiles, TestItem07_Symlinks run there) and reports no refused read",
+	"TestItem21_Umask":              "the namespace tier's supervisor keeps the umask's withheld bits; under gVisor it has no counterpart (ARCHITECTURE, The gVisor tier, Host writes: a command that lowers its umask can create files writable by others, never set-id, which TestItem21_SetIDFiles checks there) and gVisor's /proc/self/status has no Umask line",
+	"TestItem15_NetHost":            "needs --net host, refused under gVisor (policy.TierRefusals: network.mode)",
+}
+
+// servedNotUnderGVisor is the table of the tests of hutch serve
+// (forEachServedTier) that do not run against a daemon of the gVisor
+// tier, each with the reason.
+var servedNotUnderGVisor = map[string]string{}
+
+// forEachServedTier runs f once for every tier of tiers, as parallel
+// subtests named after it, with the flags that make it the default tier
+// of the hutch serve f starts (startServed): every sandbox f makes
+// without naming a tier is of that tier. A test of servedNotUnderGVisor
+// skips its "gvisor" subtest with the table's reason.
+func forEachServedTier(t *testing.T, f func(t *testing.T, tierFlags []string)) {
+	t.Helper()
+	testutil.RequireRoot(t)
+	t.Parallel()
+	for _, tr := range tiers {
+		t.Run(tr.name, func(t *testing.T) {
+			t.Parallel()
+			var flags []string
+			if tr.name == policy.TierGVisor {
+				if why, ok := servedNotUnderGVisor[t.Name()[:strings.Index(t.Name(), "/")]]; ok {
+					t.Skip("not against a daemon of the gVisor tier (servedNotUnderGVisor): " + why)
+				}
+				flags = []string{"--default-tier", policy.TierGVisor, "--runsc", testutil.Runsc(t)}
+			}
+			f(t, flags)
+		})
+	}
+}
+
+// underGVisor reports whether tierFlags (forEachServedTier's) make the
+// daemon's default tier gVisor.
+func underGVisor(tierFlags []string) bool {
+	return slices.Contains(tierFlags, policy.TierGVisor)
 }
 
 // markerVar is set in the sandbox's environment by tests that look for

@@ -78,7 +78,8 @@ func TestGVisorKernel(t *testing.T) {
 	})
 }
 
-// TestNotUnderGVisorNamesTests: every entry of notUnderGVisor names a test
+// TestNotUnderGVisorNamesTests: every entry of notUnderGVisor (and of
+// servedNotUnderGVisor) names a test
 // of this package, so that a renamed test cannot leave an entry that
 // skips nothing while the renamed one runs under gVisor unnoticed, or the
 // reverse.
@@ -99,12 +100,14 @@ func TestNotUnderGVisorNamesTests(t *testing.T) {
 			}
 		}
 	}
-	for name, why := range notUnderGVisor {
-		if !tests[name] {
-			t.Errorf("notUnderGVisor names %s (%s), which is no test of this package", name, why)
-		}
-		if why == "" {
-			t.Errorf("notUnderGVisor gives no reason for %s", name)
+	for table, m := range map[string]map[string]string{"notUnderGVisor": notUnderGVisor, "servedNotUnderGVisor": servedNotUnderGVisor} {
+		for name, why := range m {
+			if !tests[name] {
+				t.Errorf("%s names %s (%s), which is no test of this package", table, name, why)
+			}
+			if why == "" {
+				t.Errorf("%s gives no reason for %s", table, name)
+			}
 		}
 	}
 }
