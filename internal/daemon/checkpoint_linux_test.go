@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/hutch-sandbox/hutch/internal/cgroups"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/store"
 	"github.com/hutch-sandbox/hutch/internal/testutil"
@@ -37,14 +38,22 @@ func askCount(t *testing.T, m *Manager, id string) (count, pid int) {
 
 // sandboxMemory is what the host charges to sandbox id's cgroup, and
 // whether it has one.
-func sandboxMemory(id string) (int64, bool) {
-	for _, f := range []string{"/sys/fs/cgroup/" + sandboxCgroupPrefix + id + "/memory.current", "/sys/fs/cgroup/memory/" + sandboxCgroupPrefix + id + "/memory.usage_in_bytes"} {
-		if b, err := os.ReadFile(f); err == nil {
-			n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-			return n, true
+func sandboxMemory(t *testing.T, id string) (int64, bool) {
+	t.Helper()
+	g, err := cgroups.Named(sandboxCgroupPrefix + id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var most int64
+	for _, dir := range g.Paths() {
+		for _, f := range []string{"memory.current", "memory.usage_in_bytes"} {
+			if b, err := os.ReadFile(filepath.Join(dir, f)); err == nil {
+				n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+				most = max(most, n)
+			}
 		}
 	}
-	return 0, false
+	return most, len(g.Paths()) > 0
 }
 
 // upstream serves HTTP on loopback until the test ends, answering with
@@ -89,7 +98,10 @@ func TestGVisorPauseToDisk(t *testing.T) {
 				before, pid = askCount(t, m, info.ID)
 			}
 			runsc := hostPID(t, m, info.ID)
-			mem, _ := sandboxMemory(info.ID)
+			mem, ok := sandboxMemory(t, info.ID)
+			if !ok || mem == 0 {
+				t.Errorf("the sandbox's cgroup: %d bytes, %v", mem, ok)
+			}
 
 			start := time.Now()
 			got, err := m.Pause(testCtx(t), "a", info.ID)
@@ -103,7 +115,7 @@ func TestGVisorPauseToDisk(t *testing.T) {
 			if !gone(runsc) {
 				t.Errorf("runsc (pid %d) still runs after the pause to disk", runsc)
 			}
-			if _, ok := sandboxMemory(info.ID); ok {
+			if _, ok := sandboxMemory(t, info.ID); ok {
 				t.Error("the sandbox's cgroup is still there: its memory is not freed")
 			}
 			sb, err := m.st.GetSandbox(context.Background(), "", info.ID)
