@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -32,7 +33,8 @@ import (
 // (*gvisor.served).
 type checkpointer interface {
 	// Checkpoint saves the sandbox in dir (made by it) and ends its
-	// processes; on error the sandbox goes on, unless it ended (Done).
+	// processes; on error the sandbox goes on, unless it ended (Done) or
+	// the error wraps sandbox.ErrFrozen (it stays frozen until Thaw).
 	Checkpoint(dir string) error
 }
 
@@ -137,7 +139,10 @@ func (m *Manager) pauseToDisk(ctx context.Context, l *live) (Info, error) {
 			return Info{}, fmt.Errorf("sandbox %s: pause: %w (the sandbox ended)", l.id, err)
 		default:
 		}
-		// It goes on as it was: a new session on the same connection.
+		// It goes on as it was: a new session on the same connection
+		// (the agent answers once it runs). Frozen, it stays paused in
+		// memory, for Resume to thaw.
+		frozen := errors.Is(err, sandbox.ErrFrozen)
 		client, aerr := agent.Attach(conn)
 		m.mu.Lock()
 		if aerr == nil {
@@ -145,12 +150,22 @@ func (m *Manager) pauseToDisk(ctx context.Context, l *live) (Info, error) {
 			client.SetEnv(l.execEnv)
 			client.SetUser(l.execUser)
 		}
-		l.paused = false
+		l.paused = frozen
 		m.mu.Unlock()
 		if aerr != nil {
 			m.end(l, "", fmt.Sprintf("its agent connection ended: %v", aerr))
 		} else {
 			m.startWatch(l)
+		}
+		if frozen {
+			if _, uerr := m.st.UpdateSandbox(context.Background(), l.id, func(sb *store.Sandbox) error {
+				sb.State = store.StatePaused
+				return nil
+			}); uerr != nil {
+				log.Error("record sandbox paused", "err", uerr)
+			}
+			log.Warn("pause to disk failed; the sandbox stays paused in memory", "err", err)
+			return Info{}, fmt.Errorf("sandbox %s: pause: saving it to disk: %w; it is paused in memory", l.id, err)
 		}
 		log.Warn("pause to disk failed; the sandbox runs on", "err", err)
 		return Info{}, fmt.Errorf("sandbox %s: pause: saving it to disk: %w; it runs on", l.id, err)

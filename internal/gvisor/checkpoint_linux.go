@@ -25,8 +25,8 @@ const (
 	layerDir    = "layer"       // in the state directory: the layer's tmpfs (RootLayer.Keep)
 )
 
-// checkpointTimeout bounds the wait for runsc run to end once its sandbox
-// was saved.
+// checkpointTimeout bounds the wait for runsc run to end once it was
+// killed, its sandbox saved.
 const checkpointTimeout = time.Minute
 
 // savedSandbox is what Restore needs besides the image, the layer and the
@@ -90,14 +90,16 @@ func (rt *Runtime) Restore(c sandbox.Config, dir string) (sandbox.Instance, erro
 }
 
 // Checkpoint saves the sandbox to dir (made here, owner-only; it must not
-// exist) and ends it: runsc checkpoint writes its kernel, processes and
-// memory (the image), and the root layer's upper directory, the bundle's
-// spec and its state directory's name are copied beside it. Every runsc process
-// of the sandbox ends, and Close then frees what the host holds for it
+// exist) and ends it. The sandbox is frozen (runsc pause) while runsc
+// checkpoint writes its kernel, processes and memory (the image, with
+// --leave-running: a failed save does not end it) and its root layer's
+// upper directory, the bundle's spec and its state directory's name are
+// copied beside it; then runsc run is killed, and every runsc process of
+// the sandbox ends with it. Close then frees what the host holds for it
 // (the layer's tmpfs). The agent must be detached (agent.Client.Detach):
 // a restored sandbox's agent reads its new connection from where it
-// stopped. When runsc cannot save the sandbox, it goes on running, and the
-// error says why.
+// stopped. When anything fails, the sandbox is let go on and the error
+// says why.
 func (s *served) Checkpoint(dir string) error {
 	select {
 	case <-s.done:
@@ -111,19 +113,43 @@ func (s *served) Checkpoint(dir string) error {
 	if err := os.Mkdir(image, 0o700); err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
-	args := append(slices.Clip(s.flags), "checkpoint", "--image-path", image, s.id)
-	cmd := exec.Command(s.runsc, args...)
+	if err := s.runscDo("pause"); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	if err := s.save(dir, image); err != nil {
+		if rerr := s.runscDo("resume"); rerr != nil {
+			return fmt.Errorf("checkpoint: %w (%w: %v)", err, sandbox.ErrFrozen, rerr)
+		}
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	// Frozen and saved: its end loses nothing. runsc delete waits for
+	// the sandbox's processes, its gofer's too, to end.
+	s.closing.Store(true)
+	cmd := exec.Command(s.runsc, "--root", s.state, "delete", "--force", s.id)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("checkpoint: runsc checkpoint: %v: %s", err, strings.TrimSpace(string(out)))
+		s.log.Debug("gvisor: runsc delete", "err", err, "out", string(out))
+		_ = s.cmd.Process.Kill()
 	}
 	select {
 	case <-s.done:
 	case <-time.After(checkpointTimeout):
-		return fmt.Errorf("checkpoint: runsc run did not end within %s of the checkpoint", checkpointTimeout)
+		return fmt.Errorf("checkpoint: runsc run did not end within %s of the sandbox's end", checkpointTimeout)
+	}
+	return nil
+}
+
+// save writes the frozen sandbox to dir: runsc's image in image, the root
+// layer, the spec and the state directory's name.
+func (s *served) save(dir, image string) error {
+	args := append(slices.Clip(s.flags), "checkpoint", "--leave-running", "--image-path", image, s.id)
+	cmd := exec.Command(s.runsc, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("runsc checkpoint: %v: %s", err, strings.TrimSpace(string(out)))
 	}
 	if err := sandbox.SaveLayer(filepath.Join(s.dir, layerDir), filepath.Join(dir, savedLayer)); err != nil {
-		return fmt.Errorf("checkpoint: %w", err)
+		return err
 	}
 	b, err := os.ReadFile(filepath.Join(s.dir, "config.json"))
 	if err == nil {
@@ -133,8 +159,5 @@ func (s *served) Checkpoint(dir string) error {
 		b, _ = json.Marshal(savedSandbox{Dir: s.dir})
 		err = os.WriteFile(filepath.Join(dir, savedMeta), b, 0o600)
 	}
-	if err != nil {
-		return fmt.Errorf("checkpoint: %w", err)
-	}
-	return nil
+	return err
 }

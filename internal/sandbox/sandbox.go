@@ -154,6 +154,11 @@ type ImageRoot struct {
 // view: a file, a symbolic link.
 var ErrNotDirInRoot = errors.New("not a directory in the sandbox's root")
 
+// ErrFrozen is wrapped by the error of a save to disk that failed and
+// left the sandbox frozen in memory (its runtime could not let it go on):
+// thawing it (Freeze's counterpart) is what remains to do.
+var ErrFrozen = errors.New("the sandbox stays frozen")
+
 // RootLayer is the writable layer over a sandbox's read-only root. Files
 // keep the owners they have on the host (host ids 0–65535 appear as
 // themselves inside, through an idmapped mount), so that package managers
