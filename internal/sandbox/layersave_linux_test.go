@@ -7,6 +7,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -74,6 +75,17 @@ func describe(t *testing.T, root string) map[string]string {
 // and a symbolic link never followed.
 func TestSaveLayer(t *testing.T) {
 	testutil.RequireRoot(t)
+	// The test's mounts in a mount namespace of its own: a clone of the
+	// host's mount tree made meanwhile (a gVisor hutch run's root) would
+	// hold copies of them, and keep their mount points busy. The thread
+	// is never unlocked: it ends with the test, and the namespace with it.
+	runtime.LockOSThread()
+	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		t.Fatal(err)
+	}
 	host := t.TempDir() // the lower layer: a host's root
 	for _, f := range []string{"etc/keep", "etc/gone", "etc/closed", "etc/sub/old", "hidden/secret", "newhidden/secret"} {
 		if err := os.MkdirAll(filepath.Join(host, filepath.Dir(f)), 0o755); err != nil {
