@@ -18,6 +18,7 @@ import (
 
 	"github.com/hutch-sandbox/hutch/internal/cgroups"
 	"github.com/hutch-sandbox/hutch/internal/policy"
+	"github.com/hutch-sandbox/hutch/internal/secrets"
 	"github.com/hutch-sandbox/hutch/internal/store"
 	"github.com/hutch-sandbox/hutch/internal/testutil"
 )
@@ -190,15 +191,32 @@ func TestGVisorPauseToDisk(t *testing.T) {
 }
 
 // TestGVisorPauseToDiskEnds: a pause to disk that fails leaves the
-// sandbox running, with its processes, and says why; a sandbox paused to
-// disk is destroyed (Destroy, or its timeout, which runs while it is
-// paused) with its checkpoint and directory, and nothing of runsc's is
-// left.
+// sandbox running, with its processes, and says why; a sandbox with
+// secrets is paused in memory, never to disk; a sandbox paused to disk is
+// destroyed (Destroy, or its timeout, which runs while it is paused) with
+// its checkpoint and directory, and nothing of runsc's is left.
 func TestGVisorPauseToDiskEnds(t *testing.T) {
 	cfg := gvisorConfig(t)
 	m := newManager(t, cfg)
 	a := mustCreate(t, m, "a", CreateRequest{})
 	b := mustCreate(t, m, "a", CreateRequest{})
+
+	var p policy.Spec
+	p.Secrets = []policy.Secret{{Name: "TOKEN", Hosts: []string{"example.com"}, From: policy.SecretFromRequest}}
+	s := mustCreate(t, m, "a", CreateRequest{Policy: p, Secrets: map[string]secrets.Value{"TOKEN": secrets.NewValue([]byte("hutch-test-secret"))}})
+	runsc := hostPID(t, m, s.ID)
+	if _, err := m.Pause(testCtx(t), "a", s.ID); err != nil {
+		t.Fatal(err)
+	}
+	if sb, err := m.st.GetSandbox(context.Background(), "", s.ID); err != nil || sb.State != store.StatePaused || sb.Checkpoint != "" || gone(runsc) {
+		t.Errorf("a sandbox with secrets, paused: %+v, %v, runsc gone %v; want paused in memory", sb, err, gone(runsc))
+	}
+	if _, err := m.Resume(testCtx(t), "a", s.ID); err != nil {
+		t.Fatal(err)
+	}
+	if out := mustRun(t, m, "a", s.ID, "echo back"); out != "back\n" {
+		t.Errorf("after resume: %q", out)
+	}
 	mustRun(t, m, "a", a.ID, counterScript)
 	before, pid := askCount(t, m, a.ID)
 
