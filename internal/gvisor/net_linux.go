@@ -277,6 +277,9 @@ const resolvConfPath = "/etc/resolv.conf"
 // points.
 func devMountPoints(rootfs string) error {
 	d := filepath.Join(rootfs, "dev")
+	if err := os.MkdirAll(d, 0o755); err != nil { // an image may have none
+		return fmt.Errorf("/dev's mount points: %w", err)
+	}
 	if err := unix.Mount("hutch-dev", d, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0755,size=64k"); err != nil {
 		return fmt.Errorf("/dev's mount points: %w", err)
 	}

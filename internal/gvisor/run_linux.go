@@ -80,8 +80,12 @@ func (rt *Runtime) Run(ctx context.Context, c sandbox.Config) (res sandbox.Resul
 		return res, fmt.Errorf("%w: tier %q needs runsc; %s", ErrRunsc, policy.TierGVisor, installAdvice())
 	case os.Geteuid() != 0:
 		return res, fmt.Errorf("tier %q needs hutch to run as root in this version (runsc's rootless mode does not give the same isolation)", policy.TierGVisor)
-	case c.Image != nil || c.RootLayer != nil || c.RootCaps:
-		return res, fmt.Errorf("tier %q: a root from an image or a writable root layer is not yet supported", policy.TierGVisor)
+	case c.RootLayer != nil || c.RootCaps:
+		return res, fmt.Errorf("tier %q: a writable root layer is for hutch serve's sandboxes (Start)", policy.TierGVisor)
+	}
+	img := c.Image
+	if err := checkImage(img); err != nil {
+		return res, err
 	}
 	if r := policy.TierRefusals(s); len(r) > 0 {
 		return res, fmt.Errorf("tier %q: %s", policy.TierGVisor, strings.Join(r, "; "))
@@ -125,8 +129,14 @@ func (rt *Runtime) Run(ctx context.Context, c sandbox.Config) (res sandbox.Resul
 	if err := unix.Stat(s.Filesystem.Workspace, &wsStat); err != nil {
 		return res, fmt.Errorf("workspace %q: %w", s.Filesystem.Workspace, err)
 	}
-	v := view{args: c.Args, env: c.Environ, uid: wsStat.Uid, gid: wsStat.Gid, prot: prot}
-	if home != "" && home != "/" && !inAny(home, prot.Roots) && !within(home, "/tmp") {
+	v := view{args: c.Args, env: c.Environ, uid: wsStat.Uid, gid: wsStat.Gid, prot: prot, image: img}
+	if v.workspaceAt, err = sandbox.WorkspaceAt(s, img != nil, prot.Roots); err != nil {
+		return res, err
+	}
+	if img != nil {
+		// The image's user; the workspace's owner's files show as theirs.
+		v.uid, v.gid = uint32(img.UID), uint32(img.GID)
+	} else if home != "" && home != "/" && !inAny(home, prot.Roots) && !within(home, "/tmp") {
 		var st unix.Stat_t
 		switch {
 		case unix.Stat(home, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR:
@@ -146,27 +156,35 @@ func (rt *Runtime) Run(ctx context.Context, c sandbox.Config) (res sandbox.Resul
 		}
 		return within(p, "/tmp") || within(p, "/dev/shm") || (v.homeTmp && within(p, v.home)) || inAny(p, prot.DenyRead)
 	}
-	if err := lookPath(c.Args[0], c.Environ, hide); err != nil {
+	v.rootfs = filepath.Join(dir, "rootfs")
+	if img != nil {
+		if err := imageRoot(&v, img); err != nil {
+			return res, err // cleanup unmounts it
+		}
+		hide = func(string) bool { return false }
+	}
+	if err := lookPath(c.Args[0], c.Environ, v.lookRoot(), hide); err != nil {
 		var ie *sandbox.InitError
 		if errors.As(err, &ie) {
 			res.ExitCode = ie.Code
 		}
 		return res, err
 	}
-	v.rootfs = filepath.Join(dir, "rootfs")
-	if err := os.Mkdir(v.rootfs, 0o700); err != nil {
-		return res, fmt.Errorf("root: %w", err)
+	if img == nil {
+		if err := os.Mkdir(v.rootfs, 0o700); err != nil {
+			return res, fmt.Errorf("root: %w", err)
+		}
+		if _, err := sandbox.ReadOnlyHostRoot(v.rootfs); err != nil {
+			return res, err // cleanup unmounts it
+		}
+		// The clone holds a copy of the state directory's mount, with the
+		// roots of the other sandboxes running now: drop it, so that roots
+		// do not nest, each in the next (the view hides the directory too).
+		if err := unix.Unmount(filepath.Join(v.rootfs, base), unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW); err != nil {
+			return res, fmt.Errorf("root: the state directory's copy: %w", err)
+		}
+		v.hide = append(v.hide, base)
 	}
-	if _, err := sandbox.ReadOnlyHostRoot(v.rootfs); err != nil {
-		return res, err // cleanup unmounts it
-	}
-	// The clone holds a copy of the state directory's mount, with the
-	// roots of the other sandboxes running now: drop it, so that roots
-	// do not nest, each in the next (the view hides the directory too).
-	if err := unix.Unmount(filepath.Join(v.rootfs, base), unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW); err != nil {
-		return res, fmt.Errorf("root: the state directory's copy: %w", err)
-	}
-	v.hide = append(v.hide, base)
 	// The writable areas, idmapped: the workspace owner's files show as
 	// the command's, what it writes lands as the owner's, and other
 	// users' files there stay nobody's. They are mounted on a tmpfs of
@@ -175,10 +193,13 @@ func (rt *Runtime) Run(ctx context.Context, c sandbox.Config) (res sandbox.Resul
 	if v.areas, err = areaMounts(dir, len(prot.Roots)); err != nil {
 		return res, err
 	}
-	if v.shadows, err = shadowWays(v.rootfs, prot.Roots); err != nil {
-		return res, err
+	if img == nil {
+		// (In an image's view the way to a writable area is made fresh.)
+		if v.shadows, err = shadowWays(v.rootfs, prot.Roots); err != nil {
+			return res, err
+		}
 	}
-	if err := sandbox.MountIdmapped(prot.Roots, v.areas, areaMap(wsStat.Uid), areaMap(wsStat.Gid)); err != nil {
+	if err := sandbox.MountIdmapped(prot.Roots, v.areas, areaMap(wsStat.Uid, v.uid), areaMap(wsStat.Gid, v.gid)); err != nil {
 		return res, err
 	}
 	// What the sandbox writes to the host may not grant privilege there
@@ -206,7 +227,7 @@ func (rt *Runtime) Run(ctx context.Context, c sandbox.Config) (res sandbox.Resul
 		if err := bindHutch(&v, dir, rt.Binary); err != nil {
 			return res, err
 		}
-		if err := proxyView(&v, dir, s.Network.Mode, c, false); err != nil {
+		if err := proxyView(&v, dir, s.Network.Mode, c, img != nil); err != nil {
 			return res, err
 		}
 	}
@@ -661,15 +682,23 @@ func shadowWays(rootfs string, roots []string) ([]string, error) {
 	return shadows, nil
 }
 
-// areaMap is the idmap of the writable areas for a workspace owner of id
-// (a uid or a gid): the owner's id shows as the host id the command's id
-// has (sandbox.RootMappedID plus it, in the spec's user namespace), and
-// root's as the one of the sandbox's root, the id gVisor's gofer creates
-// files with before it gives them to their owner.
-func areaMap(id uint32) string {
-	m := fmt.Sprintf("0 %d 1\n", sandbox.RootMappedID)
-	if id != 0 {
-		m += fmt.Sprintf("%d %d 1\n", id, sandbox.RootMappedID+int(id))
+// areaMap is the idmap of the writable areas for a workspace owner of
+// host id owner (a uid or a gid) and a command of id inner: the owner's
+// id shows as the host id the command's id has (sandbox.RootMappedID plus
+// it, in the spec's user namespace). The sandbox root's host id, which
+// gVisor's gofer creates files with before it gives them to their owner,
+// must be mapped too: to root's id (root's files show as the sandbox
+// root's), or, when root owns the workspace and the command is another
+// user (an image's), to that same unused host id, so that nothing of the
+// host shows as the sandbox root's.
+func areaMap(owner, inner uint32) string {
+	m := fmt.Sprintf("%d %d 1\n", owner, sandbox.RootMappedID+int(inner))
+	switch {
+	case inner == 0:
+	case owner != 0:
+		m += fmt.Sprintf("0 %d 1\n", sandbox.RootMappedID)
+	default:
+		m += fmt.Sprintf("%d %d 1\n", sandbox.RootMappedID, sandbox.RootMappedID)
 	}
 	return m
 }

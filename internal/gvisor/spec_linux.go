@@ -3,7 +3,6 @@ package gvisor
 import (
 	"fmt"
 	"golang.org/x/sys/unix"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -141,6 +140,13 @@ type view struct {
 	resolv, resolvAt string
 	bundle           string
 	bundleAt         []string
+	// With an image as the root: the image; where the view shows the
+	// workspace (sandbox.WorkspaceAt); the user's supplementary groups and
+	// the image's working directory ("": the workspace).
+	image       *sandbox.ImageRoot
+	workspaceAt string
+	groups      []int
+	dir         string
 }
 
 // buildSpec writes the OCI spec of a sandbox of spec s.
@@ -157,7 +163,7 @@ func buildSpec(s policy.Spec, v view) ociSpec {
 			User:     ociUser{UID: v.uid, GID: v.gid, Umask: &v.umask},
 			Args:     v.args,
 			Env:      v.env,
-			Cwd:      s.Filesystem.Workspace,
+			Cwd:      v.cwd(),
 			Capabilities: ociCapabilities{
 				Bounding: []string{}, Effective: []string{}, Inheritable: []string{}, Permitted: []string{}, Ambient: []string{},
 			},
@@ -177,6 +183,12 @@ func buildSpec(s policy.Spec, v view) ociSpec {
 	}
 	if v.tty && v.rows > 0 && v.cols > 0 {
 		o.Process.ConsoleSize = &ociBox{Height: v.rows, Width: v.cols}
+	}
+	for _, g := range v.groups {
+		o.Process.User.AdditionalGids = append(o.Process.User.AdditionalGids, uint32(g))
+	}
+	if v.image != nil {
+		o.Process.Env = append(withoutVar(o.Process.Env, "PWD"), "PWD="+o.Process.Cwd)
 	}
 	r := s.Resources
 	limits(&o, r, v.cgroup)
@@ -215,23 +227,23 @@ func buildSpec(s policy.Spec, v view) ociSpec {
 		return p
 	}
 	for _, root := range pr.Roots {
-		m = append(m, bind(area(root), root, false))
+		m = append(m, bind(area(root), v.inView(root), false))
 	}
 	for _, p := range pr.Pin {
-		m = append(m, bind(area(p), p, false))
+		m = append(m, bind(area(p), v.inView(p), false))
 	}
 	for _, p := range pr.ReadOnly {
-		m = append(m, bind(area(p), p, true))
+		m = append(m, bind(area(p), v.inView(p), true))
 	}
 	for _, f := range pr.Files {
-		m = append(m, bind(f.Source, f.Target, true))
+		m = append(m, bind(f.Source, v.inView(f.Target), true))
 	}
 	for _, d := range v.hide {
 		m = append(m, tmpfs(d, 0, true))
 	}
 	for _, d := range pr.DenyRead {
-		if hidden(d) && !inAny(d, pr.Roots) {
-			continue // not in the view at all
+		if (hidden(d) || v.image != nil) && !inAny(d, pr.Roots) {
+			continue // not in the view at all (an image shows nothing of the host's)
 		}
 		if !inAny(d, pr.Roots) && (!othersReach(d) || inAny(d, v.shadows)) {
 			continue // out of the command's reach, and of gVisor's gofer
@@ -240,9 +252,9 @@ func buildSpec(s policy.Spec, v view) ociSpec {
 			continue // masked on the host (maskSpecial)
 		}
 		if pr.Dirs[d] {
-			m = append(m, tmpfs(d, 0, true))
+			m = append(m, tmpfs(v.inView(d), 0, true))
 		} else {
-			m = append(m, bind(v.empty, d, true))
+			m = append(m, bind(v.empty, v.inView(d), true))
 		}
 	}
 	if v.netDir != "" {
@@ -311,6 +323,26 @@ func bindMount(src, dst string, ro bool) ociMount {
 	return ociMount{Destination: dst, Type: "bind", Source: src, Options: opts}
 }
 
+// cwd is the command's working directory: the image's, or the workspace
+// where the view shows it.
+func (v *view) cwd() string {
+	if v.dir != "" {
+		return v.dir
+	}
+	return v.inView(v.prot.Spec.Filesystem.Workspace)
+}
+
+// withoutVar drops the variable name from env.
+func withoutVar(env []string, name string) []string {
+	var out []string
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, name+"=") {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
 // within reports whether p is dir or below it.
 func within(p, dir string) bool {
 	return p == dir || strings.HasPrefix(p, strings.TrimSuffix(dir, "/")+"/")
@@ -327,22 +359,29 @@ func inAny(p string, dirs []string) bool {
 
 // lookPath finds the command as the sandbox will (the first entry of its
 // PATH that is an executable file, in the view: the host's root, less
-// the sandbox's own /tmp and the deny-read paths), so that a missing
+// the sandbox's own /tmp and the deny-read paths, or the image's root
+// when root is set), so that a missing
 // command exits 127 and one that cannot be executed 126, as in the
 // namespace tier. runsc itself reports both only as its own failure.
-func lookPath(name string, env []string, hide func(string) bool) error {
+func lookPath(name string, env []string, root string, hide func(string) bool) error {
 	check := func(p string) (bool, error) {
 		if hide(p) {
 			return false, nil
 		}
-		st, err := os.Stat(p)
+		var st unix.Stat_t
+		var err error
+		if root != "" {
+			err = statIn(root, p, &st)
+		} else {
+			err = unix.Stat(p, &st)
+		}
 		if err != nil {
 			return false, nil
 		}
-		if st.IsDir() {
+		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
 			return true, fmt.Errorf("%s: cannot execute: is a directory", name)
 		}
-		if st.Mode()&0o111 == 0 {
+		if st.Mode&0o111 == 0 {
 			return true, fmt.Errorf("%s: cannot execute: permission denied", name)
 		}
 		return true, nil

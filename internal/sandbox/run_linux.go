@@ -599,20 +599,19 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 	return l, nil
 }
 
-// placeWorkspace sets where the view shows the workspace (a sandbox from
-// an image: the policy's workspace_at; else its host path) and the
-// command's working directory there, or the image's (img.Dir), with PWD
-// to match. A writable area of the host at, above or below where the
-// workspace is shown would be mixed up with it in the view, and one that
-// holds the workspace would show it unprotected at its host path:
-// refused.
-func placeWorkspace(cfg *initConfig, s policy.Spec, img *ImageRoot, roots []string) error {
+// WorkspaceAt is where a sandbox's view shows its workspace, whatever the
+// tier: the policy's workspace_at in a sandbox from an image (image),
+// else (and when it is empty) the workspace's host path. A writable area
+// of the host (roots) at, above or below where the workspace is shown
+// would be mixed up with it in the view, and one that holds the workspace
+// would show it unprotected at its host path: refused.
+func WorkspaceAt(s policy.Spec, image bool, roots []string) (string, error) {
 	ws, at := s.Filesystem.Workspace, s.Filesystem.WorkspaceAt
-	if img == nil {
+	if !image {
 		if at != "" && at != ws {
-			return fmt.Errorf("workspace_at %s: only a sandbox from an image has its workspace elsewhere than at its host path", at)
+			return "", fmt.Errorf("workspace_at %s: only a sandbox from an image has its workspace elsewhere than at its host path", at)
 		}
-		return nil
+		return ws, nil
 	}
 	if at == "" {
 		at = ws
@@ -624,11 +623,27 @@ func placeWorkspace(cfg *initConfig, s policy.Spec, img *ImageRoot, roots []stri
 			// Bound at its host path, it would show the workspace a
 			// second time, there, where the workspace's protections
 			// (bound at workspace_at) are not.
-			return fmt.Errorf("writable path %s holds the workspace, which a sandbox from an image shows at %s only", r, at)
+			return "", fmt.Errorf("writable path %s holds the workspace, which a sandbox from an image shows at %s only", r, at)
 		case under(r, []string{at}) || under(at, []string{r}):
-			return fmt.Errorf("writable path %s: the workspace is at %s in the sandbox, which that path would cover or lie in (choose another --workspace-at)", r, at)
+			return "", fmt.Errorf("writable path %s: the workspace is at %s in the sandbox, which that path would cover or lie in (choose another --workspace-at)", r, at)
 		}
 	}
+	return at, nil
+}
+
+// placeWorkspace sets where the view shows the workspace (a sandbox from
+// an image: the policy's workspace_at; else its host path) and the
+// command's working directory there, or the image's (img.Dir), with PWD
+// to match. A writable area of the host at, above or below where the
+// workspace is shown would be mixed up with it in the view, and one that
+// holds the workspace would show it unprotected at its host path:
+// refused.
+func placeWorkspace(cfg *initConfig, s policy.Spec, img *ImageRoot, roots []string) error {
+	at, err := WorkspaceAt(s, img != nil, roots)
+	if err != nil || img == nil {
+		return err
+	}
+	ws := s.Filesystem.Workspace
 	cfg.Workspace = viewMap{Host: ws, At: at}
 	cfg.Dir = at
 	if img.Dir != "" {

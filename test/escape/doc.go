@@ -31,10 +31,8 @@
 //
 // Not under gVisor, by design (the table notUnderGVisor, whose reason the
 // skipped "gvisor" subtest prints): what needs a policy the tier refuses
-// (policy.TierRefusals, or hutch run's refusal of an image root under
-// gVisor) — the host's network (TestItem15_NetHost), an image as the root
-// of hutch run (TestImageRootEscapes, TestImageWorkspaceProtections) —
-// and what tests a mechanism of the namespace tier that gVisor does not
+// (policy.TierRefusals) — the host's network (TestItem15_NetHost) — and
+// what tests a mechanism of the namespace tier that gVisor does not
 // have: TestItem10_StandIns (the stand-ins hutch serves over hidden and
 // protected paths; gVisor masks with empty files and tmpfs), and
 // TestItem21_Umask (the supervisor that keeps the umask's withheld bits;

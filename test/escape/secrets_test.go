@@ -694,6 +694,14 @@ func TestItem02_SecretNeverInSandbox(t *testing.T) {
 		writeFile(t, pol, fmt.Sprintf("secrets:\n  - name: FTOK\n    hosts: [bound.test:%s]\n    from: file:%s\n", up.port, secretFile), 0o644, sb.mode.uid)
 		rep := filepath.Join(hostDir(t, sb.mode.uid, "report"), "report.jsonl")
 		a := sb.attacker()
+		// Everywhere a file could have been written. Under gVisor the
+		// host's root is read-only in the view (a write there fails), so
+		// only the writable places can hold a new file; walking the whole
+		// root through gVisor's gofer takes minutes.
+		everywhere := "/"
+		if sb.gvisor() {
+			everywhere = `/tmp /dev/shm "$PWD" "$HOME"`
+		}
 		script := curlFn + dumpFn + `
 echo "PH TOK=$TOK"; echo "PH FTOK=$FTOK"
 env | sed 's/^/ENV /'
@@ -708,7 +716,7 @@ find ` + scanDirs + ` "$PWD" "$HOME" -type f -size -1024k -print0 2>/dev/null >/
 # And every file anywhere that changed since the real values were made
 # (the control file was written after them): only such a file could hold
 # one.
-find / \( -path /proc -o -path /sys -o -path /dev \) -prune -o -type f -newer "$PWD/control/known.txt" -size -16384k -print0 2>/dev/null >>/tmp/scan.list
+find ` + everywhere + ` \( -path /proc -o -path /sys -o -path /dev \) -prune -o -type f -newer "$PWD/control/known.txt" -size -16384k -print0 2>/dev/null >>/tmp/scan.list
 echo "SCANNED $(tr -cd '\0' </tmp/scan.list | wc -c)"
 timeout 20 xargs -0 grep -l -s -e '` + hidden(reals["TOK"]) + `' -e '` + hidden(reals["FTOK"]) + `' </tmp/scan.list | sed 's/^/FOUND /'
 `
