@@ -94,7 +94,7 @@ type treeCopy struct {
 // dir copies the entries of directory src (of attributes st) into dst,
 // then gives dst src's attributes.
 func (c *treeCopy) dir(src, dst string, st *unix.Stat_t) error {
-	f, err := os.Open(src)
+	f, err := os.OpenFile(src, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return err
 	}
