@@ -185,7 +185,12 @@ func (c *Client) Destroy(ctx context.Context, id string) error {
 // Pause freezes every process of a sandbox where it is, until Resume. While
 // it is paused, commands and file calls fail with ErrConflict (409) and
 // its idle timeout does not run; its timeout still does, and Destroy ends
-// it. Pausing a paused sandbox fails with ErrConflict.
+// it. Pausing a paused sandbox fails with ErrConflict. A sandbox of the
+// gvisor tier (without secrets) is paused to disk: its processes and
+// memory are saved in the daemon's state directory and the host's memory
+// is freed; it outlives a restart of the daemon, and commands still
+// running through the API lose their output streams (the processes go
+// on).
 func (c *Client) Pause(ctx context.Context, id string) (*Sandbox, error) {
 	var sb Sandbox
 	if err := c.call(ctx, http.MethodPost, sandboxPath(id, "pause"), nil, nil, &sb); err != nil {

@@ -39,7 +39,8 @@ import (
 const defaultStateDir = cli.DefaultStateDir
 
 // cmdServe runs the daemon until SIGINT or SIGTERM, then destroys every
-// sandbox.
+// sandbox but those paused to disk (gVisor's), which the next daemon on
+// the same state directory resumes.
 func cmdServe(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("hutch serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -74,7 +75,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 	runsc := fs.String("runsc", "", "gVisor's runsc `binary` for the gvisor tier (default: runsc on PATH; it must be the pinned version, and without one the tier is refused with the command that installs it)")
 	debug := fs.Bool("debug", false, "log every request")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: hutch serve [flags]\n\nRuns the daemon: an HTTP API for long-lived sandboxes, until SIGINT or SIGTERM,\nwhich destroy every sandbox. With --warm N it keeps N sandboxes of the default\npolicy ready: a create with the default policy takes one at once, and the\npool refills in the background; --warm NAME=N does the same for E2B's\ntemplate NAME, whose image must be in the daemon's store at start.\n\nEvery sandbox runs in an isolation tier: its policy's, or --default-tier;\n--min-tier refuses weaker ones. The gvisor tier needs runsc of the pinned\nversion (--runsc, or on PATH); without it a create of gvisor is refused, and\nso is a --default-tier or --min-tier of gvisor at start.\n\nFlags:")
+		fmt.Fprintln(stderr, "Usage: hutch serve [flags]\n\nRuns the daemon: an HTTP API for long-lived sandboxes, until SIGINT or SIGTERM,\nwhich destroy every sandbox but those paused to disk: a paused sandbox of the\ngvisor tier is saved in the state directory, processes and memory, and the\nnext hutch serve on it resumes it. With --warm N it keeps N sandboxes of the default\npolicy ready: a create with the default policy takes one at once, and the\npool refills in the background; --warm NAME=N does the same for E2B's\ntemplate NAME, whose image must be in the daemon's store at start.\n\nEvery sandbox runs in an isolation tier: its policy's, or --default-tier;\n--min-tier refuses weaker ones. The gvisor tier needs runsc of the pinned\nversion (--runsc, or on PATH); without it a create of gvisor is refused, and\nso is a --default-tier or --min-tier of gvisor at start.\n\nFlags:")
 		fs.PrintDefaults()
 	}
 	if err := cli.Parse(fs, args, stderr); err != nil {
@@ -246,7 +247,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 	forget := recordSocket(*stateDir, ls, log)
 	defer forget()
 	serr := api.Serve(ctx, h, log, ls...)
-	fmt.Fprintln(stderr, "hutch: shutting down; destroying every sandbox")
+	fmt.Fprintln(stderr, "hutch: shutting down; destroying every sandbox not paused to disk")
 	cerr := m.Close()
 	code := 0
 	if serr != nil {

@@ -69,6 +69,7 @@ The daemon and its clients:
                                            --remote -h)
   hutch rm ID...                           destroy sandboxes
   hutch pause ID...                        freeze every process of sandboxes
+                                           (a gvisor one's saved to disk)
   hutch resume ID...                       let paused sandboxes go on
   hutch events [--since N] ID              print sandbox ID's events as they
                                            happen, until it ends or Ctrl-C

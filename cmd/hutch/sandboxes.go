@@ -10,7 +10,8 @@ import (
 )
 
 // cmdPause is "hutch pause ID...": it freezes every process of each
-// sandbox, and prints the ids it paused.
+// sandbox (a gVisor one's are saved to disk), and prints the ids it
+// paused.
 func cmdPause(args []string, stdout, stderr io.Writer) int {
 	return eachSandbox("pause", dropInfo((*client.Client).Pause), args, stdout, stderr)
 }

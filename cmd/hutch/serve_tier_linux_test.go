@@ -1,8 +1,10 @@
 package main
 
 import (
+	"fmt"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/hutch-sandbox/hutch/internal/gvisor"
@@ -99,4 +101,55 @@ func TestServeGVisor(t *testing.T) {
 	if r.code != 1 || !strings.Contains(r.stderr, "namespace is weaker than gvisor, the minimum tier of this daemon") {
 		t.Errorf("hutch create --tier namespace on a daemon of --min-tier gvisor: %s", r)
 	}
+}
+
+// TestServeGVisorPauseRestart: through the binary, a gVisor sandbox
+// paused to disk outlives `hutch serve` stopped with SIGTERM (which
+// destroys the running ones): the next daemon lists it paused, and hutch
+// resume gives it back with its processes and their memory (a count kept
+// in a shell variable goes on, in the same process) and its files.
+func TestServeGVisorPauseRestart(t *testing.T) {
+	testutil.RequireRoot(t)
+	d := startDaemonWith(t, nil, "--runsc", testutil.Runsc(t), "--default-tier", "gvisor")
+	r := d.admin(t, "create")
+	wantOK(t, r)
+	id := lastLine(r.stdout)
+	r = d.admin(t, "create")
+	wantOK(t, r)
+	running := lastLine(r.stdout)
+	wantOK(t, d.admin(t, "exec", id, "--", "sh", "-c", `echo kept >/etc/kept; nohup sh -c 'i=0; while :; do i=$((i+1)); if [ -e /tmp/ask ]; then echo "$i $$" >/tmp/answer.new; mv /tmp/answer.new /tmp/answer; rm -f /tmp/ask; fi; sleep 0.01; done' >/dev/null 2>&1 &`))
+	ask := func() (count, pid int) {
+		t.Helper()
+		r := d.admin(t, "exec", id, "--", "sh", "-c", `rm -f /tmp/answer; touch /tmp/ask; while [ -e /tmp/ask ] || [ ! -e /tmp/answer ]; do sleep 0.01; done; cat /tmp/answer`)
+		wantOK(t, r)
+		if _, err := fmt.Sscanf(r.stdout, "%d %d", &count, &pid); err != nil {
+			t.Fatalf("the counter's answer %q: %v", r.stdout, err)
+		}
+		return count, pid
+	}
+	before, pid := ask()
+	wantOK(t, d.admin(t, "pause", id))
+
+	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	<-d.exited
+	d.start(t)
+	r = d.admin(t, "ls", "-q", "--state", "paused")
+	if wantOK(t, r); strings.TrimSpace(r.stdout) != id {
+		t.Errorf("paused after the restart: %q, want %s", r.stdout, id)
+	}
+	r = d.admin(t, "ls", "-q")
+	if wantOK(t, r); strings.Contains(r.stdout, running) {
+		t.Errorf("the running sandbox outlived the daemon's shutdown: %q", r.stdout)
+	}
+	wantOK(t, d.admin(t, "resume", id))
+	if after, pid2 := ask(); pid2 != pid || after <= before {
+		t.Errorf("the counter after the restart: %d (pid %d), before: %d (pid %d)", after, pid2, before, pid)
+	}
+	r = d.admin(t, "exec", id, "--", "cat", "/etc/kept")
+	if wantOK(t, r); r.stdout != "kept\n" {
+		t.Errorf("the root layer after the restart: %q", r.stdout)
+	}
+	wantOK(t, d.admin(t, "rm", id))
 }

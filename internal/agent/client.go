@@ -41,6 +41,9 @@ type Client struct {
 
 	closing  atomic.Bool
 	failOnce sync.Once
+	// handover is set once the agent answered a detach: the reader stops
+	// there, and the connection is the caller's again (Detach).
+	handover atomic.Bool
 
 	// env is added under the environment of every Exec (see SetEnv).
 	env atomic.Pointer[[]string]
@@ -116,6 +119,10 @@ func (c *Client) SetUser(u *Credential) {
 // wrapping ErrClosed, and the agent (seeing its connection end) kills the
 // commands it runs. Close waits for the reader goroutine to end.
 func (c *Client) Close() error {
+	if c.handover.Load() {
+		<-c.done
+		return nil // the connection is Detach's caller's
+	}
 	c.closing.Store(true)
 	err := c.conn.Close()
 	<-c.done
@@ -150,6 +157,8 @@ func (c *Client) readLoop() {
 		}
 	}
 	switch {
+	case c.handover.Load():
+		err = errDetached
 	case c.closing.Load():
 		err = ErrClosed
 	case err == io.EOF:
@@ -164,7 +173,9 @@ func (c *Client) readLoop() {
 // fail ends the connection with err.
 func (c *Client) fail(err error) {
 	c.failOnce.Do(func() {
-		c.conn.Close()
+		if !c.handover.Load() {
+			c.conn.Close()
+		}
 		c.mu.Lock()
 		c.err = err
 		calls := c.calls
@@ -199,6 +210,8 @@ func (k *call) fail(err error) {
 	}
 }
 
+// readHello reads the agent's hello: its first frame, or its answer to an
+// attach.
 func (c *Client) readHello(br *bufio.Reader) error {
 	f, err := readFrame(br, defaultMaxFrame)
 	if err != nil {
@@ -219,6 +232,9 @@ func (c *Client) readHello(br *bufio.Reader) error {
 	}
 	c.maxOut = h.MaxFrame
 	c.chunk = min(maxChunk, h.MaxFrame-headerSize)
+	if h.FirstID > 0 {
+		c.nextID = h.FirstID - 1 // newCall adds one first
+	}
 	close(c.ready)
 	return nil
 }
@@ -255,6 +271,13 @@ func (c *Client) dispatch(f frame) error {
 		k := c.lookup(f.id)
 		if k == nil {
 			return nil
+		}
+		if k.op == opDetach && r.Error == nil {
+			// The agent sends nothing more: stop reading here, so that
+			// the next client reads its hello first.
+			c.handover.Store(true)
+			k.resp <- &r
+			return errDetached
 		}
 		select {
 		case k.resp <- &r:

@@ -19,8 +19,8 @@
 // by default, announced in its hello), 1 MiB for the client. The agent itself
 // sends no frame longer than 64 KiB + 6 bytes.
 //
-//	hello    agent → client  id 0; JSON {"version":1,"max_frame":N}, the first frame
-//	request  client → agent  JSON {"op":"exec"|"signal"|"resize"|"ps"|"read"|"write"|"stat"|"list"|"mkdir"|"remove"|"rename"|"chown"|"watch", ...}
+//	hello    agent → client  id 0; JSON {"version":1,"max_frame":N[,"first_id":N]}, the first frame, and the answer to an attach
+//	request  client → agent  JSON {"op":"exec"|"signal"|"resize"|"ps"|"read"|"write"|"stat"|"list"|"mkdir"|"remove"|"rename"|"chown"|"watch"|"detach", ...}
 //	response agent → client  JSON {"error":{"code","message"}} or the op's result
 //	data     both            raw bytes of one stream, at most 64 KiB
 //	eof      both            the sender ends the stream
@@ -29,6 +29,7 @@
 //	exit     agent → client  JSON {"code","signal","timed_out"}: the command ended
 //	entries  agent → client  JSON array of file infos or processes, a part of a list or ps result
 //	events   agent → client  stream 1; JSON array of watch events {"op","path","dir"}
+//	attach   client → agent  id 0, no body: a client takes over a detached connection
 //
 // The client picks the id of every request, unique among its requests in
 // flight, and the frames of that request carry it: an exec's id names the
@@ -72,6 +73,18 @@
 // that does not read the events makes the queue overflow, which is
 // reported too. The agent does not report its own temporary files (those
 // of writes).
+//
+// A detach ({"op":"detach"}) hands the connection over, for a sandbox about
+// to be saved to disk (a checkpoint): the agent answers it, then sends
+// nothing more and ignores every frame but an attach. The requests in
+// flight end for the client: an exec's command keeps running, its stdin
+// closed and its output read and dropped, and every other request is
+// cancelled. An attach (on the same connection, or on the one the agent's
+// descriptor leads to once the sandbox is restored) starts a new session:
+// the agent answers with a hello whose first_id is above the id of every
+// request it ever saw, so that the new client's ids never name a command
+// the detach left running. The client reads nothing after the detach's
+// response, so that the next client reads the agent's hello first.
 //
 // Strings that name files, arguments and environment entries travel as JSON
 // strings when they are valid UTF-8 and as {"b":"<base64>"} otherwise, so any

@@ -9,9 +9,10 @@ import (
 // credit is the agent's side of an outgoing stream's window: the bytes the
 // client allows it to send.
 type credit struct {
-	mu    sync.Mutex
-	avail int
-	wake  chan struct{}
+	mu        sync.Mutex
+	avail     int
+	unlimited bool // no limit (open)
+	wake      chan struct{}
 }
 
 func newCredit() *credit { return &credit{avail: window, wake: make(chan struct{}, 1)} }
@@ -20,6 +21,18 @@ func newCredit() *credit { return &credit{avail: window, wake: make(chan struct{
 func (c *credit) add(n int) {
 	c.mu.Lock()
 	c.avail = min(c.avail+n, 1<<30)
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// open lifts the limit: what the stream sends is dropped (a detach left
+// its request running).
+func (c *credit) open() {
+	c.mu.Lock()
+	c.unlimited, c.avail = true, 1<<30
 	c.mu.Unlock()
 	select {
 	case c.wake <- struct{}{}:
@@ -50,7 +63,9 @@ func (c *credit) waitFor(ctx context.Context, n int) (int, error) {
 // spend records n bytes sent.
 func (c *credit) spend(n int) {
 	c.mu.Lock()
-	c.avail -= n
+	if !c.unlimited {
+		c.avail -= n
+	}
 	c.mu.Unlock()
 }
 

@@ -11,9 +11,9 @@ import (
 )
 
 // MainIfAgent runs Main and exits when the process was started as
-// "PROGRAM agent [--relay DIR]": how a test binary, which a daemon under
-// test starts as the sandboxes' PID 1 (its own binary), stands in for
-// hutch.
+// "PROGRAM agent [--relay DIR] [--stdin]": how a test binary, which a
+// daemon under test starts as the sandboxes' PID 1 (its own binary),
+// stands in for hutch.
 func MainIfAgent() {
 	if len(os.Args) >= 2 && os.Args[1] == "agent" {
 		os.Exit(Main(os.Args[2:], os.Stderr))
@@ -30,33 +30,44 @@ const (
 	ListenerFD = 4
 )
 
-// Main is `hutch agent [--relay DIR]`: it serves the daemon on ConnFD, as PID 1 when it
-// is, with the process's working directory and environment as the
-// commands' defaults. It returns the process's exit code: 0 when the
-// daemon closed the connection, 1 when serving failed, 2 when there is no
-// agent connection (the agent runs only inside a sandbox).
+// Main is `hutch agent [--relay DIR] [--stdin]`: it serves the daemon on
+// ConnFD (on descriptor 0 with --stdin), as PID 1 when it is, with the
+// process's working directory and environment as the commands'
+// defaults. It returns the process's exit code: 0 when the daemon closed
+// the connection, 1 when serving failed, 2 when there is no agent
+// connection (the agent runs only inside a sandbox).
 //
 // Its first act, before it reads anything from the daemon and so before
 // any code of the sandbox can run, makes the process not dumpable: the
 // exec that started it made it dumpable again. With --relay DIR (a
 // sandbox whose kernel has no route to the host, gVisor) it then relays
 // the sandbox's loopback proxy addresses to the egress proxy's sockets in
-// DIR (package relay) for the sandbox's life.
+// DIR (package relay) for the sandbox's life. --stdin is for gVisor,
+// which gives a sandbox restored from a checkpoint its standard streams
+// again but no other descriptor of the host's.
 func Main(args []string, stderr io.Writer) int {
 	if err := undumpable(); err != nil {
 		fmt.Fprintf(stderr, "hutch: agent: %v\n", err)
 		return 1
 	}
-	switch {
-	case len(args) == 0:
-	case len(args) == 2 && args[0] == "--relay" && args[1] != "":
-		if err := relay.Start(args[1]); err != nil {
+	connFD := ConnFD
+	relayDir := ""
+	for len(args) > 0 {
+		switch {
+		case args[0] == "--stdin":
+			connFD, args = 0, args[1:]
+		case args[0] == "--relay" && len(args) >= 2 && args[1] != "" && relayDir == "":
+			relayDir, args = args[1], args[2:]
+		default:
+			fmt.Fprintf(stderr, "hutch: agent: usage: agent [--relay DIR] [--stdin] (inside a sandbox of hutch serve)\n")
+			return 2
+		}
+	}
+	if relayDir != "" {
+		if err := relay.Start(relayDir); err != nil {
 			fmt.Fprintf(stderr, "hutch: agent: %v\n", err)
 			return 1
 		}
-	default:
-		fmt.Fprintf(stderr, "hutch: agent: usage: agent [--relay DIR] (inside a sandbox of hutch serve)\n")
-		return 2
 	}
 	sup, err := superviseListener()
 	if err != nil {
@@ -66,11 +77,11 @@ func Main(args []string, stderr io.Writer) int {
 	if sup != nil {
 		defer sup.Close()
 	}
-	f := os.NewFile(ConnFD, "agent-connection")
+	f := os.NewFile(uintptr(connFD), "agent-connection")
 	conn, err := net.FileConn(f)
 	f.Close()
 	if err != nil {
-		fmt.Fprintf(stderr, "hutch: agent: no agent connection on descriptor %d (the agent runs only inside a sandbox that hutch serve started): %v\n", ConnFD, err)
+		fmt.Fprintf(stderr, "hutch: agent: no agent connection on descriptor %d (the agent runs only inside a sandbox that hutch serve started): %v\n", connFD, err)
 		return 2
 	}
 	dir, _ := os.Getwd()

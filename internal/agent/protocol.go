@@ -24,6 +24,7 @@ const (
 	frameExit     byte = 8
 	frameEntries  byte = 9
 	frameEvents   byte = 10
+	frameAttach   byte = 11
 )
 
 // Streams.
@@ -161,6 +162,7 @@ const (
 	opRename = "rename"
 	opChown  = "chown"
 	opWatch  = "watch"
+	opDetach = "detach"
 )
 
 // wireEvent is a WatchEvent on the wire.
@@ -170,10 +172,13 @@ type wireEvent struct {
 	Dir  bool   `json:"dir,omitempty"`
 }
 
-// hello is the agent's first frame.
+// hello is the agent's first frame, and its answer to an attach.
 type hello struct {
 	Version  int `json:"version"`
 	MaxFrame int `json:"max_frame"`
+	// FirstID is the lowest request id the client may use, above those
+	// of the requests a detach left running (0: any).
+	FirstID uint32 `json:"first_id,omitempty"`
 }
 
 // request is the body of every request; each op uses some of the fields.

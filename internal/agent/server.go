@@ -62,9 +62,15 @@ type server struct {
 
 	wmu  sync.Mutex // serializes writes to conn
 	werr error      // the first failed write, under wmu
+	// detached is set by a detach until an attach (under wmu): the agent
+	// sends nothing. orphans are the ids of the requests a detach left
+	// running, whose frames are dropped (under wmu).
+	detached bool
+	orphans  map[uint32]bool
 
-	mu   sync.Mutex
-	reqs map[uint32]*areq
+	mu    sync.Mutex
+	reqs  map[uint32]*areq
+	maxID uint32 // the highest request id seen (mu)
 
 	wg sync.WaitGroup // every goroutine the server started
 
@@ -177,12 +183,22 @@ func peerClosed(err error) error {
 // dispatch handles one frame. It never blocks: requests run in goroutines
 // of their own, data is queued within its window.
 func (s *server) dispatch(f frame) error {
+	if s.isDetached() {
+		if f.typ == frameAttach {
+			return s.attach()
+		}
+		return nil // the detached client's last words
+	}
 	switch f.typ {
 	case frameRequest:
 		var m request
 		if err := json.Unmarshal(f.body, &m); err != nil {
 			s.spawn(func() { s.replyErr(f.id, errorf(CodeInvalid, "decode request: %v", err)) })
 			return nil
+		}
+		if m.Op == opDetach {
+			// Here, in the reader: no frame after it is served.
+			return s.detach(f.id)
 		}
 		s.begin(f.id, &m)
 		return nil
@@ -244,6 +260,7 @@ func (s *server) spawn(f func()) {
 // begin registers a request, with the streams its op uses, and runs it.
 func (s *server) begin(id uint32, m *request) {
 	s.mu.Lock()
+	s.maxID = max(s.maxID, id)
 	if _, dup := s.reqs[id]; dup {
 		s.mu.Unlock()
 		s.log.Warn("duplicate request id", "id", id, "op", m.Op)
@@ -317,12 +334,21 @@ func (s *server) handle(r *areq, m *request) {
 	}
 }
 
-// send writes one whole frame.
+// send writes one whole frame; while detached, and for the requests a
+// detach left running, it drops it.
 func (s *server) send(b []byte) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
+	return s.sendLocked(b)
+}
+
+// sendLocked is send, under wmu.
+func (s *server) sendLocked(b []byte) error {
 	if s.werr != nil {
 		return s.werr
+	}
+	if s.detached || s.orphans[binary.BigEndian.Uint32(b[lenSize+2:prefixSize])] {
+		return nil
 	}
 	if _, err := s.conn.Write(b); err != nil {
 		s.werr = fmt.Errorf("write to daemon: %w", err)

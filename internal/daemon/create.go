@@ -220,6 +220,7 @@ func (m *Manager) launch(ctx context.Context, id, dir string, spec policy.Spec, 
 	if err != nil {
 		return fail(err)
 	}
+	l.operator, l.secrets, l.tier = operator, sec != nil, spec.Tier
 	inst, conn, err := startSandbox(rt, sandbox.Config{
 		Spec:        spec,
 		Environ:     env,
@@ -239,7 +240,8 @@ func (m *Manager) launch(ctx context.Context, id, dir string, spec policy.Spec, 
 	l.inst = inst
 	l.client = agent.NewClient(conn)
 	if img != nil && img.Config.User != "" {
-		l.client.SetUser(&agent.Credential{UID: uint32(user.UID), GID: uint32(user.GID)})
+		l.execUser = &agent.Credential{UID: uint32(user.UID), GID: uint32(user.GID)}
+		l.client.SetUser(l.execUser)
 	}
 	// Recorded at once, so that a daemon started after this one died can
 	// find the sandbox's PID 1 even if it died before the sandbox ran;
@@ -316,7 +318,7 @@ func (m *Manager) adopt(l *live, tenant string, idle time.Duration, now, expires
 	}
 	m.live[l.id] = l
 	m.mu.Unlock()
-	go m.watch(l)
+	m.startWatch(l)
 	return nil
 }
 

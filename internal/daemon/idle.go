@@ -12,9 +12,12 @@ const busyTimeout = 2 * time.Second
 // busy reports whether a command started in l (through exec) still runs:
 // a long build that prints nothing is not idleness. An agent that does not
 // answer counts as idle.
-func busy(l *live) bool {
+func (m *Manager) busy(l *live) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), busyTimeout)
 	defer cancel()
-	procs, err := l.client.ListProcesses(ctx)
+	m.mu.Lock()
+	client := l.client
+	m.mu.Unlock()
+	procs, err := client.ListProcesses(ctx)
 	return err == nil && len(procs) > 0
 }

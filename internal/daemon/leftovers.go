@@ -9,9 +9,10 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/store"
 )
 
-// cleanupLeftovers accounts for the sandboxes a previous daemon left: every record
-// not stopped is stopped, and every directory without a live sandbox is
-// removed. Warm sandboxes (tenant warmTenant, see pool.go) are ended the
+// cleanupLeftovers accounts for the sandboxes a previous daemon left: a
+// sandbox paused to disk is kept, paused (keepDormant); every other
+// record not stopped is stopped, and every directory without a live or
+// dormant sandbox is removed. Warm sandboxes (tenant warmTenant, see pool.go) are ended the
 // same way, and their records, which no tenant owns, are then deleted.
 //
 // A sandbox whose PID 1 is gone (or whose pid now belongs to another
@@ -28,6 +29,10 @@ func (m *Manager) cleanupLeftovers(ctx context.Context) error {
 	}
 	keep := make(map[string]bool)
 	for _, sb := range rows {
+		if sb.Checkpoint != "" && m.keepDormant(sb) {
+			keep[sb.ID] = true
+			continue
+		}
 		if sb.State != store.StateStopped && !m.reclaim(ctx, sb) {
 			keep[sb.ID] = true
 			continue
@@ -88,7 +93,7 @@ func (m *Manager) reclaim(ctx context.Context, sb store.Sandbox) bool {
 		}
 	}
 	if _, err := m.st.UpdateSandbox(ctx, sb.ID, func(sb *store.Sandbox) error {
-		sb.State = store.StateStopped
+		sb.State, sb.Checkpoint = store.StateStopped, ""
 		return nil
 	}); err != nil {
 		log.Error("record leftover sandbox stopped", "err", err)

@@ -62,6 +62,9 @@ type Manager struct {
 	mu     sync.Mutex
 	closed bool
 	live   map[string]*live // the running sandboxes of this daemon
+	// dormant are the sandboxes paused to disk (checkpoint.go): no
+	// process, a record, a checkpoint.
+	dormant map[string]*dormant
 	// ops counts the calls in progress; it is only added to under mu
 	// while closed is false, so that Close can wait for them.
 	ops sync.WaitGroup
@@ -120,6 +123,20 @@ type live struct {
 	release func()
 	// image is the digest of that image ("" for the host's root).
 	image string
+	// tier is the isolation tier it runs in.
+	tier string
+	// What a sandbox paused to disk needs to start again (checkpoint.go):
+	// whether its policy is the operator's (its proxy's rules), whether it
+	// has secrets (which are in the daemon's memory only, so it is paused
+	// in memory), and the environment and user its client adds to every
+	// exec.
+	operator, secrets bool
+	execEnv           []string
+	execUser          *agent.Credential
+	// unwatch stops watch, and watched is closed once it returned (for a
+	// pause to disk, which ends the processes on purpose); both under
+	// pauseMu once the sandbox runs.
+	unwatch, watched chan struct{}
 
 	lastActive atomic.Int64 // Unix nanoseconds of the last Agent call
 	flushedAt  time.Time    // when lastActive was last written (reapMu)
@@ -131,7 +148,10 @@ type live struct {
 	stopping bool
 	paused   bool // frozen by Pause, or being frozen
 
-	pauseMu sync.Mutex // makes Pause and Resume of the sandbox one at a time
+	// pauseMu makes Pause and Resume of the sandbox one at a time, and
+	// teardown waits for them; a pause to disk replaces client under it,
+	// and under Manager.mu.
+	pauseMu sync.Mutex
 
 	once  sync.Once
 	ended chan struct{} // closed once torn down
@@ -184,6 +204,7 @@ func New(cfg Config, log *slog.Logger) (*Manager, error) {
 		lock:       lock,
 		sbRoot:     sbRoot,
 		live:       make(map[string]*live),
+		dormant:    make(map[string]*dormant),
 		teardowns:  make(chan struct{}, maxTeardowns),
 		stop:       make(chan struct{}),
 		reaperDone: make(chan struct{}),
@@ -329,7 +350,9 @@ func (c *Config) checkPools() error {
 	return nil
 }
 
-// Close destroys every sandbox and closes the store.
+// Close destroys every sandbox but those paused to disk, which a daemon
+// started later on the same state directory resumes, and closes the
+// store.
 func (m *Manager) Close() error {
 	m.mu.Lock()
 	if m.closed {
@@ -437,6 +460,9 @@ func (m *Manager) Destroy(ctx context.Context, tenant, id string) error {
 		return err
 	}
 	defer m.leave()
+	if ok, err := m.destroyDormant(ctx, tenant, id); ok {
+		return err
+	}
 	l, err := m.running(ctx, tenant, id)
 	if err != nil {
 		return err
@@ -461,6 +487,9 @@ func (m *Manager) Extend(ctx context.Context, tenant, id string, timeout time.Du
 	defer m.leave()
 	if timeout <= 0 || timeout > m.cfg.MaxTimeout {
 		return Info{}, fmt.Errorf("sandbox %s: timeout %s is not between 0 and the maximum of %s: %w", id, timeout, m.cfg.MaxTimeout, ErrInvalid)
+	}
+	if info, ok, err := m.extendDormant(ctx, tenant, id, timeout); ok {
+		return info, err
 	}
 	l, err := m.running(ctx, tenant, id)
 	if err != nil {
@@ -497,17 +526,17 @@ func (m *Manager) Agent(ctx context.Context, tenant, id string) (*agent.Client, 
 	if err != nil {
 		return nil, err
 	}
-	if err := l.client.Err(); err != nil {
-		return nil, fmt.Errorf("sandbox %s: its agent connection ended (%v): %w", id, err, ErrConflict)
-	}
 	m.mu.Lock()
-	paused := l.paused
+	paused, client := l.paused, l.client
 	m.mu.Unlock()
 	if paused {
 		return nil, errPaused(id)
 	}
+	if err := client.Err(); err != nil {
+		return nil, fmt.Errorf("sandbox %s: its agent connection ended (%v): %w", id, err, ErrConflict)
+	}
 	l.lastActive.Store(time.Now().UnixNano())
-	return l.client, nil
+	return client, nil
 }
 
 // row reads the record of tenant's sandbox id, any state.
@@ -565,26 +594,37 @@ func infoOf(sb store.Sandbox) Info {
 }
 
 // watch ends l when its PID 1 ends on its own or its agent connection
-// breaks (the agent closed it or broke the protocol).
-func (m *Manager) watch(l *live) {
+// breaks (the agent closed it or broke the protocol), until unwatch is
+// closed.
+func (m *Manager) watch(l *live, inst instance, client *agent.Client, unwatch, watched chan struct{}) {
+	defer close(watched)
 	select {
-	case <-l.inst.Done():
+	case <-inst.Done():
 		m.end(l, "", m.endReason(l, "its PID 1 ended"))
-	case <-l.client.Done():
-		why := fmt.Sprintf("its agent connection ended: %v", l.client.Err())
-		if _, ok := l.inst.(endReasoner); ok {
+	case <-client.Done():
+		why := fmt.Sprintf("its agent connection ended: %v", client.Err())
+		if _, ok := inst.(endReasoner); ok {
 			// A sandbox that ended whole (gVisor's, at its memory limit)
 			// breaks the connection first: its reason is worth the wait.
 			select {
-			case <-l.inst.Done():
+			case <-inst.Done():
 				why = m.endReason(l, why)
 			case <-time.After(endReasonWait):
 			case <-l.ended:
+			case <-unwatch:
+				return
 			}
 		}
 		m.end(l, "", why)
 	case <-l.ended:
+	case <-unwatch:
 	}
+}
+
+// startWatch starts watch on l's instance and client as they are now.
+func (m *Manager) startWatch(l *live) {
+	l.unwatch, l.watched = make(chan struct{}), make(chan struct{})
+	go m.watch(l, l.inst, l.client, l.unwatch, l.watched)
 }
 
 // endReasonWait bounds how long watch waits for a sandbox whose agent
@@ -633,9 +673,13 @@ func (m *Manager) teardown(l *live, why string) {
 	defer func() { <-m.teardowns }()
 	log := m.log.With("sandbox", l.id, "tenant", l.tenant)
 	log.Info("ending sandbox", "reason", why)
+	// A pause or resume in progress finishes first: a pause to disk
+	// replaces the client and ends the processes on purpose.
+	l.pauseMu.Lock()
+	defer l.pauseMu.Unlock()
 	ctx := context.Background()
 	if _, err := m.st.UpdateSandbox(ctx, l.id, func(sb *store.Sandbox) error {
-		sb.State = store.StateStopping
+		sb.State, sb.Checkpoint = store.StateStopping, "" // paused to disk as it was ending: removed below
 		return nil
 	}); err != nil {
 		log.Error("record sandbox stopping", "err", err)
@@ -665,6 +709,7 @@ func (m *Manager) teardown(l *live, why string) {
 	if m.live[l.id] == l {
 		delete(m.live, l.id)
 	}
+	delete(m.dormant, l.id) // paused to disk as it was ending
 	m.mu.Unlock()
 	m.endEvents(l.id, l.ev, why)
 	log.Info("sandbox ended")
@@ -714,8 +759,9 @@ func (m *Manager) reap(now time.Time) {
 		}
 	}
 	m.mu.Unlock()
+	m.reapDormant(now)
 	for _, v := range ending {
-		if v.kind == EventIdleTimeout && busy(v.l) {
+		if v.kind == EventIdleTimeout && m.busy(v.l) {
 			// A command still running is activity, however quiet.
 			v.l.lastActive.Store(now.UnixNano())
 			active = append(active, v.l)

@@ -18,15 +18,28 @@ func errPaused(id string) error {
 // where it is, until Resume. While it is paused, commands and file calls
 // fail at once with ErrConflict and the idle timeout does not run; its
 // timeout still does, and Destroy ends it as any other. Pausing a paused
-// sandbox is a conflict.
+// sandbox is a conflict. A sandbox whose tier can save it (gVisor's,
+// without secrets) is paused to disk: saved in its directory, its
+// processes ended and their memory freed, kept by Close for the next
+// daemon (checkpoint.go); commands in flight then lose their streams but
+// go on running. A failed save leaves it running, and the error says why.
 func (m *Manager) Pause(ctx context.Context, tenant, id string) (Info, error) {
 	return m.setPaused(ctx, tenant, id, true)
 }
 
 // Resume lets the processes of tenant's paused sandbox id ("" tenant: any)
-// go on; the idle timeout counts from now. Resuming a sandbox that is not
+// go on; the idle timeout counts from now. A sandbox paused to disk starts
+// again from there, by this daemon or a later one; when that fails it
+// stays paused, and the error says why. Resuming a sandbox that is not
 // paused is a conflict.
 func (m *Manager) Resume(ctx context.Context, tenant, id string) (Info, error) {
+	if err := m.enter(); err != nil {
+		return Info{}, err
+	}
+	defer m.leave()
+	if info, ok, err := m.resumeDormant(ctx, tenant, id); ok {
+		return info, err
+	}
 	return m.setPaused(ctx, tenant, id, false)
 }
 
@@ -62,6 +75,9 @@ func (m *Manager) setPaused(ctx context.Context, tenant, id string, pause bool) 
 		return Info{}, fmt.Errorf("sandbox %s: pause: it is paused already: %w", id, ErrConflict)
 	case !pause && !paused:
 		return Info{}, fmt.Errorf("sandbox %s: resume: it is not paused: %w", id, ErrConflict)
+	}
+	if pause && m.toDisk(l) {
+		return m.pauseToDisk(ctx, l)
 	}
 
 	if pause {

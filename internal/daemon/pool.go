@@ -590,7 +590,8 @@ func (m *Manager) takeWarm(ctx context.Context, p *pool, tenant string, r Create
 	id := l.id
 	log := m.log.With("sandbox", id, "tenant", tenant)
 	if len(r.Env) > 0 {
-		l.client.SetEnv(envEntries(r.Env))
+		l.execEnv = envEntries(r.Env)
+		l.client.SetEnv(l.execEnv)
 	}
 	l.ev = m.newEvents(tenant, id)
 	l.ev.append(EventCreated, map[string]any{"expires": row.Expires, "tier": row.Tier, "warm": true}, false)

@@ -589,6 +589,7 @@ func cleanup(runsc, dir, id string, log *slog.Logger) {
 	// mount tree: unmounted, never walked, and only then removed (rmdir
 	// fails on a mount point).
 	_ = unix.Unmount(filepath.Join(dir, "areas"), unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
+	_ = unix.Unmount(filepath.Join(dir, layerDir), unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
 	_ = unix.Unmount(filepath.Join(dir, hutchFile), unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
 	rootfs := filepath.Join(dir, "rootfs")
 	// The root may be stacked (a layer attached over the mount point):

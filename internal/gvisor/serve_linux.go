@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,7 +17,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/hutch-sandbox/hutch/internal/agent"
 	"github.com/hutch-sandbox/hutch/internal/cgroups"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/relay"
@@ -25,7 +25,8 @@ import (
 
 // Start starts a long-lived sandbox under gVisor for hutch serve, with
 // hutch's agent as its PID 1 (inside gVisor's kernel), serving the agent
-// protocol on a socket runsc donates to it (runsc run --pass-fd): the
+// protocol on a socket that is its stdin (runsc gives a restored sandbox
+// its standard streams again, and no other host descriptor): the
 // contract of sandbox.Start. The sandbox's root is the namespace tier's
 // writable root layer (c.RootLayer, required: the host's root or an
 // image's layers, read-only, under a tmpfs of the layer's size, with the
@@ -36,8 +37,15 @@ import (
 // c.RootCaps) in gVisor's kernel; nothing it writes reaches the host.
 //
 // runsc run stays attached to hutch, its pid the instance's PID: killing
-// it ends the sandbox (S4). Freeze and Thaw are runsc pause and resume.
-func (rt *Runtime) Start(c sandbox.Config) (inst sandbox.Instance, err error) {
+// it ends the sandbox (S4). Freeze and Thaw are runsc pause and resume;
+// Checkpoint saves the sandbox to disk and ends it, and Restore starts it
+// again from there.
+func (rt *Runtime) Start(c sandbox.Config) (sandbox.Instance, error) {
+	return rt.start(c, "")
+}
+
+// start is Start, or with saved (a directory Checkpoint wrote) Restore.
+func (rt *Runtime) start(c sandbox.Config, saved string) (inst sandbox.Instance, err error) {
 	s := c.Spec
 	log := c.Log
 	if log == nil {
@@ -70,6 +78,12 @@ func (rt *Runtime) Start(c sandbox.Config) (inst sandbox.Instance, err error) {
 		base = DefaultStateDir
 	}
 	sweep(base, rt.Runsc, log)
+	var sv savedSandbox
+	if saved != "" {
+		if sv, err = readSaved(saved); err != nil {
+			return nil, err
+		}
+	}
 	id := "hutch-" + sandbox.RandomID()
 	dir, err := makePrivateDir(base, id)
 	if err != nil {
@@ -82,7 +96,7 @@ func (rt *Runtime) Start(c sandbox.Config) (inst sandbox.Instance, err error) {
 	}()
 	state := filepath.Join(dir, "state")
 
-	v := view{args: []string{sandbox.SandboxHutch, "agent"}, env: c.Environ}
+	v := view{args: []string{sandbox.SandboxHutch, "agent", "--stdin"}, env: c.Environ}
 	v.rootfs = filepath.Join(dir, "rootfs")
 	if err := os.Mkdir(v.rootfs, 0o755); err != nil {
 		return nil, fmt.Errorf("root: %w", err)
@@ -90,6 +104,15 @@ func (rt *Runtime) Start(c sandbox.Config) (inst sandbox.Instance, err error) {
 	root := "/"
 	if s.Root != "" && s.Root != policy.DefaultRoot && len(l.Lowers) == 0 {
 		root = s.Root
+	}
+	// The layer's tmpfs stays reachable, for Checkpoint to save what the
+	// sandbox wrote; a restored sandbox's layer is the one saved.
+	l.Keep = filepath.Join(dir, layerDir)
+	if err := os.Mkdir(l.Keep, 0o700); err != nil {
+		return nil, fmt.Errorf("root: %w", err)
+	}
+	if saved != "" {
+		l.From = filepath.Join(saved, savedLayer)
 	}
 	if err := sandbox.MountLayerRoot(v.rootfs, root, &l, nil, s.Filesystem.Workspace); err != nil {
 		return nil, err
@@ -131,60 +154,73 @@ func (rt *Runtime) Start(c sandbox.Config) (inst sandbox.Instance, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if saved != "" {
+		// The spec the sandbox was saved with, whose mounts the
+		// checkpoint holds, in this state directory: the view made above
+		// is the same, made the same way.
+		if spec, err = savedSpec(saved, sv.Dir, dir); err != nil {
+			return nil, err
+		}
+	}
 	if err := os.WriteFile(filepath.Join(dir, "config.json"), spec, 0o600); err != nil {
 		return nil, fmt.Errorf("bundle: %w", err)
 	}
 
+	logFile := filepath.Join(dir, "runsc.log")
+	sb := &served{runsc: rt.Runsc, dir: dir, id: id, state: state, logFile: logFile, log: log, proxy: c.Proxy, cgroup: v.cgroup}
+	sb.flags = runscArgs(state, logFile, v.netDir != "", v.cgroup != "")
+	args := append(slices.Clip(sb.flags), "run", "--bundle", dir, id)
+	if saved != "" {
+		args = append(slices.Clip(sb.flags), "restore", "--image-path", filepath.Join(saved, savedImage), "--bundle", dir, id)
+	}
+	if err := sb.launch(args); err != nil {
+		return nil, err
+	}
+	return sb, nil
+}
+
+// launch runs runsc with args (run or restore), the agent's socket its
+// stdin.
+func (s *served) launch(args []string) error {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("agent socketpair: %w", err)
+		return fmt.Errorf("agent socketpair: %w", err)
 	}
 	ours, theirs := os.NewFile(uintptr(fds[0]), "hutch-agent"), os.NewFile(uintptr(fds[1]), "hutch-agent-sandbox")
 	defer theirs.Close()
 	conn, err := net.FileConn(ours)
 	ours.Close()
 	if err != nil {
-		return nil, fmt.Errorf("agent connection: %w", err)
+		return fmt.Errorf("agent connection: %w", err)
 	}
-	defer func() {
-		if err != nil {
-			conn.Close()
-		}
-	}()
-
-	logFile := filepath.Join(dir, "runsc.log")
-	args := runscArgs(state, logFile, v.netDir != "", v.cgroup != "")
-	// The socket's end is descriptor 3 of runsc, and of the agent in
-	// gVisor (agent.ConnFD).
-	args = append(args, "run", "--bundle", dir, "--pass-fd", fmt.Sprintf("3:%d", agent.ConnFD), id)
-	out := &tail{max: 8 << 10}
-	cmd := exec.Command(rt.Runsc, args...)
-	cmd.Dir = dir
+	s.out = &tail{max: 8 << 10}
+	cmd := exec.Command(s.runsc, args...)
+	cmd.Dir = s.dir
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
-	cmd.Stdout, cmd.Stderr = out, out
-	cmd.ExtraFiles = []*os.File{theirs}
+	// The socket is the agent's stdin in gVisor (agent --stdin).
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = theirs, s.out, s.out
 	// runsc runs its sandbox attached: its Sentry and gofer die with it,
 	// and it dies with hutch (S4).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-	log.Debug("gvisor: starting a served sandbox", "runsc", rt.Runsc, "args", args)
+	s.log.Debug("gvisor: starting a served sandbox", "runsc", s.runsc, "args", args)
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start runsc: %w", err)
+		conn.Close()
+		return fmt.Errorf("start runsc: %w", err)
 	}
-	sb := &served{runsc: rt.Runsc, dir: dir, id: id, state: state, logFile: logFile, cmd: cmd, conn: conn, out: out, done: make(chan struct{}), log: log}
-	cgroup := v.cgroup
+	s.cmd, s.conn, s.done = cmd, conn, make(chan struct{})
 	go func() {
 		_ = cmd.Wait()
-		sb.code = cmd.ProcessState.ExitCode()
-		if cgroup != "" {
+		s.code = cmd.ProcessState.ExitCode()
+		if s.cgroup != "" {
 			// runsc run has ended the container; its cgroup may be left
 			// until runsc delete, with the count of OOM kills in it.
-			if g, err := cgroups.Named(cgroup); err == nil {
-				sb.oomKills, _ = g.OOMKills()
+			if g, err := cgroups.Named(s.cgroup); err == nil {
+				s.oomKills, _ = g.OOMKills()
 			}
 		}
-		close(sb.done)
+		close(s.done)
 	}()
-	return sb, nil
+	return nil
 }
 
 // runscArgs are runsc's flags for a sandbox whose state is in state and
@@ -310,10 +346,13 @@ func servedSpec(s policy.Spec, v view, masks []ociMount, rootCaps bool) ociSpec 
 // served is a long-lived sandbox under gVisor.
 type served struct {
 	runsc, dir, id, state, logFile string
+	flags                          []string // runsc's global flags (runscArgs)
+	cgroup                         string   // the spec's cgroup, "" for none
 	cmd                            *exec.Cmd
 	conn                           net.Conn
 	out                            *tail
 	log                            *slog.Logger
+	proxy                          sandbox.Proxy // closed with the sandbox; nil for none
 	done                           chan struct{}
 	code                           int   // runsc run's exit code, once done is closed
 	oomKills                       int64 // OOM kills in its cgroup when it ended, if it was still there
@@ -371,6 +410,9 @@ func (s *served) Close() error {
 		_ = s.cmd.Process.Kill()
 		<-s.done
 		s.conn.Close()
+		if s.proxy != nil {
+			_ = s.proxy.Close()
+		}
 		cleanup(s.runsc, s.dir, s.id, s.log)
 	})
 	return nil

@@ -55,14 +55,25 @@ func rootLayer(userns int, root string, l RootLayer, workspace string) (int, err
 		return -1, fmt.Errorf("root layer: %w", err)
 	}
 	defer unix.Close(lower)
+	save := layerSave{keep: l.Keep, from: l.From}
 	ovl, err := tmpfsOverlay([]int{lower}, layerTmpfs(l.SizeBytes), 0o755, func(tmpfs int) error {
+		restored, err := save.apply(tmpfs)
+		if err != nil {
+			return err
+		}
 		// The workspace is made as the view shows the host's root:
 		// nothing of what the layer hides is looked at (S5: a tenant's
 		// path tells nothing of the host beyond the view).
-		if err := layerDir(tmpfs, root, workspace, false, newLayerView(root, l)); err != nil {
-			return fmt.Errorf("workspace %s: %w", workspace, err)
+		// A saved layer has it already, as the sandbox left it.
+		if !restored {
+			if err := layerDir(tmpfs, root, workspace, false, newLayerView(root, l)); err != nil {
+				return fmt.Errorf("workspace %s: %w", workspace, err)
+			}
 		}
 		for _, h := range l.Hide {
+			if restored && inUpper(tmpfs, h) {
+				continue // the sandbox's own now, or hidden already
+			}
 			if err := layerDir(tmpfs, root, h, true, nil); err != nil {
 				return fmt.Errorf("hide %s: %w", h, err)
 			}
@@ -191,8 +202,12 @@ func imageLayer(userns int, img ImageRoot, workspace string) (int, error) {
 	var fill func(int) error
 	if workspace != "" {
 		// A served sandbox's workspace is made in its root, the
-		// sandbox's own, with whatever directories lead to it.
+		// sandbox's own, with whatever directories lead to it (unless
+		// the layer is one saved, which has it).
 		fill = func(tmpfs int) error {
+			if restored, err := img.save.apply(tmpfs); err != nil || restored {
+				return err
+			}
 			rel, err := layerRel(workspace)
 			if err != nil {
 				return fmt.Errorf("workspace %s: %w", workspace, err)

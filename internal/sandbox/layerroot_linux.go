@@ -31,7 +31,7 @@ func MountLayerRoot(target, root string, l *RootLayer, img *ImageRoot, workspace
 	var fd int
 	switch {
 	case l != nil && len(l.Lowers) > 0:
-		fd, err = imageLayer(userns, ImageRoot{Layers: l.Lowers, SizeBytes: l.SizeBytes, UID: l.UID, GID: l.GID}, workspace)
+		fd, err = imageLayer(userns, ImageRoot{Layers: l.Lowers, SizeBytes: l.SizeBytes, UID: l.UID, GID: l.GID, save: layerSave{keep: l.Keep, from: l.From}}, workspace)
 	case l != nil:
 		if l.SizeBytes <= 0 {
 			return fmt.Errorf("a writable root layer needs a size")

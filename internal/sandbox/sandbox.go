@@ -144,12 +144,20 @@ type ImageRoot struct {
 	// such a namespace).
 	UID, GID int
 	Groups   []int
+
+	// save is the RootLayer's Keep and From (MountLayerRoot).
+	save layerSave
 }
 
 // ErrNotDirInRoot is the error of a path of a sandbox's root layer (its
 // workspace) that goes through something other than a directory of the
 // view: a file, a symbolic link.
 var ErrNotDirInRoot = errors.New("not a directory in the sandbox's root")
+
+// ErrFrozen is wrapped by the error of a save to disk that failed and
+// left the sandbox frozen in memory (its runtime could not let it go on):
+// thawing it (Freeze's counterpart) is what remains to do.
+var ErrFrozen = errors.New("the sandbox stays frozen")
 
 // RootLayer is the writable layer over a sandbox's read-only root. Files
 // keep the owners they have on the host (host ids 0–65535 appear as
@@ -175,6 +183,15 @@ type RootLayer struct {
 	// UID and GID own the workspace made in the layer (with Lowers: the
 	// image's user, ids 0–65535; root when both are 0).
 	UID, GID int
+	// Keep and From are for a tier that saves a sandbox to disk and
+	// restores it (gVisor, MountLayerRoot only). Keep, when set, is an
+	// empty directory where the layer's tmpfs is attached too, so that
+	// SaveLayer can copy what the sandbox wrote once it stopped. From,
+	// when set, is a copy SaveLayer made: the new layer holds what it
+	// holds (the workspace in it already) instead of a fresh one; Hide
+	// directories it has no entry for, and Remove files, are added, since
+	// the host may have closed more paths since.
+	Keep, From string
 }
 
 // Proxy is the egress proxy of one sandbox (package egress implements it).

@@ -17,7 +17,7 @@ import (
 const (
 	StateStarting = "starting" // being set up
 	StateRunning  = "running"  // its processes run
-	StatePaused   = "paused"   // its processes are frozen
+	StatePaused   = "paused"   // its processes are frozen, or saved to disk (Checkpoint)
 	StateStopping = "stopping" // being torn down
 	StateStopped  = "stopped"  // gone; the record remains
 )
@@ -72,6 +72,9 @@ type Sandbox struct {
 	// NamespaceTier, which the sandboxes recorded before tiers (schema
 	// version 2 and earlier) read as.
 	Tier string
+	// Checkpoint is the directory a sandbox paused to disk is saved in
+	// (StatePaused, no process left); empty for every other sandbox.
+	Checkpoint string
 }
 
 // NamespaceTier is the namespace tier's name (policy.TierNamespace; the
@@ -93,7 +96,7 @@ type Filter struct {
 // sandboxColumns are the columns scanSandbox reads, in its order; s is the
 // sandboxes table.
 const sandboxColumns = `s.id, s.tenant, s.state, s.spec, s.created_ns, s.expires_ns,
-	s.last_active_ns, s.idle_timeout_ns, s.pid, s.pid_start, s.dir, s.image, s.tier,
+	s.last_active_ns, s.idle_timeout_ns, s.pid, s.pid_start, s.dir, s.image, s.tier, s.checkpoint,
 	(SELECT json_group_object(l.key, l.value) FROM sandbox_labels l WHERE l.sandbox_id = s.id)`
 
 // scanner is a *sql.Row or a *sql.Rows.
@@ -110,7 +113,7 @@ func scanSandbox(row scanner) (Sandbox, error) {
 		labels                               []byte
 	)
 	err := row.Scan(&sb.ID, &sb.Tenant, &sb.State, &sb.Spec, &created, &expires,
-		&lastActive, &idleNS, &sb.PID, &pidStart, &sb.Dir, &sb.Image, &sb.Tier, &labels)
+		&lastActive, &idleNS, &sb.PID, &pidStart, &sb.Dir, &sb.Image, &sb.Tier, &sb.Checkpoint, &labels)
 	if err != nil {
 		return Sandbox{}, err
 	}
@@ -182,6 +185,8 @@ func check(sb *Sandbox) (row, error) {
 		return r, fmt.Errorf("negative pid %d", sb.PID)
 	case len(sb.Spec) > 0 && !json.Valid(sb.Spec):
 		return r, errors.New("spec is not valid JSON")
+	case sb.Checkpoint != "" && sb.State != StatePaused:
+		return r, fmt.Errorf("a checkpoint for a sandbox that is %s, not paused", sb.State)
 	}
 	if _, ok := sb.Labels[""]; ok {
 		return r, errors.New("empty label key")
@@ -235,9 +240,9 @@ func (s *Store) InsertSandbox(ctx context.Context, sb Sandbox) error {
 	}
 	err = s.writeTx(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO sandboxes
-	(id, tenant, state, spec, created_ns, expires_ns, last_active_ns, idle_timeout_ns, pid, pid_start, dir, image, tier)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			sb.ID, sb.Tenant, sb.State, r.spec, r.created, r.expires, r.lastActive, r.idleNS, sb.PID, r.pidStart, sb.Dir, sb.Image, sb.Tier)
+	(id, tenant, state, spec, created_ns, expires_ns, last_active_ns, idle_timeout_ns, pid, pid_start, dir, image, tier, checkpoint)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			sb.ID, sb.Tenant, sb.State, r.spec, r.created, r.expires, r.lastActive, r.idleNS, sb.PID, r.pidStart, sb.Dir, sb.Image, sb.Tier, sb.Checkpoint)
 		if isConstraint(err) {
 			return ErrConflict
 		}
@@ -358,9 +363,9 @@ func (s *Store) UpdateSandbox(ctx context.Context, id string, fn func(*Sandbox) 
 		}
 		_, err = tx.ExecContext(ctx, `UPDATE sandboxes SET
 	state = ?, spec = ?, created_ns = ?, expires_ns = ?, last_active_ns = ?,
-	idle_timeout_ns = ?, pid = ?, pid_start = ?, dir = ?, image = ?
+	idle_timeout_ns = ?, pid = ?, pid_start = ?, dir = ?, image = ?, checkpoint = ?
 	WHERE id = ?`,
-			sb.State, r.spec, r.created, r.expires, r.lastActive, r.idleNS, sb.PID, r.pidStart, sb.Dir, sb.Image, id)
+			sb.State, r.spec, r.created, r.expires, r.lastActive, r.idleNS, sb.PID, r.pidStart, sb.Dir, sb.Image, sb.Checkpoint, id)
 		if err != nil {
 			return err
 		}

@@ -44,7 +44,7 @@ func assertSandbox(t *testing.T, got, want Sandbox) {
 	if got.ID != want.ID || got.Tenant != want.Tenant || got.State != want.State ||
 		string(got.Spec) != string(want.Spec) || got.IdleTimeout != want.IdleTimeout ||
 		got.PID != want.PID || got.PIDStart != want.PIDStart || got.Dir != want.Dir ||
-		got.Image != want.Image || got.Tier != want.Tier {
+		got.Image != want.Image || got.Tier != want.Tier || got.Checkpoint != want.Checkpoint {
 		t.Errorf("sandbox\n got %+v\nwant %+v", got, want)
 	}
 	if len(got.Labels) == 0 && got.Labels != nil {
@@ -117,6 +117,7 @@ func TestSandboxCRUD(t *testing.T) {
 		sb.Labels["owner"] = "ann"
 		sb.Spec = []byte(`{}`)
 		sb.Image = ""
+		sb.Checkpoint = "/var/lib/hutch/sandboxes/sb1/checkpoint"
 		return nil
 	})
 	if err != nil {
@@ -124,6 +125,7 @@ func TestSandboxCRUD(t *testing.T) {
 	}
 	want := sb
 	want.State = StatePaused
+	want.Checkpoint = "/var/lib/hutch/sandboxes/sb1/checkpoint"
 	want.LastActive = now
 	want.PID = 0
 	want.Labels = map[string]string{"purpose": "dev", "owner": "ann"}
@@ -210,15 +212,16 @@ func TestInsertInvalid(t *testing.T) {
 	ctx := context.Background()
 	s, _ := openTest(t)
 	for name, mod := range map[string]func(*Sandbox){
-		"empty id":       func(sb *Sandbox) { sb.ID = "" },
-		"empty tenant":   func(sb *Sandbox) { sb.Tenant = "" },
-		"bad state":      func(sb *Sandbox) { sb.State = "zombie" },
-		"empty label":    func(sb *Sandbox) { sb.Labels[""] = "x" },
-		"bad spec":       func(sb *Sandbox) { sb.Spec = []byte("{") },
-		"negative idle":  func(sb *Sandbox) { sb.IdleTimeout = -1 },
-		"negative pid":   func(sb *Sandbox) { sb.PID = -1 },
-		"time too early": func(sb *Sandbox) { sb.Created = time.Date(1600, 1, 1, 0, 0, 0, 0, time.UTC) },
-		"time too late":  func(sb *Sandbox) { sb.Expires = time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC) },
+		"empty id":                        func(sb *Sandbox) { sb.ID = "" },
+		"empty tenant":                    func(sb *Sandbox) { sb.Tenant = "" },
+		"bad state":                       func(sb *Sandbox) { sb.State = "zombie" },
+		"empty label":                     func(sb *Sandbox) { sb.Labels[""] = "x" },
+		"bad spec":                        func(sb *Sandbox) { sb.Spec = []byte("{") },
+		"negative idle":                   func(sb *Sandbox) { sb.IdleTimeout = -1 },
+		"negative pid":                    func(sb *Sandbox) { sb.PID = -1 },
+		"time too early":                  func(sb *Sandbox) { sb.Created = time.Date(1600, 1, 1, 0, 0, 0, 0, time.UTC) },
+		"time too late":                   func(sb *Sandbox) { sb.Expires = time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC) },
+		"checkpoint of a running sandbox": func(sb *Sandbox) { sb.Checkpoint = "/x" },
 	} {
 		sb := testSandbox("sb-"+strings.ReplaceAll(name, " ", "-"), "acme")
 		mod(&sb)

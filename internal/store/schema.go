@@ -57,6 +57,11 @@ ALTER TABLE sandboxes ADD COLUMN image TEXT NOT NULL DEFAULT '';
 	`
 ALTER TABLE sandboxes ADD COLUMN tier TEXT NOT NULL DEFAULT 'namespace' CHECK (tier <> '');
 `,
+	// Version 4: where a sandbox paused to disk is saved; the sandboxes
+	// recorded before were never saved.
+	`
+ALTER TABLE sandboxes ADD COLUMN checkpoint TEXT NOT NULL DEFAULT '';
+`,
 }
 
 // migrate creates the table schema_migrations if it is missing and applies

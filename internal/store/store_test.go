@@ -59,8 +59,8 @@ func TestOpenCreatesSchema(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v != len(migrations) || v != 3 {
-		t.Errorf("schema version %d, want 3", v)
+	if v != len(migrations) || v != 4 {
+		t.Errorf("schema version %d, want 4", v)
 	}
 
 	var mode string
@@ -361,8 +361,8 @@ func TestMigrateTier(t *testing.T) {
 	ctx := context.Background()
 	s := openOld(t, 2, `INSERT INTO sandboxes (id, tenant, state, spec, created_ns, expires_ns, last_active_ns, idle_timeout_ns, pid, pid_start, dir, image)
 			VALUES ('old', 'acme', 'running', x'', 1, 2, 3, 0, 0, 0, '/x', '')`)
-	if v, err := s.schemaVersion(ctx); err != nil || v != 3 {
-		t.Errorf("schema version %d, %v; want 3", v, err)
+	if v, err := s.schemaVersion(ctx); err != nil || v != len(migrations) {
+		t.Errorf("schema version %d, %v; want %d", v, err, len(migrations))
 	}
 	sb, err := s.GetSandbox(ctx, "acme", "old")
 	if err != nil || sb.Tier != NamespaceTier || sb.State != StateRunning {
@@ -375,6 +375,26 @@ func TestMigrateTier(t *testing.T) {
 		sb.State = StateStopped
 		return nil
 	}); err != nil || sb.Tier != NamespaceTier {
+		t.Errorf("after an update: %+v, %v", sb, err)
+	}
+}
+
+// TestMigrateCheckpoint: a file of schema version 3 (before sandboxes
+// could be paused to disk) is migrated on open; its paused sandboxes
+// read back paused in memory (no checkpoint), and a checkpoint can be
+// recorded for them.
+func TestMigrateCheckpoint(t *testing.T) {
+	ctx := context.Background()
+	s := openOld(t, 3, `INSERT INTO sandboxes (id, tenant, state, spec, created_ns, expires_ns, last_active_ns, idle_timeout_ns, pid, pid_start, dir, image, tier)
+			VALUES ('old', 'acme', 'paused', x'', 1, 2, 3, 0, 7, 0, '/x', '', 'gvisor')`)
+	sb, err := s.GetSandbox(ctx, "acme", "old")
+	if err != nil || sb.Checkpoint != "" || sb.State != StatePaused {
+		t.Errorf("a sandbox of version 3: %+v, %v; want paused without a checkpoint", sb, err)
+	}
+	if sb, err := s.UpdateSandbox(ctx, "old", func(sb *Sandbox) error {
+		sb.PID, sb.Checkpoint = 0, "/x/checkpoint"
+		return nil
+	}); err != nil || sb.Checkpoint != "/x/checkpoint" {
 		t.Errorf("after an update: %+v, %v", sb, err)
 	}
 }
