@@ -469,6 +469,7 @@ func firstLine(name string, args ...string) string {
 // cycleTimes are the times of create → output → destroy cycles.
 type cycleTimes struct {
 	create, output, destroy, total []time.Duration // the create alone; to the output; the destroy alone; the whole cycle
+	first                          []time.Duration // the first command: from the create's answer to the output
 }
 
 // create creates a sandbox of the daemon's default policy, which must run
@@ -517,6 +518,7 @@ func cycles(ctx context.Context, c *client.Client, tier string, n int, before fu
 		if i >= 0 {
 			ct.create = append(ct.create, tc.Sub(t0))
 			ct.output = append(ct.output, t1.Sub(t0))
+			ct.first = append(ct.first, t1.Sub(tc))
 			ct.destroy = append(ct.destroy, t2.Sub(t1))
 			ct.total = append(ct.total, t2.Sub(t0))
 		}
@@ -775,6 +777,7 @@ func runcPeer(ctx context.Context, cfg config) (execs []time.Duration, cold cycl
 		if i >= 0 {
 			cold.create = append(cold.create, tc.Sub(t0))
 			cold.output = append(cold.output, t1.Sub(t0))
+			cold.first = append(cold.first, t1.Sub(tc))
 			cold.destroy = append(cold.destroy, t2.Sub(t1))
 			cold.total = append(cold.total, t2.Sub(t0))
 		}
@@ -870,11 +873,13 @@ func (r *figures) print() {
 		}
 		lat(f.tier+" cold: create (until its answer)", f.cold.create, 0)
 		lat(f.tier+" cold: create → first output", f.cold.output, target(targetCold))
+		lat(f.tier+" cold: first command (answer → output)", f.cold.first, 0)
 		lat(f.tier+" cold: destroy", f.cold.destroy, 0)
 		lat(f.tier+" cold: create → output → destroy", f.cold.total, 0)
 		if f.warm != nil {
 			lat(f.tier+" warm: create (until its answer)", f.warm.create, 0)
 			lat(f.tier+" warm: create → first output", f.warm.output, target(targetWarm))
+			lat(f.tier+" warm: first command (answer → output)", f.warm.first, 0)
 			lat(f.tier+" warm: create → output → destroy", f.warm.total, 0)
 		}
 		lat(f.tier+" exec `true` (run to completion)", f.execRun, target(targetExec))
@@ -1013,14 +1018,26 @@ func (r *figures) printComparison() {
 			})
 		}
 	}
-	lat("warm create → first output", func(f *tierFigures) []time.Duration {
-		if f.warm == nil {
-			return nil
-		}
-		return f.warm.output
-	})
-	lat("cold create → first output", func(f *tierFigures) []time.Duration { return f.cold.output })
-	lat("cold create → output → destroy", func(f *tierFigures) []time.Duration { return f.cold.total })
+	// cyc adds the figure of the warm or cold cycles.
+	cyc := func(name string, warm bool, ds func(c *cycleTimes) []time.Duration) {
+		lat(name, func(f *tierFigures) []time.Duration {
+			c := f.cold
+			if warm {
+				c = f.warm
+			}
+			if c == nil {
+				return nil
+			}
+			return ds(c)
+		})
+	}
+	output := func(c *cycleTimes) []time.Duration { return c.output }
+	firstCmd := func(c *cycleTimes) []time.Duration { return c.first }
+	cyc("warm create → first output", true, output)
+	cyc("warm: first command (create's answer → output)", true, firstCmd)
+	cyc("cold create → first output", false, output)
+	cyc("cold: first command (create's answer → output)", false, firstCmd)
+	cyc("cold create → output → destroy", false, func(c *cycleTimes) []time.Duration { return c.total })
 	lat("exec round trip (run to completion)", func(f *tierFigures) []time.Duration { return f.execRun })
 	lat("exec round trip (streaming)", func(f *tierFigures) []time.Duration { return f.execStream })
 	perS := func(v float64) string { return fmt.Sprintf("%.0f", v) }
