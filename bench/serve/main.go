@@ -4,16 +4,18 @@
 // for each isolation tier of -tiers (namespace, gvisor): it starts a
 // daemon of its own per tier on a unix socket in -work, with that tier as
 // its --default-tier (and -runsc as the gvisor tier's --runsc), and
-// reports in one run, each phase for every tier in turn (so that the
-// tiers' figures of a phase see the same load on the machine)
+// reports in one run (the latencies' samples interleaved between the
+// tiers, so that they see the same load on the machine; the throughput
+// and the idle memory one tier after the other)
 //
 //   - create → first exec output → destroy: a sandbox is created, runs
 //     `echo ok` to completion (Client.Run) and is destroyed, -n times; p50,
 //     p90 and p99 of the create alone, of the time to the output ("cold"),
 //     of the destroy and of the whole cycle. When `hutch serve -h` lists a
 //     -warm flag, the same again against a second daemon per tier started
-//     with --warm -warm, each cycle once its pool is full again ("warm");
-//     otherwise it says "warm: not available".
+//     with --warm -warm, each cycle once every pool is full again
+//     ("warm"); otherwise it says "warm: not available". The time of the
+//     first command alone (from the create's answer to the output) too.
 //   - exec round trip on a live sandbox: `true` run to completion
 //     (Client.Run, one HTTP request) and through the streaming exec
 //     (Client.Exec over an upgraded connection, output read to its end and
@@ -305,9 +307,69 @@ func progress(format string, args ...any) {
 
 // served is one tier's daemon and its figures.
 type served struct {
-	d *daemon
-	c *client.Client
-	f *tierFigures
+	d    *daemon
+	c    *client.Client
+	f    *tierFigures
+	live string // the sandbox of the exec round trips
+}
+
+// startServed starts a daemon per tier, with extra flags, named after the
+// tier and suffix; it stops those it started when one fails.
+func startServed(ctx context.Context, cfg config, figs []*tierFigures, suffix string, extra ...string) ([]served, error) {
+	var all []served
+	for _, f := range figs {
+		args, err := tierArgs(cfg, f.tier)
+		var d *daemon
+		if err == nil {
+			d, err = startDaemon(ctx, cfg, f.tier+suffix, append(args, extra...)...)
+		}
+		var c *client.Client
+		if err == nil {
+			all = append(all, served{d: d, f: f})
+			c, err = client.New(d.host, "")
+		}
+		if err != nil {
+			stopServed(all)
+			return nil, fmt.Errorf("a daemon of tier %s: %w", f.tier, err)
+		}
+		all[len(all)-1].c = c
+	}
+	return all, nil
+}
+
+func stopServed(all []served) {
+	for _, s := range all {
+		s.d.stop()
+	}
+}
+
+// interleave calls fn for every tier in turn, in warmup untimed rounds
+// (i < 0) and then n, so that the tiers' samples are spread over the same
+// stretch of time, and see the same load on the machine.
+func interleave(ctx context.Context, all []served, warmup, n int, fn func(s served, i int) error) error {
+	for i := -warmup; i < n; i++ {
+		for _, s := range all {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if err := fn(s, i); err != nil {
+				return fmt.Errorf("tier %s: %w", s.f.tier, err)
+			}
+		}
+	}
+	return nil
+}
+
+// timed calls fn and, when record is set, appends its time to ds.
+func timed(ds *[]time.Duration, record bool, fn func() error) error {
+	t0 := time.Now()
+	if err := fn(); err != nil {
+		return err
+	}
+	if record {
+		*ds = append(*ds, time.Since(t0))
+	}
+	return nil
 }
 
 func run(ctx context.Context, cfg config) error {
@@ -322,31 +384,19 @@ func run(ctx context.Context, cfg config) error {
 		}
 		r.runscVersion = firstLine(runsc, "--version")
 	}
-
-	// One daemon per tier, all started first: each phase then runs for
-	// every tier in turn, so that the tiers' figures of a phase are taken
-	// under the same load of the machine.
-	var all []served
-	defer func() {
-		for _, s := range all {
-			s.d.stop()
-		}
-	}()
 	for _, tier := range cfg.tiers {
-		args, err := tierArgs(cfg, tier)
-		if err != nil {
-			return err
-		}
-		d, err := startDaemon(ctx, cfg, tier, args...)
-		if err != nil {
-			return fmt.Errorf("a daemon of tier %s: %w", tier, err)
-		}
-		all = append(all, served{d: d, f: &tierFigures{tier: tier}})
-		if all[len(all)-1].c, err = client.New(d.host, ""); err != nil {
-			return err
-		}
-		r.tiers = append(r.tiers, all[len(all)-1].f)
+		r.tiers = append(r.tiers, &tierFigures{tier: tier, cold: &cycleTimes{}})
 	}
+
+	// One daemon per tier, all started first. The samples of the
+	// latencies are interleaved between the tiers; the phases that load
+	// the machine (throughput, many sandboxes) run for one tier after the
+	// other.
+	all, err := startServed(ctx, cfg, r.tiers, "")
+	if err != nil {
+		return err
+	}
+	defer stopServed(all)
 	phase := func(name string, fn func(s served) error) error {
 		for _, s := range all {
 			progress("%s, tier %s", name, s.f.tier)
@@ -358,15 +408,35 @@ func run(ctx context.Context, cfg config) error {
 	}
 
 	// a. create → first output → destroy, cold.
-	err := phase("cold cycles", func(s served) error {
-		cold, err := cycles(ctx, s.c, s.f.tier, cfg.n, nil)
-		s.f.cold = &cold
-		return err
-	})
-	// b, c. exec round trips on a live sandbox; throughput.
-	if err == nil {
-		err = phase("exec round trips and throughput", func(s served) error { return execs(ctx, cfg, s) })
+	progress("cold cycles")
+	if err := interleave(ctx, all, 5, cfg.n, func(s served, i int) error {
+		return s.f.cold.cycle(ctx, s.c, s.f.tier, i >= 0)
+	}); err != nil {
+		return fmt.Errorf("cold cycles: %w", err)
 	}
+
+	// b. exec round trips on a live sandbox, interleaved.
+	for i := range all {
+		sb, err := create(ctx, all[i].c, all[i].f.tier, time.Hour)
+		if err != nil {
+			return err
+		}
+		all[i].live = sb.ID
+	}
+	progress("exec round trips")
+	if err := interleave(ctx, all, 20, cfg.e, func(s served, i int) error {
+		return timed(&s.f.execRun, i >= 0, func() error { return runTrue(ctx, s.c, s.live) })
+	}); err != nil {
+		return fmt.Errorf("exec (run): %w", err)
+	}
+	if err := interleave(ctx, all, 20, cfg.e, func(s served, i int) error {
+		return timed(&s.f.execStream, i >= 0, func() error { return streamTrue(ctx, s.c, s.live) })
+	}); err != nil {
+		return fmt.Errorf("exec (stream): %w", err)
+	}
+
+	// c. throughput with concurrent clients, one sandbox and one each.
+	err = phase("throughput", func(s served) error { return throughputs(ctx, cfg, s) })
 	// d. idle memory.
 	if err == nil {
 		err = phase("idle memory", func(s served) error {
@@ -383,11 +453,13 @@ func run(ctx context.Context, cfg config) error {
 
 	// Warm pool, when the daemon has one: a second daemon per tier.
 	if servesWarm(cfg.hutch) {
+		progress("warm cycles")
 		r.warmN = cfg.warm
-		_ = phase("warm cycles", func(s served) error {
-			s.f.warm, s.f.warmErr = warmCycles(ctx, cfg, s.f.tier)
-			return nil
-		})
+		if r.warmErr = warmCycles(ctx, cfg, r.tiers); r.warmErr != nil {
+			for _, f := range r.tiers {
+				f.warm = nil
+			}
+		}
 	}
 
 	// e. runc.
@@ -402,60 +474,49 @@ func run(ctx context.Context, cfg config) error {
 	return nil
 }
 
-// execs measures the exec round trips on one live sandbox, then the
-// throughput on it and on cfg.c sandboxes.
-func execs(ctx context.Context, cfg config, s served) error {
-	sb, err := create(ctx, s.c, s.f.tier, time.Hour)
-	if err != nil {
-		return err
-	}
-	if s.f.execRun, err = roundTrips(ctx, cfg.e, func() error { return runTrue(ctx, s.c, sb.ID) }); err != nil {
-		return fmt.Errorf("exec (run): %w", err)
-	}
-	if s.f.execStream, err = roundTrips(ctx, cfg.e, func() error { return streamTrue(ctx, s.c, sb.ID) }); err != nil {
-		return fmt.Errorf("exec (stream): %w", err)
-	}
+// throughputs measures the throughput on the tier's live sandbox and on
+// cfg.c sandboxes, then destroys them all.
+func throughputs(ctx context.Context, cfg config, s served) error {
 	one := make([]string, cfg.c)
 	for i := range one {
-		one[i] = sb.ID
+		one[i] = s.live
 	}
+	var err error
 	if s.f.tputOne, err = throughput(ctx, s.d.host, one, cfg.dur); err != nil {
-		return fmt.Errorf("throughput on one sandbox: %w", err)
+		return fmt.Errorf("on one sandbox: %w", err)
 	}
 	many, err := createN(ctx, s.c, s.f.tier, cfg.c, 4)
 	if err != nil {
 		return err
 	}
 	if s.f.tputMany, err = throughput(ctx, s.d.host, many, cfg.dur); err != nil {
-		return fmt.Errorf("throughput on %d sandboxes: %w", cfg.c, err)
+		return fmt.Errorf("on %d sandboxes: %w", cfg.c, err)
 	}
-	return destroyAll(ctx, s.c, append(many, sb.ID), 4)
+	return destroyAll(ctx, s.c, append(many, s.live), 4)
 }
 
-// warmCycles measures create → output → destroy against a daemon of the
-// tier started with --warm, each cycle once its pool is full again.
-func warmCycles(ctx context.Context, cfg config, tier string) (*cycleTimes, error) {
-	args, err := tierArgs(cfg, tier)
+// warmCycles measures create → output → destroy against a daemon per tier
+// started with --warm, the tiers' cycles interleaved, each cycle once
+// every pool is full again (so that no refill runs when a cycle starts).
+func warmCycles(ctx context.Context, cfg config, figs []*tierFigures) error {
+	all, err := startServed(ctx, cfg, figs, "-warm", "--warm", strconv.Itoa(cfg.warm))
 	if err != nil {
-		return nil, err
+		return err
 	}
-	d, err := startDaemon(ctx, cfg, tier+"-warm", append(args, "--warm", strconv.Itoa(cfg.warm))...)
-	if err != nil {
-		return nil, fmt.Errorf("a daemon with --warm: %w", err)
+	defer stopServed(all)
+	for _, s := range all {
+		s.f.warm = &cycleTimes{}
 	}
-	defer d.stop()
-	c, err := client.New(d.host, "")
-	if err != nil {
-		return nil, err
-	}
-	// Before each cycle, wait until the pool is full again
-	// (hutch_warm_sandboxes{template=""} in GET /metrics).
-	full := func() error { return waitWarm(ctx, d.dir, cfg.warm) }
-	warm, err := cycles(ctx, c, tier, cfg.n, full)
-	if err != nil {
-		return nil, err
-	}
-	return &warm, nil
+	return interleave(ctx, all, 5, cfg.n, func(s served, i int) error {
+		// The pools are full when hutch_warm_sandboxes{template=""} of
+		// GET /metrics says so.
+		for _, w := range all {
+			if err := waitWarm(ctx, w.d.dir, cfg.warm); err != nil {
+				return err
+			}
+		}
+		return s.f.warm.cycle(ctx, s.c, s.f.tier, i >= 0)
+	})
 }
 
 func hutchVersion(hutch string) string { return firstLine(hutch, "version") }
@@ -486,44 +547,37 @@ func create(ctx context.Context, c *client.Client, tier string, timeout time.Dur
 	return sb, nil
 }
 
-// cycles creates a sandbox of tier, runs `echo ok` in it and destroys it,
-// n times after a few untimed ones; before each, it calls before (if not
-// nil).
-func cycles(ctx context.Context, c *client.Client, tier string, n int, before func() error) (cycleTimes, error) {
-	var ct cycleTimes
-	for i := -5; i < n; i++ {
-		if before != nil {
-			if err := before(); err != nil {
-				return ct, err
-			}
-		}
-		t0 := time.Now()
-		sb, err := create(ctx, c, tier, time.Minute)
-		if err != nil {
-			return ct, err
-		}
-		tc := time.Now()
-		res, err := c.Run(ctx, sb.ID, client.Command{Args: []string{"echo", "ok"}})
-		t1 := time.Now()
-		if err == nil && (res.Code != 0 || string(res.Stdout) != "ok\n") {
-			err = fmt.Errorf("echo ok: exit code %d, output %q %q", res.Code, res.Stdout, res.Stderr)
-		}
-		if derr := c.Destroy(ctx, sb.ID); err == nil {
-			err = derr
-		}
-		t2 := time.Now()
-		if err != nil {
-			return ct, err
-		}
-		if i >= 0 {
-			ct.create = append(ct.create, tc.Sub(t0))
-			ct.output = append(ct.output, t1.Sub(t0))
-			ct.first = append(ct.first, t1.Sub(tc))
-			ct.destroy = append(ct.destroy, t2.Sub(t1))
-			ct.total = append(ct.total, t2.Sub(t0))
-		}
+// cycle creates a sandbox of tier, runs `echo ok` in it and destroys it;
+// when record is set, it adds the times to ct.
+func (ct *cycleTimes) cycle(ctx context.Context, c *client.Client, tier string, record bool) error {
+	t0 := time.Now()
+	sb, err := create(ctx, c, tier, time.Minute)
+	if err != nil {
+		return err
 	}
-	return ct, nil
+	tc := time.Now()
+	res, err := c.Run(ctx, sb.ID, client.Command{Args: []string{"echo", "ok"}})
+	t1 := time.Now()
+	if err == nil && (res.Code != 0 || string(res.Stdout) != "ok\n") {
+		err = fmt.Errorf("echo ok: exit code %d, output %q %q", res.Code, res.Stdout, res.Stderr)
+	}
+	if derr := c.Destroy(ctx, sb.ID); err == nil {
+		err = derr
+	}
+	if err == nil && record {
+		ct.add(t0, tc, t1, time.Now())
+	}
+	return err
+}
+
+// add adds a cycle's times: its start, the create's answer, the output,
+// the destroy's end.
+func (ct *cycleTimes) add(t0, tc, t1, t2 time.Time) {
+	ct.create = append(ct.create, tc.Sub(t0))
+	ct.output = append(ct.output, t1.Sub(t0))
+	ct.first = append(ct.first, t1.Sub(tc))
+	ct.destroy = append(ct.destroy, t2.Sub(t1))
+	ct.total = append(ct.total, t2.Sub(t0))
 }
 
 // waitWarm waits until the daemon in dir reports n warm sandboxes ready
@@ -596,12 +650,8 @@ func roundTrips(ctx context.Context, n int, fn func() error) ([]time.Duration, e
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		t0 := time.Now()
-		if err := fn(); err != nil {
+		if err := timed(&ds, i >= 0, fn); err != nil {
 			return nil, err
-		}
-		if i >= 0 {
-			ds = append(ds, time.Since(t0))
 		}
 	}
 	return ds, nil
@@ -775,11 +825,7 @@ func runcPeer(ctx context.Context, cfg config) (execs []time.Duration, cold cycl
 			return nil, cold, err
 		}
 		if i >= 0 {
-			cold.create = append(cold.create, tc.Sub(t0))
-			cold.output = append(cold.output, t1.Sub(t0))
-			cold.first = append(cold.first, t1.Sub(tc))
-			cold.destroy = append(cold.destroy, t2.Sub(t1))
-			cold.total = append(cold.total, t2.Sub(t0))
+			cold.add(t0, tc, t1, t2)
 		}
 	}
 	return execs, cold, nil
@@ -789,7 +835,6 @@ func runcPeer(ctx context.Context, cfg config) (execs []time.Duration, cold cycl
 type tierFigures struct {
 	tier                string
 	cold, warm          *cycleTimes
-	warmErr             error
 	execRun, execStream []time.Duration
 	tputOne, tputMany   float64
 	mem                 *memStats
@@ -801,6 +846,7 @@ type figures struct {
 	versions, runcVersion, runscVersion string
 	tiers                               []*tierFigures
 	warmN                               int // 0: the daemon has no warm pool
+	warmErr                             error
 	c                                   int
 	runcExec                            []time.Duration
 	runcCold                            cycleTimes
@@ -895,11 +941,9 @@ func (r *figures) print() {
 	if r.warmN == 0 {
 		fmt.Print("warm: not available (`hutch serve -h` lists no -warm flag)\n\n")
 	} else {
-		fmt.Printf("warm: a daemon per tier started with --warm %d; each cycle starts once the pool is full again\n", r.warmN)
-		for _, f := range r.tiers {
-			if f.warmErr != nil {
-				fmt.Printf("warm, tier %s: failed: %v\n", f.tier, f.warmErr)
-			}
+		fmt.Printf("warm: a daemon per tier started with --warm %d; each cycle starts once every pool is full again\n", r.warmN)
+		if r.warmErr != nil {
+			fmt.Printf("warm: failed: %v\n", r.warmErr)
 		}
 		fmt.Println()
 	}
