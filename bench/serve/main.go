@@ -1006,7 +1006,7 @@ func printMem(markdown bool, tier string, m *memStats) {
 	row("  of which file-backed (shared binaries)", m.pss.file)
 	row("  of which shared memory (tmpfs, memfd)", m.pss.shmem)
 	for _, r := range m.roles {
-		row(fmt.Sprintf("  PSS of %s (%.3g per sandbox; anonymous %s)", r.name, r.procs, mib(r.anon)), r.total)
+		row(fmt.Sprintf("  PSS of %s (%.3g per sandbox; anonymous %s, file %s, shmem %s)", r.name, r.procs, mib(r.anon), mib(r.file), mib(r.shmem)), r.total)
 	}
 	cg := "cgroup memory of the sandboxes / n"
 	if m.cgroups > 0 && m.cgroups != 1 {
