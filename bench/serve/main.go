@@ -1,16 +1,21 @@
 //go:build linux
 
-// Command serve measures `hutch serve` through its Go SDK (package client):
-// it starts a daemon of its own on a unix socket in -work, and reports in
-// one run
+// Command serve measures `hutch serve` through its Go SDK (package client),
+// for each isolation tier of -tiers (namespace, gvisor): it starts a
+// daemon of its own per tier on a unix socket in -work, with that tier as
+// its --default-tier (and -runsc as the gvisor tier's --runsc), and
+// reports in one run (the latencies' samples interleaved between the
+// tiers, so that they see the same load on the machine; the throughput
+// and the idle memory one tier after the other)
 //
 //   - create → first exec output → destroy: a sandbox is created, runs
-//     `echo ok` to completion (Client.Run) and is destroyed, -n times; p50
-//     and p99 of the create alone, of the time to the output ("cold"), of
-//     the destroy and of the whole cycle. When `hutch serve -h` lists a
-//     -warm flag, the same again against a second daemon started with
-//     --warm -warm, each cycle once its pool is full again ("warm");
-//     otherwise it says "warm: not available".
+//     `echo ok` to completion (Client.Run) and is destroyed, -n times; p50,
+//     p90 and p99 of the create alone, of the time to the output ("cold"),
+//     of the destroy and of the whole cycle. When `hutch serve -h` lists a
+//     -warm flag, the same again against a second daemon per tier started
+//     with --warm -warm, each cycle once every pool is full again
+//     ("warm"); otherwise it says "warm: not available". The time of the
+//     first command alone (from the create's answer to the output) too.
 //   - exec round trip on a live sandbox: `true` run to completion
 //     (Client.Run, one HTTP request) and through the streaming exec
 //     (Client.Exec over an upgraded connection, output read to its end and
@@ -18,26 +23,33 @@
 //   - execs per second with -c concurrent clients (each its own Client and
 //     connections) running `true` on one sandbox, and on -c sandboxes (one
 //     each), for -dur each.
-//   - idle memory per sandbox with -idle sandboxes alive: the drop of
-//     MemAvailable (/proc/meminfo) divided by their number, the growth of
-//     the daemon's resident set, the proportional set size (PSS) of the
-//     sandboxes' processes, and the kernel's unreclaimable slab, page
+//   - idle memory per sandbox with -idle sandboxes alive (a count per
+//     tier): the drop of MemAvailable (/proc/meminfo) divided by their
+//     number, the growth of the daemon's resident set, the proportional
+//     set size (PSS) of the sandboxes' processes (every process below the
+//     daemon: the agents; under gVisor runsc, its gofer, its Sentry and
+//     the Sentry's stubs), in all and by process name, the usage of the
+//     sandboxes' memory cgroups, and the kernel's unreclaimable slab, page
 //     tables and kernel stacks.
 //   - with -runc and -bundle, runc as the peer in the same run: one
 //     container started with `runc run -d`, then the round trip of
 //     `runc exec ID true`; and create → start → `runc exec ID echo ok` →
-//     `runc delete -f` as the cold peer. Ratios hutch/runc are printed.
+//     `runc delete -f` as the cold peer. Ratios to runc are printed.
 //
-// The issue's targets are printed next to the figures. The daemon is
-// stopped (SIGTERM to its pid, SIGKILL if it outlasts the grace period)
-// and every runc container this run made is deleted before it exits; it
+// With more than one tier, a table puts the tiers' main figures side by
+// side with their ratios to the first tier's. The issue's targets (the
+// daemon's, set for the namespace tier) are printed next to the namespace
+// tier's figures. Every daemon is stopped (SIGTERM to its pid, which
+// destroys its sandboxes; SIGKILL if it outlasts the grace period) and
+// every runc container this run made is deleted before it exits; a daemon
 // also gets SIGTERM if this process dies (Pdeathsig).
 package main
 
 import (
-	"bufio"
 	"bytes"
+	"cmp"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -69,24 +81,34 @@ const (
 )
 
 type config struct {
-	hutch, work         string
-	n, e, c, idle, runN int
-	warm                int
-	dur                 time.Duration
-	runc, bundle        string
-	prefix              string
-	markdown            bool
+	hutch, work  string
+	n, e, c      int
+	runN         int
+	warm         int
+	tiers        []string       // the isolation tiers measured, in order
+	idle         map[string]int // idle sandboxes per tier (0: skip)
+	runsc        string         // runsc for the gvisor tier ("": runsc on PATH)
+	dur          time.Duration
+	runc, bundle string
+	prefix       string
+	markdown     bool
 }
+
+// The tiers the daemon knows, as hutch serve --default-tier names them.
+var knownTiers = []string{"namespace", "gvisor"}
 
 func main() {
 	var cfg config
+	var tiers, idle string
 	flag.StringVar(&cfg.hutch, "hutch", "", "the hutch binary")
 	flag.StringVar(&cfg.work, "work", "", "a fresh directory for the daemon's socket, state and log (mode 0711 or wider)")
 	flag.IntVar(&cfg.n, "n", 200, "create → output → destroy cycles")
 	flag.IntVar(&cfg.e, "e", 2000, "exec round trips per way")
 	flag.IntVar(&cfg.c, "c", 16, "concurrent clients in the throughput phase")
 	flag.DurationVar(&cfg.dur, "dur", 3*time.Second, "length of each throughput run")
-	flag.IntVar(&cfg.idle, "idle", 500, "idle sandboxes alive for the memory figure (0: skip)")
+	flag.StringVar(&tiers, "tiers", "namespace", "isolation tiers to measure, comma-separated (namespace, gvisor), each with a daemon of that --default-tier")
+	flag.StringVar(&cfg.runsc, "runsc", "", "runsc binary for the gvisor tier (hutch serve --runsc; empty: runsc on PATH)")
+	flag.StringVar(&idle, "idle", "500,gvisor=20", "idle sandboxes alive for the memory figure: N for every tier, then TIER=N for one (0: skip)")
 	flag.IntVar(&cfg.warm, "warm", 4, "warm pool size when the daemon has a -warm flag")
 	flag.StringVar(&cfg.runc, "runc", "", "runc binary (empty: no peer)")
 	flag.StringVar(&cfg.bundle, "bundle", "", "runc bundle whose process runs until killed")
@@ -94,17 +116,64 @@ func main() {
 	flag.IntVar(&cfg.runN, "runc-n", 200, "runc samples per way")
 	flag.BoolVar(&cfg.markdown, "markdown", false, "print markdown tables")
 	flag.Parse()
-	if cfg.hutch == "" || cfg.work == "" {
-		fmt.Fprintln(os.Stderr, "serve: -hutch and -work are required")
+	var err error
+	if cfg.tiers, err = parseTiers(tiers); err == nil {
+		cfg.idle, err = parseIdle(idle, cfg.tiers)
+	}
+	if err == nil && (cfg.hutch == "" || cfg.work == "") {
+		err = errors.New("-hutch and -work are required")
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "serve:", err)
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	err := run(ctx, cfg)
+	err = run(ctx, cfg)
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "serve:", err)
 		os.Exit(1)
 	}
+}
+
+// parseTiers reads -tiers: known tiers, comma-separated, each once.
+func parseTiers(s string) ([]string, error) {
+	var tiers []string
+	for _, t := range strings.Split(s, ",") {
+		t = strings.TrimSpace(t)
+		switch {
+		case !slices.Contains(knownTiers, t):
+			return nil, fmt.Errorf("-tiers: unknown tier %q (known: %s)", t, strings.Join(knownTiers, ", "))
+		case slices.Contains(tiers, t):
+			return nil, fmt.Errorf("-tiers: %s twice", t)
+		}
+		tiers = append(tiers, t)
+	}
+	return tiers, nil
+}
+
+// parseIdle reads -idle for the tiers: "N" sets every tier's count, a
+// later "TIER=N" one tier's.
+func parseIdle(s string, tiers []string) (map[string]int, error) {
+	idle := map[string]int{}
+	for _, item := range strings.Split(s, ",") {
+		tier, num, one := strings.Cut(strings.TrimSpace(item), "=")
+		if !one {
+			num = tier
+		} else if !slices.Contains(knownTiers, tier) {
+			return nil, fmt.Errorf("-idle: unknown tier %q in %q", tier, item)
+		}
+		n, err := strconv.Atoi(num)
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("-idle: %q is not a count of sandboxes", item)
+		}
+		for _, t := range tiers {
+			if !one || t == tier {
+				idle[t] = n
+			}
+		}
+	}
+	return idle, nil
 }
 
 // daemon is a `hutch serve` started by this run.
@@ -129,7 +198,11 @@ func startDaemon(ctx context.Context, cfg config, name string, extra ...string) 
 		return nil, err
 	}
 	defer logf.Close()
-	most := max(cfg.idle, cfg.c) + 50
+	most := cfg.c
+	for _, n := range cfg.idle {
+		most = max(most, n)
+	}
+	most += 50
 	args := append([]string{"serve", "--socket", filepath.Join(dir, "hutch.sock"), "--state-dir", filepath.Join(dir, "state"),
 		"--max-sandboxes", strconv.Itoa(most)}, extra...)
 	if servesFlag(cfg.hutch, "max-memory") {
@@ -212,92 +285,186 @@ func servesFlag(hutch, name string) bool {
 	return false
 }
 
+// tierArgs are the flags of hutch serve that make tier its default.
+func tierArgs(cfg config, tier string) ([]string, error) {
+	if !servesFlag(cfg.hutch, "default-tier") {
+		if tier != "namespace" {
+			return nil, fmt.Errorf("this hutch serve has no --default-tier: tier %s cannot be measured", tier)
+		}
+		return nil, nil
+	}
+	args := []string{"--default-tier", tier}
+	if tier == "gvisor" && cfg.runsc != "" {
+		args = append(args, "--runsc", cfg.runsc)
+	}
+	return args, nil
+}
+
+// progress tells how far the run is, on stderr.
+func progress(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "serve: "+format+"\n", args...)
+}
+
+// served is one tier's daemon and its figures.
+type served struct {
+	d    *daemon
+	c    *client.Client
+	f    *tierFigures
+	live string // the sandbox of the exec round trips
+}
+
+// startServed starts a daemon per tier, with extra flags, named after the
+// tier and suffix; it stops those it started when one fails.
+func startServed(ctx context.Context, cfg config, figs []*tierFigures, suffix string, extra ...string) ([]served, error) {
+	var all []served
+	for _, f := range figs {
+		args, err := tierArgs(cfg, f.tier)
+		var d *daemon
+		if err == nil {
+			d, err = startDaemon(ctx, cfg, f.tier+suffix, append(args, extra...)...)
+		}
+		var c *client.Client
+		if err == nil {
+			all = append(all, served{d: d, f: f})
+			c, err = client.New(d.host, "")
+		}
+		if err != nil {
+			stopServed(all)
+			return nil, fmt.Errorf("a daemon of tier %s: %w", f.tier, err)
+		}
+		all[len(all)-1].c = c
+	}
+	return all, nil
+}
+
+func stopServed(all []served) {
+	for _, s := range all {
+		s.d.stop()
+	}
+}
+
+// interleave calls fn for every tier in turn, in warmup untimed rounds
+// (i < 0) and then n, so that the tiers' samples are spread over the same
+// stretch of time, and see the same load on the machine.
+func interleave(ctx context.Context, all []served, warmup, n int, fn func(s served, i int) error) error {
+	for i := -warmup; i < n; i++ {
+		for _, s := range all {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if err := fn(s, i); err != nil {
+				return fmt.Errorf("tier %s: %w", s.f.tier, err)
+			}
+		}
+	}
+	return nil
+}
+
+// timed calls fn and, when record is set, appends its time to ds.
+func timed(ds *[]time.Duration, record bool, fn func() error) error {
+	t0 := time.Now()
+	if err := fn(); err != nil {
+		return err
+	}
+	if record {
+		*ds = append(*ds, time.Since(t0))
+	}
+	return nil
+}
+
 func run(ctx context.Context, cfg config) error {
 	if err := os.Chmod(cfg.work, 0o711); err != nil {
 		return err
 	}
-	d, err := startDaemon(ctx, cfg, "cold")
+	r := &figures{markdown: cfg.markdown, c: cfg.c, versions: hutchVersion(cfg.hutch)}
+	if slices.Contains(cfg.tiers, "gvisor") {
+		runsc := cfg.runsc
+		if runsc == "" {
+			runsc = "runsc"
+		}
+		r.runscVersion = firstLine(runsc, "--version")
+	}
+	for _, tier := range cfg.tiers {
+		r.tiers = append(r.tiers, &tierFigures{tier: tier, cold: &cycleTimes{}})
+	}
+
+	// One daemon per tier, all started first. The samples of the
+	// latencies are interleaved between the tiers; the phases that load
+	// the machine (throughput, many sandboxes) run for one tier after the
+	// other.
+	all, err := startServed(ctx, cfg, r.tiers, "")
 	if err != nil {
 		return err
 	}
-	defer d.stop()
-	c, err := client.New(d.host, "")
-	if err != nil {
-		return err
+	defer stopServed(all)
+	phase := func(name string, fn func(s served) error) error {
+		for _, s := range all {
+			progress("%s, tier %s", name, s.f.tier)
+			if err := fn(s); err != nil {
+				return fmt.Errorf("%s, tier %s: %w", name, s.f.tier, err)
+			}
+		}
+		return nil
 	}
-	r := &figures{markdown: cfg.markdown}
-	r.versions = hutchVersion(cfg.hutch)
 
 	// a. create → first output → destroy, cold.
-	cold, err := cycles(ctx, c, cfg.n, nil)
-	if err != nil {
+	progress("cold cycles")
+	if err := interleave(ctx, all, 5, cfg.n, func(s served, i int) error {
+		return s.f.cold.cycle(ctx, s.c, s.f.tier, i >= 0)
+	}); err != nil {
 		return fmt.Errorf("cold cycles: %w", err)
 	}
-	r.cold = &cold
 
-	// b. exec round trips on a live sandbox.
-	sb, err := c.Create(ctx, client.CreateOptions{Timeout: time.Hour})
-	if err != nil {
-		return err
+	// b. exec round trips on a live sandbox, interleaved.
+	for i := range all {
+		sb, err := create(ctx, all[i].c, all[i].f.tier, time.Hour)
+		if err != nil {
+			return err
+		}
+		all[i].live = sb.ID
 	}
-	if r.execRun, err = roundTrips(ctx, cfg.e, func() error { return runTrue(ctx, c, sb.ID) }); err != nil {
+	progress("exec round trips")
+	if err := interleave(ctx, all, 20, cfg.e, func(s served, i int) error {
+		return timed(&s.f.execRun, i >= 0, func() error { return runTrue(ctx, s.c, s.live) })
+	}); err != nil {
 		return fmt.Errorf("exec (run): %w", err)
 	}
-	if r.execStream, err = roundTrips(ctx, cfg.e, func() error { return streamTrue(ctx, c, sb.ID) }); err != nil {
+	if err := interleave(ctx, all, 20, cfg.e, func(s served, i int) error {
+		return timed(&s.f.execStream, i >= 0, func() error { return streamTrue(ctx, s.c, s.live) })
+	}); err != nil {
 		return fmt.Errorf("exec (stream): %w", err)
 	}
 
 	// c. throughput with concurrent clients, one sandbox and one each.
-	one := make([]string, cfg.c)
-	for i := range one {
-		one[i] = sb.ID
+	err = phase("throughput", func(s served) error { return throughputs(ctx, cfg, s) })
+	// d. idle memory.
+	if err == nil {
+		err = phase("idle memory", func(s served) error {
+			var err error
+			if n := cfg.idle[s.f.tier]; n > 0 {
+				s.f.mem, err = idleMemory(ctx, s.c, s.d.pid(), s.f.tier, n)
+			}
+			return err
+		})
 	}
-	if r.tputOne, err = throughput(ctx, d.host, one, cfg.dur); err != nil {
-		return fmt.Errorf("throughput on one sandbox: %w", err)
-	}
-	many, err := createN(ctx, c, cfg.c, 4)
 	if err != nil {
 		return err
 	}
-	if r.tputMany, err = throughput(ctx, d.host, many, cfg.dur); err != nil {
-		return fmt.Errorf("throughput on %d sandboxes: %w", cfg.c, err)
-	}
-	if err := destroyAll(ctx, c, append(many, sb.ID), 4); err != nil {
-		return err
-	}
-	r.c = cfg.c
 
-	// d. idle memory.
-	if cfg.idle > 0 {
-		if r.mem, err = idleMemory(ctx, c, d.pid(), cfg.idle); err != nil {
-			return fmt.Errorf("idle memory: %w", err)
-		}
-	}
-
-	// Warm pool, when the daemon has one.
+	// Warm pool, when the daemon has one: a second daemon per tier.
 	if servesWarm(cfg.hutch) {
-		wd, err := startDaemon(ctx, cfg, "warm", "--warm", strconv.Itoa(cfg.warm))
-		if err != nil {
-			return fmt.Errorf("a daemon with --warm: %w", err)
-		}
-		wc, err := client.New(wd.host, "")
-		if err == nil {
-			// Before each cycle, wait until the pool is full again
-			// (hutch_warm_sandboxes{template=""} in GET /metrics).
-			full := func() error { return waitWarm(ctx, wd.dir, cfg.warm) }
-			var warm cycleTimes
-			warm, err = cycles(ctx, wc, cfg.n, full)
-			r.warm = &warm
-			r.warmN = cfg.warm
-		}
-		wd.stop()
-		if err != nil {
-			r.warm, r.warmErr = nil, err
+		progress("warm cycles")
+		r.warmN = cfg.warm
+		if r.warmErr = warmCycles(ctx, cfg, r.tiers); r.warmErr != nil {
+			for _, f := range r.tiers {
+				f.warm = nil
+			}
 		}
 	}
 
 	// e. runc.
 	if cfg.runc != "" && cfg.bundle != "" {
+		progress("runc")
 		r.runcVersion = firstLine(cfg.runc, "--version")
 		if r.runcExec, r.runcCold, err = runcPeer(ctx, cfg); err != nil {
 			return fmt.Errorf("runc: %w", err)
@@ -305,6 +472,51 @@ func run(ctx context.Context, cfg config) error {
 	}
 	r.print()
 	return nil
+}
+
+// throughputs measures the throughput on the tier's live sandbox and on
+// cfg.c sandboxes, then destroys them all.
+func throughputs(ctx context.Context, cfg config, s served) error {
+	one := make([]string, cfg.c)
+	for i := range one {
+		one[i] = s.live
+	}
+	var err error
+	if s.f.tputOne, err = throughput(ctx, s.d.host, one, cfg.dur); err != nil {
+		return fmt.Errorf("on one sandbox: %w", err)
+	}
+	many, err := createN(ctx, s.c, s.f.tier, cfg.c, 4)
+	if err != nil {
+		return err
+	}
+	if s.f.tputMany, err = throughput(ctx, s.d.host, many, cfg.dur); err != nil {
+		return fmt.Errorf("on %d sandboxes: %w", cfg.c, err)
+	}
+	return destroyAll(ctx, s.c, append(many, s.live), 4)
+}
+
+// warmCycles measures create → output → destroy against a daemon per tier
+// started with --warm, the tiers' cycles interleaved, each cycle once
+// every pool is full again (so that no refill runs when a cycle starts).
+func warmCycles(ctx context.Context, cfg config, figs []*tierFigures) error {
+	all, err := startServed(ctx, cfg, figs, "-warm", "--warm", strconv.Itoa(cfg.warm))
+	if err != nil {
+		return err
+	}
+	defer stopServed(all)
+	for _, s := range all {
+		s.f.warm = &cycleTimes{}
+	}
+	return interleave(ctx, all, 5, cfg.n, func(s served, i int) error {
+		// The pools are full when hutch_warm_sandboxes{template=""} of
+		// GET /metrics says so.
+		for _, w := range all {
+			if err := waitWarm(ctx, w.d.dir, cfg.warm); err != nil {
+				return err
+			}
+		}
+		return s.f.warm.cycle(ctx, s.c, s.f.tier, i >= 0)
+	})
 }
 
 func hutchVersion(hutch string) string { return firstLine(hutch, "version") }
@@ -318,44 +530,54 @@ func firstLine(name string, args ...string) string {
 // cycleTimes are the times of create → output → destroy cycles.
 type cycleTimes struct {
 	create, output, destroy, total []time.Duration // the create alone; to the output; the destroy alone; the whole cycle
+	first                          []time.Duration // the first command: from the create's answer to the output
 }
 
-// cycles creates a sandbox, runs `echo ok` in it and destroys it, n times
-// after a few untimed ones; before each, it calls before (if not nil).
-func cycles(ctx context.Context, c *client.Client, n int, before func() error) (cycleTimes, error) {
-	var ct cycleTimes
-	for i := -5; i < n; i++ {
-		if before != nil {
-			if err := before(); err != nil {
-				return ct, err
-			}
-		}
-		t0 := time.Now()
-		sb, err := c.Create(ctx, client.CreateOptions{Timeout: time.Minute})
-		if err != nil {
-			return ct, err
-		}
-		tc := time.Now()
-		res, err := c.Run(ctx, sb.ID, client.Command{Args: []string{"echo", "ok"}})
-		t1 := time.Now()
-		if err == nil && (res.Code != 0 || string(res.Stdout) != "ok\n") {
-			err = fmt.Errorf("echo ok: exit code %d, output %q %q", res.Code, res.Stdout, res.Stderr)
-		}
-		if derr := c.Destroy(ctx, sb.ID); err == nil {
-			err = derr
-		}
-		t2 := time.Now()
-		if err != nil {
-			return ct, err
-		}
-		if i >= 0 {
-			ct.create = append(ct.create, tc.Sub(t0))
-			ct.output = append(ct.output, t1.Sub(t0))
-			ct.destroy = append(ct.destroy, t2.Sub(t1))
-			ct.total = append(ct.total, t2.Sub(t0))
-		}
+// create creates a sandbox of the daemon's default policy, which must run
+// in tier (a daemon that names no tier runs the namespace tier).
+func create(ctx context.Context, c *client.Client, tier string, timeout time.Duration) (*client.Sandbox, error) {
+	sb, err := c.Create(ctx, client.CreateOptions{Timeout: timeout})
+	if err != nil {
+		return nil, err
 	}
-	return ct, nil
+	if got := cmp.Or(sb.Tier, "namespace"); got != tier {
+		_ = c.Destroy(ctx, sb.ID)
+		return nil, fmt.Errorf("sandbox %s runs in tier %s, not %s", sb.ID, got, tier)
+	}
+	return sb, nil
+}
+
+// cycle creates a sandbox of tier, runs `echo ok` in it and destroys it;
+// when record is set, it adds the times to ct.
+func (ct *cycleTimes) cycle(ctx context.Context, c *client.Client, tier string, record bool) error {
+	t0 := time.Now()
+	sb, err := create(ctx, c, tier, time.Minute)
+	if err != nil {
+		return err
+	}
+	tc := time.Now()
+	res, err := c.Run(ctx, sb.ID, client.Command{Args: []string{"echo", "ok"}})
+	t1 := time.Now()
+	if err == nil && (res.Code != 0 || string(res.Stdout) != "ok\n") {
+		err = fmt.Errorf("echo ok: exit code %d, output %q %q", res.Code, res.Stdout, res.Stderr)
+	}
+	if derr := c.Destroy(ctx, sb.ID); err == nil {
+		err = derr
+	}
+	if err == nil && record {
+		ct.add(t0, tc, t1, time.Now())
+	}
+	return err
+}
+
+// add adds a cycle's times: its start, the create's answer, the output,
+// the destroy's end.
+func (ct *cycleTimes) add(t0, tc, t1, t2 time.Time) {
+	ct.create = append(ct.create, tc.Sub(t0))
+	ct.output = append(ct.output, t1.Sub(t0))
+	ct.first = append(ct.first, t1.Sub(tc))
+	ct.destroy = append(ct.destroy, t2.Sub(t1))
+	ct.total = append(ct.total, t2.Sub(t0))
 }
 
 // waitWarm waits until the daemon in dir reports n warm sandboxes ready
@@ -428,12 +650,8 @@ func roundTrips(ctx context.Context, n int, fn func() error) ([]time.Duration, e
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		t0 := time.Now()
-		if err := fn(); err != nil {
+		if err := timed(&ds, i >= 0, fn); err != nil {
 			return nil, err
-		}
-		if i >= 0 {
-			ds = append(ds, time.Since(t0))
 		}
 	}
 	return ds, nil
@@ -483,11 +701,11 @@ func throughput(ctx context.Context, host string, ids []string, dur time.Duratio
 	return float64(n) / el.Seconds(), nil
 }
 
-// createN creates n sandboxes with w workers.
-func createN(ctx context.Context, c *client.Client, n, w int) ([]string, error) {
+// createN creates n sandboxes of tier with w workers.
+func createN(ctx context.Context, c *client.Client, tier string, n, w int) ([]string, error) {
 	ids := make([]string, n)
 	err := parallel(n, w, func(i int) error {
-		sb, err := c.Create(ctx, client.CreateOptions{Timeout: time.Hour})
+		sb, err := create(ctx, c, tier, time.Hour)
 		if err == nil {
 			ids[i] = sb.ID
 		}
@@ -538,165 +756,6 @@ func parallel(n, w int, fn func(int) error) error {
 	}
 	wg.Wait()
 	return err1
-}
-
-// memStats are the idle-memory figures, in bytes per sandbox.
-type memStats struct {
-	n                  int
-	avail, rss         float64
-	pss, pssAnon       float64 // the sandboxes' processes: all, anonymous
-	pssFile            float64 // and file-backed (the hutch binary, shared)
-	shmem              float64 // tmpfs and shared memory (Shmem)
-	kernel             float64 // SUnreclaim + PageTables + KernelStack
-	createPerS         float64
-	availBefore, after uint64
-}
-
-// idleMemory creates n sandboxes, lets them settle and measures what they
-// take; then destroys them.
-func idleMemory(ctx context.Context, c *client.Client, daemonPID, n int) (*memStats, error) {
-	settle := func() { time.Sleep(2 * time.Second) }
-	settle()
-	m0, err := meminfo()
-	if err != nil {
-		return nil, err
-	}
-	rss0 := rss(daemonPID)
-	t0 := time.Now()
-	ids, err := createN(ctx, c, n, 4)
-	if err != nil {
-		return nil, err
-	}
-	el := time.Since(t0)
-	settle()
-	m1, err := meminfo()
-	rss1 := rss(daemonPID)
-	ps := descendantsPSS(daemonPID)
-	if err == nil {
-		// Every sandbox still answers.
-		err = runTrue(ctx, c, ids[len(ids)-1])
-	}
-	derr := destroyAll(ctx, c, ids, 4)
-	if err != nil {
-		return nil, err
-	}
-	if derr != nil {
-		return nil, derr
-	}
-	f := float64(n)
-	kern := func(m map[string]uint64) float64 {
-		return float64(m["SUnreclaim"] + m["PageTables"] + m["KernelStack"])
-	}
-	return &memStats{
-		n:           n,
-		avail:       (float64(m0["MemAvailable"]) - float64(m1["MemAvailable"])) / f,
-		rss:         (float64(rss1) - float64(rss0)) / f,
-		pss:         float64(ps.total) / f,
-		pssAnon:     float64(ps.anon) / f,
-		pssFile:     float64(ps.file) / f,
-		shmem:       (float64(m1["Shmem"]) - float64(m0["Shmem"])) / f,
-		kernel:      (kern(m1) - kern(m0)) / f,
-		createPerS:  f / el.Seconds(),
-		availBefore: m0["MemAvailable"],
-		after:       m1["MemAvailable"],
-	}, nil
-}
-
-// meminfo reads /proc/meminfo, in bytes.
-func meminfo() (map[string]uint64, error) {
-	b, err := os.ReadFile("/proc/meminfo")
-	if err != nil {
-		return nil, err
-	}
-	m := map[string]uint64{}
-	for _, l := range strings.Split(string(b), "\n") {
-		f := strings.Fields(l)
-		if len(f) < 2 {
-			continue
-		}
-		v, err := strconv.ParseUint(f[1], 10, 64)
-		if err != nil {
-			continue
-		}
-		if len(f) == 3 && f[2] == "kB" {
-			v <<= 10
-		}
-		m[strings.TrimSuffix(f[0], ":")] = v
-	}
-	return m, nil
-}
-
-// rss is the resident set of pid, in bytes.
-func rss(pid int) uint64 { return statusField(pid, "VmRSS:") }
-
-// statusField reads a kB field of /proc/PID/status, in bytes.
-func statusField(pid int, name string) uint64 {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return 0
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(l); len(f) >= 2 && f[0] == name {
-			v, _ := strconv.ParseUint(f[1], 10, 64)
-			return v << 10
-		}
-	}
-	return 0
-}
-
-// pss is a sum of smaps_rollup figures, in bytes.
-type pss struct{ total, anon, file, shmem uint64 }
-
-// descendantsPSS sums the Pss of every process below pid (not pid
-// itself).
-func descendantsPSS(pid int) pss {
-	children := map[int][]int{}
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if pp := int(statusField(p, "PPid:") >> 10); pp > 0 {
-			children[pp] = append(children[pp], p)
-		}
-	}
-	var sum pss
-	queue := slices.Clone(children[pid])
-	for len(queue) > 0 {
-		p := queue[0]
-		queue = append(queue[1:], children[p]...)
-		addPSS(&sum, p)
-	}
-	return sum
-}
-
-// addPSS adds the Pss figures of pid to sum.
-func addPSS(sum *pss, pid int) {
-	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/smaps_rollup")
-	if err != nil {
-		return
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fs := strings.Fields(sc.Text())
-		if len(fs) < 2 {
-			continue
-		}
-		v, _ := strconv.ParseUint(fs[1], 10, 64)
-		v <<= 10
-		switch fs[0] {
-		case "Pss:":
-			sum.total += v
-		case "Pss_Anon:":
-			sum.anon += v
-		case "Pss_File:":
-			sum.file += v
-		case "Pss_Shmem:":
-			sum.shmem += v
-		}
-	}
 }
 
 // runcPeer measures runc: exec round trips in one running container, and
@@ -766,33 +825,38 @@ func runcPeer(ctx context.Context, cfg config) (execs []time.Duration, cold cycl
 			return nil, cold, err
 		}
 		if i >= 0 {
-			cold.create = append(cold.create, tc.Sub(t0))
-			cold.output = append(cold.output, t1.Sub(t0))
-			cold.destroy = append(cold.destroy, t2.Sub(t1))
-			cold.total = append(cold.total, t2.Sub(t0))
+			cold.add(t0, tc, t1, t2)
 		}
 	}
 	return execs, cold, nil
 }
 
+// tierFigures are the figures of one tier.
+type tierFigures struct {
+	tier                string
+	cold, warm          *cycleTimes
+	execRun, execStream []time.Duration
+	tputOne, tputMany   float64
+	mem                 *memStats
+}
+
 // figures holds every figure of a run and prints them.
 type figures struct {
-	markdown              bool
-	versions, runcVersion string
-	cold, warm            *cycleTimes
-	warmN                 int
-	warmErr               error
-	execRun, execStream   []time.Duration
-	c                     int
-	tputOne, tputMany     float64
-	mem                   *memStats
-	runcExec              []time.Duration
-	runcCold              cycleTimes
+	markdown                            bool
+	versions, runcVersion, runscVersion string
+	tiers                               []*tierFigures
+	warmN                               int // 0: the daemon has no warm pool
+	warmErr                             error
+	c                                   int
+	runcExec                            []time.Duration
+	runcCold                            cycleTimes
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d)/float64(time.Millisecond)) }
 
-func ratio(a, b time.Duration) string {
+func mib(b float64) string { return fmt.Sprintf("%.2f", b/(1<<20)) }
+
+func ratio[T time.Duration | float64](a, b T) string {
 	if b == 0 {
 		return "-"
 	}
@@ -806,38 +870,67 @@ func met(ok bool) string {
 	return "not met"
 }
 
+// percentiles are the ones the latency tables show.
+var percentiles = []float64{50, 90, 99}
+
+// pcts are f of each of the percentiles.
+func pcts(f func(p float64) string) []string {
+	var out []string
+	for _, p := range percentiles {
+		out = append(out, f(p))
+	}
+	return out
+}
+
+// withTargets reports whether the issue's targets are shown for tier: they
+// are the daemon's, set before it had tiers; the other tiers are compared
+// with the namespace tier instead.
+func withTargets(tier string) bool { return tier == "namespace" }
+
 func (r *figures) print() {
-	if r.markdown {
-		fmt.Printf("Versions: %s", r.versions)
-		if r.runcVersion != "" {
-			fmt.Printf(", %s", r.runcVersion)
+	versions := []string{r.versions}
+	for _, v := range []string{r.runscVersion, r.runcVersion} {
+		if v != "" {
+			versions = append(versions, v)
 		}
-		fmt.Print(".\n\n")
+	}
+	if r.markdown {
+		fmt.Printf("Versions: %s.\n\n", strings.Join(versions, ", "))
 	} else {
-		fmt.Println(r.versions + "; " + r.runcVersion)
-		fmt.Println()
+		fmt.Print(strings.Join(versions, "; ") + "\n\n")
 	}
 	hasRunc := len(r.runcExec) > 0
 
-	t := report.NewTable(r.markdown, "latency", "n", "p50 ms", "p99 ms", "target (p50)", "status")
+	t := report.NewTable(r.markdown, "latency", "n", "p50 ms", "p90 ms", "p99 ms", "target (p50)", "status")
 	lat := func(name string, ds []time.Duration, target time.Duration) {
 		tg, st := "-", "-"
 		if target > 0 {
 			tg, st = "≤ "+ms(target), met(report.Percentile(ds, 50) <= target)
 		}
-		t.Row(name, strconv.Itoa(len(ds)), ms(report.Percentile(ds, 50)), ms(report.Percentile(ds, 99)), tg, st)
+		row := append([]string{name, strconv.Itoa(len(ds))}, pcts(func(p float64) string { return ms(report.Percentile(ds, p)) })...)
+		t.Row(append(row, tg, st)...)
 	}
-	lat("hutch cold: create (until its answer)", r.cold.create, 0)
-	lat("hutch cold: create → first output", r.cold.output, targetCold)
-	lat("hutch cold: destroy", r.cold.destroy, 0)
-	lat("hutch cold: create → output → destroy", r.cold.total, 0)
-	if r.warm != nil {
-		lat("hutch warm: create (until its answer)", r.warm.create, 0)
-		lat("hutch warm: create → first output", r.warm.output, targetWarm)
-		lat("hutch warm: create → output → destroy", r.warm.total, 0)
+	for _, f := range r.tiers {
+		target := func(d time.Duration) time.Duration {
+			if withTargets(f.tier) {
+				return d
+			}
+			return 0
+		}
+		lat(f.tier+" cold: create (until its answer)", f.cold.create, 0)
+		lat(f.tier+" cold: create → first output", f.cold.output, target(targetCold))
+		lat(f.tier+" cold: first command (answer → output)", f.cold.first, 0)
+		lat(f.tier+" cold: destroy", f.cold.destroy, 0)
+		lat(f.tier+" cold: create → output → destroy", f.cold.total, 0)
+		if f.warm != nil {
+			lat(f.tier+" warm: create (until its answer)", f.warm.create, 0)
+			lat(f.tier+" warm: create → first output", f.warm.output, target(targetWarm))
+			lat(f.tier+" warm: first command (answer → output)", f.warm.first, 0)
+			lat(f.tier+" warm: create → output → destroy", f.warm.total, 0)
+		}
+		lat(f.tier+" exec `true` (run to completion)", f.execRun, target(targetExec))
+		lat(f.tier+" exec `true` (streaming)", f.execStream, target(targetExec))
 	}
-	lat("hutch exec `true` (run to completion)", r.execRun, targetExec)
-	lat("hutch exec `true` (streaming)", r.execStream, targetExec)
 	if hasRunc {
 		lat("runc: create → start", r.runcCold.create, 0)
 		lat("runc: create → start → exec → first output", r.runcCold.output, 0)
@@ -845,48 +938,175 @@ func (r *figures) print() {
 		lat("runc exec `true` (container started once)", r.runcExec, 0)
 	}
 	t.Print(os.Stdout)
-	if r.warmErr != nil {
-		fmt.Printf("warm: failed: %v\n\n", r.warmErr)
-	} else if r.warm == nil {
+	if r.warmN == 0 {
 		fmt.Print("warm: not available (`hutch serve -h` lists no -warm flag)\n\n")
 	} else {
-		fmt.Printf("warm: a daemon started with --warm %d; each cycle starts once the pool is full again\n\n", r.warmN)
+		fmt.Printf("warm: a daemon per tier started with --warm %d; each cycle starts once every pool is full again\n", r.warmN)
+		if r.warmErr != nil {
+			fmt.Printf("warm: failed: %v\n", r.warmErr)
+		}
+		fmt.Println()
 	}
 
 	if hasRunc {
-		rt := report.NewTable(r.markdown, "ratio hutch/runc", "p50", "p99")
-		rt.Row("create → first output (cold)", ratio(report.Percentile(r.cold.output, 50), report.Percentile(r.runcCold.output, 50)),
-			ratio(report.Percentile(r.cold.output, 99), report.Percentile(r.runcCold.output, 99)))
-		rt.Row("create → output → destroy (cold)", ratio(report.Percentile(r.cold.total, 50), report.Percentile(r.runcCold.total, 50)),
-			ratio(report.Percentile(r.cold.total, 99), report.Percentile(r.runcCold.total, 99)))
-		rt.Row("exec round trip (run to completion)", ratio(report.Percentile(r.execRun, 50), report.Percentile(r.runcExec, 50)),
-			ratio(report.Percentile(r.execRun, 99), report.Percentile(r.runcExec, 99)))
-		rt.Row("exec round trip (streaming)", ratio(report.Percentile(r.execStream, 50), report.Percentile(r.runcExec, 50)),
-			ratio(report.Percentile(r.execStream, 99), report.Percentile(r.runcExec, 99)))
+		rt := report.NewTable(r.markdown, "ratio to runc", "p50", "p90", "p99")
+		rr := func(name string, a, b []time.Duration) {
+			rt.Row(append([]string{name}, pcts(func(p float64) string {
+				return ratio(report.Percentile(a, p), report.Percentile(b, p))
+			})...)...)
+		}
+		for _, f := range r.tiers {
+			rr(f.tier+": create → first output (cold)", f.cold.output, r.runcCold.output)
+			rr(f.tier+": create → output → destroy (cold)", f.cold.total, r.runcCold.total)
+			rr(f.tier+": exec round trip (run to completion)", f.execRun, r.runcExec)
+			rr(f.tier+": exec round trip (streaming)", f.execStream, r.runcExec)
+		}
 		rt.Print(os.Stdout)
 	}
 
 	tt := report.NewTable(r.markdown, "throughput: `true` run to completion", "execs/s", "target", "status")
-	tt.Row(fmt.Sprintf("%d clients, one sandbox", r.c), fmt.Sprintf("%.0f", r.tputOne), fmt.Sprintf("≥ %.0f", targetThroughput), met(r.tputOne >= targetThroughput))
-	tt.Row(fmt.Sprintf("%d clients, %d sandboxes", r.c, r.c), fmt.Sprintf("%.0f", r.tputMany), fmt.Sprintf("≥ %.0f", targetThroughput), met(r.tputMany >= targetThroughput))
+	for _, f := range r.tiers {
+		tput := func(name string, v float64) {
+			tg, st := "-", "-"
+			if withTargets(f.tier) {
+				tg, st = fmt.Sprintf("≥ %.0f", targetThroughput), met(v >= targetThroughput)
+			}
+			tt.Row(name, fmt.Sprintf("%.0f", v), tg, st)
+		}
+		tput(fmt.Sprintf("%s: %d clients, one sandbox", f.tier, r.c), f.tputOne)
+		tput(fmt.Sprintf("%s: %d clients, %d sandboxes", f.tier, r.c, r.c), f.tputMany)
+	}
 	if hasRunc {
 		tt.Row("runc exec, one client (1 / p50)", fmt.Sprintf("%.0f", 1/report.Percentile(r.runcExec, 50).Seconds()), "-", "-")
 	}
 	tt.Print(os.Stdout)
 
-	if r.mem != nil {
-		m := r.mem
-		mib := func(b float64) string { return fmt.Sprintf("%.2f", b/(1<<20)) }
-		mt := report.NewTable(r.markdown, fmt.Sprintf("idle memory, %d sandboxes alive", m.n), "MiB per sandbox", "target", "status")
-		mt.Row("MemAvailable drop / n", mib(m.avail), fmt.Sprintf("≤ %.0f", targetIdleMiB), met(m.avail/(1<<20) <= targetIdleMiB))
-		mt.Row("daemon RSS growth / n", mib(m.rss), "-", "-")
-		mt.Row("PSS of the sandboxes' processes / n", mib(m.pss), "-", "-")
-		mt.Row("  of which anonymous", mib(m.pssAnon), "-", "-")
-		mt.Row("  of which file-backed (shared binary)", mib(m.pssFile), "-", "-")
-		mt.Row("Shmem growth (tmpfs) / n", mib(m.shmem), "-", "-")
-		mt.Row("kernel: slab (unreclaimable) + page tables + stacks / n", mib(m.kernel), "-", "-")
-		mt.Print(os.Stdout)
-		fmt.Printf("created %d sandboxes at %.0f/s (4 clients); MemAvailable %.0f → %.0f MiB\n\n",
-			m.n, m.createPerS, float64(m.availBefore)/(1<<20), float64(m.after)/(1<<20))
+	for _, f := range r.tiers {
+		if f.mem != nil {
+			printMem(r.markdown, f.tier, f.mem)
+		}
+	}
+	if len(r.tiers) > 1 {
+		r.printComparison()
+	}
+}
+
+// printMem prints a tier's idle-memory figures.
+func printMem(markdown bool, tier string, m *memStats) {
+	tg, st := "-", "-"
+	if withTargets(tier) {
+		tg, st = fmt.Sprintf("≤ %.0f", targetIdleMiB), met(m.avail/(1<<20) <= targetIdleMiB)
+	}
+	mt := report.NewTable(markdown, fmt.Sprintf("idle memory, %s, %d sandboxes alive", tier, m.n), "MiB per sandbox", "target", "status")
+	row := func(name string, b float64) { mt.Row(name, mib(b), "-", "-") }
+	mt.Row("MemAvailable drop / n", mib(m.avail), tg, st)
+	row("daemon RSS growth / n", m.rss)
+	row("PSS of the sandboxes' processes / n", m.pss.total)
+	row("  of which anonymous", m.pss.anon)
+	row("  of which file-backed (shared binaries)", m.pss.file)
+	row("  of which shared memory (tmpfs, memfd)", m.pss.shmem)
+	for _, r := range m.roles {
+		row(fmt.Sprintf("  PSS of %s (%.3g per sandbox; anonymous %s, file %s, shmem %s)", r.name, r.procs, mib(r.anon), mib(r.file), mib(r.shmem)), r.total)
+	}
+	cg := "cgroup memory of the sandboxes / n"
+	if m.cgroups > 0 && m.cgroups != 1 {
+		cg += fmt.Sprintf(" (%.3g cgroups per sandbox)", m.cgroups)
+	}
+	if m.cgroups > 0 {
+		row(cg, m.cgroup)
+	}
+	row("Shmem growth (tmpfs, memfd) / n", m.shmem)
+	row("kernel: slab (unreclaimable) + page tables + stacks / n", m.kernel)
+	mt.Print(os.Stdout)
+	fmt.Printf("%s: created %d sandboxes at %.1f/s (4 clients); MemAvailable %.0f → %.0f MiB\n\n",
+		tier, m.n, m.createPerS, float64(m.availBefore)/(1<<20), float64(m.after)/(1<<20))
+}
+
+// printComparison prints each tier's main figures side by side, and their
+// ratios to the first tier's.
+func (r *figures) printComparison() {
+	first := r.tiers[0]
+	head := []string{"tier comparison"}
+	for _, f := range r.tiers {
+		head = append(head, f.tier)
+	}
+	for _, f := range r.tiers[1:] {
+		head = append(head, f.tier+"/"+first.tier)
+	}
+	t := report.NewTable(r.markdown, head...)
+	// row adds a figure every tier has (get's ok), formatted by format.
+	row := func(name string, format func(float64) string, get func(f *tierFigures) (float64, bool)) {
+		var vs []float64
+		for _, f := range r.tiers {
+			v, ok := get(f)
+			if !ok {
+				return
+			}
+			vs = append(vs, v)
+		}
+		cells := []string{name}
+		for _, v := range vs {
+			cells = append(cells, format(v))
+		}
+		for _, v := range vs[1:] {
+			cells = append(cells, ratio(v, vs[0]))
+		}
+		t.Row(cells...)
+	}
+	msf := func(v float64) string { return ms(time.Duration(v)) }
+	lat := func(name string, ds func(f *tierFigures) []time.Duration) {
+		for _, p := range []float64{50, 90} {
+			row(fmt.Sprintf("%s, p%.0f ms", name, p), msf, func(f *tierFigures) (float64, bool) {
+				d := ds(f)
+				return float64(report.Percentile(d, p)), len(d) > 0
+			})
+		}
+	}
+	// cyc adds the figure of the warm or cold cycles.
+	cyc := func(name string, warm bool, ds func(c *cycleTimes) []time.Duration) {
+		lat(name, func(f *tierFigures) []time.Duration {
+			c := f.cold
+			if warm {
+				c = f.warm
+			}
+			if c == nil {
+				return nil
+			}
+			return ds(c)
+		})
+	}
+	output := func(c *cycleTimes) []time.Duration { return c.output }
+	firstCmd := func(c *cycleTimes) []time.Duration { return c.first }
+	cyc("warm create → first output", true, output)
+	cyc("warm: first command (create's answer → output)", true, firstCmd)
+	cyc("cold create → first output", false, output)
+	cyc("cold: first command (create's answer → output)", false, firstCmd)
+	cyc("cold create → output → destroy", false, func(c *cycleTimes) []time.Duration { return c.total })
+	lat("exec round trip (run to completion)", func(f *tierFigures) []time.Duration { return f.execRun })
+	lat("exec round trip (streaming)", func(f *tierFigures) []time.Duration { return f.execStream })
+	perS := func(v float64) string { return fmt.Sprintf("%.0f", v) }
+	row(fmt.Sprintf("execs/s, %d clients, one sandbox", r.c), perS, func(f *tierFigures) (float64, bool) { return f.tputOne, true })
+	row(fmt.Sprintf("execs/s, %d clients, %d sandboxes", r.c, r.c), perS, func(f *tierFigures) (float64, bool) { return f.tputMany, true })
+	mem := func(name string, get func(m *memStats) float64) {
+		row("idle: "+name+", MiB per sandbox", mib, func(f *tierFigures) (float64, bool) {
+			if f.mem == nil {
+				return 0, false
+			}
+			return get(f.mem), true
+		})
+	}
+	mem("MemAvailable drop", func(m *memStats) float64 { return m.avail })
+	mem("PSS of the sandboxes' processes", func(m *memStats) float64 { return m.pss.total })
+	mem("anonymous PSS", func(m *memStats) float64 { return m.pss.anon })
+	mem("cgroup memory", func(m *memStats) float64 { return m.cgroup })
+	t.Print(os.Stdout)
+	var ns []string
+	for _, f := range r.tiers {
+		if f.mem != nil {
+			ns = append(ns, fmt.Sprintf("%s %d", f.tier, f.mem.n))
+		}
+	}
+	if len(ns) > 0 {
+		fmt.Printf("idle sandboxes: %s\n\n", strings.Join(ns, ", "))
 	}
 }
