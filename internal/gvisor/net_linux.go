@@ -288,7 +288,10 @@ func devMountPoints(rootfs string) error {
 			return fmt.Errorf("/dev's mount points: %w", err)
 		}
 	}
-	if err := os.WriteFile(filepath.Join(d, filepath.Base(sandbox.SandboxHutch)), nil, 0o555); err != nil {
+	// Made without opening it: a file open for writing, even in a child
+	// forked meanwhile that has not yet exec'd, would make the read-only
+	// remount below fail (EBUSY).
+	if err := unix.Mknod(filepath.Join(d, filepath.Base(sandbox.SandboxHutch)), unix.S_IFREG|0o555, 0); err != nil {
 		return fmt.Errorf("/dev's mount points: %w", err)
 	}
 	if err := unix.Mount("", d, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
