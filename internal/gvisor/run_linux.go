@@ -67,6 +67,8 @@ func (rt *Runtime) Run(ctx context.Context, c sandbox.Config) (res sandbox.Resul
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	t0 := time.Now()
+	phase := func(name string) { log.Debug("gvisor setup", "phase", name, "at", time.Since(t0)) }
 	warn := c.Warn
 	if warn == nil {
 		warn = io.Discard
@@ -101,13 +103,16 @@ func (rt *Runtime) Run(ctx context.Context, c sandbox.Config) (res sandbox.Resul
 		base = DefaultStateDir
 	}
 	sweep(base, rt.Runsc, log)
+	phase("swept")
 	id := "hutch-" + sandbox.RandomID()
 	dir, err := makePrivateDir(base, id)
 	if err != nil {
 		return res, err
 	}
 	state := filepath.Join(dir, "state")
+	defer phase("cleaned up")
 	defer func() { cleanup(rt.Runsc, dir, id, log) }()
+	phase("state directory")
 
 	// The home: the host's, read-only, with the deny-read paths in it
 	// masked ("ro"), or an empty tmpfs ("tmp").
@@ -121,6 +126,7 @@ func (rt *Runtime) Run(ctx context.Context, c sandbox.Config) (res sandbox.Resul
 		fmt.Fprintf(warn, "hutch: warning: %s\n", w)
 	}
 	s = prot.Spec
+	phase("protected")
 	var wsStat unix.Stat_t
 	if err := unix.Stat(s.Filesystem.Workspace, &wsStat); err != nil {
 		return res, fmt.Errorf("workspace %q: %w", s.Filesystem.Workspace, err)
@@ -160,13 +166,10 @@ func (rt *Runtime) Run(ctx context.Context, c sandbox.Config) (res sandbox.Resul
 	if _, err := sandbox.ReadOnlyHostRoot(v.rootfs); err != nil {
 		return res, err // cleanup unmounts it
 	}
-	// The clone holds a copy of the state directory's mount, with the
-	// roots of the other sandboxes running now: drop it, so that roots
-	// do not nest, each in the next (the view hides the directory too).
-	if err := unix.Unmount(filepath.Join(v.rootfs, base), unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW); err != nil {
-		return res, fmt.Errorf("root: the state directory's copy: %w", err)
+	if err := trimHostRoot(v.rootfs, base); err != nil {
+		return res, err
 	}
-	v.hide = append(v.hide, base)
+	phase("root cloned")
 	// The writable areas, idmapped: the workspace owner's files show as
 	// the command's, what it writes lands as the owner's, and other
 	// users' files there stay nobody's. They are mounted on a tmpfs of
@@ -181,6 +184,13 @@ func (rt *Runtime) Run(ctx context.Context, c sandbox.Config) (res sandbox.Resul
 	if err := sandbox.MountIdmapped(prot.Roots, v.areas, areaMap(wsStat.Uid), areaMap(wsStat.Gid)); err != nil {
 		return res, err
 	}
+	// The areas go before the protected paths' placeholders are removed
+	// (prot.Finish), which their mounts would keep.
+	defer unmountAreas(dir)
+	if v.onHost, err = protectAreas(prot, v.areas); err != nil {
+		return res, err
+	}
+	phase("areas mounted")
 	// What the sandbox writes to the host may not grant privilege there
 	// (ESCAPES 21): the namespace tier's rules, in gVisor's own filter.
 	umask := hostperm.Umask()
@@ -235,6 +245,7 @@ func (rt *Runtime) Run(ctx context.Context, c sandbox.Config) (res sandbox.Resul
 	if err := os.WriteFile(filepath.Join(dir, "config.json"), spec, 0o600); err != nil {
 		return res, fmt.Errorf("bundle: %w", err)
 	}
+	phase("bundle written")
 
 	logFile := filepath.Join(dir, "runsc.log")
 	args := runscArgs(state, logFile, v.netDir != "", v.cgroup != "")
@@ -278,6 +289,7 @@ func (rt *Runtime) Run(ctx context.Context, c sandbox.Config) (res sandbox.Resul
 	if err := cmd.Start(); err != nil {
 		return res, fmt.Errorf("start runsc: %w", err)
 	}
+	phase("runsc started")
 	done := make(chan struct{})
 	go func() {
 		_ = cmd.Wait()
@@ -319,6 +331,7 @@ func (rt *Runtime) Run(ctx context.Context, c sandbox.Config) (res sandbox.Resul
 	if drain != nil {
 		drain()
 	}
+	phase("runsc ended")
 	code := cmd.ProcessState.ExitCode()
 	switch {
 	case res.TimedOut:
@@ -567,7 +580,7 @@ func cleanup(runsc, dir, id string, log *slog.Logger) {
 	// The writable areas' mounts and the root, a copy of the host's
 	// mount tree: unmounted, never walked, and only then removed (rmdir
 	// fails on a mount point).
-	_ = unix.Unmount(filepath.Join(dir, "areas"), unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
+	unmountAreas(dir)
 	_ = unix.Unmount(filepath.Join(dir, hutchFile), unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
 	rootfs := filepath.Join(dir, "rootfs")
 	// The root may be stacked (a layer attached over the mount point):
@@ -577,7 +590,15 @@ func cleanup(runsc, dir, id string, log *slog.Logger) {
 			break
 		}
 	}
-	if err := unix.Rmdir(rootfs); err != nil && !errors.Is(err, unix.ENOENT) {
+	// Another sandbox starting now may hold a copy of this root in its
+	// own for a moment, until it drops the state directory's copy
+	// (trimHostRoot): the mount point is busy until then.
+	err := unix.Rmdir(rootfs)
+	for i := 0; i < 20 && errors.Is(err, unix.EBUSY); i++ {
+		time.Sleep(5 * time.Millisecond)
+		err = unix.Rmdir(rootfs)
+	}
+	if err != nil && !errors.Is(err, unix.ENOENT) {
 		log.Debug("gvisor: remove the root's mount point; leaving the state directory", "err", err, "mounts", mountsAt(rootfs))
 		return
 	}
@@ -590,6 +611,12 @@ func cleanup(runsc, dir, id string, log *slog.Logger) {
 	if err := os.RemoveAll(dir); err != nil {
 		log.Debug("gvisor: remove state", "err", err)
 	}
+}
+
+// unmountAreas detaches the writable areas' tmpfs in the bundle dir, and
+// the areas and what is mounted in them with it.
+func unmountAreas(dir string) {
+	_ = unix.Unmount(filepath.Join(dir, "areas"), unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
 }
 
 // areaMounts makes, below the bundle dir, n directories on a tmpfs of

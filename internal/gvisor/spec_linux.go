@@ -114,6 +114,9 @@ type view struct {
 	// mounted idmapped (sandbox.MountIdmapped), reachable by gVisor's
 	// gofer, whose host ids are those of the sandbox's user namespace.
 	areas []string
+	// onHost are the protected paths mounted on the host, in the areas
+	// (protectAreas): the spec binds the areas with them.
+	onHost map[string]bool
 	// shadows are the directories on the way to a writable area that the
 	// command could not search, empty in the root's copy (shadowWays).
 	shadows []string
@@ -215,16 +218,26 @@ func buildSpec(s policy.Spec, v view) ociSpec {
 		return p
 	}
 	for _, root := range pr.Roots {
-		m = append(m, bind(area(root), root, false))
+		// With what is mounted in the area on the host: the protected
+		// paths (protectAreas).
+		a := bind(area(root), root, false)
+		a.Options[0] = "rbind"
+		m = append(m, a)
 	}
 	for _, p := range pr.Pin {
-		m = append(m, bind(area(p), p, false))
+		if !v.onHost[p] {
+			m = append(m, bind(area(p), p, false))
+		}
 	}
 	for _, p := range pr.ReadOnly {
-		m = append(m, bind(area(p), p, true))
+		if !v.onHost[p] {
+			m = append(m, bind(area(p), p, true))
+		}
 	}
 	for _, f := range pr.Files {
-		m = append(m, bind(f.Source, f.Target, true))
+		if !v.onHost[f.Target] {
+			m = append(m, bind(f.Source, f.Target, true))
+		}
 	}
 	for _, d := range v.hide {
 		m = append(m, tmpfs(d, 0, true))
