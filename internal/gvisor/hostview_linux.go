@@ -3,6 +3,7 @@ package gvisor
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -213,4 +214,22 @@ func innermost(p string, roots []string) int {
 		}
 	}
 	return best
+}
+
+// submounts lists the host's mounts strictly inside the writable areas
+// roots, parents first.
+func submounts(roots []string) ([]mountinfo.Mount, error) {
+	mounts, err := mountinfo.Read("/proc/self/mountinfo")
+	if err != nil {
+		return nil, fmt.Errorf("writable areas: %w", err)
+	}
+	top := map[string]mountinfo.Mount{} // of mounts stacked on a point, the last
+	for _, m := range mounts {
+		if inAny(m.Point, roots) && !slices.Contains(roots, m.Point) {
+			top[m.Point] = m
+		}
+	}
+	out := slices.Collect(maps.Values(top))
+	slices.SortFunc(out, func(a, b mountinfo.Mount) int { return strings.Compare(a.Point, b.Point) })
+	return out, nil
 }

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/hutch-sandbox/hutch/internal/mountinfo"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/relay"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
@@ -117,6 +118,10 @@ type view struct {
 	// onHost are the protected paths mounted on the host, in the areas
 	// (protectAreas): the spec binds the areas with them.
 	onHost map[string]bool
+	// submounts are the host's mounts inside the writable areas, which
+	// the spec binds again so that gVisor's kernel knows them as mount
+	// points (with direct file access: see Run).
+	submounts []mountinfo.Mount
 	// shadows are the directories on the way to a writable area that the
 	// command could not search, empty in the root's copy (shadowWays).
 	shadows []string
@@ -223,6 +228,9 @@ func buildSpec(s policy.Spec, v view) ociSpec {
 		a := bind(area(root), root, false)
 		a.Options[0] = "rbind"
 		m = append(m, a)
+	}
+	for _, sm := range v.submounts {
+		m = append(m, bind(area(sm.Point), sm.Point, sm.ReadOnly()))
 	}
 	for _, p := range pr.Pin {
 		if !v.onHost[p] {
