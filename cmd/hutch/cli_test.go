@@ -97,6 +97,7 @@ func TestRunFlagsEverywhere(t *testing.T) {
 		{"create", "--report", dir + "/r.jsonl"},
 		{"create", "--state-dir", dir},
 		{"create", "--runsc", "/usr/bin/runsc"},
+		{"create", "--gvisor-directfs"},
 	} {
 		r := hutch(t, invocation{args: args, dir: dir, env: env})
 		if r.code == 0 || strings.Contains(r.stderr, "unknown flag") || len(lines(r.stderr)) > 2 {
@@ -110,6 +111,10 @@ func TestRunFlagsEverywhere(t *testing.T) {
 	r = hutch(t, invocation{args: []string{"create", "--runsc", "/usr/bin/runsc"}, dir: dir, env: env})
 	if r.code != 2 || !strings.Contains(r.stderr, "the daemon's") {
 		t.Errorf("create --runsc: want exit 2 saying the runtime is the daemon's, got %s", r)
+	}
+	r = hutch(t, invocation{args: []string{"create", "--gvisor-directfs"}, dir: dir, env: env})
+	if r.code != 2 || !strings.Contains(r.stderr, "the daemon's") {
+		t.Errorf("create --gvisor-directfs: want exit 2 saying the runtime is the daemon's, got %s", r)
 	}
 	r = hutch(t, invocation{args: []string{"create", "--state-dir", dir}, dir: dir, env: env})
 	if r.code != 2 || !strings.Contains(r.stderr, "the daemon's store") {

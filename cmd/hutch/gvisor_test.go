@@ -28,6 +28,7 @@ func TestGVisorRefusals(t *testing.T) {
 			[]string{`"host" is not supported under tier "gvisor"`}},
 		{"unknown tier", []string{"--tier", "kvm", "--", "true"}, "", []string{`--tier: unknown tier "kvm"`}},
 		{"runsc without gvisor", []string{"--runsc", "/bin/true", "--", "true"}, "", []string{"--runsc is for --tier gvisor only"}},
+		{"directfs without gvisor", []string{"--gvisor-directfs", "--", "true"}, "", []string{"--gvisor-directfs is for --tier gvisor only"}},
 		{"no runsc", []string{"--tier", "gvisor", "--", "true"}, noRunsc,
 			[]string{"none on PATH", gvisor.InstallCommand, "GOBIN"}},
 		{"not runsc", []string{"--tier", "gvisor", "--runsc", self, "--", "true"}, "",

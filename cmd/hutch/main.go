@@ -235,7 +235,7 @@ func cmdRun(args []string, stdin, stdout, stderr *os.File) int {
 		fmt.Fprintf(stderr, "hutch: %v\n", err)
 		return sandbox.ExitHutchError
 	}
-	rt, err := runtimeFor(spec.Tier, rf.runsc)
+	rt, err := runtimeFor(spec.Tier, rf.runsc, rf.directFS)
 	if err != nil {
 		fmt.Fprintf(stderr, "hutch: %v\n", err)
 		return sandbox.ExitHutchError

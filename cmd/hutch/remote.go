@@ -97,7 +97,7 @@ func cmdCreate(args []string, stdout, stderr io.Writer) int {
 	var labels cli.List
 	fs.Var(&labels, "label", "tag the sandbox with `key=value` (repeatable)")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: hutch create [flags]\n\nCreates a sandbox in the daemon at $HUTCH_HOST (default %s), with the token in $HUTCH_TOKEN,\nand prints its id. It takes the flags of hutch run; --timeout is the sandbox's lifetime,\n--debug prints the policy sent; --tier is the sandbox's isolation tier (default: the\ndaemon's, hutch serve --default-tier); --report is refused (a served sandbox's refused\nconnections are its events: hutch events ID), and so are --state-dir (its image comes\nfrom the daemon's store) and --runsc (the daemon runs the tier).\n\nFlags:\n", client.DefaultHost)
+		fmt.Fprintf(stderr, "Usage: hutch create [flags]\n\nCreates a sandbox in the daemon at $HUTCH_HOST (default %s), with the token in $HUTCH_TOKEN,\nand prints its id. It takes the flags of hutch run; --timeout is the sandbox's lifetime,\n--debug prints the policy sent; --tier is the sandbox's isolation tier (default: the\ndaemon's, hutch serve --default-tier); --report is refused (a served sandbox's refused\nconnections are its events: hutch events ID), and so are --state-dir (its image comes\nfrom the daemon's store), --runsc and --gvisor-directfs (the daemon runs the tier).\n\nFlags:\n", client.DefaultHost)
 		fs.PrintDefaults()
 	}
 	if err := cli.Parse(fs, args, stderr); err != nil {
@@ -113,6 +113,10 @@ func cmdCreate(args []string, stdout, stderr io.Writer) int {
 	}
 	if rf.runsc != "" {
 		fmt.Fprintln(stderr, "hutch: create: --runsc is for hutch run; a served sandbox's runtime is the daemon's")
+		return 2
+	}
+	if rf.directFS {
+		fmt.Fprintln(stderr, "hutch: create: --gvisor-directfs is for hutch run; a served sandbox's runtime is the daemon's")
 		return 2
 	}
 	if rf.stateDir != "" {

@@ -4,8 +4,9 @@ import (
 	"fmt"
 	"path"
 	"slices"
-	"strconv"
 	"strings"
+
+	"github.com/hutch-sandbox/hutch/internal/mountinfo"
 )
 
 // This file turns /proc/self/mountinfo and /proc/self/cgroup into an Info,
@@ -23,47 +24,13 @@ type mount struct {
 // parseMountinfo returns the cgroup mounts in a mountinfo text, in order.
 func parseMountinfo(s string) []mount {
 	var ms []mount
-	for line := range strings.Lines(s) {
-		// ID PARENT MAJ:MIN ROOT POINT OPTS [OPTIONAL...] - FSTYPE SOURCE SUPEROPTS
-		f := strings.Fields(line)
-		if len(f) < 10 {
+	for _, m := range mountinfo.Parse(s) {
+		if m.FSType != "cgroup" && m.FSType != "cgroup2" {
 			continue
 		}
-		sep := slices.Index(f[6:], "-") + 6
-		if sep < 6 || len(f) < sep+4 {
-			continue
-		}
-		fstype := f[sep+1]
-		if fstype != "cgroup" && fstype != "cgroup2" {
-			continue
-		}
-		ms = append(ms, mount{
-			point: unescape(f[4]),
-			root:  unescape(f[3]),
-			v2:    fstype == "cgroup2",
-			opts:  strings.Split(f[sep+3], ","),
-		})
+		ms = append(ms, mount{point: m.Point, root: m.Root, v2: m.FSType == "cgroup2", opts: m.SuperOptions})
 	}
 	return ms
-}
-
-// unescape decodes mountinfo's octal escapes (\040 for a space).
-func unescape(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // membership is one line of /proc/self/cgroup: the caller's cgroup in one

@@ -165,19 +165,3 @@ func TestParseMountinfoSkips(t *testing.T) {
 		t.Errorf("got %+v, want %+v", got, want)
 	}
 }
-
-func TestUnescape(t *testing.T) {
-	for in, want := range map[string]string{
-		`/plain`:          "/plain",
-		`/a\040b`:         "/a b",
-		`/tab\011`:        "/tab\t",
-		`/back\134slash`:  `/back\slash`,
-		`/not\x`:          `/not\x`,
-		`/short\04`:       `/short\04`,
-		`/two\040\040end`: "/two  end",
-	} {
-		if got := unescape(in); got != want {
-			t.Errorf("unescape(%q) = %q, want %q", in, got, want)
-		}
-	}
-}

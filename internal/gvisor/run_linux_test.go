@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -48,6 +49,23 @@ func testRuntime(t *testing.T) *Runtime {
 		_ = os.Remove(base)
 	})
 	return &Runtime{Runsc: bin, StateDir: base}
+}
+
+// forFileAccess runs f as the subtests "gofer" (the default: every file
+// operation of gVisor's kernel goes to its gofer) and "directfs"
+// (Runtime.DirectFS), each with a runtime of its own (testRuntime).
+func forFileAccess(t *testing.T, f func(t *testing.T, rt *Runtime)) {
+	for _, directFS := range []bool{false, true} {
+		name := "gofer"
+		if directFS {
+			name = "directfs"
+		}
+		t.Run(name, func(t *testing.T) {
+			rt := testRuntime(t)
+			rt.DirectFS = directFS
+			f(t, rt)
+		})
+	}
 }
 
 // processesOf lists the processes whose command line names dir (runsc
@@ -167,92 +185,94 @@ func TestKernel(t *testing.T) {
 	}
 }
 
-// TestFilesystem checks the view: the host's root read-only, the workspace
-// writable with what is written there owned on the host by the
-// workspace's owner, deny-read paths hidden, deny-write paths refused.
+// TestFilesystem checks the view, with either file access: the host's
+// root read-only, the workspace writable with what is written there owned
+// on the host by the workspace's owner, deny-read paths hidden,
+// deny-write paths refused, no set-id file or file writable by others.
 func TestFilesystem(t *testing.T) {
-	rt := testRuntime(t)
-	uid := testutil.UnprivilegedUID
-	ws := testutil.OwnedDir(t, uid)
-	for _, f := range []string{".bashrc", "keep.txt"} {
-		if err := os.WriteFile(filepath.Join(ws, f), []byte("original\n"), 0o644); err != nil {
+	forFileAccess(t, func(t *testing.T, rt *Runtime) {
+		uid := testutil.UnprivilegedUID
+		ws := testutil.OwnedDir(t, uid)
+		for _, f := range []string{".bashrc", "keep.txt"} {
+			if err := os.WriteFile(filepath.Join(ws, f), []byte("original\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chown(filepath.Join(ws, f), uid, uid); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.WriteFile(filepath.Join(ws, "hidden.txt"), []byte("ws-secret\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.Chown(filepath.Join(ws, f), uid, uid); err != nil {
+		outside, err := os.MkdirTemp("/var/tmp", "hutch-test-")
+		if err != nil {
 			t.Fatal(err)
 		}
-	}
-	if err := os.WriteFile(filepath.Join(ws, "hidden.txt"), []byte("ws-secret\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	outside, err := os.MkdirTemp("/var/tmp", "hutch-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(outside) })
-	if err := os.Chmod(outside, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	secretDir := filepath.Join(outside, "dir")
-	secretFile := filepath.Join(outside, "file")
-	if err := os.Mkdir(secretDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range []string{filepath.Join(secretDir, "key"), secretFile} {
-		if err := os.WriteFile(f, []byte("host-secret\n"), 0o644); err != nil {
+		t.Cleanup(func() { os.RemoveAll(outside) })
+		if err := os.Chmod(outside, 0o755); err != nil {
 			t.Fatal(err)
 		}
-	}
-	script := `id -u; echo new > new.txt; mkdir sub && echo x > sub/y
-cat ` + secretFile + ` ` + secretDir + `/key hidden.txt
-echo changed > .bashrc || echo bashrc refused
-echo changed > keep.txt || echo keep refused
-mkdir .vscode || echo vscode refused
-echo x > /etc/hutch-test || echo etc refused
-echo x > ` + outside + `/x || echo outside refused
-chmod 4755 new.txt || echo setuid refused
-chmod 2755 new.txt || echo setgid refused
-chmod 0666 new.txt || echo others refused
-echo done`
-	o := run(t, rt, ws, func(s *policy.Spec) {
-		s.Filesystem.DenyRead = []string{secretDir, secretFile, filepath.Join(ws, "hidden.txt")}
-		s.Filesystem.DenyWrite = []string{filepath.Join(ws, "keep.txt")}
-	}, "sh", "-c", script)
-	wantExit(t, o, 0)
-	if got := strings.SplitN(o.stdout, "\n", 2)[0]; got != strconv.Itoa(uid) {
-		t.Errorf("the command runs as %q, want the workspace's owner %d", got, uid)
-	}
-	for _, f := range []string{"new.txt", "sub", "sub/y"} {
-		var st syscall.Stat_t
-		if err := syscall.Lstat(filepath.Join(ws, f), &st); err != nil {
-			t.Errorf("%s was not written to the host: %v\n%s", f, err, o)
-			continue
+		secretDir := filepath.Join(outside, "dir")
+		secretFile := filepath.Join(outside, "file")
+		if err := os.Mkdir(secretDir, 0o755); err != nil {
+			t.Fatal(err)
 		}
-		if st.Uid != uint32(uid) || st.Gid != uint32(uid) {
-			t.Errorf("%s is owned by %d:%d on the host, want %d:%d", f, st.Uid, st.Gid, uid, uid)
+		for _, f := range []string{filepath.Join(secretDir, "key"), secretFile} {
+			if err := os.WriteFile(f, []byte("host-secret\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
 		}
-		if st.Mode&0o7002 != 0 {
-			t.Errorf("%s has mode %#o on the host: set-id or writable to others (ESCAPES 21)", f, st.Mode&0o7777)
+		script := `id -u; echo new > new.txt; mkdir sub && echo x > sub/y
+	cat ` + secretFile + ` ` + secretDir + `/key hidden.txt
+	echo changed > .bashrc || echo bashrc refused
+	echo changed > keep.txt || echo keep refused
+	mkdir .vscode || echo vscode refused
+	echo x > /etc/hutch-test || echo etc refused
+	echo x > ` + outside + `/x || echo outside refused
+	chmod 4755 new.txt || echo setuid refused
+	chmod 2755 new.txt || echo setgid refused
+	chmod 0666 new.txt || echo others refused
+	echo done`
+		o := run(t, rt, ws, func(s *policy.Spec) {
+			s.Filesystem.DenyRead = []string{secretDir, secretFile, filepath.Join(ws, "hidden.txt")}
+			s.Filesystem.DenyWrite = []string{filepath.Join(ws, "keep.txt")}
+		}, "sh", "-c", script)
+		wantExit(t, o, 0)
+		if got := strings.SplitN(o.stdout, "\n", 2)[0]; got != strconv.Itoa(uid) {
+			t.Errorf("the command runs as %q, want the workspace's owner %d", got, uid)
 		}
-	}
-	if strings.Contains(o.stdout, "secret") {
-		t.Errorf("a deny-read path was read:\n%s", o)
-	}
-	for _, want := range []string{"bashrc refused", "keep refused", "vscode refused", "etc refused", "outside refused", "setuid refused", "setgid refused", "others refused", "done"} {
-		if !strings.Contains(o.stdout, want) {
-			t.Errorf("output lacks %q:\n%s", want, o)
+		for _, f := range []string{"new.txt", "sub", "sub/y"} {
+			var st syscall.Stat_t
+			if err := syscall.Lstat(filepath.Join(ws, f), &st); err != nil {
+				t.Errorf("%s was not written to the host: %v\n%s", f, err, o)
+				continue
+			}
+			if st.Uid != uint32(uid) || st.Gid != uint32(uid) {
+				t.Errorf("%s is owned by %d:%d on the host, want %d:%d", f, st.Uid, st.Gid, uid, uid)
+			}
+			if st.Mode&0o7002 != 0 {
+				t.Errorf("%s has mode %#o on the host: set-id or writable to others (ESCAPES 21)", f, st.Mode&0o7777)
+			}
 		}
-	}
-	for _, f := range []string{".bashrc", "keep.txt"} {
-		if b, _ := os.ReadFile(filepath.Join(ws, f)); string(b) != "original\n" {
-			t.Errorf("%s changed on the host: %q", f, b)
+		if strings.Contains(o.stdout, "secret") {
+			t.Errorf("a deny-read path was read:\n%s", o)
 		}
-	}
-	for _, p := range []string{filepath.Join(ws, ".vscode"), "/etc/hutch-test", filepath.Join(outside, "x")} {
-		if _, err := os.Lstat(p); err == nil {
-			t.Errorf("%s exists after the sandbox", p)
+		for _, want := range []string{"bashrc refused", "keep refused", "vscode refused", "etc refused", "outside refused", "setuid refused", "setgid refused", "others refused", "done"} {
+			if !strings.Contains(o.stdout, want) {
+				t.Errorf("output lacks %q:\n%s", want, o)
+			}
 		}
-	}
+		for _, f := range []string{".bashrc", "keep.txt"} {
+			if b, _ := os.ReadFile(filepath.Join(ws, f)); string(b) != "original\n" {
+				t.Errorf("%s changed on the host: %q", f, b)
+			}
+		}
+		for _, p := range []string{filepath.Join(ws, ".vscode"), "/etc/hutch-test", filepath.Join(outside, "x")} {
+			if _, err := os.Lstat(p); err == nil {
+				t.Errorf("%s exists after the sandbox", p)
+			}
+		}
+	})
 }
 
 // TestEnvironment checks that the command gets exactly the environment it
@@ -421,9 +441,16 @@ func TestRootsDoNotNest(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, l := range strings.Split(string(info), "\n") {
-		if f := strings.Fields(l); len(f) > 4 && strings.Count(f[4], rt.StateDir) > 1 {
-			t.Errorf("a sandbox's root holds another's: %s", f[4])
+		f := strings.Fields(l)
+		if len(f) < 5 || strings.Count(f[4], rt.StateDir) < 2 {
+			continue
 		}
+		// The one mount there: the empty tmpfs that stands for the
+		// state directory in the root's copy.
+		if sep := slices.Index(f, "-"); strings.HasSuffix(f[4], "/rootfs"+rt.StateDir) && sep > 0 && sep+1 < len(f) && f[sep+1] == "tmpfs" {
+			continue
+		}
+		t.Errorf("a sandbox's root holds another's: %s", l)
 	}
 	endAll(t, rt.StateDir, done...)
 }
@@ -469,55 +496,57 @@ func sentries(dir string) []int {
 // read stays closed to it (S1), as in the namespace tier, while what it
 // writes in the workspace lands there as root's; also when the way to the
 // workspace is a directory others cannot search (as /root is for
-// /root/project).
+// /root/project); with either file access (with direct access the Sentry
+// holds file capabilities, over the sandbox's ids only).
 func TestRootOwnedWorkspace(t *testing.T) {
-	rt := testRuntime(t)
-	open, err := os.MkdirTemp("/var/tmp", "hutch-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(open) })
-	if err := os.Chmod(open, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	secret := filepath.Join(open, "root-only")
-	if err := os.WriteFile(secret, []byte("root-secret\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	for _, way := range []struct {
-		name string
-		mode os.FileMode
-	}{{"open way", 0o755}, {"closed way", 0o700}} {
-		t.Run(way.name, func(t *testing.T) {
-			parent, err := os.MkdirTemp("/var/tmp", "hutch-test-")
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { os.RemoveAll(parent) })
-			if err := os.Chmod(parent, way.mode); err != nil {
-				t.Fatal(err)
-			}
-			ws := filepath.Join(parent, "project")
-			if err := os.Mkdir(ws, 0o755); err != nil {
-				t.Fatal(err)
-			}
-			o := run(t, rt, ws, nil, "sh", "-c", "id -u; pwd; cat "+secret+" || echo secret refused; echo new > new.txt && echo written")
-			wantExit(t, o, 0)
-			if strings.Contains(o.stdout, "root-secret") || !strings.Contains(o.stdout, "secret refused") {
-				t.Errorf("the command read a file only the host's root may read:\n%s", o)
-			}
-			if lines := strings.Split(o.stdout, "\n"); len(lines) < 2 || lines[0] != "0" || lines[1] != ws {
-				t.Errorf("want root in the workspace %s:\n%s", ws, o)
-			}
-			var st syscall.Stat_t
-			if err := syscall.Lstat(filepath.Join(ws, "new.txt"), &st); err != nil {
-				t.Fatalf("new.txt was not written to the host: %v\n%s", err, o)
-			}
-			if st.Uid != 0 || st.Gid != 0 {
-				t.Errorf("new.txt is owned by %d:%d on the host, want root's", st.Uid, st.Gid)
-			}
-		})
-	}
+	forFileAccess(t, func(t *testing.T, rt *Runtime) {
+		open, err := os.MkdirTemp("/var/tmp", "hutch-test-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(open) })
+		if err := os.Chmod(open, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		secret := filepath.Join(open, "root-only")
+		if err := os.WriteFile(secret, []byte("root-secret\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		for _, way := range []struct {
+			name string
+			mode os.FileMode
+		}{{"open way", 0o755}, {"closed way", 0o700}} {
+			t.Run(way.name, func(t *testing.T) {
+				parent, err := os.MkdirTemp("/var/tmp", "hutch-test-")
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { os.RemoveAll(parent) })
+				if err := os.Chmod(parent, way.mode); err != nil {
+					t.Fatal(err)
+				}
+				ws := filepath.Join(parent, "project")
+				if err := os.Mkdir(ws, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				o := run(t, rt, ws, nil, "sh", "-c", "id -u; pwd; cat "+secret+" || echo secret refused; echo new > new.txt && echo written")
+				wantExit(t, o, 0)
+				if strings.Contains(o.stdout, "root-secret") || !strings.Contains(o.stdout, "secret refused") {
+					t.Errorf("the command read a file only the host's root may read:\n%s", o)
+				}
+				if lines := strings.Split(o.stdout, "\n"); len(lines) < 2 || lines[0] != "0" || lines[1] != ws {
+					t.Errorf("want root in the workspace %s:\n%s", ws, o)
+				}
+				var st syscall.Stat_t
+				if err := syscall.Lstat(filepath.Join(ws, "new.txt"), &st); err != nil {
+					t.Fatalf("new.txt was not written to the host: %v\n%s", err, o)
+				}
+				if st.Uid != 0 || st.Gid != 0 {
+					t.Errorf("new.txt is owned by %d:%d on the host, want root's", st.Uid, st.Gid)
+				}
+			})
+		}
+	})
 }
 
 // TestDenyReadSockets: a deny-read path that is a unix socket (as

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/hutch-sandbox/hutch/internal/mountinfo"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/relay"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
@@ -113,6 +114,13 @@ type view struct {
 	// mounted idmapped (sandbox.MountIdmapped), reachable by gVisor's
 	// gofer, whose host ids are those of the sandbox's user namespace.
 	areas []string
+	// onHost are the protected paths mounted on the host, in the areas
+	// (protectAreas): the spec binds the areas with them.
+	onHost map[string]bool
+	// submounts are the host's mounts inside the writable areas, which
+	// the spec binds again so that gVisor's kernel knows them as mount
+	// points (with direct file access: see Run).
+	submounts []mountinfo.Mount
 	// shadows are the directories on the way to a writable area that the
 	// command could not search, empty in the root's copy (shadowWays).
 	shadows []string
@@ -227,16 +235,29 @@ func buildSpec(s policy.Spec, v view) ociSpec {
 		return p
 	}
 	for _, root := range pr.Roots {
-		m = append(m, bind(area(root), v.inView(root), false))
+		// With what is mounted in the area on the host: the protected
+		// paths (protectAreas).
+		a := bind(area(root), v.inView(root), false)
+		a.Options[0] = "rbind"
+		m = append(m, a)
+	}
+	for _, sm := range v.submounts {
+		m = append(m, bind(area(sm.Point), v.inView(sm.Point), sm.ReadOnly()))
 	}
 	for _, p := range pr.Pin {
-		m = append(m, bind(area(p), v.inView(p), false))
+		if !v.onHost[p] {
+			m = append(m, bind(area(p), v.inView(p), false))
+		}
 	}
 	for _, p := range pr.ReadOnly {
-		m = append(m, bind(area(p), v.inView(p), true))
+		if !v.onHost[p] {
+			m = append(m, bind(area(p), v.inView(p), true))
+		}
 	}
 	for _, f := range pr.Files {
-		m = append(m, bind(f.Source, v.inView(f.Target), true))
+		if !v.onHost[f.Target] {
+			m = append(m, bind(f.Source, v.inView(f.Target), true))
+		}
 	}
 	for _, d := range v.hide {
 		m = append(m, tmpfs(d, 0, true))

@@ -21,7 +21,11 @@
 // namespace, an unused uid on the host) and once with hutch started by the
 // unprivileged uid testutil.UnprivilegedUID. Under "gvisor" (hutch run
 // --tier gvisor, with the runsc of $HUTCH_TEST_RUNSC, see testutil.Runsc)
-// it runs as "root" only: the tier runs as root only in this version. Each
+// it runs as "root" only: the tier runs as root only in this version; and
+// twice, as "root" (gVisor's file access through its gofer, the default)
+// and "root-directfs" (--gvisor-directfs: gVisor's kernel opens the files
+// itself and holds file capabilities in the sandbox's user namespace,
+// under which every property must hold too). Each
 // run gets a workspace and a fake home directory of its own (outside /tmp,
 // which the sandbox replaces). The test process itself must be root, so
 // the suite skips on a developer machine and fails under HUTCH_TEST_ROOT=1,

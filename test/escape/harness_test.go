@@ -35,6 +35,9 @@ type mode struct {
 	uid   int    // uid and gid of the hutch process
 	tier  string // policy.TierNamespace or policy.TierGVisor
 	runsc string // tier gvisor: the runsc binary (testutil.Runsc)
+	// directFS runs tier gvisor with runsc's direct file access
+	// (--gvisor-directfs), under which the properties must hold too.
+	directFS bool
 }
 
 // modes are who starts hutch under the namespace tier.
@@ -45,13 +48,17 @@ var modes = []mode{
 
 // tiers is the table of isolation tiers the suite runs every test under,
 // each as a subtest named after the tier, with who may start hutch there:
-// the gVisor tier runs as root only in this version.
+// the gVisor tier runs as root only in this version, with gVisor's file
+// access through its gofer (the default) and direct ("root-directfs").
 var tiers = []struct {
 	name  string
 	modes []mode
 }{
 	{policy.TierNamespace, modes},
-	{policy.TierGVisor, []mode{{name: "root", uid: 0, tier: policy.TierGVisor}}},
+	{policy.TierGVisor, []mode{
+		{name: "root", uid: 0, tier: policy.TierGVisor},
+		{name: "root-directfs", uid: 0, tier: policy.TierGVisor, directFS: true},
+	}},
 }
 
 // notUnderGVisor is the table of the tests that do not run under the
@@ -248,10 +255,15 @@ func (sb *harness) env(extra []string) []string {
 }
 
 // command prepares hutch with args as the sandbox's mode says: under the
-// gVisor tier, "hutch run" gets --tier gvisor and the test's runsc.
+// gVisor tier, "hutch run" gets --tier gvisor and the test's runsc (and
+// --gvisor-directfs in a mode of direct file access).
 func (sb *harness) command(o opts, args ...string) *exec.Cmd {
 	if sb.gvisor() && len(args) > 0 && args[0] == "run" {
-		args = append([]string{"run", "--tier", policy.TierGVisor, "--runsc", sb.mode.runsc}, args[1:]...)
+		flags := []string{"run", "--tier", policy.TierGVisor, "--runsc", sb.mode.runsc}
+		if sb.mode.directFS {
+			flags = append(flags, "--gvisor-directfs")
+		}
+		args = append(flags, args[1:]...)
 	}
 	cmd := exec.Command(testutil.Hutch(sb.t), args...)
 	if o.umask != "" {
