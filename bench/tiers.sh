@@ -82,8 +82,13 @@ cleanup() {
 			umount "$m" 2>/dev/null || true
 		done
 	fi
-	if mountpoint -q "$root" 2>/dev/null; then umount "$root"; fi
-	rm -rf "$work"
+	if mountpoint -q "$root" 2>/dev/null; then umount "$root" || true; fi
+	# Never remove through the host's root: leave it all if it stays bound.
+	if mountpoint -q "$root" 2>/dev/null; then
+		log "could not unmount $root; leaving $work"
+		return
+	fi
+	rm -rf "$work" || true
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
