@@ -54,7 +54,7 @@ go vet ./...
 echo "== staticcheck"
 staticcheck ./...
 echo "== go test"
-go test -count=1 -timeout 10m ./... 2>&1 | tee /tmp/hutch-test.$$.log
+go test -count=1 -timeout 20m ./... 2>&1 | tee /tmp/hutch-test.$$.log
 status=${PIPESTATUS[0]}
 passed=$(grep -c '^ok' /tmp/hutch-test.$$.log || true)
 failed=$(grep -c '^FAIL' /tmp/hutch-test.$$.log || true)
