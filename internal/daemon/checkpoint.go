@@ -396,22 +396,8 @@ func (m *Manager) restore(ctx context.Context, sb store.Sandbox, log *slog.Logge
 	}
 	l.client.SetEnv(l.execEnv)
 	l.client.SetUser(l.execUser)
-	pid := inst.PID()
-	pidStart, err := processStart(pid)
-	if err != nil {
-		return fail(fmt.Errorf("PID 1 (host pid %d): %w", pid, err))
-	}
-	if _, err := m.st.UpdateSandbox(context.Background(), sb.ID, func(sb *store.Sandbox) error {
-		sb.PID, sb.PIDStart = pid, pidStart
-		return nil
-	}); err != nil {
+	if err := m.recordReady(ctx, sb.ID, l, nil); err != nil {
 		return fail(err)
-	}
-	rctx, cancel := context.WithTimeout(ctx, readyTimeout)
-	_, err = l.client.ListProcesses(rctx)
-	cancel()
-	if err != nil {
-		return fail(fmt.Errorf("the agent did not answer: %w", err))
 	}
 	return l, nil
 }

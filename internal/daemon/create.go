@@ -247,24 +247,37 @@ func (m *Manager) launch(ctx context.Context, id, dir string, spec policy.Spec, 
 	// find the sandbox's PID 1 even if it died before the sandbox ran;
 	// the image's digest with it, which the sandbox's record keeps for
 	// its life and after.
-	pid := inst.PID()
+	if err := m.recordReady(ctx, id, l, func(sb *store.Sandbox) { sb.Image = l.image }); err != nil {
+		return fail(err)
+	}
+	return l, nil
+}
+
+// recordReady records the host pid (and its start time) of what holds
+// l's sandbox in record id, with what more also sets, and waits for its
+// agent to answer: the end of a start, or of a restore.
+func (m *Manager) recordReady(ctx context.Context, id string, l *live, more func(*store.Sandbox)) error {
+	pid := l.inst.PID()
 	pidStart, err := processStart(pid)
 	if err != nil {
-		return fail(fmt.Errorf("PID 1 (host pid %d): %w", pid, err))
+		return fmt.Errorf("PID 1 (host pid %d): %w", pid, err)
 	}
 	if _, err := m.st.UpdateSandbox(context.Background(), id, func(sb *store.Sandbox) error {
-		sb.PID, sb.PIDStart, sb.Image = pid, pidStart, l.image
+		sb.PID, sb.PIDStart = pid, pidStart
+		if more != nil {
+			more(sb)
+		}
 		return nil
 	}); err != nil {
-		return fail(err)
+		return err
 	}
 	rctx, cancel := context.WithTimeout(ctx, readyTimeout)
 	_, err = l.client.ListProcesses(rctx)
 	cancel()
 	if err != nil {
-		return fail(fmt.Errorf("the agent did not answer: %w", err))
+		return fmt.Errorf("the agent did not answer: %w", err)
 	}
-	return l, nil
+	return nil
 }
 
 // close ends what launch started of l, for a sandbox that never ran for
