@@ -64,6 +64,32 @@ var _ sandbox.Runtime = (*Runtime)(nil)
 // Tier returns policy.TierGVisor.
 func (*Runtime) Tier() string { return policy.TierGVisor }
 
+// check refuses what neither Run nor Start can do: another tier's spec,
+// no runsc, hutch not root (runsc's rootless mode does not give the same
+// isolation), a field the tier refuses (policy.TierRefusals), a network
+// mode other than none or proxy, or proxy without an egress proxy.
+func (rt *Runtime) check(c sandbox.Config) error {
+	s := c.Spec
+	switch {
+	case s.Tier != policy.TierGVisor:
+		return fmt.Errorf("tier %q: not the gvisor tier", s.Tier)
+	case rt.Runsc == "":
+		return fmt.Errorf("%w: tier %q needs runsc; %s", ErrRunsc, policy.TierGVisor, installAdvice())
+	case os.Geteuid() != 0:
+		return fmt.Errorf("tier %q needs hutch to run as root in this version (runsc's rootless mode does not give the same isolation)", policy.TierGVisor)
+	}
+	if r := policy.TierRefusals(s); len(r) > 0 {
+		return fmt.Errorf("tier %q: %s", policy.TierGVisor, strings.Join(r, "; "))
+	}
+	switch {
+	case s.Network.Mode != "none" && s.Network.Mode != "proxy":
+		return fmt.Errorf("tier %q: network mode %q is not supported", policy.TierGVisor, s.Network.Mode)
+	case s.Network.Mode == "proxy" && c.Proxy == nil:
+		return errors.New("network mode proxy needs an egress proxy")
+	}
+	return nil
+}
+
 // forwarded are the signals hutch passes on to the command.
 var forwarded = []os.Signal{unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2}
 
@@ -84,30 +110,18 @@ func (rt *Runtime) Run(ctx context.Context, c sandbox.Config) (res sandbox.Resul
 	if warn == nil {
 		warn = io.Discard
 	}
+	if err := rt.check(c); err != nil {
+		return res, err
+	}
 	switch {
 	case len(c.Args) == 0:
 		return res, errors.New("no command given")
-	case s.Tier != policy.TierGVisor:
-		return res, fmt.Errorf("tier %q: not the gvisor tier", s.Tier)
-	case rt.Runsc == "":
-		return res, fmt.Errorf("%w: tier %q needs runsc; %s", ErrRunsc, policy.TierGVisor, installAdvice())
-	case os.Geteuid() != 0:
-		return res, fmt.Errorf("tier %q needs hutch to run as root in this version (runsc's rootless mode does not give the same isolation)", policy.TierGVisor)
 	case c.RootLayer != nil || c.RootCaps:
 		return res, fmt.Errorf("tier %q: a writable root layer is for hutch serve's sandboxes (Start)", policy.TierGVisor)
 	}
 	img := c.Image
 	if err := checkImage(img); err != nil {
 		return res, err
-	}
-	if r := policy.TierRefusals(s); len(r) > 0 {
-		return res, fmt.Errorf("tier %q: %s", policy.TierGVisor, strings.Join(r, "; "))
-	}
-	switch {
-	case s.Network.Mode != "none" && s.Network.Mode != "proxy":
-		return res, fmt.Errorf("tier %q: network mode %q is not supported", policy.TierGVisor, s.Network.Mode)
-	case s.Network.Mode == "proxy" && c.Proxy == nil:
-		return res, errors.New("network mode proxy needs an egress proxy")
 	}
 	if c.Proxy != nil {
 		defer c.Proxy.Close()

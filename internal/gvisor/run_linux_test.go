@@ -416,7 +416,7 @@ func TestRefuses(t *testing.T) {
 		t.Errorf("network mode host: %v", err)
 	}
 	if _, err := rt.Start(sandbox.Config{Spec: s}); err == nil {
-		t.Error("Start: long-lived sandboxes are not there yet, but Start did not say so")
+		t.Error("Start of a policy the tier refuses (network mode host) did not fail")
 	}
 }
 

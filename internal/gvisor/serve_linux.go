@@ -51,22 +51,11 @@ func (rt *Runtime) start(c sandbox.Config, saved string) (inst sandbox.Instance,
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	switch {
-	case s.Tier != policy.TierGVisor:
-		return nil, fmt.Errorf("tier %q: not the gvisor tier", s.Tier)
-	case rt.Runsc == "":
-		return nil, fmt.Errorf("%w: tier %q needs runsc; %s", ErrRunsc, policy.TierGVisor, installAdvice())
-	case os.Geteuid() != 0:
-		return nil, fmt.Errorf("tier %q needs hutch to run as root in this version", policy.TierGVisor)
-	case c.RootLayer == nil || c.Image != nil:
-		return nil, fmt.Errorf("tier %q: a long-lived sandbox needs a writable root layer", policy.TierGVisor)
-	case s.Network.Mode != "none" && s.Network.Mode != "proxy":
-		return nil, fmt.Errorf("tier %q: network mode %q is not supported", policy.TierGVisor, s.Network.Mode)
-	case s.Network.Mode == "proxy" && c.Proxy == nil:
-		return nil, errors.New("network mode proxy needs an egress proxy")
+	if err := rt.check(c); err != nil {
+		return nil, err
 	}
-	if r := policy.TierRefusals(s); len(r) > 0 {
-		return nil, fmt.Errorf("tier %q: %s", policy.TierGVisor, strings.Join(r, "; "))
+	if c.RootLayer == nil || c.Image != nil {
+		return nil, fmt.Errorf("tier %q: a long-lived sandbox needs a writable root layer", policy.TierGVisor)
 	}
 	l := *c.RootLayer
 	if min(l.UID, l.GID) < 0 || max(l.UID, l.GID) >= sandbox.LayerIDs {
