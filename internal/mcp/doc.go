@@ -1,0 +1,26 @@
+// Package mcp is hutch's Model Context Protocol server: the tools through
+// which an agent's harness (Claude Code, Codex, Cursor, an agent SDK)
+// creates sandboxes, runs commands in them and reads and writes their
+// files — sandbox_create, sandbox_list, sandbox_info, sandbox_kill, exec,
+// exec_poll, exec_kill, file_read, file_write, file_edit, file_list and
+// port_url.
+//
+// The tools act on a Backend: the sandboxes of one tenant of `hutch
+// serve` (DaemonBackend, behind /mcp on the daemon's listeners), or those
+// of one `hutch mcp` session on a laptop (its own backend, in package
+// main). Whatever a tool is asked, the backend bounds it: a sandbox is
+// never created wider than its operator allows (the daemon's limits, or
+// the flags `hutch mcp` was started with).
+//
+// Every failure a model can act on comes back as a tool error (a result
+// with isError set and a message naming the problem), never as a broken
+// connection. Output and files too large for a message are cut (the head
+// and the tail kept, the size of the cut said) and published as resource
+// links: HTTP URLs of a Links server, which a client fetches outside the
+// JSON-RPC stream.
+//
+// The protocol itself is the official Go SDK's
+// (github.com/modelcontextprotocol/go-sdk): its stdio and streamable HTTP
+// transports, JSON schemas inferred from the tools' argument types, and
+// session handling.
+package mcp
