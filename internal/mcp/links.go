@@ -1,21 +1,122 @@
 package mcp
 
 import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"mime"
 	"net/http"
+	"path"
+	"strconv"
+	"strings"
 	"sync"
+	"time"
 )
 
-// Links publishes content at capability URLs (an unguessable token in the
-// path) for a while: what a tool result links to instead of carrying it.
-// It is an http.Handler serving those URLs.
+// Link bounds.
+const (
+	// LinkTTL is how long a published link stays valid.
+	LinkTTL = 30 * time.Minute
+	// MaxLinks is how many links are kept at once: publishing one more
+	// forgets the oldest.
+	MaxLinks = 4096
+)
+
+// Links publishes content at capability URLs (an unguessable token as
+// the path's last element) for LinkTTL: what a tool result links to
+// instead of carrying it, fetched by the client over plain HTTP. It is an
+// http.Handler serving GET and HEAD of those URLs; whoever holds a URL may
+// fetch it, so a link is published only to the caller who may read it.
 type Links struct {
-	mu sync.Mutex
+	mu    sync.Mutex
+	links map[string]*link
+	order []string // tokens, oldest first
+	now   func() time.Time
+}
+
+type link struct {
+	name, mime string
+	size       int64
+	write      func(ctx context.Context, w io.Writer) error
+	expires    time.Time
 }
 
 // NewLinks returns an empty set of links.
-func NewLinks() *Links { return &Links{} }
+func NewLinks() *Links { return &Links{links: map[string]*link{}, now: time.Now} }
 
-// ServeHTTP serves a published link.
+// Publish makes what write writes (size bytes, -1 when unknown, of type
+// mimeType, named name for a download) reachable at the URL it returns:
+// base (which ends in "/") followed by a new token. write is called once
+// per fetch, with the request's context.
+func (l *Links) Publish(base, name, mimeType string, size int64, write func(ctx context.Context, w io.Writer) error) (string, error) {
+	var b [24]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("publish %s: %w", name, err)
+	}
+	tok := hex.EncodeToString(b[:])
+	if mimeType == "" {
+		mimeType = "application/octet-stream"
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.expire()
+	for len(l.order) >= MaxLinks {
+		delete(l.links, l.order[0])
+		l.order = l.order[1:]
+	}
+	l.links[tok] = &link{name: name, mime: mimeType, size: size, write: write, expires: l.now().Add(LinkTTL)}
+	l.order = append(l.order, tok)
+	return base + tok, nil
+}
+
+// expire forgets the links whose time is over; l.mu is held.
+func (l *Links) expire() {
+	now := l.now()
+	n := 0
+	for n < len(l.order) && !now.Before(l.links[l.order[n]].expires) {
+		delete(l.links, l.order[n])
+		n++
+	}
+	l.order = l.order[n:]
+}
+
+func (l *Links) get(tok string) *link {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.expire()
+	return l.links[tok]
+}
+
+// ServeHTTP serves a published link: its content, or 404 once it expired
+// or was never published.
 func (l *Links) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	http.NotFound(w, r)
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	tok := path.Base(r.URL.Path)
+	lk := l.get(tok)
+	if lk == nil || strings.Trim(tok, "0123456789abcdef") != "" {
+		http.Error(w, "no such link (links expire after "+LinkTTL.String()+")", http.StatusNotFound)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", lk.mime)
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	if lk.name != "" {
+		h.Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": lk.name}))
+	}
+	if lk.size >= 0 {
+		h.Set("Content-Length", strconv.FormatInt(lk.size, 10))
+	}
+	if r.Method == http.MethodHead {
+		return
+	}
+	// Once the body started, a failure can only cut it short: the
+	// length the header promised tells the client.
+	_ = lk.write(r.Context(), w)
 }
