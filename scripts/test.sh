@@ -44,6 +44,17 @@ if command -v npm >/dev/null 2>&1; then
 	fi
 	[ -f test/e2b/node_modules/e2b/package.json ] || (cd test/e2b && npm ci --no-audit --no-fund --silent) ||
 		echo "warning: npm ci in test/e2b failed; TestE2BSDK cannot run"
+	# MCP's TypeScript SDK, its conformance suite and a third-party server,
+	# pinned by test/mcp/package-lock.json, for the tests of hutch mcp and
+	# /mcp; the conformance suite needs node 22, which comes from the npm
+	# registry into test/mcp/.node (git-ignored).
+	node22_ok() { "$1" -e 'process.exit(Number(process.versions.node.split(".")[0])>=22?0:1)' 2>/dev/null; }
+	if ! node22_ok test/mcp/.node/node_modules/.bin/node; then
+		npm install --prefix test/mcp/.node --no-audit --no-fund --silent node@22.22.0 ||
+			echo "warning: could not install node 22 from the npm registry; the MCP client tests cannot run"
+	fi
+	[ -f test/mcp/node_modules/@modelcontextprotocol/sdk/package.json ] || (cd test/mcp && npm ci --no-audit --no-fund --silent) ||
+		echo "warning: npm ci in test/mcp failed; the MCP client tests cannot run"
 fi
 
 echo "== gofmt"
