@@ -1,0 +1,288 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/hutch-sandbox/hutch/internal/testutil"
+)
+
+// mcpDir holds the JavaScript tests of hutch's MCP servers and their
+// pinned dependencies (package.json, package-lock.json; node_modules and
+// node 22 under .node are made by scripts/test.sh).
+var mcpDir = filepath.Join("..", "..", "test", "mcp")
+
+// nodeForMCP returns test/mcp's node binary, or why there is none.
+func nodeForMCP(t *testing.T) string {
+	t.Helper()
+	node, err := filepath.Abs(filepath.Join(mcpDir, ".node", "node_modules", ".bin", "node"))
+	if err == nil {
+		_, err = os.Stat(node)
+	}
+	testutil.Need(t, err == nil, "no node in test/mcp/.node (scripts/test.sh installs it)")
+	_, err = os.Stat(filepath.Join(mcpDir, "node_modules", "@modelcontextprotocol", "sdk", "package.json"))
+	testutil.Need(t, err == nil, "MCP's TypeScript SDK is not installed in test/mcp/node_modules (npm ci there; scripts/test.sh does)")
+	return node
+}
+
+// TestMCPStdio runs test/mcp/stdio.test.mjs: MCP's TypeScript SDK spawns
+// `hutch mcp` in a workspace over stdio and calls every tool — the
+// session sandbox over the workspace (which alone it may write; a denied
+// file it cannot read), a 10-minute command answered within its yield,
+// polled and killed, a cancelled call's command killed, a 10 MiB binary
+// file through file_write and file_read's link, port_url to a server in
+// the sandbox, sandbox_create refused beyond the flags and allowed within
+// them — and then closes: hutch exits 0 and leaves no process behind.
+func TestMCPStdio(t *testing.T) {
+	testutil.RequireRoot(t)
+	node := nodeForMCP(t)
+	bin := testutil.Hutch(t)
+
+	ws := t.TempDir()
+	if err := os.WriteFile(filepath.Join(ws, "hello.txt"), []byte("hello from the workspace\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Outside the workspace, and not under /tmp, which the sandbox has a
+	// private one of: places of the host's root.
+	outside := hostDir(t)
+	if err := os.Chmod(outside, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	const secret = "the-denied-file-says-ZQ7"
+	denied := filepath.Join(hostDir(t), "denied.txt")
+	if err := os.WriteFile(denied, []byte(secret+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	report := filepath.Join(t.TempDir(), "report.jsonl")
+	const timeoutS = 3600
+	args, _ := json.Marshal([]string{
+		"--allow-domain", "example.com", "--deny-read", denied,
+		"--timeout", strconv.Itoa(timeoutS) + "s", "--report", report,
+	})
+	script, err := filepath.Abs(filepath.Join(mcpDir, "stdio.test.mjs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=spec", script)
+	cmd.Dir = mcpDir
+	cmd.Env = append(os.Environ(),
+		"HUTCH_BIN="+bin, "HUTCH_MCP_ARGS="+string(args), "HUTCH_WS="+ws,
+		"HUTCH_OUTSIDE="+outside, "HUTCH_DENIED="+denied, "HUTCH_SECRET="+secret,
+		"HUTCH_REPORT="+report, "HUTCH_TIMEOUT_S="+strconv.Itoa(timeoutS),
+		"NO_COLOR=1", "HTTP_PROXY=", "HTTPS_PROXY=", "http_proxy=", "https_proxy=", "NO_PROXY=127.0.0.1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("node --test stdio.test.mjs: %v\n%s", err, out)
+	}
+	t.Logf("%s", out)
+}
+
+// mcpClient is a Go SDK client session of a `hutch mcp` process.
+type mcpClient struct {
+	*sdk.ClientSession
+	cmd    *exec.Cmd
+	stderr *testutil.Buffer
+	exited chan struct{} // closed once cmd was waited for
+}
+
+// startMCP starts `bin mcp ARGS…` in dir and connects to it over its
+// stdin and stdout with the official Go SDK's client.
+func startMCP(t *testing.T, bin, dir string, args ...string) *mcpClient {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"mcp"}, args...)...)
+	cmd.Dir = dir
+	cmd.Env = baseEnv(dir)
+	c := &mcpClient{cmd: cmd, stderr: &testutil.Buffer{}, exited: make(chan struct{})}
+	cmd.Stderr = c.stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		_ = cmd.Wait() // its state is in cmd.ProcessState
+		close(c.exited)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-c.exited
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), guard)
+	defer cancel()
+	cs, err := sdk.NewClient(&sdk.Implementation{Name: "hutch-test", Version: "1"}, nil).
+		Connect(ctx, &sdk.IOTransport{Reader: stdout, Writer: stdin}, nil)
+	if err != nil {
+		t.Fatalf("connect to hutch mcp: %v\n%s", err, c.stderr)
+	}
+	c.ClientSession = cs
+	t.Cleanup(func() { _ = cs.Close() })
+	return c
+}
+
+// wait waits for hutch mcp to exit and returns its exit code.
+func (c *mcpClient) wait(t *testing.T) int {
+	t.Helper()
+	select {
+	case <-c.exited:
+	case <-time.After(guard):
+		t.Fatalf("hutch mcp did not end\n%s", c.stderr)
+	}
+	return c.cmd.ProcessState.ExitCode()
+}
+
+// call calls tool and returns its structured result; a tool error fails
+// the test.
+func (c *mcpClient) call(t *testing.T, tool string, args map[string]any) map[string]any {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), guard)
+	defer cancel()
+	r, err := c.CallTool(ctx, &sdk.CallToolParams{Name: tool, Arguments: args})
+	if err != nil {
+		t.Fatalf("%s: %v\nstderr:\n%s", tool, err, c.stderr)
+	}
+	if r.IsError {
+		b, _ := json.Marshal(r.Content)
+		t.Fatalf("%s %v: tool error %s\nstderr:\n%s", tool, args, b, c.stderr)
+	}
+	m, ok := r.StructuredContent.(map[string]any)
+	if !ok {
+		t.Fatalf("%s: structured content %T", tool, r.StructuredContent)
+	}
+	return m
+}
+
+// TestMCPAgentIsHutch: with hutch alone installed (no hutch-agent next to
+// it), hutch mcp's sandboxes run hutch itself as their agent, and
+// port_url's helper too; SIGTERM ends hutch mcp with every sandbox and
+// process, and it exits 0.
+func TestMCPAgentIsHutch(t *testing.T) {
+	testutil.RequireRoot(t)
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(testutil.Hutch(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "hutch")
+	if err := os.WriteFile(bin, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ws := t.TempDir()
+	c := startMCP(t, bin, ws)
+	r := c.call(t, "exec", map[string]any{"command": "tr '\\0' ' ' </proc/1/cmdline; echo; /dev/hutch version"})
+	if out, _ := r["output"].(string); !regexp.MustCompile(`^hutch agent \nhutch \S+\n$`).MatchString(out) {
+		t.Errorf("the sandbox's PID 1 and /dev/hutch: %q, want hutch's agent, and hutch", out)
+	}
+	// port_url's helper is hutch's port-connect.
+	if err := os.WriteFile(filepath.Join(ws, "index.html"), []byte("through hutch\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bg := c.call(t, "exec", map[string]any{"command": "exec python3 -m http.server --bind 127.0.0.1 9999", "yield_ms": 100})
+	if bg["running"] != true {
+		t.Fatalf("the server did not start: %v", bg["output"])
+	}
+	u := c.call(t, "port_url", map[string]any{"port": 9999})["url"].(string)
+	var got string
+	testutil.Eventually(guard, func() bool {
+		resp, err := (&http.Client{Transport: &http.Transport{Proxy: nil}}).Get(u + "index.html")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		got = string(b)
+		return resp.StatusCode == http.StatusOK
+	})
+	if got != "through hutch\n" {
+		t.Errorf("through port_url's forward: %q", got)
+	}
+
+	procs := descendants(t, c.cmd.Process.Pid)
+	if len(procs) == 0 {
+		t.Fatal("no sandbox process below hutch mcp")
+	}
+	if err := c.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := c.wait(t); code != 0 {
+		t.Errorf("hutch mcp after SIGTERM: exit code %d\n%s", code, c.stderr)
+	}
+	for _, p := range procs {
+		if alive(p) {
+			t.Errorf("process %d outlived hutch mcp", p)
+		}
+	}
+}
+
+// TestMCPBadFlags: hutch mcp refuses what hutch run would refuse, and a
+// command, before it serves anything (exit code 125).
+func TestMCPBadFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--net", "bogus"}, "network"},
+		{[]string{"--", "sh"}, "mcp takes no command"},
+		{[]string{"--tier", "vm"}, "--tier"},
+		{[]string{"--runsc", "/x"}, "--runsc is for --tier gvisor only"},
+		{[]string{"--report", "/nonexistent/dir/report"}, "--report"},
+	} {
+		r := hutch(t, invocation{args: append([]string{"mcp"}, c.args...), stdin: strings.NewReader("")})
+		if r.code != 125 || !strings.Contains(r.stderr, c.want) || r.stdout != "" {
+			t.Errorf("hutch mcp %q: %s\nwant exit 125 and %q", c.args, r, c.want)
+		}
+	}
+	r := hutch(t, invocation{args: []string{"mcp", "-h"}})
+	if r.code != 0 || !strings.Contains(r.stderr, "claude mcp add hutch -- hutch mcp") {
+		t.Errorf("hutch mcp -h: %s", r)
+	}
+}
+
+// TestMCPCloseWithoutCalls: a session that never calls a tool starts no
+// sandbox, and ends at once when its client closes.
+func TestMCPCloseWithoutCalls(t *testing.T) {
+	bin := testutil.Hutch(t)
+	c := startMCP(t, bin, t.TempDir())
+	ctx, cancel := context.WithTimeout(context.Background(), guard)
+	defer cancel()
+	tools, err := c.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tools.Tools) == 0 {
+		t.Error("no tools")
+	}
+	if procs := descendants(t, c.cmd.Process.Pid); len(procs) != 0 {
+		t.Errorf("processes below hutch mcp before any call: %v", procs)
+	}
+	if err := c.Close(); err != nil {
+		t.Errorf("close: %v\n%s", err, c.stderr)
+	}
+	if code := c.wait(t); code != 0 {
+		t.Errorf("exit code %d\n%s", code, c.stderr)
+	}
+}
