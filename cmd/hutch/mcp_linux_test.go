@@ -286,3 +286,51 @@ func TestMCPCloseWithoutCalls(t *testing.T) {
 		t.Errorf("exit code %d\n%s", code, c.stderr)
 	}
 }
+
+// refused calls tool and returns its tool error's text; a success fails
+// the test.
+func (c *mcpClient) refused(t *testing.T, tool string, args map[string]any) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), guard)
+	defer cancel()
+	r, err := c.CallTool(ctx, &sdk.CallToolParams{Name: tool, Arguments: args})
+	if err != nil {
+		t.Fatalf("%s: %v\nstderr:\n%s", tool, err, c.stderr)
+	}
+	b, _ := json.Marshal(r.Content)
+	if !r.IsError {
+		t.Fatalf("%s %v was not refused: %s", tool, args, b)
+	}
+	return string(b)
+}
+
+// TestMCPImage: with --image, the session sandbox starts from the image
+// with the workspace at /workspace, and sandbox_create may ask for that
+// image only.
+func TestMCPImage(t *testing.T) {
+	testutil.RequireRoot(t)
+	state, ws := hostDir(t), hostDir(t)
+	r := hutch(t, invocation{args: []string{"image", "import", busyboxImageTar(t, "hutch.test/bb:1"), "--state-dir", state}})
+	wantOK(t, r)
+	c := startMCP(t, testutil.Hutch(t), ws, "--image", "hutch.test/bb:1", "--state-dir", state)
+	out := c.call(t, "exec", map[string]any{"command": "pwd; cat /etc/motd; test -e /usr/bin/env || echo no-host-usr; echo written > out"})
+	if out["output"] != "/workspace\nfrom the image\nno-host-usr\n" {
+		t.Errorf("the session sandbox: %q", out["output"])
+	}
+	if b, err := os.ReadFile(filepath.Join(ws, "out")); err != nil || string(b) != "written\n" {
+		t.Errorf("the workspace write did not reach the host: %q, %v", b, err)
+	}
+	info := c.call(t, "sandbox_info", nil)
+	if info["image"] != "hutch.test/bb:1" || info["workspace"] != "/workspace" {
+		t.Errorf("sandbox_info: %v", info)
+	}
+	sb := c.call(t, "sandbox_create", map[string]any{"image": "hutch.test/bb:1"})
+	out = c.call(t, "exec", map[string]any{"command": "pwd; cat /etc/motd; ls", "sandbox_id": sb["sandbox_id"]})
+	if out["output"] != "/workspace\nfrom the image\n" {
+		t.Errorf("the created sandbox: %q", out["output"])
+	}
+	if msg := c.refused(t, "sandbox_create", map[string]any{"image": "hutch.test/other:1"}); !strings.Contains(msg, "from image hutch.test/bb:1 only") {
+		t.Errorf("another image: %s", msg)
+	}
+	c.call(t, "sandbox_create", nil) // the flags' image
+}
