@@ -86,5 +86,11 @@ func NewServer(o Options) *sdk.Server {
 	return s
 }
 
-// register adds the tools to s.
-func register(s *sdk.Server, o *Options) {}
+// register adds the tools to s, and the audit of their calls.
+func register(s *sdk.Server, o *Options) {
+	t := &tools{o: o}
+	s.AddReceivingMiddleware(t.audit)
+	t.addSandboxTools(s)
+	t.addExecTools(s)
+	t.addFileTools(s)
+}
