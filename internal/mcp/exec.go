@@ -51,11 +51,13 @@ type ExecPollIn struct {
 	Stdin      string `json:"stdin,omitempty" jsonschema:"text to write to the command's stdin first (at most 1 MiB); include the newline a line needs"`
 	CloseStdin bool   `json:"close_stdin,omitempty" jsonschema:"close the command's stdin after writing stdin (end of file; on a terminal, ^D)"`
 	YieldMS    int64  `json:"yield_ms,omitempty" jsonschema:"how long to wait for the command to end before answering with the output so far, in milliseconds (default 1000, at most 300000)"`
+	SandboxID  string `json:"sandbox_id,omitempty" jsonschema:"not needed: the session knows its sandbox; if given, it must be the session's"`
 }
 
 // ExecKillIn is exec_kill's arguments.
 type ExecKillIn struct {
 	SessionID string `json:"session_id" jsonschema:"the session_id exec answered with"`
+	SandboxID string `json:"sandbox_id,omitempty" jsonschema:"not needed: the session knows its sandbox; if given, it must be the session's"`
 }
 
 // ExecOut is the result of exec, exec_poll and exec_kill.
@@ -196,7 +198,7 @@ func (t *tools) execPoll(ctx context.Context, req *sdk.CallToolRequest, in ExecP
 	if len(in.Stdin) > MaxStdin {
 		return nil, ExecOut{}, fmt.Errorf("stdin: %d bytes, at most %d per call", len(in.Stdin), MaxStdin)
 	}
-	s, err := t.o.Execs.get(t.o.Owner, in.SessionID)
+	s, err := t.session(ctx, in.SessionID, in.SandboxID)
 	if err != nil {
 		return nil, ExecOut{}, err
 	}
@@ -214,7 +216,7 @@ func (t *tools) execPoll(ctx context.Context, req *sdk.CallToolRequest, in ExecP
 }
 
 func (t *tools) execKill(ctx context.Context, _ *sdk.CallToolRequest, in ExecKillIn) (*sdk.CallToolResult, ExecOut, error) {
-	s, err := t.o.Execs.get(t.o.Owner, in.SessionID)
+	s, err := t.session(ctx, in.SessionID, in.SandboxID)
 	if err != nil {
 		return nil, ExecOut{}, err
 	}
@@ -225,6 +227,19 @@ func (t *tools) execKill(ctx context.Context, _ *sdk.CallToolRequest, in ExecKil
 		return nil, ExecOut{}, fmt.Errorf("exec_kill: the command got SIGKILL, but the call ended before it did (%w)", ctx.Err())
 	}
 	return t.report(s, nil, true)
+}
+
+// session is the caller's exec session id, in sandbox if that is not "".
+func (t *tools) session(ctx context.Context, id, sandbox string) (*session, error) {
+	s, err := t.o.Execs.get(t.o.Owner, id)
+	if err != nil {
+		return nil, err
+	}
+	if sandbox != "" && sandbox != s.sandbox {
+		return nil, fmt.Errorf("session %s runs in sandbox %s, not %s (exec_poll and exec_kill need no sandbox_id)", id, s.sandbox, sandbox)
+	}
+	noteSandbox(ctx, s.sandbox)
+	return s, nil
 }
 
 // progress returns a function that notifies the client of the output's

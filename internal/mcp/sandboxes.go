@@ -79,9 +79,7 @@ func (t *tools) sandboxCreate(ctx context.Context, _ *sdk.CallToolRequest, in Sa
 	if err != nil {
 		return nil, Sandbox{}, err
 	}
-	if rec, ok := ctx.Value(auditKey{}).(*auditRec); ok {
-		rec.sandbox = sb.ID
-	}
+	noteSandbox(ctx, sb.ID)
 	return jsonText(sb), sb, nil
 }
 

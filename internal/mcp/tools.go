@@ -70,10 +70,15 @@ func (t *tools) sandbox(ctx context.Context, id string) (Sandbox, error) {
 			return Sandbox{}, err
 		}
 	}
+	noteSandbox(ctx, id)
+	return t.o.Backend.Get(ctx, id)
+}
+
+// noteSandbox tells the audit of the call in ctx which sandbox it acts on.
+func noteSandbox(ctx context.Context, id string) {
 	if rec, ok := ctx.Value(auditKey{}).(*auditRec); ok {
 		rec.sandbox = id
 	}
-	return t.o.Backend.Get(ctx, id)
 }
 
 // agentOf is the client of the agent of the call's sandbox, and the

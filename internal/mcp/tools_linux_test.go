@@ -373,7 +373,13 @@ func TestTools(t *testing.T) {
 		if out.Output != sb.Workspace+"/sub\n" {
 			t.Errorf("exec in cwd sub: %q", out.Output)
 		}
-		call(t, cs, "exec", map[string]any{"sandbox_id": id, "command": "tty", "pty": true}, &out)
+		// A process left in the background holds the output streams: the
+		// command's end is still the answer.
+		call(t, cs, "exec", map[string]any{"sandbox_id": id, "command": "sleep 300 & echo done", "yield_ms": 120000}, &out)
+		if out.Running || out.ExitCode == nil || *out.ExitCode != 0 || out.Output != "done\n" {
+			t.Errorf("exec leaving a process in the background: %+v", out)
+		}
+				call(t, cs, "exec", map[string]any{"sandbox_id": id, "command": "tty", "pty": true}, &out)
 		if !strings.HasPrefix(out.Output, "/dev/pts/") {
 			t.Errorf("exec with pty: %q", out.Output)
 		}
