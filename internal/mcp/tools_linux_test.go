@@ -379,7 +379,7 @@ func TestTools(t *testing.T) {
 		if out.Running || out.ExitCode == nil || *out.ExitCode != 0 || out.Output != "done\n" {
 			t.Errorf("exec leaving a process in the background: %+v", out)
 		}
-				call(t, cs, "exec", map[string]any{"sandbox_id": id, "command": "tty", "pty": true}, &out)
+		call(t, cs, "exec", map[string]any{"sandbox_id": id, "command": "tty", "pty": true}, &out)
 		if !strings.HasPrefix(out.Output, "/dev/pts/") {
 			t.Errorf("exec with pty: %q", out.Output)
 		}
