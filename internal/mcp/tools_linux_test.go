@@ -550,6 +550,24 @@ func TestTools(t *testing.T) {
 		}
 	})
 
+	t.Run("options", func(t *testing.T) {
+		// No links: output is cut all the same, and says there is no
+		// link. Options.Yield is exec's default yield.
+		o := h.opts
+		o.Links, o.LinkBase, o.Yield, o.MaxOutput = nil, "", 200*time.Millisecond, 100
+		ocs := h.connect(o)
+		var out ExecOut
+		res := call(t, ocs, "exec", map[string]any{"sandbox_id": id, "command": "seq 1 1000", "yield_ms": 60000}, &out)
+		if out.OutputURL != "" || out.TruncatedBytes != out.OutputBytes-100 || !strings.Contains(resultText(res), "no link") {
+			t.Errorf("cut output without links: %+v", out)
+		}
+		call(t, ocs, "exec", map[string]any{"sandbox_id": id, "command": "sleep 600"}, &out)
+		if !out.Running {
+			t.Fatalf("sleep 600 with a yield of 200ms: %+v", out)
+		}
+		call(t, ocs, "exec_kill", map[string]any{"session_id": out.SessionID}, nil)
+	})
+
 	t.Run("files", func(t *testing.T) {
 		var w FileWriteOut
 		call(t, cs, "file_write", map[string]any{"sandbox_id": id, "path": "dir/sub/a.txt", "content": "one\ntwo\nthree\n"}, &w)
