@@ -104,6 +104,9 @@ func newHarness(t *testing.T) *harness {
 		Links:     links,
 		LinkBase:  h.links.URL + "/",
 		MaxOutput: maxOut,
+		// Commands end within their yield even on a busy machine; tests
+		// of sessions give yield_ms.
+		Yield: 2 * time.Minute,
 		Audit: func(c Call) {
 			h.mu.Lock()
 			h.calls = append(h.calls, c)
@@ -406,15 +409,23 @@ func TestTools(t *testing.T) {
 		// A 10-minute command answers within its yield with a session.
 		var out ExecOut
 		call(t, cs, "exec", map[string]any{"sandbox_id": id, "command": "echo started; sleep 600", "yield_ms": 500}, &out)
-		if !out.Running || out.SessionID == "" || out.ExitCode != nil || out.Output != "started\n" {
+		if !out.Running || out.SessionID == "" || out.ExitCode != nil {
 			t.Fatalf("exec sleep 600: %+v", out)
 		}
 		sid := out.SessionID
+		got := out.Output
+		for got != "started\n" {
+			call(t, cs, "exec_poll", map[string]any{"session_id": sid}, &out)
+			if !out.Running || len(got) > 100 {
+				t.Fatalf("exec_poll of sleep 600: %+v after %q", out, got)
+			}
+			got += out.Output
+		}
 		pid, ok := h.listed(id, "sleep 600")
 		if !ok || pid != out.PID {
 			t.Fatalf("the agent lists no sleep 600 with pid %d (%d)", out.PID, pid)
 		}
-		if !h.running(id, "sleep 600") {
+		if !testutil.Eventually(time.Minute, func() bool { return h.running(id, "sleep 600") }) {
 			t.Fatal("no sleep 600 runs")
 		}
 		// Another owner sharing the table does not see the session.
@@ -512,11 +523,12 @@ func TestTools(t *testing.T) {
 		b, _ := json.Marshal(res.StructuredContent)
 		json.Unmarshal(b, &out)
 		call(t, cs, "exec_kill", map[string]any{"session_id": out.SessionID}, nil)
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		if len(h.progress) == 0 {
+		// Notifications are handled apart from the call's answer.
+		if !testutil.Eventually(time.Minute, func() bool { h.mu.Lock(); defer h.mu.Unlock(); return len(h.progress) > 0 }) {
 			t.Fatal("no progress notifications")
 		}
+		h.mu.Lock()
+		defer h.mu.Unlock()
 		p := h.progress[len(h.progress)-1]
 		if p.ProgressToken != "tok-1" || p.Total != 2.5 || !strings.Contains(p.Message, "bytes of output") {
 			t.Errorf("progress: %+v", p)
@@ -740,7 +752,7 @@ func TestTools(t *testing.T) {
 		ocs := h.connect(o)
 		var out ExecOut
 		call(t, ocs, "exec", map[string]any{"sandbox_id": id, "command": "sleep 602", "yield_ms": 1}, &out)
-		if !out.Running || !h.running(id, "sleep 602") {
+		if !out.Running || !testutil.Eventually(time.Minute, func() bool { return h.running(id, "sleep 602") }) {
 			t.Fatalf("exec sleep 602: %+v", out)
 		}
 		if err := o.Execs.Close(); err != nil {
