@@ -523,6 +523,7 @@ func (b *mcpBackend) end(box *mcpBox, why string) {
 	}
 	b.mu.Unlock()
 	b.fwd.CloseSandbox(box.id)
+	b.execs.DropSandbox(mcpOwner, box.id)
 	if box.release(b.log) {
 		b.log.Debug("sandbox ended", "sandbox", box.id, "why", why)
 	}
@@ -647,10 +648,8 @@ func (b *mcpBackend) close() error {
 	}
 	wg.Wait()
 	var errs []error
-	if c, ok := any(b.execs).(interface{ Close() error }); ok {
-		if err := c.Close(); err != nil {
-			errs = append(errs, err)
-		}
+	if err := b.execs.Close(); err != nil {
+		errs = append(errs, err)
 	}
 	b.fwd.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
