@@ -334,3 +334,28 @@ func TestMCPImage(t *testing.T) {
 	}
 	c.call(t, "sandbox_create", nil) // the flags' image
 }
+
+// TestMCPTimeout: --timeout ends the session sandbox, which then leaves
+// sandbox_list; the next call that needs it starts a fresh one. A created
+// sandbox may not outlive --timeout.
+func TestMCPTimeout(t *testing.T) {
+	testutil.RequireRoot(t)
+	c := startMCP(t, testutil.Hutch(t), t.TempDir(), "--timeout", "3s")
+	first := c.call(t, "sandbox_info", nil)
+	if first["expires_at"] == nil {
+		t.Errorf("no expiry: %v", first)
+	}
+	if !testutil.Eventually(guard, func() bool {
+		list, _ := c.call(t, "sandbox_list", nil)["sandboxes"].([]any)
+		return len(list) == 0
+	}) {
+		t.Fatal("the session sandbox outlived its timeout")
+	}
+	second := c.call(t, "sandbox_info", nil)
+	if second["sandbox_id"] == first["sandbox_id"] {
+		t.Errorf("the same sandbox after its timeout: %v", second)
+	}
+	if msg := c.refused(t, "sandbox_create", map[string]any{"timeout_s": 4}); !strings.Contains(msg, "--timeout 3s") {
+		t.Errorf("a created sandbox longer than --timeout: %s", msg)
+	}
+}
