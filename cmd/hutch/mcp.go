@@ -64,6 +64,10 @@ const (
 	maxAllowDomains = 256
 	// agentReadyTimeout bounds the wait for a new sandbox's agent.
 	agentReadyTimeout = 30 * time.Second
+	// maxFrame bounds one message from the client: room for file_write's
+	// largest file, base64-encoded or escaped in JSON (the SDK's default,
+	// 16 MiB, would end the session at a file of 12 MiB).
+	maxFrame = 2*mcp.MaxWrite + 1<<20
 )
 
 // cmdMCP is `hutch mcp [flags of hutch run]`, and `hutch mcp wrap …`.
@@ -99,7 +103,7 @@ func cmdMCP(args []string, stdin, stdout, stderr *os.File) int {
 		LinkBase: b.linkBase,
 		Log:      b.debug,
 	})
-	err = server.Run(ctx, &sdk.IOTransport{Reader: stdin, Writer: stdout})
+	err = server.Run(ctx, &sdk.IOTransport{Reader: stdin, Writer: stdout, MaxLineLength: maxFrame})
 	switch {
 	case ctx.Err() != nil:
 		b.log.Debug("ending on a signal")

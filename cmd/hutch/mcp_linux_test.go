@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -358,4 +360,24 @@ func TestMCPTimeout(t *testing.T) {
 	if msg := c.refused(t, "sandbox_create", map[string]any{"timeout_s": 4}); !strings.Contains(msg, "--timeout 3s") {
 		t.Errorf("a created sandbox longer than --timeout: %s", msg)
 	}
+}
+
+// TestMCPLargeWrite: a file_write larger than the SDK's default frame (16
+// MiB) is a call like any other, not the end of the session.
+func TestMCPLargeWrite(t *testing.T) {
+	testutil.RequireRoot(t)
+	ws := t.TempDir()
+	c := startMCP(t, testutil.Hutch(t), ws)
+	data := make([]byte, 20<<20)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	w := c.call(t, "file_write", map[string]any{"path": "big.bin", "content": base64.StdEncoding.EncodeToString(data), "encoding": "base64"})
+	if w["bytes"] != float64(len(data)) {
+		t.Errorf("file_write: %v", w)
+	}
+	if b, err := os.ReadFile(filepath.Join(ws, "big.bin")); err != nil || !bytes.Equal(b, data) {
+		t.Errorf("the file on the host: %d bytes, %v", len(b), err)
+	}
+	c.call(t, "exec", map[string]any{"command": "true"})
 }
