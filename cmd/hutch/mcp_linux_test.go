@@ -107,9 +107,18 @@ type mcpClient struct {
 // stdin and stdout with the official Go SDK's client.
 func startMCP(t *testing.T, bin, dir string, args ...string) *mcpClient {
 	t.Helper()
+	return startMCPAs(t, 0, bin, dir, args...)
+}
+
+// startMCPAs is startMCP with hutch run as uid (and gid) when it is not 0.
+func startMCPAs(t *testing.T, uid int, bin, dir string, args ...string) *mcpClient {
+	t.Helper()
 	cmd := exec.Command(bin, append([]string{"mcp"}, args...)...)
 	cmd.Dir = dir
 	cmd.Env = baseEnv(dir)
+	if uid != 0 {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid), Groups: []uint32{}}}
+	}
 	c := &mcpClient{cmd: cmd, stderr: &testutil.Buffer{}, exited: make(chan struct{})}
 	cmd.Stderr = c.stderr
 	stdin, err := cmd.StdinPipe()
@@ -389,5 +398,63 @@ func TestMCPGVisor(t *testing.T) {
 	r := hutch(t, invocation{args: []string{"mcp", "--tier", "gvisor", "--runsc", testutil.Runsc(t)}, stdin: strings.NewReader("")})
 	if r.code != 125 || !strings.Contains(r.stderr, "namespace tier only") || !strings.Contains(r.stderr, "hutch serve --default-tier gvisor") {
 		t.Errorf("hutch mcp --tier gvisor: %s", r)
+	}
+}
+
+// TestMCPAsUser: an ordinary user's hutch mcp (a laptop's) runs its
+// sandboxes as that user, writes the workspace as that user, forwards
+// ports, and ends them all when its client closes.
+func TestMCPAsUser(t *testing.T) {
+	testutil.RequireRoot(t)
+	uid := testutil.UnprivilegedUID
+	ws := testutil.OwnedDir(t, uid)
+	c := startMCPAs(t, uid, testutil.Hutch(t), ws)
+	out := c.call(t, "exec", map[string]any{"command": "id -u; echo mine > mine.txt; (echo x > /etc/x) 2>/dev/null || echo ro"})
+	if out["output"] != strconv.Itoa(uid)+"\nro\n" {
+		t.Errorf("exec: %q", out["output"])
+	}
+	fi, err := os.Stat(filepath.Join(ws, "mine.txt"))
+	if err != nil || fi.Sys().(*syscall.Stat_t).Uid != uint32(uid) {
+		t.Errorf("the workspace's file: %v, %v", fi, err)
+	}
+	sb := c.call(t, "sandbox_create", nil)
+	if out := c.call(t, "exec", map[string]any{"command": "id -u; echo ok > f && cat f", "sandbox_id": sb["sandbox_id"]}); out["output"] != strconv.Itoa(uid)+"\nok\n" {
+		t.Errorf("exec in a created sandbox: %q", out["output"])
+	}
+	if err := os.WriteFile(filepath.Join(ws, "index.html"), []byte("as a user\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c.call(t, "exec", map[string]any{"command": "exec python3 -m http.server --bind 127.0.0.1 9999", "yield_ms": 100})
+	u := c.call(t, "port_url", map[string]any{"port": 9999})["url"].(string)
+	var got string
+	testutil.Eventually(guard, func() bool {
+		resp, err := (&http.Client{Transport: &http.Transport{Proxy: nil}}).Get(u + "index.html")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		got = string(b)
+		return resp.StatusCode == http.StatusOK
+	})
+	if got != "as a user\n" {
+		t.Errorf("through port_url: %q", got)
+	}
+	procs := descendants(t, c.cmd.Process.Pid)
+	if err := c.Close(); err != nil {
+		t.Errorf("close: %v", err)
+	}
+	if code := c.wait(t); code != 0 {
+		t.Errorf("exit code %d\n%s", code, c.stderr)
+	}
+	for _, p := range procs {
+		if alive(p) {
+			t.Errorf("process %d outlived hutch mcp", p)
+		}
+	}
+	if tmp, _ := sb["workspace"].(string); tmp == "" {
+		t.Error("no workspace")
+	} else if _, err := os.Stat(tmp); !os.IsNotExist(err) {
+		t.Errorf("the created sandbox's workspace %s is left: %v", tmp, err)
 	}
 }
