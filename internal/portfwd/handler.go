@@ -20,8 +20,25 @@ import (
 const MaxTargets = 4096
 
 // DialFunc connects to a sandbox's port, e.g. with Dial through the
-// sandbox's agent.
+// sandbox's agent (Dialer).
 type DialFunc func(ctx context.Context) (net.Conn, error)
+
+// Dialer is the DialFunc of port inside the sandbox whose agent client
+// returns (looked up at each connection, so that a sandbox that ended is
+// an error rather than a stale client).
+func Dialer(client AgentFunc, port int) DialFunc {
+	return func(ctx context.Context) (net.Conn, error) {
+		c, err := client(ctx)
+		if err != nil {
+			return nil, err
+		}
+		conn, err := Dial(ctx, c, port)
+		if err != nil {
+			return nil, err
+		}
+		return conn, nil
+	}
+}
 
 // Handler reverse-proxies HTTP requests, upgrades (WebSocket) included,
 // to servers listening inside sandboxes, each behind a capability URL:
@@ -123,16 +140,18 @@ func (h *Handler) URL(base, sandbox string, port int, dial DialFunc) (string, er
 }
 
 // Forget unpublishes every port of sandbox (which ended): their URLs
-// answer 404 from now on.
+// answer 404 from now on, and the idle connections kept to it close.
 func (h *Handler) Forget(sandbox string) {
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	for k, tok := range h.byKey {
 		if k.sandbox == sandbox {
 			delete(h.byKey, k)
 			delete(h.byToken, tok)
 		}
 	}
+	h.mu.Unlock()
+	// Every target's: the Transport cannot close one host's alone.
+	h.transport.CloseIdleConnections()
 }
 
 // Close closes the idle connections to the sandboxes.

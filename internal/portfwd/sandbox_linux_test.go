@@ -139,7 +139,7 @@ func TestDialSandbox(t *testing.T) {
 	// Handler: behind a capability URL.
 	h := NewHandler()
 	fe := front(t, h)
-	pu, err := h.URL(fe.URL+"/ports/", "sb", port, func(ctx context.Context) (net.Conn, error) { return Dial(ctx, c, port) })
+	pu, err := h.URL(fe.URL+"/ports/", "sb", port, Dialer(agentOf, port))
 	if err != nil {
 		t.Fatal(err)
 	}
