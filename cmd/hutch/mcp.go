@@ -94,7 +94,11 @@ func cmdMCP(args []string, stdin, stdout, stderr *os.File) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
-	server := mcp.NewServer(mcp.Options{
+	// A client gone while an answer is written: the write fails (and the
+	// session ends with stdin's end) instead of SIGPIPE killing hutch
+	// before it released anything.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+	o := mcp.Options{
 		Version:  version,
 		Backend:  b,
 		Owner:    mcpOwner,
@@ -102,7 +106,13 @@ func cmdMCP(args []string, stdin, stdout, stderr *os.File) int {
 		Links:    b.links,
 		LinkBase: b.linkBase,
 		Log:      b.debug,
-	})
+	}
+	if rf.debug {
+		o.Audit = func(c mcp.Call) {
+			b.log.Debug("tool call", "tool", c.Tool, "sandbox", c.Sandbox, "arg_bytes", c.ArgBytes, "took", c.Duration, "err", c.Err)
+		}
+	}
+	server := mcp.NewServer(o)
 	err = server.Run(ctx, &sdk.IOTransport{Reader: stdin, Writer: stdout, MaxLineLength: maxFrame})
 	switch {
 	case ctx.Err() != nil:

@@ -458,3 +458,65 @@ func TestMCPAsUser(t *testing.T) {
 		t.Errorf("the created sandbox's workspace %s is left: %v", tmp, err)
 	}
 }
+
+// TestMCPClientGone: a client that went away while a call ran (its end of
+// hutch's stdout closed) does not kill hutch with SIGPIPE: the session
+// still ends cleanly, its sandbox with it.
+func TestMCPClientGone(t *testing.T) {
+	testutil.RequireRoot(t)
+	cmd := exec.Command(testutil.Hutch(t), "mcp")
+	cmd.Dir = t.TempDir()
+	cmd.Env = baseEnv(cmd.Dir)
+	stderr := &testutil.Buffer{}
+	cmd.Stderr = stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	defer func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	}()
+	for _, m := range []string{
+		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`,
+		`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
+		`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"exec","arguments":{"command":"sleep 2; echo done"}}}`,
+	} {
+		if _, err := io.WriteString(stdin, m+"\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	line := make([]byte, 1)
+	if _, err := stdout.Read(line); err != nil { // the answer to initialize has come
+		t.Fatal(err)
+	}
+	var procs []int
+	testutil.Eventually(guard, func() bool {
+		procs = descendants(t, cmd.Process.Pid)
+		return len(procs) >= 2 // the sandbox's agent and the command
+	})
+	stdout.Close() // the client is gone before the exec's answer
+	select {
+	case <-exited:
+	case <-time.After(guard):
+		t.Fatalf("hutch mcp did not end\n%s", stderr)
+	}
+	st := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	if st.Signaled() || st.ExitStatus() != 0 {
+		t.Errorf("hutch mcp: %v (want exit 0)\n%s", cmd.ProcessState, stderr)
+	}
+	for _, p := range procs {
+		if alive(p) {
+			t.Errorf("process %d outlived hutch mcp", p)
+		}
+	}
+}
