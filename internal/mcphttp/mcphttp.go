@@ -428,7 +428,8 @@ func (h *Handler) tenantLocked(name string) *tenant {
 	return t
 }
 
-// sessions is how many sessions tenant name has open.
+// sessions is how many sessions tenant name has open (and, while their
+// requests last, stateless ones).
 func (h *Handler) sessions(name string) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -441,10 +442,15 @@ func (h *Handler) sessions(name string) int {
 	return n
 }
 
+// countSessions counts the sessions of s that were initialized: not those
+// that a request without one (a probe of the newest revision, a refused
+// body) made and that end with it.
 func countSessions(s *sdk.Server) int {
 	n := 0
-	for range s.Sessions() {
-		n++
+	for ss := range s.Sessions() {
+		if ss.InitializeParams() != nil {
+			n++
+		}
 	}
 	return n
 }
