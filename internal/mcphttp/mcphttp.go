@@ -411,7 +411,7 @@ func (h *Handler) server(r *http.Request) *sdk.Server {
 		Links:    h.links,
 		LinkBase: key.linkBase,
 		Audit:    h.recorder(c.tenant),
-		Log:      h.log.With("tenant", c.tenant),
+		Log:      slog.New(quiet{h.log.Handler()}).With("tenant", c.tenant),
 	})
 	t.servers[key] = s
 	return s
@@ -494,4 +494,33 @@ func (h *Handler) recorder(tenant string) func(mcp.Call) {
 			h.log.Error("audit log", "action", e.Action, "tool", c.Tool, "sandbox", c.Sandbox, "err", err)
 		}
 	}
+}
+
+// quiet logs what is below a warning at debug level: the SDK's servers
+// log every session's start and end (for /mcp/stateless, every request's)
+// as information, which only --debug wants.
+type quiet struct{ slog.Handler }
+
+// Enabled reports whether the record would be logged at its new level.
+func (q quiet) Enabled(ctx context.Context, l slog.Level) bool {
+	return q.Handler.Enabled(ctx, demote(l))
+}
+
+// Handle logs r at its new level.
+func (q quiet) Handle(ctx context.Context, r slog.Record) error {
+	r.Level = demote(r.Level)
+	return q.Handler.Handle(ctx, r)
+}
+
+// WithAttrs is the handler's, quiet.
+func (q quiet) WithAttrs(as []slog.Attr) slog.Handler { return quiet{q.Handler.WithAttrs(as)} }
+
+// WithGroup is the handler's, quiet.
+func (q quiet) WithGroup(name string) slog.Handler { return quiet{q.Handler.WithGroup(name)} }
+
+func demote(l slog.Level) slog.Level {
+	if l < slog.LevelWarn {
+		return min(l, slog.LevelDebug)
+	}
+	return l
 }
