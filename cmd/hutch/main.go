@@ -14,7 +14,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,7 +21,6 @@ import (
 
 	"github.com/hutch-sandbox/hutch/internal/cli"
 	"github.com/hutch-sandbox/hutch/internal/gvisor"
-	"github.com/hutch-sandbox/hutch/internal/image"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/proxyconnect"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
@@ -160,100 +158,37 @@ func cmdRun(args []string, stdin, stdout, stderr *os.File) int {
 		return code
 	}
 	command := fs.Args()
-	pf := &rf.policyFlags
-	spec, code := pf.spec(stderr)
+	spec, code := rf.spec(stderr)
 	if code != 0 {
 		return code
 	}
-	stateDir := rf.stateDir
-	if stateDir == "" {
-		stateDir = image.DefaultStateDir()
+	sb, err := rf.prepare(spec, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "hutch: %v\n", err)
+		return sandbox.ExitHutchError
 	}
-	var imgRoot *sandbox.ImageRoot
-	var img *image.Image
-	var imgUser image.User
-	if _, ok := spec.Image(); ok {
-		var err error
-		var release func()
-		if imgRoot, img, imgUser, release, err = imageRoot(spec, stateDir, stderr); err != nil {
-			fmt.Fprintf(stderr, "hutch: %v\n", err)
-			return sandbox.ExitHutchError
-		}
-		defer release()
-		if len(command) == 0 {
-			// The image's own command starts where the image says; a
-			// command given here works on the user's project, in the
-			// workspace.
-			command = imageCommand(img)
-			if wd := img.Config.WorkingDir; wd != "" {
-				imgRoot.Dir = filepath.Join("/", wd)
-			}
+	defer sb.close()
+	if len(command) == 0 && sb.img != nil {
+		// The image's own command starts where the image says; a command
+		// given here works on the user's project, in the workspace.
+		command = imageCommand(sb.img)
+		if wd := sb.img.Config.WorkingDir; wd != "" {
+			sb.imgRoot.Dir = filepath.Join("/", wd)
 		}
 	}
 	if len(command) == 0 {
 		fmt.Fprintln(stderr, "hutch: no command given: hutch run [flags] -- COMMAND [ARGS...]")
 		return sandbox.ExitHutchError
 	}
-	// Nor read or change hutch's own state: the state directory (--state-dir,
-	// else HUTCH_STATE_DIR's, else the default one) holds the images whose
-	// layers every sandbox of them runs, HUTCH_STATE_DIR perhaps a
-	// daemon's; of a system directory named so, the store. Read-only too,
-	// should --allow-read open it in a writable place.
-	for _, d := range []string{stateDir, os.Getenv("HUTCH_STATE_DIR")} {
-		if abs, err := filepath.Abs(d); d != "" && err == nil {
-			if policy.SystemDir(abs) {
-				abs = filepath.Join(abs, "images")
-			}
-			spec.Filesystem.DenyRead = append(spec.Filesystem.DenyRead, abs)
-			spec.Filesystem.DenyWrite = append(spec.Filesystem.DenyWrite, abs)
-		}
-	}
-	// The sandbox may never change the policy it runs under, even when the
-	// file lies in its workspace (ESCAPES item 20).
-	for _, f := range []string{pf.policyFile, pf.srtFile} {
-		if abs, err := filepath.Abs(f); f != "" && err == nil {
-			spec.Filesystem.DenyWrite = append(spec.Filesystem.DenyWrite, abs)
-		}
-	}
-	warnPrivateArgs(spec, command, stderr)
-	log := slog.New(slog.DiscardHandler)
-	if rf.debug {
-		log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
-	egress, err := newEgress(spec, pf.givenMode == "none", rf.report, rf.upstreamCAs, stderr, log)
+	warnPrivateArgs(sb.spec, command, stderr)
+	environ, err := sb.environ(command)
 	if err != nil {
 		fmt.Fprintf(stderr, "hutch: %v\n", err)
 		return sandbox.ExitHutchError
 	}
-	defer egress.finish()
-	base := policy.BuildEnv(spec.Env, os.Environ())
-	if img != nil {
-		base = imageEnv(img, imgUser, spec, base)
-	}
-	environ, err := egress.sandboxEnv(base, command)
-	if err != nil {
-		fmt.Fprintf(stderr, "hutch: %v\n", err)
-		return sandbox.ExitHutchError
-	}
-	rt, err := runtimeFor(spec.Tier, rf.runsc, rf.directFS)
-	if err != nil {
-		fmt.Fprintf(stderr, "hutch: %v\n", err)
-		return sandbox.ExitHutchError
-	}
-	res, err := rt.Run(context.Background(), sandbox.Config{
-		Spec:     spec,
-		Args:     command,
-		Environ:  environ,
-		CABundle: egress.caBundle,
-		Wipe:     egress.secretValues(),
-		Stdin:    stdin,
-		Stdout:   stdout,
-		Stderr:   stderr,
-		Warn:     stderr,
-		Log:      log,
-		Proxy:    egress.sandboxProxy(),
-		Image:    imgRoot,
-	})
+	c := sb.config(environ)
+	c.Args, c.Stdin, c.Stdout, c.Stderr = command, stdin, stdout, stderr
+	res, err := sb.rt.Run(context.Background(), c)
 	if err != nil {
 		var ie *sandbox.InitError
 		if errors.As(err, &ie) {
@@ -263,24 +198,7 @@ func cmdRun(args []string, stdin, stdout, stderr *os.File) int {
 		fmt.Fprintf(stderr, "hutch: %v\n", err)
 		return sandbox.ExitHutchError
 	}
-	if res.TimedOut {
-		fmt.Fprintf(stderr, "hutch: timed out after %s; the sandbox was killed\n", spec.Resources.Timeout)
-	}
-	if res.OOMKilled {
-		fmt.Fprintf(stderr, "hutch: the sandbox ran out of memory (limit %s)\n", policy.FormatSize(spec.Resources.MemoryBytes))
-	}
-	for _, line := range sandbox.SetAsideReport(res.SetAside) {
-		fmt.Fprintln(stderr, line)
-	}
-	for _, sa := range res.SetAside {
-		egress.rec.Note(setAsideRecord{Time: time.Now(), Sandbox: egress.id, Action: "set_aside", SetAside: sa})
-	}
-	for _, line := range sandbox.RefusalReport(res.Refused, res.RefusedMore) {
-		fmt.Fprintln(stderr, line)
-	}
-	for _, r := range res.Refused {
-		egress.rec.Note(fileRefusalRecord{Time: time.Now(), Sandbox: egress.id, Action: "blocked", Protocol: "file", FileRefusal: r})
-	}
+	sb.finished(res)
 	return res.ExitCode
 }
 
