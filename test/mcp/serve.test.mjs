@@ -222,6 +222,7 @@ describe('tools', () => {
     const res = await call(a.client, 'exec', { sandbox_id: sandbox, command: 'echo $$ > /tmp/long.pid; echo started; exec sleep 600', yield_ms: 1000 })
     const sid = res.structuredContent.session_id
     assert.ok(sid, `no session id: ${JSON.stringify(res.structuredContent)}`)
+    assert.equal(res.structuredContent.running, true)
     assert.equal(res.structuredContent.exit_code, undefined)
     await until(async () => (await sh(a.client, sandbox, 'cat /tmp/long.pid 2>/dev/null || true')).trim() !== '', 'the pid file')
     const poll = await call(a.client, 'exec_poll', { session_id: sid })
@@ -232,15 +233,17 @@ describe('tools', () => {
     const s = await connect(tokenA, statelessURL)
     const spoll = await call(s.client, 'exec_poll', { session_id: sid })
     assert.equal(spoll.structuredContent.exit_code, undefined)
-    await call(a.client, 'exec_kill', { session_id: sid })
+    const killed = await call(a.client, 'exec_kill', { session_id: sid })
+    assert.equal(killed.structuredContent.killed, true)
     await until(() => gone(a.client, sandbox, '/tmp/long.pid'), 'the killed command to be gone')
+    await refused(a.client, 'exec_poll', { session_id: sid })
   })
 
   test('a cancelled exec kills its command', async () => {
     const ctl = new AbortController()
     const pending = a.client.callTool(
-      { name: 'exec', arguments: { sandbox_id: sandbox, command: 'echo $$ > /tmp/cancel.pid; exec sleep 600', yield_ms: 600_000 } },
-      undefined, { signal: ctl.signal, timeout: 700_000 })
+      { name: 'exec', arguments: { sandbox_id: sandbox, command: 'echo $$ > /tmp/cancel.pid; exec sleep 600', yield_ms: 300_000 } },
+      undefined, { signal: ctl.signal, timeout: 400_000 })
     await until(async () => (await sh(a.client, sandbox, 'cat /tmp/cancel.pid 2>/dev/null || true')).trim() !== '', 'the pid file')
     ctl.abort()
     await assert.rejects(pending)
