@@ -1,6 +1,7 @@
 package mcphttp
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/hutch-sandbox/hutch/internal/api"
 	"github.com/hutch-sandbox/hutch/internal/api/apitest"
+	"github.com/hutch-sandbox/hutch/internal/audit"
 	"github.com/hutch-sandbox/hutch/internal/testutil"
 )
 
@@ -496,6 +498,121 @@ func TestClose(t *testing.T) {
 	}
 	if err := cs.Ping(context.Background(), nil); err == nil || errors.Is(err, context.Canceled) {
 		t.Errorf("a ping after Close: %v, want the session gone", err)
+	}
+}
+
+// callTool calls a tool; it fails the test on a protocol error, not on a
+// tool error.
+func callTool(t *testing.T, cs *sdk.ClientSession, name string, args map[string]any) *sdk.CallToolResult {
+	t.Helper()
+	res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: name, Arguments: args})
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return res
+}
+
+// structured is a result's structured content.
+func structured(t *testing.T, res *sdk.CallToolResult) map[string]any {
+	t.Helper()
+	b, err := json.Marshal(res.StructuredContent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatalf("structured content %s: %v", b, err)
+	}
+	return m
+}
+
+// TestToolCalls: every tool call is in the audit log (tenant, tool,
+// sandbox, argument size, duration, outcome) and counted; a tenant's
+// sandboxes are its own, and the operator's rights come with the socket
+// only; links point under the request's Host, or the public URL.
+func TestToolCalls(t *testing.T) {
+	logPath := filepath.Join(t.TempDir(), audit.FileName)
+	al, err := audit.Open(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer al.Close()
+	e := newEnv(t, Config{Audit: al})
+	alice, bob := e.token(t, "alice"), e.token(t, "bob")
+	okExec, errExec := ToolCalls.With("exec", "ok").Value(), ToolCalls.With("exec", "error").Value()
+
+	a := e.connect(t, alice, Path, "")
+	id, _ := structured(t, callTool(t, a, "sandbox_create", nil))["sandbox_id"].(string)
+	if id == "" || e.m.LastCreate().Operator {
+		t.Fatalf("alice's sandbox_create on TCP: id %q, operator %v", id, e.m.LastCreate().Operator)
+	}
+	args := map[string]any{"sandbox_id": id, "command": "echo hi"}
+	if res := callTool(t, a, "exec", args); res.IsError || structured(t, res)["output"] != "hi\n" {
+		t.Fatalf("exec: %+v", res)
+	}
+	b := e.connect(t, bob, StatelessPath, "")
+	if res := callTool(t, b, "exec", args); !res.IsError {
+		t.Fatalf("bob's exec in alice's sandbox: %+v", res)
+	}
+	op := e.connect(t, "", Path, "")
+	callTool(t, op, "sandbox_create", nil)
+	if !e.m.LastCreate().Operator {
+		t.Error("the operator's sandbox_create on the socket is not the operator's")
+	}
+	if got := ToolCalls.With("exec", "ok").Value() - okExec; got != 1 {
+		t.Errorf("hutch_mcp_tool_calls_total{exec,ok} grew by %v, want 1", got)
+	}
+	if got := ToolCalls.With("exec", "error").Value() - errExec; got != 1 {
+		t.Errorf("hutch_mcp_tool_calls_total{exec,error} grew by %v, want 1", got)
+	}
+
+	f, err := os.Open(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if n, err := audit.Verify(f); err != nil || n != 4 {
+		t.Fatalf("audit log: %d entries, %v; want 4", n, err)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		t.Fatal(err)
+	}
+	var got []audit.Entry
+	for d := json.NewDecoder(f); ; {
+		var ent audit.Entry
+		if err := d.Decode(&ent); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, ent)
+	}
+	argBytes, _ := json.Marshal(args)
+	for i, want := range []audit.Entry{
+		{Tenant: "alice", Tool: "sandbox_create", Sandbox: ""},
+		{Tenant: "alice", Tool: "exec", Sandbox: id, BytesIn: int64(len(argBytes))},
+		{Tenant: "bob", Tool: "exec", Sandbox: id, BytesIn: int64(len(argBytes)), Error: api.CodeNotFound},
+		{Tenant: "admin", Tool: "sandbox_create"},
+	} {
+		g := got[i]
+		if g.Action != "mcp_call" || g.Tenant != want.Tenant || g.Tool != want.Tool || g.Error != want.Error ||
+			(want.Sandbox != "" && g.Sandbox != want.Sandbox) || (want.BytesIn != 0 && g.BytesIn != want.BytesIn) {
+			t.Errorf("audit entry %d: %+v, want %+v", i+1, g, want)
+		}
+	}
+
+	// Links: under the Host the request named, or under the public URL.
+	for _, public := range []string{"", "https://hutch.example.net:8443"} {
+		e := newEnv(t, Config{PublicURL: public})
+		want := cmp.Or(public, e.tcp) + LinksPath
+		cs := e.connect(t, e.token(t, "alice"), Path, "")
+		id, _ := structured(t, callTool(t, cs, "sandbox_create", nil))["sandbox_id"].(string)
+		callTool(t, cs, "file_write", map[string]any{"sandbox_id": id, "path": "b.bin", "content": "AAEC", "encoding": "base64"})
+		out := structured(t, callTool(t, cs, "file_read", map[string]any{"sandbox_id": id, "path": "b.bin"}))
+		u, _ := out["url"].(string)
+		if !strings.HasPrefix(u, want) {
+			t.Errorf("public URL %q: file_read's link %q is not under %s", public, u, want)
+		}
 	}
 }
 
