@@ -216,3 +216,29 @@ func TestMCPServeSDK(t *testing.T) {
 		}
 	}
 }
+
+// TestMCPServeOff: with --no-mcp, /mcp is no route of the daemon's, and
+// its metrics have no MCP family.
+func TestMCPServeOff(t *testing.T) {
+	d := startDaemonWith(t, nil, "--no-mcp")
+	tok := d.token(t, "off", false)
+	req, err := http.NewRequest(http.MethodPost, d.tcp+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"ping"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound || !strings.Contains(string(b), "no such route") {
+		t.Errorf("POST /mcp with --no-mcp: %d %s, want the API's 404", resp.StatusCode, b)
+	}
+	if m := d.metrics(t); strings.Contains(m, "hutch_mcp_") {
+		t.Errorf("MCP metrics with --no-mcp:\n%s", m)
+	}
+}
