@@ -23,16 +23,16 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/testutil"
 )
 
-// mcpDir holds MCP's JavaScript test clients and their pinned
+// mcpServeDir (test/mcp) holds MCP's JavaScript test clients and their pinned
 // dependencies (package.json, package-lock.json; node_modules and .node,
 // node 22, are installed by scripts/test.sh).
-var mcpDir = filepath.Join("..", "..", "test", "mcp")
+var mcpServeDir = filepath.Join("..", "..", "test", "mcp")
 
-// mcpNode returns test/mcp's node 22 (absolute), once it checked that the
+// mcpServeNode returns test/mcp's node 22 (absolute), once it checked that the
 // MCP packages are installed next to it.
-func mcpNode(t *testing.T) string {
+func mcpServeNode(t *testing.T) string {
 	t.Helper()
-	node, err := filepath.Abs(filepath.Join(mcpDir, ".node", "node_modules", ".bin", "node"))
+	node, err := filepath.Abs(filepath.Join(mcpServeDir, ".node", "node_modules", ".bin", "node"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,15 +40,15 @@ func mcpNode(t *testing.T) string {
 	major, _ := strconv.Atoi(strings.Split(strings.TrimSpace(string(out)), ".")[0])
 	testutil.Need(t, err == nil && major >= 22, "no node 22 in test/mcp/.node (scripts/test.sh installs it)")
 	for _, p := range []string{"@modelcontextprotocol/sdk", "@modelcontextprotocol/conformance"} {
-		_, err := os.Stat(filepath.Join(mcpDir, "node_modules", p, "package.json"))
+		_, err := os.Stat(filepath.Join(mcpServeDir, "node_modules", p, "package.json"))
 		testutil.Need(t, err == nil, p+" is not installed in test/mcp/node_modules (npm ci there; scripts/test.sh does)")
 	}
 	return node
 }
 
-// nodeEnv is the environment of a node process of the MCP tests: node 22
+// mcpServeEnv is the environment of a node process of the MCP tests: node 22
 // first in PATH, no proxy (everything they reach is on loopback).
-func nodeEnv(node string, more ...string) []string {
+func mcpServeEnv(node string, more ...string) []string {
 	return append([]string{
 		"PATH=" + filepath.Dir(node) + ":" + stdPath, "HOME=" + os.TempDir(), "NO_COLOR=1",
 		"HTTP_PROXY=", "HTTPS_PROXY=", "http_proxy=", "https_proxy=",
@@ -88,7 +88,7 @@ var conformanceSummary = regexp.MustCompile(`(?m)^([✓✗]) ([a-z0-9-]+): (\d+)
 // requests reach the daemon as the suite made them.
 func TestMCPConformance(t *testing.T) {
 	testutil.RequireRoot(t)
-	node := mcpNode(t)
+	node := mcpServeNode(t)
 	d := startDaemonWith(t, nil)
 	tok := d.token(t, "conformance", false)
 	target, err := url.Parse(d.tcp)
@@ -113,11 +113,11 @@ func TestMCPConformance(t *testing.T) {
 	go srv.Serve(l)
 	defer srv.Close()
 
-	baseline, err := filepath.Abs(filepath.Join(mcpDir, "conformance-expected-failures.yml"))
+	baseline, err := filepath.Abs(filepath.Join(mcpServeDir, "conformance-expected-failures.yml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	suite, err := filepath.Abs(filepath.Join(mcpDir, "node_modules", ".bin", "conformance"))
+	suite, err := filepath.Abs(filepath.Join(mcpServeDir, "node_modules", ".bin", "conformance"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +127,7 @@ func TestMCPConformance(t *testing.T) {
 	cmd := exec.CommandContext(ctx, node, suite, "server", "--url", "http://"+l.Addr().String()+"/mcp",
 		"--suite", "all", "--expected-failures", baseline, "-o", out)
 	cmd.Dir = out
-	cmd.Env = nodeEnv(node)
+	cmd.Env = mcpServeEnv(node)
 	b, err := cmd.CombinedOutput()
 	summary := string(b)
 	if i := strings.Index(summary, "=== SUMMARY ==="); i >= 0 {
@@ -163,15 +163,15 @@ func TestMCPConformance(t *testing.T) {
 // ones, and its metrics count them.
 func TestMCPServeSDK(t *testing.T) {
 	testutil.RequireRoot(t)
-	node := mcpNode(t)
+	node := mcpServeNode(t)
 	d := startDaemonWith(t, nil)
 	tokA, tokB, tokE2B := d.token(t, "mcp-a", false), d.token(t, "mcp-b", false), d.token(t, "mcp-a", true)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=spec", "serve.test.mjs")
-	cmd.Dir = mcpDir
-	cmd.Env = nodeEnv(node, "HUTCH_MCP_URL="+d.tcp+"/mcp", "HUTCH_MCP_TOKEN="+tokA, "HUTCH_MCP_TOKEN_B="+tokB, "HUTCH_MCP_TOKEN_E2B="+tokE2B)
+	cmd.Dir = mcpServeDir
+	cmd.Env = mcpServeEnv(node, "HUTCH_MCP_URL="+d.tcp+"/mcp", "HUTCH_MCP_TOKEN="+tokA, "HUTCH_MCP_TOKEN_B="+tokB, "HUTCH_MCP_TOKEN_E2B="+tokE2B)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("node --test serve.test.mjs: %v\n%s", err, out)
