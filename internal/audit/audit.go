@@ -49,8 +49,11 @@ type Entry struct {
 	// "resume", "connect", "exec", "stdin", "close_stdin", "resize",
 	// "signal", "write_file", "remove", "rename", "mkdir", "upload",
 	// "watch", "unwatch", "create_token", "pull_image", "remove_image"
-	// (the front ends' route tables say which route records which).
+	// (the front ends' route tables say which route records which), or
+	// "mcp_call": a call of an MCP tool on /mcp (Tool names it).
 	Action string `json:"action"`
+	// Tool is the MCP tool an mcp_call called ("exec", "file_write" …).
+	Tool string `json:"tool,omitempty"`
 	// Sandbox is the sandbox it acted on ("" when none, e.g. a create
 	// that failed).
 	Sandbox string `json:"sandbox,omitempty"`
@@ -71,14 +74,17 @@ type Entry struct {
 	// ExitCode is how an exec's command ended (nil if it did not run to
 	// its end).
 	ExitCode *int `json:"exit_code,omitempty"`
-	// DurationMS is how long an exec's command ran, in milliseconds.
+	// DurationMS is how long an exec's command ran, or an mcp_call took,
+	// in milliseconds.
 	DurationMS int64 `json:"duration_ms,omitempty"`
-	// BytesIn is how many bytes of stdin an exec's command was given.
+	// BytesIn is how many bytes of stdin an exec's command was given, or
+	// the size of an mcp_call's arguments (their JSON).
 	BytesIn int64 `json:"bytes_in,omitempty"`
 	// BytesOut is how many bytes of output (stdout and stderr) an exec's
 	// command produced.
 	BytesOut int64 `json:"bytes_out,omitempty"`
-	// Error is the API's error code when the call failed.
+	// Error is the API's error code when the call failed; for an
+	// mcp_call whose tool error is of none of its categories, "tool_error".
 	Error string `json:"error,omitempty"`
 }
 
