@@ -202,14 +202,14 @@ func newMCPBackend(rf *runFlags, spec policy.Spec, stderr io.Writer) (*mcpBacken
 		b.debug = b.log
 	}
 	b.fwd.Log = b.log
-	if _, err := runtimeFor(spec.Tier, rf.runsc, rf.directFS); err != nil {
-		return nil, err
-	}
 	if spec.Tier == policy.TierGVisor {
 		// gVisor's long-lived sandboxes are hutch serve's: their root is a
 		// writable layer of their own, with the workspace in it, where
 		// hutch mcp's is a directory of the host.
 		return nil, fmt.Errorf("--tier %s: hutch mcp runs its sandboxes in the namespace tier only (gVisor's long-lived sandboxes keep their workspace in a root layer of their own, not a directory of the host): use hutch serve --default-tier %s and its /mcp", policy.TierGVisor, policy.TierGVisor)
+	}
+	if _, err := runtimeFor(spec.Tier, rf.runsc, rf.directFS); err != nil {
+		return nil, err
 	}
 	if spec.Network.Mode == "proxy" {
 		cfg, err := egress.ConfigFromPolicy(spec.Network)
