@@ -137,8 +137,17 @@ func startMCPAs(t *testing.T, uid int, bin, dir string, args ...string) *mcpClie
 		close(c.exited)
 	}()
 	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-c.exited
+		// The client's close ends hutch mcp, which then releases its
+		// sandboxes (their workspaces removed); SIGKILL only if it hangs.
+		if c.ClientSession != nil {
+			_ = c.ClientSession.Close()
+		}
+		select {
+		case <-c.exited:
+		case <-time.After(guard):
+			_ = cmd.Process.Kill()
+			<-c.exited
+		}
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), guard)
 	defer cancel()
@@ -148,7 +157,6 @@ func startMCPAs(t *testing.T, uid int, bin, dir string, args ...string) *mcpClie
 		t.Fatalf("connect to hutch mcp: %v\n%s", err, c.stderr)
 	}
 	c.ClientSession = cs
-	t.Cleanup(func() { _ = cs.Close() })
 	return c
 }
 
