@@ -482,7 +482,12 @@ func (h *Handler) recorder(tenant string) func(mcp.Call) {
 				code = "tool_error"
 			}
 		}
-		ToolCalls.With(c.Tool, outcome).Inc()
+		label := c.Tool
+		if c.Unknown {
+			// The caller chose the name: one series for them all.
+			label = "unknown"
+		}
+		ToolCalls.With(label, outcome).Inc()
 		if h.cfg.Audit == nil {
 			return
 		}

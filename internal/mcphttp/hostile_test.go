@@ -1,0 +1,70 @@
+package mcphttp
+
+import (
+	"bufio"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/hutch-sandbox/hutch/internal/audit"
+	"github.com/hutch-sandbox/hutch/internal/metrics"
+)
+
+// TestCallerChosenNamesBounded: what a caller names in a tool call (the
+// tool, the sandbox) reaches the audit log and the operator's metrics
+// bounded: a tool that does not exist is counted as one label whatever
+// its name, and neither a long tool name nor a long sandbox_id makes a
+// long audit record.
+func TestCallerChosenNamesBounded(t *testing.T) {
+	logPath := filepath.Join(t.TempDir(), audit.FileName)
+	al, err := audit.Open(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer al.Close()
+	e := newEnv(t, Config{Audit: al})
+	tok := e.token(t, "alice")
+	c := e.httpClient(t, tok)
+	long := strings.Repeat("x", 1<<20)
+	for i, name := range []string{"nope-1", "nope-2", "nope-3", long} {
+		body := `{"jsonrpc":"2.0","id":` + string(rune('1'+i)) + `,"method":"tools/call","params":{"name":"` + name + `","arguments":{}}}`
+		e.post(t, c, e.tcp+StatelessPath, body, nil)
+	}
+	e.post(t, c, e.tcp+StatelessPath, `{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"sandbox_info","arguments":{"sandbox_id":"`+long+`"}}}`, nil)
+	if m := exposition(t); strings.Contains(m, "nope") || strings.Contains(m, "xxxx") || !strings.Contains(m, `tool="unknown"`) {
+		t.Errorf("calls of tools that do not exist are counted under their names, not as unknown:\n%.2000s", m)
+	}
+	f, err := os.Open(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r := bufio.NewReader(f)
+	n := 0
+	for {
+		line, err := r.ReadString('\n')
+		if line == "" && err != nil {
+			break
+		}
+		n++
+		if len(line) > 4096 {
+			t.Errorf("audit record %d: %d bytes", n, len(line))
+		}
+	}
+	if n != 5 {
+		t.Errorf("%d audit records of 5 calls", n)
+	}
+}
+
+// exposition is ToolCalls as /metrics shows it.
+func exposition(t *testing.T) string {
+	t.Helper()
+	var r metrics.Registry
+	r.Register(ToolCalls)
+	var b strings.Builder
+	if _, err := r.WriteTo(&b); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
