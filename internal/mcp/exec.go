@@ -274,7 +274,7 @@ func (t *tools) report(s *session, stdin <-chan error, killed bool) (*sdk.CallTo
 	}
 	if r.cut > 0 && s.log != nil {
 		size, write := s.log.link()
-		u, err := t.o.Links.Publish(t.o.LinkBase, "exec-"+s.id[:8]+".log", "text/plain; charset=utf-8", size, write)
+		u, err := t.o.Links.Publish(t.o.Owner, t.o.LinkBase, "exec-"+s.id[:8]+".log", "text/plain; charset=utf-8", size, write)
 		if err != nil {
 			t.o.Log.Warn("publish exec log", "err", err)
 		}

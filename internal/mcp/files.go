@@ -233,7 +233,7 @@ func (t *tools) publishFile(id, p string) string {
 	if t.o.Links == nil {
 		return ""
 	}
-	u, err := t.o.Links.Publish(t.o.LinkBase, path.Base(p), "application/octet-stream", -1, func(ctx context.Context, w io.Writer) error {
+	u, err := t.o.Links.Publish(t.o.Owner, t.o.LinkBase, path.Base(p), "application/octet-stream", -1, func(ctx context.Context, w io.Writer) error {
 		ac, err := t.o.Backend.Agent(ctx, id)
 		if err != nil {
 			return err

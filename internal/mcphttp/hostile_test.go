@@ -2,12 +2,16 @@ package mcphttp
 
 import (
 	"bufio"
+	"context"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/hutch-sandbox/hutch/internal/audit"
+	"github.com/hutch-sandbox/hutch/internal/mcp"
 	"github.com/hutch-sandbox/hutch/internal/metrics"
 )
 
@@ -67,4 +71,35 @@ func exposition(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return b.String()
+}
+
+// TestLinksOfOneTenantStay: a tenant that publishes links without end
+// (a file_read of a binary file, an exec with long output, each makes
+// one) forgets its own oldest links, never another tenant's.
+func TestLinksOfOneTenantStay(t *testing.T) {
+	e := newEnv(t, Config{})
+	cs := e.connect(t, e.token(t, "alice"), Path, "")
+	id, _ := structured(t, callTool(t, cs, "sandbox_create", nil))["sandbox_id"].(string)
+	callTool(t, cs, "file_write", map[string]any{"sandbox_id": id, "path": "b.bin", "content": "AAEC", "encoding": "base64"})
+	u, _ := structured(t, callTool(t, cs, "file_read", map[string]any{"sandbox_id": id, "path": "b.bin"}))["url"].(string)
+	if u == "" {
+		t.Fatal("file_read of a binary file gave no link")
+	}
+	for range mcp.MaxLinks + 1 {
+		if _, err := e.h.links.Publish("bob", e.tcp+LinksPath, "x", "", 1, func(_ context.Context, w io.Writer) error {
+			_, err := io.WriteString(w, "x")
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resp, err := http.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || string(b) != "\x00\x01\x02" {
+		t.Errorf("alice's link after bob published %d: %d %q", mcp.MaxLinks+1, resp.StatusCode, b)
+	}
 }
