@@ -50,7 +50,7 @@ type execLog struct {
 	err     error // of the file; the log stays as it was
 	linked  bool  // a link was published
 	removed bool
-	expires time.Time // when kept for its link after its session
+	expires time.Time  // when kept for its link after its session
 	budget  *logBudget // its table's, which its bytes are taken from
 }
 
