@@ -139,6 +139,8 @@ func (t *tools) exec(ctx context.Context, req *sdk.CallToolRequest, in ExecIn) (
 	if err != nil {
 		return nil, ExecOut{}, err
 	}
+	args := []string{"/bin/sh", "-c", in.Command}
+	noteChange(ctx, args, "")
 	sb, ac, err := t.agentOf(ctx, in.SandboxID)
 	if err != nil {
 		return nil, ExecOut{}, err
@@ -157,7 +159,7 @@ func (t *tools) exec(ctx context.Context, req *sdk.CallToolRequest, in ExecIn) (
 		env = append(env, k+"="+in.Env[k])
 	}
 	p, err := ac.Exec(ctx, agent.ExecRequest{
-		Args:    []string{"/bin/sh", "-c", in.Command},
+		Args:    args,
 		Env:     env,
 		Dir:     dir,
 		Stdin:   true,

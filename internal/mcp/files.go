@@ -474,6 +474,7 @@ func (t *tools) fileWrite(ctx context.Context, _ *sdk.CallToolRequest, in FileWr
 	if err != nil {
 		return nil, FileWriteOut{}, err
 	}
+	noteChange(ctx, nil, p)
 	created := fi.Name == ""
 	if !created {
 		if err := regular(p, fi); err != nil {
@@ -608,6 +609,7 @@ func (t *tools) fileEdit(ctx context.Context, _ *sdk.CallToolRequest, in FileEdi
 	if err != nil {
 		return nil, FileEditOut{}, err
 	}
+	noteChange(ctx, nil, p)
 	if err := regular(p, fi); err != nil {
 		return nil, FileEditOut{}, err
 	}

@@ -60,7 +60,12 @@ type Call struct {
 	Unknown bool
 	// Sandbox is the sandbox the call named (cut to 64 bytes: an id
 	// longer than that names none) or acted on.
-	Sandbox  string
+	Sandbox string
+	// Command is what exec ran (or was refused to run: the arguments
+	// of the agent's exec); Paths are the files file_write and file_edit
+	// wrote (resolved in the sandbox), once they were found.
+	Command  []string
+	Paths    []string
 	ArgBytes int
 	Duration time.Duration
 	// Err is the tool error the model was shown, nil when the call

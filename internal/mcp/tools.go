@@ -37,7 +37,11 @@ func noted(name string) string {
 type auditKey struct{}
 
 // auditRec is what a tool's handler tells the audit of its call.
-type auditRec struct{ sandbox string }
+type auditRec struct {
+	sandbox string
+	command []string
+	paths   []string
+}
 
 // audit is a middleware that tells Options.Audit of every tool call once
 // it ended, failed arguments included.
@@ -51,7 +55,7 @@ func (t *tools) audit(next sdk.MethodHandler) sdk.MethodHandler {
 		start := time.Now()
 		res, err := next(context.WithValue(ctx, auditKey{}, rec), method, req)
 		c := Call{Tool: noted(cr.Params.Name), Unknown: !t.names[cr.Params.Name], Sandbox: rec.sandbox,
-			ArgBytes: len(cr.Params.Arguments), Duration: time.Since(start), Err: err}
+			Command: rec.command, Paths: rec.paths, ArgBytes: len(cr.Params.Arguments), Duration: time.Since(start), Err: err}
 		if r, ok := res.(*sdk.CallToolResult); ok && err == nil && r.IsError {
 			c.Err = r.GetError()
 			if c.Err == nil {
@@ -96,6 +100,17 @@ func (t *tools) sandbox(ctx context.Context, id string) (Sandbox, error) {
 func noteSandbox(ctx context.Context, id string) {
 	if rec, ok := ctx.Value(auditKey{}).(*auditRec); ok {
 		rec.sandbox = noted(id)
+	}
+}
+
+// noteChange tells the audit of the call in ctx what it runs (command) or
+// writes (path), as hutch's API records its exec and envd its writes.
+func noteChange(ctx context.Context, command []string, path string) {
+	if rec, ok := ctx.Value(auditKey{}).(*auditRec); ok {
+		rec.command = command
+		if path != "" {
+			rec.paths = []string{path}
+		}
 	}
 }
 

@@ -103,3 +103,42 @@ func TestLinksOfOneTenantStay(t *testing.T) {
 		t.Errorf("alice's link after bob published %d: %d %q", mcp.MaxLinks+1, resp.StatusCode, b)
 	}
 }
+
+// TestSessionIDsElsewhere: another tenant's session id opens no stream
+// of it (GET), and on the stateless path, where ids mean nothing, it is
+// served as the caller's own request, which reaches none of the session
+// owner's exec sessions.
+func TestSessionIDsElsewhere(t *testing.T) {
+	e := newEnv(t, Config{})
+	alice, bob := e.token(t, "alice"), e.token(t, "bob")
+	a := e.connect(t, alice, Path, "")
+	id, _ := structured(t, callTool(t, a, "sandbox_create", nil))["sandbox_id"].(string)
+	session, _ := structured(t, callTool(t, a, "exec", map[string]any{"sandbox_id": id, "command": "cat", "yield_ms": 1}))["session_id"].(string)
+	if session == "" {
+		t.Fatal("no exec session")
+	}
+	req, err := http.NewRequest(http.MethodGet, e.tcp+Path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Mcp-Session-Id", a.ID())
+	req.Header.Set("MCP-Protocol-Version", "2025-11-25")
+	resp, err := e.httpClient(t, bob).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("bob's GET of alice's session's stream: %d, want 403", resp.StatusCode)
+	}
+	poll := `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"exec_poll","arguments":{"session_id":"` + session + `","stdin":"bob\n"}}}`
+	hdr := map[string]string{"Mcp-Session-Id": a.ID(), "MCP-Protocol-Version": "2025-11-25"}
+	if status, _, body := e.post(t, e.httpClient(t, bob), e.tcp+StatelessPath, poll, hdr); status == http.StatusOK && !strings.Contains(body, "no such exec session") {
+		t.Errorf("bob's exec_poll of alice's exec session on the stateless path with her session id: %d %s", status, body)
+	}
+	out := structured(t, callTool(t, a, "exec_poll", map[string]any{"session_id": session, "close_stdin": true, "yield_ms": 60000}))
+	if out["output"] != "" || out["exit_code"] != float64(0) {
+		t.Errorf("alice's exec session: %v", out)
+	}
+}

@@ -493,6 +493,7 @@ func (h *Handler) recorder(tenant string) func(mcp.Call) {
 		}
 		e := audit.Entry{
 			Time: time.Now().Add(-c.Duration), Tenant: tenant, Action: "mcp_call", Tool: c.Tool, Sandbox: c.Sandbox,
+			Command: c.Command, Paths: c.Paths,
 			DurationMS: c.Duration.Milliseconds(), BytesIn: int64(c.ArgBytes), Error: code,
 		}
 		if err := h.cfg.Audit.Append(e); err != nil {

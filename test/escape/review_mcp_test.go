@@ -189,6 +189,13 @@ func mcpAudit(t *testing.T, d *served, id string) map[string]int {
 		if e.Error != "" {
 			k += " error"
 		}
+		// What ran and what was written is named, as hutch's API and
+		// envd name them.
+		switch {
+		case e.Tool == "exec" && len(e.Command) != 3,
+			(e.Tool == "file_write" || e.Tool == "file_edit") && e.Error == "" && (len(e.Paths) != 1 || !strings.HasSuffix(e.Paths[0], "/secret.txt")):
+			k += " unnamed"
+		}
 		out[k]++
 	}
 	return out
