@@ -9,10 +9,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/hutch-sandbox/hutch/internal/api"
 	"github.com/hutch-sandbox/hutch/internal/audit"
 	"github.com/hutch-sandbox/hutch/internal/mcp"
 	"github.com/hutch-sandbox/hutch/internal/metrics"
+	"github.com/hutch-sandbox/hutch/internal/testutil"
 )
 
 // TestCallerChosenNamesBounded: what a caller names in a tool call (the
@@ -140,5 +143,76 @@ func TestSessionIDsElsewhere(t *testing.T) {
 	out := structured(t, callTool(t, a, "exec_poll", map[string]any{"session_id": session, "close_stdin": true, "yield_ms": 60000}))
 	if out["output"] != "" || out["exit_code"] != float64(0) {
 		t.Errorf("alice's exec session: %v", out)
+	}
+}
+
+// TestBodiesAtOnce: a tenant's requests being served hold at most two
+// bodies of MaxBody at once (the SDK reads each whole into memory): a
+// third is refused (429, quota) while they are read, another tenant's is
+// not, and once they ended the tenant is served again.
+func TestBodiesAtOnce(t *testing.T) {
+	const maxBody = 4096
+	e := newEnv(t, Config{MaxBody: maxBody})
+	alice, bob := e.token(t, "alice"), e.token(t, "bob")
+	ping := func(n int) string {
+		b := `{"jsonrpc":"2.0","id":1,"method":"ping","params":{"_meta":{"pad":"`
+		return b + strings.Repeat("x", n-len(b)-len(`"}}}`)) + `"}}}`
+	}
+	type held struct {
+		w    *io.PipeWriter
+		done chan int
+	}
+	var slow []held
+	for range 2 {
+		pr, pw := io.Pipe()
+		req, err := http.NewRequest(http.MethodPost, e.tcp+StatelessPath, pr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.ContentLength = maxBody
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		h := held{pw, make(chan int, 1)}
+		go func() {
+			resp, err := e.httpClient(t, alice).Do(req)
+			if err != nil {
+				h.done <- 0
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			h.done <- resp.StatusCode
+		}()
+		if _, err := io.WriteString(pw, ping(maxBody)[:10]); err != nil {
+			t.Fatal(err)
+		}
+		slow = append(slow, h)
+	}
+	held2 := func() bool {
+		e.h.mu.Lock()
+		defer e.h.mu.Unlock()
+		return e.h.tenants["alice"] != nil && e.h.tenants["alice"].bodies == 2*maxBody
+	}
+	if !testutil.Eventually(time.Minute, held2) {
+		t.Fatal("the two slow requests are not being served")
+	}
+	status, _, body := e.post(t, e.httpClient(t, alice), e.tcp+StatelessPath, ping(100), nil)
+	if status != http.StatusTooManyRequests || apiError(t, body).Code != api.CodeQuota {
+		t.Errorf("alice's third request while two of %d bytes are read: %d %s, want 429 quota", maxBody, status, body)
+	}
+	if status, _, body := e.post(t, e.httpClient(t, bob), e.tcp+StatelessPath, ping(maxBody), nil); status == http.StatusTooManyRequests {
+		t.Errorf("bob's request while alice's are read: %d %s", status, body)
+	}
+	for _, h := range slow {
+		if _, err := io.WriteString(h.w, ping(maxBody)[10:]); err != nil {
+			t.Fatal(err)
+		}
+		h.w.Close()
+		if status := <-h.done; status == http.StatusTooManyRequests || status == 0 {
+			t.Errorf("a slow request: %d", status)
+		}
+	}
+	if status, _, body := e.post(t, e.httpClient(t, alice), e.tcp+StatelessPath, ping(maxBody), nil); status == http.StatusTooManyRequests {
+		t.Errorf("alice's request after hers ended: %d %s", status, body)
 	}
 }

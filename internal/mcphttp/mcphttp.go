@@ -52,6 +52,10 @@ const (
 // past it, those without a session are dropped.
 const maxServers = 8
 
+// maxBodies is how many bodies of MaxBody a tenant's requests may have
+// at once (smaller ones count by their size).
+const maxBodies = 2
+
 // ToolCalls counts the tool calls on /mcp by tool and outcome, for the
 // operator's GET /metrics (api.Config.Metrics).
 var ToolCalls = metrics.NewCounter("hutch_mcp_tool_calls_total",
@@ -110,6 +114,10 @@ type tenant struct {
 	execs *mcp.ExecTable
 	// servers are its MCP servers.
 	servers map[serverKey]*sdk.Server
+	// bodies is the bytes of the bodies of its requests being served
+	// (what their Content-Length announces), which the SDK holds in
+	// memory, decoded more than once.
+	bodies int64
 }
 
 // serverKey tells a tenant's servers apart: the listener kind (the
@@ -271,6 +279,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	c := caller{tenant: name, operator: api.OriginOf(r.Context()) == api.OriginLocal}
 	r = r.WithContext(context.WithValue(r.Context(), callerKey{}, c))
+	release, err := h.admitBody(c.tenant, r)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	defer release()
 	if p == StatelessPath {
 		h.stateless.ServeHTTP(w, r)
 		return
@@ -289,6 +303,33 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.Header.Set("Authorization", "Bearer unix-socket")
 	}
 	h.stateful.ServeHTTP(w, r)
+}
+
+// admitBody counts the body of r, a request of tenant, among the
+// tenant's bodies being served, unless they would pass maxBodies (then
+// the request is refused: a tenant's concurrent requests of MaxBody would
+// hold memory without bound). One request is always admitted. release
+// ends the count.
+func (h *Handler) admitBody(tenant string, r *http.Request) (release func(), err error) {
+	n := r.ContentLength
+	if n < 0 || n > h.cfg.MaxBody {
+		n = h.cfg.MaxBody // read up to it, or refused past it
+	}
+	if n == 0 {
+		return func() {}, nil
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t := h.tenantLocked(tenant)
+	if limit := maxBodies * h.cfg.MaxBody; t.bodies > 0 && t.bodies+n > limit {
+		return nil, api.Errorf(daemon.ErrQuota, "tenant %s has %d bytes of requests being served, and this one has %d: at most %d at once (hutch serve --mcp-max-body times %d); send it when one ended", tenant, t.bodies, n, limit, maxBodies)
+	}
+	t.bodies += n
+	return func() {
+		h.mu.Lock()
+		t.bodies -= n
+		h.mu.Unlock()
+	}, nil
 }
 
 // bindSession names the caller ServeHTTP authenticated as the user of the
