@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -214,5 +215,69 @@ func TestBodiesAtOnce(t *testing.T) {
 	}
 	if status, _, body := e.post(t, e.httpClient(t, alice), e.tcp+StatelessPath, ping(maxBody), nil); status == http.StatusTooManyRequests {
 		t.Errorf("alice's request after hers ended: %d %s", status, body)
+	}
+}
+
+// TestSessionsCountedWhereverTheirServer: a session counts against its
+// tenant's bound however its server is kept: an initialize whose body
+// comes slowly, while the tenant's requests under other Hosts (other
+// ports) make new servers and drop those without an initialized session,
+// is counted once it is initialized.
+func TestSessionsCountedWhereverTheirServer(t *testing.T) {
+	e := newEnv(t, Config{MaxSessions: 1})
+	tok := e.token(t, "alice")
+	c := e.httpClient(t, tok)
+	pr, pw := io.Pipe()
+	req, err := http.NewRequest(http.MethodPost, e.tcp+Path, pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Host = "127.0.0.1:1"
+	req.ContentLength = int64(len(initialize))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	done := make(chan *http.Response, 1)
+	go func() {
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- resp
+	}()
+	io.WriteString(pw, initialize[:10])
+	connected := func() bool {
+		e.h.mu.Lock()
+		defer e.h.mu.Unlock()
+		t := e.h.tenants["alice"]
+		if t == nil {
+			return false
+		}
+		for k, s := range t.servers {
+			for range s.Sessions() {
+				return strings.Contains(k.linkBase, ":1/")
+			}
+		}
+		return false
+	}
+	if !testutil.Eventually(time.Minute, connected) {
+		t.Fatal("the slow initialize has no session")
+	}
+	for port := 2; port < 2+maxServers; port++ {
+		ping := `{"jsonrpc":"2.0","id":1,"method":"ping"}`
+		e.post(t, c, e.tcp+StatelessPath, ping, map[string]string{"Host": "127.0.0.1:" + strconv.Itoa(port), "MCP-Protocol-Version": "2025-11-25"})
+	}
+	io.WriteString(pw, initialize[10:])
+	pw.Close()
+	resp := <-done
+	if resp == nil {
+		t.FailNow()
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Mcp-Session-Id") == "" {
+		t.Fatalf("the slow initialize: %d", resp.StatusCode)
+	}
+	if status, _, body := e.post(t, c, e.tcp+Path, initialize, nil); status != http.StatusTooManyRequests {
+		t.Errorf("a second session with one open and a bound of 1: %d %s, want 429", status, body)
 	}
 }

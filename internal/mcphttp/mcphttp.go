@@ -114,6 +114,9 @@ type tenant struct {
 	execs *mcp.ExecTable
 	// servers are its MCP servers.
 	servers map[serverKey]*sdk.Server
+	// sessions are its initialized sessions, on whichever server (one
+	// dropped from servers goes on serving its sessions), until they end.
+	sessions map[*sdk.ServerSession]bool
 	// bodies is the bytes of the bodies of its requests being served
 	// (what their Content-Length announces), which the SDK holds in
 	// memory, decoded more than once.
@@ -454,8 +457,35 @@ func (h *Handler) server(r *http.Request) *sdk.Server {
 		Audit:    h.recorder(c.tenant),
 		Log:      slog.New(quiet{h.log.Handler()}).With("tenant", c.tenant),
 	})
+	s.AddReceivingMiddleware(h.count(t))
 	t.servers[key] = s
 	return s
+}
+
+// count is a middleware that counts every session that initialize
+// initialized among t's sessions, until it ends.
+func (h *Handler) count(t *tenant) sdk.Middleware {
+	return func(next sdk.MethodHandler) sdk.MethodHandler {
+		return func(ctx context.Context, method string, req sdk.Request) (sdk.Result, error) {
+			res, err := next(ctx, method, req)
+			ss, ok := req.GetSession().(*sdk.ServerSession)
+			if method != "initialize" || err != nil || !ok {
+				return res, err
+			}
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			if !t.sessions[ss] {
+				t.sessions[ss] = true
+				go func() {
+					_ = ss.Wait()
+					h.mu.Lock()
+					delete(t.sessions, ss)
+					h.mu.Unlock()
+				}()
+			}
+			return res, err
+		}
+	}
 }
 
 // tenantLocked is what the handler keeps of tenant name, made on first
@@ -463,29 +493,26 @@ func (h *Handler) server(r *http.Request) *sdk.Server {
 func (h *Handler) tenantLocked(name string) *tenant {
 	t := h.tenants[name]
 	if t == nil {
-		t = &tenant{execs: mcp.NewExecTable(), servers: map[serverKey]*sdk.Server{}}
+		t = &tenant{execs: mcp.NewExecTable(), servers: map[serverKey]*sdk.Server{}, sessions: map[*sdk.ServerSession]bool{}}
 		h.tenants[name] = t
 	}
 	return t
 }
 
 // sessions is how many sessions tenant name has open (and, while their
-// requests last, stateless ones).
+// requests last, stateless ones that an initialize began): those that a
+// request without one made and that end with it (a probe of the newest
+// revision, a refused body) are not.
 func (h *Handler) sessions(name string) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	n := 0
 	if t := h.tenants[name]; t != nil {
-		for _, s := range t.servers {
-			n += countSessions(s)
-		}
+		return len(t.sessions)
 	}
-	return n
+	return 0
 }
 
-// countSessions counts the sessions of s that were initialized: not those
-// that a request without one (a probe of the newest revision, a refused
-// body) made and that end with it.
+// countSessions counts the sessions of s that were initialized.
 func countSessions(s *sdk.Server) int {
 	n := 0
 	for ss := range s.Sessions() {
@@ -501,14 +528,17 @@ func countSessions(s *sdk.Server) int {
 func (h *Handler) Close() {
 	h.mu.Lock()
 	var servers []*sdk.Server
+	var sessions []*sdk.ServerSession
 	for _, t := range h.tenants {
 		servers = slices.AppendSeq(servers, maps.Values(t.servers))
+		sessions = slices.AppendSeq(sessions, maps.Keys(t.sessions))
 	}
 	h.mu.Unlock()
 	for _, s := range servers {
-		for ss := range s.Sessions() {
-			_ = ss.Close()
-		}
+		sessions = slices.AppendSeq(sessions, s.Sessions())
+	}
+	for _, ss := range sessions {
+		_ = ss.Close()
 	}
 }
 
