@@ -66,10 +66,11 @@ type Entry struct {
 	// Tier is the isolation tier of a created sandbox or, for a create
 	// refused, the tier its policy named.
 	Tier string `json:"tier,omitempty"`
-	// Command is the arguments of an exec.
+	// Command is the arguments of an exec (or an mcp_call of exec).
 	Command []string `json:"command,omitempty"`
-	// Paths are the files a file call wrote, made, moved (from, to) or
-	// removed, as the sandbox names them.
+	// Paths are the files a file call (or an mcp_call of file_write or
+	// file_edit) wrote, made, moved (from, to) or removed, as the sandbox
+	// names them.
 	Paths []string `json:"paths,omitempty"`
 	// ExitCode is how an exec's command ended (nil if it did not run to
 	// its end).

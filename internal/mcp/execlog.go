@@ -6,12 +6,36 @@ import (
 	"io"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
 // MaxLog bounds the full output of one command kept for its link: what
 // comes beyond is counted and dropped.
 const MaxLog = 64 << 20
+
+// logBudget bounds the bytes of the logs of one table (ExecTable.Logs).
+type logBudget struct {
+	used atomic.Int64
+	max  int64
+}
+
+// take takes up to n bytes of the budget and returns how many it took.
+func (b *logBudget) take(n int64) int64 {
+	for {
+		used := b.used.Load()
+		got := min(n, b.max-used)
+		if got <= 0 {
+			return 0
+		}
+		if b.used.CompareAndSwap(used, used+got) {
+			return got
+		}
+	}
+}
+
+// give returns n bytes to the budget.
+func (b *logBudget) give(n int64) { b.used.Add(-n) }
 
 // execLog is the full output of a command, for the link a cut result
 // carries: in memory while it is small (inline bytes), then in a file of
@@ -26,7 +50,8 @@ type execLog struct {
 	err     error // of the file; the log stays as it was
 	linked  bool  // a link was published
 	removed bool
-	expires time.Time // when kept for its link after its session
+	expires time.Time  // when kept for its link after its session
+	budget  *logBudget // its table's, which its bytes are taken from
 }
 
 func newExecLog(inline int) *execLog { return &execLog{inline: inline} }
@@ -42,6 +67,11 @@ func (l *execLog) write(b []byte) {
 	if room := MaxLog - l.size; int64(len(b)) > room {
 		l.dropped += int64(len(b)) - room
 		b = b[:room]
+	}
+	if l.budget != nil {
+		got := l.budget.take(int64(len(b)))
+		l.dropped += int64(len(b)) - got
+		b = b[:got]
 	}
 	if len(b) == 0 {
 		return
@@ -62,18 +92,26 @@ func (l *execLog) write(b []byte) {
 			if f != nil {
 				f.Close()
 			}
-			l.err = err
-			l.dropped += int64(len(b))
+			l.fail(err, len(b))
 			return
 		}
 		l.f, l.mem = f, nil
 	}
 	if _, err := l.f.Write(b); err != nil {
-		l.err = err
-		l.dropped += int64(len(b))
+		l.fail(err, len(b))
 		return
 	}
 	l.size += int64(len(b))
+}
+
+// fail records err, of a write of n bytes that were dropped; l.mu is
+// held.
+func (l *execLog) fail(err error, n int) {
+	l.err = err
+	l.dropped += int64(n)
+	if l.budget != nil {
+		l.budget.give(int64(n))
+	}
 }
 
 // stat returns the log's size and the bytes dropped from it.
@@ -120,6 +158,9 @@ func (l *execLog) remove() {
 	}
 	l.removed = true
 	l.mem = nil
+	if l.budget != nil {
+		l.budget.give(l.size)
+	}
 	if l.f != nil {
 		l.f.Close()
 	}

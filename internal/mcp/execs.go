@@ -30,6 +30,11 @@ const (
 	// sessions were dropped, for the links that name them (for LinkTTL):
 	// past it, the oldest are removed.
 	MaxKeptLogs = 512 << 20
+	// MaxLogBytes bounds the bytes of the logs a table holds on the host,
+	// its sessions' and those kept for links together (hutch serve has a
+	// table per tenant): what a command writes beyond it is left out of
+	// its log, counted in log_dropped_bytes.
+	MaxLogBytes = 2 * MaxKeptLogs
 	// outputGrace is how long an ended command's output streams may stay
 	// idle (a process left in the background holds them) before what
 	// came is taken as all of it.
@@ -51,13 +56,14 @@ type ExecTable struct {
 	sessions map[string]*session
 	logs     []*execLog // of dropped sessions, kept for their links
 	closed   bool
-	sweeping bool // a sweeper goroutine runs
+	sweeping bool      // a sweeper goroutine runs
+	budget   logBudget // of the bytes of all its logs
 	now      func() time.Time
 }
 
 // NewExecTable returns an empty table.
 func NewExecTable() *ExecTable {
-	return &ExecTable{sessions: map[string]*session{}, now: time.Now}
+	return &ExecTable{sessions: map[string]*session{}, budget: logBudget{max: MaxLogBytes}, now: time.Now}
 }
 
 // session is one command started by exec.
@@ -119,6 +125,9 @@ func (t *ExecTable) start(owner, sandbox string, p *agent.Process, maxOutput int
 		return nil, err
 	}
 	s.id = hex.EncodeToString(b[:])
+	if log != nil {
+		log.budget = &t.budget
+	}
 	s.run()
 	if err := t.add(s); err != nil {
 		s.kill()

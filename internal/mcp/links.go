@@ -19,8 +19,8 @@ import (
 const (
 	// LinkTTL is how long a published link stays valid.
 	LinkTTL = 30 * time.Minute
-	// MaxLinks is how many links are kept at once: publishing one more
-	// forgets the oldest.
+	// MaxLinks is how many links one owner has at once: publishing one
+	// more forgets the owner's oldest (never another owner's).
 	MaxLinks = 4096
 )
 
@@ -32,7 +32,7 @@ const (
 type Links struct {
 	mu    sync.Mutex
 	links map[string]*link
-	order []string // tokens, oldest first
+	order map[string][]string // tokens by owner, oldest first
 	now   func() time.Time
 }
 
@@ -44,13 +44,16 @@ type link struct {
 }
 
 // NewLinks returns an empty set of links.
-func NewLinks() *Links { return &Links{links: map[string]*link{}, now: time.Now} }
+func NewLinks() *Links {
+	return &Links{links: map[string]*link{}, order: map[string][]string{}, now: time.Now}
+}
 
 // Publish makes what write writes (size bytes, -1 when unknown, of type
 // mimeType, named name for a download) reachable at the URL it returns:
 // base (which ends in "/") followed by a new token. write is called once
-// per fetch, with the request's context.
-func (l *Links) Publish(base, name, mimeType string, size int64, write func(ctx context.Context, w io.Writer) error) (string, error) {
+// per fetch, with the request's context. The link is owner's, whose
+// MaxLinks are kept.
+func (l *Links) Publish(owner, base, name, mimeType string, size int64, write func(ctx context.Context, w io.Writer) error) (string, error) {
 	var b [24]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return "", fmt.Errorf("publish %s: %w", name, err)
@@ -62,24 +65,31 @@ func (l *Links) Publish(base, name, mimeType string, size int64, write func(ctx 
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.expire()
-	for len(l.order) >= MaxLinks {
-		delete(l.links, l.order[0])
-		l.order = l.order[1:]
+	order := l.order[owner]
+	for len(order) >= MaxLinks {
+		delete(l.links, order[0])
+		order = order[1:]
 	}
 	l.links[tok] = &link{name: name, mime: mimeType, size: size, write: write, expires: l.now().Add(LinkTTL)}
-	l.order = append(l.order, tok)
+	l.order[owner] = append(order, tok)
 	return base + tok, nil
 }
 
 // expire forgets the links whose time is over; l.mu is held.
 func (l *Links) expire() {
 	now := l.now()
-	n := 0
-	for n < len(l.order) && !now.Before(l.links[l.order[n]].expires) {
-		delete(l.links, l.order[n])
-		n++
+	for owner, order := range l.order {
+		n := 0
+		for n < len(order) && !now.Before(l.links[order[n]].expires) {
+			delete(l.links, order[n])
+			n++
+		}
+		if n == len(order) {
+			delete(l.order, owner)
+		} else {
+			l.order[owner] = order[n:]
+		}
 	}
-	l.order = l.order[n:]
 }
 
 func (l *Links) get(tok string) *link {

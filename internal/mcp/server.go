@@ -54,8 +54,18 @@ type Options struct {
 
 // Call is a tool call, as Options.Audit is told of it.
 type Call struct {
-	Tool     string
-	Sandbox  string
+	// Tool is the tool's name; for a tool that does not exist (Unknown),
+	// the name the caller gave, cut to 64 bytes.
+	Tool    string
+	Unknown bool
+	// Sandbox is the sandbox the call named (cut to 64 bytes: an id
+	// longer than that names none) or acted on.
+	Sandbox string
+	// Command is what exec ran (or was refused to run: the arguments
+	// of the agent's exec); Paths are the files file_write and file_edit
+	// wrote (resolved in the sandbox), once they were found.
+	Command  []string
+	Paths    []string
 	ArgBytes int
 	Duration time.Duration
 	// Err is the tool error the model was shown, nil when the call
@@ -96,7 +106,7 @@ func NewServer(o Options) *sdk.Server {
 
 // register adds the tools to s, and the audit of their calls.
 func register(s *sdk.Server, o *Options) {
-	t := &tools{o: o}
+	t := &tools{o: o, names: map[string]bool{}}
 	s.AddReceivingMiddleware(t.audit)
 	t.addSandboxTools(s)
 	t.addExecTools(s)

@@ -14,13 +14,34 @@ import (
 )
 
 // tools are the tools of one server.
-type tools struct{ o *Options }
+type tools struct {
+	o     *Options
+	names map[string]bool // of the tools registered
+}
+
+// maxNoted bounds what the audit of a call is told of a name the caller
+// gave (a tool that does not exist, a sandbox id): longer than any real
+// one, short enough for a log record.
+const maxNoted = 64
+
+// noted is name as the audit of a call is told of it: cut to maxNoted
+// bytes.
+func noted(name string) string {
+	if len(name) <= maxNoted {
+		return name
+	}
+	return strings.ToValidUTF8(name[:maxNoted], "") + "…"
+}
 
 // auditKey is the context key of a tool call's auditRec.
 type auditKey struct{}
 
 // auditRec is what a tool's handler tells the audit of its call.
-type auditRec struct{ sandbox string }
+type auditRec struct {
+	sandbox string
+	command []string
+	paths   []string
+}
 
 // audit is a middleware that tells Options.Audit of every tool call once
 // it ended, failed arguments included.
@@ -33,7 +54,8 @@ func (t *tools) audit(next sdk.MethodHandler) sdk.MethodHandler {
 		rec := &auditRec{}
 		start := time.Now()
 		res, err := next(context.WithValue(ctx, auditKey{}, rec), method, req)
-		c := Call{Tool: cr.Params.Name, Sandbox: rec.sandbox, ArgBytes: len(cr.Params.Arguments), Duration: time.Since(start), Err: err}
+		c := Call{Tool: noted(cr.Params.Name), Unknown: !t.names[cr.Params.Name], Sandbox: rec.sandbox,
+			Command: rec.command, Paths: rec.paths, ArgBytes: len(cr.Params.Arguments), Duration: time.Since(start), Err: err}
 		if r, ok := res.(*sdk.CallToolResult); ok && err == nil && r.IsError {
 			c.Err = r.GetError()
 			if c.Err == nil {
@@ -77,7 +99,18 @@ func (t *tools) sandbox(ctx context.Context, id string) (Sandbox, error) {
 // noteSandbox tells the audit of the call in ctx which sandbox it acts on.
 func noteSandbox(ctx context.Context, id string) {
 	if rec, ok := ctx.Value(auditKey{}).(*auditRec); ok {
-		rec.sandbox = id
+		rec.sandbox = noted(id)
+	}
+}
+
+// noteChange tells the audit of the call in ctx what it runs (command) or
+// writes (path), as hutch's API records its exec and envd its writes.
+func noteChange(ctx context.Context, command []string, path string) {
+	if rec, ok := ctx.Value(auditKey{}).(*auditRec); ok {
+		rec.command = command
+		if path != "" {
+			rec.paths = []string{path}
+		}
 	}
 }
 
@@ -111,6 +144,13 @@ func resolve(sb Sandbox, field, p string) (string, error) {
 		return "", fmt.Errorf("%s %.200q: relative, and sandbox %s has no workspace: give an absolute path", field, p, sb.ID)
 	}
 	return path.Join(sb.Workspace, p), nil
+}
+
+// tool is tool's description of the tool named name, which it records as
+// one of the server's.
+func (t *tools) tool(name, title, description string, readOnly, destructive, idempotent, openWorld bool) *sdk.Tool {
+	t.names[name] = true
+	return tool(name, title, description, readOnly, destructive, idempotent, openWorld)
 }
 
 // tool describes a tool: its annotations say whether it only reads,

@@ -780,3 +780,30 @@ func TestTools(t *testing.T) {
 		callErr(t, cs, "file_read", map[string]any{"sandbox_id": id, "path": "a"})
 	})
 }
+
+// TestLogBudget: the logs of a table's commands, kept on the host for
+// their links, are bounded together, not only each: a command whose log
+// would pass the table's bound has the rest of its output left out of
+// the log (log_dropped_bytes, and the link serves what was kept), while
+// its result still carries the output's head and tail.
+func TestLogBudget(t *testing.T) {
+	h := newHarness(t)
+	h.execs.budget.max = 300000
+	var sb Sandbox
+	call(t, h.cs, "sandbox_create", nil, &sb)
+	for i, want := range []int64{0, 100000, 200000} {
+		var out ExecOut
+		call(t, h.cs, "exec", map[string]any{"sandbox_id": sb.ID, "command": "head -c 200000 /dev/zero | tr '\\0' a"}, &out)
+		if out.OutputBytes != 200000 || out.LogDroppedBytes != want || !strings.HasPrefix(out.Output, "aaaa") {
+			t.Errorf("exec %d: output_bytes %d, log_dropped_bytes %d; want 200000, %d", i+1, out.OutputBytes, out.LogDroppedBytes, want)
+		}
+		if out.OutputURL != "" {
+			if got := fetch(t, out.OutputURL); int64(len(got)) != 200000-want {
+				t.Errorf("exec %d: the link has %d bytes, want %d", i+1, len(got), 200000-want)
+			}
+		}
+	}
+	if used := h.execs.budget.used.Load(); used != 300000 {
+		t.Errorf("the table's logs hold %d bytes, want 300000", used)
+	}
+}

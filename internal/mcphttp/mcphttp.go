@@ -52,6 +52,10 @@ const (
 // past it, those without a session are dropped.
 const maxServers = 8
 
+// maxBodies is how many bodies of MaxBody a tenant's requests may have
+// at once (smaller ones count by their size).
+const maxBodies = 2
+
 // ToolCalls counts the tool calls on /mcp by tool and outcome, for the
 // operator's GET /metrics (api.Config.Metrics).
 var ToolCalls = metrics.NewCounter("hutch_mcp_tool_calls_total",
@@ -110,6 +114,13 @@ type tenant struct {
 	execs *mcp.ExecTable
 	// servers are its MCP servers.
 	servers map[serverKey]*sdk.Server
+	// sessions are its initialized sessions, on whichever server (one
+	// dropped from servers goes on serving its sessions), until they end.
+	sessions map[*sdk.ServerSession]bool
+	// bodies is the bytes of the bodies of its requests being served
+	// (what their Content-Length announces), which the SDK holds in
+	// memory, decoded more than once.
+	bodies int64
 }
 
 // serverKey tells a tenant's servers apart: the listener kind (the
@@ -271,6 +282,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	c := caller{tenant: name, operator: api.OriginOf(r.Context()) == api.OriginLocal}
 	r = r.WithContext(context.WithValue(r.Context(), callerKey{}, c))
+	release, err := h.admitBody(c.tenant, r)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	defer release()
 	if p == StatelessPath {
 		h.stateless.ServeHTTP(w, r)
 		return
@@ -289,6 +306,33 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.Header.Set("Authorization", "Bearer unix-socket")
 	}
 	h.stateful.ServeHTTP(w, r)
+}
+
+// admitBody counts the body of r, a request of tenant, among the
+// tenant's bodies being served, unless they would pass maxBodies (then
+// the request is refused: a tenant's concurrent requests of MaxBody would
+// hold memory without bound). One request is always admitted. release
+// ends the count.
+func (h *Handler) admitBody(tenant string, r *http.Request) (release func(), err error) {
+	n := r.ContentLength
+	if n < 0 || n > h.cfg.MaxBody {
+		n = h.cfg.MaxBody // read up to it, or refused past it
+	}
+	if n == 0 {
+		return func() {}, nil
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t := h.tenantLocked(tenant)
+	if limit := maxBodies * h.cfg.MaxBody; t.bodies > 0 && t.bodies+n > limit {
+		return nil, api.Errorf(daemon.ErrQuota, "tenant %s has %d bytes of requests being served, and this one has %d: at most %d at once (hutch serve --mcp-max-body times %d); send it when one ended", tenant, t.bodies, n, limit, maxBodies)
+	}
+	t.bodies += n
+	return func() {
+		h.mu.Lock()
+		t.bodies -= n
+		h.mu.Unlock()
+	}, nil
 }
 
 // bindSession names the caller ServeHTTP authenticated as the user of the
@@ -413,8 +457,35 @@ func (h *Handler) server(r *http.Request) *sdk.Server {
 		Audit:    h.recorder(c.tenant),
 		Log:      slog.New(quiet{h.log.Handler()}).With("tenant", c.tenant),
 	})
+	s.AddReceivingMiddleware(h.count(t))
 	t.servers[key] = s
 	return s
+}
+
+// count is a middleware that counts every session that initialize
+// initialized among t's sessions, until it ends.
+func (h *Handler) count(t *tenant) sdk.Middleware {
+	return func(next sdk.MethodHandler) sdk.MethodHandler {
+		return func(ctx context.Context, method string, req sdk.Request) (sdk.Result, error) {
+			res, err := next(ctx, method, req)
+			ss, ok := req.GetSession().(*sdk.ServerSession)
+			if method != "initialize" || err != nil || !ok {
+				return res, err
+			}
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			if !t.sessions[ss] {
+				t.sessions[ss] = true
+				go func() {
+					_ = ss.Wait()
+					h.mu.Lock()
+					delete(t.sessions, ss)
+					h.mu.Unlock()
+				}()
+			}
+			return res, err
+		}
+	}
 }
 
 // tenantLocked is what the handler keeps of tenant name, made on first
@@ -422,29 +493,26 @@ func (h *Handler) server(r *http.Request) *sdk.Server {
 func (h *Handler) tenantLocked(name string) *tenant {
 	t := h.tenants[name]
 	if t == nil {
-		t = &tenant{execs: mcp.NewExecTable(), servers: map[serverKey]*sdk.Server{}}
+		t = &tenant{execs: mcp.NewExecTable(), servers: map[serverKey]*sdk.Server{}, sessions: map[*sdk.ServerSession]bool{}}
 		h.tenants[name] = t
 	}
 	return t
 }
 
 // sessions is how many sessions tenant name has open (and, while their
-// requests last, stateless ones).
+// requests last, stateless ones that an initialize began): those that a
+// request without one made and that end with it (a probe of the newest
+// revision, a refused body) are not.
 func (h *Handler) sessions(name string) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	n := 0
 	if t := h.tenants[name]; t != nil {
-		for _, s := range t.servers {
-			n += countSessions(s)
-		}
+		return len(t.sessions)
 	}
-	return n
+	return 0
 }
 
-// countSessions counts the sessions of s that were initialized: not those
-// that a request without one (a probe of the newest revision, a refused
-// body) made and that end with it.
+// countSessions counts the sessions of s that were initialized.
 func countSessions(s *sdk.Server) int {
 	n := 0
 	for ss := range s.Sessions() {
@@ -460,14 +528,17 @@ func countSessions(s *sdk.Server) int {
 func (h *Handler) Close() {
 	h.mu.Lock()
 	var servers []*sdk.Server
+	var sessions []*sdk.ServerSession
 	for _, t := range h.tenants {
 		servers = slices.AppendSeq(servers, maps.Values(t.servers))
+		sessions = slices.AppendSeq(sessions, maps.Keys(t.sessions))
 	}
 	h.mu.Unlock()
 	for _, s := range servers {
-		for ss := range s.Sessions() {
-			_ = ss.Close()
-		}
+		sessions = slices.AppendSeq(sessions, s.Sessions())
+	}
+	for _, ss := range sessions {
+		_ = ss.Close()
 	}
 }
 
@@ -482,12 +553,18 @@ func (h *Handler) recorder(tenant string) func(mcp.Call) {
 				code = "tool_error"
 			}
 		}
-		ToolCalls.With(c.Tool, outcome).Inc()
+		label := c.Tool
+		if c.Unknown {
+			// The caller chose the name: one series for them all.
+			label = "unknown"
+		}
+		ToolCalls.With(label, outcome).Inc()
 		if h.cfg.Audit == nil {
 			return
 		}
 		e := audit.Entry{
 			Time: time.Now().Add(-c.Duration), Tenant: tenant, Action: "mcp_call", Tool: c.Tool, Sandbox: c.Sandbox,
+			Command: c.Command, Paths: c.Paths,
 			DurationMS: c.Duration.Milliseconds(), BytesIn: int64(c.ArgBytes), Error: code,
 		}
 		if err := h.cfg.Audit.Append(e); err != nil {

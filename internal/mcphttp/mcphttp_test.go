@@ -374,7 +374,7 @@ func TestCheckHost(t *testing.T) {
 // capability); nothing else under /mcp is.
 func TestLinksAndRoutes(t *testing.T) {
 	e := newEnv(t, Config{})
-	url, err := e.h.links.Publish(e.tcp+LinksPath, "x.bin", "", 5, func(_ context.Context, w io.Writer) error {
+	url, err := e.h.links.Publish("alice", e.tcp+LinksPath, "x.bin", "", 5, func(_ context.Context, w io.Writer) error {
 		_, err := io.WriteString(w, "hello")
 		return err
 	})
