@@ -96,6 +96,12 @@ func run(args []string, stdin, stdout, stderr *os.File) int {
 	switch args[0] {
 	case "run":
 		return cmdRun(args[1:], stdin, stdout, stderr)
+	case "mcp":
+		if len(args) < 2 || args[1] != "wrap" {
+			fmt.Fprintln(stderr, "hutch: usage: hutch mcp wrap [flags] -- SERVER_COMMAND [ARGS...]")
+			return 2
+		}
+		return cmdMCPWrap(args[2:], stdin, stdout, stderr)
 	case "policy":
 		if len(args) < 2 || args[1] != "show" {
 			fmt.Fprintln(stderr, "hutch: usage: hutch policy show [flags]")
