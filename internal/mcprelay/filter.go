@@ -187,15 +187,16 @@ func (w walker) value(v any, patterns bool) (any, bool) {
 }
 
 // object walks an object's keys (for secrets) and values; patterns(key)
-// says whether deny patterns apply to the value at key. The value of a
-// "type" key, the discriminator of MCP's content blocks, is left to
-// secrets alone: a pattern that matched "text" would break the result.
+// says whether deny patterns apply to the value at key. The string
+// values of "type" (the discriminator of MCP's content blocks) and
+// "mimeType" are left to secrets alone: a pattern that matched "text"
+// there would break the result, not hide anything.
 func (w walker) object(m map[string]any, patterns func(key string) bool) (any, bool) {
 	changed := false
 	var renamed map[string]any
 	for k, e := range m {
 		p := patterns(k)
-		if _, isString := e.(string); isString && k == "type" {
+		if _, isString := e.(string); isString && (k == "type" || k == "mimeType") {
 			p = false
 		}
 		nv, ch := w.value(e, p)
