@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"regexp/syntax"
 	"strconv"
+	"unicode/utf16"
+	"unicode/utf8"
 
 	"github.com/hutch-sandbox/hutch/internal/secrets"
 )
@@ -84,10 +87,16 @@ type filter struct {
 	forms    *secrets.Replacer
 	owner    []string
 	patterns []*regexp.Regexp
+	// anchored[i] says that patterns[i] asserts something about what
+	// surrounds a match (anchoredPattern).
+	anchored []bool
 }
 
 func newFilter(list []Secret, patterns []*regexp.Regexp) *filter {
 	f := &filter{patterns: patterns}
+	for _, re := range patterns {
+		f.anchored = append(f.anchored, anchoredPattern(re))
+	}
 	var pairs [][2][]byte
 	for _, s := range list {
 		marker := []byte(SecretMarker(s.Name))
@@ -121,7 +130,7 @@ var errNotJSON = errors.New("not a JSON value")
 // order of object keys and the spelling of escapes may differ).
 func (f *filter) apply(line []byte, scoped bool) ([]byte, Counts, error) {
 	var c Counts
-	if f.forms == nil && (!scoped || len(f.patterns) == 0) {
+	if !f.mayRedact(line, scoped) {
 		return line, c, nil
 	}
 	dec := json.NewDecoder(bytes.NewReader(line))
@@ -152,6 +161,138 @@ func (f *filter) apply(line []byte, scoped bool) ([]byte, Counts, error) {
 		return nil, c, err
 	}
 	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), c, nil
+}
+
+// mayRedact reports whether apply may find something to redact in line,
+// a JSON value, looking at its bytes only: no form of a secret occurs in
+// the line with its escapes undone (where every string of the message,
+// decoded, is a run of bytes), nor, when scoped, a match of a pattern
+// that asserts nothing about its surroundings (^, $, \b and the like,
+// which a string's ends would satisfy where the line's do not), then
+// none does in any string. A line that is not UTF-8 (whose decoding
+// replaces bytes) is always decoded.
+func (f *filter) mayRedact(line []byte, scoped bool) bool {
+	patterns := scoped && len(f.patterns) > 0
+	if f.forms == nil && !patterns {
+		return false
+	}
+	if !utf8.Valid(line) {
+		return true
+	}
+	plain := unescape(line)
+	if f.forms != nil && f.forms.First(plain) >= 0 {
+		return true
+	}
+	if patterns {
+		for i, re := range f.patterns {
+			if f.anchored[i] || re.Match(plain) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// unescape returns b with every JSON string escape (\n, \", \u00e9, a
+// surrogate pair) replaced by the character it stands for, as a decoder
+// would (a lone surrogate as U+FFFD); b itself when it has none.
+func unescape(b []byte) []byte {
+	i := bytes.IndexByte(b, '\\')
+	if i < 0 {
+		return b
+	}
+	out := make([]byte, 0, len(b))
+	for i >= 0 {
+		out = append(out, b[:i]...)
+		b = b[i:]
+		if len(b) < 2 {
+			break
+		}
+		n := 2
+		switch c := b[1]; c {
+		case 'b':
+			out = append(out, '\b')
+		case 'f':
+			out = append(out, '\f')
+		case 'n':
+			out = append(out, '\n')
+		case 'r':
+			out = append(out, '\r')
+		case 't':
+			out = append(out, '\t')
+		case 'u':
+			r, ok := hex4(b[2:])
+			if !ok {
+				out = append(out, b[:2]...)
+				break
+			}
+			n = 6
+			if utf16.IsSurrogate(r) {
+				r2, ok2 := rune(-1), false
+				if len(b) >= 12 && b[6] == '\\' && b[7] == 'u' {
+					r2, ok2 = hex4(b[8:])
+				}
+				if d := utf16.DecodeRune(r, r2); ok2 && d != utf8.RuneError {
+					r, n = d, 12
+				} else {
+					r = utf8.RuneError
+				}
+			}
+			out = utf8.AppendRune(out, r)
+		default:
+			out = append(out, c)
+		}
+		b = b[n:]
+		i = bytes.IndexByte(b, '\\')
+	}
+	return append(out, b...)
+}
+
+// hex4 reads the 4 hex digits of a \u escape.
+func hex4(b []byte) (rune, bool) {
+	if len(b) < 4 {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[:4] {
+		switch {
+		case '0' <= c && c <= '9':
+			c -= '0'
+		case 'a' <= c && c <= 'f':
+			c -= 'a' - 10
+		case 'A' <= c && c <= 'F':
+			c -= 'A' - 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(c)
+	}
+	return r, true
+}
+
+// anchoredPattern reports whether re asserts something about what
+// surrounds a match (^, $, \A, \z, \b, \B): then a string's ends may
+// satisfy it where the line around the string does not.
+func anchoredPattern(re *regexp.Regexp) bool {
+	parsed, err := syntax.Parse(re.String(), syntax.Perl)
+	if err != nil {
+		return true
+	}
+	var walk func(*syntax.Regexp) bool
+	walk = func(x *syntax.Regexp) bool {
+		switch x.Op {
+		case syntax.OpBeginLine, syntax.OpEndLine, syntax.OpBeginText, syntax.OpEndText,
+			syntax.OpWordBoundary, syntax.OpNoWordBoundary:
+			return true
+		}
+		for _, sub := range x.Sub {
+			if walk(sub) {
+				return true
+			}
+		}
+		return false
+	}
+	return walk(parsed)
 }
 
 // walker walks one decoded message.
@@ -271,8 +412,8 @@ func (w walker) secretIn(s string) (string, bool) {
 	if w.f.forms == nil || len(s) == 0 {
 		return "", false
 	}
-	if found := w.f.forms.Contains([]byte(s)); len(found) > 0 {
-		return w.f.owner[found[0]], true
+	if k := w.f.forms.First([]byte(s)); k >= 0 {
+		return w.f.owner[k], true
 	}
 	return "", false
 }

@@ -213,3 +213,41 @@ func (s *topScanner) keep(c byte) {
 		*s.target = append(*s.target, c)
 	}
 }
+
+// oneValue reports whether line holds one JSON object or array and
+// nothing after it but white space, judging only its strings and
+// brackets: the line has passed a JSON parser (jsonrpc.DecodeMessage),
+// which stops after the first value and ignores what follows.
+func oneValue(line []byte) bool {
+	depth := 0
+	for i := 0; i < len(line); i++ {
+		switch line[i] {
+		case '"':
+			j := i + 1
+			for {
+				k := bytes.IndexByte(line[j:], '"')
+				if k < 0 {
+					return false
+				}
+				j += k
+				escapes := 0
+				for p := j - 1; p > i && line[p] == '\\'; p-- {
+					escapes++
+				}
+				if escapes%2 == 0 {
+					break
+				}
+				j++
+			}
+			i = j
+		case '{', '[':
+			depth++
+		case '}', ']':
+			depth--
+			if depth == 0 {
+				return isBlank(line[i+1:])
+			}
+		}
+	}
+	return false
+}

@@ -25,6 +25,7 @@
 package mcprelay
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -322,6 +323,9 @@ func (r *Relay) fromServer(line []byte) error {
 		return nil
 	}
 	msg, err := jsonrpc.DecodeMessage(line)
+	if err == nil && !oneValue(line) {
+		err = errNotJSON
+	}
 	if err != nil {
 		// The error is not logged as it is: it may quote the line.
 		what := "not JSON"
@@ -379,6 +383,11 @@ func (r *Relay) fromServer(line []byte) error {
 
 // isToolError reports whether a tools/call result says isError.
 func isToolError(result json.RawMessage) bool {
+	// Inside a string a quote is escaped: without the key, no need to
+	// parse what may be megabytes.
+	if !bytes.Contains(result, []byte(`"isError"`)) {
+		return false
+	}
 	var v struct {
 		IsError bool `json:"isError"`
 	}
@@ -454,7 +463,7 @@ func (r *Relay) logf(format string, args ...any) {
 // isBlank reports whether a line holds nothing but white space.
 func isBlank(b []byte) bool {
 	for _, c := range b {
-		if c != ' ' && c != '\t' && c != '\r' {
+		if c != ' ' && c != '\t' && c != '\r' && c != '\n' {
 			return false
 		}
 	}
