@@ -434,3 +434,79 @@ func TestStderrFilter(t *testing.T) {
 		t.Errorf("stderr %q", got)
 	}
 }
+
+// TestUnescape: with its escapes undone, a message holds each of its
+// strings, decoded, as a run of bytes, however the strings were escaped
+// (so that the filter's look at the bytes misses nothing).
+func TestUnescape(t *testing.T) {
+	strs := []string{"plain", `q"uo\te`, "tab\tnl\n\x01ctl", "caf\u00e9 \u2028 <&>", "emoji \U0001F600 end", "lone \xed\xa0\x80 surrogate"}
+	for _, s := range strs {
+		want := s
+		var d string
+		if err := json.Unmarshal([]byte(jsonString(s)), &d); err == nil {
+			want = d // what a decoder gives (U+FFFD for what is not UTF-8)
+		}
+		var every strings.Builder
+		for _, r := range want {
+			if r > 0xffff {
+				r -= 0x10000
+				fmt.Fprintf(&every, `\u%04X\u%04x`, 0xd800+r>>10, 0xdc00+r&0x3ff)
+			} else {
+				fmt.Fprintf(&every, `\u%04x`, r)
+			}
+		}
+		for _, enc := range []string{jsonString(s), `"` + every.String() + `"`} {
+			line := []byte(`{"a":[` + enc + `],"b":"x\"y"}`)
+			var v struct{ A []string }
+			if err := json.Unmarshal(line, &v); err != nil || len(v.A) != 1 {
+				t.Fatalf("%s: %v", line, err)
+			}
+			if !bytes.Contains(unescape(line), []byte(v.A[0])) {
+				t.Errorf("unescape(%s) = %q, which does not hold %q", line, unescape(line), v.A[0])
+			}
+		}
+	}
+	if got := string(unescape([]byte(`"\ud83d\ude00 \ud83d x \u12"`))); got != "\"\U0001F600 \uFFFD x \\u12\"" {
+		t.Errorf("unescape: %q", got)
+	}
+}
+
+// TestAnchoredPattern: a pattern anchored to a string's start or end, or
+// to a word's edge, still redacts where the string is in the middle of
+// the line, and one that is not looks at the bytes only.
+func TestAnchoredPattern(t *testing.T) {
+	for _, expr := range []string{`^AKIA[0-9A-Z]{16}$`, `\bAKIA[0-9A-Z]{16}\b`, `(?m)^AKIA`} {
+		re := regexp.MustCompile(expr)
+		if !anchoredPattern(re) {
+			t.Errorf("%s: not anchored", expr)
+		}
+		s := newSession(t, Options{Patterns: []*regexp.Regexp{re}})
+		s.fromClient(t, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t"}}`)
+		s.fromServer(t, `{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"AKIAABCDEFGHIJKLMNOP"}]}}`)
+		if got := s.client.String(); !strings.Contains(got, "[redacted: pattern 1]") {
+			t.Errorf("%s: the client got %s", expr, got)
+		}
+	}
+	if anchoredPattern(regexp.MustCompile(`AKIA[0-9A-Z]{16}|ghp_\w+`)) {
+		t.Error("an unanchored pattern is taken as anchored")
+	}
+}
+
+// TestOneValue: a line with anything after its JSON value is not one
+// message.
+func TestOneValue(t *testing.T) {
+	for line, want := range map[string]bool{
+		`{"a":"}\"{"}`:           true,
+		`{"a":"\\"}  `:           true,
+		`{"a":[1,{"b":"]"}]}`:    true,
+		`{"a":1} {"b":2}`:        false,
+		`{"a":1}x`:               false,
+		`{"a":"\\\"}`:            false,
+		`{"a":"unterminated`:     false,
+		`[{"jsonrpc":"2.0"}]` + " ": true,
+	} {
+		if got := oneValue([]byte(line)); got != want {
+			t.Errorf("oneValue(%s) = %v, want %v", line, got, want)
+		}
+	}
+}
