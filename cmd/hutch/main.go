@@ -33,6 +33,9 @@ const usage = `hutch runs a command in a disposable sandbox.
 
 Usage:
   hutch run [flags] -- COMMAND [ARGS...]   run COMMAND in a new sandbox
+  hutch mcp wrap [flags] -- SERVER...      run a stdio MCP server in a
+                                           sandbox, relaying and filtering
+                                           what it sends the agent's client
   hutch policy show [flags]                print the effective policy
   hutch version                            print hutch's version
   hutch proxy-connect HOST PORT            (inside a sandbox) connect stdin and
@@ -156,7 +159,7 @@ func run(args []string, stdin, stdout, stderr *os.File) int {
 }
 
 // commands are hutch's commands, for suggestions after a typo.
-var commands = []string{"run", "policy", "version", "proxy-connect", "serve", "token", "image", "audit", "create", "exec", "cp", "ls", "rm", "pause", "resume", "events", "help"}
+var commands = []string{"run", "mcp", "policy", "version", "proxy-connect", "serve", "token", "image", "audit", "create", "exec", "cp", "ls", "rm", "pause", "resume", "events", "help"}
 
 func cmdRun(args []string, stdin, stdout, stderr *os.File) int {
 	fs, rf := newRunFlags("run", stderr)

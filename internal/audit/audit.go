@@ -1,6 +1,7 @@
 // Package audit keeps the daemon's audit log: one JSON line per API call
 // that changed something and per command run, in a hash chain that makes
 // any later edit, insertion, removal or reordering of lines detectable.
+// hutch mcp wrap keeps one too (--audit), a line per tools/call.
 //
 // Every line is a JSON object with "seq" (1, 2, …), "prev" (the lowercase
 // hex SHA-256 of the previous line's exact bytes, without its newline; 64
@@ -14,7 +15,7 @@
 //
 // Entries never hold file contents, environment values or policy secrets:
 // only who did what to which sandbox and, for commands, their arguments
-// and how they ended.
+// and how they ended (for tool calls, the size of their arguments only).
 package audit
 
 import (
@@ -49,14 +50,16 @@ type Entry struct {
 	// "resume", "connect", "exec", "stdin", "close_stdin", "resize",
 	// "signal", "write_file", "remove", "rename", "mkdir", "upload",
 	// "watch", "unwatch", "create_token", "pull_image", "remove_image"
-	// (the front ends' route tables say which route records which).
+	// (the front ends' route tables say which route records which), or
+	// "tool_call" (a tools/call through hutch mcp wrap).
 	Action string `json:"action"`
 	// Sandbox is the sandbox it acted on ("" when none, e.g. a create
 	// that failed).
 	Sandbox string `json:"sandbox,omitempty"`
 	// Subject is the tenant a token was made for (create_token; the
 	// token itself is never recorded), or the image a pull or removal
-	// names (pull_image, remove_image).
+	// names (pull_image, remove_image), or the tool a tools/call called
+	// (tool_call).
 	Subject string `json:"subject,omitempty"`
 	// Image is the digest of the image a created sandbox started from.
 	Image string `json:"image,omitempty"`
@@ -71,14 +74,18 @@ type Entry struct {
 	// ExitCode is how an exec's command ended (nil if it did not run to
 	// its end).
 	ExitCode *int `json:"exit_code,omitempty"`
-	// DurationMS is how long an exec's command ran, in milliseconds.
+	// DurationMS is how long an exec's command ran (a tools/call took),
+	// in milliseconds.
 	DurationMS int64 `json:"duration_ms,omitempty"`
-	// BytesIn is how many bytes of stdin an exec's command was given.
+	// BytesIn is how many bytes of stdin an exec's command was given (the
+	// size of a tools/call's arguments).
 	BytesIn int64 `json:"bytes_in,omitempty"`
 	// BytesOut is how many bytes of output (stdout and stderr) an exec's
 	// command produced.
 	BytesOut int64 `json:"bytes_out,omitempty"`
-	// Error is the API's error code when the call failed.
+	// Error is the API's error code when the call failed (how a
+	// tools/call ended when not with a result: "tool_error", "error
+	// CODE", "cancelled", "no_answer").
 	Error string `json:"error,omitempty"`
 }
 
