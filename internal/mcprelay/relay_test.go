@@ -496,13 +496,13 @@ func TestAnchoredPattern(t *testing.T) {
 // message.
 func TestOneValue(t *testing.T) {
 	for line, want := range map[string]bool{
-		`{"a":"}\"{"}`:           true,
-		`{"a":"\\"}  `:           true,
-		`{"a":[1,{"b":"]"}]}`:    true,
-		`{"a":1} {"b":2}`:        false,
-		`{"a":1}x`:               false,
-		`{"a":"\\\"}`:            false,
-		`{"a":"unterminated`:     false,
+		`{"a":"}\"{"}`:              true,
+		`{"a":"\\"}  `:              true,
+		`{"a":[1,{"b":"]"}]}`:       true,
+		`{"a":1} {"b":2}`:           false,
+		`{"a":1}x`:                  false,
+		`{"a":"\\\"}`:               false,
+		`{"a":"unterminated`:        false,
 		`[{"jsonrpc":"2.0"}]` + " ": true,
 	} {
 		if got := oneValue([]byte(line)); got != want {
