@@ -315,18 +315,7 @@ func TestMCPWrapUsage(t *testing.T) {
 		}
 	}
 	// hutch run's flags, from their one definition, and two of its own.
-	run, wrap := flagNames(t, "run"), flagNames(t, "mcp", "wrap")
-	var common, own []string
-	for _, f := range wrap {
-		if slices.Contains(run, f) {
-			common = append(common, f)
-		} else {
-			own = append(own, f)
-		}
-	}
-	if !slices.Equal(common, run) || !slices.Equal(own, []string{"audit", "redact"}) {
-		t.Errorf("hutch mcp wrap takes\n  %q\nhutch run takes\n  %q", wrap, run)
-	}
+	wantRunFlagsAnd(t, flagNames(t, "run"), []string{"mcp", "wrap"}, "audit", "redact")
 }
 
 // TestMCPExamplePolicies: the example policies in examples/mcp load.

@@ -159,39 +159,32 @@ func (r *Relay) StderrFilter(src io.Reader) io.Reader {
 // FromClient relays the client's messages from src to the server until
 // src ends (nil) or reading it or writing to the server fails.
 func (r *Relay) FromClient(src io.Reader) error {
-	lr := newLineReader(src, r.o.MaxMessage)
-	for {
-		line, over, err := lr.next()
-		switch {
-		case over != nil:
-			r.refuse("client", over, &r.client, &r.server)
-		case line != nil:
-			if werr := r.fromClient(line); werr != nil {
-				return werr
-			}
-		}
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-	}
+	return r.lines(src, r.fromClient, func(o *oversize) {
+		r.refuse("client", o, &r.client, &r.server)
+	})
 }
 
 // FromServer relays the server's messages from src to the client until
 // src ends (nil) or reading it or writing to the client fails.
 func (r *Relay) FromServer(src io.Reader) error {
+	return r.lines(src, r.fromServer, func(o *oversize) {
+		if p := r.refuse("server", o, &r.server, &r.client); p != nil {
+			r.record(p, Error, jsonrpc.CodeInternalError, 0)
+		}
+	})
+}
+
+// lines reads src's lines, giving each to line and each one too long to
+// over, until src ends (nil) or reading it, or line, fails.
+func (r *Relay) lines(src io.Reader, line func([]byte) error, over func(*oversize)) error {
 	lr := newLineReader(src, r.o.MaxMessage)
 	for {
-		line, over, err := lr.next()
+		b, o, err := lr.next()
 		switch {
-		case over != nil:
-			if p := r.refuse("server", over, &r.server, &r.client); p != nil {
-				r.record(p, Error, jsonrpc.CodeInternalError, 0)
-			}
-		case line != nil:
-			if werr := r.fromServer(line); werr != nil {
+		case o != nil:
+			over(o)
+		case b != nil:
+			if werr := line(b); werr != nil {
 				return werr
 			}
 		}
