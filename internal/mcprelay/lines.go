@@ -21,7 +21,15 @@ const readBufSize = 64 << 10
 type lineReader struct {
 	br  *bufio.Reader
 	max int
+	// buf holds the last line; it is used again for the next, unless it
+	// grew beyond keptBuf.
+	buf []byte
 }
+
+// keptBuf bounds the buffer a lineReader keeps between lines: a session
+// that passes a large message now and then does not copy it while it
+// grows each time, nor holds the largest one for good.
+const keptBuf = 8 << 20
 
 func newLineReader(r io.Reader, max int) *lineReader {
 	return &lineReader{br: bufio.NewReaderSize(r, readBufSize), max: max}
@@ -40,9 +48,14 @@ type oversize struct {
 
 // next returns the next line without its end, or the oversize line in
 // its place. At the end of the stream it returns io.EOF (after a last
-// line without a newline, which it returns first with a nil error).
+// line without a newline, which it returns first with a nil error). The
+// line is valid until the next call.
 func (lr *lineReader) next() ([]byte, *oversize, error) {
-	var line []byte
+	if cap(lr.buf) > keptBuf {
+		lr.buf = nil
+	}
+	line := lr.buf[:0]
+	defer func() { lr.buf = line }()
 	for {
 		chunk, err := lr.br.ReadSlice('\n')
 		if len(line)+len(chunk) > lr.max+1 || (len(line)+len(chunk) > lr.max && !bytes.HasSuffix(chunk, []byte("\n"))) {
