@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # hutch mcp wrap benchmark: what the relay adds to a tools/call. One MCP
 # session per way to run @modelcontextprotocol/server-filesystem — directly
-# on the host (the floor), inside `hutch run` with its stdio passed straight
-# through (the sandbox without the relay), under `hutch mcp wrap`, and under
-# hutch mcp wrap with a secret and a --redact pattern (the filter decoding
-# every message) — each driven by the Go SDK's client; p50 and p99 of a
+# on the host (the floor), behind a process that only copies its stdio
+# (io.Copy: the least any relay costs), inside `hutch run` with its stdio
+# passed straight through (the sandbox without the relay), under `hutch mcp
+# wrap`, and under hutch mcp wrap with a secret and a --redact pattern (the
+# filter looking at every message) — each driven by the Go SDK's client;
+# p50 and p99 of a
 # tools/call per way, with the ratio to the floor, for a call with a tiny
 # answer, a 1 KiB file read and a 1 MiB one, the calls round robin across
 # the ways in one run.

@@ -2,10 +2,11 @@
 
 // Command mcpwrap measures what `hutch mcp wrap` adds to a tools/call: one
 // MCP session per way to run @modelcontextprotocol/server-filesystem (the
-// server started directly on the host, the floor; inside `hutch run`
-// with its stdio passed straight through, the sandbox without the relay;
-// under `hutch mcp wrap`; and under hutch mcp wrap with a secret and a
-// --redact pattern, so that the filter decodes and walks every message),
+// server started directly on the host, the floor; behind a process that
+// only copies its stdio with io.Copy, the least any relay costs; inside
+// `hutch run` with its stdio passed straight through, the sandbox without
+// the relay; under `hutch mcp wrap`; and under hutch mcp wrap with a
+// secret and a --redact pattern, whose filter then looks at every message),
 // each driven by the Go SDK's client over CommandTransport. The calls go
 // round robin across the sessions, so that a busy machine weighs on
 // every way alike; each way's p50 and p99 are printed with their ratio to
@@ -16,6 +17,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -44,6 +46,10 @@ type call struct {
 }
 
 func main() {
+	if len(os.Args) > 2 && os.Args[1] == "-passthrough" {
+		passthrough(os.Args[2:])
+		return
+	}
 	hutch := flag.String("hutch", "", "path of the hutch binary (required)")
 	node := flag.String("node", "", "path of node (required)")
 	server := flag.String("server", "", "path of server-filesystem's dist/index.js (required)")
@@ -69,9 +75,14 @@ func main() {
 		{"read_text_file 1 KiB", "read_text_file", map[string]any{"path": small}},
 		{fmt.Sprintf("read_text_file %d KiB", *big>>10), "read_text_file", map[string]any{"path": large}},
 	}
+	self, err := os.Executable()
+	if err != nil {
+		fail(err)
+	}
 	ws := []string{"--workspace", *dir}
 	ways := []*way{
 		{name: "direct (no sandbox)", argv: nil},
+		{name: "io.Copy relay (no sandbox)", argv: []string{self, "-passthrough"}},
 		{name: "hutch run (sandbox, no relay)", argv: append([]string{*hutch, "run"}, append(ws, "--")...)},
 		{name: "hutch mcp wrap", argv: append([]string{*hutch, "mcp", "wrap"}, append(ws, "--")...)},
 		{
@@ -134,6 +145,31 @@ func main() {
 	}
 	fmt.Printf("%d calls of each kind per way (after %d to warm up), round robin across the ways\n\n", *n, *warm)
 	t.Print(os.Stdout)
+}
+
+// passthrough runs argv with its stdin and stdout piped through this
+// process by io.Copy, its stderr discarded: the least any relay process
+// costs, without parsing anything. It exits with argv's exit code.
+func passthrough(argv []string) {
+	cmd := exec.Command(argv[0], argv[1:]...)
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		fail(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		fail(err)
+	}
+	if err := cmd.Start(); err != nil {
+		fail(err)
+	}
+	go func() {
+		_, _ = io.Copy(in, os.Stdin)
+		in.Close()
+	}()
+	_, _ = io.Copy(os.Stdout, out)
+	_ = cmd.Wait()
+	os.Exit(cmd.ProcessState.ExitCode())
 }
 
 // us formats d in microseconds.
