@@ -147,15 +147,13 @@ func (w *wrapSession) run(c sandbox.Config, command []string, stdin, stdout *os.
 		fmt.Fprintf(w.stderr, "hutch: %v\n", err)
 		return sandbox.ExitHutchError
 	}
+	defer closeAll(inR, inW)
 	outR, outW, err := os.Pipe() // the server's stdout
 	if err != nil {
-		inR.Close()
-		inW.Close()
 		fmt.Fprintf(w.stderr, "hutch: %v\n", err)
 		return sandbox.ExitHutchError
 	}
-	defer inW.Close()
-	defer outR.Close()
+	defer closeAll(outR, outW)
 	relay := mcprelay.New(stdout, inW, mcprelay.Options{
 		Secrets:  secrets,
 		Patterns: patterns,
@@ -251,6 +249,13 @@ func (w *wrapSession) run(c sandbox.Config, command []string, stdin, stdout *os.
 		return 0
 	}
 	return r.res.ExitCode
+}
+
+// closeAll closes files, some perhaps closed already.
+func closeAll(files ...*os.File) {
+	for _, f := range files {
+		_ = f.Close()
+	}
 }
 
 // toolCallRecord is the --report line of one tools/call.

@@ -273,7 +273,8 @@ func TestMCPWrapFilesystem(t *testing.T) {
 // TestMCPWrapEnds: when the server ends, so does hutch, with the server's
 // exit code, though the client still holds stdin open; what the server
 // wrote that is not a JSON-RPC message is dropped (and said on stderr),
-// the rest reaches the client.
+// the rest reaches the client. When the client ends first, a server that
+// ignores the end of its stdin is killed, and nothing of it remains.
 func TestMCPWrapEnds(t *testing.T) {
 	testutil.RequireRoot(t)
 	stdinR, stdinW, err := os.Pipe()
@@ -293,6 +294,18 @@ func TestMCPWrapEnds(t *testing.T) {
 	}
 	if !strings.Contains(r.stderr, "dropped a line of 11 bytes from the server: not JSON") {
 		t.Errorf("stderr does not say the line was dropped:\n%s", r.stderr)
+	}
+
+	// A server that does not end when its stdin does is ended with its
+	// sandbox once the client closed its side; hutch exits 0.
+	marker := "hutch-wrap-stubborn-" + strconv.Itoa(os.Getpid())
+	r = hutch(t, invocation{
+		args:  []string{"mcp", "wrap", "--", "sh", "-c", `trap "" TERM HUP; while :; do sleep 1; done`, marker},
+		stdin: strings.NewReader(`{"jsonrpc":"2.0","method":"notifications/initialized"}` + "\n"),
+	})
+	wantOK(t, r)
+	if left := processesNaming(marker); len(left) > 0 {
+		t.Errorf("processes left behind: %q", left)
 	}
 }
 
