@@ -1,5 +1,6 @@
-// Command hutch-agent is PID 1 of the sandboxes of hutch serve: hutch's
-// agent alone (and ssh's proxy-connect helper), without the rest of hutch.
+// Command hutch-agent is PID 1 of the sandboxes of hutch serve and hutch
+// mcp: hutch's agent alone (with ssh's proxy-connect helper and the port
+// forwards' port-connect), without the rest of hutch.
 // A sandbox's PID 1 stays for the sandbox's life, and this binary's runtime
 // and package initialization cost half the memory of the whole hutch
 // binary's; hutch serve uses it when it is installed next to hutch.
@@ -10,6 +11,7 @@ import (
 	"os"
 
 	"github.com/hutch-sandbox/hutch/internal/agent"
+	"github.com/hutch-sandbox/hutch/internal/portconnect"
 	"github.com/hutch-sandbox/hutch/internal/proxyconnect"
 )
 
@@ -20,7 +22,9 @@ func main() {
 		os.Exit(agent.Main(args[1:], os.Stderr))
 	case len(args) > 0 && args[0] == "proxy-connect":
 		os.Exit(proxyconnect.Main(args[1:], os.Stdin, os.Stdout, os.Stderr))
+	case len(args) > 0 && args[0] == portconnect.Command:
+		os.Exit(portconnect.Main(args[1:], os.Stdin, os.Stdout, os.Stderr))
 	}
-	fmt.Fprintln(os.Stderr, "hutch-agent: usage: hutch-agent agent | proxy-connect HOST PORT (inside a sandbox of hutch serve)")
+	fmt.Fprintln(os.Stderr, "hutch-agent: usage: hutch-agent agent | proxy-connect HOST PORT | port-connect PORT (inside a sandbox of hutch serve or hutch mcp)")
 	os.Exit(2)
 }

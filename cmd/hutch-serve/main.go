@@ -19,6 +19,7 @@ import (
 	"os"
 
 	"github.com/hutch-sandbox/hutch/internal/agent"
+	"github.com/hutch-sandbox/hutch/internal/portconnect"
 	"github.com/hutch-sandbox/hutch/internal/proxyconnect"
 )
 
@@ -56,6 +57,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return agent.Main(args[1:], stderr)
 	case "proxy-connect":
 		return proxyconnect.Main(args[1:], stdin, stdout, stderr)
+	case portconnect.Command:
+		// A port forward's end inside a sandbox whose agent this is.
+		return portconnect.Main(args[1:], stdin, stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "hutch-serve", version)
 		return 0

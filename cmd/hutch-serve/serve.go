@@ -31,6 +31,7 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/egress"
 	"github.com/hutch-sandbox/hutch/internal/gvisor"
 	"github.com/hutch-sandbox/hutch/internal/image"
+	"github.com/hutch-sandbox/hutch/internal/mcphttp"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
 )
@@ -73,9 +74,16 @@ func cmdServe(args []string, stderr io.Writer) int {
 	defaultTier := fs.String("default-tier", "", "isolation `tier` of a sandbox whose policy names none, E2B's included: namespace (the default, or --min-tier if stronger) or gvisor")
 	minTier := fs.String("min-tier", "", "refuse sandboxes of a `tier` weaker than this (namespace < gvisor); default: none refused")
 	runsc := fs.String("runsc", "", "gVisor's runsc `binary` for the gvisor tier (default: runsc on PATH; it must be the pinned version, and without one the tier is refused with the command that installs it)")
+	noMCP := fs.Bool("no-mcp", false, "do not speak MCP at /mcp")
+	mcpMaxBody := fs.String("mcp-max-body", "32m", "largest body of an MCP request, a `size` (a file_write of 10 MiB in base64 takes 14m)")
+	mcpSessionTimeout := fs.Duration("mcp-session-timeout", mcphttp.DefaultSessionTimeout, "end an MCP session idle for `duration`")
+	mcpMaxSessions := fs.Int("mcp-max-sessions", mcphttp.DefaultMaxSessions, "most MCP sessions a tenant may have open at once")
+	var mcpAllowedHosts cli.List
+	fs.Var(&mcpAllowedHosts, "mcp-allowed-host", "also answer MCP requests on TCP whose Host (and Origin) names `host`, a name or an address, besides the address the request reached (repeatable): the daemon's DNS name when clients use one")
+	mcpPublicURL := fs.String("mcp-public-url", "", "the daemon's `URL` as MCP clients reach it (http[s]://HOST[:PORT], e.g. behind a proxy): tool results link to files and logs under it instead of under the Host of the request; its host is allowed as --mcp-allowed-host's are")
 	debug := fs.Bool("debug", false, "log every request")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: hutch serve [flags]\n\nRuns the daemon: an HTTP API for long-lived sandboxes, until SIGINT or SIGTERM,\nwhich destroy every sandbox but those paused to disk: a paused sandbox of the\ngvisor tier is saved in the state directory, processes and memory, and the\nnext hutch serve on it resumes it. With --warm N it keeps N sandboxes of the default\npolicy ready: a create with the default policy takes one at once, and the\npool refills in the background; --warm NAME=N does the same for E2B's\ntemplate NAME, whose image must be in the daemon's store at start.\n\nEvery sandbox runs in an isolation tier: its policy's, or --default-tier;\n--min-tier refuses weaker ones. The gvisor tier needs runsc of the pinned\nversion (--runsc, or on PATH); without it a create of gvisor is refused, and\nso is a --default-tier or --min-tier of gvisor at start.\n\nFlags:")
+		fmt.Fprintln(stderr, "Usage: hutch serve [flags]\n\nRuns the daemon: an HTTP API for long-lived sandboxes, until SIGINT or SIGTERM,\nwhich destroy every sandbox but those paused to disk: a paused sandbox of the\ngvisor tier is saved in the state directory, processes and memory, and the\nnext hutch serve on it resumes it. With --warm N it keeps N sandboxes of the default\npolicy ready: a create with the default policy takes one at once, and the\npool refills in the background; --warm NAME=N does the same for E2B's\ntemplate NAME, whose image must be in the daemon's store at start.\n\nEvery sandbox runs in an isolation tier: its policy's, or --default-tier;\n--min-tier refuses weaker ones. The gvisor tier needs runsc of the pinned\nversion (--runsc, or on PATH); without it a create of gvisor is refused, and\nso is a --default-tier or --min-tier of gvisor at start.\n\nThe daemon speaks MCP (streamable HTTP) on its listeners, with the same tokens\nand tenants as its API: /mcp with sessions, /mcp/stateless without (for clients\nof the protocol's newest revision); the tools act on the caller's sandboxes.\nOn TCP a request's Host must be the address it reached or a --mcp-allowed-host,\nand a browser page of another origin is refused. --no-mcp turns it off.\n\nFlags:")
 		fs.PrintDefaults()
 	}
 	if err := cli.Parse(fs, args, stderr); err != nil {
@@ -132,6 +140,27 @@ func cmdServe(args []string, stderr io.Writer) int {
 		}
 		if sizes[i], err = policy.ParseSize(f.value); err != nil || sizes[i] <= 0 {
 			fmt.Fprintf(stderr, "hutch: --%s %q: want a size such as 512m or 2g\n", f.name, f.value)
+			return 2
+		}
+	}
+	mcpBody, err := policy.ParseSize(*mcpMaxBody)
+	if err != nil || mcpBody <= 0 {
+		fmt.Fprintf(stderr, "hutch: --mcp-max-body %q: want a size such as 32m\n", *mcpMaxBody)
+		return 2
+	}
+	if *mcpSessionTimeout <= 0 || *mcpMaxSessions <= 0 {
+		fmt.Fprintln(stderr, "hutch: --mcp-session-timeout and --mcp-max-sessions: want more than 0")
+		return 2
+	}
+	for _, a := range mcpAllowedHosts {
+		if _, err := mcphttp.CheckHost(a); err != nil {
+			fmt.Fprintf(stderr, "hutch: %v\n", err)
+			return 2
+		}
+	}
+	if *mcpPublicURL != "" {
+		if _, err := mcphttp.ParsePublicURL(*mcpPublicURL); err != nil {
+			fmt.Fprintf(stderr, "hutch: %v\n", err)
 			return 2
 		}
 	}
@@ -222,7 +251,11 @@ func cmdServe(args []string, stderr io.Writer) int {
 		return failed(err)
 	}
 	defer al.Close()
-	h, err := api.NewWithConfig(m, api.Config{Log: log, MaxUpload: upload, Audit: al})
+	acfg := api.Config{Log: log, MaxUpload: upload, Audit: al}
+	if !*noMCP {
+		acfg.Metrics = append(acfg.Metrics, mcphttp.ToolCalls)
+	}
+	h, err := api.NewWithConfig(m, acfg)
 	if err != nil {
 		return failed(err)
 	}
@@ -239,6 +272,22 @@ func cmdServe(args []string, stderr io.Writer) int {
 	}
 	missingTemplates(m.Images(), templates, pools, log)
 	h = e2b.New(m, log, opts...).Mount(h, isEnvd, envdHandler)
+	if !*noMCP {
+		// MCP on the same listeners, authenticated as the API is.
+		mh, err := mcphttp.New(mcphttp.Config{
+			Sandboxes: m, Templates: templates, Version: version,
+			PublicURL: *mcpPublicURL, AllowedHosts: mcpAllowedHosts,
+			MaxBody: mcpBody, SessionTimeout: *mcpSessionTimeout, MaxSessions: *mcpMaxSessions,
+			Audit: al, Log: log,
+		})
+		if err != nil {
+			return failed(err)
+		}
+		h = mh.Mount(h)
+		// Its sessions' streams end at shutdown rather than hold it up.
+		stopMCP := context.AfterFunc(ctx, mh.Close)
+		defer stopMCP()
+	}
 	for _, l := range ls {
 		fmt.Fprintf(stderr, "hutch: listening on %s\n", listenerURL(l))
 	}

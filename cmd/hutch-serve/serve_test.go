@@ -81,3 +81,26 @@ func TestParseWarm(t *testing.T) {
 		}
 	}
 }
+
+// TestMCPFlags: a bad --mcp-* value stops hutch serve before it listens,
+// naming the flag.
+func TestMCPFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--mcp-max-body", "0"}, "--mcp-max-body"},
+		{[]string{"--mcp-max-body", "lots"}, "--mcp-max-body"},
+		{[]string{"--mcp-session-timeout", "0s"}, "--mcp-session-timeout"},
+		{[]string{"--mcp-max-sessions", "-1"}, "--mcp-max-sessions"},
+		{[]string{"--mcp-allowed-host", "http://example.org"}, `--mcp-allowed-host "http://example.org"`},
+		{[]string{"--mcp-allowed-host", "example.org:80"}, "--mcp-allowed-host"},
+		{[]string{"--mcp-public-url", "example.org"}, "--mcp-public-url"},
+	} {
+		var stderr strings.Builder
+		args := append([]string{"--socket", filepath.Join(t.TempDir(), "s.sock"), "--state-dir", t.TempDir()}, c.args...)
+		if code := cmdServe(args, &stderr); code != 2 || !strings.Contains(stderr.String(), c.want) {
+			t.Errorf("hutch serve %q: exit %d, %q; want 2 naming %s", c.args, code, stderr.String(), c.want)
+		}
+	}
+}

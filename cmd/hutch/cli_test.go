@@ -80,8 +80,9 @@ func wantRunFlagsAnd(t *testing.T, run, args []string, own ...string) {
 	}
 }
 
-// TestRunFlagsEverywhere: hutch create and hutch policy show take exactly
-// hutch run's flags (create adds its own three), from one definition.
+// TestRunFlagsEverywhere: hutch create, hutch policy show and hutch mcp
+// take exactly hutch run's flags (create adds its own three), from one
+// definition.
 func TestRunFlagsEverywhere(t *testing.T) {
 	t.Parallel()
 	run := flagNames(t, "run")
@@ -92,6 +93,9 @@ func TestRunFlagsEverywhere(t *testing.T) {
 	}
 	if show := flagNames(t, "policy", "show"); !slices.Equal(show, run) {
 		t.Errorf("hutch policy show takes\n  %q\nhutch run takes\n  %q", show, run)
+	}
+	if m := flagNames(t, "mcp"); !slices.Equal(m, run) {
+		t.Errorf("hutch mcp takes\n  %q\nhutch run takes\n  %q", m, run)
 	}
 	wantRunFlagsAnd(t, run, []string{"create"}, "disk", "idle-timeout", "label")
 	// Every run flag parses for create: the refusal comes from the

@@ -33,21 +33,23 @@ type runEgress struct {
 }
 
 // newEgress sets up the proxy for spec's network policy and opens the
-// report file (before the sandbox starts, so a bad path fails early).
-// explicitNone says that the user asked for network mode "none" (a flag or
-// the policy file), which allowing a host then has to change too.
-func newEgress(spec policy.Spec, explicitNone bool, report string, upstreamCAs []string, stderr io.Writer, log *slog.Logger) (*runEgress, error) {
+// report file (before the sandbox starts, so a bad path fails early), or
+// writes the report to reportTo when it is not nil (hutch mcp's
+// sandboxes share one report). explicitNone says that the user asked for
+// network mode "none" (a flag or the policy file), which allowing a host
+// then has to change too.
+func newEgress(spec policy.Spec, explicitNone bool, report string, reportTo io.Writer, upstreamCAs []string, stderr io.Writer, log *slog.Logger) (*runEgress, error) {
 	e := &runEgress{stderr: stderr}
-	if report != "" {
+	var w io.Writer
+	switch {
+	case reportTo != nil:
+		w = reportTo
+	case report != "":
 		f, err := os.OpenFile(report, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 		if err != nil {
 			return nil, fmt.Errorf("--report: %w", err)
 		}
-		e.report = f
-	}
-	var w io.Writer
-	if e.report != nil {
-		w = e.report
+		e.report, w = f, f
 	}
 	e.rec = egress.NewRecorder(w)
 	id := newRunID()

@@ -8,8 +8,8 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/cli"
 )
 
-// runFlags are the flags of hutch run. hutch create and hutch policy show
-// take exactly these too (create adds its own): they are defined here
+// runFlags are the flags of hutch run. hutch create, hutch policy show and
+// hutch mcp take exactly these too (create adds its own): they are defined here
 // once, so that the commands cannot drift apart.
 type runFlags struct {
 	policyFlags
@@ -25,6 +25,10 @@ type runFlags struct {
 	// directFS is --gvisor-directfs: tier gvisor with runsc's direct file
 	// access (gvisor.Runtime.DirectFS).
 	directFS bool
+	// reportTo, when set, receives the report instead of the file
+	// --report names (which its owner opened once): hutch mcp's
+	// sandboxes share one report.
+	reportTo io.Writer
 }
 
 // policyFlags are the flags that build a policy.Spec; they override the
@@ -47,7 +51,7 @@ type policyFlags struct {
 }
 
 // newRunFlags returns the flag set of the command name ("run", "create",
-// "policy show") with hutch run's flags.
+// "policy show", "mcp") with hutch run's flags.
 func newRunFlags(name string, stderr io.Writer) (*flag.FlagSet, *runFlags) {
 	fs := flag.NewFlagSet("hutch "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -91,6 +95,8 @@ func newRunFlags(name string, stderr io.Writer) (*flag.FlagSet, *runFlags) {
 		switch name {
 		case "run":
 			fmt.Fprint(stderr, "Usage: hutch run [flags] -- COMMAND [ARGS...]\n\nRuns COMMAND in a new sandbox.\n")
+		case "mcp":
+			fmt.Fprint(stderr, mcpUsage)
 		case "policy show":
 			fmt.Fprint(stderr, "Usage: hutch policy show [flags]\n\nPrints the policy hutch run would apply with the same flags (--debug, --report,\n--upstream-ca and --state-dir, which are not policy, change nothing here).\n")
 		default:

@@ -19,9 +19,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hutch-sandbox/hutch/internal/agent"
 	"github.com/hutch-sandbox/hutch/internal/cli"
 	"github.com/hutch-sandbox/hutch/internal/gvisor"
 	"github.com/hutch-sandbox/hutch/internal/policy"
+	"github.com/hutch-sandbox/hutch/internal/portconnect"
 	"github.com/hutch-sandbox/hutch/internal/proxyconnect"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
 )
@@ -33,14 +35,22 @@ const usage = `hutch runs a command in a disposable sandbox.
 
 Usage:
   hutch run [flags] -- COMMAND [ARGS...]   run COMMAND in a new sandbox
-  hutch mcp wrap [flags] -- SERVER...      run a stdio MCP server in a
-                                           sandbox, relaying and filtering
-                                           what it sends the agent's client
   hutch policy show [flags]                print the effective policy
   hutch version                            print hutch's version
   hutch proxy-connect HOST PORT            (inside a sandbox) connect stdin and
                                            stdout to HOST:PORT through the
                                            sandbox's proxy, for ssh's ProxyCommand
+
+Agents (MCP, the Model Context Protocol):
+  hutch mcp [flags]                        serve hutch's tools over MCP on
+                                           stdio, for one agent session: a
+                                           sandbox over the current directory
+                                           and those the agent creates, never
+                                           wider than the flags of hutch run
+                                           given here
+  hutch mcp wrap [flags] -- SERVER...      run a third-party MCP server (stdio)
+                                           in a sandbox of the flags, relaying
+                                           and recording its tool calls
 
 Images:
   hutch image pull REF                     pull an image from its registry
@@ -99,12 +109,6 @@ func run(args []string, stdin, stdout, stderr *os.File) int {
 	switch args[0] {
 	case "run":
 		return cmdRun(args[1:], stdin, stdout, stderr)
-	case "mcp":
-		if len(args) < 2 || args[1] != "wrap" {
-			fmt.Fprintln(stderr, "hutch: usage: hutch mcp wrap [flags] -- SERVER_COMMAND [ARGS...]")
-			return 2
-		}
-		return cmdMCPWrap(args[2:], stdin, stdout, stderr)
 	case "policy":
 		if len(args) < 2 || args[1] != "show" {
 			fmt.Fprintln(stderr, "hutch: usage: hutch policy show [flags]")
@@ -113,6 +117,15 @@ func run(args []string, stdin, stdout, stderr *os.File) int {
 		return cmdPolicyShow(args[2:], stdout, stderr)
 	case "proxy-connect":
 		return proxyconnect.Main(args[1:], stdin, stdout, stderr)
+	case portconnect.Command:
+		// Hidden: a port forward's end inside a sandbox (port_url).
+		return portconnect.Main(args[1:], stdin, stdout, stderr)
+	case "agent":
+		// Hidden: PID 1 of hutch mcp's sandboxes when hutch-agent is not
+		// installed next to hutch.
+		return agent.Main(args[1:], stderr)
+	case "mcp":
+		return cmdMCP(args[1:], stdin, stdout, stderr)
 	case gvisor.InitCommand:
 		// Hidden: the first process of a gVisor sandbox with a proxy.
 		return gvisor.InitMain(args[1:], stderr)
@@ -159,7 +172,7 @@ func run(args []string, stdin, stdout, stderr *os.File) int {
 }
 
 // commands are hutch's commands, for suggestions after a typo.
-var commands = []string{"run", "mcp", "policy", "version", "proxy-connect", "serve", "token", "image", "audit", "create", "exec", "cp", "ls", "rm", "pause", "resume", "events", "help"}
+var commands = []string{"run", "policy", "version", "proxy-connect", "mcp", "serve", "token", "image", "audit", "create", "exec", "cp", "ls", "rm", "pause", "resume", "events", "help"}
 
 func cmdRun(args []string, stdin, stdout, stderr *os.File) int {
 	fs, rf := newRunFlags("run", stderr)

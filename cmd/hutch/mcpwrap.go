@@ -292,7 +292,7 @@ func (w *wrapSession) record(c mcprelay.Call) {
 		return
 	}
 	e := audit.Entry{
-		Time: c.Start, Action: "tool_call", Sandbox: id, Subject: c.Tool,
+		Time: c.Start, Action: "mcp_call", Sandbox: id, Tool: c.Tool,
 		BytesIn: int64(c.ArgumentBytes), DurationMS: c.Duration.Milliseconds(),
 	}
 	switch c.Outcome {

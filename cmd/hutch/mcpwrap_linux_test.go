@@ -17,27 +17,17 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/testutil"
 )
 
-// mcpDir holds the Node packages of hutch's MCP tests (package.json,
-// package-lock.json; node_modules and .node, node 22, are made by
-// scripts/test.sh) and wrap.mjs, the client of these tests.
-var mcpDir = filepath.Join("..", "..", "test", "mcp")
-
-// mcpNode returns the absolute paths of node 22 and of the filesystem
-// server's entry point under test/mcp; the test skips (fails under
+// mcpWrapNode returns the absolute paths of test/mcp's node 22 and of
+// the filesystem server's entry point; the test skips (fails under
 // HUTCH_TEST_ROOT=1) when they are not installed.
-func mcpNode(t *testing.T) (node, server string) {
+func mcpWrapNode(t *testing.T) (node, server string) {
 	t.Helper()
-	dir, err := filepath.Abs(mcpDir)
-	if err != nil {
-		t.Fatal(err)
+	node = nodeForMCP(t)
+	server, err := filepath.Abs(filepath.Join(mcpDir, "node_modules", "@modelcontextprotocol", "server-filesystem", "dist", "index.js"))
+	if err == nil {
+		_, err = os.Stat(server)
 	}
-	node = filepath.Join(dir, ".node", "node_modules", ".bin", "node")
-	server = filepath.Join(dir, "node_modules", "@modelcontextprotocol", "server-filesystem", "dist", "index.js")
-	sdk := filepath.Join(dir, "node_modules", "@modelcontextprotocol", "sdk", "package.json")
-	for _, p := range []string{node, server, sdk} {
-		_, err := os.Stat(p)
-		testutil.Need(t, err == nil, p+" is not installed (scripts/test.sh installs test/mcp's packages)")
-	}
+	testutil.Need(t, err == nil, "@modelcontextprotocol/server-filesystem is not installed in test/mcp/node_modules (scripts/test.sh installs it)")
 	return node, server
 }
 
@@ -110,7 +100,7 @@ func runWrapClient(t *testing.T, node, dir string, args []string, env map[string
 // and leaves no process behind.
 func TestMCPWrapFilesystem(t *testing.T) {
 	testutil.RequireRoot(t)
-	node, server := mcpNode(t)
+	node, server := mcpWrapNode(t)
 	base := hostDir(t)
 	ws, home, private := filepath.Join(base, "ws"), filepath.Join(base, "home"), filepath.Join(base, "private")
 	const (
@@ -243,8 +233,8 @@ func TestMCPWrapFilesystem(t *testing.T) {
 	}
 	for i, l := range readLines(t, auditLog) {
 		var e struct {
-			Action, Subject, Error string
-			BytesIn                int64 `json:"bytes_in"`
+			Action, Tool, Error string
+			BytesIn             int64 `json:"bytes_in"`
 		}
 		if err := json.Unmarshal([]byte(l), &e); err != nil {
 			t.Fatal(err)
@@ -253,7 +243,7 @@ func TestMCPWrapFilesystem(t *testing.T) {
 		if wantOutcome[i] != "ok" {
 			wantErr = wantOutcome[i]
 		}
-		if e.Action != "tool_call" || e.Subject != calls[i].Name || e.BytesIn != int64(*toolRecs[i].ArgumentBytes) || e.Error != wantErr {
+		if e.Action != "mcp_call" || e.Tool != calls[i].Name || e.BytesIn != int64(*toolRecs[i].ArgumentBytes) || e.Error != wantErr {
 			t.Errorf("audit line %d: %s", i+1, l)
 		}
 	}

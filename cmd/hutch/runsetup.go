@@ -71,7 +71,7 @@ func (rf *runFlags) prepare(spec policy.Spec, stderr io.Writer) (*runSandbox, er
 		s.log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	var err error
-	if s.egress, err = newEgress(s.spec, rf.givenMode == "none", rf.report, rf.upstreamCAs, stderr, s.log); err != nil {
+	if s.egress, err = newEgress(s.spec, rf.givenMode == "none", rf.report, rf.reportTo, rf.upstreamCAs, stderr, s.log); err != nil {
 		s.release()
 		return nil, err
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/audit"
 	"github.com/hutch-sandbox/hutch/internal/daemon"
 	"github.com/hutch-sandbox/hutch/internal/image"
+	"github.com/hutch-sandbox/hutch/internal/metrics"
 	"github.com/hutch-sandbox/hutch/internal/store"
 )
 
@@ -67,6 +68,9 @@ type Config struct {
 	// every command run (see package audit). A failure to record is
 	// logged; the call's answer was already sent.
 	Audit *audit.Log
+	// Metrics are more families GET /metrics writes for the operator:
+	// those of the other front ends on the daemon's listeners (/mcp's).
+	Metrics []metrics.Collector
 }
 
 // Validate checks the configuration.
@@ -115,7 +119,7 @@ func NewWithConfig(m Manager, cfg Config) (http.Handler, error) {
 		cfg.MaxOutput = DefaultMaxOutput
 	}
 	h := &handler{m: m, log: cfg.Log, cfg: cfg, mux: http.NewServeMux(), procs: newProcTable()}
-	h.met = newAPIMetrics(m)
+	h.met = newAPIMetrics(m, cfg.Metrics)
 	h.register()
 	return h, nil
 }
@@ -217,7 +221,6 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w = sw
 	tenant, err := h.authenticate(r)
 	if err != nil {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="hutch"`)
 		h.fail(w, r, err)
 		return
 	}
@@ -281,6 +284,15 @@ func OriginOf(ctx context.Context) Origin {
 
 // authenticate returns the request's tenant.
 func (h *handler) authenticate(r *http.Request) (string, error) {
+	return Authenticate(h.m.Store(), r)
+}
+
+// Authenticate returns the tenant r acts as, as the API authenticates
+// every request, for the front ends on the same listeners (/mcp):
+// Authorization: Bearer TOKEN, a token of st (E2B-shaped ones too); on
+// the unix socket (OriginLocal), no token at all is AdminTenant. Its
+// error is a 401 for WriteError.
+func Authenticate(st *store.Store, r *http.Request) (string, error) {
 	authz := r.Header.Get("Authorization")
 	if authz == "" {
 		if OriginOf(r.Context()) == OriginLocal {
@@ -293,7 +305,7 @@ func (h *handler) authenticate(r *http.Request) (string, error) {
 	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
 		return "", errorf(errUnauthorized, "Authorization: want Bearer TOKEN")
 	}
-	tenant, err := h.m.Store().TenantForToken(r.Context(), token)
+	tenant, err := st.TenantForToken(r.Context(), token)
 	if errors.Is(err, store.ErrNotFound) {
 		return "", errorf(errUnauthorized, "the token is not valid")
 	}

@@ -148,7 +148,7 @@ func TestClassify(t *testing.T) {
 		code   string
 	}{
 		{errorf(errUnauthorized, "x"), 401, CodeUnauthorized},
-		{errorf(errPermission, "x"), 403, CodePermissionDenied},
+		{errorf(ErrPermission, "x"), 403, CodePermissionDenied},
 		{errorf(errTooLarge, "x"), 413, CodeTooLarge},
 		{&http.MaxBytesError{Limit: 1}, 413, CodeTooLarge},
 		{errorf(errMethod, "x"), 405, CodeMethodNotAllowed},

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 
@@ -32,9 +33,12 @@ const (
 // daemon's (ErrInvalid, ErrNotFound, ...), which it uses too.
 var (
 	errUnauthorized = errors.New("unauthorized")
-	errPermission   = errors.New("permission denied")
-	errTooLarge     = errors.New("too large")
-	errMethod       = errors.New("method not allowed")
+	// ErrPermission is the category of a refusal (403,
+	// permission_denied), for the front ends that answer as the API does
+	// (WriteError).
+	ErrPermission = errors.New("permission denied")
+	errTooLarge   = errors.New("too large")
+	errMethod     = errors.New("method not allowed")
 )
 
 // ErrorBody is the body of every error response.
@@ -62,6 +66,19 @@ func errorf(kind error, format string, args ...any) error {
 	return &apiError{kind: kind, msg: fmt.Sprintf(format, args...)}
 }
 
+// Errorf returns an error of category kind (ErrPermission, or one of
+// daemon's), for the front ends that answer as the API does (WriteError).
+func Errorf(kind error, format string, args ...any) error {
+	return errorf(kind, format, args...)
+}
+
+// ErrorCode is the code the API answers err with (CodeInternal for an
+// error of no category).
+func ErrorCode(err error) string {
+	_, code := classify(err)
+	return code
+}
+
 // classify maps an error to its status and code. It is the only place
 // that does.
 func classify(err error) (int, string) {
@@ -70,7 +87,7 @@ func classify(err error) (int, string) {
 	switch {
 	case errors.Is(err, errUnauthorized):
 		return http.StatusUnauthorized, CodeUnauthorized
-	case errors.Is(err, errPermission):
+	case errors.Is(err, ErrPermission):
 		return http.StatusForbidden, CodePermissionDenied
 	case errors.Is(err, errTooLarge), errors.As(err, &maxBytes):
 		return http.StatusRequestEntityTooLarge, CodeTooLarge
@@ -122,14 +139,25 @@ const internalMessage = "internal error (the daemon's log has the details)"
 
 // fail answers with err.
 func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
+	WriteError(w, r, h.log, err)
+}
+
+// WriteError answers r with err as the API answers its errors, for the
+// front ends on the same listeners (/mcp): the status and code of its
+// category, an ErrorBody, WWW-Authenticate on a 401. What went wrong
+// inside the daemon (a 500) goes to log, and to the operator only.
+func WriteError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
 	status, body := errorBody(err)
 	if status >= 500 {
-		h.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
+		log.Error("request failed", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
 		if status == http.StatusInternalServerError && OriginOf(r.Context()) != OriginLocal {
 			body.Message = internalMessage
 		}
 	} else {
-		h.log.Debug("request refused", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
+		log.Debug("request refused", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
+	}
+	if status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="hutch"`)
 	}
 	writeJSON(w, status, body)
 }

@@ -60,7 +60,7 @@ type PullEvent struct {
 // unix socket, no token): what it would do acts for every tenant.
 func operatorOnly(r *http.Request, what string) error {
 	if OriginOf(r.Context()) != OriginLocal || tenantOf(r) != AdminTenant || r.Header.Get("Authorization") != "" {
-		return errorf(errPermission, "%s: the daemon's operator only, on its unix socket without a token", what)
+		return errorf(ErrPermission, "%s: the daemon's operator only, on its unix socket without a token", what)
 	}
 	return nil
 }

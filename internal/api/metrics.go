@@ -82,13 +82,16 @@ func sandboxesGauge(help string, counts func(ctx context.Context) (map[store.Sta
 	})
 }
 
-func newAPIMetrics(m Manager) *apiMetrics {
+// newAPIMetrics makes the API's metrics; more are the operator's
+// families of the other front ends.
+func newAPIMetrics(m Manager, more []metrics.Collector) *apiMetrics {
 	am := &apiMetrics{m: m, requests: newRequests(), exec: newExec(), tenants: map[string]*tenantSet{}}
 	create := newCreate()
 	am.create = create.With()
 	sandboxes := sandboxesGauge("Sandboxes of all tenants by state.", m.Counts)
 	am.reg.Register(am.requests, create, am.exec, sandboxes, daemon.SandboxesCreated, daemon.EgressRefused, daemon.EgressBytes, daemon.WarmSandboxes, daemon.WarmCreates, daemon.OOMKills,
 		daemon.ImageCache, fetch.Layers, fetch.Bytes, fetch.UnpackSeconds)
+	am.reg.Register(more...)
 	return am
 }
 

@@ -157,7 +157,7 @@ func checkRemotePolicy(s policy.Spec) error {
 		bad = append(bad, "best_effort")
 	}
 	if len(bad) > 0 {
-		return errorf(errPermission, "policy: %s: only the daemon's operator (on its unix socket) may set these", strings.Join(bad, ", "))
+		return errorf(ErrPermission, "policy: %s: only the daemon's operator (on its unix socket) may set these", strings.Join(bad, ", "))
 	}
 	return nil
 }

@@ -51,15 +51,18 @@ type Entry struct {
 	// "signal", "write_file", "remove", "rename", "mkdir", "upload",
 	// "watch", "unwatch", "create_token", "pull_image", "remove_image"
 	// (the front ends' route tables say which route records which), or
-	// "tool_call" (a tools/call through hutch mcp wrap).
+	// "mcp_call": a call of an MCP tool on /mcp, or of a server's tool
+	// through hutch mcp wrap (Tool names it).
 	Action string `json:"action"`
+	// Tool is the MCP tool an mcp_call called ("exec", "file_write" …;
+	// under hutch mcp wrap, the server's).
+	Tool string `json:"tool,omitempty"`
 	// Sandbox is the sandbox it acted on ("" when none, e.g. a create
 	// that failed).
 	Sandbox string `json:"sandbox,omitempty"`
 	// Subject is the tenant a token was made for (create_token; the
 	// token itself is never recorded), or the image a pull or removal
-	// names (pull_image, remove_image), or the tool a tools/call called
-	// (tool_call).
+	// names (pull_image, remove_image).
 	Subject string `json:"subject,omitempty"`
 	// Image is the digest of the image a created sandbox started from.
 	Image string `json:"image,omitempty"`
@@ -74,18 +77,19 @@ type Entry struct {
 	// ExitCode is how an exec's command ended (nil if it did not run to
 	// its end).
 	ExitCode *int `json:"exit_code,omitempty"`
-	// DurationMS is how long an exec's command ran (a tools/call took),
+	// DurationMS is how long an exec's command ran, or an mcp_call took,
 	// in milliseconds.
 	DurationMS int64 `json:"duration_ms,omitempty"`
-	// BytesIn is how many bytes of stdin an exec's command was given (the
-	// size of a tools/call's arguments).
+	// BytesIn is how many bytes of stdin an exec's command was given, or
+	// the size of an mcp_call's arguments (their JSON).
 	BytesIn int64 `json:"bytes_in,omitempty"`
 	// BytesOut is how many bytes of output (stdout and stderr) an exec's
 	// command produced.
 	BytesOut int64 `json:"bytes_out,omitempty"`
-	// Error is the API's error code when the call failed (how a
-	// tools/call ended when not with a result: "tool_error", "error
-	// CODE", "cancelled", "no_answer").
+	// Error is the API's error code when the call failed; for an
+	// mcp_call whose tool error is of none of its categories, "tool_error"
+	// (under hutch mcp wrap, how a call that did not end with a result
+	// ended: "tool_error", "error CODE", "cancelled", "no_answer").
 	Error string `json:"error,omitempty"`
 }
 

@@ -32,7 +32,7 @@ import (
 // directory (mode 0700): its OCI bundle, runsc's state (runsc --root), the
 // empty file its masks bind, the console socket. Removed when the sandbox
 // ends; a directory whose hutch was killed is removed by the next one.
-const DefaultStateDir = "/run/hutch-gvisor"
+const DefaultStateDir = sandbox.TierStateDir
 
 // Runtime is the gVisor tier. The zero value is not usable: Runsc is
 // required (see Find).

@@ -49,11 +49,11 @@ type CreateRequest struct {
 
 // Sandbox describes a sandbox, as the tools return it.
 type Sandbox struct {
-	ID        string    `json:"sandbox_id"`
-	State     string    `json:"state"`
-	Tier      string    `json:"tier,omitempty"`
-	Image     string    `json:"image,omitempty"`
-	Workspace string    `json:"workspace"`
-	CreatedAt time.Time `json:"created_at"`
-	ExpiresAt time.Time `json:"expires_at,omitzero"`
+	ID        string    `json:"sandbox_id" jsonschema:"the sandbox's id, which the other tools take as sandbox_id"`
+	State     string    `json:"state" jsonschema:"starting, running, paused, stopping or stopped"`
+	Tier      string    `json:"tier,omitempty" jsonschema:"the isolation tier: namespace (Linux namespaces, seccomp, Landlock) or gvisor (gVisor's user-space kernel)"`
+	Image     string    `json:"image,omitempty" jsonschema:"the image the sandbox started from; empty for the host's root file system, read-only"`
+	Workspace string    `json:"workspace" jsonschema:"the working directory of commands, and what relative paths of the file tools start from"`
+	CreatedAt time.Time `json:"created_at" jsonschema:"when the sandbox was created (RFC 3339)"`
+	ExpiresAt time.Time `json:"expires_at,omitzero" jsonschema:"when the sandbox ends by itself, with everything in it (RFC 3339)"`
 }

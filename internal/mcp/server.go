@@ -2,6 +2,7 @@ package mcp
 
 import (
 	"log/slog"
+	"strings"
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -35,8 +36,9 @@ type Options struct {
 	// server's own.
 	Execs *ExecTable
 	// Links publishes what is too large for a result (full logs, large
-	// files) as HTTP URLs under LinkBase; nil publishes nothing (results
-	// are cut, and say so).
+	// files) as HTTP URLs under LinkBase (a "/" is added if it lacks
+	// one); nil, or an empty LinkBase, publishes nothing (results are
+	// cut, and say so).
 	Links    *Links
 	LinkBase string
 	// Audit, when not nil, is told of every tool call once it ended.
@@ -81,10 +83,22 @@ func NewServer(o Options) *sdk.Server {
 	if o.MaxOutput <= 0 {
 		o.MaxOutput = DefaultMaxOutput
 	}
+	switch {
+	case o.LinkBase == "":
+		o.Links = nil
+	case !strings.HasSuffix(o.LinkBase, "/"):
+		o.LinkBase += "/"
+	}
 	s := sdk.NewServer(&sdk.Implementation{Name: o.Name, Version: o.Version}, &sdk.ServerOptions{Logger: o.Log})
 	register(s, &o)
 	return s
 }
 
-// register adds the tools to s.
-func register(s *sdk.Server, o *Options) {}
+// register adds the tools to s, and the audit of their calls.
+func register(s *sdk.Server, o *Options) {
+	t := &tools{o: o}
+	s.AddReceivingMiddleware(t.audit)
+	t.addSandboxTools(s)
+	t.addExecTools(s)
+	t.addFileTools(s)
+}

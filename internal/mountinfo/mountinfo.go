@@ -18,6 +18,10 @@ type Mount struct {
 	// Root is the directory of its filesystem the mount shows; Point is
 	// where it is mounted, relative to the reading process's root.
 	Root, Point string
+	// Dev is the filesystem's device number ("MAJOR:MINOR"): mounts with
+	// the same one show the same filesystem (a bind mount shows a
+	// directory of another's at its own point).
+	Dev string
 	// Options are the mount's own (ro, nosuid, nodev, ...).
 	Options []string
 	// FSType and Source are the filesystem's kind (ext4, proc, tmpfs, ...)
@@ -44,6 +48,7 @@ func Parse(s string) []Mount {
 			continue
 		}
 		ms = append(ms, Mount{
+			Dev:          f[2],
 			Root:         Unescape(f[3]),
 			Point:        Unescape(f[4]),
 			Options:      strings.Split(f[5], ","),

@@ -13,8 +13,8 @@ func TestParse(t *testing.T) {
 		"3 2 0:2 / /b rw,nosuid shared:1 master:2 - cgroup2 cgroup2 rw\n" +
 		"70 26 254:0 /my\\040data /mnt/my\\040disk ro,relatime - ext4 /dev/vdb rw,discard\n"
 	want := []Mount{
-		{Root: "/", Point: "/b", Options: []string{"rw", "nosuid"}, FSType: "cgroup2", Source: "cgroup2", SuperOptions: []string{"rw"}},
-		{Root: "/my data", Point: "/mnt/my disk", Options: []string{"ro", "relatime"}, FSType: "ext4", Source: "/dev/vdb", SuperOptions: []string{"rw", "discard"}},
+		{Dev: "0:2", Root: "/", Point: "/b", Options: []string{"rw", "nosuid"}, FSType: "cgroup2", Source: "cgroup2", SuperOptions: []string{"rw"}},
+		{Dev: "254:0", Root: "/my data", Point: "/mnt/my disk", Options: []string{"ro", "relatime"}, FSType: "ext4", Source: "/dev/vdb", SuperOptions: []string{"rw", "discard"}},
 	}
 	got := Parse(in)
 	if !reflect.DeepEqual(got, want) {

@@ -212,6 +212,7 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		// resolve names, and send them out, on the host's network (S6).
 		s.Filesystem.DenyRead = append(slices.Clip(s.Filesystem.DenyRead), resolverSockets...)
 	}
+	s.Filesystem.DenyRead = withAliases(s.Filesystem.DenyRead)
 	s.Filesystem.DenyRead = presentOrOwn(s.Filesystem.DenyRead, append(slices.Clone(ownFilesystems), roots...), envHome(c.Environ))
 	cfg.DenyRead = s.Filesystem.DenyRead
 	homeBuild := false // hutch builds the home's overlay (root)

@@ -83,6 +83,7 @@ func Protect(s policy.Spec, home string, log *slog.Logger) (*Protection, error) 
 	}
 	roots := writableRoots(s)
 	s.Filesystem.DenyRead = append(slices.Clip(s.Filesystem.DenyRead), resolverSockets...)
+	s.Filesystem.DenyRead = withAliases(s.Filesystem.DenyRead)
 	s.Filesystem.DenyRead = presentOrOwn(s.Filesystem.DenyRead, append(slices.Clone(ownFilesystems), roots...), home)
 	asRoot := os.Geteuid() == 0
 	prot := func() protection { return protectedPaths(s, roots, home) }

@@ -210,6 +210,10 @@ type opts struct {
 	// namespace of hutch's own, so that a test decides whether the
 	// user may open it.
 	fuse string
+	// binds, when set, are bind mounts (source, target) made for hutch
+	// alone, in a mount namespace of its own like fuse's: the host's
+	// other tests never see them.
+	binds [][2]string
 }
 
 // result is how one hutch run ended.
@@ -269,15 +273,26 @@ func (sb *harness) command(o opts, args ...string) *exec.Cmd {
 	if o.umask != "" {
 		cmd = exec.Command("/bin/sh", append([]string{"-c", "umask " + o.umask + ` && exec "$0" "$@"`, testutil.Hutch(sb.t)}, args...)...)
 	}
+	binds := o.binds
 	if o.fuse != "" {
-		// mount(8) as root in a mount namespace of its own, then hutch as
-		// the mode's user.
+		binds = append([][2]string{{o.fuse, "/dev/fuse"}}, binds...)
+	}
+	if len(binds) > 0 {
+		// mount(8) as root in a mount namespace of its own (which Go makes
+		// private), then hutch as the mode's user.
 		drop := []string{}
 		if sb.mode.uid != 0 {
 			drop = []string{"setpriv", fmt.Sprintf("--reuid=%d", sb.mode.uid), fmt.Sprintf("--regid=%d", sb.mode.uid), "--clear-groups"}
 		}
 		inner := append(append(drop, cmd.Path), cmd.Args[1:]...)
-		cmd = exec.Command("/bin/sh", append([]string{"-c", `mount --bind "$0" /dev/fuse && exec "$@"`, o.fuse}, inner...)...)
+		script := ""
+		var mountArgs []string
+		for i, b := range binds {
+			script += fmt.Sprintf(`mount --bind "${%d}" "${%d}" && `, 2*i+1, 2*i+2)
+			mountArgs = append(mountArgs, b[0], b[1])
+		}
+		script += fmt.Sprintf(`shift %d && exec "$@"`, 2*len(binds))
+		cmd = exec.Command("/bin/sh", append(append([]string{"-c", script, "sh"}, mountArgs...), inner...)...)
 		cmd.Env = sb.env(o.env)
 		cmd.Dir = o.dir
 		if cmd.Dir == "" {

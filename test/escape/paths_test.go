@@ -71,6 +71,56 @@ cat .bashrc; echo "RC readreplaced $?"
 	})
 }
 
+// TestItem07_BindMountAliases: a denied file is denied under every name
+// the host's mounts give it, not only the one the policy lists (S3): with
+// the home bound at another directory, ~/.ssh bound at a third and the
+// host's root bound at a fourth (as backup tools, container setups and
+// shared-folder managers leave them), the credentials read through those
+// names yield nothing, while an ordinary file of the home stays readable
+// through them. Both layers of the namespace tier (the mounts over denied
+// paths, and Landlock, whose rules on a bound directory would otherwise
+// grant what lies below its source) and the gVisor tier's view are
+// covered.
+func TestItem07_BindMountAliases(t *testing.T) {
+	forEachMode(t, func(t *testing.T, sb *harness) {
+		secrets, notes := plantSecrets(t, sb.home, sb.mode.uid)
+		// In a mount namespace of hutch's own (opts.binds), which the
+		// sandbox's copies.
+		var binds [][2]string
+		bind := func(src, what string) string {
+			dst := hostDir(t, 0, what)
+			binds = append(binds, [2]string{src, dst})
+			return dst
+		}
+		aliasHome := bind(sb.home, "alias-home")
+		aliasSSH := bind(filepath.Join(sb.home, ".ssh"), "alias-ssh")
+		aliasRoot := bind("/", "alias-root")
+		script := fmt.Sprintf(`
+cat %[1]s/notes.txt; echo "RC control $?"
+cat %[1]s/.ssh/id_rsa; echo "RC home $?"
+cat %[1]s/.aws/credentials; echo "RC home2 $?"
+cat %[2]s/id_ed25519; echo "RC ssh $?"
+ls %[2]s; echo "RC sshlist $?"
+cat %[3]s%[4]s/.netrc; echo "RC root $?"
+grep -r hutch-fake-secret %[1]s %[2]s 2>/dev/null; echo "RC grep $?"
+`, aliasHome, aliasSSH, aliasRoot, sb.home)
+		r := sb.run(opts{binds: binds}, script)
+		noSecret(t, r, secrets)
+		if !strings.Contains(r.stdout, notes) || !strings.Contains(r.stdout, "RC control 0") {
+			t.Errorf("control failed: ~/notes.txt was not readable through the home's other name\n%s", r)
+		}
+		if !sb.gvisor() {
+			// The gVisor tier shows a denied file as an empty one, which
+			// noSecret checks; here every read must fail.
+			for _, a := range []string{"home", "home2", "ssh", "root"} {
+				if strings.Contains(r.stdout, "RC "+a+" 0") {
+					t.Errorf("%s: read succeeded\n%s", a, r)
+				}
+			}
+		}
+	})
+}
+
 // TestItem07_LinkFollowedNextRun: links a sandbox leaves in its workspace
 // are never followed by hutch itself on the host (S5). The first run plants
 // .config → ~/.config and .ssh → ~/.ssh; the second run, in the same

@@ -1,0 +1,526 @@
+package mcphttp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/auth"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/hutch-sandbox/hutch/internal/api"
+	"github.com/hutch-sandbox/hutch/internal/audit"
+	"github.com/hutch-sandbox/hutch/internal/daemon"
+	"github.com/hutch-sandbox/hutch/internal/mcp"
+	"github.com/hutch-sandbox/hutch/internal/metrics"
+)
+
+// The paths the handler serves.
+const (
+	// Path is MCP with sessions.
+	Path = "/mcp"
+	// StatelessPath is MCP without sessions.
+	StatelessPath = "/mcp/stateless"
+	// LinksPath is the prefix of the links tool results carry.
+	LinksPath = "/mcp/links/"
+)
+
+// Defaults of Config.
+const (
+	// DefaultMaxBody bounds a request's body: a 10 MiB file_write in
+	// base64 (13.4 MiB) and its JSON fit.
+	DefaultMaxBody = 32 << 20
+	// DefaultSessionTimeout is how long a session may stay idle before
+	// it ends.
+	DefaultSessionTimeout = 30 * time.Minute
+	// DefaultMaxSessions bounds the sessions a tenant has open at once.
+	DefaultMaxSessions = 64
+)
+
+// maxServers is how many MCP servers a tenant keeps with no session
+// (one per listener kind and Host its requests named, for their links):
+// past it, those without a session are dropped.
+const maxServers = 8
+
+// ToolCalls counts the tool calls on /mcp by tool and outcome, for the
+// operator's GET /metrics (api.Config.Metrics).
+var ToolCalls = metrics.NewCounter("hutch_mcp_tool_calls_total",
+	"MCP tool calls on /mcp by tool and outcome (ok, or error: a tool error the model was shown).", "tool", "outcome")
+
+// Config configures a Handler.
+type Config struct {
+	// Sandboxes is the daemon. Required.
+	Sandboxes daemon.Sandboxes
+	// Templates are the daemon's templates, which sandbox_create's image
+	// may name.
+	Templates map[string]string
+	// Version is hutch's, as initialize reports it.
+	Version string
+	// PublicURL, when set, is the daemon's URL as clients reach it
+	// (http[s]://HOST[:PORT], e.g. behind a proxy): links are made under
+	// it rather than under the Host of each request, and its host is
+	// allowed as AllowedHosts are.
+	PublicURL string
+	// AllowedHosts are the names (or addresses) besides the listener's
+	// own address that a request on a TCP listener may give as its Host,
+	// and an Origin may have.
+	AllowedHosts []string
+	// MaxBody bounds a request's body (DefaultMaxBody when zero).
+	MaxBody int64
+	// SessionTimeout ends a session idle that long
+	// (DefaultSessionTimeout when zero).
+	SessionTimeout time.Duration
+	// MaxSessions bounds the sessions of a tenant (DefaultMaxSessions
+	// when zero).
+	MaxSessions int
+	// Audit, when not nil, records every tool call.
+	Audit *audit.Log
+	// Log receives the handler's events; nil discards them.
+	Log *slog.Logger
+}
+
+// Handler serves MCP at Path, StatelessPath and LinksPath. Safe for
+// concurrent use.
+type Handler struct {
+	cfg       Config
+	log       *slog.Logger
+	links     *mcp.Links
+	public    string          // PublicURL without a trailing "/"
+	allowed   map[string]bool // host names, lower case
+	stateful  http.Handler
+	stateless http.Handler
+
+	mu      sync.Mutex
+	tenants map[string]*tenant
+}
+
+// tenant is what the handler keeps of a tenant.
+type tenant struct {
+	// execs are its commands left running, shared by all its servers.
+	execs *mcp.ExecTable
+	// servers are its MCP servers.
+	servers map[serverKey]*sdk.Server
+}
+
+// serverKey tells a tenant's servers apart: the listener kind (the
+// operator's rights come with the unix socket) and where their links
+// point.
+type serverKey struct {
+	operator bool
+	linkBase string
+}
+
+// caller is who a request comes from.
+type caller struct {
+	tenant string
+	// operator: the request came through the unix socket, whose callers
+	// may ask for what only the machine's operator may (as hutch's API
+	// allows them).
+	operator bool
+}
+
+// userID is what a session is bound to: the tenant, and the listener
+// kind, since a session made on the socket has the operator's rights.
+func (c caller) userID() string {
+	if c.operator {
+		return c.tenant + " (unix socket)"
+	}
+	return c.tenant
+}
+
+type callerKey struct{}
+
+func callerOf(r *http.Request) (caller, bool) {
+	c, ok := r.Context().Value(callerKey{}).(caller)
+	return c, ok
+}
+
+// New returns the handler.
+func New(cfg Config) (*Handler, error) {
+	if cfg.Sandboxes == nil {
+		return nil, errors.New("mcphttp: no daemon")
+	}
+	if cfg.MaxBody < 0 || cfg.SessionTimeout < 0 || cfg.MaxSessions < 0 {
+		return nil, errors.New("mcphttp: negative limit")
+	}
+	if cfg.MaxBody == 0 {
+		cfg.MaxBody = DefaultMaxBody
+	}
+	if cfg.SessionTimeout == 0 {
+		cfg.SessionTimeout = DefaultSessionTimeout
+	}
+	if cfg.MaxSessions == 0 {
+		cfg.MaxSessions = DefaultMaxSessions
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	h := &Handler{cfg: cfg, log: cfg.Log, links: mcp.NewLinks(), allowed: map[string]bool{}, tenants: map[string]*tenant{}}
+	for _, a := range cfg.AllowedHosts {
+		name, err := CheckHost(a)
+		if err != nil {
+			return nil, err
+		}
+		h.allowed[name] = true
+	}
+	if cfg.PublicURL != "" {
+		u, err := ParsePublicURL(cfg.PublicURL)
+		if err != nil {
+			return nil, err
+		}
+		h.public = strings.TrimSuffix(u.String(), "/")
+		h.allowed[hostname(u.Host)] = true
+	}
+	h.stateful = auth.RequireBearerToken(bindSession, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(
+		sdk.NewStreamableHTTPHandler(h.server, &sdk.StreamableHTTPOptions{
+			Logger:              cfg.Log,
+			SessionTimeout:      cfg.SessionTimeout,
+			MaxRequestBodyBytes: cfg.MaxBody,
+		}))
+	h.stateless = sdk.NewStreamableHTTPHandler(h.server, &sdk.StreamableHTTPOptions{
+		Stateless:                    true,
+		Logger:                       cfg.Log,
+		MaxRequestBodyBytes:          cfg.MaxBody,
+		PropagateRequestCancellation: true,
+	})
+	return h, nil
+}
+
+// CheckHost checks a name of --mcp-allowed-host: a host name or an IP
+// address, without a scheme, port or path. It returns it as the handler
+// compares it.
+func CheckHost(s string) (string, error) {
+	name := strings.TrimSuffix(strings.ToLower(s), ".")
+	if ip, err := netip.ParseAddr(strings.Trim(name, "[]")); err == nil {
+		return ip.String(), nil
+	}
+	ok := name != "" && len(name) <= 253
+	for label := range strings.SplitSeq(name, ".") {
+		ok = ok && label != "" && len(label) <= 63 && strings.Trim(label, "abcdefghijklmnopqrstuvwxyz0123456789-_") == ""
+	}
+	if !ok {
+		return "", fmt.Errorf("--mcp-allowed-host %q: want a host name or an IP address, without a scheme or a port", s)
+	}
+	return name, nil
+}
+
+// ParsePublicURL checks a --mcp-public-url: http or https, a host, no
+// query, fragment or user.
+func ParsePublicURL(s string) (*url.URL, error) {
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" || (u.Path != "" && u.Path != "/") {
+		return nil, fmt.Errorf("--mcp-public-url %q: want http[s]://HOST[:PORT], the daemon's URL as clients reach it", s)
+	}
+	return u, nil
+}
+
+// Paths reports whether path is the handler's: Path and everything under
+// it.
+func Paths(path string) bool {
+	return path == Path || strings.HasPrefix(path, Path+"/")
+}
+
+// Mount returns a handler that serves the handler's paths and passes
+// every other request to next.
+func (h *Handler) Mount(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if Paths(r.URL.Path) {
+			h.ServeHTTP(w, r)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// ServeHTTP serves a link, or checks, authenticates and serves an MCP
+// request.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p := r.URL.Path
+	if strings.HasPrefix(p, LinksPath) {
+		// The token in the path is the capability; the links handler
+		// serves nothing else.
+		h.links.ServeHTTP(w, r)
+		return
+	}
+	if p != Path && p != StatelessPath {
+		h.fail(w, r, api.Errorf(daemon.ErrNotFound, "%s %s: no such route (MCP is at %s, and at %s without sessions)", r.Method, p, Path, StatelessPath))
+		return
+	}
+	if err := h.checkHost(r); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	if err := h.checkOrigin(r); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	name, err := api.Authenticate(h.cfg.Sandboxes.Store(), r)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	c := caller{tenant: name, operator: api.OriginOf(r.Context()) == api.OriginLocal}
+	r = r.WithContext(context.WithValue(r.Context(), callerKey{}, c))
+	if p == StatelessPath {
+		h.stateless.ServeHTTP(w, r)
+		return
+	}
+	if r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" {
+		if n := h.sessions(c.tenant); n >= h.cfg.MaxSessions {
+			h.fail(w, r, api.Errorf(daemon.ErrQuota, "tenant %s has %d MCP sessions open, the most it may: end one (DELETE %s with its Mcp-Session-Id) or let one idle out (%s)", c.tenant, n, Path, h.cfg.SessionTimeout))
+			return
+		}
+	}
+	if r.Header.Get("Authorization") == "" {
+		// The operator on the socket, without a token: the SDK binds a
+		// session to the caller bindSession names only for a request
+		// with a bearer token, whose value it does not read again.
+		r = r.Clone(r.Context())
+		r.Header.Set("Authorization", "Bearer unix-socket")
+	}
+	h.stateful.ServeHTTP(w, r)
+}
+
+// bindSession names the caller ServeHTTP authenticated as the user of the
+// request, to the SDK, which binds a new session to it and refuses the
+// session's requests from any other (403).
+func bindSession(_ context.Context, _ string, r *http.Request) (*auth.TokenInfo, error) {
+	c, ok := callerOf(r)
+	if !ok {
+		return nil, auth.ErrInvalidToken
+	}
+	return &auth.TokenInfo{UserID: c.userID()}, nil
+}
+
+// fail answers as hutch's API does.
+func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
+	api.WriteError(w, r, h.log, err)
+}
+
+// checkHost refuses a request on a TCP listener whose Host is neither the
+// address it reached (a loopback name, for a loopback address) nor an
+// allowed name: what a page of another site makes a browser send after
+// its name was rebound to this address. A unix socket is reached by no
+// browser.
+func (h *Handler) checkHost(r *http.Request) error {
+	if api.OriginOf(r.Context()) == api.OriginLocal {
+		return nil
+	}
+	name := hostname(r.Host)
+	if h.allowed[name] {
+		return nil
+	}
+	var local netip.Addr
+	if a, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
+		if ap, err := netip.ParseAddrPort(a.String()); err == nil {
+			local = ap.Addr().Unmap()
+		}
+	}
+	if ip, err := netip.ParseAddr(name); err == nil {
+		if local.IsValid() && ip.Unmap() == local {
+			return nil
+		}
+	} else if name == "localhost" && local.IsLoopback() {
+		return nil
+	}
+	return api.Errorf(api.ErrPermission, "Host %q names neither the address this request reached nor a name this daemon answers to (hutch serve --mcp-allowed-host NAME): refused, as a DNS rebinding would be", r.Host)
+}
+
+// checkOrigin refuses a request from a browser page of another origin:
+// an Origin other than the request's own (its Host) or an allowed host's,
+// or, without one, a Sec-Fetch-Site saying another site.
+func (h *Handler) checkOrigin(r *http.Request) error {
+	o := r.Header.Get("Origin")
+	if o == "" {
+		if s := r.Header.Get("Sec-Fetch-Site"); s == "cross-site" || s == "same-site" {
+			return api.Errorf(api.ErrPermission, "a request from a page of another site (Sec-Fetch-Site: %s) is refused", s)
+		}
+		return nil
+	}
+	if u, err := url.Parse(o); err == nil && u.Host != "" && (strings.EqualFold(u.Host, r.Host) || h.allowed[hostname(u.Host)]) {
+		return nil
+	}
+	return api.Errorf(api.ErrPermission, "Origin %q is not this daemon's (%s): a request from a page of another origin is refused", o, r.Host)
+}
+
+// hostname is the host of a Host header or URL host, without its port or
+// brackets, in lower case and without a trailing dot.
+func hostname(hostport string) string {
+	h := hostport
+	if host, _, err := net.SplitHostPort(hostport); err == nil {
+		h = host
+	}
+	return strings.TrimSuffix(strings.ToLower(strings.Trim(h, "[]")), ".")
+}
+
+// linkBase is where the links published for r point: under PublicURL, or
+// under the scheme and Host r came with.
+func (h *Handler) linkBase(r *http.Request) string {
+	if h.public != "" {
+		return h.public + LinksPath
+	}
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	return scheme + "://" + r.Host + LinksPath
+}
+
+// server is the MCP server of the request's caller (nil, which the SDK
+// answers 400, for a request ServeHTTP did not authenticate).
+func (h *Handler) server(r *http.Request) *sdk.Server {
+	c, ok := callerOf(r)
+	if !ok {
+		return nil
+	}
+	key := serverKey{operator: c.operator, linkBase: h.linkBase(r)}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t := h.tenantLocked(c.tenant)
+	if s := t.servers[key]; s != nil {
+		return s
+	}
+	if len(t.servers) >= maxServers {
+		for k, s := range t.servers {
+			if countSessions(s) == 0 {
+				delete(t.servers, k)
+			}
+		}
+	}
+	s := mcp.NewServer(mcp.Options{
+		Name:    "hutch",
+		Version: h.cfg.Version,
+		Backend: &mcp.DaemonBackend{
+			Sandboxes: h.cfg.Sandboxes,
+			Tenant:    c.tenant,
+			Operator:  c.operator,
+			Templates: h.cfg.Templates,
+		},
+		Owner:    c.tenant,
+		Execs:    t.execs,
+		Links:    h.links,
+		LinkBase: key.linkBase,
+		Audit:    h.recorder(c.tenant),
+		Log:      slog.New(quiet{h.log.Handler()}).With("tenant", c.tenant),
+	})
+	t.servers[key] = s
+	return s
+}
+
+// tenantLocked is what the handler keeps of tenant name, made on first
+// use; h.mu is held.
+func (h *Handler) tenantLocked(name string) *tenant {
+	t := h.tenants[name]
+	if t == nil {
+		t = &tenant{execs: mcp.NewExecTable(), servers: map[serverKey]*sdk.Server{}}
+		h.tenants[name] = t
+	}
+	return t
+}
+
+// sessions is how many sessions tenant name has open (and, while their
+// requests last, stateless ones).
+func (h *Handler) sessions(name string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	if t := h.tenants[name]; t != nil {
+		for _, s := range t.servers {
+			n += countSessions(s)
+		}
+	}
+	return n
+}
+
+// countSessions counts the sessions of s that were initialized: not those
+// that a request without one (a probe of the newest revision, a refused
+// body) made and that end with it.
+func countSessions(s *sdk.Server) int {
+	n := 0
+	for ss := range s.Sessions() {
+		if ss.InitializeParams() != nil {
+			n++
+		}
+	}
+	return n
+}
+
+// Close ends every session (their streams end; commands they left running
+// end with their sandboxes).
+func (h *Handler) Close() {
+	h.mu.Lock()
+	var servers []*sdk.Server
+	for _, t := range h.tenants {
+		servers = slices.AppendSeq(servers, maps.Values(t.servers))
+	}
+	h.mu.Unlock()
+	for _, s := range servers {
+		for ss := range s.Sessions() {
+			_ = ss.Close()
+		}
+	}
+}
+
+// recorder returns the audit hook of tenant's servers: every tool call is
+// counted (ToolCalls) and recorded in the audit log as an mcp_call.
+func (h *Handler) recorder(tenant string) func(mcp.Call) {
+	return func(c mcp.Call) {
+		outcome, code := "ok", ""
+		if c.Err != nil {
+			outcome, code = "error", api.ErrorCode(c.Err)
+			if code == api.CodeInternal {
+				code = "tool_error"
+			}
+		}
+		ToolCalls.With(c.Tool, outcome).Inc()
+		if h.cfg.Audit == nil {
+			return
+		}
+		e := audit.Entry{
+			Time: time.Now().Add(-c.Duration), Tenant: tenant, Action: "mcp_call", Tool: c.Tool, Sandbox: c.Sandbox,
+			DurationMS: c.Duration.Milliseconds(), BytesIn: int64(c.ArgBytes), Error: code,
+		}
+		if err := h.cfg.Audit.Append(e); err != nil {
+			h.log.Error("audit log", "action", e.Action, "tool", c.Tool, "sandbox", c.Sandbox, "err", err)
+		}
+	}
+}
+
+// quiet logs what is below a warning at debug level: the SDK's servers
+// log every session's start and end (for /mcp/stateless, every request's)
+// as information, which only --debug wants.
+type quiet struct{ slog.Handler }
+
+// Enabled reports whether the record would be logged at its new level.
+func (q quiet) Enabled(ctx context.Context, l slog.Level) bool {
+	return q.Handler.Enabled(ctx, demote(l))
+}
+
+// Handle logs r at its new level.
+func (q quiet) Handle(ctx context.Context, r slog.Record) error {
+	r.Level = demote(r.Level)
+	return q.Handler.Handle(ctx, r)
+}
+
+// WithAttrs is the handler's, quiet.
+func (q quiet) WithAttrs(as []slog.Attr) slog.Handler { return quiet{q.Handler.WithAttrs(as)} }
+
+// WithGroup is the handler's, quiet.
+func (q quiet) WithGroup(name string) slog.Handler { return quiet{q.Handler.WithGroup(name)} }
+
+func demote(l slog.Level) slog.Level {
+	if l < slog.LevelWarn {
+		return min(l, slog.LevelDebug)
+	}
+	return l
+}
