@@ -62,6 +62,24 @@ func flagNames(t *testing.T, args ...string) []string {
 	return names
 }
 
+// wantRunFlagsAnd fails the test unless the command args takes exactly
+// hutch run's flags (run, in their order) and its own (in theirs).
+func wantRunFlagsAnd(t *testing.T, run, args []string, own ...string) {
+	t.Helper()
+	flags := flagNames(t, args...)
+	var common, rest []string
+	for _, f := range flags {
+		if slices.Contains(run, f) {
+			common = append(common, f)
+		} else {
+			rest = append(rest, f)
+		}
+	}
+	if !slices.Equal(common, run) || !slices.Equal(rest, own) {
+		t.Errorf("hutch %s takes\n  %q\nhutch run takes\n  %q and %q", strings.Join(args, " "), flags, run, own)
+	}
+}
+
 // TestRunFlagsEverywhere: hutch create, hutch policy show and hutch mcp
 // take exactly hutch run's flags (create adds its own three), from one
 // definition.
@@ -79,18 +97,7 @@ func TestRunFlagsEverywhere(t *testing.T) {
 	if m := flagNames(t, "mcp"); !slices.Equal(m, run) {
 		t.Errorf("hutch mcp takes\n  %q\nhutch run takes\n  %q", m, run)
 	}
-	create := flagNames(t, "create")
-	var common, own []string
-	for _, f := range create {
-		if slices.Contains(run, f) {
-			common = append(common, f)
-		} else {
-			own = append(own, f)
-		}
-	}
-	if !slices.Equal(common, run) || !slices.Equal(own, []string{"disk", "idle-timeout", "label"}) {
-		t.Errorf("hutch create takes\n  %q\nhutch run takes\n  %q", create, run)
-	}
+	wantRunFlagsAnd(t, run, []string{"create"}, "disk", "idle-timeout", "label")
 	// Every run flag parses for create: the refusal comes from the
 	// unanswered daemon, or the flag's own check, not from the parser.
 	dir := t.TempDir()

@@ -1,6 +1,7 @@
 // Package audit keeps the daemon's audit log: one JSON line per API call
 // that changed something and per command run, in a hash chain that makes
 // any later edit, insertion, removal or reordering of lines detectable.
+// hutch mcp wrap keeps one too (--audit), a line per tools/call.
 //
 // Every line is a JSON object with "seq" (1, 2, …), "prev" (the lowercase
 // hex SHA-256 of the previous line's exact bytes, without its newline; 64
@@ -14,7 +15,7 @@
 //
 // Entries never hold file contents, environment values or policy secrets:
 // only who did what to which sandbox and, for commands, their arguments
-// and how they ended.
+// and how they ended (for tool calls, the size of their arguments only).
 package audit
 
 import (
@@ -50,9 +51,11 @@ type Entry struct {
 	// "signal", "write_file", "remove", "rename", "mkdir", "upload",
 	// "watch", "unwatch", "create_token", "pull_image", "remove_image"
 	// (the front ends' route tables say which route records which), or
-	// "mcp_call": a call of an MCP tool on /mcp (Tool names it).
+	// "mcp_call": a call of an MCP tool on /mcp, or of a server's tool
+	// through hutch mcp wrap (Tool names it).
 	Action string `json:"action"`
-	// Tool is the MCP tool an mcp_call called ("exec", "file_write" …).
+	// Tool is the MCP tool an mcp_call called ("exec", "file_write" …;
+	// under hutch mcp wrap, the server's).
 	Tool string `json:"tool,omitempty"`
 	// Sandbox is the sandbox it acted on ("" when none, e.g. a create
 	// that failed).
@@ -85,7 +88,9 @@ type Entry struct {
 	// command produced.
 	BytesOut int64 `json:"bytes_out,omitempty"`
 	// Error is the API's error code when the call failed; for an
-	// mcp_call whose tool error is of none of its categories, "tool_error".
+	// mcp_call whose tool error is of none of its categories, "tool_error"
+	// (under hutch mcp wrap, how a call that did not end with a result
+	// ended: "tool_error", "error CODE", "cancelled", "no_answer").
 	Error string `json:"error,omitempty"`
 }
 

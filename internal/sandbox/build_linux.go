@@ -947,6 +947,9 @@ func (b *builder) command(cfg initConfig, ctl int) (*child, error) {
 		}
 		p.close(null)
 	}
+	if cfg.AgentFD < 0 && !cfg.Tty {
+		b.streams(cfg.Streams)
+	}
 	// No descriptor but the three streams reaches the command: not the
 	// control socket, not whatever hutch inherited without close-on-exec.
 	p.call("close inherited descriptors", -1, unix.SYS_CLOSE_RANGE, k(3), k(^uintptr(0)), k(unix.CLOSE_RANGE_CLOEXEC))
@@ -964,6 +967,28 @@ func (b *builder) command(cfg initConfig, ctl int) (*child, error) {
 	ch.listener = b.listener
 	ch.ops = p.ops
 	return ch, nil
+}
+
+// streams makes hutch's descriptors fds descriptors 0, 1 and 2, in the
+// first process and so in the command, where they are not already: each
+// is first copied above them (10 or more), so that one stream's move
+// never replaces another before it moved.
+func (b *builder) streams(fds []int) {
+	p := &b.p
+	var high []int8
+	var to []int
+	for i, fd := range fds {
+		if i > 2 || fd < 0 || fd == i {
+			continue
+		}
+		h := p.slot()
+		p.call(fmt.Sprintf("stream %d: copy descriptor %d", i, fd), h, unix.SYS_FCNTL, ci(fd), k(unix.F_DUPFD_CLOEXEC), k(10))
+		high, to = append(high, h), append(to, i)
+	}
+	for j, h := range high {
+		p.call(fmt.Sprintf("stream %d: in place", to[j]), -1, unix.SYS_DUP3, s(h), ci(to[j]), k(0))
+		p.close(h)
+	}
 }
 
 // failure turns the first process's report into an error with the exit

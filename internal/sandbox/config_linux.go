@@ -59,6 +59,10 @@ type initConfig struct {
 	// (proxy mode), the trust bundle with the sandbox's CA (secrets).
 	Files []fileBind
 	Tty   bool
+	// Streams, without Tty, are hutch's descriptors that become the
+	// command's stdin, stdout and stderr (-1, or nil Streams: hutch's
+	// own 0, 1 and 2).
+	Streams []int
 	// AgentFD, when >= 0, makes the first process exec hutch's agent (at
 	// SandboxHutch) as PID 1 instead of forking Args, with this inherited
 	// descriptor, its end of the agent connection, as descriptor 3.

@@ -260,6 +260,11 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 			cfg.Rows, cfg.Cols = ws.Row, ws.Col
 		}
 	}
+	// Else the command's streams are c's: hutch's own for hutch run,
+	// pipes for hutch mcp wrap.
+	if agent == nil && !cfg.Tty {
+		cfg.Streams = streamFDs(c.Stdin, c.Stdout, c.Stderr)
+	}
 
 	group, rlimits, dropped, err := limits(s.Resources, s.BestEffort, c.Cgroup, c.CgroupName)
 	if err != nil {
@@ -655,6 +660,19 @@ func placeWorkspace(cfg *initConfig, s policy.Spec, img *ImageRoot, roots []stri
 	}
 	cfg.Env = append(withoutVars(cfg.Env, []string{"PWD", "OLDPWD"}), "PWD="+cfg.Dir)
 	return nil
+}
+
+// streamFDs are the descriptors of a command's stdin, stdout and stderr,
+// -1 for a nil one (the command then has hutch's).
+func streamFDs(files ...*os.File) []int {
+	fds := make([]int, len(files))
+	for i, f := range files {
+		fds[i] = -1
+		if f != nil {
+			fds[i] = int(f.Fd())
+		}
+	}
+	return fds
 }
 
 // Run runs c.Args in a new sandbox and waits for it to end.

@@ -103,6 +103,15 @@ func (r *Replacer) Contains(b []byte) []int {
 	return found
 }
 
+// First returns the index, into the pairs given to NewReplacer, of the
+// pattern Bytes would replace first in b (the longest at the first
+// position where one occurs), or -1 if none occurs: one pass over b, as
+// Bytes makes.
+func (r *Replacer) First(b []byte) int {
+	_, k := r.find(b, 0, len(b))
+	return k
+}
+
 // find returns the first position in b from from to before limit where a
 // pattern occurs, and the index of the longest pattern there, or -1, -1.
 // A pattern occurs at a position only if it fits in b.

@@ -446,6 +446,30 @@ func TestReplacerContains(t *testing.T) {
 	}
 }
 
+// TestReplacerFirst: First names the pattern Bytes replaces first.
+func TestReplacerFirst(t *testing.T) {
+	r := NewReplacer(pairs("ph_a", "1", "ph_b", "2", "", "x", "ph_", "3", "abc", "4", "bcd", "5", "ph_a", "6")...)
+	for _, tt := range []struct {
+		in   string
+		want int
+	}{
+		{"", -1},
+		{"nothing here", -1},
+		{"ph", -1},
+		{"x ph_a", 0},    // the longest at the position, the first of equal ones
+		{"ph_c ph_b", 3}, // the first position
+		{"abcd", 4},
+		{"zbcd ph_b", 5},
+	} {
+		if got := r.First([]byte(tt.in)); got != tt.want {
+			t.Errorf("First(%q) = %d, want %d", tt.in, got, tt.want)
+		}
+	}
+	if got := NewReplacer().First([]byte("abc")); got != -1 {
+		t.Errorf("no patterns: %d", got)
+	}
+}
+
 func BenchmarkReplacerReader(b *testing.B) {
 	ph := "hutch_ph_" + strings.Repeat("Z", 31)
 	r := NewReplacer(pairs(ph, strings.Repeat("r", 40), strings.Repeat("r", 40), ph)...)
