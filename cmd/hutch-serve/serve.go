@@ -31,6 +31,7 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/egress"
 	"github.com/hutch-sandbox/hutch/internal/gvisor"
 	"github.com/hutch-sandbox/hutch/internal/image"
+	"github.com/hutch-sandbox/hutch/internal/mcp"
 	"github.com/hutch-sandbox/hutch/internal/mcphttp"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
@@ -78,6 +79,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 	mcpMaxBody := fs.String("mcp-max-body", "32m", "largest body of an MCP request, a `size` (a file_write of 10 MiB in base64 takes 14m)")
 	mcpSessionTimeout := fs.Duration("mcp-session-timeout", mcphttp.DefaultSessionTimeout, "end an MCP session idle for `duration`")
 	mcpMaxSessions := fs.Int("mcp-max-sessions", mcphttp.DefaultMaxSessions, "most MCP sessions a tenant may have open at once")
+	mcpMaxLogs := fs.String("mcp-max-logs", policy.FormatSize(mcphttp.DefaultMaxLogs), "most `bytes` the full outputs of MCP exec commands (kept for their links, in DIR/"+mcphttp.LogDir+" of --state-dir) may take on disk, all tenants together")
 	var mcpAllowedHosts cli.List
 	fs.Var(&mcpAllowedHosts, "mcp-allowed-host", "also answer MCP requests on TCP whose Host (and Origin) names `host`, a name or an address, besides the address the request reached (repeatable): the daemon's DNS name when clients use one")
 	mcpPublicURL := fs.String("mcp-public-url", "", "the daemon's `URL` as MCP clients reach it (http[s]://HOST[:PORT], e.g. behind a proxy): tool results link to files and logs under it instead of under the Host of the request; its host is allowed as --mcp-allowed-host's are")
@@ -273,12 +275,18 @@ func cmdServe(args []string, stderr io.Writer) int {
 	missingTemplates(m.Images(), templates, pools, log)
 	h = e2b.New(m, log, opts...).Mount(h, isEnvd, envdHandler)
 	if !*noMCP {
-		// MCP on the same listeners, authenticated as the API is.
+		// MCP on the same listeners, authenticated as the API is. Exec
+		// logs go to the state directory's disk, not to the host's
+		// temporary directory (often RAM).
+		logs, err := mcpLogSpace(*stateDir, *mcpMaxLogs)
+		if err != nil {
+			return failed(err)
+		}
 		mh, err := mcphttp.New(mcphttp.Config{
 			Sandboxes: m, Templates: templates, Version: version,
 			PublicURL: *mcpPublicURL, AllowedHosts: mcpAllowedHosts,
 			MaxBody: mcpBody, SessionTimeout: *mcpSessionTimeout, MaxSessions: *mcpMaxSessions,
-			Audit: al, Log: log,
+			Logs: logs, Audit: al, Log: log,
 		})
 		if err != nil {
 			return failed(err)
@@ -505,4 +513,22 @@ func tierRuntimes(runsc string) (map[string]sandbox.Runtime, map[string]string, 
 		return nil, nil, err
 	}
 	return rts, map[string]string{policy.TierGVisor: err.Error()}, nil
+}
+
+// mcpLogSpace is the space of MCP's exec logs: DIR/mcp-logs of the state
+// directory (private, emptied: a log's file has no name once made, so
+// what is there is nobody's) of at most max bytes (--mcp-max-logs).
+func mcpLogSpace(stateDir, max string) (*mcp.LogSpace, error) {
+	n, err := policy.ParseSize(max)
+	if err != nil || n <= 0 {
+		return nil, fmt.Errorf("--mcp-max-logs %q: want a size such as 4g", max)
+	}
+	dir := filepath.Join(stateDir, mcphttp.LogDir)
+	if err := os.RemoveAll(dir); err != nil {
+		return nil, fmt.Errorf("MCP's exec logs: %w", err)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("MCP's exec logs: %w", err)
+	}
+	return mcp.NewLogSpace(dir, n), nil
 }

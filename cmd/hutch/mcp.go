@@ -194,7 +194,7 @@ func newMCPBackend(rf *runFlags, spec policy.Spec, stderr io.Writer) (*mcpBacken
 		log:      slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})),
 		debug:    slog.New(slog.DiscardHandler),
 		agentBin: agentBinary(),
-		execs:    mcp.NewExecTable(),
+		execs:    mcp.NewExecTable(nil),
 		links:    mcp.NewLinks(),
 		boxes:    map[string]*mcpBox{},
 	}

@@ -111,7 +111,7 @@ func fakeSession(id, owner, sandbox string, ended bool) *session {
 // stay, and the bounds on running and kept sessions.
 func TestExecTableOwners(t *testing.T) {
 	now := time.Unix(1e9, 0)
-	tab := NewExecTable()
+	tab := NewExecTable(nil)
 	tab.now = func() time.Time { return now }
 	a := fakeSession("aaaa", "alice", "sb1", true)
 	b := fakeSession("bbbb", "bob", "sb2", true)

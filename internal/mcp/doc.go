@@ -6,7 +6,7 @@
 // port_url.
 //
 // The tools act on a Backend: the sandboxes of one tenant of `hutch
-// serve` (DaemonBackend, behind /mcp on the daemon's listeners), or those
+// serve` (mcphttp.DaemonBackend, behind /mcp on the daemon's listeners), or those
 // of one `hutch mcp` session on a laptop (its own backend, in package
 // main). Whatever a tool is asked, the backend bounds it: a sandbox is
 // never created wider than its operator allows (the daemon's limits, or

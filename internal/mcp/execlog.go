@@ -14,14 +14,49 @@ import (
 // comes beyond is counted and dropped.
 const MaxLog = 64 << 20
 
-// logBudget bounds the bytes of the logs of one table (ExecTable.Logs).
-type logBudget struct {
-	used atomic.Int64
-	max  int64
+// LogSpace is where the logs of exec's commands are kept on the host once
+// they outgrow memory, and how many bytes they may take there together:
+// hutch serve gives all its tenants' tables one, in its state directory,
+// so that the sum of every tenant's MaxLogBytes never has to fit the
+// host's temporary directory (often RAM); each table keeps its own bound
+// inside it.
+type LogSpace struct {
+	dir    string
+	budget logBudget
 }
 
-// take takes up to n bytes of the budget and returns how many it took.
+// NewLogSpace returns a space of max bytes in directory dir (the host's
+// temporary directory when empty), which must exist; a log's file there
+// has no name once created, so nothing is left behind by a crash.
+func NewLogSpace(dir string, max int64) *LogSpace {
+	return &LogSpace{dir: dir, budget: logBudget{max: max}}
+}
+
+// Used is how many bytes the logs in the space hold.
+func (s *LogSpace) Used() int64 { return s.budget.used.Load() }
+
+// logBudget bounds the bytes of some logs: a table's, within its space's
+// (parent).
+type logBudget struct {
+	used   atomic.Int64
+	max    int64
+	parent *logBudget
+}
+
+// take takes up to n bytes of the budget (and its parent's) and returns
+// how many it took.
 func (b *logBudget) take(n int64) int64 {
+	got := b.takeOwn(n)
+	if b.parent != nil && got > 0 {
+		if p := b.parent.take(got); p < got {
+			b.used.Add(p - got)
+			got = p
+		}
+	}
+	return got
+}
+
+func (b *logBudget) takeOwn(n int64) int64 {
 	for {
 		used := b.used.Load()
 		got := min(n, b.max-used)
@@ -34,8 +69,13 @@ func (b *logBudget) take(n int64) int64 {
 	}
 }
 
-// give returns n bytes to the budget.
-func (b *logBudget) give(n int64) { b.used.Add(-n) }
+// give returns n bytes to the budget (and its parent).
+func (b *logBudget) give(n int64) {
+	b.used.Add(-n)
+	if b.parent != nil {
+		b.parent.give(n)
+	}
+}
 
 // execLog is the full output of a command, for the link a cut result
 // carries: in memory while it is small (inline bytes), then in a file of
@@ -52,6 +92,7 @@ type execLog struct {
 	removed bool
 	expires time.Time  // when kept for its link after its session
 	budget  *logBudget // its table's, which its bytes are taken from
+	dir     string     // its space's directory
 }
 
 func newExecLog(inline int) *execLog { return &execLog{inline: inline} }
@@ -82,7 +123,7 @@ func (l *execLog) write(b []byte) {
 		return
 	}
 	if l.f == nil {
-		f, err := os.CreateTemp("", "hutch-exec-*.log")
+		f, err := os.CreateTemp(l.dir, "hutch-exec-*.log")
 		if err == nil {
 			// The file needs no name: it is read through f alone.
 			_ = os.Remove(f.Name())

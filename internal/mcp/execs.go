@@ -57,13 +57,20 @@ type ExecTable struct {
 	logs     []*execLog // of dropped sessions, kept for their links
 	closed   bool
 	sweeping bool      // a sweeper goroutine runs
-	budget   logBudget // of the bytes of all its logs
+	budget   logBudget // of the bytes of all its logs, within its space's
+	logDir   string    // its space's directory
 	now      func() time.Time
 }
 
-// NewExecTable returns an empty table.
-func NewExecTable() *ExecTable {
-	return &ExecTable{sessions: map[string]*session{}, budget: logBudget{max: MaxLogBytes}, now: time.Now}
+// NewExecTable returns an empty table whose logs take at most MaxLogBytes
+// of space (nil: a space of their own, of MaxLogBytes, in the host's
+// temporary directory).
+func NewExecTable(space *LogSpace) *ExecTable {
+	t := &ExecTable{sessions: map[string]*session{}, budget: logBudget{max: MaxLogBytes}, now: time.Now}
+	if space != nil {
+		t.budget.parent, t.logDir = &space.budget, space.dir
+	}
+	return t
 }
 
 // session is one command started by exec.
@@ -126,7 +133,7 @@ func (t *ExecTable) start(owner, sandbox string, p *agent.Process, maxOutput int
 	}
 	s.id = hex.EncodeToString(b[:])
 	if log != nil {
-		log.budget = &t.budget
+		log.budget, log.dir = &t.budget, t.logDir
 	}
 	s.run()
 	if err := t.add(s); err != nil {

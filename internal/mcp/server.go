@@ -85,7 +85,7 @@ func NewServer(o Options) *sdk.Server {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
 	if o.Execs == nil {
-		o.Execs = NewExecTable()
+		o.Execs = NewExecTable(nil)
 	}
 	if o.Yield <= 0 {
 		o.Yield = DefaultYield

@@ -1,4 +1,4 @@
-package mcp
+package mcp_test
 
 import (
 	"bytes"
@@ -8,6 +8,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/hutch-sandbox/hutch/internal/mcp"
+	"github.com/hutch-sandbox/hutch/internal/mcphttp"
 	"image"
 	"image/color"
 	"image/png"
@@ -51,14 +53,14 @@ func (w testWriter) Write(p []byte) (int, error) {
 type harness struct {
 	t       *testing.T
 	m       *daemon.Manager
-	backend *DaemonBackend
-	execs   *ExecTable
+	backend *mcphttp.DaemonBackend
+	execs   *mcp.ExecTable
 	links   *httptest.Server
-	opts    Options
+	opts    mcp.Options
 	cs      *sdk.ClientSession
 
 	mu       sync.Mutex
-	calls    []Call
+	calls    []mcp.Call
 	progress []*sdk.ProgressNotificationParams
 }
 
@@ -81,23 +83,23 @@ func newHarness(t *testing.T) *harness {
 			t.Errorf("close manager: %v", err)
 		}
 	})
-	h := &harness{t: t, m: m, execs: NewExecTable()}
+	h := &harness{t: t, m: m, execs: mcp.NewExecTable(nil)}
 	t.Cleanup(func() {
 		if err := h.execs.Close(); err != nil {
 			t.Errorf("close exec table: %v", err)
 		}
 	})
-	links := NewLinks()
+	links := mcp.NewLinks()
 	h.links = httptest.NewServer(links)
 	t.Cleanup(h.links.Close)
-	h.backend = &DaemonBackend{
+	h.backend = &mcphttp.DaemonBackend{
 		Sandboxes: m,
 		Tenant:    "alice",
 		Ports: func(_ context.Context, id string, port int) (string, error) {
 			return fmt.Sprintf("http://127.0.0.1:1/%s/%d/", id, port), nil
 		},
 	}
-	h.opts = Options{
+	h.opts = mcp.Options{
 		Backend:   h.backend,
 		Owner:     "alice",
 		Execs:     h.execs,
@@ -107,7 +109,7 @@ func newHarness(t *testing.T) *harness {
 		// Commands end within their yield even on a busy machine; tests
 		// of sessions give yield_ms.
 		Yield: 2 * time.Minute,
-		Audit: func(c Call) {
+		Audit: func(c mcp.Call) {
 			h.mu.Lock()
 			h.calls = append(h.calls, c)
 			h.mu.Unlock()
@@ -118,10 +120,10 @@ func newHarness(t *testing.T) *harness {
 }
 
 // connect serves o to a new client session.
-func (h *harness) connect(o Options) *sdk.ClientSession {
+func (h *harness) connect(o mcp.Options) *sdk.ClientSession {
 	h.t.Helper()
 	ct, st := sdk.NewInMemoryTransports()
-	ss, err := NewServer(o).Connect(context.Background(), st, nil)
+	ss, err := mcp.NewServer(o).Connect(context.Background(), st, nil)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -156,7 +158,7 @@ func call(t *testing.T, cs *sdk.ClientSession, name string, args map[string]any,
 		t.Fatalf("%s: %v", name, err)
 	}
 	if res.IsError {
-		t.Fatalf("%s: tool error: %s", name, resultText(res))
+		t.Fatalf("%s: tool error: %s", name, mcp.ResultText(res))
 	}
 	if len(res.Content) == 0 {
 		t.Fatalf("%s: no content", name)
@@ -188,9 +190,9 @@ func callErr(t *testing.T, cs *sdk.ClientSession, name string, args map[string]a
 		t.Fatalf("%s: protocol error %v, want a tool error", name, err)
 	}
 	if !res.IsError {
-		t.Fatalf("%s: succeeded, want a tool error: %s", name, resultText(res))
+		t.Fatalf("%s: succeeded, want a tool error: %s", name, mcp.ResultText(res))
 	}
-	return resultText(res)
+	return mcp.ResultText(res)
 }
 
 // fetch GETs a link.
@@ -218,7 +220,7 @@ func fetch(t *testing.T, u string) []byte {
 // in sandbox id (any process of it, not only those exec started).
 func (h *harness) running(id, prefix string) bool {
 	h.t.Helper()
-	var out ExecOut
+	var out mcp.ExecOut
 	// The pattern does not match the shell and grep that look.
 	call(h.t, h.cs, "exec", map[string]any{"sandbox_id": id, "command": `for p in /proc/[0-9]*; do tr '\0' ' ' < $p/cmdline 2>/dev/null; echo; done | grep -c "^` + prefix + `" || true`}, &out)
 	n, err := strconv.Atoi(strings.TrimSpace(out.Output))
@@ -325,7 +327,7 @@ func TestTools(t *testing.T) {
 		}
 	})
 
-	var sb Sandbox
+	var sb mcp.Sandbox
 	call(t, cs, "sandbox_create", map[string]any{"timeout_s": 900}, &sb)
 	if sb.ID == "" || sb.Workspace == "" || sb.State != "running" {
 		t.Fatalf("sandbox_create: %+v", sb)
@@ -333,17 +335,17 @@ func TestTools(t *testing.T) {
 	id := sb.ID
 
 	t.Run("sandboxes", func(t *testing.T) {
-		var info Sandbox
+		var info mcp.Sandbox
 		call(t, cs, "sandbox_info", map[string]any{"sandbox_id": id}, &info)
 		if info.ID != id || info.Workspace != sb.Workspace || info.ExpiresAt.IsZero() {
 			t.Errorf("sandbox_info: %+v, want %+v", info, sb)
 		}
-		var list SandboxListOut
+		var list mcp.SandboxListOut
 		call(t, cs, "sandbox_list", nil, &list)
-		if !slices.ContainsFunc(list.Sandboxes, func(s Sandbox) bool { return s.ID == id }) {
+		if !slices.ContainsFunc(list.Sandboxes, func(s mcp.Sandbox) bool { return s.ID == id }) {
 			t.Errorf("sandbox_list: %+v lacks %s", list, id)
 		}
-		var pu PortURLOut
+		var pu mcp.PortURLOut
 		call(t, cs, "port_url", map[string]any{"sandbox_id": id, "port": 8080}, &pu)
 		if pu.URL != "http://127.0.0.1:1/"+id+"/8080/" {
 			t.Errorf("port_url: %q", pu.URL)
@@ -354,7 +356,7 @@ func TestTools(t *testing.T) {
 	})
 
 	t.Run("exec", func(t *testing.T) {
-		var out ExecOut
+		var out mcp.ExecOut
 		res := call(t, cs, "exec", map[string]any{"sandbox_id": id, "command": "echo out; echo err >&2; pwd; echo $FOO; exit 3", "env": map[string]any{"FOO": "bar"}}, &out)
 		if out.ExitCode == nil || *out.ExitCode != 3 || out.Running || out.SessionID != "" {
 			t.Errorf("exec: %+v", out)
@@ -368,7 +370,7 @@ func TestTools(t *testing.T) {
 		if !slices.Equal(lines, want) {
 			t.Errorf("exec output %q, want the lines %q", out.Output, want)
 		}
-		if txt := resultText(res); !strings.Contains(txt, "exit code 3") {
+		if txt := mcp.ResultText(res); !strings.Contains(txt, "exit code 3") {
 			t.Errorf("exec text %q", txt)
 		}
 		call(t, cs, "exec", map[string]any{"sandbox_id": id, "command": "mkdir -p sub && pwd", "cwd": "."}, &out)
@@ -407,7 +409,7 @@ func TestTools(t *testing.T) {
 
 	t.Run("long", func(t *testing.T) {
 		// A 10-minute command answers within its yield with a session.
-		var out ExecOut
+		var out mcp.ExecOut
 		call(t, cs, "exec", map[string]any{"sandbox_id": id, "command": "echo started; sleep 600", "yield_ms": 500}, &out)
 		if !out.Running || out.SessionID == "" || out.ExitCode != nil {
 			t.Fatalf("exec sleep 600: %+v", out)
@@ -458,7 +460,7 @@ func TestTools(t *testing.T) {
 	})
 
 	t.Run("stdin", func(t *testing.T) {
-		var out ExecOut
+		var out mcp.ExecOut
 		call(t, cs, "exec", map[string]any{"sandbox_id": id, "command": "cat", "yield_ms": 1}, &out)
 		if !out.Running {
 			t.Fatalf("exec cat: %+v", out)
@@ -511,7 +513,7 @@ func TestTools(t *testing.T) {
 	})
 
 	t.Run("progress", func(t *testing.T) {
-		var out ExecOut
+		var out mcp.ExecOut
 		res, err := cs.CallTool(testCtx(t), &sdk.CallToolParams{
 			Name:      "exec",
 			Arguments: map[string]any{"sandbox_id": id, "command": "echo x; sleep 600", "yield_ms": 2500},
@@ -536,7 +538,7 @@ func TestTools(t *testing.T) {
 	})
 
 	t.Run("truncation", func(t *testing.T) {
-		var out ExecOut
+		var out mcp.ExecOut
 		res := call(t, cs, "exec", map[string]any{"sandbox_id": id, "command": "seq 1 100000", "yield_ms": 60000}, &out)
 		var full bytes.Buffer
 		for i := 1; i <= 100000; i++ {
@@ -568,9 +570,9 @@ func TestTools(t *testing.T) {
 		o := h.opts
 		o.Links, o.LinkBase, o.Yield, o.MaxOutput = nil, "", 200*time.Millisecond, 100
 		ocs := h.connect(o)
-		var out ExecOut
+		var out mcp.ExecOut
 		res := call(t, ocs, "exec", map[string]any{"sandbox_id": id, "command": "seq 1 1000", "yield_ms": 60000}, &out)
-		if out.OutputURL != "" || out.TruncatedBytes != out.OutputBytes-100 || !strings.Contains(resultText(res), "no link") {
+		if out.OutputURL != "" || out.TruncatedBytes != out.OutputBytes-100 || !strings.Contains(mcp.ResultText(res), "no link") {
 			t.Errorf("cut output without links: %+v", out)
 		}
 		call(t, ocs, "exec", map[string]any{"sandbox_id": id, "command": "sleep 600"}, &out)
@@ -581,12 +583,12 @@ func TestTools(t *testing.T) {
 	})
 
 	t.Run("files", func(t *testing.T) {
-		var w FileWriteOut
+		var w mcp.FileWriteOut
 		call(t, cs, "file_write", map[string]any{"sandbox_id": id, "path": "dir/sub/a.txt", "content": "one\ntwo\nthree\n"}, &w)
 		if w.Path != sb.Workspace+"/dir/sub/a.txt" || w.Bytes != 14 || !w.Created {
 			t.Errorf("file_write: %+v", w)
 		}
-		var r FileReadOut
+		var r mcp.FileReadOut
 		call(t, cs, "file_read", map[string]any{"sandbox_id": id, "path": w.Path}, &r)
 		if r.Kind != "text" || r.Content != "one\ntwo\nthree\n" || r.StartLine != 1 || r.EndLine != 3 || r.TotalLines != 3 || r.Truncated {
 			t.Errorf("file_read: %+v", r)
@@ -627,7 +629,7 @@ func TestTools(t *testing.T) {
 			t.Errorf("file_write of 10 MiB: %+v", w)
 		}
 		res := call(t, cs, "file_read", map[string]any{"sandbox_id": id, "path": "random.bin"}, &r)
-		if r.Kind != "binary" || r.Size != int64(len(data)) || r.URL == "" || !strings.Contains(resultText(res), "binary") {
+		if r.Kind != "binary" || r.Size != int64(len(data)) || r.URL == "" || !strings.Contains(mcp.ResultText(res), "binary") {
 			t.Fatalf("file_read of random bytes: %+v", r)
 		}
 		if got := fetch(t, r.URL); !bytes.Equal(got, data) {
@@ -664,7 +666,7 @@ func TestTools(t *testing.T) {
 		// file_edit: one match, none, several, all; the mode stays.
 		call(t, cs, "file_write", map[string]any{"sandbox_id": id, "path": "e.sh", "content": "echo a\necho b\necho a\n"}, nil)
 		call(t, cs, "exec", map[string]any{"sandbox_id": id, "command": "chmod 0751 e.sh"}, nil)
-		var e FileEditOut
+		var e mcp.FileEditOut
 		call(t, cs, "file_edit", map[string]any{"sandbox_id": id, "path": "e.sh", "old_string": "echo b", "new_string": "echo B"}, &e)
 		if e.Replacements != 1 {
 			t.Errorf("file_edit: %+v", e)
@@ -679,7 +681,7 @@ func TestTools(t *testing.T) {
 		if e.Replacements != 2 {
 			t.Errorf("file_edit replace_all: %+v", e)
 		}
-		var out ExecOut
+		var out mcp.ExecOut
 		call(t, cs, "exec", map[string]any{"sandbox_id": id, "command": "stat -c %a e.sh; ./e.sh"}, &out)
 		if out.Output != "751\nA\nB\nA\n" {
 			t.Errorf("e.sh after the edits: %q", out.Output)
@@ -687,9 +689,9 @@ func TestTools(t *testing.T) {
 
 		// file_list: depth, types, symlinks.
 		call(t, cs, "exec", map[string]any{"sandbox_id": id, "command": "ln -s dir/sub/a.txt link"}, nil)
-		var l FileListOut
+		var l mcp.FileListOut
 		call(t, cs, "file_list", map[string]any{"sandbox_id": id, "depth": 3}, &l)
-		byPath := map[string]FileEntry{}
+		byPath := map[string]mcp.FileEntry{}
 		for _, e := range l.Entries {
 			byPath[e.Path] = e
 		}
@@ -748,9 +750,9 @@ func TestTools(t *testing.T) {
 	t.Run("close", func(t *testing.T) {
 		// hutch mcp closes its table as it ends: the commands go.
 		o := h.opts
-		o.Execs = NewExecTable()
+		o.Execs = mcp.NewExecTable(nil)
 		ocs := h.connect(o)
-		var out ExecOut
+		var out mcp.ExecOut
 		call(t, ocs, "exec", map[string]any{"sandbox_id": id, "command": "sleep 602", "yield_ms": 1}, &out)
 		if !out.Running || !testutil.Eventually(time.Minute, func() bool { return h.running(id, "sleep 602") }) {
 			t.Fatalf("exec sleep 602: %+v", out)
@@ -767,9 +769,9 @@ func TestTools(t *testing.T) {
 	})
 
 	t.Run("kill", func(t *testing.T) {
-		var out ExecOut
+		var out mcp.ExecOut
 		call(t, cs, "exec", map[string]any{"sandbox_id": id, "command": "sleep 600", "yield_ms": 1}, &out)
-		var k SandboxKillOut
+		var k mcp.SandboxKillOut
 		call(t, cs, "sandbox_kill", map[string]any{"sandbox_id": id}, &k)
 		if !k.Killed {
 			t.Errorf("sandbox_kill: %+v", k)
@@ -788,11 +790,15 @@ func TestTools(t *testing.T) {
 // its result still carries the output's head and tail.
 func TestLogBudget(t *testing.T) {
 	h := newHarness(t)
-	h.execs.budget.max = 300000
-	var sb Sandbox
+	space := mcp.NewLogSpace(t.TempDir(), 300000)
+	h.execs = mcp.NewExecTable(space)
+	o := h.opts
+	o.Execs = h.execs
+	h.cs = h.connect(o)
+	var sb mcp.Sandbox
 	call(t, h.cs, "sandbox_create", nil, &sb)
 	for i, want := range []int64{0, 100000, 200000} {
-		var out ExecOut
+		var out mcp.ExecOut
 		call(t, h.cs, "exec", map[string]any{"sandbox_id": sb.ID, "command": "head -c 200000 /dev/zero | tr '\\0' a"}, &out)
 		if out.OutputBytes != 200000 || out.LogDroppedBytes != want || !strings.HasPrefix(out.Output, "aaaa") {
 			t.Errorf("exec %d: output_bytes %d, log_dropped_bytes %d; want 200000, %d", i+1, out.OutputBytes, out.LogDroppedBytes, want)
@@ -803,7 +809,7 @@ func TestLogBudget(t *testing.T) {
 			}
 		}
 	}
-	if used := h.execs.budget.used.Load(); used != 300000 {
+	if used := space.Used(); used != 300000 {
 		t.Errorf("the table's logs hold %d bytes, want 300000", used)
 	}
 }

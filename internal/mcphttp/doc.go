@@ -16,7 +16,7 @@
 // API authenticates (api.Authenticate: a bearer token of a tenant, E2B's
 // tokens included; on the unix socket, no token is the operator, and
 // processes in another user namespace are refused by api.Serve). The MCP
-// server a request reaches is its tenant's: a mcp.DaemonBackend bound to
+// server a request reaches is its tenant's: a DaemonBackend bound to
 // the tenant, with one exec table per tenant so that a command left
 // running outlives the HTTP request and the MCP session that started it.
 // A session is bound to the tenant (and listener kind) that made it: the

@@ -45,6 +45,13 @@ const (
 	DefaultSessionTimeout = 30 * time.Minute
 	// DefaultMaxSessions bounds the sessions a tenant has open at once.
 	DefaultMaxSessions = 64
+	// DefaultMaxLogs bounds the bytes of the exec logs of all tenants
+	// together (hutch serve --mcp-max-logs); each tenant's are bounded by
+	// mcp.MaxLogBytes too.
+	DefaultMaxLogs = 4 << 30
+	// LogDir is the directory of the state directory where exec logs
+	// are kept.
+	LogDir = "mcp-logs"
 )
 
 // maxServers is how many MCP servers a tenant keeps with no session
@@ -87,6 +94,10 @@ type Config struct {
 	// MaxSessions bounds the sessions of a tenant (DefaultMaxSessions
 	// when zero).
 	MaxSessions int
+	// Logs is where the tenants' exec logs are kept on the host, and
+	// how much they may take together; nil: each tenant's table has a
+	// space of its own in the host's temporary directory.
+	Logs *mcp.LogSpace
 	// Audit, when not nil, records every tool call.
 	Audit *audit.Log
 	// Log receives the handler's events; nil discards them.
@@ -444,7 +455,7 @@ func (h *Handler) server(r *http.Request) *sdk.Server {
 	s := mcp.NewServer(mcp.Options{
 		Name:    "hutch",
 		Version: h.cfg.Version,
-		Backend: &mcp.DaemonBackend{
+		Backend: &DaemonBackend{
 			Sandboxes: h.cfg.Sandboxes,
 			Tenant:    c.tenant,
 			Operator:  c.operator,
@@ -493,7 +504,7 @@ func (h *Handler) count(t *tenant) sdk.Middleware {
 func (h *Handler) tenantLocked(name string) *tenant {
 	t := h.tenants[name]
 	if t == nil {
-		t = &tenant{execs: mcp.NewExecTable(), servers: map[serverKey]*sdk.Server{}, sessions: map[*sdk.ServerSession]bool{}}
+		t = &tenant{execs: mcp.NewExecTable(h.cfg.Logs), servers: map[serverKey]*sdk.Server{}, sessions: map[*sdk.ServerSession]bool{}}
 		h.tenants[name] = t
 	}
 	return t

@@ -1,4 +1,4 @@
-package mcp
+package mcphttp
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/hutch-sandbox/hutch/internal/agent"
 	"github.com/hutch-sandbox/hutch/internal/daemon"
+	"github.com/hutch-sandbox/hutch/internal/mcp"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 )
 
@@ -32,10 +33,10 @@ type DaemonBackend struct {
 	Ports func(ctx context.Context, id string, port int) (string, error)
 }
 
-var _ Backend = (*DaemonBackend)(nil)
+var _ mcp.Backend = (*DaemonBackend)(nil)
 
 // Create starts a sandbox for the tenant.
-func (b *DaemonBackend) Create(ctx context.Context, r CreateRequest) (Sandbox, error) {
+func (b *DaemonBackend) Create(ctx context.Context, r mcp.CreateRequest) (mcp.Sandbox, error) {
 	var spec policy.Spec
 	if r.Image != "" {
 		ref := r.Image
@@ -47,7 +48,7 @@ func (b *DaemonBackend) Create(ctx context.Context, r CreateRequest) (Sandbox, e
 	if len(r.AllowDomains) > 0 {
 		for _, d := range r.AllowDomains {
 			if err := b.Sandboxes.CheckTenantRule("allow_domains", d, false); err != nil && !b.Operator {
-				return Sandbox{}, err
+				return mcp.Sandbox{}, err
 			}
 		}
 		spec.Network.Mode = "proxy"
@@ -60,30 +61,30 @@ func (b *DaemonBackend) Create(ctx context.Context, r CreateRequest) (Sandbox, e
 		Labels:   map[string]string{"hutch.mcp": "true"},
 	})
 	if err != nil {
-		return Sandbox{}, b.explain(err)
+		return mcp.Sandbox{}, b.explain(err)
 	}
 	return sandboxOf(info), nil
 }
 
 // List lists the tenant's sandboxes, newest first.
-func (b *DaemonBackend) List(ctx context.Context) ([]Sandbox, error) {
+func (b *DaemonBackend) List(ctx context.Context) ([]mcp.Sandbox, error) {
 	infos, err := b.Sandboxes.List(ctx, b.Tenant, nil, "")
 	if err != nil {
 		return nil, err
 	}
-	out := make([]Sandbox, 0, len(infos))
+	out := make([]mcp.Sandbox, 0, len(infos))
 	for _, in := range infos {
 		out = append(out, sandboxOf(in))
 	}
-	slices.SortStableFunc(out, func(a, b Sandbox) int { return b.CreatedAt.Compare(a.CreatedAt) })
+	slices.SortStableFunc(out, func(a, b mcp.Sandbox) int { return b.CreatedAt.Compare(a.CreatedAt) })
 	return out, nil
 }
 
 // Get describes one of the tenant's sandboxes.
-func (b *DaemonBackend) Get(ctx context.Context, id string) (Sandbox, error) {
+func (b *DaemonBackend) Get(ctx context.Context, id string) (mcp.Sandbox, error) {
 	info, err := b.Sandboxes.Get(ctx, b.Tenant, id)
 	if err != nil {
-		return Sandbox{}, err
+		return mcp.Sandbox{}, err
 	}
 	return sandboxOf(info), nil
 }
@@ -123,8 +124,8 @@ func (b *DaemonBackend) explain(err error) error {
 	return err
 }
 
-func sandboxOf(in daemon.Info) Sandbox {
-	return Sandbox{
+func sandboxOf(in daemon.Info) mcp.Sandbox {
+	return mcp.Sandbox{
 		ID:        in.ID,
 		State:     in.State,
 		Tier:      in.Tier,

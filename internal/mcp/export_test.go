@@ -1,0 +1,4 @@
+package mcp
+
+// ResultText is resultText, for the tests of package mcp_test.
+var ResultText = resultText
