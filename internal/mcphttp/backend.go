@@ -31,6 +31,9 @@ type DaemonBackend struct {
 	// Ports, when not nil, gives a URL on the host for port inside
 	// sandbox id (port_url); nil: port_url is refused, saying so.
 	Ports func(ctx context.Context, id string, port int) (string, error)
+	// Killed, when not nil, is told of a sandbox Kill ended (its ports'
+	// URLs end with it).
+	Killed func(id string)
 }
 
 var _ mcp.Backend = (*DaemonBackend)(nil)
@@ -91,7 +94,13 @@ func (b *DaemonBackend) Get(ctx context.Context, id string) (mcp.Sandbox, error)
 
 // Kill destroys one of the tenant's sandboxes.
 func (b *DaemonBackend) Kill(ctx context.Context, id string) error {
-	return b.Sandboxes.Destroy(ctx, b.Tenant, id)
+	if err := b.Sandboxes.Destroy(ctx, b.Tenant, id); err != nil {
+		return err
+	}
+	if b.Killed != nil {
+		b.Killed(id)
+	}
+	return nil
 }
 
 // Agent is the client of the sandbox's agent.

@@ -18,11 +18,13 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/hutch-sandbox/hutch/internal/agent"
 	"github.com/hutch-sandbox/hutch/internal/api"
 	"github.com/hutch-sandbox/hutch/internal/audit"
 	"github.com/hutch-sandbox/hutch/internal/daemon"
 	"github.com/hutch-sandbox/hutch/internal/mcp"
 	"github.com/hutch-sandbox/hutch/internal/metrics"
+	"github.com/hutch-sandbox/hutch/internal/portfwd"
 )
 
 // The paths the handler serves.
@@ -33,6 +35,9 @@ const (
 	StatelessPath = "/mcp/stateless"
 	// LinksPath is the prefix of the links tool results carry.
 	LinksPath = "/mcp/links/"
+	// PortsPath is the prefix of the URLs port_url gives: servers
+	// listening inside sandboxes, each behind a capability URL.
+	PortsPath = "/mcp/ports/"
 )
 
 // Defaults of Config.
@@ -110,6 +115,7 @@ type Handler struct {
 	cfg       Config
 	log       *slog.Logger
 	links     *mcp.Links
+	ports     *portfwd.Handler
 	public    string          // PublicURL without a trailing "/"
 	allowed   map[string]bool // host names, lower case
 	stateful  http.Handler
@@ -187,7 +193,7 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	h := &Handler{cfg: cfg, log: cfg.Log, links: mcp.NewLinks(), allowed: map[string]bool{}, tenants: map[string]*tenant{}}
+	h := &Handler{cfg: cfg, log: cfg.Log, links: mcp.NewLinks(), ports: portfwd.NewHandler(), allowed: map[string]bool{}, tenants: map[string]*tenant{}}
 	for _, a := range cfg.AllowedHosts {
 		name, err := CheckHost(a)
 		if err != nil {
@@ -272,6 +278,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// The token in the path is the capability; the links handler
 		// serves nothing else.
 		h.links.ServeHTTP(w, r)
+		return
+	}
+	if strings.HasPrefix(p, PortsPath) {
+		// So are a port URL's; the sandbox's server answers.
+		http.StripPrefix(strings.TrimSuffix(PortsPath, "/"), h.ports).ServeHTTP(w, r)
 		return
 	}
 	if p != Path && p != StatelessPath {
@@ -460,6 +471,8 @@ func (h *Handler) server(r *http.Request) *sdk.Server {
 			Tenant:    c.tenant,
 			Operator:  c.operator,
 			Templates: h.cfg.Templates,
+			Ports:     h.portURL(c.tenant, strings.TrimSuffix(key.linkBase, LinksPath)+PortsPath),
+			Killed:    h.ports.Forget,
 		},
 		Owner:    c.tenant,
 		Execs:    t.execs,
@@ -551,6 +564,7 @@ func (h *Handler) Close() {
 	for _, ss := range sessions {
 		_ = ss.Close()
 	}
+	h.ports.Close()
 }
 
 // recorder returns the audit hook of tenant's servers: every tool call is
@@ -611,4 +625,20 @@ func demote(l slog.Level) slog.Level {
 		return min(l, slog.LevelDebug)
 	}
 	return l
+}
+
+// portURL is port_url for tenant: a capability URL under base for a port
+// of one of its sandboxes, which ends with the sandbox (killed through
+// MCP, or at the expiry it had when the URL was made; a sandbox extended
+// since gets a new URL from the next call). Each connection reaches the
+// port through the sandbox's agent, looked up as tenant's.
+func (h *Handler) portURL(tenant, base string) func(ctx context.Context, id string, port int) (string, error) {
+	return func(ctx context.Context, id string, port int) (string, error) {
+		info, err := h.cfg.Sandboxes.Get(ctx, tenant, id)
+		if err != nil {
+			return "", err
+		}
+		agentOf := func(ctx context.Context) (*agent.Client, error) { return h.cfg.Sandboxes.Agent(ctx, tenant, id) }
+		return h.ports.URLUntil(base, id, port, portfwd.Dialer(agentOf, port), info.ExpiresAt)
+	}
 }

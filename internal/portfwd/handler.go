@@ -16,8 +16,14 @@ import (
 	"time"
 )
 
-// MaxTargets is how many capability URLs a Handler keeps at once.
-const MaxTargets = 4096
+// Handler bounds.
+const (
+	// MaxTargets is how many capability URLs a Handler keeps at once.
+	MaxTargets = 1 << 16
+	// MaxPortsPerSandbox is how many ports of one sandbox a Handler
+	// publishes.
+	MaxPortsPerSandbox = 16
+)
 
 // DialFunc connects to a sandbox's port, e.g. with Dial through the
 // sandbox's agent (Dialer).
@@ -66,9 +72,10 @@ type Handler struct {
 
 // target is one published port.
 type target struct {
-	key  forwardKey
-	base *url.URL // base + token + "/"
-	dial DialFunc
+	key     forwardKey
+	base    *url.URL // base + token + "/"
+	dial    DialFunc
+	expires time.Time // zero: until Forget
 }
 
 // targetKey is what a request's context carries to the Transport's dialer.
@@ -111,6 +118,14 @@ func NewHandler() *Handler {
 // publishing it at the first call; dial connects to the port. A sandbox's
 // port keeps its URL until Forget.
 func (h *Handler) URL(base, sandbox string, port int, dial DialFunc) (string, error) {
+	return h.URLUntil(base, sandbox, port, dial, time.Time{})
+}
+
+// URLUntil is URL for a port whose URL also ends at expires (the
+// sandbox's end, as known when it is published; zero: only Forget ends
+// it), for a publisher that is not told when its sandboxes end: a URL
+// past its time answers 404, and the next call publishes a new one.
+func (h *Handler) URLUntil(base, sandbox string, port int, dial DialFunc, expires time.Time) (string, error) {
 	if err := CheckPort(port); err != nil {
 		return "", err
 	}
@@ -121,18 +136,28 @@ func (h *Handler) URL(base, sandbox string, port int, dial DialFunc) (string, er
 	k := forwardKey{sandbox, port}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.expireLocked()
 	if tok, ok := h.byKey[k]; ok {
 		return h.byToken[tok].base.String(), nil
 	}
 	if len(h.byToken) >= MaxTargets {
 		return "", fmt.Errorf("%d sandbox ports are published already, the most hutch keeps", MaxTargets)
 	}
+	n := 0
+	for pk := range h.byKey {
+		if pk.sandbox == sandbox {
+			n++
+		}
+	}
+	if n >= MaxPortsPerSandbox {
+		return "", fmt.Errorf("%d ports of sandbox %s are published already, the most hutch publishes of one sandbox", n, sandbox)
+	}
 	var b [24]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return "", err
 	}
 	tok := hex.EncodeToString(b[:])
-	t := &target{key: k, base: u.JoinPath(tok), dial: dial}
+	t := &target{key: k, base: u.JoinPath(tok), dial: dial, expires: expires}
 	t.base.Path += "/"
 	h.byToken[tok] = t
 	h.byKey[k] = tok
@@ -154,6 +179,17 @@ func (h *Handler) Forget(sandbox string) {
 	h.transport.CloseIdleConnections()
 }
 
+// expireLocked unpublishes the targets past their time; h.mu is held.
+func (h *Handler) expireLocked() {
+	now := time.Now()
+	for tok, t := range h.byToken {
+		if !t.expires.IsZero() && !now.Before(t.expires) {
+			delete(h.byToken, tok)
+			delete(h.byKey, t.key)
+		}
+	}
+}
+
 // Close closes the idle connections to the sandboxes.
 func (h *Handler) Close() { h.transport.CloseIdleConnections() }
 
@@ -165,6 +201,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.mu.Lock()
 	t := h.byToken[tok]
 	h.mu.Unlock()
+	if t != nil && !t.expires.IsZero() && !time.Now().Before(t.expires) {
+		t = nil
+	}
 	if t == nil || strings.Trim(tok, "0123456789abcdef") != "" {
 		http.Error(w, "no such sandbox port (its URL ends with its sandbox)", http.StatusNotFound)
 		return

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 )
 
 // backend is a server standing in for one inside a sandbox: it echoes
@@ -217,5 +218,43 @@ func TestHandlerBadArguments(t *testing.T) {
 		if u, err := h.URL(c.base, "sb", c.port, nil); err == nil {
 			t.Errorf("URL(%q, %d) = %q, want an error", c.base, c.port, u)
 		}
+	}
+}
+
+// TestHandlerExpiryAndBounds: a URL published until a time answers 404
+// once it passed, and the next call publishes a new one; one sandbox gets
+// at most MaxPortsPerSandbox ports, another sandbox its own.
+func TestHandlerExpiryAndBounds(t *testing.T) {
+	h := NewHandler()
+	fe := httptest.NewServer(http.StripPrefix("/ports", h))
+	defer fe.Close()
+	base := fe.URL + "/ports/"
+	past := time.Now().Add(-time.Second)
+	u, err := h.URLUntil(base, "sb", 80, nil, past)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Errorf("an expired URL answered %d, want 404", resp.StatusCode)
+	}
+	again, err := h.URLUntil(base, "sb", 80, nil, time.Now().Add(time.Hour))
+	if err != nil || again == u {
+		t.Errorf("after expiry: %q, %v; want a new URL", again, err)
+	}
+	for p := 81; p < 80+MaxPortsPerSandbox; p++ {
+		if _, err := h.URL(base, "sb", p, nil); err != nil {
+			t.Fatalf("port %d: %v", p, err)
+		}
+	}
+	if _, err := h.URL(base, "sb", 9999, nil); err == nil || !strings.Contains(err.Error(), "ports of sandbox sb") {
+		t.Errorf("port %d of one sandbox: %v, want refused", MaxPortsPerSandbox+1, err)
+	}
+	if _, err := h.URL(base, "other", 9999, nil); err != nil {
+		t.Errorf("another sandbox's port: %v", err)
 	}
 }

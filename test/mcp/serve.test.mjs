@@ -7,6 +7,7 @@
 //   HUTCH_MCP_TOKEN_E2B    an E2B-shaped token of tenant A
 import { test, describe, before, after } from 'node:test'
 import assert from 'node:assert/strict'
+import fs from 'node:fs'
 import { randomBytes, createHash } from 'node:crypto'
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
@@ -250,9 +251,31 @@ describe('tools', () => {
     await until(() => gone(a.client, sandbox, '/tmp/cancel.pid'), 'the cancelled command to be gone')
   })
 
-  test('port_url: this daemon publishes no ports', async () => {
-    const msg = await refused(a.client, 'port_url', { sandbox_id: sandbox, port: 8080 })
-    assert.match(msg, /publishes no sandbox ports/)
+  test("port_url: a URL on the daemon reaches a server inside the sandbox; B gets none for A's", async () => {
+    await call(a.client, 'file_write', { sandbox_id: sandbox, path: '/tmp/www/index.html', content: 'served from inside\n' })
+    const server = fs.existsSync('/usr/bin/python3')
+      ? 'exec /usr/bin/python3 -m http.server --bind 127.0.0.1 8765'
+      : 'exec /usr/bin/busybox httpd -f -p 127.0.0.1:8765'
+    const r = await call(a.client, 'exec', { sandbox_id: sandbox, command: server, cwd: '/tmp/www', yield_ms: 100 })
+    assert.equal(r.structuredContent.running, true, `the server did not start: ${r.structuredContent.output}`)
+    const u = (await call(a.client, 'port_url', { sandbox_id: sandbox, port: 8765 })).structuredContent.url
+    assert.match(u, /\/mcp\/ports\/[0-9a-f]{48}\/$/)
+    let body = ''
+    await until(async () => {
+      try {
+        const resp = await fetch(u + 'index.html')
+        body = await resp.text()
+        return resp.status === 200
+      } catch {
+        return false
+      }
+    }, 'the server to answer through the URL')
+    assert.equal(body, 'served from inside\n')
+    assert.equal((await call(a.client, 'port_url', { sandbox_id: sandbox, port: 8765 })).structuredContent.url, u, 'the same port, another URL')
+    await refused(b.client, 'port_url', { sandbox_id: sandbox, port: 8765 })
+    const wrong = await fetch(u.replace(/[0-9a-f]{48}/, '0'.repeat(48)) + 'index.html')
+    assert.equal(wrong.status, 404, 'a made-up token reached a port')
+    await call(a.client, 'exec_kill', { session_id: r.structuredContent.session_id })
   })
 
   test('errors come back as tool errors', async () => {
