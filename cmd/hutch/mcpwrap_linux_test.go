@@ -28,7 +28,40 @@ func mcpWrapNode(t *testing.T) (node, server string) {
 		_, err = os.Stat(server)
 	}
 	testutil.Need(t, err == nil, "@modelcontextprotocol/server-filesystem is not installed in test/mcp/node_modules (scripts/test.sh installs it)")
-	return node, server
+	// The sandbox has private /tmp and /dev/shm: from a repository there (a
+	// CI's clone), node and the server are copied where it sees them.
+	real := func(p string) string {
+		r, err := filepath.EvalSymlinks(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	node, modules := real(node), real(filepath.Join(mcpDir, "node_modules"))
+	hidden := false
+	for _, p := range []string{node, modules} {
+		for _, d := range privateDirs {
+			hidden = hidden || p == d || strings.HasPrefix(p, d+"/")
+		}
+	}
+	if !hidden {
+		return node, server
+	}
+	dir, err := os.MkdirTemp("/var/tmp", "hutch-mcp-node-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("cp", "-a", node, filepath.Join(dir, "node")).CombinedOutput(); err != nil {
+		t.Fatalf("copy node: %v\n%s", err, out)
+	}
+	if out, err := exec.Command("cp", "-a", modules, filepath.Join(dir, "node_modules")).CombinedOutput(); err != nil {
+		t.Fatalf("copy test/mcp/node_modules: %v\n%s", err, out)
+	}
+	return filepath.Join(dir, "node"), filepath.Join(dir, "node_modules", "@modelcontextprotocol", "server-filesystem", "dist", "index.js")
 }
 
 // wrapCall is a tools/call for wrap.mjs to make, and what the client got.
