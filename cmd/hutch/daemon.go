@@ -9,7 +9,7 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/runner"
 )
 
-// execServe runs hutch-serve with args ("serve ...", "token ..."),
+// execServe runs hutch-serve with args ("serve ...", "token ...", "mcp ..."),
 // replacing hutch: the daemon keeps hutch's pid, its signals and its exit
 // code. It returns only when hutch-serve cannot be run.
 func execServe(args []string, stderr io.Writer) int {

@@ -1,9 +1,10 @@
 // Command hutch runs commands in disposable sandboxes: `hutch run -- CMD`
 // wraps one command in an OS-level sandbox, `hutch policy show` prints
 // the effective policy, `hutch serve` runs the daemon that keeps
-// long-lived sandboxes behind an HTTP API (it execs hutch-serve, the
-// daemon's own binary), and `hutch create`, `exec`, `cp`, `ls` and `rm`
-// use that daemon. What runs at every start of hutch is kept small: see
+// long-lived sandboxes behind an HTTP API and `hutch mcp` serves an
+// agent's session over MCP (both exec hutch-serve, the daemon's own
+// binary), and `hutch create`, `exec`, `cp`, `ls` and `rm` use that
+// daemon. What runs at every start of hutch is kept small: see
 // docs/ARCHITECTURE.md, "one binary for the daemon, one for everything
 // else".
 package main
@@ -16,10 +17,8 @@ import (
 	"os"
 	"strings"
 
-	"github.com/hutch-sandbox/hutch/internal/agent"
 	"github.com/hutch-sandbox/hutch/internal/cli"
 	"github.com/hutch-sandbox/hutch/internal/gvisor"
-	"github.com/hutch-sandbox/hutch/internal/portconnect"
 	"github.com/hutch-sandbox/hutch/internal/proxyconnect"
 	"github.com/hutch-sandbox/hutch/internal/runner"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
@@ -82,8 +81,8 @@ The daemon and its clients:
   hutch events [--since N] ID              print sandbox ID's events as they
                                            happen, until it ends or Ctrl-C
 
-hutch serve, hutch token and hutch image (without --remote) run
-hutch-serve, the daemon's binary, installed next to hutch.
+hutch serve, hutch token, hutch image (without --remote) and hutch mcp
+run hutch-serve, the daemon's binary, installed next to hutch.
 
 Run "hutch COMMAND -h" for the flags. Exit codes of "hutch run": the
 command's own, 128+N if it was killed by signal N, 124 on --timeout, 125
@@ -114,22 +113,13 @@ func run(args []string, stdin, stdout, stderr *os.File) int {
 		return cmdPolicyShow(args[2:], stdout, stderr)
 	case "proxy-connect":
 		return proxyconnect.Main(args[1:], stdin, stdout, stderr)
-	case portconnect.Command:
-		// Hidden: a port forward's end inside a sandbox (port_url).
-		return portconnect.Main(args[1:], stdin, stdout, stderr)
-	case "agent":
-		// Hidden: PID 1 of hutch mcp's sandboxes when hutch-agent is not
-		// installed next to hutch.
-		return agent.Main(args[1:], stderr)
-	case "mcp":
-		return cmdMCP(args[1:], stdin, stdout, stderr)
 	case gvisor.InitCommand:
 		// Hidden: the first process of a gVisor sandbox with a proxy.
 		return gvisor.InitMain(args[1:], stderr)
-	case "serve", "token", "image":
-		// The daemon's commands, and the images' (which link a registry
-		// client), are hutch-serve's (see daemon.go); the daemon's images
-		// (--remote) are the API's.
+	case "serve", "token", "image", "mcp":
+		// The daemon's commands, the images' (which link a registry
+		// client) and MCP's (which link its SDK) are hutch-serve's (see
+		// daemon.go); the daemon's images (--remote) are the API's.
 		if args[0] == "image" && remoteImage(args[1:]) {
 			return cmdRemoteImage(args[1:], stdout, stderr)
 		}

@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -246,23 +245,8 @@ func newMCPBackend(rf *runner.Flags, spec policy.Spec, stderr io.Writer) (*mcpBa
 	b.linkSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 30 * time.Second}
 	b.linkBase = "http://" + l.Addr().String() + "/links/"
 	go func() { _ = b.linkSrv.Serve(l) }()
-	b.log.Debug("hutch mcp ready", "links", b.linkBase, "agent", cmp.Or(b.agentBin, "hutch itself"), "workspace", spec.Filesystem.Workspace)
+	b.log.Debug("hutch mcp ready", "links", b.linkBase, "agent", cmp.Or(b.agentBin, "hutch-serve itself"), "workspace", spec.Filesystem.Workspace)
 	return b, nil
-}
-
-// agentBinary is the sandboxes' PID 1: hutch-agent next to hutch's own
-// binary when it is installed there (half the memory of hutch's), else
-// "" for hutch's own binary, which serves "agent" too.
-func agentBinary() string {
-	exe, err := os.Executable()
-	if err != nil {
-		return ""
-	}
-	p := filepath.Join(filepath.Dir(exe), "hutch-agent")
-	if fi, err := os.Stat(p); err != nil || !fi.Mode().IsRegular() || fi.Mode()&0o111 == 0 {
-		return ""
-	}
-	return p
 }
 
 // DefaultSandbox is the session sandbox, started now when it does not
