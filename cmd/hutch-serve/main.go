@@ -4,21 +4,23 @@
 // hutch-agent is not installed next to it, is its sandboxes' PID 1.
 //
 // It also keeps the images sandboxes start from (`hutch image`), which
-// links a registry client.
+// links a registry client, and serves agents over MCP (`hutch mcp`, `hutch
+// mcp wrap`), which links MCP's SDK.
 //
-// Users type `hutch serve`, `hutch token create` and `hutch image`: hutch runs this
-// binary, installed next to it, for those. It is a binary of its own so
-// that `hutch run` and the client commands do not pay at every start for
-// the packages only the daemon uses (see docs/ARCHITECTURE.md, "one binary
-// for the daemon, one for everything else").
+// Users type `hutch serve`, `hutch token create`, `hutch image` and `hutch
+// mcp`: hutch runs this binary, installed next to it, for those. It is a
+// binary of its own so that `hutch run` and the client commands do not
+// pay at every start for the packages only these use (see
+// docs/ARCHITECTURE.md, "one binary for the daemon, one for everything
+// else").
 package main
 
 import (
 	"fmt"
-	"io"
 	"os"
 
 	"github.com/hutch-sandbox/hutch/internal/agent"
+	"github.com/hutch-sandbox/hutch/internal/gvisor"
 	"github.com/hutch-sandbox/hutch/internal/portconnect"
 	"github.com/hutch-sandbox/hutch/internal/proxyconnect"
 )
@@ -32,6 +34,8 @@ Usage:
   hutch serve [flags]                      run the daemon (hutch-serve serve [flags])
   hutch token create --tenant NAME [--e2b] make an API token for a tenant
   hutch image COMMAND                      the images sandboxes start from (hutch image -h)
+  hutch mcp [flags]                        serve hutch's tools over MCP on stdio (hutch mcp -h)
+  hutch mcp wrap [flags] -- SERVER...      run an MCP server in a sandbox (hutch mcp wrap -h)
   hutch-serve version                      print its version
 
 Run "hutch serve -h" and "hutch token create -h" for the flags.
@@ -41,7 +45,7 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 
-func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+func run(args []string, stdin, stdout, stderr *os.File) int {
 	if len(args) == 0 {
 		return cmdServe(nil, stderr)
 	}
@@ -52,6 +56,12 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return cmdToken(args[1:], stdout, stderr)
 	case "image":
 		return cmdImage(args[1:], stdout, stderr)
+	case "mcp":
+		return cmdMCP(args[1:], stdin, stdout, stderr)
+	case gvisor.InitCommand:
+		// The first process of a gVisor sandbox with a proxy that hutch
+		// mcp wrap runs.
+		return gvisor.InitMain(args[1:], stderr)
 	case "agent":
 		// PID 1 of a sandbox when hutch-agent is not installed.
 		return agent.Main(args[1:], stderr)

@@ -206,7 +206,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 	}
 	m, err := daemon.New(daemon.Config{
 		StateDir:       *stateDir,
-		AgentBinary:    agentBinary(log),
+		AgentBinary:    logAgent(log, agentBinary()),
 		NoInternet:     *noInternet,
 		AllowPrivate:   private,
 		AllowImages:    allowImages,
@@ -367,20 +367,32 @@ func listenerURL(l net.Listener) string {
 	return "http://" + l.Addr().String()
 }
 
-// agentBinary is hutch-agent next to hutch's own binary, the sandboxes'
-// PID 1 when it is installed there; "" (hutch's own binary) otherwise.
-func agentBinary(log *slog.Logger) string {
+// agentBinary is hutch-agent next to hutch-serve's own binary, the
+// sandboxes' PID 1 (of hutch serve's and of hutch mcp's) when it is
+// installed there: half the memory of hutch-serve's; "" (hutch-serve's
+// own binary, which serves "agent" too) otherwise.
+func agentBinary() string {
 	exe, err := os.Executable()
 	if err != nil {
 		return ""
 	}
 	p := filepath.Join(filepath.Dir(exe), "hutch-agent")
 	if fi, err := os.Stat(p); err != nil || !fi.Mode().IsRegular() || fi.Mode()&0o111 == 0 {
-		log.Info("the sandboxes' agent is hutch itself; install hutch-agent next to it to halve each sandbox's memory", "hutch", exe)
 		return ""
 	}
-	log.Info("the sandboxes' agent", "binary", p)
 	return p
+}
+
+// logAgent says which binary is the daemon's sandboxes' agent, and
+// returns it.
+func logAgent(log *slog.Logger, bin string) string {
+	if bin == "" {
+		exe, _ := os.Executable()
+		log.Info("the sandboxes' agent is hutch itself; install hutch-agent next to it to halve each sandbox's memory", "hutch", exe)
+	} else {
+		log.Info("the sandboxes' agent", "binary", bin)
+	}
+	return bin
 }
 
 // usageCode is the exit code after cli.Parse failed: 0 after -h, else 2.

@@ -1,9 +1,10 @@
 // Command hutch runs commands in disposable sandboxes: `hutch run -- CMD`
 // wraps one command in an OS-level sandbox, `hutch policy show` prints
 // the effective policy, `hutch serve` runs the daemon that keeps
-// long-lived sandboxes behind an HTTP API (it execs hutch-serve, the
-// daemon's own binary), and `hutch create`, `exec`, `cp`, `ls` and `rm`
-// use that daemon. What runs at every start of hutch is kept small: see
+// long-lived sandboxes behind an HTTP API and `hutch mcp` serves an
+// agent's session over MCP (both exec hutch-serve, the daemon's own
+// binary), and `hutch create`, `exec`, `cp`, `ls` and `rm` use that
+// daemon. What runs at every start of hutch is kept small: see
 // docs/ARCHITECTURE.md, "one binary for the daemon, one for everything
 // else".
 package main
@@ -13,18 +14,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"os"
-	"path/filepath"
 	"strings"
-	"time"
 
-	"github.com/hutch-sandbox/hutch/internal/agent"
 	"github.com/hutch-sandbox/hutch/internal/cli"
 	"github.com/hutch-sandbox/hutch/internal/gvisor"
-	"github.com/hutch-sandbox/hutch/internal/policy"
-	"github.com/hutch-sandbox/hutch/internal/portconnect"
 	"github.com/hutch-sandbox/hutch/internal/proxyconnect"
+	"github.com/hutch-sandbox/hutch/internal/runner"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
 )
 
@@ -85,8 +81,8 @@ The daemon and its clients:
   hutch events [--since N] ID              print sandbox ID's events as they
                                            happen, until it ends or Ctrl-C
 
-hutch serve, hutch token and hutch image (without --remote) run
-hutch-serve, the daemon's binary, installed next to hutch.
+hutch serve, hutch token, hutch image (without --remote) and hutch mcp
+run hutch-serve, the daemon's binary, installed next to hutch.
 
 Run "hutch COMMAND -h" for the flags. Exit codes of "hutch run": the
 command's own, 128+N if it was killed by signal N, 124 on --timeout, 125
@@ -117,22 +113,13 @@ func run(args []string, stdin, stdout, stderr *os.File) int {
 		return cmdPolicyShow(args[2:], stdout, stderr)
 	case "proxy-connect":
 		return proxyconnect.Main(args[1:], stdin, stdout, stderr)
-	case portconnect.Command:
-		// Hidden: a port forward's end inside a sandbox (port_url).
-		return portconnect.Main(args[1:], stdin, stdout, stderr)
-	case "agent":
-		// Hidden: PID 1 of hutch mcp's sandboxes when hutch-agent is not
-		// installed next to hutch.
-		return agent.Main(args[1:], stderr)
-	case "mcp":
-		return cmdMCP(args[1:], stdin, stdout, stderr)
 	case gvisor.InitCommand:
 		// Hidden: the first process of a gVisor sandbox with a proxy.
 		return gvisor.InitMain(args[1:], stderr)
-	case "serve", "token", "image":
-		// The daemon's commands, and the images' (which link a registry
-		// client), are hutch-serve's (see daemon.go); the daemon's images
-		// (--remote) are the API's.
+	case "serve", "token", "image", "mcp":
+		// The daemon's commands, the images' (which link a registry
+		// client) and MCP's (which link its SDK) are hutch-serve's (see
+		// daemon.go); the daemon's images (--remote) are the API's.
 		if args[0] == "image" && remoteImage(args[1:]) {
 			return cmdRemoteImage(args[1:], stdout, stderr)
 		}
@@ -175,42 +162,39 @@ func run(args []string, stdin, stdout, stderr *os.File) int {
 var commands = []string{"run", "policy", "version", "proxy-connect", "mcp", "serve", "token", "image", "audit", "create", "exec", "cp", "ls", "rm", "pause", "resume", "events", "help"}
 
 func cmdRun(args []string, stdin, stdout, stderr *os.File) int {
-	fs, rf := newRunFlags("run", stderr)
-	if code, done := parseFlags(fs, args, stderr); done {
+	fs, rf := runner.NewFlags("run", "Usage: hutch run [flags] -- COMMAND [ARGS...]\n\nRuns COMMAND in a new sandbox.\n", stderr)
+	if code, done := runner.Parse(fs, args, stderr); done {
 		return code
 	}
 	command := fs.Args()
-	spec, code := rf.spec(stderr)
+	spec, code := rf.Spec(stderr)
 	if code != 0 {
 		return code
 	}
-	sb, err := rf.prepare(spec, stderr)
+	sb, err := rf.Prepare(spec, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "hutch: %v\n", err)
 		return sandbox.ExitHutchError
 	}
-	defer sb.close()
-	if len(command) == 0 && sb.img != nil {
+	defer sb.Close()
+	if len(command) == 0 {
 		// The image's own command starts where the image says; a command
 		// given here works on the user's project, in the workspace.
-		command = imageCommand(sb.img)
-		if wd := sb.img.Config.WorkingDir; wd != "" {
-			sb.imgRoot.Dir = filepath.Join("/", wd)
-		}
+		command = sb.UseImageCommand()
 	}
 	if len(command) == 0 {
 		fmt.Fprintln(stderr, "hutch: no command given: hutch run [flags] -- COMMAND [ARGS...]")
 		return sandbox.ExitHutchError
 	}
-	warnPrivateArgs(sb.spec, command, stderr)
-	environ, err := sb.environ(command)
+	sb.WarnPrivateArgs(command)
+	environ, err := sb.Environ(command)
 	if err != nil {
 		fmt.Fprintf(stderr, "hutch: %v\n", err)
 		return sandbox.ExitHutchError
 	}
-	c := sb.config(environ)
+	c := sb.Config(environ)
 	c.Args, c.Stdin, c.Stdout, c.Stderr = command, stdin, stdout, stderr
-	res, err := sb.rt.Run(context.Background(), c)
+	res, err := sb.Runtime.Run(context.Background(), c)
 	if err != nil {
 		var ie *sandbox.InitError
 		if errors.As(err, &ie) {
@@ -220,20 +204,20 @@ func cmdRun(args []string, stdin, stdout, stderr *os.File) int {
 		fmt.Fprintf(stderr, "hutch: %v\n", err)
 		return sandbox.ExitHutchError
 	}
-	sb.finished(res)
+	sb.Finished(res)
 	return res.ExitCode
 }
 
 func cmdPolicyShow(args []string, stdout, stderr *os.File) int {
-	fs, rf := newRunFlags("policy show", stderr)
-	if code, done := parseFlags(fs, args, stderr); done {
+	fs, rf := runner.NewFlags("policy show", "Usage: hutch policy show [flags]\n\nPrints the policy hutch run would apply with the same flags (--debug, --report,\n--upstream-ca and --state-dir, which are not policy, change nothing here).\n", stderr)
+	if code, done := runner.Parse(fs, args, stderr); done {
 		return code
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "hutch: policy show takes no arguments, got %q\n", fs.Args())
 		return sandbox.ExitHutchError
 	}
-	spec, code := rf.spec(stderr)
+	spec, code := rf.Spec(stderr)
 	if code != 0 {
 		return code
 	}
@@ -246,20 +230,6 @@ func cmdPolicyShow(args []string, stdout, stderr *os.File) int {
 	return 0
 }
 
-// parseFlags parses args (see cli.Parse); done is true when the command
-// must end here with code: 0 after -h, 125 (hutch's own error, never the
-// command's) after a bad flag, which cli.Parse has reported.
-func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) (code int, done bool) {
-	switch err := cli.Parse(fs, args, stderr); {
-	case err == nil:
-		return 0, false
-	case errors.Is(err, flag.ErrHelp):
-		return 0, true
-	default:
-		return sandbox.ExitHutchError, true
-	}
-}
-
 // usageCode is the exit code of the commands other than run, policy show
 // and exec after cli.Parse failed: 0 after -h, else 2.
 func usageCode(err error) int {
@@ -267,163 +237,4 @@ func usageCode(err error) int {
 		return 0
 	}
 	return 2
-}
-
-// spec builds the effective policy; a non-zero code means it failed and the
-// error was printed.
-func (p *policyFlags) spec(stderr io.Writer) (policy.Spec, int) {
-	fail := func(err error) (policy.Spec, int) {
-		fmt.Fprintf(stderr, "hutch: %v\n", err)
-		return policy.Spec{}, sandbox.ExitHutchError
-	}
-	var s policy.Spec
-	var err error
-	switch {
-	case p.policyFile != "" && p.srtFile != "":
-		return fail(errors.New("--policy and --srt-settings cannot be combined"))
-	case p.policyFile != "":
-		if s, err = policy.Load(p.policyFile); err != nil {
-			return fail(err)
-		}
-	case p.srtFile != "":
-		var warnings []string
-		if s, warnings, err = policy.LoadSRT(p.srtFile); err != nil {
-			return fail(err)
-		}
-		for _, w := range warnings {
-			fmt.Fprintf(stderr, "hutch: warning: %s\n", w)
-		}
-	}
-	if err := p.apply(&s); err != nil {
-		return fail(err)
-	}
-	p.givenMode = s.Network.Mode
-
-	cwd, err := os.Getwd()
-	if err != nil {
-		return fail(fmt.Errorf("current directory: %w", err))
-	}
-	home, _ := os.UserHomeDir()
-	if err := s.Normalize(cwd, home); err != nil {
-		return fail(err)
-	}
-	if _, img := s.Image(); img && s.Filesystem.WorkspaceAt == "" {
-		s.Filesystem.WorkspaceAt = policy.DefaultWorkspaceAt
-	}
-	if err := s.Validate(); err != nil {
-		return fail(err)
-	}
-	return s, 0
-}
-
-func (p *policyFlags) apply(s *policy.Spec) error {
-	if p.workspace != "" {
-		s.Filesystem.Workspace = p.workspace
-	}
-	if p.root != "" {
-		s.Root = p.root
-	}
-	if p.tier != "" {
-		if err := policy.CheckTier(p.tier); err != nil {
-			return fmt.Errorf("--tier: %w", err)
-		}
-		s.Tier = p.tier
-	}
-	if p.image != "" {
-		if p.root != "" {
-			return errors.New("--root and --image cannot be combined")
-		}
-		s.Root = policy.ImagePrefix + p.image
-	}
-	if p.workspaceAt != "" {
-		if err := policy.CheckWorkspaceAt(p.workspaceAt); err != nil {
-			return fmt.Errorf("--workspace-at: %w", err)
-		}
-		s.Filesystem.WorkspaceAt = p.workspaceAt
-	}
-	s.Filesystem.AllowWrite = append(s.Filesystem.AllowWrite, p.allowWrite...)
-	s.Filesystem.DenyRead = append(s.Filesystem.DenyRead, p.denyRead...)
-	s.Filesystem.DenyWrite = append(s.Filesystem.DenyWrite, p.denyWrite...)
-	s.Filesystem.AllowRead = append(s.Filesystem.AllowRead, p.allowRd...)
-	if p.noDefaultDenies {
-		s.Filesystem.NoDefaultDenies = true
-	}
-	if p.home != "" {
-		if err := policy.CheckHome(p.home); err != nil {
-			return fmt.Errorf("--home: %w", err)
-		}
-		s.Filesystem.Home = p.home
-	}
-	for _, kv := range p.env {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok || k == "" {
-			return fmt.Errorf("--env %q: want NAME=VALUE", kv)
-		}
-		if s.Env.Set == nil {
-			s.Env.Set = map[string]string{}
-		}
-		s.Env.Set[k] = v
-	}
-	s.Env.Pass = append(s.Env.Pass, p.passEnv...)
-	var err error
-	if p.memory != "" {
-		if s.Resources.MemoryBytes, err = policy.ParseSize(p.memory); err != nil {
-			return fmt.Errorf("--memory: %w", err)
-		}
-	}
-	if p.tmpSize != "" {
-		if s.Resources.TmpBytes, err = policy.ParseSize(p.tmpSize); err != nil {
-			return fmt.Errorf("--tmp-size: %w", err)
-		}
-	}
-	if p.timeout != "" {
-		if s.Resources.Timeout, err = policy.ParseTimeout(p.timeout); err != nil {
-			return fmt.Errorf("--timeout: %w", err)
-		}
-	}
-	if p.cpus != 0 {
-		s.Resources.CPUs = p.cpus
-	}
-	if p.pids != 0 {
-		s.Resources.Pids = p.pids
-	}
-	if p.bestEffort {
-		s.BestEffort = true
-	}
-	nw := &s.Network
-	if p.net != "" {
-		nw.Mode = p.net
-	}
-	nw.AllowedDomains = append(nw.AllowedDomains, p.allowDomain...)
-	nw.DeniedDomains = append(nw.DeniedDomains, p.denyDomain...)
-	nw.AllowedCIDRs = append(nw.AllowedCIDRs, p.allowCIDR...)
-	nw.AllowPrivate = append(nw.AllowPrivate, p.allowPrivate...)
-	nw.Hosts = append(nw.Hosts, p.addHost...)
-	for _, sf := range p.secret {
-		name, hosts, ok := strings.Cut(sf, "@")
-		if !ok || name == "" || hosts == "" {
-			return fmt.Errorf("--secret %q: want NAME@host1,host2", sf)
-		}
-		s.Secrets = append(s.Secrets, policy.Secret{Name: name, Hosts: strings.Split(hosts, ",")})
-	}
-	return nil
-}
-
-// setAsideRecord is the --report line of something hutch set aside.
-type setAsideRecord struct {
-	Time    time.Time `json:"time"`
-	Sandbox string    `json:"sandbox"`
-	Action  string    `json:"action"` // "set_aside"
-	sandbox.SetAside
-}
-
-// fileRefusalRecord is a line of the report for what the sandbox was
-// refused at a path hutch hid or protected (counted: one line a path and
-// kind of access).
-type fileRefusalRecord struct {
-	Time     time.Time `json:"time"`
-	Sandbox  string    `json:"sandbox"`
-	Action   string    `json:"action"`   // "blocked"
-	Protocol string    `json:"protocol"` // "file"
-	sandbox.FileRefusal
 }

@@ -192,31 +192,44 @@ func (c *mcpClient) call(t *testing.T, tool string, args map[string]any) map[str
 	return m
 }
 
-// TestMCPAgentIsHutch: with hutch alone installed (no hutch-agent next to
-// it), hutch mcp's sandboxes run hutch itself as their agent, and
-// port_url's helper too; SIGTERM ends hutch mcp with every sandbox and
-// process, and it exits 0.
-func TestMCPAgentIsHutch(t *testing.T) {
+// TestMCPAgentIsHutchServe: hutch mcp is hutch-serve's, which hutch
+// execs from next to itself, and says so when it is not there; with hutch
+// and hutch-serve installed but no hutch-agent, hutch mcp's sandboxes run
+// hutch-serve as their agent, and port_url's helper too; SIGTERM ends
+// hutch mcp with every sandbox and process, and it exits 0.
+func TestMCPAgentIsHutchServe(t *testing.T) {
 	testutil.RequireRoot(t)
 	dir := t.TempDir()
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile(testutil.Hutch(t))
-	if err != nil {
-		t.Fatal(err)
+	for _, name := range []string{"hutch", "hutch-serve"} {
+		b, err := os.ReadFile(filepath.Join(filepath.Dir(testutil.Hutch(t)), name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if name != "hutch" {
+			continue
+		}
+		// hutch alone: hutch mcp cannot run.
+		cmd := exec.Command(filepath.Join(dir, "hutch"), "mcp")
+		cmd.Env = baseEnv(dir)
+		out, err := cmd.CombinedOutput()
+		if code := cmd.ProcessState.ExitCode(); code != 2 || !strings.Contains(string(out), "hutch: mcp: hutch-serve, the daemon's binary, is not installed next to hutch") {
+			t.Errorf("hutch mcp without hutch-serve: exit %d (%v), want 2 and where to install it:\n%s", code, err, out)
+		}
 	}
 	bin := filepath.Join(dir, "hutch")
-	if err := os.WriteFile(bin, b, 0o755); err != nil {
-		t.Fatal(err)
-	}
 	ws := t.TempDir()
 	c := startMCP(t, bin, ws)
 	r := c.call(t, "exec", map[string]any{"command": "tr '\\0' ' ' </proc/1/cmdline; echo; /dev/hutch version"})
-	if out, _ := r["output"].(string); !regexp.MustCompile(`^hutch agent \nhutch \S+\n$`).MatchString(out) {
-		t.Errorf("the sandbox's PID 1 and /dev/hutch: %q, want hutch's agent, and hutch", out)
+	if out, _ := r["output"].(string); !regexp.MustCompile(`^hutch agent \nhutch-serve \S+\n$`).MatchString(out) {
+		t.Errorf("the sandbox's PID 1 and /dev/hutch: %q, want hutch's agent, and hutch-serve", out)
 	}
-	// port_url's helper is hutch's port-connect.
+	// port_url's helper is hutch-serve's port-connect.
 	if err := os.WriteFile(filepath.Join(ws, "index.html"), []byte("through hutch\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -28,6 +28,7 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/cli"
 	"github.com/hutch-sandbox/hutch/internal/hostperm"
 	"github.com/hutch-sandbox/hutch/internal/policy"
+	"github.com/hutch-sandbox/hutch/internal/runner"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
 )
 
@@ -91,7 +92,7 @@ func keyValues(flagName string, list []string) (map[string]string, error) {
 // here, from this command's environment and files, and travel in the
 // request; the daemon gives the sandbox placeholders only.
 func cmdCreate(args []string, stdout, stderr io.Writer) int {
-	fs, rf := newRunFlags("create", stderr)
+	fs, rf := runner.NewFlags("create", "", stderr)
 	idle := fs.Duration("idle-timeout", 0, "end the sandbox after this long without use")
 	disk := fs.String("disk", "", "size of the sandbox's writable root, e.g. `2g` (default: the daemon's)")
 	var labels cli.List
@@ -107,23 +108,23 @@ func cmdCreate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "hutch: create takes no arguments, got %q\n", fs.Args())
 		return 2
 	}
-	if rf.report != "" {
+	if rf.Report != "" {
 		fmt.Fprintln(stderr, "hutch: create: --report is for hutch run; a served sandbox's refused connections are its events: hutch events ID")
 		return 2
 	}
-	if rf.runsc != "" {
+	if rf.Runsc != "" {
 		fmt.Fprintln(stderr, "hutch: create: --runsc is for hutch run; a served sandbox's runtime is the daemon's")
 		return 2
 	}
-	if rf.directFS {
+	if rf.DirectFS {
 		fmt.Fprintln(stderr, "hutch: create: --gvisor-directfs is for hutch run; a served sandbox's runtime is the daemon's")
 		return 2
 	}
-	if rf.stateDir != "" {
+	if rf.StateDir != "" {
 		fmt.Fprintln(stderr, "hutch: create: --state-dir is for hutch run; a served sandbox's image comes from the daemon's store: hutch image pull --state-dir DIR with the daemon's state directory")
 		return 2
 	}
-	if rf.runsc != "" {
+	if rf.Runsc != "" {
 		fmt.Fprintln(stderr, "hutch: create: --runsc is for hutch run; the daemon runs a served sandbox's tier (--tier) with its own runtimes")
 		return 2
 	}
@@ -133,11 +134,11 @@ func cmdCreate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "hutch: %v\n", err)
 		return 2
 	}
-	if opts.UpstreamCA, err = upstreamPEM(rf.upstreamCAs); err != nil {
+	if opts.UpstreamCA, err = upstreamPEM(rf.UpstreamCAs); err != nil {
 		fmt.Fprintf(stderr, "hutch: %v\n", err)
 		return 2
 	}
-	spec, err := rf.remoteSpec()
+	spec, err := remoteSpec(rf)
 	if err == nil && *disk != "" {
 		if spec.Resources.DiskBytes, err = policy.ParseSize(*disk); err != nil {
 			err = fmt.Errorf("--disk: %w", err)
@@ -157,7 +158,7 @@ func cmdCreate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "hutch: %v\n", err)
 		return 2
 	}
-	if rf.debug {
+	if rf.Debug {
 		fmt.Fprintf(stderr, "hutch: create: policy %s, lifetime %s, %d variables, %d secret values, %d bytes of upstream CA\n",
 			opts.Policy, opts.Timeout, len(opts.Env), len(opts.Secrets), len(opts.UpstreamCA))
 	}
@@ -179,7 +180,7 @@ func cmdCreate(args []string, stdout, stderr io.Writer) int {
 // upstreamPEM reads the files of --upstream-ca, each of which must hold a
 // PEM certificate, for the request.
 func upstreamPEM(files []string) ([]byte, error) {
-	pems, err := readPEMs(files)
+	pems, err := runner.ReadPEMs(files)
 	if err != nil {
 		return nil, err
 	}
@@ -196,21 +197,9 @@ func upstreamPEM(files []string) ([]byte, error) {
 // remoteSpec is the policy of the flags and the policy or srt settings
 // file, not normalized (the daemon does that): env.pass is resolved here,
 // from this command's environment.
-func (p *policyFlags) remoteSpec() (policy.Spec, error) {
-	var s policy.Spec
-	var err error
-	switch {
-	case p.policyFile != "" && p.srtFile != "":
-		return s, errors.New("--policy and --srt-settings cannot be combined")
-	case p.policyFile != "":
-		s, err = policy.Load(p.policyFile)
-	case p.srtFile != "":
-		s, _, err = policy.LoadSRT(p.srtFile)
-	}
+func remoteSpec(rf *runner.Flags) (policy.Spec, error) {
+	s, _, err := rf.Policy()
 	if err != nil {
-		return s, err
-	}
-	if err := p.apply(&s); err != nil {
 		return s, err
 	}
 	for _, pat := range s.Env.Pass {

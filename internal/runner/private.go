@@ -1,8 +1,7 @@
-package main
+package runner
 
 import (
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,12 +15,13 @@ import (
 // --allow-write paths are the host's.
 var privateDirs = []string{"/tmp", "/dev/shm"}
 
-// warnPrivateArgs warns, in one line, when the command's arguments name
+// WarnPrivateArgs warns, in one line, when the command's arguments name
 // host paths that exist under privateDirs but that the sandbox will not
 // see; such a command fails inside with "no such file", which says
 // nothing of why. Paths are found anywhere in an argument: alone,
 // after "--flag=", or in a shell script.
-func warnPrivateArgs(spec policy.Spec, command []string, stderr io.Writer) {
+func (s *Sandbox) WarnPrivateArgs(command []string) {
+	spec := s.Spec
 	var hidden []string
 	seen := map[string]bool{}
 	for _, arg := range command {
@@ -65,7 +65,7 @@ func warnPrivateArgs(spec policy.Spec, command []string, stderr io.Writer) {
 	if len(flags) > 0 {
 		todo = fmt.Sprintf("pass %s, or put %s in the workspace (%s)", strings.Join(flags, " "), them, spec.Filesystem.Workspace)
 	}
-	fmt.Fprintf(stderr, "hutch: warning: %s in the host's %s, which the sandbox does not see (it gets a private %s): %s\n", what, dir, dir, todo)
+	fmt.Fprintf(s.stderr, "hutch: warning: %s in the host's %s, which the sandbox does not see (it gets a private %s): %s\n", what, dir, dir, todo)
 }
 
 // visibleInSandbox reports whether the host path p is the host's in the

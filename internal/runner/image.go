@@ -1,4 +1,4 @@
-package main
+package runner
 
 import (
 	"errors"
@@ -32,7 +32,7 @@ func imageRoot(spec policy.Spec, dir string, stderr io.Writer) (root *sandbox.Im
 	img, err = st.Get(ref)
 	if errors.Is(err, image.ErrNotFound) {
 		fmt.Fprintf(stderr, "hutch: %s is not in the image store (%s): pulling it\n", ref, dir)
-		bin, ferr := findServe()
+		bin, ferr := FindServe()
 		if ferr != nil {
 			return nil, nil, image.User{}, nil, ferr
 		}

@@ -1,4 +1,4 @@
-package main
+package runner
 
 import (
 	"fmt"
@@ -8,11 +8,12 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
 )
 
-// runtimeFor returns the runtime of an isolation tier: the namespace tier,
-// or gVisor with the runsc given (--runsc) or found on PATH, of the pinned
-// version, else an error that says how to install it; directFS is
-// --gvisor-directfs (gvisor.Runtime.DirectFS).
-func runtimeFor(tier, runsc string, directFS bool) (sandbox.Runtime, error) {
+// RuntimeFor returns the runtime of an isolation tier: the namespace tier,
+// or gVisor with the runsc of --runsc or found on PATH, of the pinned
+// version, else an error that says how to install it; --gvisor-directfs
+// is gvisor.Runtime.DirectFS.
+func (rf *Flags) RuntimeFor(tier string) (sandbox.Runtime, error) {
+	runsc, directFS := rf.Runsc, rf.DirectFS
 	switch tier {
 	case "", policy.TierNamespace:
 		if runsc != "" {

@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -26,6 +25,7 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/mcp"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/portfwd"
+	"github.com/hutch-sandbox/hutch/internal/runner"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
 )
 
@@ -75,15 +75,15 @@ func cmdMCP(args []string, stdin, stdout, stderr *os.File) int {
 	if len(args) > 0 && args[0] == "wrap" {
 		return cmdMCPWrap(args[1:], stdin, stdout, stderr)
 	}
-	fs, rf := newRunFlags("mcp", stderr)
-	if code, done := parseFlags(fs, args, stderr); done {
+	fs, rf := runner.NewFlags("mcp", mcpUsage, stderr)
+	if code, done := runner.Parse(fs, args, stderr); done {
 		return code
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "hutch: mcp takes no command, got %q (the agent runs its commands with the exec tool; hutch mcp wrap -- SERVER runs an MCP server in a sandbox)\n", fs.Args())
 		return sandbox.ExitHutchError
 	}
-	spec, code := rf.spec(stderr)
+	spec, code := rf.Spec(stderr)
 	if code != 0 {
 		return code
 	}
@@ -107,7 +107,7 @@ func cmdMCP(args []string, stdin, stdout, stderr *os.File) int {
 		LinkBase: b.linkBase,
 		Log:      b.debug,
 	}
-	if rf.debug {
+	if rf.Debug {
 		o.Audit = func(c mcp.Call) {
 			b.log.Debug("tool call", "tool", c.Tool, "sandbox", c.Sandbox, "arg_bytes", c.ArgBytes, "took", c.Duration, "err", c.Err)
 		}
@@ -136,7 +136,7 @@ func cmdMCP(args []string, stdin, stdout, stderr *os.File) int {
 // that needs it (again after it ended), and those the agent creates,
 // never wider than the flags.
 type mcpBackend struct {
-	rf       *runFlags
+	rf       *runner.Flags
 	spec     policy.Spec // the flags' policy: the session sandbox's, every other's ceiling
 	ceiling  *egress.Rules
 	stderr   io.Writer
@@ -173,7 +173,7 @@ type mcpBox struct {
 	created   time.Time
 	expires   time.Time // zero: no timeout
 
-	sb     *runSandbox
+	sb     *runner.Sandbox
 	inst   sandbox.Instance
 	client *agent.Client
 	timer  *time.Timer
@@ -184,9 +184,9 @@ type mcpBox struct {
 // newMCPBackend checks what can be checked before the first call (the
 // tier's runtime, the network policy), opens the report and starts the
 // links' listener.
-func newMCPBackend(rf *runFlags, spec policy.Spec, stderr io.Writer) (*mcpBackend, error) {
+func newMCPBackend(rf *runner.Flags, spec policy.Spec, stderr io.Writer) (*mcpBackend, error) {
 	level := slog.LevelWarn
-	if rf.debug {
+	if rf.Debug {
 		level = slog.LevelDebug
 	}
 	b := &mcpBackend{
@@ -198,7 +198,7 @@ func newMCPBackend(rf *runFlags, spec policy.Spec, stderr io.Writer) (*mcpBacken
 		links:    mcp.NewLinks(),
 		boxes:    map[string]*mcpBox{},
 	}
-	if rf.debug {
+	if rf.Debug {
 		b.debug = b.log
 	}
 	b.fwd.Log = b.log
@@ -208,7 +208,7 @@ func newMCPBackend(rf *runFlags, spec policy.Spec, stderr io.Writer) (*mcpBacken
 		// hutch mcp's is a directory of the host.
 		return nil, fmt.Errorf("--tier %s: hutch mcp runs its sandboxes in the namespace tier only (gVisor's long-lived sandboxes keep their workspace in a root layer of their own, not a directory of the host): use hutch serve --default-tier %s and its /mcp", policy.TierGVisor, policy.TierGVisor)
 	}
-	if _, err := runtimeFor(spec.Tier, rf.runsc, rf.directFS); err != nil {
+	if _, err := rf.RuntimeFor(spec.Tier); err != nil {
 		return nil, err
 	}
 	if spec.Network.Mode == "proxy" {
@@ -225,13 +225,13 @@ func newMCPBackend(rf *runFlags, spec policy.Spec, stderr io.Writer) (*mcpBacken
 			return nil, fmt.Errorf("network policy: %w", err)
 		}
 	}
-	if rf.report != "" {
-		f, err := os.OpenFile(rf.report, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if rf.Report != "" {
+		f, err := os.OpenFile(rf.Report, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 		if err != nil {
 			return nil, fmt.Errorf("--report: %w", err)
 		}
 		b.report, b.reportW = f, &lockedWriter{w: f}
-		rf.reportTo = b.reportW
+		rf.ReportTo = b.reportW
 	}
 	// The links' base URL is the server's from its start, so their
 	// listener is made now: a loopback socket and one goroutine.
@@ -245,23 +245,8 @@ func newMCPBackend(rf *runFlags, spec policy.Spec, stderr io.Writer) (*mcpBacken
 	b.linkSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 30 * time.Second}
 	b.linkBase = "http://" + l.Addr().String() + "/links/"
 	go func() { _ = b.linkSrv.Serve(l) }()
-	b.log.Debug("hutch mcp ready", "links", b.linkBase, "agent", cmp.Or(b.agentBin, "hutch itself"), "workspace", spec.Filesystem.Workspace)
+	b.log.Debug("hutch mcp ready", "links", b.linkBase, "agent", cmp.Or(b.agentBin, "hutch-serve itself"), "workspace", spec.Filesystem.Workspace)
 	return b, nil
-}
-
-// agentBinary is the sandboxes' PID 1: hutch-agent next to hutch's own
-// binary when it is installed there (half the memory of hutch's), else
-// "" for hutch's own binary, which serves "agent" too.
-func agentBinary() string {
-	exe, err := os.Executable()
-	if err != nil {
-		return ""
-	}
-	p := filepath.Join(filepath.Dir(exe), "hutch-agent")
-	if fi, err := os.Stat(p); err != nil || !fi.Mode().IsRegular() || fi.Mode()&0o111 == 0 {
-		return ""
-	}
-	return p
 }
 
 // DefaultSandbox is the session sandbox, started now when it does not
@@ -460,21 +445,21 @@ func (b *mcpBackend) allowedList() string {
 // ("" for the session sandbox's, the user's own). The sandbox is not the
 // session's yet (adopt).
 func (b *mcpBackend) start(spec policy.Spec, session bool, tmp string) (*mcpBox, error) {
-	sb, err := b.rf.prepare(spec, b.stderr)
+	sb, err := b.rf.Prepare(spec, b.stderr)
 	if err != nil {
 		return nil, err
 	}
-	environ, err := sb.environ(nil)
+	environ, err := sb.Environ(nil)
 	if err != nil {
-		sb.close()
+		sb.Close()
 		return nil, err
 	}
-	c := sb.config(environ)
+	c := sb.Config(environ)
 	c.AgentBinary = b.agentBin
 	t0 := time.Now()
-	inst, err := sb.rt.Start(c)
+	inst, err := sb.Runtime.Start(c)
 	if err != nil {
-		sb.close()
+		sb.Close()
 		var ie *sandbox.InitError
 		if errors.As(err, &ie) {
 			return nil, errors.New(ie.Msg)
@@ -483,7 +468,7 @@ func (b *mcpBackend) start(spec policy.Spec, session bool, tmp string) (*mcpBox,
 	}
 	client := agent.NewClient(inst.Conn())
 	box := &mcpBox{
-		id: sb.egress.id, session: session, tier: sb.rt.Tier(), tmp: tmp,
+		id: sb.ID(), session: session, tier: sb.Runtime.Tier(), tmp: tmp,
 		workspace: spec.Filesystem.Workspace, created: time.Now(),
 		sb: sb, inst: inst, client: client, ended: make(chan struct{}),
 	}
@@ -563,7 +548,7 @@ func (box *mcpBox) release(log *slog.Logger) bool {
 		if err := box.inst.Close(); err != nil {
 			log.Warn("close sandbox", "sandbox", box.id, "err", err)
 		}
-		box.sb.close()
+		box.sb.Close()
 		if box.tmp != "" {
 			if err := os.RemoveAll(box.tmp); err != nil {
 				log.Warn("remove the sandbox's workspace", "sandbox", box.id, "dir", box.tmp, "err", err)

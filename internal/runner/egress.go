@@ -1,4 +1,4 @@
-package main
+package runner
 
 import (
 	"crypto/rand"
@@ -136,15 +136,15 @@ func (e *runEgress) setupTLS(id string, upstreamCAs []string) error {
 // upstreamRoots are the roots the proxy verifies a secret's host with: the
 // system's and the certificates in files (--upstream-ca).
 func upstreamRoots(files []string) (*x509.CertPool, error) {
-	pems, err := readPEMs(files)
+	pems, err := ReadPEMs(files)
 	if err != nil {
 		return nil, err
 	}
 	return egress.UpstreamRoots(pems, func(i int) string { return "--upstream-ca " + files[i] })
 }
 
-// readPEMs reads the files of --upstream-ca.
-func readPEMs(files []string) ([][]byte, error) {
+// ReadPEMs reads the files of --upstream-ca.
+func ReadPEMs(files []string) ([][]byte, error) {
 	var pems [][]byte
 	for _, f := range files {
 		pem, err := os.ReadFile(f)

@@ -18,6 +18,7 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/audit"
 	"github.com/hutch-sandbox/hutch/internal/cli"
 	"github.com/hutch-sandbox/hutch/internal/mcprelay"
+	"github.com/hutch-sandbox/hutch/internal/runner"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
 )
 
@@ -51,7 +52,7 @@ Flags:
 
 // cmdMCPWrap runs `hutch mcp wrap [flags of run] -- SERVER_COMMAND…`.
 func cmdMCPWrap(args []string, stdin, stdout, stderr *os.File) int {
-	fs, rf := newRunFlags("mcp wrap", stderr)
+	fs, rf := runner.NewFlags("mcp wrap", "", stderr)
 	var redact cli.List
 	var auditFile string
 	fs.Var(&redact, "redact", "redact matches of the regular `pattern` (RE2) in tool results and resource contents before the client sees them (repeatable)")
@@ -60,7 +61,7 @@ func cmdMCPWrap(args []string, stdin, stdout, stderr *os.File) int {
 		fmt.Fprint(stderr, mcpWrapUsage)
 		fs.PrintDefaults()
 	}
-	if code, done := parseFlags(fs, args, stderr); done {
+	if code, done := runner.Parse(fs, args, stderr); done {
 		return code
 	}
 	command := fs.Args()
@@ -73,7 +74,7 @@ func cmdMCPWrap(args []string, stdin, stdout, stderr *os.File) int {
 		fmt.Fprintf(stderr, "hutch: %v\n", err)
 		return sandbox.ExitHutchError
 	}
-	spec, code := rf.spec(stderr)
+	spec, code := rf.Spec(stderr)
 	if code != 0 {
 		return code
 	}
@@ -86,25 +87,25 @@ func cmdMCPWrap(args []string, stdin, stdout, stderr *os.File) int {
 		defer alog.Close()
 	}
 	// The records are hutch's, not the server's to change.
-	for _, f := range []string{auditFile, rf.report} {
+	for _, f := range []string{auditFile, rf.Report} {
 		if abs, err := filepath.Abs(f); f != "" && err == nil {
 			spec.Filesystem.DenyWrite = append(spec.Filesystem.DenyWrite, abs)
 		}
 	}
-	sb, err := rf.prepare(spec, stderr)
+	sb, err := rf.Prepare(spec, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "hutch: %v\n", err)
 		return sandbox.ExitHutchError
 	}
-	defer sb.close()
-	warnPrivateArgs(sb.spec, command, stderr)
-	environ, err := sb.environ(command)
+	defer sb.Close()
+	sb.WarnPrivateArgs(command)
+	environ, err := sb.Environ(command)
 	if err != nil {
 		fmt.Fprintf(stderr, "hutch: %v\n", err)
 		return sandbox.ExitHutchError
 	}
 	w := &wrapSession{sb: sb, audit: alog, stderr: stderr, patterns: redact}
-	return w.run(sb.config(environ), command, stdin, stdout, patterns)
+	return w.run(sb.Config(environ), command, stdin, stdout, patterns)
 }
 
 // redactPatterns compiles the --redact patterns.
@@ -123,7 +124,7 @@ func redactPatterns(exprs []string) ([]*regexp.Regexp, error) {
 // wrapSession is one run of hutch mcp wrap: the server's sandbox and
 // where its tool calls are recorded.
 type wrapSession struct {
-	sb       *runSandbox
+	sb       *runner.Sandbox
 	audit    *audit.Log
 	stderr   *os.File
 	patterns []string // as given, for the report
@@ -133,7 +134,7 @@ type wrapSession struct {
 // it returns hutch's exit code.
 func (w *wrapSession) run(c sandbox.Config, command []string, stdin, stdout *os.File, patterns []*regexp.Regexp) int {
 	var secrets []mcprelay.Secret
-	for _, s := range w.sb.egress.secrets {
+	for _, s := range w.sb.Secrets() {
 		secrets = append(secrets, mcprelay.Secret{Name: s.Name, Value: s.Value.Bytes()})
 	}
 	// A client that went away makes writes to stdout fail (EPIPE) rather
@@ -187,7 +188,7 @@ func (w *wrapSession) run(c sandbox.Config, command []string, stdin, stdout *os.
 	}
 	runDone := make(chan ran, 1)
 	go func() {
-		res, err := w.sb.rt.Run(ctx, c)
+		res, err := w.sb.Runtime.Run(ctx, c)
 		runDone <- ran{res, err}
 	}()
 	clientDone := make(chan error, 1)
@@ -243,7 +244,7 @@ func (w *wrapSession) run(c sandbox.Config, command []string, stdin, stdout *os.
 		fmt.Fprintf(w.stderr, "hutch: %v\n", r.err)
 		return sandbox.ExitHutchError
 	}
-	w.sb.finished(r.res)
+	w.sb.Finished(r.res)
 	if clientClosed && killed {
 		// The session ended as the client asked.
 		return 0
@@ -283,8 +284,8 @@ type redactionsRecord struct {
 
 // record writes one tools/call to the report and the audit log.
 func (w *wrapSession) record(c mcprelay.Call) {
-	id := w.sb.egress.id
-	w.sb.egress.rec.Note(toolCallRecord{
+	id := w.sb.ID()
+	w.sb.Note(toolCallRecord{
 		Time: c.Start, Sandbox: id, Action: "tool_call", Tool: c.Tool, ArgumentBytes: c.ArgumentBytes,
 		DurationMS: float64(c.Duration.Microseconds()) / 1000, Outcome: c.Outcome, ErrorCode: c.ErrorCode, Redactions: c.Redactions,
 	})
@@ -312,7 +313,7 @@ func (w *wrapSession) summary(c mcprelay.Counts) {
 	if c.Total() == 0 {
 		return
 	}
-	rec := redactionsRecord{Time: time.Now(), Sandbox: w.sb.egress.id, Action: "redacted", Secrets: c.Secrets}
+	rec := redactionsRecord{Time: time.Now(), Sandbox: w.sb.ID(), Action: "redacted", Secrets: c.Secrets}
 	var parts []string
 	for _, name := range slices.Sorted(maps.Keys(c.Secrets)) {
 		parts = append(parts, fmt.Sprintf("%d string(s) holding secret %s", c.Secrets[name], name))
@@ -327,6 +328,6 @@ func (w *wrapSession) summary(c mcprelay.Counts) {
 		rec.Patterns[w.patterns[i]] = n
 		parts = append(parts, fmt.Sprintf("%d match(es) of --redact %q", n, w.patterns[i]))
 	}
-	w.sb.egress.rec.Note(rec)
+	w.sb.Note(rec)
 	fmt.Fprintf(w.stderr, "hutch: mcp wrap: redacted %s\n", strings.Join(parts, ", "))
 }
