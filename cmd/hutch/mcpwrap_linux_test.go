@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hutch-sandbox/hutch/internal/runner"
 	"github.com/hutch-sandbox/hutch/internal/testutil"
 )
 
@@ -40,7 +41,7 @@ func mcpWrapNode(t *testing.T) (node, server string) {
 	node, modules := real(node), real(filepath.Join(mcpDir, "node_modules"))
 	hidden := false
 	for _, p := range []string{node, modules} {
-		for _, d := range privateDirs {
+		for _, d := range runner.PrivateDirs {
 			hidden = hidden || p == d || strings.HasPrefix(p, d+"/")
 		}
 	}

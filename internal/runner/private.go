@@ -10,13 +10,13 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/policy"
 )
 
-// privateDirs are the host directories that a sandbox of hutch run does
+// PrivateDirs are the host directories that a sandbox of hutch run does
 // not see: it gets empty ones of its own, where only its workspace and
 // --allow-write paths are the host's.
-var privateDirs = []string{"/tmp", "/dev/shm"}
+var PrivateDirs = []string{"/tmp", "/dev/shm"}
 
 // WarnPrivateArgs warns, in one line, when the command's arguments name
-// host paths that exist under privateDirs but that the sandbox will not
+// host paths that exist under PrivateDirs but that the sandbox will not
 // see; such a command fails inside with "no such file", which says
 // nothing of why. Paths are found anywhere in an argument: alone,
 // after "--flag=", or in a shell script.
@@ -41,9 +41,9 @@ func (s *Sandbox) WarnPrivateArgs(command []string) {
 	if len(hidden) == 0 {
 		return
 	}
-	dir := privateDirs[0]
-	if strings.HasPrefix(hidden[0], privateDirs[1]+"/") {
-		dir = privateDirs[1]
+	dir := PrivateDirs[0]
+	if strings.HasPrefix(hidden[0], PrivateDirs[1]+"/") {
+		dir = PrivateDirs[1]
 	}
 	// --allow-write takes directories: a file's own, unless that is
 	// /tmp itself (all of the host's /tmp is not what the user wants).
@@ -53,7 +53,7 @@ func (s *Sandbox) WarnPrivateArgs(command []string) {
 		if fi, err := os.Stat(p); err == nil && !fi.IsDir() {
 			d = filepath.Dir(p)
 		}
-		if !slices.Contains(privateDirs, d) && !slices.Contains(flags, "--allow-write "+d) {
+		if !slices.Contains(PrivateDirs, d) && !slices.Contains(flags, "--allow-write "+d) {
 			flags = append(flags, "--allow-write "+d)
 		}
 	}
@@ -79,7 +79,7 @@ func visibleInSandbox(p string, spec policy.Spec) bool {
 	return false
 }
 
-// privatePaths returns the absolute paths under privateDirs (not the
+// privatePaths returns the absolute paths under PrivateDirs (not the
 // directories themselves) that arg holds: the text from one of them,
 // at the start of arg or after a blank, '=', ':', a quote or a shell
 // operator, up to the next blank, quote or shell operator.
@@ -91,7 +91,7 @@ func privatePaths(arg string) []string {
 		if i > 0 && !strings.ContainsRune(before, rune(arg[i-1])) {
 			continue
 		}
-		for _, d := range privateDirs {
+		for _, d := range PrivateDirs {
 			if !strings.HasPrefix(arg[i:], d+"/") {
 				continue
 			}
