@@ -79,7 +79,7 @@ type ExecOut struct {
 }
 
 func (t *tools) addExecTools(s *sdk.Server) {
-	sdk.AddTool(s, t.tool("exec", "Run a command",
+	addTool(s, t.tool("exec", "Run a command",
 		"Run a shell command line in a sandbox (with /bin/sh -c, in the workspace unless cwd says otherwise) and return its output (stdout and stderr merged, in order) and exit code. "+
 			"If it has not ended within yield_ms (default 10 s), the answer comes anyway with running=true and a session_id, and the command goes on: "+
 			"use exec_poll for the output that follows (or to type into its stdin) and exec_kill to stop it, so a long build, a test suite or a server never blocks you. "+
@@ -87,11 +87,11 @@ func (t *tools) addExecTools(s *sdk.Server) {
 			"Long output keeps its head and tail and says how many bytes were cut, with output_url for the whole. "+
 			"A non-zero exit code is a result, not an error. Cancelling the call kills the command.",
 		false, true, false, true), t.exec)
-	sdk.AddTool(s, t.tool("exec_poll", "Poll a running command",
+	addTool(s, t.tool("exec_poll", "Poll a running command",
 		"Get the output a command started by exec wrote since the last poll, optionally writing to its stdin first; waits up to yield_ms (default 1 s) for the command to end. "+
 			"Once it ended, the answer has its exit_code and the session is gone.",
 		false, false, false, false), t.execPoll)
-	sdk.AddTool(s, t.tool("exec_kill", "Kill a running command",
+	addTool(s, t.tool("exec_kill", "Kill a running command",
 		"Kill a command started by exec (SIGKILL to its process group), wait for it to end and return its last output and exit status. The session is gone afterwards.",
 		false, true, false, false), t.execKill)
 }

@@ -117,22 +117,22 @@ type FileEntry struct {
 }
 
 func (t *tools) addFileTools(s *sdk.Server) {
-	sdk.AddTool(s, t.tool("file_read", "Read a file",
+	addTool(s, t.tool("file_read", "Read a file",
 		"Read a file in a sandbox. Text comes back as it is in the file, by lines: offset (1-based) and limit select a range; "+
 			"a file larger than the server's cap (64 KiB by default) is cut at a line, with truncated=true, end_line and a url for the whole file. "+
 			"PNG, JPEG, GIF and WebP images up to 4 MiB come back as images; other binary files are described (size, type) with a url for their bytes.",
 		true, false, true, false), t.fileRead)
-	sdk.AddTool(s, t.tool("file_write", "Write a file",
+	addTool(s, t.tool("file_write", "Write a file",
 		"Create a file in a sandbox, or replace its whole content, creating missing parent directories. "+
 			"Text by default; encoding=base64 for binary content (at most 64 MiB). A symlink is followed; an existing file keeps its mode and owner. "+
 			"To change part of a file, file_edit is safer.",
 		false, true, true, false), t.fileWrite)
-	sdk.AddTool(s, t.tool("file_edit", "Edit a file",
+	addTool(s, t.tool("file_edit", "Edit a file",
 		"Replace an exact string in a file in a sandbox: old_string must occur exactly once (or set replace_all), "+
 			"matched byte for byte, whitespace and indentation included; the call fails, changing nothing, when it occurs zero times or more than once. "+
 			"The file keeps its mode and owner.",
 		false, true, false, false), t.fileEdit)
-	sdk.AddTool(s, t.tool("file_list", "List a directory",
+	addTool(s, t.tool("file_list", "List a directory",
 		"List a directory in a sandbox: each entry's path, type (file, dir, symlink), size, mode, modification time and a symlink's target. "+
 			"depth descends into subdirectories (default 1, at most 5; symlinks are not followed); at most 1000 entries.",
 		true, false, true, false), t.fileList)

@@ -47,22 +47,22 @@ type PortURLOut struct {
 }
 
 func (t *tools) addSandboxTools(s *sdk.Server) {
-	sdk.AddTool(s, t.tool("sandbox_create", "Create a sandbox",
+	addTool(s, t.tool("sandbox_create", "Create a sandbox",
 		"Create a new isolated Linux sandbox and return its sandbox_id, which exec and the file tools take. "+
 			"A sandbox has its own file system (changes stay in it), processes and network: no network at all unless allow_domains names hosts. "+
 			"It ends by itself after its lifetime (timeout_s, or the default); end it sooner with sandbox_kill. "+
 			"What may be asked for is bounded by the operator: a request beyond it fails and says what is allowed.",
 		false, false, false, true), t.sandboxCreate)
-	sdk.AddTool(s, t.tool("sandbox_list", "List sandboxes",
+	addTool(s, t.tool("sandbox_list", "List sandboxes",
 		"List your sandboxes, newest first, with their ids, states, images, workspaces and expiry times.",
 		true, false, true, false), t.sandboxList)
-	sdk.AddTool(s, t.tool("sandbox_info", "Describe a sandbox",
+	addTool(s, t.tool("sandbox_info", "Describe a sandbox",
 		"Describe one sandbox: its state, isolation tier, image, workspace (the directory relative paths start from) and when it expires.",
 		true, false, true, false), t.sandboxInfo)
-	sdk.AddTool(s, t.tool("sandbox_kill", "Kill a sandbox",
+	addTool(s, t.tool("sandbox_kill", "Kill a sandbox",
 		"Kill a sandbox: every process in it ends and its files are gone for good, as are the exec sessions of its commands.",
 		false, true, true, false), t.sandboxKill)
-	sdk.AddTool(s, t.tool("port_url", "URL of a sandbox port",
+	addTool(s, t.tool("port_url", "URL of a sandbox port",
 		"Give a URL on the host that reaches a server listening on a TCP port inside the sandbox (a dev server started with exec, say), to hand to a user or a browser.",
 		true, false, true, false), t.portURL)
 }
