@@ -127,6 +127,24 @@ func (l *Links) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// Once the body started, a failure can only cut it short: the
-	// length the header promised tells the client.
-	_ = lk.write(r.Context(), w)
+	// length the header promised tells the client. One before the first
+	// byte (the file's sandbox ended, the file is gone) is an error
+	// status instead of an empty body.
+	body := &started{w: w}
+	if err := lk.write(r.Context(), body); err != nil && !body.n {
+		h.Del("Content-Length")
+		h.Del("Content-Disposition")
+		http.Error(w, "the link's content is gone: "+err.Error(), http.StatusNotFound)
+	}
+}
+
+// started is a response body that notes whether a byte was written.
+type started struct {
+	w io.Writer
+	n bool
+}
+
+func (s *started) Write(p []byte) (int, error) {
+	s.n = s.n || len(p) > 0
+	return s.w.Write(p)
 }
