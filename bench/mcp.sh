@@ -7,7 +7,9 @@
 # over the process's stdin and stdout), `hutch serve` on a unix socket and
 # a sandbox of its own, each in a temporary directory, and times the calls
 # from within one process (no process start in any figure): p50, p90,
-# p99, the ratios, and what MCP adds per call over the underlying exec,
+# p99, the ratios, and what MCP adds per call over the underlying exec
+# (and beyond it and stdio-noop, an MCP call that does nothing, the floor
+# of the stdio hop),
 # against the goal of 1 ms.
 #
 # Usage: bench/mcp.sh [--markdown] [-n N] [-w WARMUP]

@@ -16,7 +16,12 @@
 //     sandbox of the daemon;
 //   - agent (the floor): the exec the tool makes, made directly through
 //     agent.Client on a sandbox this program started with sandbox.Start
-//     and hutch-agent, as hutch mcp starts its own.
+//     and hutch-agent, as hutch mcp starts its own;
+//   - stdio-noop (the floor of the hop): a tool that does nothing, of a
+//     server of the same SDK in a second process (this program, run as
+//     "noop-server"), called as mcp is: what any MCP call over stdio costs
+//     on this machine with this SDK. "mcp / agent + stdio-noop" is what
+//     hutch adds beyond both floors.
 //
 // Each command is /bin/sh -c true, the exec tool's form of `true`, with
 // the stdin pipe the tool opens. The ways take turns call by call, in a
@@ -63,6 +68,18 @@ type config struct {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "noop-server" {
+		// The floor of the stdio hop: one tool that does nothing.
+		s := sdk.NewServer(&sdk.Implementation{Name: "noop", Version: "1"}, nil)
+		sdk.AddTool(s, &sdk.Tool{Name: "noop", Description: "does nothing"}, func(context.Context, *sdk.CallToolRequest, struct{}) (*sdk.CallToolResult, struct{}, error) {
+			return nil, struct{}{}, nil
+		})
+		if err := s.Run(context.Background(), &sdk.StdioTransport{}); err != nil && !errors.Is(err, io.EOF) {
+			fmt.Fprintln(os.Stderr, "noop-server:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	var cfg config
 	flag.StringVar(&cfg.bin, "bin", "", "the directory of hutch, hutch-serve and hutch-agent")
 	flag.StringVar(&cfg.work, "work", "", "a fresh directory (mode 0711 or wider) for the workspaces and the daemon")
@@ -125,6 +142,18 @@ func run(ctx context.Context, cfg config) error {
 	}
 	defer hm.close()
 
+	// The floor of the stdio hop: this program as a server of one tool
+	// that does nothing.
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	noop, err := startStdio(ctx, cfg.work, self, "noop-server")
+	if err != nil {
+		return err
+	}
+	defer noop.close()
+
 	// hutch serve, through its API.
 	serveDir, err := dir("daemon")
 	if err != nil {
@@ -167,6 +196,13 @@ func run(ctx context.Context, cfg config) error {
 			return err
 		}},
 		{name: "agent", call: func(ctx context.Context) error { return agentExec(ctx, floor.client, cmd, floorWS) }},
+		{name: "stdio-noop", call: func(ctx context.Context) error {
+			r, err := noop.cs.CallTool(ctx, &sdk.CallToolParams{Name: "noop", Arguments: map[string]any{}})
+			if err == nil && r.IsError {
+				err = fmt.Errorf("noop: tool error %v", r.Content)
+			}
+			return err
+		}},
 	}
 	progress("load average: %s", loadavg())
 	for i := range cfg.warmup + cfg.n {
@@ -301,8 +337,14 @@ type hutchMCP struct {
 }
 
 func startHutchMCP(ctx context.Context, hutch, ws string) (*hutchMCP, error) {
-	cmd := exec.Command(hutch, "mcp")
-	cmd.Dir = ws
+	return startStdio(ctx, ws, hutch, "mcp")
+}
+
+// startStdio starts an MCP server over stdio, args[0] with args[1:] in
+// dir, and connects this program's client to it.
+func startStdio(ctx context.Context, dir string, args ...string) (*hutchMCP, error) {
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Dir = dir
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	stdin, err := cmd.StdinPipe()
@@ -322,7 +364,7 @@ func startHutchMCP(ctx context.Context, hutch, ws string) (*hutchMCP, error) {
 		Connect(ctx, &sdk.IOTransport{Reader: stdout, Writer: stdin}, nil)
 	if err != nil {
 		h.close()
-		return nil, fmt.Errorf("hutch mcp: %w", err)
+		return nil, fmt.Errorf("%s: %w", strings.Join(args, " "), err)
 	}
 	return h, nil
 }
@@ -430,6 +472,19 @@ func printReport(cfg config, ways []*way) {
 			ms(added), g, st)
 	}
 	pair("mcp", "agent", true)
+	// Beyond both floors: the exec and any MCP call over stdio.
+	x, a, n := byName["mcp"].samples, byName["agent"].samples, byName["stdio-noop"].samples
+	beyond := make([]time.Duration, len(x))
+	for i := range x {
+		beyond[i] = x[i] - a[i] - n[i]
+	}
+	added := report.Percentile(beyond, 50)
+	st := "met"
+	if added > goal {
+		st = "not met"
+	}
+	rt.Row("mcp / agent + stdio-noop", ratio(report.Percentile(x, 50), report.Percentile(a, 50)+report.Percentile(n, 50)),
+		ratio(report.Percentile(x, 99), report.Percentile(a, 99)+report.Percentile(n, 99)), ms(added), "≤ "+ms(goal), st)
 	pair("mcp-inproc", "agent", true)
 	pair("mcp", "mcp-inproc", false)
 	pair("mcp", "serve", false)
