@@ -281,3 +281,61 @@ func TestSessionsCountedWhereverTheirServer(t *testing.T) {
 		t.Errorf("a second session with one open and a bound of 1: %d %s, want 429", status, body)
 	}
 }
+
+// TestSessionsStartingCounted: with a bound of one session, a second
+// initialize while the first is still being served (its body not all
+// sent) is refused — concurrent starts cannot pass the bound together —
+// and the first goes on to open its session.
+func TestSessionsStartingCounted(t *testing.T) {
+	e := newEnv(t, Config{MaxSessions: 1})
+	tok := e.token(t, "alice")
+	c := e.httpClient(t, tok)
+	pr, pw := io.Pipe()
+	req, err := http.NewRequest(http.MethodPost, e.tcp+Path, pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.ContentLength = int64(len(initialize))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	done := make(chan *http.Response, 1)
+	go func() {
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- resp
+	}()
+	io.WriteString(pw, initialize[:10])
+	serving := func() bool { // the SDK has a session for it, not yet initialized
+		e.h.mu.Lock()
+		defer e.h.mu.Unlock()
+		t := e.h.tenants["alice"]
+		if t == nil {
+			return false
+		}
+		for _, s := range t.servers {
+			for range s.Sessions() {
+				return true
+			}
+		}
+		return false
+	}
+	if !testutil.Eventually(time.Minute, serving) {
+		t.Fatal("the slow initialize is not being served")
+	}
+	if status, _, body := e.post(t, c, e.tcp+Path, initialize, nil); status != http.StatusTooManyRequests {
+		t.Errorf("a second initialize while the first is served, with a bound of 1: %d %s, want 429", status, body)
+	}
+	io.WriteString(pw, initialize[10:])
+	pw.Close()
+	resp := <-done
+	if resp == nil {
+		t.FailNow()
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Mcp-Session-Id") == "" {
+		t.Errorf("the first initialize: %d, session %q", resp.StatusCode, resp.Header.Get("Mcp-Session-Id"))
+	}
+}

@@ -134,6 +134,10 @@ type tenant struct {
 	// sessions are its initialized sessions, on whichever server (one
 	// dropped from servers goes on serving its sessions), until they end.
 	sessions map[*sdk.ServerSession]bool
+	// starting is how many of its requests that may start a session
+	// (a POST without one) are being served: counted with sessions, so
+	// that several at once cannot pass MaxSessions together.
+	starting int
 	// bodies is the bytes of the bodies of its requests being served
 	// (what their Content-Length announces), which the SDK holds in
 	// memory, decoded more than once.
@@ -315,10 +319,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" {
-		if n := h.sessions(c.tenant); n >= h.cfg.MaxSessions {
-			h.fail(w, r, api.Errorf(daemon.ErrQuota, "tenant %s has %d MCP sessions open, the most it may: end one (DELETE %s with its Mcp-Session-Id) or let one idle out (%s)", c.tenant, n, Path, h.cfg.SessionTimeout))
+		done, n := h.startSession(c.tenant)
+		if done == nil {
+			h.fail(w, r, api.Errorf(daemon.ErrQuota, "tenant %s has %d MCP sessions open or starting, the most it may: end one (DELETE %s with its Mcp-Session-Id) or let one idle out (%s)", c.tenant, n, Path, h.cfg.SessionTimeout))
 			return
 		}
+		defer done()
 	}
 	if r.Header.Get("Authorization") == "" {
 		// The operator on the socket, without a token: the SDK binds a
@@ -521,6 +527,26 @@ func (h *Handler) tenantLocked(name string) *tenant {
 		h.tenants[name] = t
 	}
 	return t
+}
+
+// startSession counts a request of tenant that may start a session
+// among its sessions until done is called, unless they are MaxSessions
+// already (done is then nil; n is how many). A session its initialize
+// made counts twice until the request ended: a concurrent start is
+// refused then rather than let through.
+func (h *Handler) startSession(tenant string) (done func(), n int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t := h.tenantLocked(tenant)
+	if n = len(t.sessions) + t.starting; n >= h.cfg.MaxSessions {
+		return nil, n
+	}
+	t.starting++
+	return func() {
+		h.mu.Lock()
+		t.starting--
+		h.mu.Unlock()
+	}, n
 }
 
 // sessions is how many sessions tenant name has open (and, while their
