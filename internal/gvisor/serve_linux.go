@@ -54,6 +54,9 @@ func (rt *Runtime) start(c sandbox.Config, saved string) (inst sandbox.Instance,
 	if err := rt.check(c); err != nil {
 		return nil, err
 	}
+	if c.RootLayer == nil && c.Image == nil && saved == "" {
+		return rt.startHost(c, log)
+	}
 	if c.RootLayer == nil || c.Image != nil {
 		return nil, fmt.Errorf("tier %q: a long-lived sandbox needs a writable root layer", policy.TierGVisor)
 	}
@@ -342,6 +345,7 @@ type served struct {
 	out                            *tail
 	log                            *slog.Logger
 	proxy                          sandbox.Proxy // closed with the sandbox; nil for none
+	host                           *hostBundle   // the host's view (startHost), undone with the sandbox; nil for a root layer
 	done                           chan struct{}
 	code                           int   // runsc run's exit code, once done is closed
 	oomKills                       int64 // OOM kills in its cgroup when it ended, if it was still there
@@ -402,7 +406,11 @@ func (s *served) Close() error {
 		if s.proxy != nil {
 			_ = s.proxy.Close()
 		}
-		cleanup(s.runsc, s.dir, s.id, s.log)
+		if s.host != nil {
+			s.host.close()
+		} else {
+			cleanup(s.runsc, s.dir, s.id, s.log)
+		}
 	})
 	return nil
 }
