@@ -28,13 +28,17 @@ import (
 // protocol on a socket that is its stdin (runsc gives a restored sandbox
 // its standard streams again, and no other host descriptor): the
 // contract of sandbox.Start. The sandbox's root is the namespace tier's
-// writable root layer (c.RootLayer, required: the host's root or an
+// writable root layer (c.RootLayer: the host's root or an
 // image's layers, read-only, under a tmpfs of the layer's size, with the
 // workspace made in it and the host's private directories hidden),
 // attached on the host where runsc's gofer serves it, its ids mapped as
 // in the namespace tier (0–65535 onto sandbox.RootMappedID and up). The
 // agent runs as the sandbox's root with sandbox.RootCapabilities (with
 // c.RootCaps) in gVisor's kernel; nothing it writes reaches the host.
+//
+// Without a root layer or an image (hutch mcp's sandboxes) the sandbox's
+// view is Run's, the host's, with the agent as the workspace's owner
+// without capabilities (startHost); it cannot be checkpointed.
 //
 // runsc run stays attached to hutch, its pid the instance's PID: killing
 // it ends the sandbox (S4). Freeze and Thaw are runsc pause and resume;
