@@ -444,6 +444,27 @@ func TestMCPGVisor(t *testing.T) {
 	}
 }
 
+// TestMCPGVisorImage: --tier gvisor with --image runs the session
+// sandbox on the image's root under gVisor, the host's workspace at
+// /workspace.
+func TestMCPGVisorImage(t *testing.T) {
+	testutil.RequireRoot(t)
+	runsc := testutil.Runsc(t)
+	state, ws := hostDir(t), hostDir(t)
+	wantOK(t, hutch(t, invocation{args: []string{"image", "import", busyboxImageTar(t, "hutch.test/bb:1"), "--state-dir", state}}))
+	c := startMCP(t, testutil.Hutch(t), ws, "--tier", "gvisor", "--runsc", runsc, "--image", "hutch.test/bb:1", "--state-dir", state)
+	out := c.call(t, "exec", map[string]any{"command": "pwd; cat /etc/motd; test -e /usr/bin/env || echo no-host-usr; echo written > out"})
+	if out["output"] != "/workspace\nfrom the image\nno-host-usr\n" {
+		t.Errorf("the session sandbox: %v", out)
+	}
+	if b, err := os.ReadFile(filepath.Join(ws, "out")); err != nil || string(b) != "written\n" {
+		t.Errorf("the workspace write did not reach the host: %q, %v", b, err)
+	}
+	if info := c.call(t, "sandbox_info", nil); info["tier"] != "gvisor" || info["image"] != "hutch.test/bb:1" {
+		t.Errorf("sandbox_info: %v", info)
+	}
+}
+
 // TestMCPAsUser: an ordinary user's hutch mcp (a laptop's) runs its
 // sandboxes as that user, writes the workspace as that user, forwards
 // ports, and ends them all when its client closes.

@@ -36,9 +36,10 @@ import (
 // agent runs as the sandbox's root with sandbox.RootCapabilities (with
 // c.RootCaps) in gVisor's kernel; nothing it writes reaches the host.
 //
-// Without a root layer or an image (hutch mcp's sandboxes) the sandbox's
-// view is Run's, the host's, with the agent as the workspace's owner
-// without capabilities (startHost); it cannot be checkpointed.
+// Without a root layer (hutch mcp's sandboxes) the sandbox's view is
+// Run's, the host's (or c.Image's root with the host's workspace), with
+// the agent as the workspace's owner (or the image's user) without
+// capabilities (startHost); it cannot be checkpointed.
 //
 // runsc run stays attached to hutch, its pid the instance's PID: killing
 // it ends the sandbox (S4). Freeze and Thaw are runsc pause and resume;
@@ -58,7 +59,7 @@ func (rt *Runtime) start(c sandbox.Config, saved string) (inst sandbox.Instance,
 	if err := rt.check(c); err != nil {
 		return nil, err
 	}
-	if c.RootLayer == nil && c.Image == nil && saved == "" {
+	if c.RootLayer == nil && saved == "" {
 		return rt.startHost(c, log)
 	}
 	if c.RootLayer == nil || c.Image != nil {
