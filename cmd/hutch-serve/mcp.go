@@ -202,12 +202,6 @@ func newMCPBackend(rf *runner.Flags, spec policy.Spec, stderr io.Writer) (*mcpBa
 		b.debug = b.log
 	}
 	b.fwd.Log = b.log
-	if spec.Tier == policy.TierGVisor {
-		// gVisor's long-lived sandboxes are hutch serve's: their root is a
-		// writable layer of their own, with the workspace in it, where
-		// hutch mcp's is a directory of the host.
-		return nil, fmt.Errorf("--tier %s: hutch mcp runs its sandboxes in the namespace tier only (gVisor's long-lived sandboxes keep their workspace in a root layer of their own, not a directory of the host): use hutch serve --default-tier %s and its /mcp", policy.TierGVisor, policy.TierGVisor)
-	}
 	if _, err := rf.RuntimeFor(spec.Tier); err != nil {
 		return nil, err
 	}

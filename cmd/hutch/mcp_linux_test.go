@@ -412,12 +412,56 @@ func TestMCPLargeWrite(t *testing.T) {
 	c.call(t, "exec", map[string]any{"command": "true"})
 }
 
-// TestMCPGVisor: --tier gvisor is refused at once, saying where gVisor's
-// long-lived sandboxes are served.
+// TestMCPGVisor: --tier gvisor runs the session sandbox under gVisor
+// with the host's workspace, writable, and the host's root read-only; the
+// client's close ends hutch mcp with the sandbox.
 func TestMCPGVisor(t *testing.T) {
-	r := hutch(t, invocation{args: []string{"mcp", "--tier", "gvisor"}, stdin: strings.NewReader("")})
-	if r.code != 125 || !strings.Contains(r.stderr, "namespace tier only") || !strings.Contains(r.stderr, "hutch serve --default-tier gvisor") {
-		t.Errorf("hutch mcp --tier gvisor: %s", r)
+	testutil.RequireRoot(t)
+	runsc := testutil.Runsc(t)
+	ws := t.TempDir()
+	if err := os.WriteFile(filepath.Join(ws, "somefile"), []byte("from the host\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := startMCP(t, testutil.Hutch(t), ws, "--tier", "gvisor", "--runsc", runsc)
+	if info := c.call(t, "sandbox_info", nil); info["tier"] != "gvisor" {
+		t.Errorf("sandbox_info: %v", info)
+	}
+	r := c.call(t, "exec", map[string]any{"command": "cat somefile; touch /etc/hutch-mcp-gvisor; echo $?; echo made > out.txt"})
+	out, _ := r["output"].(string)
+	if !strings.Contains(out, "from the host\n") || !strings.HasSuffix(out, "\n1\n") || r["exit_code"] != float64(0) {
+		t.Errorf("exec: %v", r)
+	}
+	if _, err := os.Stat("/etc/hutch-mcp-gvisor"); err == nil {
+		t.Error("the sandbox wrote to the host's /etc")
+	}
+	if b, err := os.ReadFile(filepath.Join(ws, "out.txt")); string(b) != "made\n" {
+		t.Errorf("the workspace on the host: %q, %v", b, err)
+	}
+	_ = c.ClientSession.Close()
+	c.ClientSession = nil
+	if code := c.wait(t); code != 0 {
+		t.Errorf("hutch mcp exited %d\n%s", code, c.stderr)
+	}
+}
+
+// TestMCPGVisorImage: --tier gvisor with --image runs the session
+// sandbox on the image's root under gVisor, the host's workspace at
+// /workspace.
+func TestMCPGVisorImage(t *testing.T) {
+	testutil.RequireRoot(t)
+	runsc := testutil.Runsc(t)
+	state, ws := hostDir(t), hostDir(t)
+	wantOK(t, hutch(t, invocation{args: []string{"image", "import", busyboxImageTar(t, "hutch.test/bb:1"), "--state-dir", state}}))
+	c := startMCP(t, testutil.Hutch(t), ws, "--tier", "gvisor", "--runsc", runsc, "--image", "hutch.test/bb:1", "--state-dir", state)
+	out := c.call(t, "exec", map[string]any{"command": "pwd; cat /etc/motd; test -e /usr/bin/env || echo no-host-usr; echo written > out"})
+	if out["output"] != "/workspace\nfrom the image\nno-host-usr\n" {
+		t.Errorf("the session sandbox: %v", out)
+	}
+	if b, err := os.ReadFile(filepath.Join(ws, "out")); err != nil || string(b) != "written\n" {
+		t.Errorf("the workspace write did not reach the host: %q, %v", b, err)
+	}
+	if info := c.call(t, "sandbox_info", nil); info["tier"] != "gvisor" || info["image"] != "hutch.test/bb:1" {
+		t.Errorf("sandbox_info: %v", info)
 	}
 }
 

@@ -101,6 +101,9 @@ func (rt *Runtime) Restore(c sandbox.Config, dir string) (sandbox.Instance, erro
 // stopped. When anything fails, the sandbox is let go on and the error
 // says why.
 func (s *served) Checkpoint(dir string) error {
+	if s.host != nil {
+		return errors.New("checkpoint: a sandbox with the host's workspace cannot be saved (its view is the host's, not a root layer of its own)")
+	}
 	select {
 	case <-s.done:
 		return errors.New("checkpoint: the sandbox has ended")

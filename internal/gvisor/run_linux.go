@@ -22,10 +22,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/hutch-sandbox/hutch/internal/hostperm"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
-	"github.com/hutch-sandbox/hutch/internal/seccomp"
 )
 
 // DefaultStateDir is where each sandbox of the tier gets a private
@@ -99,7 +97,6 @@ var forwarded = []os.Signal{unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT
 // runs as the workspace's owner without capabilities inside gVisor).
 func (rt *Runtime) Run(ctx context.Context, c sandbox.Config) (res sandbox.Result, err error) {
 	res.ExitCode = sandbox.ExitHutchError
-	s := c.Spec
 	log := c.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -127,157 +124,19 @@ func (rt *Runtime) Run(ctx context.Context, c sandbox.Config) (res sandbox.Resul
 		defer c.Proxy.Close()
 	}
 
-	base := rt.StateDir
-	if base == "" {
-		base = DefaultStateDir
+	h, err := rt.hostView(c, c.Args, false, log, warn, phase)
+	if h != nil {
+		defer phase("cleaned up")
+		defer func() { res.SetAside = h.close() }()
 	}
-	sweep(base, rt.Runsc, log)
-	phase("swept")
-	id := "hutch-" + sandbox.RandomID()
-	dir, err := makePrivateDir(base, id)
 	if err != nil {
-		return res, err
-	}
-	state := filepath.Join(dir, "state")
-	defer phase("cleaned up")
-	defer func() { cleanup(rt.Runsc, dir, id, log) }()
-	phase("state directory")
-
-	// The home: the host's, read-only, with the deny-read paths in it
-	// masked ("ro"), or an empty tmpfs ("tmp").
-	home := sandbox.EnvHome(c.Environ)
-	prot, err := sandbox.Protect(s, home, log)
-	if err != nil {
-		return res, err
-	}
-	defer func() { res.SetAside = prot.Finish() }()
-	for _, w := range prot.Warnings {
-		fmt.Fprintf(warn, "hutch: warning: %s\n", w)
-	}
-	s = prot.Spec
-	phase("protected")
-	var wsStat unix.Stat_t
-	if err := unix.Stat(s.Filesystem.Workspace, &wsStat); err != nil {
-		return res, fmt.Errorf("workspace %q: %w", s.Filesystem.Workspace, err)
-	}
-	v := view{args: c.Args, env: c.Environ, uid: wsStat.Uid, gid: wsStat.Gid, prot: prot, image: img}
-	if v.workspaceAt, err = sandbox.WorkspaceAt(s, img != nil, prot.Roots); err != nil {
-		return res, err
-	}
-	if img != nil {
-		// The image's user; the workspace's owner's files show as theirs.
-		v.uid, v.gid = uint32(img.UID), uint32(img.GID)
-	} else if home != "" && home != "/" && !inAny(home, prot.Roots) && !within(home, "/tmp") {
-		var st unix.Stat_t
-		switch {
-		case unix.Stat(home, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR:
-		case s.Filesystem.Home == "tmp":
-			v.home, v.homeTmp = home, true
-		case st.Uid != wsStat.Uid:
-			// The command runs as the workspace's owner: another user's
-			// home would stay closed to it, or show it what is not its own.
-			v.home, v.homeTmp = home, true
-			fmt.Fprintf(warn, "hutch: note: %s is not the workspace owner's: the sandbox gets an empty home of its own (--home tmp)\n", home)
-		}
-		// "ro": the home as the host's root shows it, read-only.
-	}
-	hide := func(p string) bool {
-		if inAny(p, prot.Roots) {
-			return inAny(p, prot.DenyRead)
-		}
-		return within(p, "/tmp") || within(p, "/dev/shm") || (v.homeTmp && within(p, v.home)) || inAny(p, prot.DenyRead)
-	}
-	v.rootfs = filepath.Join(dir, "rootfs")
-	if img != nil {
-		if err := imageRoot(&v, img); err != nil {
-			return res, err // cleanup unmounts it
-		}
-		hide = func(string) bool { return false }
-	}
-	if err := lookPath(c.Args[0], c.Environ, v.lookRoot(), hide); err != nil {
 		var ie *sandbox.InitError
 		if errors.As(err, &ie) {
 			res.ExitCode = ie.Code
 		}
 		return res, err
 	}
-	if img == nil {
-		if err := os.Mkdir(v.rootfs, 0o700); err != nil {
-			return res, fmt.Errorf("root: %w", err)
-		}
-		if _, err := sandbox.ReadOnlyHostRoot(v.rootfs); err != nil {
-			return res, err // cleanup unmounts it
-		}
-		// The tier's state directories empty in the copy (the roots of the
-		// other sandboxes running now would nest, each in the next), and
-		// the host's kernel filesystems dropped.
-		if err := trimHostRoot(v.rootfs, base); err != nil {
-			return res, err
-		}
-	}
-	phase("root cloned")
-	// The writable areas, idmapped: the workspace owner's files show as
-	// the command's, what it writes lands as the owner's, and other
-	// users' files there stay nobody's. They are mounted on a tmpfs of
-	// the bundle's, which is unmounted, never walked, before the bundle
-	// is removed.
-	if v.areas, err = areaMounts(dir, len(prot.Roots)); err != nil {
-		return res, err
-	}
-	if img == nil {
-		// (In an image's view the way to a writable area is made fresh.)
-		if v.shadows, err = shadowWays(v.rootfs, prot.Roots); err != nil {
-			return res, err
-		}
-	}
-	if err := sandbox.MountIdmapped(prot.Roots, v.areas, areaMap(wsStat.Uid, v.uid), areaMap(wsStat.Gid, v.gid)); err != nil {
-		return res, err
-	}
-	// The areas go before the protected paths' placeholders are removed
-	// (prot.Finish), which their mounts would keep.
-	defer unmountAreas(dir)
-	if rt.DirectFS {
-		// gVisor's kernel renames and removes on the host itself, in a
-		// mount namespace without the host's mounts, where the host lets
-		// it rename or remove a mount point of another namespace (and
-		// unmounts it there): gVisor must know every mount point of the
-		// areas, the protected paths' and the host's own, to refuse.
-		if v.submounts, err = submounts(prot.Roots); err != nil {
-			return res, err
-		}
-	} else if v.onHost, err = protectAreas(prot, v.areas); err != nil {
-		return res, err
-	}
-	phase("areas mounted")
-	// What the sandbox writes to the host may not grant privilege there
-	// (ESCAPES 21): the namespace tier's rules, in gVisor's own filter.
-	umask := hostperm.Umask()
-	v.umask = uint32(hostperm.SandboxUmask(umask))
-	if v.filter, err = ociFilter(seccomp.HostWriteRules(uint32(hostperm.Withheld(umask)))); err != nil {
-		return res, err
-	}
-	v.empty = filepath.Join(dir, "empty")
-	if err := os.WriteFile(v.empty, nil, 0o444); err != nil {
-		return res, fmt.Errorf("mask file: %w", err)
-	}
-	if v.special, err = maskSpecial(v.rootfs, v.empty, prot.DenyRead, prot.Roots); err != nil {
-		return res, err
-	}
-	if s.Resources.MemoryBytes > 0 || s.Resources.CPUs > 0 {
-		v.cgroup = id
-	}
-	if s.Network.Mode == "proxy" {
-		// Not for mode "none": its refusing proxy would need runsc's
-		// --host-uds=open, which lets gVisor connect to every host socket
-		// its view shows that others may write to (as the namespace tier
-		// does), where without it gVisor reaches none.
-		if err := bindHutch(&v, dir, rt.Binary); err != nil {
-			return res, err
-		}
-		if err := proxyView(&v, dir, s.Network.Mode, c, img != nil); err != nil {
-			return res, err
-		}
-	}
+	s, v, dir, id, state := h.spec, h.v, h.dir, h.id, h.state
 
 	// Signals that arrive while the sandbox starts are forwarded once it
 	// runs; none may kill hutch and leave runsc to its parent-death signal.

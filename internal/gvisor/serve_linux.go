@@ -28,13 +28,18 @@ import (
 // protocol on a socket that is its stdin (runsc gives a restored sandbox
 // its standard streams again, and no other host descriptor): the
 // contract of sandbox.Start. The sandbox's root is the namespace tier's
-// writable root layer (c.RootLayer, required: the host's root or an
+// writable root layer (c.RootLayer: the host's root or an
 // image's layers, read-only, under a tmpfs of the layer's size, with the
 // workspace made in it and the host's private directories hidden),
 // attached on the host where runsc's gofer serves it, its ids mapped as
 // in the namespace tier (0–65535 onto sandbox.RootMappedID and up). The
 // agent runs as the sandbox's root with sandbox.RootCapabilities (with
 // c.RootCaps) in gVisor's kernel; nothing it writes reaches the host.
+//
+// Without a root layer (hutch mcp's sandboxes) the sandbox's view is
+// Run's, the host's (or c.Image's root with the host's workspace), with
+// the agent as the workspace's owner (or the image's user) without
+// capabilities (startHost); it cannot be checkpointed.
 //
 // runsc run stays attached to hutch, its pid the instance's PID: killing
 // it ends the sandbox (S4). Freeze and Thaw are runsc pause and resume;
@@ -53,6 +58,9 @@ func (rt *Runtime) start(c sandbox.Config, saved string) (inst sandbox.Instance,
 	}
 	if err := rt.check(c); err != nil {
 		return nil, err
+	}
+	if c.RootLayer == nil && saved == "" {
+		return rt.startHost(c, log)
 	}
 	if c.RootLayer == nil || c.Image != nil {
 		return nil, fmt.Errorf("tier %q: a long-lived sandbox needs a writable root layer", policy.TierGVisor)
@@ -342,6 +350,7 @@ type served struct {
 	out                            *tail
 	log                            *slog.Logger
 	proxy                          sandbox.Proxy // closed with the sandbox; nil for none
+	host                           *hostBundle   // the host's view (startHost), undone with the sandbox; nil for a root layer
 	done                           chan struct{}
 	code                           int   // runsc run's exit code, once done is closed
 	oomKills                       int64 // OOM kills in its cgroup when it ended, if it was still there
@@ -402,7 +411,11 @@ func (s *served) Close() error {
 		if s.proxy != nil {
 			_ = s.proxy.Close()
 		}
-		cleanup(s.runsc, s.dir, s.id, s.log)
+		if s.host != nil {
+			s.host.close()
+		} else {
+			cleanup(s.runsc, s.dir, s.id, s.log)
+		}
 	})
 	return nil
 }

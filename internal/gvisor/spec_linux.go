@@ -103,6 +103,7 @@ const cpuPeriod = 100_000
 // view is what buildSpec needs besides the policy.
 type view struct {
 	args     []string
+	agent    bool // args are hutch's agent, which relays the proxy itself
 	env      []string
 	uid, gid uint32
 	home     string // the home directory, when it is the host's and not writable
@@ -278,10 +279,14 @@ func buildSpec(s policy.Spec, v view) ociSpec {
 			m = append(m, bind(v.empty, v.inView(d), true))
 		}
 	}
-	if v.netDir != "" {
+	if v.hutch != "" {
 		m = append(m, bind(v.hutch, sandbox.SandboxHutch, true))
+	}
+	if v.netDir != "" {
 		m = append(m, netMounts(v)...)
-		o.Process.Args = append([]string{sandbox.SandboxHutch, InitCommand, "--"}, v.args...)
+		if !v.agent {
+			o.Process.Args = append([]string{sandbox.SandboxHutch, InitCommand, "--"}, v.args...)
+		}
 	}
 	o.Mounts = m
 	return o
