@@ -238,17 +238,7 @@ func TestMCPAgentIsHutchServe(t *testing.T) {
 		t.Fatalf("the server did not start: %v", bg["output"])
 	}
 	u := c.call(t, "port_url", map[string]any{"port": 9999})["url"].(string)
-	var got string
-	testutil.Eventually(guard, func() bool {
-		resp, err := (&http.Client{Transport: &http.Transport{Proxy: nil}}).Get(u + "index.html")
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		got = string(b)
-		return resp.StatusCode == http.StatusOK
-	})
+	got := indexThrough(u)
 	if got != "through hutch\n" {
 		t.Errorf("through port_url's forward: %q", got)
 	}
@@ -413,8 +403,11 @@ func TestMCPLargeWrite(t *testing.T) {
 }
 
 // TestMCPGVisor: --tier gvisor runs the session sandbox under gVisor
-// with the host's workspace, writable, and the host's root read-only; the
-// client's close ends hutch mcp with the sandbox.
+// with the host's workspace, writable, and the host's root read-only; its
+// PID 1, hutch's agent, stays closed to the commands (escape item 27);
+// sandbox_create makes gVisor sandboxes too, port_url reaches a server in
+// one, and the client's close ends hutch mcp with every process of its
+// sandboxes.
 func TestMCPGVisor(t *testing.T) {
 	testutil.RequireRoot(t)
 	runsc := testutil.Runsc(t)
@@ -437,10 +430,43 @@ func TestMCPGVisor(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(ws, "out.txt")); string(b) != "made\n" {
 		t.Errorf("the workspace on the host: %q, %v", b, err)
 	}
+	// PID 1, hutch's agent, stays closed to the commands (escape item 27).
+	pid1 := c.call(t, "exec", map[string]any{"command": "cat /proc/self/environ >/dev/null && echo control; for f in environ mem cmdline; do cat /proc/1/$f >/dev/null 2>&1 && echo open-$f; done; readlink /proc/1/exe >/dev/null 2>&1 && echo open-exe; ls /proc/1/fd/ 2>/dev/null | while read f; do readlink /proc/1/fd/$f >/dev/null 2>&1 && echo open-fd-$f; done; echo done"})
+	if out, _ := pid1["output"].(string); strings.Contains(out, "open-environ") || strings.Contains(out, "open-mem") || strings.Contains(out, "open-exe") || strings.Contains(out, "open-fd") || !strings.HasPrefix(out, "control\n") || !strings.HasSuffix(out, "done\n") {
+		t.Errorf("the agent's /proc/1 from a command: %q", out)
+	}
+	// A created sandbox is gVisor's too, with a workspace of its own.
+	sb := c.call(t, "sandbox_create", nil)
+	if sb["tier"] != "gvisor" {
+		t.Errorf("sandbox_create: %v", sb)
+	}
+	if out := c.call(t, "exec", map[string]any{"command": "echo ok > f && cat f", "sandbox_id": sb["sandbox_id"]}); out["output"] != "ok\n" {
+		t.Errorf("exec in a created sandbox: %v", out)
+	}
+	// port_url reaches a server inside the session sandbox.
+	if err := os.WriteFile(filepath.Join(ws, "index.html"), []byte("under gvisor\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	server := "exec python3 -m http.server --bind 127.0.0.1 9998"
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		server = "exec busybox httpd -f -p 127.0.0.1:9998"
+	}
+	c.call(t, "exec", map[string]any{"command": server, "yield_ms": 100})
+	u := c.call(t, "port_url", map[string]any{"port": 9998})["url"].(string)
+	got := indexThrough(u)
+	if got != "under gvisor\n" {
+		t.Errorf("through port_url: %q", got)
+	}
+	procs := descendants(t, c.cmd.Process.Pid)
 	_ = c.ClientSession.Close()
 	c.ClientSession = nil
 	if code := c.wait(t); code != 0 {
 		t.Errorf("hutch mcp exited %d\n%s", code, c.stderr)
+	}
+	for _, p := range procs {
+		if alive(p) {
+			t.Errorf("process %d (runsc, the gofer, the sandbox) outlived hutch mcp", p)
+		}
 	}
 }
 
@@ -490,17 +516,7 @@ func TestMCPAsUser(t *testing.T) {
 	}
 	c.call(t, "exec", map[string]any{"command": "exec python3 -m http.server --bind 127.0.0.1 9999", "yield_ms": 100})
 	u := c.call(t, "port_url", map[string]any{"port": 9999})["url"].(string)
-	var got string
-	testutil.Eventually(guard, func() bool {
-		resp, err := (&http.Client{Transport: &http.Transport{Proxy: nil}}).Get(u + "index.html")
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		got = string(b)
-		return resp.StatusCode == http.StatusOK
-	})
+	got := indexThrough(u)
 	if got != "as a user\n" {
 		t.Errorf("through port_url: %q", got)
 	}
@@ -583,4 +599,22 @@ func TestMCPClientGone(t *testing.T) {
 			t.Errorf("process %d outlived hutch mcp", p)
 		}
 	}
+}
+
+// indexThrough fetches index.html under u, a port_url of a server that
+// is starting, until it answers 200 (or guard passed); its body, or what
+// came last.
+func indexThrough(u string) string {
+	var got string
+	testutil.Eventually(guard, func() bool {
+		resp, err := (&http.Client{Transport: &http.Transport{Proxy: nil}}).Get(u + "index.html")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		got = string(b)
+		return resp.StatusCode == http.StatusOK
+	})
+	return got
 }
