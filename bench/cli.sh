@@ -46,15 +46,8 @@ chmod 711 "$work" # the sandbox reaches its directory through it
 pid=""
 cleanup() {
 	set +e
-	if [ -n "$pid" ] && [ -d "/proc/$pid" ]; then
-		kill -TERM "$pid"
-		for _ in $(seq 300); do [ -d "/proc/$pid" ] || break; sleep 0.1; done
-		kill -KILL "$pid" 2>/dev/null
-	fi
-	awk -v w="$work" 'index($5, w) == 1 { print $5 }' /proc/self/mountinfo | sort -r | while read -r m; do
-		umount -l "$m"
-	done
-	rm -rf "$work"
+	stop_pid "$pid"
+	remove_work "$work"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM

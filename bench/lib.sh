@@ -123,3 +123,22 @@ busybox_image_tar() {
 	printf '[{"Config":"config.json","RepoTags":["%s"],"Layers":["layer.tar"]}]' "$tag" >"$save/manifest.json"
 	tar -C "$save" -cf "$dir/image.tar" manifest.json config.json layer.tar
 }
+
+# stop_pid PID: ends the process PID this script started, if it still
+# runs: SIGTERM, then SIGKILL after 30 s.
+stop_pid() {
+	[ -n "$1" ] && [ -d "/proc/$1" ] || return 0
+	kill -TERM "$1" 2>/dev/null
+	for _ in $(seq 300); do [ -d "/proc/$1" ] || break; sleep 0.1; done
+	kill -KILL "$1" 2>/dev/null
+	return 0
+}
+
+# remove_work DIR: unmounts everything of the run under DIR (deepest
+# first), then removes DIR.
+remove_work() {
+	awk -v w="$1" 'index($5, w) == 1 { print $5 }' /proc/self/mountinfo | sort -r | while read -r m; do
+		umount -l "$m"
+	done
+	rm -rf "$1"
+}

@@ -45,15 +45,8 @@ cleanup() {
 	set +e
 	# The tool still running (this script was interrupted): stop it by its
 	# pid; it ends hutch mcp and the daemon, which die with it too.
-	if [ -n "$tool" ] && [ -d "/proc/$tool" ]; then
-		kill -TERM "$tool"
-		for _ in $(seq 300); do [ -d "/proc/$tool" ] || break; sleep 0.1; done
-		kill -KILL "$tool" 2>/dev/null
-	fi
-	awk -v w="$work" 'index($5, w) == 1 { print $5 }' /proc/self/mountinfo | sort -r | while read -r m; do
-		umount -l "$m"
-	done
-	rm -rf "$work"
+	stop_pid "$tool"
+	remove_work "$work"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM

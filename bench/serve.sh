@@ -88,17 +88,12 @@ cleanup() {
 		[ -f "$f" ] || continue
 		pid=$(cat "$f")
 		if [ -r "/proc/$pid/cmdline" ] && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q "$work"; then
-			kill -TERM "$pid" 2>/dev/null
-			for _ in $(seq 300); do [ -d "/proc/$pid" ] || break; sleep 0.1; done
-			kill -KILL "$pid" 2>/dev/null
+			stop_pid "$pid"
 		fi
 	done
 	runc_delete_all "$runc_prefix"
 	# Nothing of the run may stay mounted.
-	awk -v w="$work" 'index($5, w) == 1 { print $5 }' /proc/self/mountinfo | sort -r | while read -r m; do
-		umount -l "$m"
-	done
-	rm -rf "$work"
+	remove_work "$work"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
