@@ -227,24 +227,7 @@ func TestSessionsCountedWhereverTheirServer(t *testing.T) {
 	e := newEnv(t, Config{MaxSessions: 1})
 	tok := e.token(t, "alice")
 	c := e.httpClient(t, tok)
-	pr, pw := io.Pipe()
-	req, err := http.NewRequest(http.MethodPost, e.tcp+Path, pr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Host = "127.0.0.1:1"
-	req.ContentLength = int64(len(initialize))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	done := make(chan *http.Response, 1)
-	go func() {
-		resp, err := c.Do(req)
-		if err != nil {
-			t.Error(err)
-		}
-		done <- resp
-	}()
-	io.WriteString(pw, initialize[:10])
+	pw, done := slowInitialize(t, c, e.tcp+Path, "127.0.0.1:1")
 	connected := func() bool {
 		e.h.mu.Lock()
 		defer e.h.mu.Unlock()
@@ -290,23 +273,7 @@ func TestSessionsStartingCounted(t *testing.T) {
 	e := newEnv(t, Config{MaxSessions: 1})
 	tok := e.token(t, "alice")
 	c := e.httpClient(t, tok)
-	pr, pw := io.Pipe()
-	req, err := http.NewRequest(http.MethodPost, e.tcp+Path, pr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.ContentLength = int64(len(initialize))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	done := make(chan *http.Response, 1)
-	go func() {
-		resp, err := c.Do(req)
-		if err != nil {
-			t.Error(err)
-		}
-		done <- resp
-	}()
-	io.WriteString(pw, initialize[:10])
+	pw, done := slowInitialize(t, c, e.tcp+Path, "")
 	serving := func() bool { // the SDK has a session for it, not yet initialized
 		e.h.mu.Lock()
 		defer e.h.mu.Unlock()
@@ -338,4 +305,32 @@ func TestSessionsStartingCounted(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || resp.Header.Get("Mcp-Session-Id") == "" {
 		t.Errorf("the first initialize: %d, session %q", resp.StatusCode, resp.Header.Get("Mcp-Session-Id"))
 	}
+}
+
+// slowInitialize starts an initialize POST to url (with Host host, when
+// set) whose body comes slowly: its first bytes are sent, the rest when
+// the caller writes them to pw and closes it; done gets the answer.
+func slowInitialize(t *testing.T, c *http.Client, url, host string) (pw *io.PipeWriter, done <-chan *http.Response) {
+	t.Helper()
+	pr, pw := io.Pipe()
+	req, err := http.NewRequest(http.MethodPost, url, pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if host != "" {
+		req.Host = host
+	}
+	req.ContentLength = int64(len(initialize))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	ch := make(chan *http.Response, 1)
+	go func() {
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Error(err)
+		}
+		ch <- resp
+	}()
+	io.WriteString(pw, initialize[:10])
+	return pw, ch
 }
