@@ -26,6 +26,11 @@ func withAliases(deny []string) []string {
 		// own setup fails later on the same file.
 		return deny
 	}
+	if !shared(mounts) {
+		// Every filesystem is mounted once (the common case): no name to
+		// add, and no deny path needs resolving at this start.
+		return deny
+	}
 	real := make([]string, 0, len(deny))
 	for _, p := range deny {
 		if r, err := filepath.EvalSymlinks(p); err == nil {
@@ -34,6 +39,23 @@ func withAliases(deny []string) []string {
 		real = append(real, filepath.Clean(p))
 	}
 	return append(slices.Clip(deny), aliases(real, mounts)...)
+}
+
+// shared reports whether a filesystem shows at more than one mount point
+// outside the tiers' state directories: only then can a path have another
+// name.
+func shared(mounts []mountinfo.Mount) bool {
+	seen := map[string]bool{}
+	for _, m := range mounts {
+		if transient(m.Point) {
+			continue
+		}
+		if seen[m.Dev] {
+			return true
+		}
+		seen[m.Dev] = true
+	}
+	return false
 }
 
 // TierStateDir is where the gVisor tier keeps each running sandbox's

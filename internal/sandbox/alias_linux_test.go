@@ -49,6 +49,9 @@ func TestAliases(t *testing.T) {
 			t.Errorf("transient(%s) = %v, want %v", p, !want, want)
 		}
 	}
+	if !shared(mounts) || shared([]mountinfo.Mount{{Dev: "8:1", Point: "/"}, {Dev: "0:5", Point: "/proc"}, {Dev: "8:1", Point: "/run/hutch-gvisor/x/rootfs"}}) {
+		t.Error("shared: a filesystem mounted twice outside the state directories is shared, one mounted once is not")
+	}
 	if got := aliases([]string{"/home/u/.ssh"}, nil); len(got) != 0 {
 		t.Errorf("aliases without mounts = %q", got)
 	}
