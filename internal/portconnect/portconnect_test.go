@@ -2,11 +2,14 @@ package portconnect
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"net"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/hutch-sandbox/hutch/internal/testutil"
 )
 
 // TestForward connects to a loopback echo server that answers once the
@@ -38,9 +41,7 @@ func TestForward(t *testing.T) {
 // TestIPv6 reaches a server listening on [::1] only.
 func TestIPv6(t *testing.T) {
 	l, err := net.Listen("tcp", "[::1]:0")
-	if err != nil {
-		t.Skipf("no IPv6 loopback: %v", err)
-	}
+	testutil.Need(t, err == nil, fmt.Sprintf("no IPv6 loopback: %v", err))
 	defer l.Close()
 	go func() {
 		if c, err := l.Accept(); err == nil {
