@@ -202,6 +202,12 @@ func newMCPBackend(rf *runner.Flags, spec policy.Spec, stderr io.Writer) (*mcpBa
 		b.debug = b.log
 	}
 	b.fwd.Log = b.log
+	if rf.DirectFS {
+		// Its sandboxes are served ones, with hutch's agent as PID 1: the
+		// gofer serves their files (runsc --directfs=false), as under
+		// hutch serve. Saying so beats a flag that changes nothing.
+		return nil, fmt.Errorf("--gvisor-directfs: hutch mcp's gVisor sandboxes run without direct file access (their files are served by gVisor's gofer, as under hutch serve); leave the flag out, or use hutch run for file-heavy work")
+	}
 	if _, err := rf.RuntimeFor(spec.Tier); err != nil {
 		return nil, err
 	}

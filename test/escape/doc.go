@@ -105,10 +105,12 @@
 //	24 more credential stores               TestItem24_CredentialStores
 //	25 hutch's own sockets and state        TestItem25_HutchDaemon, _ServeRefusesSandboxPeers
 //	26 a tenant's rules and special addresses TestItem26_TenantNetworkRules
-//	27 the sandbox's PID 1                  TestItem27_RunPID1, _ServedPID1
+//	27 the sandbox's PID 1                  TestItem27_RunPID1, _ServedPID1, _MCPSession (hutch
+//	                                        mcp's session sandbox, in proxy mode)
 //	28 host memory held by a tenant         TestItem28_TenantMemory
 //	29 a secret reflected in a response     TestItem29_SecretReflected
-//	30 unaudited changes, oracles, metrics  TestItem30_AuditAndOracles
+//	30 unaudited changes, oracles, metrics  TestItem30_AuditAndOracles, _MCPTenants,
+//	                                        _MCPFileToolsHostReach
 //	-- an image's layers (hostile input)    TestImageLayersHostile (dot-dot, absolute names, a
 //	                                        planted symbolic link as a parent, hard links out,
 //	                                        whiteouts through a link, device nodes, set-id bits)

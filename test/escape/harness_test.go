@@ -259,11 +259,11 @@ func (sb *harness) env(extra []string) []string {
 }
 
 // command prepares hutch with args as the sandbox's mode says: under the
-// gVisor tier, "hutch run" gets --tier gvisor and the test's runsc (and
-// --gvisor-directfs in a mode of direct file access).
+// gVisor tier, "hutch run" and "hutch mcp" get --tier gvisor and the
+// test's runsc (and --gvisor-directfs in a mode of direct file access).
 func (sb *harness) command(o opts, args ...string) *exec.Cmd {
-	if sb.gvisor() && len(args) > 0 && args[0] == "run" {
-		flags := []string{"run", "--tier", policy.TierGVisor, "--runsc", sb.mode.runsc}
+	if sb.gvisor() && len(args) > 0 && (args[0] == "run" || args[0] == "mcp") {
+		flags := []string{args[0], "--tier", policy.TierGVisor, "--runsc", sb.mode.runsc}
 		if sb.mode.directFS {
 			flags = append(flags, "--gvisor-directfs")
 		}
