@@ -209,8 +209,25 @@ func TestMCPServeSDK(t *testing.T) {
 	if !write || !refusedB {
 		t.Errorf("the audit log lacks A's 10 MiB file_write (%v) or B's refused exec (%v): %+v", write, refusedB, calls)
 	}
+	// Refusals before any tool or route ran are no audit records (they
+	// have no tenant, or change nothing) but are counted, on MCP as on
+	// E2B's API.
+	for _, path := range []string{"/mcp", "/sandboxes"} {
+		resp, err := http.Post(d.tcp+path, "application/json", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"ping"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("POST %s without a token: %s, want 401", path, resp.Status)
+		}
+	}
 	m := d.metrics(t)
-	for _, want := range []string{`hutch_mcp_tool_calls_total{tool="exec",outcome="ok"} `, `hutch_mcp_tool_calls_total{tool="exec",outcome="error"} `} {
+	for _, want := range []string{
+		`hutch_mcp_tool_calls_total{tool="exec",outcome="ok"} `, `hutch_mcp_tool_calls_total{tool="exec",outcome="error"} `,
+		`hutch_front_requests_total{front="mcp",code="200"} `, `hutch_front_requests_total{front="mcp",code="401"} `,
+		`hutch_front_requests_total{front="e2b",code="401"} `,
+	} {
 		if !strings.Contains(m, want) {
 			t.Errorf("no %s in the metrics:\n%s", want, m)
 		}

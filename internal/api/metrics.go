@@ -89,7 +89,7 @@ func newAPIMetrics(m Manager, more []metrics.Collector) *apiMetrics {
 	create := newCreate()
 	am.create = create.With()
 	sandboxes := sandboxesGauge("Sandboxes of all tenants by state.", m.Counts)
-	am.reg.Register(am.requests, create, am.exec, sandboxes, daemon.SandboxesCreated, daemon.EgressRefused, daemon.EgressBytes, daemon.WarmSandboxes, daemon.WarmCreates, daemon.OOMKills,
+	am.reg.Register(am.requests, create, am.exec, sandboxes, daemon.SandboxesCreated, daemon.EgressRefused, daemon.EgressBytes, daemon.WarmSandboxes, daemon.WarmCreates, daemon.OOMKills, FrontRequests,
 		daemon.ImageCache, fetch.Layers, fetch.Bytes, fetch.UnpackSeconds)
 	am.reg.Register(more...)
 	return am
@@ -169,6 +169,23 @@ func (h *handler) metrics(w http.ResponseWriter, r *http.Request) error {
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(b.Bytes())
 	return nil
+}
+
+// FrontRequests counts the requests of the front ends mounted beside the
+// API on its listeners (E2B's API, envd, MCP and its links and ports), for
+// the operator's GET /metrics (Config.Metrics). Like
+// hutch_api_requests_total, it counts what the audit log does not hold:
+// refusals before a route or tool ran (401, 403, 413, 429), which have
+// no tenant or change nothing.
+var FrontRequests = metrics.NewCounter("hutch_front_requests_total",
+	"Requests of the front ends beside hutch's API (e2b, envd, mcp, mcp_links, mcp_ports) by HTTP status, refusals before any route or tool ran included.", "front", "code")
+
+// Counted serves r with h and counts it in FrontRequests as front's, by
+// the status it was answered with.
+func Counted(front string, h http.Handler, w http.ResponseWriter, r *http.Request) {
+	sw := &statusWriter{ResponseWriter: w}
+	defer func() { FrontRequests.With(front, strconv.Itoa(sw.status())).Inc() }()
+	h.ServeHTTP(sw, r)
 }
 
 // statusWriter notes the status of a response.

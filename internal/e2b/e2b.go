@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/agent"
+	"github.com/hutch-sandbox/hutch/internal/api"
 	"github.com/hutch-sandbox/hutch/internal/audit"
 	"github.com/hutch-sandbox/hutch/internal/daemon"
 	"github.com/hutch-sandbox/hutch/internal/envd"
@@ -414,14 +415,16 @@ func (h *Handler) Mount(next http.Handler, isEnvd func(string) bool, envd http.H
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case Paths(r.URL.Path):
-			h.ServeHTTP(w, r)
+			api.Counted("e2b", h, w, r)
 		case isEnvd != nil && isEnvd(r.URL.Path):
-			s, err := h.Resolve(r)
-			if err != nil {
-				h.refuseEnvd(w, r, err)
-				return
-			}
-			envd.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), resolvedKey{}, s)))
+			api.Counted("envd", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				s, err := h.Resolve(r)
+				if err != nil {
+					h.refuseEnvd(w, r, err)
+					return
+				}
+				envd.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), resolvedKey{}, s)))
+			}), w, r)
 		default:
 			next.ServeHTTP(w, r)
 		}

@@ -267,7 +267,13 @@ func Paths(path string) bool {
 func (h *Handler) Mount(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if Paths(r.URL.Path) {
-			h.ServeHTTP(w, r)
+			front := "mcp"
+			if strings.HasPrefix(r.URL.Path, LinksPath) {
+				front = "mcp_links"
+			} else if strings.HasPrefix(r.URL.Path, PortsPath) {
+				front = "mcp_ports"
+			}
+			api.Counted(front, h, w, r)
 			return
 		}
 		next.ServeHTTP(w, r)
