@@ -129,11 +129,9 @@ func (h *handler) pullImage(w http.ResponseWriter, r *http.Request) error {
 	w.Header().Set("Content-Type", "application/jsonl")
 	w.WriteHeader(http.StatusOK)
 	enc := json.NewEncoder(w)
-	flush := func() {
-		if f, ok := w.(http.Flusher); ok {
-			f.Flush()
-		}
-	}
+	// Through the wrappers (the status counter, the audit), which unwrap.
+	rc := http.NewResponseController(w)
+	flush := func() { _ = rc.Flush() }
 	opt := fetch.PullOptions{Options: fetch.Options{Root: os.Geteuid() == 0}, Platform: b.Platform, Insecure: b.InsecureRegistries}
 	var mu sync.Mutex // the layers' progress and their bytes come from several goroutines
 	fetched := false  // a layer was not in the store
