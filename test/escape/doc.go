@@ -103,7 +103,8 @@
 //	22 git beyond .git/config and hooks     TestItem22_GitEverywhere
 //	23 other tools' configuration           TestItem23_ToolConfig
 //	24 more credential stores               TestItem24_CredentialStores
-//	25 hutch's own sockets and state        TestItem25_HutchDaemon, _ServeRefusesSandboxPeers
+//	25 hutch's own sockets and state        TestItem25_HutchDaemon, _ServeRefusesSandboxPeers,
+//	                                        TestItem27_MCPSession (hutch mcp's links and ports)
 //	26 a tenant's rules and special addresses TestItem26_TenantNetworkRules
 //	27 the sandbox's PID 1                  TestItem27_RunPID1, _ServedPID1, _MCPSession (hutch
 //	                                        mcp's session sandbox, in proxy mode)

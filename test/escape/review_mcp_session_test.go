@@ -4,8 +4,14 @@ package escape
 
 import (
 	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -81,6 +87,24 @@ func (m *mcpStdio) close(t *testing.T) int {
 	return exitCode(m.cmd.ProcessState)
 }
 
+// hostURL matches a URL of hutch mcp's on the host's loopback.
+var hostURL = regexp.MustCompile(`http://127\.0\.0\.1:[0-9]+/[^\s"]*`)
+
+// fetchHost is the body of a GET of u from the host, or what went wrong.
+func fetchHost(u string) string {
+	c := &http.Client{Timeout: 30 * time.Second}
+	resp, err := c.Get(u)
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Sprintf("%s: %q", resp.Status, b)
+	}
+	return string(b)
+}
+
 // belowPID returns every process whose chain of parents leads to pid.
 func belowPID(pid int) []int {
 	entries, _ := os.ReadDir("/proc")
@@ -114,8 +138,12 @@ func belowPID(pid int) []int {
 // hutch's proxy only (ESCAPES 15, 17): an allowed host answers through it,
 // any other host gets hutch's 403, and the host's loopback is out of
 // reach past it. The client's close ends hutch mcp with status 0 and with
-// every process it started. hutch mcp refuses --gvisor-directfs, which its
-// sandboxes do not have, instead of ignoring it.
+// every process it started. Its own listeners on the host's loopback, the
+// links (a file's bytes) and a port URL into another sandbox of the
+// session, which the host reaches, are out of the session sandbox's
+// reach, directly and through the proxy (ESCAPES 25). hutch mcp refuses
+// --gvisor-directfs, which its sandboxes do not have, instead of ignoring
+// it.
 func TestItem27_MCPSession(t *testing.T) {
 	forEachMode(t, func(t *testing.T, sb *harness) {
 		e := newEgressEnv(t, sb)
@@ -145,18 +173,68 @@ try noproxy --noproxy '*' http://127.0.0.1:`+e.web.port+`/mcp-noproxy
 		expectCurl(t, r, c, "noproxy", map[string]string{"rc": "7"})
 		sameSet(t, "HTTP", e.web, "GET /mcp-control")
 
+		// hutch mcp's own listeners on the host's loopback: its links (a
+		// file's bytes) and a port URL into a created sandbox's server.
+		// The host reaches both (the controls); the session sandbox
+		// reaches neither, directly or through the proxy (ESCAPES 25).
+		if err := os.WriteFile(filepath.Join(sb.ws, "blob.bin"), []byte{0, 1, 2, 0xff, 0}, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		text, _, _ := mcpCall(t, m.cs, "file_read", map[string]any{"path": "blob.bin"})
+		link := hostURL.FindString(text)
+		_, other, isErr := mcpCall(t, m.cs, "sandbox_create", nil)
+		if isErr {
+			t.Fatalf("sandbox_create: %v\n%s", other, m.stderr)
+		}
+		server := "echo served > index.html && exec python3 -m http.server --bind 127.0.0.1 8000"
+		if _, err := os.Stat("/usr/bin/python3"); err != nil {
+			server = "echo served > index.html && exec busybox httpd -f -p 127.0.0.1:8000"
+		}
+		mcpCall(t, m.cs, "exec", map[string]any{"command": server, "yield_ms": 100, "sandbox_id": other["sandbox_id"]})
+		_, pu, _ := mcpCall(t, m.cs, "port_url", map[string]any{"port": 8000, "sandbox_id": other["sandbox_id"]})
+		port, _ := pu["url"].(string)
+		if link == "" || !hostURL.MatchString(port) {
+			t.Fatalf("no link (%q) or port URL (%v) on the host's loopback", text, pu)
+		}
+		if got := fetchHost(link); got != "\x00\x01\x02\xff\x00" {
+			t.Errorf("the link from the host: %q", got)
+		}
+		var got string // the server may take a moment to listen
+		testutil.Eventually(60*time.Second, func() bool { got = fetchHost(port); return got == "served\n" })
+		if got != "served\n" {
+			t.Errorf("the port URL from the host: %q", got)
+		}
+		var direct []string
+		for _, u := range []string{link, port} {
+			pu, _ := url.Parse(u)
+			direct = append(direct, "tcp:"+pu.Host)
+		}
+		r = m.exec(t, curlFn+`
+try link --noproxy '' -x http://`+httpProxy+` `+shq(link)+`
+try port --noproxy '' -x http://`+httpProxy+` `+shq(port)+`
+`+argv(a, direct...))
+		t.Log(r)
+		c = curls(r.stdout)
+		expectCurl(t, r, c, "link", map[string]string{"rc": "0", "code": "403/000"})
+		expectCurl(t, r, c, "port", map[string]string{"rc": "0", "code": "403/000"})
+		want := map[string][]string{}
+		for _, d := range direct {
+			want[d] = []string{"ECONNREFUSED"}
+		}
+		expect(t, r, want)
+
 		procs := belowPID(m.cmd.Process.Pid)
 		if !sb.gvisor() {
-			pid1 := 0
+			// The PID 1 of each sandbox of the session: hutch's agent.
+			n := 0
 			for _, p := range procs {
 				if ns := procStatus(p)["NSpid"]; strings.Count(ns, " ") > 0 && strings.HasSuffix(ns, " 1") {
-					pid1 = p
+					checkHostFDs(t, p, fmt.Sprintf("hutch mcp's agent %d", p), false)
+					n++
 				}
 			}
-			if pid1 == 0 {
-				t.Errorf("no PID 1 of a sandbox below hutch mcp (%v)", procs)
-			} else {
-				checkHostFDs(t, pid1, "hutch mcp's agent", false)
+			if n != 2 {
+				t.Errorf("%d sandboxes' PID 1 below hutch mcp, want 2 (%v)", n, procs)
 			}
 		}
 		if len(procs) == 0 {
