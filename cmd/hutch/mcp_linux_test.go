@@ -19,6 +19,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/testutil"
 )
 
@@ -617,4 +618,38 @@ func indexThrough(u string) string {
 		return resp.StatusCode == http.StatusOK
 	})
 	return got
+}
+
+// TestMCPSetAside: what a command of the session sandbox creates that
+// another tool would run (here pre-commit's configuration) is set aside
+// when the session ends, and hutch mcp says so on its stderr, under both
+// tiers.
+func TestMCPSetAside(t *testing.T) {
+	testutil.RequireRoot(t)
+	for _, tier := range []string{"namespace", "gvisor"} {
+		t.Run(tier, func(t *testing.T) {
+			ws := t.TempDir()
+			var flags []string
+			if tier == "gvisor" {
+				flags = []string{"--tier", "gvisor", "--runsc", testutil.Runsc(t)}
+			}
+			c := startMCP(t, testutil.Hutch(t), ws, flags...)
+			c.call(t, "exec", map[string]any{"command": "echo 'repos: []' > .pre-commit-config.yaml"})
+			_ = c.ClientSession.Close()
+			c.ClientSession = nil
+			if code := c.wait(t); code != 0 {
+				t.Errorf("hutch mcp exited %d\n%s", code, c.stderr)
+			}
+			name := ".pre-commit-config.yaml"
+			if _, err := os.Stat(filepath.Join(ws, name+policy.SetAsideSuffix)); err != nil {
+				t.Errorf("not set aside: %v", err)
+			}
+			if _, err := os.Stat(filepath.Join(ws, name)); !os.IsNotExist(err) {
+				t.Errorf("%s is still there: %v", name, err)
+			}
+			if !strings.Contains(c.stderr.String(), "hutch: set aside "+filepath.Join(ws, name)) {
+				t.Errorf("hutch mcp did not say what it set aside:\n%s", c.stderr)
+			}
+		})
+	}
 }

@@ -245,7 +245,7 @@ func (rt *Runtime) startHost(c sandbox.Config, log *slog.Logger) (sandbox.Instan
 			v.cgroup = h.id
 		}
 	}
-	sb := &served{runsc: rt.Runsc, dir: h.dir, id: h.id, state: h.state, logFile: filepath.Join(h.dir, "runsc.log"), log: log, proxy: c.Proxy, cgroup: v.cgroup, host: h}
+	sb := &served{runsc: rt.Runsc, dir: h.dir, id: h.id, state: h.state, logFile: filepath.Join(h.dir, "runsc.log"), log: log, proxy: c.Proxy, cgroup: v.cgroup, host: h, warn: warn}
 	spec, err := json.MarshalIndent(buildSpec(h.spec, v), "", " ")
 	if err == nil {
 		err = os.WriteFile(filepath.Join(h.dir, "config.json"), spec, 0o600)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -351,6 +352,7 @@ type served struct {
 	log                            *slog.Logger
 	proxy                          sandbox.Proxy // closed with the sandbox; nil for none
 	host                           *hostBundle   // the host's view (startHost), undone with the sandbox; nil for a root layer
+	warn                           io.Writer     // where Close reports what the host's view set aside (startHost)
 	done                           chan struct{}
 	code                           int   // runsc run's exit code, once done is closed
 	oomKills                       int64 // OOM kills in its cgroup when it ended, if it was still there
@@ -412,7 +414,10 @@ func (s *served) Close() error {
 			_ = s.proxy.Close()
 		}
 		if s.host != nil {
-			s.host.close()
+			// As the namespace tier's served sandbox does at its end.
+			for _, line := range sandbox.SetAsideReport(s.host.close()) {
+				fmt.Fprintln(s.warn, line)
+			}
 		} else {
 			cleanup(s.runsc, s.dir, s.id, s.log)
 		}
