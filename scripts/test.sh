@@ -65,8 +65,17 @@ go vet ./...
 echo "== staticcheck"
 staticcheck ./...
 echo "== go test"
+# The gVisor tier makes its state directory a private mount point of its
+# own, kept for the next sandbox. When the suite made it, the suite
+# removes it once every test ended, if no sandbox is left in it.
+gvisor_state=/run/hutch-gvisor
+gvisor_state_was_mounted=0
+mountpoint -q "$gvisor_state" 2>/dev/null && gvisor_state_was_mounted=1
 go test -count=1 -timeout 20m ./... 2>&1 | tee /tmp/hutch-test.$$.log
 status=${PIPESTATUS[0]}
+if [ "$gvisor_state_was_mounted" = 0 ] && mountpoint -q "$gvisor_state" 2>/dev/null && [ -z "$(ls -A "$gvisor_state")" ]; then
+	umount "$gvisor_state" && rmdir "$gvisor_state" || echo "warning: could not remove $gvisor_state"
+fi
 passed=$(grep -c '^ok' /tmp/hutch-test.$$.log || true)
 failed=$(grep -c '^FAIL' /tmp/hutch-test.$$.log || true)
 rm -f /tmp/hutch-test.$$.log
