@@ -337,6 +337,10 @@ func (b *builder) mounts(cfg initConfig, fds []int8, denyRead []pathKind) {
 			b.setattr("writable "+w.Path+": attributes", writable[i], unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
 			continue
 		}
+		if w.Review != "" {
+			writable[i] = b.reviewOverlay(w.Path, w.Review, cfg.ReviewAccess)
+			continue
+		}
 		writable[i] = b.cloneTree("writable "+w.Path, w.Path, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
 	}
 	devs := make([]int8, len(devices))

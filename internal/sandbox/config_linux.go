@@ -91,6 +91,10 @@ type initConfig struct {
 	ImageLayers []string
 	ImageSize   int64
 	ImageAccess uint64
+	// ReviewAccess, when not 0, is the Landlock access the first process
+	// gives the overlay of review mode it builds (an ordinary user's; see
+	// bindSrc.Review).
+	ReviewAccess uint64
 	// StandInsDevice makes the first process mount the stand-ins itself,
 	// in its user namespace (an ordinary user's hutch may not), and hand
 	// their FUSE device to hutch; without /dev/fuse it makes them on a
@@ -133,6 +137,11 @@ type initConfig struct {
 type bindSrc struct {
 	Path string
 	FD   int
+	// Review, when set, makes the area an overlay over Path with
+	// Review/upper and Review/work above it (Config.ReviewDir): root's
+	// hutch builds it and sends it as FD; an ordinary user's first process
+	// builds it itself.
+	Review string
 }
 
 // fileBind is a host file bound read-only over Target in the view. With

@@ -336,6 +336,15 @@ func idmapWritable(pid int, w []bindSrc) ([]int, error) {
 func idmapWith(userns int, w []bindSrc) ([]int, error) {
 	var fds []int
 	for i := range w {
+		if w[i].Review != "" {
+			fd, err := reviewLayer(userns, w[i].Path, w[i].Review, RootMappedID, RootMappedID)
+			if err != nil {
+				closeAll(fds)
+				return nil, err
+			}
+			fds = append(fds, fd)
+			continue
+		}
 		fd, err := unix.OpenTree(unix.AT_FDCWD, w[i].Path, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
 		if err != nil {
 			closeAll(fds)

@@ -233,6 +233,11 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 	for _, r := range roots {
 		cfg.Writable = append(cfg.Writable, bindSrc{Path: r, FD: -1})
 	}
+	if c.ReviewDir != "" {
+		if err := review(&cfg, c.ReviewDir, ws, layer != nil, asRoot); err != nil {
+			return res, err
+		}
+	}
 	if err := placeWorkspace(&cfg, s, img, roots); err != nil {
 		return res, err
 	}
@@ -349,6 +354,9 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 	if layer != nil && !idmap {
 		return res, fmt.Errorf("writable root layer: idmapped mounts: %w: not supported (simulated by %s)", ErrKernelFeature, SimulateMissingEnv)
 	}
+	if asRoot && !idmap && c.ReviewDir != "" {
+		return res, fmt.Errorf("review mode: idmapped mounts: %w: not supported (simulated by %s)", ErrKernelFeature, SimulateMissingEnv)
+	}
 	if asRoot && !idmap {
 		err := fmt.Errorf("idmapped mounts: %w: not supported (simulated by %s)", ErrKernelFeature, SimulateMissingEnv)
 		if !s.BestEffort {
@@ -393,6 +401,9 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		if p.ruleset != nil {
 			cfg.ImageAccess = p.ruleset.WritableTreeAccess()
 		}
+	}
+	if c.ReviewDir != "" && !idmap && p.ruleset != nil {
+		cfg.ReviewAccess = p.ruleset.WritableTreeAccess()
 	}
 	if homeBuild {
 		cfg.HomeLayer = nrecv
@@ -486,6 +497,16 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 	case idmap:
 		if fds, err = idmapWritable(pid, cfg.Writable); err != nil {
 			return fail(fmt.Errorf("%w (pass --best-effort to run without it)", err))
+		}
+	}
+	for _, w := range cfg.Writable {
+		// The overlay of review mode has inodes of its own: the ruleset
+		// lets the sandbox write it on its own mount.
+		if w.Review != "" && w.FD >= 0 && w.FD < len(fds) && p.ruleset != nil {
+			if err := p.ruleset.AddWritableTree(fds[w.FD]); err != nil {
+				closeAll(fds)
+				return fail(fmt.Errorf("review: landlock: %w", err))
+			}
 		}
 	}
 	if homeBuild {

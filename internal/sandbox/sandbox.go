@@ -121,6 +121,14 @@ type Config struct {
 	// allow_write paths at their host paths, and every protection of the
 	// workspace applies where the view shows it.
 	Image *ImageRoot
+	// ReviewDir, when set, keeps the workspace as it is (review mode): the
+	// sandbox sees it read-write through an overlay whose upper layer and
+	// work directory are ReviewDir/upper and ReviewDir/work, host
+	// directories of the invoking user on one filesystem that supports
+	// user extended attributes. What the sandbox writes to its workspace
+	// lands there (package changes reads it as a change set); its other
+	// writable areas are written as usual. Not with a RootLayer.
+	ReviewDir string
 }
 
 // ImageRoot is an image's unpacked layers, as the sandbox's root.
