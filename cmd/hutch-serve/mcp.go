@@ -202,6 +202,9 @@ func newMCPBackend(rf *runner.Flags, spec policy.Spec, stderr io.Writer) (*mcpBa
 		b.debug = b.log
 	}
 	b.fwd.Log = b.log
+	if err := rf.RefuseReview(spec, "hutch mcp"); err != nil {
+		return nil, err
+	}
 	if rf.DirectFS {
 		// Its sandboxes are served ones, with hutch's agent as PID 1: the
 		// gofer serves their files (runsc --directfs=false), as under

@@ -92,6 +92,10 @@ func cmdMCPWrap(args []string, stdin, stdout, stderr *os.File) int {
 			spec.Filesystem.DenyWrite = append(spec.Filesystem.DenyWrite, abs)
 		}
 	}
+	if err := rf.RefuseReview(spec, "hutch mcp wrap"); err != nil {
+		fmt.Fprintf(stderr, "hutch: %v\n", err)
+		return sandbox.ExitHutchError
+	}
 	sb, err := rf.Prepare(spec, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "hutch: %v\n", err)

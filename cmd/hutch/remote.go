@@ -139,6 +139,9 @@ func cmdCreate(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	spec, err := remoteSpec(rf)
+	if err == nil {
+		err = rf.RefuseReview(spec, "hutch create")
+	}
 	if err == nil && *disk != "" {
 		if spec.Resources.DiskBytes, err = policy.ParseSize(*disk); err != nil {
 			err = fmt.Errorf("--disk: %w", err)

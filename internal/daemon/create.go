@@ -477,6 +477,9 @@ func (m *Manager) prepare(r CreateRequest, ws string) (policy.Spec, time.Duratio
 	if err := check.Validate(); err != nil {
 		return spec, 0, invalid("create sandbox: policy: %s", oneLine(err))
 	}
+	if spec.Filesystem.WorkspaceMode == policy.WorkspaceReview {
+		return spec, 0, invalid("create sandbox: policy: filesystem.workspace_mode: %q is hutch run's (--review): a served sandbox's workspace is in its own root layer, nothing of the host's to keep unchanged", policy.WorkspaceReview)
+	}
 	switch {
 	case !filepath.IsAbs(ws):
 		return spec, 0, invalid("create sandbox: policy: filesystem.workspace: must be an absolute path, got %q", ws)

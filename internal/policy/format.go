@@ -29,6 +29,7 @@ type (
 		DenyWrite       []string `yaml:"deny_write"`
 		NoDefaultDenies bool     `yaml:"no_default_denies"`
 		Home            string   `yaml:"home,omitempty"`
+		WorkspaceMode   string   `yaml:"workspace_mode,omitempty"`
 	}
 	formatNetwork struct {
 		Mode           string   `yaml:"mode,omitempty"`
@@ -72,6 +73,7 @@ func (s Spec) Format() ([]byte, error) {
 			DenyWrite:       s.Filesystem.DenyWrite,
 			NoDefaultDenies: s.Filesystem.NoDefaultDenies,
 			Home:            s.Filesystem.Home,
+			WorkspaceMode:   s.Filesystem.WorkspaceMode,
 		},
 		Network: formatNetwork{
 			Mode:           s.Network.Mode,

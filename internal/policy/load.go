@@ -20,7 +20,7 @@ func policyFields(section string) []string {
 	case "secrets":
 		return []string{"name", "hosts", "from", "placeholder_prefix", "in_query", "in_body", "allow_plain_http"}
 	case "filesystem":
-		return []string{"workspace", "workspace_at", "allow_write", "deny_read", "allow_read", "deny_write", "no_default_denies", "home"}
+		return []string{"workspace", "workspace_at", "allow_write", "deny_read", "allow_read", "deny_write", "no_default_denies", "home", "workspace_mode"}
 	case "network":
 		return []string{"mode", "allowed_domains", "denied_domains", "allowed_cidrs", "allow_private", "private_names", "hosts", "allow_host"}
 	case "env":
@@ -156,6 +156,13 @@ func (d *decoder) filesystem(n *yaml.Node, fs *Filesystem) error {
 					err = d.errorf(e.val, "%s: %v", name, cerr)
 				}
 			}
+		case "workspace_mode":
+			fs.WorkspaceMode, err = d.str(e.val, name)
+			if err == nil {
+				if cerr := CheckWorkspaceMode(fs.WorkspaceMode); cerr != nil {
+					err = d.errorf(e.val, "%s: %v", name, cerr)
+				}
+			}
 		}
 		if err != nil {
 			return err
@@ -224,6 +231,15 @@ func CheckWorkspaceAt(p string) error {
 func CheckHome(mode string) error {
 	if !contains(HomeModes, mode) {
 		return fmt.Errorf("unknown home %q (allowed: %s)", mode, quoteList(HomeModes))
+	}
+	return nil
+}
+
+// CheckWorkspaceMode checks a value of filesystem.workspace_mode ("" is
+// "direct").
+func CheckWorkspaceMode(mode string) error {
+	if mode != "" && !contains(WorkspaceModes, mode) {
+		return fmt.Errorf("unknown workspace mode %q (allowed: %s)", mode, quoteList(WorkspaceModes))
 	}
 	return nil
 }

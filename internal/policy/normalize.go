@@ -294,6 +294,9 @@ func (s Spec) Validate() error {
 	if err := CheckHome(s.Filesystem.Home); err != nil {
 		add("filesystem.home: %v", err)
 	}
+	if err := CheckWorkspaceMode(s.Filesystem.WorkspaceMode); err != nil {
+		add("filesystem.workspace_mode: %v", err)
+	}
 	if s.Tier != "" {
 		if err := CheckTier(s.Tier); err != nil {
 			add("tier: %v", err)

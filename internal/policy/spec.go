@@ -82,11 +82,27 @@ type Filesystem struct {
 	// between runs, one per workspace. The default deny-read paths are
 	// masked in every mode. Default: "ro".
 	Home string `json:"home" yaml:"home"`
+	// WorkspaceMode is how the sandbox writes its workspace (one of
+	// WorkspaceModes): "direct" (the default, also when empty) into the
+	// user's files;
+	// "review" into a copy-on-write layer over them, kept as a change set
+	// that a person looks at and applies (hutch changes), the user's files
+	// unchanged until then.
+	WorkspaceMode string `json:"workspace_mode,omitempty" yaml:"workspace_mode,omitempty"`
 }
 
 // DefaultWorkspaceAt is where hutch run binds the workspace in a sandbox
 // from an image when Filesystem.WorkspaceAt does not say.
 const DefaultWorkspaceAt = "/workspace"
+
+// The values of Filesystem.WorkspaceMode.
+const (
+	WorkspaceDirect = "direct"
+	WorkspaceReview = "review"
+)
+
+// WorkspaceModes are the values of Filesystem.WorkspaceMode.
+var WorkspaceModes = []string{WorkspaceDirect, WorkspaceReview}
 
 // HomeModes are the values of Filesystem.Home.
 var HomeModes = []string{"ro", "tmp", "persist"}

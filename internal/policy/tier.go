@@ -47,6 +47,8 @@ var tierRefusals = []tierRefusal{
 	}, `a root directory is not yet supported under tier "gvisor": its sandboxes start from the host's root or an image; use tier "namespace" for a root directory`},
 	{TierGVisor, "filesystem.home", func(s Spec) bool { return s.Filesystem.Home == "persist" },
 		`"persist" is not yet supported under tier "gvisor"; use "ro" or "tmp"`},
+	{TierGVisor, "filesystem.workspace_mode", func(s Spec) bool { return s.Filesystem.WorkspaceMode == WorkspaceReview },
+		`"review" is not yet supported under tier "gvisor"; use tier "namespace" for review mode`},
 }
 
 // TierRefusals lists, one message a field, what s asks for that its tier

@@ -45,6 +45,9 @@ type Flags struct {
 	// DirectFS is --gvisor-directfs: tier gvisor with runsc's direct file
 	// access (gvisor.Runtime.DirectFS).
 	DirectFS bool
+	// Continue is --continue: the change set (its id, or a unique prefix)
+	// a review-mode run goes on from; it implies --review.
+	Continue string
 	// ReportTo, when set, receives the report instead of the file
 	// --report names (which its owner opened once): hutch mcp's
 	// sandboxes share one report.
@@ -62,6 +65,7 @@ type policyFlags struct {
 	pids                                     int64
 	bestEffort, noDefaultDenies              bool
 	net, home, image, workspaceAt            string
+	review                                   bool
 	tier                                     string
 	allowDomain, denyDomain, allowCIDR       cli.List
 	allowPrivate, addHost, secret            cli.List
@@ -101,6 +105,8 @@ func NewFlags(name, header string, stderr io.Writer) (*flag.FlagSet, *Flags) {
 	fs.StringVar(&p.tmpSize, "tmp-size", "", "size of the private /tmp, e.g. `256m`")
 	fs.BoolVar(&p.bestEffort, "best-effort", false, "run even if a layer cannot be set up (prints what was dropped)")
 	fs.BoolVar(&p.noDefaultDenies, "no-default-denies", false, "drop hutch's built-in deny-read and deny-write lists")
+	fs.BoolVar(&p.review, "review", false, "review mode: the command writes its workspace into a copy-on-write layer, kept as a change set that you look at and apply with hutch changes; your files do not change until then")
+	fs.StringVar(&r.Continue, "continue", "", "with --review: run on top of the change set `ID` (or a unique prefix of it), adding to it")
 	fs.StringVar(&p.home, "home", "", "your home directory in the sandbox: \"ro\" (default: read-only, the sandbox's writes kept in memory and dropped at its end), \"tmp\" (an empty one, dropped at its end) or \"persist\" (one of its own, kept per workspace); credentials stay masked in every `mode`")
 	fs.StringVar(&p.net, "net", "", "network: \"none\" (loopback only, the default), \"proxy\" (only the allowed hosts, through hutch's egress proxy) or \"host\" (no isolation)")
 	fs.Var(&p.allowDomain, "allow-domain", "let the sandbox reach `host` (example.com, *.example.com, optionally :PORT or :* for every port; without a port 80 and 443) through the proxy (repeatable)")
@@ -224,6 +230,9 @@ func (p *policyFlags) apply(s *policy.Spec) error {
 	if p.noDefaultDenies {
 		s.Filesystem.NoDefaultDenies = true
 	}
+	if p.review {
+		s.Filesystem.WorkspaceMode = policy.WorkspaceReview
+	}
 	if p.home != "" {
 		if err := policy.CheckHome(p.home); err != nil {
 			return fmt.Errorf("--home: %w", err)
@@ -281,6 +290,17 @@ func (p *policyFlags) apply(s *policy.Spec) error {
 			return fmt.Errorf("--secret %q: want NAME@host1,host2", sf)
 		}
 		s.Secrets = append(s.Secrets, policy.Secret{Name: name, Hosts: strings.Split(hosts, ",")})
+	}
+	return nil
+}
+
+// RefuseReview refuses review mode (--review, --continue, or the policy's
+// filesystem.workspace_mode) for command, which keeps no change set in
+// this version: failing is better than letting its sandboxes write the
+// user's files instead.
+func (rf *Flags) RefuseReview(spec policy.Spec, command string) error {
+	if spec.Filesystem.WorkspaceMode == policy.WorkspaceReview || rf.Continue != "" {
+		return fmt.Errorf("review mode (--review, --continue, filesystem.workspace_mode: review) is hutch run's only in this version, not %s's", command)
 	}
 	return nil
 }

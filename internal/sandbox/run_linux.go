@@ -233,10 +233,15 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 	for _, r := range roots {
 		cfg.Writable = append(cfg.Writable, bindSrc{Path: r, FD: -1})
 	}
-	if c.ReviewDir != "" {
+	switch {
+	case c.ReviewDir != "":
 		if err := review(&cfg, c.ReviewDir, ws, layer != nil, asRoot); err != nil {
 			return res, err
 		}
+	case s.Filesystem.WorkspaceMode == policy.WorkspaceReview:
+		// Fail closed: a front end that keeps no change set must not
+		// let the sandbox write the user's files instead (S2).
+		return res, errors.New("filesystem.workspace_mode review: this front end keeps no change set; review mode is hutch run --review's in this version")
 	}
 	if err := placeWorkspace(&cfg, s, img, roots); err != nil {
 		return res, err
