@@ -88,24 +88,7 @@ func (s *Set) Apply(changes []Change, opt ApplyOptions) (*Result, error) {
 		return nil, fmt.Errorf("workspace: %w", err)
 	}
 	defer root.Close()
-	res := &Result{}
-	aerr := &ApplyError{}
-	var todo []Change
-	for _, c := range changes {
-		why := s.needsWord(root, c)
-		switch {
-		case why == "":
-			todo = append(todo, c)
-		case c.Kind == Refused && (opt.SkipRefused || allowed(c, opt.Allow)):
-			res.Skipped = append(res.Skipped, Problem{c.Path, why + " (never applied)"})
-		case allowed(c, opt.Allow):
-			todo = append(todo, c)
-		case opt.SkipRefused:
-			res.Skipped = append(res.Skipped, Problem{c.Path, why})
-		default:
-			aerr.Refused = append(aerr.Refused, Problem{c.Path, why})
-		}
-	}
+	todo, res, aerr := s.sortOut(root, changes, opt)
 	aerr.Conflicts = s.conflicts(todo)
 	if len(aerr.Conflicts) > 0 || len(aerr.Refused) > 0 {
 		return nil, aerr
@@ -121,6 +104,28 @@ func (s *Set) Apply(changes []Change, opt ApplyOptions) (*Result, error) {
 		}
 	}
 	return res, nil
+}
+
+// sortOut sorts changes into those to apply, those left out (in res) and
+// those that need the user's word (in the error's Refused).
+func (s *Set) sortOut(root *os.Root, changes []Change, opt ApplyOptions) (todo []Change, res *Result, aerr *ApplyError) {
+	res, aerr = &Result{}, &ApplyError{}
+	for _, c := range changes {
+		why := s.needsWord(root, c)
+		switch {
+		case why == "":
+			todo = append(todo, c)
+		case c.Kind == Refused && (opt.SkipRefused || allowed(c, opt.Allow)):
+			res.Skipped = append(res.Skipped, Problem{c.Path, why + " (never applied)"})
+		case allowed(c, opt.Allow):
+			todo = append(todo, c)
+		case opt.SkipRefused:
+			res.Skipped = append(res.Skipped, Problem{c.Path, why})
+		default:
+			aerr.Refused = append(aerr.Refused, Problem{c.Path, why})
+		}
+	}
+	return todo, res, aerr
 }
 
 // allowed reports whether every path of c is at or below a path of allow.

@@ -80,11 +80,11 @@ type Meta struct {
 // Entry is the state of one path: in the workspace, in a base or in the
 // upper directory.
 type Entry struct {
-	Type   Type        `json:"type"` // "" when absent
+	Type   Type   `json:"type"`           // "" when absent
 	Mode   uint32 `json:"mode,omitempty"` // permission, setuid, setgid and sticky bits
-	Size   int64       `json:"size,omitempty"`
-	SHA256 string      `json:"sha256,omitempty"` // regular files
-	Link   string      `json:"link,omitempty"`   // symbolic links: the target
+	Size   int64  `json:"size,omitempty"`
+	SHA256 string `json:"sha256,omitempty"` // regular files
+	Link   string `json:"link,omitempty"`   // symbolic links: the target
 
 	ino, dev uint64
 	nlink    uint64
