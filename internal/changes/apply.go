@@ -339,15 +339,17 @@ func (s *Set) write(root *os.Root, changes []Change, res *Result) error {
 	done := func(p string) { res.Applied = append(res.Applied, p) }
 	var dirs, deletes []Change
 	for _, c := range changes {
-		if c.Kind == TypeChanged && c.Old.Type == Dir {
+		fi, err := root.Lstat(c.Path)
+		isDir := err == nil && fi.IsDir()
+		if c.Kind == TypeChanged && c.Old.Type == Dir && isDir {
 			// The directory the set replaced: what it held is deleted by
 			// the set, so it goes now, before its replacement.
 			if err := root.RemoveAll(c.Path); err != nil {
 				return err
 			}
 		}
-		if c.Kind == TypeChanged && c.New.Type == Dir {
-			if err := root.Remove(c.Path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if c.Kind == TypeChanged && c.New.Type == Dir && err == nil && !isDir {
+			if err := root.Remove(c.Path); err != nil {
 				return err
 			}
 		}
@@ -375,7 +377,8 @@ func (s *Set) write(root *os.Root, changes []Change, res *Result) error {
 	// Deletions last, what is below a directory before it.
 	slices.SortFunc(deletes, func(a, b Change) int { return strings.Compare(b.deleted(), a.deleted()) })
 	for _, c := range deletes {
-		if err := root.Remove(c.deleted()); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		// Gone already when below a directory the set made a file.
+		if err := root.Remove(c.deleted()); err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, errNotDir) {
 			return fmt.Errorf("%s: %w", c.deleted(), err)
 		}
 		done(c.deleted())

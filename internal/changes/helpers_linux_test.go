@@ -1,9 +1,11 @@
 package changes
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/hutch-sandbox/hutch/internal/testutil"
@@ -59,6 +61,7 @@ func runIn(t *testing.T, s *Set, script string) {
 	opts := "lowerdir=" + s.Workspace() + ",upperdir=" + s.Upper() + ",workdir=" + s.Work() + ",userxattr"
 	cmd := exec.Command("unshare", "--user", "--map-root-user", "--mount", "sh", "-ec",
 		`mount -t overlay overlay -o "$1" "$2" && cd "$2" && eval "$3"`, "sh", opts, mnt, script)
+	cmd.Env = append(os.Environ(), "WS="+s.Workspace())
 	out, err := cmd.CombinedOutput()
 	testutil.Need(t, err == nil || cmd.ProcessState.ExitCode() != 32, "an overlay mount with userxattr in a user namespace: "+string(out))
 	if err != nil {
@@ -67,4 +70,54 @@ func runIn(t *testing.T, s *Set, script string) {
 	if err := s.End([]string{"sh", "-c", script}, 0); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// tree describes every entry below dir: type, mode and content or target.
+func tree(t *testing.T, dir string, skip ...string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		if rel == "." || slices.Contains(skip, rel) {
+			return nil
+		}
+		fi, err := os.Lstat(p)
+		if err != nil {
+			return err
+		}
+		desc := fmt.Sprintf("%v", fi.Mode())
+		switch {
+		case fi.Mode().IsRegular():
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			desc += " " + string(b)
+		case fi.Mode()&os.ModeSymlink != 0:
+			target, _ := os.Readlink(p)
+			desc += " -> " + target
+		}
+		out[rel] = desc
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// kinds maps each change's path to its kind (and a rename's source).
+func kinds(ch []Change) map[string]string {
+	m := map[string]string{}
+	for _, c := range ch {
+		k := string(c.Kind)
+		if c.From != "" {
+			k += " from " + c.From
+		}
+		m[c.Path] = k
+	}
+	return m
 }

@@ -135,6 +135,9 @@ func (sc *scanner) dir(rel string, u, lower *os.File, depth int) error {
 				return err
 			}
 		default:
+			if err := fill(lfd, name, &le); err != nil {
+				return fmt.Errorf("workspace %s: %w", p, err)
+			}
 			sc.out = append(sc.out, Change{Kind: Refused, Path: p, Old: le, New: ue})
 		}
 	}
@@ -185,6 +188,9 @@ func (sc *scanner) subdir(p string, ufd, lfd int, name string, ue, le Entry, dep
 	case Absent:
 		sc.out = append(sc.out, Change{Kind: Added, Path: p, New: ue})
 	default:
+		if err := fill(lfd, name, &le); err != nil {
+			return fmt.Errorf("workspace %s: %w", p, err)
+		}
 		sc.out = append(sc.out, Change{Kind: TypeChanged, Path: p, Old: le, New: ue})
 	}
 	return sc.dir(p, u, lower, depth+1)
