@@ -36,6 +36,10 @@ Usage:
   hutch proxy-connect HOST PORT            (inside a sandbox) connect stdin and
                                            stdout to HOST:PORT through the
                                            sandbox's proxy, for ssh's ProxyCommand
+  hutch changes ls|show|apply|export|discard
+                                           review and apply what a hutch run
+                                           --review command wrote (hutch
+                                           changes -h)
 
 Agents (MCP, the Model Context Protocol):
   hutch mcp [flags]                        serve hutch's tools over MCP on
@@ -124,6 +128,8 @@ func run(args []string, stdin, stdout, stderr *os.File) int {
 			return cmdRemoteImage(args[1:], stdout, stderr)
 		}
 		return execServe(args, stderr)
+	case "changes":
+		return cmdChanges(args[1:], stdout, stderr)
 	case "audit":
 		return cmdAudit(args[1:], stdout, stderr)
 	case "create":
@@ -159,7 +165,7 @@ func run(args []string, stdin, stdout, stderr *os.File) int {
 }
 
 // commands are hutch's commands, for suggestions after a typo.
-var commands = []string{"run", "policy", "version", "proxy-connect", "mcp", "serve", "token", "image", "audit", "create", "exec", "cp", "ls", "rm", "pause", "resume", "events", "help"}
+var commands = []string{"run", "policy", "version", "proxy-connect", "mcp", "serve", "token", "image", "audit", "changes", "create", "exec", "cp", "ls", "rm", "pause", "resume", "events", "help"}
 
 func cmdRun(args []string, stdin, stdout, stderr *os.File) int {
 	fs, rf := runner.NewFlags("run", "Usage: hutch run [flags] -- COMMAND [ARGS...]\n\nRuns COMMAND in a new sandbox.\n", stderr)
