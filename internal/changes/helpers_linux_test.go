@@ -41,7 +41,7 @@ func workspace(t *testing.T, files map[string]string) string {
 func review(t *testing.T, ws, script string) *Set {
 	t.Helper()
 	testutil.RequireRoot(t)
-	st := NewStore(filepath.Join(t.TempDir(), "changes"))
+	st := NewStore(filepath.Join(t.TempDir(), "hutch", "changes"))
 	s, err := st.Create(ws)
 	if err != nil {
 		t.Fatal(err)
