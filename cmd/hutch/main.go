@@ -200,7 +200,18 @@ func cmdRun(args []string, stdin, stdout, stderr *os.File) int {
 	}
 	c := sb.Config(environ)
 	c.Args, c.Stdin, c.Stdout, c.Stderr = command, stdin, stdout, stderr
+	review, err := rf.BeginReview(spec)
+	if err != nil {
+		fmt.Fprintf(stderr, "hutch: %v\n", err)
+		return sandbox.ExitHutchError
+	}
+	if review != nil {
+		c.ReviewDir = review.Dir()
+	}
 	res, err := sb.Runtime.Run(context.Background(), c)
+	if err != nil && review != nil {
+		review.Abort()
+	}
 	if err != nil {
 		var ie *sandbox.InitError
 		if errors.As(err, &ie) {
@@ -211,6 +222,9 @@ func cmdRun(args []string, stdin, stdout, stderr *os.File) int {
 		return sandbox.ExitHutchError
 	}
 	sb.Finished(res)
+	if review != nil {
+		review.End(command, res.ExitCode, stderr)
+	}
 	return res.ExitCode
 }
 

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/policy"
@@ -354,7 +355,7 @@ func (s *Set) write(root *os.Root, changes []Change, res *Result) error {
 			}
 		}
 		if c.New.Type == Dir {
-			if err := root.MkdirAll(c.Path, 0o700); err != nil {
+			if err := mkdirAll(root, c.Path, 0o700); err != nil {
 				return err
 			}
 			dirs = append(dirs, c)
@@ -411,7 +412,7 @@ func (s *Set) replace(root *os.Root, c Change, linkFirst bool) error {
 		return root.Chmod(c.Path, fileMode(c.New.Mode))
 	}
 	if dir := path.Dir(c.Path); dir != "." {
-		if err := root.MkdirAll(dir, 0o777); err != nil {
+		if err := mkdirAll(root, dir, 0o777); err != nil {
 			return err
 		}
 	}
@@ -431,11 +432,61 @@ func (s *Set) replace(root *os.Root, c Change, linkFirst bool) error {
 			return err
 		}
 	}
+	like := c.Path
+	if _, err := root.Lstat(like); err != nil {
+		like = path.Dir(c.Path)
+	}
+	if err := ownLike(root, tmp, like); err != nil {
+		root.Remove(tmp)
+		return err
+	}
 	if err := root.Rename(tmp, c.Path); err != nil {
 		root.Remove(tmp)
 		return err
 	}
 	return nil
+}
+
+// ownLike gives p, which root's hutch just made in the workspace, the
+// owner of like (the file it replaces, or its directory): what apply
+// writes is the workspace owner's, as what the sandbox wrote there in
+// direct mode would be, not root's. An ordinary user's files are theirs
+// already.
+func ownLike(root *os.Root, p, like string) error {
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	fi, err := root.Lstat(like)
+	if err != nil {
+		return err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return nil
+	}
+	return root.Lchown(p, int(st.Uid), int(st.Gid))
+}
+
+// mkdirAll makes dir and its missing parents in root, each (as root) its
+// parent's owner's.
+func mkdirAll(root *os.Root, dir string, perm fs.FileMode) error {
+	if dir == "." || dir == "" {
+		return nil
+	}
+	if fi, err := root.Lstat(dir); err == nil {
+		if !fi.IsDir() {
+			return &fs.PathError{Op: "mkdir", Path: dir, Err: syscall.ENOTDIR}
+		}
+		return nil
+	}
+	parent := path.Dir(dir)
+	if err := mkdirAll(root, parent, perm); err != nil {
+		return err
+	}
+	if err := root.Mkdir(dir, perm); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	return ownLike(root, dir, parent)
 }
 
 // copyFile writes the set's file c.Path to tmp in root, with its mode,

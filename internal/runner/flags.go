@@ -106,7 +106,13 @@ func NewFlags(name, header string, stderr io.Writer) (*flag.FlagSet, *Flags) {
 	fs.BoolVar(&p.bestEffort, "best-effort", false, "run even if a layer cannot be set up (prints what was dropped)")
 	fs.BoolVar(&p.noDefaultDenies, "no-default-denies", false, "drop hutch's built-in deny-read and deny-write lists")
 	fs.BoolVar(&p.review, "review", false, "review mode: the command writes its workspace into a copy-on-write layer, kept as a change set that you look at and apply with hutch changes; your files do not change until then")
-	fs.StringVar(&r.Continue, "continue", "", "with --review: run on top of the change set `ID` (or a unique prefix of it), adding to it")
+	fs.Func("continue", "review mode on top of the change set `ID` (or a unique prefix of it), adding to it: an agent's session across several commands (implies --review)", func(v string) error {
+		if v == "" {
+			return errors.New("want a change set's ID")
+		}
+		r.Continue, p.review = v, true
+		return nil
+	})
 	fs.StringVar(&p.home, "home", "", "your home directory in the sandbox: \"ro\" (default: read-only, the sandbox's writes kept in memory and dropped at its end), \"tmp\" (an empty one, dropped at its end) or \"persist\" (one of its own, kept per workspace); credentials stay masked in every `mode`")
 	fs.StringVar(&p.net, "net", "", "network: \"none\" (loopback only, the default), \"proxy\" (only the allowed hosts, through hutch's egress proxy) or \"host\" (no isolation)")
 	fs.Var(&p.allowDomain, "allow-domain", "let the sandbox reach `host` (example.com, *.example.com, optionally :PORT or :* for every port; without a port 80 and 443) through the proxy (repeatable)")

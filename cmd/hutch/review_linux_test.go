@@ -1,0 +1,135 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/hutch-sandbox/hutch/internal/testutil"
+)
+
+// summaryID finds the change set's id in hutch run --review's summary.
+var summaryID = regexp.MustCompile(`hutch: change set ([0-9a-f]{12}): `)
+
+// TestRunReview: hutch run --review, started by root and by a user, in a
+// workspace of the user's: the command works on its workspace as usual
+// (reads it, writes it, sees its own writes), the user's files do not
+// change, and hutch ends with a summary naming the change set. A second
+// command with --continue sees the first one's changes and adds to the
+// same set; hutch changes apply then makes the workspace what the
+// sandbox saw, every file the workspace owner's. A command that changes
+// nothing leaves no change set.
+func TestRunReview(t *testing.T) {
+	testutil.RequireRoot(t)
+	for _, who := range []struct {
+		name string
+		uid  int
+	}{{"root", 0}, {"user", testutil.UnprivilegedUID}} {
+		t.Run(who.name, func(t *testing.T) {
+			owner := testutil.UnprivilegedUID
+			ws := testutil.OwnedDir(t, owner)
+			state := hostDir(t)
+			if err := os.Chown(state, who.uid, who.uid); err != nil {
+				t.Fatal(err)
+			}
+			for name, content := range map[string]string{"keep.txt": "keep\n", "edit.txt": "one\n", "gone.txt": "bye\n"} {
+				p := filepath.Join(ws, name)
+				writeFile(t, p, content, 0o644)
+				if err := os.Chown(p, owner, owner); err != nil {
+					t.Fatal(err)
+				}
+			}
+			env := append(baseEnv(ws), "XDG_STATE_HOME="+state)
+			run := func(args ...string) result {
+				t.Helper()
+				return hutch(t, invocation{args: args, dir: ws, env: env, uid: who.uid})
+			}
+			r := run(append([]string{"run", "--review"}, sh("cat keep.txt; echo two >> edit.txt; cat edit.txt; rm gone.txt; echo new > new.txt; cat new.txt")...)...)
+			wantOK(t, r)
+			if r.stdout != "keep\none\ntwo\nnew\n" {
+				t.Errorf("the command's view of its workspace: %q", r.stdout)
+			}
+			m := summaryID.FindStringSubmatch(r.stderr)
+			if m == nil || !strings.Contains(r.stderr, "1 added, 1 modified, 1 deleted") {
+				t.Fatalf("no summary of the change set:\n%s", r)
+			}
+			id := m[1]
+			for name, want := range map[string]string{"edit.txt": "one\n", "gone.txt": "bye\n"} {
+				if b, err := os.ReadFile(filepath.Join(ws, name)); err != nil || string(b) != want {
+					t.Errorf("the workspace's %s changed: %q, %v", name, b, err)
+				}
+			}
+			if _, err := os.Stat(filepath.Join(ws, "new.txt")); !os.IsNotExist(err) {
+				t.Errorf("new.txt reached the workspace: %v", err)
+			}
+
+			// --continue with a prefix: on top of the first command's writes.
+			r = run(append([]string{"run", "--continue", id[:6]}, sh("cat new.txt; test -e gone.txt || echo no-gone; echo more >> new.txt")...)...)
+			wantOK(t, r)
+			if r.stdout != "new\nno-gone\n" {
+				t.Errorf("--continue does not see the first command's changes: %q", r.stdout)
+			}
+			if m := summaryID.FindStringSubmatch(r.stderr); m == nil || m[1] != id {
+				t.Errorf("--continue made another change set:\n%s", r)
+			}
+			if ls := run("changes", "ls", "-q"); strings.TrimSpace(ls.stdout) != id {
+				t.Errorf("hutch changes ls -q: %q, want %s", ls.stdout, id)
+			}
+
+			wantOK(t, run("changes", "apply", id))
+			for name, want := range map[string]string{"keep.txt": "keep\n", "edit.txt": "one\ntwo\n", "new.txt": "new\nmore\n"} {
+				p := filepath.Join(ws, name)
+				b, err := os.ReadFile(p)
+				if err != nil || string(b) != want {
+					t.Errorf("after apply, %s: %q, %v; want %q", name, b, err, want)
+					continue
+				}
+				fi, _ := os.Stat(p)
+				if st := fi.Sys().(*syscall.Stat_t); st.Uid != uint32(owner) || st.Gid != uint32(owner) {
+					t.Errorf("after apply, %s belongs to %d:%d, want the workspace owner %d", name, st.Uid, st.Gid, owner)
+				}
+			}
+			if _, err := os.Stat(filepath.Join(ws, "gone.txt")); !os.IsNotExist(err) {
+				t.Errorf("after apply, gone.txt: %v", err)
+			}
+
+			// Nothing changed: no change set kept.
+			r = run(append([]string{"run", "--review"}, sh("cat keep.txt >/dev/null")...)...)
+			wantOK(t, r)
+			if !strings.Contains(r.stderr, "changed nothing") {
+				t.Errorf("a run that changed nothing:\n%s", r)
+			}
+			if ls := run("changes", "ls", "-q"); strings.TrimSpace(ls.stdout) != id {
+				t.Errorf("after a run that changed nothing, hutch changes ls -q: %q, want only %s", ls.stdout, id)
+			}
+		})
+	}
+}
+
+// TestReviewRefused: the front ends that keep no change set refuse review
+// mode rather than let the sandbox write the user's files (S2): hutch run
+// under the gVisor tier, hutch mcp, hutch mcp wrap and hutch create; and
+// --continue of an unknown set names it.
+func TestReviewRefused(t *testing.T) {
+	testutil.RequireRoot(t)
+	ws := t.TempDir()
+	env := append(baseEnv(ws), "XDG_STATE_HOME="+t.TempDir())
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{append([]string{"run", "--review", "--tier", "gvisor"}, sh("true")...), `"review" is not yet supported under tier "gvisor"`},
+		{[]string{"mcp", "--review"}, "review mode"},
+		{[]string{"mcp", "wrap", "--review", "--", "true"}, "review mode"},
+		{[]string{"create", "--review"}, "review mode"},
+		{append([]string{"run", "--continue", "abcdef"}, sh("true")...), "change set abcdef: unknown ID"},
+	} {
+		r := hutch(t, invocation{args: tt.args, dir: ws, env: env})
+		if r.code == 0 || !strings.Contains(r.stderr, tt.want) {
+			t.Errorf("hutch %q: want a refusal naming %q, got %s", tt.args, tt.want, r)
+		}
+	}
+}
