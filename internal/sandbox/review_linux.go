@@ -165,11 +165,27 @@ func review(cfg *initConfig, dir, ws string, rootLayer, asRoot bool) error {
 	if !asRoot && !overlayFDs() {
 		return fmt.Errorf("review mode: %w: this kernel cannot layer the workspace for an ordinary user (Linux 6.8 or later can)", ErrKernelFeature)
 	}
-	for i := range cfg.Writable {
-		if cfg.Writable[i].Path == ws {
+	var wsStat unix.Stat_t
+	if err := unix.Stat(ws, &wsStat); err != nil {
+		return fmt.Errorf("review mode: workspace: %w", err)
+	}
+	found := false
+	for i, w := range cfg.Writable {
+		if w.Path == ws {
 			cfg.Writable[i].Review = dir
-			return nil
+			found = true
+			continue
+		}
+		// Every write under the workspace goes to the change set: another
+		// writable area inside it, or the workspace under another name,
+		// would take writes around it.
+		var st unix.Stat_t
+		if under(w.Path, []string{ws}) || (unix.Stat(w.Path, &st) == nil && st.Dev == wsStat.Dev && st.Ino == wsStat.Ino) {
+			return fmt.Errorf("review mode: the writable path %s is the workspace or inside it, and the sandbox would write it around the change set; leave it out (its writes are in the change set anyway)", w.Path)
 		}
 	}
-	return fmt.Errorf("review mode: the workspace %s is not a writable area", ws)
+	if !found {
+		return fmt.Errorf("review mode: the workspace %s is not a writable area", ws)
+	}
+	return nil
 }
