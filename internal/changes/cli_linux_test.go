@@ -60,7 +60,7 @@ func TestKillDuringApply(t *testing.T) {
 	if nOld == 0 {
 		t.Log("the apply ended before the kill: nothing interrupted")
 	}
-	out, err := exec.Command("sh", "-c", `find "$1" -name '*.hutch-apply-*'`, "sh", ws).Output()
+	out, _ := exec.Command("sh", "-c", `find "$1" -name '*.hutch-apply-*'`, "sh", ws).Output()
 	t.Logf("temporary files after the kill: %d", bytes.Count(out, []byte("\n")))
 
 	again := exec.Command(hutch, "changes", "apply", s.ID())
@@ -73,7 +73,7 @@ func TestKillDuringApply(t *testing.T) {
 			t.Fatalf("file %d not new after the second apply", i)
 		}
 	}
-	if out, err = exec.Command("sh", "-c", `find "$1" -name '*.hutch-apply-*'`, "sh", ws).Output(); err != nil || len(out) > 0 {
+	if out, err := exec.Command("sh", "-c", `find "$1" -name '*.hutch-apply-*'`, "sh", ws).Output(); err != nil || len(out) > 0 {
 		t.Errorf("temporary files left: %v %s", err, out)
 	}
 }

@@ -495,18 +495,6 @@ func openDirBeneath(root, rel string) (*os.File, error) {
 	return d, nil
 }
 
-// readlinkBeneath reads symbolic link rel below root.
-func readlinkBeneath(root, rel string) (string, error) {
-	d, err := openDirBeneath(root, path.Dir(rel))
-	if err != nil {
-		return "", err
-	}
-	defer d.Close()
-	e := Entry{Type: Symlink}
-	err = fill(int(d.Fd()), path.Base(rel), &e)
-	return e.Link, err
-}
-
 // errNotDir is the error of a path whose directory is a file.
 var errNotDir = unix.ENOTDIR
 

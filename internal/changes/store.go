@@ -105,10 +105,6 @@ const (
 	Socket  Type = "socket"
 )
 
-// refusedType reports whether an entry of type t never comes back from a
-// sandbox as it is.
-func refusedType(t Type) bool { return t == Device || t == Fifo || t == Socket }
-
 // Create makes a new, empty set for workspace.
 func (st *Store) Create(workspace string) (*Set, error) {
 	ws, err := filepath.Abs(workspace)
