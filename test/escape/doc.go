@@ -38,7 +38,9 @@
 // (policy.TierRefusals) — the host's network (TestItem15_NetHost) — and
 // what tests a mechanism of the namespace tier that gVisor does not
 // have: TestItem10_StandIns (the stand-ins hutch serves over hidden and
-// protected paths; gVisor masks with empty files and tmpfs), and
+// protected paths; gVisor masks with empty files and tmpfs),
+// TestItem07_ReviewModeWrites (review mode, refused under gVisor in this
+// version), and
 // TestItem21_Umask (the supervisor that keeps the umask's withheld bits;
 // ARCHITECTURE documents that gVisor has no counterpart). Nor does
 // anything run as an ordinary user under gVisor.
@@ -84,7 +86,9 @@
 //	4  shell rc files                       TestItem04_ShellRCWorkspace, _ShellRCHome
 //	5  git hooks and config                 TestItem05_Git, _SubmoduleGitDir
 //	6  tool config that runs code           TestItem06_ToolConfigWorkspace, _AutostartHome
-//	7  symlinks, links, renames             TestItem07_* (a workspace entered through a link too)
+//	7  symlinks, links, renames             TestItem07_* (a workspace entered through a link too;
+//	                                        in review mode nothing reaches the workspace:
+//	                                        TestItem07_ReviewModeWrites)
 //	8  /proc and other processes            TestItem08_ProcAndProcesses
 //	9  staying alive                        TestItem09_*
 //	10 privilege and kernel surface         TestItem10_* (the stand-ins hutch serves over hidden

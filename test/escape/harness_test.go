@@ -66,9 +66,10 @@ var tiers = []struct {
 // the tier refuses (policy.TierRefusals) or does not have yet. Every other
 // test of forEachMode runs under both tiers.
 var notUnderGVisor = map[string]string{
-	"TestItem10_StandIns": "the stand-ins are the namespace tier's (hutch serves them over hidden and protected paths and counts what they refuse); the gVisor tier masks with an empty read-only file or tmpfs instead (TestItem01_CredentialFiles, TestItem07_Symlinks run there) and reports no refused read",
-	"TestItem21_Umask":    "the namespace tier's supervisor keeps the umask's withheld bits; under gVisor it has no counterpart (ARCHITECTURE, The gVisor tier, Host writes: a command that lowers its umask can create files writable by others, never set-id, which TestItem21_SetIDFiles checks there) and gVisor's /proc/self/status has no Umask line",
-	"TestItem15_NetHost":  "needs --net host, refused under gVisor (policy.TierRefusals: network.mode)",
+	"TestItem10_StandIns":         "the stand-ins are the namespace tier's (hutch serves them over hidden and protected paths and counts what they refuse); the gVisor tier masks with an empty read-only file or tmpfs instead (TestItem01_CredentialFiles, TestItem07_Symlinks run there) and reports no refused read",
+	"TestItem21_Umask":            "the namespace tier's supervisor keeps the umask's withheld bits; under gVisor it has no counterpart (ARCHITECTURE, The gVisor tier, Host writes: a command that lowers its umask can create files writable by others, never set-id, which TestItem21_SetIDFiles checks there) and gVisor's /proc/self/status has no Umask line",
+	"TestItem15_NetHost":          "needs --net host, refused under gVisor (policy.TierRefusals: network.mode)",
+	"TestItem07_ReviewModeWrites": "review mode is the namespace tier's in this version, refused under gVisor (policy.TierRefusals: filesystem.workspace_mode; cmd/hutch's TestReviewRefused)",
 }
 
 // servedNotUnderGVisor is the table of the tests of hutch serve
