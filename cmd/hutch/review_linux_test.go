@@ -133,3 +133,46 @@ func TestReviewRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestRunReviewImage: review mode in a sandbox from an image, started by
+// root and by a user: the workspace at /workspace is the copy, the user's
+// files do not change, and the change set holds what the command wrote
+// there (and nothing of what it wrote to the image's root).
+func TestRunReviewImage(t *testing.T) {
+	testutil.RequireRoot(t)
+	tar := busyboxImageTar(t, "hutch.test/bb:1")
+	for _, uid := range []int{0, testutil.UnprivilegedUID} {
+		t.Run(map[bool]string{true: "root", false: "user"}[uid == 0], func(t *testing.T) {
+			state, ws, xdg := hostDir(t), testutil.OwnedDir(t, uid), hostDir(t)
+			for _, d := range []string{state, xdg} {
+				if err := os.Chown(d, uid, uid); err != nil {
+					t.Fatal(err)
+				}
+			}
+			wantOK(t, hutch(t, invocation{uid: uid, dir: ws, args: []string{"image", "import", tar, "--state-dir", state}}))
+			p := filepath.Join(ws, "f.txt")
+			writeFile(t, p, "one\n", 0o644)
+			if err := os.Chown(p, uid, uid); err != nil {
+				t.Fatal(err)
+			}
+			env := append(baseEnv(ws), "XDG_STATE_HOME="+xdg)
+			r := hutch(t, invocation{uid: uid, dir: ws, env: env, args: []string{"run", "--review", "--image", "hutch.test/bb:1", "--state-dir", state, "--",
+				"sh", "-c", "pwd; echo two >> f.txt; echo new > n.txt; echo root > /etc/in-root; cat f.txt"}})
+			wantOK(t, r)
+			if r.stdout != "/workspace\none\ntwo\n" {
+				t.Errorf("the command's view: %q", r.stdout)
+			}
+			if b, _ := os.ReadFile(p); string(b) != "one\n" {
+				t.Errorf("the workspace changed: %q", b)
+			}
+			m := summaryID.FindStringSubmatch(r.stderr)
+			if m == nil || !strings.Contains(r.stderr, "1 added, 1 modified") {
+				t.Fatalf("the change set:\n%s", r)
+			}
+			show := hutch(t, invocation{uid: uid, dir: ws, env: env, args: []string{"changes", "show", m[1], "--name-only"}})
+			if got := strings.Fields(show.stdout); strings.Join(got, " ") != "f.txt n.txt" {
+				t.Errorf("hutch changes show --name-only: %q", show.stdout)
+			}
+		})
+	}
+}
