@@ -144,6 +144,11 @@ type mcpBackend struct {
 	debug    *slog.Logger // the MCP server's events: with --debug only
 	agentBin string
 
+	// review, in review mode, is the session's change set: the session
+	// sandbox writes its workspace there, every session sandbox of it in
+	// turn (made by the first one's start).
+	review *runner.Review
+
 	execs    *mcp.ExecTable
 	links    *mcp.Links
 	linkBase string
@@ -173,7 +178,9 @@ type mcpBox struct {
 	created   time.Time
 	expires   time.Time // zero: no timeout
 
+	stderr io.Writer // hutch mcp's, where the change set's summary goes
 	sb     *runner.Sandbox
+	review *runner.Review // the session's change set, for the session sandbox in review mode
 	inst   sandbox.Instance
 	client *agent.Client
 	timer  *time.Timer
@@ -202,9 +209,6 @@ func newMCPBackend(rf *runner.Flags, spec policy.Spec, stderr io.Writer) (*mcpBa
 		b.debug = b.log
 	}
 	b.fwd.Log = b.log
-	if err := rf.RefuseReview(spec, "hutch mcp"); err != nil {
-		return nil, err
-	}
 	if rf.DirectFS {
 		// Its sandboxes are served ones, with hutch's agent as PID 1: the
 		// gofer serves their files (runsc --directfs=false), as under
@@ -339,6 +343,9 @@ func (b *mcpBackend) Create(ctx context.Context, r mcp.CreateRequest) (mcp.Sandb
 		return mcp.Sandbox{}, fmt.Errorf("the sandbox's workspace: %w", err)
 	}
 	spec.Filesystem.Workspace = ws
+	// A workspace of its own, nothing of the user's: no change set to
+	// keep in review mode.
+	spec.Filesystem.WorkspaceMode = ""
 	box, err := b.start(spec, false, ws)
 	if err != nil {
 		os.RemoveAll(ws)
@@ -459,6 +466,16 @@ func (b *mcpBackend) start(spec policy.Spec, session bool, tmp string) (*mcpBox,
 	}
 	c := sb.Config(environ)
 	c.AgentBinary = b.agentBin
+	var review *runner.Review
+	if session {
+		if review, err = b.beginReview(spec); err != nil {
+			sb.Close()
+			return nil, err
+		}
+		if review != nil {
+			c.ReviewDir = review.Dir()
+		}
+	}
 	t0 := time.Now()
 	inst, err := sb.Runtime.Start(c)
 	if err != nil {
@@ -473,7 +490,8 @@ func (b *mcpBackend) start(spec policy.Spec, session bool, tmp string) (*mcpBox,
 	box := &mcpBox{
 		id: sb.ID(), session: session, tier: sb.Runtime.Tier(), tmp: tmp,
 		workspace: spec.Filesystem.Workspace, created: time.Now(),
-		sb: sb, inst: inst, client: client, ended: make(chan struct{}),
+		sb: sb, review: review, inst: inst, client: client, ended: make(chan struct{}),
+		stderr: b.stderr,
 	}
 	if ref, ok := spec.Image(); ok {
 		box.image = ref
@@ -550,6 +568,10 @@ func (box *mcpBox) release(log *slog.Logger) bool {
 		box.client.Close()
 		if err := box.inst.Close(); err != nil {
 			log.Warn("close sandbox", "sandbox", box.id, "err", err)
+		}
+		if box.review != nil {
+			// What the session sandbox wrote, for the user to review.
+			box.review.End([]string{"hutch mcp session " + box.id}, 0, box.stderr)
 		}
 		box.sb.Close()
 		if box.tmp != "" {
@@ -704,4 +726,25 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 		l.err = err
 	}
 	return n, err
+}
+
+// beginReview returns the session's change set for a session sandbox of
+// spec in review mode (nil otherwise): made, or --continue's opened, at
+// the first start; each later session sandbox goes on in it (a fresh one
+// when the last ended with nothing in it, and so was discarded).
+func (b *mcpBackend) beginReview(spec policy.Spec) (*runner.Review, error) {
+	b.mu.Lock()
+	r := b.review
+	b.mu.Unlock()
+	if r != nil && !r.Discarded() {
+		return r, r.Again()
+	}
+	r, err := b.rf.BeginReview(spec)
+	if err != nil || r == nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	b.review = r
+	b.mu.Unlock()
+	return r, nil
 }

@@ -653,3 +653,50 @@ func TestMCPSetAside(t *testing.T) {
 		})
 	}
 }
+
+// TestMCPReview: hutch mcp --review works on a copy of the workspace: the
+// agent's commands and file tools see their own writes, the user's files
+// do not change, and when the session ends hutch mcp names the change set
+// on its stderr, for hutch changes; a sandbox_create sandbox (a workspace
+// of its own) still starts.
+func TestMCPReview(t *testing.T) {
+	testutil.RequireRoot(t)
+	ws := t.TempDir()
+	if err := os.WriteFile(filepath.Join(ws, "f.txt"), []byte("one\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := startMCP(t, testutil.Hutch(t), ws, "--review")
+	out := c.call(t, "exec", map[string]any{"command": "echo two >> f.txt; echo new > n.txt; cat f.txt"})
+	if out["output"] != "one\ntwo\n" {
+		t.Errorf("exec: %v", out)
+	}
+	c.call(t, "file_write", map[string]any{"path": "w.txt", "content": "written\n"})
+	if r := c.call(t, "file_read", map[string]any{"path": "n.txt"}); r["content"] != "new\n" {
+		t.Errorf("file_read of the sandbox's own write: %v", r)
+	}
+	sb := c.call(t, "sandbox_create", nil)
+	if r := c.call(t, "exec", map[string]any{"command": "echo ok", "sandbox_id": sb["sandbox_id"]}); r["output"] != "ok\n" {
+		t.Errorf("a created sandbox in a review session: %v", r)
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "f.txt")); string(b) != "one\n" {
+		t.Errorf("the workspace changed: %q", b)
+	}
+	for _, p := range []string{"n.txt", "w.txt"} {
+		if _, err := os.Stat(filepath.Join(ws, p)); !os.IsNotExist(err) {
+			t.Errorf("%s reached the workspace: %v", p, err)
+		}
+	}
+	_ = c.ClientSession.Close()
+	c.ClientSession = nil
+	if code := c.wait(t); code != 0 {
+		t.Errorf("hutch mcp exited %d\n%s", code, c.stderr)
+	}
+	m := regexp.MustCompile(`hutch: change set ([0-9a-f]{12}): 2 added, 1 modified`).FindStringSubmatch(c.stderr.String())
+	if m == nil {
+		t.Fatalf("no change set named on hutch mcp's stderr:\n%s", c.stderr)
+	}
+	r := hutch(t, invocation{dir: ws, args: []string{"changes", "show", m[1], "--name-only"}})
+	if got := strings.Join(strings.Fields(r.stdout), " "); got != "f.txt n.txt w.txt" {
+		t.Errorf("hutch changes show --name-only: %q\n%s", got, r)
+	}
+}

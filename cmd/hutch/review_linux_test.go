@@ -111,7 +111,7 @@ func TestRunReview(t *testing.T) {
 
 // TestReviewRefused: the front ends that keep no change set refuse review
 // mode rather than let the sandbox write the user's files (S2): hutch run
-// under the gVisor tier, hutch mcp, hutch mcp wrap and hutch create; and
+// under the gVisor tier, hutch mcp wrap and hutch create; and
 // --continue of an unknown set names it.
 func TestReviewRefused(t *testing.T) {
 	testutil.RequireRoot(t)
@@ -122,7 +122,6 @@ func TestReviewRefused(t *testing.T) {
 		want string
 	}{
 		{append([]string{"run", "--review", "--tier", "gvisor"}, sh("true")...), `"review" is not yet supported under tier "gvisor"`},
-		{[]string{"mcp", "--review"}, "review mode"},
 		{[]string{"mcp", "wrap", "--review", "--", "true"}, "review mode"},
 		{[]string{"create", "--review"}, "review mode"},
 		{append([]string{"run", "--continue", "abcdef"}, sh("true")...), "change set abcdef: unknown ID"},

@@ -306,7 +306,7 @@ func (p *policyFlags) apply(s *policy.Spec) error {
 // user's files instead.
 func (rf *Flags) RefuseReview(spec policy.Spec, command string) error {
 	if spec.Filesystem.WorkspaceMode == policy.WorkspaceReview || rf.Continue != "" {
-		return fmt.Errorf("review mode (--review, --continue, filesystem.workspace_mode: review) is hutch run's only in this version, not %s's", command)
+		return fmt.Errorf("review mode (--review, --continue, filesystem.workspace_mode: review) is hutch run's and hutch mcp's only in this version, not %s's", command)
 	}
 	return nil
 }

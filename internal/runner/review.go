@@ -17,7 +17,8 @@ import (
 type Review struct {
 	set   *changes.Set
 	store *changes.Store
-	fresh bool // made for this run: discarded again when nothing changed
+	fresh     bool // made for this run: discarded again when nothing changed
+	discarded bool
 }
 
 // BeginReview opens the change set of a review-mode run of spec: rf's
@@ -59,6 +60,14 @@ func (rf *Flags) BeginReview(spec policy.Spec) (*Review, error) {
 	return r, nil
 }
 
+// Again records the start of one more run on the set (hutch mcp's next
+// session sandbox).
+func (r *Review) Again() error { return r.set.Begin() }
+
+// Discarded reports whether End discarded the set (made for its run, it
+// held nothing).
+func (r *Review) Discarded() bool { return r.discarded }
+
 // Dir is the change set's directory, for sandbox.Config.ReviewDir.
 func (r *Review) Dir() string { return r.set.Dir() }
 
@@ -68,7 +77,7 @@ func (r *Review) Abort() { r.abort() }
 
 func (r *Review) abort() {
 	if r.fresh {
-		_ = r.store.Discard(r.set.ID())
+		r.discarded = r.store.Discard(r.set.ID()) == nil
 	}
 }
 
@@ -87,7 +96,7 @@ func (r *Review) End(command []string, exitCode int, w io.Writer) {
 	}
 	fmt.Fprintln(w, changes.Summary(r.set.ID(), ch))
 	if len(ch) == 0 && r.fresh {
-		_ = r.store.Discard(r.set.ID())
+		r.discarded = r.store.Discard(r.set.ID()) == nil
 	}
 	if edited := r.set.Meta().Edited; len(edited) > 0 {
 		fmt.Fprintf(w, "hutch: warning: changed in the workspace while the command ran: %s; hutch changes apply will refuse them as conflicts\n", quoteList(edited, 5))
