@@ -15,8 +15,8 @@ import (
 // sandbox.Config.ReviewDir, and recorded and summarised when the command
 // has ended.
 type Review struct {
-	set   *changes.Set
-	store *changes.Store
+	set       *changes.Set
+	store     *changes.Store
 	fresh     bool // made for this run: discarded again when nothing changed
 	discarded bool
 }
