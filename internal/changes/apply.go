@@ -55,8 +55,33 @@ func (e *ApplyError) Error() string {
 	}
 	if len(e.Refused) > 0 {
 		fmt.Fprintf(&b, "%d path%s need%s your word, nothing applied:\n", len(e.Refused), plural(len(e.Refused)), map[bool]string{true: "s"}[len(e.Refused) == 1])
+		// What is in one .git directory is one line: a commit the
+		// sandbox made is a dozen paths of the same kind.
+		type group struct {
+			key, why string
+			n        int
+		}
+		var groups []*group
+		at := map[[2]string]*group{}
 		for _, p := range e.Refused {
-			fmt.Fprintf(&b, "  %s: %s\n", p.Path, p.Why)
+			key := p.Path
+			if i := strings.Index("/"+p.Path+"/", "/.git/"); i >= 0 {
+				key = p.Path[:i+len(".git")]
+			}
+			g := at[[2]string{key, p.Why}]
+			if g == nil {
+				g = &group{key: key, why: p.Why}
+				at[[2]string{key, p.Why}] = g
+				groups = append(groups, g)
+			}
+			g.n++
+		}
+		for _, g := range groups {
+			if g.n == 1 || g.key == "" {
+				fmt.Fprintf(&b, "  %s: %s\n", g.key, g.why)
+				continue
+			}
+			fmt.Fprintf(&b, "  %s/ (%d paths): %s\n", g.key, g.n, g.why)
 		}
 		b.WriteString("apply them too with --allow PATH (each, or a parent); apply the rest with --skip-refused, or name the paths to apply")
 	}
