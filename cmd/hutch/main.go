@@ -38,7 +38,8 @@ Usage:
                                            sandbox's proxy, for ssh's ProxyCommand
   hutch changes ls|show|apply|export|discard
                                            review and apply what a hutch run
-                                           --review command wrote (hutch
+                                           --review command (or a hutch mcp
+                                           --review session) wrote (hutch
                                            changes -h)
 
 Agents (MCP, the Model Context Protocol):
