@@ -109,7 +109,14 @@ func OwnedDir(t testing.TB, uid int) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	t.Cleanup(func() {
+		// A sandbox that has just ended may still hold what it had in
+		// the workspace for a moment: try again before giving up.
+		var err error
+		if !Eventually(10*time.Second, func() bool { err = os.RemoveAll(dir); return err == nil }) {
+			t.Logf("workspace %s left behind: %v", dir, err)
+		}
+	})
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
