@@ -50,13 +50,23 @@ const layerInodeBytes = 4096
 // Everything but the returned descriptor is released: the mount holds its
 // layers, and it ends when the sandbox's mount namespace lets it go.
 func rootLayer(userns int, root string, l RootLayer, workspace string) (int, error) {
+	var lowers []int
+	defer func() { closeAll(lowers) }()
+	for i := len(l.Over) - 1; i >= 0; i-- { // overlayfs takes the top layer first
+		o, err := idmappedLower(l.Over[i], userns)
+		if err != nil {
+			return -1, fmt.Errorf("root layer: layer %s: %w", filepath.Base(l.Over[i]), err)
+		}
+		lowers = append(lowers, o)
+	}
 	lower, err := idmappedLower(root, userns)
 	if err != nil {
 		return -1, fmt.Errorf("root layer: %w", err)
 	}
-	defer unix.Close(lower)
+	lowers = append(lowers, lower)
 	save := layerSave{keep: l.Keep, from: l.From}
-	ovl, err := tmpfsOverlay([]int{lower}, layerTmpfs(l.SizeBytes), 0o755, func(tmpfs int) error {
+	over := overLayers(l.Over)
+	ovl, err := tmpfsOverlay(lowers, layerTmpfs(l.SizeBytes), 0o755, func(tmpfs int) error {
 		restored, err := save.apply(tmpfs)
 		if err != nil {
 			return err
@@ -64,8 +74,9 @@ func rootLayer(userns int, root string, l RootLayer, workspace string) (int, err
 		// The workspace is made as the view shows the host's root:
 		// nothing of what the layer hides is looked at (S5: a tenant's
 		// path tells nothing of the host beyond the view).
-		// A saved layer has it already, as the sandbox left it.
-		if !restored {
+		// A saved layer has it already, as the sandbox left it, and a
+		// snapshot's layer may.
+		if !restored && !over.isDir(workspace) {
 			if err := layerDir(tmpfs, root, workspace, false, newLayerView(root, l)); err != nil {
 				return fmt.Errorf("workspace %s: %w", workspace, err)
 			}
@@ -74,11 +85,17 @@ func rootLayer(userns int, root string, l RootLayer, workspace string) (int, err
 			if restored && inUpper(tmpfs, h) {
 				continue // the sandbox's own now, or hidden already
 			}
+			if over.hides(h) {
+				continue // the snapshot's layer decides what is there
+			}
 			if err := layerDir(tmpfs, root, h, true, nil); err != nil {
 				return fmt.Errorf("hide %s: %w", h, err)
 			}
 		}
 		for _, r := range l.Remove {
+			if over.has(r) {
+				continue // the snapshot's own file, or removed already
+			}
 			if err := layerWhiteout(tmpfs, root, r); err != nil {
 				return fmt.Errorf("remove %s: %w", r, err)
 			}

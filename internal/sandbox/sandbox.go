@@ -186,8 +186,18 @@ type RootLayer struct {
 	Remove []string
 	// Lowers, when set, are an image's layer directories (bottom first),
 	// stacked instead of the host's root: Hide and Remove then do not
-	// apply (nothing of the host's is in the view).
+	// apply (nothing of the host's is in the view). A snapshot's layers
+	// (SnapshotLayer) over an image are appended to them.
 	Lowers []string
+	// Over, without Lowers, are layer directories (bottom first) stacked
+	// read-only over the host's root, under the writable layer: a
+	// snapshot's (SnapshotLayer), whose owners are the host's ids as an
+	// image layer's are. Hide and Remove still apply, in the writable
+	// layer, except where the Over layers decide already what the view
+	// shows: a Hide directory they have opaque, or a path they have a
+	// file, a whiteout or a non-directory on the way to; the workspace is
+	// made only if they lack it.
+	Over []string
 	// UID and GID own the workspace made in the layer (with Lowers: the
 	// image's user, ids 0–65535; root when both are 0).
 	UID, GID int
