@@ -218,11 +218,16 @@ func (m *Manager) launch(ctx context.Context, id, dir string, spec policy.Spec, 
 			return fail(err)
 		}
 		l.release = chain(l.release, release)
-		l.snapLayers, l.snapSize = snap.Layers, snap.Size
 		if len(layer.Lowers) > 0 {
+			// Over an image: the snapshot's layers stacked on its own.
 			layer.Lowers = append(layer.Lowers, dirs...)
+			l.snapLayers, l.snapSize = snap.Layers, snap.Size
 		} else {
-			layer.Over = dirs
+			// Over the host's root, which holds the snapshot store:
+			// overlayfs stacks no layer that lies below another, so
+			// the new layer starts as a copy of the snapshot's (one
+			// layer: a snapshot of such a sandbox holds it all).
+			layer.FromSnapshot = dirs[len(dirs)-1]
 		}
 	}
 	if spec.Tier == policy.TierNamespace {

@@ -50,23 +50,16 @@ const layerInodeBytes = 4096
 // Everything but the returned descriptor is released: the mount holds its
 // layers, and it ends when the sandbox's mount namespace lets it go.
 func rootLayer(userns int, root string, l RootLayer, workspace string) (int, error) {
-	var lowers []int
-	defer func() { closeAll(lowers) }()
-	for i := len(l.Over) - 1; i >= 0; i-- { // overlayfs takes the top layer first
-		o, err := idmappedLower(l.Over[i], userns)
-		if err != nil {
-			return -1, fmt.Errorf("root layer: layer %s: %w", filepath.Base(l.Over[i]), err)
-		}
-		lowers = append(lowers, o)
-	}
 	lower, err := idmappedLower(root, userns)
 	if err != nil {
 		return -1, fmt.Errorf("root layer: %w", err)
 	}
-	lowers = append(lowers, lower)
+	defer unix.Close(lower)
 	save := layerSave{keep: l.Keep, from: l.From}
-	over := overLayers(l.Over)
-	ovl, err := tmpfsOverlay(lowers, layerTmpfs(l.SizeBytes), 0o755, func(tmpfs int) error {
+	if l.From == "" && l.FromSnapshot != "" {
+		save.from, save.shift = l.FromSnapshot, true
+	}
+	ovl, err := tmpfsOverlay([]int{lower}, layerTmpfs(l.SizeBytes), 0o755, func(tmpfs int) error {
 		restored, err := save.apply(tmpfs)
 		if err != nil {
 			return err
@@ -74,9 +67,8 @@ func rootLayer(userns int, root string, l RootLayer, workspace string) (int, err
 		// The workspace is made as the view shows the host's root:
 		// nothing of what the layer hides is looked at (S5: a tenant's
 		// path tells nothing of the host beyond the view).
-		// A saved layer has it already, as the sandbox left it, and a
-		// snapshot's layer may.
-		if !restored && !over.isDir(workspace) {
+		// A saved layer has it already, as the sandbox left it.
+		if !restored {
 			if err := layerDir(tmpfs, root, workspace, false, newLayerView(root, l)); err != nil {
 				return fmt.Errorf("workspace %s: %w", workspace, err)
 			}
@@ -85,17 +77,11 @@ func rootLayer(userns int, root string, l RootLayer, workspace string) (int, err
 			if restored && inUpper(tmpfs, h) {
 				continue // the sandbox's own now, or hidden already
 			}
-			if over.hides(h) {
-				continue // the snapshot's layer decides what is there
-			}
 			if err := layerDir(tmpfs, root, h, true, nil); err != nil {
 				return fmt.Errorf("hide %s: %w", h, err)
 			}
 		}
 		for _, r := range l.Remove {
-			if over.has(r) {
-				continue // the snapshot's own file, or removed already
-			}
 			if err := layerWhiteout(tmpfs, root, r); err != nil {
 				return fmt.Errorf("remove %s: %w", r, err)
 			}

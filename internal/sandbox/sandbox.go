@@ -189,15 +189,6 @@ type RootLayer struct {
 	// apply (nothing of the host's is in the view). A snapshot's layers
 	// (SnapshotLayer) over an image are appended to them.
 	Lowers []string
-	// Over, without Lowers, are layer directories (bottom first) stacked
-	// read-only over the host's root, under the writable layer: a
-	// snapshot's (SnapshotLayer), whose owners are the host's ids as an
-	// image layer's are. Hide and Remove still apply, in the writable
-	// layer, except where the Over layers decide already what the view
-	// shows: a Hide directory they have opaque, or a path they have a
-	// file, a whiteout or a non-directory on the way to; the workspace is
-	// made only if they lack it.
-	Over []string
 	// UID and GID own the workspace made in the layer (with Lowers: the
 	// image's user, ids 0–65535; root when both are 0).
 	UID, GID int
@@ -210,6 +201,12 @@ type RootLayer struct {
 	// directories it has no entry for, and Remove files, are added, since
 	// the host may have closed more paths since.
 	Keep, From string
+	// FromSnapshot, without From, is a snapshot's layer (SnapshotLayer)
+	// that the new layer starts as a copy of, as From's, its owners moved
+	// to the sandbox's ids: how a sandbox over the host's root starts
+	// from a snapshot (overlayfs refuses a lower layer below another, and
+	// the snapshot store is below the host's root).
+	FromSnapshot string
 }
 
 // Proxy is the egress proxy of one sandbox (package egress implements it).
