@@ -29,7 +29,13 @@ func (s layerSave) apply(tmpfs int) (restored bool, err error) {
 		if err != nil {
 			return false, fmt.Errorf("root layer: keep: %w", err)
 		}
-		err = unix.MoveMount(m, "", unix.AT_FDCWD, s.keep, unix.MOVE_MOUNT_F_EMPTY_PATH)
+		// Unbindable: a recursive bind of the host's root made meanwhile
+		// (another sandbox's view) takes no copy of it, which would
+		// keep its directory busy once it is unmounted here.
+		err = unix.MountSetattr(m, "", unix.AT_EMPTY_PATH, &unix.MountAttr{Propagation: unix.MS_UNBINDABLE})
+		if err == nil {
+			err = unix.MoveMount(m, "", unix.AT_FDCWD, s.keep, unix.MOVE_MOUNT_F_EMPTY_PATH)
+		}
 		unix.Close(m)
 		if err != nil {
 			return false, fmt.Errorf("root layer: keep at %s: %w", s.keep, err)
