@@ -454,3 +454,15 @@ func specOf(b []byte, spec *policy.Spec) error {
 	}
 	return nil
 }
+
+// Snapshotter is what a front end needs for snapshots and forks;
+// *Manager implements it.
+type Snapshotter interface {
+	Snapshot(ctx context.Context, tenant, id string) (SnapshotInfo, error)
+	GetSnapshot(ctx context.Context, tenant, sid string) (SnapshotInfo, error)
+	Snapshots(ctx context.Context, tenant string) ([]SnapshotInfo, error)
+	DeleteSnapshot(ctx context.Context, tenant, sid string) error
+	Fork(ctx context.Context, tenant, id string, count int, timeout time.Duration) ([]ForkResult, error)
+}
+
+var _ Snapshotter = (*Manager)(nil)
