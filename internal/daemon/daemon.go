@@ -31,7 +31,6 @@ var (
 	ErrUnavailable = errors.New("unavailable") // the daemon is shutting down
 )
 
-
 // Config is a daemon's configuration.
 type Config struct {
 	// StateDir holds the store (state.db), the audit log and one

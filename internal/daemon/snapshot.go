@@ -243,9 +243,9 @@ func (m *Manager) snapshot(ctx context.Context, tenant, id string) (store.Snapsh
 		return store.Snapshot{}, err
 	}
 	m.refMu.Lock()
-	if _, err := os.Lstat(dst); errors.Is(err, os.ErrNotExist) {
+	if _, err = os.Lstat(dst); errors.Is(err, os.ErrNotExist) {
 		err = os.Rename(filepath.Join(tmp, "layer"), dst)
-	} // else: the same layer, of another snapshot
+	} // else (nil): the same layer, of another snapshot
 	m.refMu.Unlock()
 	if err != nil {
 		return store.Snapshot{}, err

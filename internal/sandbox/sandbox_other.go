@@ -18,4 +18,6 @@ func (l RootLayer) CheckWorkspace(root, workspace string) error {
 func (Namespaces) Start(c Config) (Instance, error) { return nil, ErrNotSupported }
 
 // SnapshotLayer is not available outside Linux.
-func SnapshotLayer(keep, dst string, limit int64) (Snapshot, error) { return Snapshot{}, ErrNotSupported }
+func SnapshotLayer(keep, dst string, limit int64) (Snapshot, error) {
+	return Snapshot{}, ErrNotSupported
+}

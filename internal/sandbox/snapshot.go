@@ -15,4 +15,3 @@ type Snapshot struct {
 	// counted once).
 	Size int64
 }
-
