@@ -38,6 +38,10 @@ type Sandbox struct {
 
 // CreateOptions describes a sandbox to create.
 type CreateOptions struct {
+	// Snapshot, when set, is a snapshot (Snapshot) the sandbox starts
+	// from: its files over its base, which the policy's root must be, or
+	// which it is when the policy names none.
+	Snapshot string
 	// Policy is the sandbox's policy in hutch's policy-file schema, as
 	// JSON (nil: the daemon's defaults). Its workspace is the sandbox's
 	// own. A tenant on TCP may not name host paths, the daemon's own
@@ -118,7 +122,8 @@ func (c *Client) Create(ctx context.Context, o CreateOptions) (*Sandbox, error) 
 		IdleTimeout string            `json:"idle_timeout,omitempty"`
 		Secrets     map[string]string `json:"secrets,omitempty"`
 		UpstreamCA  string            `json:"upstream_ca,omitempty"`
-	}{o.Policy, o.Labels, o.Env, duration(o.Timeout), duration(o.IdleTimeout), o.Secrets, string(o.UpstreamCA)}
+		Snapshot    string            `json:"snapshot,omitempty"`
+	}{o.Policy, o.Labels, o.Env, duration(o.Timeout), duration(o.IdleTimeout), o.Secrets, string(o.UpstreamCA), o.Snapshot}
 	var sb Sandbox
 	if err := c.call(ctx, http.MethodPost, "/v1/sandboxes", nil, in, &sb); err != nil {
 		return nil, err

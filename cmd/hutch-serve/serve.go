@@ -53,6 +53,8 @@ func cmdServe(args []string, stderr io.Writer) int {
 	defTimeout := fs.Duration("default-timeout", 0, "lifetime of a sandbox that asks for none (default 5m)")
 	maxTimeout := fs.Duration("max-timeout", 0, "longest lifetime of a sandbox (default 24h)")
 	maxSandboxes := fs.Int("max-sandboxes", 0, "most sandboxes a tenant may have at once (default 100)")
+	maxSnapshots := fs.Int("max-snapshots", 0, "most snapshots a tenant may keep (default 32)")
+	maxSnapshotBytes := fs.Int64("max-snapshot-bytes", 0, "most bytes of files a tenant's snapshots may hold together (default 8 GiB)")
 	disk := fs.String("disk", "1g", "default `size` of a sandbox's writable root (its policy's resources.disk overrides it); it is kept in memory, charged to the sandbox's memory limit")
 	maxDisk := fs.String("max-disk", "16g", "largest `size` of a sandbox's writable root a policy may ask for")
 	maxTmp := fs.String("max-tmp-size", "1g", "largest `size` of a sandbox's /tmp and /dev/shm (each; in memory, charged to its memory limit) a policy may ask for")
@@ -205,27 +207,29 @@ func cmdServe(args []string, stderr io.Writer) int {
 		return 1
 	}
 	m, err := daemon.New(daemon.Config{
-		StateDir:       *stateDir,
-		AgentBinary:    logAgent(log, agentBinary()),
-		NoInternet:     *noInternet,
-		AllowPrivate:   private,
-		AllowImages:    allowImages,
-		DefaultTimeout: *defTimeout,
-		MaxTimeout:     *maxTimeout,
-		MaxSandboxes:   *maxSandboxes,
-		Warm:           warm,
-		Pools:          pools,
-		DefaultDisk:    sizes[0],
-		MaxDisk:        sizes[1],
-		TenantMemory:   sizes[2],
-		DefaultMemory:  sizes[3],
-		MaxMemory:      sizes[4],
-		MaxTmp:         sizes[5],
-		UpstreamRoots:  roots,
-		DefaultTier:    *defaultTier,
-		MinTier:        *minTier,
-		Runtimes:       runtimes,
-		Unavailable:    unavailable,
+		StateDir:         *stateDir,
+		AgentBinary:      logAgent(log, agentBinary()),
+		NoInternet:       *noInternet,
+		AllowPrivate:     private,
+		AllowImages:      allowImages,
+		DefaultTimeout:   *defTimeout,
+		MaxTimeout:       *maxTimeout,
+		MaxSandboxes:     *maxSandboxes,
+		MaxSnapshots:     *maxSnapshots,
+		MaxSnapshotBytes: *maxSnapshotBytes,
+		Warm:             warm,
+		Pools:            pools,
+		DefaultDisk:      sizes[0],
+		MaxDisk:          sizes[1],
+		TenantMemory:     sizes[2],
+		DefaultMemory:    sizes[3],
+		MaxMemory:        sizes[4],
+		MaxTmp:           sizes[5],
+		UpstreamRoots:    roots,
+		DefaultTier:      *defaultTier,
+		MinTier:          *minTier,
+		Runtimes:         runtimes,
+		Unavailable:      unavailable,
 	}, log)
 	if err != nil {
 		for _, l := range ls {

@@ -158,6 +158,11 @@ func (h *handler) table() []route {
 		r("POST /v1/sandboxes/{id}/pause", "pause", h.pause),
 		r("POST /v1/sandboxes/{id}/resume", "resume", h.resume),
 		r("GET /v1/sandboxes/{id}/events", ro, h.events),
+		r("POST /v1/sandboxes/{id}/snapshots", "snapshot", h.snapshot),
+		r("POST /v1/sandboxes/{id}/fork", "fork", h.fork),
+		r("GET /v1/snapshots", ro, h.listSnapshots),
+		r("GET /v1/snapshots/{sid}", ro, h.getSnapshot),
+		r("DELETE /v1/snapshots/{sid}", "delete_snapshot", h.deleteSnapshot),
 
 		r("POST /v1/sandboxes/{id}/exec", "exec", h.exec),
 		r("GET /v1/sandboxes/{id}/processes", ro, h.processes),

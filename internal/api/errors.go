@@ -27,6 +27,7 @@ const (
 	CodeQuota            = "quota"
 	CodeInternal         = "internal"
 	CodeUnavailable      = "unavailable"
+	CodeNotImplemented   = "not_implemented"
 )
 
 // Categories of the errors this package makes itself; the others are
@@ -101,6 +102,8 @@ func classify(err error) (int, string) {
 		return http.StatusConflict, CodeConflict
 	case errors.Is(err, daemon.ErrQuota):
 		return http.StatusTooManyRequests, CodeQuota
+	case errors.Is(err, daemon.ErrUnsupported):
+		return http.StatusNotImplemented, CodeNotImplemented
 	case errors.Is(err, daemon.ErrUnavailable):
 		return http.StatusServiceUnavailable, CodeUnavailable
 	case errors.As(err, &ae):

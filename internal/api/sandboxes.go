@@ -41,6 +41,10 @@ type CreateBody struct {
 	// policy's secrets (for a secret's host behind a private CA). It
 	// concerns only this sandbox's own secrets, so a tenant may give it.
 	UpstreamCA string `json:"upstream_ca,omitempty"`
+	// Snapshot, when set, is a snapshot of the tenant's the sandbox
+	// starts from (its files over the snapshot's base; the policy's root
+	// must be that base, or name none).
+	Snapshot string `json:"snapshot,omitempty"`
 }
 
 // TimeoutBody is the body of POST /v1/sandboxes/{id}/timeout.
@@ -103,6 +107,7 @@ func createRequest(b CreateBody, origin Origin) (daemon.CreateRequest, error) {
 	if err := daemon.CheckLabels("labels", b.Labels); err != nil {
 		return req, err
 	}
+	req.Snapshot = b.Snapshot
 	if err := daemon.CheckEnv("env", b.Env); err != nil {
 		return req, err
 	}

@@ -111,7 +111,13 @@ func (m *Manager) Create(ctx context.Context, tenant string, r CreateRequest) (I
 			return Info{}, err
 		}
 	}
-	if p := m.warmPool(r); p != nil {
+	var snap *store.Snapshot
+	if r.Snapshot != "" {
+		var err error
+		if snap, err = m.snapshotBase(ctx, tenant, &r); err != nil {
+			return Info{}, err
+		}
+	} else if p := m.warmPool(r); p != nil {
 		if info, ok, err := m.takeWarm(ctx, p, tenant, r); ok || err != nil {
 			return info, err
 		}
@@ -150,7 +156,7 @@ func (m *Manager) Create(ctx context.Context, tenant string, r CreateRequest) (I
 	ev := m.newEvents(tenant, id)
 	ev.append(EventCreated, map[string]any{"expires": row.Expires, "tier": spec.Tier}, false)
 
-	l, err := m.launch(ctx, id, dir, spec, env, sec, r.Operator, log, ev)
+	l, err := m.launch(ctx, id, dir, spec, env, sec, r.Operator, log, ev, snap)
 	if err != nil {
 		m.abandon(id, dir, log, ev, err)
 		if errors.Is(err, sandbox.ErrNotDirInRoot) {
@@ -182,9 +188,10 @@ func (m *Manager) Create(ctx context.Context, tenant string, r CreateRequest) (I
 // pid of its PID 1 and waits for its agent to answer. It is how every
 // sandbox starts, created or warm. The live it returns belongs to no
 // tenant yet and is not in m.live; ev (may be nil) gets its proxy's
-// refusals. On error everything started is closed again; the caller
-// cleans up the record and the directory (abandon).
-func (m *Manager) launch(ctx context.Context, id, dir string, spec policy.Spec, env []string, sec *sandboxSecrets, operator bool, log *slog.Logger, ev *eventLog) (*live, error) {
+// refusals; snap, when set, is the snapshot it starts from. On error
+// everything started is closed again; the caller cleans up the record and
+// the directory (abandon).
+func (m *Manager) launch(ctx context.Context, id, dir string, spec policy.Spec, env []string, sec *sandboxSecrets, operator bool, log *slog.Logger, ev *eventLog, snap *store.Snapshot) (*live, error) {
 	l := &live{id: id, dir: dir, ev: ev, ended: make(chan struct{})}
 	fail := func(err error) (*live, error) {
 		l.close(log)
@@ -200,6 +207,37 @@ func (m *Manager) launch(ctx context.Context, id, dir string, spec policy.Spec, 
 		}
 		env = imageEnv(imageUserEnv(img, user), env, spec.Env)
 		l.image = img.Digest
+	}
+	l.root = spec.Root
+	if snap != nil {
+		if l.image != snap.Image {
+			return fail(fmt.Errorf("snapshot %s: its base image %s is no longer %s: %w", snap.ID, snap.Image, spec.Root, ErrConflict))
+		}
+		dirs, release, err := m.holdLayers(snap.Layers)
+		if err != nil {
+			return fail(err)
+		}
+		l.release = chain(l.release, release)
+		if len(layer.Lowers) > 0 {
+			// Over an image: the snapshot's layers stacked on its own.
+			layer.Lowers = append(layer.Lowers, dirs...)
+			l.snapLayers, l.snapSize = snap.Layers, snap.Size
+		} else {
+			// Over the host's root, which holds the snapshot store:
+			// overlayfs stacks no layer that lies below another, so
+			// the new layer starts as a copy of the snapshot's (one
+			// layer: a snapshot of such a sandbox holds it all).
+			layer.FromSnapshot = dirs[len(dirs)-1]
+		}
+	}
+	if spec.Tier == policy.TierNamespace {
+		// The layer's tmpfs is attached in the sandbox's directory too,
+		// for snapshots to copy what it wrote.
+		l.keep = filepath.Join(dir, keepDir)
+		if err := os.Mkdir(l.keep, 0o700); err != nil {
+			return fail(err)
+		}
+		layer.Keep = l.keep
 	}
 	var proxy sandbox.Proxy
 	if spec.Network.Mode == "proxy" || spec.Network.Mode == "none" {
@@ -301,7 +339,7 @@ func (l *live) close(log *slog.Logger) {
 // abandon cleans up after sandbox id failed to start (err): it removes its
 // directory, records it as stopped and ends its event log (ev may be nil).
 func (m *Manager) abandon(id, dir string, log *slog.Logger, ev *eventLog, err error) {
-	if rerr := os.RemoveAll(dir); rerr != nil {
+	if rerr := removeSandboxDir(dir); rerr != nil {
 		log.Error("remove sandbox directory", "dir", dir, "err", rerr)
 	}
 	if _, uerr := m.st.UpdateSandbox(context.Background(), id, func(sb *store.Sandbox) error {

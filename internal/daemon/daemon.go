@@ -85,6 +85,12 @@ type Config struct {
 	// MaxSandboxes is the most sandboxes a tenant may have at once (0:
 	// 100).
 	MaxSandboxes int
+	// MaxSnapshots is the most snapshots a tenant may keep (0: 32), and
+	// MaxSnapshotBytes the most bytes of files they may hold together (0:
+	// 8 GiB): snapshots are on the daemon's disk, not in a sandbox's
+	// memory.
+	MaxSnapshots     int
+	MaxSnapshotBytes int64
 	// Warm is how many sandboxes of the default policy the daemon keeps
 	// started and ready (0 to MaxWarm, and at most MaxSandboxes): a create
 	// with the default policy takes one at once, and the pool refills in
@@ -150,6 +156,11 @@ type CreateRequest struct {
 	// not: such rules are refused (ErrInvalid), and its sandbox's proxy
 	// lets through only what Config.AllowPrivate opens.
 	Operator bool
+	// Snapshot, when set, is a snapshot of the tenant's (Snapshot) the
+	// sandbox starts from: its layers stacked read-only over the base,
+	// which the policy's root names (or, when it names none, is the
+	// snapshot's), under a fresh writable layer.
+	Snapshot string
 }
 
 // Sandboxes is what a front end of the daemon (hutch's API, E2B's) needs

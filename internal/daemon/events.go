@@ -20,6 +20,8 @@ const (
 	EventDestroyed     = "destroyed"      // it was destroyed; it is ending
 	EventPaused        = "paused"         // its processes were frozen (Pause)
 	EventResumed       = "resumed"        // its processes go on (Resume)
+	EventSnapshot      = "snapshot"       // its root layer was snapshotted (data: snapshot, size)
+	EventForked        = "forked"         // it was forked (data: count, snapshot)
 	EventOOM           = "oom"            // the kernel killed processes for exceeding the memory limit (data: kills, total)
 	EventEnded         = "ended"          // it ended (data: reason); always the last event
 	// EventDropped is not recorded: a subscriber that fell behind gets it

@@ -56,7 +56,7 @@ func (m *Manager) cleanupLeftovers(ctx context.Context) error {
 			continue
 		}
 		p := filepath.Join(m.sbRoot, e.Name())
-		if err := os.RemoveAll(p); err != nil {
+		if err := removeSandboxDir(p); err != nil {
 			m.log.Error("remove leftover sandbox directory", "dir", p, "err", err)
 		}
 	}

@@ -55,6 +55,14 @@ type Manager struct {
 	lock   *os.File     // the state directory's lock, held while the manager lives
 	sbRoot string       // <StateDir>/sandboxes
 
+	// snapRoot is the snapshot layer store, <StateDir>/snapshots
+	// (snapshot.go); snapMu makes snapshots one at a time, refMu guards
+	// layerRefs, how many running sandboxes stack each layer, by digest.
+	snapRoot  string
+	snapMu    sync.Mutex
+	refMu     sync.Mutex
+	layerRefs map[string]int
+
 	// quotaMu makes a tenant's quota check and the insertion of the new
 	// sandbox's row one step, so that concurrent creates cannot overrun it.
 	quotaMu sync.Mutex
@@ -123,8 +131,15 @@ type live struct {
 	release func()
 	// image is the digest of that image ("" for the host's root).
 	image string
-	// tier is the isolation tier it runs in.
-	tier string
+	// tier is the isolation tier it runs in, root its policy's root.
+	tier, root string
+	// keep is where its root layer's tmpfs is attached too (namespace
+	// tier), for snapshots; "" when it is not.
+	keep string
+	// snapLayers are the layers of the snapshot it started from (none
+	// without one), snapSize their size.
+	snapLayers []string
+	snapSize   int64
 	// What a sandbox paused to disk needs to start again (checkpoint.go):
 	// whether its policy is the operator's (its proxy's rules), whether it
 	// has secrets (which are in the daemon's memory only, so it is paused
@@ -215,6 +230,11 @@ func New(cfg Config, log *slog.Logger) (*Manager, error) {
 		lock.Close()
 		return nil, err
 	}
+	if err := m.openSnapshots(context.Background()); err != nil {
+		st.Close()
+		lock.Close()
+		return nil, fmt.Errorf("snapshots: %w", err)
+	}
 	go closedPaths() // the first create need not wait for the whole scan
 	pools := cfg.Pools
 	if cfg.Warm > 0 {
@@ -276,6 +296,15 @@ func (c *Config) withDefaults() error {
 	}
 	if c.MaxSandboxes == 0 {
 		c.MaxSandboxes = defaultMaxSandboxes
+	}
+	if c.MaxSnapshots == 0 {
+		c.MaxSnapshots = defaultMaxSnapshots
+	}
+	if c.MaxSnapshotBytes == 0 {
+		c.MaxSnapshotBytes = defaultMaxSnapshotBytes
+	}
+	if c.MaxSnapshots < 0 || c.MaxSnapshotBytes < 0 {
+		return fmt.Errorf("daemon config: negative snapshot quota: %w", ErrInvalid)
 	}
 	if c.DefaultDisk == 0 {
 		c.DefaultDisk = defaultDisk
@@ -693,7 +722,7 @@ func (m *Manager) teardown(l *live, why string) {
 	if l.release != nil {
 		l.release()
 	}
-	if err := os.RemoveAll(l.dir); err != nil {
+	if err := removeSandboxDir(l.dir); err != nil {
 		log.Error("remove sandbox directory", "dir", l.dir, "err", err)
 	}
 	countTraffic(l.proxy)

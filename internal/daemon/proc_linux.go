@@ -131,3 +131,14 @@ func devOf(fi os.FileInfo) uint64 {
 	}
 	return 0
 }
+
+// removeSandboxDir removes a sandbox's directory, once the tmpfs of its
+// root layer attached there (keepDir) is let go: removing the files of a
+// mount would not end it.
+func removeSandboxDir(dir string) error {
+	err := unix.Unmount(filepath.Join(dir, keepDir), unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
+	if err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("unmount the root layer of %s: %w", dir, err)
+	}
+	return os.RemoveAll(dir)
+}

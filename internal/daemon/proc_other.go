@@ -30,3 +30,6 @@ func lockStateDir(dir string) (*os.File, error) {
 
 // devOf is 0: sandboxes run on Linux only.
 func devOf(os.FileInfo) uint64 { return 0 }
+
+// removeSandboxDir removes a sandbox's directory.
+func removeSandboxDir(dir string) error { return os.RemoveAll(dir) }

@@ -56,6 +56,9 @@ func rootLayer(userns int, root string, l RootLayer, workspace string) (int, err
 	}
 	defer unix.Close(lower)
 	save := layerSave{keep: l.Keep, from: l.From}
+	if l.From == "" && l.FromSnapshot != "" {
+		save.from, save.shift = l.FromSnapshot, true
+	}
 	ovl, err := tmpfsOverlay([]int{lower}, layerTmpfs(l.SizeBytes), 0o755, func(tmpfs int) error {
 		restored, err := save.apply(tmpfs)
 		if err != nil {

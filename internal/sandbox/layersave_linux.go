@@ -13,7 +13,12 @@ import (
 
 // layerSave is what a root layer keeps for saving (RootLayer.Keep) and
 // restores from (RootLayer.From).
-type layerSave struct{ keep, from string }
+type layerSave struct {
+	keep, from string
+	// shift moves the owners of from's files to the sandbox's ids (a
+	// snapshot's layer, RootLayer.FromSnapshot).
+	shift bool
+}
 
 // apply attaches the layer's tmpfs (descriptor tmpfs) at s.keep, if set,
 // and fills its upper directory from s.from, if set; it reports whether
@@ -24,7 +29,13 @@ func (s layerSave) apply(tmpfs int) (restored bool, err error) {
 		if err != nil {
 			return false, fmt.Errorf("root layer: keep: %w", err)
 		}
-		err = unix.MoveMount(m, "", unix.AT_FDCWD, s.keep, unix.MOVE_MOUNT_F_EMPTY_PATH)
+		// Unbindable: a recursive bind of the host's root made meanwhile
+		// (another sandbox's view) takes no copy of it, which would
+		// keep its directory busy once it is unmounted here.
+		err = unix.MountSetattr(m, "", unix.AT_EMPTY_PATH, &unix.MountAttr{Propagation: unix.MS_UNBINDABLE})
+		if err == nil {
+			err = unix.MoveMount(m, "", unix.AT_FDCWD, s.keep, unix.MOVE_MOUNT_F_EMPTY_PATH)
+		}
 		unix.Close(m)
 		if err != nil {
 			return false, fmt.Errorf("root layer: keep at %s: %w", s.keep, err)
@@ -34,7 +45,7 @@ func (s layerSave) apply(tmpfs int) (restored bool, err error) {
 		return false, nil
 	}
 	upper := fmt.Sprintf("/proc/self/fd/%d/upper", tmpfs)
-	if err := copyTree(s.from, upper, true); err != nil {
+	if err := copyTree(s.from, upper, true, s.shift); err != nil {
 		return false, fmt.Errorf("root layer: restore from %s: %w", s.from, err)
 	}
 	return true, nil
@@ -61,16 +72,17 @@ func inUpper(layer int, p string) bool {
 // a symbolic link is copied as a link. Sockets are left out (nothing can
 // connect to a copy), and so is any device but a whiteout.
 func SaveLayer(keep, dst string) error {
-	if err := copyTree(filepath.Join(keep, "upper"), dst, false); err != nil {
+	if err := copyTree(filepath.Join(keep, "upper"), dst, false, false); err != nil {
 		return fmt.Errorf("save root layer: %w", err)
 	}
 	return nil
 }
 
 // copyTree copies the directory src to dst (which must not exist, unless
-// into, when dst is an empty directory that takes src's attributes).
-func copyTree(src, dst string, into bool) error {
-	c := treeCopy{links: make(map[[2]uint64]string)}
+// into, when dst is an empty directory that takes src's attributes); with
+// shift, owners N become the sandbox's RootMappedID+N.
+func copyTree(src, dst string, into, shift bool) error {
+	c := treeCopy{links: make(map[[2]uint64]string), shift: shift}
 	var st unix.Stat_t
 	if err := unix.Lstat(src, &st); err != nil {
 		return err
@@ -89,6 +101,7 @@ func copyTree(src, dst string, into bool) error {
 // treeCopy is one copyTree: the hard links seen, by device and inode.
 type treeCopy struct {
 	links map[[2]uint64]string
+	shift bool
 }
 
 // dir copies the entries of directory src (of attributes st) into dst,
@@ -108,7 +121,7 @@ func (c *treeCopy) dir(src, dst string, st *unix.Stat_t) error {
 			return err
 		}
 	}
-	return attributes(src, dst, st)
+	return c.attributes(src, dst, st)
 }
 
 // entry copies one entry, src, to dst.
@@ -157,7 +170,7 @@ func (c *treeCopy) entry(src, dst string) error {
 	default:
 		return nil // sockets, block devices
 	}
-	return attributes(src, dst, &st)
+	return c.attributes(src, dst, &st)
 }
 
 // copyFile copies the content of the regular file src to dst, a new file.
@@ -178,10 +191,14 @@ func copyFile(src, dst string) error {
 	return out.Close()
 }
 
-// attributes gives dst (not followed) the owner, mode, extended
-// attributes and times of src, whose attributes are st.
-func attributes(src, dst string, st *unix.Stat_t) error {
-	if err := unix.Lchown(dst, int(st.Uid), int(st.Gid)); err != nil {
+// attributes gives dst (not followed) the owner (shifted with c.shift),
+// mode, extended attributes and times of src, whose attributes are st.
+func (c *treeCopy) attributes(src, dst string, st *unix.Stat_t) error {
+	uid, gid := int(st.Uid), int(st.Gid)
+	if c.shift {
+		uid, gid = layerID(st.Uid), layerID(st.Gid)
+	}
+	if err := unix.Lchown(dst, uid, gid); err != nil {
 		return err
 	}
 	link := st.Mode&unix.S_IFMT == unix.S_IFLNK

@@ -557,7 +557,7 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		var lfd int
 		var err error
 		if len(layer.Lowers) > 0 {
-			lfd, err = imageLayer(userns, ImageRoot{Layers: layer.Lowers, SizeBytes: layer.SizeBytes, UID: layer.UID, GID: layer.GID}, ws)
+			lfd, err = imageLayer(userns, ImageRoot{Layers: layer.Lowers, SizeBytes: layer.SizeBytes, UID: layer.UID, GID: layer.GID, save: layerSave{keep: layer.Keep, from: layer.From}}, ws)
 		} else {
 			lfd, err = rootLayer(userns, rootDir(s.Root), *layer, ws)
 		}

@@ -186,7 +186,8 @@ type RootLayer struct {
 	Remove []string
 	// Lowers, when set, are an image's layer directories (bottom first),
 	// stacked instead of the host's root: Hide and Remove then do not
-	// apply (nothing of the host's is in the view).
+	// apply (nothing of the host's is in the view). A snapshot's layers
+	// (SnapshotLayer) over an image are appended to them.
 	Lowers []string
 	// UID and GID own the workspace made in the layer (with Lowers: the
 	// image's user, ids 0–65535; root when both are 0).
@@ -200,6 +201,12 @@ type RootLayer struct {
 	// directories it has no entry for, and Remove files, are added, since
 	// the host may have closed more paths since.
 	Keep, From string
+	// FromSnapshot, without From, is a snapshot's layer (SnapshotLayer)
+	// that the new layer starts as a copy of, as From's, its owners moved
+	// to the sandbox's ids: how a sandbox over the host's root starts
+	// from a snapshot (overlayfs refuses a lower layer below another, and
+	// the snapshot store is below the host's root).
+	FromSnapshot string
 }
 
 // Proxy is the egress proxy of one sandbox (package egress implements it).

@@ -16,3 +16,8 @@ func (l RootLayer) CheckWorkspace(root, workspace string) error {
 
 // Start is not available outside Linux.
 func (Namespaces) Start(c Config) (Instance, error) { return nil, ErrNotSupported }
+
+// SnapshotLayer is not available outside Linux.
+func SnapshotLayer(keep, dst string, limit int64) (Snapshot, error) {
+	return Snapshot{}, ErrNotSupported
+}

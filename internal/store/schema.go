@@ -62,6 +62,22 @@ ALTER TABLE sandboxes ADD COLUMN tier TEXT NOT NULL DEFAULT 'namespace' CHECK (t
 	`
 ALTER TABLE sandboxes ADD COLUMN checkpoint TEXT NOT NULL DEFAULT '';
 `,
+	// Version 5: snapshots of sandboxes' root layers.
+	`
+CREATE TABLE snapshots (
+	id         TEXT PRIMARY KEY CHECK (id <> ''),
+	tenant     TEXT NOT NULL CHECK (tenant <> ''),
+	source     TEXT NOT NULL,
+	root       TEXT NOT NULL,            -- the base: the source's policy root
+	image      TEXT NOT NULL DEFAULT '', -- the base image's digest; '' for the host's root
+	layers     TEXT NOT NULL,            -- JSON array of layer digests, bottom first
+	size       INTEGER NOT NULL CHECK (size >= 0),
+	created_ns INTEGER NOT NULL,
+	deleted    INTEGER NOT NULL DEFAULT 0 CHECK (deleted IN (0, 1))
+) STRICT;
+
+CREATE INDEX snapshots_tenant_created ON snapshots (tenant, created_ns, id);
+`,
 }
 
 // migrate creates the table schema_migrations if it is missing and applies

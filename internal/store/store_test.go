@@ -59,8 +59,8 @@ func TestOpenCreatesSchema(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v != len(migrations) || v != 4 {
-		t.Errorf("schema version %d, want 4", v)
+	if v != len(migrations) || v != 5 {
+		t.Errorf("schema version %d, want 5", v)
 	}
 
 	var mode string

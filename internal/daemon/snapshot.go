@@ -1,0 +1,468 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/hutch-sandbox/hutch/internal/image"
+	"github.com/hutch-sandbox/hutch/internal/policy"
+	"github.com/hutch-sandbox/hutch/internal/sandbox"
+	"github.com/hutch-sandbox/hutch/internal/store"
+)
+
+// Defaults of Config.MaxSnapshots and MaxSnapshotBytes, and the most
+// sandboxes one fork makes.
+const (
+	defaultMaxSnapshots     = 32
+	defaultMaxSnapshotBytes = 8 << 30
+	MaxForks                = 16
+)
+
+// snapPrefix starts every snapshot ID, idChars random characters follow.
+const snapPrefix = "snap-"
+
+// keepDir is where, in a namespace-tier sandbox's directory, the tmpfs
+// of its root layer is attached too (sandbox.RootLayer.Keep), for
+// snapshots to copy what it wrote.
+const keepDir = "layer"
+
+// SnapshotInfo describes a snapshot.
+type SnapshotInfo struct {
+	ID     string `json:"id"`
+	Tenant string `json:"tenant"`
+	// Source is the sandbox it was taken of.
+	Source string `json:"source"`
+	// Root is its base, the source's policy root: "host" or "image:REF".
+	Root string `json:"root"`
+	// Image is the base image's digest ("" for the host's root).
+	Image string `json:"image,omitempty"`
+	// Layers is how many layers stack over the base (one, or more for a
+	// snapshot of a sandbox started from a snapshot).
+	Layers int `json:"layers"`
+	// Size is the bytes of its layers' files.
+	Size      int64     `json:"size"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// ForkResult is one sandbox of a Fork: its description, or why it could
+// not be made.
+type ForkResult struct {
+	Sandbox *Info  `json:"sandbox,omitempty"`
+	Error   string `json:"error,omitempty"`
+}
+
+// ErrUnsupported is the category of a call the sandbox's tier cannot
+// serve (yet): the API answers 501.
+var ErrUnsupported = errors.New("not supported")
+
+func snapshotInfo(sn store.Snapshot) SnapshotInfo {
+	return SnapshotInfo{ID: sn.ID, Tenant: sn.Tenant, Source: sn.Source, Root: sn.Root, Image: sn.Image,
+		Layers: len(sn.Layers), Size: sn.Size, CreatedAt: sn.Created}
+}
+
+// newSnapID returns a new random snapshot ID.
+func newSnapID() string { return snapPrefix + strings.TrimPrefix(newID(), idPrefix) }
+
+// validSnapID reports whether id has the form newSnapID gives.
+func validSnapID(id string) bool {
+	rest, ok := strings.CutPrefix(id, snapPrefix)
+	return ok && validID(idPrefix+rest)
+}
+
+// snapLayerDir is where the snapshot layer digest is.
+func (m *Manager) snapLayerDir(digest string) (string, error) {
+	hex, ok := strings.CutPrefix(digest, "sha256:")
+	if !ok || len(hex) != 64 || strings.Trim(hex, "0123456789abcdef") != "" {
+		return "", fmt.Errorf("snapshot layer %q: not a sha256 digest", digest)
+	}
+	return filepath.Join(m.snapRoot, "layers", hex), nil
+}
+
+// openSnapshots makes the snapshot layer store below the state directory
+// and removes what a previous daemon left unfinished or unused: the
+// records of deleted snapshots (no sandbox of that daemon runs any more)
+// and the layers no record names.
+func (m *Manager) openSnapshots(ctx context.Context) error {
+	m.snapRoot = filepath.Join(m.cfg.StateDir, "snapshots")
+	m.layerRefs = map[string]int{}
+	for _, d := range []string{m.snapRoot, filepath.Join(m.snapRoot, "layers"), filepath.Join(m.snapRoot, "tmp")} {
+		if err := private(d); err != nil {
+			return err
+		}
+	}
+	tmp, _ := os.ReadDir(filepath.Join(m.snapRoot, "tmp"))
+	for _, e := range tmp {
+		_ = image.RemoveTree(filepath.Join(m.snapRoot, "tmp", e.Name()))
+	}
+	return m.collectLayers(ctx)
+}
+
+// collectLayers removes the records of deleted snapshots whose layers no
+// sandbox stacks, then the layers no record names and no sandbox stacks.
+func (m *Manager) collectLayers(ctx context.Context) error {
+	m.refMu.Lock()
+	defer m.refMu.Unlock()
+	all, err := m.st.ListSnapshots(ctx, "", true)
+	if err != nil {
+		return err
+	}
+	named := map[string]bool{}
+	for _, sn := range all {
+		inUse := false
+		for _, l := range sn.Layers {
+			inUse = inUse || m.layerRefs[l] > 0
+		}
+		if sn.Deleted && !inUse {
+			if err := m.st.RemoveSnapshot(ctx, sn.ID); err != nil {
+				return err
+			}
+			continue
+		}
+		for _, l := range sn.Layers {
+			named[l] = true
+		}
+	}
+	ents, err := os.ReadDir(filepath.Join(m.snapRoot, "layers"))
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		d := "sha256:" + e.Name()
+		if named[d] || m.layerRefs[d] > 0 {
+			continue
+		}
+		if err := image.RemoveTree(filepath.Join(m.snapRoot, "layers", e.Name())); err != nil {
+			m.log.Error("remove snapshot layer", "layer", d, "err", err)
+		}
+	}
+	return nil
+}
+
+// holdLayers marks layers stacked by one more sandbox and returns their
+// directories, and the function that lets go of them.
+func (m *Manager) holdLayers(layers []string) ([]string, func(), error) {
+	m.refMu.Lock()
+	defer m.refMu.Unlock()
+	var dirs []string
+	for _, l := range layers {
+		d, err := m.snapLayerDir(l)
+		if err != nil {
+			return nil, nil, err
+		}
+		if _, err := os.Lstat(d); err != nil {
+			return nil, nil, fmt.Errorf("snapshot layer %s: %w", l, err)
+		}
+		dirs = append(dirs, d)
+	}
+	for _, l := range layers {
+		m.layerRefs[l]++
+	}
+	release := func() {
+		m.refMu.Lock()
+		for _, l := range layers {
+			if m.layerRefs[l]--; m.layerRefs[l] <= 0 {
+				delete(m.layerRefs, l)
+			}
+		}
+		m.refMu.Unlock()
+		if err := m.collectLayers(context.Background()); err != nil {
+			m.log.Warn("collect snapshot layers", "err", err)
+		}
+	}
+	return dirs, release, nil
+}
+
+// Snapshot copies what tenant's running (or paused) sandbox id wrote to
+// its root into an immutable layer of the daemon's snapshot store, and
+// records it as a snapshot of the tenant's: sandboxes start from it
+// (CreateRequest.Snapshot) with that layer stacked read-only over the
+// source's base. The sandbox is frozen for the copy only. Bounded by
+// Config.MaxSnapshots and MaxSnapshotBytes (ErrQuota). Only the namespace
+// tier's sandboxes can be snapshotted (ErrUnsupported otherwise).
+func (m *Manager) Snapshot(ctx context.Context, tenant, id string) (SnapshotInfo, error) {
+	if err := m.enter(); err != nil {
+		return SnapshotInfo{}, err
+	}
+	defer m.leave()
+	sn, err := m.snapshot(ctx, tenant, id)
+	if err != nil {
+		return SnapshotInfo{}, err
+	}
+	return snapshotInfo(sn), nil
+}
+
+// snapshot is Snapshot's work.
+func (m *Manager) snapshot(ctx context.Context, tenant, id string) (store.Snapshot, error) {
+	l, err := m.running(ctx, tenant, id)
+	if err != nil {
+		return store.Snapshot{}, err
+	}
+	if l.tier != policy.TierNamespace || l.keep == "" {
+		return store.Snapshot{}, fmt.Errorf("snapshot of sandbox %s: the %s tier cannot be snapshotted yet (the namespace tier can): %w", id, l.tier, ErrUnsupported)
+	}
+	// One snapshot at a time: the quota's check and the record are one
+	// step.
+	m.snapMu.Lock()
+	defer m.snapMu.Unlock()
+	have, err := m.st.ListSnapshots(ctx, tenant, false)
+	if err != nil {
+		return store.Snapshot{}, err
+	}
+	var used int64
+	for _, sn := range have {
+		used += sn.Size
+	}
+	if len(have) >= m.cfg.MaxSnapshots {
+		return store.Snapshot{}, fmt.Errorf("snapshot of sandbox %s: the tenant has %d snapshots, the most allowed (delete one first): %w", id, len(have), ErrQuota)
+	}
+	room := m.cfg.MaxSnapshotBytes - used - l.snapSize
+	if room <= 0 {
+		return store.Snapshot{}, fmt.Errorf("snapshot of sandbox %s: the tenant's snapshots hold %d of %d bytes allowed: %w", id, used, m.cfg.MaxSnapshotBytes, ErrQuota)
+	}
+
+	tmp, err := os.MkdirTemp(filepath.Join(m.snapRoot, "tmp"), "snap-")
+	if err != nil {
+		return store.Snapshot{}, err
+	}
+	defer image.RemoveTree(tmp)
+	made, err := m.copyLayer(l, filepath.Join(tmp, "layer"), room)
+	if errors.Is(err, sandbox.ErrLayerTooLarge) {
+		return store.Snapshot{}, fmt.Errorf("snapshot of sandbox %s: the tenant's snapshots may hold %d bytes more, and it wrote more (%d of %d allowed held): %w", id, room, used, m.cfg.MaxSnapshotBytes, ErrQuota)
+	}
+	if err != nil {
+		return store.Snapshot{}, fmt.Errorf("snapshot of sandbox %s: %w", id, err)
+	}
+	dst, err := m.snapLayerDir(made.Digest)
+	if err != nil {
+		return store.Snapshot{}, err
+	}
+	m.refMu.Lock()
+	if _, err = os.Lstat(dst); errors.Is(err, os.ErrNotExist) {
+		err = os.Rename(filepath.Join(tmp, "layer"), dst)
+	} // else (nil): the same layer, of another snapshot
+	m.refMu.Unlock()
+	if err != nil {
+		return store.Snapshot{}, err
+	}
+	sn := store.Snapshot{
+		ID: newSnapID(), Tenant: tenant, Source: id, Root: l.root, Image: l.image,
+		Layers: append(append([]string(nil), l.snapLayers...), made.Digest),
+		Size:   l.snapSize + made.Size, Created: time.Now(),
+	}
+	if err := m.st.InsertSnapshot(ctx, sn); err != nil {
+		return store.Snapshot{}, err
+	}
+	l.ev.append(EventSnapshot, map[string]any{"snapshot": sn.ID, "size": sn.Size}, false)
+	m.log.Info("snapshot taken", "sandbox", id, "tenant", tenant, "snapshot", sn.ID, "size", sn.Size, "layer", made.Digest)
+	return sn, nil
+}
+
+// copyLayer copies l's root layer to dst, l frozen meanwhile (unless
+// paused already), at most limit bytes.
+func (m *Manager) copyLayer(l *live, dst string, limit int64) (sandbox.Snapshot, error) {
+	l.pauseMu.Lock()
+	defer l.pauseMu.Unlock()
+	m.mu.Lock()
+	stopping, paused := l.stopping, l.paused
+	if !stopping && !paused {
+		l.paused = true // no command or file call starts meanwhile
+	}
+	m.mu.Unlock()
+	if stopping {
+		return sandbox.Snapshot{}, fmt.Errorf("it is stopping: %w", ErrConflict)
+	}
+	if !paused {
+		if err := l.inst.Freeze(); err != nil {
+			m.mu.Lock()
+			l.paused = false
+			m.mu.Unlock()
+			return sandbox.Snapshot{}, fmt.Errorf("freeze: %w", err)
+		}
+		defer func() {
+			if err := l.inst.Thaw(); err != nil {
+				m.log.Error("thaw after a snapshot", "sandbox", l.id, "err", err)
+				return
+			}
+			m.mu.Lock()
+			l.paused = false
+			m.mu.Unlock()
+		}()
+	}
+	return sandbox.SnapshotLayer(filepath.Join(l.dir, keepDir), dst, limit)
+}
+
+// GetSnapshot describes tenant's snapshot sid ("" tenant: any).
+func (m *Manager) GetSnapshot(ctx context.Context, tenant, sid string) (SnapshotInfo, error) {
+	sn, err := m.snapshotRow(ctx, tenant, sid)
+	if err != nil {
+		return SnapshotInfo{}, err
+	}
+	return snapshotInfo(sn), nil
+}
+
+// snapshotRow is the record of tenant's snapshot sid, not deleted.
+func (m *Manager) snapshotRow(ctx context.Context, tenant, sid string) (store.Snapshot, error) {
+	if !validSnapID(sid) {
+		return store.Snapshot{}, fmt.Errorf("snapshot %q: %w", sid, ErrNotFound)
+	}
+	sn, err := m.st.GetSnapshot(ctx, tenant, sid)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Snapshot{}, fmt.Errorf("snapshot %s: %w", sid, ErrNotFound)
+	}
+	return sn, err
+}
+
+// Snapshots lists tenant's snapshots ("" tenant: every tenant's), oldest
+// first.
+func (m *Manager) Snapshots(ctx context.Context, tenant string) ([]SnapshotInfo, error) {
+	rows, err := m.st.ListSnapshots(ctx, tenant, false)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]SnapshotInfo, 0, len(rows))
+	for _, sn := range rows {
+		out = append(out, snapshotInfo(sn))
+	}
+	return out, nil
+}
+
+// DeleteSnapshot deletes tenant's snapshot sid ("" tenant: any's): it is
+// no longer listed and no sandbox starts from it; its layers go once no
+// running sandbox stacks them (sandboxes started from it run on).
+func (m *Manager) DeleteSnapshot(ctx context.Context, tenant, sid string) error {
+	if !validSnapID(sid) {
+		return fmt.Errorf("snapshot %q: %w", sid, ErrNotFound)
+	}
+	if err := m.st.MarkSnapshotDeleted(ctx, tenant, sid); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("snapshot %s: %w", sid, ErrNotFound)
+		}
+		return err
+	}
+	m.log.Info("snapshot deleted", "snapshot", sid, "tenant", tenant)
+	return m.collectLayers(ctx)
+}
+
+// snapshotBase checks that r, a create from tenant's snapshot sid, asks
+// for the snapshot's base (or none: then it is the snapshot's) and
+// returns the snapshot.
+func (m *Manager) snapshotBase(ctx context.Context, tenant string, r *CreateRequest) (*store.Snapshot, error) {
+	sn, err := m.snapshotRow(ctx, tenant, r.Snapshot)
+	if err != nil {
+		return nil, fmt.Errorf("create sandbox: %w", err)
+	}
+	root := r.Policy.Root
+	switch {
+	case root == "" || root == sn.Root:
+		r.Policy.Root = sn.Root
+	case sn.Image == "" && root == policy.DefaultRoot:
+	default:
+		ref, ok := r.Policy.Image()
+		img, err := m.images.Get(ref)
+		if !ok || err != nil || img.Digest != sn.Image {
+			return nil, invalid("create sandbox: policy: root %q is not the base of snapshot %s (%s)", root, sn.ID, sn.Root)
+		}
+	}
+	if r.Policy.Tier != "" && r.Policy.Tier != policy.TierNamespace {
+		return nil, fmt.Errorf("create sandbox: from snapshot %s: the %s tier cannot start from a snapshot yet (the namespace tier can): %w", sn.ID, r.Policy.Tier, ErrUnsupported)
+	}
+	r.Policy.Tier = policy.TierNamespace
+	return &sn, nil
+}
+
+// Fork snapshots tenant's sandbox id and starts count sandboxes from the
+// snapshot (1 to MaxForks), each with the source's policy and labels and
+// timeout (DefaultTimeout when zero). Each result is a sandbox or why it
+// could not be made; the error is for the fork as a whole (the snapshot).
+// The snapshot is deleted at once: its layers stay while the forks run.
+func (m *Manager) Fork(ctx context.Context, tenant, id string, count int, timeout time.Duration) ([]ForkResult, error) {
+	if count < 1 || count > MaxForks {
+		return nil, invalid("fork sandbox %s: count %d is not between 1 and %d", id, count, MaxForks)
+	}
+	if err := m.enter(); err != nil {
+		return nil, err
+	}
+	sb, err := m.row(ctx, tenant, id)
+	if err != nil {
+		m.leave()
+		return nil, err
+	}
+	l, err := m.running(ctx, tenant, id)
+	if err != nil {
+		m.leave()
+		return nil, err
+	}
+	if l.secrets {
+		m.leave()
+		return nil, invalid("fork sandbox %s: it has secrets, whose values only the request that created it carried", id)
+	}
+	sn, err := m.snapshot(ctx, tenant, id)
+	m.leave()
+	if err != nil {
+		return nil, fmt.Errorf("fork sandbox %s: %w", id, err)
+	}
+	defer func() {
+		if err := m.DeleteSnapshot(context.Background(), tenant, sn.ID); err != nil {
+			m.log.Warn("delete a fork's snapshot", "snapshot", sn.ID, "err", err)
+		}
+	}()
+	var spec policy.Spec
+	if err := specOf(sb.Spec, &spec); err != nil {
+		return nil, fmt.Errorf("fork sandbox %s: %w", id, err)
+	}
+	out := make([]ForkResult, count)
+	done := make(chan struct{}, count)
+	for i := range out {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			info, err := m.Create(ctx, tenant, CreateRequest{
+				Policy: spec, Labels: sb.Labels, Timeout: timeout,
+				IdleTimeout: sb.IdleTimeout, Operator: l.operator, Snapshot: sn.ID,
+			})
+			if err != nil {
+				out[i].Error = err.Error()
+				return
+			}
+			out[i].Sandbox = &info
+		}()
+	}
+	for range count {
+		<-done
+	}
+	l.ev.append(EventForked, map[string]any{"count": count, "snapshot": sn.ID}, false)
+	return out, nil
+}
+
+// chain is a function that calls a (if set), then b.
+func chain(a, b func()) func() {
+	if a == nil {
+		return b
+	}
+	return func() { a(); b() }
+}
+
+// specOf decodes a sandbox's stored policy into spec.
+func specOf(b []byte, spec *policy.Spec) error {
+	if err := json.Unmarshal(b, spec); err != nil {
+		return fmt.Errorf("its stored policy: %w", err)
+	}
+	return nil
+}
+
+// Snapshotter is what a front end needs for snapshots and forks;
+// *Manager implements it.
+type Snapshotter interface {
+	Snapshot(ctx context.Context, tenant, id string) (SnapshotInfo, error)
+	GetSnapshot(ctx context.Context, tenant, sid string) (SnapshotInfo, error)
+	Snapshots(ctx context.Context, tenant string) ([]SnapshotInfo, error)
+	DeleteSnapshot(ctx context.Context, tenant, sid string) error
+	Fork(ctx context.Context, tenant, id string, count int, timeout time.Duration) ([]ForkResult, error)
+}
+
+var _ Snapshotter = (*Manager)(nil)
