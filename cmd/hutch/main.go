@@ -83,6 +83,11 @@ The daemon and its clients:
   hutch pause ID...                        freeze every process of sandboxes
                                            (a gvisor one's saved to disk)
   hutch resume ID...                       let paused sandboxes go on
+  hutch snapshot ID... | rm SID...         snapshot sandboxes' roots (prints the
+                                           snapshots' ids); delete snapshots
+  hutch snapshots [-q]                     list your snapshots
+  hutch fork [-n N] ID                     N copies of sandbox ID as it is now
+                                           (its files, not its processes)
   hutch events [--since N] ID              print sandbox ID's events as they
                                            happen, until it ends or Ctrl-C
 
@@ -143,6 +148,12 @@ func run(args []string, stdin, stdout, stderr *os.File) int {
 		return cmdLs(args[1:], stdout, stderr)
 	case "rm":
 		return cmdRm(args[1:], stdout, stderr)
+	case "snapshot":
+		return cmdSnapshot(args[1:], stdout, stderr)
+	case "snapshots":
+		return cmdSnapshots(args[1:], stdout, stderr)
+	case "fork":
+		return cmdFork(args[1:], stdout, stderr)
 	case "pause":
 		return cmdPause(args[1:], stdout, stderr)
 	case "resume":
@@ -166,7 +177,7 @@ func run(args []string, stdin, stdout, stderr *os.File) int {
 }
 
 // commands are hutch's commands, for suggestions after a typo.
-var commands = []string{"run", "policy", "version", "proxy-connect", "mcp", "serve", "token", "image", "audit", "changes", "create", "exec", "cp", "ls", "rm", "pause", "resume", "events", "help"}
+var commands = []string{"run", "policy", "version", "proxy-connect", "mcp", "serve", "token", "image", "audit", "changes", "create", "exec", "cp", "ls", "rm", "pause", "resume", "snapshot", "snapshots", "fork", "events", "help"}
 
 func cmdRun(args []string, stdin, stdout, stderr *os.File) int {
 	fs, rf := runner.NewFlags("run", "Usage: hutch run [flags] -- COMMAND [ARGS...]\n\nRuns COMMAND in a new sandbox.\n", stderr)

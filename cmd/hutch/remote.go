@@ -97,6 +97,7 @@ func cmdCreate(args []string, stdout, stderr io.Writer) int {
 	disk := fs.String("disk", "", "size of the sandbox's writable root, e.g. `2g` (default: the daemon's)")
 	var labels cli.List
 	fs.Var(&labels, "label", "tag the sandbox with `key=value` (repeatable)")
+	snapshot := fs.String("snapshot", "", "start from the snapshot `SID` (hutch snapshots lists them): its base, with what its sandbox had written")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: hutch create [flags]\n\nCreates a sandbox in the daemon at $HUTCH_HOST (default %s), with the token in $HUTCH_TOKEN,\nand prints its id. It takes the flags of hutch run; --timeout is the sandbox's lifetime,\n--debug prints the policy sent; --tier is the sandbox's isolation tier (default: the\ndaemon's, hutch serve --default-tier); --report is refused (a served sandbox's refused\nconnections are its events: hutch events ID), and so are --state-dir (its image comes\nfrom the daemon's store), --runsc and --gvisor-directfs (the daemon runs the tier).\n\nFlags:\n", client.DefaultHost)
 		fs.PrintDefaults()
@@ -128,7 +129,7 @@ func cmdCreate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "hutch: create: --runsc is for hutch run; the daemon runs a served sandbox's tier (--tier) with its own runtimes")
 		return 2
 	}
-	opts := client.CreateOptions{IdleTimeout: *idle}
+	opts := client.CreateOptions{IdleTimeout: *idle, Snapshot: *snapshot}
 	var err error
 	if opts.Labels, err = keyValues("label", labels); err != nil {
 		fmt.Fprintf(stderr, "hutch: %v\n", err)

@@ -47,21 +47,7 @@ func eachSandbox(name string, f func(*client.Client, context.Context, string) er
 		fmt.Fprintf(stderr, "hutch: usage: hutch %s ID...\n", name)
 		return 2
 	}
-	c, ok := newClient(stderr)
-	if !ok {
-		return 1
-	}
-	code := 0
-	for _, id := range fs.Args() {
-		ctx, cancel := context.WithTimeout(context.Background(), remoteTimeout)
-		err := f(c, ctx, id)
-		cancel()
-		if err != nil {
-			fmt.Fprintf(stderr, "hutch: %s %s: %v\n", name, id, err)
-			code = 1
-			continue
-		}
-		fmt.Fprintln(stdout, id)
-	}
-	return code
+	return forEach(fs.Args(), stdout, stderr, name, func(ctx context.Context, c *client.Client, id string) (string, error) {
+		return id, f(c, ctx, id)
+	})
 }

@@ -1,0 +1,56 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestSnapshotCLI: hutch snapshot, snapshots, create --snapshot, fork and
+// snapshot rm against a real daemon: a sandbox made from the snapshot,
+// and each fork, start with what the source had written, and what they
+// write reaches neither the source nor each other.
+func TestSnapshotCLI(t *testing.T) {
+	d := startDaemonWith(t, nil)
+	r := d.admin(t, "create")
+	wantOK(t, r)
+	src := lastLine(r.stdout)
+	wantOK(t, d.admin(t, "exec", src, "--", "sh", "-c", "echo from-source > f"))
+	r = d.admin(t, "snapshot", src)
+	wantOK(t, r)
+	sid := lastLine(r.stdout)
+	if !strings.HasPrefix(sid, "snap-") {
+		t.Fatalf("hutch snapshot printed %q", r.stdout)
+	}
+	if r := d.admin(t, "snapshots", "-q"); !strings.Contains(r.stdout, sid) {
+		t.Errorf("hutch snapshots -q: %s", r)
+	}
+	if r := d.admin(t, "snapshots"); !strings.Contains(r.stdout, "SOURCE") || !strings.Contains(r.stdout, src) {
+		t.Errorf("hutch snapshots: %s", r)
+	}
+	r = d.admin(t, "create", "--snapshot", sid)
+	wantOK(t, r)
+	copy := lastLine(r.stdout)
+	if r := d.admin(t, "exec", copy, "--", "sh", "-c", "cat f; echo from-copy > f"); r.stdout != "from-source\n" {
+		t.Errorf("the sandbox from the snapshot: %s", r)
+	}
+	if r := d.admin(t, "exec", src, "--", "cat", "f"); r.stdout != "from-source\n" {
+		t.Errorf("the copy's write reached the source: %s", r)
+	}
+	r = d.admin(t, "fork", "-n", "2", src)
+	wantOK(t, r)
+	forks := strings.Fields(r.stdout)
+	if len(forks) != 2 {
+		t.Fatalf("hutch fork -n 2 printed %q", r.stdout)
+	}
+	wantOK(t, d.admin(t, "exec", forks[0], "--", "sh", "-c", "echo fork0 > f"))
+	if r := d.admin(t, "exec", forks[1], "--", "cat", "f"); r.stdout != "from-source\n" {
+		t.Errorf("one fork's write reached the other: %s", r)
+	}
+	wantOK(t, d.admin(t, "snapshot", "rm", sid))
+	if r := d.admin(t, "snapshots", "-q"); strings.Contains(r.stdout, sid) {
+		t.Errorf("hutch snapshot rm left it listed: %s", r)
+	}
+	if r := d.admin(t, "snapshot", "rm", "snap-doesnotexist"); r.code == 0 || !strings.Contains(r.stderr, "snap-doesnotexist") {
+		t.Errorf("hutch snapshot rm of an unknown id: %s", r)
+	}
+}
