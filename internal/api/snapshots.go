@@ -46,6 +46,7 @@ func (h *handler) snapshot(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	auditEntry(r).Subject = sn.ID
 	w.Header().Set("Location", "/v1/snapshots/"+sn.ID)
 	writeJSON(w, http.StatusCreated, sn)
 	return nil

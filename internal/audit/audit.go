@@ -61,8 +61,9 @@ type Entry struct {
 	// that failed).
 	Sandbox string `json:"sandbox,omitempty"`
 	// Subject is the tenant a token was made for (create_token; the
-	// token itself is never recorded), or the image a pull or removal
-	// names (pull_image, remove_image).
+	// token itself is never recorded), the image a pull or removal names
+	// (pull_image, remove_image), the snapshot a snapshot or its deletion
+	// names (snapshot, delete_snapshot), or the sandboxes a fork made.
 	Subject string `json:"subject,omitempty"`
 	// Image is the digest of the image a created sandbox started from.
 	Image string `json:"image,omitempty"`

@@ -48,6 +48,9 @@ type SnapshotInfo struct {
 	// Size is the bytes of its layers' files.
 	Size      int64     `json:"size"`
 	CreatedAt time.Time `json:"created_at"`
+	// Name is the tenant's name for it, if it was given one
+	// (SnapshotNamed).
+	Name string `json:"name,omitempty"`
 }
 
 // ForkResult is one sandbox of a Fork: its description, or why it could
@@ -55,6 +58,8 @@ type SnapshotInfo struct {
 type ForkResult struct {
 	Sandbox *Info  `json:"sandbox,omitempty"`
 	Error   string `json:"error,omitempty"`
+	// Err is the error itself, for a front end to classify.
+	Err error `json:"-"`
 }
 
 // ErrUnsupported is the category of a call the sandbox's tier cannot
@@ -63,7 +68,7 @@ var ErrUnsupported = errors.New("not supported")
 
 func snapshotInfo(sn store.Snapshot) SnapshotInfo {
 	return SnapshotInfo{ID: sn.ID, Tenant: sn.Tenant, Source: sn.Source, Root: sn.Root, Image: sn.Image,
-		Layers: len(sn.Layers), Size: sn.Size, CreatedAt: sn.Created}
+		Layers: len(sn.Layers), Size: sn.Size, CreatedAt: sn.Created, Name: sn.Name}
 }
 
 // newSnapID returns a new random snapshot ID.
@@ -186,19 +191,47 @@ func (m *Manager) holdLayers(layers []string) ([]string, func(), error) {
 // Config.MaxSnapshots and MaxSnapshotBytes (ErrQuota). Only the namespace
 // tier's sandboxes can be snapshotted (ErrUnsupported otherwise).
 func (m *Manager) Snapshot(ctx context.Context, tenant, id string) (SnapshotInfo, error) {
+	return m.SnapshotNamed(ctx, tenant, id, "")
+}
+
+// SnapshotNamed is Snapshot, with name (when not empty) the tenant's name
+// for the snapshot, which GetSnapshot and creates take as well as its id:
+// lowercase letters, digits, '-', '_' and '.', at most 64, starting with
+// a letter or digit, not "snap-…"; a name the tenant's live snapshots
+// have already is a conflict.
+func (m *Manager) SnapshotNamed(ctx context.Context, tenant, id, name string) (SnapshotInfo, error) {
+	if err := checkSnapshotName(name); err != nil {
+		return SnapshotInfo{}, err
+	}
 	if err := m.enter(); err != nil {
 		return SnapshotInfo{}, err
 	}
 	defer m.leave()
-	sn, err := m.snapshot(ctx, tenant, id)
+	sn, err := m.snapshot(ctx, tenant, id, name)
 	if err != nil {
 		return SnapshotInfo{}, err
 	}
 	return snapshotInfo(sn), nil
 }
 
+// checkSnapshotName checks a snapshot's name (SnapshotNamed).
+func checkSnapshotName(name string) error {
+	if name == "" {
+		return nil
+	}
+	ok := len(name) <= 64 && !strings.HasPrefix(name, snapPrefix)
+	for i, c := range name {
+		alnum := c >= 'a' && c <= 'z' || c >= '0' && c <= '9'
+		ok = ok && (alnum || i > 0 && (c == '-' || c == '_' || c == '.'))
+	}
+	if !ok {
+		return invalid("snapshot name %.80q: want lowercase letters, digits, '-', '_' and '.', at most 64, starting with a letter or digit, not %q…", name, snapPrefix)
+	}
+	return nil
+}
+
 // snapshot is Snapshot's work.
-func (m *Manager) snapshot(ctx context.Context, tenant, id string) (store.Snapshot, error) {
+func (m *Manager) snapshot(ctx context.Context, tenant, id, name string) (store.Snapshot, error) {
 	l, err := m.running(ctx, tenant, id)
 	if err != nil {
 		return store.Snapshot{}, err
@@ -253,9 +286,11 @@ func (m *Manager) snapshot(ctx context.Context, tenant, id string) (store.Snapsh
 	sn := store.Snapshot{
 		ID: newSnapID(), Tenant: tenant, Source: id, Root: l.root, Image: l.image,
 		Layers: append(append([]string(nil), l.snapLayers...), made.Digest),
-		Size:   l.snapSize + made.Size, Created: time.Now(),
+		Size:   l.snapSize + made.Size, Created: time.Now(), Name: name,
 	}
-	if err := m.st.InsertSnapshot(ctx, sn); err != nil {
+	if err := m.st.InsertSnapshot(ctx, sn); errors.Is(err, store.ErrConflict) && name != "" {
+		return store.Snapshot{}, fmt.Errorf("snapshot of sandbox %s: the tenant has a snapshot named %q already: %w", id, name, ErrConflict)
+	} else if err != nil {
 		return store.Snapshot{}, err
 	}
 	l.ev.append(EventSnapshot, map[string]any{"snapshot": sn.ID, "size": sn.Size}, false)
@@ -308,7 +343,8 @@ func (m *Manager) GetSnapshot(ctx context.Context, tenant, sid string) (Snapshot
 
 // snapshotRow is the record of tenant's snapshot sid, not deleted.
 func (m *Manager) snapshotRow(ctx context.Context, tenant, sid string) (store.Snapshot, error) {
-	if !validSnapID(sid) {
+	// An id, or (for a tenant) the name it gave one.
+	if !validSnapID(sid) && (tenant == "" || sid == "" || checkSnapshotName(sid) != nil) {
 		return store.Snapshot{}, fmt.Errorf("snapshot %q: %w", sid, ErrNotFound)
 	}
 	sn, err := m.st.GetSnapshot(ctx, tenant, sid)
@@ -337,7 +373,12 @@ func (m *Manager) Snapshots(ctx context.Context, tenant string) ([]SnapshotInfo,
 // running sandbox stacks them (sandboxes started from it run on).
 func (m *Manager) DeleteSnapshot(ctx context.Context, tenant, sid string) error {
 	if !validSnapID(sid) {
-		return fmt.Errorf("snapshot %q: %w", sid, ErrNotFound)
+		// A name the tenant gave it.
+		sn, err := m.snapshotRow(ctx, tenant, sid)
+		if err != nil {
+			return err
+		}
+		sid = sn.ID
 	}
 	if err := m.st.MarkSnapshotDeleted(ctx, tenant, sid); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
@@ -402,7 +443,7 @@ func (m *Manager) Fork(ctx context.Context, tenant, id string, count int, timeou
 		m.leave()
 		return nil, invalid("fork sandbox %s: it has secrets, whose values only the request that created it carried", id)
 	}
-	sn, err := m.snapshot(ctx, tenant, id)
+	sn, err := m.snapshot(ctx, tenant, id, "")
 	m.leave()
 	if err != nil {
 		return nil, fmt.Errorf("fork sandbox %s: %w", id, err)
@@ -426,7 +467,7 @@ func (m *Manager) Fork(ctx context.Context, tenant, id string, count int, timeou
 				IdleTimeout: sb.IdleTimeout, Operator: l.operator, Snapshot: sn.ID,
 			})
 			if err != nil {
-				out[i].Error = err.Error()
+				out[i].Error, out[i].Err = err.Error(), err
 				return
 			}
 			out[i].Sandbox = &info
@@ -459,6 +500,7 @@ func specOf(b []byte, spec *policy.Spec) error {
 // *Manager implements it.
 type Snapshotter interface {
 	Snapshot(ctx context.Context, tenant, id string) (SnapshotInfo, error)
+	SnapshotNamed(ctx context.Context, tenant, id, name string) (SnapshotInfo, error)
 	GetSnapshot(ctx context.Context, tenant, sid string) (SnapshotInfo, error)
 	Snapshots(ctx context.Context, tenant string) ([]SnapshotInfo, error)
 	DeleteSnapshot(ctx context.Context, tenant, sid string) error

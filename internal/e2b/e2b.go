@@ -140,6 +140,10 @@ func (h *Handler) table() []route {
 		r("POST /sandboxes/{id}/pause", "pause", h.pause),
 		r("POST /sandboxes/{id}/resume", "resume", h.resume),
 		r("POST /v2/sandboxes/{id}/connect", "connect", h.connect),
+		r("POST /sandboxes/{id}/snapshots", "snapshot", h.snapshot),
+		r("GET /snapshots", ro, h.listSnapshots),
+		r("DELETE /templates/{id}", "delete_snapshot", h.deleteTemplate),
+		r("POST /sandboxes/{id}/fork", "fork", h.fork),
 	}
 }
 
@@ -186,7 +190,7 @@ func (h *Handler) handle(rt audit.Route, f handlerFunc) {
 // (/sandboxes..., /v2/sandboxes...), which the handler answers; hutch's own
 // API has none of them.
 func Paths(path string) bool {
-	for _, p := range []string{"/sandboxes", "/v2/sandboxes"} {
+	for _, p := range []string{"/sandboxes", "/v2/sandboxes", "/snapshots", "/templates"} {
 		if path == p || strings.HasPrefix(path, p+"/") {
 			return true
 		}

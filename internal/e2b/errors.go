@@ -64,7 +64,7 @@ func classify(err error) int {
 		return http.StatusBadRequest
 	case errors.As(err, &maxBytes):
 		return http.StatusRequestEntityTooLarge
-	case errors.Is(err, errNoRoute):
+	case errors.Is(err, errNoRoute), errors.Is(err, daemon.ErrUnsupported):
 		return http.StatusNotImplemented
 	case errors.Is(err, daemon.ErrNotFound), errors.Is(err, store.ErrNotFound):
 		return http.StatusNotFound

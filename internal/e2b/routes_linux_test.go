@@ -333,6 +333,18 @@ func (w *walker) spare(t *testing.T, paused bool) string {
 	return info.ID
 }
 
+// snapshot takes a snapshot of a spare sandbox of alice's and returns
+// its id; it is deleted when the test ends, if it is still there.
+func (w *walker) snapshot(t *testing.T) string {
+	t.Helper()
+	sn, err := w.f.dm.Snapshot(context.Background(), "alice", w.spare(t, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.f.dm.DeleteSnapshot(context.Background(), "alice", sn.ID) })
+	return sn.ID
+}
+
 // created destroys, when the test ends, the sandbox whose id a create's
 // answer (hutch's or E2B's) names.
 func (w *walker) created(t *testing.T, answer []byte) {
@@ -391,7 +403,37 @@ func (w *walker) calls() map[string]call {
 		"hutch POST /v1/sandboxes": now(func(t *testing.T) {
 			w.created(t, w.hutch(t, "POST", "/v1/sandboxes", `{"labels":{"k":"v"}}`, 201))
 		}),
-		"hutch GET /v1/sandboxes":      now(func(t *testing.T) { w.hutch(t, "GET", "/v1/sandboxes", "", 200) }),
+		"hutch GET /v1/sandboxes": now(func(t *testing.T) { w.hutch(t, "GET", "/v1/sandboxes", "", 200) }),
+		"hutch POST /v1/sandboxes/{id}/snapshots": func(t *testing.T) func(*testing.T) {
+			id := w.spare(t, false)
+			return func(t *testing.T) {
+				var sn struct{ ID string }
+				_ = json.Unmarshal(w.hutch(t, "POST", sb+id+"/snapshots", "", 201), &sn)
+				t.Cleanup(func() { _ = w.f.dm.DeleteSnapshot(context.Background(), "alice", sn.ID) })
+			}
+		},
+		"hutch GET /v1/snapshots": now(func(t *testing.T) { w.hutch(t, "GET", "/v1/snapshots", "", 200) }),
+		"hutch GET /v1/snapshots/{sid}": func(t *testing.T) func(*testing.T) {
+			sid := w.snapshot(t)
+			return func(t *testing.T) { w.hutch(t, "GET", "/v1/snapshots/"+sid, "", 200) }
+		},
+		"hutch DELETE /v1/snapshots/{sid}": func(t *testing.T) func(*testing.T) {
+			sid := w.snapshot(t)
+			return func(t *testing.T) { w.hutch(t, "DELETE", "/v1/snapshots/"+sid, "", 204) }
+		},
+		"hutch POST /v1/sandboxes/{id}/fork": func(t *testing.T) func(*testing.T) {
+			id := w.spare(t, false)
+			return func(t *testing.T) {
+				var res struct {
+					Forks []struct{ Sandbox json.RawMessage }
+				}
+				_ = json.Unmarshal(w.hutch(t, "POST", sb+id+"/fork", `{"count":1}`, 200), &res)
+				if len(res.Forks) != 1 || res.Forks[0].Sandbox == nil {
+					t.Fatalf("the fork: %+v", res)
+				}
+				w.created(t, res.Forks[0].Sandbox)
+			}
+		},
 		"hutch GET /v1/sandboxes/{id}": now(func(t *testing.T) { w.hutch(t, "GET", sb+m, "", 200) }),
 		"hutch DELETE /v1/sandboxes/{id}": func(t *testing.T) func(*testing.T) {
 			id := w.spare(t, false)
@@ -487,6 +529,40 @@ func (w *walker) calls() map[string]call {
 			return func(t *testing.T) { w.e2b(t, "POST", "/sandboxes/"+id+"/resume", "", 201) }
 		},
 		"e2b POST /v2/sandboxes/{id}/connect": now(func(t *testing.T) { w.e2b(t, "POST", "/v2/sandboxes/"+m+"/connect", `{}`, 200) }),
+		"e2b POST /sandboxes/{id}/snapshots": func(t *testing.T) func(*testing.T) {
+			id := w.spare(t, false)
+			return func(t *testing.T) {
+				var sn struct{ SnapshotID string }
+				_ = json.Unmarshal(w.e2b(t, "POST", "/sandboxes/"+id+"/snapshots", `{"name":"walked"}`, 201), &sn)
+				t.Cleanup(func() { _ = w.f.dm.DeleteSnapshot(context.Background(), "alice", sn.SnapshotID) })
+			}
+		},
+		"e2b GET /snapshots": now(func(t *testing.T) { w.e2b(t, "GET", "/snapshots", "", 200) }),
+		"e2b DELETE /templates/{id}": func(t *testing.T) func(*testing.T) {
+			sid := w.snapshot(t)
+			return func(t *testing.T) { w.e2b(t, "DELETE", "/templates/"+sid, "", 204) }
+		},
+		"e2b POST /sandboxes/{id}/fork": func(t *testing.T) func(*testing.T) {
+			// A sandbox of E2B's, whose user its forks get set up for.
+			var sb struct{ SandboxID string }
+			b := w.e2b(t, "POST", "/v2/sandboxes", `{"templateID":"base"}`, 201)
+			_ = json.Unmarshal(b, &sb)
+			w.created(t, b)
+			return func(t *testing.T) {
+				var forks []struct {
+					Sandbox json.RawMessage
+					Error   json.RawMessage
+				}
+				b := w.e2b(t, "POST", "/sandboxes/"+sb.SandboxID+"/fork", `{"count":1}`, 200)
+				_ = json.Unmarshal(b, &forks)
+				for _, f := range forks {
+					if f.Sandbox == nil {
+						t.Fatalf("a fork failed: %s", b)
+					}
+					w.created(t, f.Sandbox)
+				}
+			}
+		},
 
 		// envd, on the main sandbox.
 		"envd POST /process.Process/List": now(func(t *testing.T) { w.unary(t, "process.Process/List", `{}`, 200) }),

@@ -362,9 +362,20 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, tenant string) 
 	if err := decode(w, r, &b, false); err != nil {
 		return err
 	}
+	// A snapshot's id or name is a template too, as in E2B.
+	snapshot, err := h.snapshotTemplate(r.Context(), tenant, b.TemplateID)
+	if err != nil {
+		return err
+	}
+	if snapshot != "" {
+		b.TemplateID = ""
+	}
 	req, template, err := createRequest(b, !h.noInternet, h.m.CheckTenantRule, h.templates)
 	if err != nil {
 		return err
+	}
+	if snapshot != "" {
+		req.Snapshot, template = snapshot, snapshot
 	}
 	info, err := h.m.Create(r.Context(), tenant, req)
 	if err != nil {
@@ -373,25 +384,11 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, tenant string) 
 	auditEntry(r).Sandbox = info.ID
 	auditEntry(r).Image = info.Image
 	auditEntry(r).Tier = info.Tier // the daemon's default: E2B's creates name none
-	// The sandbox is destroyed even if the client went away meanwhile.
-	cleanup := context.WithoutCancel(r.Context())
-	if err := h.setup(r.Context(), tenant, info.ID); err != nil {
-		if derr := h.m.Destroy(cleanup, tenant, info.ID); derr != nil {
-			h.log.Error("destroy a sandbox whose setup failed", "id", info.ID, "err", derr)
-		}
-		return fmt.Errorf("sandbox %s: %w", info.ID, err)
-	}
-	tok, err := newAccessToken()
+	internet := req.Policy.Network.Mode != "none"
+	sb, err := h.started(r.Context(), tenant, info.ID, &record{network: b.Network, internet: &internet, template: template})
 	if err != nil {
-		if derr := h.m.Destroy(cleanup, tenant, info.ID); derr != nil {
-			h.log.Error("destroy a sandbox without an access token", "id", info.ID, "err", derr)
-		}
 		return err
 	}
-	internet := req.Policy.Network.Mode != "none"
-	h.mu.Lock()
-	h.records[info.ID] = &record{tenant: tenant, token: tok, network: b.Network, internet: &internet, template: template}
-	h.mu.Unlock()
 	// Forget the records of the tenant's sandboxes that ended (by their
 	// timeout, say) without this handler seeing it, so that the records
 	// stay bounded by the tenant's quota and recent ends.
@@ -405,11 +402,34 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, tenant string) 
 		h.prune(tenant, live)
 	}
 	h.log.Debug("e2b sandbox created", "id", info.ID, "tenant", tenant)
-	writeJSON(w, http.StatusCreated, sandboxJSON{
-		TemplateID: template, SandboxID: info.ID, ClientID: tenant,
-		EnvdVersion: EnvdVersion, EnvdAccessToken: tok,
-	})
+	writeJSON(w, http.StatusCreated, sb)
 	return nil
+}
+
+// started makes tenant's new sandbox id one of E2B's: its user set up,
+// an envd access token, rec (its template and network) recorded; a
+// sandbox that cannot be is destroyed, even if the client went away
+// meanwhile.
+func (h *Handler) started(ctx context.Context, tenant, id string, rec *record) (sandboxJSON, error) {
+	cleanup := context.WithoutCancel(ctx)
+	if err := h.setup(ctx, tenant, id); err != nil {
+		if derr := h.m.Destroy(cleanup, tenant, id); derr != nil {
+			h.log.Error("destroy a sandbox whose setup failed", "id", id, "err", derr)
+		}
+		return sandboxJSON{}, fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	tok, err := newAccessToken()
+	if err != nil {
+		if derr := h.m.Destroy(cleanup, tenant, id); derr != nil {
+			h.log.Error("destroy a sandbox without an access token", "id", id, "err", derr)
+		}
+		return sandboxJSON{}, err
+	}
+	rec.tenant, rec.token = tenant, tok
+	h.mu.Lock()
+	h.records[id] = rec
+	h.mu.Unlock()
+	return sandboxJSON{TemplateID: rec.template, SandboxID: id, ClientID: tenant, EnvdVersion: EnvdVersion, EnvdAccessToken: tok}, nil
 }
 
 // e2bState is E2B's state of a hutch sandbox: "running" or "paused"; ""

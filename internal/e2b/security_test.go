@@ -488,7 +488,7 @@ func TestErrorShape(t *testing.T) {
 	}(), http.StatusConflict)
 	for _, r := range [][2]string{
 		{"PUT", "/sandboxes"}, {"GET", "/sandboxes/" + id + "/logs"}, {"GET", "/v2/sandboxes/" + id + "/logs"},
-		{"POST", "/sandboxes/" + id + "/snapshots"}, {"PATCH", "/sandboxes/" + id},
+		{"GET", "/templates"}, {"PATCH", "/sandboxes/" + id},
 	} {
 		msg := checkError(t, r[0]+" "+r[1], f.do(r[0], r[1], ""), http.StatusNotImplemented)
 		if !strings.Contains(msg, "not supported by hutch") {

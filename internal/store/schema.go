@@ -73,10 +73,12 @@ CREATE TABLE snapshots (
 	layers     TEXT NOT NULL,            -- JSON array of layer digests, bottom first
 	size       INTEGER NOT NULL CHECK (size >= 0),
 	created_ns INTEGER NOT NULL,
-	deleted    INTEGER NOT NULL DEFAULT 0 CHECK (deleted IN (0, 1))
+	deleted    INTEGER NOT NULL DEFAULT 0 CHECK (deleted IN (0, 1)),
+	name       TEXT NOT NULL DEFAULT ''  -- the tenant's name for it (E2B's), unique among its live ones
 ) STRICT;
 
 CREATE INDEX snapshots_tenant_created ON snapshots (tenant, created_ns, id);
+CREATE UNIQUE INDEX snapshots_tenant_name ON snapshots (tenant, name) WHERE name <> '' AND deleted = 0;
 `,
 }
 

@@ -34,9 +34,13 @@ type Snapshot struct {
 	// Deleted marks a snapshot its tenant deleted: it is no longer listed
 	// or used for new sandboxes, and goes once no sandbox stacks it.
 	Deleted bool
+	// Name, when set, is the tenant's name for it, unique among the
+	// tenant's snapshots not deleted (E2B's snapshot names, which its
+	// creates take as a template).
+	Name string
 }
 
-const snapshotColumns = `id, tenant, source, root, image, layers, size, created_ns, deleted`
+const snapshotColumns = `id, tenant, source, root, image, layers, size, created_ns, deleted, name`
 
 // scanSnapshot reads a row of snapshotColumns.
 func scanSnapshot(row scanner) (Snapshot, error) {
@@ -45,7 +49,7 @@ func scanSnapshot(row scanner) (Snapshot, error) {
 		layers  string
 		created int64
 	)
-	if err := row.Scan(&sn.ID, &sn.Tenant, &sn.Source, &sn.Root, &sn.Image, &layers, &sn.Size, &created, &sn.Deleted); err != nil {
+	if err := row.Scan(&sn.ID, &sn.Tenant, &sn.Source, &sn.Root, &sn.Image, &layers, &sn.Size, &created, &sn.Deleted, &sn.Name); err != nil {
 		return Snapshot{}, err
 	}
 	if err := json.Unmarshal([]byte(layers), &sn.Layers); err != nil {
@@ -56,7 +60,8 @@ func scanSnapshot(row scanner) (Snapshot, error) {
 }
 
 // InsertSnapshot records a new snapshot. It returns an error wrapping
-// ErrConflict if one with sn.ID exists.
+// ErrConflict if one with sn.ID exists, or a live one of the tenant's with
+// sn.Name.
 func (s *Store) InsertSnapshot(ctx context.Context, sn Snapshot) error {
 	if sn.ID == "" || sn.Tenant == "" || sn.Size < 0 || len(sn.Layers) == 0 {
 		return fmt.Errorf("store: insert snapshot %q: incomplete record", sn.ID)
@@ -67,8 +72,8 @@ func (s *Store) InsertSnapshot(ctx context.Context, sn Snapshot) error {
 	}
 	layers, _ := json.Marshal(sn.Layers)
 	err = s.writeTx(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO snapshots (`+snapshotColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			sn.ID, sn.Tenant, sn.Source, sn.Root, sn.Image, string(layers), sn.Size, created, sn.Deleted)
+		_, err := tx.ExecContext(ctx, `INSERT INTO snapshots (`+snapshotColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			sn.ID, sn.Tenant, sn.Source, sn.Root, sn.Image, string(layers), sn.Size, created, sn.Deleted, sn.Name)
 		if isConstraint(err) {
 			return ErrConflict
 		}
@@ -81,10 +86,12 @@ func (s *Store) InsertSnapshot(ctx context.Context, sn Snapshot) error {
 }
 
 // GetSnapshot returns snapshot id of tenant ("" matches any tenant), not
-// deleted; an error wrapping ErrNotFound if there is none.
+// deleted, also by its name (Snapshot.Name) when tenant is given; an
+// error wrapping ErrNotFound if there is none.
 func (s *Store) GetSnapshot(ctx context.Context, tenant, id string) (Snapshot, error) {
 	sn, err := scanSnapshot(s.r.QueryRowContext(ctx, `SELECT `+snapshotColumns+` FROM snapshots
-	WHERE id = ? AND (? = '' OR tenant = ?) AND deleted = 0`, id, tenant, tenant))
+	WHERE (id = ? OR (? <> '' AND tenant = ? AND name = ?)) AND (? = '' OR tenant = ?) AND deleted = 0
+	ORDER BY id = ? DESC LIMIT 1`, id, tenant, tenant, id, tenant, tenant, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return Snapshot{}, fmt.Errorf("store: snapshot %q: %w", id, ErrNotFound)
 	}

@@ -127,6 +127,49 @@ describe('control plane', () => {
   })
 })
 
+describe('snapshots and forks', () => {
+  test('createSnapshot, listSnapshots, create from it (by id and by name), fork, deleteSnapshot', async (t) => {
+    // Five sandboxes: gone at the test's end, not the suite's (the
+    // tenant's memory quota).
+    const mine = []
+    t.after(() => Promise.all(mine.map((id) => Sandbox.kill(id).catch(() => {}))))
+    const sbx = await create()
+    mine.push(sbx.sandboxId)
+    await sbx.files.write('/home/user/state.txt', 'before the snapshot')
+    const snap = await sbx.createSnapshot({ name: 'sdk-snap' })
+    assert.ok(snap.snapshotId)
+    assert.deepEqual(snap.names, ['sdk-snap'])
+
+    const listed = []
+    for (const p = Sandbox.listSnapshots({ sandboxId: sbx.sandboxId }); p.hasNext;) listed.push(...await p.nextItems())
+    assert.ok(listed.some((s) => s.snapshotId === snap.snapshotId), 'listSnapshots has it')
+
+    await sbx.files.write('/home/user/state.txt', 'after the snapshot')
+    for (const template of [snap.snapshotId, 'sdk-snap']) {
+      const from = await create({ template })
+      mine.push(from.sandboxId)
+      assert.equal(await from.files.read('/home/user/state.txt'), 'before the snapshot', `created from ${template}`)
+      const r = await from.commands.run('whoami')
+      assert.equal(r.stdout.trim(), 'user')
+    }
+
+    const forks = await Sandbox.fork(sbx.sandboxId, { count: 2 })
+    assert.equal(forks.length, 2)
+    for (const f of forks) {
+      assert.ok(f instanceof Sandbox, `a fork failed: ${f}`)
+      mine.push(f.sandboxId)
+      assert.equal(await f.files.read('/home/user/state.txt'), 'after the snapshot')
+    }
+    await forks[0].files.write('/home/user/state.txt', 'fork 0')
+    assert.equal(await forks[1].files.read('/home/user/state.txt'), 'after the snapshot', 'one fork\'s write reached the other')
+    assert.equal(await sbx.files.read('/home/user/state.txt'), 'after the snapshot', 'a fork\'s write reached the source')
+
+    assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId), true)
+    assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId), false, 'deleting it twice')
+    await assert.rejects(Sandbox.create(snap.snapshotId), (e) => e instanceof NotFoundError || /not found|404/i.test(String(e)))
+  })
+})
+
 // HUTCH_E2B_TEMPLATE names a template of the daemon (hutch serve
 // --template NAME=REF) whose image is the busybox image of hutch's tests
 // (imagetest.Busybox: /etc/motd says "from the image", no /usr).
