@@ -80,7 +80,7 @@ func TestGVisorServed(t *testing.T) {
 		t.Errorf("host pid %d is not runsc's: %q, %v", pid, b, err)
 	}
 
-	mustRun(t, m, "a", info.ID, `i=0; while :; do i=$((i+1)); echo $i >/tmp/count; sleep 0.05; done >/dev/null 2>&1 &`)
+	mustRun(t, m, "a", info.ID, `i=0; while :; do i=$((i+1)); echo $i >/tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.05; done >/dev/null 2>&1 &`)
 	if _, err := m.Pause(testCtx(t), "a", info.ID); err != nil {
 		t.Fatal(err)
 	}

@@ -88,7 +88,7 @@ func (m *Manager) reclaim(ctx context.Context, sb store.Sandbox) bool {
 		if sb.Dir != dir {
 			log.Warn("leftover sandbox recorded with another directory; removing its own", "recorded", sb.Dir, "dir", dir)
 		}
-		if err := os.RemoveAll(dir); err != nil {
+		if err := removeSandboxDir(dir); err != nil {
 			log.Error("remove leftover sandbox directory", "dir", dir, "err", err)
 		}
 	}
