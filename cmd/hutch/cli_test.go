@@ -97,7 +97,7 @@ func TestRunFlagsEverywhere(t *testing.T) {
 	if m := flagNames(t, "mcp"); !slices.Equal(m, run) {
 		t.Errorf("hutch mcp takes\n  %q\nhutch run takes\n  %q", m, run)
 	}
-	wantRunFlagsAnd(t, run, []string{"create"}, "disk", "idle-timeout", "label")
+	wantRunFlagsAnd(t, run, []string{"create"}, "disk", "idle-timeout", "label", "snapshot")
 	// Every run flag parses for create: the refusal comes from the
 	// unanswered daemon, or the flag's own check, not from the parser.
 	dir := t.TempDir()

@@ -112,7 +112,7 @@ func e2bSDK(t *testing.T, tier string, args ...string) {
 	cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=spec", "sdk.test.mjs")
 	cmd.Dir = e2bDir
 	cmd.Env = append(os.Environ(),
-		"E2B_API_URL="+d.tcp, "E2B_SANDBOX_URL="+d.tcp, "E2B_API_KEY="+token, "HUTCH_E2B_TEMPLATE=bb",
+		"E2B_API_URL="+d.tcp, "E2B_SANDBOX_URL="+d.tcp, "E2B_API_KEY="+token, "HUTCH_E2B_TEMPLATE=bb", "HUTCH_E2B_TIER="+tier,
 		"NO_COLOR=1", "HTTP_PROXY=", "HTTPS_PROXY=", "http_proxy=", "https_proxy=")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
