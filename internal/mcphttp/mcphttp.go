@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"net"
@@ -319,18 +320,28 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	defer release()
+	// The body stops counting once it is read (or refused), not when
+	// the answer is done: a client's next request must not find it still
+	// counted.
+	once := sync.OnceFunc(release)
+	defer once()
+	r.Body = &countedBody{ReadCloser: r.Body, done: once}
 	if p == StatelessPath {
 		h.stateless.ServeHTTP(w, r)
 		return
 	}
 	if r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" {
-		done, n := h.startSession(c.tenant)
-		if done == nil {
+		slot, n := h.startSession(c.tenant)
+		if slot == nil {
 			h.fail(w, r, api.Errorf(daemon.ErrQuota, "tenant %s has %d MCP sessions open or starting, the most it may: end one (DELETE %s with its Mcp-Session-Id) or let one idle out (%s)", c.tenant, n, Path, h.cfg.SessionTimeout))
 			return
 		}
-		defer done()
+		// Not counted past the answer's start: a client that has it may
+		// start the next session at once.
+		end := sync.OnceFunc(func() { h.endStart(slot) })
+		defer end()
+		w = &answerStart{ResponseWriter: w, start: end}
+		r = r.WithContext(context.WithValue(r.Context(), startKey{}, slot))
 	}
 	if r.Header.Get("Authorization") == "" {
 		// The operator on the socket, without a token: the SDK binds a
@@ -367,6 +378,46 @@ func (h *Handler) admitBody(tenant string, r *http.Request) (release func(), err
 		t.bodies -= n
 		h.mu.Unlock()
 	}, nil
+}
+
+// answerStart calls start before the answer's first byte or header goes
+// out.
+type answerStart struct {
+	http.ResponseWriter
+	start func()
+}
+
+func (a *answerStart) WriteHeader(code int) {
+	a.start()
+	a.ResponseWriter.WriteHeader(code)
+}
+
+func (a *answerStart) Write(p []byte) (int, error) {
+	a.start()
+	return a.ResponseWriter.Write(p)
+}
+
+// Unwrap is for http.ResponseController (the streams' flushes).
+func (a *answerStart) Unwrap() http.ResponseWriter { return a.ResponseWriter }
+
+// countedBody is a request's body that calls done once it has been read
+// to its end, failed, or been closed.
+type countedBody struct {
+	io.ReadCloser
+	done func()
+}
+
+func (b *countedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil {
+		b.done()
+	}
+	return n, err
+}
+
+func (b *countedBody) Close() error {
+	b.done()
+	return b.ReadCloser.Close()
 }
 
 // bindSession names the caller ServeHTTP authenticated as the user of the
@@ -510,6 +561,9 @@ func (h *Handler) count(t *tenant) sdk.Middleware {
 			}
 			h.mu.Lock()
 			defer h.mu.Unlock()
+			if slot, ok := ctx.Value(startKey{}).(*startSlot); ok {
+				slot.releaseLocked() // counted as the session below instead
+			}
 			if !t.sessions[ss] {
 				t.sessions[ss] = true
 				go func() {
@@ -535,12 +589,32 @@ func (h *Handler) tenantLocked(name string) *tenant {
 	return t
 }
 
-// startSession counts a request of tenant that may start a session
-// among its sessions until done is called, unless they are MaxSessions
-// already (done is then nil; n is how many). A session its initialize
-// made counts twice until the request ended: a concurrent start is
-// refused then rather than let through.
-func (h *Handler) startSession(tenant string) (done func(), n int) {
+// startKey is the context key of a request's start slot.
+type startKey struct{}
+
+// startSlot is a request of a tenant's that may start a session, counted
+// among its sessions (tenant.starting) until the session it made is
+// counted instead (count, in the same step) or the request ends.
+type startSlot struct {
+	t    *tenant
+	done bool
+}
+
+// releaseLocked stops counting s; h.mu is held.
+func (s *startSlot) releaseLocked() {
+	if !s.done {
+		s.done = true
+		s.t.starting--
+	}
+}
+
+// startSession counts a request of tenant that may start a session among
+// its sessions, unless they are MaxSessions already (slot is then nil; n
+// is how many). The count moves to the session when initialize made one
+// (count), so that neither a concurrent start passes the bound nor the
+// next one after it is refused while this request is finishing; endStart
+// ends it otherwise.
+func (h *Handler) startSession(tenant string) (slot *startSlot, n int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	t := h.tenantLocked(tenant)
@@ -548,11 +622,15 @@ func (h *Handler) startSession(tenant string) (done func(), n int) {
 		return nil, n
 	}
 	t.starting++
-	return func() {
-		h.mu.Lock()
-		t.starting--
-		h.mu.Unlock()
-	}, n
+	return &startSlot{t: t}, n
+}
+
+// endStart stops counting slot, if the session it made does not count
+// already.
+func (h *Handler) endStart(slot *startSlot) {
+	h.mu.Lock()
+	slot.releaseLocked()
+	h.mu.Unlock()
 }
 
 // sessions is how many sessions tenant name has open (and, while their
