@@ -14,6 +14,7 @@ import (
 
 	"github.com/hutch-sandbox/hutch/internal/agent"
 	"github.com/hutch-sandbox/hutch/internal/daemon"
+	"github.com/hutch-sandbox/hutch/internal/hostperm"
 )
 
 // maxArchiveEntries bounds the entries of an archive, both ways.
@@ -228,7 +229,7 @@ func (x *extractor) entry(hdr *tar.Header, content io.Reader) error {
 		}
 		x.made[name] = true
 	case tar.TypeReg:
-		n, err := x.ac.WriteFile(x.ctx, full, content, fileMode(uint32(hdr.Mode)&0o777))
+		n, err := x.ac.WriteFile(x.ctx, full, content, hostperm.FileMode(uint32(hdr.Mode)&0o777))
 		x.bytes += n
 		if err != nil {
 			return err

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hutch-sandbox/hutch/internal/agent"
 	"github.com/hutch-sandbox/hutch/internal/daemon"
+	"github.com/hutch-sandbox/hutch/internal/hostperm"
 )
 
 // FileInfo describes a file in the sandbox, as lstat sees it.
@@ -84,21 +85,6 @@ func unixMode(m os.FileMode) uint32 {
 		u |= 0o1000
 	}
 	return u
-}
-
-// fileMode is unixMode's inverse.
-func fileMode(u uint32) os.FileMode {
-	m := os.FileMode(u & 0o777)
-	if u&0o4000 != 0 {
-		m |= os.ModeSetuid
-	}
-	if u&0o2000 != 0 {
-		m |= os.ModeSetgid
-	}
-	if u&0o1000 != 0 {
-		m |= os.ModeSticky
-	}
-	return m
 }
 
 // agentFor is the agent of the request's sandbox.
@@ -214,7 +200,7 @@ func (h *handler) writeFile(w http.ResponseWriter, r *http.Request) error {
 		if err != nil || u > 0o7777 {
 			return errorf(daemon.ErrInvalid, "mode %q: want octal permission bits such as 0644", s)
 		}
-		mode = fileMode(uint32(u))
+		mode = hostperm.FileMode(uint32(u))
 	}
 	if err := h.checkUpload(r); err != nil {
 		return err

@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hutch-sandbox/hutch/internal/hostperm"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 )
 
@@ -343,21 +344,6 @@ func describe(e Entry) string {
 	return fmt.Sprintf("a %s, mode %04o", e.Type, e.Mode)
 }
 
-// fileMode turns permission, setuid, setgid and sticky bits into Go's.
-func fileMode(m uint32) fs.FileMode {
-	fm := fs.FileMode(m & 0o777)
-	if m&0o4000 != 0 {
-		fm |= fs.ModeSetuid
-	}
-	if m&0o2000 != 0 {
-		fm |= fs.ModeSetgid
-	}
-	if m&0o1000 != 0 {
-		fm |= fs.ModeSticky
-	}
-	return fm
-}
-
 // write applies changes, checked, in root: directories first, then each
 // file and link replaced atomically, deletions last, then directories'
 // modes, deepest first.
@@ -411,7 +397,7 @@ func (s *Set) write(root *os.Root, changes []Change, res *Result) error {
 	}
 	slices.SortFunc(dirs, func(a, b Change) int { return strings.Compare(b.Path, a.Path) })
 	for _, c := range dirs {
-		if err := root.Chmod(c.Path, fileMode(c.New.Mode)); err != nil {
+		if err := root.Chmod(c.Path, hostperm.FileMode(c.New.Mode)); err != nil {
 			return err
 		}
 		done(c.Path)
@@ -434,7 +420,7 @@ func (c Change) deleted() string {
 // link whose first name was written is made a link to it again.
 func (s *Set) replace(root *os.Root, c Change, linkFirst bool) error {
 	if c.Kind == Modified && c.Old.Type == File && c.New.Type == File && c.Old.SHA256 == c.New.SHA256 {
-		return root.Chmod(c.Path, fileMode(c.New.Mode))
+		return root.Chmod(c.Path, hostperm.FileMode(c.New.Mode))
 	}
 	if dir := path.Dir(c.Path); dir != "." {
 		if err := mkdirAll(root, dir, 0o777); err != nil {
@@ -534,7 +520,7 @@ func (s *Set) copyFile(root *os.Root, c Change, tmp string) error {
 	if hex.EncodeToString(h.Sum(nil)) != c.New.SHA256 {
 		return errors.New("the set's file changed since it was read; nothing of it written")
 	}
-	if err := dst.Chmod(fileMode(c.New.Mode)); err != nil {
+	if err := dst.Chmod(hostperm.FileMode(c.New.Mode)); err != nil {
 		return err
 	}
 	if err := dst.Sync(); err != nil {

@@ -39,3 +39,19 @@ func SandboxUmask(umask fs.FileMode) fs.FileMode {
 func Mode(m, umask fs.FileMode) fs.FileMode {
 	return m.Perm() &^ SandboxUmask(umask)
 }
+
+// FileMode is chmod's mode bits u (permissions, setuid, setgid, sticky)
+// as Go's fs.FileMode.
+func FileMode(u uint32) fs.FileMode {
+	m := fs.FileMode(u & 0o777)
+	if u&0o4000 != 0 {
+		m |= fs.ModeSetuid
+	}
+	if u&0o2000 != 0 {
+		m |= fs.ModeSetgid
+	}
+	if u&0o1000 != 0 {
+		m |= fs.ModeSticky
+	}
+	return m
+}
