@@ -98,6 +98,24 @@ func parseMixed(fs *flag.FlagSet, args []string, stderr io.Writer) ([]string, er
 }
 
 // openSet opens the set named by the first operand.
+// openChanges opens the set ops name (openSet) and returns its changes at
+// or below the paths ops name after it; a failure is said on stderr.
+func openChanges(st *changes.Store, name string, ops []string, stderr io.Writer) (*changes.Set, []changes.Change, bool) {
+	s, paths, ok := openSet(st, name, ops, stderr)
+	if !ok {
+		return nil, nil, false
+	}
+	ch, err := s.Changes()
+	if err == nil {
+		ch, err = changes.Filter(ch, paths)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "hutch changes %s: %v\n", name, err)
+		return nil, nil, false
+	}
+	return s, ch, true
+}
+
 func openSet(st *changes.Store, name string, ops []string, stderr io.Writer) (*changes.Set, []string, bool) {
 	if len(ops) == 0 {
 		fmt.Fprintf(stderr, "hutch changes %s: no ID given (hutch changes ls lists the sets)\n", name)
@@ -193,16 +211,8 @@ func changesShow(st *changes.Store, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintln(stderr, "hutch changes show: --color is auto, always or never, and --stat and --name-only do not go together")
 		return 2
 	}
-	s, paths, ok := openSet(st, "show", ops, stderr)
+	s, ch, ok := openChanges(st, "show", ops, stderr)
 	if !ok {
-		return 1
-	}
-	ch, err := s.Changes()
-	if err == nil {
-		ch, err = changes.Filter(ch, paths)
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "hutch changes show: %v\n", err)
 		return 1
 	}
 	w := bufio.NewWriterSize(stdout, 64<<10)
@@ -315,16 +325,8 @@ func changesExport(st *changes.Store, args []string, stdout, stderr io.Writer) i
 	if err != nil {
 		return usageCode(err)
 	}
-	s, paths, ok := openSet(st, "export", ops, stderr)
+	s, ch, ok := openChanges(st, "export", ops, stderr)
 	if !ok {
-		return 1
-	}
-	ch, err := s.Changes()
-	if err == nil {
-		ch, err = changes.Filter(ch, paths)
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "hutch changes export: %v\n", err)
 		return 1
 	}
 	var w io.Writer = stdout
