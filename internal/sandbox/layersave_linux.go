@@ -148,29 +148,35 @@ func (c *treeCopy) entry(src, dst string) error {
 		if err := copyFile(src, dst); err != nil {
 			return err
 		}
-	case unix.S_IFLNK:
-		target, err := os.Readlink(src)
-		if err != nil {
-			return err
-		}
-		if err := unix.Symlink(target, dst); err != nil {
-			return err
-		}
-	case unix.S_IFIFO:
-		if err := unix.Mknod(dst, unix.S_IFIFO|0o600, 0); err != nil {
-			return err
-		}
-	case unix.S_IFCHR:
-		if st.Rdev != 0 {
-			return nil // not a whiteout: no device of the host's is copied
-		}
-		if err := unix.Mknod(dst, unix.S_IFCHR|0o600, 0); err != nil {
-			return err
-		}
 	default:
-		return nil // sockets, block devices
+		made, _, err := copySpecial(src, dst, &st)
+		if !made || err != nil {
+			return err
+		}
 	}
 	return c.attributes(src, dst, &st)
+}
+
+// copySpecial makes at dst the layer entry src (of attributes st) that is
+// neither a directory nor a regular file: a symbolic link (its target
+// returned), a fifo, or a whiteout (a character device 0:0). Nothing else
+// is made — no device of the host's, no socket: made is false then.
+func copySpecial(src, dst string, st *unix.Stat_t) (made bool, target string, err error) {
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFLNK:
+		if target, err = os.Readlink(src); err != nil {
+			return false, "", err
+		}
+		return true, target, unix.Symlink(target, dst)
+	case unix.S_IFIFO:
+		return true, "", unix.Mknod(dst, unix.S_IFIFO|0o600, 0)
+	case unix.S_IFCHR:
+		if st.Rdev != 0 {
+			return false, "", nil // not a whiteout
+		}
+		return true, "", unix.Mknod(dst, unix.S_IFCHR|0o600, 0)
+	}
+	return false, "", nil // sockets, block devices
 }
 
 // copyFile copies the content of the regular file src to dst, a new file.

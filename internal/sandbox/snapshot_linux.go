@@ -138,30 +138,12 @@ func (c *snapCopy) entry(src, dst, rel string) error {
 			return err
 		}
 		return c.finish(src, dst, rel, &st, sum)
-	case unix.S_IFLNK:
-		target, err := os.Readlink(src)
-		if err != nil {
-			return err
-		}
-		if err := unix.Symlink(target, dst); err != nil {
-			return err
-		}
-		return c.finish(src, dst, rel, &st, target)
-	case unix.S_IFIFO:
-		if err := unix.Mknod(dst, unix.S_IFIFO|0o600, 0); err != nil {
-			return err
-		}
-		return c.finish(src, dst, rel, &st, "")
-	case unix.S_IFCHR:
-		if st.Rdev != 0 {
-			return nil // not a whiteout
-		}
-		if err := unix.Mknod(dst, unix.S_IFCHR|0o600, 0); err != nil {
-			return err
-		}
-		return c.finish(src, dst, rel, &st, "")
 	}
-	return nil // sockets, block devices
+	made, target, err := copySpecial(src, dst, &st)
+	if !made || err != nil {
+		return err
+	}
+	return c.finish(src, dst, rel, &st, target)
 }
 
 // relUp is the path from rel's directory back up to the layer's top.
