@@ -344,6 +344,20 @@ func describe(e Entry) string {
 	return fmt.Sprintf("a %s, mode %04o", e.Type, e.Mode)
 }
 
+// applyMode is the mode apply gives c's path: the set's, without the write
+// permissions package hostperm withholds from what comes from a sandbox
+// (others', and the group's when the user's umask withholds it) unless
+// the workspace's entry had them already: apply never widens who may
+// write a file of the user's. Set-id bits come only with --allow
+// (needsWord).
+func applyMode(c Change) fs.FileMode {
+	var had fs.FileMode
+	if c.Old.Type == c.New.Type {
+		had = hostperm.FileMode(c.Old.Mode)
+	}
+	return hostperm.FileMode(c.New.Mode) &^ (hostperm.Withheld(hostperm.Umask()) &^ had)
+}
+
 // write applies changes, checked, in root: directories first, then each
 // file and link replaced atomically, deletions last, then directories'
 // modes, deepest first.
@@ -397,7 +411,7 @@ func (s *Set) write(root *os.Root, changes []Change, res *Result) error {
 	}
 	slices.SortFunc(dirs, func(a, b Change) int { return strings.Compare(b.Path, a.Path) })
 	for _, c := range dirs {
-		if err := root.Chmod(c.Path, hostperm.FileMode(c.New.Mode)); err != nil {
+		if err := root.Chmod(c.Path, applyMode(c)); err != nil {
 			return err
 		}
 		done(c.Path)
@@ -420,7 +434,7 @@ func (c Change) deleted() string {
 // link whose first name was written is made a link to it again.
 func (s *Set) replace(root *os.Root, c Change, linkFirst bool) error {
 	if c.Kind == Modified && c.Old.Type == File && c.New.Type == File && c.Old.SHA256 == c.New.SHA256 {
-		return root.Chmod(c.Path, hostperm.FileMode(c.New.Mode))
+		return root.Chmod(c.Path, applyMode(c))
 	}
 	if dir := path.Dir(c.Path); dir != "." {
 		if err := mkdirAll(root, dir, 0o777); err != nil {
@@ -520,7 +534,7 @@ func (s *Set) copyFile(root *os.Root, c Change, tmp string) error {
 	if hex.EncodeToString(h.Sum(nil)) != c.New.SHA256 {
 		return errors.New("the set's file changed since it was read; nothing of it written")
 	}
-	if err := dst.Chmod(hostperm.FileMode(c.New.Mode)); err != nil {
+	if err := dst.Chmod(applyMode(c)); err != nil {
 		return err
 	}
 	if err := dst.Sync(); err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hutch-sandbox/hutch/internal/hostperm"
 	"github.com/hutch-sandbox/hutch/internal/testutil"
 )
 
@@ -438,5 +440,31 @@ func TestStoreOpenAndDiscard(t *testing.T) {
 	}
 	if _, err := os.Stat(s.Dir()); !os.IsNotExist(err) {
 		t.Errorf("set's directory after discard: %v", err)
+	}
+}
+
+// TestApplyNeverWidens: apply gives nothing of the set write permission
+// for others (package hostperm's rule for what comes from a sandbox),
+// whatever mode the set holds, new file, changed file or directory; a
+// file of the workspace that was writable by others already keeps it.
+func TestApplyNeverWidens(t *testing.T) {
+	ws := workspace(t, map[string]string{"mine": "m\n", "open": "o\n"})
+	if err := os.Chmod(filepath.Join(ws, "open"), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	s := review(t, ws, "echo n > new && chmod 666 new && echo x >> mine && chmod 666 mine && mkdir d && chmod 777 d && echo y >> open")
+	ch, err := s.Changes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Apply(ch, ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for p, want := range map[string]fs.FileMode{"new": 0o664 &^ hostperm.Withheld(hostperm.Umask()), "mine": 0o664 &^ hostperm.Withheld(hostperm.Umask()),
+		"d": 0o775 &^ hostperm.Withheld(hostperm.Umask()), "open": 0o666} {
+		fi, err := os.Stat(filepath.Join(ws, p))
+		if err != nil || fi.Mode().Perm() != want {
+			t.Errorf("%s after apply: %v, %v; want %v", p, fi.Mode().Perm(), err, want)
+		}
 	}
 }
