@@ -175,3 +175,28 @@ func TestRunReviewImage(t *testing.T) {
 		})
 	}
 }
+
+// TestChangeSetsClosed: the change sets are closed to every sandbox,
+// wherever $XDG_STATE_HOME puts them — here inside the workspace itself:
+// a later command can neither read a set (another project's work, its
+// bases) nor write into one (what a person would then apply as reviewed).
+func TestChangeSetsClosed(t *testing.T) {
+	testutil.RequireRoot(t)
+	ws := t.TempDir()
+	env := append(baseEnv(ws), "XDG_STATE_HOME="+filepath.Join(ws, ".xdg"))
+	r := hutch(t, invocation{dir: ws, env: env, args: append([]string{"run", "--review"}, sh("echo secret-work > w.txt")...)})
+	wantOK(t, r)
+	m := summaryID.FindStringSubmatch(r.stderr)
+	if m == nil {
+		t.Fatalf("no change set:\n%s", r)
+	}
+	set := filepath.Join(".xdg", "hutch", "changes", m[1])
+	r = hutch(t, invocation{dir: ws, env: env, args: append([]string{"run"}, sh(
+		"cat "+set+"/upper/w.txt "+set+"/meta.json 2>/dev/null && echo READ; echo evil > "+set+"/upper/evil 2>/dev/null && echo WROTE; echo control > c.txt && echo CONTROL")...)})
+	if strings.Contains(r.stdout, "READ") || strings.Contains(r.stdout, "WROTE") || !strings.Contains(r.stdout, "CONTROL") {
+		t.Errorf("a sandbox reached the change sets (want only the control):\n%s", r)
+	}
+	if _, err := os.Stat(filepath.Join(ws, set, "upper", "evil")); !os.IsNotExist(err) {
+		t.Errorf("a file was planted in the change set: %v", err)
+	}
+}

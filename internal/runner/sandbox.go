@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/hutch-sandbox/hutch/internal/changes"
 	"github.com/hutch-sandbox/hutch/internal/image"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
@@ -53,7 +54,14 @@ func (rf *Flags) Prepare(spec policy.Spec, stderr io.Writer) (*Sandbox, error) {
 	// layers every sandbox of them runs, HUTCH_STATE_DIR perhaps a
 	// daemon's; of a system directory named so, the store. Read-only too,
 	// should --allow-read open it in a writable place.
-	for _, d := range []string{stateDir, os.Getenv("HUTCH_STATE_DIR")} {
+	// The change sets of review mode too, wherever $XDG_STATE_HOME puts
+	// them: what a sandbox could write there, a person would apply as
+	// reviewed (and their bases decide the conflicts).
+	changeSets := ""
+	if st, err := changes.DefaultStore(); err == nil {
+		changeSets = st.Dir()
+	}
+	for _, d := range []string{stateDir, os.Getenv("HUTCH_STATE_DIR"), changeSets} {
 		if abs, err := filepath.Abs(d); d != "" && err == nil {
 			if policy.SystemDir(abs) {
 				abs = filepath.Join(abs, "images")
