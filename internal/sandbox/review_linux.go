@@ -33,6 +33,18 @@ import (
 // Every other protection of the workspace (deny-write binds, placeholders'
 // covers, git directories, deny-read masks) is made on the view's paths,
 // so it applies to the overlay as it does to the workspace.
+//
+// Under a root layer (a served sandbox's root over the host's or an
+// image's), root's hutch builds the same overlay with the sandbox's user
+// namespace, which maps ids 0–65535: a host file of id N shows as N, and
+// what the sandbox writes keeps the host ids it has (RootMappedID+N). The
+// layer holds the directory the overlay is attached over (at
+// workspace_at), and the workspace's protections are computed on the
+// host directory as for a host's root (roots are the workspace alone) and
+// made at workspace_at. The sandbox keeps every mode in its own root (no
+// host-write seccomp rules, which would refuse a package manager's setuid
+// files): the change set reaches the workspace only through package
+// changes, which applies package hostperm's rule.
 
 // reviewDirs checks dir, a change set's directory, before the overlay is
 // built: dir/upper and dir/work must be directories of one filesystem,

@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/hutch-sandbox/hutch/internal/agent"
 	"github.com/hutch-sandbox/hutch/internal/changes"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/testutil"
@@ -96,11 +97,11 @@ echo layer > /etc/hutch-review-layer
 `
 
 // reviewWant is what the command must say (reviewScript) in a workspace
-// whose root belongs to wsOwner in the view.
-func reviewWant(wsOwner string) []string {
+// at at whose root belongs to wsOwner in the view.
+func reviewWant(at, wsOwner string) []string {
 	uid := testutil.UnprivilegedUID
 	return []string{
-		"cwd=/workspace\n", fmt.Sprintf("own=%d:%d\n", uid, uid), "wsown=" + wsOwner + "\n",
+		"cwd=" + at + "\n", fmt.Sprintf("own=%d:%d\n", uid, uid), "wsown=" + wsOwner + "\n",
 		"config-protected\n", "hook-protected\n", "mcp-protected\n",
 	}
 }
@@ -130,11 +131,11 @@ func runReview(t *testing.T, cfg Config, script string) string {
 	return got
 }
 
-// checkReviewed checks what a run of reviewScript left: the host's
-// workspace as it was (before, describe's), the changes the set reads,
-// with the owners the sandbox wrote them as, and nothing of the layer's on
-// the host.
-func (f *reviewFixture) checkReviewed(t *testing.T, before map[string]string) {
+// changed checks that the host's workspace is as it was (before,
+// describe's) and returns the changes the set reads, a line each, sorted:
+// kind, path, and where it was renamed from and which path it is a hard
+// link of.
+func (f *reviewFixture) changed(t *testing.T, before map[string]string) []string {
 	t.Helper()
 	if after := describe(t, f.ws); !maps.Equal(before, after) {
 		t.Errorf("the host's workspace changed:\nbefore %v\nafter  %v", before, after)
@@ -155,6 +156,16 @@ func (f *reviewFixture) checkReviewed(t *testing.T, before map[string]string) {
 		kinds = append(kinds, s)
 	}
 	slices.Sort(kinds)
+	return kinds
+}
+
+// checkReviewed checks what a run of reviewScript left: the host's
+// workspace as it was (before, describe's), the changes the set reads,
+// with the owners the sandbox wrote them as, and nothing of the layer's on
+// the host.
+func (f *reviewFixture) checkReviewed(t *testing.T, before map[string]string) {
+	t.Helper()
+	kinds := f.changed(t, before)
 	want := []string{
 		"added d/y", "added hard", "added link", "added new.txt =hard",
 		"deleted d/old", "deleted gone.txt", "deleted old-link",
@@ -220,7 +231,7 @@ ln -s ` + f.ws + ` /escape && echo x > /escape/gone.txt
 		Spec: reviewSpec(t, f.ws), Environ: []string{"PATH=/usr/bin:/bin"}, RootCaps: true, ReviewDir: f.set.Dir(),
 		RootLayer: &RootLayer{SizeBytes: 64 << 20, Hide: []string{f.store}},
 	}, reviewScript+escape)
-	for _, want := range append(reviewWant("0:0"), "host-path=[] store=[]\n", "no-hard-link\n", "hooks-protected\n") {
+	for _, want := range append(reviewWant("/workspace", "0:0"), "host-path=[] store=[]\n", "no-hard-link\n", "hooks-protected\n") {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
@@ -229,6 +240,26 @@ ln -s ` + f.ws + ` /escape && echo x > /escape/gone.txt
 	if _, err := os.Lstat(filepath.Join(f.set.Upper(), "keep.txt")); !os.IsNotExist(err) {
 		t.Errorf("a write through the host path reached the change set (%v)", err)
 	}
+}
+
+// TestReviewRootLayerAtHostPath: without workspace_at, the reviewed
+// directory is at its host path in the view over the host's root.
+func TestReviewRootLayerAtHostPath(t *testing.T) {
+	testutil.RequireRoot(t)
+	f := newReviewFixture(t)
+	before := describe(t, f.ws)
+	s := reviewSpec(t, f.ws)
+	s.Filesystem.WorkspaceAt = ""
+	out := runReview(t, Config{
+		Spec: s, Environ: []string{"PATH=/usr/bin:/bin"}, RootCaps: true, ReviewDir: f.set.Dir(),
+		RootLayer: &RootLayer{SizeBytes: 64 << 20, Hide: []string{f.store}},
+	}, reviewScript+`test -e /workspace || echo no-workspace`)
+	for _, want := range append(reviewWant(f.ws, "0:0"), "no-workspace\n") {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	f.checkReviewed(t, before)
 }
 
 // TestReviewImageLayers: the same over an image's layers
@@ -242,7 +273,7 @@ func TestReviewImageLayers(t *testing.T) {
 		Spec: reviewSpec(t, f.ws), Environ: []string{"PATH=/bin"}, RootCaps: true, ReviewDir: f.set.Dir(),
 		RootLayer: &RootLayer{SizeBytes: 64 << 20, Lowers: []string{base, top}, UID: 1000, GID: 1000},
 	}, reviewScript+`cat /etc/motd; test -e `+f.ws+` || echo no-host-path`)
-	for _, want := range append(reviewWant("1000:1000"), "from the image\n", "no-host-path\n") {
+	for _, want := range append(reviewWant("/workspace", "1000:1000"), "from the image\n", "no-host-path\n") {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
@@ -341,5 +372,44 @@ func TestReviewRootLayerRefused(t *testing.T) {
 		`ls `+f.store+` 2>/dev/null || echo store-denied`)
 	if out != "store-denied\n" {
 		t.Errorf("the store denied to read: %q", out)
+	}
+}
+
+// TestStartReviewRootLayer: a long-lived sandbox (Start, as hutch serve
+// runs them) with a root layer reviews a host directory: its commands
+// start in the workspace, and what they and its agent write, remove or
+// rename there lands in the change set, the host's directory unchanged.
+func TestStartReviewRootLayer(t *testing.T) {
+	testutil.RequireRoot(t)
+	f := newReviewFixture(t)
+	before := describe(t, f.ws)
+	sb, c, ctx := startAgent(t, Config{
+		Spec: reviewSpec(t, f.ws), Environ: []string{"PATH=/usr/bin:/bin", "HOME=/root"}, RootCaps: true, ReviewDir: f.set.Dir(),
+		RootLayer: &RootLayer{SizeBytes: 16 << 20, Hide: []string{"/root", f.store}},
+	})
+	p, err := c.Exec(ctx, agent.ExecRequest{Args: []string{"sh", "-c", `echo "cwd=$PWD"; echo new > new.txt; rm gone.txt`}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := io.ReadAll(io.MultiReader(p.Stdout, p.Stderr))
+	if st, err := p.Wait(); err != nil || st.Code != 0 || string(out) != "cwd=/workspace\n" {
+		t.Fatalf("exec: %+v, %v\n%s", st, err, out)
+	}
+	if _, err := c.WriteFile(ctx, "/workspace/from-agent", strings.NewReader("hello"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Rename(ctx, "/workspace/from.txt", "/workspace/to.txt"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Remove(ctx, "/workspace/d", true); err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.Close(); err != nil {
+		t.Errorf("close: %v", err)
+	}
+	kinds := f.changed(t, before)
+	want := []string{"added from-agent", "added new.txt", "deleted d", "deleted d/old", "deleted gone.txt", "renamed to.txt from from.txt"}
+	if !slices.Equal(kinds, want) {
+		t.Errorf("the change set: %q, want %q", kinds, want)
 	}
 }
