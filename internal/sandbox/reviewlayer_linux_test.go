@@ -45,7 +45,9 @@ func newReviewFixture(t *testing.T) *reviewFixture {
 		"edit.txt": "before\n", "gone.txt": "bye\n", "from.txt": "moved content\n", "mode.sh": "#!/bin/sh\n",
 		"touched.txt": "same\n", "keep.txt": "kept\n", "d/old": "old\n",
 		".git/HEAD": "ref: refs/heads/main\n", ".git/config": "[core]\n", ".git/hooks/README": "hooks\n",
-		".git/objects/.keep": "", ".git/refs/heads/.keep": "",
+		".git/objects/.keep": "", ".git/refs/heads/.keep": "", "secret.txt": "secret\n",
+		"sub/repo/.git/HEAD": "ref: refs/heads/main\n", "sub/repo/.git/config": "[core]\n",
+		"sub/repo/.git/objects/.keep": "", "sub/repo/.git/refs/heads/.keep": "",
 	}
 	for p, content := range files {
 		full := filepath.Join(f.ws, p)
@@ -94,6 +96,9 @@ echo layer > /etc/hutch-review-layer
 (echo x >> .git/config) 2>/dev/null && echo config-written || echo config-protected
 (echo x > .git/hooks/pre-commit) 2>/dev/null && echo hook-written || echo hook-protected
 (echo x > .mcp.json) 2>/dev/null && echo mcp-written || echo mcp-protected
+(echo x > sub/repo/.git/hooks) 2>/dev/null && echo nested-hooks-written || echo nested-hooks-protected
+(echo x >> keep.txt) 2>/dev/null && echo keep-written || echo keep-protected
+echo "secret=[$(cat secret.txt 2>/dev/null)]"
 `
 
 // reviewWant is what the command must say (reviewScript) in a workspace
@@ -102,7 +107,8 @@ func reviewWant(at, wsOwner string) []string {
 	uid := testutil.UnprivilegedUID
 	return []string{
 		"cwd=" + at + "\n", fmt.Sprintf("own=%d:%d\n", uid, uid), "wsown=" + wsOwner + "\n",
-		"config-protected\n", "hook-protected\n", "mcp-protected\n",
+		"config-protected\n", "hook-protected\n", "mcp-protected\n", "nested-hooks-protected\n",
+		"keep-protected\n", "secret=[]\n",
 	}
 }
 
@@ -191,7 +197,8 @@ func (f *reviewFixture) checkReviewed(t *testing.T, before map[string]string) {
 	}
 }
 
-// reviewSpec is the policy of a sandbox that reviews ws at /workspace.
+// reviewSpec is the policy of a sandbox that reviews ws at /workspace,
+// where keep.txt is denied writing and secret.txt reading.
 func reviewSpec(t *testing.T, ws string) policy.Spec {
 	t.Helper()
 	var s policy.Spec
@@ -199,6 +206,8 @@ func reviewSpec(t *testing.T, ws string) policy.Spec {
 		t.Fatal(err)
 	}
 	s.Filesystem.WorkspaceAt = "/workspace"
+	s.Filesystem.DenyWrite = append(s.Filesystem.DenyWrite, filepath.Join(ws, "keep.txt"))
+	s.Filesystem.DenyRead = append(s.Filesystem.DenyRead, filepath.Join(ws, "secret.txt"))
 	return s
 }
 
