@@ -566,7 +566,7 @@ func parseReviewWorkspaces(flags []string) (map[string]daemon.ReviewWorkspace, e
 	for _, f := range flags {
 		name, rest, ok := strings.Cut(f, "=")
 		if !ok || name == "" || rest == "" {
-			return nil, fmt.Errorf("%q: want NAME=DIR or NAME=DIR@TENANT,...", f)
+			return nil, fmt.Errorf("%q: want NAME=DIR or NAME=DIR@TENANT[,TENANT]", f)
 		}
 		var ws daemon.ReviewWorkspace
 		dir, tenants, _ := strings.Cut(rest, "@")
