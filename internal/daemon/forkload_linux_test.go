@@ -64,7 +64,7 @@ type forkBase struct {
 // keeps: a snapshot past MaxSnapshotBytes is refused, the deleted ones
 // stop counting. When every sandbox is destroyed, nothing is left: no
 // layer, record, temporary copy, sandbox directory or mount under the
-// state directory. Each base takes about 20 s on two busy cores.
+// state directory. Each base takes 10 to 30 s on two cores, busy or not.
 func TestForkLoad(t *testing.T) {
 	for name, b := range map[string]forkBase{
 		"image": {
