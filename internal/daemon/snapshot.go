@@ -109,7 +109,8 @@ func (m *Manager) openSnapshots(ctx context.Context) error {
 }
 
 // collectLayers removes the records of deleted snapshots whose layers no
-// sandbox stacks, then the layers no record names and no sandbox stacks.
+// sandbox stacks, then the layers no snapshot that is not deleted names
+// and no sandbox stacks.
 func (m *Manager) collectLayers(ctx context.Context) error {
 	m.refMu.Lock()
 	defer m.refMu.Unlock()
@@ -119,18 +120,22 @@ func (m *Manager) collectLayers(ctx context.Context) error {
 	}
 	named := map[string]bool{}
 	for _, sn := range all {
+		if !sn.Deleted {
+			for _, l := range sn.Layers {
+				named[l] = true
+			}
+			continue
+		}
+		// A deleted snapshot keeps none of its layers: those running
+		// sandboxes stack are held. Its record goes with the last.
 		inUse := false
 		for _, l := range sn.Layers {
 			inUse = inUse || m.layerRefs[l] > 0
 		}
-		if sn.Deleted && !inUse {
+		if !inUse {
 			if err := m.st.RemoveSnapshot(ctx, sn.ID); err != nil {
 				return err
 			}
-			continue
-		}
-		for _, l := range sn.Layers {
-			named[l] = true
 		}
 	}
 	ents, err := os.ReadDir(filepath.Join(m.snapRoot, "layers"))
@@ -275,22 +280,30 @@ func (m *Manager) snapshot(ctx context.Context, tenant, id, name string) (store.
 	if err != nil {
 		return store.Snapshot{}, err
 	}
-	m.refMu.Lock()
-	if _, err = os.Lstat(dst); errors.Is(err, os.ErrNotExist) {
-		err = os.Rename(filepath.Join(tmp, "layer"), dst)
-	} // else (nil): the same layer, of another snapshot
-	m.refMu.Unlock()
-	if err != nil {
-		return store.Snapshot{}, err
-	}
 	sn := store.Snapshot{
 		ID: newSnapID(), Tenant: tenant, Source: id, Root: l.root, Image: l.image,
 		Layers: append(append([]string(nil), l.snapLayers...), made.Digest),
 		Size:   l.snapSize + made.Size, Created: time.Now(), Name: name,
 	}
-	if err := m.st.InsertSnapshot(ctx, sn); errors.Is(err, store.ErrConflict) && name != "" {
-		return store.Snapshot{}, fmt.Errorf("snapshot of sandbox %s: the tenant has a snapshot named %q already: %w", id, name, ErrConflict)
-	} else if err != nil {
+	// The layer in place and its record are one step for collectLayers,
+	// which would otherwise remove it as named by no snapshot (a new
+	// one, or one whose last snapshot is deleted meanwhile).
+	m.refMu.Lock()
+	if _, err = os.Lstat(dst); errors.Is(err, os.ErrNotExist) {
+		err = os.Rename(filepath.Join(tmp, "layer"), dst)
+	} // else (nil): the same layer, of another snapshot
+	if err == nil {
+		err = m.st.InsertSnapshot(ctx, sn)
+	}
+	m.refMu.Unlock()
+	if err != nil {
+		// A layer no record names goes now, not at the next collection.
+		if cerr := m.collectLayers(context.Background()); cerr != nil {
+			m.log.Warn("collect snapshot layers", "err", cerr)
+		}
+		if errors.Is(err, store.ErrConflict) && name != "" {
+			return store.Snapshot{}, fmt.Errorf("snapshot of sandbox %s: the tenant has a snapshot named %q already: %w", id, name, ErrConflict)
+		}
 		return store.Snapshot{}, err
 	}
 	l.ev.append(EventSnapshot, map[string]any{"snapshot": sn.ID, "size": sn.Size}, false)

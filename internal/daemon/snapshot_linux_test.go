@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -39,6 +40,16 @@ stat -c %U /workspace/new.txt; cat /etc/debian_version >/dev/null && echo base i
 	if out != want {
 		t.Errorf("the sandbox from the snapshot sees\n%s\nwant\n%s", out, want)
 	}
+}
+
+// layerCount is how many layers m's snapshot store holds.
+func layerCount(t *testing.T, m *Manager) int {
+	t.Helper()
+	ents, err := os.ReadDir(filepath.Join(m.snapRoot, "layers"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
 }
 
 // TestSnapshotCreate: a snapshot of a sandbox that added, changed and
@@ -138,20 +149,13 @@ func TestSnapshotDeleteInUse(t *testing.T) {
 		t.Errorf("delete it twice: %v", err)
 	}
 	checkChanges(t, m, "a", user.ID)
-	layers := func() int {
-		ents, err := os.ReadDir(filepath.Join(m.snapRoot, "layers"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return len(ents)
-	}
-	if n := layers(); n != 1 {
+	if n := layerCount(t, m); n != 1 {
 		t.Errorf("%d layers while a sandbox stacks the deleted snapshot's, want 1", n)
 	}
 	if err := m.Destroy(ctx, "a", user.ID); err != nil {
 		t.Fatal(err)
 	}
-	if n := layers(); n != 0 {
+	if n := layerCount(t, m); n != 0 {
 		t.Errorf("%d layers once no sandbox stacks the deleted snapshot's, want 0", n)
 	}
 	if all, err := m.st.ListSnapshots(ctx, "", true); err != nil || len(all) != 0 {
@@ -256,5 +260,57 @@ func TestFork(t *testing.T) {
 	}
 	if _, err := m.Fork(ctx, "b", src.ID, 1, 0); !errors.Is(err, ErrNotFound) {
 		t.Errorf("another tenant's fork: %v", err)
+	}
+}
+
+// TestSnapshotCollectRace: a snapshot keeps its layer while the layers
+// no snapshot names are collected meanwhile (as a sandbox's end or a
+// deletion elsewhere does at any time): a new layer is never seen
+// between its copy and the record that names it.
+func TestSnapshotCollectRace(t *testing.T) {
+	m := newManager(t, Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	src := mustCreate(t, m, "a", CreateRequest{})
+	mustRun(t, m, "a", src.ID, "echo mine > /workspace/mine")
+	stop := make(chan struct{})
+	collected := make(chan error, 1)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				collected <- nil
+				return
+			default:
+			}
+			if err := m.collectLayers(ctx); err != nil {
+				collected <- err
+				return
+			}
+		}
+	}()
+	for range 25 {
+		sn, err := m.Snapshot(ctx, "a", src.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// What a create from it checks first.
+		row, err := m.st.GetSnapshot(ctx, "a", sn.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, release, err := m.holdLayers(row.Layers); err != nil {
+			t.Errorf("snapshot %s, just taken: %v", sn.ID, err)
+		} else {
+			release()
+		}
+		// Its layer goes with it: the next snapshot copies it anew.
+		if err := m.DeleteSnapshot(ctx, "a", sn.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	if err := <-collected; err != nil {
+		t.Fatal(err)
 	}
 }
