@@ -35,6 +35,7 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/mcphttp"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
+	"github.com/hutch-sandbox/hutch/internal/webui"
 )
 
 // defaultStateDir is where the daemon keeps its state by default.
@@ -78,6 +79,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 	minTier := fs.String("min-tier", "", "refuse sandboxes of a `tier` weaker than this (namespace < gvisor); default: none refused")
 	runsc := fs.String("runsc", "", "gVisor's runsc `binary` for the gvisor tier (default: runsc on PATH; it must be the pinned version, and without one the tier is refused with the command that installs it)")
 	noMCP := fs.Bool("no-mcp", false, "do not speak MCP at /mcp")
+	noUI := fs.Bool("no-ui", false, "do not serve the review pages at /ui/")
 	mcpMaxBody := fs.String("mcp-max-body", "32m", "largest body of an MCP request, a `size` (a file_write of 10 MiB in base64 takes 14m)")
 	mcpSessionTimeout := fs.Duration("mcp-session-timeout", mcphttp.DefaultSessionTimeout, "end an MCP session idle for `duration`")
 	mcpMaxSessions := fs.Int("mcp-max-sessions", mcphttp.DefaultMaxSessions, "most MCP sessions a tenant may have open at once")
@@ -300,8 +302,25 @@ func cmdServe(args []string, stderr io.Writer) int {
 		stopMCP := context.AfterFunc(ctx, mh.Close)
 		defer stopMCP()
 	}
+	if !*noUI {
+		// The review pages on the same listeners, their requests to the
+		// API authenticated by the login cookie; the same names answered
+		// as /mcp's.
+		hosts, err := mcphttp.AllowedHosts(mcpAllowedHosts, *mcpPublicURL)
+		if err != nil {
+			return failed(err)
+		}
+		ui, err := webui.New(webui.Config{Store: m.Store(), Hosts: hosts, Secure: strings.HasPrefix(*mcpPublicURL, "https:"), Log: log})
+		if err != nil {
+			return failed(err)
+		}
+		h = ui.Mount(h)
+	}
 	for _, l := range ls {
 		fmt.Fprintf(stderr, "hutch: listening on %s\n", listenerURL(l))
+		if l.Addr().Network() != "unix" && !*noUI {
+			fmt.Fprintf(stderr, "hutch: review pages at %s%s\n", listenerURL(l), webui.Path)
+		}
 	}
 	// Where this daemon answers, for `hutch token create --state-dir`,
 	// next to the lock it holds.

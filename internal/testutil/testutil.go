@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"syscall"
 	"testing"
@@ -213,4 +214,30 @@ func RunAsUser(t *testing.T, pattern string) {
 	if err != nil || !bytes.Contains(out, []byte("\nPASS")) || bytes.Contains(out, []byte("--- SKIP")) {
 		t.Errorf("as uid %d: %v\n%s", id, err, out)
 	}
+}
+
+// ProcessesWith returns the processes whose command lines contain every
+// one of words: what a test started and must find gone (a browser by its
+// profile directory, runsc by its state directory).
+func ProcessesWith(words ...string) []int {
+	var out []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		all := true
+		for _, w := range words {
+			all = all && bytes.Contains(b, []byte(w))
+		}
+		if all {
+			out = append(out, pid)
+		}
+	}
+	return out
 }
