@@ -225,6 +225,25 @@ func (c *Client) call(ctx context.Context, method, path string, q url.Values, in
 	return nil
 }
 
+// copyTo copies the answer of GET path?q to w; what names the transfer in
+// an error (one the daemon broke off, too).
+func (c *Client) copyTo(ctx context.Context, path string, q url.Values, w io.Writer, what string) (int64, error) {
+	req, err := c.newRequest(ctx, http.MethodGet, path, q, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := c.send(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	n, err := io.Copy(w, resp.Body)
+	if err != nil {
+		return n, fmt.Errorf("hutch client: %s: %w", what, err)
+	}
+	return n, nil
+}
+
 // sandboxPath is the path of a sandbox's resource.
 func sandboxPath(id string, rest ...string) string {
 	p := "/v1/sandboxes/" + url.PathEscape(id)

@@ -82,20 +82,7 @@ func pathQuery(path string) url.Values { return url.Values{"path": {path}} }
 // (absolute) to w and returns the number of bytes copied. A transfer the
 // daemon broke off (the file changed, the sandbox ended) is an error.
 func (c *Client) ReadFile(ctx context.Context, id, path string, w io.Writer) (int64, error) {
-	req, err := c.newRequest(ctx, http.MethodGet, sandboxPath(id, "files"), pathQuery(path), nil)
-	if err != nil {
-		return 0, err
-	}
-	resp, err := c.send(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	n, err := io.Copy(w, resp.Body)
-	if err != nil {
-		return n, fmt.Errorf("hutch client: read %s: %w", path, err)
-	}
-	return n, nil
+	return c.copyTo(ctx, sandboxPath(id, "files"), pathQuery(path), w, "read "+path)
 }
 
 // WriteFile replaces the file at path in the sandbox with the content of
@@ -183,19 +170,8 @@ func (c *Client) Rename(ctx context.Context, id, from, to string) error {
 // every entry below dir, named relative to it; symlinks are archived as
 // symlinks, never followed. A transfer the daemon broke off is an error.
 func (c *Client) Download(ctx context.Context, id, dir string, w io.Writer) error {
-	req, err := c.newRequest(ctx, http.MethodGet, sandboxPath(id, "archive"), pathQuery(dir), nil)
-	if err != nil {
-		return err
-	}
-	resp, err := c.send(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if _, err := io.Copy(w, resp.Body); err != nil {
-		return fmt.Errorf("hutch client: download %s: %w", dir, err)
-	}
-	return nil
+	_, err := c.copyTo(ctx, sandboxPath(id, "archive"), pathQuery(dir), w, "download "+dir)
+	return err
 }
 
 // Upload extracts the tar stream r into the directory dir of the sandbox

@@ -88,6 +88,9 @@ The daemon and its clients:
   hutch snapshots [-q]                     list your snapshots
   hutch fork [-n N] ID                     N copies of sandbox ID as it is now
                                            (its files, not its processes)
+  hutch diff [--against ROOT] ID [PATH...] what sandbox ID changed in its root,
+                                           against its image (or the host's
+                                           root), a snapshot or a sandbox
   hutch events [--since N] ID              print sandbox ID's events as they
                                            happen, until it ends or Ctrl-C
 
@@ -154,6 +157,8 @@ func run(args []string, stdin, stdout, stderr *os.File) int {
 		return cmdSnapshots(args[1:], stdout, stderr)
 	case "fork":
 		return cmdFork(args[1:], stdout, stderr)
+	case "diff":
+		return cmdDiff(args[1:], stdout, stderr)
 	case "pause":
 		return cmdPause(args[1:], stdout, stderr)
 	case "resume":
@@ -177,7 +182,7 @@ func run(args []string, stdin, stdout, stderr *os.File) int {
 }
 
 // commands are hutch's commands, for suggestions after a typo.
-var commands = []string{"run", "policy", "version", "proxy-connect", "mcp", "serve", "token", "image", "audit", "changes", "create", "exec", "cp", "ls", "rm", "pause", "resume", "snapshot", "snapshots", "fork", "events", "help"}
+var commands = []string{"run", "policy", "version", "proxy-connect", "mcp", "serve", "token", "image", "audit", "changes", "create", "exec", "cp", "ls", "rm", "pause", "resume", "snapshot", "snapshots", "fork", "diff", "events", "help"}
 
 func cmdRun(args []string, stdin, stdout, stderr *os.File) int {
 	fs, rf := runner.NewFlags("run", "Usage: hutch run [flags] -- COMMAND [ARGS...]\n\nRuns COMMAND in a new sandbox.\n", stderr)

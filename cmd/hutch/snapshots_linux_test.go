@@ -5,10 +5,11 @@ import (
 	"testing"
 )
 
-// TestSnapshotCLI: hutch snapshot, snapshots, create --snapshot, fork and
-// snapshot rm against a real daemon: a sandbox made from the snapshot,
-// and each fork, start with what the source had written, and what they
-// write reaches neither the source nor each other.
+// TestSnapshotCLI: hutch snapshot, snapshots, create --snapshot, fork,
+// diff and snapshot rm against a real daemon: a sandbox made from the
+// snapshot, and each fork, start with what the source had written, what
+// they write reaches neither the source nor each other, and hutch diff
+// shows it against the base, the snapshot and the source.
 func TestSnapshotCLI(t *testing.T) {
 	d := startDaemonWith(t, nil)
 	r := d.admin(t, "create")
@@ -35,6 +36,33 @@ func TestSnapshotCLI(t *testing.T) {
 	}
 	if r := d.admin(t, "exec", src, "--", "cat", "f"); r.stdout != "from-source\n" {
 		t.Errorf("the copy's write reached the source: %s", r)
+	}
+
+	// hutch diff: against the base, the snapshot, the source.
+	r = d.admin(t, "diff", "--name-only", copy)
+	wantOK(t, r)
+	if r.stdout != "workspace/f\n" {
+		t.Fatalf("hutch diff --name-only: %s", r)
+	}
+	if r := d.admin(t, "diff", copy); !strings.Contains(r.stdout, "diff --git a/workspace/f b/workspace/f\nnew file mode 100644\n") || !strings.Contains(r.stdout, "+from-copy\n") {
+		t.Errorf("hutch diff: %s", r)
+	}
+	for _, against := range []string{sid, src} {
+		if r := d.admin(t, "diff", "--against", against, copy, "workspace"); !strings.Contains(r.stdout, "-from-source\n+from-copy\n") {
+			t.Errorf("hutch diff --against %s: %s", against, r)
+		}
+	}
+	if r := d.admin(t, "diff", "--stat", copy, "--against", src); !strings.Contains(r.stdout, " workspace/f | 2 +-\n 1 file changed, 1 insertion(+), 1 deletion(-)\n") {
+		t.Errorf("hutch diff --stat: %s", r)
+	}
+	if r := d.admin(t, "diff", "--color=always", "--against", src, copy); !strings.Contains(r.stdout, "\x1b[32m+from-copy\x1b[m\n") {
+		t.Errorf("hutch diff --color=always: %q", r.stdout)
+	}
+	if r := d.admin(t, "diff", src, "nothing/here"); r.code != 1 || !strings.Contains(r.stderr, "nothing/here") {
+		t.Errorf("hutch diff of a path without changes: %s", r)
+	}
+	if r := d.admin(t, "diff", "--against", "snap-doesnotexist", src); r.code != 1 || !strings.Contains(r.stderr, "snap-doesnotexist") {
+		t.Errorf("hutch diff against an unknown snapshot: %s", r)
 	}
 	r = d.admin(t, "fork", "-n", "2", src)
 	wantOK(t, r)

@@ -160,6 +160,7 @@ func (h *handler) table() []route {
 		r("GET /v1/sandboxes/{id}/events", ro, h.events),
 		r("POST /v1/sandboxes/{id}/snapshots", "snapshot", h.snapshot),
 		r("POST /v1/sandboxes/{id}/fork", "fork", h.fork),
+		r("GET /v1/sandboxes/{id}/diff", ro, h.diff),
 		r("GET /v1/snapshots", ro, h.listSnapshots),
 		r("GET /v1/snapshots/{sid}", ro, h.getSnapshot),
 		r("DELETE /v1/snapshots/{sid}", "delete_snapshot", h.deleteSnapshot),

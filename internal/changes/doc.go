@@ -18,4 +18,9 @@
 // links out of the workspace and setuid or setgid bits need the user to
 // name them. ApplyBranch commits a set on a new git branch without touching
 // the working tree or the index; Export writes a patch git apply accepts.
+//
+// A Stack is a root made of layers over a base, read as overlayfs shows it
+// without mounting anything; Compare turns two stacks into changes (the
+// diff of a served sandbox against its base, a snapshot or another
+// sandbox), which the same renderers write through Sides.
 package changes

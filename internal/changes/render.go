@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"os"
 	"path"
 	"strings"
 	"unicode/utf8"
@@ -76,8 +77,8 @@ type side struct {
 	tooLarge bool
 }
 
-// read loads what e at rel below root holds, up to limit bytes.
-func read(root, rel string, e Entry, limit int64) (side, error) {
+// read loads what e at rel of o holds, up to limit bytes.
+func read(o Opener, rel string, e Entry, limit int64) (side, error) {
 	s := side{path: rel, e: e}
 	switch e.Type {
 	case File:
@@ -85,7 +86,7 @@ func read(root, rel string, e Entry, limit int64) (side, error) {
 			s.tooLarge = true
 			return s, nil
 		}
-		f, err := openBeneath(root, rel)
+		f, err := o.Open(rel)
 		if err != nil {
 			return s, err
 		}
@@ -109,6 +110,25 @@ func binary(data []byte) bool {
 	return bytes.IndexByte(data[:min(len(data), 8<<10)], 0) >= 0 || !utf8.Valid(data)
 }
 
+// Opener opens the regular file at rel (slash-separated, relative to its
+// root) for reading, following no symbolic link on the way.
+type Opener interface {
+	Open(rel string) (*os.File, error)
+}
+
+// Tree is the Opener of the files below a directory.
+type Tree string
+
+// Open opens rel below d.
+func (d Tree) Open(rel string) (*os.File, error) { return openBeneath(string(d), rel) }
+
+// Sides are the two sides of a list of changes, for the renderers: the
+// old (a workspace, a sandbox's base) and the new (a change set's upper
+// directory, a sandbox's layers).
+type Sides struct {
+	Old, New Opener
+}
+
 // pair is a file's two sides for one diff section: old is the
 // workspace's (path "" when there is none), new the set's.
 type pair struct {
@@ -120,10 +140,10 @@ type pair struct {
 // pairs turns a change into the diff sections git would write for it: a
 // type change is a deletion and an addition; directories and refused
 // entries have none (note says what to write instead).
-func (s *Set) pairs(c Change, limit int64) (ps []pair, note string, err error) {
+func (s Sides) pairs(c Change, limit int64) (ps []pair, note string, err error) {
 	isLeaf := func(e Entry) bool { return e.Type == File || e.Type == Symlink }
-	oldSide := func(rel string, e Entry) (side, error) { return read(s.meta.Workspace, rel, e, limit) }
-	newSide := func() (side, error) { return read(s.Upper(), c.Path, c.New, limit) }
+	oldSide := func(rel string, e Entry) (side, error) { return read(s.Old, rel, e, limit) }
+	newSide := func() (side, error) { return read(s.New, c.Path, c.New, limit) }
 	switch {
 	case c.Kind == Refused:
 		return nil, fmt.Sprintf("refused %s %%s: never applied", c.New.Type), nil
@@ -416,7 +436,7 @@ type ShowOptions struct {
 // (every bit), renames, symbolic links' targets, hard links, binary files
 // and files over ShowLimit summarised with their sizes; directories and
 // refused entries as one line each.
-func (s *Set) WriteDiff(w io.Writer, changes []Change, opt ShowOptions) error {
+func (s Sides) WriteDiff(w io.Writer, changes []Change, opt ShowOptions) error {
 	pal := noColour
 	if opt.Color {
 		pal = colour
@@ -447,7 +467,7 @@ func (s *Set) WriteDiff(w io.Writer, changes []Change, opt ShowOptions) error {
 // binary literals, symbolic links as mode 120000. What git cannot carry
 // (directories as such, refused entries, mode bits other than the
 // owner's execute bit) is left out and named in the notes returned.
-func (s *Set) Export(w io.Writer, changes []Change) (notes []string, err error) {
+func (s Sides) Export(w io.Writer, changes []Change) (notes []string, err error) {
 	for _, c := range changes {
 		ps, note, err := s.pairs(c, exportLimit)
 		if err != nil {
@@ -487,7 +507,7 @@ func WriteNames(w io.Writer, changes []Change) {
 
 // WriteStat writes git's --stat for changes: each file with the lines it
 // gains and loses, binary and large files with their sizes, then totals.
-func (s *Set) WriteStat(w io.Writer, changes []Change, color bool) error {
+func (s Sides) WriteStat(w io.Writer, changes []Change, color bool) error {
 	pal := noColour
 	if color {
 		pal = colour
@@ -569,4 +589,38 @@ func plural(n int) string {
 		return ""
 	}
 	return "s"
+}
+
+// Colorize writes patch, a diff WriteDiff wrote, to w with the colours
+// WriteDiff gives on a terminal: headers bold, hunk headers cyan, added
+// lines green, deleted lines red.
+func Colorize(w io.Writer, patch []byte) {
+	pal := colour
+	inHunk := false
+	for len(patch) > 0 {
+		line := patch
+		if i := bytes.IndexByte(patch, '\n'); i >= 0 {
+			line = patch[:i+1]
+		}
+		patch = patch[len(line):]
+		text := bytes.TrimSuffix(line, []byte("\n"))
+		var c string
+		switch {
+		case bytes.HasPrefix(text, []byte("diff --git ")):
+			c, inHunk = pal.meta, false
+		case bytes.HasPrefix(text, []byte("@@ ")):
+			c, inHunk = pal.frag, true
+		case inHunk && bytes.HasPrefix(text, []byte("+")):
+			c = pal.new
+		case inHunk && bytes.HasPrefix(text, []byte("-")):
+			c = pal.old
+		case !inHunk:
+			c = pal.meta
+		}
+		if c == "" {
+			w.Write(line)
+			continue
+		}
+		fmt.Fprintf(w, "%s%s%s%s", c, text, pal.reset, line[len(text):])
+	}
 }

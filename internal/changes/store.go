@@ -48,6 +48,8 @@ const idLen = 12
 type Set struct {
 	dir  string
 	meta Meta
+	// Sides are the workspace (old) and the upper directory (new).
+	Sides
 }
 
 // Meta is a set's meta.json. Fields hutch does not know are kept when it
@@ -133,6 +135,7 @@ func (st *Store) Create(workspace string) (*Set, error) {
 			return nil, fmt.Errorf("change set: %w", err)
 		}
 		s := &Set{dir: dir, meta: Meta{ID: id, Workspace: ws, Created: time.Now()}}
+		s.Sides = Sides{Old: Tree(ws), New: Tree(s.Upper())}
 		for _, sub := range []string{"upper", "work"} {
 			if err := os.Mkdir(filepath.Join(dir, sub), 0o700); err != nil {
 				os.RemoveAll(dir)
@@ -228,6 +231,7 @@ func (st *Store) load(id string) (*Set, error) {
 	if s.meta.ID != id || !filepath.IsAbs(s.meta.Workspace) {
 		return nil, fmt.Errorf("change set %s: meta.json names another set or no absolute workspace", id)
 	}
+	s.Sides = Sides{Old: Tree(s.meta.Workspace), New: Tree(s.Upper())}
 	return s, nil
 }
 

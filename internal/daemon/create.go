@@ -206,7 +206,7 @@ func (m *Manager) launch(ctx context.Context, id, dir string, spec policy.Spec, 
 			return nil, err
 		}
 		env = imageEnv(imageUserEnv(img, user), env, spec.Env)
-		l.image = img.Digest
+		l.image, l.imageDirs = img.Digest, slices.Clone(layer.Lowers)
 	}
 	l.root = spec.Root
 	if snap != nil {
@@ -221,6 +221,7 @@ func (m *Manager) launch(ctx context.Context, id, dir string, spec policy.Spec, 
 		if len(layer.Lowers) > 0 {
 			// Over an image: the snapshot's layers stacked on its own.
 			layer.Lowers = append(layer.Lowers, dirs...)
+			l.snapDirs = dirs
 			l.snapLayers, l.snapSize = snap.Layers, snap.Size
 		} else {
 			// Over the host's root, which holds the snapshot store:

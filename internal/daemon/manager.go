@@ -140,6 +140,9 @@ type live struct {
 	// without one), snapSize their size.
 	snapLayers []string
 	snapSize   int64
+	// imageDirs are its image's layer directories and snapDirs those of
+	// the snapshot stacked over them, bottom first (over an image only).
+	imageDirs, snapDirs []string
 	// What a sandbox paused to disk needs to start again (checkpoint.go):
 	// whether its policy is the operator's (its proxy's rules), whether it
 	// has secrets (which are in the daemon's memory only, so it is paused

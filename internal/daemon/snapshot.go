@@ -496,7 +496,7 @@ func specOf(b []byte, spec *policy.Spec) error {
 	return nil
 }
 
-// Snapshotter is what a front end needs for snapshots and forks;
+// Snapshotter is what a front end needs for snapshots, forks and diffs;
 // *Manager implements it.
 type Snapshotter interface {
 	Snapshot(ctx context.Context, tenant, id string) (SnapshotInfo, error)
@@ -505,6 +505,7 @@ type Snapshotter interface {
 	Snapshots(ctx context.Context, tenant string) ([]SnapshotInfo, error)
 	DeleteSnapshot(ctx context.Context, tenant, sid string) error
 	Fork(ctx context.Context, tenant, id string, count int, timeout time.Duration) ([]ForkResult, error)
+	Diff(ctx context.Context, tenant, id, against string) (*Diff, error)
 }
 
 var _ Snapshotter = (*Manager)(nil)

@@ -434,7 +434,8 @@ func (w *walker) calls() map[string]call {
 				w.created(t, res.Forks[0].Sandbox)
 			}
 		},
-		"hutch GET /v1/sandboxes/{id}": now(func(t *testing.T) { w.hutch(t, "GET", sb+m, "", 200) }),
+		"hutch GET /v1/sandboxes/{id}/diff": now(func(t *testing.T) { w.hutch(t, "GET", sb+m+"/diff?format=json", "", 200) }),
+		"hutch GET /v1/sandboxes/{id}":      now(func(t *testing.T) { w.hutch(t, "GET", sb+m, "", 200) }),
 		"hutch DELETE /v1/sandboxes/{id}": func(t *testing.T) func(*testing.T) {
 			id := w.spare(t, false)
 			return func(t *testing.T) { w.hutch(t, "DELETE", sb+id, "", 204) }
