@@ -31,7 +31,19 @@ func gvisorFlags(t *testing.T) []string {
 // runscProcesses lists the processes of runsc whose command lines name
 // dir (runsc and its gofer and Sentry name their state directory).
 func runscProcesses(dir string) []int {
-	return testutil.ProcessesWith("runsc", dir)
+	var out []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && bytes.Contains(b, []byte("runsc")) && bytes.Contains(b, []byte(dir)) {
+			out = append(out, pid)
+		}
+	}
+	return out
 }
 
 // stateDirOf returns the state directory of the gVisor sandbox that hutch

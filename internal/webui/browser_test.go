@@ -49,13 +49,33 @@ func newBrowser(t *testing.T) *browser {
 	}
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelTab := chromedp.NewContext(actx)
-	t.Cleanup(func() {
+	// The first action starts the browser; it must not run under a
+	// deadline, which would end the browser with it.
+	if err := chromedp.Do(ctx); err != nil {
 		cancelTab()
 		cancelAlloc()
-		// Every process of this browser has its profile on its command
-		// line; none may be left.
+		os.RemoveAll(profile)
+		t.Fatalf("start Chromium: %v", err)
+	}
+	browserPID := chromedp.FromContext(ctx).Browser.Process().Pid
+	t.Cleanup(func() {
+		// The browser and every process it started (zygotes,
+		// renderers, the GPU and network services) must be gone once
+		// it is ended.
+		procs := testutil.Descendants(browserPID)
+		t.Logf("ending Chromium: %d processes", len(procs))
+		cancelTab()
+		cancelAlloc()
 		var left []int
-		if !testutil.Eventually(guard, func() bool { left = testutil.ProcessesWith(profile); return len(left) == 0 }) {
+		if !testutil.Eventually(guard, func() bool {
+			left = left[:0]
+			for _, p := range procs {
+				if p.Alive() {
+					left = append(left, p.PID)
+				}
+			}
+			return len(left) == 0
+		}) {
 			t.Errorf("Chromium processes left after the browser was ended: %v", left)
 			for _, pid := range left {
 				_ = syscall.Kill(pid, syscall.SIGKILL)
@@ -63,11 +83,6 @@ func newBrowser(t *testing.T) *browser {
 		}
 		os.RemoveAll(profile)
 	})
-	// The first action starts the browser; it must not run under a
-	// deadline, which would end the browser with it.
-	if err := chromedp.Do(ctx); err != nil {
-		t.Fatalf("start Chromium: %v", err)
-	}
 	return &browser{t: t, ctx: ctx}
 }
 
