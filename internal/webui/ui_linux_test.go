@@ -152,6 +152,25 @@ func TestUI(t *testing.T) {
 	}
 	b.screenshot("ui-sandbox.png")
 
+	// Against a snapshot: only what changed since.
+	sn, err := alice.Snapshot(ctx, sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := alice.WriteFile(ctx, sb.ID, "/workspace/later.txt", strings.NewReader("after the snapshot\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b.do("reload the sandbox", chromedp.Reload())
+	b.waitFor(`document.querySelector("#snapshots button") !== null`)
+	if got := b.text("#snapshots"); !strings.Contains(got, sn.ID) {
+		t.Errorf("the snapshots %q lack %s", got, sn.ID)
+	}
+	b.do("diff against the snapshot", chromedp.Click(chromedp.CSS("#snapshots button")))
+	b.waitFor(`document.querySelector("#diff .filelist") !== null && document.querySelectorAll("#diff .filelist li").length === 1`)
+	if got := eval[string](b, `document.querySelector("#diff .filelist").textContent.trim()`); got != "added workspace/later.txt" {
+		t.Errorf("the diff against the snapshot: %q", got)
+	}
+
 	// The cookie alone opens nothing of the API.
 	for _, path := range []string{"/v1/sandboxes", "/ui/v1/sandboxes"} {
 		req, err := http.NewRequest(http.MethodGet, d.tcp+path, nil)
