@@ -169,8 +169,8 @@ func contains(list []string, s string) bool {
 // fixed diffs: the sandbox list and page (an egress refusal highlighted
 // with what would allow it), the side-by-side diff of every kind of
 // change, a hostile file name shown as text, a change set's Apply that
-// meets a conflict (shown per file), then applies the files chosen, and a
-// Discard.
+// meets a conflict (shown per file), then applies the files chosen with
+// the path the user allowed, and a Discard.
 func TestViewer(t *testing.T) {
 	f := &fixtures{}
 	e := newEnv(t, func(next http.Handler, m *apitest.Manager) http.Handler {
@@ -248,7 +248,9 @@ func TestViewer(t *testing.T) {
 		t.Errorf("%d sections marked in conflict, want 2", n)
 	}
 	b.screenshot("viewer-conflict.png")
-	b.do("apply again", chromedp.Click(chromedp.CSS("#apply")), chromedp.WaitVisible(chromedp.CSS("#confirm-yes")), chromedp.Click(chromedp.CSS("#confirm-yes")))
+	// Allow the path that needs the user's word, and apply again.
+	b.do("apply again", chromedp.Click(chromedp.CSS(`#conflicts li:nth-child(2) input`)), chromedp.Click(chromedp.CSS("#apply-allow")),
+		chromedp.WaitVisible(chromedp.CSS("#confirm-yes")), chromedp.Click(chromedp.CSS("#confirm-yes")))
 	b.waitFor(`document.querySelector("#result") !== null`)
 	if got := b.text("#result"); !strings.Contains(got, "Applied.") || !strings.Contains(got, hostileName) || !strings.Contains(got, "gone.txt") {
 		t.Errorf("the result: %q", got)
@@ -262,9 +264,17 @@ func TestViewer(t *testing.T) {
 	if len(applies) != 2 {
 		t.Fatalf("applies %v", applies)
 	}
-	paths, _ := applies[1]["paths"].([]any)
-	if len(paths) != 8 || contains(anyStrings(paths), "gone.txt") || !contains(anyStrings(paths), hostileName) || !contains(anyStrings(paths), "new name.txt") {
-		t.Errorf("the paths applied: %v", paths)
+	for i, a := range applies {
+		paths, _ := a["paths"].([]any)
+		if len(paths) != 8 || contains(anyStrings(paths), "gone.txt") || !contains(anyStrings(paths), hostileName) || !contains(anyStrings(paths), "new name.txt") {
+			t.Errorf("the paths of apply %d: %v", i+1, paths)
+		}
+	}
+	if allow, _ := applies[0]["allow"].([]any); len(allow) != 0 {
+		t.Errorf("the first apply allows %v", allow)
+	}
+	if allow, _ := applies[1]["allow"].([]any); len(allow) != 1 || allow[0] != hostileName {
+		t.Errorf("the second apply allows %v, want the path ticked", allow)
 	}
 
 	// Discard the other.

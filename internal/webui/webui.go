@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/api"
+	"github.com/hutch-sandbox/hutch/internal/daemon"
 	"github.com/hutch-sandbox/hutch/internal/store"
 )
 
@@ -174,6 +175,10 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, toAPI http.Handl
 		}
 	}
 	switch {
+	case isAPI && path.Clean(p) != p:
+		// The API's own paths are clean; no ".." climbs out of /ui/v1/
+		// to another front end.
+		api.WriteError(w, r, h.log, api.Errorf(daemon.ErrNotFound, "%s %s: no such route", r.Method, p))
 	case isAPI:
 		w.Header().Set("Cache-Control", "no-store")
 		toAPI.ServeHTTP(w, r)

@@ -222,8 +222,10 @@ func TestCookieNeedsTheUI(t *testing.T) {
 	}
 	// Nothing of the UI reaches another front end: only /ui/v1/ is the
 	// API.
-	if status, _, _ := e.do(t, http.MethodGet, "/ui/mcp", nil, ui); status != http.StatusNotFound {
-		t.Errorf("/ui/mcp: %d, want 404", status)
+	for _, p := range []string{"/ui/mcp", "/ui/v1/../mcp", "/ui/v1/./sandboxes", "/ui/v1//sandboxes", "/ui/v1/../../v1/sandboxes"} {
+		if status, _, body := e.do(t, http.MethodGet, p, nil, ui); status != http.StatusNotFound {
+			t.Errorf("%s: %d %s, want 404", p, status, body)
+		}
 	}
 }
 

@@ -288,6 +288,48 @@
       outcome.replaceChildren(panel);
     };
 
+    // send applies the chosen files, with allow: the paths the user
+    // gave their word for (protected names, links out of the workspace,
+    // set-id bits, which the daemon refuses without it).
+    const send = async (chosen, all, allow) => {
+      const body = all ? {} : { paths: chosen };
+      if (allow.length) body.allow = allow;
+      const resp = await call("POST", `/v1/changes/${enc(cid)}/apply`, body, signal);
+      let answer = {};
+      try { answer = await resp.json(); } catch (e) { /* none */ }
+      if (resp.ok) {
+        done();
+        if (viewer) viewer.problems([]);
+        const list = (title, paths) => (paths && paths.length)
+          ? [el("h4", {}, title), el("ul", {}, ...paths.map((p) => el("li", {}, p)))] : [];
+        outcome.replaceChildren(el("div", { class: "result", id: "result" }, el("p", {}, "Applied."),
+          ...list("Written", answer.written), ...list("Deleted", answer.deleted), ...list("Skipped", answer.skipped)));
+        return;
+      }
+      if (resp.status === 409 && Array.isArray(answer.problems)) {
+        if (viewer) viewer.problems(answer.problems);
+        const boxes = [];
+        const again = el("button", { type: "button", id: "apply-allow" }, "Apply again, allowing the ticked paths");
+        again.addEventListener("click", () => {
+          const more = boxes.filter((b) => b.checked).map((b) => b.dataset.path);
+          if (!more.length) return;
+          confirm(`Apply, allowing ${more.length === 1 ? more[0] : more.length + " paths"} as they are?`, "Apply", () => send(chosen, all, [...new Set([...allow, ...more])]));
+        });
+        outcome.replaceChildren(el("div", { class: "conflicts", id: "conflicts", role: "alert" },
+          el("p", {}, answer.message || "Nothing was applied."),
+          el("ul", {}, ...answer.problems.map((p) => {
+            const box = el("input", { type: "checkbox", "aria-label": "allow " + p.path });
+            box.dataset.path = p.path;
+            boxes.push(box);
+            return el("li", { "data-path": p.path }, el("code", {}, p.path), " — ", p.problem, " ", el("label", {}, box, " allow"));
+          })),
+          el("p", { class: "meta" }, "A path changed in the workspace since cannot be allowed; one that needs your word (a protected name, a link out of the workspace, a set-id bit) can."),
+          again));
+        return;
+      }
+      outcome.replaceChildren(errorBox(new APIError(resp.status, answer)));
+    };
+
     apply.addEventListener("click", () => {
       const chosen = viewer ? viewer.selected() : [];
       const all = viewer ? chosen.length === box.querySelectorAll(".filelist input[type=checkbox]").length : true;
@@ -296,28 +338,7 @@
         return;
       }
       const what = all ? "every change" : `${chosen.length} of the changes`;
-      confirm(`Apply ${what} to ${c.workspace || "the workspace"}?`, "Apply", async () => {
-        const resp = await call("POST", `/v1/changes/${enc(cid)}/apply`, all ? {} : { paths: chosen }, signal);
-        let body = {};
-        try { body = await resp.json(); } catch (e) { /* none */ }
-        if (resp.ok) {
-          done();
-          if (viewer) viewer.problems([]);
-          const list = (title, paths) => (paths && paths.length)
-            ? [el("h4", {}, title), el("ul", {}, ...paths.map((p) => el("li", {}, p)))] : [];
-          outcome.replaceChildren(el("div", { class: "result", id: "result" }, el("p", {}, "Applied."),
-            ...list("Written", body.written), ...list("Deleted", body.deleted), ...list("Skipped", body.skipped)));
-          return;
-        }
-        if (resp.status === 409 && Array.isArray(body.problems)) {
-          if (viewer) viewer.problems(body.problems);
-          outcome.replaceChildren(el("div", { class: "conflicts", id: "conflicts", role: "alert" },
-            el("p", {}, body.message || "The workspace changed: nothing was applied."),
-            el("ul", {}, ...body.problems.map((p) => el("li", { "data-path": p.path }, el("code", {}, p.path), " — ", p.problem)))));
-          return;
-        }
-        outcome.replaceChildren(errorBox(new APIError(resp.status, body)));
-      });
+      confirm(`Apply ${what} to ${c.workspace || "the workspace"}?`, "Apply", () => send(chosen, all, []));
     });
 
     discard.addEventListener("click", () => {
