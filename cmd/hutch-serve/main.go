@@ -34,6 +34,7 @@ Usage:
   hutch serve [flags]                      run the daemon (hutch-serve serve [flags])
   hutch token create --tenant NAME [--e2b] make an API token for a tenant
   hutch image COMMAND                      the images sandboxes start from (hutch image -h)
+  hutch snapshot push SID REF              push a daemon's snapshot to a registry, from here
   hutch mcp [flags]                        serve hutch's tools over MCP on stdio (hutch mcp -h)
   hutch mcp wrap [flags] -- SERVER...      run an MCP server in a sandbox (hutch mcp wrap -h)
   hutch-serve version                      print its version
@@ -56,6 +57,8 @@ func run(args []string, stdin, stdout, stderr *os.File) int {
 		return cmdToken(args[1:], stdout, stderr)
 	case "image":
 		return cmdImage(args[1:], stdout, stderr)
+	case "snapshot":
+		return cmdSnapshot(args[1:], stdout, stderr)
 	case "mcp":
 		return cmdMCP(args[1:], stdin, stdout, stderr)
 	case gvisor.InitCommand:

@@ -85,6 +85,9 @@ The daemon and its clients:
   hutch resume ID...                       let paused sandboxes go on
   hutch snapshot ID... | rm SID...         snapshot sandboxes' roots (prints the
                                            snapshots' ids); delete snapshots
+  hutch snapshot export SID -o FILE        a snapshot as an OCI image (--format docker
+                                           for docker load; -o - for stdout)
+  hutch snapshot push SID REF              a snapshot pushed to a registry, from here
   hutch snapshots [-q]                     list your snapshots
   hutch fork [-n N] ID                     N copies of sandbox ID as it is now
                                            (its files, not its processes)

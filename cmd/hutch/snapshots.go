@@ -4,17 +4,30 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
 	"text/tabwriter"
 	"time"
 
 	"github.com/hutch-sandbox/hutch/client"
 	"github.com/hutch-sandbox/hutch/internal/changes"
 	"github.com/hutch-sandbox/hutch/internal/cli"
+	"github.com/hutch-sandbox/hutch/internal/sandbox"
 )
 
 // cmdSnapshot is "hutch snapshot ID..." (snapshot each sandbox, print the
-// snapshots' ids) and "hutch snapshot rm SID..." (delete snapshots).
+// snapshots' ids), "hutch snapshot rm SID..." (delete snapshots), "hutch
+// snapshot export SID -o FILE" (write one as an OCI image) and "hutch
+// snapshot push SID REF", which is hutch-serve's: it links the registry
+// client (see daemon.go).
 func cmdSnapshot(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "push" {
+		return execServe(append([]string{"snapshot"}, args...), stderr)
+	}
+	if len(args) > 0 && args[0] == "export" {
+		return cmdSnapshotExport(args[1:], stdout, stderr)
+	}
 	if len(args) > 0 && args[0] == "rm" {
 		fs := remoteFlags("snapshot rm", "SID...", stderr)
 		if err := cli.Parse(fs, args[1:], stderr); err != nil {
@@ -28,12 +41,12 @@ func cmdSnapshot(args []string, stdout, stderr io.Writer) int {
 			return sid, c.DeleteSnapshot(ctx, sid)
 		})
 	}
-	fs := remoteFlags("snapshot", "ID... (or: hutch snapshot rm SID...)", stderr)
+	fs := remoteFlags("snapshot", "ID... (or: hutch snapshot rm|export|push SID ...)", stderr)
 	if err := cli.Parse(fs, args, stderr); err != nil {
 		return usageCode(err)
 	}
 	if fs.NArg() == 0 {
-		fmt.Fprintln(stderr, "hutch: usage: hutch snapshot ID... (hutch snapshot rm SID... deletes)")
+		fmt.Fprintln(stderr, "hutch: usage: hutch snapshot ID... (hutch snapshot rm SID... deletes, export SID -o FILE and push SID REF write an image)")
 		return 2
 	}
 	return forEach(fs.Args(), stdout, stderr, "snapshot", func(ctx context.Context, c *client.Client, id string) (string, error) {
@@ -140,4 +153,70 @@ func cmdFork(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, f.Sandbox.ID)
 	}
 	return code
+}
+
+// cmdSnapshotExport is "hutch snapshot export [--format oci|docker]
+// [--name REF] -o FILE SID": the snapshot as an OCI image (an OCI layout
+// in a tar, or a docker save tarball), written to FILE whole or not at
+// all ("-": stdout, never a terminal); it prints the image's digest (on
+// stderr when the image goes to stdout).
+func cmdSnapshotExport(args []string, stdout, stderr io.Writer) int {
+	fs := remoteFlags("snapshot export", "[--format oci|docker] [--name REF] -o FILE SID", stderr)
+	out := fs.String("o", "", "write the image to `file` (- for stdout)")
+	format := fs.String("format", "oci", "oci (an OCI image layout in a tar: hutch image import, skopeo, crane) or docker (docker load)")
+	name := fs.String("name", "", "the `reference` the image is written under (e.g. registry.example/team/tpl:1)")
+	operands, err := parseInterspersed(fs, args, stderr)
+	if err != nil {
+		return usageCode(err)
+	}
+	if len(operands) != 1 || *out == "" {
+		fmt.Fprintln(stderr, "hutch: usage: hutch snapshot export [--format oci|docker] [--name REF] -o FILE SID")
+		return 2
+	}
+	if *format != "oci" && *format != "docker" {
+		fmt.Fprintf(stderr, "hutch: snapshot export: --format %q: want oci or docker\n", *format)
+		return 2
+	}
+	var w io.Writer = stdout
+	var f *os.File
+	if *out == "-" {
+		if o, ok := stdout.(*os.File); ok && sandbox.IsTerminal(o) {
+			fmt.Fprintln(stderr, "hutch: snapshot export: not writing a tar to a terminal: give -o FILE, or redirect stdout")
+			return 2
+		}
+	} else {
+		// Written beside FILE and renamed over it once whole.
+		if f, err = os.CreateTemp(filepath.Dir(*out), "."+filepath.Base(*out)+".*"); err != nil {
+			fmt.Fprintf(stderr, "hutch: snapshot export: %v\n", err)
+			return 1
+		}
+		defer os.Remove(f.Name())
+		defer f.Close()
+		w = f
+	}
+	c, ok := newClient(stderr)
+	if !ok {
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	digest, err := c.ExportSnapshot(ctx, operands[0], w, client.ExportOptions{Format: *format, Name: *name})
+	if err == nil && f != nil {
+		if err = f.Chmod(0o644); err == nil {
+			err = f.Close()
+		}
+		if err == nil {
+			err = os.Rename(f.Name(), *out)
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "hutch: snapshot export %s: %v\n", operands[0], err)
+		return 1
+	}
+	if *out == "-" {
+		fmt.Fprintln(stderr, digest)
+	} else {
+		fmt.Fprintln(stdout, digest)
+	}
+	return 0
 }

@@ -163,6 +163,7 @@ func (h *handler) table() []route {
 		r("GET /v1/sandboxes/{id}/diff", ro, h.diff),
 		r("GET /v1/snapshots", ro, h.listSnapshots),
 		r("GET /v1/snapshots/{sid}", ro, h.getSnapshot),
+		r("GET /v1/snapshots/{sid}/image", ro, h.snapshotImage),
 		r("DELETE /v1/snapshots/{sid}", "delete_snapshot", h.deleteSnapshot),
 
 		r("POST /v1/sandboxes/{id}/exec", "exec", h.exec),

@@ -2,8 +2,10 @@ package api
 
 import (
 	"net/http"
+	"strconv"
 
 	"github.com/hutch-sandbox/hutch/internal/daemon"
+	"github.com/hutch-sandbox/hutch/internal/image/export"
 )
 
 // ForkBody is the body of POST /v1/sandboxes/{id}/fork.
@@ -117,4 +119,46 @@ func (h *handler) fork(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeJSON(w, http.StatusOK, ForkResponse{Forks: res})
 	return nil
+}
+
+// snapshotImage answers GET /v1/snapshots/{sid}/image with the snapshot
+// as an OCI image: an OCI image layout in a tar (format=oci, the default)
+// or a docker save tarball (format=docker), named name if given. Its
+// length is known before it starts; a stream that breaks off is cut
+// short of it.
+func (h *handler) snapshotImage(w http.ResponseWriter, r *http.Request) error {
+	q, err := query(r, "format", "name")
+	if err != nil {
+		return err
+	}
+	fs, err := single(q, "format")
+	if err != nil {
+		return err
+	}
+	format, err := export.ParseFormat(fs)
+	if err != nil {
+		return errorf(daemon.ErrInvalid, "query: %v", err)
+	}
+	name, err := single(q, "name")
+	if err != nil {
+		return err
+	}
+	s, ok := h.m.(daemon.SnapshotExporter)
+	if !ok {
+		return errorf(daemon.ErrUnsupported, "this daemon exports no snapshots")
+	}
+	im, err := s.SnapshotImage(r.Context(), tenantOf(r), r.PathValue("sid"), name)
+	if err != nil {
+		return err
+	}
+	defer im.Close()
+	size, err := im.Size(format)
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
+	w.Header().Set("Docker-Content-Digest", im.Digest())
+	lw := &lazyWriter{w: w, contentType: "application/x-tar"}
+	_, err = im.WriteTo(lw, format)
+	return h.endStream(r, lw, err)
 }

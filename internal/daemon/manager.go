@@ -93,6 +93,7 @@ type Manager struct {
 	warmSlots chan struct{}
 
 	teardowns  chan struct{} // a semaphore of maxTeardowns
+	exports    chan struct{} // a semaphore of maxExports (export.go)
 	stop       chan struct{} // closed to stop the reaper
 	reaperDone chan struct{} // closed once the reaper returned
 }
@@ -224,6 +225,7 @@ func New(cfg Config, log *slog.Logger) (*Manager, error) {
 		live:       make(map[string]*live),
 		dormant:    make(map[string]*dormant),
 		teardowns:  make(chan struct{}, maxTeardowns),
+		exports:    make(chan struct{}, maxExports),
 		stop:       make(chan struct{}),
 		reaperDone: make(chan struct{}),
 		warmSlots:  make(chan struct{}, maxWarmStarts),

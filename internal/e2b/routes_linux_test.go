@@ -417,6 +417,12 @@ func (w *walker) calls() map[string]call {
 			sid := w.snapshot(t)
 			return func(t *testing.T) { w.hutch(t, "GET", "/v1/snapshots/"+sid, "", 200) }
 		},
+		// The walk's sandboxes are over the host's root: their snapshots
+		// are not whole images, and their export is refused.
+		"hutch GET /v1/snapshots/{sid}/image": func(t *testing.T) func(*testing.T) {
+			sid := w.snapshot(t)
+			return func(t *testing.T) { w.hutch(t, "GET", "/v1/snapshots/"+sid+"/image", "", 400) }
+		},
 		"hutch DELETE /v1/snapshots/{sid}": func(t *testing.T) func(*testing.T) {
 			sid := w.snapshot(t)
 			return func(t *testing.T) { w.hutch(t, "DELETE", "/v1/snapshots/"+sid, "", 204) }

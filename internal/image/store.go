@@ -17,6 +17,9 @@
 //	                     renamed here whole, so a layer here is complete
 //	layers/sha256/HEX.size  the layer's disk usage, measured once
 //	records/HEX.json     an image, named by its manifest digest
+//	records/HEX.config   its configuration as the image holds it (the
+//	                     blob its manifest names), kept for exports; an
+//	                     image brought in before it was kept has none
 //	refs.json            name → manifest digest
 //	limit.json           the standing size limit (SetLimit), if any
 //	locks/HEX            taken (flock) while the image HEX is brought in,
@@ -254,8 +257,8 @@ func (s *Store) Remove(ref string) error {
 		}
 	}
 	if len(refsOf(m, digest)) == 0 {
-		if err := os.Remove(s.recordPath(digest)); err != nil && !os.IsNotExist(err) {
-			return fmt.Errorf("image store: %w", err)
+		if err := s.removeRecord(digest); err != nil {
+			return err
 		}
 	}
 	return s.writeRefs(m)
@@ -311,6 +314,15 @@ func (s *Store) pruneLocked() (layers int, err error) {
 			return layers, err
 		}
 		layers++
+	}
+	// The configurations without a record: a pull killed before it.
+	recs, _ := os.ReadDir(filepath.Join(s.dir, "records"))
+	for _, e := range recs {
+		if hex, ok := strings.CutSuffix(e.Name(), configSuffix); ok {
+			if _, err := os.Lstat(s.recordPath("sha256:" + hex)); os.IsNotExist(err) {
+				_ = os.Remove(filepath.Join(s.dir, "records", e.Name()))
+			}
+		}
 	}
 	tmp, _ := os.ReadDir(filepath.Join(s.dir, "tmp"))
 	for _, e := range tmp {
@@ -395,8 +407,8 @@ func (s *Store) evict(maxBytes int64, keep []string, spareSince time.Time) ([]*I
 		for _, n := range refsOf(m, img.Digest) {
 			delete(m, n)
 		}
-		if err := os.Remove(s.recordPath(img.Digest)); err != nil && !os.IsNotExist(err) {
-			return removed, fmt.Errorf("image store: %w", err)
+		if err := s.removeRecord(img.Digest); err != nil {
+			return removed, err
 		}
 		removed = append(removed, img)
 		for _, l := range img.Layers {
@@ -544,6 +556,57 @@ func (s *Store) recordPath(digest string) string {
 	return filepath.Join(s.dir, "records", strings.TrimPrefix(digest, "sha256:")+".json")
 }
 
+// configSuffix names the file beside a record that keeps the image's
+// configuration.
+const configSuffix = ".config"
+
+func (s *Store) configPath(digest string) string {
+	return filepath.Join(s.dir, "records", strings.TrimPrefix(digest, "sha256:")+configSuffix)
+}
+
+// removeRecord removes the record of the image digest and its
+// configuration.
+func (s *Store) removeRecord(digest string) error {
+	if err := os.Remove(s.recordPath(digest)); err != nil && !os.IsNotExist(err) {
+		return fmt.Errorf("image store: %w", err)
+	}
+	_ = os.Remove(s.configPath(digest))
+	return nil
+}
+
+// maxConfig bounds an image's configuration as the store keeps it.
+const maxConfig = 4 << 20
+
+// PutConfig keeps raw, the configuration of the image digest as its
+// manifest names it, for exports (ConfigFile); a configuration larger
+// than 4 MiB is not kept.
+func (s *Store) PutConfig(digest string, raw []byte) error {
+	if !isDigest(digest) {
+		return fmt.Errorf("image store: %q is not a sha256 digest", digest)
+	}
+	if len(raw) > maxConfig {
+		return nil
+	}
+	return s.writeFile(s.configPath(digest), raw)
+}
+
+// ConfigFile is the configuration of the image digest as it came in
+// (PutConfig), or nil when the store does not keep it (an image brought
+// in before it did).
+func (s *Store) ConfigFile(digest string) ([]byte, error) {
+	if !isDigest(digest) {
+		return nil, fmt.Errorf("image store: %q is not a sha256 digest", digest)
+	}
+	b, err := os.ReadFile(s.configPath(digest))
+	if os.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("image store: %w", err)
+	}
+	return b, nil
+}
+
 func (s *Store) record(digest string) (*Image, error) {
 	b, err := os.ReadFile(s.recordPath(digest))
 	if os.IsNotExist(err) {
@@ -576,8 +639,8 @@ func (s *Store) resolve(m map[string]string, ref string) (string, error) {
 		var found []string
 		ents, _ := os.ReadDir(filepath.Join(s.dir, "records"))
 		for _, e := range ents {
-			if strings.HasPrefix(e.Name(), prefix) {
-				found = append(found, "sha256:"+strings.TrimSuffix(e.Name(), ".json"))
+			if hex, ok := strings.CutSuffix(e.Name(), ".json"); ok && strings.HasPrefix(hex, prefix) {
+				found = append(found, "sha256:"+hex)
 			}
 		}
 		switch len(found) {

@@ -106,7 +106,9 @@
 //	                                        writable, copies, hutch cp, served layers)
 //	22 git beyond .git/config and hooks     TestItem22_GitEverywhere
 //	23 other tools' configuration           TestItem23_ToolConfig
-//	24 more credential stores               TestItem24_CredentialStores
+//	24 more credential stores               TestItem24_CredentialStores, _DiffShowsOnlyTheView
+//	                                        (a served sandbox's diff: the hidden and closed
+//	                                        host files stay out)
 //	25 hutch's own sockets and state        TestItem25_HutchDaemon, _ServeRefusesSandboxPeers,
 //	                                        TestItem27_MCPSession (hutch mcp's links and ports)
 //	26 a tenant's rules and special addresses TestItem26_TenantNetworkRules
@@ -115,7 +117,8 @@
 //	28 host memory held by a tenant         TestItem28_TenantMemory
 //	29 a secret reflected in a response     TestItem29_SecretReflected
 //	30 unaudited changes, oracles, metrics  TestItem30_AuditAndOracles, _MCPTenants,
-//	                                        _MCPFileToolsHostReach
+//	                                        _MCPFileToolsHostReach, _SnapshotsAcrossTenants
+//	                                        (snapshots, forks, diffs of another tenant's)
 //	-- an image's layers (hostile input)    TestImageLayersHostile (dot-dot, absolute names, a
 //	                                        planted symbolic link as a parent, hard links out,
 //	                                        whiteouts through a link, device nodes, set-id bits)

@@ -1,6 +1,7 @@
 // Package fetch brings OCI images into hutch's image store (package
 // image): from a `docker save` tarball or an OCI layout (a directory or a
-// tar of one), and from registries. The registry protocol, manifests and
+// tar of one), and from registries; and it pushes an exported image (an
+// OCI layout in a tar, package export) to a registry as it reads it. The registry protocol, manifests and
 // their formats are go-containerregistry's; unpacking is package layer's,
 // and what is trusted is checked here: every layer's uncompressed content
 // against the diff ID the image's configuration names (the configuration
@@ -108,6 +109,9 @@ func Add(s *image.Store, img v1.Image, refs []string, opt Options) (*image.Image
 		if err := checkPlatform(rec.Digest, rec.Platform, opt); err != nil {
 			return nil, err
 		}
+		if err := keepConfig(s, img, rec.Digest); err != nil {
+			return nil, err
+		}
 		Layers.With("cached").Add(float64(len(rec.Layers)))
 		if opt.Progress != nil {
 			opt.Progress(Event{Image: rec.Digest, Count: len(rec.Layers)})
@@ -198,7 +202,23 @@ func Add(s *image.Store, img v1.Image, refs []string, opt Options) (*image.Image
 		}
 		rec.Size += r.n
 	}
+	if err := keepConfig(s, img, rec.Digest); err != nil {
+		return nil, err
+	}
 	return put(s, rec, refs, opt)
+}
+
+// keepConfig keeps img's configuration in the store, as its manifest
+// names it, for exports (image.Store.ConfigFile), unless it is kept.
+func keepConfig(s *image.Store, img v1.Image, digest string) error {
+	if b, err := s.ConfigFile(digest); err != nil || b != nil {
+		return err
+	}
+	raw, err := img.RawConfigFile()
+	if err != nil {
+		return fmt.Errorf("image %s: configuration: %w", digest, err)
+	}
+	return s.PutConfig(digest, raw)
 }
 
 // put records rec under refs, then keeps the store within its limit.

@@ -273,19 +273,11 @@ func rewriteTar(t *testing.T, src, dst string, f func(string, []byte) []byte) {
 	}
 	defer in.Close()
 	var b bytes.Buffer
-	tr, tw := tar.NewReader(in), tar.NewWriter(&b)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := io.ReadAll(tr)
-		body = f(h.Name, body)
-		h.Size = int64(len(body))
-		tw.WriteHeader(h)
+	tw := tar.NewWriter(&b)
+	for _, e := range imagetest.ReadTar(t, in) {
+		body := f(e.Name, e.Body)
+		e.Size = int64(len(body))
+		tw.WriteHeader(e.Header)
 		tw.Write(body)
 	}
 	tw.Close()

@@ -167,3 +167,39 @@ func BusyboxWith(t testing.TB, need func(ok bool, reason string), config func(*v
 		}
 	}, layers...)
 }
+
+// TarEntry is an entry of a tar ReadTar read: its header and content.
+type TarEntry struct {
+	*tar.Header
+	Body []byte
+}
+
+// ReadTar reads every entry of the tar r, in order.
+func ReadTar(t testing.TB, r io.Reader) []TarEntry {
+	t.Helper()
+	var out []TarEntry
+	tr := tar.NewReader(r)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, TarEntry{h, body})
+	}
+}
+
+// TarHeaders are the headers of ReadTar's entries, by name.
+func TarHeaders(entries []TarEntry) map[string]*tar.Header {
+	m := make(map[string]*tar.Header, len(entries))
+	for _, e := range entries {
+		m[e.Name] = e.Header
+	}
+	return m
+}
