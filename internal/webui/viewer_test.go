@@ -3,6 +3,7 @@ package webui
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -287,6 +288,29 @@ func TestViewer(t *testing.T) {
 	f.mu.Unlock()
 	if len(discarded) != 1 || discarded[0] != "cs-2" {
 		t.Errorf("discarded %v", discarded)
+	}
+
+	// A large diff: the files past the first few thousand lines are laid
+	// out when they come near the screen.
+	var big strings.Builder
+	for f := range 40 {
+		fmt.Fprintf(&big, "diff --git a/f%d b/f%d\n--- a/f%d\n+++ b/f%d\n@@ -1,100 +1,100 @@\n", f, f, f, f)
+		for l := range 100 {
+			fmt.Fprintf(&big, "-old %d\n+new %d\n", l, l)
+		}
+	}
+	eval[bool](b, `(() => { const d = document.createElement("div"); d.id = "big"; document.querySelector("#main").replaceChildren(d); HutchDiff.render(d, `+jsString(big.String())+`); return true; })()`)
+	last := `document.querySelector('#big section.file[data-path="f39"]')`
+	if eval[bool](b, last+`.querySelector("table") !== null`) || !eval[bool](b, last+`.querySelector("div.lazy") !== null`) {
+		t.Error("the last file of a large diff was laid out before it came near the screen")
+	}
+	if n := eval[int](b, `document.querySelectorAll("#big table.sbs").length`); n == 0 || n >= 40 {
+		t.Errorf("%d of the 40 files laid out at once", n)
+	}
+	b.do("jump to the last file", chromedp.Click(chromedp.CSS(`#big .filelist li[data-path="f39"] button.jump`)))
+	b.waitFor(last + `.querySelector("table") !== null`)
+	if got := eval[int](b, last+`.querySelectorAll("td.code.add").length`); got != 100 {
+		t.Errorf("the last file shows %d added lines, want 100", got)
 	}
 
 	// Logging out ends it: the form again.

@@ -7,6 +7,9 @@
 const HutchDiff = (() => {
   // Rows of one file rendered at first; the rest on request.
   const firstRows = 2000;
+  // Rows of a diff's files rendered at once; files past them are laid
+  // out when they come near the screen.
+  const eagerRows = 3000;
 
   // unquote reads a path git wrote in double quotes with C escapes
   // (octal bytes of UTF-8, \t, \n, \", \\) starting at s[i] === '"'. It
@@ -245,6 +248,14 @@ const HutchDiff = (() => {
     const body = el("div", { class: "files" });
     const byPath = new Map();
     const boxes = [];
+    let budget = eagerRows;
+    const lazy = new IntersectionObserver((seen) => {
+      for (const x of seen) {
+        if (!x.isIntersecting) continue;
+        lazy.unobserve(x.target);
+        x.target.replaceWith(table(x.target.file));
+      }
+    }, { rootMargin: "1500px 0px" });
     entries.forEach((f, idx) => {
       const sectionID = "diff-file-" + idx;
       if (f.note !== undefined) {
@@ -265,7 +276,19 @@ const HutchDiff = (() => {
       const head = el("h3", {}, ...badges(f), el("span", { class: "path" }, label(f)));
       const sec = el("section", { class: "file", id: sectionID, "data-path": f.path }, head);
       for (const n of f.notes) sec.append(el("p", { class: "meta" }, n));
-      if (f.hunks.length) sec.append(table(f));
+      const lines = f.hunks.reduce((n, h) => n + h.lines.length + 1, 0);
+      if (f.hunks.length && lines <= budget) {
+        sec.append(table(f));
+        budget -= lines;
+      } else if (f.hunks.length) {
+        // Laid out when it comes near the screen: a diff of thousands of
+        // files costs the browser only what is looked at.
+        const holder = el("div", { class: "lazy" }, `${lines} lines`);
+        holder.file = f;
+        holder.style.height = Math.min(lines, firstRows) * 1.45 + "em";
+        sec.append(holder);
+        lazy.observe(holder);
+      }
       else if (!f.notes.length) sec.append(el("p", { class: "meta" }, f.status === "added" || f.status === "deleted" ? "empty file" : "no change of content"));
       body.append(sec);
       jump.addEventListener("click", () => sec.scrollIntoView({ block: "start" }));
