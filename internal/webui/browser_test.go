@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 
 	"github.com/hutch-sandbox/hutch/internal/testutil"
@@ -57,6 +59,14 @@ func newBrowser(t *testing.T) *browser {
 		os.RemoveAll(profile)
 		t.Fatalf("start Chromium: %v", err)
 	}
+	// Every page records what its Content-Security-Policy refused.
+	watch := chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		_, err := cdp.Call(ctx, tg, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: cspWatch})
+		return err
+	})
+	if err := chromedp.Do(ctx, watch); err != nil {
+		t.Fatalf("watch the pages' CSP: %v", err)
+	}
 	browserPID := chromedp.FromContext(ctx).Browser.Process().Pid
 	t.Cleanup(func() {
 		// The browser and every process it started (zygotes,
@@ -84,6 +94,17 @@ func newBrowser(t *testing.T) *browser {
 		os.RemoveAll(profile)
 	})
 	return &browser{t: t, ctx: ctx}
+}
+
+// cspWatch records in window.hutchCSP each refusal of the page's
+// Content-Security-Policy. The browser runs it in every new document
+// (DevTools' scripts pass the policy).
+const cspWatch = `window.hutchCSP = []; document.addEventListener("securitypolicyviolation", (e) => window.hutchCSP.push(e.effectiveDirective + " " + e.blockedURI));`
+
+// cspRefusals returns what the page's policy refused so far.
+func (b *browser) cspRefusals() []string {
+	b.t.Helper()
+	return eval[[]string](b, "window.hutchCSP || []")
 }
 
 // do runs steps in the tab, each group bounded by guard; a failure fails

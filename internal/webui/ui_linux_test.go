@@ -171,6 +171,10 @@ func TestUI(t *testing.T) {
 		t.Errorf("the diff against the snapshot: %q", got)
 	}
 
+	if got := b.cspRefusals(); len(got) != 0 {
+		t.Errorf("the pages break their own Content-Security-Policy: %q", got)
+	}
+
 	// The cookie alone opens nothing of the API.
 	for _, path := range []string{"/v1/sandboxes", "/ui/v1/sandboxes"} {
 		req, err := http.NewRequest(http.MethodGet, d.tcp+path, nil)

@@ -224,6 +224,20 @@ func TestViewer(t *testing.T) {
 	}
 	checkViewer(t, b)
 	b.screenshot("viewer-sandbox.png")
+	if got := b.cspRefusals(); len(got) != 0 {
+		t.Errorf("the pages break their own Content-Security-Policy: %q", got)
+	}
+	// The policy holds: no inline script runs, nothing loads from
+	// another origin.
+	eval[bool](b, `(() => { const s = document.createElement("script"); s.textContent = "window.inlineRan = true"; document.body.append(s);
+		const i = document.createElement("img"); i.src = "http://192.0.2.1/x.png"; document.body.append(i); return true; })()`)
+	b.waitFor(`window.hutchCSP.length >= 2`)
+	if eval[bool](b, "window.inlineRan === true") {
+		t.Error("an inline script ran")
+	}
+	if got := b.cspRefusals(); !containsPrefix(got, "script-src-elem") || !containsPrefix(got, "img-src http://192.0.2.1/x.png") {
+		t.Errorf("the policy's refusals: %q", got)
+	}
 
 	// A change set: the first Apply meets a conflict, shown per file.
 	b.do("open the change sets", chromedp.Click(chromedp.CSS("#nav-changes")))
@@ -316,6 +330,16 @@ func TestViewer(t *testing.T) {
 	// Logging out ends it: the form again.
 	b.do("log out", chromedp.Click(chromedp.CSS("#logout")), chromedp.WaitVisible(chromedp.CSS("#token")))
 	b.do("the pages without the cookie", chromedp.Navigate(e.base+Path+"#/sandboxes"), chromedp.WaitVisible(chromedp.CSS("#token")))
+}
+
+// containsPrefix reports whether an element of list starts with prefix.
+func containsPrefix(list []string, prefix string) bool {
+	for _, s := range list {
+		if strings.HasPrefix(s, prefix) {
+			return true
+		}
+	}
+	return false
 }
 
 func anyStrings(list []any) []string {
