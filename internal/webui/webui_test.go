@@ -124,6 +124,9 @@ func TestLogin(t *testing.T) {
 	if status, _, body := e.login(t, "", nil); status != http.StatusBadRequest || !strings.Contains(body, "Enter a token.") {
 		t.Errorf("login without a token: %d %s", status, body)
 	}
+	if status, hdr, body := e.login(t, strings.Repeat("x", 1<<20), nil); status != http.StatusBadRequest || cookieOf(t, hdr) != nil || !strings.Contains(body, "The form could not be read.") {
+		t.Errorf("login with a form of 1 MiB: %d %s", status, body)
+	}
 	status, hdr, body = e.login(t, e.token, nil)
 	c := cookieOf(t, hdr)
 	if status != http.StatusSeeOther || hdr.Get("Location") != Path || c == nil {
