@@ -173,6 +173,12 @@
         return `pid ${d.pid}: ${(d.args || []).join(" ")}`;
       case "exit":
         return `pid ${d.pid}: ` + (d.error ? d.error : d.signal ? `signal ${d.signal}` : `exit ${d.code}`) + (d.timed_out ? " (timed out)" : "");
+      case "created":
+        return [d.tier && "tier " + d.tier, d.expires && "expires " + when(d.expires), d.warm && "from the warm pool"].filter(Boolean).join(", ");
+      case "ended":
+        return d.reason || "";
+      case "snapshot":
+        return `${d.snapshot || ""} (${size(d.size)})`;
       default:
         return Object.keys(d).length ? JSON.stringify(d) : "";
     }
