@@ -140,7 +140,7 @@ func TestPlaceWorkspace(t *testing.T) {
 		{at: "/workspace", roots: []string{"/home/u/p", "/home/u/p/build"}, wantDir: "/workspace"},
 	} {
 		cfg := initConfig{}
-		err := placeWorkspace(&cfg, spec(tt.at), &ImageRoot{Dir: tt.dir}, tt.roots)
+		err := placeWorkspace(&cfg, spec(tt.at), &ImageRoot{Dir: tt.dir}, false, tt.roots)
 		switch {
 		case tt.err != "":
 			if err == nil || !strings.Contains(err.Error(), tt.err) {
@@ -152,7 +152,7 @@ func TestPlaceWorkspace(t *testing.T) {
 			t.Errorf("%+v: dir %q (made: %v), env %q", tt, cfg.Dir, cfg.MakeDir, cfg.Env)
 		}
 	}
-	if err := placeWorkspace(&initConfig{}, spec("/workspace"), nil, nil); err == nil {
+	if err := placeWorkspace(&initConfig{}, spec("/workspace"), nil, false, nil); err == nil {
 		t.Error("workspace_at with the host's root was taken")
 	}
 }

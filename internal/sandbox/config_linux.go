@@ -142,6 +142,10 @@ type bindSrc struct {
 	// hutch builds it and sends it as FD; an ordinary user's first process
 	// builds it itself.
 	Review string
+	// ReviewOwner, with Review and root's hutch, is the host uid and gid
+	// the upper directory gets: the owner of the workspace's root as the
+	// sandbox sees it.
+	ReviewOwner [2]int
 }
 
 // fileBind is a host file bound read-only over Target in the view. With

@@ -289,7 +289,12 @@ func fsLog(fs int) string {
 		if err != nil || n <= 0 {
 			break
 		}
-		msgs = append(msgs, strings.TrimSpace(string(buf[:n])))
+		// Each message starts with its level: "e ", "w " or "i ".
+		msg := strings.TrimSpace(string(buf[:n]))
+		if len(msg) > 2 && msg[1] == ' ' && strings.ContainsRune("ewi", rune(msg[0])) {
+			msg = msg[2:]
+		}
+		msgs = append(msgs, msg)
 	}
 	return strings.Join(msgs, "; ")
 }

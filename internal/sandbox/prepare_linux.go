@@ -337,7 +337,7 @@ func idmapWith(userns int, w []bindSrc) ([]int, error) {
 	var fds []int
 	for i := range w {
 		if w[i].Review != "" {
-			fd, err := reviewLayer(userns, w[i].Path, w[i].Review, RootMappedID, RootMappedID)
+			fd, err := reviewLayer(userns, w[i].Path, w[i].Review, w[i].ReviewOwner[0], w[i].ReviewOwner[1])
 			if err != nil {
 				closeAll(fds)
 				return nil, err

@@ -1,10 +1,11 @@
 package sandbox
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -32,6 +33,18 @@ import (
 // Every other protection of the workspace (deny-write binds, placeholders'
 // covers, git directories, deny-read masks) is made on the view's paths,
 // so it applies to the overlay as it does to the workspace.
+//
+// Under a root layer (a served sandbox's root over the host's or an
+// image's), root's hutch builds the same overlay with the sandbox's user
+// namespace, which maps ids 0–65535: a host file of id N shows as N, and
+// what the sandbox writes keeps the host ids it has (RootMappedID+N). The
+// layer holds the directory the overlay is attached over (at
+// workspace_at), and the workspace's protections are computed on the
+// host directory as for a host's root (roots are the workspace alone) and
+// made at workspace_at. The sandbox keeps every mode in its own root (no
+// host-write seccomp rules, which would refuse a package manager's setuid
+// files): the change set reaches the workspace only through package
+// changes, which applies package hostperm's rule.
 
 // reviewDirs checks dir, a change set's directory, before the overlay is
 // built: dir/upper and dir/work must be directories of one filesystem,
@@ -110,7 +123,7 @@ func reviewLayer(userns int, ws, dir string, uid, gid int) (int, error) {
 		return nil
 	}, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
 	if err != nil {
-		return -1, fmt.Errorf("review: the workspace's overlay: %w", err)
+		return -1, fmt.Errorf("review: the workspace's overlay (the change set's directory %s must be on a filesystem that overlayfs takes as an upper layer, with user extended attributes, such as ext4, xfs, btrfs or tmpfs; not an overlay): %w", dir, err)
 	}
 	return mnt, nil
 }
@@ -149,16 +162,11 @@ func (b *builder) reviewOverlay(ws, dir string, access uint64) int8 {
 	return mnt
 }
 
-// errReviewRootLayer refuses review mode for a sandbox whose root is a
-// writable layer: its workspace is no host directory.
-var errReviewRootLayer = errors.New("review mode needs a workspace on the host: not with a writable root layer")
-
 // review marks the workspace's writable area of cfg (ws) for review mode
-// with the change set's directory dir, after checking that it can be.
-func review(cfg *initConfig, dir, ws string, rootLayer, asRoot bool) error {
-	if rootLayer {
-		return errReviewRootLayer
-	}
+// with the change set's directory dir, after checking that it can be;
+// owner is the host uid and gid of the workspace's root in the view
+// (root's hutch: the overlay's upper directory).
+func review(cfg *initConfig, dir, ws string, owner [2]int, asRoot bool) error {
 	if err := reviewDirs(dir); err != nil {
 		return err
 	}
@@ -169,10 +177,13 @@ func review(cfg *initConfig, dir, ws string, rootLayer, asRoot bool) error {
 	if err := unix.Stat(ws, &wsStat); err != nil {
 		return fmt.Errorf("review mode: workspace: %w", err)
 	}
+	if wsStat.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return fmt.Errorf("review mode: the workspace %s is not a directory", ws)
+	}
 	found := false
 	for i, w := range cfg.Writable {
 		if w.Path == ws {
-			cfg.Writable[i].Review = dir
+			cfg.Writable[i].Review, cfg.Writable[i].ReviewOwner = dir, owner
 			found = true
 			continue
 		}
@@ -188,4 +199,42 @@ func review(cfg *initConfig, dir, ws string, rootLayer, asRoot bool) error {
 		return fmt.Errorf("review mode: the workspace %s is not a writable area", ws)
 	}
 	return nil
+}
+
+// reviewLayerRoot is l, the root layer of a sandbox whose workspace ws (a
+// host directory) is in review mode and shown at at, made fit for it. The
+// overlay of review mode is attached over at, a directory made in the
+// layer as a served sandbox's workspace is. Over the host's root (root;
+// not an image's layers, where nothing of the host's is in the view):
+//
+//   - the host's ws, where the view shows it elsewhere than at at, is
+//     hidden (an empty directory): a copy-on-write copy of the workspace
+//     without its protections (deny-read masks are made at at);
+//   - the change set's directory dir must be out of the view (below a
+//     directory the layer hides, or a removed path, or denied to read,
+//     deny): the sandbox would read the change sets there, its own and
+//     others', as the host's root has them.
+func reviewLayerRoot(l RootLayer, root, ws, at, dir string, deny []string) (RootLayer, error) {
+	if len(l.Lowers) > 0 {
+		return l, nil
+	}
+	v := newLayerView(root, l)
+	shown := func(p string) bool {
+		rel, err := filepath.Rel(root, p)
+		if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+			return false // not below the root the view shows
+		}
+		if under(p, privateWritable) {
+			return false // the sandbox's own tmpfs covers it
+		}
+		var st unix.Stat_t
+		return rel == "." || v.lstat(rel, &st) == nil
+	}
+	if shown(dir) && !under(dir, deny) {
+		return l, fmt.Errorf("review mode: the change set's directory %s is in the sandbox's root (the host's, as a layer shows it): hide a directory above it (RootLayer.Hide) or deny reading it", dir)
+	}
+	if at != ws && shown(ws) {
+		l.Hide = append(slices.Clip(l.Hide), ws)
+	}
+	return l, nil
 }

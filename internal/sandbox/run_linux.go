@@ -53,7 +53,13 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		c.Warn = io.Discard
 	}
 	s := c.Spec
-	if c.RootLayer == nil {
+	layer := c.RootLayer
+	// A root layer's workspace is a directory of the view, but in review
+	// mode: the host directory under review (Spec.Filesystem.Workspace),
+	// shown at Spec.Filesystem.WorkspaceAt (at its host path when that is
+	// empty), whose writes go to the change set only.
+	reviewed := layer != nil && c.ReviewDir != ""
+	if layer == nil || reviewed {
 		// The host-side steps (placeholders, the git scan, setting aside)
 		// reach the writable areas without following any symbolic link,
 		// so that the sandbox cannot redirect them; a workspace reached
@@ -66,7 +72,6 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 	t0 := time.Now()
 	phase := func(name string) { c.Log.Debug("sandbox setup", "phase", name, "at", time.Since(t0)) }
 
-	layer := c.RootLayer
 	asRoot := os.Geteuid() == 0
 	if layer != nil {
 		if !asRoot {
@@ -199,9 +204,13 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 	if cfg.Missing["userns"] {
 		return res, fmt.Errorf("create sandbox namespaces: %w: user namespaces are not available (simulated by %s)", ErrKernelFeature, SimulateMissingEnv)
 	}
-	var roots []string // nothing of the host's is writable with a root layer
-	if layer == nil {
+	var roots []string // nothing of the host's is writable with a root layer,
+	switch {
+	case layer == nil:
 		roots = writableRoots(s)
+	case reviewed:
+		// but the workspace under review, through its change set.
+		roots = []string{ws}
 	}
 	// Most default deny-read paths do not exist on a given machine: drop
 	// those here, with a listing per directory, rather than let every
@@ -226,8 +235,9 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 			fmt.Fprintf(c.Warn, "hutch: note: %s\n", note)
 		}
 	}
-	if img == nil {
-		// (In an image's view the way to a writable area is made fresh.)
+	if img == nil && layer == nil {
+		// (In an image's view, or a root layer, the way to a writable
+		// area is made fresh.)
 		cfg.Shadows = shadows(roots, sandboxIdentity(asRoot), cfg.PrivateHome, cfg.Home)
 	}
 	for _, r := range roots {
@@ -235,7 +245,11 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 	}
 	switch {
 	case c.ReviewDir != "":
-		if err := review(&cfg, c.ReviewDir, ws, layer != nil, asRoot); err != nil {
+		owner := [2]int{RootMappedID, RootMappedID}
+		if layer != nil {
+			owner = [2]int{RootMappedID + layer.UID, RootMappedID + layer.GID}
+		}
+		if err := review(&cfg, c.ReviewDir, ws, owner, asRoot); err != nil {
 			return res, err
 		}
 	case s.Filesystem.WorkspaceMode == policy.WorkspaceReview:
@@ -243,12 +257,23 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		// let the sandbox write the user's files instead (S2).
 		return res, errors.New("filesystem.workspace_mode review: this front end keeps no change set; review mode is hutch run --review's in this version")
 	}
-	if err := placeWorkspace(&cfg, s, img, roots); err != nil {
+	if err := placeWorkspace(&cfg, s, img, reviewed, roots); err != nil {
 		return res, err
 	}
-	if len(cfg.Writable) > 0 {
+	layerWS := ws // the workspace's path in a root layer
+	if reviewed {
+		layerWS = cfg.Workspace.of(ws)
+		reviewedLayer, err := reviewLayerRoot(*layer, rootDir(s.Root), ws, layerWS, c.ReviewDir, effectiveDenyRead(cfg.DenyRead, cfg.AllowRead))
+		if err != nil {
+			return res, err
+		}
+		layer = &reviewedLayer
+	}
+	if len(cfg.Writable) > 0 && layer == nil {
 		// What the sandbox writes there must not grant or widen privilege
-		// on the host (ESCAPES 21).
+		// on the host (ESCAPES 21). (A root layer's change set reaches
+		// the host only through package changes, which applies the same
+		// rule: the sandbox's own root keeps every mode.)
 		umask := hostperm.Umask()
 		cfg.HostWrites = true
 		cfg.Umask, cfg.Withheld = uint32(hostperm.SandboxUmask(umask)), uint32(hostperm.Withheld(umask))
@@ -310,15 +335,19 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		home = "" // replaced by a private tmpfs: nothing there to protect
 	}
 	protect := func() protection { return protection{} }
-	if layer == nil {
+	if layer == nil || reviewed {
 		// Deny-write paths keep a sandbox from planting code that the
 		// host's user runs next; with a root layer nothing it writes
-		// outlives it.
+		// outlives it but a change set under review, which a person
+		// applies to the workspace (its home is the layer's own).
+		if layer != nil {
+			home = ""
+		}
 		protect = func() protection { return protectedPaths(s, roots, home) }
 	}
 	p := prepare(s, protect, roots, asRoot, layer != nil || img != nil, cfg.Missing)
 	prot := p.prot
-	if layer == nil {
+	if layer == nil || reviewed {
 		l.after = &aftercare{git: prot.git, created: prot.created, whys: prot.whys, placeholders: p.placeholders.kinds()}
 		if prot.git != nil && prot.git.truncated {
 			fmt.Fprintf(c.Warn, "hutch: warning: the writable areas hold more than %d directories (or deeper than %d): git repositories beyond them are neither protected nor checked; run hutch in the project's own directory\n", maxScanDirs, maxScanDepth)
@@ -497,11 +526,11 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		fds, err = idmapWith(userns, cfg.Writable)
 		unix.Close(userns)
 		if err != nil {
-			return fail(fmt.Errorf("%w (pass --best-effort to run without it)", err))
+			return fail(bestEffortHint(err, c.ReviewDir == ""))
 		}
 	case idmap:
 		if fds, err = idmapWritable(pid, cfg.Writable); err != nil {
-			return fail(fmt.Errorf("%w (pass --best-effort to run without it)", err))
+			return fail(bestEffortHint(err, c.ReviewDir == ""))
 		}
 	}
 	for _, w := range cfg.Writable {
@@ -557,9 +586,9 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		var lfd int
 		var err error
 		if len(layer.Lowers) > 0 {
-			lfd, err = imageLayer(userns, ImageRoot{Layers: layer.Lowers, SizeBytes: layer.SizeBytes, UID: layer.UID, GID: layer.GID, save: layerSave{keep: layer.Keep, from: layer.From}}, ws)
+			lfd, err = imageLayer(userns, ImageRoot{Layers: layer.Lowers, SizeBytes: layer.SizeBytes, UID: layer.UID, GID: layer.GID, save: layerSave{keep: layer.Keep, from: layer.From}}, layerWS)
 		} else {
-			lfd, err = rootLayer(userns, rootDir(s.Root), *layer, ws)
+			lfd, err = rootLayer(userns, rootDir(s.Root), *layer, layerWS)
 		}
 		if err != nil {
 			closeAll(fds)
@@ -632,8 +661,9 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 }
 
 // WorkspaceAt is where a sandbox's view shows its workspace, whatever the
-// tier: the policy's workspace_at in a sandbox from an image (image),
-// else (and when it is empty) the workspace's host path. A writable area
+// tier: the policy's workspace_at in a sandbox from an image, or with a
+// root layer in review mode (image), else (and when it is empty) the
+// workspace's host path. A writable area
 // of the host (roots) at, above or below where the workspace is shown
 // would be mixed up with it in the view, and one that holds the workspace
 // would show it unprotected at its host path: refused.
@@ -664,21 +694,21 @@ func WorkspaceAt(s policy.Spec, image bool, roots []string) (string, error) {
 }
 
 // placeWorkspace sets where the view shows the workspace (a sandbox from
-// an image: the policy's workspace_at; else its host path) and the
-// command's working directory there, or the image's (img.Dir), with PWD
-// to match. A writable area of the host at, above or below where the
+// an image, or a root layer's workspace in review mode (reviewed): the
+// policy's workspace_at; else its host path) and the command's working
+// directory there, or the image's (img.Dir), with PWD to match. A writable area of the host at, above or below where the
 // workspace is shown would be mixed up with it in the view, and one that
 // holds the workspace would show it unprotected at its host path:
 // refused.
-func placeWorkspace(cfg *initConfig, s policy.Spec, img *ImageRoot, roots []string) error {
-	at, err := WorkspaceAt(s, img != nil, roots)
-	if err != nil || img == nil {
+func placeWorkspace(cfg *initConfig, s policy.Spec, img *ImageRoot, reviewed bool, roots []string) error {
+	at, err := WorkspaceAt(s, img != nil || reviewed, roots)
+	if err != nil || (img == nil && !reviewed) {
 		return err
 	}
 	ws := s.Filesystem.Workspace
 	cfg.Workspace = viewMap{Host: ws, At: at}
 	cfg.Dir = at
-	if img.Dir != "" {
+	if img != nil && img.Dir != "" {
 		// Made when missing, but never in a writable area of the host:
 		// the first process, which makes it, still holds its
 		// capabilities, and the image is not the user's to write there.
@@ -686,6 +716,16 @@ func placeWorkspace(cfg *initConfig, s policy.Spec, img *ImageRoot, roots []stri
 	}
 	cfg.Env = append(withoutVars(cfg.Env, []string{"PWD", "OLDPWD"}), "PWD="+cfg.Dir)
 	return nil
+}
+
+// bestEffortHint is err, the failure of the writable areas' idmapped
+// mounts, with the hint that --best-effort runs without them when it
+// does (hint; not in review mode, which cannot run without).
+func bestEffortHint(err error, hint bool) error {
+	if !hint {
+		return err
+	}
+	return fmt.Errorf("%w (pass --best-effort to run without it)", err)
 }
 
 // streamFDs are the descriptors of a command's stdin, stdout and stderr,

@@ -111,7 +111,8 @@ type Config struct {
 	// workspace (Spec.Filesystem.Workspace) is then a directory of the
 	// view made in that layer, not a host path, and the policy's
 	// allow_write and deny_write do not apply: nothing the sandbox writes
-	// reaches the host.
+	// reaches the host. With ReviewDir, the workspace is a host directory
+	// in review mode instead (see ReviewDir).
 	RootLayer *RootLayer
 	// Image, when set, is the root the sandbox starts from instead of the
 	// host's (policy root "image:REF"): the image's layers stacked
@@ -127,7 +128,21 @@ type Config struct {
 	// directories of the invoking user on one filesystem that supports
 	// user extended attributes. What the sandbox writes to its workspace
 	// lands there (package changes reads it as a change set); its other
-	// writable areas are written as usual. Not with a RootLayer.
+	// writable areas are written as usual.
+	//
+	// With a RootLayer (root only), Spec.Filesystem.Workspace is the host
+	// directory under review, the overlay's lower layer, and
+	// Spec.Filesystem.WorkspaceAt is where the view shows it (its host
+	// path when empty), a directory made in the layer as a served
+	// sandbox's workspace is, and the commands' working directory. The
+	// workspace's protections (protected names, the git scan, deny_write,
+	// placeholders, deny-read masks) are made there, as in review mode on
+	// the host's root. Over the host's root, the host's copy of the
+	// directory is hidden where the view shows it elsewhere, and ReviewDir
+	// must be out of the view (below a RootLayer.Hide directory, or denied
+	// to read). The overlay's upper directory belongs to the layer's
+	// UID and GID (moved to the sandbox's host ids); the host's files show
+	// their host owners through the layer's idmapping.
 	ReviewDir string
 }
 

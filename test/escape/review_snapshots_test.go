@@ -14,10 +14,10 @@ import (
 // TestItem30_SnapshotsAcrossTenants (escape item 30, the class "answers
 // that reveal other tenants' activity", for snapshots, forks and diffs):
 // every call of another tenant that names alice's sandbox or snapshot —
-// snapshot, fork, diff (of it, or of his own against hers), get, delete,
-// create from it, through hutch's API and E2B's — answers exactly what the
-// same call answers for an id that does not exist, and changes nothing of
-// alice's.
+// snapshot, fork, diff (of it, or of his own against hers), get, export,
+// delete, create from it, through hutch's API and E2B's — answers exactly
+// what the same call answers for an id that does not exist, and changes
+// nothing of alice's.
 func TestItem30_SnapshotsAcrossTenants(t *testing.T) {
 	forEachServedTier(t, func(t *testing.T, tier []string) {
 		d := startServed(t, "", true, tier...)
@@ -51,6 +51,7 @@ func TestItem30_SnapshotsAcrossTenants(t *testing.T) {
 		if snap != "" {
 			calls = append(calls, []struct{ method, path, body string }{
 				{"GET", "/v1/snapshots/SNAP", ""},
+				{"GET", "/v1/snapshots/SNAP/image", ""},
 				{"DELETE", "/v1/snapshots/SNAP", ""},
 				{"POST", "/v1/sandboxes", `{"snapshot":"SNAP"}`},
 				{"GET", "/v1/sandboxes/" + own + "/diff?against=SNAP", ""},
