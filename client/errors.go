@@ -32,6 +32,9 @@ type Error struct {
 	Code string
 	// Message says what went wrong.
 	Message string
+
+	// body is the answer's body, for the calls that read more of it.
+	body []byte
 }
 
 // Error returns the message, the status and the code.
@@ -73,7 +76,7 @@ var (
 // readError turns an error response into an *Error.
 func readError(resp *http.Response) error {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	e := &Error{Status: resp.StatusCode}
+	e := &Error{Status: resp.StatusCode, body: b}
 	var body struct {
 		Code    string `json:"code"`
 		Message string `json:"message"`

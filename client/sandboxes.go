@@ -34,10 +34,19 @@ type Sandbox struct {
 	// host's kernel behind namespaces, Landlock and seccomp) or "gvisor"
 	// (gVisor's application kernel).
 	Tier string `json:"tier,omitempty"`
+	// ChangeSet is the change set of its review workspace
+	// (CreateOptions.ReviewWorkspace), if it has one.
+	ChangeSet string `json:"change_set,omitempty"`
 }
 
 // CreateOptions describes a sandbox to create.
 type CreateOptions struct {
+	// ReviewWorkspace, when set, names a review workspace the daemon's
+	// operator bound for the tenant (hutch serve --review-workspace): the
+	// sandbox's workspace shows its host directory, and what it writes
+	// there is kept as a change set (ChangeSets) to apply or discard once
+	// the sandbox ended.
+	ReviewWorkspace string
 	// Snapshot, when set, is a snapshot (Snapshot) the sandbox starts
 	// from: its files over its base, which the policy's root must be, or
 	// which it is when the policy names none.
@@ -123,7 +132,8 @@ func (c *Client) Create(ctx context.Context, o CreateOptions) (*Sandbox, error) 
 		Secrets     map[string]string `json:"secrets,omitempty"`
 		UpstreamCA  string            `json:"upstream_ca,omitempty"`
 		Snapshot    string            `json:"snapshot,omitempty"`
-	}{o.Policy, o.Labels, o.Env, duration(o.Timeout), duration(o.IdleTimeout), o.Secrets, string(o.UpstreamCA), o.Snapshot}
+		Review      string            `json:"review_workspace,omitempty"`
+	}{o.Policy, o.Labels, o.Env, duration(o.Timeout), duration(o.IdleTimeout), o.Secrets, string(o.UpstreamCA), o.Snapshot, o.ReviewWorkspace}
 	var sb Sandbox
 	if err := c.call(ctx, http.MethodPost, "/v1/sandboxes", nil, in, &sb); err != nil {
 		return nil, err

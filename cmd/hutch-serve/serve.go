@@ -65,6 +65,9 @@ func cmdServe(args []string, stderr io.Writer) int {
 	var warmFlags cli.List
 	fs.Var(&warmFlags, "warm", "keep `N` sandboxes of the default policy started, for creates that ask for no other policy to take at once; NAME=N keeps N of E2B's template NAME (--template, or base), for E2B's creates of it with its defaults and any create of the same policy (repeatable)")
 	noInternet := fs.Bool("no-internet", false, "refuse \"*\" (every public host) in sandboxes' allowed domains, and give E2B's sandboxes no network unless they list hosts")
+	var reviewFlags cli.List
+	fs.Var(&reviewFlags, "review-workspace", "let sandboxes review the host directory `NAME=DIR[@TENANT,...]`: one created with review_workspace NAME (the operator's, and the tenants named) sees DIR at its workspace, and what it writes there is kept as a change set to apply or discard (GET /v1/changes); repeatable")
+	maxChangeSets := fs.Int("max-change-sets", 0, "most change sets of review workspaces a tenant may keep (default 32)")
 	var allowImages cli.List
 	fs.Var(&allowImages, "allow-image", "let tenants start sandboxes only from images whose name matches `pattern` (path.Match on the normal form, e.g. docker.io/library/python:*) or whose digest it is (repeatable; default: any image of the daemon's store)")
 	imageCacheMax := fs.String("image-cache-max", "", "keep the image store within `size` (e.g. 20g; none: no limit), its standing limit, which pulls into it keep too (hutch image limit): the least recently used images not in use go after every pull and every minute (default: the store's limit, if set)")
@@ -208,6 +211,11 @@ func cmdServe(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "hutch: --runsc: %v\n", err)
 		return 1
 	}
+	reviews, err := parseReviewWorkspaces(reviewFlags)
+	if err != nil {
+		fmt.Fprintf(stderr, "hutch: --review-workspace: %v\n", err)
+		return 2
+	}
 	m, err := daemon.New(daemon.Config{
 		StateDir:         *stateDir,
 		AgentBinary:      logAgent(log, agentBinary()),
@@ -219,6 +227,8 @@ func cmdServe(args []string, stderr io.Writer) int {
 		MaxSandboxes:     *maxSandboxes,
 		MaxSnapshots:     *maxSnapshots,
 		MaxSnapshotBytes: *maxSnapshotBytes,
+		ReviewWorkspaces: reviews,
+		MaxChangeSets:    *maxChangeSets,
 		Warm:             warm,
 		Pools:            pools,
 		DefaultDisk:      sizes[0],
@@ -566,4 +576,37 @@ func mcpLogSpace(stateDir, max string) (*mcp.LogSpace, error) {
 		return nil, fmt.Errorf("MCP's exec logs: %w", err)
 	}
 	return mcp.NewLogSpace(dir, n), nil
+}
+
+// parseReviewWorkspaces reads --review-workspace NAME=DIR[@TENANT,...]:
+// the directory must exist (symbolic links resolved), a name once.
+func parseReviewWorkspaces(flags []string) (map[string]daemon.ReviewWorkspace, error) {
+	out := map[string]daemon.ReviewWorkspace{}
+	for _, f := range flags {
+		name, rest, ok := strings.Cut(f, "=")
+		if !ok || name == "" || rest == "" {
+			return nil, fmt.Errorf("%q: want NAME=DIR or NAME=DIR@TENANT[,TENANT]", f)
+		}
+		var ws daemon.ReviewWorkspace
+		dir, tenants, _ := strings.Cut(rest, "@")
+		if tenants != "" {
+			ws.Tenants = strings.Split(tenants, ",")
+		}
+		abs, err := filepath.Abs(dir)
+		if err == nil {
+			abs, err = filepath.EvalSymlinks(abs)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		if fi, err := os.Stat(abs); err != nil || !fi.IsDir() {
+			return nil, fmt.Errorf("%s: %s is not a directory", name, dir)
+		}
+		if _, dup := out[name]; dup {
+			return nil, fmt.Errorf("%s: named twice", name)
+		}
+		ws.Dir = abs
+		out[name] = ws
+	}
+	return out, nil
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -30,6 +31,12 @@ workspace, kept aside until you apply it.
   hutch changes discard ID...                    remove sets
 
 ID is a set's ID or a prefix of it that names one set.
+
+With --remote, ls, show, apply and discard act on the change sets of the
+daemon at $HUTCH_HOST (with the token in $HUTCH_TOKEN): what sandboxes
+created with --review-workspace wrote to the host directories the operator
+bound (hutch serve --review-workspace). A set is applied by the daemon,
+once its sandbox ended; its full ID is needed.
 `
 
 // cmdChanges runs hutch changes.
@@ -37,6 +44,9 @@ func cmdChanges(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, changesUsage)
 		return 2
+	}
+	if i := slices.Index(args, "--remote"); i > 0 {
+		return cmdChangesRemote(args[0], slices.Delete(slices.Clone(args), i, i+1)[1:], stdout, stderr)
 	}
 	st, err := changes.DefaultStore()
 	if err != nil {

@@ -51,12 +51,20 @@ func cmdDiff(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), remoteTimeout)
 	defer cancel()
-	var buf bytes.Buffer
-	if err := c.Diff(ctx, ops[0], &buf, opt); err != nil {
+	return writeDiff(stdout, useColor && opt.Format == "", func(w io.Writer) error { return c.Diff(ctx, ops[0], w, opt) }, func(err error) int {
 		fmt.Fprintf(stderr, "hutch: diff %s: %v\n", ops[0], err)
 		return 1
+	})
+}
+
+// writeDiff writes to stdout what get writes, in colour when color (a
+// patch); an error of get is fail's to report.
+func writeDiff(stdout io.Writer, color bool, get func(io.Writer) error, fail func(error) int) int {
+	var buf bytes.Buffer
+	if err := get(&buf); err != nil {
+		return fail(err)
 	}
-	if useColor && opt.Format == "" {
+	if color {
 		changes.Colorize(stdout, buf.Bytes())
 		return 0
 	}

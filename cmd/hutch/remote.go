@@ -98,6 +98,7 @@ func cmdCreate(args []string, stdout, stderr io.Writer) int {
 	var labels cli.List
 	fs.Var(&labels, "label", "tag the sandbox with `key=value` (repeatable)")
 	snapshot := fs.String("snapshot", "", "start from the snapshot `SID` (hutch snapshots lists them): its base, with what its sandbox had written")
+	review := fs.String("review-workspace", "", "review the host directory the operator bound as `NAME` (hutch serve --review-workspace): the sandbox's workspace shows it, and what it writes there is kept as a change set (hutch changes --remote)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: hutch create [flags]\n\nCreates a sandbox in the daemon at $HUTCH_HOST (default %s), with the token in $HUTCH_TOKEN,\nand prints its id. It takes the flags of hutch run; --timeout is the sandbox's lifetime,\n--debug prints the policy sent; --tier is the sandbox's isolation tier (default: the\ndaemon's, hutch serve --default-tier); --report is refused (a served sandbox's refused\nconnections are its events: hutch events ID), and so are --state-dir (its image comes\nfrom the daemon's store), --runsc and --gvisor-directfs (the daemon runs the tier).\n\nFlags:\n", client.DefaultHost)
 		fs.PrintDefaults()
@@ -129,7 +130,7 @@ func cmdCreate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "hutch: create: --runsc is for hutch run; the daemon runs a served sandbox's tier (--tier) with its own runtimes")
 		return 2
 	}
-	opts := client.CreateOptions{IdleTimeout: *idle, Snapshot: *snapshot}
+	opts := client.CreateOptions{IdleTimeout: *idle, Snapshot: *snapshot, ReviewWorkspace: *review}
 	var err error
 	if opts.Labels, err = keyValues("label", labels); err != nil {
 		fmt.Fprintf(stderr, "hutch: %v\n", err)

@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"net/http"
+	"slices"
 
 	"github.com/hutch-sandbox/hutch/internal/changes"
 	"github.com/hutch-sandbox/hutch/internal/daemon"
@@ -52,6 +53,18 @@ func (b *cappedBuffer) Write(p []byte) (int, error) {
 // diffFormats are the formats of GET /v1/sandboxes/{id}/diff.
 var diffFormats = []string{"patch", "stat", "names", "json", "export"}
 
+// diffFormat is the request's ?format= of a diff (patch when none).
+func diffFormat(r *http.Request) (string, error) {
+	format := r.URL.Query().Get("format")
+	if format == "" {
+		format = "patch"
+	}
+	if !slices.Contains(diffFormats, format) {
+		return "", errorf(daemon.ErrInvalid, "format %q: want one of patch, stat, names, json, export", format)
+	}
+	return format, nil
+}
+
 // diff answers GET /v1/sandboxes/{id}/diff: what the sandbox changed in
 // its root against ?against= ("base" when empty, a snapshot or a
 // sandbox), as ?format= patch (the default: a unified diff with git's
@@ -59,33 +72,32 @@ var diffFormats = []string{"patch", "stat", "names", "json", "export"}
 // export (a patch git apply takes), of the paths ?path= names (all when
 // none).
 func (h *handler) diff(w http.ResponseWriter, r *http.Request) error {
-	q := r.URL.Query()
-	format := q.Get("format")
-	if format == "" {
-		format = "patch"
-	}
-	known := false
-	for _, f := range diffFormats {
-		known = known || f == format
-	}
-	if !known {
-		return errorf(daemon.ErrInvalid, "format %q: want one of patch, stat, names, json, export", format)
+	format, err := diffFormat(r)
+	if err != nil {
+		return err
 	}
 	s, err := h.snapshotter()
 	if err != nil {
 		return err
 	}
-	d, err := s.Diff(r.Context(), tenantOf(r), r.PathValue("id"), q.Get("against"))
+	d, err := s.Diff(r.Context(), tenantOf(r), r.PathValue("id"), r.URL.Query().Get("against"))
 	if err != nil {
 		return err
 	}
 	defer d.Close()
-	list, err := changes.Filter(d.Changes, q["path"])
+	return writeChanges(w, r, d.Against, d.Sides, d.Changes, format)
+}
+
+// writeChanges answers a diff request with all (those at or below the
+// request's ?path= values) in format, read through sides; against names
+// the other side.
+func writeChanges(w http.ResponseWriter, r *http.Request, against string, sides changes.Sides, all []changes.Change, format string) error {
+	list, err := changes.Filter(all, r.URL.Query()["path"])
 	if err != nil {
 		return errorf(daemon.ErrInvalid, "%v", err)
 	}
 	if format == "json" {
-		out := DiffResponse{Against: d.Against, Changes: make([]DiffChange, 0, len(list)), Counts: changes.Count(list)}
+		out := DiffResponse{Against: against, Changes: make([]DiffChange, 0, len(list)), Counts: changes.Count(list)}
 		for _, c := range list {
 			dc := DiffChange{Kind: c.Kind, Path: c.Path, From: c.From}
 			if c.Kind == changes.Renamed {
@@ -106,23 +118,23 @@ func (h *handler) diff(w http.ResponseWriter, r *http.Request) error {
 	buf := &cappedBuffer{max: maxDiff}
 	switch format {
 	case "patch":
-		err = d.Sides.WriteDiff(buf, list, changes.ShowOptions{})
+		err = sides.WriteDiff(buf, list, changes.ShowOptions{})
 	case "stat":
-		err = d.Sides.WriteStat(buf, list, false)
+		err = sides.WriteStat(buf, list, false)
 	case "names":
 		changes.WriteNames(buf, list)
 	case "export":
-		_, err = d.Sides.Export(buf, list)
+		_, err = sides.Export(buf, list)
 	}
 	if buf.over {
-		return errorf(daemon.ErrInvalid, "the diff of sandbox %s is larger than %d MiB: ask for its stat or names, or for some paths", r.PathValue("id"), maxDiff>>20)
+		return errorf(daemon.ErrInvalid, "the diff is larger than %d MiB: ask for its stat or names, or for some paths", maxDiff>>20)
 	}
 	if err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.Header().Set("X-Hutch-Against", d.Against)
+	w.Header().Set("X-Hutch-Against", against)
 	w.WriteHeader(http.StatusOK)
 	w.Write(buf.Bytes())
 	return nil

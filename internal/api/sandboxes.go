@@ -45,6 +45,11 @@ type CreateBody struct {
 	// starts from (its files over the snapshot's base; the policy's root
 	// must be that base, or name none).
 	Snapshot string `json:"snapshot,omitempty"`
+	// ReviewWorkspace, when set, names a review workspace the operator
+	// bound (hutch serve --review-workspace): the sandbox's workspace shows
+	// its host directory, and what it writes there is kept as a change set
+	// (GET /v1/changes) to apply or discard once the sandbox ended.
+	ReviewWorkspace string `json:"review_workspace,omitempty"`
 }
 
 // TimeoutBody is the body of POST /v1/sandboxes/{id}/timeout.
@@ -108,6 +113,7 @@ func createRequest(b CreateBody, origin Origin) (daemon.CreateRequest, error) {
 		return req, err
 	}
 	req.Snapshot = b.Snapshot
+	req.ReviewWorkspace = b.ReviewWorkspace
 	if err := daemon.CheckEnv("env", b.Env); err != nil {
 		return req, err
 	}

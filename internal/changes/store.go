@@ -48,6 +48,8 @@ const idLen = 12
 type Set struct {
 	dir  string
 	meta Meta
+	// upper, when set, is where the set is read from instead (Live).
+	upper string
 	// Sides are the workspace (old) and the upper directory (new).
 	Sides
 }
@@ -75,6 +77,13 @@ type Meta struct {
 	// Branch the git branch it was committed on.
 	Applied time.Time `json:"applied,omitzero"`
 	Branch  string    `json:"branch,omitempty"`
+	// Tenant and Sandbox are, for a set of hutch serve, the tenant it
+	// belongs to and the sandbox that wrote it.
+	Tenant  string `json:"tenant,omitempty"`
+	Sandbox string `json:"sandbox,omitempty"`
+	// ReviewWorkspace is the name its daemon's operator gave the
+	// workspace (hutch serve --review-workspace).
+	ReviewWorkspace string `json:"review_workspace,omitempty"`
 
 	extra map[string]json.RawMessage
 }
@@ -273,7 +282,12 @@ func (s *Set) save() error {
 func (s *Set) ID() string { return s.meta.ID }
 
 // Upper returns the set's overlayfs upper directory.
-func (s *Set) Upper() string { return filepath.Join(s.dir, "upper") }
+func (s *Set) Upper() string {
+	if s.upper != "" {
+		return s.upper
+	}
+	return filepath.Join(s.dir, "upper")
+}
 
 // Work returns the set's overlayfs work directory.
 func (s *Set) Work() string { return filepath.Join(s.dir, "work") }
@@ -286,6 +300,23 @@ func (s *Set) Dir() string { return s.dir }
 
 // Meta returns a copy of the set's meta data.
 func (s *Set) Meta() Meta { return s.meta }
+
+// Own records the tenant, the sandbox and the review workspace's name of
+// a set of hutch serve.
+func (s *Set) Own(tenant, sandbox, workspace string) error {
+	s.meta.Tenant, s.meta.Sandbox, s.meta.ReviewWorkspace = tenant, sandbox, workspace
+	return s.save()
+}
+
+// Live returns s reading its changes from upper instead of its own upper
+// directory (the upper layer of a running sandbox's overlay): for
+// Changes and the renderers, not to apply or end.
+func (s *Set) Live(upper string) *Set {
+	c := *s
+	c.upper = upper
+	c.Sides = Sides{Old: Tree(s.meta.Workspace), New: Tree(upper)}
+	return &c
+}
 
 // Begin records the start of a run on the set.
 func (s *Set) Begin() error {

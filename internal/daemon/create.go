@@ -127,6 +127,20 @@ func (m *Manager) Create(ctx context.Context, tenant string, r CreateRequest) (I
 	if err != nil {
 		return Info{}, err
 	}
+	review, err := m.bindReview(tenant, r, spec)
+	if err != nil {
+		return Info{}, err
+	}
+	if review != nil {
+		// Until the sandbox runs, a failure takes its change set along.
+		defer func() {
+			if !review.running {
+				m.reviewMu.Lock()
+				_ = m.changes.Discard(review.set.ID())
+				m.reviewMu.Unlock()
+			}
+		}()
+	}
 	sec, err := loadSecrets(spec, r.Secrets)
 	if err != nil {
 		return Info{}, err
@@ -153,10 +167,16 @@ func (m *Manager) Create(ctx context.Context, tenant string, r CreateRequest) (I
 	}
 	id, dir := row.ID, row.Dir
 	log := m.log.With("sandbox", id, "tenant", tenant)
+	if review != nil {
+		if err := review.set.Own(tenant, id, review.name); err != nil {
+			m.abandon(id, dir, log, nil, err)
+			return Info{}, fmt.Errorf("create sandbox %s: %w", id, err)
+		}
+	}
 	ev := m.newEvents(tenant, id)
 	ev.append(EventCreated, map[string]any{"expires": row.Expires, "tier": spec.Tier}, false)
 
-	l, err := m.launch(ctx, id, dir, spec, env, sec, r.Operator, log, ev, snap)
+	l, err := m.launch(ctx, id, dir, spec, env, sec, r.Operator, log, ev, snap, review)
 	if err != nil {
 		m.abandon(id, dir, log, ev, err)
 		if errors.Is(err, sandbox.ErrNotDirInRoot) {
@@ -178,7 +198,11 @@ func (m *Manager) Create(ctx context.Context, tenant string, r CreateRequest) (I
 	ev.append(EventStarted, nil, false)
 	SandboxesCreated.With(sb.Tier).Inc()
 	log.Info("sandbox started", "pid", l.inst.PID(), "expires", row.Expires, "image", l.image, "tier", sb.Tier)
-	return infoOf(sb), nil
+	info := infoOf(sb)
+	if review != nil {
+		review.running, info.ChangeSet = true, review.set.ID()
+	}
+	return info, nil
 }
 
 // launch starts sandbox id — its record made (starting) and its directory
@@ -191,7 +215,7 @@ func (m *Manager) Create(ctx context.Context, tenant string, r CreateRequest) (I
 // refusals; snap, when set, is the snapshot it starts from. On error
 // everything started is closed again; the caller cleans up the record and
 // the directory (abandon).
-func (m *Manager) launch(ctx context.Context, id, dir string, spec policy.Spec, env []string, sec *sandboxSecrets, operator bool, log *slog.Logger, ev *eventLog, snap *store.Snapshot) (*live, error) {
+func (m *Manager) launch(ctx context.Context, id, dir string, spec policy.Spec, env []string, sec *sandboxSecrets, operator bool, log *slog.Logger, ev *eventLog, snap *store.Snapshot, review *reviewBinding) (*live, error) {
 	l := &live{id: id, dir: dir, ev: ev, ended: make(chan struct{})}
 	fail := func(err error) (*live, error) {
 		l.close(log)
@@ -260,7 +284,7 @@ func (m *Manager) launch(ctx context.Context, id, dir string, spec policy.Spec, 
 		return fail(err)
 	}
 	l.operator, l.secrets, l.tier = operator, sec != nil, spec.Tier
-	inst, conn, err := startSandbox(rt, sandbox.Config{
+	cfg := sandbox.Config{
 		Spec:        spec,
 		Environ:     env,
 		Log:         log,
@@ -272,7 +296,16 @@ func (m *Manager) launch(ctx context.Context, id, dir string, spec policy.Spec, 
 		Wipe:        sec.values(),
 		Cgroup:      true,
 		CgroupName:  sandboxCgroupPrefix + id,
-	})
+	}
+	if review != nil {
+		if err := startReview(dir, review, spec.Resources.DiskBytes, &cfg); err != nil {
+			return fail(err)
+		}
+		m.mu.Lock()
+		m.reviewing[review.set.ID()] = filepath.Join(dir, reviewDir, "upper")
+		m.mu.Unlock()
+	}
+	inst, conn, err := startSandbox(rt, cfg)
 	if err != nil {
 		return fail(err)
 	}

@@ -91,6 +91,12 @@ type Config struct {
 	// memory.
 	MaxSnapshots     int
 	MaxSnapshotBytes int64
+	// ReviewWorkspaces are the host directories, by name, that sandboxes
+	// may review (CreateRequest.ReviewWorkspace): hutch serve
+	// --review-workspace. MaxChangeSets is the most change sets a tenant
+	// may keep (0: 32).
+	ReviewWorkspaces map[string]ReviewWorkspace
+	MaxChangeSets    int
 	// Warm is how many sandboxes of the default policy the daemon keeps
 	// started and ready (0 to MaxWarm, and at most MaxSandboxes): a create
 	// with the default policy takes one at once, and the pool refills in
@@ -161,6 +167,12 @@ type CreateRequest struct {
 	// which the policy's root names (or, when it names none, is the
 	// snapshot's), under a fresh writable layer.
 	Snapshot string
+	// ReviewWorkspace, when set, names a review workspace of the daemon
+	// (Config.ReviewWorkspaces) that the tenant may use: the policy's
+	// workspace shows its host directory read-write, and what the sandbox
+	// writes there is kept in a change set (ChangeSets) instead, to be
+	// applied or discarded once the sandbox ended.
+	ReviewWorkspace string
 }
 
 // Sandboxes is what a front end of the daemon (hutch's API, E2B's) needs
@@ -212,4 +224,6 @@ type Info struct {
 	// Tier is the isolation tier the sandbox runs in (policy.Tiers), kept
 	// in its record as Image is.
 	Tier string `json:"tier"`
+	// ChangeSet is the change set of its review workspace, if it has one.
+	ChangeSet string `json:"change_set,omitempty"`
 }

@@ -56,6 +56,7 @@ func (m *Manager) cleanupLeftovers(ctx context.Context) error {
 			continue
 		}
 		p := filepath.Join(m.sbRoot, e.Name())
+		m.finishReview(p, m.log)
 		if err := removeSandboxDir(p); err != nil {
 			m.log.Error("remove leftover sandbox directory", "dir", p, "err", err)
 		}
@@ -88,6 +89,7 @@ func (m *Manager) reclaim(ctx context.Context, sb store.Sandbox) bool {
 		if sb.Dir != dir {
 			log.Warn("leftover sandbox recorded with another directory; removing its own", "recorded", sb.Dir, "dir", dir)
 		}
+		m.finishReview(dir, log)
 		if err := removeSandboxDir(dir); err != nil {
 			log.Error("remove leftover sandbox directory", "dir", dir, "err", err)
 		}

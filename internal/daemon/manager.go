@@ -10,11 +10,13 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/agent"
+	"github.com/hutch-sandbox/hutch/internal/changes"
 	"github.com/hutch-sandbox/hutch/internal/egress"
 	"github.com/hutch-sandbox/hutch/internal/image"
 	"github.com/hutch-sandbox/hutch/internal/policy"
@@ -63,6 +65,12 @@ type Manager struct {
 	refMu     sync.Mutex
 	layerRefs map[string]int
 
+	// changes are the change sets of review workspaces (review.go),
+	// <StateDir>/changes; reviewMu makes a quota check and a set's
+	// creation, an apply and a discard one at a time.
+	changes  *changes.Store
+	reviewMu sync.Mutex
+
 	// quotaMu makes a tenant's quota check and the insertion of the new
 	// sandbox's row one step, so that concurrent creates cannot overrun it.
 	quotaMu sync.Mutex
@@ -73,6 +81,9 @@ type Manager struct {
 	// dormant are the sandboxes paused to disk (checkpoint.go): no
 	// process, a record, a checkpoint.
 	dormant map[string]*dormant
+	// reviewing maps the change sets whose sandboxes run to the upper
+	// directory they are written in.
+	reviewing map[string]string
 	// ops counts the calls in progress; it is only added to under mu
 	// while closed is false, so that Close can wait for them.
 	ops sync.WaitGroup
@@ -224,6 +235,8 @@ func New(cfg Config, log *slog.Logger) (*Manager, error) {
 		sbRoot:     sbRoot,
 		live:       make(map[string]*live),
 		dormant:    make(map[string]*dormant),
+		reviewing:  make(map[string]string),
+		changes:    changes.NewStore(filepath.Join(cfg.StateDir, "changes")),
 		teardowns:  make(chan struct{}, maxTeardowns),
 		exports:    make(chan struct{}, maxExports),
 		stop:       make(chan struct{}),
@@ -307,6 +320,17 @@ func (c *Config) withDefaults() error {
 	}
 	if c.MaxSnapshotBytes == 0 {
 		c.MaxSnapshotBytes = defaultMaxSnapshotBytes
+	}
+	if c.MaxChangeSets == 0 {
+		c.MaxChangeSets = defaultMaxSnapshots
+	}
+	for name, ws := range c.ReviewWorkspaces {
+		if !validWorkspaceName(name) || !filepath.IsAbs(ws.Dir) {
+			return fmt.Errorf("daemon config: review workspace %q=%q: want a name of letters, digits, '-', '_' and '.' and an absolute directory: %w", name, ws.Dir, ErrInvalid)
+		}
+		if rel, err := filepath.Rel(c.StateDir, ws.Dir); err == nil && !strings.HasPrefix(rel, "..") {
+			return fmt.Errorf("daemon config: review workspace %q: %s is in the daemon's state directory: %w", name, ws.Dir, ErrInvalid)
+		}
 	}
 	if c.MaxSnapshots < 0 || c.MaxSnapshotBytes < 0 {
 		return fmt.Errorf("daemon config: negative snapshot quota: %w", ErrInvalid)
@@ -459,7 +483,9 @@ func (m *Manager) Get(ctx context.Context, tenant, id string) (Info, error) {
 	if err != nil {
 		return Info{}, err
 	}
-	return infoOf(sb), nil
+	out := []Info{infoOf(sb)}
+	m.withChangeSets(out)
+	return out[0], nil
 }
 
 // List lists tenant's sandboxes that have all of labels (and the state,
@@ -485,6 +511,7 @@ func (m *Manager) List(ctx context.Context, tenant string, labels map[string]str
 		}
 		out = append(out, infoOf(sb))
 	}
+	m.withChangeSets(out)
 	return out, nil
 }
 
@@ -727,6 +754,7 @@ func (m *Manager) teardown(l *live, why string) {
 	if l.release != nil {
 		l.release()
 	}
+	m.finishReview(l.dir, log)
 	if err := removeSandboxDir(l.dir); err != nil {
 		log.Error("remove sandbox directory", "dir", l.dir, "err", err)
 	}

@@ -133,12 +133,24 @@ func devOf(fi os.FileInfo) uint64 {
 }
 
 // removeSandboxDir removes a sandbox's directory, once the tmpfs of its
-// root layer attached there (keepDir) is let go: removing the files of a
-// mount would not end it.
+// root layer attached there (keepDir) and that of its review workspace
+// (reviewDir) are let go: removing the files of a mount would not end it.
 func removeSandboxDir(dir string) error {
-	err := unix.Unmount(filepath.Join(dir, keepDir), unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
-	if err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("unmount the root layer of %s: %w", dir, err)
+	for _, d := range []string{keepDir, reviewDir} {
+		err := unix.Unmount(filepath.Join(dir, d), unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
+		if err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("unmount %s of %s: %w", d, dir, err)
+		}
 	}
 	return os.RemoveAll(dir)
+}
+
+// mountReviewTmpfs mounts the tmpfs of a review workspace's upper layer
+// (size bytes) at dir.
+func mountReviewTmpfs(dir string, size int64) error {
+	opts := fmt.Sprintf("size=%d,nr_inodes=%d,mode=0700", size, max(size/4096, 1024))
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		return fmt.Errorf("mount its tmpfs: %w", err)
+	}
+	return nil
 }

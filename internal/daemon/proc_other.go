@@ -33,3 +33,6 @@ func devOf(os.FileInfo) uint64 { return 0 }
 
 // removeSandboxDir removes a sandbox's directory.
 func removeSandboxDir(dir string) error { return os.RemoveAll(dir) }
+
+// mountReviewTmpfs fails: review workspaces need Linux.
+func mountReviewTmpfs(string, int64) error { return errors.New("review workspaces need Linux") }

@@ -60,9 +60,12 @@ func newRealFixtureWith(t *testing.T, cfg daemon.Config, opts ...Option) *realFi
 	t.Cleanup(func() { os.RemoveAll(stateDir) })
 	logs := &testutil.Buffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	// A review workspace of alice's, for the change sets' routes.
+	review := t.TempDir()
 	m, err := daemon.New(daemon.Config{
 		StateDir: stateDir, MaxTimeout: realMaxTimeout, DefaultTimeout: 5 * time.Minute, MaxSandboxes: realQuota,
 		AgentBinary: cfg.AgentBinary, DefaultTier: cfg.DefaultTier, MinTier: cfg.MinTier, Runtimes: cfg.Runtimes,
+		ReviewWorkspaces: map[string]daemon.ReviewWorkspace{"walk": {Dir: review, Tenants: []string{"alice"}}},
 	}, log)
 	if err != nil {
 		t.Fatal(err)

@@ -345,6 +345,29 @@ func (w *walker) snapshot(t *testing.T) string {
 	return sn.ID
 }
 
+// changeSet makes a change set of alice's review workspace: a sandbox
+// that wrote a file, ended.
+func (w *walker) changeSet(t *testing.T) string {
+	t.Helper()
+	ctx := context.Background()
+	info, err := w.f.dm.Create(ctx, "alice", daemon.CreateRequest{ReviewWorkspace: "walk"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := w.f.dm.Agent(ctx, "alice", info.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WriteFile(ctx, info.Workspace+"/walked.txt", strings.NewReader("walked\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.f.dm.Destroy(ctx, "alice", info.ID); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.f.dm.DiscardChangeSet(ctx, "alice", info.ChangeSet) })
+	return info.ChangeSet
+}
+
 // created destroys, when the test ends, the sandbox whose id a create's
 // answer (hutch's or E2B's) names.
 func (w *walker) created(t *testing.T, answer []byte) {
@@ -441,7 +464,24 @@ func (w *walker) calls() map[string]call {
 			}
 		},
 		"hutch GET /v1/sandboxes/{id}/diff": now(func(t *testing.T) { w.hutch(t, "GET", sb+m+"/diff?format=json", "", 200) }),
-		"hutch GET /v1/sandboxes/{id}":      now(func(t *testing.T) { w.hutch(t, "GET", sb+m, "", 200) }),
+		"hutch GET /v1/changes":             now(func(t *testing.T) { w.hutch(t, "GET", "/v1/changes", "", 200) }),
+		"hutch GET /v1/changes/{cid}": func(t *testing.T) func(*testing.T) {
+			cid := w.changeSet(t)
+			return func(t *testing.T) { w.hutch(t, "GET", "/v1/changes/"+cid, "", 200) }
+		},
+		"hutch GET /v1/changes/{cid}/diff": func(t *testing.T) func(*testing.T) {
+			cid := w.changeSet(t)
+			return func(t *testing.T) { w.hutch(t, "GET", "/v1/changes/"+cid+"/diff", "", 200) }
+		},
+		"hutch POST /v1/changes/{cid}/apply": func(t *testing.T) func(*testing.T) {
+			cid := w.changeSet(t)
+			return func(t *testing.T) { w.hutch(t, "POST", "/v1/changes/"+cid+"/apply", `{}`, 200) }
+		},
+		"hutch DELETE /v1/changes/{cid}": func(t *testing.T) func(*testing.T) {
+			cid := w.changeSet(t)
+			return func(t *testing.T) { w.hutch(t, "DELETE", "/v1/changes/"+cid, "", 204) }
+		},
+		"hutch GET /v1/sandboxes/{id}": now(func(t *testing.T) { w.hutch(t, "GET", sb+m, "", 200) }),
 		"hutch DELETE /v1/sandboxes/{id}": func(t *testing.T) func(*testing.T) {
 			id := w.spare(t, false)
 			return func(t *testing.T) { w.hutch(t, "DELETE", sb+id, "", 204) }
