@@ -77,6 +77,25 @@ func serve(t *testing.T, flags ...string) *served {
 	return s
 }
 
+// tenant makes a token of tenant on the operator's socket and returns
+// it with a client of the TCP listener that uses it.
+func (d *served) tenant(t *testing.T, ctx context.Context, tenant string) (string, *client.Client) {
+	t.Helper()
+	admin, err := client.New("unix://"+d.sock, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, err := admin.CreateToken(ctx, client.TokenOptions{Tenant: tenant})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(d.tcp, token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return token, c
+}
+
 // TestUI drives the review pages of a real daemon in Chromium: a wrong
 // token is refused, the form logs in, the sandbox list shows the
 // tenant's sandbox, its page shows the egress refusal of a command it
@@ -87,18 +106,7 @@ func TestUI(t *testing.T) {
 	d := serve(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*guard)
 	defer cancel()
-	admin, err := client.New("unix://"+d.sock, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	token, err := admin.CreateToken(ctx, client.TokenOptions{Tenant: "alice"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	alice, err := client.New(d.tcp, token)
-	if err != nil {
-		t.Fatal(err)
-	}
+	token, alice := d.tenant(t, ctx, "alice")
 	sb, err := alice.Create(ctx, client.CreateOptions{Labels: map[string]string{"job": "ui-test"}})
 	if err != nil {
 		t.Fatal(err)
@@ -190,5 +198,97 @@ func TestUI(t *testing.T) {
 		if resp.StatusCode != http.StatusForbidden {
 			t.Errorf("%s with the cookie but not the pages' header: %d, want 403", path, resp.StatusCode)
 		}
+	}
+}
+
+// TestUIChangeSets reviews the change sets of a real daemon's sandboxes
+// bound to a host directory (hutch serve --review-workspace) in Chromium:
+// the host's files are untouched until Apply writes them; a second set is
+// discarded and leaves them alone.
+func TestUIChangeSets(t *testing.T) {
+	host := t.TempDir()
+	for name, content := range map[string]string{"edit.txt": "old\n", "keep.txt": "keep\n"} {
+		if err := os.WriteFile(filepath.Join(host, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := serve(t, "--review-workspace", "app="+host+"@alice")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*guard)
+	defer cancel()
+	token, alice := d.tenant(t, ctx, "alice")
+	// set runs script in a new sandbox reviewing the host directory,
+	// ends it, and returns its change set.
+	set := func(script string) string {
+		sb, err := alice.Create(ctx, client.CreateOptions{ReviewWorkspace: "app"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sb.ChangeSet == "" {
+			t.Fatalf("the sandbox names no change set: %+v", sb)
+		}
+		if res, err := alice.Run(ctx, sb.ID, client.Command{Args: []string{"sh", "-c", script}}); err != nil || res.Code != 0 {
+			t.Fatalf("%s: %+v %v", script, res, err)
+		}
+		if err := alice.Destroy(ctx, sb.ID); err != nil {
+			t.Fatal(err)
+		}
+		return sb.ChangeSet
+	}
+	applied := set("echo new > edit.txt && echo added > new.txt")
+	discarded := set("echo other > other.txt && rm keep.txt")
+	onHost := func() map[string]string {
+		out := map[string]string{}
+		ents, err := os.ReadDir(host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range ents {
+			b, err := os.ReadFile(filepath.Join(host, e.Name()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[e.Name()] = string(b)
+		}
+		return out
+	}
+	if got := onHost(); len(got) != 2 || got["edit.txt"] != "old\n" {
+		t.Fatalf("the host's files changed before any apply: %q", got)
+	}
+
+	b := newBrowser(t)
+	b.login(d.tcp, token)
+	b.do("open the change sets", chromedp.Click(chromedp.CSS("#nav-changes")))
+	b.waitFor(`document.querySelectorAll("#changes tbody tr").length === 2`)
+	b.do("open the first", chromedp.Click(chromedp.CSS(`#changes tr[data-id="`+applied+`"] a`)))
+	b.waitFor(`document.querySelector("#diff .filelist") !== null && document.querySelector("#apply") !== null`)
+	if got := eval[[]string](b, `[...document.querySelectorAll("#diff .filelist li")].map((li) => li.textContent.trim())`); len(got) != 2 || got[0] != "modified edit.txt" || got[1] != "added new.txt" {
+		t.Errorf("the set's files: %q", got)
+	}
+	row := eval[[]string](b, `[...[...document.querySelectorAll('section.file[data-path="edit.txt"] tr')].find((tr) => tr.querySelector("td.code.del")).cells].map((c) => c.textContent)`)
+	if len(row) != 4 || row[1] != "old" || row[3] != "new" {
+		t.Errorf("edit.txt side by side: %q", row)
+	}
+	b.do("apply", chromedp.Click(chromedp.CSS("#apply")), chromedp.WaitVisible(chromedp.CSS("#confirm-yes")), chromedp.Click(chromedp.CSS("#confirm-yes")))
+	b.waitFor(`document.querySelector("#result") !== null`)
+	if got := b.text("#result"); !strings.Contains(got, "Applied.") || !strings.Contains(got, "new.txt") {
+		t.Errorf("the result: %q", got)
+	}
+	if got := onHost(); len(got) != 3 || got["edit.txt"] != "new\n" || got["new.txt"] != "added\n" || got["keep.txt"] != "keep\n" {
+		t.Errorf("the host's files after the apply: %q", got)
+	}
+	b.screenshot("ui-applied.png")
+
+	b.do("open the second", chromedp.Click(chromedp.CSS("#nav-changes")), chromedp.Click(chromedp.CSS(`#changes tr[data-id="`+discarded+`"] a`)))
+	b.waitFor(`document.querySelector("#discard") !== null && !document.querySelector("#discard").disabled`)
+	b.do("discard", chromedp.Click(chromedp.CSS("#discard")), chromedp.WaitVisible(chromedp.CSS("#confirm-yes")), chromedp.Click(chromedp.CSS("#confirm-yes")))
+	b.waitFor(`document.querySelector("#result") !== null`)
+	if _, err := alice.GetChangeSet(ctx, discarded); err == nil {
+		t.Error("the discarded set is still there")
+	}
+	if got := onHost(); len(got) != 3 || got["keep.txt"] != "keep\n" {
+		t.Errorf("the host's files after the discard: %q", got)
+	}
+	if got := b.cspRefusals(); len(got) != 0 {
+		t.Errorf("the pages break their own Content-Security-Policy: %q", got)
 	}
 }

@@ -106,17 +106,29 @@ func (f *fixtures) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		io.WriteString(w, fixturePatch)
 	})
+	set := func(id string) map[string]any {
+		c := map[string]any{"id": id, "tenant": "alice", "sandbox": f.sandbox, "workspace": "app-" + id, "created": "2026-01-02T03:04:05Z",
+			"ended": "2026-01-02T04:04:05Z", "counts": map[string]int{"added": 5, "modified": 2, "deleted": 1}, "running": false}
+		if id == "cs-1" && len(f.applies) > 2 {
+			c["applied"] = "2026-01-02T05:04:05Z"
+		}
+		return c
+	}
 	mux.HandleFunc("GET /v1/changes", func(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
 		defer f.mu.Unlock()
-		var sets []map[string]any
+		sets := []map[string]any{}
 		for _, id := range []string{"cs-1", "cs-2"} {
 			if !contains(f.discarded, id) {
-				sets = append(sets, map[string]any{"id": id, "sandbox": f.sandbox, "workspace": "/work/" + id, "created": "2026-01-02T03:04:05Z",
-					"counts": map[string]int{"added": 5, "modified": 2, "deleted": 1}, "applied": id == "cs-1" && len(f.applies) > 1})
+				sets = append(sets, set(id))
 			}
 		}
 		json.NewEncoder(w).Encode(map[string]any{"changes": sets})
+	})
+	mux.HandleFunc("GET /v1/changes/{cid}", func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		json.NewEncoder(w).Encode(set(r.PathValue("cid")))
 	})
 	mux.HandleFunc("GET /v1/changes/{cid}/diff", func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, fixturePatch)
@@ -129,16 +141,21 @@ func (f *fixtures) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		f.mu.Lock()
 		f.applies = append(f.applies, body)
-		first := len(f.applies) == 1
+		n := len(f.applies)
 		f.mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")
-		if first {
+		refused := map[string]any{"path": hostileName, "problem": "a protected name", "refused": true}
+		switch n {
+		case 1:
 			w.WriteHeader(http.StatusConflict)
-			json.NewEncoder(w).Encode(map[string]any{"code": "conflict", "message": "the workspace changed since the sandbox started: nothing was applied",
-				"problems": []map[string]string{{"path": "src/main.go", "problem": "changed in the workspace meanwhile"}, {"path": hostileName, "problem": "exists in the workspace"}}})
-			return
+			json.NewEncoder(w).Encode(map[string]any{"code": "conflict", "message": "the workspace changed since the sandbox saw it: nothing was applied",
+				"problems": []map[string]any{{"path": "src/main.go", "problem": "changed in the workspace meanwhile"}, refused}})
+		case 2:
+			w.WriteHeader(http.StatusConflict)
+			json.NewEncoder(w).Encode(map[string]any{"code": "conflict", "message": "some paths need your word: nothing was applied", "problems": []map[string]any{refused}})
+		default:
+			json.NewEncoder(w).Encode(map[string]any{"applied": []string{"src/main.go", hostileName, "new name.txt"}, "skipped": []map[string]any{}})
 		}
-		json.NewEncoder(w).Encode(map[string]any{"written": []string{"src/main.go", hostileName}, "deleted": []string{"gone.txt"}, "skipped": []string{}})
 	})
 	mux.HandleFunc("DELETE /v1/changes/{cid}", func(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
@@ -170,8 +187,8 @@ func contains(list []string, s string) bool {
 // fixed diffs: the sandbox list and page (an egress refusal highlighted
 // with what would allow it), the side-by-side diff of every kind of
 // change, a hostile file name shown as text, a change set's Apply that
-// meets a conflict (shown per file), then applies the files chosen with
-// the path the user allowed, and a Discard.
+// meets a conflict (shown per file), then a refusal, then applies the
+// files chosen with the path the user allowed, and a Discard.
 func TestViewer(t *testing.T) {
 	f := &fixtures{}
 	e := newEnv(t, func(next http.Handler, m *apitest.Manager) http.Handler {
@@ -248,12 +265,12 @@ func TestViewer(t *testing.T) {
 	// Leave gone.txt out.
 	b.do("apply", chromedp.Click(chromedp.CSS(`.filelist li[data-path="gone.txt"] input`)), chromedp.Click(chromedp.CSS("#apply")))
 	b.waitFor(`document.querySelector("#confirm") !== null`)
-	if got := b.text("#confirm"); !strings.Contains(got, "/work/cs-1") {
+	if got := b.text("#confirm"); !strings.Contains(got, "app-cs-1") {
 		t.Errorf("the confirmation %q does not name the workspace", got)
 	}
 	b.do("confirm", chromedp.Click(chromedp.CSS("#confirm-yes")))
 	b.waitFor(`document.querySelector("#conflicts") !== null`)
-	if got := b.text("#conflicts"); !strings.Contains(got, "src/main.go — changed in the workspace meanwhile") || !strings.Contains(got, hostileName+" — exists in the workspace") {
+	if got := b.text("#conflicts"); !strings.Contains(got, "src/main.go — changed in the workspace meanwhile") || !strings.Contains(got, hostileName+" — a protected name") {
 		t.Errorf("the conflicts: %q", got)
 	}
 	if got := eval[[]string](b, `[...document.querySelectorAll(".filelist li.conflict")].map((li) => li.dataset.path)`); len(got) != 2 || got[0] != "src/main.go" || got[1] != hostileName {
@@ -262,21 +279,32 @@ func TestViewer(t *testing.T) {
 	if n := eval[int](b, `document.querySelectorAll("section.file.conflict").length`); n != 2 {
 		t.Errorf("%d sections marked in conflict, want 2", n)
 	}
+	// A path changed in the workspace cannot be allowed: nothing is
+	// offered but to look.
+	if n := eval[int](b, `document.querySelectorAll("#conflicts input, #apply-allow, #apply-skip").length`); n != 0 {
+		t.Errorf("%d ways offered past a conflict", n)
+	}
 	b.screenshot("viewer-conflict.png")
-	// Allow the path that needs the user's word, and apply again.
-	b.do("apply again", chromedp.Click(chromedp.CSS(`#conflicts li:nth-child(2) input`)), chromedp.Click(chromedp.CSS("#apply-allow")),
+	// The workspace is back as the sandbox saw it: only the path that
+	// needs the user's word is refused; allow it, and apply again.
+	b.do("apply again", chromedp.Click(chromedp.CSS("#apply")), chromedp.WaitVisible(chromedp.CSS("#confirm-yes")), chromedp.Click(chromedp.CSS("#confirm-yes")))
+	b.waitFor(`document.querySelector("#apply-allow") !== null`)
+	if n := eval[int](b, `document.querySelectorAll("#conflicts input").length`); n != 1 {
+		t.Errorf("%d paths may be allowed, want 1 (the refused one)", n)
+	}
+	b.do("allow and apply", chromedp.Click(chromedp.CSS("#conflicts input")), chromedp.Click(chromedp.CSS("#apply-allow")),
 		chromedp.WaitVisible(chromedp.CSS("#confirm-yes")), chromedp.Click(chromedp.CSS("#confirm-yes")))
 	b.waitFor(`document.querySelector("#result") !== null`)
-	if got := b.text("#result"); !strings.Contains(got, "Applied.") || !strings.Contains(got, hostileName) || !strings.Contains(got, "gone.txt") {
+	if got := b.text("#result"); !strings.Contains(got, "Applied.") || !strings.Contains(got, hostileName) || !strings.Contains(got, "new name.txt") {
 		t.Errorf("the result: %q", got)
 	}
-	if eval[bool](b, `!document.querySelector("#apply").disabled`) {
+	if eval[bool](b, `!document.querySelector("#apply").disabled`) || b.text("#status") != "applied" {
 		t.Error("Apply is still enabled once applied")
 	}
 	f.mu.Lock()
 	applies := f.applies
 	f.mu.Unlock()
-	if len(applies) != 2 {
+	if len(applies) != 3 {
 		t.Fatalf("applies %v", applies)
 	}
 	for i, a := range applies {
@@ -285,11 +313,10 @@ func TestViewer(t *testing.T) {
 			t.Errorf("the paths of apply %d: %v", i+1, paths)
 		}
 	}
-	if allow, _ := applies[0]["allow"].([]any); len(allow) != 0 {
-		t.Errorf("the first apply allows %v", allow)
-	}
-	if allow, _ := applies[1]["allow"].([]any); len(allow) != 1 || allow[0] != hostileName {
-		t.Errorf("the second apply allows %v, want the path ticked", allow)
+	for i, want := range []int{0, 0, 1} {
+		if allow, _ := applies[i]["allow"].([]any); len(allow) != want || (want == 1 && allow[0] != hostileName) {
+			t.Errorf("apply %d allows %v", i+1, allow)
+		}
 	}
 
 	// Discard the other.

@@ -251,30 +251,31 @@
         : el("p", { class: "empty" }, "No change sets: a sandbox the operator bound to a host workspace has one."));
   }
 
+  const set = (t) => t && !String(t).startsWith("0001-");
+
   function status(c) {
-    if (c.applied) return "applied";
-    if (c.branch) return "on branch " + c.branch;
-    return c.ended && !c.ended.startsWith("0001-") ? "to review" : "open";
+    if (c.running) return "its sandbox still runs";
+    if (set(c.applied)) return "applied " + when(c.applied);
+    return "to review";
   }
 
   async function changePage(cid, signal) {
-    const list = (await getJSON("/v1/changes", signal)).changes || [];
-    const c = list.find((x) => x.id === cid);
-    if (!c) throw new Error(`no change set ${cid} of this tenant`);
+    const c = await getJSON("/v1/changes/" + enc(cid), signal);
     const actions = el("div", { class: "actions" });
     const outcome = el("div", { id: "outcome" });
     const box = el("div", { class: "diff", id: "diff" });
     main.replaceChildren(
       el("h2", {}, "Change set ", el("code", {}, c.id)),
       details([["sandbox", c.sandbox ? link(sandboxHref(c.sandbox), c.sandbox) : ""], ["workspace", c.workspace], ["created", when(c.created)],
-        ["ended", when(c.ended)], ["changes", counts(c.counts)], ["status", status(c)]]),
+        ["ended", when(c.ended)], ["changes", counts(c.counts)], ["status", el("span", { id: "status" }, status(c))]]),
       actions, outcome, box);
-    const viewer = await loadDiff(box, `/v1/changes/${enc(cid)}/diff?format=patch`, { select: true, empty: "No changes." }, signal);
+    const viewer = await loadDiff(box, `/v1/changes/${enc(cid)}/diff?format=patch`, { select: !c.running && !set(c.applied), empty: "No changes." }, signal);
     const apply = el("button", { type: "button", id: "apply", class: "primary" }, "Apply to the workspace");
     const discard = el("button", { type: "button", id: "discard", class: "danger" }, "Discard");
-    const done = () => { apply.disabled = true; discard.disabled = true; };
-    if (c.applied) done();
-    actions.replaceChildren(apply, " ", discard);
+    apply.disabled = c.running || set(c.applied);
+    discard.disabled = c.running;
+    actions.replaceChildren(apply, " ", discard,
+      c.running ? el("span", { class: "meta" }, " Apply and Discard wait until its sandbox ended.") : null);
 
     // confirm asks before an action, in the page.
     const confirm = (question, yes, act) => {
@@ -294,43 +295,58 @@
       outcome.replaceChildren(panel);
     };
 
-    // send applies the chosen files, with allow: the paths the user
+    const pathList = (title, items) => (items && items.length)
+      ? [el("h4", {}, title), el("ul", {}, ...items.map((p) => typeof p === "string" ? el("li", {}, p) : el("li", {}, el("code", {}, p.path), " — ", p.problem)))] : [];
+
+    // send applies the chosen files with opts: allow, the paths a person
     // gave their word for (protected names, links out of the workspace,
-    // set-id bits, which the daemon refuses without it).
-    const send = async (chosen, all, allow) => {
+    // set-id bits, which the daemon refuses without it), and skip, to
+    // leave those out instead.
+    const send = async (chosen, all, opts) => {
       const body = all ? {} : { paths: chosen };
-      if (allow.length) body.allow = allow;
+      if (opts.allow.length) body.allow = opts.allow;
+      if (opts.skip) body.skip_refused = true;
       const resp = await call("POST", `/v1/changes/${enc(cid)}/apply`, body, signal);
       let answer = {};
       try { answer = await resp.json(); } catch (e) { /* none */ }
       if (resp.ok) {
-        done();
+        apply.disabled = true;
         if (viewer) viewer.problems([]);
-        const list = (title, paths) => (paths && paths.length)
-          ? [el("h4", {}, title), el("ul", {}, ...paths.map((p) => el("li", {}, p)))] : [];
+        document.getElementById("status").textContent = "applied";
         outcome.replaceChildren(el("div", { class: "result", id: "result" }, el("p", {}, "Applied."),
-          ...list("Written", answer.written), ...list("Deleted", answer.deleted), ...list("Skipped", answer.skipped)));
+          ...pathList("Written or removed", answer.applied), ...pathList("Left out", answer.skipped)));
         return;
       }
       if (resp.status === 409 && Array.isArray(answer.problems)) {
         if (viewer) viewer.problems(answer.problems);
         const boxes = [];
+        const refused = answer.problems.filter((p) => p.refused);
+        // A path changed in the workspace cannot be allowed: while there
+        // is one, nothing else is offered.
+        const conflicts = answer.problems.length - refused.length;
         const again = el("button", { type: "button", id: "apply-allow" }, "Apply again, allowing the ticked paths");
         again.addEventListener("click", () => {
           const more = boxes.filter((b) => b.checked).map((b) => b.dataset.path);
           if (!more.length) return;
-          confirm(`Apply, allowing ${more.length === 1 ? more[0] : more.length + " paths"} as they are?`, "Apply", () => send(chosen, all, [...new Set([...allow, ...more])]));
+          confirm(`Apply, allowing ${more.length === 1 ? more[0] : more.length + " paths"} as they are?`, "Apply",
+            () => send(chosen, all, { allow: [...new Set([...opts.allow, ...more])] }));
         });
+        const skip = el("button", { type: "button", id: "apply-skip" }, "Apply the rest, leaving these out");
+        skip.addEventListener("click", () => confirm("Apply everything else, leaving the refused paths out?", "Apply", () => send(chosen, all, { allow: opts.allow, skip: true })));
         outcome.replaceChildren(el("div", { class: "conflicts", id: "conflicts", role: "alert" },
           el("p", {}, answer.message || "Nothing was applied."),
           el("ul", {}, ...answer.problems.map((p) => {
-            const box = el("input", { type: "checkbox", "aria-label": "allow " + p.path });
-            box.dataset.path = p.path;
-            boxes.push(box);
-            return el("li", { "data-path": p.path }, el("code", {}, p.path), " — ", p.problem, " ", el("label", {}, box, " allow"));
+            const li = el("li", { "data-path": p.path, class: p.refused ? "refused" : "conflict" }, el("code", {}, p.path), " — ", p.problem);
+            if (p.refused && !conflicts) {
+              const b = el("input", { type: "checkbox", "aria-label": "allow " + p.path });
+              b.dataset.path = p.path;
+              boxes.push(b);
+              li.append(" ", el("label", {}, b, " allow"));
+            }
+            return li;
           })),
-          el("p", { class: "meta" }, "A path changed in the workspace since cannot be allowed; one that needs your word (a protected name, a link out of the workspace, a set-id bit) can."),
-          again));
+          conflicts ? el("p", { class: "meta" }, "The workspace changed since the sandbox saw it: look at those files, then apply again, or discard the set.") : null,
+          refused.length && !conflicts ? el("p", {}, again, " ", skip) : null));
         return;
       }
       outcome.replaceChildren(errorBox(new APIError(resp.status, answer)));
@@ -344,14 +360,15 @@
         return;
       }
       const what = all ? "every change" : `${chosen.length} of the changes`;
-      confirm(`Apply ${what} to ${c.workspace || "the workspace"}?`, "Apply", () => send(chosen, all, []));
+      confirm(`Apply ${what} to the workspace ${c.workspace || ""}?`, "Apply", () => send(chosen, all, { allow: [] }));
     });
 
     discard.addEventListener("click", () => {
       confirm("Discard this change set? What the sandbox changed is lost; the workspace stays as it is.", "Discard", async () => {
         try {
           await check(await call("DELETE", `/v1/changes/${enc(cid)}`, undefined, signal));
-          done();
+          apply.disabled = true;
+          discard.disabled = true;
           outcome.replaceChildren(el("div", { class: "result", id: "result" }, el("p", {}, "Discarded. "), link("#/changes", "Back to the change sets")));
         } catch (err) {
           outcome.replaceChildren(errorBox(err));
