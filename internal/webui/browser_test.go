@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"syscall"
 	"testing"
 	"time"
@@ -101,6 +102,19 @@ func newBrowser(t *testing.T) *browser {
 // (DevTools' scripts pass the policy).
 const cspWatch = `window.hutchCSP = []; document.addEventListener("securitypolicyviolation", (e) => window.hutchCSP.push(e.effectiveDirective + " " + e.blockedURI));`
 
+// strayValues fails the test if the page shows a value no person should
+// read: a JavaScript null, undefined or NaN put in as text.
+func (b *browser) strayValues() {
+	b.t.Helper()
+	text := b.pageText()
+	if m := strayValue.FindString(text); m != "" {
+		b.t.Errorf("the page shows %q:\n%s", m, text)
+	}
+}
+
+// strayValue is a JavaScript value shown as text (not /dev/null).
+var strayValue = regexp.MustCompile(`(^|[^/\w])(null|undefined|NaN)\b|\[object `)
+
 // cspRefusals returns what the page's policy refused so far.
 func (b *browser) cspRefusals() []string {
 	b.t.Helper()
@@ -174,9 +188,10 @@ func (b *browser) login(base, token string) {
 
 // screenshot saves a PNG of the whole page as name in the test artifacts'
 // directory ($HUTCH_TEST_ARTIFACTS, else the test's temporary one) and
-// logs where.
+// logs where; the page must show no stray value (strayValues).
 func (b *browser) screenshot(name string) {
 	b.t.Helper()
+	b.strayValues()
 	ctx, cancel := context.WithTimeout(b.ctx, guard)
 	defer cancel()
 	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))

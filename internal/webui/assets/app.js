@@ -274,8 +274,8 @@
     const discard = el("button", { type: "button", id: "discard", class: "danger" }, "Discard");
     apply.disabled = c.running || set(c.applied);
     discard.disabled = c.running;
-    actions.replaceChildren(apply, " ", discard,
-      c.running ? el("span", { class: "meta" }, " Apply and Discard wait until its sandbox ended.") : null);
+    actions.replaceChildren(apply, " ", discard);
+    if (c.running) actions.append(el("span", { class: "meta" }, " Apply and Discard wait until its sandbox ended."));
 
     // confirm asks before an action, in the page.
     const confirm = (question, yes, act) => {
@@ -346,7 +346,7 @@
             return li;
           })),
           conflicts ? el("p", { class: "meta" }, "The workspace changed since the sandbox saw it: look at those files, then apply again, or discard the set.") : null,
-          refused.length && !conflicts ? el("p", {}, again, " ", skip) : null));
+          refused.length > 0 && !conflicts ? el("p", {}, again, " ", skip) : null));
         return;
       }
       outcome.replaceChildren(errorBox(new APIError(resp.status, answer)));
