@@ -135,6 +135,9 @@ func (m *Manager) Create(ctx context.Context, tenant string, r CreateRequest) (I
 		// Until the sandbox runs, a failure takes its change set along.
 		defer func() {
 			if !review.running {
+				m.mu.Lock()
+				delete(m.reviewing, review.set.ID())
+				m.mu.Unlock()
 				m.reviewMu.Lock()
 				_ = m.changes.Discard(review.set.ID())
 				m.reviewMu.Unlock()

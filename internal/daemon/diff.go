@@ -133,15 +133,21 @@ func (m *Manager) Diff(ctx context.Context, tenant, id, against string) (*Diff, 
 	if err != nil {
 		return fail(fmt.Errorf("diff of sandbox %s: %w", id, err))
 	}
-	// The workspace the daemon made in both layers is no change of the
-	// sandbox's.
+	// The directories the daemon made in the layers — the workspace,
+	// the hidden directories and the way to them (which the host may
+	// have removed since) — are no change of the sandbox's.
 	sb, err := m.row(ctx, tenant, id)
 	if err != nil {
 		return fail(err)
 	}
-	ws := strings.TrimPrefix(path.Clean(specWorkspace(sb.Spec)), "/")
+	made := map[string]bool{}
+	for _, p := range append([]string{specWorkspace(sb.Spec)}, hide...) {
+		for p = path.Clean("/" + p); p != "/"; p = path.Dir(p) {
+			made[strings.TrimPrefix(p, "/")] = true
+		}
+	}
 	d.Changes = slices.DeleteFunc(list, func(c changes.Change) bool {
-		return c.Path == ws && c.Kind == changes.Added && c.New.Type == changes.Dir
+		return made[c.Path] && c.Kind == changes.Added && c.New.Type == changes.Dir
 	})
 	d.Sides = changes.Sides{Old: old, New: now}
 	return d, nil
