@@ -35,6 +35,7 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/mcphttp"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
+	"github.com/hutch-sandbox/hutch/internal/webui"
 )
 
 // defaultStateDir is where the daemon keeps its state by default.
@@ -81,16 +82,17 @@ func cmdServe(args []string, stderr io.Writer) int {
 	minTier := fs.String("min-tier", "", "refuse sandboxes of a `tier` weaker than this (namespace < gvisor); default: none refused")
 	runsc := fs.String("runsc", "", "gVisor's runsc `binary` for the gvisor tier (default: runsc on PATH; it must be the pinned version, and without one the tier is refused with the command that installs it)")
 	noMCP := fs.Bool("no-mcp", false, "do not speak MCP at /mcp")
+	noUI := fs.Bool("no-ui", false, "do not serve the review pages at /ui/")
 	mcpMaxBody := fs.String("mcp-max-body", "32m", "largest body of an MCP request, a `size` (a file_write of 10 MiB in base64 takes 14m)")
 	mcpSessionTimeout := fs.Duration("mcp-session-timeout", mcphttp.DefaultSessionTimeout, "end an MCP session idle for `duration`")
 	mcpMaxSessions := fs.Int("mcp-max-sessions", mcphttp.DefaultMaxSessions, "most MCP sessions a tenant may have open at once")
 	mcpMaxLogs := fs.String("mcp-max-logs", policy.FormatSize(mcphttp.DefaultMaxLogs), "most `bytes` the full outputs of MCP exec commands (kept for their links, in DIR/"+mcphttp.LogDir+" of --state-dir) may take on disk, all tenants together")
 	var mcpAllowedHosts cli.List
-	fs.Var(&mcpAllowedHosts, "mcp-allowed-host", "also answer MCP requests on TCP whose Host (and Origin) names `host`, a name or an address, besides the address the request reached (repeatable): the daemon's DNS name when clients use one")
+	fs.Var(&mcpAllowedHosts, "mcp-allowed-host", "also answer MCP and review-page requests on TCP whose Host (and Origin) names `host`, a name or an address, besides the address the request reached (repeatable): the daemon's DNS name when clients use one")
 	mcpPublicURL := fs.String("mcp-public-url", "", "the daemon's `URL` as MCP clients reach it (http[s]://HOST[:PORT], e.g. behind a proxy): tool results link to files and logs under it instead of under the Host of the request; its host is allowed as --mcp-allowed-host's are")
 	debug := fs.Bool("debug", false, "log every request")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: hutch serve [flags]\n\nRuns the daemon: an HTTP API for long-lived sandboxes, until SIGINT or SIGTERM,\nwhich destroy every sandbox but those paused to disk: a paused sandbox of the\ngvisor tier is saved in the state directory, processes and memory, and the\nnext hutch serve on it resumes it. With --warm N it keeps N sandboxes of the default\npolicy ready: a create with the default policy takes one at once, and the\npool refills in the background; --warm NAME=N does the same for E2B's\ntemplate NAME, whose image must be in the daemon's store at start.\n\nEvery sandbox runs in an isolation tier: its policy's, or --default-tier;\n--min-tier refuses weaker ones. The gvisor tier needs runsc of the pinned\nversion (--runsc, or on PATH); without it a create of gvisor is refused, and\nso is a --default-tier or --min-tier of gvisor at start.\n\nThe daemon speaks MCP (streamable HTTP) on its listeners, with the same tokens\nand tenants as its API: /mcp with sessions, /mcp/stateless without (for clients\nof the protocol's newest revision); the tools act on the caller's sandboxes.\nOn TCP a request's Host must be the address it reached or a --mcp-allowed-host,\nand a browser page of another origin is refused. --no-mcp turns it off.\n\nFlags:")
+		fmt.Fprintln(stderr, "Usage: hutch serve [flags]\n\nRuns the daemon: an HTTP API for long-lived sandboxes, until SIGINT or SIGTERM,\nwhich destroy every sandbox but those paused to disk: a paused sandbox of the\ngvisor tier is saved in the state directory, processes and memory, and the\nnext hutch serve on it resumes it. With --warm N it keeps N sandboxes of the default\npolicy ready: a create with the default policy takes one at once, and the\npool refills in the background; --warm NAME=N does the same for E2B's\ntemplate NAME, whose image must be in the daemon's store at start.\n\nEvery sandbox runs in an isolation tier: its policy's, or --default-tier;\n--min-tier refuses weaker ones. The gvisor tier needs runsc of the pinned\nversion (--runsc, or on PATH); without it a create of gvisor is refused, and\nso is a --default-tier or --min-tier of gvisor at start.\n\nThe daemon speaks MCP (streamable HTTP) on its listeners, with the same tokens\nand tenants as its API: /mcp with sessions, /mcp/stateless without (for clients\nof the protocol's newest revision); the tools act on the caller's sandboxes.\nOn TCP a request's Host must be the address it reached or a --mcp-allowed-host,\nand a browser page of another origin is refused. --no-mcp turns it off.\n\nOn TCP it serves review pages at /ui/: log in with a token, see the tenant's\nsandboxes, their events and diffs, and apply or discard change sets. The\ntoken is kept in an HttpOnly cookie the API takes only from those pages.\n--no-ui turns them off.\n\nFlags:")
 		fs.PrintDefaults()
 	}
 	if err := cli.Parse(fs, args, stderr); err != nil {
@@ -310,8 +312,25 @@ func cmdServe(args []string, stderr io.Writer) int {
 		stopMCP := context.AfterFunc(ctx, mh.Close)
 		defer stopMCP()
 	}
+	if !*noUI {
+		// The review pages on the same listeners, their requests to the
+		// API authenticated by the login cookie; the same names answered
+		// as /mcp's.
+		hosts, err := mcphttp.AllowedHosts(mcpAllowedHosts, *mcpPublicURL)
+		if err != nil {
+			return failed(err)
+		}
+		ui, err := webui.New(webui.Config{Store: m.Store(), Hosts: hosts, Secure: strings.HasPrefix(*mcpPublicURL, "https:"), Log: log})
+		if err != nil {
+			return failed(err)
+		}
+		h = ui.Mount(h)
+	}
 	for _, l := range ls {
 		fmt.Fprintf(stderr, "hutch: listening on %s\n", listenerURL(l))
+		if l.Addr().Network() != "unix" && !*noUI {
+			fmt.Fprintf(stderr, "hutch: review pages at %s%s\n", listenerURL(l), webui.Path)
+		}
 	}
 	// Where this daemon answers, for `hutch token create --state-dir`,
 	// next to the lock it holds.

@@ -302,11 +302,19 @@ func (h *handler) authenticate(r *http.Request) (string, error) {
 // Authenticate returns the tenant r acts as, as the API authenticates
 // every request, for the front ends on the same listeners (/mcp):
 // Authorization: Bearer TOKEN, a token of st (E2B-shaped ones too); on
-// the unix socket (OriginLocal), no token at all is AdminTenant. Its
-// error is a 401 for WriteError.
+// the unix socket (OriginLocal), no token at all is AdminTenant. Without
+// an Authorization header, the web UI's cookie (UICookie) holds the
+// token, taken only from a request of the UI's own pages (CheckUIRequest).
+// Its error is a 401 for WriteError (403 for a cookie from elsewhere).
 func Authenticate(st *store.Store, r *http.Request) (string, error) {
 	authz := r.Header.Get("Authorization")
 	if authz == "" {
+		if c, err := r.Cookie(UICookie); err == nil {
+			if err := CheckUIRequest(r); err != nil {
+				return "", err
+			}
+			return TenantForToken(r.Context(), st, c.Value)
+		}
 		if OriginOf(r.Context()) == OriginLocal {
 			return AdminTenant, nil
 		}
@@ -317,7 +325,14 @@ func Authenticate(st *store.Store, r *http.Request) (string, error) {
 	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
 		return "", errorf(errUnauthorized, "Authorization: want Bearer TOKEN")
 	}
-	tenant, err := st.TenantForToken(r.Context(), token)
+	return TenantForToken(r.Context(), st, token)
+}
+
+// TenantForToken returns the tenant of token, a token of st, as the API
+// checks every token; its error is a 401 for WriteError when the token is
+// not valid.
+func TenantForToken(ctx context.Context, st *store.Store, token string) (string, error) {
+	tenant, err := st.TenantForToken(ctx, token)
 	if errors.Is(err, store.ErrNotFound) {
 		return "", errorf(errUnauthorized, "the token is not valid")
 	}

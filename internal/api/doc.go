@@ -13,6 +13,12 @@
 // and acts as the token's tenant; anything else is 401. A tenant sees only
 // its own sandboxes: another tenant's are 404, exactly like missing ones.
 //
+// The review pages (package webui) reach the API with the token kept in
+// their login cookie (UICookie) instead of the header: it is taken only
+// from a request without an Authorization header that carries UIHeader
+// and comes from the daemon's own origin (CheckUIRequest), else 403, so
+// that a page of another site cannot act with a browser's cookie.
+//
 // A tenant that came over TCP may not ask for a policy that reaches into the
 // host: a custom root, extra writable or readable host paths, dropping the
 // default deny lists, the host's network, private addresses, secrets (their

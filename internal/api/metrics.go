@@ -178,7 +178,7 @@ func (h *handler) metrics(w http.ResponseWriter, r *http.Request) error {
 // refusals before a route or tool ran (401, 403, 413, 429), which have
 // no tenant or change nothing.
 var FrontRequests = metrics.NewCounter("hutch_front_requests_total",
-	"Requests of the front ends beside hutch's API (e2b, envd, mcp, mcp_links, mcp_ports) by HTTP status, refusals before any route or tool ran included.", "front", "code")
+	"Requests of the front ends beside hutch's API (e2b, envd, mcp, mcp_links, mcp_ports, ui: every request under /ui/, its API calls too) by HTTP status, refusals before any route or tool ran included.", "front", "code")
 
 // Counted serves r with h and counts it in FrontRequests as front's, by
 // the status it was answered with.

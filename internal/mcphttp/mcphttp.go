@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"maps"
-	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
@@ -117,8 +116,8 @@ type Handler struct {
 	log       *slog.Logger
 	links     *mcp.Links
 	ports     *portfwd.Handler
-	public    string          // PublicURL without a trailing "/"
-	allowed   map[string]bool // host names, lower case
+	public    string // PublicURL without a trailing "/"
+	allowed   api.Hosts
 	stateful  http.Handler
 	stateless http.Handler
 
@@ -198,21 +197,14 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	h := &Handler{cfg: cfg, log: cfg.Log, links: mcp.NewLinks(), ports: portfwd.NewHandler(), allowed: map[string]bool{}, tenants: map[string]*tenant{}}
-	for _, a := range cfg.AllowedHosts {
-		name, err := CheckHost(a)
-		if err != nil {
-			return nil, err
-		}
-		h.allowed[name] = true
+	allowed, err := AllowedHosts(cfg.AllowedHosts, cfg.PublicURL)
+	if err != nil {
+		return nil, err
 	}
+	h := &Handler{cfg: cfg, log: cfg.Log, links: mcp.NewLinks(), ports: portfwd.NewHandler(), allowed: allowed, tenants: map[string]*tenant{}}
 	if cfg.PublicURL != "" {
-		u, err := ParsePublicURL(cfg.PublicURL)
-		if err != nil {
-			return nil, err
-		}
+		u, _ := ParsePublicURL(cfg.PublicURL)
 		h.public = strings.TrimSuffix(u.String(), "/")
-		h.allowed[hostname(u.Host)] = true
 	}
 	h.stateful = auth.RequireBearerToken(bindSession, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(
 		sdk.NewStreamableHTTPHandler(h.server, &sdk.StreamableHTTPOptions{
@@ -245,6 +237,29 @@ func CheckHost(s string) (string, error) {
 		return "", fmt.Errorf("--mcp-allowed-host %q: want a host name or an IP address, without a scheme or a port", s)
 	}
 	return name, nil
+}
+
+// AllowedHosts are the names a request on a TCP listener may give as its
+// Host, besides the address it reached: names (--mcp-allowed-host, each
+// checked by CheckHost) and the host of publicURL (--mcp-public-url,
+// checked by ParsePublicURL), if not empty. The web UI answers them too.
+func AllowedHosts(names []string, publicURL string) (api.Hosts, error) {
+	hosts := api.Hosts{}
+	for _, a := range names {
+		name, err := CheckHost(a)
+		if err != nil {
+			return nil, err
+		}
+		hosts[name] = true
+	}
+	if publicURL != "" {
+		u, err := ParsePublicURL(publicURL)
+		if err != nil {
+			return nil, err
+		}
+		hosts[api.HostName(u.Host)] = true
+	}
+	return hosts, nil
 }
 
 // ParsePublicURL checks a --mcp-public-url: http or https, a host, no
@@ -300,11 +315,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, api.Errorf(daemon.ErrNotFound, "%s %s: no such route (MCP is at %s, and at %s without sessions)", r.Method, p, Path, StatelessPath))
 		return
 	}
-	if err := h.checkHost(r); err != nil {
+	if err := h.allowed.CheckHost(r); err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	if err := h.checkOrigin(r); err != nil {
+	if err := h.allowed.CheckOrigin(r); err != nil {
 		h.fail(w, r, err)
 		return
 	}
@@ -434,62 +449,6 @@ func bindSession(_ context.Context, _ string, r *http.Request) (*auth.TokenInfo,
 // fail answers as hutch's API does.
 func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	api.WriteError(w, r, h.log, err)
-}
-
-// checkHost refuses a request on a TCP listener whose Host is neither the
-// address it reached (a loopback name, for a loopback address) nor an
-// allowed name: what a page of another site makes a browser send after
-// its name was rebound to this address. A unix socket is reached by no
-// browser.
-func (h *Handler) checkHost(r *http.Request) error {
-	if api.OriginOf(r.Context()) == api.OriginLocal {
-		return nil
-	}
-	name := hostname(r.Host)
-	if h.allowed[name] {
-		return nil
-	}
-	var local netip.Addr
-	if a, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
-		if ap, err := netip.ParseAddrPort(a.String()); err == nil {
-			local = ap.Addr().Unmap()
-		}
-	}
-	if ip, err := netip.ParseAddr(name); err == nil {
-		if local.IsValid() && ip.Unmap() == local {
-			return nil
-		}
-	} else if name == "localhost" && local.IsLoopback() {
-		return nil
-	}
-	return api.Errorf(api.ErrPermission, "Host %q names neither the address this request reached nor a name this daemon answers to (hutch serve --mcp-allowed-host NAME): refused, as a DNS rebinding would be", r.Host)
-}
-
-// checkOrigin refuses a request from a browser page of another origin:
-// an Origin other than the request's own (its Host) or an allowed host's,
-// or, without one, a Sec-Fetch-Site saying another site.
-func (h *Handler) checkOrigin(r *http.Request) error {
-	o := r.Header.Get("Origin")
-	if o == "" {
-		if s := r.Header.Get("Sec-Fetch-Site"); s == "cross-site" || s == "same-site" {
-			return api.Errorf(api.ErrPermission, "a request from a page of another site (Sec-Fetch-Site: %s) is refused", s)
-		}
-		return nil
-	}
-	if u, err := url.Parse(o); err == nil && u.Host != "" && (strings.EqualFold(u.Host, r.Host) || h.allowed[hostname(u.Host)]) {
-		return nil
-	}
-	return api.Errorf(api.ErrPermission, "Origin %q is not this daemon's (%s): a request from a page of another origin is refused", o, r.Host)
-}
-
-// hostname is the host of a Host header or URL host, without its port or
-// brackets, in lower case and without a trailing dot.
-func hostname(hostport string) string {
-	h := hostport
-	if host, _, err := net.SplitHostPort(hostport); err == nil {
-		h = host
-	}
-	return strings.TrimSuffix(strings.ToLower(strings.Trim(h, "[]")), ".")
 }
 
 // linkBase is where the links published for r point: under PublicURL, or

@@ -285,7 +285,7 @@ func TestRebinding(t *testing.T) {
 		{"own address", map[string]string{}, true, false},
 		{"localhost", map[string]string{"Host": "localhost:" + port}, true, false},
 		// A loopback listener answers loopback names only (the SDK's
-		// check), even those allowed; checkHost allows them elsewhere
+		// check), even those allowed; CheckHost allows them elsewhere
 		// (TestCheckHost).
 		{"allowed name on loopback", map[string]string{"Host": "MCP.example.org:443"}, false, true},
 		{"same origin", map[string]string{"Origin": e.tcp}, true, false},
@@ -334,7 +334,7 @@ func TestRebinding(t *testing.T) {
 // when it is that address, an allowed name or the public URL's host, and
 // localhost only on loopback.
 func TestCheckHost(t *testing.T) {
-	h := &Handler{allowed: map[string]bool{"mcp.example.org": true, "203.0.113.9": true}}
+	h := &Handler{allowed: api.Hosts{"mcp.example.org": true, "203.0.113.9": true}}
 	for _, tc := range []struct {
 		local, host string
 		ok          bool
@@ -364,7 +364,7 @@ func TestCheckHost(t *testing.T) {
 			t.Fatal(err)
 		}
 		r = r.WithContext(api.WithOrigin(context.WithValue(r.Context(), http.LocalAddrContextKey, net.Addr(local)), api.OriginRemote))
-		if err := h.checkHost(r); (err == nil) != tc.ok {
+		if err := h.allowed.CheckHost(r); (err == nil) != tc.ok {
 			t.Errorf("Host %q on %s: %v, want allowed %v", tc.host, tc.local, err, tc.ok)
 		}
 	}

@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -213,4 +215,62 @@ func RunAsUser(t *testing.T, pattern string) {
 	if err != nil || !bytes.Contains(out, []byte("\nPASS")) || bytes.Contains(out, []byte("--- SKIP")) {
 		t.Errorf("as uid %d: %v\n%s", id, err, out)
 	}
+}
+
+// Proc is a process, told apart from a later one of the same pid by its
+// start time.
+type Proc struct {
+	PID   int
+	start string // field 22 of /proc/PID/stat
+}
+
+// Alive reports whether the process still exists and is not a zombie.
+func (p Proc) Alive() bool {
+	st, err := procStat(p.PID)
+	return err == nil && st.start == p.start && st.state != "Z"
+}
+
+// procStatus is what Descendants reads of /proc/PID/stat.
+type procStatus struct {
+	state, start string
+	ppid         int
+}
+
+func procStat(pid int) (procStatus, error) {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return procStatus{}, err
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 20 {
+		return procStatus{}, fmt.Errorf("/proc/%d/stat: too short", pid)
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	return procStatus{state: f[0], start: f[19], ppid: ppid}, nil
+}
+
+// Descendants returns root and every process below it: what a test
+// started (a browser and its helpers) and must find gone once it ended
+// it.
+func Descendants(root int) []Proc {
+	entries, _ := os.ReadDir("/proc")
+	stats := map[int]procStatus{}
+	for _, e := range entries {
+		if pid, err := strconv.Atoi(e.Name()); err == nil {
+			if st, err := procStat(pid); err == nil {
+				stats[pid] = st
+			}
+		}
+	}
+	var out []Proc
+	for pid, st := range stats {
+		for p, n := pid, 0; p > 1 && n < 1000; p, n = stats[p].ppid, n+1 {
+			if p == root {
+				out = append(out, Proc{PID: pid, start: st.start})
+				break
+			}
+		}
+	}
+	return out
 }

@@ -1,0 +1,411 @@
+// hutch's review pages: a tenant's sandboxes, their events and diffs, and
+// the change sets bound to host workspaces. Every request goes to the API
+// under /ui with the header X-Hutch-UI: 1 (the login cookie is only
+// accepted with it); whatever the API answers is put in the page as text.
+"use strict";
+
+(() => {
+  const { el } = HutchDiff;
+  const main = document.getElementById("main");
+  const enc = encodeURIComponent;
+  // The page shown: its requests end when another is shown.
+  let current = null;
+  // Events kept on a sandbox's page (the daemon keeps as many).
+  const maxEvents = 1000;
+
+  class APIError extends Error {
+    constructor(status, body) {
+      super((body && body.message) || `the daemon answered ${status}`);
+      this.status = status;
+      this.body = body || {};
+    }
+  }
+
+  async function call(method, path, body, signal) {
+    const init = { method, headers: { "X-Hutch-UI": "1" }, credentials: "same-origin", cache: "no-store", signal };
+    if (body !== undefined) {
+      init.headers["Content-Type"] = "application/json";
+      init.body = JSON.stringify(body);
+    }
+    const resp = await fetch("/ui" + path, init);
+    if (resp.status === 401) {
+      location.assign("/ui/");
+      throw new APIError(401, { message: "logged out" });
+    }
+    return resp;
+  }
+
+  async function check(resp) {
+    if (resp.ok) return resp;
+    let body = {};
+    try { body = await resp.json(); } catch (e) { /* not JSON */ }
+    throw new APIError(resp.status, body);
+  }
+
+  const getJSON = async (path, signal) => (await check(await call("GET", path, undefined, signal))).json();
+  const getText = async (path, signal) => (await check(await call("GET", path, undefined, signal))).text();
+
+  function when(s) {
+    if (!s || s.startsWith("0001-")) return "";
+    const d = new Date(s);
+    return isNaN(d) ? String(s) : d.toLocaleString();
+  }
+
+  function size(n) {
+    if (typeof n !== "number") return "";
+    const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let u = 0;
+    while (n >= 1024 && u < units.length - 1) { n /= 1024; u++; }
+    return (u ? n.toFixed(1) : String(n)) + " " + units[u];
+  }
+
+  const link = (href, text) => el("a", { href }, text);
+  const sandboxHref = (id) => "#/sandboxes/" + enc(id);
+  const changeHref = (id) => "#/changes/" + enc(id);
+  const errorBox = (err) => el("p", { class: "error", role: "alert" }, err.message || String(err));
+
+  function head(...names) {
+    return el("thead", {}, el("tr", {}, ...names.map((n) => el("th", {}, n))));
+  }
+
+  function labels(m) {
+    return el("span", { class: "labels" }, ...Object.entries(m || {}).map(([k, v]) => el("span", { class: "label" }, k + "=" + v)));
+  }
+
+  function counts(c) {
+    return Object.entries(c || {}).filter(([, n]) => n).map(([k, n]) => `${n} ${k}`).join(", ") || "none";
+  }
+
+  function details(pairs) {
+    const dl = el("dl", { class: "details" });
+    for (const [k, v] of pairs) {
+      if (v === undefined || v === null || v === "") continue;
+      dl.append(el("dt", {}, k), el("dd", {}, v));
+    }
+    return dl;
+  }
+
+  // Pages.
+
+  async function sandboxList(signal) {
+    const list = await getJSON("/v1/sandboxes", signal);
+    const rows = list.map((s) => el("tr", { "data-id": s.id },
+      el("td", {}, link(sandboxHref(s.id), s.id)),
+      el("td", {}, el("span", { class: "state " + s.state }, s.state)),
+      el("td", {}, s.tier),
+      el("td", { title: s.image || "" }, s.image ? s.image.replace(/^sha256:/, "").slice(0, 12) : "host root"),
+      el("td", {}, when(s.created_at)),
+      el("td", {}, labels(s.labels)),
+      el("td", {}, s.change_set ? link(changeHref(s.change_set), s.change_set) : "")));
+    main.replaceChildren(el("h2", {}, "Sandboxes"),
+      list.length
+        ? el("table", { class: "list", id: "sandboxes" }, head("id", "state", "tier", "image", "created", "labels", "change set"), el("tbody", {}, ...rows))
+        : el("p", { class: "empty" }, "No sandboxes."));
+  }
+
+  async function sandboxPage(id, signal) {
+    const s = await getJSON("/v1/sandboxes/" + enc(id), signal);
+    const refusals = el("div", { id: "refusals" });
+    const events = el("tbody");
+    const diffTitle = el("h2", {}, "Changes against its base");
+    const diffBox = el("div", { class: "diff", id: "diff" });
+    const snaps = el("div", { id: "snapshots" });
+    main.replaceChildren(
+      el("h2", {}, "Sandbox ", el("code", {}, s.id)),
+      details([["state", s.state], ["tier", s.tier], ["image", s.image || "the host's root"], ["created", when(s.created_at)],
+        ["expires", when(s.expires_at)], ["workspace", s.workspace], ["labels", Object.keys(s.labels || {}).length ? labels(s.labels) : ""],
+        ["change set", s.change_set ? link(changeHref(s.change_set), s.change_set) : ""]]),
+      el("h2", {}, "Egress refusals"), refusals,
+      el("h2", {}, "Events"),
+      el("table", { class: "list events", id: "events" }, head("#", "time", "event", "details"), events),
+      diffTitle, diffBox,
+      el("h2", {}, "Snapshots"), snaps);
+    const diff = (against, title) => {
+      diffTitle.textContent = title;
+      loadDiff(diffBox, `/v1/sandboxes/${enc(id)}/diff?format=patch&against=${enc(against)}`, {}, signal);
+    };
+    diff("", "Changes against its base");
+    loadSnapshots(id, snaps, diff, signal);
+    streamEvents(id, events, refusals, signal);
+  }
+
+  // loadDiff shows the patch at path in box; the viewer, or null.
+  async function loadDiff(box, path, opts, signal) {
+    box.replaceChildren(el("p", { class: "loading" }, "Loading the diff…"));
+    try {
+      const text = await getText(path, signal);
+      return HutchDiff.render(box, text, opts);
+    } catch (err) {
+      if (!signal.aborted) box.replaceChildren(errorBox(err));
+      return null;
+    }
+  }
+
+  async function loadSnapshots(id, box, diff, signal) {
+    try {
+      const all = (await getJSON("/v1/snapshots", signal)).snapshots || [];
+      const mine = all.filter((s) => s.source === id);
+      if (!mine.length) {
+        box.replaceChildren(el("p", { class: "empty" }, "No snapshots."));
+        return;
+      }
+      box.replaceChildren(el("table", { class: "list" }, head("id", "name", "created", "size", ""),
+        el("tbody", {}, ...mine.map((s) => {
+          const b = el("button", { type: "button" }, "Diff against it");
+          b.addEventListener("click", () => diff(s.id, "Changes since snapshot " + s.id));
+          return el("tr", {}, el("td", {}, s.id), el("td", {}, s.name || ""), el("td", {}, when(s.created_at)), el("td", {}, size(s.size)), el("td", {}, b));
+        }))));
+    } catch (err) {
+      if (signal.aborted) return;
+      box.replaceChildren(err.status === 501 ? el("p", { class: "empty" }, err.message) : errorBox(err));
+    }
+  }
+
+  // describe is an event's details, as text.
+  function describe(e) {
+    const d = e.data || {};
+    switch (e.type) {
+      case "egress_refused":
+        return `${d.protocol || ""} ${d.host || ""}:${d.port || ""} — ${d.reason || ""}`;
+      case "lookup":
+        return `${d.host || ""} — ${d.reason || ""}`;
+      case "exec":
+        return `pid ${d.pid}: ${(d.args || []).join(" ")}`;
+      case "exit":
+        return `pid ${d.pid}: ` + (d.error ? d.error : d.signal ? `signal ${d.signal}` : `exit ${d.code}`) + (d.timed_out ? " (timed out)" : "");
+      case "created":
+        return [d.tier && "tier " + d.tier, d.expires && "expires " + when(d.expires), d.warm && "from the warm pool"].filter(Boolean).join(", ");
+      case "ended":
+        return d.reason || "";
+      case "snapshot":
+        return `${d.snapshot || ""} (${size(d.size)})`;
+      default:
+        return Object.keys(d).length ? JSON.stringify(d) : "";
+    }
+  }
+
+  // streamEvents follows a sandbox's events (NDJSON) until it ends or the
+  // page changes: each a row, egress refusals highlighted and summed up
+  // with what would allow them.
+  async function streamEvents(id, tbody, refusals, signal) {
+    const seen = new Map();
+    const showRefusals = () => {
+      if (!seen.size) {
+        refusals.replaceChildren(el("p", { class: "empty" }, "None."));
+        return;
+      }
+      refusals.replaceChildren(el("ul", { class: "refusals" }, ...[...seen.values()].map((r) =>
+        el("li", { class: "refused" }, el("strong", {}, r.dest), ` (${r.count}×, ${r.protocol}) — ${r.reason}`,
+          r.allow ? el("span", { class: "allow" }, "; allow with ", el("code", {}, r.allow)) : null))));
+    };
+    showRefusals();
+    const add = (e) => {
+      const d = e.data || {};
+      const cls = e.type === "egress_refused" ? "refused" : e.type === "lookup" ? "lookup" : "";
+      tbody.append(el("tr", { class: cls, "data-type": e.type },
+        el("td", {}, e.seq), el("td", {}, when(e.time)), el("td", {}, e.type),
+        el("td", {}, describe(e), d.allow ? el("span", { class: "allow" }, " — allow with ", el("code", {}, d.allow)) : null)));
+      while (tbody.rows.length > maxEvents) tbody.rows[0].remove();
+      if (e.type === "egress_refused") {
+        const dest = `${d.host}:${d.port}`;
+        const r = seen.get(dest) || { dest, count: 0, protocol: d.protocol, reason: d.reason, allow: d.allow };
+        r.count++;
+        seen.set(dest, r);
+        showRefusals();
+      }
+    };
+    try {
+      const resp = await check(await call("GET", `/v1/sandboxes/${enc(id)}/events`, undefined, signal));
+      const reader = resp.body.getReader();
+      const dec = new TextDecoder();
+      let buf = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buf += dec.decode(value, { stream: true });
+        let nl;
+        while ((nl = buf.indexOf("\n")) >= 0) {
+          const line = buf.slice(0, nl);
+          buf = buf.slice(nl + 1);
+          if (line.trim()) add(JSON.parse(line));
+        }
+      }
+    } catch (err) {
+      if (!signal.aborted) tbody.append(el("tr", {}, el("td", { colspan: 4 }, errorBox(err))));
+    }
+  }
+
+  async function changeList(signal) {
+    const list = (await getJSON("/v1/changes", signal)).changes || [];
+    const rows = list.map((c) => el("tr", { "data-id": c.id },
+      el("td", {}, link(changeHref(c.id), c.id)),
+      el("td", {}, c.sandbox ? link(sandboxHref(c.sandbox), c.sandbox) : ""),
+      el("td", {}, c.workspace || ""),
+      el("td", {}, when(c.created)),
+      el("td", {}, when(c.ended)),
+      el("td", {}, counts(c.counts)),
+      el("td", {}, status(c))));
+    main.replaceChildren(el("h2", {}, "Change sets"),
+      list.length
+        ? el("table", { class: "list", id: "changes" }, head("id", "sandbox", "workspace", "created", "ended", "changes", "status"), el("tbody", {}, ...rows))
+        : el("p", { class: "empty" }, "No change sets: a sandbox the operator bound to a host workspace has one."));
+  }
+
+  const set = (t) => t && !String(t).startsWith("0001-");
+
+  function status(c) {
+    if (c.running) return "its sandbox still runs";
+    if (set(c.applied)) return "applied " + when(c.applied);
+    return "to review";
+  }
+
+  async function changePage(cid, signal) {
+    const c = await getJSON("/v1/changes/" + enc(cid), signal);
+    const actions = el("div", { class: "actions" });
+    const outcome = el("div", { id: "outcome" });
+    const box = el("div", { class: "diff", id: "diff" });
+    main.replaceChildren(
+      el("h2", {}, "Change set ", el("code", {}, c.id)),
+      details([["sandbox", c.sandbox ? link(sandboxHref(c.sandbox), c.sandbox) : ""], ["workspace", c.workspace], ["created", when(c.created)],
+        ["ended", when(c.ended)], ["changes", counts(c.counts)], ["status", el("span", { id: "status" }, status(c))]]),
+      actions, outcome, box);
+    const viewer = await loadDiff(box, `/v1/changes/${enc(cid)}/diff?format=patch`, { select: !c.running && !set(c.applied), empty: "No changes." }, signal);
+    const apply = el("button", { type: "button", id: "apply", class: "primary" }, "Apply to the workspace");
+    const discard = el("button", { type: "button", id: "discard", class: "danger" }, "Discard");
+    apply.disabled = c.running || set(c.applied);
+    discard.disabled = c.running;
+    actions.replaceChildren(apply, " ", discard);
+    if (c.running) actions.append(el("span", { class: "meta" }, " Apply and Discard wait until its sandbox ended."));
+
+    // confirm asks before an action, in the page.
+    const confirm = (question, yes, act) => {
+      const y = el("button", { type: "button", id: "confirm-yes", class: "primary" }, yes);
+      const n = el("button", { type: "button", id: "confirm-no" }, "Cancel");
+      const panel = el("div", { class: "confirm", id: "confirm", role: "dialog" }, el("p", {}, question), y, " ", n);
+      n.addEventListener("click", () => panel.remove());
+      y.addEventListener("click", async () => {
+        y.disabled = true;
+        n.disabled = true;
+        try {
+          await act();
+        } finally {
+          panel.remove();
+        }
+      });
+      outcome.replaceChildren(panel);
+    };
+
+    const pathList = (title, items) => (items && items.length)
+      ? [el("h4", {}, title), el("ul", {}, ...items.map((p) => typeof p === "string" ? el("li", {}, p) : el("li", {}, el("code", {}, p.path), " — ", p.problem)))] : [];
+
+    // send applies the chosen files with opts: allow, the paths a person
+    // gave their word for (protected names, links out of the workspace,
+    // set-id bits, which the daemon refuses without it), and skip, to
+    // leave those out instead.
+    const send = async (chosen, all, opts) => {
+      const body = all ? {} : { paths: chosen };
+      if (opts.allow.length) body.allow = opts.allow;
+      if (opts.skip) body.skip_refused = true;
+      const resp = await call("POST", `/v1/changes/${enc(cid)}/apply`, body, signal);
+      let answer = {};
+      try { answer = await resp.json(); } catch (e) { /* none */ }
+      if (resp.ok) {
+        apply.disabled = true;
+        if (viewer) viewer.problems([]);
+        document.getElementById("status").textContent = "applied";
+        outcome.replaceChildren(el("div", { class: "result", id: "result" }, el("p", {}, "Applied."),
+          ...pathList("Written or removed", answer.applied), ...pathList("Left out", answer.skipped)));
+        return;
+      }
+      if (resp.status === 409 && Array.isArray(answer.problems)) {
+        if (viewer) viewer.problems(answer.problems);
+        const boxes = [];
+        const refused = answer.problems.filter((p) => p.refused);
+        // A path changed in the workspace cannot be allowed: while there
+        // is one, nothing else is offered.
+        const conflicts = answer.problems.length - refused.length;
+        const again = el("button", { type: "button", id: "apply-allow" }, "Apply again, allowing the ticked paths");
+        again.addEventListener("click", () => {
+          const more = boxes.filter((b) => b.checked).map((b) => b.dataset.path);
+          if (!more.length) return;
+          confirm(`Apply, allowing ${more.length === 1 ? more[0] : more.length + " paths"} as they are?`, "Apply",
+            () => send(chosen, all, { allow: [...new Set([...opts.allow, ...more])] }));
+        });
+        const skip = el("button", { type: "button", id: "apply-skip" }, "Apply the rest, leaving these out");
+        skip.addEventListener("click", () => confirm("Apply everything else, leaving the refused paths out?", "Apply", () => send(chosen, all, { allow: opts.allow, skip: true })));
+        outcome.replaceChildren(el("div", { class: "conflicts", id: "conflicts", role: "alert" },
+          el("p", {}, answer.message || "Nothing was applied."),
+          el("ul", {}, ...answer.problems.map((p) => {
+            const li = el("li", { "data-path": p.path, class: p.refused ? "refused" : "conflict" }, el("code", {}, p.path), " — ", p.problem);
+            if (p.refused && !conflicts) {
+              const b = el("input", { type: "checkbox", "aria-label": "allow " + p.path });
+              b.dataset.path = p.path;
+              boxes.push(b);
+              li.append(" ", el("label", {}, b, " allow"));
+            }
+            return li;
+          })),
+          conflicts ? el("p", { class: "meta" }, "The workspace changed since the sandbox saw it: look at those files, then apply again, or discard the set.") : null,
+          refused.length > 0 && !conflicts ? el("p", {}, again, " ", skip) : null));
+        return;
+      }
+      outcome.replaceChildren(errorBox(new APIError(resp.status, answer)));
+    };
+
+    apply.addEventListener("click", () => {
+      const chosen = viewer ? viewer.selected() : [];
+      const all = viewer ? chosen.length === box.querySelectorAll(".filelist input[type=checkbox]").length : true;
+      if (!all && !chosen.length) {
+        outcome.replaceChildren(el("p", { class: "error" }, "Choose at least one file to apply."));
+        return;
+      }
+      const what = all ? "every change" : `${chosen.length} of the changes`;
+      confirm(`Apply ${what} to the workspace ${c.workspace || ""}?`, "Apply", () => send(chosen, all, { allow: [] }));
+    });
+
+    discard.addEventListener("click", () => {
+      confirm("Discard this change set? What the sandbox changed is lost; the workspace stays as it is.", "Discard", async () => {
+        try {
+          await check(await call("DELETE", `/v1/changes/${enc(cid)}`, undefined, signal));
+          apply.disabled = true;
+          discard.disabled = true;
+          outcome.replaceChildren(el("div", { class: "result", id: "result" }, el("p", {}, "Discarded. "), link("#/changes", "Back to the change sets")));
+        } catch (err) {
+          outcome.replaceChildren(errorBox(err));
+        }
+      });
+    });
+  }
+
+  function setNav(page) {
+    for (const a of document.querySelectorAll("header nav a")) {
+      a.classList.toggle("current", a.getAttribute("href") === "#/" + (page === "changes" ? "changes" : "sandboxes"));
+    }
+  }
+
+  async function route() {
+    if (current) current.abort();
+    current = new AbortController();
+    const signal = current.signal;
+    let parts;
+    try {
+      parts = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
+    } catch (e) {
+      parts = [];
+    }
+    setNav(parts[0]);
+    main.replaceChildren(el("p", { class: "loading" }, "Loading…"));
+    try {
+      if (parts[0] === "sandboxes" && parts[1]) await sandboxPage(parts[1], signal);
+      else if (parts[0] === "changes" && parts[1]) await changePage(parts[1], signal);
+      else if (parts[0] === "changes") await changeList(signal);
+      else await sandboxList(signal);
+      main.dataset.page = parts[0] || "sandboxes";
+    } catch (err) {
+      if (!signal.aborted) main.replaceChildren(errorBox(err));
+    }
+  }
+
+  window.addEventListener("hashchange", route);
+  route();
+})();
