@@ -81,7 +81,7 @@ func wantRunFlagsAnd(t *testing.T, run, args []string, own ...string) {
 }
 
 // TestRunFlagsEverywhere: hutch create, hutch policy show and hutch mcp
-// take exactly hutch run's flags (create adds its own three), from one
+// take exactly hutch run's flags (create adds its own), from one
 // definition.
 func TestRunFlagsEverywhere(t *testing.T) {
 	t.Parallel()
@@ -97,7 +97,7 @@ func TestRunFlagsEverywhere(t *testing.T) {
 	if m := flagNames(t, "mcp"); !slices.Equal(m, run) {
 		t.Errorf("hutch mcp takes\n  %q\nhutch run takes\n  %q", m, run)
 	}
-	wantRunFlagsAnd(t, run, []string{"create"}, "disk", "idle-timeout", "label", "snapshot")
+	wantRunFlagsAnd(t, run, []string{"create"}, "disk", "idle-timeout", "label", "review-workspace", "snapshot")
 	// Every run flag parses for create: the refusal comes from the
 	// unanswered daemon, or the flag's own check, not from the parser.
 	dir := t.TempDir()
