@@ -123,15 +123,26 @@ func TestMCPConformance(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	out := t.TempDir()
-	cmd := exec.CommandContext(ctx, node, suite, "server", "--url", "http://"+l.Addr().String()+"/mcp",
-		"--suite", "all", "--expected-failures", baseline, "-o", out)
-	cmd.Dir = out
-	cmd.Env = mcpServeEnv(node)
-	b, err := cmd.CombinedOutput()
-	summary := string(b)
-	if i := strings.Index(summary, "=== SUMMARY ==="); i >= 0 {
-		summary = summary[i:]
+	runSuite := func() (string, error) {
+		out := t.TempDir()
+		cmd := exec.CommandContext(ctx, node, suite, "server", "--url", "http://"+l.Addr().String()+"/mcp",
+			"--suite", "all", "--expected-failures", baseline, "-o", out)
+		cmd.Dir = out
+		cmd.Env = mcpServeEnv(node)
+		b, err := cmd.CombinedOutput()
+		summary := string(b)
+		if i := strings.Index(summary, "=== SUMMARY ==="); i >= 0 {
+			summary = summary[i:]
+		}
+		return summary, err
+	}
+	summary, err := runSuite()
+	// server-sse-multiple-streams gives each of three concurrent streams
+	// 2 s for its first event, a deadline of the suite's own that a busy
+	// machine can miss: once more when it alone failed so.
+	if err != nil && strings.Count(summary, "\n  ✗ ") == 1 && strings.Contains(summary, "  ✗ server-sse-multiple-streams") {
+		t.Logf("the conformance suite missed its own deadline of server-sse-multiple-streams; once more:\n%s", summary)
+		summary, err = runSuite()
 	}
 	if err != nil {
 		t.Fatalf("the conformance suite: %v\n%s", err, summary)
