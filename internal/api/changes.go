@@ -14,7 +14,8 @@ type ApplyBody struct {
 	Paths []string `json:"paths,omitempty"`
 	// Allow names paths (or what is below them) applied although they
 	// need a person's word: protected names, symbolic links out of the
-	// workspace, setuid or setgid bits.
+	// workspace, setuid or setgid bits. Only the operator (the unix
+	// socket) may give it; a tenant's is a 400.
 	Allow []string `json:"allow,omitempty"`
 	// SkipRefused applies the rest when some paths need that word.
 	SkipRefused bool `json:"skip_refused,omitempty"`
@@ -123,7 +124,8 @@ func (h *handler) applyChangeSet(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	auditEntry(r).Subject = r.PathValue("cid")
-	res, err := s.ApplyChangeSet(r.Context(), tenantOf(r), r.PathValue("cid"), b.Paths, changes.ApplyOptions{Allow: b.Allow, SkipRefused: b.SkipRefused})
+	res, err := s.ApplyChangeSet(r.Context(), tenantOf(r), r.PathValue("cid"), b.Paths, changes.ApplyOptions{Allow: b.Allow, SkipRefused: b.SkipRefused},
+		OriginOf(r.Context()) == OriginLocal)
 	var aerr *changes.ApplyError
 	if errors.As(err, &aerr) {
 		writeJSON(w, http.StatusConflict, ConflictResponse{Code: CodeConflict, Message: err.Error(),

@@ -282,11 +282,17 @@ func (m *Manager) ChangeSetDiff(ctx context.Context, tenant, cid string) (*chang
 // paths; all when none) to its workspace, as hutch changes apply does:
 // nothing when a path changed in the workspace since the sandbox saw it
 // or needs the word opt.Allow gives (an *changes.ApplyError, ErrConflict).
-// A set whose sandbox runs is a conflict.
-func (m *Manager) ApplyChangeSet(ctx context.Context, tenant, cid string, paths []string, opt changes.ApplyOptions) (*changes.Result, error) {
+// A set whose sandbox runs is a conflict. Only the operator may give that
+// word: what it lets through — a git hook, an rc file, a setuid bit on a
+// file the daemon makes the directory owner's, a link out — is what the
+// host runs or follows later, which a tenant must not decide.
+func (m *Manager) ApplyChangeSet(ctx context.Context, tenant, cid string, paths []string, opt changes.ApplyOptions, operator bool) (*changes.Result, error) {
 	set, live, err := m.changeSet(tenant, cid)
 	if err != nil {
 		return nil, err
+	}
+	if len(opt.Allow) > 0 && !operator {
+		return nil, invalid("change set %s: allow: only the daemon's operator (its unix socket) may apply protected names, links out of the workspace and set-id bits; apply the rest with skip_refused", cid)
 	}
 	if live != "" {
 		return nil, fmt.Errorf("change set %s: its sandbox %s still runs; end it first: %w", cid, set.Meta().Sandbox, ErrConflict)
@@ -334,7 +340,7 @@ type Reviewer interface {
 	ChangeSets(ctx context.Context, tenant string) ([]ChangeSetInfo, error)
 	GetChangeSet(ctx context.Context, tenant, cid string) (ChangeSetInfo, error)
 	ChangeSetDiff(ctx context.Context, tenant, cid string) (*changes.Set, []changes.Change, error)
-	ApplyChangeSet(ctx context.Context, tenant, cid string, paths []string, opt changes.ApplyOptions) (*changes.Result, error)
+	ApplyChangeSet(ctx context.Context, tenant, cid string, paths []string, opt changes.ApplyOptions, operator bool) (*changes.Result, error)
 	DiscardChangeSet(ctx context.Context, tenant, cid string) error
 }
 

@@ -59,7 +59,7 @@ func TestReviewWorkspace(t *testing.T) {
 	if got := kindsOf(list); err != nil || got != "added d, added d/f, modified edit.txt, deleted gone.txt, added new.txt" {
 		t.Errorf("the running set's changes: %s (%v)", got, err)
 	}
-	if _, err := m.ApplyChangeSet(ctx, "a", info.ChangeSet, nil, changes.ApplyOptions{}); !errors.Is(err, ErrConflict) {
+	if _, err := m.ApplyChangeSet(ctx, "a", info.ChangeSet, nil, changes.ApplyOptions{}, false); !errors.Is(err, ErrConflict) {
 		t.Errorf("apply while the sandbox runs: %v", err)
 	}
 	// Another tenant: not found, as an unknown set.
@@ -67,7 +67,7 @@ func TestReviewWorkspace(t *testing.T) {
 		func() error { _, err := m.GetChangeSet(ctx, "b", info.ChangeSet); return err },
 		func() error { _, _, err := m.ChangeSetDiff(ctx, "b", info.ChangeSet); return err },
 		func() error {
-			_, err := m.ApplyChangeSet(ctx, "b", info.ChangeSet, nil, changes.ApplyOptions{})
+			_, err := m.ApplyChangeSet(ctx, "b", info.ChangeSet, nil, changes.ApplyOptions{}, false)
 			return err
 		},
 		func() error { return m.DiscardChangeSet(ctx, "b", info.ChangeSet) },
@@ -92,13 +92,18 @@ func TestReviewWorkspace(t *testing.T) {
 		t.Fatal(err)
 	}
 	var aerr *changes.ApplyError
-	if _, err := m.ApplyChangeSet(ctx, "a", info.ChangeSet, nil, changes.ApplyOptions{}); !errors.As(err, &aerr) || !errors.Is(err, ErrConflict) || len(aerr.Conflicts) != 1 {
+	if _, err := m.ApplyChangeSet(ctx, "a", info.ChangeSet, nil, changes.ApplyOptions{}, false); !errors.As(err, &aerr) || !errors.Is(err, ErrConflict) || len(aerr.Conflicts) != 1 {
 		t.Fatalf("apply over an edited file: %v", err)
 	}
 	if _, err := os.Stat(filepath.Join(host, "new.txt")); err == nil {
 		t.Error("an apply with a conflict wrote new.txt")
 	}
-	if _, err := m.ApplyChangeSet(ctx, "a", info.ChangeSet, []string{"d", "new.txt"}, changes.ApplyOptions{}); err != nil {
+	// A tenant's word does not let a git hook or a set-id bit through
+	// (what the host runs later): only the operator's does.
+	if _, err := m.ApplyChangeSet(ctx, "a", info.ChangeSet, []string{"d", "new.txt"}, changes.ApplyOptions{Allow: []string{"."}}, false); !errors.Is(err, ErrInvalid) {
+		t.Errorf("a tenant's apply with allow: %v", err)
+	}
+	if _, err := m.ApplyChangeSet(ctx, "a", info.ChangeSet, []string{"d", "new.txt"}, changes.ApplyOptions{}, false); err != nil {
 		t.Fatalf("apply of d and new.txt: %v", err)
 	}
 	for name, want := range map[string]string{"new.txt": "added\n", "d/f": "deep\n", "edit.txt": "theirs\n", "gone.txt": "gone\n"} {

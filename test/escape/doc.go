@@ -103,7 +103,8 @@
 //	20 policy and harness                   TestItem20_*
 //	21 privilege granted by what is written TestItem21_* (set-id modes by every call, file
 //	                                        capabilities and ACLs, umask, a .git made
-//	                                        writable, copies, hutch cp, served layers)
+//	                                        writable, copies, hutch cp, served layers,
+//	                                        a served review workspace's apply)
 //	22 git beyond .git/config and hooks     TestItem22_GitEverywhere
 //	23 other tools' configuration           TestItem23_ToolConfig
 //	24 more credential stores               TestItem24_CredentialStores, _DiffShowsOnlyTheView

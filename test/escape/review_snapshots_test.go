@@ -9,6 +9,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/hutch-sandbox/hutch/internal/testutil"
 )
 
 // TestItem30_SnapshotsAcrossTenants (escape item 30, the class "answers
@@ -140,6 +143,76 @@ ln -s /` + strings.ReplaceAll(closed, "/", "//") + ` /workspace/to-closed; ln -s
 			if !strings.Contains(out, "root/mine") || !strings.Contains(out, "var/lib/hutch-x/f") {
 				t.Errorf("diff%s lacks what the sandbox wrote:\n%s", q, out)
 			}
+		}
+	})
+}
+
+// TestItem21_ReviewWorkspaceApply (escape items 21, 22 and 30 through a
+// review workspace of hutch serve): a tenant's sandbox that writes a
+// setuid copy of a shell, a git hook and a link out into the host
+// directory the operator bound gets none of them onto the host: the
+// sandbox's writes stay in the change set, the tenant's apply refuses
+// them (409, nothing written), its word (allow) is refused (400), and
+// skip_refused applies only the rest. Another tenant sees nothing of it.
+func TestItem21_ReviewWorkspaceApply(t *testing.T) {
+	forEachServedTier(t, func(t *testing.T, tier []string) {
+		host := hostDir(t, 0, "review")
+		writeFile(t, filepath.Join(host, "main.go"), "package main\n", 0o644, 0)
+		if err := os.MkdirAll(filepath.Join(host, ".git", "hooks"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		d := startServed(t, "", true, append(tier, "--review-workspace", "app="+host+"@alice")...)
+		alice, bob := d.token(t, "alice"), d.token(t, "bob")
+		if st, out := d.do(t, bob, "POST", "/v1/sandboxes", `{"review_workspace":"app"}`); st != http.StatusBadRequest || strings.Contains(out, host) {
+			t.Errorf("bob binds alice's review workspace: %d %s", st, out)
+		}
+		st, out := d.do(t, alice, "POST", "/v1/sandboxes", `{"review_workspace":"app"}`)
+		if st != http.StatusCreated {
+			t.Fatalf("alice's create: %d %s", st, out)
+		}
+		var sb struct {
+			ID        string `json:"id"`
+			ChangeSet string `json:"change_set"`
+		}
+		_ = json.Unmarshal([]byte(out), &sb)
+		o, e, _, ok := d.runIn(t, alice, sb.ID, `cp /bin/sh ./sh && chmod 4755 ./sh; echo 'touch /tmp/pwned' > .git/hooks/post-checkout 2>&1; ln -s /etc/passwd out; echo ok > plain.txt; ls -l sh`)
+		if !ok {
+			t.Fatalf("the sandbox: %s %s", o, e)
+		}
+		for _, name := range []string{"sh", "out", "plain.txt", ".git/hooks/post-checkout"} {
+			if _, err := os.Lstat(filepath.Join(host, name)); err == nil {
+				t.Errorf("the sandbox wrote %s into the host directory", name)
+			}
+		}
+		if st, out := d.do(t, alice, "DELETE", "/v1/sandboxes/"+sb.ID, ""); st != http.StatusNoContent {
+			t.Fatalf("destroy: %d %s", st, out)
+		}
+		cid := sb.ChangeSet
+		if st, out := d.do(t, bob, "GET", "/v1/changes/"+cid+"/diff", ""); st != http.StatusNotFound {
+			t.Errorf("bob reads alice's change set: %d %s", st, out)
+		}
+		if st, out := d.do(t, alice, "POST", "/v1/changes/"+cid+"/apply", `{}`); st != http.StatusConflict {
+			t.Errorf("apply of a set with a setuid file and a link out: %d %s", st, out)
+		}
+		if st, out := d.do(t, alice, "POST", "/v1/changes/"+cid+"/apply", `{"allow":["."]}`); st != http.StatusBadRequest {
+			t.Errorf("a tenant's apply with allow: %d %s", st, out)
+		}
+		if _, err := os.Lstat(filepath.Join(host, "plain.txt")); err == nil {
+			t.Error("a refused apply wrote plain.txt")
+		}
+		if st, out := d.do(t, alice, "POST", "/v1/changes/"+cid+"/apply", `{"skip_refused":true}`); st != http.StatusOK {
+			t.Errorf("apply with skip_refused: %d %s", st, out)
+		}
+		if b, err := os.ReadFile(filepath.Join(host, "plain.txt")); string(b) != "ok\n" {
+			t.Errorf("plain.txt after the apply: %q %v", b, err)
+		}
+		for _, name := range []string{"sh", "out", ".git/hooks/post-checkout"} {
+			if _, err := os.Lstat(filepath.Join(host, name)); err == nil {
+				t.Errorf("the apply wrote %s into the host directory", name)
+			}
+		}
+		if !testutil.Eventually(10*time.Second, func() bool { return audited(t, d, "", "apply_changes") }) {
+			t.Error("no apply_changes record in the audit log")
 		}
 	})
 }
