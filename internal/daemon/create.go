@@ -137,6 +137,7 @@ func (m *Manager) Create(ctx context.Context, tenant string, r CreateRequest) (I
 			if !review.running {
 				m.mu.Lock()
 				delete(m.reviewing, review.set.ID())
+				delete(m.setOf, review.set.Meta().Sandbox)
 				m.mu.Unlock()
 				m.reviewMu.Lock()
 				_ = m.changes.Discard(review.set.ID())
@@ -306,6 +307,7 @@ func (m *Manager) launch(ctx context.Context, id, dir string, spec policy.Spec, 
 		}
 		m.mu.Lock()
 		m.reviewing[review.set.ID()] = filepath.Join(dir, reviewDir, "upper")
+		m.setOf[id] = review.set.ID()
 		m.mu.Unlock()
 	}
 	inst, conn, err := startSandbox(rt, cfg)

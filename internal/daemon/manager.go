@@ -84,6 +84,9 @@ type Manager struct {
 	// reviewing maps the change sets whose sandboxes run to the upper
 	// directory they are written in.
 	reviewing map[string]string
+	// setOf maps each sandbox with a change set to it, so that answers
+	// name it without reading the change-set store.
+	setOf map[string]string
 	// ops counts the calls in progress; it is only added to under mu
 	// while closed is false, so that Close can wait for them.
 	ops sync.WaitGroup
@@ -236,6 +239,7 @@ func New(cfg Config, log *slog.Logger) (*Manager, error) {
 		live:       make(map[string]*live),
 		dormant:    make(map[string]*dormant),
 		reviewing:  make(map[string]string),
+		setOf:      make(map[string]string),
 		changes:    changes.NewStore(filepath.Join(cfg.StateDir, "changes")),
 		teardowns:  make(chan struct{}, maxTeardowns),
 		exports:    make(chan struct{}, maxExports),
@@ -252,6 +256,13 @@ func New(cfg Config, log *slog.Logger) (*Manager, error) {
 		st.Close()
 		lock.Close()
 		return nil, fmt.Errorf("snapshots: %w", err)
+	}
+	if sets, err := m.changes.List(); err == nil {
+		for _, s := range sets {
+			if sb := s.Meta().Sandbox; sb != "" {
+				m.setOf[sb] = s.ID()
+			}
+		}
 	}
 	go closedPaths() // the first create need not wait for the whole scan
 	pools := cfg.Pools

@@ -186,21 +186,10 @@ func (m *Manager) finishReview(dir string, log *slog.Logger) {
 // withChangeSets fills in the change set of each sandbox of infos that has
 // one.
 func (m *Manager) withChangeSets(infos []Info) {
-	if len(m.cfg.ReviewWorkspaces) == 0 {
-		return
-	}
-	sets, err := m.changes.List()
-	if err != nil {
-		return
-	}
-	of := map[string]string{}
-	for _, s := range sets {
-		if sb := s.Meta().Sandbox; sb != "" {
-			of[sb] = s.ID()
-		}
-	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	for i := range infos {
-		infos[i].ChangeSet = of[infos[i].ID]
+		infos[i].ChangeSet = m.setOf[infos[i].ID]
 	}
 }
 
@@ -331,7 +320,13 @@ func (m *Manager) DiscardChangeSet(ctx context.Context, tenant, cid string) erro
 	}
 	m.reviewMu.Lock()
 	defer m.reviewMu.Unlock()
-	return m.changes.Discard(cid)
+	if err := m.changes.Discard(cid); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	delete(m.setOf, set.Meta().Sandbox)
+	m.mu.Unlock()
+	return nil
 }
 
 // Reviewer is what a front end needs for the change sets of review
