@@ -44,6 +44,55 @@ type restorer interface {
 	Restore(c sandbox.Config, dir string) (sandbox.Instance, error)
 }
 
+// layerKeeper is an instance whose root layer's tmpfs the daemon can read
+// where the tier attached it (*gvisor.served): snapshots and diffs read
+// what it wrote there.
+type layerKeeper interface {
+	// LayerDir is the directory ("" for none).
+	LayerDir() string
+}
+
+// restoreCopy starts l, a new sandbox with cfg, as a copy of the source
+// of snapshot sid, its memory saved (the live sandbox's SaveRunning), in
+// runtime rt: its processes go on where the source's were. Its commands
+// run with the source's environment, env over it, and as its user.
+func (m *Manager) restoreCopy(l *live, rt sandbox.Runtime, cfg sandbox.Config, sid string, env []string) error {
+	res, ok := rt.(restorer)
+	if !ok {
+		return fmt.Errorf("snapshot %s: tier %s cannot start a sandbox from its memory", sid, rt.Tier())
+	}
+	dir, release, err := m.holdMemory(sid)
+	if err != nil {
+		return err
+	}
+	defer release() // held while the tier reads it
+	b, err := os.ReadFile(filepath.Join(dir, resumeFile))
+	if err != nil {
+		return fmt.Errorf("snapshot %s: %w", sid, err)
+	}
+	var rs resumeState
+	if err := json.Unmarshal(b, &rs); err != nil {
+		return fmt.Errorf("snapshot %s: %s: %w", sid, resumeFile, err)
+	}
+	si, err := res.Restore(cfg, dir)
+	if err != nil {
+		return fmt.Errorf("snapshot %s: start from its memory: %w", sid, err)
+	}
+	inst, ok := si.(instance)
+	if !ok {
+		_ = si.Close()
+		return fmt.Errorf("tier %s: its sandboxes give no host pid to record", rt.Tier())
+	}
+	l.inst = inst
+	l.execEnv, l.execUser = append(rs.Env, env...), rs.User
+	if l.client, err = agent.Attach(si.Conn()); err != nil {
+		return err
+	}
+	l.client.SetEnv(l.execEnv)
+	l.client.SetUser(l.execUser)
+	return nil
+}
+
 // dormant is a sandbox paused to disk.
 type dormant struct {
 	tenant  string
@@ -74,9 +123,11 @@ type resumeState struct {
 	User     *agent.Credential `json:"user,omitempty"`
 }
 
-// toDisk reports whether l is paused by saving it to disk.
+// toDisk reports whether l is paused by saving it to disk: not with
+// secrets, nor over a snapshot's layers, which its record does not name
+// for a restore to stack (it is paused in memory then).
 func (m *Manager) toDisk(l *live) bool {
-	if _, ok := l.inst.(checkpointer); !ok || l.secrets {
+	if _, ok := l.inst.(checkpointer); !ok || l.secrets || len(l.snapDirs) > 0 {
 		return false
 	}
 	_, ok := m.cfg.Runtimes[l.tier].(restorer)
@@ -391,6 +442,9 @@ func (m *Manager) restore(ctx context.Context, sb store.Sandbox, log *slog.Logge
 		return nil, fmt.Errorf("tier %s: its sandboxes give no host pid to record", sb.Tier)
 	}
 	l.inst = inst
+	if k, ok := inst.(layerKeeper); ok {
+		l.keep = k.LayerDir()
+	}
 	if l.client, err = agent.Attach(si.Conn()); err != nil {
 		return fail(err)
 	}

@@ -310,15 +310,25 @@ func (m *Manager) launch(ctx context.Context, id, dir string, spec policy.Spec, 
 		m.setOf[id] = review.set.ID()
 		m.mu.Unlock()
 	}
-	inst, conn, err := startSandbox(rt, cfg)
-	if err != nil {
-		return fail(err)
+	if snap != nil && snap.Memory > 0 && spec.Tier == snap.Tier {
+		// A copy of the snapshot's source, going on from its memory.
+		if err := m.restoreCopy(l, rt, cfg, snap.ID, env); err != nil {
+			return fail(err)
+		}
+	} else {
+		inst, conn, err := startSandbox(rt, cfg)
+		if err != nil {
+			return fail(err)
+		}
+		l.inst = inst
+		l.client = agent.NewClient(conn)
+		if img != nil && img.Config.User != "" {
+			l.execUser = &agent.Credential{UID: uint32(user.UID), GID: uint32(user.GID)}
+			l.client.SetUser(l.execUser)
+		}
 	}
-	l.inst = inst
-	l.client = agent.NewClient(conn)
-	if img != nil && img.Config.User != "" {
-		l.execUser = &agent.Credential{UID: uint32(user.UID), GID: uint32(user.GID)}
-		l.client.SetUser(l.execUser)
+	if k, ok := l.inst.(layerKeeper); ok && l.keep == "" {
+		l.keep = k.LayerDir()
 	}
 	// Recorded at once, so that a daemon started after this one died can
 	// find the sandbox's PID 1 even if it died before the sandbox ran;

@@ -12,7 +12,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hutch-sandbox/hutch/internal/changes"
-	"github.com/hutch-sandbox/hutch/internal/policy"
 )
 
 // Diff is what a sandbox changed in its root against another root: its
@@ -56,8 +55,8 @@ func (m *Manager) Diff(ctx context.Context, tenant, id, against string) (*Diff, 
 	if err != nil {
 		return nil, err
 	}
-	if l.tier != policy.TierNamespace || l.keep == "" {
-		return nil, fmt.Errorf("diff of sandbox %s: the %s tier keeps its root where the daemon cannot read it (the namespace tier of a daemon run as root can): %w", id, l.tier, ErrUnsupported)
+	if l.keep == "" {
+		return nil, fmt.Errorf("diff of sandbox %s: the %s tier keeps its root where the daemon cannot read it (the namespace and gVisor tiers of a daemon run as root can): %w", id, l.tier, ErrUnsupported)
 	}
 	d := &Diff{Against: against}
 	var releases []func()
@@ -117,7 +116,7 @@ func (m *Manager) Diff(ctx context.Context, tenant, id, against string) (*Diff, 
 		if err != nil {
 			return fail(fmt.Errorf("diff of sandbox %s against %s: %w", id, against, err))
 		}
-		if o.tier != policy.TierNamespace || o.keep == "" {
+		if o.keep == "" {
 			return fail(fmt.Errorf("diff of sandbox %s against %s: the %s tier keeps its root where the daemon cannot read it: %w", id, against, o.tier, ErrUnsupported))
 		}
 		if o.image != l.image {

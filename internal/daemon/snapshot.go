@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"time"
 
+	"github.com/hutch-sandbox/hutch/internal/agent"
 	"github.com/hutch-sandbox/hutch/internal/image"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
@@ -46,8 +48,17 @@ type SnapshotInfo struct {
 	// snapshot of a sandbox started from a snapshot).
 	Layers int `json:"layers"`
 	// Size is the bytes of its layers' files.
-	Size      int64     `json:"size"`
-	CreatedAt time.Time `json:"created_at"`
+	Size int64 `json:"size"`
+	// Tier is the isolation tier its source ran in.
+	Tier string `json:"tier"`
+	// Memory says whether the source's kernel, processes and memory were
+	// saved with its files (gVisor's checkpoint): sandboxes of its tier
+	// started from it go on where the source was. Without, they start
+	// their processes afresh from its files.
+	Memory bool `json:"memory"`
+	// MemorySize is the bytes of what was saved of the source's memory.
+	MemorySize int64     `json:"memory_size,omitempty"`
+	CreatedAt  time.Time `json:"created_at"`
 	// Name is the tenant's name for it, if it was given one
 	// (SnapshotNamed).
 	Name string `json:"name,omitempty"`
@@ -68,7 +79,8 @@ var ErrUnsupported = errors.New("not supported")
 
 func snapshotInfo(sn store.Snapshot) SnapshotInfo {
 	return SnapshotInfo{ID: sn.ID, Tenant: sn.Tenant, Source: sn.Source, Root: sn.Root, Image: sn.Image,
-		Layers: len(sn.Layers), Size: sn.Size, CreatedAt: sn.Created, Name: sn.Name}
+		Layers: len(sn.Layers), Size: sn.Size, Tier: sn.Tier, Memory: sn.Memory > 0, MemorySize: sn.Memory,
+		CreatedAt: sn.Created, Name: sn.Name}
 }
 
 // newSnapID returns a new random snapshot ID.
@@ -89,6 +101,13 @@ func (m *Manager) snapLayerDir(digest string) (string, error) {
 	return filepath.Join(m.snapRoot, "layers", hex), nil
 }
 
+// memoryDir is where what was saved of snapshot id's source's memory is.
+func (m *Manager) memoryDir(id string) string { return filepath.Join(m.snapRoot, "memory", id) }
+
+// memoryRef is the key in Manager.layerRefs of a start from snapshot id's
+// saved memory.
+func memoryRef(id string) string { return "memory/" + id }
+
 // openSnapshots makes the snapshot layer store below the state directory
 // and removes what a previous daemon left unfinished or unused: the
 // records of deleted snapshots (no sandbox of that daemon runs any more)
@@ -96,7 +115,7 @@ func (m *Manager) snapLayerDir(digest string) (string, error) {
 func (m *Manager) openSnapshots(ctx context.Context) error {
 	m.snapRoot = filepath.Join(m.cfg.StateDir, "snapshots")
 	m.layerRefs = map[string]int{}
-	for _, d := range []string{m.snapRoot, filepath.Join(m.snapRoot, "layers"), filepath.Join(m.snapRoot, "tmp")} {
+	for _, d := range []string{m.snapRoot, filepath.Join(m.snapRoot, "layers"), filepath.Join(m.snapRoot, "memory"), filepath.Join(m.snapRoot, "tmp")} {
 		if err := private(d); err != nil {
 			return err
 		}
@@ -110,7 +129,8 @@ func (m *Manager) openSnapshots(ctx context.Context) error {
 
 // collectLayers removes the records of deleted snapshots whose layers no
 // sandbox stacks, then the layers no snapshot that is not deleted names
-// and no sandbox stacks.
+// and no sandbox stacks, and the saved memory of snapshots that are
+// deleted (or unknown) and that no sandbox is starting from.
 func (m *Manager) collectLayers(ctx context.Context) error {
 	m.refMu.Lock()
 	defer m.refMu.Unlock()
@@ -123,6 +143,9 @@ func (m *Manager) collectLayers(ctx context.Context) error {
 		if !sn.Deleted {
 			for _, l := range sn.Layers {
 				named[l] = true
+			}
+			if sn.Memory > 0 {
+				named[memoryRef(sn.ID)] = true
 			}
 			continue
 		}
@@ -151,6 +174,18 @@ func (m *Manager) collectLayers(ctx context.Context) error {
 			m.log.Error("remove snapshot layer", "layer", d, "err", err)
 		}
 	}
+	mems, err := os.ReadDir(filepath.Join(m.snapRoot, "memory"))
+	if err != nil {
+		return err
+	}
+	for _, e := range mems {
+		if r := memoryRef(e.Name()); named[r] || m.layerRefs[r] > 0 {
+			continue
+		}
+		if err := image.RemoveTree(m.memoryDir(e.Name())); err != nil {
+			m.log.Error("remove a snapshot's memory", "snapshot", e.Name(), "err", err)
+		}
+	}
 	return nil
 }
 
@@ -165,8 +200,8 @@ func (m *Manager) holdLayers(layers []string) ([]string, func(), error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		if _, err := os.Lstat(d); err != nil {
-			return nil, nil, fmt.Errorf("snapshot layer %s: %w", l, err)
+		if err := stillThere(d, "snapshot layer "+l); err != nil {
+			return nil, nil, err
 		}
 		dirs = append(dirs, d)
 	}
@@ -188,13 +223,54 @@ func (m *Manager) holdLayers(layers []string) ([]string, func(), error) {
 	return dirs, release, nil
 }
 
+// stillThere checks that the snapshot store's entry at path (what names
+// it) is there: one whose snapshot was deleted meanwhile is not found.
+func stillThere(path, what string) error {
+	_, err := os.Lstat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("%s: its snapshot was deleted: %w", what, ErrNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
+}
+
+// holdMemory marks snapshot id's saved memory as being started from and
+// returns its directory and the function that lets go of it.
+func (m *Manager) holdMemory(id string) (string, func(), error) {
+	m.refMu.Lock()
+	defer m.refMu.Unlock()
+	dir := m.memoryDir(id)
+	if err := stillThere(dir, "the memory of snapshot "+id); err != nil {
+		return "", nil, err
+	}
+	m.layerRefs[memoryRef(id)]++
+	return dir, func() {
+		m.refMu.Lock()
+		if m.layerRefs[memoryRef(id)]--; m.layerRefs[memoryRef(id)] <= 0 {
+			delete(m.layerRefs, memoryRef(id))
+		}
+		m.refMu.Unlock()
+		if err := m.collectLayers(context.Background()); err != nil {
+			m.log.Warn("collect snapshot layers", "err", err)
+		}
+	}, nil
+}
+
 // Snapshot copies what tenant's running (or paused) sandbox id wrote to
 // its root into an immutable layer of the daemon's snapshot store, and
 // records it as a snapshot of the tenant's: sandboxes start from it
 // (CreateRequest.Snapshot) with that layer stacked read-only over the
 // source's base. The sandbox is frozen for the copy only. Bounded by
-// Config.MaxSnapshots and MaxSnapshotBytes (ErrQuota). Only the namespace
-// tier's sandboxes can be snapshotted (ErrUnsupported otherwise).
+// Config.MaxSnapshots and MaxSnapshotBytes (ErrQuota). A gVisor sandbox
+// without secrets that is not paused is saved whole — its kernel,
+// processes and memory with its files (runsc checkpoint, leaving it
+// running) — and sandboxes of that tier started from the snapshot go on
+// from there (restoreCopy); its agent is detached for the save, so the
+// commands in flight lose their streams (they run on). Otherwise, and
+// for sandboxes of another tier started from it, a snapshot is its
+// files: SnapshotInfo.Memory says which.
 func (m *Manager) Snapshot(ctx context.Context, tenant, id string) (SnapshotInfo, error) {
 	return m.SnapshotNamed(ctx, tenant, id, "")
 }
@@ -241,8 +317,8 @@ func (m *Manager) snapshot(ctx context.Context, tenant, id, name string) (store.
 	if err != nil {
 		return store.Snapshot{}, err
 	}
-	if l.tier != policy.TierNamespace || l.keep == "" {
-		return store.Snapshot{}, fmt.Errorf("snapshot of sandbox %s: the %s tier cannot be snapshotted yet (the namespace tier can): %w", id, l.tier, ErrUnsupported)
+	if l.keep == "" {
+		return store.Snapshot{}, fmt.Errorf("snapshot of sandbox %s: the %s tier keeps its root where the daemon cannot read it (the namespace and gVisor tiers of a daemon run as root can): %w", id, l.tier, ErrUnsupported)
 	}
 	// One snapshot at a time: the quota's check and the record are one
 	// step.
@@ -254,7 +330,7 @@ func (m *Manager) snapshot(ctx context.Context, tenant, id, name string) (store.
 	}
 	var used int64
 	for _, sn := range have {
-		used += sn.Size
+		used += sn.Size + sn.Memory
 	}
 	if len(have) >= m.cfg.MaxSnapshots {
 		return store.Snapshot{}, fmt.Errorf("snapshot of sandbox %s: the tenant has %d snapshots, the most allowed (delete one first): %w", id, len(have), ErrQuota)
@@ -263,18 +339,44 @@ func (m *Manager) snapshot(ctx context.Context, tenant, id, name string) (store.
 	if room <= 0 {
 		return store.Snapshot{}, fmt.Errorf("snapshot of sandbox %s: the tenant's snapshots hold %d of %d bytes allowed: %w", id, used, m.cfg.MaxSnapshotBytes, ErrQuota)
 	}
+	withMemory := m.keepsMemory(l)
+	var spec []byte // its policy, as recorded
+	if withMemory {
+		sb, err := m.st.GetSandbox(ctx, "", l.id)
+		if err == nil {
+			err = m.checkDiskFor(sb)
+		}
+		if err != nil {
+			return store.Snapshot{}, fmt.Errorf("snapshot of sandbox %s: %w", id, err)
+		}
+		spec = sb.Spec
+	}
 
 	tmp, err := os.MkdirTemp(filepath.Join(m.snapRoot, "tmp"), "snap-")
 	if err != nil {
 		return store.Snapshot{}, err
 	}
 	defer image.RemoveTree(tmp)
-	made, err := m.copyLayer(l, filepath.Join(tmp, "layer"), room)
+	mem := ""
+	if withMemory {
+		mem = filepath.Join(tmp, "memory")
+	}
+	made, saved, err := m.copyLayer(l, filepath.Join(tmp, "layer"), mem, room)
 	if errors.Is(err, sandbox.ErrLayerTooLarge) {
 		return store.Snapshot{}, fmt.Errorf("snapshot of sandbox %s: the tenant's snapshots may hold %d bytes more, and it wrote more (%d of %d allowed held): %w", id, room, used, m.cfg.MaxSnapshotBytes, ErrQuota)
 	}
 	if err != nil {
 		return store.Snapshot{}, fmt.Errorf("snapshot of sandbox %s: %w", id, err)
+	}
+	var memSize int64
+	if saved {
+		if err := os.WriteFile(filepath.Join(mem, memoryPolicyFile), spec, 0o600); err != nil {
+			return store.Snapshot{}, fmt.Errorf("snapshot of sandbox %s: %w", id, err)
+		}
+		memSize = max(diskUsage(mem), 1)
+		if memSize > room-made.Size {
+			return store.Snapshot{}, fmt.Errorf("snapshot of sandbox %s: the tenant's snapshots may hold %d bytes more, and its files and memory take %d (%d of %d allowed held): %w", id, room, made.Size+memSize, used, m.cfg.MaxSnapshotBytes, ErrQuota)
+		}
 	}
 	dst, err := m.snapLayerDir(made.Digest)
 	if err != nil {
@@ -284,6 +386,7 @@ func (m *Manager) snapshot(ctx context.Context, tenant, id, name string) (store.
 		ID: newSnapID(), Tenant: tenant, Source: id, Root: l.root, Image: l.image,
 		Layers: append(append([]string(nil), l.snapLayers...), made.Digest),
 		Size:   l.snapSize + made.Size, Created: time.Now(), Name: name,
+		Tier: l.tier, Memory: memSize,
 	}
 	// The layer in place and its record are one step for collectLayers,
 	// which would otherwise remove it as named by no snapshot (a new
@@ -292,6 +395,9 @@ func (m *Manager) snapshot(ctx context.Context, tenant, id, name string) (store.
 	if _, err = os.Lstat(dst); errors.Is(err, os.ErrNotExist) {
 		err = os.Rename(filepath.Join(tmp, "layer"), dst)
 	} // else (nil): the same layer, of another snapshot
+	if err == nil && saved {
+		err = os.Rename(mem, m.memoryDir(sn.ID))
+	}
 	if err == nil {
 		err = m.st.InsertSnapshot(ctx, sn)
 	}
@@ -306,14 +412,38 @@ func (m *Manager) snapshot(ctx context.Context, tenant, id, name string) (store.
 		}
 		return store.Snapshot{}, err
 	}
-	l.ev.append(EventSnapshot, map[string]any{"snapshot": sn.ID, "size": sn.Size}, false)
-	m.log.Info("snapshot taken", "sandbox", id, "tenant", tenant, "snapshot", sn.ID, "size", sn.Size, "layer", made.Digest)
+	l.ev.append(EventSnapshot, map[string]any{"snapshot": sn.ID, "size": sn.Size, "memory": memSize > 0}, false)
+	m.log.Info("snapshot taken", "sandbox", id, "tenant", tenant, "snapshot", sn.ID, "size", sn.Size, "layer", made.Digest, "memory", memSize)
 	return sn, nil
 }
 
+// memorySaver is an instance whose kernel, processes and memory can be
+// saved while it goes on (*gvisor.served).
+type memorySaver interface {
+	// SaveRunning saves the sandbox to dir, frozen meanwhile and while
+	// whileFrozen runs; on error dir is the caller's to remove, and an
+	// error wrapping sandbox.ErrFrozen says it stays frozen.
+	SaveRunning(dir string, whileFrozen func() error) error
+}
+
+// keepsMemory reports whether a snapshot of l saves its memory too: its
+// tier can save a running sandbox and start copies of it (gVisor's), and
+// it has no secrets (whose real values only the request that created it
+// carried, and whose CA file its saved view names).
+func (m *Manager) keepsMemory(l *live) bool {
+	if _, ok := l.inst.(memorySaver); !ok || l.secrets {
+		return false
+	}
+	_, ok := m.cfg.Runtimes[l.tier].(restorer)
+	return ok
+}
+
 // copyLayer copies l's root layer to dst, l frozen meanwhile (unless
-// paused already), at most limit bytes.
-func (m *Manager) copyLayer(l *live, dst string, limit int64) (sandbox.Snapshot, error) {
+// paused already), at most limit bytes. With mem, it saves l's memory
+// there too (saved), when l is not paused: its agent is detached for the
+// save (the commands in flight go on without their streams, as in a
+// pause to disk) and attached again after.
+func (m *Manager) copyLayer(l *live, dst, mem string, limit int64) (made sandbox.Snapshot, saved bool, err error) {
 	l.pauseMu.Lock()
 	defer l.pauseMu.Unlock()
 	m.mu.Lock()
@@ -323,26 +453,88 @@ func (m *Manager) copyLayer(l *live, dst string, limit int64) (sandbox.Snapshot,
 	}
 	m.mu.Unlock()
 	if stopping {
-		return sandbox.Snapshot{}, fmt.Errorf("it is stopping: %w", ErrConflict)
+		return made, false, fmt.Errorf("it is stopping: %w", ErrConflict)
 	}
-	if !paused {
-		if err := l.inst.Freeze(); err != nil {
-			m.mu.Lock()
-			l.paused = false
-			m.mu.Unlock()
-			return sandbox.Snapshot{}, fmt.Errorf("freeze: %w", err)
+	if paused {
+		// Frozen already (in memory): its files only.
+		made, err = sandbox.SnapshotLayer(l.keep, dst, limit)
+		return made, false, err
+	}
+	thawed := func() {
+		m.mu.Lock()
+		l.paused = false
+		m.mu.Unlock()
+	}
+	if mem != "" {
+		made, err = m.saveRunning(l, dst, mem, limit)
+		if !errors.Is(err, sandbox.ErrFrozen) {
+			thawed()
 		}
-		defer func() {
-			if err := l.inst.Thaw(); err != nil {
-				m.log.Error("thaw after a snapshot", "sandbox", l.id, "err", err)
-				return
-			}
-			m.mu.Lock()
-			l.paused = false
-			m.mu.Unlock()
-		}()
+		return made, err == nil, err
 	}
-	return sandbox.SnapshotLayer(filepath.Join(l.dir, keepDir), dst, limit)
+	if err := l.inst.Freeze(); err != nil {
+		thawed()
+		return made, false, fmt.Errorf("freeze: %w", err)
+	}
+	defer func() {
+		if err := l.inst.Thaw(); err != nil {
+			m.log.Error("thaw after a snapshot", "sandbox", l.id, "err", err)
+			return
+		}
+		thawed()
+	}()
+	made, err = sandbox.SnapshotLayer(l.keep, dst, limit)
+	return made, false, err
+}
+
+// saveRunning saves l's memory to mem and copies its root layer to dst
+// (at most limit bytes) while it is frozen for the save, its agent
+// detached; then the agent is attached again. l is marked paused.
+func (m *Manager) saveRunning(l *live, dst, mem string, limit int64) (sandbox.Snapshot, error) {
+	// Its agent's connection ends on purpose: the watch stops first, and
+	// starts again on the new client.
+	close(l.unwatch)
+	<-l.watched
+	defer m.startWatch(l)
+	dctx, cancel := context.WithTimeout(context.Background(), detachTimeout)
+	conn, err := l.client.Detach(dctx)
+	cancel()
+	if err != nil {
+		m.end(l, "", fmt.Sprintf("its agent connection ended: %v", err))
+		return sandbox.Snapshot{}, fmt.Errorf("save its memory: %w", err)
+	}
+	var made sandbox.Snapshot
+	err = l.inst.(memorySaver).SaveRunning(mem, func() error {
+		var err error
+		made, err = sandbox.SnapshotLayer(l.keep, dst, limit)
+		return err
+	})
+	// The same session goes on, on the same connection (the agent
+	// answers once it runs).
+	client, aerr := agent.Attach(conn)
+	if aerr != nil {
+		m.end(l, "", fmt.Sprintf("its agent connection ended: %v", aerr))
+		return sandbox.Snapshot{}, fmt.Errorf("attach its agent again: %w", aerr)
+	}
+	m.mu.Lock()
+	l.client = client
+	client.SetEnv(l.execEnv)
+	client.SetUser(l.execUser)
+	m.mu.Unlock()
+	if errors.Is(err, sandbox.ErrFrozen) {
+		if _, uerr := m.st.UpdateSandbox(context.Background(), l.id, func(sb *store.Sandbox) error {
+			sb.State = store.StatePaused
+			return nil
+		}); uerr != nil {
+			m.log.Error("record sandbox paused", "sandbox", l.id, "err", uerr)
+		}
+		return made, fmt.Errorf("%w; it is paused", err)
+	}
+	if err == nil {
+		// What a copy's commands run with: the source's.
+		err = writeResume(mem, resumeState{Env: l.execEnv, User: l.execUser})
+	}
+	return made, err
 }
 
 // GetSnapshot describes tenant's snapshot sid ("" tenant: any).
@@ -423,11 +615,53 @@ func (m *Manager) snapshotBase(ctx context.Context, tenant string, r *CreateRequ
 			return nil, invalid("create sandbox: policy: root %q is not the base of snapshot %s (%s)", root, sn.ID, sn.Root)
 		}
 	}
-	if r.Policy.Tier != "" && r.Policy.Tier != policy.TierNamespace {
-		return nil, fmt.Errorf("create sandbox: from snapshot %s: the %s tier cannot start from a snapshot yet (the namespace tier can): %w", sn.ID, r.Policy.Tier, ErrUnsupported)
+	if r.Policy.Tier == "" {
+		r.Policy.Tier = sn.Tier
 	}
-	r.Policy.Tier = policy.TierNamespace
+	if sn.Memory > 0 && r.Policy.Tier == sn.Tier {
+		if err := m.memoryPolicy(sn, r); err != nil {
+			return nil, err
+		}
+	}
 	return &sn, nil
+}
+
+// Names in a snapshot's saved memory directory, beside the tier's save.
+const memoryPolicyFile = "policy.json" // the source's policy, as recorded
+
+// memoryPolicy makes r, a create from snapshot sn with its memory, start
+// with the view the saved kernel has: its source's filesystem, resources
+// and network mode (the request's are refused where they differ, but for
+// none given); its network's rules, env, labels and timeouts are r's. It
+// takes no secrets: the saved processes hold no placeholder of them, and
+// their proxy's CA is not in the saved view.
+func (m *Manager) memoryPolicy(sn store.Snapshot, r *CreateRequest) error {
+	b, err := os.ReadFile(filepath.Join(m.memoryDir(sn.ID), memoryPolicyFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("create sandbox: the memory of snapshot %s: its snapshot was deleted: %w", sn.ID, ErrNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("create sandbox: the memory of snapshot %s: %w", sn.ID, err)
+	}
+	var saved policy.Spec
+	if err := specOf(b, &saved); err != nil {
+		return fmt.Errorf("create sandbox: the memory of snapshot %s: %w", sn.ID, err)
+	}
+	if len(r.Secrets) > 0 || len(r.Policy.Secrets) > 0 {
+		return invalid("create sandbox: snapshot %s holds its source's memory, and a sandbox started from there takes no secrets (start one from its files only with tier %s, or from a snapshot of a sandbox with them)", sn.ID, policy.TierNamespace)
+	}
+	if mode := r.Policy.Network.Mode; mode != "" && mode != saved.Network.Mode {
+		return invalid("create sandbox: policy: network.mode %q: snapshot %s holds the memory of a sandbox of mode %q, which its copies keep", mode, sn.ID, saved.Network.Mode)
+	}
+	var none policy.Spec
+	if !reflect.DeepEqual(r.Policy.Filesystem, none.Filesystem) && !reflect.DeepEqual(r.Policy.Filesystem, saved.Filesystem) {
+		return invalid("create sandbox: policy: filesystem: snapshot %s holds the memory of a sandbox whose view its copies keep: give its filesystem policy or none", sn.ID)
+	}
+	if !reflect.DeepEqual(r.Policy.Resources, none.Resources) && !reflect.DeepEqual(r.Policy.Resources, saved.Resources) {
+		return invalid("create sandbox: policy: resources: snapshot %s holds the memory of a sandbox whose limits its copies keep: give its resources or none", sn.ID)
+	}
+	r.Policy.Filesystem, r.Policy.Resources, r.Policy.Network.Mode = saved.Filesystem, saved.Resources, saved.Network.Mode
+	return nil
 }
 
 // Fork snapshots tenant's sandbox id and starts count sandboxes from the

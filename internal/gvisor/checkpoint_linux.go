@@ -35,6 +35,10 @@ type savedSandbox struct {
 	// Dir is the state directory the sandbox ran in, which the bundle's
 	// paths name.
 	Dir string `json:"dir"`
+	// NoLayer marks a save without the root layer (SaveRunning): the
+	// restored sandbox's root layer is the one its configuration gives
+	// (a snapshot's layers, which hold the same files).
+	NoLayer bool `json:"no_layer,omitempty"`
 }
 
 // readSaved reads the description of the sandbox Checkpoint saved in dir.
@@ -83,8 +87,12 @@ func savedSpec(dir, from, to string) ([]byte, error) {
 // the daemon rebuilds: the proxy, served on sockets at the same paths in
 // the sandbox's view): its processes go on where they were, with their
 // memory, and its root layer holds what they wrote. It runs in a state
-// directory of its own, as a new sandbox does. The agent answers on the instance's connection
-// once a client attaches (agent.Attach). dir is left as it is.
+// directory of its own, as a new sandbox does. The agent answers on the
+// instance's connection once a client attaches (agent.Attach). dir is
+// left as it is. A save of SaveRunning's starts a copy of the sandbox
+// each time, c's root layer holding the files it had (c's view must be
+// made as the saved sandbox's was: the same policy's filesystem, network
+// mode and resources).
 func (rt *Runtime) Restore(c sandbox.Config, dir string) (sandbox.Instance, error) {
 	return rt.start(c, dir)
 }
@@ -145,22 +153,87 @@ func (s *served) Checkpoint(dir string) error {
 // save writes the frozen sandbox to dir: runsc's image in image, the root
 // layer, the spec and the state directory's name.
 func (s *served) save(dir, image string) error {
+	if err := s.saveKernel(dir, image, false); err != nil {
+		return err
+	}
+	return sandbox.SaveLayer(filepath.Join(s.dir, layerDir), filepath.Join(dir, savedLayer))
+}
+
+// saveKernel writes what runsc checkpoint saves of the frozen sandbox to
+// image, the spec and savedSandbox (noLayer: no layer is saved with them)
+// to dir. runsc checkpoint writes what the Sentry holds of the sandbox's
+// files back to the layer first, so the layer holds all they wrote.
+func (s *served) saveKernel(dir, image string, noLayer bool) error {
 	args := append(slices.Clip(s.flags), "checkpoint", "--leave-running", "--image-path", image, s.id)
 	cmd := exec.Command(s.runsc, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("runsc checkpoint: %v: %s", err, strings.TrimSpace(string(out)))
 	}
-	if err := sandbox.SaveLayer(filepath.Join(s.dir, layerDir), filepath.Join(dir, savedLayer)); err != nil {
-		return err
-	}
 	b, err := os.ReadFile(filepath.Join(s.dir, "config.json"))
 	if err == nil {
 		err = os.WriteFile(filepath.Join(dir, savedBundle), b, 0o600)
 	}
 	if err == nil {
-		b, _ = json.Marshal(savedSandbox{Dir: s.dir})
+		b, _ = json.Marshal(savedSandbox{Dir: s.dir, NoLayer: noLayer})
 		err = os.WriteFile(filepath.Join(dir, savedMeta), b, 0o600)
 	}
 	return err
+}
+
+// LayerDir is where the sandbox's root layer's tmpfs is attached (its
+// upper directory "upper" holds what the sandbox wrote), for snapshots
+// and diffs to read; "" for a sandbox with the host's view.
+func (s *served) LayerDir() string {
+	if s.host != nil {
+		return ""
+	}
+	return filepath.Join(s.dir, layerDir)
+}
+
+// SaveRunning saves the sandbox to dir (made here, owner-only; it must
+// not exist) as Checkpoint does, but without its root layer, and lets it
+// go on: frozen (runsc pause) while runsc checkpoint writes its kernel,
+// processes and memory, then while whileFrozen copies what it needs (the
+// root layer, as the checkpoint left it: LayerDir), then thawed again.
+// The sandbox must be running, not frozen. Restore
+// starts copies of it from dir, with a root layer of the same files
+// (RootLayer.Lowers or FromSnapshot), as many times as asked; dir is
+// left as it is. The agent must be detached during the save (its copies
+// read their new connection from where it stopped) and attached again
+// after. On error dir is the caller's to remove; an error wrapping
+// sandbox.ErrFrozen says the sandbox stays frozen.
+func (s *served) SaveRunning(dir string, whileFrozen func() error) error {
+	if s.host != nil {
+		return errors.New("save: a sandbox with the host's workspace cannot be saved (its view is the host's, not a root layer of its own)")
+	}
+	select {
+	case <-s.done:
+		return errors.New("save: the sandbox has ended")
+	default:
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return fmt.Errorf("save: %w", err)
+	}
+	image := filepath.Join(dir, savedImage)
+	if err := os.Mkdir(image, 0o700); err != nil {
+		return fmt.Errorf("save: %w", err)
+	}
+	if err := s.runscDo("pause"); err != nil {
+		return fmt.Errorf("save: %w", err)
+	}
+	err := s.saveKernel(dir, image, true)
+	if err == nil && whileFrozen != nil {
+		err = whileFrozen()
+	}
+	if rerr := s.runscDo("resume"); rerr != nil {
+		if err == nil {
+			return fmt.Errorf("save: %w: %v", sandbox.ErrFrozen, rerr)
+		}
+		return fmt.Errorf("save: %w (%w: %v)", err, sandbox.ErrFrozen, rerr)
+	}
+	if err != nil {
+		return fmt.Errorf("save: %w", err)
+	}
+	return nil
 }

@@ -109,7 +109,7 @@ func (rt *Runtime) start(c sandbox.Config, saved string) (inst sandbox.Instance,
 	if err := os.Mkdir(l.Keep, 0o700); err != nil {
 		return nil, fmt.Errorf("root: %w", err)
 	}
-	if saved != "" {
+	if saved != "" && !sv.NoLayer {
 		l.From = filepath.Join(saved, savedLayer)
 	}
 	if err := sandbox.MountLayerRoot(v.rootfs, root, &l, nil, s.Filesystem.Workspace); err != nil {

@@ -80,6 +80,13 @@ CREATE TABLE snapshots (
 CREATE INDEX snapshots_tenant_created ON snapshots (tenant, created_ns, id);
 CREATE UNIQUE INDEX snapshots_tenant_name ON snapshots (tenant, name) WHERE name <> '' AND deleted = 0;
 `,
+	// Version 6: the tier a snapshot's source ran in, and the bytes of the
+	// kernel, processes and memory saved with it (gVisor's); the
+	// snapshots recorded before were of the namespace tier's files only.
+	`
+ALTER TABLE snapshots ADD COLUMN tier TEXT NOT NULL DEFAULT 'namespace' CHECK (tier <> '');
+ALTER TABLE snapshots ADD COLUMN memory INTEGER NOT NULL DEFAULT 0 CHECK (memory >= 0);
+`,
 }
 
 // migrate creates the table schema_migrations if it is missing and applies

@@ -38,9 +38,16 @@ type Snapshot struct {
 	// tenant's snapshots not deleted (E2B's snapshot names, which its
 	// creates take as a template).
 	Name string
+	// Tier is the isolation tier its source ran in.
+	Tier string
+	// Memory, when not 0, is the bytes of what was saved with its layers
+	// of its source's kernel, processes and memory (gVisor's checkpoint,
+	// in the daemon's snapshot store under the snapshot's ID): sandboxes
+	// of that tier start from there, their processes going on.
+	Memory int64
 }
 
-const snapshotColumns = `id, tenant, source, root, image, layers, size, created_ns, deleted, name`
+const snapshotColumns = `id, tenant, source, root, image, layers, size, created_ns, deleted, name, tier, memory`
 
 // scanSnapshot reads a row of snapshotColumns.
 func scanSnapshot(row scanner) (Snapshot, error) {
@@ -49,7 +56,7 @@ func scanSnapshot(row scanner) (Snapshot, error) {
 		layers  string
 		created int64
 	)
-	if err := row.Scan(&sn.ID, &sn.Tenant, &sn.Source, &sn.Root, &sn.Image, &layers, &sn.Size, &created, &sn.Deleted, &sn.Name); err != nil {
+	if err := row.Scan(&sn.ID, &sn.Tenant, &sn.Source, &sn.Root, &sn.Image, &layers, &sn.Size, &created, &sn.Deleted, &sn.Name, &sn.Tier, &sn.Memory); err != nil {
 		return Snapshot{}, err
 	}
 	if err := json.Unmarshal([]byte(layers), &sn.Layers); err != nil {
@@ -63,7 +70,7 @@ func scanSnapshot(row scanner) (Snapshot, error) {
 // ErrConflict if one with sn.ID exists, or a live one of the tenant's with
 // sn.Name.
 func (s *Store) InsertSnapshot(ctx context.Context, sn Snapshot) error {
-	if sn.ID == "" || sn.Tenant == "" || sn.Size < 0 || len(sn.Layers) == 0 {
+	if sn.ID == "" || sn.Tenant == "" || sn.Size < 0 || sn.Memory < 0 || len(sn.Layers) == 0 {
 		return fmt.Errorf("store: insert snapshot %q: incomplete record", sn.ID)
 	}
 	created, err := toNanos(sn.Created)
@@ -71,9 +78,12 @@ func (s *Store) InsertSnapshot(ctx context.Context, sn Snapshot) error {
 		return fmt.Errorf("store: insert snapshot %q: %w", sn.ID, err)
 	}
 	layers, _ := json.Marshal(sn.Layers)
+	if sn.Tier == "" {
+		sn.Tier = NamespaceTier
+	}
 	err = s.writeTx(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO snapshots (`+snapshotColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			sn.ID, sn.Tenant, sn.Source, sn.Root, sn.Image, string(layers), sn.Size, created, sn.Deleted, sn.Name)
+		_, err := tx.ExecContext(ctx, `INSERT INTO snapshots (`+snapshotColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			sn.ID, sn.Tenant, sn.Source, sn.Root, sn.Image, string(layers), sn.Size, created, sn.Deleted, sn.Name, sn.Tier, sn.Memory)
 		if isConstraint(err) {
 			return ErrConflict
 		}

@@ -59,8 +59,8 @@ func TestOpenCreatesSchema(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v != len(migrations) || v != 5 {
-		t.Errorf("schema version %d, want 5", v)
+	if v != len(migrations) || v != 6 {
+		t.Errorf("schema version %d, want 6", v)
 	}
 
 	var mode string
@@ -396,5 +396,29 @@ func TestMigrateCheckpoint(t *testing.T) {
 		return nil
 	}); err != nil || sb.Checkpoint != "/x/checkpoint" {
 		t.Errorf("after an update: %+v, %v", sb, err)
+	}
+}
+
+// TestMigrateSnapshotMemory: a file of schema version 5 (before snapshots
+// recorded their source's tier and saved memory) is migrated on open; its
+// snapshots read back as the namespace tier's files only, and a new
+// snapshot keeps both.
+func TestMigrateSnapshotMemory(t *testing.T) {
+	ctx := context.Background()
+	s := openOld(t, 5, `INSERT INTO snapshots (id, tenant, source, root, image, layers, size, created_ns)
+			VALUES ('snap-old', 'acme', 'sb-1', '', '', '["sha256:00"]', 10, 1)`)
+	sn, err := s.GetSnapshot(ctx, "acme", "snap-old")
+	if err != nil || sn.Tier != NamespaceTier || sn.Memory != 0 || sn.Size != 10 {
+		t.Errorf("a snapshot of version 5: %+v, %v; want the namespace tier, no memory", sn, err)
+	}
+	if err := s.InsertSnapshot(ctx, Snapshot{ID: "snap-new", Tenant: "acme", Layers: []string{"sha256:01"},
+		Tier: "gvisor", Memory: 1 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	if sn, err := s.GetSnapshot(ctx, "", "snap-new"); err != nil || sn.Tier != "gvisor" || sn.Memory != 1<<20 {
+		t.Errorf("a snapshot with memory: %+v, %v", sn, err)
+	}
+	if err := s.InsertSnapshot(ctx, Snapshot{ID: "snap-bad", Tenant: "acme", Layers: []string{"sha256:01"}, Memory: -1}); err == nil {
+		t.Error("a snapshot of negative memory was recorded")
 	}
 }
