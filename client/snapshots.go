@@ -23,9 +23,17 @@ type Snapshot struct {
 	Image string `json:"image,omitempty"`
 	// Layers is how many layers stack over the base; Size the bytes of
 	// their files.
-	Layers    int       `json:"layers"`
-	Size      int64     `json:"size"`
-	CreatedAt time.Time `json:"created_at"`
+	Layers int   `json:"layers"`
+	Size   int64 `json:"size"`
+	// Tier is the isolation tier its source ran in. Memory says whether
+	// its kernel, processes and memory were saved too (gVisor's):
+	// sandboxes of that tier started from it go on where the source was;
+	// MemorySize is the bytes saved of them.
+	Tier       string    `json:"tier"`
+	Memory     bool      `json:"memory"`
+	MemorySize int64     `json:"memory_size,omitempty"`
+	Name       string    `json:"name,omitempty"`
+	CreatedAt  time.Time `json:"created_at"`
 }
 
 // Fork is one sandbox of a ForkSandbox: the sandbox, or why it could not
@@ -38,9 +46,10 @@ type Fork struct {
 // snapshotPath is the path of snapshot sid.
 func snapshotPath(sid string) string { return "/v1/snapshots/" + url.PathEscape(sid) }
 
-// Snapshot snapshots sandbox id's root; the sandbox is frozen for the
-// copy only. The daemon's snapshot quota refuses with ErrQuota; a tier
-// that cannot be snapshotted, with an *Error of code "not_implemented".
+// Snapshot snapshots sandbox id's root (under gVisor its memory too:
+// Snapshot.Memory); the sandbox is frozen for the copy only. The daemon's
+// snapshot quota refuses with ErrQuota; a sandbox whose root the daemon
+// cannot read, with an *Error of code "not_implemented".
 func (c *Client) Snapshot(ctx context.Context, id string) (*Snapshot, error) {
 	var sn Snapshot
 	if err := c.call(ctx, http.MethodPost, sandboxPath(id, "snapshots"), nil, nil, &sn); err != nil {

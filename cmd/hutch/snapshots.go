@@ -110,9 +110,13 @@ func cmdSnapshots(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSOURCE\tROOT\tLAYERS\tSIZE\tCREATED")
+	fmt.Fprintln(tw, "ID\tSOURCE\tROOT\tTIER\tLAYERS\tSIZE\tMEMORY\tCREATED")
 	for _, s := range list {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", s.ID, s.Source, s.Root, s.Layers, changes.Size(s.Size), s.CreatedAt.Local().Format(time.DateTime))
+		mem := "-" // its files only
+		if s.Memory {
+			mem = changes.Size(s.MemorySize)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", s.ID, s.Source, s.Root, s.Tier, s.Layers, changes.Size(s.Size), mem, s.CreatedAt.Local().Format(time.DateTime))
 	}
 	_ = tw.Flush()
 	return 0

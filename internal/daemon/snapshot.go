@@ -666,7 +666,8 @@ func (m *Manager) memoryPolicy(sn store.Snapshot, r *CreateRequest) error {
 
 // Fork snapshots tenant's sandbox id and starts count sandboxes from the
 // snapshot (1 to MaxForks), each with the source's policy and labels and
-// timeout (DefaultTimeout when zero). Each result is a sandbox or why it
+// timeout (DefaultTimeout when zero): under gVisor copies that go on from
+// the source's memory, else from its files. Each result is a sandbox or why it
 // could not be made; the error is for the fork as a whole (the snapshot).
 // The snapshot is deleted at once: its layers stay while the forks run.
 func (m *Manager) Fork(ctx context.Context, tenant, id string, count int, timeout time.Duration) ([]ForkResult, error) {

@@ -4,12 +4,17 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/hutch-sandbox/hutch/internal/image/fetch"
+	"github.com/hutch-sandbox/hutch/internal/image/imagetest"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/secrets"
+	"github.com/hutch-sandbox/hutch/internal/store"
+	"github.com/hutch-sandbox/hutch/internal/testutil"
 )
 
 // startRemembering starts, in sandbox id, a process that holds a value
@@ -119,6 +124,16 @@ func TestGVisorSnapshotMemory(t *testing.T) {
 		t.Errorf("a copy with secrets: %v, want refused", err)
 	}
 
+	// A sandbox with secrets is snapshotted as its files only, and the
+	// answer says so.
+	var p policy.Spec
+	p.Secrets = []policy.Secret{{Name: "TOKEN", Hosts: []string{"example.com"}, From: policy.SecretFromRequest}}
+	sec := mustCreate(t, m, "a", CreateRequest{Policy: p, Secrets: map[string]secrets.Value{"TOKEN": secrets.NewValue([]byte("hutch-test-secret"))}})
+	mustRun(t, m, "a", sec.ID, "echo with-secrets > /workspace/s.txt")
+	if sn3, err := m.Snapshot(testCtx(t), "a", sec.ID); err != nil || sn3.Memory || sn3.MemorySize != 0 || sn3.Tier != policy.TierGVisor {
+		t.Errorf("a snapshot of a sandbox with secrets: %+v, %v; want its files only", sn3, err)
+	}
+
 	if err := m.DeleteSnapshot(testCtx(t), "a", sn.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -131,5 +146,64 @@ func TestGVisorSnapshotMemory(t *testing.T) {
 	// The copies run on.
 	if got := remembers(t, m, "a", cp.ID); got != "only-in-memory" {
 		t.Errorf("the copy after its snapshot was deleted: %q", got)
+	}
+}
+
+// TestGVisorSnapshotImage: over an image, a memory snapshot's copies
+// stack its layer over the image's; a snapshot of a copy adds its own
+// layer and keeps the memory of the copy; a copy over snapshot layers is
+// paused in memory (its record names no layers a restore from disk would
+// stack) and goes on after resume.
+func TestGVisorSnapshotImage(t *testing.T) {
+	cfg := gvisorConfig(t)
+	cfg.AgentBinary = filepath.Join(filepath.Dir(testutil.Hutch(t)), "hutch-agent")
+	m := newManager(t, cfg)
+	img := imagetest.Busybox(t, func(ok bool, reason string) { testutil.Need(t, ok, reason) })
+	if _, err := fetch.Import(m.images, imagetest.DockerSave(t, img, "hutch.test/gsnap:1", t.TempDir()), "", fetch.Options{Root: true}); err != nil {
+		t.Fatal(err)
+	}
+	req := CreateRequest{Policy: policy.Spec{Root: policy.ImagePrefix + "hutch.test/gsnap:1"}}
+	src := mustCreate(t, m, "a", req)
+	mustRun(t, m, "a", src.ID, "echo one > /one.txt")
+	startRemembering(t, m, "a", src.ID, "image-memory")
+	sn, err := m.Snapshot(testCtx(t), "a", src.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sn.Memory || sn.Layers != 1 || sn.Image != src.Image {
+		t.Errorf("snapshot %+v", sn)
+	}
+	cp := mustCreate(t, m, "a", CreateRequest{Snapshot: sn.ID})
+	if got := remembers(t, m, "a", cp.ID); got != "image-memory" {
+		t.Errorf("the copy's process writes %q", got)
+	}
+	mustRun(t, m, "a", cp.ID, "echo two > /two.txt")
+	sn2, err := m.Snapshot(testCtx(t), "a", cp.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sn2.Memory || sn2.Layers != 2 {
+		t.Errorf("a snapshot of the copy: %+v, want two layers and memory", sn2)
+	}
+	cp2 := mustCreate(t, m, "a", CreateRequest{Snapshot: sn2.ID})
+	if out := mustRun(t, m, "a", cp2.ID, "cat /one.txt /two.txt"); out != "one\ntwo\n" {
+		t.Errorf("the second copy's files: %q", out)
+	}
+	if got := remembers(t, m, "a", cp2.ID); got != "image-memory" {
+		t.Errorf("the second copy's process writes %q", got)
+	}
+
+	pid := hostPID(t, m, cp.ID)
+	if info, err := m.Pause(testCtx(t), "a", cp.ID); err != nil || info.State != store.StatePaused {
+		t.Fatalf("pause of a copy: %+v, %v", info, err)
+	}
+	if gone(pid) {
+		t.Error("a copy over snapshot layers was paused to disk")
+	}
+	if _, err := m.Resume(testCtx(t), "a", cp.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := remembers(t, m, "a", cp.ID); got != "image-memory" {
+		t.Errorf("the copy after resume: %q", got)
 	}
 }

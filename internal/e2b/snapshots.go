@@ -17,17 +17,21 @@ import (
 // snapshot is a template to E2B's SDK (Sandbox.create(snapshotId), or the
 // name it was given), listed by GET /snapshots and deleted by DELETE
 // /templates/{id}; a fork answers one sandbox or one error per copy.
-// Snapshots keep a sandbox's files, never its memory or processes: what
-// the answers say (a fork's copies start their processes afresh).
+// Under gVisor a snapshot keeps the sandbox's memory and processes with
+// its files, and a fork's copies go on where it was; in the namespace
+// tier its files only (a fork's copies start their processes afresh).
+// Snapshot answers say which (memory), as E2B's do not.
 
 // snapshotJSON is E2B's snapshot: its id and names.
 type snapshotJSON struct {
 	SnapshotID string   `json:"snapshotID"`
 	Names      []string `json:"names"`
+	// Memory says whether the sandbox's memory was kept (hutch's).
+	Memory bool `json:"memory"`
 }
 
 func snapshotOf(s daemon.SnapshotInfo) snapshotJSON {
-	out := snapshotJSON{SnapshotID: s.ID, Names: []string{}}
+	out := snapshotJSON{SnapshotID: s.ID, Names: []string{}, Memory: s.Memory}
 	if s.Name != "" {
 		out.Names = append(out.Names, s.Name)
 	}
