@@ -21,14 +21,20 @@
 #                           writes)
 #   tar | tar upper to disk
 #   cp -a layer to tmpfs    (what a fork over the host's root copies)
+# The base "gvisor" is the host's root under the gVisor tier, whose
+# snapshots save the sandbox's kernel, processes and memory too (runsc
+# checkpoint) and whose creates from them restore copies (runsc restore):
+# its rows compare that with the same copies of its files.
 # Sandboxes, snapshots and copies are removed between rounds (untimed).
 # `cp --reflink=auto` is not measured: neither tmpfs nor ext4 makes
 # reflinks, so it is cp -a.
 #
-# Usage: bench/snapshot.sh [--markdown] [-n N] [--bases LIST]
+# Usage: bench/snapshot.sh [--markdown] [-n N] [--bases LIST] [--runsc PATH]
 #   --markdown   print markdown tables (for docs/benchmarks.md)
 #   -n N         rounds (default 5)
-#   --bases LIST image, host or both (default image,host)
+#   --bases LIST of image, host, gvisor (default image,host, and gvisor
+#                when there is a runsc)
+#   --runsc PATH runsc for gvisor (default: $RUNSC, else runsc on PATH)
 #
 # Needs root; installs busybox-static with apt-get when missing. No
 # network: the daemon listens on a unix socket of the run only. It is
@@ -38,20 +44,27 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/lib.sh
 
-n=5 markdown="" bases=image,host
+n=5 markdown="" bases="" runsc=""
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--markdown) markdown=1 ;;
 	-n) n=$2; shift ;;
 	--bases) bases=$2; shift ;;
+	--runsc) runsc=$2; shift ;;
 	-h | --help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
 	*) echo "snapshot.sh: unknown argument $1" >&2; exit 2 ;;
 	esac
 	shift
 done
+runsc=${runsc:-${RUNSC:-$(command -v runsc || true)}}
+if [ -z "$bases" ]; then
+	bases=image,host
+	[ -z "$runsc" ] || bases=$bases,gvisor
+fi
 for b in ${bases//,/ }; do
-	case "$b" in image | host) ;; *) echo "snapshot.sh: --bases: unknown base $b" >&2; exit 2 ;; esac
+	case "$b" in image | host | gvisor) ;; *) echo "snapshot.sh: --bases: unknown base $b" >&2; exit 2 ;; esac
 done
+case ",$bases," in *,gvisor,*) [ -x "$runsc" ] || { echo "snapshot.sh: gvisor needs runsc (--runsc PATH)" >&2; exit 2; } ;; esac
 [ "$(id -u)" = 0 ] || { log "needs root (hutch serve, images)"; exit 1; }
 export PATH="$PATH:/usr/local/go/bin:/usr/sbin:/sbin"
 static_busybox || apt_install busybox-static
@@ -77,7 +90,7 @@ HUTCH_STATE_DIR=$state "$hutch" image import "$work/image.tar" >/dev/null
 # The daemon: sandboxes live the whole run; the tenant's memory quota
 # (the sum of its sandboxes' limits) has room for all of them.
 "$hutch" serve --socket "$work/hutch.sock" --state-dir "$state" --default-timeout 2h \
-	--tenant-memory 64g >"$work/serve.log" 2>&1 &
+	--tenant-memory 64g ${runsc:+--runsc "$runsc"} >"$work/serve.log" 2>&1 &
 serve_pid=$!
 export HUTCH_HOST=unix://$work/hutch.sock
 for _ in $(seq 150); do "$hutch" ls >/dev/null 2>&1 && break; sleep 0.1; done
@@ -119,8 +132,14 @@ tar_to() { mkdir "$2" && tar -C "$1" -cf - . | tar -C "$2" -xf -; }
 measure() {
 	local base=$1 flags=$2 data=$3 src upper sid layer k
 	src=$("$hutch" create $flags --timeout 2h)
-	"$hutch" exec "$src" -- sh -c "${!data}"
+	"$hutch" exec "$src" -- sh -c "${!data}; busybox touch .bench-$src"
 	upper=$state/sandboxes/$src/layer/upper
+	if [ "$base" = gvisor ]; then
+		# gVisor's layer is in runsc's state directory: the one that
+		# holds the mark.
+		upper=$(find /run/hutch-gvisor -mindepth 4 -maxdepth 8 -name ".bench-$src" -path '*/layer/upper/*' | head -1)
+		upper=${upper%%/layer/upper/*}/layer/upper
+	fi
 	[ -d "$upper" ] || { log "no upper directory at $upper"; exit 1; }
 	log "$base/$data: $(du -sh "$upper" | cut -f1) in $(find "$upper" | wc -l) entries"
 	k=$base/$data
@@ -154,8 +173,11 @@ measure() {
 
 log "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 for b in ${bases//,/ }; do
-	flags=""
-	[ "$b" = host ] || flags="--image bench.local/busybox:1"
+	case "$b" in
+	image) flags="--image bench.local/busybox:1" ;;
+	host) flags="" ;;
+	gvisor) flags="--tier gvisor" ;;
+	esac
 	measure "$b" "$flags" big
 	measure "$b" "$flags" small
 done
@@ -169,7 +191,7 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a/b}'; }
 for b in ${bases//,/ }; do
 	for d in big small; do
 		k=$b/$d
-		label="$b, $([ "$d" = big ] && echo "100 MiB" || echo "7 KiB")"
+		label="$([ "$b" = gvisor ] && echo "host under gVisor (memory too)" || echo "$b"), $([ "$d" = big ] && echo "100 MiB" || echo "7 KiB")"
 		declare -A p=()
 		for w in "${ways[@]}"; do p[$w]=$(pct "$work/t/$k/$w" 50); done
 		if [ -n "$markdown" ]; then

@@ -90,7 +90,7 @@ The daemon and its clients:
   hutch snapshot push SID REF              a snapshot pushed to a registry, from here
   hutch snapshots [-q]                     list your snapshots
   hutch fork [-n N] ID                     N copies of sandbox ID as it is now
-                                           (its files, not its processes)
+                                           (its files; under gVisor its processes too)
   hutch diff [--against ROOT] ID [PATH...] what sandbox ID changed in its root,
                                            against its image (or the host's
                                            root), a snapshot or a sandbox

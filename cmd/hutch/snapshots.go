@@ -123,7 +123,8 @@ func cmdSnapshots(args []string, stdout, stderr io.Writer) int {
 }
 
 // cmdFork is "hutch fork [-n N] [--timeout D] ID": N independent copies of
-// sandbox ID as it is now (its root's writes; not its processes), whose
+// sandbox ID as it is now (its root's writes; under gVisor its processes
+// and memory too), whose
 // ids it prints; each copy that could not be made is said on stderr.
 func cmdFork(args []string, stdout, stderr io.Writer) int {
 	fs := remoteFlags("fork", "[-n N] [--timeout DURATION] ID", stderr)
