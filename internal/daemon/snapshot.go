@@ -653,15 +653,34 @@ func (m *Manager) memoryPolicy(sn store.Snapshot, r *CreateRequest) error {
 	if mode := r.Policy.Network.Mode; mode != "" && mode != saved.Network.Mode {
 		return invalid("create sandbox: policy: network.mode %q: snapshot %s holds the memory of a sandbox of mode %q, which its copies keep", mode, sn.ID, saved.Network.Mode)
 	}
-	var none policy.Spec
-	if !reflect.DeepEqual(r.Policy.Filesystem, none.Filesystem) && !reflect.DeepEqual(r.Policy.Filesystem, saved.Filesystem) {
-		return invalid("create sandbox: policy: filesystem: snapshot %s holds the memory of a sandbox whose view its copies keep: give its filesystem policy or none", sn.ID)
-	}
-	if !reflect.DeepEqual(r.Policy.Resources, none.Resources) && !reflect.DeepEqual(r.Policy.Resources, saved.Resources) {
-		return invalid("create sandbox: policy: resources: snapshot %s holds the memory of a sandbox whose limits its copies keep: give its resources or none", sn.ID)
+	for _, c := range []struct {
+		name        string
+		asked, kept any
+	}{
+		{"filesystem", r.Policy.Filesystem, saved.Filesystem},
+		{"resources", r.Policy.Resources, saved.Resources},
+	} {
+		if f := otherFields(c.asked, c.kept); len(f) > 0 {
+			return invalid("create sandbox: policy: %s.%s: snapshot %s holds the memory of a sandbox whose view and limits its copies keep: give its values or none", c.name, strings.Join(f, ", "+c.name+"."), sn.ID)
+		}
 	}
 	r.Policy.Filesystem, r.Policy.Resources, r.Policy.Network.Mode = saved.Filesystem, saved.Resources, saved.Network.Mode
 	return nil
+}
+
+// otherFields are the JSON names of the fields asked (a struct) sets to
+// other values than kept (of the same type) has: those it leaves zero
+// take kept's.
+func otherFields(asked, kept any) []string {
+	a, k := reflect.ValueOf(asked), reflect.ValueOf(kept)
+	var out []string
+	for i := range a.NumField() {
+		if f := a.Field(i); !f.IsZero() && !reflect.DeepEqual(f.Interface(), k.Field(i).Interface()) {
+			name, _, _ := strings.Cut(a.Type().Field(i).Tag.Get("json"), ",")
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 // Fork snapshots tenant's sandbox id and starts count sandboxes from the

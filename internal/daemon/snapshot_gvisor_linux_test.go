@@ -116,6 +116,17 @@ func TestGVisorSnapshotMemory(t *testing.T) {
 		t.Errorf("a namespace-tier sandbox from the snapshot has a process writing %q", got)
 	}
 
+	// A create that names the source's workspace takes the rest of its
+	// view; one that names other limits is refused, naming them.
+	same := mustCreate(t, m, "a", CreateRequest{Snapshot: sn.ID, Policy: policy.Spec{Filesystem: policy.Filesystem{Workspace: src.Workspace}}})
+	if got := remembers(t, m, "a", same.ID); got != "only-in-memory" {
+		t.Errorf("a copy naming the source's workspace: %q", got)
+	}
+	_, err = m.Create(testCtx(t), "a", CreateRequest{Snapshot: sn.ID, Policy: policy.Spec{Resources: policy.Resources{MemoryBytes: 123 << 20}}})
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "resources.memory") {
+		t.Errorf("a copy with other limits: %v, want refused naming resources.memory", err)
+	}
+
 	// Its memory takes no secrets.
 	_, err = m.Create(testCtx(t), "a", CreateRequest{Snapshot: sn.ID, Policy: policy.Spec{
 		Secrets: []policy.Secret{{Name: "TOKEN", Hosts: []string{"example.test"}, From: policy.SecretFromRequest}},
