@@ -25,18 +25,7 @@ func testPause(t *testing.T, d *daemonProc) {
 	wantOK(t, r)
 	id := lastLine(r.stdout)
 	marker := "hutch-e2e-busy-" + strconv.Itoa(os.Getpid())
-	wantOK(t, d.admin(t, "exec", id, "--", "sh", "-c",
-		fmt.Sprintf(`setsid sh -c 'while :; do :; done; : %s' >/dev/null 2>&1 </dev/null &`, marker)))
-	var busy sandboxProc
-	for end := time.Now().Add(guard); ; time.Sleep(20 * time.Millisecond) {
-		if p, ok := findMarked(t, d, marker); ok {
-			busy = p
-			break
-		}
-		if time.Now().After(end) {
-			t.Fatal("the busy process did not start")
-		}
-	}
+	busy := startMarked(t, d, id, marker, `setsid sh -c 'while :; do :; done; : %s' >/dev/null 2>&1 </dev/null &`)
 	pid1 := namespacePID1(t, d, busy.pidns)
 	dirs := cgroupstest.SandboxDirs(t, pid1.pid)
 	if !usesCPU(busy.pid) {
@@ -129,16 +118,7 @@ func testPauseNoMemory(t *testing.T, d *daemonProc) {
 	wantOK(t, r)
 	id := lastLine(r.stdout)
 	marker := "hutch-e2e-files-only-" + strconv.Itoa(os.Getpid())
-	wantOK(t, d.admin(t, "exec", id, "--", "sh", "-c",
-		fmt.Sprintf(`echo kept >/etc/hutch-kept; nohup sh -c 'sleep 1000; : %s' >/dev/null 2>&1 &`, marker)))
-	for end := time.Now().Add(guard); ; time.Sleep(20 * time.Millisecond) {
-		if _, ok := findMarked(t, d, marker); ok {
-			break
-		}
-		if time.Now().After(end) {
-			t.Fatal("the background process did not start")
-		}
-	}
+	startMarked(t, d, id, marker, `echo kept >/etc/hutch-kept; nohup sh -c 'sleep 1000; : %s' >/dev/null 2>&1 &`)
 	r = d.admin(t, "pause", "--no-memory", id)
 	if wantOK(t, r); strings.TrimSpace(r.stdout) != id {
 		t.Errorf("pause --no-memory printed %q", r.stdout)
@@ -155,6 +135,22 @@ func testPauseNoMemory(t *testing.T, d *daemonProc) {
 	r = d.admin(t, "events", id)
 	if wantOK(t, r); !regexp.MustCompile(`paused +memory=false`).MatchString(r.stdout) {
 		t.Errorf("events:\n%s", r.stdout)
+	}
+}
+
+// startMarked runs script (a format whose %s is marker) in sandbox id of
+// d, which starts a background process whose command line holds marker,
+// and returns that process once it runs.
+func startMarked(t *testing.T, d *daemonProc, id, marker, script string) sandboxProc {
+	t.Helper()
+	wantOK(t, d.admin(t, "exec", id, "--", "sh", "-c", fmt.Sprintf(script, marker)))
+	for end := time.Now().Add(guard); ; time.Sleep(20 * time.Millisecond) {
+		if p, ok := findMarked(t, d, marker); ok {
+			return p
+		}
+		if time.Now().After(end) {
+			t.Fatal("the marked process did not start")
+		}
 	}
 }
 
