@@ -24,7 +24,7 @@ const (
 	EventTimeout       = "timeout"        // its timeout passed (data: reason)
 	EventIdleTimeout   = "idle_timeout"   // it was idle too long (data: reason)
 	EventDestroyed     = "destroyed"      // it was destroyed (data: reason)
-	EventPaused        = "paused"         // its processes were frozen (Client.Pause)
+	EventPaused        = "paused"         // its processes were frozen (Client.Pause), or all but its agent killed ({"memory": false}, PauseWith)
 	EventResumed       = "resumed"        // its processes go on (Client.Resume)
 	EventOOM           = "oom"            // the kernel killed processes for exceeding its memory limit (data: kills, total)
 	EventEnded         = "ended"          // it ended (data: reason); the last event

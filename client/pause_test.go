@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hutch-sandbox/hutch/client"
 )
@@ -54,4 +55,37 @@ func TestPauseResume(t *testing.T) {
 	if res, err := a.Run(ctx, sb.ID, client.Command{Args: []string{"true"}}); err != nil || res.Code != 0 {
 		t.Errorf("run after resume: %+v, %v", res, err)
 	}
+}
+
+// TestPauseFilesOnly: PauseWith FilesOnly asks for a pause without memory
+// (body {"memory": false}), which the paused event says.
+func TestPauseFilesOnly(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tok, err := testManager.Store().CreateToken(ctx, "pause-files")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := client.New(testTCP, tok)
+	sb := newSandbox(t, c)
+	got, err := c.PauseWith(ctx, sb.ID, client.PauseOptions{FilesOnly: true})
+	if err != nil || got.State != "paused" {
+		t.Fatalf("pause without memory: %+v, %v", got, err)
+	}
+	if _, err := c.Resume(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	for ev, err := range c.Events(ctx, sb.ID, 0) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Type == client.EventPaused {
+			if mem, ok := ev.Data["memory"]; !ok || mem != false {
+				t.Errorf("paused event %+v, want memory false", ev.Data)
+			}
+			return
+		}
+	}
+	t.Error("no paused event")
 }

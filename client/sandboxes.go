@@ -207,8 +207,30 @@ func (c *Client) Destroy(ctx context.Context, id string) error {
 // running through the API lose their output streams (the processes go
 // on).
 func (c *Client) Pause(ctx context.Context, id string) (*Sandbox, error) {
+	return c.PauseWith(ctx, id, PauseOptions{})
+}
+
+// PauseOptions are the options of PauseWith.
+type PauseOptions struct {
+	// FilesOnly pauses the sandbox without its memory: every process of
+	// it but its agent (PID 1) is killed first (commands running through
+	// the API end with SIGKILL), and its files are kept. Resumed, it runs
+	// no process but the agent: commands run afresh. Its paused event
+	// says {"memory": false}. If the kill does not finish, the sandbox is
+	// not paused, and the error says why.
+	FilesOnly bool
+}
+
+// PauseWith pauses a sandbox as Pause does, with o.
+func (c *Client) PauseWith(ctx context.Context, id string, o PauseOptions) (*Sandbox, error) {
+	var in any
+	if o.FilesOnly {
+		in = struct {
+			Memory bool `json:"memory"`
+		}{false}
+	}
 	var sb Sandbox
-	if err := c.call(ctx, http.MethodPost, sandboxPath(id, "pause"), nil, nil, &sb); err != nil {
+	if err := c.call(ctx, http.MethodPost, sandboxPath(id, "pause"), nil, in, &sb); err != nil {
 		return nil, err
 	}
 	return &sb, nil

@@ -80,8 +80,10 @@ The daemon and its clients:
   hutch image ls|pull|rm --remote          the daemon's images (hutch image
                                            --remote -h)
   hutch rm ID...                           destroy sandboxes
-  hutch pause ID...                        freeze every process of sandboxes
-                                           (a gvisor one's saved to disk)
+  hutch pause [--no-memory] ID...          freeze every process of sandboxes
+                                           (a gvisor one's saved to disk); with
+                                           --no-memory kill them all but the
+                                           agent, keeping the files
   hutch resume ID...                       let paused sandboxes go on
   hutch snapshot ID... | rm SID...         snapshot sandboxes' roots (prints the
                                            snapshots' ids); delete snapshots

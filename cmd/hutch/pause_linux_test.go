@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -24,18 +25,7 @@ func testPause(t *testing.T, d *daemonProc) {
 	wantOK(t, r)
 	id := lastLine(r.stdout)
 	marker := "hutch-e2e-busy-" + strconv.Itoa(os.Getpid())
-	wantOK(t, d.admin(t, "exec", id, "--", "sh", "-c",
-		fmt.Sprintf(`setsid sh -c 'while :; do :; done; : %s' >/dev/null 2>&1 </dev/null &`, marker)))
-	var busy sandboxProc
-	for end := time.Now().Add(guard); ; time.Sleep(20 * time.Millisecond) {
-		if p, ok := findMarked(t, d, marker); ok {
-			busy = p
-			break
-		}
-		if time.Now().After(end) {
-			t.Fatal("the busy process did not start")
-		}
-	}
+	busy := startMarked(t, d, id, marker, `setsid sh -c 'while :; do :; done; : %s' >/dev/null 2>&1 </dev/null &`)
 	pid1 := namespacePID1(t, d, busy.pidns)
 	dirs := cgroupstest.SandboxDirs(t, pid1.pid)
 	if !usesCPU(busy.pid) {
@@ -113,9 +103,55 @@ func testPause(t *testing.T, d *daemonProc) {
 		t.Errorf("events:\n%s", r.stdout)
 	}
 
+	testPauseNoMemory(t, d)
+
 	r = d.admin(t, "create", "--label", "suite=pause")
 	wantOK(t, r)
 	wantOK(t, d.admin(t, "pause", lastLine(r.stdout)))
+}
+
+// testPauseNoMemory drives hutch pause --no-memory: a background process
+// of the sandbox is killed, a file it wrote stays; the paused event says
+// memory false; resumed, commands run.
+func testPauseNoMemory(t *testing.T, d *daemonProc) {
+	r := d.admin(t, "create", "--label", "suite=pause")
+	wantOK(t, r)
+	id := lastLine(r.stdout)
+	marker := "hutch-e2e-files-only-" + strconv.Itoa(os.Getpid())
+	startMarked(t, d, id, marker, `echo kept >/etc/hutch-kept; nohup sh -c 'sleep 1000; : %s' >/dev/null 2>&1 &`)
+	r = d.admin(t, "pause", "--no-memory", id)
+	if wantOK(t, r); strings.TrimSpace(r.stdout) != id {
+		t.Errorf("pause --no-memory printed %q", r.stdout)
+	}
+	if p, ok := findMarked(t, d, marker); ok {
+		t.Errorf("process %d survived the pause without memory", p.pid)
+	}
+	wantOK(t, d.admin(t, "resume", id))
+	r = d.admin(t, "exec", id, "--", "cat", "/etc/hutch-kept")
+	if wantOK(t, r); r.stdout != "kept\n" {
+		t.Errorf("the file after the resume: %q", r.stdout)
+	}
+	wantOK(t, d.admin(t, "rm", id))
+	r = d.admin(t, "events", id)
+	if wantOK(t, r); !regexp.MustCompile(`paused +memory=false`).MatchString(r.stdout) {
+		t.Errorf("events:\n%s", r.stdout)
+	}
+}
+
+// startMarked runs script (a format whose %s is marker) in sandbox id of
+// d, which starts a background process whose command line holds marker,
+// and returns that process once it runs.
+func startMarked(t *testing.T, d *daemonProc, id, marker, script string) sandboxProc {
+	t.Helper()
+	wantOK(t, d.admin(t, "exec", id, "--", "sh", "-c", fmt.Sprintf(script, marker)))
+	for end := time.Now().Add(guard); ; time.Sleep(20 * time.Millisecond) {
+		if p, ok := findMarked(t, d, marker); ok {
+			return p
+		}
+		if time.Now().After(end) {
+			t.Fatal("the marked process did not start")
+		}
+	}
 }
 
 // findMarked finds the process of a sandbox of d whose command line holds

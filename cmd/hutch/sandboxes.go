@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 
@@ -9,11 +10,18 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/cli"
 )
 
-// cmdPause is "hutch pause ID...": it freezes every process of each
-// sandbox (a gVisor one's are saved to disk), and prints the ids it
-// paused.
+// cmdPause is "hutch pause [--no-memory] ID...": it freezes every process
+// of each sandbox (a gVisor one's are saved to disk) — with --no-memory,
+// kills them all but the agent first, keeping the files — and prints the
+// ids it paused.
 func cmdPause(args []string, stdout, stderr io.Writer) int {
-	return eachSandbox("pause", dropInfo((*client.Client).Pause), args, stdout, stderr)
+	var o client.PauseOptions
+	return eachSandboxFlags("pause", func(fs *flag.FlagSet) {
+		fs.BoolVar(&o.FilesOnly, "no-memory", false, "pause without memory: kill every process of the sandbox but its agent, keep its files (resumed, commands run afresh)")
+	}, func(c *client.Client, ctx context.Context, id string) error {
+		_, err := c.PauseWith(ctx, id, o)
+		return err
+	}, args, stdout, stderr)
 }
 
 // cmdResume is "hutch resume ID...": it lets the processes of each paused
@@ -39,7 +47,14 @@ func dropInfo(f func(*client.Client, context.Context, string) (*client.Sandbox, 
 // eachSandbox runs the command name, which calls f for every sandbox named
 // in args and prints the ids it succeeded for.
 func eachSandbox(name string, f func(*client.Client, context.Context, string) error, args []string, stdout, stderr io.Writer) int {
+	return eachSandboxFlags(name, func(*flag.FlagSet) {}, f, args, stdout, stderr)
+}
+
+// eachSandboxFlags is eachSandbox with flags of the command's own, which
+// flags defines.
+func eachSandboxFlags(name string, flags func(*flag.FlagSet), f func(*client.Client, context.Context, string) error, args []string, stdout, stderr io.Writer) int {
 	fs := remoteFlags(name, "ID...", stderr)
+	flags(fs)
 	if err := cli.Parse(fs, args, stderr); err != nil {
 		return usageCode(err)
 	}

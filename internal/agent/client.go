@@ -803,6 +803,16 @@ func (c *Client) ListProcesses(ctx context.Context) ([]ProcessInfo, error) {
 	return k.procs, nil
 }
 
+// KillAll kills every process of the sandbox but the agent, PID 1, and
+// returns once none is left; commands started by Exec end with SIGKILL.
+// The agent goes on killing what a round left (a process forking as fast
+// as it can) until ctx ends: then it fails, with processes left. An agent
+// that is not PID 1 of a sandbox refuses (CodeInvalid).
+func (c *Client) KillAll(ctx context.Context) error {
+	_, _, err := c.roundTrip(ctx, &request{Op: opKillAll}, nil)
+	return err
+}
+
 // ReadFile copies the content of the regular file at path into w and
 // returns the number of bytes copied.
 func (c *Client) ReadFile(ctx context.Context, path string, w io.Writer) (int64, error) {

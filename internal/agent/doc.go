@@ -20,7 +20,7 @@
 // sends no frame longer than 64 KiB + 6 bytes.
 //
 //	hello    agent → client  id 0; JSON {"version":1,"max_frame":N[,"first_id":N]}, the first frame, and the answer to an attach
-//	request  client → agent  JSON {"op":"exec"|"signal"|"resize"|"ps"|"read"|"write"|"stat"|"list"|"mkdir"|"remove"|"rename"|"chown"|"watch"|"detach", ...}
+//	request  client → agent  JSON {"op":"exec"|"signal"|"resize"|"ps"|"read"|"write"|"stat"|"list"|"mkdir"|"remove"|"rename"|"chown"|"watch"|"killall"|"detach", ...}
 //	response agent → client  JSON {"error":{"code","message"}} or the op's result
 //	data     both            raw bytes of one stream, at most 64 KiB
 //	eof      both            the sender ends the stream
@@ -73,6 +73,12 @@
 // that does not read the events makes the queue overflow, which is
 // reported too. The agent does not report its own temporary files (those
 // of writes).
+//
+// A killall ({"op":"killall"}) kills every process of the sandbox but the
+// agent and answers once none is left (a files-only pause): only an agent
+// that is PID 1 of the sandbox's pid namespace does, which kill(-1) then
+// bounds to the sandbox; it goes on with kill(-1, SIGKILL) until the kernel
+// finds no process to signal, or the client cancels it.
 //
 // A detach ({"op":"detach"}) hands the connection over, for a sandbox about
 // to be saved to disk (a checkpoint): the agent answers it, then sends

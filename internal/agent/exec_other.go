@@ -3,6 +3,7 @@
 package agent
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 )
@@ -35,3 +36,7 @@ func (s *server) resize(uint32, uint16, uint16) error {
 }
 
 func (s *server) ps() []wireProc { return nil }
+
+func (s *server) killAll(context.Context) error {
+	return errorf(CodeInternal, "kill all: %v", ErrNotSupported)
+}

@@ -305,3 +305,28 @@ func BenchmarkExecRoundTripPID1(b *testing.B) {
 		}
 	}
 }
+
+// TestKillAllOnlyAsPID1: an agent that reaps orphans but is not PID 1 of a
+// pid namespace (here a subreaper on the host) refuses to kill all, for
+// kill(-1) would reach every process of the host its user may signal: its
+// command runs on.
+func TestKillAllOnlyAsPID1(t *testing.T) {
+	a := startChildAgent(t)
+	p, err := a.c.Exec(context.Background(), ExecRequest{Args: []string{"sleep", "1000"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := agentError(t, a.c.KillAll(context.Background()), CodeInvalid)
+	if !strings.Contains(e.Message, "not PID 1") {
+		t.Errorf("error %q does not say why", e.Message)
+	}
+	if state, _, ok := procStat(p.PID); !ok || state == 'Z' {
+		t.Fatalf("the command ended (state %c)", state)
+	}
+	if err := p.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := p.Wait(); err != nil || st.Signal != int(syscall.SIGKILL) {
+		t.Fatalf("wait: %+v, %v", st, err)
+	}
+}

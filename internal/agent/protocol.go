@@ -149,20 +149,21 @@ func jsonFrame(typ byte, id uint32, v any) ([]byte, error) {
 
 // Operations.
 const (
-	opExec   = "exec"
-	opSignal = "signal"
-	opResize = "resize"
-	opPS     = "ps"
-	opRead   = "read"
-	opWrite  = "write"
-	opStat   = "stat"
-	opList   = "list"
-	opMkdir  = "mkdir"
-	opRemove = "remove"
-	opRename = "rename"
-	opChown  = "chown"
-	opWatch  = "watch"
-	opDetach = "detach"
+	opExec    = "exec"
+	opSignal  = "signal"
+	opResize  = "resize"
+	opPS      = "ps"
+	opRead    = "read"
+	opWrite   = "write"
+	opStat    = "stat"
+	opList    = "list"
+	opMkdir   = "mkdir"
+	opRemove  = "remove"
+	opRename  = "rename"
+	opChown   = "chown"
+	opWatch   = "watch"
+	opDetach  = "detach"
+	opKillAll = "killall"
 )
 
 // wireEvent is a WatchEvent on the wire.

@@ -310,6 +310,8 @@ func (s *server) handle(r *areq, m *request) {
 		s.reply(r.id, response{}, s.resize(m.Target, m.Rows, m.Cols))
 	case opPS:
 		s.sendPS(r)
+	case opKillAll:
+		s.reply(r.id, response{}, s.killAll(r.ctx))
 	case opRead:
 		s.readFile(r, string(m.Path))
 	case opWrite:

@@ -118,9 +118,11 @@ const detachTimeout = 10 * time.Second
 // resumeState is what the daemon keeps, beside the tier's checkpoint,
 // to start a sandbox again: what its record does not say.
 type resumeState struct {
-	Operator bool              `json:"operator,omitempty"`
-	Env      []string          `json:"env,omitempty"`
-	User     *agent.Credential `json:"user,omitempty"`
+	Operator bool `json:"operator,omitempty"`
+	// FilesOnly: it was paused without its memory (PauseOptions).
+	FilesOnly bool              `json:"files_only,omitempty"`
+	Env       []string          `json:"env,omitempty"`
+	User      *agent.Credential `json:"user,omitempty"`
 }
 
 // toDisk reports whether l is paused by saving it to disk: not with
@@ -135,9 +137,10 @@ func (m *Manager) toDisk(l *live) bool {
 }
 
 // pauseToDisk saves l, marked paused, to disk and ends its processes;
-// it holds l.pauseMu. On error the sandbox runs again (or, if it ended,
+// it holds l.pauseMu. filesOnly: its agent killed every other process
+// first (PauseOptions). On error the sandbox runs again (or, if it ended,
 // is torn down), and the error says why.
-func (m *Manager) pauseToDisk(ctx context.Context, l *live) (Info, error) {
+func (m *Manager) pauseToDisk(ctx context.Context, l *live, filesOnly bool) (Info, error) {
 	log := m.log.With("sandbox", l.id, "tenant", l.tenant)
 	unpause := func() {
 		m.mu.Lock()
@@ -178,7 +181,7 @@ func (m *Manager) pauseToDisk(ctx context.Context, l *live) (Info, error) {
 		err = l.inst.(checkpointer).Checkpoint(dir)
 	}
 	if err == nil {
-		err = writeResume(dir, resumeState{Operator: l.operator, Env: l.execEnv, User: l.execUser})
+		err = writeResume(dir, resumeState{Operator: l.operator, FilesOnly: filesOnly, Env: l.execEnv, User: l.execUser})
 	}
 	if err != nil {
 		_ = os.RemoveAll(dir)
@@ -201,7 +204,7 @@ func (m *Manager) pauseToDisk(ctx context.Context, l *live) (Info, error) {
 			client.SetEnv(l.execEnv)
 			client.SetUser(l.execUser)
 		}
-		l.paused = frozen
+		l.paused, l.filesOnly = frozen, frozen && filesOnly
 		m.mu.Unlock()
 		if aerr != nil {
 			m.end(l, "", fmt.Sprintf("its agent connection ended: %v", aerr))
@@ -258,8 +261,12 @@ func (m *Manager) pauseToDisk(ctx context.Context, l *live) (Info, error) {
 	if !ending {
 		l.once.Do(func() { close(l.ended) })
 	}
-	l.ev.append(EventPaused, map[string]any{"to": "disk"}, false)
-	log.Info("sandbox paused to disk", "dir", dir, "bytes", diskUsage(dir), "took", saved)
+	data := map[string]any{"to": "disk"}
+	if filesOnly {
+		data["memory"] = false
+	}
+	l.ev.append(EventPaused, data, false)
+	log.Info("sandbox paused to disk", "dir", dir, "bytes", diskUsage(dir), "took", saved, "memory", !filesOnly)
 	return infoOf(row), nil
 }
 
@@ -271,6 +278,19 @@ func writeResume(dir string, r resumeState) error {
 		return err
 	}
 	return os.WriteFile(filepath.Join(dir, resumeFile), b, 0o600)
+}
+
+// readResume reads what writeResume wrote in dir.
+func readResume(dir string) (resumeState, error) {
+	var rs resumeState
+	b, err := os.ReadFile(filepath.Join(dir, resumeFile))
+	if err != nil {
+		return rs, err
+	}
+	if err := json.Unmarshal(b, &rs); err != nil {
+		return rs, fmt.Errorf("%s: %w", resumeFile, err)
+	}
+	return rs, nil
 }
 
 // checkDiskFor refuses a pause to disk of sandbox sb when the state
@@ -387,13 +407,9 @@ func (m *Manager) restore(ctx context.Context, sb store.Sandbox, log *slog.Logge
 	if err := json.Unmarshal(sb.Spec, &spec); err != nil {
 		return nil, fmt.Errorf("its policy: %w", err)
 	}
-	b, err := os.ReadFile(filepath.Join(sb.Checkpoint, resumeFile))
+	rs, err := readResume(sb.Checkpoint)
 	if err != nil {
 		return nil, err
-	}
-	var rs resumeState
-	if err := json.Unmarshal(b, &rs); err != nil {
-		return nil, fmt.Errorf("%s: %w", resumeFile, err)
 	}
 	rt, err := m.runtime(sb.Tier)
 	if err != nil {

@@ -192,6 +192,11 @@ type Sandboxes interface {
 	Extend(ctx context.Context, tenant, id string, timeout time.Duration) (Info, error)
 	// Pause freezes every process of the sandbox until Resume.
 	Pause(ctx context.Context, tenant, id string) (Info, error)
+	// PauseWith pauses the sandbox as Pause does, with options: without
+	// its memory (every process but its agent killed first).
+	PauseWith(ctx context.Context, tenant, id string, o PauseOptions) (Info, error)
+	// PausedWithMemory reports whether a paused sandbox kept its memory.
+	PausedWithMemory(ctx context.Context, tenant, id string) (bool, error)
 	// Resume lets the processes of a paused sandbox go on.
 	Resume(ctx context.Context, tenant, id string) (Info, error)
 	// Agent is the client of the sandbox's agent; the call counts as

@@ -180,6 +180,8 @@ type live struct {
 	expires  time.Time
 	stopping bool
 	paused   bool // frozen by Pause, or being frozen
+	// filesOnly: paused without its memory (PauseOptions), once paused.
+	filesOnly bool
 
 	// pauseMu makes Pause and Resume of the sandbox one at a time, and
 	// teardown waits for them; a pause to disk replaces client under it,

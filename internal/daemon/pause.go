@@ -23,8 +23,58 @@ func errPaused(id string) error {
 // processes ended and their memory freed, kept by Close for the next
 // daemon (checkpoint.go); commands in flight then lose their streams but
 // go on running. A failed save leaves it running, and the error says why.
+// Pause is PauseWith with no options: the sandbox keeps its memory.
 func (m *Manager) Pause(ctx context.Context, tenant, id string) (Info, error) {
-	return m.setPaused(ctx, tenant, id, true)
+	return m.PauseWith(ctx, tenant, id, PauseOptions{})
+}
+
+// PauseOptions are the options of PauseWith.
+type PauseOptions struct {
+	// FilesOnly pauses the sandbox without its memory: every process of
+	// it but its agent (PID 1) is killed first, and the sandbox is then
+	// paused as Pause does, its root layer (its files) kept. Resume makes
+	// it running again with no process but the agent: commands run
+	// afresh, and those running at the pause ended with SIGKILL. A
+	// sandbox paused to disk so (gVisor's) saves little more than its
+	// files and the agent. Its paused event says {"memory": false}.
+	FilesOnly bool
+}
+
+// killAllTimeout bounds how long the agent of a sandbox paused without
+// its memory may take to kill every other process of it, a sandbox
+// forking as fast as it can included.
+const killAllTimeout = 30 * time.Second
+
+// PauseWith pauses tenant's sandbox id ("" tenant: any) as Pause does,
+// with o. A files-only pause whose kill fails or does not finish leaves
+// the sandbox running (what was killed is gone), and the error says why:
+// never is the sandbox paused with its memory instead.
+func (m *Manager) PauseWith(ctx context.Context, tenant, id string, o PauseOptions) (Info, error) {
+	return m.setPaused(ctx, tenant, id, true, o)
+}
+
+// PausedWithMemory reports whether tenant's sandbox id ("" tenant: any),
+// paused, kept its memory (Pause, not PauseWith FilesOnly); false for a
+// sandbox that is not paused.
+func (m *Manager) PausedWithMemory(ctx context.Context, tenant, id string) (bool, error) {
+	sb, err := m.row(ctx, tenant, id)
+	if err != nil {
+		return false, err
+	}
+	if sb.State != store.StatePaused {
+		return false, nil
+	}
+	if sb.Checkpoint != "" {
+		rs, err := readResume(sb.Checkpoint)
+		if err != nil {
+			return false, fmt.Errorf("sandbox %s: %w", id, err)
+		}
+		return !rs.FilesOnly, nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l := m.live[id]
+	return l == nil || !l.filesOnly, nil
 }
 
 // Resume lets the processes of tenant's paused sandbox id ("" tenant: any)
@@ -40,11 +90,11 @@ func (m *Manager) Resume(ctx context.Context, tenant, id string) (Info, error) {
 	if info, ok, err := m.resumeDormant(ctx, tenant, id); ok {
 		return info, err
 	}
-	return m.setPaused(ctx, tenant, id, false)
+	return m.setPaused(ctx, tenant, id, false, PauseOptions{})
 }
 
-// setPaused pauses (pause) or resumes sandbox id.
-func (m *Manager) setPaused(ctx context.Context, tenant, id string, pause bool) (Info, error) {
+// setPaused pauses (pause, with o) or resumes sandbox id.
+func (m *Manager) setPaused(ctx context.Context, tenant, id string, pause bool, o PauseOptions) (Info, error) {
 	what, state, kind := "resume", store.StateRunning, EventResumed
 	if pause {
 		what, state, kind = "pause", store.StatePaused, EventPaused
@@ -76,8 +126,18 @@ func (m *Manager) setPaused(ctx context.Context, tenant, id string, pause bool) 
 	case !pause && !paused:
 		return Info{}, fmt.Errorf("sandbox %s: resume: it is not paused: %w", id, ErrConflict)
 	}
+	var data map[string]any // of the paused event
+	if pause && o.FilesOnly {
+		if err := m.killAll(ctx, l); err != nil {
+			m.mu.Lock()
+			l.paused = false
+			m.mu.Unlock()
+			return Info{}, fmt.Errorf("sandbox %s: pause without memory: %w; it runs on, without the processes that were killed", id, err)
+		}
+		data = map[string]any{"memory": false}
+	}
 	if pause && m.toDisk(l) {
-		return m.pauseToDisk(ctx, l)
+		return m.pauseToDisk(ctx, l, o.FilesOnly)
 	}
 
 	if pause {
@@ -94,12 +154,14 @@ func (m *Manager) setPaused(ctx context.Context, tenant, id string, pause bool) 
 		return Info{}, fmt.Errorf("sandbox %s: %s: %w", id, what, err)
 	}
 	now := time.Now()
-	if !pause {
+	m.mu.Lock()
+	if pause {
+		l.filesOnly = o.FilesOnly
+	} else {
 		l.lastActive.Store(now.UnixNano())
-		m.mu.Lock()
-		l.paused = false
-		m.mu.Unlock()
+		l.paused, l.filesOnly = false, false
 	}
+	m.mu.Unlock()
 	sb, err := m.st.UpdateSandbox(context.Background(), id, func(sb *store.Sandbox) error {
 		if sb.State != store.StateRunning && sb.State != store.StatePaused {
 			return fmt.Errorf("it is %s: %w", sb.State, ErrConflict)
@@ -113,7 +175,28 @@ func (m *Manager) setPaused(ctx context.Context, tenant, id string, pause bool) 
 	if err != nil {
 		return Info{}, fmt.Errorf("sandbox %s: %s: %w", id, what, err)
 	}
-	l.ev.append(kind, nil, false)
-	m.log.Info("sandbox "+what+"d", "sandbox", id, "tenant", l.tenant)
+	l.ev.append(kind, data, false)
+	if pause {
+		m.log.Info("sandbox paused", "sandbox", id, "tenant", l.tenant, "memory", !o.FilesOnly)
+	} else {
+		m.log.Info("sandbox resumed", "sandbox", id, "tenant", l.tenant)
+	}
 	return infoOf(sb), nil
+}
+
+// killAll has the agent of l, marked paused (under l.pauseMu), kill every
+// other process of the sandbox: the one way that reaches them in every
+// tier (gVisor's processes live in its kernel, not on the host), bounded
+// to the sandbox by the kernel (the agent is PID 1 of its pid namespace)
+// and robust to a process forking while it runs (the agent goes on until
+// none is left).
+func (m *Manager) killAll(ctx context.Context, l *live) error {
+	ctx, cancel := context.WithTimeout(ctx, killAllTimeout)
+	defer cancel()
+	start := time.Now()
+	if err := l.client.KillAll(ctx); err != nil {
+		return err
+	}
+	m.log.Debug("killed every process but the agent", "sandbox", l.id, "took", time.Since(start))
+	return nil
 }

@@ -206,6 +206,30 @@ func TestRealDaemon(t *testing.T) {
 		}
 	})
 
+	t.Run("pause without memory", func(t *testing.T) {
+		id, tok := f.create(t, "alice")
+		toks = append(toks, tok)
+		pause := "/sandboxes/" + id + "/pause"
+		checkError(t, "memory not a boolean", f.as("alice", "POST", pause, `{"memory":"no"}`), http.StatusBadRequest)
+		checkError(t, "pause with a timeout", f.as("alice", "POST", pause, `{"timeout":60}`), http.StatusBadRequest)
+		if w := f.as("alice", "POST", pause, `{"memory":false}`); w.Code != http.StatusNoContent {
+			t.Fatalf("pause without memory: %d %s", w.Code, w.Body)
+		}
+		checkError(t, "pause twice", f.as("alice", "POST", pause, `{"memory":false}`), http.StatusConflict)
+		if w := f.as("alice", "POST", "/v2/sandboxes/"+id+"/connect", `{"timeout":60,"memory":false}`); w.Code != http.StatusCreated {
+			t.Fatalf("connect without memory to a sandbox paused without: %d %s", w.Code, w.Body)
+		}
+		if w := f.as("alice", "POST", pause, ""); w.Code != http.StatusNoContent {
+			t.Fatalf("pause: %d %s", w.Code, w.Body)
+		}
+		if msg := checkError(t, "connect without memory to a sandbox paused with it", f.as("alice", "POST", "/v2/sandboxes/"+id+"/connect", `{"timeout":60,"memory":false}`), http.StatusBadRequest); !strings.Contains(msg, "paused with its memory") {
+			t.Errorf("the refusal %q does not say why", msg)
+		}
+		if w := f.as("alice", "POST", "/v2/sandboxes/"+id+"/connect", `{"timeout":60}`); w.Code != http.StatusCreated {
+			t.Fatalf("connect: %d %s", w.Code, w.Body)
+		}
+	})
+
 	t.Run("isolation", func(t *testing.T) {
 		bobID, bobTok := f.create(t, "bob")
 		_, aliceTok := f.create(t, "alice")

@@ -130,8 +130,9 @@ type detailJSON struct {
 	Domain              *string      `json:"domain"`
 }
 
-// timeoutBody is the body of POST /sandboxes/{id}/timeout and of connect
-// and resume.
+// timeoutBody is the body of POST /sandboxes/{id}/timeout, of pause
+// (E2B's SandboxPauseRequest: memory only) and of connect and resume
+// (memory false: resume without the memory the pause kept).
 type timeoutBody struct {
 	Timeout   *int64          `json:"timeout"`
 	AutoPause *bool           `json:"autoPause"`
@@ -721,19 +722,64 @@ func (h *Handler) extendTo(r *http.Request, tenant, id string, d time.Duration) 
 	return nil
 }
 
+// memoryOf is the memory field of a body: true when absent (E2B's
+// default), else it must be a boolean.
+func memoryOf(raw json.RawMessage) (bool, error) {
+	if !present(raw) {
+		return true, nil
+	}
+	var mem bool
+	if err := json.Unmarshal(raw, &mem); err != nil {
+		return false, errorf(daemon.ErrInvalid, "memory: want true or false, not %.32s", raw)
+	}
+	return mem, nil
+}
+
+// pause is POST /sandboxes/{id}/pause: 204 once paused, 409 if it is
+// paused already. Memory false pauses it without its memory (every
+// process but its agent killed, its files kept: E2B's filesystem-only
+// snapshot); a sandbox that cannot be is an error, never paused with its
+// memory instead.
 func (h *Handler) pause(w http.ResponseWriter, r *http.Request, tenant string) error {
 	var b timeoutBody
 	if err := decode(w, r, &b, true); err != nil {
+		return err
+	}
+	if b.Timeout != nil || b.AutoPause != nil {
+		return errorf(errUnsupported, "body: pause takes memory only")
+	}
+	mem, err := memoryOf(b.Memory)
+	if err != nil {
 		return err
 	}
 	id := r.PathValue("id")
 	if _, err := h.live(r, tenant, id); err != nil {
 		return err
 	}
-	if _, err := h.m.Pause(r.Context(), tenant, id); err != nil {
+	if _, err := h.m.PauseWith(r.Context(), tenant, id, daemon.PauseOptions{FilesOnly: !mem}); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// checkResumeMemory refuses memory false on a resume (connect or resume)
+// of a sandbox paused with its memory: hutch resumes a sandbox as it was
+// paused, and would otherwise silently restore the memory E2B's caller
+// asked to drop. On a running sandbox, or one paused without memory, it
+// asks for nothing more (E2B: a no-op).
+func (h *Handler) checkResumeMemory(r *http.Request, tenant, id string, raw json.RawMessage) error {
+	mem, err := memoryOf(raw)
+	if err != nil || mem {
+		return err
+	}
+	withMem, err := h.m.PausedWithMemory(r.Context(), tenant, id)
+	if err != nil {
+		return err
+	}
+	if withMem {
+		return errorf(errUnsupported, "memory: false: sandbox %s was paused with its memory, and hutch resumes it as it was paused (pause it with memory false to drop its processes)", id)
+	}
 	return nil
 }
 
@@ -753,6 +799,9 @@ func (h *Handler) resume(w http.ResponseWriter, r *http.Request, tenant string) 
 	}
 	id := r.PathValue("id")
 	if _, err := h.live(r, tenant, id); err != nil {
+		return err
+	}
+	if err := h.checkResumeMemory(r, tenant, id, b.Memory); err != nil {
 		return err
 	}
 	if _, err := h.m.Resume(r.Context(), tenant, id); err != nil {
@@ -779,6 +828,9 @@ func (h *Handler) connect(w http.ResponseWriter, r *http.Request, tenant string)
 	id := r.PathValue("id")
 	info, err := h.live(r, tenant, id)
 	if err != nil {
+		return err
+	}
+	if err := h.checkResumeMemory(r, tenant, id, b.Memory); err != nil {
 		return err
 	}
 	status := http.StatusOK

@@ -188,13 +188,13 @@ func contains(list []string, s string) bool {
 // with what would allow it), the side-by-side diff of every kind of
 // change, a hostile file name shown as text, a change set's Apply that
 // meets a conflict (shown per file), then a refusal, then applies the
-// files chosen with the path the user allowed, and a Discard.
+// files chosen with the path the operator allowed, and a Discard.
 func TestViewer(t *testing.T) {
 	f := &fixtures{}
-	e := newEnv(t, func(next http.Handler, m *apitest.Manager) http.Handler {
+	e := newEnvAs(t, func(next http.Handler, m *apitest.Manager) http.Handler {
 		f.next, f.m = next, m
 		return f
-	})
+	}, true)
 	info, err := e.m.Create(context.Background(), "alice", daemon.CreateRequest{Labels: map[string]string{"job": "review"}})
 	if err != nil {
 		t.Fatal(err)
@@ -291,6 +291,9 @@ func TestViewer(t *testing.T) {
 	b.waitFor(`document.querySelector("#apply-allow") !== null`)
 	if n := eval[int](b, `document.querySelectorAll("#conflicts input").length`); n != 1 {
 		t.Errorf("%d paths may be allowed, want 1 (the refused one)", n)
+	}
+	if n := eval[int](b, `document.querySelectorAll("#operator-only").length`); n != 0 {
+		t.Error("the operator is told that only the operator may apply")
 	}
 	b.do("allow and apply", chromedp.Click(chromedp.CSS("#conflicts input")), chromedp.Click(chromedp.CSS("#apply-allow")),
 		chromedp.WaitVisible(chromedp.CSS("#confirm-yes")), chromedp.Click(chromedp.CSS("#confirm-yes")))
@@ -441,4 +444,54 @@ func checkViewer(t *testing.T, b *browser) {
 func jsString(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
+}
+
+// TestViewerTenantRefusal: to a tenant, a refused apply shows the refused
+// paths and says that only the operator may apply them; it offers no way
+// to allow them (the daemon would refuse the word of a tenant), only to
+// apply the rest.
+func TestViewerTenantRefusal(t *testing.T) {
+	f := &fixtures{}
+	e := newEnv(t, func(next http.Handler, m *apitest.Manager) http.Handler {
+		f.next, f.m = next, m
+		return f
+	})
+	b := newBrowser(t)
+	b.login(e.base, e.token)
+	if eval[bool](b, `document.body.dataset.operator !== "false"`) {
+		t.Error("a tenant's pages act as the operator")
+	}
+	b.do("open cs-1", chromedp.Click(chromedp.CSS("#nav-changes")))
+	b.waitFor(`document.querySelector('#changes tr[data-id="cs-1"] a') !== null`)
+	b.do("open cs-1", chromedp.Click(chromedp.CSS(`#changes tr[data-id="cs-1"] a`)))
+	b.waitFor(`document.querySelector("#apply") !== null`)
+	// The first apply meets a conflict, the second a refusal.
+	for range 2 {
+		b.do("apply", chromedp.Click(chromedp.CSS("#apply")), chromedp.WaitVisible(chromedp.CSS("#confirm-yes")), chromedp.Click(chromedp.CSS("#confirm-yes")))
+		b.waitFor(`document.querySelector("#conflicts") !== null`)
+	}
+	b.waitFor(`document.querySelector("#apply-skip") !== null`)
+	if got := b.text("#conflicts"); !strings.Contains(got, hostileName+" — a protected name") {
+		t.Errorf("the refusal: %q", got)
+	}
+	if got := b.text("#operator-only"); !strings.Contains(got, "Only the daemon's operator may apply these paths") {
+		t.Errorf("the refusal says %q", got)
+	}
+	if n := eval[int](b, `document.querySelectorAll("#conflicts input, #apply-allow").length`); n != 0 {
+		t.Errorf("%d ways to allow offered to a tenant", n)
+	}
+	b.screenshot("viewer-tenant-refusal.png")
+	b.do("apply the rest", chromedp.Click(chromedp.CSS("#apply-skip")), chromedp.WaitVisible(chromedp.CSS("#confirm-yes")), chromedp.Click(chromedp.CSS("#confirm-yes")))
+	b.waitFor(`document.querySelector("#result") !== null`)
+	f.mu.Lock()
+	applies := f.applies
+	f.mu.Unlock()
+	for i, a := range applies {
+		if _, ok := a["allow"]; ok {
+			t.Errorf("apply %d of a tenant sends allow: %v", i+1, a)
+		}
+	}
+	if len(applies) != 3 || applies[2]["skip_refused"] != true {
+		t.Errorf("applies %v, want the third to skip the refused paths", applies)
+	}
 }

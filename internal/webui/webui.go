@@ -257,7 +257,15 @@ func (h *Handler) home(w http.ResponseWriter, r *http.Request) {
 		h.loginForm(w, http.StatusOK, "Your token is no longer valid: log in again.")
 		return
 	}
-	h.page(w, http.StatusOK, "app.html", "<!--tenant-->", htmlText.Replace(tenant))
+	// The operator — a request on the daemon's unix socket, as through a
+	// forwarded socket — may give apply's word for a path it refuses
+	// (allow); a tenant may not, and the pages offer it only to the
+	// operator.
+	operator := "false"
+	if api.OriginOf(r.Context()) == api.OriginLocal {
+		operator = "true"
+	}
+	h.page(w, http.StatusOK, "app.html", "<!--tenant-->", htmlText.Replace(tenant), `data-operator="false"`, `data-operator="`+operator+`"`)
 }
 
 // login checks the form's token as the API checks tokens and, when it is
@@ -318,9 +326,9 @@ func (h *Handler) loginForm(w http.ResponseWriter, status int, message string) {
 	h.page(w, status, "login.html", "<!--message-->", message)
 }
 
-// page answers with the HTML page name, its mark replaced by value (HTML
-// already).
-func (h *Handler) page(w http.ResponseWriter, status int, name, mark, value string) {
+// page answers with the HTML page name, each mark of marks (mark, value
+// pairs) replaced by its value (HTML already).
+func (h *Handler) page(w http.ResponseWriter, status int, name string, marks ...string) {
 	b, err := assets.ReadFile("assets/" + name)
 	if err != nil {
 		h.log.Error("read a UI page", "page", name, "err", err)
@@ -330,7 +338,10 @@ func (h *Handler) page(w http.ResponseWriter, status int, name, mark, value stri
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
-	_, _ = w.Write(bytes.Replace(b, []byte(mark), []byte(value), 1))
+	for i := 0; i+1 < len(marks); i += 2 {
+		b = bytes.Replace(b, []byte(marks[i]), []byte(marks[i+1]), 1)
+	}
+	_, _ = w.Write(b)
 }
 
 // serveStatic answers with the static file name.

@@ -24,6 +24,14 @@ type env struct {
 
 func newEnv(t *testing.T, extra func(next http.Handler, m *apitest.Manager) http.Handler) *env {
 	t.Helper()
+	return newEnvAs(t, extra, false)
+}
+
+// newEnvAs is newEnv whose requests, with operator, come as the daemon's
+// operator's do (api.OriginLocal: its unix socket, which a browser
+// reaches through a forwarded socket).
+func newEnvAs(t *testing.T, extra func(next http.Handler, m *apitest.Manager) http.Handler, operator bool) *env {
+	t.Helper()
 	m, err := apitest.NewManager(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -43,7 +51,14 @@ func newEnv(t *testing.T, extra func(next http.Handler, m *apitest.Manager) http
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- api.Serve(ctx, ui.Mount(h), nil, ls...) }()
+	served := ui.Mount(h)
+	if operator {
+		mounted := served
+		served = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mounted.ServeHTTP(w, r.WithContext(api.WithOrigin(r.Context(), api.OriginLocal)))
+		})
+	}
+	go func() { done <- api.Serve(ctx, served, nil, ls...) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {

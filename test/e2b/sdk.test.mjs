@@ -118,6 +118,28 @@ describe('control plane', () => {
     assert.ok(info.endAt - Date.now() > 80_000)
   })
 
+  test('pause without memory keeps the files, not the processes', async () => {
+    const sbx = await create()
+    await sbx.files.write('/tmp/kept.txt', 'kept')
+    await sbx.commands.run('sleep 1000', { background: true })
+    assert.equal(await sbx.pause({ keepMemory: false }), true)
+    assert.equal(await Sandbox.pause(sbx.sandboxId, { keepMemory: false }), false, 'pausing a paused sandbox')
+    // A paused sandbox without memory restarts its processes afresh: a
+    // reboot asks for nothing more.
+    const again = await Sandbox.connect(sbx.sandboxId, { onResume: 'reboot' })
+    assert.equal((await again.getInfo()).state, 'running')
+    assert.equal(await again.files.read('/tmp/kept.txt'), 'kept')
+    const ps = await again.commands.run(`for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' <$f; echo; done`)
+    assert.ok(!ps.stdout.includes('sleep 1000'), ps.stdout)
+
+    // One paused with its memory is not resumed without it: an error,
+    // never its memory silently restored.
+    assert.equal(await again.pause(), true)
+    await assert.rejects(Sandbox.connect(sbx.sandboxId, { onResume: 'reboot' }), /paused with its memory/)
+    assert.equal((await again.getInfo()).state, 'paused')
+    await Sandbox.kill(sbx.sandboxId) // within the tenant's memory quota for the tests after it
+  })
+
   test('network settings are applied', async () => {
     const off = await create({ allowInternetAccess: false })
     assert.equal((await off.getInfo()).allowInternetAccess, false)

@@ -54,6 +54,8 @@ type box struct {
 	info   daemon.Info
 	client *agent.Client
 	served chan struct{} // closed when agent.Serve returned
+	// filesOnly: paused without its memory (PauseWith).
+	filesOnly bool
 }
 
 // NewManager returns a manager that keeps its store and its sandboxes'
@@ -266,17 +268,40 @@ func (m *Manager) Extend(ctx context.Context, tenant, id string, timeout time.Du
 // Pause marks the sandbox paused: its agent refuses calls until Resume,
 // as daemon.Manager's does (its commands are not frozen here).
 func (m *Manager) Pause(ctx context.Context, tenant, id string) (daemon.Info, error) {
-	return m.setState(tenant, id, store.StateRunning, store.StatePaused, daemon.EventPaused)
+	return m.PauseWith(ctx, tenant, id, daemon.PauseOptions{})
+}
+
+// PauseWith marks the sandbox paused as Pause does; with o.FilesOnly its
+// paused event says memory false (its commands are not killed here).
+func (m *Manager) PauseWith(ctx context.Context, tenant, id string, o daemon.PauseOptions) (daemon.Info, error) {
+	var data map[string]any
+	if o.FilesOnly {
+		data = map[string]any{"memory": false}
+	}
+	return m.setState(tenant, id, store.StateRunning, store.StatePaused, daemon.EventPaused, data, o.FilesOnly)
+}
+
+// PausedWithMemory reports whether the sandbox is paused and kept its
+// memory (Pause, not PauseWith FilesOnly).
+func (m *Manager) PausedWithMemory(ctx context.Context, tenant, id string) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b, err := m.lookup(tenant, id)
+	if err != nil {
+		return false, err
+	}
+	return b.info.State == store.StatePaused && !b.filesOnly, nil
 }
 
 // Resume marks a paused sandbox running again.
 func (m *Manager) Resume(ctx context.Context, tenant, id string) (daemon.Info, error) {
-	return m.setState(tenant, id, store.StatePaused, store.StateRunning, daemon.EventResumed)
+	return m.setState(tenant, id, store.StatePaused, store.StateRunning, daemon.EventResumed, nil, false)
 }
 
 // setState moves tenant's sandbox id from state from to state to, and
-// records an event of type kind; a sandbox in another state is a conflict.
-func (m *Manager) setState(tenant, id, from, to, kind string) (daemon.Info, error) {
+// records an event of type kind with data; filesOnly says whether it is
+// paused without its memory. A sandbox in another state is a conflict.
+func (m *Manager) setState(tenant, id, from, to, kind string, data map[string]any, filesOnly bool) (daemon.Info, error) {
 	m.mu.Lock()
 	b, err := m.lookup(tenant, id)
 	if err == nil && b.info.State != from {
@@ -286,10 +311,10 @@ func (m *Manager) setState(tenant, id, from, to, kind string) (daemon.Info, erro
 		m.mu.Unlock()
 		return daemon.Info{}, err
 	}
-	b.info.State = to
+	b.info.State, b.filesOnly = to, filesOnly
 	info, ev := b.info, m.events[id]
 	m.mu.Unlock()
-	ev.log.Append(kind, nil)
+	ev.log.Append(kind, data)
 	return info, nil
 }
 

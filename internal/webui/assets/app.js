@@ -12,6 +12,9 @@
   let current = null;
   // Events kept on a sandbox's page (the daemon keeps as many).
   const maxEvents = 1000;
+  // Whether the pages act as the daemon's operator, who alone may give
+  // apply's word for a path it refuses (allow).
+  const operator = document.body.dataset.operator === "true";
 
   class APIError extends Error {
     constructor(status, body) {
@@ -337,7 +340,7 @@
           el("p", {}, answer.message || "Nothing was applied."),
           el("ul", {}, ...answer.problems.map((p) => {
             const li = el("li", { "data-path": p.path, class: p.refused ? "refused" : "conflict" }, el("code", {}, p.path), " — ", p.problem);
-            if (p.refused && !conflicts) {
+            if (p.refused && !conflicts && operator) {
               const b = el("input", { type: "checkbox", "aria-label": "allow " + p.path });
               b.dataset.path = p.path;
               boxes.push(b);
@@ -346,7 +349,9 @@
             return li;
           })),
           conflicts ? el("p", { class: "meta" }, "The workspace changed since the sandbox saw it: look at those files, then apply again, or discard the set.") : null,
-          refused.length > 0 && !conflicts ? el("p", {}, again, " ", skip) : null));
+          refused.length > 0 && !conflicts && !operator
+            ? el("p", { class: "meta", id: "operator-only" }, "Only the daemon's operator may apply these paths as they are (on the daemon's unix socket); you may apply the rest, or discard the set.") : null,
+          refused.length > 0 && !conflicts ? el("p", {}, operator ? again : null, operator ? " " : null, skip) : null));
         return;
       }
       outcome.replaceChildren(errorBox(new APIError(resp.status, answer)));
