@@ -66,13 +66,9 @@ func (m *Manager) restoreCopy(l *live, rt sandbox.Runtime, cfg sandbox.Config, s
 		return err
 	}
 	defer release() // held while the tier reads it
-	b, err := os.ReadFile(filepath.Join(dir, resumeFile))
+	rs, err := readResume(dir)
 	if err != nil {
 		return fmt.Errorf("snapshot %s: %w", sid, err)
-	}
-	var rs resumeState
-	if err := json.Unmarshal(b, &rs); err != nil {
-		return fmt.Errorf("snapshot %s: %s: %w", sid, resumeFile, err)
 	}
 	si, err := res.Restore(cfg, dir)
 	if err != nil {
