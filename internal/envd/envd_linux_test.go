@@ -703,6 +703,22 @@ func TestWatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.waitEvent("sub/deeper/f", "EVENT_TYPE_REMOVE")
+	// A directory made through envd (which sets its owner: an event of the
+	// new, watched directory itself) is reported by its name, and the
+	// watch goes on.
+	e.mustCall(t, "filesystem.Filesystem/MakeDir", map[string]any{"path": "made"}, nil)
+	s.waitEvent("made", "EVENT_TYPE_CREATE")
+	if err := os.Chmod(e.home+"/made", 0o700); err != nil {
+		t.Fatal(err)
+	}
+	s.waitEvent("made", "EVENT_TYPE_CHMOD")
+	if err := os.WriteFile(e.home+"/made/in", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s.waitEvent("made/in", "EVENT_TYPE_CREATE")
+	if err := e.agent.Err(); err != nil {
+		t.Fatalf("the agent connection ended: %v", err)
+	}
 	// Closing the stream stops the agent's watch.
 	s.resp.Body.Close()
 	deadline := time.Now().Add(5 * time.Second)
