@@ -895,3 +895,33 @@ func TestProtocolErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestSandboxEndsUnderStreams: when the sandbox's agent connection ends
+// (the sandbox was killed) under a command's stream and a watch's, both
+// responses are cut off without an end, as envd's are when its sandbox
+// goes: E2B's SDKs then ask /health and report the sandbox killed, not
+// the command's exit.
+func TestSandboxEndsUnderStreams(t *testing.T) {
+	e := newEnv(t)
+	cmd := e.stream(t, "process.Process/Start", map[string]any{"process": map[string]any{"cmd": "/bin/sleep", "args": []string{"60"}}}, nil)
+	if _, b := cmd.next(); !strings.Contains(string(b), `"start"`) {
+		t.Fatalf("first message %s", b)
+	}
+	watch := e.stream(t, "filesystem.Filesystem/WatchDir", map[string]any{"path": e.home}, nil)
+	if _, b := watch.next(); string(b) != `{"start":{}}` {
+		t.Fatalf("first message %s", b)
+	}
+	e.agent.Close()
+	for name, s := range map[string]*clientStream{"command": cmd, "watch": watch} {
+		rest, err := io.ReadAll(s.br)
+		if err == nil {
+			t.Errorf("%s: the stream ended cleanly after the sandbox ended: %q", name, rest)
+		}
+		for len(rest) >= 5 {
+			if rest[0]&flagEndStream != 0 {
+				t.Errorf("%s: an end of stream after the sandbox ended: %q", name, rest[5:])
+			}
+			rest = rest[min(len(rest), 5+int(binary.BigEndian.Uint32(rest[1:5]))):]
+		}
+	}
+}
