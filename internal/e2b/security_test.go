@@ -537,7 +537,7 @@ func TestErrorShape(t *testing.T) {
 	for _, r := range [][2]string{
 		{"GET", "/sandboxes/" + id + "/logs"}, {"GET", "/v2/sandboxes/" + id + "/logs"}, {"GET", "/sandboxes/" + id + "/metrics"},
 		{"PUT", "/sandboxes/" + id + "/network"}, {"GET", "/templates"}, {"POST", "/v3/templates"}, {"GET", "/v2/templates"},
-		{"DELETE", "/templates/tags"}, {"GET", "/templates/t1/tags"}, {"GET", "/templates/aliases/a"},
+		{"DELETE", "/templates/tags"}, {"GET", "/templates/t1"}, {"PATCH", "/templates/t1"}, {"GET", "/templates/t1/tags"}, {"GET", "/templates/aliases/a"},
 		{"GET", "/templates/t1/builds/b1/status"}, {"GET", "/volumes"}, {"DELETE", "/volumes/v1"},
 		{"GET", "/volumecontent/v1/dir"}, {"GET", "/secrets"}, {"POST", "/secrets/s1"}, {"GET", "/teams"},
 		{"GET", "/api-keys"}, {"GET", "/sandboxes/metrics"},
@@ -552,7 +552,7 @@ func TestErrorShape(t *testing.T) {
 	for _, r := range [][2]string{
 		{"PUT", "/sandboxes"}, {"PATCH", "/sandboxes/" + id}, {"GET", "/snapshots/x"}, {"GET", "/snapshots/x/y"},
 		{"GET", "/volumes/v1/nothing"}, {"POST", "/v2/anything"}, {"GET", "/v3/templates"}, {"GET", "/secrets/"},
-		{"GET", "/templates/t1/builds/b1/nothing"}, {"GET", "/admin"},
+		{"GET", "/templates/t1/builds/b1/nothing"}, {"GET", "/admin"}, {"PUT", "/sandboxes/" + id + "/timeout"},
 	} {
 		msg := checkError(t, r[0]+" "+r[1], f.as("alice", r[0], r[1], ""), http.StatusNotFound)
 		if !strings.Contains(msg, "no such route") {
