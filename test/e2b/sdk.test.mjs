@@ -5,7 +5,11 @@
 // in-sandbox API too.
 import { test, describe, after } from 'node:test'
 import assert from 'node:assert/strict'
-import { Sandbox, SandboxError, CommandExitError, NotFoundError, SandboxNotFoundError, TimeoutError, FileType, FilesystemEventType } from 'e2b'
+// HUTCH_E2B_SDK names the SDK package to test: 'e2b' (package.json pins
+// it), or an alias of an older release there (e2b-2.50, which connects by
+// POST /sandboxes/{id}/connect, as the Python SDK does).
+const sdk = process.env.HUTCH_E2B_SDK || 'e2b'
+const { Sandbox, SandboxError, CommandExitError, NotFoundError, SandboxNotFoundError, TimeoutError, FileType, FilesystemEventType } = await import(sdk)
 
 for (const v of ['E2B_API_URL', 'E2B_SANDBOX_URL', 'E2B_API_KEY']) {
   if (!process.env[v]) throw new Error(`${v} is not set`)
@@ -138,6 +142,15 @@ describe('control plane', () => {
     await assert.rejects(Sandbox.connect(sbx.sandboxId, { onResume: 'reboot' }), /paused with its memory/)
     assert.equal((await again.getInfo()).state, 'paused')
     await Sandbox.kill(sbx.sandboxId) // within the tenant's memory quota for the tests after it
+  })
+
+  test('list: newest first, as E2B lists', async () => {
+    const tag = `o${Date.now()}`
+    const older = await create({ metadata: { order: tag } })
+    const newer = await create({ metadata: { order: tag } })
+    const all = await listAll({ query: { metadata: { order: tag } } })
+    assert.deepEqual(all.map((s) => s.sandboxId), [newer.sandboxId, older.sandboxId])
+    await Promise.all([older.kill(), newer.kill()])
   })
 
   test('network settings are applied', async () => {
@@ -623,5 +636,49 @@ describe('envd: files', () => {
       await h.stop()
     }
     assert.ok(!events.some((e) => e.name.includes('.hutch-write-')), 'no events of temporary files')
+  })
+
+  test('watchDir, recursive, then makeDir: the event of the new directory, and the sandbox answers', async () => {
+    const sbx = await create()
+    await sbx.files.makeDir('/home/user/m')
+    const events = []
+    const h = await sbx.files.watchDir('/home/user/m', (e) => { events.push(e) }, { recursive: true })
+    const has = (name, type) => events.some((e) => e.name === name && e.type === type)
+    try {
+      assert.equal(await sbx.files.makeDir('/home/user/m/sub'), true)
+      await until(() => has('sub', FilesystemEventType.CREATE), () => `a create event for sub in ${JSON.stringify(events)}`)
+      await sbx.files.write('/home/user/m/sub/f.txt', 'x')
+      await until(() => has('sub/f.txt', FilesystemEventType.CREATE), () => `a create event for sub/f.txt in ${JSON.stringify(events)}`)
+    } finally {
+      await h.stop()
+    }
+    assert.equal((await sbx.commands.run('echo alive')).stdout, 'alive\n')
+    assert.ok(await sbx.isRunning())
+    await sbx.kill()
+  })
+
+  test('as envd: remove of a missing path succeeds; a symlink\'s target is absolute', async () => {
+    const sbx = await create()
+    await sbx.files.remove('/home/user/never-there')
+    await sbx.files.write('test_file.txt', 'test')
+    await sbx.commands.run('ln -s test_file.txt test_symlink.txt && mkdir d && ln -s ../test_symlink.txt d/chain')
+    const info = await sbx.files.getInfo('test_symlink.txt')
+    const { stdout: pwd } = await sbx.commands.run('pwd')
+    assert.equal(info.name, 'test_symlink.txt')
+    assert.equal(info.symlinkTarget, pwd.trim() + '/test_file.txt')
+    assert.equal((await sbx.files.getInfo('d/chain')).symlinkTarget, pwd.trim() + '/test_file.txt')
+    assert.equal((await sbx.files.getInfo('test_file.txt')).symlinkTarget, undefined)
+    await sbx.kill()
+  })
+})
+
+describe('envd: the sandbox ends under a command', () => {
+  test('killing the sandbox while a command runs is a TimeoutError saying so', async () => {
+    const sbx = await create()
+    const cmd = await sbx.commands.run('sleep 60', { background: true })
+    await sbx.kill()
+    const err = await cmd.wait().catch((e) => e)
+    assert.ok(err instanceof TimeoutError, `${err?.name}: ${err?.message}`)
+    assert.match(err.message, /sandbox was killed or reached its end of life/)
   })
 })
