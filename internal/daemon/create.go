@@ -220,7 +220,7 @@ func (m *Manager) Create(ctx context.Context, tenant string, r CreateRequest) (I
 // everything started is closed again; the caller cleans up the record and
 // the directory (abandon).
 func (m *Manager) launch(ctx context.Context, id, dir string, spec policy.Spec, env []string, sec *sandboxSecrets, operator bool, log *slog.Logger, ev *eventLog, snap *store.Snapshot, review *reviewBinding) (*live, error) {
-	l := &live{id: id, dir: dir, ev: ev, ended: make(chan struct{})}
+	l := &live{id: id, dir: dir, ev: ev, ended: make(chan struct{}), resources: spec.Resources}
 	fail := func(err error) (*live, error) {
 		l.close(log)
 		return nil, err
