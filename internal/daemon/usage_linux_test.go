@@ -17,10 +17,7 @@ import (
 func TestUsage(t *testing.T) {
 	for _, tier := range []string{policy.TierNamespace, policy.TierGVisor} {
 		t.Run(tier, func(t *testing.T) {
-			cfg := Config{}
-			if tier == policy.TierGVisor {
-				cfg = gvisorConfig(t)
-			}
+			cfg := tierConfig(t, tier)
 			cfg.MetricsInterval = time.Second
 			m := newManager(t, cfg)
 			var p policy.Spec
@@ -79,4 +76,12 @@ func waitUsage(t *testing.T, m *Manager, id, what string, ok func(Usage) bool) U
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// tierConfig is a daemon config that runs tier.
+func tierConfig(t *testing.T, tier string) Config {
+	if tier == policy.TierGVisor {
+		return gvisorConfig(t)
+	}
+	return Config{}
 }
