@@ -96,7 +96,8 @@ func e2bSDK(t *testing.T, tier string, args ...string) {
 
 	img := imagetest.Busybox(t, func(ok bool, reason string) { testutil.Need(t, ok, reason) })
 	d := startDaemonWith(t, importImage(t, img, "hutch.test/e2b-sdk:1"),
-		append([]string{"--warm", "2", "--template", "bb=hutch.test/e2b-sdk:1", "--warm", "bb=1"}, args...)...)
+		append([]string{"--warm", "2", "--template", "bb=hutch.test/e2b-sdk:1", "--warm", "bb=1",
+			"--metrics-interval", "1s", "--allow-private", "127.0.0.1/32"}, args...)...)
 	const warmBB = `hutch_warm_sandboxes{template="bb"} 1`
 	if !testutil.Eventually(time.Minute, func() bool { return strings.Contains(d.metrics(t), warmBB+"\n") }) {
 		t.Fatalf("the template's warm pool did not fill: no %s in\n%s", warmBB, d.metrics(t))
