@@ -65,23 +65,30 @@ func nodeForE2B() (string, string) {
 // started, with a warm pool of one (--template bb=REF --warm bb=1): the
 // SDK's Sandbox.create('bb') takes the warm sandbox, as the daemon's
 // metrics say after the run.
-func TestE2BSDK(t *testing.T) { e2bSDK(t, "namespace") }
+func TestE2BSDK(t *testing.T) { e2bSDK(t, "e2b", "namespace") }
+
+// TestE2BSDK250 is TestE2BSDK with E2B's JavaScript SDK 2.50.0 (pinned in
+// test/e2b/package.json as e2b-2.50): the releases before 2.51, and the
+// Python SDK, connect by POST /sandboxes/{id}/connect, 2.51 by
+// /v2/sandboxes/{id}/connect.
+func TestE2BSDK250(t *testing.T) { e2bSDK(t, "e2b-2.50", "namespace") }
 
 // TestE2BSDKGVisor is TestE2BSDK against a daemon whose default tier is
 // gVisor: every sandbox the SDK makes, the template's warm one included,
 // runs under gVisor.
 func TestE2BSDKGVisor(t *testing.T) {
 	testutil.RequireRoot(t)
-	e2bSDK(t, "gvisor", "--default-tier", "gvisor", "--runsc", testutil.Runsc(t))
+	e2bSDK(t, "e2b", "gvisor", "--default-tier", "gvisor", "--runsc", testutil.Runsc(t))
 }
 
-// e2bSDK runs E2B's SDK against a daemon started with the flags args,
-// whose every sandbox must be of tier.
-func e2bSDK(t *testing.T, tier string, args ...string) {
+// e2bSDK runs E2B's SDK, the package sdk of test/e2b/node_modules,
+// against a daemon started with the flags args, whose every sandbox must
+// be of tier.
+func e2bSDK(t *testing.T, sdk, tier string, args ...string) {
 	testutil.RequireRoot(t)
 	node, why := nodeForE2B()
 	testutil.Need(t, node != "", why)
-	_, err := os.Stat(filepath.Join(e2bDir, "node_modules", "e2b", "package.json"))
+	_, err := os.Stat(filepath.Join(e2bDir, "node_modules", sdk, "package.json"))
 	if err != nil {
 		if npm, lerr := exec.LookPath("npm"); lerr == nil {
 			cmd := exec.Command(npm, "ci", "--no-audit", "--no-fund")
@@ -89,14 +96,16 @@ func e2bSDK(t *testing.T, tier string, args ...string) {
 			if out, cerr := cmd.CombinedOutput(); cerr != nil {
 				t.Logf("npm ci in %s: %v\n%s", e2bDir, cerr, out)
 			}
-			_, err = os.Stat(filepath.Join(e2bDir, "node_modules", "e2b", "package.json"))
+			_, err = os.Stat(filepath.Join(e2bDir, "node_modules", sdk, "package.json"))
 		}
 	}
-	testutil.Need(t, err == nil, "E2B's SDK is not installed in test/e2b/node_modules (npm ci there; scripts/test.sh does)")
+	testutil.Need(t, err == nil, "E2B's SDK ("+sdk+") is not installed in test/e2b/node_modules (npm ci there; scripts/test.sh does)")
 
 	img := imagetest.Busybox(t, func(ok bool, reason string) { testutil.Need(t, ok, reason) })
 	d := startDaemonWith(t, importImage(t, img, "hutch.test/e2b-sdk:1"),
-		append([]string{"--warm", "2", "--template", "bb=hutch.test/e2b-sdk:1", "--warm", "bb=1",
+		// The suite's sandboxes live until its end, 1 GiB each (the
+		// default): more of them than this host has GiB of memory.
+		append([]string{"--warm", "2", "--template", "bb=hutch.test/e2b-sdk:1", "--warm", "bb=1", "--tenant-memory", "64g",
 			"--metrics-interval", "1s", "--allow-private", "127.0.0.1/32"}, args...)...)
 	const warmBB = `hutch_warm_sandboxes{template="bb"} 1`
 	if !testutil.Eventually(time.Minute, func() bool { return strings.Contains(d.metrics(t), warmBB+"\n") }) {
@@ -113,7 +122,7 @@ func e2bSDK(t *testing.T, tier string, args ...string) {
 	cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=spec", "sdk.test.mjs")
 	cmd.Dir = e2bDir
 	cmd.Env = append(os.Environ(),
-		"E2B_API_URL="+d.tcp, "E2B_SANDBOX_URL="+d.tcp, "E2B_API_KEY="+token, "HUTCH_E2B_TEMPLATE=bb", "HUTCH_E2B_TIER="+tier,
+		"E2B_API_URL="+d.tcp, "E2B_SANDBOX_URL="+d.tcp, "E2B_API_KEY="+token, "HUTCH_E2B_TEMPLATE=bb", "HUTCH_E2B_TIER="+tier, "HUTCH_E2B_SDK="+sdk,
 		"NO_COLOR=1", "HTTP_PROXY=", "HTTPS_PROXY=", "http_proxy=", "https_proxy=")
 	out, err := cmd.CombinedOutput()
 	if err != nil {

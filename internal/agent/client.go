@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"slices"
@@ -49,6 +50,8 @@ type Client struct {
 	env atomic.Pointer[[]string]
 	// user runs every Exec that names none (see SetUser).
 	user atomic.Pointer[Credential]
+	// log gets the agent's breaches of the protocol (see SetLog).
+	log atomic.Pointer[slog.Logger]
 }
 
 // call is a request in flight.
@@ -71,6 +74,12 @@ type call struct {
 
 	// watch
 	watch *watchQueue
+
+	// broken is closed once the agent broke the protocol in this request
+	// alone (breach), which then failed with brokeErr.
+	broken    chan struct{}
+	brokeErr  error
+	brokeOnce sync.Once
 }
 
 // procState is what the reader learns about a command.
@@ -115,6 +124,18 @@ func (c *Client) SetUser(u *Credential) {
 	c.user.Store(u)
 }
 
+// SetLog makes the client log, as warnings, how the agent broke the
+// protocol: in one request (which alone fails) or on the whole connection
+// (which ends). Without it the client logs nothing.
+func (c *Client) SetLog(l *slog.Logger) { c.log.Store(l) }
+
+// warn logs msg with args, if the client has a log.
+func (c *Client) warn(msg string, args ...any) {
+	if l := c.log.Load(); l != nil {
+		l.Warn(msg, args...)
+	}
+}
+
 // Close closes the connection: every call in progress fails with an error
 // wrapping ErrClosed, and the agent (seeing its connection end) kills the
 // commands it runs. Close waits for the reader goroutine to end.
@@ -136,7 +157,9 @@ func (c *Client) Close() error {
 func (c *Client) Done() <-chan struct{} { return c.done }
 
 // Err reports why the connection ended, nil while it is up. It wraps
-// ErrClosed, or ErrProtocol when the agent broke the protocol.
+// ErrClosed, and ErrProtocol too when the agent broke the protocol of the
+// connection itself (its framing, its handshake); a breach in one request
+// ends only that request (see SetLog).
 func (c *Client) Err() error {
 	select {
 	case <-c.done:
@@ -163,7 +186,10 @@ func (c *Client) readLoop() {
 		err = ErrClosed
 	case err == io.EOF:
 		err = fmt.Errorf("%w: the agent closed the connection", ErrClosed)
-	case errors.Is(err, ErrProtocol) || errors.Is(err, ErrClosed):
+	case errors.Is(err, ErrProtocol):
+		// The connection is closed too: every call of it ends.
+		err = fmt.Errorf("%w (%w)", ErrClosed, err)
+	case errors.Is(err, ErrClosed):
 	default:
 		err = fmt.Errorf("%w: read from agent: %w", ErrClosed, err)
 	}
@@ -173,6 +199,9 @@ func (c *Client) readLoop() {
 // fail ends the connection with err.
 func (c *Client) fail(err error) {
 	c.failOnce.Do(func() {
+		if errors.Is(err, ErrProtocol) {
+			c.warn("the agent broke the protocol: its connection ends", "err", err)
+		}
 		if !c.handover.Load() {
 			c.conn.Close()
 		}
@@ -188,11 +217,21 @@ func (c *Client) fail(err error) {
 	})
 }
 
-// violation ends the connection because the agent broke the protocol, and
-// returns the error.
-func (c *Client) violation(format string, args ...any) error {
+// breach ends call k alone because the agent broke the protocol in it (a
+// malformed or unexpected frame of that request, a result out of bounds)
+// and returns the error, which wraps ErrProtocol: the call fails with it,
+// the agent is told to cancel the request (a command of it is killed, a
+// watch stops), and it is logged. The connection and its other calls go
+// on: every frame is length-delimited and checked before it is used, so
+// one request's bad frame leaves the others' state as it was.
+func (c *Client) breach(k *call, format string, args ...any) error {
 	err := fmt.Errorf("%w: %s", ErrProtocol, fmt.Sprintf(format, args...))
-	c.fail(err)
+	k.brokeOnce.Do(func() {
+		c.warn("the agent broke the protocol in one request, which ends", "op", k.op, "request", k.id, "err", err)
+		k.brokeErr = err
+		close(k.broken)
+		c.abandon(k, err)
+	})
 	return err
 }
 
@@ -258,19 +297,21 @@ func (c *Client) remove(k *call) {
 func (c *Client) dispatch(f frame) error {
 	switch f.typ {
 	case frameResponse:
-		var r response
-		if err := json.Unmarshal(f.body, &r); err != nil {
-			return fmt.Errorf("%w: response to request %d: %v", ErrProtocol, f.id, err)
-		}
-		if r.Error != nil {
-			if !knownCode(r.Error.Code) {
-				return fmt.Errorf("%w: response to request %d: unknown error code %.40q", ErrProtocol, f.id, r.Error.Code)
-			}
-			r.Error.Message = truncMessage(r.Error.Message)
-		}
 		k := c.lookup(f.id)
 		if k == nil {
 			return nil
+		}
+		var r response
+		if err := json.Unmarshal(f.body, &r); err != nil {
+			c.breach(k, "response to %s request %d: %v", k.op, f.id, err)
+			return nil
+		}
+		if r.Error != nil {
+			if !knownCode(r.Error.Code) {
+				c.breach(k, "response to %s request %d: unknown error code %.40q", k.op, f.id, r.Error.Code)
+				return nil
+			}
+			r.Error.Message = truncMessage(r.Error.Message)
 		}
 		if k.op == opDetach && r.Error == nil {
 			// The agent sends nothing more: stop reading here, so that
@@ -302,16 +343,18 @@ func (c *Client) dispatch(f frame) error {
 		}
 		return nil
 	case frameData, frameEOF:
-		if f.stream > streamErr || (f.typ == frameData && f.stream == streamIn) || (f.typ == frameEOF && len(f.body) != 0) {
-			return fmt.Errorf("%w: %s frame on stream %d with %d bytes", ErrProtocol, frameName(f.typ), f.stream, len(f.body))
-		}
 		k := c.lookup(f.id)
 		if k == nil {
 			return nil
 		}
+		if f.stream > streamErr || (f.typ == frameData && f.stream == streamIn) || (f.typ == frameEOF && len(f.body) != 0) {
+			c.breach(k, "%s frame on stream %d with %d bytes", frameName(f.typ), f.stream, len(f.body))
+			return nil
+		}
 		if f.stream == streamIn { // eof: the agent no longer takes stdin
 			if k.in == nil {
-				return fmt.Errorf("%w: eof on stream 0 of a %s request", ErrProtocol, k.op)
+				c.breach(k, "eof on stream 0 of a %s request", k.op)
+				return nil
 			}
 			k.in.fail(errStdinClosed)
 			return nil
@@ -323,10 +366,14 @@ func (c *Client) dispatch(f frame) error {
 		}
 		s := k.out[f.stream]
 		if s == nil {
-			return fmt.Errorf("%w: %s on stream %d of a %s request", ErrProtocol, frameName(f.typ), f.stream, k.op)
+			c.breach(k, "%s on stream %d of a %s request", frameName(f.typ), f.stream, k.op)
+			return nil
 		}
 		if f.typ == frameData {
-			return s.push(f.body)
+			if err := s.push(f.body); err != nil {
+				c.breach(k, "%v", err)
+			}
+			return nil
 		}
 		s.end(nil)
 		if k.proc != nil {
@@ -335,32 +382,37 @@ func (c *Client) dispatch(f frame) error {
 		}
 		return nil
 	case frameCredit:
-		if f.stream != streamIn || len(f.body) != 4 {
-			return fmt.Errorf("%w: credit frame on stream %d with %d bytes", ErrProtocol, f.stream, len(f.body))
-		}
 		k := c.lookup(f.id)
 		if k == nil {
 			return nil
 		}
+		if f.stream != streamIn || len(f.body) != 4 {
+			c.breach(k, "credit frame on stream %d with %d bytes", f.stream, len(f.body))
+			return nil
+		}
 		if k.in == nil {
-			return fmt.Errorf("%w: credit for a %s request", ErrProtocol, k.op)
+			c.breach(k, "credit for a %s request", k.op)
+			return nil
 		}
 		k.in.grant(int(min(binary.BigEndian.Uint32(f.body), 1<<30)))
 		return nil
 	case frameExit:
-		var m exitMsg
-		if err := json.Unmarshal(f.body, &m); err != nil {
-			return fmt.Errorf("%w: exit of request %d: %v", ErrProtocol, f.id, err)
-		}
-		if m.Code < 0 || m.Code > 255 || m.Signal < 0 || m.Signal > 64 {
-			return fmt.Errorf("%w: exit of request %d: code %d, signal %d out of range", ErrProtocol, f.id, m.Code, m.Signal)
-		}
 		k := c.lookup(f.id)
 		if k == nil {
 			return nil
 		}
+		var m exitMsg
+		if err := json.Unmarshal(f.body, &m); err != nil {
+			c.breach(k, "exit of request %d: %v", f.id, err)
+			return nil
+		}
+		if m.Code < 0 || m.Code > 255 || m.Signal < 0 || m.Signal > 64 {
+			c.breach(k, "exit of request %d: code %d, signal %d out of range", f.id, m.Code, m.Signal)
+			return nil
+		}
 		if k.proc == nil {
-			return fmt.Errorf("%w: exit for a %s request", ErrProtocol, k.op)
+			c.breach(k, "exit for a %s request", k.op)
+			return nil
 		}
 		if k.proc.gotExit {
 			return nil
@@ -374,24 +426,29 @@ func (c *Client) dispatch(f frame) error {
 		c.settle(k)
 		return nil
 	case frameEvents:
-		if f.stream != streamOut {
-			return fmt.Errorf("%w: events frame on stream %d", ErrProtocol, f.stream)
-		}
 		k := c.lookup(f.id)
 		if k == nil {
 			return nil
 		}
-		if k.watch == nil {
-			return fmt.Errorf("%w: events for a %s request", ErrProtocol, k.op)
+		if f.stream != streamOut {
+			c.breach(k, "events frame on stream %d", f.stream)
+			return nil
 		}
-		return k.watch.push(f.body)
+		if k.watch == nil {
+			c.breach(k, "events for a %s request", k.op)
+			return nil
+		}
+		if err := k.watch.push(f.body); err != nil {
+			c.breach(k, "watch %d: %v", f.id, err)
+		}
+		return nil
 	case frameEntries:
 		k := c.lookup(f.id)
 		if k == nil {
 			return nil
 		}
 		if err := k.addEntries(f.body); err != nil {
-			return fmt.Errorf("%w: entries of %s request %d: %v", ErrProtocol, k.op, f.id, err)
+			c.breach(k, "entries of %s request %d: %v", k.op, f.id, err)
 		}
 		return nil
 	}
@@ -506,7 +563,7 @@ func (c *Client) newCall(ctx context.Context, op string, setup func(*call)) (*ca
 			break
 		}
 	}
-	k := &call{id: c.nextID, op: op, resp: make(chan *response, 1)}
+	k := &call{id: c.nextID, op: op, resp: make(chan *response, 1), broken: make(chan struct{})}
 	if setup != nil {
 		setup(k)
 	}
@@ -539,6 +596,8 @@ func (c *Client) abandon(k *call, err error) {
 
 // await waits for the response to k.
 func (c *Client) await(ctx context.Context, k *call) (*response, error) {
+	// An answer that came is taken, even if the request broke after it
+	// (a watch's events, say): that is the answer's reader's to see.
 	select {
 	case r := <-k.resp:
 		return r, nil
@@ -547,6 +606,13 @@ func (c *Client) await(ctx context.Context, k *call) (*response, error) {
 	select {
 	case r := <-k.resp:
 		return r, nil
+	case <-k.broken:
+		select {
+		case r := <-k.resp:
+			return r, nil
+		default:
+			return nil, k.brokeErr
+		}
 	case <-c.done:
 		select {
 		case r := <-k.resp:
@@ -716,7 +782,7 @@ func (c *Client) Exec(ctx context.Context, r ExecRequest) (*Process, error) {
 		return nil, err
 	}
 	if resp.PID <= 0 || resp.PID > maxPID {
-		return nil, c.violation("exec: pid %d out of range", resp.PID)
+		return nil, c.breach(k, "exec: pid %d out of range", resp.PID)
 	}
 	p := &Process{PID: resp.PID, Stdout: k.out[streamOut], Stderr: eofReader{}, c: c, k: k, tty: r.TTY}
 	if !r.TTY {
@@ -761,6 +827,13 @@ func (p *Process) Wait() (ExitStatus, error) {
 	select {
 	case <-p.k.proc.exited:
 		return p.k.proc.status, nil
+	case <-p.k.broken:
+		select {
+		case <-p.k.proc.exited:
+			return p.k.proc.status, nil
+		default:
+			return ExitStatus{}, fmt.Errorf("wait for process %d: %w", p.PID, p.k.brokeErr)
+		}
 	case <-p.c.done:
 		select {
 		case <-p.k.proc.exited:
@@ -855,7 +928,7 @@ func (c *Client) ReadFile(ctx context.Context, path string, w io.Writer) (int64,
 		return n, r.Error
 	}
 	if r.Size != n {
-		return n, c.violation("read %s: the agent sent %d bytes and reported %d", path, n, r.Size)
+		return n, c.breach(k, "read %s: the agent sent %d bytes and reported %d", path, n, r.Size)
 	}
 	return n, nil
 }
@@ -915,7 +988,7 @@ func (c *Client) WriteFile(ctx context.Context, path string, r io.Reader, mode o
 		return n, resp.Error
 	}
 	if resp.Size != n {
-		return n, c.violation("write %s: sent %d bytes, the agent wrote %d", path, n, resp.Size)
+		return n, c.breach(k, "write %s: sent %d bytes, the agent wrote %d", path, n, resp.Size)
 	}
 	return n, nil
 }
@@ -926,16 +999,16 @@ func (c *Client) Stat(ctx context.Context, path string) (FileInfo, error) {
 	if e := checkPath("stat", path); e != nil {
 		return FileInfo{}, e
 	}
-	_, r, err := c.roundTrip(ctx, &request{Op: opStat, Path: wstr(path)}, nil)
+	k, r, err := c.roundTrip(ctx, &request{Op: opStat, Path: wstr(path)}, nil)
 	if err != nil {
 		return FileInfo{}, err
 	}
 	if r.Info == nil {
-		return FileInfo{}, c.violation("stat %s: no file info", path)
+		return FileInfo{}, c.breach(k, "stat %s: no file info", path)
 	}
 	fi, err := fileInfo(*r.Info)
 	if err != nil {
-		return FileInfo{}, c.violation("stat %s: %v", path, err)
+		return FileInfo{}, c.breach(k, "stat %s: %v", path, err)
 	}
 	return fi, nil
 }

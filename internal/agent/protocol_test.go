@@ -8,11 +8,14 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hutch-sandbox/hutch/internal/testutil"
 )
 
 // fakeAgent is a scripted agent, for feeding a client what a real one
@@ -140,14 +143,28 @@ func TestClientRejectsMalformedFrames(t *testing.T) {
 		{"data after eof", false, execWait(false), started(string(raw(frameEOF, streamOut, 1, "")) + string(raw(frameData, streamOut, 1, "x")))},
 		{"window exceeded", false, execWait(false), started(strings.Repeat(string(raw(frameData, streamOut, 1, strings.Repeat("z", maxChunk))), window/maxChunk+1))},
 	}
+	// What breaks the connection itself — its framing, its handshake, a
+	// frame of a type no request has — ends it; anything else is of one
+	// request, which alone fails (Client.breach): the next request is
+	// answered.
+	whole := map[string]bool{
+		"oversized frame": true, "frame shorter than its header": true, "unknown frame type": true, "no hello": true,
+		"other version": true, "tiny frame limit": true, "hello not JSON": true, "second hello": true,
+	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c, f := newFake(t)
+			logs := &testutil.Buffer{}
+			c.SetLog(slog.New(slog.NewTextHandler(logs, nil)))
 			go func() {
 				if !tt.noHello {
 					f.hello()
 				}
 				tt.agent(f)
+				if !whole[tt.name] {
+					id, _ := f.request()
+					f.send(raw(frameResponse, 0, id, `{"info":{"name":"next","size":3}}`))
+				}
 				f.drain()
 			}()
 			errc := make(chan error, 1)
@@ -160,9 +177,24 @@ func TestClientRejectsMalformedFrames(t *testing.T) {
 			case <-time.After(5 * time.Second):
 				t.Fatal("call still running 5s after a malformed frame")
 			}
+			if !whole[tt.name] {
+				if fi, err := c.Stat(context.Background(), "/next"); err != nil || fi.Name != "next" {
+					t.Fatalf("the next request after a malformed frame of another: %+v, %v", fi, err)
+				}
+				if err := c.Err(); err != nil {
+					t.Errorf("a malformed frame of one request ended the connection: %v", err)
+				}
+				if !strings.Contains(logs.String(), "broke the protocol in one request") {
+					t.Errorf("nothing logged: %q", logs.String())
+				}
+				return
+			}
 			<-c.Done()
 			if !errors.Is(c.Err(), ErrProtocol) {
 				t.Errorf("Err() = %v", c.Err())
+			}
+			if !tt.noHello && !strings.Contains(logs.String(), "its connection ends") {
+				t.Errorf("nothing logged: %q", logs.String())
 			}
 		})
 	}

@@ -70,10 +70,10 @@ func (s *inStream) push(b []byte) error {
 		if s.err != nil {
 			return nil // the caller gave up on the stream
 		}
-		return fmt.Errorf("%w: data after the end of stream %d of request %d", ErrProtocol, s.stream, s.id)
+		return fmt.Errorf("data after the end of stream %d of request %d", s.stream, s.id)
 	}
 	if len(b) > s.allowance {
-		return fmt.Errorf("%w: %d bytes on stream %d of request %d exceed the window (%d left)", ErrProtocol, len(b), s.stream, s.id, s.allowance)
+		return fmt.Errorf("%d bytes on stream %d of request %d exceed the window (%d left)", len(b), s.stream, s.id, s.allowance)
 	}
 	s.allowance -= len(b)
 	if len(b) == 0 {

@@ -49,8 +49,9 @@ type Watch struct {
 
 // watchQueue is the client's end of a watch's events: it keeps at most a
 // window of their frames' bytes, grants the agent more once its caller took
-// a quarter of a window, and ends the connection if the agent sends more
-// than it was granted or a malformed event (S7).
+// a quarter of a window, and ends the watch (not the connection: see
+// Client.breach) if the agent sends more than it was granted or a
+// malformed event (S7).
 type watchQueue struct {
 	mu        sync.Mutex
 	events    []WatchEvent
@@ -61,23 +62,24 @@ type watchQueue struct {
 	changed   notifier
 }
 
-// push adds a frame of events from the agent.
+// push adds a frame of events from the agent; an error says how the frame
+// breaks the protocol, and nothing of it was added.
 func (q *watchQueue) push(body []byte) error {
 	q.mu.Lock()
 	room := q.allowance
 	q.mu.Unlock()
 	if len(body) > room { // checked again below; only the reader pushes
-		return fmt.Errorf("%w: %d bytes of watch events exceed the window (%d left)", ErrProtocol, len(body), room)
+		return fmt.Errorf("%d bytes of watch events exceed the window (%d left)", len(body), room)
 	}
 	var ws []wireEvent
 	if err := json.Unmarshal(body, &ws); err != nil {
-		return fmt.Errorf("%w: watch events: %v", ErrProtocol, err)
+		return fmt.Errorf("watch events: %v", err)
 	}
 	evs := make([]WatchEvent, 0, len(ws))
 	for _, w := range ws {
 		ev, err := watchEvent(w)
 		if err != nil {
-			return fmt.Errorf("%w: watch events: %v", ErrProtocol, err)
+			return fmt.Errorf("watch events: %v", err)
 		}
 		evs = append(evs, ev)
 	}
@@ -87,10 +89,10 @@ func (q *watchQueue) push(body []byte) error {
 		if q.err != nil {
 			return nil
 		}
-		return fmt.Errorf("%w: watch events after the end of the watch", ErrProtocol)
+		return errors.New("watch events after the end of the watch")
 	}
 	if len(body) > q.allowance {
-		return fmt.Errorf("%w: %d bytes of watch events exceed the window (%d left)", ErrProtocol, len(body), q.allowance)
+		return fmt.Errorf("%d bytes of watch events exceed the window (%d left)", len(body), q.allowance)
 	}
 	q.allowance -= len(body)
 	q.ungranted += len(body) // granted again once taken

@@ -179,6 +179,12 @@ func (w *watcher) handle(b []byte) (done bool, err error) {
 			}
 			return true, nil
 		}
+		if name == "" {
+			// An event of a watched directory itself (its mode, its
+			// times): its parent's watch reports it with its name, and
+			// the root's own is no change in it.
+			continue
+		}
 		rel := name
 		if dir != "" {
 			rel = dir + "/" + name

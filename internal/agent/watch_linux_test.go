@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -288,6 +290,8 @@ func TestClientWatchBounds(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			c, f := newFake(t)
+			logs := &testutil.Buffer{}
+			c.SetLog(slog.New(slog.NewTextHandler(logs, nil)))
 			go func() {
 				f.hello()
 				id, m := f.request()
@@ -320,6 +324,62 @@ func TestClientWatchBounds(t *testing.T) {
 			if !errors.Is(err, ErrProtocol) {
 				t.Errorf("next: %v", err)
 			}
+			// The watch alone ended, and the log says why: the
+			// connection goes on.
+			if err := c.Err(); err != nil {
+				t.Errorf("a malformed watch event ended the connection: %v", err)
+			}
+			if !strings.Contains(logs.String(), "broke the protocol in one request") || !strings.Contains(logs.String(), "op=watch") {
+				t.Errorf("log: %q", logs.String())
+			}
 		})
+	}
+}
+
+// TestWatchDirectoryItself: the events inotify reports of a watched
+// directory itself (a subdirectory of a recursive watch made and chmodded,
+// the watched directory's own mode changed) are no events of a path
+// element "": the subdirectory's are reported by its parent, under its
+// name, and the watch and the connection go on.
+func TestWatchDirectoryItself(t *testing.T) {
+	c, _ := agentPair(t, ServeOptions{}, false)
+	ctx := context.Background()
+	dir := t.TempDir()
+	w, err := c.Watch(ctx, dir, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	l := &eventLog{t: t, w: w}
+	sub := filepath.Join(dir, "sub")
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	l.waitFor(WatchEvent{Op: WatchCreate, Path: "sub", IsDir: true}, 10*time.Second)
+	// Watched by now: a file in it is reported.
+	if err := os.WriteFile(filepath.Join(sub, "a"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l.waitFor(WatchEvent{Op: WatchCreate, Path: "sub/a"}, 10*time.Second)
+	for _, p := range []string{sub, dir} {
+		if err := os.Chmod(p, 0o750); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(p, time.Now(), time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l.waitFor(WatchEvent{Op: WatchChmod, Path: "sub", IsDir: true}, 10*time.Second)
+	if err := os.WriteFile(filepath.Join(sub, "b"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l.waitFor(WatchEvent{Op: WatchCreate, Path: "sub/b"}, 10*time.Second)
+	for _, ev := range l.ev {
+		if ev.Path == "" || strings.HasSuffix(ev.Path, "/") {
+			t.Errorf("an event without a name: %+v", ev)
+		}
+	}
+	if err := c.Err(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -709,8 +709,11 @@ func (m *Manager) watch(l *live, inst instance, client *agent.Client, unwatch, w
 	}
 }
 
-// startWatch starts watch on l's instance and client as they are now.
+// startWatch starts watch on l's instance and client as they are now, and
+// gives the client the daemon's log for the agent's breaches of the
+// protocol.
 func (m *Manager) startWatch(l *live) {
+	l.client.SetLog(m.log.With("sandbox", l.id, "tenant", l.tenant))
 	l.unwatch, l.watched = make(chan struct{}), make(chan struct{})
 	go m.watch(l, l.inst, l.client, l.unwatch, l.watched)
 }

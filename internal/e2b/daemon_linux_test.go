@@ -240,6 +240,7 @@ func TestRealDaemon(t *testing.T) {
 			{"DELETE", "/sandboxes/%s", ""},
 			{"POST", "/sandboxes/%s/timeout", `{"timeout":60}`},
 			{"POST", "/sandboxes/%s/pause", ""},
+			{"POST", "/sandboxes/%s/connect", `{"timeout":60}`},
 			{"POST", "/v2/sandboxes/%s/connect", `{"timeout":60}`},
 		} {
 			what := rt.method + " " + rt.path

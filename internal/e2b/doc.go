@@ -2,8 +2,10 @@
 // https://api.e2b.dev that E2B's SDKs use for sandboxes) on top of hutch's
 // sandbox manager, so that E2B's SDKs work unchanged against `hutch serve`:
 // create, connect (which resumes a paused sandbox), get, list (/sandboxes
-// and /v2/sandboxes, with metadata and state filters and X-Next-Token
-// pagination), set the timeout, pause, resume and kill.
+// and /v2/sandboxes, newest first, with metadata and state filters and
+// E2B's X-Next-Token cursors), set the timeout, pause, resume and kill.
+// A route of E2B's it does not serve is answered 501 naming it, any other
+// path of E2B's API 404.
 //
 // The API key (X-API-Key) is a hutch token: its tenant owns the sandboxes.
 // Every sandbox gets an envd access token, returned by create and connect

@@ -142,6 +142,9 @@ func (h *Handler) table() []route {
 		r("POST /sandboxes/{id}/refreshes", "extend", h.refresh),
 		r("POST /sandboxes/{id}/pause", "pause", h.pause),
 		r("POST /sandboxes/{id}/resume", "resume", h.resume),
+		// The SDKs' connect: JavaScript 2.6 to 2.50 and Python send the
+		// first, JavaScript 2.51 the second (older ones resume).
+		r("POST /sandboxes/{id}/connect", "connect", h.connect),
 		r("POST /v2/sandboxes/{id}/connect", "connect", h.connect),
 		r("POST /sandboxes/{id}/snapshots", "snapshot", h.snapshot),
 		r("GET /snapshots", ro, h.listSnapshots),
@@ -189,11 +192,19 @@ func (h *Handler) handle(rt audit.Route, f handlerFunc) {
 	})
 }
 
-// Paths reports whether path belongs to E2B's REST API for sandboxes
-// (/sandboxes..., /v2/sandboxes...), which the handler answers; hutch's own
-// API has none of them.
+// prefixes are the first segments of the paths of E2B's REST API (its
+// versioned forms /v2/... and /v3/... whole: hutch's own API is /v1/...).
+// envd's /health, which E2B's API has too, is envd's here.
+var prefixes = []string{
+	"/sandboxes", "/snapshots", "/templates", "/volumes", "/volumecontent", "/secrets",
+	"/teams", "/nodes", "/admin", "/access-tokens", "/api-keys", "/v2", "/v3",
+}
+
+// Paths reports whether path belongs to E2B's REST API, which the handler
+// answers (a route it does not serve with E2B's error, 501 or 404); hutch's
+// own API has none of them.
 func Paths(path string) bool {
-	for _, p := range []string{"/sandboxes", "/v2/sandboxes", "/snapshots", "/templates"} {
+	for _, p := range prefixes {
 		if path == p || strings.HasPrefix(path, p+"/") {
 			return true
 		}
@@ -201,14 +212,74 @@ func Paths(path string) bool {
 	return false
 }
 
-// ServeHTTP routes a request of E2B's REST API; a path or method it does
-// not serve is answered 501 with its name.
+// e2bRoutes are the routes of E2B's REST API (its OpenAPI description,
+// and those the SDKs of the last year call) that hutch does not serve:
+// asked for, they are answered 501 with their name; any other path under
+// Paths is answered 404.
+var e2bRoutes = []string{
+	"GET /teams", "GET /teams/{teamID}/metrics", "GET /teams/{teamID}/metrics/max",
+	"GET /sandboxes/{sandboxID}/logs", "GET /v2/sandboxes/{sandboxID}/logs",
+	"POST /v3/templates", "GET /v2/templates", "POST /v2/templates",
+	"GET /templates/{templateID}/files/{hash}", "GET /templates", "POST /templates",
+	"GET /templates/{templateID}", "POST /templates/{templateID}", "PATCH /templates/{templateID}",
+	"POST /templates/{templateID}/builds/{buildID}", "POST /v2/templates/{templateID}/builds/{buildID}",
+	"PATCH /v2/templates/{templateID}", "GET /templates/{templateID}/builds/{buildID}/status",
+	"GET /templates/{templateID}/builds/{buildID}/logs", "POST /templates/tags", "DELETE /templates/tags",
+	"GET /templates/{templateID}/tags", "GET /templates/aliases/{alias}", "DELETE /templates/tags/{name}",
+	"GET /nodes", "GET /nodes/{nodeID}", "POST /nodes/{nodeID}",
+	"POST /admin/teams/{teamID}/sandboxes/kill", "GET /admin/sandboxes/running-counts",
+	"POST /admin/teams/{teamID}/builds/cancel", "POST /admin/teams/{teamID}/api-keys",
+	"DELETE /admin/teams/{teamID}/api-keys/{apiKeyID}",
+	"POST /access-tokens", "DELETE /access-tokens/{accessTokenID}",
+	"GET /api-keys", "POST /api-keys", "PATCH /api-keys/{apiKeyID}", "DELETE /api-keys/{apiKeyID}",
+	"GET /volumes", "POST /volumes", "GET /volumes/{volumeID}", "DELETE /volumes/{volumeID}",
+	"GET /volumecontent/{volumeID}/path", "PATCH /volumecontent/{volumeID}/path", "GET /volumecontent/{volumeID}/dir", "POST /volumecontent/{volumeID}/dir",
+	"GET /volumecontent/{volumeID}/file", "PUT /volumecontent/{volumeID}/file", "DELETE /volumecontent/{volumeID}/path",
+	"GET /secrets", "POST /secrets", "GET /secrets/{secretID}", "POST /secrets/{secretID}", "DELETE /secrets/{secretID}",
+}
+
+// ServeHTTP routes a request of E2B's REST API. A route of E2B's that
+// hutch does not serve (e2bRoutes) is answered 501 with its name, any
+// other path or method 404: never by hutch's own API, whose refusals (a
+// token it wants) the SDKs would misread.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if _, pattern := h.mux.Handler(r); pattern == "" {
-		h.fail(w, r, errorf(errNoRoute, "%s %s: not supported by hutch", r.Method, r.URL.Path))
+	_, pattern := h.mux.Handler(r)
+	// A route without wildcards is more specific than one of hutch's
+	// with them: DELETE /templates/tags is not DELETE /templates/{id}.
+	if known := unserved(r.Method, r.URL.Path); known != "" && (pattern == "" || !strings.Contains(known, "{")) {
+		h.fail(w, r, errorf(errNoRoute, "%s %s: E2B's %s is not supported by hutch", r.Method, r.URL.Path, known))
+		return
+	}
+	if pattern == "" {
+		h.fail(w, r, errorf(daemon.ErrNotFound, "%s %s: no such route of E2B's API", r.Method, r.URL.Path))
 		return
 	}
 	h.mux.ServeHTTP(w, r)
+}
+
+// unserved returns the route of e2bRoutes that method and path ask for,
+// "" if none. A wildcard ({name}) matches one non-empty segment.
+func unserved(method, path string) string {
+	segs := strings.Split(path, "/")
+	for _, route := range e2bRoutes {
+		m, p, _ := strings.Cut(route, " ")
+		want := strings.Split(p, "/")
+		if m != method || len(want) != len(segs) {
+			continue
+		}
+		match := true
+		for i, w := range want {
+			if strings.HasPrefix(w, "{") {
+				match = match && segs[i] != ""
+			} else {
+				match = match && segs[i] == w
+			}
+		}
+		if match {
+			return route
+		}
+	}
+	return ""
 }
 
 // authenticate returns the tenant of the request's API key: X-API-Key (as

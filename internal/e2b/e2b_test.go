@@ -142,7 +142,7 @@ func TestParseList(t *testing.T) {
 	// As E2B's JavaScript SDK encodes a metadata filter.
 	md := url.Values{}
 	md.Set(url.PathEscape("key with space"), url.PathEscape("a/b c"))
-	q := url.Values{"metadata": {md.Encode()}, "state": {"running,paused"}, "limit": {"5"}, "nextToken": {"NQ"}}
+	q := url.Values{"metadata": {md.Encode()}, "state": {"running,paused"}, "limit": {"5"}, "nextToken": {listKey{time.Unix(5, 0), "sb-5"}.token(false)}}
 	lq, err := parseList(q, true)
 	if err != nil {
 		t.Fatal(err)
@@ -150,10 +150,12 @@ func TestParseList(t *testing.T) {
 	if lq.metadata["key with space"] != "a/b c" || len(lq.metadata) != 1 {
 		t.Errorf("metadata %q", lq.metadata)
 	}
-	if !slices.Equal(lq.states, []string{"running", "paused"}) || lq.limit != 5 || lq.offset != 5 {
+	if !slices.Equal(lq.states, []string{"running", "paused"}) || lq.limit != 5 || lq.after == nil || lq.after.id != "sb-5" || !lq.after.started.Equal(time.Unix(5, 0)) {
 		t.Errorf("query %+v", lq)
 	}
-	for _, bad := range []url.Values{{"limit": {"0"}}, {"limit": {"101"}}, {"state": {"gone"}}, {"nextToken": {"!"}}, {"other": {"1"}}} {
+	for _, bad := range []url.Values{{"limit": {"0"}}, {"limit": {"101"}}, {"state": {"gone"}}, {"nextToken": {"!"}}, {"other": {"1"}},
+		{"nextToken": {listKey{time.Unix(5, 0), "sb-5"}.token(true)}}, {"order": {"asc"}, "nextToken": {listKey{time.Unix(5, 0), "sb-5"}.token(false)}},
+		{"order": {"up"}}} {
 		if _, err := parseList(bad, true); err == nil || classify(err) != http.StatusBadRequest {
 			t.Errorf("parseList(%v) = %v, want 400", bad, err)
 		}
@@ -163,7 +165,8 @@ func TestParseList(t *testing.T) {
 func TestPaths(t *testing.T) {
 	for p, want := range map[string]bool{
 		"/sandboxes": true, "/sandboxes/sb-1": true, "/v2/sandboxes": true, "/v2/sandboxes/sb-1/connect": true,
-		"/v1/sandboxes": false, "/sandboxesx": false, "/health": false,
+		"/templates": true, "/v3/templates": true, "/volumes/v": true, "/secrets": true, "/snapshots/s": true, "/teams": true,
+		"/v1/sandboxes": false, "/sandboxesx": false, "/health": false, "/files": false, "/metrics": false, "/ui/": false, "/mcp": false,
 	} {
 		if Paths(p) != want {
 			t.Errorf("Paths(%q) = %v", p, !want)

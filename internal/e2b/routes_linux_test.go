@@ -586,6 +586,7 @@ func (w *walker) calls() map[string]call {
 			id := w.spare(t, true)
 			return func(t *testing.T) { w.e2b(t, "POST", "/sandboxes/"+id+"/resume", "", 201) }
 		},
+		"e2b POST /sandboxes/{id}/connect":    now(func(t *testing.T) { w.e2b(t, "POST", "/sandboxes/"+m+"/connect", `{}`, 200) }),
 		"e2b POST /v2/sandboxes/{id}/connect": now(func(t *testing.T) { w.e2b(t, "POST", "/v2/sandboxes/"+m+"/connect", `{}`, 200) }),
 		"e2b POST /sandboxes/{id}/snapshots": func(t *testing.T) func(*testing.T) {
 			id := w.spare(t, false)

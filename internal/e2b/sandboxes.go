@@ -492,9 +492,68 @@ type listQuery struct {
 	states       []string // E2B's states; empty: running and paused
 	startedAfter time.Time
 	template     string
-	desc         bool
+	asc          bool // oldest first; E2B's default is newest first
 	limit        int
-	offset       int
+	// after is the position nextToken names: the page starts after it.
+	after *listKey
+}
+
+// listKey is a sandbox's place in a list, as E2B orders it: by start time
+// to the microsecond, newest first, then by id; oldest first is the exact
+// reverse.
+type listKey struct {
+	started time.Time
+	id      string
+}
+
+// keyOf is the place of s in a list.
+func keyOf(s listedJSON) listKey {
+	return listKey{s.StartedAt.Truncate(time.Microsecond), s.SandboxID}
+}
+
+// compare orders a before b (-1) or after it (1) in a list newest first,
+// or oldest first if asc.
+func (a listKey) compare(b listKey, asc bool) int {
+	if c := b.started.Compare(a.started); c != 0 {
+		if asc {
+			return -c
+		}
+		return c
+	}
+	c := strings.Compare(a.id, b.id)
+	if asc {
+		return -c
+	}
+	return c
+}
+
+// token is E2B's nextToken for a page that goes on after k: base64 of
+// "TIME__ID", with "__asc" for a list oldest first.
+func (k listKey) token(asc bool) string {
+	s := k.started.UTC().Format(time.RFC3339Nano) + "__" + k.id
+	if asc {
+		s += "__asc"
+	}
+	return base64.URLEncoding.EncodeToString([]byte(s))
+}
+
+// parseToken reads a nextToken of a list ordered as asc says; one made
+// for the other order is refused, as it would repeat a page.
+func parseToken(tok string, asc bool) (listKey, error) {
+	bad := errorf(daemon.ErrInvalid, "query: nextToken %.80q is not one this server gave for this order", tok)
+	b, err := base64.URLEncoding.DecodeString(tok)
+	if err != nil {
+		return listKey{}, bad
+	}
+	parts := strings.Split(string(b), "__")
+	if len(parts) < 2 || len(parts) > 3 || (len(parts) == 3) != asc || (asc && parts[2] != "asc") {
+		return listKey{}, bad
+	}
+	t, err := time.Parse(time.RFC3339Nano, parts[0])
+	if err != nil {
+		return listKey{}, bad
+	}
+	return listKey{t.Truncate(time.Microsecond), parts[1]}, nil
 }
 
 // parseList parses the query of GET /sandboxes (v1 false) or
@@ -549,28 +608,27 @@ func parseList(q url.Values, v2 bool) (listQuery, error) {
 		}
 		lq.limit = n
 	}
-	if s := q.Get("nextToken"); s != "" {
-		b, err := base64.RawURLEncoding.DecodeString(s)
-		n, err2 := strconv.Atoi(string(b))
-		if err != nil || err2 != nil || n < 0 {
-			return lq, errorf(daemon.ErrInvalid, "query: nextToken %q is not one this server gave", s)
-		}
-		lq.offset = n
-	}
 	if s := q.Get("startedAfter"); s != "" {
 		t, err := time.Parse(time.RFC3339Nano, s)
 		if err != nil {
 			return lq, errorf(daemon.ErrInvalid, "query: startedAfter %q: want an RFC 3339 time", s)
 		}
-		lq.startedAfter = t
+		lq.startedAfter = t.Truncate(time.Microsecond)
 	}
 	lq.template = q.Get("template")
 	switch o := q.Get("order"); o {
-	case "", "asc":
-	case "desc":
-		lq.desc = true
+	case "", "desc":
+	case "asc":
+		lq.asc = true
 	default:
 		return lq, errorf(daemon.ErrInvalid, "query: order %q: want asc or desc", o)
+	}
+	if s := q.Get("nextToken"); s != "" {
+		k, err := parseToken(s, lq.asc)
+		if err != nil {
+			return lq, err
+		}
+		lq.after = &k
 	}
 	return lq, nil
 }
@@ -594,7 +652,7 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request, tenant string, lq
 		}
 		if st == "" || !slices.Contains(states, st) ||
 			(lq.template != "" && lq.template != Template) ||
-			(!lq.startedAfter.IsZero() && !info.CreatedAt.After(lq.startedAfter)) {
+			(!lq.startedAfter.IsZero() && info.CreatedAt.Truncate(time.Microsecond).Before(lq.startedAfter)) {
 			continue
 		}
 		out = append(out, listed(info, h.templateOf(info.ID)))
@@ -602,25 +660,31 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request, tenant string, lq
 	if lq.metadata == nil {
 		h.prune(tenant, live)
 	}
-	slices.SortStableFunc(out, func(a, b listedJSON) int {
-		c := a.StartedAt.Compare(b.StartedAt)
-		if c == 0 {
-			c = strings.Compare(a.SandboxID, b.SandboxID)
+	if slices.Contains(states, "running") {
+		running := 0
+		for _, s := range out {
+			if s.State == "running" {
+				running++
+			}
 		}
-		if lq.desc {
-			c = -c
-		}
-		return c
-	})
-	if lq.offset >= len(out) {
-		out = out[:0]
-	} else {
-		out = out[lq.offset:]
+		w.Header().Set("X-Total-Running", strconv.Itoa(running))
+	}
+	// As E2B lists: newest first unless asked otherwise; a page goes on
+	// after the place its token names (keyset, not an offset: a sandbox
+	// made or gone meanwhile moves nothing on the next page).
+	slices.SortFunc(out, func(a, b listedJSON) int { return keyOf(a).compare(keyOf(b), lq.asc) })
+	if lq.after != nil {
+		i, _ := slices.BinarySearchFunc(out, *lq.after, func(s listedJSON, k listKey) int {
+			if keyOf(s).compare(k, lq.asc) <= 0 {
+				return -1
+			}
+			return 1
+		})
+		out = out[i:]
 	}
 	if len(out) > lq.limit {
 		out = out[:lq.limit]
-		next := strconv.Itoa(lq.offset + lq.limit)
-		w.Header().Set("X-Next-Token", base64.RawURLEncoding.EncodeToString([]byte(next)))
+		w.Header().Set("X-Next-Token", keyOf(out[len(out)-1]).token(lq.asc))
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil

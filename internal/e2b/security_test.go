@@ -11,8 +11,11 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/agent"
 	"github.com/hutch-sandbox/hutch/internal/api/apitest"
@@ -156,6 +159,7 @@ func TestTenantIsolation(t *testing.T) {
 		{"POST", "/sandboxes/%s/refreshes", `{"duration":60}`},
 		{"POST", "/sandboxes/%s/pause", ""},
 		{"POST", "/sandboxes/%s/resume", `{"timeout":60}`},
+		{"POST", "/sandboxes/%s/connect", `{"timeout":60}`},
 		{"POST", "/v2/sandboxes/%s/connect", `{"timeout":60}`},
 	} {
 		what := rt.method + " " + fmt.Sprintf(rt.path, "ID")
@@ -307,12 +311,52 @@ func TestAccessTokens(t *testing.T) {
 	}
 }
 
+// TestConnectPaths: every path of connect the SDKs of the last year use
+// (POST /sandboxes/{id}/connect: JavaScript 2.6 to 2.50 and Python;
+// /v2/...: JavaScript 2.51) answers as connect does: 200 with the
+// sandbox's access token while it runs, 201 once it resumed a paused one,
+// a timeout extending its life, 404 for one that is gone.
+func TestConnectPaths(t *testing.T) {
+	f := newFixture(t)
+	for _, prefix := range []string{"/sandboxes/", "/v2/sandboxes/"} {
+		id, tok := f.create(t, "alice")
+		connect := func(want int) {
+			t.Helper()
+			w := f.as("alice", "POST", prefix+id+"/connect", `{"timeout":3000}`)
+			if w.Code != want {
+				t.Fatalf("POST %s%s/connect: %d %s, want %d", prefix, id, w.Code, w.Body, want)
+			}
+			var sb sandboxJSON
+			if err := json.Unmarshal(w.Body.Bytes(), &sb); err != nil || sb.SandboxID != id || sb.EnvdAccessToken != tok || sb.EnvdVersion != EnvdVersion {
+				t.Errorf("POST %s%s/connect: %s (%v)", prefix, id, w.Body, err)
+			}
+		}
+		connect(http.StatusOK)
+		info, err := f.m.Get(context.Background(), "alice", id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if left := time.Until(info.ExpiresAt); left < 2000*time.Second {
+			t.Errorf("%s: %v left after a connect with a timeout of 3000 s", prefix, left)
+		}
+		if w := f.as("alice", "POST", "/sandboxes/"+id+"/pause", ""); w.Code != http.StatusNoContent {
+			t.Fatalf("pause: %d %s", w.Code, w.Body)
+		}
+		connect(http.StatusCreated)
+		if info, err := f.m.Get(context.Background(), "alice", id); err != nil || info.State != store.StateRunning {
+			t.Errorf("%s: after connect to a paused sandbox: %+v, %v", prefix, info, err)
+		}
+		f.as("alice", "DELETE", "/sandboxes/"+id, "")
+		checkError(t, "connect to a killed sandbox", f.as("alice", "POST", prefix+id+"/connect", `{}`), http.StatusNotFound)
+	}
+}
+
 // routesWithBody are the routes that read a JSON body, with %s for a
 // sandbox id.
 var routesWithBody = []string{
 	"/sandboxes", "/v2/sandboxes",
 	"/sandboxes/%s/timeout", "/sandboxes/%s/refreshes", "/sandboxes/%s/pause",
-	"/sandboxes/%s/resume", "/v2/sandboxes/%s/connect",
+	"/sandboxes/%s/resume", "/sandboxes/%s/connect", "/v2/sandboxes/%s/connect",
 }
 
 // TestBodies: an oversized, malformed or unknown body is refused with
@@ -356,7 +400,7 @@ func TestBodies(t *testing.T) {
 	if got := f.m.LastCreateID(); got != id {
 		t.Errorf("a refused request created sandbox %s", got)
 	}
-	if w := f.as("alice", "GET", "/v2/sandboxes/", ""); w.Code != http.StatusNotImplemented {
+	if w := f.as("alice", "GET", "/v2/sandboxes/", ""); w.Code != http.StatusNotFound {
 		t.Errorf("GET /v2/sandboxes/: %d", w.Code)
 	}
 }
@@ -486,12 +530,32 @@ func TestErrorShape(t *testing.T) {
 		f.as("alice", "POST", "/sandboxes/"+id+"/resume", "")
 		return f.as("alice", "POST", "/sandboxes/"+id+"/resume", "")
 	}(), http.StatusConflict)
+	// A route of E2B's that hutch lacks is 501 naming it, any other path
+	// under E2B's prefixes 404: E2B's shape, never hutch's own API (whose
+	// refusal here is a plain 404 without {code, message}), with or
+	// without a key.
 	for _, r := range [][2]string{
-		{"PUT", "/sandboxes"}, {"GET", "/sandboxes/" + id + "/logs"}, {"GET", "/v2/sandboxes/" + id + "/logs"},
-		{"GET", "/templates"}, {"PATCH", "/sandboxes/" + id},
+		{"GET", "/sandboxes/" + id + "/logs"}, {"GET", "/v2/sandboxes/" + id + "/logs"},
+		{"GET", "/templates"}, {"POST", "/v3/templates"}, {"GET", "/v2/templates"},
+		{"DELETE", "/templates/tags"}, {"GET", "/templates/t1"}, {"PATCH", "/templates/t1"}, {"GET", "/templates/t1/tags"}, {"GET", "/templates/aliases/a"},
+		{"GET", "/templates/t1/builds/b1/status"}, {"GET", "/volumes"}, {"DELETE", "/volumes/v1"},
+		{"GET", "/volumecontent/v1/dir"}, {"GET", "/secrets"}, {"POST", "/secrets/s1"}, {"GET", "/teams"},
+		{"GET", "/api-keys"},
 	} {
-		msg := checkError(t, r[0]+" "+r[1], f.do(r[0], r[1], ""), http.StatusNotImplemented)
-		if !strings.Contains(msg, "not supported by hutch") {
+		for _, key := range []string{f.keys["alice"], ""} {
+			msg := checkError(t, r[0]+" "+r[1], f.do(r[0], r[1], "", "X-API-Key", key), http.StatusNotImplemented)
+			if !strings.Contains(msg, "not supported by hutch") || !strings.Contains(msg, r[0]+" /") {
+				t.Errorf("%s %s: message %q", r[0], r[1], msg)
+			}
+		}
+	}
+	for _, r := range [][2]string{
+		{"PUT", "/sandboxes"}, {"PATCH", "/sandboxes/" + id}, {"GET", "/snapshots/x"}, {"GET", "/snapshots/x/y"},
+		{"GET", "/volumes/v1/nothing"}, {"POST", "/v2/anything"}, {"GET", "/v3/templates"}, {"GET", "/secrets/"},
+		{"GET", "/templates/t1/builds/b1/nothing"}, {"GET", "/admin"}, {"PUT", "/sandboxes/" + id + "/timeout"},
+	} {
+		msg := checkError(t, r[0]+" "+r[1], f.as("alice", r[0], r[1], ""), http.StatusNotFound)
+		if !strings.Contains(msg, "no such route") {
 			t.Errorf("%s %s: message %q", r[0], r[1], msg)
 		}
 	}
@@ -546,3 +610,85 @@ func TestDecodeErrorsAreClientErrors(t *testing.T) {
 type errReader struct{}
 
 func (errReader) Read([]byte) (int, error) { return 0, io.ErrUnexpectedEOF }
+
+// TestListOrder: GET /sandboxes and /v2/sandboxes list newest first, as
+// E2B does (ties by id); order=asc is the exact reverse; pages go on
+// after the place their nextToken names, which a list of the other order
+// refuses.
+func TestListOrder(t *testing.T) {
+	f := newFixture(t)
+	for range 4 {
+		f.create(t, "alice")
+	}
+	infos, err := f.m.List(context.Background(), "alice", nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.SortFunc(infos, func(a, b daemon.Info) int {
+		if c := b.CreatedAt.Truncate(time.Microsecond).Compare(a.CreatedAt.Truncate(time.Microsecond)); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	var newest []string
+	for _, i := range infos {
+		newest = append(newest, i.ID)
+	}
+	oldest := slices.Clone(newest)
+	slices.Reverse(oldest)
+	list := func(path string) ([]string, string) {
+		t.Helper()
+		w := f.as("alice", "GET", path, "")
+		if w.Code != http.StatusOK {
+			t.Fatalf("GET %s: %d %s", path, w.Code, w.Body)
+		}
+		var out []listedJSON
+		if err := json.Unmarshal(w.Body.Bytes(), &out); err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, s := range out {
+			got = append(got, s.SandboxID)
+		}
+		return got, w.Header().Get("X-Next-Token")
+	}
+	if got, _ := list("/sandboxes"); !slices.Equal(got, newest) {
+		t.Errorf("GET /sandboxes: %v, want newest first %v", got, newest)
+	}
+	if got, _ := list("/v2/sandboxes"); !slices.Equal(got, newest) {
+		t.Errorf("GET /v2/sandboxes: %v, want newest first %v", got, newest)
+	}
+	if got, _ := list("/v2/sandboxes?order=asc"); !slices.Equal(got, oldest) {
+		t.Errorf("GET /v2/sandboxes?order=asc: %v, want oldest first %v", got, oldest)
+	}
+	for _, order := range []string{"desc", "asc"} {
+		want := map[string][]string{"desc": newest, "asc": oldest}[order]
+		var got []string
+		next, made := "", ""
+		for page := 0; ; page++ {
+			ids, tok := list("/v2/sandboxes?limit=3&order=" + order + "&nextToken=" + url.QueryEscape(next))
+			got = append(got, ids...)
+			if tok == "" {
+				break
+			}
+			if page > len(want) {
+				t.Fatalf("order %s: pages do not end", order)
+			}
+			if next == "" {
+				// A sandbox made meanwhile is newer than all: it moves
+				// nothing on the next page.
+				made, _ = f.create(t, "alice")
+				if order == "asc" {
+					want = append(want, made)
+				}
+				other := map[string]string{"desc": "asc", "asc": "desc"}[order]
+				checkError(t, "a token of the other order", f.as("alice", "GET", "/v2/sandboxes?order="+other+"&nextToken="+url.QueryEscape(tok), ""), http.StatusBadRequest)
+			}
+			next = tok
+		}
+		f.as("alice", "DELETE", "/sandboxes/"+made, "")
+		if !slices.Equal(got, want) {
+			t.Errorf("order %s, pages of 3: %v, want %v", order, got, want)
+		}
+	}
+}

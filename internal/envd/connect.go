@@ -120,8 +120,12 @@ func asError(err error) *Error {
 		return &Error{Code: code, Message: ae.Message}
 	}
 	switch {
-	case errors.Is(err, agent.ErrClosed) || errors.Is(err, agent.ErrProtocol):
+	case errors.Is(err, agent.ErrClosed):
 		return &Error{Code: codeUnavailable, Message: err.Error()}
+	case errors.Is(err, agent.ErrProtocol):
+		// The agent broke the protocol in this request alone, which
+		// ended; the sandbox goes on.
+		return &Error{Code: codeInternal, Message: err.Error()}
 	case errors.Is(err, context.DeadlineExceeded):
 		return &Error{Code: codeDeadlineExceeded, Message: err.Error()}
 	case errors.Is(err, context.Canceled):

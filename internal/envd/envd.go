@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -292,6 +293,15 @@ func (h *handler) streaming(w http.ResponseWriter, r *http.Request, f streamFunc
 		return
 	}
 	err = f(ctx, b, r, body, s)
+	if errors.Is(err, agent.ErrClosed) && b.agent.Err() != nil {
+		// The sandbox ended (killed, timed out, paused) under the
+		// stream: as envd's, which ends with it, the response is cut
+		// off, without an end. E2B's SDKs then ask /health, which
+		// answers 502 for a sandbox that does not run, and report that
+		// the sandbox was killed (a TimeoutError), not a command's exit.
+		h.log.Debug("envd stream cut: the sandbox ended", "sandbox", b.id, "path", r.URL.Path, "err", err)
+		panic(http.ErrAbortHandler)
+	}
 	if err != nil {
 		h.log.Debug("envd stream failed", "sandbox", b.id, "path", r.URL.Path, "err", err)
 	}

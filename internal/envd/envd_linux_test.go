@@ -538,8 +538,32 @@ func TestFilesystem(t *testing.T) {
 	if err := os.WriteFile(e.home+"/a/b/f", []byte("12345"), 0o640); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink("f", e.home+"/a/b/l"); err != nil {
-		t.Fatal(err)
+	// Links as envd describes them: the absolute path they resolve to,
+	// every link on the way followed, with its type and mode.
+	for _, l := range [][2]string{
+		{"f", "l"}, {"l", "l2"}, {"../b", "dl"}, {e.home + "/a/b/dl/f", "abs"}, {"missing", "dangling"}, {"loop", "loop"},
+	} {
+		if err := os.Symlink(l[0], e.home+"/a/b/"+l[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct{ name, target, typ string }{
+		{"l", e.home + "/a/b/f", "FILE_TYPE_FILE"}, {"l2", e.home + "/a/b/f", "FILE_TYPE_FILE"},
+		{"dl", e.home + "/a/b", "FILE_TYPE_DIRECTORY"}, {"abs", e.home + "/a/b/f", "FILE_TYPE_FILE"},
+		{"dangling", e.home + "/a/b/dangling", "FILE_TYPE_UNSPECIFIED"}, {"loop", e.home + "/a/b/loop", "FILE_TYPE_UNSPECIFIED"},
+	} {
+		e.mustCall(t, "filesystem.Filesystem/Stat", map[string]any{"path": "a/b/" + c.name}, &st)
+		if st.Entry.SymlinkTarget == nil || *st.Entry.SymlinkTarget != c.target || st.Entry.Type != c.typ ||
+			st.Entry.Path != e.home+"/a/b/"+c.name || !strings.HasPrefix(st.Entry.Permissions, "L") {
+			t.Errorf("stat of link %s: %+v, want target %s of type %s", c.name, st.Entry, c.target, c.typ)
+		}
+	}
+	if st.Entry.Mode != 0 {
+		t.Errorf("a link that resolves to nothing has mode %o", st.Entry.Mode)
+	}
+	e.mustCall(t, "filesystem.Filesystem/Stat", map[string]any{"path": "a/b/l"}, &st)
+	if st.Entry.Mode != 0o640 {
+		t.Errorf("a link to a file of mode 640 has mode %o", st.Entry.Mode)
 	}
 	e.mustCall(t, "filesystem.Filesystem/Stat", map[string]any{"path": e.home + "/a/b/f"}, &st)
 	if st.Entry.Size != "5" || st.Entry.Mode != 0o640 || st.Entry.Permissions != "-rw-r-----" || st.Entry.Type != "FILE_TYPE_FILE" {
@@ -560,11 +584,14 @@ func TestFilesystem(t *testing.T) {
 	var got []string
 	for _, en := range ls.Entries {
 		got = append(got, en.Name+":"+en.Type)
-		if en.Name == "l" && (en.SymlinkTarget == nil || *en.SymlinkTarget != "f") {
+		if en.Name == "l" && (en.SymlinkTarget == nil || *en.SymlinkTarget != e.home+"/a/b/f") {
 			t.Errorf("symlink entry: %+v", en)
 		}
+		if en.Name == "f" && en.SymlinkTarget != nil {
+			t.Errorf("a file with a symlink target: %+v", en)
+		}
 	}
-	if strings.Join(got, " ") != "b:FILE_TYPE_DIRECTORY f:FILE_TYPE_FILE l:FILE_TYPE_SYMLINK" {
+	if strings.Join(got, " ") != "b:FILE_TYPE_DIRECTORY abs:FILE_TYPE_FILE dangling:FILE_TYPE_UNSPECIFIED dl:FILE_TYPE_DIRECTORY f:FILE_TYPE_FILE l:FILE_TYPE_FILE l2:FILE_TYPE_FILE loop:FILE_TYPE_UNSPECIFIED" {
 		t.Errorf("list depth 2: %v", got)
 	}
 
@@ -576,9 +603,9 @@ func TestFilesystem(t *testing.T) {
 	if _, err := os.Lstat(e.home + "/a"); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("after remove: %v", err)
 	}
-	if status, we := e.call(t, "filesystem.Filesystem/Remove", map[string]any{"path": "a"}, nil); status != 404 || we.Code != codeNotFound {
-		t.Errorf("remove of a missing path: %d %+v", status, we)
-	}
+	// As envd's: removing what is not there succeeds.
+	e.mustCall(t, "filesystem.Filesystem/Remove", map[string]any{"path": "a"}, nil)
+	e.mustCall(t, "filesystem.Filesystem/Remove", map[string]any{"path": "a/b/c"}, nil)
 }
 
 // fsEvent returns the next filesystem event of a watch, failing at the
@@ -676,6 +703,22 @@ func TestWatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.waitEvent("sub/deeper/f", "EVENT_TYPE_REMOVE")
+	// A directory made through envd (which sets its owner: an event of the
+	// new, watched directory itself) is reported by its name, and the
+	// watch goes on.
+	e.mustCall(t, "filesystem.Filesystem/MakeDir", map[string]any{"path": "made"}, nil)
+	s.waitEvent("made", "EVENT_TYPE_CREATE")
+	if err := os.Chmod(e.home+"/made", 0o700); err != nil {
+		t.Fatal(err)
+	}
+	s.waitEvent("made", "EVENT_TYPE_CHMOD")
+	if err := os.WriteFile(e.home+"/made/in", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s.waitEvent("made/in", "EVENT_TYPE_CREATE")
+	if err := e.agent.Err(); err != nil {
+		t.Fatalf("the agent connection ended: %v", err)
+	}
 	// Closing the stream stops the agent's watch.
 	s.resp.Body.Close()
 	deadline := time.Now().Add(5 * time.Second)
@@ -849,6 +892,36 @@ func TestProtocolErrors(t *testing.T) {
 	for p, want := range map[string]bool{"/process.Process/Start": true, "/filesystem.Filesystem/Stat": true, "/files": true, "/health": true, "/sandboxes": false, "/filesx": false} {
 		if Paths(p) != want {
 			t.Errorf("Paths(%q) = %v", p, !want)
+		}
+	}
+}
+
+// TestSandboxEndsUnderStreams: when the sandbox's agent connection ends
+// (the sandbox was killed) under a command's stream and a watch's, both
+// responses are cut off without an end, as envd's are when its sandbox
+// goes: E2B's SDKs then ask /health and report the sandbox killed, not
+// the command's exit.
+func TestSandboxEndsUnderStreams(t *testing.T) {
+	e := newEnv(t)
+	cmd := e.stream(t, "process.Process/Start", map[string]any{"process": map[string]any{"cmd": "/bin/sleep", "args": []string{"60"}}}, nil)
+	if _, b := cmd.next(); !strings.Contains(string(b), `"start"`) {
+		t.Fatalf("first message %s", b)
+	}
+	watch := e.stream(t, "filesystem.Filesystem/WatchDir", map[string]any{"path": e.home}, nil)
+	if _, b := watch.next(); string(b) != `{"start":{}}` {
+		t.Fatalf("first message %s", b)
+	}
+	e.agent.Close()
+	for name, s := range map[string]*clientStream{"command": cmd, "watch": watch} {
+		rest, err := io.ReadAll(s.br)
+		if err == nil {
+			t.Errorf("%s: the stream ended cleanly after the sandbox ended: %q", name, rest)
+		}
+		for len(rest) >= 5 {
+			if rest[0]&flagEndStream != 0 {
+				t.Errorf("%s: an end of stream after the sandbox ended: %q", name, rest[5:])
+			}
+			rest = rest[min(len(rest), 5+int(binary.BigEndian.Uint32(rest[1:5]))):]
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"path"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -27,6 +28,9 @@ const (
 	maxWatchers = 64
 	// maxWatcherEvents bounds the events a watcher keeps between reads.
 	maxWatcherEvents = 10_000
+	// maxLinks bounds the symlinks followed to resolve one path, as
+	// Linux's own resolution does (40) and more.
+	maxLinks = 255
 )
 
 // entryInfo is filesystem.EntryInfo.
@@ -57,8 +61,12 @@ func fileType(fi agent.FileInfo) string {
 	return "FILE_TYPE_UNSPECIFIED"
 }
 
-// entry describes fi, found at p.
-func (h *handler) entry(p string, fi agent.FileInfo) *entryInfo {
+// entry describes fi, found at p. A symlink is described as envd does: its
+// symlinkTarget the absolute path it resolves to, every link on the way
+// followed, and its type and mode those of that target; a link that
+// resolves to nothing (dangling, a loop) has its own path as target and
+// no type.
+func (h *handler) entry(ctx context.Context, b *box, p string, fi agent.FileInfo) *entryInfo {
 	e := &entryInfo{
 		Name:         path.Base(p),
 		Type:         fileType(fi),
@@ -70,11 +78,62 @@ func (h *handler) entry(p string, fi agent.FileInfo) *entryInfo {
 		Group:        h.ownerName(fi.GID, true),
 		ModifiedTime: pbTime(fi.ModTime),
 	}
-	if fi.Link != "" {
-		l := fi.Link
-		e.SymlinkTarget = &l
+	if fi.Mode&fs.ModeSymlink != 0 {
+		target, tfi, err := resolveLinks(ctx, b, p)
+		if err != nil {
+			target, e.Type, e.Mode = p, "FILE_TYPE_UNSPECIFIED", 0
+		} else {
+			e.Type, e.Mode = fileType(tfi), uint32(tfi.Mode.Perm())
+		}
+		e.SymlinkTarget = &target
 	}
 	return e
+}
+
+// resolveLinks resolves the absolute path p inside the sandbox as the
+// kernel does, following every symlink (in the middle of the path and at
+// its end, at most maxLinks), and returns the path it comes to, which has
+// none, and what is there.
+func resolveLinks(ctx context.Context, b *box, p string) (string, agent.FileInfo, error) {
+	resolved, rest := "/", strings.TrimPrefix(p, "/")
+	var fi agent.FileInfo
+	var err error
+	links := 0
+	for err == nil && rest != "" {
+		var elem string
+		elem, rest, _ = strings.Cut(rest, "/")
+		switch elem {
+		case "", ".":
+			continue
+		case "..":
+			resolved = path.Dir(resolved)
+			continue
+		}
+		next := path.Join(resolved, elem)
+		if fi, err = b.agent.Stat(ctx, next); err != nil {
+			break
+		}
+		switch {
+		case fi.Mode&fs.ModeSymlink != 0:
+			if links++; links > maxLinks {
+				return "", fi, errorf(codeFailedPrecondition, "%s: more than %d symlinks", p, maxLinks)
+			}
+			if path.IsAbs(fi.Link) {
+				resolved = "/"
+			}
+			rest = fi.Link + "/" + rest
+		case rest != "" && !fi.IsDir:
+			return "", fi, errorf(codeInvalidArgument, "%s: %s is not a directory", p, next)
+		default:
+			resolved = next
+		}
+	}
+	if err != nil {
+		return "", fi, err
+	}
+	// What is there: ".." and a link to "/" leave fi describing another.
+	fi, err = b.agent.Stat(ctx, resolved)
+	return resolved, fi, err
 }
 
 // stat describes the file at p.
@@ -83,7 +142,7 @@ func (h *handler) stat(ctx context.Context, b *box, p string) (*entryInfo, error
 	if err != nil {
 		return nil, err
 	}
-	return h.entry(p, fi), nil
+	return h.entry(ctx, b, p, fi), nil
 }
 
 // pathRequest decodes a request with a path and resolves the path for the
@@ -231,7 +290,8 @@ func (h *handler) fsRemove(ctx context.Context, b *box, r *http.Request, body []
 		return nil, err
 	}
 	auditPaths(r, p)
-	if err := b.agent.Remove(ctx, p, true); err != nil {
+	// As envd's (os.RemoveAll): a path that does not exist is removed.
+	if err := b.agent.Remove(ctx, p, true); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("remove %s: %w", p, err)
 	}
 	return struct{}{}, nil
@@ -281,7 +341,7 @@ func (h *handler) fsListDir(ctx context.Context, b *box, r *http.Request, body [
 	}{Entries: []*entryInfo{}}
 	count := 0
 	if err := walk(ctx, b, p, depth, &count, func(q string, fi agent.FileInfo) {
-		out.Entries = append(out.Entries, h.entry(q, fi))
+		out.Entries = append(out.Entries, h.entry(ctx, b, q, fi))
 	}); err != nil {
 		return nil, fmt.Errorf("list %s: %w", p, err)
 	}
@@ -337,7 +397,7 @@ func (h *handler) convert(ctx context.Context, b *box, w watchSpec, evs []agent.
 		if w.includeEntry && (ev.Op == agent.WatchCreate || ev.Op == agent.WatchWrite || ev.Op == agent.WatchChmod) {
 			p := path.Join(w.root, ev.Path)
 			if fi, err := b.agent.Stat(ctx, p); err == nil {
-				e.Entry = h.entry(p, fi)
+				e.Entry = h.entry(ctx, b, p, fi)
 			}
 		}
 		out = append(out, e)

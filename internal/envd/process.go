@@ -138,6 +138,10 @@ type proc struct {
 
 	done chan struct{} // closed once end is set
 	end  endEvent
+	// lost is set (before done is closed) when the sandbox's agent
+	// connection ended before the command did: the sandbox was killed,
+	// or paused, under it.
+	lost error
 }
 
 // sub is a stream connected to a command.
@@ -236,6 +240,9 @@ func (p *proc) run(b *box) {
 		t.Stop()
 	}
 	p.end = endOf(st, err)
+	if errors.Is(err, agent.ErrClosed) {
+		p.lost = err
+	}
 	reg.mu.Lock()
 	if reg.byPID[p.pid] == p {
 		delete(reg.byPID, p.pid)
@@ -430,6 +437,10 @@ func follow(ctx context.Context, s *stream, p *proc, sb *sub, keepalive time.Dur
 						return err
 					}
 				default:
+					if p.lost != nil {
+						// No end: the stream is cut (see streaming).
+						return p.lost
+					}
 					end := p.end
 					return s.send(eventResponse{&processEvent{End: &end}})
 				}

@@ -6,7 +6,11 @@
 import { test, describe, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import http from 'node:http'
-import { Sandbox, SandboxError, CommandExitError, NotFoundError, SandboxNotFoundError, TimeoutError, FileType, FilesystemEventType } from 'e2b'
+// HUTCH_E2B_SDK names the SDK package to test: 'e2b' (package.json pins
+// it), or an alias of an older release there (e2b-2.50, which connects by
+// POST /sandboxes/{id}/connect, as the Python SDK does).
+const sdk = process.env.HUTCH_E2B_SDK || 'e2b'
+const { Sandbox, SandboxError, CommandExitError, NotFoundError, SandboxNotFoundError, TimeoutError, FileType, FilesystemEventType } = await import(sdk)
 
 for (const v of ['E2B_API_URL', 'E2B_SANDBOX_URL', 'E2B_API_KEY']) {
   if (!process.env[v]) throw new Error(`${v} is not set`)
@@ -141,6 +145,15 @@ describe('control plane', () => {
     await Sandbox.kill(sbx.sandboxId) // within the tenant's memory quota for the tests after it
   })
 
+  test('list: newest first, as E2B lists', async () => {
+    const tag = `o${Date.now()}`
+    const older = await create({ metadata: { order: tag } })
+    const newer = await create({ metadata: { order: tag } })
+    const all = await listAll({ query: { metadata: { order: tag } } })
+    assert.deepEqual(all.map((s) => s.sandboxId), [newer.sandboxId, older.sandboxId])
+    await Promise.all([older.kill(), newer.kill()])
+  })
+
   test('network settings are applied', async () => {
     const off = await create({ allowInternetAccess: false })
     assert.equal((await off.getInfo()).allowInternetAccess, false)
@@ -150,18 +163,20 @@ describe('control plane', () => {
   })
 })
 
-// HUTCH_E2B_TIER is the daemon's default tier: snapshots are the namespace
-// tier's in this version, and refused under gVisor with a 501 naming it.
+// HUTCH_E2B_TIER is the daemon's default tier: under gVisor snapshots keep
+// the sandbox's memory, and a fork's processes go on where the source's
+// were; in the namespace tier they keep its files only.
 const tier = process.env.HUTCH_E2B_TIER || 'namespace'
 
-describe('snapshots and forks', () => {
-  test('under gVisor, a snapshot is refused naming the tier', { skip: tier !== 'gvisor' && 'the daemon\'s tier is not gvisor' }, async () => {
-    const sbx = await create()
-    await assert.rejects(sbx.createSnapshot(), (e) => /501/.test(String(e)) && /gvisor tier cannot be snapshotted/.test(String(e)))
-    await sbx.kill()
-  })
+// remembers is what the process remembering starts in sbx writes anew
+// (after its file is removed), or 'none' when nothing comes.
+async function remembers (sbx) {
+  const r = await sbx.commands.run('rm -f /home/user/alive; i=0; while [ ! -e /home/user/alive ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; cat /home/user/alive 2>/dev/null || echo none')
+  return r.stdout.trim()
+}
 
-  test('createSnapshot, listSnapshots, create from it (by id and by name), fork, deleteSnapshot', { skip: tier !== 'namespace' && 'snapshots are the namespace tier\'s in this version' }, async (t) => {
+describe('snapshots and forks', () => {
+  test('createSnapshot, listSnapshots, create from it (by id and by name), fork, deleteSnapshot', async (t) => {
     // Five sandboxes: gone at the test's end, not the suite's (the
     // tenant's memory quota).
     const mine = []
@@ -186,13 +201,21 @@ describe('snapshots and forks', () => {
       assert.equal(r.stdout.trim(), 'user')
     }
 
+    // A process holding a value in its memory only: a fork under gVisor
+    // has it going on; in the namespace tier a fork's processes start
+    // afresh.
+    await sbx.commands.run(`echo kept-in-memory > /home/user/seed
+sh -c 'read v < /home/user/seed; rm /home/user/seed; while :; do echo "$v" > /home/user/alive.new; mv /home/user/alive.new /home/user/alive; sleep 0.1; done' >/dev/null 2>&1 &
+while [ ! -e /home/user/alive ]; do sleep 0.05; done`)
     const forks = await Sandbox.fork(sbx.sandboxId, { count: 2 })
     assert.equal(forks.length, 2)
     for (const f of forks) {
       assert.ok(f instanceof Sandbox, `a fork failed: ${f}`)
       mine.push(f.sandboxId)
       assert.equal(await f.files.read('/home/user/state.txt'), 'after the snapshot')
+      assert.equal(await remembers(f), tier === 'gvisor' ? 'kept-in-memory' : 'none', `the fork's processes (tier ${tier})`)
     }
+    assert.equal(await remembers(sbx), 'kept-in-memory', 'the source\'s process after the fork')
     await forks[0].files.write('/home/user/state.txt', 'fork 0')
     assert.equal(await forks[1].files.read('/home/user/state.txt'), 'after the snapshot', 'one fork\'s write reached the other')
     assert.equal(await sbx.files.read('/home/user/state.txt'), 'after the snapshot', 'a fork\'s write reached the source')
@@ -614,6 +637,50 @@ describe('envd: files', () => {
       await h.stop()
     }
     assert.ok(!events.some((e) => e.name.includes('.hutch-write-')), 'no events of temporary files')
+  })
+
+  test('watchDir, recursive, then makeDir: the event of the new directory, and the sandbox answers', async () => {
+    const sbx = await create()
+    await sbx.files.makeDir('/home/user/m')
+    const events = []
+    const h = await sbx.files.watchDir('/home/user/m', (e) => { events.push(e) }, { recursive: true })
+    const has = (name, type) => events.some((e) => e.name === name && e.type === type)
+    try {
+      assert.equal(await sbx.files.makeDir('/home/user/m/sub'), true)
+      await until(() => has('sub', FilesystemEventType.CREATE), () => `a create event for sub in ${JSON.stringify(events)}`)
+      await sbx.files.write('/home/user/m/sub/f.txt', 'x')
+      await until(() => has('sub/f.txt', FilesystemEventType.CREATE), () => `a create event for sub/f.txt in ${JSON.stringify(events)}`)
+    } finally {
+      await h.stop()
+    }
+    assert.equal((await sbx.commands.run('echo alive')).stdout, 'alive\n')
+    assert.ok(await sbx.isRunning())
+    await sbx.kill()
+  })
+
+  test('as envd: remove of a missing path succeeds; a symlink\'s target is absolute', async () => {
+    const sbx = await create()
+    await sbx.files.remove('/home/user/never-there')
+    await sbx.files.write('test_file.txt', 'test')
+    await sbx.commands.run('ln -s test_file.txt test_symlink.txt && mkdir d && ln -s ../test_symlink.txt d/chain')
+    const info = await sbx.files.getInfo('test_symlink.txt')
+    const { stdout: pwd } = await sbx.commands.run('pwd')
+    assert.equal(info.name, 'test_symlink.txt')
+    assert.equal(info.symlinkTarget, pwd.trim() + '/test_file.txt')
+    assert.equal((await sbx.files.getInfo('d/chain')).symlinkTarget, pwd.trim() + '/test_file.txt')
+    assert.equal((await sbx.files.getInfo('test_file.txt')).symlinkTarget, undefined)
+    await sbx.kill()
+  })
+})
+
+describe('envd: the sandbox ends under a command', () => {
+  test('killing the sandbox while a command runs is a TimeoutError saying so', async () => {
+    const sbx = await create()
+    const cmd = await sbx.commands.run('sleep 60', { background: true })
+    await sbx.kill()
+    const err = await cmd.wait().catch((e) => e)
+    assert.ok(err instanceof TimeoutError, `${err?.name}: ${err?.message}`)
+    assert.match(err.message, /sandbox was killed or reached its end of life/)
   })
 })
 
