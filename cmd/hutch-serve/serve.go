@@ -53,6 +53,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 	maxUpload := fs.String("max-upload", "1g", "largest file or archive upload, a `size` such as 512m")
 	defTimeout := fs.Duration("default-timeout", 0, "lifetime of a sandbox that asks for none (default 5m)")
 	maxTimeout := fs.Duration("max-timeout", 0, "longest lifetime of a sandbox (default 24h)")
+	metricsEvery := fs.Duration("metrics-interval", 0, "sample what each sandbox uses (CPU, memory, disk) every `duration`, keeping an hour (default 5s)")
 	maxSandboxes := fs.Int("max-sandboxes", 0, "most sandboxes a tenant may have at once (default 100)")
 	maxSnapshots := fs.Int("max-snapshots", 0, "most snapshots a tenant may keep (default 32)")
 	maxSnapshotBytes := fs.Int64("max-snapshot-bytes", 0, "most bytes of files a tenant's snapshots may hold together (default 8 GiB)")
@@ -223,6 +224,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 		AllowPrivate:     private,
 		AllowImages:      allowImages,
 		DefaultTimeout:   *defTimeout,
+		MetricsInterval:  *metricsEvery,
 		MaxTimeout:       *maxTimeout,
 		MaxSandboxes:     *maxSandboxes,
 		MaxSnapshots:     *maxSnapshots,

@@ -105,7 +105,8 @@ func e2bSDK(t *testing.T, sdk, tier string, args ...string) {
 	d := startDaemonWith(t, importImage(t, img, "hutch.test/e2b-sdk:1"),
 		// The suite's sandboxes live until its end, 1 GiB each (the
 		// default): more of them than this host has GiB of memory.
-		append([]string{"--warm", "2", "--template", "bb=hutch.test/e2b-sdk:1", "--warm", "bb=1", "--tenant-memory", "64g"}, args...)...)
+		append([]string{"--warm", "2", "--template", "bb=hutch.test/e2b-sdk:1", "--warm", "bb=1", "--tenant-memory", "64g",
+			"--metrics-interval", "1s", "--allow-private", "127.0.0.1/32"}, args...)...)
 	const warmBB = `hutch_warm_sandboxes{template="bb"} 1`
 	if !testutil.Eventually(time.Minute, func() bool { return strings.Contains(d.metrics(t), warmBB+"\n") }) {
 		t.Fatalf("the template's warm pool did not fill: no %s in\n%s", warmBB, d.metrics(t))

@@ -98,6 +98,10 @@ The daemon and its clients:
                                            root), a snapshot or a sandbox
   hutch events [--since N] ID              print sandbox ID's events as they
                                            happen, until it ends or Ctrl-C
+  hutch metrics [--since D] ID             what sandbox ID used (CPU, memory,
+                                           disk), sampled over the last hour
+  hutch network [flags] ID                 replace running sandbox ID's egress
+                                           rules (--allow-domain, --offline ...)
 
 hutch serve, hutch token, hutch image (without --remote) and hutch mcp
 run hutch-serve, the daemon's binary, installed next to hutch.
@@ -170,6 +174,10 @@ func run(args []string, stdin, stdout, stderr *os.File) int {
 		return cmdResume(args[1:], stdout, stderr)
 	case "events":
 		return cmdEvents(args[1:], stdout, stderr)
+	case "metrics":
+		return cmdMetrics(args[1:], stdout, stderr)
+	case "network":
+		return cmdNetwork(args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "hutch", version)
 		return 0
@@ -187,7 +195,7 @@ func run(args []string, stdin, stdout, stderr *os.File) int {
 }
 
 // commands are hutch's commands, for suggestions after a typo.
-var commands = []string{"run", "policy", "version", "proxy-connect", "mcp", "serve", "token", "image", "audit", "changes", "create", "exec", "cp", "ls", "rm", "pause", "resume", "snapshot", "snapshots", "fork", "diff", "events", "help"}
+var commands = []string{"run", "policy", "version", "proxy-connect", "mcp", "serve", "token", "image", "audit", "changes", "create", "exec", "cp", "ls", "rm", "pause", "resume", "snapshot", "snapshots", "fork", "diff", "events", "metrics", "network", "help"}
 
 func cmdRun(args []string, stdin, stdout, stderr *os.File) int {
 	fs, rf := runner.NewFlags("run", "Usage: hutch run [flags] -- COMMAND [ARGS...]\n\nRuns COMMAND in a new sandbox.\n", stderr)

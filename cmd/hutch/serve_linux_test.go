@@ -493,6 +493,34 @@ func TestServe(t *testing.T) {
 		wantCode(t, d.admin(t, "rm", "no-such-sandbox"), 1)
 	})
 
+	t.Run("metrics and network", func(t *testing.T) {
+		r := d.admin(t, "create", "--allow-domain", "example.org")
+		wantOK(t, r)
+		sb := lastLine(r.stdout)
+		defer d.admin(t, "rm", sb)
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+			r = d.admin(t, "metrics", sb)
+			wantOK(t, r)
+			if ls := lines(r.stdout); len(ls) >= 2 && strings.HasPrefix(ls[0], "TIME") && strings.Contains(ls[1], " MiB / ") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no sample in a minute:\n%s", r.stdout)
+			}
+		}
+		r = d.admin(t, "network", "--allow-domain", "Example.com", "--deny-domain", "bad.example.com", sb)
+		if wantOK(t, r); r.stdout != "mode proxy\nallow example.com\ndeny bad.example.com\n" {
+			t.Errorf("network printed %q", r.stdout)
+		}
+		r = d.admin(t, "network", "--offline", sb)
+		if wantOK(t, r); r.stdout != "mode none\n" {
+			t.Errorf("network --offline printed %q", r.stdout)
+		}
+		if r = d.admin(t, "network", "--allow-cidr", "10.0.0.0/8", "no-such-sandbox"); r.code != 1 || !strings.Contains(r.stderr, "404") {
+			t.Errorf("network of no sandbox: %s", r)
+		}
+	})
+
 	t.Run("tenants on TCP", func(t *testing.T) {
 		token := func(tenant string) string {
 			r := d.admin(t, "token", "create", "--tenant", tenant, "--state-dir", d.stateDir)

@@ -158,6 +158,8 @@ func (h *handler) table() []route {
 		r("POST /v1/sandboxes/{id}/pause", "pause", h.pause),
 		r("POST /v1/sandboxes/{id}/resume", "resume", h.resume),
 		r("GET /v1/sandboxes/{id}/events", ro, h.events),
+		r("GET /v1/sandboxes/{id}/metrics", ro, h.usage),
+		r("PUT /v1/sandboxes/{id}/network", "update_network", h.updateNetwork),
 		r("POST /v1/sandboxes/{id}/snapshots", "snapshot", h.snapshot),
 		r("POST /v1/sandboxes/{id}/fork", "fork", h.fork),
 		r("GET /v1/sandboxes/{id}/diff", ro, h.diff),

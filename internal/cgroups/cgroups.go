@@ -110,6 +110,23 @@ type Stats struct {
 	PidsLimitHits int64
 }
 
+// Usage is what a Group's processes use, as the kernel counts it: for
+// metrics sampled over time. A field the group has no counter for stays
+// zero.
+type Usage struct {
+	// CPU is the CPU time the group's processes used since it was made,
+	// in nanoseconds (v2 cpu.stat usage_usec, every v2 cgroup has it; v1
+	// cpuacct.usage).
+	CPU int64
+	// Memory is the memory charged to the group now, in bytes, page cache
+	// and tmpfs included, as its limit counts it (v2 memory.current, v1
+	// memory.usage_in_bytes).
+	Memory int64
+	// MemoryCache is the part of Memory that is page cache, tmpfs
+	// included (v2 memory.stat file, v1 memory.stat cache).
+	MemoryCache int64
+}
+
 // Info describes the caller's cgroups, as Available finds them.
 type Info struct {
 	// Unified is the caller's own cgroup v2 directory, "" when no cgroup v2

@@ -566,6 +566,73 @@ func (g *Group) Stats() (Stats, error) {
 	return s, nil
 }
 
+// usageFile is one file Usage may read a field from: the number alone,
+// or on the line "key N", times scale.
+type usageFile struct {
+	file, key string
+	scale     int64
+}
+
+// The files of each field of Usage, v2's first: Usage reads a field from
+// the first of them that exists in any of the group's directories.
+var (
+	cpuFiles   = []usageFile{{"cpu.stat", "usage_usec", 1000}, {"cpuacct.usage", "", 1}}
+	memFiles   = []usageFile{{"memory.current", "", 1}, {"memory.usage_in_bytes", "", 1}}
+	cacheFiles = []usageFile{{"memory.stat", "file", 1}, {"memory.stat", "cache", 1}}
+)
+
+// Usage reads what the group's processes use now (see Usage): from
+// whichever of its directories has the files, so that a Group from Named
+// (the one runsc made for a gVisor sandbox, in the hierarchies runsc
+// uses) is read as well as one Create made. The v2 cpu.stat counts the
+// group's CPU time on a hybrid machine too, where the v2 directory holds
+// every process of the group.
+func (g *Group) Usage() (Usage, error) {
+	var u Usage
+	for _, f := range []struct {
+		files []usageFile
+		dst   *int64
+	}{{cpuFiles, &u.CPU}, {memFiles, &u.Memory}, {cacheFiles, &u.MemoryCache}} {
+		n, err := g.readUsage(f.files)
+		if err != nil {
+			return Usage{}, fmt.Errorf("cgroups: usage: %w", err)
+		}
+		*f.dst = n
+	}
+	return u, nil
+}
+
+// readUsage reads the first of files that exists in one of the group's
+// directories (0 when none does).
+func (g *Group) readUsage(files []usageFile) (int64, error) {
+	for _, f := range files {
+		for _, d := range g.dirs {
+			b, err := os.ReadFile(filepath.Join(d, f.file))
+			if errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			if err != nil {
+				return 0, err
+			}
+			if f.key != "" && !hasKey(string(b), f.key) {
+				continue
+			}
+			return parseCounter(string(b), f.key) * f.scale, nil
+		}
+	}
+	return 0, nil
+}
+
+// hasKey reports whether text has a line "key N".
+func hasKey(text, key string) bool {
+	for line := range strings.Lines(text) {
+		if k, _, ok := strings.Cut(line, " "); ok && k == key {
+			return true
+		}
+	}
+	return false
+}
+
 // OOMKills is what Stats reports as OOMKills, read from the one file that
 // counts it: for a poller that asks nothing else. 0 without a memory
 // controller in the group.

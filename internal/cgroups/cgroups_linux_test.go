@@ -51,6 +51,27 @@ var helpers = map[string]func(){
 		runtime.KeepAlive(b)
 		fmt.Println("survived")
 	},
+	// busy holds 32MiB and burns 200ms of CPU time, says so, and waits
+	// to be killed.
+	"busy": func() {
+		b := make([]byte, 32<<20)
+		for i := 0; i < len(b); i += 4096 {
+			b[i] = 1
+		}
+		for {
+			var ru syscall.Rusage
+			if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+				fmt.Println("getrusage:", err)
+				return
+			}
+			if time.Duration(ru.Utime.Nano()+ru.Stime.Nano()) >= busyCPU {
+				break
+			}
+		}
+		fmt.Println("done")
+		time.Sleep(time.Hour)
+		runtime.KeepAlive(b)
+	},
 	// enable runs enable for the v2 cgroup and controller in its arguments,
 	// then prints its own v2 cgroup, or the error.
 	"enable": func() {
@@ -83,6 +104,9 @@ var helpers = map[string]func(){
 		fmt.Printf("permission=%v notsupported=%v: %v\n", errors.Is(err, ErrPermission), errors.Is(err, ErrNotSupported), err)
 	},
 }
+
+// busyCPU is the CPU time the busy helper burns.
+const busyCPU = 200 * time.Millisecond
 
 func uniqueName() string {
 	b := make([]byte, 6)
@@ -287,6 +311,33 @@ func TestMemoryLimitOOM(t *testing.T) {
 		t.Errorf("stats %+v: want OOMKills > 0, MemoryPeak near %d at most", s, limit)
 	}
 	t.Logf("%+v", s)
+}
+
+// TestUsage reads the CPU time and memory of a process that held 32MiB
+// and burned about busyCPU, in a group Create made (v2 cpu.stat, or v1) and in
+// the same group found by Named.
+func TestUsage(t *testing.T) {
+	g := newGroup(t, Limits{MemoryBytes: 256 << 20})
+	out := start(t, g, helperCmd("busy"))
+	if line, err := out.ReadString('\n'); line != "done\n" {
+		t.Fatalf("helper said %q, %v", line, err)
+	}
+	found, err := Named(filepath.Base(g.Paths()[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, g := range map[string]*Group{"created": g, "named": found} {
+		u, err := g.Usage()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The process's own count (getrusage) and the group's are made
+		// differently: about the same, not equal.
+		if u.CPU < int64(busyCPU)/2 || u.Memory < 32<<20 || u.MemoryCache < 0 || u.MemoryCache > u.Memory {
+			t.Errorf("%s: usage %+v: want CPU about %d or more, Memory >= 32MiB, a cache within it", name, u, busyCPU)
+		}
+		t.Logf("%s: %+v", name, u)
+	}
 }
 
 // TestKill kills a process that ignores SIGTERM, a grandchild in a session

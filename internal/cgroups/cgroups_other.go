@@ -49,6 +49,9 @@ func (g *Group) Paths() []string { return nil }
 // Stats returns zeros: the group has no counters.
 func (g *Group) Stats() (Stats, error) { return Stats{}, nil }
 
+// Usage returns zeros: the group has no counters.
+func (g *Group) Usage() (Usage, error) { return Usage{}, nil }
+
 // OOMKills returns 0: cgroups are Linux only.
 func (g *Group) OOMKills() (int64, error) { return 0, nil }
 

@@ -416,7 +416,7 @@ func (m *Manager) restore(ctx context.Context, sb store.Sandbox, log *slog.Logge
 		return nil, fmt.Errorf("tier %s cannot start a sandbox saved to disk", sb.Tier)
 	}
 	l := &live{id: sb.ID, dir: sb.Dir, ev: ev, ended: make(chan struct{}), image: sb.Image, tier: sb.Tier,
-		operator: rs.Operator, execEnv: rs.Env, execUser: rs.User}
+		operator: rs.Operator, execEnv: rs.Env, execUser: rs.User, resources: spec.Resources}
 	fail := func(err error) (*live, error) {
 		l.close(log)
 		return nil, err
@@ -504,6 +504,7 @@ func (m *Manager) forget(id string, d *dormant, kind, why string) {
 	m.mu.Lock()
 	delete(m.dormant, id)
 	m.mu.Unlock()
+	m.dropUsage(id)
 	m.endEvents(id, ev, why)
 	log.Info("sandbox paused to disk ended", "reason", why)
 }

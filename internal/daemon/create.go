@@ -220,7 +220,7 @@ func (m *Manager) Create(ctx context.Context, tenant string, r CreateRequest) (I
 // everything started is closed again; the caller cleans up the record and
 // the directory (abandon).
 func (m *Manager) launch(ctx context.Context, id, dir string, spec policy.Spec, env []string, sec *sandboxSecrets, operator bool, log *slog.Logger, ev *eventLog, snap *store.Snapshot, review *reviewBinding) (*live, error) {
-	l := &live{id: id, dir: dir, ev: ev, ended: make(chan struct{})}
+	l := &live{id: id, dir: dir, ev: ev, ended: make(chan struct{}), resources: spec.Resources}
 	fail := func(err error) (*live, error) {
 		l.close(log)
 		return nil, err
@@ -525,11 +525,11 @@ func (m *Manager) prepare(r CreateRequest, ws string) (policy.Spec, time.Duratio
 		spec.Resources.TmpBytes = min(spec.Resources.TmpBytes, m.cfg.MaxTmp)
 	}
 	if err := servePolicy(spec, m.cfg.NoInternet); err != nil {
-		return spec, 0, err
+		return spec, 0, fmt.Errorf("create sandbox: %w", err)
 	}
 	if !r.Operator {
 		if err := m.tenantNetwork(spec); err != nil {
-			return spec, 0, err
+			return spec, 0, fmt.Errorf("create sandbox: %w", err)
 		}
 	}
 	if spec.Resources.DiskBytes == 0 {
@@ -681,7 +681,7 @@ func servePolicy(s policy.Spec, noInternet bool) error {
 		problems = append(problems, fmt.Sprintf("filesystem.home: %q: a sandbox of hutch serve has a home of its own in its writable root (HOME=/root); the host's homes are not in it", s.Filesystem.Home))
 	}
 	if len(problems) > 0 {
-		return invalid("create sandbox: policy: %s", strings.Join(problems, "; "))
+		return invalid("policy: %s", strings.Join(problems, "; "))
 	}
 	return nil
 }
@@ -812,20 +812,9 @@ func envEntries(env map[string]string) []string {
 // what the policy's allow_private and IP-literal rules open: a tenant's
 // rules open nothing the guard refuses, whatever a front end let through.
 func newProxy(nw policy.Network, open []netip.Prefix, operator bool, id string, log *slog.Logger, ev *eventLog, list []*secrets.Secret) (*egress.Proxy, error) {
-	cfg, err := egress.ConfigFromPolicy(nw)
+	rules, err := proxyRules(nw, open, operator, list)
 	if err != nil {
-		return nil, invalid("policy: %v", err)
-	}
-	cfg.Secrets = list
-	cfg.OperatorRules = operator
-	cfg.Offline = nw.Mode == "none"
-	if !operator {
-		cfg.AllowPrivate, cfg.PrivateNames = nil, nil
-	}
-	cfg.AllowPrivate = append(slices.Clone(open), cfg.AllowPrivate...)
-	rules, err := egress.NewRules(cfg)
-	if err != nil {
-		return nil, invalid("policy: %v", err)
+		return nil, err
 	}
 	return &egress.Proxy{
 		Rules:    rules,
@@ -845,6 +834,27 @@ func newProxy(nw policy.Network, open []netip.Prefix, operator bool, id string, 
 	}, nil
 }
 
+// proxyRules are the rules of a sandbox's egress proxy for nw, as
+// newProxy describes them, binding the secrets of list.
+func proxyRules(nw policy.Network, open []netip.Prefix, operator bool, list []*secrets.Secret) (*egress.Rules, error) {
+	cfg, err := egress.ConfigFromPolicy(nw)
+	if err != nil {
+		return nil, invalid("policy: %v", err)
+	}
+	cfg.Secrets = list
+	cfg.OperatorRules = operator
+	cfg.Offline = nw.Mode == "none"
+	if !operator {
+		cfg.AllowPrivate, cfg.PrivateNames = nil, nil
+	}
+	cfg.AllowPrivate = append(slices.Clone(open), cfg.AllowPrivate...)
+	rules, err := egress.NewRules(cfg)
+	if err != nil {
+		return nil, invalid("policy: %v", err)
+	}
+	return rules, nil
+}
+
 // operatorOnly ends the message of a tenant's network rule that asks for
 // what only the operator may open.
 const operatorOnly = "only the daemon's operator may open loopback, private, link-local, metadata and this host's addresses (on its unix socket, or for every sandbox with hutch serve --allow-private)"
@@ -861,7 +871,7 @@ const operatorOnly = "only the daemon's operator may open loopback, private, lin
 func (m *Manager) tenantNetwork(s policy.Spec) error {
 	hostAddrs, err := egress.HostAddrs()
 	if err != nil {
-		return fmt.Errorf("create sandbox: the host's addresses: %w", err)
+		return fmt.Errorf("the host's addresses: %w", err)
 	}
 	var problems []string
 	nw := s.Network
@@ -905,14 +915,14 @@ func (m *Manager) tenantNetwork(s policy.Spec) error {
 		}
 	}
 	if len(problems) > 0 {
-		return invalid("create sandbox: policy: %s: %s", strings.Join(problems, "; "), operatorOnly)
+		return invalid("policy: %s: %s", strings.Join(problems, "; "), operatorOnly)
 	}
 	// A secret's value comes with a tenant's request, never from the
 	// daemon's own environment or files, which the proxy would send to
 	// the tenant's chosen host.
 	for i, sec := range s.Secrets {
 		if sec.From != policy.SecretFromRequest {
-			return invalid("create sandbox: policy: secrets[%d].from: %q: a tenant's secret takes its value from the request (only the daemon's operator may name its environment or files)", i, sec.From)
+			return invalid("policy: secrets[%d].from: %q: a tenant's secret takes its value from the request (only the daemon's operator may name its environment or files)", i, sec.From)
 		}
 	}
 	return nil

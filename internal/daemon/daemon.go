@@ -82,6 +82,10 @@ type Config struct {
 	// DefaultTimeout and MaxTimeout bound a sandbox's life (5 minutes and
 	// 24 hours when zero).
 	DefaultTimeout, MaxTimeout time.Duration
+	// MetricsInterval is how often the daemon samples what each running
+	// sandbox uses (Monitor; 5 s when zero, at least a second). It keeps
+	// an hour of samples.
+	MetricsInterval time.Duration
 	// MaxSandboxes is the most sandboxes a tenant may have at once (0:
 	// 100).
 	MaxSandboxes int

@@ -23,6 +23,7 @@ const (
 	EventSnapshot      = "snapshot"       // its root layer was snapshotted (data: snapshot, size)
 	EventForked        = "forked"         // it was forked (data: count, snapshot)
 	EventOOM           = "oom"            // the kernel killed processes for exceeding the memory limit (data: kills, total)
+	EventNetwork       = "network"        // its egress rules were replaced (data: mode, allowed_domains, allowed_cidrs, denied_domains, closed)
 	EventEnded         = "ended"          // it ended (data: reason); always the last event
 	// EventDropped is not recorded: a subscriber that fell behind gets it
 	// in place of the events it missed (data: count).

@@ -100,6 +100,11 @@ type Manager struct {
 	evMu   sync.Mutex
 	events map[string]*eventLog
 
+	// usageMu guards usage, the samples of the running sandboxes
+	// (usage.go), by id.
+	usageMu sync.Mutex
+	usage   map[string]*usageRing
+
 	// pools keep the warm sandboxes (pool.go): Config.Warm's first, if
 	// any, then Config.Pools'.
 	pools []*pool
@@ -146,6 +151,8 @@ type live struct {
 	release func()
 	// image is the digest of that image ("" for the host's root).
 	image string
+	// resources are its policy's limits.
+	resources policy.Resources
 	// tier is the isolation tier it runs in, root its policy's root.
 	tier, root string
 	// keep is where its root layer's tmpfs is attached too (namespace
@@ -240,6 +247,7 @@ func New(cfg Config, log *slog.Logger) (*Manager, error) {
 		sbRoot:     sbRoot,
 		live:       make(map[string]*live),
 		dormant:    make(map[string]*dormant),
+		usage:      make(map[string]*usageRing),
 		reviewing:  make(map[string]string),
 		setOf:      make(map[string]string),
 		changes:    changes.NewStore(filepath.Join(cfg.StateDir, "changes")),
@@ -327,6 +335,12 @@ func (c *Config) withDefaults() error {
 	}
 	if c.MaxSandboxes == 0 {
 		c.MaxSandboxes = defaultMaxSandboxes
+	}
+	if c.MetricsInterval == 0 {
+		c.MetricsInterval = defaultMetricsInterval
+	}
+	if c.MetricsInterval < reapEvery || c.MetricsInterval > metricsWindow {
+		return fmt.Errorf("daemon config: metrics interval %s: must be between %s and %s: %w", c.MetricsInterval, reapEvery, metricsWindow, ErrInvalid)
 	}
 	if c.MaxSnapshots == 0 {
 		c.MaxSnapshots = defaultMaxSnapshots
@@ -789,6 +803,7 @@ func (m *Manager) teardown(l *live, why string) {
 	}
 	delete(m.dormant, l.id) // paused to disk as it was ending
 	m.mu.Unlock()
+	m.dropUsage(l.id)
 	m.endEvents(l.id, l.ev, why)
 	log.Info("sandbox ended")
 }
@@ -848,6 +863,7 @@ func (m *Manager) reap(now time.Time) {
 		m.end(v.l, v.kind, v.why)
 	}
 	m.checkOOM(active)
+	m.sampleUsage(now, active)
 	for _, l := range active {
 		last := l.lastActive.Load()
 		if last == l.flushed || now.Sub(l.flushedAt) < flushEvery {

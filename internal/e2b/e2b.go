@@ -134,6 +134,9 @@ func (h *Handler) table() []route {
 		r("GET /sandboxes", ro, h.listV1),
 		r("GET /v2/sandboxes", ro, h.listV2),
 		r("GET /sandboxes/{id}", ro, h.get),
+		r("GET /sandboxes/metrics", ro, h.sandboxesMetrics),
+		r("GET /sandboxes/{id}/metrics", ro, h.metrics),
+		r("PUT /sandboxes/{id}/network", "update_network", h.updateNetwork),
 		r("DELETE /sandboxes/{id}", "destroy", h.kill),
 		r("POST /sandboxes/{id}/timeout", "extend", h.setTimeout),
 		r("POST /sandboxes/{id}/refreshes", "extend", h.refresh),
@@ -215,8 +218,7 @@ func Paths(path string) bool {
 // Paths is answered 404.
 var e2bRoutes = []string{
 	"GET /teams", "GET /teams/{teamID}/metrics", "GET /teams/{teamID}/metrics/max",
-	"GET /sandboxes/metrics", "GET /sandboxes/{sandboxID}/logs", "GET /v2/sandboxes/{sandboxID}/logs",
-	"GET /sandboxes/{sandboxID}/metrics", "PUT /sandboxes/{sandboxID}/network",
+	"GET /sandboxes/{sandboxID}/logs", "GET /v2/sandboxes/{sandboxID}/logs",
 	"POST /v3/templates", "GET /v2/templates", "POST /v2/templates",
 	"GET /templates/{templateID}/files/{hash}", "GET /templates", "POST /templates",
 	"GET /templates/{templateID}", "POST /templates/{templateID}", "PATCH /templates/{templateID}",

@@ -499,6 +499,11 @@ func (w *walker) calls() map[string]call {
 			status, b := w.do(t, bounded(), "GET", sb+m+"/events", nil, "Authorization", "Bearer "+w.key)
 			expect(t, "events", status, b, 200)
 		}),
+		"hutch GET /v1/sandboxes/{id}/metrics": now(func(t *testing.T) { w.hutch(t, "GET", sb+m+"/metrics", "", 200) }),
+		"hutch PUT /v1/sandboxes/{id}/network": func(t *testing.T) func(*testing.T) {
+			id := w.spare(t, false)
+			return func(t *testing.T) { w.hutch(t, "PUT", sb+id+"/network", `{"allowed_domains":["example.com"]}`, 200) }
+		},
 		"hutch POST /v1/sandboxes/{id}/exec": now(func(t *testing.T) {
 			w.hutch(t, "POST", sb+m+"/exec", `{"args":["touch","/home/user/by-exec"]}`, 200)
 		}),
@@ -558,9 +563,15 @@ func (w *walker) calls() map[string]call {
 		"e2b POST /v2/sandboxes": now(func(t *testing.T) {
 			w.created(t, w.e2b(t, "POST", "/v2/sandboxes", `{"templateID":"base","allow_internet_access":false}`, 201))
 		}),
-		"e2b GET /sandboxes":      now(func(t *testing.T) { w.e2b(t, "GET", "/sandboxes", "", 200) }),
-		"e2b GET /v2/sandboxes":   now(func(t *testing.T) { w.e2b(t, "GET", "/v2/sandboxes", "", 200) }),
-		"e2b GET /sandboxes/{id}": now(func(t *testing.T) { w.e2b(t, "GET", "/sandboxes/"+m, "", 200) }),
+		"e2b GET /sandboxes":              now(func(t *testing.T) { w.e2b(t, "GET", "/sandboxes", "", 200) }),
+		"e2b GET /v2/sandboxes":           now(func(t *testing.T) { w.e2b(t, "GET", "/v2/sandboxes", "", 200) }),
+		"e2b GET /sandboxes/{id}":         now(func(t *testing.T) { w.e2b(t, "GET", "/sandboxes/"+m, "", 200) }),
+		"e2b GET /sandboxes/metrics":      now(func(t *testing.T) { w.e2b(t, "GET", "/sandboxes/metrics?sandbox_ids="+m, "", 200) }),
+		"e2b GET /sandboxes/{id}/metrics": now(func(t *testing.T) { w.e2b(t, "GET", "/sandboxes/"+m+"/metrics", "", 200) }),
+		"e2b PUT /sandboxes/{id}/network": func(t *testing.T) func(*testing.T) {
+			id := w.spare(t, false)
+			return func(t *testing.T) { w.e2b(t, "PUT", "/sandboxes/"+id+"/network", `{"allowOut":["example.com"]}`, 204) }
+		},
 		"e2b DELETE /sandboxes/{id}": func(t *testing.T) func(*testing.T) {
 			id := w.spare(t, false)
 			return func(t *testing.T) { w.e2b(t, "DELETE", "/sandboxes/"+id, "", 204) }

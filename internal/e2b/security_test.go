@@ -535,12 +535,12 @@ func TestErrorShape(t *testing.T) {
 	// refusal here is a plain 404 without {code, message}), with or
 	// without a key.
 	for _, r := range [][2]string{
-		{"GET", "/sandboxes/" + id + "/logs"}, {"GET", "/v2/sandboxes/" + id + "/logs"}, {"GET", "/sandboxes/" + id + "/metrics"},
-		{"PUT", "/sandboxes/" + id + "/network"}, {"GET", "/templates"}, {"POST", "/v3/templates"}, {"GET", "/v2/templates"},
+		{"GET", "/sandboxes/" + id + "/logs"}, {"GET", "/v2/sandboxes/" + id + "/logs"},
+		{"GET", "/templates"}, {"POST", "/v3/templates"}, {"GET", "/v2/templates"},
 		{"DELETE", "/templates/tags"}, {"GET", "/templates/t1"}, {"PATCH", "/templates/t1"}, {"GET", "/templates/t1/tags"}, {"GET", "/templates/aliases/a"},
 		{"GET", "/templates/t1/builds/b1/status"}, {"GET", "/volumes"}, {"DELETE", "/volumes/v1"},
 		{"GET", "/volumecontent/v1/dir"}, {"GET", "/secrets"}, {"POST", "/secrets/s1"}, {"GET", "/teams"},
-		{"GET", "/api-keys"}, {"GET", "/sandboxes/metrics"},
+		{"GET", "/api-keys"},
 	} {
 		for _, key := range []string{f.keys["alice"], ""} {
 			msg := checkError(t, r[0]+" "+r[1], f.do(r[0], r[1], "", "X-API-Key", key), http.StatusNotImplemented)

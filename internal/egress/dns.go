@@ -232,10 +232,10 @@ func (p *Proxy) recordLookup(name string) {
 	e := Event{Time: time.Now(), Sandbox: p.Sandbox, Action: "lookup", Protocol: "dns", Host: cleanText(name, maxEventText)}
 	var v Verdict
 	e.Reason = "names are resolved by hutch's proxy only: use HTTP_PROXY, HTTPS_PROXY or ALL_PROXY"
-	if p.Rules.offline {
+	if p.rules().offline {
 		e.Reason = OfflineReason
 	}
-	if n, a, err := normalizeHost(name); err == nil && !a.IsValid() && (p.Rules.offline || !p.Rules.allowsName(n)) {
+	if n, a, err := normalizeHost(name); err == nil && !a.IsValid() && (p.rules().offline || !p.rules().allowsName(n)) {
 		allowDomain(&v, n, netip.Addr{}, 443, false)
 	}
 	e.Allow, e.AllowField = cleanText(v.Allow, maxEventText), v.AllowField

@@ -180,7 +180,7 @@ func (hc *httpConn) connect(req *http.Request, hostHdr string) {
 		hc.refuse(http.StatusForbidden, p.block("connect", strings.ToLower(name), port, nil, reason))
 		return
 	}
-	if s := p.Rules.placeholderInName(name); s != nil {
+	if s := p.rules().placeholderInName(name); s != nil {
 		host := strings.ToLower(name)
 		hc.refuse(http.StatusForbidden, p.blockSecret("connect", host, port, forbidden{secret: s}))
 		return
@@ -344,14 +344,14 @@ func (hc *httpConn) forward(req *http.Request, hostHdr string) bool {
 // body's tripwire. ok is false when the request was answered.
 func (hc *httpConn) secretsOfRequest(req *http.Request, name string, port int) (ss *secretSet, trip *tripwire, ok bool) {
 	p := hc.p
-	if len(p.Rules.secrets) == 0 {
+	if len(p.rules().secrets) == 0 {
 		return nil, nil, true
 	}
 	host := strings.ToLower(name)
 	if n, _, err := normalizeHost(name); err == nil {
 		host = n
 	}
-	if s := p.Rules.placeholderInName(name); s != nil {
+	if s := p.rules().placeholderInName(name); s != nil {
 		hc.refuse(http.StatusForbidden, p.blockSecret("http", host, port, forbidden{secret: s}))
 		return nil, nil, false
 	}
@@ -507,7 +507,7 @@ func (hc *httpConn) exchange(req *http.Request, upgrading, mayRetry bool, ss *se
 			return false, true
 		}
 		// The error may quote the upstream, which may hold a real value.
-		msg := p.Rules.scrub(err.Error())
+		msg := p.rules().scrub(err.Error())
 		p.log().Debug("egress: http upstream failed", "host", up.host, "port", up.port, "err", msg)
 		hc.answer(http.StatusBadGateway, "", fmt.Sprintf("hutch: no response from %s: %s\n", hostPort(up.host, up.port), msg))
 		hc.conn.Close()
@@ -550,7 +550,7 @@ func (hc *httpConn) exchange(req *http.Request, upgrading, mayRetry bool, ss *se
 		hc.dropUpstream()
 	}
 	if werr != nil {
-		p.log().Debug("egress: http response failed", "host", up.host, "port", up.port, "err", p.Rules.scrub(werr.Error()))
+		p.log().Debug("egress: http response failed", "host", up.host, "port", up.port, "err", p.rules().scrub(werr.Error()))
 	}
 	return werr == nil && wErr == nil && !clientClose, false
 }

@@ -26,7 +26,7 @@ const upstreamHeaderTimeout = 10 * time.Minute
 // intercepts reports whether the proxy intercepts the sandbox's
 // connections to v: secrets are bound to it.
 func (p *Proxy) intercepts(v Verdict) bool {
-	return p.CA != nil && len(p.Rules.bound(v.Host, v.Port)) > 0
+	return p.CA != nil && len(p.rules().bound(v.Host, v.Port)) > 0
 }
 
 // interception is one intercepted connection of the sandbox: a CONNECT
@@ -321,7 +321,7 @@ func (ic *interception) errorHandler(w http.ResponseWriter, r *http.Request, err
 		}
 	}
 	p, v := ic.p, ic.v
-	msg := p.Rules.scrub(err.Error())
+	msg := p.rules().scrub(err.Error())
 	if !errors.Is(err, context.Canceled) {
 		p.log().Debug("egress: intercepted request failed", "host", v.Host, "port", v.Port, "err", msg)
 	}
@@ -558,6 +558,6 @@ type logWriter struct{ p *Proxy }
 
 // Write logs one message.
 func (w logWriter) Write(b []byte) (int, error) {
-	w.p.log().Debug("egress: intercepted http", "msg", strings.TrimSpace(w.p.Rules.scrub(string(b))))
+	w.p.log().Debug("egress: intercepted http", "msg", strings.TrimSpace(w.p.rules().scrub(string(b))))
 	return len(b), nil
 }

@@ -11,8 +11,10 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unicode"
@@ -57,7 +59,7 @@ const (
 // Verdict are dialed.
 //
 // Set the fields before the first Serve call and do not change them
-// afterwards. A Proxy must not be copied after first use, nor reused
+// afterwards; SetRules replaces the rules of a running proxy. A Proxy must not be copied after first use, nor reused
 // after Close.
 type Proxy struct {
 	// Rules decides every destination; required.
@@ -108,7 +110,12 @@ type Proxy struct {
 	cancel    context.CancelFunc
 	listeners map[net.Listener]struct{}
 	packets   map[net.PacketConn]struct{} // ServeDNS's sockets
-	conns     map[net.Conn]struct{}
+	// conns are the open connections, the sandbox's and the upstream
+	// ones, with where an upstream one goes (the zero dest for the
+	// sandbox's).
+	conns map[net.Conn]dest
+	// set are the rules SetRules set last, nil for Rules.
+	set       atomic.Pointer[Rules]
 	wg        sync.WaitGroup
 	transport *http.Transport // of intercepted requests, made on first use
 
@@ -134,7 +141,7 @@ func (p *Proxy) initLocked() {
 	p.inited = true
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	p.listeners = make(map[net.Listener]struct{})
-	p.conns = make(map[net.Conn]struct{})
+	p.conns = make(map[net.Conn]dest)
 }
 
 // baseContext returns the context that Close cancels.
@@ -179,7 +186,7 @@ func (p *Proxy) ServeSOCKS(l net.Listener) error {
 // serve accepts connections on l and hands each to handle in a goroutine
 // of its own.
 func (p *Proxy) serve(l net.Listener, name string, handle func(net.Conn)) error {
-	if len(p.Rules.secrets) > 0 && p.CA == nil {
+	if len(p.rules().secrets) > 0 && p.CA == nil {
 		l.Close()
 		return fmt.Errorf("egress: %s proxy: the rules bind secrets but the proxy has no CA", name)
 	}
@@ -236,7 +243,7 @@ func (p *Proxy) serve(l net.Listener, name string, handle func(net.Conn)) error 
 			continue
 		}
 		p.clients++
-		p.conns[c] = struct{}{}
+		p.conns[c] = dest{}
 		p.wg.Add(1)
 		p.mu.Unlock()
 		go func() {
@@ -290,9 +297,17 @@ func (p *Proxy) isClosed() bool {
 	return p.closed
 }
 
-// track registers a connection for Close. It closes c and returns false
-// when the proxy is closed already.
-func (p *Proxy) track(c net.Conn) bool {
+// dest is where an upstream connection goes: the destination the rules
+// allowed and the address dialed.
+type dest struct {
+	host string
+	port int
+	addr netip.Addr
+}
+
+// track registers an upstream connection to d for Close and SetRules. It
+// closes c and returns false when the proxy is closed already.
+func (p *Proxy) track(c net.Conn, d dest) bool {
 	p.mu.Lock()
 	p.initLocked()
 	if p.closed {
@@ -300,9 +315,59 @@ func (p *Proxy) track(c net.Conn) bool {
 		c.Close()
 		return false
 	}
-	p.conns[c] = struct{}{}
+	p.conns[c] = d
 	p.mu.Unlock()
 	return true
+}
+
+// rules are the rules in force: those SetRules set last, else Rules.
+func (p *Proxy) rules() *Rules {
+	if r := p.set.Load(); r != nil {
+		return r
+	}
+	return p.Rules
+}
+
+// SetRules makes r the rules of every connection from now on, and closes
+// the open upstream connections that r would not have let through (the
+// same host, port and address checked again, without a lookup): a tunnel
+// or a kept-alive connection to a destination the new rules refuse ends
+// at once, and the sandbox's next try is refused; one they still allow
+// goes on. It returns how many it closed. r must bind the same secrets
+// as the rules it replaces, which the proxy's cached secret sets stand
+// for; rules with secrets need the proxy's CA.
+func (p *Proxy) SetRules(r *Rules) (closed int, err error) {
+	if r == nil {
+		return 0, errors.New("egress: set rules: no rules")
+	}
+	if len(r.secrets) > 0 && p.CA == nil {
+		return 0, errors.New("egress: set rules: the rules bind secrets but the proxy has no CA")
+	}
+	if !sameSecrets(r.secrets, p.rules().secrets) {
+		return 0, errors.New("egress: set rules: the rules bind other secrets than the proxy's")
+	}
+	p.mu.Lock()
+	p.set.Store(r)
+	var cut []net.Conn
+	for c, d := range p.conns {
+		if d.host != "" && !r.admits(d.host, d.port, d.addr) {
+			cut = append(cut, c)
+		}
+	}
+	p.mu.Unlock()
+	for _, c := range cut {
+		c.Close()
+	}
+	return len(cut), nil
+}
+
+// Secrets are the secrets the proxy's rules bind, for rules to replace
+// them with (SetRules).
+func (p *Proxy) Secrets() []*secrets.Secret { return slices.Clone(p.rules().secrets) }
+
+// sameSecrets reports whether a and b are the same secrets, in order.
+func sameSecrets(a, b []*secrets.Secret) bool {
+	return slices.Equal(a, b)
 }
 
 // closeConn closes a tracked connection and forgets it.
@@ -418,7 +483,7 @@ func (p *Proxy) block(proto, host string, port int, v *Verdict, reason string) E
 func (p *Proxy) blockSecret(proto, host string, port int, f forbidden) Event {
 	e := p.blockEvent(proto, host, port, nil, f.reason(host, port))
 	e.Secret = cleanText(f.secret.Name, maxEventText)
-	if p.Rules.placeholderInName(host) == nil {
+	if p.rules().placeholderInName(host) == nil {
 		// A name that carries a placeholder is no host to bind.
 		allow, field := secretFix(f.secret, host, port, f.plain)
 		e.Allow, e.AllowField = cleanText(allow, maxEventText), field
@@ -477,7 +542,7 @@ func (p *Proxy) blockEvent(proto, host string, port int, v *Verdict, reason stri
 func (p *Proxy) resolve(host string, port int) Verdict {
 	ctx, cancel := context.WithTimeout(p.baseContext(), p.dialTimeout())
 	defer cancel()
-	return p.Rules.Resolve(ctx, host, port)
+	return p.rules().Resolve(ctx, host, port)
 }
 
 // dial connects to port on the verdict's addresses in order, with the dial
@@ -500,7 +565,7 @@ func (p *Proxy) dial(v Verdict) (net.Conn, netip.Addr, error) {
 		d := net.Dialer{Timeout: timeout}
 		c, err := d.DialContext(ctx, "tcp", netip.AddrPortFrom(a, uint16(v.Port)).String())
 		if err == nil {
-			if !p.track(c) {
+			if !p.track(c, dest{v.Host, v.Port, a}) {
 				return nil, netip.Addr{}, errors.New("egress proxy closed")
 			}
 			return c, a, nil

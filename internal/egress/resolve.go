@@ -95,8 +95,7 @@ func (r *Rules) Resolve(ctx context.Context, host string, port int) Verdict {
 			}
 			continue
 		}
-		if ok, class := r.guard.passes(a, lift); !ok &&
-			(literal.IsValid() || !(r.literalAllows(a, port, class) || r.guard.passesName(a, class))) {
+		if ok, class := r.addrPasses(a, port, lift, literal.IsValid()); !ok {
 			if !refused {
 				refused = true
 				v.Addr = a
@@ -123,6 +122,35 @@ func (r *Rules) Resolve(ctx context.Context, host string, port int) Verdict {
 	v.Allow, v.AllowField = "", ""
 	v.Allowed, v.Addr, v.Rule, v.Reason = true, netip.Addr{}, allow.raw, ""
 	return v
+}
+
+// addrPasses reports whether the address guard lets a, an address of the
+// destination on port that the allow rule with lift matched, through
+// (literal: the destination is a itself, not a name), and else the class
+// of addresses that refused it.
+func (r *Rules) addrPasses(a netip.Addr, port int, lift string, literal bool) (bool, string) {
+	ok, class := r.guard.passes(a, lift)
+	if !ok && !literal && (r.literalAllows(a, port, class) || r.guard.passesName(a, class)) {
+		ok = true
+	}
+	return ok, class
+}
+
+// admits reports whether the rules would let a connection to host
+// (normalized, as a Verdict's Host) on port through at address a, which
+// its name resolved to: Resolve's checks, but with the address already
+// known.
+func (r *Rules) admits(host string, port int, a netip.Addr) bool {
+	name, literal, err := normalizeHost(host)
+	if err != nil || r.offline || r.denied(name, literal, port) != nil || r.deniedAddr(a, port) != nil {
+		return false
+	}
+	allow, _ := r.allowed(name, literal, port)
+	if allow == nil {
+		return false
+	}
+	ok, _ := r.addrPasses(a, port, allow.lift, literal.IsValid())
+	return ok
 }
 
 // deniedAddr returns the first IP-literal deny rule that denies address a

@@ -85,7 +85,7 @@ type secretSet struct {
 // (plain: in clear text), or nil when the rules have no secrets. The sets
 // are cached by the secrets bound, so that their replacers are made once.
 func (p *Proxy) secretsFor(host string, port int, plain bool) *secretSet {
-	r := p.Rules
+	r := p.rules()
 	if len(r.secrets) == 0 {
 		return nil
 	}
@@ -505,7 +505,7 @@ func (p *Proxy) prepareBody(req *http.Request, ss *secretSet, trip *tripwire, pr
 		if e := trip.fired(); e != nil {
 			return &refusal{status: http.StatusForbidden, event: e}, done
 		}
-		p.log().Debug("egress: reading a request body", "host", host, "port", port, "err", p.Rules.scrub(err.Error()))
+		p.log().Debug("egress: reading a request body", "host", host, "port", port, "err", p.rules().scrub(err.Error()))
 		return &refusal{status: http.StatusBadRequest}, done
 	}
 	if rest != nil && resize && short.Load() {

@@ -131,7 +131,7 @@ func (p *Proxy) socks5Request(c net.Conn) {
 		return
 	}
 
-	if s := p.Rules.placeholderInName(host); s != nil {
+	if s := p.rules().placeholderInName(host); s != nil {
 		name := strings.ToLower(host)
 		p.blockSecret("socks5", name, port, forbidden{secret: s})
 		p.socks5Fail(c, repNotAllowed)

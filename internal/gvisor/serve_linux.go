@@ -381,6 +381,20 @@ func (s *served) ExitCode() int {
 // Dropped is empty: the tier sets up every layer or fails.
 func (s *served) Dropped() []string { return nil }
 
+// Usage is what the sandbox uses now, read from the cgroup runsc made for
+// it (gVisor's Sentry, gofer and the sandbox's memory are all in it), in
+// the hierarchies runsc uses: zero without one.
+func (s *served) Usage() (cgroups.Usage, error) {
+	if s.cgroup == "" {
+		return cgroups.Usage{}, nil
+	}
+	g, err := cgroups.Named(s.cgroup)
+	if err != nil {
+		return cgroups.Usage{}, err
+	}
+	return g.Usage()
+}
+
 // Freeze stops every task of the sandbox (runsc pause).
 func (s *served) Freeze() error { return s.runscDo("pause") }
 

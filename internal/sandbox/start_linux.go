@@ -7,6 +7,8 @@ import (
 	"os"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/hutch-sandbox/hutch/internal/cgroups"
 )
 
 // Sandbox is a long-lived sandbox whose PID 1 is hutch's agent (package
@@ -111,6 +113,14 @@ func (s *Sandbox) Thaw() error {
 		return fmt.Errorf("thaw sandbox: %w", err)
 	}
 	return nil
+}
+
+// Usage is what the sandbox's processes use now, as its cgroup counts it.
+func (s *Sandbox) Usage() (cgroups.Usage, error) {
+	if s.l.group == nil {
+		return cgroups.Usage{}, fmt.Errorf("sandbox usage: %w", ErrNoCgroup)
+	}
+	return s.l.group.Usage()
 }
 
 // OOMKills is how many of the sandbox's processes the kernel's OOM killer

@@ -3,8 +3,9 @@
 // E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY. The tests named
 // "control plane" use E2B's REST API only; those named "envd" use E2B's
 // in-sandbox API too.
-import { test, describe, after } from 'node:test'
+import { test, describe, before, after } from 'node:test'
 import assert from 'node:assert/strict'
+import http from 'node:http'
 // HUTCH_E2B_SDK names the SDK package to test: 'e2b' (package.json pins
 // it), or an alias of an older release there (e2b-2.50, which connects by
 // POST /sandboxes/{id}/connect, as the Python SDK does).
@@ -680,5 +681,55 @@ describe('envd: the sandbox ends under a command', () => {
     const err = await cmd.wait().catch((e) => e)
     assert.ok(err instanceof TimeoutError, `${err?.name}: ${err?.message}`)
     assert.match(err.message, /sandbox was killed or reached its end of life/)
+  })
+})
+
+describe('metrics and network', () => {
+  // The tests before are done: their sandboxes go, so that the tenant's
+  // memory quota has room.
+  before(async () => { await Promise.all(made.splice(0).map((id) => Sandbox.kill(id).catch(() => {}))) })
+
+  test('getMetrics: CPU, memory and disk sampled over time', { skip: typeof Sandbox.prototype.getMetrics !== 'function' && 'this SDK has no getMetrics' }, async () => {
+    const sbx = await create()
+    await sbx.commands.run('end=$(( $(date +%s) + 3 )); while [ "$(date +%s)" -lt "$end" ]; do :; done; dd if=/dev/zero of=/home/user/big bs=1M count=50 2>/dev/null')
+    const ms = await until(async () => {
+      const m = await sbx.getMetrics()
+      return m.length > 1 && m.some((x) => x.cpuUsedPct > 0) && m.at(-1).diskUsed >= m[0].diskUsed + 45 * 2 ** 20 ? m : null
+    }, 'samples with CPU used and the disk 50 MiB fuller', 60_000)
+    for (const m of ms) {
+      assert.ok(m.timestamp instanceof Date && !isNaN(m.timestamp), `timestamp ${m.timestamp}`)
+      assert.ok(m.cpuCount >= 1 && m.cpuUsedPct >= 0 && m.cpuUsedPct <= 100, `cpu ${m.cpuUsedPct}% of ${m.cpuCount}`)
+      assert.ok(m.memUsed > 0 && m.memUsed <= m.memTotal, `memory ${m.memUsed} of ${m.memTotal}`)
+      assert.ok(m.diskUsed <= m.diskTotal && m.diskTotal > 0, `disk ${m.diskUsed} of ${m.diskTotal}`)
+    }
+    const later = await Sandbox.getMetrics(sbx.sandboxId, { start: new Date(Date.now() + 3600_000) })
+    assert.deepEqual(later, [])
+    await assert.rejects(Sandbox.getMetrics('sb-nosuchsandbox'), SandboxNotFoundError)
+  })
+
+  // The daemon lets every sandbox's proxy reach 127.0.0.1 (--allow-private),
+  // on ports 80 and 443 for rules without a port, as E2B's are.
+  test('updateNetwork: the proxy obeys the new rules at once', { skip: typeof Sandbox.prototype.updateNetwork !== 'function' && 'this SDK has no updateNetwork' }, async (t) => {
+    const srv = http.createServer((req, res) => res.end('upstream\n'))
+    try {
+      await new Promise((resolve, reject) => { srv.once('error', reject); srv.listen(80, '127.0.0.1', resolve) })
+    } catch (e) {
+      t.skip(`a server on 127.0.0.1:80: ${e.message}`)
+      return
+    }
+    try {
+      const sbx = await create({ network: { allowOut: ['example.com'] } })
+      const status = async () => (await sbx.commands.run('curl -s -o /dev/null -w "%{http_code}" --max-time 10 --noproxy "" -x "$HTTP_PROXY" http://127.0.0.1/')).stdout
+      assert.equal(await status(), '403')
+      await sbx.updateNetwork({ allowOut: ['127.0.0.1'] })
+      assert.equal(await status(), '200')
+      assert.deepEqual((await sbx.getInfo()).network.allowOut, ['127.0.0.1'])
+      await sbx.updateNetwork({ allowOut: ['example.com'] })
+      assert.equal(await status(), '403')
+      await assert.rejects(sbx.updateNetwork({ allowOut: ['10.0.0.0/8'] }), /10\.0\.0\.0\/8/)
+      await assert.rejects(Sandbox.updateNetwork('sb-nosuchsandbox', { allowOut: [] }), SandboxNotFoundError)
+    } finally {
+      srv.close()
+    }
   })
 })

@@ -112,7 +112,9 @@
 //	                                        host files stay out)
 //	25 hutch's own sockets and state        TestItem25_HutchDaemon, _ServeRefusesSandboxPeers,
 //	                                        TestItem27_MCPSession (hutch mcp's links and ports)
-//	26 a tenant's rules and special addresses TestItem26_TenantNetworkRules
+//	26 a tenant's rules and special addresses TestItem26_TenantNetworkRules, _UpdateNetwork
+//	                                        (a running sandbox's rules changed: no wider than a
+//	                                        create's, another tenant's as unknown)
 //	27 the sandbox's PID 1                  TestItem27_RunPID1, _ServedPID1, _MCPSession (hutch
 //	                                        mcp's session sandbox, in proxy mode)
 //	28 host memory held by a tenant         TestItem28_TenantMemory
