@@ -278,8 +278,9 @@ func (m *Manager) Snapshot(ctx context.Context, tenant, id string) (SnapshotInfo
 // SnapshotNamed is Snapshot, with name (when not empty) the tenant's name
 // for the snapshot, which GetSnapshot and creates take as well as its id:
 // lowercase letters, digits, '-', '_' and '.', at most 64, starting with
-// a letter or digit, not "snap-…"; a name the tenant's live snapshots
-// have already is a conflict.
+// a letter or digit, not of the form of a snapshot's id (E2B's names may
+// start "snap-" too); a name the tenant's live snapshots have already is
+// a conflict.
 func (m *Manager) SnapshotNamed(ctx context.Context, tenant, id, name string) (SnapshotInfo, error) {
 	if err := checkSnapshotName(name); err != nil {
 		return SnapshotInfo{}, err
@@ -300,13 +301,13 @@ func checkSnapshotName(name string) error {
 	if name == "" {
 		return nil
 	}
-	ok := len(name) <= 64 && !strings.HasPrefix(name, snapPrefix)
+	ok := len(name) <= 64 && !validSnapID(name)
 	for i, c := range name {
 		alnum := c >= 'a' && c <= 'z' || c >= '0' && c <= '9'
 		ok = ok && (alnum || i > 0 && (c == '-' || c == '_' || c == '.'))
 	}
 	if !ok {
-		return invalid("snapshot name %.80q: want lowercase letters, digits, '-', '_' and '.', at most 64, starting with a letter or digit, not %q…", name, snapPrefix)
+		return invalid("snapshot name %.80q: want lowercase letters, digits, '-', '_' and '.', at most 64, starting with a letter or digit, not of the form of a snapshot's id (%s)", name, newSnapID())
 	}
 	return nil
 }
