@@ -308,7 +308,15 @@ func (h *handler) streaming(w http.ResponseWriter, r *http.Request, f streamFunc
 	s.end(err)
 }
 
+// health is envd's GET /health: 204 for a sandbox that runs, the error of
+// one that does not (E2B's SDKs ask it when a stream breaks). A request
+// that names no sandbox (no E2b-Sandbox-Id, no access token) is E2B's
+// API's own health check, which needs no key: 204.
 func (h *handler) health(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get("E2b-Sandbox-Id") == "" && r.Header.Get("X-Access-Token") == "" {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
 	if _, err := h.box(r); err != nil {
 		e := asError(err)
 		writeHTTPError(w, httpStatus(e.Code), e.Message)

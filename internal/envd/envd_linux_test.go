@@ -889,6 +889,17 @@ func TestProtocolErrors(t *testing.T) {
 	if resp.StatusCode != 204 {
 		t.Errorf("health: %d", resp.StatusCode)
 	}
+	// E2B's API's health check names no sandbox and needs no key; one
+	// naming a sandbox that does not exist is that sandbox's error.
+	api, _ := http.NewRequest("GET", e.srv.URL+"/health", nil)
+	if resp, _ := do(t, api); resp.StatusCode != 204 {
+		t.Errorf("the API's health: %d", resp.StatusCode)
+	}
+	unknown := e.request(t, "GET", "/health", "", nil)
+	unknown.Header.Set("E2b-Sandbox-Id", "sb-unknown")
+	if resp, _ := do(t, unknown); resp.StatusCode/100 == 2 {
+		t.Errorf("health of an unknown sandbox: %d", resp.StatusCode)
+	}
 	for p, want := range map[string]bool{"/process.Process/Start": true, "/filesystem.Filesystem/Stat": true, "/files": true, "/health": true, "/sandboxes": false, "/filesx": false} {
 		if Paths(p) != want {
 			t.Errorf("Paths(%q) = %v", p, !want)
