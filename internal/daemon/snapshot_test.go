@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -14,7 +15,7 @@ func TestSnapshotName(t *testing.T) {
 			t.Errorf("name %q refused: %v", name, err)
 		}
 	}
-	for _, name := range []string{newSnapID(), "snap-aaaaaaaaaaaa", "-x", "Upper", "a/b", string(make([]byte, 65))} {
+	for _, name := range []string{newSnapID(), "snap-aaaaaaaaaaaa", "-x", "Upper", "a/b", strings.Repeat("a", 65)} {
 		if err := checkSnapshotName(name); !errors.Is(err, ErrInvalid) {
 			t.Errorf("name %q: %v, want refused", name, err)
 		}
