@@ -10,6 +10,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"time"
 	"unicode/utf8"
 )
 
@@ -92,4 +93,23 @@ func Percentile[T cmp.Ordered](values []T, p float64) T {
 	}
 	k := int(math.Ceil(p/100*float64(len(s)))) - 1
 	return s[max(0, min(k, len(s)-1))]
+}
+
+// Ms is d in milliseconds, to two decimals.
+func Ms(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d)/float64(time.Millisecond)) }
+
+// Ratio is a/b to two decimals, or "-" when b is zero.
+func Ratio[T time.Duration | float64](a, b T) string {
+	if b == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", float64(a)/float64(b))
+}
+
+// Met says whether a target was met.
+func Met(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "not met"
 }

@@ -852,23 +852,7 @@ type figures struct {
 	runcCold                            cycleTimes
 }
 
-func ms(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d)/float64(time.Millisecond)) }
-
 func mib(b float64) string { return fmt.Sprintf("%.2f", b/(1<<20)) }
-
-func ratio[T time.Duration | float64](a, b T) string {
-	if b == 0 {
-		return "-"
-	}
-	return fmt.Sprintf("%.2f", float64(a)/float64(b))
-}
-
-func met(ok bool) string {
-	if ok {
-		return "met"
-	}
-	return "not met"
-}
 
 // percentiles are the ones the latency tables show.
 var percentiles = []float64{50, 90, 99}
@@ -905,9 +889,9 @@ func (r *figures) print() {
 	lat := func(name string, ds []time.Duration, target time.Duration) {
 		tg, st := "-", "-"
 		if target > 0 {
-			tg, st = "≤ "+ms(target), met(report.Percentile(ds, 50) <= target)
+			tg, st = "≤ "+report.Ms(target), report.Met(report.Percentile(ds, 50) <= target)
 		}
-		row := append([]string{name, strconv.Itoa(len(ds))}, pcts(func(p float64) string { return ms(report.Percentile(ds, p)) })...)
+		row := append([]string{name, strconv.Itoa(len(ds))}, pcts(func(p float64) string { return report.Ms(report.Percentile(ds, p)) })...)
 		t.Row(append(row, tg, st)...)
 	}
 	for _, f := range r.tiers {
@@ -952,7 +936,7 @@ func (r *figures) print() {
 		rt := report.NewTable(r.markdown, "ratio to runc", "p50", "p90", "p99")
 		rr := func(name string, a, b []time.Duration) {
 			rt.Row(append([]string{name}, pcts(func(p float64) string {
-				return ratio(report.Percentile(a, p), report.Percentile(b, p))
+				return report.Ratio(report.Percentile(a, p), report.Percentile(b, p))
 			})...)...)
 		}
 		for _, f := range r.tiers {
@@ -969,7 +953,7 @@ func (r *figures) print() {
 		tput := func(name string, v float64) {
 			tg, st := "-", "-"
 			if withTargets(f.tier) {
-				tg, st = fmt.Sprintf("≥ %.0f", targetThroughput), met(v >= targetThroughput)
+				tg, st = fmt.Sprintf("≥ %.0f", targetThroughput), report.Met(v >= targetThroughput)
 			}
 			tt.Row(name, fmt.Sprintf("%.0f", v), tg, st)
 		}
@@ -995,7 +979,7 @@ func (r *figures) print() {
 func printMem(markdown bool, tier string, m *memStats) {
 	tg, st := "-", "-"
 	if withTargets(tier) {
-		tg, st = fmt.Sprintf("≤ %.0f", targetIdleMiB), met(m.avail/(1<<20) <= targetIdleMiB)
+		tg, st = fmt.Sprintf("≤ %.0f", targetIdleMiB), report.Met(m.avail/(1<<20) <= targetIdleMiB)
 	}
 	mt := report.NewTable(markdown, fmt.Sprintf("idle memory, %s, %d sandboxes alive", tier, m.n), "MiB per sandbox", "target", "status")
 	row := func(name string, b float64) { mt.Row(name, mib(b), "-", "-") }
@@ -1049,11 +1033,11 @@ func (r *figures) printComparison() {
 			cells = append(cells, format(v))
 		}
 		for _, v := range vs[1:] {
-			cells = append(cells, ratio(v, vs[0]))
+			cells = append(cells, report.Ratio(v, vs[0]))
 		}
 		t.Row(cells...)
 	}
-	msf := func(v float64) string { return ms(time.Duration(v)) }
+	msf := func(v float64) string { return report.Ms(time.Duration(v)) }
 	lat := func(name string, ds func(f *tierFigures) []time.Duration) {
 		for _, p := range []float64{50, 90} {
 			row(fmt.Sprintf("%s, p%.0f ms", name, p), msf, func(f *tierFigures) (float64, bool) {

@@ -30,7 +30,7 @@ func body(t *testing.T, s string) CreateBody {
 }
 
 func TestCreateRequest(t *testing.T) {
-	req, _, err := createRequest(body(t, `{"templateID":"base","timeout":90,"metadata":{"k":"v"},"envVars":{"A":"1"},"secure":true,"autoPause":false}`), true, tenantRule, nil)
+	req, _, err := createRequest(body(t, `{"templateID":"base","timeout":90,"metadata":{"k":"v"},"envVars":{"A":"1"},"secure":true,"autoPause":false,"autoResume":{"enabled":false}}`), true, tenantRule, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,6 +62,7 @@ func TestCreateRequest(t *testing.T) {
 	for in, want := range map[string]string{
 		`{"autoPause":true}`:                                             "autoPause",
 		`{"mcp":{"x":{}}}`:                                               "mcp",
+		`{"autoResume":{"enabled":true}}`:                                "autoResume",
 		`{"volumeMounts":[{"name":"v","path":"/v"}]}`:                    "volumeMounts",
 		`{"network":{"allowPublicTraffic":true}}`:                        "allowPublicTraffic",
 		`{"network":{"rules":{}}}`:                                       "network.rules",

@@ -198,7 +198,7 @@ func createRequest(b CreateBody, internet bool, check ruleCheck, templates map[s
 	for _, f := range []struct {
 		name string
 		raw  json.RawMessage
-	}{{"autoResume", b.AutoResume}, {"mcp", b.MCP}, {"volumeMounts", b.VolumeMounts}, {"iam", b.IAM}} {
+	}{{"autoResume", enabled(b.AutoResume)}, {"mcp", b.MCP}, {"volumeMounts", b.VolumeMounts}, {"iam", b.IAM}} {
 		if present(f.raw) {
 			unsupported = append(unsupported, f.name)
 		}
@@ -264,6 +264,20 @@ func TemplatePolicy(template string, templates map[string]string, internet bool)
 }
 
 // present reports whether a raw JSON field was given (and is not null).
+// enabled is raw unless it is E2B's way of saying "off": false, or an
+// object whose "enabled" is false (the SDK's releases 2.2x–2.4x send
+// autoResume {"enabled": false} with every create).
+func enabled(raw json.RawMessage) json.RawMessage {
+	var off struct {
+		Enabled *bool `json:"enabled"`
+	}
+	if s := strings.TrimSpace(string(raw)); s == "false" ||
+		json.Unmarshal(raw, &off) == nil && off.Enabled != nil && !*off.Enabled {
+		return nil
+	}
+	return raw
+}
+
 func present(raw json.RawMessage) bool {
 	s := strings.TrimSpace(string(raw))
 	return s != "" && s != "null"

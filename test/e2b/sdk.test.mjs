@@ -6,11 +6,22 @@
 import { test, describe, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import http from 'node:http'
+import { readFileSync } from 'node:fs'
 // HUTCH_E2B_SDK names the SDK package to test: 'e2b' (package.json pins
 // it), or an alias of an older release there (e2b-2.50, which connects by
 // POST /sandboxes/{id}/connect, as the Python SDK does).
 const sdk = process.env.HUTCH_E2B_SDK || 'e2b'
 const { Sandbox, SandboxError, CommandExitError, NotFoundError, SandboxNotFoundError, TimeoutError, FileType, FilesystemEventType } = await import(sdk)
+
+// What an older release lacks, its tests skip or leave out, saying so:
+// since(v) is whether the SDK under test is release v or later.
+const sdkVersion = JSON.parse(readFileSync(new URL(`./node_modules/${sdk}/package.json`, import.meta.url))).version
+const since = (v) => {
+  const [a, b] = [sdkVersion, v].map((x) => x.split('.').map(Number))
+  for (let i = 0; i < 3; i++) if (a[i] !== b[i]) return a[i] > b[i]
+  return true
+}
+const lacks = (v, what) => !since(v) && `e2b ${sdkVersion} has no ${what} (since ${v})`
 
 for (const v of ['E2B_API_URL', 'E2B_SANDBOX_URL', 'E2B_API_KEY']) {
   if (!process.env[v]) throw new Error(`${v} is not set`)
@@ -93,7 +104,7 @@ describe('control plane', () => {
     await assert.rejects(Sandbox.getInfo(id), SandboxNotFoundError)
     await assert.rejects(Sandbox.setTimeout(id, 10_000), SandboxNotFoundError)
     await assert.rejects(Sandbox.connect(id), SandboxNotFoundError)
-    await assert.rejects(Sandbox.pause(id), SandboxNotFoundError)
+    if (Sandbox.pause) await assert.rejects(Sandbox.pause(id), SandboxNotFoundError)
   })
 
   test('a wrong API key is refused', async () => {
@@ -102,11 +113,13 @@ describe('control plane', () => {
 
   test('unsupported options are refused, naming them', async () => {
     await assert.rejects(Sandbox.create('python', { timeoutMs: 10_000 }), /template "python"/)
-    await assert.rejects(Sandbox.create({ lifecycle: { onTimeout: 'pause' } }), /autoPause/)
-    await assert.rejects(Sandbox.create({ network: { denyOut: ['10.0.0.0/8'] } }), /not address ranges/)
+    if (since('2.30.0')) { // the releases before send neither lifecycle nor network
+      await assert.rejects(Sandbox.create({ lifecycle: { onTimeout: 'pause' } }), /autoPause/)
+      await assert.rejects(Sandbox.create({ network: { denyOut: ['10.0.0.0/8'] } }), /not address ranges/)
+    }
   })
 
-  test('pause, list by state, connect resumes', async () => {
+  test('pause, list by state, connect resumes', { skip: lacks('2.30.0', 'pause') }, async () => {
     const sbx = await create()
     assert.equal(await sbx.pause(), true)
     assert.equal(await Sandbox.pause(sbx.sandboxId), false, 'pausing a paused sandbox')
@@ -123,7 +136,7 @@ describe('control plane', () => {
     assert.ok(info.endAt - Date.now() > 80_000)
   })
 
-  test('pause without memory keeps the files, not the processes', async () => {
+  test('pause without memory keeps the files, not the processes', { skip: lacks('2.45.0', 'pause without memory') }, async () => {
     const sbx = await create()
     await sbx.files.write('/tmp/kept.txt', 'kept')
     await sbx.commands.run('sleep 1000', { background: true })
@@ -138,10 +151,13 @@ describe('control plane', () => {
     assert.ok(!ps.stdout.includes('sleep 1000'), ps.stdout)
 
     // One paused with its memory is not resumed without it: an error,
-    // never its memory silently restored.
-    assert.equal(await again.pause(), true)
-    await assert.rejects(Sandbox.connect(sbx.sandboxId, { onResume: 'reboot' }), /paused with its memory/)
-    assert.equal((await again.getInfo()).state, 'paused')
+    // never its memory silently restored (the releases before 2.50 send
+    // no onResume).
+    if (since('2.50.0')) {
+      assert.equal(await again.pause(), true)
+      await assert.rejects(Sandbox.connect(sbx.sandboxId, { onResume: 'reboot' }), /paused with its memory/)
+      assert.equal((await again.getInfo()).state, 'paused')
+    }
     await Sandbox.kill(sbx.sandboxId) // within the tenant's memory quota for the tests after it
   })
 
@@ -154,7 +170,7 @@ describe('control plane', () => {
     await Promise.all([older.kill(), newer.kill()])
   })
 
-  test('network settings are applied', async () => {
+  test('network settings are applied', { skip: lacks('2.30.0', 'network settings') }, async () => {
     const off = await create({ allowInternetAccess: false })
     assert.equal((await off.getInfo()).allowInternetAccess, false)
     const some = await create({ network: { allowOut: ['example.com'], denyOut: ['0.0.0.0/0'] } })
@@ -176,7 +192,12 @@ async function remembers (sbx) {
 }
 
 describe('snapshots and forks', () => {
-  test('createSnapshot, listSnapshots, create from it (by id and by name), fork, deleteSnapshot', async (t) => {
+  // HUTCH_E2B_REDUCED (the earlier releases of TestE2BSDKReleases) leaves
+  // this, the slowest test, out: the SDK's snapshot calls have not changed
+  // since, and TestE2BSDK runs it with the release package.json pins.
+  const skip = process.env.HUTCH_E2B_REDUCED ? 'reduced run of an earlier release: snapshots are tested with the pinned one'
+    : typeof Sandbox.prototype.createSnapshot !== 'function' && `e2b ${sdkVersion} has no createSnapshot`
+  test('createSnapshot, listSnapshots, create from it (by id and by name), fork, deleteSnapshot', { skip }, async (t) => {
     // Five sandboxes: gone at the test's end, not the suite's (the
     // tenant's memory quota).
     const mine = []
@@ -203,22 +224,24 @@ describe('snapshots and forks', () => {
 
     // A process holding a value in its memory only: a fork under gVisor
     // has it going on; in the namespace tier a fork's processes start
-    // afresh.
-    await sbx.commands.run(`echo kept-in-memory > /home/user/seed
+    // afresh (Sandbox.fork since 2.45).
+    if (Sandbox.fork) {
+      await sbx.commands.run(`echo kept-in-memory > /home/user/seed
 sh -c 'read v < /home/user/seed; rm /home/user/seed; while :; do echo "$v" > /home/user/alive.new; mv /home/user/alive.new /home/user/alive; sleep 0.1; done' >/dev/null 2>&1 &
 while [ ! -e /home/user/alive ]; do sleep 0.05; done`)
-    const forks = await Sandbox.fork(sbx.sandboxId, { count: 2 })
-    assert.equal(forks.length, 2)
-    for (const f of forks) {
-      assert.ok(f instanceof Sandbox, `a fork failed: ${f}`)
-      mine.push(f.sandboxId)
-      assert.equal(await f.files.read('/home/user/state.txt'), 'after the snapshot')
-      assert.equal(await remembers(f), tier === 'gvisor' ? 'kept-in-memory' : 'none', `the fork's processes (tier ${tier})`)
+      const forks = await Sandbox.fork(sbx.sandboxId, { count: 2 })
+      assert.equal(forks.length, 2)
+      for (const f of forks) {
+        assert.ok(f instanceof Sandbox, `a fork failed: ${f}`)
+        mine.push(f.sandboxId)
+        assert.equal(await f.files.read('/home/user/state.txt'), 'after the snapshot')
+        assert.equal(await remembers(f), tier === 'gvisor' ? 'kept-in-memory' : 'none', `the fork's processes (tier ${tier})`)
+      }
+      assert.equal(await remembers(sbx), 'kept-in-memory', 'the source\'s process after the fork')
+      await forks[0].files.write('/home/user/state.txt', 'fork 0')
+      assert.equal(await forks[1].files.read('/home/user/state.txt'), 'after the snapshot', 'one fork\'s write reached the other')
+      assert.equal(await sbx.files.read('/home/user/state.txt'), 'after the snapshot', 'a fork\'s write reached the source')
     }
-    assert.equal(await remembers(sbx), 'kept-in-memory', 'the source\'s process after the fork')
-    await forks[0].files.write('/home/user/state.txt', 'fork 0')
-    assert.equal(await forks[1].files.read('/home/user/state.txt'), 'after the snapshot', 'one fork\'s write reached the other')
-    assert.equal(await sbx.files.read('/home/user/state.txt'), 'after the snapshot', 'a fork\'s write reached the source')
 
     assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId), true)
     assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId), false, 'deleting it twice')
@@ -247,7 +270,7 @@ describe('templates', () => {
 
     await assert.rejects(Sandbox.create('no-such-template', { timeoutMs: 10_000 }), (err) => {
       assert.ok(err instanceof SandboxError, `${err}`)
-      assert.equal(err.statusCode, 404)
+      if (since('2.50.0')) assert.equal(err.statusCode, 404)
       assert.match(err.message, /template "no-such-template"/)
       assert.match(err.message, new RegExp(template))
       return true
@@ -449,8 +472,9 @@ describe('envd: commands', () => {
     const h = await sbx.commands.run('cat', { background: true, stdin: true, onStdout: (d) => { out += d } })
     await sbx.commands.sendStdin(h.pid, 'hello\n')
     await until(() => out === 'hello\n', 'cat to echo the first line')
-    await h.sendStdin(new TextEncoder().encode('bytes\n'))
+    await (h.sendStdin ? h.sendStdin(new TextEncoder().encode('bytes\n')) : sbx.commands.sendStdin(h.pid, 'bytes\n'))
     await until(() => out === 'hello\nbytes\n', 'cat to echo the second line')
+    if (!h.closeStdin) return void await h.kill() // closeStdin since 2.30
     await h.closeStdin()
     const r = await h.wait()
     assert.equal(r.stdout, 'hello\nbytes\n')
@@ -674,7 +698,7 @@ describe('envd: files', () => {
 })
 
 describe('envd: the sandbox ends under a command', () => {
-  test('killing the sandbox while a command runs is a TimeoutError saying so', async () => {
+  test('killing the sandbox while a command runs is a TimeoutError saying so', { skip: lacks('2.30.0', 'TimeoutError for a killed sandbox') }, async () => {
     const sbx = await create()
     const cmd = await sbx.commands.run('sleep 60', { background: true })
     await sbx.kill()
@@ -702,8 +726,10 @@ describe('metrics and network', () => {
       assert.ok(m.memUsed > 0 && m.memUsed <= m.memTotal, `memory ${m.memUsed} of ${m.memTotal}`)
       assert.ok(m.diskUsed <= m.diskTotal && m.diskTotal > 0, `disk ${m.diskUsed} of ${m.diskTotal}`)
     }
-    const later = await Sandbox.getMetrics(sbx.sandboxId, { start: new Date(Date.now() + 3600_000) })
-    assert.deepEqual(later, [])
+    if (since('2.30.0')) { // 2.10 sends no start and end
+      const later = await Sandbox.getMetrics(sbx.sandboxId, { start: new Date(Date.now() + 3600_000) })
+      assert.deepEqual(later, [])
+    }
     await assert.rejects(Sandbox.getMetrics('sb-nosuchsandbox'), SandboxNotFoundError)
   })
 
