@@ -42,7 +42,10 @@ if command -v npm >/dev/null 2>&1; then
 		npm install --prefix test/e2b/.node --no-audit --no-fund --silent node@20.20.2 ||
 			echo "warning: could not install node 20 from the npm registry; TestE2BSDK cannot run"
 	fi
-	{ [ -f test/e2b/node_modules/e2b/package.json ] && [ -f test/e2b/node_modules/e2b-2.50/package.json ]; } || (cd test/e2b && npm ci --no-audit --no-fund --silent) ||
+	# Every package test/e2b/package.json names (the SDK and its earlier
+	# releases, under aliases) must be installed, else npm ci.
+	e2b_installed() { node -e 'const fs=require("fs");for(const d of Object.keys(require("./test/e2b/package.json").dependencies))fs.statSync("test/e2b/node_modules/"+d+"/package.json")' 2>/dev/null; }
+	e2b_installed || (cd test/e2b && npm ci --no-audit --no-fund --silent) ||
 		echo "warning: npm ci in test/e2b failed; TestE2BSDK cannot run"
 	# MCP's TypeScript SDK, its conformance suite and a third-party server,
 	# pinned by test/mcp/package-lock.json, for the tests of hutch mcp and
