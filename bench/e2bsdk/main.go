@@ -3,11 +3,12 @@
 // serve, in the same run: from the start of the create to the first byte
 // of `echo ok`'s output, with the sandbox taken from the daemon's warm
 // pool (--warm N for hutch's own creates, --warm base=N for E2B's
-// Sandbox.create()). The two SDKs alternate cycle by cycle, each after the
-// pools have filled again, so that they see the same machine. It prints
-// p50 and p90 of each, the create alone, and the ratio E2B/hutch; every
-// sandbox is killed after its cycle, outside the timing. bench/e2bsdk.sh
-// builds it and runs it.
+// Sandbox.create()). The floor of a node client is measured too: the same
+// two requests (E2B's create, envd's Start stream) with node's fetch and
+// no SDK. The three alternate cycle by cycle, each after the pools have
+// filled again, so that they see the same machine. It prints p50 and p90
+// of each, the create alone, and the ratios; every sandbox is killed after
+// its cycle, outside the timing. bench/e2bsdk.sh builds it and runs it.
 package main
 
 import (
@@ -87,16 +88,16 @@ func run(ctx context.Context, cfg config) error {
 	}
 	defer js.stop()
 
-	var h, e times
+	var h, e, f times
 	for i := -5; i < cfg.n; i++ {
-		// Alternate which SDK goes first; each starts with full pools.
+		// Rotate which goes first; each starts with full pools.
 		sides := []func() error{
 			func() error { return hutchCycle(ctx, c, &h, i >= 0) },
-			func() error { return js.cycle(&e, i >= 0) },
+			func() error { return js.cycle("sdk", &e, i >= 0) },
+			func() error { return js.cycle("fetch", &f, i >= 0) },
 		}
-		if i%2 != 0 {
-			sides[0], sides[1] = sides[1], sides[0]
-		}
+		k := (i + 6) % len(sides)
+		sides = append(sides[k:], sides[:k]...)
 		for _, side := range sides {
 			if err := d.waitWarm(ctx, cfg.warm); err != nil {
 				return err
@@ -110,12 +111,12 @@ func run(ctx context.Context, cfg config) error {
 		}
 	}
 	cold := d.coldCreates()
-	print(cfg, h, e, cold)
+	print(cfg, h, e, f, cold)
 	return nil
 }
 
 // hutchCycle creates a sandbox with hutch's Go SDK, runs `echo ok` through
-// the streaming exec, times the first byte of its output, and destroys it.
+// the streaming exec as E2B's SDK does (bash -l -c), times the first byte of its output, and destroys it.
 func hutchCycle(ctx context.Context, c *client.Client, t *times, record bool) error {
 	t0 := time.Now()
 	sb, err := c.Create(ctx, client.CreateOptions{Timeout: time.Minute})
@@ -124,7 +125,8 @@ func hutchCycle(ctx context.Context, c *client.Client, t *times, record bool) er
 	}
 	tc := time.Now()
 	defer func() { _ = c.Destroy(ctx, sb.ID) }()
-	p, err := c.Exec(ctx, sb.ID, client.Command{Args: []string{"echo", "ok"}})
+	// The command E2B's commands.run('echo ok') starts.
+	p, err := c.Exec(ctx, sb.ID, client.Command{Args: []string{"/bin/bash", "-l", "-c", "echo ok"}})
 	if err != nil {
 		return err
 	}
@@ -178,8 +180,9 @@ func startNode(cfg config, url, key string) (*nodeSide, error) {
 	return &nodeSide{cmd: cmd, in: in, out: bufio.NewScanner(out)}, nil
 }
 
-func (n *nodeSide) cycle(t *times, record bool) error {
-	if _, err := io.WriteString(n.in, "cycle\n"); err != nil {
+// cycle runs one cycle of mode ("sdk" or "fetch") on the E2B side.
+func (n *nodeSide) cycle(mode string, t *times, record bool) error {
+	if _, err := io.WriteString(n.in, mode+"\n"); err != nil {
 		return err
 	}
 	if !n.out.Scan() {
@@ -345,14 +348,23 @@ func tail(b []byte) string {
 	return strings.TrimSpace(string(b))
 }
 
-func print(cfg config, h, e times, cold int) {
+func print(cfg config, h, e, f times, cold int) {
 	p := func(ds []time.Duration, q float64) time.Duration { return report.Percentile(ds, q) }
-	fmt.Printf("warm create → first output of `echo ok`, %d cycles per SDK, one hutch serve (namespace tier), pools of %d\n\n", len(h.first), cfg.warm)
-	t := report.NewTable(cfg.markdown, "SDK", "first output p50 ms", "p90 ms", "create alone p50 ms", "p90 ms")
-	t.Row("hutch Go SDK", report.Ms(p(h.first, 50)), report.Ms(p(h.first, 90)), report.Ms(p(h.create, 50)), report.Ms(p(h.create, 90)))
-	t.Row("E2B JS SDK (e2b)", report.Ms(p(e.first, 50)), report.Ms(p(e.first, 90)), report.Ms(p(e.create, 50)), report.Ms(p(e.create, 90)))
-	t.Row("ratio E2B/hutch", report.Ratio(p(e.first, 50), p(h.first, 50)), report.Ratio(p(e.first, 90), p(h.first, 90)),
-		report.Ratio(p(e.create, 50), p(h.create, 50)), report.Ratio(p(e.create, 90), p(h.create, 90)))
+	fmt.Printf("warm create → first output of `echo ok`, %d cycles each, one hutch serve (namespace tier), pools of %d\n\n", len(h.first), cfg.warm)
+	t := report.NewTable(cfg.markdown, "client", "first output p50 ms", "p90 ms", "create alone p50 ms", "p90 ms")
+	row := func(name string, x times) {
+		t.Row(name, report.Ms(p(x.first, 50)), report.Ms(p(x.first, 90)), report.Ms(p(x.create, 50)), report.Ms(p(x.create, 90)))
+	}
+	ratios := func(name string, a, b times) {
+		t.Row(name, report.Ratio(p(a.first, 50), p(b.first, 50)), report.Ratio(p(a.first, 90), p(b.first, 90)),
+			report.Ratio(p(a.create, 50), p(b.create, 50)), report.Ratio(p(a.create, 90), p(b.create, 90)))
+	}
+	row("hutch Go SDK", h)
+	row("E2B JS SDK (e2b)", e)
+	row("node fetch, no SDK (floor)", f)
+	ratios("ratio E2B SDK / hutch SDK", e, h)
+	ratios("ratio E2B SDK / node floor", e, f)
+	ratios("ratio node floor / hutch SDK", f, h)
 	t.Print(os.Stdout)
 	fmt.Printf("target: E2B's first output p50 ≤ 1.5× hutch's: %s\n", report.Met(p(e.first, 50) <= p(h.first, 50)*3/2))
 	fmt.Printf("sandboxes started cold (outside the warm pools) during the run: %d\n", cold)
