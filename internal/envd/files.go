@@ -109,14 +109,14 @@ func isToken(r rune) bool {
 }
 
 func (h *handler) files(w http.ResponseWriter, r *http.Request) {
-	b, err := h.box(r)
+	b, sb, err := h.boxOf(r)
 	if err != nil {
 		writeFilesError(w, err)
 		return
 	}
 	q := r.URL.Query()
 	name := q.Get("username")
-	if name == "" {
+	if name == "" && !sb.Signed {
 		// The SDKs name the user of /files in the query; take that of
 		// the Authorization header otherwise.
 		u, err := h.requestUser(r)
@@ -135,7 +135,7 @@ func (h *handler) files(w http.ResponseWriter, r *http.Request) {
 	case http.MethodGet, http.MethodHead:
 		h.download(w, r, b, u, q.Get("path"))
 	case http.MethodPost:
-		h.upload(w, r, b, u, q.Get("path"))
+		h.upload(w, r, b, u, q.Get("path"), sb.Signed)
 	default:
 		w.Header().Set("Allow", "GET, HEAD, POST")
 		writeHTTPError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed on /files", r.Method))
@@ -213,7 +213,7 @@ func acceptsGzip(r *http.Request) bool {
 	return false
 }
 
-func (h *handler) upload(w http.ResponseWriter, r *http.Request, b *box, u user, qpath string) {
+func (h *handler) upload(w http.ResponseWriter, r *http.Request, b *box, u user, qpath string, signed bool) {
 	r.Body = http.MaxBytesReader(w, r.Body, maxUpload)
 	meta, err := uploadMetadata(r.Header)
 	if err != nil {
@@ -269,7 +269,7 @@ func (h *handler) upload(w http.ResponseWriter, r *http.Request, b *box, u user,
 	}
 	switch mt := mediaType(r); mt {
 	case "multipart/form-data":
-		err = h.uploadMultipart(r, qpath, write)
+		err = h.uploadMultipart(r, qpath, signed, write)
 	case "application/octet-stream", "":
 		if qpath == "" {
 			err = errorf(codeInvalidArgument, "upload: no path")
@@ -328,8 +328,9 @@ func uploadCode(err error) string {
 var formFileName = strings.NewReplacer("%22", `"`, "%0D", "\r", "%0A", "\n", "%0d", "\r", "%0a", "\n")
 
 // uploadMultipart writes the "file" parts of a multipart body: the first
-// to qpath if set, any other to its file name (a path).
-func (h *handler) uploadMultipart(r *http.Request, qpath string, write func(string, io.Reader) error) error {
+// to qpath if set, any other to its file name (a path). A signed URL with
+// a path writes that one file only: its signature is for that path.
+func (h *handler) uploadMultipart(r *http.Request, qpath string, signed bool, write func(string, io.Reader) error) error {
 	mr, err := r.MultipartReader()
 	if err != nil {
 		return errorf(codeInvalidArgument, "upload: %v", err)
@@ -353,6 +354,9 @@ func (h *handler) uploadMultipart(r *http.Request, qpath string, write func(stri
 		}
 		if n++; n > maxUploadFiles {
 			return errorf(codeInvalidArgument, "upload: more than %d files", maxUploadFiles)
+		}
+		if signed && qpath != "" && n > 1 {
+			return errorf(codeInvalidArgument, "upload: a signed URL for %.200s writes that one file; this upload has more", qpath)
 		}
 		// The file name is a path: FileName would keep its last element.
 		_, params, _ := mime.ParseMediaType(part.Header.Get("Content-Disposition"))
