@@ -155,6 +155,10 @@ func (s *server) writeFile(r *areq, m *request) {
 		s.replyErr(r.id, pathError("sync", p, err))
 		return
 	}
+	if err := f.Close(); err != nil {
+		s.replyErr(r.id, pathError("write", p, err))
+		return
+	}
 	if err := os.Rename(tmp, p); err != nil {
 		s.replyErr(r.id, pathError("rename", p, err))
 		return
