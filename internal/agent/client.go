@@ -738,6 +738,28 @@ type FileInfo struct {
 	Link string
 	// UID and GID are the ids of its owner and group.
 	UID, GID uint32
+	// Xattrs are the extended attributes StatXattrs and ListXattrs
+	// asked for, keyed by their names without the prefix; nil if none.
+	Xattrs map[string]string
+}
+
+// WriteOptions are the options of WriteFileWith.
+type WriteOptions struct {
+	// Mode's permission bits (and setuid, setgid, sticky) are set
+	// exactly; 0 keeps those of the file replaced, or makes 0644.
+	Mode os.FileMode
+	// InPlace writes the content into the file at the path (made if
+	// missing) instead of renaming a new file over it: the file keeps
+	// its inode, and a watch sees it written rather than created. The
+	// content is still staged in a temporary file first, so a write
+	// that fails on the way leaves the file as it was. A symlink at the
+	// path is replaced, as without InPlace.
+	InPlace bool
+	// XattrPrefix, if set (it must start with "user."), has the file's
+	// extended attributes of that prefix replaced by Xattrs (keys
+	// without the prefix; at most 64, of 8 KiB in all).
+	XattrPrefix string
+	Xattrs      map[string]string
 }
 
 // Exec starts a command and returns once it runs. A command that cannot be
@@ -941,14 +963,29 @@ func (c *Client) ReadFile(ctx context.Context, path string, w io.Writer) (int64,
 // the file it replaces, or makes 0644. It returns the number of bytes
 // written.
 func (c *Client) WriteFile(ctx context.Context, path string, r io.Reader, mode os.FileMode) (int64, error) {
+	return c.WriteFileWith(ctx, path, r, WriteOptions{Mode: mode})
+}
+
+// WriteFileWith is WriteFile with options: see WriteOptions.
+func (c *Client) WriteFileWith(ctx context.Context, path string, r io.Reader, o WriteOptions) (int64, error) {
+	m := &request{Op: opWrite, Path: wstr(path), Mode: uint32(o.Mode), InPlace: o.InPlace, XattrPrefix: wstr(o.XattrPrefix)}
+	if len(o.Xattrs) > 0 {
+		m.Xattrs = make(map[string]wstr, len(o.Xattrs))
+		for k, v := range o.Xattrs {
+			m.Xattrs[k] = wstr(v)
+		}
+	}
 	if e := checkPath("write", path); e != nil {
+		return 0, e
+	}
+	if e := checkXattrs(path, m); e != nil {
 		return 0, e
 	}
 	k, err := c.newCall(ctx, opWrite, func(k *call) { k.in = newOutStream(c, k.id) })
 	if err != nil {
 		return 0, err
 	}
-	if err := c.send(ctx, k, &request{Op: opWrite, Path: wstr(path), Mode: uint32(mode)}); err != nil {
+	if err := c.send(ctx, k, m); err != nil {
 		return 0, err
 	}
 	buf := make([]byte, c.chunk)
@@ -996,10 +1033,20 @@ func (c *Client) WriteFile(ctx context.Context, path string, r io.Reader, mode o
 // Stat describes the file at path; a symlink is described itself, with its
 // target in Link.
 func (c *Client) Stat(ctx context.Context, path string) (FileInfo, error) {
+	return c.StatXattrs(ctx, path, "")
+}
+
+// StatXattrs is Stat that also returns, in Xattrs, the file's extended
+// attributes whose names start with prefix (which must start with "user.";
+// "" asks for none). At most 64 of them, of 8 KiB in all, are returned.
+func (c *Client) StatXattrs(ctx context.Context, path, prefix string) (FileInfo, error) {
 	if e := checkPath("stat", path); e != nil {
 		return FileInfo{}, e
 	}
-	k, r, err := c.roundTrip(ctx, &request{Op: opStat, Path: wstr(path)}, nil)
+	if e := checkPrefix("stat", path, prefix); e != nil {
+		return FileInfo{}, e
+	}
+	k, r, err := c.roundTrip(ctx, &request{Op: opStat, Path: wstr(path), XattrPrefix: wstr(prefix)}, nil)
 	if err != nil {
 		return FileInfo{}, err
 	}
@@ -1015,10 +1062,19 @@ func (c *Client) Stat(ctx context.Context, path string) (FileInfo, error) {
 
 // List describes the entries of the directory at path, sorted by name.
 func (c *Client) List(ctx context.Context, path string) ([]FileInfo, error) {
+	return c.ListXattrs(ctx, path, "")
+}
+
+// ListXattrs is List that also returns the entries' extended attributes
+// whose names start with prefix, as StatXattrs does.
+func (c *Client) ListXattrs(ctx context.Context, path, prefix string) ([]FileInfo, error) {
 	if e := checkPath("list", path); e != nil {
 		return nil, e
 	}
-	k, _, err := c.roundTrip(ctx, &request{Op: opList, Path: wstr(path)}, nil)
+	if e := checkPrefix("list", path, prefix); e != nil {
+		return nil, e
+	}
+	k, _, err := c.roundTrip(ctx, &request{Op: opList, Path: wstr(path), XattrPrefix: wstr(prefix)}, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -1081,6 +1137,20 @@ func fileInfo(w wireInfo) (FileInfo, error) {
 	case len(link) > maxLink || strings.IndexByte(link, 0) >= 0:
 		return FileInfo{}, fmt.Errorf("file %q: bad link target", name)
 	}
+	var xattrs map[string]string
+	if len(w.Xattrs) > maxXattrs {
+		return FileInfo{}, fmt.Errorf("file %q: more than %d extended attributes", name, maxXattrs)
+	}
+	n := 0
+	for k, v := range w.Xattrs {
+		if n += len(k) + len(v); n > maxXattrBytes || k == "" {
+			return FileInfo{}, fmt.Errorf("file %q: bad extended attributes", name)
+		}
+		if xattrs == nil {
+			xattrs = make(map[string]string, len(w.Xattrs))
+		}
+		xattrs[k] = string(v)
+	}
 	mode := os.FileMode(w.Mode)
 	return FileInfo{
 		Name:    name,
@@ -1091,5 +1161,6 @@ func fileInfo(w wireInfo) (FileInfo, error) {
 		Link:    link,
 		UID:     w.UID,
 		GID:     w.GID,
+		Xattrs:  xattrs,
 	}, nil
 }

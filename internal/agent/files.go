@@ -64,13 +64,23 @@ func splitPath(p string) (dir, base string) {
 	return dir, base
 }
 
-// writeFile replaces the file at p atomically with the content of stream 0:
-// a temporary file in the same directory, written, synced and renamed over
-// p. A symlink at p is replaced, not followed. Mode 0 keeps the mode of the
-// file it replaces, or makes 0644.
-func (s *server) writeFile(r *areq, p string, mode uint32) {
+// writeFile writes the content of stream 0 to the file at p. The content
+// goes first to a temporary file in the same directory (which watches do
+// not report), so that a write that fails on the way (the client gone, a
+// full disk) leaves the file at p as it was. Then the temporary file is
+// synced and renamed over p, or with m.InPlace copied into the file at p
+// (made if missing, its inode kept), so that a watch of p sees it written.
+// Either way a symlink at p is replaced, not followed. Mode 0 keeps the
+// mode of the file it replaces, or makes 0644. With m.XattrPrefix, the
+// extended attributes of that prefix become m.Xattrs.
+func (s *server) writeFile(r *areq, m *request) {
 	defer r.in.drop()
+	p := string(m.Path)
 	if e := checkPath("write", p); e != nil {
+		s.replyErr(r.id, e)
+		return
+	}
+	if e := checkXattrs(p, m); e != nil {
 		s.replyErr(r.id, e)
 		return
 	}
@@ -79,15 +89,16 @@ func (s *server) writeFile(r *areq, p string, mode uint32) {
 		s.replyErr(r.id, errorf(CodeInvalid, "write %s: not a file name", p))
 		return
 	}
-	perm := fs.FileMode(mode) & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
+	const permBits = fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky
+	perm := fs.FileMode(m.Mode) & permBits
 	old, err := os.Lstat(p)
 	switch {
 	case err == nil && old.IsDir():
 		s.replyErr(r.id, errorf(CodeIsDir, "write %s: is a directory", p))
 		return
-	case err == nil && mode == 0 && old.Mode().IsRegular():
-		perm = old.Mode() & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
-	case mode == 0:
+	case err == nil && m.Mode == 0 && old.Mode().IsRegular():
+		perm = old.Mode() & permBits
+	case m.Mode == 0:
 		perm = 0o644
 	}
 	f, err := os.CreateTemp(dir, tempPrefix+"*")
@@ -96,10 +107,10 @@ func (s *server) writeFile(r *areq, p string, mode uint32) {
 		return
 	}
 	tmp := f.Name()
-	done := false
+	renamed := false
 	defer func() {
-		if !done {
-			f.Close()
+		f.Close()
+		if !renamed {
 			os.Remove(tmp)
 		}
 	}()
@@ -122,9 +133,23 @@ func (s *server) writeFile(r *areq, p string, mode uint32) {
 			return
 		}
 	}
+	if m.InPlace && (old == nil || old.Mode().IsRegular()) {
+		if err := copyInPlace(f, p, perm, m); err != nil {
+			s.replyErr(r.id, err)
+			return
+		}
+		s.reply(r.id, response{Size: total}, nil)
+		return
+	}
 	if err := f.Chmod(perm); err != nil {
 		s.replyErr(r.id, pathError("chmod", p, err))
 		return
+	}
+	if m.XattrPrefix != "" {
+		if err := setXattrs(int(f.Fd()), p, string(m.XattrPrefix), m.Xattrs); err != nil {
+			s.replyErr(r.id, err)
+			return
+		}
 	}
 	if err := f.Sync(); err != nil {
 		s.replyErr(r.id, pathError("sync", p, err))
@@ -138,12 +163,108 @@ func (s *server) writeFile(r *areq, p string, mode uint32) {
 		s.replyErr(r.id, pathError("rename", p, err))
 		return
 	}
-	done = true
+	renamed = true
 	if d, err := os.Open(dir); err == nil {
 		_ = d.Sync() // make the rename durable; not every filesystem can
 		d.Close()
 	}
 	s.reply(r.id, response{Size: total}, nil)
+}
+
+// copyInPlace copies the content of the temporary file f into the regular
+// file at p, made with perm if missing, and sets its mode to perm and its
+// extended attributes as m asks. The last element of p is not followed: a
+// symlink put there meanwhile fails the write (ELOOP) rather than writing
+// where it points. A file this made is removed again if the copy fails;
+// one that existed keeps what was copied (its inode is written, so a
+// failure there, such as a full disk, cannot be undone).
+func copyInPlace(f *os.File, p string, perm fs.FileMode, m *request) error {
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return pathError("write", p, err)
+	}
+	const flags = os.O_WRONLY | syscall.O_NOFOLLOW | syscall.O_NONBLOCK
+	made := true
+	dst, err := os.OpenFile(p, flags|os.O_CREATE|os.O_EXCL, perm)
+	if errors.Is(err, fs.ErrExist) {
+		made = false
+		dst, err = os.OpenFile(p, flags, 0)
+	}
+	if err != nil {
+		return pathError("write", p, err)
+	}
+	ok := false
+	defer func() {
+		dst.Close()
+		if !ok && made {
+			os.Remove(p)
+		}
+	}()
+	fi, err := dst.Stat()
+	if err != nil {
+		return pathError("write", p, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return errorf(CodeInvalid, "write %s: not a regular file", p)
+	}
+	if err := dst.Truncate(0); err != nil {
+		return pathError("write", p, err)
+	}
+	if _, err := io.Copy(dst, f); err != nil {
+		return pathError("write", p, err)
+	}
+	if fi.Mode()&(fs.ModePerm|fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky) != perm || made {
+		if err := dst.Chmod(perm); err != nil {
+			return pathError("chmod", p, err)
+		}
+	}
+	if m.XattrPrefix != "" {
+		if err := setXattrs(int(dst.Fd()), p, string(m.XattrPrefix), m.Xattrs); err != nil {
+			return err
+		}
+	}
+	if err := dst.Sync(); err != nil {
+		return pathError("sync", p, err)
+	}
+	ok = true
+	return nil
+}
+
+// checkPrefix checks the prefix of the extended attributes a request
+// reads or sets: "" (none) or one of the user namespace, which the
+// sandbox's own users may set too.
+func checkPrefix(what, p, prefix string) *Error {
+	if prefix != "" && (!strings.HasPrefix(prefix, "user.") || len(prefix) > 64 || strings.IndexByte(prefix, 0) >= 0) {
+		return errorf(CodeInvalid, "%s %s: extended attribute prefix %.80q is not of the user namespace", what, p, prefix)
+	}
+	return nil
+}
+
+// checkXattrs checks the extended attributes a write request sets: a
+// prefix in the user namespace, and within the bounds of a file info.
+func checkXattrs(p string, m *request) *Error {
+	if m.XattrPrefix == "" {
+		if len(m.Xattrs) > 0 {
+			return errorf(CodeInvalid, "write %s: extended attributes without a prefix", p)
+		}
+		return nil
+	}
+	if e := checkPrefix("write", p, string(m.XattrPrefix)); e != nil {
+		return e
+	}
+	if len(m.Xattrs) > maxXattrs {
+		return errorf(CodeTooLarge, "write %s: more than %d extended attributes", p, maxXattrs)
+	}
+	n := 0
+	for k, v := range m.Xattrs {
+		if k == "" || strings.IndexByte(k, 0) >= 0 || len(m.XattrPrefix)+len(k) > maxName {
+			return errorf(CodeInvalid, "write %s: extended attribute name %.80q", p, k)
+		}
+		n += len(k) + len(v)
+	}
+	if n > maxXattrBytes {
+		return errorf(CodeTooLarge, "write %s: extended attributes of more than %d bytes", p, maxXattrBytes)
+	}
+	return nil
 }
 
 // pathError reports err (of a system call on a helper path, such as the
@@ -160,8 +281,9 @@ func pathError(op, p string, err error) *Error {
 	return &Error{Code: codeOf(inner), Message: fmt.Sprintf("%s %s: %v", op, p, inner)}
 }
 
-// infoOf describes fi, found at p.
-func infoOf(p string, fi fs.FileInfo) *wireInfo {
+// infoOf describes fi, found at p, with its extended attributes whose
+// names start with prefix (none for "").
+func infoOf(p string, fi fs.FileInfo, prefix string) *wireInfo {
 	w := &wireInfo{
 		Name:    wstr(fi.Name()),
 		Size:    fi.Size(),
@@ -176,25 +298,36 @@ func infoOf(p string, fi fs.FileInfo) *wireInfo {
 			w.Link = wstr(l)
 		}
 	}
+	if prefix != "" {
+		w.Xattrs = readXattrs(p, prefix)
+	}
 	return w
 }
 
-// stat describes p itself, not what a symlink at p points to.
-func stat(p string) (*wireInfo, error) {
+// stat describes p itself, not what a symlink at p points to, with its
+// extended attributes of prefix.
+func stat(p, prefix string) (*wireInfo, error) {
 	if e := checkPath("stat", p); e != nil {
+		return nil, e
+	}
+	if e := checkPrefix("stat", p, prefix); e != nil {
 		return nil, e
 	}
 	fi, err := os.Lstat(p)
 	if err != nil {
 		return nil, err
 	}
-	return infoOf(p, fi), nil
+	return infoOf(p, fi, prefix), nil
 }
 
 // list sends the entries of directory p in entries frames, unsorted, then
-// its response.
-func (s *server) list(r *areq, p string) {
+// its response; with their extended attributes of prefix.
+func (s *server) list(r *areq, p, prefix string) {
 	if e := checkPath("list", p); e != nil {
+		s.replyErr(r.id, e)
+		return
+	}
+	if e := checkPrefix("list", p, prefix); e != nil {
 		s.replyErr(r.id, e)
 		return
 	}
@@ -222,7 +355,7 @@ func (s *server) list(r *areq, p string) {
 			if err != nil {
 				continue // removed meanwhile
 			}
-			if err := b.add(infoOf(filepath.Join(p, e.Name()), fi)); err != nil {
+			if err := b.add(infoOf(filepath.Join(p, e.Name()), fi, prefix)); err != nil {
 				s.replyErr(r.id, within("list "+p, err))
 				return
 			}

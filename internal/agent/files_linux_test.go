@@ -285,8 +285,14 @@ func (r *blockingReader) Read(p []byte) (int, error) {
 
 // TestAtomicWrite checks that a write in progress, failed or canceled
 // never shows a part of the new content at its path, and leaves no
-// temporary file behind.
+// temporary file behind, whether it renames or writes in place.
 func TestAtomicWrite(t *testing.T) {
+	for _, inPlace := range []bool{false, true} {
+		t.Run(fmt.Sprintf("inPlace=%v", inPlace), func(t *testing.T) { testAtomicWrite(t, inPlace) })
+	}
+}
+
+func testAtomicWrite(t *testing.T, inPlace bool) {
 	noLeaks(t)
 	c, _ := agentPair(t, ServeOptions{}, false)
 	ctx := context.Background()
@@ -337,7 +343,7 @@ func TestAtomicWrite(t *testing.T) {
 			defer cancel()
 			done := make(chan error, 1)
 			go func() {
-				_, err := c.WriteFile(wctx, path, r, 0o644)
+				_, err := c.WriteFileWith(wctx, path, r, WriteOptions{Mode: 0o644, InPlace: inPlace})
 				done <- err
 			}()
 			<-r.reached
@@ -372,6 +378,112 @@ func TestAtomicWrite(t *testing.T) {
 			}
 			noTemp()
 		})
+	}
+}
+
+// TestWriteInPlace checks writes in place: the file keeps its inode, a new
+// one is made, extended attributes of the prefix are replaced (others
+// kept), a symlink at the path is replaced rather than followed, and a
+// file the write made is gone again when the write fails.
+func TestWriteInPlace(t *testing.T) {
+	noLeaks(t)
+	c, _ := agentPair(t, ServeOptions{}, false)
+	ctx := context.Background()
+	dir := t.TempDir()
+	f := filepath.Join(dir, "f")
+	const prefix = "user.test."
+	write := func(p, content string, xattrs map[string]string) error {
+		t.Helper()
+		_, err := c.WriteFileWith(ctx, p, strings.NewReader(content), WriteOptions{InPlace: true, XattrPrefix: prefix, Xattrs: xattrs})
+		return err
+	}
+	ino := func(p string) uint64 {
+		t.Helper()
+		fi, err := os.Lstat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Sys().(*syscall.Stat_t).Ino
+	}
+	if err := write(f, "first", map[string]string{"author": "a", "purpose": "p"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Setxattr(f, "user.other", []byte("kept"), 0); err != nil {
+		t.Fatalf("the test's filesystem keeps no user extended attributes: %v", err)
+	}
+	before := ino(f)
+	fi, err := c.StatXattrs(ctx, f, prefix)
+	if err != nil || fi.Size != 5 || fi.Mode != 0o644 || len(fi.Xattrs) != 2 || fi.Xattrs["author"] != "a" || fi.Xattrs["purpose"] != "p" {
+		t.Fatalf("stat after the first write: %+v, %v", fi, err)
+	}
+	if fi, _ := c.Stat(ctx, f); fi.Xattrs != nil {
+		t.Errorf("Stat without a prefix: xattrs %v", fi.Xattrs)
+	}
+	if err := write(f, "second!", map[string]string{"author": "b"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(f); string(got) != "second!" || ino(f) != before {
+		t.Errorf("rewritten: %q, inode %d (was %d)", got, ino(f), before)
+	}
+	ents, err := c.ListXattrs(ctx, dir, prefix)
+	if err != nil || len(ents) != 1 || len(ents[0].Xattrs) != 1 || ents[0].Xattrs["author"] != "b" {
+		t.Errorf("list after the second write: %+v, %v", ents, err)
+	}
+	buf := make([]byte, 16)
+	if n, err := syscall.Getxattr(f, "user.other", buf); err != nil || string(buf[:n]) != "kept" {
+		t.Errorf("an attribute of another prefix: %q, %v", buf[:n], err)
+	}
+	// An attribute set in the sandbox is read as the writes' are.
+	if err := syscall.Setxattr(f, prefix+"set", []byte("outside"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if fi, _ := c.StatXattrs(ctx, f, prefix); fi.Xattrs["set"] != "outside" {
+		t.Errorf("attribute set outside the agent: %v", fi.Xattrs)
+	}
+
+	// A symlink at the path is replaced, its target untouched.
+	target := filepath.Join(dir, "target")
+	if err := os.WriteFile(target, []byte("target"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	if err := write(link, "new", nil); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(target); string(got) != "target" {
+		t.Errorf("the symlink's target was written: %q", got)
+	}
+	if fi, err := os.Lstat(link); err != nil || !fi.Mode().IsRegular() {
+		t.Errorf("the symlink was not replaced: %v, %v", fi, err)
+	}
+
+	// A new file whose write fails is removed.
+	fresh := filepath.Join(dir, "fresh")
+	broke := errors.New("source broke")
+	r := &blockingReader{first: []byte("part"), reached: make(chan struct{}), release: make(chan struct{}), err: broke}
+	close(r.release)
+	if _, err := c.WriteFileWith(ctx, fresh, r, WriteOptions{InPlace: true}); !errors.Is(err, broke) {
+		t.Errorf("failed write: %v", err)
+	}
+	if _, err := os.Lstat(fresh); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a failed write of a new file left it: %v", err)
+	}
+
+	// Bounds and prefixes.
+	agentError(t, write(f, "x", map[string]string{"": "v"}), CodeInvalid)
+	big := map[string]string{}
+	for i := range 65 {
+		big[fmt.Sprint("k", i)] = "v"
+	}
+	agentError(t, write(f, "x", big), CodeTooLarge)
+	agentError(t, write(f, "x", map[string]string{"k": strings.Repeat("v", 9<<10)}), CodeTooLarge)
+	_, err = c.StatXattrs(ctx, f, "trusted.")
+	agentError(t, err, CodeInvalid)
+	if got, _ := os.ReadFile(f); string(got) != "second!" {
+		t.Errorf("refused writes changed the file: %q", got)
 	}
 }
 

@@ -67,6 +67,10 @@ const (
 	maxLink = 4096
 	// maxName bounds a file name (NAME_MAX).
 	maxName = 255
+	// maxXattrs and maxXattrBytes bound the extended attributes of one
+	// file in a file info (names without the prefix, and values).
+	maxXattrs     = 64
+	maxXattrBytes = 8 << 10
 	// exitGrace is how long the agent holds a command's exit frame back
 	// for output still in flight.
 	exitGrace = 250 * time.Millisecond
@@ -209,6 +213,13 @@ type request struct {
 	Mode      uint32 `json:"mode,omitempty"`
 	Parents   bool   `json:"parents,omitempty"`
 	Recursive bool   `json:"recursive,omitempty"`
+	// write: in place (see WriteOptions.InPlace)
+	InPlace bool `json:"in_place,omitempty"`
+	// stat, list: the extended attributes whose names start with
+	// XattrPrefix go in the file infos; write: they are replaced by
+	// Xattrs (keys without the prefix).
+	XattrPrefix wstr            `json:"xattr_prefix,omitempty"`
+	Xattrs      map[string]wstr `json:"xattrs,omitempty"`
 }
 
 // response is the body of every response.
@@ -235,6 +246,9 @@ type wireInfo struct {
 	Link    wstr   `json:"link,omitempty"`
 	UID     uint32 `json:"uid"`
 	GID     uint32 `json:"gid"`
+	// Xattrs are the extended attributes the request's XattrPrefix
+	// asked for, keyed without it.
+	Xattrs map[string]wstr `json:"xattrs,omitempty"`
 }
 
 // wireProc is a ProcessInfo on the wire.

@@ -315,12 +315,12 @@ func (s *server) handle(r *areq, m *request) {
 	case opRead:
 		s.readFile(r, string(m.Path))
 	case opWrite:
-		s.writeFile(r, string(m.Path), m.Mode)
+		s.writeFile(r, m)
 	case opStat:
-		info, err := stat(string(m.Path))
+		info, err := stat(string(m.Path), string(m.XattrPrefix))
 		s.reply(r.id, response{Info: info}, err)
 	case opList:
-		s.list(r, string(m.Path))
+		s.list(r, string(m.Path), string(m.XattrPrefix))
 	case opMkdir:
 		s.reply(r.id, response{}, mkdir(string(m.Path), m.Parents))
 	case opRemove:

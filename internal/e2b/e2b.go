@@ -394,12 +394,14 @@ type Sandbox struct {
 	// manager, which recorded the request as activity in the sandbox.
 	Agent *agent.Client
 
-	audit func(envd.Event) // see Envd
+	audit  func(envd.Event) // see Envd
+	signed bool             // let in by a signed URL (envd.Sandbox.Signed)
 }
 
 // Resolve returns the sandbox a request of E2B's in-sandbox API (envd) is
 // for: the one named by its E2b-Sandbox-Id header, whose envd access token
-// X-Access-Token must carry. An error wraps ErrUnauthenticated (no or a
+// X-Access-Token must carry; or, for a request of /files without the
+// header, the one whose token signed its URL (see signing.go). An error wraps ErrUnauthenticated (no or a
 // wrong token), daemon.ErrNotFound (the sandbox is gone) or
 // daemon.ErrConflict (it is paused or stopping).
 func (h *Handler) Resolve(r *http.Request) (Sandbox, error) {
@@ -410,34 +412,44 @@ func (h *Handler) Resolve(r *http.Request) (Sandbox, error) {
 		// (PORT-ID.DOMAIN); older SDKs send only the token.
 		id = sandboxOfHost(r.Host)
 	}
-	if tok == "" {
+	op := signedOperation(r)
+	if tok == "" && op == "" {
 		return Sandbox{}, errorf(ErrUnauthenticated, "missing X-Access-Token header (the envd access token of the sandbox)")
 	}
 	h.mu.Lock()
-	if id == "" {
-		id = h.sandboxOfToken(tok)
-	}
-	if id == "" {
-		h.mu.Unlock()
-		return Sandbox{}, errorf(ErrUnauthenticated, "missing E2b-Sandbox-Id header, and the access token names no sandbox")
-	}
-	rec := h.records[id]
-	want := noToken
-	if rec != nil {
-		want = rec.token
-	}
-	// Compared in constant time, and compared even for an unknown
-	// sandbox, so that timing tells neither the token nor whether the
-	// sandbox exists.
-	ok := subtle.ConstantTimeCompare([]byte(want), []byte(tok)) == 1 && rec != nil
 	var tenant string
-	if ok {
+	if tok == "" {
+		// A signed URL of /files (see signing.go).
+		sid, rec, err := h.resolveSigned(r, id, op)
+		if err != nil {
+			h.mu.Unlock()
+			return Sandbox{}, err
+		}
+		id, tenant = sid, rec.tenant
+	} else {
+		if id == "" {
+			id = h.sandboxOfToken(tok)
+		}
+		if id == "" {
+			h.mu.Unlock()
+			return Sandbox{}, errorf(ErrUnauthenticated, "missing E2b-Sandbox-Id header, and the access token names no sandbox")
+		}
+		rec := h.records[id]
+		want := noToken
+		if rec != nil {
+			want = rec.token
+		}
+		// Compared in constant time, and compared even for an unknown
+		// sandbox, so that timing tells neither the token nor whether
+		// the sandbox exists.
+		ok := subtle.ConstantTimeCompare([]byte(want), []byte(tok)) == 1 && rec != nil
+		if !ok {
+			h.mu.Unlock()
+			return Sandbox{}, errorf(ErrUnauthenticated, "sandbox %s: invalid envd access token", id)
+		}
 		tenant = rec.tenant
 	}
 	h.mu.Unlock()
-	if !ok {
-		return Sandbox{}, errorf(ErrUnauthenticated, "sandbox %s: invalid envd access token", id)
-	}
 	c, err := h.m.Agent(r.Context(), tenant, id)
 	if err != nil {
 		if errors.Is(err, daemon.ErrNotFound) {
@@ -445,7 +457,7 @@ func (h *Handler) Resolve(r *http.Request) (Sandbox, error) {
 		}
 		return Sandbox{}, err
 	}
-	return Sandbox{ID: id, Agent: c, audit: h.envdAuditor(tenant, id)}, nil
+	return Sandbox{ID: id, Agent: c, audit: h.envdAuditor(tenant, id), signed: tok == ""}, nil
 }
 
 // sandboxOfHost is the sandbox id in a host name of E2B's form

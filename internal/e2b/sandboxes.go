@@ -64,7 +64,8 @@ const allTraffic = "0.0.0.0/0"
 //     network.denyOut: host names never reached (deny wins); "0.0.0.0/0"
 //     there without allowOut leaves the sandbox offline, another CIDR while
 //     the internet is allowed is refused.
-//   - secure: accepted either way; envd always needs the access token.
+//   - secure: accepted either way; envd always needs the access token, or
+//     for /files a URL signed with it (downloadUrl, uploadUrl).
 //   - autoPause, autoResume, mcp, volumeMounts, iam, network.rules,
 //     network.egressProxy, network.maskRequestHost,
 //     network.allowPublicTraffic true, and any field hutch does not know,

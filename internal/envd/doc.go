@@ -12,7 +12,12 @@
 //     calls as application/json, server streams as application/connect+json
 //     (5-byte envelopes, an end-of-stream envelope carrying the error);
 //   - GET and POST /files: a file's raw content, and uploads (multipart or
-//     a raw body);
+//     a raw body), written into the file in place (staged first, so a
+//     failed upload leaves it as it was) so that a watch sees a write; an
+//     upload's X-Metadata-KEY headers become the file's user.e2b.KEY
+//     extended attributes, which every entry describing it returns as
+//     metadata. A request a signed URL let in (Sandbox.Signed) runs as
+//     its query's user;
 //   - GET /health.
 //
 // Commands started through process.Process outlive the stream that started

@@ -32,6 +32,11 @@ type Sandbox struct {
 	// request's goroutine or, for a command, from the one that followed
 	// it; it must be safe for concurrent use.
 	Audit func(Event)
+	// Signed reports that the request was let in by a signed URL of
+	// /files rather than the sandbox's access token: the signature is
+	// for the query's username, so the request runs as that user (the
+	// default user if none), never as its Authorization header's.
+	Signed bool
 }
 
 // Resolver returns the sandbox a request is for, or an error; an error of
@@ -194,16 +199,23 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // box resolves the sandbox of r and returns its state.
 func (h *handler) box(r *http.Request) (*box, error) {
+	b, _, err := h.boxOf(r)
+	return b, err
+}
+
+// boxOf resolves the sandbox of r and returns its state, and the sandbox
+// as the resolver returned it.
+func (h *handler) boxOf(r *http.Request) (*box, Sandbox, error) {
 	sb, err := h.resolve(r)
 	if err != nil {
-		return nil, err
+		return nil, sb, err
 	}
 	if sb.Agent == nil {
-		return nil, errorf(codeUnavailable, "sandbox %s has no agent", sb.ID)
+		return nil, sb, errorf(codeUnavailable, "sandbox %s has no agent", sb.ID)
 	}
 	select {
 	case <-sb.Agent.Done():
-		return nil, errorf(codeUnavailable, "sandbox %s: its agent is gone", sb.ID)
+		return nil, sb, errorf(codeUnavailable, "sandbox %s: its agent is gone", sb.ID)
 	default:
 	}
 	if sb.Touch != nil {
@@ -222,7 +234,7 @@ func (h *handler) box(r *http.Request) (*box, error) {
 			h.mu.Unlock()
 		}()
 	}
-	return b, nil
+	return b, sb, nil
 }
 
 // unary serves a unary procedure, recorded in the audit log as action

@@ -20,6 +20,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -934,5 +935,133 @@ func TestSandboxEndsUnderStreams(t *testing.T) {
 			}
 			rest = rest[min(len(rest), 5+int(binary.BigEndian.Uint32(rest[1:5]))):]
 		}
+	}
+}
+
+// TestFilesMetadata checks file metadata: X-Metadata-* headers of an upload
+// (multipart and raw) stored as user.e2b.* extended attributes, returned by
+// the upload, Stat, ListDir, Move and watch events; replaced by the next
+// upload; set in the sandbox directly; refused when malformed, before any
+// file is written.
+func TestFilesMetadata(t *testing.T) {
+	e := newEnv(t)
+	upload := func(p, content string, meta map[string]string, raw bool) (int, []uploaded, string) {
+		t.Helper()
+		var req *http.Request
+		if raw {
+			req = e.request(t, "POST", "/files?username=user&path="+p, "application/octet-stream", strings.NewReader(content))
+		} else {
+			var body bytes.Buffer
+			mw := multipart.NewWriter(&body)
+			fw, _ := mw.CreateFormFile("file", p)
+			fw.Write([]byte(content))
+			mw.Close()
+			req = e.request(t, "POST", "/files?username=user", mw.FormDataContentType(), &body)
+		}
+		for k, v := range meta {
+			req.Header[k] = append(req.Header[k], v)
+		}
+		resp, b := do(t, req)
+		var up []uploaded
+		if resp.StatusCode == 200 {
+			if err := json.Unmarshal(b, &up); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return resp.StatusCode, up, string(b)
+	}
+	stat := func(p string) map[string]string {
+		t.Helper()
+		var st entryResp
+		e.mustCall(t, "filesystem.Filesystem/Stat", map[string]any{"path": p}, &st)
+		return st.Entry.Metadata
+	}
+	meta := map[string]string{"author": "mish", "purpose": "upload"}
+	for _, raw := range []bool{false, true} {
+		p := fmt.Sprintf("meta-%v.txt", raw)
+		status, up, body := upload(p, "content", map[string]string{"X-Metadata-Author": "mish", "x-metadata-purpose": "upload"}, raw)
+		if status != 200 || len(up) != 1 || fmt.Sprint(up[0].Metadata) != fmt.Sprint(meta) {
+			t.Fatalf("upload (raw %v): %d %s", raw, status, body)
+		}
+		if got := stat(p); fmt.Sprint(got) != fmt.Sprint(meta) {
+			t.Errorf("stat after the upload (raw %v): %v", raw, got)
+		}
+	}
+	var list struct {
+		Entries []entryInfo `json:"entries"`
+	}
+	e.mustCall(t, "filesystem.Filesystem/ListDir", map[string]any{"path": "~"}, &list)
+	found := 0
+	for _, en := range list.Entries {
+		if strings.HasPrefix(en.Name, "meta-") && fmt.Sprint(en.Metadata) == fmt.Sprint(meta) {
+			found++
+		}
+	}
+	if found != 2 {
+		t.Errorf("list: %+v", list.Entries)
+	}
+	var moved entryResp
+	e.mustCall(t, "filesystem.Filesystem/Move", map[string]any{"source": "meta-false.txt", "destination": "renamed.txt"}, &moved)
+	if fmt.Sprint(moved.Entry.Metadata) != fmt.Sprint(meta) {
+		t.Errorf("move: %+v", moved.Entry)
+	}
+
+	// An upload without metadata clears the file's; the file keeps its
+	// inode (written in place).
+	ino := func(p string) uint64 {
+		t.Helper()
+		fi, err := os.Stat(filepath.Join(e.home, p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Sys().(*syscall.Stat_t).Ino
+	}
+	before := ino("renamed.txt")
+	if status, up, body := upload("renamed.txt", "second", nil, false); status != 200 || up[0].Metadata != nil {
+		t.Fatalf("upload without metadata: %d %s", status, body)
+	}
+	if got := stat("renamed.txt"); got != nil || ino("renamed.txt") != before {
+		t.Errorf("after an upload without metadata: %v, inode %d (was %d)", got, ino("renamed.txt"), before)
+	}
+
+	// Metadata set in the sandbox directly.
+	if err := syscall.Setxattr(filepath.Join(e.home, "renamed.txt"), "user.e2b.author", []byte("set"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if got := stat("renamed.txt"); fmt.Sprint(got) != "map[author:set]" {
+		t.Errorf("metadata set directly: %v", got)
+	}
+
+	// A watch with entries reports the metadata of a file written.
+	s := e.stream(t, "filesystem.Filesystem/WatchDir", map[string]any{"path": e.home, "includeEntry": true}, nil)
+	if _, b := s.next(); string(b) != `{"start":{}}` {
+		t.Fatalf("first message %s", b)
+	}
+	upload("renamed.txt", "third", map[string]string{"X-Metadata-Tag": "watched"}, true)
+	if ev := s.waitEvent("renamed.txt", "EVENT_TYPE_WRITE"); ev.Entry == nil {
+		t.Errorf("write event without its entry: %+v", ev)
+	}
+
+	// Malformed metadata: 400, nothing written.
+	long := strings.Repeat("k", maxMetaKey+1)
+	many := map[string]string{}
+	for i := range maxMetaKeys + 1 {
+		many[fmt.Sprint("X-Metadata-K", i)] = "v"
+	}
+	for name, m := range map[string]map[string]string{
+		"empty key":        {"X-Metadata-": "v"},
+		"control in value": {"X-Metadata-A": "a\tb"},
+		"non-ASCII value":  {"X-Metadata-A": "é"},
+		"key too long":     {"X-Metadata-" + long: "v"},
+		"too large":        {"X-Metadata-A": strings.Repeat("v", maxMetaBytes)},
+		"too many":         many,
+	} {
+		status, _, body := upload("refused.txt", "x", m, true)
+		if status != 400 || !strings.Contains(body, "invalid metadata") {
+			t.Errorf("%s: %d %s", name, status, body)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(e.home, "refused.txt")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a refused upload wrote its file: %v", err)
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"path"
 	"strings"
 	"time"
+
+	"github.com/hutch-sandbox/hutch/internal/agent"
 )
 
 const (
@@ -40,20 +42,81 @@ func writeFilesError(w http.ResponseWriter, err error) {
 
 // uploaded is an entry of the answer to an upload.
 type uploaded struct {
-	Path string `json:"path"`
-	Name string `json:"name"`
-	Type string `json:"type"`
+	Path     string            `json:"path"`
+	Name     string            `json:"name"`
+	Type     string            `json:"type"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+const (
+	// metaPrefix starts the names of the extended attributes that hold
+	// a file's metadata, as in envd: metadata "k" is user.e2b.k.
+	metaPrefix = "user.e2b."
+	// metaHeader starts the names of the headers that carry the metadata
+	// of an upload.
+	metaHeader = "X-Metadata-"
+	// maxMetaKeys bounds the metadata of one upload, and maxMetaBytes
+	// its size (keys and values), as envd's; a key is at most 255 bytes
+	// with metaPrefix (an extended attribute's name).
+	maxMetaKeys  = 64
+	maxMetaBytes = 4096
+	maxMetaKey   = 255 - len(metaPrefix)
+)
+
+// uploadMetadata returns the metadata of an upload: its X-Metadata-KEY
+// headers, keys in lower case (HTTP names are not case-sensitive), nil if
+// none. Keys must be HTTP tokens, values printable ASCII, each given once.
+func uploadMetadata(hdr http.Header) (map[string]string, error) {
+	var meta map[string]string
+	n := 0
+	for name, values := range hdr {
+		if len(name) < len(metaHeader) || !strings.EqualFold(name[:len(metaHeader)], metaHeader) {
+			continue
+		}
+		key := strings.ToLower(name[len(metaHeader):])
+		switch {
+		case key == "":
+			return nil, errorf(codeInvalidArgument, "invalid metadata: empty key")
+		case len(key) > maxMetaKey:
+			return nil, errorf(codeInvalidArgument, "invalid metadata: key %.40q… of %d bytes exceeds %d", key, len(key), maxMetaKey)
+		case strings.ContainsFunc(key, func(r rune) bool { return !isToken(r) }):
+			return nil, errorf(codeInvalidArgument, "invalid metadata: key %.80q is not an HTTP token", key)
+		case len(values) != 1:
+			return nil, errorf(codeInvalidArgument, "invalid metadata: key %.80q given %d times", key, len(values))
+		case strings.ContainsFunc(values[0], func(r rune) bool { return r < 0x20 || r > 0x7e }):
+			return nil, errorf(codeInvalidArgument, "invalid metadata: the value of %.80q is not printable ASCII", key)
+		}
+		if meta == nil {
+			meta = make(map[string]string)
+		}
+		if _, dup := meta[key]; dup {
+			return nil, errorf(codeInvalidArgument, "invalid metadata: key %.80q given twice", key)
+		}
+		meta[key] = values[0]
+		if n += len(key) + len(values[0]); n > maxMetaBytes {
+			return nil, errorf(codeInvalidArgument, "invalid metadata: more than %d bytes of keys and values", maxMetaBytes)
+		}
+		if len(meta) > maxMetaKeys {
+			return nil, errorf(codeInvalidArgument, "invalid metadata: more than %d keys", maxMetaKeys)
+		}
+	}
+	return meta, nil
+}
+
+// isToken reports whether r may be in an HTTP token (RFC 9110).
+func isToken(r rune) bool {
+	return r < 0x7f && (r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("!#$%&'*+-.^_`|~", r))
 }
 
 func (h *handler) files(w http.ResponseWriter, r *http.Request) {
-	b, err := h.box(r)
+	b, sb, err := h.boxOf(r)
 	if err != nil {
 		writeFilesError(w, err)
 		return
 	}
 	q := r.URL.Query()
 	name := q.Get("username")
-	if name == "" {
+	if name == "" && !sb.Signed {
 		// The SDKs name the user of /files in the query; take that of
 		// the Authorization header otherwise.
 		u, err := h.requestUser(r)
@@ -72,7 +135,7 @@ func (h *handler) files(w http.ResponseWriter, r *http.Request) {
 	case http.MethodGet, http.MethodHead:
 		h.download(w, r, b, u, q.Get("path"))
 	case http.MethodPost:
-		h.upload(w, r, b, u, q.Get("path"))
+		h.upload(w, r, b, u, q.Get("path"), sb.Signed)
 	default:
 		w.Header().Set("Allow", "GET, HEAD, POST")
 		writeHTTPError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed on /files", r.Method))
@@ -150,14 +213,18 @@ func acceptsGzip(r *http.Request) bool {
 	return false
 }
 
-func (h *handler) upload(w http.ResponseWriter, r *http.Request, b *box, u user, qpath string) {
+func (h *handler) upload(w http.ResponseWriter, r *http.Request, b *box, u user, qpath string, signed bool) {
 	r.Body = http.MaxBytesReader(w, r.Body, maxUpload)
+	meta, err := uploadMetadata(r.Header)
+	if err != nil {
+		writeFilesError(w, err)
+		return
+	}
 	var out []uploaded
 	// Every file written, or that failed to be, is recorded in the audit
 	// log once the answer went out; an upload that failed before any
 	// file, as one write_file that failed.
 	var events []Event
-	var err error
 	defer func() {
 		if b.audit == nil {
 			return
@@ -183,7 +250,7 @@ func (h *handler) upload(w http.ResponseWriter, r *http.Request, b *box, u user,
 			return errorf(codeInvalidArgument, "write %s: not a file path", p)
 		}
 		ev := Event{Time: time.Now(), Action: "write_file", Paths: []string{abs}}
-		err = h.writeFile(r, b, u, abs, body)
+		err = h.writeFile(r, b, u, abs, body, meta)
 		if err != nil {
 			ev.Error = uploadCode(err)
 		}
@@ -191,12 +258,18 @@ func (h *handler) upload(w http.ResponseWriter, r *http.Request, b *box, u user,
 		if err != nil {
 			return err
 		}
-		out = append(out, uploaded{Path: abs, Name: path.Base(abs), Type: "file"})
+		// The metadata as stored: what the file's extended
+		// attributes hold now.
+		var stored map[string]string
+		if fi, err := b.agent.StatXattrs(r.Context(), abs, metaPrefix); err == nil {
+			stored = fi.Xattrs
+		}
+		out = append(out, uploaded{Path: abs, Name: path.Base(abs), Type: "file", Metadata: stored})
 		return nil
 	}
 	switch mt := mediaType(r); mt {
 	case "multipart/form-data":
-		err = h.uploadMultipart(r, qpath, write)
+		err = h.uploadMultipart(r, qpath, signed, write)
 	case "application/octet-stream", "":
 		if qpath == "" {
 			err = errorf(codeInvalidArgument, "upload: no path")
@@ -255,8 +328,9 @@ func uploadCode(err error) string {
 var formFileName = strings.NewReplacer("%22", `"`, "%0D", "\r", "%0A", "\n", "%0d", "\r", "%0a", "\n")
 
 // uploadMultipart writes the "file" parts of a multipart body: the first
-// to qpath if set, any other to its file name (a path).
-func (h *handler) uploadMultipart(r *http.Request, qpath string, write func(string, io.Reader) error) error {
+// to qpath if set, any other to its file name (a path). A signed URL with
+// a path writes that one file only: its signature is for that path.
+func (h *handler) uploadMultipart(r *http.Request, qpath string, signed bool, write func(string, io.Reader) error) error {
 	mr, err := r.MultipartReader()
 	if err != nil {
 		return errorf(codeInvalidArgument, "upload: %v", err)
@@ -281,6 +355,9 @@ func (h *handler) uploadMultipart(r *http.Request, qpath string, write func(stri
 		if n++; n > maxUploadFiles {
 			return errorf(codeInvalidArgument, "upload: more than %d files", maxUploadFiles)
 		}
+		if signed && qpath != "" && n > 1 {
+			return errorf(codeInvalidArgument, "upload: a signed URL for %.200s writes that one file; this upload has more", qpath)
+		}
 		// The file name is a path: FileName would keep its last element.
 		_, params, _ := mime.ParseMediaType(part.Header.Get("Content-Disposition"))
 		p := formFileName.Replace(params["filename"])
@@ -299,13 +376,16 @@ func (h *handler) uploadMultipart(r *http.Request, qpath string, write func(stri
 }
 
 // writeFile writes the file at p for u: its missing parents made, the
-// file owned by u.
-func (h *handler) writeFile(r *http.Request, b *box, u user, p string, body io.Reader) error {
+// file owned by u, its metadata (user.e2b.* extended attributes) replaced
+// by meta. As envd's, it writes into the file in place, so that a watch
+// sees it written (see agent.WriteOptions.InPlace: the content is staged,
+// so a failed upload leaves the file as it was).
+func (h *handler) writeFile(r *http.Request, b *box, u user, p string, body io.Reader, meta map[string]string) error {
 	ctx := r.Context()
 	if err := h.makeDirs(ctx, b, u, path.Dir(p)); err != nil {
 		return err
 	}
-	if _, err := b.agent.WriteFile(ctx, p, body, 0); err != nil {
+	if _, err := b.agent.WriteFileWith(ctx, p, body, agent.WriteOptions{InPlace: true, XattrPrefix: metaPrefix, Xattrs: meta}); err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			return err

@@ -77,6 +77,7 @@ func (h *handler) entry(ctx context.Context, b *box, p string, fi agent.FileInfo
 		Owner:        h.ownerName(fi.UID, false),
 		Group:        h.ownerName(fi.GID, true),
 		ModifiedTime: pbTime(fi.ModTime),
+		Metadata:     fi.Xattrs,
 	}
 	if fi.Mode&fs.ModeSymlink != 0 {
 		target, tfi, err := resolveLinks(ctx, b, p)
@@ -138,7 +139,7 @@ func resolveLinks(ctx context.Context, b *box, p string) (string, agent.FileInfo
 
 // stat describes the file at p.
 func (h *handler) stat(ctx context.Context, b *box, p string) (*entryInfo, error) {
-	fi, err := b.agent.Stat(ctx, p)
+	fi, err := b.agent.StatXattrs(ctx, p, metaPrefix)
 	if err != nil {
 		return nil, err
 	}
@@ -300,7 +301,7 @@ func (h *handler) fsRemove(ctx context.Context, b *box, r *http.Request, body []
 // walk lists directory p down to depth levels (1: its entries), calling f
 // for each entry; directories are listed, symlinks not followed.
 func walk(ctx context.Context, b *box, p string, depth int, count *int, f func(string, agent.FileInfo)) error {
-	ents, err := b.agent.List(ctx, p)
+	ents, err := b.agent.ListXattrs(ctx, p, metaPrefix)
 	if err != nil {
 		return err
 	}
@@ -396,7 +397,7 @@ func (h *handler) convert(ctx context.Context, b *box, w watchSpec, evs []agent.
 		e := filesystemEvent{Name: ev.Path, Type: eventTypes[ev.Op]}
 		if w.includeEntry && (ev.Op == agent.WatchCreate || ev.Op == agent.WatchWrite || ev.Op == agent.WatchChmod) {
 			p := path.Join(w.root, ev.Path)
-			if fi, err := b.agent.Stat(ctx, p); err == nil {
+			if fi, err := b.agent.StatXattrs(ctx, p, metaPrefix); err == nil {
 				e.Entry = h.entry(ctx, b, p, fi)
 			}
 		}

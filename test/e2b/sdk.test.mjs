@@ -697,6 +697,75 @@ describe('envd: files', () => {
   })
 })
 
+describe('envd: files in place, metadata, signed URLs', () => {
+  test('files.write writes in place: a watch sees write', async () => {
+    const sbx = await create()
+    await sbx.files.write('/home/user/wp/f.txt', 'first')
+    const { stdout: ino } = await sbx.commands.run('stat -c %i /home/user/wp/f.txt')
+    const events = []
+    const h = await sbx.files.watchDir('/home/user/wp', (e) => { events.push(e) })
+    try {
+      await sbx.files.write('/home/user/wp/f.txt', 'second')
+      await until(() => events.some((e) => e.name === 'f.txt' && e.type === FilesystemEventType.WRITE), () => `a write event in ${JSON.stringify(events)}`)
+    } finally {
+      await h.stop()
+    }
+    assert.ok(!events.some((e) => e.name.includes('.hutch-write-')), 'no events of temporary files')
+    assert.equal(await sbx.files.read('/home/user/wp/f.txt'), 'second')
+    assert.equal((await sbx.commands.run('stat -c %i /home/user/wp/f.txt')).stdout, ino, 'the file keeps its inode')
+  })
+
+  test('metadata: stored as user.e2b.* extended attributes, surfaced everywhere, replaced on overwrite', async () => {
+    const sbx = await create()
+    const metadata = { author: 'mish', purpose: 'upload' }
+    for (const useOctetStream of [false, true]) {
+      const name = `meta-${useOctetStream}.txt`
+      const info = await sbx.files.write(name, 'content', { metadata, useOctetStream })
+      assert.deepEqual(info.metadata, metadata)
+      assert.deepEqual((await sbx.files.getInfo(name)).metadata, metadata)
+    }
+    const many = await sbx.files.write([{ path: 'mm/1.txt', data: '1' }, { path: 'mm/2.txt', data: '2' }], { metadata: { source: 'many' } })
+    assert.deepEqual(many.map((i) => i.metadata), [{ source: 'many' }, { source: 'many' }])
+    assert.deepEqual((await sbx.files.list('mm')).map((e) => e.metadata), [{ source: 'many' }, { source: 'many' }])
+    assert.deepEqual((await sbx.files.rename('meta-false.txt', 'renamed.txt')).metadata, metadata)
+    const { stdout: attr } = await sbx.commands.run('getfattr -n user.e2b.author --only-values renamed.txt 2>/dev/null || python3 -c "import os; print(os.getxattr(\'renamed.txt\', \'user.e2b.author\').decode(), end=\'\')"')
+    assert.equal(attr, 'mish', 'the metadata is an extended attribute in the sandbox')
+    assert.equal((await sbx.files.write('renamed.txt', 'again')).metadata, undefined)
+    assert.equal((await sbx.files.getInfo('renamed.txt')).metadata, undefined)
+    // Set in the sandbox directly, as a program there would.
+    await sbx.commands.run('setfattr -n user.e2b.tag -v direct renamed.txt 2>/dev/null || python3 -c "import os; os.setxattr(\'renamed.txt\', \'user.e2b.tag\', b\'direct\')"')
+    assert.deepEqual((await sbx.files.getInfo('renamed.txt')).metadata, { tag: 'direct' })
+  })
+
+  test('signed URLs: downloadUrl and uploadUrl, with and without expiry; refused when altered or expired', async () => {
+    const sbx = await create({ secure: true })
+    await sbx.files.write('hello.txt', 'hello world')
+    for (const opts of [{}, { useSignatureExpiration: 10_000 }]) {
+      const res = await fetch(await sbx.downloadUrl('hello.txt', opts))
+      assert.equal(res.status, 200)
+      assert.equal(await res.text(), 'hello world')
+    }
+    const expired = await fetch(await sbx.downloadUrl('hello.txt', { useSignatureExpiration: -10_000 }))
+    assert.equal(expired.status, 401)
+    assert.deepEqual(await expired.json(), { code: 401, message: 'signature is already expired' })
+    const other = new URL(await sbx.downloadUrl('hello.txt'))
+    other.searchParams.set('path', '/etc/shadow')
+    const altered = await fetch(other)
+    assert.equal(altered.status, 401)
+    assert.deepEqual(await altered.json(), { code: 401, message: 'invalid signature' })
+
+    const form = new FormData()
+    form.append('file', 'file content')
+    const up = await fetch(await sbx.uploadUrl('up.txt', { user: 'root', useSignatureExpiration: 10_000 }), { method: 'POST', body: form })
+    assert.equal(up.status, 200)
+    assert.deepEqual(await up.json(), [{ name: 'up.txt', path: '/root/up.txt', type: 'file' }])
+    assert.equal(await sbx.files.read('/root/up.txt', { user: 'root' }), 'file content')
+    const unsigned = new URL(await sbx.downloadUrl('hello.txt'))
+    unsigned.searchParams.delete('signature')
+    assert.equal((await fetch(unsigned)).status, 401)
+  })
+})
+
 describe('envd: the sandbox ends under a command', () => {
   test('killing the sandbox while a command runs is a TimeoutError saying so', { skip: lacks('2.30.0', 'TimeoutError for a killed sandbox') }, async () => {
     const sbx = await create()
