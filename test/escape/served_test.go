@@ -3,6 +3,7 @@
 package escape
 
 import (
+	"crypto/x509"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,7 +24,9 @@ type served struct {
 	cmd      *exec.Cmd
 	dir      string // holds the socket, the state directory and the log
 	sock     string
-	url      string // http://127.0.0.1:PORT with a TCP listener
+	url      string // http://127.0.0.1:PORT with a TCP listener (https:// with --tls-cert)
+	// roots, if not nil, verify the daemon's TLS certificate (--tls-cert).
+	roots *x509.CertPool
 	stateDir string
 	logPath  string
 	exited   chan struct{}
@@ -60,7 +63,7 @@ func startServed(t *testing.T, dir string, tcp bool, flags ...string) *served {
 	}
 	go func() { _ = s.cmd.Wait(); close(s.exited) }()
 	t.Cleanup(func() { s.stop(t) })
-	listening := regexp.MustCompile(`hutch: listening on (http://\S+)`)
+	listening := regexp.MustCompile(`hutch: listening on (https?://\S+)`)
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		out := s.logText()
