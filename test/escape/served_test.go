@@ -20,13 +20,13 @@ import (
 // address, its state directory, and its log in a host file, where an
 // operator would keep it.
 type served struct {
-	t        *testing.T
-	cmd      *exec.Cmd
-	dir      string // holds the socket, the state directory and the log
-	sock     string
-	url      string // http://127.0.0.1:PORT with a TCP listener (https:// with --tls-cert)
+	t    *testing.T
+	cmd  *exec.Cmd
+	dir  string // holds the socket, the state directory and the log
+	sock string
+	url  string // http://127.0.0.1:PORT with a TCP listener (https:// with --tls-cert)
 	// roots, if not nil, verify the daemon's TLS certificate (--tls-cert).
-	roots *x509.CertPool
+	roots    *x509.CertPool
 	stateDir string
 	logPath  string
 	exited   chan struct{}
