@@ -27,9 +27,6 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/testutil"
 )
 
-// testDomain is the domain of the tests of E2B's domain layout.
-const testDomain = "sandbox.hutch.test"
-
 // portServerCommand makes this test binary, run in a sandbox at
 // sandbox.SandboxHutch, the server of testPortServer.
 const portServerCommand = "e2b-test-port-server"
