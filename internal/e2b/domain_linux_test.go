@@ -25,6 +25,7 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/portfwd"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
 	"github.com/hutch-sandbox/hutch/internal/testutil"
+	"golang.org/x/sys/unix"
 )
 
 // portServerCommand makes this test binary, run in a sandbox at
@@ -148,7 +149,7 @@ func (f *realFixture) startPortServer(t *testing.T, tenant, id string, port int)
 	}
 	go func() { _, _ = io.Copy(io.Discard, p.Stdout) }()
 	go func() { _, _ = io.Copy(io.Discard, p.Stderr) }()
-	if !testutil.Eventually(60*time.Second, func() bool {
+	if !testutil.Eventually(3*time.Minute, func() bool {
 		conn, err := portfwd.Dial(ctx, c, port)
 		if err == nil {
 			conn.Close()
@@ -178,9 +179,16 @@ func TestDomainPortsGVisor(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the test's runsc: %v", err)
 	}
+	// A state directory of the test's own, beside gVisor's default
+	// (which other daemons on this host may use).
+	base := gvisor.DefaultStateDir + "-e2b-test-" + sandbox.RandomID()
+	t.Cleanup(func() {
+		_ = unix.Unmount(base, unix.MNT_DETACH)
+		_ = os.Remove(base)
+	})
 	f := newRealFixtureWith(t, daemon.Config{DefaultTier: policy.TierGVisor, Runtimes: map[string]sandbox.Runtime{
 		policy.TierNamespace: sandbox.Namespaces{},
-		policy.TierGVisor:    &gvisor.Runtime{Runsc: bin},
+		policy.TierGVisor:    &gvisor.Runtime{Runsc: bin, StateDir: base},
 	}}, WithDomain(testDomain))
 	testDomainPorts(t, f)
 }
