@@ -5,7 +5,8 @@
 # E2B compatibility (docs/e2b-suite.md holds the latest results).
 #
 #   sudo scripts/e2b-suite.sh --e2b-repo DIR [--commit SHA] [--out DIR]
-#                             [--timeout DURATION] [-- vitest args...]
+#                             [--timeout DURATION] [--domain D]
+#                             [-- vitest args...]
 #
 # DIR is a git clone of e2b-dev/E2B; the suite is taken from its commit SHA
 # (default: E2B_COMMIT below), exported into a temporary directory. Its
@@ -17,6 +18,12 @@
 # there. --timeout bounds both passes together (default 25m). The daemon runs on
 # loopback in a state directory of its own and is stopped at the end; the
 # temporary directory is removed. Needs root (hutch serve does), go, npm.
+# --domain D runs the server pass as E2B's own cloud is used, with
+# E2B_DOMAIN=D alone: hutch serve --domain D over TLS with a wildcard
+# certificate of a CA made here (openssl; NODE_EXTRA_CA_CERTS), *.D
+# answered on loopback by test/e2b/resolve-domain.cjs (NODE_OPTIONS
+# --require), and sandboxes' ports public unless a create says otherwise
+# (--e2b-public-traffic, E2B's default).
 set -euo pipefail
 
 # The commit of e2b-dev/E2B the results in docs/e2b-suite.md are of.
@@ -27,16 +34,18 @@ PNPM_VERSION=10.34.5
 NODE_VERSION=22.18.0
 
 usage() {
-	sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' >&2
+	sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//' >&2
 	exit 2
 }
 
-repo="" commit=$E2B_COMMIT out="" run_timeout=25m
+repo="" commit=$E2B_COMMIT out="" run_timeout=25m domain=""
 while [ $# -gt 0 ]; do
 	case $1 in
 	--e2b-repo) repo=${2:?--e2b-repo needs a directory}; shift 2 ;;
 	--commit) commit=${2:?--commit needs a commit}; shift 2 ;;
 	--out) out=${2:?--out needs a directory}; shift 2 ;;
+	--domain) domain=${2:?--domain needs a domain name}; shift 2
+		[[ $domain =~ ^[a-z0-9-]+(\.[a-z0-9-]+)+$ ]] || { echo "e2b-suite: --domain $domain: want a lower-case DNS name such as e2b.hutch.test" >&2; exit 2; } ;;
 	--timeout) run_timeout=${2:?--timeout needs a duration}; shift 2
 		[[ $run_timeout =~ ^[0-9]+[smh]?$ ]] || { echo "e2b-suite: --timeout $run_timeout: want N, Ns, Nm or Nh" >&2; exit 2; } ;;
 	--) shift; break ;;
@@ -117,14 +126,27 @@ log "building hutch"
 
 state="$work/state"
 mkdir -m 700 "$state"
+domain_flags=()
+if [ -n "$domain" ]; then
+	# A CA of this run and a certificate for *.D it signs.
+	log "making a CA and a certificate for *.$domain"
+	(cd "$work" && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
+		-subj "/CN=hutch e2b-suite CA" -keyout ca.key -out ca.pem &&
+		openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj "/CN=*.$domain" \
+			-keyout tls.key -out tls.csr &&
+		printf 'subjectAltName=DNS:*.%s,DNS:api.%s\nextendedKeyUsage=serverAuth\n' "$domain" "$domain" >tls.ext &&
+		openssl x509 -req -in tls.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -extfile tls.ext -out tls.pem) \
+		>"$work/openssl.log" 2>&1 || { cat "$work/openssl.log" >&2; log "openssl could not make the certificates"; exit 1; }
+	domain_flags=(--domain "$domain" --tls-cert "$work/tls.pem" --tls-key "$work/tls.key" --e2b-public-traffic)
+fi
 # The suite's files run in parallel, several sandboxes each, of 1 GiB
 # (the default) each: more than this host has GiB of memory.
 "$work/bin/hutch" serve --socket "$work/hutch.sock" --state-dir "$state" --listen 127.0.0.1:0 \
-	--tenant-memory 64g --max-sandboxes 500 >"$work/serve.log" 2>&1 &
+	--tenant-memory 64g --max-sandboxes 500 ${domain_flags[@]+"${domain_flags[@]}"} >"$work/serve.log" 2>&1 &
 daemon_pid=$!
 url=""
 for _ in $(seq 120); do
-	url=$(sed -n 's/^hutch: listening on \(http:\/\/.*\)$/\1/p' "$work/serve.log" | head -1)
+	url=$(sed -n 's/^hutch: listening on \(https\{0,1\}:\/\/.*\)$/\1/p' "$work/serve.log" | head -1)
 	[ -n "$url" ] && [ -S "$work/hutch.sock" ] && break
 	kill -0 "$daemon_pid" 2>/dev/null || { cat "$work/serve.log" >&2; log "hutch serve ended"; exit 1; }
 	sleep 0.5
@@ -164,7 +186,12 @@ vitest() {
 	[ $rc -ne 124 ] || log "vitest's $pass pass did not finish in time"
 	[ -s "$report" ] || { tail -60 "$work/vitest-$pass.log" >&2; log "vitest's $pass pass wrote no report (exit $rc)"; }
 }
-E2B_API_URL=$url E2B_SANDBOX_URL=$url vitest server "$work/server.json" "$@"
+if [ -n "$domain" ]; then
+	E2B_DOMAIN=$domain NODE_EXTRA_CA_CERTS=$work/ca.pem NODE_OPTIONS="--require $root/test/e2b/resolve-domain.cjs" \
+		HUTCH_E2B_RESOLVE_DOMAIN=$domain HUTCH_E2B_RESOLVE_ADDR=${url#https://} vitest server "$work/server.json" "$@"
+else
+	E2B_API_URL=$url E2B_SANDBOX_URL=$url vitest server "$work/server.json" "$@"
+fi
 
 # vitest's file filters are alternatives: the mock pass gets the mocked
 # files that the filters given after -- match (all without filters).

@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"flag"
@@ -91,6 +92,10 @@ func cmdServe(args []string, stderr io.Writer) int {
 	var mcpAllowedHosts cli.List
 	fs.Var(&mcpAllowedHosts, "mcp-allowed-host", "also answer MCP and review-page requests on TCP whose Host (and Origin) names `host`, a name or an address, besides the address the request reached (repeatable): the daemon's DNS name when clients use one")
 	mcpPublicURL := fs.String("mcp-public-url", "", "the daemon's `URL` as MCP clients reach it (http[s]://HOST[:PORT], e.g. behind a proxy): tool results link to files and logs under it instead of under the Host of the request; its host is allowed as --mcp-allowed-host's are")
+	domain := fs.String("domain", "", "serve E2B's domain layout under `name` D on --listen, routed by the request's host: api.D is E2B's API, 49983-ID.D sandbox ID's envd and PORT-ID.D its port PORT, so that E2B's SDKs need only E2B_DOMAIN=D (point *.D at the daemon in DNS); E2B's SDKs speak https to D, so give --tls-cert, or put a TLS proxy in front")
+	tlsCert := fs.String("tls-cert", "", "serve --listen over TLS with the certificate chain in `file` (PEM), with --tls-key; with --domain D it must cover api.D and *.D")
+	tlsKey := fs.String("tls-key", "", "the private key (PEM `file`) of --tls-cert")
+	publicTraffic := fs.Bool("e2b-public-traffic", false, "make E2B sandboxes' ports (PORT-ID.D of --domain) public unless their create says network.allowPublicTraffic false, as E2B's are; without it they need the sandbox's traffic access token unless the create says allowPublicTraffic true")
 	debug := fs.Bool("debug", false, "log every request")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: hutch serve [flags]\n\nRuns the daemon: an HTTP API for long-lived sandboxes, until SIGINT or SIGTERM,\nwhich destroy every sandbox but those paused to disk: a paused sandbox of the\ngvisor tier is saved in the state directory, processes and memory, and the\nnext hutch serve on it resumes it. With --warm N it keeps N sandboxes of the default\npolicy ready: a create with the default policy takes one at once, and the\npool refills in the background; --warm NAME=N does the same for E2B's\ntemplate NAME, whose image must be in the daemon's store at start.\n\nEvery sandbox runs in an isolation tier: its policy's, or --default-tier;\n--min-tier refuses weaker ones. The gvisor tier needs runsc of the pinned\nversion (--runsc, or on PATH); without it a create of gvisor is refused, and\nso is a --default-tier or --min-tier of gvisor at start.\n\nThe daemon speaks MCP (streamable HTTP) on its listeners, with the same tokens\nand tenants as its API: /mcp with sessions, /mcp/stateless without (for clients\nof the protocol's newest revision); the tools act on the caller's sandboxes.\nOn TCP a request's Host must be the address it reached or a --mcp-allowed-host,\nand a browser page of another origin is refused. --no-mcp turns it off.\n\nOn TCP it serves review pages at /ui/: log in with a token, see the tenant's\nsandboxes, their events and diffs, and apply or discard change sets. The\ntoken is kept in an HttpOnly cookie the API takes only from those pages.\n--no-ui turns them off.\n\nFlags:")
@@ -188,6 +193,15 @@ func cmdServe(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "hutch: %v\n", err)
 		return 2
 	}
+	tlsConfig, err := serveTLS(*domain, *listen, *tlsCert, *tlsKey)
+	if err != nil {
+		fmt.Fprintf(stderr, "hutch: %v\n", err)
+		return 2
+	}
+	if *domain != "" {
+		// CheckDomain passed in serveTLS.
+		*domain, _ = e2b.CheckDomain(*domain)
+	}
 	level := slog.LevelInfo
 	if *debug {
 		level = slog.LevelDebug
@@ -203,6 +217,13 @@ func cmdServe(args []string, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "hutch: %v\n", err)
 		return 1
+	}
+	if tlsConfig != nil {
+		for i, l := range ls {
+			if l.Addr().Network() != "unix" {
+				ls[i] = tlsListener{tls.NewListener(l, tlsConfig)}
+			}
+		}
 	}
 	runtimes, unavailable, err := tierRuntimes(*runsc)
 	if err != nil {
@@ -290,8 +311,15 @@ func cmdServe(args []string, stderr io.Writer) int {
 	if len(templates) > 0 {
 		opts = append(opts, e2b.WithTemplates(templates))
 	}
+	if *domain != "" {
+		opts = append(opts, e2b.WithDomain(*domain))
+	}
+	if *publicTraffic {
+		opts = append(opts, e2b.WithPublicTraffic())
+	}
 	missingTemplates(m.Images(), templates, pools, log)
-	h = e2b.New(m, log, opts...).Mount(h, isEnvd, envdHandler)
+	e2bHandler := e2b.New(m, log, opts...)
+	h = e2bHandler.Mount(h, isEnvd, envdHandler)
 	if !*noMCP {
 		// MCP on the same listeners, authenticated as the API is. Exec
 		// logs go to the state directory's disk, not to the host's
@@ -327,6 +355,13 @@ func cmdServe(args []string, stderr io.Writer) int {
 			return failed(err)
 		}
 		h = ui.Mount(h)
+	}
+	// E2B's domain layout routes by host before all else: only api.D
+	// (and hosts outside D) reach the API, a sandbox's host only its
+	// envd or port.
+	h = e2bHandler.Domain(h, isEnvd, envdHandler)
+	if *domain != "" {
+		fmt.Fprintf(stderr, "hutch: E2B's domain %s: E2B_DOMAIN=%s (api.%s, PORT-SANDBOXID.%s)\n", *domain, *domain, *domain, *domain)
 	}
 	for _, l := range ls {
 		fmt.Fprintf(stderr, "hutch: listening on %s\n", listenerURL(l))
@@ -399,7 +434,58 @@ func listenerURL(l net.Listener) string {
 	if l.Addr().Network() == "unix" {
 		return "unix://" + l.Addr().String()
 	}
+	if _, ok := l.(tlsListener); ok {
+		return "https://" + l.Addr().String()
+	}
 	return "http://" + l.Addr().String()
+}
+
+// tlsListener is a TCP listener that speaks TLS (--tls-cert).
+type tlsListener struct{ net.Listener }
+
+// serveTLS checks --domain, --tls-cert and --tls-key and returns the TLS
+// configuration of the TCP listener, nil for plain HTTP. With a domain
+// D the certificate must cover api.D and a sandbox's host under D (a
+// wildcard *.D), and --listen is needed.
+func serveTLS(domain, listen, certFile, keyFile string) (*tls.Config, error) {
+	if domain != "" {
+		d, err := e2b.CheckDomain(domain)
+		if err != nil {
+			return nil, fmt.Errorf("--domain: %w", err)
+		}
+		domain = d
+		if listen == "" {
+			return nil, errors.New("--domain needs --listen: E2B's domain layout is served on TCP")
+		}
+	}
+	if (certFile == "") != (keyFile == "") {
+		return nil, errors.New("--tls-cert and --tls-key go together")
+	}
+	if certFile == "" {
+		return nil, nil
+	}
+	if listen == "" {
+		return nil, errors.New("--tls-cert needs --listen: TLS is served on TCP")
+	}
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("--tls-cert, --tls-key: %w", err)
+	}
+	if domain != "" {
+		leaf := cert.Leaf
+		if leaf == nil {
+			if leaf, err = x509.ParseCertificate(cert.Certificate[0]); err != nil {
+				return nil, fmt.Errorf("--tls-cert: %w", err)
+			}
+		}
+		for _, host := range []string{"api." + domain, strconv.Itoa(e2b.EnvdPort) + "-sb-aaaaaaaaaaaa." + domain} {
+			if err := leaf.VerifyHostname(host); err != nil {
+				return nil, fmt.Errorf("--tls-cert %s does not cover %s (want a certificate for *.%s): %w", certFile, host, domain, err)
+			}
+		}
+	}
+	// HTTP/1.1 only: WebSocket upgrades to sandboxes' ports need it.
+	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}}, nil
 }
 
 // agentBinary is hutch-agent next to hutch-serve's own binary, the

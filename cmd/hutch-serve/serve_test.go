@@ -3,11 +3,13 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/hutch-sandbox/hutch/internal/e2b"
 	"github.com/hutch-sandbox/hutch/internal/policy"
+	"github.com/hutch-sandbox/hutch/internal/testutil"
 )
 
 // TestParseTemplates: templates come from a YAML or JSON file and from
@@ -102,5 +104,45 @@ func TestMCPFlags(t *testing.T) {
 		if code := cmdServe(args, &stderr); code != 2 || !strings.Contains(stderr.String(), c.want) {
 			t.Errorf("hutch serve %q: exit %d, %q; want 2 naming %s", c.args, code, stderr.String(), c.want)
 		}
+	}
+}
+
+// TestServeTLS: --domain needs --listen and a DNS name; --tls-cert and
+// --tls-key go together; with a domain the certificate must cover api.D
+// and *.D. A good pair gives a TLS configuration of HTTP/1.1.
+func TestServeTLS(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name string, b []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	wild := testutil.NewServerTLS(t, "*.e2b.hutch.test")
+	cert, key := write("cert.pem", wild.CertPEM), write("key.pem", wild.KeyPEM)
+	other := testutil.NewServerTLS(t, "api.e2b.hutch.test")
+	otherCert, otherKey := write("other.pem", other.CertPEM), write("other.key", other.KeyPEM)
+	for _, c := range []struct {
+		domain, listen, cert, key, want string
+	}{
+		{"e2b.hutch.test", "", "", "", "--domain needs --listen"},
+		{"localhost", "127.0.0.1:0", "", "", "--domain: domain \"localhost\""},
+		{"", "127.0.0.1:0", cert, "", "go together"},
+		{"", "", cert, key, "--tls-cert needs --listen"},
+		{"", "127.0.0.1:0", key, cert, "--tls-cert, --tls-key"},
+		{"e2b.hutch.test", "127.0.0.1:0", otherCert, otherKey, "does not cover 49983-sb-aaaaaaaaaaaa.e2b.hutch.test"},
+		{"other.test", "127.0.0.1:0", cert, key, "does not cover api.other.test"},
+	} {
+		if _, err := serveTLS(c.domain, c.listen, c.cert, c.key); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("serveTLS(%q, %q, %q, %q) = %v; want an error with %q", c.domain, c.listen, c.cert, c.key, err, c.want)
+		}
+	}
+	cfg, err := serveTLS("E2B.hutch.test.", "127.0.0.1:0", cert, key)
+	if err != nil || cfg == nil || len(cfg.Certificates) != 1 || !slices.Equal(cfg.NextProtos, []string{"http/1.1"}) {
+		t.Errorf("serveTLS with a wildcard certificate: %+v, %v", cfg, err)
+	}
+	if cfg, err := serveTLS("e2b.hutch.test", "127.0.0.1:0", "", ""); cfg != nil || err != nil {
+		t.Errorf("serveTLS without a certificate: %+v, %v; want plain HTTP", cfg, err)
 	}
 }

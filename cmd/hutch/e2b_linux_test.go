@@ -97,22 +97,7 @@ func e2bSDK(t *testing.T, sdk, tier string, args ...string) { e2bSDKWith(t, sdk,
 
 // e2bSDKWith is e2bSDK with env added to the suite's environment.
 func e2bSDKWith(t *testing.T, sdk, tier string, env []string, args ...string) {
-	testutil.RequireRoot(t)
-	node, why := nodeForE2B()
-	testutil.Need(t, node != "", why)
-	_, err := os.Stat(filepath.Join(e2bDir, "node_modules", sdk, "package.json"))
-	if err != nil {
-		if npm, lerr := exec.LookPath("npm"); lerr == nil {
-			cmd := exec.Command(npm, "ci", "--no-audit", "--no-fund")
-			cmd.Dir = e2bDir
-			if out, cerr := cmd.CombinedOutput(); cerr != nil {
-				t.Logf("npm ci in %s: %v\n%s", e2bDir, cerr, out)
-			}
-			_, err = os.Stat(filepath.Join(e2bDir, "node_modules", sdk, "package.json"))
-		}
-	}
-	testutil.Need(t, err == nil, "E2B's SDK ("+sdk+") is not installed in test/e2b/node_modules (npm ci there; scripts/test.sh does)")
-
+	node := needSDK(t, sdk)
 	img := imagetest.Busybox(t, func(ok bool, reason string) { testutil.Need(t, ok, reason) })
 	d := startDaemonWith(t, importImage(t, img, "hutch.test/e2b-sdk:1"),
 		// The suite's sandboxes live until its end, 1 GiB each (the
@@ -177,4 +162,78 @@ func (d *daemonProc) metrics(t *testing.T) string {
 		t.Fatalf("GET /metrics: %d %v\n%s", resp.StatusCode, err, b)
 	}
 	return string(b)
+}
+
+// TestE2BSDKDomain runs the 'domain' tests of test/e2b/sdk.test.mjs: E2B's
+// SDK with E2B_DOMAIN and E2B_API_KEY alone against hutch serve --domain
+// over TLS, with a certificate for *.D of a CA made here
+// (NODE_EXTRA_CA_CERTS) and a resolver that sends *.D to the daemon on
+// loopback (test/e2b/resolve-domain.cjs, preloaded).
+func TestE2BSDKDomain(t *testing.T) {
+	node := needSDK(t, "e2b")
+	const domain = "e2b.hutch.test"
+	certs := testutil.NewServerTLS(t, "*."+domain)
+	dir := t.TempDir()
+	files := map[string][]byte{"ca.pem": certs.CAPEM, "cert.pem": certs.CertPEM, "key.pem": certs.KeyPEM}
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := startDaemonWith(t, nil, "--domain", domain, "--tls-cert", filepath.Join(dir, "cert.pem"), "--tls-key", filepath.Join(dir, "key.pem"))
+	if !strings.HasPrefix(d.tcp, "https://") || !strings.Contains(d.log.String(), "E2B_DOMAIN="+domain) {
+		t.Fatalf("hutch serve --domain --tls-cert: listening on %q:\n%s", d.tcp, d.log.String())
+	}
+	r := d.admin(t, "token", "create", "--tenant", "e2b-sdk", "--e2b", "--state-dir", d.stateDir)
+	token := lastLine(r.stdout)
+	if r.code != 0 {
+		t.Fatalf("token create --e2b:\n%s", r)
+	}
+	preload, err := filepath.Abs(filepath.Join(e2bDir, "resolve-domain.cjs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=spec", "sdk.test.mjs")
+	cmd.Dir = e2bDir
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "E2B_") && !strings.HasPrefix(kv, "NODE_") && !strings.HasPrefix(strings.ToUpper(kv), "HTTP") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, "E2B_DOMAIN="+domain, "E2B_API_KEY="+token, "NO_COLOR=1",
+		"NODE_OPTIONS=--require "+preload, "NODE_EXTRA_CA_CERTS="+filepath.Join(dir, "ca.pem"),
+		"HUTCH_E2B_RESOLVE_DOMAIN="+domain, "HUTCH_E2B_RESOLVE_ADDR="+strings.TrimPrefix(d.tcp, "https://"))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("node --test sdk.test.mjs with E2B_DOMAIN: %v\n%s", err, out)
+	}
+	if !regexp.MustCompile(`(?m)^ℹ pass [1-9]`).Match(out) || !regexp.MustCompile(`(?m)^ℹ fail 0$`).Match(out) {
+		t.Fatalf("node --test sdk.test.mjs with E2B_DOMAIN ran no test, or failed:\n%s", out)
+	}
+	t.Logf("%s", out)
+}
+
+// needSDK returns node for E2B's SDK, the package sdk of
+// test/e2b/node_modules (installed by npm ci if it is missing and npm is
+// there), or skips the test without them.
+func needSDK(t *testing.T, sdk string) string {
+	t.Helper()
+	testutil.RequireRoot(t)
+	node, why := nodeForE2B()
+	testutil.Need(t, node != "", why)
+	_, err := os.Stat(filepath.Join(e2bDir, "node_modules", sdk, "package.json"))
+	if err != nil {
+		if npm, lerr := exec.LookPath("npm"); lerr == nil {
+			cmd := exec.Command(npm, "ci", "--no-audit", "--no-fund")
+			cmd.Dir = e2bDir
+			if out, cerr := cmd.CombinedOutput(); cerr != nil {
+				t.Logf("npm ci in %s: %v\n%s", e2bDir, cerr, out)
+			}
+			_, err = os.Stat(filepath.Join(e2bDir, "node_modules", sdk, "package.json"))
+		}
+	}
+	testutil.Need(t, err == nil, "E2B's SDK ("+sdk+") is not installed in test/e2b/node_modules (npm ci there; scripts/test.sh does)")
+	return node
 }

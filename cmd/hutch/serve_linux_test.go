@@ -119,8 +119,10 @@ func (d *daemonProc) start(t *testing.T) {
 	deadline := time.Now().Add(guard)
 	for {
 		for _, l := range strings.Split(d.log.String(), "\n") {
-			if addr, ok := strings.CutPrefix(l, "hutch: listening on http://"); ok {
-				d.tcp = "http://" + strings.TrimSpace(addr)
+			for _, scheme := range []string{"http://", "https://"} {
+				if addr, ok := strings.CutPrefix(l, "hutch: listening on "+scheme); ok {
+					d.tcp = scheme + strings.TrimSpace(addr)
+				}
 			}
 		}
 		if _, err := os.Stat(d.sock); err == nil && d.tcp != "" {

@@ -37,6 +37,8 @@ const (
 // API with its audit log, E2B's REST API and envd, one debug log.
 type realFixture struct {
 	fixture
+	// envd is the handler of envd the fixture's stack mounts.
+	envd      http.Handler
 	dm        *daemon.Manager
 	auditPath string
 	stateDir  string
@@ -91,6 +93,7 @@ func newRealFixtureWith(t *testing.T, cfg daemon.Config, opts ...Option) *realFi
 	}, log)
 	f := &realFixture{
 		fixture:   fixture{h: h, srv: h.Mount(hutchAPI, envd.Paths, envdHandler), logs: logs, keys: map[string]string{}},
+		envd:      envdHandler,
 		dm:        m,
 		auditPath: auditPath,
 		stateDir:  stateDir,

@@ -14,6 +14,12 @@
 //
 // A sandbox made here has the user "user" (uid and gid 1000, home
 // /home/user), which is its working directory, as in E2B's base template.
+// With WithDomain, Domain routes E2B's domain layout by host name: api.D
+// to the API, 49983-ID.D to envd for sandbox ID, PORT-ID.D to the
+// sandbox's port PORT (ServePort: a reverse proxy over an exec of
+// port-connect in the sandbox, behind the sandbox's traffic access token
+// unless its ports are public).
+//
 // The mapping of E2B's options onto hutch's policy, and what is refused,
 // is documented on CreateBody. Errors become statuses in one function,
 // classify; error bodies are E2B's {"code": <status>, "message": ...}.

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
+	"net/http/httputil"
 	"strings"
 	"sync"
 	"time"
@@ -40,8 +41,9 @@ const keepEnded = 10 * time.Minute
 
 // record is what the handler keeps of a sandbox in memory.
 type record struct {
-	tenant string
-	token  string // the envd access token
+	tenant  string
+	token   string // the envd access token
+	traffic string // the traffic access token of its ports
 	// network is what create asked for, for GET /sandboxes/{id}; nil for
 	// a sandbox made through hutch's own API.
 	network *networkBody
@@ -63,6 +65,13 @@ type Handler struct {
 	noInternet bool
 	// templates are the templates besides the host's root: name → image.
 	templates map[string]string
+	// domain is E2B's domain the daemon serves (WithDomain), "" for none.
+	domain string
+	// publicTraffic: sandboxes' ports answer without the traffic access
+	// token unless their create says allowPublicTraffic false.
+	publicTraffic bool
+	// ports proxies requests to sandboxes' ports (ports.go).
+	ports *httputil.ReverseProxy
 
 	// setup prepares a new sandbox for E2B's SDKs (setupUser; tests
 	// replace it when their sandboxes are not isolated).
@@ -109,6 +118,7 @@ func New(m Manager, log *slog.Logger, opts ...Option) *Handler {
 		o(h)
 	}
 	h.setup = h.setupUser
+	h.ports = h.portProxy()
 	h.register()
 	return h
 }
@@ -344,7 +354,11 @@ func (h *Handler) token(tenant, id string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	h.records[id] = &record{tenant: tenant, token: tok}
+	traffic, err := newAccessToken()
+	if err != nil {
+		return "", err
+	}
+	h.records[id] = &record{tenant: tenant, token: tok, traffic: traffic}
 	return tok, nil
 }
 
@@ -507,17 +521,23 @@ func (h *Handler) Mount(next http.Handler, isEnvd func(string) bool, envd http.H
 		case Paths(r.URL.Path):
 			api.Counted("e2b", h, w, r)
 		case isEnvd != nil && isEnvd(r.URL.Path):
-			api.Counted("envd", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				s, err := h.Resolve(r)
-				if err != nil {
-					h.refuseEnvd(w, r, err)
-					return
-				}
-				envd.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), resolvedKey{}, s)))
-			}), w, r)
+			api.Counted("envd", h.resolving(envd), w, r)
 		default:
 			next.ServeHTTP(w, r)
 		}
+	})
+}
+
+// resolving serves a request of envd with envd once Resolve found its
+// sandbox, and refuses it otherwise.
+func (h *Handler) resolving(envd http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s, err := h.Resolve(r)
+		if err != nil {
+			h.refuseEnvd(w, r, err)
+			return
+		}
+		envd.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), resolvedKey{}, s)))
 	})
 }
 

@@ -59,12 +59,19 @@ func TestCreateRequest(t *testing.T) {
 		t.Errorf("network %+v", nw)
 	}
 
+	for _, in := range []string{`{"network":{"allowPublicTraffic":true,"maskRequestHost":"custom.example:${PORT}"}}`, `{"network":{"allowPublicTraffic":false}}`} {
+		if _, _, err := createRequest(body(t, in), true, tenantRule, nil); err != nil {
+			t.Errorf("createRequest(%s): %v", in, err)
+		}
+	}
 	for in, want := range map[string]string{
 		`{"autoPause":true}`:                                             "autoPause",
 		`{"mcp":{"x":{}}}`:                                               "mcp",
 		`{"autoResume":{"enabled":true}}`:                                "autoResume",
 		`{"volumeMounts":[{"name":"v","path":"/v"}]}`:                    "volumeMounts",
-		`{"network":{"allowPublicTraffic":true}}`:                        "allowPublicTraffic",
+		`{"network":{"maskRequestHost":"a b:${PORT}"}}`:                  "network.maskRequestHost",
+		`{"network":{"maskRequestHost":""}}`:                             "network.maskRequestHost",
+		`{"network":{"maskRequestHost":"x\r\nInjected: 1"}}`:             "network.maskRequestHost",
 		`{"network":{"rules":{}}}`:                                       "network.rules",
 		`{"network":{"denyOut":["10.0.0.0/8"]}}`:                         "not address ranges",
 		`{"allow_internet_access":false,"network":{"allowOut":["a.b"]}}`: "both offline",

@@ -66,10 +66,16 @@ const allTraffic = "0.0.0.0/0"
 //     the internet is allowed is refused.
 //   - secure: accepted either way; envd always needs the access token, or
 //     for /files a URL signed with it (downloadUrl, uploadUrl).
+//   - network.allowPublicTraffic: whether the sandbox's ports (PORT-ID.D
+//     under the handler's domain, WithDomain) answer without the
+//     sandbox's traffic access token (E2b-Traffic-Access-Token); the
+//     default is private (the token needed) unless WithPublicTraffic.
+//   - network.maskRequestHost: the Host header the sandbox's servers
+//     see in requests to its ports, "${PORT}" replaced by the port
+//     (default: the host the client asked for).
 //   - autoPause, autoResume, mcp, volumeMounts, iam, network.rules,
-//     network.egressProxy, network.maskRequestHost,
-//     network.allowPublicTraffic true, and any field hutch does not know,
-//     are refused with 400 naming them.
+//     network.egressProxy, and any field hutch does not know, are refused
+//     with 400 naming them.
 type CreateBody struct {
 	TemplateID          string            `json:"templateID"`
 	Timeout             *int64            `json:"timeout"`
@@ -91,7 +97,7 @@ type networkBody struct {
 	AllowOut           []string        `json:"allowOut,omitempty"`
 	DenyOut            []string        `json:"denyOut,omitempty"`
 	AllowPublicTraffic *bool           `json:"allowPublicTraffic,omitempty"`
-	MaskRequestHost    json.RawMessage `json:"maskRequestHost,omitempty"`
+	MaskRequestHost    *string         `json:"maskRequestHost,omitempty"`
 	Rules              json.RawMessage `json:"rules,omitempty"`
 	EgressProxy        json.RawMessage `json:"egressProxy,omitempty"`
 	HTTPSPorts         json.RawMessage `json:"httpsPorts,omitempty"`
@@ -99,12 +105,15 @@ type networkBody struct {
 
 // sandboxJSON is E2B's Sandbox, the answer of create and connect.
 type sandboxJSON struct {
-	TemplateID      string  `json:"templateID"`
-	SandboxID       string  `json:"sandboxID"`
-	ClientID        string  `json:"clientID"`
-	EnvdVersion     string  `json:"envdVersion"`
-	EnvdAccessToken string  `json:"envdAccessToken"`
-	Domain          *string `json:"domain"`
+	TemplateID      string `json:"templateID"`
+	SandboxID       string `json:"sandboxID"`
+	ClientID        string `json:"clientID"`
+	EnvdVersion     string `json:"envdVersion"`
+	EnvdAccessToken string `json:"envdAccessToken"`
+	// TrafficAccessToken opens the sandbox's ports when they are
+	// private; null when they are public.
+	TrafficAccessToken *string `json:"trafficAccessToken"`
+	Domain             *string `json:"domain"`
 }
 
 // listedJSON is E2B's ListedSandbox.
@@ -208,13 +217,15 @@ func createRequest(b CreateBody, internet bool, check ruleCheck, templates map[s
 		for _, f := range []struct {
 			name string
 			raw  json.RawMessage
-		}{{"network.maskRequestHost", n.MaskRequestHost}, {"network.rules", n.Rules}, {"network.egressProxy", n.EgressProxy}, {"network.httpsPorts", n.HTTPSPorts}} {
+		}{{"network.rules", n.Rules}, {"network.egressProxy", n.EgressProxy}, {"network.httpsPorts", n.HTTPSPorts}} {
 			if present(f.raw) {
 				unsupported = append(unsupported, f.name)
 			}
 		}
-		if n.AllowPublicTraffic != nil && *n.AllowPublicTraffic {
-			unsupported = append(unsupported, "network.allowPublicTraffic (hutch exposes no sandbox ports)")
+		if n.MaskRequestHost != nil {
+			if err := checkMask(*n.MaskRequestHost); err != nil {
+				return req, "", err
+			}
 		}
 	}
 	if len(unsupported) > 0 {
@@ -441,11 +452,18 @@ func (h *Handler) started(ctx context.Context, tenant, id string, rec *record) (
 		}
 		return sandboxJSON{}, err
 	}
-	rec.tenant, rec.token = tenant, tok
+	traffic, err := newAccessToken()
+	if err != nil {
+		if derr := h.m.Destroy(cleanup, tenant, id); derr != nil {
+			h.log.Error("destroy a sandbox without a traffic access token", "id", id, "err", derr)
+		}
+		return sandboxJSON{}, err
+	}
+	rec.tenant, rec.token, rec.traffic = tenant, tok, traffic
 	h.mu.Lock()
 	h.records[id] = rec
 	h.mu.Unlock()
-	return sandboxJSON{TemplateID: rec.template, SandboxID: id, ClientID: tenant, EnvdVersion: EnvdVersion, EnvdAccessToken: tok}, nil
+	return h.answer(id, *rec), nil
 }
 
 // e2bState is E2B's state of a hutch sandbox: "running" or "paused"; ""
@@ -493,7 +511,7 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request, tenant string) err
 	if err != nil {
 		return err
 	}
-	d := detailJSON{listedJSON: listed(info, h.templateOf(info.ID))}
+	d := detailJSON{listedJSON: listed(info, h.templateOf(info.ID)), Domain: h.domainJSON()}
 	if rec, ok := h.record(tenant, info.ID); ok {
 		d.AllowInternetAccess, d.Network = rec.internet, rec.network
 	}
@@ -929,13 +947,13 @@ func (h *Handler) answerSandbox(w http.ResponseWriter, r *http.Request, tenant, 
 	if err := h.extendTo(r, tenant, id, d); err != nil {
 		return err
 	}
-	tok, err := h.token(tenant, id)
-	if err != nil {
+	if _, err := h.token(tenant, id); err != nil {
 		return err
 	}
-	writeJSON(w, status, sandboxJSON{
-		TemplateID: h.templateOf(id), SandboxID: id, ClientID: tenant,
-		EnvdVersion: EnvdVersion, EnvdAccessToken: tok,
-	})
+	rec, _ := h.record(tenant, id)
+	if rec.template == "" {
+		rec.template = Template
+	}
+	writeJSON(w, status, h.answer(id, rec))
 	return nil
 }

@@ -46,6 +46,27 @@ func Dialer(client AgentFunc, port int) DialFunc {
 	}
 }
 
+// NewTransport returns the http.Transport of a reverse proxy to sandbox
+// ports: each connection is made by the DialFunc that dialer finds in the
+// request's context (none: the request fails), never through the host's
+// proxy or network. Requests for different sandbox ports must have
+// different URL hosts, which keep their idle connections apart.
+func NewTransport(dialer func(ctx context.Context) DialFunc) *http.Transport {
+	return &http.Transport{
+		Proxy: nil, // never the host's proxy: the dialer reaches the sandbox
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			dial := dialer(ctx)
+			if dial == nil {
+				return nil, errors.New("no sandbox port for this request")
+			}
+			return dial(ctx)
+		},
+		MaxIdleConnsPerHost: 4,
+		IdleConnTimeout:     30 * time.Second,
+		DisableCompression:  true,
+	}
+}
+
 // Handler reverse-proxies HTTP requests, upgrades (WebSocket) included,
 // to servers listening inside sandboxes, each behind a capability URL:
 // base + an unguessable token + "/", followed by the path on the server.
@@ -84,19 +105,12 @@ type targetKey struct{}
 // NewHandler returns a Handler with nothing published.
 func NewHandler() *Handler {
 	h := &Handler{byToken: map[string]*target{}, byKey: map[forwardKey]string{}}
-	h.transport = &http.Transport{
-		Proxy: nil, // never the host's proxy: the dialer reaches the sandbox
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			t, _ := ctx.Value(targetKey{}).(*target)
-			if t == nil {
-				return nil, errors.New("no sandbox port for this request")
-			}
-			return t.dial(ctx)
-		},
-		MaxIdleConnsPerHost: 4,
-		IdleConnTimeout:     30 * time.Second,
-		DisableCompression:  true,
-	}
+	h.transport = NewTransport(func(ctx context.Context) DialFunc {
+		if t, _ := ctx.Value(targetKey{}).(*target); t != nil {
+			return t.dial
+		}
+		return nil
+	})
 	h.proxy = &httputil.ReverseProxy{
 		Rewrite:        h.rewrite,
 		Transport:      h.transport,

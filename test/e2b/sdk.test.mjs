@@ -7,6 +7,8 @@ import { test, describe, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import http from 'node:http'
 import { readFileSync } from 'node:fs'
+import https from 'node:https'
+import crypto from 'node:crypto'
 // HUTCH_E2B_SDK names the SDK package to test: 'e2b' (package.json pins
 // it), or an alias of an older release there (e2b-2.50, which connects by
 // POST /sandboxes/{id}/connect, as the Python SDK does).
@@ -23,9 +25,13 @@ const since = (v) => {
 }
 const lacks = (v, what) => !since(v) && `e2b ${sdkVersion} has no ${what} (since ${v})`
 
-for (const v of ['E2B_API_URL', 'E2B_SANDBOX_URL', 'E2B_API_KEY']) {
+// With E2B_DOMAIN (TestE2BSDKDomain), the SDK finds the daemon by E2B's
+// domain layout alone: only the tests of 'domain' run.
+const domain = process.env.E2B_DOMAIN
+for (const v of domain ? ['E2B_API_KEY'] : ['E2B_API_URL', 'E2B_SANDBOX_URL', 'E2B_API_KEY']) {
   if (!process.env[v]) throw new Error(`${v} is not set`)
 }
+const suite = domain ? describe.skip : describe
 
 const made = []
 async function create (opts = {}) {
@@ -58,7 +64,7 @@ async function listAll (opts) {
   return out
 }
 
-describe('control plane', () => {
+suite('control plane', () => {
   test('create, getInfo, list, setTimeout, kill', async () => {
     const tag = `t${Date.now()}`
     const sbx = await create({ metadata: { suite: tag, 'key with space': 'a/b c' }, envs: { FOO: 'bar' }, timeoutMs: 120_000 })
@@ -191,7 +197,7 @@ async function remembers (sbx) {
   return r.stdout.trim()
 }
 
-describe('snapshots and forks', () => {
+suite('snapshots and forks', () => {
   // HUTCH_E2B_REDUCED (the earlier releases of TestE2BSDKReleases) leaves
   // this, the slowest test, out: the SDK's snapshot calls have not changed
   // since, and TestE2BSDK runs it with the release package.json pins.
@@ -254,7 +260,7 @@ while [ ! -e /home/user/alive ]; do sleep 0.05; done`)
 // (imagetest.Busybox: /etc/motd says "from the image", no /usr).
 const template = process.env.HUTCH_E2B_TEMPLATE
 
-describe('templates', () => {
+suite('templates', () => {
   test('a template starts its image; an unknown one is not found', { skip: !template && 'HUTCH_E2B_TEMPLATE is not set' }, async () => {
     const sbx = await Sandbox.create(template, { timeoutMs: 60_000, metadata: { suite: 'template' } })
     made.push(sbx.sandboxId)
@@ -279,7 +285,7 @@ describe('templates', () => {
   })
 })
 
-describe('envd', () => {
+suite('envd', () => {
   test('isRunning, and not after kill', async () => {
     const sbx = await create()
     assert.equal(await sbx.isRunning(), true)
@@ -372,7 +378,7 @@ describe('envd', () => {
   })
 })
 
-describe('envd: commands', () => {
+suite('envd: commands', () => {
   test('streamed output arrives in order, as it is written, before the result', async () => {
     const sbx = await create()
     const chunks = []
@@ -501,7 +507,7 @@ describe('envd: commands', () => {
   })
 })
 
-describe('envd: pty', () => {
+suite('envd: pty', () => {
   test('create, sendInput, resize, kill', async () => {
     const sbx = await create()
     let seen = ''
@@ -522,7 +528,7 @@ describe('envd: pty', () => {
   })
 })
 
-describe('envd: files', () => {
+suite('envd: files', () => {
   test('read as text, bytes, blob and stream', async () => {
     const sbx = await create()
     const bin = Uint8Array.from([0, 255, 1, 254, 0, 10, 13, 0xc3, 0x28, 255, 0])
@@ -697,7 +703,7 @@ describe('envd: files', () => {
   })
 })
 
-describe('envd: files in place, metadata, signed URLs', () => {
+suite('envd: files in place, metadata, signed URLs', () => {
   test('files.write writes in place: a watch sees write', async () => {
     const sbx = await create()
     await sbx.files.write('/home/user/wp/f.txt', 'first')
@@ -766,7 +772,7 @@ describe('envd: files in place, metadata, signed URLs', () => {
   })
 })
 
-describe('envd: the sandbox ends under a command', () => {
+suite('envd: the sandbox ends under a command', () => {
   test('killing the sandbox while a command runs is a TimeoutError saying so', { skip: lacks('2.30.0', 'TimeoutError for a killed sandbox') }, async () => {
     const sbx = await create()
     const cmd = await sbx.commands.run('sleep 60', { background: true })
@@ -777,7 +783,7 @@ describe('envd: the sandbox ends under a command', () => {
   })
 })
 
-describe('metrics and network', () => {
+suite('metrics and network', () => {
   // The tests before are done: their sandboxes go, so that the tenant's
   // memory quota has room.
   before(async () => { await Promise.all(made.splice(0).map((id) => Sandbox.kill(id).catch(() => {}))) })
@@ -826,5 +832,117 @@ describe('metrics and network', () => {
     } finally {
       srv.close()
     }
+  })
+})
+
+// The domain layout (hutch serve --domain D --tls-cert --tls-key), as
+// E2B's SDK uses it with E2B_DOMAIN=D and no other URL: https://api.D,
+// envd at https://49983-ID.D, getHost(port) at PORT-ID.D; name resolution
+// and the test's CA come from resolve-domain.cjs and NODE_EXTRA_CA_CERTS.
+describe('domain', { skip: !domain && 'E2B_DOMAIN is not set' }, () => {
+  // A server for port: GET answers what it got as JSON; a WebSocket
+  // upgrade echoes one short text frame as "echo: " + it.
+  const server = `
+const http = require('http'), crypto = require('crypto')
+const srv = http.createServer((req, res) => {
+  res.setHeader('content-type', 'application/json')
+  res.end(JSON.stringify({ host: req.headers.host, path: req.url, token: req.headers['e2b-traffic-access-token'] || null }))
+})
+srv.on('upgrade', (req, sock) => {
+  const accept = crypto.createHash('sha1').update(req.headers['sec-websocket-key'] + '258EAFA5-E914-47DA-95CA-C5AB0DC85B11').digest('base64')
+  sock.write('HTTP/1.1 101 Switching Protocols\\r\\nUpgrade: websocket\\r\\nConnection: Upgrade\\r\\nSec-WebSocket-Accept: ' + accept + '\\r\\n\\r\\n')
+  sock.on('data', (b) => {
+    const len = b[1] & 0x7f, mask = b.subarray(2, 6)
+    const data = Buffer.from(b.subarray(6, 6 + len).map((x, i) => x ^ mask[i % 4]))
+    const out = Buffer.from('echo: ' + data.toString())
+    sock.write(Buffer.concat([Buffer.from([0x81, out.length]), out]))
+  })
+})
+srv.listen(Number(process.argv[2]), '127.0.0.1')
+`
+  const port = 8000
+
+  async function serve (sbx) {
+    await sbx.files.write('/home/user/server.js', server)
+    await sbx.commands.run(`node /home/user/server.js ${port}`, { background: true })
+    await until(async () => (await sbx.commands.run(`node -e "require('net').connect(${port}, '127.0.0.1').on('connect', () => process.exit(0)).on('error', () => process.exit(1))"`).catch(() => null))?.exitCode === 0, `the server on ${port}`, 30_000)
+  }
+
+  // websocket opens a WebSocket to url (https) with headers, sends text,
+  // and returns the text of the frame that comes back.
+  function websocket (url, headers, text) {
+    return new Promise((resolve, reject) => {
+      const key = crypto.randomBytes(16).toString('base64')
+      const req = https.request(url, { agent: false, headers: { ...headers, Connection: 'Upgrade', Upgrade: 'websocket', 'Sec-WebSocket-Key': key, 'Sec-WebSocket-Version': '13' } })
+      req.on('response', (res) => {
+        res.resume()
+        req.destroy()
+        reject(new Error(`no upgrade: ${res.statusCode}`))
+      })
+      req.on('error', reject)
+      req.on('upgrade', (res, sock) => {
+        const want = crypto.createHash('sha1').update(key + '258EAFA5-E914-47DA-95CA-C5AB0DC85B11').digest('base64')
+        if (res.headers['sec-websocket-accept'] !== want) return reject(new Error('bad Sec-WebSocket-Accept'))
+        const mask = crypto.randomBytes(4)
+        const data = Buffer.from(text)
+        sock.write(Buffer.concat([Buffer.from([0x81, 0x80 | data.length]), mask, data.map((x, i) => x ^ mask[i % 4])]))
+        sock.once('data', (b) => { sock.destroy(); resolve(b.subarray(2, 2 + (b[1] & 0x7f)).toString()) })
+      })
+      req.end()
+    })
+  }
+
+  test('create, commands and files through api.D and 49983-ID.D', async () => {
+    assert.equal(process.env.E2B_API_URL, undefined)
+    assert.equal(process.env.E2B_SANDBOX_URL, undefined)
+    const sbx = await create()
+    assert.equal(sbx.sandboxDomain, domain)
+    assert.ok(sbx.trafficAccessToken, 'a private sandbox has a traffic access token')
+    const r = await sbx.commands.run('id -un; pwd')
+    assert.equal(r.stdout, 'user\n/home/user\n')
+    await sbx.files.write('/home/user/a.txt', 'through the domain')
+    assert.equal(await sbx.files.read('/home/user/a.txt'), 'through the domain')
+    assert.equal((await sbx.getInfo()).sandboxId, sbx.sandboxId)
+  })
+
+  test('getHost: a private port needs the traffic access token', async () => {
+    const sbx = await create()
+    await serve(sbx)
+    const url = `https://${sbx.getHost(port)}/p?q=1`
+    assert.equal(sbx.getHost(port), `${port}-${sbx.sandboxId}.${domain}`)
+    const denied = await fetch(url)
+    assert.equal(denied.status, 403)
+    assert.match(await denied.text(), /e2b-traffic-access-token/i)
+    const other = await create()
+    const wrong = await fetch(url, { headers: { 'e2b-traffic-access-token': other.trafficAccessToken } })
+    assert.equal(wrong.status, 403)
+    await wrong.arrayBuffer()
+    const res = await fetch(url, { headers: { 'e2b-traffic-access-token': sbx.trafficAccessToken } })
+    assert.equal(res.status, 200)
+    assert.deepEqual(await res.json(), { host: sbx.getHost(port), path: '/p?q=1', token: null })
+    assert.equal(await websocket(url, { 'e2b-traffic-access-token': sbx.trafficAccessToken }, 'hi'), 'echo: hi')
+    await assert.rejects(websocket(url, {}, 'hi'), /403/)
+  })
+
+  test('getHost: allowPublicTraffic and maskRequestHost', async () => {
+    const sbx = await create({ network: { allowPublicTraffic: true, maskRequestHost: 'custom-host.example.com:${PORT}' } })
+    assert.equal(sbx.trafficAccessToken, undefined)
+    await serve(sbx)
+    const url = `https://${sbx.getHost(port)}/`
+    const res = await fetch(url)
+    assert.equal(res.status, 200)
+    assert.equal((await res.json()).host, `custom-host.example.com:${port}`)
+    assert.equal(await websocket(url, {}, 'public'), 'echo: public')
+    const info = await sbx.getInfo()
+    assert.equal(info.network?.allowPublicTraffic, true)
+    assert.equal(info.network?.maskRequestHost, 'custom-host.example.com:${PORT}')
+  })
+
+  test('getHost: a sandbox that is gone is E2B\'s 502', async () => {
+    const sbx = await create({ network: { allowPublicTraffic: true } })
+    await sbx.kill()
+    const res = await fetch(`https://${sbx.getHost(3000)}`)
+    assert.equal(res.status, 502)
+    assert.deepEqual(await res.json(), { code: 502, message: 'The sandbox was not found', sandboxId: sbx.sandboxId })
   })
 })

@@ -46,7 +46,7 @@
 // anything run as an ordinary user under gVisor.
 //
 // The tests of hutch serve (TestItem21_ServedLayer, _CpFromServed,
-// TestItem26..30, TestItem27_ServedPID1) start a daemon of each tier in
+// TestItem26..30, TestItem27_ServedPID1, TestSandboxPortsHostRouting) start a daemon of each tier in
 // turn (forEachServedTier: the parallel subtests "namespace" and
 // "gvisor", the latter with hutch serve --default-tier gvisor), so every
 // sandbox they make is of that tier; servedNotUnderGVisor names those
@@ -127,6 +127,10 @@
 //	                                        whiteouts through a link, device nodes, set-id bits)
 //	-- a sandbox from an image              TestImageRootEscapes (host files out of view, writes to
 //	                                        the root in memory only, protections, the store intact)
+//	-- sandbox ports, E2B's domain layout   TestSandboxPortsHostRouting (hutch serve --domain: no
+//	                                        host spelling, absolute URI, X-Forwarded-Host, API key
+//	                                        or other sandbox's token opens a port or the API; a
+//	                                        port never reaches the host's loopback)
 //
 // The suite sends no traffic off the machine: it listens only on the host's
 // own addresses, and the outside addresses it tries are from TEST-NET or

@@ -5,6 +5,7 @@ package escape
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -91,6 +92,8 @@ func (s *served) do(t *testing.T, token, method, path, body string) (int, string
 			return d.DialContext(ctx, "unix", s.sock)
 		}}
 		base = "http://hutch"
+	} else if s.roots != nil {
+		client.Transport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: s.roots}}
 	}
 	req, err := http.NewRequest(method, base+path, strings.NewReader(body))
 	if err != nil {

@@ -3,6 +3,7 @@
 package escape
 
 import (
+	"crypto/x509"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,11 +20,13 @@ import (
 // address, its state directory, and its log in a host file, where an
 // operator would keep it.
 type served struct {
-	t        *testing.T
-	cmd      *exec.Cmd
-	dir      string // holds the socket, the state directory and the log
-	sock     string
-	url      string // http://127.0.0.1:PORT with a TCP listener
+	t    *testing.T
+	cmd  *exec.Cmd
+	dir  string // holds the socket, the state directory and the log
+	sock string
+	url  string // http://127.0.0.1:PORT with a TCP listener (https:// with --tls-cert)
+	// roots, if not nil, verify the daemon's TLS certificate (--tls-cert).
+	roots    *x509.CertPool
 	stateDir string
 	logPath  string
 	exited   chan struct{}
@@ -60,7 +63,7 @@ func startServed(t *testing.T, dir string, tcp bool, flags ...string) *served {
 	}
 	go func() { _ = s.cmd.Wait(); close(s.exited) }()
 	t.Cleanup(func() { s.stop(t) })
-	listening := regexp.MustCompile(`hutch: listening on (http://\S+)`)
+	listening := regexp.MustCompile(`hutch: listening on (https?://\S+)`)
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		out := s.logText()
