@@ -283,7 +283,9 @@ func cmdServe(args []string, stderr io.Writer) int {
 	// so that E2B's SDKs work with E2B_API_URL and E2B_SANDBOX_URL set to
 	// the daemon; hutch's own routes are untouched.
 	isEnvd, envdHandler := envdRoutes(log)
-	opts := []e2b.Option{e2b.WithAudit(al)}
+	// Tenants' templates (E2B's template builds) and their uploads are
+	// kept in the state directory.
+	opts := []e2b.Option{e2b.WithAudit(al), e2b.WithTemplateDir(filepath.Join(*stateDir, "e2b-templates"))}
 	if *noInternet {
 		opts = append(opts, e2b.WithoutInternet())
 	}
@@ -291,7 +293,8 @@ func cmdServe(args []string, stderr io.Writer) int {
 		opts = append(opts, e2b.WithTemplates(templates))
 	}
 	missingTemplates(m.Images(), templates, pools, log)
-	h = e2b.New(m, log, opts...).Mount(h, isEnvd, envdHandler)
+	eh := e2b.New(m, log, opts...)
+	h = eh.Mount(h, isEnvd, envdHandler)
 	if !*noMCP {
 		// MCP on the same listeners, authenticated as the API is. Exec
 		// logs go to the state directory's disk, not to the host's
@@ -340,6 +343,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 	defer forget()
 	serr := api.Serve(ctx, h, log, ls...)
 	fmt.Fprintln(stderr, "hutch: shutting down; destroying every sandbox not paused to disk")
+	eh.Close() // the template builds running fail
 	cerr := m.Close()
 	code := 0
 	if serr != nil {
