@@ -117,7 +117,7 @@ func e2bSDK(t *testing.T, sdk, tier string, args ...string) {
 		t.Fatalf("token create --e2b: want a token e2b_ + 40 hex digits:\n%s", r)
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=spec", "sdk.test.mjs")
 	cmd.Dir = e2bDir

@@ -514,8 +514,9 @@ func logLines(r io.Reader, level string, log func(level, msg string)) {
 
 // copyScript unpacks a COPY step's archive in the sandbox and copies what
 // its source names to its destination as Docker's COPY does: several
-// sources, a directory, a destination ending in '/' or an existing
-// directory copy into the destination; a single file is copied to it.
+// sources (a source with wildcards), a directory, a destination ending in
+// '/' or an existing directory copy into the destination; a single file
+// is copied to it.
 const copyScript = `set -e
 t=$(mktemp -d)
 trap 'rm -rf "$t" "$HUTCH_TAR"' EXIT
@@ -566,8 +567,10 @@ func (j *buildJob) copy(ctx context.Context, s stepJSON) error {
 	if _, err := j.c.WriteFile(ctx, tarPath, f, 0o600); err != nil {
 		return j.fail("COPY %s: put its upload in the sandbox: %v", src, err)
 	}
+	// A destination ending in '/', or of a source with wildcards (which
+	// may match one file or many), is a directory.
 	dirDest := "0"
-	if strings.HasSuffix(dest, "/") {
+	if strings.HasSuffix(dest, "/") || strings.ContainsAny(src, "*?[") {
 		dirDest = "1"
 	}
 	env := []string{"HUTCH_TAR=" + tarPath, "HUTCH_SRC=" + src, "HUTCH_DEST=" + j.abs(dest), "HUTCH_DIRDEST=" + dirDest,
