@@ -202,11 +202,10 @@ func (j *buildJob) steps(ctx context.Context) (string, error) {
 		info, err = j.h.m.Create(ctx, j.tenant, req)
 	}
 	if err != nil {
-		from := "the build's sandbox"
 		if ref, ok := req.Policy.Image(); ok {
-			from = "the build's sandbox from image " + ref + " (builds pull no image: the operator puts it in the daemon's store, hutch image pull)"
+			return "", j.fail("base image %s: %v (a build pulls no image: the server's operator adds it to the daemon's store)", ref, err)
 		}
-		return "", j.fail("start %s: %v", from, err)
+		return "", j.fail("start the build's sandbox: %v", err)
 	}
 	j.sandbox = info.ID
 	// A build stopped (its time up, its template deleted, the server
