@@ -304,7 +304,9 @@ func cmdServe(args []string, stderr io.Writer) int {
 	// so that E2B's SDKs work with E2B_API_URL and E2B_SANDBOX_URL set to
 	// the daemon; hutch's own routes are untouched.
 	isEnvd, envdHandler := envdRoutes(log)
-	opts := []e2b.Option{e2b.WithAudit(al)}
+	// Tenants' templates (E2B's template builds) and their uploads are
+	// kept in the state directory.
+	opts := []e2b.Option{e2b.WithAudit(al), e2b.WithTemplateDir(filepath.Join(*stateDir, "e2b-templates"))}
 	if *noInternet {
 		opts = append(opts, e2b.WithoutInternet())
 	}
@@ -375,6 +377,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 	defer forget()
 	serr := api.Serve(ctx, h, log, ls...)
 	fmt.Fprintln(stderr, "hutch: shutting down; destroying every sandbox not paused to disk")
+	e2bHandler.Close() // the template builds running fail
 	cerr := m.Close()
 	code := 0
 	if serr != nil {

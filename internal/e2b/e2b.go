@@ -79,6 +79,9 @@ type Handler struct {
 
 	mu      sync.Mutex
 	records map[string]*record // by sandbox id
+
+	// reg is the tenants' templates (WithTemplateDir).
+	reg registry
 }
 
 // WithTemplates gives E2B's templates: each name (templateID) starts a
@@ -119,6 +122,11 @@ func New(m Manager, log *slog.Logger, opts ...Option) *Handler {
 	}
 	h.setup = h.setupUser
 	h.ports = h.portProxy()
+	if err := h.openTemplates(); err != nil {
+		// Templates are refused (templatesOn) rather than the API.
+		log.Error("e2b templates", "err", err)
+		h.reg.dir = ""
+	}
 	h.register()
 	return h
 }
@@ -128,6 +136,8 @@ func New(m Manager, log *slog.Logger, opts ...Option) *Handler {
 type route struct {
 	audit.Route
 	handle handlerFunc
+	// auth, when set, authenticates the request instead of its API key.
+	auth func(*http.Request) (string, error)
 }
 
 // table is every route of the handler, in the order registered; each says
@@ -136,7 +146,7 @@ type route struct {
 func (h *Handler) table() []route {
 	const ro = audit.ReadOnly
 	r := func(pattern, action string, f handlerFunc) route {
-		return route{audit.Route{Pattern: pattern, Action: action}, f}
+		return route{audit.Route{Pattern: pattern, Action: action}, f, nil}
 	}
 	return []route{
 		r("POST /sandboxes", "create", h.create),
@@ -160,6 +170,24 @@ func (h *Handler) table() []route {
 		r("GET /snapshots", ro, h.listSnapshots),
 		r("DELETE /templates/{id}", "delete_snapshot", h.deleteTemplate),
 		r("POST /sandboxes/{id}/fork", "fork", h.fork),
+		// Templates (templates.go).
+		r("POST /v3/templates", "template_build", h.requestBuild),
+		r("GET /templates/{id}/files/{hash}", "template_upload_link", h.fileLink),
+		{audit.Route{Pattern: "PUT /templates/{id}/files/{hash}", Action: "template_upload"}, h.upload, h.uploadTenant},
+		r("POST /v2/templates/{id}/builds/{buildID}", "template_build_start", h.startBuild),
+		r("GET /templates/{id}/builds/{buildID}/status", ro, h.buildStatus),
+		r("GET /templates/{id}/builds/{buildID}/logs", ro, h.buildLogs),
+		r("GET /templates", ro, h.listTemplates),
+		r("GET /v2/templates", ro, h.listTemplates),
+		r("GET /templates/{id}", ro, h.getTemplate),
+		r("PATCH /templates/{id}", "template_update", h.updateTemplate),
+		r("PATCH /v2/templates/{id}", "template_update", h.updateTemplate),
+		r("GET /templates/aliases/{alias}", ro, h.alias),
+		r("POST /templates/tags", "template_tag", h.assignTags),
+		r("DELETE /templates/tags", "template_untag", h.removeTags),
+		// GET /templates/{id}/tags, which ServeMux cannot tell from the
+		// aliases' route otherwise (/templates/aliases/tags).
+		r("GET /templates/{id}/{list}", ro, h.listTags),
 	}
 }
 
@@ -176,7 +204,7 @@ func Routes() []audit.Route {
 // register registers every route of the table.
 func (h *Handler) register() {
 	for _, r := range h.table() {
-		h.handle(r.Route, r.handle)
+		h.handle(r)
 	}
 }
 
@@ -184,15 +212,19 @@ func (h *Handler) register() {
 // it returns, fail answers with.
 type handlerFunc func(w http.ResponseWriter, r *http.Request, tenant string) error
 
-// handle registers f for rt, behind authentication; audited unless it only
-// reads (and the handler has an audit log).
-func (h *Handler) handle(rt audit.Route, f handlerFunc) {
+// handle registers rt, behind authentication (its API key, or rt.auth);
+// audited unless it only reads (and the handler has an audit log).
+func (h *Handler) handle(rt route) {
 	rt.Check()
+	f, auth := rt.handle, rt.auth
 	if rt.Action != audit.ReadOnly && h.audit != nil {
 		f = h.audited(rt.Action, f)
 	}
+	if auth == nil {
+		auth = h.authenticate
+	}
 	h.mux.HandleFunc(rt.Pattern, func(w http.ResponseWriter, r *http.Request) {
-		tenant, err := h.authenticate(r)
+		tenant, err := auth(r)
 		if err == nil {
 			err = f(w, r, tenant)
 		}
@@ -229,13 +261,10 @@ func Paths(path string) bool {
 var e2bRoutes = []string{
 	"GET /teams", "GET /teams/{teamID}/metrics", "GET /teams/{teamID}/metrics/max",
 	"GET /sandboxes/{sandboxID}/logs", "GET /v2/sandboxes/{sandboxID}/logs",
-	"POST /v3/templates", "GET /v2/templates", "POST /v2/templates",
-	"GET /templates/{templateID}/files/{hash}", "GET /templates", "POST /templates",
-	"GET /templates/{templateID}", "POST /templates/{templateID}", "PATCH /templates/{templateID}",
-	"POST /templates/{templateID}/builds/{buildID}", "POST /v2/templates/{templateID}/builds/{buildID}",
-	"PATCH /v2/templates/{templateID}", "GET /templates/{templateID}/builds/{buildID}/status",
-	"GET /templates/{templateID}/builds/{buildID}/logs", "POST /templates/tags", "DELETE /templates/tags",
-	"GET /templates/{templateID}/tags", "GET /templates/aliases/{alias}", "DELETE /templates/tags/{name}",
+	// The template routes of E2B's CLI's old builds (a Dockerfile built
+	// by E2B's servers); the SDK's are served.
+	"POST /v2/templates", "POST /templates", "POST /templates/{templateID}",
+	"POST /templates/{templateID}/builds/{buildID}", "DELETE /templates/tags/{name}",
 	"GET /nodes", "GET /nodes/{nodeID}", "POST /nodes/{nodeID}",
 	"POST /admin/teams/{teamID}/sandboxes/kill", "GET /admin/sandboxes/running-counts",
 	"POST /admin/teams/{teamID}/builds/cancel", "POST /admin/teams/{teamID}/api-keys",

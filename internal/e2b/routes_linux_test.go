@@ -12,6 +12,7 @@ import (
 	"maps"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"slices"
 	"sort"
 	"strings"
@@ -91,6 +92,8 @@ type walker struct {
 	// envd token, tok) for the calls that change nothing or only its
 	// files.
 	main, tok string
+	// tmpl and build are the template and build of built.
+	tmpl, build string
 }
 
 // call is one route's call: prep makes what it needs (sandboxes,
@@ -345,6 +348,20 @@ func (w *walker) snapshot(t *testing.T) string {
 	return sn.ID
 }
 
+// built is alice's template "walked", built once (through the fixture:
+// its audit records are written before the calls that use it).
+func (w *walker) built(t *testing.T) (string, string) {
+	t.Helper()
+	if w.tmpl == "" {
+		var st statusJSON
+		w.tmpl, w.build, st = w.f.build(t, "alice", "walked", `{"fromTemplate":"base","steps":[{"type":"RUN","args":["echo walked"]}]}`)
+		if st.Status != statusReady {
+			t.Fatalf("build the walk's template: %+v", st)
+		}
+	}
+	return w.tmpl, w.build
+}
+
 // changeSet makes a change set of alice's review workspace: a sandbox
 // that wrote a file, ended.
 func (w *walker) changeSet(t *testing.T) string {
@@ -597,6 +614,82 @@ func (w *walker) calls() map[string]call {
 			}
 		},
 		"e2b GET /snapshots": now(func(t *testing.T) { w.e2b(t, "GET", "/snapshots", "", 200) }),
+		// Templates: a build requested, its upload link, its upload, its
+		// start; and the routes of a built template.
+		"e2b POST /v3/templates": now(func(t *testing.T) { w.e2b(t, "POST", "/v3/templates", `{"name":"walk-requested"}`, 202) }),
+		"e2b GET /templates/{id}/files/{hash}": func(t *testing.T) func(*testing.T) {
+			tid, _ := w.f.requestBuild(t, "alice", "walk-link")
+			return func(t *testing.T) { w.e2b(t, "GET", "/templates/"+tid+"/files/"+strings.Repeat("a", 64), "", 201) }
+		},
+		"e2b PUT /templates/{id}/files/{hash}": func(t *testing.T) func(*testing.T) {
+			tid, _ := w.f.requestBuild(t, "alice", "walk-upload")
+			var link uploadLinkJSON
+			_ = json.Unmarshal(w.e2b(t, "GET", "/templates/"+tid+"/files/"+strings.Repeat("b", 64), "", 201), &link)
+			u, err := url.Parse(link.URL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return func(t *testing.T) {
+				status, b := w.do(t, nil, "PUT", u.RequestURI(), strings.NewReader(tarOf(t, "f", "x")))
+				expect(t, "upload", status, b, 200)
+			}
+		},
+		"e2b POST /v2/templates/{id}/builds/{buildID}": func(t *testing.T) func(*testing.T) {
+			tid, bid := w.f.requestBuild(t, "alice", "walk-start")
+			return func(t *testing.T) {
+				w.e2b(t, "POST", "/v2/templates/"+tid+"/builds/"+bid, `{"fromTemplate":"base","steps":[{"type":"RUN","args":["true"]}]}`, 202)
+				t.Cleanup(func() { w.f.waitBuild(t, "alice", tid, bid) })
+			}
+		},
+		"e2b GET /templates/{id}/builds/{buildID}/status": func(t *testing.T) func(*testing.T) {
+			tid, bid := w.built(t)
+			return func(t *testing.T) {
+				w.e2b(t, "GET", "/templates/"+tid+"/builds/"+bid+"/status?logsOffset=1&limit=2", "", 200)
+			}
+		},
+		"e2b GET /templates/{id}/builds/{buildID}/logs": func(t *testing.T) func(*testing.T) {
+			tid, bid := w.built(t)
+			return func(t *testing.T) {
+				w.e2b(t, "GET", "/templates/"+tid+"/builds/"+bid+"/logs?direction=backward&level=info", "", 200)
+			}
+		},
+		"e2b GET /templates": func(t *testing.T) func(*testing.T) {
+			w.built(t)
+			return func(t *testing.T) { w.e2b(t, "GET", "/templates", "", 200) }
+		},
+		"e2b GET /v2/templates": func(t *testing.T) func(*testing.T) {
+			w.built(t)
+			return func(t *testing.T) { w.e2b(t, "GET", "/v2/templates", "", 200) }
+		},
+		"e2b GET /templates/{id}": func(t *testing.T) func(*testing.T) {
+			tid, _ := w.built(t)
+			return func(t *testing.T) { w.e2b(t, "GET", "/templates/"+tid, "", 200) }
+		},
+		"e2b GET /templates/{id}/{list}": func(t *testing.T) func(*testing.T) {
+			tid, _ := w.built(t)
+			return func(t *testing.T) { w.e2b(t, "GET", "/templates/"+tid+"/tags", "", 200) }
+		},
+		"e2b GET /templates/aliases/{alias}": func(t *testing.T) func(*testing.T) {
+			w.built(t)
+			return func(t *testing.T) { w.e2b(t, "GET", "/templates/aliases/walked", "", 200) }
+		},
+		"e2b PATCH /templates/{id}": func(t *testing.T) func(*testing.T) {
+			tid, _ := w.built(t)
+			return func(t *testing.T) { w.e2b(t, "PATCH", "/templates/"+tid, `{"public":false}`, 200) }
+		},
+		"e2b PATCH /v2/templates/{id}": func(t *testing.T) func(*testing.T) {
+			tid, _ := w.built(t)
+			return func(t *testing.T) { w.e2b(t, "PATCH", "/v2/templates/"+tid, `{"public":false}`, 200) }
+		},
+		"e2b POST /templates/tags": func(t *testing.T) func(*testing.T) {
+			w.built(t)
+			return func(t *testing.T) { w.e2b(t, "POST", "/templates/tags", `{"target":"walked","tags":["walk-a"]}`, 201) }
+		},
+		"e2b DELETE /templates/tags": func(t *testing.T) func(*testing.T) {
+			w.built(t)
+			w.e2b(t, "POST", "/templates/tags", `{"target":"walked","tags":["walk-b"]}`, 201)
+			return func(t *testing.T) { w.e2b(t, "DELETE", "/templates/tags", `{"name":"walked","tags":["walk-b"]}`, 204) }
+		},
 		"e2b DELETE /templates/{id}": func(t *testing.T) func(*testing.T) {
 			sid := w.snapshot(t)
 			return func(t *testing.T) { w.e2b(t, "DELETE", "/templates/"+sid, "", 204) }

@@ -389,13 +389,26 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, tenant string) 
 	if err := decode(w, r, &b, false); err != nil {
 		return err
 	}
-	// A snapshot's id or name is a template too, as in E2B.
-	snapshot, err := h.snapshotTemplate(r.Context(), tenant, b.TemplateID)
+	// A template the tenant built ("name", "name:tag" or its id), and a
+	// snapshot's id or name, are templates too, as in E2B.
+	built, isBuilt, err := h.resolveTemplate(tenant, b.TemplateID)
 	if err != nil {
 		return err
 	}
+	snapshot := built.snapshot
+	if !isBuilt {
+		if snapshot, err = h.snapshotTemplate(r.Context(), tenant, b.TemplateID); err != nil {
+			return err
+		}
+	}
 	if snapshot != "" {
 		b.TemplateID = ""
+	}
+	if len(built.run.Env) > 0 {
+		// The template's ENV, under the request's own.
+		env := maps.Clone(built.run.Env)
+		maps.Copy(env, b.EnvVars)
+		b.EnvVars = env
 	}
 	req, template, err := createRequest(b, !h.noInternet, h.m.CheckTenantRule, h.templates)
 	if err != nil {
@@ -403,6 +416,10 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, tenant string) 
 	}
 	if snapshot != "" {
 		req.Snapshot, template = snapshot, snapshot
+	}
+	if isBuilt {
+		// The build's base, whatever the server's "base" is now.
+		req.Policy.Root, template = "", built.template
 	}
 	info, err := h.m.Create(r.Context(), tenant, req)
 	if err != nil {
@@ -415,6 +432,12 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, tenant string) 
 	sb, err := h.started(r.Context(), tenant, info.ID, &record{network: b.Network, internet: &internet, template: template})
 	if err != nil {
 		return err
+	}
+	if err := h.startTemplate(r.Context(), tenant, info.ID, built.run); err != nil {
+		if derr := h.m.Destroy(context.WithoutCancel(r.Context()), tenant, info.ID); derr != nil {
+			h.log.Error("destroy a sandbox whose template did not start", "id", info.ID, "err", derr)
+		}
+		return fmt.Errorf("sandbox %s: %w", info.ID, err)
 	}
 	// Forget the records of the tenant's sandboxes that ended (by their
 	// timeout, say) without this handler seeing it, so that the records

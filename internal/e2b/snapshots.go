@@ -150,13 +150,20 @@ func (h *Handler) listSnapshots(w http.ResponseWriter, r *http.Request, tenant s
 	return nil
 }
 
-// deleteTemplate is DELETE /templates/{id}: the SDK's deleteSnapshot. A
+// deleteTemplate is DELETE /templates/{id}: the SDK's Template.delete and
+// deleteSnapshot. A template of the tenant's (by id or name), else a
 // snapshot of the tenant's (by id or name) is deleted; the daemon's own
 // templates are its operator's, not the tenant's to delete.
 func (h *Handler) deleteTemplate(w http.ResponseWriter, r *http.Request, tenant string) error {
 	id := r.PathValue("id")
 	if id == Template || h.templates[id] != "" {
-		return errorf(errNoRoute, "template %s is this server's (hutch serve --template), not one a tenant deletes; DELETE /templates deletes snapshots", id)
+		return errorf(errNoRoute, "template %s is this server's (hutch serve --template), not one a tenant deletes; DELETE /templates deletes the tenant's templates and snapshots", id)
+	}
+	if h.deleteOwnTemplate(tenant, id) {
+		auditTemplate(r, id)
+		auditEntry(r).Action = "template_delete"
+		w.WriteHeader(http.StatusNoContent)
+		return nil
 	}
 	s, err := h.snapshotter()
 	if err != nil {

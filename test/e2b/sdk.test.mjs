@@ -9,11 +9,14 @@ import http from 'node:http'
 import { readFileSync } from 'node:fs'
 import https from 'node:https'
 import crypto from 'node:crypto'
+import fs from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
 // HUTCH_E2B_SDK names the SDK package to test: 'e2b' (package.json pins
 // it), or an alias of an older release there (e2b-2.50, which connects by
 // POST /sandboxes/{id}/connect, as the Python SDK does).
 const sdk = process.env.HUTCH_E2B_SDK || 'e2b'
-const { Sandbox, SandboxError, CommandExitError, NotFoundError, SandboxNotFoundError, TimeoutError, FileType, FilesystemEventType } = await import(sdk)
+const { Sandbox, SandboxError, CommandExitError, NotFoundError, SandboxNotFoundError, TimeoutError, FileType, FilesystemEventType, Template, BuildError, waitForFile } = await import(sdk)
 
 // What an older release lacks, its tests skip or leave out, saying so:
 // since(v) is whether the SDK under test is release v or later.
@@ -282,6 +285,64 @@ suite('templates', () => {
       return true
     })
     await sbx.kill() // its memory counts against the tenant's quota
+  })
+})
+
+suite('template builds', () => {
+  test('Template.build over base: copy, runCmd, env, workdir, start command; exists; create; tags; errors; background', async (t) => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'hutch-e2b-template-'))
+    t.after(() => fs.rmSync(dir, { recursive: true, force: true }))
+    fs.mkdirSync(path.join(dir, 'folder'))
+    fs.writeFileSync(path.join(dir, 'folder', 'test.txt'), 'This is a test file.\n')
+    fs.symlinkSync('test.txt', path.join(dir, 'folder', 'link.txt'))
+    const name = `sdk-${Date.now()}`
+    const logs = []
+    const tpl = Template({ fileContextPath: dir })
+      .fromBaseImage()
+      .copy('folder/*', 'folder', { forceUpload: true })
+      .runCmd('cat folder/link.txt')
+      .setEnvs({ FROM_TEMPLATE: 'yes' })
+      .setWorkdir('/app')
+      .runCmd('echo "$(whoami) $(pwd)" > made.txt')
+      .runCmd('echo root > /etc/made-by-root', { user: 'root' })
+      .setStartCmd('echo started > /tmp/started', waitForFile('/tmp/started'))
+    const info = await Template.build(tpl, name, { onBuildLogs: (e) => logs.push(e) })
+    assert.ok(info.templateId && info.buildId, JSON.stringify(info))
+    assert.ok(logs.some((e) => e.message === 'This is a test file.'), logs.map((e) => e.message).join('\n'))
+    assert.equal(await Template.exists(name), true)
+    assert.equal(await Template.exists('base'), true)
+    assert.equal(await Template.exists(`${name}-nope`), false)
+
+    const sbx = await Sandbox.create(name, { timeoutMs: 60_000 })
+    made.push(sbx.sandboxId)
+    assert.equal((await sbx.getInfo()).templateId, info.templateId)
+    const r = await sbx.commands.run('cat /app/made.txt /etc/made-by-root ~/folder/test.txt /tmp/started; echo $FROM_TEMPLATE; readlink ~/folder/link.txt')
+    assert.equal(r.stdout, 'user /app\nroot\nThis is a test file.\nstarted\nyes\ntest.txt\n')
+    await sbx.kill()
+
+    const tagged = await Template.assignTags(`${name}:default`, ['prod', 'stable'])
+    assert.equal(tagged.buildId, info.buildId)
+    assert.deepEqual(tagged.tags, ['prod', 'stable'])
+    await assert.rejects(Template.assignTags(name, ':bad'))
+    assert.deepEqual((await Template.getTags(info.templateId)).map((x) => x.tag), ['default', 'prod', 'stable'])
+    await Template.removeTags(name, 'stable')
+    assert.deepEqual((await Template.getTags(info.templateId)).map((x) => x.tag), ['default', 'prod'])
+
+    await assert.rejects(Template.build(Template().fromTemplate('base').runCmd('whoami', { user: 'root123' }), `${name}-bad`), (err) => {
+      assert.ok(err instanceof BuildError, `${err}`)
+      assert.equal(err.message, "failed to run command 'whoami': command failed: unauthenticated: invalid username: 'root123'")
+      return true
+    })
+    await assert.rejects(Template.build(Template().fromImage('hutch.test/not-in-the-store:1'), `${name}-img`), /not in the daemon's image store/)
+
+    const bg = await Template.buildInBackground(Template().fromTemplate(name).runCmd('sleep 2; cat /app/made.txt'), `${name}-bg`)
+    assert.equal((await Template.getBuildStatus(bg)).status, 'building')
+    const done = await until(async () => {
+      const st = await Template.getBuildStatus(bg)
+      return st.status !== 'building' && st
+    }, 'the background build', 120_000)
+    assert.equal(done.status, 'ready', JSON.stringify(done.reason))
+    assert.ok(done.logEntries.some((e) => e.message === 'user /app'), JSON.stringify(done.logEntries))
   })
 })
 

@@ -121,7 +121,9 @@
 //	29 a secret reflected in a response     TestItem29_SecretReflected
 //	30 unaudited changes, oracles, metrics  TestItem30_AuditAndOracles, _MCPTenants,
 //	                                        _MCPFileToolsHostReach, _SnapshotsAcrossTenants
-//	                                        (snapshots, forks, diffs of another tenant's)
+//	                                        (snapshots, forks, diffs of another tenant's),
+//	                                        _TemplatesAcrossTenants (E2B's templates, their
+//	                                        builds and uploads; a build's steps confined)
 //	-- an image's layers (hostile input)    TestImageLayersHostile (dot-dot, absolute names, a
 //	                                        planted symbolic link as a parent, hard links out,
 //	                                        whiteouts through a link, device nodes, set-id bits)
