@@ -30,6 +30,11 @@ const EnvdVersion = "0.6.4"
 // under the sandbox's writable layer, as E2B's "base".
 const Template = "base"
 
+// BaseImage is hutch's base image, Debian with what E2B's base has
+// (scripts/base-image.sh builds it): hutch serve makes it Template when its
+// image store holds it.
+const BaseImage = "hutch.local/base:latest"
+
 // Manager is what the handler needs of the daemon; *daemon.Manager
 // implements it.
 type Manager = daemon.Sandboxes
