@@ -4,7 +4,7 @@
 # it into a hutch image store as hutch.local/base:latest, the image E2B's
 # `base` template starts when the daemon's store holds it.
 #
-#   sudo scripts/base-image.sh [--state-dir DIR] [--hutch BIN] [--cache DIR]
+#   sudo scripts/base-image.sh [--state-dir DIR] [--hutch BIN] [--cache DIR] [--no-import]
 #
 # What it holds, after E2B's own base image: Debian 12 with bash, python3
 # (`python` too), pip and venv, git, curl, build-essential, nodejs and npm,
@@ -12,11 +12,14 @@
 # asks the sandbox's agent to run the command as root (no set-id bit: see
 # README's "The base image").
 #
-# Idempotent: the image is tagged with a digest of this script (its
-# recipe) too, and nothing is done when the store already holds that tag.
+# Idempotent: the image is tagged with a digest of its recipe too (the
+# suite, the packages, the hooks below), and nothing is done when the store
+# already holds that tag.
 # The built image (a docker save tarball) is kept in --cache (default
 # /var/cache/hutch/base-image) under the same digest, so another store —
-# a test's — imports it in seconds instead of building it again.
+# a test's — imports it in seconds instead of building it again. With
+# --no-import it is only built (or found) there; either way its path is
+# the one line printed on standard output.
 # Reproducible as far as the mirror is: every timestamp is
 # SOURCE_DATE_EPOCH, entries are in name order, and the packages are
 # those the mirror serves the day it is built.
@@ -26,13 +29,15 @@ cd "$(dirname "$0")/.."
 state_dir=""
 hutch=""
 cache=/var/cache/hutch/base-image
+import=1
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--state-dir) state_dir=$2; shift 2 ;;
 	--hutch) hutch=$2; shift 2 ;;
 	--cache) cache=$2; shift 2 ;;
+	--no-import) import=0; shift ;;
 	-h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-	*) echo "base-image: unknown argument $1 (want --state-dir DIR, --hutch BIN, --cache DIR)" >&2; exit 2 ;;
+	*) echo "base-image: unknown argument $1 (want --state-dir DIR, --hutch BIN, --cache DIR, --no-import)" >&2; exit 2 ;;
 	esac
 done
 [ "$(id -u)" = 0 ] || { echo "base-image: must run as root (mmdebstrap builds the tree as root; the image keeps its owners)" >&2; exit 2; }
@@ -46,7 +51,17 @@ packages=(
 )
 suite=bookworm
 export SOURCE_DATE_EPOCH=1767225600 # 2026-01-01, every timestamp of the image
-recipe=$(sha256sum "$0" | cut -c1-16)
+# The tree as mmdebstrap leaves it, made E2B's: the user, and the sudo of
+# the image, which has no set-id bit (hutch strips those from every layer,
+# and no_new_privs would void them anyway): it asks the sandbox's agent,
+# which serves it because /etc/hutch/sudo exists.
+hooks=(
+	'chroot "$1" useradd --create-home --uid 1000 --user-group --shell /bin/bash user'
+	'mkdir -p "$1/etc/hutch" && echo "user ALL=(ALL:ALL) NOPASSWD: ALL (served by the sandbox agent of hutch)" >"$1/etc/hutch/sudo"'
+	'printf "%s\n" "#!/bin/sh" "# sudo of the base image of hutch: the agent of the sandbox runs the command as root." "exec /dev/hutch sudo \"\$@\"" >"$1/usr/bin/sudo" && chmod 0755 "$1/usr/bin/sudo"'
+	'rm -rf "$1"/var/cache/apt/*.bin "$1"/var/lib/apt/lists/* "$1"/var/log/* "$1"/etc/machine-id "$1"/root/.cache "$1"/tmp/*'
+)
+recipe=$(printf '%s\n' "$suite" "$SOURCE_DATE_EPOCH" "${packages[@]}" "${hooks[@]}" | sha256sum | cut -c1-16)
 repo=hutch.local/base
 tag="$repo:$recipe"
 
@@ -54,7 +69,7 @@ work=""
 cleanup() { [ -z "$work" ] || rm -rf "$work"; }
 trap cleanup EXIT
 
-if [ -z "$hutch" ]; then
+if [ -z "$hutch" ] && [ "$import" = 1 ]; then
 	export CGO_ENABLED=0 PATH="$PATH:/usr/local/go/bin"
 	work=$(mktemp -d /tmp/hutch-base-image.XXXXXX)
 	go build -o "$work/hutch-serve" ./cmd/hutch-serve
@@ -63,12 +78,13 @@ fi
 store=()
 [ -z "$state_dir" ] || store=(--state-dir "$state_dir")
 
-if "$hutch" image inspect "${store[@]}" "$tag" >/dev/null 2>&1; then
+tarball="$cache/base-$recipe.tar"
+if [ "$import" = 1 ] && "$hutch" image inspect "${store[@]}" "$tag" >/dev/null 2>&1; then
 	log "$tag is in the store already"
+	echo "$tarball"
 	exit 0
 fi
 
-tarball="$cache/base-$recipe.tar"
 if [ ! -s "$tarball" ]; then
 	command -v mmdebstrap >/dev/null || {
 		log "installing mmdebstrap"
@@ -79,14 +95,9 @@ if [ ! -s "$tarball" ]; then
 	root="$work/root"
 	start=$(date +%s)
 	log "building $tag from Debian $suite (${packages[*]})"
-	# The sudo of the image: no set-id bit (hutch strips those from every
-	# layer, and no_new_privs would void them anyway); it asks the agent,
-	# which serves it because /etc/hutch/sudo exists.
-	mmdebstrap --variant=apt --include="$(IFS=,; echo "${packages[*]}")" \
-		--customize-hook='chroot "$1" useradd --create-home --uid 1000 --user-group --shell /bin/bash user' \
-		--customize-hook='mkdir -p "$1/etc/hutch" && printf "%s\n" "user ALL=(ALL:ALL) NOPASSWD: ALL (served by the sandbox agent of hutch)" >"$1/etc/hutch/sudo"' \
-		--customize-hook='printf "%s\n" "#!/bin/sh" "# sudo of hutch'"'"'s base image: the sandbox'"'"'s agent runs the command as root." "exec /dev/hutch sudo \"\$@\"" >"$1/usr/bin/sudo" && chmod 0755 "$1/usr/bin/sudo"' \
-		--customize-hook='rm -rf "$1"/var/cache/apt/*.bin "$1"/var/lib/apt/lists/* "$1"/var/log/* "$1"/etc/machine-id "$1"/root/.cache "$1"/tmp/*' \
+	hookargs=()
+	for h in "${hooks[@]}"; do hookargs+=(--customize-hook="$h"); done
+	mmdebstrap --variant=apt --include="$(IFS=,; echo "${packages[*]}")" "${hookargs[@]}" \
 		"$suite" "$root" >"$work/mmdebstrap.log" 2>&1 || { tail -30 "$work/mmdebstrap.log" >&2; log "mmdebstrap failed"; exit 1; }
 	log "mmdebstrap took $(($(date +%s) - start)) s"
 
@@ -114,6 +125,9 @@ EOF
 	find "$cache" -maxdepth 1 -name 'base-*.tar' ! -name "base-$recipe.tar" -delete
 fi
 
-start=$(date +%s)
-"$hutch" image import "${store[@]}" "$tarball" >/dev/null
-log "imported $tag and $repo:latest in $(($(date +%s) - start)) s"
+if [ "$import" = 1 ]; then
+	start=$(date +%s)
+	"$hutch" image import "${store[@]}" "$tarball" >/dev/null
+	log "imported $tag and $repo:latest in $(($(date +%s) - start)) s"
+fi
+echo "$tarball"

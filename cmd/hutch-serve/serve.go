@@ -287,7 +287,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 	// so that E2B's SDKs work with E2B_API_URL and E2B_SANDBOX_URL set to
 	// the daemon; hutch's own routes are untouched.
 	isEnvd, envdHandler := envdRoutes(log)
-	opts := []e2b.Option{e2b.WithAudit(al)}
+	opts := []e2b.Option{e2b.WithAudit(al), e2b.WithStateDir(*stateDir)}
 	if *noInternet {
 		opts = append(opts, e2b.WithoutInternet())
 	}

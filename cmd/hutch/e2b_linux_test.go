@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hutch-sandbox/hutch/internal/image"
+	"github.com/hutch-sandbox/hutch/internal/image/fetch"
 	"github.com/hutch-sandbox/hutch/internal/image/imagetest"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/testutil"
@@ -162,4 +164,49 @@ func (d *daemonProc) metrics(t *testing.T) string {
 		t.Fatalf("GET /metrics: %d %v\n%s", resp.StatusCode, err, b)
 	}
 	return string(b)
+}
+
+// TestE2BSDKBaseImage runs test/e2b/base.test.mjs, E2B's SDK against a
+// daemon whose image store holds hutch's base image (the tarball
+// scripts/base-image.sh built, named by $HUTCH_TEST_BASE_IMAGE, as
+// scripts/test.sh sets it): E2B's template base is that image, with the
+// user `user` and sudo served by the sandbox's agent.
+func TestE2BSDKBaseImage(t *testing.T) { e2bBaseImage(t, "namespace") }
+
+// TestE2BSDKBaseImageGVisor is TestE2BSDKBaseImage under gVisor.
+func TestE2BSDKBaseImageGVisor(t *testing.T) {
+	testutil.RequireRoot(t)
+	e2bBaseImage(t, "gvisor", "--default-tier", "gvisor", "--runsc", testutil.Runsc(t))
+}
+
+func e2bBaseImage(t *testing.T, tier string, args ...string) {
+	testutil.RequireRoot(t)
+	node, why := nodeForE2B()
+	testutil.Need(t, node != "", why)
+	_, err := os.Stat(filepath.Join(e2bDir, "node_modules", "e2b", "package.json"))
+	testutil.Need(t, err == nil, "E2B's SDK is not installed in test/e2b/node_modules (npm ci there; scripts/test.sh does)")
+	tarball := os.Getenv("HUTCH_TEST_BASE_IMAGE")
+	testutil.Need(t, tarball != "", "$HUTCH_TEST_BASE_IMAGE names no tarball of hutch's base image (scripts/base-image.sh --no-import prints it; scripts/test.sh sets it)")
+	d := startDaemonWith(t, func(stateDir string) {
+		st, err := image.Open(stateDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fetch.Import(st, tarball, "", fetch.Options{Root: true}); err != nil {
+			t.Fatalf("import %s: %v", tarball, err)
+		}
+	}, args...)
+	r := d.admin(t, "token", "create", "--tenant", "e2b-base", "--e2b", "--state-dir", d.stateDir)
+	token := lastLine(r.stdout)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=spec", "base.test.mjs")
+	cmd.Dir = e2bDir
+	cmd.Env = append(os.Environ(), "E2B_API_URL="+d.tcp, "E2B_SANDBOX_URL="+d.tcp, "E2B_API_KEY="+token,
+		"NO_COLOR=1", "HTTP_PROXY=", "HTTPS_PROXY=", "http_proxy=", "https_proxy=")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("node --test base.test.mjs (%s): %v\n%s", tier, err, out)
+	}
+	t.Logf("%s", out)
 }

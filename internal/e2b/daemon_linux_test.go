@@ -81,7 +81,7 @@ func newRealFixtureWith(t *testing.T, cfg daemon.Config, opts ...Option) *realFi
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := New(m, log, append([]Option{WithAudit(al)}, opts...)...)
+	h := New(m, log, append([]Option{WithAudit(al), WithStateDir(stateDir)}, opts...)...)
 	envdHandler := envd.New(func(r *http.Request) (envd.Sandbox, error) {
 		s, ok := Resolved(r)
 		if !ok {

@@ -68,6 +68,8 @@ type Handler struct {
 	noInternet bool
 	// templates are the templates besides the host's root: name → image.
 	templates map[string]string
+	// secrets are the tenants' E2B secrets (WithStateDir); nil: none.
+	secrets *secretStore
 
 	// setup prepares a new sandbox for E2B's SDKs (setupUser; tests
 	// replace it when their sandboxes are not isolated).
@@ -155,6 +157,11 @@ func (h *Handler) table() []route {
 		r("GET /snapshots", ro, h.listSnapshots),
 		r("DELETE /templates/{id}", "delete_snapshot", h.deleteTemplate),
 		r("POST /sandboxes/{id}/fork", "fork", h.fork),
+		r("POST /secrets", "create_secret", h.createSecret),
+		r("GET /secrets", ro, h.listSecrets),
+		r("GET /secrets/{id}", ro, h.getSecret),
+		r("POST /secrets/{id}", "update_secret", h.updateSecret),
+		r("DELETE /secrets/{id}", "delete_secret", h.deleteSecret),
 	}
 }
 
@@ -240,7 +247,6 @@ var e2bRoutes = []string{
 	"GET /volumes", "POST /volumes", "GET /volumes/{volumeID}", "DELETE /volumes/{volumeID}",
 	"GET /volumecontent/{volumeID}/path", "PATCH /volumecontent/{volumeID}/path", "GET /volumecontent/{volumeID}/dir", "POST /volumecontent/{volumeID}/dir",
 	"GET /volumecontent/{volumeID}/file", "PUT /volumecontent/{volumeID}/file", "DELETE /volumecontent/{volumeID}/path",
-	"GET /secrets", "POST /secrets", "GET /secrets/{secretID}", "POST /secrets/{secretID}", "DELETE /secrets/{secretID}",
 }
 
 // ServeHTTP routes a request of E2B's REST API. A route of E2B's that
