@@ -2,7 +2,6 @@ package e2b
 
 import (
 	"crypto/rand"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -13,7 +12,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -249,25 +247,9 @@ func (h *Handler) listSecrets(w http.ResponseWriter, r *http.Request, tenant str
 	if err != nil {
 		return err
 	}
-	q := r.URL.Query()
-	for k := range q {
-		if k != "limit" && k != "nextToken" {
-			return errorf(daemon.ErrInvalid, "query: unknown parameter %q (limit, nextToken)", k)
-		}
-	}
-	limit := 100
-	if v := q.Get("limit"); v != "" {
-		if limit, err = strconv.Atoi(v); err != nil || limit < 1 || limit > 100 {
-			return errorf(daemon.ErrInvalid, "query: limit %q: want 1 to 100", v)
-		}
-	}
-	after := ""
-	if v := q.Get("nextToken"); v != "" {
-		b, err := base64.RawURLEncoding.DecodeString(v)
-		if err != nil || !strings.HasPrefix(string(b), secretIDPrefix) {
-			return errorf(daemon.ErrInvalid, "query: nextToken %q is not one this server gave", v)
-		}
-		after = string(b)
+	limit, after, err := pageQuery(r.URL.Query(), secretIDPrefix)
+	if err != nil {
+		return err
 	}
 	list, err := st.list(tenant)
 	if err != nil {
@@ -280,7 +262,7 @@ func (h *Handler) listSecrets(w http.ResponseWriter, r *http.Request, tenant str
 	out := []secretJSON{}
 	for _, s := range list {
 		if len(out) == limit {
-			w.Header().Set("X-Next-Token", base64.RawURLEncoding.EncodeToString([]byte(out[len(out)-1].SecretID)))
+			setNextToken(w, out[len(out)-1].SecretID)
 			break
 		}
 		out = append(out, s.info())
