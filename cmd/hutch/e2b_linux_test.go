@@ -210,3 +210,34 @@ func e2bBaseImage(t *testing.T, tier string, args ...string) {
 	}
 	t.Logf("%s", out)
 }
+
+// TestE2BSDKSecrets runs test/e2b/secrets.test.mjs, E2B's SDK's Secret
+// against the daemon's secrets API, as two tenants.
+func TestE2BSDKSecrets(t *testing.T) {
+	testutil.RequireRoot(t)
+	node, why := nodeForE2B()
+	testutil.Need(t, node != "", why)
+	_, err := os.Stat(filepath.Join(e2bDir, "node_modules", "e2b", "package.json"))
+	testutil.Need(t, err == nil, "E2B's SDK is not installed in test/e2b/node_modules (npm ci there; scripts/test.sh does)")
+	d := startDaemonWith(t, nil)
+	keys := map[string]string{}
+	for _, tenant := range []string{"a", "b"} {
+		r := d.admin(t, "token", "create", "--tenant", tenant, "--e2b", "--state-dir", d.stateDir)
+		keys[tenant] = lastLine(r.stdout)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=spec", "secrets.test.mjs")
+	cmd.Dir = e2bDir
+	cmd.Env = append(os.Environ(), "E2B_API_URL="+d.tcp, "E2B_SANDBOX_URL="+d.tcp, "E2B_API_KEY="+keys["a"], "HUTCH_E2B_OTHER_KEY="+keys["b"],
+		"NO_COLOR=1", "HTTP_PROXY=", "HTTPS_PROXY=", "http_proxy=", "https_proxy=")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("node --test secrets.test.mjs: %v\n%s", err, out)
+	}
+	t.Logf("%s", out)
+	// The value is in no answer, and not in the daemon's log either.
+	if strings.Contains(d.log.String(), "ghp_not-a-real-token") {
+		t.Errorf("the daemon's log holds a secret's value")
+	}
+}
