@@ -17,7 +17,7 @@
 # already holds that tag.
 # The built image (a docker save tarball) is kept in --cache (default
 # /var/cache/hutch/base-image) under the same digest, so another store —
-# a test's — imports it in seconds instead of building it again. With
+# a test's — imports it in about a minute instead of building it again. With
 # --no-import it is only built (or found) there; either way its path is
 # the one line printed on standard output.
 # Reproducible as far as the mirror is: every timestamp is

@@ -119,7 +119,7 @@ state="$work/state"
 mkdir -m 700 "$state"
 # hutch's base image is E2B's template base, as for hutch serve on a host
 # that has it (built once, then imported from its cache).
-log "importing hutch's base image (scripts/base-image.sh; built once per recipe, about 15 minutes)"
+log "importing hutch's base image (scripts/base-image.sh; built once per recipe, about 28 minutes)"
 "$root/scripts/base-image.sh" --state-dir "$state" --hutch "$work/bin/hutch-serve" >/dev/null ||
 	{ log "scripts/base-image.sh failed"; exit 1; }
 # The suite's files run in parallel, several sandboxes each, of 1 GiB

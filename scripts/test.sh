@@ -58,9 +58,9 @@ if command -v npm >/dev/null 2>&1; then
 fi
 
 # hutch's base image (E2B's template base), for TestE2BSDKBaseImage: built
-# from Debian's packages once per recipe (about 15 minutes on two cores),
+# from Debian's packages once per recipe (about 28 minutes on two cores),
 # then kept as a tarball in /var/cache/hutch/base-image, which the test
-# imports into its daemon's store in seconds.
+# imports into its daemon's store in about a minute.
 if [ "$(id -u)" = 0 ]; then
 	if base_image=$(scripts/base-image.sh --no-import); then
 		export HUTCH_TEST_BASE_IMAGE="$base_image"
