@@ -233,9 +233,15 @@ func sudoEnv(req sudoRequest, cred *unix.Ucred) []string {
 	return mergeEnv(mergeEnv(env, over), req.Set)
 }
 
-// lookupUserName is uid's name in the sandbox's /etc/passwd.
+// lookupUserName is uid's name in the sandbox's /etc/passwd, of which it
+// reads at most 1 MiB (the sandbox's files are untrusted).
 func lookupUserName(uid uint32) (string, error) {
-	b, err := os.ReadFile("/etc/passwd")
+	f, err := os.Open("/etc/passwd")
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, 1<<20))
 	if err != nil {
 		return "", err
 	}
