@@ -139,6 +139,11 @@ if [ -n "$domain" ]; then
 		>"$work/openssl.log" 2>&1 || { cat "$work/openssl.log" >&2; log "openssl could not make the certificates"; exit 1; }
 	domain_flags=(--domain "$domain" --tls-cert "$work/tls.pem" --tls-key "$work/tls.key" --e2b-public-traffic)
 fi
+# hutch's base image is E2B's template base, as for hutch serve on a host
+# that has it (built once, then imported from its cache).
+log "importing hutch's base image (scripts/base-image.sh; built once per recipe, about 28 minutes)"
+"$root/scripts/base-image.sh" --state-dir "$state" --hutch "$work/bin/hutch-serve" >/dev/null ||
+	{ log "scripts/base-image.sh failed"; exit 1; }
 # The suite's files run in parallel, several sandboxes each, of 1 GiB
 # (the default) each: more than this host has GiB of memory.
 "$work/bin/hutch" serve --socket "$work/hutch.sock" --state-dir "$state" --listen 127.0.0.1:0 \

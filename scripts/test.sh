@@ -60,6 +60,18 @@ if command -v npm >/dev/null 2>&1; then
 		echo "warning: npm ci in test/mcp failed; the MCP client tests cannot run"
 fi
 
+# hutch's base image (E2B's template base), for TestE2BSDKBaseImage: built
+# from Debian's packages once per recipe (about 28 minutes on two cores),
+# then kept as a tarball in /var/cache/hutch/base-image, which the test
+# imports into its daemon's store in about a minute.
+if [ "$(id -u)" = 0 ]; then
+	if base_image=$(scripts/base-image.sh --no-import); then
+		export HUTCH_TEST_BASE_IMAGE="$base_image"
+	else
+		echo "warning: could not build hutch's base image; TestE2BSDKBaseImage cannot run"
+	fi
+fi
+
 echo "== gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$unformatted" ]; then echo "gofmt wants to change: $unformatted"; exit 1; fi

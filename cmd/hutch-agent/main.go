@@ -20,11 +20,13 @@ func main() {
 	switch {
 	case len(args) > 0 && args[0] == "agent":
 		os.Exit(agent.Main(args[1:], os.Stderr))
+	case len(args) > 0 && args[0] == "sudo":
+		os.Exit(agent.SudoMain(args[1:], os.Stderr))
 	case len(args) > 0 && args[0] == "proxy-connect":
 		os.Exit(proxyconnect.Main(args[1:], os.Stdin, os.Stdout, os.Stderr))
 	case len(args) > 0 && args[0] == portconnect.Command:
 		os.Exit(portconnect.Main(args[1:], os.Stdin, os.Stdout, os.Stderr))
 	}
-	fmt.Fprintln(os.Stderr, "hutch-agent: usage: hutch-agent agent | proxy-connect HOST PORT | port-connect PORT (inside a sandbox of hutch serve or hutch mcp)")
+	fmt.Fprintln(os.Stderr, "hutch-agent: usage: hutch-agent agent | sudo CMD | proxy-connect HOST PORT | port-connect PORT (inside a sandbox of hutch serve or hutch mcp)")
 	os.Exit(2)
 }

@@ -68,6 +68,9 @@ func run(args []string, stdin, stdout, stderr *os.File) int {
 	case "agent":
 		// PID 1 of a sandbox when hutch-agent is not installed.
 		return agent.Main(args[1:], stderr)
+	case "sudo":
+		// sudo inside a sandbox whose agent this is (hutch's base image).
+		return agent.SudoMain(args[1:], stderr)
 	case "proxy-connect":
 		return proxyconnect.Main(args[1:], stdin, stdout, stderr)
 	case portconnect.Command:

@@ -76,6 +76,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 	templatesFile := fs.String("templates", "", "E2B's templates from a YAML or JSON `file` mapping each NAME to an image REF, as --template does")
 	var templateFlags cli.List
 	fs.Var(&templateFlags, "template", "E2B's template `NAME=REF`: its templateID starts image REF of the daemon's image store (hutch image pull --state-dir); NAME base replaces the host's root for E2B's default (repeatable)")
+	noBaseImage := fs.Bool("no-base-image", false, "keep the host's root for E2B's template base even when the daemon's image store holds hutch's base image ("+e2b.BaseImage+", scripts/base-image.sh)")
 	var allowPrivate cli.List
 	fs.Var(&allowPrivate, "allow-private", "let every sandbox's proxy connect to loopback, private, link-local or this host's addresses in `cidr` (repeatable); tenants' own rules never open such addresses")
 	var upstreamCAs cli.List
@@ -121,6 +122,9 @@ func cmdServe(args []string, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "hutch: %v\n", err)
 		return 2
+	}
+	if !*noBaseImage {
+		baseImage(*stateDir, templates)
 	}
 	warm, pools, err := parseWarm(warmFlags, templates, !*noInternet)
 	if err != nil {
@@ -306,7 +310,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 	isEnvd, envdHandler := envdRoutes(log)
 	// Tenants' templates (E2B's template builds) and their uploads are
 	// kept in the state directory.
-	opts := []e2b.Option{e2b.WithAudit(al), e2b.WithTemplateDir(filepath.Join(*stateDir, "e2b-templates"))}
+	opts := []e2b.Option{e2b.WithAudit(al), e2b.WithTemplateDir(filepath.Join(*stateDir, "e2b-templates")), e2b.WithStateDir(*stateDir)}
 	if *noInternet {
 		opts = append(opts, e2b.WithoutInternet())
 	}
@@ -576,6 +580,24 @@ func parseTemplates(file string, flags []string) (map[string]string, error) {
 		out[name] = ref
 	}
 	return out, nil
+}
+
+// baseImage makes hutch's base image (e2b.BaseImage, built by
+// scripts/base-image.sh) E2B's template base when the daemon's store holds
+// it as the daemon starts and no --template base names another. Decision:
+// by default when present, since E2B's base has what it lacks on a host's
+// root (the user's sudo, python); --no-base-image keeps the host's root.
+func baseImage(stateDir string, templates map[string]string) {
+	if _, set := templates[e2b.Template]; set {
+		return
+	}
+	st, err := image.Open(stateDir)
+	if err != nil {
+		return
+	}
+	if _, err := st.Get(e2b.BaseImage); err == nil {
+		templates[e2b.Template] = e2b.BaseImage
+	}
 }
 
 // parseWarm reads the --warm flags: N, the warm sandboxes of the default

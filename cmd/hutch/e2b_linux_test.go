@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hutch-sandbox/hutch/internal/image"
+	"github.com/hutch-sandbox/hutch/internal/image/fetch"
 	"github.com/hutch-sandbox/hutch/internal/image/imagetest"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/testutil"
@@ -215,6 +217,51 @@ func TestE2BSDKDomain(t *testing.T) {
 	t.Logf("%s", out)
 }
 
+// TestE2BSDKBaseImage runs test/e2b/base.test.mjs, E2B's SDK against a
+// daemon whose image store holds hutch's base image (the tarball
+// scripts/base-image.sh built, named by $HUTCH_TEST_BASE_IMAGE, as
+// scripts/test.sh sets it): E2B's template base is that image, with the
+// user `user` and sudo served by the sandbox's agent.
+func TestE2BSDKBaseImage(t *testing.T) { e2bBaseImage(t, "namespace") }
+
+// TestE2BSDKBaseImageGVisor is TestE2BSDKBaseImage under gVisor.
+func TestE2BSDKBaseImageGVisor(t *testing.T) {
+	testutil.RequireRoot(t)
+	e2bBaseImage(t, "gvisor", "--default-tier", "gvisor", "--runsc", testutil.Runsc(t))
+}
+
+func e2bBaseImage(t *testing.T, tier string, args ...string) {
+	testutil.RequireRoot(t)
+	node, why := nodeForE2B()
+	testutil.Need(t, node != "", why)
+	_, err := os.Stat(filepath.Join(e2bDir, "node_modules", "e2b", "package.json"))
+	testutil.Need(t, err == nil, "E2B's SDK is not installed in test/e2b/node_modules (npm ci there; scripts/test.sh does)")
+	tarball := os.Getenv("HUTCH_TEST_BASE_IMAGE")
+	testutil.Need(t, tarball != "", "$HUTCH_TEST_BASE_IMAGE names no tarball of hutch's base image (scripts/base-image.sh --no-import prints it; scripts/test.sh sets it)")
+	d := startDaemonWith(t, func(stateDir string) {
+		st, err := image.Open(stateDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fetch.Import(st, tarball, "", fetch.Options{Root: true}); err != nil {
+			t.Fatalf("import %s: %v", tarball, err)
+		}
+	}, args...)
+	r := d.admin(t, "token", "create", "--tenant", "e2b-base", "--e2b", "--state-dir", d.stateDir)
+	token := lastLine(r.stdout)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=spec", "base.test.mjs")
+	cmd.Dir = e2bDir
+	cmd.Env = append(os.Environ(), "E2B_API_URL="+d.tcp, "E2B_SANDBOX_URL="+d.tcp, "E2B_API_KEY="+token,
+		"NO_COLOR=1", "HTTP_PROXY=", "HTTPS_PROXY=", "http_proxy=", "https_proxy=")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("node --test base.test.mjs (%s): %v\n%s", tier, err, out)
+	}
+	t.Logf("%s", out)
+}
+
 // needSDK returns node for E2B's SDK, the package sdk of
 // test/e2b/node_modules (installed by npm ci if it is missing and npm is
 // there), or skips the test without them.
@@ -236,4 +283,35 @@ func needSDK(t *testing.T, sdk string) string {
 	}
 	testutil.Need(t, err == nil, "E2B's SDK ("+sdk+") is not installed in test/e2b/node_modules (npm ci there; scripts/test.sh does)")
 	return node
+}
+
+// TestE2BSDKSecrets runs test/e2b/secrets.test.mjs, E2B's SDK's Secret
+// against the daemon's secrets API, as two tenants.
+func TestE2BSDKSecrets(t *testing.T) {
+	testutil.RequireRoot(t)
+	node, why := nodeForE2B()
+	testutil.Need(t, node != "", why)
+	_, err := os.Stat(filepath.Join(e2bDir, "node_modules", "e2b", "package.json"))
+	testutil.Need(t, err == nil, "E2B's SDK is not installed in test/e2b/node_modules (npm ci there; scripts/test.sh does)")
+	d := startDaemonWith(t, nil)
+	keys := map[string]string{}
+	for _, tenant := range []string{"a", "b"} {
+		r := d.admin(t, "token", "create", "--tenant", tenant, "--e2b", "--state-dir", d.stateDir)
+		keys[tenant] = lastLine(r.stdout)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=spec", "secrets.test.mjs")
+	cmd.Dir = e2bDir
+	cmd.Env = append(os.Environ(), "E2B_API_URL="+d.tcp, "E2B_SANDBOX_URL="+d.tcp, "E2B_API_KEY="+keys["a"], "HUTCH_E2B_OTHER_KEY="+keys["b"],
+		"NO_COLOR=1", "HTTP_PROXY=", "HTTPS_PROXY=", "http_proxy=", "https_proxy=")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("node --test secrets.test.mjs: %v\n%s", err, out)
+	}
+	t.Logf("%s", out)
+	// The value is in no answer, and not in the daemon's log either.
+	if strings.Contains(d.log.String(), "ghp_not-a-real-token") {
+		t.Errorf("the daemon's log holds a secret's value")
+	}
 }

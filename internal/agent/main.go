@@ -11,12 +11,15 @@ import (
 )
 
 // MainIfAgent runs Main and exits when the process was started as
-// "PROGRAM agent [--relay DIR] [--stdin]": how a test binary, which a
+// "PROGRAM agent [--relay DIR] [--stdin]" (SudoMain for "PROGRAM sudo"): how a test binary, which a
 // daemon under test starts as the sandboxes' PID 1 (its own binary),
 // stands in for hutch.
 func MainIfAgent() {
 	if len(os.Args) >= 2 && os.Args[1] == "agent" {
 		os.Exit(Main(os.Args[2:], os.Stderr))
+	}
+	if len(os.Args) >= 2 && os.Args[1] == "sudo" {
+		os.Exit(SudoMain(os.Args[2:], os.Stderr))
 	}
 }
 
@@ -85,7 +88,9 @@ func Main(args []string, stderr io.Writer) int {
 		return 2
 	}
 	dir, _ := os.Getwd()
+	_, marker := os.Lstat(SudoMarker)
 	err = Serve(conn, ServeOptions{
+		Sudo:       marker == nil && os.Getpid() == 1,
 		PID1:       os.Getpid() == 1,
 		Log:        slog.New(slog.DiscardHandler),
 		DefaultDir: dir,

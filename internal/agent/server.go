@@ -35,6 +35,10 @@ type ServeOptions struct {
 	// least 64 KiB + 6 bytes, one full data chunk, and no frame the agent
 	// sends is longer than that.
 	MaxFrame int
+	// Sudo serves sudo on SudoSocket: any process of the sandbox may have
+	// the agent run a command as root (see SudoMain). Main sets it when
+	// the sandbox's root holds SudoMarker.
+	Sudo bool
 }
 
 // Validate checks the options.
@@ -132,6 +136,11 @@ func serve(conn net.Conn, opts ServeOptions, hook func(*server)) error {
 		return err
 	}
 	s.procs = procs
+	if opts.Sudo {
+		if err := s.serveSudo(); err != nil {
+			s.log.Warn("agent serves no sudo", "err", err)
+		}
+	}
 	if hook != nil {
 		hook(s)
 	}

@@ -83,7 +83,7 @@ func newRealFixtureWith(t *testing.T, cfg daemon.Config, opts ...Option) *realFi
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := New(m, log, append([]Option{WithAudit(al), WithTemplateDir(filepath.Join(stateDir, "e2b-templates"))}, opts...)...)
+	h := New(m, log, append([]Option{WithAudit(al), WithTemplateDir(filepath.Join(stateDir, "e2b-templates")), WithStateDir(stateDir)}, opts...)...)
 	t.Cleanup(h.Close) // before the daemon closes
 	envdHandler := envd.New(func(r *http.Request) (envd.Sandbox, error) {
 		s, ok := Resolved(r)

@@ -31,6 +31,11 @@ const EnvdVersion = "0.6.4"
 // under the sandbox's writable layer, as E2B's "base".
 const Template = "base"
 
+// BaseImage is hutch's base image, Debian with what E2B's base has
+// (scripts/base-image.sh builds it): hutch serve makes it Template when its
+// image store holds it.
+const BaseImage = "hutch.local/base:latest"
+
 // Manager is what the handler needs of the daemon; *daemon.Manager
 // implements it.
 type Manager = daemon.Sandboxes
@@ -72,6 +77,8 @@ type Handler struct {
 	publicTraffic bool
 	// ports proxies requests to sandboxes' ports (ports.go).
 	ports *httputil.ReverseProxy
+	// secrets are the tenants' E2B secrets (WithStateDir); nil: none.
+	secrets *secretStore
 
 	// setup prepares a new sandbox for E2B's SDKs (setupUser; tests
 	// replace it when their sandboxes are not isolated).
@@ -188,6 +195,12 @@ func (h *Handler) table() []route {
 		// GET /templates/{id}/tags, which ServeMux cannot tell from the
 		// aliases' route otherwise (/templates/aliases/tags).
 		r("GET /templates/{id}/{list}", ro, h.listTags),
+		// Secrets (secrets.go).
+		r("POST /secrets", "create_secret", h.createSecret),
+		r("GET /secrets", ro, h.listSecrets),
+		r("GET /secrets/{id}", ro, h.getSecret),
+		r("POST /secrets/{id}", "update_secret", h.updateSecret),
+		r("DELETE /secrets/{id}", "delete_secret", h.deleteSecret),
 	}
 }
 
@@ -274,7 +287,6 @@ var e2bRoutes = []string{
 	"GET /volumes", "POST /volumes", "GET /volumes/{volumeID}", "DELETE /volumes/{volumeID}",
 	"GET /volumecontent/{volumeID}/path", "PATCH /volumecontent/{volumeID}/path", "GET /volumecontent/{volumeID}/dir", "POST /volumecontent/{volumeID}/dir",
 	"GET /volumecontent/{volumeID}/file", "PUT /volumecontent/{volumeID}/file", "DELETE /volumecontent/{volumeID}/path",
-	"GET /secrets", "POST /secrets", "GET /secrets/{secretID}", "POST /secrets/{secretID}", "DELETE /secrets/{secretID}",
 }
 
 // ServeHTTP routes a request of E2B's REST API. A route of E2B's that

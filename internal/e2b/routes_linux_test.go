@@ -716,6 +716,23 @@ func (w *walker) calls() map[string]call {
 			}
 		},
 
+		"e2b POST /secrets": now(func(t *testing.T) {
+			w.e2b(t, "POST", "/secrets", `{"name":"walked","value":"v"}`, 201)
+		}),
+		"e2b GET /secrets": now(func(t *testing.T) { w.e2b(t, "GET", "/secrets", "", 200) }),
+		"e2b GET /secrets/{id}": func(t *testing.T) func(*testing.T) {
+			w.e2b(t, "POST", "/secrets", `{"name":"walked-get","value":"v"}`, 201)
+			return func(t *testing.T) { w.e2b(t, "GET", "/secrets/walked-get", "", 200) }
+		},
+		"e2b POST /secrets/{id}": func(t *testing.T) func(*testing.T) {
+			w.e2b(t, "POST", "/secrets", `{"name":"walked-update","value":"v"}`, 201)
+			return func(t *testing.T) { w.e2b(t, "POST", "/secrets/walked-update", `{"value":"w"}`, 200) }
+		},
+		"e2b DELETE /secrets/{id}": func(t *testing.T) func(*testing.T) {
+			w.e2b(t, "POST", "/secrets", `{"name":"walked-delete","value":"v"}`, 201)
+			return func(t *testing.T) { w.e2b(t, "DELETE", "/secrets/walked-delete", "", 204) }
+		},
+
 		// envd, on the main sandbox.
 		"envd POST /process.Process/List": now(func(t *testing.T) { w.unary(t, "process.Process/List", `{}`, 200) }),
 		"envd POST /process.Process/Start": now(func(t *testing.T) {

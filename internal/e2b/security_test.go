@@ -48,7 +48,7 @@ func newFixture(t *testing.T) *fixture {
 	t.Cleanup(func() { _ = m.Close() })
 	logs := &testutil.Buffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	h := New(m, log)
+	h := New(m, log, WithStateDir(t.TempDir()))
 	h.setup = func(context.Context, string, string) error { return nil }
 	envd := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s, ok := Resolved(r)
@@ -538,7 +538,7 @@ func TestErrorShape(t *testing.T) {
 		{"GET", "/sandboxes/" + id + "/logs"}, {"GET", "/v2/sandboxes/" + id + "/logs"},
 		{"POST", "/templates"}, {"POST", "/v2/templates"}, {"POST", "/templates/t1"}, {"POST", "/templates/t1/builds/b1"},
 		{"DELETE", "/templates/tags/n"}, {"GET", "/volumes"}, {"DELETE", "/volumes/v1"},
-		{"GET", "/volumecontent/v1/dir"}, {"GET", "/secrets"}, {"POST", "/secrets/s1"}, {"GET", "/teams"},
+		{"GET", "/volumecontent/v1/dir"}, {"GET", "/teams"},
 		{"GET", "/api-keys"},
 	} {
 		for _, key := range []string{f.keys["alice"], ""} {
@@ -550,7 +550,7 @@ func TestErrorShape(t *testing.T) {
 	}
 	for _, r := range [][2]string{
 		{"PUT", "/sandboxes"}, {"PATCH", "/sandboxes/" + id}, {"GET", "/snapshots/x"}, {"GET", "/snapshots/x/y"},
-		{"GET", "/volumes/v1/nothing"}, {"POST", "/v2/anything"}, {"GET", "/v3/templates"}, {"GET", "/secrets/"},
+		{"GET", "/volumes/v1/nothing"}, {"POST", "/v2/anything"}, {"GET", "/v3/templates"}, {"GET", "/secrets/a/b"},
 		{"GET", "/templates/t1/builds/b1/nothing"}, {"GET", "/admin"}, {"PUT", "/sandboxes/" + id + "/timeout"},
 	} {
 		msg := checkError(t, r[0]+" "+r[1], f.as("alice", r[0], r[1], ""), http.StatusNotFound)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -99,26 +100,9 @@ func (h *Handler) listSnapshots(w http.ResponseWriter, r *http.Request, tenant s
 		return err
 	}
 	q := r.URL.Query()
-	for k := range q {
-		switch k {
-		case "sandboxID", "name", "limit", "nextToken":
-		default:
-			return errorf(daemon.ErrInvalid, "query: unknown parameter %q (sandboxID, name, limit, nextToken)", k)
-		}
-	}
-	limit := 100
-	if v := q.Get("limit"); v != "" {
-		if limit, err = strconv.Atoi(v); err != nil || limit < 1 || limit > 100 {
-			return errorf(daemon.ErrInvalid, "query: limit %q: want 1 to 100", v)
-		}
-	}
-	after := ""
-	if v := q.Get("nextToken"); v != "" {
-		b, err := base64.RawURLEncoding.DecodeString(v)
-		if err != nil || !strings.HasPrefix(string(b), "snap-") {
-			return errorf(daemon.ErrInvalid, "query: nextToken %q is not one this server gave", v)
-		}
-		after = string(b)
+	limit, after, err := pageQuery(q, "snap-", "sandboxID", "name")
+	if err != nil {
+		return err
 	}
 	all, err := s.Snapshots(r.Context(), tenant)
 	if err != nil {
@@ -141,7 +125,7 @@ func (h *Handler) listSnapshots(w http.ResponseWriter, r *http.Request, tenant s
 			continue
 		}
 		if len(out) == limit {
-			w.Header().Set("X-Next-Token", base64.RawURLEncoding.EncodeToString([]byte(out[len(out)-1].SnapshotID)))
+			setNextToken(w, out[len(out)-1].SnapshotID)
 			break
 		}
 		out = append(out, snapshotOf(sn))
@@ -258,4 +242,35 @@ func (h *Handler) recordOf(id string) record {
 		return *rec
 	}
 	return record{}
+}
+
+// pageQuery reads the query of a list in pages: limit (1 to 100, 100 by
+// default) and nextToken (the last id of the page before, base64, an id
+// starting with idPrefix), refusing any parameter but those and others.
+func pageQuery(q url.Values, idPrefix string, others ...string) (limit int, after string, err error) {
+	known := append([]string{"limit", "nextToken"}, others...)
+	for k := range q {
+		if !slices.Contains(known, k) {
+			return 0, "", errorf(daemon.ErrInvalid, "query: unknown parameter %q (%s)", k, strings.Join(append(others, "limit", "nextToken"), ", "))
+		}
+	}
+	limit = 100
+	if v := q.Get("limit"); v != "" {
+		if limit, err = strconv.Atoi(v); err != nil || limit < 1 || limit > 100 {
+			return 0, "", errorf(daemon.ErrInvalid, "query: limit %q: want 1 to 100", v)
+		}
+	}
+	if v := q.Get("nextToken"); v != "" {
+		b, err := base64.RawURLEncoding.DecodeString(v)
+		if err != nil || !strings.HasPrefix(string(b), idPrefix) {
+			return 0, "", errorf(daemon.ErrInvalid, "query: nextToken %q is not one this server gave", v)
+		}
+		after = string(b)
+	}
+	return limit, after, nil
+}
+
+// setNextToken tells the client where the next page starts: after id.
+func setNextToken(w http.ResponseWriter, id string) {
+	w.Header().Set("X-Next-Token", base64.RawURLEncoding.EncodeToString([]byte(id)))
 }
