@@ -102,7 +102,6 @@ describe('control plane', () => {
 
   test('unsupported options are refused, naming them', async () => {
     await assert.rejects(Sandbox.create('python', { timeoutMs: 10_000 }), /template "python"/)
-    await assert.rejects(Sandbox.create({ lifecycle: { onTimeout: 'pause' } }), /autoPause/)
     await assert.rejects(Sandbox.create({ network: { denyOut: ['10.0.0.0/8'] } }), /not address ranges/)
   })
 
@@ -137,12 +136,57 @@ describe('control plane', () => {
     const ps = await again.commands.run(`for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' <$f; echo; done`)
     assert.ok(!ps.stdout.includes('sleep 1000'), ps.stdout)
 
-    // One paused with its memory is not resumed without it: an error,
-    // never its memory silently restored.
+    // One paused with its memory boots again too when asked (E2B's
+    // onResume 'reboot'): a new boot ID, its processes gone, its files kept.
+    await again.commands.run('sleep 1000', { background: true })
+    const boot = (await again.commands.run('cat /proc/sys/kernel/random/boot_id')).stdout
     assert.equal(await again.pause(), true)
-    await assert.rejects(Sandbox.connect(sbx.sandboxId, { onResume: 'reboot' }), /paused with its memory/)
-    assert.equal((await again.getInfo()).state, 'paused')
+    const rebooted = await Sandbox.connect(sbx.sandboxId, { onResume: 'reboot' })
+    assert.equal((await rebooted.getInfo()).state, 'running')
+    assert.notEqual((await rebooted.commands.run('cat /proc/sys/kernel/random/boot_id')).stdout, boot)
+    const after = await rebooted.commands.run(`for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' <$f; echo; done`)
+    assert.ok(!after.stdout.includes('sleep 1000'), after.stdout)
+    assert.equal(await rebooted.files.read('/tmp/kept.txt'), 'kept')
     await Sandbox.kill(sbx.sandboxId) // within the tenant's memory quota for the tests after it
+  })
+
+  test('lifecycle: the timeout pauses; connect, or a request with autoResume, resumes', async () => {
+    const paused = (sbx) => until(async () => (await sbx.getInfo()).state === 'paused', `${sbx.sandboxId} paused by its timeout`, 60_000)
+    // Without autoResume only connect resumes it.
+    const a = await create({ lifecycle: { onTimeout: 'pause', autoResume: false } })
+    assert.deepEqual((await a.getInfo()).lifecycle, { onTimeout: 'pause', autoResume: false })
+    await a.setTimeout(1_000)
+    await paused(a)
+    assert.equal(await a.isRunning(), false)
+    await assert.rejects(a.commands.run('true'))
+    assert.equal((await a.getInfo()).state, 'paused')
+    await a.connect({ timeoutMs: 60_000 })
+    assert.equal((await a.getInfo()).state, 'running')
+    assert.equal(await a.isRunning(), true)
+
+    // With autoResume a command wakes it.
+    const b = await create({ lifecycle: { onTimeout: 'pause', autoResume: true } })
+    assert.deepEqual((await b.getInfo()).lifecycle, { onTimeout: 'pause', autoResume: true })
+    await b.commands.run('sleep 1000', { background: true })
+    await b.setTimeout(1_000)
+    await paused(b)
+    assert.equal((await b.commands.run('echo awake')).stdout, 'awake\n')
+    assert.equal((await b.getInfo()).state, 'running')
+    const ps = await b.commands.run(`for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' <$f; echo; done`)
+    assert.ok(ps.stdout.includes('sleep 1000'), 'woken with its memory:\n' + ps.stdout)
+
+    // Filesystem-only: connect boots it again, its files kept.
+    await assert.rejects(create({ lifecycle: { onTimeout: { action: 'pause', keepMemory: false }, autoResume: true } }), /keepMemory/)
+    const c = await create({ lifecycle: { onTimeout: { action: 'pause', keepMemory: false } } })
+    await c.files.write('/home/user/kept.txt', 'kept')
+    const boot = (await c.commands.run('cat /proc/sys/kernel/random/boot_id')).stdout
+    await c.setTimeout(1_000)
+    await paused(c)
+    await assert.rejects(c.commands.run('true'))
+    await c.connect({ timeoutMs: 60_000 })
+    assert.equal(await c.files.read('/home/user/kept.txt'), 'kept')
+    assert.notEqual((await c.commands.run('cat /proc/sys/kernel/random/boot_id')).stdout, boot)
+    await Promise.all([a, b, c].map((s) => s.kill()))
   })
 
   test('list: newest first, as E2B lists', async () => {
