@@ -58,7 +58,7 @@ func TestColdBoot(t *testing.T) {
 		t.Fatal(err)
 	}
 	bothTiers(t, func(t *testing.T, m *Manager, tier string) {
-		ctx := testCtx(t)
+		ctx := longCtx(t)
 		info := mustCreate(t, m, "a", CreateRequest{})
 		b1 := bootID(t, m, info.ID)
 		if b1 == strings.TrimSpace(string(host)) {
@@ -125,6 +125,14 @@ func TestColdBoot(t *testing.T) {
 	})
 }
 
+// longCtx is a context for a test that pauses and resumes gVisor
+// sandboxes several times (each a checkpoint or a start of runsc).
+func longCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
 // waitState waits for sandbox id to be in state.
 func waitState(t *testing.T, m *Manager, id, state string) Info {
 	t.Helper()
@@ -139,21 +147,30 @@ func waitState(t *testing.T, m *Manager, id, state string) Info {
 	return info
 }
 
+// expireSoon sets sandbox id to time out in a second.
+func expireSoon(t *testing.T, ctx context.Context, m *Manager, id string) {
+	t.Helper()
+	if _, err := m.Extend(ctx, "a", id, time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestPauseOnTimeout: a sandbox whose Lifecycle pauses it on its timeout
 // is paused then, not ended, and kept paused for the daemon's maximum
-// timeout; resumed, it has its lifetime again, and its timeout pauses it
-// again. Without memory, its processes are gone and it boots afresh.
+// timeout; resumed, it has the lifetime it was created with again, and
+// its timeout pauses it again. Without memory, its processes are gone and
+// it boots afresh.
 func TestPauseOnTimeout(t *testing.T) {
 	bothTiers(t, func(t *testing.T, m *Manager, tier string) {
+		ctx := longCtx(t)
 		for _, filesOnly := range []bool{false, true} {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
 			r := CreateRequest{Lifecycle: Lifecycle{PauseOnTimeout: true, FilesOnly: filesOnly}}
-			r.Timeout = 3 * time.Second
+			r.Timeout = 2 * time.Hour
 			info := mustCreate(t, m, "a", r)
 			marker := fmt.Sprintf("hutch-on-timeout-%d-%s", os.Getpid(), info.ID)
 			mustRun(t, m, "a", info.ID, `echo kept >/etc/hutch-on-timeout; nohup sh -c 'sleep 1000; : `+marker+`' >/dev/null 2>&1 &`)
 			b1 := bootID(t, m, info.ID)
+			expireSoon(t, ctx, m, info.ID)
 			paused := waitState(t, m, info.ID, store.StatePaused)
 			if !paused.ExpiresAt.After(time.Now().Add(time.Hour)) {
 				t.Errorf("paused on its timeout, it expires at %s: want the daemon's maximum timeout from the pause", paused.ExpiresAt)
@@ -165,8 +182,8 @@ func TestPauseOnTimeout(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !resumed.ExpiresAt.Before(paused.ExpiresAt) {
-				t.Errorf("resumed, it expires at %s, as when paused", resumed.ExpiresAt)
+			if !resumed.ExpiresAt.Before(paused.ExpiresAt) || !resumed.ExpiresAt.After(time.Now().Add(time.Hour)) {
+				t.Errorf("resumed, it expires at %s (paused, at %s): want its lifetime of 2h from the resume", resumed.ExpiresAt, paused.ExpiresAt)
 			}
 			if b, running := bootID(t, m, info.ID), sleeping(t, m, info.ID, marker); (b == b1) == filesOnly || running == filesOnly {
 				t.Errorf("files only %v: after the resume boot id %s (was %s), the background process running: %v", filesOnly, b, b1, running)
@@ -174,6 +191,7 @@ func TestPauseOnTimeout(t *testing.T) {
 			if got := mustRun(t, m, "a", info.ID, "cat /etc/hutch-on-timeout"); got != "kept\n" {
 				t.Errorf("the file after the resume: %q", got)
 			}
+			expireSoon(t, ctx, m, info.ID)
 			waitState(t, m, info.ID, store.StatePaused)
 			if err := m.Destroy(ctx, "a", info.ID); err != nil {
 				t.Fatal(err)

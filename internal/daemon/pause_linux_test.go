@@ -269,7 +269,7 @@ func TestRecoverPaused(t *testing.T) {
 // works as ever.
 func TestPauseFilesOnly(t *testing.T) {
 	bothTiers(t, func(t *testing.T, m *Manager, tier string) {
-		ctx := testCtx(t)
+		ctx := longCtx(t)
 		info := mustCreate(t, m, "a", CreateRequest{})
 		marker := fmt.Sprintf("hutch-files-only-%d-%s", os.Getpid(), info.ID)
 		mustRun(t, m, "a", info.ID, `echo layer >/etc/hutch-layer-file; echo tmp >/tmp/tmp-file; echo ws >ws-file; `+

@@ -895,7 +895,7 @@ func (h *Handler) resume(w http.ResponseWriter, r *http.Request, tenant string) 
 		return err
 	}
 	if b.AutoPause != nil && *b.AutoPause {
-		return errorf(errUnsupported, "autoPause: not supported by hutch")
+		return errorf(errUnsupported, "autoPause: a sandbox pauses on its timeout as its create asked (autoPause, the SDK's lifecycle onTimeout); not on resume or connect")
 	}
 	d, err := seconds("timeout", b.Timeout)
 	if err != nil {
@@ -924,7 +924,7 @@ func (h *Handler) connect(w http.ResponseWriter, r *http.Request, tenant string)
 		return err
 	}
 	if b.AutoPause != nil {
-		return errorf(errUnsupported, "autoPause: not supported by hutch")
+		return errorf(errUnsupported, "autoPause: a sandbox pauses on its timeout as its create asked (autoPause, the SDK's lifecycle onTimeout); not on resume or connect")
 	}
 	d, err := seconds("timeout", b.Timeout)
 	if err != nil {
