@@ -124,15 +124,16 @@ describe('control plane', () => {
 
   test('pause without memory keeps the files, not the processes', async () => {
     const sbx = await create()
-    await sbx.files.write('/tmp/kept.txt', 'kept')
+    await sbx.files.write('/home/user/kept.txt', 'kept')
     await sbx.commands.run('sleep 1000', { background: true })
     assert.equal(await sbx.pause({ keepMemory: false }), true)
     assert.equal(await Sandbox.pause(sbx.sandboxId, { keepMemory: false }), false, 'pausing a paused sandbox')
-    // A paused sandbox without memory restarts its processes afresh: a
-    // reboot asks for nothing more.
+    // A paused sandbox without memory boots again (its root layer kept;
+    // under gVisor its /tmp, a tmpfs, is new): a reboot asks for nothing
+    // more.
     const again = await Sandbox.connect(sbx.sandboxId, { onResume: 'reboot' })
     assert.equal((await again.getInfo()).state, 'running')
-    assert.equal(await again.files.read('/tmp/kept.txt'), 'kept')
+    assert.equal(await again.files.read('/home/user/kept.txt'), 'kept')
     const ps = await again.commands.run(`for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' <$f; echo; done`)
     assert.ok(!ps.stdout.includes('sleep 1000'), ps.stdout)
 
@@ -146,7 +147,7 @@ describe('control plane', () => {
     assert.notEqual((await rebooted.commands.run('cat /proc/sys/kernel/random/boot_id')).stdout, boot)
     const after = await rebooted.commands.run(`for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' <$f; echo; done`)
     assert.ok(!after.stdout.includes('sleep 1000'), after.stdout)
-    assert.equal(await rebooted.files.read('/tmp/kept.txt'), 'kept')
+    assert.equal(await rebooted.files.read('/home/user/kept.txt'), 'kept')
     await Sandbox.kill(sbx.sandboxId) // within the tenant's memory quota for the tests after it
   })
 
