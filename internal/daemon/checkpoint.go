@@ -99,6 +99,11 @@ type dormant struct {
 	// release lets go of the image the sandbox started from, held in use
 	// while it is paused (nil without one).
 	release func()
+	// What the sandbox's timeout does, and whether it was paused on it
+	// (live's life, lifetime and autoPaused), also in its resumeState.
+	life       Lifecycle
+	lifetime   time.Duration
+	autoPaused bool
 }
 
 // Names in a sandbox's directory.
@@ -119,6 +124,13 @@ type resumeState struct {
 	FilesOnly bool              `json:"files_only,omitempty"`
 	Env       []string          `json:"env,omitempty"`
 	User      *agent.Credential `json:"user,omitempty"`
+	// Its Lifecycle, the timeout it was created with, and whether it
+	// was paused on its timeout (dormant).
+	Lifecycle  Lifecycle     `json:"lifecycle"`
+	Lifetime   time.Duration `json:"lifetime,omitempty"`
+	AutoPaused bool          `json:"auto_paused,omitempty"`
+	// BootEnv is its agent's environment at its start (live's bootEnv).
+	BootEnv []string `json:"boot_env,omitempty"`
 }
 
 // toDisk reports whether l is paused by saving it to disk: not with
@@ -133,10 +145,11 @@ func (m *Manager) toDisk(l *live) bool {
 }
 
 // pauseToDisk saves l, marked paused, to disk and ends its processes;
-// it holds l.pauseMu. filesOnly: its agent killed every other process
-// first (PauseOptions). On error the sandbox runs again (or, if it ended,
+// it holds l.pauseMu. o.FilesOnly: its agent killed every other process
+// first. On error the sandbox runs again (or, if it ended,
 // is torn down), and the error says why.
-func (m *Manager) pauseToDisk(ctx context.Context, l *live, filesOnly bool) (Info, error) {
+func (m *Manager) pauseToDisk(ctx context.Context, l *live, o PauseOptions) (Info, error) {
+	filesOnly := o.FilesOnly
 	log := m.log.With("sandbox", l.id, "tenant", l.tenant)
 	unpause := func() {
 		m.mu.Lock()
@@ -177,7 +190,8 @@ func (m *Manager) pauseToDisk(ctx context.Context, l *live, filesOnly bool) (Inf
 		err = l.inst.(checkpointer).Checkpoint(dir)
 	}
 	if err == nil {
-		err = writeResume(dir, resumeState{Operator: l.operator, FilesOnly: filesOnly, Env: l.execEnv, User: l.execUser})
+		err = writeResume(dir, resumeState{Operator: l.operator, FilesOnly: filesOnly, Env: l.execEnv, User: l.execUser,
+			Lifecycle: l.life, Lifetime: l.lifetime, AutoPaused: o.onTimeout, BootEnv: l.bootEnv})
 	}
 	if err != nil {
 		_ = os.RemoveAll(dir)
@@ -249,7 +263,8 @@ func (m *Manager) pauseToDisk(ctx context.Context, l *live, filesOnly bool) (Inf
 	}
 	ending := l.stopping
 	if !ending {
-		m.dormant[l.id] = &dormant{tenant: l.tenant, expires: l.expires, release: l.release}
+		m.dormant[l.id] = &dormant{tenant: l.tenant, expires: l.expires, release: l.release,
+			life: l.life, lifetime: l.lifetime, autoPaused: o.onTimeout}
 		l.release = nil
 		l.stopping = true // nothing tears it down any more
 	}
@@ -260,6 +275,9 @@ func (m *Manager) pauseToDisk(ctx context.Context, l *live, filesOnly bool) (Inf
 	data := map[string]any{"to": "disk"}
 	if filesOnly {
 		data["memory"] = false
+	}
+	if o.onTimeout {
+		data["reason"] = "its timeout passed"
 	}
 	l.ev.append(EventPaused, data, false)
 	log.Info("sandbox paused to disk", "dir", dir, "bytes", diskUsage(dir), "took", saved, "memory", !filesOnly)
@@ -342,8 +360,10 @@ func (m *Manager) takeDormant(tenant, id string) (d *dormant, ok bool, err error
 }
 
 // resumeDormant starts tenant's sandbox id again from disk, if it is
-// paused there (ok).
-func (m *Manager) resumeDormant(ctx context.Context, tenant, id string) (info Info, ok bool, err error) {
+// paused there (ok): where its processes were, or, paused without its
+// memory or with o.Reboot, afresh over the files it kept (a tier that
+// cannot start it so refuses).
+func (m *Manager) resumeDormant(ctx context.Context, tenant, id string, o ResumeOptions) (info Info, ok bool, err error) {
 	d, ok, err := m.takeDormant(tenant, id)
 	if !ok || err != nil {
 		return Info{}, ok, err
@@ -367,7 +387,7 @@ func (m *Manager) resumeDormant(ctx context.Context, tenant, id string) (info In
 	if ev == nil {
 		ev = m.newEvents(sb.Tenant, id)
 	}
-	l, err := m.restore(ctx, sb, log, ev)
+	l, cold, err := m.restore(ctx, sb, log, ev, o.Reboot)
 	if err != nil {
 		log.Warn("resume from disk failed; the sandbox stays paused", "err", err)
 		return Info{}, true, fmt.Errorf("sandbox %s: resume: %w", id, err)
@@ -378,6 +398,10 @@ func (m *Manager) resumeDormant(ctx context.Context, tenant, id string) (info In
 		return Info{}, true, fmt.Errorf("sandbox %s: resume: %w", id, err)
 	}
 	l.release, d.release = d.release, nil
+	m.mu.Lock()
+	l.life, l.lifetime, l.autoPaused = d.life, d.lifetime, d.autoPaused
+	m.mu.Unlock()
+	m.relive(l)
 	row, err := m.st.UpdateSandbox(context.Background(), id, func(sb *store.Sandbox) error {
 		sb.State, sb.Checkpoint, sb.LastActive = store.StateRunning, "", now
 		return nil
@@ -389,37 +413,72 @@ func (m *Manager) resumeDormant(ctx context.Context, tenant, id string) (info In
 	if err := os.RemoveAll(sb.Checkpoint); err != nil {
 		log.Warn("remove the checkpoint", "dir", sb.Checkpoint, "err", err)
 	}
-	ev.append(EventResumed, map[string]any{"from": "disk"}, false)
-	log.Info("sandbox resumed from disk", "pid", l.inst.PID(), "took", time.Since(start))
+	data := map[string]any{"from": "disk"}
+	if cold {
+		data["boot"] = "cold"
+	}
+	ev.append(EventResumed, data, false)
+	log.Info("sandbox resumed from disk", "pid", l.inst.PID(), "took", time.Since(start), "cold", cold)
 	return infoOf(row), true, nil
 }
 
 // restore starts sandbox sb, paused to disk, again: its proxy, its root
-// (its image's layers, held in use), the tier's restore, a new session
-// with its agent. The live it returns belongs to no tenant yet; on error
-// everything started is closed again.
-func (m *Manager) restore(ctx context.Context, sb store.Sandbox, log *slog.Logger, ev *eventLog) (*live, error) {
+// (its image's layers, held in use), the tier's restore (or, cold: paused
+// without its memory, or reboot, its start afresh over the files it
+// kept), a new session with its agent. The live it returns belongs to no
+// tenant yet; on error everything started is closed again.
+func (m *Manager) restore(ctx context.Context, sb store.Sandbox, log *slog.Logger, ev *eventLog, reboot bool) (l *live, cold bool, err error) {
 	var spec policy.Spec
 	if err := json.Unmarshal(sb.Spec, &spec); err != nil {
-		return nil, fmt.Errorf("its policy: %w", err)
+		return nil, false, fmt.Errorf("its policy: %w", err)
 	}
 	rs, err := readResume(sb.Checkpoint)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	rt, err := m.runtime(sb.Tier)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	res, ok := rt.(restorer)
 	if !ok {
-		return nil, fmt.Errorf("tier %s cannot start a sandbox saved to disk", sb.Tier)
+		return nil, false, fmt.Errorf("tier %s cannot start a sandbox saved to disk", sb.Tier)
 	}
+	cold = rs.FilesOnly || reboot
+	boot, canBoot := rt.(rebooter)
+	if cold && !canBoot {
+		return nil, false, fmt.Errorf("tier %s cannot start a sandbox saved to disk afresh: %w", sb.Tier, ErrUnsupported)
+	}
+	l, err = m.restoreLive(ctx, sb, spec, rs, log, ev, func(c sandbox.Config) (sandbox.Instance, error) {
+		if cold {
+			return boot.Reboot(c, sb.Checkpoint)
+		}
+		return res.Restore(c, sb.Checkpoint)
+	}, cold)
+	return l, cold, err
+}
+
+// rebooter is a runtime that starts a sandbox its checkpointer saved
+// afresh, over the files it kept, ignoring its memory (*gvisor.Runtime).
+type rebooter interface {
+	Reboot(c sandbox.Config, dir string) (sandbox.Instance, error)
+}
+
+// restoreLive is restore's start of sb, with rs and spec read, by start;
+// fresh: start booted the sandbox afresh, whose agent speaks to a new
+// client (not one that goes on where the saved one was).
+func (m *Manager) restoreLive(ctx context.Context, sb store.Sandbox, spec policy.Spec, rs resumeState, log *slog.Logger, ev *eventLog,
+	start func(sandbox.Config) (sandbox.Instance, error), fresh bool) (*live, error) {
+	var err error
 	l := &live{id: sb.ID, dir: sb.Dir, ev: ev, ended: make(chan struct{}), image: sb.Image, tier: sb.Tier,
-		operator: rs.Operator, execEnv: rs.Env, execUser: rs.User, resources: spec.Resources}
+		operator: rs.Operator, execEnv: rs.Env, execUser: rs.User, resources: spec.Resources, bootEnv: rs.BootEnv}
 	fail := func(err error) (*live, error) {
 		l.close(log)
 		return nil, err
+	}
+	var env []string // a restored sandbox's is in its memory
+	if fresh {
+		env = rs.BootEnv
 	}
 	layer := m.rootLayer(spec)
 	if sb.Image != "" {
@@ -434,8 +493,9 @@ func (m *Manager) restore(ctx context.Context, sb store.Sandbox, log *slog.Logge
 		return nil, err
 	}
 	l.proxy = proxy
-	si, err := res.Restore(sandbox.Config{
+	si, err := start(sandbox.Config{
 		Spec:        spec,
+		Environ:     env,
 		Log:         log,
 		Proxy:       proxy,
 		RootLayer:   layer,
@@ -443,7 +503,7 @@ func (m *Manager) restore(ctx context.Context, sb store.Sandbox, log *slog.Logge
 		RootCaps:    true,
 		Cgroup:      true,
 		CgroupName:  sandboxCgroupPrefix + sb.ID,
-	}, sb.Checkpoint)
+	})
 	if err != nil {
 		_ = proxy.Close()
 		return nil, err
@@ -457,7 +517,9 @@ func (m *Manager) restore(ctx context.Context, sb store.Sandbox, log *slog.Logge
 	if k, ok := inst.(layerKeeper); ok {
 		l.keep = k.LayerDir()
 	}
-	if l.client, err = agent.Attach(si.Conn()); err != nil {
+	if fresh {
+		l.client = agent.NewClient(si.Conn())
+	} else if l.client, err = agent.Attach(si.Conn()); err != nil {
 		return fail(err)
 	}
 	l.client.SetEnv(l.execEnv)
@@ -565,6 +627,9 @@ func (m *Manager) keepDormant(sb store.Sandbox) bool {
 		return false
 	}
 	d := &dormant{tenant: sb.Tenant, expires: sb.Expires}
+	if rs, err := readResume(sb.Checkpoint); err == nil {
+		d.life, d.lifetime, d.autoPaused = rs.Lifecycle, rs.Lifetime, rs.AutoPaused
+	}
 	if sb.Image != "" {
 		// Held in use while it is paused, as while it ran: an image
 		// gone since is the resume's error.

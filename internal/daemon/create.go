@@ -189,6 +189,7 @@ func (m *Manager) Create(ctx context.Context, tenant string, r CreateRequest) (I
 		}
 		return Info{}, fmt.Errorf("create sandbox %s: %w", id, err)
 	}
+	l.life, l.lifetime = r.Lifecycle, timeout
 	if err := m.adopt(l, tenant, r.IdleTimeout, now, row.Expires); err != nil {
 		l.close(log)
 		m.abandon(id, dir, log, ev, err)
@@ -287,9 +288,14 @@ func (m *Manager) launch(ctx context.Context, id, dir string, spec policy.Spec, 
 	if err != nil {
 		return fail(err)
 	}
-	l.operator, l.secrets, l.tier = operator, sec != nil, spec.Tier
+	l.operator, l.secrets, l.tier, l.bootEnv = operator, sec != nil, spec.Tier, env
+	bootID := filepath.Join(dir, bootIDFile)
+	if err := writeBootID(bootID); err != nil {
+		return fail(err)
+	}
 	cfg := sandbox.Config{
 		Spec:        spec,
+		BootID:      bootID,
 		Environ:     env,
 		Log:         log,
 		Proxy:       proxy,

@@ -177,6 +177,9 @@ type CreateRequest struct {
 	// writes there is kept in a change set (ChangeSets) instead, to be
 	// applied or discarded once the sandbox ended.
 	ReviewWorkspace string
+	// Lifecycle says what the sandbox's timeout does: end it (the zero
+	// value) or pause it.
+	Lifecycle Lifecycle
 }
 
 // Sandboxes is what a front end of the daemon (hutch's API, E2B's) needs
@@ -203,6 +206,9 @@ type Sandboxes interface {
 	PausedWithMemory(ctx context.Context, tenant, id string) (bool, error)
 	// Resume lets the processes of a paused sandbox go on.
 	Resume(ctx context.Context, tenant, id string) (Info, error)
+	// ResumeWith resumes a paused sandbox as Resume does, with options:
+	// as a cold boot even if it kept its memory.
+	ResumeWith(ctx context.Context, tenant, id string, o ResumeOptions) (Info, error)
 	// Agent is the client of the sandbox's agent; the call counts as
 	// activity.
 	Agent(ctx context.Context, tenant, id string) (*agent.Client, error)

@@ -8,9 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
-	"github.com/hutch-sandbox/hutch/internal/gvisor"
+	"github.com/hutch-sandbox/hutch/internal/gvisor/gvisortest"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
 	"github.com/hutch-sandbox/hutch/internal/store"
@@ -18,31 +16,10 @@ import (
 )
 
 // gvisorConfig is a daemon config whose default tier is gVisor, with the
-// test's runsc and a state directory of the test's own for runsc, which
-// must be empty when the test ends.
+// test's runsc (gvisortest.Runtime).
 func gvisorConfig(t *testing.T) Config {
 	t.Helper()
-	testutil.RequireRoot(t)
-	bin, err := gvisor.Find(testutil.Runsc(t))
-	if err != nil {
-		t.Fatalf("the test's runsc: %v", err)
-	}
-	base := filepath.Join("/run", "hutch-gvisor-test-"+sandbox.RandomID())
-	t.Cleanup(func() {
-		entries, _ := os.ReadDir(base)
-		for _, e := range entries {
-			t.Errorf("gVisor state left behind: %s", filepath.Join(base, e.Name()))
-		}
-		_ = unix.Unmount(base, unix.MNT_DETACH)
-		_ = os.Remove(base)
-	})
-	return Config{
-		DefaultTier: policy.TierGVisor,
-		Runtimes: map[string]sandbox.Runtime{
-			policy.TierNamespace: sandbox.Namespaces{},
-			policy.TierGVisor:    &gvisor.Runtime{Runsc: bin, StateDir: base},
-		},
-	}
+	return Config{DefaultTier: policy.TierGVisor, Runtimes: gvisortest.Runtimes(t)}
 }
 
 // TestGVisorServed: a sandbox of hutch serve under gVisor runs the agent

@@ -172,7 +172,10 @@ type live struct {
 	// exec.
 	operator, secrets bool
 	execEnv           []string
-	execUser          *agent.Credential
+	// bootEnv is its agent's environment at its start, for a start
+	// afresh of it paused to disk (ResumeOptions).
+	bootEnv  []string
+	execUser *agent.Credential
 	// unwatch stops watch, and watched is closed once it returned (for a
 	// pause to disk, which ends the processes on purpose); both under
 	// pauseMu once the sandbox runs.
@@ -189,6 +192,13 @@ type live struct {
 	paused   bool // frozen by Pause, or being frozen
 	// filesOnly: paused without its memory (PauseOptions), once paused.
 	filesOnly bool
+	// life is what its timeout does (CreateRequest.Lifecycle), lifetime
+	// the timeout it was created with; autoPaused: paused on its timeout
+	// (relive gives it its lifetime again on resume); timeoutBusy: the
+	// reaper's onTimeout runs for it.
+	life                    Lifecycle
+	lifetime                time.Duration
+	autoPaused, timeoutBusy bool
 
 	// pauseMu makes Pause and Resume of the sandbox one at a time, and
 	// teardown waits for them; a pause to disk replaces client under it,
@@ -843,6 +853,11 @@ func (m *Manager) reap(now time.Time) {
 		}
 		last := time.Unix(0, l.lastActive.Load())
 		switch {
+		case !l.expires.IsZero() && !now.Before(l.expires) && l.life.PauseOnTimeout:
+			if !l.timeoutBusy {
+				l.timeoutBusy = true
+				go m.onTimeout(l)
+			}
 		case !l.expires.IsZero() && !now.Before(l.expires):
 			ending = append(ending, verdict{l, EventTimeout, "its timeout passed"})
 		case l.idle > 0 && !l.paused && now.Sub(last) >= l.idle: // a paused sandbox is not idle

@@ -38,6 +38,10 @@ type PauseOptions struct {
 	// sandbox paused to disk so (gVisor's) saves little more than its
 	// files and the agent. Its paused event says {"memory": false}.
 	FilesOnly bool
+
+	// onTimeout: the pause is the sandbox's Lifecycle's, on its timeout;
+	// reboot (a resume's): ResumeOptions.Reboot.
+	onTimeout, reboot bool
 }
 
 // killAllTimeout bounds how long the agent of a sandbox paused without
@@ -82,15 +86,9 @@ func (m *Manager) PausedWithMemory(ctx context.Context, tenant, id string) (bool
 // again from there, by this daemon or a later one; when that fails it
 // stays paused, and the error says why. Resuming a sandbox that is not
 // paused is a conflict.
+// A sandbox paused without its memory boots again, cold (ResumeOptions).
 func (m *Manager) Resume(ctx context.Context, tenant, id string) (Info, error) {
-	if err := m.enter(); err != nil {
-		return Info{}, err
-	}
-	defer m.leave()
-	if info, ok, err := m.resumeDormant(ctx, tenant, id); ok {
-		return info, err
-	}
-	return m.setPaused(ctx, tenant, id, false, PauseOptions{})
+	return m.ResumeWith(ctx, tenant, id, ResumeOptions{})
 }
 
 // setPaused pauses (pause, with o) or resumes sandbox id.
@@ -137,10 +135,15 @@ func (m *Manager) setPaused(ctx context.Context, tenant, id string, pause bool, 
 		data = map[string]any{"memory": false}
 	}
 	if pause && m.toDisk(l) {
-		return m.pauseToDisk(ctx, l, o.FilesOnly)
+		return m.pauseToDisk(ctx, l, o)
 	}
 
-	if pause {
+	cold := !pause && (l.filesOnly || o.reboot)
+	var killErr error // a cold boot's: the sandbox resumed all the same
+	if cold {
+		data = map[string]any{"boot": "cold"}
+		err, killErr = m.coldBoot(ctx, l)
+	} else if pause {
 		err = l.inst.Freeze()
 	} else {
 		err = l.inst.Thaw()
@@ -157,11 +160,21 @@ func (m *Manager) setPaused(ctx context.Context, tenant, id string, pause bool, 
 	m.mu.Lock()
 	if pause {
 		l.filesOnly = o.FilesOnly
+		l.autoPaused = o.onTimeout
 	} else {
 		l.lastActive.Store(now.UnixNano())
 		l.paused, l.filesOnly = false, false
 	}
 	m.mu.Unlock()
+	if pause && o.onTimeout {
+		if data == nil {
+			data = map[string]any{}
+		}
+		data["reason"] = "its timeout passed"
+	}
+	if !pause {
+		m.relive(l)
+	}
 	sb, err := m.st.UpdateSandbox(context.Background(), id, func(sb *store.Sandbox) error {
 		if sb.State != store.StateRunning && sb.State != store.StatePaused {
 			return fmt.Errorf("it is %s: %w", sb.State, ErrConflict)
@@ -176,10 +189,14 @@ func (m *Manager) setPaused(ctx context.Context, tenant, id string, pause bool, 
 		return Info{}, fmt.Errorf("sandbox %s: %s: %w", id, what, err)
 	}
 	l.ev.append(kind, data, false)
+	if killErr != nil {
+		m.log.Warn("sandbox resumed cold, but not every process was killed", "sandbox", id, "tenant", l.tenant, "err", killErr)
+		return infoOf(sb), fmt.Errorf("sandbox %s: resume: %w; it runs on, without the processes that were killed", id, killErr)
+	}
 	if pause {
 		m.log.Info("sandbox paused", "sandbox", id, "tenant", l.tenant, "memory", !o.FilesOnly)
 	} else {
-		m.log.Info("sandbox resumed", "sandbox", id, "tenant", l.tenant)
+		m.log.Info("sandbox resumed", "sandbox", id, "tenant", l.tenant, "cold", cold)
 	}
 	return infoOf(sb), nil
 }
@@ -199,4 +216,26 @@ func (m *Manager) killAll(ctx context.Context, l *live) error {
 	}
 	m.log.Debug("killed every process but the agent", "sandbox", l.id, "took", time.Since(start))
 	return nil
+}
+
+// coldBoot resumes l, paused in memory (frozen), as a boot afresh: it is
+// thawed with a new boot ID, and every process but its agent killed unless
+// it was paused without its memory (none is left then). It holds
+// l.pauseMu; l stays marked paused, so that no command starts meanwhile.
+// An error leaves it paused; when the kill fails (killErr) it runs on,
+// with what was not killed.
+func (m *Manager) coldBoot(ctx context.Context, l *live) (err, killErr error) {
+	if err := m.newBoot(l); err != nil {
+		return err, nil
+	}
+	if err := l.inst.Thaw(); err != nil {
+		return err, nil
+	}
+	if l.filesOnly {
+		return nil, nil
+	}
+	if err := m.killAll(ctx, l); err != nil {
+		return nil, fmt.Errorf("boot again without its memory: %w", err)
+	}
+	return nil, nil
 }

@@ -262,109 +262,107 @@ func TestRecoverPaused(t *testing.T) {
 // TestPauseFilesOnly: a pause without memory, in either tier, kills every
 // process of the sandbox but its agent — a background process, a command
 // running through the agent (it ends with SIGKILL), a process forking as
-// fast as it can — and keeps its files (root layer, workspace, /tmp); its
+// fast as it can — and keeps its files (root layer, workspace; /tmp in
+// the namespace tier, gVisor boots a new kernel with a new one); its
 // paused event says memory false; resumed, the sandbox runs commands
 // afresh with none of those processes, and a later pause with memory
 // works as ever.
 func TestPauseFilesOnly(t *testing.T) {
-	for _, tier := range []string{policy.TierNamespace, policy.TierGVisor} {
-		t.Run(tier, func(t *testing.T) {
-			cfg := Config{}
-			if tier == policy.TierGVisor {
-				cfg = gvisorConfig(t)
-			} else {
-				t.Parallel()
+	bothTiers(t, func(t *testing.T, m *Manager, tier string) {
+		ctx := longCtx(t)
+		info := mustCreate(t, m, "a", CreateRequest{})
+		marker := fmt.Sprintf("hutch-files-only-%d-%s", os.Getpid(), info.ID)
+		mustRun(t, m, "a", info.ID, `echo layer >/etc/hutch-layer-file; echo tmp >/tmp/tmp-file; echo ws >ws-file; `+
+			`nohup sh -c 'sleep 1000; : `+marker+`' >/dev/null 2>&1 & `+
+			`nohup sh -c 'while :; do (sleep 1000 &) ; done; : `+marker+`' >/dev/null 2>&1 &`)
+		c, err := m.Agent(ctx, "a", info.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inFlight, err := c.Exec(ctx, agent.ExecRequest{Args: []string{"sleep", "1000"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tier == policy.TierNamespace {
+			if !testutil.Eventually(5*time.Second, func() bool { return len(withMarker(t, marker)) == 2 }) {
+				t.Fatalf("the background processes did not start (%v)", withMarker(t, marker))
 			}
-			cfg.StateDir = stateDir(t)
-			m := newManager(t, cfg)
-			ctx := testCtx(t)
-			info := mustCreate(t, m, "a", CreateRequest{})
-			marker := fmt.Sprintf("hutch-files-only-%d-%s", os.Getpid(), info.ID)
-			mustRun(t, m, "a", info.ID, `echo layer >/etc/hutch-layer-file; echo tmp >/tmp/tmp-file; echo ws >ws-file; `+
-				`nohup sh -c 'sleep 1000; : `+marker+`' >/dev/null 2>&1 & `+
-				`nohup sh -c 'while :; do (sleep 1000 &) ; done; : `+marker+`' >/dev/null 2>&1 &`)
-			c, err := m.Agent(ctx, "a", info.ID)
-			if err != nil {
-				t.Fatal(err)
-			}
-			inFlight, err := c.Exec(ctx, agent.ExecRequest{Args: []string{"sleep", "1000"}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if tier == policy.TierNamespace {
-				if !testutil.Eventually(5*time.Second, func() bool { return len(withMarker(t, marker)) == 2 }) {
-					t.Fatalf("the background processes did not start (%v)", withMarker(t, marker))
-				}
-			}
-			events, err := m.Events(ctx, "a", info.ID, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
+		}
+		events, err := m.Events(ctx, "a", info.ID, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
 
-			got, err := m.PauseWith(ctx, "a", info.ID, PauseOptions{FilesOnly: true})
-			if err != nil {
-				t.Fatal(err)
+		got, err := m.PauseWith(ctx, "a", info.ID, PauseOptions{FilesOnly: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.State != store.StatePaused {
+			t.Errorf("state after the pause: %q", got.State)
+		}
+		if st, err := inFlight.Wait(); err != nil || st.Signal != int(unix.SIGKILL) {
+			t.Errorf("the command in flight: %+v, %v; want killed by SIGKILL", st, err)
+		}
+		if tier == policy.TierNamespace {
+			if pids := withMarker(t, marker); len(pids) != 0 {
+				t.Errorf("paused without memory, processes remain on the host: %v", pids)
 			}
-			if got.State != store.StatePaused {
-				t.Errorf("state after the pause: %q", got.State)
-			}
-			if st, err := inFlight.Wait(); err != nil || st.Signal != int(unix.SIGKILL) {
-				t.Errorf("the command in flight: %+v, %v; want killed by SIGKILL", st, err)
-			}
-			if tier == policy.TierNamespace {
-				if pids := withMarker(t, marker); len(pids) != 0 {
-					t.Errorf("paused without memory, processes remain on the host: %v", pids)
+		}
+		if withMem, err := m.PausedWithMemory(ctx, "a", info.ID); err != nil || withMem {
+			t.Errorf("paused with memory: %v, %v; want false", withMem, err)
+		}
+		for e := range events {
+			if e.Type == EventPaused {
+				if mem, ok := e.Data["memory"]; !ok || mem != false {
+					t.Errorf("paused event %+v: want memory false", e.Data)
 				}
-			}
-			if withMem, err := m.PausedWithMemory(ctx, "a", info.ID); err != nil || withMem {
-				t.Errorf("paused with memory: %v, %v; want false", withMem, err)
-			}
-			for e := range events {
-				if e.Type == EventPaused {
-					if mem, ok := e.Data["memory"]; !ok || mem != false {
-						t.Errorf("paused event %+v: want memory false", e.Data)
-					}
-					if to := e.Data["to"]; (tier == policy.TierGVisor) != (to == "disk") {
-						t.Errorf("paused event %+v in tier %s", e.Data, tier)
-					}
-					break
+				if to := e.Data["to"]; (tier == policy.TierGVisor) != (to == "disk") {
+					t.Errorf("paused event %+v in tier %s", e.Data, tier)
 				}
+				break
 			}
-			if _, err := m.PauseWith(ctx, "a", info.ID, PauseOptions{FilesOnly: true}); !errors.Is(err, ErrConflict) {
-				t.Errorf("pause twice: %v, want ErrConflict", err)
-			}
+		}
+		if _, err := m.PauseWith(ctx, "a", info.ID, PauseOptions{FilesOnly: true}); !errors.Is(err, ErrConflict) {
+			t.Errorf("pause twice: %v, want ErrConflict", err)
+		}
 
-			if got, err := m.Resume(ctx, "a", info.ID); err != nil || got.State != store.StateRunning {
-				t.Fatalf("resume: %+v, %v", got, err)
-			}
-			if withMem, err := m.PausedWithMemory(ctx, "a", info.ID); err != nil || withMem {
-				t.Errorf("running, paused with memory: %v, %v; want false", withMem, err)
-			}
-			out := mustRun(t, m, "a", info.ID, `cat /etc/hutch-layer-file /tmp/tmp-file ws-file; for f in /proc/[0-9]*/cmdline; do tr '\0' ' ' <$f; echo; done`)
-			if !strings.HasPrefix(out, "layer\ntmp\nws\n") {
-				t.Errorf("the files after the resume: %q", out)
-			}
-			if strings.Contains(out, "sleep") || strings.Contains(out, marker) {
-				t.Errorf("processes left after the resume:\n%s", out)
-			}
+		if got, err := m.Resume(ctx, "a", info.ID); err != nil || got.State != store.StateRunning {
+			t.Fatalf("resume: %+v, %v", got, err)
+		}
+		if withMem, err := m.PausedWithMemory(ctx, "a", info.ID); err != nil || withMem {
+			t.Errorf("running, paused with memory: %v, %v; want false", withMem, err)
+		}
+		// Booted again cold: gVisor's new kernel has a new /tmp (a
+		// tmpfs of the sandbox's, as a machine's that boots again);
+		// the namespace tier's is the one it had.
+		out := mustRun(t, m, "a", info.ID, `cat /etc/hutch-layer-file ws-file; cat /tmp/tmp-file 2>/dev/null; for f in /proc/[0-9]*/cmdline; do tr '\0' ' ' <$f; echo; done`)
+		want := "layer\nws\ntmp\n"
+		if tier == policy.TierGVisor {
+			want = "layer\nws\n"
+		}
+		if !strings.HasPrefix(out, want) || (tier == policy.TierGVisor && strings.Contains(out, "tmp\n")) {
+			t.Errorf("the files after the resume: %q", out)
+		}
+		if strings.Contains(out, "sleep") || strings.Contains(out, marker) {
+			t.Errorf("processes left after the resume:\n%s", out)
+		}
 
-			// A pause with memory after it keeps the processes, as ever.
-			mustRun(t, m, "a", info.ID, `nohup sh -c 'sleep 1000; : `+marker+`' >/dev/null 2>&1 &`)
-			if _, err := m.Pause(ctx, "a", info.ID); err != nil {
-				t.Fatal(err)
-			}
-			if withMem, err := m.PausedWithMemory(ctx, "a", info.ID); err != nil || !withMem {
-				t.Errorf("paused with memory: %v, %v; want true", withMem, err)
-			}
-			if _, err := m.Resume(ctx, "a", info.ID); err != nil {
-				t.Fatal(err)
-			}
-			if out := mustRun(t, m, "a", info.ID, `for f in /proc/[0-9]*/cmdline; do tr '\0' ' ' <$f; echo; done`); !strings.Contains(out, marker) {
-				t.Errorf("a pause with memory lost the background process:\n%s", out)
-			}
-			if err := m.Destroy(ctx, "a", info.ID); err != nil {
-				t.Fatal(err)
-			}
-		})
-	}
+		// A pause with memory after it keeps the processes, as ever.
+		mustRun(t, m, "a", info.ID, `nohup sh -c 'sleep 1000; : `+marker+`' >/dev/null 2>&1 &`)
+		if _, err := m.Pause(ctx, "a", info.ID); err != nil {
+			t.Fatal(err)
+		}
+		if withMem, err := m.PausedWithMemory(ctx, "a", info.ID); err != nil || !withMem {
+			t.Errorf("paused with memory: %v, %v; want true", withMem, err)
+		}
+		if _, err := m.Resume(ctx, "a", info.ID); err != nil {
+			t.Fatal(err)
+		}
+		if out := mustRun(t, m, "a", info.ID, `for f in /proc/[0-9]*/cmdline; do tr '\0' ' ' <$f; echo; done`); !strings.Contains(out, marker) {
+			t.Errorf("a pause with memory lost the background process:\n%s", out)
+		}
+		if err := m.Destroy(ctx, "a", info.ID); err != nil {
+			t.Fatal(err)
+		}
+	})
 }

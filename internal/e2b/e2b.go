@@ -56,7 +56,10 @@ type record struct {
 	template string
 	// internet is allow_internet_access as applied.
 	internet *bool
-	ended    time.Time // when it was seen gone; zero while it lives
+	// pauseOnTimeout: its timeout pauses it (autoPause); autoResume: a
+	// request for it resumes it when paused (Wake).
+	pauseOnTimeout, autoResume bool
+	ended                      time.Time // when it was seen gone; zero while it lives
 }
 
 // Handler serves E2B's REST API. Safe for concurrent use.
@@ -85,7 +88,8 @@ type Handler struct {
 	setup func(ctx context.Context, tenant, id string) error
 
 	mu      sync.Mutex
-	records map[string]*record // by sandbox id
+	records map[string]*record   // by sandbox id
+	waking  map[string]*wakeCall // the Wakes in progress, by sandbox id
 
 	// reg is the tenants' templates (WithTemplateDir).
 	reg registry
@@ -456,7 +460,9 @@ type Sandbox struct {
 // Resolve returns the sandbox a request of E2B's in-sandbox API (envd) is
 // for: the one named by its E2b-Sandbox-Id header, whose envd access token
 // X-Access-Token must carry; or, for a request of /files without the
-// header, the one whose token signed its URL (see signing.go). An error wraps ErrUnauthenticated (no or a
+// header, the one whose token signed its URL (see signing.go). A paused
+// sandbox that traffic may resume (Wake) is resumed first, unless the
+// request is a health check. An error wraps ErrUnauthenticated (no or a
 // wrong token), daemon.ErrNotFound (the sandbox is gone) or
 // daemon.ErrConflict (it is paused or stopping).
 func (h *Handler) Resolve(r *http.Request) (Sandbox, error) {
@@ -506,6 +512,15 @@ func (h *Handler) Resolve(r *http.Request) (Sandbox, error) {
 	}
 	h.mu.Unlock()
 	c, err := h.m.Agent(r.Context(), tenant, id)
+	if errors.Is(err, daemon.ErrConflict) && r.URL.Path != "/health" {
+		// Paused, perhaps: a sandbox made with autoResume wakes up for
+		// the request (a health check only asks, and wakes nothing).
+		if werr := h.Wake(r.Context(), tenant, id); werr == nil {
+			c, err = h.m.Agent(r.Context(), tenant, id)
+		} else if !errors.Is(werr, ErrNoAutoResume) {
+			err = werr
+		}
+	}
 	if err != nil {
 		if errors.Is(err, daemon.ErrNotFound) {
 			h.ended(id)

@@ -64,18 +64,34 @@ func TestCreateRequest(t *testing.T) {
 			t.Errorf("createRequest(%s): %v", in, err)
 		}
 	}
+	for in, want := range map[string]daemon.Lifecycle{
+		`{}`:                  {},
+		`{"autoPause":false}`: {},
+		`{"autoPause":true}`:  {PauseOnTimeout: true},
+		`{"autoPause":true,"autoPauseMemory":true,"autoResume":{"enabled":true}}`:   {PauseOnTimeout: true},
+		`{"autoPause":true,"autoPauseMemory":false,"autoResume":{"enabled":false}}`: {PauseOnTimeout: true, FilesOnly: true},
+	} {
+		req, _, err := createRequest(body(t, in), true, tenantRule, nil)
+		if err != nil || req.Lifecycle != want {
+			t.Errorf("createRequest(%s): lifecycle %+v, %v; want %+v", in, req.Lifecycle, err, want)
+		}
+	}
+
 	for in, want := range map[string]string{
-		`{"autoPause":true}`:                                             "autoPause",
-		`{"mcp":{"x":{}}}`:                                               "mcp",
-		`{"autoResume":{"enabled":true}}`:                                "autoResume",
-		`{"volumeMounts":[{"name":"v","path":"/v"}]}`:                    "volumeMounts",
-		`{"network":{"maskRequestHost":"a b:${PORT}"}}`:                  "network.maskRequestHost",
-		`{"network":{"maskRequestHost":""}}`:                             "network.maskRequestHost",
-		`{"network":{"maskRequestHost":"x\r\nInjected: 1"}}`:             "network.maskRequestHost",
-		`{"network":{"rules":{}}}`:                                       "network.rules",
-		`{"network":{"denyOut":["10.0.0.0/8"]}}`:                         "not address ranges",
-		`{"allow_internet_access":false,"network":{"allowOut":["a.b"]}}`: "both offline",
-		`{"timeout":-1}`:                                                 "out of range",
+		`{"autoPauseMemory":false}`:                                                "autoPauseMemory: only with autoPause true",
+		`{"autoResume":{"enabled":true}}`:                                          "autoResume: can only be enabled when the sandbox pauses",
+		`{"autoPause":true,"autoPauseMemory":false,"autoResume":{"enabled":true}}`: "filesystem-only pause must be resumed explicitly",
+		`{"autoPause":true,"autoResume":{"on":true}}`:                              `autoResume: want {"enabled": true or false}`,
+		`{"autoPause":true,"autoResume":true}`:                                     `autoResume: want {"enabled": true or false}`,
+		`{"mcp":{"x":{}}}`:                                                         "mcp",
+		`{"volumeMounts":[{"name":"v","path":"/v"}]}`:                              "volumeMounts",
+		`{"network":{"maskRequestHost":"a b:${PORT}"}}`:                            "network.maskRequestHost",
+		`{"network":{"maskRequestHost":""}}`:                                       "network.maskRequestHost",
+		`{"network":{"maskRequestHost":"x\r\nInjected: 1"}}`:                       "network.maskRequestHost",
+		`{"network":{"rules":{}}}`:                                                 "network.rules",
+		`{"network":{"denyOut":["10.0.0.0/8"]}}`:                                   "not address ranges",
+		`{"allow_internet_access":false,"network":{"allowOut":["a.b"]}}`:           "both offline",
+		`{"timeout":-1}`:                                                           "out of range",
 		// A tenant's rules never open what the proxy's guard refuses.
 		`{"network":{"allowOut":["127.0.0.1"]}}`:                           `network.allowOut[0]: "127.0.0.1" names loopback addresses: only the daemon's operator`,
 		`{"network":{"allowOut":["a.example","[::ffff:127.0.0.1]:8080"]}}`: `network.allowOut[1]: "[::ffff:127.0.0.1]:8080" names loopback`,

@@ -68,7 +68,7 @@ func classify(err error) int {
 		return http.StatusNotImplemented
 	case errors.Is(err, daemon.ErrNotFound), errors.Is(err, store.ErrNotFound):
 		return http.StatusNotFound
-	case errors.Is(err, daemon.ErrConflict), errors.Is(err, store.ErrConflict), errors.Is(err, agent.ErrClosed):
+	case errors.Is(err, daemon.ErrConflict), errors.Is(err, store.ErrConflict), errors.Is(err, agent.ErrClosed), errors.Is(err, ErrNoAutoResume):
 		return http.StatusConflict
 	case errors.Is(err, daemon.ErrQuota):
 		return http.StatusTooManyRequests

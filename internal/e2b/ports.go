@@ -27,10 +27,6 @@ const portPlaceholder = "${PORT}"
 // maxMask bounds network.maskRequestHost.
 const maxMask = 255
 
-// ErrPausedNoResume is what resumeForTraffic answers: a request to a
-// port of a paused sandbox does not resume it.
-var ErrPausedNoResume = errors.New("the sandbox is paused: connect to it (Sandbox.connect) to resume it")
-
 // checkMask checks network.maskRequestHost: a host name or address, with
 // an optional port, in which "${PORT}" may stand for the port.
 func checkMask(mask string) error {
@@ -138,8 +134,14 @@ func (h *Handler) ServePort(w http.ResponseWriter, r *http.Request, id string, p
 	ctx := r.Context()
 	info, err := h.m.Get(ctx, rec.tenant, id)
 	if err == nil && info.State == store.StatePaused {
-		if err := h.resumeForTraffic(ctx, rec.tenant, id); err != nil {
-			writeJSON(w, http.StatusBadGateway, proxyError{Code: http.StatusBadGateway, SandboxID: id, Message: "The sandbox is paused: " + err.Error()})
+		// Resumed if its create asked for it (autoResume); else E2B's
+		// answer for a paused sandbox.
+		if err := h.Wake(ctx, rec.tenant, id); err != nil {
+			msg := "The sandbox is paused: connect to it (Sandbox.connect) to resume it"
+			if !errors.Is(err, ErrNoAutoResume) {
+				msg = "The sandbox is paused and could not be resumed: " + err.Error()
+			}
+			writeJSON(w, http.StatusBadGateway, proxyError{Code: http.StatusBadGateway, SandboxID: id, Message: msg})
 			return
 		}
 	}
@@ -168,12 +170,4 @@ func (h *Handler) ServePort(w http.ResponseWriter, r *http.Request, id string, p
 	}
 	t := &portTarget{id: id, port: port, host: host, agent: c}
 	h.ports.ServeHTTP(w, r.WithContext(context.WithValue(ctx, portTargetKey{}, t)))
-}
-
-// resumeForTraffic is called by ServePort when a request comes for a
-// port of tenant's paused sandbox id: nil once the sandbox runs again,
-// or why it does not. Requests never resume a sandbox yet: it answers
-// ErrPausedNoResume.
-func (h *Handler) resumeForTraffic(ctx context.Context, tenant, id string) error {
-	return ErrPausedNoResume
 }

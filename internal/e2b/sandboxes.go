@@ -73,9 +73,14 @@ const allTraffic = "0.0.0.0/0"
 //   - network.maskRequestHost: the Host header the sandbox's servers
 //     see in requests to its ports, "${PORT}" replaced by the port
 //     (default: the host the client asked for).
-//   - autoPause, autoResume, mcp, volumeMounts, iam, network.rules,
-//     network.egressProxy, and any field hutch does not know, are refused
-//     with 400 naming them.
+//   - autoPause true (the SDK's lifecycle onTimeout 'pause'): the timeout
+//     pauses the sandbox instead of ending it (daemon.Lifecycle), with its
+//     memory unless autoPauseMemory is false (a filesystem-only pause:
+//     it boots again, cold, on resume); autoResume.enabled: a paused
+//     sandbox is resumed by the next envd request for it or traffic to
+//     its ports (Wake), which needs autoPause and a pause with memory.
+//   - mcp, volumeMounts, iam, network.rules, network.egressProxy, and
+//     any field hutch does not know, are refused with 400 naming them.
 type CreateBody struct {
 	TemplateID          string            `json:"templateID"`
 	Timeout             *int64            `json:"timeout"`
@@ -135,9 +140,16 @@ type listedJSON struct {
 // detailJSON is E2B's SandboxDetail, the answer of GET /sandboxes/{id}.
 type detailJSON struct {
 	listedJSON
-	AllowInternetAccess *bool        `json:"allowInternetAccess,omitempty"`
-	Network             *networkBody `json:"network,omitempty"`
-	Domain              *string      `json:"domain"`
+	AllowInternetAccess *bool          `json:"allowInternetAccess,omitempty"`
+	Network             *networkBody   `json:"network,omitempty"`
+	Domain              *string        `json:"domain"`
+	Lifecycle           *lifecycleJSON `json:"lifecycle,omitempty"`
+}
+
+// lifecycleJSON is E2B's SandboxLifecycle.
+type lifecycleJSON struct {
+	AutoResume bool   `json:"autoResume"`
+	OnTimeout  string `json:"onTimeout"` // kill or pause
 }
 
 // timeoutBody is the body of POST /sandboxes/{id}/timeout, of pause
@@ -199,16 +211,14 @@ func seconds(field string, s *int64) (time.Duration, error) {
 func createRequest(b CreateBody, internet bool, check ruleCheck, templates map[string]string) (daemon.CreateRequest, string, error) {
 	var req daemon.CreateRequest
 	var unsupported []string
-	if b.AutoPause != nil && *b.AutoPause {
-		unsupported = append(unsupported, "autoPause (lifecycle onTimeout: pause)")
-	}
-	if b.AutoPauseMemory != nil {
-		unsupported = append(unsupported, "autoPauseMemory")
+	var err error
+	if req.Lifecycle, _, err = lifecycleOf(b); err != nil {
+		return req, "", err
 	}
 	for _, f := range []struct {
 		name string
 		raw  json.RawMessage
-	}{{"autoResume", enabled(b.AutoResume)}, {"mcp", b.MCP}, {"volumeMounts", b.VolumeMounts}, {"iam", b.IAM}} {
+	}{{"mcp", b.MCP}, {"volumeMounts", b.VolumeMounts}, {"iam", b.IAM}} {
 		if present(f.raw) {
 			unsupported = append(unsupported, f.name)
 		}
@@ -240,7 +250,6 @@ func createRequest(b CreateBody, internet bool, check ruleCheck, templates map[s
 		names := append([]string{Template}, slices.Sorted(maps.Keys(templates))...)
 		return req, "", fmt.Errorf("%w: template %q (this daemon's templates: %s)", daemon.ErrNotFound, template, strings.Join(slices.Compact(names), ", "))
 	}
-	var err error
 	if req.Timeout, err = seconds("timeout", b.Timeout); err != nil {
 		return req, "", err
 	}
@@ -263,6 +272,40 @@ func createRequest(b CreateBody, internet bool, check ruleCheck, templates map[s
 	return req, template, nil
 }
 
+// autoResumeBody is E2B's SandboxAutoResumeConfig.
+type autoResumeBody struct {
+	Enabled *bool `json:"enabled"`
+}
+
+// lifecycleOf is what b's timeout does (autoPause, autoPauseMemory) and
+// whether the sandbox resumes on traffic (autoResume), checked as E2B
+// does.
+func lifecycleOf(b CreateBody) (life daemon.Lifecycle, autoResume bool, err error) {
+	life.PauseOnTimeout = b.AutoPause != nil && *b.AutoPause
+	if b.AutoPauseMemory != nil {
+		if !life.PauseOnTimeout {
+			return life, false, errorf(daemon.ErrInvalid, "autoPauseMemory: only with autoPause true (the SDK's lifecycle onTimeout 'pause')")
+		}
+		life.FilesOnly = !*b.AutoPauseMemory
+	}
+	if present(b.AutoResume) {
+		var ar autoResumeBody
+		dec := json.NewDecoder(bytes.NewReader(b.AutoResume))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&ar); err != nil || ar.Enabled == nil {
+			return life, false, errorf(daemon.ErrInvalid, "autoResume: want {\"enabled\": true or false}, not %.64s", b.AutoResume)
+		}
+		autoResume = *ar.Enabled
+	}
+	switch {
+	case autoResume && !life.PauseOnTimeout:
+		return life, false, errorf(daemon.ErrInvalid, "autoResume: can only be enabled when the sandbox pauses on its timeout (autoPause true)")
+	case autoResume && life.FilesOnly:
+		return life, false, errorf(daemon.ErrInvalid, "autoResume: cannot be enabled with autoPauseMemory false: a filesystem-only pause must be resumed explicitly (connect or resume)")
+	}
+	return life, autoResume, nil
+}
+
 // TemplatePolicy is the policy of a sandbox E2B's create makes of
 // template and nothing else (the SDK's Sandbox.create(template) with its
 // defaults), with templates the handler's (WithTemplates) and internet
@@ -276,20 +319,6 @@ func TemplatePolicy(template string, templates map[string]string, internet bool)
 }
 
 // present reports whether a raw JSON field was given (and is not null).
-// enabled is raw unless it is E2B's way of saying "off": false, or an
-// object whose "enabled" is false (the SDK's releases 2.2x–2.4x send
-// autoResume {"enabled": false} with every create).
-func enabled(raw json.RawMessage) json.RawMessage {
-	var off struct {
-		Enabled *bool `json:"enabled"`
-	}
-	if s := strings.TrimSpace(string(raw)); s == "false" ||
-		json.Unmarshal(raw, &off) == nil && off.Enabled != nil && !*off.Enabled {
-		return nil
-	}
-	return raw
-}
-
 func present(raw json.RawMessage) bool {
 	s := strings.TrimSpace(string(raw))
 	return s != "" && s != "null"
@@ -429,7 +458,9 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, tenant string) 
 	auditEntry(r).Image = info.Image
 	auditEntry(r).Tier = info.Tier // the daemon's default: E2B's creates name none
 	internet := req.Policy.Network.Mode != "none"
-	sb, err := h.started(r.Context(), tenant, info.ID, &record{network: b.Network, internet: &internet, template: template})
+	_, autoResume, _ := lifecycleOf(b) // checked by createRequest
+	sb, err := h.started(r.Context(), tenant, info.ID, &record{network: b.Network, internet: &internet, template: template,
+		pauseOnTimeout: req.Lifecycle.PauseOnTimeout, autoResume: autoResume})
 	if err != nil {
 		return err
 	}
@@ -537,6 +568,10 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request, tenant string) err
 	d := detailJSON{listedJSON: listed(info, h.templateOf(info.ID)), Domain: h.domainJSON()}
 	if rec, ok := h.record(tenant, info.ID); ok {
 		d.AllowInternetAccess, d.Network = rec.internet, rec.network
+		d.Lifecycle = &lifecycleJSON{AutoResume: rec.autoResume, OnTimeout: "kill"}
+		if rec.pauseOnTimeout {
+			d.Lifecycle.OnTimeout = "pause"
+		}
 	}
 	writeJSON(w, http.StatusOK, d)
 	return nil
@@ -883,24 +918,14 @@ func (h *Handler) pause(w http.ResponseWriter, r *http.Request, tenant string) e
 	return nil
 }
 
-// checkResumeMemory refuses memory false on a resume (connect or resume)
-// of a sandbox paused with its memory: hutch resumes a sandbox as it was
-// paused, and would otherwise silently restore the memory E2B's caller
-// asked to drop. On a running sandbox, or one paused without memory, it
-// asks for nothing more (E2B: a no-op).
-func (h *Handler) checkResumeMemory(r *http.Request, tenant, id string, raw json.RawMessage) error {
+// resumeOptions are the options of a resume (connect or resume) whose
+// body's memory is raw: memory false (the SDK's onResume 'reboot') boots
+// a sandbox paused with its memory again, cold, as E2B does; on one
+// paused without memory it asks for nothing more (it boots cold anyway),
+// on a running one it is a no-op.
+func resumeOptions(raw json.RawMessage) (daemon.ResumeOptions, error) {
 	mem, err := memoryOf(raw)
-	if err != nil || mem {
-		return err
-	}
-	withMem, err := h.m.PausedWithMemory(r.Context(), tenant, id)
-	if err != nil {
-		return err
-	}
-	if withMem {
-		return errorf(errUnsupported, "memory: false: sandbox %s was paused with its memory, and hutch resumes it as it was paused (pause it with memory false to drop its processes)", id)
-	}
-	return nil
+	return daemon.ResumeOptions{Reboot: !mem}, err
 }
 
 // resume is E2B's older POST /sandboxes/{id}/resume: 201 with the
@@ -911,9 +936,13 @@ func (h *Handler) resume(w http.ResponseWriter, r *http.Request, tenant string) 
 		return err
 	}
 	if b.AutoPause != nil && *b.AutoPause {
-		return errorf(errUnsupported, "autoPause: not supported by hutch")
+		return errorf(errUnsupported, "autoPause: a sandbox pauses on its timeout as its create asked (autoPause, the SDK's lifecycle onTimeout); not on resume or connect")
 	}
 	d, err := seconds("timeout", b.Timeout)
+	if err != nil {
+		return err
+	}
+	o, err := resumeOptions(b.Memory)
 	if err != nil {
 		return err
 	}
@@ -921,10 +950,7 @@ func (h *Handler) resume(w http.ResponseWriter, r *http.Request, tenant string) 
 	if _, err := h.live(r, tenant, id); err != nil {
 		return err
 	}
-	if err := h.checkResumeMemory(r, tenant, id, b.Memory); err != nil {
-		return err
-	}
-	if _, err := h.m.Resume(r.Context(), tenant, id); err != nil {
+	if _, err := h.m.ResumeWith(r.Context(), tenant, id, o); err != nil {
 		return err
 	}
 	return h.answerSandbox(w, r, tenant, id, d, http.StatusCreated)
@@ -939,9 +965,13 @@ func (h *Handler) connect(w http.ResponseWriter, r *http.Request, tenant string)
 		return err
 	}
 	if b.AutoPause != nil {
-		return errorf(errUnsupported, "autoPause: not supported by hutch")
+		return errorf(errUnsupported, "autoPause: a sandbox pauses on its timeout as its create asked (autoPause, the SDK's lifecycle onTimeout); not on resume or connect")
 	}
 	d, err := seconds("timeout", b.Timeout)
+	if err != nil {
+		return err
+	}
+	o, err := resumeOptions(b.Memory)
 	if err != nil {
 		return err
 	}
@@ -950,13 +980,10 @@ func (h *Handler) connect(w http.ResponseWriter, r *http.Request, tenant string)
 	if err != nil {
 		return err
 	}
-	if err := h.checkResumeMemory(r, tenant, id, b.Memory); err != nil {
-		return err
-	}
 	status := http.StatusOK
 	if info.State == store.StatePaused {
 		auditEntry(r).Action = "resume"
-		if _, err := h.m.Resume(r.Context(), tenant, id); err != nil && !errors.Is(err, daemon.ErrConflict) {
+		if _, err := h.m.ResumeWith(r.Context(), tenant, id, o); err != nil && !errors.Is(err, daemon.ErrConflict) {
 			return err
 		}
 		status = http.StatusCreated

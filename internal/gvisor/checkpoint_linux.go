@@ -94,7 +94,7 @@ func savedSpec(dir, from, to string) ([]byte, error) {
 // made as the saved sandbox's was: the same policy's filesystem, network
 // mode and resources).
 func (rt *Runtime) Restore(c sandbox.Config, dir string) (sandbox.Instance, error) {
-	return rt.start(c, dir)
+	return rt.start(c, dir, false)
 }
 
 // Checkpoint saves the sandbox to dir (made here, owner-only; it must not

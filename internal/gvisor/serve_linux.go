@@ -47,11 +47,21 @@ import (
 // Checkpoint saves the sandbox to disk and ends it, and Restore starts it
 // again from there.
 func (rt *Runtime) Start(c sandbox.Config) (sandbox.Instance, error) {
-	return rt.start(c, "")
+	return rt.start(c, "", false)
 }
 
-// start is Start, or with saved (a directory Checkpoint wrote) Restore.
-func (rt *Runtime) start(c sandbox.Config, saved string) (inst sandbox.Instance, err error) {
+// Reboot starts afresh a sandbox that Checkpoint saved in dir, with c as
+// its configuration (as Restore's): a new kernel (a new boot ID, uptime
+// from zero) and c's command run anew, over a root layer that holds the
+// files the saved sandbox wrote; the saved memory is not read. dir is
+// left as it is.
+func (rt *Runtime) Reboot(c sandbox.Config, dir string) (sandbox.Instance, error) {
+	return rt.start(c, dir, true)
+}
+
+// start is Start, or with saved (a directory Checkpoint wrote) Restore,
+// or with cold too Reboot.
+func (rt *Runtime) start(c sandbox.Config, saved string, cold bool) (inst sandbox.Instance, err error) {
 	s := c.Spec
 	log := c.Log
 	if log == nil {
@@ -152,7 +162,7 @@ func (rt *Runtime) start(c sandbox.Config, saved string) (inst sandbox.Instance,
 	if err != nil {
 		return nil, err
 	}
-	if saved != "" {
+	if saved != "" && !cold {
 		// The spec the sandbox was saved with, whose mounts the
 		// checkpoint holds, in this state directory: the view made above
 		// is the same, made the same way.
@@ -168,7 +178,7 @@ func (rt *Runtime) start(c sandbox.Config, saved string) (inst sandbox.Instance,
 	sb := &served{runsc: rt.Runsc, dir: dir, id: id, state: state, logFile: logFile, log: log, proxy: c.Proxy, cgroup: v.cgroup}
 	sb.flags = runscArgs(state, logFile, v.netDir != "", v.cgroup != "")
 	args := append(slices.Clip(sb.flags), "run", "--bundle", dir, id)
-	if saved != "" {
+	if saved != "" && !cold {
 		args = append(slices.Clip(sb.flags), "restore", "--image-path", filepath.Join(saved, savedImage), "--bundle", dir, id)
 	}
 	if err := sb.launch(args); err != nil {

@@ -175,6 +175,9 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		}
 		cfg.Files = append(cfg.Files, fileBind{Path: exe, Target: SandboxHutch, Create: true, Exec: true})
 	}
+	if c.BootID != "" {
+		cfg.Files = append(cfg.Files, fileBind{Path: c.BootID, Target: BootIDPath})
+	}
 	if cfg.Net == "proxy" && c.Proxy == nil {
 		return res, errors.New("network mode proxy needs an egress proxy")
 	}

@@ -106,6 +106,12 @@ type Config struct {
 	// as the agent (it must serve "agent" and "proxy-connect" as hutch
 	// does, like hutch-agent); hutch's own binary when empty.
 	AgentBinary string
+	// BootID, when set, is a host file holding a boot ID (a UUID and a
+	// newline) bound read-only over BootIDPath, so that the sandbox has a
+	// boot ID of its own rather than the host's, which its owner writes
+	// anew when the sandbox boots again (a cold boot after a pause
+	// without memory). The sandbox can neither write nor unmount it.
+	BootID string
 	// RootLayer, when set, makes the sandbox's root filesystem writable:
 	// a copy-on-write layer over the read-only root (root only). The
 	// workspace (Spec.Filesystem.Workspace) is then a directory of the
@@ -247,6 +253,8 @@ const (
 	DNSPort        = relay.DNSPort
 	Hostname       = "hutch"
 	SandboxHutch   = "/dev/hutch"
+	// BootIDPath is the kernel's boot ID, which Config.BootID covers.
+	BootIDPath = "/proc/sys/kernel/random/boot_id"
 )
 
 // systemBundles are where distributions keep the bundle of trusted

@@ -122,8 +122,7 @@ suite('control plane', () => {
 
   test('unsupported options are refused, naming them', async () => {
     await assert.rejects(Sandbox.create('python', { timeoutMs: 10_000 }), /template "python"/)
-    if (since('2.30.0')) { // the releases before send neither lifecycle nor network
-      await assert.rejects(Sandbox.create({ lifecycle: { onTimeout: 'pause' } }), /autoPause/)
+    if (since('2.30.0')) { // the releases before send no network
       await assert.rejects(Sandbox.create({ network: { denyOut: ['10.0.0.0/8'] } }), /not address ranges/)
     }
   })
@@ -147,27 +146,73 @@ suite('control plane', () => {
 
   test('pause without memory keeps the files, not the processes', { skip: lacks('2.45.0', 'pause without memory') }, async () => {
     const sbx = await create()
-    await sbx.files.write('/tmp/kept.txt', 'kept')
+    await sbx.files.write('/home/user/kept.txt', 'kept')
     await sbx.commands.run('sleep 1000', { background: true })
     assert.equal(await sbx.pause({ keepMemory: false }), true)
     assert.equal(await Sandbox.pause(sbx.sandboxId, { keepMemory: false }), false, 'pausing a paused sandbox')
-    // A paused sandbox without memory restarts its processes afresh: a
-    // reboot asks for nothing more.
+    // A paused sandbox without memory boots again (its root layer kept;
+    // under gVisor its /tmp, a tmpfs, is new): a reboot asks for nothing
+    // more.
     const again = await Sandbox.connect(sbx.sandboxId, { onResume: 'reboot' })
     assert.equal((await again.getInfo()).state, 'running')
-    assert.equal(await again.files.read('/tmp/kept.txt'), 'kept')
+    assert.equal(await again.files.read('/home/user/kept.txt'), 'kept')
     const ps = await again.commands.run(`for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' <$f; echo; done`)
     assert.ok(!ps.stdout.includes('sleep 1000'), ps.stdout)
 
-    // One paused with its memory is not resumed without it: an error,
-    // never its memory silently restored (the releases before 2.50 send
-    // no onResume).
+    // One paused with its memory boots again too when asked (E2B's
+    // onResume 'reboot', which the releases before 2.50 do not send): a
+    // new boot ID, its processes gone, its files kept.
     if (since('2.50.0')) {
+      await again.commands.run('sleep 1000', { background: true })
+      const boot = (await again.commands.run('cat /proc/sys/kernel/random/boot_id')).stdout
       assert.equal(await again.pause(), true)
-      await assert.rejects(Sandbox.connect(sbx.sandboxId, { onResume: 'reboot' }), /paused with its memory/)
-      assert.equal((await again.getInfo()).state, 'paused')
+      const rebooted = await Sandbox.connect(sbx.sandboxId, { onResume: 'reboot' })
+      assert.equal((await rebooted.getInfo()).state, 'running')
+      assert.notEqual((await rebooted.commands.run('cat /proc/sys/kernel/random/boot_id')).stdout, boot)
+      const after = await rebooted.commands.run(`for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' <$f; echo; done`)
+      assert.ok(!after.stdout.includes('sleep 1000'), after.stdout)
+      assert.equal(await rebooted.files.read('/home/user/kept.txt'), 'kept')
     }
     await Sandbox.kill(sbx.sandboxId) // within the tenant's memory quota for the tests after it
+  })
+
+  test('lifecycle: the timeout pauses; connect, or a request with autoResume, resumes', { skip: lacks('2.30.0', 'lifecycle') }, async () => {
+    const paused = (sbx) => until(async () => (await sbx.getInfo()).state === 'paused', `${sbx.sandboxId} paused by its timeout`, 60_000)
+    // Without autoResume only connect resumes it.
+    const a = await create({ lifecycle: { onTimeout: 'pause', autoResume: false } })
+    assert.deepEqual((await a.getInfo()).lifecycle, { onTimeout: 'pause', autoResume: false })
+    await a.setTimeout(1_000)
+    await paused(a)
+    assert.equal(await a.isRunning(), false)
+    await assert.rejects(a.commands.run('true'))
+    assert.equal((await a.getInfo()).state, 'paused')
+    await a.connect({ timeoutMs: 60_000 })
+    assert.equal((await a.getInfo()).state, 'running')
+    assert.equal(await a.isRunning(), true)
+
+    // With autoResume a command wakes it.
+    const b = await create({ lifecycle: { onTimeout: 'pause', autoResume: true } })
+    assert.deepEqual((await b.getInfo()).lifecycle, { onTimeout: 'pause', autoResume: true })
+    await b.commands.run('sleep 1000', { background: true })
+    await b.setTimeout(1_000)
+    await paused(b)
+    assert.equal((await b.commands.run('echo awake')).stdout, 'awake\n')
+    assert.equal((await b.getInfo()).state, 'running')
+    const ps = await b.commands.run(`for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' <$f; echo; done`)
+    assert.ok(ps.stdout.includes('sleep 1000'), 'woken with its memory:\n' + ps.stdout)
+
+    // Filesystem-only: connect boots it again, its files kept.
+    await assert.rejects(create({ lifecycle: { onTimeout: { action: 'pause', keepMemory: false }, autoResume: true } }), /keepMemory/)
+    const c = await create({ lifecycle: { onTimeout: { action: 'pause', keepMemory: false } } })
+    await c.files.write('/home/user/kept.txt', 'kept')
+    const boot = (await c.commands.run('cat /proc/sys/kernel/random/boot_id')).stdout
+    await c.setTimeout(1_000)
+    await paused(c)
+    await assert.rejects(c.commands.run('true'))
+    await c.connect({ timeoutMs: 60_000 })
+    assert.equal(await c.files.read('/home/user/kept.txt'), 'kept')
+    assert.notEqual((await c.commands.run('cat /proc/sys/kernel/random/boot_id')).stdout, boot)
+    await Promise.all([a, b, c].map((s) => s.kill()))
   })
 
   test('list: newest first, as E2B lists', async () => {

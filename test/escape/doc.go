@@ -46,7 +46,8 @@
 // anything run as an ordinary user under gVisor.
 //
 // The tests of hutch serve (TestItem21_ServedLayer, _CpFromServed,
-// TestItem26..30, TestItem27_ServedPID1, TestSandboxPortsHostRouting) start a daemon of each tier in
+// TestItem26..30, TestItem27_ServedPID1, TestSandboxPortsHostRouting,
+// TestItem08_BootID) start a daemon of each tier in
 // turn (forEachServedTier: the parallel subtests "namespace" and
 // "gvisor", the latter with hutch serve --default-tier gvisor), so every
 // sandbox they make is of that tier; servedNotUnderGVisor names those
@@ -89,7 +90,8 @@
 //	7  symlinks, links, renames             TestItem07_* (a workspace entered through a link too;
 //	                                        in review mode nothing reaches the workspace:
 //	                                        TestItem07_ReviewModeWrites)
-//	8  /proc and other processes            TestItem08_ProcAndProcesses
+//	8  /proc and other processes            TestItem08_ProcAndProcesses, _BootID (a served
+//	                                        sandbox's own boot ID, fixed in its view)
 //	9  staying alive                        TestItem09_*
 //	10 privilege and kernel surface         TestItem10_* (the stand-ins hutch serves over hidden
 //	                                        and protected paths, as root and as a user whose
@@ -124,6 +126,8 @@
 //	                                        (snapshots, forks, diffs of another tenant's),
 //	                                        _TemplatesAcrossTenants (E2B's templates, their
 //	                                        builds and uploads; a build's steps confined)
+//	                                        _WakeAcrossTenants (E2B's autoResume wakes a
+//	                                        sandbox for its own tenant's requests only)
 //	-- an image's layers (hostile input)    TestImageLayersHostile (dot-dot, absolute names, a
 //	                                        planted symbolic link as a parent, hard links out,
 //	                                        whiteouts through a link, device nodes, set-id bits)

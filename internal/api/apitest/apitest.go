@@ -298,6 +298,16 @@ func (m *Manager) Resume(ctx context.Context, tenant, id string) (daemon.Info, e
 	return m.setState(tenant, id, store.StatePaused, store.StateRunning, daemon.EventResumed, nil, false)
 }
 
+// ResumeWith resumes as Resume does; with o.Reboot its resumed event
+// says {"boot": "cold"} (nothing is killed here).
+func (m *Manager) ResumeWith(ctx context.Context, tenant, id string, o daemon.ResumeOptions) (daemon.Info, error) {
+	var data map[string]any
+	if o.Reboot {
+		data = map[string]any{"boot": "cold"}
+	}
+	return m.setState(tenant, id, store.StatePaused, store.StateRunning, daemon.EventResumed, data, false)
+}
+
 // setState moves tenant's sandbox id from state from to state to, and
 // records an event of type kind with data; filesOnly says whether it is
 // paused without its memory. A sandbox in another state is a conflict.
