@@ -827,7 +827,7 @@ suite('envd: files in place, metadata, signed URLs', () => {
     assert.equal((await sbx.commands.run('stat -c %i /home/user/wp/f.txt')).stdout, ino, 'the file keeps its inode')
   })
 
-  test('metadata: stored as user.e2b.* extended attributes, surfaced everywhere, replaced on overwrite', async () => {
+  test('metadata: stored as user.e2b.* extended attributes, surfaced everywhere, replaced on overwrite', { skip: lacks('2.30.0', 'file metadata') }, async () => {
     const sbx = await create()
     const metadata = { author: 'mish', purpose: 'upload' }
     for (const useOctetStream of [false, true]) {
