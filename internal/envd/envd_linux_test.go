@@ -1132,3 +1132,37 @@ func isWatchStart(msg []byte) bool {
 	var m watchResponse
 	return json.Unmarshal(msg, &m) == nil && m.Start != nil && m.Filesystem == nil
 }
+
+// TestStreamInput: input through StreamInput, a client stream of
+// application/connect+json envelopes (the start naming the command by
+// pid, then data, keepalives ignored), reaches the command in order; the
+// answer is an end of stream without an error.
+func TestStreamInput(t *testing.T) {
+	e := newEnv(t)
+	s := e.stream(t, "process.Process/Start", map[string]any{"process": map[string]any{"cmd": "wc", "args": []string{"-c"}}, "stdin": true}, nil)
+	pid := s.event().Start.PID
+	var body []byte
+	for _, m := range []map[string]any{
+		{"start": map[string]any{"process": map[string]any{"pid": pid}}},
+		{"data": map[string]any{"input": map[string]any{"stdin": base64.StdEncoding.EncodeToString([]byte("123"))}}},
+		{"keepalive": map[string]any{}},
+		{"data": map[string]any{"input": map[string]any{"stdin": base64.StdEncoding.EncodeToString([]byte("45"))}}},
+	} {
+		msg, err := json.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body = append(body, envelope(msg)...)
+	}
+	in := e.rawStream(t, "process.Process/StreamInput", body, nil)
+	if flags, b := in.next(); flags != 0 || string(b) != "{}" {
+		t.Fatalf("answer %#x %q", flags, b)
+	}
+	if we := in.endOfStream(); we != nil {
+		t.Fatalf("stream input: %+v", we)
+	}
+	e.mustCall(t, "process.Process/CloseStdin", map[string]any{"process": map[string]any{"pid": pid}}, nil)
+	if stdout, _, end := s.collect(); strings.TrimSpace(stdout) != "5" || end.End.ExitCode != 0 {
+		t.Errorf("wc -c: %q, %+v", stdout, *end.End)
+	}
+}
