@@ -43,7 +43,9 @@ func withSandbox(ctx context.Context, id string) context.Context {
 }
 
 // headerInterceptor sets request headers of unary and streaming calls.
-type headerInterceptor struct{ set func(context.Context, http.Header) }
+type headerInterceptor struct {
+	set func(context.Context, http.Header)
+}
 
 func (i headerInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
