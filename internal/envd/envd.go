@@ -235,7 +235,7 @@ func (h *handler) procedure(action string, answered bool, svc http.Handler) http
 		if answered && action != audit.ReadOnly && b.audit != nil {
 			c.ev = &Event{Time: time.Now(), Action: action}
 		}
-		svc.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callKey{}, c)))
+		svc.ServeHTTP(flusher{w}, r.WithContext(context.WithValue(r.Context(), callKey{}, c)))
 		if c.ev != nil {
 			// The answer goes out first: the client need not wait
 			// for the audit log.
@@ -244,6 +244,16 @@ func (h *handler) procedure(action string, answered bool, svc http.Handler) http
 		}
 	})
 }
+
+// flusher is a ResponseWriter that is an http.Flusher, which connect-go
+// asks of the writer of a stream, whatever wraps the server's (such as the
+// daemon's metrics): it flushes through http.ResponseController.
+type flusher struct{ http.ResponseWriter }
+
+func (f flusher) Flush() { _ = http.NewResponseController(f.ResponseWriter).Flush() }
+
+// Unwrap returns the writer f wraps, for http.ResponseController.
+func (f flusher) Unwrap() http.ResponseWriter { return f.ResponseWriter }
 
 // unaryCall runs f, a unary procedure, for req, and converts its error
 // to connect-go's; an audited call's event gets the error's code.

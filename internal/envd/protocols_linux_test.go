@@ -72,7 +72,7 @@ func (i headerInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFun
 // handler) and gRPC-Web.
 func protocolClients(t *testing.T, e *env) map[string]protocolClient {
 	t.Helper()
-	h2 := httptest.NewUnstartedServer(e.h)
+	h2 := httptest.NewUnstartedServer(wrapped(e.h))
 	h2.EnableHTTP2 = true
 	h2.StartTLS()
 	t.Cleanup(h2.Close)
@@ -226,3 +226,18 @@ func TestProtocolsSandboxEnds(t *testing.T) {
 		}
 	}
 }
+
+// wrapped serves h through a ResponseWriter that is no http.Flusher
+// itself, only through Unwrap, as the daemon's metrics wrap envd's.
+func wrapped(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(plainWriter{w}, r)
+	})
+}
+
+type plainWriter struct{ w http.ResponseWriter }
+
+func (p plainWriter) Header() http.Header         { return p.w.Header() }
+func (p plainWriter) Write(b []byte) (int, error) { return p.w.Write(b) }
+func (p plainWriter) WriteHeader(code int)        { p.w.WriteHeader(code) }
+func (p plainWriter) Unwrap() http.ResponseWriter { return p.w }
