@@ -3,6 +3,7 @@ module github.com/hutch-sandbox/hutch
 go 1.26.8
 
 require (
+	connectrpc.com/connect v1.21.1
 	github.com/aymanbagabas/go-udiff v0.4.2
 	github.com/chromedp/cdproto v0.160.1
 	github.com/chromedp/chromedp v0.23.1
@@ -12,6 +13,7 @@ require (
 	github.com/modelcontextprotocol/go-sdk v1.8.0
 	golang.org/x/sys v0.50.0
 	golang.org/x/time v0.15.0
+	google.golang.org/protobuf v1.36.12
 	gopkg.in/yaml.v3 v3.0.1
 	modernc.org/sqlite v1.62.0
 )

@@ -771,7 +771,19 @@ func (w *walker) calls() map[string]call {
 				w.unary(t, "process.Process/CloseStdin", fmt.Sprintf(`{"process":{"pid":%d}}`, pid), 200)
 			}
 		},
-		"envd POST /process.Process/StreamInput": now(func(t *testing.T) { w.unary(t, "process.Process/StreamInput", `{}`, 501) }),
+		"envd POST /process.Process/StreamInput": func(t *testing.T) func(*testing.T) {
+			pid := w.background(t, false)
+			in := base64.StdEncoding.EncodeToString([]byte("input\n"))
+			return func(t *testing.T) {
+				// A client stream: the start naming the command, then its input.
+				body := io.MultiReader(envelope(fmt.Sprintf(`{"start":{"process":{"pid":%d}}}`, pid)), envelope(fmt.Sprintf(`{"data":{"input":{"stdin":%q}}}`, in)))
+				status, b := w.do(t, nil, "POST", "/process.Process/StreamInput", body, w.envdHeaders("Content-Type", "application/connect+json")...)
+				expect(t, "process.Process/StreamInput", status, b, http.StatusOK)
+				if bytes.Contains(b, []byte(`"error"`)) {
+					t.Errorf("stream input: %q", b)
+				}
+			}
+		},
 		"envd POST /filesystem.Filesystem/Stat": now(func(t *testing.T) {
 			w.unary(t, "filesystem.Filesystem/Stat", `{"path":"/home/user/seen.txt"}`, 200)
 		}),

@@ -2,7 +2,6 @@ package envd
 
 import (
 	"context"
-	"net/http"
 	"time"
 )
 
@@ -37,25 +36,18 @@ type Event struct {
 	Error string
 }
 
-type eventKey struct{}
-
-// withEvent returns r carrying ev, for the procedure to fill in.
-func withEvent(r *http.Request, ev *Event) *http.Request {
-	return r.WithContext(context.WithValue(r.Context(), eventKey{}, ev))
-}
-
 // auditCommand records the command (its arguments as run) and the input
 // a call acted on in its event, if it is audited.
-func auditCommand(r *http.Request, args []string, in int64) {
-	if ev, ok := r.Context().Value(eventKey{}).(*Event); ok {
+func auditCommand(ctx context.Context, args []string, in int64) {
+	if ev := callOf(ctx).ev; ev != nil {
 		ev.Command, ev.BytesIn = args, in
 	}
 }
 
 // auditPaths records the paths a call acted on in its event, if it is
 // audited.
-func auditPaths(r *http.Request, paths ...string) {
-	if ev, ok := r.Context().Value(eventKey{}).(*Event); ok {
+func auditPaths(ctx context.Context, paths ...string) {
+	if ev := callOf(ctx).ev; ev != nil {
 		ev.Paths = paths
 	}
 }

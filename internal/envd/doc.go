@@ -7,10 +7,15 @@
 // header and authenticate with X-Access-Token; the resolver checks both),
 // then serves, through that sandbox's agent (package agent):
 //
-//   - the Connect services process.Process and filesystem.Filesystem of
-//     E2B's envd protocol, with the Connect protocol's JSON codec: unary
-//     calls as application/json, server streams as application/connect+json
-//     (5-byte envelopes, an end-of-stream envelope carrying the error);
+//   - the services process.Process and filesystem.Filesystem of E2B's envd
+//     protocol, as described by the .proto files of package envdpb and
+//     served by connectrpc.com/connect from the handlers generated from
+//     them: the Connect protocol with JSON (what E2B's SDKs speak) or
+//     binary protobuf, gRPC (where the listener speaks HTTP/2) and
+//     gRPC-Web, gzip. The sandbox is resolved before connect-go sees the
+//     request; a refusal is written in the client's protocol. Unary and
+//     client-streaming calls (StreamInput: a start event naming the
+//     command, then its input, in order) are audited once answered;
 //   - GET and POST /files: a file's raw content, and uploads (multipart or
 //     a raw body), written into the file in place (staged first, so a
 //     failed upload leaves it as it was) so that a watch sees a write; an
@@ -35,9 +40,16 @@
 // username query parameter of /files. Files written and directories made for
 // a user are owned by that user.
 //
-// Everything a client sends is untrusted: request bodies, envelopes and
-// uploads are bounded, and malformed input is answered with
-// invalid_argument.
+// Everything a client sends is untrusted: messages (16 MiB, once
+// decompressed too) and uploads are bounded, a malformed message is
+// answered with invalid_argument, and malformed framing with connect-go's
+// code for it.
+//
+// A stream whose sandbox ends under it (killed, timed out, paused) is cut
+// off without an end, as envd's: the handler panics with
+// http.ErrAbortHandler, which connect-go (built without WithRecover)
+// leaves to net/http, so that E2B's SDKs ask /health and report the
+// sandbox gone rather than a command's exit.
 //
 // WatchDir and the watchers of CreateWatcher use the agent's watches
 // (inotify in the sandbox): they report create, write, remove, rename (the

@@ -3,9 +3,7 @@ package envd
 import (
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"path"
@@ -14,8 +12,12 @@ import (
 	"sync"
 	"time"
 
+	"connectrpc.com/connect"
+
 	"github.com/hutch-sandbox/hutch/internal/agent"
 	"github.com/hutch-sandbox/hutch/internal/audit"
+	"github.com/hutch-sandbox/hutch/internal/envd/envdpb/filesystem/filesystemconnect"
+	"github.com/hutch-sandbox/hutch/internal/envd/envdpb/process/processconnect"
 )
 
 // Sandbox is what envd needs of the sandbox a request is for.
@@ -66,6 +68,7 @@ type handler struct {
 	log     *slog.Logger
 	users   []user
 	mux     *http.ServeMux
+	errw    *connect.ErrorWriter
 
 	mu    sync.Mutex
 	boxes map[*agent.Client]*box
@@ -83,9 +86,10 @@ type box struct {
 }
 
 // New serves, for each request, the sandbox resolve returns: the Connect
-// services process.Process and filesystem.Filesystem (JSON codec), GET and
-// POST /files, and GET /health (204). log receives its events; nil
-// discards them.
+// services process.Process and filesystem.Filesystem (with
+// connectrpc.com/connect: the Connect protocol with JSON or binary
+// protobuf, gRPC and gRPC-Web), GET and POST /files, and GET /health
+// (204). log receives its events; nil discards them.
 func New(resolve Resolver, log *slog.Logger) http.Handler {
 	return newHandler(resolve, log, defaultUsers)
 }
@@ -95,17 +99,18 @@ func newHandler(resolve Resolver, log *slog.Logger, users []user) *handler {
 		log = slog.New(slog.DiscardHandler)
 	}
 	h := &handler{resolve: resolve, log: log, users: users, boxes: make(map[*agent.Client]*box)}
+	h.errw = connect.NewErrorWriter(handlerOptions()...)
 	mux := http.NewServeMux()
 	registered := map[string]bool{}
 	for _, rt := range h.table() {
 		rt.Check()
-		// Connect's procedures answer every method themselves (a
-		// Connect error), and /files serves GET and POST: the mux
-		// routes by path.
+		// connect-go answers every method of a procedure itself (an
+		// error in the client's protocol), and /files serves GET and
+		// POST: the mux routes by path.
 		_, path, _ := strings.Cut(rt.Pattern, " ")
 		if !registered[path] {
 			registered[path] = true
-			mux.HandleFunc(path, rt.serve)
+			mux.Handle(path, rt.serve)
 		}
 	}
 	h.mux = mux
@@ -116,53 +121,52 @@ func newHandler(resolve Resolver, log *slog.Logger, users []user) *handler {
 // handler.
 type route struct {
 	audit.Route
-	serve http.HandlerFunc
+	serve http.Handler
 }
 
 // table is every route of envd, in the order registered. Each says
-// whether it is audited (its action: a unary procedure is recorded by
-// unary once answered, a command by processStart once it ended, a file
-// upload by files) or only reads (audit.ReadOnly).
+// whether it is audited (its action: a unary or client-streaming
+// procedure is recorded by procedure once answered, a command by
+// processStart once it ended, a file upload by files) or only reads
+// (audit.ReadOnly).
 func (h *handler) table() []route {
 	const ro = audit.ReadOnly
-	unary := func(name, action string, f unaryFunc) route {
-		return route{audit.Route{Pattern: "POST /" + name, Action: action}, func(w http.ResponseWriter, r *http.Request) { h.unary(w, r, action, f) }}
+	_, process := processconnect.NewProcessHandler(processServer{h}, handlerOptions()...)
+	_, filesystem := filesystemconnect.NewFilesystemHandler(filesystemServer{h}, handlerOptions()...)
+	procedure := func(name, action string, answered bool) route {
+		svc := process
+		if strings.HasPrefix(name, "filesystem.") {
+			svc = filesystem
+		}
+		return route{audit.Route{Pattern: "POST /" + name, Action: action}, h.procedure(action, answered, svc)}
 	}
-	streaming := func(name, action string, f streamFunc) route {
-		return route{audit.Route{Pattern: "POST /" + name, Action: action}, func(w http.ResponseWriter, r *http.Request) { h.streaming(w, r, f) }}
-	}
+	// unary: recorded once answered; streaming: by the procedure.
+	unary := func(name, action string) route { return procedure(name, action, true) }
+	streaming := func(name, action string) route { return procedure(name, action, false) }
 	return []route{
-		unary("process.Process/List", ro, h.processList),
-		streaming("process.Process/Start", "exec", h.processStart),
-		streaming("process.Process/Connect", ro, h.processConnect),
-		unary("process.Process/Update", "resize", h.processUpdate),
-		unary("process.Process/SendInput", "stdin", h.processSendInput),
-		unary("process.Process/SendSignal", "signal", h.processSendSignal),
-		unary("process.Process/CloseStdin", "close_stdin", h.processCloseStdin),
-		unary("process.Process/StreamInput", ro, func(context.Context, *box, *http.Request, []byte) (any, error) {
-			return nil, errorf(codeUnimplemented, "process.Process/StreamInput is not supported: use SendInput")
-		}),
-		unary("filesystem.Filesystem/Stat", ro, h.fsStat),
-		unary("filesystem.Filesystem/MakeDir", "mkdir", h.fsMakeDir),
-		unary("filesystem.Filesystem/Move", "rename", h.fsMove),
-		unary("filesystem.Filesystem/ListDir", ro, h.fsListDir),
-		unary("filesystem.Filesystem/Remove", "remove", h.fsRemove),
-		streaming("filesystem.Filesystem/WatchDir", ro, h.fsWatchDir),
-		unary("filesystem.Filesystem/CreateWatcher", "watch", h.fsCreateWatcher),
-		unary("filesystem.Filesystem/GetWatcherEvents", ro, h.fsGetWatcherEvents),
-		unary("filesystem.Filesystem/RemoveWatcher", "unwatch", h.fsRemoveWatcher),
-		{audit.Route{Pattern: "GET /files", Action: ro}, h.files},
-		{audit.Route{Pattern: "HEAD /files", Action: ro}, h.files},
-		{audit.Route{Pattern: "POST /files", Action: "write_file"}, h.files},
-		{audit.Route{Pattern: "GET /health", Action: ro}, h.health},
+		unary(processconnect.ProcessListProcedure[1:], ro),
+		streaming(processconnect.ProcessStartProcedure[1:], "exec"),
+		streaming(processconnect.ProcessConnectProcedure[1:], ro),
+		unary(processconnect.ProcessUpdateProcedure[1:], "resize"),
+		unary(processconnect.ProcessSendInputProcedure[1:], "stdin"),
+		unary(processconnect.ProcessStreamInputProcedure[1:], "stdin"),
+		unary(processconnect.ProcessSendSignalProcedure[1:], "signal"),
+		unary(processconnect.ProcessCloseStdinProcedure[1:], "close_stdin"),
+		unary(filesystemconnect.FilesystemStatProcedure[1:], ro),
+		unary(filesystemconnect.FilesystemMakeDirProcedure[1:], "mkdir"),
+		unary(filesystemconnect.FilesystemMoveProcedure[1:], "rename"),
+		unary(filesystemconnect.FilesystemListDirProcedure[1:], ro),
+		unary(filesystemconnect.FilesystemRemoveProcedure[1:], "remove"),
+		streaming(filesystemconnect.FilesystemWatchDirProcedure[1:], ro),
+		unary(filesystemconnect.FilesystemCreateWatcherProcedure[1:], "watch"),
+		unary(filesystemconnect.FilesystemGetWatcherEventsProcedure[1:], ro),
+		unary(filesystemconnect.FilesystemRemoveWatcherProcedure[1:], "unwatch"),
+		{audit.Route{Pattern: "GET /files", Action: ro}, http.HandlerFunc(h.files)},
+		{audit.Route{Pattern: "HEAD /files", Action: ro}, http.HandlerFunc(h.files)},
+		{audit.Route{Pattern: "POST /files", Action: "write_file"}, http.HandlerFunc(h.files)},
+		{audit.Route{Pattern: "GET /health", Action: ro}, http.HandlerFunc(h.health)},
 	}
 }
-
-// unaryFunc is a unary procedure; streamFunc a server-streaming one.
-type (
-	unaryFunc  func(ctx context.Context, b *box, r *http.Request, body []byte) (any, error)
-	streamFunc func(ctx context.Context, b *box, r *http.Request, body []byte, s *stream) error
-)
 
 // Routes returns every route of envd and what the audit log records of
 // it, from the table New registers.
@@ -190,11 +194,115 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if strings.HasPrefix(r.URL.Path, "/process.Process/") || strings.HasPrefix(r.URL.Path, "/filesystem.Filesystem/") {
 		if _, pattern := h.mux.Handler(r); pattern == "" {
-			writeUnaryError(w, errorf(codeUnimplemented, "%s: no such procedure", strings.TrimPrefix(r.URL.Path, "/")))
+			_ = h.errw.Write(w, r, errorf(codeUnimplemented, "%s: no such procedure", strings.TrimPrefix(r.URL.Path, "/")).connect())
 			return
 		}
 	}
 	h.mux.ServeHTTP(w, r)
+}
+
+// call is what a procedure knows of its request beyond its message: the
+// sandbox's state and, for an audited call, its event to fill in.
+type call struct {
+	b  *box
+	ev *Event // nil: not recorded once answered
+}
+
+type callKey struct{}
+
+// callOf returns the call of a procedure's context (see procedure).
+func callOf(ctx context.Context) *call {
+	c, _ := ctx.Value(callKey{}).(*call)
+	if c == nil {
+		return &call{}
+	}
+	return c
+}
+
+// procedure serves the procedures of svc (connect-go's handler of a
+// service): it resolves the sandbox first, answering an error in the
+// client's protocol if it cannot, and, if answered, records the call in
+// the audit log as action once answered unless that is audit.ReadOnly.
+func (h *handler) procedure(action string, answered bool, svc http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, err := h.box(r)
+		if err != nil {
+			h.log.Debug("envd call refused", "path", r.URL.Path, "err", err)
+			_ = h.errw.Write(w, r, asError(err).connect())
+			return
+		}
+		c := &call{b: b}
+		if answered && action != audit.ReadOnly && b.audit != nil {
+			c.ev = &Event{Time: time.Now(), Action: action}
+		}
+		svc.ServeHTTP(flusher{w}, r.WithContext(context.WithValue(r.Context(), callKey{}, c)))
+		if c.ev != nil {
+			// The answer goes out first: the client need not wait
+			// for the audit log.
+			_ = http.NewResponseController(w).Flush()
+			b.record(*c.ev)
+		}
+	})
+}
+
+// flusher is a ResponseWriter that is an http.Flusher, which connect-go
+// asks of the writer of a stream, whatever wraps the server's (such as the
+// daemon's metrics): it flushes through http.ResponseController.
+type flusher struct{ http.ResponseWriter }
+
+func (f flusher) Flush() { _ = http.NewResponseController(f.ResponseWriter).Flush() }
+
+// Unwrap returns the writer f wraps, for http.ResponseController.
+func (f flusher) Unwrap() http.ResponseWriter { return f.ResponseWriter }
+
+// unaryCall runs f, a unary procedure, for req, and converts its error
+// to connect-go's; an audited call's event gets the error's code.
+func unaryCall[Req, Res any](h *handler, ctx context.Context, req *connect.Request[Req], f func(context.Context, *box, http.Header, *Req) (*Res, error)) (*connect.Response[Res], error) {
+	c := callOf(ctx)
+	if c.b == nil {
+		return nil, errorf(codeInternal, "%s: no sandbox", req.Spec().Procedure).connect()
+	}
+	res, err := f(ctx, c.b, req.Header(), req.Msg)
+	if err != nil {
+		return nil, h.failed(c, req.Spec().Procedure, err)
+	}
+	return connect.NewResponse(res), nil
+}
+
+// failed logs the error of a call, records its code in the call's event,
+// and returns it as connect-go's error.
+func (h *handler) failed(c *call, procedure string, err error) error {
+	e := asError(err)
+	h.log.Debug("envd call failed", "sandbox", c.b.id, "procedure", procedure, "err", err)
+	if c.ev != nil {
+		c.ev.Error = e.Code
+	}
+	return e.connect()
+}
+
+// streamCall runs f, a server-streaming procedure, for req, its messages
+// sent on st.
+func streamCall[Req, Res any](h *handler, ctx context.Context, req *connect.Request[Req], st *connect.ServerStream[Res], f func(context.Context, *box, http.Header, *Req, func(*Res) error) error) error {
+	c := callOf(ctx)
+	if c.b == nil {
+		return errorf(codeInternal, "%s: no sandbox", req.Spec().Procedure).connect()
+	}
+	err := f(ctx, c.b, req.Header(), req.Msg, st.Send)
+	if errors.Is(err, agent.ErrClosed) && c.b.agent.Err() != nil {
+		// The sandbox ended (killed, timed out, paused) under the
+		// stream: as envd's, which ends with it, the response is cut
+		// off, without an end. E2B's SDKs then ask /health, which
+		// answers 502 for a sandbox that does not run, and report that
+		// the sandbox was killed (a TimeoutError), not a command's exit.
+		// connect-go does not recover panics (no WithRecover): net/http
+		// aborts the response.
+		h.log.Debug("envd stream cut: the sandbox ended", "sandbox", c.b.id, "procedure", req.Spec().Procedure, "err", err)
+		panic(http.ErrAbortHandler)
+	}
+	if err != nil {
+		return h.failed(c, req.Spec().Procedure, err)
+	}
+	return nil
 }
 
 // box resolves the sandbox of r and returns its state.
@@ -237,89 +345,6 @@ func (h *handler) boxOf(r *http.Request) (*box, Sandbox, error) {
 	return b, sb, nil
 }
 
-// unary serves a unary procedure, recorded in the audit log as action
-// once answered unless that is audit.ReadOnly.
-func (h *handler) unary(w http.ResponseWriter, r *http.Request, action string, f unaryFunc) {
-	body, err := readUnary(w, r)
-	if err != nil {
-		writeUnaryError(w, err)
-		return
-	}
-	ctx, cancel, err := withTimeout(r.Context(), r)
-	if err != nil {
-		writeUnaryError(w, err)
-		return
-	}
-	defer cancel()
-	b, err := h.box(r)
-	if err != nil {
-		writeUnaryError(w, err)
-		return
-	}
-	var ev *Event
-	if action != audit.ReadOnly && b.audit != nil {
-		ev = &Event{Time: time.Now(), Action: action}
-		r = withEvent(r, ev)
-		// The answer goes out first: the client need not wait for the
-		// audit log.
-		defer func() { b.record(*ev) }()
-	}
-	resp, err := f(ctx, b, r, body)
-	if err == nil {
-		var out []byte
-		if out, err = json.Marshal(resp); err != nil {
-			err = fmt.Errorf("encode response: %w", err)
-		} else {
-			w.Header().Set("Content-Type", "application/json")
-			_, _ = w.Write(out)
-			_ = http.NewResponseController(w).Flush()
-			return
-		}
-	}
-	h.log.Debug("envd call failed", "sandbox", b.id, "path", r.URL.Path, "err", err)
-	if ev != nil {
-		ev.Error = asError(err).Code
-	}
-	writeUnaryError(w, err)
-	if ev != nil {
-		_ = http.NewResponseController(w).Flush()
-	}
-}
-
-func (h *handler) streaming(w http.ResponseWriter, r *http.Request, f streamFunc) {
-	s := newStream(w)
-	body, err := readStreamRequest(w, r)
-	if err != nil {
-		s.end(err)
-		return
-	}
-	ctx, cancel, err := withTimeout(r.Context(), r)
-	if err != nil {
-		s.end(err)
-		return
-	}
-	defer cancel()
-	b, err := h.box(r)
-	if err != nil {
-		s.end(err)
-		return
-	}
-	err = f(ctx, b, r, body, s)
-	if errors.Is(err, agent.ErrClosed) && b.agent.Err() != nil {
-		// The sandbox ended (killed, timed out, paused) under the
-		// stream: as envd's, which ends with it, the response is cut
-		// off, without an end. E2B's SDKs then ask /health, which
-		// answers 502 for a sandbox that does not run, and report that
-		// the sandbox was killed (a TimeoutError), not a command's exit.
-		h.log.Debug("envd stream cut: the sandbox ended", "sandbox", b.id, "path", r.URL.Path, "err", err)
-		panic(http.ErrAbortHandler)
-	}
-	if err != nil {
-		h.log.Debug("envd stream failed", "sandbox", b.id, "path", r.URL.Path, "err", err)
-	}
-	s.end(err)
-}
-
 // health is envd's GET /health: 204 for a sandbox that runs, the error of
 // one that does not (E2B's SDKs ask it when a stream breaks). A request
 // that names no sandbox (no E2b-Sandbox-Id, no access token) is E2B's
@@ -352,8 +377,8 @@ func (h *handler) lookupUser(name string) (user, error) {
 
 // requestUser is the user an RPC runs as: HTTP basic authentication
 // ("name:"), the default user without it.
-func (h *handler) requestUser(r *http.Request) (user, error) {
-	a := r.Header.Get("Authorization")
+func (h *handler) requestUser(hdr http.Header) (user, error) {
+	a := hdr.Get("Authorization")
 	scheme, cred, ok := strings.Cut(a, " ")
 	if !ok || !strings.EqualFold(scheme, "basic") {
 		return h.lookupUser("")
@@ -394,9 +419,4 @@ func resolvePath(u user, p string) (string, error) {
 		return path.Join(u.home, p), nil
 	}
 	return path.Clean(p), nil
-}
-
-// pbTime is a google.protobuf.Timestamp in JSON.
-func pbTime(t time.Time) string {
-	return t.UTC().Format("2006-01-02T15:04:05.000000000Z")
 }

@@ -19,6 +19,7 @@ import (
 	"net/textproto"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"syscall"
 	"testing"
@@ -131,6 +132,9 @@ func (e *env) call(t *testing.T, proc string, req any, out any) (int, wireError)
 		t.Errorf("%s: content type %q", proc, ct)
 	}
 	if out != nil {
+		// A fresh value: protobuf's JSON leaves out the fields that hold
+		// their default.
+		reflect.ValueOf(out).Elem().SetZero()
 		if err := json.Unmarshal(body, out); err != nil {
 			t.Fatalf("%s: decode %q: %v", proc, body, err)
 		}
@@ -519,9 +523,58 @@ func TestFiles(t *testing.T) {
 	}
 }
 
-type entryResp struct {
-	Entry entryInfo `json:"entry"`
+// The messages of envd's protocol in JSON, as a client that speaks it
+// with raw HTTP decodes them.
+type (
+	wireError struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	}
+	processConfig struct {
+		Cmd  string            `json:"cmd"`
+		Args []string          `json:"args"`
+		Envs map[string]string `json:"envs"`
+		Cwd  *string           `json:"cwd"`
+	}
+	entryInfo struct {
+		Name          string            `json:"name"`
+		Type          string            `json:"type"`
+		Path          string            `json:"path"`
+		Size          string            `json:"size"`
+		Mode          uint32            `json:"mode"`
+		Permissions   string            `json:"permissions"`
+		Owner         string            `json:"owner"`
+		Group         string            `json:"group"`
+		ModifiedTime  string            `json:"modifiedTime"`
+		SymlinkTarget *string           `json:"symlinkTarget"`
+		Metadata      map[string]string `json:"metadata"`
+	}
+	entryResp struct {
+		Entry entryInfo `json:"entry"`
+	}
+	filesystemEvent struct {
+		Name  string     `json:"name"`
+		Type  string     `json:"type"`
+		Entry *entryInfo `json:"entry"`
+	}
+	watchResponse struct {
+		Start      *struct{}        `json:"start"`
+		Filesystem *filesystemEvent `json:"filesystem"`
+		Keepalive  *struct{}        `json:"keepalive"`
+	}
+)
+
+// typ is the entry's type, FILE_TYPE_UNSPECIFIED (the default, which
+// protobuf's JSON leaves out) if none.
+func (e entryInfo) typ() string {
+	if e.Type == "" {
+		return "FILE_TYPE_UNSPECIFIED"
+	}
+	return e.Type
 }
+
+// flagEndStream marks the last envelope of a Connect stream.
+const flagEndStream = 0x02
 
 func TestFilesystem(t *testing.T) {
 	e := newEnv(t)
@@ -554,7 +607,7 @@ func TestFilesystem(t *testing.T) {
 		{"dangling", e.home + "/a/b/dangling", "FILE_TYPE_UNSPECIFIED"}, {"loop", e.home + "/a/b/loop", "FILE_TYPE_UNSPECIFIED"},
 	} {
 		e.mustCall(t, "filesystem.Filesystem/Stat", map[string]any{"path": "a/b/" + c.name}, &st)
-		if st.Entry.SymlinkTarget == nil || *st.Entry.SymlinkTarget != c.target || st.Entry.Type != c.typ ||
+		if st.Entry.SymlinkTarget == nil || *st.Entry.SymlinkTarget != c.target || st.Entry.typ() != c.typ ||
 			st.Entry.Path != e.home+"/a/b/"+c.name || !strings.HasPrefix(st.Entry.Permissions, "L") {
 			t.Errorf("stat of link %s: %+v, want target %s of type %s", c.name, st.Entry, c.target, c.typ)
 		}
@@ -584,7 +637,7 @@ func TestFilesystem(t *testing.T) {
 	e.mustCall(t, "filesystem.Filesystem/ListDir", map[string]any{"path": "a", "depth": 2}, &ls)
 	var got []string
 	for _, en := range ls.Entries {
-		got = append(got, en.Name+":"+en.Type)
+		got = append(got, en.Name+":"+en.typ())
 		if en.Name == "l" && (en.SymlinkTarget == nil || *en.SymlinkTarget != e.home+"/a/b/f") {
 			t.Errorf("symlink entry: %+v", en)
 		}
@@ -661,7 +714,7 @@ func TestWatch(t *testing.T) {
 	e := newEnv(t)
 	base := inotifyInstances(t)
 	s := e.stream(t, "filesystem.Filesystem/WatchDir", map[string]any{"path": e.home, "includeEntry": true, "recursive": true}, nil)
-	if _, b := s.next(); string(b) != `{"start":{}}` {
+	if _, b := s.next(); !isWatchStart(b) {
 		t.Fatalf("first message %s", b)
 	}
 	if _, err := e.agent.WriteFile(context.Background(), e.home+"/new.txt", strings.NewReader("x"), 0); err != nil {
@@ -735,7 +788,7 @@ func TestWatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	s = e.stream(t, "filesystem.Filesystem/WatchDir", map[string]any{"path": "gone"}, nil)
-	if _, b := s.next(); string(b) != `{"start":{}}` {
+	if _, b := s.next(); !isWatchStart(b) {
 		t.Fatalf("first message %s", b)
 	}
 	if err := os.Remove(e.home + "/gone"); err != nil {
@@ -858,8 +911,12 @@ func TestProtocolErrors(t *testing.T) {
 	}
 	check("malformed JSON", e.request(t, "POST", "/filesystem.Filesystem/Stat", "application/json", strings.NewReader("{")), 400, codeInvalidArgument)
 	check("wrong field type", e.request(t, "POST", "/filesystem.Filesystem/Stat", "application/json", strings.NewReader(`{"path":7}`)), 400, codeInvalidArgument)
-	check("binary codec", e.request(t, "POST", "/filesystem.Filesystem/Stat", "application/proto", strings.NewReader("")), 400, codeInvalidArgument)
-	check("oversized", e.request(t, "POST", "/filesystem.Filesystem/Stat", "application/json", bytes.NewReader(make([]byte, maxMessage+1))), 400, codeInvalidArgument)
+	check("oversized", e.request(t, "POST", "/filesystem.Filesystem/Stat", "application/json", bytes.NewReader(make([]byte, maxMessage+1))), 429, codeResourceExhausted)
+	// An empty body is the empty message: here, a Stat of no path.
+	check("empty body", e.request(t, "POST", "/filesystem.Filesystem/Stat", "application/json", nil), 400, codeInvalidArgument)
+	if resp, b := do(t, e.request(t, "POST", "/filesystem.Filesystem/Stat", "application/xml", strings.NewReader("<path/>"))); resp.StatusCode != http.StatusUnsupportedMediaType {
+		t.Errorf("unknown codec: %d %s", resp.StatusCode, b)
+	}
 	check("unknown procedure", e.request(t, "POST", "/process.Process/Nope", "application/json", strings.NewReader("{}")), 501, codeUnimplemented)
 	req := e.request(t, "POST", "/process.Process/List", "application/json", strings.NewReader("{}"))
 	req.Header.Set("E2b-Sandbox-Id", "other")
@@ -872,17 +929,21 @@ func TestProtocolErrors(t *testing.T) {
 	check("unknown user", req, 400, codeInvalidArgument)
 	check("invalid signal", e.request(t, "POST", "/process.Process/SendSignal", "application/json", strings.NewReader(`{"process":{"pid":1},"signal":"SIGNAL_SIGHUP"}`)), 400, codeInvalidArgument)
 
+	// Malformed envelopes end the stream with connect-go's codes.
 	msg, _ := json.Marshal(bashStart("true"))
-	for name, body := range map[string][]byte{
-		"two messages":        append(envelope(msg), envelope(msg)...),
-		"truncated envelope":  envelope(msg)[:8],
-		"oversized envelope":  {0, 0xff, 0xff, 0xff, 0xff},
-		"unknown flags":       append([]byte{0x80}, envelope(msg)[1:]...),
-		"malformed JSON body": envelope([]byte("{")),
+	for name, c := range map[string]struct {
+		body []byte
+		code string
+	}{
+		"two messages":        {append(envelope(msg), envelope(msg)...), codeUnimplemented},
+		"truncated envelope":  {envelope(msg)[:8], codeInternal},
+		"oversized envelope":  {[]byte{0, 0xff, 0xff, 0xff, 0xff}, codeResourceExhausted},
+		"unknown flags":       {append([]byte{0x80}, envelope(msg)[1:]...), codeInternal},
+		"malformed JSON body": {envelope([]byte("{")), codeInvalidArgument},
 	} {
-		s := e.rawStream(t, "process.Process/Start", body, nil)
-		if we := s.endOfStream(); we == nil || we.Code != codeInvalidArgument {
-			t.Errorf("%s: %+v", name, we)
+		s := e.rawStream(t, "process.Process/Start", c.body, nil)
+		if we := s.endOfStream(); we == nil || we.Code != c.code {
+			t.Errorf("%s: %+v, want %s", name, we, c.code)
 		}
 	}
 
@@ -920,7 +981,7 @@ func TestSandboxEndsUnderStreams(t *testing.T) {
 		t.Fatalf("first message %s", b)
 	}
 	watch := e.stream(t, "filesystem.Filesystem/WatchDir", map[string]any{"path": e.home}, nil)
-	if _, b := watch.next(); string(b) != `{"start":{}}` {
+	if _, b := watch.next(); !isWatchStart(b) {
 		t.Fatalf("first message %s", b)
 	}
 	e.agent.Close()
@@ -1034,7 +1095,7 @@ func TestFilesMetadata(t *testing.T) {
 
 	// A watch with entries reports the metadata of a file written.
 	s := e.stream(t, "filesystem.Filesystem/WatchDir", map[string]any{"path": e.home, "includeEntry": true}, nil)
-	if _, b := s.next(); string(b) != `{"start":{}}` {
+	if _, b := s.next(); !isWatchStart(b) {
 		t.Fatalf("first message %s", b)
 	}
 	upload("renamed.txt", "third", map[string]string{"X-Metadata-Tag": "watched"}, true)
@@ -1063,5 +1124,45 @@ func TestFilesMetadata(t *testing.T) {
 	}
 	if _, err := os.Lstat(filepath.Join(e.home, "refused.txt")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a refused upload wrote its file: %v", err)
+	}
+}
+
+// isWatchStart reports whether msg is the first message of a watch.
+func isWatchStart(msg []byte) bool {
+	var m watchResponse
+	return json.Unmarshal(msg, &m) == nil && m.Start != nil && m.Filesystem == nil
+}
+
+// TestStreamInput: input through StreamInput, a client stream of
+// application/connect+json envelopes (the start naming the command by
+// pid, then data, keepalives ignored), reaches the command in order; the
+// answer is an end of stream without an error.
+func TestStreamInput(t *testing.T) {
+	e := newEnv(t)
+	s := e.stream(t, "process.Process/Start", map[string]any{"process": map[string]any{"cmd": "wc", "args": []string{"-c"}}, "stdin": true}, nil)
+	pid := s.event().Start.PID
+	var body []byte
+	for _, m := range []map[string]any{
+		{"start": map[string]any{"process": map[string]any{"pid": pid}}},
+		{"data": map[string]any{"input": map[string]any{"stdin": base64.StdEncoding.EncodeToString([]byte("123"))}}},
+		{"keepalive": map[string]any{}},
+		{"data": map[string]any{"input": map[string]any{"stdin": base64.StdEncoding.EncodeToString([]byte("45"))}}},
+	} {
+		msg, err := json.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body = append(body, envelope(msg)...)
+	}
+	in := e.rawStream(t, "process.Process/StreamInput", body, nil)
+	if flags, b := in.next(); flags != 0 || string(b) != "{}" {
+		t.Fatalf("answer %#x %q", flags, b)
+	}
+	if we := in.endOfStream(); we != nil {
+		t.Fatalf("stream input: %+v", we)
+	}
+	e.mustCall(t, "process.Process/CloseStdin", map[string]any{"process": map[string]any{"pid": pid}}, nil)
+	if stdout, _, end := s.collect(); strings.TrimSpace(stdout) != "5" || end.End.ExitCode != 0 {
+		t.Errorf("wc -c: %q, %+v", stdout, *end.End)
 	}
 }

@@ -119,7 +119,7 @@ func (h *handler) files(w http.ResponseWriter, r *http.Request) {
 	if name == "" && !sb.Signed {
 		// The SDKs name the user of /files in the query; take that of
 		// the Authorization header otherwise.
-		u, err := h.requestUser(r)
+		u, err := h.requestUser(r.Header)
 		if err != nil {
 			writeFilesError(w, err)
 			return
@@ -393,4 +393,14 @@ func (h *handler) writeFile(r *http.Request, b *box, u user, p string, body io.R
 		return fmt.Errorf("write %s: %w", p, err)
 	}
 	return h.own(ctx, b, u, p)
+}
+
+// mediaType returns the media type of the request's Content-Type, "" when
+// it has none or a malformed one.
+func mediaType(r *http.Request) string {
+	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil {
+		return ""
+	}
+	return strings.ToLower(mt)
 }

@@ -11,12 +11,15 @@ import (
 	"net/http"
 	"path"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	"github.com/hutch-sandbox/hutch/internal/agent"
+	pb "github.com/hutch-sandbox/hutch/internal/envd/envdpb/filesystem"
 )
 
 const (
@@ -33,32 +36,17 @@ const (
 	maxLinks = 255
 )
 
-// entryInfo is filesystem.EntryInfo.
-type entryInfo struct {
-	Name          string            `json:"name"`
-	Type          string            `json:"type"`
-	Path          string            `json:"path"`
-	Size          string            `json:"size"`
-	Mode          uint32            `json:"mode"`
-	Permissions   string            `json:"permissions"`
-	Owner         string            `json:"owner"`
-	Group         string            `json:"group"`
-	ModifiedTime  string            `json:"modifiedTime"`
-	SymlinkTarget *string           `json:"symlinkTarget,omitempty"`
-	Metadata      map[string]string `json:"metadata,omitempty"`
-}
-
 // fileType is the filesystem.FileType of fi.
-func fileType(fi agent.FileInfo) string {
+func fileType(fi agent.FileInfo) pb.FileType {
 	switch {
 	case fi.Mode&fs.ModeSymlink != 0:
-		return "FILE_TYPE_SYMLINK"
+		return pb.FileType_FILE_TYPE_SYMLINK
 	case fi.IsDir:
-		return "FILE_TYPE_DIRECTORY"
+		return pb.FileType_FILE_TYPE_DIRECTORY
 	case fi.Mode.IsRegular():
-		return "FILE_TYPE_FILE"
+		return pb.FileType_FILE_TYPE_FILE
 	}
-	return "FILE_TYPE_UNSPECIFIED"
+	return pb.FileType_FILE_TYPE_UNSPECIFIED
 }
 
 // entry describes fi, found at p. A symlink is described as envd does: its
@@ -66,23 +54,23 @@ func fileType(fi agent.FileInfo) string {
 // followed, and its type and mode those of that target; a link that
 // resolves to nothing (dangling, a loop) has its own path as target and
 // no type.
-func (h *handler) entry(ctx context.Context, b *box, p string, fi agent.FileInfo) *entryInfo {
-	e := &entryInfo{
+func (h *handler) entry(ctx context.Context, b *box, p string, fi agent.FileInfo) *pb.EntryInfo {
+	e := &pb.EntryInfo{
 		Name:         path.Base(p),
 		Type:         fileType(fi),
 		Path:         p,
-		Size:         strconv.FormatInt(fi.Size, 10),
+		Size:         fi.Size,
 		Mode:         uint32(fi.Mode.Perm()),
 		Permissions:  fi.Mode.String(),
 		Owner:        h.ownerName(fi.UID, false),
 		Group:        h.ownerName(fi.GID, true),
-		ModifiedTime: pbTime(fi.ModTime),
+		ModifiedTime: timestamppb.New(fi.ModTime),
 		Metadata:     fi.Xattrs,
 	}
 	if fi.Mode&fs.ModeSymlink != 0 {
 		target, tfi, err := resolveLinks(ctx, b, p)
 		if err != nil {
-			target, e.Type, e.Mode = p, "FILE_TYPE_UNSPECIFIED", 0
+			target, e.Type, e.Mode = p, pb.FileType_FILE_TYPE_UNSPECIFIED, 0
 		} else {
 			e.Type, e.Mode = fileType(tfi), uint32(tfi.Mode.Perm())
 		}
@@ -138,7 +126,7 @@ func resolveLinks(ctx context.Context, b *box, p string) (string, agent.FileInfo
 }
 
 // stat describes the file at p.
-func (h *handler) stat(ctx context.Context, b *box, p string) (*entryInfo, error) {
+func (h *handler) stat(ctx context.Context, b *box, p string) (*pb.EntryInfo, error) {
 	fi, err := b.agent.StatXattrs(ctx, p, metaPrefix)
 	if err != nil {
 		return nil, err
@@ -146,32 +134,21 @@ func (h *handler) stat(ctx context.Context, b *box, p string) (*entryInfo, error
 	return h.entry(ctx, b, p, fi), nil
 }
 
-// pathRequest decodes a request with a path and resolves the path for the
-// request's user.
-func (h *handler) pathRequest(r *http.Request, body []byte, req any, p *string) (user, string, error) {
-	if err := decode(body, req); err != nil {
-		return user{}, "", err
-	}
-	u, err := h.requestUser(r)
+// userPath resolves p for the request's user, and returns both.
+func (h *handler) userPath(hdr http.Header, p string) (user, string, error) {
+	u, err := h.requestUser(hdr)
 	if err != nil {
 		return user{}, "", err
 	}
-	abs, err := resolvePath(u, *p)
+	abs, err := resolvePath(u, p)
 	if err != nil {
 		return user{}, "", err
 	}
 	return u, abs, nil
 }
 
-type entryResponse struct {
-	Entry *entryInfo `json:"entry"`
-}
-
-func (h *handler) fsStat(ctx context.Context, b *box, r *http.Request, body []byte) (any, error) {
-	var req struct {
-		Path string `json:"path"`
-	}
-	_, p, err := h.pathRequest(r, body, &req, &req.Path)
+func (h *handler) fsStat(ctx context.Context, b *box, hdr http.Header, req *pb.StatRequest) (*pb.StatResponse, error) {
+	_, p, err := h.userPath(hdr, req.Path)
 	if err != nil {
 		return nil, err
 	}
@@ -179,7 +156,7 @@ func (h *handler) fsStat(ctx context.Context, b *box, r *http.Request, body []by
 	if err != nil {
 		return nil, fmt.Errorf("stat %s: %w", p, err)
 	}
-	return entryResponse{e}, nil
+	return &pb.StatResponse{Entry: e}, nil
 }
 
 // makeDirs makes directory p and its missing parents, owned by u.
@@ -227,15 +204,12 @@ func (h *handler) own(ctx context.Context, b *box, u user, p string) error {
 	return nil
 }
 
-func (h *handler) fsMakeDir(ctx context.Context, b *box, r *http.Request, body []byte) (any, error) {
-	var req struct {
-		Path string `json:"path"`
-	}
-	u, p, err := h.pathRequest(r, body, &req, &req.Path)
+func (h *handler) fsMakeDir(ctx context.Context, b *box, hdr http.Header, req *pb.MakeDirRequest) (*pb.MakeDirResponse, error) {
+	u, p, err := h.userPath(hdr, req.Path)
 	if err != nil {
 		return nil, err
 	}
-	auditPaths(r, p)
+	auditPaths(ctx, p)
 	if fi, err := b.agent.Stat(ctx, p); err == nil {
 		if fi.IsDir {
 			return nil, errorf(codeAlreadyExists, "directory %s already exists", p)
@@ -249,15 +223,11 @@ func (h *handler) fsMakeDir(ctx context.Context, b *box, r *http.Request, body [
 	if err != nil {
 		return nil, fmt.Errorf("make directory %s: %w", p, err)
 	}
-	return entryResponse{e}, nil
+	return &pb.MakeDirResponse{Entry: e}, nil
 }
 
-func (h *handler) fsMove(ctx context.Context, b *box, r *http.Request, body []byte) (any, error) {
-	var req struct {
-		Source      string `json:"source"`
-		Destination string `json:"destination"`
-	}
-	u, src, err := h.pathRequest(r, body, &req, &req.Source)
+func (h *handler) fsMove(ctx context.Context, b *box, hdr http.Header, req *pb.MoveRequest) (*pb.MoveResponse, error) {
+	u, src, err := h.userPath(hdr, req.Source)
 	if err != nil {
 		return nil, err
 	}
@@ -265,7 +235,7 @@ func (h *handler) fsMove(ctx context.Context, b *box, r *http.Request, body []by
 	if err != nil {
 		return nil, err
 	}
-	auditPaths(r, src, dst)
+	auditPaths(ctx, src, dst)
 	if _, err := b.agent.Stat(ctx, src); err != nil {
 		return nil, fmt.Errorf("move %s: %w", src, err)
 	}
@@ -279,23 +249,20 @@ func (h *handler) fsMove(ctx context.Context, b *box, r *http.Request, body []by
 	if err != nil {
 		return nil, fmt.Errorf("move %s to %s: %w", src, dst, err)
 	}
-	return entryResponse{e}, nil
+	return &pb.MoveResponse{Entry: e}, nil
 }
 
-func (h *handler) fsRemove(ctx context.Context, b *box, r *http.Request, body []byte) (any, error) {
-	var req struct {
-		Path string `json:"path"`
-	}
-	_, p, err := h.pathRequest(r, body, &req, &req.Path)
+func (h *handler) fsRemove(ctx context.Context, b *box, hdr http.Header, req *pb.RemoveRequest) (*pb.RemoveResponse, error) {
+	_, p, err := h.userPath(hdr, req.Path)
 	if err != nil {
 		return nil, err
 	}
-	auditPaths(r, p)
+	auditPaths(ctx, p)
 	// As envd's (os.RemoveAll): a path that does not exist is removed.
 	if err := b.agent.Remove(ctx, p, true); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("remove %s: %w", p, err)
 	}
-	return struct{}{}, nil
+	return &pb.RemoveResponse{}, nil
 }
 
 // walk lists directory p down to depth levels (1: its entries), calling f
@@ -320,12 +287,8 @@ func walk(ctx context.Context, b *box, p string, depth int, count *int, f func(s
 	return nil
 }
 
-func (h *handler) fsListDir(ctx context.Context, b *box, r *http.Request, body []byte) (any, error) {
-	var req struct {
-		Path  string `json:"path"`
-		Depth uint32 `json:"depth"`
-	}
-	_, p, err := h.pathRequest(r, body, &req, &req.Path)
+func (h *handler) fsListDir(ctx context.Context, b *box, hdr http.Header, req *pb.ListDirRequest) (*pb.ListDirResponse, error) {
+	_, p, err := h.userPath(hdr, req.Path)
 	if err != nil {
 		return nil, err
 	}
@@ -337,9 +300,7 @@ func (h *handler) fsListDir(ctx context.Context, b *box, r *http.Request, body [
 	if !fi.IsDir {
 		return nil, errorf(codeInvalidArgument, "list %s: not a directory", p)
 	}
-	out := struct {
-		Entries []*entryInfo `json:"entries"`
-	}{Entries: []*entryInfo{}}
+	out := &pb.ListDirResponse{}
 	count := 0
 	if err := walk(ctx, b, p, depth, &count, func(q string, fi agent.FileInfo) {
 		out.Entries = append(out.Entries, h.entry(ctx, b, q, fi))
@@ -347,13 +308,6 @@ func (h *handler) fsListDir(ctx context.Context, b *box, r *http.Request, body [
 		return nil, fmt.Errorf("list %s: %w", p, err)
 	}
 	return out, nil
-}
-
-// filesystemEvent is filesystem.FilesystemEvent.
-type filesystemEvent struct {
-	Name  string     `json:"name"`
-	Type  string     `json:"type"`
-	Entry *entryInfo `json:"entry,omitempty"`
 }
 
 // watchSpec is what a watch watches.
@@ -364,12 +318,12 @@ type watchSpec struct {
 }
 
 // eventTypes are the filesystem.EventType of the agent's watch events.
-var eventTypes = map[string]string{
-	agent.WatchCreate: "EVENT_TYPE_CREATE",
-	agent.WatchWrite:  "EVENT_TYPE_WRITE",
-	agent.WatchRemove: "EVENT_TYPE_REMOVE",
-	agent.WatchRename: "EVENT_TYPE_RENAME",
-	agent.WatchChmod:  "EVENT_TYPE_CHMOD",
+var eventTypes = map[string]pb.EventType{
+	agent.WatchCreate: pb.EventType_EVENT_TYPE_CREATE,
+	agent.WatchWrite:  pb.EventType_EVENT_TYPE_WRITE,
+	agent.WatchRemove: pb.EventType_EVENT_TYPE_REMOVE,
+	agent.WatchRename: pb.EventType_EVENT_TYPE_RENAME,
+	agent.WatchChmod:  pb.EventType_EVENT_TYPE_CHMOD,
 }
 
 // errEventsLost is the error of a watch that lost events.
@@ -385,8 +339,8 @@ func errWatchGone(root string) error {
 // convert turns the agent's events into E2B's, describing the files
 // created or changed if w.includeEntry. It returns an error once the
 // watch cannot go on: events were lost, or the directory went away.
-func (h *handler) convert(ctx context.Context, b *box, w watchSpec, evs []agent.WatchEvent) ([]filesystemEvent, error) {
-	out := make([]filesystemEvent, 0, len(evs))
+func (h *handler) convert(ctx context.Context, b *box, w watchSpec, evs []agent.WatchEvent) ([]*pb.FilesystemEvent, error) {
+	out := make([]*pb.FilesystemEvent, 0, len(evs))
 	for _, ev := range evs {
 		switch {
 		case ev.Op == agent.WatchOverflow:
@@ -394,7 +348,7 @@ func (h *handler) convert(ctx context.Context, b *box, w watchSpec, evs []agent.
 		case ev.Path == "":
 			return out, errWatchGone(w.root)
 		}
-		e := filesystemEvent{Name: ev.Path, Type: eventTypes[ev.Op]}
+		e := &pb.FilesystemEvent{Name: ev.Path, Type: eventTypes[ev.Op]}
 		if w.includeEntry && (ev.Op == agent.WatchCreate || ev.Op == agent.WatchWrite || ev.Op == agent.WatchChmod) {
 			p := path.Join(w.root, ev.Path)
 			if fi, err := b.agent.StatXattrs(ctx, p, metaPrefix); err == nil {
@@ -406,17 +360,16 @@ func (h *handler) convert(ctx context.Context, b *box, w watchSpec, evs []agent.
 	return out, nil
 }
 
-type watchRequest struct {
-	Path               string `json:"path"`
-	Recursive          bool   `json:"recursive"`
-	IncludeEntry       bool   `json:"includeEntry"`
-	AllowNetworkMounts bool   `json:"allowNetworkMounts"`
+// watchRequest is what WatchDir and CreateWatcher ask for.
+type watchRequest interface {
+	GetPath() string
+	GetRecursive() bool
+	GetIncludeEntry() bool
 }
 
 // startWatch checks a watch request and starts the agent's watch.
-func (h *handler) startWatch(ctx context.Context, b *box, r *http.Request, body []byte) (watchSpec, *agent.Watch, error) {
-	var req watchRequest
-	_, p, err := h.pathRequest(r, body, &req, &req.Path)
+func (h *handler) startWatch(ctx context.Context, b *box, hdr http.Header, req watchRequest) (watchSpec, *agent.Watch, error) {
+	_, p, err := h.userPath(hdr, req.GetPath())
 	if err != nil {
 		return watchSpec{}, nil, err
 	}
@@ -427,27 +380,21 @@ func (h *handler) startWatch(ctx context.Context, b *box, r *http.Request, body 
 	if !fi.IsDir {
 		return watchSpec{}, nil, errorf(codeInvalidArgument, "watch %s: not a directory", p)
 	}
-	w := watchSpec{root: p, recursive: req.Recursive, includeEntry: req.IncludeEntry}
-	aw, err := b.agent.Watch(ctx, p, req.Recursive)
+	w := watchSpec{root: p, recursive: req.GetRecursive(), includeEntry: req.GetIncludeEntry()}
+	aw, err := b.agent.Watch(ctx, p, w.recursive)
 	if err != nil {
 		return watchSpec{}, nil, fmt.Errorf("watch %s: %w", p, err)
 	}
 	return w, aw, nil
 }
 
-type watchResponse struct {
-	Start      *struct{}        `json:"start,omitempty"`
-	Filesystem *filesystemEvent `json:"filesystem,omitempty"`
-	Keepalive  *struct{}        `json:"keepalive,omitempty"`
-}
-
-func (h *handler) fsWatchDir(ctx context.Context, b *box, r *http.Request, body []byte, s *stream) error {
-	w, aw, err := h.startWatch(ctx, b, r, body)
+func (h *handler) fsWatchDir(ctx context.Context, b *box, hdr http.Header, req *pb.WatchDirRequest, send func(*pb.WatchDirResponse) error) error {
+	w, aw, err := h.startWatch(ctx, b, hdr, req)
 	if err != nil {
 		return err
 	}
 	defer aw.Stop()
-	if err := s.send(watchResponse{Start: &struct{}{}}); err != nil {
+	if err := send(&pb.WatchDirResponse{Event: &pb.WatchDirResponse_Start{Start: &pb.WatchDirResponse_StartEvent{}}}); err != nil {
 		return err
 	}
 	type batch struct {
@@ -471,7 +418,7 @@ func (h *handler) fsWatchDir(ctx context.Context, b *box, r *http.Request, body 
 		}
 	}()
 	var tick <-chan time.Time
-	if d := keepaliveInterval(r); d > 0 {
+	if d := keepaliveInterval(hdr); d > 0 {
 		t := time.NewTicker(d)
 		defer t.Stop()
 		tick = t.C
@@ -481,7 +428,7 @@ func (h *handler) fsWatchDir(ctx context.Context, b *box, r *http.Request, body 
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-tick:
-			if err := s.send(watchResponse{Keepalive: &struct{}{}}); err != nil {
+			if err := send(&pb.WatchDirResponse{Event: &pb.WatchDirResponse_Keepalive{Keepalive: &pb.WatchDirResponse_KeepAlive{}}}); err != nil {
 				return err
 			}
 		case bt := <-batches:
@@ -493,7 +440,7 @@ func (h *handler) fsWatchDir(ctx context.Context, b *box, r *http.Request, body 
 			}
 			evs, cerr := h.convert(ctx, b, w, bt.evs)
 			for _, ev := range evs {
-				if err := s.send(watchResponse{Filesystem: &ev}); err != nil {
+				if err := send(&pb.WatchDirResponse{Event: &pb.WatchDirResponse_Filesystem{Filesystem: ev}}); err != nil {
 					return err
 				}
 			}
@@ -510,7 +457,7 @@ type watcher struct {
 	stop func() // ends the watch and the goroutine
 
 	mu     sync.Mutex
-	events []filesystemEvent
+	events []*pb.FilesystemEvent
 	err    error // why the watch ended, once it did
 }
 
@@ -518,7 +465,7 @@ type watcher struct {
 func (h *handler) collect(ctx context.Context, b *box, spec watchSpec, aw *agent.Watch, wt *watcher) {
 	for {
 		evs, err := aw.Next(ctx)
-		var fevs []filesystemEvent
+		var fevs []*pb.FilesystemEvent
 		if err == nil {
 			fevs, err = h.convert(ctx, b, spec, evs)
 		} else if errors.Is(err, io.EOF) {
@@ -543,18 +490,18 @@ func (h *handler) collect(ctx context.Context, b *box, spec watchSpec, aw *agent
 	}
 }
 
-func (h *handler) fsCreateWatcher(ctx context.Context, b *box, r *http.Request, body []byte) (any, error) {
+func (h *handler) fsCreateWatcher(ctx context.Context, b *box, hdr http.Header, req *pb.CreateWatcherRequest) (*pb.CreateWatcherResponse, error) {
 	b.mu.Lock()
 	n := len(b.watchers)
 	b.mu.Unlock()
 	if n >= maxWatchers {
 		return nil, errorf(codeResourceExhausted, "create watcher: %d watchers exist", n)
 	}
-	spec, aw, err := h.startWatch(ctx, b, r, body)
+	spec, aw, err := h.startWatch(ctx, b, hdr, req)
 	if err != nil {
 		return nil, err
 	}
-	auditPaths(r, spec.root)
+	auditPaths(ctx, spec.root)
 	var idb [12]byte
 	_, _ = rand.Read(idb[:])
 	id := hex.EncodeToString(idb[:])
@@ -568,9 +515,7 @@ func (h *handler) fsCreateWatcher(ctx context.Context, b *box, r *http.Request, 
 	}
 	b.watchers[id] = wt
 	go h.collect(wctx, b, spec, aw, wt)
-	return struct {
-		WatcherID string `json:"watcherId"`
-	}{id}, nil
+	return &pb.CreateWatcherResponse{WatcherId: id}, nil
 }
 
 func (b *box) watcher(id string) (*watcher, error) {
@@ -585,14 +530,8 @@ func (b *box) watcher(id string) (*watcher, error) {
 
 // fsGetWatcherEvents returns the events collected since the previous
 // call; once they are all returned, a watch that ended reports why.
-func (h *handler) fsGetWatcherEvents(_ context.Context, b *box, _ *http.Request, body []byte) (any, error) {
-	var req struct {
-		WatcherID string `json:"watcherId"`
-	}
-	if err := decode(body, &req); err != nil {
-		return nil, err
-	}
-	w, err := b.watcher(req.WatcherID)
+func (h *handler) fsGetWatcherEvents(_ context.Context, b *box, _ http.Header, req *pb.GetWatcherEventsRequest) (*pb.GetWatcherEventsResponse, error) {
+	w, err := b.watcher(req.WatcherId)
 	if err != nil {
 		return nil, err
 	}
@@ -603,28 +542,56 @@ func (h *handler) fsGetWatcherEvents(_ context.Context, b *box, _ *http.Request,
 	if len(evs) == 0 && werr != nil {
 		return nil, werr
 	}
-	if evs == nil {
-		evs = []filesystemEvent{}
-	}
-	return struct {
-		Events []filesystemEvent `json:"events"`
-	}{evs}, nil
+	return &pb.GetWatcherEventsResponse{Events: evs}, nil
 }
 
-func (h *handler) fsRemoveWatcher(_ context.Context, b *box, _ *http.Request, body []byte) (any, error) {
-	var req struct {
-		WatcherID string `json:"watcherId"`
-	}
-	if err := decode(body, &req); err != nil {
-		return nil, err
-	}
+func (h *handler) fsRemoveWatcher(_ context.Context, b *box, _ http.Header, req *pb.RemoveWatcherRequest) (*pb.RemoveWatcherResponse, error) {
 	b.mu.Lock()
-	w := b.watchers[req.WatcherID]
-	delete(b.watchers, req.WatcherID)
+	w := b.watchers[req.WatcherId]
+	delete(b.watchers, req.WatcherId)
 	b.mu.Unlock()
 	if w == nil {
-		return nil, errorf(codeNotFound, "watcher %.64q not found", req.WatcherID)
+		return nil, errorf(codeNotFound, "watcher %.64q not found", req.WatcherId)
 	}
 	w.stop()
-	return struct{}{}, nil
+	return &pb.RemoveWatcherResponse{}, nil
+}
+
+// filesystemServer is filesystem.Filesystem, served by connect-go.
+type filesystemServer struct{ h *handler }
+
+func (s filesystemServer) Stat(ctx context.Context, req *connect.Request[pb.StatRequest]) (*connect.Response[pb.StatResponse], error) {
+	return unaryCall(s.h, ctx, req, s.h.fsStat)
+}
+
+func (s filesystemServer) MakeDir(ctx context.Context, req *connect.Request[pb.MakeDirRequest]) (*connect.Response[pb.MakeDirResponse], error) {
+	return unaryCall(s.h, ctx, req, s.h.fsMakeDir)
+}
+
+func (s filesystemServer) Move(ctx context.Context, req *connect.Request[pb.MoveRequest]) (*connect.Response[pb.MoveResponse], error) {
+	return unaryCall(s.h, ctx, req, s.h.fsMove)
+}
+
+func (s filesystemServer) ListDir(ctx context.Context, req *connect.Request[pb.ListDirRequest]) (*connect.Response[pb.ListDirResponse], error) {
+	return unaryCall(s.h, ctx, req, s.h.fsListDir)
+}
+
+func (s filesystemServer) Remove(ctx context.Context, req *connect.Request[pb.RemoveRequest]) (*connect.Response[pb.RemoveResponse], error) {
+	return unaryCall(s.h, ctx, req, s.h.fsRemove)
+}
+
+func (s filesystemServer) WatchDir(ctx context.Context, req *connect.Request[pb.WatchDirRequest], st *connect.ServerStream[pb.WatchDirResponse]) error {
+	return streamCall(s.h, ctx, req, st, s.h.fsWatchDir)
+}
+
+func (s filesystemServer) CreateWatcher(ctx context.Context, req *connect.Request[pb.CreateWatcherRequest]) (*connect.Response[pb.CreateWatcherResponse], error) {
+	return unaryCall(s.h, ctx, req, s.h.fsCreateWatcher)
+}
+
+func (s filesystemServer) GetWatcherEvents(ctx context.Context, req *connect.Request[pb.GetWatcherEventsRequest]) (*connect.Response[pb.GetWatcherEventsResponse], error) {
+	return unaryCall(s.h, ctx, req, s.h.fsGetWatcherEvents)
+}
+
+func (s filesystemServer) RemoveWatcher(ctx context.Context, req *connect.Request[pb.RemoveWatcherRequest]) (*connect.Response[pb.RemoveWatcherResponse], error) {
+	return unaryCall(s.h, ctx, req, s.h.fsRemoveWatcher)
 }

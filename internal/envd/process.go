@@ -2,8 +2,6 @@ package envd
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -17,7 +15,11 @@ import (
 	"syscall"
 	"time"
 
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+
 	"github.com/hutch-sandbox/hutch/internal/agent"
+	pb "github.com/hutch-sandbox/hutch/internal/envd/envdpb/process"
 )
 
 const (
@@ -33,83 +35,6 @@ const (
 	exitGrace = 500 * time.Millisecond
 )
 
-// pbBytes is a protobuf bytes field in JSON: base64, standard or URL-safe,
-// padded or not.
-type pbBytes []byte
-
-// UnmarshalJSON implements json.Unmarshaler.
-func (b *pbBytes) UnmarshalJSON(data []byte) error {
-	var s string
-	if err := json.Unmarshal(data, &s); err != nil {
-		return err
-	}
-	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.RawStdEncoding, base64.URLEncoding, base64.RawURLEncoding} {
-		if v, err := enc.DecodeString(s); err == nil {
-			*b = v
-			return nil
-		}
-	}
-	return errors.New("bytes field: not base64")
-}
-
-// processConfig is process.ProcessConfig.
-type processConfig struct {
-	Cmd  string            `json:"cmd"`
-	Args []string          `json:"args,omitempty"`
-	Envs map[string]string `json:"envs,omitempty"`
-	Cwd  *string           `json:"cwd,omitempty"`
-}
-
-// selector is process.ProcessSelector.
-type selector struct {
-	PID *uint32 `json:"pid,omitempty"`
-	Tag *string `json:"tag,omitempty"`
-}
-
-// ptyConfig is process.PTY.
-type ptyConfig struct {
-	Size *struct {
-		Cols uint32 `json:"cols"`
-		Rows uint32 `json:"rows"`
-	} `json:"size"`
-}
-
-// processInput is process.ProcessInput.
-type processInput struct {
-	Stdin pbBytes `json:"stdin,omitempty"`
-	PTY   pbBytes `json:"pty,omitempty"`
-}
-
-// processEvent is process.ProcessEvent.
-type processEvent struct {
-	Start     *startEvent `json:"start,omitempty"`
-	Data      *dataEvent  `json:"data,omitempty"`
-	End       *endEvent   `json:"end,omitempty"`
-	Keepalive *struct{}   `json:"keepalive,omitempty"`
-}
-
-type startEvent struct {
-	PID uint32 `json:"pid"`
-}
-
-type dataEvent struct {
-	Stdout []byte `json:"stdout,omitempty"`
-	Stderr []byte `json:"stderr,omitempty"`
-	PTY    []byte `json:"pty,omitempty"`
-}
-
-type endEvent struct {
-	ExitCode int32   `json:"exitCode"`
-	Exited   bool    `json:"exited"`
-	Status   string  `json:"status"`
-	Error    *string `json:"error,omitempty"`
-}
-
-// eventResponse is process.StartResponse and process.ConnectResponse.
-type eventResponse struct {
-	Event *processEvent `json:"event"`
-}
-
 // registry holds the commands envd started in one sandbox.
 type registry struct {
 	mu    sync.Mutex
@@ -122,7 +47,7 @@ func newRegistry() *registry { return &registry{byPID: make(map[int]*proc)} }
 type proc struct {
 	pid int
 	tag *string
-	cfg processConfig
+	cfg *pb.ProcessConfig // its cwd resolved
 	tty bool
 	p   *agent.Process
 
@@ -137,7 +62,7 @@ type proc struct {
 	subs map[*sub]struct{}
 
 	done chan struct{} // closed once end is set
-	end  endEvent
+	end  *pb.ProcessEvent_EndEvent
 	// lost is set (before done is closed) when the sandbox's agent
 	// connection ended before the command did: the sandbox was killed,
 	// or paused, under it.
@@ -146,12 +71,12 @@ type proc struct {
 
 // sub is a stream connected to a command.
 type sub struct {
-	ch   chan *processEvent
+	ch   chan *pb.ProcessEvent
 	gone chan struct{} // closed when the stream no longer reads ch
 }
 
 func (p *proc) subscribe() *sub {
-	s := &sub{ch: make(chan *processEvent, subscriberBuffer), gone: make(chan struct{})}
+	s := &sub{ch: make(chan *pb.ProcessEvent, subscriberBuffer), gone: make(chan struct{})}
 	p.mu.Lock()
 	p.subs[s] = struct{}{}
 	p.mu.Unlock()
@@ -167,7 +92,7 @@ func (p *proc) unsubscribe(s *sub) {
 
 // fanout hands ev to every connected stream, waiting for those whose
 // buffer is full.
-func (p *proc) fanout(ev *processEvent) {
+func (p *proc) fanout(ev *pb.ProcessEvent) {
 	p.mu.Lock()
 	subs := slices.Collect(maps.Keys(p.subs))
 	p.mu.Unlock()
@@ -187,16 +112,16 @@ func (p *proc) pump(r io.Reader, kind string) {
 		if n > 0 {
 			p.out.Add(int64(n))
 			data := slices.Clone(buf[:n])
-			d := &dataEvent{}
+			d := &pb.ProcessEvent_DataEvent{}
 			switch kind {
 			case "stdout":
-				d.Stdout = data
+				d.Output = &pb.ProcessEvent_DataEvent_Stdout{Stdout: data}
 			case "stderr":
-				d.Stderr = data
+				d.Output = &pb.ProcessEvent_DataEvent_Stderr{Stderr: data}
 			default:
-				d.PTY = data
+				d.Output = &pb.ProcessEvent_DataEvent_Pty{Pty: data}
 			}
-			p.fanout(&processEvent{Data: d})
+			p.fanout(&pb.ProcessEvent{Event: &pb.ProcessEvent_Data{Data: d}})
 		}
 		if err != nil {
 			return
@@ -264,10 +189,10 @@ func (p *proc) run(b *box) {
 // could not be learnt (err). As envd's, a command that did not exit with 0
 // has an error, which the SDKs' CommandExitError carries as its message:
 // its status ("exit status 3", "signal: killed").
-func endOf(st agent.ExitStatus, err error) endEvent {
+func endOf(st agent.ExitStatus, err error) *pb.ProcessEvent_EndEvent {
 	if err != nil {
 		msg := err.Error()
-		return endEvent{ExitCode: -1, Status: "unknown", Error: &msg}
+		return &pb.ProcessEvent_EndEvent{ExitCode: -1, Status: "unknown", Error: &msg}
 	}
 	if st.Signal != 0 {
 		status := "signal: " + syscall.Signal(st.Signal).String()
@@ -275,9 +200,9 @@ func endOf(st agent.ExitStatus, err error) endEvent {
 		if st.TimedOut {
 			msg += " (the command timed out)"
 		}
-		return endEvent{ExitCode: -1, Status: status, Error: &msg}
+		return &pb.ProcessEvent_EndEvent{ExitCode: -1, Status: status, Error: &msg}
 	}
-	e := endEvent{ExitCode: int32(st.Code), Exited: true, Status: "exit status " + strconv.Itoa(st.Code)}
+	e := &pb.ProcessEvent_EndEvent{ExitCode: int32(st.Code), Exited: true, Status: "exit status " + strconv.Itoa(st.Code)}
 	if st.Code != 0 {
 		msg := e.Status
 		e.Error = &msg
@@ -286,31 +211,31 @@ func endOf(st agent.ExitStatus, err error) endEvent {
 }
 
 // find returns the running command sel selects.
-func (reg *registry) find(sel *selector) (*proc, error) {
-	if sel == nil || (sel.PID == nil && sel.Tag == nil) {
-		return nil, errorf(codeInvalidArgument, "no process selector (pid or tag)")
-	}
+func (reg *registry) find(sel *pb.ProcessSelector) (*proc, error) {
 	reg.mu.Lock()
 	defer reg.mu.Unlock()
-	if sel.PID != nil {
-		if p := reg.byPID[int(*sel.PID)]; p != nil {
+	switch s := sel.GetSelector().(type) {
+	case *pb.ProcessSelector_Pid:
+		if p := reg.byPID[int(s.Pid)]; p != nil {
 			return p, nil
 		}
-		return nil, errorf(codeNotFound, "process with pid %d not found", *sel.PID)
-	}
-	var found *proc
-	for _, p := range reg.byPID {
-		if p.tag != nil && *p.tag == *sel.Tag && (found == nil || p.pid > found.pid) {
-			found = p
+		return nil, errorf(codeNotFound, "process with pid %d not found", s.Pid)
+	case *pb.ProcessSelector_Tag:
+		var found *proc
+		for _, p := range reg.byPID {
+			if p.tag != nil && *p.tag == s.Tag && (found == nil || p.pid > found.pid) {
+				found = p
+			}
 		}
+		if found == nil {
+			return nil, errorf(codeNotFound, "process with tag %.64q not found", s.Tag)
+		}
+		return found, nil
 	}
-	if found == nil {
-		return nil, errorf(codeNotFound, "process with tag %.64q not found", *sel.Tag)
-	}
-	return found, nil
+	return nil, errorf(codeInvalidArgument, "no process selector (pid or tag)")
 }
 
-func (h *handler) processStart(ctx context.Context, b *box, r *http.Request, body []byte, s *stream) (err error) {
+func (h *handler) processStart(ctx context.Context, b *box, hdr http.Header, req *pb.StartRequest, send func(*pb.StartResponse) error) (err error) {
 	// A command that started is recorded in the audit log once it ended
 	// (by run); one that did not start, here.
 	start := time.Now()
@@ -321,27 +246,18 @@ func (h *handler) processStart(ctx context.Context, b *box, r *http.Request, bod
 			b.record(Event{Time: start, Action: "exec", Command: args, Error: asError(err).Code})
 		}
 	}()
-	var req struct {
-		Process *processConfig `json:"process"`
-		PTY     *ptyConfig     `json:"pty"`
-		Tag     *string        `json:"tag"`
-		Stdin   *bool          `json:"stdin"`
-	}
-	if err := decode(body, &req); err != nil {
-		return err
-	}
-	if req.Process == nil || req.Process.Cmd == "" {
+	if req.Process.GetCmd() == "" {
 		return errorf(codeInvalidArgument, "start: no command")
 	}
 	args = append([]string{req.Process.Cmd}, req.Process.Args...)
-	u, err := h.requestUser(r)
+	u, err := h.requestUser(hdr)
 	if err != nil {
 		return err
 	}
-	cfg := *req.Process
+	cfg := proto.CloneOf(req.Process)
 	dir := u.home
-	if cfg.Cwd != nil && *cfg.Cwd != "" {
-		if dir, err = resolvePath(u, *cfg.Cwd); err != nil {
+	if cfg.GetCwd() != "" {
+		if dir, err = resolvePath(u, cfg.GetCwd()); err != nil {
 			return fmt.Errorf("start %s: cwd: %w", cfg.Cmd, err)
 		}
 	}
@@ -359,15 +275,16 @@ func (h *handler) processStart(ctx context.Context, b *box, r *http.Request, bod
 		Stdin: req.Stdin == nil || *req.Stdin,
 		User:  &agent.Credential{UID: u.uid, GID: u.gid},
 	}
-	// As envd does, the request's deadline (Connect-Timeout-Ms: the SDKs'
-	// timeoutMs) bounds the command itself, not only this stream: the
-	// command is killed when it passes, even if nobody is connected.
+	// As envd does, the request's deadline (Connect-Timeout-Ms, or
+	// grpc-timeout: the SDKs' timeoutMs, which connect-go gives ctx)
+	// bounds the command itself, not only this stream: the command is
+	// killed when it passes, even if nobody is connected.
 	if dl, ok := ctx.Deadline(); ok {
 		xr.Timeout = max(time.Until(dl), time.Millisecond)
 	}
-	if req.PTY != nil {
+	if req.Pty != nil {
 		xr.TTY, xr.Stdin = true, true
-		if sz := req.PTY.Size; sz != nil {
+		if sz := req.Pty.Size; sz != nil {
 			xr.Rows, xr.Cols = uint16(min(sz.Rows, 1<<15)), uint16(min(sz.Cols, 1<<15))
 		}
 	}
@@ -393,28 +310,22 @@ func (h *handler) processStart(ctx context.Context, b *box, r *http.Request, bod
 	b.procs.mu.Unlock()
 	go p.run(b)
 	h.log.Debug("envd started a command", "sandbox", b.id, "pid", p.pid, "cmd", cfg.Cmd)
-	return follow(ctx, s, p, sub, keepaliveInterval(r))
+	return follow(ctx, p, sub, keepaliveInterval(hdr), func(ev *pb.ProcessEvent) error { return send(&pb.StartResponse{Event: ev}) })
 }
 
-func (h *handler) processConnect(ctx context.Context, b *box, r *http.Request, body []byte, s *stream) error {
-	var req struct {
-		Process *selector `json:"process"`
-	}
-	if err := decode(body, &req); err != nil {
-		return err
-	}
+func (h *handler) processConnect(ctx context.Context, b *box, hdr http.Header, req *pb.ConnectRequest, send func(*pb.ConnectResponse) error) error {
 	p, err := b.procs.find(req.Process)
 	if err != nil {
 		return err
 	}
-	return follow(ctx, s, p, p.subscribe(), keepaliveInterval(r))
+	return follow(ctx, p, p.subscribe(), keepaliveInterval(hdr), func(ev *pb.ProcessEvent) error { return send(&pb.ConnectResponse{Event: ev}) })
 }
 
-// follow streams the events of p to s: its start, its output from now on,
-// its end.
-func follow(ctx context.Context, s *stream, p *proc, sb *sub, keepalive time.Duration) error {
+// follow sends the events of p: its start, its output from now on, its
+// end.
+func follow(ctx context.Context, p *proc, sb *sub, keepalive time.Duration, send func(*pb.ProcessEvent) error) error {
 	defer p.unsubscribe(sb)
-	if err := s.send(eventResponse{&processEvent{Start: &startEvent{PID: uint32(p.pid)}}}); err != nil {
+	if err := send(&pb.ProcessEvent{Event: &pb.ProcessEvent_Start{Start: &pb.ProcessEvent_StartEvent{Pid: uint32(p.pid)}}}); err != nil {
 		return err
 	}
 	var tick <-chan time.Time
@@ -426,27 +337,26 @@ func follow(ctx context.Context, s *stream, p *proc, sb *sub, keepalive time.Dur
 	for {
 		select {
 		case ev := <-sb.ch:
-			if err := s.send(eventResponse{ev}); err != nil {
+			if err := send(ev); err != nil {
 				return err
 			}
 		case <-p.done:
 			for {
 				select {
 				case ev := <-sb.ch:
-					if err := s.send(eventResponse{ev}); err != nil {
+					if err := send(ev); err != nil {
 						return err
 					}
 				default:
 					if p.lost != nil {
-						// No end: the stream is cut (see streaming).
+						// No end: the stream is cut (see streamCall).
 						return p.lost
 					}
-					end := p.end
-					return s.send(eventResponse{&processEvent{End: &end}})
+					return send(&pb.ProcessEvent{Event: &pb.ProcessEvent_End{End: p.end}})
 				}
 			}
 		case <-tick:
-			if err := s.send(eventResponse{&processEvent{Keepalive: &struct{}{}}}); err != nil {
+			if err := send(&pb.ProcessEvent{Event: &pb.ProcessEvent_Keepalive{Keepalive: &pb.ProcessEvent_KeepAlive{}}}); err != nil {
 				return err
 			}
 		case <-ctx.Done():
@@ -455,169 +365,206 @@ func follow(ctx context.Context, s *stream, p *proc, sb *sub, keepalive time.Dur
 	}
 }
 
-// processInfo is process.ProcessInfo.
-type processInfo struct {
-	Config processConfig `json:"config"`
-	PID    uint32        `json:"pid"`
-	Tag    *string       `json:"tag,omitempty"`
-}
-
-func (h *handler) processList(_ context.Context, b *box, _ *http.Request, body []byte) (any, error) {
-	if err := decode(body, &struct{}{}); err != nil {
-		return nil, err
-	}
+func (h *handler) processList(_ context.Context, b *box, _ http.Header, _ *pb.ListRequest) (*pb.ListResponse, error) {
 	b.procs.mu.Lock()
 	ps := slices.Collect(maps.Values(b.procs.byPID))
 	b.procs.mu.Unlock()
 	slices.SortFunc(ps, func(a, b *proc) int { return a.pid - b.pid })
-	out := struct {
-		Processes []processInfo `json:"processes"`
-	}{Processes: []processInfo{}}
+	out := &pb.ListResponse{}
 	for _, p := range ps {
-		out.Processes = append(out.Processes, processInfo{Config: p.cfg, PID: uint32(p.pid), Tag: p.tag})
+		out.Processes = append(out.Processes, &pb.ProcessInfo{Config: p.cfg, Pid: uint32(p.pid), Tag: p.tag})
 	}
 	return out, nil
 }
 
-func (h *handler) processSendInput(_ context.Context, b *box, r *http.Request, body []byte) (any, error) {
-	var req struct {
-		Process *selector     `json:"process"`
-		Input   *processInput `json:"input"`
+// input writes in to the stdin (or terminal) of p and returns how many
+// bytes it wrote.
+func (p *proc) input(in *pb.ProcessInput) (int, error) {
+	data := in.GetStdin()
+	if pty := in.GetPty(); len(pty) > 0 {
+		if !p.tty {
+			return 0, errorf(codeInvalidArgument, "send input to process %d: it has no terminal", p.pid)
+		}
+		data = pty
 	}
-	if err := decode(body, &req); err != nil {
-		return nil, err
+	p.inMu.Lock()
+	defer p.inMu.Unlock()
+	if p.stdinClosed || p.p.Stdin == nil {
+		return 0, errorf(codeFailedPrecondition, "send input to process %d: its stdin is closed or was not enabled", p.pid)
 	}
+	if len(data) == 0 {
+		return 0, nil
+	}
+	n, err := p.p.Stdin.Write(data)
+	p.in.Add(int64(n))
+	if err != nil {
+		return n, fmt.Errorf("send input to process %d: %w", p.pid, err)
+	}
+	return n, nil
+}
+
+func (h *handler) processSendInput(ctx context.Context, b *box, _ http.Header, req *pb.SendInputRequest) (*pb.SendInputResponse, error) {
 	p, err := b.procs.find(req.Process)
 	if err != nil {
 		return nil, err
 	}
 	if req.Input == nil {
-		return struct{}{}, nil
+		return &pb.SendInputResponse{}, nil
 	}
-	data := req.Input.Stdin
-	if len(req.Input.PTY) > 0 {
-		if !p.tty {
-			return nil, errorf(codeInvalidArgument, "send input to process %d: it has no terminal", p.pid)
-		}
-		data = req.Input.PTY
-	}
-	p.inMu.Lock()
-	defer p.inMu.Unlock()
-	if p.stdinClosed || p.p.Stdin == nil {
-		return nil, errorf(codeFailedPrecondition, "send input to process %d: its stdin is closed or was not enabled", p.pid)
-	}
-	if len(data) == 0 {
-		return struct{}{}, nil
-	}
-	n, err := p.p.Stdin.Write(data)
-	p.in.Add(int64(n))
-	auditCommand(r, p.args, int64(n))
+	n, err := p.input(req.Input)
+	auditCommand(ctx, p.args, int64(n))
 	if err != nil {
-		return nil, fmt.Errorf("send input to process %d: %w", p.pid, err)
-	}
-	return struct{}{}, nil
-}
-
-func (h *handler) processCloseStdin(_ context.Context, b *box, r *http.Request, body []byte) (any, error) {
-	var req struct {
-		Process *selector `json:"process"`
-	}
-	if err := decode(body, &req); err != nil {
 		return nil, err
 	}
+	return &pb.SendInputResponse{}, nil
+}
+
+// processStreamInput writes the input of a client stream to a command:
+// its first message names the command (a start event), the next ones
+// carry its input (data events), written in order; keepalives are
+// ignored.
+func (h *handler) processStreamInput(ctx context.Context, st *connect.ClientStream[pb.StreamInputRequest]) (*connect.Response[pb.StreamInputResponse], error) {
+	c := callOf(ctx)
+	if c.b == nil {
+		return nil, errorf(codeInternal, "%s: no sandbox", st.Spec().Procedure).connect()
+	}
+	var p *proc
+	var sent int64
+	err := func() error {
+		for st.Receive() {
+			switch ev := st.Msg().GetEvent().(type) {
+			case *pb.StreamInputRequest_Start:
+				if p != nil {
+					return errorf(codeInvalidArgument, "stream input: a second start event")
+				}
+				var err error
+				if p, err = c.b.procs.find(ev.Start.GetProcess()); err != nil {
+					return err
+				}
+				auditCommand(ctx, p.args, 0)
+			case *pb.StreamInputRequest_Data:
+				if p == nil {
+					return errorf(codeInvalidArgument, "stream input: data before the start event naming the process")
+				}
+				n, err := p.input(ev.Data.GetInput())
+				sent += int64(n)
+				auditCommand(ctx, p.args, sent)
+				if err != nil {
+					return err
+				}
+			case *pb.StreamInputRequest_Keepalive:
+			default:
+				return errorf(codeInvalidArgument, "stream input: a message without an event")
+			}
+		}
+		if err := st.Err(); err != nil {
+			return err
+		}
+		if p == nil {
+			return errorf(codeInvalidArgument, "stream input: no start event naming the process")
+		}
+		return nil
+	}()
+	if err != nil {
+		return nil, h.failed(c, st.Spec().Procedure, err)
+	}
+	return connect.NewResponse(&pb.StreamInputResponse{}), nil
+}
+
+func (h *handler) processCloseStdin(ctx context.Context, b *box, _ http.Header, req *pb.CloseStdinRequest) (*pb.CloseStdinResponse, error) {
 	p, err := b.procs.find(req.Process)
 	if err != nil {
 		return nil, err
 	}
-	auditCommand(r, p.args, 0)
+	auditCommand(ctx, p.args, 0)
 	p.inMu.Lock()
 	defer p.inMu.Unlock()
 	if p.stdinClosed || p.p.Stdin == nil {
-		return struct{}{}, nil
+		return &pb.CloseStdinResponse{}, nil
 	}
 	p.stdinClosed = true
 	if err := p.p.Stdin.Close(); err != nil {
 		return nil, fmt.Errorf("close stdin of process %d: %w", p.pid, err)
 	}
-	return struct{}{}, nil
+	return &pb.CloseStdinResponse{}, nil
 }
 
-// signalNumber parses a process.Signal: its name or its number.
-func signalNumber(raw json.RawMessage) (syscall.Signal, error) {
-	var name string
-	if json.Unmarshal(raw, &name) == nil {
-		switch name {
-		case "SIGNAL_SIGKILL":
-			return syscall.SIGKILL, nil
-		case "SIGNAL_SIGTERM":
-			return syscall.SIGTERM, nil
-		}
-		return 0, errorf(codeInvalidArgument, "signal %.40q: not SIGNAL_SIGTERM or SIGNAL_SIGKILL", name)
-	}
-	var n int
-	if err := json.Unmarshal(raw, &n); err != nil {
-		return 0, errorf(codeInvalidArgument, "signal: %v", err)
-	}
-	switch n {
-	case 9:
-		return syscall.SIGKILL, nil
-	case 15:
-		return syscall.SIGTERM, nil
-	}
-	return 0, errorf(codeInvalidArgument, "signal %d: not SIGTERM (15) or SIGKILL (9)", n)
-}
-
-func (h *handler) processSendSignal(_ context.Context, b *box, r *http.Request, body []byte) (any, error) {
-	var req struct {
-		Process *selector       `json:"process"`
-		Signal  json.RawMessage `json:"signal"`
-	}
-	if err := decode(body, &req); err != nil {
-		return nil, err
-	}
-	if len(req.Signal) == 0 {
+func (h *handler) processSendSignal(ctx context.Context, b *box, _ http.Header, req *pb.SendSignalRequest) (*pb.SendSignalResponse, error) {
+	var sig syscall.Signal
+	switch req.Signal {
+	case pb.Signal_SIGNAL_SIGKILL:
+		sig = syscall.SIGKILL
+	case pb.Signal_SIGNAL_SIGTERM:
+		sig = syscall.SIGTERM
+	case pb.Signal_SIGNAL_UNSPECIFIED:
 		return nil, errorf(codeInvalidArgument, "send signal: no signal")
-	}
-	sig, err := signalNumber(req.Signal)
-	if err != nil {
-		return nil, err
+	default:
+		return nil, errorf(codeInvalidArgument, "signal %d: not SIGTERM (15) or SIGKILL (9)", req.Signal)
 	}
 	p, err := b.procs.find(req.Process)
 	if err != nil {
 		return nil, err
 	}
-	auditCommand(r, p.args, 0)
+	auditCommand(ctx, p.args, 0)
 	if err := p.p.Signal(sig); err != nil {
 		if errors.Is(err, os.ErrProcessDone) {
 			return nil, errorf(codeNotFound, "process with pid %d has exited", p.pid)
 		}
 		return nil, fmt.Errorf("signal process %d: %w", p.pid, err)
 	}
-	return struct{}{}, nil
+	return &pb.SendSignalResponse{}, nil
 }
 
-func (h *handler) processUpdate(_ context.Context, b *box, r *http.Request, body []byte) (any, error) {
-	var req struct {
-		Process *selector  `json:"process"`
-		PTY     *ptyConfig `json:"pty"`
-	}
-	if err := decode(body, &req); err != nil {
-		return nil, err
-	}
+func (h *handler) processUpdate(ctx context.Context, b *box, _ http.Header, req *pb.UpdateRequest) (*pb.UpdateResponse, error) {
 	p, err := b.procs.find(req.Process)
 	if err != nil {
 		return nil, err
 	}
-	auditCommand(r, p.args, 0)
-	if req.PTY == nil || req.PTY.Size == nil {
-		return struct{}{}, nil
+	auditCommand(ctx, p.args, 0)
+	sz := req.Pty.GetSize()
+	if sz == nil {
+		return &pb.UpdateResponse{}, nil
 	}
-	sz := req.PTY.Size
 	if sz.Rows == 0 || sz.Cols == 0 || sz.Rows > 1<<15 || sz.Cols > 1<<15 {
 		return nil, errorf(codeInvalidArgument, "resize process %d: size %dx%d out of range", p.pid, sz.Cols, sz.Rows)
 	}
 	if err := p.p.Resize(uint16(sz.Rows), uint16(sz.Cols)); err != nil {
 		return nil, err
 	}
-	return struct{}{}, nil
+	return &pb.UpdateResponse{}, nil
+}
+
+// processServer is process.Process, served by connect-go.
+type processServer struct{ h *handler }
+
+func (s processServer) List(ctx context.Context, req *connect.Request[pb.ListRequest]) (*connect.Response[pb.ListResponse], error) {
+	return unaryCall(s.h, ctx, req, s.h.processList)
+}
+
+func (s processServer) Start(ctx context.Context, req *connect.Request[pb.StartRequest], st *connect.ServerStream[pb.StartResponse]) error {
+	return streamCall(s.h, ctx, req, st, s.h.processStart)
+}
+
+func (s processServer) Connect(ctx context.Context, req *connect.Request[pb.ConnectRequest], st *connect.ServerStream[pb.ConnectResponse]) error {
+	return streamCall(s.h, ctx, req, st, s.h.processConnect)
+}
+
+func (s processServer) Update(ctx context.Context, req *connect.Request[pb.UpdateRequest]) (*connect.Response[pb.UpdateResponse], error) {
+	return unaryCall(s.h, ctx, req, s.h.processUpdate)
+}
+
+func (s processServer) StreamInput(ctx context.Context, st *connect.ClientStream[pb.StreamInputRequest]) (*connect.Response[pb.StreamInputResponse], error) {
+	return s.h.processStreamInput(ctx, st)
+}
+
+func (s processServer) SendInput(ctx context.Context, req *connect.Request[pb.SendInputRequest]) (*connect.Response[pb.SendInputResponse], error) {
+	return unaryCall(s.h, ctx, req, s.h.processSendInput)
+}
+
+func (s processServer) SendSignal(ctx context.Context, req *connect.Request[pb.SendSignalRequest]) (*connect.Response[pb.SendSignalResponse], error) {
+	return unaryCall(s.h, ctx, req, s.h.processSendSignal)
+}
+
+func (s processServer) CloseStdin(ctx context.Context, req *connect.Request[pb.CloseStdinRequest]) (*connect.Response[pb.CloseStdinResponse], error) {
+	return unaryCall(s.h, ctx, req, s.h.processCloseStdin)
 }
