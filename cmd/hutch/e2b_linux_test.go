@@ -67,7 +67,10 @@ func nodeForE2B() (string, string) {
 // started, with a warm pool of one (--template bb=REF --warm bb=1): the
 // SDK's Sandbox.create('bb') takes the warm sandbox, as the daemon's
 // metrics say after the run.
-func TestE2BSDK(t *testing.T) { e2bSDK(t, "e2b", "namespace") }
+func TestE2BSDK(t *testing.T) {
+	t.Parallel()
+	e2bSDK(t, "e2b", "namespace")
+}
 
 // TestE2BSDKReleases is TestE2BSDK with earlier releases of E2B's
 // JavaScript SDK, pinned in test/e2b/package.json as aliases: 2.10.4 (the
@@ -79,8 +82,12 @@ func TestE2BSDK(t *testing.T) { e2bSDK(t, "e2b", "namespace") }
 // the snapshot test, the suite's slowest, is left out (HUTCH_E2B_REDUCED);
 // the SDK's snapshot calls are the same in these releases.
 func TestE2BSDKReleases(t *testing.T) {
+	t.Parallel()
 	for _, sdk := range []string{"e2b-2.10", "e2b-2.30", "e2b-2.45", "e2b-2.50"} {
-		t.Run(sdk, func(t *testing.T) { e2bSDKWith(t, sdk, "namespace", []string{"HUTCH_E2B_REDUCED=1"}) })
+		t.Run(sdk, func(t *testing.T) {
+			t.Parallel()
+			e2bSDKWith(t, sdk, "namespace", []string{"HUTCH_E2B_REDUCED=1"})
+		})
 	}
 }
 
@@ -88,6 +95,7 @@ func TestE2BSDKReleases(t *testing.T) {
 // gVisor: every sandbox the SDK makes, the template's warm one included,
 // runs under gVisor.
 func TestE2BSDKGVisor(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRoot(t)
 	e2bSDK(t, "e2b", "gvisor", "--default-tier", "gvisor", "--runsc", testutil.Runsc(t))
 }
@@ -172,6 +180,7 @@ func (d *daemonProc) metrics(t *testing.T) string {
 // (NODE_EXTRA_CA_CERTS) and a resolver that sends *.D to the daemon on
 // loopback (test/e2b/resolve-domain.cjs, preloaded).
 func TestE2BSDKDomain(t *testing.T) {
+	t.Parallel()
 	node := needSDK(t, "e2b")
 	const domain = "e2b.hutch.test"
 	certs := testutil.NewServerTLS(t, "*."+domain)
@@ -222,10 +231,14 @@ func TestE2BSDKDomain(t *testing.T) {
 // scripts/base-image.sh built, named by $HUTCH_TEST_BASE_IMAGE, as
 // scripts/test.sh sets it): E2B's template base is that image, with the
 // user `user` and sudo served by the sandbox's agent.
-func TestE2BSDKBaseImage(t *testing.T) { e2bBaseImage(t, "namespace") }
+func TestE2BSDKBaseImage(t *testing.T) {
+	t.Parallel()
+	e2bBaseImage(t, "namespace")
+}
 
 // TestE2BSDKBaseImageGVisor is TestE2BSDKBaseImage under gVisor.
 func TestE2BSDKBaseImageGVisor(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRoot(t)
 	e2bBaseImage(t, "gvisor", "--default-tier", "gvisor", "--runsc", testutil.Runsc(t))
 }
@@ -288,6 +301,7 @@ func needSDK(t *testing.T, sdk string) string {
 // TestE2BSDKSecrets runs test/e2b/secrets.test.mjs, E2B's SDK's Secret
 // against the daemon's secrets API, as two tenants.
 func TestE2BSDKSecrets(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRoot(t)
 	node, why := nodeForE2B()
 	testutil.Need(t, node != "", why)

@@ -176,7 +176,7 @@ suite('control plane', () => {
     await Sandbox.kill(sbx.sandboxId) // within the tenant's memory quota for the tests after it
   })
 
-  test('lifecycle: the timeout pauses; connect, or a request with autoResume, resumes', { skip: lacks('2.30.0', 'lifecycle') }, async () => {
+  test('lifecycle: the timeout pauses; connect, or a request with autoResume, resumes', { skip: lacks('2.45.0', 'lifecycle with keepMemory') }, async () => {
     const paused = (sbx) => until(async () => (await sbx.getInfo()).state === 'paused', `${sbx.sandboxId} paused by its timeout`, 60_000)
     // Without autoResume only connect resumes it.
     const a = await create({ lifecycle: { onTimeout: 'pause', autoResume: false } })
@@ -334,7 +334,7 @@ suite('templates', () => {
 })
 
 suite('template builds', () => {
-  test('Template.build over base: copy, runCmd, env, workdir, start command; exists; create; tags; errors; background', async (t) => {
+  test('Template.build over base: copy, runCmd, env, workdir, start command; exists; create; tags; errors; background', { skip: lacks('2.30.0', 'Template.build(template, name)') }, async (t) => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'hutch-e2b-template-'))
     t.after(() => fs.rmSync(dir, { recursive: true, force: true }))
     fs.mkdirSync(path.join(dir, 'folder'))
