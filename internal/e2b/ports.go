@@ -14,7 +14,6 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/agent"
 	"github.com/hutch-sandbox/hutch/internal/daemon"
 	"github.com/hutch-sandbox/hutch/internal/portfwd"
-	"github.com/hutch-sandbox/hutch/internal/store"
 )
 
 // TrafficTokenHeader carries a sandbox's traffic access token in a request
@@ -132,22 +131,24 @@ func (h *Handler) ServePort(w http.ResponseWriter, r *http.Request, id string, p
 		}
 	}
 	ctx := r.Context()
-	info, err := h.m.Get(ctx, rec.tenant, id)
-	if err == nil && info.State == store.StatePaused {
-		// Resumed if its create asked for it (autoResume); else E2B's
-		// answer for a paused sandbox.
-		if err := h.Wake(ctx, rec.tenant, id); err != nil {
+	c, err := h.m.Agent(ctx, rec.tenant, id)
+	if errors.Is(err, daemon.ErrConflict) {
+		// Paused, perhaps, as envd's Resolve finds it: resumed if its
+		// create asked for it (autoResume, Wake); else E2B's answer for a
+		// paused sandbox. Only then is its state looked at.
+		switch werr := h.Wake(ctx, rec.tenant, id); {
+		case werr == nil:
+			c, err = h.m.Agent(ctx, rec.tenant, id)
+		case errors.Is(werr, daemon.ErrNotFound):
+			err = werr
+		default:
 			msg := "The sandbox is paused: connect to it (Sandbox.connect) to resume it"
-			if !errors.Is(err, ErrNoAutoResume) {
-				msg = "The sandbox is paused and could not be resumed: " + err.Error()
+			if !errors.Is(werr, ErrNoAutoResume) {
+				msg = "The sandbox is paused and could not be resumed: " + werr.Error()
 			}
 			writeJSON(w, http.StatusBadGateway, proxyError{Code: http.StatusBadGateway, SandboxID: id, Message: msg})
 			return
 		}
-	}
-	var c *agent.Client
-	if err == nil {
-		c, err = h.m.Agent(ctx, rec.tenant, id)
 	}
 	switch {
 	case errors.Is(err, daemon.ErrNotFound):
