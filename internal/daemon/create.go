@@ -96,6 +96,9 @@ func (m *Manager) Create(ctx context.Context, tenant string, r CreateRequest) (I
 	if r.IdleTimeout < 0 {
 		return Info{}, invalid("create sandbox: negative idle timeout %s", r.IdleTimeout)
 	}
+	if len(r.Volumes) > 0 {
+		return Info{}, invalid("create sandbox: volumes are not supported yet")
+	}
 
 	if tenant == warmTenant {
 		return Info{}, invalid("create sandbox: the tenant name %q is reserved", tenant)

@@ -180,6 +180,20 @@ type CreateRequest struct {
 	// Lifecycle says what the sandbox's timeout does: end it (the zero
 	// value) or pause it.
 	Lifecycle Lifecycle
+	// Volumes are host directories the daemon owns (a front end's
+	// persistent volumes, never a path a tenant named) shown read-write
+	// in the sandbox, each at its own path.
+	Volumes []Volume
+}
+
+// Volume is a host directory shown in a sandbox (CreateRequest.Volumes).
+type Volume struct {
+	// Name names the volume in messages and in the sandbox's record.
+	Name string `json:"name"`
+	// Dir is the host directory: absolute, clean, the daemon's own.
+	Dir string `json:"dir"`
+	// At is where the sandbox sees it: absolute and clean, not "/".
+	At string `json:"at"`
 }
 
 // Sandboxes is what a front end of the daemon (hutch's API, E2B's) needs
