@@ -255,4 +255,7 @@ type Info struct {
 	Tier string `json:"tier"`
 	// ChangeSet is the change set of its review workspace, if it has one.
 	ChangeSet string `json:"change_set,omitempty"`
+	// Volumes are the volumes shown in it (CreateRequest.Volumes), kept
+	// in its record as Image is.
+	Volumes []Volume `json:"volumes,omitempty"`
 }
