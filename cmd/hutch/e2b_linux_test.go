@@ -2,15 +2,19 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -299,7 +303,10 @@ func needSDK(t *testing.T, sdk string) string {
 }
 
 // TestE2BSDKSecrets runs test/e2b/secrets.test.mjs, E2B's SDK's Secret
-// against the daemon's secrets API, as two tenants.
+// against the daemon's secrets API, as two tenants; and a sandbox given a
+// secret by a network rule's transform: an HTTPS server of the test on
+// loopback (whose CA the daemon trusts, --upstream-ca) gets the real
+// value in the header the rule sets, the sandbox sees none of it.
 func TestE2BSDKSecrets(t *testing.T) {
 	t.Parallel()
 	testutil.RequireRoot(t)
@@ -307,17 +314,38 @@ func TestE2BSDKSecrets(t *testing.T) {
 	testutil.Need(t, node != "", why)
 	_, err := os.Stat(filepath.Join(e2bDir, "node_modules", "e2b", "package.json"))
 	testutil.Need(t, err == nil, "E2B's SDK is not installed in test/e2b/node_modules (npm ci there; scripts/test.sh does)")
-	d := startDaemonWith(t, nil)
+
+	// The upstream: it answers the headers it got (the proxy redacts a
+	// secret's value in what it answers), and keeps them for the test.
+	var mu sync.Mutex
+	var seen []http.Header
+	up := testutil.NewServerTLS(t, "127.0.0.1")
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.Header.Clone())
+		mu.Unlock()
+		_ = json.NewEncoder(w).Encode(r.Header)
+	}))
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{up.Cert}}
+	srv.StartTLS()
+	defer srv.Close()
+	caFile := filepath.Join(t.TempDir(), "upstream-ca.pem")
+	if err := os.WriteFile(caFile, up.CAPEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	d := startDaemonWith(t, nil, "--upstream-ca", caFile, "--allow-private", "127.0.0.1/32")
 	keys := map[string]string{}
 	for _, tenant := range []string{"a", "b"} {
 		r := d.admin(t, "token", "create", "--tenant", tenant, "--e2b", "--state-dir", d.stateDir)
 		keys[tenant] = lastLine(r.stdout)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=spec", "secrets.test.mjs")
 	cmd.Dir = e2bDir
 	cmd.Env = append(os.Environ(), "E2B_API_URL="+d.tcp, "E2B_SANDBOX_URL="+d.tcp, "E2B_API_KEY="+keys["a"], "HUTCH_E2B_OTHER_KEY="+keys["b"],
+		"HUTCH_E2B_UPSTREAM="+strings.TrimPrefix(srv.URL, "https://"),
 		"NO_COLOR=1", "HTTP_PROXY=", "HTTPS_PROXY=", "http_proxy=", "https_proxy=")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -325,7 +353,28 @@ func TestE2BSDKSecrets(t *testing.T) {
 	}
 	t.Logf("%s", out)
 	// The value is in no answer, and not in the daemon's log either.
-	if strings.Contains(d.log.String(), "ghp_not-a-real-token") {
-		t.Errorf("the daemon's log holds a secret's value")
+	for _, v := range []string{"ghp_not-a-real-token", "sk-rule-real-value"} {
+		if strings.Contains(d.log.String(), v) {
+			t.Errorf("the daemon's log holds a secret's value (%s)", v)
+		}
+	}
+	// What the upstream got, request by request (see secrets.test.mjs):
+	// the rule's headers with the real value; after updateNetwork took
+	// the rule away, neither.
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) < 2 {
+		t.Fatalf("the upstream got %d requests, want at least 2", len(seen))
+	}
+	for i, h := range seen[:len(seen)-1] {
+		if got := h.Get("Authorization"); got != "Bearer sk-rule-real-value" {
+			t.Errorf("request %d: Authorization %q, want the secret's real value", i, got)
+		}
+		if got := h.Get("X-Plain"); got != "a$b" {
+			t.Errorf("request %d: X-Plain %q, want a$b", i, got)
+		}
+	}
+	if last := seen[len(seen)-1]; last.Get("Authorization") != "" || last.Get("X-Plain") != "" {
+		t.Errorf("after the rule was taken away: headers %v", last)
 	}
 }

@@ -851,6 +851,9 @@ func proxyRules(nw policy.Network, open []netip.Prefix, operator bool, list []*s
 		return nil, invalid("policy: %v", err)
 	}
 	cfg.Secrets = list
+	if cfg.Headers, err = egress.HeaderRules(nw.Headers, list); err != nil {
+		return nil, invalid("policy: %v", err)
+	}
 	cfg.OperatorRules = operator
 	cfg.Offline = nw.Mode == "none"
 	if !operator {

@@ -75,6 +75,9 @@ func (m *Manager) UpdateNetwork(ctx context.Context, tenant, id string, nw polic
 	if was == "none" && spec.Network.Mode == "proxy" && l.tier == policy.TierGVisor {
 		return policy.Network{}, fmt.Errorf("sandbox %s: update network: it was created offline (network mode none), and under gVisor such a sandbox has no way to the egress proxy; create it with network rules to change them later: %w", id, ErrConflict)
 	}
+	if len(spec.Network.Headers) > 0 && !l.secrets {
+		return policy.Network{}, invalid("sandbox %s: update network: network.headers: the sandbox was created without secrets or header rules, so its proxy cannot see its HTTPS requests (the sandbox trusts no CA of hutch's); create it with header rules to change them later", id)
+	}
 	rules, err := proxyRules(spec.Network, m.cfg.AllowPrivate, operator, l.proxy.Secrets())
 	if err != nil {
 		return policy.Network{}, fmt.Errorf("sandbox %s: update network: %w", id, err)

@@ -41,11 +41,16 @@ func withUpstreamCA(base *x509.CertPool, pem []byte) (*x509.CertPool, error) {
 // loadSecrets makes the secrets of a normalized spec from the request's
 // values (policy.SecretFromRequest) or the daemon's own environment and
 // files (only the operator may ask for those: package api refuses them to
-// remote tenants). It returns nil when the spec has none.
+// remote tenants). It returns nil when the spec has none, and no header
+// rules (policy.Network.Headers, which need the interception too).
 func loadSecrets(spec policy.Spec, values map[string]secrets.Value) (*sandboxSecrets, error) {
 	if len(spec.Secrets) == 0 {
 		if len(values) > 0 {
 			return nil, invalid("create sandbox: secret values given, but the policy has no secrets")
+		}
+		if len(spec.Network.Headers) > 0 {
+			// Header rules alone: the proxy intercepts their hosts too.
+			return &sandboxSecrets{}, nil
 		}
 		return nil, nil
 	}

@@ -289,7 +289,7 @@ func (j *buildJob) base(ctx context.Context) (daemon.CreateRequest, error) {
 		}
 		image = j.body.FromImage
 	}
-	req, _, err := createRequest(body, !h.noInternet, h.m.CheckTenantRule, h.templates)
+	req, _, err := createRequest(body, !h.noInternet, h.m.CheckTenantRule, h.templates, nil)
 	if err != nil {
 		return req, j.fail("base template %s: %v", body.TemplateID, err)
 	}

@@ -30,7 +30,7 @@ func body(t *testing.T, s string) CreateBody {
 }
 
 func TestCreateRequest(t *testing.T) {
-	req, _, err := createRequest(body(t, `{"templateID":"base","timeout":90,"metadata":{"k":"v"},"envVars":{"A":"1"},"secure":true,"autoPause":false,"autoResume":{"enabled":false}}`), true, tenantRule, nil)
+	req, _, err := createRequest(body(t, `{"templateID":"base","timeout":90,"metadata":{"k":"v"},"envVars":{"A":"1"},"secure":true,"autoPause":false,"autoResume":{"enabled":false}}`), true, tenantRule, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,13 +43,13 @@ func TestCreateRequest(t *testing.T) {
 		t.Errorf("policy %+v", req.Policy)
 	}
 	for _, in := range []string{`{"allow_internet_access":true}`, `{"network":{"allowOut":["0.0.0.0/0"],"denyOut":["evil.example"]}}`} {
-		req, _, err := createRequest(body(t, in), true, tenantRule, nil)
+		req, _, err := createRequest(body(t, in), true, tenantRule, nil, nil)
 		if nw := req.Policy.Network; err != nil || nw.Mode != "proxy" || !slices.Equal(nw.AllowedDomains, []string{"*"}) {
 			t.Errorf("createRequest(%s) = %+v, %v; want the internet", in, nw, err)
 		}
 	}
 
-	req, _, err = createRequest(body(t, `{"templateID":"base","network":{"allowOut":["example.com","*.npmjs.org","93.184.216.0/24"],"denyOut":["0.0.0.0/0","bad.example.com"]}}`), true, tenantRule, nil)
+	req, _, err = createRequest(body(t, `{"templateID":"base","network":{"allowOut":["example.com","*.npmjs.org","93.184.216.0/24"],"denyOut":["0.0.0.0/0","bad.example.com"]}}`), true, tenantRule, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +60,7 @@ func TestCreateRequest(t *testing.T) {
 	}
 
 	for _, in := range []string{`{"network":{"allowPublicTraffic":true,"maskRequestHost":"custom.example:${PORT}"}}`, `{"network":{"allowPublicTraffic":false}}`} {
-		if _, _, err := createRequest(body(t, in), true, tenantRule, nil); err != nil {
+		if _, _, err := createRequest(body(t, in), true, tenantRule, nil, nil); err != nil {
 			t.Errorf("createRequest(%s): %v", in, err)
 		}
 	}
@@ -71,27 +71,32 @@ func TestCreateRequest(t *testing.T) {
 		`{"autoPause":true,"autoPauseMemory":true,"autoResume":{"enabled":true}}`:   {PauseOnTimeout: true},
 		`{"autoPause":true,"autoPauseMemory":false,"autoResume":{"enabled":false}}`: {PauseOnTimeout: true, FilesOnly: true},
 	} {
-		req, _, err := createRequest(body(t, in), true, tenantRule, nil)
+		req, _, err := createRequest(body(t, in), true, tenantRule, nil, nil)
 		if err != nil || req.Lifecycle != want {
 			t.Errorf("createRequest(%s): lifecycle %+v, %v; want %+v", in, req.Lifecycle, err, want)
 		}
 	}
 
 	for in, want := range map[string]string{
-		`{"autoPauseMemory":false}`:                                                "autoPauseMemory: only with autoPause true",
-		`{"autoResume":{"enabled":true}}`:                                          "autoResume: can only be enabled when the sandbox pauses",
-		`{"autoPause":true,"autoPauseMemory":false,"autoResume":{"enabled":true}}`: "filesystem-only pause must be resumed explicitly",
-		`{"autoPause":true,"autoResume":{"on":true}}`:                              `autoResume: want {"enabled": true or false}`,
-		`{"autoPause":true,"autoResume":true}`:                                     `autoResume: want {"enabled": true or false}`,
-		`{"mcp":{"x":{}}}`:                                                         "mcp",
-		`{"volumeMounts":[{"name":"v","path":"/v"}]}`:                              "volumeMounts",
-		`{"network":{"maskRequestHost":"a b:${PORT}"}}`:                            "network.maskRequestHost",
-		`{"network":{"maskRequestHost":""}}`:                                       "network.maskRequestHost",
-		`{"network":{"maskRequestHost":"x\r\nInjected: 1"}}`:                       "network.maskRequestHost",
-		`{"network":{"rules":{}}}`:                                                 "network.rules",
-		`{"network":{"denyOut":["10.0.0.0/8"]}}`:                                   "not address ranges",
-		`{"allow_internet_access":false,"network":{"allowOut":["a.b"]}}`:           "both offline",
-		`{"timeout":-1}`:                                                           "out of range",
+		`{"autoPauseMemory":false}`:                                                                          "autoPauseMemory: only with autoPause true",
+		`{"autoResume":{"enabled":true}}`:                                                                    "autoResume: can only be enabled when the sandbox pauses",
+		`{"autoPause":true,"autoPauseMemory":false,"autoResume":{"enabled":true}}`:                           "filesystem-only pause must be resumed explicitly",
+		`{"autoPause":true,"autoResume":{"on":true}}`:                                                        `autoResume: want {"enabled": true or false}`,
+		`{"autoPause":true,"autoResume":true}`:                                                               `autoResume: want {"enabled": true or false}`,
+		`{"mcp":{"x":{}}}`:                                                                                   "mcp",
+		`{"volumeMounts":[{"name":"v","path":"/v"}]}`:                                                        "volumeMounts",
+		`{"network":{"maskRequestHost":"a b:${PORT}"}}`:                                                      "network.maskRequestHost",
+		`{"network":{"maskRequestHost":""}}`:                                                                 "network.maskRequestHost",
+		`{"network":{"maskRequestHost":"x\r\nInjected: 1"}}`:                                                 "network.maskRequestHost",
+		`{"network":{"rules":{"10.0.0.0/8":[{"transform":{"headers":{"a":"b"}}}]}}}`:                         "not to an address range",
+		`{"network":{"rules":{"a.example":[{"transform":{"cookies":{}}}]}}}`:                                 "network.rules: want",
+		`{"network":{"rules":{"a.example":[{"transform":{"headers":{"a":"${e2b.identity.tokens.aws}"}}}]}}}`: "workload identity tokens",
+		`{"network":{"rules":{"a.example":[{"transform":{"headers":{"Host":"x"}}}]}}}`:                       "belongs to the connection",
+		`{"network":{"rules":{"a.example":[{"transform":{"headers":{"a":"x\r\ny: z"}}}]}}}`:                  "line break",
+		`{"network":{"rules":{"*":[{"transform":{"headers":{"a":"b"}}}]}}}`:                                  "name the hosts",
+		`{"network":{"denyOut":["10.0.0.0/8"]}}`:                                                             "not address ranges",
+		`{"allow_internet_access":false,"network":{"allowOut":["a.b"]}}`:                                     "both offline",
+		`{"timeout":-1}`: "out of range",
 		// A tenant's rules never open what the proxy's guard refuses.
 		`{"network":{"allowOut":["127.0.0.1"]}}`:                           `network.allowOut[0]: "127.0.0.1" names loopback addresses: only the daemon's operator`,
 		`{"network":{"allowOut":["a.example","[::ffff:127.0.0.1]:8080"]}}`: `network.allowOut[1]: "[::ffff:127.0.0.1]:8080" names loopback`,
@@ -103,7 +108,7 @@ func TestCreateRequest(t *testing.T) {
 		`{"network":{"allowOut":["100.64.0.0/10"]}}`:                       "names cgnat",
 		`{"network":{"allowOut":["fe80::/10"]}}`:                           "names link-local",
 	} {
-		_, _, err := createRequest(body(t, in), true, tenantRule, nil)
+		_, _, err := createRequest(body(t, in), true, tenantRule, nil, nil)
 		if err == nil || !strings.Contains(err.Error(), want) || classify(err) != http.StatusBadRequest {
 			t.Errorf("createRequest(%s) = %v (status %d), want 400 naming %q", in, err, classify(err), want)
 		}
@@ -113,19 +118,19 @@ func TestCreateRequest(t *testing.T) {
 	// there are; a known one starts its image; "base" is the host's root
 	// unless a template of that name replaces it.
 	templates := map[string]string{"python": "docker.io/library/python:3.12"}
-	if _, _, err := createRequest(body(t, `{"templateID":"node"}`), true, tenantRule, templates); classify(err) != http.StatusNotFound ||
+	if _, _, err := createRequest(body(t, `{"templateID":"node"}`), true, tenantRule, templates, nil); classify(err) != http.StatusNotFound ||
 		!strings.Contains(err.Error(), `template "node"`) || !strings.Contains(err.Error(), "base, python") {
 		t.Errorf("an unknown template: %v (status %d)", err, classify(err))
 	}
-	req, name, err := createRequest(body(t, `{"templateID":"python"}`), true, tenantRule, templates)
+	req, name, err := createRequest(body(t, `{"templateID":"python"}`), true, tenantRule, templates, nil)
 	if err != nil || name != "python" || req.Policy.Root != "image:docker.io/library/python:3.12" {
 		t.Errorf("the python template: %q %q, %v", name, req.Policy.Root, err)
 	}
-	req, name, err = createRequest(body(t, `{}`), true, tenantRule, templates)
+	req, name, err = createRequest(body(t, `{}`), true, tenantRule, templates, nil)
 	if err != nil || name != Template || req.Policy.Root != "" {
 		t.Errorf("the default template: %q %q, %v", name, req.Policy.Root, err)
 	}
-	req, _, err = createRequest(body(t, `{"templateID":"base"}`), true, tenantRule, map[string]string{"base": "hutch.test/base:1"})
+	req, _, err = createRequest(body(t, `{"templateID":"base"}`), true, tenantRule, map[string]string{"base": "hutch.test/base:1"}, nil)
 	if err != nil || req.Policy.Root != "image:hutch.test/base:1" {
 		t.Errorf("base replaced: %q, %v", req.Policy.Root, err)
 	}
@@ -140,13 +145,13 @@ func TestNoInternet(t *testing.T) {
 		`{"allow_internet_access":false}`: {Mode: "none"},
 		`{"network":{"allowOut":["example.com"]}}`: {Mode: "proxy", AllowedDomains: []string{"example.com"}},
 	} {
-		req, _, err := createRequest(body(t, in), false, tenantRule, nil)
+		req, _, err := createRequest(body(t, in), false, tenantRule, nil, nil)
 		if nw := req.Policy.Network; err != nil || nw.Mode != want.Mode || !slices.Equal(nw.AllowedDomains, want.AllowedDomains) {
 			t.Errorf("createRequest(%s) = %+v, %v; want %+v", in, nw, err, want)
 		}
 	}
 	for _, in := range []string{`{"allow_internet_access":true}`, `{"network":{"allowOut":["0.0.0.0/0"]}}`, `{"network":{"allowOut":["a.example","*"]}}`} {
-		_, _, err := createRequest(body(t, in), false, tenantRule, nil)
+		_, _, err := createRequest(body(t, in), false, tenantRule, nil, nil)
 		if err == nil || !strings.Contains(err.Error(), "--no-internet") || classify(err) != http.StatusBadRequest {
 			t.Errorf("createRequest(%s) = %v (status %d), want 400 naming --no-internet", in, err, classify(err))
 		}

@@ -11,8 +11,10 @@ import (
 // networkUpdateBody is E2B's SandboxNetworkUpdateConfig, the body of PUT
 // /sandboxes/{id}/network: it replaces the sandbox's egress rules whole,
 // a field left out clearing them (no allowOut: the internet, as at
-// create). allowOut, denyOut and allow_internet_access map as create's
-// do (see CreateBody); egressProxy and rules are refused, as at create.
+// create). allowOut, denyOut, allow_internet_access and rules map as
+// create's do (see CreateBody, applyRules); egressProxy is refused, as at
+// create. rules may name only secrets the sandbox was given at its create,
+// for the hosts they were given for: a secret's hosts are fixed then.
 type networkUpdateBody struct {
 	AllowOut            []string        `json:"allowOut"`
 	DenyOut             []string        `json:"denyOut"`
@@ -33,7 +35,7 @@ func (h *Handler) updateNetwork(w http.ResponseWriter, r *http.Request, tenant s
 	for _, f := range []struct {
 		name string
 		raw  json.RawMessage
-	}{{"egressProxy", b.EgressProxy}, {"rules", b.Rules}} {
+	}{{"egressProxy", b.EgressProxy}} {
 		if present(f.raw) {
 			unsupported = append(unsupported, f.name)
 		}
@@ -41,9 +43,14 @@ func (h *Handler) updateNetwork(w http.ResponseWriter, r *http.Request, tenant s
 	if len(unsupported) > 0 {
 		return errorf(errUnsupported, "not supported by hutch: %s", strings.Join(unsupported, ", "))
 	}
-	nb := &networkBody{AllowOut: b.AllowOut, DenyOut: b.DenyOut}
+	nb := &networkBody{AllowOut: b.AllowOut, DenyOut: b.DenyOut, Rules: b.Rules}
 	nw, err := network(b.AllowInternetAccess, nb, !h.noInternet, h.m.CheckTenantRule)
 	if err != nil {
+		return err
+	}
+	// The secrets' values were given at create; the daemon checks that
+	// the rules name only those, for their hosts.
+	if _, _, err := applyRules(&nw, b.Rules, h.secretLookupOf(tenant)); err != nil {
 		return err
 	}
 	up, ok := h.m.(daemon.Networker)
@@ -65,7 +72,7 @@ func (h *Handler) updateNetwork(w http.ResponseWriter, r *http.Request, tenant s
 		if rec.network != nil {
 			// What the update does not touch (allowPublicTraffic) stays.
 			kept := *rec.network
-			kept.AllowOut, kept.DenyOut = nb.AllowOut, nb.DenyOut
+			kept.AllowOut, kept.DenyOut, kept.Rules = nb.AllowOut, nb.DenyOut, nb.Rules
 			nb = &kept
 		}
 		rec.network, rec.internet = nb, &internet

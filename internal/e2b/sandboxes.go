@@ -208,7 +208,7 @@ func seconds(field string, s *int64) (time.Duration, error) {
 
 // createRequest checks a create body and turns it into the manager's
 // request.
-func createRequest(b CreateBody, internet bool, check ruleCheck, templates map[string]string) (daemon.CreateRequest, string, error) {
+func createRequest(b CreateBody, internet bool, check ruleCheck, templates map[string]string, lookup secretLookup) (daemon.CreateRequest, string, error) {
 	var req daemon.CreateRequest
 	var unsupported []string
 	var err error
@@ -227,7 +227,7 @@ func createRequest(b CreateBody, internet bool, check ruleCheck, templates map[s
 		for _, f := range []struct {
 			name string
 			raw  json.RawMessage
-		}{{"network.rules", n.Rules}, {"network.egressProxy", n.EgressProxy}, {"network.httpsPorts", n.HTTPSPorts}} {
+		}{{"network.egressProxy", n.EgressProxy}, {"network.httpsPorts", n.HTTPSPorts}} {
 			if present(f.raw) {
 				unsupported = append(unsupported, f.name)
 			}
@@ -260,6 +260,11 @@ func createRequest(b CreateBody, internet bool, check ruleCheck, templates map[s
 	}
 	if spec.Network, err = network(b.AllowInternetAccess, b.Network, internet, check); err != nil {
 		return req, "", err
+	}
+	if b.Network != nil {
+		if spec.Secrets, req.Secrets, err = applyRules(&spec.Network, b.Network.Rules, lookup); err != nil {
+			return req, "", err
+		}
 	}
 	if err := daemon.CheckLabels("metadata", b.Metadata); err != nil {
 		return req, "", err
@@ -314,7 +319,7 @@ func lifecycleOf(b CreateBody) (life daemon.Lifecycle, autoResume bool, err erro
 // which such a create takes from. An unknown template is an error of
 // category daemon.ErrNotFound.
 func TemplatePolicy(template string, templates map[string]string, internet bool) (policy.Spec, error) {
-	req, _, err := createRequest(CreateBody{TemplateID: template}, internet, nil, templates)
+	req, _, err := createRequest(CreateBody{TemplateID: template}, internet, nil, templates, nil)
 	return req.Policy, err
 }
 
@@ -439,7 +444,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, tenant string) 
 		maps.Copy(env, b.EnvVars)
 		b.EnvVars = env
 	}
-	req, template, err := createRequest(b, !h.noInternet, h.m.CheckTenantRule, h.templates)
+	req, template, err := createRequest(b, !h.noInternet, h.m.CheckTenantRule, h.templates, h.secretLookupOf(tenant))
 	if err != nil {
 		return err
 	}

@@ -74,6 +74,11 @@ type Config struct {
 	// bound destinations to swap the placeholder for the real value, and
 	// refuses requests that carry a placeholder anywhere else.
 	Secrets []*secrets.Secret
+	// Headers are headers the proxy sets on the sandbox's HTTPS requests
+	// to some hosts (HeaderRules makes them of a policy's). Like secrets'
+	// hosts, their destinations are intercepted; unlike them, they are not
+	// allowed by being named here.
+	Headers []HeaderRule
 	// PrivateNames lists ranges of private-use, CGNAT or reserved
 	// addresses that allowed names may resolve to (srt's default, which
 	// hutch's import of srt's settings keeps): an intranet name allowed on

@@ -24,9 +24,13 @@ import (
 const upstreamHeaderTimeout = 10 * time.Minute
 
 // intercepts reports whether the proxy intercepts the sandbox's
-// connections to v: secrets are bound to it.
+// connections to v: secrets are bound to it, or headers set on it.
 func (p *Proxy) intercepts(v Verdict) bool {
-	return p.CA != nil && len(p.rules().bound(v.Host, v.Port)) > 0
+	if p.CA == nil {
+		return false
+	}
+	r := p.rules()
+	return len(r.bound(v.Host, v.Port)) > 0 || len(r.headersFor(v.Host, v.Port)) > 0
 }
 
 // interception is one intercepted connection of the sandbox: a CONNECT
@@ -263,6 +267,11 @@ func (ic *interception) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		defer cancel()
 		r = r.WithContext(ctx)
 		trip.client = closerFunc(cancel)
+	}
+	if ic.scheme == "https" {
+		// The rules of now: a change of the sandbox's network applies
+		// to its next request.
+		setHeaders(r.Header, p.rules().headersFor(v.Host, v.Port))
 	}
 	ic.ss.substHeader(r.Header)
 	ic.ss.substQuery(r.URL)

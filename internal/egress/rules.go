@@ -32,6 +32,8 @@ type Rules struct {
 	// bound to.
 	secrets []*secrets.Secret
 	binds   []binding
+	// headers are Config.Headers.
+	headers []headerBinding
 	// lowerPlaceholders are the secrets' placeholders in lower case, in
 	// the order of secrets, for host names (whose case DNS ignores).
 	lowerPlaceholders []string
@@ -145,6 +147,7 @@ func NewRules(c Config) (*Rules, error) {
 		r.allow = append(r.allow, ru)
 	}
 	errs = append(errs, r.addSecrets(c.Secrets)...)
+	errs = append(errs, r.addHeaders(c.Headers)...)
 	if c.OperatorRules {
 		for i := range r.allow {
 			switch ru := &r.allow[i]; {

@@ -32,14 +32,15 @@ type (
 		WorkspaceMode   string   `yaml:"workspace_mode,omitempty"`
 	}
 	formatNetwork struct {
-		Mode           string   `yaml:"mode,omitempty"`
-		AllowedDomains []string `yaml:"allowed_domains"`
-		DeniedDomains  []string `yaml:"denied_domains"`
-		AllowedCIDRs   []string `yaml:"allowed_cidrs"`
-		AllowPrivate   []string `yaml:"allow_private"`
-		PrivateNames   []string `yaml:"private_names,omitempty"`
-		Hosts          []string `yaml:"hosts"`
-		AllowHost      *bool    `yaml:"allow_host,omitempty"`
+		Mode           string       `yaml:"mode,omitempty"`
+		AllowedDomains []string     `yaml:"allowed_domains"`
+		DeniedDomains  []string     `yaml:"denied_domains"`
+		AllowedCIDRs   []string     `yaml:"allowed_cidrs"`
+		AllowPrivate   []string     `yaml:"allow_private"`
+		PrivateNames   []string     `yaml:"private_names,omitempty"`
+		Hosts          []string     `yaml:"hosts"`
+		AllowHost      *bool        `yaml:"allow_host,omitempty"`
+		Headers        []HeaderRule `yaml:"headers,omitempty"`
 	}
 	formatEnv struct {
 		Pass []string          `yaml:"pass"`
@@ -84,6 +85,7 @@ func (s Spec) Format() ([]byte, error) {
 			PrivateNames:   s.Network.PrivateNames,
 			Hosts:          s.Network.Hosts,
 			AllowHost:      s.Network.AllowHost,
+			Headers:        s.Network.Headers,
 		},
 		Secrets:    s.Secrets,
 		Env:        formatEnv{Pass: s.Env.Pass, Set: s.Env.Set},

@@ -22,7 +22,9 @@ func policyFields(section string) []string {
 	case "filesystem":
 		return []string{"workspace", "workspace_at", "allow_write", "deny_read", "allow_read", "deny_write", "no_default_denies", "home", "workspace_mode"}
 	case "network":
-		return []string{"mode", "allowed_domains", "denied_domains", "allowed_cidrs", "allow_private", "private_names", "hosts", "allow_host"}
+		return []string{"mode", "allowed_domains", "denied_domains", "allowed_cidrs", "allow_private", "private_names", "hosts", "allow_host", "headers"}
+	case "network.headers":
+		return []string{"host", "set"}
 	case "env":
 		return []string{"pass", "set"}
 	case "resources":
@@ -202,6 +204,8 @@ func (d *decoder) network(n *yaml.Node, nw *Network) error {
 			var b bool
 			b, err = d.boolean(e.val, name)
 			nw.AllowHost = &b
+		case "headers":
+			nw.Headers, err = d.headers(e.val)
 		}
 		if err != nil {
 			return err
@@ -258,6 +262,85 @@ func quoteList(list []string) string {
 		quoted[i] = strconv.Quote(s)
 	}
 	return strings.Join(quoted, ", ")
+}
+
+// headers decodes network.headers, a list of mappings of host and set.
+func (d *decoder) headers(n *yaml.Node) ([]HeaderRule, error) {
+	n = resolve(n)
+	if isNull(n) {
+		return nil, nil
+	}
+	if n.Kind != yaml.SequenceNode {
+		return nil, d.errorf(n, "network.headers: expected a list of {host, set}, got %s", describe(n))
+	}
+	if len(n.Content) > MaxHeaderRules {
+		return nil, d.errorf(n, "network.headers: %d rules, more than %d", len(n.Content), MaxHeaderRules)
+	}
+	fields := policyFields("network.headers")
+	var out []HeaderRule
+	for i, item := range n.Content {
+		where := fmt.Sprintf("network.headers[%d]", i)
+		item = resolve(item)
+		entries, err := d.mapping(item, where, fields, func(name string) string { return suggestField(name, fields) })
+		if err != nil {
+			return nil, err
+		}
+		if entries == nil {
+			return nil, d.errorf(item, "%s: expected a mapping with host and set, got %s", where, describe(item))
+		}
+		var hr HeaderRule
+		for _, e := range entries {
+			field := where + "." + e.key.Value
+			switch e.key.Value {
+			case "host":
+				hr.Host, err = d.checkedStr(e.val, field, CheckHeaderHost)
+			case "set":
+				hr.Set, err = d.headerSet(e.val, field)
+			}
+			if err != nil {
+				return nil, err
+			}
+		}
+		switch {
+		case hr.Host == "":
+			return nil, d.errorf(item, "%s: host is required", where)
+		case len(hr.Set) == 0:
+			return nil, d.errorf(item, "%s: set is required: the headers to set", where)
+		}
+		out = append(out, hr)
+	}
+	return out, nil
+}
+
+// headerSet decodes the set of a header rule: header names to values.
+func (d *decoder) headerSet(n *yaml.Node, where string) (map[string]string, error) {
+	n = resolve(n)
+	if n.Kind != yaml.MappingNode {
+		return nil, d.errorf(n, "%s: expected a mapping of Header-Name: value, got %s", where, describe(n))
+	}
+	names := make([]string, 0, len(n.Content)/2)
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		names = append(names, resolve(n.Content[i]).Value)
+	}
+	entries, err := d.mapping(n, where, names, func(string) string { return "" })
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]string, len(entries))
+	for _, e := range entries {
+		v := resolve(e.val)
+		if v.Kind != yaml.ScalarNode || isNull(v) {
+			return nil, d.errorf(v, "%s.%s: expected a string, got %s", where, e.key.Value, describe(v))
+		}
+		if err := CheckHeader(e.key.Value, v.Value); err != nil {
+			return nil, d.errorf(e.key, "%s: %v", where, err)
+		}
+		out[e.key.Value] = v.Value
+	}
+	if len(out) > MaxHeadersPerRule {
+		return nil, d.errorf(n, "%s: %d headers, more than %d", where, len(out), MaxHeadersPerRule)
+	}
+	return out, nil
 }
 
 // secrets decodes the list of secrets, each a mapping.

@@ -199,6 +199,18 @@ func TestParseErrors(t *testing.T) {
 			`policy.json:3:5: unknown field "alow_write" in filesystem (did you mean "allow_write"?)`},
 		{"json too deep", "policy.json", `{"env": ` + strings.Repeat("[", 100) + strings.Repeat("]", 100) + `}`,
 			`policy.json:1:73: syntax error: nested too deeply`},
+		{"headers not a list", "", "network:\n  headers: x\n",
+			`policy.yaml:2:12: network.headers: expected a list of {host, set}, got the string "x"`},
+		{"header rule without set", "", "network:\n  headers:\n    - host: a.example\n",
+			`policy.yaml:3:7: network.headers[0]: set is required: the headers to set`},
+		{"header rule typo", "", "network:\n  headers:\n    - host: a.example\n      sett: {A: b}\n",
+			`policy.yaml:4:7: unknown field "sett" in network.headers[0] (did you mean "set"?)`},
+		{"header name", "", "network:\n  headers:\n    - host: a.example\n      set: {\"A B\": b}\n",
+			`policy.yaml:4:13: network.headers[0].set: invalid header name "A B"`},
+		{"header dollar", "", "network:\n  headers:\n    - host: a.example\n      set: {A: $x}\n",
+			`policy.yaml:4:13: network.headers[0].set: header A: "$" starts "${secrets.NAME}" or "$$" (a "$"), nothing else`},
+		{"header host everywhere", "", "network:\n  headers:\n    - host: \"*\"\n      set: {A: b}\n",
+			`policy.yaml:3:13: network.headers[0].host: "*" would set the headers on every request; name the hosts`},
 		{"json content in yaml file", "", "{\"network\": {\"mode\": \"open\"}}",
 			`policy.yaml:1:22: network.mode: unknown mode "open" (allowed: "none", "proxy", "host")`},
 	}
@@ -392,20 +404,22 @@ func TestFieldNames(t *testing.T) {
 		return out
 	}
 	sections := map[string]reflect.Type{
-		"":           reflect.TypeFor[Spec](),
-		"filesystem": reflect.TypeFor[Filesystem](),
-		"network":    reflect.TypeFor[Network](),
-		"secrets":    reflect.TypeFor[Secret](),
-		"env":        reflect.TypeFor[Env](),
-		"resources":  reflect.TypeFor[Resources](),
+		"":                reflect.TypeFor[Spec](),
+		"filesystem":      reflect.TypeFor[Filesystem](),
+		"network":         reflect.TypeFor[Network](),
+		"secrets":         reflect.TypeFor[Secret](),
+		"env":             reflect.TypeFor[Env](),
+		"resources":       reflect.TypeFor[Resources](),
+		"network.headers": reflect.TypeFor[HeaderRule](),
 	}
 	formats := map[string]reflect.Type{
-		"":           reflect.TypeFor[formatSpec](),
-		"filesystem": reflect.TypeFor[formatFilesystem](),
-		"network":    reflect.TypeFor[formatNetwork](),
-		"secrets":    reflect.TypeFor[Secret](),
-		"env":        reflect.TypeFor[formatEnv](),
-		"resources":  reflect.TypeFor[formatResources](),
+		"":                reflect.TypeFor[formatSpec](),
+		"filesystem":      reflect.TypeFor[formatFilesystem](),
+		"network":         reflect.TypeFor[formatNetwork](),
+		"secrets":         reflect.TypeFor[Secret](),
+		"env":             reflect.TypeFor[formatEnv](),
+		"resources":       reflect.TypeFor[formatResources](),
+		"network.headers": reflect.TypeFor[HeaderRule](),
 	}
 	for _, sec := range policyFields("") {
 		if _, ok := sections[sec]; !ok && policyFields(sec) != nil {
@@ -422,6 +436,49 @@ func TestFieldNames(t *testing.T) {
 		}
 		if got := tagNames(formats[sec], "yaml"); !reflect.DeepEqual(got, yamlNames) {
 			t.Errorf("section %q: Format prints %v, Spec has %v", sec, got, yamlNames)
+		}
+	}
+}
+
+// TestHeaderRulesPolicy: network.headers round-trips through Format, and
+// Validate holds a rule to the policy's secrets and their hosts.
+func TestHeaderRulesPolicy(t *testing.T) {
+	in := "network:\n  allowed_domains: [api.example]\n  headers:\n    - host: API.example\n      set:\n        Authorization: \"Bearer ${secrets.TOKEN}\"\n        X-Cost: \"$$5\"\nsecrets:\n  - name: TOKEN\n    hosts: [api.example]\n"
+	s, err := Parse("policy.yaml", []byte(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Normalize("/w", ""); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Network.Headers; len(got) != 1 || got[0].Host != "api.example" || got[0].Set["X-Cost"] != "$$5" {
+		t.Errorf("headers = %+v", got)
+	}
+	out, err := s.Format()
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := Parse("policy.yaml", out)
+	if err != nil || !reflect.DeepEqual(back.Network.Headers, s.Network.Headers) {
+		t.Errorf("Format then Parse: %+v, %v; want %+v\n%s", back.Network.Headers, err, s.Network.Headers, out)
+	}
+	for _, c := range []struct{ in, want string }{
+		{"network:\n  allowed_domains: [a.example]\n  headers:\n    - host: other.example\n      set: {A: \"${secrets.TOKEN}\"}\nsecrets:\n  - name: TOKEN\n    hosts: [a.example]\n",
+			"network.headers[0].set.A: secret TOKEN is not bound to other.example (its hosts: a.example)"},
+		{"network:\n  allowed_domains: [a.example]\n  headers:\n    - host: a.example\n      set: {A: \"${secrets.NOPE}\"}\n",
+			"network.headers[0].set.A: the policy has no secret NOPE"},
+		{"network:\n  mode: none\n  headers:\n    - host: a.example\n      set: {A: b}\n",
+			`network.headers: need network mode "proxy"`},
+	} {
+		s, err := Parse("policy.yaml", []byte(c.in))
+		if err == nil {
+			err = s.Normalize(t.TempDir(), "")
+		}
+		if err == nil {
+			err = s.Validate()
+		}
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: %v, want %q", c.in, err, c.want)
 		}
 	}
 }

@@ -92,6 +92,9 @@ func (s *Spec) Normalize(cwd, home string) error {
 	nw.AllowPrivate = dedupe(nw.AllowPrivate)
 	nw.PrivateNames = dedupe(nw.PrivateNames)
 	nw.Hosts = dedupe(nw.Hosts)
+	for i := range nw.Headers {
+		nw.Headers[i].Host = strings.ToLower(nw.Headers[i].Host)
+	}
 	for i := range s.Secrets {
 		sec := &s.Secrets[i]
 		sec.Hosts = dedupe(lower(sec.Hosts))
@@ -363,6 +366,7 @@ func (s Spec) Validate() error {
 			add("%s.placeholder_prefix: %v", at, err)
 		}
 	}
+	checkHeaderRules(s, add)
 	if len(s.Secrets) > 0 && s.Network.Mode != "proxy" {
 		add("secrets: need network mode \"proxy\" (the proxy puts their values in), got %q", s.Network.Mode)
 	}

@@ -144,6 +144,25 @@ type Network struct {
 	Hosts []string `json:"hosts" yaml:"hosts"`
 	// AllowHost, when false, refuses mode "host". Nil means true.
 	AllowHost *bool `json:"allow_host,omitempty" yaml:"allow_host,omitempty"`
+	// Headers set request headers, in the egress proxy, on the sandbox's
+	// requests to some hosts: the sandbox never sees them (a value may
+	// name a secret: HeaderRule). They allow no host by themselves.
+	Headers []HeaderRule `json:"headers,omitempty" yaml:"headers,omitempty"`
+}
+
+// HeaderRule sets headers on every request of the sandbox to one host
+// (Network.Headers). The egress proxy terminates the sandbox's TLS to the
+// host, as it does for a secret's host, and sets each header of Set on
+// every request, replacing one the sandbox sent.
+type HeaderRule struct {
+	// Host is the destination, as a secret's host: "api.example.com",
+	// "*.example.com", an IP address, with an optional ":PORT" (443 when
+	// none).
+	Host string `json:"host" yaml:"host"`
+	// Set maps header names to values. In a value, "${secrets.NAME}"
+	// stands for the real value of the policy's secret NAME, which must be
+	// bound to Host (its hosts list Host); "$$" is a "$".
+	Set map[string]string `json:"set" yaml:"set"`
 }
 
 // Secret is one credential of the sandbox.

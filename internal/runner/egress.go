@@ -88,6 +88,10 @@ func newEgress(spec policy.Spec, explicitNone bool, report string, reportTo io.W
 		return nil, err
 	}
 	cfg.Secrets = e.secrets
+	if cfg.Headers, err = egress.HeaderRules(spec.Network.Headers, e.secrets); err != nil {
+		e.finish()
+		return nil, fmt.Errorf("network policy: %w", err)
+	}
 	// hutch run's user is the operator: an IP-literal rule may open a
 	// private or loopback address on purpose.
 	cfg.OperatorRules = true
@@ -97,7 +101,7 @@ func newEgress(spec policy.Spec, explicitNone bool, report string, reportTo io.W
 		return nil, fmt.Errorf("network policy: %w", err)
 	}
 	e.proxy = &egress.Proxy{Rules: rules, Sandbox: id, Record: e.rec.Record, Log: log, Hostname: sandbox.Hostname}
-	if len(e.secrets) > 0 {
+	if len(e.secrets) > 0 || len(cfg.Headers) > 0 {
 		if err := e.setupTLS(id, upstreamCAs); err != nil {
 			e.finish()
 			return nil, err
