@@ -140,6 +140,11 @@ func Serve(ctx context.Context, h http.Handler, log *slog.Logger, ls ...net.List
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		BaseContext:       func(net.Listener) context.Context { return base },
+		// HTTP/1.1, and HTTP/2 with prior knowledge (h2c) on listeners
+		// without TLS, for gRPC clients of envd: an HTTP/1.1 client is
+		// never upgraded. Over TLS the listener's ALPN decides
+		// (http/1.1 only: see hutch serve's TLS configuration).
+		Protocols: serveProtocols(),
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 			if c.LocalAddr().Network() == "unix" {
 				ctx = context.WithValue(ctx, peerKey{}, &peerCheck{conn: c})
@@ -222,4 +227,13 @@ func guardPeers(h http.Handler, log *slog.Logger) http.Handler {
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// serveProtocols are the protocols of Serve's server.
+func serveProtocols() *http.Protocols {
+	p := new(http.Protocols)
+	p.SetHTTP1(true)
+	p.SetHTTP2(true)
+	p.SetUnencryptedHTTP2(true)
+	return p
 }
