@@ -123,5 +123,5 @@ func (h *Handler) envdAuditor(tenant, id string) func(envd.Event) {
 func (s Sandbox) Envd() envd.Sandbox {
 	// No Touch: the manager recorded the request's activity when Resolve
 	// asked it for the sandbox's agent.
-	return envd.Sandbox{ID: s.ID, Agent: s.Agent, Audit: s.audit, Signed: s.signed}
+	return envd.Sandbox{ID: s.ID, Agent: s.Agent, Audit: s.audit, Signed: s.signed, User: s.user, Workdir: s.workdir}
 }

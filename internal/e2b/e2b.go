@@ -60,6 +60,10 @@ type record struct {
 	// request for it resumes it when paused (Wake).
 	pauseOnTimeout, autoResume bool
 	ended                      time.Time // when it was seen gone; zero while it lives
+	// user and workdir are its template's setUser and setWorkdir where
+	// they differ from E2B's defaults: envd's defaults in it
+	// (envd.Sandbox.User, envd.Sandbox.Workdir).
+	user, workdir string
 }
 
 // Handler serves E2B's REST API. Safe for concurrent use.
@@ -453,8 +457,9 @@ type Sandbox struct {
 	// manager, which recorded the request as activity in the sandbox.
 	Agent *agent.Client
 
-	audit  func(envd.Event) // see Envd
-	signed bool             // let in by a signed URL (envd.Sandbox.Signed)
+	audit         func(envd.Event) // see Envd
+	signed        bool             // let in by a signed URL (envd.Sandbox.Signed)
+	user, workdir string           // its template's defaults (record)
 }
 
 // Resolve returns the sandbox a request of E2B's in-sandbox API (envd) is
@@ -510,6 +515,10 @@ func (h *Handler) Resolve(r *http.Request) (Sandbox, error) {
 		}
 		tenant = rec.tenant
 	}
+	var user, workdir string
+	if rec := h.records[id]; rec != nil {
+		user, workdir = rec.user, rec.workdir
+	}
 	h.mu.Unlock()
 	c, err := h.m.Agent(r.Context(), tenant, id)
 	if errors.Is(err, daemon.ErrConflict) && r.URL.Path != "/health" {
@@ -527,7 +536,7 @@ func (h *Handler) Resolve(r *http.Request) (Sandbox, error) {
 		}
 		return Sandbox{}, err
 	}
-	return Sandbox{ID: id, Agent: c, audit: h.envdAuditor(tenant, id), signed: tok == ""}, nil
+	return Sandbox{ID: id, Agent: c, audit: h.envdAuditor(tenant, id), signed: tok == "", user: user, workdir: workdir}, nil
 }
 
 // sandboxOfHost is the sandbox id in a host name of E2B's form

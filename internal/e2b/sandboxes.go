@@ -464,8 +464,17 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, tenant string) 
 	auditEntry(r).Tier = info.Tier // the daemon's default: E2B's creates name none
 	internet := req.Policy.Network.Mode != "none"
 	_, autoResume, _ := lifecycleOf(b) // checked by createRequest
-	sb, err := h.started(r.Context(), tenant, info.ID, &record{network: b.Network, internet: &internet, template: template,
-		pauseOnTimeout: req.Lifecycle.PauseOnTimeout, autoResume: autoResume})
+	rec := &record{network: b.Network, internet: &internet, template: template,
+		pauseOnTimeout: req.Lifecycle.PauseOnTimeout, autoResume: autoResume}
+	if isBuilt {
+		if built.run.User != userName {
+			rec.user = built.run.User
+		}
+		if built.run.Workdir != Workspace {
+			rec.workdir = built.run.Workdir
+		}
+	}
+	sb, err := h.started(r.Context(), tenant, info.ID, rec)
 	if err != nil {
 		return err
 	}

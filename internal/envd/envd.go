@@ -1,9 +1,11 @@
 package envd
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"path"
@@ -18,6 +20,7 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/audit"
 	"github.com/hutch-sandbox/hutch/internal/envd/envdpb/filesystem/filesystemconnect"
 	"github.com/hutch-sandbox/hutch/internal/envd/envdpb/process/processconnect"
+	"github.com/hutch-sandbox/hutch/internal/image"
 )
 
 // Sandbox is what envd needs of the sandbox a request is for.
@@ -39,6 +42,12 @@ type Sandbox struct {
 	// for the query's username, so the request runs as that user (the
 	// default user if none), never as its Authorization header's.
 	Signed bool
+	// User and Workdir, when set, are the sandbox's defaults (its
+	// template's, E2B's setUser and setWorkdir): the user of a request
+	// that names none instead of "user", and the working directory of a
+	// command that names none instead of its user's home. User may be
+	// any account of the sandbox's /etc/passwd.
+	User, Workdir string
 }
 
 // Resolver returns the sandbox a request is for, or an error; an error of
@@ -80,6 +89,9 @@ type box struct {
 	agent *agent.Client
 	procs *registry
 	audit func(Event) // the sandbox's Audit; nil: none
+	// user and workdir are the sandbox's defaults (Sandbox.User,
+	// Sandbox.Workdir).
+	user, workdir string
 
 	mu       sync.Mutex
 	watchers map[string]*watcher
@@ -333,7 +345,8 @@ func (h *handler) boxOf(r *http.Request) (*box, Sandbox, error) {
 	defer h.mu.Unlock()
 	b := h.boxes[sb.Agent]
 	if b == nil {
-		b = &box{id: sb.ID, agent: sb.Agent, procs: newRegistry(), audit: sb.Audit, watchers: make(map[string]*watcher)}
+		b = &box{id: sb.ID, agent: sb.Agent, procs: newRegistry(), audit: sb.Audit, watchers: make(map[string]*watcher),
+			user: sb.User, workdir: sb.Workdir}
 		h.boxes[sb.Agent] = b
 		go func() {
 			<-sb.Agent.Done()
@@ -362,8 +375,14 @@ func (h *handler) health(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// lookupUser returns the account called name, the default user for "".
-func (h *handler) lookupUser(name string) (user, error) {
+// lookupUser returns the account called name in b's sandbox, its
+// default user for "": "user" and "root" as every E2B sandbox has them,
+// any other from the sandbox's own /etc/passwd (read through its agent,
+// bounded: the sandbox writes that file).
+func (h *handler) lookupUser(ctx context.Context, b *box, name string) (user, error) {
+	if name == "" {
+		name = b.user
+	}
 	if name == "" {
 		name = defaultUser
 	}
@@ -372,23 +391,61 @@ func (h *handler) lookupUser(name string) (user, error) {
 			return u, nil
 		}
 	}
-	return user{}, errorf(codeInvalidArgument, "user %.64q: no such user (use \"user\" or \"root\")", name)
+	if len(name) > 64 || strings.ContainsAny(name, ":/") || strings.TrimLeft(name, "0123456789") == "" {
+		return user{}, errorf(codeInvalidArgument, "user %.64q: no such user", name)
+	}
+	u, err := image.ResolveUser(name, func(file string) ([]byte, error) {
+		return readBounded(ctx, b.agent, "/"+file, maxAccountFile)
+	})
+	if err != nil || u.Name != name {
+		return user{}, errorf(codeInvalidArgument, "user %.64q: no such user in the sandbox", name)
+	}
+	return user{name: u.Name, uid: uint32(u.UID), gid: uint32(u.GID), home: u.Home}, nil
+}
+
+// maxAccountFile bounds what lookupUser reads of /etc/passwd or
+// /etc/group.
+const maxAccountFile = 1 << 20
+
+// readBounded reads the sandbox's file p, at most max bytes; a longer
+// file is an error.
+func readBounded(ctx context.Context, c *agent.Client, p string, max int) ([]byte, error) {
+	var buf bytes.Buffer
+	w := &boundedWriter{w: &buf, left: max}
+	if _, err := c.ReadFile(ctx, p, w); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// boundedWriter refuses to write past left bytes.
+type boundedWriter struct {
+	w    io.Writer
+	left int
+}
+
+func (b *boundedWriter) Write(p []byte) (int, error) {
+	if len(p) > b.left {
+		return 0, errors.New("file too long")
+	}
+	b.left -= len(p)
+	return b.w.Write(p)
 }
 
 // requestUser is the user an RPC runs as: HTTP basic authentication
-// ("name:"), the default user without it.
-func (h *handler) requestUser(hdr http.Header) (user, error) {
+// ("name:"), the sandbox's default user without it.
+func (h *handler) requestUser(ctx context.Context, b *box, hdr http.Header) (user, error) {
 	a := hdr.Get("Authorization")
 	scheme, cred, ok := strings.Cut(a, " ")
 	if !ok || !strings.EqualFold(scheme, "basic") {
-		return h.lookupUser("")
+		return h.lookupUser(ctx, b, "")
 	}
 	raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(cred))
 	if err != nil {
 		return user{}, errorf(codeInvalidArgument, "authorization header: %v", err)
 	}
 	name, _, _ := strings.Cut(string(raw), ":")
-	return h.lookupUser(name)
+	return h.lookupUser(ctx, b, name)
 }
 
 // ownerName is the name of uid (or gid), its number if not a known user.

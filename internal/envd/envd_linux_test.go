@@ -37,6 +37,9 @@ type env struct {
 	agent *agent.Client
 	home  string // the home of "user"
 	user  user
+	// defaults are the sandbox's User and Workdir (Sandbox), set by a
+	// test before its requests.
+	defaults struct{ user, workdir string }
 }
 
 func newEnv(t *testing.T) *env {
@@ -74,15 +77,17 @@ func newEnv(t *testing.T) *env {
 		c.Close()
 		<-served
 	})
+	e := &env{agent: c, home: u.home, user: u}
 	h := newHandler(func(r *http.Request) (Sandbox, error) {
 		if id := r.Header.Get("E2b-Sandbox-Id"); id != "sb1" {
 			return Sandbox{}, &Error{Code: codeNotFound, Message: fmt.Sprintf("sandbox %q not found", id)}
 		}
-		return Sandbox{ID: "sb1", Agent: c}, nil
+		return Sandbox{ID: "sb1", Agent: c, User: e.defaults.user, Workdir: e.defaults.workdir}, nil
 	}, nil, users)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	return &env{srv: srv, h: h, agent: c, home: u.home, user: u}
+	e.srv, e.h = srv, h
+	return e
 }
 
 func (e *env) request(t *testing.T, method, path, contentType string, body io.Reader) *http.Request {
@@ -318,9 +323,9 @@ func TestStart(t *testing.T) {
 		t.Errorf("start of a missing command: %+v", we)
 	}
 	// So does an unknown user.
-	s = e.stream(t, "process.Process/Start", bashStart("true"), map[string]string{"Authorization": "Basic " + base64.StdEncoding.EncodeToString([]byte("nobody:"))})
-	if we := s.endOfStream(); we == nil || we.Code != codeInvalidArgument || !strings.Contains(we.Message, "nobody") {
-		t.Errorf("start as nobody: %+v", we)
+	s = e.stream(t, "process.Process/Start", bashStart("true"), map[string]string{"Authorization": "Basic " + base64.StdEncoding.EncodeToString([]byte("no-such-user:"))})
+	if we := s.endOfStream(); we == nil || we.Code != codeInvalidArgument || !strings.Contains(we.Message, "no-such-user") {
+		t.Errorf("start as no-such-user: %+v", we)
 	}
 }
 
@@ -515,8 +520,8 @@ func TestFiles(t *testing.T) {
 	if resp.StatusCode != 404 || json.Unmarshal(b, &fe) != nil || fe.Code != 404 || fe.Message == "" {
 		t.Errorf("download of a missing file: %d %s", resp.StatusCode, b)
 	}
-	if resp, b := do(t, e.request(t, "GET", "/files?path=x&username=nobody", "", nil)); resp.StatusCode != 400 || !strings.Contains(string(b), "nobody") {
-		t.Errorf("download as nobody: %d %s", resp.StatusCode, b)
+	if resp, b := do(t, e.request(t, "GET", "/files?path=x&username=no-such-user", "", nil)); resp.StatusCode != 400 || !strings.Contains(string(b), "no-such-user") {
+		t.Errorf("download as no-such-user: %d %s", resp.StatusCode, b)
 	}
 	if resp, b := do(t, e.request(t, "POST", "/files?username=user", "text/plain", strings.NewReader("x"))); resp.StatusCode != 400 {
 		t.Errorf("upload of text/plain: %d %s", resp.StatusCode, b)
@@ -925,7 +930,7 @@ func TestProtocolErrors(t *testing.T) {
 	req.Header.Set("Connect-Timeout-Ms", "soon")
 	check("bad timeout", req, 400, codeInvalidArgument)
 	req = e.request(t, "POST", "/filesystem.Filesystem/Stat", "application/json", strings.NewReader(`{"path":"x"}`))
-	req.Header.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte("nobody:")))
+	req.Header.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte("no-such-user:")))
 	check("unknown user", req, 400, codeInvalidArgument)
 	check("invalid signal", e.request(t, "POST", "/process.Process/SendSignal", "application/json", strings.NewReader(`{"process":{"pid":1},"signal":"SIGNAL_SIGHUP"}`)), 400, codeInvalidArgument)
 
@@ -1164,5 +1169,42 @@ func TestStreamInput(t *testing.T) {
 	e.mustCall(t, "process.Process/CloseStdin", map[string]any{"process": map[string]any{"pid": pid}}, nil)
 	if stdout, _, end := s.collect(); strings.TrimSpace(stdout) != "5" || end.End.ExitCode != 0 {
 		t.Errorf("wc -c: %q, %+v", stdout, *end.End)
+	}
+}
+
+// TestSandboxDefaults: a sandbox's default user and working directory
+// (its template's setUser and setWorkdir) apply to requests that name
+// none; a user of the sandbox's own /etc/passwd may be named, and may be
+// the default.
+func TestSandboxDefaults(t *testing.T) {
+	testutil.RequireRoot(t) // commands as other users
+	e := newEnv(t)
+	dir, err := os.MkdirTemp("", "envd-workdir-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	e.defaults.user, e.defaults.workdir = "daemon", dir // Debian's passwd: uid 1, home /usr/sbin
+	s := e.stream(t, "process.Process/Start", bashStart("id -u; pwd; echo $HOME $USER"), nil)
+	s.event()
+	if stdout, _, _ := s.collect(); stdout != fmt.Sprintf("1\n%s\n/usr/sbin daemon\n", dir) {
+		t.Errorf("default user daemon, workdir %s: %q", dir, stdout)
+	}
+	// A cwd of the request wins; a user named wins.
+	s = e.stream(t, "process.Process/Start", map[string]any{"process": map[string]any{"cmd": "/bin/bash", "args": []string{"-c", "id -u; pwd"}, "cwd": "/"}},
+		map[string]string{"Authorization": "Basic " + base64.StdEncoding.EncodeToString([]byte("root:"))})
+	s.event()
+	if stdout, _, _ := s.collect(); stdout != fmt.Sprintf("%d\n/\n", os.Getuid()) {
+		t.Errorf("as root in /: %q", stdout)
+	}
+	// Names that are not accounts, or not names, are refused.
+	for _, name := range []string{"no-such-user", "1000", "a:b", "../etc"} {
+		s = e.stream(t, "process.Process/Start", bashStart("true"), map[string]string{"Authorization": "Basic " + base64.StdEncoding.EncodeToString([]byte(name+":"))})
+		if we := s.endOfStream(); we == nil || we.Code != codeInvalidArgument {
+			t.Errorf("start as %q: %+v", name, we)
+		}
 	}
 }

@@ -119,14 +119,14 @@ func (h *handler) files(w http.ResponseWriter, r *http.Request) {
 	if name == "" && !sb.Signed {
 		// The SDKs name the user of /files in the query; take that of
 		// the Authorization header otherwise.
-		u, err := h.requestUser(r.Header)
+		u, err := h.requestUser(r.Context(), b, r.Header)
 		if err != nil {
 			writeFilesError(w, err)
 			return
 		}
 		name = u.name
 	}
-	u, err := h.lookupUser(name)
+	u, err := h.lookupUser(r.Context(), b, name)
 	if err != nil {
 		writeFilesError(w, err)
 		return

@@ -135,8 +135,8 @@ func (h *handler) stat(ctx context.Context, b *box, p string) (*pb.EntryInfo, er
 }
 
 // userPath resolves p for the request's user, and returns both.
-func (h *handler) userPath(hdr http.Header, p string) (user, string, error) {
-	u, err := h.requestUser(hdr)
+func (h *handler) userPath(ctx context.Context, b *box, hdr http.Header, p string) (user, string, error) {
+	u, err := h.requestUser(ctx, b, hdr)
 	if err != nil {
 		return user{}, "", err
 	}
@@ -148,7 +148,7 @@ func (h *handler) userPath(hdr http.Header, p string) (user, string, error) {
 }
 
 func (h *handler) fsStat(ctx context.Context, b *box, hdr http.Header, req *pb.StatRequest) (*pb.StatResponse, error) {
-	_, p, err := h.userPath(hdr, req.Path)
+	_, p, err := h.userPath(ctx, b, hdr, req.Path)
 	if err != nil {
 		return nil, err
 	}
@@ -205,7 +205,7 @@ func (h *handler) own(ctx context.Context, b *box, u user, p string) error {
 }
 
 func (h *handler) fsMakeDir(ctx context.Context, b *box, hdr http.Header, req *pb.MakeDirRequest) (*pb.MakeDirResponse, error) {
-	u, p, err := h.userPath(hdr, req.Path)
+	u, p, err := h.userPath(ctx, b, hdr, req.Path)
 	if err != nil {
 		return nil, err
 	}
@@ -227,7 +227,7 @@ func (h *handler) fsMakeDir(ctx context.Context, b *box, hdr http.Header, req *p
 }
 
 func (h *handler) fsMove(ctx context.Context, b *box, hdr http.Header, req *pb.MoveRequest) (*pb.MoveResponse, error) {
-	u, src, err := h.userPath(hdr, req.Source)
+	u, src, err := h.userPath(ctx, b, hdr, req.Source)
 	if err != nil {
 		return nil, err
 	}
@@ -253,7 +253,7 @@ func (h *handler) fsMove(ctx context.Context, b *box, hdr http.Header, req *pb.M
 }
 
 func (h *handler) fsRemove(ctx context.Context, b *box, hdr http.Header, req *pb.RemoveRequest) (*pb.RemoveResponse, error) {
-	_, p, err := h.userPath(hdr, req.Path)
+	_, p, err := h.userPath(ctx, b, hdr, req.Path)
 	if err != nil {
 		return nil, err
 	}
@@ -288,7 +288,7 @@ func walk(ctx context.Context, b *box, p string, depth int, count *int, f func(s
 }
 
 func (h *handler) fsListDir(ctx context.Context, b *box, hdr http.Header, req *pb.ListDirRequest) (*pb.ListDirResponse, error) {
-	_, p, err := h.userPath(hdr, req.Path)
+	_, p, err := h.userPath(ctx, b, hdr, req.Path)
 	if err != nil {
 		return nil, err
 	}
@@ -369,7 +369,7 @@ type watchRequest interface {
 
 // startWatch checks a watch request and starts the agent's watch.
 func (h *handler) startWatch(ctx context.Context, b *box, hdr http.Header, req watchRequest) (watchSpec, *agent.Watch, error) {
-	_, p, err := h.userPath(hdr, req.GetPath())
+	_, p, err := h.userPath(ctx, b, hdr, req.GetPath())
 	if err != nil {
 		return watchSpec{}, nil, err
 	}

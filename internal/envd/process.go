@@ -250,12 +250,15 @@ func (h *handler) processStart(ctx context.Context, b *box, hdr http.Header, req
 		return errorf(codeInvalidArgument, "start: no command")
 	}
 	args = append([]string{req.Process.Cmd}, req.Process.Args...)
-	u, err := h.requestUser(hdr)
+	u, err := h.requestUser(ctx, b, hdr)
 	if err != nil {
 		return err
 	}
 	cfg := proto.CloneOf(req.Process)
 	dir := u.home
+	if b.workdir != "" {
+		dir = b.workdir
+	}
 	if cfg.GetCwd() != "" {
 		if dir, err = resolvePath(u, cfg.GetCwd()); err != nil {
 			return fmt.Errorf("start %s: cwd: %w", cfg.Cmd, err)

@@ -361,8 +361,10 @@ suite('template builds', () => {
     const sbx = await Sandbox.create(name, { timeoutMs: 60_000 })
     made.push(sbx.sandboxId)
     assert.equal((await sbx.getInfo()).templateId, info.templateId)
-    const r = await sbx.commands.run('cat /app/made.txt /etc/made-by-root ~/folder/test.txt /tmp/started; echo $FROM_TEMPLATE; readlink ~/folder/link.txt')
-    assert.equal(r.stdout, 'user /app\nroot\nThis is a test file.\nstarted\nyes\ntest.txt\n')
+    // The template's workdir is the commands' default working directory.
+    const r = await sbx.commands.run('pwd; cat /app/made.txt /etc/made-by-root ~/folder/test.txt /tmp/started; echo $FROM_TEMPLATE; readlink ~/folder/link.txt')
+    assert.equal(r.stdout, '/app\nuser /app\nroot\nThis is a test file.\nstarted\nyes\ntest.txt\n')
+    assert.equal((await sbx.commands.run('pwd', { cwd: '/tmp' })).stdout, '/tmp\n')
     await sbx.kill()
 
     const tagged = await Template.assignTags(`${name}:default`, ['prod', 'stable'])
