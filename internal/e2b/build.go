@@ -60,6 +60,7 @@ type buildJob struct {
 	deadline                  time.Time
 	shell                     []string
 	resolveMu                 sync.Mutex
+	cpuCount, memoryMB        int // the build's resources (withResources)
 }
 
 // stepError is a failed step: its message, E2B's where the SDK's tests
@@ -146,6 +147,7 @@ func (j *buildJob) run(ctx context.Context) {
 			}
 			bd.Status, bd.Updated, bd.Finished, bd.cancel = statusError, time.Now(), time.Now(), nil
 			bd.Reason = &reasonJSON{Message: se.msg, Step: se.step, LogEntries: last}
+			j.h.saveLogs(bd)
 			j.h.save()
 		}
 		j.h.dropSnapshot(j.tenant, snap)
@@ -168,6 +170,7 @@ func (j *buildJob) run(ctx context.Context) {
 	}
 	t.Updated = now
 	j.h.release(t)
+	j.h.saveLogs(bd)
 	j.h.save()
 }
 
@@ -301,6 +304,7 @@ func (j *buildJob) base(ctx context.Context) (daemon.CreateRequest, error) {
 		// (hutch serve --allow-image); a build pulls nothing.
 		req.Policy.Root = policy.ImagePrefix + image
 	}
+	withResources(&req.Policy.Resources, j.cpuCount, j.memoryMB)
 	req.Timeout = buildTimeout + time.Minute
 	req.Labels = map[string]string{"e2b.templateBuild": j.tmpl + "/" + j.build}
 	return req, nil

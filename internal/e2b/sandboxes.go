@@ -454,6 +454,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, tenant string) 
 	if isBuilt {
 		// The build's base, whatever the server's "base" is now.
 		req.Policy.Root, template = "", built.template
+		withResources(&req.Policy.Resources, built.cpuCount, built.memoryMB)
 	}
 	info, err := h.m.Create(r.Context(), tenant, req)
 	if err != nil {

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/daemon"
+	"github.com/hutch-sandbox/hutch/internal/policy"
 )
 
 // E2B's templates (the SDK's Template.build, buildInBackground,
@@ -166,10 +167,68 @@ func (h *Handler) openTemplates() error {
 			if b.Status == statusBuilding || b.Status == statusWaiting {
 				b.Status, b.Reason = statusError, &reasonJSON{Message: "the server restarted during the build", LogEntries: []logJSON{}}
 			}
+			b.logs = h.loadLogs(b.ID)
 		}
 		h.reg.byID[t.ID] = t
 	}
 	return nil
+}
+
+// logsPath is the file of build id's log, kept once the build ended.
+func (h *Handler) logsPath(id string) string {
+	return filepath.Join(h.reg.dir, "logs", id+".json")
+}
+
+// saveLogs keeps bd's log in its file, for after a restart. Under reg.mu.
+func (h *Handler) saveLogs(bd *build) {
+	if h.reg.dir == "" {
+		return
+	}
+	b, err := json.Marshal(bd.logs)
+	if err == nil {
+		if err = os.MkdirAll(filepath.Dir(h.logsPath(bd.ID)), 0o700); err == nil {
+			tmp := h.logsPath(bd.ID) + ".tmp"
+			if err = os.WriteFile(tmp, b, 0o600); err == nil {
+				err = os.Rename(tmp, h.logsPath(bd.ID))
+			}
+		}
+	}
+	if err != nil {
+		h.log.Error("save a build's log", "build", bd.ID, "err", err)
+	}
+}
+
+// maxLogsFile bounds the log file read back: maxLogEntries entries of a
+// few KiB at most.
+const maxLogsFile = 64 << 20
+
+// loadLogs reads build id's kept log; none (nil) when there is no file,
+// or when it is unreadable (logged).
+func (h *Handler) loadLogs(id string) []logJSON {
+	f, err := os.Open(h.logsPath(id))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	var out []logJSON
+	if err == nil {
+		defer f.Close()
+		err = json.NewDecoder(io.LimitReader(f, maxLogsFile)).Decode(&out)
+	}
+	if err != nil {
+		h.log.Warn("read a build's log", "build", id, "err", err)
+		return nil
+	}
+	return out[:min(len(out), maxLogEntries)]
+}
+
+// dropLogs removes build id's kept log. Under reg.mu.
+func (h *Handler) dropLogs(id string) {
+	if h.reg.dir == "" {
+		return
+	}
+	if err := os.Remove(h.logsPath(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		h.log.Warn("remove a build's log", "build", id, "err", err)
+	}
 }
 
 // save writes the registry to its file. Under reg.mu.
@@ -327,6 +386,22 @@ func (t *tmpl) buildOf(id string) *build {
 type resolved struct {
 	template, snapshot string
 	run                runConfig
+	// cpuCount and memoryMB are the build's (E2B's template resources),
+	// 0 when it gave none.
+	cpuCount, memoryMB int
+}
+
+// withResources gives a sandbox of a template its resources: cpuCount
+// CPUs and memoryMB MiB of memory, each where it is given (not 0). The
+// daemon holds them to its bounds (--max-memory, --max-cpus) as any
+// create's.
+func withResources(r *policy.Resources, cpuCount, memoryMB int) {
+	if cpuCount > 0 {
+		r.CPUs = float64(cpuCount)
+	}
+	if memoryMB > 0 {
+		r.MemoryBytes = int64(memoryMB) << 20
+	}
 }
 
 // resolveTemplate returns the ready build of tenant's template that ref
@@ -348,7 +423,7 @@ func (h *Handler) resolveTemplate(tenant, ref string) (resolved, bool, error) {
 	if b == nil || b.Status != statusReady {
 		return resolved{}, true, errorf(daemon.ErrNotFound, "template %s: no ready build tagged %q", name, tag)
 	}
-	return resolved{template: t.ID, snapshot: b.Snapshot, run: b.Run}, true, nil
+	return resolved{template: t.ID, snapshot: b.Snapshot, run: b.Run, cpuCount: b.CPUCount, memoryMB: b.MemoryMB}, true, nil
 }
 
 // templateRequest is E2B's TemplateBuildRequestV3.
@@ -442,6 +517,7 @@ func (h *Handler) dropOldBuilds(t *tmpl) {
 			return
 		}
 		h.dropSnapshot(t.Tenant, t.Builds[i].Snapshot)
+		h.dropLogs(t.Builds[i].ID)
 		t.Builds = slices.Delete(t.Builds, i, i+1)
 	}
 }
@@ -717,7 +793,7 @@ func (h *Handler) startBuild(w http.ResponseWriter, r *http.Request, tenant stri
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), buildTimeout)
 	bd.Status, bd.Updated, bd.cancel = statusBuilding, time.Now(), cancel
 	h.save()
-	job := &buildJob{h: h, tenant: tenant, tmpl: t.ID, name: t.Name, build: bd.ID, body: body}
+	job := &buildJob{h: h, tenant: tenant, tmpl: t.ID, name: t.Name, build: bd.ID, body: body, cpuCount: bd.CPUCount, memoryMB: bd.MemoryMB}
 	h.reg.build.Add(1)
 	go func() {
 		defer h.reg.build.Done()
@@ -983,6 +1059,7 @@ func (h *Handler) deleteOwnTemplate(tenant, ref string) bool {
 			b.cancel()
 		}
 		h.dropSnapshot(tenant, b.Snapshot)
+		h.dropLogs(b.ID)
 	}
 	delete(h.reg.byID, t.ID)
 	if err := os.RemoveAll(filepath.Dir(h.uploadPath(t.ID, "x"))); err != nil {

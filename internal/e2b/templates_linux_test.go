@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -181,6 +182,21 @@ func TestTemplateBuild(t *testing.T) {
 	}
 	if logs := logText(st); !strings.Contains(logs, "This is a test file.\ntest.txt\n") {
 		t.Errorf("the build's log lacks the RUN's output:\n%s", logs)
+	}
+	// The log outlives the daemon: a handler opened again over the same
+	// directory, as after a restart, has it whole.
+	again := New(f.dm, nil, WithTemplateDir(filepath.Join(f.stateDir, "e2b-templates")))
+	again.reg.mu.Lock()
+	var kept []logJSON
+	if tp := again.reg.byID[tid]; tp != nil {
+		if bd := tp.buildOf(bid); bd != nil {
+			kept = bd.logs
+		}
+	}
+	again.reg.mu.Unlock()
+	again.Close()
+	if len(kept) != len(st.LogEntries) || len(kept) == 0 || kept[len(kept)-1].Message != st.LogEntries[len(st.LogEntries)-1].Message {
+		t.Errorf("after a restart the build's log has %d entries, want the %d it had", len(kept), len(st.LogEntries))
 	}
 	for _, ref := range []string{"app", "app:default", tid} {
 		id, sb := f.createFrom(t, "alice", ref)

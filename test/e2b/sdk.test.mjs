@@ -351,7 +351,7 @@ suite('template builds', () => {
       .runCmd('echo "$(whoami) $(pwd)" > made.txt')
       .runCmd('echo root > /etc/made-by-root', { user: 'root' })
       .setStartCmd('echo started > /tmp/started', waitForFile('/tmp/started'))
-    const info = await Template.build(tpl, name, { onBuildLogs: (e) => logs.push(e) })
+    const info = await Template.build(tpl, name, { onBuildLogs: (e) => logs.push(e), memoryMB: 768 })
     assert.ok(info.templateId && info.buildId, JSON.stringify(info))
     assert.ok(logs.some((e) => e.message === 'This is a test file.'), logs.map((e) => e.message).join('\n'))
     assert.equal(await Template.exists(name), true)
@@ -365,6 +365,11 @@ suite('template builds', () => {
     const r = await sbx.commands.run('pwd; cat /app/made.txt /etc/made-by-root ~/folder/test.txt /tmp/started; echo $FROM_TEMPLATE; readlink ~/folder/link.txt')
     assert.equal(r.stdout, '/app\nuser /app\nroot\nThis is a test file.\nstarted\nyes\ntest.txt\n')
     assert.equal((await sbx.commands.run('pwd', { cwd: '/tmp' })).stdout, '/tmp\n')
+    if (typeof Sandbox.prototype.getMetrics === 'function') {
+      // The build's memoryMB is its sandboxes' memory limit.
+      const m = await until(async () => (await sbx.getMetrics()).at(-1), 'a metrics sample', 60_000)
+      assert.equal(m.memTotal, 768 * 2 ** 20)
+    }
     await sbx.kill()
 
     const tagged = await Template.assignTags(`${name}:default`, ['prod', 'stable'])
