@@ -93,6 +93,10 @@ type Handler struct {
 
 	mu      sync.Mutex
 	records map[string]*record   // by sandbox id
+	// signScan is held by the one scan of every sandbox's token that a
+	// signed URL naming no sandbox takes (resolveSigned): such scans run
+	// one at a time, outside mu.
+	signScan chan struct{}
 	waking  map[string]*wakeCall // the Wakes in progress, by sandbox id
 
 	// reg is the tenants' templates (WithTemplateDir).
@@ -131,7 +135,7 @@ func New(m Manager, log *slog.Logger, opts ...Option) *Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	h := &Handler{m: m, log: log, mux: http.NewServeMux(), records: map[string]*record{}}
+	h := &Handler{m: m, log: log, mux: http.NewServeMux(), records: map[string]*record{}, signScan: make(chan struct{}, 1)}
 	for _, o := range opts {
 		o(h)
 	}

@@ -53,6 +53,10 @@ func signedOperation(r *http.Request) string {
 // token makes the signature. Under h.mu. Every candidate's signature is
 // computed and compared in constant time, so that timing tells neither a
 // token nor which sandbox matched; an unknown id is compared with noToken.
+// A request that names no sandbox (E2B_SANDBOX_URL's layout) costs a hash
+// per sandbox: that scan runs with h.mu released, one at a time
+// (h.signScan), so that unauthenticated requests can neither hold the
+// handler's lock nor take more than one core.
 func (h *Handler) resolveSigned(r *http.Request, id, op string) (string, *record, error) {
 	q := r.URL.Query()
 	sig := q.Get("signature")
@@ -85,10 +89,25 @@ func (h *Handler) resolveSigned(r *http.Request, id, op string) (string, *record
 			found = id
 		}
 	} else {
+		type candidate struct{ id, token string }
+		all := make([]candidate, 0, len(h.records))
 		for rid, rec := range h.records {
-			if match(rec.token) {
-				found = rid
+			all = append(all, candidate{rid, rec.token})
+		}
+		h.mu.Unlock()
+		select {
+		case h.signScan <- struct{}{}:
+			for _, c := range all {
+				if match(c.token) {
+					found = c.id
+				}
 			}
+			<-h.signScan
+		case <-r.Context().Done():
+		}
+		h.mu.Lock()
+		if rec := h.records[found]; found != "" && (rec == nil || !match(rec.token)) {
+			found = "" // gone, or another sandbox by now
 		}
 	}
 	if found == "" {
