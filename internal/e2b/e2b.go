@@ -92,12 +92,12 @@ type Handler struct {
 	setup func(ctx context.Context, tenant, id string) error
 
 	mu      sync.Mutex
-	records map[string]*record   // by sandbox id
+	records map[string]*record // by sandbox id
 	// signScan is held by the one scan of every sandbox's token that a
 	// signed URL naming no sandbox takes (resolveSigned): such scans run
 	// one at a time, outside mu.
 	signScan chan struct{}
-	waking  map[string]*wakeCall // the Wakes in progress, by sandbox id
+	waking   map[string]*wakeCall // the Wakes in progress, by sandbox id
 
 	// reg is the tenants' templates (WithTemplateDir).
 	reg registry
