@@ -59,6 +59,10 @@ func TestCreateRequest(t *testing.T) {
 		t.Errorf("network %+v", nw)
 	}
 
+	req, _, err = createRequest(body(t, `{"volumeMounts":[{"name":"v","path":"/mnt/v"},{"name":"w","path":"/home/user/w"}]}`), true, tenantRule, nil)
+	if err != nil || len(req.Volumes) != 2 || req.Volumes[0] != (daemon.Volume{Name: "v", At: "/mnt/v"}) || req.Volumes[1] != (daemon.Volume{Name: "w", At: "/home/user/w"}) {
+		t.Errorf("volumeMounts: %+v, %v", req.Volumes, err)
+	}
 	for _, in := range []string{`{"network":{"allowPublicTraffic":true,"maskRequestHost":"custom.example:${PORT}"}}`, `{"network":{"allowPublicTraffic":false}}`} {
 		if _, _, err := createRequest(body(t, in), true, tenantRule, nil); err != nil {
 			t.Errorf("createRequest(%s): %v", in, err)
@@ -84,14 +88,20 @@ func TestCreateRequest(t *testing.T) {
 		`{"autoPause":true,"autoResume":{"on":true}}`:                              `autoResume: want {"enabled": true or false}`,
 		`{"autoPause":true,"autoResume":true}`:                                     `autoResume: want {"enabled": true or false}`,
 		`{"mcp":{"x":{}}}`:                                                         "mcp",
-		`{"volumeMounts":[{"name":"v","path":"/v"}]}`:                              "volumeMounts",
+		`{"volumeMounts":[{"name":"v","path":"v"}]}`:                               "volumeMounts[0]: path",
+		`{"volumeMounts":[{"name":"v","path":"/"}]}`:                               "volumeMounts[0]: path",
+		`{"volumeMounts":[{"name":"v","path":"/a/../b"}]}`:                         "volumeMounts[0]: path",
+		`{"volumeMounts":[{"name":"../v","path":"/v"}]}`:                           "volumeMounts[0]: volume name",
+		`{"volumeMounts":[{"name":"v","path":"/v"},{"name":"w","path":"/v"}]}`:     "two volumes at one path",
+		`{"volumeMounts":[{"name":"v","path":"/v","readOnly":true}]}`:              "volumeMounts: want",
+		`{"volumeMounts":{"name":"v"}}`:                                            "volumeMounts: want",
 		`{"network":{"maskRequestHost":"a b:${PORT}"}}`:                            "network.maskRequestHost",
 		`{"network":{"maskRequestHost":""}}`:                                       "network.maskRequestHost",
 		`{"network":{"maskRequestHost":"x\r\nInjected: 1"}}`:                       "network.maskRequestHost",
 		`{"network":{"rules":{}}}`:                                                 "network.rules",
 		`{"network":{"denyOut":["10.0.0.0/8"]}}`:                                   "not address ranges",
 		`{"allow_internet_access":false,"network":{"allowOut":["a.b"]}}`:           "both offline",
-		`{"timeout":-1}`:                                                           "out of range",
+		`{"timeout":-1}`: "out of range",
 		// A tenant's rules never open what the proxy's guard refuses.
 		`{"network":{"allowOut":["127.0.0.1"]}}`:                           `network.allowOut[0]: "127.0.0.1" names loopback addresses: only the daemon's operator`,
 		`{"network":{"allowOut":["a.example","[::ffff:127.0.0.1]:8080"]}}`: `network.allowOut[1]: "[::ffff:127.0.0.1]:8080" names loopback`,

@@ -65,11 +65,11 @@ func (a Attrs) Check() error {
 		v    *uint32
 	}{{"uid", a.UID}, {"gid", a.GID}} {
 		if f.v != nil && *f.v == ^uint32(0) {
-			return fmt.Errorf("%w: %s %d is not an id", ErrInvalid, f.name, *f.v)
+			return errorf(ErrInvalid, "%s %d is not an id", f.name, *f.v)
 		}
 	}
 	if a.Mode != nil && *a.Mode&^0o1777 != 0 {
-		return fmt.Errorf("%w: mode %#o: only permission bits and the sticky bit (at most 01777; no setuid or setgid)", ErrInvalid, *a.Mode)
+		return errorf(ErrInvalid, "mode %#o: only permission bits and the sticky bit (at most 01777; no setuid or setgid)", *a.Mode)
 	}
 	return nil
 }
@@ -100,11 +100,11 @@ func (r *Root) Close() error { return unix.Close(r.fd) }
 func Clean(p string) (string, error) {
 	switch {
 	case p == "":
-		return "", fmt.Errorf("%w: empty path", ErrInvalid)
+		return "", errorf(ErrInvalid, "empty path")
 	case len(p) > MaxPath:
-		return "", fmt.Errorf("%w: path of %d bytes, at most %d", ErrInvalid, len(p), MaxPath)
+		return "", errorf(ErrInvalid, "path of %d bytes, at most %d", len(p), MaxPath)
 	case strings.ContainsRune(p, 0):
-		return "", fmt.Errorf("%w: path %q has a NUL byte", ErrInvalid, p)
+		return "", errorf(ErrInvalid, "path %q has a NUL byte", p)
 	}
 	return path.Clean("/" + p), nil
 }
@@ -123,23 +123,23 @@ func errOf(p string, err error) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, unix.ENOENT):
-		return fmt.Errorf("%w: path %s not found", ErrNotFound, p)
+		return errorf(ErrNotFound, "path %s not found", p)
 	case errors.Is(err, unix.EEXIST), errors.Is(err, unix.ENOTEMPTY):
-		return fmt.Errorf("%w: path %s exists", ErrExists, p)
+		return errorf(ErrExists, "path %s exists", p)
 	case errors.Is(err, unix.EXDEV):
-		return fmt.Errorf("%w: path %s leads out of the volume", ErrInvalid, p)
+		return errorf(ErrInvalid, "path %s leads out of the volume", p)
 	case errors.Is(err, unix.ELOOP):
-		return fmt.Errorf("%w: path %s: a symlink loop, or a symlink where none is followed", ErrInvalid, p)
+		return errorf(ErrInvalid, "path %s: a symlink loop, or a symlink where none is followed", p)
 	case errors.Is(err, unix.ENOTDIR):
-		return fmt.Errorf("%w: path %s: not a directory on the way", ErrInvalid, p)
+		return errorf(ErrInvalid, "path %s: not a directory on the way", p)
 	case errors.Is(err, unix.EISDIR):
-		return fmt.Errorf("%w: path %s is a directory", ErrInvalid, p)
+		return errorf(ErrInvalid, "path %s is a directory", p)
 	case errors.Is(err, unix.ENAMETOOLONG):
-		return fmt.Errorf("%w: path %s: a name is too long", ErrInvalid, p)
+		return errorf(ErrInvalid, "path %s: a name is too long", p)
 	case errors.Is(err, unix.ENOSPC), errors.Is(err, unix.EDQUOT), errors.Is(err, unix.EFBIG):
-		return fmt.Errorf("%w: %s: no room left in the volume", ErrFull, p)
+		return errorf(ErrFull, "%s: no room left in the volume", p)
 	case errors.Is(err, unix.EACCES), errors.Is(err, unix.EPERM), errors.Is(err, unix.ENXIO), errors.Is(err, unix.EOPNOTSUPP):
-		return fmt.Errorf("%w: path %s: not permitted on this file", ErrInvalid, p)
+		return errorf(ErrInvalid, "path %s: not permitted on this file", p)
 	}
 	return fmt.Errorf("path %s: %w", p, err)
 }
@@ -250,7 +250,7 @@ func (r *Root) Open(p string) (*os.File, Entry, error) {
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
 		unix.Close(fd)
-		return nil, Entry{}, fmt.Errorf("%w: path %s is not a regular file", ErrInvalid, p)
+		return nil, Entry{}, errorf(ErrInvalid, "path %s is not a regular file", p)
 	}
 	return os.NewFile(uintptr(fd), p), entryOf(p, &st), nil
 }
@@ -276,7 +276,7 @@ func setAttrs(fd int, p string, a Attrs) error {
 			return errOf(p, err)
 		}
 		if st.Mode&unix.S_IFMT == unix.S_IFLNK {
-			return fmt.Errorf("%w: path %s is a symlink, whose mode cannot change", ErrInvalid, p)
+			return errorf(ErrInvalid, "path %s is a symlink, whose mode cannot change", p)
 		}
 		// Through the daemon's own descriptor of this very file: no
 		// path of the volume is resolved again.
@@ -300,7 +300,7 @@ func (r *Root) Write(p string, body io.Reader, force bool, a Attrs) (Entry, erro
 		return Entry{}, err
 	}
 	if p == "/" {
-		return Entry{}, fmt.Errorf("%w: path / is the volume's root directory", ErrInvalid)
+		return Entry{}, errorf(ErrInvalid, "path / is the volume's root directory")
 	}
 	pfd, name, err := r.parent(p)
 	if err != nil {
@@ -309,10 +309,10 @@ func (r *Root) Write(p string, body io.Reader, force bool, a Attrs) (Entry, erro
 	defer unix.Close(pfd)
 	if old, err := statAt(pfd, name, p); err == nil {
 		if old.Type == "directory" {
-			return Entry{}, fmt.Errorf("%w: path %s is a directory", ErrExists, p)
+			return Entry{}, errorf(ErrExists, "path %s is a directory", p)
 		}
 		if !force {
-			return Entry{}, fmt.Errorf("%w: path %s exists (write with force to replace it)", ErrExists, p)
+			return Entry{}, errorf(ErrExists, "path %s exists (write with force to replace it)", p)
 		}
 	} else if !errors.Is(err, ErrNotFound) {
 		return Entry{}, err
@@ -339,7 +339,7 @@ func (r *Root) Write(p string, body io.Reader, force bool, a Attrs) (Entry, erro
 		if errors.As(err, &errno) {
 			return Entry{}, errOf(p, err)
 		}
-		return Entry{}, fmt.Errorf("%w: %s: reading the upload: %v", ErrInvalid, p, err)
+		return Entry{}, errorf(ErrInvalid, "%s: reading the upload: %v", p, err)
 	}
 	if a.UID == nil {
 		a.UID = new(uint32)
@@ -365,7 +365,7 @@ func (r *Root) Write(p string, body io.Reader, force bool, a Attrs) (Entry, erro
 		if errors.Is(err, unix.EEXIST) {
 			_ = unix.Unlinkat(pfd, tmp, 0)
 			done = true
-			return Entry{}, fmt.Errorf("%w: path %s exists (write with force to replace it)", ErrExists, p)
+			return Entry{}, errorf(ErrExists, "path %s exists (write with force to replace it)", p)
 		}
 		return Entry{}, errOf(p, err)
 	}
@@ -391,7 +391,7 @@ func (r *Root) Mkdir(p string, force bool, a Attrs) (Entry, error) {
 	}
 	if p == "/" {
 		if !force {
-			return Entry{}, fmt.Errorf("%w: path / exists", ErrExists)
+			return Entry{}, errorf(ErrExists, "path / exists")
 		}
 		return r.Stat(p)
 	}
@@ -450,7 +450,7 @@ func (r *Root) List(p string, depth int) ([]Entry, error) {
 		depth = 1
 	}
 	if depth < 0 || depth > MaxDepth {
-		return nil, fmt.Errorf("%w: depth %d: want 1 to %d", ErrInvalid, depth, MaxDepth)
+		return nil, errorf(ErrInvalid, "depth %d: want 1 to %d", depth, MaxDepth)
 	}
 	fd, err := r.open(rel(p), unix.O_RDONLY|unix.O_DIRECTORY)
 	if err != nil {
@@ -478,7 +478,7 @@ func listAt(fd int, p string, depth int, out *[]Entry) error {
 		slices.Sort(names)
 		for _, n := range names {
 			if len(*out) >= MaxListEntries {
-				return fmt.Errorf("%w: path %s: more than %d entries; list a subdirectory or with less depth", ErrInvalid, p, MaxListEntries)
+				return errorf(ErrInvalid, "path %s: more than %d entries; list a subdirectory or with less depth", p, MaxListEntries)
 			}
 			cp := path.Join(p, n)
 			e, err := statAt(fd, n, cp)
@@ -510,7 +510,7 @@ func (r *Root) Remove(p string) error {
 		return err
 	}
 	if p == "/" {
-		return fmt.Errorf("%w: path / is the volume's root directory (destroy the volume instead)", ErrInvalid)
+		return errorf(ErrInvalid, "path / is the volume's root directory (destroy the volume instead)")
 	}
 	pfd, name, err := r.parent(p)
 	if err != nil {
@@ -530,7 +530,7 @@ func removeAt(dirfd int, name, p string, level int) error {
 		return errOf(p, unix.Unlinkat(dirfd, name, 0))
 	}
 	if level >= maxRemoveDepth {
-		return fmt.Errorf("%w: path %s: deeper than %d levels", ErrInvalid, p, maxRemoveDepth)
+		return errorf(ErrInvalid, "path %s: deeper than %d levels", p, maxRemoveDepth)
 	}
 	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {

@@ -171,7 +171,7 @@ func (s *Store) unmount(id string) error {
 		}
 		if err := unix.Unmount(point, 0); err != nil {
 			if errors.Is(err, unix.EBUSY) {
-				return fmt.Errorf("%w: volume %s: its filesystem is busy", ErrBusy, id)
+				return errorf(ErrBusy, "volume %s: its filesystem is busy", id)
 			}
 			return fmt.Errorf("volume %s: unmount: %w", id, err)
 		}

@@ -188,9 +188,9 @@ func (s *Store) save() error {
 func CheckName(name string) error {
 	switch {
 	case name == "" || len(name) > MaxName || !nameRE.MatchString(name):
-		return fmt.Errorf("%w: volume name %.140q: want 1 to %d letters, digits, '_' or '-'", ErrInvalid, name, MaxName)
+		return errorf(ErrInvalid, "volume name %.140q: want 1 to %d letters, digits, '_' or '-'", name, MaxName)
 	case strings.HasPrefix(name, IDPrefix):
-		return fmt.Errorf("%w: volume name %q: the prefix %s is reserved for volume ids", ErrInvalid, name, IDPrefix)
+		return errorf(ErrInvalid, "volume name %q: the prefix %s is reserved for volume ids", name, IDPrefix)
 	}
 	return nil
 }
@@ -199,7 +199,7 @@ func CheckName(name string) error {
 // formatted and mounted, its data directory owned by root, mode 0755.
 func (s *Store) Create(tenant, name string) (Volume, error) {
 	if tenant == "" {
-		return Volume{}, fmt.Errorf("%w: empty tenant", ErrInvalid)
+		return Volume{}, errorf(ErrInvalid, "empty tenant")
 	}
 	if err := CheckName(name); err != nil {
 		return Volume{}, err
@@ -217,12 +217,12 @@ func (s *Store) Create(tenant, name string) (Volume, error) {
 			continue
 		}
 		if o.Name == name {
-			return Volume{}, fmt.Errorf("%w: volume %q exists", ErrExists, name)
+			return Volume{}, errorf(ErrExists, "volume %q exists", name)
 		}
 		n++
 	}
 	if n >= s.max {
-		return Volume{}, fmt.Errorf("%w: a tenant may keep at most %d volumes", ErrQuota, s.max)
+		return Volume{}, errorf(ErrQuota, "a tenant may keep at most %d volumes", s.max)
 	}
 	// Made under the lock: creates are rare, and a name is then never
 	// made twice.
@@ -295,7 +295,7 @@ func (s *Store) Get(tenant, ref string) (Volume, error) {
 	defer s.mu.Unlock()
 	i := s.find(tenant, ref)
 	if i < 0 || tenant == "" {
-		return Volume{}, fmt.Errorf("%w: volume %.140q", ErrNotFound, ref)
+		return Volume{}, errorf(ErrNotFound, "volume %.140q not found", ref)
 	}
 	return s.vols[i], nil
 }
@@ -341,7 +341,7 @@ func (s *Store) Dir(id string) (string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !slices.ContainsFunc(s.vols, func(v Volume) bool { return v.ID == id }) {
-		return "", fmt.Errorf("%w: volume %.140q", ErrNotFound, id)
+		return "", errorf(ErrNotFound, "volume %.140q not found", id)
 	}
 	return s.mount(id)
 }
@@ -354,7 +354,7 @@ func (s *Store) Hold(tenant, ref string) (v Volume, dir string, release func(), 
 	defer s.mu.Unlock()
 	i := s.find(tenant, ref)
 	if i < 0 || tenant == "" {
-		return Volume{}, "", nil, fmt.Errorf("%w: volume %.140q", ErrNotFound, ref)
+		return Volume{}, "", nil, errorf(ErrNotFound, "volume %.140q not found", ref)
 	}
 	v = s.vols[i]
 	if dir, err = s.mount(v.ID); err != nil {
@@ -382,11 +382,11 @@ func (s *Store) Delete(tenant, ref string, inUse func(v Volume, dir string) (boo
 	defer s.mu.Unlock()
 	i := s.find(tenant, ref)
 	if i < 0 || tenant == "" {
-		return fmt.Errorf("%w: volume %.140q", ErrNotFound, ref)
+		return errorf(ErrNotFound, "volume %.140q not found", ref)
 	}
 	v := s.vols[i]
 	if s.holds[v.ID] > 0 {
-		return fmt.Errorf("%w: volume %q: a sandbox being created uses it", ErrBusy, v.Name)
+		return errorf(ErrBusy, "volume %q: a sandbox being created uses it", v.Name)
 	}
 	if inUse != nil {
 		busy, err := inUse(v, filepath.Join(s.MountPoint(v.ID), DataDir))
@@ -394,7 +394,7 @@ func (s *Store) Delete(tenant, ref string, inUse func(v Volume, dir string) (boo
 			return err
 		}
 		if busy {
-			return fmt.Errorf("%w: volume %q: a sandbox uses it", ErrBusy, v.Name)
+			return errorf(ErrBusy, "volume %q: a sandbox uses it", v.Name)
 		}
 	}
 	if err := s.unmount(v.ID); err != nil {
@@ -415,4 +415,19 @@ func (s *Store) Delete(tenant, ref string, inUse func(v Volume, dir string) (boo
 func (s *Store) unmountRemove(id string) {
 	_ = s.unmount(id)
 	os.Remove(s.ImagePath(id))
+}
+
+// catError is an error of one of the store's categories (ErrInvalid...)
+// with its own message.
+type catError struct {
+	cat error
+	msg string
+}
+
+func (e *catError) Error() string { return e.msg }
+func (e *catError) Unwrap() error { return e.cat }
+
+// errorf returns an error of category cat.
+func errorf(cat error, format string, args ...any) error {
+	return &catError{cat: cat, msg: fmt.Sprintf(format, args...)}
 }
