@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -13,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/hutch-sandbox/hutch/internal/image"
 	"github.com/hutch-sandbox/hutch/internal/image/fetch"
@@ -327,5 +330,51 @@ func TestE2BSDKSecrets(t *testing.T) {
 	// The value is in no answer, and not in the daemon's log either.
 	if strings.Contains(d.log.String(), "ghp_not-a-real-token") {
 		t.Errorf("the daemon's log holds a secret's value")
+	}
+}
+
+// TestE2BSDKVolumes runs test/e2b/volumes.test.mjs, E2B's SDK's Volume
+// against the daemon's volume API and content API (E2B_VOLUME_API_URL:
+// the daemon), as two tenants; and a sandbox created with volumeMounts,
+// which that suite skips, saying so, while the daemon refuses volumes.
+// It leaves no volume mounted: the daemon's store is unmounted at the end.
+func TestE2BSDKVolumes(t *testing.T) {
+	t.Parallel()
+	testutil.RequireRoot(t)
+	node, why := nodeForE2B()
+	testutil.Need(t, node != "", why)
+	_, err := os.Stat(filepath.Join(e2bDir, "node_modules", "e2b", "package.json"))
+	testutil.Need(t, err == nil, "E2B's SDK is not installed in test/e2b/node_modules (npm ci there; scripts/test.sh does)")
+	d := startDaemonWith(t, nil, "--volume-size", "64m")
+	t.Cleanup(func() { unmountVolumes(t, filepath.Join(d.stateDir, "volumes")) })
+	keys := map[string]string{}
+	for _, tenant := range []string{"a", "b"} {
+		r := d.admin(t, "token", "create", "--tenant", tenant, "--e2b", "--state-dir", d.stateDir)
+		keys[tenant] = lastLine(r.stdout)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=spec", "volumes.test.mjs")
+	cmd.Dir = e2bDir
+	cmd.Env = append(os.Environ(), "E2B_API_URL="+d.tcp, "E2B_SANDBOX_URL="+d.tcp, "E2B_VOLUME_API_URL="+d.tcp,
+		"E2B_API_KEY="+keys["a"], "HUTCH_E2B_OTHER_KEY="+keys["b"],
+		"NO_COLOR=1", "HTTP_PROXY=", "HTTPS_PROXY=", "http_proxy=", "https_proxy=")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("node --test volumes.test.mjs: %v\n%s", err, out)
+	}
+	t.Logf("%s", out)
+}
+
+// unmountVolumes unmounts what a daemon left mounted under dir (its
+// volumes, which outlive it by design), once it stopped.
+func unmountVolumes(t *testing.T, dir string) {
+	t.Helper()
+	entries, _ := os.ReadDir(filepath.Join(dir, "mnt"))
+	for _, e := range entries {
+		p := filepath.Join(dir, "mnt", e.Name())
+		if err := unix.Unmount(p, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+			t.Errorf("unmount %s: %v", p, err)
+		}
 	}
 }
