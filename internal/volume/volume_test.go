@@ -388,7 +388,9 @@ func TestContentEscapes(t *testing.T) {
 	}
 	// Writes through symlinks that lead out are refused; a forced write
 	// over one replaces the symlink, not its target.
-	for _, p := range []string{"up/tmp/x", "self/tmp/x", "updir/x"} {
+	// (Were the property broken, they would write beside the test's
+	// own file.)
+	for _, p := range []string{"up" + filepath.Dir(outside) + "/x", "self" + filepath.Dir(outside) + "/y", "updir/x"} {
 		if _, err := r.Write(p, strings.NewReader("x"), true, Attrs{}); err == nil {
 			t.Errorf("Write(%q) succeeded", p)
 		}
@@ -405,25 +407,34 @@ func TestContentEscapes(t *testing.T) {
 	if fi, _ := os.Lstat(filepath.Join(data, "out")); !fi.Mode().IsRegular() {
 		t.Errorf("out is %v, want the new file", fi.Mode())
 	}
-	// Changes and removals do not follow the last symlink.
+	// Changes and removals do not follow the last symlink, nor go
+	// through one out. (Were the property broken, they would change the
+	// test's own file, never /etc/shadow.)
 	uid := uint32(1234)
-	if _, err := r.Change("shadow", Attrs{Mode: new(uint32(0o666))}); !errors.Is(err, ErrInvalid) {
+	before, _ := os.Lstat(outside)
+	if err := os.Symlink(outside, filepath.Join(data, "out2")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Change("out2", Attrs{Mode: new(uint32(0o666))}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("chmod of a symlink: %v", err)
 	}
-	if _, err := r.Change("shadow", Attrs{UID: &uid}); err != nil {
+	if _, err := r.Change("out2", Attrs{UID: &uid}); err != nil {
 		t.Errorf("chown of a symlink: %v", err)
 	}
-	if fi, err := os.Stat("/etc/shadow"); err == nil && fi.Sys().(*syscall.Stat_t).Uid == uid {
-		t.Fatal("chown followed the symlink to /etc/shadow")
-	}
-	if _, err := r.Change("up/etc/shadow", Attrs{UID: &uid}); err == nil {
+	if _, err := r.Change("up"+outside, Attrs{UID: &uid}); err == nil {
 		t.Error("chown through a symlink out of the volume succeeded")
+	}
+	if after, _ := os.Lstat(outside); after.Mode() != before.Mode() || after.Sys().(*syscall.Stat_t).Uid != before.Sys().(*syscall.Stat_t).Uid {
+		t.Errorf("the file outside changed: %v uid %d", after.Mode(), after.Sys().(*syscall.Stat_t).Uid)
 	}
 	if err := r.Remove("updir"); err != nil {
 		t.Errorf("Remove of a symlink: %v", err)
 	}
-	if err := r.Remove("up/tmp"); err == nil {
+	if err := r.Remove("up" + outside); err == nil {
 		t.Error("Remove through a symlink out of the volume succeeded")
+	}
+	if err := r.Remove("out2"); err != nil {
+		t.Errorf("Remove of a symlink: %v", err)
 	}
 	if _, err := os.Stat(outside); err != nil {
 		t.Errorf("the file outside: %v", err)
