@@ -342,6 +342,9 @@ func cmdServe(args []string, stderr io.Writer) int {
 		return failed(err)
 	}
 	defer vols.Close()
+	if err := vols.MountErrors(); err != nil {
+		log.Error("volumes that did not mount (tried again when used)", "err", err)
+	}
 	opts = append(opts, e2b.WithVolumes(vols))
 	missingTemplates(m.Images(), templates, pools, log)
 	e2bHandler := e2b.New(m, log, opts...)

@@ -15,7 +15,8 @@
 // (Dir), never the filesystem's root (lost+found). Open mounts every
 // volume that is not mounted yet and reuses a mount a previous daemon left
 // (mountinfo says whether one is, and the loop device's backing file
-// whose image it is); Close leaves the mounts, which sandboxes may still
+// whose image it is), and tries one that fails again when it is used;
+// Close leaves the mounts, which sandboxes may still
 // use, for the next daemon to reuse. Delete unmounts and removes a volume
 // no sandbox uses.
 //

@@ -82,10 +82,13 @@ type Store struct {
 	mu    sync.Mutex
 	vols  []Volume       // oldest first
 	holds map[string]int // by id: creates of sandboxes that will use it
+
+	openErr error // what Open could not mount
 }
 
 // Open opens (or makes) the store in cfg.Dir and mounts its volumes that
-// are not mounted yet (reusing those a previous daemon left mounted).
+// are not mounted yet (reusing those a previous daemon left mounted); see
+// MountErrors.
 func Open(cfg Config) (*Store, error) {
 	if cfg.Size == 0 {
 		cfg.Size = DefaultSize
@@ -124,13 +127,22 @@ func Open(cfg Config) (*Store, error) {
 			return nil, fmt.Errorf("volumes: %s: %w", s.indexPath(), err)
 		}
 	}
+	// A volume that does not mount now is tried again when used (Dir,
+	// Hold): one broken image keeps no other volume, and no daemon, from
+	// working.
+	var errs []error
 	for _, v := range s.vols {
 		if _, err := s.mount(v.ID); err != nil {
-			return nil, err
+			errs = append(errs, err)
 		}
 	}
+	s.openErr = errors.Join(errs...)
 	return s, nil
 }
+
+// MountErrors says which volumes Open could not mount (nil: none), for
+// the daemon's log; each is tried again when used.
+func (s *Store) MountErrors() error { return s.openErr }
 
 // Close lets go of the store. The volumes stay mounted, for sandboxes
 // that still use them and for the next Open to reuse.

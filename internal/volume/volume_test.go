@@ -449,3 +449,41 @@ func TestContentEscapes(t *testing.T) {
 		t.Errorf("a long path: %v", err)
 	}
 }
+
+// TestBrokenImage: a volume whose image does not mount keeps neither the
+// store nor the other volumes from working; it is refused when used, and
+// can be deleted.
+func TestBrokenImage(t *testing.T) {
+	s, dir := openStore(t, 0)
+	good, err := s.Create("t", "good")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad, err := s.Create("t", "bad")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.UnmountAll(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(s.ImagePath(bad.ID), make([]byte, 1<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s2, err := Open(Config{Dir: dir, Size: 16 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s2.UnmountAll() })
+	if err := s2.MountErrors(); err == nil || !strings.Contains(err.Error(), bad.ID) {
+		t.Errorf("MountErrors = %v, want one naming %s", err, bad.ID)
+	}
+	if _, err := s2.Dir(good.ID); err != nil {
+		t.Errorf("the good volume: %v", err)
+	}
+	if _, err := s2.Dir(bad.ID); err == nil {
+		t.Error("the broken volume mounted")
+	}
+	if err := s2.Delete("t", "bad", nil); err != nil {
+		t.Errorf("Delete of the broken volume: %v", err)
+	}
+}
