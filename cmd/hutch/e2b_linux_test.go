@@ -335,9 +335,11 @@ func TestE2BSDKSecrets(t *testing.T) {
 
 // TestE2BSDKVolumes runs test/e2b/volumes.test.mjs, E2B's SDK's Volume
 // against the daemon's volume API and content API (E2B_VOLUME_API_URL:
-// the daemon), as two tenants; and a sandbox created with volumeMounts,
-// which that suite skips, saying so, while the daemon refuses volumes.
-// It leaves no volume mounted: the daemon's store is unmounted at the end.
+// the daemon), as two tenants, and a sandbox created with volumeMounts
+// (which that suite skips, saying so, while the daemon refuses volumes);
+// against a daemon of each tier (the subtests "namespace" and "gvisor",
+// whose every sandbox is of that tier). It leaves no volume mounted: the
+// daemon's volumes are unmounted at the end.
 func TestE2BSDKVolumes(t *testing.T) {
 	t.Parallel()
 	testutil.RequireRoot(t)
@@ -345,25 +347,34 @@ func TestE2BSDKVolumes(t *testing.T) {
 	testutil.Need(t, node != "", why)
 	_, err := os.Stat(filepath.Join(e2bDir, "node_modules", "e2b", "package.json"))
 	testutil.Need(t, err == nil, "E2B's SDK is not installed in test/e2b/node_modules (npm ci there; scripts/test.sh does)")
-	d := startDaemonWith(t, nil, "--volume-size", "64m")
-	t.Cleanup(func() { unmountVolumes(t, filepath.Join(d.stateDir, "volumes")) })
-	keys := map[string]string{}
-	for _, tenant := range []string{"a", "b"} {
-		r := d.admin(t, "token", "create", "--tenant", tenant, "--e2b", "--state-dir", d.stateDir)
-		keys[tenant] = lastLine(r.stdout)
+	for _, tier := range []string{"namespace", "gvisor"} {
+		t.Run(tier, func(t *testing.T) {
+			t.Parallel()
+			flags := []string{"--volume-size", "64m"}
+			if tier == "gvisor" {
+				flags = append(flags, "--default-tier", "gvisor", "--runsc", testutil.Runsc(t))
+			}
+			d := startDaemonWith(t, nil, flags...)
+			t.Cleanup(func() { unmountVolumes(t, filepath.Join(d.stateDir, "volumes")) })
+			keys := map[string]string{}
+			for _, tenant := range []string{"a", "b"} {
+				r := d.admin(t, "token", "create", "--tenant", tenant, "--e2b", "--state-dir", d.stateDir)
+				keys[tenant] = lastLine(r.stdout)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=spec", "volumes.test.mjs")
+			cmd.Dir = e2bDir
+			cmd.Env = append(os.Environ(), "E2B_API_URL="+d.tcp, "E2B_SANDBOX_URL="+d.tcp, "E2B_VOLUME_API_URL="+d.tcp,
+				"E2B_API_KEY="+keys["a"], "HUTCH_E2B_OTHER_KEY="+keys["b"],
+				"NO_COLOR=1", "HTTP_PROXY=", "HTTPS_PROXY=", "http_proxy=", "https_proxy=")
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("node --test volumes.test.mjs: %v\n%s", err, out)
+			}
+			t.Logf("%s", out)
+		})
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=spec", "volumes.test.mjs")
-	cmd.Dir = e2bDir
-	cmd.Env = append(os.Environ(), "E2B_API_URL="+d.tcp, "E2B_SANDBOX_URL="+d.tcp, "E2B_VOLUME_API_URL="+d.tcp,
-		"E2B_API_KEY="+keys["a"], "HUTCH_E2B_OTHER_KEY="+keys["b"],
-		"NO_COLOR=1", "HTTP_PROXY=", "HTTPS_PROXY=", "http_proxy=", "https_proxy=")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("node --test volumes.test.mjs: %v\n%s", err, out)
-	}
-	t.Logf("%s", out)
 }
 
 // unmountVolumes unmounts what a daemon left mounted under dir (its
