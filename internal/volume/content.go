@@ -440,7 +440,8 @@ func (r *Root) Mkdir(p string, force bool, a Attrs) (Entry, error) {
 
 // List describes what directory p holds (symlinks to directories inside
 // the volume followed for p itself, never below), depth levels deep (1:
-// its entries only), sorted by path; at most MaxListEntries.
+// its entries only), each directory's entries sorted by name and followed
+// by what they hold; at most MaxListEntries.
 func (r *Root) List(p string, depth int) ([]Entry, error) {
 	p, err := Clean(p)
 	if err != nil {
@@ -463,43 +464,47 @@ func (r *Root) List(p string, depth int) ([]Entry, error) {
 	return out, nil
 }
 
-// listAt appends what directory fd (p) holds, and closes fd.
+// listAt appends what directory fd (p) holds, sorted by name, and closes
+// fd.
 func listAt(fd int, p string, depth int, out *[]Entry) error {
 	f := os.NewFile(uintptr(fd), p)
 	defer f.Close()
+	var names []string
 	for {
-		names, err := f.Readdirnames(256)
-		if errors.Is(err, io.EOF) {
-			return nil
+		batch, err := f.Readdirnames(256)
+		names = append(names, batch...)
+		if len(*out)+len(names) > MaxListEntries {
+			return errorf(ErrInvalid, "path %s: more than %d entries; list a subdirectory or with less depth", p, MaxListEntries)
+		}
+		if errors.Is(err, io.EOF) || (err == nil && len(batch) == 0) {
+			break
 		}
 		if err != nil {
 			return errOf(p, err)
 		}
-		slices.Sort(names)
-		for _, n := range names {
-			if len(*out) >= MaxListEntries {
-				return errorf(ErrInvalid, "path %s: more than %d entries; list a subdirectory or with less depth", p, MaxListEntries)
-			}
-			cp := path.Join(p, n)
-			e, err := statAt(fd, n, cp)
-			if errors.Is(err, ErrNotFound) {
-				continue // gone meanwhile
-			}
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		cp := path.Join(p, n)
+		e, err := statAt(fd, n, cp)
+		if errors.Is(err, ErrNotFound) {
+			continue // gone meanwhile
+		}
+		if err != nil {
+			return err
+		}
+		*out = append(*out, e)
+		if e.Type == "directory" && depth > 1 {
+			cfd, err := unix.Openat(fd, n, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 			if err != nil {
-				return err
+				continue // replaced meanwhile
 			}
-			*out = append(*out, e)
-			if e.Type == "directory" && depth > 1 {
-				cfd, err := unix.Openat(fd, n, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-				if err != nil {
-					continue // replaced meanwhile
-				}
-				if err := listAt(cfd, cp, depth-1, out); err != nil {
-					return err
-				}
+			if err := listAt(cfd, cp, depth-1, out); err != nil {
+				return err
 			}
 		}
 	}
+	return nil
 }
 
 // Remove removes p, a directory with everything in it; a symlink is

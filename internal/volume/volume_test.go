@@ -2,6 +2,7 @@ package volume
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -485,5 +486,51 @@ func TestBrokenImage(t *testing.T) {
 	}
 	if err := s2.Delete("t", "bad", nil); err != nil {
 		t.Errorf("Delete of the broken volume: %v", err)
+	}
+}
+
+// TestListBounds: a listing is sorted across batches of the directory's
+// entries, and one of more than MaxListEntries is refused, not truncated.
+func TestListBounds(t *testing.T) {
+	s, _ := openStore(t, 0)
+	v, err := s.Create("t", "many")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := s.Dir(v.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := OpenRoot(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if err := os.Mkdir(filepath.Join(data, "d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 600 {
+		if err := os.WriteFile(filepath.Join(data, "d", fmt.Sprintf("f%04d", 599-i)), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l, err := r.List("/d", 1)
+	if err != nil || len(l) != 600 {
+		t.Fatalf("List: %d entries, %v", len(l), err)
+	}
+	for i, e := range l {
+		if want := fmt.Sprintf("/d/f%04d", i); e.Path != want {
+			t.Fatalf("entry %d is %s, want %s", i, e.Path, want)
+		}
+	}
+	// Hard links: names without inodes, of which the small volume has
+	// too few.
+	for i := 600; i <= MaxListEntries; i++ {
+		if err := os.Link(filepath.Join(data, "d", "f0000"), filepath.Join(data, "d", fmt.Sprintf("g%05d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := r.List("/", 2); !errors.Is(err, ErrInvalid) {
+		t.Errorf("a listing of more than %d entries: %v, want ErrInvalid", MaxListEntries, err)
 	}
 }
