@@ -194,7 +194,8 @@ func TestE2BSDKDomain(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	d := startDaemonWith(t, nil, "--domain", domain, "--tls-cert", filepath.Join(dir, "cert.pem"), "--tls-key", filepath.Join(dir, "key.pem"))
+	d := startDaemonWith(t, nil, "--domain", domain, "--tls-cert", filepath.Join(dir, "cert.pem"), "--tls-key", filepath.Join(dir, "key.pem"), "--volume-size", "64m")
+	t.Cleanup(func() { unmountVolumes(t, filepath.Join(d.stateDir, "volumes")) })
 	if !strings.HasPrefix(d.tcp, "https://") || !strings.Contains(d.log.String(), "E2B_DOMAIN="+domain) {
 		t.Fatalf("hutch serve --domain --tls-cert: listening on %q:\n%s", d.tcp, d.log.String())
 	}

@@ -1051,4 +1051,18 @@ srv.listen(Number(process.argv[2]), '127.0.0.1')
     assert.equal(res.status, 502)
     assert.deepEqual(await res.json(), { code: 502, message: 'The sandbox was not found', sandboxId: sbx.sandboxId })
   })
+
+  // E2B's volume content API is at https://api.D too, where the SDK
+  // sends it with E2B_DOMAIN alone.
+  test('volumes: the content API through api.D', async () => {
+    const { Volume } = await import(sdk)
+    const vol = await Volume.create('through-the-domain')
+    try {
+      await vol.writeFile('/a.txt', 'through api.D')
+      assert.equal(await vol.readFile('/a.txt'), 'through api.D')
+      assert.deepEqual((await vol.list('/')).map((e) => e.name), ['a.txt'])
+    } finally {
+      assert.equal(await Volume.destroy(vol.volumeId), true)
+    }
+  })
 })
