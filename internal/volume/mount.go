@@ -90,19 +90,28 @@ func (s *Store) attachMount(img, point string) error {
 	if _, err := os.Stat(img); err != nil {
 		return err
 	}
-	// A repair of what a crash left (exit status 1 and 2: fixed).
-	if out, err := exec.Command("e2fsck", "-p", img).CombinedOutput(); err != nil {
-		var exit *exec.ExitError
-		if !errors.As(err, &exit) || exit.ExitCode() > 2 {
-			return fmt.Errorf("e2fsck %s: %v: %s", img, err, strings.TrimSpace(string(out)))
-		}
-	}
 	if err := os.MkdirAll(point, 0o755); err != nil {
 		return err
 	}
-	loop, err := attach(img)
+	// A loop device that has the image already (its filesystem still
+	// mounted somewhere: a sandbox's mount namespace that outlived our
+	// mount) is mounted again, which shares that filesystem; attaching
+	// the image to a second device would mount it twice, and corrupt it.
+	loop, err := attachedLoop(img)
 	if err != nil {
 		return err
+	}
+	if loop == nil {
+		// A repair of what a crash left (exit status 1 and 2: fixed).
+		if out, err := exec.Command("e2fsck", "-p", img).CombinedOutput(); err != nil {
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) || exit.ExitCode() > 2 {
+				return fmt.Errorf("e2fsck %s: %v: %s", img, err, strings.TrimSpace(string(out)))
+			}
+		}
+		if loop, err = attach(img); err != nil {
+			return err
+		}
 	}
 	// Closing the device, mounted or not, lets autoclear free it once
 	// nothing uses it.
@@ -111,6 +120,28 @@ func (s *Store) attachMount(img, point string) error {
 		return fmt.Errorf("mount %s (%s) at %s: %w", img, loop.Name(), point, err)
 	}
 	return nil
+}
+
+// attachedLoop opens the loop device img is attached to, nil if none.
+func attachedLoop(img string) (*os.File, error) {
+	files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil || strings.TrimSpace(string(b)) != img {
+			continue
+		}
+		dev := "/dev/" + filepath.Base(filepath.Dir(filepath.Dir(f)))
+		loop, err := os.OpenFile(dev, os.O_RDWR, 0)
+		if err != nil {
+			return nil, fmt.Errorf("%s is attached to %s: %w", img, dev, err)
+		}
+		// Still its device once open (not cleared meanwhile)?
+		if b, err := os.ReadFile(f); err == nil && strings.TrimSpace(string(b)) == img {
+			return loop, nil
+		}
+		loop.Close()
+	}
+	return nil, nil
 }
 
 // attach attaches img to a free loop device, open in the returned file.

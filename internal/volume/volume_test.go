@@ -534,3 +534,43 @@ func TestListBounds(t *testing.T) {
 		t.Errorf("a listing of more than %d entries: %v, want ErrInvalid", MaxListEntries, err)
 	}
 }
+
+// TestMountedElsewhere: an image whose filesystem is still mounted
+// elsewhere (a mount namespace that outlived the store's mount, here a
+// bind mount) is mounted again through the same loop device, never
+// attached to a second one.
+func TestMountedElsewhere(t *testing.T) {
+	s, dir := openStore(t, 0)
+	v, err := s.Create("t", "shared")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(t.TempDir(), "other")
+	if err := os.Mkdir(other, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount(s.MountPoint(v.ID), other, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := unix.Unmount(other, 0); err != nil {
+			t.Error(err)
+		}
+	}()
+	if err := s.UnmountAll(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(other, DataDir, "seen"), []byte("seen"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	data, err := s.Dir(v.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := loopsUnder(dir); n != 1 {
+		t.Errorf("%d loop devices of the image, want 1", n)
+	}
+	if b, err := os.ReadFile(filepath.Join(data, "seen")); err != nil || string(b) != "seen" {
+		t.Errorf("the file written elsewhere: %q, %v", b, err)
+	}
+}
