@@ -36,6 +36,7 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/mcphttp"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
+	"github.com/hutch-sandbox/hutch/internal/volume"
 	"github.com/hutch-sandbox/hutch/internal/webui"
 )
 
@@ -97,6 +98,8 @@ func cmdServe(args []string, stderr io.Writer) int {
 	tlsCert := fs.String("tls-cert", "", "serve --listen over TLS with the certificate chain in `file` (PEM), with --tls-key; with --domain D it must cover api.D and *.D")
 	tlsKey := fs.String("tls-key", "", "the private key (PEM `file`) of --tls-cert")
 	publicTraffic := fs.Bool("e2b-public-traffic", false, "make E2B sandboxes' ports (PORT-ID.D of --domain) public unless their create says network.allowPublicTraffic false, as E2B's are; without it they need the sandbox's traffic access token unless the create says allowPublicTraffic true")
+	volumeSize := fs.String("volume-size", "1g", "`size` of each new E2B volume (its quota: a sparse ext4 image in DIR/volumes of --state-dir, loop-mounted)")
+	maxVolumes := fs.Int("max-volumes", volume.DefaultMaxVolumes, "most E2B volumes a tenant may keep")
 	debug := fs.Bool("debug", false, "log every request")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: hutch serve [flags]\n\nRuns the daemon: an HTTP API for long-lived sandboxes, until SIGINT or SIGTERM,\nwhich destroy every sandbox but those paused to disk: a paused sandbox of the\ngvisor tier is saved in the state directory, processes and memory, and the\nnext hutch serve on it resumes it. With --warm N it keeps N sandboxes of the default\npolicy ready: a create with the default policy takes one at once, and the\npool refills in the background; --warm NAME=N does the same for E2B's\ntemplate NAME, whose image must be in the daemon's store at start.\n\nEvery sandbox runs in an isolation tier: its policy's, or --default-tier;\n--min-tier refuses weaker ones. The gvisor tier needs runsc of the pinned\nversion (--runsc, or on PATH); without it a create of gvisor is refused, and\nso is a --default-tier or --min-tier of gvisor at start.\n\nThe daemon speaks MCP (streamable HTTP) on its listeners, with the same tokens\nand tenants as its API: /mcp with sessions, /mcp/stateless without (for clients\nof the protocol's newest revision); the tools act on the caller's sandboxes.\nOn TCP a request's Host must be the address it reached or a --mcp-allowed-host,\nand a browser page of another origin is refused. --no-mcp turns it off.\n\nOn TCP it serves review pages at /ui/: log in with a token, see the tenant's\nsandboxes, their events and diffs, and apply or discard change sets. The\ntoken is kept in an HttpOnly cookie the API takes only from those pages.\n--no-ui turns them off.\n\nFlags:")
@@ -161,6 +164,15 @@ func cmdServe(args []string, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "hutch: --%s %q: want a size such as 512m or 2g\n", f.name, f.value)
 			return 2
 		}
+	}
+	volSize, err := policy.ParseSize(*volumeSize)
+	if err != nil || volSize < volume.MinSize {
+		fmt.Fprintf(stderr, "hutch: --volume-size %q: want a size of at least %s, such as 1g\n", *volumeSize, policy.FormatSize(volume.MinSize))
+		return 2
+	}
+	if *maxVolumes <= 0 {
+		fmt.Fprintln(stderr, "hutch: --max-volumes: want more than 0")
+		return 2
 	}
 	mcpBody, err := policy.ParseSize(*mcpMaxBody)
 	if err != nil || mcpBody <= 0 {
@@ -323,6 +335,17 @@ func cmdServe(args []string, stderr io.Writer) int {
 	if *publicTraffic {
 		opts = append(opts, e2b.WithPublicTraffic())
 	}
+	// E2B's volumes: their mounts outlive the daemon (sandboxes may still
+	// use them) and the next one reuses them.
+	vols, err := volume.Open(volume.Config{Dir: filepath.Join(*stateDir, "volumes"), Size: volSize, MaxVolumes: *maxVolumes})
+	if err != nil {
+		return failed(err)
+	}
+	defer vols.Close()
+	if err := vols.MountErrors(); err != nil {
+		log.Error("volumes that did not mount (tried again when used)", "err", err)
+	}
+	opts = append(opts, e2b.WithVolumes(vols))
 	missingTemplates(m.Images(), templates, pools, log)
 	e2bHandler := e2b.New(m, log, opts...)
 	h = e2bHandler.Mount(h, isEnvd, envdHandler)

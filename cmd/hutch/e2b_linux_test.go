@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -17,6 +18,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/hutch-sandbox/hutch/internal/image"
 	"github.com/hutch-sandbox/hutch/internal/image/fetch"
@@ -195,7 +198,8 @@ func TestE2BSDKDomain(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	d := startDaemonWith(t, nil, "--domain", domain, "--tls-cert", filepath.Join(dir, "cert.pem"), "--tls-key", filepath.Join(dir, "key.pem"))
+	d := startDaemonWith(t, nil, "--domain", domain, "--tls-cert", filepath.Join(dir, "cert.pem"), "--tls-key", filepath.Join(dir, "key.pem"), "--volume-size", "64m")
+	t.Cleanup(func() { unmountVolumes(t, filepath.Join(d.stateDir, "volumes")) })
 	if !strings.HasPrefix(d.tcp, "https://") || !strings.Contains(d.log.String(), "E2B_DOMAIN="+domain) {
 		t.Fatalf("hutch serve --domain --tls-cert: listening on %q:\n%s", d.tcp, d.log.String())
 	}
@@ -376,5 +380,62 @@ func TestE2BSDKSecrets(t *testing.T) {
 	}
 	if last := seen[len(seen)-1]; last.Get("Authorization") != "" || last.Get("X-Plain") != "" {
 		t.Errorf("after the rule was taken away: headers %v", last)
+	}
+}
+
+// TestE2BSDKVolumes runs test/e2b/volumes.test.mjs, E2B's SDK's Volume
+// against the daemon's volume API and content API (E2B_VOLUME_API_URL:
+// the daemon), as two tenants, and a sandbox created with volumeMounts
+// (which that suite skips, saying so, while the daemon refuses volumes);
+// against a daemon of each tier (the subtests "namespace" and "gvisor",
+// whose every sandbox is of that tier). It leaves no volume mounted: the
+// daemon's volumes are unmounted at the end.
+func TestE2BSDKVolumes(t *testing.T) {
+	t.Parallel()
+	testutil.RequireRoot(t)
+	node, why := nodeForE2B()
+	testutil.Need(t, node != "", why)
+	_, err := os.Stat(filepath.Join(e2bDir, "node_modules", "e2b", "package.json"))
+	testutil.Need(t, err == nil, "E2B's SDK is not installed in test/e2b/node_modules (npm ci there; scripts/test.sh does)")
+	for _, tier := range []string{"namespace", "gvisor"} {
+		t.Run(tier, func(t *testing.T) {
+			t.Parallel()
+			flags := []string{"--volume-size", "64m"}
+			if tier == "gvisor" {
+				flags = append(flags, "--default-tier", "gvisor", "--runsc", testutil.Runsc(t))
+			}
+			d := startDaemonWith(t, nil, flags...)
+			t.Cleanup(func() { unmountVolumes(t, filepath.Join(d.stateDir, "volumes")) })
+			keys := map[string]string{}
+			for _, tenant := range []string{"a", "b"} {
+				r := d.admin(t, "token", "create", "--tenant", tenant, "--e2b", "--state-dir", d.stateDir)
+				keys[tenant] = lastLine(r.stdout)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=spec", "volumes.test.mjs")
+			cmd.Dir = e2bDir
+			cmd.Env = append(os.Environ(), "E2B_API_URL="+d.tcp, "E2B_SANDBOX_URL="+d.tcp, "E2B_VOLUME_API_URL="+d.tcp,
+				"E2B_API_KEY="+keys["a"], "HUTCH_E2B_OTHER_KEY="+keys["b"],
+				"NO_COLOR=1", "HTTP_PROXY=", "HTTPS_PROXY=", "http_proxy=", "https_proxy=")
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("node --test volumes.test.mjs: %v\n%s", err, out)
+			}
+			t.Logf("%s", out)
+		})
+	}
+}
+
+// unmountVolumes unmounts what a daemon left mounted under dir (its
+// volumes, which outlive it by design), once it stopped.
+func unmountVolumes(t *testing.T, dir string) {
+	t.Helper()
+	entries, _ := os.ReadDir(filepath.Join(dir, "mnt"))
+	for _, e := range entries {
+		p := filepath.Join(dir, "mnt", e.Name())
+		if err := unix.Unmount(p, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+			t.Errorf("unmount %s: %v", p, err)
+		}
 	}
 }

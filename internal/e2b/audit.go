@@ -71,7 +71,7 @@ func auditCode(status int) string {
 		return api.CodeNotFound
 	case http.StatusConflict:
 		return api.CodeConflict
-	case http.StatusRequestEntityTooLarge:
+	case http.StatusRequestEntityTooLarge, http.StatusInsufficientStorage:
 		return api.CodeTooLarge
 	case http.StatusTooManyRequests:
 		return api.CodeQuota

@@ -21,6 +21,7 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/daemon"
 	"github.com/hutch-sandbox/hutch/internal/envd"
 	"github.com/hutch-sandbox/hutch/internal/testutil"
+	"github.com/hutch-sandbox/hutch/internal/volume"
 )
 
 // The real daemon starts hutch's own binary (os.Executable), here this
@@ -42,6 +43,7 @@ type realFixture struct {
 	dm        *daemon.Manager
 	auditPath string
 	stateDir  string
+	vols      *volume.Store
 }
 
 func newRealFixture(t *testing.T) *realFixture {
@@ -83,7 +85,18 @@ func newRealFixtureWith(t *testing.T, cfg daemon.Config, opts ...Option) *realFi
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := New(m, log, append([]Option{WithAudit(al), WithTemplateDir(filepath.Join(stateDir, "e2b-templates")), WithStateDir(stateDir)}, opts...)...)
+	// Volumes of 16 MiB, unmounted at the end (after the daemon's
+	// sandboxes are gone).
+	vols, err := volume.Open(volume.Config{Dir: filepath.Join(stateDir, "volumes"), Size: 16 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := vols.UnmountAll(); err != nil {
+			t.Error(err)
+		}
+	})
+	h := New(m, log, append([]Option{WithAudit(al), WithTemplateDir(filepath.Join(stateDir, "e2b-templates")), WithStateDir(stateDir), WithVolumes(vols)}, opts...)...)
 	t.Cleanup(h.Close) // before the daemon closes
 	envdHandler := envd.New(func(r *http.Request) (envd.Sandbox, error) {
 		s, ok := Resolved(r)
@@ -98,6 +111,7 @@ func newRealFixtureWith(t *testing.T, cfg daemon.Config, opts ...Option) *realFi
 		dm:        m,
 		auditPath: auditPath,
 		stateDir:  stateDir,
+		vols:      vols,
 	}
 	f.addKeys(t, m.Store())
 	return f

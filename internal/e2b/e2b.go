@@ -21,6 +21,7 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/daemon"
 	"github.com/hutch-sandbox/hutch/internal/envd"
 	"github.com/hutch-sandbox/hutch/internal/store"
+	"github.com/hutch-sandbox/hutch/internal/volume"
 )
 
 // EnvdVersion is the version of E2B's in-sandbox API (envd) that create and
@@ -86,6 +87,8 @@ type Handler struct {
 	ports *httputil.ReverseProxy
 	// secrets are the tenants' E2B secrets (WithStateDir); nil: none.
 	secrets *secretStore
+	// vols are the daemon's volumes (WithVolumes); nil: none.
+	vols *volume.Store
 
 	// setup prepares a new sandbox for E2B's SDKs (setupUser; tests
 	// replace it when their sandboxes are not isolated).
@@ -167,6 +170,9 @@ func (h *Handler) table() []route {
 	r := func(pattern, action string, f handlerFunc) route {
 		return route{audit.Route{Pattern: pattern, Action: action}, f, nil}
 	}
+	v := func(pattern, action string, f handlerFunc) route {
+		return route{audit.Route{Pattern: pattern, Action: action}, f, h.volumeAuth}
+	}
 	return []route{
 		r("POST /sandboxes", "create", h.create),
 		r("POST /v2/sandboxes", "create", h.create),
@@ -213,6 +219,19 @@ func (h *Handler) table() []route {
 		r("GET /secrets/{id}", ro, h.getSecret),
 		r("POST /secrets/{id}", "update_secret", h.updateSecret),
 		r("DELETE /secrets/{id}", "delete_secret", h.deleteSecret),
+		// Volumes and their content (volumes.go); the content API is
+		// authenticated by the volume's token.
+		r("POST /volumes", "create_volume", h.createVolume),
+		r("GET /volumes", ro, h.listVolumes),
+		r("GET /volumes/{volumeID}", ro, h.getVolume),
+		r("DELETE /volumes/{volumeID}", "delete_volume", h.deleteVolume),
+		v("GET /volumecontent/{volumeID}/path", ro, h.statPath),
+		v("PATCH /volumecontent/{volumeID}/path", "volume_change", h.changePath),
+		v("DELETE /volumecontent/{volumeID}/path", "volume_remove", h.removePath),
+		v("GET /volumecontent/{volumeID}/dir", ro, h.listDir),
+		v("POST /volumecontent/{volumeID}/dir", "volume_mkdir", h.makeDir),
+		v("GET /volumecontent/{volumeID}/file", ro, h.readFile),
+		v("PUT /volumecontent/{volumeID}/file", "volume_write", h.writeFile),
 	}
 }
 
@@ -296,9 +315,6 @@ var e2bRoutes = []string{
 	"DELETE /admin/teams/{teamID}/api-keys/{apiKeyID}",
 	"POST /access-tokens", "DELETE /access-tokens/{accessTokenID}",
 	"GET /api-keys", "POST /api-keys", "PATCH /api-keys/{apiKeyID}", "DELETE /api-keys/{apiKeyID}",
-	"GET /volumes", "POST /volumes", "GET /volumes/{volumeID}", "DELETE /volumes/{volumeID}",
-	"GET /volumecontent/{volumeID}/path", "PATCH /volumecontent/{volumeID}/path", "GET /volumecontent/{volumeID}/dir", "POST /volumecontent/{volumeID}/dir",
-	"GET /volumecontent/{volumeID}/file", "PUT /volumecontent/{volumeID}/file", "DELETE /volumecontent/{volumeID}/path",
 }
 
 // ServeHTTP routes a request of E2B's REST API. A route of E2B's that

@@ -59,6 +59,10 @@ func TestCreateRequest(t *testing.T) {
 		t.Errorf("network %+v", nw)
 	}
 
+	req, _, err = createRequest(body(t, `{"volumeMounts":[{"name":"v","path":"/mnt/v"},{"name":"w","path":"/home/user/w"}]}`), true, tenantRule, nil, nil)
+	if err != nil || len(req.Volumes) != 2 || req.Volumes[0] != (daemon.Volume{Name: "v", At: "/mnt/v"}) || req.Volumes[1] != (daemon.Volume{Name: "w", At: "/home/user/w"}) {
+		t.Errorf("volumeMounts: %+v, %v", req.Volumes, err)
+	}
 	for _, in := range []string{`{"network":{"allowPublicTraffic":true,"maskRequestHost":"custom.example:${PORT}"}}`, `{"network":{"allowPublicTraffic":false}}`} {
 		if _, _, err := createRequest(body(t, in), true, tenantRule, nil, nil); err != nil {
 			t.Errorf("createRequest(%s): %v", in, err)
@@ -83,8 +87,14 @@ func TestCreateRequest(t *testing.T) {
 		`{"autoPause":true,"autoPauseMemory":false,"autoResume":{"enabled":true}}`:                           "filesystem-only pause must be resumed explicitly",
 		`{"autoPause":true,"autoResume":{"on":true}}`:                                                        `autoResume: want {"enabled": true or false}`,
 		`{"autoPause":true,"autoResume":true}`:                                                               `autoResume: want {"enabled": true or false}`,
-		`{"mcp":{"x":{}}}`:                                                                                   "mcp",
-		`{"volumeMounts":[{"name":"v","path":"/v"}]}`:                                                        "volumeMounts",
+		`{"mcp":["x"]}`:                                                                                      "mcp: want an object",
+		`{"volumeMounts":[{"name":"v","path":"v"}]}`:                                                         "volumeMounts[0]: path",
+		`{"volumeMounts":[{"name":"v","path":"/"}]}`:                                                         "volumeMounts[0]: path",
+		`{"volumeMounts":[{"name":"v","path":"/a/../b"}]}`:                                                   "volumeMounts[0]: path",
+		`{"volumeMounts":[{"name":"../v","path":"/v"}]}`:                                                     "volumeMounts[0]: volume name",
+		`{"volumeMounts":[{"name":"v","path":"/v"},{"name":"w","path":"/v"}]}`:                               "two volumes at one path",
+		`{"volumeMounts":[{"name":"v","path":"/v","readOnly":true}]}`:                                        "volumeMounts: want",
+		`{"volumeMounts":{"name":"v"}}`:                                                                      "volumeMounts: want",
 		`{"network":{"maskRequestHost":"a b:${PORT}"}}`:                                                      "network.maskRequestHost",
 		`{"network":{"maskRequestHost":""}}`:                                                                 "network.maskRequestHost",
 		`{"network":{"maskRequestHost":"x\r\nInjected: 1"}}`:                                                 "network.maskRequestHost",

@@ -6,11 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
+	"strings"
 
 	"github.com/hutch-sandbox/hutch/internal/agent"
 	"github.com/hutch-sandbox/hutch/internal/daemon"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/store"
+	"github.com/hutch-sandbox/hutch/internal/volume"
 )
 
 // Categories of the errors this package makes; the others are daemon's
@@ -59,19 +62,22 @@ func classify(err error) int {
 	switch {
 	case errors.Is(err, ErrUnauthenticated):
 		return http.StatusUnauthorized
-	case errors.Is(err, errUnsupported), errors.Is(err, daemon.ErrInvalid), errors.Is(err, policy.ErrInvalid),
+	case errors.Is(err, errUnsupported), errors.Is(err, daemon.ErrInvalid), errors.Is(err, policy.ErrInvalid), errors.Is(err, volume.ErrInvalid),
 		errors.As(err, &syntax), errors.As(err, &typ):
 		return http.StatusBadRequest
 	case errors.As(err, &maxBytes):
 		return http.StatusRequestEntityTooLarge
 	case errors.Is(err, errNoRoute), errors.Is(err, daemon.ErrUnsupported):
 		return http.StatusNotImplemented
-	case errors.Is(err, daemon.ErrNotFound), errors.Is(err, store.ErrNotFound):
+	case errors.Is(err, daemon.ErrNotFound), errors.Is(err, store.ErrNotFound), errors.Is(err, volume.ErrNotFound):
 		return http.StatusNotFound
-	case errors.Is(err, daemon.ErrConflict), errors.Is(err, store.ErrConflict), errors.Is(err, agent.ErrClosed), errors.Is(err, ErrNoAutoResume):
+	case errors.Is(err, daemon.ErrConflict), errors.Is(err, store.ErrConflict), errors.Is(err, agent.ErrClosed), errors.Is(err, ErrNoAutoResume),
+		errors.Is(err, volume.ErrExists), errors.Is(err, volume.ErrBusy):
 		return http.StatusConflict
-	case errors.Is(err, daemon.ErrQuota):
+	case errors.Is(err, daemon.ErrQuota), errors.Is(err, volume.ErrQuota):
 		return http.StatusTooManyRequests
+	case errors.Is(err, volume.ErrFull):
+		return http.StatusInsufficientStorage
 	case errors.Is(err, daemon.ErrUnavailable), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return http.StatusServiceUnavailable
 	}
@@ -87,7 +93,7 @@ const internalMessage = "internal error (the daemon's log has the details)"
 func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	status := classify(err)
 	msg := err.Error()
-	if status >= 500 && status != http.StatusNotImplemented {
+	if status >= 500 && status != http.StatusNotImplemented && status != http.StatusInsufficientStorage {
 		h.log.Error("e2b request failed", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
 	} else {
 		h.log.Debug("e2b request refused", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
@@ -95,7 +101,18 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	if status == http.StatusInternalServerError {
 		msg = internalMessage
 	}
+	if strings.HasPrefix(r.URL.Path, "/volumecontent/") {
+		// The content API's Error has a string code.
+		writeJSON(w, status, contentError{Code: strconv.Itoa(status), Message: msg})
+		return
+	}
 	writeJSON(w, status, Error{Code: status, Message: msg})
+}
+
+// contentError is the body of an error of E2B's volume content API.
+type contentError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
 }
 
 // writeJSON answers with v as JSON.

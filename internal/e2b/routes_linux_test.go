@@ -9,13 +9,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -94,6 +97,8 @@ type walker struct {
 	main, tok string
 	// tmpl and build are the template and build of built.
 	tmpl, build string
+	// vol and volToken are alice's volume "walked" and its token.
+	vol, volToken string
 }
 
 // call is one route's call: prep makes what it needs (sandboxes,
@@ -136,6 +141,30 @@ func (w *walker) walk(t *testing.T, r audit.Route, c call) {
 	}
 }
 
+// volume returns the id and token of alice's volume "walked" (with a
+// file /seen.txt), made by the first call.
+func (w *walker) volume(t *testing.T) (string, string) {
+	t.Helper()
+	if w.vol == "" {
+		var v volumeJSON
+		if err := json.Unmarshal(w.e2b(t, "POST", "/volumes", `{"name":"walked"}`, 201), &v); err != nil {
+			t.Fatal(err)
+		}
+		w.vol, w.volToken = v.VolumeID, v.Token
+		w.content(t, "PUT", "file?path=/seen.txt", "seen", 201)
+	}
+	return w.vol, w.volToken
+}
+
+// content sends a request of the content API for alice's volume "walked"
+// (rest: what follows /volumecontent/ID/), with its token.
+func (w *walker) content(t *testing.T, method, rest, body string, want int) []byte {
+	t.Helper()
+	status, b := w.do(t, nil, method, "/volumecontent/"+w.vol+"/"+rest, strings.NewReader(body), "Authorization", "Bearer "+w.volToken)
+	expect(t, method+" "+rest, status, b, want)
+	return b
+}
+
 // state describes what a tenant can change: alice's sandboxes (state,
 // expiry, labels), and the main sandbox's files under its home and /tmp
 // and its processes.
@@ -173,6 +202,26 @@ func (w *walker) state(t *testing.T) string {
 	}
 	walk("/home/user", 0)
 	walk("/tmp", 0)
+	// alice's volumes and what they hold.
+	for _, v := range w.f.vols.List("alice") {
+		fmt.Fprintf(&b, "volume %s %s\n", v.ID, v.Name)
+		dir, err := w.f.vols.Dir(v.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				fmt.Fprintf(&b, "%s: %v\n", p, err)
+				return nil
+			}
+			fi, err := d.Info()
+			if err == nil {
+				st := fi.Sys().(*syscall.Stat_t)
+				fmt.Fprintf(&b, "volume file %s %v %d %s %d:%d\n", p, fi.Mode(), fi.Size(), fi.ModTime().Format(time.RFC3339Nano), st.Uid, st.Gid)
+			}
+			return nil
+		})
+	}
 	ps, err := c.ListProcesses(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -731,6 +780,49 @@ func (w *walker) calls() map[string]call {
 		"e2b DELETE /secrets/{id}": func(t *testing.T) func(*testing.T) {
 			w.e2b(t, "POST", "/secrets", `{"name":"walked-delete","value":"v"}`, 201)
 			return func(t *testing.T) { w.e2b(t, "DELETE", "/secrets/walked-delete", "", 204) }
+		},
+
+		// Volumes and their content (alice's volume "walked", made once).
+		"e2b POST /volumes": now(func(t *testing.T) {
+			w.e2b(t, "POST", "/volumes", `{"name":"walked-create"}`, 201)
+		}),
+		"e2b GET /volumes": now(func(t *testing.T) { w.e2b(t, "GET", "/volumes", "", 200) }),
+		"e2b GET /volumes/{volumeID}": func(t *testing.T) func(*testing.T) {
+			id, _ := w.volume(t)
+			return func(t *testing.T) { w.e2b(t, "GET", "/volumes/"+id, "", 200) }
+		},
+		"e2b DELETE /volumes/{volumeID}": func(t *testing.T) func(*testing.T) {
+			w.e2b(t, "POST", "/volumes", `{"name":"walked-delete"}`, 201)
+			return func(t *testing.T) { w.e2b(t, "DELETE", "/volumes/walked-delete", "", 204) }
+		},
+		"e2b GET /volumecontent/{volumeID}/path": func(t *testing.T) func(*testing.T) {
+			w.volume(t)
+			return func(t *testing.T) { w.content(t, "GET", "path?path=/seen.txt", "", 200) }
+		},
+		"e2b PATCH /volumecontent/{volumeID}/path": func(t *testing.T) func(*testing.T) {
+			w.volume(t)
+			return func(t *testing.T) { w.content(t, "PATCH", "path?path=/seen.txt", `{"mode":420}`, 200) }
+		},
+		"e2b DELETE /volumecontent/{volumeID}/path": func(t *testing.T) func(*testing.T) {
+			w.volume(t)
+			w.content(t, "PUT", "file?path=/gone.txt", "x", 201)
+			return func(t *testing.T) { w.content(t, "DELETE", "path?path=/gone.txt", "", 204) }
+		},
+		"e2b GET /volumecontent/{volumeID}/dir": func(t *testing.T) func(*testing.T) {
+			w.volume(t)
+			return func(t *testing.T) { w.content(t, "GET", "dir?path=/&depth=2", "", 200) }
+		},
+		"e2b POST /volumecontent/{volumeID}/dir": func(t *testing.T) func(*testing.T) {
+			w.volume(t)
+			return func(t *testing.T) { w.content(t, "POST", "dir?path=/made/here&force=true", "", 201) }
+		},
+		"e2b GET /volumecontent/{volumeID}/file": func(t *testing.T) func(*testing.T) {
+			w.volume(t)
+			return func(t *testing.T) { w.content(t, "GET", "file?path=/seen.txt", "", 200) }
+		},
+		"e2b PUT /volumecontent/{volumeID}/file": func(t *testing.T) func(*testing.T) {
+			w.volume(t)
+			return func(t *testing.T) { w.content(t, "PUT", "file?path=/written.txt&force=true", "written", 201) }
 		},
 
 		// envd, on the main sandbox.

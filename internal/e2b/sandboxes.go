@@ -79,8 +79,17 @@ const allTraffic = "0.0.0.0/0"
 //     it boots again, cold, on resume); autoResume.enabled: a paused
 //     sandbox is resumed by the next envd request for it or traffic to
 //     its ports (Wake), which needs autoPause and a pause with memory.
-//   - mcp, volumeMounts, iam, network.rules, network.egressProxy, and
-//     any field hutch does not know, are refused with 400 naming them.
+//   - volumeMounts [{name, path}]: the tenant's volumes (WithVolumes) by
+//     name, each shown read-write at its absolute path (daemon.Volume);
+//     an unknown name is 404 naming it, a malformed mount 400.
+//   - network.rules: header transforms of the egress, E2B's secrets
+//     among them (applyRules).
+//   - mcp: accepted (an object) and otherwise ignored: E2B's SDK starts
+//     the MCP gateway itself, as a command of the sandbox (mcp-gateway,
+//     which a template must have: without it the SDK's create fails
+//     with E2B's "Failed to start MCP gateway" and kills the sandbox).
+//   - iam, network.egressProxy, and any field hutch does not know, are
+//     refused with 400 naming them.
 type CreateBody struct {
 	TemplateID          string            `json:"templateID"`
 	Timeout             *int64            `json:"timeout"`
@@ -134,7 +143,7 @@ type listedJSON struct {
 	Metadata     map[string]string `json:"metadata"`
 	State        string            `json:"state"`
 	EnvdVersion  string            `json:"envdVersion"`
-	VolumeMounts []any             `json:"volumeMounts"`
+	VolumeMounts []volumeMountJSON `json:"volumeMounts"`
 }
 
 // detailJSON is E2B's SandboxDetail, the answer of GET /sandboxes/{id}.
@@ -218,9 +227,15 @@ func createRequest(b CreateBody, internet bool, check ruleCheck, templates map[s
 	for _, f := range []struct {
 		name string
 		raw  json.RawMessage
-	}{{"mcp", b.MCP}, {"volumeMounts", b.VolumeMounts}, {"iam", b.IAM}} {
+	}{{"iam", b.IAM}} {
 		if present(f.raw) {
 			unsupported = append(unsupported, f.name)
+		}
+	}
+	if present(b.MCP) {
+		var mcp map[string]json.RawMessage
+		if err := json.Unmarshal(b.MCP, &mcp); err != nil {
+			return req, "", errorf(daemon.ErrInvalid, "mcp: want an object of MCP servers: %v", err)
 		}
 	}
 	if n := b.Network; n != nil {
@@ -240,6 +255,10 @@ func createRequest(b CreateBody, internet bool, check ruleCheck, templates map[s
 	}
 	if len(unsupported) > 0 {
 		return req, "", errorf(errUnsupported, "not supported by hutch: %s", strings.Join(unsupported, ", "))
+	}
+	// Checked here, looked up (their directories) by the handler.
+	if req.Volumes, err = volumeMounts(b.VolumeMounts); err != nil {
+		return req, "", err
 	}
 	template := b.TemplateID
 	if template == "" {
@@ -456,7 +475,12 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, tenant string) 
 		req.Policy.Root, template = "", built.template
 		withResources(&req.Policy.Resources, built.cpuCount, built.memoryMB)
 	}
+	release, err := h.holdVolumes(tenant, req.Volumes)
+	if err != nil {
+		return err
+	}
 	info, err := h.m.Create(r.Context(), tenant, req)
+	release()
 	if err != nil {
 		return err
 	}
@@ -557,7 +581,7 @@ func listed(info daemon.Info, template string) listedJSON {
 		TemplateID: template, SandboxID: info.ID, ClientID: info.Tenant,
 		StartedAt: info.CreatedAt.UTC(), EndAt: info.ExpiresAt.UTC(),
 		CPUCount: runtime.NumCPU(), Metadata: md, State: e2bState(info.State),
-		EnvdVersion: EnvdVersion, VolumeMounts: []any{},
+		EnvdVersion: EnvdVersion, VolumeMounts: mountsOf(info.Volumes),
 	}
 }
 

@@ -127,6 +127,12 @@ suite('control plane', () => {
     }
   })
 
+  test('mcp: the SDK starts the gateway as a command; a template without it fails as in E2B, leaving no sandbox', { skip: lacks('2.45.0', 'mcp') }, async () => {
+    const metadata = { mcpTest: String(Date.now()) }
+    await assert.rejects(Sandbox.create('base', { timeoutMs: 60_000, metadata, mcp: { invalid_server: {} } }), /Failed to start MCP gateway/)
+    assert.deepEqual(await Sandbox.list({ query: { metadata } }).nextItems(), [])
+  })
+
   test('pause, list by state, connect resumes', { skip: lacks('2.30.0', 'pause') }, async () => {
     const sbx = await create()
     assert.equal(await sbx.pause(), true)
@@ -1057,5 +1063,19 @@ srv.listen(Number(process.argv[2]), '127.0.0.1')
     const res = await fetch(`https://${sbx.getHost(3000)}`)
     assert.equal(res.status, 502)
     assert.deepEqual(await res.json(), { code: 502, message: 'The sandbox was not found', sandboxId: sbx.sandboxId })
+  })
+
+  // E2B's volume content API is at https://api.D too, where the SDK
+  // sends it with E2B_DOMAIN alone.
+  test('volumes: the content API through api.D', async () => {
+    const { Volume } = await import(sdk)
+    const vol = await Volume.create('through-the-domain')
+    try {
+      await vol.writeFile('/a.txt', 'through api.D')
+      assert.equal(await vol.readFile('/a.txt'), 'through api.D')
+      assert.deepEqual((await vol.list('/')).map((e) => e.name), ['a.txt'])
+    } finally {
+      assert.equal(await Volume.destroy(vol.volumeId), true)
+    }
   })
 })

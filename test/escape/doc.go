@@ -89,7 +89,9 @@
 //	6  tool config that runs code           TestItem06_ToolConfigWorkspace, _AutostartHome
 //	7  symlinks, links, renames             TestItem07_* (a workspace entered through a link too;
 //	                                        in review mode nothing reaches the workspace:
-//	                                        TestItem07_ReviewModeWrites)
+//	                                        TestItem07_ReviewModeWrites; links a sandbox
+//	                                        leaves in a volume, for E2B's content API:
+//	                                        TestItem07_VolumeContentPaths)
 //	8  /proc and other processes            TestItem08_ProcAndProcesses, _BootID (a served
 //	                                        sandbox's own boot ID, fixed in its view)
 //	9  staying alive                        TestItem09_*
@@ -127,7 +129,9 @@
 //	                                        _TemplatesAcrossTenants (E2B's templates, their
 //	                                        builds and uploads; a build's steps confined)
 //	                                        _WakeAcrossTenants (E2B's autoResume wakes a
-//	                                        sandbox for its own tenant's requests only)
+//	                                        sandbox for its own tenant's requests only),
+//	                                        _VolumesAcrossTenants (E2B's volumes: tokens,
+//	                                        ids and names of another's)
 //	-- an image's layers (hostile input)    TestImageLayersHostile (dot-dot, absolute names, a
 //	                                        planted symbolic link as a parent, hard links out,
 //	                                        whiteouts through a link, device nodes, set-id bits)
