@@ -150,6 +150,26 @@ type Config struct {
 	// UID and GID (moved to the sandbox's host ids); the host's files show
 	// their host owners through the layer's idmapping.
 	ReviewDir string
+	// Volumes are host directories shown read-write in the sandbox, each
+	// at its own path of the view (with a RootLayer only). Each is bound
+	// through an idmapped mount (host ids 0–65535 appear as themselves
+	// inside: what the sandbox writes lands in Dir with the ids it has
+	// there), nosuid and nodev, writable under Landlock. Its mount point
+	// is made in the sandbox's own root: every component of At is looked
+	// up in the view with symbolic links refused (openat2's
+	// RESOLVE_IN_ROOT and RESOLVE_NO_SYMLINKS), so that a link of the
+	// root (an image's /mnt -> /etc) can neither move the mount elsewhere
+	// in the view nor out of it: such a sandbox fails to start, naming
+	// the volume. CheckVolumes states what Dir and At must be.
+	Volumes []Volume
+}
+
+// Volume is a host directory shown in a sandbox (Config.Volumes).
+type Volume struct {
+	// Dir is the host directory: absolute, clean, an existing directory.
+	Dir string
+	// At is where the sandbox's view shows it: absolute, clean, not "/".
+	At string
 }
 
 // ImageRoot is an image's unpacked layers, as the sandbox's root.
