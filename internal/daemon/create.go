@@ -192,6 +192,10 @@ func (m *Manager) Create(ctx context.Context, tenant string, r CreateRequest) (I
 	l, err := m.launch(ctx, id, dir, spec, env, sec, r.Operator, log, ev, snap, review, r.Volumes)
 	if err != nil {
 		m.abandon(id, dir, log, ev, err)
+		if errors.Is(err, sandbox.ErrVolumePath) {
+			// The request's path, in the root it asked for.
+			return Info{}, invalid("create sandbox %s: volumes: %v", id, err)
+		}
 		if errors.Is(err, sandbox.ErrNotDirInRoot) {
 			// The host's root changed since prepare looked.
 			return Info{}, invalid("create sandbox %s: policy: filesystem.workspace: %v", id, err)

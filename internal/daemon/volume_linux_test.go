@@ -247,7 +247,7 @@ func TestVolumesSymlink(t *testing.T) {
 			} else {
 				name := fmt.Sprintf("hutch-volume-link-%d", os.Getpid())
 				_, err := m.Create(ctx, "a", CreateRequest{Volumes: []Volume{{Name: "v", Dir: dir, At: "/var/run/" + name}}})
-				if err == nil || !strings.Contains(err.Error(), "symbolic link") {
+				if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "symbolic link") {
 					t.Errorf("a volume at /var/run/%s (/var/run a link): %v, want refused", name, err)
 				}
 				if _, err := os.Lstat("/run/" + name); !errors.Is(err, os.ErrNotExist) {
@@ -263,7 +263,7 @@ func TestVolumesSymlink(t *testing.T) {
 			root := policy.ImagePrefix + "hutch.test/links:1"
 			for _, at := range []string{"/mnt/v", "/data/v", "/data/etc/v"} {
 				_, err := m.Create(ctx, "a", CreateRequest{Policy: policy.Spec{Root: root}, Volumes: []Volume{{Name: "v", Dir: dir, At: at}}})
-				if err == nil || !strings.Contains(err.Error(), "symbolic link") {
+				if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "symbolic link") {
 					t.Errorf("a volume at %s through an image's link: %v, want refused", at, err)
 				}
 			}
@@ -275,7 +275,7 @@ func TestVolumesSymlink(t *testing.T) {
 			// A path of the image without a link works, and the image's
 			// links stay as they are.
 			info := mustCreate(t, m, "a", CreateRequest{Policy: policy.Spec{Root: root}, Volumes: []Volume{{Name: "v", Dir: dir, At: "/srv/v"}}})
-			if out := mustRun(t, m, "a", info.ID, `readlink /mnt /data; echo in >/srv/v/f; test -e /etc/v || echo no-etc-v`); out != "/etc\n../../..\nno-etc-v\n" {
+			if out := mustRun(t, m, "a", info.ID, `readlink /mnt; readlink /data; echo in >/srv/v/f; test -e /etc/v || echo no-etc-v`); out != "/etc\n../../..\nno-etc-v\n" {
 				t.Errorf("the image's sandbox:\n%s", out)
 			}
 			if got := readHost(filepath.Join(dir, "f")); got != "in\n" {

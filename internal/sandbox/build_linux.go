@@ -135,6 +135,9 @@ func (b *builder) mkdirAll(desc, path string) {
 var noLinks = unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
 	Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS}
 
+// volumeDesc starts the description of every step of a volume's mount.
+const volumeDesc = "volume at "
+
 // volume attaches the idmapped mount of a volume's host directory (slot
 // mnt) at v.At, nosuid and nodev, its mount point made in the sandbox's
 // own root: each directory on the way is opened with noLinks and the
@@ -142,7 +145,7 @@ var noLinks = unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXE
 // symbolic link on the way fails the step (ELOOP) with the volume named.
 func (b *builder) volume(v volumeBind, mnt int8) {
 	p := &b.p
-	desc := fmt.Sprintf("volume at %s", v.At)
+	desc := volumeDesc + v.At
 	b.setattr(desc+": attributes", mnt, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
 	parts := strings.Split(strings.Trim(v.At, "/"), "/")
 	for i, part := range parts {
@@ -1058,7 +1061,11 @@ func (b *builder) failure(r reply, name string) *InitError {
 		if (errno == unix.EROFS || errno == unix.ENOENT) && strings.Contains(desc, "mount point") {
 			msg += " (a read-only root needs every mount point the sandbox uses: create it there)"
 		}
-		return &InitError{Msg: msg, Code: ExitHutchError}
+		var category error
+		if strings.HasPrefix(desc, volumeDesc) && (errno == unix.ELOOP || errno == unix.ENOTDIR) {
+			msg, category = msg+" ("+ErrVolumePath.Error()+")", ErrVolumePath
+		}
+		return &InitError{Msg: msg, Code: ExitHutchError, Err: category}
 	}
 	return &InitError{Msg: fmt.Sprintf("sandbox setup: unexpected report %d", r.Kind), Code: ExitHutchError}
 }

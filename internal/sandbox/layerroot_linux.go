@@ -94,7 +94,7 @@ func MountVolume(target, dir string) error {
 // component is resolved inside rootfs with no symbolic link allowed
 // (openat2's RESOLVE_IN_ROOT and RESOLVE_NO_SYMLINKS): a link on the way
 // (an image's /mnt -> /etc) is refused, with an error wrapping
-// ErrNotDirInRoot, rather than followed elsewhere in the view or out of it.
+// ErrVolumePath, rather than followed elsewhere in the view or out of it.
 func MakeMountPoint(rootfs, at string) error {
 	rel, err := layerRel(at)
 	if err != nil {
@@ -125,7 +125,7 @@ func MakeMountPoint(rootfs, at string) error {
 		fd, err := unix.Openat2(root, sub, &how)
 		switch {
 		case errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.EXDEV):
-			return fmt.Errorf("mount point %s: /%s: %w (a symbolic link or a file; volumes take no link on their way)", at, sub, ErrNotDirInRoot)
+			return fmt.Errorf("mount point %s: /%s: %w", at, sub, ErrVolumePath)
 		case err != nil:
 			return fmt.Errorf("mount point %s: /%s: %w", at, sub, err)
 		}

@@ -203,6 +203,11 @@ type ImageRoot struct {
 // view: a file, a symbolic link.
 var ErrNotDirInRoot = errors.New("not a directory in the sandbox's root")
 
+// ErrVolumePath is wrapped by the error of a sandbox whose volume's path
+// (Volume.At) goes, in the sandbox's root, through a symbolic link or
+// something else than a directory: a link is never followed there.
+var ErrVolumePath = errors.New("a volume's path goes through a symbolic link or a file of the sandbox's root")
+
 // ErrFrozen is wrapped by the error of a save to disk that failed and
 // left the sandbox frozen in memory (its runtime could not let it go on):
 // thawing it (Freeze's counterpart) is what remains to do.
@@ -442,9 +447,14 @@ type SetAside struct {
 type InitError struct {
 	Msg  string
 	Code int
+	// Err, when set, is the category of the failure (ErrVolumePath).
+	Err error
 }
 
 func (e *InitError) Error() string { return e.Msg }
+
+// Unwrap is the failure's category, nil for none.
+func (e *InitError) Unwrap() error { return e.Err }
 
 // SetAsideReport words what was set aside for the user, a line each.
 func SetAsideReport(sa []SetAside) []string {
