@@ -145,6 +145,35 @@ func TestVolumes(t *testing.T) {
 		step("paused", pause(PauseOptions{}), resume(ResumeOptions{}))
 		step("files-only", pause(PauseOptions{FilesOnly: true}), resume(ResumeOptions{}))
 		step("rebooted", pause(PauseOptions{}), resume(ResumeOptions{Reboot: true}))
+		// A snapshot carries neither the volume nor its content; a
+		// sandbox made from it gets what its own request names.
+		sn, err := m.Snapshot(ctx, "a", info.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sn.Memory {
+			t.Errorf("a snapshot of a sandbox with volumes kept its memory")
+		}
+		bare := mustCreate(t, m, "a", CreateRequest{Snapshot: sn.ID})
+		if len(bare.Volumes) != 0 {
+			t.Errorf("a sandbox from the snapshot answers volumes %+v", bare.Volumes)
+		}
+		if out := mustRun(t, m, "a", bare.ID, `ls -A /data | wc -l; echo x >/data/local; cat /data/local`); out != "0\nx\n" {
+			t.Errorf("a sandbox from the snapshot without volumes:\n%s", out)
+		}
+		if _, err := os.Stat(filepath.Join(data, "local")); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the copy's write reached the volume: %v", err)
+		}
+		again := mustCreate(t, m, "a", CreateRequest{Snapshot: sn.ID, Volumes: []Volume{{Name: "data", Dir: data, At: "/again"}}})
+		if out := mustRun(t, m, "a", again.ID, `cat /again/from-sandbox`); out != "sandbox\n" {
+			t.Errorf("a sandbox from the snapshot with the volume: %q", out)
+		}
+		for _, id := range []string{bare.ID, again.ID, other.ID} {
+			if err := m.Destroy(ctx, "a", id); err != nil {
+				t.Fatal(err)
+			}
+		}
+
 		if tier == policy.TierGVisor {
 			// Paused to disk, across a restart of the daemon.
 			cfg := m.cfg
