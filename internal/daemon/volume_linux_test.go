@@ -68,7 +68,8 @@ func TestVolumes(t *testing.T) {
 		if err := os.Chown(filepath.Join(data, "from-host"), 1234, 2345); err != nil {
 			t.Fatal(err)
 		}
-		vols := []Volume{{Name: "data", Dir: data, At: "/data"}, {Name: "deep", Dir: deep, At: "/mnt/hutch/deep"}}
+		cache := volumeDir(t)
+		vols := []Volume{{Name: "data", Dir: data, At: "/data"}, {Name: "deep", Dir: deep, At: "/mnt/hutch/deep"}, {Name: "cache", Dir: cache, At: "/tmp/cache"}}
 		info := mustCreate(t, m, "a", CreateRequest{Volumes: vols})
 		if !slices.Equal(info.Volumes, vols) {
 			t.Errorf("create answers volumes %+v, want %+v", info.Volumes, vols)
@@ -82,7 +83,7 @@ func TestVolumes(t *testing.T) {
 
 		out := mustRun(t, m, "a", info.ID, `cat /data/from-host; stat -c %u:%g /data/from-host; `+
 			`echo sandbox >/data/from-sandbox; echo user >/data/as-user; chown 1000:1001 /data/as-user; `+
-			`mkdir /data/sub && echo deep >/mnt/hutch/deep/file; echo ok`)
+			`mkdir /data/sub && echo deep >/mnt/hutch/deep/file; echo cached >/tmp/cache/file; echo ok`)
 		if out != "host\n1234:2345\nok\n" {
 			t.Errorf("in the sandbox:\n%s", out)
 		}
@@ -96,6 +97,9 @@ func TestVolumes(t *testing.T) {
 		}
 		if got := owner(t, filepath.Join(data, "as-user")); got != "1000:1001" {
 			t.Errorf("a file the sandbox gave to 1000:1001 is %s's on the host", got)
+		}
+		if got := readHost(filepath.Join(cache, "file")); got != "cached\n" {
+			t.Errorf("the volume in the sandbox's /tmp: the host's file: %q", got)
 		}
 		if got := readHost(filepath.Join(deep, "file")); got != "deep\n" {
 			t.Errorf("the second volume's file on the host: %q", got)
@@ -128,8 +132,8 @@ func TestVolumes(t *testing.T) {
 			if err := resume(); err != nil {
 				t.Fatalf("%s: resume: %v", what, err)
 			}
-			out := mustRun(t, m, "a", info.ID, `cat /data/from-sandbox /data/while-paused /mnt/hutch/deep/file; echo `+what+` >/data/after`)
-			if want := "sandbox\n" + what + "\ndeep\n"; out != want {
+			out := mustRun(t, m, "a", info.ID, `cat /data/from-sandbox /data/while-paused /mnt/hutch/deep/file /tmp/cache/file; echo `+what+` >/data/after`)
+			if want := "sandbox\n" + what + "\ndeep\ncached\n"; out != want {
 				t.Errorf("%s: after resume:\n%s\nwant:\n%s", what, out, want)
 			}
 			if got := readHost(filepath.Join(data, "after")); got != what+"\n" {
