@@ -73,7 +73,9 @@ func runIn(t *testing.T, m *daemon.Manager, id, script string) result {
 // neighbours finds nothing); the sandbox can neither unmount the volume,
 // nor mount over it, nor remount it (seccomp, and no CAP_SYS_ADMIN); a
 // sandbox not given the volume sees it nowhere, at the other's path or
-// the host's. Outside the volume the host is unchanged; the control —
+// the host's; a link the sandbox plants on the volume's way in its own
+// root is never followed when the volume is mounted again (gVisor's cold
+// boot refuses it). Outside the volume the host is unchanged; the control —
 // writing in the volume — works.
 func TestItem07_Volumes(t *testing.T) {
 	testutil.RequireRoot(t)
@@ -156,6 +158,48 @@ echo "RC control-ws $(pwd)"
 			}
 			if strings.Contains(r.stdout, "written") || !strings.Contains(r.stdout, "RC control-ws "+info.Workspace) {
 				t.Errorf("a sandbox without the volume:\n%s", r)
+			}
+
+			// A link planted on the volume's way in the sandbox's own
+			// root, then a boot afresh (where the gVisor tier mounts
+			// everything again, from the saved root): the link is not
+			// followed, the volume is not mounted where it points.
+			mkdirs(t, state, 0, "volumes/deep")
+			way, err := m.Create(ctx, "a", daemon.CreateRequest{Volumes: []daemon.Volume{{Name: "deep", Dir: filepath.Join(vols, "deep"), At: "/mnt/way/deep"}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r = runIn(t, m, way.ID, `mv /mnt/way /mnt/old; echo "RC mv $?"; ln -s /etc /mnt/way; echo "RC ln $?"`)
+			t.Logf("planting the link: %s", r.stdout)
+			if _, err := m.PauseWith(ctx, "a", way.ID, daemon.PauseOptions{FilesOnly: true}); err != nil {
+				t.Fatal(err)
+			}
+			_, err = m.ResumeWith(ctx, "a", way.ID, daemon.ResumeOptions{Reboot: true})
+			if !strings.Contains(r.stdout, "RC mv 0\nRC ln 0") {
+				t.Fatalf("control: the sandbox could not rename its own directory and make a link:\n%s", r)
+			}
+			if tier == policy.TierGVisor {
+				// The tier mounts the volume again in the saved root:
+				// the link is refused, and the sandbox stays paused.
+				if err == nil || !strings.Contains(err.Error(), "symbolic link") {
+					t.Errorf("resume over a planted link: %v, want refused", err)
+				}
+			} else {
+				// The namespace tier's cold boot keeps its mounts: the
+				// volume went along with the renamed directory.
+				if err != nil {
+					t.Fatal(err)
+				}
+				r = runIn(t, m, way.ID, `test -e /etc/deep && echo "FOUND /etc/deep"; echo moved >/mnt/old/deep/moved; echo "RC moved $?"`)
+				if strings.Contains(r.stdout, "FOUND") || !strings.Contains(r.stdout, "RC moved 0") {
+					t.Errorf("after the cold boot:\n%s", r)
+				}
+				if got, _ := os.ReadFile(filepath.Join(vols, "deep", "moved")); string(got) != "moved\n" {
+					t.Errorf("the volume, moved with its parent: the host's file %q", got)
+				}
+			}
+			if exists("/etc/deep") {
+				t.Errorf("/etc/deep exists on the host")
 			}
 		})
 	}
