@@ -331,8 +331,10 @@ func (m *Manager) launch(ctx context.Context, id, dir string, spec policy.Spec, 
 		m.setOf[id] = review.set.ID()
 		m.mu.Unlock()
 	}
-	if snap != nil && snap.Memory > 0 && spec.Tier == snap.Tier {
+	if snap != nil && snap.Memory > 0 && spec.Tier == snap.Tier && len(vols) == 0 {
 		// A copy of the snapshot's source, going on from its memory.
+		// (With volumes it boots afresh over the snapshot's files: the
+		// saved kernel knows only the source's mounts.)
 		if err := m.restoreCopy(l, rt, cfg, snap.ID, env); err != nil {
 			return fail(err)
 		}

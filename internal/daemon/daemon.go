@@ -188,8 +188,9 @@ type CreateRequest struct {
 	// of the daemon mount them again. A snapshot or fork carries no
 	// volume nor its content (a volume persists on its own): a sandbox
 	// created from a snapshot gets only the volumes its own request
-	// names, and a snapshot of a sandbox with volumes keeps its files,
-	// not its memory.
+	// names (booting afresh over the snapshot's files, even one that
+	// kept its source's memory), and a snapshot of a sandbox with
+	// volumes keeps its files, not its memory.
 	Volumes []Volume
 }
 

@@ -172,7 +172,22 @@ func TestVolumes(t *testing.T) {
 		if out := mustRun(t, m, "a", again.ID, `cat /again/from-sandbox`); out != "sandbox\n" {
 			t.Errorf("a sandbox from the snapshot with the volume: %q", out)
 		}
-		for _, id := range []string{bare.ID, again.ID, other.ID} {
+		// A snapshot of a sandbox without volumes (with its memory,
+		// under gVisor): a sandbox from it given a volume has it.
+		plain := mustCreate(t, m, "a", CreateRequest{})
+		mustRun(t, m, "a", plain.ID, `echo plain >/etc/plain-file`)
+		psn, err := m.Snapshot(ctx, "a", plain.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if psn.Memory != (tier == policy.TierGVisor) {
+			t.Errorf("a snapshot of a sandbox without volumes: memory %v", psn.Memory)
+		}
+		fork := mustCreate(t, m, "a", CreateRequest{Snapshot: psn.ID, Volumes: []Volume{{Name: "data", Dir: data, At: "/forked"}}})
+		if out := mustRun(t, m, "a", fork.ID, `cat /etc/plain-file /forked/from-sandbox`); out != "plain\nsandbox\n" {
+			t.Errorf("a sandbox given a volume, from a snapshot without: %q", out)
+		}
+		for _, id := range []string{bare.ID, again.ID, other.ID, plain.ID, fork.ID} {
 			if err := m.Destroy(ctx, "a", id); err != nil {
 				t.Fatal(err)
 			}
