@@ -335,3 +335,19 @@ func TestVolumesSymlink(t *testing.T) {
 		})
 	}
 }
+
+// TestVolumesNotWarm: a create with volumes never takes a warm sandbox
+// (started before any request, without them): it starts one of its own,
+// which has them, and the pool keeps its sandbox.
+func TestVolumesNotWarm(t *testing.T) {
+	m := newManager(t, Config{Warm: 1})
+	waitWarm(t, m, 1)
+	dir := volumeDir(t)
+	info := mustCreate(t, m, "a", CreateRequest{Volumes: []Volume{{Name: "v", Dir: dir, At: "/data"}}})
+	if out := mustRun(t, m, "a", info.ID, `echo hi >/data/f; cat /data/f`); out != "hi\n" {
+		t.Errorf("the sandbox's volume: %q", out)
+	}
+	if n := m.pools[0].readyCount(); n != 1 {
+		t.Errorf("the pool holds %d warm sandboxes after a create with volumes, want 1", n)
+	}
+}
