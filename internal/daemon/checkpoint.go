@@ -488,11 +488,16 @@ func (m *Manager) restoreLive(ctx context.Context, sb store.Sandbox, spec policy
 		}
 		release() // the dormant sandbox holds the image (resumeDormant)
 	}
+	vols, err := decodeVolumes(sb.Volumes)
+	if err != nil {
+		return nil, err
+	}
 	proxy, err := newProxy(spec.Network, m.cfg.AllowPrivate, rs.Operator, sb.ID, log, ev, nil)
 	if err != nil {
 		return nil, err
 	}
 	l.proxy = proxy
+	l.volumes = len(vols) > 0
 	si, err := start(sandbox.Config{
 		Spec:        spec,
 		Environ:     env,
@@ -503,6 +508,7 @@ func (m *Manager) restoreLive(ctx context.Context, sb store.Sandbox, spec policy
 		RootCaps:    true,
 		Cgroup:      true,
 		CgroupName:  sandboxCgroupPrefix + sb.ID,
+		Volumes:     toSandboxVolumes(vols), // the record's: shown again where they were
 	})
 	if err != nil {
 		_ = proxy.Close()

@@ -96,9 +96,6 @@ func (m *Manager) Create(ctx context.Context, tenant string, r CreateRequest) (I
 	if r.IdleTimeout < 0 {
 		return Info{}, invalid("create sandbox: negative idle timeout %s", r.IdleTimeout)
 	}
-	if len(r.Volumes) > 0 {
-		return Info{}, invalid("create sandbox: volumes are not supported yet")
-	}
 
 	if tenant == warmTenant {
 		return Info{}, invalid("create sandbox: the tenant name %q is reserved", tenant)
@@ -120,12 +117,20 @@ func (m *Manager) Create(ctx context.Context, tenant string, r CreateRequest) (I
 		if snap, err = m.snapshotBase(ctx, tenant, &r); err != nil {
 			return Info{}, err
 		}
-	} else if p := m.warmPool(r); p != nil {
+	} else if p := m.warmPool(r); p != nil && len(r.Volumes) == 0 {
 		if info, ok, err := m.takeWarm(ctx, p, tenant, r); ok || err != nil {
 			return info, err
 		}
 	}
 
+	// After the snapshot's policy is the request's: its workspace.
+	if err := checkVolumes(r.Volumes, workspaceOf(r.Policy)); err != nil {
+		return Info{}, err
+	}
+	vols, err := encodeVolumes(r.Volumes)
+	if err != nil {
+		return Info{}, err
+	}
 	spec, timeout, err := m.prepare(r, workspaceOf(r.Policy))
 	if err != nil {
 		return Info{}, err
@@ -168,6 +173,7 @@ func (m *Manager) Create(ctx context.Context, tenant string, r CreateRequest) (I
 		Expires:     now.Add(timeout),
 		LastActive:  now,
 		IdleTimeout: r.IdleTimeout,
+		Volumes:     vols,
 	}
 	if err := m.record(ctx, &row, spec); err != nil {
 		return Info{}, err
@@ -183,9 +189,13 @@ func (m *Manager) Create(ctx context.Context, tenant string, r CreateRequest) (I
 	ev := m.newEvents(tenant, id)
 	ev.append(EventCreated, map[string]any{"expires": row.Expires, "tier": spec.Tier}, false)
 
-	l, err := m.launch(ctx, id, dir, spec, env, sec, r.Operator, log, ev, snap, review)
+	l, err := m.launch(ctx, id, dir, spec, env, sec, r.Operator, log, ev, snap, review, r.Volumes)
 	if err != nil {
 		m.abandon(id, dir, log, ev, err)
+		if errors.Is(err, sandbox.ErrVolumePath) {
+			// The request's path, in the root it asked for.
+			return Info{}, invalid("create sandbox %s: volumes: %v", id, err)
+		}
 		if errors.Is(err, sandbox.ErrNotDirInRoot) {
 			// The host's root changed since prepare looked.
 			return Info{}, invalid("create sandbox %s: policy: filesystem.workspace: %v", id, err)
@@ -222,9 +232,10 @@ func (m *Manager) Create(ctx context.Context, tenant string, r CreateRequest) (I
 // tenant yet and is not in m.live; ev (may be nil) gets its proxy's
 // refusals; snap, when set, is the snapshot it starts from. On error
 // everything started is closed again; the caller cleans up the record and
-// the directory (abandon).
-func (m *Manager) launch(ctx context.Context, id, dir string, spec policy.Spec, env []string, sec *sandboxSecrets, operator bool, log *slog.Logger, ev *eventLog, snap *store.Snapshot, review *reviewBinding) (*live, error) {
-	l := &live{id: id, dir: dir, ev: ev, ended: make(chan struct{}), resources: spec.Resources}
+// the directory (abandon). vols are the host directories shown in it
+// (CreateRequest.Volumes, checked).
+func (m *Manager) launch(ctx context.Context, id, dir string, spec policy.Spec, env []string, sec *sandboxSecrets, operator bool, log *slog.Logger, ev *eventLog, snap *store.Snapshot, review *reviewBinding, vols []Volume) (*live, error) {
+	l := &live{id: id, dir: dir, ev: ev, ended: make(chan struct{}), resources: spec.Resources, volumes: len(vols) > 0}
 	fail := func(err error) (*live, error) {
 		l.close(log)
 		return nil, err
@@ -309,6 +320,7 @@ func (m *Manager) launch(ctx context.Context, id, dir string, spec policy.Spec, 
 		Wipe:        sec.values(),
 		Cgroup:      true,
 		CgroupName:  sandboxCgroupPrefix + id,
+		Volumes:     toSandboxVolumes(vols),
 	}
 	if review != nil {
 		if err := startReview(dir, review, spec.Resources.DiskBytes, &cfg); err != nil {
@@ -319,8 +331,10 @@ func (m *Manager) launch(ctx context.Context, id, dir string, spec policy.Spec, 
 		m.setOf[id] = review.set.ID()
 		m.mu.Unlock()
 	}
-	if snap != nil && snap.Memory > 0 && spec.Tier == snap.Tier {
+	if snap != nil && snap.Memory > 0 && spec.Tier == snap.Tier && len(vols) == 0 {
 		// A copy of the snapshot's source, going on from its memory.
+		// (With volumes it boots afresh over the snapshot's files: the
+		// saved kernel knows only the source's mounts.)
 		if err := m.restoreCopy(l, rt, cfg, snap.ID, env); err != nil {
 			return fail(err)
 		}

@@ -182,7 +182,15 @@ type CreateRequest struct {
 	Lifecycle Lifecycle
 	// Volumes are host directories the daemon owns (a front end's
 	// persistent volumes, never a path a tenant named) shown read-write
-	// in the sandbox, each at its own path.
+	// in the sandbox, each at its own path (at most MaxVolumes; see
+	// docs/ARCHITECTURE.md, "Volumes", for what Dir and At may be). The
+	// sandbox's record keeps them: pause, resume, restore and a restart
+	// of the daemon mount them again. A snapshot or fork carries no
+	// volume nor its content (a volume persists on its own): a sandbox
+	// created from a snapshot gets only the volumes its own request
+	// names (booting afresh over the snapshot's files, even one that
+	// kept its source's memory), and a snapshot of a sandbox with
+	// volumes keeps its files, not its memory.
 	Volumes []Volume
 }
 
@@ -192,7 +200,10 @@ type Volume struct {
 	Name string `json:"name"`
 	// Dir is the host directory: absolute, clean, the daemon's own.
 	Dir string `json:"dir"`
-	// At is where the sandbox sees it: absolute and clean, not "/".
+	// At is where the sandbox sees it: absolute and clean, not a system
+	// directory, not under /proc, /sys or /dev, apart from the workspace
+	// and the other volumes; made in the sandbox's root with no symbolic
+	// link on the way (one there is refused, never followed).
 	At string `json:"at"`
 }
 

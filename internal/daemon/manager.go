@@ -171,7 +171,11 @@ type live struct {
 	// in memory), and the environment and user its client adds to every
 	// exec.
 	operator, secrets bool
-	execEnv           []string
+	// volumes: host directories are shown in it (CreateRequest.Volumes),
+	// so that its snapshots keep its files only: its memory holds the
+	// volumes' mounts, which a copy of it is not given.
+	volumes bool
+	execEnv []string
 	// bootEnv is its agent's environment at its start, for a start
 	// afresh of it paused to disk (ResumeOptions).
 	bootEnv  []string
@@ -688,7 +692,15 @@ func infoOf(sb store.Sandbox) Info {
 		Workspace: specWorkspace(sb.Spec),
 		Image:     sb.Image,
 		Tier:      sb.Tier,
+		Volumes:   recordedVolumes(sb.Volumes),
 	}
+}
+
+// recordedVolumes is decodeVolumes, nil for a record it cannot read (the
+// daemon wrote it: it can).
+func recordedVolumes(b []byte) []Volume {
+	vols, _ := decodeVolumes(b)
+	return vols
 }
 
 // watch ends l when its PID 1 ends on its own or its agent connection

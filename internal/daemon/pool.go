@@ -304,7 +304,7 @@ func (m *Manager) startWarm(p *pool) (*live, error) {
 	}
 	id, dir := row.ID, row.Dir
 	log := m.log.With("sandbox", id, "tenant", warmTenant)
-	l, err := m.launch(ctx, id, dir, spec, environ(spec.Env, nil), nil, false, log, nil, nil, nil)
+	l, err := m.launch(ctx, id, dir, spec, environ(spec.Env, nil), nil, false, log, nil, nil, nil, nil)
 	if err == nil {
 		l.tenant = warmTenant
 		if _, err = m.markRunning(id); err != nil {

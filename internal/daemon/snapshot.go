@@ -432,7 +432,7 @@ type memorySaver interface {
 // it has no secrets (whose real values only the request that created it
 // carried, and whose CA file its saved view names).
 func (m *Manager) keepsMemory(l *live) bool {
-	if _, ok := l.inst.(memorySaver); !ok || l.secrets {
+	if _, ok := l.inst.(memorySaver); !ok || l.secrets || l.volumes {
 		return false
 	}
 	_, ok := m.cfg.Runtimes[l.tier].(restorer)

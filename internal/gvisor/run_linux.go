@@ -505,6 +505,7 @@ func cleanup(runsc, dir, id string, log *slog.Logger) {
 	// mount tree: unmounted, never walked, and only then removed (rmdir
 	// fails on a mount point).
 	unmountAreas(dir)
+	_ = unix.Unmount(filepath.Join(dir, volumesDir), unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
 	_ = unix.Unmount(filepath.Join(dir, layerDir), unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
 	_ = unix.Unmount(filepath.Join(dir, hutchFile), unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
 	rootfs := filepath.Join(dir, "rootfs")

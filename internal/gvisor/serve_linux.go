@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -70,6 +71,14 @@ func (rt *Runtime) start(c sandbox.Config, saved string, cold bool) (inst sandbo
 	if err := rt.check(c); err != nil {
 		return nil, err
 	}
+	if len(c.Volumes) > 0 {
+		if c.RootLayer == nil {
+			return nil, errors.New("volumes need a writable root layer")
+		}
+		if err := sandbox.CheckVolumes(c.Volumes, s.Filesystem.Workspace); err != nil {
+			return nil, err
+		}
+	}
 	if c.RootLayer == nil && saved == "" {
 		return rt.startHost(c, log)
 	}
@@ -123,6 +132,9 @@ func (rt *Runtime) start(c sandbox.Config, saved string, cold bool) (inst sandbo
 		l.From = filepath.Join(saved, savedLayer)
 	}
 	if err := sandbox.MountLayerRoot(v.rootfs, root, &l, nil, s.Filesystem.Workspace); err != nil {
+		return nil, err
+	}
+	if v.volumes, err = volumeMounts(dir, v.rootfs, c.Volumes); err != nil {
 		return nil, err
 	}
 	if err := bindHutch(&v, dir, c.AgentBinary); err != nil {
@@ -347,8 +359,54 @@ func servedSpec(s policy.Spec, v view, masks []ociMount, rootCaps bool) ociSpec 
 	if v.netDir != "" {
 		m = append(m, netMounts(v)...)
 	}
+	// Last: a volume hides what the view has at its path.
+	m = append(m, v.volumes...)
 	o.Mounts = m
 	return o
+}
+
+// volumesDir is where, in a served sandbox's bundle directory, its
+// volumes' idmapped mounts are attached, one directory each (by index).
+const volumesDir = "volumes"
+
+// volumeMounts attaches the idmapped mount of each volume's host
+// directory (sandbox.MountVolume) at dir/volumes/N, on a tmpfs of its own
+// there (unbindable, as the writable areas' of areaMounts; cleanup
+// unmounts it, and the volumes with it), makes its mount point in the
+// sandbox's root at rootfs with no symbolic link on the way
+// (sandbox.MakeMountPoint: gVisor's gofer would follow one in the view),
+// and returns the spec's binds of them, read-write, nosuid and nodev.
+// The paths are the same at every start of the sandbox, as a restore's
+// saved spec needs.
+func volumeMounts(dir, rootfs string, vols []sandbox.Volume) ([]ociMount, error) {
+	if len(vols) == 0 {
+		return nil, nil
+	}
+	base := filepath.Join(dir, volumesDir)
+	if err := os.Mkdir(base, 0o711); err != nil {
+		return nil, fmt.Errorf("volumes: %w", err)
+	}
+	if err := unix.Mount("hutch-volumes", base, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0711,size=64k"); err != nil {
+		return nil, fmt.Errorf("volumes: %w", err)
+	}
+	if err := unix.Mount("", base, "", unix.MS_UNBINDABLE, ""); err != nil {
+		return nil, fmt.Errorf("volumes: %w", err)
+	}
+	var m []ociMount
+	for i, vol := range vols {
+		if err := sandbox.MakeMountPoint(rootfs, vol.At); err != nil {
+			return nil, fmt.Errorf("volume at %s: %w", vol.At, err)
+		}
+		target := filepath.Join(base, strconv.Itoa(i))
+		if err := os.Mkdir(target, 0o700); err != nil {
+			return nil, fmt.Errorf("volume at %s: %w", vol.At, err)
+		}
+		if err := sandbox.MountVolume(target, vol.Dir); err != nil {
+			return nil, fmt.Errorf("volume at %s: %w", vol.At, err)
+		}
+		m = append(m, bindMount(target, vol.At, false))
+	}
+	return m, nil
 }
 
 // served is a long-lived sandbox under gVisor.

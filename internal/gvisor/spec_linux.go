@@ -156,6 +156,8 @@ type view struct {
 	workspaceAt string
 	groups      []int
 	dir         string
+	// volumes are the binds of a served sandbox's volumes (volumeMounts).
+	volumes []ociMount
 }
 
 // buildSpec writes the OCI spec of a sandbox of spec s.

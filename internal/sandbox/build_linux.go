@@ -128,6 +128,47 @@ func (b *builder) mkdirAll(desc, path string) {
 	}
 }
 
+// noLinks resolves a volume's mount point and the directories on its
+// way: inside the new root, and no symbolic link at all, so that a link
+// of the root (an image's /mnt -> /etc) moves the mount neither out of
+// the view nor elsewhere in it.
+var noLinks = unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+	Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS}
+
+// volumeDesc starts the description of every step of a volume's mount.
+const volumeDesc = "volume at "
+
+// volume attaches the idmapped mount of a volume's host directory (slot
+// mnt) at v.At, nosuid and nodev, its mount point made in the sandbox's
+// own root: each directory on the way is opened with noLinks and the
+// next made in it (one that exists is fine), the last opened so too. A
+// symbolic link on the way fails the step (ELOOP) with the volume named.
+func (b *builder) volume(v volumeBind, mnt int8) {
+	p := &b.p
+	desc := volumeDesc + v.At
+	b.setattr(desc+": attributes", mnt, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
+	parts := strings.Split(strings.Trim(v.At, "/"), "/")
+	for i, part := range parts {
+		parent := b.root
+		if i > 0 {
+			way := strings.Join(parts[:i], "/")
+			parent = p.slot()
+			p.call(desc+": open /"+way+" (no symbolic link allowed on the way)", parent, unix.SYS_OPENAT2, s(b.root), p.str(way), keepPtr(p, &noLinks), k(unix.SizeofOpenHow))
+		}
+		mk := p.call(desc+": create mount point /"+strings.Join(parts[:i+1], "/"), -1, unix.SYS_MKDIRAT, s(parent), p.str(part), k(0o755))
+		p.skip(mk, unix.EEXIST)
+		if i > 0 {
+			p.close(parent)
+		}
+	}
+	t := p.slot()
+	p.call(desc+": open the mount point (no symbolic link allowed on the way)", t, unix.SYS_OPENAT2, s(b.root), p.str(strings.Join(parts, "/")), keepPtr(p, &noLinks), k(unix.SizeofOpenHow))
+	p.call(desc+": attach", -1, unix.SYS_MOVE_MOUNT, s(mnt), p.str(""), s(t), p.str(""),
+		k(unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH))
+	p.close(t)
+	p.close(mnt)
+}
+
 // setattr sets mount attributes on the detached tree in slot mnt.
 func (b *builder) setattr(desc string, mnt int8, set uint64) {
 	attr := &unix.MountAttr{Attr_set: set, Propagation: unix.MS_PRIVATE}
@@ -466,6 +507,12 @@ func (b *builder) mounts(cfg initConfig, fds []int8, denyRead []pathKind) {
 		b.mask(i, d.path, d.dir)
 	}
 	p.close(b.masks)
+	for _, v := range cfg.Volumes {
+		if v.FD < 0 || v.FD >= len(fds) {
+			continue // launch sends one for each
+		}
+		b.volume(v, fds[v.FD])
+	}
 	if cfg.MakeDir {
 		b.mkdirAll("working directory", cfg.Dir)
 	}
@@ -1014,7 +1061,11 @@ func (b *builder) failure(r reply, name string) *InitError {
 		if (errno == unix.EROFS || errno == unix.ENOENT) && strings.Contains(desc, "mount point") {
 			msg += " (a read-only root needs every mount point the sandbox uses: create it there)"
 		}
-		return &InitError{Msg: msg, Code: ExitHutchError}
+		var category error
+		if strings.HasPrefix(desc, volumeDesc) && (errno == unix.ELOOP || errno == unix.ENOTDIR) {
+			msg, category = msg+" ("+ErrVolumePath.Error()+")", ErrVolumePath
+		}
+		return &InitError{Msg: msg, Code: ExitHutchError, Err: category}
 	}
 	return &InitError{Msg: fmt.Sprintf("sandbox setup: unexpected report %d", r.Kind), Code: ExitHutchError}
 }

@@ -129,6 +129,16 @@ type initConfig struct {
 	HostWrites bool
 	Umask      uint32
 	Withheld   uint32
+	// Volumes are host directories bound read-write in the view
+	// (Config.Volumes), attached last, after the masks: FD is the index
+	// of hutch's idmapped mount of Dir among the descriptors it sends.
+	Volumes []volumeBind
+}
+
+// volumeBind is one of Config.Volumes in the first process's plan.
+type volumeBind struct {
+	Dir, At string
+	FD      int
 }
 
 // bindSrc is a writable host path. FD is the index of its idmapped detached

@@ -22,6 +22,7 @@ import (
 
 	"github.com/hutch-sandbox/hutch/internal/cgroups"
 	"github.com/hutch-sandbox/hutch/internal/hostperm"
+	"github.com/hutch-sandbox/hutch/internal/landlock"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 )
 
@@ -82,6 +83,14 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		}
 		if min(layer.UID, layer.GID) < 0 || max(layer.UID, layer.GID) >= layerIDs {
 			return res, fmt.Errorf("the workspace's owner %d:%d: a root layer maps ids 0–%d only", layer.UID, layer.GID, layerIDs-1)
+		}
+	}
+	if len(c.Volumes) > 0 {
+		if layer == nil {
+			return res, errors.New("volumes need a writable root layer")
+		}
+		if err := CheckVolumes(c.Volumes, ws); err != nil {
+			return res, err
 		}
 	}
 	img := c.Image
@@ -483,6 +492,10 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 			nrecv++
 		}
 	}
+	for _, v := range c.Volumes {
+		cfg.Volumes = append(cfg.Volumes, volumeBind{Dir: v.Dir, At: v.At, FD: nrecv})
+		nrecv++
+	}
 	recvd := b.receive(int(childCtl.Fd()), nrecv)
 	b.identity(ids{uid: innerUID, gid: innerGID, setgroups: asRoot, groups: groups})
 	b.dieWithHutch(int(childCtl.Fd()))
@@ -612,6 +625,14 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		fds = append(fds, l.standIns.mnt)
 		l.standIns.mnt = -1 // closed with fds once sent
 	}
+	if len(cfg.Volumes) > 0 {
+		vfds, err := volumeMounts(userns, cfg.Volumes, p.ruleset)
+		if err != nil {
+			closeAll(fds)
+			return fail(err)
+		}
+		fds = append(fds, vfds...)
+	}
 	var oob []byte
 	if len(fds) > 0 {
 		oob = unix.UnixRights(fds...)
@@ -661,6 +682,30 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 	}
 	l.tty = cfg.Tty
 	return l, nil
+}
+
+// volumeMounts clones each volume's host directory (that mount and those
+// below it) idmapped with the sandbox's user namespace userns, so that
+// host ids 0–65535 appear as themselves inside, and lets the sandbox
+// write there under Landlock (ruleset, nil for none).
+func volumeMounts(userns int, vols []volumeBind, ruleset *landlock.Ruleset) ([]int, error) {
+	srcs := make([]bindSrc, len(vols))
+	for i, v := range vols {
+		srcs[i] = bindSrc{Path: v.Dir, FD: -1}
+	}
+	fds, err := idmapWith(userns, srcs)
+	if err != nil {
+		return nil, fmt.Errorf("volumes: %w", err)
+	}
+	if ruleset != nil {
+		for i, fd := range fds {
+			if err := ruleset.AddWritableTree(fd); err != nil {
+				closeAll(fds)
+				return nil, fmt.Errorf("volume at %s: landlock: %w", vols[i].At, err)
+			}
+		}
+	}
+	return fds, nil
 }
 
 // WorkspaceAt is where a sandbox's view shows its workspace, whatever the

@@ -150,6 +150,26 @@ type Config struct {
 	// UID and GID (moved to the sandbox's host ids); the host's files show
 	// their host owners through the layer's idmapping.
 	ReviewDir string
+	// Volumes are host directories shown read-write in the sandbox, each
+	// at its own path of the view (with a RootLayer only). Each is bound
+	// through an idmapped mount (host ids 0–65535 appear as themselves
+	// inside: what the sandbox writes lands in Dir with the ids it has
+	// there), nosuid and nodev, writable under Landlock. Its mount point
+	// is made in the sandbox's own root: every component of At is looked
+	// up in the view with symbolic links refused (openat2's
+	// RESOLVE_IN_ROOT and RESOLVE_NO_SYMLINKS), so that a link of the
+	// root (an image's /mnt -> /etc) can neither move the mount elsewhere
+	// in the view nor out of it: such a sandbox fails to start, naming
+	// the volume. CheckVolumes states what Dir and At must be.
+	Volumes []Volume
+}
+
+// Volume is a host directory shown in a sandbox (Config.Volumes).
+type Volume struct {
+	// Dir is the host directory: absolute, clean, an existing directory.
+	Dir string
+	// At is where the sandbox's view shows it: absolute, clean, not "/".
+	At string
 }
 
 // ImageRoot is an image's unpacked layers, as the sandbox's root.
@@ -182,6 +202,11 @@ type ImageRoot struct {
 // workspace) that goes through something other than a directory of the
 // view: a file, a symbolic link.
 var ErrNotDirInRoot = errors.New("not a directory in the sandbox's root")
+
+// ErrVolumePath is wrapped by the error of a sandbox whose volume's path
+// (Volume.At) goes, in the sandbox's root, through a symbolic link or
+// something else than a directory: a link is never followed there.
+var ErrVolumePath = errors.New("a volume's path goes through a symbolic link or a file of the sandbox's root")
 
 // ErrFrozen is wrapped by the error of a save to disk that failed and
 // left the sandbox frozen in memory (its runtime could not let it go on):
@@ -422,9 +447,14 @@ type SetAside struct {
 type InitError struct {
 	Msg  string
 	Code int
+	// Err, when set, is the category of the failure (ErrVolumePath).
+	Err error
 }
 
 func (e *InitError) Error() string { return e.Msg }
+
+// Unwrap is the failure's category, nil for none.
+func (e *InitError) Unwrap() error { return e.Err }
 
 // SetAsideReport words what was set aside for the user, a line each.
 func SetAsideReport(sa []SetAside) []string {

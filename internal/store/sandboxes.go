@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -75,6 +76,10 @@ type Sandbox struct {
 	// Checkpoint is the directory a sandbox paused to disk is saved in
 	// (StatePaused, no process left); empty for every other sandbox.
 	Checkpoint string
+	// Volumes are the host directories shown in the sandbox, as the
+	// daemon encodes them (JSON), kept for its life as Spec is; empty
+	// (read back as nil) for none. They do not change in its life.
+	Volumes []byte
 }
 
 // NamespaceTier is the namespace tier's name (policy.TierNamespace; the
@@ -96,7 +101,7 @@ type Filter struct {
 // sandboxColumns are the columns scanSandbox reads, in its order; s is the
 // sandboxes table.
 const sandboxColumns = `s.id, s.tenant, s.state, s.spec, s.created_ns, s.expires_ns,
-	s.last_active_ns, s.idle_timeout_ns, s.pid, s.pid_start, s.dir, s.image, s.tier, s.checkpoint,
+	s.last_active_ns, s.idle_timeout_ns, s.pid, s.pid_start, s.dir, s.image, s.tier, s.checkpoint, s.volumes,
 	(SELECT json_group_object(l.key, l.value) FROM sandbox_labels l WHERE l.sandbox_id = s.id)`
 
 // scanner is a *sql.Row or a *sql.Rows.
@@ -113,12 +118,15 @@ func scanSandbox(row scanner) (Sandbox, error) {
 		labels                               []byte
 	)
 	err := row.Scan(&sb.ID, &sb.Tenant, &sb.State, &sb.Spec, &created, &expires,
-		&lastActive, &idleNS, &sb.PID, &pidStart, &sb.Dir, &sb.Image, &sb.Tier, &sb.Checkpoint, &labels)
+		&lastActive, &idleNS, &sb.PID, &pidStart, &sb.Dir, &sb.Image, &sb.Tier, &sb.Checkpoint, &sb.Volumes, &labels)
 	if err != nil {
 		return Sandbox{}, err
 	}
 	if len(sb.Spec) == 0 {
 		sb.Spec = nil
+	}
+	if len(sb.Volumes) == 0 {
+		sb.Volumes = nil
 	}
 	sb.Created = fromNanos(created)
 	sb.Expires = fromNanos(expires)
@@ -240,9 +248,9 @@ func (s *Store) InsertSandbox(ctx context.Context, sb Sandbox) error {
 	}
 	err = s.writeTx(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO sandboxes
-	(id, tenant, state, spec, created_ns, expires_ns, last_active_ns, idle_timeout_ns, pid, pid_start, dir, image, tier, checkpoint)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			sb.ID, sb.Tenant, sb.State, r.spec, r.created, r.expires, r.lastActive, r.idleNS, sb.PID, r.pidStart, sb.Dir, sb.Image, sb.Tier, sb.Checkpoint)
+	(id, tenant, state, spec, created_ns, expires_ns, last_active_ns, idle_timeout_ns, pid, pid_start, dir, image, tier, checkpoint, volumes)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			sb.ID, sb.Tenant, sb.State, r.spec, r.created, r.expires, r.lastActive, r.idleNS, sb.PID, r.pidStart, sb.Dir, sb.Image, sb.Tier, sb.Checkpoint, nonNil(sb.Volumes))
 		if isConstraint(err) {
 			return ErrConflict
 		}
@@ -351,11 +359,12 @@ func (s *Store) UpdateSandbox(ctx context.Context, id string, fn func(*Sandbox) 
 			sb.Labels = make(map[string]string)
 		}
 		sb.Spec = slices.Clone(old.Spec)
+		sb.Volumes = slices.Clone(old.Volumes)
 		if err := fn(&sb); err != nil {
 			return err
 		}
-		if sb.ID != old.ID || sb.Tenant != old.Tenant || sb.Tier != old.Tier {
-			return errors.New("the id, the tenant and the tier of a sandbox cannot change")
+		if sb.ID != old.ID || sb.Tenant != old.Tenant || sb.Tier != old.Tier || !bytes.Equal(sb.Volumes, old.Volumes) {
+			return errors.New("the id, the tenant, the tier and the volumes of a sandbox cannot change")
 		}
 		r, err := check(&sb)
 		if err != nil {
@@ -471,4 +480,12 @@ func (s *Store) MemoryOf(ctx context.Context, tenant string) (int64, error) {
 		return 0, fmt.Errorf("store: memory of %q: %w", tenant, err)
 	}
 	return n, nil
+}
+
+// nonNil is b, or an empty slice for nil: the volumes column is NOT NULL.
+func nonNil(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
 }

@@ -34,6 +34,7 @@ func testSandbox(id, tenant string) Sandbox {
 		Dir:         "/var/lib/hutch/sandboxes/" + id,
 		Image:       "sha256:" + strings.Repeat("ab", 32),
 		Tier:        "gvisor",
+		Volumes:     []byte(`[{"name":"data","dir":"/var/lib/hutch/volumes/v1","at":"/data"}]`),
 	}
 }
 
@@ -44,7 +45,8 @@ func assertSandbox(t *testing.T, got, want Sandbox) {
 	if got.ID != want.ID || got.Tenant != want.Tenant || got.State != want.State ||
 		string(got.Spec) != string(want.Spec) || got.IdleTimeout != want.IdleTimeout ||
 		got.PID != want.PID || got.PIDStart != want.PIDStart || got.Dir != want.Dir ||
-		got.Image != want.Image || got.Tier != want.Tier || got.Checkpoint != want.Checkpoint {
+		got.Image != want.Image || got.Tier != want.Tier || got.Checkpoint != want.Checkpoint ||
+		string(got.Volumes) != string(want.Volumes) {
 		t.Errorf("sandbox\n got %+v\nwant %+v", got, want)
 	}
 	if len(got.Labels) == 0 && got.Labels != nil {
@@ -145,6 +147,13 @@ func TestSandboxCRUD(t *testing.T) {
 		return nil
 	}); err == nil || !strings.Contains(err.Error(), "cannot change") {
 		t.Errorf("UpdateSandbox changing the tier: %v, want refused", err)
+	}
+	// So are its volumes.
+	if _, err := s.UpdateSandbox(ctx, "sb1", func(sb *Sandbox) error {
+		sb.Volumes = nil
+		return nil
+	}); err == nil || !strings.Contains(err.Error(), "cannot change") {
+		t.Errorf("UpdateSandbox changing the volumes: %v, want refused", err)
 	}
 
 	// Removing all labels.

@@ -87,6 +87,11 @@ CREATE UNIQUE INDEX snapshots_tenant_name ON snapshots (tenant, name) WHERE name
 ALTER TABLE snapshots ADD COLUMN tier TEXT NOT NULL DEFAULT 'namespace' CHECK (tier <> '');
 ALTER TABLE snapshots ADD COLUMN memory INTEGER NOT NULL DEFAULT 0 CHECK (memory >= 0);
 `,
+	// Version 7: the host directories shown in a sandbox (its volumes),
+	// as the daemon encodes them; the sandboxes recorded before had none.
+	`
+ALTER TABLE sandboxes ADD COLUMN volumes BLOB NOT NULL DEFAULT x'';
+`,
 }
 
 // migrate creates the table schema_migrations if it is missing and applies

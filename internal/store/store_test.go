@@ -59,7 +59,7 @@ func TestOpenCreatesSchema(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v != len(migrations) || v != 6 {
+	if v != len(migrations) || v != 7 {
 		t.Errorf("schema version %d, want 6", v)
 	}
 

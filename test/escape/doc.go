@@ -52,6 +52,11 @@
 // "gvisor", the latter with hutch serve --default-tier gvisor), so every
 // sandbox they make is of that tier; servedNotUnderGVisor names those
 // that skip the gVisor daemon, with the reason (none today).
+// TestItem07_Volumes attacks a served sandbox's volumes (host directories
+// of the daemon's shown in it): no front end takes volumes in this
+// version, so it runs a daemon (daemon.Manager) of each tier in the test
+// process, whose sandboxes are real ones with the built hutch-agent as
+// their PID 1.
 //
 // Where gVisor's kernel answers an attack differently and legitimately,
 // the test asserts, under "gvisor", the security property rather than the
