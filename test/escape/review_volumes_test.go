@@ -122,27 +122,13 @@ func TestItem07_VolumeContentPaths(t *testing.T) {
 			script += fmt.Sprintf(" && ln -s '%s' %s", to, name)
 		}
 		status, out := s.do(t, alice, "POST", "/v2/sandboxes", `{"templateID":"base","volumeMounts":[{"name":"attacked","path":"/mnt/vol"}]}`)
-		switch {
-		case status == http.StatusCreated:
-			var sb struct{ SandboxID string }
-			_ = json.Unmarshal([]byte(out), &sb)
-			if stdout, stderr, code, ok := s.runIn(t, alice, sb.SandboxID, script); !ok || code != 0 {
-				t.Fatalf("planting links from the sandbox: %d %s %s", code, stdout, stderr)
-			}
-		case strings.Contains(out, "volumes are not supported yet"):
-			t.Log("the daemon does not mount volumes in sandboxes yet: the links are planted from the host, as a sandbox would")
-			data := filepath.Join(s.stateDir, "volumes", "mnt", v.VolumeID, "data")
-			writeFile(t, filepath.Join(data, "inside.txt"), "inside\n", 0o644, 0)
-			if err := syscall.Mkfifo(filepath.Join(data, "fifo"), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			for name, to := range links {
-				if err := os.Symlink(to, filepath.Join(data, name)); err != nil {
-					t.Fatal(err)
-				}
-			}
-		default:
+		if status != http.StatusCreated {
 			t.Fatalf("create with volumeMounts: %d %s", status, out)
+		}
+		var sb struct{ SandboxID string }
+		_ = json.Unmarshal([]byte(out), &sb)
+		if stdout, stderr, code, ok := s.runIn(t, alice, sb.SandboxID, script); !ok || code != 0 {
+			t.Fatalf("planting links from the sandbox: %d %s %s", code, stdout, stderr)
 		}
 		tok := v.Token
 		q := func(p string) string { return "path=" + url.QueryEscape(p) }
