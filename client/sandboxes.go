@@ -37,6 +37,16 @@ type Sandbox struct {
 	// ChangeSet is the change set of its review workspace
 	// (CreateOptions.ReviewWorkspace), if it has one.
 	ChangeSet string `json:"change_set,omitempty"`
+	// Resources are its limits, the daemon's defaults applied; 0 is no
+	// limit.
+	Resources Resources `json:"resources"`
+}
+
+// Resources are a sandbox's limits (Sandbox.Resources).
+type Resources struct {
+	CPUs        float64 `json:"cpus,omitempty"`
+	MemoryBytes int64   `json:"memory_bytes,omitempty"`
+	DiskBytes   int64   `json:"disk_bytes,omitempty"`
 }
 
 // CreateOptions describes a sandbox to create.

@@ -269,4 +269,14 @@ type Info struct {
 	// Volumes are the volumes shown in it (CreateRequest.Volumes), kept
 	// in its record as Image is.
 	Volumes []Volume `json:"volumes,omitempty"`
+	// Resources are its limits, as its policy (normalized by the create,
+	// the daemon's defaults applied) sets them.
+	Resources Resources `json:"resources"`
+}
+
+// Resources are a sandbox's limits (Info.Resources); 0 is no limit.
+type Resources struct {
+	CPUs        float64 `json:"cpus,omitempty"`
+	MemoryBytes int64   `json:"memory_bytes,omitempty"`
+	DiskBytes   int64   `json:"disk_bytes,omitempty"`
 }

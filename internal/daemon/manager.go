@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -682,6 +683,7 @@ func (m *Manager) running(ctx context.Context, tenant, id string) (*live, error)
 
 // infoOf describes sb.
 func infoOf(sb store.Sandbox) Info {
+	ws, res := recordedSpec(sb.Spec)
 	return Info{
 		ID:        sb.ID,
 		Tenant:    sb.Tenant,
@@ -689,11 +691,33 @@ func infoOf(sb store.Sandbox) Info {
 		Labels:    sb.Labels,
 		CreatedAt: sb.Created,
 		ExpiresAt: sb.Expires,
-		Workspace: specWorkspace(sb.Spec),
+		Workspace: ws,
 		Image:     sb.Image,
 		Tier:      sb.Tier,
 		Volumes:   recordedVolumes(sb.Volumes),
+		Resources: res,
 	}
+}
+
+// recordedSpec is the workspace (DefaultWorkspace when it names none) and
+// the resources of a record's policy, read in one pass.
+func recordedSpec(spec []byte) (string, Resources) {
+	var s struct {
+		Filesystem struct {
+			Workspace string `json:"workspace"`
+		} `json:"filesystem"`
+		Resources struct {
+			CPUs   float64 `json:"cpus"`
+			Memory int64   `json:"memory"`
+			Disk   int64   `json:"disk"`
+		} `json:"resources"`
+	}
+	_ = json.Unmarshal(spec, &s)
+	ws := s.Filesystem.Workspace
+	if ws == "" {
+		ws = DefaultWorkspace
+	}
+	return ws, Resources{CPUs: s.Resources.CPUs, MemoryBytes: s.Resources.Memory, DiskBytes: s.Resources.Disk}
 }
 
 // recordedVolumes is decodeVolumes, nil for a record it cannot read (the

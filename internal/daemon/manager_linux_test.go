@@ -184,6 +184,10 @@ func TestCreateExec(t *testing.T) {
 	if info.Workspace != DefaultWorkspace {
 		t.Errorf("workspace %q, want %q", info.Workspace, DefaultWorkspace)
 	}
+	// The daemon's defaults are the sandbox's limits, and say so.
+	if r := info.Resources; r.MemoryBytes != m.cfg.DefaultMemory || r.DiskBytes != m.cfg.DefaultDisk || r.MemoryBytes == 0 {
+		t.Errorf("resources %+v, want the defaults (memory %d, disk %d)", r, m.cfg.DefaultMemory, m.cfg.DefaultDisk)
+	}
 	if d := time.Until(info.ExpiresAt); d < 4*time.Minute || d > 5*time.Minute {
 		t.Errorf("expires in %s, want the default 5m", d)
 	}

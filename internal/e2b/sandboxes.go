@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"net/http"
 	"net/netip"
 	"net/url"
@@ -580,7 +581,8 @@ func listed(info daemon.Info, template string) listedJSON {
 	return listedJSON{
 		TemplateID: template, SandboxID: info.ID, ClientID: info.Tenant,
 		StartedAt: info.CreatedAt.UTC(), EndAt: info.ExpiresAt.UTC(),
-		CPUCount: runtime.NumCPU(), Metadata: md, State: e2bState(info.State),
+		CPUCount: cpuCount(info.Resources.CPUs), MemoryMB: int(info.Resources.MemoryBytes >> 20), DiskSizeMB: int(info.Resources.DiskBytes >> 20),
+		Metadata: md, State: e2bState(info.State),
 		EnvdVersion: EnvdVersion, VolumeMounts: mountsOf(info.Volumes),
 	}
 }
@@ -1045,4 +1047,13 @@ func (h *Handler) answerSandbox(w http.ResponseWriter, r *http.Request, tenant, 
 	}
 	writeJSON(w, status, h.answer(id, rec))
 	return nil
+}
+
+// cpuCount is E2B's cpuCount of a sandbox limited to cpus CPUs: whole
+// CPUs, rounded up; the host's when it is not limited.
+func cpuCount(cpus float64) int {
+	if cpus <= 0 {
+		return runtime.NumCPU()
+	}
+	return int(math.Ceil(cpus))
 }

@@ -366,7 +366,9 @@ suite('template builds', () => {
 
     const sbx = await Sandbox.create(name, { timeoutMs: 60_000 })
     made.push(sbx.sandboxId)
-    assert.equal((await sbx.getInfo()).templateId, info.templateId)
+    const got = await sbx.getInfo()
+    assert.equal(got.templateId, info.templateId)
+    if ('memoryMB' in got) assert.equal(got.memoryMB, 768)
     // The template's workdir is the commands' default working directory.
     const r = await sbx.commands.run('pwd; cat /app/made.txt /etc/made-by-root ~/folder/test.txt /tmp/started; echo $FROM_TEMPLATE; readlink ~/folder/link.txt')
     assert.equal(r.stdout, '/app\nuser /app\nroot\nThis is a test file.\nstarted\nyes\ntest.txt\n')
