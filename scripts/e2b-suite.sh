@@ -170,7 +170,7 @@ log "hutch serve (pid $daemon_pid) at $url"
 # cloud, so their tests that need a server still fail there).
 mapfile -t mocked < <(cd "$sdk" && grep -rlE "from ['\"]msw(/|['\"])" tests --include='*.test.ts' | sort)
 export E2B_API_KEY=$token NO_COLOR=1 CI=1
-unset HTTP_PROXY HTTPS_PROXY http_proxy https_proxy ALL_PROXY all_proxy E2B_DOMAIN E2B_ACCESS_TOKEN E2B_DEBUG
+unset HTTP_PROXY HTTPS_PROXY http_proxy https_proxy ALL_PROXY all_proxy E2B_DOMAIN E2B_ACCESS_TOKEN E2B_DEBUG E2B_VOLUME_API_URL
 
 # vitest PASS REPORT ARGS...: every project but the browser one (it needs
 # a Chromium from playwright's CDN, unreachable here) within what is left
@@ -195,7 +195,7 @@ if [ -n "$domain" ]; then
 	E2B_DOMAIN=$domain NODE_EXTRA_CA_CERTS=$work/ca.pem NODE_OPTIONS="--require $root/test/e2b/resolve-domain.cjs" \
 		HUTCH_E2B_RESOLVE_DOMAIN=$domain HUTCH_E2B_RESOLVE_ADDR=${url#https://} vitest server "$work/server.json" "$@"
 else
-	E2B_API_URL=$url E2B_SANDBOX_URL=$url vitest server "$work/server.json" "$@"
+	E2B_API_URL=$url E2B_SANDBOX_URL=$url E2B_VOLUME_API_URL=$url vitest server "$work/server.json" "$@"
 fi
 
 # vitest's file filters are alternatives: the mock pass gets the mocked
