@@ -207,7 +207,12 @@ func (s *Store) unmount(id string) error {
 			return fmt.Errorf("volume %s: unmount: %w", id, err)
 		}
 	}
-	if err := os.Remove(point); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	// The empty mount point goes too, unless it is busy: a mount
+	// namespace made while the volume was mounted (a gVisor sandbox's
+	// runsc, another program's) may hold a copy of the mount there, which
+	// the host cannot take away. The directory then stays, empty and
+	// harmless, and goes at a later unmount.
+	if err := os.Remove(point); err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, unix.EBUSY) {
 		return fmt.Errorf("volume %s: %w", id, err)
 	}
 	return nil
