@@ -190,7 +190,7 @@ func riskyVar(name string) bool {
 func (w *walker) stmt(st *syntax.Stmt, src string, depth int) {
 	for _, r := range st.Redirs {
 		switch r.Op {
-		case syntax.RdrOut, syntax.AppOut, syntax.RdrAll, syntax.AppAll, syntax.ClbOut, syntax.RdrInOut, syntax.RdrAllClob, syntax.AppAllClob, syntax.DplOut:
+		case syntax.RdrOut, syntax.AppOut, syntax.RdrAll, syntax.AppAll, syntax.RdrClob, syntax.RdrInOut, syntax.RdrAllClob, syntax.AppAllClob, syntax.DplOut:
 			t := evalWord(r.Word, src)
 			if t.dyn || (r.Op == syntax.DplOut && (t.text == "-" || isDigits(t.text))) {
 				continue
@@ -409,7 +409,6 @@ func (w *walker) shell(argv []word, depth int) {
 			}
 			if strings.ContainsRune(a.text[1:], 's') && a.text[0] == '-' {
 				operands = nil
-				i = len(argv)
 				break
 			}
 			continue

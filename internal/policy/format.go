@@ -18,6 +18,7 @@ type (
 		Secrets    []Secret         `yaml:"secrets"`
 		Env        formatEnv        `yaml:"env"`
 		Resources  formatResources  `yaml:"resources"`
+		Approvals  Approvals        `yaml:"approvals,omitempty"`
 		BestEffort bool             `yaml:"best_effort"`
 	}
 	formatFilesystem struct {
@@ -41,6 +42,7 @@ type (
 		Hosts          []string     `yaml:"hosts"`
 		AllowHost      *bool        `yaml:"allow_host,omitempty"`
 		Headers        []HeaderRule `yaml:"headers,omitempty"`
+		OnUnknown      string       `yaml:"on_unknown,omitempty"`
 	}
 	formatEnv struct {
 		Pass []string          `yaml:"pass"`
@@ -86,10 +88,12 @@ func (s Spec) Format() ([]byte, error) {
 			Hosts:          s.Network.Hosts,
 			AllowHost:      s.Network.AllowHost,
 			Headers:        s.Network.Headers,
+			OnUnknown:      s.Network.OnUnknown,
 		},
 		Secrets:    s.Secrets,
 		Env:        formatEnv{Pass: s.Env.Pass, Set: s.Env.Set},
 		Resources:  formatResources{CPUs: r.CPUs, Pids: r.Pids},
+		Approvals:  s.Approvals,
 		BestEffort: s.BestEffort,
 	}
 	if r.MemoryBytes != 0 {

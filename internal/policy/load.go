@@ -16,17 +16,19 @@ import (
 func policyFields(section string) []string {
 	switch section {
 	case "":
-		return []string{"root", "tier", "filesystem", "network", "secrets", "env", "resources", "best_effort"}
+		return []string{"root", "tier", "filesystem", "network", "secrets", "env", "resources", "approvals", "best_effort"}
 	case "secrets":
 		return []string{"name", "hosts", "from", "placeholder_prefix", "in_query", "in_body", "allow_plain_http"}
 	case "filesystem":
 		return []string{"workspace", "workspace_at", "allow_write", "deny_read", "allow_read", "deny_write", "no_default_denies", "home", "workspace_mode"}
 	case "network":
-		return []string{"mode", "allowed_domains", "denied_domains", "allowed_cidrs", "allow_private", "private_names", "hosts", "allow_host", "headers"}
+		return []string{"mode", "allowed_domains", "denied_domains", "allowed_cidrs", "allow_private", "private_names", "hosts", "allow_host", "headers", "on_unknown"}
 	case "network.headers":
 		return []string{"host", "set"}
 	case "env":
 		return []string{"pass", "set"}
+	case "approvals":
+		return []string{"default", "preset", "no_default_rules", "commands"}
 	case "resources":
 		return []string{"memory", "cpus", "pids", "timeout", "tmp_size", "disk"}
 	}
@@ -109,6 +111,8 @@ func (d *decoder) spec(root *yaml.Node) (Spec, error) {
 			err = d.env(e.val, &s.Env)
 		case "resources":
 			err = d.resources(e.val, &s.Resources)
+		case "approvals":
+			err = d.approvals(e.val, &s.Approvals)
 		case "best_effort":
 			s.BestEffort, err = d.boolean(e.val, "best_effort")
 		}
@@ -198,6 +202,8 @@ func (d *decoder) network(n *yaml.Node, nw *Network) error {
 			nw.AllowPrivate, err = d.list(e.val, name, "CIDRs", checkCIDR)
 		case "private_names":
 			nw.PrivateNames, err = d.list(e.val, name, "CIDRs", checkCIDR)
+		case "on_unknown":
+			nw.OnUnknown, err = d.checkedStr(e.val, name, CheckOnUnknown)
 		case "hosts":
 			nw.Hosts, err = d.list(e.val, name, "NAME:ADDRESS pins", checkHostPin)
 		case "allow_host":

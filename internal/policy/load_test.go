@@ -411,6 +411,7 @@ func TestFieldNames(t *testing.T) {
 		"env":             reflect.TypeFor[Env](),
 		"resources":       reflect.TypeFor[Resources](),
 		"network.headers": reflect.TypeFor[HeaderRule](),
+		"approvals":       reflect.TypeFor[Approvals](),
 	}
 	formats := map[string]reflect.Type{
 		"":                reflect.TypeFor[formatSpec](),
@@ -420,6 +421,7 @@ func TestFieldNames(t *testing.T) {
 		"env":             reflect.TypeFor[formatEnv](),
 		"resources":       reflect.TypeFor[formatResources](),
 		"network.headers": reflect.TypeFor[HeaderRule](),
+		"approvals":       reflect.TypeFor[Approvals](),
 	}
 	for _, sec := range policyFields("") {
 		if _, ok := sections[sec]; !ok && policyFields(sec) != nil {

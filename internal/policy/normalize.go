@@ -308,6 +308,18 @@ func (s Spec) Validate() error {
 			add("%s", r)
 		}
 	}
+	if err := CheckOnUnknown(s.Network.OnUnknown); err != nil {
+		add("network.on_unknown: %v", err)
+	}
+	if _, err := s.Approvals.ApprovalSet(); err != nil {
+		add("approvals: %v", err)
+	} else {
+		for i, r := range s.Approvals.Commands {
+			if err := r.CheckExamples(); err != nil {
+				add("approvals.commands[%d]: %v", i, err)
+			}
+		}
+	}
 	if err := checkMode(s.Network.Mode); err != nil {
 		add("network.mode: %v", err)
 	} else if s.Network.Mode == "host" && s.Network.AllowHost != nil && !*s.Network.AllowHost {

@@ -44,6 +44,9 @@ type Spec struct {
 	Env Env `json:"env" yaml:"env"`
 	// Resources bounds what the sandbox may consume.
 	Resources Resources `json:"resources" yaml:"resources"`
+	// Approvals decide whether a command may run at all, before the
+	// sandbox limits what it reaches (package approve).
+	Approvals Approvals `json:"approvals,omitempty" yaml:"approvals,omitempty"`
 	// BestEffort lets hutch run with a layer missing (it prints what it
 	// dropped) instead of refusing to run. Off by default: hutch fails closed.
 	BestEffort bool `json:"best_effort" yaml:"best_effort"`
@@ -148,6 +151,10 @@ type Network struct {
 	// requests to some hosts: the sandbox never sees them (a value may
 	// name a secret: HeaderRule). They allow no host by themselves.
 	Headers []HeaderRule `json:"headers,omitempty" yaml:"headers,omitempty"`
+	// OnUnknown is what a host no rule allows gets (OnUnknownValues):
+	// "deny" (a refusal; also when empty) or "ask" (a person is asked).
+	// Parsed and checked only, so far.
+	OnUnknown string `json:"on_unknown,omitempty" yaml:"on_unknown,omitempty"`
 }
 
 // HeaderRule sets headers on every request of the sandbox to one host

@@ -1,0 +1,102 @@
+package policy
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/hutch-sandbox/hutch/internal/approve"
+)
+
+// TestApprovalsParse: the issue's minimal format loads, compiles and
+// decides; Format and JSON give it back.
+func TestApprovalsParse(t *testing.T) {
+	src := `approvals:
+  default: ask
+  commands:
+    - allow: [git, status]
+    - allow: [ls]
+    - ask:   [git, push]
+    - deny:  [rm, "-rf", "/"]
+      match: ["rm -rf /", "sudo rm -rf / --x"]
+      not_match: ["rm -rf ./build"]
+network:
+  on_unknown: ask
+`
+	s, err := Parse("p.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := s.Approvals
+	if a.Default != "ask" || len(a.Commands) != 4 || s.Network.OnUnknown != "ask" {
+		t.Fatalf("got %+v, on_unknown %q", a, s.Network.OnUnknown)
+	}
+	if r := a.Commands[3]; r.Action != "deny" || r.Source() != "p.yaml:7" || len(r.Match) != 2 {
+		t.Errorf("rule 3: %+v", r)
+	}
+	set, err := a.ApprovalSet()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line, want := range map[string]approve.Action{"git status": approve.Allow, "git push": approve.Ask, "rm -rf /": approve.Deny, "ls | wc": approve.Allow, "make": approve.Ask} {
+		if d := set.Decide(line); d.Action != want {
+			t.Errorf("%q: %s (%s), want %s", line, d.Action, d.Reason, want)
+		}
+	}
+	if d := set.Decide("rm -rf /"); d.Source != "p.yaml:7" {
+		t.Errorf("decision names %q", d.Source)
+	}
+	if err := s.Validate(); err != nil && strings.Contains(err.Error(), "approvals") {
+		t.Errorf("Validate: %v", err)
+	}
+	out, err := s.Format()
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := Parse("f.yaml", out)
+	if err != nil {
+		t.Fatalf("%v in\n%s", err, out)
+	}
+	if len(back.Approvals.Commands) != 4 || back.Approvals.Commands[3].Args[1] != "-rf" || back.Network.OnUnknown != "ask" || back.Approvals.Commands[3].NotMatch[0] != "rm -rf ./build" {
+		t.Errorf("Format round trip: %+v\n%s", back.Approvals, out)
+	}
+	j, err := json.Marshal(s.Approvals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fromJSON Approvals
+	if err := json.Unmarshal(j, &fromJSON); err != nil || len(fromJSON.Commands) != 4 || fromJSON.Commands[2].Action != "ask" {
+		t.Errorf("JSON round trip: %v %+v (%s)", err, fromJSON, j)
+	}
+	// A spec without approvals prints none.
+	var empty Spec
+	if out, _ := empty.Format(); strings.Contains(string(out), "approvals") {
+		t.Errorf("empty spec prints approvals:\n%s", out)
+	}
+}
+
+// TestApprovalsErrors: each problem is reported at its file:line.
+func TestApprovalsErrors(t *testing.T) {
+	for _, tt := range []struct{ src, want string }{
+		{"approvals:\n  default: maybe\n", `p.yaml:2:12: approvals.default: unknown action "maybe": want allow, ask or deny`},
+		{"approvals:\n  preset: ro\n", `p.yaml:2:11: approvals.preset: unknown preset "ro"`},
+		{"approvals:\n  defualt: ask\n", `p.yaml:2:3: unknown field "defualt" in approvals (did you mean "default"?)`},
+		{"approvals:\n  commands: [ls]\n", `p.yaml:2:14: approvals.commands[0]: expected a rule`},
+		{"approvals:\n  commands:\n    - allow: git\n", `p.yaml:3:14: approvals.commands[0].allow: expected a list of argument patterns`},
+		{"approvals:\n  commands:\n    - allow: []\n", `p.yaml:3:14: approvals.commands[0].allow: a rule needs at least one argument pattern`},
+		{"approvals:\n  commands:\n    - allow: [ls]\n      deny: [rm]\n", `p.yaml:4:7: approvals.commands[0]: a rule has one action, this one allow and deny`},
+		{"approvals:\n  commands:\n    - match: [ls]\n", `p.yaml:3:7: approvals.commands[0]: a rule needs one of allow:, ask: or deny:`},
+		{"approvals:\n  commands:\n    - alow: [ls]\n", `p.yaml:3:7: unknown field "alow" in approvals.commands[0] (did you mean "allow"?)`},
+		{"approvals:\n  commands:\n    - ask: [\"**\"]\n", `approvals.commands[0].ask: the first argument pattern (the command name) cannot be "**"`},
+		// Examples that fail name the rule's line.
+		{"approvals:\n  commands:\n    - allow: [ls]\n    - deny: [rm, \"-rf\", /]\n      match: [\"rm -fr /\"]\n", `p.yaml:4:7: approvals.commands[1] (deny: [rm, "-rf", /]): example "rm -fr /" does not match the rule`},
+		{"approvals:\n  commands:\n    - ask: [git, push]\n      not_match: [\"ls && git push -f\"]\n", `p.yaml:3:7: approvals.commands[0] (ask: [git, push]): example "ls && git push -f" matches the rule (on "git push -f") but is listed in not_match`},
+		{"approvals:\n  commands:\n    - allow: [git, status]\n      match: [\"git status; rm x\"]\n", `p.yaml:3:7: approvals.commands[0] (allow: [git, status]): example "git status; rm x" does not match the rule (deny for "rm x"`},
+		{"network:\n  on_unknown: prompt\n", `p.yaml:2:15: network.on_unknown: unknown value "prompt": want ask or deny`},
+	} {
+		_, err := Parse("p.yaml", []byte(tt.src))
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("Parse(%q):\n got %v\nwant %s", tt.src, err, tt.want)
+		}
+	}
+}
