@@ -33,6 +33,10 @@ Usage:
   hutch run [flags] -- COMMAND [ARGS...]   run COMMAND in a new sandbox
   hutch policy show [flags]                print the effective policy
   hutch version                            print hutch's version
+  hutch approve check [--policy FILE] -- CMD...
+                                           print what the approval rules
+                                           decide for a command line: allow,
+                                           deny or ask, and which rule
   hutch proxy-connect HOST PORT            (inside a sandbox) connect stdin and
                                            stdout to HOST:PORT through the
                                            sandbox's proxy, for ssh's ProxyCommand
@@ -150,6 +154,8 @@ func run(args []string, stdin, stdout, stderr *os.File) int {
 		return cmdChanges(args[1:], stdout, stderr)
 	case "audit":
 		return cmdAudit(args[1:], stdout, stderr)
+	case "approve":
+		return cmdApprove(args[1:], stdout, stderr)
 	case "create":
 		return cmdCreate(args[1:], stdout, stderr)
 	case "exec":
@@ -195,7 +201,7 @@ func run(args []string, stdin, stdout, stderr *os.File) int {
 }
 
 // commands are hutch's commands, for suggestions after a typo.
-var commands = []string{"run", "policy", "version", "proxy-connect", "mcp", "serve", "token", "image", "audit", "changes", "create", "exec", "cp", "ls", "rm", "pause", "resume", "snapshot", "snapshots", "fork", "diff", "events", "metrics", "network", "help"}
+var commands = []string{"run", "policy", "version", "proxy-connect", "mcp", "serve", "token", "image", "audit", "changes", "create", "exec", "cp", "ls", "rm", "pause", "resume", "snapshot", "snapshots", "fork", "diff", "events", "metrics", "network", "approve", "help"}
 
 func cmdRun(args []string, stdin, stdout, stderr *os.File) int {
 	fs, rf := runner.NewFlags("run", "Usage: hutch run [flags] -- COMMAND [ARGS...]\n\nRuns COMMAND in a new sandbox.\n", stderr)

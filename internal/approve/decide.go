@@ -582,8 +582,17 @@ func matchArgs(pat []string, args []word, allowRule bool) (ok, dyn bool) {
 	return ok, d || d2
 }
 
-// show prints argv as a shell line.
+// show prints argv as a shell line; a pseudo-command as what it stands
+// for: "curl … | sh", "> /dev/sda".
 func show(argv []word) string {
+	if len(argv) > 0 && !argv[0].dyn {
+		switch {
+		case argv[0].text == "|" && len(argv) == 3:
+			return shellQuote(argv[1].text) + " … | " + shellQuote(argv[2].text)
+		case argv[0].text == ">" && len(argv) == 2:
+			return "> " + shellQuote(argv[1].text)
+		}
+	}
 	parts := make([]string, len(argv))
 	for i, a := range argv {
 		if a.dyn {
