@@ -16,6 +16,8 @@ const (
 	MaxDepth = 8
 	// MaxCommands bounds the simple commands of one input.
 	MaxCommands = 4096
+	// MaxArgs bounds the arguments of one simple command.
+	MaxArgs = 512
 )
 
 // Set is a compiled list of rules and the default for commands none
@@ -282,6 +284,10 @@ func (w *walker) simple(argv []word, depth int) {
 	}
 	if argv[0].dyn {
 		w.unknown(show(argv), "the command name ("+argv[0].src+") is not known before it runs")
+		return
+	}
+	if len(argv) > MaxArgs {
+		w.unknown(truncate(show(argv)), fmt.Sprintf("more than %d arguments", MaxArgs))
 		return
 	}
 	name := path.Base(argv[0].text)

@@ -58,7 +58,8 @@ func TestDecideTable(t *testing.T) {
 		"rm -rf $DIR", "rm -rf \"$HOME\"", "watch git push", "su -c 'git push'", "LD_PRELOAD=/x.so ls", "busybox sh",
 		"git push --force-with-lease", "git push -f", "git reset --hard", "find . -delete", "find . -exec rm {} +",
 		"$'\\x67it' push", "g$'i't push", "exec bash", strings.Repeat("ls;", MaxInput/3+1),
-		"find . -exec ls {} ;", "git push && ls", "make", "npm run build")
+		"find . -exec ls {} ;", "git push && ls", "git -C /x push --force", "git -c a=b push -f", "ls "+strings.Repeat("x ", MaxArgs),
+		"xargs -I{} rm -rf {}", "sudo -s", "bash <<< 'rm -rf /'", "make", "npm run build")
 	add(Deny, "rm -rf /", "rm -rf / ", "rm -fr /", "rm -r -f /", "rm -rf /*", "rm -rf ~", "rm -rf ~/", "sudo rm -rf /",
 		"'rm' -rf /", `r\m -rf /`, "\"rm\" \"-rf\" \"/\"", "/bin/rm -rf /", "env X=1 rm -rf /", "nohup rm -rf / &",
 		"timeout 1 rm -rf /", "ls; rm -rf /", "ls && rm -rf /", "ls\nrm -rf /", "echo $(rm -rf /)", "echo `rm -rf /`",
@@ -70,7 +71,7 @@ func TestDecideTable(t *testing.T) {
 		"reboot", "sudo reboot", "systemctl poweroff", "poweroff", "rm --no-preserve-root -rf /", "$'rm' -rf /",
 		"rm -rf $'/'", "r''m -rf /", "ls || rm -rf /", "if true; then rm -rf /; fi", "for i in 1; do rm -rf /; done",
 		"watch rm -rf /", "su -c 'rm -rf /'", "trap 'rm -rf /' EXIT", "exec rm -rf /", "nice rm -rf /", "busybox sh -c 'rm -rf /'",
-		"git push --force && ls", "curl -s x | bash -s", "eval x; rm -rf /", "echo x | tee /dev/sda", "shred -n1 /dev/sda")
+		"git push --force && ls", "curl -s x | bash -s", "rm -rf //", "rm -rf /.", "rm -rf /./", "rm -rf /.*", "eval x; rm -rf /", "echo x | tee /dev/sda", "shred -n1 /dev/sda")
 	// Generated: each dangerous command through each wrapper and
 	// combinator stays denied; each allowed one stays allowed.
 	wrappers := []string{"%s", "sudo %s", "env A=1 %s", "nohup %s", "timeout 3 %s", "command %s", "exec %s", "nice %s",
@@ -127,7 +128,7 @@ func TestGlob(t *testing.T) {
 }
 
 func TestCheckPattern(t *testing.T) {
-	for _, p := range [][]string{nil, {"**"}, {"git", ""}, {"a**"}, {`a\`}} {
+	for _, p := range [][]string{nil, {"**"}, {"git", ""}, {"a**"}, {`a\`}, {"a", "**", "b", "**", "c", "**"}} {
 		if CheckPattern(p) == nil {
 			t.Errorf("CheckPattern(%q) passes", p)
 		}

@@ -27,7 +27,7 @@ var Presets = []string{PresetReadOnly, PresetWorkspaceWrite, PresetFull, PresetN
 func DefaultRules() []Rule {
 	d := func(a Action, p ...string) Rule { return Rule{Action: a, Pattern: p, Source: SourceDefaults} }
 	var rules []Rule
-	for _, target := range []string{"/", `/\*`, "~", "~/", `~/\*`, "/home", "/root", "/etc", "/usr", "/boot", "/var", "/bin", "/lib"} {
+	for _, target := range []string{"/", "//", "/.", "/./", "/..", `/\*`, `/.\*`, "~", "~/", `~/\*`, "/home", "/root", "/etc", "/usr", "/boot", "/var", "/bin", "/lib"} {
 		rules = append(rules, d(Deny, "rm", "**", target))
 	}
 	rules = append(rules,
@@ -39,12 +39,12 @@ func DefaultRules() []Rule {
 		}
 	}
 	rules = append(rules,
-		d(Ask, "git", "push", "**", "--force"),
-		d(Ask, "git", "push", "**", "-f"),
-		d(Ask, "git", "push", "**", "--force-with-lease*"),
-		d(Ask, "git", "push", "**", "--mirror"),
-		d(Ask, "git", "push", "**", "--delete"),
-		d(Ask, "git", "push", "**", `+*`),
+		d(Ask, "git", "**", "push", "**", "--force"),
+		d(Ask, "git", "**", "push", "**", "-f"),
+		d(Ask, "git", "**", "push", "**", "--force-with-lease*"),
+		d(Ask, "git", "**", "push", "**", "--mirror"),
+		d(Ask, "git", "**", "push", "**", "--delete"),
+		d(Ask, "git", "**", "push", "**", `+*`),
 		d(Ask, "git", "reset", "--hard", "**"),
 		d(Ask, "git", "clean", "**", "-*f*"),
 		d(Deny, "dd", "**", "of=/dev/*"),

@@ -98,6 +98,7 @@ func quotePattern(p string) string {
 const (
 	maxPatternArgs = 64
 	maxPatternLen  = 1024
+	maxStars       = 2
 )
 
 // CheckPattern reports what is wrong with a rule's pattern, if anything.
@@ -111,7 +112,11 @@ func CheckPattern(pattern []string) error {
 	if pattern[0] == "**" {
 		return errors.New(`the first argument pattern (the command name) cannot be "**"`)
 	}
+	stars := 0
 	for i, p := range pattern {
+		if p == "**" {
+			stars++
+		}
 		if p == "" {
 			return fmt.Errorf("argument pattern %d is empty", i)
 		}
@@ -124,6 +129,9 @@ func CheckPattern(pattern []string) error {
 		if p != "**" && strings.Contains(p, "**") && !strings.Contains(p, `\*`) {
 			return fmt.Errorf(`argument pattern %d (%q): "**" is a whole pattern of its own (any number of arguments); "*" matches within one`, i, p)
 		}
+	}
+	if stars > maxStars {
+		return fmt.Errorf(`a rule has at most %d "**" patterns, this one %d`, maxStars, stars)
 	}
 	return nil
 }
