@@ -183,3 +183,40 @@ func BenchmarkDecide1000(b *testing.B) {
 		s.Decide(line)
 	}
 }
+
+// TestHostileInput: deep nesting, many commands and long input end in a
+// decision (ask where it cannot be judged), never a crash.
+func TestHostileInput(t *testing.T) {
+	s := testSet(t)
+	for name, in := range map[string]string{
+		"nested substitutions": strings.Repeat("echo $(", 5000) + "ls" + strings.Repeat(")", 5000),
+		"nested bash -c":       nestedShells(12, "ls"),
+		"many commands":        strings.Repeat("ls;", MaxCommands+10),
+		"too long":             strings.Repeat("l", MaxInput+1),
+		"long here-document":   "cat <<EOF\n" + strings.Repeat("$(ls)\n", 5000) + "EOF\n",
+		"binary":               "\x00\xff\xfe$((",
+	} {
+		d := s.Decide(in)
+		if d.Action != Ask {
+			t.Errorf("%s: %s (%s)", name, d.Action, d.Reason)
+		}
+	}
+	// Arithmetic, as bash reads "((": no command runs; then real subshells.
+	if d := s.Decide(strings.Repeat("(", 10000) + "ls" + strings.Repeat(")", 10000)); d.Action != Allow {
+		t.Errorf("nested parentheses: %s (%s)", d.Action, d.Reason)
+	}
+	if d := s.Decide(strings.Repeat("( ", 10000) + "rm -rf /" + strings.Repeat(" )", 10000)); d.Action != Deny {
+		t.Errorf("nested subshells: %s (%s)", d.Action, d.Reason)
+	}
+	if d := s.Decide(nestedShells(MaxDepth-1, "rm -rf /")); d.Action != Deny {
+		t.Errorf("%d nested shells: %s (%s)", MaxDepth-1, d.Action, d.Reason)
+	}
+}
+
+// nestedShells wraps cmd in n levels of bash -c, quoting each level.
+func nestedShells(n int, cmd string) string {
+	for range n {
+		cmd = "bash -c '" + strings.ReplaceAll(cmd, "'", `'\''`) + "'"
+	}
+	return cmd
+}
