@@ -220,3 +220,17 @@ func nestedShells(n int, cmd string) string {
 	}
 	return cmd
 }
+
+// BenchmarkDecideDefaults checks a typical agent command line against the
+// workspace-write preset and the default rules.
+func BenchmarkDecideDefaults(b *testing.B) {
+	s, err := Build(Config{Preset: PresetWorkspaceWrite})
+	if err != nil {
+		b.Fatal(err)
+	}
+	line := `cd /work && go test ./... 2>&1 | tail -n 20 && git status --short`
+	b.ReportAllocs()
+	for b.Loop() {
+		s.Decide(line)
+	}
+}
