@@ -40,13 +40,13 @@ func TestDecideTable(t *testing.T) {
 	add(Allow, "", "# just a comment", "git status", "ls", "ls -la /tmp", "git status --short", "npm run test", "npm run test -- --watch",
 		"ls && git status", "ls; git status", "ls || git status", "ls | wc -l", "(ls)", "{ ls; }", "ls\ngit status",
 		"echo $(ls)", "echo `ls`", "cat <(ls)", "X=1 ls", "env X=1 ls", "nohup ls", "timeout 5 ls", "timeout -s KILL 5 ls",
-		"sudo ls", "sudo -u root ls", "command ls", "exec ls", "/bin/ls", "/usr/bin/git status", `\ls`, `l's'`, `"ls"`,
+		"command ls", "exec ls", "/bin/ls", "/usr/bin/git status", `\ls`, `l's'`, `"ls"`,
 		"bash -c ls", "sh -c 'ls -l'", "bash -lc 'git status && ls'", "xargs ls", "find . -name x",
 		"ls > out.txt", "ls 2>&1", "ls >/dev/null", "make all", "grep -r foo .", "cat README.md | head", "git log --oneline | head -5",
 		"if ls; then echo y; fi", "for f in a b; do echo $f; done", "while false; do ls; done", "case x in x) ls;; esac",
 		"[[ -f x ]] && ls", "((1+1)) && ls", "ls &", "! ls", "time ls", "nice -n 5 ls", "stdbuf -oL ls", "command -v rm",
 		"echo hi > /dev/null", "export A=1 && ls", "pwd", "echo '$(rm -rf /)'", "echo \"rm -rf /\"", "git diff HEAD~1")
-	add(Ask, "git push", "git push origin main", "g'i't push", `gi\t push`, `"git" push`, "env X=1 git push", "command git push",
+	add(Ask, "sudo ls", "sudo -u root ls", "doas ls", "git push", "git push origin main", "g'i't push", `gi\t push`, `"git" push`, "env X=1 git push", "command git push",
 		"exec git push", "/usr/bin/git push", "sudo git push", "sudo -u bob git push", "nohup git push &", "timeout 10 git push",
 		"ls; git push", "ls && git push", "ls\ngit push", "ls | git push", "echo $(git push)", "echo `git push`", "(git push)",
 		"bash -c 'git push'", "sh -c \"ls; git push\"", "bash -c \"bash -c 'git push'\"", "xargs git push", "echo x | xargs -n1 git push",
@@ -80,7 +80,10 @@ func TestDecideTable(t *testing.T) {
 	for _, w := range wrappers {
 		add(Deny, fmt.Sprintf(w, "rm -rf /"), fmt.Sprintf(w, "git push --force"), fmt.Sprintf(w, "mkfs.ext4 /dev/sda"))
 		add(Ask, fmt.Sprintf(w, "git push"), fmt.Sprintf(w, "$X ls"))
-		if !strings.Contains(w, "ls") {
+		switch {
+		case strings.HasPrefix(w, "sudo"):
+			add(Ask, fmt.Sprintf(w, "git status"))
+		case !strings.Contains(w, "ls"):
 			add(Allow, fmt.Sprintf(w, "git status"))
 		}
 	}

@@ -69,6 +69,10 @@ func DefaultRules() []Rule {
 		d(Deny, "systemctl", "reboot"),
 		d(Deny, "systemctl", "halt"),
 		d(Ask, "find", "**", "-delete"),
+		d(Ask, "sudo"),
+		d(Ask, "doas"),
+		d(Ask, "su"),
+		d(Ask, "pkexec"),
 	)
 	for _, dev := range []string{"/dev/sd*", "/dev/hd*", "/dev/vd*", "/dev/xvd*", "/dev/nvme*", "/dev/mmcblk*", "/dev/dm-*", "/dev/md*", "/dev/loop*", "/dev/mapper/*", "/dev/disk/*", "/dev/mem", "/dev/kmem", "/dev/port"} {
 		rules = append(rules, d(Deny, ">", dev), d(Deny, "dd", "**", "of="+dev), d(Deny, "tee", "**", dev), d(Deny, "cp", "**", dev))

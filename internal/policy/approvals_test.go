@@ -100,3 +100,25 @@ func TestApprovalsErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestApprovalsValidate: a Spec built in code (or decoded from JSON) gets
+// the checks a file gets.
+func TestApprovalsValidate(t *testing.T) {
+	for _, tt := range []struct {
+		a    Approvals
+		on   string
+		want string
+	}{
+		{Approvals{Default: "perhaps"}, "", `approvals: default: unknown action "perhaps"`},
+		{Approvals{Preset: "yolo"}, "", `approvals: unknown preset "yolo"`},
+		{Approvals{Commands: []CommandRule{{Action: "permit", Args: []string{"ls"}}}}, "", `approvals: approvals.commands[0]: unknown action "permit"`},
+		{Approvals{Commands: []CommandRule{{Action: "deny", Args: []string{"rm"}, NotMatch: []string{"rm x"}}}}, "", `approvals.commands[0]: example "rm x" matches the rule`},
+		{Approvals{}, "maybe", `network.on_unknown: unknown value "maybe"`},
+	} {
+		s := Spec{Approvals: tt.a, Network: Network{OnUnknown: tt.on}}
+		err := s.Validate()
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("Validate(%+v, on_unknown %q): %v, want %s", tt.a, tt.on, err, tt.want)
+		}
+	}
+}
