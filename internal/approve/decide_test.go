@@ -59,7 +59,8 @@ func TestDecideTable(t *testing.T) {
 		"git push --force-with-lease", "git push -f", "git reset --hard", "find . -delete", "find . -exec rm {} +",
 		"$'\\x67it' push", "g$'i't push", "exec bash", strings.Repeat("ls;", MaxInput/3+1),
 		"find . -exec ls {} ;", "git push && ls", "git -C /x push --force", "git -c a=b push -f", "ls "+strings.Repeat("x ", MaxArgs),
-		"xargs -I{} rm -rf {}", "sudo -s", "bash <<< 'rm -rf /'", "make", "npm run build")
+		"xargs -I{} rm -rf {}", "sudo -s", "bash <<< 'rm -rf /'", "git push --forc", "git push -uf origin main", "git push origin :main",
+		"git push --delete origin x", "git push -d origin x", "git --git-dir=x push --force-with-lease", "make", "npm run build")
 	add(Deny, "rm -rf /", "rm -rf / ", "rm -fr /", "rm -r -f /", "rm -rf /*", "rm -rf ~", "rm -rf ~/", "sudo rm -rf /",
 		"'rm' -rf /", `r\m -rf /`, "\"rm\" \"-rf\" \"/\"", "/bin/rm -rf /", "env X=1 rm -rf /", "nohup rm -rf / &",
 		"timeout 1 rm -rf /", "ls; rm -rf /", "ls && rm -rf /", "ls\nrm -rf /", "echo $(rm -rf /)", "echo `rm -rf /`",
@@ -122,7 +123,9 @@ func TestGlob(t *testing.T) {
 	}{
 		{"*", "", true}, {"*", "abc", true}, {"a*c", "abbbc", true}, {"a*c", "abd", false}, {"?", "a", true}, {"?", "", false},
 		{`\*`, "*", true}, {`\*`, "a", false}, {"mkfs*", "mkfs.ext4", true}, {"/dev/sd*", "/dev/sda1", true},
-		{"/dev/sd*", "/dev/null", false}, {"*sh", "bash", true}, {"*sh", "ssh", true}, {"-*f*", "-fd", true}, {`a\\b`, `a\b`, true},
+		{"/dev/sd*", "/dev/null", false}, {"-[!-]*f*", "-uf", true}, {"-[!-]*f*", "--follow-tags", false}, {"-[!-]*f*", "-f", false},
+		{"[a-c]x", "bx", true}, {"[a-c]x", "dx", false}, {"[!a]", "a", false}, {"[]]", "]", true}, {"[", "[", true}, {"a[", "a[", true},
+		{`\[a]`, "[a]", true}, {"[ab", "[ab", true}, {"*sh", "bash", true}, {"*sh", "ssh", true}, {"-*f*", "-fd", true}, {`a\\b`, `a\b`, true},
 	} {
 		if got := glob(c.p, c.s); got != c.want {
 			t.Errorf("glob(%q, %q) = %v", c.p, c.s, got)
@@ -148,7 +151,7 @@ func TestPresets(t *testing.T) {
 	}{
 		{"read-only", "cat x | grep y", Allow}, {"read-only", "mkdir x", Ask}, {"read-only", "find . -exec rm {} ;", Ask},
 		{"workspace-write", "mkdir x && go test ./...", Allow}, {"workspace-write", "curl x", Ask},
-		{"workspace-write", "rm -rf /", Deny}, {"full", "curl x", Allow}, {"full", "git push --force", Ask},
+		{"workspace-write", "rm -rf /", Deny}, {"full", "curl x", Allow}, {"full", "git push --force", Ask}, {"full", "git push --follow-tags origin", Allow}, {"full", "git push -f", Ask},
 		{"full", "curl x | sh", Deny}, {"full", "$X", Ask}, {"none", "ls", Ask}, {"", "ls", Allow},
 	} {
 		s, err := Build(Config{Preset: c.preset})

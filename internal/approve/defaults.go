@@ -39,12 +39,15 @@ func DefaultRules() []Rule {
 		}
 	}
 	rules = append(rules,
-		d(Ask, "git", "**", "push", "**", "--force"),
-		d(Ask, "git", "**", "push", "**", "-f"),
-		d(Ask, "git", "**", "push", "**", "--force-with-lease*"),
-		d(Ask, "git", "**", "push", "**", "--mirror"),
-		d(Ask, "git", "**", "push", "**", "--delete"),
+		d(Ask, "git", "**", "push", "**", "--forc*"), // git takes a long option's unique prefix
+		d(Ask, "git", "**", "push", "**", "-f*"),
+		d(Ask, "git", "**", "push", "**", "-[!-]*f*"),
+		d(Ask, "git", "**", "push", "**", "--mir*"),
+		d(Ask, "git", "**", "push", "**", "--del*"),
+		d(Ask, "git", "**", "push", "**", "-d*"),
+		d(Ask, "git", "**", "push", "**", "-[!-]*d*"),
 		d(Ask, "git", "**", "push", "**", `+*`),
+		d(Ask, "git", "**", "push", "**", `:*`),
 		d(Ask, "git", "reset", "--hard", "**"),
 		d(Ask, "git", "clean", "**", "-*f*"),
 		d(Deny, "dd", "**", "of=/dev/*"),

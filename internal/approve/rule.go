@@ -15,7 +15,8 @@
 // parse) is ask.
 //
 // Pattern language, one pattern per argument: "*" matches any run of
-// characters and "?" any one character ("\*" and "\?" match themselves,
+// characters, "?" any one character, "[abc]", "[a-z]", "[!abc]" one
+// character of (or not of) a set ("\*", "\?" and "\[" match themselves,
 // "\\" a backslash); a pattern that is exactly "**" matches any number of
 // arguments, none included. A rule matches when its patterns match the
 // first arguments of the command (a prefix: [git, push] matches
@@ -137,7 +138,8 @@ func CheckPattern(pattern []string) error {
 }
 
 // glob matches s against one argument pattern: "*" any run, "?" any one
-// byte, backslash escapes the next byte.
+// byte, "[abc]", "[a-z]" and "[!abc]" one byte of (or not of) a set,
+// backslash escapes the next byte.
 func glob(p, s string) bool {
 	// Iterative matching with one backtrack point for the last "*".
 	var pi, si int
@@ -153,6 +155,20 @@ func glob(p, s string) bool {
 				pi++
 				si++
 				continue
+			case '[':
+				if ok, n := class(p[pi:], s[si]); n > 0 {
+					if ok {
+						pi += n
+						si++
+						continue
+					}
+					break
+				}
+				if s[si] == '[' {
+					pi++
+					si++
+					continue
+				}
 			case '\\':
 				if pi+1 < len(p) && p[pi+1] == s[si] {
 					pi += 2
@@ -180,9 +196,42 @@ func glob(p, s string) bool {
 	return pi == len(p)
 }
 
+// class matches b against the bracket expression at the start of p and
+// returns the expression's length, 0 when p holds no closed one.
+func class(p string, b byte) (bool, int) {
+	i := 1
+	negate := i < len(p) && (p[i] == '!' || p[i] == '^')
+	if negate {
+		i++
+	}
+	in := false
+	for first := true; i < len(p); first = false {
+		c := p[i]
+		if c == ']' && !first {
+			return in != negate, i + 1
+		}
+		if c == '\\' && i+1 < len(p) {
+			i++
+			c = p[i]
+		}
+		if i+2 < len(p) && p[i+1] == '-' && p[i+2] != ']' {
+			if c <= b && b <= p[i+2] {
+				in = true
+			}
+			i += 3
+			continue
+		}
+		if c == b {
+			in = true
+		}
+		i++
+	}
+	return false, 0
+}
+
 // literal reports whether a pattern has no wildcard, and its text.
 func literal(p string) (string, bool) {
-	if !strings.ContainsAny(p, `*?\`) {
+	if !strings.ContainsAny(p, `*?[\`) {
 		return p, true
 	}
 	return "", false
