@@ -2,6 +2,7 @@ package approve
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 )
@@ -239,4 +240,50 @@ func BenchmarkDecideDefaults(b *testing.B) {
 	for b.Loop() {
 		s.Decide(line)
 	}
+}
+
+// TestDefaultRulesDocumented: the README's approvals section names the
+// command of every default rule.
+func TestDefaultRulesDocumented(t *testing.T) {
+	data, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sec, ok := strings.Cut(string(data), "\n## Approvals")
+	if !ok {
+		t.Fatal("README.md has no section ## Approvals")
+	}
+	sec, _, _ = strings.Cut(sec, "\n## ")
+	for _, r := range DefaultRules() {
+		names := r.Pattern[:1]
+		switch r.Pattern[0] {
+		case "|":
+			names = r.Pattern[1:]
+		case ">":
+			names = r.Pattern[1:2]
+		}
+		for _, n := range names {
+			n = strings.TrimRight(n, "*")
+			if i := strings.IndexAny(n, "*["); i >= 0 {
+				n = n[:i]
+			}
+			if !strings.Contains(sec, n) {
+				t.Errorf("README's approvals section does not name %q (rule %s)", n, r)
+			}
+		}
+	}
+}
+
+// FuzzDecide: any input ends in a decision.
+func FuzzDecide(f *testing.F) {
+	for _, seed := range []string{"ls", "rm -rf /", "bash -c 'a'", "$(x)", "a | b", "f(){ :; }", "cat <<E\n$(a)\nE", "x=$'\\x41'"} {
+		f.Add(seed)
+	}
+	s := testSet(f)
+	f.Fuzz(func(t *testing.T, in string) {
+		d := s.Decide(in)
+		if d.Action < Allow || d.Action > Deny {
+			t.Fatalf("Decide(%q) = %v", in, d.Action)
+		}
+	})
 }
