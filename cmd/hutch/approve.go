@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"reflect"
 	"strings"
 
 	"github.com/hutch-sandbox/hutch/internal/approve"
@@ -93,6 +94,13 @@ func approvalSet(policyFile, rulesFile string) (*approve.Set, error) {
 			return nil, err
 		}
 		more := spec.Approvals
+		if f == rulesFile {
+			rest := spec
+			rest.Approvals = policy.Approvals{}
+			if !reflect.DeepEqual(rest, policy.Spec{}) {
+				return nil, fmt.Errorf("%s: an approval rules file holds only an approvals: section", f)
+			}
+		}
 		if more.Default != "" {
 			a.Default = more.Default
 		}

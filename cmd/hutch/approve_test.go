@@ -55,6 +55,7 @@ network:
 	}{
 		{[]string{"--policy", bad, "--", "ls"}, "hutch: " + bad + ":3:7: approvals.commands[0] (deny: [rm, \"-rf\", /]): example \"rm -r -f /\" does not match the rule"},
 		{[]string{"--policy", filepath.Join(dir, "none.yaml"), "--", "ls"}, "hutch: "},
+		{[]string{"--approve-rules", pol, "--", "ls"}, "hutch: " + pol + ": an approval rules file holds only an approvals: section"},
 		{[]string{"--"}, "hutch: approve check needs the command to check, after --"},
 		{[]string{"--polcy", pol, "--", "ls"}, "hutch approve check: unknown flag --polcy; did you mean --policy?"},
 	} {
