@@ -249,7 +249,11 @@ func (w *walker) pipe(b *syntax.BinaryCmd, src string) {
 	target := path.Base(argv[0].text)
 	syntax.Walk(b.X, func(n syntax.Node) bool {
 		if c, ok := n.(*syntax.CallExpr); ok && len(c.Args) > 0 {
-			left := unwrapAll([]word{evalWord(c.Args[0], src)})
+			left := make([]word, len(c.Args))
+			for i, a := range c.Args {
+				left[i] = evalWord(a, src)
+			}
+			left = unwrapAll(left)
 			if len(left) > 0 && !left[0].dyn {
 				w.explicit([]word{{text: "|", src: "|"}, {text: path.Base(left[0].text), src: left[0].src}, {text: target, src: argv[0].src}})
 			}
