@@ -98,6 +98,7 @@ type Decision struct {
 type word struct {
 	text string
 	dyn  bool
+	glob bool   // holds a pattern the shell expands to file names
 	src  string // as written, for messages
 }
 
@@ -286,7 +287,7 @@ func (w *walker) simple(argv []word, depth int) {
 		}
 		return
 	}
-	if argv[0].dyn {
+	if argv[0].dyn || argv[0].glob {
 		w.unknown(show(argv), "the command name ("+argv[0].src+") is not known before it runs")
 		return
 	}

@@ -153,7 +153,7 @@ func TestPresets(t *testing.T) {
 		{"read-only", "cat x | grep y", Allow}, {"read-only", "mkdir x", Ask}, {"read-only", "find . -exec rm {} ;", Ask},
 		{"workspace-write", "mkdir x && go test ./...", Allow}, {"workspace-write", "curl x", Ask},
 		{"workspace-write", "rm -rf /", Deny}, {"full", "curl x", Allow}, {"full", "git push --force", Ask}, {"full", "git push --follow-tags origin", Allow}, {"full", "git push -f", Ask},
-		{"full", "curl x | sh", Deny}, {"full", "$X", Ask}, {"none", "ls", Ask}, {"", "ls", Allow},
+		{"full", "curl x | sh", Deny}, {"full", "$X", Ask}, {"full", "/bin/r? -rf x", Ask}, {"full", "/usr/bin/[g]it push", Ask}, {"full", "'/bin/r?' x", Allow}, {"full", "ls *.go", Allow}, {"read-only", "[ -f x ] && ls", Allow}, {"none", "ls", Ask}, {"", "ls", Allow},
 	} {
 		s, err := Build(Config{Preset: c.preset})
 		if err != nil {

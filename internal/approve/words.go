@@ -21,6 +21,9 @@ func evalWord(wd *syntax.Word, src string) word {
 			if strings.Contains(v, "{") && (strings.Contains(v, ",") || strings.Contains(v, "..")) {
 				out.dyn = true // brace expansion: {rm,-rf,/}
 			}
+			if hasGlob(v) {
+				out.glob = true
+			}
 			b.WriteString(unescape(v, false))
 		case *syntax.SglQuoted:
 			if p.Dollar {
@@ -49,6 +52,24 @@ func evalWord(wd *syntax.Word, src string) word {
 	}
 	out.text = b.String()
 	return out
+}
+
+// hasGlob reports whether unquoted text holds an unescaped * or ?, or a
+// [ closed later.
+func hasGlob(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '\\':
+			i++
+		case '*', '?':
+			return true
+		case '[':
+			if strings.IndexByte(s[i+1:], ']') >= 0 {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // unescape removes backslashes: outside quotes each escapes the next
