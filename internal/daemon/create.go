@@ -688,6 +688,9 @@ func servePolicy(s policy.Spec, noInternet bool) error {
 	if len(s.Filesystem.AllowWrite) > 0 {
 		problems = append(problems, "filesystem.allow_write: host paths cannot be made writable in hutch serve")
 	}
+	if len(s.Approvals.Commands) > 0 || s.Approvals.Default != "" || s.Approvals.Preset != "" || s.Approvals.NoDefaultRules || s.Network.OnUnknown != "" {
+		problems = append(problems, "approvals, network.on_unknown: not enforced by hutch serve yet (no command or host would be held for them); leave them out")
+	}
 	if len(s.Filesystem.AllowRead) > 0 {
 		problems = append(problems, "filesystem.allow_read: exceptions to the denied paths are not allowed in hutch serve")
 	}

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"reflect"
 	"strings"
 
 	"github.com/hutch-sandbox/hutch/internal/cli"
@@ -163,6 +164,10 @@ func (p *policyFlags) Spec(stderr io.Writer) (policy.Spec, int) {
 	}
 	if err != nil {
 		return fail(err)
+	}
+	if !reflect.ValueOf(s.Approvals).IsZero() || s.Network.OnUnknown != "" {
+		// Said at every start, so that nobody takes the rules for a gate.
+		fmt.Fprintln(stderr, "hutch: warning: approvals and network.on_unknown are not enforced yet: no command or host is held for them; `hutch approve check -- CMD` shows what the rules decide")
 	}
 	p.givenMode = s.Network.Mode
 
