@@ -75,27 +75,42 @@ func splitPath(p string) (dir, base string) {
 // extended attributes of that prefix become m.Xattrs.
 func (s *server) writeFile(r *areq, m *request) {
 	defer r.in.drop()
+	// The answer goes once the temporary file is gone: a client that got
+	// it finds the directory as the write left it.
+	size, err := s.writeFileTo(r, m)
+	switch {
+	case errors.Is(err, errNoAnswer):
+	case err != nil:
+		s.replyErr(r.id, err)
+	default:
+		s.reply(r.id, response{Size: size}, nil)
+	}
+}
+
+// errNoAnswer is writeFileTo's error when the connection failed: there is
+// no one to answer.
+var errNoAnswer = errors.New("no answer")
+
+// writeFileTo is writeFile's work: the size written, or the error to
+// answer.
+func (s *server) writeFileTo(r *areq, m *request) (int64, error) {
 	p := string(m.Path)
 	if e := checkPath("write", p); e != nil {
-		s.replyErr(r.id, e)
-		return
+		return 0, e
 	}
 	if e := checkXattrs(p, m); e != nil {
-		s.replyErr(r.id, e)
-		return
+		return 0, e
 	}
 	dir, base := splitPath(p)
 	if base == "" || base == "." || base == ".." {
-		s.replyErr(r.id, errorf(CodeInvalid, "write %s: not a file name", p))
-		return
+		return 0, errorf(CodeInvalid, "write %s: not a file name", p)
 	}
 	const permBits = fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky
 	perm := fs.FileMode(m.Mode) & permBits
 	old, err := os.Lstat(p)
 	switch {
 	case err == nil && old.IsDir():
-		s.replyErr(r.id, errorf(CodeIsDir, "write %s: is a directory", p))
-		return
+		return 0, errorf(CodeIsDir, "write %s: is a directory", p)
 	case err == nil && m.Mode == 0 && old.Mode().IsRegular():
 		perm = old.Mode() & permBits
 	case m.Mode == 0:
@@ -103,8 +118,7 @@ func (s *server) writeFile(r *areq, m *request) {
 	}
 	f, err := os.CreateTemp(dir, tempPrefix+"*")
 	if err != nil {
-		s.replyErr(r.id, pathError("write", p, err))
-		return
+		return 0, pathError("write", p, err)
 	}
 	tmp := f.Name()
 	renamed := false
@@ -118,57 +132,48 @@ func (s *server) writeFile(r *areq, m *request) {
 	for {
 		b, eof, err := r.in.pop(r.ctx, nil)
 		if err != nil {
-			s.replyErr(r.id, fmt.Errorf("write %s: %w", p, err))
-			return
+			return 0, fmt.Errorf("write %s: %w", p, err)
 		}
 		if eof {
 			break
 		}
 		if _, err := f.Write(b); err != nil {
-			s.replyErr(r.id, pathError("write", p, err))
-			return
+			return 0, pathError("write", p, err)
 		}
 		total += int64(len(b))
 		if err := s.send(creditFrame(streamIn, r.id, len(b))); err != nil {
-			return
+			return 0, errNoAnswer
 		}
 	}
 	if m.InPlace && (old == nil || old.Mode().IsRegular()) {
 		if err := copyInPlace(f, p, perm, m); err != nil {
-			s.replyErr(r.id, err)
-			return
+			return 0, err
 		}
-		s.reply(r.id, response{Size: total}, nil)
-		return
+		return total, nil
 	}
 	if err := f.Chmod(perm); err != nil {
-		s.replyErr(r.id, pathError("chmod", p, err))
-		return
+		return 0, pathError("chmod", p, err)
 	}
 	if m.XattrPrefix != "" {
 		if err := setXattrs(int(f.Fd()), p, string(m.XattrPrefix), m.Xattrs); err != nil {
-			s.replyErr(r.id, err)
-			return
+			return 0, err
 		}
 	}
 	if err := f.Sync(); err != nil {
-		s.replyErr(r.id, pathError("sync", p, err))
-		return
+		return 0, pathError("sync", p, err)
 	}
 	if err := f.Close(); err != nil {
-		s.replyErr(r.id, pathError("write", p, err))
-		return
+		return 0, pathError("write", p, err)
 	}
 	if err := os.Rename(tmp, p); err != nil {
-		s.replyErr(r.id, pathError("rename", p, err))
-		return
+		return 0, pathError("rename", p, err)
 	}
 	renamed = true
 	if d, err := os.Open(dir); err == nil {
 		_ = d.Sync() // make the rename durable; not every filesystem can
 		d.Close()
 	}
-	s.reply(r.id, response{Size: total}, nil)
+	return total, nil
 }
 
 // copyInPlace copies the content of the temporary file f into the regular
