@@ -27,6 +27,25 @@ type Set struct {
 	rules []Rule
 	root  *trie // rules by the literal patterns they start with
 	other []int // rules whose command name pattern has a wildcard
+	// approved are simple commands (as Decision.Command shows them) a
+	// person allowed for always: Allow where a rule says Ask.
+	approved map[string]bool
+}
+
+// addApproved adds a command line that must be one simple command
+// without expansions to the approved commands.
+func (s *Set) addApproved(line string) error {
+	probe := &Set{def: Ask, root: &trie{}}
+	w := &walker{set: probe}
+	w.parse(line, 0)
+	if !w.have || w.count != 1 || w.dyn || w.best.Rule != -1 || w.best.Reason != "no rule matches: the default" {
+		return fmt.Errorf("%q: an approved entry is one simple command with no expansions", line)
+	}
+	if s.approved == nil {
+		s.approved = map[string]bool{}
+	}
+	s.approved[w.best.Command] = true
+	return nil
 }
 
 // trie indexes rules by their leading literal patterns; a rule sits at
@@ -105,8 +124,13 @@ type word struct {
 // Decide decides a shell command line: the most severe decision of its
 // simple commands (the first one at that severity), Allow for input
 // without any command.
-func (s *Set) Decide(line string) Decision {
-	w := &walker{set: s}
+func (s *Set) Decide(line string) Decision { return s.DecideGranted(line, nil) }
+
+// DecideGranted is Decide where a simple command that would be Ask is
+// Allow when granted says so of its Decision.Command (a person allowed it
+// for this run) or the set's approved commands hold it. Deny stays deny.
+func (s *Set) DecideGranted(line string, granted func(command string) bool) Decision {
+	w := &walker{set: s, granted: granted}
 	if len(line) > MaxInput {
 		w.unknown(truncate(line), fmt.Sprintf("the input is longer than %d bytes", MaxInput))
 	} else {
@@ -122,13 +146,18 @@ func (s *Set) Decide(line string) Decision {
 func Decide(s *Set, line string) Decision { return s.Decide(line) }
 
 type walker struct {
-	set   *Set
-	count int
-	best  Decision
-	have  bool
+	set     *Set
+	granted func(string) bool
+	count   int
+	dyn     bool // a word of a simple command is not known before it runs
+	best    Decision
+	have    bool
 }
 
 func (w *walker) consider(d Decision) {
+	if d.Action == Ask && d.Command != "" && (w.set.approved[d.Command] || (w.granted != nil && w.granted(d.Command))) {
+		d.Action, d.Reason = Allow, "approved by a person ("+d.Reason+")"
+	}
 	if !w.have || d.Action > w.best.Action {
 		w.best, w.have = d, true
 	}
@@ -281,6 +310,9 @@ func unwrapAll(argv []word) []word {
 // simple decides one simple command.
 func (w *walker) simple(argv []word, depth int) {
 	w.count++
+	for _, a := range argv {
+		w.dyn = w.dyn || a.dyn || a.glob
+	}
 	if w.count > MaxCommands {
 		if w.count == MaxCommands+1 {
 			w.unknown(show(argv), fmt.Sprintf("more than %d commands", MaxCommands))

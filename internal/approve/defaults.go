@@ -169,6 +169,9 @@ type Config struct {
 	NoDefaultRules bool
 	// Rules are the policy's own rules, checked before the preset's.
 	Rules []Rule
+	// Approved are simple commands, as Decision.Command shows them, that
+	// a person allowed for always: they are allowed where a rule says ask.
+	Approved []string
 }
 
 // Build compiles a Config: its rules, then the preset's, then the
@@ -187,5 +190,14 @@ func Build(c Config) (*Set, error) {
 	if !c.NoDefaultRules {
 		rules = append(rules, DefaultRules()...)
 	}
-	return NewSet(def, rules)
+	s, err := NewSet(def, rules)
+	if err != nil {
+		return nil, err
+	}
+	for i, a := range c.Approved {
+		if err := s.addApproved(a); err != nil {
+			return nil, fmt.Errorf("approved[%d]: %w", i, err)
+		}
+	}
+	return s, nil
 }

@@ -22,6 +22,8 @@ import (
 //	    - deny: [rm, "**", /]
 //	      match: ["rm -rf /"]          # examples checked when the file loads
 //	      not_match: ["rm -rf ./build"]
+//	  approved:               # answered "allow always" at a prompt
+//	    - git push origin main
 type Approvals struct {
 	// Default is the action for commands no rule matches: "allow", "ask"
 	// or "deny"; empty for the preset's ("ask" but for full's "allow").
@@ -32,6 +34,11 @@ type Approvals struct {
 	NoDefaultRules bool `json:"no_default_rules,omitempty" yaml:"no_default_rules,omitempty"`
 	// Commands are the file's rules, in order, before the preset's.
 	Commands []CommandRule `json:"commands,omitempty" yaml:"commands,omitempty"`
+	// Approved are simple commands, exactly as hutch shows them
+	// ("git push origin main"), that a person allowed for always: they
+	// run without asking where a rule says ask, never where one says
+	// deny. "Allow always" at a prompt appends here.
+	Approved []string `json:"approved,omitempty" yaml:"approved,omitempty"`
 }
 
 // CommandRule is one rule of Approvals.Commands, written in a file as one
@@ -128,7 +135,7 @@ func CheckOnUnknown(v string) error {
 // ApprovalSet compiles the approvals into the rules package approve
 // decides with: the file's rules, the preset's, then the default rules.
 func (a Approvals) ApprovalSet() (*approve.Set, error) {
-	c := approve.Config{Preset: a.Preset, Default: a.Default, NoDefaultRules: a.NoDefaultRules}
+	c := approve.Config{Preset: a.Preset, Default: a.Default, NoDefaultRules: a.NoDefaultRules, Approved: a.Approved}
 	for i, r := range a.Commands {
 		rule, err := r.rule()
 		if err != nil {
@@ -204,6 +211,8 @@ func (d *decoder) approvals(n *yaml.Node, a *Approvals) error {
 			a.NoDefaultRules, err = d.boolean(e.val, name)
 		case "commands":
 			a.Commands, err = d.commandRules(e.val)
+		case "approved":
+			a.Approved, err = d.list(e.val, name, "command lines", nil)
 		}
 		if err != nil {
 			return err

@@ -1,0 +1,150 @@
+package approve
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func testGate(t *testing.T, answers ...Answer) (*Gate, *[]Request, *[]Record) {
+	t.Helper()
+	set, err := NewSet(Ask, []Rule{
+		{Action: Allow, Pattern: []string{"ls"}},
+		{Action: Deny, Pattern: []string{"rm", "-rf", "/"}},
+		{Action: Ask, Pattern: []string{"git", "push"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var asked []Request
+	var recs []Record
+	g := &Gate{Commands: set, OnUnknown: Ask, Record: func(r Record) { mu.Lock(); recs = append(recs, r); mu.Unlock() }}
+	g.Asker = AskerFunc(func(ctx context.Context, r Request) Reply {
+		mu.Lock()
+		defer mu.Unlock()
+		asked = append(asked, r)
+		if len(answers) == 0 {
+			<-ctx.Done()
+			return Reply{Answer: AnswerDeny}
+		}
+		a := answers[0]
+		answers = answers[1:]
+		return Reply{Answer: a, By: "test"}
+	})
+	return g, &asked, &recs
+}
+
+func TestGateCommands(t *testing.T) {
+	ctx := context.Background()
+	t.Run("allow and deny rules ask no one", func(t *testing.T) {
+		g, asked, recs := testGate(t)
+		if err := g.Command(ctx, "ls -l"); err != nil {
+			t.Errorf("ls: %v", err)
+		}
+		err := g.Command(ctx, "ls && rm -rf /")
+		var d *Denied
+		if !errors.As(err, &d) || !errors.Is(err, ErrDenied) || d.Record.By != "rule" {
+			t.Errorf("rm -rf /: %v", err)
+		}
+		if len(*asked) != 0 {
+			t.Errorf("asked %v", *asked)
+		}
+		if len(*recs) != 2 || (*recs)[0].Decision != "allow" || (*recs)[1].Decision != "deny" {
+			t.Errorf("records %+v", *recs)
+		}
+	})
+	t.Run("once asks again next time", func(t *testing.T) {
+		g, asked, _ := testGate(t, AnswerOnce, AnswerDeny)
+		if err := g.Command(ctx, "git push origin main"); err != nil {
+			t.Fatal(err)
+		}
+		if err := g.Command(ctx, "git push origin main"); !errors.Is(err, ErrDenied) {
+			t.Errorf("second run: %v", err)
+		}
+		if len(*asked) != 2 || (*asked)[0].Command != "git push origin main" || !strings.Contains((*asked)[0].Rule, "[git, push]") {
+			t.Errorf("asked %+v", *asked)
+		}
+	})
+	t.Run("run remembers the command for the run", func(t *testing.T) {
+		g, asked, _ := testGate(t, AnswerRun, AnswerDeny)
+		for range 3 {
+			if err := g.Command(ctx, "git push origin main"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := g.Command(ctx, "git push origin other"); !errors.Is(err, ErrDenied) {
+			t.Errorf("another push: %v", err)
+		}
+		if len(*asked) != 2 {
+			t.Errorf("asked %d times", len(*asked))
+		}
+	})
+	t.Run("every asking command of a line is asked about", func(t *testing.T) {
+		g, asked, _ := testGate(t, AnswerOnce, AnswerOnce)
+		if err := g.Command(ctx, "git push a; git push b"); err != nil {
+			t.Fatal(err)
+		}
+		if len(*asked) != 2 || (*asked)[0].Command == (*asked)[1].Command {
+			t.Errorf("asked %+v", *asked)
+		}
+	})
+	t.Run("always writes back", func(t *testing.T) {
+		g, _, _ := testGate(t, AnswerAlways)
+		var wrote []string
+		g.Always = func(r Request) error { wrote = append(wrote, r.Command); return nil }
+		if err := g.Command(ctx, "git push x"); err != nil {
+			t.Fatal(err)
+		}
+		if err := g.Command(ctx, "git push x"); err != nil {
+			t.Fatal(err)
+		}
+		if len(wrote) != 1 || wrote[0] != "git push x" {
+			t.Errorf("wrote %q", wrote)
+		}
+	})
+	t.Run("timeout is a refusal", func(t *testing.T) {
+		g, _, recs := testGate(t)
+		g.Timeout = 20 * time.Millisecond
+		err := g.Command(ctx, "git push")
+		var d *Denied
+		if !errors.As(err, &d) || d.Record.By != "timeout" || !strings.Contains(err.Error(), "no answer in time") {
+			t.Errorf("err %v", err)
+		}
+		if r := (*recs)[len(*recs)-1]; r.By != "timeout" || r.Decision != "deny" {
+			t.Errorf("record %+v", r)
+		}
+	})
+	t.Run("no one to ask", func(t *testing.T) {
+		g, _, _ := testGate(t)
+		g.Asker, g.NoAsker = nil, "no terminal to ask on"
+		err := g.Command(ctx, "git push")
+		if err == nil || !strings.Contains(err.Error(), "no terminal to ask on") || !strings.Contains(err.Error(), "approvals.approved") {
+			t.Errorf("err %v", err)
+		}
+	})
+}
+
+func TestGateHosts(t *testing.T) {
+	ctx := context.Background()
+	g, asked, _ := testGate(t, AnswerRun, AnswerDeny)
+	if err := g.Host(ctx, "a.test", 443); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Host(ctx, "a.test", 443); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Host(ctx, "::1", 80); !errors.Is(err, ErrDenied) {
+		t.Errorf("::1: %v", err)
+	}
+	if len(*asked) != 2 || (*asked)[0].Subject != "a.test:443" || (*asked)[1].Subject != "[::1]:80" {
+		t.Errorf("asked %+v", *asked)
+	}
+	g.OnUnknown = Deny
+	if err := g.Host(ctx, "b.test", 443); !errors.Is(err, ErrDenied) || len(*asked) != 2 {
+		t.Errorf("on_unknown deny: %v, asked %d", err, len(*asked))
+	}
+}
