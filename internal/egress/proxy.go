@@ -99,6 +99,13 @@ type Proxy struct {
 	// Hostname is the sandbox's host name, which ServeDNS answers with
 	// the loopback addresses as it does localhost.
 	Hostname string
+	// Unknown, when set, is asked about a destination no rule allows
+	// (not one a deny rule or the address guard refuses): the proxy holds
+	// the connection until it returns, and connects when it returns nil
+	// (the address guard still applies). It is an approval: network.
+	// on_unknown: ask (approve.Gate.Host). It must honour ctx, which ends
+	// when the proxy closes.
+	Unknown func(ctx context.Context, host string, port int) error
 
 	mu        sync.Mutex
 	clients   int  // the sandbox's connections (p.mu)
