@@ -148,3 +148,61 @@ func TestGateHosts(t *testing.T) {
 		t.Errorf("on_unknown deny: %v, asked %d", err, len(*asked))
 	}
 }
+
+func TestBroker(t *testing.T) {
+	var mu sync.Mutex
+	var events []string
+	b := &Broker{Notify: func(p Pending, r *Reply) {
+		mu.Lock()
+		defer mu.Unlock()
+		if r == nil {
+			events = append(events, "asked "+p.Subject)
+		} else {
+			events = append(events, "answered "+p.Subject+" "+string(r.Answer)+" by "+r.By)
+		}
+	}}
+	g := &Gate{Commands: nil, OnUnknown: Ask, Asker: b, Sandbox: "sb1"}
+	done := make(chan error, 1)
+	go func() { done <- g.Host(context.Background(), "a.test", 443) }()
+	var p []Pending
+	for len(p) == 0 {
+		time.Sleep(5 * time.Millisecond)
+		p = b.List(nil)
+	}
+	if p[0].Subject != "a.test:443" || p[0].Sandbox != "sb1" || p[0].Kind != KindNetwork || !p[0].Expires.After(p[0].Created) {
+		t.Errorf("pending %+v", p[0])
+	}
+	if err := b.Answer(p[0].ID, "maybe", "api"); err == nil {
+		t.Error("answer maybe accepted")
+	}
+	if err := b.Answer(p[0].ID, AnswerRun, "api"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Answer(p[0].ID, AnswerDeny, "api"); !errors.Is(err, ErrNotPending) {
+		t.Errorf("second answer: %v", err)
+	}
+	if len(b.List(nil)) != 0 {
+		t.Error("answered question still listed")
+	}
+	mu.Lock()
+	if len(events) != 2 || events[1] != "answered a.test:443 run by api" {
+		t.Errorf("events %q", events)
+	}
+	mu.Unlock()
+
+	// Expiry refuses, and the context's own asker can answer first.
+	g.Timeout = 50 * time.Millisecond
+	if err := g.Host(context.Background(), "b.test", 443); !errors.Is(err, ErrDenied) {
+		t.Errorf("expired: %v", err)
+	}
+	g.Timeout = time.Hour
+	ctx := WithAsker(context.Background(), AskerFunc(func(ctx context.Context, r Request) Reply {
+		return Reply{Answer: AnswerOnce, By: "mcp"}
+	}))
+	if err := g.Host(ctx, "c.test", 443); err != nil {
+		t.Errorf("elicited: %v", err)
+	}
+}
