@@ -647,6 +647,17 @@ func show(argv []word) string {
 	return strings.Join(parts, " ")
 }
 
+// Line quotes an argument vector into the shell command line that runs
+// it, for deciding a command given as argv (an exec, hutch run's
+// command) as Decide decides lines.
+func Line(argv []string) string {
+	q := make([]string, len(argv))
+	for i, a := range argv {
+		q[i] = shellQuote(a)
+	}
+	return strings.Join(q, " ")
+}
+
 func shellQuote(s string) string {
 	if s == "" {
 		return "''"

@@ -17,9 +17,10 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"reflect"
 	"strings"
+	"time"
 
+	"github.com/hutch-sandbox/hutch/internal/approve"
 	"github.com/hutch-sandbox/hutch/internal/cli"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
@@ -53,6 +54,14 @@ type Flags struct {
 	// --report names (which its owner opened once): hutch mcp's
 	// sandboxes share one report.
 	ReportTo io.Writer
+	// Asker asks about what the approval rules say ask; when nil,
+	// AskOnTerminal asks on hutch's controlling terminal, else no one is
+	// asked and ask is deny.
+	Asker approve.Asker
+	// AskOnTerminal: with no Asker, ask on /dev/tty (hutch run).
+	AskOnTerminal bool
+	// ApprovalTimeout bounds each question; 0 is approve.DefaultTimeout.
+	ApprovalTimeout time.Duration
 }
 
 // policyFlags are the flags that build a policy.Spec; they override the
@@ -123,6 +132,7 @@ func NewFlags(name, header string, stderr io.Writer) (*flag.FlagSet, *Flags) {
 	fs.Var(&p.secret, "secret", "give the sandbox a placeholder for the secret in hutch's variable `NAME@host1,host2`; the proxy puts the real value in only on requests to those hosts (repeatable)")
 	fs.Var(&p.addHost, "add-host", "resolve `name:address` to that address in the proxy, like curl --resolve (repeatable)")
 	fs.BoolVar(&r.Debug, "debug", false, "log sandbox setup to stderr")
+	fs.DurationVar(&r.ApprovalTimeout, "approval-timeout", approve.DefaultTimeout, "how long a question of the approval rules waits for its answer before it is denied")
 	fs.Var(&r.UpstreamCAs, "upstream-ca", "also trust the certificates in `file` (PEM) when the proxy connects to a secret's host (repeatable)")
 	fs.StringVar(&r.Report, "report", "", "write every refused connection, and the traffic of every allowed host, to `file` as JSON lines")
 	fs.StringVar(&r.StateDir, "state-dir", "", "the state `dir` whose image store --image takes images from and pulls into (default: $HUTCH_STATE_DIR, else /var/lib/hutch for root and ~/.local/share/hutch for a user); the sandbox can neither read nor write it")
@@ -164,10 +174,6 @@ func (p *policyFlags) Spec(stderr io.Writer) (policy.Spec, int) {
 	}
 	if err != nil {
 		return fail(err)
-	}
-	if !reflect.ValueOf(s.Approvals).IsZero() || s.Network.OnUnknown != "" {
-		// Said at every start, so that nobody takes the rules for a gate.
-		fmt.Fprintln(stderr, "hutch: warning: approvals and network.on_unknown are not enforced yet: no command or host is held for them; `hutch approve check -- CMD` shows what the rules decide")
 	}
 	p.givenMode = s.Network.Mode
 
