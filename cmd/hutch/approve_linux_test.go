@@ -2,6 +2,10 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -175,5 +179,64 @@ func TestApprovalNoTerminal(t *testing.T) {
 	r = noTerminalRun(t, "--policy", file, "--", "sh", "-c", "true; rm -rf /tmp/nothing-here")
 	if r.code != 126 || !strings.Contains(r.stderr, "deny: [rm]") {
 		t.Errorf("compound: %s", r)
+	}
+}
+
+// TestApprovalNetworkOnTerminal asks about a host no rule allows while the
+// command runs on a pty of its own: the question is on the user's
+// terminal, the key that answers it never reaches the command, and the
+// proxy connects only when the answer allows.
+func TestApprovalNetworkOnTerminal(t *testing.T) {
+	t.Parallel()
+	testutil.RequireRoot(t)
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, "hello-from-upstream")
+	}))
+	t.Cleanup(upstream.Close)
+	port := upstream.Listener.Addr().(*net.TCPAddr).Port
+	for _, tc := range []struct{ key, want, notWant string }{
+		{"o", "hello-from-upstream", ""},
+		{"d", "curl-failed", "hello-from-upstream"},
+	} {
+		t.Run(tc.key, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			file := filepath.Join(dir, "policy.yaml")
+			writeFile(t, file, "network:\n  on_unknown: ask\n", 0o644)
+			report := filepath.Join(dir, "report.jsonl")
+			script := fmt.Sprintf(`echo ready
+curl -sS --max-time 100 http://approve.test:%d/ || echo curl-failed
+echo
+read x
+echo "got:$x"`, port)
+			term := newTerminal(t, 24, 120)
+			_, waited := startOnTerminal(t, term, "--policy", file, "--report", report, "--net", "proxy",
+				"--allow-private", "127.0.0.1/32", "--add-host", "approve.test:127.0.0.1", "--", "sh", "-c", script)
+			term.waitFor(t, "ready\n")
+			term.waitFor(t, "approval needed to let the sandbox connect")
+			term.waitFor(t, fmt.Sprintf("approve.test:%d", port))
+			if _, err := term.master.Write([]byte(tc.key)); err != nil {
+				t.Fatal(err)
+			}
+			term.waitFor(t, tc.want)
+			if _, err := term.master.Write([]byte("typed\r")); err != nil {
+				t.Fatal(err)
+			}
+			if code := exitCode(t, waited); code != 0 {
+				t.Errorf("exit %d", code)
+			}
+			<-term.done
+			out := term.shown()
+			if !strings.Contains(out, "got:typed\n") {
+				t.Errorf("the command's input is not exactly what was typed after the answer:\n%s", out)
+			}
+			if tc.notWant != "" && strings.Contains(out, tc.notWant) {
+				t.Errorf("refused, yet the upstream answered:\n%s", out)
+			}
+			rep, _ := os.ReadFile(report)
+			if !strings.Contains(string(rep), `"kind":"network"`) || !strings.Contains(string(rep), `"by":"terminal"`) {
+				t.Errorf("the report lacks the decision:\n%s", rep)
+			}
+		})
 	}
 }
