@@ -205,7 +205,7 @@ func TestApprovalNetworkOnTerminal(t *testing.T) {
 			writeFile(t, file, "network:\n  on_unknown: ask\n", 0o644)
 			report := filepath.Join(dir, "report.jsonl")
 			script := fmt.Sprintf(`echo ready
-curl -sS --max-time 100 http://approve.test:%d/ || echo curl-failed
+curl -fsS --max-time 100 http://approve.test:%d/ || echo curl-failed
 echo
 read x
 echo "got:$x"`, port)
