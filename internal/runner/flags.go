@@ -68,6 +68,7 @@ type Flags struct {
 // policy file given with --policy (lists are added to the file's).
 type policyFlags struct {
 	policyFile, srtFile, workspace, root     string
+	claudeFile, rulesFile                    string
 	allowWrite, denyRead, denyWrite, allowRd cli.List
 	env, passEnv                             cli.List
 	memory, tmpSize, timeout                 string
@@ -95,6 +96,8 @@ func NewFlags(name, header string, stderr io.Writer) (*flag.FlagSet, *Flags) {
 	p := &r.policyFlags
 	fs.StringVar(&p.policyFile, "policy", "", "policy `file` (YAML or JSON)")
 	fs.StringVar(&p.srtFile, "srt-settings", "", "sandbox-runtime (srt) settings `file` to import")
+	fs.StringVar(&p.claudeFile, "claude-settings", "", "import the permissions and sandbox of Claude Code's settings `file` (settings.json), added to --policy or --srt-settings (docs/claude-settings.md)")
+	fs.StringVar(&p.rulesFile, "approve-rules", "", "add the approval rules of `file` (an approvals: section; its default and preset, when set, win)")
 	fs.StringVar(&p.workspace, "workspace", "", "writable workspace `dir` (default: the current directory)")
 	fs.StringVar(&p.tier, "tier", "", "isolation `tier`: \"namespace\" (the default: namespaces, Landlock and seccomp on the host's kernel) or \"gvisor\" (gVisor's application kernel, runsc; root only)")
 	fs.StringVar(&r.Runsc, "runsc", "", "with --tier gvisor: the runsc `binary` (default: runsc on PATH); it must be the version hutch pins")
@@ -195,8 +198,9 @@ func (p *policyFlags) Spec(stderr io.Writer) (policy.Spec, int) {
 }
 
 // Policy is the policy of the flags on top of the policy or srt settings
-// file, not normalized (hutch create's daemon does that), with the
-// warnings of importing the srt settings.
+// file, the Claude Code settings and the approval rules added to it (see
+// policy.Spec.Add), not normalized (hutch create's daemon does that), with
+// the warnings of importing the srt and Claude Code settings.
 func (p *policyFlags) Policy() (policy.Spec, []string, error) {
 	var s policy.Spec
 	var warnings []string
@@ -208,6 +212,18 @@ func (p *policyFlags) Policy() (policy.Spec, []string, error) {
 		s, err = policy.Load(p.policyFile)
 	case p.srtFile != "":
 		s, warnings, err = policy.LoadSRT(p.srtFile)
+	}
+	if err == nil && p.claudeFile != "" {
+		var more policy.Spec
+		var w []string
+		more, w, err = policy.LoadClaude(p.claudeFile)
+		warnings = append(warnings, w...)
+		s.Add(more)
+	}
+	if err == nil && p.rulesFile != "" {
+		var rules policy.Approvals
+		rules, err = policy.LoadApprovalRules(p.rulesFile)
+		s.Approvals.Add(rules)
 	}
 	if err == nil {
 		err = p.apply(&s)
