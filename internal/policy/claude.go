@@ -673,11 +673,11 @@ func mapBash(spec string) bashMapping {
 	pat, n := literalPrefix(words)
 	switch {
 	case n == len(words) && total == 0:
-		quoted := make([]string, len(words))
+		argv := make([]string, len(words))
 		for i, w := range words {
-			quoted[i] = shellWord(w.text())
+			argv[i] = w.text()
 		}
-		return bashMapping{pattern: pat, command: strings.Join(quoted, " "), why: "hutch's patterns also match the command with more arguments"}
+		return bashMapping{pattern: pat, command: approve.Line(argv), why: "hutch's patterns also match the command with more arguments"}
 	case total == 1 && len(words) > 1 && len(last.chars) == 1 && last.chars[0].wild && n == len(words)-1:
 		return bashMapping{pattern: pat, exact: true} // "PREFIX *"
 	case total == 1 && n == len(words)-1 && last.plain && last.chars[len(last.chars)-1].wild:
@@ -777,12 +777,4 @@ func shellGlobEscape(s string) string {
 		w.chars = append(w.chars, bchar{c: s[i]})
 	}
 	return w.glob()
-}
-
-// shellWord quotes a word for a shell line when it needs it.
-func shellWord(s string) string {
-	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_@%+=:,./-") == "" {
-		return s
-	}
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
