@@ -505,10 +505,16 @@ func eq[T any](t *testing.T, what string, got, want T) {
 func TestPolicyShowClaude(t *testing.T) {
 	t.Parallel()
 	d := newPolicyDirs(t)
-	settings, err := filepath.Abs("testdata/claude-settings.json")
+	// The project's settings: their relative paths are the project's.
+	data, err := os.ReadFile("testdata/claude-settings.json")
 	if err != nil {
 		t.Fatal(err)
 	}
+	settings := filepath.Join(d.ws, ".claude", "settings.json")
+	if err := os.MkdirAll(filepath.Dir(settings), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, settings, string(data), 0o644)
 	srt, err := filepath.Abs("testdata/srt-settings.json")
 	if err != nil {
 		t.Fatal(err)
@@ -535,7 +541,7 @@ func TestPolicyShowClaude(t *testing.T) {
 			t.Errorf("deny_read lacks %s: %q", want, p.Filesystem.DenyRead)
 		}
 	}
-	if !slices.Contains(p.Filesystem.DenyWrite, filepath.Join(d.ws, "deploy.key")) || !slices.Contains(p.Filesystem.AllowWrite, filepath.Join(d.ws, "out")) {
+	if !slices.Contains(p.Filesystem.DenyWrite, filepath.Join(d.ws, "deploy.key")) || !slices.Contains(p.Filesystem.AllowWrite, filepath.Join(d.ws, "build-out")) {
 		t.Errorf("filesystem: %+v", p.Filesystem)
 	}
 	eq(t, "allowed_domains", p.Network.AllowedDomains, []string{"example.com:*", "*.example.org:*", "docs.example.com", "registry.example.com:*"})

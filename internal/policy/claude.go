@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -95,13 +96,15 @@ func ParseClaude(name string, data []byte) (Spec, []string, error) {
 }
 
 // claudeRoot is the directory a settings file's "/path" is relative to:
-// the project of .claude/settings.json, else the file's own directory.
+// the project of PROJECT/.claude/settings.json, else (~/.claude/settings.json
+// included) the file's own directory.
 func claudeRoot(name string) string {
 	dir, err := filepath.Abs(filepath.Dir(name))
 	if err != nil {
 		dir = filepath.Dir(name)
 	}
-	if filepath.Base(dir) == ".claude" {
+	home, _ := os.UserHomeDir()
+	if filepath.Base(dir) == ".claude" && filepath.Dir(dir) != home {
 		return filepath.Dir(dir)
 	}
 	return dir
@@ -199,11 +202,10 @@ func (d *claudeDecoder) permissions(pe entry, s *Spec) error {
 				return err
 			}
 			for i, dir := range dirs {
-				p := d.path(dir)
-				if err := checkPath(p); err != nil {
+				if err := checkPath(dir); err != nil {
 					return d.errorf(resolve(e.val).Content[i], "%s[%d]: %v", field, i, err)
 				}
-				s.Filesystem.AllowWrite = append(s.Filesystem.AllowWrite, p)
+				s.Filesystem.AllowWrite = append(s.Filesystem.AllowWrite, dir)
 			}
 		case "defaultMode", "disableBypassPermissionsMode", "disableAutoMode":
 		default:
@@ -381,9 +383,9 @@ func (d *claudeDecoder) fileRule(action, spec string, has bool, r string, n *yam
 	}
 }
 
-// path resolves a path of Claude Code's settings: "//x" is /x, "/x" is
-// relative to the settings' project, "~/x" and relative paths stay as
-// they are (Normalize resolves them against the home and the current
+// path resolves a path of a Read or Edit rule: "//x" is /x, "/x" is
+// relative to the settings' root, "~/x" and relative paths stay as they
+// are (Normalize resolves them against the home and the current
 // directory).
 func (d *claudeDecoder) path(p string) string {
 	switch {
@@ -500,7 +502,7 @@ func (d *claudeDecoder) srtPart(e entry) (*yaml.Node, error) {
 		case k == "allowManagedReadPathsOnly" || k == "allowManagedDomainsOnly":
 			continue
 		case e.key.Value == "filesystem" && (k == "allowWrite" || k == "denyWrite" || k == "denyRead" || k == "allowRead"):
-			d.rewrite(x.val, d.path)
+			d.rewrite(x.val, d.sandboxPath)
 		case e.key.Value == "credentials" && k == "files":
 			if list := resolve(x.val); list.Kind == yaml.SequenceNode {
 				for _, f := range list.Content {
@@ -520,8 +522,21 @@ func (d *claudeDecoder) srtPart(e entry) (*yaml.Node, error) {
 	return out, nil
 }
 
+// sandboxPath resolves a path of sandbox.filesystem: "//x" is /x, "~/x"
+// is in the home, any other relative to the settings' root (the project,
+// or ~/.claude for the user's settings).
+func (d *claudeDecoder) sandboxPath(p string) string {
+	switch {
+	case strings.HasPrefix(p, "//"):
+		return p[1:]
+	case strings.HasPrefix(p, "~"):
+		return p
+	}
+	return filepath.Join(d.root, p)
+}
+
 // credentialPath resolves the path of sandbox.credentials.files: absolute,
-// "~/…", or relative to the settings' project.
+// "~/…", or relative to the settings' root.
 func (d *claudeDecoder) credentialPath(p string) string {
 	if filepath.IsAbs(p) || strings.HasPrefix(p, "~") {
 		return p

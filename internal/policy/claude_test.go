@@ -297,3 +297,20 @@ func TestClaudeFields(t *testing.T) {
 		}
 	}
 }
+
+// TestClaudeRoot: "/path" is the project's in a project's settings, and
+// ~/.claude's in the user's.
+func TestClaudeRoot(t *testing.T) {
+	home := t.TempDir()
+	t.Setenv("HOME", home)
+	for name, want := range map[string]string{
+		"/src/app/.claude/settings.json":       "/src/app",
+		"/src/app/.claude/settings.local.json": "/src/app",
+		home + "/.claude/settings.json":        home + "/.claude",
+		"/etc/claude-code/managed.json":        "/etc/claude-code",
+	} {
+		if got := claudeRoot(name); got != want {
+			t.Errorf("claudeRoot(%q) = %q, want %q", name, got, want)
+		}
+	}
+}
