@@ -352,11 +352,14 @@ func (d *claudeDecoder) approveExact(s *Spec) error {
 // fileRule imports a Read, Edit or Write rule: a deny of a literal path (or
 // of everything in a directory, "dir/**") is a filesystem deny.
 func (d *claudeDecoder) fileRule(action, spec string, has bool, r string, n *yaml.Node, field string, deny *[]string) {
-	if action != "deny" {
-		if strings.HasPrefix(r, "Read") && action == "allow" {
-			return // the sandbox reads everything it does not deny
-		}
+	switch {
+	case action == "allow" && strings.HasPrefix(r, "Read"):
+		return // the sandbox reads everything it does not deny
+	case action == "allow":
 		d.warnf(n, "%s: %q was not imported: the sandbox writes only its workspace and filesystem.allow_write, whatever an approval says", field, r)
+		return
+	case action == "ask":
+		d.warnf(n, "%s: %q was not imported: hutch asks about commands and hosts, not about reading or writing a path (in review mode, approvals.files asks about the paths of a change set)", field, r)
 		return
 	}
 	if !has || spec == "" {

@@ -104,7 +104,7 @@ func TestLoadClaude(t *testing.T) {
   "permissions": {
     "defaultMode": "acceptEdits",
     "allow": ["Bash(npm run test:*)", "Bash(terraform plan)", "Bash(git * main)", "WebFetch(domain:docs.example.com)", "Read(~/notes)", "Grep", "mcp__github__create_issue"],
-    "ask": ["Bash(git push:*)", "Bash(git push origin main)"],
+    "ask": ["Bash(git push:*)", "Bash(git push origin main)", "Edit(./Makefile)"],
     "deny": ["Bash(curl * | sh)", "Read(//etc/app/secret.key)", "Read(./.env)", "Edit(/config/**)", "Read(**/*.pem)", "WebFetch(domain:evil.example)", "Frobnicate(x)"],
     "additionalDirectories": ["../shared"],
     "frobnicate": true
@@ -165,6 +165,7 @@ func TestLoadClaude(t *testing.T) {
 		`permissions.ask[1]: "Bash(git push origin main)" is imported as ask`,
 		`permissions.deny[0]: "Bash(curl * | sh)" is imported as deny: ["|", curl, sh]`,
 		`permissions.deny[4]: "Read(**/*.pem)" is NOT enforced`,
+		`permissions.ask[2]: "Edit(./Makefile)" was not imported: hutch asks about commands and hosts`,
 		`permissions.deny[6]: "Frobnicate(x)" names a tool hutch does not know`,
 		`permissions.frobnicate is not a permissions setting`,
 		`sandbox.excludedCommands is not supported`,
