@@ -255,6 +255,10 @@ func parseClaudeRule(r string) (tool, spec string, has bool, err error) {
 // rule imports one permission rule.
 func (d *claudeDecoder) rule(action, r string, n *yaml.Node, field string, s *Spec) error {
 	tool, spec, has, err := parseClaudeRule(r)
+	if err != nil && action == "allow" {
+		d.warnf(n, "%s: %v, and was not imported", field, err)
+		return nil
+	}
 	if err != nil {
 		return d.errorf(n, "%s: %v", field, err)
 	}

@@ -103,7 +103,7 @@ func TestLoadClaude(t *testing.T) {
   "hooks": {"PreToolUse": []},
   "permissions": {
     "defaultMode": "acceptEdits",
-    "allow": ["Bash(npm run test:*)", "Bash(terraform plan)", "Bash(git * main)", "WebFetch(domain:docs.example.com)", "Read(~/notes)", "Grep", "mcp__github__create_issue"],
+    "allow": ["Bash(npm run test:*)", "Bash(terraform plan", "Bash(terraform plan)", "Bash(git * main)", "WebFetch(domain:docs.example.com)", "Read(~/notes)", "Grep", "mcp__github__create_issue"],
     "ask": ["Bash(git push:*)", "Bash(git push origin main)", "Edit(./Makefile)"],
     "deny": ["Bash(curl * | sh)", "Read(//etc/app/secret.key)", "Read(./.env)", "Edit(/config/**)", "Read(**/*.pem)", "WebFetch(domain:evil.example)", "Frobnicate(x)"],
     "additionalDirectories": ["../shared"],
@@ -160,7 +160,8 @@ func TestLoadClaude(t *testing.T) {
 	}
 	all := strings.Join(warnings, "\n")
 	for _, w := range []string{
-		`permissions.allow[2]: "Bash(git * main)" was not imported`,
+		`permissions.allow[1]: "Bash(terraform plan" is not a rule (Tool or Tool(specifier)), and was not imported`,
+		`permissions.allow[3]: "Bash(git * main)" was not imported`,
 		`rules for Claude Code's own tools (Grep, mcp__github__create_issue)`,
 		`permissions.ask[1]: "Bash(git push origin main)" is imported as ask`,
 		`permissions.deny[0]: "Bash(curl * | sh)" is imported as deny: ["|", curl, sh]`,
