@@ -45,6 +45,10 @@ type ApplyOptions struct {
 	// Gate asks where a file rule says ask (Gate.Files), with the front
 	// end's Asker; nil, or a gate without an Asker, refuses.
 	Gate *approve.Gate
+	// FilesApproved says that the questions of the file rules were
+	// answered already (CheckFiles, on the same changes or more): ask
+	// rules let the apply through; deny rules still refuse it.
+	FilesApproved bool
 	// Context bounds the question; nil is context.Background().
 	Context context.Context
 }

@@ -36,6 +36,15 @@ func touched(changes []Change) []string {
 // rules and opt.Files: nil when none says deny or ask, or when the
 // question that an ask rule raised (opt.Gate's Files) was answered yes;
 // else an *ApplyError with the paths and the rule.
+// CheckFiles decides changes under the set's approvals.files rules and
+// opt.Files as Apply does, asking opt.Gate where they say ask: a front end
+// asks before it takes a lock that Apply runs under, then applies with
+// opt.FilesApproved. The error is an *ApplyError.
+func (s *Set) CheckFiles(changes []Change, opt ApplyOptions) error {
+	opt.FilesApproved = false
+	return s.checkFiles(changes, opt)
+}
+
 func (s *Set) checkFiles(changes []Change, opt ApplyOptions) error {
 	rules := append(slices.Clone(s.meta.FileRules), opt.Files...)
 	if len(rules) == 0 {
@@ -47,6 +56,9 @@ func (s *Set) checkFiles(changes []Change, opt ApplyOptions) error {
 		return nil
 	case approve.Deny:
 		return &ApplyError{Denied: problems(d), Rule: d.Rule()}
+	}
+	if opt.FilesApproved {
+		return nil
 	}
 	ctx := opt.Context
 	if ctx == nil {

@@ -296,6 +296,29 @@ func (m *Manager) ApplyChangeSet(ctx context.Context, tenant, cid string, paths 
 	if live != "" {
 		return nil, fmt.Errorf("change set %s: its sandbox %s still runs; end it first: %w", cid, set.Meta().Sandbox, ErrConflict)
 	}
+	if opt.Gate == nil {
+		// Where the policy's approvals.files say ask, the tenant is
+		// asked as for its sandbox's commands (GET /v1/approvals),
+		// while this call waits: before the review lock, so that a
+		// question holds up no one else's apply.
+		list, err := set.Changes()
+		if err != nil {
+			return nil, fmt.Errorf("change set %s: %w", cid, err)
+		}
+		todo, err := changes.Filter(list, paths)
+		if err != nil {
+			return nil, invalid("change set %s: %v", cid, err)
+		}
+		sb := set.Meta().Sandbox
+		done := m.askingFor(tenant, sb)
+		gate := m.brokerGate(sb, m.log.With("sandbox", sb, "tenant", tenant))
+		err = set.CheckFiles(todo, changes.ApplyOptions{Files: opt.Files, Gate: gate, Context: ctx})
+		done()
+		if err != nil {
+			return nil, fmt.Errorf("change set %s: %w: %w", cid, err, ErrConflict)
+		}
+		opt.FilesApproved = true
+	}
 	m.reviewMu.Lock()
 	defer m.reviewMu.Unlock()
 	list, err := set.Changes()
@@ -306,15 +329,6 @@ func (m *Manager) ApplyChangeSet(ctx context.Context, tenant, cid string, paths 
 		return nil, invalid("change set %s: %v", cid, err)
 	}
 	opt.Paths = paths
-	if opt.Gate == nil {
-		// Where the policy's approvals.files say ask, the tenant is
-		// asked as for its sandbox's commands (GET /v1/approvals),
-		// while this call waits.
-		sb := set.Meta().Sandbox
-		defer m.askingFor(tenant, sb)()
-		opt.Gate = m.brokerGate(sb, m.log.With("sandbox", sb, "tenant", tenant))
-		opt.Context = ctx
-	}
 	res, err := set.Apply(list, opt)
 	var aerr *changes.ApplyError
 	if errors.As(err, &aerr) {
