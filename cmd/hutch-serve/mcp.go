@@ -21,6 +21,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/hutch-sandbox/hutch/internal/agent"
+	"github.com/hutch-sandbox/hutch/internal/approve"
 	"github.com/hutch-sandbox/hutch/internal/egress"
 	"github.com/hutch-sandbox/hutch/internal/mcp"
 	"github.com/hutch-sandbox/hutch/internal/policy"
@@ -163,6 +164,7 @@ type mcpBackend struct {
 	starting chan struct{} // closed when the session sandbox's start in progress ended
 	startErr error         // how that start failed
 	closed   bool
+	approved []string // commands answered "allow always" in the session
 }
 
 var _ mcp.Backend = (*mcpBackend)(nil)
@@ -183,6 +185,7 @@ type mcpBox struct {
 	review *runner.Review // the session's change set, for the session sandbox in review mode
 	inst   sandbox.Instance
 	client *agent.Client
+	gate   *approve.Gate // its commands' approvals; nil: none
 	timer  *time.Timer
 	once   sync.Once
 	ended  chan struct{} // closed once everything of it is released
@@ -459,6 +462,11 @@ func (b *mcpBackend) start(spec policy.Spec, session bool, tmp string) (*mcpBox,
 	if err != nil {
 		return nil, err
 	}
+	gate, err := b.newGate(spec, sb.ID())
+	if err != nil {
+		sb.Close()
+		return nil, err
+	}
 	environ, err := sb.Environ(nil)
 	if err != nil {
 		sb.Close()
@@ -490,7 +498,7 @@ func (b *mcpBackend) start(spec policy.Spec, session bool, tmp string) (*mcpBox,
 	box := &mcpBox{
 		id: sb.ID(), session: session, tier: sb.Runtime.Tier(), tmp: tmp,
 		workspace: spec.Filesystem.Workspace, created: time.Now(),
-		sb: sb, review: review, inst: inst, client: client, ended: make(chan struct{}),
+		sb: sb, review: review, inst: inst, client: client, gate: gate, ended: make(chan struct{}),
 		stderr: b.stderr,
 	}
 	if ref, ok := spec.Image(); ok {

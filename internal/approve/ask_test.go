@@ -206,3 +206,23 @@ func TestBroker(t *testing.T) {
 		t.Errorf("elicited: %v", err)
 	}
 }
+
+func TestEnvLine(t *testing.T) {
+	s, err := NewSet(Ask, []Rule{{Action: Allow, Pattern: []string{"git", "status"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := EnvLine("git status", []string{"HOME=/root", "LANG=C"}); got != "git status" {
+		t.Errorf("harmless variables: %q", got)
+	}
+	if d := s.Decide(EnvLine("git status", []string{"LANG=C"})); d.Action != Allow {
+		t.Errorf("git status with LANG: %v", d)
+	}
+	line := EnvLine("git status", []string{"PATH=/tmp/evil dir", "LANG=C", "LD_PRELOAD=/x.so"})
+	if line != "LD_PRELOAD=/x.so PATH='/tmp/evil dir'\ngit status" {
+		t.Errorf("risky variables: %q", line)
+	}
+	if d := s.Decide(line); d.Action != Ask {
+		t.Errorf("git status with PATH set: %v, want ask", d)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/agent"
+	"github.com/hutch-sandbox/hutch/internal/approve"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -158,7 +159,14 @@ func (t *tools) exec(ctx context.Context, req *sdk.CallToolRequest, in ExecIn) (
 	for _, k := range slices.Sorted(maps.Keys(in.Env)) {
 		env = append(env, k+"="+in.Env[k])
 	}
-	p, err := ac.Exec(ctx, agent.ExecRequest{
+	// The client's elicitation, where it has one, is asked too: by the
+	// backend's approvals, or by the sandbox's own (its agent client's
+	// check, on hutch serve).
+	actx := t.withElicitation(ctx, req)
+	if err := t.approveCommand(actx, sb.ID, approve.EnvLine(in.Command, env)); err != nil {
+		return nil, ExecOut{}, err
+	}
+	p, err := ac.Exec(actx, agent.ExecRequest{
 		Args:    args,
 		Env:     env,
 		Dir:     dir,
