@@ -90,7 +90,7 @@ var answerSchema = map[string]any{
 
 // Ask implements approve.Asker.
 func (e elicitAsker) Ask(ctx context.Context, r approve.Request) approve.Reply {
-	res, err := e.ss.Elicit(ctx, &sdk.ElicitParams{Mode: "form", Message: ElicitMessage(r), RequestedSchema: answerSchema})
+	res, err := e.ss.Elicit(ctx, &sdk.ElicitParams{Mode: "form", Message: elicitMessage(r), RequestedSchema: answerSchema})
 	switch {
 	case err != nil:
 		return approve.Reply{Answer: approve.AnswerDeny, By: "mcp", Note: "the MCP client's answer failed: " + err.Error()}
@@ -105,23 +105,27 @@ func (e elicitAsker) Ask(ctx context.Context, r approve.Request) approve.Reply {
 	return approve.Reply{Answer: a, By: "mcp"}
 }
 
-// ElicitMessage is the question put to an MCP client's user.
-func ElicitMessage(r approve.Request) string {
+// elicitMessage is the question put to an MCP client's user.
+func elicitMessage(r approve.Request) string {
 	var b strings.Builder
+	in := ""
+	if r.Sandbox != "" {
+		in = " in sandbox " + r.Sandbox
+	}
 	switch r.Kind {
 	case approve.KindCommand:
-		fmt.Fprintf(&b, "Run this command")
+		fmt.Fprintf(&b, "Run this command%s?", in)
 	case approve.KindNetwork:
-		fmt.Fprintf(&b, "Let the sandbox connect to %s", r.Subject)
+		who := "the sandbox"
+		if r.Sandbox != "" {
+			who = "sandbox " + r.Sandbox
+		}
+		fmt.Fprintf(&b, "Let %s connect to %s?", who, r.Subject)
 	case approve.KindFile:
-		fmt.Fprintf(&b, "Apply changes to these paths")
+		fmt.Fprintf(&b, "Apply changes to these paths%s?", in)
 	default:
-		fmt.Fprintf(&b, "Allow this %s", r.Kind)
+		fmt.Fprintf(&b, "Allow this %s%s?", r.Kind, in)
 	}
-	if r.Sandbox != "" {
-		fmt.Fprintf(&b, " in sandbox %s", r.Sandbox)
-	}
-	b.WriteString("?")
 	if r.Kind != approve.KindNetwork {
 		fmt.Fprintf(&b, "\n\n%s", r.Subject)
 	}
