@@ -21,6 +21,9 @@ const (
 	CodeQuota            = "quota"
 	CodeInternal         = "internal"
 	CodeUnavailable      = "unavailable"
+	// CodeNotApproved: the sandbox's approvals refused the command (a
+	// deny rule, a person's answer, or its question expired).
+	CodeNotApproved = "not_approved"
 )
 
 // Error is an error the daemon reported.
@@ -71,6 +74,7 @@ var (
 	ErrTooLarge     = &Error{Code: CodeTooLarge, Message: "too large"}
 	ErrQuota        = &Error{Code: CodeQuota, Message: "quota exceeded"}
 	ErrUnavailable  = &Error{Code: CodeUnavailable, Message: "unavailable"}
+	ErrNotApproved  = &Error{Code: CodeNotApproved, Message: "not approved"}
 )
 
 // readError turns an error response into an *Error.

@@ -25,6 +25,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/hutch-sandbox/hutch/internal/api"
+	"github.com/hutch-sandbox/hutch/internal/approve"
 	"github.com/hutch-sandbox/hutch/internal/audit"
 	"github.com/hutch-sandbox/hutch/internal/cli"
 	"github.com/hutch-sandbox/hutch/internal/daemon"
@@ -55,6 +56,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 	maxUpload := fs.String("max-upload", "1g", "largest file or archive upload, a `size` such as 512m")
 	defTimeout := fs.Duration("default-timeout", 0, "lifetime of a sandbox that asks for none (default 5m)")
 	maxTimeout := fs.Duration("max-timeout", 0, "longest lifetime of a sandbox (default 24h)")
+	approvalTimeout := fs.Duration("approval-timeout", approve.DefaultTimeout, "refuse a command or host a sandbox's approvals ask about when no one answered (GET/POST /v1/approvals) within `duration`")
 	metricsEvery := fs.Duration("metrics-interval", 0, "sample what each sandbox uses (CPU, memory, disk) every `duration`, keeping an hour (default 5s)")
 	maxSandboxes := fs.Int("max-sandboxes", 0, "most sandboxes a tenant may have at once (default 100)")
 	maxSnapshots := fs.Int("max-snapshots", 0, "most snapshots a tenant may keep (default 32)")
@@ -261,6 +263,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 		AllowPrivate:     private,
 		AllowImages:      allowImages,
 		DefaultTimeout:   *defTimeout,
+		ApprovalTimeout:  *approvalTimeout,
 		MetricsInterval:  *metricsEvery,
 		MaxTimeout:       *maxTimeout,
 		MaxSandboxes:     *maxSandboxes,
@@ -308,6 +311,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 		return failed(err)
 	}
 	defer al.Close()
+	m.SetAudit(al)
 	acfg := api.Config{Log: log, MaxUpload: upload, Audit: al}
 	if !*noMCP {
 		acfg.Metrics = append(acfg.Metrics, mcphttp.ToolCalls)

@@ -52,6 +52,23 @@ type Client struct {
 	user atomic.Pointer[Credential]
 	// log gets the agent's breaches of the protocol (see SetLog).
 	log atomic.Pointer[slog.Logger]
+	// check decides whether a command may start (see SetCheck).
+	check atomic.Pointer[CheckFunc]
+}
+
+// CheckFunc decides whether a command may start: nil, or why not. It
+// may wait (for a person's answer) as long as ctx lasts.
+type CheckFunc func(ctx context.Context, args []string) error
+
+// SetCheck makes every later Exec, but of a command of hutch's own
+// (ExecRequest.Own), call check first: a command it refuses never
+// starts, and Exec returns its error. nil removes the check.
+func (c *Client) SetCheck(check CheckFunc) {
+	if check == nil {
+		c.check.Store(nil)
+		return
+	}
+	c.check.Store(&check)
 }
 
 // call is a request in flight.
@@ -672,6 +689,11 @@ type ExecRequest struct {
 	// User, when not nil, runs the command with that uid and gid (and no
 	// supplementary groups) instead of the agent's own.
 	User *Credential
+	// Own marks a command of hutch's own that does a file or port
+	// operation for the daemon (ln for an archive, port-connect), which
+	// the client's check (SetCheck) does not see. Never set for a command
+	// a client of the daemon asked for.
+	Own bool
 }
 
 // Credential is a user and group id in the sandbox.
@@ -778,6 +800,11 @@ func (c *Client) Exec(ctx context.Context, r ExecRequest) (*Process, error) {
 	if r.Dir != "" {
 		if e := checkPath("exec dir", r.Dir); e != nil {
 			return nil, e
+		}
+	}
+	if check := c.check.Load(); check != nil && !r.Own {
+		if err := (*check)(ctx, r.Args); err != nil {
+			return nil, err
 		}
 	}
 	m := &request{

@@ -312,7 +312,7 @@ func (x *extractor) link(symbolic bool, target, full string) error {
 // archive's other file operations, not as the image's user that commands
 // run as by default.
 func runTool(ctx context.Context, ac *agent.Client, args ...string) error {
-	p, err := ac.Exec(ctx, agent.ExecRequest{Args: args, User: &agent.Credential{}})
+	p, err := ac.Exec(ctx, agent.ExecRequest{Args: args, User: &agent.Credential{}, Own: true})
 	if err != nil {
 		return err
 	}

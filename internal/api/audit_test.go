@@ -21,13 +21,40 @@ import (
 // the path it returns.
 func newAuditedEnv(t *testing.T, origin Origin) (*testEnv, string) {
 	t.Helper()
+	al, path := openAudit(t)
+	return newEnv(t, Config{Audit: al}, origin), path
+}
+
+// openAudit opens an audit log, closed when the test ends, and returns
+// it with its path.
+func openAudit(t *testing.T) (*audit.Log, string) {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), audit.FileName)
 	al, err := audit.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { al.Close() })
-	return newEnv(t, Config{Audit: al}, origin), path
+	return al, path
+}
+
+// readAudit reads the entries of the audit log at path.
+func readAudit(t *testing.T, path string) []audit.Entry {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []audit.Entry
+	sc := bufio.NewScanner(bytes.NewReader(raw))
+	for sc.Scan() {
+		var en audit.Entry
+		if err := json.Unmarshal(sc.Bytes(), &en); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, en)
+	}
+	return out
 }
 
 func TestAuditLog(t *testing.T) {
@@ -74,15 +101,7 @@ func TestAuditLog(t *testing.T) {
 			t.Errorf("the log holds %q", secret)
 		}
 	}
-	var got []audit.Entry
-	sc := bufio.NewScanner(bytes.NewReader(raw))
-	for sc.Scan() {
-		var en audit.Entry
-		if err := json.Unmarshal(sc.Bytes(), &en); err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, en)
-	}
+	got := readAudit(t, path)
 	if len(got) != 5 {
 		t.Fatalf("%d entries, want 5", len(got))
 	}

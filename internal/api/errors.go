@@ -10,6 +10,7 @@ import (
 	"os"
 
 	"github.com/hutch-sandbox/hutch/internal/agent"
+	"github.com/hutch-sandbox/hutch/internal/approve"
 	"github.com/hutch-sandbox/hutch/internal/daemon"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/store"
@@ -90,6 +91,8 @@ func classify(err error) (int, string) {
 		return http.StatusUnauthorized, CodeUnauthorized
 	case errors.Is(err, ErrPermission):
 		return http.StatusForbidden, CodePermissionDenied
+	case errors.Is(err, approve.ErrDenied):
+		return http.StatusForbidden, CodeNotApproved
 	case errors.Is(err, errTooLarge), errors.As(err, &maxBytes):
 		return http.StatusRequestEntityTooLarge, CodeTooLarge
 	case errors.Is(err, errMethod):

@@ -1,10 +1,7 @@
 package api
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -108,12 +105,7 @@ func scrapeSocket(t *testing.T, sock string) string {
 // run yet, is refused with a 400 that says so, and audited with the tier
 // it asked for.
 func TestServedTier(t *testing.T) {
-	path := filepath.Join(t.TempDir(), audit.FileName)
-	al, err := audit.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { al.Close() })
+	al, path := openAudit(t)
 	_, c, sock := realDaemon(t, daemon.Config{}, Config{Audit: al})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -160,16 +152,7 @@ func TestServedTier(t *testing.T) {
 	var creates []audit.Entry
 	testutil.Eventually(10*time.Second, func() bool {
 		creates = nil
-		raw, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sc := bufio.NewScanner(bytes.NewReader(raw))
-		for sc.Scan() {
-			var en audit.Entry
-			if err := json.Unmarshal(sc.Bytes(), &en); err != nil {
-				t.Fatal(err)
-			}
+		for _, en := range readAudit(t, path) {
 			if en.Action == "create" {
 				creates = append(creates, en)
 			}

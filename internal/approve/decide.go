@@ -656,3 +656,15 @@ func shellQuote(s string) string {
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
+
+// Line is the shell line of an argument vector, each argument quoted as
+// the shell would need it: how a command given as argv (an API's exec)
+// is decided. A shell's -c in it is parsed in turn, so "bash -c X" is
+// decided on X as well as on bash.
+func Line(argv []string) string {
+	parts := make([]string, len(argv))
+	for i, a := range argv {
+		parts[i] = shellQuote(a)
+	}
+	return strings.Join(parts, " ")
+}

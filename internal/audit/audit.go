@@ -31,6 +31,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/hutch-sandbox/hutch/internal/approve"
 )
 
 // FileName is the log's file name in the daemon's state directory.
@@ -49,7 +51,8 @@ type Entry struct {
 	// Action is what it did: "create", "destroy", "extend", "pause",
 	// "resume", "connect", "exec", "stdin", "close_stdin", "resize",
 	// "signal", "write_file", "remove", "rename", "mkdir", "upload",
-	// "watch", "unwatch", "create_token", "pull_image", "remove_image"
+	// "watch", "unwatch", "create_token", "pull_image", "remove_image",
+	// "approval" (a decision of the approval layer: Approval)
 	// (the front ends' route tables say which route records which), or
 	// "mcp_call": a call of an MCP tool on /mcp, or of a server's tool
 	// through hutch mcp wrap (Tool names it).
@@ -88,6 +91,10 @@ type Entry struct {
 	// BytesOut is how many bytes of output (stdout and stderr) an exec's
 	// command produced.
 	BytesOut int64 `json:"bytes_out,omitempty"`
+	// Approval is an approval decision (Action "approval"): whether a
+	// command or a host was allowed, by which rule, who answered and how
+	// long the question waited.
+	Approval *approve.Record `json:"approval,omitempty"`
 	// Error is the API's error code when the call failed; for an
 	// mcp_call whose tool error is of none of its categories, "tool_error"
 	// (under hutch mcp wrap, how a call that did not end with a result

@@ -81,11 +81,11 @@ func (m *Manager) restoreCopy(l *live, rt sandbox.Runtime, cfg sandbox.Config, s
 	}
 	l.inst = inst
 	l.execEnv, l.execUser = append(rs.Env, env...), rs.User
-	if l.client, err = agent.Attach(si.Conn()); err != nil {
+	client, err := agent.Attach(si.Conn())
+	if err != nil {
 		return err
 	}
-	l.client.SetEnv(l.execEnv)
-	l.client.SetUser(l.execUser)
+	l.attach(client)
 	return nil
 }
 
@@ -210,9 +210,7 @@ func (m *Manager) pauseToDisk(ctx context.Context, l *live, o PauseOptions) (Inf
 		client, aerr := agent.Attach(conn)
 		m.mu.Lock()
 		if aerr == nil {
-			l.client = client
-			client.SetEnv(l.execEnv)
-			client.SetUser(l.execUser)
+			l.attach(client)
 		}
 		l.paused, l.filesOnly = frozen, frozen && filesOnly
 		m.mu.Unlock()
@@ -492,10 +490,14 @@ func (m *Manager) restoreLive(ctx context.Context, sb store.Sandbox, spec policy
 	if err != nil {
 		return nil, err
 	}
+	if l.gate, err = m.newGate(sb.ID, spec, log, ev); err != nil {
+		return nil, err
+	}
 	proxy, err := newProxy(spec.Network, m.cfg.AllowPrivate, rs.Operator, sb.ID, log, ev, nil)
 	if err != nil {
 		return nil, err
 	}
+	l.holdUnknown(proxy)
 	l.proxy = proxy
 	l.volumes = len(vols) > 0
 	si, err := start(sandbox.Config{
@@ -523,13 +525,13 @@ func (m *Manager) restoreLive(ctx context.Context, sb store.Sandbox, spec policy
 	if k, ok := inst.(layerKeeper); ok {
 		l.keep = k.LayerDir()
 	}
-	if fresh {
-		l.client = agent.NewClient(si.Conn())
-	} else if l.client, err = agent.Attach(si.Conn()); err != nil {
-		return fail(err)
+	c := agent.NewClient(si.Conn()) // booted afresh
+	if !fresh {
+		if c, err = agent.Attach(si.Conn()); err != nil {
+			return fail(err)
+		}
 	}
-	l.client.SetEnv(l.execEnv)
-	l.client.SetUser(l.execUser)
+	l.attach(c)
 	if err := m.recordReady(ctx, sb.ID, l, nil); err != nil {
 		return fail(err)
 	}

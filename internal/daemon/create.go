@@ -283,6 +283,10 @@ func (m *Manager) launch(ctx context.Context, id, dir string, spec policy.Spec, 
 		}
 		layer.Keep = l.keep
 	}
+	var err error
+	if l.gate, err = m.newGate(id, spec, log, ev); err != nil {
+		return fail(err)
+	}
 	var proxy sandbox.Proxy
 	if spec.Network.Mode == "proxy" || spec.Network.Mode == "none" {
 		// In mode "none" the proxy refuses everything: the sandbox's
@@ -291,6 +295,7 @@ func (m *Manager) launch(ctx context.Context, id, dir string, spec policy.Spec, 
 		if err != nil {
 			return fail(err)
 		}
+		l.holdUnknown(p)
 		proxy, l.proxy = p, p
 		if sec != nil {
 			if err := sec.intercept(p, id, dir, m.cfg.UpstreamRoots); err != nil {
@@ -344,11 +349,10 @@ func (m *Manager) launch(ctx context.Context, id, dir string, spec policy.Spec, 
 			return fail(err)
 		}
 		l.inst = inst
-		l.client = agent.NewClient(conn)
 		if img != nil && img.Config.User != "" {
 			l.execUser = &agent.Credential{UID: uint32(user.UID), GID: uint32(user.GID)}
-			l.client.SetUser(l.execUser)
 		}
+		l.attach(agent.NewClient(conn))
 	}
 	if k, ok := l.inst.(layerKeeper); ok && l.keep == "" {
 		l.keep = k.LayerDir()
@@ -662,6 +666,8 @@ func clonePolicy(p policy.Spec) policy.Spec {
 	}
 	p.Env.Pass = slices.Clone(p.Env.Pass)
 	p.Env.Set = maps.Clone(p.Env.Set)
+	p.Approvals.Commands = slices.Clone(p.Approvals.Commands)
+	p.Approvals.Approved = slices.Clone(p.Approvals.Approved)
 	return p
 }
 
@@ -687,9 +693,6 @@ func servePolicy(s policy.Spec, noInternet bool) error {
 	}
 	if len(s.Filesystem.AllowWrite) > 0 {
 		problems = append(problems, "filesystem.allow_write: host paths cannot be made writable in hutch serve")
-	}
-	if len(s.Approvals.Commands) > 0 || s.Approvals.Default != "" || s.Approvals.Preset != "" || s.Approvals.NoDefaultRules || s.Network.OnUnknown != "" {
-		problems = append(problems, "approvals, network.on_unknown: not enforced by hutch serve yet (no command or host would be held for them); leave them out")
 	}
 	if len(s.Filesystem.AllowRead) > 0 {
 		problems = append(problems, "filesystem.allow_read: exceptions to the denied paths are not allowed in hutch serve")

@@ -127,6 +127,11 @@ type Config struct {
 	// tier without one is refused, never run in another (S2). Nil:
 	// DefaultRuntimes().
 	Runtimes map[string]sandbox.Runtime
+	// ApprovalTimeout is how long a question of a sandbox's approvals
+	// waits for its answer (through the API, the web UI, an MCP client)
+	// before it is refused (hutch serve --approval-timeout;
+	// approve.DefaultTimeout when zero).
+	ApprovalTimeout time.Duration
 	// Unavailable says, by tier, why there is no runtime of it (e.g. no
 	// runsc of the pinned version, and how to install it): the message of
 	// a create or a default of that tier, which is refused.

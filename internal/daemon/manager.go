@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/agent"
+	"github.com/hutch-sandbox/hutch/internal/approve"
+	"github.com/hutch-sandbox/hutch/internal/audit"
 	"github.com/hutch-sandbox/hutch/internal/changes"
 	"github.com/hutch-sandbox/hutch/internal/egress"
 	"github.com/hutch-sandbox/hutch/internal/image"
@@ -112,6 +114,11 @@ type Manager struct {
 	// warmSlots is a semaphore of maxWarmStarts, shared by the pools.
 	warmSlots chan struct{}
 
+	// broker holds the questions of the sandboxes' approval gates
+	// (approvals.go); audit gets their decisions (SetAudit).
+	broker *approve.Broker
+	audit  atomic.Pointer[audit.Log]
+
 	teardowns  chan struct{} // a semaphore of maxTeardowns
 	exports    chan struct{} // a semaphore of maxExports (export.go)
 	stop       chan struct{} // closed to stop the reaper
@@ -177,6 +184,9 @@ type live struct {
 	// volumes' mounts, which a copy of it is not given.
 	volumes bool
 	execEnv []string
+	// gate applies its policy's approvals (approvals.go); nil without
+	// any.
+	gate *approve.Gate
 	// bootEnv is its agent's environment at its start, for a start
 	// afresh of it paused to disk (ResumeOptions).
 	bootEnv  []string
@@ -272,6 +282,7 @@ func New(cfg Config, log *slog.Logger) (*Manager, error) {
 		reaperDone: make(chan struct{}),
 		warmSlots:  make(chan struct{}, maxWarmStarts),
 	}
+	m.broker = m.newBroker()
 	if err := m.cleanupLeftovers(context.Background()); err != nil {
 		st.Close()
 		lock.Close()
@@ -395,7 +406,12 @@ func (c *Config) withDefaults() error {
 	if c.MaxTmp == 0 {
 		c.MaxTmp = defaultMaxTmp
 	}
+	if c.ApprovalTimeout == 0 {
+		c.ApprovalTimeout = approve.DefaultTimeout
+	}
 	switch {
+	case c.ApprovalTimeout < 0:
+		return fmt.Errorf("daemon config: negative approval timeout %s: %w", c.ApprovalTimeout, ErrInvalid)
 	case c.DefaultTimeout < 0 || c.MaxTimeout < 0 || c.MaxSandboxes < 0:
 		return fmt.Errorf("daemon config: negative timeout or sandbox count: %w", ErrInvalid)
 	case c.Warm < 0 || c.Warm > MaxWarm:

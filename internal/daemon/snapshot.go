@@ -518,9 +518,7 @@ func (m *Manager) saveRunning(l *live, dst, mem string, limit int64) (sandbox.Sn
 		return sandbox.Snapshot{}, fmt.Errorf("attach its agent again: %w", aerr)
 	}
 	m.mu.Lock()
-	l.client = client
-	client.SetEnv(l.execEnv)
-	client.SetUser(l.execUser)
+	l.attach(client)
 	m.mu.Unlock()
 	if errors.Is(err, sandbox.ErrFrozen) {
 		if _, uerr := m.st.UpdateSandbox(context.Background(), l.id, func(sb *store.Sandbox) error {

@@ -579,7 +579,7 @@ func (j *buildJob) copy(ctx context.Context, s stepJSON) error {
 	env := []string{"HUTCH_TAR=" + tarPath, "HUTCH_SRC=" + src, "HUTCH_DEST=" + j.abs(dest), "HUTCH_DIRDEST=" + dirDest,
 		"HUTCH_OWNER=" + strconv.Itoa(u.UID) + ":" + strconv.Itoa(u.GID), "HUTCH_MODE=" + mode}
 	st, err := j.exec(ctx, agent.ExecRequest{Args: []string{"/bin/sh", "-c", copyScript}, Env: env, Dir: "/",
-		User: &agent.Credential{}, Timeout: j.remaining()})
+		User: &agent.Credential{}, Timeout: j.remaining(), Own: true})
 	if err != nil {
 		return j.fail("COPY %s: %v", src, err)
 	}

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/hutch-sandbox/hutch/internal/agent"
+	"github.com/hutch-sandbox/hutch/internal/approve"
 )
 
 // Connect codes.
@@ -107,6 +108,11 @@ func asError(err error) *Error {
 	var ce *connect.Error
 	if errors.As(err, &ce) {
 		return &Error{Code: ce.Code().String(), Message: ce.Message()}
+	}
+	if errors.Is(err, approve.ErrDenied) {
+		// The sandbox's approvals refused the command: which rule,
+		// and how to allow it.
+		return &Error{Code: codePermissionDenied, Message: err.Error()}
 	}
 	var ae *agent.Error
 	if errors.As(err, &ae) {

@@ -55,6 +55,7 @@ func Dial(ctx context.Context, c *agent.Client, port int) (*Conn, error) {
 	p, err := c.Exec(ctx, agent.ExecRequest{
 		Args:  []string{sandbox.SandboxHutch, portconnect.Command, strconv.Itoa(port)},
 		Stdin: true,
+		Own:   true,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("connect to port %d in the sandbox: %w", port, err)

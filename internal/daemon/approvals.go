@@ -1,0 +1,209 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"time"
+
+	"github.com/hutch-sandbox/hutch/internal/agent"
+	"github.com/hutch-sandbox/hutch/internal/approve"
+	"github.com/hutch-sandbox/hutch/internal/audit"
+	"github.com/hutch-sandbox/hutch/internal/egress"
+	"github.com/hutch-sandbox/hutch/internal/policy"
+)
+
+// Event types of approvals (the approval layer: a policy's approvals and
+// network.on_unknown: ask).
+const (
+	// EventApprovalRequested: a question waits for its answer (data: id,
+	// kind, subject, command, rule, reason, expires).
+	EventApprovalRequested = "approval.requested"
+	// EventApprovalAnswered: a question was answered or expired (data:
+	// id, kind, subject, command, answer, by, took_ms).
+	EventApprovalAnswered = "approval.answered"
+	// EventApprovalDenied: a rule refused without asking (data: kind,
+	// subject, command, rule, reason).
+	EventApprovalDenied = "approval.denied"
+)
+
+// Approver is what a front end needs to show a tenant the questions its
+// sandboxes' approvals hold and to answer them; *Manager implements it.
+type Approver interface {
+	// Approvals are the questions waiting for tenant's answer, oldest
+	// first: all of its sandboxes', or sandbox's when it is set.
+	Approvals(tenant, sandbox string) []approve.Pending
+	// Approval is one of them (ErrNotFound when it is not waiting, or is
+	// another tenant's).
+	Approval(tenant, id string) (approve.Pending, error)
+	// AnswerApproval answers question id of tenant's; by says who (the
+	// front end: "api", "web", "mcp"). ErrNotFound when it is not
+	// waiting, ErrInvalid for an answer that is none.
+	AnswerApproval(tenant, id string, a approve.Answer, by string) error
+	// AskWith returns ctx whose questions a also asks (approve.WithAsker),
+	// racing the other ways of answering them: an MCP client's
+	// elicitation. The first answer wins.
+	AskWith(ctx context.Context, a approve.Asker) context.Context
+}
+
+var _ Approver = (*Manager)(nil)
+
+// SetAudit makes every approval decision of the daemon's sandboxes a line
+// of al (action "approval"); nil: none. Set before the first sandbox is
+// created.
+func (m *Manager) SetAudit(al *audit.Log) { m.audit.Store(al) }
+
+// newBroker is the daemon's one Broker: its questions are events of their
+// sandboxes.
+func (m *Manager) newBroker() *approve.Broker {
+	b := &approve.Broker{}
+	b.Notify = func(p approve.Pending, reply *approve.Reply) {
+		lg := m.eventsOf("", p.Sandbox)
+		if lg == nil {
+			return
+		}
+		if reply == nil {
+			lg.append(EventApprovalRequested, map[string]any{"id": p.ID, "kind": p.Kind, "subject": p.Subject,
+				"command": p.Command, "rule": p.Rule, "reason": p.Reason, "expires": p.Expires}, false)
+			return
+		}
+		lg.append(EventApprovalAnswered, map[string]any{"id": p.ID, "kind": p.Kind, "subject": p.Subject,
+			"command": p.Command, "answer": reply.Answer, "by": reply.By, "took_ms": time.Since(p.Created).Milliseconds()}, false)
+	}
+	return b
+}
+
+// hasApprovals reports whether spec's policy holds the approval layer: an
+// approvals section or network.on_unknown.
+func hasApprovals(spec policy.Spec) bool {
+	return !reflect.ValueOf(spec.Approvals).IsZero() || spec.Network.OnUnknown != ""
+}
+
+// newGate is the approval gate of sandbox id of spec, nil when its policy
+// has no approvals: its questions go to the daemon's broker, its
+// decisions to log, the audit log and (refusals without a question) ev.
+// "Allow always" lasts for the sandbox's life: a served sandbox has no
+// policy file to write it to.
+func (m *Manager) newGate(id string, spec policy.Spec, log *slog.Logger, ev *eventLog) (*approve.Gate, error) {
+	if !hasApprovals(spec) {
+		return nil, nil
+	}
+	g := &approve.Gate{
+		Asker:   m.broker,
+		Timeout: m.cfg.ApprovalTimeout,
+		Sandbox: id,
+		NoAsker: "no one answered through the API",
+	}
+	if !reflect.ValueOf(spec.Approvals).IsZero() {
+		set, err := spec.Approvals.ApprovalSet()
+		if err != nil {
+			return nil, invalid("policy: approvals: %v", err)
+		}
+		g.Commands = set
+	}
+	if spec.Network.OnUnknown == "ask" {
+		g.OnUnknown = approve.Ask
+	}
+	g.Record = func(r approve.Record) {
+		log.Info("approval", "kind", r.Kind, "subject", r.Subject, "command", r.Command, "decision", r.Decision,
+			"rule", r.Rule, "by", r.By, "answer", r.Answer, "took_ms", r.TookMS, "reason", r.Reason)
+		if r.Decision == "deny" && r.By == "rule" {
+			ev.append(EventApprovalDenied, map[string]any{"kind": r.Kind, "subject": r.Subject, "command": r.Command,
+				"rule": r.Rule, "reason": r.Reason}, false)
+		}
+		if al := m.audit.Load(); al != nil {
+			rec := r
+			if err := al.Append(audit.Entry{Time: r.Time, Tenant: m.tenantOf(id), Action: "approval", Sandbox: id, Approval: &rec}); err != nil {
+				log.Error("audit an approval", "err", err)
+			}
+		}
+	}
+	return g, nil
+}
+
+// attach makes c the client of l's agent, with what every command of l
+// gets: its environment and user, and its approval check.
+func (l *live) attach(c *agent.Client) {
+	l.client = c
+	c.SetEnv(l.execEnv)
+	c.SetUser(l.execUser)
+	if l.gate != nil && l.gate.Commands != nil {
+		c.SetCheck(checkCommand(l.gate, l.ended))
+	}
+}
+
+// holdUnknown makes p ask l's gate about the hosts no rule allows, when
+// its policy says network.on_unknown: ask.
+func (l *live) holdUnknown(p *egress.Proxy) {
+	if p != nil && l.gate != nil && l.gate.OnUnknown == approve.Ask {
+		p.Unknown = l.gate.Host
+	}
+}
+
+// checkCommand is the agent client's check (agent.Client.SetCheck) of a
+// sandbox with gate g: every command is decided on its quoted argv as a
+// shell line, a question ending with the sandbox.
+func checkCommand(g *approve.Gate, ended <-chan struct{}) agent.CheckFunc {
+	return func(ctx context.Context, args []string) error {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go func() {
+			select {
+			case <-ended:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		return g.Command(ctx, approve.Line(args))
+	}
+}
+
+// tenantOf is the tenant of running sandbox id, "" if none.
+func (m *Manager) tenantOf(id string) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if l := m.live[id]; l != nil {
+		return l.tenant
+	}
+	return ""
+}
+
+// Approvals implements Approver.
+func (m *Manager) Approvals(tenant, sandbox string) []approve.Pending {
+	return m.broker.List(func(p approve.Pending) bool {
+		return (sandbox == "" || p.Sandbox == sandbox) && tenant != "" && m.tenantOf(p.Sandbox) == tenant
+	})
+}
+
+// Approval implements Approver.
+func (m *Manager) Approval(tenant, id string) (approve.Pending, error) {
+	p, ok := m.broker.Get(id)
+	if !ok || tenant == "" || m.tenantOf(p.Sandbox) != tenant {
+		return approve.Pending{}, fmt.Errorf("approval %q: %w (not waiting: answered, expired or never asked)", id, ErrNotFound)
+	}
+	return p, nil
+}
+
+// AnswerApproval implements Approver.
+func (m *Manager) AnswerApproval(tenant, id string, a approve.Answer, by string) error {
+	if _, err := approve.ParseAnswer(string(a)); err != nil {
+		return invalid("answer: %v", err)
+	}
+	if _, err := m.Approval(tenant, id); err != nil {
+		return err
+	}
+	if err := m.broker.Answer(id, a, by); err != nil {
+		if errors.Is(err, approve.ErrNotPending) {
+			return fmt.Errorf("approval %q: %w (answered or expired meanwhile)", id, ErrNotFound)
+		}
+		return err
+	}
+	return nil
+}
+
+// AskWith implements Approver.
+func (m *Manager) AskWith(ctx context.Context, a approve.Asker) context.Context {
+	return approve.WithAsker(ctx, a)
+}
