@@ -23,8 +23,9 @@ const hostileCommand = `touch '<img src=x onerror=document.title="pwned">'`
 // page shows it (kind, the command, the rule and reason, the time left)
 // and the header counts it; Allow once lets it run, and its output
 // arrives; on the sandbox's page a command named as markup is shown as
-// text, and Deny refuses it: it never runs. Answered questions leave the
-// pages, and the sandbox's events tell of them.
+// text, and Deny refuses it: it never runs. Answered questions, here or
+// through the API, leave the pages, and the sandbox's events tell of
+// them.
 func TestUIApprovals(t *testing.T) {
 	d := serve(t, "--approval-timeout", "10m")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*guard)
@@ -101,7 +102,20 @@ func TestUIApprovals(t *testing.T) {
 	if res, err := alice.Run(ctx, sb.ID, client.Command{Args: []string{"sh", "-c", "ls /workspace"}}); err != nil || string(res.Stdout) != "once.txt\n" {
 		t.Errorf("the workspace after the denial: %+v %v (only once.txt should be there)", res, err)
 	}
-	b.waitFor(`document.querySelectorAll('#events tr[data-type="approval.answered"]').length === 2`)
+
+	// Answered elsewhere (the API), a question leaves the page.
+	elsewhere := run("touch /workspace/elsewhere.txt && echo ran-elsewhere")
+	b.waitFor(`document.querySelectorAll("#approvals li.approval").length === 1`)
+	id := eval[string](b, `document.querySelector("#approvals li.approval").dataset.id`)
+	if err := alice.Answer(ctx, id, "once"); err != nil {
+		t.Fatalf("answer %s through the API: %v", id, err)
+	}
+	if r := <-elsewhere; r.err != nil || string(r.res.Stdout) != "ran-elsewhere\n" {
+		t.Fatalf("the command allowed through the API: %+v %v", r.res, r.err)
+	}
+	b.waitFor(`document.querySelectorAll("#approvals li.approval").length === 0`)
+
+	b.waitFor(`document.querySelectorAll('#events tr[data-type="approval.answered"]').length === 3`)
 	if got := eval[[]string](b, `[...document.querySelectorAll('#events tr[data-type="approval.answered"]')].map((tr) => tr.textContent)`); !strings.Contains(got[0], "once") || !strings.Contains(got[1], "deny") {
 		t.Errorf("the answers' events: %q", got)
 	}
