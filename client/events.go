@@ -28,7 +28,15 @@ const (
 	EventResumed       = "resumed"        // its processes go on (Client.Resume)
 	EventOOM           = "oom"            // the kernel killed processes for exceeding its memory limit (data: kills, total)
 	EventEnded         = "ended"          // it ended (data: reason); the last event
-	EventDropped       = "dropped"        // the reader fell behind: data.count events were skipped
+	// A command or host its approvals ask about waits for an answer
+	// (Client.Approvals; data: id, kind, subject, command, rule, reason,
+	// expires), was answered or expired (data: id, answer, by, took_ms),
+	// or a rule refused it without asking (data: kind, subject, command,
+	// rule, reason).
+	EventApprovalRequested = "approval.requested"
+	EventApprovalAnswered  = "approval.answered"
+	EventApprovalDenied    = "approval.denied"
+	EventDropped           = "dropped" // the reader fell behind: data.count events were skipped
 )
 
 // Event is one thing that happened to a sandbox.

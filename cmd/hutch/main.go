@@ -106,6 +106,9 @@ The daemon and its clients:
                                            disk), sampled over the last hour
   hutch network [flags] ID                 replace running sandbox ID's egress
                                            rules (--allow-domain, --offline ...)
+  hutch approvals [ID]                     the commands and hosts your sandboxes'
+                                           approvals ask about, waiting
+  hutch approvals answer APPROVAL ANSWER   answer one: once, run, always or deny
 
 hutch serve, hutch token, hutch image (without --remote) and hutch mcp
 run hutch-serve, the daemon's binary, installed next to hutch.
@@ -156,6 +159,8 @@ func run(args []string, stdin, stdout, stderr *os.File) int {
 		return cmdAudit(args[1:], stdout, stderr)
 	case "approve":
 		return cmdApprove(args[1:], stdout, stderr)
+	case "approvals":
+		return cmdApprovals(args[1:], stdout, stderr)
 	case "create":
 		return cmdCreate(args[1:], stdout, stderr)
 	case "exec":
@@ -201,7 +206,7 @@ func run(args []string, stdin, stdout, stderr *os.File) int {
 }
 
 // commands are hutch's commands, for suggestions after a typo.
-var commands = []string{"run", "policy", "version", "proxy-connect", "mcp", "serve", "token", "image", "audit", "changes", "create", "exec", "cp", "ls", "rm", "pause", "resume", "snapshot", "snapshots", "fork", "diff", "events", "metrics", "network", "approve", "help"}
+var commands = []string{"run", "policy", "version", "proxy-connect", "mcp", "serve", "token", "image", "audit", "changes", "create", "exec", "cp", "ls", "rm", "pause", "resume", "snapshot", "snapshots", "fork", "diff", "events", "metrics", "network", "approve", "approvals", "help"}
 
 func cmdRun(args []string, stdin, stdout, stderr *os.File) int {
 	fs, rf := runner.NewFlags("run", "Usage: hutch run [flags] -- COMMAND [ARGS...]\n\nRuns COMMAND in a new sandbox.\n", stderr)

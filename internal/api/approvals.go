@@ -96,9 +96,20 @@ func (h *handler) answerApproval(w http.ResponseWriter, r *http.Request) error {
 	if p, err := a.Approval(tenantOf(r), id); err == nil {
 		e.Sandbox = p.Sandbox
 	}
-	if err := a.AnswerApproval(tenantOf(r), id, ans, "api"); err != nil {
+	if err := a.AnswerApproval(tenantOf(r), id, ans, answeredBy(r)); err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"id": id, "answer": string(ans)})
 	return nil
+}
+
+// answeredBy says who answers through r: "web" for the web UI's pages
+// (authenticated by its cookie), else "api".
+func answeredBy(r *http.Request) string {
+	if r.Header.Get("Authorization") == "" {
+		if _, err := r.Cookie(UICookie); err == nil {
+			return "web"
+		}
+	}
+	return "api"
 }

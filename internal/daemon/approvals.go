@@ -83,10 +83,11 @@ func hasApprovals(spec policy.Spec) bool {
 
 // newGate is the approval gate of sandbox id of spec, nil when its policy
 // has no approvals: its questions go to the daemon's broker, its
-// decisions to log, the audit log and (refusals without a question) ev.
+// decisions to log, the audit log and (refusals without a question) its
+// event log (a warm sandbox's is made when a tenant takes it).
 // "Allow always" lasts for the sandbox's life: a served sandbox has no
 // policy file to write it to.
-func (m *Manager) newGate(id string, spec policy.Spec, log *slog.Logger, ev *eventLog) (*approve.Gate, error) {
+func (m *Manager) newGate(id string, spec policy.Spec, log *slog.Logger) (*approve.Gate, error) {
 	if !hasApprovals(spec) {
 		return nil, nil
 	}
@@ -110,7 +111,7 @@ func (m *Manager) newGate(id string, spec policy.Spec, log *slog.Logger, ev *eve
 		log.Info("approval", "kind", r.Kind, "subject", r.Subject, "command", r.Command, "decision", r.Decision,
 			"rule", r.Rule, "by", r.By, "answer", r.Answer, "took_ms", r.TookMS, "reason", r.Reason)
 		if r.Decision == "deny" && r.By == "rule" {
-			ev.append(EventApprovalDenied, map[string]any{"kind": r.Kind, "subject": r.Subject, "command": r.Command,
+			m.eventsOf("", id).append(EventApprovalDenied, map[string]any{"kind": r.Kind, "subject": r.Subject, "command": r.Command,
 				"rule": r.Rule, "reason": r.Reason}, false)
 		}
 		if al := m.audit.Load(); al != nil {

@@ -490,7 +490,7 @@ func (m *Manager) restoreLive(ctx context.Context, sb store.Sandbox, spec policy
 	if err != nil {
 		return nil, err
 	}
-	if l.gate, err = m.newGate(sb.ID, spec, log, ev); err != nil {
+	if l.gate, err = m.newGate(sb.ID, spec, log); err != nil {
 		return nil, err
 	}
 	proxy, err := newProxy(spec.Network, m.cfg.AllowPrivate, rs.Operator, sb.ID, log, ev, nil)
@@ -525,11 +525,11 @@ func (m *Manager) restoreLive(ctx context.Context, sb store.Sandbox, spec policy
 	if k, ok := inst.(layerKeeper); ok {
 		l.keep = k.LayerDir()
 	}
-	c := agent.NewClient(si.Conn()) // booted afresh
-	if !fresh {
-		if c, err = agent.Attach(si.Conn()); err != nil {
-			return fail(err)
-		}
+	var c *agent.Client
+	if fresh {
+		c = agent.NewClient(si.Conn())
+	} else if c, err = agent.Attach(si.Conn()); err != nil {
+		return fail(err)
 	}
 	l.attach(c)
 	if err := m.recordReady(ctx, sb.ID, l, nil); err != nil {

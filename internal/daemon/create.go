@@ -284,7 +284,7 @@ func (m *Manager) launch(ctx context.Context, id, dir string, spec policy.Spec, 
 		layer.Keep = l.keep
 	}
 	var err error
-	if l.gate, err = m.newGate(id, spec, log, ev); err != nil {
+	if l.gate, err = m.newGate(id, spec, log); err != nil {
 		return fail(err)
 	}
 	var proxy sandbox.Proxy

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/agent"
+	"github.com/hutch-sandbox/hutch/internal/approve"
 	"github.com/hutch-sandbox/hutch/internal/testutil"
 )
 
@@ -1206,5 +1207,34 @@ func TestSandboxDefaults(t *testing.T) {
 		if we := s.endOfStream(); we == nil || we.Code != codeInvalidArgument {
 			t.Errorf("start as %q: %+v", name, we)
 		}
+	}
+}
+
+// TestStartNotApproved: a command the sandbox's approvals refuse (a deny
+// rule, checked by the agent client as the daemon sets it up) never
+// starts: E2B's commands.run gets permission_denied naming the rule, and
+// the file the command would have made is not there.
+func TestStartNotApproved(t *testing.T) {
+	e := newEnv(t)
+	set, err := approve.NewSet(approve.Allow, []approve.Rule{{Action: approve.Deny, Pattern: []string{"touch"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate := &approve.Gate{Commands: set}
+	e.agent.SetCheck(func(ctx context.Context, args []string) error { return gate.Command(ctx, approve.Line(args)) })
+	defer e.agent.SetCheck(nil)
+	marker := filepath.Join(e.home, "marker")
+	s := e.stream(t, "process.Process/Start", bashStart("echo hi; touch "+marker), nil)
+	if we := s.endOfStream(); we == nil || we.Code != codePermissionDenied || !strings.Contains(we.Message, "not approved") || !strings.Contains(we.Message, "touch") {
+		t.Errorf("start of a denied command: %+v, want permission_denied naming touch", we)
+	}
+	if _, err := os.Stat(marker); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the denied command ran: %v", err)
+	}
+	// What the rules allow starts as before.
+	s = e.stream(t, "process.Process/Start", bashStart("echo ok"), nil)
+	s.event()
+	if stdout, _, _ := s.collect(); stdout != "ok\n" {
+		t.Errorf("an allowed command: %q", stdout)
 	}
 }

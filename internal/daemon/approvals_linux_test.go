@@ -1,0 +1,161 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hutch-sandbox/hutch/internal/approve"
+	"github.com/hutch-sandbox/hutch/internal/policy"
+	"github.com/hutch-sandbox/hutch/internal/store"
+	"github.com/hutch-sandbox/hutch/internal/testutil"
+)
+
+// approvalSpec asks about git push and about unknown hosts, denies rm,
+// and allows the rest.
+func approvalSpec() policy.Spec {
+	return policy.Spec{
+		Approvals: policy.Approvals{Preset: "full", Commands: []policy.CommandRule{
+			{Action: "ask", Args: []string{"git", "push"}},
+			{Action: "deny", Args: []string{"rm"}},
+		}},
+		Network: policy.Network{AllowedDomains: []string{"allowed.test"}, OnUnknown: "ask"},
+	}
+}
+
+// question waits for the one question of tenant's sandbox id.
+func question(t *testing.T, m *Manager, tenant, id string) approve.Pending {
+	t.Helper()
+	var list []approve.Pending
+	testutil.Eventually(time.Minute, func() bool {
+		list = m.Approvals(tenant, id)
+		return len(list) > 0
+	})
+	if len(list) != 1 {
+		t.Fatalf("the questions of %s: %+v, want one", id, list)
+	}
+	return list[0]
+}
+
+// pushed runs "touch MARKER; git push" in sandbox id as tenant a, in the
+// background; its error arrives on the channel.
+func pushed(m *Manager, id, marker string) <-chan error {
+	ch := make(chan error, 1)
+	go func() {
+		_, _, err := run(context.Background(), m, "a", id, "touch "+marker+"; git push")
+		ch <- err
+	}()
+	return ch
+}
+
+// TestApprovalGate, under each tier: a sandbox's approvals hold its
+// commands in the daemon's broker, a tenant's own to answer (the other
+// tenant sees nothing and answers nothing); its proxy's hook of
+// network.on_unknown: ask puts the host to the same broker; a deny rule
+// refuses without a question. Under gVisor, a sandbox paused to disk and
+// resumed by the next daemon still has its approvals (they are in its
+// recorded policy).
+func TestApprovalGate(t *testing.T) {
+	for _, tier := range []string{policy.TierNamespace, policy.TierGVisor} {
+		t.Run(tier, func(t *testing.T) {
+			cfg := tierConfig(t, tier)
+			cfg.StateDir = stateDir(t)
+			m := newManager(t, cfg)
+			spec := approvalSpec()
+			spec.Tier = tier
+			info := mustCreate(t, m, "a", CreateRequest{Policy: spec})
+			ran := func(m *Manager, marker string) bool {
+				out := mustRun(t, m, "a", info.ID, "test -e "+marker+" && echo yes || echo no")
+				return strings.TrimSpace(out) == "yes"
+			}
+
+			// A command: asked, the other tenant cannot see or answer
+			// it, answered once by its tenant.
+			done := pushed(m, info.ID, "once")
+			q := question(t, m, "a", info.ID)
+			if q.Kind != approve.KindCommand || q.Command != "git push" || q.Sandbox != info.ID {
+				t.Errorf("the question: %+v", q)
+			}
+			if list := m.Approvals("b", ""); len(list) != 0 {
+				t.Errorf("tenant b lists %+v", list)
+			}
+			if _, err := m.Approval("b", q.ID); !errors.Is(err, ErrNotFound) {
+				t.Errorf("tenant b gets it: %v", err)
+			}
+			if err := m.AnswerApproval("b", q.ID, approve.AnswerOnce, "api"); !errors.Is(err, ErrNotFound) {
+				t.Errorf("tenant b answers it: %v", err)
+			}
+			if err := m.AnswerApproval("a", q.ID, "sure", "api"); !errors.Is(err, ErrInvalid) {
+				t.Errorf("a bad answer: %v", err)
+			}
+			if err := m.AnswerApproval("a", q.ID, approve.AnswerOnce, "api"); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-done; err != nil {
+				t.Fatalf("answered once: %v", err)
+			}
+			if !ran(m, "once") {
+				t.Error("answered once: it did not run")
+			}
+
+			// A host no rule allows: the proxy's hook asks the same
+			// broker (what the proxy calls while it holds the
+			// connection).
+			m.mu.Lock()
+			l := m.live[info.ID]
+			m.mu.Unlock()
+			if l.proxy == nil || l.proxy.Unknown == nil {
+				t.Fatal("the proxy has no hook for network.on_unknown: ask")
+			}
+			held := make(chan error, 1)
+			go func() { held <- l.proxy.Unknown(context.Background(), "unknown.test", 443) }()
+			q = question(t, m, "a", info.ID)
+			if q.Kind != approve.KindNetwork || q.Subject != "unknown.test:443" {
+				t.Errorf("the host's question: %+v", q)
+			}
+			if err := m.AnswerApproval("a", q.ID, approve.AnswerDeny, "api"); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-held; !errors.Is(err, approve.ErrDenied) {
+				t.Errorf("the host denied: %v", err)
+			}
+
+			// A deny rule: refused at once, no question.
+			if _, _, err := run(testCtx(t), m, "a", info.ID, "touch ruled; rm -f x"); !errors.Is(err, approve.ErrDenied) {
+				t.Errorf("a deny rule: %v", err)
+			}
+			if ran(m, "ruled") {
+				t.Error("a deny rule: it ran")
+			}
+			if tier != policy.TierGVisor {
+				return
+			}
+
+			// Paused to disk, the daemon closed, the next one resumes
+			// it: its approvals hold as before.
+			if _, err := m.Pause(testCtx(t), "a", info.ID); err != nil {
+				t.Fatal(err)
+			}
+			if err := m.Close(); err != nil {
+				t.Fatal(err)
+			}
+			m2 := newManager(t, cfg)
+			if got, err := m2.Resume(testCtx(t), "a", info.ID); err != nil || got.State != store.StateRunning {
+				t.Fatalf("resume: %+v, %v", got, err)
+			}
+			done = pushed(m2, info.ID, "resumed")
+			q = question(t, m2, "a", info.ID)
+			if err := m2.AnswerApproval("a", q.ID, approve.AnswerDeny, "api"); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-done; !errors.Is(err, approve.ErrDenied) {
+				t.Errorf("after resume, denied: %v", err)
+			}
+			if ran(m2, "resumed") {
+				t.Error("after resume: the denied command ran")
+			}
+		})
+	}
+}
