@@ -31,8 +31,8 @@ async function connect (t, d, elicit) {
   if (elicit) client.setRequestHandler(ElicitRequestSchema, async (req) => elicit(req.params))
   await client.connect(new StreamableHTTPClientTransport(d.url, { requestInit: { headers: { Authorization: `Bearer ${d.token}` } } }))
   t.after(() => client.close())
-  return async (command) => {
-    const r = await client.callTool({ name: 'exec', arguments: { command, sandbox_id: d.sandbox } }, undefined, { timeout: 300_000 })
+  return async (command, extra = {}) => {
+    const r = await client.callTool({ name: 'exec', arguments: { command, sandbox_id: d.sandbox, ...extra } }, undefined, { timeout: 300_000 })
     return { ...r, text: r.content.map((c) => c.text ?? '').join('\n') }
   }
 }
@@ -87,6 +87,17 @@ test('a client that elicits is asked, and its answer decides', { timeout: 10 * 6
       assert.equal(r.isError, true, `touch ${name}.txt was not refused: ${r.text}`)
       assert.match(r.text, new RegExp(`not approved: .*touch ${name}\\.txt`))
     }
+    const ls = await exec('ls')
+    assert.equal(ls.structuredContent.output, 'once.txt\n')
+  })
+
+  await t.test('a variable that changes what runs is asked about', async () => {
+    reply = { action: 'accept', content: { answer: 'deny' } }
+    const before = asked.length
+    const r = await exec('echo hi > path.txt', { env: { PATH: '/tmp', LANG: 'C' } })
+    assert.equal(r.isError, true, `not refused: ${r.text}`)
+    assert.equal(asked.length, before + 1)
+    assert.ok(asked.at(-1).message.includes('export PATH=/tmp'), asked.at(-1).message)
     const ls = await exec('ls')
     assert.equal(ls.structuredContent.output, 'once.txt\n')
   })
