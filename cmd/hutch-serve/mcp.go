@@ -47,6 +47,10 @@ workspace of its own, no longer a timeout than --timeout, and reaches only
 hosts its allow_domains name, each of which the flags' network policy must
 allow.
 
+A policy's approvals: (--policy FILE) decide every command exec runs;
+where a rule says ask, the client's user is asked through MCP elicitation,
+and a client that cannot be asked is refused.
+
 Add it to Claude Code with: claude mcp add hutch -- hutch mcp [flags]
 
 hutch mcp wrap runs a third-party MCP server in a sandbox (see README.md).
