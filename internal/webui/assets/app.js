@@ -269,14 +269,21 @@
     streamEvents(id, events, refusals, signal);
   }
 
-  // loadDiff shows the patch at path in box; the viewer, or null.
+  // loads counts the diffs asked of each box: only the last one asked is
+  // shown, whichever comes first.
+  const loads = new WeakMap();
+
+  // loadDiff shows the patch at path in box; the viewer, or null (also
+  // when another diff was asked of box meanwhile).
   async function loadDiff(box, path, opts, signal) {
+    const n = (loads.get(box) || 0) + 1;
+    loads.set(box, n);
     box.replaceChildren(el("p", { class: "loading" }, "Loading the diff…"));
     try {
       const text = await getText(path, signal);
-      return HutchDiff.render(box, text, opts);
+      return loads.get(box) === n ? HutchDiff.render(box, text, opts) : null;
     } catch (err) {
-      if (!signal.aborted) box.replaceChildren(errorBox(err));
+      if (!signal.aborted && loads.get(box) === n) box.replaceChildren(errorBox(err));
       return null;
     }
   }
