@@ -102,6 +102,12 @@ func cmdMCPWrap(args []string, stdin, stdout, stderr *os.File) int {
 		return sandbox.ExitHutchError
 	}
 	defer sb.Close()
+	// The server's command is decided like hutch run's; its stdio carries
+	// MCP, so there is no one to ask: ask is deny.
+	if err := sb.Approve(context.Background(), command); err != nil {
+		fmt.Fprintf(stderr, "hutch: %v\n", err)
+		return sandbox.ExitNotExecutable
+	}
 	sb.WarnPrivateArgs(command)
 	environ, err := sb.Environ(command)
 	if err != nil {

@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"reflect"
 	"strings"
 
 	"github.com/hutch-sandbox/hutch/internal/approve"
@@ -21,7 +20,7 @@ const (
 	approveExitError = 125
 )
 
-const approveUsage = `Usage: hutch approve check [--policy FILE] [--approve-rules FILE] -- COMMAND...
+const approveUsage = `Usage: hutch approve check [--policy FILE] [--claude-settings FILE] [--approve-rules FILE] -- COMMAND...
 
 Prints what the approval rules decide for COMMAND: a line whose first word
 is allow, deny or ask, then the rule that decided (and where it is written)
@@ -29,10 +28,12 @@ and the simple command it was about. COMMAND's words are joined with spaces
 into one shell command line; a single word is taken as a whole line
 ("hutch approve check -- 'ls && rm -rf /'").
 
-The rules are the approvals: section of the policy file, the rules of
---approve-rules (a file with an approvals: section; its default and preset,
-when set, win), its preset's (read-only unless it says) and hutch's
-default rules. Without a file: the read-only preset, default ask.
+The rules are the approvals: section of the policy file, the rules
+imported from Claude Code's settings (--claude-settings; what was not
+imported is printed as warnings), the rules of --approve-rules (a file
+with an approvals: section), in that order, then the preset's (read-only
+unless one says) and hutch's default rules. A later file's default and
+preset, when set, win. Without a file: the read-only preset, default ask.
 
 Exit code: 0 allow, 1 deny, 2 ask, 125 when the rules cannot be read or
 hutch approve check is called wrongly.
@@ -43,12 +44,13 @@ Flags:
 // cmdApprove is hutch approve check.
 func cmdApprove(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] != "check" {
-		fmt.Fprintln(stderr, "hutch: usage: hutch approve check [--policy FILE] [--approve-rules FILE] -- COMMAND...")
+		fmt.Fprintln(stderr, "hutch: usage: hutch approve check [--policy FILE] [--claude-settings FILE] [--approve-rules FILE] -- COMMAND...")
 		return approveExitError
 	}
 	fs := flag.NewFlagSet("hutch approve check", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	policyFile := fs.String("policy", "", "read the approvals: section of the policy `file`")
+	claudeFile := fs.String("claude-settings", "", "import the approval rules of Claude Code's settings `file` (settings.json), after the policy's")
 	rulesFile := fs.String("approve-rules", "", "read more approval rules from `file` (an approvals: section), after the policy's")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, approveUsage)
@@ -65,7 +67,10 @@ func cmdApprove(args []string, stdout, stderr io.Writer) int {
 		return approveExitError
 	}
 	line := strings.Join(fs.Args(), " ")
-	set, err := approvalSet(*policyFile, *rulesFile)
+	set, warnings, err := approvalSet(*policyFile, *claudeFile, *rulesFile)
+	for _, w := range warnings {
+		fmt.Fprintf(stderr, "hutch: warning: %s\n", w)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "hutch: %v\n", err)
 		return approveExitError
@@ -81,36 +86,36 @@ func cmdApprove(args []string, stdout, stderr io.Writer) int {
 	return approveExitAsk
 }
 
-// approvalSet reads the approval rules of a policy file and a rules file
-// (either may be "").
-func approvalSet(policyFile, rulesFile string) (*approve.Set, error) {
+// approvalSet reads the approval rules of a policy file, Claude Code's
+// settings and a rules file (any may be ""), added up as hutch run does,
+// with the warnings of the import.
+func approvalSet(policyFile, claudeFile, rulesFile string) (*approve.Set, []string, error) {
 	var a policy.Approvals
-	for _, f := range []string{policyFile, rulesFile} {
-		if f == "" {
-			continue
-		}
-		spec, err := policy.Load(f)
+	var warnings []string
+	if policyFile != "" {
+		spec, err := policy.Load(policyFile)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		more := spec.Approvals
-		if f == rulesFile {
-			rest := spec
-			rest.Approvals = policy.Approvals{}
-			if !reflect.DeepEqual(rest, policy.Spec{}) {
-				return nil, fmt.Errorf("%s: an approval rules file holds only an approvals: section", f)
-			}
-		}
-		if more.Default != "" {
-			a.Default = more.Default
-		}
-		if more.Preset != "" {
-			a.Preset = more.Preset
-		}
-		a.NoDefaultRules = a.NoDefaultRules || more.NoDefaultRules
-		a.Commands = append(a.Commands, more.Commands...)
+		a = spec.Approvals
 	}
-	return a.ApprovalSet()
+	if claudeFile != "" {
+		spec, w, err := policy.LoadClaude(claudeFile)
+		warnings = w
+		if err != nil {
+			return nil, warnings, err
+		}
+		a.Add(spec.Approvals)
+	}
+	if rulesFile != "" {
+		more, err := policy.LoadApprovalRules(rulesFile)
+		if err != nil {
+			return nil, warnings, err
+		}
+		a.Add(more)
+	}
+	set, err := a.ApprovalSet()
+	return set, warnings, err
 }
 
 // describeApproval prints a decision in one line: its action first.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/hutch-sandbox/hutch/internal/changes"
 	"github.com/hutch-sandbox/hutch/internal/cli"
+	"github.com/hutch-sandbox/hutch/internal/policy"
 )
 
 const changesUsage = `Usage: hutch changes COMMAND [ARGS...]
@@ -24,9 +25,12 @@ workspace, kept aside until you apply it.
   hutch changes show ID [--stat | --name-only] [--color=auto|always|never] [PATH...]
                                                  the set's diff
   hutch changes apply ID [PATH...] [--allow PATH]... [--skip-refused] [--branch NAME]
+                     [--policy FILE] [--yes-files]
                                                  write the set (or PATHs) into the
                                                  workspace, or commit it on a new
-                                                 git branch
+                                                 git branch; approvals.files rules
+                                                 (the set's, and FILE's) deny or
+                                                 ask, on the terminal
   hutch changes export ID [-o FILE]              a patch git apply takes
   hutch changes discard ID...                    remove sets
 
@@ -267,6 +271,8 @@ func changesApply(st *changes.Store, args []string, stdout, stderr io.Writer) in
 	fs.Var(&allow, "allow", "apply PATH (or what is below it) although it needs your word: a protected name, a symbolic link out of the workspace, a setuid or setgid bit (repeatable)")
 	skip := fs.Bool("skip-refused", false, "apply the rest when some paths need your word, leaving those out")
 	branch := fs.String("branch", "", "commit the set on a new git branch NAME (parent HEAD) instead, touching neither the working tree nor the index")
+	policyFile := fs.String("policy", "", "also match the approvals.files rules of the policy `file` (besides those recorded with the set)")
+	yesFiles := fs.Bool("yes-files", false, "answer yes to what approvals.files rules ask (deny rules still refuse)")
 	ops, err := parseMixed(fs, args, stderr)
 	if err != nil {
 		return usageCode(err)
@@ -276,6 +282,19 @@ func changesApply(st *changes.Store, args []string, stdout, stderr io.Writer) in
 		return 1
 	}
 	opt := changes.ApplyOptions{Paths: paths, SkipRefused: *skip}
+	if *policyFile != "" {
+		p, err := policy.Load(*policyFile)
+		if err == nil {
+			opt.Files, err = p.Approvals.FileRules()
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "hutch changes apply: --policy: %v\n", err)
+			return 2
+		}
+	}
+	gate, closeGate := applyGate(*yesFiles)
+	defer closeGate()
+	opt.Gate = gate
 	for _, a := range allow {
 		c, err := changes.Clean(a)
 		if err != nil {

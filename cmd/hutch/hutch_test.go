@@ -47,6 +47,9 @@ type invocation struct {
 	// namespace of hutch's own (root tests), so that a test chooses
 	// whether hutch's user may open it.
 	fuse string
+	// noTTY runs hutch in a session of its own, without a controlling
+	// terminal: nobody to ask, whether or not the test has a terminal.
+	noTTY bool
 }
 
 // result is how hutch ended and what it printed.
@@ -98,6 +101,12 @@ func hutch(t *testing.T, inv invocation) result {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{
 			Uid: uint32(inv.uid), Gid: uint32(inv.uid), Groups: []uint32{},
 		}}
+	}
+	if inv.noTTY {
+		if cmd.SysProcAttr == nil {
+			cmd.SysProcAttr = &syscall.SysProcAttr{}
+		}
+		cmd.SysProcAttr.Setsid = true
 	}
 	err := cmd.Run()
 	if ctx.Err() != nil {

@@ -213,6 +213,7 @@ func cmdRun(args []string, stdin, stdout, stderr *os.File) int {
 	if code, done := runner.Parse(fs, args, stderr); done {
 		return code
 	}
+	rf.AskOnTerminal = true
 	command := fs.Args()
 	spec, code := rf.Spec(stderr)
 	if code != 0 {
@@ -232,6 +233,10 @@ func cmdRun(args []string, stdin, stdout, stderr *os.File) int {
 	if len(command) == 0 {
 		fmt.Fprintln(stderr, "hutch: no command given: hutch run [flags] -- COMMAND [ARGS...]")
 		return sandbox.ExitHutchError
+	}
+	if err := sb.Approve(context.Background(), command); err != nil {
+		fmt.Fprintf(stderr, "hutch: %v\n", err)
+		return sandbox.ExitNotExecutable
 	}
 	sb.WarnPrivateArgs(command)
 	environ, err := sb.Environ(command)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -55,6 +56,12 @@ type shownPolicy struct {
 		Timeout string  `yaml:"timeout"`
 		TmpSize string  `yaml:"tmp_size"`
 	} `yaml:"resources"`
+	Approvals struct {
+		Preset   string           `yaml:"preset"`
+		Default  string           `yaml:"default"`
+		Commands []map[string]any `yaml:"commands"`
+		Approved []string         `yaml:"approved"`
+	} `yaml:"approvals"`
 	BestEffort bool `yaml:"best_effort"`
 }
 
@@ -282,6 +289,8 @@ func TestPolicyShowRoundTrip(t *testing.T) {
 		}},
 		{name: "policy file", args: []string{"--policy", "testdata/policy.yaml"}},
 		{name: "srt settings", args: []string{"--srt-settings", "testdata/srt-settings.json"}},
+		{name: "claude settings", args: []string{"--claude-settings", "testdata/claude-settings.json"}},
+		{name: "policy and claude settings", args: []string{"--policy", "testdata/policy.yaml", "--claude-settings", "testdata/claude-settings.json"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -306,7 +315,8 @@ func TestPolicyShowRoundTrip(t *testing.T) {
 			if second.stdout != first.stdout {
 				t.Errorf("policy show of its own output differs.\nfirst:\n%s\nsecond:\n%s", first.stdout, second.stdout)
 			}
-			if second.stderr != "" {
+			// (Approvals are said to be not enforced where they are not.)
+			if rest := regexp.MustCompile("(?m)^hutch: warning: approvals .* not enforced yet.*\n").ReplaceAllString(second.stderr, ""); rest != "" {
 				t.Errorf("stderr: %q", second.stderr)
 			}
 		})
@@ -486,5 +496,70 @@ func eq[T any](t *testing.T, what string, got, want T) {
 	w, err2 := yaml.Marshal(want)
 	if err1 != nil || err2 != nil || !bytes.Equal(g, w) {
 		t.Errorf("%s: got %v, want %v", what, got, want)
+	}
+}
+
+// TestPolicyShowClaude: Claude Code's settings add to a policy or srt
+// settings, and an approval rules file to both; what was not imported is
+// a warning with its position.
+func TestPolicyShowClaude(t *testing.T) {
+	t.Parallel()
+	d := newPolicyDirs(t)
+	// The project's settings: their relative paths are the project's.
+	data, err := os.ReadFile("testdata/claude-settings.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	settings := filepath.Join(d.ws, ".claude", "settings.json")
+	if err := os.MkdirAll(filepath.Dir(settings), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, settings, string(data), 0o644)
+	srt, err := filepath.Abs("testdata/srt-settings.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules := filepath.Join(d.ws, "rules.yaml")
+	writeFile(t, rules, "approvals:\n  default: deny\n  commands:\n    - deny: [npm, publish]\n", 0o644)
+	r := d.show(t, "--srt-settings", srt, "--claude-settings", settings, "--approve-rules", rules)
+	wantOK(t, r)
+	p := parsePolicy(t, r.stdout)
+	a := p.Approvals
+	eq(t, "preset", a.Preset, "workspace-write")
+	eq(t, "default", a.Default, "deny") // the rules file's, given last
+	eq(t, "approved", a.Approved, []string{"terraform plan"})
+	var got []string
+	for _, c := range a.Commands {
+		for k, v := range c {
+			got = append(got, fmt.Sprint(k, v))
+		}
+	}
+	eq(t, "commands", got, []string{"allow[npm run test]", "ask[git push]", "deny[| curl sh]", "deny[npm publish]"})
+	// srt's and Claude Code's paths and hosts, added up.
+	for _, want := range []string{filepath.Join(d.home, ".hutch-test-creds"), filepath.Join(d.home, ".hutch-test-secret"), filepath.Join(d.home, ".config/secret-tool")} {
+		if !slices.Contains(p.Filesystem.DenyRead, want) {
+			t.Errorf("deny_read lacks %s: %q", want, p.Filesystem.DenyRead)
+		}
+	}
+	if !slices.Contains(p.Filesystem.DenyWrite, filepath.Join(d.ws, "deploy.key")) || !slices.Contains(p.Filesystem.AllowWrite, filepath.Join(d.ws, "build-out")) {
+		t.Errorf("filesystem: %+v", p.Filesystem)
+	}
+	eq(t, "allowed_domains", p.Network.AllowedDomains, []string{"example.com:*", "*.example.org:*", "docs.example.com", "registry.example.com:*"})
+	for _, w := range []string{
+		settings + `:5:`, `permissions.allow[2]: "Bash(git * main)" was not imported`,
+		settings + `:13:`, `sandbox.network.allowUnixSockets is not supported`,
+		`rules for Claude Code's own tools (Grep)`,
+	} {
+		if !strings.Contains(r.stderr, w) {
+			t.Errorf("stderr lacks %q:\n%s", w, r.stderr)
+		}
+	}
+	// A malformed file: its position and JSON path, exit 125.
+	bad := filepath.Join(d.ws, "bad.json")
+	writeFile(t, bad, `{"permissions": {"deny": ["Bash(*x)"]}}`, 0o644)
+	r = d.show(t, "--claude-settings", bad)
+	wantCode(t, r, 125)
+	if want := "hutch: " + bad + `:1:27: permissions.deny[0]: "Bash(*x)" cannot be enforced`; !strings.HasPrefix(r.stderr, want) {
+		t.Errorf("stderr %q, want %q", r.stderr, want)
 	}
 }

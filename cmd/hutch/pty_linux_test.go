@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -33,23 +32,7 @@ type terminal struct {
 
 func newTerminal(t *testing.T, rows, cols uint16) *terminal {
 	t.Helper()
-	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
-	if err != nil {
-		t.Fatalf("open pty: %v", err)
-	}
-	t.Cleanup(func() { m.Close() })
-	if err := unix.IoctlSetPointerInt(int(m.Fd()), unix.TIOCSPTLCK, 0); err != nil {
-		t.Fatalf("unlock pty: %v", err)
-	}
-	n, err := unix.IoctlGetUint32(int(m.Fd()), unix.TIOCGPTN)
-	if err != nil {
-		t.Fatalf("pty number: %v", err)
-	}
-	s, err := os.OpenFile("/dev/pts/"+strconv.Itoa(int(n)), os.O_RDWR|syscall.O_NOCTTY, 0)
-	if err != nil {
-		t.Fatalf("open pty slave: %v", err)
-	}
-	t.Cleanup(func() { s.Close() })
+	m, s := testutil.OpenPty(t)
 	if err := unix.IoctlSetWinsize(int(m.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: rows, Col: cols}); err != nil {
 		t.Fatalf("set window size: %v", err)
 	}

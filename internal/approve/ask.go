@@ -210,7 +210,11 @@ func (g *Gate) Command(ctx context.Context, line string) error {
 	granted := func(cmd string) bool { return once[cmd] || g.granted(KindCommand, cmd) }
 	for range MaxCommands + 1 {
 		d := g.Commands.DecideGranted(line, granted)
-		rec := Record{Time: time.Now(), Kind: KindCommand, Subject: truncate(line), Command: d.Command, Rule: ruleText(d), By: "rule", Reason: d.Reason}
+		reason := d.Reason
+		if d.Source != "" {
+			reason += " (" + d.Source + ")"
+		}
+		rec := Record{Time: time.Now(), Kind: KindCommand, Subject: truncate(line), Command: d.Command, Rule: ruleText(d), By: "rule", Reason: reason}
 		switch d.Action {
 		case Allow:
 			rec.Decision = "allow"
@@ -221,7 +225,7 @@ func (g *Gate) Command(ctx context.Context, line string) error {
 			g.record(rec)
 			return &Denied{Record: rec, Hint: "a deny rule cannot be answered; change the rule to allow it"}
 		}
-		req := Request{Kind: KindCommand, Subject: truncate(line), Command: d.Command, Rule: rec.Rule, Reason: d.Reason, Sandbox: g.Sandbox}
+		req := Request{Kind: KindCommand, Subject: truncate(line), Command: d.Command, Rule: rec.Rule, Reason: reason, Sandbox: g.Sandbox}
 		reply, took := g.ask(ctx, req)
 		rec.By, rec.Answer, rec.TookMS = reply.By, reply.Answer, took.Milliseconds()
 		if !reply.Answer.Allows() {
@@ -262,7 +266,7 @@ func (g *Gate) Host(ctx context.Context, host string, port int) error {
 	if !reply.Answer.Allows() {
 		rec.Decision = "deny"
 		g.record(rec)
-		return &Denied{Record: rec, Hint: g.hint(reply, fmt.Sprintf("network.allowed_domains: [%q] in the policy allows it", hp))}
+		return &Denied{Record: rec, Hint: g.hint(reply, "")}
 	}
 	rec.Decision = "allow"
 	g.record(rec)

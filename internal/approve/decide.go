@@ -647,6 +647,17 @@ func show(argv []word) string {
 	return strings.Join(parts, " ")
 }
 
+// Line quotes an argument vector into the shell command line that runs
+// it, for deciding a command given as argv (an exec, hutch run's
+// command) as Decide decides lines.
+func Line(argv []string) string {
+	q := make([]string, len(argv))
+	for i, a := range argv {
+		q[i] = shellQuote(a)
+	}
+	return strings.Join(q, " ")
+}
+
 func shellQuote(s string) string {
 	if s == "" {
 		return "''"
@@ -655,16 +666,4 @@ func shellQuote(s string) string {
 		return s
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}
-
-// Line is the shell line of an argument vector, each argument quoted as
-// the shell would need it: how a command given as argv (an API's exec)
-// is decided. A shell's -c in it is parsed in turn, so "bash -c X" is
-// decided on X as well as on bash.
-func Line(argv []string) string {
-	parts := make([]string, len(argv))
-	for i, a := range argv {
-		parts[i] = shellQuote(a)
-	}
-	return strings.Join(parts, " ")
 }

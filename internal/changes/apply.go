@@ -1,6 +1,7 @@
 package changes
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
@@ -16,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hutch-sandbox/hutch/internal/approve"
 	"github.com/hutch-sandbox/hutch/internal/hostperm"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 )
@@ -33,6 +35,18 @@ type ApplyOptions struct {
 	// SkipRefused applies the rest when some changes need the user's word,
 	// leaving those out.
 	SkipRefused bool
+	// Files are approvals.files rules for this apply, besides those the
+	// set records (Meta.FileRules). The paths the applied changes touch
+	// (both names of a rename) are matched against them
+	// (approve.DecideFiles): a deny rule refuses the apply; an ask rule
+	// asks Gate, and a refusal refuses the apply. Either way nothing is
+	// written, and the *ApplyError names the paths and the rule.
+	Files []approve.FileRule
+	// Gate asks where a file rule says ask (Gate.Files), with the front
+	// end's Asker; nil, or a gate without an Asker, refuses.
+	Gate *approve.Gate
+	// Context bounds the question; nil is context.Background().
+	Context context.Context
 }
 
 // Problem is one path apply will not write, and why.
@@ -44,10 +58,17 @@ type Problem struct {
 type ApplyError struct {
 	Conflicts []Problem // the workspace is no longer as the set's base
 	Refused   []Problem // these need --allow (or --skip-refused)
+	// Denied are paths a deny rule of approvals.files matches, and
+	// NotApproved those an ask rule asked about, refused (Answer says
+	// how); Rule names the rules.
+	Denied, NotApproved []Problem
+	Rule                string
+	Answer              error
 }
 
 func (e *ApplyError) Error() string {
 	var b strings.Builder
+	e.filesError(&b)
 	if len(e.Conflicts) > 0 {
 		fmt.Fprintf(&b, "%d conflict%s, nothing applied:\n", len(e.Conflicts), plural(len(e.Conflicts)))
 		for _, p := range e.Conflicts {
@@ -119,6 +140,9 @@ func (s *Set) Apply(changes []Change, opt ApplyOptions) (*Result, error) {
 	aerr.Conflicts = s.conflicts(todo)
 	if len(aerr.Conflicts) > 0 || len(aerr.Refused) > 0 {
 		return nil, aerr
+	}
+	if err := s.checkFiles(todo, opt); err != nil {
+		return nil, err
 	}
 	s.cleanTemps(changes)
 	if err := s.write(root, todo, res); err != nil {

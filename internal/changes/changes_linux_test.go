@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hutch-sandbox/hutch/internal/approve"
 	"github.com/hutch-sandbox/hutch/internal/hostperm"
 	"github.com/hutch-sandbox/hutch/internal/testutil"
 )
@@ -298,6 +299,12 @@ func TestApplyBranch(t *testing.T) {
 	ch, err := s.Changes()
 	if err != nil {
 		t.Fatal(err)
+	}
+	// File rules hold for a branch too: a deny rule makes none.
+	deny := []approve.FileRule{{Action: approve.Deny, Globs: []string{"link"}}}
+	var ae *ApplyError
+	if _, _, err := s.ApplyBranch(ch, "review/one", ApplyOptions{Files: deny}); !errors.As(err, &ae) || len(ae.Denied) != 1 {
+		t.Fatalf("a branch under a deny rule: %v", err)
 	}
 	commit, _, err := s.ApplyBranch(ch, "review/one", ApplyOptions{})
 	if err != nil {

@@ -53,6 +53,9 @@ func (s *Set) ApplyBranch(changes []Change, name string, opt ApplyOptions) (stri
 	if len(aerr.Refused) > 0 {
 		return "", nil, aerr
 	}
+	if err := s.checkFiles(todo, opt); err != nil {
+		return "", nil, err
+	}
 	tmp, err := os.MkdirTemp("", "hutch-branch-")
 	if err != nil {
 		return "", nil, err

@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/hutch-sandbox/hutch/internal/approve"
 )
 
 // Store is a directory of change sets.
@@ -84,6 +86,9 @@ type Meta struct {
 	// ReviewWorkspace is the name its daemon's operator gave the
 	// workspace (hutch serve --review-workspace).
 	ReviewWorkspace string `json:"review_workspace,omitempty"`
+	// FileRules are the approvals.files rules of the policy of the set's
+	// runs (SetFileRules), which every apply of the set matches.
+	FileRules []approve.FileRule `json:"file_rules,omitempty"`
 
 	extra map[string]json.RawMessage
 }

@@ -108,7 +108,11 @@ func (m *Manager) newGate(id string, spec policy.Spec, log *slog.Logger) (*appro
 		g.OnUnknown = approve.Ask
 	}
 	g.Record = func(r approve.Record) {
-		log.Info("approval", "kind", r.Kind, "subject", r.Subject, "command", r.Command, "decision", r.Decision,
+		level := slog.LevelInfo
+		if r.Decision == "allow" && r.By == "rule" {
+			level = slog.LevelDebug // as every exec is
+		}
+		log.Log(context.Background(), level, "approval", "kind", r.Kind, "subject", r.Subject, "command", r.Command, "decision", r.Decision,
 			"rule", r.Rule, "by", r.By, "answer", r.Answer, "took_ms", r.TookMS, "reason", r.Reason)
 		if r.Decision == "deny" && r.By == "rule" {
 			m.eventsOf("", id).append(EventApprovalDenied, map[string]any{"kind": r.Kind, "subject": r.Subject, "command": r.Command,

@@ -122,6 +122,14 @@ func TestApprovalGate(t *testing.T) {
 				t.Errorf("the host denied: %v", err)
 			}
 
+			// New egress rules keep on_unknown: ask; they may not drop it.
+			if nw, err := m.UpdateNetwork(testCtx(t), "a", info.ID, policy.Network{AllowedDomains: []string{"other.test"}}, false); err != nil || nw.OnUnknown != "ask" {
+				t.Errorf("new rules: %+v, %v; want on_unknown kept", nw, err)
+			}
+			if _, err := m.UpdateNetwork(testCtx(t), "a", info.ID, policy.Network{AllowedDomains: []string{"other.test"}, OnUnknown: "deny"}, false); !errors.Is(err, ErrInvalid) {
+				t.Errorf("new rules with on_unknown: deny: %v, want invalid", err)
+			}
+
 			// A deny rule: refused at once, no question.
 			if _, _, err := run(testCtx(t), m, "a", info.ID, "touch ruled; rm -f x"); !errors.Is(err, approve.ErrDenied) {
 				t.Errorf("a deny rule: %v", err)

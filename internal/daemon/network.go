@@ -30,6 +30,9 @@ var _ Networker = (*Manager)(nil)
 // obeys the new rules, and open ones the new rules refuse are closed;
 // those they allow go on. The secrets the sandbox was given stay bound.
 //
+// network.on_unknown, when nw leaves it out, stays the sandbox's; one
+// that would start or stop asking about unknown hosts is refused.
+//
 // A sandbox with the host's network has no proxy to change (ErrConflict);
 // nw may not ask for it. Mode "none" makes the proxy refuse everything.
 // Under gVisor a sandbox created offline (mode "none") has no way to its
@@ -65,6 +68,14 @@ func (m *Manager) UpdateNetwork(ctx context.Context, tenant, id string, nw polic
 		return policy.Network{}, fmt.Errorf("sandbox %s: its policy: %w", id, err)
 	}
 	was := spec.Network.Mode
+	// The proxy's hook of network.on_unknown is the sandbox's from its
+	// start: a section that does not name it keeps it, one that would
+	// change whether unknown hosts are asked about is refused.
+	if nw.OnUnknown == "" {
+		nw.OnUnknown = spec.Network.OnUnknown
+	} else if (nw.OnUnknown == "ask") != (spec.Network.OnUnknown == "ask") {
+		return policy.Network{}, invalid("sandbox %s: update network: network.on_unknown: %q cannot change on a running sandbox (it is %q); create one with it", id, nw.OnUnknown, spec.Network.OnUnknown)
+	}
 	spec.Network = nw
 	if err := spec.Normalize(spec.Filesystem.Workspace, ""); err != nil {
 		return policy.Network{}, invalid("sandbox %s: update network: policy: %s", id, oneLine(err))

@@ -22,10 +22,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hutch-sandbox/hutch/internal/agent"
 	"github.com/hutch-sandbox/hutch/internal/api"
 	"github.com/hutch-sandbox/hutch/internal/audit"
 	"github.com/hutch-sandbox/hutch/internal/daemon"
 	"github.com/hutch-sandbox/hutch/internal/envd"
+	"github.com/hutch-sandbox/hutch/internal/policy"
 )
 
 // TestEveryRouteAudited walks every route of every front end of hutch
@@ -385,6 +387,36 @@ func (w *walker) spare(t *testing.T, paused bool) string {
 	return info.ID
 }
 
+// question makes a spare sandbox of alice's whose approvals ask about
+// git push, starts git push in it (held until answered, or until the
+// sandbox ends when the test does) and returns the question's id.
+func (w *walker) question(t *testing.T) string {
+	t.Helper()
+	ctx := context.Background()
+	info, err := w.f.dm.Create(ctx, "alice", daemon.CreateRequest{Policy: policy.Spec{Approvals: policy.Approvals{
+		Preset: "full", Commands: []policy.CommandRule{{Action: "ask", Args: []string{"git", "push"}}},
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.f.dm.Destroy(context.Background(), "alice", info.ID) })
+	c, err := w.f.dm.Agent(ctx, "alice", info.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _, _ = c.Exec(ctx, agent.ExecRequest{Args: []string{"git", "push"}}) }()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if list := w.f.dm.Approvals("alice", info.ID); len(list) > 0 {
+			return list[0].ID
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("git push asked no question")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // snapshot takes a snapshot of a spare sandbox of alice's and returns
 // its id; it is deleted when the test ends, if it is still there.
 func (w *walker) snapshot(t *testing.T) string {
@@ -546,6 +578,15 @@ func (w *walker) calls() map[string]call {
 		"hutch DELETE /v1/changes/{cid}": func(t *testing.T) func(*testing.T) {
 			cid := w.changeSet(t)
 			return func(t *testing.T) { w.hutch(t, "DELETE", "/v1/changes/"+cid, "", 204) }
+		},
+		"hutch GET /v1/approvals": now(func(t *testing.T) { w.hutch(t, "GET", "/v1/approvals", "", 200) }),
+		"hutch GET /v1/approvals/{aid}": func(t *testing.T) func(*testing.T) {
+			aid := w.question(t)
+			return func(t *testing.T) { w.hutch(t, "GET", "/v1/approvals/"+aid, "", 200) }
+		},
+		"hutch POST /v1/approvals/{aid}": func(t *testing.T) func(*testing.T) {
+			aid := w.question(t)
+			return func(t *testing.T) { w.hutch(t, "POST", "/v1/approvals/"+aid, `{"answer":"deny"}`, 200) }
 		},
 		"hutch GET /v1/sandboxes/{id}": now(func(t *testing.T) { w.hutch(t, "GET", sb+m, "", 200) }),
 		"hutch DELETE /v1/sandboxes/{id}": func(t *testing.T) func(*testing.T) {

@@ -135,6 +135,16 @@ type Verdict struct {
 	// ("network.allowed_domains", "network.allow_private",
 	// "network.denied_domains", "secrets[].hosts", …), or empty.
 	AllowField string
+	// Unknown says that the destination was refused only because no
+	// allow rule matches its host and port (Reason "not in
+	// allowedDomains" or "port N not allowed for HOST"): not by a deny
+	// rule, the address guard, a failed lookup or Config.Offline. It is
+	// what network.on_unknown: ask asks a person about (Proxy.Unknown).
+	Unknown bool
+	// Approved says that a person's approval stood in for an allow rule
+	// (Rules.ResolveApproved); the destination may still be refused by
+	// the lookup or the address guard.
+	Approved bool
 }
 
 // Event is one line of a report: a refused connection, a name the sandbox

@@ -185,7 +185,7 @@ func (hc *httpConn) connect(req *http.Request, hostHdr string) {
 		hc.refuse(http.StatusForbidden, p.blockSecret("connect", host, port, forbidden{secret: s}))
 		return
 	}
-	v := p.resolve(name, port)
+	v := p.check(hc.conn, hc.br, name, port)
 	if !v.Allowed {
 		hc.refuse(http.StatusForbidden, p.block("connect", name, port, &v, ""))
 		return
@@ -315,7 +315,7 @@ func (hc *httpConn) forward(req *http.Request, hostHdr string) bool {
 		reused := hc.up != nil && hc.up.name == key && hc.up.port == port
 		if !reused {
 			hc.dropUpstream()
-			v := p.resolve(name, port)
+			v := p.check(hc.conn, hc.br, name, port)
 			if !v.Allowed {
 				hc.refuse(http.StatusForbidden, p.block("http", name, port, &v, ""))
 				return false

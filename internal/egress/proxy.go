@@ -99,12 +99,26 @@ type Proxy struct {
 	// Hostname is the sandbox's host name, which ServeDNS answers with
 	// the loopback addresses as it does localhost.
 	Hostname string
-	// Unknown, when set, is asked about a destination no rule allows
-	// (not one a deny rule or the address guard refuses): the proxy holds
-	// the connection until it returns, and connects when it returns nil
-	// (the address guard still applies). It is an approval: network.
-	// on_unknown: ask (approve.Gate.Host). It must honour ctx, which ends
-	// when the proxy closes.
+	// Unknown, when set, is asked about a destination that no rule
+	// allows (Verdict.Unknown: not one that a deny rule, the address
+	// guard, a failed lookup or Config.Offline refuses, nor an invalid
+	// name), on every path of every protocol: CONNECT, forwarded http://
+	// requests and SOCKS5. The proxy holds the sandbox's connection until
+	// it returns, holding none of its locks, and when it returns nil
+	// resolves the destination again as approved (Rules.ResolveApproved:
+	// the deny rules and the address guard still apply, so an approved
+	// name that resolves to a loopback or private address is still
+	// refused). An error refuses the connection as before, with the
+	// reason "not approved: ERROR". host is the destination as the rules
+	// normalized it (Verdict.Host). It is the hook of network.on_unknown:
+	// ask (approve.Gate.Host), whose own timeout bounds the question, not
+	// DialTimeout. It must honour ctx, which ends when the proxy closes
+	// or the sandbox closes the connection it holds; it is called from
+	// the goroutine of the connection, for each connection (MaxConns
+	// bounds how many wait at once), so it must be safe for concurrent
+	// use. An approved connection lasts until it ends: a forwarded
+	// request's kept-alive upstream serves the requests after it on the
+	// same client connection without asking again.
 	Unknown func(ctx context.Context, host string, port int) error
 
 	mu        sync.Mutex
@@ -310,6 +324,9 @@ type dest struct {
 	host string
 	port int
 	addr netip.Addr
+	// approved: a person's approval allowed it, not a rule (see
+	// Verdict.Approved).
+	approved bool
 }
 
 // track registers an upstream connection to d for Close and SetRules. It
@@ -357,7 +374,7 @@ func (p *Proxy) SetRules(r *Rules) (closed int, err error) {
 	p.set.Store(r)
 	var cut []net.Conn
 	for c, d := range p.conns {
-		if d.host != "" && !r.admits(d.host, d.port, d.addr) {
+		if d.host != "" && !r.admits(d.host, d.port, d.addr, d.approved) {
 			cut = append(cut, c)
 		}
 	}
@@ -545,11 +562,12 @@ func (p *Proxy) blockEvent(proto, host string, port int, v *Verdict, reason stri
 	return e
 }
 
-// resolve asks the rules about host:port, within the dial timeout.
-func (p *Proxy) resolve(host string, port int) Verdict {
+// resolve asks the rules about host:port, within the dial timeout:
+// Rules.Resolve, or Rules.ResolveApproved when a person approved it.
+func (p *Proxy) resolve(host string, port int, approved bool) Verdict {
 	ctx, cancel := context.WithTimeout(p.baseContext(), p.dialTimeout())
 	defer cancel()
-	return p.rules().Resolve(ctx, host, port)
+	return p.rules().resolve(ctx, host, port, approved)
 }
 
 // dial connects to port on the verdict's addresses in order, with the dial
@@ -572,7 +590,7 @@ func (p *Proxy) dial(v Verdict) (net.Conn, netip.Addr, error) {
 		d := net.Dialer{Timeout: timeout}
 		c, err := d.DialContext(ctx, "tcp", netip.AddrPortFrom(a, uint16(v.Port)).String())
 		if err == nil {
-			if !p.track(c, dest{v.Host, v.Port, a}) {
+			if !p.track(c, dest{v.Host, v.Port, a, v.Approved}) {
 				return nil, netip.Addr{}, errors.New("egress proxy closed")
 			}
 			return c, a, nil

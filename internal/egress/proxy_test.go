@@ -82,9 +82,10 @@ func listen(t testing.TB) net.Listener {
 	return l
 }
 
-// startProxy serves a proxy with cfg's rules on loopback listeners; the
-// test's cleanup closes it and checks that both servers return nil.
-func startProxy(t *testing.T, cfg Config) *testEnv {
+// startProxy serves a proxy with cfg's rules on loopback listeners, after
+// opts set its other fields; the test's cleanup closes it and checks that
+// both servers return nil.
+func startProxy(t *testing.T, cfg Config, opts ...func(*Proxy)) *testEnv {
 	t.Helper()
 	rules, err := NewRules(cfg)
 	if err != nil {
@@ -97,6 +98,9 @@ func startProxy(t *testing.T, cfg Config) *testEnv {
 		Record:      env.rec.Record,
 		Log:         slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug})),
 		DialTimeout: 5 * time.Second,
+	}
+	for _, o := range opts {
+		o(env.p)
 	}
 	env.serve()
 	return env
@@ -274,6 +278,15 @@ func startHTTPUpstream(t *testing.T, release <-chan struct{}) *httpUpstream {
 // client half-closes, it writes "bye" and half-closes too.
 func startEchoServer(t testing.TB) int {
 	t.Helper()
+	port, _ := countingEcho(t)
+	return port
+}
+
+// countingEcho starts startEchoServer's server and returns its port and
+// the count of the connections it accepted.
+func countingEcho(t testing.TB) (port int, conns *atomic.Int32) {
+	t.Helper()
+	conns = new(atomic.Int32)
 	l := listen(t)
 	t.Cleanup(func() { l.Close() })
 	go func() {
@@ -282,6 +295,7 @@ func startEchoServer(t testing.TB) int {
 			if err != nil {
 				return
 			}
+			conns.Add(1)
 			go func() {
 				defer c.Close()
 				if _, err := io.Copy(c, c); err != nil {
@@ -293,7 +307,7 @@ func startEchoServer(t testing.TB) int {
 			}()
 		}
 	}()
-	return portOf(t, l.Addr().String())
+	return portOf(t, l.Addr().String()), conns
 }
 
 // freePort returns a loopback port that nothing listens on.

@@ -35,8 +35,29 @@ const lookupTimeout = 5 * time.Second
 // invalid host name, Verdict.Host is host as given. Verdict.Allow names
 // what would let a refused destination through. With Config.Offline every
 // valid destination is refused (OfflineReason), and nothing is looked up.
+// A destination refused only because no allow rule matches it is
+// Verdict.Unknown.
 func (r *Rules) Resolve(ctx context.Context, host string, port int) Verdict {
-	v := Verdict{Host: host, Port: port}
+	return r.resolve(ctx, host, port, false)
+}
+
+// ResolveApproved is Resolve for a destination that a person approved
+// (Proxy.Unknown, network.on_unknown: ask): where no allow rule matches
+// host:port, the approval stands in for one (Verdict.Approved, Rule
+// empty), and everything else still holds: the deny rules, the lookup
+// and the address guard. The guard lets an approved name through to
+// public addresses, AllowPrivate's ranges and the addresses an
+// operator's IP-literal rule opens, but not to PrivateNames' ranges: a
+// person approves a name, not whatever the sandbox's choice of name
+// resolves to. A refusal of an approved destination says so in its
+// Reason ("approved, but resolves to 127.0.0.1 (loopback)").
+func (r *Rules) ResolveApproved(ctx context.Context, host string, port int) Verdict {
+	return r.resolve(ctx, host, port, true)
+}
+
+// resolve is Resolve, and ResolveApproved when approved is set.
+func (r *Rules) resolve(ctx context.Context, host string, port int, approved bool) (v Verdict) {
+	v = Verdict{Host: host, Port: port}
 	name, literal, err := normalizeHost(host)
 	if err != nil {
 		v.Reason = "invalid host name"
@@ -58,13 +79,22 @@ func (r *Rules) Resolve(ctx context.Context, host string, port int) Verdict {
 		return v
 	}
 	allow, hostRule := r.allowed(name, literal, port)
+	if allow == nil && approved {
+		// The approval is the allow rule: it lifts no class of the guard.
+		allow, v.Approved = &rule{}, true
+		defer func() {
+			if !v.Allowed {
+				v.Reason = "approved, but " + v.Reason
+			}
+		}()
+	}
 	switch {
 	case allow == nil && hostRule == nil:
-		v.Reason = "not in allowedDomains"
+		v.Reason, v.Unknown = "not in allowedDomains", r.askable(literal, port)
 		allowDomain(&v, name, literal, port, false)
 		return v
 	case allow == nil:
-		v.Rule, v.Reason = hostRule.raw, fmt.Sprintf("port %d not allowed for %s", port, name)
+		v.Rule, v.Reason, v.Unknown = hostRule.raw, fmt.Sprintf("port %d not allowed for %s", port, name), r.askable(literal, port)
 		allowDomain(&v, name, literal, port, true)
 		return v
 	}
@@ -95,7 +125,7 @@ func (r *Rules) Resolve(ctx context.Context, host string, port int) Verdict {
 			}
 			continue
 		}
-		if ok, class := r.addrPasses(a, port, lift, literal.IsValid()); !ok {
+		if ok, class := r.addrPasses(a, port, lift, literal.IsValid(), v.Approved); !ok {
 			if !refused {
 				refused = true
 				v.Addr = a
@@ -124,13 +154,27 @@ func (r *Rules) Resolve(ctx context.Context, host string, port int) Verdict {
 	return v
 }
 
+// askable reports whether a destination that no allow rule matches is
+// Verdict.Unknown: a name, whose addresses are not looked up before a
+// person approves it, or an IP literal (addr) that the address guard
+// would let through once approved. A person is never asked about an
+// address the guard refuses anyway.
+func (r *Rules) askable(addr netip.Addr, port int) bool {
+	if !addr.IsValid() {
+		return true
+	}
+	ok, _ := r.addrPasses(addr.WithZone("").Unmap(), port, "", true, true)
+	return ok
+}
+
 // addrPasses reports whether the address guard lets a, an address of the
 // destination on port that the allow rule with lift matched, through
-// (literal: the destination is a itself, not a name), and else the class
-// of addresses that refused it.
-func (r *Rules) addrPasses(a netip.Addr, port int, lift string, literal bool) (bool, string) {
+// (literal: the destination is a itself, not a name; approved: a person's
+// approval stood in for the allow rule, which PrivateNames does not
+// cover), and else the class of addresses that refused it.
+func (r *Rules) addrPasses(a netip.Addr, port int, lift string, literal, approved bool) (bool, string) {
 	ok, class := r.guard.passes(a, lift)
-	if !ok && !literal && (r.literalAllows(a, port, class) || r.guard.passesName(a, class)) {
+	if !ok && !literal && (r.literalAllows(a, port, class) || !approved && r.guard.passesName(a, class)) {
 		ok = true
 	}
 	return ok, class
@@ -139,17 +183,21 @@ func (r *Rules) addrPasses(a netip.Addr, port int, lift string, literal bool) (b
 // admits reports whether the rules would let a connection to host
 // (normalized, as a Verdict's Host) on port through at address a, which
 // its name resolved to: Resolve's checks, but with the address already
-// known.
-func (r *Rules) admits(host string, port int, a netip.Addr) bool {
+// known; ResolveApproved's when approved.
+func (r *Rules) admits(host string, port int, a netip.Addr, approved bool) bool {
 	name, literal, err := normalizeHost(host)
 	if err != nil || r.offline || r.denied(name, literal, port) != nil || r.deniedAddr(a, port) != nil {
 		return false
 	}
 	allow, _ := r.allowed(name, literal, port)
-	if allow == nil {
-		return false
+	byApproval := allow == nil
+	if byApproval {
+		if !approved {
+			return false
+		}
+		allow = &rule{}
 	}
-	ok, _ := r.addrPasses(a, port, allow.lift, literal.IsValid())
+	ok, _ := r.addrPasses(a, port, allow.lift, literal.IsValid(), byApproval)
 	return ok
 }
 

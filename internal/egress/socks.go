@@ -137,7 +137,10 @@ func (p *Proxy) socks5Request(c net.Conn) {
 		p.socks5Fail(c, repNotAllowed)
 		return
 	}
-	v := p.resolve(host, port)
+	br := bufio.NewReader(c)
+	v := p.check(c, br, host, port)
+	// A question's wait (Unknown) does not count against the handshake.
+	_ = c.SetDeadline(time.Now().Add(handshakeTimeout))
 	if !v.Allowed {
 		p.block("socks5", host, port, &v, "")
 		p.socks5Fail(c, repNotAllowed)
@@ -148,7 +151,7 @@ func (p *Proxy) socks5Request(c net.Conn) {
 			return
 		}
 		_ = c.SetDeadline(time.Time{})
-		p.intercept(c, bufio.NewReader(c), "socks5", v)
+		p.intercept(c, br, "socks5", v)
 		return
 	}
 	up, addr, err := p.dial(v)
@@ -166,8 +169,15 @@ func (p *Proxy) socks5Request(c net.Conn) {
 		return
 	}
 	_ = c.SetDeadline(time.Time{})
+	// What the client sent while its destination was asked about is the
+	// stream's.
+	ahead, err := forwardBuffered(up, br)
+	if err != nil {
+		p.countBytes(v.Host, v.Port, ahead, 0)
+		return
+	}
 	out, in := p.pipe(c, up)
-	p.countBytes(v.Host, v.Port, out, in)
+	p.countBytes(v.Host, v.Port, ahead+out, in)
 }
 
 // readSOCKS5Addr reads a SOCKS5 DST.ADDR of type atyp and returns it as a

@@ -24,6 +24,13 @@ import (
 //	      not_match: ["rm -rf ./build"]
 //	  approved:               # answered "allow always" at a prompt
 //	    - git push origin main
+//	  files:                  # applying a change set of hutch run --review
+//	    - ask: [".github/**", "**/*.pem", Makefile]
+//	    - deny: [".git/hooks/**"]
+//	    - allow: [".github/CODEOWNERS"]   # exempt from ask rules, not deny ones
+//
+// The file rules (FileRule) decide the apply of change sets only; the
+// other fields decide commands (HasCommandRules).
 type Approvals struct {
 	// Default is the action for commands no rule matches: "allow", "ask"
 	// or "deny"; empty for the preset's ("ask" but for full's "allow").
@@ -39,6 +46,10 @@ type Approvals struct {
 	// run without asking where a rule says ask, never where one says
 	// deny. "Allow always" at a prompt appends here.
 	Approved []string `json:"approved,omitempty" yaml:"approved,omitempty"`
+	// Files are the rules on the paths a change set touches, matched when
+	// it is applied (hutch changes apply, hutch serve's apply): any deny
+	// refuses the apply, any ask asks (FileRule).
+	Files []FileRule `json:"files,omitempty" yaml:"files,omitempty"`
 }
 
 // CommandRule is one rule of Approvals.Commands, written in a file as one
@@ -213,6 +224,8 @@ func (d *decoder) approvals(n *yaml.Node, a *Approvals) error {
 			a.Commands, err = d.commandRules(e.val)
 		case "approved":
 			a.Approved, err = d.list(e.val, name, "command lines", nil)
+		case "files":
+			a.Files, err = d.fileRules(e.val)
 		}
 		if err != nil {
 			return err

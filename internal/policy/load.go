@@ -28,7 +28,7 @@ func policyFields(section string) []string {
 	case "env":
 		return []string{"pass", "set"}
 	case "approvals":
-		return []string{"default", "preset", "no_default_rules", "commands", "approved"}
+		return []string{"default", "preset", "no_default_rules", "commands", "approved", "files"}
 	case "resources":
 		return []string{"memory", "cpus", "pids", "timeout", "tmp_size", "disk"}
 	}

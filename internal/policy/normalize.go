@@ -311,6 +311,9 @@ func (s Spec) Validate() error {
 	if err := CheckOnUnknown(s.Network.OnUnknown); err != nil {
 		add("network.on_unknown: %v", err)
 	}
+	if _, err := s.Approvals.FileRules(); err != nil {
+		add("%v", err)
+	}
 	if _, err := s.Approvals.ApprovalSet(); err != nil {
 		add("approvals: %v", err)
 	} else {

@@ -56,7 +56,7 @@ var srtFields = []srtField{
 	{"network.deniedResolvedAddresses", srtMapped, "taken out of network.private_names; a public address goes to network.denied_domains; a public range is refused"},
 	{"network.deniedDomains", srtMapped, "network.denied_domains"},
 	{"network.deniedDomainReasons", srtIgnored, "denials give no custom reason"},
-	{"network.strictAllowlist", srtCovered, "hutch never asks; unlisted hosts are always denied"},
+	{"network.strictAllowlist", srtCovered, "unlisted hosts are denied (asked about only where the policy sets network.on_unknown: ask)"},
 	{"network.allowUnixSockets", srtIgnored, "host daemon sockets stay denied"},
 	{"network.allowAllUnixSockets", srtIgnored, "host daemon sockets stay denied"},
 	{"network.allowLocalBinding", srtIgnored, "the sandbox may always bind its own loopback; to reach the host's, as srt on macOS lets it, list localhost:PORT in allowedDomains"},
@@ -152,7 +152,7 @@ func ParseSRT(name string, data []byte) (Spec, []string, error) {
 	if err != nil {
 		return Spec{}, nil, err
 	}
-	d := &srtDecoder{decoder: decoder{file: name}}
+	d := &srtDecoder{decoder: decoder{file: name}, workspaceNote: true}
 	s, err := d.spec(root)
 	if err != nil {
 		return Spec{}, nil, err
@@ -163,6 +163,13 @@ func ParseSRT(name string, data []byte) (Spec, []string, error) {
 type srtDecoder struct {
 	decoder
 	warnings []string
+	// at names the mapping the settings are in, for messages ("" at the
+	// top of an srt file; "sandbox" in Claude Code's settings).
+	at string
+	// workspaceNote, when set, notes that hutch writes the workspace
+	// although allowWrite does not list "." (srt writes nowhere unless
+	// told; Claude Code's sandbox writes the current directory as hutch).
+	workspaceNote bool
 }
 
 func (d *srtDecoder) warnf(n *yaml.Node, format string, args ...any) {
@@ -217,8 +224,8 @@ func (d *srtDecoder) spec(root *yaml.Node) (Spec, error) {
 	var s Spec
 	var fsKey, writeKey *yaml.Node
 	var writesCwd bool
-	err := d.section(root, "", "", func(e entry, field string) error {
-		switch field {
+	err := d.section(root, "", d.at, func(e entry, field string) error {
+		switch e.key.Value {
 		case "filesystem":
 			fsKey = e.key
 			return d.section(e.val, "filesystem.", field, func(e entry, field string) error {
@@ -271,7 +278,7 @@ func (d *srtDecoder) spec(root *yaml.Node) (Spec, error) {
 	if err != nil {
 		return Spec{}, err
 	}
-	if !writesCwd {
+	if !writesCwd && d.workspaceNote {
 		at := root
 		switch {
 		case writeKey != nil:

@@ -17,9 +17,10 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"reflect"
 	"strings"
+	"time"
 
+	"github.com/hutch-sandbox/hutch/internal/approve"
 	"github.com/hutch-sandbox/hutch/internal/cli"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
@@ -53,12 +54,21 @@ type Flags struct {
 	// --report names (which its owner opened once): hutch mcp's
 	// sandboxes share one report.
 	ReportTo io.Writer
+	// Asker asks about what the approval rules say ask; when nil,
+	// AskOnTerminal asks on hutch's controlling terminal, else no one is
+	// asked and ask is deny.
+	Asker approve.Asker
+	// AskOnTerminal: with no Asker, ask on /dev/tty (hutch run).
+	AskOnTerminal bool
+	// ApprovalTimeout bounds each question; 0 is approve.DefaultTimeout.
+	ApprovalTimeout time.Duration
 }
 
 // policyFlags are the flags that build a policy.Spec; they override the
 // policy file given with --policy (lists are added to the file's).
 type policyFlags struct {
 	policyFile, srtFile, workspace, root     string
+	claudeFile, rulesFile                    string
 	allowWrite, denyRead, denyWrite, allowRd cli.List
 	env, passEnv                             cli.List
 	memory, tmpSize, timeout                 string
@@ -86,6 +96,8 @@ func NewFlags(name, header string, stderr io.Writer) (*flag.FlagSet, *Flags) {
 	p := &r.policyFlags
 	fs.StringVar(&p.policyFile, "policy", "", "policy `file` (YAML or JSON)")
 	fs.StringVar(&p.srtFile, "srt-settings", "", "sandbox-runtime (srt) settings `file` to import")
+	fs.StringVar(&p.claudeFile, "claude-settings", "", "import the permissions and sandbox of Claude Code's settings `file` (settings.json), added to --policy or --srt-settings (docs/claude-settings.md)")
+	fs.StringVar(&p.rulesFile, "approve-rules", "", "add the approval rules of `file` (an approvals: section; its default and preset, when set, win)")
 	fs.StringVar(&p.workspace, "workspace", "", "writable workspace `dir` (default: the current directory)")
 	fs.StringVar(&p.tier, "tier", "", "isolation `tier`: \"namespace\" (the default: namespaces, Landlock and seccomp on the host's kernel) or \"gvisor\" (gVisor's application kernel, runsc; root only)")
 	fs.StringVar(&r.Runsc, "runsc", "", "with --tier gvisor: the runsc `binary` (default: runsc on PATH); it must be the version hutch pins")
@@ -123,6 +135,7 @@ func NewFlags(name, header string, stderr io.Writer) (*flag.FlagSet, *Flags) {
 	fs.Var(&p.secret, "secret", "give the sandbox a placeholder for the secret in hutch's variable `NAME@host1,host2`; the proxy puts the real value in only on requests to those hosts (repeatable)")
 	fs.Var(&p.addHost, "add-host", "resolve `name:address` to that address in the proxy, like curl --resolve (repeatable)")
 	fs.BoolVar(&r.Debug, "debug", false, "log sandbox setup to stderr")
+	fs.DurationVar(&r.ApprovalTimeout, "approval-timeout", approve.DefaultTimeout, "how long a question of the approval rules waits for its answer before it is denied")
 	fs.Var(&r.UpstreamCAs, "upstream-ca", "also trust the certificates in `file` (PEM) when the proxy connects to a secret's host (repeatable)")
 	fs.StringVar(&r.Report, "report", "", "write every refused connection, and the traffic of every allowed host, to `file` as JSON lines")
 	fs.StringVar(&r.StateDir, "state-dir", "", "the state `dir` whose image store --image takes images from and pulls into (default: $HUTCH_STATE_DIR, else /var/lib/hutch for root and ~/.local/share/hutch for a user); the sandbox can neither read nor write it")
@@ -165,10 +178,6 @@ func (p *policyFlags) Spec(stderr io.Writer) (policy.Spec, int) {
 	if err != nil {
 		return fail(err)
 	}
-	if !reflect.ValueOf(s.Approvals).IsZero() || s.Network.OnUnknown != "" {
-		// Said at every start, so that nobody takes the rules for a gate.
-		fmt.Fprintln(stderr, "hutch: warning: approvals and network.on_unknown are not enforced yet: no command or host is held for them; `hutch approve check -- CMD` shows what the rules decide")
-	}
 	p.givenMode = s.Network.Mode
 
 	cwd, err := os.Getwd()
@@ -189,8 +198,9 @@ func (p *policyFlags) Spec(stderr io.Writer) (policy.Spec, int) {
 }
 
 // Policy is the policy of the flags on top of the policy or srt settings
-// file, not normalized (hutch create's daemon does that), with the
-// warnings of importing the srt settings.
+// file, the Claude Code settings and the approval rules added to it (see
+// policy.Spec.Add), not normalized (hutch create's daemon does that), with
+// the warnings of importing the srt and Claude Code settings.
 func (p *policyFlags) Policy() (policy.Spec, []string, error) {
 	var s policy.Spec
 	var warnings []string
@@ -202,6 +212,18 @@ func (p *policyFlags) Policy() (policy.Spec, []string, error) {
 		s, err = policy.Load(p.policyFile)
 	case p.srtFile != "":
 		s, warnings, err = policy.LoadSRT(p.srtFile)
+	}
+	if err == nil && p.claudeFile != "" {
+		var more policy.Spec
+		var w []string
+		more, w, err = policy.LoadClaude(p.claudeFile)
+		warnings = append(warnings, w...)
+		s.Add(more)
+	}
+	if err == nil && p.rulesFile != "" {
+		var rules policy.Approvals
+		rules, err = policy.LoadApprovalRules(p.rulesFile)
+		s.Approvals.Add(rules)
 	}
 	if err == nil {
 		err = p.apply(&s)

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/hutch-sandbox/hutch/internal/approve"
 	"github.com/hutch-sandbox/hutch/internal/changes"
 	"github.com/hutch-sandbox/hutch/internal/image"
 	"github.com/hutch-sandbox/hutch/internal/policy"
@@ -32,6 +33,10 @@ type Sandbox struct {
 	log     *slog.Logger
 	stderr  io.Writer
 	release func() // the image's layers, held while the sandbox runs
+	closers []func() error
+	// Gate is the sandbox's approval gate: nil when its policy has no
+	// approvals and no network.on_unknown.
+	Gate *approve.Gate
 }
 
 // Prepare makes a sandbox of spec (rf.Spec's, perhaps narrowed by the
@@ -84,6 +89,10 @@ func (rf *Flags) Prepare(spec policy.Spec, stderr io.Writer) (*Sandbox, error) {
 	var err error
 	if s.egress, err = newEgress(s.Spec, rf.givenMode == "none", rf.Report, rf.ReportTo, rf.UpstreamCAs, stderr, s.log); err != nil {
 		s.release()
+		return nil, err
+	}
+	if err = rf.setupApprovals(s); err != nil {
+		s.Close()
 		return nil, err
 	}
 	if s.Runtime, err = rf.RuntimeFor(s.Spec.Tier); err != nil {
@@ -149,6 +158,9 @@ func (s *Sandbox) Finished(res sandbox.Result) {
 func (s *Sandbox) Close() {
 	s.egress.finish()
 	s.release()
+	for _, c := range s.closers {
+		_ = c()
+	}
 }
 
 // ID names the sandbox in the report's lines and in events.

@@ -1213,6 +1213,16 @@ func isTerminal(f *os.File) bool {
 	if f == nil {
 		return false
 	}
-	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-	return err == nil
+	// Through the raw connection, not Fd, which would put f in blocking
+	// mode for good.
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return false
+	}
+	ok := false
+	_ = rc.Control(func(fd uintptr) {
+		_, err := unix.IoctlGetTermios(int(fd), unix.TCGETS)
+		ok = err == nil
+	})
+	return ok
 }

@@ -16,16 +16,31 @@ func IsTerminal(f *os.File) bool { return isTerminal(f) }
 
 // RawTerminal puts the terminal f in raw mode (no echo, no line editing,
 // no signals from keys, no output processing) and returns the function
-// that restores its previous mode.
+// that restores its previous mode. It leaves f's blocking mode alone, so
+// deadlines keep working on it.
 func RawTerminal(f *os.File) (restore func(), err error) {
-	saved, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	rc, err := f.SyscallConn()
 	if err != nil {
 		return nil, fmt.Errorf("terminal mode: %w", err)
 	}
-	if err := setRaw(int(f.Fd()), *saved); err != nil {
-		return nil, fmt.Errorf("terminal raw mode: %w", err)
+	var saved *unix.Termios
+	if cerr := rc.Control(func(fd uintptr) {
+		if saved, err = unix.IoctlGetTermios(int(fd), unix.TCGETS); err != nil {
+			err = fmt.Errorf("terminal mode: %w", err)
+			return
+		}
+		if err = setRaw(int(fd), *saved); err != nil {
+			err = fmt.Errorf("terminal raw mode: %w", err)
+		}
+	}); cerr != nil {
+		return nil, fmt.Errorf("terminal mode: %w", cerr)
 	}
-	return func() { _ = unix.IoctlSetTermios(int(f.Fd()), unix.TCSETS, saved) }, nil
+	if err != nil {
+		return nil, err
+	}
+	return func() {
+		_ = rc.Control(func(fd uintptr) { _ = unix.IoctlSetTermios(int(fd), unix.TCSETS, saved) })
+	}, nil
 }
 
 // TerminalSize returns the size of the terminal f.

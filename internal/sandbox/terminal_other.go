@@ -12,3 +12,6 @@ func RawTerminal(f *os.File) (restore func(), err error) { return nil, ErrNotSup
 
 // TerminalSize is not available outside Linux.
 func TerminalSize(f *os.File) (rows, cols uint16, err error) { return 0, 0, ErrNotSupported }
+
+// TapTerminal never diverts anything outside Linux: no pty relay runs.
+func TapTerminal() (keys <-chan []byte, release func(), ok bool) { return nil, nil, false }

@@ -107,7 +107,9 @@
 //	12 host unix sockets                    TestItem12_HostUnixSockets
 //	13 abstract sockets, socket families    TestItem13_*
 //	14 terminal injection                   TestItem14_TerminalInjection
-//	15–18 network egress, DNS, filters, SSRF TestItem15_* … TestItem18_*
+//	15–18 network egress, DNS, filters, SSRF TestItem15_* … TestItem18_* (hosts no rule
+//	                                        allows, asked about on hutch run's terminal
+//	                                        and answered: TestItem18_SSRFAskedHosts)
 //	19 placeholders of secrets              TestItem19_Placeholders
 //	20 policy and harness                   TestItem20_*
 //	21 privilege granted by what is written TestItem21_* (set-id modes by every call, file

@@ -199,16 +199,20 @@ func hostDir(t *testing.T, uid int, what string) string {
 
 // opts are the knobs of one hutch run.
 type opts struct {
-	flags      []string      // flags of "hutch run"
-	env        []string      // added to hutch's environment
-	dir        string        // working directory (default: the workspace)
-	stdin      *os.File      // default: /dev/null
-	stdout     *os.File      // default: captured into result.stdout
-	stderr     *os.File      // default: captured into result.stderr
-	extraFiles []*os.File    // inherited by hutch as fds 3, 4, ...
-	deadline   time.Duration // hutch is killed and the test fails after this long (default 90s)
-	noCheck    bool          // do not fail the test when hutch could not start the sandbox
-	umask      string        // hutch's umask (octal), when not the test's own
+	flags      []string   // flags of "hutch run"
+	env        []string   // added to hutch's environment
+	dir        string     // working directory (default: the workspace)
+	stdin      *os.File   // default: /dev/null
+	stdout     *os.File   // default: captured into result.stdout
+	stderr     *os.File   // default: captured into result.stderr
+	extraFiles []*os.File // inherited by hutch as fds 3, 4, ...
+	// ctty, when set, is hutch's controlling terminal (a pty's end,
+	// inherited after extraFiles) in a session of its own, where hutch
+	// run asks what the approval rules say ask; stdin stays o.stdin.
+	ctty     *os.File
+	deadline time.Duration // hutch is killed and the test fails after this long (default 90s)
+	noCheck  bool          // do not fail the test when hutch could not start the sandbox
+	umask    string        // hutch's umask (octal), when not the test's own
 	// fuse, when set, is a device node bound over /dev/fuse in a mount
 	// namespace of hutch's own, so that a test decides whether the
 	// user may open it.
@@ -353,6 +357,11 @@ func (sb *harness) start(o opts, args ...string) *running {
 		p.errF = tempFile(t, "stderr")
 	}
 	p.cmd.Stdout, p.cmd.Stderr = p.outF, p.errF
+	if o.ctty != nil {
+		p.cmd.ExtraFiles = append(p.cmd.ExtraFiles, o.ctty)
+		p.cmd.SysProcAttr.Setsid, p.cmd.SysProcAttr.Setctty = true, true
+		p.cmd.SysProcAttr.Ctty = 2 + len(p.cmd.ExtraFiles)
+	}
 	p.begin = time.Now()
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("start hutch: %v", err)

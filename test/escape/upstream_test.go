@@ -195,6 +195,12 @@ type event struct {
 	Connections int64     `json:"connections"`
 	BytesOut    int64     `json:"bytes_out"`
 	BytesIn     int64     `json:"bytes_in"`
+	// An approval's decision (Action "approval").
+	Kind     string `json:"kind,omitempty"`
+	Subject  string `json:"subject,omitempty"`
+	Decision string `json:"decision,omitempty"`
+	By       string `json:"by,omitempty"`
+	Answer   string `json:"answer,omitempty"`
 }
 
 func (e event) String() string {
@@ -219,7 +225,7 @@ func readReport(t *testing.T, path string) []event {
 		if err := json.Unmarshal([]byte(line), &e); err != nil {
 			t.Fatalf("report line %d is not JSON (%v): %s", i+1, err, line)
 		}
-		if e.Time.IsZero() || e.Sandbox == "" || (e.Action != "blocked" && e.Action != "allowed" && e.Action != "lookup") {
+		if e.Time.IsZero() || e.Sandbox == "" || !slices.Contains([]string{"blocked", "allowed", "lookup", "approval"}, e.Action) {
 			t.Errorf("report line %d lacks time, sandbox or a known action: %s", i+1, line)
 		}
 		evs = append(evs, e)
