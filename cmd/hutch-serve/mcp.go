@@ -47,9 +47,10 @@ workspace of its own, no longer a timeout than --timeout, and reaches only
 hosts its allow_domains name, each of which the flags' network policy must
 allow.
 
-A policy's approvals: (--policy FILE) decide every command exec runs;
-where a rule says ask, the client's user is asked through MCP elicitation,
-and a client that cannot be asked is refused.
+A policy's approvals: (--policy FILE) decide every command exec runs, and
+network.on_unknown: ask the hosts no rule allows; where they say ask, the
+client's user is asked through MCP elicitation, and a client that cannot
+be asked is refused.
 
 Add it to Claude Code with: claude mcp add hutch -- hutch mcp [flags]
 
@@ -117,8 +118,7 @@ func cmdMCP(args []string, stdin, stdout, stderr *os.File) int {
 			b.log.Debug("tool call", "tool", c.Tool, "sandbox", c.Sandbox, "arg_bytes", c.ArgBytes, "took", c.Duration, "err", c.Err)
 		}
 	}
-	server := mcp.NewServer(o)
-	err = server.Run(ctx, &sdk.IOTransport{Reader: stdin, Writer: stdout, MaxLineLength: maxFrame})
+	err = serveMCP(ctx, mcp.NewServer(o), &sdk.IOTransport{Reader: stdin, Writer: stdout, MaxLineLength: maxFrame}, &b.asker)
 	switch {
 	case ctx.Err() != nil:
 		b.log.Debug("ending on a signal")
@@ -134,6 +134,26 @@ func cmdMCP(args []string, stdin, stdout, stderr *os.File) int {
 		return 1
 	}
 	return 0
+}
+
+// serveMCP serves the session on t until it ends or ctx does, as
+// sdk.Server.Run does, with the session handed to asker.
+func serveMCP(ctx context.Context, server *sdk.Server, t sdk.Transport, asker *mcpAsker) error {
+	ss, err := server.Connect(ctx, t, nil)
+	if err != nil {
+		return err
+	}
+	asker.session.Store(ss)
+	ended := make(chan error, 1)
+	go func() { ended <- ss.Wait() }()
+	select {
+	case <-ctx.Done():
+		ss.Close()
+		<-ended
+		return ctx.Err()
+	case err := <-ended:
+		return err
+	}
 }
 
 // mcpBackend is the sandboxes of one hutch mcp session (mcp.Backend): the
@@ -168,7 +188,8 @@ type mcpBackend struct {
 	starting chan struct{} // closed when the session sandbox's start in progress ended
 	startErr error         // how that start failed
 	closed   bool
-	approved []string // commands answered "allow always" in the session
+
+	asker mcpAsker // the approvals' questions go to the MCP client
 }
 
 var _ mcp.Backend = (*mcpBackend)(nil)
@@ -215,6 +236,7 @@ func newMCPBackend(rf *runner.Flags, spec policy.Spec, stderr io.Writer) (*mcpBa
 	if rf.Debug {
 		b.debug = b.log
 	}
+	rf.Asker = &b.asker
 	b.fwd.Log = b.log
 	if rf.DirectFS {
 		// Its sandboxes are served ones, with hutch's agent as PID 1: the
@@ -466,10 +488,9 @@ func (b *mcpBackend) start(spec policy.Spec, session bool, tmp string) (*mcpBox,
 	if err != nil {
 		return nil, err
 	}
-	gate, err := b.newGate(spec, sb.ID())
-	if err != nil {
-		sb.Close()
-		return nil, err
+	gate := sb.Gate
+	if gate != nil {
+		gate.NoAsker = noElicitation
 	}
 	environ, err := sb.Environ(nil)
 	if err != nil {

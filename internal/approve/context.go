@@ -9,14 +9,3 @@ func AskerFrom(ctx context.Context) (Asker, bool) {
 	a, ok := ctx.Value(askerKey{}).(Asker)
 	return a, ok && a != nil
 }
-
-// ContextAsker asks the Asker of the question's context (WithAsker);
-// without one, no one can be asked and the question is refused at once
-// (By "nobody", which the Gate's NoAsker explains).
-var ContextAsker Asker = AskerFunc(func(ctx context.Context, r Request) Reply {
-	a, ok := AskerFrom(ctx)
-	if !ok {
-		return Reply{Answer: AnswerDeny, By: "nobody"}
-	}
-	return a.Ask(ctx, r)
-})

@@ -66,6 +66,17 @@ func canElicit(ss *sdk.ServerSession) bool {
 	return e.Form != nil || e.URL == nil
 }
 
+// ElicitAsker is an approve.Asker that asks the user of ss's client
+// through elicitation, when the client can be asked (false otherwise):
+// for a question no tool call is waiting on (a host the sandbox's proxy
+// holds), on a transport that lets the server ask at any time (stdio).
+func ElicitAsker(ss *sdk.ServerSession) (approve.Asker, bool) {
+	if !canElicit(ss) {
+		return nil, false
+	}
+	return elicitAsker{ss: ss}, true
+}
+
 // elicitAsker asks the MCP client's user (elicitation/create): a message
 // naming what is asked about, the rule and the reason, and a form of one
 // field, answer, of once, run, always or deny. A decline, a cancel, an

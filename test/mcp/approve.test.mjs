@@ -11,6 +11,8 @@
 //                    [touch] on its line 4, deny: [rm] on its line 5)
 //   HUTCH_WS         the workspace, which holds hello.txt
 //   HUTCH_REPORT     the file hutch mcp's --report names
+//   HUTCH_POLICY_NET a policy whose network allows example.com only and
+//                    asks about other hosts (network.on_unknown: ask)
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
@@ -28,14 +30,15 @@ const bin = env('HUTCH_BIN');
 const policy = env('HUTCH_POLICY');
 const ws = env('HUTCH_WS');
 const report = env('HUTCH_REPORT');
+const policyNet = env('HUTCH_POLICY_NET');
 const exists = (name) => fs.existsSync(path.join(ws, name));
 
 // connect starts hutch mcp with the policy; elicit, when given, answers
 // its elicitations (and declares the capability).
-async function connect(t, elicit, extra = []) {
+async function connect(t, elicit, extra = [], file = policy) {
   const transport = new StdioClientTransport({
     command: bin,
-    args: ['mcp', '--policy', policy, ...extra],
+    args: ['mcp', '--policy', file, ...extra],
     cwd: ws,
     env: { PATH: process.env.PATH, HOME: process.env.HOME ?? '/root', LANG: 'C.UTF-8' },
     stderr: 'pipe',
@@ -150,10 +153,27 @@ test('hutch mcp refuses at once where it cannot ask', { timeout: 10 * 60 * 1000 
   const ok = await exec({ command: 'echo still-fine' });
   assert.ok(!ok.isError, ok.text);
   assert.equal(ok.structuredContent.output, 'still-fine\n');
-  const records = fs.readFileSync(report, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l)).filter((l) => l.approval).map((l) => l.approval);
+  const records = fs.readFileSync(report, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l)).filter((l) => l.action === 'approval');
   const refusal = records.find((x) => x.subject === 'touch unasked.txt');
   assert.ok(refusal, `the report has no record of the refusal: ${JSON.stringify(records)}`);
   assert.equal(refusal.decision, 'deny');
   assert.equal(refusal.by, 'nobody');
   assert.equal(refusal.rule, `ask: [touch] (${policy}:4)`);
+});
+
+test('hutch mcp asks the client about a host no rule allows', { timeout: 10 * 60 * 1000 }, async (t) => {
+  const asked = [];
+  const exec = await connect(t, async (params) => {
+    asked.push(params);
+    return { action: 'accept', content: { answer: 'deny' } };
+  }, [], policyNet);
+  // The proxy holds the connection while the client is asked; refused,
+  // it answers 403, and the name was never looked up.
+  const r = await exec({ command: "curl -s -m 120 -o /dev/null -w '%{http_code}' http://unknown.example/" });
+  assert.ok(!r.isError, r.text);
+  assert.equal(r.structuredContent.output, '403');
+  const q = asked.find((x) => x.message.includes('unknown.example:80'));
+  assert.ok(q, `not asked about unknown.example: ${JSON.stringify(asked)}`);
+  assert.match(q.message, /^Let sandbox \S+ connect to unknown\.example:80\?/);
+  assert.ok(q.message.includes('rule: network.on_unknown: ask'), q.message);
 });
