@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"reflect"
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/agent"
@@ -75,29 +74,19 @@ func (m *Manager) newBroker() *approve.Broker {
 	return b
 }
 
-// hasApprovals reports whether spec's policy holds the approval layer: an
-// approvals section or network.on_unknown.
-func hasApprovals(spec policy.Spec) bool {
-	return !reflect.ValueOf(spec.Approvals).IsZero() || spec.Network.OnUnknown != ""
-}
-
 // newGate is the approval gate of sandbox id of spec, nil when its policy
-// has no approvals: its questions go to the daemon's broker, its
-// decisions to log, the audit log and (refusals without a question) its
-// event log (a warm sandbox's is made when a tenant takes it).
-// "Allow always" lasts for the sandbox's life: a served sandbox has no
-// policy file to write it to.
+// neither decides commands (approvals: but files) nor asks about unknown
+// hosts: its questions go to the daemon's broker, its decisions to log,
+// the audit log and (refusals without a question) its event log (a warm
+// sandbox's is made when a tenant takes it). "Allow always" lasts for the
+// sandbox's life: a served sandbox has no policy file to write it to.
 func (m *Manager) newGate(id string, spec policy.Spec, log *slog.Logger) (*approve.Gate, error) {
-	if !hasApprovals(spec) {
+	commands := spec.Approvals.HasCommandRules()
+	if !commands && spec.Network.OnUnknown != "ask" {
 		return nil, nil
 	}
-	g := &approve.Gate{
-		Asker:   m.broker,
-		Timeout: m.cfg.ApprovalTimeout,
-		Sandbox: id,
-		NoAsker: "no one answered through the API",
-	}
-	if !reflect.ValueOf(spec.Approvals).IsZero() {
+	g := m.brokerGate(id, log)
+	if commands {
 		set, err := spec.Approvals.ApprovalSet()
 		if err != nil {
 			return nil, invalid("policy: approvals: %v", err)
@@ -106,6 +95,18 @@ func (m *Manager) newGate(id string, spec policy.Spec, log *slog.Logger) (*appro
 	}
 	if spec.Network.OnUnknown == "ask" {
 		g.OnUnknown = approve.Ask
+	}
+	return g, nil
+}
+
+// brokerGate is a gate of sandbox id that asks the daemon's broker and
+// records its decisions as newGate says.
+func (m *Manager) brokerGate(id string, log *slog.Logger) *approve.Gate {
+	g := &approve.Gate{
+		Asker:   m.broker,
+		Timeout: m.cfg.ApprovalTimeout,
+		Sandbox: id,
+		NoAsker: "no one answered through the API",
 	}
 	g.Record = func(r approve.Record) {
 		level := slog.LevelInfo
@@ -125,7 +126,7 @@ func (m *Manager) newGate(id string, spec policy.Spec, log *slog.Logger) (*appro
 			}
 		}
 	}
-	return g, nil
+	return g
 }
 
 // attach makes c the client of l's agent, with what every command of l
@@ -165,14 +166,31 @@ func checkCommand(g *approve.Gate, ended <-chan struct{}) agent.CheckFunc {
 	}
 }
 
-// tenantOf is the tenant of running sandbox id, "" if none.
+// tenantOf is the tenant of sandbox id while it runs, or while one of
+// its change sets is being applied (askingFor), "" otherwise.
 func (m *Manager) tenantOf(id string) string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if l := m.live[id]; l != nil {
 		return l.tenant
 	}
-	return ""
+	return m.applying[id]
+}
+
+// askingFor makes the questions of ended sandbox id tenant's until the
+// function it returns is called: while a change set of it is applied.
+func (m *Manager) askingFor(tenant, id string) func() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.applying == nil {
+		m.applying = map[string]string{}
+	}
+	m.applying[id] = tenant
+	return func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		delete(m.applying, id)
+	}
 }
 
 // Approvals implements Approver.

@@ -3,11 +3,14 @@ package daemon
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/approve"
+	"github.com/hutch-sandbox/hutch/internal/changes"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/store"
 	"github.com/hutch-sandbox/hutch/internal/testutil"
@@ -165,5 +168,54 @@ func TestApprovalGate(t *testing.T) {
 				t.Error("after resume: the denied command ran")
 			}
 		})
+	}
+}
+
+// TestApprovalFileRules: a served sandbox's approvals.files hold the
+// apply of its review workspace's change set: the apply of a set that
+// touches a path an ask rule names waits for the tenant's answer (the
+// sandbox has ended; another tenant sees nothing), deny leaves the
+// workspace as it was, once applies; a policy with file rules only asks
+// about no command.
+func TestApprovalFileRules(t *testing.T) {
+	host := t.TempDir()
+	m := newManager(t, Config{ReviewWorkspaces: map[string]ReviewWorkspace{"app": {Dir: host, Tenants: []string{"a"}}}})
+	spec := policy.Spec{Approvals: policy.Approvals{Files: []policy.FileRule{{Action: "ask", Globs: []string{"ci/**"}}}}}
+	apply := func(marker string) (bool, error) {
+		t.Helper()
+		info := mustCreate(t, m, "a", CreateRequest{Policy: spec, ReviewWorkspace: "app"})
+		// No command rules: commands run without a question.
+		mustRun(t, m, "a", info.ID, "mkdir -p ci && echo x > ci/"+marker)
+		if err := m.Destroy(testCtx(t), "a", info.ID); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() {
+			_, err := m.ApplyChangeSet(context.Background(), "a", info.ChangeSet, nil, changes.ApplyOptions{}, false)
+			done <- err
+		}()
+		q := question(t, m, "a", info.ID)
+		if q.Kind != approve.KindFile || !strings.Contains(q.Subject, "ci/"+marker) || !strings.Contains(q.Rule, "ci/**") {
+			t.Errorf("the question: %+v", q)
+		}
+		if list := m.Approvals("b", ""); len(list) != 0 {
+			t.Errorf("tenant b lists %+v", list)
+		}
+		answer := approve.AnswerDeny
+		if marker == "once" {
+			answer = approve.AnswerOnce
+		}
+		if err := m.AnswerApproval("a", q.ID, answer, "api"); err != nil {
+			t.Fatal(err)
+		}
+		err := <-done
+		_, statErr := os.Stat(filepath.Join(host, "ci", marker))
+		return statErr == nil, err
+	}
+	if applied, err := apply("denied"); err == nil || applied {
+		t.Errorf("denied: %v, applied %v", err, applied)
+	}
+	if applied, err := apply("once"); err != nil || !applied {
+		t.Errorf("answered once: %v, applied %v", err, applied)
 	}
 }

@@ -90,6 +90,10 @@ type Manager struct {
 	// setOf maps each sandbox with a change set to it, so that answers
 	// name it without reading the change-set store.
 	setOf map[string]string
+	// applying maps the ended sandboxes whose change sets are being
+	// applied to their tenants, for the questions of their file rules
+	// (approvals.go).
+	applying map[string]string
 	// ops counts the calls in progress; it is only added to under mu
 	// while closed is false, so that Close can wait for them.
 	ops sync.WaitGroup

@@ -122,6 +122,16 @@ func (m *Manager) bindReview(tenant string, r CreateRequest, spec policy.Spec) (
 		_ = m.changes.Discard(set.ID())
 		return nil, err
 	}
+	// Every apply of the set matches its policy's approvals.files.
+	if rules, err := spec.Approvals.FileRules(); err != nil || len(rules) > 0 {
+		if err == nil {
+			err = set.SetFileRules(rules)
+		}
+		if err != nil {
+			_ = m.changes.Discard(set.ID())
+			return nil, fmt.Errorf("create sandbox: review_workspace: approvals.files: %w", err)
+		}
+	}
 	return &reviewBinding{name: r.ReviewWorkspace, ws: ws, set: set}, nil
 }
 
@@ -296,6 +306,15 @@ func (m *Manager) ApplyChangeSet(ctx context.Context, tenant, cid string, paths 
 		return nil, invalid("change set %s: %v", cid, err)
 	}
 	opt.Paths = paths
+	if opt.Gate == nil {
+		// Where the policy's approvals.files say ask, the tenant is
+		// asked as for its sandbox's commands (GET /v1/approvals),
+		// while this call waits.
+		sb := set.Meta().Sandbox
+		defer m.askingFor(tenant, sb)()
+		opt.Gate = m.brokerGate(sb, m.log.With("sandbox", sb, "tenant", tenant))
+		opt.Context = ctx
+	}
 	res, err := set.Apply(list, opt)
 	var aerr *changes.ApplyError
 	if errors.As(err, &aerr) {
