@@ -122,7 +122,9 @@
   function approvalItem(p) {
     const left = el("span", { class: "left" }, timeLeft(p));
     const note = el("div", { class: "note" });
-    const buttons = answerButtons.map(([answer, label, cls, title]) =>
+    // A change set is applied once: only once or deny mean anything.
+    const offered = p.kind === "file" ? answerButtons.filter(([a]) => a === "once" || a === "deny") : answerButtons;
+    const buttons = offered.map(([answer, label, cls, title]) =>
       el("button", { type: "button", class: cls || null, "data-answer": answer, title }, label));
     const li = el("li", { class: "approval", "data-id": p.id, "data-sandbox": p.sandbox || "", "data-kind": p.kind },
       el("div", {}, el("span", { class: "badge" }, p.kind), p.sandbox ? "in sandbox " : null, p.sandbox ? link(sandboxHref(p.sandbox), p.sandbox) : null, left),
