@@ -70,3 +70,36 @@ func TestReviewApplyFileRules(t *testing.T) {
 		t.Errorf("after --yes-files: ci.yml %q\n%s", b, r)
 	}
 }
+
+// TestReviewRecordsFileRules: the approvals.files rules of the policy a
+// review-mode run ran under go with its change set, so that applying it
+// without any --policy still obeys them.
+func TestReviewRecordsFileRules(t *testing.T) {
+	testutil.RequireRoot(t)
+	ws := t.TempDir()
+	writeFile(t, filepath.Join(ws, "Makefile"), "all:\n", 0o644)
+	state := hostDir(t)
+	env := append(baseEnv(ws), "XDG_STATE_HOME="+state)
+	run := func(args ...string) result {
+		t.Helper()
+		return hutch(t, invocation{args: args, dir: ws, env: env, noTTY: true})
+	}
+	pol := filepath.Join(t.TempDir(), "policy.yaml")
+	writeFile(t, pol, "approvals:\n  files:\n    - deny: [Makefile]\n", 0o644)
+	r := run(append([]string{"run", "--review", "--policy", pol}, sh("echo 'all: evil' > Makefile")...)...)
+	wantOK(t, r)
+	if strings.Contains(r.stderr, "not approved") {
+		t.Fatalf("a files-only policy asked about the command:\n%s", r)
+	}
+	m := summaryID.FindStringSubmatch(r.stderr)
+	if m == nil {
+		t.Fatalf("no change set:\n%s", r)
+	}
+	r = run("changes", "apply", m[1], "--yes-files")
+	if r.code != 1 || !strings.Contains(r.stderr, "denied by approvals.files deny: [\"Makefile\"]") {
+		t.Fatalf("apply of a set made under a deny file rule: %s", r)
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "Makefile")); string(b) != "all:\n" {
+		t.Errorf("the Makefile changed: %q", b)
+	}
+}

@@ -219,3 +219,46 @@ func TestApprovalFileRules(t *testing.T) {
 		t.Errorf("answered once: %v, applied %v", err, applied)
 	}
 }
+
+// TestApprovalUnknownHost, under each tier: with network.on_unknown: ask,
+// the sandbox's egress proxy holds a connection to a host no rule allows
+// until its tenant answers: once, and the request reaches the upstream;
+// deny, and it is refused (403) without reaching it.
+func TestApprovalUnknownHost(t *testing.T) {
+	for _, tier := range []string{policy.TierNamespace, policy.TierGVisor} {
+		t.Run(tier, func(t *testing.T) {
+			m, port := upstreamManager(t, tier)
+			info := mustCreate(t, m, "a", CreateRequest{Policy: policy.Spec{Tier: tier, Network: policy.Network{
+				AllowedDomains: []string{"allowed.test"},
+				Hosts:          []string{"up.test:127.0.0.1"},
+				OnUnknown:      "ask",
+			}}})
+			fetch := func(path string) <-chan string {
+				ch := make(chan string, 1)
+				go func() {
+					out, _, err := run(context.Background(), m, "a", info.ID, `curl -sS --max-time 120 -w " %{http_code}\n" http://up.test:`+port+path)
+					if err != nil {
+						out = err.Error()
+					}
+					ch <- out
+				}()
+				return ch
+			}
+			for _, answer := range []approve.Answer{approve.AnswerOnce, approve.AnswerDeny} {
+				done := fetch("/" + string(answer))
+				q := question(t, m, "a", info.ID)
+				if q.Kind != approve.KindNetwork || q.Subject != "up.test:"+port {
+					t.Errorf("the question: %+v", q)
+				}
+				if err := m.AnswerApproval("a", q.ID, answer, "api"); err != nil {
+					t.Fatal(err)
+				}
+				out := <-done
+				reached := strings.Contains(out, "upstream saw up.test:"+port+"/"+string(answer))
+				if reached != answer.Allows() || (!reached && !strings.Contains(out, "403")) {
+					t.Errorf("answered %s: %q", answer, out)
+				}
+			}
+		})
+	}
+}

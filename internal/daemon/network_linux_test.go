@@ -12,6 +12,17 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/policy"
 )
 
+// upstreamManager is a manager of tier whose sandboxes' proxies let
+// through 127.0.0.1 (the operator's --allow-private), and the port of an
+// upstream there (upstream).
+func upstreamManager(t *testing.T, tier string) (*Manager, string) {
+	t.Helper()
+	cfg := tierConfig(t, tier)
+	cfg.AllowPrivate = []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}
+	port := upstream(t)
+	return newManager(t, cfg), port
+}
+
 // TestUpdateNetwork: a running sandbox's egress rules change in its
 // proxy at once, under each tier: it cannot reach a loopback upstream
 // (which the operator opened for every sandbox) until its rules allow
@@ -22,10 +33,7 @@ import (
 func TestUpdateNetwork(t *testing.T) {
 	for _, tier := range []string{policy.TierNamespace, policy.TierGVisor} {
 		t.Run(tier, func(t *testing.T) {
-			cfg := tierConfig(t, tier)
-			cfg.AllowPrivate = []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}
-			port := upstream(t)
-			m := newManager(t, cfg)
+			m, port := upstreamManager(t, tier)
 			pins := []string{"up.test:127.0.0.1", "other.test:127.0.0.1"}
 			info := mustCreate(t, m, "a", CreateRequest{Policy: policy.Spec{Tier: tier, Network: policy.Network{
 				AllowedDomains: []string{"other.test:" + port},

@@ -3,7 +3,6 @@ package runner
 import (
 	"context"
 	"fmt"
-	"reflect"
 
 	"github.com/hutch-sandbox/hutch/internal/approve"
 	"github.com/hutch-sandbox/hutch/internal/policy"
@@ -22,7 +21,7 @@ type approvalRecord struct {
 // one.
 func (rf *Flags) setupApprovals(s *Sandbox) error {
 	a := s.Spec.Approvals
-	hasRules := !reflect.ValueOf(a).IsZero()
+	hasRules := a.HasCommandRules()
 	if !hasRules && s.Spec.Network.OnUnknown == "" {
 		return nil
 	}

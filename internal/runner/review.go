@@ -4,7 +4,10 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"reflect"
+	"slices"
 
+	"github.com/hutch-sandbox/hutch/internal/approve"
 	"github.com/hutch-sandbox/hutch/internal/changes"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 )
@@ -56,6 +59,25 @@ func (rf *Flags) BeginReview(spec policy.Spec) (*Review, error) {
 	if err := r.set.Begin(); err != nil {
 		r.abort()
 		return nil, fmt.Errorf("review mode: %w", err)
+	}
+	// The policy's file rules go with the set, where the sandbox cannot
+	// write, for whoever applies it; a continued set keeps its own too.
+	rules, err := spec.Approvals.FileRules()
+	if err != nil {
+		r.abort()
+		return nil, fmt.Errorf("review mode: %w", err)
+	}
+	if len(rules) > 0 {
+		all := slices.Clone(r.set.Meta().FileRules)
+		for _, fr := range rules {
+			if !slices.ContainsFunc(all, func(o approve.FileRule) bool { return reflect.DeepEqual(o, fr) }) {
+				all = append(all, fr)
+			}
+		}
+		if err := r.set.SetFileRules(all); err != nil {
+			r.abort()
+			return nil, fmt.Errorf("review mode: %w", err)
+		}
 	}
 	return r, nil
 }
