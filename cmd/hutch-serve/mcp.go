@@ -21,6 +21,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/hutch-sandbox/hutch/internal/agent"
+	"github.com/hutch-sandbox/hutch/internal/approve"
 	"github.com/hutch-sandbox/hutch/internal/egress"
 	"github.com/hutch-sandbox/hutch/internal/mcp"
 	"github.com/hutch-sandbox/hutch/internal/policy"
@@ -45,6 +46,11 @@ creates starts from the same image (or the host's root), gets an empty
 workspace of its own, no longer a timeout than --timeout, and reaches only
 hosts its allow_domains name, each of which the flags' network policy must
 allow.
+
+A policy's approvals: (--policy FILE) decide every command exec runs, and
+network.on_unknown: ask the hosts no rule allows; where they say ask, the
+client's user is asked through MCP elicitation, and a client that cannot
+be asked is refused.
 
 Add it to Claude Code with: claude mcp add hutch -- hutch mcp [flags]
 
@@ -112,8 +118,7 @@ func cmdMCP(args []string, stdin, stdout, stderr *os.File) int {
 			b.log.Debug("tool call", "tool", c.Tool, "sandbox", c.Sandbox, "arg_bytes", c.ArgBytes, "took", c.Duration, "err", c.Err)
 		}
 	}
-	server := mcp.NewServer(o)
-	err = server.Run(ctx, &sdk.IOTransport{Reader: stdin, Writer: stdout, MaxLineLength: maxFrame})
+	err = serveMCP(ctx, mcp.NewServer(o), &sdk.IOTransport{Reader: stdin, Writer: stdout, MaxLineLength: maxFrame}, &b.asker)
 	switch {
 	case ctx.Err() != nil:
 		b.log.Debug("ending on a signal")
@@ -129,6 +134,26 @@ func cmdMCP(args []string, stdin, stdout, stderr *os.File) int {
 		return 1
 	}
 	return 0
+}
+
+// serveMCP serves the session on t until it ends or ctx does, as
+// sdk.Server.Run does, with the session handed to asker.
+func serveMCP(ctx context.Context, server *sdk.Server, t sdk.Transport, asker *mcpAsker) error {
+	ss, err := server.Connect(ctx, t, nil)
+	if err != nil {
+		return err
+	}
+	asker.session.Store(ss)
+	ended := make(chan error, 1)
+	go func() { ended <- ss.Wait() }()
+	select {
+	case <-ctx.Done():
+		ss.Close()
+		<-ended
+		return ctx.Err()
+	case err := <-ended:
+		return err
+	}
 }
 
 // mcpBackend is the sandboxes of one hutch mcp session (mcp.Backend): the
@@ -163,6 +188,8 @@ type mcpBackend struct {
 	starting chan struct{} // closed when the session sandbox's start in progress ended
 	startErr error         // how that start failed
 	closed   bool
+
+	asker mcpAsker // the approvals' questions go to the MCP client
 }
 
 var _ mcp.Backend = (*mcpBackend)(nil)
@@ -183,6 +210,7 @@ type mcpBox struct {
 	review *runner.Review // the session's change set, for the session sandbox in review mode
 	inst   sandbox.Instance
 	client *agent.Client
+	gate   *approve.Gate // its commands' approvals; nil: none
 	timer  *time.Timer
 	once   sync.Once
 	ended  chan struct{} // closed once everything of it is released
@@ -208,6 +236,7 @@ func newMCPBackend(rf *runner.Flags, spec policy.Spec, stderr io.Writer) (*mcpBa
 	if rf.Debug {
 		b.debug = b.log
 	}
+	rf.Asker = &b.asker
 	b.fwd.Log = b.log
 	if rf.DirectFS {
 		// Its sandboxes are served ones, with hutch's agent as PID 1: the
@@ -459,6 +488,10 @@ func (b *mcpBackend) start(spec policy.Spec, session bool, tmp string) (*mcpBox,
 	if err != nil {
 		return nil, err
 	}
+	gate := sb.Gate
+	if gate != nil {
+		gate.NoAsker = noElicitation
+	}
 	environ, err := sb.Environ(nil)
 	if err != nil {
 		sb.Close()
@@ -490,7 +523,7 @@ func (b *mcpBackend) start(spec policy.Spec, session bool, tmp string) (*mcpBox,
 	box := &mcpBox{
 		id: sb.ID(), session: session, tier: sb.Runtime.Tier(), tmp: tmp,
 		workspace: spec.Filesystem.Workspace, created: time.Now(),
-		sb: sb, review: review, inst: inst, client: client, ended: make(chan struct{}),
+		sb: sb, review: review, inst: inst, client: client, gate: gate, ended: make(chan struct{}),
 		stderr: b.stderr,
 	}
 	if ref, ok := spec.Image(); ok {

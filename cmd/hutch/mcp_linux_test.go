@@ -75,23 +75,31 @@ func TestMCPStdio(t *testing.T) {
 		"--allow-domain", "example.com", "--deny-read", denied,
 		"--timeout", strconv.Itoa(timeoutS) + "s", "--report", report,
 	})
-	script, err := filepath.Abs(filepath.Join(mcpDir, "stdio.test.mjs"))
+	runNodeTest(t, node, "stdio.test.mjs",
+		"HUTCH_BIN="+bin, "HUTCH_MCP_ARGS="+string(args), "HUTCH_WS="+ws,
+		"HUTCH_OUTSIDE="+outside, "HUTCH_DENIED="+denied, "HUTCH_SECRET="+secret,
+		"HUTCH_REPORT="+report, "HUTCH_TIMEOUT_S="+strconv.Itoa(timeoutS))
+}
+
+// runNodeTest runs the JavaScript test script of test/mcp with node's
+// test runner, with env added to the test's environment (no proxy:
+// everything it reaches is on loopback); its output is logged, and a
+// failure fails t.
+func runNodeTest(t *testing.T, node, script string, env ...string) {
+	t.Helper()
+	abs, err := filepath.Abs(filepath.Join(mcpDir, script))
 	if err != nil {
 		t.Fatal(err)
 	}
-
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=spec", script)
+	cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=spec", abs)
 	cmd.Dir = mcpDir
-	cmd.Env = append(os.Environ(),
-		"HUTCH_BIN="+bin, "HUTCH_MCP_ARGS="+string(args), "HUTCH_WS="+ws,
-		"HUTCH_OUTSIDE="+outside, "HUTCH_DENIED="+denied, "HUTCH_SECRET="+secret,
-		"HUTCH_REPORT="+report, "HUTCH_TIMEOUT_S="+strconv.Itoa(timeoutS),
+	cmd.Env = append(append(os.Environ(), env...),
 		"NO_COLOR=1", "HTTP_PROXY=", "HTTPS_PROXY=", "http_proxy=", "https_proxy=", "NO_PROXY=127.0.0.1")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("node --test stdio.test.mjs: %v\n%s", err, out)
+		t.Fatalf("node --test %s: %v\n%s", script, err, out)
 	}
 	t.Logf("%s", out)
 }

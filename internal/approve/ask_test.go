@@ -206,3 +206,24 @@ func TestBroker(t *testing.T) {
 		t.Errorf("elicited: %v", err)
 	}
 }
+
+func TestExportRisky(t *testing.T) {
+	s, err := NewSet(Ask, []Rule{{Action: Allow, Pattern: []string{"git", "status"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	line, env := ExportRisky("git status", []string{"HOME=/root", "LANG=C"})
+	if line != "git status" || len(env) != 2 {
+		t.Errorf("harmless variables: %q %q", line, env)
+	}
+	if d := s.Decide(line); d.Action != Allow {
+		t.Errorf("git status with LANG: %v", d)
+	}
+	line, env = ExportRisky("git status", []string{"PATH=/tmp/evil dir", "LANG=C", "LD_PRELOAD=/x.so"})
+	if line != "export PATH='/tmp/evil dir'\nexport LD_PRELOAD=/x.so\ngit status" || len(env) != 1 || env[0] != "LANG=C" {
+		t.Errorf("risky variables: %q %q", line, env)
+	}
+	if d := s.Decide(line); d.Action != Ask {
+		t.Errorf("git status with PATH set: %v, want ask", d)
+	}
+}

@@ -19,6 +19,16 @@
 // links: HTTP URLs of a Links server, which a client fetches outside the
 // JSON-RPC stream.
 //
+// Where a sandbox's approval rules (a policy's approvals:) ask about a
+// command exec is to run, a client that declared the elicitation
+// capability is asked (elicitation/create: a message naming the command,
+// the rule and the reason, and a form of one enum field, answer: once,
+// run, always or deny); decline, cancel or an error refuse it. On hutch
+// serve the same question also waits in the daemon's API and web pages,
+// and the first answer decides; a client that cannot be asked waits for
+// those or for the question's expiry. A refused command never starts, and
+// the tool error says which rule refused it and how to allow it.
+//
 // The protocol itself is the official Go SDK's
 // (github.com/modelcontextprotocol/go-sdk): its stdio and streamable HTTP
 // transports, JSON schemas inferred from the tools' argument types, and

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/agent"
+	"github.com/hutch-sandbox/hutch/internal/approve"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -139,7 +140,15 @@ func (t *tools) exec(ctx context.Context, req *sdk.CallToolRequest, in ExecIn) (
 	if err != nil {
 		return nil, ExecOut{}, err
 	}
-	args := []string{"/bin/sh", "-c", in.Command}
+	env := make([]string, 0, len(in.Env))
+	for _, k := range slices.Sorted(maps.Keys(in.Env)) {
+		env = append(env, k+"="+in.Env[k])
+	}
+	// A variable that changes what a command name runs (PATH,
+	// LD_PRELOAD, …) is set by the command line itself, where the
+	// approval rules see it.
+	line, env := approve.ExportRisky(in.Command, env)
+	args := []string{"/bin/sh", "-c", line}
 	noteChange(ctx, args, "")
 	sb, ac, err := t.agentOf(ctx, in.SandboxID)
 	if err != nil {
@@ -154,11 +163,14 @@ func (t *tools) exec(ctx context.Context, req *sdk.CallToolRequest, in ExecIn) (
 	if err := t.o.Execs.room(t.o.Owner); err != nil {
 		return nil, ExecOut{}, err
 	}
-	env := make([]string, 0, len(in.Env))
-	for _, k := range slices.Sorted(maps.Keys(in.Env)) {
-		env = append(env, k+"="+in.Env[k])
+	// The client's elicitation, where it has one, is asked too: by the
+	// backend's approvals, or by the sandbox's own (its agent client's
+	// check, on hutch serve).
+	actx := t.withElicitation(ctx, req)
+	if err := t.approveCommand(actx, sb.ID, line); err != nil {
+		return nil, ExecOut{}, err
 	}
-	p, err := ac.Exec(ctx, agent.ExecRequest{
+	p, err := ac.Exec(actx, agent.ExecRequest{
 		Args:    args,
 		Env:     env,
 		Dir:     dir,

@@ -1,8 +1,24 @@
 // Package webui serves hutch serve's review pages at /ui/: a tenant's
 // sandboxes with their state, events and egress refusals, the diff of a
-// sandbox against its base or a snapshot, and the change sets of
-// sandboxes bound to a host workspace, side by side, with Apply and
-// Discard.
+// sandbox against its base or a snapshot, the change sets of sandboxes
+// bound to a host workspace, side by side, with Apply and Discard, and
+// the approvals its sandboxes wait on.
+//
+// # Approvals
+//
+// A command, host or change set a sandbox's approval rules hold (a
+// policy's approvals:, network.on_unknown: ask) waits for an answer. The
+// header counts the tenant's waiting questions on every page; the
+// approvals page (#/approvals) lists them all, a sandbox's page its own:
+// each with its kind, what it is about (the whole command line), the
+// simple command asked about, the rule and the reason, and the time left
+// before it is refused, and the buttons Allow once, Allow for this
+// sandbox, Always (for the sandbox's life: on hutch serve there is no
+// policy file to write it to) and Deny, which POST the answer to
+// /v1/approvals/{id}. The pages poll GET /v1/approvals every two seconds,
+// and a sandbox's page also at its approval events; a question answered
+// (here or elsewhere: the API, an MCP client's elicitation) or expired
+// leaves them.
 //
 // Everything is in the binary (package embed): a few plain HTML, CSS and
 // JavaScript files written for hutch, no framework, nothing fetched from

@@ -88,6 +88,143 @@
     return dl;
   }
 
+  // Approvals: the questions the tenant's sandboxes wait on (a policy's
+  // approvals: rules, network.on_unknown: ask). The header counts them on
+  // every page; the approvals page lists them all, a sandbox's page its
+  // own. They are polled (and reloaded at a sandbox's approval events);
+  // each shows its time left and goes once answered or expired.
+  const approvalPoll = 2000;
+  const answerButtons = [
+    ["once", "Allow once", "primary", "Let this command (or host, or change set) go ahead this one time"],
+    ["run", "Allow for this sandbox", "", "Allow the same command or host again, without asking, for the sandbox's life"],
+    ["always", "Always", "", "Allow it from now on: on hutch serve, for the sandbox's life (there is no policy file to write it to)"],
+    ["deny", "Deny", "danger", "Refuse it"],
+  ];
+  // approvalView is the list of approvals the page shows, if any: its
+  // element and which questions it keeps.
+  let approvalView = null;
+  // clockSkew is the browser's clock minus the daemon's, from the Date of
+  // its answers, so that the time left is the daemon's.
+  let clockSkew = 0;
+  // pendingNow are the questions of the last poll; answered, those
+  // answered here since (a poll under way may still hold them).
+  let pendingNow = [];
+  const answered = new Set();
+
+  function timeLeft(p) {
+    const s = Math.max(0, Math.floor((Date.parse(p.expires) + clockSkew - Date.now()) / 1000));
+    return s >= 60 ? `${Math.floor(s / 60)} min ${s % 60} s left` : `${s} s left`;
+  }
+
+  const expired = (p) => Date.parse(p.expires) + clockSkew <= Date.now();
+
+  // approvalItem is a question, with its answers' buttons.
+  function approvalItem(p) {
+    const left = el("span", { class: "left" }, timeLeft(p));
+    const note = el("div", { class: "note" });
+    // A change set is applied once: only once or deny mean anything.
+    const offered = p.kind === "file" ? answerButtons.filter(([a]) => a === "once" || a === "deny") : answerButtons;
+    const buttons = offered.map(([answer, label, cls, title]) =>
+      el("button", { type: "button", class: cls || null, "data-answer": answer, title }, label));
+    const li = el("li", { class: "approval", "data-id": p.id, "data-sandbox": p.sandbox || "", "data-kind": p.kind },
+      el("div", {}, el("span", { class: "badge" }, p.kind), p.sandbox ? "in sandbox " : null, p.sandbox ? link(sandboxHref(p.sandbox), p.sandbox) : null, left),
+      el("pre", { class: "subject" }, p.subject),
+      details([["asked about", p.command && p.command !== p.subject ? el("code", {}, p.command) : ""], ["rule", p.rule ? el("code", {}, p.rule) : ""],
+        ["reason", p.reason], ["asked", when(p.created)]]),
+      el("div", { class: "answers" }, ...buttons), note);
+    li.tick = () => { left.textContent = timeLeft(p); };
+    for (const b of buttons) {
+      b.addEventListener("click", async () => {
+        li.classList.add("answering");
+        for (const x of buttons) x.disabled = true;
+        try {
+          const resp = await call("POST", "/v1/approvals/" + enc(p.id), { answer: b.dataset.answer });
+          if (resp.ok || resp.status === 404) {
+            forgetApproval(p.id);
+            if (resp.status === 404) flashApprovals("It was answered already, or expired.");
+            return;
+          }
+          await check(resp);
+        } catch (err) {
+          note.replaceChildren(errorBox(err));
+          li.classList.remove("answering");
+          for (const x of buttons) x.disabled = false;
+        }
+      });
+    }
+    return li;
+  }
+
+  // flashApprovals says something about the answers above the list.
+  function flashApprovals(text) {
+    const n = document.getElementById("approvals-note");
+    if (n) n.textContent = text;
+  }
+
+  // forgetApproval drops a question answered here, at once.
+  function forgetApproval(id) {
+    answered.add(id);
+    showApprovals();
+  }
+
+  // showApprovals brings the count and the page's list up to date:
+  // questions gone or expired leave it, new ones join it, the others stay
+  // as they are (a button being clicked is not replaced).
+  function showApprovals() {
+    const live = pendingNow.filter((p) => !expired(p) && !answered.has(p.id));
+    const count = document.getElementById("approvals-count");
+    count.textContent = String(live.length);
+    count.hidden = live.length === 0;
+    if (!approvalView) return;
+    const { list, keep, empty } = approvalView;
+    const want = live.filter(keep);
+    const ids = new Set(want.map((p) => p.id));
+    for (const li of [...list.children]) {
+      if (!ids.has(li.dataset.id)) li.remove();
+      else li.tick();
+    }
+    const have = new Set([...list.children].map((li) => li.dataset.id));
+    for (const p of want) {
+      if (!have.has(p.id)) list.append(approvalItem(p));
+    }
+    empty.hidden = want.length > 0;
+  }
+
+  // pollApprovals reads the tenant's questions.
+  async function pollApprovals() {
+    try {
+      const resp = await check(await call("GET", "/v1/approvals"));
+      const date = Date.parse(resp.headers.get("Date") || "");
+      if (!isNaN(date)) clockSkew = Date.now() - date - 500; // Date has whole seconds
+      const body = await resp.json();
+      pendingNow = Array.isArray(body) ? body : (body.approvals || []);
+      const ids = new Set(pendingNow.map((p) => p.id));
+      for (const id of answered) if (!ids.has(id)) answered.delete(id);
+    } catch (err) {
+      // The daemon is restarting, or is one without approvals: the count
+      // stays as it was; a page's list says why.
+      if (approvalView) approvalView.empty.textContent = err.message;
+      return;
+    }
+    showApprovals();
+  }
+
+  // approvalList is a list of the questions keep selects, for a page.
+  function approvalList(keep, emptyText) {
+    const list = el("ul", { class: "approvals" });
+    const empty = el("p", { class: "empty" }, emptyText);
+    approvalView = { list, keep, empty };
+    showApprovals();
+    return [el("p", { class: "meta", id: "approvals-note", role: "status" }), list, empty];
+  }
+
+  async function approvalPage() {
+    main.replaceChildren(el("h2", {}, "Approvals"),
+      el("p", { class: "meta" }, "Commands, hosts and change sets your sandboxes' approval rules hold until someone answers; unanswered, they are refused when their time runs out."),
+      el("div", { id: "approvals" }, ...approvalList(() => true, "Nothing waits for an answer.")));
+    await pollApprovals();
+  }
+
   // Pages.
 
   async function sandboxList(signal) {
@@ -118,6 +255,8 @@
       details([["state", s.state], ["tier", s.tier], ["image", s.image || "the host's root"], ["created", when(s.created_at)],
         ["expires", when(s.expires_at)], ["workspace", s.workspace], ["labels", Object.keys(s.labels || {}).length ? labels(s.labels) : ""],
         ["change set", s.change_set ? link(changeHref(s.change_set), s.change_set) : ""]]),
+      el("h2", {}, "Waiting for approval"),
+      el("div", { id: "approvals" }, ...approvalList((p) => p.sandbox === s.id, "Nothing waits for an answer.")),
       el("h2", {}, "Egress refusals"), refusals,
       el("h2", {}, "Events"),
       el("table", { class: "list events", id: "events" }, head("#", "time", "event", "details"), events),
@@ -132,14 +271,21 @@
     streamEvents(id, events, refusals, signal);
   }
 
-  // loadDiff shows the patch at path in box; the viewer, or null.
+  // loads counts the diffs asked of each box: only the last one asked is
+  // shown, whichever comes first.
+  const loads = new WeakMap();
+
+  // loadDiff shows the patch at path in box; the viewer, or null (also
+  // when another diff was asked of box meanwhile).
   async function loadDiff(box, path, opts, signal) {
+    const n = (loads.get(box) || 0) + 1;
+    loads.set(box, n);
     box.replaceChildren(el("p", { class: "loading" }, "Loading the diff…"));
     try {
       const text = await getText(path, signal);
-      return HutchDiff.render(box, text, opts);
+      return loads.get(box) === n ? HutchDiff.render(box, text, opts) : null;
     } catch (err) {
-      if (!signal.aborted) box.replaceChildren(errorBox(err));
+      if (!signal.aborted && loads.get(box) === n) box.replaceChildren(errorBox(err));
       return null;
     }
   }
@@ -182,6 +328,12 @@
         return d.reason || "";
       case "snapshot":
         return `${d.snapshot || ""} (${size(d.size)})`;
+      case "approval.requested":
+        return `${d.kind || ""} ${d.subject || ""} — asked` + (d.rule ? ` by ${d.rule}` : "") + (d.reason ? `: ${d.reason}` : "");
+      case "approval.answered":
+        return `${d.kind || ""} ${d.subject || ""} — ${d.answer || ""} by ${d.by || ""}` + (typeof d.took_ms === "number" ? ` after ${(d.took_ms / 1000).toFixed(1)} s` : "");
+      case "approval.denied":
+        return `${d.kind || ""} ${d.subject || ""} — refused` + (d.rule ? ` by ${d.rule}` : "") + (d.reason ? `: ${d.reason}` : "");
       default:
         return Object.keys(d).length ? JSON.stringify(d) : "";
     }
@@ -209,6 +361,7 @@
         el("td", {}, e.seq), el("td", {}, when(e.time)), el("td", {}, e.type),
         el("td", {}, describe(e), d.allow ? el("span", { class: "allow" }, " — allow with ", el("code", {}, d.allow)) : null)));
       while (tbody.rows.length > maxEvents) tbody.rows[0].remove();
+      if (e.type.startsWith("approval.")) pollApprovals();
       if (e.type === "egress_refused") {
         const dest = `${d.host}:${d.port}`;
         const r = seen.get(dest) || { dest, count: 0, protocol: d.protocol, reason: d.reason, allow: d.allow };
@@ -384,7 +537,7 @@
 
   function setNav(page) {
     for (const a of document.querySelectorAll("header nav a")) {
-      a.classList.toggle("current", a.getAttribute("href") === "#/" + (page === "changes" ? "changes" : "sandboxes"));
+      a.classList.toggle("current", a.getAttribute("href") === "#/" + (page === "changes" || page === "approvals" ? page : "sandboxes"));
     }
   }
 
@@ -399,9 +552,11 @@
       parts = [];
     }
     setNav(parts[0]);
+    approvalView = null;
     main.replaceChildren(el("p", { class: "loading" }, "Loading…"));
     try {
-      if (parts[0] === "sandboxes" && parts[1]) await sandboxPage(parts[1], signal);
+      if (parts[0] === "approvals") await approvalPage();
+      else if (parts[0] === "sandboxes" && parts[1]) await sandboxPage(parts[1], signal);
       else if (parts[0] === "changes" && parts[1]) await changePage(parts[1], signal);
       else if (parts[0] === "changes") await changeList(signal);
       else await sandboxList(signal);
@@ -413,4 +568,8 @@
 
   window.addEventListener("hashchange", route);
   route();
+  pollApprovals();
+  setInterval(pollApprovals, approvalPoll);
+  // The time left of each question, by the second; the expired go.
+  setInterval(showApprovals, 1000);
 })();
