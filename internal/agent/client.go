@@ -58,7 +58,7 @@ type Client struct {
 
 // CheckFunc decides whether a command may start: nil, or why not. It
 // may wait (for a person's answer) as long as ctx lasts.
-type CheckFunc func(ctx context.Context, args []string) error
+type CheckFunc func(ctx context.Context, args, env []string) error
 
 // SetCheck makes every later Exec, but of a command of hutch's own
 // (ExecRequest.Own), call check first: a command it refuses never
@@ -803,7 +803,7 @@ func (c *Client) Exec(ctx context.Context, r ExecRequest) (*Process, error) {
 		}
 	}
 	if check := c.check.Load(); check != nil && !r.Own {
-		if err := (*check)(ctx, r.Args); err != nil {
+		if err := (*check)(ctx, r.Args, r.Env); err != nil {
 			return nil, err
 		}
 	}

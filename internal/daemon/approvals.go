@@ -150,9 +150,11 @@ func (l *live) holdUnknown(p *egress.Proxy) {
 
 // checkCommand is the agent client's check (agent.Client.SetCheck) of a
 // sandbox with gate g: every command is decided on its quoted argv as a
-// shell line, a question ending with the sandbox.
+// shell line, after the variables of its own environment that change
+// what a name runs (PATH, LD_PRELOAD, …) as assignments, a question
+// ending with the sandbox.
 func checkCommand(g *approve.Gate, ended <-chan struct{}) agent.CheckFunc {
-	return func(ctx context.Context, args []string) error {
+	return func(ctx context.Context, args, env []string) error {
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		go func() {
@@ -162,7 +164,8 @@ func checkCommand(g *approve.Gate, ended <-chan struct{}) agent.CheckFunc {
 			case <-ctx.Done():
 			}
 		}()
-		return g.Command(ctx, approve.Line(args))
+		line, _ := approve.ExportRisky(approve.Line(args), env)
+		return g.Command(ctx, line)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hutch-sandbox/hutch/internal/agent"
 	"github.com/hutch-sandbox/hutch/internal/approve"
 	"github.com/hutch-sandbox/hutch/internal/changes"
 	"github.com/hutch-sandbox/hutch/internal/policy"
@@ -139,6 +140,34 @@ func TestApprovalGate(t *testing.T) {
 			}
 			if ran(m, "ruled") {
 				t.Error("a deny rule: it ran")
+			}
+
+			// An allowed command with an environment of its own that
+			// changes what its name runs (PATH, LD_PRELOAD) is asked
+			// about, the assignment shown.
+			envDone := make(chan error, 1)
+			go func() {
+				c, err := m.Agent(context.Background(), "a", info.ID)
+				if err == nil {
+					var p *agent.Process
+					if p, err = c.Exec(context.Background(), agent.ExecRequest{Args: []string{"touch", "/tmp/pathed"}, Env: []string{"PATH=/tmp/evil:/usr/bin:/bin"}}); err == nil {
+						_, err = p.Wait()
+					}
+				}
+				envDone <- err
+			}()
+			q = question(t, m, "a", info.ID)
+			if !strings.Contains(q.Subject, "export PATH=") || !strings.Contains(q.Subject, "touch /tmp/pathed") {
+				t.Errorf("the question of a command with PATH set: %+v", q)
+			}
+			if err := m.AnswerApproval("a", q.ID, approve.AnswerDeny, "api"); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-envDone; !errors.Is(err, approve.ErrDenied) {
+				t.Errorf("PATH set, denied: %v", err)
+			}
+			if ran(m, "/tmp/pathed") {
+				t.Error("PATH set, denied: it ran")
 			}
 			if tier != policy.TierGVisor {
 				return

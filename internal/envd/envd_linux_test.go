@@ -1221,7 +1221,7 @@ func TestStartNotApproved(t *testing.T) {
 		t.Fatal(err)
 	}
 	gate := &approve.Gate{Commands: set}
-	e.agent.SetCheck(func(ctx context.Context, args []string) error { return gate.Command(ctx, approve.Line(args)) })
+	e.agent.SetCheck(func(ctx context.Context, args, env []string) error { return gate.Command(ctx, approve.Line(args)) })
 	defer e.agent.SetCheck(nil)
 	marker := filepath.Join(e.home, "marker")
 	s := e.stream(t, "process.Process/Start", bashStart("echo hi; touch "+marker), nil)
