@@ -121,7 +121,13 @@ func sandboxLabel(label string) (port int, id string, ok bool) {
 //
 // A host outside D goes to next, so that clients that name the daemon
 // by its address (E2B_API_URL, hutch's own CLI) work as before.
+//
+// Whatever the domain, a request to next that names a sandbox's port in
+// an E2b-Sandbox-Port header (with E2b-Sandbox-Id) other than envd's goes
+// to that port (PortHeader): E2B's SDKs send every request to one base
+// URL when E2B_SANDBOX_URL is set, and tell the ports apart only so.
 func (h *Handler) Domain(next http.Handler, isEnvd func(string) bool, envd http.Handler) http.Handler {
+	next = h.PortHeader(next)
 	if h.domain == "" {
 		return next
 	}
@@ -156,4 +162,56 @@ func (h *Handler) Domain(next http.Handler, isEnvd func(string) bool, envd http.
 			envdH.ServeHTTP(w, r)
 		}), w, r)
 	})
+}
+
+// SandboxPortHeader names the sandbox port a request is for, when E2B's
+// SDKs send every port's requests to one URL (E2B_SANDBOX_URL); envd's
+// port, or none, is the listener's own routes.
+const SandboxPortHeader = "E2b-Sandbox-Port"
+
+// PortHeader routes a request whose E2b-Sandbox-Port header names a port
+// other than envd's to that port of the sandbox its E2b-Sandbox-Id header
+// names (ServePort: the port's privacy holds as on PORT-ID.D); every
+// other request goes to next. A malformed header is 400.
+func (h *Handler) PortHeader(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		v := r.Header.Get(SandboxPortHeader)
+		if v == "" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		port, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil || port < 1 || port > 65535 {
+			api.Counted("ports", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				writeJSON(w, http.StatusBadRequest, Error{Code: http.StatusBadRequest, Message: fmt.Sprintf("%s: %q is not a port (1-65535)", SandboxPortHeader, cleanHeader(v))})
+			}), w, r)
+			return
+		}
+		if port == EnvdPort {
+			next.ServeHTTP(w, r)
+			return
+		}
+		id := r.Header.Get("E2b-Sandbox-Id")
+		api.Counted("ports", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if id == "" || strings.ContainsAny(id, "./ ") {
+				writeJSON(w, http.StatusBadRequest, Error{Code: http.StatusBadRequest, Message: fmt.Sprintf("%s: %d names a sandbox's port; name the sandbox in the E2b-Sandbox-Id header", SandboxPortHeader, port)})
+				return
+			}
+			h.ServePort(w, r, id, port)
+		}), w, r)
+	})
+}
+
+// cleanHeader bounds a header's value for a message and drops what is not
+// printable ASCII.
+func cleanHeader(v string) string {
+	if len(v) > 64 {
+		v = v[:64]
+	}
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r > 0x7e {
+			return -1
+		}
+		return r
+	}, v)
 }

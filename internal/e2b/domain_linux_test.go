@@ -230,6 +230,38 @@ func testDomainPorts(t *testing.T, f *realFixture) {
 		}
 	})
 
+	t.Run("port header", func(t *testing.T) {
+		// As the SDK with E2B_SANDBOX_URL: every port's requests to one
+		// URL, the port in E2b-Sandbox-Port, the sandbox in
+		// E2b-Sandbox-Id; the port's privacy holds.
+		api := "https://api." + testDomain
+		resp, b := domainRequest(t, c, "GET", api+"/via-header?q=1", "", "E2b-Sandbox-Id", pub.SandboxID, SandboxPortHeader, strconv.Itoa(port))
+		var echo portEcho
+		if resp.StatusCode != http.StatusOK || json.Unmarshal([]byte(b), &echo) != nil || echo.Path != "/via-header?q=1" {
+			t.Errorf("a public port by header: %d %s", resp.StatusCode, b)
+		}
+		resp, b = domainRequest(t, c, "GET", api+"/x", "", "E2b-Sandbox-Id", priv.SandboxID, SandboxPortHeader, strconv.Itoa(port))
+		if resp.StatusCode != http.StatusForbidden {
+			t.Errorf("a private port by header without its token: %d %s, want 403", resp.StatusCode, b)
+		}
+		resp, b = domainRequest(t, c, "GET", api+"/x", "", "E2b-Sandbox-Id", priv.SandboxID, SandboxPortHeader, strconv.Itoa(port), TrafficTokenHeader, tok)
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("a private port by header with its token: %d %s", resp.StatusCode, b)
+		}
+		// envd's port is the listener's own routes; a bad port or no
+		// sandbox is a clear 400.
+		resp, b = domainRequest(t, c, "GET", api+"/health", "", "E2b-Sandbox-Id", pub.SandboxID, SandboxPortHeader, strconv.Itoa(EnvdPort))
+		if strings.Contains(b, "/health") && resp.StatusCode == http.StatusOK {
+			t.Errorf("envd's port by header reached the sandbox's server: %d %s", resp.StatusCode, b)
+		}
+		for _, hv := range [][]string{{SandboxPortHeader, "http"}, {SandboxPortHeader, "70000"}, {SandboxPortHeader, "8123"}} {
+			resp, b = domainRequest(t, c, "GET", api+"/x", "", hv...)
+			if resp.StatusCode != http.StatusBadRequest || !strings.Contains(b, SandboxPortHeader) {
+				t.Errorf("%q: %d %s, want 400 naming the header", hv, resp.StatusCode, b)
+			}
+		}
+	})
+
 	t.Run("private", func(t *testing.T) {
 		resp, b := domainRequest(t, c, "GET", host(port, priv.SandboxID)+"/x", "")
 		if resp.StatusCode != http.StatusForbidden || !strings.Contains(b, TrafficTokenHeader) {
