@@ -327,11 +327,15 @@ func cmdExec(args []string, stdin, stdout, stderr *os.File) int {
 		cmd.Rows, cmd.Cols, _ = sandbox.TerminalSize(stdin)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), remoteTimeout)
+	stopAsking := awaitApprovals(c, id, command, envMap, stderr)
 	p, err := c.Exec(ctx, id, cmd)
+	stopAsking()
 	cancel()
 	if err != nil {
 		fmt.Fprintf(stderr, "hutch: exec: %v\n", err)
 		switch {
+		case errors.Is(err, client.ErrNotApproved):
+			return 126
 		case errors.Is(err, client.ErrNotFound) && strings.Contains(err.Error(), "command not found"):
 			return 127
 		case errors.Is(err, client.ErrPermission):

@@ -154,7 +154,8 @@ func (d *daemonProc) as(t *testing.T, host, token string, stdin io.Reader, args 
 	if token != "" {
 		env = append(env, "HUTCH_TOKEN="+token)
 	}
-	return hutch(t, invocation{args: args, dir: dir, env: env, stdin: stdin})
+	// No controlling terminal: a client asks nothing there.
+	return hutch(t, invocation{args: args, dir: dir, env: env, stdin: stdin, noTTY: true})
 }
 
 // admin runs a client command on the daemon's socket.

@@ -55,7 +55,7 @@ func (rf *Flags) setupApprovals(s *Sandbox) error {
 	case rf.Asker != nil:
 		g.Asker = rf.Asker
 	case rf.AskOnTerminal:
-		t, err := openTerminalAsker(file)
+		t, err := OpenTerminalAsker(file)
 		if err != nil {
 			g.NoAsker = "no terminal to ask on (hutch run asks on its controlling terminal)"
 			break

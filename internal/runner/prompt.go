@@ -13,21 +13,22 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
 )
 
-// terminalAsker asks hutch run's user on their terminal (/dev/tty, the
+// TerminalAsker asks hutch's user on their terminal (/dev/tty, the
 // controlling terminal of hutch, never the sandbox's pty): one question
 // at a time, answered with one key. While the command runs on a pty of
 // its own, the keys are taken from the relay (sandbox.TapTerminal), so
 // none of the answer reaches the command.
-type terminalAsker struct {
+type TerminalAsker struct {
 	tty *os.File
 	// always names where "allow always" writes ("" when it cannot).
 	always string
 	mu     sync.Mutex
 }
 
-// openTerminalAsker opens the controlling terminal; an error when there
-// is none (no one to ask).
-func openTerminalAsker(always string) (*terminalAsker, error) {
+// OpenTerminalAsker opens the controlling terminal; an error when there
+// is none (no one to ask). always names where an "allow always" answer
+// is written, shown with the choice; "" offers no such choice.
+func OpenTerminalAsker(always string) (*TerminalAsker, error) {
 	tty, err := os.OpenFile("/dev/tty", os.O_RDWR, 0)
 	if err != nil {
 		return nil, err
@@ -36,13 +37,14 @@ func openTerminalAsker(always string) (*terminalAsker, error) {
 		tty.Close()
 		return nil, errors.New("/dev/tty is not a terminal")
 	}
-	return &terminalAsker{tty: tty, always: always}, nil
+	return &TerminalAsker{tty: tty, always: always}, nil
 }
 
-func (t *terminalAsker) Close() error { return t.tty.Close() }
+// Close closes the terminal.
+func (t *TerminalAsker) Close() error { return t.tty.Close() }
 
 // Ask implements approve.Asker.
-func (t *terminalAsker) Ask(ctx context.Context, r approve.Request) approve.Reply {
+func (t *TerminalAsker) Ask(ctx context.Context, r approve.Request) approve.Reply {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	keys, release, tapped := sandbox.TapTerminal()
@@ -102,7 +104,7 @@ func (t *terminalAsker) Ask(ctx context.Context, r approve.Request) approve.Repl
 	}
 }
 
-func (t *terminalAsker) write(s string) { _, _ = t.tty.WriteString(s) }
+func (t *TerminalAsker) write(s string) { _, _ = t.tty.WriteString(s) }
 
 // keyAnswer maps a key to an answer: o(nce)/y, r(un), a(lways), d(eny)/n,
 // and Ctrl-C or Ctrl-D for deny.
