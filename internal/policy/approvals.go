@@ -173,7 +173,7 @@ func (r CommandRule) rule() (approve.Rule, error) {
 // line is decided by it.
 func (r CommandRule) CheckExamples() error {
 	rule, err := r.rule()
-	if err != nil {
+	if err != nil || len(r.Match)+len(r.NotMatch) == 0 {
 		return err
 	}
 	// The rule alone, against a default that tells it apart.
