@@ -416,6 +416,11 @@ func (k *Kernel) launchOnce(ctx context.Context) (_ *proc, err error) {
 		w = io.MultiWriter(tail, k.cfg.Log)
 	}
 	cmd.Stdout, cmd.Stderr = w, w
+	// Its own group, so that an interrupt or a kill reaches the processes
+	// the code started too. Pdeathsig ends the kernel should hutch die
+	// without closing it (it fires when the thread that started the kernel
+	// exits, which in Go is when the process does, unless that thread was
+	// locked by a goroutine that ended without unlocking it).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.WaitDelay = 2 * time.Second
 	if err := cmd.Start(); err != nil {
@@ -470,6 +475,9 @@ func (k *Kernel) launchOnce(ctx context.Context) (_ *proc, err error) {
 	go p.readIOPub()
 	if err := p.waitReady(ctx); err != nil {
 		return nil, err
+	}
+	if !stop() { // ctx ended just now and took the sockets with it
+		return nil, fmt.Errorf("kernel: waiting for the kernel to start: %w", ctx.Err())
 	}
 	return p, nil
 }

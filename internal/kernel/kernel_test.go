@@ -445,3 +445,18 @@ func TestExecuteContextEnds(t *testing.T) {
 	// The loop was interrupted: the next execution runs.
 	wantStdout(t, k, "print('next')", "next\n")
 }
+
+func TestCloseMidExecution(t *testing.T) {
+	needIPyKernel(t)
+	k := startKernel(t, Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	_, err := k.Execute(ctx, "print('busy', flush=True)\nimport time\nwhile True: time.sleep(1)", ExecuteOptions{}, func(o Output) {
+		if _, ok := o.(*Stream); ok {
+			go k.Close()
+		}
+	})
+	if !errors.Is(err, ErrDied) {
+		t.Fatalf("want ErrDied, got %v", err)
+	}
+}
