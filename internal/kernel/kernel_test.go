@@ -460,3 +460,27 @@ func TestCloseMidExecution(t *testing.T) {
 		t.Fatalf("want ErrDied, got %v", err)
 	}
 }
+
+func TestConcurrentExecutesTakeTurns(t *testing.T) {
+	needIPyKernel(t)
+	k := startKernel(t, Config{})
+	var wg sync.WaitGroup
+	got := make([]string, 4)
+	for i := range got {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+			defer cancel()
+			var outs []Output
+			if _, err := k.Execute(ctx, "import time; time.sleep(0.05); print("+strconv.Itoa(i)+")", ExecuteOptions{}, func(o Output) { outs = append(outs, o) }); err != nil {
+				t.Errorf("execution %d: %v", i, err) // not Fatal: another goroutine
+			}
+			got[i] = stream(outs, "stdout")
+		})
+	}
+	wg.Wait()
+	for i, s := range got {
+		if want := strconv.Itoa(i) + "\n"; s != want {
+			t.Errorf("execution %d printed %q, want %q", i, s, want)
+		}
+	}
+}
