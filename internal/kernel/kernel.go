@@ -333,13 +333,18 @@ func (k *Kernel) Restart(ctx context.Context) error {
 	return nil
 }
 
-// shutdownWait bounds how long Close lets the kernel exit on its own.
-const shutdownWait = 5 * time.Second
+// shutdownWait bounds how long Close waits for the kernel's shutdown_reply,
+// and exitWait how long it then lets the kernel exit on its own (ipykernel
+// goes on to terminate its children, which takes it tens of seconds when
+// one of them is a zombie it never reaped).
+const (
+	shutdownWait = 5 * time.Second
+	exitWait     = time.Second
+)
 
-// Close asks the kernel to shut down, kills its process group if it has
-// not exited within a few seconds (and any process left in the group
-// either way), and removes the connection file. A running execution ends
-// with ErrDied.
+// Close asks the kernel to shut down, kills its process group (whatever is
+// left of it) once the kernel has answered or after a few seconds, and
+// removes the connection file. A running execution ends with ErrDied.
 func (k *Kernel) Close() error {
 	k.mu.Lock()
 	p := k.cur
@@ -349,16 +354,29 @@ func (k *Kernel) Close() error {
 	if already || p == nil {
 		return nil
 	}
-	if frames, _, err := p.sig.encode("shutdown_request", map[string]any{"restart": false}); err == nil && p.send(p.control, frames) == nil {
-		t := time.NewTimer(shutdownWait)
-		select {
-		case <-p.dead:
-		case <-t.C:
+	if frames, id, err := p.sig.encode("shutdown_request", map[string]any{"restart": false}); err == nil {
+		replies := p.expect(p.controlWait, id)
+		if p.send(p.control, frames) == nil && waitFor(replies, p.dead, shutdownWait) {
+			waitFor(nil, p.dead, exitWait)
 		}
-		t.Stop()
+		p.forget(p.controlWait, id)
 	}
 	p.kill()
 	return nil
+}
+
+// waitFor waits up to d for a message on c or for dead to close, and
+// reports whether either came.
+func waitFor(c <-chan message, dead <-chan struct{}, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-c:
+	case <-dead:
+	case <-t.C:
+		return false
+	}
+	return true
 }
 
 // launch starts a kernel process, trying again with new ports when one
@@ -415,28 +433,51 @@ func (k *Kernel) launchOnce(ctx context.Context) (_ *proc, err error) {
 	if k.cfg.Log != nil {
 		w = io.MultiWriter(tail, k.cfg.Log)
 	}
-	cmd.Stdout, cmd.Stderr = w, w
+	// The kernel writes into a pipe of our own rather than one exec.Cmd
+	// copies from, so that waiting for the kernel is not waiting for every
+	// process that inherited its stdout too.
+	logR, logW, err := os.Pipe()
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("kernel: %w", err)
+	}
+	cmd.Stdout, cmd.Stderr = logW, logW
 	// Its own group, so that an interrupt or a kill reaches the processes
 	// the code started too. Pdeathsig ends the kernel should hutch die
 	// without closing it (it fires when the thread that started the kernel
 	// exits, which in Go is when the process does, unless that thread was
 	// locked by a goroutine that ended without unlocking it).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	cmd.WaitDelay = 2 * time.Second
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	logW.Close()
+	if err != nil {
+		logR.Close()
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("kernel: starting %s: %w", argv[0], err)
 	}
+	logged := make(chan struct{})
+	go func() {
+		io.Copy(w, logR)
+		close(logged)
+	}()
 
 	pctx, cancel := context.WithCancel(context.Background())
 	p := &proc{
 		cmd: cmd, dir: dir, connFile: connFile, sig: sig, limit: k.cfg.MaxMessageBytes,
-		ctx: pctx, cancel: cancel, dead: make(chan struct{}), tail: tail,
+		ctx: pctx, cancel: cancel, dead: make(chan struct{}), tail: tail, log: logR,
 		shellWait: map[string]chan message{}, controlWait: map[string]chan message{},
 		sinks: map[string]*sink{},
 	}
 	go func() {
 		p.waitErr = cmd.Wait()
+		// Let the last words of a kernel that failed reach tail, unless
+		// processes it left behind keep the pipe open.
+		t := time.NewTimer(time.Second)
+		select {
+		case <-logged:
+		case <-t.C:
+		}
+		t.Stop()
 		close(p.dead)
 		cancel()
 	}()

@@ -26,6 +26,7 @@ type proc struct {
 	// waitErr is the process's exit status, set before dead is closed.
 	waitErr error
 	tail    *tailBuffer
+	log     *os.File // the read end of the kernel's stdout and stderr
 
 	shell, control, iopub zmq4.Socket
 	sendMu                sync.Mutex
@@ -162,6 +163,7 @@ func (p *proc) kill() {
 				s.Close()
 			}
 		}
+		p.log.Close()
 		os.RemoveAll(p.dir)
 	})
 }
