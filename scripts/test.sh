@@ -16,6 +16,11 @@ for tool in setpriv:util-linux ip:iproute2 git:git busybox:busybox-static curl:c
 done
 # pip, for the test that installs a package through the egress proxy.
 /usr/bin/python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
+# A Jupyter kernel with matplotlib and pandas, for the tests of
+# internal/kernel.
+/usr/bin/python3 -c 'import ipykernel' >/dev/null 2>&1 || need+=(python3-ipykernel)
+/usr/bin/python3 -c 'import matplotlib' >/dev/null 2>&1 || need+=(python3-matplotlib)
+/usr/bin/python3 -c 'import pandas' >/dev/null 2>&1 || need+=(python3-pandas)
 if [ ${#need[@]} -gt 0 ] && [ "$(id -u)" = 0 ]; then
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
