@@ -140,7 +140,7 @@ func (m *Manager) Diff(ctx context.Context, tenant, id, against string) (*Diff, 
 		return fail(err)
 	}
 	made := map[string]bool{}
-	for _, p := range append([]string{specWorkspace(sb.Spec)}, hide...) {
+	for _, p := range append([]string{recordedWorkspace(sb.Spec)}, hide...) {
 		for p = path.Clean("/" + p); p != "/"; p = path.Dir(p) {
 			made[strings.TrimPrefix(p, "/")] = true
 		}

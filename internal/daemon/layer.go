@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"encoding/json"
 	"errors"
 	"io/fs"
 	"os"
@@ -65,19 +64,6 @@ func workspaceOf(p policy.Spec) string {
 		return DefaultWorkspace
 	}
 	return filepath.Clean(p.Filesystem.Workspace)
-}
-
-// specWorkspace is the workspace recorded in a sandbox's stored policy.
-func specWorkspace(spec []byte) string {
-	var s struct {
-		Filesystem struct {
-			Workspace string `json:"workspace"`
-		} `json:"filesystem"`
-	}
-	if json.Unmarshal(spec, &s) != nil || s.Filesystem.Workspace == "" {
-		return DefaultWorkspace
-	}
-	return s.Filesystem.Workspace
 }
 
 // closedEvery is how old the list of the host's closed paths may get before

@@ -740,6 +740,13 @@ func recordedSpec(spec []byte) (string, Resources) {
 	return ws, Resources{CPUs: s.Resources.CPUs, MemoryBytes: s.Resources.Memory, DiskBytes: s.Resources.Disk}
 }
 
+// recordedWorkspace is the workspace path a sandbox's recorded policy
+// gives (DefaultWorkspace when it gives none).
+func recordedWorkspace(spec []byte) string {
+	ws, _ := recordedSpec(spec)
+	return ws
+}
+
 // recordedVolumes is decodeVolumes, nil for a record it cannot read (the
 // daemon wrote it: it can).
 func recordedVolumes(b []byte) []Volume {
