@@ -73,7 +73,7 @@ func TestUIApprovals(t *testing.T) {
 		t.Fatalf("the command ran before anyone answered: %+v %v", r.res, r.err)
 	default:
 	}
-	b.do("allow once", chromedp.Click(chromedp.CSS(`#approvals li.approval button[data-answer="once"]`)))
+	b.press("allow once", `#approvals li.approval button[data-answer="once"]`)
 	r := <-once
 	if r.err != nil || string(r.res.Stdout) != "ran-once\n" || r.res.Code != 0 {
 		t.Fatalf("the command allowed once: %+v %v", r.res, r.err)
@@ -93,7 +93,7 @@ func TestUIApprovals(t *testing.T) {
 	if n := eval[int](b, `document.querySelectorAll("#approvals img, #events img").length`); n != 0 || eval[string](b, "document.title") == "pwned" {
 		t.Errorf("a command line became markup (%d images)", n)
 	}
-	b.do("deny", chromedp.Click(chromedp.CSS(`#approvals li.approval button[data-answer="deny"]`)))
+	b.press("deny", `#approvals li.approval button[data-answer="deny"]`)
 	r = <-hostile
 	if r.err == nil || !strings.Contains(r.err.Error(), "not approved") {
 		t.Fatalf("the denied command: %+v %v, want a refusal saying it was not approved", r.res, r.err)

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -129,6 +130,19 @@ func (b *browser) do(what string, steps ...chromedp.Action[chromedp.Void]) {
 	defer cancel()
 	if err := chromedp.Do(ctx, steps...); err != nil {
 		b.t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// press clicks the first element sel finds, once it exists, through the
+// page's own click() rather than a mouse at its coordinates: a page still
+// laying itself out (a diff or events arriving above the element) cannot
+// move the element from under the click.
+func (b *browser) press(what, sel string) {
+	b.t.Helper()
+	q := strconv.Quote(sel)
+	b.waitFor("document.querySelector(" + q + ") !== null")
+	if !eval[bool](b, "(() => { const e = document.querySelector("+q+"); if (!e) return false; e.click(); return true; })()") {
+		b.t.Fatalf("%s: %s is gone", what, sel)
 	}
 }
 

@@ -173,7 +173,7 @@ func TestUI(t *testing.T) {
 	if got := b.text("#snapshots"); !strings.Contains(got, sn.ID) {
 		t.Errorf("the snapshots %q lack %s", got, sn.ID)
 	}
-	b.do("diff against the snapshot", chromedp.Click(chromedp.CSS("#snapshots button")))
+	b.press("diff against the snapshot", "#snapshots button")
 	b.waitFor(`document.querySelector("#diff .filelist") !== null && document.querySelectorAll("#diff .filelist li").length === 1`)
 	if got := eval[string](b, `document.querySelector("#diff .filelist").textContent.trim()`); got != "added workspace/later.txt" {
 		t.Errorf("the diff against the snapshot: %q", got)
