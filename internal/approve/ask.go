@@ -226,17 +226,10 @@ func (g *Gate) Command(ctx context.Context, line string) error {
 			return &Denied{Record: rec, Hint: "a deny rule cannot be answered; change the rule to allow it"}
 		}
 		req := Request{Kind: KindCommand, Subject: truncate(line), Command: d.Command, Rule: rec.Rule, Reason: reason, Sandbox: g.Sandbox}
-		reply, took := g.ask(ctx, req)
-		rec.By, rec.Answer, rec.TookMS = reply.By, reply.Answer, took.Milliseconds()
-		if !reply.Answer.Allows() {
-			rec.Decision = "deny"
-			g.record(rec)
-			return &Denied{Record: rec, Hint: g.hint(reply, fmt.Sprintf("approvals.approved: [%q] in the policy allows it", d.Command))}
+		if err := g.put(ctx, req, rec, d.Command, fmt.Sprintf("approvals.approved: [%q] in the policy allows it", d.Command)); err != nil {
+			return err
 		}
-		rec.Decision = "allow"
-		g.record(rec)
 		once[d.Command] = true
-		g.remember(KindCommand, d.Command, req, reply)
 	}
 	return &Denied{Record: Record{Kind: KindCommand, Subject: truncate(line), Reason: "too many questions"}}
 }
@@ -261,17 +254,7 @@ func (g *Gate) Host(ctx context.Context, host string, port int) error {
 	}
 	req := Request{Kind: KindNetwork, Subject: hp, Rule: "network.on_unknown: ask", Reason: rec.Reason, Sandbox: g.Sandbox}
 	rec.Rule = req.Rule
-	reply, took := g.ask(ctx, req)
-	rec.By, rec.Answer, rec.TookMS = reply.By, reply.Answer, took.Milliseconds()
-	if !reply.Answer.Allows() {
-		rec.Decision = "deny"
-		g.record(rec)
-		return &Denied{Record: rec, Hint: g.hint(reply, "")}
-	}
-	rec.Decision = "allow"
-	g.record(rec)
-	g.remember(KindNetwork, hp, req, reply)
-	return nil
+	return g.put(ctx, req, rec, hp, "")
 }
 
 // Files decides whether a change set touching paths may be applied, where
@@ -280,15 +263,23 @@ func (g *Gate) Files(ctx context.Context, paths []string, rule, reason string) e
 	subject := truncate(strings.Join(paths, "\n"))
 	rec := Record{Time: time.Now(), Kind: KindFile, Subject: subject, Rule: rule, By: "rule", Reason: reason}
 	req := Request{Kind: KindFile, Subject: subject, Rule: rule, Reason: reason, Sandbox: g.Sandbox}
+	return g.put(ctx, req, rec, "", "")
+}
+
+// put asks req, records the decision (rec filled with the answer) and
+// remembers a "run" or "always" answer for what (nothing when ""): nil
+// when the answer allows, else a *Denied whose hint adds policyWay.
+func (g *Gate) put(ctx context.Context, req Request, rec Record, what, policyWay string) error {
 	reply, took := g.ask(ctx, req)
 	rec.By, rec.Answer, rec.TookMS = reply.By, reply.Answer, took.Milliseconds()
 	if !reply.Answer.Allows() {
 		rec.Decision = "deny"
 		g.record(rec)
-		return &Denied{Record: rec, Hint: g.hint(reply, "")}
+		return &Denied{Record: rec, Hint: g.hint(reply, policyWay)}
 	}
 	rec.Decision = "allow"
 	g.record(rec)
+	g.remember(req.Kind, what, req, reply)
 	return nil
 }
 
