@@ -93,7 +93,7 @@ func (t *TerminalAsker) Ask(ctx context.Context, r approve.Request) approve.Repl
 			return approve.Reply{Answer: approve.AnswerDeny, By: "timeout"}
 		case k := <-keys:
 			for _, c := range k {
-				a, ok := keyAnswer(c, t.always != "")
+				a, ok := keyAnswer(c, r.Kind, t.always != "")
 				if !ok {
 					continue
 				}
@@ -107,19 +107,26 @@ func (t *TerminalAsker) Ask(ctx context.Context, r approve.Request) approve.Repl
 func (t *TerminalAsker) write(s string) { _, _ = t.tty.WriteString(s) }
 
 // keyAnswer maps a key to an answer: o(nce)/y, r(un), a(lways), d(eny)/n,
-// and Ctrl-C or Ctrl-D for deny.
-func keyAnswer(c byte, always bool) (approve.Answer, bool) {
+// and Ctrl-C or Ctrl-D for deny. A file question (a change set's apply,
+// which happens once) is yes or no: y, or n and Enter for its default no.
+func keyAnswer(c byte, kind approve.Kind, always bool) (approve.Answer, bool) {
 	switch c {
 	case 'o', 'O', 'y', 'Y':
 		return approve.AnswerOnce, true
 	case 'r', 'R':
-		return approve.AnswerRun, true
+		if kind != approve.KindFile {
+			return approve.AnswerRun, true
+		}
 	case 'a', 'A':
-		if always {
+		if always && kind != approve.KindFile {
 			return approve.AnswerAlways, true
 		}
 	case 'd', 'D', 'n', 'N', 3, 4:
 		return approve.AnswerDeny, true
+	case '\r', '\n':
+		if kind == approve.KindFile {
+			return approve.AnswerDeny, true
+		}
 	}
 	return "", false
 }
@@ -157,6 +164,13 @@ func prompt(r approve.Request, always string, left time.Duration) string {
 		fmt.Fprintf(&b, "  asked by %s\r\n", printable(r.Rule))
 	case r.Reason != "":
 		fmt.Fprintf(&b, "  asked because %s\r\n", printable(r.Reason))
+	}
+	if r.Kind == approve.KindFile {
+		if left > 0 {
+			fmt.Fprintf(&b, "  (denied in %s without an answer)\r\n", left)
+		}
+		b.WriteString("  apply them? [y/N] ")
+		return b.String()
 	}
 	b.WriteString("  [o] allow once  [r] allow for this run  ")
 	if always != "" {
