@@ -21,6 +21,7 @@ import (
 
 	"github.com/hutch-sandbox/hutch/internal/agent"
 	"github.com/hutch-sandbox/hutch/internal/gvisor"
+	"github.com/hutch-sandbox/hutch/internal/interp"
 	"github.com/hutch-sandbox/hutch/internal/portconnect"
 	"github.com/hutch-sandbox/hutch/internal/proxyconnect"
 )
@@ -76,6 +77,9 @@ func run(args []string, stdin, stdout, stderr *os.File) int {
 	case portconnect.Command:
 		// A port forward's end inside a sandbox whose agent this is.
 		return portconnect.Main(args[1:], stdin, stdout, stderr)
+	case interp.Command:
+		// The code interpreter of a sandbox whose agent this is.
+		return interp.Main(args[1:], stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "hutch-serve", version)
 		return 0

@@ -486,6 +486,7 @@ func (m *Manager) restoreLive(ctx context.Context, sb store.Sandbox, spec policy
 		}
 		release() // the dormant sandbox holds the image (resumeDormant)
 	}
+	l.interp = hasKernels(layer.Lowers)
 	vols, err := decodeVolumes(sb.Volumes)
 	if err != nil {
 		return nil, err
@@ -506,7 +507,7 @@ func (m *Manager) restoreLive(ctx context.Context, sb store.Sandbox, spec policy
 		Log:         log,
 		Proxy:       proxy,
 		RootLayer:   layer,
-		AgentBinary: m.cfg.AgentBinary,
+		AgentBinary: m.agentBinary(l),
 		RootCaps:    true,
 		Cgroup:      true,
 		CgroupName:  sandboxCgroupPrefix + sb.ID,
@@ -534,6 +535,11 @@ func (m *Manager) restoreLive(ctx context.Context, sb store.Sandbox, spec policy
 	l.attach(c)
 	if err := m.recordReady(ctx, sb.ID, l, nil); err != nil {
 		return fail(err)
+	}
+	if fresh {
+		if err := startInterpreter(ctx, l, log); err != nil {
+			return fail(err)
+		}
 	}
 	return l, nil
 }

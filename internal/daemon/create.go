@@ -274,6 +274,7 @@ func (m *Manager) launch(ctx context.Context, id, dir string, spec policy.Spec, 
 			layer.FromSnapshot = dirs[len(dirs)-1]
 		}
 	}
+	l.interp = hasKernels(layer.Lowers)
 	if spec.Tier == policy.TierNamespace {
 		// The layer's tmpfs is attached in the sandbox's directory too,
 		// for snapshots to copy what it wrote.
@@ -320,7 +321,7 @@ func (m *Manager) launch(ctx context.Context, id, dir string, spec policy.Spec, 
 		Proxy:       proxy,
 		RootLayer:   layer,
 		CABundle:    sec.caBundle(),
-		AgentBinary: m.cfg.AgentBinary,
+		AgentBinary: m.agentBinary(l),
 		RootCaps:    true,
 		Wipe:        sec.values(),
 		Cgroup:      true,
@@ -336,7 +337,9 @@ func (m *Manager) launch(ctx context.Context, id, dir string, spec policy.Spec, 
 		m.setOf[id] = review.set.ID()
 		m.mu.Unlock()
 	}
+	fresh := true // its processes start now (not from a saved memory)
 	if snap != nil && snap.Memory > 0 && spec.Tier == snap.Tier && len(vols) == 0 {
+		fresh = false
 		// A copy of the snapshot's source, going on from its memory.
 		// (With volumes it boots afresh over the snapshot's files: the
 		// saved kernel knows only the source's mounts.)
@@ -363,6 +366,11 @@ func (m *Manager) launch(ctx context.Context, id, dir string, spec policy.Spec, 
 	// its life and after.
 	if err := m.recordReady(ctx, id, l, func(sb *store.Sandbox) { sb.Image = l.image }); err != nil {
 		return fail(err)
+	}
+	if fresh {
+		if err := startInterpreter(ctx, l, log); err != nil {
+			return fail(err)
+		}
 	}
 	return l, nil
 }

@@ -195,6 +195,9 @@ type live struct {
 	// afresh of it paused to disk (ResumeOptions).
 	bootEnv  []string
 	execUser *agent.Credential
+	// interp: its root has Jupyter kernels, and so hutch's code
+	// interpreter (interp.go).
+	interp bool
 	// unwatch stops watch, and watched is closed once it returned (for a
 	// pause to disk, which ends the processes on purpose); both under
 	// pauseMu once the sandbox runs.

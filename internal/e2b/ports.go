@@ -8,11 +8,13 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"path"
 	"strconv"
 	"strings"
 
 	"github.com/hutch-sandbox/hutch/internal/agent"
 	"github.com/hutch-sandbox/hutch/internal/daemon"
+	"github.com/hutch-sandbox/hutch/internal/interp"
 	"github.com/hutch-sandbox/hutch/internal/portfwd"
 )
 
@@ -106,6 +108,9 @@ func (h *Handler) portProxy() *httputil.ReverseProxy {
 // the traffic token. A paused sandbox is resumed by resumeForTraffic,
 // or the request refused. Refusals are E2B's: 502 for a sandbox that is
 // gone or paused or a port nothing listens on, 403 without the token.
+// The code interpreter's /execute (interp.Port) takes the sandbox's envd
+// access token in X-Access-Token too (401 without it), as E2B's SDKs
+// send it; its other routes are the port's, as on E2B.
 func (h *Handler) ServePort(w http.ResponseWriter, r *http.Request, id string, port int) {
 	notFound := proxyError{Code: http.StatusBadGateway, Message: "The sandbox was not found", SandboxID: id}
 	h.mu.Lock()
@@ -127,6 +132,19 @@ func (h *Handler) ServePort(w http.ResponseWriter, r *http.Request, id string, p
 				msg = "invalid traffic access token for sandbox " + id
 			}
 			writeJSON(w, http.StatusForbidden, proxyError{Code: http.StatusForbidden, Message: msg, SandboxID: id})
+			return
+		}
+	}
+	if port == interp.Port && path.Clean("/"+r.URL.Path) == "/execute" {
+		// The code interpreter runs what /execute is sent: as on envd,
+		// the sandbox's envd access token must come with it (E2B's SDKs
+		// send it there, and only there).
+		if subtle.ConstantTimeCompare([]byte(rec.token), []byte(r.Header.Get("X-Access-Token"))) != 1 {
+			msg := "missing X-Access-Token header: the code interpreter's /execute takes the sandbox's envd access token"
+			if r.Header.Get("X-Access-Token") != "" {
+				msg = "invalid X-Access-Token for sandbox " + id
+			}
+			writeJSON(w, http.StatusUnauthorized, proxyError{Code: http.StatusUnauthorized, Message: msg, SandboxID: id, Port: port})
 			return
 		}
 	}

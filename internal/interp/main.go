@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"os/signal"
 	"strconv"
 	"syscall"
@@ -64,4 +65,13 @@ func Main(args []string, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// MainIfCommand runs Main and exits when the process was started as
+// "PROGRAM code-interpreter ...": how a test binary that a daemon under
+// test starts as its sandboxes' agent serves as their interpreter too.
+func MainIfCommand() {
+	if len(os.Args) >= 2 && os.Args[1] == Command {
+		os.Exit(Main(os.Args[2:], os.Stderr))
+	}
 }
