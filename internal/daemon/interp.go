@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/hutch-sandbox/hutch/internal/agent"
 	"github.com/hutch-sandbox/hutch/internal/interp"
+	"github.com/hutch-sandbox/hutch/internal/portfwd"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
 )
 
@@ -112,4 +114,36 @@ func (m *Manager) agentBinary(l *live) string {
 		return ""
 	}
 	return m.cfg.AgentBinary
+}
+
+// ErrNoInterpreter is wrapped by Interpreter's error for a sandbox without
+// the code interpreter.
+var ErrNoInterpreter = fmt.Errorf("no code interpreter: its image has no Jupyter kernels (hutch's code-interpreter image has them: scripts/base-image.sh --code-interpreter): %w", ErrUnsupported)
+
+// Interpreter returns a client of the code interpreter of tenant's
+// sandbox id, whose connections are made inside the sandbox, to its
+// loopback port interp.Port (portfwd.Dial), as any port's are. The same
+// client serves the sandbox's calls while its agent connection lasts.
+func (m *Manager) Interpreter(ctx context.Context, tenant, id string) (*interp.Client, error) {
+	c, err := m.Agent(ctx, tenant, id)
+	if err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l := m.live[id]
+	if l == nil || l.client != c {
+		return nil, fmt.Errorf("sandbox %s: it changed meanwhile: %w", id, ErrConflict)
+	}
+	if !l.interp {
+		return nil, fmt.Errorf("sandbox %s: %w", id, ErrNoInterpreter)
+	}
+	if l.interpClient == nil || l.interpAgent != c {
+		if l.interpClient != nil {
+			l.interpClient.CloseIdle()
+		}
+		l.interpAgent = c
+		l.interpClient = interp.NewClient(func(ctx context.Context) (net.Conn, error) { return portfwd.Dial(ctx, c, interp.Port) })
+	}
+	return l.interpClient, nil
 }

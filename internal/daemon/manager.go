@@ -22,6 +22,7 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/changes"
 	"github.com/hutch-sandbox/hutch/internal/egress"
 	"github.com/hutch-sandbox/hutch/internal/image"
+	"github.com/hutch-sandbox/hutch/internal/interp"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/store"
 )
@@ -198,6 +199,10 @@ type live struct {
 	// interp: its root has Jupyter kernels, and so hutch's code
 	// interpreter (interp.go).
 	interp bool
+	// interpClient speaks to its interpreter through interpAgent, the
+	// agent client it was made with (under Manager.mu).
+	interpClient *interp.Client
+	interpAgent  *agent.Client
 	// unwatch stops watch, and watched is closed once it returned (for a
 	// pause to disk, which ends the processes on purpose); both under
 	// pauseMu once the sandbox runs.

@@ -5,8 +5,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -366,5 +368,48 @@ func TestServerKernelDies(t *testing.T) {
 	evs = runCode(t, url, map[string]any{"code": "'w' in globals(), os.getpid() > 0 if 'os' in globals() else 1"})
 	if txt, _ := mainText(evs); txt != "(False, 1)" {
 		t.Fatalf("after the kernel died: %q (%+v)", txt, evs)
+	}
+}
+
+func TestClient(t *testing.T) {
+	_, url := testServer(t, Config{})
+	addr := strings.TrimPrefix(url, "http://")
+	c := NewClient(func(ctx context.Context) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", addr)
+	})
+	defer c.CloseIdle()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var got []string
+	err := c.Execute(ctx, ExecuteRequest{Code: "print('a')\n6 * 7"}, func(ev Event) {
+		switch ev.Type {
+		case EventStdout:
+			got = append(got, "stdout "+ev.Text)
+		case EventResult:
+			got = append(got, "result "+ev.Result.Text)
+		default:
+			got = append(got, ev.Type)
+		}
+	})
+	if err != nil || strings.Join(got, "|") != "number_of_executions|stdout a\n|result 42" {
+		t.Fatalf("Execute: %v %q", err, got)
+	}
+	cs, err := c.Contexts(ctx)
+	if err != nil || len(cs) != 1 {
+		t.Fatalf("Contexts: %v %+v", err, cs)
+	}
+	if err := c.Execute(ctx, ExecuteRequest{Code: "1", ContextID: "gone"}, nil); !errors.Is(err, ErrNoContext) {
+		t.Fatalf("Execute in a missing context: %v", err)
+	}
+	if err := c.RestartContext(ctx, "gone"); !errors.Is(err, ErrNoContext) {
+		t.Fatalf("RestartContext of a missing context: %v", err)
+	}
+	nc, err := c.CreateContext(ctx, CreateContextRequest{})
+	if err != nil || nc.Language != Python {
+		t.Fatalf("CreateContext: %v %+v", err, nc)
+	}
+	if err := c.RemoveContext(ctx, nc.ID); err != nil {
+		t.Fatal(err)
 	}
 }
