@@ -15,13 +15,14 @@
 // # Protocol
 //
 // Start writes a connection file (mode 0600, in a private 0700 directory)
-// naming five 127.0.0.1 ports the client picked and a random HMAC-SHA256
-// key, starts the kernel in its own process group with that file, connects
-// shell and control (DEALER) and iopub (SUB, every topic), and waits until
-// a kernel_info_request is answered on shell and its status is seen on
-// iopub (so no output of the first execution is missed). Should the kernel
-// exit while starting (another process took a port between the client
-// closing it and the kernel binding it), Start tries again with new ports.
+// naming unix sockets in that directory (ZeroMQ's ipc transport) and a
+// random HMAC-SHA256 key, starts the kernel in its own process group with
+// that file, connects shell and control (DEALER) and iopub (SUB, every
+// topic), and waits until a kernel_info_request is answered on shell and
+// its status is seen on iopub (so no output of the first execution is
+// missed). Not TCP: libzmq looks a TCP address up among the network
+// interfaces with a netlink socket, which a sandbox refuses (the kernel
+// aborts), and a port could be taken between choosing and binding it.
 // The stdin and heartbeat channels are not used: a process that exits is
 // seen by waiting on it.
 //
@@ -63,7 +64,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -379,22 +379,8 @@ func waitFor(c <-chan message, dead <-chan struct{}, d time.Duration) bool {
 	return true
 }
 
-// launch starts a kernel process, trying again with new ports when one
-// exits while starting.
-func (k *Kernel) launch(ctx context.Context) (*proc, error) {
-	var err error
-	for attempt := 0; attempt < 3; attempt++ {
-		var p *proc
-		p, err = k.launchOnce(ctx)
-		if err == nil {
-			return p, nil
-		}
-		if ctx.Err() != nil || !errors.Is(err, ErrDied) {
-			break
-		}
-	}
-	return nil, err
-}
+// launch starts a kernel process.
+func (k *Kernel) launch(ctx context.Context) (*proc, error) { return k.launchOnce(ctx) }
 
 func (k *Kernel) launchOnce(ctx context.Context) (_ *proc, err error) {
 	dir, err := os.MkdirTemp("", "hutch-kernel-")
@@ -402,14 +388,15 @@ func (k *Kernel) launchOnce(ctx context.Context) (_ *proc, err error) {
 		return nil, fmt.Errorf("kernel: %w", err)
 	}
 	sig := &signer{key: []byte(randomHex(32)), session: randomHex(16)}
-	ports, err := freePorts(5)
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, err
-	}
+	// The channels are unix sockets in the private directory (ZeroMQ's
+	// ipc transport): no port to race for, nothing on the network, and
+	// no interface lookup, which libzmq makes with a netlink socket for a
+	// TCP address and which a sandbox refuses.
+	ports := []int{1, 2, 3, 4, 5}
+	base := filepath.Join(dir, "k")
 	connFile := filepath.Join(dir, "connection.json")
 	cf, err := json.Marshal(map[string]any{
-		"transport": "tcp", "ip": "127.0.0.1", "shell_port": ports[0], "iopub_port": ports[1],
+		"transport": "ipc", "ip": base, "shell_port": ports[0], "iopub_port": ports[1],
 		"stdin_port": ports[2], "control_port": ports[3], "hb_port": ports[4],
 		"key": string(sig.key), "signature_scheme": "hmac-sha256",
 	})
@@ -490,7 +477,7 @@ func (k *Kernel) launchOnce(ctx context.Context) (_ *proc, err error) {
 	defer stop()
 
 	dial := func(s zmq4.Socket, port int) error {
-		if err := s.Dial(fmt.Sprintf("tcp://127.0.0.1:%d", port)); err != nil {
+		if err := s.Dial(fmt.Sprintf("ipc://%s-%d", base, port)); err != nil {
 			return p.startFailure(ctx, err)
 		}
 		return nil
@@ -563,21 +550,6 @@ func (p *proc) waitReady(ctx context.Context) error {
 }
 
 var errRetry = errors.New("retry")
-
-// freePorts returns n distinct TCP ports on 127.0.0.1 that were free a
-// moment ago.
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("kernel: choosing a port: %w", err)
-		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
 
 // withDefault returns env with name=value added when env does not set name.
 func withDefault(env []string, name, value string) []string {
