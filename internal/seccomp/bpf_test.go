@@ -181,6 +181,7 @@ func TestFilter(t *testing.T) {
 	eperm := uint32(retErrno | errnoEPERM)
 	enosys := uint32(retErrno | errnoENOSYS)
 	eafnosupport := uint32(retErrno | errnoEAFNOSUPPORT)
+	eopnotsupp := uint32(retErrno | errnoEOPNOTSUPP)
 
 	tests := []filterCase{
 		{name: "read", call: "read", want: allow},
@@ -200,15 +201,15 @@ func TestFilter(t *testing.T) {
 		{name: "nr -1 skipped by a tracer", nr: -1, want: allow},
 		{name: "unknown nr", nr: 1000, want: allow},
 
-		{name: "socket AF_NETLINK", call: "socket", args: [6]uint64{afNetlink, 3, 0}, want: eafnosupport},
+		{name: "socket AF_NETLINK", call: "socket", args: [6]uint64{afNetlink, 3, 0}, want: eopnotsupp},
 		{name: "socket AF_PACKET", call: "socket", args: [6]uint64{afPacket, 3, 0}, want: eafnosupport},
 		{name: "socket AF_INET", call: "socket", args: [6]uint64{afInet, 1, 0}, want: allow},
 		{name: "socket AF_INET6", call: "socket", args: [6]uint64{afInet6, 2, 0}, want: allow},
 		{name: "socket AF_UNIX", call: "socket", args: [6]uint64{afUnix, 1, 0}, want: allow},
 		{name: "socket AF_UNSPEC", call: "socket", want: eafnosupport},
-		{name: "socket AF_NETLINK, high bits set", call: "socket", args: [6]uint64{0xffffffff_00000000 | afNetlink}, want: eafnosupport},
+		{name: "socket AF_NETLINK, high bits set", call: "socket", args: [6]uint64{0xffffffff_00000000 | afNetlink}, want: eopnotsupp},
 		{name: "socket AF_INET, high bits set (kernel reads AF_INET)", call: "socket", args: [6]uint64{1<<32 | afInet}, want: allow},
-		{name: "socket AF_INET in arg1 only", call: "socket", args: [6]uint64{afNetlink, afInet}, want: eafnosupport},
+		{name: "socket AF_INET in arg1 only", call: "socket", args: [6]uint64{afPacket, afInet}, want: eafnosupport},
 		{name: "socketpair AF_NETLINK", call: "socketpair", args: [6]uint64{afNetlink}, want: eafnosupport},
 		{name: "socketpair AF_UNIX", call: "socketpair", args: [6]uint64{afUnix, 1}, want: allow},
 

@@ -27,9 +27,10 @@ const (
 	// cannot create a time namespace (only unshare and clone3 can).
 	cloneNamespaces = unshareNamespaces &^ cloneNewTime
 
-	afUnix  = 1
-	afInet  = 2
-	afInet6 = 10
+	afUnix    = 1
+	afInet    = 2
+	afInet6   = 10
+	afNetlink = 16
 
 	tiocsti   = 0x5412
 	tioclinux = 0x541c
@@ -245,6 +246,12 @@ var baseRules = []Rule{
 
 	// Sockets: only unix, IPv4 and IPv6. Netlink, packet, vsock and the
 	// rest are large, rarely needed and a common source of kernel bugs.
+	// Netlink is refused as "not supported" (EOPNOTSUPP) rather than as
+	// an unknown family: libzmq (every Jupyter kernel) lists the network
+	// interfaces (getifaddrs, a netlink socket) before it binds a TCP
+	// address, carries on without them on EOPNOTSUPP or EINVAL, and
+	// aborts on any other error.
+	{Name: "socket", Action: EOPNOTSUPP, When: []Cond{{Arg: 0, Value: afNetlink}}, Why: "AF_NETLINK (refused so that libzmq carries on)"},
 	{Name: "socket", Action: Allow, When: []Cond{{Arg: 0, Value: afUnix}}, Why: "AF_UNIX"},
 	{Name: "socket", Action: Allow, When: []Cond{{Arg: 0, Value: afInet}}, Why: "AF_INET"},
 	{Name: "socket", Action: Allow, When: []Cond{{Arg: 0, Value: afInet6}}, Why: "AF_INET6"},

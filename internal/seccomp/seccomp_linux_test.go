@@ -145,7 +145,8 @@ func TestBuild(t *testing.T) {
 	}{
 		{unix.SYS_GETPID, [6]uint64{}, retAllow},
 		{unix.SYS_PTRACE, [6]uint64{}, retErrno | errnoEPERM},
-		{unix.SYS_SOCKET, [6]uint64{unix.AF_NETLINK}, retErrno | errnoEAFNOSUPPORT},
+		{unix.SYS_SOCKET, [6]uint64{unix.AF_NETLINK}, retErrno | errnoEOPNOTSUPP},
+		{unix.SYS_SOCKET, [6]uint64{unix.AF_PACKET}, retErrno | errnoEAFNOSUPPORT},
 		{unix.SYS_IOCTL, [6]uint64{0, 0xdeadbeef_00000000 | unix.TIOCSTI}, retErrno | errnoEPERM},
 		{unix.SYS_CLONE3, [6]uint64{}, retErrno | errnoENOSYS},
 	} {
@@ -191,8 +192,8 @@ func helperChecks() []helperCheck {
 	}
 	return []helperCheck{
 		{"getpid", 0, raw(unix.SYS_GETPID)},
-		{"socket(AF_NETLINK)", unix.EAFNOSUPPORT, socket(unix.AF_NETLINK, unix.SOCK_RAW)},
-		{"socket(AF_NETLINK with high bits)", unix.EAFNOSUPPORT, socket(0xffffffff_00000000|unix.AF_NETLINK, unix.SOCK_RAW)},
+		{"socket(AF_NETLINK)", unix.EOPNOTSUPP, socket(unix.AF_NETLINK, unix.SOCK_RAW)},
+		{"socket(AF_NETLINK with high bits)", unix.EOPNOTSUPP, socket(0xffffffff_00000000|unix.AF_NETLINK, unix.SOCK_RAW)},
 		{"socket(AF_PACKET)", unix.EAFNOSUPPORT, socket(unix.AF_PACKET, unix.SOCK_RAW)},
 		{"socket(AF_UNIX)", 0, socket(unix.AF_UNIX, unix.SOCK_STREAM)},
 		{"socket(AF_INET)", 0, socket(unix.AF_INET, unix.SOCK_DGRAM)},
