@@ -26,8 +26,8 @@
 # (a cache in the image's /home/user would be out of view there).
 #
 # Idempotent: the image is tagged with a digest of its recipe too (the
-# suite, the packages, the hooks below), and nothing is done when the store
-# already holds that tag.
+# suite, the packages, the hooks below; the code-interpreter image's label
+# too), and nothing is done when the store already holds that tag.
 # The built image (a docker save tarball) is kept in --cache (default
 # /var/cache/hutch/base-image) under the same digest, so another store —
 # a test's — imports it in about a minute instead of building it again. With
