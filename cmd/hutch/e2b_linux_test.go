@@ -257,8 +257,7 @@ func e2bBaseImage(t *testing.T, tier string, args ...string) {
 	testutil.Need(t, node != "", why)
 	_, err := os.Stat(filepath.Join(e2bDir, "node_modules", "e2b", "package.json"))
 	testutil.Need(t, err == nil, "E2B's SDK is not installed in test/e2b/node_modules (npm ci there; scripts/test.sh does)")
-	tarball := os.Getenv("HUTCH_TEST_BASE_IMAGE")
-	testutil.Need(t, tarball != "", "$HUTCH_TEST_BASE_IMAGE names no tarball of hutch's base image (scripts/base-image.sh --no-import prints it; scripts/test.sh sets it)")
+	tarball := testutil.BaseImage(t)
 	d := startDaemonWith(t, func(stateDir string) {
 		st, err := image.Open(stateDir)
 		if err != nil {
