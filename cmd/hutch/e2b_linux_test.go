@@ -438,3 +438,53 @@ func unmountVolumes(t *testing.T, dir string) {
 		}
 	}
 }
+
+// TestE2BCodeInterpreter runs test/e2b/interp.test.mjs: E2B's Code
+// Interpreter SDK (@e2b/code-interpreter), unchanged, against hutch serve
+// whose store holds hutch's code-interpreter image, which the daemon
+// makes E2B's template code-interpreter-v1 by itself: Python and
+// JavaScript, state, streams, a chart as PNG and data, a DataFrame,
+// errors, env vars, contexts, an interrupt when the client gives up, and
+// the envd access token on /execute.
+// The daemon keeps one warm sandbox of the template: the first create,
+// which sets environment variables, takes it, and its kernels, started
+// before, get them.
+func TestE2BCodeInterpreter(t *testing.T) {
+	t.Parallel()
+	e2bCodeInterpreter(t, "namespace", "--warm", "code-interpreter-v1=1")
+}
+
+// TestE2BCodeInterpreterGVisor is TestE2BCodeInterpreter under gVisor,
+// without a warm pool.
+func TestE2BCodeInterpreterGVisor(t *testing.T) {
+	t.Parallel()
+	testutil.RequireRoot(t)
+	e2bCodeInterpreter(t, "gvisor", "--default-tier", "gvisor", "--runsc", testutil.Runsc(t))
+}
+
+func e2bCodeInterpreter(t *testing.T, tier string, args ...string) {
+	node := needSDK(t, "@e2b/code-interpreter")
+	tarball := testutil.CodeInterpreterImage(t)
+	d := startDaemonWith(t, func(stateDir string) {
+		st, err := image.Open(stateDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fetch.Import(st, tarball, "", fetch.Options{Root: true}); err != nil {
+			t.Fatalf("import %s: %v", tarball, err)
+		}
+	}, args...)
+	r := d.admin(t, "token", "create", "--tenant", "e2b-interp", "--e2b", "--state-dir", d.stateDir)
+	token := lastLine(r.stdout)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=spec", "interp.test.mjs")
+	cmd.Dir = e2bDir
+	cmd.Env = append(os.Environ(), "E2B_API_URL="+d.tcp, "E2B_SANDBOX_URL="+d.tcp, "E2B_API_KEY="+token,
+		"NO_COLOR=1", "HTTP_PROXY=", "HTTPS_PROXY=", "http_proxy=", "https_proxy=")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("node --test interp.test.mjs (%s): %v\n%s", tier, err, out)
+	}
+	t.Logf("%s", out)
+}

@@ -147,3 +147,24 @@ func (m *Manager) Interpreter(ctx context.Context, tenant, id string) (*interp.C
 	}
 	return l.interpClient, nil
 }
+
+// interpreterEnv gives the code interpreter of warm sandbox l, which
+// started before a create took it, the create's environment, which the
+// sandbox's commands get from now on (its kernels before their next
+// execution).
+func (m *Manager) interpreterEnv(ctx context.Context, l *live, env map[string]string) error {
+	if !l.interp {
+		return nil
+	}
+	m.mu.Lock()
+	c := l.client
+	m.mu.Unlock()
+	ic := interp.NewClient(func(ctx context.Context) (net.Conn, error) { return portfwd.Dial(ctx, c, interp.Port) })
+	defer ic.CloseIdle()
+	ctx, cancel := context.WithTimeout(ctx, interpreterWait)
+	defer cancel()
+	if err := ic.SetEnv(ctx, env); err != nil {
+		return fmt.Errorf("code interpreter: %w", err)
+	}
+	return nil
+}

@@ -199,3 +199,8 @@ func (c *Client) RemoveContext(ctx context.Context, id string) error {
 func (c *Client) RestartContext(ctx context.Context, id string) error {
 	return c.call(ctx, http.MethodPost, "/contexts/"+url.PathEscape(id)+"/restart", nil, nil)
 }
+
+// SetEnv sets variables in every context's environment (Server.SetEnv).
+func (c *Client) SetEnv(ctx context.Context, env map[string]string) error {
+	return c.call(ctx, http.MethodPost, "/hutch/env", EnvRequest{Env: env}, nil)
+}

@@ -149,11 +149,11 @@ func setEnv(env []string, name, value string) []string {
 // (ipykernel) runs the startup file and prints without colours or
 // truncation.
 func (s *Server) startJupyter(ctx context.Context, lang, dir string) (Engine, error) {
-	spec, err := findSpec(lang, s.env, s.home)
+	env := s.environ()
+	spec, err := findSpec(lang, env, s.home)
 	if err != nil {
 		return nil, err
 	}
-	env := slices.Clone(s.env)
 	for k, v := range spec.Env {
 		env = setEnv(env, k, v)
 	}

@@ -413,3 +413,42 @@ func TestClient(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestServerSetEnv(t *testing.T) {
+	_, url := testServer(t, Config{})
+	get := "import os; os.getenv('LATE', 'unset')"
+	if txt, _ := mainText(runCode(t, url, map[string]any{"code": get})); txt != "unset" {
+		t.Fatalf("before: %q", txt)
+	}
+	b, _ := json.Marshal(EnvRequest{Env: map[string]string{"LATE": "set"}})
+	resp, err := http.Post(url+"/hutch/env", "application/json", bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("POST /hutch/env: %d", resp.StatusCode)
+	}
+	if txt, _ := mainText(runCode(t, url, map[string]any{"code": get})); txt != "set" {
+		t.Fatalf("in the running context: %q", txt)
+	}
+	// An execution's own value is put back to the new one.
+	if txt, _ := mainText(runCode(t, url, map[string]any{"code": get, "env_vars": map[string]string{"LATE": "mine"}})); txt != "mine" {
+		t.Fatalf("env_vars: %q", txt)
+	}
+	if txt, _ := mainText(runCode(t, url, map[string]any{"code": get})); txt != "set" {
+		t.Fatalf("after env_vars: %q", txt)
+	}
+	// A context made afterwards starts with it.
+	b, _ = json.Marshal(CreateContextRequest{})
+	resp, err = http.Post(url+"/contexts", "application/json", bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c Context
+	json.NewDecoder(resp.Body).Decode(&c)
+	resp.Body.Close()
+	if txt, _ := mainText(runCode(t, url, map[string]any{"code": get, "context_id": c.ID})); txt != "set" {
+		t.Fatalf("in a new context: %q", txt)
+	}
+}

@@ -127,6 +127,7 @@ test('javascript and typescript', async () => {
 test('/execute takes the envd access token; the contexts are the port\'s', async () => {
   const url = process.env.E2B_SANDBOX_URL
   const headers = { 'Content-Type': 'application/json', 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '49999' }
+  if (sbx.trafficAccessToken) headers['E2B-Traffic-Access-Token'] = sbx.trafficAccessToken
   const denied = await fetch(url + '/execute', { method: 'POST', headers, body: JSON.stringify({ code: '1' }) })
   assert.equal(denied.status, 401)
   const wrong = await fetch(url + '/execute', { method: 'POST', headers: { ...headers, 'X-Access-Token': 'nope' }, body: JSON.stringify({ code: '1' }) })
