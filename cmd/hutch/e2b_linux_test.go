@@ -449,9 +449,11 @@ func unmountVolumes(t *testing.T, dir string) {
 // The daemon keeps one warm sandbox of the template: the first create,
 // which sets environment variables, takes it, and its kernels, started
 // before, get them.
+// Its sandboxes have 1 GiB of memory: code that takes more loses its
+// kernel, and the sandbox goes on.
 func TestE2BCodeInterpreter(t *testing.T) {
 	t.Parallel()
-	e2bCodeInterpreter(t, "namespace", "--warm", "code-interpreter-v1=1")
+	e2bCodeInterpreter(t, "namespace", "--warm", "code-interpreter-v1=1", "--default-memory", "1g")
 }
 
 // TestE2BCodeInterpreterGVisor is TestE2BCodeInterpreter under gVisor,
@@ -482,6 +484,9 @@ func e2bCodeInterpreter(t *testing.T, tier string, args ...string) {
 	cmd.Dir = e2bDir
 	cmd.Env = append(os.Environ(), "E2B_API_URL="+d.tcp, "E2B_SANDBOX_URL="+d.tcp, "E2B_API_KEY="+token,
 		"NO_COLOR=1", "HTTP_PROXY=", "HTTPS_PROXY=", "http_proxy=", "https_proxy=")
+	if tier == "namespace" {
+		cmd.Env = append(cmd.Env, "HUTCH_TEST_OOM=1")
+	}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("node --test interp.test.mjs (%s): %v\n%s", tier, err, out)

@@ -67,6 +67,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -98,6 +99,11 @@ type Config struct {
 	// Log, if set, receives what the kernel process writes to its own
 	// stdout and stderr (not the code's output, which comes on iopub).
 	Log io.Writer
+	// OOMScoreAdj, when above 0, is set as the kernel process's OOM score
+	// adjustment (and so its children's), up to 1000: a kernel that runs
+	// out of memory is then what the kernel's OOM killer ends, not its
+	// client or its neighbours.
+	OOMScoreAdj int
 }
 
 // ExecuteOptions adjusts one execution.
@@ -441,6 +447,11 @@ func (k *Kernel) launchOnce(ctx context.Context) (_ *proc, err error) {
 		logR.Close()
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("kernel: starting %s: %w", argv[0], err)
+	}
+	if adj := min(k.cfg.OOMScoreAdj, 1000); adj > 0 {
+		// Raising it needs no privilege; a failure leaves the kernel
+		// as likely a victim as its client.
+		_ = os.WriteFile(fmt.Sprintf("/proc/%d/oom_score_adj", cmd.Process.Pid), []byte(strconv.Itoa(adj)), 0)
 	}
 	logged := make(chan struct{})
 	go func() {

@@ -135,3 +135,13 @@ test('/execute takes the envd access token; the contexts are the port\'s', async
   const list = await fetch(url + '/contexts', { headers })
   assert.equal(list.status, 200)
 })
+
+test('code that takes the sandbox\'s memory loses its kernel, not the sandbox', { skip: !process.env.HUTCH_TEST_OOM && 'HUTCH_TEST_OOM is not set (the daemon\'s memory limit per sandbox)' }, async () => {
+  await sbx.runCode('kept = 1')
+  const hog = await sbx.runCode('chunks = []\nwhile True:\n    chunks.append(b"x" * (64 << 20))', { timeoutMs: 120_000 })
+  assert.equal(hog.error?.name, 'ContextRestarting', JSON.stringify(hog.error))
+  const next = await sbx.runCode('"kept" in globals(), 6 * 7')
+  assert.equal(next.text, '(False, 42)') // a new kernel
+  const cmd = await sbx.commands.run('echo alive')
+  assert.equal(cmd.stdout, 'alive\n')
+})
