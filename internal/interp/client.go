@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 )
 
 // MaxEventBytes bounds one line of an execution's answer a Client reads:
@@ -33,6 +34,7 @@ func NewClient(dial func(ctx context.Context) (net.Conn, error)) *Client {
 	tr := &http.Transport{
 		DialContext:         func(ctx context.Context, _, _ string) (net.Conn, error) { return dial(ctx) },
 		MaxIdleConnsPerHost: 4,
+		IdleConnTimeout:     30 * time.Second,
 		DisableCompression:  true,
 	}
 	return &Client{hc: &http.Client{Transport: tr}}
