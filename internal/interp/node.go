@@ -38,6 +38,10 @@ type NodeConfig struct {
 	// TypeScript makes the context's language TypeScript: types are
 	// stripped (never checked) before a cell runs.
 	TypeScript bool
+	// TypeScriptModule is the directory of the typescript module, which
+	// parses every cell (default: Debian's node-typescript,
+	// DefaultTypeScriptModule, else one node finds as "typescript").
+	TypeScriptModule string
 	// Log, if set, receives the engine's own diagnostics: what node and
 	// the processes the code started write to node's stdout and stderr,
 	// and the output of a cell that arrives after its execution ended.
@@ -46,6 +50,10 @@ type NodeConfig struct {
 	// kernel.DefaultMaxMessageBytes); a larger output is a *kernel.Dropped.
 	MaxMessageBytes int
 }
+
+// DefaultTypeScriptModule is where Debian's node-typescript installs
+// TypeScript.
+const DefaultTypeScriptModule = "/usr/share/nodejs/typescript"
 
 // Node is a JavaScript or TypeScript context: a node process running
 // hutch's driver. It implements Engine.
@@ -350,7 +358,7 @@ func (n *Node) launch(ctx context.Context) (_ *nodeProc, err error) {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("interp: %w", err)
 	}
-	conf, _ := json.Marshal(map[string]any{"typescript": n.cfg.TypeScript})
+	conf, _ := json.Marshal(map[string]any{"typescript": n.cfg.TypeScript, "typescriptModule": n.cfg.TypeScriptModule})
 	cmd := exec.Command(n.cfg.Node, script, string(conf))
 	cmd.Dir = n.cfg.Dir
 	cmd.Env = n.cfg.Env

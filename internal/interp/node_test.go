@@ -18,27 +18,32 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/testutil"
 )
 
-// typescriptModule is where Debian's node-typescript installs TypeScript.
-const typescriptModule = "/usr/share/nodejs/typescript"
-
-func needNode(t *testing.T) {
+// testNode is the node the tests run: $HUTCH_TEST_NODE (to try another
+// version, such as Debian 12's Node 18), else node on PATH.
+func testNode(t *testing.T) string {
 	t.Helper()
-	_, err := exec.LookPath("node")
+	if p := os.Getenv("HUTCH_TEST_NODE"); p != "" {
+		return p
+	}
+	p, err := exec.LookPath("node")
 	testutil.Need(t, err == nil, "needs node on PATH (Debian: nodejs)")
+	return p
 }
 
 func needTypeScript(t *testing.T) {
 	t.Helper()
-	_, err := os.Stat(filepath.Join(typescriptModule, "package.json"))
-	testutil.Need(t, err == nil, "needs TypeScript in "+typescriptModule+" (Debian: node-typescript)")
+	_, err := os.Stat(filepath.Join(DefaultTypeScriptModule, "package.json"))
+	testutil.Need(t, err == nil, "needs TypeScript in "+DefaultTypeScriptModule+" (Debian: node-typescript)")
 }
 
 func startNode(t *testing.T, cfg NodeConfig) *Node {
 	t.Helper()
-	needNode(t)
-	if cfg.TypeScript {
+	cfg.Node = testNode(t)
+	if cfg.TypeScriptModule == "" {
+		// Cells of either language are parsed with TypeScript.
 		needTypeScript(t)
-	} else if cfg.Log == nil {
+	}
+	if cfg.Log == nil {
 		cfg.Log = &testutil.Buffer{}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -293,6 +298,7 @@ func TestNodeImports(t *testing.T) {
 		"node_modules/local-pkg/main.js":      "exports.hello = () => 'hello from local-pkg'",
 		"node_modules/esm-shaped/index.js":    "Object.defineProperty(exports, '__esModule', {value: true}); exports.default = 'the default'; exports.named = 'named'",
 		"data.txt":                            "some data",
+		"lib/esm.mjs":                         "export const e = 'from an ES module'",
 	} {
 		p := filepath.Join(dir, name)
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
@@ -302,7 +308,6 @@ func TestNodeImports(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	needTypeScript(t)
 	n := startNode(t, NodeConfig{Dir: dir})
 	values(t, n, []valueCase{
 		{"import { readFileSync } from 'fs'\nreadFileSync('data.txt', 'utf8')", "'some data'"},
@@ -313,6 +318,9 @@ func TestNodeImports(t *testing.T) {
 		{"import 'local-pkg'; import { hello } from 'local-pkg'; hello()", "'hello from local-pkg'"},
 		{"require('local-pkg').hello()", "'hello from local-pkg'"},
 		{"export const exported = 1; export function ef() { return exported }\nef()", "1"},
+		{"const { e } = await import('./lib/esm.mjs'); e", "'from an ES module'"},
+		{"(await import('local-pkg')).default.hello()", "'hello from local-pkg'"},
+		{"import('node:os').then(os => typeof os.cpus)", "'function'"},
 	})
 	e := fails(t, n, "import nothing from 'no-such-module'")
 	if e.Name != "Error" || !strings.Contains(e.Value, "no-such-module") {
@@ -589,18 +597,24 @@ execSync('echo {\"id\":1,\"t\":\"done\"} >&4; echo to-fd-3 >&3; echo child-stdou
 }
 
 func TestNodeWithoutTypeScript(t *testing.T) {
-	needNode(t)
-	// A node_modules of its own and NODE_PATH cannot help: the driver
-	// looks in Debian's place first, so this test needs it absent.
-	if _, err := os.Stat(typescriptModule); err == nil {
-		t.Skip("skipping: TypeScript is installed; this test is of a machine without it")
-	}
-	n := startNode(t, NodeConfig{})
-	if got := value(t, n, "const a = 40; a + 2"); got != "42" {
-		t.Errorf("plain JavaScript: %q", got)
-	}
+	n := startNode(t, NodeConfig{TypeScriptModule: t.TempDir()})
+	values(t, n, []valueCase{
+		{"const a = 40; a + 2", "42"},
+		{"a", "40"},
+		{"console.log('out'); Promise.resolve('p')", "'p'"},
+	})
 	e := fails(t, n, "import fs from 'fs'")
 	if e.Name != "SyntaxError" || !strings.Contains(e.Value, "node-typescript") {
 		t.Errorf("an import without TypeScript: %v", e)
+	}
+	e = fails(t, n, "throw new TypeError('plain')")
+	if e.Name != "TypeError" || e.Value != "plain" {
+		t.Errorf("an error without TypeScript: %v", e)
+	}
+
+	ts := startNode(t, NodeConfig{TypeScript: true, TypeScriptModule: t.TempDir()})
+	e = fails(t, ts, "const n: number = 1")
+	if !strings.Contains(e.Value, "node-typescript") {
+		t.Errorf("TypeScript without TypeScript: %v", e)
 	}
 }

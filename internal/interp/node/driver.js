@@ -12,6 +12,7 @@ const vm = require('vm');
 const Module = require('module');
 const { AsyncLocalStorage } = require('async_hooks');
 const { StringDecoder } = require('string_decoder');
+const { pathToFileURL } = require('url');
 
 // What the driver uses, kept before any cell can replace it.
 const stringify = JSON.stringify;
@@ -132,10 +133,11 @@ process.on('SIGINT', () => {
 
 class Interrupted extends Error {}
 
-// TypeScript: Debian's node-typescript, or one on node's own paths.
+// TypeScript: where hutch says, else Debian's node-typescript, else one on
+// node's own paths.
 let ts = null;
 let tsMissing = '';
-for (const where of ['/usr/share/nodejs/typescript', 'typescript']) {
+for (const where of config.typescriptModule ? [config.typescriptModule] : ['/usr/share/nodejs/typescript', 'typescript']) {
   try {
     ts = require(where);
     break;
@@ -160,11 +162,25 @@ define('exports', cellModule.exports);
 define('__hutch', Object.freeze({
   require: cellRequire,
   default: (m) => (m && m.__esModule ? m.default : m),
+  // import() of a cell: from the working directory too (a file, or a
+  // package require can resolve).
+  import: async (specifier) => {
+    let target = String(specifier);
+    if (!Module.builtinModules.includes(target.replace(/^node:/, ''))) {
+      try {
+        target = pathToFileURL(cellRequire.resolve(target)).href;
+      } catch {
+        // left to import() itself
+      }
+    }
+    return import(target);
+  },
 }), true);
 
 // compile turns a cell into a script to run in the global context:
 // top-level declarations become assignments to global variables (so a later
-// cell may declare the same name again), imports become require calls, and
+// cell may declare the same name again), imports become require calls (and
+// import() calls __hutch.import), and
 // a cell with top-level await runs as an async function. It returns
 // {source, async}; the script's value (or its promise's) is the cell's.
 function compile(code, file) {
@@ -274,6 +290,13 @@ function rewrite(code, sf) {
       edit(start, s.expression.getStart(sf), '');
     }
   }
+  const visit = (n) => {
+    if (ts.isCallExpression(n) && n.expression.kind === ts.SyntaxKind.ImportKeyword) {
+      edit(n.expression.getStart(sf), n.expression.end, '__hutch.import');
+    }
+    ts.forEachChild(n, visit);
+  };
+  ts.forEachChild(sf, visit);
   const last = stmts[stmts.length - 1];
   let tail = '';
   if (last && ts.isExpressionStatement(last)) {
