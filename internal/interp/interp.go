@@ -38,7 +38,8 @@
 // declarations (const, let, var, class, destructuring) become assignments
 // to global variables, so a later cell may declare the same name again;
 // imports become require calls resolved from the context's directory
-// (bindings are copies, not live); a cell with top-level await runs as an
+// (bindings are copies, not live), and import() resolves from there too
+// (the way to load a file that is an ES module); a cell with top-level await runs as an
 // async function. The cell runs in node's own global context
 // (vm.Script.runInThisContext); its value is that of its last expression
 // statement, awaited when a promise, shown by util.inspect. A parse error

@@ -163,9 +163,18 @@ func (n *Node) Execute(ctx context.Context, code string, opts kernel.ExecuteOpti
 	case <-p.dead:
 		return kernel.Reply{}, p.failure()
 	case <-ctx.Done():
-		// A command half written would garble every later one.
-		p.kill()
-		return kernel.Reply{}, ctx.Err()
+		select {
+		case err := <-written:
+			if err == nil {
+				break // sent: stopped below like any cell
+			}
+			p.kill()
+			return kernel.Reply{}, p.failure()
+		default:
+			// A command half written would garble every later one.
+			p.kill()
+			return kernel.Reply{}, ctx.Err()
+		}
 	}
 
 	reply := kernel.Reply{Status: "ok", ExecutionCount: count}
@@ -366,7 +375,7 @@ func (n *Node) launch(ctx context.Context) (_ *nodeProc, err error) {
 	cmd.ExtraFiles = []*os.File{cmdR, evW}
 	// Its own group, so that an interrupt or a kill reaches the processes
 	// the code started too; Pdeathsig ends node should hutch die without
-	// closing it (see kernel.Start).
+	// closing it (as the kernel package does).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	err = cmd.Start()
 	cmdR.Close()
@@ -398,11 +407,12 @@ func (n *Node) launch(ctx context.Context) (_ *nodeProc, err error) {
 		p.waitErr = cmd.Wait()
 		// Let the last events and words of node reach us, unless
 		// processes it left behind keep its stdout open.
-		t := time.NewTimer(time.Second)
+		expired := make(chan struct{})
+		t := time.AfterFunc(time.Second, func() { close(expired) })
 		for _, c := range []chan struct{}{read, logged} {
 			select {
 			case <-c:
-			case <-t.C:
+			case <-expired:
 			}
 		}
 		t.Stop()
@@ -462,7 +472,7 @@ const (
 // of one that comes in the instants it switches between its own handler
 // and vm's, as a cell's synchronous part starts and ends.
 func (p *nodeProc) stop(s *nodeSink) {
-	p.send(map[string]any{"t": "interrupt", "id": s.id})
+	go p.send(map[string]any{"t": "interrupt", "id": s.id}) // not behind a command the driver does not read
 	deadline := time.NewTimer(interruptWait)
 	defer deadline.Stop()
 	again := time.NewTicker(interruptAgain)
