@@ -272,6 +272,7 @@ func TestNodeResults(t *testing.T) {
 		{"class K {}; await 0; new K()", "K {}"},
 		{"for await (const v of [Promise.resolve(1)]) { console.log(v) }", ""},
 		{"new Map([[1, 'a']])", "Map(1) { 1 => 'a' }"},
+		{"new Error('a value')", "Error: a value\n    at <cell 14>:1:1"},
 	})
 
 	// Silent: no input, no result, no count; state changes all the same.
@@ -286,7 +287,7 @@ func TestNodeResults(t *testing.T) {
 	if got := c.result(t); got != "'set'" {
 		t.Errorf("after the silent execution: %q", got)
 	}
-	if want := 14; c.reply.ExecutionCount != want {
+	if want := 15; c.reply.ExecutionCount != want {
 		t.Errorf("count %d, want %d", c.reply.ExecutionCount, want)
 	}
 }
@@ -512,9 +513,32 @@ func TestNodeDeath(t *testing.T) {
 	if c.reply.ExecutionCount != 1 {
 		t.Errorf("count after restart: %d", c.reply.ExecutionCount)
 	}
+	// Restart while a cell runs: the execution fails, the state is gone.
+	ok(t, n, "const before = 1")
+	done := make(chan error, 1)
+	go func() {
+		_, err := n.Execute(context.Background(), "console.log('x'); while (true) {}", kernel.ExecuteOptions{}, nil)
+		done <- err
+	}()
+	if !testutil.Eventually(time.Minute, func() bool {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		return n.cur.sink != nil
+	}) {
+		t.Fatal("the execution did not start")
+	}
+	if err := n.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, kernel.ErrDied) {
+		t.Errorf("an execution during Restart: %v", err)
+	}
+	if got := value(t, n, "typeof before"); got != "'undefined'" {
+		t.Errorf("state after a restart: %q", got)
+	}
+
 	// Killed from outside (as by the OOM killer).
 	pid := n.Pid()
-	done := make(chan error, 1)
 	go func() {
 		_, err := n.Execute(context.Background(), "await new Promise(() => {})", kernel.ExecuteOptions{}, nil)
 		done <- err
@@ -535,7 +559,12 @@ func TestNodeClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	pid := n.Pid()
-	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "hutch-node-*", "driver.js"))
+	n.mu.Lock()
+	dir := n.cur.dir
+	n.mu.Unlock()
+	if _, err := os.Stat(filepath.Join(dir, "driver.js")); err != nil {
+		t.Fatal(err)
+	}
 	if err := n.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -549,9 +578,8 @@ func TestNodeClose(t *testing.T) {
 			t.Errorf("process %d is left", p)
 		}
 	}
-	after, _ := filepath.Glob(filepath.Join(os.TempDir(), "hutch-node-*", "driver.js"))
-	if len(after) >= len(dirs) && len(dirs) > 0 {
-		t.Errorf("the driver's directory is left: %v", after)
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the driver's directory is left: %v", err)
 	}
 	if _, err := execute(t, n, "1", kernel.ExecuteOptions{}); !errors.Is(err, kernel.ErrClosed) {
 		t.Errorf("Execute after Close: %v", err)
@@ -575,6 +603,12 @@ execSync('echo {\"id\":1,\"t\":\"done\"} >&4; echo to-fd-3 >&3; echo child-stdou
 	}
 	if !testutil.Eventually(time.Minute, func() bool { return strings.Contains(log.String(), "child-stdout") }) {
 		t.Errorf("no child stdout in the log: %q", log.String())
+	}
+
+	// A cell larger than a pipe's buffer.
+	big := strings.Repeat("a", 1<<20)
+	if got := value(t, n, "'"+big+"'.length"); got != strconv.Itoa(len(big)) {
+		t.Errorf("a cell of 1 MiB: %q", got)
 	}
 
 	// An output over the limit is dropped, and the cell goes on.

@@ -432,6 +432,21 @@ function cleanStack(stack, file) {
   return lines.slice(0, end);
 }
 
+// show is the text of a cell's value: util.inspect's, without the
+// driver's frames in the stack of an error.
+function show(value, file) {
+  const d = isNativeError(value) && Object.getOwnPropertyDescriptor(value, 'stack');
+  if (!d || !d.writable || typeof d.value !== 'string') {
+    return inspect(value);
+  }
+  try {
+    value.stack = cleanStack(d.value, file).join('\n');
+    return inspect(value);
+  } finally {
+    value.stack = d.value;
+  }
+}
+
 // run executes one cell and reports its outputs, then "done".
 async function run(cmd) {
   const id = cmd.id;
@@ -461,7 +476,7 @@ async function run(cmd) {
       value = await Promise.race([p, interrupted]);
     }
     if (!cmd.silent && value !== undefined) {
-      send({ id, t: 'result', data: { 'text/plain': inspect(value) } });
+      send({ id, t: 'result', data: { 'text/plain': show(value, file) } });
     }
   } catch (e) {
     status = 'error';
