@@ -178,11 +178,11 @@ define('__hutch', Object.freeze({
 }), true);
 
 // compile turns a cell into a script to run in the global context:
-// top-level declarations become assignments to global variables (so a later
-// cell may declare the same name again), imports become require calls (and
-// import() calls __hutch.import), and
-// a cell with top-level await runs as an async function. It returns
-// {source, async}; the script's value (or its promise's) is the cell's.
+// top-level declarations become assignments to global variables (so a
+// later cell may declare the same name again), imports become require
+// calls (and import() calls __hutch.import), and a cell with top-level
+// await runs as an async function. It returns {source, async}; the
+// script's value (or its promise's) is the cell's.
 function compile(code, file) {
   if (!ts) {
     if (config.typescript) {
