@@ -216,7 +216,11 @@ func (n *Node) Execute(ctx context.Context, code string, opts kernel.ExecuteOpti
 			// execution finds node idle; what it still outputs is not
 			// the caller's any more.
 			cancelled, stopping = nil, true
-			fn = func(kernel.Output) {}
+			fn = func(o kernel.Output) {
+				if s, ok := o.(*kernel.Stream); ok {
+					io.WriteString(p.log, s.Text)
+				}
+			}
 			go p.stop(s)
 		}
 	}
@@ -557,23 +561,30 @@ func (p *nodeProc) deliver(ev nodeEvent) {
 	s := p.sink
 	p.mu.Unlock()
 	if s == nil || s.id != ev.ID {
-		switch {
-		case ev.dropped != nil:
-			fmt.Fprintf(p.log, "node: an output of execution %d dropped: %s\n", ev.ID, ev.dropped.Reason)
-		case ev.T == "stream":
-			io.WriteString(p.log, ev.Text)
-		case ev.T == "error":
-			fmt.Fprintf(p.log, "node: execution %d: %s: %s\n", ev.ID, ev.Name, ev.Value)
-		}
+		p.logEvent(ev)
 		return
 	}
 	select {
 	case s.c <- ev:
 	case <-s.finished:
+		p.logEvent(ev)
 		return
 	}
 	if ev.T == "done" {
 		s.once.Do(func() { close(s.finished) })
+	}
+}
+
+// logEvent writes an event no execution takes (the output of a cell after
+// its end) to the log.
+func (p *nodeProc) logEvent(ev nodeEvent) {
+	switch {
+	case ev.dropped != nil:
+		fmt.Fprintf(p.log, "node: an output of execution %d dropped: %s\n", ev.ID, ev.dropped.Reason)
+	case ev.T == "stream":
+		io.WriteString(p.log, ev.Text)
+	case ev.T == "error":
+		fmt.Fprintf(p.log, "node: execution %d: %s: %s\n", ev.ID, ev.Name, ev.Value)
 	}
 }
 
