@@ -21,6 +21,9 @@ done
 /usr/bin/python3 -c 'import ipykernel' >/dev/null 2>&1 || need+=(python3-ipykernel)
 /usr/bin/python3 -c 'import matplotlib' >/dev/null 2>&1 || need+=(python3-matplotlib)
 /usr/bin/python3 -c 'import pandas' >/dev/null 2>&1 || need+=(python3-pandas)
+# TypeScript, for the code interpreter's JavaScript and TypeScript contexts
+# (internal/interp).
+[ -e /usr/share/nodejs/typescript/package.json ] || need+=(node-typescript)
 if [ ${#need[@]} -gt 0 ] && [ "$(id -u)" = 0 ]; then
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi

@@ -421,7 +421,7 @@ func (k *Kernel) launchOnce(ctx context.Context) (_ *proc, err error) {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = k.cfg.Dir
 	cmd.Env = withDefault(k.cfg.Env, "PYDEVD_DISABLE_FILE_VALIDATION", "1")
-	tail := &tailBuffer{max: 4 << 10}
+	tail := &Tail{Max: 4 << 10}
 	var w io.Writer = tail
 	if k.cfg.Log != nil {
 		w = io.MultiWriter(tail, k.cfg.Log)
