@@ -129,7 +129,10 @@ func (c *Client) Execute(ctx context.Context, req ExecuteRequest, fn func(Event)
 	defer resp.Body.Close()
 	r := bufio.NewReaderSize(resp.Body, 64<<10)
 	for {
-		line, err := readLine(r, MaxEventBytes)
+		line, _, size, err := readLine(r, MaxEventBytes)
+		if err == nil && line == nil {
+			err = fmt.Errorf("a line of the answer of %d bytes, over %d", size, MaxEventBytes)
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -154,28 +157,6 @@ func (c *Client) Execute(ctx context.Context, req ExecuteRequest, fn func(Event)
 			if fn != nil {
 				fn(ev)
 			}
-		}
-	}
-}
-
-// readLine reads one line of at most limit bytes (without its newline).
-func readLine(r *bufio.Reader, limit int) ([]byte, error) {
-	var line []byte
-	for {
-		chunk, err := r.ReadSlice('\n')
-		if len(line)+len(chunk) > limit {
-			return nil, fmt.Errorf("a line of the answer over %d bytes", limit)
-		}
-		line = append(line, chunk...)
-		switch {
-		case err == nil:
-			return bytes.TrimSuffix(line, []byte("\n")), nil
-		case errors.Is(err, bufio.ErrBufferFull):
-			continue
-		case errors.Is(err, io.EOF) && len(line) > 0:
-			return line, nil
-		default:
-			return nil, err
 		}
 	}
 }

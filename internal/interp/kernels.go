@@ -197,3 +197,10 @@ func envCode(lang, name string, value *string) (string, bool) {
 	}
 	return "", false
 }
+
+// startNode starts the engine of a JavaScript or TypeScript context in
+// dir: hutch's own, on node (Node).
+func (s *Server) startNode(ctx context.Context, lang, dir string) (Engine, error) {
+	return StartNode(ctx, NodeConfig{Node: s.node, Dir: dir, Env: s.environ(), TypeScript: lang == TypeScript,
+		Log: s.kernelLog, OOMScoreAdj: KernelOOMScoreAdj})
+}

@@ -49,6 +49,8 @@ type NodeConfig struct {
 	// MaxMessageBytes bounds one message from node (0 =
 	// kernel.DefaultMaxMessageBytes); a larger output is a *kernel.Dropped.
 	MaxMessageBytes int
+	// OOMScoreAdj is kernel.Config's: node's OOM score adjustment.
+	OOMScoreAdj int
 }
 
 // DefaultTypeScriptModule is where Debian's node-typescript installs
@@ -392,6 +394,7 @@ func (n *Node) launch(ctx context.Context) (_ *nodeProc, err error) {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("interp: starting %s: %w", n.cfg.Node, err)
 	}
+	kernel.RaiseOOMScore(cmd.Process.Pid, n.cfg.OOMScoreAdj)
 	p := &nodeProc{
 		cmd: cmd, dir: dir, commands: cmdW, events: evR, output: outR,
 		limit: n.cfg.MaxMessageBytes, log: n.log,

@@ -448,11 +448,7 @@ func (k *Kernel) launchOnce(ctx context.Context) (_ *proc, err error) {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("kernel: starting %s: %w", argv[0], err)
 	}
-	if adj := min(k.cfg.OOMScoreAdj, 1000); adj > 0 {
-		// Raising it needs no privilege; a failure leaves the kernel
-		// as likely a victim as its client.
-		_ = os.WriteFile(fmt.Sprintf("/proc/%d/oom_score_adj", cmd.Process.Pid), []byte(strconv.Itoa(adj)), 0)
-	}
+	RaiseOOMScore(cmd.Process.Pid, k.cfg.OOMScoreAdj)
 	logged := make(chan struct{})
 	go func() {
 		io.Copy(w, logR)
@@ -561,6 +557,15 @@ func (p *proc) waitReady(ctx context.Context) error {
 }
 
 var errRetry = errors.New("retry")
+
+// RaiseOOMScore sets process pid's OOM score adjustment to adj (at most
+// 1000) when adj is above 0. Raising it needs no privilege; a failure
+// leaves the process as likely a victim of the OOM killer as before.
+func RaiseOOMScore(pid, adj int) {
+	if adj = min(adj, 1000); adj > 0 {
+		_ = os.WriteFile(fmt.Sprintf("/proc/%d/oom_score_adj", pid), []byte(strconv.Itoa(adj)), 0)
+	}
+}
 
 // withDefault returns env with name=value added when env does not set name.
 func withDefault(env []string, name, value string) []string {
