@@ -37,7 +37,7 @@ func Main(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "hutch: %s: unexpected argument %q\n", Command, fs.Arg(0))
 		return 2
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		fmt.Fprintf(stderr, "hutch: %s: %v\n", Command, err)

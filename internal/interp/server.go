@@ -374,7 +374,16 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("DELETE /contexts/{id}", s.deleteContext)
 	mux.HandleFunc("POST /contexts/{id}/restart", s.restartContext)
 	mux.HandleFunc("POST /hutch/env", s.setEnvHandler)
-	return cors(mux)
+	return s.logged(cors(mux))
+}
+
+// logged logs each request at debug level once it is answered.
+func (s *Server) logged(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		h.ServeHTTP(w, r)
+		s.log.Debug("request", "method", r.Method, "path", r.URL.Path, "took", time.Since(start).Round(time.Millisecond), "client_gone", r.Context().Err() != nil)
+	})
 }
 
 // cors lets pages of any origin call the server, as E2B's does.

@@ -130,10 +130,13 @@ test('/execute takes the envd access token; the contexts are the port\'s', async
   if (sbx.trafficAccessToken) headers['E2B-Traffic-Access-Token'] = sbx.trafficAccessToken
   const denied = await fetch(url + '/execute', { method: 'POST', headers, body: JSON.stringify({ code: '1' }) })
   assert.equal(denied.status, 401)
+  assert.match((await denied.json()).message, /X-Access-Token/)
   const wrong = await fetch(url + '/execute', { method: 'POST', headers: { ...headers, 'X-Access-Token': 'nope' }, body: JSON.stringify({ code: '1' }) })
   assert.equal(wrong.status, 401)
+  await wrong.text()
   const list = await fetch(url + '/contexts', { headers })
   assert.equal(list.status, 200)
+  assert.ok((await list.json()).some((c) => c.language === 'python'))
 })
 
 test('code that takes the sandbox\'s memory loses its kernel, not the sandbox', { skip: !process.env.HUTCH_TEST_OOM && 'HUTCH_TEST_OOM is not set (the daemon\'s memory limit per sandbox)' }, async () => {
