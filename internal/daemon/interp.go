@@ -147,3 +147,8 @@ func (m *Manager) Interpreter(ctx context.Context, tenant, id string) (*interp.C
 	}
 	return l.interpClient, nil
 }
+
+// EventCodeExecuted is the event of an execution of the code interpreter
+// through hutch's API (data: language, context, duration_ms, error: the
+// exception's name if it raised one, code: its first bytes).
+const EventCodeExecuted = "code.executed"
