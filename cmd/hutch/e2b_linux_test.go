@@ -21,8 +21,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/hutch-sandbox/hutch/internal/image"
-	"github.com/hutch-sandbox/hutch/internal/image/fetch"
 	"github.com/hutch-sandbox/hutch/internal/image/imagetest"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/testutil"
@@ -259,15 +257,7 @@ func e2bBaseImage(t *testing.T, tier string, args ...string) {
 	testutil.Need(t, err == nil, "E2B's SDK is not installed in test/e2b/node_modules (npm ci there; scripts/test.sh does)")
 	tarball := os.Getenv("HUTCH_TEST_BASE_IMAGE")
 	testutil.Need(t, tarball != "", "$HUTCH_TEST_BASE_IMAGE names no tarball of hutch's base image (scripts/base-image.sh --no-import prints it; scripts/test.sh sets it)")
-	d := startDaemonWith(t, func(stateDir string) {
-		st, err := image.Open(stateDir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := fetch.Import(st, tarball, "", fetch.Options{Root: true}); err != nil {
-			t.Fatalf("import %s: %v", tarball, err)
-		}
-	}, args...)
+	d := startDaemonWith(t, importTarball(t, tarball), args...)
 	r := d.admin(t, "token", "create", "--tenant", "e2b-base", "--e2b", "--state-dir", d.stateDir)
 	token := lastLine(r.stdout)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
