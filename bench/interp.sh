@@ -7,7 +7,8 @@
 # --template ci=hutch.local/code-interpreter:latest --warm ci=1) and
 # reports: the round trip of RunCode("1+1") in a warm context against
 # Run(python3 -c 'print(1+1)') — p50, p90, p99 and their ratio, against the
-# goal of 0.5 — and create → first RunCode result from the warm pool.
+# goal of 0.5 — and create → first RunCode result from the warm pool,
+# back to back and once the pool settled.
 #
 # Usage: bench/interp.sh [--markdown] [--image TARBALL] [-n N] [-w WARMUP] [-c N]
 #   --markdown      print markdown tables (for docs/benchmarks.md)
@@ -17,7 +18,9 @@
 #                   scripts/base-image.sh --code-interpreter leaves)
 #   -n N            timed round trips per way (default 200)
 #   -w WARMUP       round trips per way before the timed ones (default 10)
-#   -c N            create → first result cycles (default 10)
+#   -c N            create → first result cycles per series (default 10)
+#   -settle D       how long the settled series waits once the pool is
+#                   full (default 5s)
 #
 # Needs root (hutch serve). No network traffic: the daemon listens on a
 # unix socket and its sandboxes have no network. The daemon is stopped by
@@ -31,7 +34,7 @@ while [ $# -gt 0 ]; do
 	case "$1" in
 	--markdown) args+=(-markdown) ;;
 	--image) image=$2; shift ;;
-	-n | -w | -c) args+=("$1" "$2"); shift ;;
+	-n | -w | -c | -settle) args+=("$1" "$2"); shift ;;
 	-h | --help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
 	*) echo "interp.sh: unknown argument $1" >&2; exit 2 ;;
 	esac

@@ -93,6 +93,21 @@ func TestRunCode(t *testing.T) {
 		t.Errorf("env after its execution: %+v, %v", ex, err)
 	}
 
+	// The client going away interrupts the execution: the statement
+	// after the sleep never runs.
+	cctx, stop := context.WithCancel(ctx)
+	_, err = c.RunCode(cctx, sb.ID, client.RunCodeRequest{
+		Code:     "import time\nfinished = False\nprint('go', flush=True)\ntime.sleep(600)\nfinished = True",
+		OnStdout: func(string) { stop() },
+	})
+	stop()
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("a cancelled execution: %v, want context.Canceled", err)
+	}
+	if ex, err := c.RunCode(ctx, sb.ID, client.RunCodeRequest{Code: "finished"}); err != nil || ex.Text() != "False" {
+		t.Errorf("after the cancelled execution: %+v, %v; want it interrupted (finished False)", ex, err)
+	}
+
 	// Contexts.
 	cc, err := c.CreateCodeContext(ctx, sb.ID, client.CodeContextOptions{Language: "python", Cwd: "/tmp"})
 	if err != nil || cc.ID == "" || cc.Language != "python" || cc.Cwd != "/tmp" {
