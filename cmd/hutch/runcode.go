@@ -36,7 +36,7 @@ func cmdRunCode(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	cctx := fs.String("context", "", "run in the context `CTX` (an id from the API's code contexts) instead of a language's default one")
 	var env cli.List
 	fs.Var(&env, "e", "set `NAME=VALUE` for this execution only (repeatable)")
-	fs.Var(&env, "env", "as -e")
+	fs.Var(&env, "env", "set `NAME=VALUE` (as -e)")
 	out := fs.String("out", "", "save rich results (png, jpeg, svg, pdf, html, chart and data JSON) in `dir` (default: the current directory)")
 	code := fs.String("c", "", "the `code` to run (instead of FILE, or - for stdin)")
 	// Flags may come before and after ID, as in the synopsis.
