@@ -30,9 +30,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -42,6 +39,7 @@ import (
 	"time"
 
 	"github.com/hutch-sandbox/hutch/bench/report"
+	"github.com/hutch-sandbox/hutch/bench/served"
 	"github.com/hutch-sandbox/hutch/client"
 )
 
@@ -251,39 +249,11 @@ func waitHealth(ctx context.Context, c *client.Client, done <-chan struct{}, log
 	}
 }
 
-// waitWarm waits until the pool of the template ci holds a sandbox, as
-// GET /metrics says (hutch_warm_sandboxes{template="ci"}).
+// waitWarm waits until the pool of the template ci holds a sandbox.
 func waitWarm(ctx context.Context, sock string) error {
-	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, "unix", sock)
-	}}}
+	hc := served.UnixClient(sock)
 	defer hc.CloseIdleConnections()
-	last := ""
-	for end := time.Now().Add(3 * time.Minute); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://hutch/metrics", nil)
-		if err != nil {
-			return err
-		}
-		resp, err := hc.Do(req)
-		if err != nil {
-			return err
-		}
-		b, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil {
-			return err
-		}
-		for l := range strings.SplitSeq(string(b), "\n") {
-			if v, ok := strings.CutPrefix(l, `hutch_warm_sandboxes{template="ci"} `); ok {
-				last = v
-				if f, err := strconv.ParseFloat(v, 64); err == nil && f >= 1 {
-					return nil
-				}
-			}
-		}
-	}
-	return fmt.Errorf("the warm pool of ci did not fill in 3 minutes (hutch_warm_sandboxes %q)", last)
+	return served.WaitWarm(ctx, hc, 1, 3*time.Minute, 10*time.Millisecond, "ci")
 }
 
 // wasWarm reports whether sandbox id's created event says it was taken
