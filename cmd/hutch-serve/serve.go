@@ -128,9 +128,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "hutch: %v\n", err)
 		return 2
 	}
-	if !*noBaseImage {
-		baseImage(*stateDir, templates)
-	}
+	builtImages(*stateDir, templates, !*noBaseImage)
 	warm, pools, err := parseWarm(warmFlags, templates, !*noInternet)
 	if err != nil {
 		fmt.Fprintf(stderr, "hutch: %v\n", err)
@@ -609,21 +607,30 @@ func parseTemplates(file string, flags []string) (map[string]string, error) {
 	return out, nil
 }
 
-// baseImage makes hutch's base image (e2b.BaseImage, built by
-// scripts/base-image.sh) E2B's template base when the daemon's store holds
-// it as the daemon starts and no --template base names another. Decision:
-// by default when present, since E2B's base has what it lacks on a host's
-// root (the user's sudo, python); --no-base-image keeps the host's root.
-func baseImage(stateDir string, templates map[string]string) {
-	if _, set := templates[e2b.Template]; set {
-		return
-	}
+// builtImages makes the images scripts/base-image.sh builds E2B's
+// templates when the daemon's store holds them as the daemon starts and no
+// --template names another for the template: hutch's base image
+// (e2b.BaseImage) the template base, unless base is false, and hutch's
+// code-interpreter image (e2b.CodeInterpreterImage) the template
+// code-interpreter-v1 of E2B's Code Interpreter SDK. Decision: by default
+// when present, since E2B's base has what it lacks on a host's root (the
+// user's sudo, python); --no-base-image keeps the host's root for base.
+// Without its image, code-interpreter-v1 is no template of the daemon.
+func builtImages(stateDir string, templates map[string]string, base bool) {
 	st, err := image.Open(stateDir)
 	if err != nil {
 		return
 	}
-	if _, err := st.Get(e2b.BaseImage); err == nil {
-		templates[e2b.Template] = e2b.BaseImage
+	for _, b := range []struct {
+		template, ref string
+		use           bool
+	}{{e2b.Template, e2b.BaseImage, base}, {e2b.CodeInterpreterTemplate, e2b.CodeInterpreterImage, true}} {
+		if _, set := templates[b.template]; set || !b.use {
+			continue
+		}
+		if _, err := st.Get(b.ref); err == nil {
+			templates[b.template] = b.ref
+		}
 	}
 }
 

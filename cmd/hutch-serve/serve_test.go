@@ -1,6 +1,7 @@
 package main
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -8,6 +9,9 @@ import (
 	"testing"
 
 	"github.com/hutch-sandbox/hutch/internal/e2b"
+	"github.com/hutch-sandbox/hutch/internal/image"
+	"github.com/hutch-sandbox/hutch/internal/image/fetch"
+	"github.com/hutch-sandbox/hutch/internal/image/imagetest"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/testutil"
 )
@@ -45,6 +49,46 @@ func TestParseTemplates(t *testing.T) {
 		if _, err := parseTemplates(c.file, c.flags); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("parseTemplates(%q, %q) = %v, want an error naming %q", c.file, c.flags, err, c.want)
 		}
+	}
+}
+
+// TestBuiltImages: the images scripts/base-image.sh builds are E2B's
+// templates base and code-interpreter-v1 when the daemon's store holds
+// them, unless --template names another for the template (or, for base,
+// --no-base-image); without its image code-interpreter-v1 is no template.
+func TestBuiltImages(t *testing.T) {
+	state := t.TempDir()
+	st, err := image.Open(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = image.RemoveTree(state) })
+	templates := func(base bool, flags ...string) map[string]string {
+		t.Helper()
+		got, err := parseTemplates("", flags)
+		if err != nil {
+			t.Fatal(err)
+		}
+		builtImages(state, got, base)
+		return got
+	}
+	if got := templates(true); len(got) != 0 {
+		t.Errorf("an empty store: templates %v", got)
+	}
+	for _, ref := range []string{e2b.CodeInterpreterImage, e2b.BaseImage} {
+		img := imagetest.Image(t, "amd64", nil, imagetest.Layer(t, imagetest.Tar(t, imagetest.File("which", ref, 0o644))))
+		if _, err := fetch.Import(st, imagetest.DockerSave(t, img, ref, t.TempDir()), "", fetch.Options{Root: os.Geteuid() == 0}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := templates(true); !maps.Equal(got, map[string]string{e2b.Template: e2b.BaseImage, e2b.CodeInterpreterTemplate: e2b.CodeInterpreterImage}) {
+		t.Errorf("a store holding both images: templates %v", got)
+	}
+	if got := templates(false); !maps.Equal(got, map[string]string{e2b.CodeInterpreterTemplate: e2b.CodeInterpreterImage}) {
+		t.Errorf("--no-base-image: templates %v", got)
+	}
+	if got := templates(true, e2b.CodeInterpreterTemplate+"=hutch.test/mine:1"); !maps.Equal(got, map[string]string{e2b.Template: e2b.BaseImage, e2b.CodeInterpreterTemplate: "hutch.test/mine:1"}) {
+		t.Errorf("--template code-interpreter-v1=hutch.test/mine:1: templates %v", got)
 	}
 }
 

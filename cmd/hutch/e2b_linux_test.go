@@ -255,8 +255,7 @@ func e2bBaseImage(t *testing.T, tier string, args ...string) {
 	testutil.Need(t, node != "", why)
 	_, err := os.Stat(filepath.Join(e2bDir, "node_modules", "e2b", "package.json"))
 	testutil.Need(t, err == nil, "E2B's SDK is not installed in test/e2b/node_modules (npm ci there; scripts/test.sh does)")
-	tarball := os.Getenv("HUTCH_TEST_BASE_IMAGE")
-	testutil.Need(t, tarball != "", "$HUTCH_TEST_BASE_IMAGE names no tarball of hutch's base image (scripts/base-image.sh --no-import prints it; scripts/test.sh sets it)")
+	tarball := testutil.BaseImage(t)
 	d := startDaemonWith(t, importTarball(t, tarball), args...)
 	r := d.admin(t, "token", "create", "--tenant", "e2b-base", "--e2b", "--state-dir", d.stateDir)
 	token := lastLine(r.stdout)
@@ -428,4 +427,51 @@ func unmountVolumes(t *testing.T, dir string) {
 			t.Errorf("unmount %s: %v", p, err)
 		}
 	}
+}
+
+// TestE2BCodeInterpreter runs test/e2b/interp.test.mjs: E2B's Code
+// Interpreter SDK (@e2b/code-interpreter), unchanged, against hutch serve
+// whose store holds hutch's code-interpreter image, which the daemon
+// makes E2B's template code-interpreter-v1 by itself: Python and
+// JavaScript, state, streams, a chart as PNG and data, a DataFrame,
+// errors, env vars, contexts, an interrupt when the client gives up, and
+// the envd access token on /execute.
+// The daemon keeps one warm sandbox of the template: the first create,
+// which sets environment variables, takes it, and its kernels, started
+// before, get them.
+// Its sandboxes have 1 GiB of memory: code that takes more loses its
+// kernel, and the sandbox goes on.
+func TestE2BCodeInterpreter(t *testing.T) {
+	t.Parallel()
+	e2bCodeInterpreter(t, "namespace", "--warm", "code-interpreter-v1=1", "--default-memory", "1g")
+}
+
+// TestE2BCodeInterpreterGVisor is TestE2BCodeInterpreter under gVisor,
+// without a warm pool.
+func TestE2BCodeInterpreterGVisor(t *testing.T) {
+	t.Parallel()
+	testutil.RequireRoot(t)
+	e2bCodeInterpreter(t, "gvisor", "--default-tier", "gvisor", "--runsc", testutil.Runsc(t))
+}
+
+func e2bCodeInterpreter(t *testing.T, tier string, args ...string) {
+	node := needSDK(t, "@e2b/code-interpreter")
+	tarball := testutil.CodeInterpreterImage(t)
+	d := startDaemonWith(t, importTarball(t, tarball), args...)
+	r := d.admin(t, "token", "create", "--tenant", "e2b-interp", "--e2b", "--state-dir", d.stateDir)
+	token := lastLine(r.stdout)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=spec", "interp.test.mjs")
+	cmd.Dir = e2bDir
+	cmd.Env = append(os.Environ(), "E2B_API_URL="+d.tcp, "E2B_SANDBOX_URL="+d.tcp, "E2B_API_KEY="+token,
+		"NO_COLOR=1", "HTTP_PROXY=", "HTTPS_PROXY=", "http_proxy=", "https_proxy=")
+	if tier == "namespace" {
+		cmd.Env = append(cmd.Env, "HUTCH_TEST_OOM=1")
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("node --test interp.test.mjs (%s): %v\n%s", tier, err, out)
+	}
+	t.Logf("%s", out)
 }

@@ -138,6 +138,13 @@ func (m *Manager) Interpreter(ctx context.Context, tenant, id string) (*interp.C
 	if !l.interp {
 		return nil, fmt.Errorf("sandbox %s: %w", id, ErrNoInterpreter)
 	}
+	return l.interpreter(), nil
+}
+
+// interpreter is the client of l's code interpreter, made anew when l's
+// agent client changed (after a pause); the caller holds Manager.mu.
+func (l *live) interpreter() *interp.Client {
+	c := l.client
 	if l.interpClient == nil || l.interpAgent != c {
 		if l.interpClient != nil {
 			l.interpClient.CloseIdle()
@@ -145,7 +152,26 @@ func (m *Manager) Interpreter(ctx context.Context, tenant, id string) (*interp.C
 		l.interpAgent = c
 		l.interpClient = interp.NewClient(func(ctx context.Context) (net.Conn, error) { return portfwd.Dial(ctx, c, interp.Port) })
 	}
-	return l.interpClient, nil
+	return l.interpClient
+}
+
+// interpreterEnv gives the code interpreter of warm sandbox l, which
+// started before a create took it, the create's environment, which the
+// sandbox's commands get from now on (its kernels before their next
+// execution).
+func (m *Manager) interpreterEnv(ctx context.Context, l *live, env map[string]string) error {
+	if !l.interp {
+		return nil
+	}
+	m.mu.Lock()
+	ic := l.interpreter()
+	m.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, interpreterWait)
+	defer cancel()
+	if err := ic.SetEnv(ctx, env); err != nil {
+		return fmt.Errorf("code interpreter: %w", err)
+	}
+	return nil
 }
 
 // EventCodeExecuted is the event of an execution of the code interpreter

@@ -592,6 +592,10 @@ func (m *Manager) takeWarm(ctx context.Context, p *pool, tenant string, r Create
 	if len(r.Env) > 0 {
 		l.execEnv = envEntries(r.Env)
 		l.client.SetEnv(l.execEnv)
+		if err := m.interpreterEnv(ctx, l, r.Env); err != nil {
+			<-m.end(l, "", "its code interpreter did not take the create's environment")
+			return Info{}, true, fmt.Errorf("create sandbox %s: %w", l.id, err)
+		}
 	}
 	l.ev = m.newEvents(tenant, id)
 	l.ev.append(EventCreated, map[string]any{"expires": row.Expires, "tier": row.Tier, "warm": true}, false)

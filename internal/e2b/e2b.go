@@ -37,6 +37,16 @@ const Template = "base"
 // image store holds it.
 const BaseImage = "hutch.local/base:latest"
 
+// CodeInterpreterTemplate is the template E2B's Code Interpreter SDK
+// starts its sandboxes from.
+const CodeInterpreterTemplate = "code-interpreter-v1"
+
+// CodeInterpreterImage is hutch's code-interpreter image, the base image
+// with Jupyter's Python kernel, matplotlib, pandas and TypeScript
+// (scripts/base-image.sh --code-interpreter builds it): hutch serve makes
+// it CodeInterpreterTemplate when its image store holds it.
+const CodeInterpreterImage = "hutch.local/code-interpreter:latest"
+
 // Manager is what the handler needs of the daemon; *daemon.Manager
 // implements it.
 type Manager = daemon.Sandboxes

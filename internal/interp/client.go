@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 )
 
 // MaxEventBytes bounds one line of an execution's answer a Client reads:
@@ -33,6 +34,7 @@ func NewClient(dial func(ctx context.Context) (net.Conn, error)) *Client {
 	tr := &http.Transport{
 		DialContext:         func(ctx context.Context, _, _ string) (net.Conn, error) { return dial(ctx) },
 		MaxIdleConnsPerHost: 4,
+		IdleConnTimeout:     30 * time.Second,
 		DisableCompression:  true,
 	}
 	return &Client{hc: &http.Client{Transport: tr}}
@@ -165,7 +167,10 @@ func (c *Client) Stream(ctx context.Context, req ExecuteRequest) (*Stream, error
 // the last. An answer that breaks off before its end is an error.
 func (s *Stream) Next() (Event, error) {
 	for {
-		line, err := readLine(s.r, MaxEventBytes)
+		line, _, size, err := readLine(s.r, MaxEventBytes)
+		if err == nil && line == nil {
+			err = fmt.Errorf("a line of the answer of %d bytes, over %d", size, MaxEventBytes)
+		}
 		if err != nil {
 			if s.ctx.Err() != nil {
 				return Event{}, s.ctx.Err()
@@ -197,28 +202,6 @@ func (s *Stream) Close() error {
 	return s.body.Close()
 }
 
-// readLine reads one line of at most limit bytes (without its newline).
-func readLine(r *bufio.Reader, limit int) ([]byte, error) {
-	var line []byte
-	for {
-		chunk, err := r.ReadSlice('\n')
-		if len(line)+len(chunk) > limit {
-			return nil, fmt.Errorf("a line of the answer over %d bytes", limit)
-		}
-		line = append(line, chunk...)
-		switch {
-		case err == nil:
-			return bytes.TrimSuffix(line, []byte("\n")), nil
-		case errors.Is(err, bufio.ErrBufferFull):
-			continue
-		case errors.Is(err, io.EOF) && len(line) > 0:
-			return line, nil
-		default:
-			return nil, err
-		}
-	}
-}
-
 // Contexts lists the interpreter's contexts, in creation order.
 func (c *Client) Contexts(ctx context.Context) ([]Context, error) {
 	var out []Context
@@ -239,4 +222,9 @@ func (c *Client) RemoveContext(ctx context.Context, id string) error {
 // RestartContext starts context id's kernel afresh: its state is lost.
 func (c *Client) RestartContext(ctx context.Context, id string) error {
 	return c.call(ctx, http.MethodPost, "/contexts/"+url.PathEscape(id)+"/restart", nil, nil)
+}
+
+// SetEnv sets variables in every context's environment (Server.SetEnv).
+func (c *Client) SetEnv(ctx context.Context, env map[string]string) error {
+	return c.call(ctx, http.MethodPost, "/hutch/env", EnvRequest{Env: env}, nil)
 }

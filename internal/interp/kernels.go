@@ -145,15 +145,21 @@ func setEnv(env []string, name, value string) []string {
 	return append(out, name+"="+value)
 }
 
+// KernelOOMScoreAdj is the OOM score adjustment of every kernel the
+// server starts: the highest, so that code which takes the sandbox's
+// memory gets its kernel killed — the context restarts — and not the
+// server or the sandbox's other processes.
+const KernelOOMScoreAdj = 1000
+
 // startJupyter starts the Jupyter kernel of lang in dir. A Python kernel
 // (ipykernel) runs the startup file and prints without colours or
 // truncation.
 func (s *Server) startJupyter(ctx context.Context, lang, dir string) (Engine, error) {
-	spec, err := findSpec(lang, s.env, s.home)
+	env := s.environ()
+	spec, err := findSpec(lang, env, s.home)
 	if err != nil {
 		return nil, err
 	}
-	env := slices.Clone(s.env)
 	for k, v := range spec.Env {
 		env = setEnv(env, k, v)
 	}
@@ -163,7 +169,7 @@ func (s *Server) startJupyter(ctx context.Context, lang, dir string) (Engine, er
 		argv = append(argv, "--InteractiveShell.colors=NoColor", "--PlainTextFormatter.max_seq_length=0",
 			"--IPKernelApp.exec_files="+s.startup)
 	}
-	return kernel.Start(ctx, kernel.Config{Argv: argv, Dir: dir, Env: env, Log: s.kernelLog})
+	return kernel.Start(ctx, kernel.Config{Argv: argv, Dir: dir, Env: env, Log: s.kernelLog, OOMScoreAdj: KernelOOMScoreAdj})
 }
 
 // envCode returns the code that sets (set) or removes (value nil) the
@@ -190,4 +196,11 @@ func envCode(lang, name string, value *string) (string, bool) {
 		return "do.call(Sys.setenv, setNames(list(" + lit(*value) + "), " + lit(name) + "))", true
 	}
 	return "", false
+}
+
+// startNode starts the engine of a JavaScript or TypeScript context in
+// dir: hutch's own, on node (Node).
+func (s *Server) startNode(ctx context.Context, lang, dir string) (Engine, error) {
+	return StartNode(ctx, NodeConfig{Node: s.node, Dir: dir, Env: s.environ(), TypeScript: lang == TypeScript,
+		Log: s.kernelLog, OOMScoreAdj: KernelOOMScoreAdj})
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -62,13 +63,14 @@ type Config struct {
 //	GET    /contexts               [Context]
 //	DELETE /contexts/{id}          null
 //	POST   /contexts/{id}/restart  null
+//	POST   /hutch/env              EnvRequest → null (SetEnv; hutch's own)
 //
 // Refusals are E2B's: text for 400 (context and language both given),
 // 404 (no such context) and 500 (a kernel that could not start), JSON
 // {"detail": …} for 422 (a malformed body). Every answer allows any
 // origin (CORS), as E2B's does.
 type Server struct {
-	env     []string
+	env     []string // under mu (environ), SetEnv changes it
 	home    string
 	node    string // node's path, "" when it is not installed
 	startup string // the Python startup file's path
@@ -95,6 +97,9 @@ type execContext struct {
 	mu  sync.Mutex
 	eng Engine // nil while it has to be started (again)
 	err error  // the first start's failure
+	// pending are variables SetEnv set since eng started, which its next
+	// execution sets first.
+	pending map[string]string
 }
 
 // NewServer returns a server for cfg; Close ends it.
@@ -198,7 +203,7 @@ func (s *Server) starter(lang, dir string) (func(context.Context) (Engine, error
 		}
 		return func(ctx context.Context) (Engine, error) { return s.startNode(ctx, lang, dir) }, nil
 	}
-	if _, err := findSpec(lang, s.env, s.home); err != nil {
+	if _, err := findSpec(lang, s.environ(), s.home); err != nil {
 		return nil, err
 	}
 	return func(ctx context.Context) (Engine, error) { return s.startJupyter(ctx, lang, dir) }, nil
@@ -320,7 +325,7 @@ func (c *execContext) engine(ctx context.Context) (Engine, error) {
 		return nil, err
 	}
 	c.mu.Lock()
-	c.eng = eng
+	c.eng, c.pending = eng, nil // it started with the server's environment
 	c.mu.Unlock()
 	return eng, nil
 }
@@ -368,6 +373,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /contexts", s.listContexts)
 	mux.HandleFunc("DELETE /contexts/{id}", s.deleteContext)
 	mux.HandleFunc("POST /contexts/{id}/restart", s.restartContext)
+	mux.HandleFunc("POST /hutch/env", s.setEnvHandler)
 	return cors(mux)
 }
 
@@ -584,6 +590,15 @@ func (s *Server) run(ctx context.Context, c *execContext, req ExecuteRequest, em
 		}
 		return
 	}
+	if err := c.applyPending(ctx, eng); err != nil {
+		if errors.Is(err, kernel.ErrDied) {
+			c.died(eng)
+		}
+		if ctx.Err() == nil {
+			emit(Event{Type: EventError, Error: &ExecutionError{Name: "EnvVarsFailed", Value: err.Error()}})
+		}
+		return
+	}
 	if len(req.EnvVars) > 0 {
 		restore, err := s.setEnv(ctx, eng, c.Language, req.EnvVars)
 		if err != nil {
@@ -640,37 +655,112 @@ func (s *Server) run(ctx context.Context, c *execContext, req ExecuteRequest, em
 	}
 }
 
-// setEnv sets env in eng (a silent execution) and returns the code that
-// puts the variables back as the context started with them.
-func (s *Server) setEnv(ctx context.Context, eng Engine, lang string, env map[string]string) (restore string, err error) {
-	var set, back []string
+// environ is the contexts' environment.
+func (s *Server) environ() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.env)
+}
+
+// SetEnv sets variables in the environment of every context: of those
+// that start from now on, and of the running ones before their next
+// execution (a variable an execution's env_vars override is put back to
+// this value after it). The daemon sets a warm sandbox's variables so
+// when a create takes it.
+func (s *Server) SetEnv(env map[string]string) error {
+	if err := checkEnvVars(env); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	for _, k := range slices.Sorted(mapsKeys(env)) {
-		v := env[k]
-		code, _ := envCode(lang, k, &v)
-		set = append(set, code)
-		var orig *string
-		if v, ok := lookupEnvOK(s.env, k); ok {
-			orig = &v
+		s.env = setEnv(s.env, k, env[k])
+	}
+	for _, c := range s.list {
+		c.mu.Lock()
+		if c.pending == nil {
+			c.pending = map[string]string{}
 		}
-		code, _ = envCode(lang, k, orig)
-		back = append(back, code)
+		maps.Copy(c.pending, env)
+		c.mu.Unlock()
 	}
-	sep := "\n"
+	return nil
+}
+
+// applyPending sets in eng the variables SetEnv set since it started; the
+// caller holds c's turn.
+func (c *execContext) applyPending(ctx context.Context, eng Engine) error {
+	c.mu.Lock()
+	pending := c.pending
+	c.mu.Unlock()
+	if len(pending) == 0 {
+		return nil
+	}
+	var code []string
+	for _, k := range slices.Sorted(mapsKeys(pending)) {
+		v := pending[k]
+		if line, ok := envCode(c.Language, k, &v); ok {
+			code = append(code, line)
+		}
+	}
+	if len(code) > 0 {
+		if err := runSilent(ctx, eng, c.Language, code); err != nil {
+			return err
+		}
+	}
+	c.mu.Lock()
+	if maps.Equal(c.pending, pending) {
+		c.pending = nil
+	}
+	c.mu.Unlock()
+	return nil
+}
+
+// joiner joins lines of lang into one cell.
+func joiner(lang string) string {
 	if lang == JavaScript || lang == TypeScript {
-		sep = ";\n"
+		return ";\n"
 	}
-	reply, err := eng.Execute(ctx, strings.Join(set, sep), kernel.ExecuteOptions{Silent: true}, nil)
+	return "\n"
+}
+
+// runSilent runs lines of lang as one silent execution, which must not
+// fail.
+func runSilent(ctx context.Context, eng Engine, lang string, lines []string) error {
+	reply, err := eng.Execute(ctx, strings.Join(lines, joiner(lang)), kernel.ExecuteOptions{Silent: true}, nil)
 	if err != nil {
-		return "", err
+		return err
 	}
 	if reply.Status != "ok" {
 		msg := reply.Status
 		if reply.Error != nil {
 			msg = reply.Error.Error()
 		}
-		return "", fmt.Errorf("setting env_vars: %s", msg)
+		return fmt.Errorf("setting environment variables: %s", msg)
 	}
-	return strings.Join(back, sep), nil
+	return nil
+}
+
+// setEnv sets env in eng (a silent execution) and returns the code that
+// puts the variables back as the context started with them.
+func (s *Server) setEnv(ctx context.Context, eng Engine, lang string, env map[string]string) (restore string, err error) {
+	var set, back []string
+	global := s.environ()
+	for _, k := range slices.Sorted(mapsKeys(env)) {
+		v := env[k]
+		code, _ := envCode(lang, k, &v)
+		set = append(set, code)
+		var orig *string
+		if v, ok := lookupEnvOK(global, k); ok {
+			orig = &v
+		}
+		code, _ = envCode(lang, k, orig)
+		back = append(back, code)
+	}
+	if err := runSilent(ctx, eng, lang, set); err != nil {
+		return "", err
+	}
+	return strings.Join(back, joiner(lang)), nil
 }
 
 func mapsKeys(m map[string]string) func(func(string) bool) {
@@ -796,6 +886,23 @@ func unquote(s string) string {
 		return s[1 : len(s)-1]
 	}
 	return s
+}
+
+// EnvRequest is the body of POST /hutch/env (SetEnv), hutch's own route.
+type EnvRequest struct {
+	Env map[string]string `json:"env"`
+}
+
+func (s *Server) setEnvHandler(w http.ResponseWriter, r *http.Request) {
+	var req EnvRequest
+	if !readBody(w, r, &req) {
+		return
+	}
+	if err := s.SetEnv(req.Env); err != nil {
+		unprocessable(w, "env: %v", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, nil)
 }
 
 // createContext is POST /contexts.

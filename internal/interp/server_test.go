@@ -11,10 +11,13 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hutch-sandbox/hutch/internal/testutil"
 )
 
 // testServer serves a Server with a default Python context on loopback.
@@ -39,8 +42,8 @@ func testServer(t *testing.T, cfg Config) (*Server, string) {
 	return s, ts.URL
 }
 
-// execute posts body to /execute and returns the events of the answer.
-func execute(t *testing.T, ctx context.Context, url string, body any) ([]Event, error) {
+// postExecute posts body to /execute and returns the events of the answer.
+func postExecute(t *testing.T, ctx context.Context, url string, body any) ([]Event, error) {
 	t.Helper()
 	b, _ := json.Marshal(body)
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url+"/execute", bytes.NewReader(b))
@@ -80,7 +83,7 @@ func runCode(t *testing.T, url string, body any) []Event {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	evs, err := execute(t, ctx, url, body)
+	evs, err := postExecute(t, ctx, url, body)
 	if err != nil {
 		t.Fatalf("execute %v: %v", body, err)
 	}
@@ -201,7 +204,7 @@ func TestServerRefusals(t *testing.T) {
 		{map[string]any{"code": "1", "language": "cobol"}, 500, "no kernel for language \"cobol\""},
 		{map[string]any{"code": "1", "env_vars": map[string]string{"A=B": "x"}}, 422, "env_vars"},
 	} {
-		_, err := execute(t, ctx, url, c.body)
+		_, err := postExecute(t, ctx, url, c.body)
 		se, ok := err.(*statusError)
 		if !ok || se.status != c.status || !strings.Contains(se.body, c.msg) {
 			t.Errorf("%v: %v, want %d %q", c.body, err, c.status, c.msg)
@@ -297,7 +300,7 @@ func TestServerContexts(t *testing.T) {
 	if cs := contextsOf(t, url); len(cs) != 1 {
 		t.Fatalf("after delete: %+v", cs)
 	}
-	if _, err := execute(t, context.Background(), url, map[string]any{"code": "1", "context_id": c.ID}); err == nil || err.(*statusError).status != 404 {
+	if _, err := postExecute(t, context.Background(), url, map[string]any{"code": "1", "context_id": c.ID}); err == nil || err.(*statusError).status != 404 {
 		t.Fatalf("execute in a removed context: %v", err)
 	}
 }
@@ -333,7 +336,7 @@ func TestServerInterruptOnDisconnect(t *testing.T) {
 	runCode(t, url, map[string]any{"code": "z = 7"})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	evs, err := execute(t, ctx, url, map[string]any{"code": "import time\nprint('started', flush=True)\ntime.sleep(3600)"})
+	evs, err := postExecute(t, ctx, url, map[string]any{"code": "import time\nprint('started', flush=True)\ntime.sleep(3600)"})
 	if err == nil {
 		t.Fatalf("a 1-hour sleep ended: %+v", evs)
 	}
@@ -348,7 +351,7 @@ func TestServerKeepalive(t *testing.T) {
 	_, url := testServer(t, Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	evs, err := execute(t, ctx, url, map[string]any{"code": fmt.Sprintf("import time; time.sleep(%g)", (KeepaliveInterval + 1500*time.Millisecond).Seconds())})
+	evs, err := postExecute(t, ctx, url, map[string]any{"code": fmt.Sprintf("import time; time.sleep(%g)", (KeepaliveInterval + 1500*time.Millisecond).Seconds())})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -411,5 +414,73 @@ func TestClient(t *testing.T) {
 	}
 	if err := c.RemoveContext(ctx, nc.ID); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestServerSetEnv(t *testing.T) {
+	_, url := testServer(t, Config{})
+	get := "import os; os.getenv('LATE', 'unset')"
+	if txt, _ := mainText(runCode(t, url, map[string]any{"code": get})); txt != "unset" {
+		t.Fatalf("before: %q", txt)
+	}
+	b, _ := json.Marshal(EnvRequest{Env: map[string]string{"LATE": "set"}})
+	resp, err := http.Post(url+"/hutch/env", "application/json", bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("POST /hutch/env: %d", resp.StatusCode)
+	}
+	if txt, _ := mainText(runCode(t, url, map[string]any{"code": get})); txt != "set" {
+		t.Fatalf("in the running context: %q", txt)
+	}
+	// An execution's own value is put back to the new one.
+	if txt, _ := mainText(runCode(t, url, map[string]any{"code": get, "env_vars": map[string]string{"LATE": "mine"}})); txt != "mine" {
+		t.Fatalf("env_vars: %q", txt)
+	}
+	if txt, _ := mainText(runCode(t, url, map[string]any{"code": get})); txt != "set" {
+		t.Fatalf("after env_vars: %q", txt)
+	}
+	// A context made afterwards starts with it.
+	b, _ = json.Marshal(CreateContextRequest{})
+	resp, err = http.Post(url+"/contexts", "application/json", bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c Context
+	json.NewDecoder(resp.Body).Decode(&c)
+	resp.Body.Close()
+	if txt, _ := mainText(runCode(t, url, map[string]any{"code": get, "context_id": c.ID})); txt != "set" {
+		t.Fatalf("in a new context: %q", txt)
+	}
+}
+
+func TestServerJavaScript(t *testing.T) {
+	if _, err := os.Stat(DefaultTypeScriptModule); err != nil {
+		testutil.Need(t, false, "no TypeScript at "+DefaultTypeScriptModule+" (Debian: node-typescript)")
+	}
+	_, url := testServer(t, Config{Defaults: []string{Python, JavaScript}})
+	if cs := contextsOf(t, url); len(cs) != 2 || cs[1].Language != JavaScript {
+		t.Fatalf("the default contexts: %+v", cs)
+	}
+	evs := runCode(t, url, map[string]any{"code": "const a = 40; console.log('hi'); a + 2", "language": "js"})
+	if txt, _ := mainText(evs); txt != "42" || evs[0].Type != EventExecutionCount || evs[1].Text != "hi\n" {
+		t.Fatalf("javascript: %+v", evs)
+	}
+	if txt, _ := mainText(runCode(t, url, map[string]any{"code": "'Hello World!'", "language": "javascript"})); txt != "Hello World!" {
+		t.Fatalf("a string's quotes: %q", txt)
+	}
+	if txt, _ := mainText(runCode(t, url, map[string]any{"code": "process.env.FOO", "language": "js", "env_vars": map[string]string{"FOO": "bar"}})); txt != "bar" {
+		t.Fatalf("env_vars: %q", txt)
+	}
+	if txt, _ := mainText(runCode(t, url, map[string]any{"code": "process.env.FOO ?? 'unset'", "language": "js"})); txt != "unset" {
+		t.Fatalf("after env_vars: %q", txt)
+	}
+	if txt, _ := mainText(runCode(t, url, map[string]any{"code": "const n: number = 3; n * 2", "language": "ts"})); txt != "6" {
+		t.Fatalf("typescript: %q", txt)
+	}
+	if cs := contextsOf(t, url); len(cs) != 3 || cs[2].Language != TypeScript {
+		t.Fatalf("a typescript default context: %+v", cs)
 	}
 }

@@ -67,6 +67,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -98,6 +99,11 @@ type Config struct {
 	// Log, if set, receives what the kernel process writes to its own
 	// stdout and stderr (not the code's output, which comes on iopub).
 	Log io.Writer
+	// OOMScoreAdj, when above 0, is set as the kernel process's OOM score
+	// adjustment (and so its children's), up to 1000: a kernel that runs
+	// out of memory is then what the kernel's OOM killer ends, not its
+	// client or its neighbours.
+	OOMScoreAdj int
 }
 
 // ExecuteOptions adjusts one execution.
@@ -415,7 +421,7 @@ func (k *Kernel) launchOnce(ctx context.Context) (_ *proc, err error) {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = k.cfg.Dir
 	cmd.Env = withDefault(k.cfg.Env, "PYDEVD_DISABLE_FILE_VALIDATION", "1")
-	tail := &tailBuffer{max: 4 << 10}
+	tail := &Tail{Max: 4 << 10}
 	var w io.Writer = tail
 	if k.cfg.Log != nil {
 		w = io.MultiWriter(tail, k.cfg.Log)
@@ -442,6 +448,7 @@ func (k *Kernel) launchOnce(ctx context.Context) (_ *proc, err error) {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("kernel: starting %s: %w", argv[0], err)
 	}
+	RaiseOOMScore(cmd.Process.Pid, k.cfg.OOMScoreAdj)
 	logged := make(chan struct{})
 	go func() {
 		io.Copy(w, logR)
@@ -550,6 +557,15 @@ func (p *proc) waitReady(ctx context.Context) error {
 }
 
 var errRetry = errors.New("retry")
+
+// RaiseOOMScore sets process pid's OOM score adjustment to adj (at most
+// 1000) when adj is above 0. Raising it needs no privilege; a failure
+// leaves the process as likely a victim of the OOM killer as before.
+func RaiseOOMScore(pid, adj int) {
+	if adj = min(adj, 1000); adj > 0 {
+		_ = os.WriteFile(fmt.Sprintf("/proc/%d/oom_score_adj", pid), []byte(strconv.Itoa(adj)), 0)
+	}
+}
 
 // withDefault returns env with name=value added when env does not set name.
 func withDefault(env []string, name, value string) []string {

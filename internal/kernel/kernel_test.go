@@ -484,3 +484,15 @@ func TestConcurrentExecutesTakeTurns(t *testing.T) {
 		}
 	}
 }
+
+func TestOOMScoreAdj(t *testing.T) {
+	needIPyKernel(t)
+	k := startKernel(t, Config{OOMScoreAdj: 900})
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(k.Pid()) + "/oom_score_adj")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(string(b)); got != "900" {
+		t.Fatalf("the kernel's oom_score_adj is %s, want 900", got)
+	}
+}

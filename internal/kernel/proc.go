@@ -25,7 +25,7 @@ type proc struct {
 	dead   chan struct{} // closed once the process exited and was reaped
 	// waitErr is the process's exit status, set before dead is closed.
 	waitErr error
-	tail    *tailBuffer
+	tail    *Tail
 	log     *os.File // the read end of the kernel's stdout and stderr
 
 	shell, control, iopub zmq4.Socket
@@ -192,24 +192,28 @@ func (p *proc) startFailure(ctx context.Context, err error) error {
 	return p.failure(err)
 }
 
-// tailBuffer keeps the last max bytes written to it.
-type tailBuffer struct {
-	mu  sync.Mutex
-	max int
-	b   []byte
+// Tail keeps the last Max bytes written to it: the end of what a process
+// wrote, for the error that reports its exit. It is safe for concurrent
+// use.
+type Tail struct {
+	Max int
+
+	mu sync.Mutex
+	b  []byte
 }
 
-func (t *tailBuffer) Write(b []byte) (int, error) {
+func (t *Tail) Write(b []byte) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.b = append(t.b, b...)
-	if len(t.b) > t.max {
-		t.b = append(t.b[:0], t.b[len(t.b)-t.max:]...)
+	if len(t.b) > t.Max {
+		t.b = append(t.b[:0], t.b[len(t.b)-t.Max:]...)
 	}
 	return len(b), nil
 }
 
-func (t *tailBuffer) String() string {
+// String returns what is kept.
+func (t *Tail) String() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return string(t.b)

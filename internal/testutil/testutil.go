@@ -62,6 +62,40 @@ func Runsc(t testing.TB) string {
 	return p
 }
 
+// The environment variables that give the tests hutch's own images: the
+// tarballs scripts/base-image.sh builds (its --no-import prints the path;
+// scripts/test.sh sets them).
+const (
+	BaseImageEnv            = "HUTCH_TEST_BASE_IMAGE"
+	CodeInterpreterImageEnv = "HUTCH_TEST_CODE_INTERPRETER_IMAGE"
+)
+
+// BaseImage returns the tarball of hutch's base image ($HUTCH_TEST_BASE_IMAGE)
+// for a test that imports it, which needs root. Without root or the
+// tarball the test skips with the reason, or fails when HUTCH_TEST_ROOT=1.
+func BaseImage(t testing.TB) string {
+	t.Helper()
+	return builtImage(t, BaseImageEnv, "base image", "")
+}
+
+// CodeInterpreterImage is BaseImage for hutch's code-interpreter image
+// ($HUTCH_TEST_CODE_INTERPRETER_IMAGE, built by scripts/base-image.sh
+// --code-interpreter).
+func CodeInterpreterImage(t testing.TB) string {
+	t.Helper()
+	return builtImage(t, CodeInterpreterImageEnv, "code-interpreter image", " --code-interpreter")
+}
+
+func builtImage(t testing.TB, env, what, flag string) string {
+	t.Helper()
+	RequireRoot(t)
+	p := os.Getenv(env)
+	Need(t, p != "", "$"+env+" names no tarball of hutch's "+what+" (scripts/base-image.sh"+flag+" --no-import builds it and prints its path; scripts/test.sh sets it)")
+	_, err := os.Stat(p)
+	Need(t, err == nil, fmt.Sprintf("%s=%s: %v", env, p, err))
+	return p
+}
+
 var (
 	buildOnce sync.Once
 	buildPath string

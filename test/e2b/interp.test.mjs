@@ -127,10 +127,21 @@ test('javascript and typescript', async () => {
 test('/execute takes the envd access token; the contexts are the port\'s', async () => {
   const url = process.env.E2B_SANDBOX_URL
   const headers = { 'Content-Type': 'application/json', 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '49999' }
+  if (sbx.trafficAccessToken) headers['E2B-Traffic-Access-Token'] = sbx.trafficAccessToken
   const denied = await fetch(url + '/execute', { method: 'POST', headers, body: JSON.stringify({ code: '1' }) })
   assert.equal(denied.status, 401)
   const wrong = await fetch(url + '/execute', { method: 'POST', headers: { ...headers, 'X-Access-Token': 'nope' }, body: JSON.stringify({ code: '1' }) })
   assert.equal(wrong.status, 401)
   const list = await fetch(url + '/contexts', { headers })
   assert.equal(list.status, 200)
+})
+
+test('code that takes the sandbox\'s memory loses its kernel, not the sandbox', { skip: !process.env.HUTCH_TEST_OOM && 'HUTCH_TEST_OOM is not set (the daemon\'s memory limit per sandbox)' }, async () => {
+  await sbx.runCode('kept = 1')
+  const hog = await sbx.runCode('chunks = []\nwhile True:\n    chunks.append(b"x" * (64 << 20))', { timeoutMs: 120_000 })
+  assert.equal(hog.error?.name, 'ContextRestarting', JSON.stringify(hog.error))
+  const next = await sbx.runCode('"kept" in globals(), 6 * 7')
+  assert.equal(next.text, '(False, 42)') // a new kernel
+  const cmd = await sbx.commands.run('echo alive')
+  assert.equal(cmd.stdout, 'alive\n')
 })
