@@ -2,12 +2,14 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/hutch-sandbox/hutch/internal/testutil"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // TestRunCodeCommand runs hutch run-code against hutch serve, in a
@@ -70,4 +72,58 @@ func TestRunCodeCommand(t *testing.T) {
 	wantCode(t, d.admin(t, "run-code", "sb-nope", "-c", "1"), 1)
 	wantCode(t, d.admin(t, "run-code", id), 2)
 	wantCode(t, d.admin(t, "run-code", id, "-c", "1", "extra.py"), 2)
+}
+
+// TestMCPRunCode: hutch mcp with --image of the code-interpreter image
+// lists run_code, and its session sandbox runs code (a plot comes back as
+// an image); without such an image it has no run_code.
+func TestMCPRunCode(t *testing.T) {
+	testutil.RequireRoot(t)
+	tarball := testutil.CodeInterpreterImage(t)
+	state, ws := hostDir(t), hostDir(t)
+	importTarball(t, tarball)(state) // in process: hutch image import of it outlasts the commands' guard
+	bin := testutil.Hutch(t)
+	hasRunCode := func(c *mcpClient) bool {
+		ctx, cancel := context.WithTimeout(context.Background(), guard)
+		defer cancel()
+		tools, err := c.ListTools(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tl := range tools.Tools {
+			if tl.Name == "run_code" {
+				return true
+			}
+		}
+		return false
+	}
+	if hasRunCode(startMCP(t, bin, t.TempDir())) {
+		t.Error("hutch mcp without an image with kernels lists run_code")
+	}
+
+	c := startMCP(t, bin, ws, "--image", testutil.CodeInterpreterRef, "--state-dir", state)
+	if !hasRunCode(c) {
+		t.Fatalf("hutch mcp --image %s lists no run_code", testutil.CodeInterpreterRef)
+	}
+	out := c.call(t, "run_code", map[string]any{"code": "print('hi')\n6 * 7"})
+	results, _ := out["results"].([]any)
+	if out["stdout"] != "hi\n" || len(results) != 1 || results[0].(map[string]any)["text"] != "42" {
+		t.Errorf("run_code: %v", out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), guard)
+	defer cancel()
+	r, err := c.CallTool(ctx, &sdk.CallToolParams{Name: "run_code", Arguments: map[string]any{
+		"code": "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()"}})
+	if err != nil || r.IsError {
+		t.Fatalf("a plot: %v, %+v\n%s", err, r, c.stderr)
+	}
+	var png bool
+	for _, ct := range r.Content {
+		if im, ok := ct.(*sdk.ImageContent); ok && im.MIMEType == "image/png" && bytes.HasPrefix(im.Data, []byte("\x89PNG\r\n\x1a\n")) {
+			png = true
+		}
+	}
+	if !png {
+		t.Errorf("a plot: no PNG image content")
+	}
 }
