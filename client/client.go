@@ -1,6 +1,8 @@
 // Package client is the Go SDK of hutch's daemon (`hutch serve`): it
 // creates, lists, extends and destroys sandboxes, runs commands in them
 // (to completion, or streaming with stdin, a terminal and signals),
+// runs code in the code interpreter of a sandbox whose image has Jupyter
+// kernels (RunCode: stateful contexts, rich results such as plots),
 // reads and writes their files and directories, and lists, pulls and
 // removes the images of the daemon's store that sandboxes start from.
 // Every sandbox runs in an isolation tier (CreateOptions.Tier,

@@ -24,6 +24,9 @@ const (
 	// CodeNotApproved: the sandbox's approvals refused the command (a
 	// deny rule, a person's answer, or its question expired).
 	CodeNotApproved = "not_approved"
+	// CodeNoInterpreter: the sandbox has no code interpreter (RunCode):
+	// its image has no Jupyter kernels.
+	CodeNoInterpreter = "no_interpreter"
 )
 
 // Error is an error the daemon reported.
@@ -75,6 +78,9 @@ var (
 	ErrQuota        = &Error{Code: CodeQuota, Message: "quota exceeded"}
 	ErrUnavailable  = &Error{Code: CodeUnavailable, Message: "unavailable"}
 	ErrNotApproved  = &Error{Code: CodeNotApproved, Message: "not approved"}
+	// ErrNoInterpreter matches RunCode's refusal of a sandbox without a
+	// code interpreter.
+	ErrNoInterpreter = &Error{Code: CodeNoInterpreter, Message: "no code interpreter"}
 )
 
 // readError turns an error response into an *Error.

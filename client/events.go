@@ -28,6 +28,9 @@ const (
 	EventResumed       = "resumed"        // its processes go on (Client.Resume)
 	EventOOM           = "oom"            // the kernel killed processes for exceeding its memory limit (data: kills, total)
 	EventEnded         = "ended"          // it ended (data: reason); the last event
+	// RunCode ran code (data: language or context, duration_ms, error:
+	// the exception's name if it raised one, code: its first bytes).
+	EventCodeExecuted = "code.executed"
 	// A command or host its approvals ask about waits for an answer
 	// (Client.Approvals; data: id, kind, subject, command, rule, reason,
 	// expires), was answered or expired (data: id, answer, by, took_ms),

@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/hutch-sandbox/hutch/bench/report"
+	"github.com/hutch-sandbox/hutch/bench/served"
 	"github.com/hutch-sandbox/hutch/client"
 )
 
@@ -284,38 +285,7 @@ func (d *daemon) token(cfg config, extra ...string) (string, error) {
 // waitWarm waits until both warm pools (hutch's default, template "", and
 // E2B's base) hold n ready sandboxes, as GET /metrics says.
 func (d *daemon) waitWarm(ctx context.Context, n int) error {
-	var last string
-	for end := time.Now().Add(60 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://hutch/metrics", nil)
-		if err != nil {
-			return err
-		}
-		resp, err := d.hc.Do(req)
-		if err != nil {
-			return err
-		}
-		b, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil {
-			return err
-		}
-		full := 0
-		last = ""
-		for _, l := range strings.Split(string(b), "\n") {
-			for _, tmpl := range []string{`""`, `"base"`} {
-				if v, ok := strings.CutPrefix(l, "hutch_warm_sandboxes{template="+tmpl+"} "); ok {
-					last += tmpl + "=" + v + " "
-					if f, err := strconv.ParseFloat(v, 64); err == nil && f >= float64(n) {
-						full++
-					}
-				}
-			}
-		}
-		if full == 2 {
-			return nil
-		}
-	}
-	return fmt.Errorf("the warm pools did not fill to %d in 60 s (%s)", n, last)
+	return served.WaitWarm(ctx, d.hc, n, 60*time.Second, 5*time.Millisecond, "", "base")
 }
 
 // coldCreates counts the sandboxes the daemon started without its warm

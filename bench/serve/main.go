@@ -53,8 +53,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -68,6 +66,7 @@ import (
 	"time"
 
 	"github.com/hutch-sandbox/hutch/bench/report"
+	pools "github.com/hutch-sandbox/hutch/bench/served"
 	"github.com/hutch-sandbox/hutch/client"
 )
 
@@ -583,37 +582,9 @@ func (ct *cycleTimes) add(t0, tc, t1, t2 time.Time) {
 // waitWarm waits until the daemon in dir reports n warm sandboxes ready
 // (the gauge hutch_warm_sandboxes of GET /metrics), for up to 30 s.
 func waitWarm(ctx context.Context, dir string, n int) error {
-	sock := filepath.Join(dir, "hutch.sock")
-	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, "unix", sock)
-	}}}
+	hc := pools.UnixClient(filepath.Join(dir, "hutch.sock"))
 	defer hc.CloseIdleConnections()
-	var last string
-	for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(2 * time.Millisecond) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://hutch/metrics", nil)
-		if err != nil {
-			return err
-		}
-		resp, err := hc.Do(req)
-		if err != nil {
-			return err
-		}
-		b, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil {
-			return err
-		}
-		for _, l := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(l, `hutch_warm_sandboxes{template=""} `); ok {
-				last = v
-				if f, err := strconv.ParseFloat(v, 64); err == nil && f >= float64(n) {
-					return nil
-				}
-			}
-		}
-	}
-	return fmt.Errorf("the warm pool did not fill to %d in 30 s (hutch_warm_sandboxes %q)", n, last)
+	return pools.WaitWarm(ctx, hc, n, 30*time.Second, 2*time.Millisecond, "")
 }
 
 // runTrue runs `true` to completion.

@@ -22,7 +22,10 @@ import (
 
 	"github.com/hutch-sandbox/hutch/internal/agent"
 	"github.com/hutch-sandbox/hutch/internal/approve"
+	"github.com/hutch-sandbox/hutch/internal/daemon"
 	"github.com/hutch-sandbox/hutch/internal/egress"
+	"github.com/hutch-sandbox/hutch/internal/image"
+	"github.com/hutch-sandbox/hutch/internal/interp"
 	"github.com/hutch-sandbox/hutch/internal/mcp"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/portfwd"
@@ -104,9 +107,13 @@ func cmdMCP(args []string, stdin, stdout, stderr *os.File) int {
 	// session ends with stdin's end) instead of SIGPIPE killing hutch
 	// before it released anything.
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+	var backend mcp.Backend = b
+	if b.kernels() {
+		backend = mcpInterpreters{b}
+	}
 	o := mcp.Options{
 		Version:  version,
-		Backend:  b,
+		Backend:  backend,
 		Owner:    mcpOwner,
 		Execs:    b.execs,
 		Links:    b.links,
@@ -210,7 +217,8 @@ type mcpBox struct {
 	review *runner.Review // the session's change set, for the session sandbox in review mode
 	inst   sandbox.Instance
 	client *agent.Client
-	gate   *approve.Gate // its commands' approvals; nil: none
+	gate   *approve.Gate  // its commands' approvals; nil: none
+	interp *interp.Client // its code interpreter's client; nil: it has none
 	timer  *time.Timer
 	once   sync.Once
 	ended  chan struct{} // closed once everything of it is released
@@ -499,6 +507,11 @@ func (b *mcpBackend) start(spec policy.Spec, session bool, tmp string) (*mcpBox,
 	}
 	c := sb.Config(environ)
 	c.AgentBinary = b.agentBin
+	kernels := c.Image != nil && daemon.HasKernels(c.Image.Layers)
+	if kernels {
+		// hutch-serve itself, which serves the code interpreter too.
+		c.AgentBinary = ""
+	}
 	var review *runner.Review
 	if session {
 		if review, err = b.beginReview(spec); err != nil {
@@ -538,6 +551,13 @@ func (b *mcpBackend) start(spec policy.Spec, session bool, tmp string) (*mcpBox,
 	if err != nil {
 		box.release(b.log)
 		return nil, fmt.Errorf("the sandbox's agent did not answer: %w", err)
+	}
+	if kernels {
+		if err := daemon.StartInterpreter(context.Background(), client, b.debug); err != nil {
+			box.release(b.log)
+			return nil, err
+		}
+		box.interp = interp.NewClient(func(ctx context.Context) (net.Conn, error) { return portfwd.Dial(ctx, client, interp.Port) })
 	}
 	if d := spec.Resources.Timeout; d > 0 {
 		box.expires = box.created.Add(d)
@@ -683,6 +703,49 @@ func (b *mcpBackend) Agent(_ context.Context, id string) (*agent.Client, error) 
 	default:
 	}
 	return box.client, nil
+}
+
+// mcpInterpreters is the session's backend when the flags' image has
+// Jupyter kernels: its sandboxes run the code interpreter, and its server
+// has run_code.
+type mcpInterpreters struct{ *mcpBackend }
+
+var _ mcp.Interpreters = mcpInterpreters{}
+
+// Interpreter is the client of sandbox id's code interpreter.
+func (b mcpInterpreters) Interpreter(_ context.Context, id string) (*interp.Client, error) {
+	box, err := b.lookup(id)
+	if err != nil {
+		return nil, err
+	}
+	if box.interp == nil {
+		return nil, fmt.Errorf("sandbox %s: %w", id, daemon.ErrNoInterpreter)
+	}
+	return box.interp, nil
+}
+
+// kernels reports whether the flags' image holds Jupyter kernels (in the
+// image store now: an image pulled at the first start is not looked at).
+func (b *mcpBackend) kernels() bool {
+	ref, ok := b.spec.Image()
+	if !ok {
+		return false
+	}
+	dir := cmp.Or(b.rf.StateDir, image.DefaultStateDir())
+	st, err := image.Open(dir)
+	if err != nil {
+		return false
+	}
+	img, err := st.Get(ref)
+	if err != nil {
+		return false
+	}
+	layers, release, err := st.Stack(img)
+	if err != nil {
+		return false
+	}
+	defer release()
+	return daemon.HasKernels(layers)
 }
 
 // PortURL is a loopback URL of the host that reaches port inside sandbox

@@ -21,8 +21,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/hutch-sandbox/hutch/internal/image"
-	"github.com/hutch-sandbox/hutch/internal/image/fetch"
 	"github.com/hutch-sandbox/hutch/internal/image/imagetest"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/testutil"
@@ -258,15 +256,7 @@ func e2bBaseImage(t *testing.T, tier string, args ...string) {
 	_, err := os.Stat(filepath.Join(e2bDir, "node_modules", "e2b", "package.json"))
 	testutil.Need(t, err == nil, "E2B's SDK is not installed in test/e2b/node_modules (npm ci there; scripts/test.sh does)")
 	tarball := testutil.BaseImage(t)
-	d := startDaemonWith(t, func(stateDir string) {
-		st, err := image.Open(stateDir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := fetch.Import(st, tarball, "", fetch.Options{Root: true}); err != nil {
-			t.Fatalf("import %s: %v", tarball, err)
-		}
-	}, args...)
+	d := startDaemonWith(t, importTarball(t, tarball), args...)
 	r := d.admin(t, "token", "create", "--tenant", "e2b-base", "--e2b", "--state-dir", d.stateDir)
 	token := lastLine(r.stdout)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -467,15 +457,7 @@ func TestE2BCodeInterpreterGVisor(t *testing.T) {
 func e2bCodeInterpreter(t *testing.T, tier string, args ...string) {
 	node := needSDK(t, "@e2b/code-interpreter")
 	tarball := testutil.CodeInterpreterImage(t)
-	d := startDaemonWith(t, func(stateDir string) {
-		st, err := image.Open(stateDir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := fetch.Import(st, tarball, "", fetch.Options{Root: true}); err != nil {
-			t.Fatalf("import %s: %v", tarball, err)
-		}
-	}, args...)
+	d := startDaemonWith(t, importTarball(t, tarball), args...)
 	r := d.admin(t, "token", "create", "--tenant", "e2b-interp", "--e2b", "--state-dir", d.stateDir)
 	token := lastLine(r.stdout)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)

@@ -77,6 +77,12 @@ The daemon and its clients:
                                            hutch run); prints its id
   hutch exec [-it] ID -- COMMAND...        run COMMAND in sandbox ID (-i: pass
                                            stdin; -t: on a terminal, this one)
+  hutch run-code ID (-c CODE | FILE | -)   run code in sandbox ID's code
+                                           interpreter (an image with Jupyter
+                                           kernels; -l LANG, --context CTX,
+                                           -e NAME=VALUE): its output, its
+                                           value; plots and other rich results
+                                           saved as files (--out DIR)
   hutch cp SRC ID:DST | ID:SRC DST         copy a file or directory into or
                                            out of a sandbox
   hutch ls [--label KEY=VALUE]...          list sandboxes, with their tier
@@ -119,7 +125,8 @@ when hutch itself failed or was called wrongly (the command did not run),
 126 if the command cannot be executed, 127 if it was not found; "hutch exec"
 exits the same way. The client commands find the daemon at $HUTCH_HOST
 (unix:///PATH or http://HOST:PORT; default unix:///run/hutch/hutch.sock)
-and send the token in $HUTCH_TOKEN; they exit with 1 when it refused.
+and send the token in $HUTCH_TOKEN; they exit with 1 when it refused
+("hutch run-code" too when the code raised an exception).
 `
 
 func main() {
@@ -165,6 +172,8 @@ func run(args []string, stdin, stdout, stderr *os.File) int {
 		return cmdCreate(args[1:], stdout, stderr)
 	case "exec":
 		return cmdExec(args[1:], stdin, stdout, stderr)
+	case "run-code":
+		return cmdRunCode(args[1:], stdin, stdout, stderr)
 	case "cp":
 		return cmdCp(args[1:], stdout, stderr)
 	case "ls":
@@ -206,7 +215,7 @@ func run(args []string, stdin, stdout, stderr *os.File) int {
 }
 
 // commands are hutch's commands, for suggestions after a typo.
-var commands = []string{"run", "policy", "version", "proxy-connect", "mcp", "serve", "token", "image", "audit", "changes", "create", "exec", "cp", "ls", "rm", "pause", "resume", "snapshot", "snapshots", "fork", "diff", "events", "metrics", "network", "approve", "approvals", "help"}
+var commands = []string{"run", "policy", "version", "proxy-connect", "mcp", "serve", "token", "image", "audit", "changes", "create", "exec", "run-code", "cp", "ls", "rm", "pause", "resume", "snapshot", "snapshots", "fork", "diff", "events", "metrics", "network", "approve", "approvals", "help"}
 
 func cmdRun(args []string, stdin, stdout, stderr *os.File) int {
 	fs, rf := runner.NewFlags("run", "Usage: hutch run [flags] -- COMMAND [ARGS...]\n\nRuns COMMAND in a new sandbox.\n", stderr)

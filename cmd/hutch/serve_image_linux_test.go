@@ -101,14 +101,20 @@ func TestServeImages(t *testing.T) {
 // importImage is a setup of startDaemonWith: it imports img, named tag,
 // into the daemon's state directory before the daemon starts.
 func importImage(t *testing.T, img v1.Image, tag string) func(stateDir string) {
-	tarPath := imagetest.DockerSave(t, img, tag, t.TempDir())
+	return importTarball(t, imagetest.DockerSave(t, img, tag, t.TempDir()))
+}
+
+// importTarball is a setup of startDaemonWith: it imports the image
+// tarball (docker save) into the daemon's state directory before the
+// daemon starts.
+func importTarball(t *testing.T, tarball string) func(stateDir string) {
 	return func(stateDir string) {
 		st, err := image.Open(stateDir)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := fetch.Import(st, tarPath, "", fetch.Options{Root: true}); err != nil {
-			t.Fatal(err)
+		if _, err := fetch.Import(st, tarball, "", fetch.Options{Root: true}); err != nil {
+			t.Fatalf("import %s: %v", tarball, err)
 		}
 	}
 }

@@ -180,6 +180,12 @@ func (h *handler) table() []route {
 		r("GET /v1/sandboxes/{id}/processes", ro, h.processes),
 		r("POST /v1/sandboxes/{id}/processes/{pid}/signal", "signal", h.signal),
 
+		r("POST /v1/sandboxes/{id}/code", "run_code", h.runCode),
+		r("GET /v1/sandboxes/{id}/code/contexts", ro, h.listCodeContexts),
+		r("POST /v1/sandboxes/{id}/code/contexts", "create_code_context", h.createCodeContext),
+		r("DELETE /v1/sandboxes/{id}/code/contexts/{ctx}", "remove_code_context", h.removeCodeContext),
+		r("POST /v1/sandboxes/{id}/code/contexts/{ctx}/restart", "restart_code_context", h.restartCodeContext),
+
 		r("GET /v1/sandboxes/{id}/files", ro, h.readFile),
 		r("PUT /v1/sandboxes/{id}/files", "write_file", h.writeFile),
 		r("DELETE /v1/sandboxes/{id}/files", "remove", h.remove),

@@ -78,6 +78,18 @@
 // itself made, and links whose targets lie outside the directory. Entries
 // before a refused one stay written. Every write goes through the agent.
 //
+// # Code interpreter
+//
+// A sandbox of an image with Jupyter kernels runs a code interpreter
+// (package interp), which POST /v1/sandboxes/{id}/code reaches: code, and
+// the language or the context to run it in, and variables for this
+// execution only; the answer is NDJSON, the interpreter's events relayed
+// as they come (output, results, the exception, keepalives, and
+// end_of_execution last: an answer without it broke off). The client
+// going away interrupts the execution. /code/contexts lists, creates,
+// restarts and removes its contexts. A sandbox without kernels is refused
+// with 409 no_interpreter; an execution is a code.executed event.
+//
 // # Events
 //
 // GET /v1/sandboxes/{id}/events?since=N streams a sandbox's events as
@@ -102,10 +114,11 @@
 // # Audit
 //
 // With Config.Audit set, every call that changes something (create,
-// destroy, extend, exec, signal, and the file writes, removals, renames,
-// mkdirs and uploads) is recorded in the audit log of package audit once
+// destroy, extend, exec, signal, run_code, the code contexts' changes, and
+// the file writes, removals, renames, mkdirs and uploads) is recorded in the audit log of package audit once
 // it is done: who, what, which sandbox, and the error code if it failed;
 // a create also records the sandbox's image and isolation tier, an exec
-// its arguments, exit code, duration and byte counts.
+// its arguments, exit code, duration and byte counts, a run_code its
+// duration and byte counts (not its code).
 // Reads are not recorded, nor are file contents or environment values.
 package api

@@ -29,6 +29,9 @@ const (
 	CodeInternal         = "internal"
 	CodeUnavailable      = "unavailable"
 	CodeNotImplemented   = "not_implemented"
+	// CodeNoInterpreter: the sandbox has no code interpreter (its image
+	// has no Jupyter kernels).
+	CodeNoInterpreter = "no_interpreter"
 )
 
 // Categories of the errors this package makes itself; the others are
@@ -105,6 +108,8 @@ func classify(err error) (int, string) {
 		return http.StatusConflict, CodeConflict
 	case errors.Is(err, daemon.ErrQuota):
 		return http.StatusTooManyRequests, CodeQuota
+	case errors.Is(err, daemon.ErrNoInterpreter):
+		return http.StatusConflict, CodeNoInterpreter
 	case errors.Is(err, daemon.ErrUnsupported):
 		return http.StatusNotImplemented, CodeNotImplemented
 	case errors.Is(err, daemon.ErrUnavailable):

@@ -28,12 +28,7 @@ func (h *handler) events(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	w.Header().Set("Content-Type", "application/x-ndjson")
-	w.Header().Set("Cache-Control", "no-store")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(w)
-	_ = rc.Flush()
+	rc := startNDJSON(w)
 	enc := json.NewEncoder(w)
 	for e := range ch {
 		if err := enc.Encode(e); err != nil {
@@ -73,4 +68,16 @@ func (h *handler) emitExit(r *http.Request, p *agent.Process, status agent.ExitS
 		}
 	}
 	h.m.Emit(tenantOf(r), r.PathValue("id"), daemon.EventExit, data)
+}
+
+// startNDJSON starts a 200 answer of newline-delimited JSON, its header
+// sent at once, and returns what flushes each line.
+func startNDJSON(w http.ResponseWriter) *http.ResponseController {
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	_ = rc.Flush()
+	return rc
 }

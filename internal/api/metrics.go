@@ -52,7 +52,7 @@ func newRequests() *metrics.CounterVec {
 
 func newExec() *metrics.HistogramVec {
 	return metrics.NewHistogram("hutch_exec_seconds",
-		"Duration of commands run through the API, from start to end, by mode (run or stream).", metrics.DefaultBuckets, "mode")
+		"Duration of commands run through the API, from start to end, by mode (run or stream; code: an execution of the code interpreter).", metrics.DefaultBuckets, "mode")
 }
 
 func newCreate() *metrics.HistogramVec {

@@ -52,6 +52,8 @@ type Entry struct {
 	// "resume", "connect", "exec", "stdin", "close_stdin", "resize",
 	// "signal", "write_file", "remove", "rename", "mkdir", "upload",
 	// "watch", "unwatch", "create_token", "pull_image", "remove_image",
+	// "run_code", "create_code_context", "remove_code_context",
+	// "restart_code_context",
 	// "approval" (a decision of the approval layer: Approval)
 	// (the front ends' route tables say which route records which), or
 	// "mcp_call": a call of an MCP tool on /mcp, or of a server's tool

@@ -486,7 +486,7 @@ func (m *Manager) restoreLive(ctx context.Context, sb store.Sandbox, spec policy
 		}
 		release() // the dormant sandbox holds the image (resumeDormant)
 	}
-	l.interp = hasKernels(layer.Lowers)
+	l.interp = HasKernels(layer.Lowers)
 	vols, err := decodeVolumes(sb.Volumes)
 	if err != nil {
 		return nil, err

@@ -274,7 +274,7 @@ func (m *Manager) launch(ctx context.Context, id, dir string, spec policy.Spec, 
 			layer.FromSnapshot = dirs[len(dirs)-1]
 		}
 	}
-	l.interp = hasKernels(layer.Lowers)
+	l.interp = HasKernels(layer.Lowers)
 	if spec.Tier == policy.TierNamespace {
 		// The layer's tmpfs is attached in the sandbox's directory too,
 		// for snapshots to copy what it wrote.

@@ -31,11 +31,11 @@ var KernelDirs = []string{"usr/share/jupyter/kernels", "usr/local/share/jupyter/
 // which start in the background and which a first execution waits for).
 const interpreterWait = time.Minute
 
-// hasKernels reports whether the layers (host directories, an image's
+// HasKernels reports whether the layers (host directories, an image's
 // and a snapshot's) hold Jupyter kernels. Only a sandbox from an image
 // is looked at: the host's root is the host's, whose kernels no sandbox
 // was made for.
-func hasKernels(lowers []string) bool {
+func HasKernels(lowers []string) bool {
 	for _, l := range lowers {
 		for _, d := range KernelDirs {
 			if fi, err := os.Stat(filepath.Join(l, d)); err == nil && fi.IsDir() {
@@ -47,17 +47,25 @@ func hasKernels(lowers []string) bool {
 }
 
 // startInterpreter starts the code interpreter in l's sandbox when it has
-// kernels, as the sandbox's user with its environment, and returns once
-// it listens: its output goes to log (debug) for as long as it runs. It
-// is a command of hutch's own (no approval asks about it), and it runs
-// what it is sent as the sandbox's code under the sandbox's policy.
+// kernels (StartInterpreter).
 func startInterpreter(ctx context.Context, l *live, log *slog.Logger) error {
 	if !l.interp {
 		return nil
 	}
+	return StartInterpreter(ctx, l.client, log)
+}
+
+// StartInterpreter starts the code interpreter in the sandbox whose agent
+// c is (its PID 1 hutch's whole binary, which serves it: the lean agent
+// binary does not), as the sandbox's user with its environment, and
+// returns once it listens: its output goes to log (debug) for as long as
+// it runs. It is a command of hutch's own (no approval asks about it),
+// and it runs what it is sent as the sandbox's code under the sandbox's
+// policy.
+func StartInterpreter(ctx context.Context, c *agent.Client, log *slog.Logger) error {
 	ctx, cancel := context.WithTimeout(ctx, interpreterWait)
 	defer cancel()
-	p, err := l.client.Exec(ctx, agent.ExecRequest{Args: []string{sandbox.SandboxHutch, interp.Command}, Own: true})
+	p, err := c.Exec(ctx, agent.ExecRequest{Args: []string{sandbox.SandboxHutch, interp.Command}, Own: true})
 	if err != nil {
 		return fmt.Errorf("code interpreter: %w", err)
 	}
@@ -173,3 +181,8 @@ func (m *Manager) interpreterEnv(ctx context.Context, l *live, env map[string]st
 	}
 	return nil
 }
+
+// EventCodeExecuted is the event of an execution of the code interpreter
+// through hutch's API (data: language, context, duration_ms, error: the
+// exception's name if it raised one, code: its first bytes).
+const EventCodeExecuted = "code.executed"

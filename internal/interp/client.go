@@ -122,32 +122,15 @@ func (c *Client) call(ctx context.Context, method, path string, body, out any) e
 // error when the server refused (*StatusError) or the answer broke off
 // before its end. Ending ctx interrupts the execution.
 func (c *Client) Execute(ctx context.Context, req ExecuteRequest, fn func(Event)) error {
-	resp, err := c.do(ctx, http.MethodPost, "/execute", req)
+	st, err := c.Stream(ctx, req)
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
-	r := bufio.NewReaderSize(resp.Body, 64<<10)
+	defer st.Close()
 	for {
-		line, _, size, err := readLine(r, MaxEventBytes)
-		if err == nil && line == nil {
-			err = fmt.Errorf("a line of the answer of %d bytes, over %d", size, MaxEventBytes)
-		}
+		ev, err := st.Next()
 		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			if errors.Is(err, io.EOF) {
-				return errors.New("code interpreter: the answer ended before the execution did (the sandbox stopped?)")
-			}
-			return fmt.Errorf("code interpreter: %w", err)
-		}
-		if len(bytes.TrimSpace(line)) == 0 {
-			continue
-		}
-		var ev Event
-		if err := json.Unmarshal(line, &ev); err != nil {
-			return fmt.Errorf("code interpreter: a line of the answer: %w", err)
+			return err
 		}
 		switch ev.Type {
 		case EventEnd:
@@ -159,6 +142,64 @@ func (c *Client) Execute(ctx context.Context, req ExecuteRequest, fn func(Event)
 			}
 		}
 	}
+}
+
+// Stream is the answer of an execution, read event by event as it comes
+// (Next); closing it before its end interrupts the execution.
+type Stream struct {
+	ctx   context.Context
+	body  io.ReadCloser
+	r     *bufio.Reader
+	ended bool // EventEnd was read
+}
+
+// Stream starts req and returns its answer once the server answered (its
+// refusal: *StatusError). Ending ctx interrupts the execution.
+func (c *Client) Stream(ctx context.Context, req ExecuteRequest) (*Stream, error) {
+	resp, err := c.do(ctx, http.MethodPost, "/execute", req)
+	if err != nil {
+		return nil, err
+	}
+	return &Stream{ctx: ctx, body: resp.Body, r: bufio.NewReaderSize(resp.Body, 64<<10)}, nil
+}
+
+// Next returns the answer's next event, keepalives included; EventEnd is
+// the last. An answer that breaks off before its end is an error.
+func (s *Stream) Next() (Event, error) {
+	for {
+		line, _, size, err := readLine(s.r, MaxEventBytes)
+		if err == nil && line == nil {
+			err = fmt.Errorf("a line of the answer of %d bytes, over %d", size, MaxEventBytes)
+		}
+		if err != nil {
+			if s.ctx.Err() != nil {
+				return Event{}, s.ctx.Err()
+			}
+			if errors.Is(err, io.EOF) {
+				return Event{}, errors.New("code interpreter: the answer ended before the execution did (the sandbox stopped?)")
+			}
+			return Event{}, fmt.Errorf("code interpreter: %w", err)
+		}
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		var ev Event
+		if err := json.Unmarshal(line, &ev); err != nil {
+			return Event{}, fmt.Errorf("code interpreter: a line of the answer: %w", err)
+		}
+		s.ended = ev.Type == EventEnd
+		return ev, nil
+	}
+}
+
+// Close ends the answer: the execution is interrupted if it runs. After
+// its end, the rest of the answer is read so that the connection serves
+// the next call.
+func (s *Stream) Close() error {
+	if s.ended {
+		_, _ = io.Copy(io.Discard, io.LimitReader(s.r, 64<<10))
+	}
+	return s.body.Close()
 }
 
 // Contexts lists the interpreter's contexts, in creation order.

@@ -3,7 +3,11 @@
 // creates sandboxes, runs commands in them and reads and writes their
 // files — sandbox_create, sandbox_list, sandbox_info, sandbox_kill, exec,
 // exec_poll, exec_kill, file_read, file_write, file_edit, file_list and
-// port_url.
+// port_url; and run_code, which runs code in the code interpreter of a
+// sandbox of an image with Jupyter kernels (its output, its value, a plot
+// as an image), where the backend reaches such interpreters
+// (Interpreters: hutch serve's does, and hutch mcp's when the image of its
+// flags has kernels).
 //
 // The tools act on a Backend: the sandboxes of one tenant of `hutch
 // serve` (mcphttp.DaemonBackend, behind /mcp on the daemon's listeners), or those

@@ -111,4 +111,7 @@ func register(s *sdk.Server, o *Options) {
 	t.addSandboxTools(s)
 	t.addExecTools(s)
 	t.addFileTools(s)
+	if _, ok := o.Backend.(Interpreters); ok {
+		t.addCodeTools(s)
+	}
 }

@@ -27,15 +27,22 @@ import (
 
 	"github.com/hutch-sandbox/hutch/internal/agent"
 	"github.com/hutch-sandbox/hutch/internal/daemon"
+	"github.com/hutch-sandbox/hutch/internal/interp"
+	"github.com/hutch-sandbox/hutch/internal/portconnect"
 	"github.com/hutch-sandbox/hutch/internal/testutil"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // TestMain lets this test binary be the agent of the sandboxes the tests
 // start: sandbox.Start execs hutch's own binary, here the test binary, as
-// "hutch agent".
+// "hutch agent" — and, in a sandbox with Jupyter kernels, as its code
+// interpreter and as the port-connect through which it is reached.
 func TestMain(m *testing.M) {
 	agent.MainIfAgent()
+	interp.MainIfCommand()
+	if len(os.Args) >= 2 && os.Args[1] == portconnect.Command {
+		os.Exit(portconnect.Main(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
+	}
 	os.Exit(m.Run())
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hutch-sandbox/hutch/internal/agent"
 	"github.com/hutch-sandbox/hutch/internal/daemon"
+	"github.com/hutch-sandbox/hutch/internal/interp"
 	"github.com/hutch-sandbox/hutch/internal/mcp"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 )
@@ -36,7 +37,10 @@ type DaemonBackend struct {
 	Killed func(id string)
 }
 
-var _ mcp.Backend = (*DaemonBackend)(nil)
+var (
+	_ mcp.Backend      = (*DaemonBackend)(nil)
+	_ mcp.Interpreters = (*DaemonBackend)(nil)
+)
 
 // Create starts a sandbox for the tenant.
 func (b *DaemonBackend) Create(ctx context.Context, r mcp.CreateRequest) (mcp.Sandbox, error) {
@@ -106,6 +110,17 @@ func (b *DaemonBackend) Kill(ctx context.Context, id string) error {
 // Agent is the client of the sandbox's agent.
 func (b *DaemonBackend) Agent(ctx context.Context, id string) (*agent.Client, error) {
 	return b.Sandboxes.Agent(ctx, b.Tenant, id)
+}
+
+// Interpreter is the code interpreter of one of the tenant's sandboxes.
+func (b *DaemonBackend) Interpreter(ctx context.Context, id string) (*interp.Client, error) {
+	im, ok := b.Sandboxes.(interface {
+		Interpreter(ctx context.Context, tenant, id string) (*interp.Client, error)
+	})
+	if !ok {
+		return nil, errors.New("this daemon runs no code interpreter")
+	}
+	return im.Interpreter(ctx, b.Tenant, id)
 }
 
 // PortURL is Ports'.
