@@ -186,3 +186,23 @@ func (m *Manager) interpreterEnv(ctx context.Context, l *live, env map[string]st
 // through hutch's API (data: language, context, duration_ms, error: the
 // exception's name if it raised one, code: its first bytes).
 const EventCodeExecuted = "code.executed"
+
+// kernelsWait bounds how long a warm sandbox's kernels may take to start.
+const kernelsWait = 2 * time.Minute
+
+// interpreterReady waits until the kernels of warm sandbox l's code
+// interpreter run, if it has one: a create that takes it finds them warm.
+func (m *Manager) interpreterReady(ctx context.Context, l *live) error {
+	if !l.interp {
+		return nil
+	}
+	m.mu.Lock()
+	ic := l.interpreter()
+	m.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, kernelsWait)
+	defer cancel()
+	if err := ic.Ready(ctx); err != nil {
+		return fmt.Errorf("code interpreter: waiting for its kernels: %w", err)
+	}
+	return nil
+}

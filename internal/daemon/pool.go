@@ -315,6 +315,10 @@ func (m *Manager) startWarm(p *pool) (*live, error) {
 		m.abandon(id, dir, log, nil, err)
 		return nil, fmt.Errorf("warm sandbox %s: %w", id, err)
 	}
+	if err := m.interpreterReady(ctx, l); err != nil {
+		<-m.end(l, "", "its code interpreter's kernels did not start")
+		return nil, fmt.Errorf("warm sandbox %s: %w", id, err)
+	}
 	log.Debug("warm sandbox started", "pid", l.inst.PID())
 	return l, nil
 }

@@ -228,3 +228,9 @@ func (c *Client) RestartContext(ctx context.Context, id string) error {
 func (c *Client) SetEnv(ctx context.Context, env map[string]string) error {
 	return c.call(ctx, http.MethodPost, "/hutch/env", EnvRequest{Env: env}, nil)
 }
+
+// Ready returns once every context of the interpreter has started its
+// kernel, or failed to.
+func (c *Client) Ready(ctx context.Context) error {
+	return c.call(ctx, http.MethodGet, "/hutch/ready", nil, nil)
+}

@@ -64,6 +64,7 @@ type Config struct {
 //	DELETE /contexts/{id}          null
 //	POST   /contexts/{id}/restart  null
 //	POST   /hutch/env              EnvRequest → null (SetEnv; hutch's own)
+//	GET    /hutch/ready            null once every context started (hutch's own)
 //
 // Refusals are E2B's: text for 400 (context and language both given),
 // 404 (no such context) and 500 (a kernel that could not start), JSON
@@ -374,6 +375,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("DELETE /contexts/{id}", s.deleteContext)
 	mux.HandleFunc("POST /contexts/{id}/restart", s.restartContext)
 	mux.HandleFunc("POST /hutch/env", s.setEnvHandler)
+	mux.HandleFunc("GET /hutch/ready", s.ready)
 	return s.logged(cors(mux))
 }
 
@@ -895,6 +897,22 @@ func unquote(s string) string {
 		return s[1 : len(s)-1]
 	}
 	return s
+}
+
+// ready answers once every context there is has started its kernel (or
+// failed to): a warm sandbox is ready when its default contexts are.
+func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	list := slices.Clone(s.list)
+	s.mu.Unlock()
+	for _, c := range list {
+		select {
+		case <-c.ready:
+		case <-r.Context().Done():
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, nil)
 }
 
 // EnvRequest is the body of POST /hutch/env (SetEnv), hutch's own route.
