@@ -436,14 +436,12 @@ func unmountVolumes(t *testing.T, dir string) {
 // JavaScript, state, streams, a chart as PNG and data, a DataFrame,
 // errors, env vars, contexts, an interrupt when the client gives up, and
 // the envd access token on /execute.
-// The daemon keeps one warm sandbox of the template: the first create,
-// which sets environment variables, takes it, and its kernels, started
-// before, get them.
 // Its sandboxes have 1 GiB of memory: code that takes more loses its
-// kernel, and the sandbox goes on.
+// kernel, and the sandbox goes on. (A warm sandbox's kernels getting the
+// create's environment is interp's TestServerSetEnv.)
 func TestE2BCodeInterpreter(t *testing.T) {
 	t.Parallel()
-	e2bCodeInterpreter(t, "namespace", "--warm", "code-interpreter-v1=1", "--default-memory", "1g")
+	e2bCodeInterpreter(t, "namespace", "--default-memory", "1g")
 }
 
 // TestE2BCodeInterpreterGVisor is TestE2BCodeInterpreter under gVisor,
