@@ -84,7 +84,7 @@ check_repo() {
 }
 
 export_repo() {
-	log "exporting $(basename "$1") $2"
+	log "exporting $2 of $1"
 	mkdir -p "$3"
 	git -C "$1" archive "$2" | tar -x -C "$3"
 }
