@@ -113,7 +113,9 @@ build_hutch() {
 }
 
 import_image() {
-	log "importing hutch's ${1:+code-interpreter }image (scripts/base-image.sh $*; built once per recipe, about 28 minutes)"
+	local what="base image"
+	[ $# -eq 0 ] || what="code-interpreter image"
+	log "importing hutch's $what (scripts/base-image.sh${*:+ $*}; built once per recipe, about 28 minutes)"
 	[ -d "$state" ] || mkdir -m 700 "$state"
 	"$root/scripts/base-image.sh" "$@" --state-dir "$state" --hutch "$work/bin/hutch-serve" >/dev/null ||
 		{ log "scripts/base-image.sh failed"; exit 1; }
