@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"testing"
 	"time"
 
@@ -193,6 +194,19 @@ func TestStartupResults(t *testing.T) {
 			t.Fatalf("results: %v", res)
 		}
 		want(t, "application/json", res[0].Data["application/json"], map[string]any{"a": []any{1, 2}, "f": nil})
+	})
+	t.Run("image saved", func(t *testing.T) {
+		file := filepath.Join(t.TempDir(), "saved.png")
+		res := run(t, k, "from PIL import Image\nimport io\nimage = Image.new('RGBA', (16, 16), 'red')\nimage.save(io.BytesIO(), 'PNG')\nimage.save("+strconv.Quote(file)+")")
+		if len(res) != 1 || res[0].Main {
+			t.Fatalf("results: want one display of the image saved to a file name (none of the one to a buffer), got %v", res)
+		}
+		if _, ok := res[0].Data["image/png"]; !ok {
+			t.Errorf("the saved image's display has no image/png: %v", keys(res[0].Data))
+		}
+		if _, err := os.Stat(file); err != nil {
+			t.Errorf("the image was not saved: %v", err)
+		}
 	})
 	t.Run("nothing to chart", func(t *testing.T) {
 		for _, r := range run(t, k, pre+"fig, ax = plt.subplots()\nplt.show()\n1") {

@@ -17,6 +17,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/hutch-sandbox/hutch/internal/kernel"
 )
 
@@ -220,6 +222,10 @@ func (s *Server) newContext(lang, dir string, isDefault bool) (*execContext, err
 		return nil, fmt.Errorf("cwd %s: %v", dir, err)
 	} else if !fi.IsDir() {
 		return nil, fmt.Errorf("cwd %s: not a directory", dir)
+	} else if err := unix.Access(dir, unix.X_OK); err != nil {
+		// The kernel's chdir would fail, which its start reports as the
+		// exec of its program failing.
+		return nil, fmt.Errorf("cwd %s: %v: the interpreter's user (uid %d) cannot enter it", dir, err, os.Geteuid())
 	}
 	start, err := s.starter(lang, dir)
 	if err != nil {

@@ -287,6 +287,24 @@ func TestServerContexts(t *testing.T) {
 	if resp.StatusCode != 500 || !strings.Contains(string(msg), "missing") {
 		t.Fatalf("create in a missing directory: %d %s", resp.StatusCode, msg)
 	}
+	// So does one in a directory the server's user cannot enter (root
+	// enters any).
+	if os.Geteuid() != 0 {
+		closed := filepath.Join(dir, "closed")
+		if err := os.Mkdir(closed, 0); err != nil {
+			t.Fatal(err)
+		}
+		b, _ = json.Marshal(CreateContextRequest{Cwd: closed})
+		resp, err = http.Post(url+"/contexts", "application/json", bytes.NewReader(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 500 || !strings.Contains(string(msg), "cwd "+closed+": permission denied") {
+			t.Fatalf("create in a directory closed to the server's user: %d %s", resp.StatusCode, msg)
+		}
+	}
 	// Remove.
 	req, _ := http.NewRequest(http.MethodDelete, url+"/contexts/"+c.ID, nil)
 	resp, err = http.DefaultClient.Do(req)

@@ -4,6 +4,8 @@
 #   e2b/chart        a matplotlib figure as chart data
 #   e2b/data         a pandas DataFrame as columns of values
 #   application/json a plain list or dict
+# and so that a PIL image saved to a file name is shown too, as E2B's
+# kernels do (Image.save displays the image when given a path string).
 # A formatter that fails gives no representation: the other ones still go.
 
 
@@ -198,6 +200,22 @@ def _hutch_setup():
         boxplot._hutch = True
         Axes.boxplot = boxplot
 
+    def wrap_image_save():
+        from IPython.display import display
+        from PIL.Image import Image
+        if getattr(Image.save, "_hutch", False):
+            return
+        original = Image.save
+
+        def save(self, fp, format=None, **params):
+            out = original(self, fp, format, **params)
+            if isinstance(fp, str):
+                display(self)
+            return out
+
+        save._hutch = True
+        Image.save = save
+
     class ChartFormatter(BaseFormatter):
         format_type = Unicode("e2b/chart")
         print_method = ObjectName("_repr_e2b_chart_")
@@ -249,6 +267,12 @@ def _hutch_setup():
     try:
         import matplotlib.axes  # noqa: F401
         wrap_boxplot()
+    except Exception:
+        pass
+    # Image.save shows what it saved to a file name: PIL is imported now
+    # (matplotlib imports it already).
+    try:
+        wrap_image_save()
     except Exception:
         pass
 

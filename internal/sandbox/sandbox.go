@@ -314,7 +314,10 @@ func SystemRootsPEM() []byte {
 
 // ProxyEnv is the environment that points a sandbox's tools at its proxy:
 // HTTP(S)_PROXY, ALL_PROXY (SOCKS5 with names resolved by the proxy), their
-// lower-case twins, NO_PROXY for the sandbox's own loopback, and git over
+// lower-case twins, NO_PROXY for the sandbox's own loopback (0.0.0.0 too:
+// a connection to it reaches the sandbox's own listeners, as E2B's Code
+// Interpreter checks its server at http://0.0.0.0:49999; through the proxy,
+// which connects to no loopback address, it would be refused), and git over
 // ssh through hutch's CONNECT helper.
 func ProxyEnv() []string {
 	return proxyEnv(true)
@@ -324,11 +327,12 @@ func ProxyEnv() []string {
 func proxyEnv(ssh bool) []string {
 	httpURL := "http://127.0.0.1:" + strconv.Itoa(ProxyHTTPPort)
 	socksURL := "socks5h://127.0.0.1:" + strconv.Itoa(ProxySOCKSPort)
+	const noProxy = "localhost,127.0.0.1,::1,0.0.0.0"
 	env := []string{
 		"HTTP_PROXY=" + httpURL, "http_proxy=" + httpURL,
 		"HTTPS_PROXY=" + httpURL, "https_proxy=" + httpURL,
 		"ALL_PROXY=" + socksURL, "all_proxy=" + socksURL,
-		"NO_PROXY=localhost,127.0.0.1,::1", "no_proxy=localhost,127.0.0.1,::1",
+		"NO_PROXY=" + noProxy, "no_proxy=" + noProxy,
 	}
 	if ssh {
 		env = append(env, "GIT_SSH_COMMAND=ssh -o ProxyCommand='"+SandboxHutch+" proxy-connect %h %p'")

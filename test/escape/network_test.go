@@ -401,7 +401,7 @@ try noproxy_testnet --noproxy '*' http://192.0.2.1/
 			"http_proxy=http://127.0.0.1:3128", "HTTP_PROXY=http://127.0.0.1:3128",
 			"https_proxy=http://127.0.0.1:3128", "HTTPS_PROXY=http://127.0.0.1:3128",
 			"ALL_PROXY=socks5h://127.0.0.1:1080", "all_proxy=socks5h://127.0.0.1:1080",
-			"NO_PROXY=localhost,127.0.0.1,::1", "no_proxy=localhost,127.0.0.1,::1",
+			"NO_PROXY=localhost,127.0.0.1,::1,0.0.0.0", "no_proxy=localhost,127.0.0.1,::1,0.0.0.0",
 		} {
 			if !slices.Contains(strings.Split(r.stdout, "\n"), "ENV "+v) {
 				t.Errorf("proxy environment: want %s in the sandbox\n%s", v, r)
