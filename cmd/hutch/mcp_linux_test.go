@@ -428,7 +428,7 @@ func TestMCPGVisor(t *testing.T) {
 	if info := c.call(t, "sandbox_info", nil); info["tier"] != "gvisor" {
 		t.Errorf("sandbox_info: %v", info)
 	}
-	r := c.call(t, "exec", map[string]any{"command": "cat somefile; touch /etc/hutch-mcp-gvisor; echo $?; echo made > out.txt"})
+	r := c.call(t, "exec", map[string]any{"command": "cat somefile; touch /etc/hutch-mcp-gvisor 2>/dev/null; echo $?; echo made > out.txt"})
 	out, _ := r["output"].(string)
 	if !strings.Contains(out, "from the host\n") || !strings.HasSuffix(out, "\n1\n") || r["exit_code"] != float64(0) {
 		t.Errorf("exec: %v", r)

@@ -20,13 +20,17 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/audit"
 	"github.com/hutch-sandbox/hutch/internal/daemon"
 	"github.com/hutch-sandbox/hutch/internal/envd"
+	"github.com/hutch-sandbox/hutch/internal/interp"
 	"github.com/hutch-sandbox/hutch/internal/testutil"
 	"github.com/hutch-sandbox/hutch/internal/volume"
 )
 
 // The real daemon starts hutch's own binary (os.Executable), here this
 // test binary, as "hutch agent", the PID 1 of every sandbox.
-func init() { agent.MainIfAgent() }
+func init() {
+	agent.MainIfAgent()
+	interp.MainIfCommand() // the code interpreter of a sandbox with kernels
+}
 
 // Bounds of the real daemon of TestRealDaemon.
 const (

@@ -615,6 +615,18 @@ func (w *walker) calls() map[string]call {
 			w.hutch(t, "POST", sb+m+"/exec", `{"args":["touch","/home/user/by-exec"]}`, 200)
 		}),
 		"hutch GET /v1/sandboxes/{id}/processes": now(func(t *testing.T) { w.hutch(t, "GET", sb+m+"/processes", "", 200) }),
+		// The code interpreter's routes, on a sandbox without one (its
+		// refusal is recorded as any call's; cmd/hutch and internal/api
+		// run code for real).
+		"hutch POST /v1/sandboxes/{id}/code":         now(func(t *testing.T) { w.hutch(t, "POST", sb+m+"/code", `{"code":"1"}`, 409) }),
+		"hutch GET /v1/sandboxes/{id}/code/contexts": now(func(t *testing.T) { w.hutch(t, "GET", sb+m+"/code/contexts", "", 409) }),
+		"hutch POST /v1/sandboxes/{id}/code/contexts": now(func(t *testing.T) {
+			w.hutch(t, "POST", sb+m+"/code/contexts", `{"language":"python"}`, 409)
+		}),
+		"hutch DELETE /v1/sandboxes/{id}/code/contexts/{ctx}": now(func(t *testing.T) { w.hutch(t, "DELETE", sb+m+"/code/contexts/c1", "", 409) }),
+		"hutch POST /v1/sandboxes/{id}/code/contexts/{ctx}/restart": now(func(t *testing.T) {
+			w.hutch(t, "POST", sb+m+"/code/contexts/c1/restart", "", 409)
+		}),
 		"hutch POST /v1/sandboxes/{id}/processes/{pid}/signal": func(t *testing.T) func(*testing.T) {
 			done := make(chan struct{})
 			go func() {
