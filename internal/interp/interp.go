@@ -1,8 +1,11 @@
-// Package interp holds the pieces of hutch's code interpreter that run in
-// a sandbox next to its kernels: the wire E2B's Code Interpreter SDK
-// speaks (wire.go), the Engine a context runs on, hutch's own engine for
-// JavaScript and TypeScript (Node), and the startup file every Python
-// kernel runs (Startup).
+// Package interp is hutch's code interpreter, which runs in a sandbox
+// next to its kernels: the Server (E2B's Code Interpreter API: contexts,
+// executions streamed as lines; `code-interpreter`, Main), the wire E2B's
+// SDKs speak (wire.go), the Client the daemon reaches a sandbox's server
+// with, the Engine a context runs on — a Jupyter kernel found by its
+// kernelspec (package kernel), or hutch's own engine for JavaScript and
+// TypeScript (Node) — and the startup file every Python kernel runs
+// (Startup).
 //
 // # Startup
 //
