@@ -458,40 +458,18 @@ func e2bCodeInterpreter(t *testing.T, tier string, args ...string) {
 	d := startDaemonWith(t, importTarball(t, tarball), args...)
 	r := d.admin(t, "token", "create", "--tenant", "e2b-interp", "--e2b", "--state-dir", d.stateDir)
 	token := lastLine(r.stdout)
-	run := func() ([]byte, error) {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, node, "--test", "--test-force-exit", "--test-reporter=spec", "interp.test.mjs")
-		cmd.Dir = e2bDir
-		cmd.Env = append(os.Environ(), "E2B_API_URL="+d.tcp, "E2B_SANDBOX_URL="+d.tcp, "E2B_API_KEY="+token,
-			"NO_COLOR=1", "HTTP_PROXY=", "HTTPS_PROXY=", "http_proxy=", "https_proxy=")
-		if tier == "namespace" {
-			cmd.Env = append(cmd.Env, "HUTCH_TEST_OOM=1")
-		}
-		return cmd.CombinedOutput()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, "--test", "--test-force-exit", "--test-reporter=spec", "interp.test.mjs")
+	cmd.Dir = e2bDir
+	cmd.Env = append(os.Environ(), "E2B_API_URL="+d.tcp, "E2B_SANDBOX_URL="+d.tcp, "E2B_API_KEY="+token,
+		"NO_COLOR=1", "HTTP_PROXY=", "HTTPS_PROXY=", "http_proxy=", "https_proxy=")
+	if tier == "namespace" {
+		cmd.Env = append(cmd.Env, "HUTCH_TEST_OOM=1")
 	}
-	out, err := run()
-	for again := 0; again < 2 && err != nil && brokeOff(out); again++ {
-		// Known, open: now and then an answer of the interpreter through
-		// the daemon's port proxy breaks off ("other side closed") while
-		// the sandbox starts or ends a kernel. Until it is found, such a
-		// run is shown and the file runs again (twice at most); any other
-		// failure fails the test at once.
-		t.Logf("node --test interp.test.mjs (%s) broke off (known issue; running it again):\n%s", tier, out)
-		out, err = run()
-	}
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("node --test interp.test.mjs (%s): %v\n%s", tier, err, out)
 	}
 	t.Logf("%s", out)
-}
-
-// brokeOff reports whether every failure of a node --test run is an
-// answer that broke off (undici's "other side closed").
-func brokeOff(out []byte) bool {
-	// The spec reporter shows each failure twice: where it happened and
-	// under "failing tests".
-	s := "\n" + string(out)
-	fails := (strings.Count(s, "\n✖ ") - strings.Count(s, "\n✖ failing tests")) / 2
-	return fails > 0 && strings.Count(s, "other side closed")/2 >= fails
 }

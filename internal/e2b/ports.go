@@ -188,5 +188,6 @@ func (h *Handler) ServePort(w http.ResponseWriter, r *http.Request, id string, p
 		host = strings.ReplaceAll(*rec.network.MaskRequestHost, portPlaceholder, strconv.Itoa(port))
 	}
 	t := &portTarget{id: id, port: port, host: host, agent: c}
+	portfwd.FullDuplex(w)
 	h.ports.ServeHTTP(w, r.WithContext(context.WithValue(ctx, portTargetKey{}, t)))
 }

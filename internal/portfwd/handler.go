@@ -228,6 +228,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, t.base.Path, http.StatusPermanentRedirect)
 		return
 	}
+	FullDuplex(w)
 	h.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, t)))
 }
 
@@ -288,4 +289,15 @@ func (h *Handler) modifyResponse(resp *http.Response) error {
 	}
 	resp.Header.Set("Location", nu.String())
 	return nil
+}
+
+// FullDuplex lets a proxy's handler go on reading the request's body after
+// the answer began: a server in a sandbox may answer (and an answer be
+// flushed through, as a streamed one is at once) before the request's
+// body has all been sent on to it, and net/http's HTTP/1 server would
+// otherwise close that body at the answer's first write — the request to
+// the sandbox then breaks off mid-answer. It does nothing where the
+// writer cannot (HTTP/2 is full duplex anyway).
+func FullDuplex(w http.ResponseWriter) {
+	_ = http.NewResponseController(w).EnableFullDuplex()
 }
