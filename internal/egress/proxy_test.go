@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -313,10 +314,22 @@ func countingEcho(t testing.TB) (port int, conns *atomic.Int32) {
 // freePort returns a loopback port that nothing listens on.
 func freePort(t *testing.T) int {
 	t.Helper()
-	l := listen(t)
-	port := portOf(t, l.Addr().String())
-	l.Close()
-	return port
+	// A socket bound to the port and not listening holds it for the
+	// test: a connection to it is refused, and no other test's server
+	// can take the port meanwhile (as one could a port merely found free).
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sa.(*syscall.SockaddrInet4).Port
 }
 
 // connectTunnel sends CONNECT target (with extra bytes right after the
