@@ -471,12 +471,18 @@ func TestRealDaemon(t *testing.T) {
 	})
 }
 
-// readAudit reads the entries of the audit log at path.
+// readAudit reads the entries of the audit log at path: its whole lines
+// (one the daemon is writing meanwhile is read by a later call).
 func readAudit(t *testing.T, path string) []audit.Entry {
 	t.Helper()
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if i := bytes.LastIndexByte(raw, '\n'); i >= 0 {
+		raw = raw[:i+1]
+	} else {
+		raw = nil
 	}
 	var out []audit.Entry
 	for l := range bytes.Lines(raw) {
