@@ -131,12 +131,8 @@ func readSpec(path string) (*kernelSpec, error) {
 }
 
 func lookupEnv(env []string, name string) string {
-	for i := len(env) - 1; i >= 0; i-- {
-		if v, ok := strings.CutPrefix(env[i], name+"="); ok {
-			return v
-		}
-	}
-	return ""
+	v, _ := lookupEnvOK(env, name)
+	return v
 }
 
 // setEnv returns env with name set to value.

@@ -690,7 +690,7 @@ func (s *Server) SetEnv(env map[string]string) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, k := range slices.Sorted(mapsKeys(env)) {
+	for _, k := range slices.Sorted(maps.Keys(env)) {
 		s.env = setEnv(s.env, k, env[k])
 	}
 	for _, c := range s.list {
@@ -714,7 +714,7 @@ func (c *execContext) applyPending(ctx context.Context, eng Engine) error {
 		return nil
 	}
 	var code []string
-	for _, k := range slices.Sorted(mapsKeys(pending)) {
+	for _, k := range slices.Sorted(maps.Keys(pending)) {
 		v := pending[k]
 		if line, ok := envCode(c.Language, k, &v); ok {
 			code = append(code, line)
@@ -763,7 +763,7 @@ func runSilent(ctx context.Context, eng Engine, lang string, lines []string) err
 func (s *Server) setEnv(ctx context.Context, eng Engine, lang string, env map[string]string) (restore string, err error) {
 	var set, back []string
 	global := s.environ()
-	for _, k := range slices.Sorted(mapsKeys(env)) {
+	for _, k := range slices.Sorted(maps.Keys(env)) {
 		v := env[k]
 		code, _ := envCode(lang, k, &v)
 		set = append(set, code)
@@ -778,16 +778,6 @@ func (s *Server) setEnv(ctx context.Context, eng Engine, lang string, env map[st
 		return "", err
 	}
 	return strings.Join(back, joiner(lang)), nil
-}
-
-func mapsKeys(m map[string]string) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 func lookupEnvOK(env []string, name string) (string, bool) {
