@@ -67,9 +67,11 @@ func serve(t *testing.T, flags ...string) *served {
 			}
 		}
 		_, err := os.Stat(s.sock)
-		return s.tcp != "" && err == nil
+		// The pages' line follows the listeners' lines: wait for
+		// it too rather than read the log between the two.
+		return s.tcp != "" && err == nil && strings.Contains(s.log.String(), "hutch: review pages at ")
 	}) {
-		t.Fatalf("hutch serve did not listen within %s:\n%s", guard, s.log.String())
+		t.Fatalf("hutch serve did not listen and say where its pages are within %s:\n%s", guard, s.log.String())
 	}
 	if !strings.Contains(s.log.String(), "hutch: review pages at "+s.tcp+Path+"\n") {
 		t.Errorf("hutch serve does not say where its pages are:\n%s", s.log.String())
