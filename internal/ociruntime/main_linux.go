@@ -1,0 +1,364 @@
+package ociruntime
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+
+	"github.com/hutch-sandbox/hutch/internal/landlock"
+	"github.com/hutch-sandbox/hutch/internal/seccomp"
+)
+
+// RuntimeEnv names the environment variable that gives the low-level
+// runtime's path; without it hutch-runc takes runc, else crun, from PATH.
+const RuntimeEnv = "HUTCH_RUNC_RUNTIME"
+
+// maxConfig bounds a bundle's config.json and a process.json.
+const maxConfig = 16 << 20
+
+// validID is the container IDs runc takes.
+var validID = regexp.MustCompile(`^[\w+\-.]+$`)
+
+// Main runs hutch-runc with args (without the program's name) and returns
+// its exit status when it did not hand over to the low-level runtime.
+func Main(args []string, stderr io.Writer) int {
+	if len(args) > 0 {
+		switch args[0] {
+		case InitCommand:
+			return initMain(args[1:], stderr)
+		case HookCommand:
+			return hookMain(args[1:], os.Stdin, stderr)
+		}
+	}
+	cl, err := parseCmdline(args)
+	if err != nil {
+		return fail(nil, stderr, err)
+	}
+	backend, err := lowLevelRuntime()
+	if err != nil {
+		return fail(cl, stderr, err)
+	}
+	root := DefaultRoot
+	if v, ok := cl.globalValue("root"); ok {
+		root = v
+	}
+	if root, err = filepath.Abs(root); err != nil {
+		return fail(cl, stderr, err)
+	}
+	r := &runtime{root: root, backend: backend}
+	var out []string
+	switch cl.name() {
+	case "create", "run":
+		out, err = r.create(cl)
+	case "exec":
+		out, err = r.exec(cl)
+	case "", "--version", "-v", "version":
+		if cl.name() == "" && !versionAsked(cl) {
+			out = cl.rewrite(r.runcRoot(), nil, nil, nil)
+			break
+		}
+		return r.version(os.Stdout, stderr)
+	default:
+		out = cl.rewrite(r.runcRoot(), nil, nil, nil)
+	}
+	if err != nil {
+		return fail(cl, stderr, err)
+	}
+	err = unix.Exec(backend, append([]string{filepath.Base(backend)}, out...), os.Environ())
+	return fail(cl, stderr, fmt.Errorf("run %s: %w", backend, err))
+}
+
+// versionAsked reports whether the global flags ask for the version.
+func versionAsked(cl *cmdline) bool {
+	for _, f := range cl.global {
+		if f.name == "version" || f.name == "v" {
+			return true
+		}
+	}
+	return false
+}
+
+// runtime is hutch-runc for one command line.
+type runtime struct {
+	// root is hutch-runc's --root.
+	root string
+	// backend is the low-level runtime's binary.
+	backend string
+}
+
+// runcRoot is the low-level runtime's --root.
+func (r *runtime) runcRoot() string { return filepath.Join(r.root, "runc") }
+
+// stateDir is hutch-runc's directory for container id.
+func (r *runtime) stateDir(id string) string { return filepath.Join(r.root, "hutch", id) }
+
+// lowLevelRuntime finds the runtime hutch-runc hands containers to.
+func lowLevelRuntime() (string, error) {
+	if p := os.Getenv(RuntimeEnv); p != "" {
+		if !filepath.IsAbs(p) {
+			return "", fmt.Errorf("%s=%q: not an absolute path", RuntimeEnv, p)
+		}
+		return p, nil
+	}
+	self, _ := os.Executable()
+	for _, name := range []string{"runc", "crun"} {
+		p, err := exec.LookPath(name)
+		if err != nil {
+			continue
+		}
+		if abs, err := filepath.EvalSymlinks(p); err == nil && abs == self {
+			continue
+		}
+		return p, nil
+	}
+	return "", fmt.Errorf("no low-level OCI runtime: neither runc nor crun is on PATH (or set %s)", RuntimeEnv)
+}
+
+// version prints hutch-runc's version and the low-level runtime's.
+func (r *runtime) version(stdout, stderr io.Writer) int {
+	fmt.Fprintf(stdout, "hutch-runc version %s\n", Version)
+	out, err := exec.Command(r.backend, "--version").Output()
+	if err != nil {
+		fmt.Fprintf(stderr, "hutch-runc: %s --version: %v\n", r.backend, err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "low-level runtime: %s\n%s", r.backend, out)
+	return 0
+}
+
+
+// create hardens the bundle of a create or run and returns the low-level
+// runtime's command line, which names the hardened bundle.
+func (r *runtime) create(cl *cmdline) ([]string, error) {
+	id, err := cl.id()
+	if err != nil {
+		return nil, err
+	}
+	if !validID.MatchString(id) || id == "." || id == ".." {
+		return nil, fmt.Errorf("invalid container ID %q", id)
+	}
+	if err := checkKernel(); err != nil {
+		return nil, err
+	}
+	bundle, _ := cl.value("bundle", "b")
+	if bundle == "" {
+		bundle = "."
+	}
+	if bundle, err = filepath.Abs(bundle); err != nil {
+		return nil, err
+	}
+	var s specs.Spec
+	if err := readJSON(filepath.Join(bundle, "config.json"), &s); err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(filepath.Join(r.runcRoot(), id)); err == nil {
+		return nil, fmt.Errorf("container with id %q exists", id)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("find hutch-runc's own binary: %w", err)
+	}
+	dir := r.stateDir(id)
+	// A directory left by a create that failed before the low-level
+	// runtime took the container.
+	if err := os.RemoveAll(dir); err != nil {
+		return nil, err
+	}
+	c, err := Harden(&s, bundle, Options{Binary: self, StateDir: dir})
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "bundle"), 0o700); err != nil {
+		return nil, err
+	}
+	if err := writeJSON(filepath.Join(dir, "bundle", "config.json"), s); err != nil {
+		return nil, err
+	}
+	if err := writeJSON(filepath.Join(dir, "confinement.json"), c); err != nil {
+		return nil, err
+	}
+	set := map[string]string{"bundle": filepath.Join(dir, "bundle")}
+	if err := absFlags(cl, set, "pid-file", "console-socket"); err != nil {
+		return nil, err
+	}
+	return cl.rewrite(r.runcRoot(), set, nil, nil), nil
+}
+
+// absFlags puts in set the absolute paths of the flags names that cl
+// gives: the low-level runtime reads them in the hardened bundle's
+// directory, not in the caller's.
+func absFlags(cl *cmdline, set map[string]string, names ...string) error {
+	for _, n := range names {
+		if v, ok := cl.value(n); ok && v != "" {
+			abs, err := filepath.Abs(v)
+			if err != nil {
+				return err
+			}
+			set[n] = abs
+		}
+	}
+	return nil
+}
+
+// exec hardens the process of an exec: the one --process names, or the
+// command after the container's ID.
+func (r *runtime) exec(cl *cmdline) ([]string, error) {
+	id, err := cl.id()
+	if err != nil {
+		return nil, err
+	}
+	if !validID.MatchString(id) {
+		return nil, fmt.Errorf("invalid container ID %q", id)
+	}
+	var c Confinement
+	if err := readJSON(filepath.Join(r.stateDir(id), "confinement.json"), &c); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("container %q does not exist", id)
+		}
+		return nil, err
+	}
+	set := map[string]string{}
+	if err := absFlags(cl, set, "pid-file", "console-socket"); err != nil {
+		return nil, err
+	}
+	pf, ok := cl.value("process", "p")
+	if !ok {
+		tail := cl.args[cl.rest+1:]
+		if len(tail) == 0 {
+			return nil, errors.New("exec: no command, and no --process")
+		}
+		return cl.rewrite(r.runcRoot(), set, []string{"--no-new-privs"}, append(c.InitArgs(), tail...)), nil
+	}
+	var p specs.Process
+	if err := readJSON(pf, &p); err != nil {
+		return nil, err
+	}
+	if err := HardenProcess(&p, c); err != nil {
+		return nil, err
+	}
+	// The hardened process goes to the low-level runtime in a memory
+	// file it inherits: nothing to remove after it, and probes that exec
+	// every few seconds leave nothing behind.
+	b, err := json.Marshal(p)
+	if err != nil {
+		return nil, err
+	}
+	fd, err := unix.MemfdCreate("hutch-runc-process", 0)
+	if err != nil {
+		return nil, fmt.Errorf("memfd_create: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "process.json")
+	if _, err := f.Write(b); err != nil {
+		return nil, err
+	}
+	set["process"] = fmt.Sprintf("/proc/self/fd/%d", fd)
+	return cl.rewrite(r.runcRoot(), set, nil, nil), nil
+}
+
+// checkKernel fails when the kernel lacks what hutch's init needs (S2):
+// the init would fail in every container.
+func checkKernel() error {
+	if landlock.ABI() < 1 {
+		return errors.New("the kernel has no Landlock (or it is not enabled): hutch-runc confines containers with it")
+	}
+	if err := seccomp.Supported(); err != nil {
+		return err
+	}
+	return nil
+}
+
+// readJSON decodes the file at path into v, bounded by maxConfig.
+func readJSON(path string, v any) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxConfig+1))
+	if err != nil {
+		return fmt.Errorf("read %s: %w", path, err)
+	}
+	if len(b) > maxConfig {
+		return fmt.Errorf("%s: larger than %d bytes", path, maxConfig)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
+}
+
+// writeJSON writes v to a new file at path, readable by its owner only.
+func writeJSON(path string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o600)
+}
+
+// fail reports err as runc does: on stderr, and in the --log file, as a
+// JSON line when --log-format is json (containerd's shim reads the last
+// error there and shows it as the reason a create failed).
+func fail(cl *cmdline, stderr io.Writer, err error) int {
+	msg := "hutch-runc: " + err.Error()
+	fmt.Fprintln(stderr, msg)
+	if cl == nil {
+		return 1
+	}
+	path, ok := cl.globalValue("log")
+	if !ok || path == "" {
+		return 1
+	}
+	f, ferr := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if ferr != nil {
+		return 1
+	}
+	defer f.Close()
+	if format, _ := cl.globalValue("log-format"); format == "json" {
+		b, _ := json.Marshal(map[string]string{"level": "error", "msg": msg, "time": time.Now().UTC().Format(time.RFC3339Nano)})
+		f.Write(append(b, '\n'))
+	} else {
+		fmt.Fprintf(f, "time=%q level=error msg=%q\n", time.Now().UTC().Format(time.RFC3339Nano), msg)
+	}
+	return 1
+}
+
+// hookMain runs one of hutch-runc's hooks: args are the event and the
+// container's state directory; the container's state is on stdin.
+func hookMain(args []string, stdin io.Reader, stderr io.Writer) int {
+	if len(args) != 2 || !filepath.IsAbs(args[1]) || !strings.Contains(args[1], string(filepath.Separator)+"hutch"+string(filepath.Separator)) {
+		fmt.Fprintln(stderr, "hutch-runc: usage: hutch-runc hook EVENT STATE-DIR (run by the low-level runtime)")
+		return 2
+	}
+	var st specs.State
+	b, err := io.ReadAll(io.LimitReader(stdin, maxConfig))
+	if err == nil {
+		err = json.Unmarshal(b, &st)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "hutch-runc: hook %s: read the container's state: %v\n", args[0], err)
+		return 1
+	}
+	switch args[0] {
+	case "createRuntime":
+		return 0
+	case "poststop":
+		if err := os.RemoveAll(args[1]); err != nil {
+			fmt.Fprintf(stderr, "hutch-runc: hook poststop: %v\n", err)
+			return 1
+		}
+		return 0
+	}
+	fmt.Fprintf(stderr, "hutch-runc: unknown hook %q\n", args[0])
+	return 2
+}
