@@ -46,8 +46,8 @@ func TestRewrite(t *testing.T) {
 			cmd:  "run", id: "c3",
 		},
 		{
-			name: "exec with an inline command",
-			args: []string{"exec", "-t", "--env", "A=1", "c4", "sh", "-c", "id"},
+			name:  "exec with an inline command",
+			args:  []string{"exec", "-t", "--env", "A=1", "c4", "sh", "-c", "id"},
 			extra: []string{"--no-new-privs"},
 			tail:  []string{"/dev/hutch", "oci-init", "--", "sh", "-c", "id"},
 			want:  "--root /R exec -t --env A=1 --no-new-privs -- c4 /dev/hutch oci-init -- sh -c id",

@@ -136,7 +136,6 @@ func (r *runtime) version(stdout, stderr io.Writer) int {
 	return 0
 }
 
-
 // create hardens the bundle of a create or run and returns the low-level
 // runtime's command line, which names the hardened bundle.
 func (r *runtime) create(cl *cmdline) ([]string, error) {
