@@ -1,0 +1,239 @@
+// Package ocitest starts the container engines the tests of hutch-runc
+// drive — containerd with its ctr, and Docker's dockerd — each private to
+// the test that starts it: its own root, state and sockets in a temporary
+// directory, no network but its own, and ended at the test's end by pid
+// with every shim and container it started, its mounts undone.
+package ocitest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/hutch-sandbox/hutch/internal/testutil"
+)
+
+var (
+	buildOnce sync.Once
+	buildPath string
+	buildErr  error
+)
+
+// Runtime builds hutch-runc once per test process (static, as released)
+// into a world-readable directory and returns its path.
+func Runtime(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "hutch-runc-bin-")
+		if err == nil {
+			err = os.Chmod(dir, 0o755)
+		}
+		if err != nil {
+			buildErr = err
+			return
+		}
+		buildPath = filepath.Join(dir, "hutch-runc")
+		cmd := exec.Command("go", "build", "-o", buildPath, "github.com/hutch-sandbox/hutch/cmd/hutch-runc")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build hutch-runc: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return buildPath
+}
+
+// RemoveBuilds removes what Runtime built; TestMain calls it.
+func RemoveBuilds() {
+	if buildPath != "" {
+		os.RemoveAll(filepath.Dir(buildPath))
+	}
+}
+
+// Need finds the programs named on PATH, or skips (fails under
+// HUTCH_TEST_ROOT=1) naming the Debian package that has them.
+func Need(t testing.TB, progs ...string) {
+	t.Helper()
+	testutil.RequireRoot(t)
+	for _, p := range progs {
+		pkg, prog, ok := strings.Cut(p, ":")
+		if !ok {
+			prog = pkg
+		}
+		_, err := exec.LookPath(prog)
+		testutil.Need(t, err == nil, fmt.Sprintf("needs %s (Debian package %s)", prog, pkg))
+	}
+}
+
+// Result is what a command printed and how it ended.
+type Result struct {
+	Stdout, Stderr string
+	Code           int
+	Err            error
+}
+
+func (r Result) String() string {
+	return fmt.Sprintf("exit %d (%v)\nstdout:\n%s\nstderr:\n%s", r.Code, r.Err, r.Stdout, r.Stderr)
+}
+
+// run runs name with args and returns what it did.
+func run(ctx context.Context, env []string, stdin string, name string, args ...string) Result {
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	cmd.WaitDelay = 5 * time.Second
+	err := cmd.Run()
+	r := Result{Stdout: out.String(), Stderr: errb.String(), Err: err}
+	if cmd.ProcessState != nil {
+		r.Code = cmd.ProcessState.ExitCode()
+	}
+	return r
+}
+
+// syncBuffer is a log written by a process and read by the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// daemon is an engine's process, its directory and log.
+type daemon struct {
+	name string
+	dir  string
+	cmd  *exec.Cmd
+	log  *syncBuffer
+	done chan struct{}
+}
+
+// start starts an engine's daemon with its log kept, in its own process
+// group, and registers its end.
+func start(t testing.TB, name, dir string, env []string, args ...string) *daemon {
+	t.Helper()
+	d := &daemon{name: name, dir: dir, log: &syncBuffer{}, done: make(chan struct{})}
+	d.cmd = exec.Command(name, args...)
+	d.cmd.Env = append(os.Environ(), env...)
+	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
+	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := d.cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	go func() { d.cmd.Wait(); close(d.done) }()
+	return d
+}
+
+// waitSocket waits for the daemon to listen on the unix socket at path.
+func (d *daemon) waitSocket(t testing.TB, path string) {
+	t.Helper()
+	ok := testutil.Eventually(60*time.Second, func() bool {
+		select {
+		case <-d.done:
+			return true
+		default:
+		}
+		c, err := unixDial(path)
+		if err == nil {
+			unix.Close(c)
+		}
+		return err == nil
+	})
+	select {
+	case <-d.done:
+		t.Fatalf("%s ended at start: %v\n%s", d.name, d.cmd.ProcessState, d.log.String())
+	default:
+	}
+	if !ok {
+		t.Fatalf("%s did not listen on %s within a minute:\n%s", d.name, path, d.log.String())
+	}
+}
+
+func unixDial(path string) (int, error) {
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	if err := unix.Connect(fd, &unix.SockaddrUnix{Name: path}); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
+}
+
+// stop ends the daemon with SIGTERM (SIGKILL after a while), then every
+// process left whose command line names the daemon's directory (shims,
+// containers' init), then unmounts what is left under its directory.
+func (d *daemon) stop(t testing.TB) {
+	t.Helper()
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-d.done:
+	case <-time.After(30 * time.Second):
+		t.Errorf("%s did not end within 30 s of SIGTERM; killing it", d.name)
+		d.cmd.Process.Kill()
+		<-d.done
+	}
+	for _, pid := range processesNaming(d.dir) {
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+	unmountUnder(d.dir)
+}
+
+// processesNaming are the processes whose command line contains s.
+func processesNaming(s string) []int {
+	var out []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		var pid int
+		if _, err := fmt.Sscanf(e.Name(), "%d", &pid); err != nil || pid == os.Getpid() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && bytes.Contains(b, []byte(s)) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// unmountUnder lazily unmounts every mount point under dir, deepest first.
+func unmountUnder(dir string) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return
+	}
+	var points []string
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
+			points = append(points, f[4])
+		}
+	}
+	for i := len(points) - 1; i >= 0; i-- {
+		unix.Unmount(points[i], unix.MNT_DETACH)
+	}
+}

@@ -1,0 +1,99 @@
+package oci
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/hutch-sandbox/hutch/internal/image/imagetest"
+	"github.com/hutch-sandbox/hutch/internal/testutil"
+	"github.com/hutch-sandbox/hutch/internal/testutil/ocitest"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	ocitest.RemoveBuilds()
+	os.Exit(code)
+}
+
+// testImage is the tests' image: busybox with the applets they use.
+const testImage = "hutch.test/oci:1"
+
+// imageTar writes the tests' image as a `docker save` tarball.
+func imageTar(t *testing.T) string {
+	t.Helper()
+	img := imagetest.BusyboxWith(t, func(ok bool, reason string) { testutil.Need(t, ok, reason) }, func(c *v1.Config) {
+		c.Cmd = []string{"/bin/sh"}
+	}, applets("grep", "sleep", "unshare", "wget", "nc", "kill", "ps", "head", "tr", "sed")...)
+	return imagetest.DockerSave(t, img, testImage, t.TempDir())
+}
+
+// applets are entries that link names to busybox.
+func applets(names ...string) []imagetest.Entry {
+	var out []imagetest.Entry
+	for _, n := range names {
+		out = append(out, imagetest.Symlink("bin/"+n, "busybox"))
+	}
+	return out
+}
+
+// TestContainerdRun: ctr run with hutch-runc as the runc binary runs the
+// image's command confined — no_new_privs, two seccomp filters (the
+// spec's and hutch's) or one (hutch's) — passes its output and exit code,
+// and exec starts processes confined the same way.
+func TestContainerdRun(t *testing.T) {
+	c := ocitest.StartContainerd(t)
+	c.Import(t, imageTar(t))
+	rt := ocitest.Runtime(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	r := c.Ctr(ctx, "run", "--rm", "--runc-binary", rt, testImage, "c1", "sh", "-c", "grep -E '^(NoNewPrivs|Seccomp|Seccomp_filters):' /proc/self/status; echo pid $$; exit 7")
+	if r.Code != 7 {
+		t.Fatalf("exit code %d, want 7:\n%s", r.Code, r)
+	}
+	for _, want := range []string{"NoNewPrivs:\t1", "Seccomp:\t2", "Seccomp_filters:\t1", "pid 1"} {
+		if !strings.Contains(r.Stdout, want) {
+			t.Errorf("no %q in:\n%s", want, r)
+		}
+	}
+	r = c.Ctr(ctx, "run", "--rm", "--seccomp", "--runc-binary", rt, testImage, "c2", "grep", "Seccomp_filters", "/proc/self/status")
+	if r.Err != nil || !strings.Contains(r.Stdout, "Seccomp_filters:\t2") {
+		t.Errorf("with the spec's filter: %s", r)
+	}
+	// hutch's table refuses a new user namespace, which the spec allows.
+	r = c.Ctr(ctx, "run", "--rm", "--runc-binary", rt, testImage, "c3", "unshare", "-U", "true")
+	if r.Code == 0 {
+		t.Errorf("unshare -U in the container succeeded: %s", r)
+	}
+	if r := c.Ctr(ctx, "run", "--rm", "--runc-binary", rt, testImage, "c4", "no-such-program"); r.Code != 127 || !strings.Contains(r.Stderr+r.Stdout, "no-such-program") {
+		t.Errorf("a missing program: %s", r)
+	}
+
+	// A running container, and exec in it.
+	if r := c.Ctr(ctx, "run", "-d", "--runc-binary", rt, testImage, "c5", "sleep", "600"); r.Err != nil {
+		t.Fatalf("run -d: %s", r)
+	}
+	r = c.Ctr(ctx, "tasks", "exec", "--exec-id", "e1", "c5", "sh", "-c", "grep NoNewPrivs /proc/self/status; echo exec out; exit 3")
+	if r.Code != 3 || !strings.Contains(r.Stdout, "NoNewPrivs:\t1") || !strings.Contains(r.Stdout, "exec out") {
+		t.Errorf("exec: %s", r)
+	}
+	if r := c.Ctr(ctx, "tasks", "kill", "-s", "SIGKILL", "c5"); r.Err != nil {
+		t.Errorf("kill: %s", r)
+	}
+	if !testutil.Eventually(30*time.Second, func() bool {
+		return strings.Contains(c.Ctr(ctx, "tasks", "ls").Stdout, "STOPPED")
+	}) {
+		t.Errorf("c5 not stopped: %s", c.Ctr(ctx, "tasks", "ls"))
+	}
+	if r := c.Ctr(ctx, "tasks", "delete", "c5"); r.Err != nil {
+		t.Errorf("tasks delete: %s", r)
+	}
+	if r := c.Ctr(ctx, "containers", "delete", "c5"); r.Err != nil {
+		t.Errorf("containers delete: %s", r)
+	}
+}
