@@ -24,8 +24,20 @@ done
 # TypeScript, for the code interpreter's JavaScript and TypeScript contexts
 # (internal/interp).
 [ -e /usr/share/nodejs/typescript/package.json ] || need+=(node-typescript)
+# containerd, runc and Docker's engine, for the tests of hutch-runc
+# (test/oci), which start their own daemons: the packages' services are
+# not started on install.
+for tool in containerd:containerd ctr:containerd runc:runc dockerd:docker.io; do
+	command -v "${tool%%:*}" >/dev/null 2>&1 || need+=("${tool#*:}")
+done
 if [ ${#need[@]} -gt 0 ] && [ "$(id -u)" = 0 ]; then
+	no_start=""
+	if [ ! -e /usr/sbin/policy-rc.d ]; then
+		no_start=/usr/sbin/policy-rc.d
+		printf '#!/bin/sh\nexit 101\n' >"$no_start" && chmod 755 "$no_start"
+	fi
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+	[ -z "$no_start" ] || rm -f "$no_start"
 fi
 command -v staticcheck >/dev/null 2>&1 || go install honnef.co/go/tools/cmd/staticcheck@v0.8.2
 

@@ -17,7 +17,17 @@ var Version = "dev"
 
 // globalValueFlags are runc's global flags that take a value; the others
 // (--debug, --systemd-cgroup) take none.
-var globalValueFlags = map[string]bool{"log": true, "log-format": true, "root": true, "criu": true, "rootless": true}
+var globalValueFlags = map[string]bool{"log": true, "log-format": true, "root": true, "criu": true, "rootless": true,
+	hutchFlagPolicy: true, hutchFlagPolicyDir: true}
+
+// hutch-runc's own global flags, which Docker's runtimeArgs can give: the
+// node policy a container gets when no annotation names one, and the
+// directory of the node's policies. The low-level runtime does not get
+// them.
+const (
+	hutchFlagPolicy    = "hutch-policy"
+	hutchFlagPolicyDir = "hutch-policy-dir"
+)
 
 // commandValueFlags are, per command hutch-runc rewrites, the flags of
 // runc's that take a value.
@@ -162,7 +172,7 @@ func (c *cmdline) rewrite(root string, set map[string]string, extra, tail []stri
 	out := make([]string, 0, len(c.args)+4)
 	out = append(out, "--root", root)
 	for _, f := range c.global {
-		if f.name == "root" {
+		if f.name == "root" || f.name == hutchFlagPolicy || f.name == hutchFlagPolicyDir {
 			continue
 		}
 		out = append(out, c.args[f.at:f.at+f.n]...)

@@ -9,13 +9,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strings"
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
 	"github.com/hutch-sandbox/hutch/internal/landlock"
+	"github.com/hutch-sandbox/hutch/internal/proxyconnect"
 	"github.com/hutch-sandbox/hutch/internal/seccomp"
 )
 
@@ -38,6 +38,11 @@ func Main(args []string, stderr io.Writer) int {
 			return initMain(args[1:], stderr)
 		case HookCommand:
 			return hookMain(args[1:], os.Stdin, stderr)
+		case ProxyCommand:
+			return proxyMain(args[1:], stderr)
+		case "proxy-connect":
+			// ssh's ProxyCommand in a container (GIT_SSH_COMMAND).
+			return proxyconnect.Main(args[1:], os.Stdin, os.Stdout, stderr)
 		}
 	}
 	cl, err := parseCmdline(args)
@@ -55,7 +60,14 @@ func Main(args []string, stderr io.Writer) int {
 	if root, err = filepath.Abs(root); err != nil {
 		return fail(cl, stderr, err)
 	}
-	r := &runtime{root: root, backend: backend}
+	r := &runtime{root: root, backend: backend, policyDir: DefaultPolicyDir}
+	r.policy, _ = cl.globalValue(hutchFlagPolicy)
+	if v := os.Getenv(PolicyDirEnv); v != "" {
+		r.policyDir = v
+	}
+	if v, ok := cl.globalValue(hutchFlagPolicyDir); ok {
+		r.policyDir = v
+	}
 	var out []string
 	switch cl.name() {
 	case "create", "run":
@@ -94,7 +106,15 @@ type runtime struct {
 	root string
 	// backend is the low-level runtime's binary.
 	backend string
+	// policy is the node policy containers get without an annotation
+	// (--hutch-policy), policyDir the directory of the node's policies.
+	policy, policyDir string
 }
+
+// PolicyDirEnv names the environment variable that gives the directory of
+// the node's policies (containerd's environment, say), which
+// --hutch-policy-dir overrides; DefaultPolicyDir without either.
+const PolicyDirEnv = "HUTCH_RUNC_POLICY_DIR"
 
 // runcRoot is the low-level runtime's --root.
 func (r *runtime) runcRoot() string { return filepath.Join(r.root, "runc") }
@@ -177,7 +197,26 @@ func (r *runtime) create(cl *cmdline) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(filepath.Join(dir, "bundle"), 0o700); err != nil {
+	plan, err := planEgress(s.Annotations, r.policy, r.policyDir)
+	if err != nil {
+		return nil, err
+	}
+	// The directory is entered, not listed, by the container's own ids
+	// when the low-level runtime binds its files (resolv.conf, the
+	// proxy's CA) into the container.
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.MkdirAll(d, 0o711); err != nil {
+			return nil, err
+		}
+		if err := os.Chmod(d, 0o711); err != nil {
+			return nil, err
+		}
+	}
+	if err := os.Mkdir(filepath.Join(dir, "bundle"), 0o700); err != nil {
+		return nil, err
+	}
+	if err := prepareEgress(&s, dir, plan); err != nil {
+		os.RemoveAll(dir)
 		return nil, err
 	}
 	if err := writeJSON(filepath.Join(dir, "bundle", "config.json"), s); err != nil {
@@ -330,34 +369,4 @@ func fail(cl *cmdline, stderr io.Writer, err error) int {
 		fmt.Fprintf(f, "time=%q level=error msg=%q\n", time.Now().UTC().Format(time.RFC3339Nano), msg)
 	}
 	return 1
-}
-
-// hookMain runs one of hutch-runc's hooks: args are the event and the
-// container's state directory; the container's state is on stdin.
-func hookMain(args []string, stdin io.Reader, stderr io.Writer) int {
-	if len(args) != 2 || !filepath.IsAbs(args[1]) || !strings.Contains(args[1], string(filepath.Separator)+"hutch"+string(filepath.Separator)) {
-		fmt.Fprintln(stderr, "hutch-runc: usage: hutch-runc hook EVENT STATE-DIR (run by the low-level runtime)")
-		return 2
-	}
-	var st specs.State
-	b, err := io.ReadAll(io.LimitReader(stdin, maxConfig))
-	if err == nil {
-		err = json.Unmarshal(b, &st)
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "hutch-runc: hook %s: read the container's state: %v\n", args[0], err)
-		return 1
-	}
-	switch args[0] {
-	case "createRuntime":
-		return 0
-	case "poststop":
-		if err := os.RemoveAll(args[1]); err != nil {
-			fmt.Fprintf(stderr, "hutch-runc: hook poststop: %v\n", err)
-			return 1
-		}
-		return 0
-	}
-	fmt.Fprintf(stderr, "hutch-runc: unknown hook %q\n", args[0])
-	return 2
 }

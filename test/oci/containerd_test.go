@@ -28,7 +28,7 @@ func imageTar(t *testing.T) string {
 	t.Helper()
 	img := imagetest.BusyboxWith(t, func(ok bool, reason string) { testutil.Need(t, ok, reason) }, func(c *v1.Config) {
 		c.Cmd = []string{"/bin/sh"}
-	}, applets("grep", "sleep", "unshare", "wget", "nc", "kill", "ps", "head", "tr", "sed")...)
+	}, applets("grep", "sleep", "unshare", "wget", "nc", "kill", "ps", "head", "tr", "sed", "env", "nslookup", "true")...)
 	return imagetest.DockerSave(t, img, testImage, t.TempDir())
 }
 
@@ -48,7 +48,7 @@ func applets(names ...string) []imagetest.Entry {
 func TestContainerdRun(t *testing.T) {
 	c := ocitest.StartContainerd(t)
 	c.Import(t, imageTar(t))
-	rt := ocitest.Runtime(t)
+	rt := ocitest.HutchRunc(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 

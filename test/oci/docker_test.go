@@ -15,7 +15,7 @@ import (
 // user and working directory; docker exec the same; a stopped
 // container's exit code is kept, and docker rm removes it.
 func TestDockerRun(t *testing.T) {
-	d := ocitest.StartDocker(t, map[string]string{"hutch": ocitest.Runtime(t)})
+	d := ocitest.StartDocker(t, map[string]ocitest.Runtime{"hutch": {Path: ocitest.HutchRunc(t)}})
 	d.Load(t, imageTar(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

@@ -2,7 +2,9 @@ package ocitest
 
 import (
 	"context"
+	"encoding/json"
 	"os"
+	"net"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -18,27 +20,38 @@ type Docker struct {
 	Host string
 }
 
+// Runtime is an OCI runtime registered with dockerd: its binary and the
+// arguments dockerd gives it before the command (daemon.json's
+// runtimeArgs).
+type Runtime struct {
+	Path string   `json:"path"`
+	Args []string `json:"runtimeArgs,omitempty"`
+}
+
 // StartDocker starts dockerd (Debian's docker.io) with its data root,
 // exec root (and the containerd it starts) in a new temporary directory,
-// in a new network namespace, with runtimes (name → binary) added; the
-// test's end removes its containers and ends it.
-func StartDocker(t testing.TB, runtimes map[string]string) *Docker {
+// in a new network namespace, with runtimes added by name; the test's end
+// removes its containers and ends it.
+func StartDocker(t testing.TB, runtimes map[string]Runtime) *Docker {
 	t.Helper()
-	Need(t, "docker.io:dockerd", "docker.io:docker", "util-linux:unshare", "containerd", "runc")
+	Need(t, "docker.io:dockerd", "docker.io:docker", "util-linux:unshare", "iproute2:ip", "containerd", "runc")
 	dir, err := os.MkdirTemp("", "hutch-docker-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	sock := filepath.Join(dir, "docker.sock")
-	args := []string{"--net", "--", "dockerd",
+	// Its network namespace's loopback up: traffic to its own addresses
+	// (the bridge's, where tests listen) goes through it.
+	args := []string{"--net", "--", "sh", "-c", `ip link set lo up && exec "$0" "$@"`, "dockerd",
 		"--data-root", filepath.Join(dir, "root"), "--exec-root", filepath.Join(dir, "exec"),
 		"--pidfile", filepath.Join(dir, "dockerd.pid"), "-H", "unix://" + sock,
 		"--config-file", filepath.Join(dir, "daemon.json"),
 		"--userland-proxy=false", "--log-level", "warn"}
-	for name, bin := range runtimes {
-		args = append(args, "--add-runtime", name+"="+bin)
+	config, err := json.Marshal(map[string]any{"runtimes": runtimes})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "daemon.json"), []byte("{}\n"), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "daemon.json"), config, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	d := &Docker{Host: "unix://" + sock}
@@ -88,3 +101,16 @@ func (d *Docker) Load(t testing.TB, tar string) {
 // Pid is dockerd's pid, whose network namespace its containers' bridge
 // is in.
 func (d *Docker) Pid() int { return d.cmd.Process.Pid }
+
+// Listen makes a TCP listener at addr in dockerd's network namespace (the
+// side of its bridge where the containers' traffic goes out), served by
+// the test; it is closed at the test's end.
+func (d *Docker) Listen(t testing.TB, addr string) net.Listener {
+	t.Helper()
+	l, err := ListenIn(d.Pid(), addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}

@@ -11,7 +11,9 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"net"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -29,9 +31,9 @@ var (
 	buildErr  error
 )
 
-// Runtime builds hutch-runc once per test process (static, as released)
+// HutchRunc builds hutch-runc once per test process (static, as released)
 // into a world-readable directory and returns its path.
-func Runtime(t testing.TB) string {
+func HutchRunc(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "hutch-runc-bin-")
@@ -55,7 +57,7 @@ func Runtime(t testing.TB) string {
 	return buildPath
 }
 
-// RemoveBuilds removes what Runtime built; TestMain calls it.
+// RemoveBuilds removes what HutchRunc built; TestMain calls it.
 func RemoveBuilds() {
 	if buildPath != "" {
 		os.RemoveAll(filepath.Dir(buildPath))
@@ -236,4 +238,33 @@ func unmountUnder(dir string) {
 	for i := len(points) - 1; i >= 0; i-- {
 		unix.Unmount(points[i], unix.MNT_DETACH)
 	}
+}
+
+// ListenIn makes a TCP listener at addr in the network namespace of
+// process pid.
+func ListenIn(pid int, addr string) (net.Listener, error) {
+	type result struct {
+		l   net.Listener
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		// The thread that enters the namespace never serves another
+		// goroutine: it ends locked, with this one.
+		runtime.LockOSThread()
+		ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/net", pid))
+		if err != nil {
+			ch <- result{nil, err}
+			return
+		}
+		defer ns.Close()
+		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
+			ch <- result{nil, fmt.Errorf("setns: %w", err)}
+			return
+		}
+		l, err := net.Listen("tcp", addr)
+		ch <- result{l, err}
+	}()
+	r := <-ch
+	return r.l, r.err
 }

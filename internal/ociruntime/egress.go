@@ -1,0 +1,172 @@
+package ociruntime
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/hutch-sandbox/hutch/internal/policy"
+)
+
+// The annotations with which a container's creator (a pod's, through
+// containerd's pod_annotations; ctr --annotation) chooses its egress.
+const (
+	// AnnotationPolicy names a policy of the node: the file NAME.yaml in
+	// the node's policy directory (/etc/hutch/policies), in hutch's
+	// policy format, whose network and secrets sections apply.
+	AnnotationPolicy = "dev.hutch.policy"
+	// AnnotationAllowDomains adds destinations, comma-separated, in the
+	// syntax of the policy's network.allowed_domains. They are the
+	// container creator's rules: no address the guard refuses is opened
+	// by them.
+	AnnotationAllowDomains = "dev.hutch.allow-domains"
+	// AnnotationSecrets names, comma-separated, the secrets of the node
+	// policy the container gets (all of them without it; none with an
+	// empty value).
+	AnnotationSecrets = "dev.hutch.secrets"
+)
+
+// DefaultPolicyDir is where the node's policies are.
+const DefaultPolicyDir = "/etc/hutch/policies"
+
+// DefaultPolicy is the policy a container gets when neither an annotation
+// nor --hutch-policy names one, if the node has it; without it the
+// container reaches nothing (network mode "none": hutch's proxy answers
+// and refuses every destination).
+const DefaultPolicy = "default"
+
+// validPolicyName is the names a policy may have: a file name in the
+// policy directory, nothing that walks out of it.
+var validPolicyName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+
+// egressPlan is a container's egress, decided at create and kept in its
+// state directory for its hook and its proxy.
+type egressPlan struct {
+	// Mode is "none" (hutch's proxy refuses everything), "proxy" (it
+	// allows what the rules allow) or "host" (the engine's network as
+	// it is: no egress policy; only a node policy can say it).
+	Mode string `json:"mode"`
+	// Policy is the node policy's name, "" for the built-in one.
+	Policy string `json:"policy"`
+	// Network is the policy's network section with the annotation's
+	// domains added.
+	Network policy.Network `json:"network"`
+	// Secrets are the policy's secrets the container gets.
+	Secrets []policy.Secret `json:"secrets,omitempty"`
+	// Placeholders are the secrets' placeholders, by name: what the
+	// container's environment holds.
+	Placeholders map[string]string `json:"placeholders,omitempty"`
+	// Operator says that the rules are the node's alone (no annotation
+	// added any): the policy's IP-literal rules may open the private
+	// addresses they name.
+	Operator bool `json:"operator"`
+	// Hostname is the container's host name, which its lookups answer
+	// with its loopback.
+	Hostname string `json:"hostname,omitempty"`
+}
+
+// intercepts says whether the proxy terminates TLS for some hosts (secrets
+// or header rules): the container then trusts the proxy's CA.
+func (p egressPlan) intercepts() bool {
+	return len(p.Secrets) > 0 || len(p.Network.Headers) > 0
+}
+
+// planEgress decides a container's egress from its annotations, the
+// runtime's --hutch-policy (flagPolicy) and the node's policies in dir.
+func planEgress(annotations map[string]string, flagPolicy, dir string) (egressPlan, error) {
+	name, explicit := annotations[AnnotationPolicy]
+	what := "annotation " + AnnotationPolicy
+	if !explicit && flagPolicy != "" {
+		name, explicit, what = flagPolicy, true, "--hutch-policy"
+	}
+	if !explicit {
+		name = DefaultPolicy
+	}
+	if !validPolicyName.MatchString(name) {
+		return egressPlan{}, fmt.Errorf("%s: %q is not a policy's name (letters, digits, '.', '_', '-')", what, name)
+	}
+	plan := egressPlan{Mode: "none", Policy: name, Operator: true}
+	path := filepath.Join(dir, name+".yaml")
+	spec, err := loadNodePolicy(path)
+	switch {
+	case err == nil:
+	case errors.Is(err, os.ErrNotExist) && !explicit:
+		plan.Policy = ""
+		spec = policy.Spec{}
+	case errors.Is(err, os.ErrNotExist):
+		return egressPlan{}, fmt.Errorf("%s: the node has no policy %q (%s)", what, name, path)
+	default:
+		return egressPlan{}, fmt.Errorf("%s %q: %w", what, name, err)
+	}
+	plan.Network = spec.Network
+	plan.Secrets = spec.Secrets
+	if v, ok := annotations[AnnotationSecrets]; ok {
+		var keep []policy.Secret
+		for _, n := range splitList(v) {
+			i := slices.IndexFunc(plan.Secrets, func(s policy.Secret) bool { return s.Name == n })
+			if i < 0 {
+				return egressPlan{}, fmt.Errorf("annotation %s: the node policy %q has no secret %s", AnnotationSecrets, plan.Policy, n)
+			}
+			keep = append(keep, plan.Secrets[i])
+		}
+		plan.Secrets = keep
+	}
+	if v, ok := annotations[AnnotationAllowDomains]; ok {
+		domains := splitList(v)
+		if len(domains) > 0 {
+			plan.Network.AllowedDomains = append(slices.Clone(plan.Network.AllowedDomains), domains...)
+			plan.Operator = false
+		}
+	}
+	switch {
+	case plan.Network.Mode == "host":
+		plan.Mode = "host"
+	case plan.Network.Mode == "proxy" || len(plan.Network.AllowedDomains) > 0 || len(plan.Network.AllowedCIDRs) > 0 || len(plan.Secrets) > 0:
+		plan.Mode = "proxy"
+	}
+	return plan, nil
+}
+
+// nodePolicySections are the sections of a policy file that apply to a
+// container: its own configuration decides the rest.
+var nodePolicySections = []string{"network", "secrets"}
+
+// loadNodePolicy reads a node policy, refusing sections that do not apply
+// to containers (file:line), rather than ignoring them.
+func loadNodePolicy(path string) (policy.Spec, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return policy.Spec{}, err
+	}
+	spec, err := policy.Parse(path, data)
+	if err != nil {
+		return spec, err
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err == nil && len(doc.Content) == 1 && doc.Content[0].Kind == yaml.MappingNode {
+		m := doc.Content[0]
+		for i := 0; i+1 < len(m.Content); i += 2 {
+			if k := m.Content[i]; !slices.Contains(nodePolicySections, k.Value) {
+				return spec, fmt.Errorf("%s:%d: %s does not apply to a container: hutch-runc takes only %s from a node policy, and the container's own configuration decides the rest", path, k.Line, k.Value, strings.Join(nodePolicySections, " and "))
+			}
+		}
+	}
+	return spec, nil
+}
+
+// splitList splits a comma-separated annotation, dropping blanks.
+func splitList(v string) []string {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}

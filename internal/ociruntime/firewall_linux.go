@@ -1,0 +1,80 @@
+package ociruntime
+
+import (
+	"fmt"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
+)
+
+// firewallTable is the nftables table hutch-runc adds to a container's
+// network namespace.
+const firewallTable = "hutch"
+
+// egressFirewall installs, in the network namespace ns, a filter on every
+// packet the namespace sends: out through its loopback (to hutch's
+// proxy, or to its own servers), as part of a connection that came in
+// (answers to a pod's clients, probes), or IPv6 neighbour discovery (which
+// answering needs); everything else is refused (TCP with a reset, the
+// rest with an ICMP error: administratively prohibited), and what a
+// rule misses is dropped. The container cannot
+// change it: it holds no CAP_NET_ADMIN, and hutch's seccomp table refuses
+// netlink sockets.
+func egressFirewall(ns int) error {
+	c, err := nftables.New(nftables.WithNetNSFd(ns))
+	if err != nil {
+		return err
+	}
+	t := c.AddTable(&nftables.Table{Family: nftables.TableFamilyINet, Name: firewallTable})
+	drop := nftables.ChainPolicyDrop
+	ch := c.AddChain(&nftables.Chain{
+		Name: "egress", Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityFilter, Policy: &drop,
+	})
+	accept := &expr.Verdict{Kind: expr.VerdictAccept}
+	lo := make([]byte, unix.IFNAMSIZ)
+	copy(lo, "lo")
+	zero := binaryutil.NativeEndian.PutUint32(0)
+	for _, exprs := range [][]expr.Any{
+		{
+			&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: lo},
+			accept,
+		},
+		{
+			&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
+			&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+				Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitESTABLISHED | expr.CtStateBitRELATED), Xor: zero},
+			&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: zero},
+			accept,
+		},
+		{
+			// ICMPv6 router and neighbour solicitation and
+			// advertisement, and redirect (types 133–137).
+			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_ICMPV6}},
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 1},
+			&expr.Range{Op: expr.CmpOpEq, Register: 1, FromData: []byte{133}, ToData: []byte{137}},
+			accept,
+		},
+		{
+			// The rest is refused at once rather than dropped: a
+			// connection fails as it would without a route, not
+			// after a timeout.
+			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_TCP}},
+			&expr.Reject{Type: unix.NFT_REJECT_TCP_RST},
+		},
+		{
+			&expr.Reject{Type: unix.NFT_REJECT_ICMPX_UNREACH, Code: unix.NFT_REJECT_ICMPX_ADMIN_PROHIBITED},
+		},
+	} {
+		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: exprs})
+	}
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("nftables: %w", err)
+	}
+	return nil
+}

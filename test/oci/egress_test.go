@@ -1,0 +1,129 @@
+package oci
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hutch-sandbox/hutch/internal/testutil/ocitest"
+)
+
+// dockerGateway is the address of dockerd's default bridge on its side,
+// where a test's upstream listens.
+const dockerGateway = "172.17.0.1"
+
+// TestDockerEgress: a container of hutch-runc reaches, through hutch's
+// proxy on its loopback, what the node policy its runtime names allows,
+// and nothing else — not a denied host through the proxy, not the
+// allowed host's address directly (its network namespace lets nothing
+// out but through the proxy), no lookup out; without a policy it
+// reaches nothing; on the host's network it does not start. The proxy
+// ends with the container.
+func TestDockerEgress(t *testing.T) {
+	policies := t.TempDir()
+	writePolicy := func(name, body string) {
+		if err := os.WriteFile(filepath.Join(policies, name+".yaml"), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rt := ocitest.HutchRunc(t)
+	d := ocitest.StartDocker(t, map[string]ocitest.Runtime{
+		"hutch":         {Path: rt, Args: []string{"--hutch-policy-dir", policies}},
+		"hutch-allowed": {Path: rt, Args: []string{"--hutch-policy-dir", policies, "--hutch-policy", "allowed"}},
+	})
+	d.Load(t, imageTar(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	// The bridge exists once dockerd has made it: a first container.
+	if r := d.Run(ctx, "run", "--rm", testImage, "true"); r.Err != nil {
+		t.Fatalf("a container of runc: %s", r)
+	}
+	l := d.Listen(t, dockerGateway+":0")
+	port := l.Addr().(*net.TCPAddr).Port
+	go http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "hello from upstream %s\n", r.URL.Path)
+	}))
+	writePolicy("allowed", fmt.Sprintf(`network:
+  allowed_domains: ["allowed.test:%d"]
+  hosts: ["allowed.test:%s"]
+  allow_private: ["%s/32"]
+`, port, dockerGateway, dockerGateway))
+
+	// busybox's wget crashes (a static glibc's lookups); nc speaks for it.
+	get := func(host string, port int, url string) string {
+		return fmt.Sprintf(`printf 'GET %s HTTP/1.0\r\n\r\n' | nc -w 10 %s %d 2>&1`, url, host, port)
+	}
+	// Without hutch, the container reaches the upstream directly: what
+	// the firewall refuses below is refused by hutch.
+	direct := get(dockerGateway, port, "/direct")
+	if r := d.Run(ctx, "run", "--rm", testImage, "sh", "-c", direct); !strings.Contains(r.Stdout, "hello from upstream /direct") {
+		t.Fatalf("runc's container does not reach the upstream: %s", r)
+	}
+
+	r := d.Run(ctx, "run", "--rm", "--runtime", "hutch-allowed", testImage, "sh", "-c", strings.Join([]string{
+		"echo proxy=$http_proxy",
+		get("127.0.0.1", 3128, fmt.Sprintf("http://allowed.test:%d/through", port)),
+		get("127.0.0.1", 3128, "http://denied.test/"),
+		direct, "echo direct=$?",
+		"nslookup allowed.test; echo lookup=$?",
+		"cat /etc/resolv.conf",
+	}, "; "))
+	for _, want := range []string{"proxy=http://127.0.0.1:3128", "hello from upstream /through", "403 Forbidden", "direct=1", "NXDOMAIN", "lookup=1", "nameserver 127.0.0.1"} {
+		if !strings.Contains(r.Stdout, want) {
+			t.Errorf("no %q in:\n%s", want, r)
+		}
+	}
+	if strings.Contains(r.Stdout, "/direct") {
+		t.Errorf("the container reached the upstream around the proxy:\n%s", r)
+	}
+
+	// No policy: nothing allowed, and told so.
+	r = d.Run(ctx, "run", "--rm", "--runtime", "hutch", testImage, "sh", "-c", get("127.0.0.1", 3128, fmt.Sprintf("http://allowed.test:%d/", port)))
+	if !strings.Contains(r.Stdout, "403 Forbidden") || !strings.Contains(r.Stdout, "no network") {
+		t.Errorf("without a policy: %s", r)
+	}
+
+	// The host's network: refused, naming why.
+	r = d.Run(ctx, "run", "--rm", "--network", "host", "--runtime", "hutch-allowed", testImage, "true")
+	if r.Code == 0 || !strings.Contains(r.Stderr, "network of its own") {
+		t.Errorf("--network host: %s", r)
+	}
+
+	// The proxy ends with its container.
+	if r := d.Run(ctx, "run", "-d", "--name", "proxied", "--runtime", "hutch-allowed", testImage, "sleep", "600"); r.Err != nil {
+		t.Fatalf("run -d: %s", r)
+	}
+	if n := len(proxies()); n != 1 {
+		t.Errorf("%d egress proxies with one container", n)
+	}
+	if r := d.Run(ctx, "rm", "-f", "proxied"); r.Err != nil {
+		t.Errorf("rm: %s", r)
+	}
+	if left := proxies(); len(left) != 0 {
+		t.Errorf("egress proxies left after the container: %v", left)
+	}
+}
+
+// proxies are the pids of hutch-runc's egress proxies running.
+func proxies() []int {
+	var out []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		var pid int
+		if _, err := fmt.Sscanf(e.Name(), "%d", &pid); err != nil {
+			continue
+		}
+		b, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if strings.HasPrefix(string(b), "hutch-runc\x00egress-proxy\x00") {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
