@@ -3,8 +3,8 @@ package ocitest
 import (
 	"context"
 	"encoding/json"
-	"os"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
