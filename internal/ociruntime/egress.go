@@ -69,6 +69,9 @@ type egressPlan struct {
 	// Hostname is the container's host name, which its lookups answer
 	// with its loopback.
 	Hostname string `json:"hostname,omitempty"`
+	// Files is the directory of the files bound into the container
+	// (resolv.conf, the proxy's CA), which its own ids can reach.
+	Files string `json:"files"`
 }
 
 // intercepts says whether the proxy terminates TLS for some hosts (secrets

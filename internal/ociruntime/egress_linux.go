@@ -32,7 +32,9 @@ const (
 // netIndex is the directory, next to the containers' state directories,
 // of links from a network namespace's inode number to the state
 // directory of the container whose proxy serves it.
-func netIndex(stateDir string) string { return filepath.Join(filepath.Dir(stateDir), "net") }
+func netIndex(stateDir string) string {
+	return filepath.Join(filepath.Dir(filepath.Dir(stateDir)), "hutch-net")
+}
 
 // capsEgressDrops are the capabilities a container whose egress hutch
 // holds loses: with them it could change its network namespace's
@@ -58,7 +60,7 @@ func prepareEgress(s *specs.Spec, dir string, plan egressPlan) error {
 	if !ok {
 		return errors.New("the container shares the host's network (no network namespace of its own: docker --network host, a pod's hostNetwork): hutch-runc cannot hold its egress to the proxy; give it a network of its own, or a node policy with network.mode host")
 	}
-	ca := filepath.Join(dir, caFile)
+	ca := filepath.Join(plan.Files, caFile)
 	var secs []*secrets.Secret
 	if owner := joinedOwner(dir, nsPath); owner != "" {
 		var op egressPlan
@@ -69,7 +71,7 @@ func prepareEgress(s *specs.Spec, dir string, plan egressPlan) error {
 			return fmt.Errorf("the container joins the network namespace of another (a pod's) whose egress policy differs: containers that share a network share its policy (%s, %s)", AnnotationPolicy, AnnotationAllowDomains)
 		}
 		plan.Placeholders = op.Placeholders
-		ca = filepath.Join(owner, caFile)
+		ca = filepath.Join(op.Files, caFile)
 		if err := os.Symlink(owner, filepath.Join(dir, ownerLink)); err != nil {
 			return err
 		}
@@ -107,7 +109,7 @@ func prepareEgress(s *specs.Spec, dir string, plan egressPlan) error {
 	}
 	s.Process.Env = env
 
-	resolv := filepath.Join(dir, resolvFile)
+	resolv := filepath.Join(plan.Files, resolvFile)
 	if err := os.WriteFile(resolv, []byte(sandbox.ResolvConf), 0o644); err != nil {
 		return err
 	}

@@ -51,10 +51,7 @@ func hookMain(args []string, stdin io.Reader, stderr io.Writer) int {
 	case "createRuntime":
 		err = startEgress(dir, st.Pid)
 	case "poststop":
-		err = stopEgress(dir)
-		if rerr := os.RemoveAll(dir); err == nil {
-			err = rerr
-		}
+		err = cleanupState(dir)
 	default:
 		fmt.Fprintf(stderr, "hutch-runc: unknown hook %q\n", args[0])
 		return 2

@@ -188,9 +188,10 @@ func (r *runtime) create(cl *cmdline) ([]string, error) {
 		return nil, fmt.Errorf("find hutch-runc's own binary: %w", err)
 	}
 	dir := r.stateDir(id)
-	// A directory left by a create that failed before the low-level
-	// runtime took the container.
-	if err := os.RemoveAll(dir); err != nil {
+	mnt := mountsDir(r.root, id)
+	// What a create that failed before the low-level runtime took the
+	// container left.
+	if err := cleanupState(dir); err != nil {
 		return nil, err
 	}
 	c, err := Harden(&s, bundle, Options{Binary: self, StateDir: dir})
@@ -201,22 +202,9 @@ func (r *runtime) create(cl *cmdline) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The directory is entered, not listed, by the container's own ids
-	// when the low-level runtime binds its files (resolv.conf, the
-	// proxy's CA) into the container.
-	for _, d := range []string{filepath.Dir(dir), dir} {
-		if err := os.MkdirAll(d, 0o711); err != nil {
-			return nil, err
-		}
-		if err := os.Chmod(d, 0o711); err != nil {
-			return nil, err
-		}
-	}
-	if err := os.Mkdir(filepath.Join(dir, "bundle"), 0o700); err != nil {
-		return nil, err
-	}
-	if err := prepareEgress(&s, dir, plan); err != nil {
-		os.RemoveAll(dir)
+	plan.Files = mnt
+	if err := prepareState(&s, dir, plan); err != nil {
+		cleanupState(dir)
 		return nil, err
 	}
 	if err := writeJSON(filepath.Join(dir, "bundle", "config.json"), s); err != nil {

@@ -75,7 +75,7 @@ func proxyMain(args []string, stderr io.Writer) int {
 		}
 		// Into the file the container's mounts bound already: the same
 		// inode, written in place.
-		if err := os.WriteFile(filepath.Join(dir, caFile), bundle, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(plan.Files, caFile), bundle, 0o644); err != nil {
 			return fail(err)
 		}
 	}

@@ -156,6 +156,10 @@ type bindSrc struct {
 	// the upper directory gets: the owner of the workspace's root as the
 	// sandbox sees it.
 	ReviewOwner [2]int
+	// Alone clones Path's mount without the mounts below it (a
+	// directory of an engine's layers, with its merged view mounted in
+	// it, which cannot be idmapped).
+	Alone bool
 }
 
 // fileBind is a host file bound read-only over Target in the view. With

@@ -17,6 +17,16 @@ import (
 // the namespace tier. The targets must exist; unmounting them is the
 // caller's.
 func MountIdmapped(paths, targets []string, uidMap, gidMap string) error {
+	return mountIdmapped(paths, targets, uidMap, gidMap, false)
+}
+
+// MountIdmappedAlone is MountIdmapped of path's mount alone, without the
+// mounts below it.
+func MountIdmappedAlone(path, target, uidMap, gidMap string) error {
+	return mountIdmapped([]string{path}, []string{target}, uidMap, gidMap, true)
+}
+
+func mountIdmapped(paths, targets []string, uidMap, gidMap string, alone bool) error {
 	if len(paths) != len(targets) {
 		return fmt.Errorf("idmapped mounts: %d paths for %d targets", len(paths), len(targets))
 	}
@@ -30,7 +40,7 @@ func MountIdmapped(paths, targets []string, uidMap, gidMap string) error {
 	defer unix.Close(userns)
 	areas := make([]bindSrc, len(paths))
 	for i, p := range paths {
-		areas[i] = bindSrc{Path: p, FD: -1}
+		areas[i] = bindSrc{Path: p, FD: -1, Alone: alone}
 	}
 	fds, err := idmapWith(userns, areas)
 	if err != nil {
@@ -39,7 +49,7 @@ func MountIdmapped(paths, targets []string, uidMap, gidMap string) error {
 	defer closeAll(fds)
 	for i, fd := range fds {
 		attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
-		if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
+		if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|uint(recursiveUnless(alone)), &attr); err != nil {
 			return fmt.Errorf("idmapped mount of %q: attributes: %w", paths[i], err)
 		}
 		if err := unix.MoveMount(fd, "", unix.AT_FDCWD, targets[i], unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
@@ -47,4 +57,12 @@ func MountIdmapped(paths, targets []string, uidMap, gidMap string) error {
 		}
 	}
 	return nil
+}
+
+// recursiveUnless is AT_RECURSIVE, or 0 for a mount alone.
+func recursiveUnless(alone bool) int {
+	if alone {
+		return 0
+	}
+	return unix.AT_RECURSIVE
 }

@@ -345,13 +345,14 @@ func idmapWith(userns int, w []bindSrc) ([]int, error) {
 			fds = append(fds, fd)
 			continue
 		}
-		fd, err := unix.OpenTree(unix.AT_FDCWD, w[i].Path, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
+		recursive := uint(recursiveUnless(w[i].Alone))
+		fd, err := unix.OpenTree(unix.AT_FDCWD, w[i].Path, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|recursive)
 		if err != nil {
 			closeAll(fds)
 			return nil, fmt.Errorf("clone mount of %q: %w", w[i].Path, err)
 		}
 		attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(userns)}
-		if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
+		if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|recursive, &attr); err != nil {
 			unix.Close(fd)
 			closeAll(fds)
 			return nil, fmt.Errorf("idmapped mount of %q (filesystem without idmap support?): %w: %w", w[i].Path, ErrKernelFeature, err)

@@ -2,7 +2,11 @@ package oci
 
 import (
 	"context"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -31,8 +35,50 @@ func TestDockerRun(t *testing.T) {
 		}
 	}
 
+	// A user namespace: the image's files and a volume's show their
+	// owners as on disk, root writes its root and the volume, and what it
+	// writes lands on disk with the ids it has inside; its processes are
+	// no host root's (S1).
+	vol := t.TempDir()
+	if err := os.WriteFile(filepath.Join(vol, "users"), []byte("a user's\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(filepath.Join(vol, "users"), 1000, 1000); err != nil {
+		t.Fatal(err)
+	}
+	r = d.Run(ctx, "run", "--rm", "--runtime", "hutch", "-v", vol+":/data", testImage, "sh", "-c",
+		"cat /proc/self/uid_map; ls -ln /bin/busybox /data/users; touch /new && echo wrote-root; echo hi > /data/root-made && echo wrote-volume")
+	if r.Err != nil {
+		t.Fatalf("user namespace: %s", r)
+	}
+	if f := strings.Fields(r.Stdout); len(f) < 3 || f[0] != "0" || f[1] < "1610612736" || len(f[1]) != 10 || f[2] != "65536" {
+		t.Errorf("uid_map: %s", r)
+	}
+	for _, want := range []string{" 0        0 ", "1000     1000", "wrote-root", "wrote-volume"} {
+		if !strings.Contains(r.Stdout, want) {
+			t.Errorf("no %q in:\n%s", want, r)
+		}
+	}
+	if fi, err := os.Stat(filepath.Join(vol, "root-made")); err != nil || fi.Sys().(*syscall.Stat_t).Uid != 0 {
+		t.Errorf("the file root made in the volume: %v %+v", err, fi)
+	}
+
 	if r := d.Run(ctx, "run", "-d", "--name", "long", "--runtime", "hutch", testImage, "sleep", "600"); r.Err != nil {
 		t.Fatalf("run -d: %s", r)
+	}
+	r = d.Run(ctx, "inspect", "-f", "{{.State.Pid}}", "long")
+	status, err := os.ReadFile("/proc/" + strings.TrimSpace(r.Stdout) + "/status")
+	if err != nil {
+		t.Fatalf("the container's process: %v %s", err, r)
+	}
+	for _, l := range strings.Split(string(status), "\n") {
+		if f := strings.Fields(l); len(f) == 5 && (f[0] == "Uid:" || f[0] == "Gid:") {
+			for _, id := range f[1:] {
+				if n, _ := strconv.Atoi(id); n < 1610612736 {
+					t.Errorf("the container's root is host id %d: %s", n, l)
+				}
+			}
+		}
 	}
 	r = d.Run(ctx, "exec", "long", "sh", "-c", "grep NoNewPrivs /proc/self/status; exit 4")
 	if r.Code != 4 || !strings.Contains(r.Stdout, "NoNewPrivs:\t1") {

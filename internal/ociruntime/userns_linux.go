@@ -1,0 +1,367 @@
+package ociruntime
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	goruntime "runtime"
+	"slices"
+	"strconv"
+	"strings"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+
+	"github.com/hutch-sandbox/hutch/internal/mountinfo"
+	"github.com/hutch-sandbox/hutch/internal/sandbox"
+)
+
+// The host ids of containers hutch-runc puts in a user namespace: block n
+// of idBlock ids starts at idBase + n*idBlock, up to idBlocks blocks,
+// above the ranges /etc/subuid and systemd hand out by default.
+const (
+	idBase   = 0x60000000
+	idBlock  = 65536
+	idBlocks = (0x7fff0000 - idBase) / idBlock
+)
+
+// mountsRoot holds, per container, the idmapped mounts hutch-runc makes
+// for it and the files it binds into it: a directory that every id may
+// enter (not list), because the low-level runtime mounts them from inside
+// the container's user namespace, with its ids.
+const mountsRoot = "/run/hutch-runc/c"
+
+// mountsDir is the container's directory under mountsRoot: named after
+// hutch-runc's root and the ID, which is unique only within one root.
+func mountsDir(root, id string) string {
+	h := sha256.Sum256([]byte(root))
+	return filepath.Join(mountsRoot, hex.EncodeToString(h[:6])+"-"+id)
+}
+
+// needsUserns says whether hutch-runc gives the container a user
+// namespace of its own: when the spec has none and makes every namespace
+// itself. A container that joins another's namespaces (a pod's) keeps
+// the spec's identity: a user namespace of its own could not mount in
+// namespaces another one owns.
+func needsUserns(s *specs.Spec) bool {
+	for _, ns := range s.Linux.Namespaces {
+		if ns.Type == specs.UserNamespace || ns.Path != "" {
+			return false
+		}
+	}
+	return true
+}
+
+// allocateIDs takes the lowest free block of host ids for container id,
+// recording it under dir (hutch-runc's root/hutch/ids); the block's file
+// holds the container's state directory, which poststop releases.
+func allocateIDs(dir, owner string) (uint32, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return 0, err
+	}
+	for n := 0; n < idBlocks; n++ {
+		f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(n)), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if errors.Is(err, os.ErrExist) {
+			continue
+		}
+		if err != nil {
+			return 0, err
+		}
+		_, err = f.WriteString(owner)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			os.Remove(f.Name())
+			return 0, err
+		}
+		return uint32(idBase + n*idBlock), nil
+	}
+	return 0, fmt.Errorf("no free block of %d host ids for a user namespace (%d in use)", idBlock, idBlocks)
+}
+
+// releaseIDs frees the block of ids recorded for owner.
+func releaseIDs(dir, owner string) {
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		p := filepath.Join(dir, e.Name())
+		if b, err := os.ReadFile(p); err == nil && string(b) == owner {
+			os.Remove(p)
+		}
+	}
+}
+
+// userns gives the container a user namespace whose ids 0–65535 are the
+// host's base…base+65535, and makes its root and its bind mounts idmapped
+// clones under mnt, so that the image's files (and a volume's) show their
+// owners inside as on disk, and what the container writes lands on disk
+// with the ids it has inside. A bind source whose filesystem cannot be
+// idmapped is bound as it is (its files then show as nobody).
+func userns(s *specs.Spec, base uint32, mnt string) error {
+	m := []specs.LinuxIDMapping{{ContainerID: 0, HostID: base, Size: idBlock}}
+	s.Linux.UIDMappings, s.Linux.GIDMappings = m, slices.Clone(m)
+	s.Linux.Namespaces = append(s.Linux.Namespaces, specs.LinuxNamespace{Type: specs.UserNamespace})
+	maps := fmt.Sprintf("0 %d %d", base, idBlock)
+	// Group ids the namespace does not map cannot be named in its
+	// sysctls (Docker lets every group ping).
+	if v, ok := s.Linux.Sysctl["net.ipv4.ping_group_range"]; ok {
+		if f := strings.Fields(v); len(f) == 2 {
+			if hi, err := strconv.ParseUint(f[1], 10, 32); err == nil && hi >= idBlock {
+				s.Linux.Sysctl["net.ipv4.ping_group_range"] = f[0] + " " + strconv.Itoa(idBlock-1)
+			}
+		}
+	}
+	rootfs := filepath.Join(mnt, "rootfs")
+	if err := os.Mkdir(rootfs, 0o755); err != nil {
+		return err
+	}
+	if err := idmapRoot(s.Root.Path, rootfs, mnt, base); err != nil {
+		return fmt.Errorf("the container's root in its user namespace: %w", err)
+	}
+	s.Root.Path = rootfs
+	for i := range s.Mounts {
+		mt := &s.Mounts[i]
+		if !isBind(*mt) || !filepath.IsAbs(mt.Source) || mt.Destination == InitPath {
+			continue
+		}
+		fi, err := os.Stat(mt.Source)
+		if err != nil {
+			continue
+		}
+		target := filepath.Join(mnt, "bind-"+strconv.Itoa(i))
+		if fi.IsDir() {
+			err = os.Mkdir(target, 0o755)
+		} else {
+			err = os.WriteFile(target, nil, 0o644)
+		}
+		if err != nil {
+			return err
+		}
+		if err := sandbox.MountIdmapped([]string{mt.Source}, []string{target}, maps, maps); err == nil {
+			mt.Source = target
+		}
+	}
+	return nil
+}
+
+// upperWork is the overlay work directory hutch-runc makes beside an
+// engine's upper layer, for its own overlay of the same layers.
+const upperWork = "hutch-work"
+
+// idmapRoot mounts at target the container's root, root, idmapped with
+// maps. An overlay (the image's layers and the container's upper layer,
+// as containerd's and Docker's are) cannot be idmapped itself: its layers
+// are, each, and a new overlay of them is mounted at target, with a work
+// directory of its own beside the upper layer (the engine's overlay
+// keeps its own; the container writes through hutch-runc's only).
+func idmapRoot(root, target, mnt string, base uint32) error {
+	maps := fmt.Sprintf("0 %d %d", base, idBlock)
+	ms, err := mountinfo.Read("/proc/self/mountinfo")
+	if err != nil {
+		return err
+	}
+	var top *mountinfo.Mount
+	for i := range ms {
+		if ms[i].Point == root {
+			top = &ms[i]
+		}
+	}
+	if top == nil || top.FSType != "overlay" {
+		return sandbox.MountIdmapped([]string{root}, []string{target}, maps, maps)
+	}
+	var lowers []string
+	var upper, work string
+	for _, o := range top.SuperOptions {
+		k, v, _ := strings.Cut(o, "=")
+		if strings.Contains(v, `\`) {
+			return fmt.Errorf("overlay option %s: escaped paths are not supported", k)
+		}
+		switch k {
+		case "lowerdir":
+			lowers = strings.Split(v, ":")
+		case "upperdir":
+			upper = v
+		case "workdir":
+			work = v
+		}
+	}
+	if len(lowers) == 0 || upper == "" || filepath.Dir(upper) != filepath.Dir(work) {
+		return fmt.Errorf("overlay at %s: want lowerdir, and upperdir and workdir in one directory: %v", root, top.SuperOptions)
+	}
+	var lower []string
+	for i, l := range lowers {
+		t := filepath.Join(mnt, "lower-"+strconv.Itoa(i))
+		if err := os.Mkdir(t, 0o755); err != nil {
+			return err
+		}
+		if err := sandbox.MountIdmapped([]string{l}, []string{t}, maps, maps); err != nil {
+			return err
+		}
+		lower = append(lower, t)
+	}
+	layer := filepath.Join(mnt, "upper")
+	if err := os.Mkdir(layer, 0o755); err != nil {
+		return err
+	}
+	// Without the engine's overlay, mounted in that directory.
+	if err := sandbox.MountIdmappedAlone(filepath.Dir(upper), layer, maps, maps); err != nil {
+		return err
+	}
+	// Made through the engine's path: through the idmapped one, host
+	// root's files would have no on-disk owner.
+	hostWork := filepath.Join(filepath.Dir(upper), upperWork)
+	if err := os.RemoveAll(hostWork); err != nil {
+		return err
+	}
+	if err := os.Mkdir(hostWork, 0o700); err != nil {
+		return err
+	}
+	// Where it is, for removeMounts.
+	if err := os.Symlink(hostWork, filepath.Join(mnt, "work")); err != nil {
+		return err
+	}
+	opts := "lowerdir=" + strings.Join(lower, ":") + ",upperdir=" + filepath.Join(layer, filepath.Base(upper)) + ",workdir=" + filepath.Join(layer, upperWork)
+	// The overlay works in its upper layer with the credentials of the
+	// one who mounted it: host root's capabilities, with the file-system
+	// ids of the container's root, which the layer's idmapping turns
+	// into the on-disk root.
+	errc := make(chan error, 1)
+	go func() {
+		// The thread's ids stay changed: it ends with the goroutine.
+		goruntime.LockOSThread()
+		unix.Setfsuid(int(base))
+		unix.Setfsgid(int(base))
+		// Leaving file-system uid 0 dropped the file-system
+		// capabilities (DAC override, mknod for whiteouts, ...): the
+		// overlay needs them back.
+		if err := raiseEffective(); err != nil {
+			errc <- err
+			return
+		}
+		errc <- unix.Mount("overlay", target, "overlay", 0, opts)
+	}()
+	if err := <-errc; err != nil {
+		return fmt.Errorf("overlay of idmapped layers at %s: %w", target, err)
+	}
+	return nil
+}
+
+// removeMounts unmounts everything under mnt, then removes mnt. It never
+// removes across a mount it could not undo (the container's root!).
+func removeMounts(mnt string) error {
+	points, err := mountsUnder(mnt)
+	if err != nil {
+		return err
+	}
+	// The overlay first, then the work directory hutch-runc made in the
+	// engine's layer, through the layer's mount.
+	if root := filepath.Join(mnt, "rootfs"); slices.Contains(points, root) {
+		if err := unix.Unmount(root, unix.MNT_DETACH); err != nil {
+			return fmt.Errorf("unmount %s: %w", root, err)
+		}
+	}
+	if layer := filepath.Join(mnt, "upper"); slices.Contains(points, layer) {
+		if work, err := os.Readlink(filepath.Join(mnt, "work")); err == nil && filepath.Base(work) == upperWork {
+			os.RemoveAll(work)
+		}
+	}
+	for i := len(points) - 1; i >= 0; i-- {
+		if err := unix.Unmount(points[i], unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("unmount %s: %w", points[i], err)
+		}
+	}
+	if left, err := mountsUnder(mnt); err != nil || len(left) > 0 {
+		return fmt.Errorf("mounts left under %s: %v %v", mnt, left, err)
+	}
+	return os.RemoveAll(mnt)
+}
+
+// mountsUnder lists the mount points at or under dir, in mount order.
+func mountsUnder(dir string) ([]string, error) {
+	ms, err := mountinfo.Read("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, m := range ms {
+		if m.Point == dir || strings.HasPrefix(m.Point, dir+"/") {
+			out = append(out, m.Point)
+		}
+	}
+	return out, nil
+}
+
+// Directories of hutch-runc's root beside the containers' state
+// directories (ROOT/hutch/ID), derived from one: the blocks of host ids
+// in use, and the network namespaces' proxies.
+func idsDir(stateDir string) string {
+	return filepath.Join(filepath.Dir(filepath.Dir(stateDir)), "hutch-ids")
+}
+
+// containerMounts is the mounts directory of the container whose state
+// directory is stateDir (ROOT/hutch/ID).
+func containerMounts(stateDir string) string {
+	return mountsDir(filepath.Dir(filepath.Dir(stateDir)), filepath.Base(stateDir))
+}
+
+// prepareState makes the container's state directory and its mounts
+// directory, its user namespace when it gets one, and its egress.
+func prepareState(s *specs.Spec, dir string, plan egressPlan) error {
+	if err := os.MkdirAll(filepath.Join(dir, "bundle"), 0o700); err != nil {
+		return err
+	}
+	for _, d := range []string{filepath.Dir(mountsRoot), mountsRoot, plan.Files} {
+		if err := os.MkdirAll(d, 0o711); err != nil {
+			return err
+		}
+		if err := os.Chmod(d, 0o711); err != nil {
+			return err
+		}
+	}
+	if needsUserns(s) {
+		base, err := allocateIDs(idsDir(dir), dir)
+		if err != nil {
+			return err
+		}
+		if err := userns(s, base, plan.Files); err != nil {
+			return err
+		}
+	}
+	return prepareEgress(s, dir, plan)
+}
+
+// cleanupState ends what the container's state holds — its proxy, its
+// mounts, its block of ids — and removes its state.
+func cleanupState(dir string) error {
+	err := stopEgress(dir)
+	if merr := removeMounts(containerMounts(dir)); err == nil {
+		err = merr
+	}
+	releaseIDs(idsDir(dir), dir)
+	if err != nil {
+		// The state stays, for a next try: never removed across a
+		// mount that could not be undone.
+		return err
+	}
+	return os.RemoveAll(dir)
+}
+
+// raiseEffective makes the calling thread's effective capabilities its
+// permitted ones.
+func raiseEffective() error {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("capget: %w", err)
+	}
+	for i := range data {
+		data[i].Effective = data[i].Permitted
+	}
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("capset: %w", err)
+	}
+	return nil
+}
