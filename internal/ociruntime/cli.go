@@ -18,16 +18,23 @@ var Version = "dev"
 // globalValueFlags are runc's global flags that take a value; the others
 // (--debug, --systemd-cgroup) take none.
 var globalValueFlags = map[string]bool{"log": true, "log-format": true, "root": true, "criu": true, "rootless": true,
-	hutchFlagPolicy: true, hutchFlagPolicyDir: true}
+	hutchFlagPolicy: true, hutchFlagPolicyDir: true, hutchFlagUpstreamCA: true}
 
 // hutch-runc's own global flags, which Docker's runtimeArgs can give: the
-// node policy a container gets when no annotation names one, and the
-// directory of the node's policies. The low-level runtime does not get
-// them.
+// node policy a container gets when no annotation names one, the
+// directory of the node's policies, and a file of certificates the proxy
+// trusts besides the system's for the hosts it intercepts (an internal
+// CA). The low-level runtime does not get them.
 const (
-	hutchFlagPolicy    = "hutch-policy"
-	hutchFlagPolicyDir = "hutch-policy-dir"
+	hutchFlagPolicy     = "hutch-policy"
+	hutchFlagPolicyDir  = "hutch-policy-dir"
+	hutchFlagUpstreamCA = "hutch-upstream-ca"
 )
+
+// isHutchFlag reports whether a global flag is hutch-runc's own.
+func isHutchFlag(name string) bool {
+	return name == hutchFlagPolicy || name == hutchFlagPolicyDir || name == hutchFlagUpstreamCA
+}
 
 // commandValueFlags are, per command hutch-runc rewrites, the flags of
 // runc's that take a value.
@@ -172,7 +179,7 @@ func (c *cmdline) rewrite(root string, set map[string]string, extra, tail []stri
 	out := make([]string, 0, len(c.args)+4)
 	out = append(out, "--root", root)
 	for _, f := range c.global {
-		if f.name == "root" || f.name == hutchFlagPolicy || f.name == hutchFlagPolicyDir {
+		if f.name == "root" || isHutchFlag(f.name) {
 			continue
 		}
 		out = append(out, c.args[f.at:f.at+f.n]...)

@@ -72,6 +72,9 @@ type egressPlan struct {
 	// Files is the directory of the files bound into the container
 	// (resolv.conf, the proxy's CA), which its own ids can reach.
 	Files string `json:"files"`
+	// UpstreamCAs are files of certificates the proxy trusts besides
+	// the system's, for the hosts it intercepts.
+	UpstreamCAs []string `json:"upstream_cas,omitempty"`
 }
 
 // intercepts says whether the proxy terminates TLS for some hosts (secrets

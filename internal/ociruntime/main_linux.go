@@ -62,6 +62,11 @@ func Main(args []string, stderr io.Writer) int {
 	}
 	r := &runtime{root: root, backend: backend, policyDir: DefaultPolicyDir}
 	r.policy, _ = cl.globalValue(hutchFlagPolicy)
+	if v, ok := cl.globalValue(hutchFlagUpstreamCA); ok {
+		if r.upstreamCA, err = filepath.Abs(v); err != nil {
+			return fail(cl, stderr, err)
+		}
+	}
 	if v := os.Getenv(PolicyDirEnv); v != "" {
 		r.policyDir = v
 	}
@@ -109,6 +114,9 @@ type runtime struct {
 	// policy is the node policy containers get without an annotation
 	// (--hutch-policy), policyDir the directory of the node's policies.
 	policy, policyDir string
+	// upstreamCA is a file of certificates the proxy trusts besides
+	// the system's (--hutch-upstream-ca).
+	upstreamCA string
 }
 
 // PolicyDirEnv names the environment variable that gives the directory of
@@ -203,6 +211,9 @@ func (r *runtime) create(cl *cmdline) ([]string, error) {
 		return nil, err
 	}
 	plan.Files = mnt
+	if r.upstreamCA != "" {
+		plan.UpstreamCAs = []string{r.upstreamCA}
+	}
 	if err := prepareState(&s, dir, plan); err != nil {
 		cleanupState(dir)
 		return nil, err

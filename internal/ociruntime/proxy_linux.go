@@ -65,7 +65,15 @@ func proxyMain(args []string, stderr io.Writer) int {
 	}
 	p := &egress.Proxy{Rules: rules, Sandbox: id, Record: rec.Record, Log: slog.New(slog.NewTextHandler(stderr, nil)), Hostname: host}
 	if len(secs) > 0 || len(plan.Network.Headers) > 0 {
-		roots, err := egress.UpstreamRoots(nil, nil)
+		var pems [][]byte
+		for _, f := range plan.UpstreamCAs {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				return fail(fmt.Errorf("--%s: %w", hutchFlagUpstreamCA, err))
+			}
+			pems = append(pems, b)
+		}
+		roots, err := egress.UpstreamRoots(pems, func(i int) string { return "--" + hutchFlagUpstreamCA + " " + plan.UpstreamCAs[i] })
 		if err != nil {
 			return fail(err)
 		}

@@ -3,7 +3,10 @@ package oci
 import (
 	"context"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,19 +20,64 @@ import (
 func TestMain(m *testing.M) {
 	code := m.Run()
 	ocitest.RemoveBuilds()
+	if programsDir != "" {
+		os.RemoveAll(programsDir)
+	}
 	os.Exit(code)
 }
 
 // testImage is the tests' image: busybox with the applets they use.
 const testImage = "hutch.test/oci:1"
 
-// imageTar writes the tests' image as a `docker save` tarball.
+// imageTar writes the tests' image as a `docker save` tarball: busybox
+// with the applets the tests use, and the programs they build (fetch,
+// the escape suite's attacker) in /bin.
 func imageTar(t *testing.T) string {
 	t.Helper()
+	entries := applets("grep", "sleep", "unshare", "wget", "nc", "kill", "ps", "head", "tr", "sed", "env", "nslookup", "true")
+	for name, pkg := range map[string]string{"fetch": "./fetch", "attacker": "../escape/attacker"} {
+		b, err := os.ReadFile(program(t, pkg))
+		if err != nil {
+			t.Fatal(err)
+		}
+		entries = append(entries, imagetest.File("bin/"+name, string(b), 0o755))
+	}
 	img := imagetest.BusyboxWith(t, func(ok bool, reason string) { testutil.Need(t, ok, reason) }, func(c *v1.Config) {
 		c.Cmd = []string{"/bin/sh"}
-	}, applets("grep", "sleep", "unshare", "wget", "nc", "kill", "ps", "head", "tr", "sed", "env", "nslookup", "true")...)
+	}, entries...)
 	return imagetest.DockerSave(t, img, testImage, t.TempDir())
+}
+
+var (
+	programsMu  sync.Mutex
+	programs    = map[string]string{}
+	programsDir string
+)
+
+// program builds the Go program in package directory pkg once (static)
+// and returns its path.
+func program(t *testing.T, pkg string) string {
+	t.Helper()
+	programsMu.Lock()
+	defer programsMu.Unlock()
+	if p, ok := programs[pkg]; ok {
+		return p
+	}
+	if programsDir == "" {
+		d, err := os.MkdirTemp("", "hutch-oci-programs-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		programsDir = d
+	}
+	out := filepath.Join(programsDir, filepath.Base(pkg))
+	cmd := exec.Command("go", "build", "-o", out, pkg)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
+	}
+	programs[pkg] = out
+	return out
 }
 
 // applets are entries that link names to busybox.

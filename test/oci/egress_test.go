@@ -2,6 +2,7 @@ package oci
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hutch-sandbox/hutch/internal/testutil"
 	"github.com/hutch-sandbox/hutch/internal/testutil/ocitest"
 )
 
@@ -126,4 +128,67 @@ func proxies() []int {
 		}
 	}
 	return out
+}
+
+// TestDockerSecrets: a secret of the node policy reaches its host, over
+// TLS the proxy intercepts (the container trusts the proxy's CA: the
+// bundle it finds where its TLS clients look), as the real value where the
+// container holds only a placeholder; the placeholder goes nowhere else.
+func TestDockerSecrets(t *testing.T) {
+	policies, dir := t.TempDir(), t.TempDir()
+	const real = "sk-real-value-0123456789"
+	if err := os.WriteFile(filepath.Join(dir, "token"), []byte(real+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tlsConf := testutil.NewServerTLS(t, "secret.test")
+	ca := filepath.Join(dir, "upstream-ca.pem")
+	if err := os.WriteFile(ca, tlsConf.CAPEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rt := ocitest.HutchRunc(t)
+	d := ocitest.StartDocker(t, map[string]ocitest.Runtime{
+		"hutch": {Path: rt, Args: []string{"--hutch-policy-dir", policies, "--hutch-policy", "secret", "--hutch-upstream-ca", ca}},
+	})
+	d.Load(t, imageTar(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if r := d.Run(ctx, "run", "--rm", testImage, "true"); r.Err != nil {
+		t.Fatalf("a container of runc: %s", r)
+	}
+	l := d.Listen(t, dockerGateway+":0")
+	port := l.Addr().(*net.TCPAddr).Port
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.Header.Get("Authorization") {
+		case "Bearer " + real:
+			fmt.Fprintln(w, "the real value arrived")
+		default:
+			fmt.Fprintf(w, "something else arrived: %d bytes\n", len(r.Header.Get("Authorization")))
+		}
+	}), TLSConfig: &tls.Config{Certificates: []tls.Certificate{tlsConf.Cert}}}
+	go srv.ServeTLS(l, "", "")
+	plain := d.Listen(t, dockerGateway+":0")
+	plainPort := plain.Addr().(*net.TCPAddr).Port
+	go http.Serve(plain, srv.Handler)
+	if err := os.WriteFile(filepath.Join(policies, "secret.yaml"), []byte(fmt.Sprintf(`network:
+  allowed_domains: ["other.test:%[4]d"]
+  hosts: ["secret.test:%[2]s", "other.test:%[2]s"]
+  allow_private: ["%[2]s/32"]
+secrets:
+  - name: API_TOKEN
+    hosts: ["secret.test:%[1]d"]
+    from: file:%[3]s
+`, port, dockerGateway, filepath.Join(dir, "token"), plainPort)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := d.Run(ctx, "run", "--rm", "--runtime", "hutch", testImage, "sh", "-c", fmt.Sprintf(
+		`echo "token=$API_TOKEN"; fetch https://secret.test:%[1]d/ "Authorization=Bearer $API_TOKEN"; fetch http://other.test:%[2]d/ "Authorization=Bearer $API_TOKEN"`, port, plainPort))
+	if !strings.Contains(r.Stdout, "status 200\nthe real value arrived") {
+		t.Errorf("the secret's host did not get the real value:\n%s", r)
+	}
+	if strings.Contains(r.Stdout, real) || strings.Contains(r.Stdout, "token=\n") {
+		t.Errorf("the container holds the real value, or no placeholder:\n%s", r)
+	}
+	if strings.Count(r.Stdout, "arrived") != 1 || !strings.Contains(r.Stdout, "status 403") {
+		t.Errorf("the placeholder went to another host:\n%s", r)
+	}
 }
