@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -190,5 +191,66 @@ secrets:
 	}
 	if strings.Count(r.Stdout, "arrived") != 1 || !strings.Contains(r.Stdout, "status 403") {
 		t.Errorf("the placeholder went to another host:\n%s", r)
+	}
+}
+
+// TestContainerdSharedNetwork: containers that join one network namespace
+// (a pod's: its sandbox made it, the others join it by path) share one
+// proxy, the first's, and its policy; a container that asks for another
+// policy in that namespace is refused; the proxy ends with the first.
+func TestContainerdSharedNetwork(t *testing.T) {
+	ocitest.Need(t, "iproute2:ip")
+	policies := t.TempDir()
+	c := ocitest.StartContainerd(t, ocitest.PolicyDirEnv+"="+policies)
+	c.Import(t, imageTar(t))
+	rt := ocitest.HutchRunc(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "hello from the pod's upstream") }))
+	port := l.Addr().(*net.TCPAddr).Port
+	for name, domain := range map[string]string{"pod": "upstream.test", "other": "elsewhere.test"} {
+		if err := os.WriteFile(filepath.Join(policies, name+".yaml"), []byte(fmt.Sprintf(`network:
+  allowed_domains: ["%s:%d"]
+  hosts: ["%[1]s:127.0.0.1"]
+  allow_private: ["127.0.0.1/32"]
+`, domain, port)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ns := fmt.Sprintf("hutch-oci-%d", os.Getpid())
+	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add: %v %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+	join := []string{"--runc-binary", rt, "--with-ns", "network:/var/run/netns/" + ns}
+
+	if r := c.Ctr(ctx, append(append([]string{"run", "-d"}, join...), "--annotation", "dev.hutch.policy=pod", testImage, "sandbox", "sleep", "600")...); r.Err != nil {
+		t.Fatalf("the first container: %s", r)
+	}
+	r := c.Ctr(ctx, append(append([]string{"run", "--rm"}, join...), "--annotation", "dev.hutch.policy=pod", testImage, "app",
+		"sh", "-c", fmt.Sprintf("fetch http://upstream.test:%d/", port))...)
+	if !strings.Contains(r.Stdout, "hello from the pod's upstream") {
+		t.Errorf("the joining container through the namespace's proxy: %s", r)
+	}
+	if n := len(proxies()); n != 1 {
+		t.Errorf("%d egress proxies for one network namespace", n)
+	}
+	r = c.Ctr(ctx, append(append([]string{"run", "--rm"}, join...), "--annotation", "dev.hutch.policy=other", testImage, "stranger", "true")...)
+	if r.Code == 0 || !strings.Contains(r.Stderr, "policy differs") {
+		t.Errorf("a container of another policy in the namespace: %s", r)
+	}
+	c.Ctr(ctx, "tasks", "kill", "-s", "SIGKILL", "sandbox")
+	testutil.Eventually(30*time.Second, func() bool { return strings.Contains(c.Ctr(ctx, "tasks", "ls").Stdout, "STOPPED") })
+	if r := c.Ctr(ctx, "tasks", "delete", "sandbox"); r.Err != nil {
+		t.Errorf("tasks delete: %s", r)
+	}
+	if left := proxies(); len(left) != 0 {
+		t.Errorf("egress proxies left after the namespace's first container: %v", left)
 	}
 }

@@ -22,9 +22,10 @@ type Containerd struct {
 }
 
 // StartContainerd starts containerd (Debian's) with its root, state and
-// sockets in a new temporary directory, the CRI plugin off; the test's
-// end kills every task it still has and ends it.
-func StartContainerd(t testing.TB) *Containerd {
+// sockets in a new temporary directory, the CRI plugin off, env added to
+// its environment (which its shims and runtimes inherit); the test's end
+// kills every task it still has and ends it.
+func StartContainerd(t testing.TB, env ...string) *Containerd {
 	t.Helper()
 	Need(t, "containerd", "containerd:ctr", "containerd:containerd-shim-runc-v2", "runc")
 	dir, err := os.MkdirTemp("", "hutch-containerd-")
@@ -49,7 +50,7 @@ disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.snapshotter.v1.b
 		t.Fatal(err)
 	}
 	c := &Containerd{Socket: sock, Namespace: "hutch-test-" + filepath.Base(dir)[len("hutch-containerd-"):]}
-	c.daemon = start(t, "containerd", dir, nil, "--config", filepath.Join(dir, "config.toml"))
+	c.daemon = start(t, "containerd", dir, env, "--config", filepath.Join(dir, "config.toml"))
 	t.Cleanup(func() {
 		c.Stop(t)
 		if t.Failed() {

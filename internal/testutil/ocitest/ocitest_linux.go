@@ -268,3 +268,8 @@ func ListenIn(pid int, addr string) (net.Listener, error) {
 	r := <-ch
 	return r.l, r.err
 }
+
+// PolicyDirEnv is hutch-runc's environment variable for the directory of
+// the node's policies (ociruntime.PolicyDirEnv), for an engine whose
+// runtime takes no arguments (containerd's runc shim).
+const PolicyDirEnv = "HUTCH_RUNC_POLICY_DIR"
