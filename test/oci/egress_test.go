@@ -48,7 +48,7 @@ func TestDockerEgress(t *testing.T) {
 	if r := d.Run(ctx, "run", "--rm", testImage, "true"); r.Err != nil {
 		t.Fatalf("a container of runc: %s", r)
 	}
-	l := d.Listen(t, dockerGateway+":0")
+	l := d.Listen(t, "tcp", dockerGateway+":0")
 	port := l.Addr().(*net.TCPAddr).Port
 	go http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "hello from upstream %s\n", r.URL.Path)
@@ -156,7 +156,7 @@ func TestDockerSecrets(t *testing.T) {
 	if r := d.Run(ctx, "run", "--rm", testImage, "true"); r.Err != nil {
 		t.Fatalf("a container of runc: %s", r)
 	}
-	l := d.Listen(t, dockerGateway+":0")
+	l := d.Listen(t, "tcp", dockerGateway+":0")
 	port := l.Addr().(*net.TCPAddr).Port
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.Header.Get("Authorization") {
@@ -167,7 +167,7 @@ func TestDockerSecrets(t *testing.T) {
 		}
 	}), TLSConfig: &tls.Config{Certificates: []tls.Certificate{tlsConf.Cert}}}
 	go srv.ServeTLS(l, "", "")
-	plain := d.Listen(t, dockerGateway+":0")
+	plain := d.Listen(t, "tcp", dockerGateway+":0")
 	plainPort := plain.Addr().(*net.TCPAddr).Port
 	go http.Serve(plain, srv.Handler)
 	if err := os.WriteFile(filepath.Join(policies, "secret.yaml"), []byte(fmt.Sprintf(`network:

@@ -102,12 +102,13 @@ func (d *Docker) Load(t testing.TB, tar string) {
 // is in.
 func (d *Docker) Pid() int { return d.cmd.Process.Pid }
 
-// Listen makes a TCP listener at addr in dockerd's network namespace (the
-// side of its bridge where the containers' traffic goes out), served by
+// Listen makes a listener of network at addr in dockerd's network
+// namespace (the side of its bridge where the containers' traffic goes
+// out; the host's network for a container of --network host), served by
 // the test; it is closed at the test's end.
-func (d *Docker) Listen(t testing.TB, addr string) net.Listener {
+func (d *Docker) Listen(t testing.TB, network, addr string) net.Listener {
 	t.Helper()
-	l, err := ListenIn(d.Pid(), addr)
+	l, err := ListenIn(d.Pid(), network, addr)
 	if err != nil {
 		t.Fatal(err)
 	}

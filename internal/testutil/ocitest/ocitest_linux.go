@@ -240,9 +240,9 @@ func unmountUnder(dir string) {
 	}
 }
 
-// ListenIn makes a TCP listener at addr in the network namespace of
-// process pid.
-func ListenIn(pid int, addr string) (net.Listener, error) {
+// ListenIn makes a listener of network ("tcp", "unix") at addr in the
+// network namespace of process pid (abstract unix sockets belong to one).
+func ListenIn(pid int, network, addr string) (net.Listener, error) {
 	type result struct {
 		l   net.Listener
 		err error
@@ -262,7 +262,7 @@ func ListenIn(pid int, addr string) (net.Listener, error) {
 			ch <- result{nil, fmt.Errorf("setns: %w", err)}
 			return
 		}
-		l, err := net.Listen("tcp", addr)
+		l, err := net.Listen(network, addr)
 		ch <- result{l, err}
 	}()
 	r := <-ch
