@@ -142,6 +142,14 @@ func userns(s *specs.Spec, base uint32, mnt string) error {
 		}
 		if err := sandbox.MountIdmapped([]string{mt.Source}, []string{target}, maps, maps); err == nil {
 			mt.Source = target
+			// The clone is nosuid and nodev, flags the container's
+			// namespace cannot clear: a remount (read-only) must
+			// keep them.
+			for _, o := range []string{"nosuid", "nodev"} {
+				if !slices.Contains(mt.Options, o) {
+					mt.Options = append(mt.Options, o)
+				}
+			}
 		}
 	}
 	return nil

@@ -122,6 +122,13 @@ func TestContainerdRun(t *testing.T) {
 		t.Errorf("a missing program: %s", r)
 	}
 
+	// A root that is a directory (the native snapshotter's), read-only,
+	// idmapped as it is.
+	r = c.Ctr(ctx, "run", "--rm", "--snapshotter", "native", "--read-only", "--runc-binary", rt, testImage, "c6", "sh", "-c", "cat /proc/self/uid_map; ls -ln /bin/busybox; touch /x; echo rc=$?")
+	if !strings.Contains(r.Stdout, "rc=1") || !strings.Contains(r.Stdout, " 0        0 ") || !strings.Contains(r.Stdout, " 65536") {
+		t.Errorf("a read-only directory root: %s", r)
+	}
+
 	// A running container, and exec in it.
 	if r := c.Ctr(ctx, "run", "-d", "--runc-binary", rt, testImage, "c5", "sleep", "600"); r.Err != nil {
 		t.Fatalf("run -d: %s", r)

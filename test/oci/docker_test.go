@@ -94,3 +94,68 @@ func TestDockerRun(t *testing.T) {
 		t.Errorf("rm: %s", r)
 	}
 }
+
+// TestDockerLifecycle: what Docker asks of a runtime besides run and exec
+// works with hutch-runc — a terminal, memory and pid limits (the OOM
+// killer ends a container over its memory, reported as such), docker
+// top (ps), pause and unpause, update, stats, restart with its writes
+// kept, and a read-only root.
+func TestDockerLifecycle(t *testing.T) {
+	d := ocitest.StartDocker(t, map[string]ocitest.Runtime{"hutch": {Path: ocitest.HutchRunc(t)}})
+	d.Load(t, imageTar(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	run := func(args ...string) ocitest.Result {
+		return d.Run(ctx, append([]string{"run", "--rm", "--runtime", "hutch"}, args...)...)
+	}
+
+	if r := run("-t", testImage, "sh", "-c", "tty; test -t 0 && echo terminal"); !strings.Contains(r.Stdout, "/dev/pts/") || !strings.Contains(r.Stdout, "terminal") {
+		t.Errorf("-t: %s", r)
+	}
+	if r := run("-m", "64m", "--pids-limit", "50", testImage, "sh", "-c", "cat /sys/fs/cgroup/memory/memory.limit_in_bytes /sys/fs/cgroup/pids/pids.max"); !strings.Contains(r.Stdout, "67108864\n50") {
+		t.Errorf("limits: %s", r)
+	}
+	if r := run("--read-only", testImage, "sh", "-c", "touch /x; echo rc=$?"); !strings.Contains(r.Stdout, "rc=1") {
+		t.Errorf("--read-only: %s", r)
+	}
+	if r := d.Run(ctx, "run", "--name", "oom", "--runtime", "hutch", "-m", "32m", "--memory-swap", "32m", testImage, "attacker", "alloc:256"); r.Code != 137 {
+		t.Errorf("over its memory: %s", r)
+	}
+	if r := d.Run(ctx, "inspect", "-f", "{{.State.OOMKilled}}", "oom"); strings.TrimSpace(r.Stdout) != "true" {
+		t.Errorf("OOMKilled: %s", r)
+	}
+
+	if r := d.Run(ctx, "run", "-d", "--name", "svc", "--runtime", "hutch", testImage, "sh", "-c", "echo $$ > /pid1; sleep 600"); r.Err != nil {
+		t.Fatalf("run -d: %s", r)
+	}
+	if r := d.Run(ctx, "top", "svc"); !strings.Contains(r.Stdout, "sleep 600") {
+		t.Errorf("top: %s", r)
+	}
+	if r := d.Run(ctx, "pause", "svc"); r.Err != nil {
+		t.Errorf("pause: %s", r)
+	}
+	if r := d.Run(ctx, "inspect", "-f", "{{.State.Status}}", "svc"); strings.TrimSpace(r.Stdout) != "paused" {
+		t.Errorf("paused: %s", r)
+	}
+	if r := d.Run(ctx, "unpause", "svc"); r.Err != nil {
+		t.Errorf("unpause: %s", r)
+	}
+	if r := d.Run(ctx, "update", "--memory", "96m", "--memory-swap", "96m", "svc"); r.Err != nil {
+		t.Errorf("update: %s", r)
+	}
+	if r := d.Run(ctx, "exec", "svc", "cat", "/sys/fs/cgroup/memory/memory.limit_in_bytes"); strings.TrimSpace(r.Stdout) != "100663296" {
+		t.Errorf("after update: %s", r)
+	}
+	if r := d.Run(ctx, "stats", "--no-stream", "--format", "{{.MemUsage}}", "svc"); !strings.Contains(r.Stdout, "96MiB") {
+		t.Errorf("stats: %s", r)
+	}
+	if r := d.Run(ctx, "exec", "svc", "sh", "-c", "echo kept > /state"); r.Err != nil {
+		t.Errorf("write: %s", r)
+	}
+	if r := d.Run(ctx, "restart", "-t", "1", "svc"); r.Err != nil {
+		t.Errorf("restart: %s", r)
+	}
+	if r := d.Run(ctx, "exec", "svc", "cat", "/state"); strings.TrimSpace(r.Stdout) != "kept" {
+		t.Errorf("after restart: %s", r)
+	}
+}
