@@ -67,20 +67,20 @@ disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.snapshotter.v1.b
 func (c *Containerd) Stop(t testing.TB) {
 	select {
 	case <-c.done:
-		return
+		// It ended on its own: what it started may be left.
 	default:
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if r := c.Ctr(ctx, "tasks", "ls", "-q"); r.Err == nil {
-		for _, id := range strings.Fields(r.Stdout) {
-			c.Ctr(ctx, "tasks", "kill", "-a", "-s", "SIGKILL", id)
-			c.Ctr(ctx, "tasks", "delete", "-f", id)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if r := c.Ctr(ctx, "tasks", "ls", "-q"); r.Err == nil {
+			for _, id := range strings.Fields(r.Stdout) {
+				c.Ctr(ctx, "tasks", "kill", "-a", "-s", "SIGKILL", id)
+				c.Ctr(ctx, "tasks", "delete", "-f", id)
+			}
 		}
-	}
-	if r := c.Ctr(ctx, "containers", "ls", "-q"); r.Err == nil {
-		for _, id := range strings.Fields(r.Stdout) {
-			c.Ctr(ctx, "containers", "delete", id)
+		if r := c.Ctr(ctx, "containers", "ls", "-q"); r.Err == nil {
+			for _, id := range strings.Fields(r.Stdout) {
+				c.Ctr(ctx, "containers", "delete", id)
+			}
 		}
 	}
 	c.stop(t)

@@ -72,13 +72,13 @@ func StartDocker(t testing.TB, runtimes map[string]Runtime) *Docker {
 func (d *Docker) Stop(t testing.TB) {
 	select {
 	case <-d.done:
-		return
+		// It ended on its own: what it started may be left.
 	default:
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if r := d.Run(ctx, "ps", "-aq"); r.Err == nil && strings.TrimSpace(r.Stdout) != "" {
-		d.Run(ctx, append([]string{"rm", "-f"}, strings.Fields(r.Stdout)...)...)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if r := d.Run(ctx, "ps", "-aq"); r.Err == nil && strings.TrimSpace(r.Stdout) != "" {
+			d.Run(ctx, append([]string{"rm", "-f"}, strings.Fields(r.Stdout)...)...)
+		}
 	}
 	d.stop(t)
 }
