@@ -8,7 +8,9 @@
 # ("hutch-allowed"), and runsc (gVisor, when $HUTCH_TEST_RUNSC or runsc on
 # PATH is there), interleaved, in the same run, on a dockerd of the script's own
 # (data in a temporary directory, in a network namespace of its own).
-# Prints p50/p90 per runtime and its ratio to runc.
+# Prints p50/p90 per runtime and its ratio to runc; then the same for the
+# runtimes alone, without Docker: `runc run` and `hutch-runc run` (policy
+# open, and none) of one bundle.
 #
 # Usage: bench/oci.sh [--markdown] [-n N]
 #   --markdown  print a markdown table (for docs/benchmarks.md)
@@ -95,18 +97,58 @@ done
 # pct FILE P prints the P-th percentile (nearest rank) of the numbers in
 # FILE, in milliseconds.
 pct() { sort -n "$1" | awk -v p="$2" '{a[NR]=$1} END {i=int((p*NR+99)/100); if (i<1) i=1; printf "%.1f", a[i]/1000}'; }
-base50=$(pct "$work/runc.times" 50) base90=$(pct "$work/runc.times" 90)
-if [ "$markdown" = 1 ]; then
-	echo "| runtime | p50 (ms) | p90 (ms) | p50 / runc |"
-	echo "|---|---:|---:|---:|"
-fi
-for name in "${names[@]}"; do
-	p50=$(pct "$work/$name.times" 50) p90=$(pct "$work/$name.times" 90)
-	ratio=$(awk -v a="$p50" -v b="$base50" 'BEGIN {printf "%.2f", a/b}')
+# table TITLE BASE NAME... prints p50, p90 and the ratio of p50 to BASE's
+# for each NAME's times.
+table() {
+	local title=$1 base=$2 name p50 p90 ratio base50
+	shift 2
+	base50=$(pct "$work/$base.times" 50)
 	if [ "$markdown" = 1 ]; then
-		echo "| $name | $p50 | $p90 | $ratio× |"
-	else
-		printf '%-14s p50 %8s ms  p90 %8s ms  p50/runc %s×\n' "$name" "$p50" "$p90" "$ratio"
+		echo
+		echo "| $title | p50 (ms) | p90 (ms) | p50 / $base |"
+		echo "|---|---:|---:|---:|"
 	fi
-done
+	for name in "$@"; do
+		p50=$(pct "$work/$name.times" 50) p90=$(pct "$work/$name.times" 90)
+		ratio=$(awk -v a="$p50" -v b="$base50" 'BEGIN {printf "%.2f", a/b}')
+		if [ "$markdown" = 1 ]; then
+			echo "| $name | $p50 | $p90 | $ratio× |"
+		else
+			printf '%-16s p50 %8s ms  p90 %8s ms  p50/%s %s×\n' "$name" "$p50" "$p90" "$base" "$ratio"
+		fi
+	done
+}
+table "docker run --runtime" runc "${names[@]}"
+base90=$(pct "$work/runc.times" 90)
 log "runc p90 $base90 ms; machine load: $(cut -d' ' -f1-3 /proc/loadavg)"
+
+# The runtimes alone, without Docker: `runc run` and `hutch-runc run` of
+# one bundle (busybox in a directory, /bin/true, a network namespace of
+# its own), interleaved.
+log "the runtimes alone: $n runs each of runc run and hutch-runc run on a bundle"
+bundle=$work/bundle
+mkdir -p "$bundle/rootfs/bin"
+cp "$(command -v busybox)" "$bundle/rootfs/bin/busybox"
+ln -s busybox "$bundle/rootfs/bin/true"
+(cd "$bundle" && runc spec)
+sed -i 's/"terminal": true/"terminal": false/; s/"sh"$/"\/bin\/true"/' "$bundle/config.json"
+direct=(runc-run hutch-runc-open hutch-runc)
+run_direct() {
+	case "$1" in
+	runc-run) runc --root "$work/runc-root" run -b "$bundle" "$2" ;;
+	hutch-runc-open) "$work/hutch-runc" --root "$work/hutch-root" --hutch-policy-dir "$work/policies" --hutch-policy open run -b "$bundle" "$2" ;;
+	hutch-runc) "$work/hutch-runc" --root "$work/hutch-root" --hutch-policy-dir "$work/policies" run -b "$bundle" "$2" ;;
+	esac
+}
+for name in "${direct[@]}"; do
+	run_direct "$name" "warm-$name" >/dev/null
+	: >"$work/$name.times"
+done
+for i in $(seq "$n"); do
+	for name in "${direct[@]}"; do
+		start=$(date +%s%N)
+		run_direct "$name" "b$i-$name" >/dev/null
+		echo $(( ($(date +%s%N) - start) / 1000 )) >>"$work/$name.times"
+	done
+done
+table "runtime alone" runc-run "${direct[@]}"

@@ -19,9 +19,13 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
 )
 
-// maxEvents bounds a container's file of egress events (S7): past it,
-// events are no longer written.
-const maxEvents = 4 << 20
+// maxEvents bounds a container's file of egress events, and maxProxyLog
+// its proxy's log (S7: what the container makes happen is written in
+// memory, /run): past them, nothing more is written.
+const (
+	maxEvents   = 4 << 20
+	maxProxyLog = 1 << 20
+)
 
 // proxyMain is the egress proxy of a network namespace: args are the
 // owning container's state directory and its init's pid. Descriptors 3, 4
@@ -63,7 +67,8 @@ func proxyMain(args []string, stderr io.Writer) int {
 	if host == "" {
 		host = sandbox.Hostname
 	}
-	p := &egress.Proxy{Rules: rules, Sandbox: id, Record: rec.Record, Log: slog.New(slog.NewTextHandler(stderr, nil)), Hostname: host}
+	log := slog.New(slog.NewTextHandler(&cappedWriter{w: stderr, left: maxProxyLog}, nil))
+	p := &egress.Proxy{Rules: rules, Sandbox: id, Record: rec.Record, Log: log, Hostname: host}
 	if len(secs) > 0 || len(plan.Network.Headers) > 0 {
 		var pems [][]byte
 		for _, f := range plan.UpstreamCAs {

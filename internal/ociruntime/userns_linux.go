@@ -100,7 +100,7 @@ func releaseIDs(dir, owner string) {
 // owners inside as on disk, and what the container writes lands on disk
 // with the ids it has inside. A bind source whose filesystem cannot be
 // idmapped is bound as it is (its files then show as nobody).
-func userns(s *specs.Spec, base uint32, mnt string) error {
+func userns(s *specs.Spec, base uint32, mnt string) (work string, err error) {
 	m := []specs.LinuxIDMapping{{ContainerID: 0, HostID: base, Size: idBlock}}
 	s.Linux.UIDMappings, s.Linux.GIDMappings = m, slices.Clone(m)
 	s.Linux.Namespaces = append(s.Linux.Namespaces, specs.LinuxNamespace{Type: specs.UserNamespace})
@@ -116,10 +116,11 @@ func userns(s *specs.Spec, base uint32, mnt string) error {
 	}
 	rootfs := filepath.Join(mnt, "rootfs")
 	if err := os.Mkdir(rootfs, 0o755); err != nil {
-		return err
+		return "", err
 	}
-	if err := idmapRoot(s.Root.Path, rootfs, mnt, base); err != nil {
-		return fmt.Errorf("the container's root in its user namespace: %w", err)
+	work, err = idmapRoot(s.Root.Path, rootfs, mnt, base)
+	if err != nil {
+		return work, fmt.Errorf("the container's root in its user namespace: %w", err)
 	}
 	s.Root.Path = rootfs
 	for i := range s.Mounts {
@@ -138,7 +139,7 @@ func userns(s *specs.Spec, base uint32, mnt string) error {
 			err = os.WriteFile(target, nil, 0o644)
 		}
 		if err != nil {
-			return err
+			return work, err
 		}
 		if err := sandbox.MountIdmapped([]string{mt.Source}, []string{target}, maps, maps); err == nil {
 			mt.Source = target
@@ -152,12 +153,16 @@ func userns(s *specs.Spec, base uint32, mnt string) error {
 			}
 		}
 	}
-	return nil
+	return work, nil
 }
 
 // upperWork is the overlay work directory hutch-runc makes beside an
-// engine's upper layer, for its own overlay of the same layers.
-const upperWork = "hutch-work"
+// engine's upper layer, for its own overlay of the same layers;
+// upperWorkFile, in the container's state, says where it made it.
+const (
+	upperWork     = "hutch-work"
+	upperWorkFile = "upper-work"
+)
 
 // idmapRoot mounts at target the container's root, root, idmapped with
 // maps. An overlay (the image's layers and the container's upper layer,
@@ -165,11 +170,11 @@ const upperWork = "hutch-work"
 // are, each, and a new overlay of them is mounted at target, with a work
 // directory of its own beside the upper layer (the engine's overlay
 // keeps its own; the container writes through hutch-runc's only).
-func idmapRoot(root, target, mnt string, base uint32) error {
+func idmapRoot(root, target, mnt string, base uint32) (work string, err error) {
 	maps := fmt.Sprintf("0 %d %d", base, idBlock)
 	ms, err := mountinfo.Read("/proc/self/mountinfo")
 	if err != nil {
-		return err
+		return "", err
 	}
 	var top *mountinfo.Mount
 	for i := range ms {
@@ -178,14 +183,14 @@ func idmapRoot(root, target, mnt string, base uint32) error {
 		}
 	}
 	if top == nil || top.FSType != "overlay" {
-		return sandbox.MountIdmapped([]string{root}, []string{target}, maps, maps)
+		return "", sandbox.MountIdmapped([]string{root}, []string{target}, maps, maps)
 	}
 	var lowers []string
-	var upper, work string
+	var upper, engineWork string
 	for _, o := range top.SuperOptions {
 		k, v, _ := strings.Cut(o, "=")
 		if strings.Contains(v, `\`) {
-			return fmt.Errorf("overlay option %s: escaped paths are not supported", k)
+			return "", fmt.Errorf("overlay option %s: escaped paths are not supported", k)
 		}
 		switch k {
 		case "lowerdir":
@@ -193,43 +198,39 @@ func idmapRoot(root, target, mnt string, base uint32) error {
 		case "upperdir":
 			upper = v
 		case "workdir":
-			work = v
+			engineWork = v
 		}
 	}
-	if len(lowers) == 0 || upper == "" || filepath.Dir(upper) != filepath.Dir(work) {
-		return fmt.Errorf("overlay at %s: want lowerdir, and upperdir and workdir in one directory: %v", root, top.SuperOptions)
+	if len(lowers) == 0 || upper == "" || filepath.Dir(upper) != filepath.Dir(engineWork) {
+		return "", fmt.Errorf("overlay at %s: want lowerdir, and upperdir and workdir in one directory: %v", root, top.SuperOptions)
 	}
 	var lower []string
 	for i, l := range lowers {
 		t := filepath.Join(mnt, "lower-"+strconv.Itoa(i))
 		if err := os.Mkdir(t, 0o755); err != nil {
-			return err
+			return "", err
 		}
 		if err := sandbox.MountIdmapped([]string{l}, []string{t}, maps, maps); err != nil {
-			return err
+			return "", err
 		}
 		lower = append(lower, t)
 	}
 	layer := filepath.Join(mnt, "upper")
 	if err := os.Mkdir(layer, 0o755); err != nil {
-		return err
+		return "", err
 	}
 	// Without the engine's overlay, mounted in that directory.
 	if err := sandbox.MountIdmappedAlone(filepath.Dir(upper), layer, maps, maps); err != nil {
-		return err
+		return "", err
 	}
 	// Made through the engine's path: through the idmapped one, host
 	// root's files would have no on-disk owner.
 	hostWork := filepath.Join(filepath.Dir(upper), upperWork)
 	if err := os.RemoveAll(hostWork); err != nil {
-		return err
+		return "", err
 	}
 	if err := os.Mkdir(hostWork, 0o700); err != nil {
-		return err
-	}
-	// Where it is, for removeMounts.
-	if err := os.Symlink(hostWork, filepath.Join(mnt, "work")); err != nil {
-		return err
+		return "", err
 	}
 	opts := "lowerdir=" + strings.Join(lower, ":") + ",upperdir=" + filepath.Join(layer, filepath.Base(upper)) + ",workdir=" + filepath.Join(layer, upperWork)
 	// The overlay works in its upper layer with the credentials of the
@@ -252,14 +253,16 @@ func idmapRoot(root, target, mnt string, base uint32) error {
 		errc <- unix.Mount("overlay", target, "overlay", 0, opts)
 	}()
 	if err := <-errc; err != nil {
-		return fmt.Errorf("overlay of idmapped layers at %s: %w", target, err)
+		return hostWork, fmt.Errorf("overlay of idmapped layers at %s: %w", target, err)
 	}
-	return nil
+	return hostWork, nil
 }
 
-// removeMounts unmounts everything under mnt, then removes mnt. It never
-// removes across a mount it could not undo (the container's root!).
-func removeMounts(mnt string) error {
+// removeMounts unmounts everything under mnt, removes work (the overlay
+// work directory hutch-runc made in the engine's layer, if any), then
+// removes mnt. It never removes across a mount it could not undo (the
+// container's root!).
+func removeMounts(mnt, work string) error {
 	points, err := mountsUnder(mnt)
 	if err != nil {
 		return err
@@ -271,10 +274,8 @@ func removeMounts(mnt string) error {
 			return fmt.Errorf("unmount %s: %w", root, err)
 		}
 	}
-	if layer := filepath.Join(mnt, "upper"); slices.Contains(points, layer) {
-		if work, err := os.Readlink(filepath.Join(mnt, "work")); err == nil && filepath.Base(work) == upperWork {
-			os.RemoveAll(work)
-		}
+	if work != "" && filepath.Base(work) == upperWork {
+		os.RemoveAll(work)
 	}
 	for i := len(points) - 1; i >= 0; i-- {
 		if err := unix.Unmount(points[i], unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
@@ -321,7 +322,7 @@ func prepareState(s *specs.Spec, dir string, plan egressPlan) error {
 	if err := os.MkdirAll(filepath.Join(dir, "bundle"), 0o700); err != nil {
 		return err
 	}
-	for _, d := range []string{filepath.Dir(mountsRoot), mountsRoot, plan.Files} {
+	for _, d := range []string{filepath.Dir(mountsRoot), mountsRoot} {
 		if err := os.MkdirAll(d, 0o711); err != nil {
 			return err
 		}
@@ -329,12 +330,29 @@ func prepareState(s *specs.Spec, dir string, plan egressPlan) error {
 			return err
 		}
 	}
+	// The container's own directory: root's, or, in a user namespace,
+	// its root's host id's alone (the low-level runtime mounts from it
+	// with those ids); no one else on the host enters it.
+	if err := os.Mkdir(plan.Files, 0o700); err != nil {
+		return err
+	}
 	if needsUserns(s) {
 		base, err := allocateIDs(idsDir(dir), dir)
 		if err != nil {
 			return err
 		}
-		if err := userns(s, base, plan.Files); err != nil {
+		if err := os.Chown(plan.Files, int(base), int(base)); err != nil {
+			return err
+		}
+		work, err := userns(s, base, plan.Files)
+		if work != "" {
+			// Where removeMounts finds it: in the state, which only
+			// root can change.
+			if werr := os.WriteFile(filepath.Join(dir, upperWorkFile), []byte(work), 0o600); err == nil {
+				err = werr
+			}
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -345,7 +363,8 @@ func prepareState(s *specs.Spec, dir string, plan egressPlan) error {
 // mounts, its block of ids — and removes its state.
 func cleanupState(dir string) error {
 	err := stopEgress(dir)
-	if merr := removeMounts(containerMounts(dir)); err == nil {
+	work, _ := os.ReadFile(filepath.Join(dir, upperWorkFile))
+	if merr := removeMounts(containerMounts(dir), string(work)); err == nil {
 		err = merr
 	}
 	releaseIDs(idsDir(dir), dir)

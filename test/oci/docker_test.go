@@ -90,8 +90,20 @@ func TestDockerRun(t *testing.T) {
 	if r := d.Run(ctx, "wait", "long"); strings.TrimSpace(r.Stdout) != "137" {
 		t.Errorf("wait after kill: %s", r)
 	}
+	id := strings.TrimSpace(d.Run(ctx, "inspect", "-f", "{{.Id}}", "long").Stdout)
 	if r := d.Run(ctx, "rm", "long"); r.Err != nil {
 		t.Errorf("rm: %s", r)
+	}
+	// Nothing of hutch-runc's is left: its mounts and their directory,
+	// its work directory beside Docker's upper layer.
+	if left, _ := filepath.Glob(filepath.Join(d.DataRoot(), "overlay2", "*", "hutch-work")); len(left) > 0 {
+		t.Errorf("overlay work directories left: %v", left)
+	}
+	if left, _ := filepath.Glob("/run/hutch-runc/c/*-" + id); id == "" || len(left) > 0 {
+		t.Errorf("the container's mounts directory is left (id %q): %v", id, left)
+	}
+	if b, _ := os.ReadFile("/proc/self/mountinfo"); id == "" || strings.Contains(string(b), id) {
+		t.Errorf("mounts of the container left (id %q)", id)
 	}
 }
 

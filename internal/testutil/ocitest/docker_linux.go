@@ -115,3 +115,6 @@ func (d *Docker) Listen(t testing.TB, network, addr string) net.Listener {
 	t.Cleanup(func() { l.Close() })
 	return l
 }
+
+// DataRoot is dockerd's --data-root (its images' and containers' layers).
+func (d *Docker) DataRoot() string { return filepath.Join(d.dir, "root") }
