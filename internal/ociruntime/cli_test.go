@@ -216,3 +216,18 @@ func TestParseInitArgs(t *testing.T) {
 		}
 	}
 }
+
+// TestValidNames: container IDs and policy names that would walk out of
+// hutch-runc's directories are refused.
+func TestValidNames(t *testing.T) {
+	for id, ok := range map[string]bool{"abc": true, "a.b_c+d-1": true, "": false, ".": false, "..": false, "a/b": false, "a b": false, "../x": false} {
+		if validID(id) != ok {
+			t.Errorf("validID(%q) = %v", id, !ok)
+		}
+	}
+	for name, ok := range map[string]bool{"default": true, "web.v2_x-1": true, "": false, ".hidden": false, "-x": false, "a/b": false, "..": false, strings.Repeat("a", 129): false} {
+		if validPolicyName(name) != ok {
+			t.Errorf("validPolicyName(%q) = %v", name, !ok)
+		}
+	}
+}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 
@@ -41,9 +40,38 @@ const DefaultPolicyDir = "/etc/hutch/policies"
 // and refuses every destination).
 const DefaultPolicy = "default"
 
-// validPolicyName is the names a policy may have: a file name in the
-// policy directory, nothing that walks out of it.
-var validPolicyName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+// validPolicyName reports whether name may name a policy: a file name in
+// the policy directory, nothing that walks out of it — letters, digits,
+// '.', '_' and '-', a letter or digit first, at most 128 bytes.
+func validPolicyName(name string) bool {
+	if name == "" || len(name) > 128 || !isAlnum(name[0]) {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; !isAlnum(c) && c != '.' && c != '_' && c != '-' {
+			return false
+		}
+	}
+	return true
+}
+
+// validID reports whether id is a container ID runc takes (its
+// `^[\w+\-.]+$`), and not "." or "..", which would name directories.
+func validID(id string) bool {
+	if id == "" || id == "." || id == ".." {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; !isAlnum(c) && c != '_' && c != '+' && c != '-' && c != '.' {
+			return false
+		}
+	}
+	return true
+}
+
+func isAlnum(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+}
 
 // egressPlan is a container's egress, decided at create and kept in its
 // state directory for its hook and its proxy.
@@ -94,7 +122,7 @@ func planEgress(annotations map[string]string, flagPolicy, dir string) (egressPl
 	if !explicit {
 		name = DefaultPolicy
 	}
-	if !validPolicyName.MatchString(name) {
+	if !validPolicyName(name) {
 		return egressPlan{}, fmt.Errorf("%s: %q is not a policy's name (letters, digits, '.', '_', '-')", what, name)
 	}
 	plan := egressPlan{Mode: "none", Policy: name, Operator: true}

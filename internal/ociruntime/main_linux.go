@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -26,8 +25,6 @@ const RuntimeEnv = "HUTCH_RUNC_RUNTIME"
 // maxConfig bounds a bundle's config.json and a process.json.
 const maxConfig = 16 << 20
 
-// validID is the container IDs runc takes.
-var validID = regexp.MustCompile(`^[\w+\-.]+$`)
 
 // Main runs hutch-runc with args (without the program's name) and returns
 // its exit status when it did not hand over to the low-level runtime.
@@ -171,7 +168,7 @@ func (r *runtime) create(cl *cmdline) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !validID.MatchString(id) || id == "." || id == ".." {
+	if !validID(id) {
 		return nil, fmt.Errorf("invalid container ID %q", id)
 	}
 	if err := checkKernel(); err != nil {
@@ -254,7 +251,7 @@ func (r *runtime) exec(cl *cmdline) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !validID.MatchString(id) {
+	if !validID(id) {
 		return nil, fmt.Errorf("invalid container ID %q", id)
 	}
 	var c Confinement
