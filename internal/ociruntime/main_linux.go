@@ -25,7 +25,6 @@ const RuntimeEnv = "HUTCH_RUNC_RUNTIME"
 // maxConfig bounds a bundle's config.json and a process.json.
 const maxConfig = 16 << 20
 
-
 // Main runs hutch-runc with args (without the program's name) and returns
 // its exit status when it did not hand over to the low-level runtime.
 func Main(args []string, stderr io.Writer) int {
