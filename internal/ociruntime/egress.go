@@ -10,6 +10,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/hutch-sandbox/hutch/internal/egress"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 )
 
@@ -153,6 +154,9 @@ func planEgress(annotations map[string]string, flagPolicy, dir string) (egressPl
 	}
 	if v, ok := annotations[AnnotationAllowDomains]; ok {
 		domains := splitList(v)
+		if _, err := egress.NewRules(egress.Config{AllowDomains: domains}); err != nil {
+			return egressPlan{}, fmt.Errorf("annotation %s: %w", AnnotationAllowDomains, err)
+		}
 		if len(domains) > 0 {
 			plan.Network.AllowedDomains = append(slices.Clone(plan.Network.AllowedDomains), domains...)
 			plan.Operator = false

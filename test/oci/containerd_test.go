@@ -122,6 +122,19 @@ func TestContainerdRun(t *testing.T) {
 		t.Errorf("a missing program: %s", r)
 	}
 
+	// A policy the node does not have, or cannot read: the create fails
+	// and containerd shows hutch-runc's reason.
+	for ann, want := range map[string]string{
+		"dev.hutch.policy=missing":    `the node has no policy "missing"`,
+		"dev.hutch.policy=../../etc":  "is not a policy's name",
+		"dev.hutch.allow-domains=a b": `annotation dev.hutch.allow-domains: allow-domain "a b"`,
+	} {
+		r = c.Ctr(ctx, "run", "--rm", "--annotation", ann, "--runc-binary", rt, testImage, "bad", "true")
+		if r.Code == 0 || !strings.Contains(r.Stderr, want) {
+			t.Errorf("annotation %s: %s", ann, r)
+		}
+	}
+
 	// A root that is a directory (the native snapshotter's), read-only,
 	// idmapped as it is.
 	r = c.Ctr(ctx, "run", "--rm", "--snapshotter", "native", "--read-only", "--runc-binary", rt, testImage, "c6", "sh", "-c", "cat /proc/self/uid_map; ls -ln /bin/busybox; touch /x; echo rc=$?")
