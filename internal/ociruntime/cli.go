@@ -18,22 +18,29 @@ var Version = "dev"
 // globalValueFlags are runc's global flags that take a value; the others
 // (--debug, --systemd-cgroup) take none.
 var globalValueFlags = map[string]bool{"log": true, "log-format": true, "root": true, "criu": true, "rootless": true,
-	hutchFlagPolicy: true, hutchFlagPolicyDir: true, hutchFlagUpstreamCA: true}
+	hutchFlagPolicy: true, hutchFlagPolicyDir: true, hutchFlagUpstreamCA: true, hutchFlagTier: true, hutchFlagRunsc: true}
 
 // hutch-runc's own global flags, which Docker's runtimeArgs can give: the
 // node policy a container gets when no annotation names one, the
-// directory of the node's policies, and a file of certificates the proxy
+// directory of the node's policies, a file of certificates the proxy
 // trusts besides the system's for the hosts it intercepts (an internal
-// CA). The low-level runtime does not get them.
+// CA), the isolation tier (TierGVisor) and the runsc binary of that tier.
+// The low-level runtime does not get them.
 const (
 	hutchFlagPolicy     = "hutch-policy"
 	hutchFlagPolicyDir  = "hutch-policy-dir"
 	hutchFlagUpstreamCA = "hutch-upstream-ca"
+	hutchFlagTier       = "hutch-tier"
+	hutchFlagRunsc      = "hutch-runsc"
 )
 
 // isHutchFlag reports whether a global flag is hutch-runc's own.
 func isHutchFlag(name string) bool {
-	return name == hutchFlagPolicy || name == hutchFlagPolicyDir || name == hutchFlagUpstreamCA
+	switch name {
+	case hutchFlagPolicy, hutchFlagPolicyDir, hutchFlagUpstreamCA, hutchFlagTier, hutchFlagRunsc:
+		return true
+	}
+	return false
 }
 
 // commandValueFlags are, per command hutch-runc rewrites, the flags of

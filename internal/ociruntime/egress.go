@@ -104,6 +104,11 @@ type egressPlan struct {
 	// UpstreamCAs are files of certificates the proxy trusts besides
 	// the system's, for the hosts it intercepts.
 	UpstreamCAs []string `json:"upstream_cas,omitempty"`
+	// Tier is the container's isolation tier (Options.Tier).
+	Tier string `json:"tier,omitempty"`
+	// Env is what hutch set in the container's environment, NAME=VALUE,
+	// which the processes `exec` starts get too.
+	Env []string `json:"env,omitempty"`
 }
 
 // intercepts says whether the proxy terminates TLS for some hosts (secrets

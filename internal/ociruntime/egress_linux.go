@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -107,6 +108,12 @@ func prepareEgress(s *specs.Spec, dir string, plan egressPlan) error {
 			s.Mounts = append(s.Mounts, specs.Mount{Destination: p, Type: "bind", Source: ca, Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}})
 		}
 	}
+	// What hutch set, for the processes `exec` starts: they get it too.
+	for _, kv := range env {
+		if !slices.Contains(s.Process.Env, kv) {
+			plan.Env = append(plan.Env, kv)
+		}
+	}
 	s.Process.Env = env
 
 	resolv := filepath.Join(plan.Files, resolvFile)
@@ -187,4 +194,25 @@ func joinedOwner(dir, nsPath string) string {
 		return ""
 	}
 	return owner
+}
+
+// execEnv is the environment of a process `exec` starts in a container
+// whose egress plan is plan: the engine's, with what hutch set in the
+// container's own environment (the proxy's variables, the secrets'
+// placeholders, the trust bundle's variables) in place of the same names.
+func execEnv(env []string, plan egressPlan) []string {
+	if plan.Mode == "host" {
+		return env
+	}
+	env = sandbox.ProxyEnviron(env, plan.Mode)
+	names := map[string]bool{}
+	for _, kv := range plan.Env {
+		k, _, _ := strings.Cut(kv, "=")
+		names[k] = true
+	}
+	out := slices.DeleteFunc(slices.Clone(env), func(kv string) bool {
+		k, _, _ := strings.Cut(kv, "=")
+		return names[k]
+	})
+	return append(out, plan.Env...)
 }

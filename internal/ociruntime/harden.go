@@ -34,7 +34,14 @@ type Options struct {
 	// StateDir is the container's directory of hutch-runc's state,
 	// handed to the hooks.
 	StateDir string
+	// Tier is the isolation tier: "" for the node's runc, TierGVisor
+	// for gVisor's runsc, whose kernel is the container's and which
+	// gets no init of hutch's (gVisor has no Landlock).
+	Tier string
 }
+
+// TierGVisor is the tier of containers that gVisor's runsc runs.
+const TierGVisor = "gvisor"
 
 // Confinement is what hutch's init applies to a container's processes,
 // derived from the container's configuration once, at create, and kept
@@ -47,6 +54,8 @@ type Confinement struct {
 	// Devices are the device files (and directories of them) on which its
 	// processes may use ioctl.
 	Devices []string `json:"devices"`
+	// Tier is Options.Tier: under gVisor no process gets hutch's init.
+	Tier string `json:"tier,omitempty"`
 }
 
 // defaultDevices are the devices every OCI container gets (the runtime
@@ -106,15 +115,18 @@ func Harden(s *specs.Spec, bundle string, o Options) (Confinement, error) {
 		}
 	}
 
-	s.Process.Args = c.wrap(s.Process.Args)
 	s.Process.NoNewPrivileges = true
-	s.Mounts = append(s.Mounts, specs.Mount{
-		Destination: InitPath,
-		Type:        "bind",
-		Source:      o.Binary,
-		Options:     []string{"bind", "ro", "nosuid", "nodev"},
-	})
-	allowConfinement(s.Linux.Seccomp)
+	c.Tier = o.Tier
+	if o.Tier != TierGVisor {
+		s.Process.Args = c.wrap(s.Process.Args)
+		s.Mounts = append(s.Mounts, specs.Mount{
+			Destination: InitPath,
+			Type:        "bind",
+			Source:      o.Binary,
+			Options:     []string{"bind", "ro", "nosuid", "nodev"},
+		})
+		allowConfinement(s.Linux.Seccomp)
+	}
 
 	if s.Hooks == nil {
 		s.Hooks = &specs.Hooks{}
@@ -133,7 +145,9 @@ func HardenProcess(p *specs.Process, c Confinement) error {
 	if len(p.Args) == 0 {
 		return fmt.Errorf("%w: the process's args are empty", ErrBadSpec)
 	}
-	p.Args = c.wrap(p.Args)
+	if c.Tier != TierGVisor {
+		p.Args = c.wrap(p.Args)
+	}
 	p.NoNewPrivileges = true
 	return nil
 }

@@ -45,7 +45,19 @@ func Main(args []string, stderr io.Writer) int {
 	if err != nil {
 		return fail(nil, stderr, err)
 	}
-	backend, err := lowLevelRuntime()
+	tier, _ := cl.globalValue(hutchFlagTier)
+	if tier == "" && filepath.Base(os.Args[0]) == GVisorName {
+		tier = TierGVisor
+	}
+	var backend string
+	switch tier {
+	case "":
+		backend, err = lowLevelRuntime()
+	case TierGVisor:
+		backend, err = gvisorRuntime(cl)
+	default:
+		err = fmt.Errorf("--%s %q: the tiers are %s (and the node's runc without the flag)", hutchFlagTier, tier, TierGVisor)
+	}
 	if err != nil {
 		return fail(cl, stderr, err)
 	}
@@ -56,7 +68,7 @@ func Main(args []string, stderr io.Writer) int {
 	if root, err = filepath.Abs(root); err != nil {
 		return fail(cl, stderr, err)
 	}
-	r := &runtime{root: root, backend: backend, policyDir: DefaultPolicyDir}
+	r := &runtime{root: root, backend: backend, policyDir: DefaultPolicyDir, tier: tier}
 	r.policy, _ = cl.globalValue(hutchFlagPolicy)
 	if v, ok := cl.globalValue(hutchFlagUpstreamCA); ok {
 		if r.upstreamCA, err = filepath.Abs(v); err != nil {
@@ -113,6 +125,35 @@ type runtime struct {
 	// upstreamCA is a file of certificates the proxy trusts besides
 	// the system's (--hutch-upstream-ca).
 	upstreamCA string
+	// tier is the isolation tier: "" or TierGVisor.
+	tier string
+}
+
+// GVisorName is the name under which hutch-runc's binary (a link to it)
+// runs its containers under gVisor, for engines that give a runtime no
+// arguments (containerd's runc shim, a RuntimeClass's handler).
+const GVisorName = "hutch-runsc"
+
+// RunscEnv names the environment variable that gives runsc's path for the
+// gVisor tier, which --hutch-runsc overrides; runsc on PATH without either.
+const RunscEnv = "HUTCH_RUNSC"
+
+// gvisorRuntime finds runsc for the gVisor tier.
+func gvisorRuntime(cl *cmdline) (string, error) {
+	p, ok := cl.globalValue(hutchFlagRunsc)
+	if !ok {
+		p = os.Getenv(RunscEnv)
+	}
+	if p == "" {
+		var err error
+		if p, err = exec.LookPath("runsc"); err != nil {
+			return "", fmt.Errorf("the gVisor tier needs runsc: none on PATH (or give --%s, or set %s)", hutchFlagRunsc, RunscEnv)
+		}
+	}
+	if !filepath.IsAbs(p) {
+		return "", fmt.Errorf("runsc %q: not an absolute path", p)
+	}
+	return p, nil
 }
 
 // PolicyDirEnv names the environment variable that gives the directory of
@@ -121,7 +162,12 @@ type runtime struct {
 const PolicyDirEnv = "HUTCH_RUNC_POLICY_DIR"
 
 // runcRoot is the low-level runtime's --root.
-func (r *runtime) runcRoot() string { return filepath.Join(r.root, "runc") }
+func (r *runtime) runcRoot() string {
+	if r.tier == TierGVisor {
+		return filepath.Join(r.root, "runsc")
+	}
+	return filepath.Join(r.root, "runc")
+}
 
 // stateDir is hutch-runc's directory for container id.
 func (r *runtime) stateDir(id string) string { return filepath.Join(r.root, "hutch", id) }
@@ -198,7 +244,7 @@ func (r *runtime) create(cl *cmdline) ([]string, error) {
 	if err := cleanupState(dir); err != nil {
 		return nil, err
 	}
-	c, err := Harden(&s, bundle, Options{Binary: self, StateDir: dir})
+	c, err := Harden(&s, bundle, Options{Binary: self, StateDir: dir, Tier: r.tier})
 	if err != nil {
 		return nil, err
 	}
@@ -207,6 +253,7 @@ func (r *runtime) create(cl *cmdline) ([]string, error) {
 		return nil, err
 	}
 	plan.Files = mnt
+	plan.Tier = r.tier
 	if r.upstreamCA != "" {
 		plan.UpstreamCAs = []string{r.upstreamCA}
 	}
@@ -224,7 +271,15 @@ func (r *runtime) create(cl *cmdline) ([]string, error) {
 	if err := absFlags(cl, set, "pid-file", "console-socket"); err != nil {
 		return nil, err
 	}
-	return cl.rewrite(r.runcRoot(), set, nil, nil), nil
+	out := cl.rewrite(r.runcRoot(), set, nil, nil)
+	if r.tier == TierGVisor {
+		// gVisor's kernel uses the container's network namespace's
+		// own stack (its sockets are the namespace's): the firewall
+		// and the proxy's listeners there apply to it as to a
+		// container of runc.
+		out = append(out[:2:2], append([]string{"--network=host"}, out[2:]...)...)
+	}
+	return out, nil
 }
 
 // absFlags puts in set the absolute paths of the flags names that cl
@@ -260,6 +315,10 @@ func (r *runtime) exec(cl *cmdline) ([]string, error) {
 		}
 		return nil, err
 	}
+	var plan egressPlan
+	if err := readJSON(filepath.Join(r.stateDir(id), egressFile), &plan); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
 	set := map[string]string{}
 	if err := absFlags(cl, set, "pid-file", "console-socket"); err != nil {
 		return nil, err
@@ -270,7 +329,16 @@ func (r *runtime) exec(cl *cmdline) ([]string, error) {
 		if len(tail) == 0 {
 			return nil, errors.New("exec: no command, and no --process")
 		}
-		return cl.rewrite(r.runcRoot(), set, []string{"--no-new-privs"}, append(c.InitArgs(), tail...)), nil
+		if c.Tier != TierGVisor {
+			tail = append(c.InitArgs(), tail...)
+		}
+		// The process gets the container's environment from the
+		// low-level runtime; hutch's part of it goes with --env.
+		extra := []string{"--no-new-privs"}
+		for _, kv := range plan.Env {
+			extra = append(extra, "--env", kv)
+		}
+		return cl.rewrite(r.runcRoot(), set, extra, tail), nil
 	}
 	var p specs.Process
 	if err := readJSON(pf, &p); err != nil {
@@ -279,6 +347,7 @@ func (r *runtime) exec(cl *cmdline) ([]string, error) {
 	if err := HardenProcess(&p, c); err != nil {
 		return nil, err
 	}
+	p.Env = execEnv(p.Env, plan)
 	// The hardened process goes to the low-level runtime in a memory
 	// file it inherits: nothing to remove after it, and probes that exec
 	// every few seconds leave nothing behind.

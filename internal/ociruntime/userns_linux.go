@@ -336,7 +336,7 @@ func prepareState(s *specs.Spec, dir string, plan egressPlan) error {
 	if err := os.Mkdir(plan.Files, 0o700); err != nil {
 		return err
 	}
-	if needsUserns(s) {
+	if needsUserns(s) && plan.Tier != TierGVisor {
 		base, err := allocateIDs(idsDir(dir), dir)
 		if err != nil {
 			return err

@@ -106,6 +106,14 @@ func TestDockerEgress(t *testing.T) {
 	if n := len(proxies()); n != 1 {
 		t.Errorf("%d egress proxies with one container", n)
 	}
+	// docker exec's processes get the proxy's variables too (Docker
+	// gives them the environment it knows, without hutch's).
+	if r := d.Run(ctx, "exec", "proxied", "sh", "-c", "echo proxy=$http_proxy"); !strings.Contains(r.Stdout, "proxy=http://127.0.0.1:3128") {
+		t.Errorf("docker exec's environment: %s", r)
+	}
+	if r := d.Run(ctx, "exec", "-e", "HTTPS_PROXY=http://elsewhere:1", "proxied", "sh", "-c", "echo proxy=$HTTPS_PROXY"); !strings.Contains(r.Stdout, "proxy=http://127.0.0.1:3128") {
+		t.Errorf("docker exec -e HTTPS_PROXY: %s", r)
+	}
 	if r := d.Run(ctx, "rm", "-f", "proxied"); r.Err != nil {
 		t.Errorf("rm: %s", r)
 	}
