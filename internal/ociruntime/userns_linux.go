@@ -62,9 +62,28 @@ func allocateIDs(dir, owner string) (uint32, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return 0, err
 	}
+	// One allocation at a time, so that a stale block is reclaimed by
+	// one create only.
+	lock, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return 0, err
+	}
+	defer lock.Close()
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
+		return 0, fmt.Errorf("lock the blocks of ids: %w", err)
+	}
 	for n := 0; n < idBlocks; n++ {
-		f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(n)), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		p := filepath.Join(dir, strconv.Itoa(n))
+		f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 		if errors.Is(err, os.ErrExist) {
+			// A block whose container's state is gone (its runtime
+			// died before poststop) is free again: once it is
+			// removed, the next try may take it.
+			if b, rerr := os.ReadFile(p); rerr == nil && len(b) > 0 {
+				if _, serr := os.Stat(string(b)); errors.Is(serr, os.ErrNotExist) && os.Remove(p) == nil {
+					n--
+				}
+			}
 			continue
 		}
 		if err != nil {

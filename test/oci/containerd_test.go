@@ -2,6 +2,7 @@ package oci
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,12 +19,38 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	before := hutchRuncLeft()
 	code := m.Run()
 	ocitest.RemoveBuilds()
 	if programsDir != "" {
 		os.RemoveAll(programsDir)
 	}
+	// Whatever the tests' containers were, hutch-runc left nothing
+	// behind: its mounts and their directories, its proxies.
+	if left := hutchRuncLeft(); len(left) > len(before) && code == 0 {
+		fmt.Fprintf(os.Stderr, "hutch-runc left behind: %v (before the tests: %v)\n", left, before)
+		code = 1
+	}
 	os.Exit(code)
+}
+
+// hutchRuncLeft lists hutch-runc's mounts directories, the mounts under
+// them, and its egress proxies' pids.
+func hutchRuncLeft() []string {
+	var out []string
+	dirs, _ := filepath.Glob("/run/hutch-runc/c/*")
+	out = append(out, dirs...)
+	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.Contains(l, " /run/hutch-runc/") {
+				out = append(out, l)
+			}
+		}
+	}
+	for _, pid := range proxies() {
+		out = append(out, fmt.Sprintf("proxy %d", pid))
+	}
+	return out
 }
 
 // testImage is the tests' image: busybox with the applets they use.
