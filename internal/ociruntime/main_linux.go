@@ -87,6 +87,8 @@ func Main(args []string, stderr io.Writer) int {
 		out, err = r.create(cl)
 	case "exec":
 		out, err = r.exec(cl)
+	case CheckCommand:
+		return r.checkMain(os.Stdout)
 	case "", "--version", "-v", "version":
 		if cl.name() == "" && !versionAsked(cl) {
 			out = cl.rewrite(r.runcRoot(), nil, nil, nil)

@@ -192,3 +192,27 @@ func TestContainerdRun(t *testing.T) {
 		t.Errorf("containers delete: %s", r)
 	}
 }
+
+// TestCheck: hutch-runc check tells what the node offers, item by item,
+// and fails naming the file and line of a bad node policy.
+func TestCheck(t *testing.T) {
+	ocitest.Need(t, "runc")
+	rt := ocitest.HutchRunc(t)
+	dir := t.TempDir()
+	out, err := exec.Command(rt, "--hutch-policy-dir", dir, "check").CombinedOutput()
+	if err != nil {
+		t.Fatalf("check: %v\n%s", err, out)
+	}
+	for _, want := range []string{"ok       low-level runtime: ", "ok       Landlock: ABI ", "ok       seccomp", "ok       user namespaces and idmapped mounts", "ok       nftables", "ok       node policies: none in"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("no %q in:\n%s", want, out)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "bad.yaml"), []byte("network:\n  allowed_domains: [\"a b\"]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err = exec.Command(rt, "--hutch-policy-dir", dir, "check").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "missing  node policies: ") || !strings.Contains(string(out), "bad.yaml:2:") {
+		t.Errorf("a bad policy: %v\n%s", err, out)
+	}
+}

@@ -1,0 +1,185 @@
+package ociruntime
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	goruntime "runtime"
+	"strings"
+
+	"github.com/google/nftables"
+	"golang.org/x/sys/unix"
+
+	"github.com/hutch-sandbox/hutch/internal/egress"
+	"github.com/hutch-sandbox/hutch/internal/landlock"
+	"github.com/hutch-sandbox/hutch/internal/sandbox"
+	"github.com/hutch-sandbox/hutch/internal/seccomp"
+)
+
+// CheckCommand is hutch-runc's command that tells what the node offers
+// its containers, for the one who installs it (a DaemonSet's readiness).
+const CheckCommand = "check"
+
+// checkItem is one thing a node needs, or may offer.
+type checkItem struct {
+	name string
+	// required: without it hutch-runc refuses to create containers
+	// (or, for the gVisor tier, that tier's).
+	required bool
+	run      func() (string, error)
+}
+
+// checkMain prints one line per item — "ok", "missing" or "absent"
+// (optional) with what it found — and returns 1 when a required item is
+// missing (or a node policy is bad).
+func (r *runtime) checkMain(stdout io.Writer) int {
+	items := []checkItem{
+		{"low-level runtime", true, func() (string, error) {
+			out, err := exec.Command(r.backend, "--version").Output()
+			if err != nil {
+				return "", fmt.Errorf("%s --version: %w", r.backend, err)
+			}
+			first, _, _ := strings.Cut(string(out), "\n")
+			return r.backend + ": " + first, nil
+		}},
+		{"Landlock", true, func() (string, error) {
+			abi := landlock.ABI()
+			if abi < 1 {
+				return "", fmt.Errorf("not in this kernel, or not enabled (lsm=)")
+			}
+			note := ""
+			if abi < 6 {
+				note = " (below 6: abstract unix sockets and signals are not scoped)"
+			}
+			return fmt.Sprintf("ABI %d%s", abi, note), nil
+		}},
+		{"seccomp", true, func() (string, error) { return "filters with user notification", seccomp.Supported() }},
+		{"user namespaces and idmapped mounts", true, checkIdmap},
+		{"nftables with conntrack (egress)", true, checkNftables},
+		{"node policies", true, func() (string, error) { return r.checkPolicies() }},
+	}
+	if r.tier == TierGVisor {
+		items[0].name = "runsc (gVisor tier)"
+	}
+	failed := 0
+	for _, it := range items {
+		what, err := it.run()
+		switch {
+		case err == nil:
+			fmt.Fprintf(stdout, "ok       %s: %s\n", it.name, what)
+		case it.required:
+			failed++
+			fmt.Fprintf(stdout, "missing  %s: %v\n", it.name, err)
+		default:
+			fmt.Fprintf(stdout, "absent   %s: %v\n", it.name, err)
+		}
+	}
+	if failed > 0 {
+		fmt.Fprintf(stdout, "hutch-runc cannot run containers on this node: %d required item(s) missing\n", failed)
+		return 1
+	}
+	return 0
+}
+
+// checkIdmap makes a user namespace and an idmapped mount of a directory
+// of /run (a tmpfs) and of the state directory's filesystem.
+func checkIdmap() (string, error) {
+	var done []string
+	for _, parent := range []string{os.TempDir(), "/run"} {
+		src, err := os.MkdirTemp(parent, "hutch-runc-check-")
+		if err != nil {
+			continue
+		}
+		dst, err := os.MkdirTemp(parent, "hutch-runc-check-")
+		if err != nil {
+			os.Remove(src)
+			continue
+		}
+		maps := fmt.Sprintf("0 %d %d", idBase, idBlock)
+		err = sandbox.MountIdmapped([]string{src}, []string{dst}, maps, maps)
+		if err == nil {
+			unix.Unmount(dst, unix.MNT_DETACH)
+		}
+		os.Remove(dst)
+		os.Remove(src)
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", parent, err)
+		}
+		done = append(done, parent)
+	}
+	if len(done) == 0 {
+		return "", fmt.Errorf("no directory to try them in")
+	}
+	return "on " + strings.Join(done, ", "), nil
+}
+
+// checkNftables makes a network namespace and the firewall hutch-runc
+// puts in a container's, on a thread that then ends.
+func checkNftables() (string, error) {
+	errc := make(chan error, 1)
+	go func() {
+		// The thread ends with the goroutine: it never leaves the
+		// namespace it makes.
+		goruntime.LockOSThread()
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			errc <- fmt.Errorf("network namespace: %w", err)
+			return
+		}
+		ns, err := os.Open("/proc/thread-self/ns/net")
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer ns.Close()
+		if err := egressFirewall(int(ns.Fd())); err != nil {
+			errc <- err
+			return
+		}
+		c, err := nftables.New(nftables.WithNetNSFd(int(ns.Fd())))
+		if err != nil {
+			errc <- err
+			return
+		}
+		tables, err := c.ListTables()
+		if err == nil && len(tables) != 1 {
+			err = fmt.Errorf("%d tables after adding one", len(tables))
+		}
+		errc <- err
+	}()
+	if err := <-errc; err != nil {
+		return "", err
+	}
+	return "a container's table installs", nil
+}
+
+// checkPolicies loads every policy of the node's directory.
+func (r *runtime) checkPolicies() (string, error) {
+	files, err := filepath.Glob(filepath.Join(r.policyDir, "*.yaml"))
+	if err != nil {
+		return "", err
+	}
+	if len(files) == 0 {
+		return fmt.Sprintf("none in %s: containers reach nothing", r.policyDir), nil
+	}
+	var names []string
+	for _, f := range files {
+		name := strings.TrimSuffix(filepath.Base(f), ".yaml")
+		plan, err := planEgress(map[string]string{AnnotationPolicy: name}, "", r.policyDir)
+		if err != nil {
+			return "", err
+		}
+		if plan.Mode != "host" {
+			_, secs, err := egressRules(plan)
+			for _, v := range egress.Values(secs) {
+				clear(v)
+			}
+			if err != nil {
+				return "", fmt.Errorf("policy %s: %w", name, err)
+			}
+		}
+		names = append(names, name)
+	}
+	return fmt.Sprintf("%s: %s", r.policyDir, strings.Join(names, ", ")), nil
+}
