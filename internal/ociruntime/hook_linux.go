@@ -27,8 +27,12 @@ import (
 // when the container that owns the namespace does.
 const ProxyCommand = "egress-proxy"
 
-// proxyReadyWithin bounds how long the hook waits for the proxy to serve.
-const proxyReadyWithin = time.Minute
+// proxyReadyWithin bounds how long the hook waits for the proxy to serve,
+// proxyStopWithin how long poststop waits for it to end on SIGTERM.
+const (
+	proxyReadyWithin = time.Minute
+	proxyStopWithin  = 10 * time.Second
+)
 
 // hookMain runs one of hutch-runc's hooks: args are the event and the
 // container's state directory; the container's state is on stdin.
@@ -269,7 +273,17 @@ func stopEgress(dir string) error {
 	// Only the proxy of this container: a pid the kernel gave again to
 	// another process is not signalled.
 	if cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil && strings.Contains(string(cmdline), "\x00"+dir+"\x00") {
-		syscall.Kill(pid, syscall.SIGTERM)
+		// Its pidfd first, so that the wait below is for this process.
+		if fd, err := unix.PidfdOpen(pid, 0); err == nil {
+			unix.PidfdSendSignal(fd, unix.SIGTERM, nil, 0)
+			// The container is gone when poststop returns, and so is
+			// its proxy: SIGKILL if it has not ended within a while.
+			fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+			if n, _ := unix.Poll(fds, int(proxyStopWithin/time.Millisecond)); n == 0 {
+				unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
+			}
+			unix.Close(fd)
+		}
 	}
 	idx := netIndex(dir)
 	entries, _ := os.ReadDir(idx)

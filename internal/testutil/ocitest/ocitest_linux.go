@@ -142,10 +142,23 @@ func start(t testing.TB, name, dir string, env []string, args ...string) *daemon
 	d.cmd.Env = append(os.Environ(), env...)
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := d.cmd.Start(); err != nil {
+	// The parent-death signal is sent when the thread that started the
+	// daemon ends, not the process: a thread that another goroutine
+	// locked and left (ListenIn's, in a namespace) would kill it. The
+	// daemon is started from a thread of its own, locked until it ends.
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		err := d.cmd.Start()
+		started <- err
+		if err == nil {
+			d.cmd.Wait()
+			close(d.done)
+		}
+	}()
+	if err := <-started; err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}
-	go func() { d.cmd.Wait(); close(d.done) }()
 	return d
 }
 
