@@ -259,14 +259,15 @@ func (r *runtime) create(cl *cmdline) ([]string, error) {
 	if r.upstreamCA != "" {
 		plan.UpstreamCAs = []string{r.upstreamCA}
 	}
-	if err := prepareState(&s, dir, plan); err != nil {
+	err = prepareState(&s, dir, plan)
+	if err == nil {
+		err = writeJSON(filepath.Join(dir, "bundle", "config.json"), s)
+	}
+	if err == nil {
+		err = writeJSON(filepath.Join(dir, "confinement.json"), c)
+	}
+	if err != nil {
 		cleanupState(dir)
-		return nil, err
-	}
-	if err := writeJSON(filepath.Join(dir, "bundle", "config.json"), s); err != nil {
-		return nil, err
-	}
-	if err := writeJSON(filepath.Join(dir, "confinement.json"), c); err != nil {
 		return nil, err
 	}
 	set := map[string]string{"bundle": filepath.Join(dir, "bundle")}
