@@ -42,6 +42,15 @@ func (s *server) detach(id uint32) error {
 	if err != nil {
 		return err
 	}
+	s.orphan(reqs)
+	s.log.Info("agent connection detached", "running", len(reqs))
+	return nil
+}
+
+// orphan ends, for their client, the requests a detach or a takeover
+// took from it: an exec's command keeps running with its stdin closed and
+// its output dropped; anything else is cancelled.
+func (s *server) orphan(reqs map[uint32]*areq) {
 	for _, r := range reqs {
 		if r.op != opExec {
 			r.cancel()
@@ -56,8 +65,6 @@ func (s *server) detach(id uint32) error {
 			}
 		}
 	}
-	s.log.Info("agent connection detached", "running", len(reqs))
-	return nil
 }
 
 // attach starts a new session on the connection after a detach: a hello

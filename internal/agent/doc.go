@@ -95,4 +95,16 @@
 // Strings that name files, arguments and environment entries travel as JSON
 // strings when they are valid UTF-8 and as {"b":"<base64>"} otherwise, so any
 // byte string the kernel accepts survives the trip.
+//
+// # Over a network
+//
+// A sandbox whose daemon reaches it over a network (a pod's) runs the agent
+// with --listen ADDR: ServeListener. A connection first sends the line
+// "hutch-agent/1 TOKEN\n" (over TLS when the agent has a certificate); a
+// wrong token, a line over 512 bytes or none within 10 s, or a connection
+// from the sandbox's own addresses is closed with no answer. An admitted
+// connection gets the hello, with a first_id above every request id seen,
+// and takes over from the connection before it as a detach and an attach
+// would: that one is closed, its commands go on without their streams. The
+// agent does not end with a connection.
 package agent

@@ -54,15 +54,17 @@ func Main(args []string, stderr io.Writer) int {
 		return 1
 	}
 	connFD := ConnFD
-	relayDir := ""
+	relayDir, listen := "", ""
 	for len(args) > 0 {
 		switch {
 		case args[0] == "--stdin":
 			connFD, args = 0, args[1:]
+		case args[0] == "--listen" && len(args) >= 2 && args[1] != "" && listen == "":
+			listen, args = args[1], args[2:]
 		case args[0] == "--relay" && len(args) >= 2 && args[1] != "" && relayDir == "":
 			relayDir, args = args[1], args[2:]
 		default:
-			fmt.Fprintf(stderr, "hutch: agent: usage: agent [--relay DIR] [--stdin] (inside a sandbox of hutch serve)\n")
+			fmt.Fprintf(stderr, "hutch: agent: usage: agent [--relay DIR] [--stdin | --listen ADDR] (inside a sandbox of hutch serve)\n")
 			return 2
 		}
 	}
@@ -79,6 +81,9 @@ func Main(args []string, stderr io.Writer) int {
 	}
 	if sup != nil {
 		defer sup.Close()
+	}
+	if listen != "" {
+		return listenMain(listen, stderr)
 	}
 	f := os.NewFile(uintptr(connFD), "agent-connection")
 	conn, err := net.FileConn(f)

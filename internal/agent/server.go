@@ -64,7 +64,12 @@ type server struct {
 	cancel   context.CancelFunc
 	procs    *procTable
 
-	wmu  sync.Mutex // serializes writes to conn
+	// rmu, in ServeListener, orders a takeover with the dispatch of
+	// frames: a connection's frames are dispatched only while it is
+	// the daemon's.
+	rmu sync.Mutex
+
+	wmu  sync.Mutex // serializes writes to conn, and its changes
 	werr error      // the first failed write, under wmu
 	// detached is set by a detach until an attach (under wmu): the agent
 	// sends nothing. orphans are the ids of the requests a detach left
@@ -113,8 +118,29 @@ func Serve(conn net.Conn, opts ServeOptions) error {
 // tests).
 func serve(conn net.Conn, opts ServeOptions, hook func(*server)) error {
 	defer conn.Close()
-	if err := opts.Validate(); err != nil {
+	s, err := newServer(conn, opts)
+	if err != nil {
 		return err
+	}
+	defer s.cancel()
+	if hook != nil {
+		hook(s)
+	}
+	err = s.run()
+	s.cancel()
+	s.wg.Wait()
+	s.procs.close()
+	if err != nil {
+		s.log.Warn("agent connection ended", "err", err)
+	}
+	return err
+}
+
+// newServer makes the server of one Serve (conn) or ServeListener (nil:
+// each connection it takes): its process table and, if asked for, sudo.
+func newServer(conn net.Conn, opts ServeOptions) (*server, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
 	}
 	s := &server{
 		conn:     conn,
@@ -130,10 +156,10 @@ func serve(conn net.Conn, opts ServeOptions, hook func(*server)) error {
 		s.maxFrame = defaultMaxFrame
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	defer s.cancel()
 	procs, err := newProcTable(opts.PID1, s.log)
 	if err != nil {
-		return err
+		s.cancel()
+		return nil, err
 	}
 	s.procs = procs
 	if opts.Sudo {
@@ -141,17 +167,7 @@ func serve(conn net.Conn, opts ServeOptions, hook func(*server)) error {
 			s.log.Warn("agent serves no sudo", "err", err)
 		}
 	}
-	if hook != nil {
-		hook(s)
-	}
-	err = s.run()
-	s.cancel()
-	s.wg.Wait()
-	s.procs.close()
-	if err != nil {
-		s.log.Warn("agent connection ended", "err", err)
-	}
-	return err
+	return s, nil
 }
 
 // run sends the hello and reads frames until the connection ends.
@@ -360,6 +376,9 @@ func (s *server) sendLocked(b []byte) error {
 	}
 	if s.detached || s.orphans[binary.BigEndian.Uint32(b[lenSize+2:prefixSize])] {
 		return nil
+	}
+	if s.conn == nil {
+		return ErrClosed
 	}
 	if _, err := s.conn.Write(b); err != nil {
 		s.werr = fmt.Errorf("write to daemon: %w", err)

@@ -1,0 +1,298 @@
+package agent
+
+import (
+	"bufio"
+	"context"
+	"crypto/subtle"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"time"
+)
+
+// ListenOptions says how ServeListener admits a connection.
+type ListenOptions struct {
+	// Token is what a client must send first, on a line of its own
+	// after AuthPrefix. Required.
+	Token string
+	// TLS, when set, is the server side of TLS on every connection
+	// (before the token).
+	TLS *tls.Config
+	// Refuse, when set, refuses a connection before anything is read
+	// from it: one from the sandbox's own addresses, say, whose code must
+	// not take the daemon's place.
+	Refuse func(remote net.Addr) error
+	// AuthWithin bounds the time a connection has to authenticate; 0
+	// means 10 s.
+	AuthWithin time.Duration
+}
+
+// AuthPrefix starts the line with which a client of ServeListener
+// authenticates: "hutch-agent/1 TOKEN\n".
+const AuthPrefix = "hutch-agent/1 "
+
+// maxAuthLine bounds the authentication line (S7).
+const maxAuthLine = 512
+
+// ServeListener runs the agent for the daemon on the connections l
+// accepts, one at a time, for a sandbox whose daemon reaches it over a
+// network (a pod's). A connection must authenticate with lo.Token; the
+// agent then sends its hello and serves it. A newer connection that
+// authenticates takes over from the one before, as a detach and an attach
+// would: the commands in flight keep running without their streams, and
+// the new client's request ids start above the old ones — so a daemon
+// that lost its connection, or another replica of it, reaches the
+// sandbox again. The commands do not end with a connection; ServeListener
+// returns only when l fails (it is closed), after it killed the process
+// group of every command it started.
+func ServeListener(l net.Listener, lo ListenOptions, opts ServeOptions) error {
+	if lo.Token == "" {
+		return errors.New("agent: listening without a token")
+	}
+	if lo.AuthWithin == 0 {
+		lo.AuthWithin = 10 * time.Second
+	}
+	s, err := newServer(nil, opts)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		s.cancel()
+		s.wmu.Lock()
+		if s.conn != nil {
+			s.conn.Close()
+		}
+		s.wmu.Unlock()
+		s.wg.Wait()
+		s.procs.close()
+	}()
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return fmt.Errorf("agent: accept: %w", err)
+		}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.admit(c, lo)
+		}()
+	}
+}
+
+// admit authenticates c and, if it passes, serves it until it ends.
+func (s *server) admit(c net.Conn, lo ListenOptions) {
+	if lo.Refuse != nil {
+		if err := lo.Refuse(c.RemoteAddr()); err != nil {
+			s.log.Warn("agent connection refused", "remote", c.RemoteAddr().String(), "err", err)
+			c.Close()
+			return
+		}
+	}
+	if lo.TLS != nil {
+		c = tls.Server(c, lo.TLS)
+	}
+	br := bufio.NewReaderSize(c, 64<<10)
+	if err := authenticate(c, br, lo); err != nil {
+		s.log.Warn("agent connection refused", "remote", c.RemoteAddr().String(), "err", err)
+		c.Close()
+		return
+	}
+	if err := s.takeover(c); err != nil {
+		s.log.Warn("agent connection ended", "err", err)
+		return
+	}
+	s.log.Info("agent connection taken", "remote", c.RemoteAddr().String())
+	if err := s.readLoop(c, br); err != nil {
+		s.log.Warn("agent connection ended", "err", err)
+	}
+}
+
+// authenticate reads the authentication line within lo.AuthWithin and
+// compares its token with lo.Token in constant time.
+func authenticate(c net.Conn, br *bufio.Reader, lo ListenOptions) error {
+	c.SetDeadline(time.Now().Add(lo.AuthWithin))
+	defer c.SetDeadline(time.Time{})
+	line, err := br.ReadSlice('\n')
+	if err != nil {
+		if errors.Is(err, bufio.ErrBufferFull) || len(line) > maxAuthLine {
+			return errors.New("authentication line too long")
+		}
+		return fmt.Errorf("read the authentication line: %w", err)
+	}
+	if len(line) > maxAuthLine {
+		return errors.New("authentication line too long")
+	}
+	token, ok := strings.CutPrefix(strings.TrimSuffix(string(line), "\n"), AuthPrefix)
+	if !ok || subtle.ConstantTimeCompare([]byte(token), []byte(lo.Token)) != 1 {
+		return errors.New("wrong token")
+	}
+	return nil
+}
+
+// takeover makes c the daemon's connection: the requests of the
+// connection before, if any, are handed over as a detach would (their
+// commands go on without streams), that connection is closed, and c gets
+// a hello whose first_id is above every id seen.
+func (s *server) takeover(c net.Conn) error {
+	s.rmu.Lock()
+	defer s.rmu.Unlock()
+	s.mu.Lock()
+	reqs := s.reqs
+	s.reqs = make(map[uint32]*areq)
+	first := s.maxID + 1
+	s.mu.Unlock()
+	if first == 0 {
+		c.Close()
+		return fmt.Errorf("%w: request ids exhausted", ErrProtocol)
+	}
+	b, err := jsonFrame(frameHello, 0, hello{Version: protocolVersion, MaxFrame: s.maxFrame, FirstID: first})
+	if err != nil {
+		c.Close()
+		return err
+	}
+	s.wmu.Lock()
+	old := s.conn
+	if s.orphans == nil {
+		s.orphans = make(map[uint32]bool)
+	}
+	for id := range reqs {
+		s.orphans[id] = true
+	}
+	s.conn, s.werr, s.detached = c, nil, false
+	err = s.sendLocked(b)
+	s.wmu.Unlock()
+	if old != nil {
+		old.Close()
+	}
+	s.orphan(reqs)
+	return peerClosed(err)
+}
+
+// readLoop reads and dispatches c's frames while c is the daemon's
+// connection.
+func (s *server) readLoop(c net.Conn, br *bufio.Reader) error {
+	for {
+		f, err := readFrame(br, s.maxFrame)
+		if err != nil {
+			if err == io.EOF || errors.Is(err, net.ErrClosed) || errors.Is(err, context.Canceled) {
+				return nil
+			}
+			return err
+		}
+		s.rmu.Lock()
+		if s.conn != c {
+			s.rmu.Unlock()
+			return nil
+		}
+		err = s.dispatch(f)
+		s.rmu.Unlock()
+		if err != nil {
+			c.Close()
+			return err
+		}
+	}
+}
+
+// DialListener connects to an agent that ServeListener serves at address
+// (through dial: a TCP dialer, a pod's port forward), over TLS when tc is
+// not nil, authenticates with token and returns its client, which takes
+// over from any client before it.
+func DialListener(ctx context.Context, dial func(context.Context) (net.Conn, error), token string, tc *tls.Config) (*Client, error) {
+	c, err := dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if tc != nil {
+		tlsConn := tls.Client(c, tc)
+		if err := tlsConn.HandshakeContext(ctx); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("agent: TLS: %w", err)
+		}
+		c = tlsConn
+	}
+	if _, err := io.WriteString(c, AuthPrefix+token+"\n"); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("agent: authenticate: %w", err)
+	}
+	return NewClient(c), nil
+}
+
+// The environment variables with which ListenMain gets its secrets (the
+// daemon puts them in the sandbox's spec, out of the commands' reach:
+// they are removed from the environment the commands inherit, and the
+// agent is not dumpable, so its own environment cannot be read).
+const (
+	// TokenEnv holds the token a client authenticates with.
+	TokenEnv = "HUTCH_AGENT_TOKEN"
+	// TLSCertEnv and TLSKeyEnv hold the agent's certificate and key,
+	// PEM; without them connections are not encrypted.
+	TLSCertEnv = "HUTCH_AGENT_TLS_CERT"
+	TLSKeyEnv  = "HUTCH_AGENT_TLS_KEY"
+)
+
+// listenMain is `agent --listen ADDR`: ServeListener on a TCP address,
+// with the token and the TLS certificate from the environment, refusing
+// connections from the sandbox's own addresses.
+func listenMain(addr string, stderr io.Writer) int {
+	lo := ListenOptions{Token: os.Getenv(TokenEnv), Refuse: refuseOwnAddrs}
+	if lo.Token == "" {
+		fmt.Fprintf(stderr, "hutch: agent: --listen needs %s\n", TokenEnv)
+		return 2
+	}
+	if cert, key := os.Getenv(TLSCertEnv), os.Getenv(TLSKeyEnv); cert != "" || key != "" {
+		pair, err := tls.X509KeyPair([]byte(cert), []byte(key))
+		if err != nil {
+			fmt.Fprintf(stderr, "hutch: agent: %s, %s: %v\n", TLSCertEnv, TLSKeyEnv, err)
+			return 2
+		}
+		lo.TLS = &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS13}
+	}
+	for _, k := range []string{TokenEnv, TLSCertEnv, TLSKeyEnv} {
+		os.Unsetenv(k)
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		fmt.Fprintf(stderr, "hutch: agent: %v\n", err)
+		return 1
+	}
+	dir, _ := os.Getwd()
+	_, marker := os.Lstat(SudoMarker)
+	err = ServeListener(l, lo, ServeOptions{
+		Sudo:       marker == nil && os.Getpid() == 1,
+		PID1:       os.Getpid() == 1,
+		Log:        slog.New(slog.DiscardHandler),
+		DefaultDir: dir,
+		DefaultEnv: os.Environ(),
+	})
+	fmt.Fprintf(stderr, "hutch: agent: %v\n", err)
+	return 1
+}
+
+// refuseOwnAddrs refuses a connection from an address of the sandbox's
+// own (its loopback, its interfaces'): its code must not take the daemon's
+// place, even with the token.
+func refuseOwnAddrs(remote net.Addr) error {
+	ta, ok := remote.(*net.TCPAddr)
+	if !ok {
+		return nil
+	}
+	ip := ta.IP
+	if ip.IsLoopback() || ip.IsUnspecified() {
+		return fmt.Errorf("from the sandbox's loopback (%s)", ip)
+	}
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return fmt.Errorf("the sandbox's addresses: %w", err)
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.Equal(ip) {
+			return fmt.Errorf("from the sandbox's own address %s", ip)
+		}
+	}
+	return nil
+}
