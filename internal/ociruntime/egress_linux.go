@@ -1,17 +1,20 @@
 package ociruntime
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/hutch-sandbox/hutch/internal/egress"
+	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
 	"github.com/hutch-sandbox/hutch/internal/secrets"
 )
@@ -48,28 +51,35 @@ var capsEgressDrops = []string{"CAP_NET_ADMIN", "CAP_NET_RAW"}
 // capability over its network. It records the plan for the hooks.
 func prepareEgress(s *specs.Spec, dir string, plan egressPlan) error {
 	plan.Hostname = s.Hostname
-	if plan.Mode == "host" {
-		return writeJSON(filepath.Join(dir, egressFile), plan)
-	}
 	nsPath, ok := "", false
 	for _, ns := range s.Linux.Namespaces {
 		if ns.Type == specs.NetworkNamespace {
 			nsPath, ok = ns.Path, true
 		}
 	}
+	// A container that joins a network namespace hutch's proxy serves
+	// gets that proxy's egress, and only with the same policy: a host
+	// policy in it would keep its capabilities over the network, another
+	// secret would get no placeholder.
+	owner := joinedOwner(dir, nsPath)
+	var op egressPlan
+	if owner != "" {
+		if err := readJSON(filepath.Join(owner, egressFile), &op); err != nil {
+			return fmt.Errorf("the network namespace's proxy: %w", err)
+		}
+		if !sameEgress(op, plan) {
+			return fmt.Errorf("the container joins the network namespace of another (a pod's) whose egress policy differs: containers that share a network share its policy (%s, %s, %s)", AnnotationPolicy, AnnotationAllowDomains, AnnotationSecrets)
+		}
+	}
+	if plan.Mode == "host" {
+		return writeJSON(filepath.Join(dir, egressFile), plan)
+	}
 	if !ok {
 		return errors.New("the container shares the host's network (no network namespace of its own: docker --network host, a pod's hostNetwork): hutch-runc cannot hold its egress to the proxy; give it a network of its own, or a node policy with network.mode host")
 	}
 	ca := filepath.Join(plan.Files, caFile)
 	var secs []*secrets.Secret
-	if owner := joinedOwner(dir, nsPath); owner != "" {
-		var op egressPlan
-		if err := readJSON(filepath.Join(owner, egressFile), &op); err != nil {
-			return fmt.Errorf("the network namespace's proxy: %w", err)
-		}
-		if op.Policy != plan.Policy || !slices.Equal(op.Network.AllowedDomains, plan.Network.AllowedDomains) || len(op.Secrets) != len(plan.Secrets) || op.Mode != plan.Mode {
-			return fmt.Errorf("the container joins the network namespace of another (a pod's) whose egress policy differs: containers that share a network share its policy (%s, %s)", AnnotationPolicy, AnnotationAllowDomains)
-		}
+	if owner != "" {
 		plan.Placeholders = op.Placeholders
 		ca = filepath.Join(op.Files, caFile)
 		if err := os.Symlink(owner, filepath.Join(dir, ownerLink)); err != nil {
@@ -119,13 +129,62 @@ func prepareEgress(s *specs.Spec, dir string, plan egressPlan) error {
 	} else {
 		s.Mounts = append(s.Mounts, m)
 	}
-	if c := s.Process.Capabilities; c != nil {
-		drop := func(l []string) []string {
-			return slices.DeleteFunc(l, func(c string) bool { return slices.Contains(capsEgressDrops, c) })
-		}
-		c.Bounding, c.Effective, c.Permitted, c.Inheritable, c.Ambient = drop(c.Bounding), drop(c.Effective), drop(c.Permitted), drop(c.Inheritable), drop(c.Ambient)
-	}
+	dropEgressCaps(s.Process.Capabilities)
 	return writeJSON(filepath.Join(dir, egressFile), plan)
+}
+
+// isEgressCap reports whether a capability's name, as runc reads it
+// (CAP_NET_RAW) or spelled otherwise (net_raw), is one that a container
+// whose egress hutch holds loses.
+func isEgressCap(name string) bool {
+	n := strings.ToUpper(strings.TrimSpace(name))
+	if !strings.HasPrefix(n, "CAP_") {
+		n = "CAP_" + n
+	}
+	return slices.Contains(capsEgressDrops, n)
+}
+
+// dropEgressCaps takes the capabilities over the network out of every set
+// of c: the container's process at create, and every process exec starts
+// in it, whatever its engine asked (docker exec --privileged).
+func dropEgressCaps(c *specs.LinuxCapabilities) {
+	if c == nil {
+		return
+	}
+	drop := func(l []string) []string { return slices.DeleteFunc(l, isEgressCap) }
+	c.Bounding, c.Effective, c.Permitted, c.Inheritable, c.Ambient = drop(c.Bounding), drop(c.Effective), drop(c.Permitted), drop(c.Inheritable), drop(c.Ambient)
+}
+
+// egressHeld reports whether hutch holds the egress of the container whose
+// state directory is dir: its plan's mode is not host. A container
+// without a plan is taken as held.
+func egressHeld(dir string) (bool, error) {
+	var plan egressPlan
+	if err := readJSON(filepath.Join(dir, egressFile), &plan); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return true, nil
+		}
+		return true, err
+	}
+	return plan.Mode != "host", nil
+}
+
+// sameEgress reports whether a and b, the plans of a network namespace's
+// owner and of a container that joins it, give the same egress: mode,
+// policy, rules (the whole network section) and secrets, by name.
+func sameEgress(a, b egressPlan) bool {
+	names := func(l []policy.Secret) []string {
+		var out []string
+		for _, s := range l {
+			out = append(out, s.Name)
+		}
+		slices.Sort(out)
+		return out
+	}
+	na, errA := json.Marshal(a.Network)
+	nb, errB := json.Marshal(b.Network)
+	return errA == nil && errB == nil && a.Mode == b.Mode && a.Policy == b.Policy && a.Operator == b.Operator &&
+		string(na) == string(nb) && slices.Equal(names(a.Secrets), names(b.Secrets))
 }
 
 // checkEgress builds the plan's rules, as the proxy will, so that a bad

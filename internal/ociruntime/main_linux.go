@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -69,26 +70,39 @@ func Main(args []string, stderr io.Writer) int {
 	if v, ok := cl.globalValue(hutchFlagPolicyDir); ok {
 		r.policyDir = v
 	}
-	var out []string
 	switch cl.name() {
-	case "create", "run":
-		out, err = r.create(cl)
-	case "exec":
-		out, err = r.exec(cl)
 	case "", "--version", "-v", "version":
-		if cl.name() == "" && !versionAsked(cl) {
-			out = cl.rewrite(r.runcRoot(), nil, nil, nil)
-			break
+		if cl.name() != "" || versionAsked(cl) {
+			return r.version(os.Stdout, stderr)
 		}
-		return r.version(os.Stdout, stderr)
-	default:
-		out = cl.rewrite(r.runcRoot(), nil, nil, nil)
 	}
+	out, err := r.command(cl)
 	if err != nil {
 		return fail(cl, stderr, err)
 	}
 	err = unix.Exec(backend, append([]string{filepath.Base(backend)}, out...), os.Environ())
 	return fail(cl, stderr, fmt.Errorf("run %s: %w", backend, err))
+}
+
+// command returns the low-level runtime's command line for cl: a create
+// or run with the hardened bundle, an exec with the hardened process,
+// every other command with the low-level runtime's root. A command that
+// would make a container from a bundle hutch-runc did not harden is
+// refused.
+func (r *runtime) command(cl *cmdline) ([]string, error) {
+	switch cl.name() {
+	case "create", "run":
+		return r.create(cl)
+	case "exec":
+		return r.exec(cl)
+	case "restore":
+		// runc restore makes a container from --bundle's config.json
+		// as it is: no user namespace, no hutch init, no hooks, so no
+		// firewall and no proxy (S2, S6); and CRIU restores no
+		// Landlock domain.
+		return nil, errors.New("restore is not supported: a container restored from a checkpoint would run without hutch's confinement (user namespace, Landlock, egress firewall and proxy)")
+	}
+	return cl.rewrite(r.runcRoot(), nil, nil, nil), nil
 }
 
 // versionAsked reports whether the global flags ask for the version.
@@ -260,6 +274,16 @@ func (r *runtime) exec(cl *cmdline) ([]string, error) {
 		}
 		return nil, err
 	}
+	held, err := egressHeld(r.stateDir(id))
+	if err != nil {
+		return nil, err
+	}
+	if held {
+		// runc exec --cap CAP_NET_RAW would give it back.
+		cl.flags = slices.DeleteFunc(cl.flags, func(f flag) bool {
+			return (f.name == "cap" || f.name == "c") && isEgressCap(f.value)
+		})
+	}
 	set := map[string]string{}
 	if err := absFlags(cl, set, "pid-file", "console-socket"); err != nil {
 		return nil, err
@@ -278,6 +302,9 @@ func (r *runtime) exec(cl *cmdline) ([]string, error) {
 	}
 	if err := HardenProcess(&p, c); err != nil {
 		return nil, err
+	}
+	if held {
+		dropEgressCaps(p.Capabilities)
 	}
 	// The hardened process goes to the low-level runtime in a memory
 	// file it inherits: nothing to remove after it, and probes that exec

@@ -1,0 +1,78 @@
+package oci
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hutch-sandbox/hutch/internal/testutil/ocitest"
+)
+
+// capBits reads the capability sets of /proc/self/status lines (CapInh,
+// CapPrm, CapEff, CapBnd, CapAmb) in out.
+func capBits(t *testing.T, out string) map[string]uint64 {
+	t.Helper()
+	sets := map[string]uint64{}
+	for _, l := range strings.Split(out, "\n") {
+		k, v, ok := strings.Cut(l, ":")
+		if !ok || !strings.HasPrefix(k, "Cap") {
+			continue
+		}
+		n, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+		if err != nil {
+			t.Fatalf("%q: %v", l, err)
+		}
+		sets[k] = n
+	}
+	if len(sets) != 5 {
+		t.Fatalf("no capability sets in %q", out)
+	}
+	return sets
+}
+
+// Capability bits (linux/capability.h).
+const (
+	capNetAdmin = 12
+	capNetRaw   = 13
+	capSysAdmin = 21
+)
+
+// TestAttackExecCapabilities: a process that docker exec --privileged
+// starts in a container whose egress hutch holds gets no capability over
+// the network (with CAP_NET_RAW it would write raw packets, with
+// CAP_NET_ADMIN change the namespace's interfaces and routes), as the
+// container's own processes get none; the other capabilities the engine
+// asked for it keeps, inside its user namespace.
+func TestAttackExecCapabilities(t *testing.T) {
+	rt := ocitest.HutchRunc(t)
+	d := ocitest.StartDocker(t, map[string]ocitest.Runtime{
+		"hutch": {Path: rt, Args: []string{"--hutch-policy-dir", t.TempDir()}},
+	})
+	d.Load(t, imageTar(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	if r := d.Run(ctx, "run", "-d", "--name", "held", "--runtime", "hutch", "--cap-add", "NET_ADMIN", "--cap-add", "NET_RAW", testImage, "sleep", "600"); r.Err != nil {
+		t.Fatalf("run -d: %s", r)
+	}
+	defer d.Run(context.Background(), "rm", "-f", "held")
+	for _, args := range [][]string{
+		{"exec", "held", "grep", "^Cap", "/proc/self/status"},
+		{"exec", "--privileged", "held", "grep", "^Cap", "/proc/self/status"},
+	} {
+		r := d.Run(ctx, args...)
+		if r.Err != nil {
+			t.Fatalf("%v: %s", args, r)
+		}
+		for set, bits := range capBits(t, r.Stdout) {
+			if bits&(1<<capNetAdmin|1<<capNetRaw) != 0 {
+				t.Errorf("%v: %s %#x holds CAP_NET_ADMIN or CAP_NET_RAW", args, set, bits)
+			}
+		}
+		if privileged := args[1] == "--privileged"; privileged && capBits(t, r.Stdout)["CapEff"]&(1<<capSysAdmin) == 0 {
+			t.Errorf("%v: no CAP_SYS_ADMIN: the probe did not get a privileged process\n%s", args, r)
+		}
+	}
+}
