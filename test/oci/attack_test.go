@@ -76,3 +76,40 @@ func TestAttackExecCapabilities(t *testing.T) {
 		}
 	}
 }
+
+// TestAttackEngineResolver: on a network of its own (docker network
+// create, compose's default), Docker serves names from a resolver it
+// opens on the container's loopback (127.0.0.11) and which forwards every
+// other name to the node's resolvers: a channel out (a lookup of
+// DATA.attacker.example) around hutch's proxy and DNS. A container whose
+// egress hutch holds gets no answer from it; runc's container, the
+// control, does.
+func TestAttackEngineResolver(t *testing.T) {
+	rt := ocitest.HutchRunc(t)
+	d := ocitest.StartDocker(t, map[string]ocitest.Runtime{
+		"hutch": {Path: rt, Args: []string{"--hutch-policy-dir", t.TempDir()}},
+	})
+	d.Load(t, imageTar(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	if r := d.Run(ctx, "network", "create", "attacknet"); r.Err != nil {
+		t.Fatalf("network create: %s", r)
+	}
+	if r := d.Run(ctx, "run", "-d", "--name", "peer", "--network", "attacknet", testImage, "sleep", "600"); r.Err != nil {
+		t.Fatalf("run -d: %s", r)
+	}
+	defer d.Run(context.Background(), "rm", "-f", "peer")
+	// busybox's nslookup, straight at Docker's resolver, over UDP; nc
+	// over TCP (a query of the peer's name, with its length first).
+	probe := `nslookup peer 127.0.0.11 2>&1; echo udp=$?; ` +
+		`echo tcp=$(printf '\000\026\000\001\001\000\000\001\000\000\000\000\000\000\004peer\000\000\001\000\001' | nc -w 3 127.0.0.11 53 | wc -c)`
+	control := d.Run(ctx, "run", "--rm", "--network", "attacknet", testImage, "sh", "-c", probe)
+	if !strings.Contains(control.Stdout, "udp=0") || strings.Contains(control.Stdout, "tcp=0") {
+		t.Fatalf("runc's container gets no answer from Docker's resolver (the probe cannot succeed): %s", control)
+	}
+	r := d.Run(ctx, "run", "--rm", "--network", "attacknet", "--runtime", "hutch", testImage, "sh", "-c", probe)
+	if !strings.Contains(r.Stdout, "tcp=0") || !strings.Contains(r.Stdout, "udp=1") || strings.Contains(r.Stdout, "172.") {
+		t.Errorf("Docker's resolver answers a container of hutch-runc:\n%s\n(runc's: %s)", r, control)
+	}
+}
