@@ -186,3 +186,30 @@ func TestJoinerEgressMustMatch(t *testing.T) {
 		}
 	}
 }
+
+// TestAnnotationsDoNotWidenNone: a node policy that says network.mode
+// none (or host) takes no destinations from the container's creator: the
+// annotation would otherwise turn "nothing" into whatever it names ("*:*"
+// is every public address on every port). A policy with rules still
+// takes them, as the creator's.
+func TestAnnotationsDoNotWidenNone(t *testing.T) {
+	dir := t.TempDir()
+	for name, body := range map[string]string{
+		"closed": "network:\n  mode: none\n",
+		"open":   "network:\n  mode: host\n",
+		"web":    "network:\n  allowed_domains: [\"pypi.org\"]\n",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name+".yaml"), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range []string{"closed", "open"} {
+		_, err := planEgress(map[string]string{AnnotationAllowDomains: "*:*"}, name, dir)
+		if err == nil || !strings.Contains(err.Error(), "adds no destinations") {
+			t.Errorf("policy %s with the creator's *:*: %v", name, err)
+		}
+	}
+	if plan, err := planEgress(map[string]string{AnnotationAllowDomains: "*:*"}, "web", dir); err != nil || plan.Operator {
+		t.Errorf("policy web with the creator's *:*: %+v %v", plan, err)
+	}
+}

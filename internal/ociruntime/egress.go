@@ -153,6 +153,12 @@ func planEgress(annotations map[string]string, flagPolicy, dir string) (egressPl
 	}
 	if v, ok := annotations[AnnotationAllowDomains]; ok {
 		domains := splitList(v)
+		if m := plan.Network.Mode; len(domains) > 0 && (m == "none" || m == "host") {
+			// The node said how the container's network is: none is
+			// nothing, which the creator's rules would turn into
+			// everything they name; host has no rules to add to.
+			return egressPlan{}, fmt.Errorf("annotation %s: the node policy %q says network.mode %s, to which a container's creator adds no destinations", AnnotationAllowDomains, plan.Policy, m)
+		}
 		if len(domains) > 0 {
 			plan.Network.AllowedDomains = append(slices.Clone(plan.Network.AllowedDomains), domains...)
 			plan.Operator = false

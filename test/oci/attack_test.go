@@ -32,6 +32,21 @@ func capBits(t *testing.T, out string) map[string]uint64 {
 	return sets
 }
 
+// attackDocker starts dockerd with the test image and the runtime
+// "hutch": hutch-runc with no node policy (nothing allowed), and a
+// context the test's commands end with.
+func attackDocker(t *testing.T) (*ocitest.Docker, context.Context) {
+	t.Helper()
+	rt := ocitest.HutchRunc(t)
+	d := ocitest.StartDocker(t, map[string]ocitest.Runtime{
+		"hutch": {Path: rt, Args: []string{"--hutch-policy-dir", t.TempDir()}},
+	})
+	d.Load(t, imageTar(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
+	return d, ctx
+}
+
 // Capability bits (linux/capability.h).
 const (
 	capNetAdmin = 12
@@ -46,13 +61,7 @@ const (
 // container's own processes get none; the other capabilities the engine
 // asked for it keeps, inside its user namespace.
 func TestAttackExecCapabilities(t *testing.T) {
-	rt := ocitest.HutchRunc(t)
-	d := ocitest.StartDocker(t, map[string]ocitest.Runtime{
-		"hutch": {Path: rt, Args: []string{"--hutch-policy-dir", t.TempDir()}},
-	})
-	d.Load(t, imageTar(t))
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
+	d, ctx := attackDocker(t)
 
 	if r := d.Run(ctx, "run", "-d", "--name", "held", "--runtime", "hutch", "--cap-add", "NET_ADMIN", "--cap-add", "NET_RAW", testImage, "sleep", "600"); r.Err != nil {
 		t.Fatalf("run -d: %s", r)
@@ -85,13 +94,7 @@ func TestAttackExecCapabilities(t *testing.T) {
 // egress hutch holds gets no answer from it; runc's container, the
 // control, does.
 func TestAttackEngineResolver(t *testing.T) {
-	rt := ocitest.HutchRunc(t)
-	d := ocitest.StartDocker(t, map[string]ocitest.Runtime{
-		"hutch": {Path: rt, Args: []string{"--hutch-policy-dir", t.TempDir()}},
-	})
-	d.Load(t, imageTar(t))
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
+	d, ctx := attackDocker(t)
 
 	if r := d.Run(ctx, "network", "create", "attacknet"); r.Err != nil {
 		t.Fatalf("network create: %s", r)
