@@ -213,3 +213,27 @@ func TestAnnotationsDoNotWidenNone(t *testing.T) {
 		t.Errorf("policy web with the creator's *:*: %+v %v", plan, err)
 	}
 }
+
+// TestJoinersGetUserns: a container that joins a network or IPC
+// namespace by path (a pod's) gets a user namespace of its own; one whose
+// spec has a user namespace, or that joins a process namespace, keeps
+// the spec's identity.
+func TestJoinersGetUserns(t *testing.T) {
+	spec := func(ns ...specs.LinuxNamespace) *specs.Spec { return &specs.Spec{Linux: &specs.Linux{Namespaces: ns}} }
+	net := specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: "/var/run/netns/cni-1"}
+	ipc := specs.LinuxNamespace{Type: specs.IPCNamespace, Path: "/proc/7/ns/ipc"}
+	for _, tc := range []struct {
+		s    *specs.Spec
+		want bool
+	}{
+		{spec(specs.LinuxNamespace{Type: specs.NetworkNamespace}, specs.LinuxNamespace{Type: specs.MountNamespace}), true},
+		{spec(net, specs.LinuxNamespace{Type: specs.MountNamespace}), true},
+		{spec(net, ipc, specs.LinuxNamespace{Type: specs.UTSNamespace, Path: "/proc/7/ns/uts"}), true},
+		{spec(net, specs.LinuxNamespace{Type: specs.PIDNamespace, Path: "/proc/7/ns/pid"}), false},
+		{spec(specs.LinuxNamespace{Type: specs.UserNamespace}), false},
+	} {
+		if got := needsUserns(tc.s); got != tc.want {
+			t.Errorf("%+v: needsUserns %v, want %v", tc.s.Linux.Namespaces, got, tc.want)
+		}
+	}
+}

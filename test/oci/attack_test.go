@@ -2,11 +2,15 @@ package oci
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/hutch-sandbox/hutch/internal/testutil"
 	"github.com/hutch-sandbox/hutch/internal/testutil/ocitest"
 )
 
@@ -84,6 +88,13 @@ func TestAttackExecCapabilities(t *testing.T) {
 			t.Errorf("%v: no CAP_SYS_ADMIN: the probe did not get a privileged process\n%s", args, r)
 		}
 	}
+
+	// A container that joins its network (docker run --network
+	// container:held) gets a user namespace of its own, and the proxy.
+	r := d.Run(ctx, "run", "--rm", "--network", "container:held", "--runtime", "hutch", testImage, "sh", "-c", "cat /proc/self/uid_map; echo proxy=$http_proxy; ls /sys/class/net")
+	if f := strings.Fields(r.Stdout); r.Err != nil || len(f) < 3 || f[0] != "0" || f[1] == "0" || !strings.Contains(r.Stdout, "proxy=http://127.0.0.1:3128") {
+		t.Errorf("a container joining the network of another: %s", r)
+	}
 }
 
 // TestAttackEngineResolver: on a network of its own (docker network
@@ -114,5 +125,50 @@ func TestAttackEngineResolver(t *testing.T) {
 	r := d.Run(ctx, "run", "--rm", "--network", "attacknet", "--runtime", "hutch", testImage, "sh", "-c", probe)
 	if !strings.Contains(r.Stdout, "tcp=0") || !strings.Contains(r.Stdout, "udp=1") || strings.Contains(r.Stdout, "172.") {
 		t.Errorf("Docker's resolver answers a container of hutch-runc:\n%s\n(runc's: %s)", r, control)
+	}
+}
+
+// TestAttackJoinerIdentity: a container that joins a network namespace
+// made beforehand — every container of a Kubernetes pod: CRI makes the
+// pod's namespace, then its sandbox and its containers join it — gets a
+// user namespace of its own all the same: its root is not the host's,
+// and --privileged (every capability) stays inside it. Its egress still
+// goes through the namespace's proxy.
+func TestAttackJoinerIdentity(t *testing.T) {
+	ocitest.Need(t, "iproute2:ip")
+	c := ocitest.StartContainerd(t, ocitest.PolicyDirEnv+"="+t.TempDir())
+	c.Import(t, imageTar(t))
+	rt := ocitest.HutchRunc(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	ns := fmt.Sprintf("hutch-attack-%d", os.Getpid())
+	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add: %v %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+	join := []string{"--runc-binary", rt, "--with-ns", "network:/var/run/netns/" + ns}
+	if r := c.Ctr(ctx, append(append([]string{"run", "-d"}, join...), testImage, "sandbox", "sleep", "600")...); r.Err != nil {
+		t.Fatalf("the pod's first container: %s", r)
+	}
+	defer func() {
+		c.Ctr(context.Background(), "tasks", "kill", "-s", "SIGKILL", "sandbox")
+		testutil.Eventually(30*time.Second, func() bool { return strings.Contains(c.Ctr(ctx, "tasks", "ls").Stdout, "STOPPED") })
+		c.Ctr(context.Background(), "tasks", "delete", "sandbox")
+	}()
+	for _, args := range [][]string{
+		{"app"},
+		{"--privileged", "privileged"},
+	} {
+		name := args[len(args)-1]
+		r := c.Ctr(ctx, append(append(append([]string{"run", "--rm"}, join...), args[:len(args)-1]...), testImage, name,
+			"sh", "-c", "cat /proc/self/uid_map; echo proxy=$http_proxy; grep CapEff /proc/self/status")...)
+		if r.Err != nil || !strings.Contains(r.Stdout, "proxy=http://127.0.0.1:3128") {
+			t.Errorf("%s: %s", name, r)
+			continue
+		}
+		if f := strings.Fields(r.Stdout); len(f) < 3 || f[0] != "0" || f[1] == "0" || f[2] != "65536" {
+			t.Errorf("%s runs as the host's root (uid_map %q)", name, f[:min(3, len(f))])
+		}
 	}
 }
