@@ -156,16 +156,30 @@ func TestAttackJoinerIdentity(t *testing.T) {
 		testutil.Eventually(30*time.Second, func() bool { return strings.Contains(c.Ctr(ctx, "tasks", "ls").Stdout, "STOPPED") })
 		c.Ctr(context.Background(), "tasks", "delete", "sandbox")
 	}()
+	// The sandbox's IPC namespace too, as CRI's containers join it.
+	var pid string
+	for _, l := range strings.Split(c.Ctr(ctx, "tasks", "ls").Stdout, "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "sandbox" {
+			pid = f[1]
+		}
+	}
+	if pid == "" {
+		t.Fatalf("no pid of the sandbox in: %s", c.Ctr(ctx, "tasks", "ls"))
+	}
 	for _, args := range [][]string{
 		{"app"},
 		{"--privileged", "privileged"},
+		{"--with-ns", "ipc:/proc/" + pid + "/ns/ipc", "ipc"},
 	} {
 		name := args[len(args)-1]
 		r := c.Ctr(ctx, append(append(append([]string{"run", "--rm"}, join...), args[:len(args)-1]...), testImage, name,
-			"sh", "-c", "cat /proc/self/uid_map; echo proxy=$http_proxy; grep CapEff /proc/self/status")...)
+			"sh", "-c", "cat /proc/self/uid_map; echo proxy=$http_proxy; grep CapEff /proc/self/status; grep -c ' /dev/mqueue mqueue ' /proc/self/mounts; ls /sys/class/net")...)
 		if r.Err != nil || !strings.Contains(r.Stdout, "proxy=http://127.0.0.1:3128") {
 			t.Errorf("%s: %s", name, r)
 			continue
+		}
+		if !strings.Contains(r.Stdout, "\n1\n") || !strings.Contains(r.Stdout, "lo") {
+			t.Errorf("%s: no mqueue at /dev/mqueue, or no sysfs of its network: %s", name, r)
 		}
 		if f := strings.Fields(r.Stdout); len(f) < 3 || f[0] != "0" || f[1] == "0" || f[2] != "65536" {
 			t.Errorf("%s runs as the host's root (uid_map %q)", name, f[:min(3, len(f))])
