@@ -81,7 +81,18 @@ func prepareEgress(s *specs.Spec, dir string, plan egressPlan) error {
 	var secs []*secrets.Secret
 	if owner != "" {
 		plan.Placeholders = op.Placeholders
-		ca = filepath.Join(op.Files, caFile)
+		if plan.intercepts() {
+			// A copy of the proxy's CA, which its proxy wrote when it
+			// started: the owner's directory is its own user
+			// namespace's, which the container's cannot enter.
+			b, err := os.ReadFile(filepath.Join(op.Files, caFile))
+			if err == nil {
+				err = os.WriteFile(ca, b, 0o644)
+			}
+			if err != nil {
+				return fmt.Errorf("the network namespace's proxy's CA: %w", err)
+			}
+		}
 		if err := os.Symlink(owner, filepath.Join(dir, ownerLink)); err != nil {
 			return err
 		}

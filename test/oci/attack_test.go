@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -136,7 +137,21 @@ func TestAttackEngineResolver(t *testing.T) {
 // goes through the namespace's proxy.
 func TestAttackJoinerIdentity(t *testing.T) {
 	ocitest.Need(t, "iproute2:ip")
-	c := ocitest.StartContainerd(t, ocitest.PolicyDirEnv+"="+t.TempDir())
+	policies := t.TempDir()
+	token := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(token, []byte("real-token-value"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(policies, "pod.yaml"), []byte(fmt.Sprintf(`network:
+  allowed_domains: ["upstream.test"]
+secrets:
+  - name: TOKEN
+    hosts: ["upstream.test"]
+    from: file:%s
+`, token)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := ocitest.StartContainerd(t, ocitest.PolicyDirEnv+"="+policies)
 	c.Import(t, imageTar(t))
 	rt := ocitest.HutchRunc(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -147,7 +162,7 @@ func TestAttackJoinerIdentity(t *testing.T) {
 		t.Fatalf("ip netns add: %v %s", err, out)
 	}
 	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
-	join := []string{"--runc-binary", rt, "--with-ns", "network:/var/run/netns/" + ns}
+	join := []string{"--runc-binary", rt, "--with-ns", "network:/var/run/netns/" + ns, "--annotation", "dev.hutch.policy=pod"}
 	if r := c.Ctr(ctx, append(append([]string{"run", "-d"}, join...), testImage, "sandbox", "sleep", "600")...); r.Err != nil {
 		t.Fatalf("the pod's first container: %s", r)
 	}
@@ -173,8 +188,8 @@ func TestAttackJoinerIdentity(t *testing.T) {
 	} {
 		name := args[len(args)-1]
 		r := c.Ctr(ctx, append(append(append([]string{"run", "--rm"}, join...), args[:len(args)-1]...), testImage, name,
-			"sh", "-c", "cat /proc/self/uid_map; echo proxy=$http_proxy; grep CapEff /proc/self/status; grep -c ' /dev/mqueue mqueue ' /proc/self/mounts; ls /sys/class/net")...)
-		if r.Err != nil || !strings.Contains(r.Stdout, "proxy=http://127.0.0.1:3128") {
+			"sh", "-c", "cat /proc/self/uid_map; echo proxy=$http_proxy token=$TOKEN; grep -c BEGIN $SSL_CERT_FILE; grep CapEff /proc/self/status; grep -c ' /dev/mqueue mqueue ' /proc/self/mounts; ls /sys/class/net")...)
+		if r.Err != nil || !strings.Contains(r.Stdout, "proxy=http://127.0.0.1:3128") || strings.Contains(r.Stdout, "token=\n") || strings.Contains(r.Stdout, "real-token-value") || strings.Contains(r.Stdout, "\n0\n") {
 			t.Errorf("%s: %s", name, r)
 			continue
 		}
