@@ -126,6 +126,9 @@ func TestJoinerEgressMustMatch(t *testing.T) {
 	if err := writeJSON(filepath.Join(owner, egressFile), ownerPlan); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.WriteFile(filepath.Join(ownerPlan.Files, caFile), []byte("the proxy's CA"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.WriteFile(filepath.Join(owner, proxyPidFile), []byte("1"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -171,6 +174,12 @@ func TestJoinerEgressMustMatch(t *testing.T) {
 	if err != nil || got.Placeholders["A"] != "placeholder_a" || !slices.Contains(s.Process.Env, "A=placeholder_a") ||
 		slices.Contains(s.Process.Capabilities.Bounding, "CAP_NET_RAW") {
 		t.Errorf("the same egress: %v %+v %v", err, got, s.Process)
+	}
+	if b, err := os.ReadFile(filepath.Join(got.Files, caFile)); err != nil || string(b) != "the proxy's CA" {
+		t.Errorf("the joining container's copy of the CA: %q %v", b, err)
+	}
+	if i := slices.IndexFunc(s.Mounts, func(m specs.Mount) bool { return strings.HasSuffix(m.Source, caFile) }); i >= 0 && filepath.Dir(s.Mounts[i].Source) != got.Files {
+		t.Errorf("the CA is bound from %s, not from the joining container's files", s.Mounts[i].Source)
 	}
 	for name, change := range map[string]func(*egressPlan){
 		"a host policy":             func(p *egressPlan) { p.Mode, p.Policy, p.Network = "host", "open", policy.Network{Mode: "host"} },
