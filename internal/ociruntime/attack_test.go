@@ -12,6 +12,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/hutch-sandbox/hutch/internal/policy"
+	"github.com/hutch-sandbox/hutch/internal/testutil"
 )
 
 // TestRestoreRefused: runc restore would make a container from the
@@ -244,5 +245,50 @@ func TestJoinersGetUserns(t *testing.T) {
 		if got := needsUserns(tc.s); got != tc.want {
 			t.Errorf("%+v: needsUserns %v, want %v", tc.s.Linux.Namespaces, got, tc.want)
 		}
+	}
+}
+
+// TestTrustBundleInImage: the image's CA bundle paths are looked up in
+// the image: a symbolic link that names a file of the host, absolutely or
+// by climbing, is a link to nothing in the image (no bind over it, the
+// host's file neither looked at nor named), one within the image counts.
+func TestTrustBundleInImage(t *testing.T) {
+	testutil.RequireRoot(t)
+	root := t.TempDir()
+	host := filepath.Join(t.TempDir(), "host-secret")
+	if err := os.WriteFile(host, []byte("host"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"etc/ssl/certs", "etc/pki/tls/certs"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	links := map[string]string{
+		"etc/ssl/certs/ca-certificates.crt": host,
+		"etc/pki/tls/certs/ca-bundle.crt":   "../../../../../../../../.." + host,
+		"etc/ssl/ca-bundle.pem":             "../ssl/cert.pem",
+	}
+	for l, target := range links {
+		if err := os.Symlink(target, filepath.Join(root, l)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(root, "etc/ssl/cert.pem"), []byte("image"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	paths, env, err := trustBundleIn(root, []string{"A=1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"/etc/ssl/ca-bundle.pem", "/etc/ssl/cert.pem"}; !slices.Equal(paths, want) {
+		t.Errorf("bundles %v, want %v", paths, want)
+	}
+	if !slices.Contains(env, "SSL_CERT_FILE=/etc/ssl/ca-bundle.pem") || !slices.Contains(env, "A=1") {
+		t.Errorf("env %v", env)
+	}
+	// The calling thread's root is the host's still.
+	if _, err := os.Stat(host); err != nil {
+		t.Errorf("after the lookup: %v", err)
 	}
 }

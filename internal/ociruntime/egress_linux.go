@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 
 	"github.com/hutch-sandbox/hutch/internal/egress"
 	"github.com/hutch-sandbox/hutch/internal/policy"
@@ -123,7 +125,9 @@ func prepareEgress(s *specs.Spec, dir string, plan egressPlan) error {
 	}
 	if plan.intercepts() {
 		var paths []string
-		paths, _, env = sandbox.TrustBundle(s.Root.Path, env)
+		if paths, env, err = trustBundleIn(s.Root.Path, env); err != nil {
+			return err
+		}
 		for _, p := range paths {
 			s.Mounts = append(s.Mounts, specs.Mount{Destination: p, Type: "bind", Source: ca, Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}})
 		}
@@ -178,6 +182,35 @@ func egressHeld(dir string) (bool, error) {
 		return true, err
 	}
 	return plan.Mode != "host", nil
+}
+
+// trustBundleIn is sandbox.TrustBundle for the container's root, looked
+// up from inside it: on a thread whose root directory is the container's
+// (unshared, then chrooted; it ends with its goroutine), so that the
+// image's symbolic links (/etc/ssl/certs/ca-certificates.crt ->
+// /root/.ssh/id_rsa, or -> ../../../..) resolve in the image, as they
+// will in the container, and never make hutch-runc look at, or mount by
+// automount, a file of the host.
+func trustBundleIn(root string, env []string) (paths, out []string, err error) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		goruntime.LockOSThread()
+		if err = unix.Unshare(unix.CLONE_FS); err != nil {
+			err = fmt.Errorf("look up the image's CA bundles: unshare: %w", err)
+			return
+		}
+		if err = unix.Chroot(root); err == nil {
+			err = unix.Chdir("/")
+		}
+		if err != nil {
+			err = fmt.Errorf("look up the image's CA bundles in %s: %w", root, err)
+			return
+		}
+		paths, _, out = sandbox.TrustBundle("/", env)
+	}()
+	<-done
+	return paths, out, err
 }
 
 // sameEgress reports whether a and b, the plans of a network namespace's
