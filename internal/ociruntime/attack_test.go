@@ -2,6 +2,7 @@ package ociruntime
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -130,7 +131,13 @@ func TestJoinerEgressMustMatch(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(ownerPlan.Files, caFile), []byte("the proxy's CA"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(owner, proxyPidFile), []byte("1"), 0o600); err != nil {
+	// The owner's proxy: a process whose command line names its state.
+	proxy := exec.Command("sh", "-c", "sleep 600", "egress-proxy", owner)
+	if err := proxy.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { proxy.Process.Kill(); proxy.Wait() }()
+	if err := os.WriteFile(filepath.Join(owner, proxyPidFile), []byte(strconv.Itoa(proxy.Process.Pid)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	var st syscall.Stat_t
@@ -194,6 +201,20 @@ func TestJoinerEgressMustMatch(t *testing.T) {
 		if _, _, err := join(change); err == nil || !strings.Contains(err.Error(), "egress policy differs") {
 			t.Errorf("%s: %v", name, err)
 		}
+	}
+
+	// The owner's proxy has ended (its container did; its poststop has
+	// not run yet): the namespace's link is stale, its inode number
+	// another namespace's, which the container owns: no placeholders
+	// of the old owner, no link to it.
+	proxy.Process.Kill()
+	proxy.Wait()
+	_, got, err = join(func(p *egressPlan) { p.Secrets, p.Placeholders = nil, nil })
+	if err != nil || got.Placeholders["A"] != "" {
+		t.Errorf("a stale owner: %+v %v", got, err)
+	}
+	if _, err := os.Lstat(filepath.Join(root, "hutch", "c"+strconv.Itoa(n), ownerLink)); err == nil {
+		t.Errorf("a stale owner is taken as the namespace's")
 	}
 }
 

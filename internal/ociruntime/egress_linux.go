@@ -286,7 +286,11 @@ func joinedOwner(dir, nsPath string) string {
 	if err != nil {
 		return ""
 	}
-	if _, err := os.Stat(filepath.Join(owner, proxyPidFile)); err != nil {
+	// The link outlives the namespace until its owner's poststop, and
+	// a namespace's inode number is given again once it is gone: only
+	// a live proxy says the namespace at nsPath is the one it serves (a
+	// new namespace taken for it would get no firewall).
+	if pid, err := liveProxy(owner); err != nil || pid == 0 {
 		return ""
 	}
 	return owner
