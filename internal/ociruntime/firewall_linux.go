@@ -15,13 +15,13 @@ const firewallTable = "hutch"
 
 // egressFirewall installs, in the network namespace ns, a filter on every
 // packet the namespace sends: out through its loopback (to hutch's
-// proxy, or to its own servers; of 127.0.0.0/8 only 127.0.0.1), as part of a connection that came in
-// (answers to a pod's clients, probes), or IPv6 neighbour discovery (which
-// answering needs); everything else is refused (TCP with a reset, the
-// rest with an ICMP error: administratively prohibited), and what a
-// rule misses is dropped. The container cannot
-// change it: it holds no CAP_NET_ADMIN, and hutch's seccomp table refuses
-// netlink sockets.
+// proxy, or to its own servers; of 127.0.0.0/8 only 127.0.0.1), as part
+// of a connection that came in (answers to a pod's clients, probes), or
+// IPv6 neighbour discovery (which answering needs); everything else is
+// refused (TCP with a reset, the rest with an ICMP error:
+// administratively prohibited), and what a rule misses is dropped. The
+// container cannot change it: it holds no CAP_NET_ADMIN, and hutch's
+// seccomp table refuses netlink sockets.
 func egressFirewall(ns int) error {
 	c, err := nftables.New(nftables.WithNetNSFd(ns))
 	if err != nil {
