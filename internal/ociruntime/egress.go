@@ -162,6 +162,12 @@ func planEgress(annotations map[string]string, flagPolicy, dir string) (egressPl
 		if _, err := egress.NewRules(egress.Config{AllowDomains: domains}); err != nil {
 			return egressPlan{}, fmt.Errorf("annotation %s: %w", AnnotationAllowDomains, err)
 		}
+		if m := plan.Network.Mode; len(domains) > 0 && (m == "none" || m == "host") {
+			// The node said how the container's network is: none is
+			// nothing, which the creator's rules would turn into
+			// everything they name; host has no rules to add to.
+			return egressPlan{}, fmt.Errorf("annotation %s: the node policy %q says network.mode %s, to which a container's creator adds no destinations", AnnotationAllowDomains, plan.Policy, m)
+		}
 		if len(domains) > 0 {
 			plan.Network.AllowedDomains = append(slices.Clone(plan.Network.AllowedDomains), domains...)
 			plan.Operator = false

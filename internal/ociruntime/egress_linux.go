@@ -1,18 +1,22 @@
 package ociruntime
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 
 	"github.com/hutch-sandbox/hutch/internal/egress"
+	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
 	"github.com/hutch-sandbox/hutch/internal/secrets"
 )
@@ -49,30 +53,48 @@ var capsEgressDrops = []string{"CAP_NET_ADMIN", "CAP_NET_RAW"}
 // capability over its network. It records the plan for the hooks.
 func prepareEgress(s *specs.Spec, dir string, plan egressPlan) error {
 	plan.Hostname = s.Hostname
-	if plan.Mode == "host" {
-		return writeJSON(filepath.Join(dir, egressFile), plan)
-	}
 	nsPath, ok := "", false
 	for _, ns := range s.Linux.Namespaces {
 		if ns.Type == specs.NetworkNamespace {
 			nsPath, ok = ns.Path, true
 		}
 	}
+	// A container that joins a network namespace hutch's proxy serves
+	// gets that proxy's egress, and only with the same policy: a host
+	// policy in it would keep its capabilities over the network, another
+	// secret would get no placeholder.
+	owner := joinedOwner(dir, nsPath)
+	var op egressPlan
+	if owner != "" {
+		if err := readJSON(filepath.Join(owner, egressFile), &op); err != nil {
+			return fmt.Errorf("the network namespace's proxy: %w", err)
+		}
+		if !sameEgress(op, plan) {
+			return fmt.Errorf("the container joins the network namespace of another (a pod's) whose egress policy differs: containers that share a network share its policy (%s, %s, %s)", AnnotationPolicy, AnnotationAllowDomains, AnnotationSecrets)
+		}
+	}
+	if plan.Mode == "host" {
+		return writeJSON(filepath.Join(dir, egressFile), plan)
+	}
 	if !ok {
 		return errors.New("the container shares the host's network (no network namespace of its own: docker --network host, a pod's hostNetwork): hutch-runc cannot hold its egress to the proxy; give it a network of its own, or a node policy with network.mode host")
 	}
 	ca := filepath.Join(plan.Files, caFile)
 	var secs []*secrets.Secret
-	if owner := joinedOwner(dir, nsPath); owner != "" {
-		var op egressPlan
-		if err := readJSON(filepath.Join(owner, egressFile), &op); err != nil {
-			return fmt.Errorf("the network namespace's proxy: %w", err)
-		}
-		if op.Policy != plan.Policy || !slices.Equal(op.Network.AllowedDomains, plan.Network.AllowedDomains) || len(op.Secrets) != len(plan.Secrets) || op.Mode != plan.Mode {
-			return fmt.Errorf("the container joins the network namespace of another (a pod's) whose egress policy differs: containers that share a network share its policy (%s, %s)", AnnotationPolicy, AnnotationAllowDomains)
-		}
+	if owner != "" {
 		plan.Placeholders = op.Placeholders
-		ca = filepath.Join(op.Files, caFile)
+		if plan.intercepts() {
+			// A copy of the proxy's CA, which its proxy wrote when it
+			// started: the owner's directory is its own user
+			// namespace's, which the container's cannot enter.
+			b, err := os.ReadFile(filepath.Join(op.Files, caFile))
+			if err == nil {
+				err = os.WriteFile(ca, b, 0o644)
+			}
+			if err != nil {
+				return fmt.Errorf("the network namespace's proxy's CA: %w", err)
+			}
+		}
 		if err := os.Symlink(owner, filepath.Join(dir, ownerLink)); err != nil {
 			return err
 		}
@@ -103,7 +125,9 @@ func prepareEgress(s *specs.Spec, dir string, plan egressPlan) error {
 	}
 	if plan.intercepts() {
 		var paths []string
-		paths, _, env = sandbox.TrustBundle(s.Root.Path, env)
+		if paths, env, err = trustBundleIn(s.Root.Path, env); err != nil {
+			return err
+		}
 		for _, p := range paths {
 			s.Mounts = append(s.Mounts, specs.Mount{Destination: p, Type: "bind", Source: ca, Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}})
 		}
@@ -126,13 +150,77 @@ func prepareEgress(s *specs.Spec, dir string, plan egressPlan) error {
 	} else {
 		s.Mounts = append(s.Mounts, m)
 	}
-	if c := s.Process.Capabilities; c != nil {
-		drop := func(l []string) []string {
-			return slices.DeleteFunc(l, func(c string) bool { return slices.Contains(capsEgressDrops, c) })
-		}
-		c.Bounding, c.Effective, c.Permitted, c.Inheritable, c.Ambient = drop(c.Bounding), drop(c.Effective), drop(c.Permitted), drop(c.Inheritable), drop(c.Ambient)
-	}
+	dropEgressCaps(s.Process.Capabilities)
 	return writeJSON(filepath.Join(dir, egressFile), plan)
+}
+
+// isEgressCap reports whether a capability's name, as runc reads it
+// (CAP_NET_RAW) or spelled otherwise (net_raw), is one that a container
+// whose egress hutch holds loses.
+func isEgressCap(name string) bool {
+	n := strings.ToUpper(strings.TrimSpace(name))
+	if !strings.HasPrefix(n, "CAP_") {
+		n = "CAP_" + n
+	}
+	return slices.Contains(capsEgressDrops, n)
+}
+
+// dropEgressCaps takes the capabilities over the network out of every set
+// of c: the container's process at create, and every process exec starts
+// in it, whatever its engine asked (docker exec --privileged).
+func dropEgressCaps(c *specs.LinuxCapabilities) {
+	if c == nil {
+		return
+	}
+	drop := func(l []string) []string { return slices.DeleteFunc(l, isEgressCap) }
+	c.Bounding, c.Effective, c.Permitted, c.Inheritable, c.Ambient = drop(c.Bounding), drop(c.Effective), drop(c.Permitted), drop(c.Inheritable), drop(c.Ambient)
+}
+
+// trustBundleIn is sandbox.TrustBundle for the container's root, looked
+// up from inside it: on a thread whose root directory is the container's
+// (unshared, then chrooted; it ends with its goroutine), so that the
+// image's symbolic links (/etc/ssl/certs/ca-certificates.crt ->
+// /root/.ssh/id_rsa, or -> ../../../..) resolve in the image, as they
+// will in the container, and never make hutch-runc look at, or mount by
+// automount, a file of the host.
+func trustBundleIn(root string, env []string) (paths, out []string, err error) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		goruntime.LockOSThread()
+		if err = unix.Unshare(unix.CLONE_FS); err != nil {
+			err = fmt.Errorf("look up the image's CA bundles: unshare: %w", err)
+			return
+		}
+		if err = unix.Chroot(root); err == nil {
+			err = unix.Chdir("/")
+		}
+		if err != nil {
+			err = fmt.Errorf("look up the image's CA bundles in %s: %w", root, err)
+			return
+		}
+		paths, _, out = sandbox.TrustBundle("/", env)
+	}()
+	<-done
+	return paths, out, err
+}
+
+// sameEgress reports whether a and b, the plans of a network namespace's
+// owner and of a container that joins it, give the same egress: mode,
+// policy, rules (the whole network section) and secrets, by name.
+func sameEgress(a, b egressPlan) bool {
+	names := func(l []policy.Secret) []string {
+		var out []string
+		for _, s := range l {
+			out = append(out, s.Name)
+		}
+		slices.Sort(out)
+		return out
+	}
+	na, errA := json.Marshal(a.Network)
+	nb, errB := json.Marshal(b.Network)
+	return errA == nil && errB == nil && a.Mode == b.Mode && a.Policy == b.Policy && a.Operator == b.Operator &&
+		string(na) == string(nb) && slices.Equal(names(a.Secrets), names(b.Secrets))
 }
 
 // checkEgress builds the plan's rules, as the proxy will, so that a bad
@@ -190,7 +278,11 @@ func joinedOwner(dir, nsPath string) string {
 	if err != nil {
 		return ""
 	}
-	if _, err := os.Stat(filepath.Join(owner, proxyPidFile)); err != nil {
+	// The link outlives the namespace until its owner's poststop, and
+	// a namespace's inode number is given again once it is gone: only
+	// a live proxy says the namespace at nsPath is the one it serves (a
+	// new namespace taken for it would get no firewall).
+	if pid, err := liveProxy(owner); err != nil || pid == 0 {
 		return ""
 	}
 	return owner

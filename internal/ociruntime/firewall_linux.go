@@ -15,13 +15,13 @@ const firewallTable = "hutch"
 
 // egressFirewall installs, in the network namespace ns, a filter on every
 // packet the namespace sends: out through its loopback (to hutch's
-// proxy, or to its own servers), as part of a connection that came in
-// (answers to a pod's clients, probes), or IPv6 neighbour discovery (which
-// answering needs); everything else is refused (TCP with a reset, the
-// rest with an ICMP error: administratively prohibited), and what a
-// rule misses is dropped. The container cannot
-// change it: it holds no CAP_NET_ADMIN, and hutch's seccomp table refuses
-// netlink sockets.
+// proxy, or to its own servers; of 127.0.0.0/8 only 127.0.0.1), as part
+// of a connection that came in (answers to a pod's clients, probes), or
+// IPv6 neighbour discovery (which answering needs); everything else is
+// refused (TCP with a reset, the rest with an ICMP error:
+// administratively prohibited), and what a rule misses is dropped. The
+// container cannot change it: it holds no CAP_NET_ADMIN, and hutch's
+// seccomp table refuses netlink sockets.
 func egressFirewall(ns int) error {
 	c, err := nftables.New(nftables.WithNetNSFd(ns))
 	if err != nil {
@@ -38,6 +38,21 @@ func egressFirewall(ns int) error {
 	copy(lo, "lo")
 	zero := binaryutil.NativeEndian.PutUint32(0)
 	for _, exprs := range [][]expr.Any{
+		{
+			// The loopback's 127.0.0.0/8 but 127.0.0.1 (where hutch's
+			// proxy listens, and the container's own servers): an
+			// engine's server there is not the container's (Docker's
+			// resolver, 127.0.0.11 on networks of their own, answers
+			// the names of the network's containers and forwards the
+			// rest to the node's resolvers).
+			&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}},
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+			&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte{127, 0, 0, 1}},
+			&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: []byte{255, 0, 0, 0}, Xor: []byte{0, 0, 0, 0}},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{127, 0, 0, 0}},
+			&expr.Reject{Type: unix.NFT_REJECT_ICMPX_UNREACH, Code: unix.NFT_REJECT_ICMPX_ADMIN_PROHIBITED},
+		},
 		{
 			&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1},
 			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: lo},

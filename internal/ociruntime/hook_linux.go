@@ -259,20 +259,34 @@ func loopbackUp() error {
 	return nil
 }
 
-// stopEgress ends the proxy the container's hook started, if any, and
-// removes its namespace's link.
-func stopEgress(dir string) error {
+// liveProxy is the pid of the egress proxy the hook of the container
+// whose state directory is dir started, 0 when it started none or it has
+// ended: a pid the kernel gave again to another process is not it. The
+// proxy ends when the container that owns its network namespace does, so
+// a live proxy means a live namespace.
+func liveProxy(dir string) (int, error) {
 	b, err := os.ReadFile(filepath.Join(dir, proxyPidFile))
 	if err != nil {
-		return nil
+		return 0, nil
 	}
 	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
 	if err != nil || pid <= 1 {
-		return fmt.Errorf("%s: not a pid", filepath.Join(dir, proxyPidFile))
+		return 0, fmt.Errorf("%s: not a pid", filepath.Join(dir, proxyPidFile))
 	}
-	// Only the proxy of this container: a pid the kernel gave again to
-	// another process is not signalled.
 	if cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil && strings.Contains(string(cmdline), "\x00"+dir+"\x00") {
+		return pid, nil
+	}
+	return 0, nil
+}
+
+// stopEgress ends the proxy the container's hook started, if any, and
+// removes its namespace's link.
+func stopEgress(dir string) error {
+	pid, err := liveProxy(dir)
+	if err != nil {
+		return err
+	}
+	if pid > 0 {
 		// Its pidfd first, so that the wait below is for this process.
 		if fd, err := unix.PidfdOpen(pid, 0); err == nil {
 			unix.PidfdSendSignal(fd, unix.SIGTERM, nil, 0)

@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"slices"
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -81,28 +83,79 @@ func Main(args []string, stderr io.Writer) int {
 	if v, ok := cl.globalValue(hutchFlagPolicyDir); ok {
 		r.policyDir = v
 	}
-	var out []string
 	switch cl.name() {
-	case "create", "run":
-		out, err = r.create(cl)
-	case "exec":
-		out, err = r.exec(cl)
 	case CheckCommand:
 		return r.checkMain(os.Stdout)
 	case "", "--version", "-v", "version":
-		if cl.name() == "" && !versionAsked(cl) {
-			out = cl.rewrite(r.runcRoot(), nil, nil, nil)
-			break
+		if cl.name() != "" || versionAsked(cl) {
+			return r.version(os.Stdout, stderr)
 		}
-		return r.version(os.Stdout, stderr)
-	default:
-		out = cl.rewrite(r.runcRoot(), nil, nil, nil)
 	}
+	out, err := r.command(cl)
 	if err != nil {
 		return fail(cl, stderr, err)
 	}
+	if cl.name() == "create" {
+		return r.runCreate(cl, out, stderr)
+	}
 	err = unix.Exec(backend, append([]string{filepath.Base(backend)}, out...), os.Environ())
 	return fail(cl, stderr, fmt.Errorf("run %s: %w", backend, err))
+}
+
+// command returns the low-level runtime's command line for cl: a create
+// or run with the hardened bundle, an exec with the hardened process,
+// every other command with the low-level runtime's root. A command that
+// would make a container from a bundle hutch-runc did not harden is
+// refused.
+func (r *runtime) command(cl *cmdline) ([]string, error) {
+	switch cl.name() {
+	case "create", "run":
+		return r.create(cl)
+	case "exec":
+		return r.exec(cl)
+	case "restore":
+		// runc restore makes a container from --bundle's config.json
+		// as it is: no user namespace, no hutch init, no hooks, so no
+		// firewall and no proxy (S2, S6); and CRIU restores no
+		// Landlock domain.
+		return nil, errors.New("restore is not supported: a container restored from a checkpoint would run without hutch's confinement (user namespace, Landlock, egress firewall and proxy)")
+	}
+	return cl.rewrite(r.runcRoot(), nil, nil, nil), nil
+}
+
+// runCreate runs the low-level runtime's create (out) as a child, with
+// hutch-runc's standard streams and the descriptors --preserve-fds hands
+// on, and undoes what hutch-runc prepared for the container when it
+// fails: the runtime runs no poststop hook for a container it could not
+// create. The container's first process outlives the runtime, as under
+// runc: it goes to the engine's shim, the subreaper.
+func (r *runtime) runCreate(cl *cmdline, out []string, stderr io.Writer) int {
+	cmd := exec.Command(r.backend, out...)
+	cmd.Args[0] = filepath.Base(r.backend)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	if v, ok := cl.value("preserve-fds"); ok {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > 1<<16 {
+			return fail(cl, stderr, fmt.Errorf("--preserve-fds %q: not a count", v))
+		}
+		for i := range n {
+			cmd.ExtraFiles = append(cmd.ExtraFiles, os.NewFile(uintptr(3+i), fmt.Sprintf("fd-%d", 3+i)))
+		}
+	}
+	err := cmd.Run()
+	if err == nil {
+		return 0
+	}
+	id, _ := cl.id()
+	// The runtime reported its own failure (in --log): only what
+	// hutch-runc prepared is undone here.
+	if cerr := cleanupState(r.stateDir(id)); cerr != nil {
+		fmt.Fprintf(stderr, "hutch-runc: undo the failed create: %v\n", cerr)
+	}
+	if ee, ok := err.(*exec.ExitError); ok && ee.ExitCode() > 0 {
+		return ee.ExitCode()
+	}
+	return fail(cl, stderr, fmt.Errorf("run %s: %w", r.backend, err))
 }
 
 // versionAsked reports whether the global flags ask for the version.
@@ -318,9 +371,20 @@ func (r *runtime) exec(cl *cmdline) ([]string, error) {
 		}
 		return nil, err
 	}
+	// The container's egress: what hutch set in its environment, and
+	// whether it holds its network (a container without a plan does).
 	var plan egressPlan
-	if err := readJSON(filepath.Join(r.stateDir(id), egressFile), &plan); err != nil && !errors.Is(err, os.ErrNotExist) {
+	held := true
+	if err := readJSON(filepath.Join(r.stateDir(id), egressFile), &plan); err == nil {
+		held = plan.Mode != "host"
+	} else if !errors.Is(err, os.ErrNotExist) {
 		return nil, err
+	}
+	if held {
+		// runc exec --cap CAP_NET_RAW would give it back.
+		cl.flags = slices.DeleteFunc(cl.flags, func(f flag) bool {
+			return (f.name == "cap" || f.name == "c") && isEgressCap(f.value)
+		})
 	}
 	set := map[string]string{}
 	if err := absFlags(cl, set, "pid-file", "console-socket"); err != nil {
@@ -351,6 +415,9 @@ func (r *runtime) exec(cl *cmdline) ([]string, error) {
 		return nil, err
 	}
 	p.Env = execEnv(p.Env, plan)
+	if held {
+		dropEgressCaps(p.Capabilities)
+	}
 	// The hardened process goes to the low-level runtime in a memory
 	// file it inherits: nothing to remove after it, and probes that exec
 	// every few seconds leave nothing behind.

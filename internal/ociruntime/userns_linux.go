@@ -42,17 +42,89 @@ func mountsDir(root, id string) string {
 }
 
 // needsUserns says whether hutch-runc gives the container a user
-// namespace of its own: when the spec has none and makes every namespace
-// itself. A container that joins another's namespaces (a pod's) keeps
-// the spec's identity: a user namespace of its own could not mount in
-// namespaces another one owns.
+// namespace of its own: when the spec has none, and joins no process
+// namespace. A container that joins another's network or IPC namespace
+// (every container of a Kubernetes pod joins the one CRI made) gets one
+// too: the low-level runtime joins those first, as host root, and then
+// makes the user namespace; the file systems it could not mount from it
+// (sysfs and mqueue, which belong to the joined namespace's owner) are
+// mounted by hutch-runc in the joined namespace and bound in
+// (joinedMounts). A joined process namespace keeps the spec's identity:
+// its proc could not be mounted from a user namespace of the container's.
 func needsUserns(s *specs.Spec) bool {
 	for _, ns := range s.Linux.Namespaces {
-		if ns.Type == specs.UserNamespace || ns.Path != "" {
+		if ns.Type == specs.UserNamespace || ns.Type == specs.PIDNamespace && ns.Path != "" {
 			return false
 		}
 	}
 	return true
+}
+
+// joinedFS are the file systems whose instance belongs to a namespace
+// the container may join, by their mount type: mounted from a user
+// namespace other than the one that owns that namespace, they fail.
+var joinedFS = map[string]struct {
+	ns   specs.LinuxNamespaceType
+	flag int
+}{
+	"sysfs":  {specs.NetworkNamespace, unix.CLONE_NEWNET},
+	"mqueue": {specs.IPCNamespace, unix.CLONE_NEWIPC},
+}
+
+// joinedMounts mounts, for each sysfs and mqueue mount of s whose
+// namespace the container joins by path, an instance of that file system
+// in that namespace under mnt (host root's, from the joined namespace),
+// and makes the spec bind it instead: nosuid, nodev, noexec, and
+// read-only when the spec's mount was.
+func joinedMounts(s *specs.Spec, mnt string) error {
+	paths := map[specs.LinuxNamespaceType]string{}
+	for _, ns := range s.Linux.Namespaces {
+		if ns.Path != "" {
+			paths[ns.Type] = ns.Path
+		}
+	}
+	for i := range s.Mounts {
+		m := &s.Mounts[i]
+		fs, ok := joinedFS[m.Type]
+		path := paths[fs.ns]
+		if !ok || path == "" {
+			continue
+		}
+		target := filepath.Join(mnt, m.Type)
+		if err := os.Mkdir(target, 0o755); err != nil {
+			return err
+		}
+		if err := mountIn(path, fs.flag, m.Type, target); err != nil {
+			return fmt.Errorf("%s of the joined namespace %s: %w", m.Type, path, err)
+		}
+		opts := []string{"bind", "nosuid", "nodev", "noexec"}
+		if slices.Contains(m.Options, "ro") {
+			opts = append(opts, "ro")
+		}
+		*m = specs.Mount{Destination: m.Destination, Type: "bind", Source: target, Options: opts}
+	}
+	return nil
+}
+
+// mountIn mounts a new instance of the file system fstype at target, from
+// the namespace at nsPath (of kind flag), on a thread that enters it and
+// ends with its goroutine.
+func mountIn(nsPath string, flag int, fstype, target string) error {
+	f, err := os.Open(nsPath)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	errc := make(chan error, 1)
+	go func() {
+		goruntime.LockOSThread()
+		if err := unix.Setns(int(f.Fd()), flag); err != nil {
+			errc <- fmt.Errorf("enter it: %w", err)
+			return
+		}
+		errc <- unix.Mount(fstype, target, fstype, unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
+	}()
+	return <-errc
 }
 
 // allocateIDs takes the lowest free block of host ids for container id,
@@ -142,9 +214,12 @@ func userns(s *specs.Spec, base uint32, mnt string) (work string, err error) {
 		return work, fmt.Errorf("the container's root in its user namespace: %w", err)
 	}
 	s.Root.Path = rootfs
+	if err := joinedMounts(s, mnt); err != nil {
+		return work, err
+	}
 	for i := range s.Mounts {
 		mt := &s.Mounts[i]
-		if !isBind(*mt) || !filepath.IsAbs(mt.Source) || mt.Destination == InitPath {
+		if !isBind(*mt) || !filepath.IsAbs(mt.Source) || mt.Destination == InitPath || filepath.Dir(mt.Source) == mnt {
 			continue
 		}
 		fi, err := os.Stat(mt.Source)

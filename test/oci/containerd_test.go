@@ -47,7 +47,7 @@ func hutchRuncLeft() []string {
 			}
 		}
 	}
-	for _, pid := range proxies() {
+	for _, pid := range proxies("") {
 		out = append(out, fmt.Sprintf("proxy %d", pid))
 	}
 	return out
@@ -160,6 +160,19 @@ func TestContainerdRun(t *testing.T) {
 		if r.Code == 0 || !strings.Contains(r.Stderr, want) {
 			t.Errorf("annotation %s: %s", ann, r)
 		}
+	}
+
+	// A create the low-level runtime fails (a mount of no filesystem),
+	// after hutch-runc prepared the container: nothing of it is left.
+	r = c.Ctr(ctx, "run", "--rm", "--mount", "type=nosuchfs,src=none,dst=/mnt/x,options=rw", "--runc-binary", rt, testImage, "failed-create", "true")
+	if r.Code == 0 {
+		t.Errorf("a mount of no filesystem: %s", r)
+	}
+	if left, _ := filepath.Glob("/run/hutch-runc/c/*-failed-create"); len(left) > 0 {
+		t.Errorf("a failed create left %v", left)
+	}
+	if left, _ := filepath.Glob("/run/containerd/runc/" + c.Namespace + "/hutch/failed-create"); len(left) > 0 {
+		t.Errorf("a failed create left its state %v", left)
 	}
 
 	// A root that is a directory (the native snapshotter's), read-only,

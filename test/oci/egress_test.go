@@ -103,7 +103,7 @@ func TestDockerEgress(t *testing.T) {
 	if r := d.Run(ctx, "run", "-d", "--name", "proxied", "--runtime", "hutch-allowed", testImage, "sleep", "600"); r.Err != nil {
 		t.Fatalf("run -d: %s", r)
 	}
-	if n := len(proxies()); n != 1 {
+	if n := len(proxies(d.Dir())); n != 1 {
 		t.Errorf("%d egress proxies with one container", n)
 	}
 	// docker exec's processes get the proxy's variables too (Docker
@@ -117,13 +117,16 @@ func TestDockerEgress(t *testing.T) {
 	if r := d.Run(ctx, "rm", "-f", "proxied"); r.Err != nil {
 		t.Errorf("rm: %s", r)
 	}
-	if left := proxies(); len(left) != 0 {
+	if left := proxies(d.Dir()); len(left) != 0 {
 		t.Errorf("egress proxies left after the container: %v", left)
 	}
 }
 
-// proxies are the pids of hutch-runc's egress proxies running.
-func proxies() []int {
+// proxies are the pids of hutch-runc's egress proxies running whose
+// command line (their container's state directory) holds scope: an
+// engine's directory or namespace, so that another engine's proxies (a
+// test run beside) are not counted.
+func proxies(scope string) []int {
 	var out []int
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
@@ -132,7 +135,7 @@ func proxies() []int {
 			continue
 		}
 		b, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if strings.HasPrefix(string(b), "hutch-runc\x00egress-proxy\x00") {
+		if strings.HasPrefix(string(b), "hutch-runc\x00egress-proxy\x00") && strings.Contains(string(b), scope) {
 			out = append(out, pid)
 		}
 	}
@@ -246,7 +249,7 @@ func TestContainerdSharedNetwork(t *testing.T) {
 	if !strings.Contains(r.Stdout, "hello from the pod's upstream") {
 		t.Errorf("the joining container through the namespace's proxy: %s", r)
 	}
-	if n := len(proxies()); n != 1 {
+	if n := len(proxies(c.Namespace)); n != 1 {
 		t.Errorf("%d egress proxies for one network namespace", n)
 	}
 	r = c.Ctr(ctx, append(append([]string{"run", "--rm"}, join...), "--annotation", "dev.hutch.policy=other", testImage, "stranger", "true")...)
@@ -258,7 +261,7 @@ func TestContainerdSharedNetwork(t *testing.T) {
 	if r := c.Ctr(ctx, "tasks", "delete", "sandbox"); r.Err != nil {
 		t.Errorf("tasks delete: %s", r)
 	}
-	if left := proxies(); len(left) != 0 {
+	if left := proxies(c.Namespace); len(left) != 0 {
 		t.Errorf("egress proxies left after the namespace's first container: %v", left)
 	}
 }

@@ -118,3 +118,7 @@ func (d *Docker) Listen(t testing.TB, network, addr string) net.Listener {
 
 // DataRoot is dockerd's --data-root (its images' and containers' layers).
 func (d *Docker) DataRoot() string { return filepath.Join(d.dir, "root") }
+
+// Dir is dockerd's directory (its data and exec roots are in it: the
+// runtimes' state of its containers too).
+func (d *Docker) Dir() string { return d.dir }
