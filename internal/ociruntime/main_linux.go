@@ -8,8 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"slices"
+	"strconv"
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
