@@ -52,6 +52,9 @@ const Runc = "/usr/sbin/runc"
 // CNIBinDir holds the CNI plugins (Debian's containernetworking-plugins).
 const CNIBinDir = "/usr/lib/cni"
 
+// cniCache is where libcni, in containerd, keeps what the plugins did.
+const cniCache = "/var/lib/cni"
+
 // PauseImage is the name of the sandbox image containerd is given.
 const PauseImage = "hutch.local/k8stest/pause:1"
 
@@ -95,10 +98,13 @@ type Cluster struct {
 	// CgroupRoot is the cgroup under which the kubelet puts the pods.
 	CgroupRoot string
 
-	bin   string
-	ports ports
-	procs []*proc
-	mntns *proc
+	bin string
+	// cniCacheExisted is whether cniCache did before the cluster
+	// started: if not, the teardown removes it when it is empty.
+	cniCacheExisted bool
+	ports           ports
+	procs           []*proc
+	mntns           *proc
 }
 
 // BinDir returns the directory of the cluster's binaries, or skips (fails
@@ -148,6 +154,8 @@ func StartCluster(t testing.TB, opts Options) *Cluster {
 		CgroupRoot:       "/hutch-k8s-" + strings.ToLower(id),
 		bin:              bin,
 	}
+	_, err = os.Stat(cniCache)
+	c.cniCacheExisted = err == nil
 	t.Cleanup(func() { c.teardown(t) })
 	c.ports = freePorts(t, nodeIP)
 
@@ -155,6 +163,7 @@ func StartCluster(t testing.TB, opts Options) *Cluster {
 	c.writeConfigs(t, opts)
 	c.kubeadm(t, "init", "phase", "certs", "all", "--config", c.path("kubeadm.yaml"))
 	c.kubeadm(t, "init", "phase", "kubeconfig", "all", "--config", c.path("kubeadm.yaml"), "--kubeconfig-dir", c.path("kubeconfig"))
+	c.serverOnLoopback(t)
 	c.makeCgroupRoot(t)
 	c.startMountNamespace(t)
 
@@ -176,10 +185,12 @@ func StartCluster(t testing.TB, opts Options) *Cluster {
 		"--authentication-kubeconfig="+c.path("kubeconfig/scheduler.conf"),
 		"--authorization-kubeconfig="+c.path("kubeconfig/scheduler.conf"),
 		"--bind-address=127.0.0.1", fmt.Sprint("--secure-port=", c.ports.scheduler), "--leader-elect=false")
-	// kubeadm's certificates put its administrators and the API server's
-	// client of kubelets in the group kubeadm:cluster-admins, which
-	// kubeadm init binds to cluster-admin in a phase not run here.
+	// What kubeadm init binds in a phase not run here: its administrators
+	// (group kubeadm:cluster-admins) to cluster-admin, and the API
+	// server's client of kubelets (for exec and logs) to
+	// system:kubelet-api-admin.
 	c.Kubectl(t, "create", "clusterrolebinding", "kubeadm:cluster-admins", "--clusterrole=cluster-admin", "--group=kubeadm:cluster-admins")
+	c.Kubectl(t, "create", "clusterrolebinding", "kubeadm:kubelet-api-admin", "--clusterrole=system:kubelet-api-admin", "--user=kube-apiserver-kubelet-client")
 
 	c.importPause(t)
 	for _, img := range opts.Images {
@@ -212,7 +223,7 @@ func (c *Cluster) Kubectl(t testing.TB, args ...string) string {
 // KubectlIn is Kubectl with stdin as kubectl's input (`apply -f -`).
 func (c *Cluster) KubectlIn(t testing.TB, stdin string, args ...string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	r := c.Run(ctx, stdin, args...)
 	if r.Err != nil {
@@ -246,6 +257,25 @@ func (c *Cluster) kubeadm(t testing.TB, args ...string) {
 	defer cancel()
 	if r := run(ctx, "", filepath.Join(c.bin, "kubeadm"), args...); r.Err != nil {
 		t.Fatalf("kubeadm %s: %s", strings.Join(args, " "), r)
+	}
+}
+
+// serverOnLoopback points the kubeconfigs kubeadm wrote for the
+// controller manager and the scheduler, which name the API server's
+// advertised address, at 127.0.0.1, where it listens.
+func (c *Cluster) serverOnLoopback(t testing.TB) {
+	t.Helper()
+	from := fmt.Sprintf("https://%s:%d", c.NodeIP, c.ports.apiServer)
+	to := fmt.Sprintf("https://127.0.0.1:%d", c.ports.apiServer)
+	confs, _ := filepath.Glob(c.path("kubeconfig/*.conf"))
+	for _, f := range confs {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(f, []byte(strings.ReplaceAll(string(b), from, to)), 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

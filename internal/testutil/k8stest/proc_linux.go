@@ -160,6 +160,10 @@ func (c *Cluster) startAPIServer(t testing.TB) {
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file="+pki+"/sa.pub", "--service-account-signing-key-file="+pki+"/sa.key",
 		"--service-cluster-ip-range="+ServiceSubnet,
+		"--requestheader-client-ca-file="+pki+"/front-proxy-ca.crt", "--requestheader-allowed-names=front-proxy-client",
+		"--requestheader-username-headers=X-Remote-User", "--requestheader-group-headers=X-Remote-Group",
+		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
+		"--proxy-client-cert-file="+pki+"/front-proxy-client.crt", "--proxy-client-key-file="+pki+"/front-proxy-client.key",
 		"--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction", "--allow-privileged=true",
 		"--profiling=false")
 }
@@ -168,6 +172,8 @@ func (c *Cluster) startAPIServer(t testing.TB) {
 // waits for its socket.
 func (c *Cluster) startContainerd(t testing.TB, env []string) {
 	t.Helper()
+	// containerd finds its shim on PATH: this one's, not Debian's.
+	env = append([]string{"PATH=" + c.bin + string(os.PathListSeparator) + os.Getenv("PATH")}, env...)
 	p := c.startInNamespace(t, "containerd", env, "--config", c.path("containerd/config.toml"))
 	c.waitFor(t, "containerd's socket", time.Minute, func(ctx context.Context) bool {
 		select {
@@ -370,10 +376,13 @@ func (c *Cluster) teardown(t testing.TB) {
 	c.removeCgroups(t)
 	// libcni's cache of what the plugins did, kept outside the
 	// namespace: left when a pod's network was not undone.
-	if left, _ := filepath.Glob(filepath.Join("/var/lib/cni/results", c.Network+"-*")); len(left) > 0 {
-		for _, f := range left {
-			os.Remove(f)
-		}
+	left, _ := filepath.Glob(filepath.Join(cniCache, "results", c.Network+"-*"))
+	for _, f := range left {
+		os.Remove(f)
+	}
+	if !c.cniCacheExisted {
+		os.Remove(filepath.Join(cniCache, "results"))
+		os.Remove(cniCache)
 	}
 	if err := os.RemoveAll(c.Dir); err != nil {
 		t.Errorf("k8stest: %v", err)
