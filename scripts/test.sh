@@ -105,7 +105,7 @@ if [ "$(id -u)" = 0 ]; then
 fi
 
 # The binaries of that cluster (Kubernetes, etcd, containerd 2), built from
-# the Go module proxy once per pinned version (measured: about 25 minutes
+# the Go module proxy once per pinned version (measured: about 21 minutes
 # on two cores) into /var/cache/hutch/k8s, then found there in a tenth of a
 # second; the tests take their directory from $HUTCH_TEST_K8S_BIN.
 if [ "$(id -u)" = 0 ]; then
