@@ -55,7 +55,7 @@ start=$(date +%s)
 mkdir -p "$cache"
 tmp=$(mktemp -d "$cache/.build.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-export CGO_ENABLED=0 GOFLAGS=-trimpath
+export CGO_ENABLED=0 GOFLAGS="-trimpath -buildvcs=false"
 
 # Versions as Kubernetes' own build stamps them (hack/lib/version.sh), so
 # that kubectl version, the node's kubeletVersion and kubeadm's checks read
