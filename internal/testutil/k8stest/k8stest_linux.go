@@ -170,6 +170,11 @@ func StartCluster(t testing.TB, opts Options) *Cluster {
 	c.startEtcd(t)
 	c.startContainerd(t, opts.ContainerdEnv)
 	c.startAPIServer(t)
+	// The images are imported while the API server starts.
+	c.importPause(t)
+	for _, img := range opts.Images {
+		c.Import(t, img)
+	}
 	c.waitAPI(t)
 	c.start(t, "kube-controller-manager", nil,
 		"--kubeconfig="+c.path("kubeconfig/controller-manager.conf"),
@@ -192,10 +197,6 @@ func StartCluster(t testing.TB, opts Options) *Cluster {
 	c.Kubectl(t, "create", "clusterrolebinding", "kubeadm:cluster-admins", "--clusterrole=cluster-admin", "--group=kubeadm:cluster-admins")
 	c.Kubectl(t, "create", "clusterrolebinding", "kubeadm:kubelet-api-admin", "--clusterrole=system:kubelet-api-admin", "--user=kube-apiserver-kubelet-client")
 
-	c.importPause(t)
-	for _, img := range opts.Images {
-		c.Import(t, img)
-	}
 	c.startKubelet(t)
 	c.waitNodeReady(t)
 	c.waitFor(t, "the default service account", 3*time.Minute, func(ctx context.Context) bool {
