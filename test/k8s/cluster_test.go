@@ -3,6 +3,10 @@
 package k8s
 
 import (
+	"bufio"
+	"fmt"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -25,17 +29,17 @@ spec:
   - name: hello
     image: ` + busyboxImage + `
     imagePullPolicy: Never
-    command: ["/bin/sh", "-c", "echo hello from the pod; trap 'exit 0' TERM; while :; do sleep 1; done"]
+    command: ["/bin/sh", "-c", "echo hello from the pod; mkdir /tmp/www; echo served in the pod > /tmp/www/index.html; httpd -p 127.0.0.1:8080 -h /tmp/www; trap 'exit 0' TERM; while :; do sleep 1; done"]
 `
 
 // TestClusterRunsAPod starts a cluster, runs a busybox pod with the default
 // runtime handler (runc), and checks that it becomes Ready, that kubectl
-// logs and exec reach it through the API server and the kubelet, and that
-// deleting it removes it.
+// logs, exec and port-forward (to a server on the pod's loopback) reach it
+// through the API server and the kubelet, and that deleting it removes it.
 func TestClusterRunsAPod(t *testing.T) {
 	need := func(ok bool, reason string) { t.Helper(); testutil.Need(t, ok, reason) }
 	k8stest.BinDir(t)
-	img := imagetest.BusyboxWith(t, need, nil, imagetest.Symlink("bin/sleep", "busybox"))
+	img := imagetest.BusyboxWith(t, need, nil, imagetest.Symlink("bin/sleep", "busybox"), imagetest.Symlink("bin/httpd", "busybox"))
 	tar := imagetest.DockerSave(t, img, busyboxImage, t.TempDir())
 
 	begin := time.Now()
@@ -60,10 +64,48 @@ func TestClusterRunsAPod(t *testing.T) {
 		t.Errorf("kubectl exec -i sh = %q, want the image's GREETING", got)
 	}
 
+	if got := portForwardGet(t, c, "pod/hello", 8080, "/index.html"); got != "served in the pod\n" {
+		t.Errorf("GET through kubectl port-forward = %q, want the pod's file", got)
+	}
+
 	begin = time.Now()
 	c.Kubectl(t, "delete", "pod", "hello", "--timeout=2m")
 	t.Logf("pod deleted in %v", time.Since(begin).Round(time.Millisecond))
 	if got := c.Kubectl(t, "get", "pods", "-o", "name"); strings.TrimSpace(got) != "" {
 		t.Errorf("pods left after the delete: %q", got)
 	}
+}
+
+// portForwardGet runs kubectl port-forward from a free port of 127.0.0.1 to
+// port of target, GETs path through it and returns the body.
+func portForwardGet(t *testing.T, c *k8stest.Cluster, target string, port int, path string) string {
+	t.Helper()
+	cmd := c.Command("port-forward", "--address=127.0.0.1", target, fmt.Sprintf(":%d", port))
+	var stderr testutil.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	// "Forwarding from 127.0.0.1:PORT -> 8080"
+	line, err := bufio.NewReader(out).ReadString('\n')
+	var local int
+	if _, perr := fmt.Sscanf(line, "Forwarding from 127.0.0.1:%d ->", &local); err != nil || perr != nil {
+		t.Fatalf("kubectl port-forward printed %q (%v), stderr:\n%s", line, err, stderr.String())
+	}
+	go io.Copy(io.Discard, out)
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d%s", local, path))
+	if err != nil {
+		t.Fatalf("GET through kubectl port-forward: %v\n%s", err, stderr.String())
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

@@ -214,6 +214,12 @@ func (c *Cluster) Run(ctx context.Context, stdin string, args ...string) ocitest
 	return run(ctx, stdin, filepath.Join(c.bin, "kubectl"), append([]string{"--kubeconfig", c.Kubeconfig}, args...)...)
 }
 
+// Command is kubectl with args on the cluster as its administrator, not
+// started: for a kubectl that runs until it is stopped (port-forward).
+func (c *Cluster) Command(args ...string) *exec.Cmd {
+	return exec.Command(filepath.Join(c.bin, "kubectl"), append([]string{"--kubeconfig", c.Kubeconfig}, args...)...)
+}
+
 // Kubectl runs kubectl with args and returns its standard output, failing
 // the test when it fails.
 func (c *Cluster) Kubectl(t testing.TB, args ...string) string {
