@@ -338,7 +338,7 @@ func (c *Cluster) teardown(t testing.TB) {
 	if running("kube-apiserver") && running("kubelet") {
 		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 		if r := c.Run(ctx, "", "delete", "pods", "--all", "--all-namespaces", "--grace-period=1", "--timeout=60s"); r.Err != nil {
-			t.Logf("k8stest: deleting the pods: %s", r)
+			t.Logf("k8stest: deleting the pods: %s\nthe cluster's logs:\n%s", r, c.logs())
 		}
 		for ctx.Err() == nil {
 			if r := c.Ctr(ctx, "tasks", "ls", "-q"); r.Err != nil || strings.TrimSpace(r.Stdout) == "" {
