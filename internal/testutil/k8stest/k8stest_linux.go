@@ -134,6 +134,7 @@ func StartCluster(t testing.TB, opts Options) *Cluster {
 	nodeIP, err := nodeAddress()
 	testutil.Need(t, err == nil, fmt.Sprintf("needs an IPv4 address of this machine for the node: %v", err))
 
+	sweepStale(t)
 	dir, err := os.MkdirTemp("", "hutch-k8s-")
 	if err != nil {
 		t.Fatal(err)
@@ -141,22 +142,12 @@ func StartCluster(t testing.TB, opts Options) *Cluster {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	id := strings.TrimPrefix(filepath.Base(dir), "hutch-k8s-")
-	c := &Cluster{
-		Dir:              dir,
-		Kubeconfig:       filepath.Join(dir, "kubeconfig", "super-admin.conf"),
-		NodeName:         "hutch-node-" + strings.ToLower(id),
-		NodeIP:           nodeIP,
-		ContainerdSocket: filepath.Join(dir, "containerd", "containerd.sock"),
-		Network:          "hutch-k8s-" + strings.ToLower(id),
-		Bridge:           bridgeName(id),
-		Subnet:           podSubnet(id),
-		CgroupRoot:       "/hutch-k8s-" + strings.ToLower(id),
-		bin:              bin,
-	}
+	c := newCluster(dir, bin)
+	c.NodeIP = nodeIP
 	_, err = os.Stat(cniCache)
 	c.cniCacheExisted = err == nil
 	t.Cleanup(func() { c.teardown(t) })
+	c.writeOwner(t)
 	c.ports = freePorts(t, nodeIP)
 
 	begin := time.Now()
@@ -204,6 +195,23 @@ func StartCluster(t testing.TB, opts Options) *Cluster {
 	})
 	t.Logf("k8stest: cluster %s (node %s at %s) ready in %v", c.Network, c.NodeName, c.NodeIP, time.Since(begin).Round(time.Millisecond))
 	return c
+}
+
+// newCluster is the cluster of directory dir (hutch-k8s-ID): its names
+// come from its ID.
+func newCluster(dir, bin string) *Cluster {
+	id := strings.ToLower(strings.TrimPrefix(filepath.Base(dir), "hutch-k8s-"))
+	return &Cluster{
+		Dir:              dir,
+		Kubeconfig:       filepath.Join(dir, "kubeconfig", "super-admin.conf"),
+		NodeName:         "hutch-node-" + id,
+		ContainerdSocket: filepath.Join(dir, "containerd", "containerd.sock"),
+		Network:          "hutch-k8s-" + id,
+		Bridge:           bridgeName(id),
+		Subnet:           podSubnet(id),
+		CgroupRoot:       "/hutch-k8s-" + id,
+		bin:              bin,
+	}
 }
 
 // path is the path of name under the cluster's directory.

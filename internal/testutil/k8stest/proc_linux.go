@@ -280,14 +280,15 @@ func (c *Cluster) removeCgroups(t testing.TB) {
 // those whose command line names the cluster's directory.
 func (c *Cluster) namespaceProcs() []int {
 	var out []int
-	if c.mntns == nil {
-		return nil
+	ns, holder := "", 0
+	if c.mntns != nil {
+		holder = c.mntns.cmd.Process.Pid
+		ns, _ = os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", holder))
 	}
-	ns, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", c.mntns.cmd.Process.Pid))
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() || pid == c.mntns.cmd.Process.Pid {
+		if err != nil || pid == os.Getpid() || pid == holder {
 			continue
 		}
 		mnt, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", pid))
@@ -368,6 +369,13 @@ func (c *Cluster) teardown(t testing.TB) {
 		c.mntns.cmd.Process.Kill()
 		<-c.mntns.done
 	}
+	c.removeLeftovers(t)
+}
+
+// removeLeftovers removes the pods' bridge, the cluster's cgroups, its
+// entries in libcni's cache and its directory, once no process of the
+// cluster is left.
+func (c *Cluster) removeLeftovers(t testing.TB) {
 	if _, err := os.Stat("/sys/class/net/" + c.Bridge); err == nil {
 		if out, err := exec.Command("ip", "link", "del", c.Bridge).CombinedOutput(); err != nil {
 			t.Errorf("k8stest: ip link del %s: %v: %s", c.Bridge, err, out)
@@ -386,5 +394,59 @@ func (c *Cluster) teardown(t testing.TB) {
 	}
 	if err := os.RemoveAll(c.Dir); err != nil {
 		t.Errorf("k8stest: %v", err)
+	}
+}
+
+// ownerFile, in a cluster's directory, names the test process that owns
+// the cluster: its pid and its start time (field 22 of /proc/PID/stat).
+const ownerFile = "owner"
+
+// processStart is the start time of process pid, "" when there is none.
+func processStart(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return ""
+	}
+	// The command's name, in parentheses, may hold spaces.
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	if len(f) < 20 {
+		return ""
+	}
+	return f[19]
+}
+
+// writeOwner records this test process as the cluster's owner.
+func (c *Cluster) writeOwner(t testing.TB) {
+	t.Helper()
+	owner := fmt.Sprintf("%d %s\n", os.Getpid(), processStart(os.Getpid()))
+	if err := os.WriteFile(c.path(ownerFile), []byte(owner), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// sweepStale tears down what is left of the clusters whose test process
+// died without its teardown (killed by go test's timeout, say): the runc
+// shims and the pods' processes outlive it, and the bridge, the cgroups
+// and the directory are left. The control plane, containerd, the kubelet
+// and the mount namespace's holder died with it (SIGKILL as its parent
+// died).
+func sweepStale(t testing.TB) {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "hutch-k8s-*"))
+	for _, dir := range dirs {
+		b, err := os.ReadFile(filepath.Join(dir, ownerFile))
+		if err != nil {
+			continue // starting, or not a cluster's
+		}
+		var pid int
+		var start string
+		if _, err := fmt.Sscanf(string(b), "%d %s", &pid, &start); err != nil || (processStart(pid) == start && start != "") {
+			continue
+		}
+		t.Logf("k8stest: removing the cluster its test process (pid %d) left in %s", pid, dir)
+		c := newCluster(dir, "")
+		c.cniCacheExisted = true
+		killAll(t, "the pods' cgroups", c.cgroupProcs)
+		killAll(t, "the left cluster", c.namespaceProcs)
+		c.removeLeftovers(t)
 	}
 }
