@@ -382,11 +382,15 @@ func (c *Cluster) removeLeftovers(t testing.TB) {
 		}
 	}
 	c.removeCgroups(t)
-	// libcni's cache of what the plugins did, kept outside the
-	// namespace: left when a pod's network was not undone.
-	left, _ := filepath.Glob(filepath.Join(cniCache, "results", c.Network+"-*"))
+	// libcni's cache of what the plugins did (the cluster's network's
+	// and containerd's loopback's), kept outside the namespace: left when
+	// a pod's network was not undone. Its entries name the pod's network
+	// namespace, under the cluster's directory.
+	left, _ := filepath.Glob(filepath.Join(cniCache, "results", "*"))
 	for _, f := range left {
-		os.Remove(f)
+		if b, err := os.ReadFile(f); err == nil && strings.Contains(string(b), `"netns":"`+c.Dir+"/") {
+			os.Remove(f)
+		}
 	}
 	if !c.cniCacheExisted {
 		os.Remove(filepath.Join(cniCache, "results"))
