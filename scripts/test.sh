@@ -30,6 +30,9 @@ done
 for tool in containerd:containerd ctr:containerd runc:runc dockerd:docker.io; do
 	command -v "${tool%%:*}" >/dev/null 2>&1 || need+=("${tool#*:}")
 done
+# The CNI plugins (bridge, host-local, loopback) of the Kubernetes cluster
+# the tests start (internal/testutil/k8stest).
+[ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
 if [ ${#need[@]} -gt 0 ] && [ "$(id -u)" = 0 ]; then
 	no_start=""
 	if [ ! -e /usr/sbin/policy-rc.d ]; then
@@ -98,6 +101,18 @@ if [ "$(id -u)" = 0 ]; then
 		export HUTCH_TEST_CODE_INTERPRETER_IMAGE="$code_interpreter_image"
 	else
 		echo "warning: could not build hutch's code-interpreter image; TestCodeInterpreterImage cannot run"
+	fi
+fi
+
+# The binaries of that cluster (Kubernetes, etcd, containerd 2), built from
+# the Go module proxy once per pinned version (measured: about 21 minutes
+# on two cores) into /var/cache/hutch/k8s, then found there in a tenth of a
+# second; the tests take their directory from $HUTCH_TEST_K8S_BIN.
+if [ "$(id -u)" = 0 ]; then
+	if k8s_bin=$(scripts/k8s-binaries.sh); then
+		export HUTCH_TEST_K8S_BIN="$k8s_bin"
+	else
+		echo "warning: could not build the Kubernetes binaries; the tests of test/k8s cannot run"
 	fi
 fi
 
