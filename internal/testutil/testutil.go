@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -307,4 +308,25 @@ func Descendants(root int) []Proc {
 		}
 	}
 	return out
+}
+
+// StartLocked starts cmd from an OS thread of its own, locked until cmd
+// ends, and returns a channel closed once it has been waited for. A
+// parent-death signal (SysProcAttr.Pdeathsig) is sent when the thread
+// that started the process ends, not the process: started from any
+// thread, a daemon would be killed when a goroutine that locked that
+// thread (to enter a namespace, say) ends.
+func StartLocked(cmd *exec.Cmd) (<-chan struct{}, error) {
+	started := make(chan error, 1)
+	done := make(chan struct{})
+	go func() {
+		runtime.LockOSThread()
+		err := cmd.Start()
+		started <- err
+		if err == nil {
+			cmd.Wait()
+			close(done)
+		}
+	}()
+	return done, <-started
 }

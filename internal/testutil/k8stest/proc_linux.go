@@ -25,7 +25,7 @@ type proc struct {
 	name string
 	cmd  *exec.Cmd
 	log  string
-	done chan struct{}
+	done <-chan struct{}
 }
 
 // tail is the end of the process's log.
@@ -59,7 +59,7 @@ func (c *Cluster) startInNamespace(t testing.TB, name string, env []string, args
 
 func (c *Cluster) startCmd(t testing.TB, name string, env []string, prog string, args ...string) *proc {
 	t.Helper()
-	p := &proc{name: name, log: c.path(filepath.Join("logs", name+".log")), done: make(chan struct{})}
+	p := &proc{name: name, log: c.path(filepath.Join("logs", name+".log"))}
 	f, err := os.Create(p.log)
 	if err != nil {
 		t.Fatal(err)
@@ -69,10 +69,11 @@ func (c *Cluster) startCmd(t testing.TB, name string, env []string, prog string,
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = f, f
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := p.cmd.Start(); err != nil {
+	done, err := testutil.StartLocked(p.cmd)
+	if err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}
-	go func() { p.cmd.Wait(); close(p.done) }()
+	p.done = done
 	c.procs = append(c.procs, p)
 	return p
 }
@@ -113,7 +114,7 @@ done
 echo ready
 exec sleep 2147483647
 `
-	p := &proc{name: "mount namespace", log: c.path("logs/mntns.log"), done: make(chan struct{})}
+	p := &proc{name: "mount namespace", log: c.path("logs/mntns.log")}
 	p.cmd = exec.Command("unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", script, "sh", c.path("sysctl"))
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	var errb testutil.Buffer
@@ -122,12 +123,13 @@ exec sleep 2147483647
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.cmd.Start(); err != nil {
+	done, err := testutil.StartLocked(p.cmd)
+	if err != nil {
 		t.Fatalf("unshare: %v", err)
 	}
+	p.done = done
 	c.mntns = p
 	line, _ := bufio.NewReader(out).ReadString('\n')
-	go func() { p.cmd.Wait(); close(p.done) }()
 	if line != "ready\n" {
 		<-p.done
 		t.Fatalf("k8stest: the mount namespace of containerd and the kubelet: %v\n%s", p.cmd.ProcessState, errb.String())

@@ -130,35 +130,23 @@ type daemon struct {
 	dir  string
 	cmd  *exec.Cmd
 	log  *syncBuffer
-	done chan struct{}
+	done <-chan struct{}
 }
 
 // start starts an engine's daemon with its log kept, in its own process
 // group, and registers its end.
 func start(t testing.TB, name, dir string, env []string, args ...string) *daemon {
 	t.Helper()
-	d := &daemon{name: name, dir: dir, log: &syncBuffer{}, done: make(chan struct{})}
+	d := &daemon{name: name, dir: dir, log: &syncBuffer{}}
 	d.cmd = exec.Command(name, args...)
 	d.cmd.Env = append(os.Environ(), env...)
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	// The parent-death signal is sent when the thread that started the
-	// daemon ends, not the process: a thread that another goroutine
-	// locked and left (ListenIn's, in a namespace) would kill it. The
-	// daemon is started from a thread of its own, locked until it ends.
-	started := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		err := d.cmd.Start()
-		started <- err
-		if err == nil {
-			d.cmd.Wait()
-			close(d.done)
-		}
-	}()
-	if err := <-started; err != nil {
+	done, err := testutil.StartLocked(d.cmd)
+	if err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}
+	d.done = done
 	return d
 }
 
