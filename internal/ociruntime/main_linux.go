@@ -312,7 +312,7 @@ func (r *runtime) create(cl *cmdline) ([]string, error) {
 	if r.upstreamCA != "" {
 		plan.UpstreamCAs = []string{r.upstreamCA}
 	}
-	err = prepareState(&s, dir, plan)
+	err = prepareState(&s, dir, plan, r.backend)
 	if err == nil {
 		err = writeJSON(filepath.Join(dir, "bundle", "config.json"), s)
 	}

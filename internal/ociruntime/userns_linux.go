@@ -5,7 +5,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	goruntime "runtime"
 	"slices"
@@ -106,23 +108,92 @@ func joinedMounts(s *specs.Spec, mnt string) error {
 	return nil
 }
 
+// joinedSysctls writes the spec's sysctls of a namespace the container
+// joins by path (net.* of a network namespace, IPC's kernel.shm*,
+// kernel.msg*, kernel.sem, fs.mqueue.*) in that namespace itself, host
+// root's, and takes them out of the spec: from its user namespace the
+// container's runtime may not write them in a namespace another one
+// owns (CRI sets net.ipv4.ip_unprivileged_port_start in every pod's).
+// A name that is not plain (letters, digits, '_', '-' between dots) is
+// left to the runtime.
+func joinedSysctls(s *specs.Spec) error {
+	paths := map[specs.LinuxNamespaceType]string{}
+	for _, ns := range s.Linux.Namespaces {
+		if ns.Path != "" {
+			paths[ns.Type] = ns.Path
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(s.Linux.Sysctl)) {
+		var typ specs.LinuxNamespaceType
+		var flag int
+		switch {
+		case strings.HasPrefix(k, "net."):
+			typ, flag = specs.NetworkNamespace, unix.CLONE_NEWNET
+		case strings.HasPrefix(k, "kernel.shm"), strings.HasPrefix(k, "kernel.msg"), k == "kernel.sem", strings.HasPrefix(k, "fs.mqueue."):
+			typ, flag = specs.IPCNamespace, unix.CLONE_NEWIPC
+		default:
+			continue
+		}
+		if paths[typ] == "" || !plainSysctl(k) {
+			continue
+		}
+		if err := writeSysctlIn(paths[typ], flag, k, s.Linux.Sysctl[k]); err != nil {
+			return fmt.Errorf("sysctl %s in the joined namespace %s: %w", k, paths[typ], err)
+		}
+		delete(s.Linux.Sysctl, k)
+	}
+	return nil
+}
+
+// plainSysctl reports whether a sysctl's name is dot-separated words of
+// letters, digits, '_' and '-': one that names a file under /proc/sys and
+// nothing else.
+func plainSysctl(k string) bool {
+	for _, w := range strings.Split(k, ".") {
+		if w == "" {
+			return false
+		}
+		for i := 0; i < len(w); i++ {
+			if c := w[i]; !isAlnum(c) && c != '_' && c != '-' {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// writeSysctlIn writes value to sysctl k from the namespace at nsPath (of
+// kind flag).
+func writeSysctlIn(nsPath string, flag int, k, value string) error {
+	return inNamespace(nsPath, flag, func() error {
+		return os.WriteFile("/proc/sys/"+strings.ReplaceAll(k, ".", "/"), []byte(value), 0)
+	})
+}
+
 // mountIn mounts a new instance of the file system fstype at target, from
-// the namespace at nsPath (of kind flag), on a thread that enters it and
-// ends with its goroutine.
+// the namespace at nsPath (of kind flag).
 func mountIn(nsPath string, flag int, fstype, target string) error {
-	f, err := os.Open(nsPath)
+	return inNamespace(nsPath, flag, func() error {
+		return unix.Mount(fstype, target, fstype, unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
+	})
+}
+
+// inNamespace runs f on a thread that enters the namespace at nsPath (of
+// kind flag) and ends with its goroutine, never serving another.
+func inNamespace(nsPath string, flag int, f func() error) error {
+	ns, err := os.Open(nsPath)
 	if err != nil {
 		return err
 	}
-	defer f.Close()
+	defer ns.Close()
 	errc := make(chan error, 1)
 	go func() {
 		goruntime.LockOSThread()
-		if err := unix.Setns(int(f.Fd()), flag); err != nil {
+		if err := unix.Setns(int(ns.Fd()), flag); err != nil {
 			errc <- fmt.Errorf("enter it: %w", err)
 			return
 		}
-		errc <- unix.Mount(fstype, target, fstype, unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
+		errc <- f()
 	}()
 	return <-errc
 }
@@ -217,6 +288,9 @@ func userns(s *specs.Spec, base uint32, mnt string) (work string, err error) {
 	if err := joinedMounts(s, mnt); err != nil {
 		return work, err
 	}
+	if err := joinedSysctls(s); err != nil {
+		return work, err
+	}
 	for i := range s.Mounts {
 		mt := &s.Mounts[i]
 		if !isBind(*mt) || !filepath.IsAbs(mt.Source) || mt.Destination == InitPath || filepath.Dir(mt.Source) == mnt {
@@ -235,12 +309,21 @@ func userns(s *specs.Spec, base uint32, mnt string) (work string, err error) {
 		if err != nil {
 			return work, err
 		}
+		// The flags of the source's mount that the clone keeps and the
+		// container's namespace cannot clear: a remount must keep them.
+		locked := []string{"nosuid", "nodev"}
+		var st unix.Statfs_t
+		if unix.Statfs(mt.Source, &st) == nil {
+			if st.Flags&unix.ST_NOEXEC != 0 {
+				locked = append(locked, "noexec")
+			}
+			if st.Flags&unix.ST_RDONLY != 0 {
+				locked = append(locked, "ro")
+			}
+		}
 		if err := sandbox.MountIdmapped([]string{mt.Source}, []string{target}, maps, maps); err == nil {
 			mt.Source = target
-			// The clone is nosuid and nodev, flags the container's
-			// namespace cannot clear: a remount (read-only) must
-			// keep them.
-			for _, o := range []string{"nosuid", "nodev"} {
+			for _, o := range locked {
 				if !slices.Contains(mt.Options, o) {
 					mt.Options = append(mt.Options, o)
 				}
@@ -412,7 +495,7 @@ func containerMounts(stateDir string) string {
 
 // prepareState makes the container's state directory and its mounts
 // directory, its user namespace when it gets one, and its egress.
-func prepareState(s *specs.Spec, dir string, plan egressPlan) error {
+func prepareState(s *specs.Spec, dir string, plan egressPlan, backend string) error {
 	if err := os.MkdirAll(filepath.Join(dir, "bundle"), 0o700); err != nil {
 		return err
 	}
@@ -430,7 +513,7 @@ func prepareState(s *specs.Spec, dir string, plan egressPlan) error {
 	if err := os.Mkdir(plan.Files, 0o700); err != nil {
 		return err
 	}
-	if needsUserns(s) && plan.Tier != TierGVisor {
+	if needsUserns(s) && plan.Tier != TierGVisor && (!joinsByPath(s) || joinsUserLast(backend)) {
 		base, err := allocateIDs(idsDir(dir), dir)
 		if err != nil {
 			return err
@@ -485,4 +568,36 @@ func raiseEffective() error {
 		return fmt.Errorf("capset: %w", err)
 	}
 	return nil
+}
+
+// joinsByPath reports whether the container joins a namespace by path.
+func joinsByPath(s *specs.Spec) bool {
+	for _, ns := range s.Linux.Namespaces {
+		if ns.Path != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// joinsUserLast reports whether the low-level runtime can start a process
+// in a container whose user namespace does not own the namespaces it
+// joined (a pod's network namespace): runc joins an exec's namespaces
+// user namespace first before 1.2, and then may not join the others, so
+// such a container could not be exec'd into. Under runc 1.1 and older a
+// container that joins namespaces by path gets no user namespace of
+// hutch-runc's (docs/oci-runtime.md); crun and runc 1.2 and later do.
+func joinsUserLast(backend string) bool {
+	if filepath.Base(backend) != "runc" {
+		return true
+	}
+	out, err := exec.Command(backend, "--version").Output()
+	if err != nil {
+		return false
+	}
+	var major, minor int
+	if _, err := fmt.Sscanf(string(out), "runc version %d.%d", &major, &minor); err != nil {
+		return false
+	}
+	return major > 1 || major == 1 && minor >= 2
 }

@@ -7,13 +7,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	v1 "github.com/google/go-containerregistry/pkg/v1"
-
-	"github.com/hutch-sandbox/hutch/internal/image/imagetest"
 	"github.com/hutch-sandbox/hutch/internal/testutil"
 	"github.com/hutch-sandbox/hutch/internal/testutil/ocitest"
 )
@@ -22,9 +18,6 @@ func TestMain(m *testing.M) {
 	before := hutchRuncLeft()
 	code := m.Run()
 	ocitest.RemoveBuilds()
-	if programsDir != "" {
-		os.RemoveAll(programsDir)
-	}
 	// Whatever the tests' containers were, hutch-runc left nothing
 	// behind: its mounts and their directories, its proxies.
 	if left := hutchRuncLeft(); len(left) > len(before) && code == 0 {
@@ -53,68 +46,11 @@ func hutchRuncLeft() []string {
 	return out
 }
 
-// testImage is the tests' image: busybox with the applets they use.
-const testImage = "hutch.test/oci:1"
+// testImage is the tests' image (ocitest.ImageTar).
+const testImage = ocitest.TestImage
 
-// imageTar writes the tests' image as a `docker save` tarball: busybox
-// with the applets the tests use, and the programs they build (fetch,
-// the escape suite's attacker) in /bin.
-func imageTar(t *testing.T) string {
-	t.Helper()
-	entries := applets("grep", "sleep", "unshare", "wget", "nc", "kill", "ps", "head", "tr", "sed", "env", "nslookup", "true")
-	for name, pkg := range map[string]string{"fetch": "./fetch", "attacker": "../escape/attacker"} {
-		b, err := os.ReadFile(program(t, pkg))
-		if err != nil {
-			t.Fatal(err)
-		}
-		entries = append(entries, imagetest.File("bin/"+name, string(b), 0o755))
-	}
-	img := imagetest.BusyboxWith(t, func(ok bool, reason string) { testutil.Need(t, ok, reason) }, func(c *v1.Config) {
-		c.Cmd = []string{"/bin/sh"}
-	}, entries...)
-	return imagetest.DockerSave(t, img, testImage, t.TempDir())
-}
-
-var (
-	programsMu  sync.Mutex
-	programs    = map[string]string{}
-	programsDir string
-)
-
-// program builds the Go program in package directory pkg once (static)
-// and returns its path.
-func program(t *testing.T, pkg string) string {
-	t.Helper()
-	programsMu.Lock()
-	defer programsMu.Unlock()
-	if p, ok := programs[pkg]; ok {
-		return p
-	}
-	if programsDir == "" {
-		d, err := os.MkdirTemp("", "hutch-oci-programs-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		programsDir = d
-	}
-	out := filepath.Join(programsDir, filepath.Base(pkg))
-	cmd := exec.Command("go", "build", "-o", out, pkg)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
-	}
-	programs[pkg] = out
-	return out
-}
-
-// applets are entries that link names to busybox.
-func applets(names ...string) []imagetest.Entry {
-	var out []imagetest.Entry
-	for _, n := range names {
-		out = append(out, imagetest.Symlink("bin/"+n, "busybox"))
-	}
-	return out
-}
+// imageTar writes the tests' image.
+func imageTar(t *testing.T) string { return ocitest.ImageTar(t) }
 
 // TestContainerdRun: ctr run with hutch-runc as the runc binary runs the
 // image's command confined — no_new_privs, two seccomp filters (the

@@ -218,13 +218,7 @@ func TestContainerdSharedNetwork(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	go http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "hello from the pod's upstream") }))
-	port := l.Addr().(*net.TCPAddr).Port
+	port := ocitest.LoopbackUpstream(t, "hello from the pod's upstream\n")
 	for name, domain := range map[string]string{"pod": "upstream.test", "other": "elsewhere.test"} {
 		if err := os.WriteFile(filepath.Join(policies, name+".yaml"), []byte(fmt.Sprintf(`network:
   allowed_domains: ["%s:%d"]

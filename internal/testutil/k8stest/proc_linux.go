@@ -96,10 +96,13 @@ func (p *proc) stop(t testing.TB) {
 }
 
 // startMountNamespace starts the process that holds the mount namespace
-// of containerd and the kubelet: private propagation, tmpfs on
-// /run/containerd (shims' sockets, runc's state) and /var/log (the
-// kubelet's /var/log/containers), and kubeletSysctls bound over
-// /proc/sys.
+// of containerd and the kubelet: tmpfs on /run/containerd (shims'
+// sockets, runc's state) and /var/log (the kubelet's
+// /var/log/containers), and kubeletSysctls bound over /proc/sys. Its
+// propagation is slave: what it mounts stays in it, and what the host
+// unmounts is unmounted in it too — a private copy would keep every mount
+// the host had when it was made (other tests' containers' roots) busy
+// until the cluster ends, and their engines could not remove them.
 func (c *Cluster) startMountNamespace(t testing.TB) {
 	t.Helper()
 	if err := os.MkdirAll("/run/containerd", 0o711); err != nil {
@@ -111,11 +114,16 @@ mount -t tmpfs -o mode=0755 hutch-k8s /var/log
 for f in "$1"/*; do
 	mount --bind "$f" "/proc/sys/$(basename "$f" | tr . /)"
 done
+# A proc of this namespace's with nothing over it: the kernel lets a user
+# namespace (a container's of hutch-runc) mount proc only where one is
+# fully visible, which the binds above make /proc not.
+mkdir -p /run/containerd/.proc
+mount -t proc -o nosuid,nodev,noexec proc /run/containerd/.proc
 echo ready
 exec sleep 2147483647
 `
 	p := &proc{name: "mount namespace", log: c.path("logs/mntns.log")}
-	p.cmd = exec.Command("unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", script, "sh", c.path("sysctl"))
+	p.cmd = exec.Command("unshare", "--mount", "--propagation", "slave", "--", "/bin/sh", "-c", script, "sh", c.path("sysctl"))
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	var errb testutil.Buffer
 	p.cmd.Stderr = &errb

@@ -9,7 +9,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -57,10 +59,14 @@ func HutchRunc(t testing.TB) string {
 	return buildPath
 }
 
-// RemoveBuilds removes what HutchRunc built; TestMain calls it.
+// RemoveBuilds removes what HutchRunc and ImageTar built; TestMain calls
+// it.
 func RemoveBuilds() {
 	if buildPath != "" {
 		os.RemoveAll(filepath.Dir(buildPath))
+	}
+	if programsDir != "" {
+		os.RemoveAll(programsDir)
 	}
 }
 
@@ -274,3 +280,34 @@ func ListenIn(pid int, network, addr string) (net.Listener, error) {
 // the node's policies (ociruntime.PolicyDirEnv), for an engine whose
 // runtime takes no arguments (containerd's runc shim).
 const PolicyDirEnv = "HUTCH_RUNC_POLICY_DIR"
+
+// RuncJoinsUserLast reports whether the node's runc (1.2 and later)
+// gives containers that join namespaces by path (a pod's) a user
+// namespace under hutch-runc: runc 1.1 could not exec into them, and
+// hutch-runc then gives them none.
+func RuncJoinsUserLast(t testing.TB) bool {
+	t.Helper()
+	out, err := exec.Command("runc", "--version").Output()
+	if err != nil {
+		t.Fatalf("runc --version: %v", err)
+	}
+	var major, minor int
+	if _, err := fmt.Sscanf(string(out), "runc version %d.%d", &major, &minor); err != nil {
+		t.Fatalf("runc --version: %q: %v", out, err)
+	}
+	return major > 1 || major == 1 && minor >= 2
+}
+
+// LoopbackUpstream serves body on a new port of the host's 127.0.0.1
+// until the test ends and returns the port: an upstream that a node
+// policy allows (pinned to 127.0.0.1, allow_private 127.0.0.1/32).
+func LoopbackUpstream(t testing.TB, body string) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, body) }))
+	return l.Addr().(*net.TCPAddr).Port
+}

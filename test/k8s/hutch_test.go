@@ -1,0 +1,97 @@
+//go:build linux
+
+package k8s
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hutch-sandbox/hutch/internal/testutil/k8stest"
+	"github.com/hutch-sandbox/hutch/internal/testutil/ocitest"
+)
+
+// hutchPodYAML is a pod of the RuntimeClass hutch whose egress policy
+// the node's policy "pod" decides (the annotation); %d is the allowed
+// upstream's port.
+const hutchPodYAML = `apiVersion: node.k8s.io/v1
+kind: RuntimeClass
+metadata:
+  name: hutch
+handler: hutch
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: confined
+  annotations:
+    dev.hutch.policy: pod
+spec:
+  runtimeClassName: hutch
+  terminationGracePeriodSeconds: 5
+  containers:
+  - name: agent
+    image: ` + ocitest.TestImage + `
+    imagePullPolicy: Never
+    command: ["/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 1; done"]
+`
+
+// TestRuntimeClassHutch: a pod of the RuntimeClass hutch (containerd 2's
+// CRI, the runc shim with hutch-runc as its runtime, the pod's dev.hutch.*
+// annotations passed on) runs confined as under Docker: Landlock and
+// hutch's seccomp (no new user namespace, no netlink), no_new_privs, and the node
+// policy the pod names for its egress — the allowed upstream through the
+// proxy, nothing around it. kubectl exec goes through the same. (A user
+// namespace of its own needs runc 1.2 or later: the pod joins the
+// network namespace CRI made.)
+func TestRuntimeClassHutch(t *testing.T) {
+	k8stest.BinDir(t)
+	rt := ocitest.HutchRunc(t)
+	tar := ocitest.ImageTar(t)
+	policies := t.TempDir()
+	port := ocitest.LoopbackUpstream(t, "hello from the pod's upstream\n")
+	if err := os.WriteFile(filepath.Join(policies, "pod.yaml"), []byte(fmt.Sprintf(`network:
+  allowed_domains: ["upstream.test:%d"]
+  hosts: ["upstream.test:127.0.0.1"]
+  allow_private: ["127.0.0.1/32"]
+`, port)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	c := k8stest.StartCluster(t, k8stest.Options{
+		Images:          []string{tar},
+		RuntimeHandlers: []k8stest.RuntimeHandler{{Name: "hutch", BinaryName: rt, PodAnnotations: []string{"dev.hutch.*"}}},
+		ContainerdEnv:   []string{ocitest.PolicyDirEnv + "=" + policies},
+	})
+	c.KubectlIn(t, hutchPodYAML, "apply", "-f", "-")
+	c.Kubectl(t, "wait", "--for=condition=Ready", "pod/confined", "--timeout=3m")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	r := c.Run(ctx, "", "exec", "confined", "--", "sh", "-c",
+		fmt.Sprintf("grep -E '^(NoNewPrivs|Seccomp_filters):' /proc/self/status; cat /proc/self/uid_map; fetch http://upstream.test:%d/; attacker unshare:user socket:netlink tcp:127.0.0.2:%d", port, port))
+	out := r.Stdout
+	if r.Err != nil {
+		t.Errorf("kubectl exec: %s", r)
+	}
+	for _, want := range []string{"NoNewPrivs:\t1", "hello from the pod's upstream", "unshare:user EPERM", "socket:netlink ENOTSUP"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in:\n%s", want, out)
+		}
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && strings.HasPrefix(f[0], "tcp:127.0.0.2:") && f[1] == "ok" {
+			t.Errorf("a connection around the proxy: %q", line)
+		}
+	}
+	// A pod's containers join the network namespace CRI made: they get
+	// a user namespace of hutch-runc's with runc 1.2 and later only.
+	if ocitest.RuncJoinsUserLast(t) && !strings.Contains(out, " 65536") {
+		t.Errorf("no user namespace of 65536 ids:\n%s", out)
+	}
+	c.Kubectl(t, "delete", "pod", "confined", "--timeout=2m")
+}
