@@ -30,11 +30,6 @@ const dockerGateway = "172.17.0.1"
 // ends with the container.
 func TestDockerEgress(t *testing.T) {
 	policies := t.TempDir()
-	writePolicy := func(name, body string) {
-		if err := os.WriteFile(filepath.Join(policies, name+".yaml"), []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
 	rt := ocitest.HutchRunc(t)
 	d := ocitest.StartDocker(t, map[string]ocitest.Runtime{
 		"hutch":         {Path: rt, Args: []string{"--hutch-policy-dir", policies}},
@@ -45,19 +40,7 @@ func TestDockerEgress(t *testing.T) {
 	defer cancel()
 
 	// The bridge exists once dockerd has made it: a first container.
-	if r := d.Run(ctx, "run", "--rm", testImage, "true"); r.Err != nil {
-		t.Fatalf("a container of runc: %s", r)
-	}
-	l := d.Listen(t, "tcp", dockerGateway+":0")
-	port := l.Addr().(*net.TCPAddr).Port
-	go http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, "hello from upstream %s\n", r.URL.Path)
-	}))
-	writePolicy("allowed", fmt.Sprintf(`network:
-  allowed_domains: ["allowed.test:%d"]
-  hosts: ["allowed.test:%s"]
-  allow_private: ["%s/32"]
-`, port, dockerGateway, dockerGateway))
+	port := gatewayUpstream(t, ctx, d, policies)
 
 	// busybox's wget crashes (a static glibc's lookups); nc speaks for it.
 	get := func(host string, port int, url string) string {
@@ -258,4 +241,28 @@ func TestContainerdSharedNetwork(t *testing.T) {
 	if left := proxies(c.Namespace); len(left) != 0 {
 		t.Errorf("egress proxies left after the namespace's first container: %v", left)
 	}
+}
+
+// gatewayUpstream makes d's bridge (a container of runc), serves "hello
+// from upstream PATH" on its gateway's side, and writes the node policy
+// "allowed" into policies: that upstream as allowed.test, and nothing
+// else. It returns the upstream's port.
+func gatewayUpstream(t *testing.T, ctx context.Context, d *ocitest.Docker, policies string) int {
+	t.Helper()
+	if r := d.Run(ctx, "run", "--rm", testImage, "true"); r.Err != nil {
+		t.Fatalf("a container of runc: %s", r)
+	}
+	l := d.Listen(t, "tcp", dockerGateway+":0")
+	port := l.Addr().(*net.TCPAddr).Port
+	go http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "hello from upstream %s\n", r.URL.Path)
+	}))
+	if err := os.WriteFile(filepath.Join(policies, "allowed.yaml"), []byte(fmt.Sprintf(`network:
+  allowed_domains: ["allowed.test:%d"]
+  hosts: ["allowed.test:%s"]
+  allow_private: ["%[2]s/32"]
+`, port, dockerGateway)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return port
 }

@@ -3,7 +3,6 @@ package oci
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -58,28 +57,8 @@ func TestEscapeItemsInContainer(t *testing.T) {
 	d.Load(t, imageTar(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	if r := d.Run(ctx, "run", "--rm", testImage, "true"); r.Err != nil {
-		t.Fatalf("a container of runc: %s", r)
-	}
-	l := d.Listen(t, "tcp", dockerGateway+":0")
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
-	port := l.Addr().(*net.TCPAddr).Port
+	port := gatewayUpstream(t, ctx, d, policies)
 	if err := os.WriteFile(filepath.Join(policies, "host.yaml"), []byte("network:\n  mode: host\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(policies, "allowed.yaml"), []byte(fmt.Sprintf(`network:
-  allowed_domains: ["allowed.test:%d"]
-  hosts: ["allowed.test:%s"]
-  allow_private: ["%[2]s/32"]
-`, port, dockerGateway)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	tcp := fmt.Sprintf("tcp:%s:%d", dockerGateway, port)

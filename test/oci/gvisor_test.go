@@ -3,8 +3,6 @@ package oci
 import (
 	"context"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -34,21 +32,7 @@ func TestDockerGVisor(t *testing.T) {
 	d.Load(t, imageTar(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	if r := d.Run(ctx, "run", "--rm", testImage, "true"); r.Err != nil {
-		t.Fatalf("a container of runc: %s", r)
-	}
-	l := d.Listen(t, "tcp", dockerGateway+":0")
-	port := l.Addr().(*net.TCPAddr).Port
-	go http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, "hello from upstream %s\n", r.URL.Path)
-	}))
-	if err := os.WriteFile(filepath.Join(policies, "allowed.yaml"), []byte(fmt.Sprintf(`network:
-  allowed_domains: ["allowed.test:%d"]
-  hosts: ["allowed.test:%s"]
-  allow_private: ["%[2]s/32"]
-`, port, dockerGateway)), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	port := gatewayUpstream(t, ctx, d, policies)
 	r := d.Run(ctx, "run", "--rm", "--runtime", "hutch-gvisor", testImage, "sh", "-c", fmt.Sprintf(
 		"dmesg | head -1; fetch http://allowed.test:%[1]d/through; attacker tcp:%[2]s:%[1]d", port, dockerGateway))
 	for _, want := range []string{"gVisor", "hello from upstream /through", "tcp:" + dockerGateway} {
