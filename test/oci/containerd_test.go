@@ -1,6 +1,7 @@
 package oci
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"os"
@@ -163,5 +164,74 @@ func TestCheck(t *testing.T) {
 	out, err = exec.Command(rt, "--hutch-policy-dir", dir, "check").CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "missing  node policies: ") || !strings.Contains(string(out), "bad.yaml:2:") {
 		t.Errorf("a bad policy: %v\n%s", err, out)
+	}
+}
+
+// TestContainerdRecreateWhileHeld: a container's mounts copied into another
+// mount namespace while it ran (any private mount namespace made then:
+// hutch's own sandboxes, a service's PrivateTmp) do not stop its delete,
+// nor a container of the same ID after it (docker restart), and hutch-runc
+// removes what they held once that namespace has ended.
+func TestContainerdRecreateWhileHeld(t *testing.T) {
+	c := ocitest.StartContainerd(t)
+	c.Import(t, imageTar(t))
+	rt := ocitest.HutchRunc(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	stop := func(id string) {
+		t.Helper()
+		if r := c.Ctr(ctx, "tasks", "kill", "-s", "SIGKILL", id); r.Err != nil {
+			t.Fatalf("kill %s: %s", id, r)
+		}
+		if !testutil.Eventually(30*time.Second, func() bool {
+			return strings.Contains(c.Ctr(ctx, "tasks", "ls").Stdout, "STOPPED")
+		}) {
+			t.Fatalf("%s not stopped: %s", id, c.Ctr(ctx, "tasks", "ls"))
+		}
+		if r := c.Ctr(ctx, "tasks", "delete", id); r.Err != nil {
+			t.Fatalf("tasks delete %s: %s", id, r)
+		}
+		if r := c.Ctr(ctx, "containers", "delete", id); r.Err != nil {
+			t.Fatalf("containers delete %s: %s", id, r)
+		}
+	}
+	if r := c.Ctr(ctx, "run", "-d", "--runc-binary", rt, testImage, "held", "sleep", "600"); r.Err != nil {
+		t.Fatalf("run -d: %s", r)
+	}
+	// A mount namespace of a user namespace's: the copies of the
+	// container's mounts in it are locked there.
+	holder := exec.Command("unshare", "-Urm", "--propagation", "private", "sh", "-c", "echo in; exec sleep 600")
+	out, err := holder.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	held := true
+	release := func() {
+		if held {
+			held = false
+			holder.Process.Kill()
+			holder.Wait()
+		}
+	}
+	defer release()
+	if _, err := bufio.NewReader(out).ReadString('\n'); err != nil {
+		t.Fatalf("the holder did not start: %v", err)
+	}
+	stop("held")
+	if r := c.Ctr(ctx, "run", "-d", "--runc-binary", rt, testImage, "held", "sleep", "600"); r.Err != nil {
+		t.Fatalf("the same ID again while the first one's mounts are held: %s", r)
+	}
+	stop("held")
+	release()
+	// The next create removes what was held.
+	if r := c.Ctr(ctx, "run", "--rm", "--runc-binary", rt, testImage, "after", "true"); r.Err != nil {
+		t.Fatalf("run after the holder's end: %s", r)
+	}
+	if left, _ := filepath.Glob("/run/hutch-runc/c/.gone/*"); len(left) > 0 {
+		t.Errorf("left after the holder's end: %v", left)
 	}
 }
