@@ -33,6 +33,7 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/egress"
 	"github.com/hutch-sandbox/hutch/internal/gvisor"
 	"github.com/hutch-sandbox/hutch/internal/image"
+	"github.com/hutch-sandbox/hutch/internal/kube"
 	"github.com/hutch-sandbox/hutch/internal/mcp"
 	"github.com/hutch-sandbox/hutch/internal/mcphttp"
 	"github.com/hutch-sandbox/hutch/internal/policy"
@@ -103,6 +104,14 @@ func cmdServe(args []string, stderr io.Writer) int {
 	volumeSize := fs.String("volume-size", "1g", "`size` of each new E2B volume (its quota: a sparse ext4 image in DIR/volumes of --state-dir, loop-mounted)")
 	maxVolumes := fs.Int("max-volumes", volume.DefaultMaxVolumes, "most E2B volumes a tenant may keep")
 	debug := fs.Bool("debug", false, "log every request")
+	onKubernetes := fs.Bool("kubernetes", false, "run every sandbox as a pod of a Kubernetes cluster (--kubeconfig, or the cluster hutch serve runs in): a pod of the RuntimeClass of its tier (hutch-runc on the nodes, docs/kubernetes.md), whose process is hutch's agent")
+	kubeconfig := fs.String("kubeconfig", "", "the cluster's kubeconfig `file` for --kubernetes (default $KUBECONFIG, else the cluster hutch serve runs in)")
+	kubeNamespace := fs.String("kubernetes-namespace", "", "`namespace` of the sandboxes' pods (default: the kubeconfig's, or hutch serve's own in a cluster)")
+	kubeImage := fs.String("kubernetes-image", "", "`image` of a sandbox whose policy names none (E2B's base template included), as the cluster's nodes pull it")
+	kubeNodePolicy := fs.String("kubernetes-node-policy", "", "the node policy (`name`, /etc/hutch/policies/NAME.yaml on the nodes) every pod names: the network and secrets its sandbox's own allow-list adds to (default: the node's default policy)")
+	var kubeClasses cli.List
+	fs.Var(&kubeClasses, "kubernetes-runtime-class", "the RuntimeClass of a tier's pods, `TIER=NAME` (default namespace=hutch, gvisor=hutch-gvisor; repeatable)")
+	kubeName := fs.String("kubernetes-name", "hutch", "this hutch serve's `name` in its pods' labels (hutch.dev/daemon): a start deletes the pods a previous run of the same name left")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: hutch serve [flags]\n\nRuns the daemon: an HTTP API for long-lived sandboxes, until SIGINT or SIGTERM,\nwhich destroy every sandbox but those paused to disk: a paused sandbox of the\ngvisor tier is saved in the state directory, processes and memory, and the\nnext hutch serve on it resumes it. With --warm N it keeps N sandboxes of the default\npolicy ready: a create with the default policy takes one at once, and the\npool refills in the background; --warm NAME=N does the same for E2B's\ntemplate NAME, whose image must be in the daemon's store at start.\n\nEvery sandbox runs in an isolation tier: its policy's, or --default-tier;\n--min-tier refuses weaker ones. The gvisor tier needs runsc of the pinned\nversion (--runsc, or on PATH); without it a create of gvisor is refused, and\nso is a --default-tier or --min-tier of gvisor at start.\n\nThe daemon speaks MCP (streamable HTTP) on its listeners, with the same tokens\nand tenants as its API: /mcp with sessions, /mcp/stateless without (for clients\nof the protocol's newest revision); the tools act on the caller's sandboxes.\nOn TCP a request's Host must be the address it reached or a --mcp-allowed-host,\nand a browser page of another origin is refused. --no-mcp turns it off.\n\nOn TCP it serves review pages at /ui/: log in with a token, see the tenant's\nsandboxes, their events and diffs, and apply or discard change sets. The\ntoken is kept in an HttpOnly cookie the API takes only from those pages.\n--no-ui turns them off.\n\nFlags:")
 		fs.PrintDefaults()
@@ -241,12 +250,24 @@ func cmdServe(args []string, stderr io.Writer) int {
 			}
 		}
 	}
-	runtimes, unavailable, err := tierRuntimes(*runsc)
+	var runtimes map[string]sandbox.Runtime
+	var unavailable map[string]string
+	if *onKubernetes {
+		runtimes, unavailable, err = kubeRuntimes(kube.Options{
+			Kubeconfig: *kubeconfig,
+			Namespace:  *kubeNamespace,
+			Image:      *kubeImage,
+			NodePolicy: *kubeNodePolicy,
+			Daemon:     *kubeName,
+		}, kubeClasses)
+	} else if runtimes, unavailable, err = tierRuntimes(*runsc); err != nil {
+		err = fmt.Errorf("--runsc: %w", err)
+	}
 	if err != nil {
 		for _, l := range ls {
 			l.Close()
 		}
-		fmt.Fprintf(stderr, "hutch: --runsc: %v\n", err)
+		fmt.Fprintf(stderr, "hutch: %v\n", err)
 		return 1
 	}
 	reviews, err := parseReviewWorkspaces(reviewFlags)

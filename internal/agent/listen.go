@@ -203,6 +203,16 @@ func (s *server) readLoop(c net.Conn, br *bufio.Reader) error {
 // not nil, authenticates with token and returns its client, which takes
 // over from any client before it.
 func DialListener(ctx context.Context, dial func(context.Context) (net.Conn, error), token string, tc *tls.Config) (*Client, error) {
+	c, err := DialConn(ctx, dial, token, tc)
+	if err != nil {
+		return nil, err
+	}
+	return NewClient(c), nil
+}
+
+// DialConn is DialListener's connection, authenticated, for a caller that
+// makes its client later (NewClient).
+func DialConn(ctx context.Context, dial func(context.Context) (net.Conn, error), token string, tc *tls.Config) (net.Conn, error) {
 	c, err := dial(ctx)
 	if err != nil {
 		return nil, err
@@ -219,7 +229,7 @@ func DialListener(ctx context.Context, dial func(context.Context) (net.Conn, err
 		c.Close()
 		return nil, fmt.Errorf("agent: authenticate: %w", err)
 	}
-	return NewClient(c), nil
+	return c, nil
 }
 
 // The environment variables with which ListenMain gets its secrets (the

@@ -135,6 +135,9 @@ func (m *Manager) Create(ctx context.Context, tenant string, r CreateRequest) (I
 	if err != nil {
 		return Info{}, err
 	}
+	if err := m.checkRemote(r, spec); err != nil {
+		return Info{}, err
+	}
 	review, err := m.bindReview(tenant, r, spec)
 	if err != nil {
 		return Info{}, err
@@ -235,6 +238,9 @@ func (m *Manager) Create(ctx context.Context, tenant string, r CreateRequest) (I
 // the directory (abandon). vols are the host directories shown in it
 // (CreateRequest.Volumes, checked).
 func (m *Manager) launch(ctx context.Context, id, dir string, spec policy.Spec, env []string, sec *sandboxSecrets, operator bool, log *slog.Logger, ev *eventLog, snap *store.Snapshot, review *reviewBinding, vols []Volume) (*live, error) {
+	if rt := m.remote(spec.Tier); rt != nil {
+		return m.launchRemote(ctx, rt, id, dir, spec, env, log, ev)
+	}
 	l := &live{id: id, dir: dir, ev: ev, ended: make(chan struct{}), resources: spec.Resources, volumes: len(vols) > 0}
 	fail := func(err error) (*live, error) {
 		l.close(log)
@@ -379,10 +385,13 @@ func (m *Manager) launch(ctx context.Context, id, dir string, spec policy.Spec, 
 // l's sandbox in record id, with what more also sets, and waits for its
 // agent to answer: the end of a start, or of a restore.
 func (m *Manager) recordReady(ctx context.Context, id string, l *live, more func(*store.Sandbox)) error {
-	pid := l.inst.PID()
-	pidStart, err := processStart(pid)
-	if err != nil {
-		return fmt.Errorf("PID 1 (host pid %d): %w", pid, err)
+	// A remote sandbox (PID 0) has no process here to record.
+	pid, pidStart := l.inst.PID(), uint64(0)
+	if pid != 0 {
+		var err error
+		if pidStart, err = processStart(pid); err != nil {
+			return fmt.Errorf("PID 1 (host pid %d): %w", pid, err)
+		}
 	}
 	if _, err := m.st.UpdateSandbox(context.Background(), id, func(sb *store.Sandbox) error {
 		sb.PID, sb.PIDStart = pid, pidStart
@@ -394,7 +403,7 @@ func (m *Manager) recordReady(ctx context.Context, id string, l *live, more func
 		return err
 	}
 	rctx, cancel := context.WithTimeout(ctx, readyTimeout)
-	_, err = l.client.ListProcesses(rctx)
+	_, err := l.client.ListProcesses(rctx)
 	cancel()
 	if err != nil {
 		return fmt.Errorf("the agent did not answer: %w", err)
@@ -611,6 +620,10 @@ func (m *Manager) prepare(r CreateRequest, ws string) (policy.Spec, time.Duratio
 	// The workspace is made in the sandbox's layer; the host's root is
 	// looked at only where the sandbox's view shows it, so that the
 	// answer is the same whatever the host holds where the view hides it.
+	if rt := m.remote(spec.Tier); rt != nil {
+		// Its image is the cluster's to pull, its workspace the pod's.
+		return spec, timeout, nil
+	}
 	if ref, ok := spec.Image(); ok {
 		// Made in the image's root, whatever it holds there; the image
 		// must be in the daemon's store.

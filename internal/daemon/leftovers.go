@@ -23,6 +23,14 @@ import (
 // such sandboxes, which needs a way to reconnect to their agent, is left
 // for later.
 func (m *Manager) cleanupLeftovers(ctx context.Context) error {
+	// A remote runtime's sandboxes first: they have no PID here.
+	for _, rt := range m.cfg.Runtimes {
+		if r, ok := rt.(remoteRuntime); ok {
+			if err := r.Sweep(ctx); err != nil {
+				return fmt.Errorf("recover sandboxes on %s: %w", r.Remote(), err)
+			}
+		}
+	}
 	rows, err := m.st.ListSandboxes(ctx, store.Filter{})
 	if err != nil {
 		return fmt.Errorf("recover sandboxes: %w", err)

@@ -105,6 +105,9 @@ func (m *Manager) setPaused(ctx context.Context, tenant, id string, pause bool, 
 	if err != nil {
 		return Info{}, err
 	}
+	if rt := m.remote(l.tier); rt != nil {
+		return Info{}, fmt.Errorf("sandbox %s: %s: not for sandboxes on %s: %w", id, what, rt.Remote(), ErrConflict)
+	}
 	l.pauseMu.Lock()
 	defer l.pauseMu.Unlock()
 

@@ -106,6 +106,9 @@ type Config struct {
 	// as the agent (it must serve "agent" and "proxy-connect" as hutch
 	// does, like hutch-agent); hutch's own binary when empty.
 	AgentBinary string
+	// Name is the daemon's ID of the sandbox, for runtimes that name
+	// what they make for it after it (a cluster's pods); "" for hutch run.
+	Name string
 	// BootID, when set, is a host file holding a boot ID (a UUID and a
 	// newline) bound read-only over BootIDPath, so that the sandbox has a
 	// boot ID of its own rather than the host's, which its owner writes

@@ -1,0 +1,50 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hutch-sandbox/hutch/internal/kube"
+	"github.com/hutch-sandbox/hutch/internal/policy"
+	"github.com/hutch-sandbox/hutch/internal/sandbox"
+)
+
+// kubeRuntimes are the tiers of a hutch serve --kubernetes: each tier
+// whose RuntimeClass the cluster has (the flags' TIER=NAME over
+// kube.DefaultRuntimeClasses); the others are unavailable, with the reason.
+func kubeRuntimes(o kube.Options, classes []string) (map[string]sandbox.Runtime, map[string]string, error) {
+	o.RuntimeClasses = kube.DefaultRuntimeClasses()
+	for _, c := range classes {
+		tier, name, ok := strings.Cut(c, "=")
+		if !ok || name == "" || !slices.Contains(policy.Tiers, tier) {
+			return nil, nil, fmt.Errorf("--kubernetes-runtime-class %q: want TIER=NAME, TIER one of %s", c, strings.Join(policy.Tiers, ", "))
+		}
+		o.RuntimeClasses[tier] = name
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl, err := kube.Connect(ctx, o)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--kubernetes: %w", err)
+	}
+	rts, unavailable := map[string]sandbox.Runtime{}, map[string]string{}
+	for _, tier := range slices.Sorted(maps.Keys(o.RuntimeClasses)) {
+		if err := cl.CheckRuntimeClass(ctx, o.RuntimeClasses[tier]); err != nil {
+			unavailable[tier] = err.Error()
+			continue
+		}
+		rt, err := cl.Runtime(tier)
+		if err != nil {
+			return nil, nil, err
+		}
+		rts[tier] = rt
+	}
+	if len(rts) == 0 {
+		return nil, nil, fmt.Errorf("--kubernetes: the cluster has no RuntimeClass of hutch's: %v", unavailable)
+	}
+	return rts, unavailable, nil
+}

@@ -1,0 +1,226 @@
+//go:build linux
+
+package k8s
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hutch-sandbox/hutch/client"
+	"github.com/hutch-sandbox/hutch/internal/testutil"
+	"github.com/hutch-sandbox/hutch/internal/testutil/k8stest"
+	"github.com/hutch-sandbox/hutch/internal/testutil/ocitest"
+)
+
+// runtimeClassHutch is the RuntimeClass of hutch's namespace tier.
+const runtimeClassHutch = `apiVersion: node.k8s.io/v1
+kind: RuntimeClass
+metadata:
+  name: hutch
+handler: hutch
+`
+
+// serveCluster starts a cluster whose node runs hutch-runc for the
+// RuntimeClass hutch, with the node policy "serve" that lets hutch-runc's
+// proxy reach the loopback upstream (returned: its port) by the name
+// upstream.test, and the test image imported.
+func serveCluster(t *testing.T) (*k8stest.Cluster, int) {
+	k8stest.BinDir(t)
+	rt := ocitest.HutchRunc(t)
+	tar := ocitest.ImageTar(t)
+	policies := t.TempDir()
+	port := ocitest.LoopbackUpstream(t, "hello from the upstream\n")
+	if err := os.WriteFile(filepath.Join(policies, "serve.yaml"), []byte(`network:
+  mode: proxy
+  hosts: ["upstream.test:127.0.0.1"]
+  allow_private: ["127.0.0.1/32"]
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := k8stest.StartCluster(t, k8stest.Options{
+		Images:          []string{tar},
+		RuntimeHandlers: []k8stest.RuntimeHandler{{Name: "hutch", BinaryName: rt, PodAnnotations: []string{"dev.hutch.*"}}},
+		ContainerdEnv:   []string{ocitest.PolicyDirEnv + "=" + policies},
+	})
+	c.KubectlIn(t, runtimeClassHutch, "apply", "-f", "-")
+	return c, port
+}
+
+// serveProc is a hutch serve --kubernetes the test started.
+type serveProc struct {
+	cmd    *exec.Cmd
+	sock   string
+	log    *testutil.Buffer
+	exited chan struct{}
+}
+
+// startServe starts hutch serve on the cluster, with state in dir, and
+// waits for it to listen on its socket.
+func startServe(t *testing.T, c *k8stest.Cluster, dir string, flags ...string) *serveProc {
+	t.Helper()
+	p := &serveProc{sock: filepath.Join(dir, "s.sock"), log: &testutil.Buffer{}, exited: make(chan struct{})}
+	args := append([]string{"serve", "--socket", p.sock, "--state-dir", filepath.Join(dir, "state"),
+		"--kubernetes", "--kubeconfig", c.Kubeconfig, "--kubernetes-image", ocitest.TestImage,
+		"--kubernetes-node-policy", "serve"}, flags...)
+	p.cmd = exec.Command(testutil.Hutch(t), args...)
+	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
+	p.cmd.Env = append(os.Environ(), "HOME="+dir)
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		p.cmd.Wait()
+		close(p.exited)
+	}()
+	t.Cleanup(func() {
+		p.stop(syscall.SIGTERM)
+		if t.Failed() {
+			t.Logf("hutch serve's log:\n%s", p.log.String())
+		}
+	})
+	if !testutil.Eventually(2*time.Minute, func() bool {
+		select {
+		case <-p.exited:
+			return true
+		default:
+		}
+		_, err := os.Stat(p.sock)
+		return err == nil
+	}) {
+		t.Fatalf("hutch serve did not listen:\n%s", p.log.String())
+	}
+	select {
+	case <-p.exited:
+		t.Fatalf("hutch serve ended at start:\n%s", p.log.String())
+	default:
+	}
+	return p
+}
+
+// stop ends the daemon with sig and waits for it.
+func (p *serveProc) stop(sig syscall.Signal) {
+	select {
+	case <-p.exited:
+		return
+	default:
+	}
+	p.cmd.Process.Signal(sig)
+	select {
+	case <-p.exited:
+	case <-time.After(2 * time.Minute):
+		p.cmd.Process.Kill()
+		<-p.exited
+	}
+}
+
+// client is a client of the daemon's socket (its operator).
+func (p *serveProc) client(t *testing.T) *client.Client {
+	cl, err := client.New("unix://"+p.sock, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cl
+}
+
+// pods lists the names of the pods of the namespace default.
+func pods(t *testing.T, c *k8stest.Cluster) []string {
+	return strings.Fields(c.Kubectl(t, "get", "pods", "-o", "jsonpath={.items[*].metadata.name}"))
+}
+
+// TestServeKubernetes: hutch serve --kubernetes runs each sandbox as a pod
+// of the RuntimeClass hutch whose process is hutch's agent: a create
+// starts the pod and answers once the agent does; commands and files go
+// to the agent over the pod network; the pod runs confined by hutch-runc
+// with the sandbox's allow-list added to the node policy; destroy deletes
+// the pod and its Secret; what a pod cannot honour is refused by name; a
+// restarted daemon of the same name deletes the pods it left.
+func TestServeKubernetes(t *testing.T) {
+	c, port := serveCluster(t)
+	dir := t.TempDir()
+	p := startServe(t, c, dir)
+	cl := p.client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	pol, _ := json.Marshal(map[string]any{"network": map[string]any{"allowed_domains": []string{fmt.Sprintf("upstream.test:%d", port)}}})
+	sb, err := cl.Create(ctx, client.CreateOptions{Policy: pol})
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	if got := pods(t, c); len(got) != 1 || got[0] != "hutch-"+sb.ID {
+		t.Errorf("pods %v, want hutch-%s", got, sb.ID)
+	}
+	r, err := cl.Run(ctx, sb.ID, client.Command{Args: []string{"sh", "-c", fmt.Sprintf(
+		"echo out; echo err >&2; grep -E '^(NoNewPrivs|Seccomp):' /proc/self/status; env | grep -c HUTCH_AGENT; fetch http://upstream.test:%d/; fetch http://127.0.0.2:%d/ && echo around; exit 3", port, port)}})
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	out := string(r.Stdout)
+	if r.ExitStatus.Code != 3 || !strings.Contains(out, "out\n") || !strings.Contains(string(r.Stderr), "err\n") {
+		t.Errorf("run: exit %d, stdout %q, stderr %q", r.ExitStatus.Code, out, r.Stderr)
+	}
+	for _, want := range []string{"NoNewPrivs:\t1", "Seccomp:\t2", "\n0\n", "hello from the upstream"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "around") {
+		t.Errorf("a destination outside the allow-list was reached:\n%s", out)
+	}
+	if _, err := cl.WriteFile(ctx, sb.ID, "note.txt", strings.NewReader("kept in the pod\n"), 0o644); err != nil {
+		t.Fatalf("write file: %v", err)
+	}
+	var b bytes.Buffer
+	if _, err := cl.ReadFile(ctx, sb.ID, "note.txt", &b); err != nil || b.String() != "kept in the pod\n" {
+		t.Errorf("read file: %q %v", b.String(), err)
+	}
+
+	// What a pod cannot honour is refused, saying what.
+	for _, o := range []client.CreateOptions{
+		{Policy: json.RawMessage(`{"network":{"allowed_cidrs":["10.0.0.0/8"]}}`)},
+		{Policy: json.RawMessage(`{"secrets":[{"name":"K","value":"v","hosts":["upstream.test"]}]}`)},
+	} {
+		_, err := cl.Create(ctx, o)
+		var ce *client.Error
+		if !errors.As(err, &ce) || ce.Code != client.CodeInvalid || !strings.Contains(ce.Message, "Kubernetes") {
+			t.Errorf("create %s: %v, want invalid naming Kubernetes", o.Policy, err)
+		}
+	}
+	if _, err := cl.Pause(ctx, sb.ID); err == nil || !strings.Contains(err.Error(), "Kubernetes") {
+		t.Errorf("pause: %v, want a refusal naming Kubernetes", err)
+	}
+
+	if err := cl.Destroy(ctx, sb.ID); err != nil {
+		t.Fatalf("destroy: %v", err)
+	}
+	if !testutil.Eventually(2*time.Minute, func() bool {
+		return len(pods(t, c)) == 0 && !strings.Contains(c.Kubectl(t, "get", "secrets", "-o", "name"), "hutch-"+sb.ID)
+	}) {
+		t.Errorf("left after destroy: pods %v, secrets %s", pods(t, c), c.Kubectl(t, "get", "secrets", "-o", "name"))
+	}
+
+	// A daemon killed leaves its pods; the next one of its name deletes
+	// them.
+	left, err := cl.Create(ctx, client.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	p.stop(syscall.SIGKILL)
+	if got := pods(t, c); len(got) != 1 {
+		t.Fatalf("pods after the daemon's kill: %v", got)
+	}
+	startServe(t, c, dir)
+	if !testutil.Eventually(2*time.Minute, func() bool { return len(pods(t, c)) == 0 }) {
+		t.Errorf("the pod of %s, left by a killed daemon, is still there: %v", left.ID, pods(t, c))
+	}
+}
