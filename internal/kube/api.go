@@ -58,6 +58,11 @@ func (a api) get(ctx context.Context, ns, resource, name string, out runtime.Obj
 	return a.rc.Get().Namespace(ns).Resource(resource).Name(name).Do(ctx).Into(out)
 }
 
+// list reads the objects of resource that sel selects into out.
+func (a api) list(ctx context.Context, ns, resource string, sel metav1.ListOptions, out runtime.Object) error {
+	return a.rc.Get().Namespace(ns).Resource(resource).VersionedParams(&sel, paramCode).Do(ctx).Into(out)
+}
+
 // create makes obj and reads what was made into out.
 func (a api) create(ctx context.Context, ns, resource string, obj, out runtime.Object) error {
 	return a.rc.Post().Namespace(ns).Resource(resource).Body(obj).Do(ctx).Into(out)

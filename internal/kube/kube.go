@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	nodev1 "k8s.io/api/node/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
@@ -104,8 +105,11 @@ func Connect(ctx context.Context, o Options) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := core.get(ctx, "", "namespaces", o.Namespace, &corev1.Namespace{}); err != nil {
-		return nil, fmt.Errorf("kubernetes: namespace %s: %w", o.Namespace, err)
+	// A list of its pods: the API server answers, the namespace is
+	// there, and hutch serve may read it (a Role of that namespace, not
+	// the cluster's namespaces).
+	if err := core.list(ctx, o.Namespace, "pods", metav1.ListOptions{Limit: 1}, &corev1.PodList{}); err != nil {
+		return nil, fmt.Errorf("kubernetes: the pods of namespace %s: %w", o.Namespace, err)
 	}
 	return &Cluster{core: core, node: node, ns: o.Namespace, opts: o}, nil
 }
