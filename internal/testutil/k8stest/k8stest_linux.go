@@ -1,7 +1,8 @@
 // Package k8stest starts a single-node Kubernetes cluster private to the
 // test that asks for it: etcd, kube-apiserver, kube-controller-manager,
-// kube-scheduler, containerd 2 with its CRI plugin and a kubelet, built by
-// scripts/k8s-binaries.sh into the directory $HUTCH_TEST_K8S_BIN names.
+// kube-scheduler, containerd 2 with its CRI plugin and a kubelet, with
+// runc 1.5 as the pods' runtime, built by scripts/k8s-binaries.sh into the
+// directory $HUTCH_TEST_K8S_BIN names.
 //
 // Everything the cluster keeps is in a temporary directory of its own;
 // every listener is on 127.0.0.1 except the kubelet's, on an address of
