@@ -21,10 +21,10 @@
 # Every binary is static: runc with cgo (its nsenter is C) and seccomp,
 # linked against Debian's libseccomp-dev (static-pie), the others without
 # cgo. gcc and libseccomp-dev must be installed (scripts/test.sh installs
-# them). They are built once into
-# DIR/<key>/bin (default DIR /var/cache/hutch/k8s), where key is a digest of
-# the pinned modules (go.mod, go.sum, the sources in test/k8s/build) and of
-# the Go version; when that directory exists nothing is built. Its path is
+# them). They are built once into DIR/<key>/bin (default DIR
+# /var/cache/hutch/k8s), where key is a digest of the pinned modules
+# (go.mod, go.sum, the sources in test/k8s/build: a new runc is a new key)
+# and of the Go version; when that directory exists nothing is built. Its path is
 # the one line printed on standard output, logs go to standard error. With
 # --print-dir the path is printed and nothing is built.
 # Measured on two cores shared with other work: 22 minutes cold (1286 s
