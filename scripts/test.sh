@@ -33,6 +33,10 @@ done
 # The CNI plugins (bridge, host-local, loopback) of the Kubernetes cluster
 # the tests start (internal/testutil/k8stest).
 [ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
+# gcc and libseccomp's static library, for the runc 1.5 of that cluster
+# (scripts/k8s-binaries.sh builds it with cgo and seccomp).
+command -v gcc >/dev/null 2>&1 || need+=(gcc)
+[ -e /usr/include/seccomp.h ] || need+=(libseccomp-dev)
 if [ ${#need[@]} -gt 0 ] && [ "$(id -u)" = 0 ]; then
 	no_start=""
 	if [ ! -e /usr/sbin/policy-rc.d ]; then
@@ -104,7 +108,7 @@ if [ "$(id -u)" = 0 ]; then
 	fi
 fi
 
-# The binaries of that cluster (Kubernetes, etcd, containerd 2), built from
+# The binaries of that cluster (Kubernetes, etcd, containerd 2, runc 1.5), built from
 # the Go module proxy once per pinned version (measured: about 21 minutes
 # on two cores) into /var/cache/hutch/k8s, then found there in a tenth of a
 # second; the tests take their directory from $HUTCH_TEST_K8S_BIN.

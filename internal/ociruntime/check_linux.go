@@ -42,6 +42,9 @@ func (r *runtime) checkMain(stdout io.Writer) int {
 				return "", fmt.Errorf("%s --version: %w", r.backend, err)
 			}
 			first, _, _ := strings.Cut(string(out), "\n")
+			if r.tier != TierGVisor && !joinsUserLast(r.backend) {
+				first += " (before 1.2: a pod's containers get no user namespace)"
+			}
 			return r.backend + ": " + first, nil
 		}},
 		{"Landlock", true, func() (string, error) {

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
@@ -582,16 +583,34 @@ func joinsByPath(s *specs.Spec) bool {
 
 // joinsUserLast reports whether the low-level runtime can start a process
 // in a container whose user namespace does not own the namespaces it
-// joined (a pod's network namespace): runc joins an exec's namespaces
-// user namespace first before 1.2, and then may not join the others, so
-// such a container could not be exec'd into. Under runc 1.1 and older a
-// container that joins namespaces by path gets no user namespace of
-// hutch-runc's (docs/oci-runtime.md); crun and runc 1.2 and later do.
+// joined (a pod's network namespace, which CRI made as host root): runc
+// before 1.2 joins an exec's user namespace first, and from it may not
+// join the others, so such a container could not be exec'd into (kubectl
+// exec, probes). runc 1.2 and later join the other namespaces first, then
+// the user namespace, as crun does: under them every container of a pod
+// gets a user namespace of hutch-runc's; under runc 1.1 (Debian 12's) a
+// container that joins a namespace by path gets none
+// (docs/oci-runtime.md). A runtime not named runc is taken to be crun.
+//
+// The answer is kept per runtime path: `runc --version` runs once per
+// hutch-runc process and binary, however many containers it creates.
 func joinsUserLast(backend string) bool {
 	if filepath.Base(backend) != "runc" {
 		return true
 	}
-	out, err := exec.Command(backend, "--version").Output()
+	if v, ok := joinsUserLastOf.Load(backend); ok {
+		return v.(bool)
+	}
+	v, _ := joinsUserLastOf.LoadOrStore(backend, runcJoinsUserLast(backend))
+	return v.(bool)
+}
+
+// joinsUserLastOf caches joinsUserLast's answers, by runtime path.
+var joinsUserLastOf sync.Map
+
+// runcJoinsUserLast asks runc at path for its version: 1.2 or later.
+func runcJoinsUserLast(path string) bool {
+	out, err := exec.Command(path, "--version").Output()
 	if err != nil {
 		return false
 	}

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -16,8 +18,8 @@ import (
 )
 
 // hutchPodYAML is a pod of the RuntimeClass hutch whose egress policy
-// the node's policy "pod" decides (the annotation); %d is the allowed
-// upstream's port.
+// the node's policy "pod" decides (the annotation): two containers, the
+// second as uid 1000, sharing an emptyDir volume.
 const hutchPodYAML = `apiVersion: node.k8s.io/v1
 kind: RuntimeClass
 metadata:
@@ -33,23 +35,44 @@ metadata:
 spec:
   runtimeClassName: hutch
   terminationGracePeriodSeconds: 5
+  volumes:
+  - name: shared
+    emptyDir: {}
   containers:
   - name: agent
     image: ` + ocitest.TestImage + `
     imagePullPolicy: Never
     command: ["/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 1; done"]
+    volumeMounts:
+    - {name: shared, mountPath: /shared}
+  - name: sidecar
+    image: ` + ocitest.TestImage + `
+    imagePullPolicy: Never
+    securityContext: {runAsUser: 1000, runAsGroup: 1000}
+    command: ["/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 1; done"]
+    volumeMounts:
+    - {name: shared, mountPath: /shared}
 `
 
 // TestRuntimeClassHutch: a pod of the RuntimeClass hutch (containerd 2's
 // CRI, the runc shim with hutch-runc as its runtime, the pod's dev.hutch.*
-// annotations passed on) runs confined as under Docker: Landlock and
-// hutch's seccomp (no new user namespace, no netlink), no_new_privs, and the node
-// policy the pod names for its egress — the allowed upstream through the
-// proxy, nothing around it. kubectl exec goes through the same. (A user
-// namespace of its own needs runc 1.2 or later: the pod joins the
-// network namespace CRI made.)
+// annotations passed on, runc 1.5 below it) runs confined as under
+// Docker: Landlock and hutch's seccomp (no new user namespace, no
+// netlink), no_new_privs, and the node policy the pod names for its
+// egress — the allowed upstream through the proxy, nothing around it.
+// Each of its two containers has a user namespace of hutch-runc's
+// (runc 1.2 and later join the pod's network namespace before it): its
+// root is an unprivileged host uid, and what it writes to the pod's
+// emptyDir lands on disk with the ids it has inside; CRI's files (hosts,
+// resolv.conf, the termination log, the service account's token) and the
+// pod's sysctls (ip_unprivileged_port_start) work from it. Both share the
+// pod's network namespace and its proxy; kubectl exec works in both.
 func TestRuntimeClassHutch(t *testing.T) {
-	k8stest.BinDir(t)
+	bin := k8stest.BinDir(t)
+	runc := k8stest.Runc(bin)
+	if !ocitest.JoinsUserLast(t, runc) {
+		t.Fatalf("%s is older than runc 1.2: its pods get no user namespace (scripts/k8s-binaries.sh builds runc 1.5)", runc)
+	}
 	rt := ocitest.HutchRunc(t)
 	tar := ocitest.ImageTar(t)
 	policies := t.TempDir()
@@ -65,33 +88,126 @@ func TestRuntimeClassHutch(t *testing.T) {
 	c := k8stest.StartCluster(t, k8stest.Options{
 		Images:          []string{tar},
 		RuntimeHandlers: []k8stest.RuntimeHandler{{Name: "hutch", BinaryName: rt, PodAnnotations: []string{"dev.hutch.*"}}},
-		ContainerdEnv:   []string{ocitest.PolicyDirEnv + "=" + policies},
+		// The shim's runtime, hutch-runc, hands the containers to
+		// the cluster's runc.
+		ContainerdEnv: []string{ocitest.PolicyDirEnv + "=" + policies, ocitest.RuntimeEnv + "=" + runc},
 	})
 	c.KubectlIn(t, hutchPodYAML, "apply", "-f", "-")
 	c.Kubectl(t, "wait", "--for=condition=Ready", "pod/confined", "--timeout=3m")
 
+	for _, ct := range []struct {
+		name string
+		uid  int
+	}{{"agent", 0}, {"sidecar", 1000}} {
+		t.Run(ct.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			r := c.Run(ctx, "", "exec", "confined", "-c", ct.name, "--", "sh", "-c",
+				fmt.Sprintf("grep -E '^(NoNewPrivs|Seccomp_filters):' /proc/self/status; echo uid_map $(cat /proc/self/uid_map); echo id $(id -u); "+
+					"echo %[1]s >/shared/from-%[1]s && echo wrote; "+
+					"grep -qw confined /etc/hosts && echo hosts ok; test -r /etc/resolv.conf && echo resolv.conf ok; "+
+					"echo %[1]s >/dev/termination-log && echo termination-log ok; echo serviceaccount $(cat /var/run/secrets/kubernetes.io/serviceaccount/namespace); "+
+					"echo port_start $(cat /proc/sys/net/ipv4/ip_unprivileged_port_start); "+
+					"fetch http://upstream.test:%[2]d/; attacker unshare:user socket:netlink tcp:127.0.0.2:%[2]d", ct.name, port))
+			out := r.Stdout
+			if r.Err != nil {
+				t.Errorf("kubectl exec: %s", r)
+			}
+			for _, want := range []string{"NoNewPrivs:\t1", "id " + strconv.Itoa(ct.uid) + "\n", "wrote\n", "hosts ok", "resolv.conf ok", "termination-log ok", "serviceaccount default", "port_start 0\n", "hello from the pod's upstream", "unshare:user EPERM", "socket:netlink ENOTSUP"} {
+				if !strings.Contains(out, want) {
+					t.Errorf("no %q in:\n%s", want, out)
+				}
+			}
+			for _, line := range strings.Split(out, "\n") {
+				if f := strings.Fields(line); len(f) >= 2 && strings.HasPrefix(f[0], "tcp:127.0.0.2:") && f[1] == "ok" {
+					t.Errorf("a connection around the proxy: %q", line)
+				}
+				// Inside, ids 0–65535 are a block of the host's
+				// above 0: not the identity map.
+				if f := strings.Fields(line); len(f) >= 1 && f[0] == "uid_map" {
+					if len(f) != 4 || f[1] != "0" || f[2] == "0" || f[3] != "65536" {
+						t.Errorf("uid_map inside: %q, want 0 HOSTID 65536 (HOSTID not 0)", line)
+					}
+				}
+			}
+
+			// From the host: the container's first process runs as
+			// an unprivileged host uid, the block's base plus its
+			// uid inside.
+			pid := c.ContainerPid(t, "confined", ct.name)
+			m, err := os.ReadFile(fmt.Sprintf("/proc/%d/uid_map", pid))
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := strings.Fields(string(m))
+			base := -1
+			if len(f) == 3 {
+				base, _ = strconv.Atoi(f[1])
+			}
+			if base < 65536 || f[0] != "0" || f[2] != "65536" {
+				t.Fatalf("the container's process %d: uid_map %q, want 0 HOSTID 65536 (HOSTID above the host's usual ids)", pid, m)
+			}
+			if uids := statusIDs(t, pid, "Uid"); uids != strings.Repeat(" "+strconv.Itoa(base+ct.uid), 4) {
+				t.Errorf("the container's process %d runs as host uids%s, want %d (its block %d + %d)", pid, uids, base+ct.uid, base, ct.uid)
+			}
+		})
+	}
+
+	// Both containers are in the pod's network namespace, each in a user
+	// namespace of its own, none the host's.
+	agent, sidecar := c.ContainerPid(t, "confined", "agent"), c.ContainerPid(t, "confined", "sidecar")
+	ns := func(pid int, kind string) string {
+		t.Helper()
+		l, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", pid, kind))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	if a, s := ns(agent, "net"), ns(sidecar, "net"); a != s {
+		t.Errorf("the pod's containers are in network namespaces %s and %s, want one", a, s)
+	}
+	host := ns(os.Getpid(), "user")
+	if a, s := ns(agent, "user"), ns(sidecar, "user"); a == host || s == host || a == s {
+		t.Errorf("user namespaces: agent %s, sidecar %s, host %s: want one of each container's own", a, s, host)
+	}
+
+	// On disk, the emptyDir's files have the owners they have inside:
+	// the agent's root's is root's, the sidecar's uid 1000's; not a host
+	// id of a block, not the overflow id.
+	dir := c.EmptyDir(t, "confined", "shared")
+	for name, want := range map[string]uint32{"from-agent": 0, "from-sidecar": 1000} {
+		fi, err := os.Stat(filepath.Join(dir, name))
+		if err != nil {
+			t.Errorf("the emptyDir on the host: %v", err)
+			continue
+		}
+		st := fi.Sys().(*syscall.Stat_t)
+		if st.Uid != want || st.Gid != want {
+			t.Errorf("%s on the host is owned by %d:%d, want %d:%d", name, st.Uid, st.Gid, want, want)
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	r := c.Run(ctx, "", "exec", "confined", "--", "sh", "-c",
-		fmt.Sprintf("grep -E '^(NoNewPrivs|Seccomp_filters):' /proc/self/status; cat /proc/self/uid_map; fetch http://upstream.test:%d/; attacker unshare:user socket:netlink tcp:127.0.0.2:%d", port, port))
-	out := r.Stdout
-	if r.Err != nil {
-		t.Errorf("kubectl exec: %s", r)
-	}
-	for _, want := range []string{"NoNewPrivs:\t1", "hello from the pod's upstream", "unshare:user EPERM", "socket:netlink ENOTSUP"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("no %q in:\n%s", want, out)
-		}
-	}
-	for _, line := range strings.Split(out, "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && strings.HasPrefix(f[0], "tcp:127.0.0.2:") && f[1] == "ok" {
-			t.Errorf("a connection around the proxy: %q", line)
-		}
-	}
-	// A pod's containers join the network namespace CRI made: they get
-	// a user namespace of hutch-runc's with runc 1.2 and later only.
-	if ocitest.RuncJoinsUserLast(t) && !strings.Contains(out, " 65536") {
-		t.Errorf("no user namespace of 65536 ids:\n%s", out)
+	if r := c.Run(ctx, "", "exec", "confined", "-c", "agent", "--", "ls", "-ln", "/shared"); r.Err != nil || !strings.Contains(r.Stdout, " 1000 ") {
+		t.Errorf("the sidecar's file in the agent's view: %s", r)
 	}
 	c.Kubectl(t, "delete", "pod", "confined", "--timeout=2m")
+}
+
+// statusIDs returns the values of the line key (Uid, Gid) of
+// /proc/PID/status, each after a space.
+func statusIDs(t *testing.T, pid int, key string) string {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, key+":"); ok {
+			return " " + strings.Join(strings.Fields(v), " ")
+		}
+	}
+	t.Fatalf("/proc/%d/status has no %s line", pid, key)
+	return ""
 }

@@ -56,12 +56,12 @@ spec:
 // nothing behind (no directory, bridge, cgroup or process).
 func TestRuntimeClassHandler(t *testing.T) {
 	need := func(ok bool, reason string) { t.Helper(); testutil.Need(t, ok, reason) }
-	k8stest.BinDir(t)
+	bin := k8stest.BinDir(t)
 	img := imagetest.BusyboxWith(t, need, nil, imagetest.Symlink("bin/sleep", "busybox"))
 	tar := imagetest.DockerSave(t, img, busyboxImage, t.TempDir())
 	specs := t.TempDir()
 	runtime := filepath.Join(t.TempDir(), "recorder")
-	script := []byte(strings.Replace(strings.Replace(recorder, "%s", specs, 1), "%s", k8stest.Runc, 1))
+	script := []byte(strings.Replace(strings.Replace(recorder, "%s", specs, 1), "%s", k8stest.Runc(bin), 1))
 	if err := os.WriteFile(runtime, script, 0o755); err != nil {
 		t.Fatal(err)
 	}

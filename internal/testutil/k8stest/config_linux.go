@@ -183,7 +183,7 @@ disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.snapshotter.v1.bt
     default_runtime_name = "runc"
 `, c.path("containerd/root"), c.path("containerd/state"), c.ContainerdSocket, c.ContainerdSocket+".ttrpc",
 		c.path("containerd/opt"), PauseImage, CNIBinDir, c.path("cni/net.d"))
-	all := append([]RuntimeHandler{{Name: "runc", BinaryName: Runc}}, handlers...)
+	all := append([]RuntimeHandler{{Name: "runc", BinaryName: c.Runc}}, handlers...)
 	for _, h := range all {
 		annotations := make([]string, len(h.PodAnnotations))
 		for i, a := range h.PodAnnotations {

@@ -1,7 +1,8 @@
 // Package k8stest starts a single-node Kubernetes cluster private to the
 // test that asks for it: etcd, kube-apiserver, kube-controller-manager,
-// kube-scheduler, containerd 2 with its CRI plugin and a kubelet, built by
-// scripts/k8s-binaries.sh into the directory $HUTCH_TEST_K8S_BIN names.
+// kube-scheduler, containerd 2 with its CRI plugin and a kubelet, with
+// runc 1.5 as the pods' runtime, built by scripts/k8s-binaries.sh into the
+// directory $HUTCH_TEST_K8S_BIN names.
 //
 // Everything the cluster keeps is in a temporary directory of its own;
 // every listener is on 127.0.0.1 except the kubelet's, on an address of
@@ -30,6 +31,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -44,10 +46,13 @@ import (
 const BinEnv = "HUTCH_TEST_K8S_BIN"
 
 // Binaries are the programs BinEnv's directory must hold.
-var Binaries = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kubectl", "kubeadm", "containerd", "containerd-shim-runc-v2", "ctr"}
+var Binaries = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kubectl", "kubeadm", "containerd", "containerd-shim-runc-v2", "ctr", "runc"}
 
-// Runc is the runc of the default runtime handler: Debian's.
-const Runc = "/usr/sbin/runc"
+// Runc is the runc in the binaries' directory bin (runc 1.5, not Debian
+// 12's 1.1): the runtime of the default runtime handler, first on the
+// PATH of containerd and its shims, and the one a runtime handler's
+// runtime that wraps runc should hand containers to.
+func Runc(bin string) string { return filepath.Join(bin, "runc") }
 
 // CNIBinDir holds the CNI plugins (Debian's containernetworking-plugins).
 const CNIBinDir = "/usr/lib/cni"
@@ -97,6 +102,8 @@ type Cluster struct {
 	Network, Bridge, Subnet string
 	// CgroupRoot is the cgroup under which the kubelet puts the pods.
 	CgroupRoot string
+	// Runc is the runc of the pods (Runc of the binaries' directory).
+	Runc string
 
 	bin string
 	// cniCacheExisted is whether cniCache did before the cluster
@@ -126,7 +133,7 @@ func BinDir(t testing.TB) string {
 func StartCluster(t testing.TB, opts Options) *Cluster {
 	t.Helper()
 	bin := BinDir(t)
-	ocitest.Need(t, "runc:"+Runc, "util-linux:unshare", "util-linux:nsenter", "iproute2:ip")
+	ocitest.Need(t, "util-linux:unshare", "util-linux:nsenter", "iproute2:ip")
 	for _, p := range []string{"bridge", "host-local", "loopback"} {
 		_, err := os.Stat(filepath.Join(CNIBinDir, p))
 		testutil.Need(t, err == nil, fmt.Sprintf("needs the CNI plugin %s (Debian package containernetworking-plugins): %v", p, err))
@@ -210,6 +217,7 @@ func newCluster(dir, bin string) *Cluster {
 		Bridge:           bridgeName(id),
 		Subnet:           podSubnet(id),
 		CgroupRoot:       "/hutch-k8s-" + id,
+		Runc:             Runc(bin),
 		bin:              bin,
 	}
 }
@@ -251,6 +259,47 @@ func (c *Cluster) KubectlIn(t testing.TB, stdin string, args ...string) string {
 // namespace k8s.io.
 func (c *Cluster) Ctr(ctx context.Context, args ...string) ocitest.Result {
 	return run(ctx, "", filepath.Join(c.bin, "ctr"), append([]string{"--address", c.ContainerdSocket, "--namespace", "k8s.io"}, args...)...)
+}
+
+// ContainerPid returns the host pid of the first process of the container
+// named container in pod (of namespace default), as containerd's task
+// reports it.
+func (c *Cluster) ContainerPid(t testing.TB, pod, container string) int {
+	t.Helper()
+	id := c.Kubectl(t, "get", "pod", pod, "-o", fmt.Sprintf(`jsonpath={.status.containerStatuses[?(@.name==%q)].containerID}`, container))
+	id, ok := strings.CutPrefix(id, "containerd://")
+	if !ok || id == "" {
+		t.Fatalf("pod %s: container %s has no containerd ID: %q", pod, container, id)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r := c.Ctr(ctx, "tasks", "ls")
+	if r.Err != nil {
+		t.Fatalf("ctr tasks ls: %s", r)
+	}
+	for _, line := range strings.Split(r.Stdout, "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == id {
+			pid, err := strconv.Atoi(f[1])
+			if err != nil || pid <= 0 {
+				t.Fatalf("ctr tasks ls: task %s has pid %q", id, f[1])
+			}
+			return pid
+		}
+	}
+	t.Fatalf("ctr tasks ls: no task %s (pod %s, container %s):\n%s", id, pod, container, r.Stdout)
+	return 0
+}
+
+// EmptyDir returns the host directory of the emptyDir volume named volume
+// of pod (of namespace default): the kubelet's, under the cluster's
+// directory.
+func (c *Cluster) EmptyDir(t testing.TB, pod, volume string) string {
+	t.Helper()
+	uid := c.Kubectl(t, "get", "pod", pod, "-o", "jsonpath={.metadata.uid}")
+	if uid == "" || strings.ContainsAny(uid, "/.") {
+		t.Fatalf("pod %s: uid %q", pod, uid)
+	}
+	return c.path(filepath.Join("kubelet", "pods", uid, "volumes", "kubernetes.io~empty-dir", volume))
 }
 
 // Import imports a `docker save` tarball into the CRI's images, where a pod

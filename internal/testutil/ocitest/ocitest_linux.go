@@ -281,19 +281,31 @@ func ListenIn(pid int, network, addr string) (net.Listener, error) {
 // runtime takes no arguments (containerd's runc shim).
 const PolicyDirEnv = "HUTCH_RUNC_POLICY_DIR"
 
-// RuncJoinsUserLast reports whether the node's runc (1.2 and later)
-// gives containers that join namespaces by path (a pod's) a user
-// namespace under hutch-runc: runc 1.1 could not exec into them, and
-// hutch-runc then gives them none.
+// RuntimeEnv is hutch-runc's environment variable for the low-level
+// runtime's path (ociruntime.RuntimeEnv), for an engine whose runtime
+// takes no arguments (containerd's runc shim).
+const RuntimeEnv = "HUTCH_RUNC_RUNTIME"
+
+// RuncJoinsUserLast reports whether the node's runc (the one on PATH)
+// joins namespaces by path before the user namespace: see JoinsUserLast.
 func RuncJoinsUserLast(t testing.TB) bool {
 	t.Helper()
-	out, err := exec.Command("runc", "--version").Output()
+	return JoinsUserLast(t, "runc")
+}
+
+// JoinsUserLast reports whether runc (1.2 and later) gives containers
+// that join namespaces by path (a pod's) a user namespace under
+// hutch-runc: runc 1.1 could not exec into them, and hutch-runc then
+// gives them none.
+func JoinsUserLast(t testing.TB, runc string) bool {
+	t.Helper()
+	out, err := exec.Command(runc, "--version").Output()
 	if err != nil {
-		t.Fatalf("runc --version: %v", err)
+		t.Fatalf("%s --version: %v", runc, err)
 	}
 	var major, minor int
 	if _, err := fmt.Sscanf(string(out), "runc version %d.%d", &major, &minor); err != nil {
-		t.Fatalf("runc --version: %q: %v", out, err)
+		t.Fatalf("%s --version: %q: %v", runc, out, err)
 	}
 	return major > 1 || major == 1 && minor >= 2
 }
