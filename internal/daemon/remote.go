@@ -49,7 +49,13 @@ func (m *Manager) checkRemote(r CreateRequest, spec policy.Spec) error {
 	case len(r.Secrets) > 0:
 		return refuse("secrets")
 	case r.Policy.Filesystem.WorkspaceMode != "":
-		return refuse("filesystem.workspace_mode")
+		return refuse("policy: filesystem.workspace_mode")
+	case len(r.Policy.Filesystem.DenyRead) > 0 || len(r.Policy.Filesystem.AllowRead) > 0:
+		// Its own lists; the defaults hide the host's files, which a
+		// pod's image does not hold.
+		return refuse("policy: filesystem.deny_read and allow_read")
+	case len(r.Policy.Filesystem.DenyWrite) > 0:
+		return refuse("policy: filesystem.deny_write")
 	}
 	if why := rt.Unsupported(spec); why != "" {
 		return invalid("create sandbox: policy: %s (on %s)", why, rt.Remote())

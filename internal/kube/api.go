@@ -52,39 +52,48 @@ func newAPI(cfg *rest.Config, path string, gv schema.GroupVersion) (api, error) 
 	return api{rc}, nil
 }
 
+// req is a request of verb in namespace ns ("": a cluster-wide resource).
+func (a api) req(verb, ns string) *rest.Request {
+	r := a.rc.Verb(verb)
+	if ns != "" {
+		r = r.Namespace(ns)
+	}
+	return r
+}
+
 // get reads object name of resource into out ("" namespace for a
 // cluster-wide resource).
 func (a api) get(ctx context.Context, ns, resource, name string, out runtime.Object) error {
-	return a.rc.Get().Namespace(ns).Resource(resource).Name(name).Do(ctx).Into(out)
+	return a.req("GET", ns).Resource(resource).Name(name).Do(ctx).Into(out)
 }
 
 // list reads the objects of resource that sel selects into out.
 func (a api) list(ctx context.Context, ns, resource string, sel metav1.ListOptions, out runtime.Object) error {
-	return a.rc.Get().Namespace(ns).Resource(resource).VersionedParams(&sel, paramCode).Do(ctx).Into(out)
+	return a.req("GET", ns).Resource(resource).VersionedParams(&sel, paramCode).Do(ctx).Into(out)
 }
 
 // create makes obj and reads what was made into out.
 func (a api) create(ctx context.Context, ns, resource string, obj, out runtime.Object) error {
-	return a.rc.Post().Namespace(ns).Resource(resource).Body(obj).Do(ctx).Into(out)
+	return a.req("POST", ns).Resource(resource).Body(obj).Do(ctx).Into(out)
 }
 
 // update replaces object name with obj, read back into out.
 func (a api) update(ctx context.Context, ns, resource, name string, obj, out runtime.Object) error {
-	return a.rc.Put().Namespace(ns).Resource(resource).Name(name).Body(obj).Do(ctx).Into(out)
+	return a.req("PUT", ns).Resource(resource).Name(name).Body(obj).Do(ctx).Into(out)
 }
 
 // delete deletes object name.
 func (a api) delete(ctx context.Context, ns, resource, name string, opts metav1.DeleteOptions) error {
-	return a.rc.Delete().Namespace(ns).Resource(resource).Name(name).Body(&opts).Do(ctx).Error()
+	return a.req("DELETE", ns).Resource(resource).Name(name).Body(&opts).Do(ctx).Error()
 }
 
 // deleteAll deletes the objects of resource that sel selects.
 func (a api) deleteAll(ctx context.Context, ns, resource string, opts metav1.DeleteOptions, sel metav1.ListOptions) error {
-	return a.rc.Delete().Namespace(ns).Resource(resource).VersionedParams(&sel, paramCode).Body(&opts).Do(ctx).Error()
+	return a.req("DELETE", ns).Resource(resource).VersionedParams(&sel, paramCode).Body(&opts).Do(ctx).Error()
 }
 
 // watch watches the objects of resource that sel selects.
 func (a api) watch(ctx context.Context, ns, resource string, sel metav1.ListOptions) (watch.Interface, error) {
 	sel.Watch = true
-	return a.rc.Get().Namespace(ns).Resource(resource).VersionedParams(&sel, paramCode).Watch(ctx)
+	return a.req("GET", ns).Resource(resource).VersionedParams(&sel, paramCode).Watch(ctx)
 }

@@ -28,7 +28,10 @@ const containerName = "sandbox"
 func podName(id string) string { return "hutch-" + id }
 
 // Unsupported says why a sandbox's policy cannot run as a pod, or "": what
-// only the daemon's own machine can do (S2: refused, not dropped).
+// only the daemon's own machine can do (S2: refused, not dropped). The
+// filesystem's lists are the daemon's to check, on the request's policy:
+// the defaults Normalize adds hide the host's credentials, which a pod's
+// image does not hold.
 func Unsupported(s policy.Spec) string {
 	switch {
 	case s.Network.Mode == "host":
@@ -43,8 +46,6 @@ func Unsupported(s policy.Spec) string {
 		return "network.hosts: names are resolved by the node policy's proxy"
 	case len(s.Secrets) > 0:
 		return "secrets: a pod's secrets are the node policy's (dev.hutch.secrets)"
-	case len(s.Filesystem.DenyRead) > 0 || len(s.Filesystem.AllowRead) > 0:
-		return "filesystem.deny_read: a pod's files are its image's"
 	}
 	return ""
 }
@@ -93,10 +94,13 @@ func (c *Cluster) pod(cfg sandbox.Config, class string) (*corev1.Pod, error) {
 	if d := spec.Resources.DiskBytes; d > 0 {
 		limits[corev1.ResourceEphemeralStorage] = *resource.NewQuantity(d, resource.BinarySI)
 	}
-	// Requests small: the limits bound a sandbox, and most sit idle.
+	// Requests small (a limit without a request would request the
+	// limit): the limits bound a sandbox, and most sit idle. None of a
+	// node's disk is reserved; its limit holds once written.
 	requests := corev1.ResourceList{
-		corev1.ResourceCPU:    resource.MustParse("10m"),
-		corev1.ResourceMemory: resource.MustParse("16Mi"),
+		corev1.ResourceCPU:              resource.MustParse("10m"),
+		corev1.ResourceMemory:           resource.MustParse("16Mi"),
+		corev1.ResourceEphemeralStorage: resource.MustParse("0"),
 	}
 	for k, v := range requests {
 		if l, ok := limits[k]; ok && l.Cmp(v) < 0 {

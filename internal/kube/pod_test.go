@@ -99,7 +99,6 @@ func TestUnsupported(t *testing.T) {
 		{Network: policy.Network{AllowPrivate: []string{"10.0.0.0/8"}}},
 		{Network: policy.Network{Hosts: []string{"a.test:10.0.0.1"}}},
 		{Secrets: []policy.Secret{{Name: "K"}}},
-		{Filesystem: policy.Filesystem{DenyRead: []string{"/x"}}},
 	} {
 		if Unsupported(s) == "" {
 			t.Errorf("%+v is not refused", s)

@@ -210,10 +210,11 @@ func (i *instance) waitRunning(ctx context.Context, from string) (string, error)
 		return "", fmt.Errorf("kubernetes: watch pod %s: %w", i.name, err)
 	}
 	defer w.Stop()
+	var last *corev1.Pod
 	for {
 		select {
 		case <-ctx.Done():
-			return "", fmt.Errorf("kubernetes: pod %s did not run within %s: %w", i.name, StartTimeout, ctx.Err())
+			return "", fmt.Errorf("kubernetes: pod %s did not run within %s%s: %w", i.name, StartTimeout, pendingWhy(last), ctx.Err())
 		case ev, ok := <-w.ResultChan():
 			if !ok {
 				// The watch ended early (the API server's timeout): again.
@@ -226,6 +227,7 @@ func (i *instance) waitRunning(ctx context.Context, from string) (string, error)
 			if !ok {
 				continue
 			}
+			last = p
 			switch p.Status.Phase {
 			case corev1.PodRunning:
 				if p.Status.PodIP != "" {
@@ -250,6 +252,21 @@ func podWhy(p *corev1.Pod) string {
 		}
 	}
 	return string(p.Status.Phase) + " " + p.Status.Message
+}
+
+// pendingWhy says why p has not run yet, as its conditions that are not
+// met tell ("" when they tell nothing).
+func pendingWhy(p *corev1.Pod) string {
+	if p == nil {
+		return ""
+	}
+	var why string
+	for _, c := range p.Status.Conditions {
+		if c.Status != corev1.ConditionTrue && c.Message != "" {
+			why += fmt.Sprintf(" (%s: %s)", c.Type, c.Message)
+		}
+	}
+	return why
 }
 
 // waitingWhy is the reason a pending pod will not start by itself (its

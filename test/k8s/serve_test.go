@@ -94,8 +94,7 @@ func startServe(t *testing.T, c *k8stest.Cluster, dir string, flags ...string) *
 			return true
 		default:
 		}
-		_, err := os.Stat(p.sock)
-		return err == nil
+		return strings.Contains(p.log.String(), "hutch: listening on unix://"+p.sock+"\n")
 	}) {
 		t.Fatalf("hutch serve did not listen:\n%s", p.log.String())
 	}
