@@ -317,7 +317,7 @@ func (h *handler) authenticate(r *http.Request) (string, error) {
 // an Authorization header, the web UI's cookie (UICookie) holds the
 // token, taken only from a request of the UI's own pages (CheckUIRequest).
 // Its error is a 401 for WriteError (403 for a cookie from elsewhere).
-func Authenticate(st *store.Store, r *http.Request) (string, error) {
+func Authenticate(st store.Backend, r *http.Request) (string, error) {
 	authz := r.Header.Get("Authorization")
 	if authz == "" {
 		if c, err := r.Cookie(UICookie); err == nil {
@@ -342,7 +342,7 @@ func Authenticate(st *store.Store, r *http.Request) (string, error) {
 // TenantForToken returns the tenant of token, a token of st, as the API
 // checks every token; its error is a 401 for WriteError when the token is
 // not valid.
-func TenantForToken(ctx context.Context, st *store.Store, token string) (string, error) {
+func TenantForToken(ctx context.Context, st store.Backend, token string) (string, error) {
 	tenant, err := st.TenantForToken(ctx, token)
 	if errors.Is(err, store.ErrNotFound) {
 		return "", errorf(errUnauthorized, "the token is not valid")

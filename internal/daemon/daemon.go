@@ -136,6 +136,11 @@ type Config struct {
 	// runsc of the pinned version, and how to install it): the message of
 	// a create or a default of that tier, which is refused.
 	Unavailable map[string]string
+	// Store, when set, keeps the daemon's state (its sandboxes' records,
+	// the tenants' tokens) instead of state.db in StateDir: a cluster's
+	// (package kube), shared by replicas of hutch serve. The daemon does
+	// not close it; its caller does, once Close returned.
+	Store store.Backend
 }
 
 // CreateRequest is what a tenant asks for.
@@ -216,7 +221,7 @@ type Volume struct {
 // to serve tenants' sandboxes; *Manager implements it.
 type Sandboxes interface {
 	// Store is the daemon's state, for tokens.
-	Store() *store.Store
+	Store() store.Backend
 	// Create starts a sandbox for tenant.
 	Create(ctx context.Context, tenant string, r CreateRequest) (Info, error)
 	// Get describes one of tenant's sandboxes.

@@ -56,10 +56,13 @@ const (
 type Manager struct {
 	cfg    Config // defaults applied, StateDir absolute
 	log    *slog.Logger
-	st     *store.Store
+	st     store.Backend
 	images *image.Store // the images sandboxes may start from (hutch image, same state dir)
 	lock   *os.File     // the state directory's lock, held while the manager lives
 	sbRoot string       // <StateDir>/sandboxes
+	// closeStore: st is state.db, which the manager opened (not
+	// Config.Store), and closes.
+	closeStore bool
 
 	// snapRoot is the snapshot layer store, <StateDir>/snapshots
 	// (snapshot.go); snapMu makes snapshots one at a time, refMu guards
@@ -264,21 +267,31 @@ func New(cfg Config, log *slog.Logger) (*Manager, error) {
 		lock.Close()
 		return nil, err
 	}
-	st, err := store.Open(filepath.Join(cfg.StateDir, "state.db"))
-	if err != nil {
+	st, closeStore := cfg.Store, false
+	if st == nil {
+		if st, err = store.Open(filepath.Join(cfg.StateDir, "state.db")); err != nil {
+			lock.Close()
+			return nil, err
+		}
+		closeStore = true
+	}
+	// closeAll releases what New took when it fails.
+	closeAll := func() {
+		if closeStore {
+			st.Close()
+		}
 		lock.Close()
-		return nil, err
 	}
 	images, err := image.Open(cfg.StateDir)
 	if err != nil {
-		st.Close()
-		lock.Close()
+		closeAll()
 		return nil, err
 	}
 	m := &Manager{
 		cfg:        cfg,
 		log:        log,
 		st:         st,
+		closeStore: closeStore,
 		images:     images,
 		lock:       lock,
 		sbRoot:     sbRoot,
@@ -296,13 +309,11 @@ func New(cfg Config, log *slog.Logger) (*Manager, error) {
 	}
 	m.broker = m.newBroker()
 	if err := m.cleanupLeftovers(context.Background()); err != nil {
-		st.Close()
-		lock.Close()
+		closeAll()
 		return nil, err
 	}
 	if err := m.openSnapshots(context.Background()); err != nil {
-		st.Close()
-		lock.Close()
+		closeAll()
 		return nil, fmt.Errorf("snapshots: %w", err)
 	}
 	if sets, err := m.changes.List(); err == nil {
@@ -320,8 +331,7 @@ func New(cfg Config, log *slog.Logger) (*Manager, error) {
 	for _, wp := range pools {
 		p, err := m.newPool(wp)
 		if err != nil {
-			st.Close()
-			lock.Close()
+			closeAll()
 			return nil, err
 		}
 		m.pools = append(m.pools, p)
@@ -517,12 +527,15 @@ wait:
 			break wait
 		}
 	}
-	errs = append(errs, m.st.Close(), m.lock.Close())
+	if m.closeStore {
+		errs = append(errs, m.st.Close())
+	}
+	errs = append(errs, m.lock.Close())
 	return errors.Join(errs...)
 }
 
 // Store is the daemon's state (tokens).
-func (m *Manager) Store() *store.Store { return m.st }
+func (m *Manager) Store() store.Backend { return m.st }
 
 // errClosed is the error of every call once Close was called.
 func errClosed() error {

@@ -17,7 +17,7 @@ import (
 )
 
 // warmRows are the records of m's warm sandboxes that are not stopped.
-func warmRows(t *testing.T, st *store.Store) []store.Sandbox {
+func warmRows(t *testing.T, st store.Backend) []store.Sandbox {
 	t.Helper()
 	rows, err := st.ListSandboxes(context.Background(), store.Filter{Tenant: warmTenant})
 	if err != nil {

@@ -74,8 +74,10 @@ type ForkResult struct {
 }
 
 // ErrUnsupported is the category of a call the sandbox's tier cannot
-// serve (yet): the API answers 501.
-var ErrUnsupported = errors.New("not supported")
+// serve (yet), or the daemon's store (Config.Store: a cluster's keeps no
+// snapshots): the API answers 501. It is store.ErrUnsupported, so that
+// the store's refusals are in it.
+var ErrUnsupported = store.ErrUnsupported
 
 func snapshotInfo(sn store.Snapshot) SnapshotInfo {
 	return SnapshotInfo{ID: sn.ID, Tenant: sn.Tenant, Source: sn.Source, Root: sn.Root, Image: sn.Image,

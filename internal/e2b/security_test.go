@@ -68,7 +68,7 @@ func newFixture(t *testing.T) *fixture {
 }
 
 // addKeys makes an API key for the tenants alice and bob.
-func (f *fixture) addKeys(t *testing.T, st *store.Store) {
+func (f *fixture) addKeys(t *testing.T, st store.Backend) {
 	t.Helper()
 	for _, tenant := range []string{"alice", "bob"} {
 		key, err := st.CreateE2BToken(context.Background(), tenant)

@@ -1,7 +1,6 @@
 package store
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -353,18 +352,9 @@ func (s *Store) UpdateSandbox(ctx context.Context, id string, fn func(*Sandbox) 
 		if err != nil {
 			return err
 		}
-		sb := old
-		sb.Labels = maps.Clone(old.Labels)
-		if sb.Labels == nil {
-			sb.Labels = make(map[string]string)
-		}
-		sb.Spec = slices.Clone(old.Spec)
-		sb.Volumes = slices.Clone(old.Volumes)
-		if err := fn(&sb); err != nil {
+		sb, err := Modify(old, fn)
+		if err != nil {
 			return err
-		}
-		if sb.ID != old.ID || sb.Tenant != old.Tenant || sb.Tier != old.Tier || !bytes.Equal(sb.Volumes, old.Volumes) {
-			return errors.New("the id, the tenant, the tier and the volumes of a sandbox cannot change")
 		}
 		r, err := check(&sb)
 		if err != nil {
@@ -386,16 +376,6 @@ func (s *Store) UpdateSandbox(ctx context.Context, id string, fn func(*Sandbox) 
 				return err
 			}
 		}
-		// Return what GetSandbox would now.
-		if len(sb.Labels) == 0 {
-			sb.Labels = nil
-		}
-		if len(sb.Spec) == 0 {
-			sb.Spec = nil
-		}
-		sb.Created = fromNanos(r.created)
-		sb.Expires = fromNanos(r.expires)
-		sb.LastActive = fromNanos(r.lastActive)
 		updated = sb
 		return nil
 	})

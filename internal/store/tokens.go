@@ -35,33 +35,43 @@ var e2bTokenLen = len(e2bTokenPrefix) + hex.EncodedLen(e2bTokenBytes)
 // random bytes (43 characters).
 var tokenLen = len(tokenPrefix) + base64.RawURLEncoding.EncodedLen(tokenBytes)
 
-// tokenHash is what the store keeps of a token.
-func tokenHash(token string) []byte {
+// TokenHash is what a Backend keeps of a token: its SHA-256.
+func TokenHash(token string) []byte {
 	h := sha256.Sum256([]byte(token))
 	return h[:]
 }
 
-// CreateToken makes a new API token for tenant and returns it. The token is
-// "hutch_" followed by the base64url (unpadded) of 32 random bytes; the
-// store keeps only its SHA-256, so the token cannot be read back.
-func (s *Store) CreateToken(ctx context.Context, tenant string) (string, error) {
+// MakeToken makes a new API token: "hutch_" followed by the base64url
+// (unpadded) of 32 random bytes.
+func MakeToken() (string, error) {
 	var b [tokenBytes]byte
 	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("store: create token for %q: %w", tenant, err)
+		return "", err
 	}
-	return s.insertToken(ctx, tenant, tokenPrefix+base64.RawURLEncoding.EncodeToString(b[:]))
+	return tokenPrefix + base64.RawURLEncoding.EncodeToString(b[:]), nil
 }
 
-// CreateE2BToken makes a new API token for tenant shaped as an E2B API key,
-// "e2b_" followed by 40 lowercase hex digits (20 random bytes), and returns
-// it. It acts as any other token of tenant; E2B's SDKs check the shape of
-// their key.
-func (s *Store) CreateE2BToken(ctx context.Context, tenant string) (string, error) {
+// MakeE2BToken makes a new API token shaped as an E2B API key, "e2b_"
+// followed by 40 lowercase hex digits (20 random bytes); E2B's SDKs check
+// the shape of their key.
+func MakeE2BToken() (string, error) {
 	var b [e2bTokenBytes]byte
 	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("store: create token for %q: %w", tenant, err)
+		return "", err
 	}
-	return s.insertToken(ctx, tenant, e2bTokenPrefix+hex.EncodeToString(b[:]))
+	return e2bTokenPrefix + hex.EncodeToString(b[:]), nil
+}
+
+// CreateToken makes a new API token for tenant (MakeToken) and returns it;
+// the store keeps only its SHA-256, so the token cannot be read back.
+func (s *Store) CreateToken(ctx context.Context, tenant string) (string, error) {
+	return s.insertToken(ctx, tenant, MakeToken)
+}
+
+// CreateE2BToken makes a new API token for tenant shaped as an E2B API key
+// (MakeE2BToken) and returns it. It acts as any other token of tenant.
+func (s *Store) CreateE2BToken(ctx context.Context, tenant string) (string, error) {
+	return s.insertToken(ctx, tenant, MakeE2BToken)
 }
 
 // CheckTenant checks the syntax of a tenant's name for a new token: 1 to 64
@@ -89,26 +99,39 @@ func CheckTenant(name string) error {
 // token over TCP acts on the operator's sandboxes.
 const SocketTenant = "admin"
 
-// insertToken records token (by its hash) as tenant's.
-func (s *Store) insertToken(ctx context.Context, tenant, token string) (string, error) {
+// CheckTokenOwner checks tenant as the owner of a new token: not empty,
+// and not SocketTenant.
+func CheckTokenOwner(tenant string) error {
 	if tenant == "" {
-		return "", errors.New("store: create token: empty tenant")
+		return errors.New("empty tenant")
 	}
 	if tenant == SocketTenant {
-		return "", fmt.Errorf("store: create token: the tenant %q is the unix socket's operator, who needs no token; name the tenant otherwise", tenant)
+		return fmt.Errorf("the tenant %q is the unix socket's operator, who needs no token; name the tenant otherwise", tenant)
 	}
-	_, err := s.w.ExecContext(ctx,
+	return nil
+}
+
+// insertToken records a token newToken makes (by its hash) as tenant's.
+func (s *Store) insertToken(ctx context.Context, tenant string, newToken func() (string, error)) (string, error) {
+	if err := CheckTokenOwner(tenant); err != nil {
+		return "", fmt.Errorf("store: create token: %w", err)
+	}
+	token, err := newToken()
+	if err != nil {
+		return "", fmt.Errorf("store: create token for %q: %w", tenant, err)
+	}
+	_, err = s.w.ExecContext(ctx,
 		"INSERT INTO tokens (hash, tenant, created_ns) VALUES (?, ?, ?)",
-		tokenHash(token), tenant, time.Now().UnixNano())
+		TokenHash(token), tenant, time.Now().UnixNano())
 	if err != nil {
 		return "", fmt.Errorf("store: create token for %q: %w", tenant, err)
 	}
 	return token, nil
 }
 
-// wellFormed reports whether token has the shape of a token CreateToken or
-// CreateE2BToken makes.
-func wellFormed(token string) bool {
+// WellFormedToken reports whether token has the shape of a token
+// MakeToken or MakeE2BToken makes.
+func WellFormedToken(token string) bool {
 	switch {
 	case strings.HasPrefix(token, tokenPrefix):
 		return len(token) == tokenLen
@@ -123,11 +146,11 @@ func wellFormed(token string) bool {
 // its SHA-256: the comparisons made on the way depend on the hash, not on
 // the token, so their timing tells nothing useful about valid tokens.
 func (s *Store) TenantForToken(ctx context.Context, token string) (string, error) {
-	if !wellFormed(token) {
+	if !WellFormedToken(token) {
 		return "", fmt.Errorf("store: token: %w", ErrNotFound)
 	}
 	var tenant string
-	err := s.r.QueryRowContext(ctx, "SELECT tenant FROM tokens WHERE hash = ?", tokenHash(token)).Scan(&tenant)
+	err := s.r.QueryRowContext(ctx, "SELECT tenant FROM tokens WHERE hash = ?", TokenHash(token)).Scan(&tenant)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", fmt.Errorf("store: token: %w", ErrNotFound)
 	}

@@ -111,7 +111,7 @@ func TestTokenNotInFile(t *testing.T) {
 					t.Fatalf("%s: the files hold %q of token %q", when, part, tok)
 				}
 			}
-			if !bytes.Contains(all, tokenHash(tok)) {
+			if !bytes.Contains(all, TokenHash(tok)) {
 				t.Fatalf("%s: the files do not hold the hash of a token", when)
 			}
 		}
@@ -173,7 +173,7 @@ func TestSocketTenantHasNoTokens(t *testing.T) {
 	}
 	const old = "hutch_" + "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
 	db := rawDB(t, path)
-	if _, err := db.Exec("INSERT INTO tokens (hash, tenant, created_ns) VALUES (?, ?, 0)", tokenHash(old), SocketTenant); err != nil {
+	if _, err := db.Exec("INSERT INTO tokens (hash, tenant, created_ns) VALUES (?, ?, 0)", TokenHash(old), SocketTenant); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.TenantForToken(ctx, old); !errors.Is(err, ErrNotFound) {

@@ -69,7 +69,7 @@ var htmlText = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", `"`, 
 type Config struct {
 	// Store holds the daemon's tokens, which the login form checks.
 	// Required.
-	Store *store.Store
+	Store store.Backend
 	// Hosts are the names besides a TCP listener's own address that a
 	// request may give as its Host (hutch serve --mcp-allowed-host and
 	// the public URL's host).

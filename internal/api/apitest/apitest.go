@@ -80,7 +80,7 @@ func (m *Manager) Close() error {
 }
 
 // Store is the manager's store, for tokens.
-func (m *Manager) Store() *store.Store { return m.store }
+func (m *Manager) Store() store.Backend { return m.store }
 
 // Images is an image store in the manager's directory.
 func (m *Manager) Images() *image.Store {
