@@ -22,8 +22,8 @@ const (
 	StateStopped  = "stopped"  // gone; the record remains
 )
 
-// validState reports whether state is one of the states of a sandbox.
-func validState(state string) bool {
+// ValidState reports whether state is one of the states of a sandbox.
+func ValidState(state string) bool {
 	switch state {
 	case StateStarting, StateRunning, StatePaused, StateStopping, StateStopped:
 		return true
@@ -184,7 +184,7 @@ func check(sb *Sandbox) (row, error) {
 		return r, errors.New("empty id")
 	case sb.Tenant == "":
 		return r, errors.New("empty tenant")
-	case !validState(sb.State):
+	case !ValidState(sb.State):
 		return r, fmt.Errorf("invalid state %q", sb.State)
 	case sb.IdleTimeout < 0:
 		return r, fmt.Errorf("negative idle timeout %v", sb.IdleTimeout)
@@ -310,7 +310,7 @@ func listQuery(f Filter) (string, []any) {
 // ListSandboxes returns the sandboxes that f selects, ordered by Created
 // (then by ID).
 func (s *Store) ListSandboxes(ctx context.Context, f Filter) ([]Sandbox, error) {
-	if f.State != "" && !validState(f.State) {
+	if f.State != "" && !ValidState(f.State) {
 		return nil, fmt.Errorf("store: list sandboxes: invalid state %q", f.State)
 	}
 	q, args := listQuery(f)
@@ -451,10 +451,11 @@ func (s *Store) CountStates(ctx context.Context, except string) (map[StateTier]i
 }
 
 // MemoryOf returns the sum of the memory limits (resources.memory of their
-// policies, in bytes) of tenant's sandboxes that are not stopped.
+// policies, in bytes) of tenant's sandboxes that are not stopped; an empty
+// policy has none.
 func (s *Store) MemoryOf(ctx context.Context, tenant string) (int64, error) {
 	var n int64
-	err := s.r.QueryRowContext(ctx, `SELECT coalesce(sum(json_extract(CAST(spec AS TEXT), '$.resources.memory')), 0)
+	err := s.r.QueryRowContext(ctx, `SELECT coalesce(sum(json_extract(NULLIF(CAST(spec AS TEXT), ''), '$.resources.memory')), 0)
 		FROM sandboxes WHERE state <> 'stopped' AND tenant = ?`, tenant).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("store: memory of %q: %w", tenant, err)
