@@ -18,6 +18,9 @@
 // tarballs imported into containerd, not from a registry; the pods'
 // sandbox ("pause") image is built here (./pause).
 //
+// StartAPIServer starts etcd and kube-apiserver alone, made the same way,
+// for a test of what a client keeps in the API (no pod ever runs).
+//
 // The test's end deletes the pods, stops every process by pid (the
 // kubelet, the control plane, containerd, its shims and whatever is left
 // in the pods' cgroups), removes the bridge, the cgroups and the
@@ -138,30 +141,8 @@ func StartCluster(t testing.TB, opts Options) *Cluster {
 		_, err := os.Stat(filepath.Join(CNIBinDir, p))
 		testutil.Need(t, err == nil, fmt.Sprintf("needs the CNI plugin %s (Debian package containernetworking-plugins): %v", p, err))
 	}
-	nodeIP, err := nodeAddress()
-	testutil.Need(t, err == nil, fmt.Sprintf("needs an IPv4 address of this machine for the node: %v", err))
-
-	sweepStale(t)
-	dir, err := os.MkdirTemp("", "hutch-k8s-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	c := newCluster(dir, bin)
-	c.NodeIP = nodeIP
-	_, err = os.Stat(cniCache)
-	c.cniCacheExisted = err == nil
-	t.Cleanup(func() { c.teardown(t) })
-	c.writeOwner(t)
-	c.ports = freePorts(t, nodeIP)
-
 	begin := time.Now()
-	c.writeConfigs(t, opts)
-	c.kubeadm(t, "init", "phase", "certs", "all", "--config", c.path("kubeadm.yaml"))
-	c.kubeadm(t, "init", "phase", "kubeconfig", "all", "--config", c.path("kubeadm.yaml"), "--kubeconfig-dir", c.path("kubeconfig"))
-	c.serverOnLoopback(t)
+	c := newControlPlane(t, bin, opts)
 	c.makeCgroupRoot(t)
 	c.startMountNamespace(t)
 
@@ -202,6 +183,72 @@ func StartCluster(t testing.TB, opts Options) *Cluster {
 	})
 	t.Logf("k8stest: cluster %s (node %s at %s) ready in %v", c.Network, c.NodeName, c.NodeIP, time.Since(begin).Round(time.Millisecond))
 	return c
+}
+
+// newControlPlane makes a cluster's directory, configurations,
+// certificates and kubeconfigs, starts nothing, and has the test's end
+// tear down what is started of it.
+func newControlPlane(t testing.TB, bin string, opts Options) *Cluster {
+	t.Helper()
+	nodeIP, err := nodeAddress()
+	testutil.Need(t, err == nil, fmt.Sprintf("needs an IPv4 address of this machine for the node: %v", err))
+
+	sweepStale(t)
+	dir, err := os.MkdirTemp("", "hutch-k8s-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c := newCluster(dir, bin)
+	c.NodeIP = nodeIP
+	_, err = os.Stat(cniCache)
+	c.cniCacheExisted = err == nil
+	t.Cleanup(func() { c.teardown(t) })
+	c.writeOwner(t)
+	c.ports = freePorts(t, nodeIP)
+
+	c.writeConfigs(t, opts)
+	c.kubeadm(t, "init", "phase", "certs", "all", "--config", c.path("kubeadm.yaml"))
+	c.kubeadm(t, "init", "phase", "kubeconfig", "all", "--config", c.path("kubeadm.yaml"), "--kubeconfig-dir", c.path("kubeconfig"))
+	c.serverOnLoopback(t)
+	return c
+}
+
+// APIServer is an API server of the test's own, with no node, controller
+// or scheduler: a store of objects for a client of the API.
+type APIServer struct {
+	// Kubeconfig is the path of a kubeconfig of an administrator (group
+	// system:masters).
+	Kubeconfig string
+	c          *Cluster
+}
+
+// StartAPIServer starts etcd and kube-apiserver only, on 127.0.0.1, with
+// certificates and a kubeconfig made as StartCluster's are, and waits for
+// the API server to be ready and its namespace default to exist; the
+// test's end stops them and removes their directory. It skips, or fails,
+// as StartCluster does.
+func StartAPIServer(t testing.TB) *APIServer {
+	t.Helper()
+	c := newControlPlane(t, BinDir(t), Options{})
+	// No pod runs: libcni's cache is none of its business.
+	c.cniCacheExisted = true
+	c.startEtcd(t)
+	c.startAPIServer(t)
+	c.waitAPI(t)
+	c.waitFor(t, "the namespace default", 3*time.Minute, func(ctx context.Context) bool {
+		return c.Run(ctx, "", "get", "namespace", "default").Err == nil
+	})
+	return &APIServer{Kubeconfig: c.Kubeconfig, c: c}
+}
+
+// Kubectl runs kubectl on the API server as its administrator and returns
+// its standard output, failing the test when it fails.
+func (a *APIServer) Kubectl(t testing.TB, args ...string) string {
+	t.Helper()
+	return a.c.Kubectl(t, args...)
 }
 
 // newCluster is the cluster of directory dir (hutch-k8s-ID): its names
