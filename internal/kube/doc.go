@@ -12,4 +12,22 @@
 // the tiers of one machine; what a pod cannot honour (host directories,
 // secrets swapped by the daemon's own proxy, pauses) the daemon refuses
 // before it gets here.
+//
+// Store keeps hutch serve's state in the namespace, so that the replicas
+// of hutch serve behind one Service share it: it is a store.Backend, the
+// interface through which the daemon reads and writes its state (the
+// SQLite file of one hutch serve is the other). A sandbox's record is a
+// ConfigMap hutch-rec-<id> whose key "record" holds it as JSON (its
+// policy and volumes as text, times in RFC 3339, UTC), labelled
+// app.kubernetes.io/managed-by=hutch, hutch.dev/kind=sandbox,
+// hutch.dev/tenant=<hex of the first 16 bytes of the tenant's SHA-256>
+// and hutch.dev/state=<state>: lists select by tenant and state on the
+// API server, by the sandbox's own labels in hutch. An update writes the
+// ConfigMap with the resourceVersion it read, and on a conflict reads
+// and changes it again. An API token is a Secret hutch-token-<hex of the
+// first 20 bytes of the token's SHA-256>, holding the tenant and the
+// token's SHA-256 (never the token), labelled managed-by, hutch.dev/kind=token
+// and hutch.dev/tenant. Snapshots are not kept: their layers are files
+// of one machine. None of these objects carries hutch.dev/daemon, so that
+// a daemon's clean-up of its pods never takes them.
 package kube

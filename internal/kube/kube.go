@@ -97,6 +97,12 @@ func Connect(ctx context.Context, o Options) (*Cluster, error) {
 		return nil, fmt.Errorf("kubernetes: daemon name %q: %s", o.Daemon, errs)
 	}
 	cfg.UserAgent = "hutch-serve"
+	// hutch serve's requests are many and small (every read and write of
+	// its Store is one): client-go's default of 5 a second would queue
+	// them behind each other.
+	if cfg.QPS == 0 {
+		cfg.QPS, cfg.Burst = 100, 200
+	}
 	core, err := newAPI(cfg, "/api", corev1.SchemeGroupVersion)
 	if err != nil {
 		return nil, err

@@ -1,0 +1,167 @@
+package kube
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/hutch-sandbox/hutch/internal/store"
+	"github.com/hutch-sandbox/hutch/internal/store/storetest"
+	"github.com/hutch-sandbox/hutch/internal/testutil/k8stest"
+)
+
+// TestStore runs store.Backend's suite against a real API server, each
+// state a namespace of its own and each Backend a connection of its own
+// (a replica), then what is the cluster's own: the objects' layout, and
+// the bound on a record's size.
+func TestStore(t *testing.T) {
+	srv := k8stest.StartAPIServer(t)
+	var n atomic.Int32
+	// newState makes a namespace and returns a function that connects a
+	// new Store to it.
+	newState := func(t *testing.T) func(*testing.T) store.Backend {
+		ns := fmt.Sprintf("hutch-store-%d", n.Add(1))
+		srv.Kubectl(t, "create", "namespace", ns)
+		return func(t *testing.T) store.Backend {
+			c, err := Connect(context.Background(), Options{Kubeconfig: srv.Kubeconfig, Namespace: ns})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return c.Store()
+		}
+	}
+	t.Run("Conformance", func(t *testing.T) {
+		storetest.Run(t, storetest.Backends{New: newState})
+	})
+	t.Run("ConflictRetry", func(t *testing.T) {
+		open := newState(t)
+		testStoreConflict(t, open(t).(*Store), open(t).(*Store))
+	})
+	t.Run("Layout", func(t *testing.T) { testStoreLayout(t, newState(t)(t).(*Store)) })
+	t.Run("Bounded", func(t *testing.T) { testStoreBounded(t, newState(t)(t).(*Store)) })
+}
+
+// testStoreLayout: a record is the ConfigMap the package's doc describes,
+// its labels following its state; a token's Secret holds its hash, not
+// the token.
+func testStoreLayout(t *testing.T, st *Store) {
+	ctx := context.Background()
+	sb := store.Sandbox{ID: "sb-layout", Tenant: "Acme Corp/ü", State: store.StateRunning, Spec: []byte(`{"a": 1}`)}
+	if err := st.InsertSandbox(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.UpdateSandbox(ctx, sb.ID, func(sb *store.Sandbox) error { sb.State = store.StateStopped; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	var cm corev1.ConfigMap
+	if err := st.core.get(ctx, st.ns, "configmaps", "hutch-rec-sb-layout", &cm); err != nil {
+		t.Fatal(err)
+	}
+	wantLabels := map[string]string{LabelManaged: "hutch", LabelKind: KindSandbox, LabelTenant: tenantHash(sb.Tenant), LabelState: store.StateStopped}
+	for k, v := range wantLabels {
+		if cm.Labels[k] != v {
+			t.Errorf("ConfigMap's label %s = %q, want %q (labels %v)", k, cm.Labels[k], v, cm.Labels)
+		}
+	}
+	if len(tenantHash(sb.Tenant)) != 32 || cm.Labels[LabelDaemon] != "" {
+		t.Errorf("ConfigMap's labels %v", cm.Labels)
+	}
+	if rec := cm.Data[recordKey]; !strings.Contains(rec, `"spec":"{\"a\": 1}"`) || !strings.Contains(rec, `"tenant":"Acme Corp/ü"`) {
+		t.Errorf("ConfigMap's record %s", rec)
+	}
+
+	tok, err := st.CreateToken(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var l corev1.SecretList
+	if err := st.core.list(ctx, st.ns, "secrets", metav1.ListOptions{LabelSelector: selector(KindToken)}, &l); err != nil {
+		t.Fatal(err)
+	}
+	if len(l.Items) != 1 {
+		t.Fatalf("%d Secrets of tokens, want 1", len(l.Items))
+	}
+	sec := l.Items[0]
+	if !strings.HasPrefix(sec.Name, "hutch-token-") || len(sec.Name) != len("hutch-token-")+40 || sec.Labels[LabelTenant] != tenantHash("acme") {
+		t.Errorf("token's Secret %s, labels %v", sec.Name, sec.Labels)
+	}
+	for k, v := range sec.Data {
+		if strings.Contains(string(v), tok) || strings.Contains(string(v), tok[len("hutch_"):]) {
+			t.Errorf("the token's Secret holds the token in %s", k)
+		}
+	}
+	if string(sec.Data[tokenTenantKey]) != "acme" || len(sec.Data[tokenHashKey]) != 64 {
+		t.Errorf("token's Secret data %q", sec.Data)
+	}
+}
+
+// testStoreBounded: a record larger than a ConfigMap holds is refused, at
+// insert and at update, with an error that says so, and nothing written.
+func testStoreBounded(t *testing.T, st *Store) {
+	ctx := context.Background()
+	big := []byte(`{"x":"` + strings.Repeat("a", maxConfigMap) + `"}`)
+	sb := store.Sandbox{ID: "sb-big", Tenant: "acme", State: store.StateRunning, Spec: big}
+	err := st.InsertSandbox(ctx, sb)
+	if err == nil || !strings.Contains(err.Error(), "more than a ConfigMap holds") {
+		t.Errorf("insert of a record too large: %v", err)
+	}
+	if _, err := st.GetSandbox(ctx, "", sb.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("the record too large was written: %v", err)
+	}
+	sb.Spec = nil
+	if err := st.InsertSandbox(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	_, err = st.UpdateSandbox(ctx, sb.ID, func(sb *store.Sandbox) error { sb.Spec = big; return nil })
+	if err == nil || !strings.Contains(err.Error(), "more than a ConfigMap holds") {
+		t.Errorf("update to a record too large: %v", err)
+	}
+	if got, err := st.GetSandbox(ctx, "", sb.ID); err != nil || got.Spec != nil {
+		t.Errorf("after the refused update: spec of %d bytes, %v", len(got.Spec), err)
+	}
+	// An ID no ConfigMap can be named after.
+	sb.ID = "SB_Upper"
+	if err := st.InsertSandbox(ctx, sb); err == nil || !strings.Contains(err.Error(), "cannot name a ConfigMap") {
+		t.Errorf("insert of sandbox %q: %v", sb.ID, err)
+	}
+	if _, err := st.GetSandbox(ctx, "", sb.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("get of sandbox %q: %v, want ErrNotFound", sb.ID, err)
+	}
+}
+
+// testStoreConflict: an update whose record another replica changed
+// between its read and its write reads it again and runs fn again, both
+// changes kept.
+func testStoreConflict(t *testing.T, st, other *Store) {
+	ctx := context.Background()
+	if err := st.InsertSandbox(ctx, store.Sandbox{ID: "sb-conflict", Tenant: "acme", State: store.StateRunning}); err != nil {
+		t.Fatal(err)
+	}
+	calls := 0
+	got, err := st.UpdateSandbox(ctx, "sb-conflict", func(sb *store.Sandbox) error {
+		calls++
+		if calls == 1 {
+			// The other replica writes between this read and its write.
+			if _, err := other.UpdateSandbox(ctx, "sb-conflict", func(sb *store.Sandbox) error { sb.PID = 7; return nil }); err != nil {
+				return err
+			}
+		}
+		sb.Labels["seen"] = fmt.Sprint(sb.PID)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if calls != 2 || got.PID != 7 || got.Labels["seen"] != "7" {
+		t.Errorf("after a conflict: fn ran %d times, pid %d, labels %v; want 2, 7, seen=7", calls, got.PID, got.Labels)
+	}
+	if sb, err := other.GetSandbox(ctx, "", "sb-conflict"); err != nil || sb.PID != 7 || sb.Labels["seen"] != "7" {
+		t.Errorf("read back: %+v, %v", sb, err)
+	}
+}
