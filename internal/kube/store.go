@@ -57,6 +57,9 @@ const (
 // Store keeps hutch serve's state in the cluster's namespace, where every
 // replica of hutch serve finds it: a store.Backend (the package's doc
 // describes its objects). It keeps no snapshots. Safe for concurrent use.
+//
+// In the namespace it needs to get, list, create, update and delete
+// ConfigMaps, and to get, list, create and delete Secrets.
 type Store struct {
 	core api
 	ns   string
