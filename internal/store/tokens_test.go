@@ -5,78 +5,12 @@ import (
 	"context"
 	"errors"
 	"os"
-	"regexp"
 	"strings"
 	"testing"
 )
 
-var tokenRE = regexp.MustCompile(`^hutch_[A-Za-z0-9_-]{43}$`)
-
-func TestTokens(t *testing.T) {
-	ctx := context.Background()
-	s, _ := openTest(t)
-
-	a1, err := s.CreateToken(ctx, "acme")
-	if err != nil {
-		t.Fatal(err)
-	}
-	a2, err := s.CreateToken(ctx, "acme")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b1, err := s.CreateToken(ctx, "beta")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, tok := range []string{a1, a2, b1} {
-		if !tokenRE.MatchString(tok) {
-			t.Errorf("token %q has not the form hutch_ + 43 base64url characters", tok)
-		}
-	}
-	if a1 == a2 {
-		t.Fatal("two tokens are equal")
-	}
-
-	for tok, want := range map[string]string{a1: "acme", a2: "acme", b1: "beta"} {
-		got, err := s.TenantForToken(ctx, tok)
-		if err != nil || got != want {
-			t.Errorf("TenantForToken(%q) = %q, %v; want %q", tok, got, err, want)
-		}
-	}
-
-	for _, bad := range []string{
-		"",
-		"hutch_",
-		a1[:len(a1)-1],
-		a1 + "A",
-		a1[:len(a1)-1] + string(a1[len(a1)-1]^1),
-		"xxxxx_" + a1[6:],
-	} {
-		if got, err := s.TenantForToken(ctx, bad); !errors.Is(err, ErrNotFound) {
-			t.Errorf("TenantForToken(%q) = %q, %v; want ErrNotFound", bad, got, err)
-		}
-	}
-
-	if _, err := s.CreateToken(ctx, ""); err == nil {
-		t.Error("CreateToken with an empty tenant succeeded")
-	}
-
-	n, err := s.RevokeTokens(ctx, "acme")
-	if err != nil || n != 2 {
-		t.Fatalf("RevokeTokens(acme) = %d, %v; want 2", n, err)
-	}
-	for _, tok := range []string{a1, a2} {
-		if _, err := s.TenantForToken(ctx, tok); !errors.Is(err, ErrNotFound) {
-			t.Errorf("revoked token: %v, want ErrNotFound", err)
-		}
-	}
-	if got, err := s.TenantForToken(ctx, b1); err != nil || got != "beta" {
-		t.Errorf("the other tenant's token after revoking acme's: %q, %v", got, err)
-	}
-	if n, err := s.RevokeTokens(ctx, "acme"); err != nil || n != 0 {
-		t.Errorf("RevokeTokens again = %d, %v; want 0", n, err)
-	}
-}
+// The tokens' shapes, their lookup and revocation are the suite's of
+// every Backend (storetest, TestConformance).
 
 // TestTokenNotInFile checks that no file of the store holds a token, while
 // they do hold its hash (which shows the test reads the data).
@@ -128,34 +62,6 @@ func TestTokenNotInFile(t *testing.T) {
 	defer s2.Close()
 	if got, err := s2.TenantForToken(ctx, tokens[0]); err != nil || got != "acme" {
 		t.Fatalf("TenantForToken after reopen = %q, %v", got, err)
-	}
-}
-
-var e2bTokenRE = regexp.MustCompile(`^e2b_[0-9a-f]{40}$`)
-
-func TestE2BTokens(t *testing.T) {
-	ctx := context.Background()
-	s, _ := openTest(t)
-	tok, err := s.CreateE2BToken(ctx, "acme")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !e2bTokenRE.MatchString(tok) {
-		t.Fatalf("token %q has not the form e2b_ + 40 hex digits", tok)
-	}
-	if got, err := s.TenantForToken(ctx, tok); err != nil || got != "acme" {
-		t.Fatalf("TenantForToken(%q) = %q, %v; want acme", tok, got, err)
-	}
-	for _, bad := range []string{tok[:len(tok)-1], tok + "0", "e2b_" + tok[4:len(tok)-1] + "x", "hutch_" + tok[4:]} {
-		if _, err := s.TenantForToken(ctx, bad); !errors.Is(err, ErrNotFound) {
-			t.Errorf("TenantForToken(%q) = %v, want ErrNotFound", bad, err)
-		}
-	}
-	if n, err := s.RevokeTokens(ctx, "acme"); err != nil || n != 1 {
-		t.Fatalf("RevokeTokens = %d, %v; want 1", n, err)
-	}
-	if _, err := s.TenantForToken(ctx, tok); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("revoked token: %v, want ErrNotFound", err)
 	}
 }
 

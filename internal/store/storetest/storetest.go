@@ -441,10 +441,16 @@ func testTokens(t *testing.T, open func(*testing.T) store.Backend) {
 			t.Errorf("TenantForToken(%q) = %q, %v; want %q", token, got, err, want)
 		}
 	}
-	last := tok[len(tok)-1]
-	flipped := tok[:len(tok)-1] + map[bool]string{true: "B", false: "A"}[last == 'A']
+	again, err := st.CreateToken(ctx, "acme")
+	if err != nil || again == tok {
+		t.Fatalf("a second token of acme: %q, %v (the first %q)", again, err, tok)
+	}
 	unknown, _ := store.MakeE2BToken()
-	for _, bad := range []string{"", "hutch_", flipped, tok + "x", unknown, "Bearer " + tok} {
+	for _, bad := range []string{
+		"", "hutch_", "Bearer " + tok, unknown,
+		tok[:len(tok)-1], tok + "A", tok[:len(tok)-1] + string(tok[len(tok)-1]^1), "xxxxx_" + tok[6:],
+		e2b[:len(e2b)-1], e2b + "0", "e2b_" + e2b[4:len(e2b)-1] + "x", "hutch_" + e2b[4:],
+	} {
 		if _, err := st.TenantForToken(ctx, bad); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("TenantForToken(%q): %v, want ErrNotFound", bad, err)
 		}
@@ -453,12 +459,15 @@ func testTokens(t *testing.T, open func(*testing.T) store.Backend) {
 		if _, err := st.CreateToken(ctx, tenant); err == nil {
 			t.Errorf("a token for tenant %q was made", tenant)
 		}
+		if _, err := st.CreateE2BToken(ctx, tenant); err == nil {
+			t.Errorf("an E2B token for tenant %q was made", tenant)
+		}
 	}
 
-	if n, err := other.RevokeTokens(ctx, "acme"); err != nil || n != 2 {
-		t.Errorf("RevokeTokens(acme) = %d, %v; want 2", n, err)
+	if n, err := other.RevokeTokens(ctx, "acme"); err != nil || n != 3 {
+		t.Errorf("RevokeTokens(acme) = %d, %v; want 3", n, err)
 	}
-	for _, token := range []string{tok, e2b} {
+	for _, token := range []string{tok, again, e2b} {
 		if _, err := st.TenantForToken(ctx, token); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("revoked token: %v, want ErrNotFound", err)
 		}
