@@ -115,7 +115,7 @@ func recordName(id string) (string, error) {
 }
 
 // encode fills cm (its name set) with sb, normalized: its record and its
-// labels.
+// labels; its other labels and its annotations are left as they are.
 func encode(cm *corev1.ConfigMap, sb store.Sandbox) error {
 	if !utf8.Valid(sb.Spec) || !utf8.Valid(sb.Volumes) {
 		return errors.New("spec or volumes not valid UTF-8")
@@ -133,12 +133,14 @@ func encode(cm *corev1.ConfigMap, sb store.Sandbox) error {
 		return fmt.Errorf("the record is %d bytes, more than a ConfigMap holds (%d)", n, maxConfigMap)
 	}
 	cm.Data = map[string]string{recordKey: string(b)}
-	cm.Labels = map[string]string{
-		LabelManaged: "hutch",
-		LabelKind:    KindSandbox,
-		LabelTenant:  tenantHash(sb.Tenant),
-		LabelState:   sb.State,
+	// Labels others put on it stay.
+	if cm.Labels == nil {
+		cm.Labels = map[string]string{}
 	}
+	cm.Labels[LabelManaged] = "hutch"
+	cm.Labels[LabelKind] = KindSandbox
+	cm.Labels[LabelTenant] = tenantHash(sb.Tenant)
+	cm.Labels[LabelState] = sb.State
 	return nil
 }
 

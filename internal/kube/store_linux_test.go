@@ -56,12 +56,25 @@ func testStoreLayout(t *testing.T, st *Store) {
 	if err := st.InsertSandbox(ctx, sb); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.UpdateSandbox(ctx, sb.ID, func(sb *store.Sandbox) error { sb.State = store.StateStopped; return nil }); err != nil {
-		t.Fatal(err)
-	}
+	// What another part of hutch puts on the ConfigMap stays.
 	var cm corev1.ConfigMap
 	if err := st.core.get(ctx, st.ns, "configmaps", "hutch-rec-sb-layout", &cm); err != nil {
 		t.Fatal(err)
+	}
+	cm.Labels["example.com/other"] = "x"
+	cm.Annotations = map[string]string{"example.com/note": "y"}
+	if err := st.core.update(ctx, st.ns, "configmaps", cm.Name, &cm, &corev1.ConfigMap{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.UpdateSandbox(ctx, sb.ID, func(sb *store.Sandbox) error { sb.State = store.StateStopped; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	cm = corev1.ConfigMap{}
+	if err := st.core.get(ctx, st.ns, "configmaps", "hutch-rec-sb-layout", &cm); err != nil {
+		t.Fatal(err)
+	}
+	if cm.Labels["example.com/other"] != "x" || cm.Annotations["example.com/note"] != "y" {
+		t.Errorf("an update dropped others' label or annotation: %v, %v", cm.Labels, cm.Annotations)
 	}
 	wantLabels := map[string]string{LabelManaged: "hutch", LabelKind: KindSandbox, LabelTenant: tenantHash(sb.Tenant), LabelState: store.StateStopped}
 	for k, v := range wantLabels {
