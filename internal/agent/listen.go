@@ -222,10 +222,11 @@ func DialListener(ctx context.Context, dial func(context.Context) (net.Conn, err
 	return NewClient(c), nil
 }
 
-// The environment variables with which ListenMain gets its secrets (the
+// The environment variables with which listenMain gets its secrets (the
 // daemon puts them in the sandbox's spec, out of the commands' reach:
-// they are removed from the environment the commands inherit, and the
-// agent is not dumpable, so its own environment cannot be read).
+// they are removed from the environment the commands inherit and wiped
+// from the agent's initial environment block, and the agent is not
+// dumpable, so its memory cannot be read).
 const (
 	// TokenEnv holds the token a client authenticates with.
 	TokenEnv = "HUTCH_AGENT_TOKEN"
@@ -235,25 +236,22 @@ const (
 	TLSKeyEnv  = "HUTCH_AGENT_TLS_KEY"
 )
 
+// SecretEnv are the environment variables of the agent's secrets.
+var SecretEnv = []string{TokenEnv, TLSCertEnv, TLSKeyEnv}
+
 // listenMain is `agent --listen ADDR`: ServeListener on a TCP address,
 // with the token and the TLS certificate from the environment, refusing
 // connections from the sandbox's own addresses.
 func listenMain(addr string, stderr io.Writer) int {
-	lo := ListenOptions{Token: os.Getenv(TokenEnv), Refuse: refuseOwnAddrs}
-	if lo.Token == "" {
-		fmt.Fprintf(stderr, "hutch: agent: --listen needs %s\n", TokenEnv)
+	lo, err := listenSecrets()
+	if err != nil {
+		fmt.Fprintf(stderr, "hutch: agent: %v\n", err)
 		return 2
 	}
-	if cert, key := os.Getenv(TLSCertEnv), os.Getenv(TLSKeyEnv); cert != "" || key != "" {
-		pair, err := tls.X509KeyPair([]byte(cert), []byte(key))
-		if err != nil {
-			fmt.Fprintf(stderr, "hutch: agent: %s, %s: %v\n", TLSCertEnv, TLSKeyEnv, err)
-			return 2
-		}
-		lo.TLS = &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS13}
-	}
-	for _, k := range []string{TokenEnv, TLSCertEnv, TLSKeyEnv} {
-		os.Unsetenv(k)
+	if err := clearInitialEnv(SecretEnv); err != nil {
+		// Not dumpable, the agent's environment is still out of the
+		// reach of every process without CAP_SYS_PTRACE.
+		fmt.Fprintf(stderr, "hutch: agent: warning: %v\n", err)
 	}
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -271,6 +269,29 @@ func listenMain(addr string, stderr io.Writer) int {
 	})
 	fmt.Fprintf(stderr, "hutch: agent: %v\n", err)
 	return 1
+}
+
+// listenSecrets takes the agent's secrets out of its environment: copies
+// of their values make its ListenOptions, and the variables are unset (the
+// commands do not inherit them); they are still in the process's initial
+// environment block (/proc/1/environ), for clearInitialEnv.
+func listenSecrets() (ListenOptions, error) {
+	lo := ListenOptions{Token: os.Getenv(TokenEnv), Refuse: refuseOwnAddrs}
+	if lo.Token == "" {
+		return lo, fmt.Errorf("--listen needs %s", TokenEnv)
+	}
+	if cert, key := os.Getenv(TLSCertEnv), os.Getenv(TLSKeyEnv); cert != "" || key != "" {
+		// X509KeyPair keeps copies, not the environment's bytes.
+		pair, err := tls.X509KeyPair([]byte(cert), []byte(key))
+		if err != nil {
+			return lo, fmt.Errorf("%s, %s: %v", TLSCertEnv, TLSKeyEnv, err)
+		}
+		lo.TLS = &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS13}
+	}
+	for _, k := range SecretEnv {
+		os.Unsetenv(k)
+	}
+	return lo, nil
 }
 
 // refuseOwnAddrs refuses a connection from an address of the sandbox's

@@ -10,11 +10,13 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"github.com/hutch-sandbox/hutch/internal/agent"
 	"github.com/hutch-sandbox/hutch/internal/landlock"
 	"github.com/hutch-sandbox/hutch/internal/proxyconnect"
 	"github.com/hutch-sandbox/hutch/internal/seccomp"
@@ -34,6 +36,9 @@ func Main(args []string, stderr io.Writer) int {
 		switch args[0] {
 		case InitCommand:
 			return initMain(args[1:], stderr)
+		case AgentCommand:
+			// hutch's agent as a container's process (AnnotationAgent).
+			return agent.Main(args[1:], stderr)
 		case HookCommand:
 			return hookMain(args[1:], os.Stdin, stderr)
 		case ProxyCommand:
@@ -299,7 +304,18 @@ func (r *runtime) create(cl *cmdline) ([]string, error) {
 	if err := cleanupState(dir); err != nil {
 		return nil, err
 	}
-	c, err := Harden(&s, bundle, Options{Binary: self, StateDir: dir, Tier: r.tier})
+	port, err := agentPort(s.Annotations)
+	if err != nil {
+		return nil, err
+	}
+	o := Options{Binary: self, StateDir: dir, Tier: r.tier}
+	if s.Annotations[containerTypeAnnotation] != "sandbox" {
+		// A pod's sandbox (its pause process) gets the pod's
+		// annotations too: it stays as it is, and its firewall, which
+		// the pod's containers share, lets the agent's port in.
+		o.AgentPort = port
+	}
+	c, err := Harden(&s, bundle, o)
 	if err != nil {
 		return nil, err
 	}
@@ -307,6 +323,7 @@ func (r *runtime) create(cl *cmdline) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	plan.AgentPort = port
 	plan.Files = mnt
 	plan.Tier = r.tier
 	if r.upstreamCA != "" {
@@ -415,6 +432,15 @@ func (r *runtime) exec(cl *cmdline) ([]string, error) {
 		return nil, err
 	}
 	p.Env = execEnv(p.Env, plan)
+	if plan.AgentPort != 0 {
+		// The agent's secrets, in the container's spec for the agent
+		// alone: a process of the container's code would read them
+		// in the environment of another it can trace.
+		p.Env = slices.DeleteFunc(p.Env, func(kv string) bool {
+			k, _, _ := strings.Cut(kv, "=")
+			return slices.Contains(agent.SecretEnv, k)
+		})
+	}
 	if held {
 		dropEgressCaps(p.Capabilities)
 	}
