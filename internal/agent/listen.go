@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -296,7 +297,10 @@ func listenSecrets() (ListenOptions, error) {
 
 // refuseOwnAddrs refuses a connection from an address of the sandbox's
 // own (its loopback, its interfaces'): its code must not take the daemon's
-// place, even with the token.
+// place, even with the token. An address is the sandbox's when a socket
+// can be bound to it — the kernel's own answer, which needs no netlink
+// socket (hutch's seccomp table refuses them to the agent as to the
+// sandbox's code). A failure to tell refuses.
 func refuseOwnAddrs(remote net.Addr) error {
 	ta, ok := remote.(*net.TCPAddr)
 	if !ok {
@@ -306,14 +310,13 @@ func refuseOwnAddrs(remote net.Addr) error {
 	if ip.IsLoopback() || ip.IsUnspecified() {
 		return fmt.Errorf("from the sandbox's loopback (%s)", ip)
 	}
-	addrs, err := net.InterfaceAddrs()
-	if err != nil {
-		return fmt.Errorf("the sandbox's addresses: %w", err)
+	c, err := net.ListenUDP("udp", &net.UDPAddr{IP: ip, Zone: ta.Zone})
+	if err == nil {
+		c.Close()
+		return fmt.Errorf("from the sandbox's own address %s", ip)
 	}
-	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok && n.IP.Equal(ip) {
-			return fmt.Errorf("from the sandbox's own address %s", ip)
-		}
+	if errors.Is(err, syscall.EADDRNOTAVAIL) {
+		return nil
 	}
-	return nil
+	return fmt.Errorf("whether %s is the sandbox's own address: %w", ip, err)
 }

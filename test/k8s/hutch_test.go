@@ -15,16 +15,19 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/testutil/ocitest"
 )
 
-// hutchPodYAML is a pod of the RuntimeClass hutch whose egress policy
-// the node's policy "pod" decides (the annotation); %d is the allowed
-// upstream's port.
-const hutchPodYAML = `apiVersion: node.k8s.io/v1
+// runtimeClassYAMLHutch is the RuntimeClass hutch, of hutchCluster's
+// handler, and the start of a document after it.
+const runtimeClassYAMLHutch = `apiVersion: node.k8s.io/v1
 kind: RuntimeClass
 metadata:
   name: hutch
 handler: hutch
 ---
-apiVersion: v1
+`
+
+// hutchPodYAML is a pod of the RuntimeClass hutch whose egress policy
+// the node's policy "pod" decides (the annotation).
+const hutchPodYAML = runtimeClassYAMLHutch + `apiVersion: v1
 kind: Pod
 metadata:
   name: confined
@@ -49,24 +52,7 @@ spec:
 // namespace of its own needs runc 1.2 or later: the pod joins the
 // network namespace CRI made.)
 func TestRuntimeClassHutch(t *testing.T) {
-	k8stest.BinDir(t)
-	rt := ocitest.HutchRunc(t)
-	tar := ocitest.ImageTar(t)
-	policies := t.TempDir()
-	port := ocitest.LoopbackUpstream(t, "hello from the pod's upstream\n")
-	if err := os.WriteFile(filepath.Join(policies, "pod.yaml"), []byte(fmt.Sprintf(`network:
-  allowed_domains: ["upstream.test:%d"]
-  hosts: ["upstream.test:127.0.0.1"]
-  allow_private: ["127.0.0.1/32"]
-`, port)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-
-	c := k8stest.StartCluster(t, k8stest.Options{
-		Images:          []string{tar},
-		RuntimeHandlers: []k8stest.RuntimeHandler{{Name: "hutch", BinaryName: rt, PodAnnotations: []string{"dev.hutch.*"}}},
-		ContainerdEnv:   []string{ocitest.PolicyDirEnv + "=" + policies},
-	})
+	c, port := hutchCluster(t)
 	c.KubectlIn(t, hutchPodYAML, "apply", "-f", "-")
 	c.Kubectl(t, "wait", "--for=condition=Ready", "pod/confined", "--timeout=3m")
 
@@ -83,15 +69,49 @@ func TestRuntimeClassHutch(t *testing.T) {
 			t.Errorf("no %q in:\n%s", want, out)
 		}
 	}
-	for _, line := range strings.Split(out, "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && strings.HasPrefix(f[0], "tcp:127.0.0.2:") && f[1] == "ok" {
-			t.Errorf("a connection around the proxy: %q", line)
-		}
-	}
+	noneAroundProxy(t, out)
 	// A pod's containers join the network namespace CRI made: they get
 	// a user namespace of hutch-runc's with runc 1.2 and later only.
 	if ocitest.RuncJoinsUserLast(t) && !strings.Contains(out, " 65536") {
 		t.Errorf("no user namespace of 65536 ids:\n%s", out)
 	}
 	c.Kubectl(t, "delete", "pod", "confined", "--timeout=2m")
+}
+
+// hutchCluster starts a cluster whose runtime handler hutch is hutch-runc
+// (the pods' dev.hutch.* annotations passed on), with the tests' image and
+// the node's policy "pod", which allows the upstream.test that it serves
+// on the node's loopback; it returns the cluster and the upstream's port.
+func hutchCluster(t *testing.T) (*k8stest.Cluster, int) {
+	t.Helper()
+	k8stest.BinDir(t)
+	rt := ocitest.HutchRunc(t)
+	tar := ocitest.ImageTar(t)
+	policies := t.TempDir()
+	port := ocitest.LoopbackUpstream(t, "hello from the pod's upstream\n")
+	if err := os.WriteFile(filepath.Join(policies, "pod.yaml"), []byte(fmt.Sprintf(`network:
+  allowed_domains: ["upstream.test:%d"]
+  hosts: ["upstream.test:127.0.0.1"]
+  allow_private: ["127.0.0.1/32"]
+`, port)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := k8stest.StartCluster(t, k8stest.Options{
+		Images:          []string{tar},
+		RuntimeHandlers: []k8stest.RuntimeHandler{{Name: "hutch", BinaryName: rt, PodAnnotations: []string{"dev.hutch.*"}}},
+		ContainerdEnv:   []string{ocitest.PolicyDirEnv + "=" + policies},
+	})
+	return c, port
+}
+
+// noneAroundProxy fails the test for every line of the attacker's output
+// (out) that says a TCP connection succeeded: the pod's connections go
+// through the proxy alone.
+func noneAroundProxy(t *testing.T, out string) {
+	t.Helper()
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && strings.HasPrefix(f[0], "tcp:") && f[1] == "ok" {
+			t.Errorf("a connection around the proxy: %q", line)
+		}
+	}
 }
