@@ -100,6 +100,16 @@ func Main(args []string, stderr io.Writer) int {
 	if err != nil {
 		return fail(cl, stderr, err)
 	}
+	if r.tier == TierGVisor {
+		// gVisor's kernel uses the container's network namespace's
+		// own stack (its sockets are the namespace's): the firewall
+		// and the proxy's listeners there apply to it as to a
+		// container of runc. Every command gets it: runsc's start sets
+		// up the sandbox's network by its own flags, and without it
+		// would move the namespace's addresses into a stack of
+		// gVisor's that the sandbox's sockets do not use.
+		out = append(out[:2:2], append([]string{"--network=host"}, out[2:]...)...)
+	}
 	if cl.name() == "create" {
 		return r.runCreate(cl, out, stderr)
 	}
@@ -344,15 +354,7 @@ func (r *runtime) create(cl *cmdline) ([]string, error) {
 	if err := absFlags(cl, set, "pid-file", "console-socket"); err != nil {
 		return nil, err
 	}
-	out := cl.rewrite(r.runcRoot(), set, nil, nil)
-	if r.tier == TierGVisor {
-		// gVisor's kernel uses the container's network namespace's
-		// own stack (its sockets are the namespace's): the firewall
-		// and the proxy's listeners there apply to it as to a
-		// container of runc.
-		out = append(out[:2:2], append([]string{"--network=host"}, out[2:]...)...)
-	}
-	return out, nil
+	return cl.rewrite(r.runcRoot(), set, nil, nil), nil
 }
 
 // absFlags puts in set the absolute paths of the flags names that cl

@@ -97,43 +97,10 @@ func TestAgentPod(t *testing.T) {
 		return d.DialContext(ctx, "tcp", addr)
 	}
 	pinned := &tls.Config{RootCAs: pair.Pool, ServerName: "agent.pod.test", MinVersion: tls.VersionTLS13}
-	var client *agent.Client
-	var last error
-	// The pod is Ready once its process started; the agent listens
-	// soon after.
-	if !testutil.Eventually(2*time.Minute, func() bool {
-		cl, err := agent.DialListener(ctx, dial, token, pinned)
-		if err == nil {
-			if _, err = cl.Stat(ctx, "/"); err != nil {
-				cl.Close()
-			}
-		}
-		if last = err; err != nil {
-			return false
-		}
-		client = cl
-		return true
-	}) {
-		t.Fatalf("no agent at %s: %v\n%s", addr, last, c.Kubectl(t, "logs", "agent"))
-	}
-	defer client.Close()
-
+	client := ocitest.WaitAgent(t, ctx, dial, token, pinned)
 	run := func(user *agent.Credential, script string) (string, agent.ExitStatus) {
 		t.Helper()
-		p, err := client.Exec(ctx, agent.ExecRequest{Args: []string{"sh", "-c", script}, User: user, Timeout: time.Minute})
-		if err != nil {
-			t.Fatalf("exec %q: %v", script, err)
-		}
-		var stderr strings.Builder
-		done := make(chan struct{})
-		go func() { io.Copy(&stderr, p.Stderr); close(done) }()
-		out, _ := io.ReadAll(p.Stdout)
-		<-done
-		st, err := p.Wait()
-		if err != nil {
-			t.Fatalf("exec %q: %v", script, err)
-		}
-		return string(out) + stderr.String(), st
+		return ocitest.AgentRun(t, ctx, client, user, script)
 	}
 
 	t.Run("commands", func(t *testing.T) {

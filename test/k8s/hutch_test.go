@@ -5,8 +5,6 @@ package k8s
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -89,13 +87,7 @@ func hutchCluster(t *testing.T) (*k8stest.Cluster, int) {
 	tar := ocitest.ImageTar(t)
 	policies := t.TempDir()
 	port := ocitest.LoopbackUpstream(t, "hello from the pod's upstream\n")
-	if err := os.WriteFile(filepath.Join(policies, "pod.yaml"), []byte(fmt.Sprintf(`network:
-  allowed_domains: ["upstream.test:%d"]
-  hosts: ["upstream.test:127.0.0.1"]
-  allow_private: ["127.0.0.1/32"]
-`, port)), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	ocitest.LoopbackPolicy(t, policies, "pod", "upstream.test", port)
 	c := k8stest.StartCluster(t, k8stest.Options{
 		Images:          []string{tar},
 		RuntimeHandlers: []k8stest.RuntimeHandler{{Name: "hutch", BinaryName: rt, PodAnnotations: []string{"dev.hutch.*"}}},
