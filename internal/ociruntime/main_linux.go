@@ -420,9 +420,22 @@ func (r *runtime) exec(cl *cmdline) ([]string, error) {
 		}
 		// The process gets the container's environment from the
 		// low-level runtime; hutch's part of it goes with --env.
-		extra := []string{"--no-new-privs"}
+		var extra []string
+		if c.Tier != TierGVisor {
+			// runsc's exec has no such flag (its processes are
+			// the Sentry's, whose kernel is the boundary).
+			extra = append(extra, "--no-new-privs")
+		}
 		for _, kv := range plan.Env {
 			extra = append(extra, "--env", kv)
+		}
+		if plan.AgentPort != 0 {
+			// The low-level runtime gives the process the container's
+			// environment, the agent's secrets with it: the later
+			// --env, empty, replaces them.
+			for _, k := range agent.SecretEnv {
+				extra = append(extra, "--env", k+"=")
+			}
 		}
 		return cl.rewrite(r.runcRoot(), set, extra, tail), nil
 	}

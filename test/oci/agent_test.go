@@ -82,6 +82,14 @@ func TestContainerdAgent(t *testing.T) {
 			if strings.Contains(out, agent.TokenEnv) || strings.Contains(out, token) {
 				t.Errorf("the agent's token in a command's environment:\n%s", out)
 			}
+			// The runtime's exec with a command rather than --process
+			// (no engine's): the container's environment, without the
+			// token.
+			cmd := exec.CommandContext(ctx, runtime, "--root", filepath.Join("/run/containerd/runc", c.Namespace), "exec", name, "env")
+			cmd.Env = append(os.Environ(), "HUTCH_RUNSC="+runsc)
+			if b, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(b), "PATH=") || strings.Contains(string(b), token) {
+				t.Errorf("%s exec %s env: %v\n%s", runtime, name, err, b)
+			}
 			if out, _ := ocitest.AgentRun(t, ctx, ac, &agent.Credential{UID: 1000, GID: 1000}, "busybox cat /proc/1/environ"); strings.Contains(out, token) {
 				t.Errorf("the agent's token in its environment, for another user:\n%s", out)
 			}
