@@ -3,6 +3,7 @@
 package k8s
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -67,8 +68,9 @@ spec:
 // seccomp), get none of the agent's secrets in their environment, and
 // cannot read them in the agent's (as root, as another user). A wrong
 // token is refused, and so is a connection from the pod's own address;
-// the pod's other ports take no connection from outside, and its egress
-// still goes through the node policy's proxy alone.
+// the pod's other ports take no connection from outside (kubectl
+// port-forward, through the pod's loopback, still reaches them), and its
+// egress still goes through the node policy's proxy alone.
 func TestAgentPod(t *testing.T) {
 	c, upstream := hutchCluster(t)
 	const token = "the-pod-agent-token-7f3a"
@@ -198,7 +200,7 @@ func TestAgentPod(t *testing.T) {
 	})
 
 	t.Run("inbound", func(t *testing.T) {
-		p, err := client.Exec(ctx, agent.ExecRequest{Args: []string{"nc", "-l", "-p", fmt.Sprint(otherPort)}})
+		p, err := client.Exec(ctx, agent.ExecRequest{Args: []string{"sh", "-c", fmt.Sprintf("while :; do echo hi from inside | nc -l -p %d; done", otherPort)}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -214,9 +216,29 @@ func TestAgentPod(t *testing.T) {
 			conn.Close()
 			t.Errorf("the pod's port %d takes a connection from the node", otherPort)
 		}
-		// The listener was there, and still takes one from inside.
-		if out, _ := run(nil, fmt.Sprintf("attacker tcp:127.0.0.1:%d", otherPort)); !strings.Contains(out, " ok") {
-			t.Errorf("the pod's listener from inside: %s", out)
+		// kubectl port-forward reaches it: through the pod's loopback.
+		pf := c.Command("port-forward", "pod/agent", fmt.Sprintf(":%d", otherPort))
+		stdout, err := pf.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := pf.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { pf.Process.Kill(); pf.Wait() }()
+		line, _ := bufio.NewReader(stdout).ReadString('\n')
+		var local int
+		if _, err := fmt.Sscanf(line, "Forwarding from 127.0.0.1:%d", &local); err != nil {
+			t.Fatalf("kubectl port-forward said %q", line)
+		}
+		conn, err = net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", local))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		conn.SetDeadline(time.Now().Add(time.Minute))
+		if b, _ := io.ReadAll(conn); string(b) != "hi from inside\n" {
+			t.Errorf("through kubectl port-forward: %q", b)
 		}
 	})
 
