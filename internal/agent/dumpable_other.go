@@ -8,3 +8,6 @@ func undumpable() error { return nil }
 
 // superviseListener does nothing off Linux, where there is no seccomp.
 func superviseListener() (interface{ Close() error }, error) { return nil, nil }
+
+// clearInitialEnv does nothing off Linux.
+func clearInitialEnv([]string) error { return nil }

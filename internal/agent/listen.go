@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -232,10 +233,11 @@ func DialConn(ctx context.Context, dial func(context.Context) (net.Conn, error),
 	return c, nil
 }
 
-// The environment variables with which ListenMain gets its secrets (the
+// The environment variables with which listenMain gets its secrets (the
 // daemon puts them in the sandbox's spec, out of the commands' reach:
-// they are removed from the environment the commands inherit, and the
-// agent is not dumpable, so its own environment cannot be read).
+// they are removed from the environment the commands inherit and wiped
+// from the agent's initial environment block, and the agent is not
+// dumpable, so its memory cannot be read).
 const (
 	// TokenEnv holds the token a client authenticates with.
 	TokenEnv = "HUTCH_AGENT_TOKEN"
@@ -245,25 +247,22 @@ const (
 	TLSKeyEnv  = "HUTCH_AGENT_TLS_KEY"
 )
 
+// SecretEnv are the environment variables of the agent's secrets.
+var SecretEnv = []string{TokenEnv, TLSCertEnv, TLSKeyEnv}
+
 // listenMain is `agent --listen ADDR`: ServeListener on a TCP address,
 // with the token and the TLS certificate from the environment, refusing
 // connections from the sandbox's own addresses.
 func listenMain(addr string, stderr io.Writer) int {
-	lo := ListenOptions{Token: os.Getenv(TokenEnv), Refuse: refuseOwnAddrs}
-	if lo.Token == "" {
-		fmt.Fprintf(stderr, "hutch: agent: --listen needs %s\n", TokenEnv)
+	lo, err := listenSecrets()
+	if err != nil {
+		fmt.Fprintf(stderr, "hutch: agent: %v\n", err)
 		return 2
 	}
-	if cert, key := os.Getenv(TLSCertEnv), os.Getenv(TLSKeyEnv); cert != "" || key != "" {
-		pair, err := tls.X509KeyPair([]byte(cert), []byte(key))
-		if err != nil {
-			fmt.Fprintf(stderr, "hutch: agent: %s, %s: %v\n", TLSCertEnv, TLSKeyEnv, err)
-			return 2
-		}
-		lo.TLS = &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS13}
-	}
-	for _, k := range []string{TokenEnv, TLSCertEnv, TLSKeyEnv} {
-		os.Unsetenv(k)
+	if err := clearInitialEnv(SecretEnv); err != nil {
+		// Not dumpable, the agent's environment is still out of the
+		// reach of every process without CAP_SYS_PTRACE.
+		fmt.Fprintf(stderr, "hutch: agent: warning: %v\n", err)
 	}
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -283,9 +282,35 @@ func listenMain(addr string, stderr io.Writer) int {
 	return 1
 }
 
+// listenSecrets takes the agent's secrets out of its environment: copies
+// of their values make its ListenOptions, and the variables are unset (the
+// commands do not inherit them); they are still in the process's initial
+// environment block (/proc/1/environ), for clearInitialEnv.
+func listenSecrets() (ListenOptions, error) {
+	lo := ListenOptions{Token: os.Getenv(TokenEnv), Refuse: refuseOwnAddrs}
+	if lo.Token == "" {
+		return lo, fmt.Errorf("--listen needs %s", TokenEnv)
+	}
+	if cert, key := os.Getenv(TLSCertEnv), os.Getenv(TLSKeyEnv); cert != "" || key != "" {
+		// X509KeyPair keeps copies, not the environment's bytes.
+		pair, err := tls.X509KeyPair([]byte(cert), []byte(key))
+		if err != nil {
+			return lo, fmt.Errorf("%s, %s: %v", TLSCertEnv, TLSKeyEnv, err)
+		}
+		lo.TLS = &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS13}
+	}
+	for _, k := range SecretEnv {
+		os.Unsetenv(k)
+	}
+	return lo, nil
+}
+
 // refuseOwnAddrs refuses a connection from an address of the sandbox's
 // own (its loopback, its interfaces'): its code must not take the daemon's
-// place, even with the token.
+// place, even with the token. An address is the sandbox's when a socket
+// can be bound to it — the kernel's own answer, which needs no netlink
+// socket (hutch's seccomp table refuses them to the agent as to the
+// sandbox's code). A failure to tell refuses.
 func refuseOwnAddrs(remote net.Addr) error {
 	ta, ok := remote.(*net.TCPAddr)
 	if !ok {
@@ -295,14 +320,13 @@ func refuseOwnAddrs(remote net.Addr) error {
 	if ip.IsLoopback() || ip.IsUnspecified() {
 		return fmt.Errorf("from the sandbox's loopback (%s)", ip)
 	}
-	addrs, err := net.InterfaceAddrs()
-	if err != nil {
-		return fmt.Errorf("the sandbox's addresses: %w", err)
+	c, err := net.ListenUDP("udp", &net.UDPAddr{IP: ip, Zone: ta.Zone})
+	if err == nil {
+		c.Close()
+		return fmt.Errorf("from the sandbox's own address %s", ip)
 	}
-	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok && n.IP.Equal(ip) {
-			return fmt.Errorf("from the sandbox's own address %s", ip)
-		}
+	if errors.Is(err, syscall.EADDRNOTAVAIL) {
+		return nil
 	}
-	return nil
+	return fmt.Errorf("whether %s is the sandbox's own address: %w", ip, err)
 }

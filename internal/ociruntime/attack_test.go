@@ -197,6 +197,7 @@ func TestJoinerEgressMustMatch(t *testing.T) {
 		},
 		"other private addresses": func(p *egressPlan) { p.Network.AllowPrivate = []string{"10.0.0.0/8"} },
 		"the creator's domains":   func(p *egressPlan) { p.Network.AllowedDomains = []string{"*"}; p.Operator = false },
+		"an agent's port":         func(p *egressPlan) { p.AgentPort = 7443 },
 	} {
 		if _, _, err := join(change); err == nil || !strings.Contains(err.Error(), "egress policy differs") {
 			t.Errorf("%s: %v", name, err)

@@ -119,8 +119,32 @@ func checkIdmap() (string, error) {
 }
 
 // checkNftables makes a network namespace and the firewall hutch-runc
-// puts in a container's, on a thread that then ends.
+// puts in a container's (with an agent's port), on a thread that then
+// ends.
 func checkNftables() (string, error) {
+	err := inNewNetns(func(ns int) error {
+		if err := egressFirewall(ns, 1); err != nil {
+			return err
+		}
+		c, err := nftables.New(nftables.WithNetNSFd(ns))
+		if err != nil {
+			return err
+		}
+		tables, err := c.ListTables()
+		if err == nil && len(tables) != 1 {
+			err = fmt.Errorf("%d tables after adding one", len(tables))
+		}
+		return err
+	})
+	if err != nil {
+		return "", err
+	}
+	return "a container's table installs", nil
+}
+
+// inNewNetns runs f with a new network namespace's descriptor, on a
+// thread that made it and then ends: no other thread enters it.
+func inNewNetns(f func(ns int) error) error {
 	errc := make(chan error, 1)
 	go func() {
 		// The thread ends with the goroutine: it never leaves the
@@ -136,25 +160,9 @@ func checkNftables() (string, error) {
 			return
 		}
 		defer ns.Close()
-		if err := egressFirewall(int(ns.Fd())); err != nil {
-			errc <- err
-			return
-		}
-		c, err := nftables.New(nftables.WithNetNSFd(int(ns.Fd())))
-		if err != nil {
-			errc <- err
-			return
-		}
-		tables, err := c.ListTables()
-		if err == nil && len(tables) != 1 {
-			err = fmt.Errorf("%d tables after adding one", len(tables))
-		}
-		errc <- err
+		errc <- f(int(ns.Fd()))
 	}()
-	if err := <-errc; err != nil {
-		return "", err
-	}
-	return "a container's table installs", nil
+	return <-errc
 }
 
 // checkPolicies loads every policy of the node's directory.

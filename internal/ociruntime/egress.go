@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -30,7 +31,31 @@ const (
 	// policy the container gets (all of them without it; none with an
 	// empty value).
 	AnnotationSecrets = "dev.hutch.secrets"
+	// AnnotationAgent is a TCP port (1–65535): the container's process
+	// is hutch's agent listening on it (`agent --listen :PORT`, with its
+	// token and TLS pair from the container's environment) instead of
+	// the image's command, and the container's firewall lets in new
+	// connections to that port and to no other.
+	AnnotationAgent = "dev.hutch.agent"
 )
+
+// containerTypeAnnotation is CRI's annotation of a container's kind: a
+// pod's sandbox ("sandbox", its pause process) or one of its containers
+// ("container"). A pod's annotations reach both.
+const containerTypeAnnotation = "io.kubernetes.cri.container-type"
+
+// agentPort reads the annotation AnnotationAgent: 0 without it.
+func agentPort(annotations map[string]string) (int, error) {
+	v, ok := annotations[AnnotationAgent]
+	if !ok {
+		return 0, nil
+	}
+	port, err := strconv.Atoi(v)
+	if err != nil || port < 1 || port > 65535 || strconv.Itoa(port) != v {
+		return 0, fmt.Errorf("annotation %s: %q is not a TCP port (1-65535)", AnnotationAgent, v)
+	}
+	return port, nil
+}
 
 // DefaultPolicyDir is where the node's policies are.
 const DefaultPolicyDir = "/etc/hutch/policies"
@@ -109,6 +134,9 @@ type egressPlan struct {
 	// Env is what hutch set in the container's environment, NAME=VALUE,
 	// which the processes `exec` starts get too.
 	Env []string `json:"env,omitempty"`
+	// AgentPort is the port of hutch's agent (AnnotationAgent), which
+	// the firewall lets connections in to; 0 for none.
+	AgentPort int `json:"agent_port,omitempty"`
 }
 
 // intercepts says whether the proxy terminates TLS for some hosts (secrets

@@ -70,7 +70,7 @@ func prepareEgress(s *specs.Spec, dir string, plan egressPlan) error {
 			return fmt.Errorf("the network namespace's proxy: %w", err)
 		}
 		if !sameEgress(op, plan) {
-			return fmt.Errorf("the container joins the network namespace of another (a pod's) whose egress policy differs: containers that share a network share its policy (%s, %s, %s)", AnnotationPolicy, AnnotationAllowDomains, AnnotationSecrets)
+			return fmt.Errorf("the container joins the network namespace of another (a pod's) whose egress policy differs: containers that share a network share its policy (%s, %s, %s, %s)", AnnotationPolicy, AnnotationAllowDomains, AnnotationSecrets, AnnotationAgent)
 		}
 	}
 	if plan.Mode == "host" {
@@ -219,7 +219,7 @@ func sameEgress(a, b egressPlan) bool {
 	}
 	na, errA := json.Marshal(a.Network)
 	nb, errB := json.Marshal(b.Network)
-	return errA == nil && errB == nil && a.Mode == b.Mode && a.Policy == b.Policy && a.Operator == b.Operator &&
+	return errA == nil && errB == nil && a.Mode == b.Mode && a.Policy == b.Policy && a.Operator == b.Operator && a.AgentPort == b.AgentPort &&
 		string(na) == string(nb) && slices.Equal(names(a.Secrets), names(b.Secrets))
 }
 

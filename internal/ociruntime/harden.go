@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -38,6 +39,11 @@ type Options struct {
 	// for gVisor's runsc, whose kernel is the container's and which
 	// gets no init of hutch's (gVisor has no Landlock).
 	Tier string
+	// AgentPort, when not 0, makes the container's process hutch's
+	// agent listening on that TCP port (AnnotationAgent) in place of
+	// the spec's args; the spec's environment, working directory and
+	// user stay.
+	AgentPort int
 }
 
 // TierGVisor is the tier of containers that gVisor's runsc runs.
@@ -117,15 +123,21 @@ func Harden(s *specs.Spec, bundle string, o Options) (Confinement, error) {
 
 	s.Process.NoNewPrivileges = true
 	c.Tier = o.Tier
+	if o.AgentPort != 0 {
+		s.Process.Args = AgentArgs(o.AgentPort)
+	}
 	if o.Tier != TierGVisor {
 		s.Process.Args = c.wrap(s.Process.Args)
+		allowConfinement(s.Linux.Seccomp)
+	}
+	if o.Tier != TierGVisor || o.AgentPort != 0 {
+		// Under gVisor the binary is there for the agent alone.
 		s.Mounts = append(s.Mounts, specs.Mount{
 			Destination: InitPath,
 			Type:        "bind",
 			Source:      o.Binary,
 			Options:     []string{"bind", "ro", "nosuid", "nodev"},
 		})
-		allowConfinement(s.Linux.Seccomp)
 	}
 
 	if s.Hooks == nil {
@@ -137,6 +149,16 @@ func Harden(s *specs.Spec, bundle string, o Options) (Confinement, error) {
 	s.Hooks.CreateRuntime = append(s.Hooks.CreateRuntime, hook("createRuntime"))
 	s.Hooks.Poststop = append(s.Hooks.Poststop, hook("poststop"))
 	return c, nil
+}
+
+// AgentCommand is the command of hutch-runc's binary that runs hutch's
+// agent (package agent's Main).
+const AgentCommand = "agent"
+
+// AgentArgs is the command line of hutch's agent listening on port, on
+// every address of the container, IPv4 and IPv6.
+func AgentArgs(port int) []string {
+	return []string{InitPath, AgentCommand, "--listen", ":" + strconv.Itoa(port)}
 }
 
 // HardenProcess rewrites a process that `exec` starts in a container

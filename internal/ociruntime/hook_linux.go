@@ -110,7 +110,7 @@ func startEgress(dir string, pid int) error {
 			f.Close()
 		}
 	}()
-	if err := egressFirewall(int(ns.Fd())); err != nil {
+	if err := egressFirewall(int(ns.Fd()), plan.AgentPort); err != nil {
 		return fmt.Errorf("the container's firewall: %w", err)
 	}
 	ready, readyW, err := os.Pipe()

@@ -10,11 +10,13 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"github.com/hutch-sandbox/hutch/internal/agent"
 	"github.com/hutch-sandbox/hutch/internal/landlock"
 	"github.com/hutch-sandbox/hutch/internal/proxyconnect"
 	"github.com/hutch-sandbox/hutch/internal/seccomp"
@@ -34,6 +36,9 @@ func Main(args []string, stderr io.Writer) int {
 		switch args[0] {
 		case InitCommand:
 			return initMain(args[1:], stderr)
+		case AgentCommand:
+			// hutch's agent as a container's process (AnnotationAgent).
+			return agent.Main(args[1:], stderr)
 		case HookCommand:
 			return hookMain(args[1:], os.Stdin, stderr)
 		case ProxyCommand:
@@ -94,6 +99,16 @@ func Main(args []string, stderr io.Writer) int {
 	out, err := r.command(cl)
 	if err != nil {
 		return fail(cl, stderr, err)
+	}
+	if r.tier == TierGVisor {
+		// gVisor's kernel uses the container's network namespace's
+		// own stack (its sockets are the namespace's): the firewall
+		// and the proxy's listeners there apply to it as to a
+		// container of runc. Every command gets it: runsc's start sets
+		// up the sandbox's network by its own flags, and without it
+		// would move the namespace's addresses into a stack of
+		// gVisor's that the sandbox's sockets do not use.
+		out = append(out[:2:2], append([]string{"--network=host"}, out[2:]...)...)
 	}
 	if cl.name() == "create" {
 		return r.runCreate(cl, out, stderr)
@@ -299,7 +314,18 @@ func (r *runtime) create(cl *cmdline) ([]string, error) {
 	if err := cleanupState(dir); err != nil {
 		return nil, err
 	}
-	c, err := Harden(&s, bundle, Options{Binary: self, StateDir: dir, Tier: r.tier})
+	port, err := agentPort(s.Annotations)
+	if err != nil {
+		return nil, err
+	}
+	o := Options{Binary: self, StateDir: dir, Tier: r.tier}
+	if s.Annotations[containerTypeAnnotation] != "sandbox" {
+		// A pod's sandbox (its pause process) gets the pod's
+		// annotations too: it stays as it is, and its firewall, which
+		// the pod's containers share, lets the agent's port in.
+		o.AgentPort = port
+	}
+	c, err := Harden(&s, bundle, o)
 	if err != nil {
 		return nil, err
 	}
@@ -307,6 +333,7 @@ func (r *runtime) create(cl *cmdline) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	plan.AgentPort = port
 	plan.Files = mnt
 	plan.Tier = r.tier
 	if r.upstreamCA != "" {
@@ -327,15 +354,7 @@ func (r *runtime) create(cl *cmdline) ([]string, error) {
 	if err := absFlags(cl, set, "pid-file", "console-socket"); err != nil {
 		return nil, err
 	}
-	out := cl.rewrite(r.runcRoot(), set, nil, nil)
-	if r.tier == TierGVisor {
-		// gVisor's kernel uses the container's network namespace's
-		// own stack (its sockets are the namespace's): the firewall
-		// and the proxy's listeners there apply to it as to a
-		// container of runc.
-		out = append(out[:2:2], append([]string{"--network=host"}, out[2:]...)...)
-	}
-	return out, nil
+	return cl.rewrite(r.runcRoot(), set, nil, nil), nil
 }
 
 // absFlags puts in set the absolute paths of the flags names that cl
@@ -401,9 +420,22 @@ func (r *runtime) exec(cl *cmdline) ([]string, error) {
 		}
 		// The process gets the container's environment from the
 		// low-level runtime; hutch's part of it goes with --env.
-		extra := []string{"--no-new-privs"}
+		var extra []string
+		if c.Tier != TierGVisor {
+			// runsc's exec has no such flag (its processes are
+			// the Sentry's, whose kernel is the boundary).
+			extra = append(extra, "--no-new-privs")
+		}
 		for _, kv := range plan.Env {
 			extra = append(extra, "--env", kv)
+		}
+		if plan.AgentPort != 0 {
+			// The low-level runtime gives the process the container's
+			// environment, the agent's secrets with it: the later
+			// --env, empty, replaces them.
+			for _, k := range agent.SecretEnv {
+				extra = append(extra, "--env", k+"=")
+			}
 		}
 		return cl.rewrite(r.runcRoot(), set, extra, tail), nil
 	}
@@ -415,6 +447,15 @@ func (r *runtime) exec(cl *cmdline) ([]string, error) {
 		return nil, err
 	}
 	p.Env = execEnv(p.Env, plan)
+	if plan.AgentPort != 0 {
+		// The agent's secrets, in the container's spec for the agent
+		// alone: a process of the container's code would read them
+		// in the environment of another it can trace.
+		p.Env = slices.DeleteFunc(p.Env, func(kv string) bool {
+			k, _, _ := strings.Cut(kv, "=")
+			return slices.Contains(agent.SecretEnv, k)
+		})
+	}
 	if held {
 		dropEgressCaps(p.Capabilities)
 	}

@@ -17,16 +17,20 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/testutil/ocitest"
 )
 
-// hutchPodYAML is a pod of the RuntimeClass hutch whose egress policy
-// the node's policy "pod" decides (the annotation): two containers, the
-// second as uid 1000, sharing an emptyDir volume.
-const hutchPodYAML = `apiVersion: node.k8s.io/v1
+// runtimeClassYAMLHutch is the RuntimeClass hutch, of hutchCluster's
+// handler, and the start of a document after it.
+const runtimeClassYAMLHutch = `apiVersion: node.k8s.io/v1
 kind: RuntimeClass
 metadata:
   name: hutch
 handler: hutch
 ---
-apiVersion: v1
+`
+
+// hutchPodYAML is a pod of the RuntimeClass hutch whose egress policy
+// the node's policy "pod" decides (the annotation): two containers, the
+// second as uid 1000, sharing an emptyDir volume.
+const hutchPodYAML = runtimeClassYAMLHutch + `apiVersion: v1
 kind: Pod
 metadata:
   name: confined
@@ -68,30 +72,7 @@ spec:
 // pod's sysctls (ip_unprivileged_port_start) work from it. Both share the
 // pod's network namespace and its proxy; kubectl exec works in both.
 func TestRuntimeClassHutch(t *testing.T) {
-	bin := k8stest.BinDir(t)
-	runc := k8stest.Runc(bin)
-	if !ocitest.JoinsUserLast(t, runc) {
-		t.Fatalf("%s is older than runc 1.2: its pods get no user namespace (scripts/k8s-binaries.sh builds runc 1.5)", runc)
-	}
-	rt := ocitest.HutchRunc(t)
-	tar := ocitest.ImageTar(t)
-	policies := t.TempDir()
-	port := ocitest.LoopbackUpstream(t, "hello from the pod's upstream\n")
-	if err := os.WriteFile(filepath.Join(policies, "pod.yaml"), []byte(fmt.Sprintf(`network:
-  allowed_domains: ["upstream.test:%d"]
-  hosts: ["upstream.test:127.0.0.1"]
-  allow_private: ["127.0.0.1/32"]
-`, port)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-
-	c := k8stest.StartCluster(t, k8stest.Options{
-		Images:          []string{tar},
-		RuntimeHandlers: []k8stest.RuntimeHandler{{Name: "hutch", BinaryName: rt, PodAnnotations: []string{"dev.hutch.*"}}},
-		// The shim's runtime, hutch-runc, hands the containers to
-		// the cluster's runc.
-		ContainerdEnv: []string{ocitest.PolicyDirEnv + "=" + policies, ocitest.RuntimeEnv + "=" + runc},
-	})
+	c, port := hutchCluster(t)
 	c.KubectlIn(t, hutchPodYAML, "apply", "-f", "-")
 	c.Kubectl(t, "wait", "--for=condition=Ready", "pod/confined", "--timeout=3m")
 
@@ -210,4 +191,52 @@ func statusIDs(t *testing.T, pid int, key string) string {
 	}
 	t.Fatalf("/proc/%d/status has no %s line", pid, key)
 	return ""
+}
+
+// hutchCluster starts a cluster whose runtime handler hutch is hutch-runc
+// (the pods' dev.hutch.* annotations passed on) on the cluster's runc 1.5,
+// with the tests' image and the node's policies "pod", which allows the
+// upstream.test that it serves on the node's loopback, and "serve", which
+// lets a pod's own allow-list name it; it returns the cluster and the
+// upstream's port.
+func hutchCluster(t *testing.T) (*k8stest.Cluster, int) {
+	t.Helper()
+	bin := k8stest.BinDir(t)
+	runc := k8stest.Runc(bin)
+	if !ocitest.JoinsUserLast(t, runc) {
+		t.Fatalf("%s is older than runc 1.2: its pods get no user namespace (scripts/k8s-binaries.sh builds runc 1.5)", runc)
+	}
+	rt := ocitest.HutchRunc(t)
+	tar := ocitest.ImageTar(t)
+	policies := t.TempDir()
+	port := ocitest.LoopbackUpstream(t, "hello from the pod's upstream\n")
+	ocitest.LoopbackPolicy(t, policies, "pod", "upstream.test", port)
+	// "serve": hutch serve's sandboxes add the upstream to it themselves.
+	if err := os.WriteFile(filepath.Join(policies, "serve.yaml"), []byte(`network:
+  mode: proxy
+  hosts: ["upstream.test:127.0.0.1"]
+  allow_private: ["127.0.0.1/32"]
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := k8stest.StartCluster(t, k8stest.Options{
+		Images:          []string{tar},
+		RuntimeHandlers: []k8stest.RuntimeHandler{{Name: "hutch", BinaryName: rt, PodAnnotations: []string{"dev.hutch.*"}}},
+		// The shim's runtime, hutch-runc, hands the containers to
+		// the cluster's runc.
+		ContainerdEnv: []string{ocitest.PolicyDirEnv + "=" + policies, ocitest.RuntimeEnv + "=" + runc},
+	})
+	return c, port
+}
+
+// noneAroundProxy fails the test for every line of the attacker's output
+// (out) that says a TCP connection succeeded: the pod's connections go
+// through the proxy alone.
+func noneAroundProxy(t *testing.T, out string) {
+	t.Helper()
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && strings.HasPrefix(f[0], "tcp:") && f[1] == "ok" {
+			t.Errorf("a connection around the proxy: %q", line)
+		}
+	}
 }

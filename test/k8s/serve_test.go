@@ -22,40 +22,6 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/testutil/ocitest"
 )
 
-// runtimeClassHutch is the RuntimeClass of hutch's namespace tier.
-const runtimeClassHutch = `apiVersion: node.k8s.io/v1
-kind: RuntimeClass
-metadata:
-  name: hutch
-handler: hutch
-`
-
-// serveCluster starts a cluster whose node runs hutch-runc for the
-// RuntimeClass hutch, with the node policy "serve" that lets hutch-runc's
-// proxy reach the loopback upstream (returned: its port) by the name
-// upstream.test, and the test image imported.
-func serveCluster(t *testing.T) (*k8stest.Cluster, int) {
-	k8stest.BinDir(t)
-	rt := ocitest.HutchRunc(t)
-	tar := ocitest.ImageTar(t)
-	policies := t.TempDir()
-	port := ocitest.LoopbackUpstream(t, "hello from the upstream\n")
-	if err := os.WriteFile(filepath.Join(policies, "serve.yaml"), []byte(`network:
-  mode: proxy
-  hosts: ["upstream.test:127.0.0.1"]
-  allow_private: ["127.0.0.1/32"]
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	c := k8stest.StartCluster(t, k8stest.Options{
-		Images:          []string{tar},
-		RuntimeHandlers: []k8stest.RuntimeHandler{{Name: "hutch", BinaryName: rt, PodAnnotations: []string{"dev.hutch.*"}}},
-		ContainerdEnv:   []string{ocitest.PolicyDirEnv + "=" + policies},
-	})
-	c.KubectlIn(t, runtimeClassHutch, "apply", "-f", "-")
-	return c, port
-}
-
 // serveProc is a hutch serve --kubernetes the test started.
 type serveProc struct {
 	cmd    *exec.Cmd
@@ -144,7 +110,9 @@ func pods(t *testing.T, c *k8stest.Cluster) []string {
 // the pod and its Secret; what a pod cannot honour is refused by name; a
 // restarted daemon of the same name deletes the pods it left.
 func TestServeKubernetes(t *testing.T) {
-	c, port := serveCluster(t)
+	c, port := hutchCluster(t)
+	c.KubectlIn(t, runtimeClassYAMLHutch, "apply", "-f", "-")
+	nodeOnBridge(t, c)
 	dir := t.TempDir()
 	p := startServe(t, c, dir)
 	cl := p.client(t)
@@ -168,7 +136,7 @@ func TestServeKubernetes(t *testing.T) {
 	if r.ExitStatus.Code != 3 || !strings.Contains(out, "out\n") || !strings.Contains(string(r.Stderr), "err\n") {
 		t.Errorf("run: exit %d, stdout %q, stderr %q", r.ExitStatus.Code, out, r.Stderr)
 	}
-	for _, want := range []string{"NoNewPrivs:\t1", "Seccomp:\t2", "\n0\n", "hello from the upstream"} {
+	for _, want := range []string{"NoNewPrivs:\t1", "Seccomp:\t2", "\n0\n", "hello from the pod's upstream"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("no %q in:\n%s", want, out)
 		}

@@ -203,13 +203,7 @@ func TestContainerdSharedNetwork(t *testing.T) {
 
 	port := ocitest.LoopbackUpstream(t, "hello from the pod's upstream\n")
 	for name, domain := range map[string]string{"pod": "upstream.test", "other": "elsewhere.test"} {
-		if err := os.WriteFile(filepath.Join(policies, name+".yaml"), []byte(fmt.Sprintf(`network:
-  allowed_domains: ["%s:%d"]
-  hosts: ["%[1]s:127.0.0.1"]
-  allow_private: ["127.0.0.1/32"]
-`, domain, port)), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		ocitest.LoopbackPolicy(t, policies, name, domain, port)
 	}
 	ns := fmt.Sprintf("hutch-oci-%d", os.Getpid())
 	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {

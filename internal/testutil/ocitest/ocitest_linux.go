@@ -250,8 +250,20 @@ func unmountUnder(dir string) {
 // ListenIn makes a listener of network ("tcp", "unix") at addr in the
 // network namespace of process pid (abstract unix sockets belong to one).
 func ListenIn(pid int, network, addr string) (net.Listener, error) {
+	return inNetns(fmt.Sprintf("/proc/%d/ns/net", pid), func() (net.Listener, error) { return net.Listen(network, addr) })
+}
+
+// DialIn connects to addr over network, within d, from the network
+// namespace at ns (/var/run/netns/NAME, /proc/PID/ns/net).
+func DialIn(ns, network, addr string, d time.Duration) (net.Conn, error) {
+	return inNetns(ns, func() (net.Conn, error) { return net.DialTimeout(network, addr, d) })
+}
+
+// inNetns runs f on a thread in the network namespace at path: the
+// sockets it makes belong to that namespace.
+func inNetns[T any](path string, f func() (T, error)) (T, error) {
 	type result struct {
-		l   net.Listener
+		v   T
 		err error
 	}
 	ch := make(chan result, 1)
@@ -259,21 +271,22 @@ func ListenIn(pid int, network, addr string) (net.Listener, error) {
 		// The thread that enters the namespace never serves another
 		// goroutine: it ends locked, with this one.
 		runtime.LockOSThread()
-		ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/net", pid))
+		var zero T
+		ns, err := os.Open(path)
 		if err != nil {
-			ch <- result{nil, err}
+			ch <- result{zero, err}
 			return
 		}
 		defer ns.Close()
 		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
-			ch <- result{nil, fmt.Errorf("setns: %w", err)}
+			ch <- result{zero, fmt.Errorf("setns: %w", err)}
 			return
 		}
-		l, err := net.Listen(network, addr)
-		ch <- result{l, err}
+		v, err := f()
+		ch <- result{v, err}
 	}()
 	r := <-ch
-	return r.l, r.err
+	return r.v, r.err
 }
 
 // PolicyDirEnv is hutch-runc's environment variable for the directory of
@@ -308,6 +321,20 @@ func JoinsUserLast(t testing.TB, runc string) bool {
 		t.Fatalf("%s --version: %q: %v", runc, out, err)
 	}
 	return major > 1 || major == 1 && minor >= 2
+}
+
+// LoopbackPolicy writes the node policy NAME.yaml into dir: domain at the
+// host's 127.0.0.1 on port (a LoopbackUpstream's) as the one destination
+// allowed.
+func LoopbackPolicy(t testing.TB, dir, name, domain string, port int) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, name+".yaml"), []byte(fmt.Sprintf(`network:
+  allowed_domains: ["%s:%d"]
+  hosts: ["%[1]s:127.0.0.1"]
+  allow_private: ["127.0.0.1/32"]
+`, domain, port)), 0o644); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // LoopbackUpstream serves body on a new port of the host's 127.0.0.1
