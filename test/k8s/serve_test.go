@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/hutch-sandbox/hutch/client"
+	"github.com/hutch-sandbox/hutch/internal/daemon"
 	"github.com/hutch-sandbox/hutch/internal/testutil"
 	"github.com/hutch-sandbox/hutch/internal/testutil/k8stest"
 	"github.com/hutch-sandbox/hutch/internal/testutil/ocitest"
@@ -144,18 +145,24 @@ func TestServeKubernetes(t *testing.T) {
 	if strings.Contains(out, "around") {
 		t.Errorf("a destination outside the allow-list was reached:\n%s", out)
 	}
-	if _, err := cl.WriteFile(ctx, sb.ID, "note.txt", strings.NewReader("kept in the pod\n"), 0o644); err != nil {
+	// The workspace is the pod's emptyDir, writable by the image's user.
+	note := daemon.DefaultWorkspace + "/note.txt"
+	if _, err := cl.WriteFile(ctx, sb.ID, note, strings.NewReader("kept in the pod\n"), 0o644); err != nil {
 		t.Fatalf("write file: %v", err)
 	}
 	var b bytes.Buffer
-	if _, err := cl.ReadFile(ctx, sb.ID, "note.txt", &b); err != nil || b.String() != "kept in the pod\n" {
+	if _, err := cl.ReadFile(ctx, sb.ID, note, &b); err != nil || b.String() != "kept in the pod\n" {
 		t.Errorf("read file: %q %v", b.String(), err)
+	}
+	r, err = cl.Run(ctx, sb.ID, client.Command{Args: []string{"sh", "-c", "pwd; cat note.txt; grep \" $(pwd) \" /proc/self/mountinfo | wc -l"}})
+	if err != nil || string(r.Stdout) != daemon.DefaultWorkspace+"\nkept in the pod\n1\n" {
+		t.Errorf("the workspace: %q %v", r.Stdout, err)
 	}
 
 	// What a pod cannot honour is refused, saying what.
 	for _, o := range []client.CreateOptions{
 		{Policy: json.RawMessage(`{"network":{"allowed_cidrs":["10.0.0.0/8"]}}`)},
-		{Policy: json.RawMessage(`{"secrets":[{"name":"K","value":"v","hosts":["upstream.test"]}]}`)},
+		{Policy: json.RawMessage(`{"secrets":[{"name":"K","from":"request","hosts":["upstream.test"]}]}`), Secrets: map[string]string{"K": "v"}},
 	} {
 		_, err := cl.Create(ctx, o)
 		var ce *client.Error
