@@ -38,6 +38,7 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/mcphttp"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
+	"github.com/hutch-sandbox/hutch/internal/store"
 	"github.com/hutch-sandbox/hutch/internal/volume"
 	"github.com/hutch-sandbox/hutch/internal/webui"
 )
@@ -252,8 +253,9 @@ func cmdServe(args []string, stderr io.Writer) int {
 	}
 	var runtimes map[string]sandbox.Runtime
 	var unavailable map[string]string
+	var state store.Backend // nil: the state directory's
 	if *onKubernetes {
-		runtimes, unavailable, err = kubeRuntimes(kube.Options{
+		runtimes, unavailable, state, err = kubeRuntimes(kube.Options{
 			Kubeconfig: *kubeconfig,
 			Namespace:  *kubeNamespace,
 			Image:      *kubeImage,
@@ -303,6 +305,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 		MinTier:          *minTier,
 		Runtimes:         runtimes,
 		Unavailable:      unavailable,
+		Store:            state,
 	}, log)
 	if err != nil {
 		for _, l := range ls {

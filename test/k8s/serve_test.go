@@ -109,7 +109,8 @@ func pods(t *testing.T, c *k8stest.Cluster) []string {
 // to the agent over the pod network; the pod runs confined by hutch-runc
 // with the sandbox's allow-list added to the node policy; destroy deletes
 // the pod and its Secret; what a pod cannot honour is refused by name; a
-// restarted daemon of the same name deletes the pods it left.
+// daemon killed or stopped leaves its sandboxes running and the next one
+// of its name takes them again.
 func TestServeKubernetes(t *testing.T) {
 	c, port := hutchCluster(t)
 	c.KubectlIn(t, runtimeClassYAMLHutch, "apply", "-f", "-")
@@ -183,18 +184,45 @@ func TestServeKubernetes(t *testing.T) {
 		t.Errorf("left after destroy: pods %v, secrets %s", pods(t, c), c.Kubectl(t, "get", "secrets", "-o", "name"))
 	}
 
-	// A daemon killed leaves its pods; the next one of its name deletes
-	// them.
-	left, err := cl.Create(ctx, client.CreateOptions{})
+	// The sandboxes outlive the daemon: killed, or stopped (an upgrade),
+	// the next one of its name takes them again — their agents, records
+	// and timeouts. One whose pod went meanwhile is recorded as stopped.
+	kept, err := cl.Create(ctx, client.CreateOptions{})
 	if err != nil {
 		t.Fatalf("create: %v", err)
 	}
-	p.stop(syscall.SIGKILL)
-	if got := pods(t, c); len(got) != 1 {
-		t.Fatalf("pods after the daemon's kill: %v", got)
+	gone, err := cl.Create(ctx, client.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create: %v", err)
 	}
-	startServe(t, c, dir)
+	if _, err := cl.WriteFile(ctx, kept.ID, note, strings.NewReader("before the restart\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for i, stop := range []syscall.Signal{syscall.SIGKILL, syscall.SIGTERM} {
+		p.stop(stop)
+		if got := pods(t, c); len(got) != 2-i {
+			t.Fatalf("pods after the daemon's %v: %v", stop, got)
+		}
+		if i == 0 {
+			c.Kubectl(t, "delete", "pod", "hutch-"+gone.ID, "--wait=true")
+		}
+		p = startServe(t, c, dir)
+		cl = p.client(t)
+		r, err := cl.Run(ctx, kept.ID, client.Command{Args: []string{"cat", note}})
+		if err != nil || string(r.Stdout) != "before the restart\n" {
+			t.Fatalf("after the daemon's %v: %q %v", stop, r.Stdout, err)
+		}
+		if !strings.Contains(p.log.String(), "sandbox taken again") {
+			t.Errorf("the daemon does not say it took %s again:\n%s", kept.ID, p.log.String())
+		}
+	}
+	if sb, err := cl.Get(ctx, gone.ID); err != nil || sb.State != "stopped" {
+		t.Errorf("the sandbox whose pod went: %+v %v", sb, err)
+	}
+	if err := cl.Destroy(ctx, kept.ID); err != nil {
+		t.Fatal(err)
+	}
 	if !testutil.Eventually(2*time.Minute, func() bool { return len(pods(t, c)) == 0 }) {
-		t.Errorf("the pod of %s, left by a killed daemon, is still there: %v", left.ID, pods(t, c))
+		t.Errorf("pods left: %v", pods(t, c))
 	}
 }
