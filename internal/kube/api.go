@@ -87,11 +87,6 @@ func (a api) delete(ctx context.Context, ns, resource, name string, opts metav1.
 	return a.req("DELETE", ns).Resource(resource).Name(name).Body(&opts).Do(ctx).Error()
 }
 
-// deleteAll deletes the objects of resource that sel selects.
-func (a api) deleteAll(ctx context.Context, ns, resource string, opts metav1.DeleteOptions, sel metav1.ListOptions) error {
-	return a.req("DELETE", ns).Resource(resource).VersionedParams(&sel, paramCode).Body(&opts).Do(ctx).Error()
-}
-
 // watch watches the objects of resource that sel selects.
 func (a api) watch(ctx context.Context, ns, resource string, sel metav1.ListOptions) (watch.Interface, error) {
 	sel.Watch = true
