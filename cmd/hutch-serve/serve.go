@@ -429,7 +429,11 @@ func cmdServe(args []string, stderr io.Writer) int {
 	forget := recordSocket(*stateDir, ls, log)
 	defer forget()
 	serr := api.Serve(ctx, h, log, ls...)
-	fmt.Fprintln(stderr, "hutch: shutting down; destroying every sandbox not paused to disk")
+	if *onKubernetes {
+		fmt.Fprintln(stderr, "hutch: shutting down; the sandboxes' pods run on, for the next hutch serve of this --kubernetes-name")
+	} else {
+		fmt.Fprintln(stderr, "hutch: shutting down; destroying every sandbox not paused to disk")
+	}
 	e2bHandler.Close() // the template builds running fail
 	cerr := m.Close()
 	code := 0
