@@ -18,6 +18,7 @@ import (
 
 	"github.com/hutch-sandbox/hutch/client"
 	"github.com/hutch-sandbox/hutch/internal/daemon"
+	"github.com/hutch-sandbox/hutch/internal/kube"
 	"github.com/hutch-sandbox/hutch/internal/testutil"
 	"github.com/hutch-sandbox/hutch/internal/testutil/k8stest"
 	"github.com/hutch-sandbox/hutch/internal/testutil/ocitest"
@@ -146,6 +147,36 @@ func TestServeKubernetes(t *testing.T) {
 	if strings.Contains(out, "around") {
 		t.Errorf("a destination outside the allow-list was reached:\n%s", out)
 	}
+	// ESCAPES 25 and 27 on Kubernetes: a sandbox's code cannot read its
+	// agent's secrets, nor reach another sandbox's agent, the kubelet
+	// or the API server, directly or through the proxy; it has no
+	// service account token.
+	other, err := cl.Create(ctx, client.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	otherIP := strings.TrimSpace(c.Kubectl(t, "get", "pod", "hutch-"+other.ID, "-o", "jsonpath={.status.podIP}"))
+	agentAddr := fmt.Sprintf("%s:%d", otherIP, kube.DefaultAgentPort)
+	r, err = cl.Run(ctx, sb.ID, client.Command{Args: []string{"sh", "-c", fmt.Sprintf(
+		"attacker openproc:/proc/1/environ tcp:%[1]s tcp:%[2]s:10250 tcp:%[2]s:6443 open:/var/run/secrets/kubernetes.io/serviceaccount/token; fetch http://%[1]s/ || echo fetch refused",
+		agentAddr, c.NodeIP)}})
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	out = string(r.Stdout)
+	t.Logf("from a sandbox:\n%s", out)
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[1] == "ok" {
+			t.Errorf("from a sandbox: %s", line)
+		}
+	}
+	if !strings.Contains(out, "fetch refused") || strings.Count(out, "\n") < 6 {
+		t.Errorf("from a sandbox:\n%s%s", out, r.Stderr)
+	}
+	if err := cl.Destroy(ctx, other.ID); err != nil {
+		t.Fatal(err)
+	}
+
 	// The workspace is the pod's emptyDir, writable by the image's user.
 	note := daemon.DefaultWorkspace + "/note.txt"
 	if _, err := cl.WriteFile(ctx, sb.ID, note, strings.NewReader("kept in the pod\n"), 0o644); err != nil {
