@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,7 +27,7 @@ var (
 )
 
 func init() {
-	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, nodev1.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, nodev1.AddToScheme, coordinationv1.AddToScheme} {
 		if err := add(scheme); err != nil {
 			panic(err)
 		}
