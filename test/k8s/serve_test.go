@@ -99,9 +99,9 @@ func (p *serveProc) client(t *testing.T) *client.Client {
 	return cl
 }
 
-// pods lists the names of the pods of the namespace default.
+// pods lists the names of hutch's pods, in every namespace.
 func pods(t *testing.T, c *k8stest.Cluster) []string {
-	return strings.Fields(c.Kubectl(t, "get", "pods", "-o", "jsonpath={.items[*].metadata.name}"))
+	return strings.Fields(c.Kubectl(t, "get", "pods", "-A", "-l", "app.kubernetes.io/managed-by=hutch", "-o", "jsonpath={.items[*].metadata.name}"))
 }
 
 // TestServeKubernetes: hutch serve --kubernetes runs each sandbox as a pod
@@ -117,7 +117,9 @@ func TestServeKubernetes(t *testing.T) {
 	c.KubectlIn(t, runtimeClassYAMLHutch, "apply", "-f", "-")
 	nodeOnBridge(t, c)
 	dir := t.TempDir()
-	p := startServe(t, c, dir)
+	// As the manifest's service account, in its namespace.
+	kc := serviceAccount(t, c)
+	p := startServe(t, c, dir, "--kubeconfig", kc)
 	cl := p.client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -155,7 +157,7 @@ func TestServeKubernetes(t *testing.T) {
 	if err != nil {
 		t.Fatalf("create: %v", err)
 	}
-	otherIP := strings.TrimSpace(c.Kubectl(t, "get", "pod", "hutch-"+other.ID, "-o", "jsonpath={.status.podIP}"))
+	otherIP := strings.TrimSpace(c.Kubectl(t, "get", "pod", "hutch-"+other.ID, "-n", "hutch-sandboxes", "-o", "jsonpath={.status.podIP}"))
 	agentAddr := fmt.Sprintf("%s:%d", otherIP, kube.DefaultAgentPort)
 	r, err = cl.Run(ctx, sb.ID, client.Command{Args: []string{"sh", "-c", fmt.Sprintf(
 		"attacker openproc:/proc/1/environ tcp:%[1]s tcp:%[2]s:10250 tcp:%[2]s:6443 open:/var/run/secrets/kubernetes.io/serviceaccount/token; fetch http://%[1]s/ || echo fetch refused",
@@ -210,9 +212,9 @@ func TestServeKubernetes(t *testing.T) {
 		t.Fatalf("destroy: %v", err)
 	}
 	if !testutil.Eventually(2*time.Minute, func() bool {
-		return len(pods(t, c)) == 0 && !strings.Contains(c.Kubectl(t, "get", "secrets", "-o", "name"), "hutch-"+sb.ID)
+		return len(pods(t, c)) == 0 && !strings.Contains(c.Kubectl(t, "get", "secrets", "-n", "hutch-sandboxes", "-o", "name"), "hutch-"+sb.ID)
 	}) {
-		t.Errorf("left after destroy: pods %v, secrets %s", pods(t, c), c.Kubectl(t, "get", "secrets", "-o", "name"))
+		t.Errorf("left after destroy: pods %v, secrets %s", pods(t, c), c.Kubectl(t, "get", "secrets", "-n", "hutch-sandboxes", "-o", "name"))
 	}
 
 	// The sandboxes outlive the daemon: killed, or stopped (an upgrade),
@@ -235,9 +237,9 @@ func TestServeKubernetes(t *testing.T) {
 			t.Fatalf("pods after the daemon's %v: %v", stop, got)
 		}
 		if i == 0 {
-			c.Kubectl(t, "delete", "pod", "hutch-"+gone.ID, "--wait=true")
+			c.Kubectl(t, "delete", "pod", "hutch-"+gone.ID, "-n", "hutch-sandboxes", "--wait=true")
 		}
-		p = startServe(t, c, dir)
+		p = startServe(t, c, dir, "--kubeconfig", kc)
 		cl = p.client(t)
 		r, err := cl.Run(ctx, kept.ID, client.Command{Args: []string{"cat", note}})
 		if err != nil || string(r.Stdout) != "before the restart\n" {
@@ -256,4 +258,33 @@ func TestServeKubernetes(t *testing.T) {
 	if !testutil.Eventually(2*time.Minute, func() bool { return len(pods(t, c)) == 0 }) {
 		t.Errorf("pods left: %v", pods(t, c))
 	}
+}
+
+// serviceAccount applies deploy/kubernetes/rbac.yaml (hutch serve's
+// namespaces, service account and roles) and returns a kubeconfig of that
+// service account's, with a token of its: hutch serve run with it has the
+// manifest's permissions and no others.
+func serviceAccount(t *testing.T, c *k8stest.Cluster) string {
+	t.Helper()
+	c.Kubectl(t, "apply", "-f", filepath.Join("..", "..", "deploy", "kubernetes", "rbac.yaml"))
+	token := strings.TrimSpace(c.Kubectl(t, "create", "token", "hutch-serve", "-n", "hutch", "--duration=2h"))
+	server := c.Kubectl(t, "config", "view", "--raw", "-o", "jsonpath={.clusters[0].cluster.server}")
+	ca := c.Kubectl(t, "config", "view", "--raw", "-o", "jsonpath={.clusters[0].cluster.certificate-authority-data}")
+	path := filepath.Join(t.TempDir(), "hutch-serve.kubeconfig")
+	if err := os.WriteFile(path, []byte(fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: test
+  cluster: {server: %q, certificate-authority-data: %q}
+users:
+- name: hutch-serve
+  user: {token: %q}
+contexts:
+- name: hutch-serve
+  context: {cluster: test, user: hutch-serve, namespace: hutch-sandboxes}
+current-context: hutch-serve
+`, server, ca, token)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
