@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -30,10 +31,18 @@ func (m *Manager) cleanupLeftovers(ctx context.Context) error {
 	keep := make(map[string]bool)
 	for _, sb := range rows {
 		// A remote runtime's sandbox runs on without the daemon: it is
-		// taken again if it can be.
-		if rt := m.remote(sb.Tier); rt != nil && sb.State != store.StateStopped && m.reattach(ctx, rt, sb) {
-			keep[sb.ID] = true
-			continue
+		// taken again if it can be, and kept for a later try (a request
+		// for it) if it is not gone but cannot be now.
+		if rt := m.remote(sb.Tier); rt != nil && sb.State != store.StateStopped {
+			_, err := m.reattach(ctx, rt, sb)
+			if err == nil || !errors.Is(err, errGone) {
+				if err != nil {
+					m.log.Warn("a sandbox left running could not be taken again; a request for it tries again", "sandbox", sb.ID, "err", err)
+				}
+				keep[sb.ID] = true
+				continue
+			}
+			m.log.Info("a sandbox left running is gone", "sandbox", sb.ID, "err", err)
 		}
 		if sb.Checkpoint != "" && m.keepDormant(sb) {
 			keep[sb.ID] = true

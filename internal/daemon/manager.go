@@ -82,6 +82,10 @@ type Manager struct {
 	// sandbox's row one step, so that concurrent creates cannot overrun it.
 	quotaMu sync.Mutex
 
+	// reattachMu makes taking a remote sandbox again one at a time
+	// (remote.go), so that a request and another take it once.
+	reattachMu sync.Mutex
+
 	mu     sync.Mutex
 	closed bool
 	live   map[string]*live // the running sandboxes of this daemon
@@ -724,6 +728,14 @@ func (m *Manager) running(ctx context.Context, tenant, id string) (*live, error)
 	}
 	if sb.State == store.StateStopped {
 		return nil, fmt.Errorf("sandbox %s: %w (it is stopped)", id, ErrNotFound)
+	}
+	if rt := m.remote(sb.Tier); rt != nil && sb.State == store.StateRunning {
+		// Left by a previous daemon and not taken again at the start.
+		l, err := m.reattach(ctx, rt, sb)
+		if err == nil {
+			return l, nil
+		}
+		return nil, fmt.Errorf("sandbox %s on %s: %v: %w", id, rt.Remote(), err, ErrUnavailable)
 	}
 	return nil, fmt.Errorf("sandbox %s is %s: %w", id, sb.State, ErrConflict)
 }

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -28,8 +29,11 @@ type remoteRuntime interface {
 	Unsupported(policy.Spec) string
 	// Attach takes sandbox id, which a previous daemon of the same name
 	// started and left running, again (its agent's connection taken
-	// over).
+	// over); an error for which Gone is true says the sandbox is gone
+	// (its pod deleted or ended), any other may pass.
 	Attach(id string) (sandbox.Instance, error)
+	// Gone reports whether an error of Attach says the sandbox is gone.
+	Gone(err error) bool
 	// Sweep ends the sandboxes a previous daemon of the same name left
 	// running, at the daemon's start, but those keep wants.
 	Sweep(ctx context.Context, keep func(id string) bool) error
@@ -100,47 +104,55 @@ func (m *Manager) launchRemote(ctx context.Context, rt remoteRuntime, id, dir st
 
 // reattach takes sb, the record of a sandbox on rt that a previous daemon
 // left running, as m's again: its agent's connection, its timeout and
-// idle timeout, its approvals; it reports false when the sandbox cannot
-// be (its pod is gone), and the caller ends its record. Commands the
-// previous daemon started run on, without their streams (their output
-// can be read again where the agent keeps it); its events start afresh.
-func (m *Manager) reattach(ctx context.Context, rt remoteRuntime, sb store.Sandbox) bool {
+// idle timeout, its approvals. An error wrapping errGone says the sandbox
+// is gone (its pod went), and the caller ends its record; any other
+// leaves it for a later try (a request for it: running). Commands the
+// previous daemon started run on, without their streams; its events
+// start afresh.
+func (m *Manager) reattach(ctx context.Context, rt remoteRuntime, sb store.Sandbox) (*live, error) {
+	m.reattachMu.Lock()
+	defer m.reattachMu.Unlock()
+	m.mu.Lock()
+	l := m.live[sb.ID]
+	m.mu.Unlock()
+	if l != nil {
+		return l, nil // taken again meanwhile
+	}
 	log := m.log.With("sandbox", sb.ID, "tenant", sb.Tenant)
 	if sb.State != store.StateRunning || sb.Tenant == warmTenant {
-		return false
+		return nil, fmt.Errorf("it is %s: %w", sb.State, errGone)
 	}
 	var spec policy.Spec
 	if err := json.Unmarshal(sb.Spec, &spec); err != nil {
-		log.Warn("a sandbox left running: its policy", "err", err)
-		return false
+		return nil, fmt.Errorf("its policy: %v: %w", err, errGone)
 	}
 	dir := filepath.Join(m.sbRoot, sb.ID)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		log.Warn("a sandbox left running: its directory", "err", err)
-		return false
+		return nil, err
 	}
 	inst, err := rt.Attach(sb.ID)
+	if rt.Gone(err) {
+		return nil, fmt.Errorf("%v: %w", err, errGone)
+	}
 	if err != nil {
-		log.Info("a sandbox left running is gone", "err", err)
-		return false
+		return nil, err
 	}
 	ev := m.newEvents(sb.Tenant, sb.ID)
-	l := &live{id: sb.ID, dir: dir, ev: ev, ended: make(chan struct{}), resources: spec.Resources}
-	fail := func(err error) bool {
-		log.Warn("a sandbox left running could not be taken again", "err", err)
+	l = &live{id: sb.ID, dir: dir, ev: ev, ended: make(chan struct{}), resources: spec.Resources}
+	fail := func(err error) (*live, error) {
 		l.close(log)
 		m.endEvents(sb.ID, ev, "it could not be taken again")
-		return false
+		return nil, err
 	}
 	if l.gate, err = m.newGate(sb.ID, spec, log); err != nil {
 		return fail(err)
 	}
-	inst2, ok := inst.(instance)
+	in, ok := inst.(instance)
 	if !ok {
 		_ = inst.Close()
 		return fail(fmt.Errorf("tier %s: no instance", sb.Tier))
 	}
-	l.inst = inst2
+	l.inst = in
 	l.root, l.tier = spec.Root, sb.Tier
 	l.lifetime = sb.Expires.Sub(sb.Created)
 	l.attach(agent.NewClient(inst.Conn()))
@@ -154,8 +166,11 @@ func (m *Manager) reattach(ctx context.Context, rt remoteRuntime, sb store.Sandb
 		return fail(err)
 	}
 	log.Info("sandbox taken again", "on", rt.Remote(), "expires", sb.Expires)
-	return true
+	return l, nil
 }
+
+// errGone is reattach's error for a sandbox that is gone.
+var errGone = errors.New("the sandbox is gone")
 
 // letGo lets go of l, a remote sandbox, at the daemon's close: its watch
 // and its agent's connection end, its last activity is recorded, and it

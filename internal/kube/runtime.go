@@ -36,6 +36,9 @@ var StartTimeout = 3 * time.Minute
 // ErrUnsupported is what a pod's sandbox cannot do (pause, one-shot runs).
 var ErrUnsupported = errors.New("not supported for sandboxes on Kubernetes")
 
+// ErrGone is Attach's error for a sandbox whose pod is gone or ended.
+var ErrGone = errors.New("the sandbox's pod is gone")
+
 // Runtime runs the sandboxes of one tier as pods of its RuntimeClass.
 type Runtime struct {
 	c    *Cluster
@@ -134,7 +137,9 @@ func (r *Runtime) Attach(id string) (sandbox.Instance, error) {
 	c := r.c
 	name := podName(id)
 	pod := &corev1.Pod{}
-	if err := c.core.get(ctx, c.ns, "pods", name, pod); err != nil {
+	if err := c.core.get(ctx, c.ns, "pods", name, pod); apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("kubernetes: pod %s: %w", name, ErrGone)
+	} else if err != nil {
 		return nil, fmt.Errorf("kubernetes: pod %s: %w", name, err)
 	}
 	inst := &instance{c: c, name: name, uid: string(pod.UID), done: make(chan struct{}), exit: -1}
@@ -143,10 +148,10 @@ func (r *Runtime) Attach(id string) (sandbox.Instance, error) {
 		return nil, err
 	}
 	if pod.Labels[LabelSandbox] != id || pod.Labels[LabelDaemon] != c.opts.Daemon || pod.DeletionTimestamp != nil {
-		return nil, fmt.Errorf("kubernetes: pod %s is not sandbox %s's of hutch serve %s, or it is being deleted", name, id, c.opts.Daemon)
+		return nil, fmt.Errorf("kubernetes: pod %s is not sandbox %s's of hutch serve %s, or it is being deleted: %w", name, id, c.opts.Daemon, ErrGone)
 	}
 	if pod.Status.Phase != corev1.PodRunning || pod.Status.PodIP == "" {
-		return fail(fmt.Errorf("kubernetes: pod %s does not run (%s)", name, pod.Status.Phase))
+		return fail(fmt.Errorf("kubernetes: pod %s does not run (%s): %w", name, pod.Status.Phase, ErrGone))
 	}
 	secret := &corev1.Secret{}
 	if err := c.core.get(ctx, c.ns, "secrets", name, secret); err != nil {
@@ -494,3 +499,6 @@ func (r *Runtime) Sweep(ctx context.Context, keep func(id string) bool) error {
 	}
 	return nil
 }
+
+// Gone reports whether err, of Attach, says the sandbox's pod is gone.
+func (r *Runtime) Gone(err error) bool { return errors.Is(err, ErrGone) }
