@@ -321,12 +321,13 @@ func pendingWhy(p *corev1.Pod) string {
 }
 
 // waitingWhy is the reason a pending pod will not start by itself (its
-// image cannot be pulled, its runtime refused the container), or "".
+// image cannot be pulled — after the kubelet's first retry: a pull may
+// fail once and then succeed —, its runtime refused the container), or "".
 func waitingWhy(p *corev1.Pod) string {
 	for _, s := range p.Status.ContainerStatuses {
 		if w := s.State.Waiting; w != nil {
 			switch w.Reason {
-			case "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerError", "CreateContainerConfigError", "RunContainerError":
+			case "ImagePullBackOff", "InvalidImageName", "CreateContainerError", "CreateContainerConfigError", "RunContainerError":
 				return w.Reason + ": " + w.Message
 			}
 		}
