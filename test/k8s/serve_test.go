@@ -109,7 +109,8 @@ func pods(t *testing.T, c *k8stest.Cluster) []string {
 // to the agent over the pod network; the pod runs confined by hutch-runc
 // with the sandbox's allow-list added to the node policy; destroy deletes
 // the pod and its Secret; what a pod cannot honour is refused by name; a
-// restarted daemon of the same name deletes the pods it left.
+// restarted daemon of the same name deletes the pods it left; with
+// --warm, creates take pods the pool started (testServeWarm).
 func TestServeKubernetes(t *testing.T) {
 	c, port := hutchCluster(t)
 	c.KubectlIn(t, runtimeClassYAMLHutch, "apply", "-f", "-")
@@ -197,4 +198,6 @@ func TestServeKubernetes(t *testing.T) {
 	if !testutil.Eventually(2*time.Minute, func() bool { return len(pods(t, c)) == 0 }) {
 		t.Errorf("the pod of %s, left by a killed daemon, is still there: %v", left.ID, pods(t, c))
 	}
+
+	t.Run("warm", func(t *testing.T) { testServeWarm(t, c) })
 }

@@ -1,0 +1,85 @@
+//go:build linux
+
+package k8s
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hutch-sandbox/hutch/client"
+	"github.com/hutch-sandbox/hutch/internal/kube"
+	"github.com/hutch-sandbox/hutch/internal/testutil"
+	"github.com/hutch-sandbox/hutch/internal/testutil/k8stest"
+)
+
+// daemonPods lists the names of the pods whose label hutch.dev/daemon is
+// name.
+func daemonPods(t *testing.T, c *k8stest.Cluster, name string) []string {
+	t.Helper()
+	return strings.Fields(c.Kubectl(t, "get", "pods", "-l", kube.LabelDaemon+"="+name, "-o", "jsonpath={.items[*].metadata.name}"))
+}
+
+// warmReady reports how many warm sandboxes p's log says became ready.
+func (p *serveProc) warmReady() int {
+	return strings.Count(p.log.String(), `msg="warm sandbox ready"`)
+}
+
+// testServeWarm: hutch serve --kubernetes --warm 2 (named warm, beside
+// the cluster's other daemons) starts two pods before any create; a
+// create with the default policy takes one of them in place, starting no
+// pod of its own; the pool starts another; destroy deletes the taken
+// pod, and the daemon's stop the warm ones.
+func testServeWarm(t *testing.T, c *k8stest.Cluster) {
+	const name, size = "warm", 2
+	p := startServe(t, c, t.TempDir(), "--warm", "2", "--kubernetes-name", name)
+	if !testutil.Eventually(3*time.Minute, func() bool { return p.warmReady() >= size }) {
+		t.Fatalf("the pool did not fill: pods %v", daemonPods(t, c, name))
+	}
+	warm := daemonPods(t, c, name)
+	if len(warm) != size {
+		t.Fatalf("pods of the warm pool before any create: %v, want %d", warm, size)
+	}
+	cl := p.client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	sb, err := cl.Create(ctx, client.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	if !slices.Contains(warm, "hutch-"+sb.ID) {
+		t.Errorf("sandbox %s: its pod is not one of the pool's %v", sb.ID, warm)
+	}
+	if !strings.Contains(p.log.String(), "warm=true") {
+		t.Errorf("the create started cold:\n%s", p.log.String())
+	}
+	r, err := cl.Run(ctx, sb.ID, client.Command{Args: []string{"echo", "warm"}})
+	if err != nil || string(r.Stdout) != "warm\n" {
+		t.Errorf("run in the taken sandbox: %q %v", r.Stdout, err)
+	}
+
+	// The pool refills: another pod besides the taken one.
+	if !testutil.Eventually(3*time.Minute, func() bool { return p.warmReady() >= size+1 }) {
+		t.Fatalf("the pool did not refill: pods %v", daemonPods(t, c, name))
+	}
+	if got := daemonPods(t, c, name); len(got) != size+1 || !slices.Contains(got, "hutch-"+sb.ID) {
+		t.Errorf("pods after the refill: %v, want %d with hutch-%s", got, size+1, sb.ID)
+	}
+
+	if err := cl.Destroy(ctx, sb.ID); err != nil {
+		t.Fatalf("destroy: %v", err)
+	}
+	if !testutil.Eventually(2*time.Minute, func() bool {
+		got := daemonPods(t, c, name)
+		return len(got) == size && !slices.Contains(got, "hutch-"+sb.ID)
+	}) {
+		t.Errorf("pods after destroy: %v, want the pool's %d without hutch-%s", daemonPods(t, c, name), size, sb.ID)
+	}
+	p.stop(syscall.SIGTERM)
+	if !testutil.Eventually(2*time.Minute, func() bool { return len(daemonPods(t, c, name)) == 0 }) {
+		t.Errorf("the warm pods outlive the daemon's stop: %v", daemonPods(t, c, name))
+	}
+}
