@@ -4,6 +4,7 @@ package k8s
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"syscall"
@@ -11,9 +12,11 @@ import (
 	"time"
 
 	"github.com/hutch-sandbox/hutch/client"
+	"github.com/hutch-sandbox/hutch/internal/e2b"
 	"github.com/hutch-sandbox/hutch/internal/kube"
 	"github.com/hutch-sandbox/hutch/internal/testutil"
 	"github.com/hutch-sandbox/hutch/internal/testutil/k8stest"
+	"github.com/hutch-sandbox/hutch/internal/testutil/ocitest"
 )
 
 // daemonPods lists the names of the pods whose label hutch.dev/daemon is
@@ -32,7 +35,8 @@ func (p *serveProc) warmReady() int {
 // the cluster's other daemons) starts two pods before any create; a
 // create with the default policy takes one of them in place, starting no
 // pod of its own; the pool starts another; destroy deletes the taken
-// pod, and the daemon's stop the warm ones.
+// pod, and the daemon's stop the warm ones. A pool of an image's policy
+// (--warm base=1 of E2B's template) serves a create of that policy too.
 func testServeWarm(t *testing.T, c *k8stest.Cluster) {
 	const name, size = "warm", 2
 	p := startServe(t, c, t.TempDir(), "--warm", "2", "--kubernetes-name", name)
@@ -81,5 +85,32 @@ func testServeWarm(t *testing.T, c *k8stest.Cluster) {
 	p.stop(syscall.SIGTERM)
 	if !testutil.Eventually(2*time.Minute, func() bool { return len(daemonPods(t, c, name)) == 0 }) {
 		t.Errorf("the warm pods outlive the daemon's stop: %v", daemonPods(t, c, name))
+	}
+
+	// A pool of an image's policy (E2B's template base): its image is
+	// the nodes' to pull, not in the daemon's store, and a create of the
+	// same policy still takes its pod.
+	const tname = "warm-image"
+	p = startServe(t, c, t.TempDir(), "--warm", "base=1", "--template", "base="+ocitest.TestImage, "--no-internet", "--kubernetes-name", tname)
+	if !testutil.Eventually(3*time.Minute, func() bool { return p.warmReady() >= 1 }) {
+		t.Fatalf("the template's pool did not fill: pods %v", daemonPods(t, c, tname))
+	}
+	warm = daemonPods(t, c, tname)
+	spec, err := e2b.TemplatePolicy("base", map[string]string{"base": ocitest.TestImage}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The policy as a client writes it: what the template's sets.
+	pol := fmt.Appendf(nil, `{"root":%q,"filesystem":{"workspace":%q},"network":{"mode":%q}}`, spec.Root, spec.Filesystem.Workspace, spec.Network.Mode)
+	cl = p.client(t)
+	sb, err = cl.Create(ctx, client.CreateOptions{Policy: pol})
+	if err != nil {
+		t.Fatalf("create of the template's policy: %v", err)
+	}
+	if len(warm) != 1 || warm[0] != "hutch-"+sb.ID {
+		t.Errorf("sandbox %s of the template's policy: its pod is not the pool's %v:\n%s", sb.ID, warm, p.log.String())
+	}
+	if r, err := cl.Run(ctx, sb.ID, client.Command{Args: []string{"echo", "warm"}}); err != nil || string(r.Stdout) != "warm\n" {
+		t.Errorf("run in the template's sandbox: %q %v", r.Stdout, err)
 	}
 }
