@@ -11,17 +11,19 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/kube"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
+	"github.com/hutch-sandbox/hutch/internal/store"
 )
 
 // kubeRuntimes are the tiers of a hutch serve --kubernetes: each tier
 // whose RuntimeClass the cluster has (the flags' TIER=NAME over
-// kube.DefaultRuntimeClasses); the others are unavailable, with the reason.
-func kubeRuntimes(o kube.Options, classes []string) (map[string]sandbox.Runtime, map[string]string, error) {
+// kube.DefaultRuntimeClasses); the others are unavailable, with the
+// reason. Its state is the cluster's too (kube.Store).
+func kubeRuntimes(o kube.Options, classes []string) (map[string]sandbox.Runtime, map[string]string, store.Backend, error) {
 	o.RuntimeClasses = kube.DefaultRuntimeClasses()
 	for _, c := range classes {
 		tier, name, ok := strings.Cut(c, "=")
 		if !ok || name == "" || !slices.Contains(policy.Tiers, tier) {
-			return nil, nil, fmt.Errorf("--kubernetes-runtime-class %q: want TIER=NAME, TIER one of %s", c, strings.Join(policy.Tiers, ", "))
+			return nil, nil, nil, fmt.Errorf("--kubernetes-runtime-class %q: want TIER=NAME, TIER one of %s", c, strings.Join(policy.Tiers, ", "))
 		}
 		o.RuntimeClasses[tier] = name
 	}
@@ -29,7 +31,7 @@ func kubeRuntimes(o kube.Options, classes []string) (map[string]sandbox.Runtime,
 	defer cancel()
 	cl, err := kube.Connect(ctx, o)
 	if err != nil {
-		return nil, nil, fmt.Errorf("--kubernetes: %w", err)
+		return nil, nil, nil, fmt.Errorf("--kubernetes: %w", err)
 	}
 	rts, unavailable := map[string]sandbox.Runtime{}, map[string]string{}
 	for _, tier := range slices.Sorted(maps.Keys(o.RuntimeClasses)) {
@@ -39,12 +41,12 @@ func kubeRuntimes(o kube.Options, classes []string) (map[string]sandbox.Runtime,
 		}
 		rt, err := cl.Runtime(tier)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		rts[tier] = rt
 	}
 	if len(rts) == 0 {
-		return nil, nil, fmt.Errorf("--kubernetes: the cluster has no RuntimeClass of hutch's: %v", unavailable)
+		return nil, nil, nil, fmt.Errorf("--kubernetes: the cluster has no RuntimeClass of hutch's: %v", unavailable)
 	}
-	return rts, unavailable, nil
+	return rts, unavailable, cl.Store(), nil
 }

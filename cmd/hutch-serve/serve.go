@@ -38,6 +38,7 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/mcphttp"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
+	"github.com/hutch-sandbox/hutch/internal/store"
 	"github.com/hutch-sandbox/hutch/internal/volume"
 	"github.com/hutch-sandbox/hutch/internal/webui"
 )
@@ -252,8 +253,9 @@ func cmdServe(args []string, stderr io.Writer) int {
 	}
 	var runtimes map[string]sandbox.Runtime
 	var unavailable map[string]string
+	var state store.Backend // nil: the state directory's
 	if *onKubernetes {
-		runtimes, unavailable, err = kubeRuntimes(kube.Options{
+		runtimes, unavailable, state, err = kubeRuntimes(kube.Options{
 			Kubeconfig: *kubeconfig,
 			Namespace:  *kubeNamespace,
 			Image:      *kubeImage,
@@ -303,6 +305,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 		MinTier:          *minTier,
 		Runtimes:         runtimes,
 		Unavailable:      unavailable,
+		Store:            state,
 	}, log)
 	if err != nil {
 		for _, l := range ls {
@@ -426,7 +429,11 @@ func cmdServe(args []string, stderr io.Writer) int {
 	forget := recordSocket(*stateDir, ls, log)
 	defer forget()
 	serr := api.Serve(ctx, h, log, ls...)
-	fmt.Fprintln(stderr, "hutch: shutting down; destroying every sandbox not paused to disk")
+	if *onKubernetes {
+		fmt.Fprintln(stderr, "hutch: shutting down; the sandboxes' pods run on, for the next hutch serve of this --kubernetes-name")
+	} else {
+		fmt.Fprintln(stderr, "hutch: shutting down; destroying every sandbox not paused to disk")
+	}
 	e2bHandler.Close() // the template builds running fail
 	cerr := m.Close()
 	code := 0

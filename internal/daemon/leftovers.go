@@ -23,20 +23,18 @@ import (
 // such sandboxes, which needs a way to reconnect to their agent, is left
 // for later.
 func (m *Manager) cleanupLeftovers(ctx context.Context) error {
-	// A remote runtime's sandboxes first: they have no PID here.
-	for _, rt := range m.cfg.Runtimes {
-		if r, ok := rt.(remoteRuntime); ok {
-			if err := r.Sweep(ctx); err != nil {
-				return fmt.Errorf("recover sandboxes on %s: %w", r.Remote(), err)
-			}
-		}
-	}
 	rows, err := m.st.ListSandboxes(ctx, store.Filter{})
 	if err != nil {
 		return fmt.Errorf("recover sandboxes: %w", err)
 	}
 	keep := make(map[string]bool)
 	for _, sb := range rows {
+		// A remote runtime's sandbox runs on without the daemon: it is
+		// taken again if it can be.
+		if rt := m.remote(sb.Tier); rt != nil && sb.State != store.StateStopped && m.reattach(ctx, rt, sb) {
+			keep[sb.ID] = true
+			continue
+		}
 		if sb.Checkpoint != "" && m.keepDormant(sb) {
 			keep[sb.ID] = true
 			continue
@@ -50,6 +48,14 @@ func (m *Manager) cleanupLeftovers(ctx context.Context) error {
 		if sb.Tenant == warmTenant {
 			if err := m.st.DeleteSandbox(ctx, sb.ID); err != nil {
 				m.log.Error("remove the record of a stopped warm sandbox", "sandbox", sb.ID, "err", err)
+			}
+		}
+	}
+	// What remote runtimes run for no sandbox taken again.
+	for _, rt := range m.cfg.Runtimes {
+		if r, ok := rt.(remoteRuntime); ok {
+			if err := r.Sweep(ctx, func(id string) bool { return keep[id] }); err != nil {
+				return fmt.Errorf("recover sandboxes on %s: %w", r.Remote(), err)
 			}
 		}
 	}

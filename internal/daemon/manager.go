@@ -489,8 +489,9 @@ func (c *Config) checkPools() error {
 }
 
 // Close destroys every sandbox but those paused to disk, which a daemon
-// started later on the same state directory resumes, and closes the
-// store.
+// started later on the same state directory resumes, and those of a
+// remote runtime (a cluster's pods), which run on for the next daemon of
+// the same name to take again (reattach), and closes the store.
 func (m *Manager) Close() error {
 	m.mu.Lock()
 	if m.closed {
@@ -513,6 +514,11 @@ func (m *Manager) Close() error {
 	m.mu.Unlock()
 	var ended []<-chan struct{}
 	for _, l := range ls {
+		if m.remote(l.tier) != nil && l.tenant != warmTenant {
+			// It runs on without the daemon: the next one takes it.
+			m.letGo(l)
+			continue
+		}
 		ended = append(ended, m.end(l, "", "the daemon is shutting down"))
 	}
 	deadline := time.NewTimer(closeTimeout)

@@ -2,12 +2,17 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/agent"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
+	"github.com/hutch-sandbox/hutch/internal/store"
 )
 
 // remoteRuntime is a runtime whose sandboxes run elsewhere — a cluster's
@@ -21,9 +26,13 @@ type remoteRuntime interface {
 	Remote() string
 	// Unsupported says what of a policy the runtime cannot honour, or "".
 	Unsupported(policy.Spec) string
+	// Attach takes sandbox id, which a previous daemon of the same name
+	// started and left running, again (its agent's connection taken
+	// over).
+	Attach(id string) (sandbox.Instance, error)
 	// Sweep ends the sandboxes a previous daemon of the same name left
-	// running, at the daemon's start.
-	Sweep(ctx context.Context) error
+	// running, at the daemon's start, but those keep wants.
+	Sweep(ctx context.Context, keep func(id string) bool) error
 }
 
 // remote is the remote runtime of tier, or nil.
@@ -87,4 +96,89 @@ func (m *Manager) launchRemote(ctx context.Context, rt remoteRuntime, id, dir st
 		return fail(err)
 	}
 	return l, nil
+}
+
+// reattach takes sb, the record of a sandbox on rt that a previous daemon
+// left running, as m's again: its agent's connection, its timeout and
+// idle timeout, its approvals; it reports false when the sandbox cannot
+// be (its pod is gone), and the caller ends its record. Commands the
+// previous daemon started run on, without their streams (their output
+// can be read again where the agent keeps it); its events start afresh.
+func (m *Manager) reattach(ctx context.Context, rt remoteRuntime, sb store.Sandbox) bool {
+	log := m.log.With("sandbox", sb.ID, "tenant", sb.Tenant)
+	if sb.State != store.StateRunning || sb.Tenant == warmTenant {
+		return false
+	}
+	var spec policy.Spec
+	if err := json.Unmarshal(sb.Spec, &spec); err != nil {
+		log.Warn("a sandbox left running: its policy", "err", err)
+		return false
+	}
+	dir := filepath.Join(m.sbRoot, sb.ID)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		log.Warn("a sandbox left running: its directory", "err", err)
+		return false
+	}
+	inst, err := rt.Attach(sb.ID)
+	if err != nil {
+		log.Info("a sandbox left running is gone", "err", err)
+		return false
+	}
+	ev := m.newEvents(sb.Tenant, sb.ID)
+	l := &live{id: sb.ID, dir: dir, ev: ev, ended: make(chan struct{}), resources: spec.Resources}
+	fail := func(err error) bool {
+		log.Warn("a sandbox left running could not be taken again", "err", err)
+		l.close(log)
+		m.endEvents(sb.ID, ev, "it could not be taken again")
+		return false
+	}
+	if l.gate, err = m.newGate(sb.ID, spec, log); err != nil {
+		return fail(err)
+	}
+	inst2, ok := inst.(instance)
+	if !ok {
+		_ = inst.Close()
+		return fail(fmt.Errorf("tier %s: no instance", sb.Tier))
+	}
+	l.inst = inst2
+	l.root, l.tier = spec.Root, sb.Tier
+	l.lifetime = sb.Expires.Sub(sb.Created)
+	l.attach(agent.NewClient(inst.Conn()))
+	rctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	_, err = l.client.ListProcesses(rctx)
+	cancel()
+	if err != nil {
+		return fail(fmt.Errorf("the agent did not answer: %w", err))
+	}
+	if err := m.adopt(l, sb.Tenant, sb.IdleTimeout, sb.LastActive, sb.Expires); err != nil {
+		return fail(err)
+	}
+	log.Info("sandbox taken again", "on", rt.Remote(), "expires", sb.Expires)
+	return true
+}
+
+// letGo lets go of l, a remote sandbox, at the daemon's close: its watch
+// and its agent's connection end, its last activity is recorded, and it
+// runs on for the next daemon of the same name (reattach). Its commands
+// lose their streams, as at a detach.
+func (m *Manager) letGo(l *live) {
+	l.pauseMu.Lock()
+	if l.unwatch != nil {
+		close(l.unwatch)
+		<-l.watched
+		l.unwatch = nil
+	}
+	l.pauseMu.Unlock()
+	_ = l.client.Close()
+	last := time.Unix(0, l.lastActive.Load())
+	if _, err := m.st.UpdateSandbox(context.Background(), l.id, func(sb *store.Sandbox) error {
+		sb.LastActive = last
+		return nil
+	}); err != nil {
+		m.log.Error("record a sandbox left running", "sandbox", l.id, "err", err)
+	}
+	m.mu.Lock()
+	delete(m.live, l.id)
+	m.mu.Unlock()
+	m.log.Info("sandbox left running for the next hutch serve", "sandbox", l.id, "tenant", l.tenant)
 }

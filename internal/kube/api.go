@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,7 +27,7 @@ var (
 )
 
 func init() {
-	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, nodev1.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, nodev1.AddToScheme, coordinationv1.AddToScheme} {
 		if err := add(scheme); err != nil {
 			panic(err)
 		}
@@ -85,11 +86,6 @@ func (a api) update(ctx context.Context, ns, resource, name string, obj, out run
 // delete deletes object name.
 func (a api) delete(ctx context.Context, ns, resource, name string, opts metav1.DeleteOptions) error {
 	return a.req("DELETE", ns).Resource(resource).Name(name).Body(&opts).Do(ctx).Error()
-}
-
-// deleteAll deletes the objects of resource that sel selects.
-func (a api) deleteAll(ctx context.Context, ns, resource string, opts metav1.DeleteOptions, sel metav1.ListOptions) error {
-	return a.req("DELETE", ns).Resource(resource).VersionedParams(&sel, paramCode).Body(&opts).Do(ctx).Error()
 }
 
 // watch watches the objects of resource that sel selects.

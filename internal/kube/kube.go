@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -68,10 +69,11 @@ func DefaultRuntimeClasses() map[string]string {
 
 // Cluster is a connection to the API server, in one namespace.
 type Cluster struct {
-	core api // the core group, v1
-	node api // node.k8s.io/v1
-	ns   string
-	opts Options
+	core  api // the core group, v1
+	node  api // node.k8s.io/v1
+	coord api // coordination.k8s.io/v1
+	ns    string
+	opts  Options
 }
 
 // Connect connects to the cluster o names and checks that its API server
@@ -117,7 +119,11 @@ func Connect(ctx context.Context, o Options) (*Cluster, error) {
 	if err := core.list(ctx, o.Namespace, "pods", metav1.ListOptions{Limit: 1}, &corev1.PodList{}); err != nil {
 		return nil, fmt.Errorf("kubernetes: the pods of namespace %s: %w", o.Namespace, err)
 	}
-	return &Cluster{core: core, node: node, ns: o.Namespace, opts: o}, nil
+	coord, err := newAPI(cfg, "/apis", coordinationv1.SchemeGroupVersion)
+	if err != nil {
+		return nil, err
+	}
+	return &Cluster{core: core, node: node, coord: coord, ns: o.Namespace, opts: o}, nil
 }
 
 // Namespace is the namespace of the sandboxes' pods.

@@ -103,12 +103,58 @@ func (r *Runtime) Start(cfg sandbox.Config) (sandbox.Instance, error) {
 	if err != nil {
 		return fail(err)
 	}
-	go inst.watch(created.ResourceVersion)
-	conn, err := dialAgent(ctx, net.JoinHostPort(ip, strconv.Itoa(c.opts.AgentPort)), token, certPEM, inst.done)
-	if err != nil {
-		return fail(fmt.Errorf("kubernetes: pod %s: its agent: %w", pod.Name, err))
+	if err := inst.connect(ctx, created.ResourceVersion, ip, token, certPEM); err != nil {
+		return fail(err)
 	}
-	inst.conn = conn
+	return inst, nil
+}
+
+// connect watches the pod from resource version rv on and connects to
+// its agent at ip.
+func (i *instance) connect(ctx context.Context, rv, ip, token string, certPEM []byte) error {
+	go i.watch(rv)
+	conn, err := dialAgent(ctx, net.JoinHostPort(ip, strconv.Itoa(i.c.opts.AgentPort)), token, certPEM, i.done)
+	if err != nil {
+		return fmt.Errorf("kubernetes: pod %s: its agent: %w", i.name, err)
+	}
+	i.conn = conn
+	return nil
+}
+
+// AttachTimeout bounds Attach's connection to a running pod's agent.
+var AttachTimeout = 30 * time.Second
+
+// Attach takes sandbox id's pod, which a previous run of the daemon
+// started and which still runs, again: its agent, reached with the token
+// and certificate of its Secret, takes this connection over from any
+// before it. A pod that does not run any more is deleted.
+func (r *Runtime) Attach(id string) (sandbox.Instance, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), AttachTimeout)
+	defer cancel()
+	c := r.c
+	name := podName(id)
+	pod := &corev1.Pod{}
+	if err := c.core.get(ctx, c.ns, "pods", name, pod); err != nil {
+		return nil, fmt.Errorf("kubernetes: pod %s: %w", name, err)
+	}
+	inst := &instance{c: c, name: name, uid: string(pod.UID), done: make(chan struct{}), exit: -1}
+	fail := func(err error) (sandbox.Instance, error) {
+		inst.Close()
+		return nil, err
+	}
+	if pod.Labels[LabelSandbox] != id || pod.Labels[LabelDaemon] != c.opts.Daemon || pod.DeletionTimestamp != nil {
+		return nil, fmt.Errorf("kubernetes: pod %s is not sandbox %s's of hutch serve %s, or it is being deleted", name, id, c.opts.Daemon)
+	}
+	if pod.Status.Phase != corev1.PodRunning || pod.Status.PodIP == "" {
+		return fail(fmt.Errorf("kubernetes: pod %s does not run (%s)", name, pod.Status.Phase))
+	}
+	secret := &corev1.Secret{}
+	if err := c.core.get(ctx, c.ns, "secrets", name, secret); err != nil {
+		return fail(fmt.Errorf("kubernetes: secret %s: %w", name, err))
+	}
+	if err := inst.connect(ctx, pod.ResourceVersion, pod.Status.PodIP, string(secret.Data[secretToken]), secret.Data[secretCert]); err != nil {
+		return fail(err)
+	}
 	return inst, nil
 }
 
@@ -414,16 +460,37 @@ func (r *Runtime) Remote() string { return "Kubernetes" }
 func (r *Runtime) Unsupported(s policy.Spec) string { return Unsupported(s) }
 
 // Sweep deletes the pods and Secrets of this daemon's name that a
-// previous run of it left: nobody holds their agents any more.
-func (r *Runtime) Sweep(ctx context.Context) error {
+// previous run of it left and that keep does not want: nobody holds their
+// agents any more.
+func (r *Runtime) Sweep(ctx context.Context, keep func(id string) bool) error {
 	c := r.c
 	sel := metav1.ListOptions{LabelSelector: LabelManaged + "=hutch," + LabelDaemon + "=" + c.opts.Daemon}
-	var zero int64
-	if err := c.core.deleteAll(ctx, c.ns, "pods", metav1.DeleteOptions{GracePeriodSeconds: &zero}, sel); err != nil {
-		return fmt.Errorf("delete the pods of a previous run: %w", err)
+	var pods corev1.PodList
+	if err := c.core.list(ctx, c.ns, "pods", sel, &pods); err != nil {
+		return fmt.Errorf("the pods of a previous run: %w", err)
 	}
-	if err := c.core.deleteAll(ctx, c.ns, "secrets", metav1.DeleteOptions{}, sel); err != nil {
-		return fmt.Errorf("delete the secrets of a previous run: %w", err)
+	var zero int64
+	for _, p := range pods.Items {
+		if keep(p.Labels[LabelSandbox]) {
+			continue
+		}
+		if err := c.core.delete(ctx, c.ns, "pods", p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete pod %s of a previous run: %w", p.Name, err)
+		}
+	}
+	// Secrets whose pod never was made, or went: their owner took the
+	// others with it.
+	var secrets corev1.SecretList
+	if err := c.core.list(ctx, c.ns, "secrets", sel, &secrets); err != nil {
+		return fmt.Errorf("the secrets of a previous run: %w", err)
+	}
+	for _, sec := range secrets.Items {
+		if keep(sec.Labels[LabelSandbox]) {
+			continue
+		}
+		if err := c.core.delete(ctx, c.ns, "secrets", sec.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete secret %s of a previous run: %w", sec.Name, err)
+		}
 	}
 	return nil
 }

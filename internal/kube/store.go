@@ -61,14 +61,23 @@ const (
 // In the namespace it needs to get, list, create, update and delete
 // ConfigMaps, and to get, list, create and delete Secrets.
 type Store struct {
-	core api
-	ns   string
+	core   api
+	ns     string
+	daemon string // its objects' LabelDaemon: hutch serve's name
 }
 
 var _ store.Backend = (*Store)(nil)
 
 // Store is hutch serve's state in the cluster's namespace.
-func (c *Cluster) Store() *Store { return &Store{core: c.core, ns: c.ns} }
+// Its objects carry the daemon's name (Options.Daemon, LabelDaemon): the
+// replicas of one hutch serve share them, another of the namespace sees
+// none of them.
+func (c *Cluster) Store() *Store { return &Store{core: c.core, ns: c.ns, daemon: c.opts.Daemon} }
+
+// ours reports whether an object of labels is this Store's.
+func (s *Store) ours(labels map[string]string) bool {
+	return labels[LabelManaged] == "hutch" && labels[LabelDaemon] == s.daemon
+}
 
 // tenantHash is the value of LabelTenant for tenant: the hex of the first
 // 16 bytes of its SHA-256.
@@ -79,8 +88,8 @@ func tenantHash(tenant string) string {
 
 // selector is the label selector of a Store's objects of kind, with the
 // further requirements more ("key=value", "key!=value").
-func selector(kind string, more ...string) string {
-	return strings.Join(append([]string{LabelManaged + "=hutch", LabelKind + "=" + kind}, more...), ",")
+func (s *Store) selector(kind string, more ...string) string {
+	return strings.Join(append([]string{LabelManaged + "=hutch", LabelDaemon + "=" + s.daemon, LabelKind + "=" + kind}, more...), ",")
 }
 
 // record is a sandbox's record as its ConfigMap holds it (JSON). Spec and
@@ -116,7 +125,7 @@ func recordName(id string) (string, error) {
 
 // encode fills cm (its name set) with sb, normalized: its record and its
 // labels; its other labels and its annotations are left as they are.
-func encode(cm *corev1.ConfigMap, sb store.Sandbox) error {
+func (s *Store) encode(cm *corev1.ConfigMap, sb store.Sandbox) error {
 	if !utf8.Valid(sb.Spec) || !utf8.Valid(sb.Volumes) {
 		return errors.New("spec or volumes not valid UTF-8")
 	}
@@ -138,6 +147,7 @@ func encode(cm *corev1.ConfigMap, sb store.Sandbox) error {
 		cm.Labels = map[string]string{}
 	}
 	cm.Labels[LabelManaged] = "hutch"
+	cm.Labels[LabelDaemon] = s.daemon
 	cm.Labels[LabelKind] = KindSandbox
 	cm.Labels[LabelTenant] = tenantHash(sb.Tenant)
 	cm.Labels[LabelState] = sb.State
@@ -193,7 +203,7 @@ func (s *Store) newRecord(sb store.Sandbox) (*corev1.ConfigMap, error) {
 		return nil, err
 	}
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.ns}}
-	return cm, encode(cm, sb)
+	return cm, s.encode(cm, sb)
 }
 
 // getRecord reads sandbox id's ConfigMap and its record; an error wrapping
@@ -209,6 +219,9 @@ func (s *Store) getRecord(ctx context.Context, id string) (*corev1.ConfigMap, st
 			err = store.ErrNotFound
 		}
 		return nil, store.Sandbox{}, err
+	}
+	if !s.ours(cm.Labels) {
+		return nil, store.Sandbox{}, store.ErrNotFound
 	}
 	sb, err := decode(cm)
 	return cm, sb, err
@@ -261,7 +274,7 @@ func (s *Store) liveRecords(ctx context.Context, tenant string) ([]store.Sandbox
 	if tenant != "" {
 		more = append(more, LabelTenant+"="+tenantHash(tenant))
 	}
-	all, err := s.records(ctx, selector(KindSandbox, more...))
+	all, err := s.records(ctx, s.selector(KindSandbox, more...))
 	if err != nil {
 		return nil, err
 	}
@@ -282,7 +295,7 @@ func (s *Store) ListSandboxes(ctx context.Context, f store.Filter) ([]store.Sand
 		}
 		more = append(more, LabelState+"="+f.State)
 	}
-	all, err := s.records(ctx, selector(KindSandbox, more...))
+	all, err := s.records(ctx, s.selector(KindSandbox, more...))
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes store: list sandboxes: %w", err)
 	}
@@ -338,7 +351,7 @@ func (s *Store) updateOnce(ctx context.Context, id string, fn func(*store.Sandbo
 	if err != nil {
 		return store.Sandbox{}, err
 	}
-	if err := encode(cm, sb); err != nil {
+	if err := s.encode(cm, sb); err != nil {
 		return store.Sandbox{}, err
 	}
 	err = s.core.update(ctx, s.ns, "configmaps", cm.Name, cm, &corev1.ConfigMap{})
@@ -485,6 +498,7 @@ func (s *Store) createToken(ctx context.Context, tenant string, newToken func() 
 	sec := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: tokenName(hash), Namespace: s.ns, Labels: map[string]string{
 			LabelManaged: "hutch",
+			LabelDaemon:  s.daemon,
 			LabelKind:    KindToken,
 			LabelTenant:  tenantHash(tenant),
 		}},
@@ -518,7 +532,7 @@ func (s *Store) TenantForToken(ctx context.Context, token string) (string, error
 	}
 	want := []byte(hex.EncodeToString(hash))
 	tenant := string(sec.Data[tokenTenantKey])
-	if subtle.ConstantTimeCompare(sec.Data[tokenHashKey], want) != 1 || tenant == "" {
+	if subtle.ConstantTimeCompare(sec.Data[tokenHashKey], want) != 1 || tenant == "" || !s.ours(sec.Labels) {
 		return "", fmt.Errorf("kubernetes store: token: %w", store.ErrNotFound)
 	}
 	if tenant == store.SocketTenant {
@@ -530,7 +544,7 @@ func (s *Store) TenantForToken(ctx context.Context, token string) (string, error
 // RevokeTokens deletes every token of tenant and returns how many there
 // were (those another replica deleted meanwhile not counted).
 func (s *Store) RevokeTokens(ctx context.Context, tenant string) (int, error) {
-	opts := metav1.ListOptions{LabelSelector: selector(KindToken, LabelTenant+"="+tenantHash(tenant)), Limit: listPage}
+	opts := metav1.ListOptions{LabelSelector: s.selector(KindToken, LabelTenant+"="+tenantHash(tenant)), Limit: listPage}
 	n := 0
 	for {
 		var l corev1.SecretList

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -44,6 +45,18 @@ func TestStore(t *testing.T) {
 		testStoreConflict(t, open(t).(*Store), open(t).(*Store))
 	})
 	t.Run("Layout", func(t *testing.T) { testStoreLayout(t, newState(t)(t).(*Store)) })
+	t.Run("Daemons", func(t *testing.T) {
+		ns := fmt.Sprintf("hutch-store-%d", n.Add(1))
+		srv.Kubectl(t, "create", "namespace", ns)
+		open := func(daemon string) *Store {
+			c, err := Connect(context.Background(), Options{Kubeconfig: srv.Kubeconfig, Namespace: ns, Daemon: daemon})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return c.Store()
+		}
+		testStoreDaemons(t, open("one"), open("two"))
+	})
 	t.Run("Bounded", func(t *testing.T) { testStoreBounded(t, newState(t)(t).(*Store)) })
 }
 
@@ -82,7 +95,7 @@ func testStoreLayout(t *testing.T, st *Store) {
 			t.Errorf("ConfigMap's label %s = %q, want %q (labels %v)", k, cm.Labels[k], v, cm.Labels)
 		}
 	}
-	if len(tenantHash(sb.Tenant)) != 32 || cm.Labels[LabelDaemon] != "" {
+	if len(tenantHash(sb.Tenant)) != 32 || cm.Labels[LabelDaemon] != "hutch" {
 		t.Errorf("ConfigMap's labels %v", cm.Labels)
 	}
 	if rec := cm.Data[recordKey]; !strings.Contains(rec, `"spec":"{\"a\": 1}"`) || !strings.Contains(rec, `"tenant":"Acme Corp/ü"`) {
@@ -94,7 +107,7 @@ func testStoreLayout(t *testing.T, st *Store) {
 		t.Fatal(err)
 	}
 	var l corev1.SecretList
-	if err := st.core.list(ctx, st.ns, "secrets", metav1.ListOptions{LabelSelector: selector(KindToken)}, &l); err != nil {
+	if err := st.core.list(ctx, st.ns, "secrets", metav1.ListOptions{LabelSelector: st.selector(KindToken)}, &l); err != nil {
 		t.Fatal(err)
 	}
 	if len(l.Items) != 1 {
@@ -176,5 +189,34 @@ func testStoreConflict(t *testing.T, st, other *Store) {
 	}
 	if sb, err := other.GetSandbox(ctx, "", "sb-conflict"); err != nil || sb.PID != 7 || sb.Labels["seen"] != "7" {
 		t.Errorf("read back: %+v, %v", sb, err)
+	}
+}
+
+// testStoreDaemons: two hutch serve of other names in one namespace see
+// nothing of each other's: records, lists, tokens.
+func testStoreDaemons(t *testing.T, one, two *Store) {
+	ctx := context.Background()
+	sb := store.Sandbox{ID: "sb-one", Tenant: "acme", State: store.StateRunning, Created: time.Now()}
+	if err := one.InsertSandbox(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := two.GetSandbox(ctx, "", sb.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("another daemon's record read: %v", err)
+	}
+	if l, err := two.ListSandboxes(ctx, store.Filter{}); err != nil || len(l) != 0 {
+		t.Errorf("another daemon's records listed: %v %v", l, err)
+	}
+	if _, err := two.UpdateSandbox(ctx, sb.ID, func(*store.Sandbox) error { return nil }); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("another daemon's record updated: %v", err)
+	}
+	tok, err := one.CreateToken(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := two.TenantForToken(ctx, tok); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("another daemon's token taken: %v", err)
+	}
+	if got, err := one.TenantForToken(ctx, tok); err != nil || got != "acme" {
+		t.Errorf("its own token: %q %v", got, err)
 	}
 }

@@ -177,9 +177,14 @@ func (r *runtime) checkPolicies() (string, error) {
 	var names []string
 	for _, f := range files {
 		name := strings.TrimSuffix(filepath.Base(f), ".yaml")
-		plan, err := planEgress(map[string]string{AnnotationPolicy: name}, "", r.policyDir)
+		// As the operator's choice (--hutch-policy): a policy scoped to
+		// some namespaces is checked whole all the same.
+		plan, err := planEgress(nil, name, r.policyDir)
 		if err != nil {
 			return "", err
+		}
+		if _, scope, err := loadNodePolicy(f); err == nil && len(scope.KubernetesNamespaces) > 0 {
+			name += " (pods of " + strings.Join(scope.KubernetesNamespaces, ", ") + ")"
 		}
 		if plan.Mode != "host" {
 			_, secs, err := egressRules(plan)

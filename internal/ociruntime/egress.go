@@ -161,9 +161,16 @@ func planEgress(annotations map[string]string, flagPolicy, dir string) (egressPl
 	}
 	plan := egressPlan{Mode: "none", Policy: name, Operator: true}
 	path := filepath.Join(dir, name+".yaml")
-	spec, err := loadNodePolicy(path)
+	spec, scope, err := loadNodePolicy(path)
 	switch {
 	case err == nil:
+		// The flag's choice is the operator's; an annotation's, the
+		// pod's creator's, within the policy's scope.
+		if what != "--hutch-policy" {
+			if err := scope.admits(annotations); err != nil {
+				return egressPlan{}, fmt.Errorf("%s: the node policy %q: %w", what, name, err)
+			}
+		}
 	case errors.Is(err, os.ErrNotExist) && !explicit:
 		plan.Policy = ""
 		spec = policy.Spec{}
@@ -214,27 +221,130 @@ func planEgress(annotations map[string]string, flagPolicy, dir string) (egressPl
 // container: its own configuration decides the rest.
 var nodePolicySections = []string{"network", "secrets"}
 
+// containersSection is the section of a node policy, hutch-runc's own,
+// that says which containers may name it.
+const containersSection = "containers"
+
+// nodeScope is a node policy's containers section.
+type nodeScope struct {
+	// KubernetesNamespaces, when set, are the Kubernetes namespaces
+	// whose pods may name the policy (containerd's CRI says a pod's
+	// namespace; its creator cannot); a container of another namespace,
+	// or of no pod, is refused. A policy with secrets or wide network
+	// rules should have it: any pod of the RuntimeClass may name any
+	// policy of its node.
+	KubernetesNamespaces []string `yaml:"kubernetes_namespaces"`
+}
+
+// podNamespaceAnnotation is the annotation in which containerd's CRI gives
+// a pod's containers its namespace.
+const podNamespaceAnnotation = "io.kubernetes.cri.sandbox-namespace"
+
 // loadNodePolicy reads a node policy, refusing sections that do not apply
 // to containers (file:line), rather than ignoring them.
-func loadNodePolicy(path string) (policy.Spec, error) {
+func loadNodePolicy(path string) (policy.Spec, nodeScope, error) {
+	var scope nodeScope
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return policy.Spec{}, err
-	}
-	spec, err := policy.Parse(path, data)
-	if err != nil {
-		return spec, err
+		return policy.Spec{}, scope, err
 	}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err == nil && len(doc.Content) == 1 && doc.Content[0].Kind == yaml.MappingNode {
 		m := doc.Content[0]
 		for i := 0; i+1 < len(m.Content); i += 2 {
-			if k := m.Content[i]; !slices.Contains(nodePolicySections, k.Value) {
-				return spec, fmt.Errorf("%s:%d: %s does not apply to a container: hutch-runc takes only %s from a node policy, and the container's own configuration decides the rest", path, k.Line, k.Value, strings.Join(nodePolicySections, " and "))
+			k, v := m.Content[i], m.Content[i+1]
+			if k.Value == containersSection {
+				if scope, err = parseScope(path, v); err != nil {
+					return policy.Spec{}, scope, err
+				}
+				// The policy's parser sees blank lines in its place:
+				// its errors keep the file's line numbers.
+				end := 0
+				if i+2 < len(m.Content) {
+					end = m.Content[i+2].Line
+				}
+				data = blankLines(data, k.Line, end)
+				continue
+			}
+			if !slices.Contains(nodePolicySections, k.Value) {
+				return policy.Spec{}, scope, fmt.Errorf("%s:%d: %s does not apply to a container: hutch-runc takes only %s (and its own %s) from a node policy, and the container's own configuration decides the rest", path, k.Line, k.Value, strings.Join(nodePolicySections, " and "), containersSection)
 			}
 		}
 	}
-	return spec, nil
+	spec, err := policy.Parse(path, data)
+	return spec, scope, err
+}
+
+// parseScope reads a containers section.
+func parseScope(path string, n *yaml.Node) (nodeScope, error) {
+	var scope nodeScope
+	if n.Kind != yaml.MappingNode {
+		return scope, fmt.Errorf("%s:%d: %s: want a mapping (kubernetes_namespaces: [...])", path, n.Line, containersSection)
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if k.Value != "kubernetes_namespaces" {
+			return scope, fmt.Errorf("%s:%d: %s: unknown field %q (kubernetes_namespaces)", path, k.Line, containersSection, k.Value)
+		}
+		var list []string
+		if err := v.Decode(&list); err != nil || len(list) == 0 {
+			return scope, fmt.Errorf("%s:%d: %s.kubernetes_namespaces: want a list of namespaces", path, v.Line, containersSection)
+		}
+		for _, ns := range list {
+			if !dnsLabel(ns) {
+				return scope, fmt.Errorf("%s:%d: %s.kubernetes_namespaces: %q is not a namespace's name (lowercase letters, digits and '-', at most 63)", path, v.Line, containersSection, ns)
+			}
+		}
+		scope.KubernetesNamespaces = list
+	}
+	return scope, nil
+}
+
+// dnsLabel reports whether s is a DNS label as Kubernetes names its
+// namespaces: 1 to 63 lowercase letters, digits and '-', a letter or
+// digit at each end.
+func dnsLabel(s string) bool {
+	if len(s) == 0 || len(s) > 63 || s[0] == '-' || s[len(s)-1] == '-' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// blankLines empties lines from to before end (1-based; end 0: to the
+// end) of data, keeping their newlines.
+func blankLines(data []byte, from, end int) []byte {
+	lines := strings.SplitAfter(string(data), "\n")
+	for i := range lines {
+		if n := i + 1; n >= from && (end == 0 || n < end) {
+			if strings.HasSuffix(lines[i], "\n") {
+				lines[i] = "\n"
+			} else {
+				lines[i] = ""
+			}
+		}
+	}
+	return []byte(strings.Join(lines, ""))
+}
+
+// admits reports, as an error, why a container of annotations may not name
+// the policy of scope, or nil.
+func (scope nodeScope) admits(annotations map[string]string) error {
+	if len(scope.KubernetesNamespaces) == 0 {
+		return nil
+	}
+	ns, ok := annotations[podNamespaceAnnotation]
+	switch {
+	case !ok:
+		return fmt.Errorf("it is for pods of the Kubernetes namespaces %s only (containers.kubernetes_namespaces), and this container is of no pod", strings.Join(scope.KubernetesNamespaces, ", "))
+	case !slices.Contains(scope.KubernetesNamespaces, ns):
+		return fmt.Errorf("it is for pods of the Kubernetes namespaces %s only (containers.kubernetes_namespaces), not of %s", strings.Join(scope.KubernetesNamespaces, ", "), ns)
+	}
+	return nil
 }
 
 // splitList splits a comma-separated annotation, dropping blanks.

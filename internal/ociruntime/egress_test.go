@@ -59,3 +59,48 @@ func TestPlanEgress(t *testing.T) {
 		}
 	}
 }
+
+// TestPolicyScope: a node policy's containers.kubernetes_namespaces admits
+// the pods of those namespaces (as containerd's CRI names them) by
+// annotation, refuses the others and containers of no pod, saying why;
+// the operator's --hutch-policy is not held by it; its section's errors
+// and the rest's keep the file's line numbers.
+func TestPolicyScope(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) {
+		if err := os.WriteFile(filepath.Join(dir, name+".yaml"), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("keys", `# for the agents' namespace only
+containers:
+  kubernetes_namespaces: [agents, ci]
+network:
+  allowed_domains: ["api.example.com"]
+`)
+	pod := func(ns string) map[string]string {
+		return map[string]string{AnnotationPolicy: "keys", podNamespaceAnnotation: ns}
+	}
+	if plan, err := planEgress(pod("agents"), "", dir); err != nil || plan.Mode != "proxy" || plan.Network.AllowedDomains[0] != "api.example.com" {
+		t.Errorf("a pod of a namespace it names: %+v %v", plan, err)
+	}
+	for _, ann := range []map[string]string{pod("default"), {AnnotationPolicy: "keys"}} {
+		if _, err := planEgress(ann, "", dir); err == nil || !strings.Contains(err.Error(), "kubernetes_namespaces") {
+			t.Errorf("%v: %v, want a refusal naming the scope", ann, err)
+		}
+	}
+	if _, err := planEgress(nil, "keys", dir); err != nil {
+		t.Errorf("the operator's --hutch-policy: %v", err)
+	}
+	for body, want := range map[string]string{
+		"containers:\n  kubernetes_namespaces: [Agents]\n":                    "keys.yaml:2: containers.kubernetes_namespaces: \"Agents\"",
+		"containers:\n  users: [a]\n":                                         "keys.yaml:2: containers: unknown field \"users\"",
+		"containers: [a]\n":                                                   "keys.yaml:1: containers: want a mapping",
+		"containers:\n  kubernetes_namespaces: [a]\nnetwork:\n  mode: wide\n": "keys.yaml:4",
+	} {
+		write("keys", body)
+		if _, err := planEgress(pod("a"), "", dir); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want %q", body, err, want)
+		}
+	}
+}

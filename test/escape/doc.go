@@ -127,7 +127,12 @@
 //	                                        (a running sandbox's rules changed: no wider than a
 //	                                        create's, another tenant's as unknown)
 //	27 the sandbox's PID 1                  TestItem27_RunPID1, _ServedPID1, _MCPSession (hutch
-//	                                        mcp's session sandbox, in proxy mode)
+//	                                        mcp's session sandbox, in proxy mode); on
+//	                                        Kubernetes (test/k8s): TestAgentPod (the pod's
+//	                                        agent: token, own address, other ports, its
+//	                                        environment), TestServeKubernetes (a sandbox
+//	                                        reaches no other's agent, no kubelet, no API
+//	                                        server, no service account token)
 //	28 host memory held by a tenant         TestItem28_TenantMemory
 //	29 a secret reflected in a response     TestItem29_SecretReflected
 //	30 unaudited changes, oracles, metrics  TestItem30_AuditAndOracles, _MCPTenants,

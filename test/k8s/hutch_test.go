@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hutch-sandbox/hutch/internal/testutil"
 	"github.com/hutch-sandbox/hutch/internal/testutil/k8stest"
 	"github.com/hutch-sandbox/hutch/internal/testutil/ocitest"
 )
@@ -35,7 +36,7 @@ kind: Pod
 metadata:
   name: confined
   annotations:
-    dev.hutch.policy: pod
+    dev.hutch.policy: scoped
 spec:
   runtimeClassName: hutch
   terminationGracePeriodSeconds: 5
@@ -174,6 +175,41 @@ func TestRuntimeClassHutch(t *testing.T) {
 		t.Errorf("the sidecar's file in the agent's view: %s", r)
 	}
 	c.Kubectl(t, "delete", "pod", "confined", "--timeout=2m")
+
+	// The node policy "scoped" is for the pods of the namespace default
+	// only: a pod of another that names it does not start (its sandbox,
+	// which holds the pod's proxy, is refused), and says why.
+	c.KubectlIn(t, `apiVersion: v1
+kind: Namespace
+metadata:
+  name: other
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: outside
+  namespace: other
+  annotations:
+    dev.hutch.policy: scoped
+spec:
+  runtimeClassName: hutch
+  containers:
+  - name: c
+    image: `+ocitest.TestImage+`
+    imagePullPolicy: Never
+    command: ["sleep", "600"]
+`, "apply", "-f", "-")
+	var why string
+	if !testutil.Eventually(2*time.Minute, func() bool {
+		why = c.Kubectl(t, "get", "events", "-n", "other", "--field-selector", "involvedObject.name=outside", "-o", "jsonpath={.items[*].message}")
+		return strings.Contains(why, "kubernetes_namespaces") && strings.Contains(why, "not of other")
+	}) {
+		t.Errorf("a pod of another namespace naming the policy: events %q", why)
+	}
+	if phase := c.Kubectl(t, "get", "pod", "outside", "-n", "other", "-o", "jsonpath={.status.phase}"); phase != "Pending" {
+		t.Errorf("the pod of another namespace is %s", phase)
+	}
+	c.Kubectl(t, "delete", "namespace", "other", "--timeout=2m")
 }
 
 // statusIDs returns the values of the line key (Uid, Gid) of
@@ -211,6 +247,14 @@ func hutchCluster(t *testing.T) (*k8stest.Cluster, int) {
 	policies := t.TempDir()
 	port := ocitest.LoopbackUpstream(t, "hello from the pod's upstream\n")
 	ocitest.LoopbackPolicy(t, policies, "pod", "upstream.test", port)
+	// "scoped": "pod" for the pods of the namespace default only.
+	b, err := os.ReadFile(filepath.Join(policies, "pod.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(policies, "scoped.yaml"), append([]byte("containers:\n  kubernetes_namespaces: [default]\n"), b...), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	// "serve": hutch serve's sandboxes add the upstream to it themselves.
 	if err := os.WriteFile(filepath.Join(policies, "serve.yaml"), []byte(`network:
   mode: proxy

@@ -18,6 +18,7 @@ import (
 
 	"github.com/hutch-sandbox/hutch/client"
 	"github.com/hutch-sandbox/hutch/internal/daemon"
+	"github.com/hutch-sandbox/hutch/internal/kube"
 	"github.com/hutch-sandbox/hutch/internal/testutil"
 	"github.com/hutch-sandbox/hutch/internal/testutil/k8stest"
 	"github.com/hutch-sandbox/hutch/internal/testutil/ocitest"
@@ -109,8 +110,9 @@ func pods(t *testing.T, c *k8stest.Cluster) []string {
 // to the agent over the pod network; the pod runs confined by hutch-runc
 // with the sandbox's allow-list added to the node policy; destroy deletes
 // the pod and its Secret; what a pod cannot honour is refused by name; a
-// restarted daemon of the same name deletes the pods it left; with
-// --warm, creates take pods the pool started (testServeWarm).
+// daemon killed or stopped leaves its sandboxes running and the next one
+// of its name takes them again; with --warm, creates take pods the pool
+// started (testServeWarm).
 func TestServeKubernetes(t *testing.T) {
 	c, port := hutchCluster(t)
 	c.KubectlIn(t, runtimeClassYAMLHutch, "apply", "-f", "-")
@@ -146,6 +148,36 @@ func TestServeKubernetes(t *testing.T) {
 	if strings.Contains(out, "around") {
 		t.Errorf("a destination outside the allow-list was reached:\n%s", out)
 	}
+	// ESCAPES 25 and 27 on Kubernetes: a sandbox's code cannot read its
+	// agent's secrets, nor reach another sandbox's agent, the kubelet
+	// or the API server, directly or through the proxy; it has no
+	// service account token.
+	other, err := cl.Create(ctx, client.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	otherIP := strings.TrimSpace(c.Kubectl(t, "get", "pod", "hutch-"+other.ID, "-o", "jsonpath={.status.podIP}"))
+	agentAddr := fmt.Sprintf("%s:%d", otherIP, kube.DefaultAgentPort)
+	r, err = cl.Run(ctx, sb.ID, client.Command{Args: []string{"sh", "-c", fmt.Sprintf(
+		"attacker openproc:/proc/1/environ tcp:%[1]s tcp:%[2]s:10250 tcp:%[2]s:6443 open:/var/run/secrets/kubernetes.io/serviceaccount/token; fetch http://%[1]s/ || echo fetch refused",
+		agentAddr, c.NodeIP)}})
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	out = string(r.Stdout)
+	t.Logf("from a sandbox:\n%s", out)
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[1] == "ok" {
+			t.Errorf("from a sandbox: %s", line)
+		}
+	}
+	if !strings.Contains(out, "fetch refused") || strings.Count(out, "\n") < 6 {
+		t.Errorf("from a sandbox:\n%s%s", out, r.Stderr)
+	}
+	if err := cl.Destroy(ctx, other.ID); err != nil {
+		t.Fatal(err)
+	}
+
 	// The workspace is the pod's emptyDir, writable by the image's user.
 	note := daemon.DefaultWorkspace + "/note.txt"
 	if _, err := cl.WriteFile(ctx, sb.ID, note, strings.NewReader("kept in the pod\n"), 0o644); err != nil {
@@ -184,19 +216,46 @@ func TestServeKubernetes(t *testing.T) {
 		t.Errorf("left after destroy: pods %v, secrets %s", pods(t, c), c.Kubectl(t, "get", "secrets", "-o", "name"))
 	}
 
-	// A daemon killed leaves its pods; the next one of its name deletes
-	// them.
-	left, err := cl.Create(ctx, client.CreateOptions{})
+	// The sandboxes outlive the daemon: killed, or stopped (an upgrade),
+	// the next one of its name takes them again — their agents, records
+	// and timeouts. One whose pod went meanwhile is recorded as stopped.
+	kept, err := cl.Create(ctx, client.CreateOptions{})
 	if err != nil {
 		t.Fatalf("create: %v", err)
 	}
-	p.stop(syscall.SIGKILL)
-	if got := pods(t, c); len(got) != 1 {
-		t.Fatalf("pods after the daemon's kill: %v", got)
+	gone, err := cl.Create(ctx, client.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create: %v", err)
 	}
-	startServe(t, c, dir)
+	if _, err := cl.WriteFile(ctx, kept.ID, note, strings.NewReader("before the restart\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for i, stop := range []syscall.Signal{syscall.SIGKILL, syscall.SIGTERM} {
+		p.stop(stop)
+		if got := pods(t, c); len(got) != 2-i {
+			t.Fatalf("pods after the daemon's %v: %v", stop, got)
+		}
+		if i == 0 {
+			c.Kubectl(t, "delete", "pod", "hutch-"+gone.ID, "--wait=true")
+		}
+		p = startServe(t, c, dir)
+		cl = p.client(t)
+		r, err := cl.Run(ctx, kept.ID, client.Command{Args: []string{"cat", note}})
+		if err != nil || string(r.Stdout) != "before the restart\n" {
+			t.Fatalf("after the daemon's %v: %q %v", stop, r.Stdout, err)
+		}
+		if !strings.Contains(p.log.String(), "sandbox taken again") {
+			t.Errorf("the daemon does not say it took %s again:\n%s", kept.ID, p.log.String())
+		}
+	}
+	if sb, err := cl.Get(ctx, gone.ID); err != nil || sb.State != "stopped" {
+		t.Errorf("the sandbox whose pod went: %+v %v", sb, err)
+	}
+	if err := cl.Destroy(ctx, kept.ID); err != nil {
+		t.Fatal(err)
+	}
 	if !testutil.Eventually(2*time.Minute, func() bool { return len(pods(t, c)) == 0 }) {
-		t.Errorf("the pod of %s, left by a killed daemon, is still there: %v", left.ID, pods(t, c))
+		t.Errorf("pods left: %v", pods(t, c))
 	}
 
 	t.Run("warm", func(t *testing.T) { testServeWarm(t, c) })

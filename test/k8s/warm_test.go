@@ -57,7 +57,8 @@ func testServeWarm(t *testing.T, c *k8stest.Cluster) {
 	if !slices.Contains(warm, "hutch-"+sb.ID) {
 		t.Errorf("sandbox %s: its pod is not one of the pool's %v", sb.ID, warm)
 	}
-	if !strings.Contains(p.log.String(), "warm=true") {
+	// The daemon's log arrives through a pipe, after the answer maybe.
+	if !testutil.Eventually(time.Minute, func() bool { return strings.Contains(p.log.String(), "warm=true") }) {
 		t.Errorf("the create started cold:\n%s", p.log.String())
 	}
 	r, err := cl.Run(ctx, sb.ID, client.Command{Args: []string{"echo", "warm"}})

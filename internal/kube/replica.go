@@ -1,0 +1,165 @@
+package kube
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// The replicas of one hutch serve (its Options.Daemon) in the cluster:
+// each holds a Lease of its own, renewed while it runs, which names the
+// address at which the others reach it. A replica whose Lease was not
+// renewed within its duration is gone: what it served is for another to
+// take.
+
+// AnnotationAddress is the annotation of a replica's Lease that holds the
+// address (URL) at which the other replicas reach it.
+const AnnotationAddress = "hutch.dev/address"
+
+// LabelReplica marks the Leases of replicas.
+const LabelReplica = "hutch.dev/replica"
+
+// ReplicaLease is how long a replica's Lease lasts unrenewed, and
+// ReplicaRenew how often a replica renews it.
+var (
+	ReplicaLease = 20 * time.Second
+	ReplicaRenew = 5 * time.Second
+)
+
+// Replica is this hutch serve's membership among the replicas of its name.
+type Replica struct {
+	c         *Cluster
+	name      string
+	stop      chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+// leaseName is the name of replica name's Lease.
+func (c *Cluster) leaseName(name string) string { return "hutch-" + c.opts.Daemon + "-" + name }
+
+// Join makes replica name (a DNS label: its pod's name, say), reached at
+// addr, one of the replicas of the daemon's name: its Lease is taken (a
+// previous run's of the same name too) and renewed until Close. A Lease
+// another live replica holds under that name is a conflict.
+func (c *Cluster) Join(ctx context.Context, name, addr string) (*Replica, error) {
+	if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
+		return nil, fmt.Errorf("kubernetes: replica name %q: %s", name, strings.Join(errs, "; "))
+	}
+	r := &Replica{c: c, name: name, stop: make(chan struct{}), done: make(chan struct{})}
+	if err := r.renew(ctx, addr, true); err != nil {
+		return nil, err
+	}
+	go r.renewing(addr)
+	return r, nil
+}
+
+// Name is the replica's name.
+func (r *Replica) Name() string { return r.name }
+
+// renew takes or renews the replica's Lease; first says it is the
+// replica's start, when a Lease of the name that is still live is
+// another process's.
+func (r *Replica) renew(ctx context.Context, addr string, first bool) error {
+	c, name := r.c, r.c.leaseName(r.name)
+	now := metav1.NewMicroTime(time.Now())
+	secs := int32(ReplicaLease / time.Second)
+	var l coordinationv1.Lease
+	err := c.coord.get(ctx, c.ns, "leases", name, &l)
+	switch {
+	case apierrors.IsNotFound(err):
+		l = coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.ns,
+				Labels:      map[string]string{LabelManaged: "hutch", LabelDaemon: c.opts.Daemon, LabelReplica: r.name},
+				Annotations: map[string]string{AnnotationAddress: addr}},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: &r.name, LeaseDurationSeconds: &secs, AcquireTime: &now, RenewTime: &now},
+		}
+		if err := c.coord.create(ctx, c.ns, "leases", &l, &l); err != nil {
+			return fmt.Errorf("kubernetes: lease %s: %w", name, err)
+		}
+		return nil
+	case err != nil:
+		return fmt.Errorf("kubernetes: lease %s: %w", name, err)
+	}
+	if first && leaseAlive(&l, time.Now()) && l.Annotations[AnnotationAddress] != addr {
+		return fmt.Errorf("kubernetes: replica %s is live at %s (its Lease %s was renewed %s ago)", r.name, l.Annotations[AnnotationAddress], name, time.Since(l.Spec.RenewTime.Time).Round(time.Second))
+	}
+	if l.Annotations == nil {
+		l.Annotations = map[string]string{}
+	}
+	l.Annotations[AnnotationAddress] = addr
+	l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.RenewTime = &r.name, &secs, &now
+	if first {
+		l.Spec.AcquireTime = &now
+	}
+	if err := c.coord.update(ctx, c.ns, "leases", name, &l, &l); err != nil {
+		return fmt.Errorf("kubernetes: lease %s: %w", name, err)
+	}
+	return nil
+}
+
+// renewing renews the Lease every ReplicaRenew until Close.
+func (r *Replica) renewing(addr string) {
+	defer close(r.done)
+	t := time.NewTicker(ReplicaRenew)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.stop:
+			return
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(context.Background(), ReplicaRenew)
+			_ = r.renew(ctx, addr, false) // again at the next tick
+			cancel()
+		}
+	}
+}
+
+// Close stops renewing the Lease and deletes it: the replica is gone at
+// once for the others.
+func (r *Replica) Close() error {
+	var err error
+	r.closeOnce.Do(func() {
+		close(r.stop)
+		<-r.done
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if e := r.c.coord.delete(ctx, r.c.ns, "leases", r.c.leaseName(r.name), metav1.DeleteOptions{}); e != nil && !apierrors.IsNotFound(e) {
+			err = fmt.Errorf("kubernetes: lease of replica %s: %w", r.name, e)
+		}
+	})
+	return err
+}
+
+// ErrNoReplica is the error of ReplicaAddress for a replica that is gone.
+var ErrNoReplica = errors.New("no such live replica")
+
+// ReplicaAddress is the address of replica name if its Lease is live; an
+// error wrapping ErrNoReplica if it is gone.
+func (c *Cluster) ReplicaAddress(ctx context.Context, name string) (string, error) {
+	var l coordinationv1.Lease
+	err := c.coord.get(ctx, c.ns, "leases", c.leaseName(name), &l)
+	if apierrors.IsNotFound(err) || err == nil && !leaseAlive(&l, time.Now()) {
+		return "", fmt.Errorf("replica %s: %w", name, ErrNoReplica)
+	}
+	if err != nil {
+		return "", fmt.Errorf("kubernetes: lease of replica %s: %w", name, err)
+	}
+	return l.Annotations[AnnotationAddress], nil
+}
+
+// leaseAlive reports whether l was renewed within its duration at now.
+func leaseAlive(l *coordinationv1.Lease, now time.Time) bool {
+	if l.Spec.RenewTime == nil || l.Spec.LeaseDurationSeconds == nil {
+		return false
+	}
+	return now.Before(l.Spec.RenewTime.Add(time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second))
+}
