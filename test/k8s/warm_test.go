@@ -36,7 +36,9 @@ func (p *serveProc) warmReady() int {
 // create with the default policy takes one of them in place, starting no
 // pod of its own; the pool starts another; destroy deletes the taken
 // pod, and the daemon's stop the warm ones. A pool of an image's policy
-// (--warm base=1 of E2B's template) serves a create of that policy too.
+// (--warm base=1 of E2B's template) serves a create of that policy too;
+// after a kill, the next daemon of the name deletes the warm pods it
+// finds and takes the taken sandbox again.
 func testServeWarm(t *testing.T, c *k8stest.Cluster) {
 	const name, size = "warm", 2
 	p := startServe(t, c, t.TempDir(), "--warm", "2", "--kubernetes-name", name)
@@ -92,7 +94,8 @@ func testServeWarm(t *testing.T, c *k8stest.Cluster) {
 	// the nodes' to pull, not in the daemon's store, and a create of the
 	// same policy still takes its pod.
 	const tname = "warm-image"
-	p = startServe(t, c, t.TempDir(), "--warm", "base=1", "--template", "base="+ocitest.TestImage, "--no-internet", "--kubernetes-name", tname)
+	tdir := t.TempDir()
+	p = startServe(t, c, tdir, "--warm", "base=1", "--template", "base="+ocitest.TestImage, "--no-internet", "--kubernetes-name", tname)
 	if !testutil.Eventually(3*time.Minute, func() bool { return p.warmReady() >= 1 }) {
 		t.Fatalf("the template's pool did not fill: pods %v", daemonPods(t, c, tname))
 	}
@@ -113,5 +116,29 @@ func testServeWarm(t *testing.T, c *k8stest.Cluster) {
 	}
 	if r, err := cl.Run(ctx, sb.ID, client.Command{Args: []string{"echo", "warm"}}); err != nil || string(r.Stdout) != "warm\n" {
 		t.Errorf("run in the template's sandbox: %q %v", r.Stdout, err)
+	}
+
+	// Killed, the daemon leaves its warm pod (refilled) and the taken
+	// one; the next of its name takes the sandbox again and deletes the
+	// warm pod.
+	if !testutil.Eventually(3*time.Minute, func() bool { return p.warmReady() >= 2 }) {
+		t.Fatalf("the template's pool did not refill: pods %v", daemonPods(t, c, tname))
+	}
+	var left []string
+	for _, pod := range daemonPods(t, c, tname) {
+		if pod != "hutch-"+sb.ID {
+			left = append(left, pod)
+		}
+	}
+	p.stop(syscall.SIGKILL)
+	p = startServe(t, c, tdir, "--warm", "base=1", "--template", "base="+ocitest.TestImage, "--no-internet", "--kubernetes-name", tname)
+	if !testutil.Eventually(3*time.Minute, func() bool {
+		got := daemonPods(t, c, tname)
+		return slices.Contains(got, "hutch-"+sb.ID) && !slices.ContainsFunc(left, func(pod string) bool { return slices.Contains(got, pod) })
+	}) {
+		t.Errorf("after the daemon's kill and restart: pods %v, want hutch-%s and none of the warm %v", daemonPods(t, c, tname), sb.ID, left)
+	}
+	if r, err := p.client(t).Run(ctx, sb.ID, client.Command{Args: []string{"echo", "again"}}); err != nil || string(r.Stdout) != "again\n" {
+		t.Errorf("run in the template's sandbox after the restart: %q %v", r.Stdout, err)
 	}
 }
