@@ -357,7 +357,8 @@ func (p *pool) remove(w *warm) bool {
 }
 
 // take takes the oldest warm sandbox of p whose agent still answers, and
-// whose image is still the one p's image name gives, out of p; nil if
+// whose image is still the one p's image name gives in the daemon's store
+// (a remote runtime's sandbox: any, its nodes pull it), out of p; nil if
 // there is none. The others it meets are discarded. Two callers never get
 // the same sandbox.
 func (m *Manager) take(p *pool) *live {
@@ -379,6 +380,9 @@ func (m *Manager) take(p *pool) *live {
 		why := ""
 		if err := alive(w.l); err != nil {
 			why = fmt.Sprintf("it ended while warm: %v", err)
+		} else if m.remote(w.l.tier) != nil {
+			// Its image is the cluster's, pulled by the node; the
+			// daemon's store has no say.
 		} else if err := m.sameImage(p.ref, w.l.image); err != nil {
 			why = err.Error()
 		}

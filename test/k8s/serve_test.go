@@ -111,7 +111,8 @@ func pods(t *testing.T, c *k8stest.Cluster) []string {
 // with the sandbox's allow-list added to the node policy; destroy deletes
 // the pod and its Secret; what a pod cannot honour is refused by name; a
 // daemon killed or stopped leaves its sandboxes running and the next one
-// of its name takes them again.
+// of its name takes them again; with --warm, creates take pods the pool
+// started (testServeWarm).
 func TestServeKubernetes(t *testing.T) {
 	c, port := hutchCluster(t)
 	c.KubectlIn(t, runtimeClassYAMLHutch, "apply", "-f", "-")
@@ -258,6 +259,8 @@ func TestServeKubernetes(t *testing.T) {
 	if !testutil.Eventually(2*time.Minute, func() bool { return len(pods(t, c)) == 0 }) {
 		t.Errorf("pods left: %v", pods(t, c))
 	}
+
+	t.Run("warm", func(t *testing.T) { testServeWarm(t, c) })
 }
 
 // serviceAccount applies deploy/kubernetes/rbac.yaml (hutch serve's
