@@ -64,6 +64,7 @@ type Store struct {
 	core   api
 	ns     string
 	daemon string // its objects' LabelDaemon: hutch serve's name
+	usage  usage  // the quota's counts (usage.go)
 }
 
 var _ store.Backend = (*Store)(nil)
@@ -190,6 +191,7 @@ func (s *Store) InsertSandbox(ctx context.Context, sb store.Sandbox) error {
 	if err != nil {
 		return fmt.Errorf("kubernetes store: insert sandbox %q: %w", sb.ID, err)
 	}
+	s.usage.set(sb)
 	return nil
 }
 
@@ -361,6 +363,7 @@ func (s *Store) updateOnce(ctx context.Context, id string, fn func(*store.Sandbo
 	if err != nil {
 		return store.Sandbox{}, err
 	}
+	s.usage.set(sb)
 	return sb, nil
 }
 
@@ -379,12 +382,17 @@ func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
 	if err != nil {
 		return fmt.Errorf("kubernetes store: delete sandbox %q: %w", id, err)
 	}
+	s.usage.gone(id)
 	return nil
 }
 
 // CountSandboxes returns the number of sandboxes of tenant that are not
 // stopped; tenant "" counts those of all tenants.
 func (s *Store) CountSandboxes(ctx context.Context, tenant string) (int, error) {
+	s.startUsage()
+	if n, _, ok := s.usage.of(tenant); ok {
+		return n, nil
+	}
 	list, err := s.liveRecords(ctx, tenant)
 	if err != nil {
 		return 0, fmt.Errorf("kubernetes store: count sandboxes of %q: %w", tenant, err)
@@ -411,6 +419,10 @@ func (s *Store) CountStates(ctx context.Context, except string) (map[store.State
 // MemoryOf returns the sum of the memory limits (resources.memory of their
 // policies, in bytes) of tenant's sandboxes that are not stopped.
 func (s *Store) MemoryOf(ctx context.Context, tenant string) (int64, error) {
+	s.startUsage()
+	if _, mem, ok := s.usage.of(tenant); ok {
+		return mem, nil
+	}
 	list, err := s.liveRecords(ctx, tenant)
 	if err != nil {
 		return 0, fmt.Errorf("kubernetes store: memory of %q: %w", tenant, err)
@@ -572,4 +584,7 @@ func (s *Store) RevokeTokens(ctx context.Context, tenant string) (int, error) {
 }
 
 // Close releases nothing: the state is the cluster's.
-func (s *Store) Close() error { return nil }
+func (s *Store) Close() error {
+	s.closeUsage()
+	return nil
+}
