@@ -28,6 +28,13 @@ const since = (v) => {
 }
 const lacks = (v, what) => !since(v) && `e2b ${sdkVersion} has no ${what} (since ${v})`
 
+// HUTCH_E2B_KUBERNETES (TestServeKubernetesE2B, test/k8s) runs the suite
+// against hutch serve --kubernetes, each sandbox a pod: what a pod cannot
+// do its tests skip, saying why (onKube), or assert the refusal naming
+// Kubernetes (kube).
+const kube = !!process.env.HUTCH_E2B_KUBERNETES
+const onKube = (why) => kube && `on Kubernetes: ${why}`
+
 // With E2B_DOMAIN (TestE2BSDKDomain), the SDK finds the daemon by E2B's
 // domain layout alone: only the tests of 'domain' run.
 const domain = process.env.E2B_DOMAIN
@@ -135,6 +142,11 @@ suite('control plane', () => {
 
   test('pause, list by state, connect resumes', { skip: lacks('2.30.0', 'pause') }, async () => {
     const sbx = await create()
+    if (kube) {
+      await assert.rejects(sbx.pause(), /Kubernetes/)
+      assert.equal((await sbx.getInfo()).state, 'running')
+      return
+    }
     assert.equal(await sbx.pause(), true)
     assert.equal(await Sandbox.pause(sbx.sandboxId), false, 'pausing a paused sandbox')
     assert.equal((await sbx.getInfo()).state, 'paused')
@@ -150,7 +162,7 @@ suite('control plane', () => {
     assert.ok(info.endAt - Date.now() > 80_000)
   })
 
-  test('pause without memory keeps the files, not the processes', { skip: lacks('2.45.0', 'pause without memory') }, async () => {
+  test('pause without memory keeps the files, not the processes', { skip: lacks('2.45.0', 'pause without memory') || onKube('pause is refused') }, async () => {
     const sbx = await create()
     await sbx.files.write('/home/user/kept.txt', 'kept')
     await sbx.commands.run('sleep 1000', { background: true })
@@ -182,7 +194,7 @@ suite('control plane', () => {
     await Sandbox.kill(sbx.sandboxId) // within the tenant's memory quota for the tests after it
   })
 
-  test('lifecycle: the timeout pauses; connect, or a request with autoResume, resumes', { skip: lacks('2.45.0', 'lifecycle with keepMemory') }, async () => {
+  test('lifecycle: the timeout pauses; connect, or a request with autoResume, resumes', { skip: lacks('2.45.0', 'lifecycle with keepMemory') || onKube('pause is refused') }, async () => {
     const paused = (sbx) => until(async () => (await sbx.getInfo()).state === 'paused', `${sbx.sandboxId} paused by its timeout`, 60_000)
     // Without autoResume only connect resumes it.
     const a = await create({ lifecycle: { onTimeout: 'pause', autoResume: false } })
@@ -264,6 +276,10 @@ suite('snapshots and forks', () => {
     t.after(() => Promise.all(mine.map((id) => Sandbox.kill(id).catch(() => {}))))
     const sbx = await create()
     mine.push(sbx.sandboxId)
+    if (kube) {
+      await assert.rejects(sbx.createSnapshot({ name: 'sdk-snap' }), /Kubernetes/)
+      return
+    }
     await sbx.files.write('/home/user/state.txt', 'before the snapshot')
     const snap = await sbx.createSnapshot({ name: 'sdk-snap' })
     assert.ok(snap.snapshotId)

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -225,4 +226,16 @@ func TestServeKubernetes(t *testing.T) {
 	if !testutil.Eventually(2*time.Minute, func() bool { return len(pods(t, c)) == 0 }) {
 		t.Errorf("pods left: %v", pods(t, c))
 	}
+}
+
+// tcpURL is the URL of the daemon's TCP listener (its --listen), from the
+// line it logs.
+func (p *serveProc) tcpURL(t *testing.T) string {
+	t.Helper()
+	re := regexp.MustCompile(`hutch: listening on (http://\S+)\n`)
+	var m []string
+	if !testutil.Eventually(time.Minute, func() bool { m = re.FindStringSubmatch(p.log.String()); return m != nil }) {
+		t.Fatalf("hutch serve logs no TCP listener:\n%s", p.log.String())
+	}
+	return m[1]
 }
