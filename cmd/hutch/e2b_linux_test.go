@@ -13,7 +13,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -31,38 +30,8 @@ import (
 // npm ci, as scripts/test.sh does).
 var e2bDir = filepath.Join("..", "..", "test", "e2b")
 
-// nodeForE2B returns a node binary recent enough for E2B's SDK (20.18 or
-// later): the one scripts/test.sh installs under test/e2b/.node, or node on
-// the PATH; "" and why not when there is none.
-func nodeForE2B() (string, string) {
-	candidates := []string{filepath.Join(e2bDir, ".node", "node_modules", ".bin", "node")}
-	if p, err := exec.LookPath("node"); err == nil {
-		candidates = append(candidates, p)
-	}
-	why := "no node binary (scripts/test.sh installs one)"
-	for _, p := range candidates {
-		out, err := exec.Command(p, "--version").Output()
-		if err != nil {
-			continue
-		}
-		v := strings.TrimSpace(string(out))
-		m := regexp.MustCompile(`^v(\d+)\.(\d+)\.`).FindStringSubmatch(v)
-		if m == nil {
-			continue
-		}
-		major, _ := strconv.Atoi(m[1])
-		minor, _ := strconv.Atoi(m[2])
-		if major > 20 || (major == 20 && minor >= 18) {
-			abs, err := filepath.Abs(p)
-			if err != nil {
-				return "", err.Error()
-			}
-			return abs, ""
-		}
-		why = "node " + v + " is older than 20.18, which E2B's SDK needs (scripts/test.sh installs a newer one)"
-	}
-	return "", why
-}
+// nodeForE2B is testutil.NodeForE2B of test/e2b.
+func nodeForE2B() (string, string) { return testutil.NodeForE2B(e2bDir) }
 
 // TestE2BSDK runs E2B's JavaScript SDK, unchanged, against hutch serve:
 // test/e2b/sdk.test.mjs with node's test runner, E2B_API_URL and
@@ -273,27 +242,8 @@ func e2bBaseImage(t *testing.T, tier string, args ...string) {
 }
 
 // needSDK returns node for E2B's SDK, the package sdk of
-// test/e2b/node_modules (installed by npm ci if it is missing and npm is
-// there), or skips the test without them.
-func needSDK(t *testing.T, sdk string) string {
-	t.Helper()
-	testutil.RequireRoot(t)
-	node, why := nodeForE2B()
-	testutil.Need(t, node != "", why)
-	_, err := os.Stat(filepath.Join(e2bDir, "node_modules", sdk, "package.json"))
-	if err != nil {
-		if npm, lerr := exec.LookPath("npm"); lerr == nil {
-			cmd := exec.Command(npm, "ci", "--no-audit", "--no-fund")
-			cmd.Dir = e2bDir
-			if out, cerr := cmd.CombinedOutput(); cerr != nil {
-				t.Logf("npm ci in %s: %v\n%s", e2bDir, cerr, out)
-			}
-			_, err = os.Stat(filepath.Join(e2bDir, "node_modules", sdk, "package.json"))
-		}
-	}
-	testutil.Need(t, err == nil, "E2B's SDK ("+sdk+") is not installed in test/e2b/node_modules (npm ci there; scripts/test.sh does)")
-	return node
-}
+// test/e2b/node_modules (testutil.E2BSDK).
+func needSDK(t *testing.T, sdk string) string { return testutil.E2BSDK(t, e2bDir, sdk) }
 
 // TestE2BSDKSecrets runs test/e2b/secrets.test.mjs, E2B's SDK's Secret
 // against the daemon's secrets API, as two tenants; and a sandbox given a

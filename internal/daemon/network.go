@@ -56,6 +56,9 @@ func (m *Manager) UpdateNetwork(ctx context.Context, tenant, id string, nw polic
 	if stopping {
 		return policy.Network{}, fmt.Errorf("sandbox %s is stopping: %w", id, ErrConflict)
 	}
+	if rt := m.remote(l.tier); rt != nil {
+		return policy.Network{}, fmt.Errorf("sandbox %s: update network: not for sandboxes on %s (a pod's egress is its node's, set at its start): %w", id, rt.Remote(), ErrUnsupported)
+	}
 	if l.proxy == nil {
 		return policy.Network{}, fmt.Errorf("sandbox %s: update network: it has the host's network, no egress proxy: %w", id, ErrConflict)
 	}

@@ -106,7 +106,9 @@ func (m *Manager) setPaused(ctx context.Context, tenant, id string, pause bool, 
 		return Info{}, err
 	}
 	if rt := m.remote(l.tier); rt != nil {
-		return Info{}, fmt.Errorf("sandbox %s: %s: not for sandboxes on %s: %w", id, what, rt.Remote(), ErrConflict)
+		// Unsupported, not a conflict: E2B's SDKs take a conflict
+		// of a pause for "paused already".
+		return Info{}, fmt.Errorf("sandbox %s: %s: not for sandboxes on %s: %w", id, what, rt.Remote(), ErrUnsupported)
 	}
 	l.pauseMu.Lock()
 	defer l.pauseMu.Unlock()

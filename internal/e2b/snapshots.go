@@ -60,7 +60,9 @@ func (h *Handler) snapshotTemplate(ctx context.Context, tenant, template string)
 		return "", nil
 	}
 	info, err := s.GetSnapshot(ctx, tenant, template)
-	if errors.Is(err, daemon.ErrNotFound) {
+	// A daemon that keeps no snapshots (hutch serve --kubernetes) has
+	// none of that name either.
+	if errors.Is(err, daemon.ErrNotFound) || errors.Is(err, daemon.ErrUnsupported) {
 		return "", nil
 	}
 	if err != nil {

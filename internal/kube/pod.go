@@ -109,6 +109,11 @@ func (c *Cluster) pod(cfg sandbox.Config, class string) (*corev1.Pod, error) {
 	}
 	falseV := false
 	var zero int64
+	// The agent is the sandbox's root, as on one machine (it runs each
+	// command as the user asked for, E2B's "user" by default, and keeps
+	// the sandbox's accounts), whatever user the image names: root of the
+	// pod's user namespace, confined by the node's hutch-runc.
+	root := &corev1.SecurityContext{RunAsUser: &zero, RunAsGroup: &zero}
 	var mounts []corev1.VolumeMount
 	var volumes []corev1.Volume
 	if ws := spec.Filesystem.Workspace; ws != "" && ws != "/" {
@@ -142,12 +147,13 @@ func (c *Cluster) pod(cfg sandbox.Config, class string) (*corev1.Pod, error) {
 				// hutch-runc replaces the command with hutch's agent
 				// (dev.hutch.agent); this is what a node without it
 				// would run: nothing.
-				Command:      []string{"/dev/hutch", "agent", "--listen", fmt.Sprintf("[::]:%d", c.opts.AgentPort)},
-				Env:          env,
-				WorkingDir:   spec.Filesystem.Workspace,
-				VolumeMounts: mounts,
-				Resources:    corev1.ResourceRequirements{Limits: limits, Requests: requests},
-				Ports:        []corev1.ContainerPort{{Name: "hutch-agent", ContainerPort: int32(c.opts.AgentPort), Protocol: corev1.ProtocolTCP}},
+				Command:         []string{"/dev/hutch", "agent", "--listen", fmt.Sprintf("[::]:%d", c.opts.AgentPort)},
+				Env:             env,
+				WorkingDir:      spec.Filesystem.Workspace,
+				VolumeMounts:    mounts,
+				SecurityContext: root,
+				Resources:       corev1.ResourceRequirements{Limits: limits, Requests: requests},
+				Ports:           []corev1.ContainerPort{{Name: "hutch-agent", ContainerPort: int32(c.opts.AgentPort), Protocol: corev1.ProtocolTCP}},
 			}},
 		},
 	}, nil

@@ -50,6 +50,10 @@ func TestPod(t *testing.T) {
 	if ctr.Image != "example.test/py:3" || ctr.WorkingDir != "/home/user" {
 		t.Errorf("image %s, dir %s", ctr.Image, ctr.WorkingDir)
 	}
+	// The agent is the sandbox's root, whatever user the image names.
+	if sc := ctr.SecurityContext; sc == nil || sc.RunAsUser == nil || *sc.RunAsUser != 0 || sc.RunAsGroup == nil || *sc.RunAsGroup != 0 {
+		t.Errorf("security context %+v, want the agent as uid and gid 0", sc)
+	}
 	if got := ctr.Resources.Limits.Memory().Value(); got != 512<<20 {
 		t.Errorf("memory limit %d", got)
 	}

@@ -28,6 +28,13 @@ const since = (v) => {
 }
 const lacks = (v, what) => !since(v) && `e2b ${sdkVersion} has no ${what} (since ${v})`
 
+// HUTCH_E2B_KUBERNETES (TestServeKubernetesE2B, test/k8s) runs the suite
+// against hutch serve --kubernetes, each sandbox a pod: what a pod cannot
+// do its tests skip, saying why (onKube), or assert the refusal naming
+// Kubernetes (kube).
+const kube = !!process.env.HUTCH_E2B_KUBERNETES
+const onKube = (why) => kube && `on Kubernetes: ${why}`
+
 // With E2B_DOMAIN (TestE2BSDKDomain), the SDK finds the daemon by E2B's
 // domain layout alone: only the tests of 'domain' run.
 const domain = process.env.E2B_DOMAIN
@@ -135,6 +142,11 @@ suite('control plane', () => {
 
   test('pause, list by state, connect resumes', { skip: lacks('2.30.0', 'pause') }, async () => {
     const sbx = await create()
+    if (kube) {
+      await assert.rejects(sbx.pause(), /Kubernetes/)
+      assert.equal((await sbx.getInfo()).state, 'running')
+      return
+    }
     assert.equal(await sbx.pause(), true)
     assert.equal(await Sandbox.pause(sbx.sandboxId), false, 'pausing a paused sandbox')
     assert.equal((await sbx.getInfo()).state, 'paused')
@@ -150,7 +162,7 @@ suite('control plane', () => {
     assert.ok(info.endAt - Date.now() > 80_000)
   })
 
-  test('pause without memory keeps the files, not the processes', { skip: lacks('2.45.0', 'pause without memory') }, async () => {
+  test('pause without memory keeps the files, not the processes', { skip: lacks('2.45.0', 'pause without memory') || onKube('pause is refused') }, async () => {
     const sbx = await create()
     await sbx.files.write('/home/user/kept.txt', 'kept')
     await sbx.commands.run('sleep 1000', { background: true })
@@ -182,7 +194,7 @@ suite('control plane', () => {
     await Sandbox.kill(sbx.sandboxId) // within the tenant's memory quota for the tests after it
   })
 
-  test('lifecycle: the timeout pauses; connect, or a request with autoResume, resumes', { skip: lacks('2.45.0', 'lifecycle with keepMemory') }, async () => {
+  test('lifecycle: the timeout pauses; connect, or a request with autoResume, resumes', { skip: lacks('2.45.0', 'lifecycle with keepMemory') || onKube('pause is refused') }, async () => {
     const paused = (sbx) => until(async () => (await sbx.getInfo()).state === 'paused', `${sbx.sandboxId} paused by its timeout`, 60_000)
     // Without autoResume only connect resumes it.
     const a = await create({ lifecycle: { onTimeout: 'pause', autoResume: false } })
@@ -264,6 +276,10 @@ suite('snapshots and forks', () => {
     t.after(() => Promise.all(mine.map((id) => Sandbox.kill(id).catch(() => {}))))
     const sbx = await create()
     mine.push(sbx.sandboxId)
+    if (kube) {
+      await assert.rejects(sbx.createSnapshot({ name: 'sdk-snap' }), /Kubernetes/)
+      return
+    }
     await sbx.files.write('/home/user/state.txt', 'before the snapshot')
     const snap = await sbx.createSnapshot({ name: 'sdk-snap' })
     assert.ok(snap.snapshotId)
@@ -340,7 +356,7 @@ suite('templates', () => {
 })
 
 suite('template builds', () => {
-  test('Template.build over base: copy, runCmd, env, workdir, start command; exists; create; tags; errors; background', { skip: lacks('2.30.0', 'Template.build(template, name)') }, async (t) => {
+  test('Template.build over base: copy, runCmd, env, workdir, start command; exists; create; tags; errors; background', { skip: lacks('2.30.0', 'Template.build(template, name)') || onKube('a build keeps its result in the daemon\'s image store; a pod\'s image is the cluster\'s') }, async (t) => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'hutch-e2b-template-'))
     t.after(() => fs.rmSync(dir, { recursive: true, force: true }))
     fs.mkdirSync(path.join(dir, 'folder'))
@@ -479,6 +495,17 @@ suite('envd', () => {
   })
 
   test('the default network: public hosts through the proxy, never private addresses or denied hosts', async () => {
+    if (kube) {
+      // A pod's egress is its node's proxy, which takes allowed names
+      // only: denied hosts are refused; private addresses stay closed.
+      await assert.rejects(create({ network: { denyOut: ['evil.example'] } }), /denied_domains.*Kubernetes/)
+      const sbx = await create()
+      const r = await sbx.commands.run(
+        'for u in http://10.0.0.1/ http://169.254.169.254/latest/meta-data/; do ' +
+        'curl -s -o /dev/null -w "%{http_code} " --max-time 5 ${HTTP_PROXY:+-x "$HTTP_PROXY"} "$u"; done; echo')
+      for (const code of r.stdout.trim().split(' ')) assert.ok(code === '403' || code === '000', r.stdout)
+      return
+    }
     const sbx = await create({ network: { denyOut: ['evil.example'] } })
     const r = await sbx.commands.run(
       'echo "$HTTPS_PROXY"; for u in http://10.0.0.1/ http://169.254.169.254/latest/meta-data/ http://evil.example/; do ' +
@@ -486,7 +513,7 @@ suite('envd', () => {
     assert.equal(r.stdout, 'http://127.0.0.1:3128\n403 403 403 \n')
   })
 
-  test('offline sandbox has no network', async () => {
+  test('offline sandbox has no network', { skip: onKube('a pod keeps its interface, its agent\'s way in; its egress is what the node policy allows') }, async () => {
     const sbx = await create({ allowInternetAccess: false })
     const r = await sbx.commands.run('cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d " "')
     assert.equal(r.stdout, 'lo\n')
@@ -909,7 +936,7 @@ suite('metrics and network', () => {
   // memory quota has room.
   before(async () => { await Promise.all(made.splice(0).map((id) => Sandbox.kill(id).catch(() => {}))) })
 
-  test('getMetrics: CPU, memory and disk sampled over time', { skip: typeof Sandbox.prototype.getMetrics !== 'function' && 'this SDK has no getMetrics' }, async () => {
+  test('getMetrics: CPU, memory and disk sampled over time', { skip: (typeof Sandbox.prototype.getMetrics !== 'function' && 'this SDK has no getMetrics') || onKube('the daemon samples no pod\'s usage yet') }, async () => {
     const sbx = await create()
     await sbx.commands.run('end=$(( $(date +%s) + 3 )); while [ "$(date +%s)" -lt "$end" ]; do :; done; dd if=/dev/zero of=/home/user/big bs=1M count=50 2>/dev/null')
     const ms = await until(async () => {
@@ -941,6 +968,11 @@ suite('metrics and network', () => {
     }
     try {
       const sbx = await create({ network: { allowOut: ['example.com'] } })
+      if (kube) {
+        await assert.rejects(sbx.updateNetwork({ allowOut: ['example.org'] }), /Kubernetes/)
+        assert.deepEqual((await sbx.getInfo()).network.allowOut, ['example.com'])
+        return
+      }
       const status = async () => (await sbx.commands.run('curl -s -o /dev/null -w "%{http_code}" --max-time 10 --noproxy "" -x "$HTTP_PROXY" http://127.0.0.1/')).stdout
       assert.equal(await status(), '403')
       await sbx.updateNetwork({ allowOut: ['127.0.0.1'] })

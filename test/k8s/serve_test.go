@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -290,4 +291,16 @@ current-context: hutch-serve
 		t.Fatal(err)
 	}
 	return path
+}
+
+// tcpURL is the URL of the daemon's TCP listener (its --listen), from the
+// line it logs.
+func (p *serveProc) tcpURL(t *testing.T) string {
+	t.Helper()
+	re := regexp.MustCompile(`hutch: listening on (http://\S+)\n`)
+	var m []string
+	if !testutil.Eventually(time.Minute, func() bool { m = re.FindStringSubmatch(p.log.String()); return m != nil }) {
+		t.Fatalf("hutch serve logs no TCP listener:\n%s", p.log.String())
+	}
+	return m[1]
 }

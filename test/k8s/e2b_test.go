@@ -1,0 +1,84 @@
+//go:build linux
+
+package k8s
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hutch-sandbox/hutch/internal/e2b"
+	"github.com/hutch-sandbox/hutch/internal/testutil"
+)
+
+// e2bDir holds E2B's SDK suite, test/e2b/sdk.test.mjs, and its pinned
+// dependencies.
+var e2bDir = filepath.Join("..", "e2b")
+
+// baseImageTar is the tarball of hutch's base image (`docker save`
+// layout, tagged e2b.BaseImage): $HUTCH_TEST_BASE_IMAGE, else the newest
+// scripts/base-image.sh left in its cache; "" when there is none.
+func baseImageTar() string {
+	if p := os.Getenv(testutil.BaseImageEnv); p != "" {
+		return p
+	}
+	tars, _ := filepath.Glob("/var/cache/hutch/base-image/base-*.tar")
+	newest, at := "", time.Time{}
+	for _, p := range tars {
+		if fi, err := os.Stat(p); err == nil && fi.ModTime().After(at) {
+			newest, at = p, fi.ModTime()
+		}
+	}
+	return newest
+}
+
+// TestServeKubernetesE2B runs E2B's JavaScript SDK, unchanged, against
+// hutch serve --kubernetes: test/e2b/sdk.test.mjs with node's test runner
+// and HUTCH_E2B_KUBERNETES=1, E2B_API_URL and E2B_SANDBOX_URL the daemon's
+// TCP listener, E2B_API_KEY a token of `hutch token create --e2b` on its
+// socket. Each sandbox is a pod of hutch's base image (imported into the
+// cluster's containerd, the daemon's --kubernetes-image): E2B's user, its
+// shell and tools. What a pod cannot do the suite skips, saying why, or
+// asserts the refusal naming Kubernetes (docs/kubernetes.md lists them).
+func TestServeKubernetesE2B(t *testing.T) {
+	node := testutil.E2BSDK(t, e2bDir, "e2b")
+	tar := baseImageTar()
+	testutil.Need(t, tar != "", "no tarball of hutch's base image ($"+testutil.BaseImageEnv+", or scripts/base-image.sh's cache /var/cache/hutch/base-image)")
+	c, _ := hutchCluster(t)
+	c.Import(t, tar)
+	c.KubectlIn(t, runtimeClassYAMLHutch, "apply", "-f", "-")
+	nodeOnBridge(t, c)
+	dir := t.TempDir()
+	p := startServe(t, c, dir, "--kubernetes-image", e2b.BaseImage, "--listen", "127.0.0.1:0", "--tenant-memory", "64g")
+	api := p.tcpURL(t)
+
+	tok := exec.Command(testutil.Hutch(t), "token", "create", "--tenant", "e2b-sdk", "--e2b")
+	tok.Env = append(os.Environ(), "HUTCH_HOST=unix://"+p.sock, "HOME="+dir)
+	out, err := tok.CombinedOutput()
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	token := lines[len(lines)-1]
+	if err != nil || !regexp.MustCompile(`^e2b_[0-9a-f]{40}$`).MatchString(token) {
+		t.Fatalf("hutch token create --e2b: %v, want a token e2b_ + 40 hex digits:\n%s", err, out)
+	}
+
+	// A bound for a hung run only.
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=spec", "sdk.test.mjs")
+	cmd.Dir = e2bDir
+	cmd.Env = append(os.Environ(), "E2B_API_URL="+api, "E2B_SANDBOX_URL="+api, "E2B_API_KEY="+token, "HUTCH_E2B_KUBERNETES=1",
+		"NO_COLOR=1", "HTTP_PROXY=", "HTTPS_PROXY=", "http_proxy=", "https_proxy=")
+	out, err = cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("node --test sdk.test.mjs: %v\n%s", err, out)
+	}
+	t.Logf("%s", out)
+	if !testutil.Eventually(2*time.Minute, func() bool { return len(pods(t, c)) == 0 }) {
+		t.Errorf("pods left after the suite: %v", pods(t, c))
+	}
+}
