@@ -27,10 +27,11 @@ const (
 	// AnnotationAgent is hutch-runc's: the port of the pod's agent
 	// (ociruntime's dev.hutch.agent).
 	AnnotationAgent = "dev.hutch.agent"
-	// AnnotationPolicy and AnnotationAllowDomains are hutch-runc's egress
-	// annotations (package ociruntime).
+	// AnnotationPolicy, AnnotationAllowDomains and AnnotationNetwork are
+	// hutch-runc's egress annotations (package ociruntime).
 	AnnotationPolicy       = "dev.hutch.policy"
 	AnnotationAllowDomains = "dev.hutch.allow-domains"
+	AnnotationNetwork      = "dev.hutch.network"
 )
 
 // DefaultAgentPort is the port of the agent in a sandbox's pod.

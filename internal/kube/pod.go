@@ -68,7 +68,11 @@ func (c *Cluster) pod(cfg sandbox.Config, class string) (*corev1.Pod, error) {
 	if c.opts.NodePolicy != "" {
 		ann[AnnotationPolicy] = c.opts.NodePolicy
 	}
-	if spec.Network.Mode == "proxy" && len(spec.Network.AllowedDomains) > 0 {
+	switch {
+	case spec.Network.Mode == "none":
+		// Nothing, whatever the node policy allows.
+		ann[AnnotationNetwork] = "none"
+	case spec.Network.Mode == "proxy" && len(spec.Network.AllowedDomains) > 0:
 		ann[AnnotationAllowDomains] = strings.Join(spec.Network.AllowedDomains, ",")
 	}
 	var env []corev1.EnvVar

@@ -83,6 +83,13 @@ func TestPod(t *testing.T) {
 		t.Errorf("workspace: %+v %+v", ctr.VolumeMounts, p.Spec.Volumes)
 	}
 
+	// No network: nothing, whatever the node policy allows.
+	off := spec
+	off.Network = policy.Network{Mode: "none"}
+	if p, err := c.pod(sandbox.Config{Spec: off, Name: "sb-abc"}, "hutch"); err != nil || p.Annotations[AnnotationNetwork] != "none" || p.Annotations[AnnotationAllowDomains] != "" {
+		t.Errorf("network none: %v %v", p.Annotations, err)
+	}
+
 	// Without an image of its own: the daemon's; without one, an error.
 	spec.Root = "host"
 	if p, err := c.pod(sandbox.Config{Spec: spec, Name: "sb-abc"}, "hutch"); err != nil || p.Spec.Containers[0].Image != "example.test/base:1" {

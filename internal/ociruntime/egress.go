@@ -37,6 +37,10 @@ const (
 	// the image's command, and the container's firewall lets in new
 	// connections to that port and to no other.
 	AnnotationAgent = "dev.hutch.agent"
+	// AnnotationNetwork "none" gives the container no destination at all,
+	// whatever the node policy allows (hutch's proxy refuses
+	// everything), and none of its secrets: a creator may always narrow.
+	AnnotationNetwork = "dev.hutch.network"
 )
 
 // containerTypeAnnotation is CRI's annotation of a container's kind: a
@@ -207,6 +211,16 @@ func planEgress(annotations map[string]string, flagPolicy, dir string) (egressPl
 			plan.Network.AllowedDomains = append(slices.Clone(plan.Network.AllowedDomains), domains...)
 			plan.Operator = false
 		}
+	}
+	if v, ok := annotations[AnnotationNetwork]; ok {
+		if v != "none" {
+			return egressPlan{}, fmt.Errorf("annotation %s: %q: the one value is none", AnnotationNetwork, v)
+		}
+		if len(annotations[AnnotationAllowDomains]) > 0 {
+			return egressPlan{}, fmt.Errorf("annotation %s: none, and %s adds destinations", AnnotationNetwork, AnnotationAllowDomains)
+		}
+		plan.Network, plan.Secrets, plan.Mode = policy.Network{Mode: "none"}, nil, "none"
+		return plan, nil
 	}
 	switch {
 	case plan.Network.Mode == "host":

@@ -104,3 +104,25 @@ network:
 		}
 	}
 }
+
+// TestNetworkNone: dev.hutch.network none leaves a container nothing of
+// its node policy — no destination, no secret — and takes no other value
+// nor destinations beside it.
+func TestNetworkNone(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "default.yaml"), []byte("network:\n  allowed_domains: [\"a.example.com\"]\nsecrets:\n  - name: K\n    hosts: [\"a.example.com\"]\n    from: env:K\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	plan, err := planEgress(map[string]string{AnnotationNetwork: "none"}, "", dir)
+	if err != nil || plan.Mode != "none" || len(plan.Network.AllowedDomains) != 0 || len(plan.Secrets) != 0 {
+		t.Errorf("none: %+v %v", plan, err)
+	}
+	for _, ann := range []map[string]string{
+		{AnnotationNetwork: "host"},
+		{AnnotationNetwork: "none", AnnotationAllowDomains: "b.example.com"},
+	} {
+		if _, err := planEgress(ann, "", dir); err == nil || !strings.Contains(err.Error(), AnnotationNetwork) {
+			t.Errorf("%v: %v", ann, err)
+		}
+	}
+}

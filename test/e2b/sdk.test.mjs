@@ -513,7 +513,7 @@ suite('envd', () => {
     assert.equal(r.stdout, 'http://127.0.0.1:3128\n403 403 403 \n')
   })
 
-  test('offline sandbox has no network', { skip: onKube('a pod keeps its interface, its agent\'s way in; its egress is what the node policy allows') }, async () => {
+  test('offline sandbox has no network', { skip: onKube('a pod keeps its interface, its agent\'s way in (its egress is none: dev.hutch.network none, tested in test/k8s)') }, async () => {
     const sbx = await create({ allowInternetAccess: false })
     const r = await sbx.commands.run('cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d " "')
     assert.equal(r.stdout, 'lo\n')

@@ -176,6 +176,30 @@ func TestRuntimeClassHutch(t *testing.T) {
 	}
 	c.Kubectl(t, "delete", "pod", "confined", "--timeout=2m")
 
+	// dev.hutch.network none: nothing of what the node policy "pod"
+	// allows.
+	c.KubectlIn(t, `apiVersion: v1
+kind: Pod
+metadata:
+  name: offline
+  annotations:
+    dev.hutch.policy: pod
+    dev.hutch.network: none
+spec:
+  runtimeClassName: hutch
+  terminationGracePeriodSeconds: 0
+  containers:
+  - name: c
+    image: `+ocitest.TestImage+`
+    imagePullPolicy: Never
+    command: ["sleep", "600"]
+`, "apply", "-f", "-")
+	c.Kubectl(t, "wait", "--for=condition=Ready", "pod/offline", "--timeout=3m")
+	if r := c.Run(ctx, "", "exec", "offline", "--", "fetch", fmt.Sprintf("http://upstream.test:%d/", port)); r.Err == nil || strings.Contains(r.Stdout, "hello from") {
+		t.Errorf("a pod of dev.hutch.network none reached the node policy's upstream: %s", r)
+	}
+	c.Kubectl(t, "delete", "pod", "offline", "--timeout=2m")
+
 	// The node policy "scoped" is for the pods of the namespace default
 	// only: a pod of another that names it does not start (its sandbox,
 	// which holds the pod's proxy, is refused), and says why.
