@@ -46,6 +46,9 @@ func newBrowser(t *testing.T) *browser {
 		chromedp.UserDataDir(profile),
 		chromedp.WindowSize(1400, 1000),
 		chromedp.Flag("disable-dev-shm-usage", true),
+		// Its temporary files in the profile's directory, which goes
+		// with the test, not in /tmp.
+		chromedp.Env("TMPDIR="+profile),
 	)
 	if os.Geteuid() == 0 {
 		// Chromium's own sandbox refuses to run as root.
