@@ -402,10 +402,15 @@ func (m *Manager) recordReady(ctx context.Context, id string, l *live, more func
 	}); err != nil {
 		return err
 	}
+	return agentAnswers(ctx, l)
+}
+
+// agentAnswers waits, within readyTimeout, for l's agent to answer a
+// request.
+func agentAnswers(ctx context.Context, l *live) error {
 	rctx, cancel := context.WithTimeout(ctx, readyTimeout)
-	_, err := l.client.ListProcesses(rctx)
-	cancel()
-	if err != nil {
+	defer cancel()
+	if _, err := l.client.ListProcesses(rctx); err != nil {
 		return fmt.Errorf("the agent did not answer: %w", err)
 	}
 	return nil

@@ -156,11 +156,8 @@ func (m *Manager) reattach(ctx context.Context, rt remoteRuntime, sb store.Sandb
 	l.root, l.tier = spec.Root, sb.Tier
 	l.lifetime = sb.Expires.Sub(sb.Created)
 	l.attach(agent.NewClient(inst.Conn()))
-	rctx, cancel := context.WithTimeout(ctx, readyTimeout)
-	_, err = l.client.ListProcesses(rctx)
-	cancel()
-	if err != nil {
-		return fail(fmt.Errorf("the agent did not answer: %w", err))
+	if err := agentAnswers(ctx, l); err != nil {
+		return fail(err)
 	}
 	if err := m.adopt(l, sb.Tenant, sb.IdleTimeout, sb.LastActive, sb.Expires); err != nil {
 		return fail(err)
