@@ -11,14 +11,13 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/kube"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
-	"github.com/hutch-sandbox/hutch/internal/store"
 )
 
 // kubeRuntimes are the tiers of a hutch serve --kubernetes: each tier
 // whose RuntimeClass the cluster has (the flags' TIER=NAME over
 // kube.DefaultRuntimeClasses); the others are unavailable, with the
 // reason. Its state is the cluster's too (kube.Store).
-func kubeRuntimes(o kube.Options, classes []string) (map[string]sandbox.Runtime, map[string]string, store.Backend, error) {
+func kubeRuntimes(o kube.Options, classes []string) (map[string]sandbox.Runtime, map[string]string, *kube.Cluster, error) {
 	o.RuntimeClasses = kube.DefaultRuntimeClasses()
 	for _, c := range classes {
 		tier, name, ok := strings.Cut(c, "=")
@@ -48,5 +47,34 @@ func kubeRuntimes(o kube.Options, classes []string) (map[string]sandbox.Runtime,
 	if len(rts) == 0 {
 		return nil, nil, nil, fmt.Errorf("--kubernetes: the cluster has no RuntimeClass of hutch's: %v", unavailable)
 	}
-	return rts, unavailable, cl.Store(), nil
+	return rts, unavailable, cl, nil
 }
+
+// kubeReplicas is hutch serve's membership among the replicas of its
+// --kubernetes-name (daemon.Replicas).
+type kubeReplicas struct {
+	cl *kube.Cluster
+	r  *kube.Replica
+}
+
+// joinReplicas makes hutch serve replica name of its cluster's, reached
+// at addr.
+func joinReplicas(cl *kube.Cluster, name, addr string) (*kubeReplicas, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r, err := cl.Join(ctx, name, addr)
+	if err != nil {
+		return nil, fmt.Errorf("--kubernetes-replica: %w", err)
+	}
+	return &kubeReplicas{cl: cl, r: r}, nil
+}
+
+func (k *kubeReplicas) Self() string { return k.r.Name() }
+
+func (k *kubeReplicas) Live(ctx context.Context) (map[string]string, error) {
+	return k.cl.Replicas(ctx)
+}
+
+// Close ends the membership: the others take this replica's sandboxes
+// over at once.
+func (k *kubeReplicas) Close() error { return k.r.Close() }

@@ -12,7 +12,9 @@ import (
 	"log/slog"
 	"maps"
 	"net"
+	"net/http"
 	"net/netip"
+	"net/url"
 	"os"
 	"os/signal"
 	"path"
@@ -21,6 +23,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
@@ -31,6 +34,7 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/daemon"
 	"github.com/hutch-sandbox/hutch/internal/e2b"
 	"github.com/hutch-sandbox/hutch/internal/egress"
+	"github.com/hutch-sandbox/hutch/internal/forward"
 	"github.com/hutch-sandbox/hutch/internal/gvisor"
 	"github.com/hutch-sandbox/hutch/internal/image"
 	"github.com/hutch-sandbox/hutch/internal/kube"
@@ -113,6 +117,9 @@ func cmdServe(args []string, stderr io.Writer) int {
 	var kubeClasses cli.List
 	fs.Var(&kubeClasses, "kubernetes-runtime-class", "the RuntimeClass of a tier's pods, `TIER=NAME` (default namespace=hutch, gvisor=hutch-gvisor; repeatable)")
 	kubeName := fs.String("kubernetes-name", "hutch", "this hutch serve's `name` in its pods' labels (hutch.dev/daemon): a start deletes the pods a previous run of the same name left")
+	kubeReplica := fs.String("kubernetes-replica", "", "make this hutch serve replica `name` (its pod's name, say) of several of one --kubernetes-name behind one Service: each sandbox is served by the replica that made it, requests for it that reach another are sent on to it, and the sandboxes of a replica gone are taken over by the others (with --kubernetes-advertise)")
+	kubeAdvertise := fs.String("kubernetes-advertise", "", "the `URL` at which the other replicas reach this one (http://POD_IP:PORT), with --kubernetes-replica")
+	kubeLease := fs.Duration("kubernetes-lease", kube.ReplicaLease, "a replica whose Lease was not renewed for `duration` is gone: the others take its sandboxes over (renewed every quarter of it)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: hutch serve [flags]\n\nRuns the daemon: an HTTP API for long-lived sandboxes, until SIGINT or SIGTERM,\nwhich destroy every sandbox but those paused to disk: a paused sandbox of the\ngvisor tier is saved in the state directory, processes and memory, and the\nnext hutch serve on it resumes it. With --warm N it keeps N sandboxes of the default\npolicy ready: a create with the default policy takes one at once, and the\npool refills in the background; --warm NAME=N does the same for E2B's\ntemplate NAME, whose image must be in the daemon's store at start (with\n--kubernetes: the cluster's nodes pull it).\n\nEvery sandbox runs in an isolation tier: its policy's, or --default-tier;\n--min-tier refuses weaker ones. The gvisor tier needs runsc of the pinned\nversion (--runsc, or on PATH); without it a create of gvisor is refused, and\nso is a --default-tier or --min-tier of gvisor at start.\n\nThe daemon speaks MCP (streamable HTTP) on its listeners, with the same tokens\nand tenants as its API: /mcp with sessions, /mcp/stateless without (for clients\nof the protocol's newest revision); the tools act on the caller's sandboxes.\nOn TCP a request's Host must be the address it reached or a --mcp-allowed-host,\nand a browser page of another origin is refused. --no-mcp turns it off.\n\nOn TCP it serves review pages at /ui/: log in with a token, see the tenant's\nsandboxes, their events and diffs, and apply or discard change sets. The\ntoken is kept in an HttpOnly cookie the API takes only from those pages.\n--no-ui turns them off.\n\nFlags:")
 		fs.PrintDefaults()
@@ -224,6 +231,20 @@ func cmdServe(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "hutch: %v\n", err)
 		return 2
 	}
+	if *kubeReplica != "" {
+		if !*onKubernetes || *kubeAdvertise == "" {
+			fmt.Fprintln(stderr, "hutch: --kubernetes-replica: needs --kubernetes and --kubernetes-advertise")
+			return 2
+		}
+		if u, err := url.Parse(*kubeAdvertise); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			fmt.Fprintf(stderr, "hutch: --kubernetes-advertise %q: want http[s]://HOST:PORT\n", *kubeAdvertise)
+			return 2
+		}
+	}
+	if *kubeLease < 4*time.Second {
+		fmt.Fprintln(stderr, "hutch: --kubernetes-lease: want at least 4s")
+		return 2
+	}
 	if *domain != "" {
 		// CheckDomain passed in serveTLS.
 		*domain, _ = e2b.CheckDomain(*domain)
@@ -254,14 +275,28 @@ func cmdServe(args []string, stderr io.Writer) int {
 	var runtimes map[string]sandbox.Runtime
 	var unavailable map[string]string
 	var state store.Backend // nil: the state directory's
+	var replicas daemon.Replicas
 	if *onKubernetes {
-		runtimes, unavailable, state, err = kubeRuntimes(kube.Options{
+		var cl *kube.Cluster
+		runtimes, unavailable, cl, err = kubeRuntimes(kube.Options{
 			Kubeconfig: *kubeconfig,
 			Namespace:  *kubeNamespace,
 			Image:      *kubeImage,
 			NodePolicy: *kubeNodePolicy,
 			Daemon:     *kubeName,
+			Replica:    *kubeReplica,
 		}, kubeClasses)
+		if err == nil {
+			state = cl.Store()
+		}
+		if err == nil && *kubeReplica != "" {
+			kube.ReplicaLease, kube.ReplicaRenew = *kubeLease, *kubeLease/4
+			var r *kubeReplicas
+			if r, err = joinReplicas(cl, *kubeReplica, *kubeAdvertise); err == nil {
+				defer r.Close()
+				replicas = r
+			}
+		}
 	} else if runtimes, unavailable, err = tierRuntimes(*runsc); err != nil {
 		err = fmt.Errorf("--runsc: %w", err)
 	}
@@ -306,6 +341,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 		Runtimes:         runtimes,
 		Unavailable:      unavailable,
 		Store:            state,
+		Replicas:         replicas,
 	}, log)
 	if err != nil {
 		for _, l := range ls {
@@ -415,6 +451,15 @@ func cmdServe(args []string, stderr io.Writer) int {
 	// (and hosts outside D) reach the API, a sandbox's host only its
 	// envd or port.
 	h = e2bHandler.Domain(h, isEnvd, envdHandler)
+	if replicas != nil {
+		// Requests for a sandbox another replica serves go to it; the
+		// unix socket's operator is known only here.
+		h = forward.New(h, m, forward.Config{
+			Self: *kubeReplica, Log: log,
+			IDs:  []func(*http.Request) string{api.SandboxOf, e2b.SandboxOf},
+			Here: func(r *http.Request) bool { return api.OriginOf(r.Context()) == api.OriginLocal },
+		})
+	}
 	if *domain != "" {
 		fmt.Fprintf(stderr, "hutch: E2B's domain %s: E2B_DOMAIN=%s (api.%s, PORT-SANDBOXID.%s)\n", *domain, *domain, *domain, *domain)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hutch-sandbox/hutch/internal/audit"
 	"github.com/hutch-sandbox/hutch/internal/daemon"
+	"github.com/hutch-sandbox/hutch/internal/forward"
 	"github.com/hutch-sandbox/hutch/internal/image"
 	"github.com/hutch-sandbox/hutch/internal/metrics"
 	"github.com/hutch-sandbox/hutch/internal/store"
@@ -363,3 +364,7 @@ func (h *handler) health(w http.ResponseWriter, r *http.Request) error {
 	writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
 	return nil
 }
+
+// SandboxOf is the sandbox a request of the API names in its path
+// (/v1/sandboxes/ID/...), "" for none.
+var SandboxOf = forward.PathID("/v1/sandboxes/")

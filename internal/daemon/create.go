@@ -491,6 +491,7 @@ func (m *Manager) record(ctx context.Context, row *store.Sandbox, spec policy.Sp
 		return fmt.Errorf("create sandbox: encode policy: %w", err)
 	}
 	row.ID = newID()
+	row.Owner = m.self()
 	row.Dir = filepath.Join(m.sbRoot, row.ID)
 	row.State = store.StateStarting
 	row.Spec = specJSON

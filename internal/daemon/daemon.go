@@ -141,6 +141,10 @@ type Config struct {
 	// (package kube), shared by replicas of hutch serve. The daemon does
 	// not close it; its caller does, once Close returned.
 	Store store.Backend
+	// Replicas, when set with Store, makes the daemon one of several
+	// replicas of hutch serve sharing Store: each sandbox of a remote
+	// runtime is served by one of them (replicas.go).
+	Replicas Replicas
 }
 
 // CreateRequest is what a tenant asks for.

@@ -29,7 +29,28 @@ func (m *Manager) cleanupLeftovers(ctx context.Context) error {
 		return fmt.Errorf("recover sandboxes: %w", err)
 	}
 	keep := make(map[string]bool)
+	var live map[string]string // the replicas alive, when there are
+	if m.self() != "" {
+		if live, err = m.liveReplicas(ctx); err != nil {
+			return fmt.Errorf("recover sandboxes: %w", err)
+		}
+	}
 	for _, sb := range rows {
+		if m.remote(sb.Tier) != nil && sb.State != store.StateStopped && m.self() != "" && sb.Owner != m.self() {
+			// Another replica's: left to it while it lives, taken over
+			// if it is gone.
+			if _, ok := live[sb.Owner]; !ok || sb.Owner == "" {
+				took, err := m.takeOver(ctx, sb)
+				if err != nil {
+					m.log.Warn("take over a sandbox of a replica gone", "sandbox", sb.ID, "from", sb.Owner, "err", err)
+				}
+				sb = took
+			}
+			if sb.State != store.StateStopped {
+				keep[sb.ID] = true
+			}
+			continue
+		}
 		// A remote runtime's sandbox runs on without the daemon: it is
 		// taken again if it can be, and kept for a later try (a request
 		// for it) if it is not gone but cannot be now.
@@ -63,7 +84,10 @@ func (m *Manager) cleanupLeftovers(ctx context.Context) error {
 	// What remote runtimes run for no sandbox taken again.
 	for _, rt := range m.cfg.Runtimes {
 		if r, ok := rt.(remoteRuntime); ok {
-			if err := r.Sweep(ctx, func(id string) bool { return keep[id] }); err != nil {
+			// A pod of a live replica's with no record yet is one it is
+			// starting.
+			mine := func(replica string) bool { _, ok := live[replica]; return ok && replica != m.self() }
+			if err := r.Sweep(ctx, func(id, replica string) bool { return keep[id] || mine(replica) }); err != nil {
 				return fmt.Errorf("recover sandboxes on %s: %w", r.Remote(), err)
 			}
 		}

@@ -85,6 +85,8 @@ type Manager struct {
 	// reattachMu makes taking a remote sandbox again one at a time
 	// (remote.go), so that a request and another take it once.
 	reattachMu sync.Mutex
+	// replicasDone is closed once watchReplicas returned.
+	replicasDone chan struct{}
 
 	mu     sync.Mutex
 	closed bool
@@ -292,24 +294,25 @@ func New(cfg Config, log *slog.Logger) (*Manager, error) {
 		return nil, err
 	}
 	m := &Manager{
-		cfg:        cfg,
-		log:        log,
-		st:         st,
-		closeStore: closeStore,
-		images:     images,
-		lock:       lock,
-		sbRoot:     sbRoot,
-		live:       make(map[string]*live),
-		dormant:    make(map[string]*dormant),
-		usage:      make(map[string]*usageRing),
-		reviewing:  make(map[string]string),
-		setOf:      make(map[string]string),
-		changes:    changes.NewStore(filepath.Join(cfg.StateDir, "changes")),
-		teardowns:  make(chan struct{}, maxTeardowns),
-		exports:    make(chan struct{}, maxExports),
-		stop:       make(chan struct{}),
-		reaperDone: make(chan struct{}),
-		warmSlots:  make(chan struct{}, maxWarmStarts),
+		cfg:          cfg,
+		log:          log,
+		st:           st,
+		closeStore:   closeStore,
+		images:       images,
+		lock:         lock,
+		sbRoot:       sbRoot,
+		live:         make(map[string]*live),
+		dormant:      make(map[string]*dormant),
+		usage:        make(map[string]*usageRing),
+		reviewing:    make(map[string]string),
+		setOf:        make(map[string]string),
+		changes:      changes.NewStore(filepath.Join(cfg.StateDir, "changes")),
+		teardowns:    make(chan struct{}, maxTeardowns),
+		exports:      make(chan struct{}, maxExports),
+		stop:         make(chan struct{}),
+		reaperDone:   make(chan struct{}),
+		replicasDone: make(chan struct{}),
+		warmSlots:    make(chan struct{}, maxWarmStarts),
 	}
 	m.broker = m.newBroker()
 	if err := m.cleanupLeftovers(context.Background()); err != nil {
@@ -341,6 +344,11 @@ func New(cfg Config, log *slog.Logger) (*Manager, error) {
 		m.pools = append(m.pools, p)
 	}
 	go m.reaper()
+	if m.self() != "" {
+		go m.watchReplicas()
+	} else {
+		close(m.replicasDone)
+	}
 	for _, p := range m.pools {
 		m.start(p)
 	}
@@ -379,6 +387,9 @@ func (c *Config) withDefaults() error {
 		return fmt.Errorf("daemon config: state directory: %w", err)
 	}
 	c.StateDir = abs
+	if c.Replicas != nil && c.Store == nil {
+		return fmt.Errorf("daemon config: replicas share a store: none given: %w", ErrInvalid)
+	}
 	if c.DefaultTimeout == 0 {
 		c.DefaultTimeout = defaultTimeout
 	}
@@ -507,6 +518,7 @@ func (m *Manager) Close() error {
 
 	close(m.stop)
 	<-m.reaperDone
+	<-m.replicasDone
 	var warm []*live
 	for _, p := range m.pools {
 		warm = append(warm, p.halt()...)
@@ -729,7 +741,16 @@ func (m *Manager) running(ctx context.Context, tenant, id string) (*live, error)
 	if sb.State == store.StateStopped {
 		return nil, fmt.Errorf("sandbox %s: %w (it is stopped)", id, ErrNotFound)
 	}
+	if err := m.elsewhere(ctx, sb); err != nil {
+		return nil, err
+	}
 	if rt := m.remote(sb.Tier); rt != nil && sb.State == store.StateRunning {
+		m.mu.Lock()
+		l := m.live[id] // taken over just now
+		m.mu.Unlock()
+		if l != nil {
+			return l, nil
+		}
 		// Left by a previous daemon and not taken again at the start.
 		l, err := m.reattach(ctx, rt, sb)
 		if err == nil {
@@ -882,9 +903,15 @@ func (m *Manager) teardown(l *live, why string) {
 	defer l.pauseMu.Unlock()
 	ctx := context.Background()
 	if _, err := m.st.UpdateSandbox(ctx, l.id, func(sb *store.Sandbox) error {
+		if self := m.self(); self != "" && sb.Owner != self {
+			return errTakenFirst
+		}
 		sb.State, sb.Checkpoint = store.StateStopping, "" // paused to disk as it was ending: removed below
 		return nil
-	}); err != nil {
+	}); errors.Is(err, errTakenFirst) {
+		m.handOver(l, log)
+		return
+	} else if err != nil {
 		log.Error("record sandbox stopping", "err", err)
 	}
 	_ = l.client.Close()

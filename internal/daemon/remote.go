@@ -35,9 +35,17 @@ type remoteRuntime interface {
 	// Gone reports whether an error of Attach says the sandbox is gone.
 	Gone(err error) bool
 	// Sweep ends the sandboxes a previous daemon of the same name left
-	// running, at the daemon's start, but those keep wants.
-	Sweep(ctx context.Context, keep func(id string) bool) error
+	// running, at the daemon's start, but those keep wants, given each
+	// one's id and the replica that started it ("" for a daemon alone).
+	Sweep(ctx context.Context, keep func(id, replica string) bool) error
+	// Remove ends sandbox id whatever its state, without its instance: a
+	// sandbox of a replica gone.
+	Remove(ctx context.Context, id string) error
 }
+
+// releaser is an instance of a remote runtime that can be let go of
+// without ending it, for another daemon to take.
+type releaser interface{ Release() }
 
 // remote is the remote runtime of tier, or nil.
 func (m *Manager) remote(tier string) remoteRuntime {
@@ -166,6 +174,20 @@ func (m *Manager) reattach(ctx context.Context, rt remoteRuntime, sb store.Sandb
 	return l, nil
 }
 
+// loosen lets go of l, a remote sandbox, here — its watch, its agent's
+// connection, its instance — without ending it. Under l.pauseMu.
+func loosen(l *live) {
+	if l.unwatch != nil {
+		close(l.unwatch)
+		<-l.watched
+		l.unwatch = nil
+	}
+	_ = l.client.Close()
+	if r, ok := l.inst.(releaser); ok {
+		r.Release()
+	}
+}
+
 // errGone is reattach's error for a sandbox that is gone.
 var errGone = errors.New("the sandbox is gone")
 
@@ -175,13 +197,8 @@ var errGone = errors.New("the sandbox is gone")
 // lose their streams, as at a detach.
 func (m *Manager) letGo(l *live) {
 	l.pauseMu.Lock()
-	if l.unwatch != nil {
-		close(l.unwatch)
-		<-l.watched
-		l.unwatch = nil
-	}
+	loosen(l)
 	l.pauseMu.Unlock()
-	_ = l.client.Close()
 	last := time.Unix(0, l.lastActive.Load())
 	if _, err := m.st.UpdateSandbox(context.Background(), l.id, func(sb *store.Sandbox) error {
 		sb.LastActive = last

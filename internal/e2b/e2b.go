@@ -20,6 +20,7 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/audit"
 	"github.com/hutch-sandbox/hutch/internal/daemon"
 	"github.com/hutch-sandbox/hutch/internal/envd"
+	"github.com/hutch-sandbox/hutch/internal/forward"
 	"github.com/hutch-sandbox/hutch/internal/store"
 	"github.com/hutch-sandbox/hutch/internal/volume"
 )
@@ -568,6 +569,22 @@ func (h *Handler) Resolve(r *http.Request) (Sandbox, error) {
 	}
 	return Sandbox{ID: id, Agent: c, audit: h.envdAuditor(tenant, id), signed: tok == "", user: user, workdir: workdir}, nil
 }
+
+// SandboxOf is the sandbox a request of E2B's names, "" for none: its
+// E2b-Sandbox-Id header, the host name PORT-ID.DOMAIN, or the path of a
+// sandbox's REST routes (/sandboxes/ID/..., /v2/sandboxes/ID/...).
+func SandboxOf(r *http.Request) string {
+	if id := r.Header.Get("E2b-Sandbox-Id"); id != "" {
+		return id
+	}
+	if id := sandboxOfHost(normalHost(r.Host)); id != "" {
+		return id
+	}
+	return sandboxPath(r)
+}
+
+// sandboxPath is the sandbox of E2B's REST routes of one sandbox.
+var sandboxPath = forward.PathID("/sandboxes/", "/v2/sandboxes/")
 
 // sandboxOfHost is the sandbox id in a host name of E2B's form
 // PORT-ID.DOMAIN, "" for any other host.

@@ -60,6 +60,9 @@ type Options struct {
 	// Daemon names this hutch serve in its pods' labels, so that it finds
 	// its own again after a restart.
 	Daemon string
+	// Replica names this replica among the replicas of Daemon (Join), in
+	// the labels of the pods it makes; "" for a hutch serve alone.
+	Replica string
 }
 
 // DefaultRuntimeClasses are the RuntimeClasses of hutch's tiers as

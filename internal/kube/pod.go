@@ -165,5 +165,9 @@ func (c *Cluster) pod(cfg sandbox.Config, class string) (*corev1.Pod, error) {
 
 // labels are the labels of what sandbox id has in the cluster.
 func (c *Cluster) labels(id string) map[string]string {
-	return map[string]string{LabelManaged: "hutch", LabelSandbox: id, LabelDaemon: c.opts.Daemon}
+	l := map[string]string{LabelManaged: "hutch", LabelSandbox: id, LabelDaemon: c.opts.Daemon}
+	if c.opts.Replica != "" {
+		l[LabelReplica] = c.opts.Replica
+	}
+	return l
 }

@@ -156,6 +156,23 @@ func (c *Cluster) ReplicaAddress(ctx context.Context, name string) (string, erro
 	return l.Annotations[AnnotationAddress], nil
 }
 
+// Replicas are the live replicas of the daemon's name: name → address.
+func (c *Cluster) Replicas(ctx context.Context) (map[string]string, error) {
+	var ls coordinationv1.LeaseList
+	sel := metav1.ListOptions{LabelSelector: LabelManaged + "=hutch," + LabelDaemon + "=" + c.opts.Daemon + "," + LabelReplica}
+	if err := c.coord.list(ctx, c.ns, "leases", sel, &ls); err != nil {
+		return nil, fmt.Errorf("kubernetes: the replicas' leases: %w", err)
+	}
+	now, live := time.Now(), map[string]string{}
+	for i := range ls.Items {
+		l := &ls.Items[i]
+		if leaseAlive(l, now) && l.Spec.HolderIdentity != nil {
+			live[*l.Spec.HolderIdentity] = l.Annotations[AnnotationAddress]
+		}
+	}
+	return live, nil
+}
+
 // leaseAlive reports whether l was renewed within its duration at now.
 func leaseAlive(l *coordinationv1.Lease, now time.Time) bool {
 	if l.Spec.RenewTime == nil || l.Spec.LeaseDurationSeconds == nil {

@@ -86,7 +86,7 @@ func (r *Runtime) Start(cfg sandbox.Config) (sandbox.Instance, error) {
 	if err := c.core.create(ctx, c.ns, "secrets", secret, secret); err != nil {
 		return nil, fmt.Errorf("kubernetes: create secret %s: %w", secret.Name, err)
 	}
-	inst := &instance{c: c, name: pod.Name, done: make(chan struct{}), exit: -1}
+	inst := &instance{c: c, name: pod.Name, done: make(chan struct{}), exit: -1, released: make(chan struct{})}
 	fail := func(err error) (sandbox.Instance, error) {
 		inst.Close()
 		return nil, err
@@ -142,7 +142,7 @@ func (r *Runtime) Attach(id string) (sandbox.Instance, error) {
 	} else if err != nil {
 		return nil, fmt.Errorf("kubernetes: pod %s: %w", name, err)
 	}
-	inst := &instance{c: c, name: name, uid: string(pod.UID), done: make(chan struct{}), exit: -1}
+	inst := &instance{c: c, name: name, uid: string(pod.UID), done: make(chan struct{}), exit: -1, released: make(chan struct{})}
 	fail := func(err error) (sandbox.Instance, error) {
 		inst.Close()
 		return nil, err
@@ -249,6 +249,9 @@ type instance struct {
 	mu        sync.Mutex
 	exit      int
 	closeOnce sync.Once
+	// released is closed by Release: the pod is not this daemon's to
+	// watch any more.
+	released chan struct{}
 }
 
 // waitRunning waits for the pod to run with an IP, and returns the IP.
@@ -335,16 +338,28 @@ func waitingWhy(p *corev1.Pod) string {
 	return ""
 }
 
-// watch closes done once the pod has ended or is gone, with its exit code.
+// watch closes done once the pod has ended or is gone, with its exit
+// code; it stops at Release.
 func (i *instance) watch(from string) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-i.released:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	for {
-		w, err := i.c.core.watch(context.Background(), i.c.ns, "pods", metav1.ListOptions{
+		w, err := i.c.core.watch(ctx, i.c.ns, "pods", metav1.ListOptions{
 			FieldSelector:   fields.OneTermEqualSelector("metadata.name", i.name).String(),
 			ResourceVersion: from,
 		})
 		if err != nil {
 			select {
 			case <-i.done:
+				return
+			case <-i.released:
 				return
 			case <-time.After(time.Second):
 			}
@@ -378,6 +393,8 @@ func (i *instance) watch(from string) {
 		w.Stop()
 		select {
 		case <-i.done:
+			return
+		case <-i.released:
 			return
 		default:
 		}
@@ -459,25 +476,38 @@ func (i *instance) Close() error {
 	return err
 }
 
+// Release lets go of the pod without deleting it — its agent's
+// connection, the watch of it — for another daemon to take (Attach).
+func (i *instance) Release() {
+	i.closeOnce.Do(func() {
+		if i.conn != nil {
+			i.conn.Close()
+		}
+		close(i.released)
+	})
+}
+
 // Remote names where the sandboxes run.
 func (r *Runtime) Remote() string { return "Kubernetes" }
 
 // Unsupported says what of s a pod cannot honour, or "".
 func (r *Runtime) Unsupported(s policy.Spec) string { return Unsupported(s) }
 
-// Sweep deletes the pods and Secrets of this daemon's name that a
-// previous run of it left and that keep does not want: nobody holds their
-// agents any more.
-func (r *Runtime) Sweep(ctx context.Context, keep func(id string) bool) error {
+// Sweep deletes the pods and Secrets of this daemon's name that keep
+// does not want, given each one's sandbox and the replica that made it
+// ("" for a hutch serve alone): nobody holds their agents any more.
+func (r *Runtime) Sweep(ctx context.Context, keep func(id, replica string) bool) error {
 	c := r.c
-	sel := metav1.ListOptions{LabelSelector: LabelManaged + "=hutch," + LabelDaemon + "=" + c.opts.Daemon}
+	// Only what belongs to a sandbox: the Store keeps tokens in Secrets
+	// too.
+	sel := metav1.ListOptions{LabelSelector: LabelManaged + "=hutch," + LabelDaemon + "=" + c.opts.Daemon + "," + LabelSandbox}
 	var pods corev1.PodList
 	if err := c.core.list(ctx, c.ns, "pods", sel, &pods); err != nil {
 		return fmt.Errorf("the pods of a previous run: %w", err)
 	}
 	var zero int64
 	for _, p := range pods.Items {
-		if keep(p.Labels[LabelSandbox]) {
+		if keep(p.Labels[LabelSandbox], p.Labels[LabelReplica]) {
 			continue
 		}
 		if err := c.core.delete(ctx, c.ns, "pods", p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil && !apierrors.IsNotFound(err) {
@@ -491,12 +521,27 @@ func (r *Runtime) Sweep(ctx context.Context, keep func(id string) bool) error {
 		return fmt.Errorf("the secrets of a previous run: %w", err)
 	}
 	for _, sec := range secrets.Items {
-		if keep(sec.Labels[LabelSandbox]) {
+		if keep(sec.Labels[LabelSandbox], sec.Labels[LabelReplica]) {
 			continue
 		}
 		if err := c.core.delete(ctx, c.ns, "secrets", sec.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("delete secret %s of a previous run: %w", sec.Name, err)
 		}
+	}
+	return nil
+}
+
+// Remove deletes sandbox id's pod and Secret, if any: a sandbox another
+// replica served and left (a replica gone while it started or ended one).
+func (r *Runtime) Remove(ctx context.Context, id string) error {
+	c := r.c
+	name := podName(id)
+	var zero int64
+	if err := c.core.delete(ctx, c.ns, "pods", name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("kubernetes: delete pod %s: %w", name, err)
+	}
+	if err := c.core.delete(ctx, c.ns, "secrets", name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("kubernetes: delete secret %s: %w", name, err)
 	}
 	return nil
 }

@@ -79,6 +79,10 @@ type Sandbox struct {
 	// daemon encodes them (JSON), kept for its life as Spec is; empty
 	// (read back as nil) for none. They do not change in its life.
 	Volumes []byte
+	// Owner is the replica of hutch serve that serves the sandbox (its
+	// agent's connection, its timers), where several share one store (a
+	// cluster's); empty on one machine.
+	Owner string
 }
 
 // NamespaceTier is the namespace tier's name (policy.TierNamespace; the
@@ -100,7 +104,7 @@ type Filter struct {
 // sandboxColumns are the columns scanSandbox reads, in its order; s is the
 // sandboxes table.
 const sandboxColumns = `s.id, s.tenant, s.state, s.spec, s.created_ns, s.expires_ns,
-	s.last_active_ns, s.idle_timeout_ns, s.pid, s.pid_start, s.dir, s.image, s.tier, s.checkpoint, s.volumes,
+	s.last_active_ns, s.idle_timeout_ns, s.pid, s.pid_start, s.dir, s.image, s.tier, s.checkpoint, s.volumes, s.owner,
 	(SELECT json_group_object(l.key, l.value) FROM sandbox_labels l WHERE l.sandbox_id = s.id)`
 
 // scanner is a *sql.Row or a *sql.Rows.
@@ -117,7 +121,7 @@ func scanSandbox(row scanner) (Sandbox, error) {
 		labels                               []byte
 	)
 	err := row.Scan(&sb.ID, &sb.Tenant, &sb.State, &sb.Spec, &created, &expires,
-		&lastActive, &idleNS, &sb.PID, &pidStart, &sb.Dir, &sb.Image, &sb.Tier, &sb.Checkpoint, &sb.Volumes, &labels)
+		&lastActive, &idleNS, &sb.PID, &pidStart, &sb.Dir, &sb.Image, &sb.Tier, &sb.Checkpoint, &sb.Volumes, &sb.Owner, &labels)
 	if err != nil {
 		return Sandbox{}, err
 	}
@@ -247,9 +251,9 @@ func (s *Store) InsertSandbox(ctx context.Context, sb Sandbox) error {
 	}
 	err = s.writeTx(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO sandboxes
-	(id, tenant, state, spec, created_ns, expires_ns, last_active_ns, idle_timeout_ns, pid, pid_start, dir, image, tier, checkpoint, volumes)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			sb.ID, sb.Tenant, sb.State, r.spec, r.created, r.expires, r.lastActive, r.idleNS, sb.PID, r.pidStart, sb.Dir, sb.Image, sb.Tier, sb.Checkpoint, nonNil(sb.Volumes))
+	(id, tenant, state, spec, created_ns, expires_ns, last_active_ns, idle_timeout_ns, pid, pid_start, dir, image, tier, checkpoint, volumes, owner)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			sb.ID, sb.Tenant, sb.State, r.spec, r.created, r.expires, r.lastActive, r.idleNS, sb.PID, r.pidStart, sb.Dir, sb.Image, sb.Tier, sb.Checkpoint, nonNil(sb.Volumes), sb.Owner)
 		if isConstraint(err) {
 			return ErrConflict
 		}
@@ -362,9 +366,9 @@ func (s *Store) UpdateSandbox(ctx context.Context, id string, fn func(*Sandbox) 
 		}
 		_, err = tx.ExecContext(ctx, `UPDATE sandboxes SET
 	state = ?, spec = ?, created_ns = ?, expires_ns = ?, last_active_ns = ?,
-	idle_timeout_ns = ?, pid = ?, pid_start = ?, dir = ?, image = ?, checkpoint = ?
+	idle_timeout_ns = ?, pid = ?, pid_start = ?, dir = ?, image = ?, checkpoint = ?, owner = ?
 	WHERE id = ?`,
-			sb.State, r.spec, r.created, r.expires, r.lastActive, r.idleNS, sb.PID, r.pidStart, sb.Dir, sb.Image, sb.Checkpoint, id)
+			sb.State, r.spec, r.created, r.expires, r.lastActive, r.idleNS, sb.PID, r.pidStart, sb.Dir, sb.Image, sb.Checkpoint, sb.Owner, id)
 		if err != nil {
 			return err
 		}

@@ -92,6 +92,11 @@ ALTER TABLE snapshots ADD COLUMN memory INTEGER NOT NULL DEFAULT 0 CHECK (memory
 	`
 ALTER TABLE sandboxes ADD COLUMN volumes BLOB NOT NULL DEFAULT x'';
 `,
+	// Version 8: the replica of hutch serve that serves a sandbox; the
+	// sandboxes recorded before were one daemon's.
+	`
+ALTER TABLE sandboxes ADD COLUMN owner TEXT NOT NULL DEFAULT '';
+`,
 }
 
 // migrate creates the table schema_migrations if it is missing and applies

@@ -59,8 +59,8 @@ func TestOpenCreatesSchema(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v != len(migrations) || v != 7 {
-		t.Errorf("schema version %d, want 6", v)
+	if v != len(migrations) || v != 8 {
+		t.Errorf("schema version %d, want 8", v)
 	}
 
 	var mode string

@@ -262,6 +262,7 @@ func TestServeKubernetes(t *testing.T) {
 	}
 
 	t.Run("warm", func(t *testing.T) { testServeWarm(t, c) })
+	t.Run("replicas", func(t *testing.T) { testServeReplicas(t, c, kc) })
 }
 
 // serviceAccount applies deploy/kubernetes/rbac.yaml (hutch serve's

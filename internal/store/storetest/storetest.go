@@ -72,6 +72,7 @@ func sandbox(id, tenant string, created time.Time) store.Sandbox {
 		Image:       "sha256:abab",
 		Tier:        "gvisor",
 		Volumes:     []byte(`[{"name":"data","dir":"/var/lib/hutch/volumes/v1","at":"/data"}]`),
+		Owner:       "replica-a",
 	}
 }
 
@@ -250,6 +251,7 @@ func testUpdate(t *testing.T, open func(*testing.T) store.Backend) {
 		sb.State = store.StatePaused
 		sb.Checkpoint = "/var/lib/hutch/cp"
 		sb.LastActive = later
+		sb.Owner = "replica-b"
 		sb.Labels["new"] = "1"
 		delete(sb.Labels, "team")
 		sb.Spec = nil
@@ -259,7 +261,7 @@ func testUpdate(t *testing.T, open func(*testing.T) store.Backend) {
 		t.Fatal(err)
 	}
 	want := sandbox("sb-u", "acme", base)
-	want.State, want.Checkpoint, want.LastActive = store.StatePaused, "/var/lib/hutch/cp", later
+	want.State, want.Checkpoint, want.LastActive, want.Owner = store.StatePaused, "/var/lib/hutch/cp", later, "replica-b"
 	want.Labels = map[string]string{"new": "1", "purpose": "ci"}
 	want.Spec = nil
 	if d := equal(got, want); d != "" {

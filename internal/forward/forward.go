@@ -1,0 +1,146 @@
+// Package forward sends a request for a sandbox that another replica of
+// hutch serve serves on to that replica, so that replicas behind one
+// Service answer for every sandbox: the front ends' requests name their
+// sandbox in the path (hutch's API, E2B's REST API), in a header or in
+// the host name (E2B's envd and ports), and the daemon (Locator) says
+// which replica serves it. The request goes on unchanged — its host, its
+// credentials, which the serving replica checks itself — with streams
+// and upgrades (WebSocket) relayed as they come.
+package forward
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"sync"
+)
+
+// Locator says where a request for sandbox id is served: "" here, else
+// the address (URL) of the replica that serves it.
+type Locator interface {
+	Locate(ctx context.Context, id string) (string, error)
+}
+
+// Header marks a request one replica sent to another, with the sender's
+// name: it is answered where it arrives, never sent on again.
+const Header = "X-Hutch-Forwarded-By"
+
+// Config says how a Handler forwards.
+type Config struct {
+	// Self names this replica in Header.
+	Self string
+	// IDs find the sandbox a request names: the first id one of them
+	// finds ("" for none).
+	IDs []func(*http.Request) string
+	// Here, when set, says which requests are answered here whatever
+	// their sandbox: those whose caller is known only here (the unix
+	// socket's operator, whose credentials are its connection's).
+	Here func(*http.Request) bool
+	// Log logs the replicas that do not answer.
+	Log *slog.Logger
+}
+
+// Handler is a forwarding handler: see New.
+type Handler struct {
+	next   http.Handler
+	loc    Locator
+	cfg    Config
+	mu     sync.Mutex
+	byAddr map[string]*httputil.ReverseProxy
+}
+
+// New returns a handler that serves with next every request but those
+// for a sandbox another replica serves, which it sends to that replica.
+func New(next http.Handler, loc Locator, cfg Config) *Handler {
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	return &Handler{next: next, loc: loc, cfg: cfg, byAddr: map[string]*httputil.ReverseProxy{}}
+}
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get(Header) != "" || h.cfg.Here != nil && h.cfg.Here(r) {
+		h.next.ServeHTTP(w, r)
+		return
+	}
+	id := ""
+	for _, f := range h.cfg.IDs {
+		if id = f(r); id != "" {
+			break
+		}
+	}
+	if id == "" {
+		h.next.ServeHTTP(w, r)
+		return
+	}
+	addr, err := h.loc.Locate(r.Context(), id)
+	if err != nil || addr == "" {
+		// Here, or where it is cannot be told now: the request's own
+		// answer says what became of the sandbox.
+		h.next.ServeHTTP(w, r)
+		return
+	}
+	p, err := h.proxy(addr)
+	if err != nil {
+		h.cfg.Log.Error("a replica's address", "address", addr, "err", err)
+		h.next.ServeHTTP(w, r)
+		return
+	}
+	p.ServeHTTP(w, r)
+}
+
+// proxy is the reverse proxy to the replica at addr.
+func (h *Handler) proxy(addr string) (*httputil.ReverseProxy, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if p := h.byAddr[addr]; p != nil {
+		return p, nil
+	}
+	target, err := url.Parse(addr)
+	if err != nil {
+		return nil, err
+	}
+	p := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			pr.Out.Host = pr.In.Host // E2B's domain routes by it
+			pr.SetXForwarded()
+			pr.Out.Header.Set(Header, h.cfg.Self)
+		},
+		FlushInterval: -1, // streams (events, exec output) as they come
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			h.cfg.Log.Warn("send a request on to the replica serving its sandbox", "address", addr, "path", r.URL.Path, "err", err)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadGateway)
+			_ = json.NewEncoder(w).Encode(map[string]any{
+				"code":    "unavailable",
+				"message": "the replica of hutch serve that serves this sandbox did not answer: try again",
+			})
+		},
+	}
+	h.byAddr[addr] = p
+	return p, nil
+}
+
+// PathID returns the id finder of paths PREFIX/ID[/...] for each prefix
+// (e.g. "/v1/sandboxes/").
+func PathID(prefixes ...string) func(*http.Request) string {
+	return func(r *http.Request) string {
+		p := r.URL.Path
+		for _, pre := range prefixes {
+			if len(p) > len(pre) && p[:len(pre)] == pre {
+				rest := p[len(pre):]
+				for i := 0; i < len(rest); i++ {
+					if rest[i] == '/' {
+						return rest[:i]
+					}
+				}
+				return rest
+			}
+		}
+		return ""
+	}
+}
