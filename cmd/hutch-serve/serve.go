@@ -276,6 +276,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 	var unavailable map[string]string
 	var state store.Backend // nil: the state directory's
 	var replicas daemon.Replicas
+	var e2bKey []byte // nil: the state directory's
 	if *onKubernetes {
 		var cl *kube.Cluster
 		runtimes, unavailable, cl, err = kubeRuntimes(kube.Options{
@@ -288,6 +289,9 @@ func cmdServe(args []string, stderr io.Writer) int {
 		}, kubeClasses)
 		if err == nil {
 			state = cl.Store()
+			kctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			e2bKey, err = cl.SharedKey(kctx, "e2b", e2b.KeyBytes)
+			cancel()
 		}
 		if err == nil && *kubeReplica != "" {
 			kube.ReplicaLease, kube.ReplicaRenew = *kubeLease, *kubeLease/4
@@ -384,7 +388,12 @@ func cmdServe(args []string, stderr io.Writer) int {
 	isEnvd, envdHandler := envdRoutes(log)
 	// Tenants' templates (E2B's template builds) and their uploads are
 	// kept in the state directory.
-	opts := []e2b.Option{e2b.WithAudit(al), e2b.WithTemplateDir(filepath.Join(*stateDir, "e2b-templates")), e2b.WithStateDir(*stateDir)}
+	if e2bKey == nil {
+		if e2bKey, err = stateKey(filepath.Join(*stateDir, "e2b.key"), e2b.KeyBytes); err != nil {
+			return failed(err)
+		}
+	}
+	opts := []e2b.Option{e2b.WithAudit(al), e2b.WithTemplateDir(filepath.Join(*stateDir, "e2b-templates")), e2b.WithStateDir(*stateDir), e2b.WithKey(e2bKey)}
 	if *noInternet {
 		opts = append(opts, e2b.WithoutInternet())
 	}
@@ -456,7 +465,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 		// unix socket's operator is known only here.
 		h = forward.New(h, m, forward.Config{
 			Self: *kubeReplica, Log: log,
-			IDs:  []func(*http.Request) string{api.SandboxOf, e2b.SandboxOf},
+			IDs:  []func(*http.Request) string{api.SandboxOf, e2bHandler.SandboxOf},
 			Here: func(r *http.Request) bool { return api.OriginOf(r.Context()) == api.OriginLocal },
 		})
 	}

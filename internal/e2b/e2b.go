@@ -2,9 +2,7 @@ package e2b
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/subtle"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -105,6 +103,9 @@ type Handler struct {
 	// replace it when their sandboxes are not isolated).
 	setup func(ctx context.Context, tenant, id string) error
 
+	// key derives the sandboxes' access tokens (WithKey, persist.go).
+	key []byte
+
 	mu      sync.Mutex
 	records map[string]*record // by sandbox id
 	// signScan is held by the one scan of every sandbox's token that a
@@ -152,6 +153,12 @@ func New(m Manager, log *slog.Logger, opts ...Option) *Handler {
 	h := &Handler{m: m, log: log, mux: http.NewServeMux(), records: map[string]*record{}, signScan: make(chan struct{}, 1)}
 	for _, o := range opts {
 		o(h)
+	}
+	if h.key == nil {
+		var err error
+		if h.key, err = NewKey(); err != nil {
+			panic("e2b: no randomness for a key: " + err.Error())
+		}
 	}
 	h.setup = h.setupUser
 	h.ports = h.portProxy()
@@ -399,28 +406,20 @@ func (h *Handler) authenticate(r *http.Request) (string, error) {
 	return tenant, nil
 }
 
-// accessTokenBytes is the size of an envd access token's random part: 192
-// bits from crypto/rand, independent of the sandbox's id.
+// accessTokenBytes is the size of an access token: 192 bits of an
+// HMAC-SHA256 of the sandbox's id under the handler's key (persist.go).
 const accessTokenBytes = 24
 
 // noToken is what Resolve compares a token with when the sandbox has no
 // record: as long as a real token, and never one (not hexadecimal).
 var noToken = strings.Repeat("-", 2*accessTokenBytes)
 
-// newAccessToken returns a new random envd access token.
-func newAccessToken() (string, error) {
-	var b [accessTokenBytes]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("make envd access token: %w", err)
-	}
-	return hex.EncodeToString(b[:]), nil
-}
-
 // token returns the envd access token of tenant's sandbox id, making one
 // (and its record) if it has none: a sandbox made through hutch's own API
 // gets one when an E2B client connects to it. The record of another
 // tenant's sandbox is never replaced: that sandbox is not found.
-func (h *Handler) token(tenant, id string) (string, error) {
+func (h *Handler) token(ctx context.Context, tenant, id string) (string, error) {
+	h.load(ctx, id)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if rec := h.records[id]; rec != nil {
@@ -430,20 +429,14 @@ func (h *Handler) token(tenant, id string) (string, error) {
 		rec.ended = time.Time{}
 		return rec.token, nil
 	}
-	tok, err := newAccessToken()
-	if err != nil {
-		return "", err
-	}
-	traffic, err := newAccessToken()
-	if err != nil {
-		return "", err
-	}
-	h.records[id] = &record{tenant: tenant, token: tok, traffic: traffic}
-	return tok, nil
+	rec := &record{tenant: tenant, token: h.derive("envd", id), traffic: h.derive("traffic", id)}
+	h.records[id] = rec
+	return rec.token, nil
 }
 
 // record returns a copy of the record of tenant's sandbox id, if any.
-func (h *Handler) record(tenant, id string) (record, bool) {
+func (h *Handler) record(ctx context.Context, tenant, id string) (record, bool) {
+	h.load(ctx, id)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	rec := h.records[id]
@@ -513,6 +506,7 @@ func (h *Handler) Resolve(r *http.Request) (Sandbox, error) {
 	if tok == "" && op == "" {
 		return Sandbox{}, errorf(ErrUnauthenticated, "missing X-Access-Token header (the envd access token of the sandbox)")
 	}
+	h.load(r.Context(), id)
 	h.mu.Lock()
 	var tenant string
 	if tok == "" {

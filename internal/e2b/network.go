@@ -67,7 +67,9 @@ func (h *Handler) updateNetwork(w http.ResponseWriter, r *http.Request, tenant s
 		return err
 	}
 	internet := got.Mode != "none"
+	h.load(r.Context(), id)
 	h.mu.Lock()
+	var changed *record
 	if rec := h.records[id]; rec != nil && rec.tenant == tenant {
 		if rec.network != nil {
 			// What the update does not touch (allowPublicTraffic) stays.
@@ -76,8 +78,13 @@ func (h *Handler) updateNetwork(w http.ResponseWriter, r *http.Request, tenant s
 			nb = &kept
 		}
 		rec.network, rec.internet = nb, &internet
+		cp := *rec
+		changed = &cp
 	}
 	h.mu.Unlock()
+	if changed != nil {
+		h.persist(r.Context(), id, *changed)
+	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }

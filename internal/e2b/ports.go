@@ -113,6 +113,7 @@ func (h *Handler) portProxy() *httputil.ReverseProxy {
 // send it; its other routes are the port's, as on E2B.
 func (h *Handler) ServePort(w http.ResponseWriter, r *http.Request, id string, port int) {
 	notFound := proxyError{Code: http.StatusBadGateway, Message: "The sandbox was not found", SandboxID: id}
+	h.load(r.Context(), id)
 	h.mu.Lock()
 	var rec record
 	found := false

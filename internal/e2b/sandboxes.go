@@ -539,21 +539,8 @@ func (h *Handler) started(ctx context.Context, tenant, id string, rec *record) (
 		}
 		return sandboxJSON{}, fmt.Errorf("sandbox %s: %w", id, err)
 	}
-	tok, err := newAccessToken()
-	if err != nil {
-		if derr := h.m.Destroy(cleanup, tenant, id); derr != nil {
-			h.log.Error("destroy a sandbox without an access token", "id", id, "err", derr)
-		}
-		return sandboxJSON{}, err
-	}
-	traffic, err := newAccessToken()
-	if err != nil {
-		if derr := h.m.Destroy(cleanup, tenant, id); derr != nil {
-			h.log.Error("destroy a sandbox without a traffic access token", "id", id, "err", derr)
-		}
-		return sandboxJSON{}, err
-	}
-	rec.tenant, rec.token, rec.traffic = tenant, tok, traffic
+	rec.tenant, rec.token, rec.traffic = tenant, h.derive("envd", id), h.derive("traffic", id)
+	h.persist(ctx, id, *rec)
 	h.mu.Lock()
 	h.records[id] = rec
 	h.mu.Unlock()
@@ -606,8 +593,9 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request, tenant string) err
 	if err != nil {
 		return err
 	}
+	rec, ok := h.record(r.Context(), tenant, info.ID)
 	d := detailJSON{listedJSON: listed(info, h.templateOf(info.ID)), Domain: h.domainJSON()}
-	if rec, ok := h.record(tenant, info.ID); ok {
+	if ok {
 		d.AllowInternetAccess, d.Network = rec.internet, rec.network
 		d.Lifecycle = &lifecycleJSON{AutoResume: rec.autoResume, OnTimeout: "kill"}
 		if rec.pauseOnTimeout {
@@ -771,6 +759,7 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request, tenant string, lq
 	if err != nil {
 		return err
 	}
+	h.loadAll(r.Context(), tenant, infos)
 	states := lq.states
 	if len(states) == 0 {
 		states = []string{"running", "paused"}
@@ -1038,10 +1027,10 @@ func (h *Handler) answerSandbox(w http.ResponseWriter, r *http.Request, tenant, 
 	if err := h.extendTo(r, tenant, id, d); err != nil {
 		return err
 	}
-	if _, err := h.token(tenant, id); err != nil {
+	if _, err := h.token(r.Context(), tenant, id); err != nil {
 		return err
 	}
-	rec, _ := h.record(tenant, id)
+	rec, _ := h.record(r.Context(), tenant, id)
 	if rec.template == "" {
 		rec.template = Template
 	}

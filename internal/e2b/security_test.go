@@ -239,14 +239,14 @@ func TestTenantIsolation(t *testing.T) {
 // through.
 func TestTokenRecordNotReplaced(t *testing.T) {
 	h := New(nil, nil)
-	tok, err := h.token("bob", "sb-1")
+	tok, err := h.token(context.Background(), "bob", "sb-1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.token("alice", "sb-1"); err == nil || classify(err) != http.StatusNotFound {
+	if _, err := h.token(context.Background(), "alice", "sb-1"); err == nil || classify(err) != http.StatusNotFound {
 		t.Errorf("token(alice, bob's sandbox) = %v, want 404", err)
 	}
-	if again, err := h.token("bob", "sb-1"); err != nil || again != tok {
+	if again, err := h.token(context.Background(), "bob", "sb-1"); err != nil || again != tok {
 		t.Errorf("bob's token changed: %q, %v", again, err)
 	}
 }
@@ -275,7 +275,7 @@ func TestAccessTokens(t *testing.T) {
 	// A new handler over the same sandboxes makes other tokens: they come
 	// from no property of the sandbox.
 	h2 := New(f.m, nil)
-	if tok, err := h2.token("alice", ids[0]); err != nil || seen[tok] {
+	if tok, err := h2.token(context.Background(), "alice", ids[0]); err != nil || seen[tok] {
 		t.Errorf("a second handler's token for %s: %q, %v", ids[0], tok, err)
 	}
 
@@ -568,7 +568,7 @@ func TestErrorShape(t *testing.T) {
 	if strings.Contains(msg, "/var/lib") || strings.Contains(msg, "disk") {
 		t.Errorf("500 message %q leaks internals", msg)
 	}
-	tok, err := h.token("alice", id)
+	tok, err := h.token(context.Background(), "alice", id)
 	if err != nil {
 		t.Fatal(err)
 	}

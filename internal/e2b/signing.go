@@ -1,6 +1,7 @@
 package e2b
 
 import (
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
@@ -8,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/hutch-sandbox/hutch/internal/store"
 )
 
 // Signed file URLs. E2B's SDKs make, for a sandbox with an envd access
@@ -46,6 +49,67 @@ func signedOperation(r *http.Request) string {
 		return "write"
 	}
 	return ""
+}
+
+// signedScan is the sandbox whose envd access token match accepts, ""
+// for none: of the sandboxes the handler holds and those of its store
+// that are not stopped (another daemon's), one scan at a time
+// (h.signScan). The one found is held once it returns.
+func (h *Handler) signedScan(ctx context.Context, match func(token string) bool) string {
+	select {
+	case h.signScan <- struct{}{}:
+	case <-ctx.Done():
+		return ""
+	}
+	defer func() { <-h.signScan }()
+	h.mu.Lock()
+	ids := make(map[string]bool, len(h.records))
+	for id := range h.records {
+		ids[id] = true
+	}
+	h.mu.Unlock()
+	if h.m != nil { // else the handler's own only
+		if sbs, err := h.m.Store().ListSandboxes(ctx, store.Filter{}); err == nil {
+			for _, sb := range sbs {
+				if sb.State != store.StateStopped {
+					ids[sb.ID] = true
+				}
+			}
+		}
+	}
+	found := ""
+	for id := range ids {
+		if match(h.derive("envd", id)) {
+			found = id
+		}
+	}
+	h.load(ctx, found)
+	return found
+}
+
+// SandboxOf is the sandbox an E2B request names (the package's
+// SandboxOf) or, for a signed URL of envd's /files that names none (E2B's
+// SDKs with E2B_SANDBOX_URL), the one whose token signed it — which the
+// request then names in its E2b-Sandbox-Id header, so that whatever
+// serves it checks the signature against that sandbox alone.
+func (h *Handler) SandboxOf(r *http.Request) string {
+	if id := SandboxOf(r); id != "" || r.URL.Path != "/files" || r.Header.Get("X-Access-Token") != "" {
+		return id
+	}
+	op := signedOperation(r)
+	q := r.URL.Query()
+	sig, exp := q.Get("signature"), q.Get("signature_expiration")
+	if op == "" || sig == "" || len(sig) > maxSignature {
+		return ""
+	}
+	path, user := q.Get("path"), q.Get("username")
+	id := h.signedScan(r.Context(), func(token string) bool {
+		return subtle.ConstantTimeCompare([]byte(signature(path, op, user, token, exp)), []byte(sig)) == 1
+	})
+	if id != "" {
+		r.Header.Set("E2b-Sandbox-Id", id)
+	}
+	return id
 }
 
 // resolveSigned returns the sandbox a signed /files request is for: id if
@@ -89,22 +153,8 @@ func (h *Handler) resolveSigned(r *http.Request, id, op string) (string, *record
 			found = id
 		}
 	} else {
-		type candidate struct{ id, token string }
-		all := make([]candidate, 0, len(h.records))
-		for rid, rec := range h.records {
-			all = append(all, candidate{rid, rec.token})
-		}
 		h.mu.Unlock()
-		select {
-		case h.signScan <- struct{}{}:
-			for _, c := range all {
-				if match(c.token) {
-					found = c.id
-				}
-			}
-			<-h.signScan
-		case <-r.Context().Done():
-		}
+		found = h.signedScan(r.Context(), match)
 		h.mu.Lock()
 		if rec := h.records[found]; found != "" && (rec == nil || !match(rec.token)) {
 			found = "" // gone, or another sandbox by now

@@ -204,6 +204,7 @@ func (h *Handler) fork(w http.ResponseWriter, r *http.Request, tenant string) er
 	if err != nil {
 		return err
 	}
+	h.load(r.Context(), id)
 	src := h.recordOf(id)
 	out := make([]forkJSON, len(results))
 	var made []string

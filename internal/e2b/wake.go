@@ -30,7 +30,7 @@ type wakeCall struct {
 // daemon.ErrNotFound (no such sandbox of tenant's, or it is gone) or the
 // resume's error; a sandbox that is not paused is no error.
 func (h *Handler) Wake(ctx context.Context, tenant, id string) error {
-	rec, ok := h.record(tenant, id)
+	rec, ok := h.record(ctx, tenant, id)
 	if !ok {
 		return errorf(daemon.ErrNotFound, "sandbox %s: not found", id)
 	}

@@ -2,6 +2,7 @@ package kube
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -179,4 +181,35 @@ func leaseAlive(l *coordinationv1.Lease, now time.Time) bool {
 		return false
 	}
 	return now.Before(l.Spec.RenewTime.Add(time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second))
+}
+
+// SharedKey is the key named name that every replica of the daemon's
+// name shares (size random bytes), kept in a Secret of the namespace:
+// made by the first replica that asks for it.
+func (c *Cluster) SharedKey(ctx context.Context, name string, size int) ([]byte, error) {
+	secret := "hutch-key-" + c.opts.Daemon + "-" + name
+	var s corev1.Secret
+	err := c.core.get(ctx, c.ns, "secrets", secret, &s)
+	if apierrors.IsNotFound(err) {
+		key := make([]byte, size)
+		if _, err := rand.Read(key); err != nil {
+			return nil, err
+		}
+		s = corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: secret, Namespace: c.ns,
+				Labels: map[string]string{LabelManaged: "hutch", LabelDaemon: c.opts.Daemon}},
+			Data: map[string][]byte{"key": key},
+		}
+		err = c.core.create(ctx, c.ns, "secrets", &s, &s)
+		if apierrors.IsAlreadyExists(err) {
+			err = c.core.get(ctx, c.ns, "secrets", secret, &s)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes: secret %s: %w", secret, err)
+	}
+	if len(s.Data["key"]) != size {
+		return nil, fmt.Errorf("kubernetes: secret %s: its key is %d bytes, want %d", secret, len(s.Data["key"]), size)
+	}
+	return s.Data["key"], nil
 }

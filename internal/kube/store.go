@@ -113,6 +113,7 @@ type record struct {
 	Checkpoint    string            `json:"checkpoint,omitempty"`
 	Volumes       string            `json:"volumes,omitempty"`
 	Owner         string            `json:"owner,omitempty"`
+	Notes         map[string]string `json:"notes,omitempty"`
 }
 
 // recordName is the name of sandbox id's ConfigMap, or an error when id
@@ -135,7 +136,7 @@ func (s *Store) encode(cm *corev1.ConfigMap, sb store.Sandbox) error {
 		ID: sb.ID, Tenant: sb.Tenant, State: sb.State, Labels: sb.Labels, Spec: string(sb.Spec),
 		Created: sb.Created, Expires: sb.Expires, LastActive: sb.LastActive, IdleTimeoutNS: int64(sb.IdleTimeout),
 		PID: sb.PID, PIDStart: sb.PIDStart, Dir: sb.Dir, Image: sb.Image, Tier: sb.Tier,
-		Checkpoint: sb.Checkpoint, Volumes: string(sb.Volumes), Owner: sb.Owner,
+		Checkpoint: sb.Checkpoint, Volumes: string(sb.Volumes), Owner: sb.Owner, Notes: sb.Notes,
 	})
 	if err != nil {
 		return err
@@ -167,7 +168,7 @@ func decode(cm *corev1.ConfigMap) (store.Sandbox, error) {
 		ID: r.ID, Tenant: r.Tenant, State: r.State, Labels: r.Labels, Spec: []byte(r.Spec),
 		Created: r.Created, Expires: r.Expires, LastActive: r.LastActive, IdleTimeout: time.Duration(r.IdleTimeoutNS),
 		PID: r.PID, PIDStart: r.PIDStart, Dir: r.Dir, Image: r.Image, Tier: r.Tier,
-		Checkpoint: r.Checkpoint, Volumes: []byte(r.Volumes), Owner: r.Owner,
+		Checkpoint: r.Checkpoint, Volumes: []byte(r.Volumes), Owner: r.Owner, Notes: r.Notes,
 	}
 	if cm.Name != recordPrefix+sb.ID {
 		return store.Sandbox{}, fmt.Errorf("ConfigMap %s holds the record of sandbox %q", cm.Name, sb.ID)

@@ -92,6 +92,9 @@ func Normalize(sb *Sandbox) error {
 	if len(sb.Volumes) == 0 {
 		sb.Volumes = nil
 	}
+	if len(sb.Notes) == 0 {
+		sb.Notes = nil
+	}
 	sb.Created = fromNanos(r.created)
 	sb.Expires = fromNanos(r.expires)
 	sb.LastActive = fromNanos(r.lastActive)
@@ -99,7 +102,7 @@ func Normalize(sb *Sandbox) error {
 }
 
 // Modify is UpdateSandbox's change of old, a record as read: fn is given
-// a copy, whose Labels map is never nil, and may not change its ID,
+// a copy, whose Labels and Notes maps are never nil, and may not change its ID,
 // Tenant, Tier or Volumes; the result is checked and normalized
 // (Normalize). fn's error is returned as is.
 func Modify(old Sandbox, fn func(*Sandbox) error) (Sandbox, error) {
@@ -110,6 +113,10 @@ func Modify(old Sandbox, fn func(*Sandbox) error) (Sandbox, error) {
 	}
 	sb.Spec = slices.Clone(old.Spec)
 	sb.Volumes = slices.Clone(old.Volumes)
+	sb.Notes = maps.Clone(old.Notes)
+	if sb.Notes == nil {
+		sb.Notes = make(map[string]string)
+	}
 	if err := fn(&sb); err != nil {
 		return Sandbox{}, err
 	}

@@ -83,6 +83,10 @@ type Sandbox struct {
 	// agent's connection, its timers), where several share one store (a
 	// cluster's); empty on one machine.
 	Owner string
+	// Notes are what front ends keep with the record, by front end (E2B's
+	// template, network and lifecycle of the sandbox), so that any daemon
+	// sharing the store answers for it; read back as nil when empty.
+	Notes map[string]string
 }
 
 // NamespaceTier is the namespace tier's name (policy.TierNamespace; the
@@ -104,7 +108,7 @@ type Filter struct {
 // sandboxColumns are the columns scanSandbox reads, in its order; s is the
 // sandboxes table.
 const sandboxColumns = `s.id, s.tenant, s.state, s.spec, s.created_ns, s.expires_ns,
-	s.last_active_ns, s.idle_timeout_ns, s.pid, s.pid_start, s.dir, s.image, s.tier, s.checkpoint, s.volumes, s.owner,
+	s.last_active_ns, s.idle_timeout_ns, s.pid, s.pid_start, s.dir, s.image, s.tier, s.checkpoint, s.volumes, s.owner, s.notes,
 	(SELECT json_group_object(l.key, l.value) FROM sandbox_labels l WHERE l.sandbox_id = s.id)`
 
 // scanner is a *sql.Row or a *sql.Rows.
@@ -118,10 +122,10 @@ func scanSandbox(row scanner) (Sandbox, error) {
 		sb                                   Sandbox
 		created, expires, lastActive, idleNS int64
 		pidStart                             int64
-		labels                               []byte
+		labels, notes                        []byte
 	)
 	err := row.Scan(&sb.ID, &sb.Tenant, &sb.State, &sb.Spec, &created, &expires,
-		&lastActive, &idleNS, &sb.PID, &pidStart, &sb.Dir, &sb.Image, &sb.Tier, &sb.Checkpoint, &sb.Volumes, &sb.Owner, &labels)
+		&lastActive, &idleNS, &sb.PID, &pidStart, &sb.Dir, &sb.Image, &sb.Tier, &sb.Checkpoint, &sb.Volumes, &sb.Owner, &notes, &labels)
 	if err != nil {
 		return Sandbox{}, err
 	}
@@ -136,6 +140,14 @@ func scanSandbox(row scanner) (Sandbox, error) {
 	sb.LastActive = fromNanos(lastActive)
 	sb.IdleTimeout = time.Duration(idleNS)
 	sb.PIDStart = uint64(pidStart)
+	if len(notes) > 0 {
+		if err := json.Unmarshal(notes, &sb.Notes); err != nil {
+			return Sandbox{}, fmt.Errorf("notes: %w", err)
+		}
+		if len(sb.Notes) == 0 {
+			sb.Notes = nil
+		}
+	}
 	if len(labels) > 0 {
 		if err := json.Unmarshal(labels, &sb.Labels); err != nil {
 			return Sandbox{}, fmt.Errorf("labels: %w", err)
@@ -175,7 +187,7 @@ func fromNanos(ns int64) time.Time {
 
 // row is a sandbox in the form of the sandboxes table.
 type row struct {
-	spec                                 []byte
+	spec, notes                          []byte
 	created, expires, lastActive, idleNS int64
 	pidStart                             int64
 }
@@ -218,6 +230,12 @@ func check(sb *Sandbox) (row, error) {
 	if r.spec == nil {
 		r.spec = []byte{} // the column is NOT NULL
 	}
+	r.notes = []byte{}
+	if len(sb.Notes) > 0 {
+		if r.notes, err = json.Marshal(sb.Notes); err != nil {
+			return r, fmt.Errorf("notes: %w", err)
+		}
+	}
 	if sb.Tier == "" {
 		sb.Tier = NamespaceTier
 	}
@@ -251,9 +269,9 @@ func (s *Store) InsertSandbox(ctx context.Context, sb Sandbox) error {
 	}
 	err = s.writeTx(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO sandboxes
-	(id, tenant, state, spec, created_ns, expires_ns, last_active_ns, idle_timeout_ns, pid, pid_start, dir, image, tier, checkpoint, volumes, owner)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			sb.ID, sb.Tenant, sb.State, r.spec, r.created, r.expires, r.lastActive, r.idleNS, sb.PID, r.pidStart, sb.Dir, sb.Image, sb.Tier, sb.Checkpoint, nonNil(sb.Volumes), sb.Owner)
+	(id, tenant, state, spec, created_ns, expires_ns, last_active_ns, idle_timeout_ns, pid, pid_start, dir, image, tier, checkpoint, volumes, owner, notes)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			sb.ID, sb.Tenant, sb.State, r.spec, r.created, r.expires, r.lastActive, r.idleNS, sb.PID, r.pidStart, sb.Dir, sb.Image, sb.Tier, sb.Checkpoint, nonNil(sb.Volumes), sb.Owner, r.notes)
 		if isConstraint(err) {
 			return ErrConflict
 		}
@@ -366,9 +384,9 @@ func (s *Store) UpdateSandbox(ctx context.Context, id string, fn func(*Sandbox) 
 		}
 		_, err = tx.ExecContext(ctx, `UPDATE sandboxes SET
 	state = ?, spec = ?, created_ns = ?, expires_ns = ?, last_active_ns = ?,
-	idle_timeout_ns = ?, pid = ?, pid_start = ?, dir = ?, image = ?, checkpoint = ?, owner = ?
+	idle_timeout_ns = ?, pid = ?, pid_start = ?, dir = ?, image = ?, checkpoint = ?, owner = ?, notes = ?
 	WHERE id = ?`,
-			sb.State, r.spec, r.created, r.expires, r.lastActive, r.idleNS, sb.PID, r.pidStart, sb.Dir, sb.Image, sb.Checkpoint, sb.Owner, id)
+			sb.State, r.spec, r.created, r.expires, r.lastActive, r.idleNS, sb.PID, r.pidStart, sb.Dir, sb.Image, sb.Checkpoint, sb.Owner, r.notes, id)
 		if err != nil {
 			return err
 		}

@@ -92,10 +92,12 @@ ALTER TABLE snapshots ADD COLUMN memory INTEGER NOT NULL DEFAULT 0 CHECK (memory
 	`
 ALTER TABLE sandboxes ADD COLUMN volumes BLOB NOT NULL DEFAULT x'';
 `,
-	// Version 8: the replica of hutch serve that serves a sandbox; the
-	// sandboxes recorded before were one daemon's.
+	// Version 8: the replica of hutch serve that serves a sandbox (the
+	// sandboxes recorded before were one daemon's), and the front ends'
+	// notes of a sandbox (JSON object; none before).
 	`
 ALTER TABLE sandboxes ADD COLUMN owner TEXT NOT NULL DEFAULT '';
+ALTER TABLE sandboxes ADD COLUMN notes BLOB NOT NULL DEFAULT x'';
 `,
 }
 

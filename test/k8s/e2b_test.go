@@ -4,11 +4,15 @@ package k8s
 
 import (
 	"context"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -38,10 +42,12 @@ func baseImageTar() string {
 }
 
 // TestServeKubernetesE2B runs E2B's JavaScript SDK, unchanged, against
-// hutch serve --kubernetes: test/e2b/sdk.test.mjs with node's test runner
-// and HUTCH_E2B_KUBERNETES=1, E2B_API_URL and E2B_SANDBOX_URL the daemon's
-// TCP listener, E2B_API_KEY a token of `hutch token create --e2b` on its
-// socket. Each sandbox is a pod of hutch's base image (imported into the
+// two replicas of hutch serve --kubernetes behind one address:
+// test/e2b/sdk.test.mjs with node's test runner and
+// HUTCH_E2B_KUBERNETES=1, E2B_API_URL and E2B_SANDBOX_URL a balancer that
+// sends each request to the replicas in turn (harsher than a Service,
+// which balances connections), E2B_API_KEY a token of `hutch token create
+// --e2b` on a replica's socket. Each sandbox is a pod of hutch's base image (imported into the
 // cluster's containerd, the daemon's --kubernetes-image): E2B's user, its
 // shell and tools. What a pod cannot do the suite skips, saying why, or
 // asserts the refusal naming Kubernetes (docs/kubernetes.md lists them).
@@ -53,9 +59,13 @@ func TestServeKubernetesE2B(t *testing.T) {
 	c.Import(t, tar)
 	c.KubectlIn(t, runtimeClassYAMLHutch, "apply", "-f", "-")
 	nodeOnBridge(t, c)
-	dir := t.TempDir()
-	p := startServe(t, c, dir, "--kubernetes-image", e2b.BaseImage, "--listen", "127.0.0.1:0", "--tenant-memory", "64g")
-	api := p.tcpURL(t)
+	kc := serviceAccount(t, c)
+	r1, r2 := &replica{name: "e2b-1"}, &replica{name: "e2b-2"}
+	for _, r := range []*replica{r1, r2} {
+		startReplica(t, c, kc, "e2b", r, "--kubernetes-image", e2b.BaseImage, "--tenant-memory", "64g")
+	}
+	p, dir := r1.p, r1.dir
+	api := roundRobin(t, r1.url, r2.url)
 
 	tok := exec.Command(testutil.Hutch(t), "token", "create", "--tenant", "e2b-sdk", "--e2b")
 	tok.Env = append(os.Environ(), "HUTCH_HOST=unix://"+p.sock, "HOME="+dir)
@@ -81,4 +91,33 @@ func TestServeKubernetesE2B(t *testing.T) {
 	if !testutil.Eventually(2*time.Minute, func() bool { return len(pods(t, c)) == 0 }) {
 		t.Errorf("pods left after the suite: %v", pods(t, c))
 	}
+	for _, r := range []*replica{r1, r2} {
+		if n := strings.Count(r.p.log.String(), "msg=\"sandbox ended\""); n == 0 {
+			t.Errorf("replica %s served no sandbox of the suite's", r.name)
+		}
+	}
+}
+
+// roundRobin is the URL of a balancer on loopback that sends each request
+// to the next of urls in turn, its host unchanged, streams as they come.
+func roundRobin(t *testing.T, urls ...string) string {
+	t.Helper()
+	var next atomic.Uint64
+	targets := make([]*url.URL, len(urls))
+	for i, u := range urls {
+		var err error
+		if targets[i], err = url.Parse(u); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(targets[next.Add(1)%uint64(len(targets))])
+			pr.Out.Host = pr.In.Host
+		},
+		FlushInterval: -1,
+	}
+	srv := httptest.NewServer(rp)
+	t.Cleanup(srv.Close)
+	return srv.URL
 }

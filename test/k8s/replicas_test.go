@@ -6,8 +6,10 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
 	"strings"
 	"sync"
 	"syscall"
@@ -118,6 +120,17 @@ func testServeReplicas(t *testing.T, c *k8stest.Cluster, kc string) {
 		t.Errorf("list through r2: %d sandboxes, %v; want 2", len(l), err)
 	}
 
+	// E2B's handle of a (its envd access token, from a connect through
+	// r2, which r1 answers) is any replica's: it holds after r1's kill.
+	e2bKey, err := r1.p.client(t).CreateToken(ctx, client.TokenOptions{Tenant: "replicas", E2B: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	envdToken := e2bConnect(t, r2.url, e2bKey, a.ID)
+	if code := envdHealth(t, r2.url, a.ID, envdToken); code != http.StatusNoContent && code != http.StatusOK {
+		t.Errorf("envd's health of a through r2 with its token: %d", code)
+	}
+
 	// r1 killed while a command of a's runs through r2: a's pod runs on;
 	// r2 takes a over when r1's Lease lapses, with no request for it.
 	// (Exec: its streams go over the connection the request upgraded.)
@@ -143,6 +156,13 @@ func testServeReplicas(t *testing.T, c *k8stest.Cluster, kc string) {
 		return err == nil
 	}) || string(r.Stdout) != "written through the other replica\nlate\n" {
 		t.Errorf("a after r1's kill, through r2: %+v %v", r, err)
+	}
+
+	if code := envdHealth(t, r2.url, a.ID, envdToken); code != http.StatusNoContent && code != http.StatusOK {
+		t.Errorf("envd's health of a through r2 with its token after r1's kill: %d", code)
+	}
+	if code := envdHealth(t, r2.url, a.ID, strings.Repeat("0", len(envdToken))); code != http.StatusUnauthorized {
+		t.Errorf("envd's health of a with a wrong token: %d, want 401", code)
 	}
 
 	// r1 again, under its name: it leaves r2's sandboxes to r2, and
@@ -218,4 +238,40 @@ func testServeReplicas(t *testing.T, c *k8stest.Cluster, kc string) {
 	if !testutil.Eventually(2*time.Minute, func() bool { return len(namePods(t, c, name)) == 0 }) {
 		t.Errorf("pods left: %v", namePods(t, c, name))
 	}
+}
+
+// e2bConnect connects to sandbox id through E2B's API at base with API
+// key key, and returns its envd access token.
+func e2bConnect(t *testing.T, base, key, id string) string {
+	t.Helper()
+	req, _ := http.NewRequest("POST", base+"/v2/sandboxes/"+id+"/connect", strings.NewReader(`{"timeout":600}`))
+	req.Header.Set("X-API-Key", key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Token string `json:"envdAccessToken"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode/100 != 2 || out.Token == "" {
+		t.Fatalf("E2B connect to %s: %d %v", id, resp.StatusCode, err)
+	}
+	return out.Token
+}
+
+// envdHealth is the status of envd's /health of sandbox id through base,
+// with envd access token tok.
+func envdHealth(t *testing.T, base, id, tok string) int {
+	t.Helper()
+	req, _ := http.NewRequest("GET", base+"/health", nil)
+	req.Header.Set("E2b-Sandbox-Id", id)
+	req.Header.Set("X-Access-Token", tok)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }

@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -292,16 +291,4 @@ current-context: hutch-serve
 		t.Fatal(err)
 	}
 	return path
-}
-
-// tcpURL is the URL of the daemon's TCP listener (its --listen), from the
-// line it logs.
-func (p *serveProc) tcpURL(t *testing.T) string {
-	t.Helper()
-	re := regexp.MustCompile(`hutch: listening on (http://\S+)\n`)
-	var m []string
-	if !testutil.Eventually(time.Minute, func() bool { m = re.FindStringSubmatch(p.log.String()); return m != nil }) {
-		t.Fatalf("hutch serve logs no TCP listener:\n%s", p.log.String())
-	}
-	return m[1]
 }

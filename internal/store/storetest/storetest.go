@@ -73,6 +73,7 @@ func sandbox(id, tenant string, created time.Time) store.Sandbox {
 		Tier:        "gvisor",
 		Volumes:     []byte(`[{"name":"data","dir":"/var/lib/hutch/volumes/v1","at":"/data"}]`),
 		Owner:       "replica-a",
+		Notes:       map[string]string{"e2b": `{"template":"base"}`},
 	}
 }
 
@@ -94,10 +95,11 @@ func equal(got, want store.Sandbox) string {
 	}
 	g, w := got, want
 	g.Labels, w.Labels = nil, nil
+	g.Notes, w.Notes = nil, nil
 	g.Spec, w.Spec, g.Volumes, w.Volumes = nil, nil, nil, nil
 	g.Created, g.Expires, g.LastActive = time.Time{}, time.Time{}, time.Time{}
 	w.Created, w.Expires, w.LastActive = time.Time{}, time.Time{}, time.Time{}
-	if !reflect.DeepEqual(g, w) || !maps.Equal(got.Labels, want.Labels) || string(got.Spec) != string(want.Spec) ||
+	if !reflect.DeepEqual(g, w) || !maps.Equal(got.Labels, want.Labels) || !maps.Equal(got.Notes, want.Notes) || string(got.Spec) != string(want.Spec) ||
 		string(got.Volumes) != string(want.Volumes) || !got.Created.Equal(want.Created) ||
 		!got.Expires.Equal(want.Expires) || !got.LastActive.Equal(want.LastActive) ||
 		got.Expires.IsZero() != want.Expires.IsZero() {
@@ -252,6 +254,7 @@ func testUpdate(t *testing.T, open func(*testing.T) store.Backend) {
 		sb.Checkpoint = "/var/lib/hutch/cp"
 		sb.LastActive = later
 		sb.Owner = "replica-b"
+		sb.Notes["mcp"] = "x"
 		sb.Labels["new"] = "1"
 		delete(sb.Labels, "team")
 		sb.Spec = nil
@@ -263,6 +266,7 @@ func testUpdate(t *testing.T, open func(*testing.T) store.Backend) {
 	want := sandbox("sb-u", "acme", base)
 	want.State, want.Checkpoint, want.LastActive, want.Owner = store.StatePaused, "/var/lib/hutch/cp", later, "replica-b"
 	want.Labels = map[string]string{"new": "1", "purpose": "ci"}
+	want.Notes = map[string]string{"e2b": `{"template":"base"}`, "mcp": "x"}
 	want.Spec = nil
 	if d := equal(got, want); d != "" {
 		t.Errorf("update returned: %s", d)
