@@ -89,6 +89,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.next.ServeHTTP(w, r)
 		return
 	}
+	// The owner may answer before the request's body is all sent on
+	// (its reader stops at the end of the message it wanted): without
+	// full duplex, HTTP/1's server ends the body once the answer starts,
+	// which fails the copy and closes the connection under the answer.
+	_ = http.NewResponseController(w).EnableFullDuplex()
 	p.ServeHTTP(w, r)
 }
 

@@ -130,3 +130,33 @@ func TestPathID(t *testing.T) {
 		}
 	}
 }
+
+// TestForwardFullDuplex: an owner that answers before it read the whole
+// request body, then reads the rest, answers whole through the forwarding
+// replica (whose HTTP/1 server would otherwise end the body once the
+// answer starts, and the connection to the owner with it).
+func TestForwardFullDuplex(t *testing.T) {
+	owner := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = http.NewResponseController(w).EnableFullDuplex()
+		fmt.Fprint(w, "early\n")
+		w.(http.Flusher).Flush()
+		n, err := io.Copy(io.Discard, r.Body)
+		fmt.Fprintf(w, "read %d %v\n", n, err)
+	}))
+	defer owner.Close()
+	h := New(http.NotFoundHandler(), where{"sb-a": owner.URL}, Config{IDs: []func(*http.Request) string{PathID("/v1/sandboxes/")}})
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	const size = 4 << 20
+	for range 5 {
+		resp, err := http.Post(srv.URL+"/v1/sandboxes/sb-a/files", "application/octet-stream", strings.NewReader(strings.Repeat("x", size)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if want := fmt.Sprintf("early\nread %d <nil>\n", size); err != nil || string(b) != want {
+			t.Fatalf("answer %q %v, want %q", b, err, want)
+		}
+	}
+}

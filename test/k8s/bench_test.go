@@ -293,6 +293,63 @@ func TestBenchKubernetes(t *testing.T) {
 	}
 	coldC.Destroy(ctx, sb.ID)
 
+	// Two replicas: a command through the sandbox's own replica and
+	// through the other (sent on), over TCP with a token; then the
+	// take-over: the owner killed, until the other answers a command.
+	const lease = 4 * time.Second
+	r1, r2 := &replica{name: "b1"}, &replica{name: "b2"}
+	startReplica(t, c, c.Kubeconfig, "rep", r1, "--kubernetes-lease", lease.String())
+	startReplica(t, c, c.Kubeconfig, "rep", r2, "--kubernetes-lease", lease.String())
+	tok, err := r1.p.client(t).CreateToken(ctx, client.TokenOptions{Tenant: "bench"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	over := func(r *replica) *client.Client {
+		cl, err := client.New(r.url, tok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cl
+	}
+	c1, c2 := over(r1), over(r2)
+	runTrue := func(cl *client.Client, id string) time.Duration {
+		t.Helper()
+		start := time.Now()
+		if r, err := cl.Run(ctx, id, client.Command{Args: []string{"true"}}); err != nil || r.ExitStatus.Code != 0 {
+			t.Fatalf("run true: %v %v", r, err)
+		}
+		return time.Since(start)
+	}
+	sb, err = c1.Create(ctx, client.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := -1; i < n; i++ {
+		d1, d2 := runTrue(c1, sb.ID), runTrue(c2, sb.ID)
+		if i >= 0 {
+			log("replicas: through its own (TCP)", d1)
+			log("replicas: through the other (sent on)", d2)
+		}
+	}
+	takeovers := max(1, n/5)
+	for i := range takeovers {
+		owner, other, oc := r1, r2, c2
+		if i%2 == 1 {
+			owner, other, oc = r2, r1, c1
+		}
+		start := time.Now()
+		owner.p.stop(syscall.SIGKILL)
+		if !testutil.Eventually(2*time.Minute, func() bool {
+			r, err := oc.Run(ctx, sb.ID, client.Command{Args: []string{"true"}})
+			return err == nil && r.ExitStatus.Code == 0
+		}) {
+			t.Fatalf("%s did not take %s over", other.name, sb.ID)
+		}
+		log("replicas: owner killed → a command answered by the other", time.Since(start))
+		startReplica(t, c, c.Kubeconfig, "rep", owner, "--kubernetes-lease", lease.String())
+	}
+	c1.Destroy(ctx, sb.ID)
+
 	out := os.Stdout
 	if f := os.Getenv(benchOutEnv); f != "" {
 		if out, err = os.Create(f); err != nil {
@@ -307,6 +364,9 @@ func TestBenchKubernetes(t *testing.T) {
 	tbl.ratios(out, "floor hutch-runc: first output", "hutch cold", "hutch warm")
 	tbl.print(out, fmt.Sprintf("Command round trip on a running sandbox's pod (n=%d)", n), "exec: kubectl exec true",
 		"exec: client.Run(true)", "exec: kubectl exec true", "kubectl get pod (kubectl's own cost)")
+	tbl.print(out, fmt.Sprintf("Two replicas: a command (true) on a running sandbox's pod (n=%d; take-over n=%d, Lease %s)", n, takeovers, lease),
+		"replicas: through its own (TCP)", "replicas: through its own (TCP)", "replicas: through the other (sent on)",
+		"replicas: owner killed → a command answered by the other")
 	var wall time.Duration
 	for _, w := range walls {
 		wall += w
