@@ -213,11 +213,11 @@ func liveMountNamespaces(ms []mountinfo.Mount) (live map[string]bool, known bool
 }
 
 // retire removes dir, a mounts directory with no mount under it in this
-// namespace. A mount point of it that is one in another mount namespace
-// too, where it is locked (the copy a user namespace's mount namespace
-// made while the container ran), cannot be removed (EBUSY) while that
-// namespace lives: what is left of dir then goes to goneDir, out of the
-// way of a container of the same name, and each sweep tries again.
+// namespace. A mount point of it that the kernel will not remove yet
+// (EBUSY: mounted again meanwhile, or held by another mount namespace
+// where a kernel refuses that) does not fail the cleanup: what is left of
+// dir goes to goneDir, out of the way of a container of the same name,
+// and each sweep tries again.
 func retire(dir string) error {
 	err := os.RemoveAll(dir)
 	if !errors.Is(err, unix.EBUSY) {

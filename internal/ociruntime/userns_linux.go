@@ -442,8 +442,8 @@ func idmapRoot(root, target, mnt string, base uint32) (work string, err error) {
 
 // removeMounts unmounts everything under mnt, removes work (the overlay
 // work directory hutch-runc made in the engine's layer, if any), then
-// removes mnt, or moves what is left of it out of the way when another
-// mount namespace holds its mount points (retire). It never removes
+// removes mnt, or moves what is left of it out of the way when a mount
+// point of it cannot be removed yet (retire). It never removes
 // across a mount it could not undo (the container's root!).
 func removeMounts(mnt, work string) error {
 	points, err := mountsUnder(mnt)
