@@ -132,11 +132,13 @@ func TestJoinerEgressMustMatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The owner's proxy: a process whose command line names its state.
+	// In a process group of its own, ended whole: sh's sleep is a child.
 	proxy := exec.Command("sh", "-c", "sleep 600", "egress-proxy", owner)
+	proxy.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := proxy.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { proxy.Process.Kill(); proxy.Wait() }()
+	defer func() { syscall.Kill(-proxy.Process.Pid, syscall.SIGKILL); proxy.Wait() }()
 	if err := os.WriteFile(filepath.Join(owner, proxyPidFile), []byte(strconv.Itoa(proxy.Process.Pid)), 0o600); err != nil {
 		t.Fatal(err)
 	}

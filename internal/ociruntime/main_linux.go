@@ -309,6 +309,10 @@ func (r *runtime) create(cl *cmdline) ([]string, error) {
 	}
 	dir := r.stateDir(id)
 	mnt := mountsDir(r.root, id)
+	// What containers gone without a delete left (their engine was
+	// killed): a read of each one's back-reference when there is
+	// nothing to do.
+	sweepMounts(mountsRoot)
 	// What a create that failed before the low-level runtime took the
 	// container left.
 	if err := cleanupState(dir); err != nil {

@@ -39,9 +39,16 @@ const mountsRoot = "/run/hutch-runc/c"
 
 // mountsDir is the container's directory under mountsRoot: named after
 // hutch-runc's root and the ID, which is unique only within one root.
+// Each holds a back-reference to the container's state (ownerFile), by
+// which sweepMounts removes those of containers gone without a delete.
 func mountsDir(root, id string) string {
+	return filepath.Join(mountsRoot, mountsName(root, id))
+}
+
+// mountsName is the name of mountsDir(root, id).
+func mountsName(root, id string) string {
 	h := sha256.Sum256([]byte(root))
-	return filepath.Join(mountsRoot, hex.EncodeToString(h[:6])+"-"+id)
+	return hex.EncodeToString(h[:6]) + "-" + id
 }
 
 // needsUserns says whether hutch-runc gives the container a user
@@ -208,14 +215,11 @@ func allocateIDs(dir, owner string) (uint32, error) {
 	}
 	// One allocation at a time, so that a stale block is reclaimed by
 	// one create only.
-	lock, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	lock, err := lockFile(filepath.Join(dir, ".lock"))
 	if err != nil {
-		return 0, err
-	}
-	defer lock.Close()
-	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
 		return 0, fmt.Errorf("lock the blocks of ids: %w", err)
 	}
+	defer lock.Close()
 	for n := 0; n < idBlocks; n++ {
 		p := filepath.Join(dir, strconv.Itoa(n))
 		f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
@@ -438,8 +442,9 @@ func idmapRoot(root, target, mnt string, base uint32) (work string, err error) {
 
 // removeMounts unmounts everything under mnt, removes work (the overlay
 // work directory hutch-runc made in the engine's layer, if any), then
-// removes mnt. It never removes across a mount it could not undo (the
-// container's root!).
+// removes mnt, or moves what is left of it out of the way when a mount
+// point of it cannot be removed yet (retire). It never removes
+// across a mount it could not undo (the container's root!).
 func removeMounts(mnt, work string) error {
 	points, err := mountsUnder(mnt)
 	if err != nil {
@@ -463,7 +468,7 @@ func removeMounts(mnt, work string) error {
 	if left, err := mountsUnder(mnt); err != nil || len(left) > 0 {
 		return fmt.Errorf("mounts left under %s: %v %v", mnt, left, err)
 	}
-	return os.RemoveAll(mnt)
+	return retire(mnt)
 }
 
 // mountsUnder lists the mount points at or under dir, in mount order.
@@ -472,13 +477,18 @@ func mountsUnder(dir string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	return pointsUnder(ms, dir), nil
+}
+
+// pointsUnder lists the mount points of ms at or under dir, in order.
+func pointsUnder(ms []mountinfo.Mount, dir string) []string {
 	var out []string
 	for _, m := range ms {
 		if m.Point == dir || strings.HasPrefix(m.Point, dir+"/") {
 			out = append(out, m.Point)
 		}
 	}
-	return out, nil
+	return out
 }
 
 // Directories of hutch-runc's root beside the containers' state
@@ -511,7 +521,7 @@ func prepareState(s *specs.Spec, dir string, plan egressPlan, backend string) er
 	// The container's own directory: root's, or, in a user namespace,
 	// its root's host id's alone (the low-level runtime mounts from it
 	// with those ids); no one else on the host enters it.
-	if err := os.Mkdir(plan.Files, 0o700); err != nil {
+	if err := makeMounts(plan.Files, dir); err != nil {
 		return err
 	}
 	if needsUserns(s) && plan.Tier != TierGVisor && (!joinsByPath(s) || joinsUserLast(backend)) {

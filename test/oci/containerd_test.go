@@ -28,12 +28,19 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// hutchRuncLeft lists hutch-runc's mounts directories, the mounts under
-// them, and its egress proxies' pids.
+// hutchRuncLeft lists hutch-runc's mounts directories (and those it
+// could not remove yet, not its lock), the mounts under them, and its
+// egress proxies' pids.
 func hutchRuncLeft() []string {
 	var out []string
 	dirs, _ := filepath.Glob("/run/hutch-runc/c/*")
-	out = append(out, dirs...)
+	for _, d := range dirs {
+		if !strings.HasPrefix(filepath.Base(d), ".") {
+			out = append(out, d)
+		}
+	}
+	gone, _ := filepath.Glob("/run/hutch-runc/c/.gone/*")
+	out = append(out, gone...)
 	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
 		for _, l := range strings.Split(string(b), "\n") {
 			if strings.Contains(l, " /run/hutch-runc/") {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -85,6 +86,16 @@ func (c *Containerd) Stop(t testing.TB) {
 	}
 	c.stop(t)
 	os.RemoveAll(filepath.Join("/run/containerd/runc", c.Namespace))
+}
+
+// Kill kills containerd and its shims, as an engine that is lost: their
+// containers go on, with no one to delete them; Stop ends them.
+func (c *Containerd) Kill() {
+	c.cmd.Process.Kill()
+	<-c.done
+	for _, pid := range processesNaming(c.dir) {
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
 }
 
 // Ctr runs ctr on this containerd, in the test's namespace.
