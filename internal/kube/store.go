@@ -63,8 +63,9 @@ const (
 type Store struct {
 	core   api
 	ns     string
-	daemon string // its objects' LabelDaemon: hutch serve's name
-	usage  usage  // the quota's counts (usage.go)
+	daemon string    // its objects' LabelDaemon: hutch serve's name
+	usage  usage     // the quota's counts (usage.go)
+	tokens tokenView // the tokens' tenants (tokens.go)
 }
 
 var _ store.Backend = (*Store)(nil)
@@ -525,18 +526,22 @@ func (s *Store) createToken(ctx context.Context, tenant string, newToken func() 
 	if err := s.core.create(ctx, s.ns, "secrets", sec, &corev1.Secret{}); err != nil {
 		return "", fmt.Errorf("kubernetes store: create token for %q: %w", tenant, err)
 	}
+	s.tokens.set(sec)
 	return token, nil
 }
 
 // TenantForToken returns the tenant that token belongs to, or an error
-// wrapping store.ErrNotFound if it is not a live token. Its Secret is
-// found by a part of the token's SHA-256, and the whole hash compared in
-// constant time.
+// wrapping store.ErrNotFound if it is not a live token: from the view of
+// the tokens (tokens.go) when it has it, else from its Secret, found by a
+// part of the token's SHA-256, the whole hash compared in constant time.
 func (s *Store) TenantForToken(ctx context.Context, token string) (string, error) {
 	if !store.WellFormedToken(token) {
 		return "", fmt.Errorf("kubernetes store: token: %w", store.ErrNotFound)
 	}
 	hash := store.TokenHash(token)
+	if tenant, ok := s.viewTenant(hash); ok {
+		return tenant, nil
+	}
 	var sec corev1.Secret
 	if err := s.core.get(ctx, s.ns, "secrets", tokenName(hash), &sec); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -570,6 +575,7 @@ func (s *Store) RevokeTokens(ctx context.Context, tenant string) (int, error) {
 				continue
 			}
 			err := s.core.delete(ctx, s.ns, "secrets", sec.Name, metav1.DeleteOptions{})
+			s.tokens.drop(string(sec.Data[tokenHashKey]))
 			if apierrors.IsNotFound(err) {
 				continue
 			}

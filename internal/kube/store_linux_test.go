@@ -14,6 +14,7 @@ import (
 
 	"github.com/hutch-sandbox/hutch/internal/store"
 	"github.com/hutch-sandbox/hutch/internal/store/storetest"
+	"github.com/hutch-sandbox/hutch/internal/testutil"
 	"github.com/hutch-sandbox/hutch/internal/testutil/k8stest"
 )
 
@@ -45,6 +46,10 @@ func TestStore(t *testing.T) {
 		testStoreConflict(t, open(t).(*Store), open(t).(*Store))
 	})
 	t.Run("Layout", func(t *testing.T) { testStoreLayout(t, newState(t)(t).(*Store)) })
+	t.Run("TokenView", func(t *testing.T) {
+		open := newState(t)
+		testStoreTokenView(t, open(t).(*Store), open(t).(*Store))
+	})
 	t.Run("Daemons", func(t *testing.T) {
 		ns := fmt.Sprintf("hutch-store-%d", n.Add(1))
 		srv.Kubectl(t, "create", "namespace", ns)
@@ -218,5 +223,46 @@ func testStoreDaemons(t *testing.T, one, two *Store) {
 	}
 	if got, err := one.TenantForToken(ctx, tok); err != nil || got != "acme" {
 		t.Errorf("its own token: %q %v", got, err)
+	}
+}
+
+// testStoreTokenView: two replicas' Stores of one state answer a token
+// from their views of the tokens: one made by the other is taken at once
+// (its Secret read), one revoked by the other is refused once the watch
+// brought the deletion, one revoked by itself at once.
+func testStoreTokenView(t *testing.T, one, two *Store) {
+	ctx := context.Background()
+	early, err := one.CreateToken(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Both views filled (a lookup starts them).
+	for _, s := range []*Store{one, two} {
+		if got, err := s.TenantForToken(ctx, early); err != nil || got != "acme" {
+			t.Fatalf("a token: %q %v", got, err)
+		}
+		if !testutil.Eventually(time.Minute, func() bool { _, ok := s.tokens.lookup(store.TokenHash(early)); return ok }) {
+			t.Fatal("the view did not fill")
+		}
+	}
+	late, err := one.CreateToken(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := two.TenantForToken(ctx, late); err != nil || got != "acme" {
+		t.Errorf("a token the other replica made a moment ago: %q %v", got, err)
+	}
+	if n, err := one.RevokeTokens(ctx, "acme"); err != nil || n != 2 {
+		t.Fatalf("revoke: %d %v", n, err)
+	}
+	if _, err := one.TenantForToken(ctx, early); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("a token revoked here: %v", err)
+	}
+	if !testutil.Eventually(time.Minute, func() bool {
+		_, err := two.TenantForToken(ctx, early)
+		_, err2 := two.TenantForToken(ctx, late)
+		return errors.Is(err, store.ErrNotFound) && errors.Is(err2, store.ErrNotFound)
+	}) {
+		t.Error("the other replica still takes the tokens revoked")
 	}
 }

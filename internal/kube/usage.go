@@ -6,7 +6,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/hutch-sandbox/hutch/internal/store"
@@ -53,8 +55,9 @@ func (u *usage) gone(id string) {
 	u.mu.Unlock()
 }
 
-// of is tenant's count of sandboxes not stopped and the sum of their
-// memory limits; ok is false until the view has been filled.
+// of is tenant's count of sandboxes not stopped ("": every tenant's) and
+// the sum of their memory limits; ok is false until the view has been
+// filled.
 func (u *usage) of(tenant string) (n int, mem int64, ok bool) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
@@ -62,7 +65,7 @@ func (u *usage) of(tenant string) (n int, mem int64, ok bool) {
 		return 0, 0, false
 	}
 	for _, r := range u.recs {
-		if r.tenant == tenant && r.state != store.StateStopped {
+		if (tenant == "" || r.tenant == tenant) && r.state != store.StateStopped {
 			n++
 			mem += r.memory
 		}
@@ -77,15 +80,43 @@ func (s *Store) startUsage() {
 		s.usage.mu.Lock()
 		s.usage.stop = stop
 		s.usage.mu.Unlock()
-		go s.watchUsage(stop)
+		u := &s.usage
+		go s.follow(stop, "configmaps", s.selector(KindSandbox), func() runtime.Object { return &corev1.ConfigMapList{} },
+			func(list runtime.Object) {
+				items := list.(*corev1.ConfigMapList).Items
+				recs := make(map[string]usageRec, len(items))
+				for i := range items {
+					if sb, err := decode(&items[i]); err == nil {
+						recs[sb.ID] = recOf(sb)
+					}
+				}
+				u.mu.Lock()
+				u.recs, u.synced = recs, true
+				u.mu.Unlock()
+			},
+			func(t watch.EventType, obj runtime.Object) {
+				cm, ok := obj.(*corev1.ConfigMap)
+				if !ok {
+					return
+				}
+				sb, err := decode(cm)
+				if err != nil {
+					return
+				}
+				if t == watch.Deleted {
+					u.gone(sb.ID)
+				} else {
+					u.set(sb)
+				}
+			})
 	})
 }
 
-// watchUsage lists the records, then watches them from the list's
-// version, again from a new list whenever the watch ends.
-func (s *Store) watchUsage(stop chan struct{}) {
-	u := &s.usage
-	sel := s.selector(KindSandbox)
+// follow keeps a view of the objects of resource that sel selects, until
+// stop: reset is given each full list (a new one of newList), apply each
+// event of the watch that follows from the list's version; a watch that
+// ends is followed by a new list, a second later.
+func (s *Store) follow(stop chan struct{}, resource, sel string, newList func() runtime.Object, reset func(runtime.Object), apply func(watch.EventType, runtime.Object)) {
 	for {
 		ctx, cancel := context.WithCancel(context.Background())
 		go func() {
@@ -95,19 +126,12 @@ func (s *Store) watchUsage(stop chan struct{}) {
 			}
 			cancel()
 		}()
-		var l corev1.ConfigMapList
-		err := s.core.list(ctx, s.ns, "configmaps", metav1.ListOptions{LabelSelector: sel}, &l)
-		if err == nil {
-			recs := make(map[string]usageRec, len(l.Items))
-			for i := range l.Items {
-				if sb, err := decode(&l.Items[i]); err == nil {
-					recs[sb.ID] = recOf(sb)
-				}
+		list := newList()
+		if err := s.core.list(ctx, s.ns, resource, metav1.ListOptions{LabelSelector: sel}, list); err == nil {
+			reset(list)
+			if m, err := meta.ListAccessor(list); err == nil {
+				s.followWatch(ctx, resource, sel, m.GetResourceVersion(), apply)
 			}
-			u.mu.Lock()
-			u.recs, u.synced = recs, true
-			u.mu.Unlock()
-			s.followUsage(ctx, sel, l.ResourceVersion)
 		}
 		cancel()
 		select {
@@ -118,38 +142,36 @@ func (s *Store) watchUsage(stop chan struct{}) {
 	}
 }
 
-// followUsage applies the watch's events to the view until it ends.
-func (s *Store) followUsage(ctx context.Context, sel, from string) {
-	w, err := s.core.watch(ctx, s.ns, "configmaps", metav1.ListOptions{LabelSelector: sel, ResourceVersion: from})
+// followWatch applies a watch's events from version from until it ends.
+func (s *Store) followWatch(ctx context.Context, resource, sel, from string, apply func(watch.EventType, runtime.Object)) {
+	w, err := s.core.watch(ctx, s.ns, resource, metav1.ListOptions{LabelSelector: sel, ResourceVersion: from})
 	if err != nil {
 		return
 	}
 	defer w.Stop()
 	for ev := range w.ResultChan() {
-		cm, ok := ev.Object.(*corev1.ConfigMap)
-		if !ok {
-			return // an error: list again
+		if ev.Type == watch.Error {
+			return // list again
 		}
-		sb, err := decode(cm)
-		if err != nil {
-			continue
-		}
-		switch ev.Type {
-		case watch.Added, watch.Modified:
-			s.usage.set(sb)
-		case watch.Deleted:
-			s.usage.gone(sb.ID)
+		apply(ev.Type, ev.Object)
+	}
+}
+
+// closeUsage stops the views' watches.
+func (s *Store) closeUsage() {
+	for _, v := range []*viewStop{{&s.usage.mu, &s.usage.stop}, {&s.tokens.mu, &s.tokens.stop}} {
+		v.mu.Lock()
+		stop := *v.stop
+		*v.stop = nil
+		v.mu.Unlock()
+		if stop != nil {
+			close(stop)
 		}
 	}
 }
 
-// closeUsage stops the view's watch.
-func (s *Store) closeUsage() {
-	s.usage.mu.Lock()
-	stop := s.usage.stop
-	s.usage.stop = nil
-	s.usage.mu.Unlock()
-	if stop != nil {
-		close(stop)
-	}
+// viewStop is a view's lock and the channel that stops its watch.
+type viewStop struct {
+	mu   *sync.Mutex
+	stop *chan struct{}
 }
