@@ -77,4 +77,8 @@ func (k *kubeReplicas) Live(ctx context.Context) (map[string]string, error) {
 
 // Close ends the membership: the others take this replica's sandboxes
 // over at once.
-func (k *kubeReplicas) Close() error { return k.r.Close() }
+func (k *kubeReplicas) Close() error {
+	err := k.r.Close()
+	k.cl.Close()
+	return err
+}

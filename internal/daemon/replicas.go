@@ -113,6 +113,19 @@ func (m *Manager) Locate(ctx context.Context, id string) (string, error) {
 	if l != nil {
 		return "", nil
 	}
+	if v, ok := m.st.(ownerView); ok {
+		// Sent on without a read of the record when a view has it
+		// served by another live replica.
+		if owner, state, tier, ok := v.OwnerOf(id); ok && owner != m.self() && owner != "" && state != store.StateStopped && m.remote(tier) != nil {
+			live, err := m.liveReplicas(ctx)
+			if err != nil {
+				return "", err
+			}
+			if addr, ok := live[owner]; ok {
+				return addr, nil
+			}
+		}
+	}
 	sb, err := m.st.GetSandbox(ctx, "", id)
 	if err != nil {
 		return "", nil
@@ -124,6 +137,12 @@ func (m *Manager) Locate(ctx context.Context, id string) (string, error) {
 		return "", err
 	}
 	return "", nil
+}
+
+// ownerView is a store that keeps a view of its records' owners (a
+// cluster's: kube.Store.OwnerOf), a watch's delay behind them.
+type ownerView interface {
+	OwnerOf(id string) (owner, state, tier string, ok bool)
 }
 
 // errTakenFirst is takeOver's when another replica took the sandbox first.

@@ -78,6 +78,8 @@ type Cluster struct {
 	coord api // coordination.k8s.io/v1
 	ns    string
 	opts  Options
+	// leases is the view of the replicas' Leases (replica.go).
+	leases leaseView
 }
 
 // Connect connects to the cluster o names and checks that its API server

@@ -13,7 +13,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/watch"
 )
 
 // The replicas of one hutch serve (its Options.Daemon) in the cluster:
@@ -159,13 +161,28 @@ func (c *Cluster) ReplicaAddress(ctx context.Context, name string) (string, erro
 }
 
 // Replicas are the live replicas of the daemon's name: name → address.
+// They come from a view of the replicas' Leases fed by a watch (a Lease
+// lapses by time, so the view tells a replica gone as soon as a read
+// would); until the view is filled, from a list.
 func (c *Cluster) Replicas(ctx context.Context) (map[string]string, error) {
+	c.startLeases()
+	now, live := time.Now(), map[string]string{}
+	v := &c.leases
+	v.mu.Lock()
+	if v.synced {
+		for _, l := range v.m {
+			if leaseAlive(&l, now) && l.Spec.HolderIdentity != nil {
+				live[*l.Spec.HolderIdentity] = l.Annotations[AnnotationAddress]
+			}
+		}
+		v.mu.Unlock()
+		return live, nil
+	}
+	v.mu.Unlock()
 	var ls coordinationv1.LeaseList
-	sel := metav1.ListOptions{LabelSelector: LabelManaged + "=hutch," + LabelDaemon + "=" + c.opts.Daemon + "," + LabelReplica}
-	if err := c.coord.list(ctx, c.ns, "leases", sel, &ls); err != nil {
+	if err := c.coord.list(ctx, c.ns, "leases", metav1.ListOptions{LabelSelector: c.replicaSelector()}, &ls); err != nil {
 		return nil, fmt.Errorf("kubernetes: the replicas' leases: %w", err)
 	}
-	now, live := time.Now(), map[string]string{}
 	for i := range ls.Items {
 		l := &ls.Items[i]
 		if leaseAlive(l, now) && l.Spec.HolderIdentity != nil {
@@ -173,6 +190,70 @@ func (c *Cluster) Replicas(ctx context.Context) (map[string]string, error) {
 		}
 	}
 	return live, nil
+}
+
+// replicaSelector selects the Leases of the daemon's replicas.
+func (c *Cluster) replicaSelector() string {
+	return LabelManaged + "=hutch," + LabelDaemon + "=" + c.opts.Daemon + "," + LabelReplica
+}
+
+// leaseView is the replicas' Leases by name, fed by a watch.
+type leaseView struct {
+	mu     sync.Mutex
+	m      map[string]coordinationv1.Lease
+	synced bool
+	once   sync.Once
+	stop   chan struct{}
+}
+
+// startLeases fills the view of the Leases and keeps it current, once,
+// until Close.
+func (c *Cluster) startLeases() {
+	v := &c.leases
+	v.once.Do(func() {
+		stop := make(chan struct{})
+		v.mu.Lock()
+		v.stop = stop
+		v.mu.Unlock()
+		go follow(c.coord, c.ns, stop, "leases", c.replicaSelector(), func() runtime.Object { return &coordinationv1.LeaseList{} },
+			func(list runtime.Object) {
+				m := map[string]coordinationv1.Lease{}
+				for _, l := range list.(*coordinationv1.LeaseList).Items {
+					m[l.Name] = l
+				}
+				v.mu.Lock()
+				v.m, v.synced = m, true
+				v.mu.Unlock()
+			},
+			func(t watch.EventType, obj runtime.Object) {
+				l, ok := obj.(*coordinationv1.Lease)
+				if !ok {
+					return
+				}
+				v.mu.Lock()
+				defer v.mu.Unlock()
+				if v.m == nil {
+					return
+				}
+				if t == watch.Deleted {
+					delete(v.m, l.Name)
+				} else {
+					v.m[l.Name] = *l
+				}
+			})
+	})
+}
+
+// Close stops the cluster's views' watches.
+func (c *Cluster) Close() {
+	v := &c.leases
+	v.mu.Lock()
+	stop := v.stop
+	v.stop = nil
+	v.mu.Unlock()
+	if stop != nil {
+		close(stop)
+	}
 }
 
 // leaseAlive reports whether l was renewed within its duration at now.

@@ -72,7 +72,7 @@ func (s *Store) startTokens() {
 		v.mu.Lock()
 		v.stop = stop
 		v.mu.Unlock()
-		go s.follow(stop, "secrets", s.selector(KindToken), func() runtime.Object { return &corev1.SecretList{} },
+		go follow(s.core, s.ns, stop, "secrets", s.selector(KindToken), func() runtime.Object { return &corev1.SecretList{} },
 			func(list runtime.Object) {
 				m := map[string]string{}
 				for _, sec := range list.(*corev1.SecretList).Items {

@@ -32,12 +32,29 @@ type usage struct {
 
 // usageRec is what usage keeps of a record.
 type usageRec struct {
-	tenant, state string
-	memory        int64
+	tenant, state, tier, owner string
+	memory                     int64
 }
 
 func recOf(sb store.Sandbox) usageRec {
-	return usageRec{tenant: sb.Tenant, state: sb.State, memory: memoryLimit(sb.Spec)}
+	return usageRec{tenant: sb.Tenant, state: sb.State, tier: sb.Tier, owner: sb.Owner, memory: memoryLimit(sb.Spec)}
+}
+
+// OwnerOf is what the view of the records has of sandbox id: its owner
+// (the replica serving it), state and tier; ok is false when the view
+// does not have it (not filled yet, or a record made a moment ago by
+// another replica): read the record then. The view is a watch's delay
+// behind the records, which a take-over's own update checks.
+func (s *Store) OwnerOf(id string) (owner, state, tier string, ok bool) {
+	s.startUsage()
+	u := &s.usage
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	r, ok := u.recs[id]
+	if !u.synced || !ok {
+		return "", "", "", false
+	}
+	return r.owner, r.state, r.tier, true
 }
 
 // set records sb; gone removes id.
@@ -81,7 +98,7 @@ func (s *Store) startUsage() {
 		s.usage.stop = stop
 		s.usage.mu.Unlock()
 		u := &s.usage
-		go s.follow(stop, "configmaps", s.selector(KindSandbox), func() runtime.Object { return &corev1.ConfigMapList{} },
+		go follow(s.core, s.ns, stop, "configmaps", s.selector(KindSandbox), func() runtime.Object { return &corev1.ConfigMapList{} },
 			func(list runtime.Object) {
 				items := list.(*corev1.ConfigMapList).Items
 				recs := make(map[string]usageRec, len(items))
@@ -112,11 +129,11 @@ func (s *Store) startUsage() {
 	})
 }
 
-// follow keeps a view of the objects of resource that sel selects, until
-// stop: reset is given each full list (a new one of newList), apply each
-// event of the watch that follows from the list's version; a watch that
-// ends is followed by a new list, a second later.
-func (s *Store) follow(stop chan struct{}, resource, sel string, newList func() runtime.Object, reset func(runtime.Object), apply func(watch.EventType, runtime.Object)) {
+// follow keeps a view of the objects of resource in namespace ns of a
+// that sel selects, until stop: reset is given each full list (a new one
+// of newList), apply each event of the watch that follows from the list's
+// version; a watch that ends is followed by a new list, a second later.
+func follow(a api, ns string, stop chan struct{}, resource, sel string, newList func() runtime.Object, reset func(runtime.Object), apply func(watch.EventType, runtime.Object)) {
 	for {
 		ctx, cancel := context.WithCancel(context.Background())
 		go func() {
@@ -127,10 +144,10 @@ func (s *Store) follow(stop chan struct{}, resource, sel string, newList func() 
 			cancel()
 		}()
 		list := newList()
-		if err := s.core.list(ctx, s.ns, resource, metav1.ListOptions{LabelSelector: sel}, list); err == nil {
+		if err := a.list(ctx, ns, resource, metav1.ListOptions{LabelSelector: sel}, list); err == nil {
 			reset(list)
 			if m, err := meta.ListAccessor(list); err == nil {
-				s.followWatch(ctx, resource, sel, m.GetResourceVersion(), apply)
+				followWatch(ctx, a, ns, resource, sel, m.GetResourceVersion(), apply)
 			}
 		}
 		cancel()
@@ -143,8 +160,8 @@ func (s *Store) follow(stop chan struct{}, resource, sel string, newList func() 
 }
 
 // followWatch applies a watch's events from version from until it ends.
-func (s *Store) followWatch(ctx context.Context, resource, sel, from string, apply func(watch.EventType, runtime.Object)) {
-	w, err := s.core.watch(ctx, s.ns, resource, metav1.ListOptions{LabelSelector: sel, ResourceVersion: from})
+func followWatch(ctx context.Context, a api, ns, resource, sel, from string, apply func(watch.EventType, runtime.Object)) {
+	w, err := a.watch(ctx, ns, resource, metav1.ListOptions{LabelSelector: sel, ResourceVersion: from})
 	if err != nil {
 		return
 	}
