@@ -264,8 +264,18 @@ func TestInstallFlags(t *testing.T) {
 
 // TestInstallCommand runs install and uninstall as the DaemonSet does,
 // with the test's binary as hutch-runc's.
+// The restart of containerd is a command that counts its runs in a file of
+// the test's: the machine's containerd is never restarted.
 func TestInstallCommand(t *testing.T) {
 	host := t.TempDir()
+	restarts := filepath.Join(t.TempDir(), "restarts")
+	saved := restartContainerd
+	restartContainerd = []string{"sh", "-c", "echo restart >>" + restarts}
+	t.Cleanup(func() { restartContainerd = saved })
+	countRestarts := func() int {
+		b, _ := os.ReadFile(restarts)
+		return strings.Count(string(b), "restart\n")
+	}
 	run := func(args ...string) (int, string) {
 		var out, errb bytes.Buffer
 		code := installMain(args[0], args[1:], &out, &errb)
@@ -274,13 +284,31 @@ func TestInstallCommand(t *testing.T) {
 	if code, out := run(InstallCommand, "--host", host); code != 0 || !strings.Contains(out, "containerd must be restarted") {
 		t.Fatalf("install: %d\n%s", code, out)
 	}
+	if n := countRestarts(); n != 0 {
+		t.Errorf("install without --restart-containerd restarted containerd %d times", n)
+	}
 	if code, out := run(InstallCommand, "--host", host, "--restart-containerd"); code != 0 || !strings.HasSuffix(out, "nothing changed\n") {
 		t.Errorf("install again (no restart: nothing changed): %d\n%s", code, out)
+	}
+	if n := countRestarts(); n != 0 {
+		t.Errorf("install that changed nothing restarted containerd %d times", n)
+	}
+	if code, out := run(InstallCommand, "--host", host, "--restart-containerd", "--systemd-cgroup"); code != 0 || !strings.Contains(out, "containerd restarted") {
+		t.Errorf("install that changes the drop-in, --restart-containerd: %d\n%s", code, out)
+	}
+	if n := countRestarts(); n != 1 {
+		t.Errorf("install that changed the drop-in restarted containerd %d times, want 1", n)
 	}
 	if code, out := run(UninstallCommand, "--host", host, "--wait"); code != 1 || !strings.Contains(out, "-wait") {
 		t.Errorf("uninstall --wait: %d\n%s", code, out)
 	}
 	if code, out := run(UninstallCommand, "--host", host); code != 0 || !strings.Contains(out, "removed") {
 		t.Errorf("uninstall: %d\n%s", code, out)
+	}
+
+	// A restart that fails fails the command, with the init's words.
+	restartContainerd = []string{"sh", "-c", "echo no init here >&2; exit 1"}
+	if code, out := run(InstallCommand, "--host", host, "--restart-containerd"); code != 1 || !strings.Contains(out, "restart containerd") || !strings.Contains(out, "no init here") {
+		t.Errorf("install whose restart fails: %d\n%s", code, out)
 	}
 }

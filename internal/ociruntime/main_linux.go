@@ -493,9 +493,16 @@ func (r *runtime) exec(cl *cmdline) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("memfd_create: %w", err)
 	}
-	f := os.NewFile(uintptr(fd), "process.json")
-	if _, err := f.Write(b); err != nil {
-		return nil, err
+	// Written through the descriptor itself: an *os.File of it would
+	// close it when collected, before the runtime reads it (or, in a
+	// process that goes on, close whatever file has its number then).
+	for len(b) > 0 {
+		n, err := unix.Write(fd, b)
+		if err != nil {
+			unix.Close(fd)
+			return nil, fmt.Errorf("write the process to a memory file: %w", err)
+		}
+		b = b[n:]
 	}
 	set["process"] = fmt.Sprintf("/proc/self/fd/%d", fd)
 	return cl.rewrite(r.runcRoot(), set, nil, nil), nil
