@@ -136,7 +136,7 @@ func (in *Installation) Install(self string, out io.Writer) (bool, error) {
 	}
 	conf := in.onHost(in.DropIn())
 	want := in.dropIn(in.SystemdCgroup)
-	have, err := os.ReadFile(conf)
+	have, err := readDropIn(conf)
 	switch {
 	case err == nil && bytes.Equal(have, want):
 		fmt.Fprintf(out, "%s: in place\n", conf)
@@ -170,7 +170,7 @@ func (in *Installation) Uninstall(self string, out io.Writer) (bool, error) {
 	}
 	changed := false
 	conf := in.onHost(in.DropIn())
-	have, err := os.ReadFile(conf)
+	have, err := readDropIn(conf)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		fmt.Fprintf(out, "%s: absent\n", conf)
@@ -219,7 +219,7 @@ func (in *Installation) Verify(self string) (string, error) {
 		return "", fmt.Errorf("%s: absent or not this hutch-runc (run hutch-runc install)", bin)
 	}
 	conf := in.onHost(in.DropIn())
-	have, err := os.ReadFile(conf)
+	have, err := readDropIn(conf)
 	if err != nil {
 		return "", fmt.Errorf("the runtime handler %q: %w (run hutch-runc install)", HandlerName, err)
 	}
@@ -463,4 +463,22 @@ func installFlags(cmd string, args []string, restart, wait *bool) (*Installation
 		return nil, fmt.Errorf("%s: --host is required (the node's root directory as mounted here, e.g. /host)", cmd)
 	}
 	return in, nil
+}
+
+// readDropIn reads the drop-in at path (as seen here). A link or other
+// file that is not a regular one is an error naming it: install never
+// writes one, and a link's target would be resolved here, not on the
+// node.
+func readDropIn(path string) ([]byte, error) {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: not a regular file (%v): not the drop-in hutch-runc install writes", path, fi.Mode().Type())
+	}
+	if fi.Size() > maxContainerdConfig {
+		return nil, fmt.Errorf("%s: larger than %d bytes: not the drop-in hutch-runc install writes", path, maxContainerdConfig)
+	}
+	return os.ReadFile(path)
 }

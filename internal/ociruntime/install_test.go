@@ -4,6 +4,7 @@ package ociruntime
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -154,6 +155,33 @@ func TestInstallRefusesOthersDropIn(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(conf); string(b) != other {
 		t.Errorf("uninstall changed another's drop-in: %q", b)
+	}
+
+	// A link there is not install's either, whatever it points to (its
+	// target would be resolved in the pod, not on the node).
+	if err := os.Remove(conf); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := in.Install(self, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	own := conf + ".own"
+	if err := os.Rename(conf, own); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(own, conf); err != nil {
+		t.Fatal(err)
+	}
+	for name, f := range map[string]func(string, io.Writer) (bool, error){"install": in.Install, "uninstall": in.Uninstall} {
+		if _, err := f(self, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), conf+": not a regular file") {
+			t.Errorf("%s over a link: %v, want an error naming %s", name, err, conf)
+		}
+		if fi, err := os.Lstat(conf); err != nil || fi.Mode().Type() != os.ModeSymlink {
+			t.Errorf("%s changed the link: %v", name, err)
+		}
+	}
+	if _, err := in.Verify(self); err == nil || !strings.Contains(err.Error(), conf) {
+		t.Errorf("verify of a link: %v, want an error naming %s", err, conf)
 	}
 }
 
