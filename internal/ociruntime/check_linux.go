@@ -1,6 +1,7 @@
 package ociruntime
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -37,12 +38,18 @@ type checkItem struct {
 func (r *runtime) checkMain(stdout io.Writer) int {
 	items := []checkItem{
 		{"low-level runtime", true, func() (string, error) {
-			out, err := exec.Command(r.backend, "--version").Output()
+			cmd := exec.Command(r.backend, "--version")
+			if r.host != nil {
+				// The node's runtime, with the node's libraries.
+				cmd.SysProcAttr = &unix.SysProcAttr{Chroot: r.host.Host}
+				cmd.Dir = "/"
+			}
+			out, err := cmd.Output()
 			if err != nil {
 				return "", fmt.Errorf("%s --version: %w", r.backend, err)
 			}
 			first, _, _ := strings.Cut(string(out), "\n")
-			if r.tier != TierGVisor && !joinsUserLast(r.backend) {
+			if r.tier != TierGVisor && filepath.Base(r.backend) == "runc" && !runcVersionJoinsUserLast(string(out)) {
 				first += " (before 1.2: a pod's containers get no user namespace)"
 			}
 			return r.backend + ": " + first, nil
@@ -59,9 +66,23 @@ func (r *runtime) checkMain(stdout io.Writer) int {
 			return fmt.Sprintf("ABI %d%s", abi, note), nil
 		}},
 		{"seccomp", true, func() (string, error) { return "filters with user notification", seccomp.Supported() }},
-		{"user namespaces and idmapped mounts", true, checkIdmap},
+		{"user namespaces and idmapped mounts", true, func() (string, error) { return checkIdmap(r.idmapParents()) }},
 		{"nftables with conntrack (egress)", true, checkNftables},
 		{"node policies", true, func() (string, error) { return r.checkPolicies() }},
+	}
+	if r.host != nil {
+		items = append(items, checkItem{"installation", true, func() (string, error) {
+			self, err := os.Executable()
+			if err != nil {
+				return "", fmt.Errorf("find hutch-runc's own binary: %w", err)
+			}
+			return r.host.Verify(self)
+		}}, checkItem{"containerd imports the drop-in", false, func() (string, error) {
+			if w := r.host.ImportWarning(); w != "" {
+				return "", errors.New(w)
+			}
+			return r.host.ContainerdConfig, nil
+		}})
 	}
 	if r.tier == TierGVisor {
 		items[0].name = "runsc (gVisor tier)"
@@ -86,11 +107,21 @@ func (r *runtime) checkMain(stdout io.Writer) int {
 	return 0
 }
 
-// checkIdmap makes a user namespace and an idmapped mount of a directory
-// of /run (a tmpfs) and of the state directory's filesystem.
-func checkIdmap() (string, error) {
+// idmapParents are the directories checkIdmap tries: the temporary
+// directory's and /run (a tmpfs, hutch-runc's state), the node's under
+// check --host.
+func (r *runtime) idmapParents() []string {
+	if r.host != nil {
+		return []string{filepath.Join(r.host.Host, "tmp"), filepath.Join(r.host.Host, "run")}
+	}
+	return []string{os.TempDir(), "/run"}
+}
+
+// checkIdmap makes a user namespace and an idmapped mount of a new
+// directory in each of parents.
+func checkIdmap(parents []string) (string, error) {
 	var done []string
-	for _, parent := range []string{os.TempDir(), "/run"} {
+	for _, parent := range parents {
 		src, err := os.MkdirTemp(parent, "hutch-runc-check-")
 		if err != nil {
 			continue
@@ -198,4 +229,56 @@ func (r *runtime) checkPolicies() (string, error) {
 		names = append(names, name)
 	}
 	return fmt.Sprintf("%s: %s", r.policyDir, strings.Join(names, ", ")), nil
+}
+
+// checkFlags reads check's own flags: none, or --host DIR (and the paths
+// of install's flags) to check the node whose root is at DIR from a pod
+// (a DaemonSet's readiness probe).
+func checkFlags(args []string) (*Installation, error) {
+	if len(args) == 0 {
+		return nil, nil
+	}
+	in, err := installFlags(CheckCommand, args, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	return in, in.Validate()
+}
+
+// hostBinDirs are where check --host looks for the node's runtime, in the
+// order of a usual PATH.
+var hostBinDirs = []string{"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"}
+
+// hostRuntime finds the node's low-level runtime (runsc for the gVisor
+// tier) under its root host, and returns its path on the node: the one
+// RuntimeEnv (RunscEnv, --hutch-runsc) names, or the first runc or crun
+// (runsc) of hostBinDirs. containerd's environment, which may name
+// another, is not seen from a pod: give the DaemonSet's the same.
+func hostRuntime(host, tier string, cl *cmdline) (string, error) {
+	names, given, env := []string{"runc", "crun"}, os.Getenv(RuntimeEnv), RuntimeEnv
+	if tier == TierGVisor {
+		names, env = []string{"runsc"}, RunscEnv
+		var ok bool
+		if given, ok = cl.globalValue(hutchFlagRunsc); !ok {
+			given = os.Getenv(RunscEnv)
+		}
+	}
+	if given != "" {
+		if !filepath.IsAbs(given) {
+			return "", fmt.Errorf("the node's runtime %q: not an absolute path", given)
+		}
+		if _, err := os.Lstat(filepath.Join(host, given)); err != nil {
+			return "", fmt.Errorf("the node's runtime: %w", err)
+		}
+		return given, nil
+	}
+	for _, n := range names {
+		for _, d := range hostBinDirs {
+			p := filepath.Join(d, n)
+			if fi, err := os.Lstat(filepath.Join(host, p)); err == nil && !fi.IsDir() {
+				return p, nil
+			}
+		}
+	}
+	return "", fmt.Errorf("the node (%s) has no %s in %s (or set %s to its path on the node)", host, strings.Join(names, " or "), strings.Join(hostBinDirs, ", "), env)
 }

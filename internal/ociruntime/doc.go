@@ -19,6 +19,12 @@
 //   - a hook in the runtime's namespace, after the container's namespaces
 //     exist and before its program runs, and another when it is deleted.
 //
+// hutch-runc's own commands besides the runtime's: check tells what a
+// node offers; install and uninstall put hutch-runc and containerd's
+// runtime handler on a node, and take them off, from a pod that has the
+// node's root mounted (a DaemonSet, deploy/kubernetes/hutch-runc.yaml),
+// where check --host is the readiness probe.
+//
 // Commands other than create, run and exec go to the low-level runtime
 // unchanged, with its state kept under hutch-runc's --root. The decision
 // and what it leaves to the low-level runtime are in docs/ARCHITECTURE.md

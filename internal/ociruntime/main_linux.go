@@ -43,6 +43,8 @@ func Main(args []string, stderr io.Writer) int {
 			return hookMain(args[1:], os.Stdin, stderr)
 		case ProxyCommand:
 			return proxyMain(args[1:], stderr)
+		case InstallCommand, UninstallCommand:
+			return installMain(args[0], args[1:], os.Stdout, stderr)
 		case "proxy-connect":
 			// ssh's ProxyCommand in a container (GIT_SSH_COMMAND).
 			return proxyconnect.Main(args[1:], os.Stdin, os.Stdout, stderr)
@@ -56,14 +58,24 @@ func Main(args []string, stderr io.Writer) int {
 	if tier == "" && filepath.Base(os.Args[0]) == GVisorName {
 		tier = TierGVisor
 	}
+	// check --host checks the node's runtime from a pod that has the
+	// node's root mounted there.
+	var host *Installation
+	if cl.name() == CheckCommand {
+		if host, err = checkFlags(cl.args[cl.command+1:]); err != nil {
+			return fail(cl, stderr, err)
+		}
+	}
 	var backend string
-	switch tier {
-	case "":
-		backend, err = lowLevelRuntime()
-	case TierGVisor:
-		backend, err = gvisorRuntime(cl)
-	default:
+	switch {
+	case tier != "" && tier != TierGVisor:
 		err = fmt.Errorf("--%s %q: the tiers are %s (and the node's runc without the flag)", hutchFlagTier, tier, TierGVisor)
+	case host != nil:
+		backend, err = hostRuntime(host.Host, tier, cl)
+	case tier == "":
+		backend, err = lowLevelRuntime()
+	default:
+		backend, err = gvisorRuntime(cl)
 	}
 	if err != nil {
 		return fail(cl, stderr, err)
@@ -90,6 +102,10 @@ func Main(args []string, stderr io.Writer) int {
 	}
 	switch cl.name() {
 	case CheckCommand:
+		if host != nil {
+			r.host = host
+			r.policyDir = filepath.Join(host.Host, r.policyDir)
+		}
 		return r.checkMain(os.Stdout)
 	case "", "--version", "-v", "version":
 		if cl.name() != "" || versionAsked(cl) {
@@ -197,6 +213,9 @@ type runtime struct {
 	upstreamCA string
 	// tier is the isolation tier: "" or TierGVisor.
 	tier string
+	// host is, for check --host, the node whose installation is
+	// checked from a pod: backend and policyDir are under its root.
+	host *Installation
 }
 
 // GVisorName is the name under which hutch-runc's binary (a link to it)
@@ -474,9 +493,16 @@ func (r *runtime) exec(cl *cmdline) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("memfd_create: %w", err)
 	}
-	f := os.NewFile(uintptr(fd), "process.json")
-	if _, err := f.Write(b); err != nil {
-		return nil, err
+	// Written through the descriptor itself: an *os.File of it would
+	// close it when collected, before the runtime reads it (or, in a
+	// process that goes on, close whatever file has its number then).
+	for len(b) > 0 {
+		n, err := unix.Write(fd, b)
+		if err != nil {
+			unix.Close(fd)
+			return nil, fmt.Errorf("write the process to a memory file: %w", err)
+		}
+		b = b[n:]
 	}
 	set["process"] = fmt.Sprintf("/proc/self/fd/%d", fd)
 	return cl.rewrite(r.runcRoot(), set, nil, nil), nil

@@ -624,8 +624,14 @@ func runcJoinsUserLast(path string) bool {
 	if err != nil {
 		return false
 	}
+	return runcVersionJoinsUserLast(string(out))
+}
+
+// runcVersionJoinsUserLast reports whether runc's --version output out is
+// of runc 1.2 or later.
+func runcVersionJoinsUserLast(out string) bool {
 	var major, minor int
-	if _, err := fmt.Sscanf(string(out), "runc version %d.%d", &major, &minor); err != nil {
+	if _, err := fmt.Sscanf(out, "runc version %d.%d", &major, &minor); err != nil {
 		return false
 	}
 	return major > 1 || major == 1 && minor >= 2

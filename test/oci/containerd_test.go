@@ -174,6 +174,60 @@ func TestCheck(t *testing.T) {
 	}
 }
 
+// TestCheckHost: check --host checks a node from a pod that has its root
+// mounted (here a directory of the test): its runtime is the one under that
+// root, run there (the machine's runc without its libraries does not run),
+// its policies are under that root, and it is not ready until install has
+// put hutch-runc and its drop-in there. (test/k8s TestRuntimeInstaller
+// has a node whose runtime runs: the DaemonSet's probe.)
+func TestCheckHost(t *testing.T) {
+	ocitest.Need(t, "runc")
+	rt := ocitest.HutchRunc(t)
+	host := t.TempDir()
+	for _, d := range []string{"tmp", "run", "usr/sbin", "etc/hutch/policies"} {
+		if err := os.MkdirAll(filepath.Join(host, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(want ...string) {
+		t.Helper()
+		out, err := exec.Command(rt, "check", "--host", host).CombinedOutput()
+		if err == nil {
+			t.Errorf("check --host of a node whose runtime does not run: ready\n%s", out)
+		}
+		for _, w := range want {
+			if !strings.Contains(string(out), w) {
+				t.Errorf("no %q in:\n%s", w, out)
+			}
+		}
+	}
+	check("the node (" + host + ") has no runc or crun in /usr/local/sbin")
+
+	runc, err := exec.LookPath("runc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(runc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(host, "usr/sbin/runc"), b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	check("missing  low-level runtime: /usr/sbin/runc --version: ", "ok       Landlock", "ok       user namespaces and idmapped mounts: on "+host+"/tmp, "+host+"/run",
+		"ok       node policies: none in "+host+"/etc/hutch/policies", "missing  installation: "+host+"/usr/local/bin/hutch-runc: absent")
+
+	if out, err := exec.Command(rt, "install", "--host", host).CombinedOutput(); err != nil {
+		t.Fatalf("install: %v\n%s", err, out)
+	}
+	if err := os.WriteFile(filepath.Join(host, "etc/hutch/policies/bad.yaml"), []byte("network:\n  allowed_domains: [\"a b\"]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	check(`ok       installation: /usr/local/bin/hutch-runc, the runtime handler "hutch" in /etc/containerd/conf.d/hutch.toml`,
+		"absent   containerd imports the drop-in: "+host+"/etc/containerd/config.toml does not exist",
+		"missing  node policies: ", host+"/etc/hutch/policies/bad.yaml:2:")
+}
+
 // TestContainerdRecreateWhileHeld: a container's mounts copied into another
 // mount namespace while it ran (any private mount namespace made then:
 // hutch's own sandboxes, a service's PrivateTmp) do not stop its delete,
