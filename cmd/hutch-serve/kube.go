@@ -71,8 +71,8 @@ func joinReplicas(cl *kube.Cluster, name, addr string) (*kubeReplicas, error) {
 
 func (k *kubeReplicas) Self() string { return k.r.Name() }
 
-func (k *kubeReplicas) Live(ctx context.Context) (map[string]string, error) {
-	return k.cl.Replicas(ctx)
+func (k *kubeReplicas) Live(ctx context.Context, fresh bool) (map[string]string, error) {
+	return k.cl.Replicas(ctx, fresh)
 }
 
 // Close ends the membership: the others take this replica's sandboxes

@@ -31,7 +31,7 @@ func (m *Manager) cleanupLeftovers(ctx context.Context) error {
 	keep := make(map[string]bool)
 	var live map[string]string // the replicas alive, when there are
 	if m.self() != "" {
-		if live, err = m.liveReplicas(ctx); err != nil {
+		if live, err = m.liveReplicas(ctx, true); err != nil {
 			return fmt.Errorf("recover sandboxes: %w", err)
 		}
 	}

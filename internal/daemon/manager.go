@@ -741,7 +741,7 @@ func (m *Manager) running(ctx context.Context, tenant, id string) (*live, error)
 	if sb.State == store.StateStopped {
 		return nil, fmt.Errorf("sandbox %s: %w (it is stopped)", id, ErrNotFound)
 	}
-	if err := m.elsewhere(ctx, sb); err != nil {
+	if err := m.elsewhere(ctx, sb, false); err != nil {
 		return nil, err
 	}
 	if rt := m.remote(sb.Tier); rt != nil && sb.State == store.StateRunning {

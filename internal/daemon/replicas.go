@@ -26,9 +26,11 @@ import (
 type Replicas interface {
 	// Self is this replica's name.
 	Self() string
-	// Live are the replicas alive now, this one among them: name → the
-	// address (URL) at which the others reach it.
-	Live(ctx context.Context) (map[string]string, error)
+	// Live are the replicas alive, this one among them: name → the
+	// address (URL) at which the others reach it. fresh asks for them
+	// as they are now; without it a view a moment behind may answer (a
+	// replica that joined a moment ago may be missing from it).
+	Live(ctx context.Context, fresh bool) (map[string]string, error)
 }
 
 // replicaScan is how often a daemon looks for the sandboxes of replicas
@@ -43,10 +45,10 @@ func (m *Manager) self() string {
 	return m.cfg.Replicas.Self()
 }
 
-// liveReplicas are the replicas alive now: name → address. Asked each
-// time: a request sent to a replica gone fails.
-func (m *Manager) liveReplicas(ctx context.Context) (map[string]string, error) {
-	live, err := m.cfg.Replicas.Live(ctx)
+// liveReplicas are the replicas alive: name → address; fresh: as they
+// are now (Replicas.Live).
+func (m *Manager) liveReplicas(ctx context.Context, fresh bool) (map[string]string, error) {
+	live, err := m.cfg.Replicas.Live(ctx, fresh)
 	if err != nil {
 		return nil, fmt.Errorf("the replicas of hutch serve: %w", err)
 	}
@@ -68,8 +70,9 @@ func (e *ElsewhereError) Unwrap() error { return ErrUnavailable }
 // elsewhere is an *ElsewhereError if sb is a remote sandbox another live
 // replica serves; nil if it is (or becomes, taken over from a replica
 // gone) this replica's, or is not one a replica serves (stopped, or on
-// this machine).
-func (m *Manager) elsewhere(ctx context.Context, sb store.Sandbox) error {
+// this machine). fresh asks the replicas as they are now from the start;
+// a take-over always does.
+func (m *Manager) elsewhere(ctx context.Context, sb store.Sandbox, fresh bool) error {
 	self := m.self()
 	if self == "" || sb.Owner == self || sb.State == store.StateStopped || m.remote(sb.Tier) == nil {
 		return nil
@@ -77,7 +80,7 @@ func (m *Manager) elsewhere(ctx context.Context, sb store.Sandbox) error {
 	// A few rounds: each but the first follows a replica that took it
 	// first.
 	for range 4 {
-		live, err := m.liveReplicas(ctx)
+		live, err := m.liveReplicas(ctx, fresh)
 		if err != nil {
 			return fmt.Errorf("sandbox %s: %v: %w", sb.ID, err, ErrUnavailable)
 		}
@@ -86,6 +89,11 @@ func (m *Manager) elsewhere(ctx context.Context, sb store.Sandbox) error {
 				return nil
 			}
 			return &ElsewhereError{ID: sb.ID, Replica: sb.Owner, Address: addr}
+		}
+		if !fresh {
+			// Gone from a view: make sure before taking it.
+			fresh = true
+			continue
 		}
 		took, err := m.takeOver(ctx, sb)
 		if err != nil {
@@ -102,8 +110,10 @@ func (m *Manager) elsewhere(ctx context.Context, sb store.Sandbox) error {
 // Locate says where a request for sandbox id is served: "" here (it is
 // this replica's, or not one a replica serves, or does not exist: the
 // request's own answer says so), else the address of the replica that
-// serves it. A sandbox whose replica is gone is taken over first.
-func (m *Manager) Locate(ctx context.Context, id string) (string, error) {
+// serves it. A sandbox whose replica is gone is taken over first. fresh
+// reads the record and the replicas as they are now (the replica Locate
+// named did not answer) rather than views a moment behind.
+func (m *Manager) Locate(ctx context.Context, id string, fresh bool) (string, error) {
 	if m.self() == "" || id == "" {
 		return "", nil
 	}
@@ -113,11 +123,11 @@ func (m *Manager) Locate(ctx context.Context, id string) (string, error) {
 	if l != nil {
 		return "", nil
 	}
-	if v, ok := m.st.(ownerView); ok {
+	if v, ok := m.st.(ownerView); ok && !fresh {
 		// Sent on without a read of the record when a view has it
 		// served by another live replica.
 		if owner, state, tier, ok := v.OwnerOf(id); ok && owner != m.self() && owner != "" && state != store.StateStopped && m.remote(tier) != nil {
-			live, err := m.liveReplicas(ctx)
+			live, err := m.liveReplicas(ctx, false)
 			if err != nil {
 				return "", err
 			}
@@ -131,7 +141,7 @@ func (m *Manager) Locate(ctx context.Context, id string) (string, error) {
 		return "", nil
 	}
 	var e *ElsewhereError
-	if err := m.elsewhere(ctx, sb); errors.As(err, &e) {
+	if err := m.elsewhere(ctx, sb, fresh); errors.As(err, &e) {
 		return e.Address, nil
 	} else if err != nil {
 		return "", err
@@ -238,7 +248,7 @@ func (m *Manager) takeOrphans(ctx context.Context) error {
 			continue
 		}
 		if live == nil {
-			if live, err = m.liveReplicas(ctx); err != nil {
+			if live, err = m.liveReplicas(ctx, true); err != nil {
 				return err
 			}
 		}

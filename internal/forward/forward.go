@@ -11,17 +11,23 @@ package forward
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
 	"sync"
+	"sync/atomic"
 )
 
 // Locator says where a request for sandbox id is served: "" here, else
-// the address (URL) of the replica that serves it.
+// the address (URL) of the replica that serves it; fresh asks as things
+// are now, not from views a moment behind (the replica it named before
+// did not answer).
 type Locator interface {
-	Locate(ctx context.Context, id string) (string, error)
+	Locate(ctx context.Context, id string, fresh bool) (string, error)
 }
 
 // Header marks a request one replica sent to another, with the sender's
@@ -76,25 +82,73 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.next.ServeHTTP(w, r)
 		return
 	}
-	addr, err := h.loc.Locate(r.Context(), id)
-	if err != nil || addr == "" {
-		// Here, or where it is cannot be told now: the request's own
-		// answer says what became of the sandbox.
-		h.next.ServeHTTP(w, r)
-		return
+	fresh := false
+	for {
+		addr, err := h.loc.Locate(r.Context(), id, fresh)
+		if err != nil || addr == "" {
+			// Here, or where it is cannot be told now: the request's own
+			// answer says what became of the sandbox.
+			h.next.ServeHTTP(w, r)
+			return
+		}
+		p, err := h.proxy(addr)
+		if err != nil {
+			h.cfg.Log.Error("a replica's address", "address", addr, "err", err)
+			h.next.ServeHTTP(w, r)
+			return
+		}
+		// A replica that cannot be reached (gone a moment ago, which a
+		// view may not know yet) is asked about once more, as things are
+		// now, if nothing of the request was sent: its body is kept for
+		// that (closed by the server, not by the proxy).
+		try := &attempt{last: fresh}
+		req := r.WithContext(context.WithValue(r.Context(), attemptKey{}, try))
+		if r.Body != nil && r.Body != http.NoBody {
+			try.body = &keptBody{r: r.Body}
+			req.Body = try.body
+		}
+		// The owner may answer before the request's body is all sent on
+		// (its reader stops at the end of the message it wanted): without
+		// full duplex, HTTP/1's server ends the body once the answer
+		// starts, which fails the copy and closes the connection under
+		// the answer.
+		_ = http.NewResponseController(w).EnableFullDuplex()
+		p.ServeHTTP(w, req)
+		if !try.again {
+			return
+		}
+		fresh = true
 	}
-	p, err := h.proxy(addr)
-	if err != nil {
-		h.cfg.Log.Error("a replica's address", "address", addr, "err", err)
-		h.next.ServeHTTP(w, r)
-		return
-	}
-	// The owner may answer before the request's body is all sent on
-	// (its reader stops at the end of the message it wanted): without
-	// full duplex, HTTP/1's server ends the body once the answer starts,
-	// which fails the copy and closes the connection under the answer.
-	_ = http.NewResponseController(w).EnableFullDuplex()
-	p.ServeHTTP(w, r)
+}
+
+// attempt is one try at sending a request on (ServeHTTP).
+type attempt struct {
+	last  bool      // no other try follows
+	body  *keptBody // the request's body, if any
+	again bool      // the replica was not reached: try again
+}
+
+type attemptKey struct{}
+
+// keptBody is a request's body as a proxy reads it: not closed by it, and
+// whether it was read at all.
+type keptBody struct {
+	r    io.ReadCloser
+	read atomic.Bool
+}
+
+func (b *keptBody) Read(p []byte) (int, error) {
+	b.read.Store(true)
+	return b.r.Read(p)
+}
+
+func (b *keptBody) Close() error { return nil }
+
+// unreached reports whether err, a proxy's, says the replica was not
+// reached: nothing was sent.
+func unreached(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
 }
 
 // proxy is the reverse proxy to the replica at addr.
@@ -117,6 +171,11 @@ func (h *Handler) proxy(addr string) (*httputil.ReverseProxy, error) {
 		},
 		FlushInterval: -1, // streams (events, exec output) as they come
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if try, ok := r.Context().Value(attemptKey{}).(*attempt); ok && !try.last && unreached(err) && (try.body == nil || !try.body.read.Load()) {
+				h.cfg.Log.Debug("the replica serving a sandbox did not answer; asking again where it is", "address", addr, "err", err)
+				try.again = true
+				return
+			}
 			h.cfg.Log.Warn("send a request on to the replica serving its sandbox", "address", addr, "path", r.URL.Path, "err", err)
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusBadGateway)

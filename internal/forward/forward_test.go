@@ -12,12 +12,16 @@ import (
 	"time"
 )
 
-// where is a Locator of a fixed map: sandbox → address; errors for "broken".
+// where is a Locator of a fixed map: sandbox → address; errors for
+// "broken"; a fresh answer for id is the map's "fresh:"+id when it has one.
 type where map[string]string
 
-func (w where) Locate(_ context.Context, id string) (string, error) {
+func (w where) Locate(_ context.Context, id string, fresh bool) (string, error) {
 	if id == "broken" {
 		return "", fmt.Errorf("cannot tell")
+	}
+	if a, ok := w["fresh:"+id]; ok && fresh {
+		return a, nil
 	}
 	return w[id], nil
 }
@@ -41,8 +45,14 @@ func TestForward(t *testing.T) {
 	defer owner.Close()
 	gone := httptest.NewServer(http.NotFoundHandler())
 	gone.Close()
-	local := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "here") })
-	h := New(local, where{"sb-a": owner.URL, "sb-gone": gone.URL}, Config{
+	local := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		fmt.Fprintf(w, "here body=%s", body)
+	})
+	h := New(local, where{"sb-a": owner.URL, "sb-gone": gone.URL,
+		"sb-moved": gone.URL, "fresh:sb-moved": owner.URL, // its owner went; the view does not know yet
+		"sb-mine": gone.URL, "fresh:sb-mine": "", // taken over here meanwhile
+	}, Config{
 		Self: "r2",
 		IDs: []func(*http.Request) string{
 			PathID("/v1/sandboxes/"),
@@ -76,11 +86,13 @@ func TestForward(t *testing.T) {
 		{"path of another's sandbox", "POST", "/v1/sandboxes/sb-a/exec", []string{"Authorization", "Bearer t"},
 			"owner host=api.example.test by=r2 auth=Bearer t body=payload"},
 		{"header of another's sandbox", "GET", "/files", []string{"E2b-Sandbox-Id", "sb-a"}, "owner host=api.example.test by=r2 auth= body=payload"},
-		{"a sandbox served here", "POST", "/v1/sandboxes/sb-b/exec", nil, "here"},
-		{"no sandbox", "GET", "/v1/sandboxes", nil, "here"},
-		{"where cannot be told", "GET", "/v1/sandboxes/broken", nil, "here"},
-		{"forwarded already", "GET", "/v1/sandboxes/sb-a", []string{Header, "r3"}, "here"},
-		{"the operator's", "GET", "/v1/sandboxes/sb-a", []string{"X-Operator", "1"}, "here"},
+		{"a sandbox served here", "POST", "/v1/sandboxes/sb-b/exec", nil, "here body=payload"},
+		{"no sandbox", "GET", "/v1/sandboxes", nil, "here body=payload"},
+		{"where cannot be told", "GET", "/v1/sandboxes/broken", nil, "here body=payload"},
+		{"forwarded already", "GET", "/v1/sandboxes/sb-a", []string{Header, "r3"}, "here body=payload"},
+		{"the operator's", "GET", "/v1/sandboxes/sb-a", []string{"X-Operator", "1"}, "here body=payload"},
+		{"a replica gone, asked again", "POST", "/v1/sandboxes/sb-moved/exec", nil, "owner host=api.example.test by=r2 auth= body=payload"},
+		{"a replica gone, taken over here", "POST", "/v1/sandboxes/sb-mine/exec", nil, "here body=payload"},
 	} {
 		if code, got := do(c.method, c.path, "payload", c.hdr...); code != 200 || got != c.want {
 			t.Errorf("%s: %d %q, want %q", c.name, code, got, c.want)

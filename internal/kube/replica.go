@@ -161,15 +161,16 @@ func (c *Cluster) ReplicaAddress(ctx context.Context, name string) (string, erro
 }
 
 // Replicas are the live replicas of the daemon's name: name → address.
-// They come from a view of the replicas' Leases fed by a watch (a Lease
-// lapses by time, so the view tells a replica gone as soon as a read
-// would); until the view is filled, from a list.
-func (c *Cluster) Replicas(ctx context.Context) (map[string]string, error) {
+// Unless fresh they come from a view of the replicas' Leases fed by a
+// watch (a Lease lapses by time, so the view tells a replica lapsed as
+// soon as a read would; one that joined or left a moment ago may not be
+// in it yet); fresh, or until the view is filled, from a list.
+func (c *Cluster) Replicas(ctx context.Context, fresh bool) (map[string]string, error) {
 	c.startLeases()
 	now, live := time.Now(), map[string]string{}
 	v := &c.leases
 	v.mu.Lock()
-	if v.synced {
+	if v.synced && !fresh {
 		for _, l := range v.m {
 			if leaseAlive(&l, now) && l.Spec.HolderIdentity != nil {
 				live[*l.Spec.HolderIdentity] = l.Annotations[AnnotationAddress]
