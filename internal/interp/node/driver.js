@@ -221,8 +221,9 @@ function quiet(now) {
     return now >= settleFrom + settleBlind;
   }
   try {
+    // (gVisor shows no ShdPnd: there, the thread's state only.)
     const pending = /^ShdPnd:\s*([0-9a-f]+)/m.exec(fs.readFileSync('/proc/self/status', 'utf8'));
-    if (!pending || (parseInt(pending[1].slice(-1), 16) & 2) !== 0) { // SIGINT is signal 2
+    if (pending && (parseInt(pending[1].slice(-1), 16) & 2) !== 0) { // SIGINT is signal 2
       return false;
     }
     const stat = fs.readFileSync('/proc/self/task/' + watchdog.thread + '/stat', 'utf8');
