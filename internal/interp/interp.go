@@ -59,7 +59,13 @@
 // An interrupt ends the execution with an error named "Interrupted"
 // (a cell that awaits is abandoned; one that runs synchronously is broken
 // by SIGINT with vm's breakOnSigint), and the context keeps its state:
-// an interrupt is not a restart. Node cannot break a busy loop that runs
+// an interrupt is not a restart. It reaches only the execution it was
+// asked for: the command names it, no SIGINT is sent once its end was
+// read, node's SIGINT watchdog runs for the driver's whole life (started
+// and stopped around each cell, node's own passes a SIGINT that came as
+// one cell ended on to a later one), and a cell that follows an interrupt
+// starts once node has taken every SIGINT. SIGINT is the engine's: a
+// cell's process.on('SIGINT') adds nothing. Node cannot break a busy loop that runs
 // after an await: such a cell is ended by killing node (kernel.ErrDied). When node exits, every Execute fails with
 // kernel.ErrDied until Restart.
 package interp

@@ -322,6 +322,9 @@ type nodeSink struct {
 	c        chan nodeEvent
 	finished chan struct{} // closed when its execution ended (done, or gone)
 	once     sync.Once
+
+	mu    sync.Mutex
+	ended bool // its done was read, or its Execute returned
 }
 
 // nodeEvent is one line from the driver.
@@ -452,6 +455,7 @@ func (p *nodeProc) subscribe(id int64) *nodeSink {
 }
 
 func (p *nodeProc) unsubscribe(s *nodeSink) {
+	s.end()
 	s.once.Do(func() { close(s.finished) })
 	p.mu.Lock()
 	if p.sink == s {
@@ -471,15 +475,23 @@ const (
 // stop interrupts the execution of s and waits until it ended, killing
 // node when it does not within interruptWait.
 //
-// The driver hears of it on fd 3 first, which stops a cell that awaits.
-// One that runs synchronously cannot read it: it gets SIGINT (vm's
-// breakOnSigint), and again later, since node drops one that comes as the
-// synchronous part ends, and a process the cell waits for may have
-// started after the first. SIGINT is not sent at once because node dies
-// of one that comes in the instants it switches between its own handler
-// and vm's, as a cell's synchronous part starts and ends.
+// The driver hears of it on fd 3 first, which stops a cell that awaits,
+// or one that has not started yet. One that runs synchronously cannot
+// read it: it gets SIGINT (vm's breakOnSigint), and again later, since
+// one that comes before the cell's synchronous part starts is lost, and a
+// process the cell waits for may have started after the first. SIGINT is
+// not sent at once, so that a cell that heeds the command is not also
+// signalled.
+//
+// A SIGINT names no execution, so that it reaches no other: it is sent
+// only once the command is written (the driver, reading that command
+// before the next execution's, waits until node took every SIGINT before
+// running it), and never once the execution's end was read (the next
+// execution is sent only after that).
 func (p *nodeProc) stop(s *nodeSink) {
-	go p.send(map[string]any{"t": "interrupt", "id": s.id}) // not behind a command the driver does not read
+	told := make(chan error, 1)
+	go func() { told <- p.send(map[string]any{"t": "interrupt", "id": s.id}) }() // not behind a command the driver does not read
+	written := false
 	deadline := time.NewTimer(interruptWait)
 	defer deadline.Stop()
 	again := time.NewTicker(interruptAgain)
@@ -490,8 +502,13 @@ func (p *nodeProc) stop(s *nodeSink) {
 			return
 		case <-p.dead:
 			return
+		case err := <-told:
+			written = err == nil
 		case <-again.C:
-			if syscall.Kill(-p.cmd.Process.Pid, syscall.SIGINT) != nil {
+			if !written {
+				continue
+			}
+			if s.signal(p.cmd.Process.Pid) != nil {
 				return // node is gone
 			}
 		case <-deadline.C:
@@ -500,6 +517,25 @@ func (p *nodeProc) stop(s *nodeSink) {
 			return
 		}
 	}
+}
+
+// signal sends SIGINT to node's process group unless the execution's end
+// was read.
+func (s *nodeSink) signal(pid int) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ended {
+		return nil
+	}
+	return syscall.Kill(-pid, syscall.SIGINT)
+}
+
+// end records that the execution is over for hutch: no SIGINT is sent for
+// it any more.
+func (s *nodeSink) end() {
+	s.mu.Lock()
+	s.ended = true
+	s.mu.Unlock()
 }
 
 // send writes a command to the driver. A write that blocks (the driver
@@ -566,6 +602,9 @@ func (p *nodeProc) deliver(ev nodeEvent) {
 	if s == nil || s.id != ev.ID {
 		p.logEvent(ev)
 		return
+	}
+	if ev.T == "done" {
+		s.end() // before its Execute returns and the next is sent
 	}
 	select {
 	case s.c <- ev:

@@ -205,8 +205,15 @@ func (k *Kernel) Execute(ctx context.Context, code string, opts ExecuteOptions, 
 	if err != nil {
 		return Reply{}, err
 	}
+	// An interrupt meant for the execution before, still unanswered,
+	// is not to reach this one.
+	p.interrupting.Lock()
+	p.interrupting.Unlock() //lint:ignore SA2001 waiting for the interrupts under way is the point
 	sink := p.subscribe(id)
 	defer p.unsubscribe(id)
+	p.mu.Lock()
+	p.running = sink
+	p.mu.Unlock()
 	replies := p.expect(p.shellWait, id)
 	defer p.forget(p.shellWait, id)
 	if err := p.send(p.shell, frames); err != nil {
@@ -279,7 +286,10 @@ const interruptWait = 5 * time.Second
 
 // Interrupt interrupts the running execution (in Python, a
 // KeyboardInterrupt): an interrupt_request on the control channel, or
-// SIGINT to the kernel's process group when that is not answered.
+// SIGINT to the kernel's process group when that is not answered. It
+// reaches only the execution under way when it is called: with none, it
+// does nothing; the next execution is sent once the interrupt was answered
+// (or given up), and the SIGINT is not sent once that execution is over.
 func (k *Kernel) Interrupt() error {
 	p, err := k.current()
 	if err != nil {
@@ -289,6 +299,14 @@ func (k *Kernel) Interrupt() error {
 }
 
 func (k *Kernel) interrupt(p *proc) error {
+	p.interrupting.RLock()
+	defer p.interrupting.RUnlock()
+	p.mu.Lock()
+	target := p.running
+	p.mu.Unlock()
+	if target == nil {
+		return nil
+	}
 	frames, id, err := p.sig.encode("interrupt_request", map[string]any{})
 	if err == nil {
 		replies := p.expect(p.controlWait, id)
@@ -304,6 +322,12 @@ func (k *Kernel) interrupt(p *proc) error {
 			case <-t.C:
 			}
 		}
+	}
+	// Under p.mu, which the execution's end takes: never after it.
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.running != target {
+		return nil
 	}
 	if err := syscall.Kill(-p.cmd.Process.Pid, syscall.SIGINT); err != nil {
 		return fmt.Errorf("kernel: interrupting: %w", err)

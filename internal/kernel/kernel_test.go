@@ -277,6 +277,13 @@ func TestInterrupt(t *testing.T) {
 		t.Errorf("reply %+v", reply)
 	}
 	wantStdout(t, k, "print(kept)", "yes\n")
+	// The interrupt reaches no later execution, nor does one asked while
+	// nothing runs.
+	wantStdout(t, k, "s = 0\nfor i in range(2000000): s += i % 3\nprint(s)", "1999999\n")
+	if err := k.Interrupt(); err != nil {
+		t.Fatalf("Interrupt with nothing running: %v", err)
+	}
+	wantStdout(t, k, "import time\ntime.sleep(0.3)\nprint(kept)", "yes\n")
 }
 
 func TestRestart(t *testing.T) {

@@ -35,6 +35,12 @@ type proc struct {
 	shellWait   map[string]chan message // replies awaited, by request msg_id
 	controlWait map[string]chan message
 	sinks       map[string]*sink // iopub messages awaited, by request msg_id
+	running     *sink            // the execution under way (Execute's), nil if none
+
+	// interrupting is held (read) by each interrupt until it was answered
+	// or given up; Execute takes it before sending its request, so that no
+	// interrupt meant for an execution reaches the next.
+	interrupting sync.RWMutex
 
 	killOnce sync.Once
 }
@@ -83,6 +89,9 @@ func (p *proc) unsubscribe(id string) {
 	if s := p.sinks[id]; s != nil {
 		close(s.done)
 		delete(p.sinks, id)
+		if p.running == s {
+			p.running = nil
+		}
 	}
 	p.mu.Unlock()
 }

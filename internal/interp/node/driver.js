@@ -122,14 +122,135 @@ function background(kind, e) {
 process.on('uncaughtException', (e) => background('exception', e));
 process.on('unhandledRejection', (e) => background('rejection', e));
 
-// Interrupts: during a cell's synchronous part vm's breakOnSigint turns
-// SIGINT into an exception; while the cell awaits, SIGINT or an interrupt
-// command abandons the cell.
-process.on('SIGINT', () => {
-  if (running) {
-    running.interrupt();
+// Interrupts. An interrupt command names its execution: one that awaits is
+// abandoned; one that came before its execution started stops it as it
+// starts (stopAt). A cell's synchronous part cannot read commands: hutch
+// also sends SIGINT, which vm's breakOnSigint turns into an exception
+// through node's SIGINT watchdog, a thread woken by the signal.
+//
+// node starts that thread for each breakOnSigint run and stops it after,
+// and a SIGINT that came as a run ended (a cell waiting for a process that
+// the same SIGINT ended) outlives it: the thread, woken by the signal once
+// it was already stopping, takes the wake-up for its stop and leaves its
+// stop's own behind, which the next run's thread takes for a SIGINT and
+// breaks a later cell. So the watchdog is started once for the driver's
+// life (the binding node's REPL uses), a SIGINT that comes while no cell
+// runs reaches none, and SIGINT's handler stays node's watchdog's (no
+// instant, between handlers, where SIGINT ends node). A SIGINT node took
+// late (its thread not yet run) could still reach the next cell: before a
+// cell that follows an interrupt, settle waits until node holds none.
+let stopAt = 0; // the last execution an interrupt command named
+let settledAt = 0; // stopAt when the last settle ran
+const watchdog = startWatchdog();
+
+function startWatchdog() {
+  let binding;
+  try {
+    binding = process.binding('contextify');
+  } catch {
+    return null;
   }
+  if (!binding || typeof binding.startSigintWatchdog !== 'function') {
+    return null;
+  }
+  const before = new Set(threads());
+  if (!binding.startSigintWatchdog()) {
+    return null;
+  }
+  const added = threads().filter((t) => !before.has(t));
+  return { thread: added.length === 1 ? added[0] : '' };
+}
+
+function threads() {
+  try {
+    return fs.readdirSync('/proc/self/task');
+  } catch {
+    return [];
+  }
+}
+
+if (watchdog) {
+  // A listener would put libuv's handler in the watchdog's place (and
+  // breakOnSigint, removing it for a cell, node's default: death). SIGINT
+  // is the engine's: a cell's listeners of it are not added.
+  for (const m of ['on', 'addListener', 'prependListener', 'once', 'prependOnceListener']) {
+    const add = process[m];
+    Object.defineProperty(process, m, {
+      value: function (event, listener) {
+        return event === 'SIGINT' ? this : add.call(this, event, listener);
+      },
+      writable: true,
+      configurable: true,
+      enumerable: false,
+    });
+  }
+} else {
+  // Without it, node dies of a SIGINT no listener takes.
+  log('no persistent SIGINT watchdog (process.binding("contextify")): a SIGINT that comes as a cell ends may reach a later one');
+  process.on('SIGINT', () => {});
+}
+
+// settle returns once no SIGINT sent for an interrupted cell can reach
+// the next one: none is pending, and the watchdog's thread waits (it took
+// every one). It runs as a breakOnSigint script of its own, so that a
+// SIGINT the watchdog takes meanwhile breaks it, not a cell. Without the
+// watchdog's thread known (or /proc), it lets node's threads run a while.
+const settleWait = 2000; // ms, at most
+const settleBlind = 50; // ms, when node cannot be read
+const pause1ms = () => Atomics.wait(pause, 0, 0, 1);
+let settleUntil = 0;
+let settleFrom = 0;
+Object.defineProperty(globalThis, '__hutchSettled', {
+  value: () => {
+    for (;;) {
+      const now = Date.now();
+      if (now >= settleUntil || quiet(now)) {
+        return;
+      }
+      pause1ms();
+    }
+  },
+  writable: false,
+  configurable: false,
+  enumerable: false,
 });
+const settleScript = new vm.Script('__hutchSettled()', { filename: 'settle' });
+
+function quiet(now) {
+  if (!watchdog || !watchdog.thread) {
+    return now >= settleFrom + settleBlind;
+  }
+  try {
+    // (gVisor shows no ShdPnd: there, the thread's state only.)
+    const pending = /^ShdPnd:\s*([0-9a-f]+)/m.exec(fs.readFileSync('/proc/self/status', 'utf8'));
+    if (pending && (parseInt(pending[1].slice(-1), 16) & 2) !== 0) { // SIGINT is signal 2
+      return false;
+    }
+    const stat = fs.readFileSync('/proc/self/task/' + watchdog.thread + '/stat', 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) === 'S';
+  } catch {
+    return now >= settleFrom + settleBlind;
+  }
+}
+
+function settle() {
+  settleFrom = Date.now();
+  settleUntil = settleFrom + settleWait;
+  for (;;) {
+    try {
+      settleScript.runInThisContext({ breakOnSigint: true });
+      break;
+    } catch (e) {
+      // A late SIGINT, taken here instead of in a cell: again.
+      if (!(e && e.code === 'ERR_SCRIPT_EXECUTION_INTERRUPTED') || Date.now() >= settleUntil) {
+        break;
+      }
+    }
+  }
+  if (Date.now() >= settleUntil) {
+    log('SIGINT not settled in ' + settleWait + ' ms');
+  }
+}
 
 class Interrupted extends Error {}
 
@@ -456,9 +577,16 @@ async function run(cmd) {
     interrupt = () => reject(new Interrupted());
   });
   interrupted.catch(() => {});
-  running = { id, interrupt };
   let status = 'ok';
+  if (stopAt > settledAt) {
+    settledAt = stopAt;
+    settle();
+  }
+  running = { id, interrupt };
   try {
+    if (id <= stopAt) {
+      throw new Interrupted();
+    }
     const { source, async, plain } = compile(cmd.code, file);
     let script;
     try {
@@ -507,11 +635,14 @@ commands.on('data', (data) => {
       continue;
     }
     if (cmd.t === 'execute') {
-      // A turn of the event loop first: a SIGINT hutch sent to stop the
-      // cell before is handled while no cell runs.
+      // A turn of the event loop first: the commands already sent (an
+      // interrupt of this execution) are read before it starts.
       queue = queue.then(() => new Promise((resolve) => setImmediate(resolve))).then(() => run(cmd));
-    } else if (cmd.t === 'interrupt' && running && running.id === cmd.id) {
-      running.interrupt();
+    } else if (cmd.t === 'interrupt') {
+      stopAt = Math.max(stopAt, cmd.id);
+      if (running && running.id === cmd.id) {
+        running.interrupt();
+      }
     }
   }
 });
