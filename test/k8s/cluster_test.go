@@ -74,6 +74,8 @@ func TestClusterRunsAPod(t *testing.T) {
 	if got := c.Kubectl(t, "get", "pods", "-o", "name"); strings.TrimSpace(got) != "" {
 		t.Errorf("pods left after the delete: %q", got)
 	}
+
+	t.Run("installer", func(t *testing.T) { testRuntimeInstaller(t, c) })
 }
 
 // portForwardGet runs kubectl port-forward from a free port of 127.0.0.1 to

@@ -46,14 +46,14 @@ func installerManifest(t *testing.T, host string) string {
 	return m
 }
 
-// TestRuntimeInstaller applies the DaemonSet of
+// testRuntimeInstaller (on TestClusterRunsAPod's cluster c) applies the DaemonSet of
 // deploy/kubernetes/hutch-runc.yaml, its hostPath a directory of the test
 // standing for the node's root: its pod installs hutch-runc and containerd
 // 2's runtime handler hutch there and becomes Ready by its probe
 // (hutch-runc check --host, which runs the node's runc, chrooted, and
 // checks the installation); containerd 2 loads the drop-in through the
 // node's imports; a new pod changes nothing; uninstall takes it off.
-func TestRuntimeInstaller(t *testing.T) {
+func testRuntimeInstaller(t *testing.T, c *k8stest.Cluster) {
 	need := func(ok bool, reason string) { t.Helper(); testutil.Need(t, ok, reason) }
 	bin := k8stest.BinDir(t)
 	self, err := os.ReadFile(ocitest.HutchRunc(t))
@@ -85,7 +85,7 @@ func TestRuntimeInstaller(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	c := k8stest.StartCluster(t, k8stest.Options{Images: []string{tar}})
+	c.Import(t, tar)
 	c.KubectlIn(t, installerManifest(t, host), "apply", "-f", "-")
 	const pods = "app.kubernetes.io/name=hutch-runc"
 	waitReady := func() {

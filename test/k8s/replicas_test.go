@@ -49,7 +49,10 @@ func startReplica(t *testing.T, c *k8stest.Cluster, kc, name string, r *replica,
 	}
 	r.p = startServe(t, c, r.dir, append([]string{"--kubeconfig", kc, "--kubernetes-name", name,
 		"--listen", strings.TrimPrefix(r.url, "http://"), "--kubernetes-replica", r.name, "--kubernetes-advertise", r.url,
-		"--kubernetes-lease", "6s"}, flags...)...)
+		"--kubernetes-lease", "6s",
+		// Many sandboxes of 1g at once: more than this machine's memory,
+		// the default quota of a tenant.
+		"--tenant-memory", "64g"}, flags...)...)
 }
 
 // namePods lists the pods of hutch serve name in the sandboxes' namespace.
@@ -66,7 +69,8 @@ func namePods(t *testing.T, c *k8stest.Cluster, name string) []string {
 // lapses, without a request for them, with their files and processes; a
 // replica stopped (an upgrade) hands them over at once; a replica started
 // again leaves the other's sandboxes alone. A hundred sandboxes go through
-// the pair, each driven through the replica that did not make it.
+// the pair, 25 at a time, each driven through the replica that did not
+// make it.
 func testServeReplicas(t *testing.T, c *k8stest.Cluster, kc string) {
 	const name = "rep"
 	r1, r2 := &replica{name: "r1"}, &replica{name: "r2"}
@@ -193,9 +197,9 @@ func testServeReplicas(t *testing.T, c *k8stest.Cluster, kc string) {
 		}
 	}
 
-	// A hundred sandboxes through the pair, ten at a time: each made
+	// A hundred sandboxes through the pair, 25 at a time: each made
 	// through one replica, run and destroyed through the other.
-	const n, at = 100, 10
+	const n, at = 100, 25
 	begin := time.Now()
 	sem := make(chan struct{}, at)
 	var wg sync.WaitGroup
