@@ -3,7 +3,6 @@ package kube
 import (
 	"context"
 	"crypto/rand"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -143,23 +142,6 @@ func (r *Replica) Close() error {
 	return err
 }
 
-// ErrNoReplica is the error of ReplicaAddress for a replica that is gone.
-var ErrNoReplica = errors.New("no such live replica")
-
-// ReplicaAddress is the address of replica name if its Lease is live; an
-// error wrapping ErrNoReplica if it is gone.
-func (c *Cluster) ReplicaAddress(ctx context.Context, name string) (string, error) {
-	var l coordinationv1.Lease
-	err := c.coord.get(ctx, c.ns, "leases", c.leaseName(name), &l)
-	if apierrors.IsNotFound(err) || err == nil && !leaseAlive(&l, time.Now()) {
-		return "", fmt.Errorf("replica %s: %w", name, ErrNoReplica)
-	}
-	if err != nil {
-		return "", fmt.Errorf("kubernetes: lease of replica %s: %w", name, err)
-	}
-	return l.Annotations[AnnotationAddress], nil
-}
-
 // Replicas are the live replicas of the daemon's name: name → address.
 // Unless fresh they come from a view of the replicas' Leases fed by a
 // watch (a Lease lapses by time, so the view tells a replica lapsed as
@@ -200,23 +182,17 @@ func (c *Cluster) replicaSelector() string {
 
 // leaseView is the replicas' Leases by name, fed by a watch.
 type leaseView struct {
-	mu     sync.Mutex
+	watched
 	m      map[string]coordinationv1.Lease
 	synced bool
-	once   sync.Once
-	stop   chan struct{}
 }
 
 // startLeases fills the view of the Leases and keeps it current, once,
 // until Close.
 func (c *Cluster) startLeases() {
 	v := &c.leases
-	v.once.Do(func() {
-		stop := make(chan struct{})
-		v.mu.Lock()
-		v.stop = stop
-		v.mu.Unlock()
-		go follow(c.coord, c.ns, stop, "leases", c.replicaSelector(), func() runtime.Object { return &coordinationv1.LeaseList{} },
+	v.start(func(stop chan struct{}) {
+		follow(c.coord, c.ns, stop, "leases", c.replicaSelector(), func() runtime.Object { return &coordinationv1.LeaseList{} },
 			func(list runtime.Object) {
 				m := map[string]coordinationv1.Lease{}
 				for _, l := range list.(*coordinationv1.LeaseList).Items {
@@ -246,16 +222,7 @@ func (c *Cluster) startLeases() {
 }
 
 // Close stops the cluster's views' watches.
-func (c *Cluster) Close() {
-	v := &c.leases
-	v.mu.Lock()
-	stop := v.stop
-	v.stop = nil
-	v.mu.Unlock()
-	if stop != nil {
-		close(stop)
-	}
-}
+func (c *Cluster) Close() { c.leases.close() }
 
 // leaseAlive reports whether l was renewed within its duration at now.
 func leaseAlive(l *coordinationv1.Lease, now time.Time) bool {

@@ -2,7 +2,6 @@ package kube
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +9,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/hutch-sandbox/hutch/internal/testutil"
 	"github.com/hutch-sandbox/hutch/internal/testutil/k8stest"
 )
 
@@ -27,25 +27,46 @@ func TestReplicas(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(c.Close)
 		return c
 	}
 	a, b, other := connect("hutch"), connect("hutch"), connect("elsewhere")
+	// addrOf is replica name's address as c reads the Leases now, ok
+	// false when it is not live.
+	addrOf := func(c *Cluster, name string) (string, bool) {
+		t.Helper()
+		live, err := c.Replicas(ctx, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr, ok := live[name]
+		return addr, ok
+	}
 
 	r1, err := a.Join(ctx, "r1", "https://10.0.0.1:8443")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if addr, err := b.ReplicaAddress(ctx, "r1"); err != nil || addr != "https://10.0.0.1:8443" {
-		t.Errorf("r1 from another connection: %q %v", addr, err)
+	if addr, ok := addrOf(b, "r1"); !ok || addr != "https://10.0.0.1:8443" {
+		t.Errorf("r1 from another connection: %q %v", addr, ok)
 	}
-	if _, err := other.ReplicaAddress(ctx, "r1"); !errors.Is(err, ErrNoReplica) {
-		t.Errorf("r1 seen by another daemon's name: %v", err)
+	if _, ok := addrOf(other, "r1"); ok {
+		t.Error("r1 seen by another daemon's name")
+	}
+	// The view (fed by a watch) says the same.
+	viewHas := func(c *Cluster, name string) bool {
+		live, err := c.Replicas(ctx, false)
+		_, ok := live[name]
+		return err == nil && ok
+	}
+	if !testutil.Eventually(time.Minute, func() bool { return viewHas(b, "r1") }) {
+		t.Error("r1 not in another connection's view")
 	}
 	if _, err := b.Join(ctx, "r1", "https://10.0.0.2:8443"); err == nil || !strings.Contains(err.Error(), "is live at https://10.0.0.1:8443") {
 		t.Errorf("a second r1 at another address: %v", err)
 	}
-	if _, err := b.ReplicaAddress(ctx, "r2"); !errors.Is(err, ErrNoReplica) {
-		t.Errorf("a replica that never was: %v", err)
+	if _, ok := addrOf(b, "r2"); ok {
+		t.Error("a replica that never was is live")
 	}
 
 	// r2 crashed: its Lease stays, not renewed any more.
@@ -64,15 +85,15 @@ func TestReplicas(t *testing.T) {
 	if err := a.coord.update(ctx, a.ns, "leases", l.Name, &l, &l); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.ReplicaAddress(ctx, "r2"); !errors.Is(err, ErrNoReplica) {
-		t.Errorf("a replica whose Lease expired: %v", err)
+	if _, ok := addrOf(b, "r2"); ok {
+		t.Error("a replica whose Lease expired is live")
 	}
 	r2b, err := b.Join(ctx, "r2", "https://10.0.0.4:8443")
 	if err != nil {
 		t.Fatalf("the name of a replica gone: %v", err)
 	}
-	if addr, err := a.ReplicaAddress(ctx, "r2"); err != nil || addr != "https://10.0.0.4:8443" {
-		t.Errorf("r2 again: %q %v", addr, err)
+	if addr, ok := addrOf(a, "r2"); !ok || addr != "https://10.0.0.4:8443" {
+		t.Errorf("r2 again: %q %v", addr, ok)
 	}
 
 	for _, r := range []*Replica{r1, r2b} {
@@ -80,8 +101,11 @@ func TestReplicas(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	if _, err := b.ReplicaAddress(ctx, "r1"); !errors.Is(err, ErrNoReplica) {
-		t.Errorf("a replica closed: %v", err)
+	if _, ok := addrOf(b, "r1"); ok {
+		t.Error("a replica closed is live")
+	}
+	if !testutil.Eventually(time.Minute, func() bool { return !viewHas(b, "r1") }) {
+		t.Error("a replica closed stays in the view")
 	}
 	if _, err := a.Join(ctx, "Not_A_Name", "x"); err == nil {
 		t.Error("a replica name that is no label value was taken")

@@ -3,7 +3,6 @@ package kube
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -19,11 +18,9 @@ import (
 // not a token) is read from the API server; one revoked is gone from it
 // within the watch's delay.
 type tokenView struct {
-	mu     sync.Mutex
+	watched
 	m      map[string]string // hex of the hash → tenant
 	synced bool
-	stop   chan struct{}
-	once   sync.Once
 }
 
 // lookup is the tenant of the token of hash, if the view has it.
@@ -67,12 +64,8 @@ func tokenSecret(sec *corev1.Secret) bool {
 // close.
 func (s *Store) startTokens() {
 	v := &s.tokens
-	v.once.Do(func() {
-		stop := make(chan struct{})
-		v.mu.Lock()
-		v.stop = stop
-		v.mu.Unlock()
-		go follow(s.core, s.ns, stop, "secrets", s.selector(KindToken), func() runtime.Object { return &corev1.SecretList{} },
+	v.start(func(stop chan struct{}) {
+		follow(s.core, s.ns, stop, "secrets", s.selector(KindToken), func() runtime.Object { return &corev1.SecretList{} },
 			func(list runtime.Object) {
 				m := map[string]string{}
 				for _, sec := range list.(*corev1.SecretList).Items {

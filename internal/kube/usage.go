@@ -23,11 +23,40 @@ import (
 // tenant creating on two replicas at once may pass its quota by what
 // that delay lets through; until its first list it is not used.
 type usage struct {
-	mu     sync.Mutex
+	watched
 	recs   map[string]usageRec // by sandbox ID
 	synced bool
-	stop   chan struct{}
-	once   sync.Once
+}
+
+// watched is what a view fed by a watch keeps besides its data: the lock
+// over both, the channel that stops its watch, and its start, once.
+type watched struct {
+	mu   sync.Mutex
+	stop chan struct{}
+	once sync.Once
+}
+
+// start runs run in a goroutine of its own, once, until close closes
+// the channel it is given.
+func (w *watched) start(run func(stop chan struct{})) {
+	w.once.Do(func() {
+		stop := make(chan struct{})
+		w.mu.Lock()
+		w.stop = stop
+		w.mu.Unlock()
+		go run(stop)
+	})
+}
+
+// close stops the view's watch.
+func (w *watched) close() {
+	w.mu.Lock()
+	stop := w.stop
+	w.stop = nil
+	w.mu.Unlock()
+	if stop != nil {
+		close(stop)
+	}
 }
 
 // usageRec is what usage keeps of a record.
@@ -92,13 +121,9 @@ func (u *usage) of(tenant string) (n int, mem int64, ok bool) {
 
 // startUsage fills the view and keeps it current, once, until close.
 func (s *Store) startUsage() {
-	s.usage.once.Do(func() {
-		stop := make(chan struct{})
-		s.usage.mu.Lock()
-		s.usage.stop = stop
-		s.usage.mu.Unlock()
-		u := &s.usage
-		go follow(s.core, s.ns, stop, "configmaps", s.selector(KindSandbox), func() runtime.Object { return &corev1.ConfigMapList{} },
+	u := &s.usage
+	u.start(func(stop chan struct{}) {
+		follow(s.core, s.ns, stop, "configmaps", s.selector(KindSandbox), func() runtime.Object { return &corev1.ConfigMapList{} },
 			func(list runtime.Object) {
 				items := list.(*corev1.ConfigMapList).Items
 				recs := make(map[string]usageRec, len(items))
@@ -176,19 +201,6 @@ func followWatch(ctx context.Context, a api, ns, resource, sel, from string, app
 
 // closeUsage stops the views' watches.
 func (s *Store) closeUsage() {
-	for _, v := range []*viewStop{{&s.usage.mu, &s.usage.stop}, {&s.tokens.mu, &s.tokens.stop}} {
-		v.mu.Lock()
-		stop := *v.stop
-		*v.stop = nil
-		v.mu.Unlock()
-		if stop != nil {
-			close(stop)
-		}
-	}
-}
-
-// viewStop is a view's lock and the channel that stops its watch.
-type viewStop struct {
-	mu   *sync.Mutex
-	stop *chan struct{}
+	s.usage.close()
+	s.tokens.close()
 }
