@@ -120,14 +120,14 @@ if [ "$(id -u)" = 0 ]; then
 	fi
 fi
 
-echo "== gofmt"
+echo "== gofmt (at ${SECONDS}s)"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$unformatted" ]; then echo "gofmt wants to change: $unformatted"; exit 1; fi
-echo "== go vet"
+echo "== go vet (at ${SECONDS}s)"
 go vet ./...
-echo "== staticcheck"
+echo "== staticcheck (at ${SECONDS}s)"
 staticcheck ./...
-echo "== go test"
+echo "== go test (at ${SECONDS}s)"
 # The gVisor tier makes its state directory a private mount point of its
 # own, kept for the next sandbox. When the suite made it, the suite
 # removes it once every test ended, if no sandbox is left in it.
@@ -151,5 +151,5 @@ rmdir /run/hutch-gvisor-test-* 2>/dev/null || true
 passed=$(grep -c '^ok' /tmp/hutch-test.$$.log || true)
 failed=$(grep -c '^FAIL' /tmp/hutch-test.$$.log || true)
 rm -f /tmp/hutch-test.$$.log
-echo "packages: $passed passed, $failed failed"
+echo "packages: $passed passed, $failed failed (in ${SECONDS}s)"
 exit "$status"

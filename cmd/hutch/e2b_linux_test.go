@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
-	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -17,8 +16,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/hutch-sandbox/hutch/internal/image/imagetest"
 	"github.com/hutch-sandbox/hutch/internal/policy"
@@ -166,7 +163,6 @@ func TestE2BSDKDomain(t *testing.T) {
 		}
 	}
 	d := startDaemonWith(t, nil, "--domain", domain, "--tls-cert", filepath.Join(dir, "cert.pem"), "--tls-key", filepath.Join(dir, "key.pem"), "--volume-size", "64m")
-	t.Cleanup(func() { unmountVolumes(t, filepath.Join(d.stateDir, "volumes")) })
 	if !strings.HasPrefix(d.tcp, "https://") || !strings.Contains(d.log.String(), "E2B_DOMAIN="+domain) {
 		t.Fatalf("hutch serve --domain --tls-cert: listening on %q:\n%s", d.tcp, d.log.String())
 	}
@@ -328,7 +324,7 @@ func TestE2BSDKSecrets(t *testing.T) {
 // (which that suite skips, saying so, while the daemon refuses volumes);
 // against a daemon of each tier (the subtests "namespace" and "gvisor",
 // whose every sandbox is of that tier). It leaves no volume mounted: the
-// daemon's volumes are unmounted at the end.
+// daemon's volumes are unmounted with its directory at the end.
 func TestE2BSDKVolumes(t *testing.T) {
 	t.Parallel()
 	testutil.RequireRoot(t)
@@ -344,7 +340,6 @@ func TestE2BSDKVolumes(t *testing.T) {
 				flags = append(flags, "--default-tier", "gvisor", "--runsc", testutil.Runsc(t))
 			}
 			d := startDaemonWith(t, nil, flags...)
-			t.Cleanup(func() { unmountVolumes(t, filepath.Join(d.stateDir, "volumes")) })
 			keys := map[string]string{}
 			for _, tenant := range []string{"a", "b"} {
 				r := d.admin(t, "token", "create", "--tenant", tenant, "--e2b", "--state-dir", d.stateDir)
@@ -363,19 +358,6 @@ func TestE2BSDKVolumes(t *testing.T) {
 			}
 			t.Logf("%s", out)
 		})
-	}
-}
-
-// unmountVolumes unmounts what a daemon left mounted under dir (its
-// volumes, which outlive it by design), once it stopped.
-func unmountVolumes(t *testing.T, dir string) {
-	t.Helper()
-	entries, _ := os.ReadDir(filepath.Join(dir, "mnt"))
-	for _, e := range entries {
-		p := filepath.Join(dir, "mnt", e.Name())
-		if err := unix.Unmount(p, 0); err != nil && !errors.Is(err, unix.EINVAL) {
-			t.Errorf("unmount %s: %v", p, err)
-		}
 	}
 }
 

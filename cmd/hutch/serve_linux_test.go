@@ -64,7 +64,7 @@ func startDaemonWith(t *testing.T, setup func(stateDir string), flags ...string)
 	if err := os.Chmod(base, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(base) })
+	t.Cleanup(func() { removeBase(t, base) })
 	d := &daemonProc{base: base, stateDir: filepath.Join(base, "state"), sock: filepath.Join(base, "s.sock"), flags: flags}
 	if setup != nil {
 		if err := os.Mkdir(d.stateDir, 0o700); err != nil {
@@ -74,6 +74,15 @@ func startDaemonWith(t *testing.T, setup func(stateDir string), flags ...string)
 	}
 	d.start(t)
 	return d
+}
+
+// removeBase removes a daemon's base directory once the daemon stopped,
+// with what it left mounted there (its volumes, which outlive it by
+// design): registered before the daemon's own cleanup, it runs after it.
+func removeBase(t *testing.T, base string) {
+	if err := testutil.RemoveMounted(base); err != nil {
+		t.Errorf("the daemon's directory: %v", err)
+	}
 }
 
 // start starts d's `hutch serve` (again, after it ended) and waits for it

@@ -106,7 +106,7 @@ func TestTokenCreate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(base) })
+	t.Cleanup(func() { removeBase(t, base) })
 	if err := os.Chmod(base, 0o755); err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package oci
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -30,29 +31,49 @@ func TestMain(m *testing.M) {
 
 // hutchRuncLeft lists hutch-runc's mounts directories (and those it
 // could not remove yet, not its lock), the mounts under them, and its
-// egress proxies' pids.
+// egress proxies' pids, but not those of a Kubernetes cluster's
+// containers (containerd namespace k8s.io: test/k8s's, which may run
+// beside these tests).
 func hutchRuncLeft() []string {
 	var out []string
 	dirs, _ := filepath.Glob("/run/hutch-runc/c/*")
-	for _, d := range dirs {
-		if !strings.HasPrefix(filepath.Base(d), ".") {
-			out = append(out, d)
-		}
-	}
 	gone, _ := filepath.Glob("/run/hutch-runc/c/.gone/*")
-	out = append(out, gone...)
+	mine := map[string]bool{}
+	for _, d := range append(dirs, gone...) {
+		var o struct {
+			State string `json:"state"`
+		}
+		if strings.HasPrefix(filepath.Base(d), ".") {
+			continue
+		}
+		if b, err := os.ReadFile(filepath.Join(d, ".owner")); err == nil && json.Unmarshal(b, &o) == nil && clusters(o.State) {
+			continue
+		}
+		mine[d] = true
+		out = append(out, d)
+	}
 	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
 		for _, l := range strings.Split(string(b), "\n") {
-			if strings.Contains(l, " /run/hutch-runc/") {
-				out = append(out, l)
+			for d := range mine {
+				if strings.Contains(l, " "+d+"/") || strings.Contains(l, " "+d+" ") {
+					out = append(out, l)
+					break
+				}
 			}
 		}
 	}
 	for _, pid := range proxies("") {
-		out = append(out, fmt.Sprintf("proxy %d", pid))
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if !clusters(string(b)) {
+			out = append(out, fmt.Sprintf("proxy %d", pid))
+		}
 	}
 	return out
 }
+
+// clusters reports whether s names the state directory of a container
+// in containerd's namespace of Kubernetes.
+func clusters(s string) bool { return strings.Contains(s, "/runc/k8s.io/") }
 
 // testImage is the tests' image (ocitest.ImageTar).
 const testImage = ocitest.TestImage

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/hutch-sandbox/hutch/internal/testutil"
 )
 
 // Containerd is a containerd of the test's own.
@@ -85,7 +87,11 @@ func (c *Containerd) Stop(t testing.TB) {
 		}
 	}
 	c.stop(t)
-	os.RemoveAll(filepath.Join("/run/containerd/runc", c.Namespace))
+	// runsc (the gVisor tier) binds a network namespace into its root
+	// there, which outlives its containers.
+	if err := testutil.RemoveMounted(filepath.Join("/run/containerd/runc", c.Namespace)); err != nil {
+		t.Errorf("containerd's runtime state: %v", err)
+	}
 }
 
 // Kill kills containerd and its shims, as an engine that is lost: their
