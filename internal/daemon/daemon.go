@@ -226,6 +226,11 @@ type Volume struct {
 type Sandboxes interface {
 	// Store is the daemon's state, for tokens.
 	Store() store.Backend
+	// Unknown reports whether id is known to name no sandbox without a
+	// read of the store (see Manager.Unknown); NotStopped lists the
+	// store's sandboxes that are not stopped, every tenant's.
+	Unknown(ctx context.Context, id string) bool
+	NotStopped(ctx context.Context) ([]string, error)
 	// Create starts a sandbox for tenant.
 	Create(ctx context.Context, tenant string, r CreateRequest) (Info, error)
 	// Get describes one of tenant's sandboxes.

@@ -120,7 +120,7 @@ func (m *Manager) Locate(ctx context.Context, id string, fresh bool) (string, er
 	m.mu.Lock()
 	l := m.live[id]
 	m.mu.Unlock()
-	if l != nil {
+	if l != nil || !fresh && m.Unknown(ctx, id) {
 		return "", nil
 	}
 	if v, ok := m.st.(ownerView); ok && !fresh {
@@ -149,10 +149,53 @@ func (m *Manager) Locate(ctx context.Context, id string, fresh bool) (string, er
 	return "", nil
 }
 
-// ownerView is a store that keeps a view of its records' owners (a
-// cluster's: kube.Store.OwnerOf), a watch's delay behind them.
+// ownerView is a store that keeps a view of its records (a cluster's:
+// kube.Store), a watch's delay behind them: their owners, whether it has
+// a record (waiting a moment for one it lacks; current false when it
+// cannot tell), the sandboxes not stopped (ok false when it cannot tell).
 type ownerView interface {
 	OwnerOf(id string) (owner, state, tier string, ok bool)
+	Has(ctx context.Context, id string) (has, current bool)
+	NotStopped() (ids []string, ok bool)
+}
+
+// Unknown reports whether id names no sandbox as far as can be told
+// without reading the store: a view of the records (a cluster's), current,
+// has not had it within a watch's delay. Front ends ask before they read
+// the record a request not yet authenticated names, so that ids nobody
+// made cost the store nothing. False when there is no such view.
+func (m *Manager) Unknown(ctx context.Context, id string) bool {
+	m.mu.Lock()
+	l := m.live[id]
+	m.mu.Unlock()
+	v, ok := m.st.(ownerView)
+	if l != nil || !ok {
+		return false
+	}
+	has, current := v.Has(ctx, id)
+	return current && !has
+}
+
+// NotStopped lists the sandboxes of the store (every tenant's) that are
+// not stopped: from the view of the records when it is current, else
+// read.
+func (m *Manager) NotStopped(ctx context.Context) ([]string, error) {
+	if v, ok := m.st.(ownerView); ok {
+		if ids, ok := v.NotStopped(); ok {
+			return ids, nil
+		}
+	}
+	sbs, err := m.st.ListSandboxes(ctx, store.Filter{})
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, sb := range sbs {
+		if sb.State != store.StateStopped {
+			ids = append(ids, sb.ID)
+		}
+	}
+	return ids, nil
 }
 
 // errTakenFirst is takeOver's when another replica took the sandbox first.

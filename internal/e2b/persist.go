@@ -84,7 +84,9 @@ func (h *Handler) persist(ctx context.Context, id string, rec record) {
 
 // load reads sandbox id's record from its sandbox's record, unless the
 // handler holds it: one made by another daemon of the store, or by this
-// one before it started again.
+// one before it started again. An id the daemon knows names no sandbox
+// (daemon.Manager.Unknown) is not read: load runs before the request is
+// authenticated.
 func (h *Handler) load(ctx context.Context, id string) {
 	if id == "" || h.m == nil {
 		return
@@ -92,7 +94,7 @@ func (h *Handler) load(ctx context.Context, id string) {
 	h.mu.Lock()
 	held := h.records[id] != nil
 	h.mu.Unlock()
-	if held {
+	if held || h.m.Unknown(ctx, id) {
 		return
 	}
 	sb, err := h.m.Store().GetSandbox(ctx, "", id)

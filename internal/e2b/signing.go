@@ -9,8 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/hutch-sandbox/hutch/internal/store"
 )
 
 // Signed file URLs. E2B's SDKs make, for a sandbox with an envd access
@@ -53,7 +51,8 @@ func signedOperation(r *http.Request) string {
 
 // signedScan is the sandbox whose envd access token match accepts, ""
 // for none: of the sandboxes the handler holds and those of its store
-// that are not stopped (another daemon's), one scan at a time
+// that are not stopped (another daemon's; from the view of a cluster's
+// records, without a read, when it is current), one scan at a time
 // (h.signScan). The one found is held once it returns.
 func (h *Handler) signedScan(ctx context.Context, match func(token string) bool) string {
 	select {
@@ -69,11 +68,9 @@ func (h *Handler) signedScan(ctx context.Context, match func(token string) bool)
 	}
 	h.mu.Unlock()
 	if h.m != nil { // else the handler's own only
-		if sbs, err := h.m.Store().ListSandboxes(ctx, store.Filter{}); err == nil {
-			for _, sb := range sbs {
-				if sb.State != store.StateStopped {
-					ids[sb.ID] = true
-				}
+		if more, err := h.m.NotStopped(ctx); err == nil {
+			for _, id := range more {
+				ids[id] = true
 			}
 		}
 	}

@@ -183,8 +183,7 @@ func (c *Cluster) replicaSelector() string {
 // leaseView is the replicas' Leases by name, fed by a watch.
 type leaseView struct {
 	watched
-	m      map[string]coordinationv1.Lease
-	synced bool
+	m map[string]coordinationv1.Lease
 }
 
 // startLeases fills the view of the Leases and keeps it current, once,
@@ -217,7 +216,7 @@ func (c *Cluster) startLeases() {
 				} else {
 					v.m[l.Name] = *l
 				}
-			})
+			}, v.lost)
 	})
 }
 

@@ -532,15 +532,19 @@ func (s *Store) createToken(ctx context.Context, tenant string, newToken func() 
 
 // TenantForToken returns the tenant that token belongs to, or an error
 // wrapping store.ErrNotFound if it is not a live token: from the view of
-// the tokens (tokens.go) when it has it, else from its Secret, found by a
+// the tokens (tokens.go) when it is current, else from its Secret, found by a
 // part of the token's SHA-256, the whole hash compared in constant time.
 func (s *Store) TenantForToken(ctx context.Context, token string) (string, error) {
 	if !store.WellFormedToken(token) {
 		return "", fmt.Errorf("kubernetes store: token: %w", store.ErrNotFound)
 	}
 	hash := store.TokenHash(token)
-	if tenant, ok := s.viewTenant(hash); ok {
+	tenant, has, known := s.viewTenant(ctx, hash)
+	if has {
 		return tenant, nil
+	}
+	if known {
+		return "", fmt.Errorf("kubernetes store: token: %w", store.ErrNotFound)
 	}
 	var sec corev1.Secret
 	if err := s.core.get(ctx, s.ns, "secrets", tokenName(hash), &sec); err != nil {
@@ -550,7 +554,7 @@ func (s *Store) TenantForToken(ctx context.Context, token string) (string, error
 		return "", fmt.Errorf("kubernetes store: token: %w", err)
 	}
 	want := []byte(hex.EncodeToString(hash))
-	tenant := string(sec.Data[tokenTenantKey])
+	tenant = string(sec.Data[tokenTenantKey])
 	if subtle.ConstantTimeCompare(sec.Data[tokenHashKey], want) != 1 || tenant == "" || !s.ours(sec.Labels) {
 		return "", fmt.Errorf("kubernetes store: token: %w", store.ErrNotFound)
 	}

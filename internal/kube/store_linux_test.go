@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -49,6 +51,10 @@ func TestStore(t *testing.T) {
 	t.Run("TokenView", func(t *testing.T) {
 		open := newState(t)
 		testStoreTokenView(t, open(t).(*Store), open(t).(*Store))
+	})
+	t.Run("Unseen", func(t *testing.T) {
+		open := newState(t)
+		testStoreUnseen(t, open(t).(*Store), open(t).(*Store))
 	})
 	t.Run("Daemons", func(t *testing.T) {
 		ns := fmt.Sprintf("hutch-store-%d", n.Add(1))
@@ -264,5 +270,79 @@ func testStoreTokenView(t *testing.T, one, two *Store) {
 		return errors.Is(err, store.ErrNotFound) && errors.Is(err2, store.ErrNotFound)
 	}) {
 		t.Error("the other replica still takes the tokens revoked")
+	}
+}
+
+// gets counts a Store's API reads of one object (GETs of a name).
+type gets struct {
+	next http.RoundTripper
+	n    atomic.Int32
+}
+
+func (g *gets) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method == http.MethodGet && r.URL.Query().Get("watch") == "" && !strings.HasSuffix(r.URL.Path, "/configmaps") && !strings.HasSuffix(r.URL.Path, "/secrets") {
+		g.n.Add(1)
+	}
+	return g.next.RoundTrip(r)
+}
+
+// testStoreUnseen: a replica whose views are current answers an id or a
+// token nobody made without reading anything (a request not yet
+// authenticated names them), and still answers what the other replica
+// made a moment ago (its views wait a watch's delay for it).
+func testStoreUnseen(t *testing.T, one, two *Store) {
+	ctx := context.Background()
+	tok, err := one.CreateToken(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Both of two's views filled.
+	if got, err := two.TenantForToken(ctx, tok); err != nil || got != "acme" {
+		t.Fatalf("a token: %q %v", got, err)
+	}
+	if !testutil.Eventually(time.Minute, func() bool {
+		_, current := two.Has(ctx, "sb-none")
+		_, ok := two.tokens.lookup(store.TokenHash(tok))
+		return current && ok
+	}) {
+		t.Fatal("the views did not fill")
+	}
+	g := &gets{next: two.core.rc.Client.Transport}
+	if g.next == nil {
+		g.next = http.DefaultTransport
+	}
+	two.core.rc.Client.Transport = g
+
+	// A token of the right form that nobody made.
+	last := "a"
+	if strings.HasSuffix(tok, "a") {
+		last = "b"
+	}
+	if _, err := two.TenantForToken(ctx, tok[:len(tok)-1]+last); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("a token nobody made: %v", err)
+	}
+	if has, current := two.Has(ctx, "sb-nobody-made"); has || !current {
+		t.Errorf("an id nobody made: has %v, current %v", has, current)
+	}
+	if n := g.n.Load(); n != 0 {
+		t.Errorf("%d reads for a token and an id nobody made", n)
+	}
+
+	// What the other replica made a moment ago is there.
+	if err := one.InsertSandbox(ctx, store.Sandbox{ID: "sb-made", Tenant: "acme", State: store.StateRunning}); err != nil {
+		t.Fatal(err)
+	}
+	if has, current := two.Has(ctx, "sb-made"); !has || !current {
+		t.Errorf("a record made a moment ago by the other replica: has %v, current %v", has, current)
+	}
+	late, err := one.CreateToken(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := two.TenantForToken(ctx, late); err != nil || got != "acme" {
+		t.Errorf("a token made a moment ago by the other replica: %q %v", got, err)
+	}
+	if ids, ok := two.NotStopped(); !ok || !slices.Contains(ids, "sb-made") {
+		t.Errorf("the view's sandboxes not stopped: %v %v", ids, ok)
 	}
 }

@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 
@@ -19,8 +20,7 @@ import (
 // within the watch's delay.
 type tokenView struct {
 	watched
-	m      map[string]string // hex of the hash → tenant
-	synced bool
+	m map[string]string // hex of the hash → tenant
 }
 
 // lookup is the tenant of the token of hash, if the view has it.
@@ -87,18 +87,29 @@ func (s *Store) startTokens() {
 				} else {
 					v.set(sec)
 				}
-			})
+			}, v.lost)
 	})
 }
 
-// viewTenant is the tenant of the token of hash as the view has it; ok is
-// false when the view cannot tell (not filled yet, or no such token in
-// it), and the Secret must be read.
-func (s *Store) viewTenant(hash []byte) (string, bool) {
+// viewTenant is the tenant of the token of hash as the view has it,
+// having waited up to viewGrace for a token it lacks (made a moment ago by
+// another replica): known is true when the view tells (has is then
+// whether it has the token), false when it cannot (not filled yet, or
+// its watch ended and it is being filled again) and the Secret must be
+// read. A token nobody made costs the API server nothing.
+func (s *Store) viewTenant(ctx context.Context, hash []byte) (tenant string, has, known bool) {
 	s.startTokens()
-	t, ok := s.tokens.lookup(hash)
-	if !ok || t == store.SocketTenant {
-		return "", false
+	v := &s.tokens
+	has, known = await(ctx, func() (bool, bool) {
+		v.mu.Lock()
+		defer v.mu.Unlock()
+		var ok bool
+		tenant, ok = v.m[hex.EncodeToString(hash)]
+		return ok && v.synced, v.synced
+	})
+	if tenant == store.SocketTenant {
+		// Never a token's (the socket's operator): read, and refused.
+		return "", false, false
 	}
-	return t, true
+	return tenant, has, known
 }

@@ -24,16 +24,25 @@ import (
 // that delay lets through; until its first list it is not used.
 type usage struct {
 	watched
-	recs   map[string]usageRec // by sandbox ID
-	synced bool
+	recs map[string]usageRec // by sandbox ID
 }
 
 // watched is what a view fed by a watch keeps besides its data: the lock
-// over both, the channel that stops its watch, and its start, once.
+// over both, whether the view is current (filled, its watch running), the
+// channel that stops its watch, and its start, once.
 type watched struct {
-	mu   sync.Mutex
-	stop chan struct{}
-	once sync.Once
+	mu     sync.Mutex
+	synced bool
+	stop   chan struct{}
+	once   sync.Once
+}
+
+// lost marks the view not current until it is listed again (follow's
+// lost): what changed meanwhile may be missing from it.
+func (w *watched) lost() {
+	w.mu.Lock()
+	w.synced = false
+	w.mu.Unlock()
 }
 
 // start runs run in a goroutine of its own, once, until close closes
@@ -150,15 +159,74 @@ func (s *Store) startUsage() {
 				} else {
 					u.set(sb)
 				}
-			})
+			}, u.lost)
 	})
+}
+
+// Has reports whether the view of the records has sandbox id, having
+// waited up to viewGrace for a record it lacks (one another replica made a
+// moment ago reaches it a watch's delay later); current is false when the
+// view cannot tell (not filled yet, or its watch ended and it is being
+// filled again): read the record then. Without a read, an id that names
+// no sandbox costs the API server nothing, whoever sends it.
+func (s *Store) Has(ctx context.Context, id string) (has, current bool) {
+	s.startUsage()
+	u := &s.usage
+	return await(ctx, func() (bool, bool) {
+		u.mu.Lock()
+		defer u.mu.Unlock()
+		_, has := u.recs[id]
+		return has && u.synced, u.synced
+	})
+}
+
+// viewGrace is how long a view fed by a watch is waited for to show what a
+// client names that it lacks (a record or a token made a moment ago by
+// another replica, which the watch brings), before the view's answer —
+// there is none — is taken.
+const viewGrace = time.Second
+
+// await asks look (has, current) until it has or the view is not current,
+// for up to viewGrace, and returns its last answer.
+func await(ctx context.Context, look func() (has, current bool)) (bool, bool) {
+	deadline := time.Now().Add(viewGrace)
+	for {
+		has, current := look()
+		if has || !current || time.Now().After(deadline) {
+			return has, current
+		}
+		select {
+		case <-ctx.Done():
+			return has, current
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// NotStopped lists the sandboxes of the view of the records that are not
+// stopped; ok is false while the view is not current.
+func (s *Store) NotStopped() (ids []string, ok bool) {
+	s.startUsage()
+	u := &s.usage
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if !u.synced {
+		return nil, false
+	}
+	for id, r := range u.recs {
+		if r.state != store.StateStopped {
+			ids = append(ids, id)
+		}
+	}
+	return ids, true
 }
 
 // follow keeps a view of the objects of resource in namespace ns of a
 // that sel selects, until stop: reset is given each full list (a new one
 // of newList), apply each event of the watch that follows from the list's
-// version; a watch that ends is followed by a new list, a second later.
-func follow(a api, ns string, stop chan struct{}, resource, sel string, newList func() runtime.Object, reset func(runtime.Object), apply func(watch.EventType, runtime.Object)) {
+// version; a watch that ends is followed by lost (when not nil) and a new
+// list, a second later.
+func follow(a api, ns string, stop chan struct{}, resource, sel string, newList func() runtime.Object, reset func(runtime.Object), apply func(watch.EventType, runtime.Object), lost func()) {
 	for {
 		ctx, cancel := context.WithCancel(context.Background())
 		go func() {
@@ -173,6 +241,9 @@ func follow(a api, ns string, stop chan struct{}, resource, sel string, newList 
 			reset(list)
 			if m, err := meta.ListAccessor(list); err == nil {
 				followWatch(ctx, a, ns, resource, sel, m.GetResourceVersion(), apply)
+			}
+			if lost != nil {
+				lost()
 			}
 		}
 		cancel()

@@ -82,6 +82,22 @@ func (m *Manager) Close() error {
 // Store is the manager's store, for tokens.
 func (m *Manager) Store() store.Backend { return m.store }
 
+// Unknown is false: the manager keeps no view of a store others write.
+func (m *Manager) Unknown(context.Context, string) bool { return false }
+
+// NotStopped lists the manager's sandboxes that are not stopped.
+func (m *Manager) NotStopped(context.Context) ([]string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var ids []string
+	for id, b := range m.boxes {
+		if b.info.State != store.StateStopped {
+			ids = append(ids, id)
+		}
+	}
+	return ids, nil
+}
+
 // Images is an image store in the manager's directory.
 func (m *Manager) Images() *image.Store {
 	st, err := image.Open(m.dir)
