@@ -134,15 +134,21 @@ echo "== go test (at ${SECONDS}s)"
 gvisor_state=/run/hutch-gvisor
 gvisor_state_was_mounted=0
 mountpoint -q "$gvisor_state" 2>/dev/null && gvisor_state_was_mounted=1
-# The tests of the container engines (test/oci: containerd, Docker; test/k8s:
-# a cluster) run after the others, alone: an engine removes a container's
-# root only when no mount namespace holds a copy of it, and hutch's own
-# sandboxes, made beside them, copy every mount of the host's.
-engines='/test/(oci|k8s)$'
-go test -count=1 -timeout 20m $(go list ./... | grep -Ev "$engines") 2>&1 | tee /tmp/hutch-test.$$.log
+# One run of every package, three at a time, the longest first: go test
+# starts them in the order given, and a long one started last would end
+# the run alone. The cluster's tests (test/k8s) wait on the cluster much
+# of their time, so they go first, beside the others; the engines' tests
+# (test/oci, test/k8s) run beside hutch's own sandboxes, whose copies of
+# the host's mounts an engine's removal of a container's root detaches
+# (test/oci's TestContainerdRecreateWhileHeld).
+module=$(go list -m)
+first=""
+for p in test/k8s cmd/hutch test/escape internal/daemon internal/e2b internal/interp internal/api test/oci internal/mcp internal/kernel internal/webui internal/changes; do
+	first="$first $module/$p"
+done
+rest=$(go list ./... | grep -Fvx -f <(printf '%s\n' $first))
+go test -count=1 -timeout 30m -p 3 $first $rest 2>&1 | tee /tmp/hutch-test.$$.log
 status=${PIPESTATUS[0]}
-go test -count=1 -timeout 20m -p 1 $(go list ./... | grep -E "$engines") 2>&1 | tee -a /tmp/hutch-test.$$.log
-[ "${PIPESTATUS[0]}" = 0 ] || status=1
 if [ "$gvisor_state_was_mounted" = 0 ] && mountpoint -q "$gvisor_state" 2>/dev/null && [ -z "$(ls -A "$gvisor_state")" ]; then
 	umount "$gvisor_state" && rmdir "$gvisor_state" || echo "warning: could not remove $gvisor_state"
 fi
