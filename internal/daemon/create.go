@@ -353,14 +353,19 @@ func (m *Manager) launch(ctx context.Context, id, dir string, spec policy.Spec, 
 			return fail(err)
 		}
 	} else {
+		if img != nil && img.Config.User != "" {
+			l.execUser = &agent.Credential{UID: uint32(user.UID), GID: uint32(user.GID)}
+		}
+		if lastingOK(spec, sec, review, snap) {
+			if err := makeLasting(dir, l, &cfg); err != nil {
+				return fail(err)
+			}
+		}
 		inst, conn, err := startSandbox(rt, cfg)
 		if err != nil {
 			return fail(err)
 		}
 		l.inst = inst
-		if img != nil && img.Config.User != "" {
-			l.execUser = &agent.Credential{UID: uint32(user.UID), GID: uint32(user.GID)}
-		}
 		l.attach(agent.NewClient(conn))
 	}
 	if k, ok := l.inst.(layerKeeper); ok && l.keep == "" {
