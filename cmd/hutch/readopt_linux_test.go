@@ -24,7 +24,8 @@ import (
 // started before runs on with its memory (a shell loop's counter goes on
 // from where it was, same pid), the files written before are there, its
 // egress still goes through the proxy with its rules (an allowed loopback
-// host answers, another is refused), a timeout ends its sandbox no earlier
+// host answers, another is refused), a sandbox taken from the warm pool
+// keeps its create's environment, a timeout ends its sandbox no earlier
 // than the time recorded, and the warm pool is whole again. A sandbox
 // whose PID 1 was killed while no daemon ran is cleaned up. Then SIGUSR2
 // stops the daemon leaving the sandbox running, and the next one takes it
@@ -47,7 +48,8 @@ func TestServeReadopt(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := sb.ID
-	short, err := c.Create(ctx, client.CreateOptions{Timeout: 25 * time.Second})
+	// From the warm pool, with an environment its commands get.
+	short, err := c.Create(ctx, client.CreateOptions{Timeout: 25 * time.Second, Env: map[string]string{"GREETING": "hello"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,6 +132,9 @@ curl -sS --max-time 10 -o /dev/null -D - http://blocked.test:`+port+`/two; echo 
 			t.Errorf("the loop stopped counting at %d", before)
 		}
 		wantEgress(curl())
+		if out := run(short.ID, `echo "$GREETING"`); out != "hello\n" {
+			t.Errorf("the environment of a warm sandbox's create, after the restart: %q", out)
+		}
 		if got := up.requests(); len(got) != 2 || got[0] != got[1] || got[0] != "allowed.test:"+port+"/one" {
 			t.Errorf("the upstream got %q, want the allowed request twice", got)
 		}

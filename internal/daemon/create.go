@@ -206,6 +206,7 @@ func (m *Manager) Create(ctx context.Context, tenant string, r CreateRequest) (I
 		return Info{}, fmt.Errorf("create sandbox %s: %w", id, err)
 	}
 	l.life, l.lifetime = r.Lifecycle, timeout
+	m.keepLife(l)
 	if err := m.adopt(l, tenant, r.IdleTimeout, now, row.Expires); err != nil {
 		l.close(log)
 		m.abandon(id, dir, log, ev, err)

@@ -113,7 +113,7 @@ func (m *Manager) UpdateNetwork(ctx context.Context, tenant, id string, nw polic
 	m.mu.Lock()
 	l.operator = operator
 	m.mu.Unlock()
-	if err := keepOperator(l.dir, operator); err != nil {
+	if err := updateLasting(l.dir, func(ls *lasting) { ls.Operator = operator }); err != nil {
 		m.log.Error("record the sandbox's egress rules for the next daemon", "sandbox", id, "err", err)
 	}
 	m.log.Info("sandbox network updated", "sandbox", id, "tenant", l.tenant, "mode", spec.Network.Mode,

@@ -50,6 +50,11 @@ type lasting struct {
 	ExecUser *agent.Credential `json:"exec_user,omitempty"`
 	// BootEnv is its agent's environment at its start.
 	BootEnv []string `json:"boot_env,omitempty"`
+	// ExecEnv is the environment its client adds to every command (a
+	// warm sandbox's create's), Life what its timeout does; both are set
+	// once it is a tenant's (keepLife).
+	ExecEnv []string  `json:"exec_env,omitempty"`
+	Life    Lifecycle `json:"life"`
 }
 
 // lastingOK says whether a sandbox launched with these may outlive the
@@ -96,10 +101,10 @@ func writeLasting(dir string, ls lasting) error {
 	return nil
 }
 
-// keepOperator records, for the next daemon, whether the egress rules of
-// the sandbox in dir are now the operator's (UpdateNetwork); nothing for
-// a sandbox that does not outlive the daemon.
-func keepOperator(dir string, operator bool) error {
+// updateLasting changes, for the next daemon, what the sandbox in dir
+// keeps in its lasting file; nothing for a sandbox without one (it does
+// not outlive the daemon).
+func updateLasting(dir string, change func(*lasting)) error {
 	ls, err := readLasting(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -107,8 +112,16 @@ func keepOperator(dir string, operator bool) error {
 	if err != nil {
 		return err
 	}
-	ls.Operator = operator
+	change(&ls)
 	return writeLasting(dir, ls)
+}
+
+// keepLife records, for the next daemon, what of l is set once it is a
+// tenant's: its timeout's lifecycle and its commands' environment.
+func (m *Manager) keepLife(l *live) {
+	if err := updateLasting(l.dir, func(ls *lasting) { ls.Life, ls.ExecEnv = l.life, l.execEnv }); err != nil {
+		m.log.Error("record the sandbox for the next daemon", "sandbox", l.id, "err", err)
+	}
 }
 
 // isLasting says whether the sandbox in dir outlives the daemon.
@@ -163,6 +176,7 @@ func (localAttach) attach(m *Manager, l *live, sb store.Sandbox, spec policy.Spe
 		return nil, err
 	}
 	l.operator, l.execUser, l.bootEnv = ls.Operator, ls.ExecUser, ls.BootEnv
+	l.execEnv, l.life = ls.ExecEnv, ls.Life
 	l.volumes = len(sb.Volumes) > 0
 	if keep := filepath.Join(l.dir, keepDir); isDir(keep) {
 		l.keep = keep

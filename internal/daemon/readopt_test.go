@@ -20,15 +20,16 @@ func TestAgentAuthNames(t *testing.T) {
 
 // TestLastingFile: what a sandbox keeps for the next daemon is read back
 // (mode 0600), an update of its operator flag kept, and a sandbox without
-// one is none of keepOperator's business; a file without a token is
+// one is none of updateLasting's business; a file without a token is
 // refused.
 func TestLastingFile(t *testing.T) {
 	dir := t.TempDir()
 	if isLasting(dir) {
 		t.Fatal("an empty directory is lasting")
 	}
-	if err := keepOperator(dir, true); err != nil {
-		t.Errorf("keepOperator without a lasting file: %v", err)
+	setOperator := func(ls *lasting) { ls.Operator = true }
+	if err := updateLasting(dir, setOperator); err != nil {
+		t.Errorf("updateLasting without a lasting file: %v", err)
 	}
 	want := lasting{Token: "t0k", ExecUser: &agent.Credential{UID: 7, GID: 8}, BootEnv: []string{"A=b"}}
 	if err := writeLasting(dir, want); err != nil {
@@ -37,7 +38,7 @@ func TestLastingFile(t *testing.T) {
 	if st, err := os.Stat(filepath.Join(dir, lastingFile)); err != nil || st.Mode().Perm() != 0o600 {
 		t.Errorf("lasting file: %v, %v; want mode 0600", st, err)
 	}
-	if err := keepOperator(dir, true); err != nil {
+	if err := updateLasting(dir, setOperator); err != nil {
 		t.Fatal(err)
 	}
 	got, err := readLasting(dir)
