@@ -538,8 +538,11 @@ func (m *Manager) Close() error {
 	for _, l := range ls {
 		m.mu.Lock()
 		stopping := l.stopping // ending already: waited for below
+		// A sandbox paused in memory is not taken again (the next daemon
+		// would end it): it ends here.
+		leave := m.leaving.Load() && !l.paused && isLasting(l.dir)
 		m.mu.Unlock()
-		if !stopping && (m.remote(l.tier) != nil || (m.leaving.Load() && isLasting(l.dir))) && l.tenant != warmTenant {
+		if !stopping && (m.remote(l.tier) != nil || leave) && l.tenant != warmTenant {
 			// It runs on without the daemon: the next one takes it.
 			m.letGo(l)
 			continue

@@ -138,7 +138,7 @@ func Reattach(r ReattachConfig) (*Sandbox, error) {
 		})
 	}
 	if r.Proxy != nil {
-		l.onClose(func() { _ = r.Proxy.Close() })
+		l.onLoose(func() { _ = r.Proxy.Close() })
 		fds, err := netSocketsIn(r.PIDFD)
 		if err != nil {
 			return fail(err)
@@ -147,7 +147,7 @@ func Reattach(r ReattachConfig) (*Sandbox, error) {
 		if err != nil {
 			return fail(err)
 		}
-		l.onClose(w.stop)
+		l.onLoose(w.stop)
 	}
 	conn, err := dialAgent(r.AgentSocket, r.AgentToken)
 	if err != nil {
