@@ -171,6 +171,14 @@ func (localAttach) attach(m *Manager, l *live, sb store.Sandbox, spec policy.Spe
 	if sb.PID <= 0 {
 		return nil, errors.New("no PID 1 recorded")
 	}
+	// What this daemon would not create it does not take again either:
+	// a tier below its --min-tier, egress rules it refuses (--no-internet).
+	if err := m.checkTier(sb.Tier); err != nil {
+		return nil, err
+	}
+	if err := m.checkNetwork(spec, ls.Operator); err != nil {
+		return nil, fmt.Errorf("its egress rules: %w", err)
+	}
 	pidfd, err := openProcess(sb.PID, sb.PIDStart)
 	if err != nil {
 		return nil, err

@@ -15,9 +15,9 @@ import (
 // row — crashed, then closed after LeaveRunning — and each next daemon
 // takes it again: the same PID 1, a background process that runs on,
 // commands, its egress proxy's rules (an allowed host through the
-// sandbox's own 127.0.0.1:3128, made again each time), its timeout;
-// Destroy then ends it. A sandbox with secrets does not outlive its
-// daemon.
+// sandbox's own 127.0.0.1:3128, made again each time), its timeout. A
+// daemon that would refuse its egress rules ends it instead, and a
+// sandbox with secrets does not outlive its daemon.
 func TestReadopt(t *testing.T) {
 	cfg := Config{StateDir: stateDir(t), AllowPrivate: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}
 	port := upstream(t)
@@ -70,8 +70,9 @@ func TestReadopt(t *testing.T) {
 			}
 		}
 	}
-	if err := m.Destroy(testCtx(t), "a", info.ID); err != nil {
-		t.Fatal(err)
-	}
+	// A daemon that would refuse its rules (no --allow-private for the
+	// loopback its host is pinned to) ends it rather than take it again.
+	crash(m)
+	m = newManager(t, Config{StateDir: cfg.StateDir})
 	assertEnded(t, m, info.ID, pid, time.Minute)
 }
