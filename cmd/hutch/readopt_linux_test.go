@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hutch-sandbox/hutch/client"
+	"github.com/hutch-sandbox/hutch/internal/image/imagetest"
 	"github.com/hutch-sandbox/hutch/internal/testutil"
 )
 
@@ -25,7 +26,7 @@ import (
 // from where it was, same pid), the files written before are there, its
 // egress still goes through the proxy with its rules (an allowed loopback
 // host answers, another is refused), a sandbox taken from the warm pool
-// keeps its create's environment, a timeout ends its sandbox no earlier
+// keeps its create's environment, one of an image runs on it, a timeout ends its sandbox no earlier
 // than the time recorded, and the warm pool is whole again. A sandbox
 // whose PID 1 was killed while no daemon ran is cleaned up. Then SIGUSR2
 // stops the daemon leaving the sandbox running, and the next one takes it
@@ -33,7 +34,8 @@ import (
 func TestServeReadopt(t *testing.T) {
 	up := startUpstream(t)
 	_, port, _ := net.SplitHostPort(up.addr)
-	d := startDaemonWith(t, nil, "--warm", "2", "--allow-private", "127.0.0.1/32")
+	img := imagetest.Busybox(t, func(ok bool, reason string) { testutil.Need(t, ok, reason) })
+	d := startDaemonWith(t, importImage(t, img, "hutch.test/readopt:1"), "--warm", "2", "--allow-private", "127.0.0.1/32")
 	ctx := context.Background()
 	c, err := client.New("unix://"+d.sock, "")
 	if err != nil {
@@ -54,6 +56,10 @@ func TestServeReadopt(t *testing.T) {
 		t.Fatal(err)
 	}
 	doomed, err := c.Create(ctx, client.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromImage, err := c.Create(ctx, client.CreateOptions{Image: "hutch.test/readopt:1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,6 +138,9 @@ curl -sS --max-time 10 -o /dev/null -D - http://blocked.test:`+port+`/two; echo 
 			t.Errorf("the loop stopped counting at %d", before)
 		}
 		wantEgress(curl())
+		if out := run(fromImage.ID, "cat /etc/motd"); out != "from the image\n" {
+			t.Errorf("a sandbox of an image, after the restart: %q", out)
+		}
 		if out := run(short.ID, `echo "$GREETING"`); out != "hello\n" {
 			t.Errorf("the environment of a warm sandbox's create, after the restart: %q", out)
 		}
