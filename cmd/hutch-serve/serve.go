@@ -22,6 +22,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -52,7 +53,9 @@ const defaultStateDir = cli.DefaultStateDir
 
 // cmdServe runs the daemon until SIGINT or SIGTERM, then destroys every
 // sandbox but those paused to disk (gVisor's), which the next daemon on
-// the same state directory resumes.
+// the same state directory resumes; or until SIGUSR2, which leaves the
+// sandboxes that can outlive it running as well, for the next daemon to
+// take again. A daemon that crashed leaves them running too.
 func cmdServe(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("hutch serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -121,7 +124,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 	kubeAdvertise := fs.String("kubernetes-advertise", "", "the `URL` at which the other replicas reach this one (http://POD_IP:PORT), with --kubernetes-replica")
 	kubeLease := fs.Duration("kubernetes-lease", kube.ReplicaLease, "a replica whose Lease was not renewed for `duration` is gone: the others take its sandboxes over (renewed every quarter of it)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: hutch serve [flags]\n\nRuns the daemon: an HTTP API for long-lived sandboxes, until SIGINT or SIGTERM,\nwhich destroy every sandbox but those paused to disk: a paused sandbox of the\ngvisor tier is saved in the state directory, processes and memory, and the\nnext hutch serve on it resumes it. With --warm N it keeps N sandboxes of the default\npolicy ready: a create with the default policy takes one at once, and the\npool refills in the background; --warm NAME=N does the same for E2B's\ntemplate NAME, whose image must be in the daemon's store at start (with\n--kubernetes: the cluster's nodes pull it).\n\nEvery sandbox runs in an isolation tier: its policy's, or --default-tier;\n--min-tier refuses weaker ones. The gvisor tier needs runsc of the pinned\nversion (--runsc, or on PATH); without it a create of gvisor is refused, and\nso is a --default-tier or --min-tier of gvisor at start.\n\nThe daemon speaks MCP (streamable HTTP) on its listeners, with the same tokens\nand tenants as its API: /mcp with sessions, /mcp/stateless without (for clients\nof the protocol's newest revision); the tools act on the caller's sandboxes.\nOn TCP a request's Host must be the address it reached or a --mcp-allowed-host,\nand a browser page of another origin is refused. --no-mcp turns it off.\n\nOn TCP it serves review pages at /ui/: log in with a token, see the tenant's\nsandboxes, their events and diffs, and apply or discard change sets. The\ntoken is kept in an HttpOnly cookie the API takes only from those pages.\n--no-ui turns them off.\n\nFlags:")
+		fmt.Fprintln(stderr, "Usage: hutch serve [flags]\n\nRuns the daemon: an HTTP API for long-lived sandboxes, until SIGINT or SIGTERM,\nwhich destroy every sandbox but those paused to disk: a paused sandbox of the\ngvisor tier is saved in the state directory, processes and memory, and the\nnext hutch serve on it resumes it. SIGUSR2 stops it too but leaves the namespace\ntier's sandboxes running (an upgrade), as a crash does: the next hutch serve on\nthe same --state-dir takes them again — their processes, files, egress proxy,\ntimers and approvals — and ends those it cannot. Sandboxes given secrets, under\nreview or started from a snapshot do not outlive the daemon (their secrets live\nin its memory only). With --warm N it keeps N sandboxes of the default\npolicy ready: a create with the default policy takes one at once, and the\npool refills in the background; --warm NAME=N does the same for E2B's\ntemplate NAME, whose image must be in the daemon's store at start (with\n--kubernetes: the cluster's nodes pull it).\n\nEvery sandbox runs in an isolation tier: its policy's, or --default-tier;\n--min-tier refuses weaker ones. The gvisor tier needs runsc of the pinned\nversion (--runsc, or on PATH); without it a create of gvisor is refused, and\nso is a --default-tier or --min-tier of gvisor at start.\n\nThe daemon speaks MCP (streamable HTTP) on its listeners, with the same tokens\nand tenants as its API: /mcp with sessions, /mcp/stateless without (for clients\nof the protocol's newest revision); the tools act on the caller's sandboxes.\nOn TCP a request's Host must be the address it reached or a --mcp-allowed-host,\nand a browser page of another origin is refused. --no-mcp turns it off.\n\nOn TCP it serves review pages at /ui/: log in with a token, see the tenant's\nsandboxes, their events and diffs, and apply or discard change sets. The\ntoken is kept in an HttpOnly cookie the API takes only from those pages.\n--no-ui turns them off.\n\nFlags:")
 		fs.PrintDefaults()
 	}
 	if err := cli.Parse(fs, args, stderr); err != nil {
@@ -257,6 +260,9 @@ func cmdServe(args []string, stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	// SIGUSR2 stops too, leaving the sandboxes that can outlive the
+	// daemon running for the next hutch serve on the state directory.
+	ctx, leave := leaveOnSignal(ctx)
 
 	// Listen first: a daemon already serving this socket must not have
 	// its sandboxes taken for leftovers.
@@ -485,6 +491,9 @@ func cmdServe(args []string, stderr io.Writer) int {
 	serr := api.Serve(ctx, h, log, ls...)
 	if *onKubernetes {
 		fmt.Fprintln(stderr, "hutch: shutting down; the sandboxes' pods run on, for the next hutch serve of this --kubernetes-name")
+	} else if leave() {
+		m.LeaveRunning()
+		fmt.Fprintln(stderr, "hutch: shutting down (SIGUSR2); the namespace tier's sandboxes run on, for the next hutch serve of this --state-dir; destroying the others not paused to disk")
 	} else {
 		fmt.Fprintln(stderr, "hutch: shutting down; destroying every sandbox not paused to disk")
 	}
@@ -838,4 +847,23 @@ func parseReviewWorkspaces(flags []string) (map[string]daemon.ReviewWorkspace, e
 		out[name] = ws
 	}
 	return out, nil
+}
+
+// leaveOnSignal is ctx, cancelled also at SIGUSR2, and a function that
+// says, once it is done, whether SIGUSR2 ended it.
+func leaveOnSignal(ctx context.Context) (context.Context, func() bool) {
+	ctx, cancel := context.WithCancel(ctx)
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGUSR2)
+	var got atomic.Bool
+	go func() {
+		select {
+		case <-ch:
+			got.Store(true)
+			cancel()
+		case <-ctx.Done():
+		}
+		signal.Stop(ch)
+	}()
+	return ctx, got.Load
 }

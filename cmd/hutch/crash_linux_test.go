@@ -1,19 +1,20 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 )
 
-// TestServeKilled: `hutch serve` killed with SIGKILL takes its sandboxes
-// with it (their PID 1 has a parent-death signal), running, paused or
-// warm; the next daemon on the same state directory finds their records,
-// directories and cgroups and cleans them all up, and works.
+// TestServeKilled: `hutch serve` killed with SIGKILL leaves its
+// sandboxes running (TestServeReadopt); the next daemon on the same state
+// directory takes the running one again, and ends those it cannot take —
+// paused, warm — cleaning up their records, directories and cgroups, and
+// works.
 func TestServeKilled(t *testing.T) {
 	d := startDaemon(t)
 	var ids []string
@@ -28,7 +29,21 @@ func TestServeKilled(t *testing.T) {
 	if len(procs) < 4 { // two PID 1s, sleep, and the warm sandboxes' PID 1s
 		t.Fatalf("%d sandbox processes before the kill, want at least 4", len(procs))
 	}
-	cgroupDirs := func() []string {
+	t.Cleanup(func() {
+		for _, p := range procs {
+			p.kill()
+		}
+	})
+	kept := map[int]bool{}
+	for _, p := range procs {
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", p.pid)); err == nil && strings.Contains(string(b), "hutch-"+ids[0]) {
+			kept[p.pid] = true
+		}
+	}
+	if len(kept) < 2 {
+		t.Fatalf("%d processes of the running sandbox, want PID 1 and sleep", len(kept))
+	}
+	cgroupDirs := func(ids ...string) []string {
 		var out []string
 		for _, id := range ids {
 			m, _ := filepath.Glob("/sys/fs/cgroup/*/hutch-" + id)
@@ -38,7 +53,7 @@ func TestServeKilled(t *testing.T) {
 		}
 		return out
 	}
-	if len(cgroupDirs()) == 0 {
+	if len(cgroupDirs(ids...)) == 0 {
 		t.Fatal("the sandboxes have no cgroup directories named after them")
 	}
 
@@ -46,32 +61,24 @@ func TestServeKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-d.exited
-	deadline := time.Now().Add(guard)
+	d.start(t)
 	for _, p := range procs {
-		for p.alive() && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Millisecond)
-		}
-		if p.alive() {
-			t.Errorf("sandbox process %d (pid ns %s) outlived the daemon", p.pid, p.pidns)
+		if kept[p.pid] != p.alive() {
+			t.Errorf("sandbox process %d (pid ns %s): alive %v after the restart, want %v", p.pid, p.pidns, p.alive(), kept[p.pid])
 		}
 	}
-
-	d.start(t)
-	if dirs := cgroupDirs(); len(dirs) > 0 {
+	if dirs := cgroupDirs(ids[1]); len(dirs) > 0 {
 		t.Errorf("cgroups left after the restart: %v", dirs)
 	}
-	for _, id := range ids {
-		if _, err := os.Stat(filepath.Join(d.stateDir, "sandboxes", id)); !os.IsNotExist(err) {
-			t.Errorf("the directory of %s remains: %v", id, err)
-		}
+	if _, err := os.Stat(filepath.Join(d.stateDir, "sandboxes", ids[1])); !os.IsNotExist(err) {
+		t.Errorf("the directory of %s remains: %v", ids[1], err)
 	}
 	r := d.admin(t, "ls")
 	wantOK(t, r)
-	for _, id := range ids {
-		if strings.Contains(r.stdout, id) {
-			t.Errorf("hutch ls still lists %s:\n%s", id, r.stdout)
-		}
+	if strings.Contains(r.stdout, ids[1]) || !strings.Contains(r.stdout, ids[0]) {
+		t.Errorf("hutch ls lists, after the restart (want %s only):\n%s", ids[0], r.stdout)
 	}
+	ids = ids[1:] // the one ended
 	// The restarted daemon serves.
 	r = d.admin(t, "create")
 	wantOK(t, r)

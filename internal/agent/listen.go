@@ -250,10 +250,13 @@ const (
 // SecretEnv are the environment variables of the agent's secrets.
 var SecretEnv = []string{TokenEnv, TLSCertEnv, TLSKeyEnv}
 
-// listenMain is `agent --listen ADDR`: ServeListener on a TCP address,
-// with the token and the TLS certificate from the environment, refusing
-// connections from the sandbox's own addresses.
-func listenMain(addr string, stderr io.Writer) int {
+// listenMain is `agent --listen ADDR` and `agent --accept`: ServeListener
+// on a TCP address (refusing connections from the sandbox's own
+// addresses), or on the unix listener the daemon handed over on
+// descriptor fd (a sandbox of the namespace tier that outlives its daemon,
+// whose next one connects again), with the token and the TLS certificate
+// from the environment.
+func listenMain(addr string, fd int, stderr io.Writer) int {
 	lo, err := listenSecrets()
 	if err != nil {
 		fmt.Fprintf(stderr, "hutch: agent: %v\n", err)
@@ -264,7 +267,14 @@ func listenMain(addr string, stderr io.Writer) int {
 		// reach of every process without CAP_SYS_PTRACE.
 		fmt.Fprintf(stderr, "hutch: agent: warning: %v\n", err)
 	}
-	l, err := net.Listen("tcp", addr)
+	var l net.Listener
+	if addr != "" {
+		l, err = net.Listen("tcp", addr)
+	} else {
+		f := os.NewFile(uintptr(fd), "agent-listener")
+		l, err = net.FileListener(f)
+		f.Close()
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "hutch: agent: %v\n", err)
 		return 1

@@ -33,8 +33,10 @@ const (
 	ListenerFD = 4
 )
 
-// Main is `hutch agent [--relay DIR] [--stdin]`: it serves the daemon on
-// ConnFD (on descriptor 0 with --stdin), as PID 1 when it is, with the
+// Main is `hutch agent [--relay DIR] [--stdin | --listen ADDR | --accept]`:
+// it serves the daemon on ConnFD (on descriptor 0 with --stdin; on the
+// connections a TCP listener at ADDR accepts with --listen, or the unix
+// listener on ConnFD with --accept, see listenMain), as PID 1 when it is, with the
 // process's working directory and environment as the commands'
 // defaults. It returns the process's exit code: 0 when the daemon closed
 // the connection, 1 when serving failed, 2 when there is no agent
@@ -54,9 +56,11 @@ func Main(args []string, stderr io.Writer) int {
 		return 1
 	}
 	connFD := ConnFD
-	relayDir, listen := "", ""
+	relayDir, listen, accept := "", "", false
 	for len(args) > 0 {
 		switch {
+		case args[0] == "--accept" && !accept:
+			accept, args = true, args[1:]
 		case args[0] == "--stdin":
 			connFD, args = 0, args[1:]
 		case args[0] == "--listen" && len(args) >= 2 && args[1] != "" && listen == "":
@@ -64,7 +68,7 @@ func Main(args []string, stderr io.Writer) int {
 		case args[0] == "--relay" && len(args) >= 2 && args[1] != "" && relayDir == "":
 			relayDir, args = args[1], args[2:]
 		default:
-			fmt.Fprintf(stderr, "hutch: agent: usage: agent [--relay DIR] [--stdin | --listen ADDR] (inside a sandbox of hutch serve)\n")
+			fmt.Fprintf(stderr, "hutch: agent: usage: agent [--relay DIR] [--stdin | --listen ADDR | --accept] (inside a sandbox of hutch serve)\n")
 			return 2
 		}
 	}
@@ -82,8 +86,8 @@ func Main(args []string, stderr io.Writer) int {
 	if sup != nil {
 		defer sup.Close()
 	}
-	if listen != "" {
-		return listenMain(listen, stderr)
+	if listen != "" || accept {
+		return listenMain(listen, connFD, stderr)
 	}
 	f := os.NewFile(uintptr(connFD), "agent-connection")
 	conn, err := net.FileConn(f)

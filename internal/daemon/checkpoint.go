@@ -284,25 +284,35 @@ func (m *Manager) pauseToDisk(ctx context.Context, l *live, o PauseOptions) (Inf
 
 // writeResume writes what the daemon needs to start the sandbox saved in
 // dir again.
-func writeResume(dir string, r resumeState) error {
-	b, err := json.Marshal(r)
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(filepath.Join(dir, resumeFile), b, 0o600)
-}
+func writeResume(dir string, r resumeState) error { return writeJSONFile(dir, resumeFile, r) }
 
 // readResume reads what writeResume wrote in dir.
 func readResume(dir string) (resumeState, error) {
 	var rs resumeState
-	b, err := os.ReadFile(filepath.Join(dir, resumeFile))
+	err := readJSONFile(dir, resumeFile, &rs)
+	return rs, err
+}
+
+// writeJSONFile writes v, as JSON, to the file name of the sandbox
+// directory dir, mode 0600: what a next daemon needs of the sandbox.
+func writeJSONFile(dir, name string, v any) error {
+	b, err := json.Marshal(v)
 	if err != nil {
-		return rs, err
+		return err
 	}
-	if err := json.Unmarshal(b, &rs); err != nil {
-		return rs, fmt.Errorf("%s: %w", resumeFile, err)
+	return os.WriteFile(filepath.Join(dir, name), b, 0o600)
+}
+
+// readJSONFile reads what writeJSONFile wrote to name in dir into v.
+func readJSONFile(dir, name string, v any) error {
+	b, err := os.ReadFile(filepath.Join(dir, name))
+	if err != nil {
+		return err
 	}
-	return rs, nil
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	return nil
 }
 
 // checkDiskFor refuses a pause to disk of sandbox sb when the state

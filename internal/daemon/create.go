@@ -206,6 +206,7 @@ func (m *Manager) Create(ctx context.Context, tenant string, r CreateRequest) (I
 		return Info{}, fmt.Errorf("create sandbox %s: %w", id, err)
 	}
 	l.life, l.lifetime = r.Lifecycle, timeout
+	m.keepLife(l)
 	if err := m.adopt(l, tenant, r.IdleTimeout, now, row.Expires); err != nil {
 		l.close(log)
 		m.abandon(id, dir, log, ev, err)
@@ -353,14 +354,19 @@ func (m *Manager) launch(ctx context.Context, id, dir string, spec policy.Spec, 
 			return fail(err)
 		}
 	} else {
+		if img != nil && img.Config.User != "" {
+			l.execUser = &agent.Credential{UID: uint32(user.UID), GID: uint32(user.GID)}
+		}
+		if lastingOK(spec, sec, review, snap) {
+			if err := makeLasting(dir, l, &cfg); err != nil {
+				return fail(err)
+			}
+		}
 		inst, conn, err := startSandbox(rt, cfg)
 		if err != nil {
 			return fail(err)
 		}
 		l.inst = inst
-		if img != nil && img.Config.User != "" {
-			l.execUser = &agent.Credential{UID: uint32(user.UID), GID: uint32(user.GID)}
-		}
 		l.attach(agent.NewClient(conn))
 	}
 	if k, ok := l.inst.(layerKeeper); ok && l.keep == "" {

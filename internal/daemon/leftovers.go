@@ -16,13 +16,14 @@ import (
 // dormant sandbox is removed. Warm sandboxes (tenant warmTenant, see pool.go) are ended the
 // same way, and their records, which no tenant owns, are then deleted.
 //
-// A sandbox whose PID 1 is gone (or whose pid now belongs to another
-// process, told apart by its start time) only needs its record and
-// directory cleaned up. A sandbox whose PID 1 still runs lost its agent
-// connection with the previous daemon, so nobody can drive it any more: it
-// is killed (SIGKILL to PID 1 ends its whole pid namespace). Re-adopting
-// such sandboxes, which needs a way to reconnect to their agent, is left
-// for later.
+// A sandbox of this machine started to outlive its daemon (readopt.go)
+// is taken again (reattach), and kept, if it still runs and can be. For
+// the others: a sandbox whose PID 1 is gone (or whose pid now belongs to
+// another process, told apart by its start time) only needs its record
+// and directory cleaned up. One whose PID 1 still runs but cannot be
+// taken again (its agent's connection went with the previous daemon, or
+// it does not answer) is killed (SIGKILL to PID 1 ends its whole pid
+// namespace).
 func (m *Manager) cleanupLeftovers(ctx context.Context) error {
 	rows, err := m.st.ListSandboxes(ctx, store.Filter{})
 	if err != nil {
@@ -55,7 +56,7 @@ func (m *Manager) cleanupLeftovers(ctx context.Context) error {
 		// taken again if it can be, and kept for a later try (a request
 		// for it) if it is not gone but cannot be now.
 		if rt := m.remote(sb.Tier); rt != nil && sb.State != store.StateStopped {
-			_, err := m.reattach(ctx, rt, sb)
+			_, err := m.reattach(ctx, remoteAttach{rt}, sb)
 			if err == nil || !errors.Is(err, errGone) {
 				if err != nil {
 					m.log.Warn("a sandbox left running could not be taken again; a request for it tries again", "sandbox", sb.ID, "err", err)
@@ -64,6 +65,16 @@ func (m *Manager) cleanupLeftovers(ctx context.Context) error {
 				continue
 			}
 			m.log.Info("a sandbox left running is gone", "sandbox", sb.ID, "err", err)
+		}
+		// A sandbox of this machine left to outlive its daemon is taken
+		// again if it can be, ended as a leftover if not.
+		if m.remote(sb.Tier) == nil && sb.State == store.StateRunning && sb.Tenant != warmTenant && validID(sb.ID) && isLasting(filepath.Join(m.sbRoot, sb.ID)) {
+			_, err := m.reattach(ctx, localAttach{}, sb)
+			if err == nil {
+				keep[sb.ID] = true
+				continue
+			}
+			m.log.Warn("a sandbox left running could not be taken again: ending it", "sandbox", sb.ID, "err", err)
 		}
 		if sb.Checkpoint != "" && m.keepDormant(sb) {
 			keep[sb.ID] = true

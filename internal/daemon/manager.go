@@ -88,6 +88,10 @@ type Manager struct {
 	// replicasDone is closed once watchReplicas returned.
 	replicasDone chan struct{}
 
+	// leaving makes Close leave the sandboxes that outlive the daemon
+	// running (LeaveRunning).
+	leaving atomic.Bool
+
 	mu     sync.Mutex
 	closed bool
 	live   map[string]*live // the running sandboxes of this daemon
@@ -506,7 +510,9 @@ func (c *Config) checkPools() error {
 // Close destroys every sandbox but those paused to disk, which a daemon
 // started later on the same state directory resumes, and those of a
 // remote runtime (a cluster's pods), which run on for the next daemon of
-// the same name to take again (reattach), and closes the store.
+// the same name to take again (reattach) — and, after LeaveRunning, those
+// of this machine that can outlive the daemon (readopt.go) — and closes
+// the store.
 func (m *Manager) Close() error {
 	m.mu.Lock()
 	if m.closed {
@@ -530,7 +536,13 @@ func (m *Manager) Close() error {
 	m.mu.Unlock()
 	var ended []<-chan struct{}
 	for _, l := range ls {
-		if m.remote(l.tier) != nil && l.tenant != warmTenant {
+		m.mu.Lock()
+		stopping := l.stopping // ending already: waited for below
+		// A sandbox paused in memory is not taken again (the next daemon
+		// would end it): it ends here.
+		leave := m.leaving.Load() && !l.paused && isLasting(l.dir)
+		m.mu.Unlock()
+		if !stopping && (m.remote(l.tier) != nil || leave) && l.tenant != warmTenant {
 			// It runs on without the daemon: the next one takes it.
 			m.letGo(l)
 			continue
@@ -752,7 +764,7 @@ func (m *Manager) running(ctx context.Context, tenant, id string) (*live, error)
 			return l, nil
 		}
 		// Left by a previous daemon and not taken again at the start.
-		l, err := m.reattach(ctx, rt, sb)
+		l, err := m.reattach(ctx, remoteAttach{rt}, sb)
 		if err == nil {
 			return l, nil
 		}

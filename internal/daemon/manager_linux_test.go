@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -481,21 +483,31 @@ func TestDestroyKillsEverything(t *testing.T) {
 }
 
 // crash drops m as a daemon killed with SIGKILL would: nothing is torn
-// down, only what the kernel releases is released (the store's files and
-// the state directory's lock).
+// down, only what the kernel releases is released (the store's files, the
+// state directory's lock, and the descriptors of the sandboxes that
+// outlive it: their agents' connections, their proxies' sockets).
 func crash(m *Manager) {
 	m.mu.Lock()
 	m.closed = true
+	ls := slices.Collect(maps.Values(m.live))
 	m.mu.Unlock()
 	close(m.stop)
 	<-m.reaperDone
+	for _, l := range ls {
+		if isLasting(l.dir) {
+			l.pauseMu.Lock()
+			loosen(l)
+			l.pauseMu.Unlock()
+		}
+	}
 	m.st.Close()
 	m.lock.Close()
 }
 
-// TestRecoverAfterCrash: a daemon started after another one died ends the
-// sandboxes the dead one left and records them as stopped, and removes
-// their directories.
+// TestRecoverAfterCrash: a daemon started after another one died takes
+// again the sandbox the dead one left running (its processes run on, it
+// runs commands), records as stopped those that are gone, and removes the
+// directories of none.
 func TestRecoverAfterCrash(t *testing.T) {
 	testutil.RequireRoot(t)
 	dir := stateDir(t)
@@ -507,12 +519,6 @@ func TestRecoverAfterCrash(t *testing.T) {
 	pid := hostPID(t, old, info.ID)
 	marker := "hutch-crash-marker-" + strconv.Itoa(os.Getpid())
 	startDaemon(t, old, info.ID, marker)
-	old.mu.Lock()
-	var ended []<-chan struct{}
-	for _, l := range old.live {
-		ended = append(ended, l.ended)
-	}
-	old.mu.Unlock()
 	// Records of a sandbox whose PID 1 is long gone, and a directory
 	// without a record.
 	if err := old.st.InsertSandbox(context.Background(), store.Sandbox{
@@ -527,21 +533,27 @@ func TestRecoverAfterCrash(t *testing.T) {
 	crash(old)
 
 	m := newManager(t, Config{StateDir: dir})
-	for _, c := range ended { // the old daemon's goroutines saw the sandbox end
-		<-c
+	if got, err := m.Get(testCtx(t), "a", info.ID); err != nil || got.State != store.StateRunning {
+		t.Fatalf("the sandbox left running, after the restart: %+v, %v", got, err)
 	}
-	assertEnded(t, m, info.ID, pid, time.Second)
-	if left := withMarker(t, marker); len(left) > 0 {
-		t.Errorf("processes of the sandbox remain: %v", left)
+	if gone(pid) || len(withMarker(t, marker)) == 0 {
+		t.Errorf("the sandbox's processes did not run on: PID 1 gone %v, marked %v", gone(pid), withMarker(t, marker))
+	}
+	if out := mustRun(t, m, "a", info.ID, "echo again"); out != "again\n" {
+		t.Errorf("output %q", out)
 	}
 	if sb, err := m.st.GetSandbox(context.Background(), "", "sb-aaaaaaaaaaaa"); err != nil || sb.State != store.StateStopped {
 		t.Errorf("the record of a long gone sandbox: %+v, %v", sb, err)
 	}
-	if entries, err := os.ReadDir(m.sbRoot); err != nil || len(entries) != 0 {
-		t.Errorf("left in the sandboxes directory: %v, %v", entries, err)
+	if entries, err := os.ReadDir(m.sbRoot); err != nil || len(entries) != 1 || entries[0].Name() != info.ID {
+		t.Errorf("in the sandboxes directory: %v, %v; want %s's only", entries, err, info.ID)
 	}
-	if list, err := m.List(testCtx(t), "a", nil, ""); err != nil || len(list) != 0 {
-		t.Errorf("sandboxes listed after recovery: %+v, %v", list, err)
+	if err := m.Destroy(testCtx(t), "a", info.ID); err != nil {
+		t.Fatal(err)
+	}
+	assertEnded(t, m, info.ID, pid, time.Second)
+	if left := withMarker(t, marker); len(left) > 0 {
+		t.Errorf("processes of the sandbox remain: %v", left)
 	}
 	// The new daemon works.
 	info = mustCreate(t, m, "a", CreateRequest{})

@@ -113,6 +113,9 @@ func (m *Manager) UpdateNetwork(ctx context.Context, tenant, id string, nw polic
 	m.mu.Lock()
 	l.operator = operator
 	m.mu.Unlock()
+	if err := updateLasting(l.dir, func(ls *lasting) { ls.Operator = operator }); err != nil {
+		m.log.Error("record the sandbox's egress rules for the next daemon", "sandbox", id, "err", err)
+	}
 	m.log.Info("sandbox network updated", "sandbox", id, "tenant", l.tenant, "mode", spec.Network.Mode,
 		"allowed_domains", spec.Network.AllowedDomains, "allowed_cidrs", spec.Network.AllowedCIDRs, "denied_domains", spec.Network.DeniedDomains, "closed", closed)
 	if l.ev != nil {

@@ -608,6 +608,7 @@ func (m *Manager) takeWarm(ctx context.Context, p *pool, tenant string, r Create
 	l.ev = m.newEvents(tenant, id)
 	l.ev.append(EventCreated, map[string]any{"expires": row.Expires, "tier": row.Tier, "warm": true}, false)
 	l.life, l.lifetime = r.Lifecycle, timeout
+	m.keepLife(l)
 	if err := m.adopt(l, tenant, r.IdleTimeout, now, row.Expires); err != nil {
 		<-m.end(l, "", "the daemon is shutting down")
 		return Info{}, true, fmt.Errorf("create sandbox %s: %w", id, err)

@@ -60,24 +60,44 @@ func processStart(pid int) (uint64, error) {
 	return start, nil
 }
 
+// openProcess returns a pidfd of process pid if it still is the one that
+// started at start; an error says it is gone (or its pid was reused).
+func openProcess(pid int, start uint64) (int, error) {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if errors.Is(err, unix.ESRCH) {
+		return -1, fmt.Errorf("process %d: %w", pid, errProcessGone)
+	}
+	if err != nil {
+		return -1, fmt.Errorf("pidfd_open %d: %w", pid, err)
+	}
+	// The pidfd holds on to the process that had pid when it was opened:
+	// if pid still names the process that started at start, that is the
+	// one, and no later reuse of pid can redirect a signal.
+	if got, err := processStart(pid); err != nil || got != start {
+		unix.Close(fd)
+		return -1, fmt.Errorf("process %d: %w (its pid names another process)", pid, errProcessGone)
+	}
+	return fd, nil
+}
+
+// errProcessGone is openProcess's error for a process that is gone.
+var errProcessGone = errors.New("the process is gone")
+
+// closeFD closes descriptor fd.
+func closeFD(fd int) { unix.Close(fd) }
+
 // killProcess kills process pid if it still is the one that started at
 // start, and waits up to timeout for it to end. It reports whether it
 // killed it; a process that is gone (or whose pid was reused) is no error.
 func killProcess(pid int, start uint64, timeout time.Duration) (bool, error) {
-	fd, err := unix.PidfdOpen(pid, 0)
-	if errors.Is(err, unix.ESRCH) {
+	fd, err := openProcess(pid, start)
+	if errors.Is(err, errProcessGone) {
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("pidfd_open %d: %w", pid, err)
+		return false, err
 	}
 	defer unix.Close(fd)
-	// The pidfd holds on to the process that had pid when it was opened:
-	// if pid still names the process that started at start, that is the
-	// one, and no later reuse of pid can redirect the signal.
-	if got, err := processStart(pid); err != nil || got != start {
-		return false, nil
-	}
 	if err := unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0); err != nil {
 		if errors.Is(err, unix.ESRCH) {
 			return false, nil

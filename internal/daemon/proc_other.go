@@ -23,6 +23,10 @@ func processStart(int) (uint64, error) { return 0, errNotSupported }
 
 func killProcess(int, uint64, time.Duration) (bool, error) { return false, errNotSupported }
 
+func openProcess(int, uint64) (int, error) { return -1, errNotSupported }
+
+func closeFD(int) {}
+
 // lockStateDir only opens the lock file: sandboxes run on Linux only.
 func lockStateDir(dir string) (*os.File, error) {
 	return os.OpenFile(filepath.Join(dir, "lock"), os.O_RDWR|os.O_CREATE, 0o600)

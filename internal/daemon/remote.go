@@ -110,14 +110,15 @@ func (m *Manager) launchRemote(ctx context.Context, rt remoteRuntime, id, dir st
 	return l, nil
 }
 
-// reattach takes sb, the record of a sandbox on rt that a previous daemon
-// left running, as m's again: its agent's connection, its timeout and
-// idle timeout, its approvals. An error wrapping errGone says the sandbox
+// reattach takes sb, the record of a sandbox that a previous daemon left
+// running (on rt's remote runtime, or on this machine), as m's again: its
+// agent's connection, its timeout and idle timeout, its approvals, and
+// what rt holds here for it. An error wrapping errGone says the sandbox
 // is gone (its pod went), and the caller ends its record; any other
 // leaves it for a later try (a request for it: running). Commands the
 // previous daemon started run on, without their streams; its events
 // start afresh.
-func (m *Manager) reattach(ctx context.Context, rt remoteRuntime, sb store.Sandbox) (*live, error) {
+func (m *Manager) reattach(ctx context.Context, rt attacher, sb store.Sandbox) (*live, error) {
 	m.reattachMu.Lock()
 	defer m.reattachMu.Unlock()
 	m.mu.Lock()
@@ -138,13 +139,6 @@ func (m *Manager) reattach(ctx context.Context, rt remoteRuntime, sb store.Sandb
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	inst, err := rt.Attach(sb.ID)
-	if rt.Gone(err) {
-		return nil, fmt.Errorf("%v: %w", err, errGone)
-	}
-	if err != nil {
-		return nil, err
-	}
 	ev := m.newEvents(sb.Tenant, sb.ID)
 	l = &live{id: sb.ID, dir: dir, ev: ev, ended: make(chan struct{}), resources: spec.Resources}
 	fail := func(err error) (*live, error) {
@@ -152,7 +146,15 @@ func (m *Manager) reattach(ctx context.Context, rt remoteRuntime, sb store.Sandb
 		m.endEvents(sb.ID, ev, "it could not be taken again")
 		return nil, err
 	}
+	var err error
 	if l.gate, err = m.newGate(sb.ID, spec, log); err != nil {
+		return fail(err)
+	}
+	inst, err := rt.attach(m, l, sb, spec, log)
+	if err != nil {
+		if rt.gone(err) {
+			err = fmt.Errorf("%v: %w", err, errGone)
+		}
 		return fail(err)
 	}
 	in, ok := inst.(instance)
@@ -170,7 +172,7 @@ func (m *Manager) reattach(ctx context.Context, rt remoteRuntime, sb store.Sandb
 	if err := m.adopt(l, sb.Tenant, sb.IdleTimeout, sb.LastActive, sb.Expires); err != nil {
 		return fail(err)
 	}
-	log.Info("sandbox taken again", "on", rt.Remote(), "expires", sb.Expires)
+	log.Info("sandbox taken again", "on", rt.where(), "expires", sb.Expires)
 	return l, nil
 }
 

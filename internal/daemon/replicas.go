@@ -234,7 +234,7 @@ func (m *Manager) takeOver(ctx context.Context, sb store.Sandbox) (store.Sandbox
 		return took, nil
 	}
 	if took.State == store.StateRunning && took.Tenant != warmTenant {
-		_, err := m.reattach(ctx, rt, took)
+		_, err := m.reattach(ctx, remoteAttach{rt}, took)
 		if err == nil || !errors.Is(err, errGone) {
 			// Not gone: taken again, or kept for a request to try again
 			// (running).

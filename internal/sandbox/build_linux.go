@@ -708,6 +708,14 @@ func (b *builder) netSockets(ctl int) {
 		addr := &unix.RawSockaddrInet4{Family: unix.AF_INET, Addr: [4]byte{127, 0, 0, 1}}
 		addr.Port = uint16(sk.port>>8) | uint16(sk.port&0xff)<<8 // network byte order
 		p.call(desc, l, unix.SYS_SOCKET, k(unix.AF_INET), k(sk.typ|unix.SOCK_CLOEXEC), k(0))
+		if sk.typ == unix.SOCK_STREAM {
+			// So that a later hutch can listen there again while the
+			// connections of the one before linger in TIME_WAIT (a
+			// sandbox that outlives hutch, netSocketsIn); no other socket
+			// can bind the address while this one listens all the same.
+			one := int32(1)
+			p.call(desc, -1, unix.SYS_SETSOCKOPT, s(l), k(unix.SOL_SOCKET), k(unix.SO_REUSEADDR), keepPtr(p, &one), k(4))
+		}
 		p.call(desc, -1, unix.SYS_BIND, s(l), keepPtr(p, addr), k(unix.SizeofSockaddrInet4))
 		if sk.typ == unix.SOCK_STREAM {
 			p.call(desc, -1, unix.SYS_LISTEN, s(l), k(1024))
@@ -777,11 +785,14 @@ func (b *builder) identity(id ids) {
 }
 
 // dieWithHutch appends the parent-death signal (after the identity switch,
-// which clears it) and a check that hutch did not die before it was set:
-// hutch's end of the control socket is then closed.
-func (b *builder) dieWithHutch(ctl int) {
+// which clears it), unless die is false (a sandbox that outlives hutch,
+// Config.AgentSocket), and a check that hutch did not die before it was
+// set: hutch's end of the control socket is then closed.
+func (b *builder) dieWithHutch(ctl int, die bool) {
 	p := &b.p
-	p.call("die with hutch", -1, unix.SYS_PRCTL, k(unix.PR_SET_PDEATHSIG), k(uintptr(unix.SIGKILL)), k(0), k(0), k(0))
+	if die {
+		p.call("die with hutch", -1, unix.SYS_PRCTL, k(unix.PR_SET_PDEATHSIG), k(uintptr(unix.SIGKILL)), k(0), k(0), k(0))
+	}
 	var buf [1]byte
 	got := p.slot()
 	i := p.call("check that hutch lives", got, unix.SYS_RECVFROM, ci(ctl), keepPtr(p, &buf), k(1), k(unix.MSG_DONTWAIT|unix.MSG_PEEK), k(0), k(0))

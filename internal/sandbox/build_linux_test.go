@@ -22,7 +22,7 @@ func TestBuildOrder(t *testing.T) {
 	}
 	b := &builder{}
 	b.identity(ids{uid: 1000, gid: 1000})
-	b.dieWithHutch(3)
+	b.dieWithHutch(3, true)
 	b.mounts(cfg, nil, []pathKind{{path: "/etc/shadow"}})
 	if err := b.harden(cfg, 99, 3); err != nil {
 		t.Fatal(err)

@@ -37,7 +37,7 @@ const RootMappedID = 1_000_000_000
 // as its PID 1. On success the caller owns l and must close it; on error
 // everything launch made is gone.
 func launch(c Config, agent *os.File) (l *launched, err error) {
-	l = &launched{master: -1, warn: c.Warn, log: c.Log}
+	l = &launched{master: -1, pidfd: -1, warn: c.Warn, log: c.Log}
 	if err := checkTier(c.Spec); err != nil {
 		return l, err
 	}
@@ -172,6 +172,11 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 	if agent != nil {
 		cfg.AgentFD = int(agent.Fd())
 		cfg.Args = []string{"hutch", "agent"}
+		if c.AgentSocket != "" {
+			// Descriptor 3 is a listener (see Config.AgentSocket).
+			cfg.Args = append(cfg.Args, "--accept")
+			cfg.Env = append(withoutVars(cfg.Env, []string{AgentTokenEnv}), AgentTokenEnv+"="+c.AgentToken)
+		}
 	}
 	if cfg.Net == "proxy" || agent != nil {
 		// hutch's own binary: ssh's ProxyCommand, and the agent.
@@ -195,11 +200,11 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		// A proxy that refuses everything: clients that use it fail at
 		// once, and say where they meant to go. ssh needs hutch's binary
 		// to use it; without, it fails at its name lookup.
-		l.onClose(func() { _ = c.Proxy.Close() })
+		l.onLoose(func() { _ = c.Proxy.Close() })
 		cfg.Env = append(withoutVars(cfg.Env, proxyEnvVars), proxyEnv(false)...)
 	}
 	if cfg.Net == "proxy" {
-		l.onClose(func() { _ = c.Proxy.Close() })
+		l.onLoose(func() { _ = c.Proxy.Close() })
 		cfg.Env = append(withoutVars(cfg.Env, proxyEnvVars), ProxyEnv()...)
 		if c.CABundle != "" {
 			root := s.Root
@@ -416,7 +421,7 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 	if err != nil {
 		return res, err
 	}
-	l.onClose(func() { ctl.Close() })
+	l.onLoose(func() { ctl.Close() })
 	ruleset := -1
 	if p.ruleset != nil {
 		ruleset = p.ruleset.FD()
@@ -498,7 +503,7 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 	}
 	recvd := b.receive(int(childCtl.Fd()), nrecv)
 	b.identity(ids{uid: innerUID, gid: innerGID, setgroups: asRoot, groups: groups})
-	b.dieWithHutch(int(childCtl.Fd()))
+	b.dieWithHutch(int(childCtl.Fd()), c.AgentSocket == "")
 	b.mounts(cfg, recvd, denyKinds)
 	if err := b.harden(cfg, ruleset, int(childCtl.Fd())); err != nil {
 		childCtl.Close()
@@ -673,7 +678,7 @@ func launch(c Config, agent *os.File) (l *launched, err error) {
 		if err != nil {
 			return fail(err)
 		}
-		l.onClose(w.stop) // before the proxy's Close, registered earlier
+		l.onLoose(w.stop) // before the proxy's Close, registered earlier
 	}
 	got.close()
 	l.dropped = dropped
@@ -878,7 +883,11 @@ type launched struct {
 	sigs    chan os.Signal // signals to forward (Run only)
 	group   *cgroups.Group
 	dropped []string
-	closers []func()
+	closers []closer
+	// pidfd, when >= 0, is a pidfd of the first process (a sandbox taken
+	// again, Reattach), which kill signals through.
+	pidfd   int
+	pidfile *os.File   // pidfd's file, which close closes
 	after   *aftercare // what to check once the sandbox has ended, if anything
 	// standIns serves the masks and placeholders, when hutch does.
 	standIns *standIns
@@ -904,8 +913,30 @@ func (l *launched) finish() []SetAside {
 	return sa
 }
 
+// closer is what close runs; loose ones run at a release too (Release):
+// they let go of what hutch holds for a sandbox that runs on.
+type closer struct {
+	f     func()
+	loose bool
+}
+
 // onClose registers f to run when l is closed, in reverse order.
-func (l *launched) onClose(f func()) { l.closers = append(l.closers, f) }
+func (l *launched) onClose(f func()) { l.closers = append(l.closers, closer{f: f}) }
+
+// onLoose registers f to run when l is closed or released, in reverse
+// order.
+func (l *launched) onLoose(f func()) { l.closers = append(l.closers, closer{f: f, loose: true}) }
+
+// runClosers runs l's closers, in reverse order, those that are loose
+// only when all is false, and forgets them.
+func (l *launched) runClosers(all bool) {
+	for i := len(l.closers) - 1; i >= 0; i-- {
+		if all || l.closers[i].loose {
+			l.closers[i].f()
+		}
+	}
+	l.closers = nil
+}
 
 // track starts waiting for the first process pid.
 func (l *launched) track(pid int) error {
@@ -932,6 +963,10 @@ func (l *launched) kill() {
 	select {
 	case <-l.exited:
 	default:
+		if l.pidfd >= 0 {
+			_ = unix.PidfdSendSignal(l.pidfd, unix.SIGKILL, nil, 0)
+			return
+		}
 		_ = unix.Kill(l.pid, unix.SIGKILL)
 	}
 }
@@ -957,10 +992,11 @@ func (l *launched) close() {
 		unix.Close(l.master)
 		l.master = -1
 	}
-	for i := len(l.closers) - 1; i >= 0; i-- {
-		l.closers[i]()
+	l.runClosers(true)
+	if l.pidfile != nil {
+		l.pidfile.Close()
+		l.pidfd = -1
 	}
-	l.closers = nil
 }
 
 // netWaiter holds the sockets the sandbox made for hutch (netSockets)

@@ -109,6 +109,16 @@ type Config struct {
 	// Name is the daemon's ID of the sandbox, for runtimes that name
 	// what they make for it after it (a cluster's pods); "" for hutch run.
 	Name string
+	// AgentSocket, for Start, makes the agent serve the daemon on a
+	// unix socket at this host path (made here, mode 0600; its directory
+	// must be the daemon's alone) rather than on a connection that ends
+	// with hutch, and lets the sandbox outlive hutch: a daemon started
+	// after this one ended connects to it again (Reattach). Connections
+	// authenticate with AgentToken, which is required then. Empty: the
+	// sandbox dies with hutch (S4), as every sandbox of hutch run does.
+	AgentSocket string
+	// AgentToken is the secret a connection to AgentSocket sends first.
+	AgentToken string
 	// BootID, when set, is a host file holding a boot ID (a UUID and a
 	// newline) bound read-only over BootIDPath, so that the sandbox has a
 	// boot ID of its own rather than the host's, which its owner writes
@@ -474,4 +484,30 @@ func SetAsideReport(sa []SetAside) []string {
 		out = append(out, fmt.Sprintf("hutch: set aside %s as %s: %s; look at it before you rename it back", s.Path, filepath.Base(s.To), s.Why))
 	}
 	return out
+}
+
+// AgentTokenEnv and AgentAuthPrefix are package agent's TokenEnv and
+// AuthPrefix (which this package does not import: hutch run does not
+// carry the agent): how the agent gets its token, and the line a
+// connection authenticates with.
+const (
+	AgentTokenEnv   = "HUTCH_AGENT_TOKEN"
+	AgentAuthPrefix = "hutch-agent/1 "
+)
+
+// ReattachConfig is what Reattach needs of a sandbox a previous hutch
+// started with Config.AgentSocket and left running.
+type ReattachConfig struct {
+	// PIDFD is a pidfd of the sandbox's PID 1 (the caller checked that
+	// it is that process); Reattach takes it over.
+	PIDFD int
+	// AgentSocket and AgentToken are the sandbox's Config's.
+	AgentSocket, AgentToken string
+	// CgroupName is its Config.CgroupName ("" for none).
+	CgroupName string
+	// Proxy, when set, serves its egress again (the sandbox's
+	// Config.Proxy in network mode "proxy" or "none").
+	Proxy Proxy
+	// Log receives debug records; nil discards them.
+	Log *slog.Logger
 }

@@ -21,3 +21,6 @@ func (Namespaces) Start(c Config) (Instance, error) { return nil, ErrNotSupporte
 func SnapshotLayer(keep, dst string, limit int64) (Snapshot, error) {
 	return Snapshot{}, ErrNotSupported
 }
+
+// Reattach is not available outside Linux.
+func Reattach(r ReattachConfig) (Instance, error) { return nil, ErrNotSupported }

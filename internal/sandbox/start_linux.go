@@ -22,6 +22,9 @@ type Sandbox struct {
 // Start starts a long-lived sandbox with c's policy; c.Args, c.Stdin,
 // c.Stdout and c.Stderr are not used. The agent serves its end of Conn.
 func Start(c Config) (*Sandbox, error) {
+	if c.AgentSocket != "" {
+		return startListening(c)
+	}
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("agent socketpair: %w", err)

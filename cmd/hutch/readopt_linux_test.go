@@ -1,0 +1,235 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hutch-sandbox/hutch/client"
+	"github.com/hutch-sandbox/hutch/internal/image/imagetest"
+	"github.com/hutch-sandbox/hutch/internal/testutil"
+)
+
+// TestServeReadopt: a `hutch serve` killed with SIGKILL leaves its
+// sandboxes running, and the next one on the same state directory takes
+// them again — the sandbox is listed running, exec works, a process
+// started before runs on with its memory (a shell loop's counter goes on
+// from where it was, same pid), the files written before are there, its
+// egress still goes through the proxy with its rules (an allowed loopback
+// host answers, another is refused), a sandbox taken from the warm pool
+// keeps its create's environment, one of an image runs on it, a timeout ends its sandbox no earlier
+// than the time recorded, and the warm pool is whole again. A sandbox
+// whose PID 1 was killed while no daemon ran is cleaned up. Then SIGUSR2
+// stops the daemon leaving the sandbox running, and the next one takes it
+// again; SIGTERM ends everything, and nothing is left.
+func TestServeReadopt(t *testing.T) {
+	up := startUpstream(t)
+	_, port, _ := net.SplitHostPort(up.addr)
+	img := imagetest.Busybox(t, func(ok bool, reason string) { testutil.Need(t, ok, reason) })
+	d := startDaemonWith(t, importImage(t, img, "hutch.test/readopt:1"), "--warm", "2", "--allow-private", "127.0.0.1/32")
+	ctx := context.Background()
+	c, err := client.New("unix://"+d.sock, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol, _ := json.Marshal(map[string]any{"network": map[string]any{
+		"allowed_domains": []string{"allowed.test:" + port},
+		"hosts":           []string{"allowed.test:127.0.0.1", "blocked.test:127.0.0.1"},
+	}})
+	sb, err := c.Create(ctx, client.CreateOptions{Policy: pol, Timeout: 10 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := sb.ID
+	// From the warm pool, with an environment its commands get.
+	short, err := c.Create(ctx, client.CreateOptions{Timeout: 25 * time.Second, Env: map[string]string{"GREETING": "hello"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	doomed, err := c.Create(ctx, client.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromImage, err := c.Create(ctx, client.CreateOptions{Image: "hutch.test/readopt:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(id, script string) string {
+		t.Helper()
+		res, err := c.Run(ctx, id, client.Command{Args: []string{"sh", "-c", script}})
+		if err != nil {
+			t.Fatalf("run %q in %s: %v", script, id, err)
+		}
+		if res.Code != 0 {
+			t.Fatalf("run %q in %s: exit %d, stderr %s", script, id, res.Code, res.Stderr)
+		}
+		return string(res.Stdout)
+	}
+	curl := func() string {
+		t.Helper()
+		return run(id, `curl -sS --max-time 10 http://allowed.test:`+port+`/one; echo "RC allowed $?"
+curl -sS --max-time 10 -o /dev/null -D - http://blocked.test:`+port+`/two; echo "RC blocked $?"`)
+	}
+	wantEgress := func(out string) {
+		t.Helper()
+		for _, want := range []string{"hello from allowed.test:" + port + "/one", "RC allowed 0", "403", "X-Hutch-Blocked: not in allowedDomains"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("egress: the output lacks %q:\n%s", want, out)
+			}
+		}
+	}
+	wantEgress(curl())
+	// A loop that counts in a variable of its shell, in the background.
+	loop := strings.TrimSpace(run(id, `echo written >/tmp/before; setsid sh -c 'n=0; while :; do n=$((n+1)); echo $n >/tmp/count; sleep 0.1; done' >/dev/null 2>&1 & echo $!`))
+	count := func() int {
+		t.Helper()
+		n, err := strconv.Atoi(strings.TrimSpace(run(id, "cat /tmp/count 2>/dev/null || echo 0")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	var before int
+	if !testutil.Eventually(guard, func() bool { before = count(); return before > 2 }) {
+		t.Fatalf("the loop does not count: %d", before)
+	}
+	// The processes of the sandboxes, to end them whatever happens.
+	procs := sandboxProcs(t, d.cmd.Process.Pid)
+	t.Cleanup(func() {
+		for _, p := range procs {
+			p.kill()
+		}
+	})
+	doomedPID1 := pid1Of(t, procs, doomed.ID)
+
+	if err := d.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-d.exited
+	for _, p := range procs {
+		if !p.alive() {
+			t.Errorf("sandbox process %d ended with the daemon", p.pid)
+		}
+	}
+	doomedPID1.kill()
+	d.start(t)
+
+	t.Run("taken again", func(t *testing.T) {
+		got, err := c.Get(ctx, id)
+		if err != nil || got.State != "running" {
+			t.Fatalf("after the restart: %+v, %v; want running", got, err)
+		}
+		if !got.ExpiresAt.Equal(sb.ExpiresAt) {
+			t.Errorf("expires at %v, was %v", got.ExpiresAt, sb.ExpiresAt)
+		}
+		if out := run(id, "cat /tmp/before; kill -0 "+loop+" && echo same"); out != "written\nsame\n" {
+			t.Errorf("the file and the loop after the restart: %q", out)
+		}
+		if !testutil.Eventually(guard, func() bool { return count() > before }) {
+			t.Errorf("the loop stopped counting at %d", before)
+		}
+		wantEgress(curl())
+		if out := run(fromImage.ID, "cat /etc/motd"); out != "from the image\n" {
+			t.Errorf("a sandbox of an image, after the restart: %q", out)
+		}
+		if out := run(short.ID, `echo "$GREETING"`); out != "hello\n" {
+			t.Errorf("the environment of a warm sandbox's create, after the restart: %q", out)
+		}
+		if got := up.requests(); len(got) != 2 || got[0] != got[1] || got[0] != "allowed.test:"+port+"/one" {
+			t.Errorf("the upstream got %q, want the allowed request twice", got)
+		}
+	})
+	t.Run("gone while no daemon ran", func(t *testing.T) {
+		got, err := c.Get(ctx, doomed.ID)
+		if err == nil && got.State != "stopped" {
+			t.Errorf("a sandbox whose PID 1 was killed: %+v", got)
+		}
+		if _, err := os.Stat(filepath.Join(d.stateDir, "sandboxes", doomed.ID)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("its directory remains: %v", err)
+		}
+	})
+	t.Run("warm pool", func(t *testing.T) {
+		const whole = `hutch_warm_sandboxes{template=""} 2`
+		if !testutil.Eventually(guard, func() bool { return strings.Contains(d.metrics(t), whole) }) {
+			t.Errorf("the warm pool is not whole again:\n%s", d.metrics(t))
+		}
+	})
+	t.Run("timeout", func(t *testing.T) {
+		var got *client.Sandbox
+		if !testutil.Eventually(2*guard, func() bool {
+			got, err = c.Get(ctx, short.ID)
+			return err != nil || got.State != "running"
+		}) {
+			t.Fatalf("the sandbox of %s was not ended by its timeout (expires at %v)", short.ID, short.ExpiresAt)
+		}
+		if now := time.Now(); now.Before(short.ExpiresAt) {
+			t.Errorf("the sandbox ended at %v, before its time %v (%+v, %v)", now, short.ExpiresAt, got, err)
+		}
+	})
+
+	// SIGUSR2: the daemon stops and the sandbox runs on, for the next.
+	if err := d.cmd.Process.Signal(syscall.SIGUSR2); err != nil {
+		t.Fatal(err)
+	}
+	<-d.exited
+	if !strings.Contains(d.log.String(), "sandbox left running for the next hutch serve") {
+		t.Errorf("SIGUSR2 left no sandbox running:\n%s", d.log.String())
+	}
+	d.start(t)
+	if out := run(id, "kill -0 "+loop+" && echo same"); out != "same\n" {
+		t.Errorf("the loop after SIGUSR2 and a restart: %q", out)
+	}
+	wantEgress(curl())
+
+	// SIGTERM ends everything, as ever.
+	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	<-d.exited
+	if d.waitErr != nil {
+		t.Errorf("hutch serve after SIGTERM: %v\n%s", d.waitErr, d.log.String())
+	}
+	for _, p := range procs {
+		if !testutil.Eventually(guard, func() bool { return !p.alive() }) {
+			t.Errorf("sandbox process %d outlived the daemon's SIGTERM", p.pid)
+		}
+	}
+	entries, _ := os.ReadDir(filepath.Join(d.stateDir, "sandboxes"))
+	if len(entries) > 0 {
+		t.Errorf("left in the sandboxes directory: %v", entries)
+	}
+	if mi, err := os.ReadFile("/proc/self/mountinfo"); err != nil || strings.Contains(string(mi), d.stateDir) {
+		t.Errorf("mounts left under the state directory (%v):\n%s", err, mi)
+	}
+}
+
+// pid1Of is the process of procs that is PID 1 of sandbox id (its cgroup
+// is named after it, its parent is not in it).
+func pid1Of(t *testing.T, procs []sandboxProc, id string) sandboxProc {
+	t.Helper()
+	in := func(pid int) bool {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+		return err == nil && strings.Contains(string(b), "hutch-"+id)
+	}
+	for _, p := range procs {
+		f, err := procStat(p.pid)
+		if err != nil {
+			continue
+		}
+		ppid, _ := strconv.Atoi(f[1])
+		if in(p.pid) && !in(ppid) {
+			return p
+		}
+	}
+	t.Fatalf("no PID 1 of %s among %v", id, procs)
+	return sandboxProc{}
+}

@@ -1,0 +1,78 @@
+package daemon
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hutch-sandbox/hutch/internal/policy"
+	"github.com/hutch-sandbox/hutch/internal/secrets"
+	"github.com/hutch-sandbox/hutch/internal/store"
+)
+
+// TestReadopt: a namespace-tier sandbox outlives its daemon twice in a
+// row — crashed, then closed after LeaveRunning — and each next daemon
+// takes it again: the same PID 1, a background process that runs on,
+// commands, its egress proxy's rules (an allowed host through the
+// sandbox's own 127.0.0.1:3128, made again each time), its timeout. A
+// daemon that would refuse its egress rules ends it instead, and a
+// sandbox with secrets does not outlive its daemon.
+func TestReadopt(t *testing.T) {
+	cfg := Config{StateDir: stateDir(t), AllowPrivate: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}
+	port := upstream(t)
+	m := newManager(t, cfg)
+	info := mustCreate(t, m, "a", CreateRequest{Policy: policy.Spec{Network: policy.Network{
+		AllowedDomains: []string{"up.test:" + port},
+		Hosts:          []string{"up.test:127.0.0.1"},
+	}}})
+	var sp policy.Spec
+	sp.Secrets = []policy.Secret{{Name: "TOKEN", Hosts: []string{"up.test:" + port}, From: policy.SecretFromRequest}}
+	withSecret := mustCreate(t, m, "a", CreateRequest{Policy: sp, Secrets: map[string]secrets.Value{"TOKEN": secrets.NewValue([]byte("not-a-real-value"))}})
+	pid := hostPID(t, m, info.ID)
+	secretPID := hostPID(t, m, withSecret.ID)
+	bg := strings.TrimSpace(mustRun(t, m, "a", info.ID, `setsid sleep 1000 >/dev/null 2>&1 & echo $!`))
+	egress := `curl -sS --max-time 10 http://up.test:` + port + `/x; curl -sS --max-time 10 -o /dev/null -w '%{http_code}\n' http://other.test:` + port + `/y`
+	want := "upstream saw up.test:" + port + "/x\n403\n"
+	if out := mustRun(t, m, "a", info.ID, egress); out != want {
+		t.Fatalf("egress before: %q, want %q", out, want)
+	}
+	for round, stop := range []func(*Manager){crash, func(m *Manager) {
+		m.LeaveRunning()
+		if err := m.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}} {
+		stop(m)
+		if gone(pid) {
+			t.Fatalf("round %d: PID 1 ended with its daemon", round)
+		}
+		m = newManager(t, cfg)
+		got, err := m.Get(testCtx(t), "a", info.ID)
+		if err != nil || got.State != store.StateRunning || !got.ExpiresAt.Equal(info.ExpiresAt) {
+			t.Fatalf("round %d: %+v, %v; want running until %v", round, got, err, info.ExpiresAt)
+		}
+		if p := hostPID(t, m, info.ID); p != pid {
+			t.Errorf("round %d: PID 1 is %d, was %d", round, p, pid)
+		}
+		if out := mustRun(t, m, "a", info.ID, "kill -0 "+bg+" && echo same"); out != "same\n" {
+			t.Errorf("round %d: the background process: %q", round, out)
+		}
+		if out := mustRun(t, m, "a", info.ID, egress); out != want {
+			t.Errorf("round %d: egress %q, want %q", round, out, want)
+		}
+		if round == 0 {
+			if !gone(secretPID) {
+				t.Error("the sandbox with secrets was not ended by the next daemon")
+			}
+			if got, err := m.st.GetSandbox(testCtx(t), "", withSecret.ID); err != nil || got.State != store.StateStopped {
+				t.Errorf("the record of the sandbox with secrets: %+v, %v", got, err)
+			}
+		}
+	}
+	// A daemon that would refuse its rules (no --allow-private for the
+	// loopback its host is pinned to) ends it rather than take it again.
+	crash(m)
+	m = newManager(t, Config{StateDir: cfg.StateDir})
+	assertEnded(t, m, info.ID, pid, time.Minute)
+}
