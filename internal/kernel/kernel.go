@@ -38,7 +38,9 @@
 // An execution is over when the kernel's iopub reports status "idle" for
 // the request and the shell execute_reply has arrived. Neither alone is
 // enough: the reply can come before the last display_data of the same
-// request.
+// request. A kernel whose iopub queue overflowed may have dropped the idle
+// status: an iopub quiet for idleGrace after the reply ends the execution
+// too, with a *Dropped saying so.
 //
 // # Concurrency and bounds
 //
@@ -224,9 +226,21 @@ func (k *Kernel) Execute(ctx context.Context, code string, opts ExecuteOptions, 
 	}
 	var reply *Reply
 	idle := false
+	// Once the reply is in, an iopub that stays quiet for idleGrace
+	// ends the execution: the kernel dropped its idle status (its queue
+	// toward a slow reader was full), which would otherwise never come.
+	quiet := time.NewTimer(idleGrace)
+	quiet.Stop()
+	defer quiet.Stop()
 	for !idle || reply == nil {
 		select {
+		case <-quiet.C:
+			fn(&Dropped{MsgType: "status", Reason: fmt.Sprintf("no idle status within %v of the reply: the kernel dropped output toward a slow reader", idleGrace)})
+			idle = true
 		case it := <-sink.c:
+			if reply != nil {
+				quiet.Reset(idleGrace)
+			}
 			switch {
 			case it.dropped != nil:
 				fn(it.dropped)
@@ -251,6 +265,7 @@ func (k *Kernel) Execute(ctx context.Context, code string, opts ExecuteOptions, 
 				return Reply{}, err
 			}
 			reply = &r
+			quiet.Reset(idleGrace)
 		case <-p.dead:
 			return Reply{}, p.failure(nil)
 		case <-ctx.Done():
@@ -283,6 +298,12 @@ func parseReply(m message, limit int) (Reply, error) {
 // interruptWait bounds the wait for an interrupt_reply before Interrupt
 // falls back to a signal.
 const interruptWait = 5 * time.Second
+
+// idleGrace is how long Execute waits, once the reply is in, for an iopub
+// that has gone quiet to report the execution idle (a display_data may
+// follow the reply; a kernel short of CPU may take its time). A variable
+// for the tests.
+var idleGrace = 30 * time.Second
 
 // Interrupt interrupts the running execution (in Python, a
 // KeyboardInterrupt): an interrupt_request on the control channel, or

@@ -437,6 +437,39 @@ func TestFloodSlowConsumer(t *testing.T) {
 	}
 }
 
+// TestIdleDropped: an execution whose idle status the kernel never
+// sends (dropped from a full queue; here the kernel is made to skip it)
+// ends once its reply is in and iopub stayed quiet for idleGrace, saying
+// so; the next execution runs as usual.
+func TestIdleDropped(t *testing.T) {
+	needIPyKernel(t)
+	defer func(d time.Duration) { idleGrace = d }(idleGrace)
+	idleGrace = time.Second
+	k := startKernel(t, Config{})
+	outs, r := run(t, k, `k = get_ipython().kernel
+publish = k._publish_status
+def skip_idle(status, *args, **kwargs):
+    if status == "idle":
+        k._publish_status = publish
+        return
+    return publish(status, *args, **kwargs)
+k._publish_status = skip_idle
+print("ran", flush=True)`)
+	if r.Status != "ok" || stream(outs, "stdout") != "ran\n" {
+		t.Errorf("the execution: %+v %#v", r, outs)
+	}
+	var dropped *Dropped
+	for _, o := range outs {
+		if d, ok := o.(*Dropped); ok {
+			dropped = d
+		}
+	}
+	if dropped == nil || dropped.MsgType != "status" || !strings.Contains(dropped.Reason, "no idle status") {
+		t.Errorf("want a Dropped status, got %#v", outs)
+	}
+	wantStdout(t, k, "print('next')", "next\n")
+}
+
 func TestExecuteContextEnds(t *testing.T) {
 	needIPyKernel(t)
 	k := startKernel(t, Config{})
