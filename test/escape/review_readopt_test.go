@@ -1,0 +1,48 @@
+package escape
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/hutch-sandbox/hutch/internal/testutil"
+)
+
+// TestItem25_ServedAgentSocket (escape items 25 and 27): a served sandbox
+// of the namespace tier outlives its daemon, its agent listening on a
+// socket in the sandbox's directory for the next daemon, with the token
+// that authenticates it kept beside it. Neither is within the sandbox's
+// reach, as its root or as uid 1000, by their host paths: connecting
+// fails, the token and the directory cannot be read. The control: the
+// socket is there and takes the daemon's connection (the sandbox runs a
+// command through it).
+func TestItem25_ServedAgentSocket(t *testing.T) {
+	testutil.RequireRoot(t)
+	t.Parallel()
+	d := startServed(t, "", false)
+	id := d.createCLI()
+	a := d.attacker(id)
+	dir := filepath.Join(d.stateDir, "sandboxes", id)
+	sock, token := filepath.Join(dir, "agent.sock"), filepath.Join(dir, "lasting.json")
+	for _, p := range []string{sock, token} {
+		if _, err := os.Lstat(p); err != nil {
+			t.Fatalf("a served sandbox of the namespace tier outlives its daemon: %v", err)
+		}
+	}
+	for _, who := range [][]string{nil, {"become:1000"}} {
+		args := append([]string{"exec", id, "--", a}, who...)
+		r := d.client(append(args, "unix:"+sock, "open:"+token, "open:/proc/1/root"+token, "open:"+dir)...)
+		denied := []string{"EACCES", "ENOENT", "EPERM"}
+		expect(t, r, map[string][]string{
+			"unix:" + sock:              {"EACCES", "ENOENT", "ECONNREFUSED"},
+			"open:" + token:             denied,
+			"open:/proc/1/root" + token: denied,
+			"open:" + dir:               denied,
+		})
+	}
+	// The control: the daemon still drives the sandbox through that socket.
+	if r := d.client("exec", id, "--", "echo", "through the agent"); r.code != 0 || !strings.Contains(r.stdout, "through the agent") {
+		t.Fatalf("the sandbox's agent does not answer:\n%s", r)
+	}
+}
