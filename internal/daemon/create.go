@@ -172,6 +172,7 @@ func (m *Manager) Create(ctx context.Context, tenant string, r CreateRequest) (I
 	row := store.Sandbox{
 		Tenant:      tenant,
 		Labels:      r.Labels,
+		Notes:       maps.Clone(r.Notes),
 		Created:     now,
 		Expires:     now.Add(timeout),
 		LastActive:  now,

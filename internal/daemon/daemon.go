@@ -155,6 +155,10 @@ type CreateRequest struct {
 	Policy policy.Spec
 	// Labels are the tenant's own key/value tags, for listing.
 	Labels map[string]string
+	// Notes are kept in the sandbox's record from its start, by front
+	// end (store.Sandbox.Notes): what a front end keeps of the sandbox,
+	// written with the record rather than after it.
+	Notes map[string]string
 	// Env is added to the environment of every command.
 	Env map[string]string
 	// Timeout is the sandbox's lifetime (DefaultTimeout when zero).

@@ -574,6 +574,7 @@ func (m *Manager) takeWarm(ctx context.Context, p *pool, tenant string, r Create
 			sb.Tenant = tenant
 			sb.State = store.StateRunning
 			sb.Labels = maps.Clone(r.Labels)
+			sb.Notes = maps.Clone(r.Notes)
 			sb.Created = now
 			sb.Expires = now.Add(timeout)
 			sb.LastActive = now

@@ -172,6 +172,27 @@ func TestRealDaemon(t *testing.T) {
 	f := newRealFixture(t)
 	var toks []string
 
+	t.Run("record", func(t *testing.T) {
+		// The record keeps E2B's note of the sandbox (its template,
+		// network, lifecycle) from its first write: another daemon of
+		// the store, or this one started again, has it.
+		w := f.as("alice", "POST", "/v2/sandboxes", `{"templateID":"base","timeout":300,"autoPause":true,"allow_internet_access":false}`)
+		if w.Code != http.StatusCreated {
+			t.Fatalf("create: %d %s", w.Code, w.Body)
+		}
+		var sb sandboxJSON
+		if err := json.Unmarshal(w.Body.Bytes(), &sb); err != nil {
+			t.Fatal(err)
+		}
+		rec, err := f.dm.Store().GetSandbox(context.Background(), "alice", sb.SandboxID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n note
+		if err := json.Unmarshal([]byte(rec.Notes[noteKey]), &n); err != nil || n.Template != "base" || !n.PauseOnTimeout || n.Internet == nil || *n.Internet {
+			t.Errorf("the record's note: %q (%v)", rec.Notes[noteKey], err)
+		}
+	})
 	t.Run("user", func(t *testing.T) {
 		hostPasswd, hostGroup := readHost(t, "/etc/passwd"), readHost(t, "/etc/group")
 		// envVars and metadata shaped as account lines, and a PATH and

@@ -69,17 +69,23 @@ func (h *Handler) persist(ctx context.Context, id string, rec record) {
 	if h.m == nil {
 		return
 	}
-	b, err := json.Marshal(note{Template: rec.template, Network: rec.network, Internet: rec.internet,
-		PauseOnTimeout: rec.pauseOnTimeout, AutoResume: rec.autoResume, User: rec.user, Workdir: rec.workdir})
+	n, err := noteOf(rec)
 	if err == nil {
 		_, err = h.m.Store().UpdateSandbox(context.WithoutCancel(ctx), id, func(sb *store.Sandbox) error {
-			sb.Notes[noteKey] = string(b)
+			sb.Notes[noteKey] = n
 			return nil
 		})
 	}
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		h.log.Error("keep the record of an E2B sandbox", "id", id, "err", err)
 	}
+}
+
+// noteOf is rec as its sandbox's record keeps it (under noteKey).
+func noteOf(rec record) (string, error) {
+	b, err := json.Marshal(note{Template: rec.template, Network: rec.network, Internet: rec.internet,
+		PauseOnTimeout: rec.pauseOnTimeout, AutoResume: rec.autoResume, User: rec.user, Workdir: rec.workdir})
+	return string(b), err
 }
 
 // load reads sandbox id's record from its sandbox's record, unless the

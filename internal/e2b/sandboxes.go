@@ -476,18 +476,6 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, tenant string) 
 		req.Policy.Root, template = "", built.template
 		withResources(&req.Policy.Resources, built.cpuCount, built.memoryMB)
 	}
-	release, err := h.holdVolumes(tenant, req.Volumes)
-	if err != nil {
-		return err
-	}
-	info, err := h.m.Create(r.Context(), tenant, req)
-	release()
-	if err != nil {
-		return err
-	}
-	auditEntry(r).Sandbox = info.ID
-	auditEntry(r).Image = info.Image
-	auditEntry(r).Tier = info.Tier // the daemon's default: E2B's creates name none
 	internet := req.Policy.Network.Mode != "none"
 	_, autoResume, _ := lifecycleOf(b) // checked by createRequest
 	rec := &record{network: b.Network, internet: &internet, template: template,
@@ -500,7 +488,25 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, tenant string) 
 			rec.workdir = built.run.Workdir
 		}
 	}
-	sb, err := h.started(r.Context(), tenant, info.ID, rec)
+	// The record keeps rec from its first write.
+	n, err := noteOf(*rec)
+	if err != nil {
+		return err
+	}
+	req.Notes = map[string]string{noteKey: n}
+	release, err := h.holdVolumes(tenant, req.Volumes)
+	if err != nil {
+		return err
+	}
+	info, err := h.m.Create(r.Context(), tenant, req)
+	release()
+	if err != nil {
+		return err
+	}
+	auditEntry(r).Sandbox = info.ID
+	auditEntry(r).Image = info.Image
+	auditEntry(r).Tier = info.Tier // the daemon's default: E2B's creates name none
+	sb, err := h.started(r.Context(), tenant, info.ID, rec, false)
 	if err != nil {
 		return err
 	}
@@ -528,10 +534,11 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, tenant string) 
 }
 
 // started makes tenant's new sandbox id one of E2B's: its user set up,
-// an envd access token, rec (its template and network) recorded; a
-// sandbox that cannot be is destroyed, even if the client went away
+// an envd access token, rec (its template and network) held and, when
+// persist, written into its record (a create writes it with the record);
+// a sandbox that cannot be is destroyed, even if the client went away
 // meanwhile.
-func (h *Handler) started(ctx context.Context, tenant, id string, rec *record) (sandboxJSON, error) {
+func (h *Handler) started(ctx context.Context, tenant, id string, rec *record, persist bool) (sandboxJSON, error) {
 	cleanup := context.WithoutCancel(ctx)
 	if err := h.setup(ctx, tenant, id); err != nil {
 		if derr := h.m.Destroy(cleanup, tenant, id); derr != nil {
@@ -540,7 +547,9 @@ func (h *Handler) started(ctx context.Context, tenant, id string, rec *record) (
 		return sandboxJSON{}, fmt.Errorf("sandbox %s: %w", id, err)
 	}
 	rec.tenant, rec.token, rec.traffic = tenant, h.derive("envd", id), h.derive("traffic", id)
-	h.persist(ctx, id, *rec)
+	if persist {
+		h.persist(ctx, id, *rec)
+	}
 	h.mu.Lock()
 	h.records[id] = rec
 	h.mu.Unlock()

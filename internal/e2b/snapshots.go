@@ -223,7 +223,7 @@ func (h *Handler) fork(w http.ResponseWriter, r *http.Request, tenant string) er
 			out[i].Error = &forkError{Code: status, Message: msg}
 			continue
 		}
-		sb, err := h.started(r.Context(), tenant, res.Sandbox.ID, &record{network: src.network, internet: src.internet, template: src.template})
+		sb, err := h.started(r.Context(), tenant, res.Sandbox.ID, &record{network: src.network, internet: src.internet, template: src.template}, true)
 		if err != nil {
 			out[i].Error = &forkError{Code: classify(err), Message: fmt.Sprintf("sandbox %s: %v", res.Sandbox.ID, err)}
 			continue
