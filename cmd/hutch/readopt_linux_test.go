@@ -115,9 +115,11 @@ curl -sS --max-time 10 -o /dev/null -D - http://blocked.test:`+port+`/two; echo 
 		t.Fatal(err)
 	}
 	<-d.exited
-	for _, p := range procs {
-		if !p.alive() {
-			t.Errorf("sandbox process %d ended with the daemon", p.pid)
+	// Each sandbox's PID 1 outlives the daemon (the loop's shell is
+	// checked inside below; the loop's sleeps come and go).
+	for _, sid := range []string{id, short.ID, doomed.ID, fromImage.ID} {
+		if p := pid1Of(t, procs, sid); !p.alive() {
+			t.Errorf("the PID 1 (%d) of %s ended with the daemon", p.pid, sid)
 		}
 	}
 	doomedPID1.kill()
