@@ -36,6 +36,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -115,6 +116,10 @@ type Cluster struct {
 	ports           ports
 	procs           []*proc
 	mntns           *proc
+
+	// onBridge is whether NodeOnBridge gave the bridge its address.
+	bridgeMu sync.Mutex
+	onBridge bool
 }
 
 // BinDir returns the directory of the cluster's binaries, or skips (fails
