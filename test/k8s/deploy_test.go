@@ -170,6 +170,10 @@ func testServeDeployment(t *testing.T, c *k8stest.Cluster) {
 	if err != nil || string(res.Stdout) != "made by A\n" {
 		t.Errorf("run through %s after %s's deletion: %+v %v", b, a, res, err)
 	}
+	// The pod started in A's place Ready before the Deployment goes: a
+	// pod deleted while it starts may lose its network before its
+	// process ends (the kubelet stops the pod's sandbox first), and its
+	// hutch serve cannot delete its Lease (it lapses instead).
 	c.Kubectl(t, "-n", "hutch", "rollout", "status", "deployment/hutch-serve", "--timeout=3m")
 	for n := range servePods(t, c) {
 		if logs[n] == nil {
