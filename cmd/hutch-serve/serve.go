@@ -303,7 +303,13 @@ func cmdServe(args []string, stderr io.Writer) int {
 			kube.ReplicaLease, kube.ReplicaRenew = *kubeLease, *kubeLease/4
 			var r *kubeReplicas
 			if r, err = joinReplicas(cl, *kubeReplica, *kubeAdvertise); err == nil {
-				defer r.Close()
+				defer func() {
+					// Its Lease deleted: the others take its
+					// sandboxes over at once.
+					if err := r.Close(); err != nil {
+						fmt.Fprintf(stderr, "hutch: close: %v\n", err)
+					}
+				}()
 				replicas = r
 			}
 		}

@@ -6,13 +6,11 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -22,7 +20,6 @@ import (
 
 	"github.com/hutch-sandbox/hutch/internal/agent"
 	"github.com/hutch-sandbox/hutch/internal/testutil"
-	"github.com/hutch-sandbox/hutch/internal/testutil/k8stest"
 	"github.com/hutch-sandbox/hutch/internal/testutil/ocitest"
 )
 
@@ -89,7 +86,7 @@ func TestAgentPod(t *testing.T) {
 	if _, err := netip.ParseAddr(podIP); err != nil {
 		t.Fatalf("the pod's address %q: %v", podIP, err)
 	}
-	node := nodeOnBridge(t, c)
+	node := c.NodeOnBridge(t)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -284,39 +281,4 @@ func agentPids(t *testing.T) []int {
 		}
 	}
 	return pids
-}
-
-// nodeOnBridge gives the pods' bridge an address of their subnet (its
-// last) until the test ends, so that the node reaches the pods as a
-// daemon's node does, and returns it. Before the first pod there is no
-// bridge yet: it is made here, and the CNI plugin takes it as it is.
-func nodeOnBridge(t *testing.T, c *k8stest.Cluster) netip.Addr {
-	t.Helper()
-	if _, err := os.Stat("/sys/class/net/" + c.Bridge); err != nil {
-		for _, args := range [][]string{{"link", "add", c.Bridge, "type", "bridge"}, {"link", "set", c.Bridge, "up"}} {
-			if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-				t.Fatalf("ip %v: %v\n%s", args, err, out)
-			}
-		}
-	}
-	prefix, err := netip.ParsePrefix(c.Subnet)
-	if err != nil || !prefix.Addr().Is4() || prefix.Bits() != 24 {
-		t.Fatalf("the pods' subnet %q: not an IPv4 /24 (%v)", c.Subnet, err)
-	}
-	a := prefix.Addr().As4()
-	a[3] = 254
-	addr := netip.AddrFrom4(a)
-	cidr := fmt.Sprintf("%s/%d", addr, prefix.Bits())
-	if out, err := exec.Command("ip", "addr", "add", cidr, "dev", c.Bridge).CombinedOutput(); err != nil {
-		t.Fatalf("ip addr add %s dev %s: %v\n%s", cidr, c.Bridge, err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("ip", "addr", "del", cidr, "dev", c.Bridge).CombinedOutput(); err != nil && !errors.Is(err, exec.ErrNotFound) {
-			// The cluster's teardown removed the bridge with it.
-			if _, serr := os.Stat("/sys/class/net/" + c.Bridge); serr == nil {
-				t.Errorf("ip addr del %s dev %s: %v\n%s", cidr, c.Bridge, err, out)
-			}
-		}
-	})
-	return addr
 }

@@ -92,7 +92,7 @@ func TestBenchKubernetes(t *testing.T) {
 	defer stopSig()
 	c, _ := hutchCluster(t)
 	c.KubectlIn(t, runtimeClassYAMLHutch, "apply", "-f", "-")
-	nodeOnBridge(t, c)
+	c.NodeOnBridge(t)
 	cfg, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
 	if err != nil {
 		t.Fatal(err)

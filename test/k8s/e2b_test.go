@@ -59,7 +59,7 @@ func TestServeKubernetesE2B(t *testing.T) {
 	c, _ := hutchCluster(t)
 	c.Import(t, tar)
 	c.KubectlIn(t, runtimeClassYAMLHutch, "apply", "-f", "-")
-	nodeOnBridge(t, c)
+	c.NodeOnBridge(t)
 	kc := serviceAccount(t, c)
 	r1, r2 := &replica{name: "e2b-1"}, &replica{name: "e2b-2"}
 	for _, r := range []*replica{r1, r2} {

@@ -28,20 +28,28 @@ const installerImage = "hutch.local/k8stest/hutch-runc:1"
 // is touched.
 func installerManifest(t *testing.T, host string) string {
 	t.Helper()
-	b, err := os.ReadFile("../../deploy/kubernetes/hutch-runc.yaml")
+	return manifest(t, "hutch-runc.yaml",
+		edit{"image: REGISTRY/hutch-runc:VERSION\n", "image: " + installerImage + "\n        imagePullPolicy: Never\n"},
+		edit{"          path: /\n", "          path: " + host + "\n"},
+		edit{"        - --restart-containerd\n", ""})
+}
+
+// edit replaces old, which a manifest must hold once, with new.
+type edit struct{ old, new string }
+
+// manifest is deploy/kubernetes/NAME with edits made.
+func manifest(t *testing.T, name string, edits ...edit) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "deploy", "kubernetes", name))
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := string(b)
-	for _, r := range []struct{ old, new string }{
-		{"image: REGISTRY/hutch-runc:VERSION\n", "image: " + installerImage + "\n        imagePullPolicy: Never\n"},
-		{"          path: /\n", "          path: " + host + "\n"},
-		{"        - --restart-containerd\n", ""},
-	} {
-		if strings.Count(m, r.old) != 1 {
-			t.Fatalf("deploy/kubernetes/hutch-runc.yaml has not one %q", r.old)
+	for _, e := range edits {
+		if strings.Count(m, e.old) != 1 {
+			t.Fatalf("deploy/kubernetes/%s has not one %q", name, e.old)
 		}
-		m = strings.Replace(m, r.old, r.new, 1)
+		m = strings.Replace(m, e.old, e.new, 1)
 	}
 	return m
 }

@@ -112,11 +112,13 @@ func pods(t *testing.T, c *k8stest.Cluster) []string {
 // the pod and its Secret; what a pod cannot honour is refused by name; a
 // daemon killed or stopped leaves its sandboxes running and the next one
 // of its name takes them again; with --warm, creates take pods the pool
-// started (testServeWarm).
+// started (testServeWarm); two replicas on the node share the sandboxes
+// (testServeReplicas), and so do the two of the Deployment of
+// deploy/kubernetes/hutch-serve.yaml (testServeDeployment).
 func TestServeKubernetes(t *testing.T) {
 	c, port := hutchCluster(t)
 	c.KubectlIn(t, runtimeClassYAMLHutch, "apply", "-f", "-")
-	nodeOnBridge(t, c)
+	c.NodeOnBridge(t)
 	dir := t.TempDir()
 	// As the manifest's service account, in its namespace.
 	kc := serviceAccount(t, c)
@@ -262,6 +264,7 @@ func TestServeKubernetes(t *testing.T) {
 
 	t.Run("warm", func(t *testing.T) { testServeWarm(t, c) })
 	t.Run("replicas", func(t *testing.T) { testServeReplicas(t, c, kc) })
+	t.Run("deployment", func(t *testing.T) { testServeDeployment(t, c) })
 }
 
 // serviceAccount applies deploy/kubernetes/rbac.yaml (hutch serve's

@@ -118,7 +118,11 @@ func (c *Cluster) writeConfigs(t testing.TB, opts Options) {
 	}
 }
 
+// kubeadmConfig is kubeadm's configuration. The API server's certificate
+// names the node's address on the pods' bridge too, where
+// APIServerOnBridge's relay is.
 func (c *Cluster) kubeadmConfig() string {
+	onBridge, _ := bridgeAddress(c.Subnet)
 	return fmt.Sprintf(`apiVersion: kubeadm.k8s.io/v1beta4
 kind: InitConfiguration
 localAPIEndpoint:
@@ -139,11 +143,11 @@ networking:
   serviceSubnet: %[8]s
   dnsDomain: cluster.local
 apiServer:
-  certSANs: ["127.0.0.1", "localhost"]
+  certSANs: ["127.0.0.1", "localhost", "%[10]s"]
 etcd:
   local:
     dataDir: %[9]s
-`, c.NodeIP, c.ports.apiServer, c.NodeName, c.ContainerdSocket, KubernetesVersion, c.Network, c.path("pki"), ServiceSubnet, c.path("etcd"))
+`, c.NodeIP, c.ports.apiServer, c.NodeName, c.ContainerdSocket, KubernetesVersion, c.Network, c.path("pki"), ServiceSubnet, c.path("etcd"), onBridge)
 }
 
 func (c *Cluster) containerdConfig(handlers []RuntimeHandler) string {
@@ -202,7 +206,8 @@ disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.snapshotter.v1.bt
 
 // cniConfig is the pods' network: a bridge of the cluster's own without an
 // address (not a gateway: the bridge plugin would turn on the host's IP
-// forwarding), addresses from the cluster's /24, no route off the bridge.
+// forwarding), addresses from the cluster's /24 but the node's last one
+// (NodeOnBridge), no route off the bridge.
 func (c *Cluster) cniConfig() string {
 	return fmt.Sprintf(`{
   "cniVersion": "1.0.0",
@@ -216,13 +221,13 @@ func (c *Cluster) cniConfig() string {
       "hairpinMode": false,
       "ipam": {
         "type": "host-local",
-        "ranges": [[{"subnet": %[3]q}]],
+        "ranges": [[{"subnet": %[3]q, "rangeEnd": %[5]q}]],
         "dataDir": %[4]q
       }
     }
   ]
 }
-`, c.Network, c.Bridge, c.Subnet, c.path("cni/ipam"))
+`, c.Network, c.Bridge, c.Subnet, c.path("cni/ipam"), lastPodAddress(c.Subnet))
 }
 
 // kubeletSysctls are the kernel settings the kubelet wants

@@ -14,9 +14,12 @@
 // kernel settings the kubelet insists on are shown to it there without
 // being changed on the host. Pods' cgroups are under a cgroup root of the
 // cluster's own, and their network a bridge and an address range of its
-// own with no route off the bridge. Images come from `docker save`
-// tarballs imported into containerd, not from a registry; the pods'
-// sandbox ("pause") image is built here (./pause).
+// own with no route off the bridge; NodeOnBridge gives the bridge an
+// address of the node's there, and APIServerOnBridge a relay to the API
+// server at that address, which its certificate names, for clients of
+// the API in pods (in-cluster configuration). Images come from `docker
+// save` tarballs imported into containerd, not from a registry; the
+// pods' sandbox ("pause") image is built here (./pause).
 //
 // StartAPIServer starts etcd and kube-apiserver alone, made the same way,
 // for a test of what a client keeps in the API (no pod ever runs).
@@ -36,6 +39,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -115,6 +119,10 @@ type Cluster struct {
 	ports           ports
 	procs           []*proc
 	mntns           *proc
+
+	// onBridge is whether NodeOnBridge gave the bridge its address.
+	bridgeMu sync.Mutex
+	onBridge bool
 }
 
 // BinDir returns the directory of the cluster's binaries, or skips (fails
