@@ -71,6 +71,10 @@ func joinReplicas(cl *kube.Cluster, name, addr string) (*kubeReplicas, error) {
 
 func (k *kubeReplicas) Self() string { return k.r.Name() }
 
+func (k *kubeReplicas) Prune(ctx context.Context, keep func(string) bool) (int, error) {
+	return k.cl.PruneReplicas(ctx, keep)
+}
+
 func (k *kubeReplicas) Live(ctx context.Context, fresh bool) (map[string]string, error) {
 	return k.cl.Replicas(ctx, fresh)
 }

@@ -85,8 +85,10 @@ type Manager struct {
 	// reattachMu makes taking a remote sandbox again one at a time
 	// (remote.go), so that a request and another take it once.
 	reattachMu sync.Mutex
-	// replicasDone is closed once watchReplicas returned.
+	// replicasDone is closed once watchReplicas returned; pruned is
+	// when it last pruned what is left of replicas gone (its goroutine's).
 	replicasDone chan struct{}
+	pruned       time.Time
 
 	// leaving makes Close leave the sandboxes that outlive the daemon
 	// running (LeaveRunning).

@@ -31,7 +31,13 @@ type Replicas interface {
 	// as they are now; without it a view a moment behind may answer (a
 	// replica that joined a moment ago may be missing from it).
 	Live(ctx context.Context, fresh bool) (map[string]string, error)
+	// Prune deletes what is left of replicas gone long ago (their
+	// Leases), but of those keep wants (some record still names them).
+	Prune(ctx context.Context, keep func(replica string) bool) (int, error)
 }
+
+// replicaPrune is how often a daemon prunes what is left of replicas gone.
+const replicaPrune = time.Minute
 
 // replicaScan is how often a daemon looks for the sandboxes of replicas
 // gone.
@@ -279,11 +285,27 @@ func (m *Manager) watchReplicas() {
 	}
 }
 
-// takeOrphans takes over the sandboxes whose replica is gone.
+// takeOrphans takes over the sandboxes whose replica is gone, and once
+// every replicaPrune deletes what is left of replicas gone long ago that
+// no record names.
 func (m *Manager) takeOrphans(ctx context.Context) error {
 	rows, err := m.st.ListSandboxes(ctx, store.Filter{})
 	if err != nil {
 		return err
+	}
+	if time.Since(m.pruned) >= replicaPrune {
+		m.pruned = time.Now()
+		named := map[string]bool{m.self(): true}
+		for _, sb := range rows {
+			if sb.State != store.StateStopped {
+				named[sb.Owner] = true
+			}
+		}
+		if n, err := m.cfg.Replicas.Prune(ctx, func(r string) bool { return named[r] }); err != nil {
+			m.log.Warn("remove what is left of replicas gone", "err", err)
+		} else if n > 0 {
+			m.log.Info("removed the leases of replicas gone", "count", n)
+		}
 	}
 	var live map[string]string
 	for _, sb := range rows {

@@ -175,6 +175,41 @@ func (c *Cluster) Replicas(ctx context.Context, fresh bool) (map[string]string, 
 	return live, nil
 }
 
+// ReplicaGone is how long a replica's Lease stays once lapsed before
+// PruneReplicas deletes it: long past any take-over of its sandboxes.
+var ReplicaGone = 10 * time.Minute
+
+// PruneReplicas deletes the Leases of the replicas gone — lapsed for
+// ReplicaGone — that keep does not want (one some record still names),
+// each only as it was read (a replica that renewed its Lease meanwhile
+// keeps it), and returns how many it deleted. A replica killed, or whose
+// way to the API server went before it could delete its own Lease, would
+// otherwise leave it for good, and a Deployment's pods change names.
+func (c *Cluster) PruneReplicas(ctx context.Context, keep func(replica string) bool) (int, error) {
+	var ls coordinationv1.LeaseList
+	if err := c.coord.list(ctx, c.ns, "leases", metav1.ListOptions{LabelSelector: c.replicaSelector()}, &ls); err != nil {
+		return 0, fmt.Errorf("kubernetes: the replicas' leases: %w", err)
+	}
+	n := 0
+	for i := range ls.Items {
+		l := &ls.Items[i]
+		if leaseAlive(l, time.Now().Add(-ReplicaGone)) || l.Spec.RenewTime == nil || keep(l.Labels[LabelReplica]) {
+			continue
+		}
+		rv := l.ResourceVersion
+		err := c.coord.delete(ctx, c.ns, "leases", l.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &rv}})
+		switch {
+		case err == nil:
+			n++
+		case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+			// Deleted by another replica, or renewed.
+		default:
+			return n, fmt.Errorf("kubernetes: lease %s: %w", l.Name, err)
+		}
+	}
+	return n, nil
+}
+
 // replicaSelector selects the Leases of the daemon's replicas.
 func (c *Cluster) replicaSelector() string {
 	return LabelManaged + "=hutch," + LabelDaemon + "=" + c.opts.Daemon + "," + LabelReplica

@@ -107,6 +107,50 @@ func TestReplicas(t *testing.T) {
 	if !testutil.Eventually(time.Minute, func() bool { return !viewHas(b, "r1") }) {
 		t.Error("a replica closed stays in the view")
 	}
+	// Replicas gone long ago: r3's and r4's Leases lapsed ReplicaGone
+	// ago, r5's a moment ago; r4 is kept (a record names it), r1 is
+	// live. Only r3's is deleted, and not another daemon's of its name.
+	lapse := func(c *Cluster, name string, ago time.Duration) {
+		t.Helper()
+		r, err := c.Join(ctx, name, "https://10.0.0.9:8443")
+		if err != nil {
+			t.Fatal(err)
+		}
+		close(r.stop)
+		<-r.done
+		var l coordinationv1.Lease
+		if err := c.coord.get(ctx, c.ns, "leases", c.leaseName(name), &l); err != nil {
+			t.Fatal(err)
+		}
+		at := metav1.NewMicroTime(time.Now().Add(-ReplicaLease - ago))
+		l.Spec.RenewTime = &at
+		if err := c.coord.update(ctx, c.ns, "leases", l.Name, &l, &l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r1, err = a.Join(ctx, "r1", "https://10.0.0.1:8443")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lapse(a, "r3", ReplicaGone+time.Minute)
+	lapse(a, "r4", ReplicaGone+time.Minute)
+	lapse(a, "r5", time.Second)
+	lapse(other, "r3", ReplicaGone+time.Minute)
+	if n, err := b.PruneReplicas(ctx, func(r string) bool { return r == "r4" }); err != nil || n != 1 {
+		t.Errorf("prune: %d %v, want 1", n, err)
+	}
+	for c, names := range map[*Cluster]map[string]bool{a: {"r1": true, "r3": false, "r4": true, "r5": true}, other: {"r3": true}} {
+		for name, want := range names {
+			var l coordinationv1.Lease
+			err := c.coord.get(ctx, c.ns, "leases", c.leaseName(name), &l)
+			if got := err == nil; got != want {
+				t.Errorf("the Lease of %s (daemon %s) after a prune: there %v, want %v (%v)", name, c.opts.Daemon, got, want, err)
+			}
+		}
+	}
+	if err := r1.Close(); err != nil {
+		t.Error(err)
+	}
 	if _, err := a.Join(ctx, "Not_A_Name", "x"); err == nil {
 		t.Error("a replica name that is no label value was taken")
 	}
