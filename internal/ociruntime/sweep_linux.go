@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"strconv"
 	"strings"
 
@@ -60,7 +61,9 @@ func (o mountsOwner) names(name string) bool {
 // whereAmI returns the calling process's mount namespace and the boot's
 // id, "" for what cannot be read.
 func whereAmI() (mountNS, boot string) {
-	mountNS, _ = os.Readlink("/proc/self/ns/mnt")
+	goruntime.LockOSThread()
+	defer goruntime.UnlockOSThread()
+	mountNS, _ = os.Readlink(threadSelf("ns/mnt"))
 	b, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
 	return mountNS, strings.TrimSpace(string(b))
 }
@@ -115,6 +118,11 @@ func makeMounts(mnt, stateDir string) error {
 //
 // It is best effort: what it cannot read or remove stays for the next.
 func sweepMounts(root string) {
+	// The namespaces and mounts of this thread, the one that acts:
+	// /proc/self is the main thread's, which a thread that entered a
+	// namespace and ended may have left elsewhere.
+	goruntime.LockOSThread()
+	defer goruntime.UnlockOSThread()
 	lock, err := lockFile(filepath.Join(root, mountsLock))
 	if err != nil {
 		return
@@ -125,7 +133,7 @@ func sweepMounts(root string) {
 		return
 	}
 	ns, boot := whereAmI()
-	pidNS, _ := os.Readlink("/proc/self/ns/pid")
+	pidNS, _ := os.Readlink(threadSelf("ns/pid"))
 	var stale []string
 	foreign := map[string]string{}
 	for _, e := range entries {
@@ -158,7 +166,7 @@ func sweepMounts(root string) {
 	if len(stale) == 0 && len(foreign) == 0 {
 		return
 	}
-	ms, err := mountinfo.Read("/proc/self/mountinfo")
+	ms, err := mountinfo.Read(threadSelf("mountinfo"))
 	if err != nil {
 		return
 	}
@@ -182,6 +190,10 @@ func sweepMounts(root string) {
 		}
 	}
 }
+
+// threadSelf is name under /proc/thread-self: the calling thread's (lock
+// it to its goroutine around the use).
+func threadSelf(name string) string { return "/proc/thread-self/" + name }
 
 // liveMountNamespaces are the mount namespaces that processes are in,
 // and those that nsfs mounts of this namespace hold; known is false when
