@@ -95,7 +95,10 @@ func startEgress(dir string, pid int) error {
 	if err := syscall.Fstat(int(ns.Fd()), &nsStat); err != nil {
 		return err
 	}
-	if err := syscall.Stat("/proc/self/ns/net", &ownStat); err != nil {
+	goruntime.LockOSThread()
+	err = syscall.Stat(threadSelf("ns/net"), &ownStat)
+	goruntime.UnlockOSThread()
+	if err != nil {
 		return err
 	}
 	if nsStat.Ino == ownStat.Ino && nsStat.Dev == ownStat.Dev {

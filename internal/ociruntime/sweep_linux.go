@@ -166,7 +166,7 @@ func sweepMounts(root string) {
 	if len(stale) == 0 && len(foreign) == 0 {
 		return
 	}
-	ms, err := mountinfo.Read(threadSelf("mountinfo"))
+	ms, err := ownMounts()
 	if err != nil {
 		return
 	}
@@ -192,8 +192,18 @@ func sweepMounts(root string) {
 }
 
 // threadSelf is name under /proc/thread-self: the calling thread's (lock
-// it to its goroutine around the use).
+// it to its goroutine around the use). /proc/self is the main thread's,
+// which Go parks, not ends, when a goroutine locked to it ends — with the
+// root or the namespaces that goroutine took (trustBundleIn's chroot into
+// an image): its mountinfo then shows that root's mounts only.
 func threadSelf(name string) string { return "/proc/thread-self/" + name }
+
+// ownMounts are the mounts as this thread sees them.
+func ownMounts() ([]mountinfo.Mount, error) {
+	goruntime.LockOSThread()
+	defer goruntime.UnlockOSThread()
+	return mountinfo.Read(threadSelf("mountinfo"))
+}
 
 // liveMountNamespaces are the mount namespaces that processes are in,
 // and those that nsfs mounts of this namespace hold; known is false when

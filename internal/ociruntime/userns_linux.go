@@ -354,7 +354,7 @@ const (
 // keeps its own; the container writes through hutch-runc's only).
 func idmapRoot(root, target, mnt string, base uint32) (work string, err error) {
 	maps := fmt.Sprintf("0 %d %d", base, idBlock)
-	ms, err := mountinfo.Read("/proc/self/mountinfo")
+	ms, err := ownMounts()
 	if err != nil {
 		return "", err
 	}
@@ -473,7 +473,7 @@ func removeMounts(mnt, work string) error {
 
 // mountsUnder lists the mount points at or under dir, in mount order.
 func mountsUnder(dir string) ([]string, error) {
-	ms, err := mountinfo.Read("/proc/self/mountinfo")
+	ms, err := ownMounts()
 	if err != nil {
 		return nil, err
 	}
