@@ -65,7 +65,12 @@ func newRealFixtureWith(t *testing.T, cfg daemon.Config, opts ...Option) *realFi
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(stateDir) })
+	t.Cleanup(func() {
+		// With what is left mounted there (the volumes' mount points).
+		if err := testutil.RemoveMounted(stateDir); err != nil {
+			t.Errorf("the state directory: %v", err)
+		}
+	})
 	logs := &testutil.Buffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	// A review workspace of alice's, for the change sets' routes.

@@ -187,7 +187,12 @@ func hostDir(t *testing.T, uid int, what string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	t.Cleanup(func() {
+		// With what a daemon left mounted there (its volumes).
+		if err := testutil.RemoveMounted(dir); err != nil {
+			t.Errorf("the test's directory: %v", err)
+		}
+	})
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
