@@ -1,6 +1,7 @@
 package escape
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -40,6 +41,22 @@ func TestItem25_ServedAgentSocket(t *testing.T) {
 			"open:/proc/1/root" + token: denied,
 			"open:" + dir:               denied,
 		})
+	}
+	// Nor does a command get the token in its environment, or read it in
+	// the agent's.
+	b, err := os.ReadFile(token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept struct {
+		Token string `json:"token"`
+	}
+	if err := json.Unmarshal(b, &kept); err != nil || len(kept.Token) < 32 {
+		t.Fatalf("%s holds no token: %v", token, err)
+	}
+	r := d.client("exec", id, "--", "sh", "-c", "env; cat /proc/1/environ 2>/dev/null | tr '\\0' '\\n'")
+	if strings.Contains(r.stdout, kept.Token) || strings.Contains(r.stdout, "HUTCH_AGENT_TOKEN") {
+		t.Errorf("a command sees the agent's token:\n%s", r)
 	}
 	// The control: the daemon still drives the sandbox through that socket.
 	if r := d.client("exec", id, "--", "echo", "through the agent"); r.code != 0 || !strings.Contains(r.stdout, "through the agent") {
