@@ -271,6 +271,14 @@ func cmdServe(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "hutch: %v\n", err)
 		return 1
 	}
+	// startFailed closes the listeners and reports err.
+	startFailed := func(err error) int {
+		for _, l := range ls {
+			l.Close()
+		}
+		fmt.Fprintf(stderr, "hutch: %v\n", err)
+		return 1
+	}
 	if tlsConfig != nil {
 		for i, l := range ls {
 			if l.Addr().Network() != "unix" {
@@ -317,18 +325,25 @@ func cmdServe(args []string, stderr io.Writer) int {
 		err = fmt.Errorf("--runsc: %w", err)
 	}
 	if err != nil {
-		for _, l := range ls {
-			l.Close()
-		}
-		fmt.Fprintf(stderr, "hutch: %v\n", err)
-		return 1
+		return startFailed(err)
 	}
 	reviews, err := parseReviewWorkspaces(reviewFlags)
 	if err != nil {
 		fmt.Fprintf(stderr, "hutch: --review-workspace: %v\n", err)
 		return 2
 	}
+	// The audit log is the daemon's from its start: the sandboxes it
+	// takes again there are recorded (take_back).
+	var al *audit.Log
+	if err = os.MkdirAll(*stateDir, 0o700); err == nil {
+		al, err = audit.Open(filepath.Join(*stateDir, audit.FileName))
+	}
+	if err != nil {
+		return startFailed(err)
+	}
+	defer al.Close()
 	m, err := daemon.New(daemon.Config{
+		Audit:            al,
 		StateDir:         *stateDir,
 		AgentBinary:      logAgent(log, agentBinary()),
 		NoInternet:       *noInternet,
@@ -360,32 +375,18 @@ func cmdServe(args []string, stderr io.Writer) int {
 		Replicas:         replicas,
 	}, log)
 	if err != nil {
-		for _, l := range ls {
-			l.Close()
-		}
-		fmt.Fprintf(stderr, "hutch: %v\n", err)
-		return 1
+		return startFailed(err)
 	}
 	// failed closes what was opened so far and reports err.
 	failed := func(err error) int {
-		for _, l := range ls {
-			l.Close()
-		}
 		_ = m.Close()
-		fmt.Fprintf(stderr, "hutch: %v\n", err)
-		return 1
+		return startFailed(err)
 	}
 	waitImages, err := keepImageCache(ctx, *stateDir, *imageCacheMax, log)
 	if err != nil {
 		return failed(fmt.Errorf("--image-cache-max: %w", err))
 	}
 	defer waitImages()
-	al, err := audit.Open(filepath.Join(*stateDir, audit.FileName))
-	if err != nil {
-		return failed(err)
-	}
-	defer al.Close()
-	m.SetAudit(al)
 	acfg := api.Config{Log: log, MaxUpload: upload, Audit: al}
 	if !*noMCP {
 		acfg.Metrics = append(acfg.Metrics, mcphttp.ToolCalls)

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bufio"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -49,4 +51,29 @@ func TestAuditVerify(t *testing.T) {
 
 	r = hutch(t, invocation{args: []string{"audit", "verify", "--state-dir", dir, path}})
 	wantCode(t, r, 2)
+}
+
+// auditEntries are the lines of the audit log in the state directory
+// stateDir.
+func auditEntries(t *testing.T, stateDir string) []audit.Entry {
+	t.Helper()
+	f, err := os.Open(filepath.Join(stateDir, audit.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var es []audit.Entry
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var e audit.Entry
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			t.Fatal(err)
+		}
+		es = append(es, e)
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return es
 }

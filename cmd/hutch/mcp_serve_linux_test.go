@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"io"
 	"log"
 	"net"
@@ -190,18 +188,7 @@ func TestMCPServeSDK(t *testing.T) {
 	t.Logf("%s", out)
 
 	calls := map[string][]audit.Entry{}
-	f, err := os.Open(filepath.Join(d.stateDir, audit.FileName))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		var e audit.Entry
-		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
-			t.Fatal(err)
-		}
+	for _, e := range auditEntries(t, d.stateDir) {
 		if e.Action == "mcp_call" {
 			calls[e.Tenant] = append(calls[e.Tenant], e)
 		}

@@ -150,6 +150,27 @@ curl -sS --max-time 10 -o /dev/null -D - http://blocked.test:`+port+`/two; echo 
 			t.Errorf("the upstream got %q, want the allowed request twice", got)
 		}
 	})
+	t.Run("audit", func(t *testing.T) {
+		// Each sandbox taken again is a line of the audit log, from the
+		// daemon's start; the one gone meanwhile is not.
+		took := map[string]bool{}
+		for _, e := range auditEntries(t, d.stateDir) {
+			if e.Action == "take_back" {
+				took[e.Sandbox] = true
+				if e.Tenant == "" || e.Subject != "this machine" {
+					t.Errorf("a take-back's line: %+v", e)
+				}
+			}
+		}
+		for _, sid := range []string{id, short.ID, fromImage.ID} {
+			if !took[sid] {
+				t.Errorf("no take_back line for %s: %v", sid, took)
+			}
+		}
+		if took[doomed.ID] {
+			t.Errorf("a take_back line for %s, whose PID 1 was killed", doomed.ID)
+		}
+	})
 	t.Run("gone while no daemon ran", func(t *testing.T) {
 		got, err := c.Get(ctx, doomed.ID)
 		if err == nil && got.State != "stopped" {

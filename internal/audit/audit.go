@@ -54,7 +54,10 @@ type Entry struct {
 	// "watch", "unwatch", "create_token", "pull_image", "remove_image",
 	// "run_code", "create_code_context", "remove_code_context",
 	// "restart_code_context",
-	// "approval" (a decision of the approval layer: Approval)
+	// "approval" (a decision of the approval layer: Approval),
+	// "take_back" (a restarted daemon, or one whose connection to the
+	// sandbox was lost, took it again), "take_over" (a replica took over
+	// a sandbox of a replica gone)
 	// (the front ends' route tables say which route records which), or
 	// "mcp_call": a call of an MCP tool on /mcp, or of a server's tool
 	// through hutch mcp wrap (Tool names it).
@@ -68,7 +71,9 @@ type Entry struct {
 	// Subject is the tenant a token was made for (create_token; the
 	// token itself is never recorded), the image a pull or removal names
 	// (pull_image, remove_image), the snapshot a snapshot or its deletion
-	// names (snapshot, delete_snapshot), or the sandboxes a fork made.
+	// names (snapshot, delete_snapshot), the sandboxes a fork made, where
+	// a sandbox taken back runs (take_back: "this machine" or the
+	// cluster's) or the replica it was taken over from (take_over).
 	Subject string `json:"subject,omitempty"`
 	// Image is the digest of the image a created sandbox started from.
 	Image string `json:"image,omitempty"`

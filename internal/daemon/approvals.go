@@ -49,9 +49,8 @@ type Approver interface {
 
 var _ Approver = (*Manager)(nil)
 
-// SetAudit makes every approval decision of the daemon's sandboxes a line
-// of al (action "approval"); nil: none. Set before the first sandbox is
-// created.
+// SetAudit sets the log of Config.Audit after New: the take-backs of New
+// itself are then not in it. Set before the first sandbox is created.
 func (m *Manager) SetAudit(al *audit.Log) { m.audit.Store(al) }
 
 // newBroker is the daemon's one Broker: its questions are events of their

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/agent"
+	"github.com/hutch-sandbox/hutch/internal/audit"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
 	"github.com/hutch-sandbox/hutch/internal/secrets"
@@ -145,6 +146,13 @@ type Config struct {
 	// replicas of hutch serve sharing Store: each sandbox of a remote
 	// runtime is served by one of them (replicas.go).
 	Replicas Replicas
+	// Audit, when set, gets a line for each change to a sandbox the
+	// daemon makes of its own: an approval decision ("approval"), a
+	// sandbox taken again at a restart or after its connection was lost
+	// ("take_back"), one taken over from a replica gone ("take_over").
+	// Set here rather than with SetAudit for the take-backs of New itself
+	// to be recorded. The daemon does not close it.
+	Audit *audit.Log
 }
 
 // CreateRequest is what a tenant asks for.

@@ -321,6 +321,7 @@ func New(cfg Config, log *slog.Logger) (*Manager, error) {
 		warmSlots:    make(chan struct{}, maxWarmStarts),
 	}
 	m.broker = m.newBroker()
+	m.audit.Store(cfg.Audit)
 	if err := m.cleanupLeftovers(context.Background()); err != nil {
 		closeAll()
 		return nil, err

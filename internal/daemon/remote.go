@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/agent"
+	"github.com/hutch-sandbox/hutch/internal/audit"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
 	"github.com/hutch-sandbox/hutch/internal/store"
@@ -173,6 +174,11 @@ func (m *Manager) reattach(ctx context.Context, rt attacher, sb store.Sandbox) (
 		return fail(err)
 	}
 	log.Info("sandbox taken again", "on", rt.where(), "expires", sb.Expires)
+	if al := m.audit.Load(); al != nil {
+		if err := al.Append(audit.Entry{Tenant: sb.Tenant, Action: "take_back", Sandbox: sb.ID, Subject: rt.where()}); err != nil {
+			log.Error("audit a take-back", "err", err)
+		}
+	}
 	return l, nil
 }
 
