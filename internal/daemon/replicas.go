@@ -186,20 +186,13 @@ func (m *Manager) Unknown(ctx context.Context, id string) bool {
 // not stopped: from the view of the records when it is current, else
 // read.
 func (m *Manager) NotStopped(ctx context.Context) ([]string, error) {
-	if v, ok := m.st.(ownerView); ok {
-		if ids, ok := v.NotStopped(); ok {
-			return ids, nil
-		}
-	}
-	sbs, err := m.st.ListSandboxes(ctx, store.Filter{})
+	rows, err := m.owners(ctx)
 	if err != nil {
 		return nil, err
 	}
-	var ids []string
-	for _, sb := range sbs {
-		if sb.State != store.StateStopped {
-			ids = append(ids, sb.ID)
-		}
+	ids := make([]string, len(rows))
+	for i, r := range rows {
+		ids[i] = r.id
 	}
 	return ids, nil
 }
@@ -287,19 +280,20 @@ func (m *Manager) watchReplicas() {
 
 // takeOrphans takes over the sandboxes whose replica is gone, and once
 // every replicaPrune deletes what is left of replicas gone long ago that
-// no record names.
+// no record names. It reads the owners from the store's view of the
+// records when it has a current one (a cluster's: a scan every
+// replicaScan costs the API server nothing), and a record only to take
+// it over.
 func (m *Manager) takeOrphans(ctx context.Context) error {
-	rows, err := m.st.ListSandboxes(ctx, store.Filter{})
+	rows, err := m.owners(ctx)
 	if err != nil {
 		return err
 	}
 	if time.Since(m.pruned) >= replicaPrune {
 		m.pruned = time.Now()
 		named := map[string]bool{m.self(): true}
-		for _, sb := range rows {
-			if sb.State != store.StateStopped {
-				named[sb.Owner] = true
-			}
+		for _, r := range rows {
+			named[r.owner] = true
 		}
 		if n, err := m.cfg.Replicas.Prune(ctx, func(r string) bool { return named[r] }); err != nil {
 			m.log.Warn("remove what is left of replicas gone", "err", err)
@@ -308,8 +302,8 @@ func (m *Manager) takeOrphans(ctx context.Context) error {
 		}
 	}
 	var live map[string]string
-	for _, sb := range rows {
-		if sb.Owner == m.self() || sb.State == store.StateStopped || m.remote(sb.Tier) == nil {
+	for _, r := range rows {
+		if r.owner == m.self() || m.remote(r.tier) == nil {
 			continue
 		}
 		if live == nil {
@@ -317,19 +311,53 @@ func (m *Manager) takeOrphans(ctx context.Context) error {
 				return err
 			}
 		}
-		if _, ok := live[sb.Owner]; ok {
+		if _, ok := live[r.owner]; ok {
 			continue
+		}
+		sb, err := m.st.GetSandbox(ctx, "", r.id)
+		if err != nil || sb.Owner != r.owner || sb.State == store.StateStopped {
+			continue // gone, or taken meanwhile: the view was behind
 		}
 		if err := m.enter(); err != nil {
 			return nil // closing
 		}
-		_, err := m.takeOver(ctx, sb)
+		_, err = m.takeOver(ctx, sb)
 		m.leave()
 		if err != nil {
 			m.log.Warn("take over a sandbox of a replica gone", "sandbox", sb.ID, "from", sb.Owner, "err", err)
 		}
 	}
 	return nil
+}
+
+// ownerRow is what takeOrphans reads of a record not stopped.
+type ownerRow struct{ id, owner, tier string }
+
+// owners are the records not stopped, with their owners and tiers: from
+// the store's view of the records when it is current, else read.
+func (m *Manager) owners(ctx context.Context) ([]ownerRow, error) {
+	if v, ok := m.st.(ownerView); ok {
+		if ids, ok := v.NotStopped(); ok {
+			rows := make([]ownerRow, 0, len(ids))
+			for _, id := range ids {
+				if owner, state, tier, ok := v.OwnerOf(id); ok && state != store.StateStopped {
+					rows = append(rows, ownerRow{id, owner, tier})
+				}
+			}
+			return rows, nil
+		}
+	}
+	sbs, err := m.st.ListSandboxes(ctx, store.Filter{})
+	if err != nil {
+		return nil, err
+	}
+	rows := make([]ownerRow, 0, len(sbs))
+	for _, sb := range sbs {
+		if sb.State != store.StateStopped {
+			rows = append(rows, ownerRow{sb.ID, sb.Owner, sb.Tier})
+		}
+	}
+	return rows, nil
 }
 
 // handOver lets go of l, which another replica took over as this one
