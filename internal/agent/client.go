@@ -935,6 +935,20 @@ func (c *Client) KillAll(ctx context.Context) error {
 	return err
 }
 
+// Usage reads what the agent's cgroup has used: the sandbox's, where the
+// agent is PID 1 of a container with a cgroup namespace of its own (a
+// cluster's pod), which the daemon cannot read from its own machine.
+func (c *Client) Usage(ctx context.Context) (Usage, error) {
+	k, r, err := c.roundTrip(ctx, &request{Op: opUsage}, nil)
+	if err != nil {
+		return Usage{}, err
+	}
+	if r.Usage == nil || r.Usage.CPU < 0 || r.Usage.Memory < 0 || r.Usage.MemoryCache < 0 {
+		return Usage{}, c.breach(k, "usage: none, or negative: %+v", r.Usage)
+	}
+	return *r.Usage, nil
+}
+
 // ReadFile copies the content of the regular file at path into w and
 // returns the number of bytes copied.
 func (c *Client) ReadFile(ctx context.Context, path string, w io.Writer) (int64, error) {

@@ -521,3 +521,27 @@ func TestOutputBeforeExit(t *testing.T) {
 		t.Errorf("status %+v, %v", st, err)
 	}
 }
+
+// TestUsage: the agent answers what its cgroup used — the CPU time of the
+// commands it ran included — as a pod's agent answers for its container.
+func TestUsage(t *testing.T) {
+	c, _ := agentPair(t, ServeOptions{}, false)
+	ctx := context.Background()
+	before, err := c.Usage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before.CPU <= 0 || before.Memory <= 0 {
+		t.Fatalf("usage %+v: no CPU time or memory", before)
+	}
+	if r := run(t, c, ExecRequest{Args: []string{"sh", "-c", "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done"}}, ""); r.status.Code != 0 {
+		t.Fatalf("the busy loop: %+v", r)
+	}
+	after, err := c.Usage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.CPU-before.CPU < int64(10*time.Millisecond) {
+		t.Errorf("CPU time %d ns, then %d ns after a busy loop", before.CPU, after.CPU)
+	}
+}

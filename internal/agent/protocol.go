@@ -168,6 +168,7 @@ const (
 	opWatch   = "watch"
 	opDetach  = "detach"
 	opKillAll = "killall"
+	opUsage   = "usage"
 )
 
 // wireEvent is a WatchEvent on the wire.
@@ -228,6 +229,19 @@ type response struct {
 	PID   int       `json:"pid,omitempty"`
 	Size  int64     `json:"size,omitempty"`
 	Info  *wireInfo `json:"info,omitempty"`
+	Usage *Usage    `json:"usage,omitempty"`
+}
+
+// Usage is what the agent's cgroup — its sandbox's, every process of it
+// included — has used (Client.Usage).
+type Usage struct {
+	// CPU is the CPU time used, in nanoseconds, since the cgroup was
+	// made.
+	CPU int64 `json:"cpu_ns"`
+	// Memory is the memory charged to it now (page cache included);
+	// MemoryCache the part of it that is page cache and tmpfs.
+	Memory      int64 `json:"memory"`
+	MemoryCache int64 `json:"memory_cache"`
 }
 
 // exitMsg is the body of an exit frame.

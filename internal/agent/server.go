@@ -337,6 +337,9 @@ func (s *server) handle(r *areq, m *request) {
 		s.sendPS(r)
 	case opKillAll:
 		s.reply(r.id, response{}, s.killAll(r.ctx))
+	case opUsage:
+		u, err := ownUsage()
+		s.reply(r.id, response{Usage: &u}, err)
 	case opRead:
 		s.readFile(r, string(m.Path))
 	case opWrite:

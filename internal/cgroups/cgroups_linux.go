@@ -756,6 +756,28 @@ func Named(name string) (*Group, error) {
 	return found(exists(info.Unified), v1), nil
 }
 
+// Own returns the Group of the caller's own cgroup, in every hierarchy it
+// is in (in a container with a cgroup namespace of its own: the
+// container's), for what the caller and every process of that cgroup use
+// (Usage). It is not the caller's to destroy or kill.
+func Own() (*Group, error) {
+	info, err := layout()
+	if err != nil {
+		return nil, err
+	}
+	v1 := map[string]string{}
+	for c, where := range info.Controllers {
+		if where.Version == 1 {
+			v1[c] = unsupervised(where.Path)
+		}
+	}
+	v2 := ""
+	if info.Unified != "" {
+		v2 = unsupervised(info.Unified)
+	}
+	return found(v2, v1), nil
+}
+
 // unsupervised is own, the caller's cgroup in a hierarchy, or its parent
 // when the caller moved out of it into the supervisor leaf (enable).
 func unsupervised(own string) string {

@@ -758,3 +758,28 @@ func TestNamed(t *testing.T) {
 		})
 	}
 }
+
+// TestOwnUsage: the caller's own cgroup counts its own CPU time.
+func TestOwnUsage(t *testing.T) {
+	g, err := Own()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(g.Paths()) == 0 {
+		t.Skip("no cgroup hierarchy is mounted")
+	}
+	before, err := g.Usage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	spin := time.Now()
+	for time.Since(spin) < 50*time.Millisecond {
+	}
+	after, err := g.Usage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before.Memory <= 0 || after.CPU-before.CPU < int64(20*time.Millisecond) {
+		t.Errorf("own cgroup %v: usage %+v then %+v after 50 ms of spinning", g.Paths(), before, after)
+	}
+}

@@ -65,5 +65,8 @@ func (g *Group) Thaw() error {
 	return fmt.Errorf("cgroups: thaw: %w", ErrNotSupported)
 }
 
+// Own returns a Group whose methods do nothing: cgroups are Linux only.
+func Own() (*Group, error) { return &Group{}, nil }
+
 // Named returns a Group whose methods do nothing: cgroups are Linux only.
 func Named(name string) (*Group, error) { return &Group{}, nil }

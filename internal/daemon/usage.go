@@ -129,13 +129,16 @@ func (m *Manager) Usage(ctx context.Context, tenant, id string, since, until tim
 
 // sampleUsage samples each of list, the running sandboxes, whose last
 // sample is an interval old (or that has none). It runs in the reaper,
-// under reapMu.
+// under reapMu. The samples are read up to maxUsageReads at once: a remote
+// sandbox's is a question to its agent, over the network.
 func (m *Manager) sampleUsage(now time.Time, list []*live) {
 	every := m.cfg.MetricsInterval
 	keep := min(int(metricsWindow/every), maxSamples)
+	slots := make(chan struct{}, maxUsageReads)
+	var wg sync.WaitGroup
 	for _, l := range list {
-		c, ok := l.inst.(usageReader)
-		if !ok || l.tenant == warmTenant {
+		read := m.usageOf(l)
+		if read == nil || l.tenant == warmTenant {
 			continue
 		}
 		m.usageMu.Lock()
@@ -152,26 +155,56 @@ func (m *Manager) sampleUsage(now time.Time, list []*live) {
 		if !r.lastAt.IsZero() && now.Sub(r.lastAt) < every-reapEvery/2 {
 			continue
 		}
-		cg, err := c.Usage()
-		if err != nil {
-			m.log.Debug("sample sandbox usage", "sandbox", l.id, "err", err)
-			continue
-		}
-		u := Usage{
-			Time:             now,
-			CPUCount:         int(math.Ceil(l.cpus())),
-			MemoryBytes:      cg.Memory,
-			MemoryCacheBytes: cg.MemoryCache,
-			MemoryLimit:      l.resources.MemoryBytes,
-		}
-		if !r.lastAt.IsZero() {
-			wall := now.Sub(r.lastAt)
-			u.CPUPercent = min(100, float64(cg.CPU-r.lastCPU)/(float64(wall)*l.cpus())*100)
-			u.CPUPercent = math.Round(u.CPUPercent*100) / 100
-		}
-		r.lastCPU, r.lastAt = cg.CPU, now
-		u.DiskBytes, u.DiskLimit = layerDisk(l.keep)
-		r.add(u, keep)
+		slots <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			cg, err := read()
+			if err != nil {
+				m.log.Debug("sample sandbox usage", "sandbox", l.id, "err", err)
+				return
+			}
+			u := Usage{
+				Time:             now,
+				CPUCount:         int(math.Ceil(l.cpus())),
+				MemoryBytes:      cg.Memory,
+				MemoryCacheBytes: cg.MemoryCache,
+				MemoryLimit:      l.resources.MemoryBytes,
+			}
+			if !r.lastAt.IsZero() {
+				wall := now.Sub(r.lastAt)
+				u.CPUPercent = max(0, min(100, float64(cg.CPU-r.lastCPU)/(float64(wall)*l.cpus())*100))
+				u.CPUPercent = math.Round(u.CPUPercent*100) / 100
+			}
+			r.lastCPU, r.lastAt = cg.CPU, now
+			u.DiskBytes, u.DiskLimit = layerDisk(l.keep)
+			r.add(u, keep)
+		}()
+	}
+	wg.Wait()
+}
+
+// maxUsageReads is how many sandboxes' samples are read at once.
+const maxUsageReads = 16
+
+// usageOf is how l's usage is read: its cgroup on this machine, or, for a
+// remote sandbox (a cluster's pod, whose cgroup is on its node), its
+// agent's answer within busyTimeout; nil when it cannot be (paused).
+func (m *Manager) usageOf(l *live) func() (cgroups.Usage, error) {
+	if c, ok := l.inst.(usageReader); ok {
+		return c.Usage
+	}
+	m.mu.Lock()
+	client, paused := l.client, l.paused
+	m.mu.Unlock()
+	if m.remote(l.tier) == nil || client == nil || paused {
+		return nil
+	}
+	return func() (cgroups.Usage, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), busyTimeout)
+		defer cancel()
+		u, err := client.Usage(ctx)
+		return cgroups.Usage{CPU: u.CPU, Memory: u.Memory, MemoryCache: u.MemoryCache}, err
 	}
 }
 
