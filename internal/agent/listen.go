@@ -250,13 +250,16 @@ const (
 // SecretEnv are the environment variables of the agent's secrets.
 var SecretEnv = []string{TokenEnv, TLSCertEnv, TLSKeyEnv}
 
-// listenMain is `agent --listen ADDR` and `agent --accept`: ServeListener
-// on a TCP address (refusing connections from the sandbox's own
-// addresses), or on the unix listener the daemon handed over on
-// descriptor fd (a sandbox of the namespace tier that outlives its daemon,
-// whose next one connects again), with the token and the TLS certificate
-// from the environment.
-func listenMain(addr string, fd int, stderr io.Writer) int {
+// listenMain is `agent --listen ADDR`, `agent --accept-at PATH` and
+// `agent --accept`: ServeListener on a TCP address (refusing connections
+// from the sandbox's own addresses), on a unix socket it binds at path,
+// mode 0600 (a sandbox of the gVisor tier that outlives its daemon: the
+// socket's directory is the host's, where gVisor's gofer makes the socket
+// for the next daemon to connect to), or on the unix listener the daemon
+// handed over on descriptor fd (a sandbox of the namespace tier that
+// outlives its daemon), with the token and the TLS certificate from the
+// environment.
+func listenMain(addr, path string, fd int, stderr io.Writer) int {
 	lo, err := listenSecrets()
 	if err != nil {
 		fmt.Fprintf(stderr, "hutch: agent: %v\n", err)
@@ -270,6 +273,8 @@ func listenMain(addr string, fd int, stderr io.Writer) int {
 	var l net.Listener
 	if addr != "" {
 		l, err = net.Listen("tcp", addr)
+	} else if path != "" {
+		l, err = listenUnix(path)
 	} else {
 		f := os.NewFile(uintptr(fd), "agent-listener")
 		l, err = net.FileListener(f)
@@ -290,6 +295,20 @@ func listenMain(addr string, fd int, stderr io.Writer) int {
 	})
 	fmt.Fprintf(stderr, "hutch: agent: %v\n", err)
 	return 1
+}
+
+// listenUnix listens on a unix socket at path, mode 0600 from its start
+// (the umask is the agent's alone: no command runs yet).
+func listenUnix(path string) (net.Listener, error) {
+	old := syscall.Umask(0o177)
+	defer syscall.Umask(old)
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, err
+	}
+	// The agent never removes it: a later daemon connects to it.
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	return l, nil
 }
 
 // listenSecrets takes the agent's secrets out of its environment: copies

@@ -19,7 +19,22 @@ import (
 // daemon that would refuse its egress rules ends it instead, and a
 // sandbox with secrets does not outlive its daemon.
 func TestReadopt(t *testing.T) {
-	cfg := Config{StateDir: stateDir(t), AllowPrivate: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}
+	readopt(t, Config{})
+}
+
+// TestReadoptGVisor: TestReadopt's sandboxes under gVisor, whose host
+// pid is gVisor's Sentry's; the daemon that ends the sandbox it would not
+// take again leaves nothing of it in the tier's state directory
+// (gvisortest.Runtime fails the test otherwise).
+func TestReadoptGVisor(t *testing.T) {
+	cfg := gvisorConfig(t)
+	readopt(t, cfg)
+}
+
+// readopt is TestReadopt with base's runtimes and default tier.
+func readopt(t *testing.T, base Config) {
+	cfg := base
+	cfg.StateDir, cfg.AllowPrivate = stateDir(t), []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}
 	port := upstream(t)
 	m := newManager(t, cfg)
 	info := mustCreate(t, m, "a", CreateRequest{Policy: policy.Spec{Network: policy.Network{
@@ -73,6 +88,6 @@ func TestReadopt(t *testing.T) {
 	// A daemon that would refuse its rules (no --allow-private for the
 	// loopback its host is pinned to) ends it rather than take it again.
 	crash(m)
-	m = newManager(t, Config{StateDir: cfg.StateDir})
+	m = newManager(t, Config{StateDir: cfg.StateDir, DefaultTier: base.DefaultTier, Runtimes: base.Runtimes})
 	assertEnded(t, m, info.ID, pid, time.Minute)
 }

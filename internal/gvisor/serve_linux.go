@@ -155,6 +155,18 @@ func (rt *Runtime) start(c sandbox.Config, saved string, cold bool) (inst sandbo
 	if err != nil {
 		return nil, err
 	}
+	lasting := c.AgentSocket != ""
+	if lasting {
+		if saved != "" {
+			return nil, errors.New("a sandbox started from a checkpoint cannot outlive hutch")
+		}
+		if c.AgentToken == "" {
+			return nil, errors.New("agent socket: no token")
+		}
+		if err := lastingView(&v, dir, c.AgentToken); err != nil {
+			return nil, err
+		}
+	}
 	if s.Network.Mode == "proxy" {
 		if err := proxyView(&v, dir, s.Network.Mode, c, true); err != nil {
 			return nil, err
@@ -187,8 +199,22 @@ func (rt *Runtime) start(c sandbox.Config, saved string, cold bool) (inst sandbo
 	}
 
 	logFile := filepath.Join(dir, "runsc.log")
-	sb := &served{runsc: rt.Runsc, dir: dir, id: id, state: state, logFile: logFile, log: log, proxy: c.Proxy, cgroup: v.cgroup}
-	sb.flags = runscArgs(state, logFile, v.netDir != "", v.cgroup != "")
+	sb := &served{runsc: rt.Runsc, dir: dir, id: id, state: state, logFile: logFile, log: log, proxy: c.Proxy, cgroup: v.cgroup, pidfd: -1}
+	sb.flags = runscArgs(state, logFile, v.netDir != "", lasting, v.cgroup != "")
+	if lasting {
+		args := append(slices.Clip(sb.flags), "run", "--detach", "--bundle", dir, id)
+		if err := sb.launchDetached(args, c.AgentToken, c.AgentSocket); err != nil {
+			if sb.pidfd >= 0 {
+				_ = unix.PidfdSendSignal(sb.pidfd, unix.SIGKILL, nil, 0)
+				unix.Close(sb.pidfd)
+			}
+			if sb.conn != nil {
+				sb.conn.Close()
+			}
+			return nil, err
+		}
+		return sb, nil
+	}
 	args := append(slices.Clip(sb.flags), "run", "--bundle", dir, id)
 	if saved != "" && !cold {
 		args = append(slices.Clip(sb.flags), "restore", "--image-path", filepath.Join(saved, savedImage), "--bundle", dir, id)
@@ -247,9 +273,10 @@ func (s *served) launch(args []string) error {
 // whose log goes to logFile: no network of gVisor's own, no overlay over
 // the prepared root, the OCI spec's seccomp filter, the file system
 // served without direct host access; hostUDS lets the sandbox connect to
-// the host's unix sockets its view shows (the proxy's), cgroup makes the
-// spec's cgroup.
-func runscArgs(state, logFile string, hostUDS, cgroup bool) []string {
+// the host's unix sockets its view shows (the proxy's), bindUDS lets it
+// make unix sockets the host can connect to (its agent's, in a sandbox
+// that outlives hutch), cgroup makes the spec's cgroup.
+func runscArgs(state, logFile string, hostUDS, bindUDS, cgroup bool) []string {
 	args := []string{
 		"--root", state, "--log", logFile, "--log-format=json",
 		"--network=none", "--overlay2=none", "--oci-seccomp",
@@ -259,12 +286,20 @@ func runscArgs(state, logFile string, hostUDS, cgroup bool) []string {
 		// with CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_FOWNER, CAP_FSETID …).
 		"--directfs=false",
 	}
-	if hostUDS {
+	switch {
+	case hostUDS && bindUDS:
+		args = append(args, "--host-uds=all")
+	case hostUDS:
 		// The proxy's sockets: the sandbox may connect to a host socket
 		// its view shows (only those, in a read-only directory of
 		// root's), and never make one ("create", "all").
 		args = append(args, "--host-uds=open")
-	} else {
+	case bindUDS:
+		// The agent's socket, which the host connects to (lastingView):
+		// a socket the sandbox binds in a directory of the host's that
+		// its view shows is made on the host.
+		args = append(args, "--host-uds=create")
+	default:
 		args = append(args, "--host-uds=none")
 	}
 	if !cgroup {
@@ -359,6 +394,9 @@ func servedSpec(s policy.Spec, v view, masks []ociMount, rootCaps bool) ociSpec 
 	if v.netDir != "" {
 		m = append(m, netMounts(v)...)
 	}
+	if v.agentDir != "" {
+		m = append(m, bindMount(v.agentDir, agentAt, false))
+	}
 	// Last: a volume hides what the view has at its path.
 	m = append(m, v.volumes...)
 	o.Mounts = m
@@ -412,9 +450,12 @@ func volumeMounts(dir, rootfs string, vols []sandbox.Volume) ([]ociMount, error)
 // served is a long-lived sandbox under gVisor.
 type served struct {
 	runsc, dir, id, state, logFile string
-	flags                          []string // runsc's global flags (runscArgs)
-	cgroup                         string   // the spec's cgroup, "" for none
-	cmd                            *exec.Cmd
+	flags                          []string    // runsc's global flags (runscArgs)
+	cgroup                         string      // the spec's cgroup, "" for none
+	cmd                            *exec.Cmd   // runsc run; nil for a sandbox that outlives hutch
+	pid, pidfd                     int         // its Sentry's pid and pidfd, for a sandbox that outlives hutch
+	waiter                         *os.Process // its runsc wait
+	released                       atomic.Bool // let go of (Release)
 	conn                           net.Conn
 	out                            *tail
 	log                            *slog.Logger
@@ -433,14 +474,20 @@ var _ sandbox.Instance = (*served)(nil)
 // Conn is the connection to the agent.
 func (s *served) Conn() net.Conn { return s.conn }
 
-// PID is the host pid of runsc run, which holds the sandbox: killing it
-// ends the sandbox.
-func (s *served) PID() int { return s.cmd.Process.Pid }
+// PID is the host pid of runsc run, which holds the sandbox, or of the
+// Sentry of one that outlives hutch: killing it ends the sandbox.
+func (s *served) PID() int {
+	if s.cmd == nil {
+		return s.pid
+	}
+	return s.cmd.Process.Pid
+}
 
 // Done is closed when the sandbox has ended.
 func (s *served) Done() <-chan struct{} { return s.done }
 
-// ExitCode is the agent's exit code, as runsc run passes it on.
+// ExitCode is the agent's exit code, as runsc run (or runsc wait)
+// passes it on; -1 when it is unknown.
 func (s *served) ExitCode() int {
 	<-s.done
 	return s.code
@@ -485,12 +532,16 @@ func (s *served) runscDo(what string) error {
 }
 
 // Close kills the sandbox (runsc run, and with it gVisor's Sentry, gofer
-// and every task) and removes what the host holds for it.
+// and every task, or the Sentry of a sandbox that outlives hutch) and
+// removes what the host holds for it.
 func (s *served) Close() error {
 	s.closing.Store(true)
 	s.once.Do(func() {
-		_ = s.cmd.Process.Kill()
+		s.kill()
 		<-s.done
+		if s.cmd == nil {
+			unix.Close(s.pidfd)
+		}
 		s.conn.Close()
 		if s.proxy != nil {
 			_ = s.proxy.Close()
