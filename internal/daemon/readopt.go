@@ -146,6 +146,30 @@ func (m *Manager) keepLife(l *live) {
 	}
 }
 
+// savesMemory reports whether inst's memory can be saved: not a gVisor
+// sandbox a later daemon took again (its agent listens on a socket of the
+// host's, which gVisor does not save, with no connection of the daemon's
+// own to close it on: gvisor's SavesMemory). Its pause and snapshots then
+// keep its files, as the namespace tier's do.
+func savesMemory(inst instance) bool {
+	s, ok := inst.(interface{ SavesMemory() bool })
+	return !ok || s.SavesMemory()
+}
+
+// unlast makes l, whose agent was detached on the connection it was
+// started with for a save of its memory, a sandbox that no longer
+// outlives the daemon: a gVisor sandbox's agent stops listening for the
+// next daemon then (gvisor's lasting_linux.go), and this one ends it at
+// its close.
+func (m *Manager) unlast(l *live) {
+	if l.tier == policy.TierNamespace {
+		return
+	}
+	if err := os.Remove(filepath.Join(l.dir, lastingFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		m.log.Error("the sandbox no longer outlives the daemon", "sandbox", l.id, "err", err)
+	}
+}
+
 // isLasting says whether the sandbox in dir outlives the daemon.
 func isLasting(dir string) bool {
 	_, err := os.Lstat(filepath.Join(dir, lastingFile))

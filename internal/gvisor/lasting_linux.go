@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,10 +32,11 @@ import (
 //     no hutch removes the directory while the sandbox runs, and any hutch
 //     does once it has ended. hutch learns of its end from runsc wait and
 //     a pidfd of the Sentry, and ends it by killing the Sentry.
-//   - its agent listens on a unix socket it binds in a directory of the
-//     host's bound into its view at agentAt (runsc --host-uds=create: the
-//     gofer makes the socket on the host and hands the Sentry its
-//     listening descriptor), rather than on its standard input. The
+//   - its agent serves the hutch that started it on its standard input,
+//     as every served sandbox's does, and listens, for the next ones, on
+//     a unix socket it binds in a directory of the host's bound into its
+//     view at agentAt (runsc --host-uds=create: the gofer makes the socket
+//     on the host and hands the Sentry its listening descriptor). The
 //     directory is the sandbox's root's (its host id) until the socket is
 //     there; then hutch makes it root's, mode 0700, before any code of the
 //     sandbox can run (the agent runs none before a daemon connects): the
@@ -45,9 +47,14 @@ import (
 //     its environment before any command runs.
 //   - the egress proxy's sockets (serveNet) close with the hutch that
 //     served them; the next one listens at the same host paths again.
-//
-// A sandbox restored from a checkpoint keeps the attached launch: its
-// agent reads its connection from its standard input.
+//   - gVisor saves no sandbox that listens on a socket of the host's
+//     ("Cannot save endpoint with bound host socket"): a detach on the
+//     standard input, which comes before every save of its memory, closes
+//     the agent's listener for good (agent.ListenOptions.First), and the
+//     sandbox no longer outlives its daemon; one a later hutch took again
+//     has no such connection left, and its memory is not saved
+//     (SavesMemory). A sandbox restored from a save is started attached,
+//     as ever.
 
 // agentDir is the directory, in the bundle directory, where the agent
 // of a sandbox that outlives hutch binds its socket, agentSock; agentAt
@@ -75,7 +82,7 @@ func lastingView(v *view, dir, token string) error {
 	if err := os.Chown(v.agentDir, sandbox.RootMappedID, sandbox.RootMappedID); err != nil {
 		return fmt.Errorf("agent socket: %w", err)
 	}
-	v.args = []string{sandbox.SandboxHutch, "agent", "--accept-at", agentAt + "/" + agentSock}
+	v.args = []string{sandbox.SandboxHutch, "agent", "--stdin", "--accept-at", agentAt + "/" + agentSock}
 	v.env = append(slices.DeleteFunc(slices.Clone(v.env), func(kv string) bool {
 		return strings.HasPrefix(kv, sandbox.AgentTokenEnv+"=")
 	}), sandbox.AgentTokenEnv+"="+token)
@@ -83,21 +90,33 @@ func lastingView(v *view, dir, token string) error {
 }
 
 // launchDetached starts the sandbox with runsc's args (run --detach),
-// waits for its agent's socket, makes it the host's and connects to it
-// with token. link, when set, becomes a symbolic link to the socket.
-func (s *served) launchDetached(args []string, token, link string) error {
+// its agent's first connection its standard input, as launch's, and
+// waits for its agent's socket, which it makes the host's. link, when
+// set, becomes a symbolic link to the socket.
+func (s *served) launchDetached(args []string, link string) error {
 	console, err := os.OpenFile(filepath.Join(s.dir, consoleFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return fmt.Errorf("console: %w", err)
 	}
 	defer console.Close()
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("agent socketpair: %w", err)
+	}
+	ours, theirs := os.NewFile(uintptr(fds[0]), "hutch-agent"), os.NewFile(uintptr(fds[1]), "hutch-agent-sandbox")
+	defer theirs.Close()
+	s.conn, err = net.FileConn(ours)
+	ours.Close()
+	if err != nil {
+		return fmt.Errorf("agent connection: %w", err)
+	}
 	s.out = &tail{max: 8 << 10}
 	cmd := exec.Command(s.runsc, args...)
 	cmd.Dir = s.dir
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
-	// The sandbox's standard streams are runsc's: the console file, which
-	// outlives hutch as the sandbox does.
-	cmd.Stdout, cmd.Stderr = console, console
+	// The sandbox's standard streams are runsc's: the agent's connection,
+	// and the console file, which outlives hutch as the sandbox does.
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = theirs, console, console
 	// No parent-death signal: the sandbox outlives hutch. A session of its
 	// own: no signal to hutch's process group reaches it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
@@ -133,11 +152,6 @@ func (s *served) launchDetached(args []string, token, link string) error {
 			return fmt.Errorf("agent socket: %w", err)
 		}
 	}
-	conn, err := sandbox.DialAgent(sock, token)
-	if err != nil {
-		return err
-	}
-	s.conn = conn
 	s.watch()
 	return nil
 }
@@ -162,6 +176,25 @@ func (s *served) waitSocket(sock string) error {
 		}
 		time.Sleep(pause)
 	}
+}
+
+// restoredAgentDir makes the agent's directory of a sandbox restored from
+// a save of one that was to outlive hutch: the restore walks to the socket
+// the saved agent listened on, which must be there, a socket; nothing
+// listens on it, and the directory is root's (the gofer may only pass).
+func restoredAgentDir(dir string) error {
+	if err := os.Mkdir(dir, 0o711); err != nil {
+		return fmt.Errorf("agent socket: %w", err)
+	}
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("agent socket: %w", err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: filepath.Join(dir, agentSock)}); err != nil {
+		return fmt.Errorf("agent socket: %w", err)
+	}
+	return os.Chmod(dir, 0o711)
 }
 
 // lockAgentDir makes the agent's directory and socket root's, owner-only:
@@ -254,6 +287,13 @@ func (s *served) watch() {
 		close(s.done)
 	}()
 }
+
+// SavesMemory reports whether the sandbox's memory can be saved
+// (Checkpoint, SaveRunning): not once a later hutch took it again, whose
+// agent then listens on a socket of the host's with no connection of the
+// daemon's own (ListenOptions.First) to close it on — gVisor saves no
+// sandbox that listens on one.
+func (s *served) SavesMemory() bool { return !s.reattached }
 
 // kill ends the sandbox: its Sentry (a detached one), or runsc run.
 func (s *served) kill() {
@@ -362,7 +402,7 @@ func (rt *Runtime) Reattach(r sandbox.ReattachConfig) (inst sandbox.Instance, er
 	if err != nil {
 		return nil, err
 	}
-	s.conn = conn
+	s.conn, s.reattached = conn, true
 	s.watch()
 	return s, nil
 }

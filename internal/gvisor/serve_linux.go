@@ -1,6 +1,7 @@
 package gvisor
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -186,12 +187,21 @@ func (rt *Runtime) start(c sandbox.Config, saved string, cold bool) (inst sandbo
 	if err != nil {
 		return nil, err
 	}
+	wasLasting := false
 	if saved != "" && !cold {
 		// The spec the sandbox was saved with, whose mounts the
 		// checkpoint holds, in this state directory: the view made above
 		// is the same, made the same way.
 		if spec, err = savedSpec(saved, sv.Dir, dir); err != nil {
 			return nil, err
+		}
+		// One that was to outlive hutch binds its agent's directory,
+		// where it listens no more (lasting_linux.go), and runsc restores
+		// it with the flags it ran with.
+		if wasLasting = bytes.Contains(spec, []byte(`"`+agentAt+`"`)); wasLasting {
+			if err := restoredAgentDir(filepath.Join(dir, agentDir)); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if err := os.WriteFile(filepath.Join(dir, "config.json"), spec, 0o600); err != nil {
@@ -200,10 +210,10 @@ func (rt *Runtime) start(c sandbox.Config, saved string, cold bool) (inst sandbo
 
 	logFile := filepath.Join(dir, "runsc.log")
 	sb := &served{runsc: rt.Runsc, dir: dir, id: id, state: state, logFile: logFile, log: log, proxy: c.Proxy, cgroup: v.cgroup, pidfd: -1}
-	sb.flags = runscArgs(state, logFile, v.netDir != "", lasting, v.cgroup != "")
+	sb.flags = runscArgs(state, logFile, v.netDir != "", lasting || wasLasting, v.cgroup != "")
 	if lasting {
 		args := append(slices.Clip(sb.flags), "run", "--detach", "--bundle", dir, id)
-		if err := sb.launchDetached(args, c.AgentToken, c.AgentSocket); err != nil {
+		if err := sb.launchDetached(args, c.AgentSocket); err != nil {
 			if sb.pidfd >= 0 {
 				_ = unix.PidfdSendSignal(sb.pidfd, unix.SIGKILL, nil, 0)
 				unix.Close(sb.pidfd)
@@ -257,6 +267,7 @@ func (s *served) launch(args []string) error {
 	go func() {
 		_ = cmd.Wait()
 		s.code = cmd.ProcessState.ExitCode()
+
 		if s.cgroup != "" {
 			// runsc run has ended the container; its cgroup may be left
 			// until runsc delete, with the count of OOM kills in it.
@@ -462,6 +473,7 @@ type served struct {
 	proxy                          sandbox.Proxy // closed with the sandbox; nil for none
 	host                           *hostBundle   // the host's view (startHost), undone with the sandbox; nil for a root layer
 	warn                           io.Writer     // where Close reports what the host's view set aside (startHost)
+	reattached                     bool          // taken again from a hutch that is gone (Reattach)
 	done                           chan struct{}
 	code                           int   // runsc run's exit code, once done is closed
 	oomKills                       int64 // OOM kills in its cgroup when it ended, if it was still there
