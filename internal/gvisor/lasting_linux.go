@@ -273,15 +273,20 @@ func (s *served) watch() {
 			}
 		}
 		if !s.released.Load() {
+			// Its cgroup's counts at once: the cgroup goes with the
+			// Sentry's gofer.
+			if g, err := cgroups.Named(s.cgroup); s.cgroup != "" && err == nil {
+				s.oomKills, _ = g.OOMKills()
+				if s.code < 0 {
+					// Its status unknown (hutch is not its parent): a
+					// Sentry that ended at its memory limit was killed
+					// there, as runsc run's 137 would say.
+					s.limitHits, _ = g.MemoryLimitHits()
+				}
+			}
 			// runsc wait ends with the container; the Sentry a moment
 			// later, or, when runsc wait failed, whenever it does.
 			_, _ = unix.Poll([]unix.PollFd{{Fd: int32(s.pidfd), Events: unix.POLLIN}}, -1)
-			if s.cgroup != "" {
-				// Nothing removed its cgroup: runsc delete does, at Close.
-				if g, err := cgroups.Named(s.cgroup); err == nil {
-					s.oomKills, _ = g.OOMKills()
-				}
-			}
 			s.out.Write([]byte(s.console()))
 		}
 		close(s.done)

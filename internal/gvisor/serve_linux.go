@@ -477,6 +477,7 @@ type served struct {
 	done                           chan struct{}
 	code                           int   // runsc run's exit code, once done is closed
 	oomKills                       int64 // OOM kills in its cgroup when it ended, if it was still there
+	limitHits                      int64 // times its memory reached its limit, when it ended with its status unknown
 	closing                        atomic.Bool
 	once                           sync.Once
 }
@@ -585,6 +586,8 @@ func (s *served) EndReason() (why string, oom bool) {
 		return "", false
 	case s.oomKills > 0:
 		return "out of memory: the host's OOM killer ended gVisor's Sentry at the sandbox's memory limit", true
+	case s.limitHits > 0:
+		return "out of memory: gVisor's Sentry ended on the host after the sandbox reached its memory limit", true
 	case s.code == 128+int(syscall.SIGKILL):
 		// runsc has removed the cgroup by then, as a rule: a SIGKILL from
 		// the host is the OOM killer's unless an operator sent it.
