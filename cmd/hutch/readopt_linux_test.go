@@ -387,4 +387,3 @@ curl -sS --max-time 10 -o /dev/null -D - http://blocked.test:` + port + `/two; e
 		t.Errorf("mounts left (%v):\n%s", err, mi)
 	}
 }
-
