@@ -45,7 +45,11 @@ import (
 // capabilities (startHost); it cannot be checkpointed.
 //
 // runsc run stays attached to hutch, its pid the instance's PID: killing
-// it ends the sandbox (S4). Freeze and Thaw are runsc pause and resume;
+// it ends the sandbox (S4). With c.AgentSocket (and c.AgentToken) the
+// sandbox outlives hutch instead, for a later one to take again
+// (Reattach; lasting_linux.go): runsc runs detached, the instance's PID is
+// gVisor's Sentry's, and the agent listens for the next daemon on a socket
+// of the host's, linked at c.AgentSocket. Freeze and Thaw are runsc pause and resume;
 // Checkpoint saves the sandbox to disk and ends it, and Restore starts it
 // again from there.
 func (rt *Runtime) Start(c sandbox.Config) (sandbox.Instance, error) {
