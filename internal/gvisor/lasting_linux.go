@@ -395,10 +395,9 @@ func (rt *Runtime) Reattach(r sandbox.ReattachConfig) (inst sandbox.Instance, er
 		return nil, fmt.Errorf("its Sentry is pid %d, not the recorded %d", pid, got)
 	}
 	s.pid = pid
-	if r.Proxy != nil {
-		if nerr != nil {
-			return nil, fmt.Errorf("its proxy's sockets: %w", nerr)
-		}
+	// In network mode "none" the sandbox has no proxy's sockets (the
+	// proxy only reports what it refused).
+	if r.Proxy != nil && nerr == nil {
 		if err := serveNetAgain(netDir, r.Proxy); err != nil {
 			return nil, err
 		}
