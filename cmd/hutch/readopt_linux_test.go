@@ -256,3 +256,155 @@ func pid1Of(t *testing.T, procs []sandboxProc, id string) sandboxProc {
 	t.Fatalf("no PID 1 of %s among %v", id, procs)
 	return sandboxProc{}
 }
+
+// TestServeReadoptGVisor: TestServeReadopt's sandbox under gVisor. A
+// `hutch serve` killed with SIGKILL leaves its gVisor sandbox running (its
+// Sentry, started detached, is no child of the daemon's), and the next one
+// takes it again: the same Sentry, a shell loop that still counts, the
+// files written before, its egress through the proxy made again (an
+// allowed host answers, another is refused), gVisor's kernel. SIGUSR2
+// leaves it running too; SIGTERM ends it and leaves nothing: no process of
+// its Sentry's, no runsc state, no mount of its bundle directory.
+func TestServeReadoptGVisor(t *testing.T) {
+	up := startUpstream(t)
+	_, port, _ := net.SplitHostPort(up.addr)
+	d := startDaemonWith(t, nil, "--default-tier", "gvisor", "--runsc", testutil.Runsc(t), "--allow-private", "127.0.0.1/32")
+	ctx := context.Background()
+	c, err := client.New("unix://"+d.sock, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol, _ := json.Marshal(map[string]any{"network": map[string]any{
+		"allowed_domains": []string{"allowed.test:" + port},
+		"hosts":           []string{"allowed.test:127.0.0.1", "blocked.test:127.0.0.1"},
+	}})
+	sb, err := c.Create(ctx, client.CreateOptions{Policy: pol, Timeout: 10 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := sb.ID
+	run := func(script string) string {
+		t.Helper()
+		res, err := c.Run(ctx, id, client.Command{Args: []string{"sh", "-c", script}})
+		if err != nil {
+			t.Fatalf("run %q: %v", script, err)
+		}
+		if res.Code != 0 {
+			t.Fatalf("run %q: exit %d, stderr %s", script, res.Code, res.Stderr)
+		}
+		return string(res.Stdout)
+	}
+	curl := func() string {
+		t.Helper()
+		return run(`curl -sS --max-time 10 http://allowed.test:` + port + `/one; echo "RC allowed $?"
+curl -sS --max-time 10 -o /dev/null -D - http://blocked.test:` + port + `/two; echo "RC blocked $?"`)
+	}
+	wantEgress := func(when, out string) {
+		t.Helper()
+		for _, want := range []string{"hello from allowed.test:" + port + "/one", "RC allowed 0", "403", "X-Hutch-Blocked: not in allowedDomains"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("egress %s: the output lacks %q:\n%s", when, want, out)
+			}
+		}
+	}
+	wantKernel := func(when string) {
+		t.Helper()
+		if out := run(`dmesg | grep -c -i gvisor`); strings.TrimSpace(out) == "0" {
+			t.Errorf("%s: no gVisor kernel messages in dmesg", when)
+		}
+	}
+	wantEgress("before", curl())
+	wantKernel("before")
+	loop := strings.TrimSpace(run(`echo written >/tmp/before; setsid sh -c 'n=0; while :; do n=$((n+1)); echo $n >/tmp/count; sleep 0.1; done' >/dev/null 2>&1 & echo $!`))
+	count := func() int {
+		t.Helper()
+		n, err := strconv.Atoi(strings.TrimSpace(run("cat /tmp/count 2>/dev/null || echo 0")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	var before int
+	if !testutil.Eventually(guard, func() bool { before = count(); return before > 2 }) {
+		t.Fatalf("the loop does not count: %d", before)
+	}
+	// Its bundle directory (the lasting file's handle) and its Sentry
+	// (that directory's owner).
+	var ls struct {
+		Handle string `json:"handle"`
+	}
+	if b, err := os.ReadFile(filepath.Join(d.stateDir, "sandboxes", id, "lasting.json")); err != nil || json.Unmarshal(b, &ls) != nil || ls.Handle == "" {
+		t.Fatalf("the sandbox's lasting file: %q, %v", b, err)
+	}
+	b, err := os.ReadFile(filepath.Join(ls.Handle, "owner"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sentry sandboxProc
+	if _, err := fmt.Sscan(string(b), &sentry.pid, &sentry.start); err != nil || !sentry.alive() {
+		t.Fatalf("the bundle's owner %q is not a live process: %v", b, err)
+	}
+	if cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", sentry.pid)); !strings.Contains(string(cmdline), "boot") {
+		t.Fatalf("the bundle's owner %d is not gVisor's Sentry: %q", sentry.pid, cmdline)
+	}
+	t.Cleanup(sentry.kill)
+
+	if err := d.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-d.exited
+	if !sentry.alive() {
+		t.Fatal("gVisor's Sentry ended with the daemon")
+	}
+	d.start(t)
+	got, err := c.Get(ctx, id)
+	if err != nil || got.State != "running" || !got.ExpiresAt.Equal(sb.ExpiresAt) {
+		t.Fatalf("after the restart: %+v, %v; want running until %v", got, err, sb.ExpiresAt)
+	}
+	if out := run("cat /tmp/before; kill -0 " + loop + " && echo same"); out != "written\nsame\n" {
+		t.Errorf("the file and the loop after the restart: %q", out)
+	}
+	if !testutil.Eventually(guard, func() bool { return count() > before }) {
+		t.Errorf("the loop stopped counting at %d", before)
+	}
+	wantEgress("after the restart", curl())
+	wantKernel("after the restart")
+	if got := up.requests(); len(got) != 2 || got[0] != got[1] || got[0] != "allowed.test:"+port+"/one" {
+		t.Errorf("the upstream got %q, want the allowed request twice", got)
+	}
+
+	// SIGUSR2: the daemon stops and the sandbox runs on, for the next.
+	if err := d.cmd.Process.Signal(syscall.SIGUSR2); err != nil {
+		t.Fatal(err)
+	}
+	<-d.exited
+	if !sentry.alive() {
+		t.Fatal("gVisor's Sentry ended with the daemon's SIGUSR2")
+	}
+	d.start(t)
+	if out := run("kill -0 " + loop + " && echo same"); out != "same\n" {
+		t.Errorf("the loop after SIGUSR2 and a restart: %q", out)
+	}
+	wantEgress("after SIGUSR2", curl())
+
+	// SIGTERM ends everything, as ever.
+	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	<-d.exited
+	if d.waitErr != nil {
+		t.Errorf("hutch serve after SIGTERM: %v\n%s", d.waitErr, d.log.String())
+	}
+	if !testutil.Eventually(guard, func() bool { return !sentry.alive() }) {
+		t.Errorf("gVisor's Sentry %d outlived the daemon's SIGTERM", sentry.pid)
+	}
+	if _, err := os.Lstat(ls.Handle); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("its bundle directory and runsc's state remain: %v", err)
+	}
+	if procs := processesNaming(filepath.Base(ls.Handle)); len(procs) > 0 {
+		t.Errorf("processes of the sandbox left: %v", procs)
+	}
+	if mi, err := os.ReadFile("/proc/self/mountinfo"); err != nil || strings.Contains(string(mi), ls.Handle) || strings.Contains(string(mi), d.stateDir) {
+		t.Errorf("mounts left (%v):\n%s", err, mi)
+	}
+}

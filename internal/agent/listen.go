@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -31,6 +32,15 @@ type ListenOptions struct {
 	// AuthWithin bounds the time a connection has to authenticate; 0
 	// means 10 s.
 	AuthWithin time.Duration
+	// First, when set, is served first, without authentication: the
+	// daemon's own connection, handed to the agent at its start (a gVisor
+	// sandbox's standard input, which gVisor gives a restored sandbox
+	// again). A detach on it closes the listener for good, before it is
+	// answered: the sandbox is about to be saved, which gVisor refuses
+	// while the sandbox listens on a socket of the host's; from then on
+	// the daemon reaches the agent on First alone, and ServeListener
+	// returns once First ends (the sandbox no longer outlives its daemon).
+	First net.Conn
 }
 
 // AuthPrefix starts the line with which a client of ServeListener
@@ -72,8 +82,38 @@ func ServeListener(l net.Listener, lo ListenOptions, opts ServeOptions) error {
 		s.wg.Wait()
 		s.procs.close()
 	}()
+	var closed atomic.Bool
+	firstDone := make(chan struct{})
+	if lo.First != nil {
+		s.beforeDetach = func() {
+			s.wmu.Lock()
+			on := s.conn == lo.First
+			s.wmu.Unlock()
+			if on && closed.CompareAndSwap(false, true) {
+				l.Close()
+				s.log.Info("agent listener closed: the daemon's own connection detached")
+			}
+		}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			defer close(firstDone)
+			br := bufio.NewReaderSize(lo.First, 64<<10)
+			if err := s.takeover(lo.First); err != nil {
+				s.log.Warn("agent connection ended", "err", err)
+				return
+			}
+			if err := s.readLoop(lo.First, br); err != nil {
+				s.log.Warn("agent connection ended", "err", err)
+			}
+		}()
+	}
 	for {
 		c, err := l.Accept()
+		if err != nil && closed.Load() {
+			<-firstDone
+			return errors.New("agent: the daemon's connection ended, and the listener was closed")
+		}
 		if err != nil {
 			return fmt.Errorf("agent: accept: %w", err)
 		}
@@ -250,17 +290,31 @@ const (
 // SecretEnv are the environment variables of the agent's secrets.
 var SecretEnv = []string{TokenEnv, TLSCertEnv, TLSKeyEnv}
 
-// listenMain is `agent --listen ADDR` and `agent --accept`: ServeListener
-// on a TCP address (refusing connections from the sandbox's own
-// addresses), or on the unix listener the daemon handed over on
-// descriptor fd (a sandbox of the namespace tier that outlives its daemon,
-// whose next one connects again), with the token and the TLS certificate
-// from the environment.
-func listenMain(addr string, fd int, stderr io.Writer) int {
+// listenMain is `agent --listen ADDR`, `agent [--stdin] --accept-at PATH`
+// and `agent --accept`: ServeListener on a TCP address (refusing connections
+// from the sandbox's own addresses), on a unix socket it binds at path,
+// mode 0600 (a sandbox of the gVisor tier that outlives its daemon: the
+// socket's directory is the host's, where gVisor's gofer makes the socket
+// for the next daemon to connect to; with --stdin, descriptor 0 is the
+// first daemon's connection, ListenOptions.First), or on the unix listener the daemon
+// handed over on descriptor fd (a sandbox of the namespace tier that
+// outlives its daemon), with the token and the TLS certificate from the
+// environment.
+func listenMain(addr, path string, fd int, stderr io.Writer) int {
 	lo, err := listenSecrets()
 	if err != nil {
 		fmt.Fprintf(stderr, "hutch: agent: %v\n", err)
 		return 2
+	}
+	if path != "" && fd == 0 {
+		// With --stdin: the daemon's connection (ListenOptions.First).
+		f := os.NewFile(0, "agent-connection")
+		lo.First, err = net.FileConn(f)
+		f.Close()
+		if err != nil {
+			fmt.Fprintf(stderr, "hutch: agent: no agent connection on descriptor 0: %v\n", err)
+			return 2
+		}
 	}
 	if err := clearInitialEnv(SecretEnv); err != nil {
 		// Not dumpable, the agent's environment is still out of the
@@ -270,6 +324,8 @@ func listenMain(addr string, fd int, stderr io.Writer) int {
 	var l net.Listener
 	if addr != "" {
 		l, err = net.Listen("tcp", addr)
+	} else if path != "" {
+		l, err = listenUnix(path)
 	} else {
 		f := os.NewFile(uintptr(fd), "agent-listener")
 		l, err = net.FileListener(f)
@@ -290,6 +346,20 @@ func listenMain(addr string, fd int, stderr io.Writer) int {
 	})
 	fmt.Fprintf(stderr, "hutch: agent: %v\n", err)
 	return 1
+}
+
+// listenUnix listens on a unix socket at path, mode 0600 from its start
+// (the umask is the agent's alone: no command runs yet).
+func listenUnix(path string) (net.Listener, error) {
+	old := syscall.Umask(0o177)
+	defer syscall.Umask(old)
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, err
+	}
+	// The agent never removes it: a later daemon connects to it.
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	return l, nil
 }
 
 // listenSecrets takes the agent's secrets out of its environment: copies

@@ -222,3 +222,84 @@ func TestRefuseOwnAddrs(t *testing.T) {
 		t.Errorf("another address is refused: %v", err)
 	}
 }
+
+// TestListenFirst: ListenOptions.First is served at once, without a
+// token, beside the listener, and a client of the listener takes over from
+// it, the agent outliving First. Once First's client detaches, the
+// listener is closed (no connection gets through any more), the same
+// connection attaches again, and ServeListener returns when First ends.
+func TestListenFirst(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	ours, theirs := net.Pipe()
+	errc := make(chan error, 1)
+	opts := ServeOptions{Log: testLog(t), DefaultDir: t.TempDir(), DefaultEnv: []string{"PATH=" + os.Getenv("PATH")}}
+	go func() { errc <- ServeListener(l, ListenOptions{Token: "s3cret", First: theirs}, opts) }()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	first := NewClient(ours)
+	if out, err := execOut(ctx, first, "echo", "first"); err != nil || out != "first\n" {
+		t.Fatalf("First's client: %q, %v", out, err)
+	}
+	other, err := DialListener(ctx, tcpDial(addr), "s3cret", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := execOut(ctx, other, "echo", "other"); err != nil || out != "other\n" {
+		t.Fatalf("the listener's client: %q, %v", out, err)
+	}
+	other.Close()
+
+	// A second agent, whose First's client detaches (a save of the
+	// sandbox's memory follows).
+	ours2, theirs2 := net.Pipe()
+	l2, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr2 := l2.Addr().String()
+	errc2 := make(chan error, 1)
+	go func() { errc2 <- ServeListener(l2, ListenOptions{Token: "s3cret", First: theirs2}, opts) }()
+	first = NewClient(ours2)
+	if out, err := execOut(ctx, first, "echo", "first"); err != nil || out != "first\n" {
+		t.Fatalf("First's client: %q, %v", out, err)
+	}
+	conn, err := first.Detach(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, err := DialListener(ctx, tcpDial(addr2), "s3cret", nil); err == nil {
+		c.Close()
+		t.Error("the listener still takes connections after First's detach")
+	}
+	again, err := Attach(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := execOut(ctx, again, "echo", "again"); err != nil || out != "again\n" {
+		t.Fatalf("First attached again: %q, %v", out, err)
+	}
+	again.Close()
+	select {
+	case err := <-errc2:
+		if err == nil {
+			t.Error("ServeListener returned no error once First ended")
+		}
+	case <-time.After(20 * time.Second):
+		t.Error("ServeListener did not return once First ended after its detach")
+	}
+	// The first agent, whose listener is open, outlives First.
+	l.Close()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, net.ErrClosed) {
+			t.Errorf("ServeListener: %v, want the listener's end", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Error("ServeListener did not return once its listener closed")
+	}
+}

@@ -33,10 +33,11 @@ const (
 	ListenerFD = 4
 )
 
-// Main is `hutch agent [--relay DIR] [--stdin | --listen ADDR | --accept]`:
+// Main is `hutch agent [--relay DIR] [--stdin | --listen ADDR | --accept | --accept-at PATH]`:
 // it serves the daemon on ConnFD (on descriptor 0 with --stdin; on the
-// connections a TCP listener at ADDR accepts with --listen, or the unix
-// listener on ConnFD with --accept, see listenMain), as PID 1 when it is, with the
+// connections a TCP listener at ADDR accepts with --listen, the unix
+// listener on ConnFD with --accept, or a unix listener it makes at PATH
+// with --accept-at, see listenMain), as PID 1 when it is, with the
 // process's working directory and environment as the commands'
 // defaults. It returns the process's exit code: 0 when the daemon closed
 // the connection, 1 when serving failed, 2 when there is no agent
@@ -56,11 +57,13 @@ func Main(args []string, stderr io.Writer) int {
 		return 1
 	}
 	connFD := ConnFD
-	relayDir, listen, accept := "", "", false
+	relayDir, listen, acceptAt, accept := "", "", "", false
 	for len(args) > 0 {
 		switch {
 		case args[0] == "--accept" && !accept:
 			accept, args = true, args[1:]
+		case args[0] == "--accept-at" && len(args) >= 2 && args[1] != "" && acceptAt == "":
+			acceptAt, args = args[1], args[2:]
 		case args[0] == "--stdin":
 			connFD, args = 0, args[1:]
 		case args[0] == "--listen" && len(args) >= 2 && args[1] != "" && listen == "":
@@ -68,7 +71,7 @@ func Main(args []string, stderr io.Writer) int {
 		case args[0] == "--relay" && len(args) >= 2 && args[1] != "" && relayDir == "":
 			relayDir, args = args[1], args[2:]
 		default:
-			fmt.Fprintf(stderr, "hutch: agent: usage: agent [--relay DIR] [--stdin | --listen ADDR | --accept] (inside a sandbox of hutch serve)\n")
+			fmt.Fprintf(stderr, "hutch: agent: usage: agent [--relay DIR] [--stdin | --listen ADDR | --accept | --accept-at PATH] (inside a sandbox of hutch serve)\n")
 			return 2
 		}
 	}
@@ -86,8 +89,8 @@ func Main(args []string, stderr io.Writer) int {
 	if sup != nil {
 		defer sup.Close()
 	}
-	if listen != "" || accept {
-		return listenMain(listen, connFD, stderr)
+	if listen != "" || accept || acceptAt != "" {
+		return listenMain(listen, acceptAt, connFD, stderr)
 	}
 	f := os.NewFile(uintptr(connFD), "agent-connection")
 	conn, err := net.FileConn(f)

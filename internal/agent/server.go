@@ -76,6 +76,9 @@ type server struct {
 	// running, whose frames are dropped (under wmu).
 	detached bool
 	orphans  map[uint32]bool
+	// beforeDetach, when set, runs before a detach is answered
+	// (ListenOptions.First).
+	beforeDetach func()
 
 	mu    sync.Mutex
 	reqs  map[uint32]*areq
@@ -223,6 +226,9 @@ func (s *server) dispatch(f frame) error {
 		}
 		if m.Op == opDetach {
 			// Here, in the reader: no frame after it is served.
+			if s.beforeDetach != nil {
+				s.beforeDetach()
+			}
 			return s.detach(f.id)
 		}
 		s.begin(f.id, &m)

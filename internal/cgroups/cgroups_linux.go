@@ -648,6 +648,28 @@ func (g *Group) OOMKills() (int64, error) {
 	}
 }
 
+// MemoryLimitHits counts the times the group's memory use reached its
+// limit (memory.events' "max" in v2, memory.failcnt in v1); 0 without a
+// memory controller.
+func (g *Group) MemoryLimitHits() (int64, error) {
+	switch {
+	case g.memory == "":
+		return 0, nil
+	case g.memory == g.v2:
+		var n int64
+		return n, readCounters([]counter{{g.memory, "memory.events", "max", &n}})
+	}
+	b, err := os.ReadFile(filepath.Join(g.memory, "memory.failcnt"))
+	if err != nil {
+		return 0, fmt.Errorf("cgroups: stats: %w", err)
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("cgroups: memory.failcnt: %w", err)
+	}
+	return n, nil
+}
+
 // readCounters adds each counter's value to its destination, reading every
 // file once; a file an older kernel lacks counts as 0.
 func readCounters(cs []counter) error {
@@ -796,6 +818,9 @@ func found(v2 string, v1 map[string]string) *Group {
 		if v2Freezes(v2) {
 			g.freeze = freezer{v2 + "/cgroup.freeze", "1", "0"}
 		}
+		if _, err := os.Stat(v2 + "/memory.events"); err == nil {
+			g.memory = v2
+		}
 	}
 	for _, c := range slices.Sorted(maps.Keys(v1)) {
 		dir := v1[c]
@@ -804,6 +829,9 @@ func found(v2 string, v1 map[string]string) *Group {
 		}
 		if c == "freezer" && g.freeze.file == "" {
 			g.freeze = freezer{dir + "/freezer.state", "FROZEN", "THAWED"}
+		}
+		if c == "memory" && g.memory == "" {
+			g.memory = dir
 		}
 	}
 	return g

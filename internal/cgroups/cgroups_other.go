@@ -55,6 +55,9 @@ func (g *Group) Usage() (Usage, error) { return Usage{}, nil }
 // OOMKills returns 0: cgroups are Linux only.
 func (g *Group) OOMKills() (int64, error) { return 0, nil }
 
+// MemoryLimitHits is 0: cgroups are Linux only.
+func (g *Group) MemoryLimitHits() (int64, error) { return 0, nil }
+
 // Freeze fails with ErrNotSupported: the group has no freezer.
 func (g *Group) Freeze() error {
 	return fmt.Errorf("cgroups: freeze: %w", ErrNotSupported)

@@ -137,7 +137,7 @@ type resumeState struct {
 // secrets, nor over a snapshot's layers, which its record does not name
 // for a restore to stack (it is paused in memory then).
 func (m *Manager) toDisk(l *live) bool {
-	if _, ok := l.inst.(checkpointer); !ok || l.secrets || len(l.snapDirs) > 0 {
+	if _, ok := l.inst.(checkpointer); !ok || l.secrets || len(l.snapDirs) > 0 || !savesMemory(l.inst) {
 		return false
 	}
 	_, ok := m.cfg.Runtimes[l.tier].(restorer)
@@ -183,6 +183,7 @@ func (m *Manager) pauseToDisk(ctx context.Context, l *live, o PauseOptions) (Inf
 		m.end(l, "", fmt.Sprintf("its agent connection ended: %v", err))
 		return Info{}, fmt.Errorf("sandbox %s: pause: %w", l.id, err)
 	}
+	m.unlast(l)
 	dir := filepath.Join(l.dir, checkpointDir)
 	start := time.Now()
 	err = os.RemoveAll(dir) // what a failed attempt left

@@ -358,7 +358,7 @@ func (m *Manager) launch(ctx context.Context, id, dir string, spec policy.Spec, 
 		if img != nil && img.Config.User != "" {
 			l.execUser = &agent.Credential{UID: uint32(user.UID), GID: uint32(user.GID)}
 		}
-		if lastingOK(spec, sec, review, snap) {
+		if lastingOK(rt, spec, sec, review, snap) {
 			if err := makeLasting(dir, l, &cfg); err != nil {
 				return fail(err)
 			}
@@ -368,6 +368,12 @@ func (m *Manager) launch(ctx context.Context, id, dir string, spec policy.Spec, 
 			return fail(err)
 		}
 		l.inst = inst
+		if h, ok := inst.(handled); ok && cfg.AgentSocket != "" {
+			if err := updateLasting(dir, func(ls *lasting) { ls.Handle = h.Handle() }); err != nil {
+				conn.Close()
+				return fail(fmt.Errorf("sandbox directory: %w", err))
+			}
+		}
 		l.attach(agent.NewClient(conn))
 	}
 	if k, ok := l.inst.(layerKeeper); ok && l.keep == "" {

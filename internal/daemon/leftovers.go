@@ -119,6 +119,13 @@ func (m *Manager) cleanupLeftovers(ctx context.Context) error {
 			m.log.Error("remove leftover sandbox directory", "dir", p, "err", err)
 		}
 	}
+	// What runtimes of this machine hold for the sandboxes ended above
+	// (a gVisor sandbox's bundle, runsc's state, mounts).
+	for _, rt := range m.cfg.Runtimes {
+		if s, ok := rt.(sweeper); ok {
+			s.Sweep(m.log)
+		}
+	}
 	return nil
 }
 

@@ -50,6 +50,9 @@ type lasting struct {
 	ExecUser *agent.Credential `json:"exec_user,omitempty"`
 	// BootEnv is its agent's environment at its start.
 	BootEnv []string `json:"boot_env,omitempty"`
+	// Handle is what its runtime needs to take it again
+	// (sandbox.ReattachConfig.Handle), "" for the namespace tier's.
+	Handle string `json:"handle,omitempty"`
 	// ExecEnv is the environment its client adds to every command (a
 	// warm sandbox's create's), Life what its timeout does; both are set
 	// once it is a tenant's (keepLife).
@@ -57,14 +60,33 @@ type lasting struct {
 	Life    Lifecycle `json:"life"`
 }
 
-// lastingOK says whether a sandbox launched with these may outlive the
-// daemon: only a fresh one of the namespace tier, started by root,
-// without secrets (which live in the daemon's memory only: the next
+// lastingOK says whether a sandbox launched on rt with these may outlive
+// the daemon: only a fresh one of the namespace tier or of a runtime that
+// can take its sandboxes again (reattacher: the gVisor tier), started by
+// root, without secrets (which live in the daemon's memory only: the next
 // daemon could not substitute them), a change set under review (whose
 // overlay the daemon holds) or a snapshot below it (whose layers it holds).
-func lastingOK(spec policy.Spec, sec *sandboxSecrets, review *reviewBinding, snap *store.Snapshot) bool {
-	return spec.Tier == policy.TierNamespace && os.Geteuid() == 0 && sec == nil && review == nil && snap == nil
+func lastingOK(rt sandbox.Runtime, spec policy.Spec, sec *sandboxSecrets, review *reviewBinding, snap *store.Snapshot) bool {
+	_, again := rt.(reattacher)
+	return (spec.Tier == policy.TierNamespace || again) && os.Geteuid() == 0 && sec == nil && review == nil && snap == nil
 }
+
+// reattacher is a runtime of this machine, other than the namespace
+// tier, whose sandboxes can outlive the daemon (gvisor.Runtime): an
+// instance it starts with sandbox.Config.AgentSocket has a Handle, which
+// the next daemon gives Reattach, with the rest of the ReattachConfig, to
+// take it again.
+type reattacher interface {
+	Reattach(r sandbox.ReattachConfig) (sandbox.Instance, error)
+}
+
+// handled is an instance of a reattacher's.
+type handled interface{ Handle() string }
+
+// sweeper is a runtime of this machine that removes what it holds on the
+// host for sandboxes that are gone (gvisor.Runtime): the next daemon calls
+// it once it has taken again or ended the sandboxes left to it.
+type sweeper interface{ Sweep(log *slog.Logger) }
 
 // makeLasting writes l's lasting file in dir and sets cfg up for a
 // sandbox that outlives the daemon.
@@ -124,6 +146,30 @@ func (m *Manager) keepLife(l *live) {
 	}
 }
 
+// savesMemory reports whether inst's memory can be saved: not a gVisor
+// sandbox a later daemon took again (its agent listens on a socket of the
+// host's, which gVisor does not save, with no connection of the daemon's
+// own to close it on: gvisor's SavesMemory). Its pause and snapshots then
+// keep its files, as the namespace tier's do.
+func savesMemory(inst instance) bool {
+	s, ok := inst.(interface{ SavesMemory() bool })
+	return !ok || s.SavesMemory()
+}
+
+// unlast makes l, whose agent was detached on the connection it was
+// started with for a save of its memory, a sandbox that no longer
+// outlives the daemon: a gVisor sandbox's agent stops listening for the
+// next daemon then (gvisor's lasting_linux.go), and this one ends it at
+// its close.
+func (m *Manager) unlast(l *live) {
+	if l.tier == policy.TierNamespace {
+		return
+	}
+	if err := os.Remove(filepath.Join(l.dir, lastingFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		m.log.Error("the sandbox no longer outlives the daemon", "sandbox", l.id, "err", err)
+	}
+}
+
 // isLasting says whether the sandbox in dir outlives the daemon.
 func isLasting(dir string) bool {
 	_, err := os.Lstat(filepath.Join(dir, lastingFile))
@@ -156,8 +202,9 @@ func (r remoteAttach) attach(_ *Manager, _ *live, sb store.Sandbox, _ policy.Spe
 	return r.rt.Attach(sb.ID)
 }
 
-// localAttach is the attacher of this machine's namespace tier; every
-// error of its says the sandbox is gone (it is then ended as a leftover).
+// localAttach is the attacher of this machine's sandboxes (the namespace
+// tier's, and a reattacher's); every error of its says the sandbox is
+// gone (it is then ended as a leftover).
 type localAttach struct{}
 
 func (localAttach) where() string     { return "this machine" }
@@ -209,14 +256,36 @@ func (localAttach) attach(m *Manager, l *live, sb store.Sandbox, spec policy.Spe
 		l.holdUnknown(p)
 		proxy, l.proxy = p, p
 	}
-	return sandbox.Reattach(sandbox.ReattachConfig{
+	rc := sandbox.ReattachConfig{
 		PIDFD:       pidfd,
 		AgentSocket: filepath.Join(l.dir, agentSocket),
 		AgentToken:  ls.Token,
 		CgroupName:  sandboxCgroupPrefix + sb.ID,
 		Proxy:       proxy,
 		Log:         log,
-	})
+		Handle:      ls.Handle,
+	}
+	if sb.Tier == policy.TierNamespace {
+		return sandbox.Reattach(rc)
+	}
+	rt, err := m.runtime(sb.Tier)
+	if err != nil {
+		closeFD(pidfd)
+		return nil, err
+	}
+	again, ok := rt.(reattacher)
+	if !ok || ls.Handle == "" {
+		closeFD(pidfd)
+		return nil, fmt.Errorf("tier %s: its sandboxes are not taken again", sb.Tier)
+	}
+	inst, err := again.Reattach(rc)
+	if err != nil {
+		return nil, err
+	}
+	if k, ok := inst.(layerKeeper); ok {
+		l.keep = k.LayerDir()
+	}
+	return inst, nil
 }
 
 // isDir reports whether path is a directory.

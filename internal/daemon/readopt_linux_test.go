@@ -19,7 +19,22 @@ import (
 // daemon that would refuse its egress rules ends it instead, and a
 // sandbox with secrets does not outlive its daemon.
 func TestReadopt(t *testing.T) {
-	cfg := Config{StateDir: stateDir(t), AllowPrivate: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}
+	readopt(t, Config{})
+}
+
+// TestReadoptGVisor: TestReadopt's sandboxes under gVisor, whose host
+// pid is gVisor's Sentry's; the daemon that ends the sandbox it would not
+// take again leaves nothing of it in the tier's state directory
+// (gvisortest.Runtime fails the test otherwise).
+func TestReadoptGVisor(t *testing.T) {
+	cfg := gvisorConfig(t)
+	readopt(t, cfg)
+}
+
+// readopt is TestReadopt with base's runtimes and default tier.
+func readopt(t *testing.T, base Config) {
+	cfg := base
+	cfg.StateDir, cfg.AllowPrivate = stateDir(t), []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}
 	port := upstream(t)
 	m := newManager(t, cfg)
 	info := mustCreate(t, m, "a", CreateRequest{Policy: policy.Spec{Network: policy.Network{
@@ -73,6 +88,55 @@ func TestReadopt(t *testing.T) {
 	// A daemon that would refuse its rules (no --allow-private for the
 	// loopback its host is pinned to) ends it rather than take it again.
 	crash(m)
-	m = newManager(t, Config{StateDir: cfg.StateDir})
+	m = newManager(t, Config{StateDir: cfg.StateDir, DefaultTier: base.DefaultTier, Runtimes: base.Runtimes})
 	assertEnded(t, m, info.ID, pid, time.Minute)
+}
+
+// TestReadoptGVisorSaves: gVisor saves no sandbox whose agent listens for
+// the next daemon. A snapshot of a sandbox its daemon started keeps its
+// memory (its agent stops listening at the detach before the save) and
+// the sandbox runs on, but no longer outlives that daemon: the next one
+// ends it. A snapshot of a sandbox a daemon took again keeps its files
+// only, and the sandbox runs on, still taken again after the next crash.
+func TestReadoptGVisorSaves(t *testing.T) {
+	cfg := gvisorConfig(t)
+	cfg.StateDir = stateDir(t)
+	m := newManager(t, cfg)
+	saved := mustCreate(t, m, "a", CreateRequest{})
+	again := mustCreate(t, m, "a", CreateRequest{})
+	savedPID, againPID := hostPID(t, m, saved.ID), hostPID(t, m, again.ID)
+	sn, err := m.Snapshot(testCtx(t), "a", saved.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sn.Memory {
+		t.Errorf("the snapshot of a sandbox its daemon started: %+v, want its memory", sn)
+	}
+	if out := mustRun(t, m, "a", saved.ID, "echo on"); out != "on\n" {
+		t.Errorf("the sandbox after its snapshot: %q", out)
+	}
+	crash(m)
+	m = newManager(t, cfg)
+	assertEnded(t, m, saved.ID, savedPID, time.Minute)
+	if out := mustRun(t, m, "a", again.ID, "echo taken again"); out != "taken again\n" {
+		t.Fatalf("the other sandbox after the restart: %q", out)
+	}
+	sn, err = m.Snapshot(testCtx(t), "a", again.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sn.Memory {
+		t.Errorf("the snapshot of a sandbox taken again: %+v, want its files only", sn)
+	}
+	if out := mustRun(t, m, "a", again.ID, "echo on"); out != "on\n" {
+		t.Errorf("the sandbox taken again after its snapshot: %q", out)
+	}
+	crash(m)
+	m = newManager(t, cfg)
+	if p := hostPID(t, m, again.ID); p != againPID {
+		t.Errorf("after the second restart its Sentry is %d, was %d", p, againPID)
+	}
+	if out := mustRun(t, m, "a", again.ID, "echo still"); out != "still\n" {
+		t.Errorf("the sandbox taken again twice: %q", out)
+	}
 }

@@ -437,7 +437,7 @@ type memorySaver interface {
 // it has no secrets (whose real values only the request that created it
 // carried, and whose CA file its saved view names).
 func (m *Manager) keepsMemory(l *live) bool {
-	if _, ok := l.inst.(memorySaver); !ok || l.secrets || l.volumes {
+	if _, ok := l.inst.(memorySaver); !ok || l.secrets || l.volumes || !savesMemory(l.inst) {
 		return false
 	}
 	_, ok := m.cfg.Runtimes[l.tier].(restorer)
@@ -509,6 +509,7 @@ func (m *Manager) saveRunning(l *live, dst, mem string, limit int64) (sandbox.Sn
 		m.end(l, "", fmt.Sprintf("its agent connection ended: %v", err))
 		return sandbox.Snapshot{}, fmt.Errorf("save its memory: %w", err)
 	}
+	m.unlast(l)
 	var made sandbox.Snapshot
 	err = l.inst.(memorySaver).SaveRunning(mem, func() error {
 		var err error

@@ -140,7 +140,7 @@ func (s *served) Checkpoint(dir string) error {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if out, err := cmd.CombinedOutput(); err != nil {
 		s.log.Debug("gvisor: runsc delete", "err", err, "out", string(out))
-		_ = s.cmd.Process.Kill()
+		s.kill()
 	}
 	select {
 	case <-s.done:

@@ -254,7 +254,7 @@ func (rt *Runtime) startHost(c sandbox.Config, log *slog.Logger) (sandbox.Instan
 		h.close()
 		return nil, fmt.Errorf("bundle: %w", err)
 	}
-	sb.flags = runscArgs(h.state, sb.logFile, v.netDir != "", v.cgroup != "")
+	sb.flags = runscArgs(h.state, sb.logFile, v.netDir != "", false, v.cgroup != "")
 	if err := sb.launch(append(slices.Clip(sb.flags), "run", "--bundle", h.dir, h.id)); err != nil {
 		h.close()
 		return nil, err

@@ -29,6 +29,46 @@ func serveNet(dir string, p sandbox.Proxy, owner, group int) error {
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return fmt.Errorf("proxy sockets: %w", err)
 	}
+	ls, err := listenNet(dir, owner, group)
+	if err != nil {
+		return err
+	}
+	err = os.Chown(dir, owner, group)
+	if err == nil {
+		err = os.Chmod(dir, 0o500)
+	}
+	if err != nil {
+		for _, l := range ls {
+			l.Close()
+		}
+		return fmt.Errorf("proxy sockets: %w", err)
+	}
+	serveOn(p, ls)
+	return nil
+}
+
+// serveNetAgain serves p on the sockets of dir, which serveNet made for a
+// hutch that is gone: at the same paths, of the same owner.
+func serveNetAgain(dir string, p sandbox.Proxy) error {
+	var st unix.Stat_t
+	if err := unix.Lstat(dir, &st); err != nil {
+		return fmt.Errorf("proxy sockets: %w", err)
+	}
+	for _, name := range []string{relay.HTTPSocket, relay.SOCKSSocket, relay.DNSSocket} {
+		if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("proxy sockets: %w", err)
+		}
+	}
+	ls, err := listenNet(dir, int(st.Uid), int(st.Gid))
+	if err != nil {
+		return err
+	}
+	serveOn(p, ls)
+	return nil
+}
+
+// listenNet listens on the proxy's sockets in dir, owner's, mode 0600.
+func listenNet(dir string, owner, group int) ([3]net.Listener, error) {
 	var ls [3]net.Listener
 	for i, name := range []string{relay.HTTPSocket, relay.SOCKSSocket, relay.DNSSocket} {
 		path := filepath.Join(dir, name)
@@ -46,24 +86,18 @@ func serveNet(dir string, p sandbox.Proxy, owner, group int) error {
 			if l != nil {
 				l.Close()
 			}
-			return fmt.Errorf("proxy sockets: %w", err)
+			return ls, fmt.Errorf("proxy sockets: %w", err)
 		}
 		ls[i] = l
 	}
-	err := os.Chown(dir, owner, group)
-	if err == nil {
-		err = os.Chmod(dir, 0o500)
-	}
-	if err != nil {
-		for _, l := range ls {
-			l.Close()
-		}
-		return fmt.Errorf("proxy sockets: %w", err)
-	}
+	return ls, nil
+}
+
+// serveOn serves p on listenNet's listeners.
+func serveOn(p sandbox.Proxy, ls [3]net.Listener) {
 	go func() { _ = p.ServeHTTP(ls[0]) }()
 	go func() { _ = p.ServeSOCKS(ls[1]) }()
 	go func() { _ = p.ServeDNS(newStreamPackets(ls[2])) }()
-	return nil
 }
 
 // streamPackets is a net.PacketConn over the connections of a stream
@@ -283,7 +317,7 @@ func devMountPoints(rootfs string) error {
 	if err := unix.Mount("hutch-dev", d, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0755,size=64k"); err != nil {
 		return fmt.Errorf("/dev's mount points: %w", err)
 	}
-	for _, sub := range []string{"shm", "pts", "mqueue", filepath.Base(relay.SandboxDir)} {
+	for _, sub := range []string{"shm", "pts", "mqueue", filepath.Base(relay.SandboxDir), filepath.Base(agentAt)} {
 		if err := os.Mkdir(filepath.Join(d, sub), 0o755); err != nil {
 			return fmt.Errorf("/dev's mount points: %w", err)
 		}

@@ -165,7 +165,7 @@ func (rt *Runtime) Run(ctx context.Context, c sandbox.Config) (res sandbox.Resul
 	phase("bundle written")
 
 	logFile := filepath.Join(dir, "runsc.log")
-	args := runscArgs(state, logFile, v.netDir != "", v.cgroup != "")
+	args := runscArgs(state, logFile, v.netDir != "", false, v.cgroup != "")
 	if rt.DirectFS {
 		i := slices.Index(args, "--directfs=false")
 		if i < 0 {
@@ -430,7 +430,7 @@ func privateMount(dir string) error {
 }
 
 // ownerStamp names a process for as long as it lives: its pid and start
-// time (a pid alone may be reused).
+// time (a pid alone may be reused); "" once it has ended, a zombie too.
 func ownerStamp(pid int) string {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
@@ -442,7 +442,7 @@ func ownerStamp(pid int) string {
 		return ""
 	}
 	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 20 {
+	if len(f) < 20 || f[0] == "Z" || f[0] == "X" {
 		return ""
 	}
 	return fmt.Sprintf("%d %s", pid, f[19])

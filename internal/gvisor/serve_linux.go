@@ -1,6 +1,7 @@
 package gvisor
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -44,7 +45,11 @@ import (
 // capabilities (startHost); it cannot be checkpointed.
 //
 // runsc run stays attached to hutch, its pid the instance's PID: killing
-// it ends the sandbox (S4). Freeze and Thaw are runsc pause and resume;
+// it ends the sandbox (S4). With c.AgentSocket (and c.AgentToken) the
+// sandbox outlives hutch instead, for a later one to take again
+// (Reattach; lasting_linux.go): runsc runs detached, the instance's PID is
+// gVisor's Sentry's, and the agent listens for the next daemon on a socket
+// of the host's, linked at c.AgentSocket. Freeze and Thaw are runsc pause and resume;
 // Checkpoint saves the sandbox to disk and ends it, and Restore starts it
 // again from there.
 func (rt *Runtime) Start(c sandbox.Config) (sandbox.Instance, error) {
@@ -155,6 +160,18 @@ func (rt *Runtime) start(c sandbox.Config, saved string, cold bool) (inst sandbo
 	if err != nil {
 		return nil, err
 	}
+	lasting := c.AgentSocket != ""
+	if lasting {
+		if saved != "" {
+			return nil, errors.New("a sandbox started from a checkpoint cannot outlive hutch")
+		}
+		if c.AgentToken == "" {
+			return nil, errors.New("agent socket: no token")
+		}
+		if err := lastingView(&v, dir, c.AgentToken); err != nil {
+			return nil, err
+		}
+	}
 	if s.Network.Mode == "proxy" {
 		if err := proxyView(&v, dir, s.Network.Mode, c, true); err != nil {
 			return nil, err
@@ -174,6 +191,7 @@ func (rt *Runtime) start(c sandbox.Config, saved string, cold bool) (inst sandbo
 	if err != nil {
 		return nil, err
 	}
+	wasLasting := false
 	if saved != "" && !cold {
 		// The spec the sandbox was saved with, whose mounts the
 		// checkpoint holds, in this state directory: the view made above
@@ -181,14 +199,36 @@ func (rt *Runtime) start(c sandbox.Config, saved string, cold bool) (inst sandbo
 		if spec, err = savedSpec(saved, sv.Dir, dir); err != nil {
 			return nil, err
 		}
+		// One that was to outlive hutch binds its agent's directory,
+		// where it listens no more (lasting_linux.go), and runsc restores
+		// it with the flags it ran with.
+		if wasLasting = bytes.Contains(spec, []byte(`"`+agentAt+`"`)); wasLasting {
+			if err := restoredAgentDir(filepath.Join(dir, agentDir)); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if err := os.WriteFile(filepath.Join(dir, "config.json"), spec, 0o600); err != nil {
 		return nil, fmt.Errorf("bundle: %w", err)
 	}
 
 	logFile := filepath.Join(dir, "runsc.log")
-	sb := &served{runsc: rt.Runsc, dir: dir, id: id, state: state, logFile: logFile, log: log, proxy: c.Proxy, cgroup: v.cgroup}
-	sb.flags = runscArgs(state, logFile, v.netDir != "", v.cgroup != "")
+	sb := &served{runsc: rt.Runsc, dir: dir, id: id, state: state, logFile: logFile, log: log, proxy: c.Proxy, cgroup: v.cgroup, pidfd: -1}
+	sb.flags = runscArgs(state, logFile, v.netDir != "", lasting || wasLasting, v.cgroup != "")
+	if lasting {
+		args := append(slices.Clip(sb.flags), "run", "--detach", "--bundle", dir, id)
+		if err := sb.launchDetached(args, c.AgentSocket); err != nil {
+			if sb.pidfd >= 0 {
+				_ = unix.PidfdSendSignal(sb.pidfd, unix.SIGKILL, nil, 0)
+				unix.Close(sb.pidfd)
+			}
+			if sb.conn != nil {
+				sb.conn.Close()
+			}
+			return nil, err
+		}
+		return sb, nil
+	}
 	args := append(slices.Clip(sb.flags), "run", "--bundle", dir, id)
 	if saved != "" && !cold {
 		args = append(slices.Clip(sb.flags), "restore", "--image-path", filepath.Join(saved, savedImage), "--bundle", dir, id)
@@ -231,6 +271,7 @@ func (s *served) launch(args []string) error {
 	go func() {
 		_ = cmd.Wait()
 		s.code = cmd.ProcessState.ExitCode()
+
 		if s.cgroup != "" {
 			// runsc run has ended the container; its cgroup may be left
 			// until runsc delete, with the count of OOM kills in it.
@@ -247,9 +288,10 @@ func (s *served) launch(args []string) error {
 // whose log goes to logFile: no network of gVisor's own, no overlay over
 // the prepared root, the OCI spec's seccomp filter, the file system
 // served without direct host access; hostUDS lets the sandbox connect to
-// the host's unix sockets its view shows (the proxy's), cgroup makes the
-// spec's cgroup.
-func runscArgs(state, logFile string, hostUDS, cgroup bool) []string {
+// the host's unix sockets its view shows (the proxy's), bindUDS lets it
+// make unix sockets the host can connect to (its agent's, in a sandbox
+// that outlives hutch), cgroup makes the spec's cgroup.
+func runscArgs(state, logFile string, hostUDS, bindUDS, cgroup bool) []string {
 	args := []string{
 		"--root", state, "--log", logFile, "--log-format=json",
 		"--network=none", "--overlay2=none", "--oci-seccomp",
@@ -259,12 +301,20 @@ func runscArgs(state, logFile string, hostUDS, cgroup bool) []string {
 		// with CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_FOWNER, CAP_FSETID …).
 		"--directfs=false",
 	}
-	if hostUDS {
+	switch {
+	case hostUDS && bindUDS:
+		args = append(args, "--host-uds=all")
+	case hostUDS:
 		// The proxy's sockets: the sandbox may connect to a host socket
 		// its view shows (only those, in a read-only directory of
 		// root's), and never make one ("create", "all").
 		args = append(args, "--host-uds=open")
-	} else {
+	case bindUDS:
+		// The agent's socket, which the host connects to (lastingView):
+		// a socket the sandbox binds in a directory of the host's that
+		// its view shows is made on the host.
+		args = append(args, "--host-uds=create")
+	default:
 		args = append(args, "--host-uds=none")
 	}
 	if !cgroup {
@@ -359,6 +409,9 @@ func servedSpec(s policy.Spec, v view, masks []ociMount, rootCaps bool) ociSpec 
 	if v.netDir != "" {
 		m = append(m, netMounts(v)...)
 	}
+	if v.agentDir != "" {
+		m = append(m, bindMount(v.agentDir, agentAt, false))
+	}
 	// Last: a volume hides what the view has at its path.
 	m = append(m, v.volumes...)
 	o.Mounts = m
@@ -412,18 +465,23 @@ func volumeMounts(dir, rootfs string, vols []sandbox.Volume) ([]ociMount, error)
 // served is a long-lived sandbox under gVisor.
 type served struct {
 	runsc, dir, id, state, logFile string
-	flags                          []string // runsc's global flags (runscArgs)
-	cgroup                         string   // the spec's cgroup, "" for none
-	cmd                            *exec.Cmd
+	flags                          []string    // runsc's global flags (runscArgs)
+	cgroup                         string      // the spec's cgroup, "" for none
+	cmd                            *exec.Cmd   // runsc run; nil for a sandbox that outlives hutch
+	pid, pidfd                     int         // its Sentry's pid and pidfd, for a sandbox that outlives hutch
+	waiter                         *os.Process // its runsc wait
+	released                       atomic.Bool // let go of (Release)
 	conn                           net.Conn
 	out                            *tail
 	log                            *slog.Logger
 	proxy                          sandbox.Proxy // closed with the sandbox; nil for none
 	host                           *hostBundle   // the host's view (startHost), undone with the sandbox; nil for a root layer
 	warn                           io.Writer     // where Close reports what the host's view set aside (startHost)
+	reattached                     bool          // taken again from a hutch that is gone (Reattach)
 	done                           chan struct{}
 	code                           int   // runsc run's exit code, once done is closed
 	oomKills                       int64 // OOM kills in its cgroup when it ended, if it was still there
+	limitHits                      int64 // times its memory reached its limit, when it ended with its status unknown
 	closing                        atomic.Bool
 	once                           sync.Once
 }
@@ -433,14 +491,20 @@ var _ sandbox.Instance = (*served)(nil)
 // Conn is the connection to the agent.
 func (s *served) Conn() net.Conn { return s.conn }
 
-// PID is the host pid of runsc run, which holds the sandbox: killing it
-// ends the sandbox.
-func (s *served) PID() int { return s.cmd.Process.Pid }
+// PID is the host pid of runsc run, which holds the sandbox, or of the
+// Sentry of one that outlives hutch: killing it ends the sandbox.
+func (s *served) PID() int {
+	if s.cmd == nil {
+		return s.pid
+	}
+	return s.cmd.Process.Pid
+}
 
 // Done is closed when the sandbox has ended.
 func (s *served) Done() <-chan struct{} { return s.done }
 
-// ExitCode is the agent's exit code, as runsc run passes it on.
+// ExitCode is the agent's exit code, as runsc run (or runsc wait)
+// passes it on; -1 when it is unknown.
 func (s *served) ExitCode() int {
 	<-s.done
 	return s.code
@@ -485,12 +549,16 @@ func (s *served) runscDo(what string) error {
 }
 
 // Close kills the sandbox (runsc run, and with it gVisor's Sentry, gofer
-// and every task) and removes what the host holds for it.
+// and every task, or the Sentry of a sandbox that outlives hutch) and
+// removes what the host holds for it.
 func (s *served) Close() error {
 	s.closing.Store(true)
 	s.once.Do(func() {
-		_ = s.cmd.Process.Kill()
+		s.kill()
 		<-s.done
+		if s.cmd == nil {
+			unix.Close(s.pidfd)
+		}
 		s.conn.Close()
 		if s.proxy != nil {
 			_ = s.proxy.Close()
@@ -522,6 +590,8 @@ func (s *served) EndReason() (why string, oom bool) {
 		return "", false
 	case s.oomKills > 0:
 		return "out of memory: the host's OOM killer ended gVisor's Sentry at the sandbox's memory limit", true
+	case s.limitHits > 0:
+		return "out of memory: gVisor's Sentry ended on the host after the sandbox reached its memory limit", true
 	case s.code == 128+int(syscall.SIGKILL):
 		// runsc has removed the cgroup by then, as a rule: a SIGKILL from
 		// the host is the OOM killer's unless an operator sent it.

@@ -147,8 +147,11 @@ type view struct {
 	// bundle and where it goes.
 	hutch, netDir    string
 	resolv, resolvAt string
-	bundle           string
-	bundleAt         []string
+	// agentDir is the host directory where the agent of a sandbox that
+	// outlives hutch binds its socket (lastingView), bound at agentAt.
+	agentDir string
+	bundle   string
+	bundleAt []string
 	// With an image as the root: the image; where the view shows the
 	// workspace (sandbox.WorkspaceAt); the user's supplementary groups and
 	// the image's working directory ("": the workspace).

@@ -51,7 +51,7 @@ func startListening(c Config) (*Sandbox, error) {
 		os.Remove(c.AgentSocket)
 		return nil, err
 	}
-	conn, err := dialAgent(c.AgentSocket, c.AgentToken)
+	conn, err := DialAgent(c.AgentSocket, c.AgentToken)
 	if err != nil {
 		l.close()
 		os.Remove(c.AgentSocket)
@@ -90,9 +90,9 @@ func listenAgent(path string) (*os.File, error) {
 	return f, nil
 }
 
-// dialAgent connects to the agent at path and authenticates with token;
+// DialAgent connects to the agent at path and authenticates with token;
 // the agent answers with its hello.
-func dialAgent(path, token string) (net.Conn, error) {
+func DialAgent(path, token string) (net.Conn, error) {
 	c, err := net.DialTimeout("unix", path, 10*time.Second)
 	if err != nil {
 		return nil, fmt.Errorf("agent socket: %w", err)
@@ -111,8 +111,8 @@ func dialAgent(path, token string) (net.Conn, error) {
 // unknown (ExitHutchError): this hutch is not its parent. Close ends it.
 func Reattach(r ReattachConfig) (*Sandbox, error) {
 	l := &launched{master: -1, log: r.Log, pidfd: r.PIDFD}
-	var pid int
-	if _, err := fmt.Sscan(readFdinfo(r.PIDFD, "Pid:"), &pid); err != nil || pid <= 0 {
+	pid := PIDOf(r.PIDFD)
+	if pid <= 0 {
 		unix.Close(r.PIDFD)
 		return nil, fmt.Errorf("reattach: PID 1 is gone")
 	}
@@ -149,7 +149,7 @@ func Reattach(r ReattachConfig) (*Sandbox, error) {
 		}
 		l.onLoose(w.stop)
 	}
-	conn, err := dialAgent(r.AgentSocket, r.AgentToken)
+	conn, err := DialAgent(r.AgentSocket, r.AgentToken)
 	if err != nil {
 		return fail(err)
 	}
@@ -191,6 +191,15 @@ func watchExit(l *launched, pidfd int) error {
 		close(l.exited)
 	}()
 	return nil
+}
+
+// PIDOf is the pid of the process of pidfd, or 0 when it has ended.
+func PIDOf(pidfd int) int {
+	var pid int
+	if _, err := fmt.Sscan(readFdinfo(pidfd, "Pid:"), &pid); err != nil || pid <= 0 {
+		return 0
+	}
+	return pid
 }
 
 // readFdinfo is the value of key in the fdinfo of descriptor fd, or "".

@@ -44,7 +44,7 @@ func TestAgentSocket(t *testing.T) {
 		line, _ := bufio.NewReader(c).ReadString('\n')
 		got <- line
 	}()
-	c, err := dialAgent(path, "s3cret")
+	c, err := DialAgent(path, "s3cret")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +64,7 @@ func BenchmarkAgentSocket(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		c, err := dialAgent(path, strings.Repeat("t", 64))
+		c, err := DialAgent(path, strings.Repeat("t", 64))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -505,6 +505,9 @@ type ReattachConfig struct {
 	AgentSocket, AgentToken string
 	// CgroupName is its Config.CgroupName ("" for none).
 	CgroupName string
+	// Handle is what its instance's Handle said, for a runtime other
+	// than the namespace tier's (gVisor's: the sandbox's directory).
+	Handle string
 	// Proxy, when set, serves its egress again (the sandbox's
 	// Config.Proxy in network mode "proxy" or "none").
 	Proxy Proxy

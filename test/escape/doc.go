@@ -122,8 +122,9 @@
 //	                                        (a served sandbox's diff: the hidden and closed
 //	                                        host files stay out)
 //	25 hutch's own sockets and state        TestItem25_HutchDaemon, _ServeRefusesSandboxPeers,
-//	                                        _ServedAgentSocket (the socket and token a served
-//	                                        sandbox keeps for the next daemon),
+//	                                        _ServedAgentSocket, _ServedAgentSocketGVisor (the
+//	                                        socket and token a served sandbox keeps for the
+//	                                        next daemon, in the gVisor tier in its view),
 //	                                        TestItem27_MCPSession (hutch mcp's links and ports)
 //	26 a tenant's rules and special addresses TestItem26_TenantNetworkRules, _UpdateNetwork
 //	                                        (a running sandbox's rules changed: no wider than a

@@ -97,6 +97,10 @@ var attacks = map[string]func(param string) string{
 	"tcp":           dialTCP,
 	"udp":           sendUDP,
 	"unix":          dialUnix,
+	"unixguess":     unixGuess,
+	"unixbind":      bindUnix,
+	"unlink":        func(p string) string { return result(unix.Unlink(p)) },
+	"renameaway":    func(p string) string { return result(unix.Rename(p, p+".away")) },
 	"abstract":      dialAbstract,
 	"abstract_self": abstractSelf,
 	"tcp_self":      tcpSelf,
@@ -567,6 +571,36 @@ func dialUnix(path string) string {
 }
 
 func dialAbstract(name string) string { return dialUnix("@" + name) }
+
+// unixGuess connects to an agent's socket at path and authenticates with
+// a guessed token: "answered" if the agent sends anything back, "refused"
+// if it closes the connection, else the error.
+func unixGuess(path string) string {
+	c, err := net.DialTimeout("unix", path, 3*time.Second)
+	if err != nil {
+		return result(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("hutch-agent/1 " + strings.Repeat("0", 64) + "\n")); err != nil {
+		return "refused"
+	}
+	_ = c.SetReadDeadline(time.Now().Add(15 * time.Second))
+	var b [1]byte
+	if n, _ := c.Read(b[:]); n > 0 {
+		return "answered"
+	}
+	return "refused"
+}
+
+// bindUnix listens on a unix socket at path.
+func bindUnix(path string) string {
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return result(err)
+	}
+	l.Close()
+	return "ok"
+}
 
 // abstractSelf listens on an abstract socket and connects to it: allowed
 // inside one sandbox.
