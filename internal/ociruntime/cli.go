@@ -45,12 +45,17 @@ func isHutchFlag(name string) bool {
 
 // commandValueFlags are, per command hutch-runc rewrites, the flags of
 // runc's that take a value.
+// runsc's own, which gVisor's shim (containerd-shim-runsc-v1) gives, are
+// among them: --user-log and --fs-restore-image-path of create and run,
+// --internal-pid-file of exec.
 var commandValueFlags = map[string]map[string]bool{
-	"create": {"bundle": true, "b": true, "console-socket": true, "pid-file": true, "preserve-fds": true, "pidfd-socket": true},
-	"run":    {"bundle": true, "b": true, "console-socket": true, "pid-file": true, "preserve-fds": true, "pidfd-socket": true},
+	"create": {"bundle": true, "b": true, "console-socket": true, "pid-file": true, "preserve-fds": true, "pidfd-socket": true,
+		"user-log": true, "fs-restore-image-path": true},
+	"run": {"bundle": true, "b": true, "console-socket": true, "pid-file": true, "preserve-fds": true, "pidfd-socket": true,
+		"user-log": true, "fs-restore-image-path": true},
 	"exec": {"console-socket": true, "pidfd-socket": true, "cwd": true, "env": true, "e": true, "user": true, "u": true,
 		"additional-gids": true, "g": true, "process": true, "p": true, "process-label": true, "apparmor": true,
-		"pid-file": true, "cap": true, "c": true, "preserve-fds": true, "cgroup": true},
+		"pid-file": true, "cap": true, "c": true, "preserve-fds": true, "cgroup": true, "internal-pid-file": true},
 }
 
 // flag is one flag of a command line as runc's parser reads it: -name,

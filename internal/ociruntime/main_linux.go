@@ -112,6 +112,11 @@ func Main(args []string, stderr io.Writer) int {
 			return r.version(os.Stdout, stderr)
 		}
 	}
+	if r.tier == TierGVisor {
+		// runsc's own --network (a runsc_config of gVisor's shim)
+		// gives way to hutch's, below.
+		cl.global = slices.DeleteFunc(cl.global, func(f flag) bool { return f.name == "network" })
+	}
 	out, err := r.command(cl)
 	if err != nil {
 		return fail(cl, stderr, err)

@@ -4,10 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -108,6 +110,11 @@ func (c *Cluster) writeConfigs(t testing.TB, opts Options) {
 		"cni/net.d/10-hutch-k8s.conflist": c.cniConfig(),
 		"kubelet/config.yaml":             c.kubeletConfig(),
 	}
+	for _, h := range opts.RuntimeHandlers {
+		if h.RunscShim != "" {
+			files[c.runscConfigName(h.Name)] = c.runscConfig(h)
+		}
+	}
 	for name, v := range kubeletSysctls {
 		files[filepath.Join("sysctl", strings.ReplaceAll(name, "/", "."))] = v + "\n"
 	}
@@ -193,6 +200,17 @@ disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.snapshotter.v1.bt
 		for i, a := range h.PodAnnotations {
 			annotations[i] = fmt.Sprintf("%q", a)
 		}
+		if h.RunscShim != "" {
+			fmt.Fprintf(&b, `    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.%[1]q]
+      runtime_type = "io.containerd.runsc.v1"
+      runtime_path = %[3]q
+      pod_annotations = [%[2]s]
+      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.%[1]q.options]
+        TypeUrl = "io.containerd.runsc.v1.options"
+        ConfigPath = %[4]q
+`, h.Name, strings.Join(annotations, ", "), h.RunscShim, c.path(c.runscConfigName(h.Name)))
+			continue
+		}
 		fmt.Fprintf(&b, `    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.%[1]q]
       runtime_type = "io.containerd.runc.v2"
       pod_annotations = [%[2]s]
@@ -200,6 +218,32 @@ disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.snapshotter.v1.bt
         BinaryName = %[3]q
         SystemdCgroup = false
 `, h.Name, strings.Join(annotations, ", "), h.BinaryName)
+	}
+	return b.String()
+}
+
+// runscConfigName is the file, in the cluster's directory, of the
+// configuration of gVisor's shim for the runtime handler name.
+func (c *Cluster) runscConfigName(name string) string {
+	return filepath.Join("containerd", "runsc-"+name+".toml")
+}
+
+// RunscRoot is the root (--root) of the runsc of the runtime handler name
+// that has a RunscShim, under which it keeps its containers' state, in
+// containerd's namespace of the CRI.
+func (c *Cluster) RunscRoot(name string) string {
+	return c.path(filepath.Join("runsc", name, "k8s.io"))
+}
+
+// runscConfig is the configuration of gVisor's shim for h: its runsc, the
+// runsc's root, the flags it gives every call, its log in the cluster's
+// logs.
+func (c *Cluster) runscConfig(h RuntimeHandler) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "binary_name = %q\nroot = %q\nlog_path = %q\nlog_level = \"info\"\n[runsc_config]\n",
+		h.BinaryName, filepath.Dir(c.RunscRoot(h.Name)), c.path(filepath.Join("logs", "shim-"+h.Name+"-%ID%.log")))
+	for _, k := range slices.Sorted(maps.Keys(h.RunscFlags)) {
+		fmt.Fprintf(&b, "  %q = %q\n", k, h.RunscFlags[k])
 	}
 	return b.String()
 }
