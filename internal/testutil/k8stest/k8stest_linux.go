@@ -83,8 +83,10 @@ type RuntimeHandler struct {
 	// RunscShim, when set, is gVisor's containerd shim
 	// (containerd-shim-runsc-v1): the handler's runtime type is
 	// io.containerd.runsc.v1, one shim serves each pod, and the shim's
-	// configuration (RunscConfigPath) names BinaryName as runsc and
-	// RunscRoot as its root, and gives RunscFlags to every call of it.
+	// configuration names BinaryName as runsc and RunscRoot as its
+	// root, and gives RunscFlags to every call of it. The shim's start
+	// is ./shimstart's: gVisor's lowers the shim's oom_score_adj, which
+	// takes a capability root lacks on the test machines.
 	RunscShim  string
 	RunscFlags map[string]string
 }
