@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hutch-sandbox/hutch/internal/ociruntime"
 	"github.com/hutch-sandbox/hutch/internal/testutil"
 	"github.com/hutch-sandbox/hutch/internal/testutil/k8stest"
 	"github.com/hutch-sandbox/hutch/internal/testutil/ocitest"
@@ -25,8 +26,11 @@ const gvisorHandler = "hutch-gvisor"
 
 // gvisorRuntimeHandler is the runtime handler hutch-gvisor of
 // hutchCluster: gVisor's shim, whose runsc is hutch-runc under the name
-// hutch-runsc (rt is hutch-runc's binary), handing the pods to runsc.
-func gvisorRuntimeHandler(t *testing.T, rt string) k8stest.RuntimeHandler {
+// hutch-runsc (rt is hutch-runc's binary), handing the pods to runsc; and
+// the variable of containerd's environment that names that runsc (the
+// shim's cleanup of a container calls its runsc without runsc_config's
+// flags).
+func gvisorRuntimeHandler(t *testing.T, rt string) (k8stest.RuntimeHandler, string) {
 	t.Helper()
 	runsc := testutil.Runsc(t)
 	shim := testutil.RunscShim(t)
@@ -34,8 +38,8 @@ func gvisorRuntimeHandler(t *testing.T, rt string) k8stest.RuntimeHandler {
 	if err := os.Symlink(rt, link); err != nil {
 		t.Fatal(err)
 	}
-	return k8stest.RuntimeHandler{Name: gvisorHandler, BinaryName: link, PodAnnotations: []string{"dev.hutch.*"},
-		RunscShim: shim, RunscFlags: map[string]string{"hutch-runsc": runsc}}
+	return k8stest.RuntimeHandler{Name: gvisorHandler, BinaryName: link, PodAnnotations: []string{"dev.hutch.*"}, RunscShim: shim},
+		ociruntime.RunscEnv + "=" + runsc
 }
 
 // gvisorPodYAML is a pod of the RuntimeClass hutch-gvisor whose egress
@@ -57,7 +61,8 @@ spec:
 `
 
 // testRuntimeClassGVisor: a pod of the RuntimeClass hutch-gvisor
-// (gVisor's shim, one per pod, with hutch-runc as its runsc) runs on
+// (gVisor's shim with hutch-runc as its runsc, which puts the pod's
+// container in the Sentry of its sandbox) runs on
 // gVisor's kernel with hutch's egress as under the RuntimeClass hutch:
 // the node policy's upstream through the proxy, another host refused by
 // it, and nothing around it — not even the node, on the pods' bridge,
@@ -81,6 +86,16 @@ func testRuntimeClassGVisor(t *testing.T, c *k8stest.Cluster, port int) {
 		}
 	}()
 	around := l.Addr().String()
+	defer func() {
+		if !t.Failed() {
+			return
+		}
+		logs, _ := filepath.Glob(filepath.Join(c.ShimLogDir(gvisorHandler), "*"))
+		for _, p := range logs {
+			b, _ := os.ReadFile(p)
+			t.Logf("%s:\n%s", p, b)
+		}
+	}()
 
 	begin := time.Now()
 	c.KubectlIn(t, gvisorPodYAML, "apply", "-f", "-")

@@ -296,12 +296,13 @@ func hutchCluster(t *testing.T) (*k8stest.Cluster, int) {
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	gvisor, runscEnv := gvisorRuntimeHandler(t, rt)
 	c := k8stest.StartCluster(t, k8stest.Options{
 		Images:          []string{tar},
-		RuntimeHandlers: []k8stest.RuntimeHandler{{Name: "hutch", BinaryName: rt, PodAnnotations: []string{"dev.hutch.*"}}, gvisorRuntimeHandler(t, rt)},
+		RuntimeHandlers: []k8stest.RuntimeHandler{{Name: "hutch", BinaryName: rt, PodAnnotations: []string{"dev.hutch.*"}}, gvisor},
 		// The runc shim's runtime, hutch-runc, hands the containers to
 		// the cluster's runc; gVisor's shim's to runsc.
-		ContainerdEnv: []string{ocitest.PolicyDirEnv + "=" + policies, ocitest.RuntimeEnv + "=" + runc},
+		ContainerdEnv: []string{ocitest.PolicyDirEnv + "=" + policies, ocitest.RuntimeEnv + "=" + runc, runscEnv},
 	})
 	return c, port
 }

@@ -199,6 +199,7 @@ func TestServeKubernetes(t *testing.T) {
 
 	// The tier gvisor: a pod of the RuntimeClass hutch-gvisor, its agent
 	// on gVisor's kernel; commands and files as under the tier namespace.
+	begin := time.Now()
 	gv, err := cl.Create(ctx, client.CreateOptions{Tier: "gvisor"})
 	if err != nil {
 		t.Fatalf("create of the tier gvisor: %v", err)
@@ -218,6 +219,7 @@ func TestServeKubernetes(t *testing.T) {
 	if err := cl.Destroy(ctx, gv.ID); err != nil {
 		t.Fatalf("destroy of the tier gvisor: %v", err)
 	}
+	t.Logf("a sandbox of the tier gvisor created, used and destroyed in %v", time.Since(begin).Round(time.Millisecond))
 
 	// What a pod cannot honour is refused, saying what.
 	for _, o := range []client.CreateOptions{

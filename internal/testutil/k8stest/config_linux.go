@@ -4,12 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"maps"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -259,17 +257,17 @@ func (c *Cluster) RunscRoot(name string) string {
 	return c.path(filepath.Join("runsc", name, "k8s.io"))
 }
 
-// runscConfig is the configuration of gVisor's shim for h: its runsc, the
-// runsc's root, the flags it gives every call, its log in the cluster's
-// logs.
+// ShimLogDir is the directory of the logs of gVisor's shim of the runtime
+// handler name, one per container it serves.
+func (c *Cluster) ShimLogDir(name string) string {
+	return c.path(filepath.Join("logs", "shim-"+name))
+}
+
+// runscConfig is the configuration of gVisor's shim for h: its runsc,
+// the runsc's root, its logs in the cluster's logs.
 func (c *Cluster) runscConfig(h RuntimeHandler) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "binary_name = %q\nroot = %q\nlog_path = %q\nlog_level = \"info\"\n[runsc_config]\n",
-		h.BinaryName, filepath.Dir(c.RunscRoot(h.Name)), c.path(filepath.Join("logs", "shim-"+h.Name+"-%ID%.log")))
-	for _, k := range slices.Sorted(maps.Keys(h.RunscFlags)) {
-		fmt.Fprintf(&b, "  %q = %q\n", k, h.RunscFlags[k])
-	}
-	return b.String()
+	return fmt.Sprintf("binary_name = %q\nroot = %q\nlog_path = %q\nlog_level = \"debug\"\n",
+		h.BinaryName, filepath.Dir(c.RunscRoot(h.Name)), c.ShimLogDir(h.Name)+"/")
 }
 
 // cniConfig is the pods' network: a bridge of the cluster's own without an

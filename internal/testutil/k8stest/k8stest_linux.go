@@ -82,13 +82,12 @@ type RuntimeHandler struct {
 	PodAnnotations []string
 	// RunscShim, when set, is gVisor's containerd shim
 	// (containerd-shim-runsc-v1): the handler's runtime type is
-	// io.containerd.runsc.v1, one shim serves each pod, and the shim's
+	// io.containerd.runsc.v1, and the shim's
 	// configuration names BinaryName as runsc and RunscRoot as its
-	// root, and gives RunscFlags to every call of it. The shim's start
+	// root. The shim's start
 	// is ./shimstart's: gVisor's lowers the shim's oom_score_adj, which
 	// takes a capability root lacks on the test machines.
-	RunscShim  string
-	RunscFlags map[string]string
+	RunscShim string
 }
 
 // Options are what a test changes in its cluster.

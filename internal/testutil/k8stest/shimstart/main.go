@@ -6,18 +6,17 @@
 // gVisor's shim's start sets the oom_score_adj of the shim it starts to
 // -999 and fails when it cannot; lowering a process's oom_score_adj takes
 // CAP_SYS_RESOURCE, which root on the machines hutch's tests run on lacks
-// (their bounding set has no bit 24). What that start does otherwise,
-// this does the same way: the shim's socket, named by the pod (the CRI's
-// sandbox id), a shim serving it started as gVisor's start starts it
-// (the socket as its descriptor 3), or the address of the one that
-// serves it already; the address and the shim's pid in the bundle;
-// and its address on standard output, which containerd takes for a ttrpc
-// shim's of version 2.
+// (their bounding set has no bit 24). What that start does otherwise, with
+// its grouping off (its default), this does the same way: a socket named by
+// the container, a shim serving it started as gVisor's start starts it
+// (the socket as its descriptor 3), or the address of the one that serves
+// it already; the address and the shim's pid in the bundle, and the
+// address on standard output, which containerd takes for a ttrpc shim's of
+// version 2. runsc, not the shim, puts a pod's containers in its sandbox.
 package main
 
 import (
 	"crypto/sha256"
-	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -74,22 +73,14 @@ func parse(args []string) (map[string]string, string) {
 	return flags, ""
 }
 
-// start starts the shim of the pod whose container's bundle is the
-// working directory, unless one serves its socket already, and prints
-// containerd's bootstrap parameters.
+// start starts the shim of the container whose bundle is the working
+// directory, unless one serves its socket already, and prints its address.
 func start(real string, flags map[string]string) error {
 	id, ns, address := flags["id"], flags["namespace"], flags["address"]
 	if id == "" || ns == "" || address == "" {
 		return fmt.Errorf("start wants -id, -namespace and -address: %q", os.Args[1:])
 	}
-	group := id
-	var spec struct{ Annotations map[string]string }
-	if b, err := os.ReadFile("config.json"); err == nil && json.Unmarshal(b, &spec) == nil {
-		if g := spec.Annotations["io.kubernetes.cri.sandbox-id"]; g != "" {
-			group = g
-		}
-	}
-	path := filepath.Join(address, ns, group)
+	path := filepath.Join(address, ns, id)
 	if flags["debug"] != "" {
 		path = filepath.Join(path, "debug")
 	}
@@ -103,7 +94,7 @@ func start(real string, flags map[string]string) error {
 	l, err := net.Listen("unix", sock)
 	if err != nil {
 		if c, derr := net.DialTimeout("unix", sock, time.Second); derr == nil {
-			// The pod's shim serves it.
+			// A shim serves it already.
 			c.Close()
 			if err := os.WriteFile("address", []byte("unix://"+sock), 0o644); err != nil {
 				return err
