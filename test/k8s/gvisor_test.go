@@ -69,23 +69,7 @@ spec:
 // which a pod without hutch's firewall reaches; kubectl exec works. Its
 // delete leaves no runsc process or state, no egress proxy, no shim.
 func testRuntimeClassGVisor(t *testing.T, c *k8stest.Cluster, port int) {
-	// A listener of the node's on the pods' bridge: around the proxy.
-	node := c.NodeOnBridge(t)
-	l, err := net.Listen("tcp", net.JoinHostPort(node.String(), "0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	go func() {
-		for {
-			conn, err := l.Accept()
-			if err != nil {
-				return
-			}
-			conn.Close()
-		}
-	}()
-	around := l.Addr().String()
+	around := bridgeListener(t, c)
 	defer func() {
 		if !t.Failed() {
 			return
@@ -131,6 +115,28 @@ func testRuntimeClassGVisor(t *testing.T, c *k8stest.Cluster, port int) {
 	}) {
 		t.Errorf("left after the pod's delete: processes %q, files %q", procs, files)
 	}
+}
+
+// bridgeListener is the address of a server of the node's on the pods'
+// bridge (NodeOnBridge), which a pod's packets reach without a router, and
+// which closes every connection it takes; it stops when the test ends.
+func bridgeListener(t *testing.T, c *k8stest.Cluster) string {
+	t.Helper()
+	l, err := net.Listen("tcp", net.JoinHostPort(c.NodeOnBridge(t).String(), "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			conn.Close()
+		}
+	}()
+	return l.Addr().String()
 }
 
 // stateFiles lists the files (not directories) under root but runsc's
