@@ -16,8 +16,10 @@ const DefaultRoot = "/run/hutch-runc"
 var Version = "dev"
 
 // globalValueFlags are runc's global flags that take a value; the others
-// (--debug, --systemd-cgroup) take none.
-var globalValueFlags = map[string]bool{"log": true, "log-format": true, "root": true, "criu": true, "rootless": true,
+// (--debug, --systemd-cgroup) take none. runsc's --network is among them
+// (the gVisor tier replaces it); runsc's other global flags are read
+// right as --name=value only, the spelling gVisor's shim gives them.
+var globalValueFlags = map[string]bool{"log": true, "log-format": true, "root": true, "criu": true, "rootless": true, "network": true,
 	hutchFlagPolicy: true, hutchFlagPolicyDir: true, hutchFlagUpstreamCA: true, hutchFlagTier: true, hutchFlagRunsc: true}
 
 // hutch-runc's own global flags, which Docker's runtimeArgs can give: the
