@@ -59,6 +59,18 @@ if ! go version -m "$runsc_dir/runsc" 2>/dev/null | grep -q "^[[:space:]]mod[[:s
 		echo "warning: could not build runsc; the tests of --tier gvisor cannot run"
 fi
 export HUTCH_TEST_RUNSC="$runsc_dir/runsc"
+# gVisor's containerd shim of the same version, beside it, for the pods of
+# the RuntimeClass hutch-gvisor in test/k8s's cluster (they take it from
+# $HUTCH_TEST_RUNSC_SHIM). Static too; built once.
+runsc_shim="$runsc_dir/containerd-shim-runsc-v1"
+if ! go version -m "$runsc_shim" 2>/dev/null | grep -q "^[[:space:]]mod[[:space:]]gvisor.dev/gvisor[[:space:]]$runsc_version[[:space:]]"; then
+	echo "== building gVisor's containerd shim $runsc_version"
+	shim_tmp=$(mktemp -d)
+	{ GOBIN="$shim_tmp" CGO_ENABLED=0 go install "gvisor.dev/gvisor/shim@$runsc_version" && mv "$shim_tmp/shim" "$runsc_shim"; } ||
+		echo "warning: could not build containerd-shim-runsc-v1; the tests of the RuntimeClass hutch-gvisor cannot run"
+	rm -rf "$shim_tmp"
+fi
+export HUTCH_TEST_RUNSC_SHIM="$runsc_shim"
 
 # E2B's JavaScript SDK, pinned by test/e2b/package-lock.json, for
 # TestE2BSDK; it needs node 20.18 or later, which Debian 12's nodejs is not:

@@ -16,8 +16,10 @@ const DefaultRoot = "/run/hutch-runc"
 var Version = "dev"
 
 // globalValueFlags are runc's global flags that take a value; the others
-// (--debug, --systemd-cgroup) take none.
-var globalValueFlags = map[string]bool{"log": true, "log-format": true, "root": true, "criu": true, "rootless": true,
+// (--debug, --systemd-cgroup) take none. runsc's --network is among them
+// (the gVisor tier replaces it); runsc's other global flags are read
+// right as --name=value only, the spelling gVisor's shim gives them.
+var globalValueFlags = map[string]bool{"log": true, "log-format": true, "root": true, "criu": true, "rootless": true, "network": true,
 	hutchFlagPolicy: true, hutchFlagPolicyDir: true, hutchFlagUpstreamCA: true, hutchFlagTier: true, hutchFlagRunsc: true}
 
 // hutch-runc's own global flags, which Docker's runtimeArgs can give: the
@@ -45,12 +47,17 @@ func isHutchFlag(name string) bool {
 
 // commandValueFlags are, per command hutch-runc rewrites, the flags of
 // runc's that take a value.
+// runsc's own, which gVisor's shim (containerd-shim-runsc-v1) gives, are
+// among them: --user-log and --fs-restore-image-path of create and run,
+// --internal-pid-file of exec.
 var commandValueFlags = map[string]map[string]bool{
-	"create": {"bundle": true, "b": true, "console-socket": true, "pid-file": true, "preserve-fds": true, "pidfd-socket": true},
-	"run":    {"bundle": true, "b": true, "console-socket": true, "pid-file": true, "preserve-fds": true, "pidfd-socket": true},
+	"create": {"bundle": true, "b": true, "console-socket": true, "pid-file": true, "preserve-fds": true, "pidfd-socket": true,
+		"user-log": true, "fs-restore-image-path": true},
+	"run": {"bundle": true, "b": true, "console-socket": true, "pid-file": true, "preserve-fds": true, "pidfd-socket": true,
+		"user-log": true, "fs-restore-image-path": true},
 	"exec": {"console-socket": true, "pidfd-socket": true, "cwd": true, "env": true, "e": true, "user": true, "u": true,
 		"additional-gids": true, "g": true, "process": true, "p": true, "process-label": true, "apparmor": true,
-		"pid-file": true, "cap": true, "c": true, "preserve-fds": true, "cgroup": true},
+		"pid-file": true, "cap": true, "c": true, "preserve-fds": true, "cgroup": true, "internal-pid-file": true},
 }
 
 // flag is one flag of a command line as runc's parser reads it: -name,

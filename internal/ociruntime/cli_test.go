@@ -61,6 +61,22 @@ func TestRewrite(t *testing.T) {
 			cmd:  "exec", id: "c5",
 		},
 		{
+			// As gVisor's shim (containerd-shim-runsc-v1) calls runsc:
+			// global flags inline, runsc's own valued flags.
+			name: "runsc shim create",
+			args: []string{"--root=/run/containerd/runsc/k8s.io", "--log=/b/log.json", "--log-format=json", "--panic-log=/p", "--hutch-policy-dir=/pol", "create", "--bundle", "/b", "--pid-file", "/b/init.pid", "--user-log", "/u.log", "c7"},
+			set:  map[string]string{"bundle": "/h/c7/bundle"},
+			want: "--root /R --log=/b/log.json --log-format=json --panic-log=/p create --bundle /h/c7/bundle --pid-file /b/init.pid --user-log /u.log -- c7",
+			cmd:  "create", id: "c7",
+		},
+		{
+			name: "runsc shim exec",
+			args: []string{"--root=/r", "exec", "--process", "/p.json", "--detach", "--pid-file", "/p.pid", "--internal-pid-file", "/i.pid", "c8"},
+			set:  map[string]string{"process": "/proc/self/fd/7"},
+			want: "--root /R exec --process /proc/self/fd/7 --detach --pid-file /p.pid --internal-pid-file /i.pid -- c8",
+			cmd:  "exec", id: "c8",
+		},
+		{
 			name: "other commands pass",
 			args: []string{"--root", "/r", "kill", "--all", "c6", "KILL"},
 			want: "--root /R kill --all c6 KILL",

@@ -112,25 +112,36 @@ func Main(args []string, stderr io.Writer) int {
 			return r.version(os.Stdout, stderr)
 		}
 	}
-	out, err := r.command(cl)
+	out, err := r.backendArgs(cl)
 	if err != nil {
 		return fail(cl, stderr, err)
-	}
-	if r.tier == TierGVisor {
-		// gVisor's kernel uses the container's network namespace's
-		// own stack (its sockets are the namespace's): the firewall
-		// and the proxy's listeners there apply to it as to a
-		// container of runc. Every command gets it: runsc's start sets
-		// up the sandbox's network by its own flags, and without it
-		// would move the namespace's addresses into a stack of
-		// gVisor's that the sandbox's sockets do not use.
-		out = append(out[:2:2], append([]string{"--network=host"}, out[2:]...)...)
 	}
 	if cl.name() == "create" {
 		return r.runCreate(cl, out, stderr)
 	}
 	err = unix.Exec(backend, append([]string{filepath.Base(backend)}, out...), os.Environ())
 	return fail(cl, stderr, fmt.Errorf("run %s: %w", backend, err))
+}
+
+// backendArgs is command's command line, with, under the gVisor tier,
+// runsc's --network=host in place of any --network of cl's (a runsc_config
+// of gVisor's shim).
+func (r *runtime) backendArgs(cl *cmdline) ([]string, error) {
+	if r.tier == TierGVisor {
+		cl.global = slices.DeleteFunc(cl.global, func(f flag) bool { return f.name == "network" })
+	}
+	out, err := r.command(cl)
+	if err != nil || r.tier != TierGVisor {
+		return out, err
+	}
+	// gVisor's kernel uses the container's network namespace's own
+	// stack (its sockets are the namespace's): the firewall and the
+	// proxy's listeners there apply to it as to a container of runc.
+	// Every command gets it: runsc's start sets up the sandbox's network
+	// by its own flags, and without it would move the namespace's
+	// addresses into a stack of gVisor's that the sandbox's sockets do
+	// not use.
+	return append(out[:2:2], append([]string{"--network=host"}, out[2:]...)...), nil
 }
 
 // command returns the low-level runtime's command line for cl: a create

@@ -63,6 +63,38 @@ func Runsc(t testing.TB) string {
 	return p
 }
 
+// RunscShimEnv names the environment variable that gives the tests of the
+// gVisor tier in a cluster gVisor's containerd shim,
+// containerd-shim-runsc-v1, built from the same module version as runsc
+// (scripts/test.sh builds both into one directory and sets it).
+const RunscShimEnv = "HUTCH_TEST_RUNSC_SHIM"
+
+// RunscShimName is the name of gVisor's containerd shim, which containerd
+// derives from the runtime type io.containerd.runsc.v1.
+const RunscShimName = "containerd-shim-runsc-v1"
+
+// RunscShim returns gVisor's containerd shim for tests of the gVisor tier
+// in a cluster: $HUTCH_TEST_RUNSC_SHIM, else the one beside Runsc's
+// binary, else one on PATH. Without one the test skips with the reason,
+// or fails when HUTCH_TEST_ROOT=1.
+func RunscShim(t testing.TB) string {
+	t.Helper()
+	RequireRoot(t)
+	p := os.Getenv(RunscShimEnv)
+	if p == "" {
+		beside := filepath.Join(filepath.Dir(Runsc(t)), RunscShimName)
+		if _, err := os.Stat(beside); err == nil {
+			return beside
+		}
+		var err error
+		p, err = exec.LookPath(RunscShimName)
+		Need(t, err == nil, "needs gVisor's "+RunscShimName+" in $"+RunscShimEnv+", beside runsc or on PATH (scripts/test.sh builds it)")
+	}
+	_, err := os.Stat(p)
+	Need(t, err == nil, fmt.Sprintf("%s=%s: %v", RunscShimEnv, p, err))
+	return p
+}
+
 // The environment variables that give the tests hutch's own images: the
 // tarballs scripts/base-image.sh builds (its --no-import prints the path;
 // scripts/test.sh sets them).

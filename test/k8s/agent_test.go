@@ -86,7 +86,7 @@ func TestAgentPod(t *testing.T) {
 	if _, err := netip.ParseAddr(podIP); err != nil {
 		t.Fatalf("the pod's address %q: %v", podIP, err)
 	}
-	node := c.NodeOnBridge(t)
+	c.NodeOnBridge(t)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -240,23 +240,7 @@ func TestAgentPod(t *testing.T) {
 	})
 
 	t.Run("egress", func(t *testing.T) {
-		// A server of the node on the pods' bridge, which the pod's
-		// packets reach without a router.
-		l, err := net.Listen("tcp", net.JoinHostPort(node.String(), "0"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		go func() {
-			for {
-				c, err := l.Accept()
-				if err != nil {
-					return
-				}
-				c.Close()
-			}
-		}()
-		out, _ := run(nil, fmt.Sprintf("fetch http://upstream.test:%d/; attacker tcp:127.0.0.2:%d tcp:%s", upstream, upstream, l.Addr()))
+		out, _ := run(nil, fmt.Sprintf("fetch http://upstream.test:%d/; attacker tcp:127.0.0.2:%d tcp:%s", upstream, upstream, bridgeListener(t, c)))
 		if !strings.Contains(out, "hello from the pod's upstream") {
 			t.Errorf("no upstream through the proxy:\n%s", out)
 		}

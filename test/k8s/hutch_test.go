@@ -18,13 +18,19 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/testutil/ocitest"
 )
 
-// runtimeClassYAMLHutch is the RuntimeClass hutch, of hutchCluster's
-// handler, and the start of a document after it.
+// runtimeClassYAMLHutch is the RuntimeClasses hutch and hutch-gvisor, of
+// hutchCluster's handlers, and the start of a document after them.
 const runtimeClassYAMLHutch = `apiVersion: node.k8s.io/v1
 kind: RuntimeClass
 metadata:
   name: hutch
 handler: hutch
+---
+apiVersion: node.k8s.io/v1
+kind: RuntimeClass
+metadata:
+  name: ` + gvisorHandler + `
+handler: ` + gvisorHandler + `
 ---
 `
 
@@ -234,6 +240,8 @@ spec:
 		t.Errorf("the pod of another namespace is %s", phase)
 	}
 	c.Kubectl(t, "delete", "namespace", "other", "--timeout=2m")
+
+	t.Run("gvisor", func(t *testing.T) { testRuntimeClassGVisor(t, c, port) })
 }
 
 // statusIDs returns the values of the line key (Uid, Gid) of
@@ -255,7 +263,8 @@ func statusIDs(t *testing.T, pid int, key string) string {
 
 // hutchCluster starts a cluster whose runtime handler hutch is hutch-runc
 // (the pods' dev.hutch.* annotations passed on) on the cluster's runc 1.5,
-// with the tests' image and the node's policies "pod", which allows the
+// and hutch-gvisor hutch-runc under gVisor's shim on runsc
+// (gvisorRuntimeHandler), with the tests' image and the node's policies "pod", which allows the
 // upstream.test that it serves on the node's loopback, and "serve", which
 // lets a pod's own allow-list name it; it returns the cluster and the
 // upstream's port.
@@ -287,12 +296,13 @@ func hutchCluster(t *testing.T) (*k8stest.Cluster, int) {
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	gvisor, runscEnv := gvisorRuntimeHandler(t, rt)
 	c := k8stest.StartCluster(t, k8stest.Options{
 		Images:          []string{tar},
-		RuntimeHandlers: []k8stest.RuntimeHandler{{Name: "hutch", BinaryName: rt, PodAnnotations: []string{"dev.hutch.*"}}},
-		// The shim's runtime, hutch-runc, hands the containers to
-		// the cluster's runc.
-		ContainerdEnv: []string{ocitest.PolicyDirEnv + "=" + policies, ocitest.RuntimeEnv + "=" + runc},
+		RuntimeHandlers: []k8stest.RuntimeHandler{{Name: "hutch", BinaryName: rt, PodAnnotations: []string{"dev.hutch.*"}}, gvisor},
+		// The runc shim's runtime, hutch-runc, hands the containers to
+		// the cluster's runc; gVisor's shim's to runsc.
+		ContainerdEnv: []string{ocitest.PolicyDirEnv + "=" + policies, ocitest.RuntimeEnv + "=" + runc, runscEnv},
 	})
 	return c, port
 }

@@ -111,7 +111,8 @@ func pods(t *testing.T, c *k8stest.Cluster) []string {
 // with the sandbox's allow-list added to the node policy; destroy deletes
 // the pod and its Secret; what a pod cannot honour is refused by name; a
 // daemon killed or stopped leaves its sandboxes running and the next one
-// of its name takes them again; with --warm, creates take pods the pool
+// of its name takes them again; a sandbox of the tier gvisor is a pod of
+// the RuntimeClass hutch-gvisor, on gVisor's kernel; with --warm, creates take pods the pool
 // started (testServeWarm); two replicas on the node share the sandboxes
 // (testServeReplicas), and so do the two of the Deployment of
 // deploy/kubernetes/hutch-serve.yaml (testServeDeployment).
@@ -195,6 +196,30 @@ func TestServeKubernetes(t *testing.T) {
 	if err != nil || string(r.Stdout) != daemon.DefaultWorkspace+"\nkept in the pod\n1\n" {
 		t.Errorf("the workspace: %q %v", r.Stdout, err)
 	}
+
+	// The tier gvisor: a pod of the RuntimeClass hutch-gvisor, its agent
+	// on gVisor's kernel; commands and files as under the tier namespace.
+	begin := time.Now()
+	gv, err := cl.Create(ctx, client.CreateOptions{Tier: "gvisor"})
+	if err != nil {
+		t.Fatalf("create of the tier gvisor: %v", err)
+	}
+	if class := c.Kubectl(t, "get", "pod", "hutch-"+gv.ID, "-n", "hutch-sandboxes", "-o", "jsonpath={.spec.runtimeClassName}"); class != gvisorHandler {
+		t.Errorf("the sandbox of the tier gvisor is a pod of the RuntimeClass %q, want %s", class, gvisorHandler)
+	}
+	if _, err := cl.WriteFile(ctx, gv.ID, note, strings.NewReader("kept under gVisor\n"), 0o644); err != nil {
+		t.Fatalf("write file under gVisor: %v", err)
+	}
+	r, err = cl.Run(ctx, gv.ID, client.Command{Args: []string{"sh", "-c", "dmesg | head -1; cat note.txt"}})
+	if err != nil {
+		t.Errorf("run under gVisor: %v", err)
+	} else if !strings.Contains(string(r.Stdout), "gVisor") || !strings.Contains(string(r.Stdout), "kept under gVisor\n") {
+		t.Errorf("run under gVisor: stdout %q, stderr %q", r.Stdout, r.Stderr)
+	}
+	if err := cl.Destroy(ctx, gv.ID); err != nil {
+		t.Fatalf("destroy of the tier gvisor: %v", err)
+	}
+	t.Logf("a sandbox of the tier gvisor created, used and destroyed in %v", time.Since(begin).Round(time.Millisecond))
 
 	// What a pod cannot honour is refused, saying what.
 	for _, o := range []client.CreateOptions{

@@ -108,6 +108,12 @@ func (c *Cluster) writeConfigs(t testing.TB, opts Options) {
 		"cni/net.d/10-hutch-k8s.conflist": c.cniConfig(),
 		"kubelet/config.yaml":             c.kubeletConfig(),
 	}
+	for _, h := range opts.RuntimeHandlers {
+		if h.RunscShim != "" {
+			files[c.runscConfigName(h.Name)] = c.runscConfig(h)
+			c.installShimStart(t, h)
+		}
+	}
 	for name, v := range kubeletSysctls {
 		files[filepath.Join("sysctl", strings.ReplaceAll(name, "/", "."))] = v + "\n"
 	}
@@ -193,6 +199,17 @@ disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.snapshotter.v1.bt
 		for i, a := range h.PodAnnotations {
 			annotations[i] = fmt.Sprintf("%q", a)
 		}
+		if h.RunscShim != "" {
+			fmt.Fprintf(&b, `    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.%[1]q]
+      runtime_type = "io.containerd.runsc.v1"
+      runtime_path = %[3]q
+      pod_annotations = [%[2]s]
+      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.%[1]q.options]
+        TypeUrl = "io.containerd.runsc.v1.options"
+        ConfigPath = %[4]q
+`, h.Name, strings.Join(annotations, ", "), c.shimStartPath(h.Name), c.path(c.runscConfigName(h.Name)))
+			continue
+		}
 		fmt.Fprintf(&b, `    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.%[1]q]
       runtime_type = "io.containerd.runc.v2"
       pod_annotations = [%[2]s]
@@ -202,6 +219,55 @@ disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.snapshotter.v1.bt
 `, h.Name, strings.Join(annotations, ", "), h.BinaryName)
 	}
 	return b.String()
+}
+
+// runscConfigName is the file, in the cluster's directory, of the
+// configuration of gVisor's shim for the runtime handler name.
+func (c *Cluster) runscConfigName(name string) string {
+	return filepath.Join("containerd", "runsc-"+name+".toml")
+}
+
+// shimStartPath is the containerd shim of the runtime handler name that
+// has a RunscShim: ./shimstart, which does the shim's start and hands the
+// rest to RunscShim.
+func (c *Cluster) shimStartPath(name string) string {
+	return c.path(filepath.Join("shim", name, "containerd-shim-runsc-v1"))
+}
+
+// installShimStart puts ./shimstart at shimStartPath, with the link to
+// h.RunscShim it hands the shim's calls to beside it.
+func (c *Cluster) installShimStart(t testing.TB, h RuntimeHandler) {
+	t.Helper()
+	p := c.shimStartPath(h.Name)
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, buildCommand(t, "shimstart"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(h.RunscShim, p+".real"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// RunscRoot is the root (--root) of the runsc of the runtime handler name
+// that has a RunscShim, under which it keeps its containers' state, in
+// containerd's namespace of the CRI.
+func (c *Cluster) RunscRoot(name string) string {
+	return c.path(filepath.Join("runsc", name, "k8s.io"))
+}
+
+// ShimLogDir is the directory of the logs of gVisor's shim of the runtime
+// handler name, one per container it serves.
+func (c *Cluster) ShimLogDir(name string) string {
+	return c.path(filepath.Join("logs", "shim-"+name))
+}
+
+// runscConfig is the configuration of gVisor's shim for h: its runsc,
+// the runsc's root, its logs in the cluster's logs.
+func (c *Cluster) runscConfig(h RuntimeHandler) string {
+	return fmt.Sprintf("binary_name = %q\nroot = %q\nlog_path = %q\nlog_level = \"debug\"\n",
+		h.BinaryName, filepath.Dir(c.RunscRoot(h.Name)), c.ShimLogDir(h.Name)+"/")
 }
 
 // cniConfig is the pods' network: a bridge of the cluster's own without an
@@ -279,34 +345,49 @@ clusterDomain: cluster.local
 `, c.NodeIP, c.ports.kubelet, c.path("pki/ca.crt"), c.ContainerdSocket, c.CgroupRoot, c.path("pod-logs"))
 }
 
-var (
-	pauseOnce sync.Once
-	pauseBin  []byte
-	pauseErr  error
-)
+// commands are the programs of this package's own (./pause, ./shimstart)
+// built once per test process, by name.
+var commands sync.Map
+
+// command is one of commands.
+type command struct {
+	once sync.Once
+	bin  []byte
+	err  error
+}
+
+// buildCommand builds the program ./name of this package, static, once
+// per test process, and returns its binary.
+func buildCommand(t testing.TB, name string) []byte {
+	t.Helper()
+	v, _ := commands.LoadOrStore(name, &command{})
+	cmd := v.(*command)
+	cmd.once.Do(func() {
+		tmp, err := os.MkdirTemp("", "hutch-k8stest-")
+		if err != nil {
+			cmd.err = err
+			return
+		}
+		defer os.RemoveAll(tmp)
+		b := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(tmp, name), "github.com/hutch-sandbox/hutch/internal/testutil/k8stest/"+name)
+		b.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := b.CombinedOutput(); err != nil {
+			cmd.err = fmt.Errorf("go build %s: %v\n%s", name, err, out)
+			return
+		}
+		cmd.bin, cmd.err = os.ReadFile(filepath.Join(tmp, name))
+	})
+	if cmd.err != nil {
+		t.Fatal(cmd.err)
+	}
+	return cmd.bin
+}
 
 // pauseImage builds the pause command (once per test process) and writes
 // an image of it, PauseImage, as a `docker save` tarball into dir.
 func pauseImage(t testing.TB, dir string) string {
 	t.Helper()
-	pauseOnce.Do(func() {
-		tmp, err := os.MkdirTemp("", "hutch-pause-")
-		if err != nil {
-			pauseErr = err
-			return
-		}
-		defer os.RemoveAll(tmp)
-		cmd := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(tmp, "pause"), "github.com/hutch-sandbox/hutch/internal/testutil/k8stest/pause")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			pauseErr = fmt.Errorf("go build pause: %v\n%s", err, out)
-			return
-		}
-		pauseBin, pauseErr = os.ReadFile(filepath.Join(tmp, "pause"))
-	})
-	if pauseErr != nil {
-		t.Fatal(pauseErr)
-	}
+	pauseBin := buildCommand(t, "pause")
 	img := imagetest.Image(t, "amd64", func(cf *v1.Config) { cf.Entrypoint = []string{"/pause"} },
 		imagetest.Layer(t, imagetest.Tar(t, imagetest.File("pause", string(pauseBin), 0o755))))
 	return imagetest.DockerSave(t, img, PauseImage, dir)

@@ -72,13 +72,22 @@ const PauseImage = "hutch.local/k8stest/pause:1"
 
 // RuntimeHandler is a runtime handler of containerd's CRI plugin besides
 // the default "runc": a RuntimeClass whose handler is Name runs its pods'
-// containers with the runc shim and BinaryName as their runtime.
+// containers with the runc shim and BinaryName as their runtime, or, with
+// RunscShim, with gVisor's shim and BinaryName as its runsc.
 type RuntimeHandler struct {
 	Name       string
 	BinaryName string
 	// PodAnnotations are the pod annotations (globs, such as
 	// "dev.hutch.*") containerd passes on to the runtime.
 	PodAnnotations []string
+	// RunscShim, when set, is gVisor's containerd shim
+	// (containerd-shim-runsc-v1): the handler's runtime type is
+	// io.containerd.runsc.v1, and the shim's
+	// configuration names BinaryName as runsc and RunscRoot as its
+	// root. The shim's start
+	// is ./shimstart's: gVisor's lowers the shim's oom_score_adj, which
+	// takes a capability root lacks on the test machines.
+	RunscShim string
 }
 
 // Options are what a test changes in its cluster.
