@@ -32,23 +32,10 @@ import (
 // stops the daemon leaving the sandbox running, and the next one takes it
 // again; SIGTERM ends everything, and nothing is left.
 func TestServeReadopt(t *testing.T) {
-	up := startUpstream(t)
-	_, port, _ := net.SplitHostPort(up.addr)
 	img := imagetest.Busybox(t, func(ok bool, reason string) { testutil.Need(t, ok, reason) })
 	d := startDaemonWith(t, importImage(t, img, "hutch.test/readopt:1"), "--warm", "2", "--allow-private", "127.0.0.1/32")
-	ctx := context.Background()
-	c, err := client.New("unix://"+d.sock, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pol, _ := json.Marshal(map[string]any{"network": map[string]any{
-		"allowed_domains": []string{"allowed.test:" + port},
-		"hosts":           []string{"allowed.test:127.0.0.1", "blocked.test:127.0.0.1"},
-	}})
-	sb, err := c.Create(ctx, client.CreateOptions{Policy: pol, Timeout: 10 * time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := newReadoptProbe(t, d)
+	ctx, c, sb := p.ctx, p.c, p.sb
 	id := sb.ID
 	// From the warm pool, with an environment its commands get.
 	short, err := c.Create(ctx, client.CreateOptions{Timeout: 25 * time.Second, Env: map[string]string{"GREETING": "hello"}})
@@ -63,45 +50,11 @@ func TestServeReadopt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := func(id, script string) string {
-		t.Helper()
-		res, err := c.Run(ctx, id, client.Command{Args: []string{"sh", "-c", script}})
-		if err != nil {
-			t.Fatalf("run %q in %s: %v", script, id, err)
-		}
-		if res.Code != 0 {
-			t.Fatalf("run %q in %s: exit %d, stderr %s", script, id, res.Code, res.Stderr)
-		}
-		return string(res.Stdout)
-	}
-	curl := func() string {
-		t.Helper()
-		return run(id, `curl -sS --max-time 10 http://allowed.test:`+port+`/one; echo "RC allowed $?"
-curl -sS --max-time 10 -o /dev/null -D - http://blocked.test:`+port+`/two; echo "RC blocked $?"`)
-	}
-	wantEgress := func(out string) {
-		t.Helper()
-		for _, want := range []string{"hello from allowed.test:" + port + "/one", "RC allowed 0", "403", "X-Hutch-Blocked: not in allowedDomains"} {
-			if !strings.Contains(out, want) {
-				t.Errorf("egress: the output lacks %q:\n%s", want, out)
-			}
-		}
-	}
-	wantEgress(curl())
-	// A loop that counts in a variable of its shell, in the background.
-	loop := strings.TrimSpace(run(id, `echo written >/tmp/before; setsid sh -c 'n=0; while :; do n=$((n+1)); echo $n >/tmp/count; sleep 0.1; done' >/dev/null 2>&1 & echo $!`))
-	count := func() int {
-		t.Helper()
-		n, err := strconv.Atoi(strings.TrimSpace(run(id, "cat /tmp/count 2>/dev/null || echo 0")))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
-	var before int
-	if !testutil.Eventually(guard, func() bool { before = count(); return before > 2 }) {
-		t.Fatalf("the loop does not count: %d", before)
-	}
+	run := p.run
+	curl := func() string { t.Helper(); return p.curl(id) }
+	count := func() int { t.Helper(); return p.count(id) }
+	p.wantEgress("before", curl())
+	loop, before := p.startLoop()
 	// The processes of the sandboxes, to end them whatever happens.
 	procs := sandboxProcs(t, d.cmd.Process.Pid)
 	t.Cleanup(func() {
@@ -139,16 +92,14 @@ curl -sS --max-time 10 -o /dev/null -D - http://blocked.test:`+port+`/two; echo 
 		if !testutil.Eventually(guard, func() bool { return count() > before }) {
 			t.Errorf("the loop stopped counting at %d", before)
 		}
-		wantEgress(curl())
+		p.wantEgress("after the restart", curl())
 		if out := run(fromImage.ID, "cat /etc/motd"); out != "from the image\n" {
 			t.Errorf("a sandbox of an image, after the restart: %q", out)
 		}
 		if out := run(short.ID, `echo "$GREETING"`); out != "hello\n" {
 			t.Errorf("the environment of a warm sandbox's create, after the restart: %q", out)
 		}
-		if got := up.requests(); len(got) != 2 || got[0] != got[1] || got[0] != "allowed.test:"+port+"/one" {
-			t.Errorf("the upstream got %q, want the allowed request twice", got)
-		}
+		p.wantUpstreamTwice()
 	})
 	t.Run("audit", func(t *testing.T) {
 		// Each sandbox taken again is a line of the audit log, from the
@@ -211,7 +162,7 @@ curl -sS --max-time 10 -o /dev/null -D - http://blocked.test:`+port+`/two; echo 
 	if out := run(id, "kill -0 "+loop+" && echo same"); out != "same\n" {
 		t.Errorf("the loop after SIGUSR2 and a restart: %q", out)
 	}
-	wantEgress(curl())
+	p.wantEgress("after SIGUSR2", curl())
 
 	// SIGTERM ends everything, as ever.
 	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -266,47 +217,13 @@ func pid1Of(t *testing.T, procs []sandboxProc, id string) sandboxProc {
 // leaves it running too; SIGTERM ends it and leaves nothing: no process of
 // its Sentry's, no runsc state, no mount of its bundle directory.
 func TestServeReadoptGVisor(t *testing.T) {
-	up := startUpstream(t)
-	_, port, _ := net.SplitHostPort(up.addr)
 	d := startDaemonWith(t, nil, "--default-tier", "gvisor", "--runsc", testutil.Runsc(t), "--allow-private", "127.0.0.1/32")
-	ctx := context.Background()
-	c, err := client.New("unix://"+d.sock, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pol, _ := json.Marshal(map[string]any{"network": map[string]any{
-		"allowed_domains": []string{"allowed.test:" + port},
-		"hosts":           []string{"allowed.test:127.0.0.1", "blocked.test:127.0.0.1"},
-	}})
-	sb, err := c.Create(ctx, client.CreateOptions{Policy: pol, Timeout: 10 * time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := sb.ID
-	run := func(script string) string {
-		t.Helper()
-		res, err := c.Run(ctx, id, client.Command{Args: []string{"sh", "-c", script}})
-		if err != nil {
-			t.Fatalf("run %q: %v", script, err)
-		}
-		if res.Code != 0 {
-			t.Fatalf("run %q: exit %d, stderr %s", script, res.Code, res.Stderr)
-		}
-		return string(res.Stdout)
-	}
-	curl := func() string {
-		t.Helper()
-		return run(`curl -sS --max-time 10 http://allowed.test:` + port + `/one; echo "RC allowed $?"
-curl -sS --max-time 10 -o /dev/null -D - http://blocked.test:` + port + `/two; echo "RC blocked $?"`)
-	}
-	wantEgress := func(when, out string) {
-		t.Helper()
-		for _, want := range []string{"hello from allowed.test:" + port + "/one", "RC allowed 0", "403", "X-Hutch-Blocked: not in allowedDomains"} {
-			if !strings.Contains(out, want) {
-				t.Errorf("egress %s: the output lacks %q:\n%s", when, want, out)
-			}
-		}
-	}
+	p := newReadoptProbe(t, d)
+	ctx, c, sb, id := p.ctx, p.c, p.sb, p.sb.ID
+	run := func(script string) string { t.Helper(); return p.run(id, script) }
+	curl := func() string { t.Helper(); return p.curl(id) }
+	count := func() int { t.Helper(); return p.count(id) }
+	wantEgress := p.wantEgress
 	wantKernel := func(when string) {
 		t.Helper()
 		if out := run(`dmesg | grep -c -i gvisor`); strings.TrimSpace(out) == "0" {
@@ -315,19 +232,7 @@ curl -sS --max-time 10 -o /dev/null -D - http://blocked.test:` + port + `/two; e
 	}
 	wantEgress("before", curl())
 	wantKernel("before")
-	loop := strings.TrimSpace(run(`echo written >/tmp/before; setsid sh -c 'n=0; while :; do n=$((n+1)); echo $n >/tmp/count; sleep 0.1; done' >/dev/null 2>&1 & echo $!`))
-	count := func() int {
-		t.Helper()
-		n, err := strconv.Atoi(strings.TrimSpace(run("cat /tmp/count 2>/dev/null || echo 0")))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
-	var before int
-	if !testutil.Eventually(guard, func() bool { before = count(); return before > 2 }) {
-		t.Fatalf("the loop does not count: %d", before)
-	}
+	loop, before := p.startLoop()
 	// Its bundle directory (the lasting file's handle) and its Sentry
 	// (that directory's owner).
 	var ls struct {
@@ -369,9 +274,7 @@ curl -sS --max-time 10 -o /dev/null -D - http://blocked.test:` + port + `/two; e
 	}
 	wantEgress("after the restart", curl())
 	wantKernel("after the restart")
-	if got := up.requests(); len(got) != 2 || got[0] != got[1] || got[0] != "allowed.test:"+port+"/one" {
-		t.Errorf("the upstream got %q, want the allowed request twice", got)
-	}
+	p.wantUpstreamTwice()
 
 	// SIGUSR2: the daemon stops and the sandbox runs on, for the next.
 	if err := d.cmd.Process.Signal(syscall.SIGUSR2); err != nil {
@@ -407,4 +310,98 @@ curl -sS --max-time 10 -o /dev/null -D - http://blocked.test:` + port + `/two; e
 	if mi, err := os.ReadFile("/proc/self/mountinfo"); err != nil || strings.Contains(string(mi), ls.Handle) || strings.Contains(string(mi), d.stateDir) {
 		t.Errorf("mounts left (%v):\n%s", err, mi)
 	}
+}
+
+// readoptProbe is what the restart tests do through a served daemon: a
+// sandbox created with egress rules for a loopback upstream (allowed.test
+// allowed, blocked.test not), commands in it, its egress checked, a
+// counting loop started in it.
+type readoptProbe struct {
+	t    *testing.T
+	ctx  context.Context
+	c    *client.Client
+	up   *upstream
+	port string
+	sb   *client.Sandbox
+}
+
+func newReadoptProbe(t *testing.T, d *daemonProc) *readoptProbe {
+	t.Helper()
+	p := &readoptProbe{t: t, ctx: context.Background(), up: startUpstream(t)}
+	_, p.port, _ = net.SplitHostPort(p.up.addr)
+	var err error
+	if p.c, err = client.New("unix://"+d.sock, ""); err != nil {
+		t.Fatal(err)
+	}
+	pol, _ := json.Marshal(map[string]any{"network": map[string]any{
+		"allowed_domains": []string{"allowed.test:" + p.port},
+		"hosts":           []string{"allowed.test:127.0.0.1", "blocked.test:127.0.0.1"},
+	}})
+	if p.sb, err = p.c.Create(p.ctx, client.CreateOptions{Policy: pol, Timeout: 10 * time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// run runs script with sh in sandbox id and returns its output; it must
+// succeed.
+func (p *readoptProbe) run(id, script string) string {
+	p.t.Helper()
+	res, err := p.c.Run(p.ctx, id, client.Command{Args: []string{"sh", "-c", script}})
+	if err != nil {
+		p.t.Fatalf("run %q in %s: %v", script, id, err)
+	}
+	if res.Code != 0 {
+		p.t.Fatalf("run %q in %s: exit %d, stderr %s", script, id, res.Code, res.Stderr)
+	}
+	return string(res.Stdout)
+}
+
+// curl asks the allowed and the blocked host from sandbox id.
+func (p *readoptProbe) curl(id string) string {
+	p.t.Helper()
+	return p.run(id, `curl -sS --max-time 10 http://allowed.test:`+p.port+`/one; echo "RC allowed $?"
+curl -sS --max-time 10 -o /dev/null -D - http://blocked.test:`+p.port+`/two; echo "RC blocked $?"`)
+}
+
+// wantEgress checks curl's output: the allowed host answered, the blocked
+// one was refused by the proxy.
+func (p *readoptProbe) wantEgress(when, out string) {
+	p.t.Helper()
+	for _, want := range []string{"hello from allowed.test:" + p.port + "/one", "RC allowed 0", "403", "X-Hutch-Blocked: not in allowedDomains"} {
+		if !strings.Contains(out, want) {
+			p.t.Errorf("egress %s: the output lacks %q:\n%s", when, want, out)
+		}
+	}
+}
+
+// wantUpstreamTwice checks that the upstream got the allowed request
+// twice (before and after a restart), and nothing else.
+func (p *readoptProbe) wantUpstreamTwice() {
+	p.t.Helper()
+	if got := p.up.requests(); len(got) != 2 || got[0] != got[1] || got[0] != "allowed.test:"+p.port+"/one" {
+		p.t.Errorf("the upstream got %q, want the allowed request twice", got)
+	}
+}
+
+// startLoop writes /tmp/before in the probe's sandbox and starts there, in
+// the background, a shell loop that counts in a variable of its own into
+// /tmp/count; it returns the loop's pid and a count it reached.
+func (p *readoptProbe) startLoop() (pid string, before int) {
+	p.t.Helper()
+	pid = strings.TrimSpace(p.run(p.sb.ID, `echo written >/tmp/before; setsid sh -c 'n=0; while :; do n=$((n+1)); echo $n >/tmp/count; sleep 0.1; done' >/dev/null 2>&1 & echo $!`))
+	if !testutil.Eventually(guard, func() bool { before = p.count(p.sb.ID); return before > 2 }) {
+		p.t.Fatalf("the loop does not count: %d", before)
+	}
+	return pid, before
+}
+
+// count is the loop's count in sandbox id.
+func (p *readoptProbe) count(id string) int {
+	p.t.Helper()
+	n, err := strconv.Atoi(strings.TrimSpace(p.run(id, "cat /tmp/count 2>/dev/null || echo 0")))
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	return n
 }
