@@ -32,15 +32,7 @@ func listenAgent(t *testing.T, lo ListenOptions, opts ServeOptions) string {
 	errc := make(chan error, 1)
 	go func() { errc <- ServeListener(l, lo, opts) }()
 	t.Cleanup(func() {
-		l.Close()
-		select {
-		case err := <-errc:
-			if !errors.Is(err, net.ErrClosed) {
-				t.Errorf("ServeListener: %v, want the listener's end", err)
-			}
-		case <-time.After(20 * time.Second):
-			t.Errorf("ServeListener did not return once its listener closed")
-		}
+		closeListener(t, l, errc)
 	})
 	return l.Addr().String()
 }
@@ -293,6 +285,13 @@ func TestListenFirst(t *testing.T) {
 		t.Error("ServeListener did not return once First ended after its detach")
 	}
 	// The first agent, whose listener is open, outlives First.
+	closeListener(t, l, errc)
+}
+
+// closeListener closes l and checks that ServeListener, whose error errc
+// brings, returns for that reason.
+func closeListener(t *testing.T, l net.Listener, errc <-chan error) {
+	t.Helper()
 	l.Close()
 	select {
 	case err := <-errc:
