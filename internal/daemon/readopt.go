@@ -61,21 +61,20 @@ type lasting struct {
 }
 
 // lastingOK says whether a sandbox launched on rt with these may outlive
-// the daemon: only a fresh one of the namespace tier or of a runtime that
-// can take its sandboxes again (reattacher: the gVisor tier), started by
-// root, without secrets (which live in the daemon's memory only: the next
+// the daemon: only a fresh one of a runtime that can take its sandboxes
+// again (reattacher: the namespace and gVisor tiers), started by root,
+// without secrets (which live in the daemon's memory only: the next
 // daemon could not substitute them), a change set under review (whose
 // overlay the daemon holds) or a snapshot below it (whose layers it holds).
 func lastingOK(rt sandbox.Runtime, spec policy.Spec, sec *sandboxSecrets, review *reviewBinding, snap *store.Snapshot) bool {
 	_, again := rt.(reattacher)
-	return (spec.Tier == policy.TierNamespace || again) && os.Geteuid() == 0 && sec == nil && review == nil && snap == nil
+	return again && os.Geteuid() == 0 && sec == nil && review == nil && snap == nil
 }
 
-// reattacher is a runtime of this machine, other than the namespace
-// tier, whose sandboxes can outlive the daemon (gvisor.Runtime): an
-// instance it starts with sandbox.Config.AgentSocket has a Handle, which
-// the next daemon gives Reattach, with the rest of the ReattachConfig, to
-// take it again.
+// reattacher is a runtime of this machine whose sandboxes can outlive the
+// daemon (sandbox.Namespaces, gvisor.Runtime): an instance it starts with
+// sandbox.Config.AgentSocket the next daemon takes again with Reattach
+// (a gVisor sandbox's Handle, recorded, in the ReattachConfig).
 type reattacher interface {
 	Reattach(r sandbox.ReattachConfig) (sandbox.Instance, error)
 }
@@ -265,16 +264,13 @@ func (localAttach) attach(m *Manager, l *live, sb store.Sandbox, spec policy.Spe
 		Log:         log,
 		Handle:      ls.Handle,
 	}
-	if sb.Tier == policy.TierNamespace {
-		return sandbox.Reattach(rc)
-	}
 	rt, err := m.runtime(sb.Tier)
 	if err != nil {
 		closeFD(pidfd)
 		return nil, err
 	}
 	again, ok := rt.(reattacher)
-	if !ok || ls.Handle == "" {
+	if !ok {
 		closeFD(pidfd)
 		return nil, fmt.Errorf("tier %s: its sandboxes are not taken again", sb.Tier)
 	}

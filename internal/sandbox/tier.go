@@ -55,3 +55,13 @@ func (Namespaces) Tier() string { return policy.TierNamespace }
 
 // Run is Run.
 func (Namespaces) Run(ctx context.Context, c Config) (Result, error) { return Run(ctx, c) }
+
+// Reattach is Reattach: a sandbox of the tier started with
+// Config.AgentSocket outlives its daemon, and the next one takes it again.
+func (Namespaces) Reattach(r ReattachConfig) (Instance, error) {
+	s, err := Reattach(r)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
