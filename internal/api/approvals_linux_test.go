@@ -77,8 +77,7 @@ func runAsync(ctx context.Context, c *client.Client, id string, cmd []string) <-
 // events tell of the questions, and the audit log keeps every decision.
 func TestServedApprovals(t *testing.T) {
 	al, auditPath := openAudit(t)
-	m, op, sock := realDaemon(t, daemon.Config{}, Config{Audit: al})
-	m.SetAudit(al)
+	_, op, sock := realDaemon(t, daemon.Config{Audit: al}, Config{Audit: al})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 

@@ -49,10 +49,6 @@ type Approver interface {
 
 var _ Approver = (*Manager)(nil)
 
-// SetAudit sets the log of Config.Audit after New: the take-backs of New
-// itself are then not in it. Set before the first sandbox is created.
-func (m *Manager) SetAudit(al *audit.Log) { m.audit.Store(al) }
-
 // newBroker is the daemon's one Broker: its questions are events of their
 // sandboxes.
 func (m *Manager) newBroker() *approve.Broker {
@@ -118,7 +114,7 @@ func (m *Manager) brokerGate(id string, log *slog.Logger) *approve.Gate {
 			m.eventsOf("", id).append(EventApprovalDenied, map[string]any{"kind": r.Kind, "subject": r.Subject, "command": r.Command,
 				"rule": r.Rule, "reason": r.Reason}, false)
 		}
-		if al := m.audit.Load(); al != nil {
+		if al := m.cfg.Audit; al != nil {
 			rec := r
 			if err := al.Append(audit.Entry{Time: r.Time, Tenant: m.tenantOf(id), Action: "approval", Sandbox: id, Approval: &rec}); err != nil {
 				log.Error("audit an approval", "err", err)

@@ -150,8 +150,7 @@ type Config struct {
 	// daemon makes of its own: an approval decision ("approval"), a
 	// sandbox taken again at a restart or after its connection was lost
 	// ("take_back"), one taken over from a replica gone ("take_over").
-	// Set here rather than with SetAudit for the take-backs of New itself
-	// to be recorded. The daemon does not close it.
+	// The daemon does not close it.
 	Audit *audit.Log
 }
 

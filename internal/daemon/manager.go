@@ -18,7 +18,6 @@ import (
 
 	"github.com/hutch-sandbox/hutch/internal/agent"
 	"github.com/hutch-sandbox/hutch/internal/approve"
-	"github.com/hutch-sandbox/hutch/internal/audit"
 	"github.com/hutch-sandbox/hutch/internal/changes"
 	"github.com/hutch-sandbox/hutch/internal/egress"
 	"github.com/hutch-sandbox/hutch/internal/image"
@@ -135,9 +134,8 @@ type Manager struct {
 	warmSlots chan struct{}
 
 	// broker holds the questions of the sandboxes' approval gates
-	// (approvals.go); audit gets their decisions (SetAudit).
+	// (approvals.go); Config.Audit gets their decisions.
 	broker *approve.Broker
-	audit  atomic.Pointer[audit.Log]
 
 	teardowns  chan struct{} // a semaphore of maxTeardowns
 	exports    chan struct{} // a semaphore of maxExports (export.go)
@@ -321,7 +319,6 @@ func New(cfg Config, log *slog.Logger) (*Manager, error) {
 		warmSlots:    make(chan struct{}, maxWarmStarts),
 	}
 	m.broker = m.newBroker()
-	m.audit.Store(cfg.Audit)
 	if err := m.cleanupLeftovers(context.Background()); err != nil {
 		closeAll()
 		return nil, err

@@ -174,7 +174,7 @@ func (m *Manager) reattach(ctx context.Context, rt attacher, sb store.Sandbox) (
 		return fail(err)
 	}
 	log.Info("sandbox taken again", "on", rt.where(), "expires", sb.Expires)
-	if al := m.audit.Load(); al != nil {
+	if al := m.cfg.Audit; al != nil {
 		if err := al.Append(audit.Entry{Tenant: sb.Tenant, Action: "take_back", Sandbox: sb.ID, Subject: rt.where()}); err != nil {
 			log.Error("audit a take-back", "err", err)
 		}

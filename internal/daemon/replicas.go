@@ -224,7 +224,7 @@ func (m *Manager) takeOver(ctx context.Context, sb store.Sandbox) (store.Sandbox
 	}
 	log := m.log.With("sandbox", sb.ID, "tenant", sb.Tenant)
 	log.Warn("sandbox taken over from a replica gone", "from", from, "state", took.State)
-	if al := m.audit.Load(); al != nil && took.Tenant != warmTenant {
+	if al := m.cfg.Audit; al != nil && took.Tenant != warmTenant {
 		if err := al.Append(audit.Entry{Tenant: took.Tenant, Action: "take_over", Sandbox: sb.ID, Subject: from}); err != nil {
 			log.Error("audit a take-over", "err", err)
 		}
