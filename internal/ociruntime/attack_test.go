@@ -316,3 +316,77 @@ func TestTrustBundleInImage(t *testing.T) {
 		t.Errorf("after the lookup: %v", err)
 	}
 }
+
+// TestGVisorAnnotationsRefused: under the gVisor tier, a container's
+// creator sets no annotation of gVisor's that changes runsc's flags or
+// reaches the host's files (a root file system, an upper layer or a
+// restore read from a host path, devices of the host, another cgroup):
+// the create fails naming it. The ones gVisor's shim writes into a pod's
+// bundles pass: mount hints, empty-dir settings, and the pod's cgroup of
+// the container's own cgroups path. Under runc they mean nothing and
+// pass.
+func TestGVisorAnnotationsRefused(t *testing.T) {
+	o := Options{Binary: "/usr/bin/hutch-runc", StateDir: "/run/hutch-runc/hutch/c1", Tier: TierGVisor}
+	const cgroups = "/kubepods/burstable/pod1234/abcd"
+	spec := func(k, v string) *specs.Spec {
+		s := testSpec()
+		s.Linux.CgroupsPath = cgroups
+		s.Annotations = map[string]string{k: v, "io.kubernetes.cri.container-type": "sandbox"}
+		return s
+	}
+	for k, v := range map[string]string{
+		"dev.gvisor.flag.debug":                           "true",
+		"dev.gvisor.flag.host-uds":                        "all",
+		"dev.gvisor.flag.overlay2":                        "root:self",
+		"dev.gvisor.flag.allow-flag-override":             "true",
+		"dev.gvisor.bundle.experimental-high-performance": "true",
+		"dev.gvisor.spec.rootfs.source":                   "/etc/shadow",
+		"dev.gvisor.spec.rootfs.type":                     "erofs",
+		"dev.gvisor.tar.rootfs.upper":                     "/root/secrets.tar",
+		"dev.gvisor.tar.rootfs.upper.c1":                  "/root/secrets.tar",
+		"dev.gvisor.internal.checkpoint.path":             "/var/lib",
+		"dev.gvisor.internal.nvproxy":                     "true",
+		"dev.gvisor.internal.seccomp.c1":                  "RuntimeDefault",
+		"dev.gvisor.container-name-remap.1":               "a=b",
+		"dev.gvisor.spec.cgroup-parent":                   "/",
+		"dev.gvisor.spec.mount.vol":                       "x",
+		"dev.gvisor.spec.mount.vol.bogus":                 "x",
+		"dev.gvisor.spec.mount..source":                   "/x",
+		"dev.gvisor.something-new":                        "x",
+	} {
+		if _, err := Harden(spec(k, v), "/bundle", o); err == nil || !strings.Contains(err.Error(), "annotation "+k+":") {
+			t.Errorf("%s=%s: %v", k, v, err)
+		}
+		if _, err := Harden(spec(k, v), "/bundle", Options{Binary: o.Binary, StateDir: o.StateDir}); err != nil {
+			t.Errorf("%s=%s under runc: %v", k, v, err)
+		}
+	}
+	for k, v := range map[string]string{
+		"dev.gvisor.spec.mount.gvisorinternaldevshm.source": "/run/containerd/shm",
+		"dev.gvisor.spec.mount.gvisorinternaldevshm.type":   "tmpfs",
+		"dev.gvisor.spec.mount.gvisorinternaldevshm.share":  "pod",
+		"dev.gvisor.spec.mount.data.options":                "rw",
+		"dev.gvisor.spec.mount.data.directfs":               "off",
+		"dev.gvisor.empty-dir.data.force-shared":            "true",
+		"dev.gvisor.spec.cgroup-parent":                     "/kubepods/burstable/pod1234",
+		"dev.hutch.policy":                                  "web",
+	} {
+		if _, err := Harden(spec(k, v), "/bundle", o); err != nil {
+			t.Errorf("%s=%s: %v", k, v, err)
+		}
+	}
+	for path, want := range map[string]string{
+		"kubepods/pod1/c": "kubepods/pod1",
+		"/a/b":            "",
+		"/kubepods/pod1":  "",
+		"":                "",
+	} {
+		s := testSpec()
+		s.Linux.CgroupsPath = path
+		if got, ok := podCgroup(s); got != want && ok {
+			t.Errorf("podCgroup(%q) = %q, want %q", path, got, want)
+		} else if ok != (want != "") {
+			t.Errorf("podCgroup(%q) = %q %v", path, got, ok)
+		}
+	}
+}

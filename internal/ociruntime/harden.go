@@ -114,6 +114,11 @@ func Harden(s *specs.Spec, bundle string, o Options) (Confinement, error) {
 			c.Writable = append(c.Writable, filepath.Clean(m.Destination))
 		}
 	}
+	if o.Tier == TierGVisor {
+		if err := checkGVisorAnnotations(s); err != nil {
+			return c, err
+		}
+	}
 	c.Devices = slices.Clone(defaultDevices)
 	for _, d := range s.Linux.Devices {
 		if !slices.Contains(c.Devices, d.Path) {

@@ -25,7 +25,9 @@ import (
 // their environment or the agent's (/proc/1/environ, as root and as
 // another user), with the node policy's egress; ctr's exec gets no token
 // either, and the container's other ports take no connection from
-// outside. An annotation that is not a port fails the create.
+// outside. An annotation that is not a port fails the create, and so,
+// under gVisor, does an annotation of gVisor's that would change runsc's
+// flags or have it read the host's files.
 func TestContainerdAgent(t *testing.T) {
 	ocitest.Need(t, "iproute2:ip")
 	runsc := testutil.Runsc(t)
@@ -47,13 +49,29 @@ func TestContainerdAgent(t *testing.T) {
 	if r.Code == 0 || !strings.Contains(r.Stderr, `annotation dev.hutch.agent: "0" is not a TCP port`) {
 		t.Errorf("annotation dev.hutch.agent=0: %s", r)
 	}
+	// Under gVisor, annotations of gVisor's that would change runsc's
+	// flags or have it read host files fail the create, naming them.
+	for _, ann := range []string{
+		"dev.gvisor.tar.rootfs.upper=/etc/shadow",
+		"dev.gvisor.spec.rootfs.source=/etc/shadow",
+		"dev.gvisor.flag.host-uds=all",
+		"dev.gvisor.bundle.experimental-high-performance=true",
+		"dev.gvisor.spec.cgroup-parent=/",
+	} {
+		r := c.Ctr(ctx, "run", "--rm", "--annotation", ann, "--runc-binary", gvisor, testImage, "bad", "true")
+		if k, _, _ := strings.Cut(ann, "="); r.Code == 0 || !strings.Contains(r.Stderr, "annotation "+k+":") {
+			t.Errorf("annotation %s under gVisor: %s", ann, r)
+		}
+	}
 
 	for i, runtime := range []string{rt, gvisor} {
 		t.Run(filepath.Base(runtime), func(t *testing.T) {
 			client, server := vethPair(t, i)
 			name := fmt.Sprintf("agent%d", i)
+			// A mount hint of gVisor's (incomplete, so unused) is
+			// taken under both.
 			if r := c.Ctr(ctx, "run", "-d", "--runc-binary", runtime, "--with-ns", "network:"+server.ns,
-				"--annotation", "dev.hutch.agent=7443", "--annotation", "dev.hutch.policy=upstream",
+				"--annotation", "dev.hutch.agent=7443", "--annotation", "dev.hutch.policy=upstream", "--annotation", "dev.gvisor.spec.mount.unused.share=pod",
 				"--env", agent.TokenEnv+"="+token, testImage, name, "sh", "-c", "echo the image's command ran; sleep 600"); r.Err != nil {
 				t.Fatalf("ctr run: %s", r)
 			}
