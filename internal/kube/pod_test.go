@@ -3,6 +3,7 @@ package kube
 import (
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -117,5 +118,37 @@ func TestUnsupported(t *testing.T) {
 	}
 	if why := Unsupported(policy.Spec{Network: policy.Network{Mode: "proxy", AllowedDomains: []string{"a.test"}}}); why != "" {
 		t.Errorf("an allow-list is refused: %s", why)
+	}
+}
+
+// TestStuckWhy: a pod whose image cannot be pulled is given up at once; one
+// waiting for a reason the kubelet retries (a busy API server's "failed to
+// sync secret cache") only after RetryGrace of it, the same reason all
+// along; a pod that moves on starts its grace again.
+func TestStuckWhy(t *testing.T) {
+	waiting := func(reason string) *corev1.Pod {
+		return &corev1.Pod{Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{
+			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: "m"}}}}}}
+	}
+	t0 := time.Unix(1000, 0)
+	var st stuckSince
+	if why := st.why(waiting("ImagePullBackOff"), t0); !strings.HasPrefix(why, "ImagePullBackOff: m") {
+		t.Errorf("image pull: %q", why)
+	}
+	st = stuckSince{}
+	if why := st.why(waiting("CreateContainerConfigError"), t0); why != "" {
+		t.Errorf("at first sight: %q", why)
+	}
+	if why := st.why(waiting("CreateContainerConfigError"), t0.Add(RetryGrace-time.Second)); why != "" {
+		t.Errorf("within the grace: %q", why)
+	}
+	if why := st.why(waiting("ContainerCreating"), t0.Add(RetryGrace)); why != "" || st.reason != "" {
+		t.Errorf("moved on: %q %+v", why, st)
+	}
+	if why := st.why(waiting("RunContainerError"), t0.Add(RetryGrace)); why != "" {
+		t.Errorf("a new reason: %q", why)
+	}
+	if why := st.why(waiting("RunContainerError"), t0.Add(2*RetryGrace)); !strings.HasPrefix(why, "RunContainerError for 30s: m") {
+		t.Errorf("after the grace: %q", why)
 	}
 }

@@ -265,8 +265,19 @@ func (i *instance) waitRunning(ctx context.Context, from string) (string, error)
 	}
 	defer w.Stop()
 	var last *corev1.Pod
+	var stuck stuckSince
 	for {
+		// A pod stuck in a retried reason may get no other update:
+		// its start is given up when the grace ends.
+		var recheck <-chan time.Time
+		if stuck.reason != "" {
+			recheck = time.After(time.Until(stuck.since.Add(RetryGrace)))
+		}
 		select {
+		case <-recheck:
+			if why := stuck.why(last, time.Now()); why != "" {
+				return "", fmt.Errorf("kubernetes: pod %s: %s", i.name, why)
+			}
 		case <-ctx.Done():
 			return "", fmt.Errorf("kubernetes: pod %s did not run within %s%s: %w", i.name, StartTimeout, pendingWhy(last), ctx.Err())
 		case ev, ok := <-w.ResultChan():
@@ -290,7 +301,7 @@ func (i *instance) waitRunning(ctx context.Context, from string) (string, error)
 			case corev1.PodSucceeded, corev1.PodFailed:
 				return "", fmt.Errorf("kubernetes: pod %s ended before its agent ran: %s", i.name, podWhy(p))
 			case corev1.PodPending:
-				if why := waitingWhy(p); why != "" {
+				if why := stuck.why(p, time.Now()); why != "" {
 					return "", fmt.Errorf("kubernetes: pod %s: %s", i.name, why)
 				}
 			}
@@ -323,18 +334,49 @@ func pendingWhy(p *corev1.Pod) string {
 	return why
 }
 
-// waitingWhy is the reason a pending pod will not start by itself (its
-// image cannot be pulled — after the kubelet's first retry: a pull may
-// fail once and then succeed —, its runtime refused the container), or "".
-func waitingWhy(p *corev1.Pod) string {
+// RetryGrace is how long a pending pod's container may stay in a waiting
+// reason the kubelet retries (retriedReasons) before its start is given
+// up: long enough for the kubelet's next attempts.
+var RetryGrace = 30 * time.Second
+
+// retriedReasons are the waiting reasons of a container that the kubelet
+// retries and that can pass by themselves: a busy API server's
+// "failed to sync secret cache" is a CreateContainerConfigError, a
+// runtime's timeout a CreateContainerError or RunContainerError. Others
+// (ImagePullBackOff, which comes after the kubelet's retry of a pull,
+// InvalidImageName) say at once that the pod will not start.
+var retriedReasons = map[string]bool{"CreateContainerError": true, "CreateContainerConfigError": true, "RunContainerError": true}
+
+// stuckSince tells, for one pod's start, when its containers began to
+// wait for a reason the kubelet retries.
+type stuckSince struct {
+	reason string
+	since  time.Time
+}
+
+// why is the reason p's start is given up at now, or "": an image that
+// cannot be pulled or named at once; a reason the kubelet retries once
+// its containers have waited for it RetryGrace.
+func (st *stuckSince) why(p *corev1.Pod, now time.Time) string {
 	for _, s := range p.Status.ContainerStatuses {
-		if w := s.State.Waiting; w != nil {
-			switch w.Reason {
-			case "ImagePullBackOff", "InvalidImageName", "CreateContainerError", "CreateContainerConfigError", "RunContainerError":
-				return w.Reason + ": " + w.Message
+		w := s.State.Waiting
+		if w == nil {
+			continue
+		}
+		switch {
+		case w.Reason == "ImagePullBackOff" || w.Reason == "InvalidImageName":
+			return w.Reason + ": " + w.Message
+		case retriedReasons[w.Reason]:
+			if st.reason != w.Reason {
+				st.reason, st.since = w.Reason, now
 			}
+			if now.Sub(st.since) >= RetryGrace {
+				return fmt.Sprintf("%s for %s: %s", w.Reason, now.Sub(st.since).Round(time.Second), w.Message)
+			}
+			return ""
 		}
 	}
+	st.reason = ""
 	return ""
 }
 
