@@ -164,6 +164,8 @@ status=${PIPESTATUS[0]}
 if [ "$gvisor_state_was_mounted" = 0 ] && mountpoint -q "$gvisor_state" 2>/dev/null && [ -z "$(ls -A "$gvisor_state")" ]; then
 	umount "$gvisor_state" && rmdir "$gvisor_state" || echo "warning: could not remove $gvisor_state"
 fi
+# The images the run's tests imported once and linked from (storetest).
+rm -rf /var/tmp/hutch-test-stores
 # The tests' own state directories of the tier (/run/hutch-gvisor-test-*), once empty.
 rmdir /run/hutch-gvisor-test-* 2>/dev/null || true
 passed=$(grep -c '^ok' /tmp/hutch-test.$$.log || true)

@@ -10,6 +10,7 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/image/fetch"
 	"github.com/hutch-sandbox/hutch/internal/image/imagetest"
 	"github.com/hutch-sandbox/hutch/internal/testutil"
+	"github.com/hutch-sandbox/hutch/internal/testutil/storetest"
 )
 
 // TestServeImages: the daemon's image store through the CLI, as a user
@@ -101,20 +102,28 @@ func TestServeImages(t *testing.T) {
 // importImage is a setup of startDaemonWith: it imports img, named tag,
 // into the daemon's state directory before the daemon starts.
 func importImage(t *testing.T, img v1.Image, tag string) func(stateDir string) {
-	return importTarball(t, imagetest.DockerSave(t, img, tag, t.TempDir()))
-}
-
-// importTarball is a setup of startDaemonWith: it imports the image
-// tarball (docker save) into the daemon's state directory before the
-// daemon starts.
-func importTarball(t *testing.T, tarball string) func(stateDir string) {
+	tarball := imagetest.DockerSave(t, img, tag, t.TempDir())
 	return func(stateDir string) {
-		st, err := image.Open(stateDir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := fetch.Import(st, tarball, "", fetch.Options{Root: true}); err != nil {
+		if _, err := fetch.Import(openStore(t, stateDir), tarball, "", fetch.Options{Root: true}); err != nil {
 			t.Fatalf("import %s: %v", tarball, err)
 		}
 	}
+}
+
+// importTarball is a setup of startDaemonWith: it gives the daemon's state
+// directory the image of one of hutch's built tarballs (testutil's
+// BaseImage, CodeInterpreterImage) before the daemon starts, linked from
+// the test run's one import of it (storetest).
+func importTarball(t *testing.T, tarball string) func(stateDir string) {
+	return func(stateDir string) { storetest.Import(t, tarball, openStore(t, stateDir)) }
+}
+
+// openStore opens the image store of stateDir.
+func openStore(t *testing.T, stateDir string) *image.Store {
+	t.Helper()
+	st, err := image.Open(stateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
 }

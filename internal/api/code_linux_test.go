@@ -16,10 +16,10 @@ import (
 
 	"github.com/hutch-sandbox/hutch/client"
 	"github.com/hutch-sandbox/hutch/internal/daemon"
-	"github.com/hutch-sandbox/hutch/internal/image/fetch"
 	"github.com/hutch-sandbox/hutch/internal/interp"
 	"github.com/hutch-sandbox/hutch/internal/portconnect"
 	"github.com/hutch-sandbox/hutch/internal/testutil"
+	"github.com/hutch-sandbox/hutch/internal/testutil/storetest"
 )
 
 // The sandboxes of the code-interpreter image run this test binary as
@@ -43,9 +43,7 @@ func TestRunCode(t *testing.T) {
 	tarball := testutil.CodeInterpreterImage(t)
 	al, auditPath := openAudit(t)
 	m, c, sock := realDaemon(t, daemon.Config{}, Config{Audit: al})
-	if _, err := fetch.Import(m.Images(), tarball, "", fetch.Options{Root: true}); err != nil {
-		t.Fatalf("import %s: %v", tarball, err)
-	}
+	storetest.Import(t, tarball, m.Images())
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	sb, err := c.Create(ctx, client.CreateOptions{Image: testutil.CodeInterpreterRef})

@@ -17,8 +17,8 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/agent"
 	"github.com/hutch-sandbox/hutch/internal/daemon"
 	"github.com/hutch-sandbox/hutch/internal/image"
-	"github.com/hutch-sandbox/hutch/internal/image/fetch"
 	"github.com/hutch-sandbox/hutch/internal/testutil"
+	"github.com/hutch-sandbox/hutch/internal/testutil/storetest"
 )
 
 // TestCodeInterpreterImage: E2B's create of the template
@@ -48,9 +48,7 @@ func TestCodeInterpreterImage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := fetch.Import(st, tarball, "", fetch.Options{Root: true}); err != nil {
-		t.Fatalf("import %s: %v", tarball, err)
-	}
+	storetest.Import(t, tarball, st)
 	w := f.as("alice", http.MethodPost, "/sandboxes", `{"templateID":"`+CodeInterpreterTemplate+`"}`)
 	if w.Code != http.StatusCreated {
 		t.Fatalf("create from %s: %d %s", CodeInterpreterTemplate, w.Code, w.Body)

@@ -5,9 +5,9 @@ import (
 	"strings"
 	"testing"
 
-	imagefetch "github.com/hutch-sandbox/hutch/internal/image/fetch"
 	"github.com/hutch-sandbox/hutch/internal/mcp"
 	"github.com/hutch-sandbox/hutch/internal/testutil"
+	"github.com/hutch-sandbox/hutch/internal/testutil/storetest"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -18,9 +18,7 @@ import (
 func TestRunCodeTool(t *testing.T) {
 	h := newHarness(t)
 	tarball := testutil.CodeInterpreterImage(t)
-	if _, err := imagefetch.Import(h.m.Images(), tarball, "", imagefetch.Options{Root: true}); err != nil {
-		t.Fatalf("import %s: %v", tarball, err)
-	}
+	storetest.Import(t, tarball, h.m.Images())
 	cs := h.cs
 
 	res, err := cs.ListTools(testCtx(t), nil)
