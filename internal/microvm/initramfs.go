@@ -143,7 +143,8 @@ func sharedLibs(bin string) ([]string, error) {
 		return nil, fmt.Errorf("microvm: init binary %s: interpreter %q is not an absolute path", bin, interp)
 	}
 	libs := []string{interp}
-	seen := map[string]bool{}
+	// The loader is loaded already when a library names it by its name.
+	seen := map[string]bool{filepath.Base(interp): true}
 	var walk func(*elf.File, string) error
 	walk = func(f *elf.File, name string) error {
 		needed, err := f.ImportedLibraries()
@@ -159,9 +160,7 @@ func sharedLibs(bin string) ([]string, error) {
 			if err != nil {
 				return fmt.Errorf("microvm: %s needs %s: %w", name, lib, err)
 			}
-			if p != interp {
-				libs = append(libs, p)
-			}
+			libs = append(libs, p)
 			lf, err := elf.Open(p)
 			if err != nil {
 				return fmt.Errorf("microvm: %s: %w", p, err)

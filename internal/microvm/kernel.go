@@ -27,6 +27,9 @@ const ManifestName = "SHA256SUMS"
 // altered.
 var ErrNoKernel = errors.New("no usable guest kernel")
 
+// ErrNotSupported is the error of Boot on a host that is not Linux.
+var ErrNotSupported = errors.New("microvm: not supported on this platform")
+
 // Kernel is a guest kernel of the cache, its files checked against the
 // manifest.
 type Kernel struct {

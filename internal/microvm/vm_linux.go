@@ -132,12 +132,14 @@ func Boot(ctx context.Context, cfg Config) (vm *VM, err error) {
 			v.Close()
 		}
 	}()
+	start := time.Now()
 	initramfs := cfg.Initramfs
 	if initramfs == "" {
 		initramfs = filepath.Join(dir, "initramfs.cpio")
 		if err := BuildInitramfs(initramfs, init, cfg.Kernel); err != nil {
 			return nil, err
 		}
+		v.log.Debug("microvm: initramfs built", "path", initramfs, "took", time.Since(start))
 	}
 	sock := filepath.Join(dir, "agent.sock")
 	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
@@ -160,7 +162,8 @@ func Boot(ctx context.Context, cfg Config) (vm *VM, err error) {
 	if err := v.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("microvm: start QEMU: %w", err)
 	}
-	v.log.Info("microvm: QEMU started", "pid", v.cmd.Process.Pid, "emulation", emul, "dir", dir)
+	started := time.Now()
+	v.log.Debug("microvm: QEMU started", "pid", v.cmd.Process.Pid, "emulation", emul, "dir", dir)
 	go func() {
 		v.waitErr = v.cmd.Wait()
 		close(v.done)
@@ -184,6 +187,7 @@ func Boot(ctx context.Context, cfg Config) (vm *VM, err error) {
 			return nil, fmt.Errorf("microvm: accept QEMU's connection: %w", a.err)
 		}
 		conn = a.c
+		v.log.Debug("microvm: QEMU connected the agent's port", "after", time.Since(started))
 	case <-v.done:
 		return nil, v.bootErr("QEMU ended before it connected the agent's port")
 	case <-ctx.Done():
@@ -201,6 +205,7 @@ func Boot(ctx context.Context, cfg Config) (vm *VM, err error) {
 		if err != nil {
 			return nil, v.bootErr(fmt.Sprintf("the guest's agent did not speak: %v", err))
 		}
+		v.log.Info("microvm: guest agent ready", "pid", v.cmd.Process.Pid, "emulation", emul, "boot", time.Since(started), "total", time.Since(start))
 	case <-ctx.Done():
 		return nil, v.bootErr(fmt.Sprintf("boot: %v", ctx.Err()))
 	}

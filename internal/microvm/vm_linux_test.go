@@ -3,6 +3,7 @@ package microvm
 import (
 	"bytes"
 	"context"
+	"log/slog"
 	"os"
 	"os/exec"
 	"strings"
@@ -35,6 +36,18 @@ func needVM(t *testing.T) *Kernel {
 	return k
 }
 
+// testLog is a logger that writes to the test's log.
+func testLog(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSuffix(string(p), "\n"))
+	return len(p), nil
+}
+
 func errString(err error) string {
 	if err == nil {
 		return ""
@@ -50,7 +63,7 @@ func TestBootAgent(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	start := time.Now()
-	vm, err := Boot(ctx, Config{Kernel: k, AllowEmulation: true})
+	vm, err := Boot(ctx, Config{Kernel: k, AllowEmulation: true, Log: testLog(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,10 +111,19 @@ func TestBootAgent(t *testing.T) {
 		t.Errorf("exec /init %s: exit %+v, stderr %q; want exit code 2 and the refusal", InitCommand, st, out.String())
 	}
 
+	// Closing the agent's connection powers the guest off: QEMU exits by
+	// itself.
 	pid := vm.PID()
 	if err := c.Close(); err != nil {
 		t.Logf("close client: %v", err)
 	}
+	select {
+	case <-vm.Done():
+	case <-ctx.Done():
+		t.Errorf("QEMU still running after the agent's connection closed\nconsole: %s", tail(vm.ConsolePath(), 2000))
+	}
+	console, _ := os.ReadFile(vm.ConsolePath())
+	t.Logf("console:\n%s", console)
 	if err := vm.Close(); err != nil {
 		t.Fatal(err)
 	}
