@@ -12,13 +12,13 @@
 // with), and for a binary linked dynamically its ELF interpreter and
 // libraries — nothing else.
 //
-// In the guest hutch's binary runs as PID 1 with the argument InitCommand,
-// which the kernel passes to init from its command line (MainIfInit,
-// InitMain): it mounts /proc, /sys and devtmpfs, loads the modules in
-// order, waits for the virtio-serial port named PortName and serves the
-// agent's protocol (package agent) on it, the one channel between host and
-// guest. A virtio-serial port needs nothing of the host's beyond QEMU (no
-// vhost, no /dev/kvm), and the guest has no network device at all.
+// In the guest hutch's binary runs as PID 1 with the argument
+// guest.InitCommand, which the kernel passes to init from its command line
+// (package guest): it mounts /proc, /sys and devtmpfs, loads the modules in
+// order, waits for the virtio-serial port named guest.PortName and serves
+// the agent's protocol (package agent) on it, the one channel between host
+// and guest. A virtio-serial port needs nothing of the host's beyond QEMU
+// (no vhost, no /dev/kvm), and the guest has no network device at all.
 //
 // Boot starts QEMU (KVM when /dev/kvm opens; software emulation, TCG, only
 // when Config.AllowEmulation says so), accepts the connection QEMU makes

@@ -11,14 +11,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-)
 
-// The guest's paths of the initramfs: the init binary, and the modules
-// with the file that gives their load order (one file name a line).
-const (
-	guestInit        = "/init"
-	guestModules     = "/modules"
-	guestModuleOrder = "/modules/order"
+	"github.com/hutch-sandbox/hutch/internal/microvm/guest"
 )
 
 // libDirs are the directories where the libraries of a dynamically linked
@@ -54,7 +48,7 @@ func WriteInitramfs(w io.Writer, init string, k *Kernel) error {
 		}
 		return nil
 	}
-	for _, d := range []string{"/dev/x", "/proc/x", "/sys/x", "/tmp/x", guestModules + "/x"} {
+	for _, d := range []string{"/dev/x", "/proc/x", "/sys/x", "/tmp/x", guest.ModuleDir + "/x"} {
 		if err := mkdirs(d); err != nil {
 			return err
 		}
@@ -62,7 +56,7 @@ func WriteInitramfs(w io.Writer, init string, k *Kernel) error {
 	if err := cw.device("/dev/console", 0o600, 5, 1); err != nil {
 		return err
 	}
-	if err := cw.file(guestInit, 0o755, init); err != nil {
+	if err := cw.file(guest.InitPath, 0o755, init); err != nil {
 		return err
 	}
 	libs, err := sharedLibs(init)
@@ -80,12 +74,12 @@ func WriteInitramfs(w io.Writer, init string, k *Kernel) error {
 	var order strings.Builder
 	for _, m := range k.Modules {
 		name := filepath.Base(m)
-		if err := cw.file(guestModules+"/"+name, 0o644, m); err != nil {
+		if err := cw.file(guest.ModuleDir+"/"+name, 0o644, m); err != nil {
 			return err
 		}
 		order.WriteString(name + "\n")
 	}
-	if err := cw.bytes(guestModuleOrder, 0o644, []byte(order.String())); err != nil {
+	if err := cw.bytes(guest.ModuleOrder, 0o644, []byte(order.String())); err != nil {
 		return err
 	}
 	if err := cw.trailer(); err != nil {

@@ -15,6 +15,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/hutch-sandbox/hutch/internal/microvm/guest"
 )
 
 // ErrNoAccel is wrapped by Boot's error when the host has no hardware
@@ -27,7 +29,7 @@ type Config struct {
 	// Kernel is the guest kernel (FindKernel). Required.
 	Kernel *Kernel
 	// Init is the binary that becomes the guest's /init, run with
-	// InitCommand: hutch's own binary, or a test binary that calls
+	// guest.InitCommand: hutch's own binary, or a test binary that calls
 	// MainIfInit. "" means the running program's.
 	Init string
 	// Initramfs, if set, is an initramfs already built (BuildInitramfs)
@@ -229,7 +231,7 @@ func useEmulation(allow bool) (bool, error) {
 // qemuArgs is QEMU's command line: the microvm machine without default
 // devices, options ROMs or network; the kernel, the initramfs and the
 // kernel's command line that makes the initramfs's /init hutch's init;
-// the serial console to a file; one virtio-serial port, PortName, whose
+// the serial console to a file; one virtio-serial port, guest.PortName, whose
 // character device is QEMU's connection to the socket sock.
 func qemuArgs(cfg Config, emul bool, initramfs, sock, console string) []string {
 	mem, cpus := cfg.MemoryMiB, cfg.CPUs
@@ -249,7 +251,7 @@ func qemuArgs(cfg Config, emul bool, initramfs, sock, console string) []string {
 		accel, cpu = "tcg", "max"
 		cmdline = append(cmdline, "tsc_early_khz=2000000")
 	}
-	cmdline = append(cmdline, "--", InitCommand)
+	cmdline = append(cmdline, "--", guest.InitCommand)
 	return []string{
 		"-M", "microvm,x-option-roms=off,isa-serial=on,rtc=on",
 		"-accel", accel,
@@ -263,7 +265,7 @@ func qemuArgs(cfg Config, emul bool, initramfs, sock, console string) []string {
 		"-append", strings.Join(cmdline, " "),
 		"-chardev", "socket,id=agent,path=" + sock,
 		"-device", "virtio-serial-device,max_ports=2",
-		"-device", "virtserialport,chardev=agent,name=" + PortName,
+		"-device", "virtserialport,chardev=agent,name=" + guest.PortName,
 	}
 }
 

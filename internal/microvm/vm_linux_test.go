@@ -14,12 +14,13 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hutch-sandbox/hutch/internal/agent"
+	"github.com/hutch-sandbox/hutch/internal/microvm/guest"
 	"github.com/hutch-sandbox/hutch/internal/testutil"
 )
 
 // TestMain lets the test binary stand in for hutch as the guest's init.
 func TestMain(m *testing.M) {
-	MainIfInit()
+	guest.MainIfInit()
 	os.Exit(m.Run())
 }
 
@@ -81,18 +82,18 @@ func TestBootAgent(t *testing.T) {
 		t.Fatal(err)
 	}
 	host := unix.ByteSliceToString(u.Release[:])
-	guest := strings.TrimSpace(rel.String())
-	t.Logf("guest kernel %q, host kernel %q", guest, host)
-	if guest != k.Release {
-		t.Errorf("guest kernel release %q, want the cached kernel's %q", guest, k.Release)
+	release := strings.TrimSpace(rel.String())
+	t.Logf("guest kernel %q, host kernel %q", release, host)
+	if release != k.Release {
+		t.Errorf("guest kernel release %q, want the cached kernel's %q", release, k.Release)
 	}
-	if guest == host {
-		t.Errorf("guest kernel release %q is the host's", guest)
+	if release == host {
+		t.Errorf("guest kernel release %q is the host's", release)
 	}
 
 	// The guest's init, run again as a command, is not PID 1: it refuses
 	// with exit code 2.
-	p, err := c.Exec(ctx, agent.ExecRequest{Args: []string{"/init", InitCommand}})
+	p, err := c.Exec(ctx, agent.ExecRequest{Args: []string{"/init", guest.InitCommand}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +109,7 @@ func TestBootAgent(t *testing.T) {
 	}
 	<-done
 	if st.Code != 2 || !strings.Contains(out.String(), "runs only as the init") {
-		t.Errorf("exec /init %s: exit %+v, stderr %q; want exit code 2 and the refusal", InitCommand, st, out.String())
+		t.Errorf("exec /init %s: exit %+v, stderr %q; want exit code 2 and the refusal", guest.InitCommand, st, out.String())
 	}
 
 	// Closing the agent's connection powers the guest off: QEMU exits by

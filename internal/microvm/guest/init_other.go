@@ -1,19 +1,13 @@
 //go:build !linux
 
-package microvm
+package guest
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
 )
-
-// InitCommand is the argument that makes hutch's binary the guest's init.
-const InitCommand = "microvm-init"
-
-// PortName is the name of the virtio-serial port that carries the agent's
-// connection.
-const PortName = "hutch.agent"
 
 // MainIfInit runs InitMain and exits when the process was started as
 // "PROGRAM microvm-init".
@@ -25,6 +19,6 @@ func MainIfInit() {
 
 // InitMain is the guest's init, which runs only in a Linux guest.
 func InitMain(args []string, stderr io.Writer) int {
-	fmt.Fprintf(stderr, "hutch: %s: %v\n", InitCommand, ErrNotSupported)
+	fmt.Fprintf(stderr, "hutch: %s: %v\n", InitCommand, errors.New("not supported on this platform"))
 	return 2
 }

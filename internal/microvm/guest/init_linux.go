@@ -1,4 +1,4 @@
-package microvm
+package guest
 
 import (
 	"errors"
@@ -15,15 +15,6 @@ import (
 
 	"github.com/hutch-sandbox/hutch/internal/agent"
 )
-
-// InitCommand is the argument that makes hutch's binary the guest's init:
-// Boot puts "-- microvm-init" at the end of the kernel's command line, and
-// the kernel passes what follows "--" to init as its arguments.
-const InitCommand = "microvm-init"
-
-// PortName is the name of the virtio-serial port that carries the agent's
-// connection; the guest finds its device by that name.
-const PortName = "hutch.agent"
 
 // portWait bounds how long the guest's init waits for the agent's port to
 // appear once the modules are loaded (a slow emulated boot included).
@@ -74,7 +65,7 @@ func initGuest(log *slog.Logger) error {
 			return fmt.Errorf("mount %s on %s: %w", m.fstype, m.dir, err)
 		}
 	}
-	if err := loadModules(guestModules, guestModuleOrder); err != nil {
+	if err := loadModules(ModuleDir, ModuleOrder); err != nil {
 		return err
 	}
 	port, err := openPort(PortName, portWait)
