@@ -3,9 +3,11 @@ package microvm
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -21,7 +23,9 @@ import (
 // TestMain lets the test binary stand in for hutch as the guest's init.
 func TestMain(m *testing.M) {
 	guest.MainIfInit()
-	os.Exit(m.Run())
+	code := m.Run()
+	testutil.RemoveBuilds()
+	os.Exit(code)
 }
 
 // needVM returns the cached guest kernel, or skips (fails under
@@ -57,14 +61,46 @@ func errString(err error) string {
 }
 
 // TestBootAgent boots a guest (under software emulation when the host has
-// no KVM), reaches its agent over the virtio-serial port, reads the
-// guest's kernel release, runs a command, and checks that Close ends QEMU.
+// no KVM) whose init is the test binary, standing in for hutch, reaches its
+// agent over the virtio-serial port, reads the guest's kernel release,
+// runs a command, and checks that closing the connection powers the guest
+// off and Close leaves nothing behind.
 func TestBootAgent(t *testing.T) {
 	k := needVM(t)
+	bootAndCheck(t, Config{Kernel: k, AllowEmulation: true, Log: testLog(t)})
+}
+
+// TestBootHutchAgent is TestBootAgent with hutch-agent as the guest's init,
+// as released: a static binary, without the test binary's libraries.
+func TestBootHutchAgent(t *testing.T) {
+	k := needVM(t)
+	init := filepath.Join(filepath.Dir(testutil.Hutch(t)), "hutch-agent")
+	libs, err := sharedLibs(init)
+	if err != nil || len(libs) != 0 {
+		t.Fatalf("hutch-agent needs libraries %v (%v), want a static binary", libs, err)
+	}
+	bootAndCheck(t, Config{Kernel: k, Init: init, AllowEmulation: true, Log: testLog(t)})
+}
+
+// TestBootNeedsAccel checks that without /dev/kvm Boot refuses to emulate
+// unless allowed.
+func TestBootNeedsAccel(t *testing.T) {
+	if f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0); err == nil {
+		f.Close()
+		t.Skip("the host has KVM")
+	}
+	_, err := Boot(context.Background(), Config{Kernel: &Kernel{}})
+	if !errors.Is(err, ErrNoAccel) || !strings.Contains(err.Error(), "/dev/kvm") {
+		t.Errorf("got %v, want ErrNoAccel naming /dev/kvm", err)
+	}
+}
+
+func bootAndCheck(t *testing.T, cfg Config) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
+	k := cfg.Kernel
 	start := time.Now()
-	vm, err := Boot(ctx, Config{Kernel: k, AllowEmulation: true, Log: testLog(t)})
+	vm, err := Boot(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
