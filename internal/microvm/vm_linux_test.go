@@ -31,7 +31,7 @@ func TestMain(m *testing.M) {
 // needVM returns the cached guest kernel, or skips (fails under
 // HUTCH_TEST_ROOT=1) when the host cannot boot a guest: no root, no QEMU,
 // no kernel fetched by scripts/guest-kernel.sh.
-func needVM(t *testing.T) *Kernel {
+func needVM(t testing.TB) *Kernel {
 	t.Helper()
 	testutil.RequireRoot(t)
 	_, err := exec.LookPath("qemu-system-x86_64")
@@ -42,11 +42,11 @@ func needVM(t *testing.T) *Kernel {
 }
 
 // testLog is a logger that writes to the test's log.
-func testLog(t *testing.T) *slog.Logger {
+func testLog(t testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSuffix(string(p), "\n"))
