@@ -48,6 +48,7 @@ func BenchmarkBoot(b *testing.B) {
 				}
 				boot += ready.Sub(start)
 				first += time.Since(ready)
+				b.Logf("boot %v, first request %v", ready.Sub(start), time.Since(ready))
 				c.Close()
 				if err := vm.Close(); err != nil {
 					b.Fatal(err)

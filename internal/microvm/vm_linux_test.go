@@ -28,15 +28,21 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// needVM returns the cached guest kernel, or skips (fails under
-// HUTCH_TEST_ROOT=1) when the host cannot boot a guest: no root, no QEMU,
-// no kernel fetched by scripts/guest-kernel.sh.
+// needVM returns the guest kernel of $HUTCH_TEST_GUEST_KERNEL (the
+// directory scripts/guest-kernel.sh printed), else the cache's current
+// one, or skips (fails under HUTCH_TEST_ROOT=1) when the host cannot boot
+// a guest: no root, no QEMU, no kernel fetched by scripts/guest-kernel.sh.
 func needVM(t testing.TB) *Kernel {
 	t.Helper()
 	testutil.RequireRoot(t)
 	_, err := exec.LookPath("qemu-system-x86_64")
 	testutil.Need(t, err == nil, "no qemu-system-x86_64 (scripts/guest-kernel.sh installs it)")
-	k, err := FindKernel("")
+	var k *Kernel
+	if dir := os.Getenv("HUTCH_TEST_GUEST_KERNEL"); dir != "" {
+		k, err = LoadKernel(dir)
+	} else {
+		k, err = FindKernel("")
+	}
 	testutil.Need(t, err == nil, "no guest kernel (run scripts/guest-kernel.sh): "+errString(err))
 	return k
 }
