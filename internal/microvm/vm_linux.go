@@ -229,7 +229,7 @@ func useEmulation(allow bool) (bool, error) {
 }
 
 // qemuArgs is QEMU's command line: the microvm machine without default
-// devices, options ROMs or network; the kernel, the initramfs and the
+// devices, option ROMs or network, under QEMU's seccomp filter; the kernel, the initramfs and the
 // kernel's command line that makes the initramfs's /init hutch's init;
 // the serial console to a file; one virtio-serial port, guest.PortName, whose
 // character device is QEMU's connection to the socket sock.
@@ -259,6 +259,10 @@ func qemuArgs(cfg Config, emul bool, initramfs, sock, console string) []string {
 		"-m", strconv.Itoa(mem),
 		"-smp", strconv.Itoa(cpus),
 		"-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
+		// QEMU's own seccomp filter: no obsolete system calls, no set-id
+		// or capability changes, no fork or exec, no scheduler or
+		// priority changes, should the guest take QEMU over.
+		"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
 		"-serial", "file:" + console,
 		"-kernel", cfg.Kernel.Image,
 		"-initrd", initramfs,
