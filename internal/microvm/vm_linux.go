@@ -274,9 +274,33 @@ func qemuArgs(cfg Config, emul bool, initramfs, sock, console string) []string {
 }
 
 // bootErr is err about a boot that failed, with the end of QEMU's output
-// and of the guest's console.
+// and what the guest's console says about it.
 func (v *VM) bootErr(msg string) error {
-	return fmt.Errorf("microvm: %s (QEMU: %s; console: %s)", msg, tail(v.qemuLog, 400), tail(v.console, 1200))
+	return fmt.Errorf("microvm: %s (QEMU: %s; console: %s)", msg, tail(v.qemuLog, 400), consoleCause(v.console))
+}
+
+// consoleCause returns what the guest's console at path says about a
+// failure: the kernel's panic line, else the errors of hutch's init, else
+// the console's end.
+func consoleCause(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	var errs []string
+	for _, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if _, rest, ok := strings.Cut(line, "Kernel panic - "); ok {
+			return "Kernel panic - " + rest
+		}
+		if strings.Contains(line, "level=ERROR") {
+			errs = append(errs, line)
+		}
+	}
+	if len(errs) > 0 {
+		return strings.Join(errs, "; ")
+	}
+	return tail(path, 1200)
 }
 
 // tail returns the last n bytes of the file at path, on one line.

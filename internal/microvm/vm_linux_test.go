@@ -88,6 +88,24 @@ func TestBootHutchAgent(t *testing.T) {
 	bootAndCheck(t, Config{Kernel: k, Init: init, AllowEmulation: true, Log: testLog(t)})
 }
 
+// TestBootInitFails checks that a guest whose init ends at once (the
+// kernel panics, and resets, which ends QEMU) makes Boot fail, quoting the
+// guest's console, and leaves nothing behind.
+func TestBootInitFails(t *testing.T) {
+	k := needVM(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	dir := filepath.Join(t.TempDir(), "vm")
+	_, err := Boot(ctx, Config{Kernel: k, Init: "/bin/true", AllowEmulation: true, Dir: dir, Log: testLog(t)})
+	if err == nil || !strings.Contains(err.Error(), "Attempted to kill init") {
+		t.Fatalf("got %v, want the guest's kernel panic quoted", err)
+	}
+	t.Log(err)
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("VM directory %s left after a failed boot: %v", dir, err)
+	}
+}
+
 // TestBootNeedsAccel checks that without /dev/kvm Boot refuses to emulate
 // unless allowed.
 func TestBootNeedsAccel(t *testing.T) {
