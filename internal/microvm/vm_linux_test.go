@@ -3,6 +3,7 @@ package microvm
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"errors"
 	"log/slog"
 	"os"
@@ -149,6 +150,23 @@ func bootAndCheck(t *testing.T, cfg Config) {
 	}
 	if release == host {
 		t.Errorf("guest kernel release %q is the host's", release)
+	}
+
+	// Megabytes each way through the port, in the agent's flow-controlled
+	// chunks, arrive whole.
+	big := make([]byte, 3<<20+12345)
+	if _, err := rand.Read(big); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WriteFile(ctx, "/tmp/big", bytes.NewReader(big), 0o600); err != nil {
+		t.Fatalf("write a file in the guest: %v", err)
+	}
+	var back bytes.Buffer
+	if _, err := c.ReadFile(ctx, "/tmp/big", &back); err != nil {
+		t.Fatalf("read it back: %v", err)
+	}
+	if !bytes.Equal(back.Bytes(), big) {
+		t.Errorf("read back %d bytes, not the %d written", back.Len(), len(big))
 	}
 
 	// The guest's init, run again as a command, is not PID 1: it refuses
