@@ -46,6 +46,13 @@ type Config struct {
 	// hosts without nested virtualization (and tests). Without it Boot
 	// fails there with ErrNoAccel.
 	AllowEmulation bool
+	// UID and GID, when UID is not 0, are the ids QEMU runs as once it
+	// has opened its files and before the guest starts (-runas), with an
+	// empty directory of the VM's as its root (-chroot): a guest that took
+	// QEMU over holds neither root's privileges nor a view of the host's
+	// files. Each VM should have ids of its own, so that one QEMU cannot
+	// reach another.
+	UID, GID int
 	// Dir is the directory for the VM's files (its initramfs, the socket
 	// of the agent's port, the logs), which must not exist; "" means a new
 	// temporary directory. Close removes it.
@@ -61,6 +68,9 @@ func (c Config) Validate() error {
 	}
 	if c.MemoryMiB < 0 || c.MemoryMiB != 0 && c.MemoryMiB < 128 {
 		return fmt.Errorf("microvm: memory %d MiB is below the minimum of 128", c.MemoryMiB)
+	}
+	if c.UID < 0 || c.GID < 0 || c.UID == 0 && c.GID != 0 {
+		return fmt.Errorf("microvm: QEMU's ids %d:%d (want a uid other than 0 with its gid, or neither)", c.UID, c.GID)
 	}
 	if c.CPUs < 0 || c.CPUs > 64 {
 		return fmt.Errorf("microvm: %d virtual CPUs (want 1 to 64)", c.CPUs)
@@ -155,7 +165,15 @@ func Boot(ctx context.Context, cfg Config) (vm *VM, err error) {
 		return nil, fmt.Errorf("microvm: %w", err)
 	}
 	defer qlog.Close()
-	v.cmd = exec.Command(qemu, qemuArgs(cfg, emul, initramfs, sock, v.console)...)
+	args := qemuArgs(cfg, emul, initramfs, sock, v.console)
+	if cfg.UID != 0 {
+		root := filepath.Join(dir, "root")
+		if err := os.Mkdir(root, 0o555); err != nil {
+			return nil, fmt.Errorf("microvm: %w", err)
+		}
+		args = append(args, "-runas", fmt.Sprintf("%d:%d", cfg.UID, cfg.GID), "-chroot", root)
+	}
+	v.cmd = exec.Command(qemu, args...)
 	v.cmd.Stdout, v.cmd.Stderr = qlog, qlog
 	// QEMU dies with the process that started it (S4). The signal is tied
 	// to the thread that forked QEMU, which the Go runtime keeps unless it
@@ -252,6 +270,16 @@ func qemuArgs(cfg Config, emul bool, initramfs, sock, console string) []string {
 		cmdline = append(cmdline, "tsc_early_khz=2000000")
 	}
 	cmdline = append(cmdline, "--", guest.InitCommand)
+	// QEMU's own seccomp filter: no obsolete system calls, no set-id or
+	// capability changes, no fork or exec, no scheduler or priority
+	// changes, should the guest take QEMU over. QEMU installs it before it
+	// changes its ids for -runas, which needs setuid and setgid: then
+	// those are allowed, harmless once QEMU is no longer root.
+	elevate := "deny"
+	if cfg.UID != 0 {
+		elevate = "allow"
+	}
+	sandbox := "on,obsolete=deny,elevateprivileges=" + elevate + ",spawn=deny,resourcecontrol=deny"
 	return []string{
 		"-M", "microvm,x-option-roms=off,isa-serial=on,rtc=on",
 		"-accel", accel,
@@ -259,10 +287,7 @@ func qemuArgs(cfg Config, emul bool, initramfs, sock, console string) []string {
 		"-m", strconv.Itoa(mem),
 		"-smp", strconv.Itoa(cpus),
 		"-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
-		// QEMU's own seccomp filter: no obsolete system calls, no set-id
-		// or capability changes, no fork or exec, no scheduler or
-		// priority changes, should the guest take QEMU over.
-		"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
+		"-sandbox", sandbox,
 		"-serial", "file:" + console,
 		"-kernel", cfg.Kernel.Image,
 		"-initrd", initramfs,

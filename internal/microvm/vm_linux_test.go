@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -74,7 +75,7 @@ func errString(err error) string {
 // off and Close leaves nothing behind.
 func TestBootAgent(t *testing.T) {
 	k := needVM(t)
-	bootAndCheck(t, Config{Kernel: k, AllowEmulation: true, Log: testLog(t)})
+	bootAndCheck(t, Config{Kernel: k, AllowEmulation: true, Log: testLog(t)}, nil)
 }
 
 // TestBootHutchAgent is TestBootAgent with hutch-agent as the guest's init,
@@ -86,7 +87,32 @@ func TestBootHutchAgent(t *testing.T) {
 	if err != nil || len(libs) != 0 {
 		t.Fatalf("hutch-agent needs libraries %v (%v), want a static binary", libs, err)
 	}
-	bootAndCheck(t, Config{Kernel: k, Init: init, AllowEmulation: true, Log: testLog(t)})
+	bootAndCheck(t, Config{Kernel: k, Init: init, AllowEmulation: true, Log: testLog(t)}, nil)
+}
+
+// TestBootRunAs is TestBootAgent with QEMU under ids of its own and in an
+// empty root once it started.
+func TestBootRunAs(t *testing.T) {
+	k := needVM(t)
+	id := testutil.UnprivilegedUID
+	bootAndCheck(t, Config{Kernel: k, AllowEmulation: true, UID: id, GID: id, Log: testLog(t)}, func(vm *VM) {
+		status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", vm.PID()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{fmt.Sprintf("Uid:\t%d\t%d\t%d\t%d\n", id, id, id, id), fmt.Sprintf("Gid:\t%d\t%d\t%d\t%d\n", id, id, id, id)} {
+			if !strings.Contains(string(status), want) {
+				t.Errorf("QEMU's status has no %q:\n%s", want, status)
+			}
+		}
+		root, err := os.Readlink(fmt.Sprintf("/proc/%d/root", vm.PID()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if root != filepath.Join(vm.Dir(), "root") {
+			t.Errorf("QEMU's root is %s, want %s", root, filepath.Join(vm.Dir(), "root"))
+		}
+	})
 }
 
 // TestBootInitFails checks that a guest whose init ends at once (the
@@ -120,7 +146,9 @@ func TestBootNeedsAccel(t *testing.T) {
 	}
 }
 
-func bootAndCheck(t *testing.T, cfg Config) {
+// bootAndCheck boots a guest of cfg and checks it as TestBootAgent says;
+// check, if not nil, sees the VM once it booted.
+func bootAndCheck(t *testing.T, cfg Config, check func(*VM)) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	k := cfg.Kernel
@@ -132,6 +160,9 @@ func bootAndCheck(t *testing.T, cfg Config) {
 	ready := time.Since(start)
 	defer vm.Close()
 	t.Logf("boot -> agent ready: %v (emulated: %v)", ready, vm.Emulated())
+	if check != nil {
+		check(vm)
+	}
 
 	c := agent.NewClient(vm.Conn())
 	var rel bytes.Buffer
