@@ -177,7 +177,9 @@ func Boot(ctx context.Context, cfg Config) (vm *VM, err error) {
 	v.cmd.Stdout, v.cmd.Stderr = qlog, qlog
 	// QEMU dies with the process that started it (S4). The signal is tied
 	// to the thread that forked QEMU, which the Go runtime keeps unless it
-	// was locked and its goroutine ended.
+	// was locked and its goroutine ended, and the kernel drops it when
+	// -runas changes QEMU's ids: then it is the guest that ends, powering
+	// off once the host's end of the agent's socket closed with hutch.
 	v.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setsid: true}
 	if err := v.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("microvm: start QEMU: %w", err)
