@@ -42,7 +42,11 @@ func WriteInitramfs(w io.Writer, init string, k *Kernel) error {
 		slices.Reverse(missing)
 		for _, d := range missing {
 			dirs[d] = true
-			if err := cw.dir(d, 0o755); err != nil {
+			perm := uint32(0o755)
+			if d == "/tmp" {
+				perm = 0o1777 // anyone's, as /tmp is
+			}
+			if err := cw.dir(d, perm); err != nil {
 				return err
 			}
 		}

@@ -84,7 +84,7 @@ func TestWriteInitramfs(t *testing.T) {
 		"dev":                    {cpioDir | 0o755, nil},
 		"proc":                   {cpioDir | 0o755, nil},
 		"sys":                    {cpioDir | 0o755, nil},
-		"tmp":                    {cpioDir | 0o755, nil},
+		"tmp":                    {cpioDir | 0o1777, nil},
 		"modules":                {cpioDir | 0o755, nil},
 		"dev/console":            {cpioChar | 0o600, nil},
 		"init":                   {cpioReg | 0o755, self},

@@ -183,6 +183,13 @@ func bootAndCheck(t *testing.T, cfg Config, check func(*VM)) {
 		t.Errorf("guest kernel release %q is the host's", release)
 	}
 
+	// The initramfs's /tmp is anyone's, with the sticky bit.
+	if fi, err := c.Stat(ctx, "/tmp"); err != nil {
+		t.Errorf("stat /tmp: %v", err)
+	} else if !fi.IsDir || fi.Mode.Perm() != 0o777 || fi.Mode&os.ModeSticky == 0 {
+		t.Errorf("the guest's /tmp has mode %v, want drwxrwxrwt", fi.Mode)
+	}
+
 	// Megabytes each way through the port, in the agent's flow-controlled
 	// chunks, arrive whole.
 	big := make([]byte, 3<<20+12345)
