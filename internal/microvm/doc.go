@@ -14,7 +14,7 @@
 //
 // In the guest hutch's binary runs as PID 1 with the argument
 // guest.InitCommand, which the kernel passes to init from its command line
-// (package guest): it mounts /proc, /sys and devtmpfs, loads the modules in
+// (package guest): it mounts /proc, /sys, devtmpfs and devpts, loads the modules in
 // order, waits for the virtio-serial port named guest.PortName and serves
 // the agent's protocol (package agent) on it, the one channel between host
 // and guest. A virtio-serial port needs nothing of the host's beyond QEMU

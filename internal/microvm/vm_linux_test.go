@@ -230,6 +230,26 @@ func bootAndCheck(t *testing.T, cfg Config, check func(*VM)) {
 
 	// Closing the agent's connection powers the guest off: QEMU exits by
 	// itself.
+	// The same on a terminal: its output is the terminal's.
+	p, err = c.Exec(ctx, agent.ExecRequest{Args: []string{"/init", guest.InitCommand}, TTY: true})
+	if err != nil {
+		t.Fatalf("exec on a terminal: %v", err)
+	}
+	out.Reset()
+	done = make(chan struct{})
+	go func() {
+		out.ReadFrom(p.Stdout)
+		close(done)
+	}()
+	st, err = p.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	if st.Code != 2 || !strings.Contains(out.String(), "runs only as the init") {
+		t.Errorf("exec /init %s on a terminal: exit %+v, output %q; want exit code 2 and the refusal", guest.InitCommand, st, out.String())
+	}
+
 	pid := vm.PID()
 	if err := c.Close(); err != nil {
 		t.Logf("close client: %v", err)

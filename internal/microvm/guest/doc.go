@@ -3,7 +3,7 @@
 //
 // The kernel runs the initramfs's /init, hutch's binary (or hutch-agent),
 // with the argument InitCommand from its command line (MainIfInit,
-// InitMain). It mounts /proc, /sys and devtmpfs on /dev, loads the
+// InitMain). It mounts /proc, /sys, devtmpfs on /dev and devpts, loads the
 // initramfs's kernel modules in their order (ModuleDir, ModuleOrder),
 // waits for the virtio-serial port named PortName and for the host to
 // connect its end, and serves the agent's protocol (package agent) on the

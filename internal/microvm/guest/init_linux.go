@@ -29,8 +29,8 @@ func MainIfInit() {
 	}
 }
 
-// InitMain is `microvm-init`, PID 1 of a microVM: it mounts /proc, /sys and
-// devtmpfs on /dev, loads the initramfs's modules in their order, opens
+// InitMain is `microvm-init`, PID 1 of a microVM: it mounts /proc, /sys,
+// devtmpfs on /dev and devpts on /dev/pts, loads the initramfs's modules in their order, opens
 // the virtio-serial port PortName once the host end is connected, and
 // serves the agent on it. When the connection ends — the host closed it,
 // or it failed — or setting up fails, it powers the guest off (PID 1 of a
@@ -57,11 +57,18 @@ func InitMain(args []string, stderr io.Writer) int {
 
 func initGuest(log *slog.Logger) error {
 	start := time.Now()
-	for _, m := range []struct{ fstype, dir string }{{"proc", "/proc"}, {"sysfs", "/sys"}, {"devtmpfs", "/dev"}} {
+	// devpts on /dev/pts serves the commands' terminals: devtmpfs's
+	// /dev/ptmx opens the devpts instance beside it.
+	for _, m := range []struct{ fstype, dir, data string }{
+		{"proc", "/proc", ""},
+		{"sysfs", "/sys", ""},
+		{"devtmpfs", "/dev", ""},
+		{"devpts", "/dev/pts", "newinstance,ptmxmode=0666,mode=0620,gid=5"},
+	} {
 		if err := os.MkdirAll(m.dir, 0o755); err != nil {
 			return err
 		}
-		if err := unix.Mount(m.fstype, m.dir, m.fstype, unix.MS_NOSUID|unix.MS_NOEXEC, ""); err != nil {
+		if err := unix.Mount(m.fstype, m.dir, m.fstype, unix.MS_NOSUID|unix.MS_NOEXEC, m.data); err != nil {
 			return fmt.Errorf("mount %s on %s: %w", m.fstype, m.dir, err)
 		}
 	}
