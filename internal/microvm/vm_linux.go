@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/microvm/guest"
+	"github.com/hutch-sandbox/hutch/internal/peercred"
 )
 
 // ErrNoAccel is wrapped by Boot's error when the host has no hardware
@@ -192,15 +193,29 @@ func Boot(ctx context.Context, cfg Config) (vm *VM, err error) {
 	}()
 
 	// QEMU connects the port's character device to the socket as it
-	// starts; the guest's agent speaks once it is up.
+	// starts; the guest's agent speaks once it is up. A connection from
+	// any other process (the socket's directory is the VM's, private) is
+	// closed: only QEMU's may become the agent's.
 	type accepted struct {
 		c   net.Conn
 		err error
 	}
 	ch := make(chan accepted, 1)
 	go func() {
-		c, err := l.Accept()
-		ch <- accepted{c, err}
+		for {
+			c, err := l.AcceptUnix()
+			if err != nil {
+				ch <- accepted{nil, err}
+				return
+			}
+			p, err := peercred.Of(c)
+			if err == nil && p.PID == v.cmd.Process.Pid {
+				ch <- accepted{c, nil}
+				return
+			}
+			v.log.Warn("microvm: a connection to the agent's socket not from QEMU closed", "peer", p, "err", err)
+			c.Close()
+		}
 	}()
 	var conn net.Conn
 	select {
@@ -249,10 +264,11 @@ func useEmulation(allow bool) (bool, error) {
 }
 
 // qemuArgs is QEMU's command line: the microvm machine without default
-// devices, option ROMs or network, under QEMU's seccomp filter; the kernel, the initramfs and the
-// kernel's command line that makes the initramfs's /init hutch's init;
-// the serial console to a file; one virtio-serial port, guest.PortName, whose
-// character device is QEMU's connection to the socket sock.
+// devices, option ROMs or network, under QEMU's seccomp filter; the
+// kernel, the initramfs and the kernel's command line that makes the
+// initramfs's /init hutch's init; the serial console to a file; one
+// virtio-serial port, guest.PortName, whose character device is QEMU's
+// connection to the socket sock.
 func qemuArgs(cfg Config, emul bool, initramfs, sock, console string) []string {
 	mem, cpus := cfg.MemoryMiB, cfg.CPUs
 	if mem == 0 {
@@ -352,6 +368,17 @@ func (v *VM) Conn() net.Conn { return v.conn }
 
 // Done is closed once QEMU has exited.
 func (v *VM) Done() <-chan struct{} { return v.done }
+
+// Err is how QEMU exited (exec.Cmd.Wait's error) once Done is closed, nil
+// before.
+func (v *VM) Err() error {
+	select {
+	case <-v.done:
+		return v.waitErr
+	default:
+		return nil
+	}
+}
 
 // PID is QEMU's process id.
 func (v *VM) PID() int { return v.cmd.Process.Pid }

@@ -115,6 +115,45 @@ func TestBootRunAs(t *testing.T) {
 	})
 }
 
+// TestBootOnlyQEMU checks that a connection to the agent's socket from a
+// process other than QEMU is not taken for the agent's: QEMU here is a
+// script that has another process connect (and send a byte) before it
+// becomes QEMU.
+func TestBootOnlyQEMU(t *testing.T) {
+	k := needVM(t)
+	qemu, err := exec.LookPath("qemu-system-x86_64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	script := filepath.Join(dir, "qemu")
+	write(t, script, `#!/bin/sh
+for a; do case "$a" in socket,id=agent,path=*) sock=${a#socket,id=agent,path=} ;; esac; done
+/usr/bin/python3 -c '
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+open(sys.argv[2], "w").close()
+try:
+    s.sendall(b"x")
+    s.recv(1)  # until hutch closes it
+except OSError:
+    pass
+open(sys.argv[3], "w").close()
+' "$sock" `+dir+`/connected `+dir+`/closed &
+while [ ! -e `+dir+`/connected ]; do sleep 0.01; done
+exec `+qemu+` "$@"
+`)
+	if err := os.Chmod(script, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bootAndCheck(t, Config{Kernel: k, QEMU: script, AllowEmulation: true, Log: testLog(t)}, func(*VM) {
+		if _, err := os.Stat(filepath.Join(dir, "closed")); err != nil {
+			t.Errorf("the other process's connection is still open: %v", err)
+		}
+	})
+}
+
 // TestBootInitFails checks that a guest whose init ends at once (the
 // kernel panics, and resets, which ends QEMU) makes Boot fail, quoting the
 // guest's console, and leaves nothing behind.
