@@ -120,6 +120,18 @@ if [ "$(id -u)" = 0 ]; then
 	fi
 fi
 
+# The microVM tier's guest kernel (Debian's cloud kernel and the modules
+# the guest loads) in /var/cache/hutch/guest-kernel, with QEMU: fetched once
+# (about a minute), then found there; the tests of internal/microvm take its
+# directory from $HUTCH_TEST_GUEST_KERNEL.
+if [ "$(id -u)" = 0 ]; then
+	if guest_kernel=$(scripts/guest-kernel.sh); then
+		export HUTCH_TEST_GUEST_KERNEL="$guest_kernel"
+	else
+		echo "warning: could not fetch the guest kernel; the tests of internal/microvm cannot run"
+	fi
+fi
+
 # The binaries of that cluster (Kubernetes, etcd, containerd 2, runc 1.5), built from
 # the Go module proxy once per pinned version (measured: about 21 minutes
 # on two cores) into /var/cache/hutch/k8s, then found there in a tenth of a

@@ -22,6 +22,7 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/agent"
 	"github.com/hutch-sandbox/hutch/internal/gvisor"
 	"github.com/hutch-sandbox/hutch/internal/interp"
+	"github.com/hutch-sandbox/hutch/internal/microvm/guest"
 	"github.com/hutch-sandbox/hutch/internal/portconnect"
 	"github.com/hutch-sandbox/hutch/internal/proxyconnect"
 )
@@ -69,6 +70,9 @@ func run(args []string, stdin, stdout, stderr *os.File) int {
 	case "agent":
 		// PID 1 of a sandbox when hutch-agent is not installed.
 		return agent.Main(args[1:], stderr)
+	case guest.InitCommand:
+		// The init of a microVM's guest when hutch-agent is not installed.
+		return guest.InitMain(args[1:], stderr)
 	case "sudo":
 		// sudo inside a sandbox whose agent this is (hutch's base image).
 		return agent.SudoMain(args[1:], stderr)

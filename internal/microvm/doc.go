@@ -1,0 +1,29 @@
+// Package microvm is the foundation of hutch's microVM isolation tier: each
+// sandbox is a virtual machine of QEMU's microvm machine type, with a kernel
+// of its own, so that the sandbox's system calls never reach the host's
+// kernel.
+//
+// The guest runs Debian's cloud kernel, fetched and unpacked once by
+// scripts/guest-kernel.sh into a cache directory that LoadKernel and
+// FindKernel read, checking every file against the directory's SHA-256
+// manifest before use. Its root is a small initramfs (WriteInitramfs):
+// hutch's own binary as /init, the kernel modules the guest needs (the
+// virtio transport, virtio-serial and what later steps of the tier mount
+// with), and for a binary linked dynamically its ELF interpreter and
+// libraries — nothing else.
+//
+// In the guest hutch's binary runs as PID 1 with the argument
+// guest.InitCommand, which the kernel passes to init from its command line
+// (package guest): it mounts /proc, /sys, devtmpfs and devpts, loads the modules in
+// order, waits for the virtio-serial port named guest.PortName and serves
+// the agent's protocol (package agent) on it, the one channel between host
+// and guest. A virtio-serial port needs nothing of the host's beyond QEMU
+// (no vhost, no /dev/kvm), and the guest has no network device at all.
+//
+// Boot starts QEMU (KVM when /dev/kvm opens; software emulation, TCG, only
+// when Config.AllowEmulation says so), accepts the connection QEMU makes
+// for the port's character device on a unix socket of the VM's directory,
+// and returns once the guest's agent has spoken: VM.Conn is the agent's
+// connection, from which an agent.Client is made. Closing the VM kills QEMU
+// and removes its files.
+package microvm

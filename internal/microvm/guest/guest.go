@@ -1,0 +1,19 @@
+package guest
+
+// InitCommand is the argument that makes hutch's binary the guest's init:
+// the host puts "-- microvm-init" at the end of the kernel's command line,
+// and the kernel passes what follows "--" to init as its arguments.
+const InitCommand = "microvm-init"
+
+// PortName is the name of the virtio-serial port that carries the agent's
+// connection; the guest finds its device by that name.
+const PortName = "hutch.agent"
+
+// The guest's paths in the initramfs: the init binary, the directory of
+// the kernel modules, and the file that gives their load order (one file
+// name of ModuleDir a line).
+const (
+	InitPath    = "/init"
+	ModuleDir   = "/modules"
+	ModuleOrder = "/modules/order"
+)

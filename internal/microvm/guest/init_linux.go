@@ -1,0 +1,199 @@
+package guest
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/hutch-sandbox/hutch/internal/agent"
+)
+
+// portWait bounds how long the guest's init waits for the agent's port to
+// appear once the modules are loaded (a slow emulated boot included).
+const portWait = 60 * time.Second
+
+// MainIfInit runs InitMain and exits when the process was started as
+// "PROGRAM microvm-init": how hutch's binary, and a test binary standing in
+// for it, becomes the guest's init.
+func MainIfInit() {
+	if len(os.Args) >= 2 && os.Args[1] == InitCommand {
+		os.Exit(InitMain(os.Args[2:], os.Stderr))
+	}
+}
+
+// InitMain is `microvm-init`, PID 1 of a microVM: it mounts /proc, /sys,
+// devtmpfs on /dev and devpts on /dev/pts, loads the initramfs's modules in their order, opens
+// the virtio-serial port PortName once the host end is connected, and
+// serves the agent on it. When the connection ends — the host closed it,
+// or it failed — or setting up fails, it powers the guest off (PID 1 of a
+// kernel may not exit): the VM lives as long as its agent's connection.
+// It writes what goes wrong to stderr, the guest's console. Anywhere but
+// as PID 1 it refuses with exit code 2.
+func InitMain(args []string, stderr io.Writer) int {
+	if os.Getpid() != 1 || len(args) != 0 {
+		fmt.Fprintf(stderr, "hutch: %s: runs only as the init of hutch's microVM guests\n", InitCommand)
+		return 2
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	err := initGuest(log)
+	if err != nil {
+		log.Error("microvm init", "err", err)
+	}
+	unix.Sync()
+	// The VM ends: power off, or else reset, which QEMU started with
+	// -no-reboot turns into its exit.
+	unix.Reboot(unix.LINUX_REBOOT_CMD_POWER_OFF)
+	unix.Reboot(unix.LINUX_REBOOT_CMD_RESTART)
+	select {} // unreachable: PID 1 never returns
+}
+
+func initGuest(log *slog.Logger) error {
+	start := time.Now()
+	// devpts on /dev/pts serves the commands' terminals: devtmpfs's
+	// /dev/ptmx opens the devpts instance beside it.
+	for _, m := range []struct{ fstype, dir, data string }{
+		{"proc", "/proc", ""},
+		{"sysfs", "/sys", ""},
+		{"devtmpfs", "/dev", ""},
+		{"devpts", "/dev/pts", "newinstance,ptmxmode=0666,mode=0620,gid=5"},
+	} {
+		if err := os.MkdirAll(m.dir, 0o755); err != nil {
+			return err
+		}
+		if err := unix.Mount(m.fstype, m.dir, m.fstype, unix.MS_NOSUID|unix.MS_NOEXEC, m.data); err != nil {
+			return fmt.Errorf("mount %s on %s: %w", m.fstype, m.dir, err)
+		}
+	}
+	if err := loadModules(ModuleDir, ModuleOrder); err != nil {
+		return err
+	}
+	port, err := openPort(PortName, portWait)
+	if err != nil {
+		return err
+	}
+	log.Info("microvm init: agent port ready", "port", port.Name(), "after", time.Since(start))
+	conn := &portConn{f: port}
+	env := os.Environ()
+	if os.Getenv("PATH") == "" {
+		env = append(env, "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+	}
+	err = agent.Serve(conn, agent.ServeOptions{
+		PID1:       true,
+		Log:        log,
+		DefaultDir: "/",
+		DefaultEnv: env,
+	})
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	log.Info("microvm init: the host closed the agent's connection")
+	return nil
+}
+
+// loadModules loads the modules of dir in the order the file order gives,
+// one file name a line; one the kernel holds already is skipped.
+func loadModules(dir, order string) error {
+	b, err := os.ReadFile(order)
+	if err != nil {
+		return fmt.Errorf("module order: %w", err)
+	}
+	for _, name := range strings.Fields(string(b)) {
+		if err := loadModule(filepath.Join(dir, name)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func loadModule(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("load module: %w", err)
+	}
+	defer f.Close()
+	if err := unix.FinitModule(int(f.Fd()), "", 0); err != nil && !errors.Is(err, unix.EEXIST) {
+		return fmt.Errorf("load module %s: %w", path, err)
+	}
+	return nil
+}
+
+// openPort waits up to d for the virtio-serial port called name to appear
+// and for the host to connect its end, and opens it.
+func openPort(name string, d time.Duration) (*os.File, error) {
+	deadline := time.Now().Add(d)
+	dev := ""
+	for dev == "" {
+		names, _ := filepath.Glob("/sys/class/virtio-ports/*/name")
+		for _, p := range names {
+			b, err := os.ReadFile(p)
+			if err == nil && strings.TrimSpace(string(b)) == name {
+				dev = "/dev/" + filepath.Base(filepath.Dir(p))
+			}
+		}
+		if dev != "" {
+			if _, err := os.Stat(dev); err != nil {
+				dev = "" // devtmpfs has not made the node yet
+			}
+		}
+		if dev == "" {
+			if time.Now().After(deadline) {
+				return nil, fmt.Errorf("no virtio-serial port %q after %v (ports: %v)", name, d, names)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	f, err := os.OpenFile(dev, os.O_RDWR, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open agent port: %w", err)
+	}
+	// Until the host's end is connected, a read of the port returns end of
+	// file at once and poll reports a hang-up: wait for the host.
+	for {
+		fds := []unix.PollFd{{Fd: int32(f.Fd()), Events: unix.POLLIN}}
+		_, err := unix.Poll(fds, 0)
+		if err != nil && !errors.Is(err, unix.EINTR) {
+			f.Close()
+			return nil, fmt.Errorf("poll agent port %s: %w", dev, err)
+		}
+		if err == nil && fds[0].Revents&unix.POLLHUP == 0 {
+			return f, nil
+		}
+		if time.Now().After(deadline) {
+			f.Close()
+			return nil, fmt.Errorf("agent port %s: the host did not connect within %v", dev, d)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// portConn is the agent's connection on a virtio-serial port, a character
+// device: the net.Conn that agent.Serve takes, over the port's *os.File
+// (whose reads and writes go through the runtime's poller, which makes
+// Close end a blocked Read).
+type portConn struct {
+	f *os.File
+}
+
+func (c *portConn) Read(b []byte) (int, error)  { return c.f.Read(b) }
+func (c *portConn) Write(b []byte) (int, error) { return c.f.Write(b) }
+func (c *portConn) Close() error                { return c.f.Close() }
+func (c *portConn) LocalAddr() net.Addr         { return portAddr(c.f.Name()) }
+func (c *portConn) RemoteAddr() net.Addr        { return portAddr("host") }
+
+func (c *portConn) SetDeadline(t time.Time) error      { return c.f.SetDeadline(t) }
+func (c *portConn) SetReadDeadline(t time.Time) error  { return c.f.SetReadDeadline(t) }
+func (c *portConn) SetWriteDeadline(t time.Time) error { return c.f.SetWriteDeadline(t) }
+
+// portAddr names an end of a virtio-serial port.
+type portAddr string
+
+func (a portAddr) Network() string { return "virtio-serial" }
+func (a portAddr) String() string  { return string(a) }

@@ -1,0 +1,424 @@
+package microvm
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hutch-sandbox/hutch/internal/microvm/guest"
+	"github.com/hutch-sandbox/hutch/internal/peercred"
+)
+
+// ErrNoAccel is wrapped by Boot's error when the host has no hardware
+// virtualization (/dev/kvm does not open) and Config.AllowEmulation is
+// false.
+var ErrNoAccel = errors.New("no hardware virtualization")
+
+// Config is what Boot needs to start a VM.
+type Config struct {
+	// Kernel is the guest kernel (FindKernel). Required.
+	Kernel *Kernel
+	// Init is the binary that becomes the guest's /init, run with
+	// guest.InitCommand: hutch's own binary, or a test binary that calls
+	// MainIfInit. "" means the running program's.
+	Init string
+	// Initramfs, if set, is an initramfs already built (BuildInitramfs)
+	// for Kernel and Init; Boot builds one in the VM's directory otherwise.
+	Initramfs string
+	// QEMU is the qemu-system-x86_64 to run; "" means the one on PATH.
+	QEMU string
+	// MemoryMiB is the guest's memory in MiB; 0 means 512.
+	MemoryMiB int
+	// CPUs is the guest's number of virtual CPUs; 0 means 1.
+	CPUs int
+	// AllowEmulation lets Boot run the guest under QEMU's software
+	// emulation (TCG) when the host has no KVM: many times slower, for
+	// hosts without nested virtualization (and tests). Without it Boot
+	// fails there with ErrNoAccel.
+	AllowEmulation bool
+	// UID and GID, when UID is not 0, are the ids QEMU runs as once it
+	// has opened its files and before the guest starts (-runas), with an
+	// empty directory of the VM's as its root (-chroot): a guest that took
+	// QEMU over holds neither root's privileges nor a view of the host's
+	// files. Each VM should have ids of its own, so that one QEMU cannot
+	// reach another.
+	UID, GID int
+	// Dir is the directory for the VM's files (its initramfs, the socket
+	// of the agent's port, the logs), which must not exist; "" means a new
+	// temporary directory. Close removes it.
+	Dir string
+	// Log receives the VM's events; nil discards them.
+	Log *slog.Logger
+}
+
+// Validate checks the configuration.
+func (c Config) Validate() error {
+	if c.Kernel == nil {
+		return errors.New("microvm: no guest kernel")
+	}
+	if c.MemoryMiB < 0 || c.MemoryMiB != 0 && c.MemoryMiB < 128 {
+		return fmt.Errorf("microvm: memory %d MiB is below the minimum of 128", c.MemoryMiB)
+	}
+	if c.UID < 0 || c.GID < 0 || c.UID == 0 && c.GID != 0 {
+		return fmt.Errorf("microvm: QEMU's ids %d:%d (want a uid other than 0 with its gid, or neither)", c.UID, c.GID)
+	}
+	if c.CPUs < 0 || c.CPUs > 64 {
+		return fmt.Errorf("microvm: %d virtual CPUs (want 1 to 64)", c.CPUs)
+	}
+	return nil
+}
+
+// VM is a running guest.
+type VM struct {
+	cmd     *exec.Cmd
+	conn    net.Conn
+	dir     string
+	console string
+	qemuLog string
+	emul    bool
+	log     *slog.Logger
+
+	done    chan struct{}
+	waitErr error // once done is closed
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Boot starts a guest and returns once its agent has sent its first bytes
+// on the agent's port (the hello): Conn is then the agent's connection. ctx
+// bounds the boot only. The guest has no network device; its serial
+// console goes to a log file in its directory, whose end Boot's errors
+// quote.
+func Boot(ctx context.Context, cfg Config) (vm *VM, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	emul, err := useEmulation(cfg.AllowEmulation)
+	if err != nil {
+		return nil, err
+	}
+	qemu := cfg.QEMU
+	if qemu == "" {
+		if qemu, err = exec.LookPath("qemu-system-x86_64"); err != nil {
+			return nil, fmt.Errorf("microvm: QEMU (Debian's package qemu-system-x86, which scripts/guest-kernel.sh installs): %w", err)
+		}
+	}
+	init := cfg.Init
+	if init == "" {
+		if init, err = os.Executable(); err != nil {
+			return nil, fmt.Errorf("microvm: the guest's init: %w", err)
+		}
+	}
+	dir := cfg.Dir
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "hutch-microvm-"); err != nil {
+			return nil, fmt.Errorf("microvm: %w", err)
+		}
+	} else if err := os.Mkdir(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("microvm: %w", err)
+	}
+	v := &VM{
+		dir:     dir,
+		console: filepath.Join(dir, "console.log"),
+		qemuLog: filepath.Join(dir, "qemu.log"),
+		emul:    emul,
+		log:     cfg.Log,
+		done:    make(chan struct{}),
+	}
+	if v.log == nil {
+		v.log = slog.New(slog.DiscardHandler)
+	}
+	defer func() {
+		if err != nil {
+			v.Close()
+		}
+	}()
+	start := time.Now()
+	initramfs := cfg.Initramfs
+	if initramfs == "" {
+		initramfs = filepath.Join(dir, "initramfs.cpio")
+		if err := BuildInitramfs(initramfs, init, cfg.Kernel); err != nil {
+			return nil, err
+		}
+		v.log.Debug("microvm: initramfs built", "path", initramfs, "took", time.Since(start))
+	}
+	sock := filepath.Join(dir, "agent.sock")
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("microvm: agent socket: %w", err)
+	}
+	defer l.Close()
+
+	qlog, err := os.OpenFile(v.qemuLog, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("microvm: %w", err)
+	}
+	defer qlog.Close()
+	args := qemuArgs(cfg, emul, initramfs, sock, v.console)
+	if cfg.UID != 0 {
+		root := filepath.Join(dir, "root")
+		if err := os.Mkdir(root, 0o555); err != nil {
+			return nil, fmt.Errorf("microvm: %w", err)
+		}
+		args = append(args, "-runas", fmt.Sprintf("%d:%d", cfg.UID, cfg.GID), "-chroot", root)
+	}
+	v.cmd = exec.Command(qemu, args...)
+	v.cmd.Stdout, v.cmd.Stderr = qlog, qlog
+	// QEMU dies with the process that started it (S4). The signal is tied
+	// to the thread that forked QEMU, which the Go runtime keeps unless it
+	// was locked and its goroutine ended, and the kernel drops it when
+	// -runas changes QEMU's ids: then it is the guest that ends, powering
+	// off once the host's end of the agent's socket closed with hutch.
+	v.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setsid: true}
+	if err := v.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("microvm: start QEMU: %w", err)
+	}
+	started := time.Now()
+	v.log.Debug("microvm: QEMU started", "pid", v.cmd.Process.Pid, "emulation", emul, "dir", dir)
+	go func() {
+		v.waitErr = v.cmd.Wait()
+		close(v.done)
+	}()
+
+	// QEMU connects the port's character device to the socket as it
+	// starts; the guest's agent speaks once it is up. A connection from
+	// any other process (the socket's directory is the VM's, private) is
+	// closed: only QEMU's may become the agent's.
+	type accepted struct {
+		c   net.Conn
+		err error
+	}
+	ch := make(chan accepted, 1)
+	go func() {
+		for {
+			c, err := l.AcceptUnix()
+			if err != nil {
+				ch <- accepted{nil, err}
+				return
+			}
+			p, err := peercred.Of(c)
+			if err == nil && p.PID == v.cmd.Process.Pid {
+				ch <- accepted{c, nil}
+				return
+			}
+			v.log.Warn("microvm: a connection to the agent's socket not from QEMU closed", "peer", p, "err", err)
+			c.Close()
+		}
+	}()
+	var conn net.Conn
+	select {
+	case a := <-ch:
+		if a.err != nil {
+			return nil, fmt.Errorf("microvm: accept QEMU's connection: %w", a.err)
+		}
+		conn = a.c
+		v.log.Debug("microvm: QEMU connected the agent's port", "after", time.Since(started))
+	case <-v.done:
+		return nil, v.bootErr("QEMU ended before it connected the agent's port")
+	case <-ctx.Done():
+		return nil, v.bootErr(fmt.Sprintf("boot: %v", ctx.Err()))
+	}
+	br := bufio.NewReaderSize(conn, 64<<10)
+	v.conn = &bufConn{Conn: conn, r: br}
+	ready := make(chan error, 1)
+	go func() {
+		_, err := br.Peek(1)
+		ready <- err
+	}()
+	select {
+	case err := <-ready:
+		if err != nil {
+			return nil, v.bootErr(fmt.Sprintf("the guest's agent did not speak: %v", err))
+		}
+		v.log.Info("microvm: guest agent ready", "pid", v.cmd.Process.Pid, "emulation", emul, "boot", time.Since(started), "total", time.Since(start))
+	case <-ctx.Done():
+		return nil, v.bootErr(fmt.Sprintf("boot: %v", ctx.Err()))
+	}
+	return v, nil
+}
+
+// useEmulation tells whether the guest must run under TCG: when /dev/kvm
+// does not open, if allowed.
+func useEmulation(allow bool) (bool, error) {
+	f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
+	if err == nil {
+		f.Close()
+		return false, nil
+	}
+	if allow {
+		return true, nil
+	}
+	return false, fmt.Errorf("microvm: /dev/kvm: %w: %w (software emulation, many times slower, is allowed only explicitly)", ErrNoAccel, err)
+}
+
+// qemuArgs is QEMU's command line: the microvm machine without default
+// devices, option ROMs or network, under QEMU's seccomp filter; the
+// kernel, the initramfs and the kernel's command line that makes the
+// initramfs's /init hutch's init; the serial console to a file; one
+// virtio-serial port, guest.PortName, whose character device is QEMU's
+// connection to the socket sock.
+func qemuArgs(cfg Config, emul bool, initramfs, sock, console string) []string {
+	mem, cpus := cfg.MemoryMiB, cfg.CPUs
+	if mem == 0 {
+		mem = 512
+	}
+	if cpus == 0 {
+		cpus = 1
+	}
+	accel, cpu := "kvm", "host"
+	// panic=-1 turns a kernel panic into a reset, which -no-reboot turns
+	// into QEMU's exit.
+	cmdline := []string{"console=ttyS0", "panic=-1", "quiet", "pci=off"}
+	if emul {
+		// TCG's TSC is not calibrated against a PIT the cloud kernel
+		// trusts: without a given frequency it hangs calibrating.
+		accel, cpu = "tcg", "max"
+		cmdline = append(cmdline, "tsc_early_khz=2000000")
+	}
+	cmdline = append(cmdline, "--", guest.InitCommand)
+	// QEMU's own seccomp filter: no obsolete system calls, no set-id or
+	// capability changes, no fork or exec, no scheduler or priority
+	// changes, should the guest take QEMU over. QEMU installs it before it
+	// changes its ids for -runas, which needs setuid and setgid: then
+	// those are allowed, harmless once QEMU is no longer root.
+	elevate := "deny"
+	if cfg.UID != 0 {
+		elevate = "allow"
+	}
+	sandbox := "on,obsolete=deny,elevateprivileges=" + elevate + ",spawn=deny,resourcecontrol=deny"
+	return []string{
+		"-M", "microvm,x-option-roms=off,isa-serial=on,rtc=on",
+		"-accel", accel,
+		"-cpu", cpu,
+		"-m", strconv.Itoa(mem),
+		"-smp", strconv.Itoa(cpus),
+		"-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
+		"-sandbox", sandbox,
+		"-serial", "file:" + console,
+		"-kernel", cfg.Kernel.Image,
+		"-initrd", initramfs,
+		"-append", strings.Join(cmdline, " "),
+		"-chardev", "socket,id=agent,path=" + sock,
+		"-device", "virtio-serial-device,max_ports=2",
+		"-device", "virtserialport,chardev=agent,name=" + guest.PortName,
+	}
+}
+
+// bootErr is err about a boot that failed, with the end of QEMU's output
+// and what the guest's console says about it.
+func (v *VM) bootErr(msg string) error {
+	return fmt.Errorf("microvm: %s (QEMU: %s; console: %s)", msg, tail(v.qemuLog, 400), consoleCause(v.console))
+}
+
+// consoleCause returns what the guest's console at path says about a
+// failure: the kernel's panic line, else the errors of hutch's init, else
+// the console's end.
+func consoleCause(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	var errs []string
+	for _, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if _, rest, ok := strings.Cut(line, "Kernel panic - "); ok {
+			return "Kernel panic - " + rest
+		}
+		if strings.Contains(line, "level=ERROR") {
+			errs = append(errs, line)
+		}
+	}
+	if len(errs) > 0 {
+		return strings.Join(errs, "; ")
+	}
+	return tail(path, 1200)
+}
+
+// tail returns the last n bytes of the file at path, on one line.
+func tail(path string, n int64) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	if int64(len(b)) > n {
+		b = b[int64(len(b))-n:]
+	}
+	s := strings.Join(strings.Fields(strings.ReplaceAll(string(b), "\r", "")), " ")
+	if s == "" {
+		return "nothing"
+	}
+	return s
+}
+
+// Conn is the connection to the guest's agent, from which an agent.Client
+// is made (agent.NewClient). Closing it makes the guest power off.
+func (v *VM) Conn() net.Conn { return v.conn }
+
+// Done is closed once QEMU has exited.
+func (v *VM) Done() <-chan struct{} { return v.done }
+
+// Err is how QEMU exited (exec.Cmd.Wait's error) once Done is closed, nil
+// before.
+func (v *VM) Err() error {
+	select {
+	case <-v.done:
+		return v.waitErr
+	default:
+		return nil
+	}
+}
+
+// PID is QEMU's process id.
+func (v *VM) PID() int { return v.cmd.Process.Pid }
+
+// Emulated reports whether the guest runs under software emulation.
+func (v *VM) Emulated() bool { return v.emul }
+
+// Dir is the VM's directory.
+func (v *VM) Dir() string { return v.dir }
+
+// ConsolePath is the file the guest's serial console goes to, in Dir.
+func (v *VM) ConsolePath() string { return v.console }
+
+// Close kills QEMU, waits for it to exit and removes the VM's directory.
+func (v *VM) Close() error {
+	v.closeOnce.Do(func() {
+		if v.conn != nil {
+			v.conn.Close()
+		}
+		if v.cmd != nil && v.cmd.Process != nil {
+			v.cmd.Process.Kill()
+			select {
+			case <-v.done:
+			case <-time.After(30 * time.Second):
+				v.closeErr = fmt.Errorf("microvm: QEMU (pid %d) did not exit after SIGKILL", v.cmd.Process.Pid)
+				return
+			}
+		}
+		if err := os.RemoveAll(v.dir); err != nil {
+			v.closeErr = fmt.Errorf("microvm: %w", err)
+		}
+	})
+	return v.closeErr
+}
+
+// bufConn is a connection whose reads go through r, which holds what Boot
+// peeked at.
+type bufConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (c *bufConn) Read(b []byte) (int, error) { return c.r.Read(b) }

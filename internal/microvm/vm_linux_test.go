@@ -1,0 +1,317 @@
+package microvm
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/hutch-sandbox/hutch/internal/agent"
+	"github.com/hutch-sandbox/hutch/internal/microvm/guest"
+	"github.com/hutch-sandbox/hutch/internal/testutil"
+)
+
+// TestMain lets the test binary stand in for hutch as the guest's init.
+func TestMain(m *testing.M) {
+	guest.MainIfInit()
+	code := m.Run()
+	testutil.RemoveBuilds()
+	os.Exit(code)
+}
+
+// needVM returns the guest kernel of $HUTCH_TEST_GUEST_KERNEL (the
+// directory scripts/guest-kernel.sh printed), else the cache's current
+// one, or skips (fails under HUTCH_TEST_ROOT=1) when the host cannot boot
+// a guest: no root, no QEMU, no kernel fetched by scripts/guest-kernel.sh.
+func needVM(t testing.TB) *Kernel {
+	t.Helper()
+	testutil.RequireRoot(t)
+	_, err := exec.LookPath("qemu-system-x86_64")
+	testutil.Need(t, err == nil, "no qemu-system-x86_64 (scripts/guest-kernel.sh installs it)")
+	var k *Kernel
+	if dir := os.Getenv("HUTCH_TEST_GUEST_KERNEL"); dir != "" {
+		k, err = LoadKernel(dir)
+	} else {
+		k, err = FindKernel("")
+	}
+	testutil.Need(t, err == nil, "no guest kernel (run scripts/guest-kernel.sh): "+errString(err))
+	return k
+}
+
+// testLog is a logger that writes to the test's log.
+func testLog(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSuffix(string(p), "\n"))
+	return len(p), nil
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// TestBootAgent boots a guest (under software emulation when the host has
+// no KVM) whose init is the test binary, standing in for hutch, reaches its
+// agent over the virtio-serial port, reads the guest's kernel release,
+// runs a command, and checks that closing the connection powers the guest
+// off and Close leaves nothing behind.
+func TestBootAgent(t *testing.T) {
+	k := needVM(t)
+	bootAndCheck(t, Config{Kernel: k, AllowEmulation: true, Log: testLog(t)}, nil)
+}
+
+// TestBootHutchAgent is TestBootAgent with hutch-agent as the guest's init,
+// as released: a static binary, without the test binary's libraries.
+func TestBootHutchAgent(t *testing.T) {
+	k := needVM(t)
+	init := filepath.Join(filepath.Dir(testutil.Hutch(t)), "hutch-agent")
+	libs, err := sharedLibs(init)
+	if err != nil || len(libs) != 0 {
+		t.Fatalf("hutch-agent needs libraries %v (%v), want a static binary", libs, err)
+	}
+	bootAndCheck(t, Config{Kernel: k, Init: init, AllowEmulation: true, Log: testLog(t)}, nil)
+}
+
+// TestBootRunAs is TestBootAgent with QEMU under ids of its own and in an
+// empty root once it started.
+func TestBootRunAs(t *testing.T) {
+	k := needVM(t)
+	id := testutil.UnprivilegedUID
+	bootAndCheck(t, Config{Kernel: k, AllowEmulation: true, UID: id, GID: id, Log: testLog(t)}, func(vm *VM) {
+		status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", vm.PID()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{fmt.Sprintf("Uid:\t%d\t%d\t%d\t%d\n", id, id, id, id), fmt.Sprintf("Gid:\t%d\t%d\t%d\t%d\n", id, id, id, id)} {
+			if !strings.Contains(string(status), want) {
+				t.Errorf("QEMU's status has no %q:\n%s", want, status)
+			}
+		}
+		root, err := os.Readlink(fmt.Sprintf("/proc/%d/root", vm.PID()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if root != filepath.Join(vm.Dir(), "root") {
+			t.Errorf("QEMU's root is %s, want %s", root, filepath.Join(vm.Dir(), "root"))
+		}
+	})
+}
+
+// TestBootOnlyQEMU checks that a connection to the agent's socket from a
+// process other than QEMU is not taken for the agent's: QEMU here is a
+// script that has another process connect (and send a byte) before it
+// becomes QEMU.
+func TestBootOnlyQEMU(t *testing.T) {
+	k := needVM(t)
+	qemu, err := exec.LookPath("qemu-system-x86_64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	script := filepath.Join(dir, "qemu")
+	write(t, script, `#!/bin/sh
+for a; do case "$a" in socket,id=agent,path=*) sock=${a#socket,id=agent,path=} ;; esac; done
+/usr/bin/python3 -c '
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+open(sys.argv[2], "w").close()
+try:
+    s.sendall(b"x")
+    s.recv(1)  # until hutch closes it
+except OSError:
+    pass
+open(sys.argv[3], "w").close()
+' "$sock" `+dir+`/connected `+dir+`/closed &
+while [ ! -e `+dir+`/connected ]; do sleep 0.01; done
+exec `+qemu+` "$@"
+`)
+	if err := os.Chmod(script, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bootAndCheck(t, Config{Kernel: k, QEMU: script, AllowEmulation: true, Log: testLog(t)}, func(*VM) {
+		if _, err := os.Stat(filepath.Join(dir, "closed")); err != nil {
+			t.Errorf("the other process's connection is still open: %v", err)
+		}
+	})
+}
+
+// TestBootInitFails checks that a guest whose init ends at once (the
+// kernel panics, and resets, which ends QEMU) makes Boot fail, quoting the
+// guest's console, and leaves nothing behind.
+func TestBootInitFails(t *testing.T) {
+	k := needVM(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	dir := filepath.Join(t.TempDir(), "vm")
+	_, err := Boot(ctx, Config{Kernel: k, Init: "/bin/true", AllowEmulation: true, Dir: dir, Log: testLog(t)})
+	if err == nil || !strings.Contains(err.Error(), "Attempted to kill init") {
+		t.Fatalf("got %v, want the guest's kernel panic quoted", err)
+	}
+	t.Log(err)
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("VM directory %s left after a failed boot: %v", dir, err)
+	}
+}
+
+// TestBootNeedsAccel checks that without /dev/kvm Boot refuses to emulate
+// unless allowed.
+func TestBootNeedsAccel(t *testing.T) {
+	if f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0); err == nil {
+		f.Close()
+		t.Skip("the host has KVM")
+	}
+	_, err := Boot(context.Background(), Config{Kernel: &Kernel{}})
+	if !errors.Is(err, ErrNoAccel) || !strings.Contains(err.Error(), "/dev/kvm") {
+		t.Errorf("got %v, want ErrNoAccel naming /dev/kvm", err)
+	}
+}
+
+// bootAndCheck boots a guest of cfg and checks it as TestBootAgent says;
+// check, if not nil, sees the VM once it booted.
+func bootAndCheck(t *testing.T, cfg Config, check func(*VM)) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	k := cfg.Kernel
+	start := time.Now()
+	vm, err := Boot(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready := time.Since(start)
+	defer vm.Close()
+	t.Logf("boot -> agent ready: %v (emulated: %v)", ready, vm.Emulated())
+	if check != nil {
+		check(vm)
+	}
+
+	c := agent.NewClient(vm.Conn())
+	var rel bytes.Buffer
+	if _, err := c.ReadFile(ctx, "/proc/sys/kernel/osrelease", &rel); err != nil {
+		t.Fatalf("read the guest's kernel release: %v\nconsole: %s", err, tail(vm.ConsolePath(), 2000))
+	}
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		t.Fatal(err)
+	}
+	host := unix.ByteSliceToString(u.Release[:])
+	release := strings.TrimSpace(rel.String())
+	t.Logf("guest kernel %q, host kernel %q", release, host)
+	if release != k.Release {
+		t.Errorf("guest kernel release %q, want the cached kernel's %q", release, k.Release)
+	}
+	if release == host {
+		t.Errorf("guest kernel release %q is the host's", release)
+	}
+
+	// The initramfs's /tmp is anyone's, with the sticky bit.
+	if fi, err := c.Stat(ctx, "/tmp"); err != nil {
+		t.Errorf("stat /tmp: %v", err)
+	} else if !fi.IsDir || fi.Mode.Perm() != 0o777 || fi.Mode&os.ModeSticky == 0 {
+		t.Errorf("the guest's /tmp has mode %v, want drwxrwxrwt", fi.Mode)
+	}
+
+	// Megabytes each way through the port, in the agent's flow-controlled
+	// chunks, arrive whole.
+	big := make([]byte, 3<<20+12345)
+	if _, err := rand.Read(big); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WriteFile(ctx, "/tmp/big", bytes.NewReader(big), 0o600); err != nil {
+		t.Fatalf("write a file in the guest: %v", err)
+	}
+	var back bytes.Buffer
+	if _, err := c.ReadFile(ctx, "/tmp/big", &back); err != nil {
+		t.Fatalf("read it back: %v", err)
+	}
+	if !bytes.Equal(back.Bytes(), big) {
+		t.Errorf("read back %d bytes, not the %d written", back.Len(), len(big))
+	}
+
+	// The guest's init, run again as a command, is not PID 1: it refuses
+	// with exit code 2.
+	p, err := c.Exec(ctx, agent.ExecRequest{Args: []string{"/init", guest.InitCommand}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	done := make(chan struct{})
+	go func() {
+		out.ReadFrom(p.Stderr)
+		close(done)
+	}()
+	st, err := p.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	if st.Code != 2 || !strings.Contains(out.String(), "runs only as the init") {
+		t.Errorf("exec /init %s: exit %+v, stderr %q; want exit code 2 and the refusal", guest.InitCommand, st, out.String())
+	}
+
+	// Closing the agent's connection powers the guest off: QEMU exits by
+	// itself.
+	// The same on a terminal: its output is the terminal's.
+	p, err = c.Exec(ctx, agent.ExecRequest{Args: []string{"/init", guest.InitCommand}, TTY: true})
+	if err != nil {
+		t.Fatalf("exec on a terminal: %v", err)
+	}
+	out.Reset()
+	done = make(chan struct{})
+	go func() {
+		out.ReadFrom(p.Stdout)
+		close(done)
+	}()
+	st, err = p.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	if st.Code != 2 || !strings.Contains(out.String(), "runs only as the init") {
+		t.Errorf("exec /init %s on a terminal: exit %+v, output %q; want exit code 2 and the refusal", guest.InitCommand, st, out.String())
+	}
+
+	pid := vm.PID()
+	if err := c.Close(); err != nil {
+		t.Logf("close client: %v", err)
+	}
+	select {
+	case <-vm.Done():
+	case <-ctx.Done():
+		t.Errorf("QEMU still running after the agent's connection closed\nconsole: %s", tail(vm.ConsolePath(), 2000))
+	}
+	console, _ := os.ReadFile(vm.ConsolePath())
+	t.Logf("console:\n%s", console)
+	if err := vm.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-vm.Done():
+	default:
+		t.Fatal("QEMU still running after Close")
+	}
+	if err := syscall.Kill(pid, 0); err == nil {
+		t.Errorf("QEMU (pid %d) still exists after Close", pid)
+	}
+	if _, err := os.Stat(vm.Dir()); !os.IsNotExist(err) {
+		t.Errorf("VM directory %s left after Close: %v", vm.Dir(), err)
+	}
+}
