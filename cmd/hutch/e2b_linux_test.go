@@ -91,7 +91,7 @@ func e2bSDKWith(t *testing.T, sdk, tier string, env []string, args ...string) {
 		append([]string{"--warm", "2", "--template", "bb=hutch.test/e2b-sdk:1", "--warm", "bb=1", "--tenant-memory", "64g",
 			"--metrics-interval", "1s", "--allow-private", "127.0.0.1/32"}, args...)...)
 	const warmBB = `hutch_warm_sandboxes{template="bb"} 1`
-	if !testutil.Eventually(time.Minute, func() bool { return strings.Contains(d.metrics(t), warmBB+"\n") }) {
+	if !testutil.Eventually(3*time.Minute, func() bool { return strings.Contains(d.metrics(t), warmBB+"\n") }) {
 		t.Fatalf("the template's warm pool did not fill: no %s in\n%s", warmBB, d.metrics(t))
 	}
 	r := d.admin(t, "token", "create", "--tenant", "e2b-sdk", "--e2b", "--state-dir", d.stateDir)
