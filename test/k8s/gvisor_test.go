@@ -66,7 +66,8 @@ spec:
 // gVisor's kernel with hutch's egress as under the RuntimeClass hutch:
 // the node policy's upstream through the proxy, another host refused by
 // it, and nothing around it — not even the node, on the pods' bridge,
-// which a pod without hutch's firewall reaches; kubectl exec works. Its
+// which a pod without hutch's firewall reaches; kubectl exec works, on a
+// terminal too. Its
 // delete leaves no runsc process or state, no egress proxy, no shim.
 func testRuntimeClassGVisor(t *testing.T, c *k8stest.Cluster, port int) {
 	around := bridgeListener(t, c)
@@ -99,6 +100,7 @@ func testRuntimeClassGVisor(t *testing.T, c *k8stest.Cluster, port int) {
 		}
 	}
 	noneAroundProxy(t, r.Stdout)
+	testTTY(t, c, "gvisor", "c")
 
 	root := c.RunscRoot(gvisorHandler)
 	if left := stateFiles(t, root); len(left) == 0 {

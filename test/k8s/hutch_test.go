@@ -77,7 +77,8 @@ spec:
 // emptyDir lands on disk with the ids it has inside; CRI's files (hosts,
 // resolv.conf, the termination log, the service account's token) and the
 // pod's sysctls (ip_unprivileged_port_start) work from it. Both share the
-// pod's network namespace and its proxy; kubectl exec works in both.
+// pod's network namespace and its proxy; kubectl exec works in both, and
+// on a terminal (-it).
 func TestRuntimeClassHutch(t *testing.T) {
 	c, port := hutchCluster(t)
 	c.KubectlIn(t, hutchPodYAML, "apply", "-f", "-")
@@ -175,6 +176,7 @@ func TestRuntimeClassHutch(t *testing.T) {
 			t.Errorf("%s on the host is owned by %d:%d, want %d:%d", name, st.Uid, st.Gid, want, want)
 		}
 	}
+	testTTY(t, c, "confined", "sidecar")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if r := c.Run(ctx, "", "exec", "confined", "-c", "agent", "--", "ls", "-ln", "/shared"); r.Err != nil || !strings.Contains(r.Stdout, " 1000 ") {
