@@ -73,10 +73,12 @@ func (r *Replica) Name() string { return r.name }
 // another process's.
 func (r *Replica) renew(ctx context.Context, addr string, first bool) error {
 	c, name := r.c, r.c.leaseName(r.name)
-	now := metav1.NewMicroTime(time.Now())
 	secs := int32(ReplicaLease / time.Second)
 	var l coordinationv1.Lease
 	err := c.coord.get(ctx, c.ns, "leases", name, &l)
+	// The time of the renewal is taken once the read answered: a read
+	// slow to come back must not leave the Lease older than it is.
+	now := metav1.NewMicroTime(time.Now())
 	switch {
 	case apierrors.IsNotFound(err):
 		l = coordinationv1.Lease{
@@ -109,19 +111,29 @@ func (r *Replica) renew(ctx context.Context, addr string, first bool) error {
 	return nil
 }
 
-// renewing renews the Lease every ReplicaRenew until Close.
+// renewing renews the Lease every ReplicaRenew until Close. An attempt
+// may take half the Lease (an API server slow under load answers late,
+// not never), and one that failed is tried again at once, a moment
+// later, rather than a period later: a Lease lapses only when the API
+// server could not be reached for most of its duration.
 func (r *Replica) renewing(addr string) {
 	defer close(r.done)
-	t := time.NewTicker(ReplicaRenew)
+	retry := max(ReplicaRenew/8, 100*time.Millisecond)
+	t := time.NewTimer(ReplicaRenew)
 	defer t.Stop()
 	for {
 		select {
 		case <-r.stop:
 			return
 		case <-t.C:
-			ctx, cancel := context.WithTimeout(context.Background(), ReplicaRenew)
-			_ = r.renew(ctx, addr, false) // again at the next tick
+			ctx, cancel := context.WithTimeout(context.Background(), ReplicaLease/2)
+			err := r.renew(ctx, addr, false)
 			cancel()
+			if err != nil {
+				t.Reset(retry)
+			} else {
+				t.Reset(ReplicaRenew)
+			}
 		}
 	}
 }
