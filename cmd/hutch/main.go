@@ -19,6 +19,7 @@ import (
 
 	"github.com/hutch-sandbox/hutch/internal/cli"
 	"github.com/hutch-sandbox/hutch/internal/gvisor"
+	"github.com/hutch-sandbox/hutch/internal/microvm/guest"
 	"github.com/hutch-sandbox/hutch/internal/proxyconnect"
 	"github.com/hutch-sandbox/hutch/internal/runner"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
@@ -149,6 +150,10 @@ func run(args []string, stdin, stdout, stderr *os.File) int {
 		return cmdPolicyShow(args[2:], stdout, stderr)
 	case "proxy-connect":
 		return proxyconnect.Main(args[1:], stdin, stdout, stderr)
+	case guest.InitCommand:
+		// Hidden: PID 1 of a microVM's guest, when no hutch-agent is
+		// installed beside hutch.
+		return guest.InitMain(args[1:], stderr)
 	case gvisor.InitCommand:
 		// Hidden: the first process of a gVisor sandbox with a proxy.
 		return gvisor.InitMain(args[1:], stderr)
