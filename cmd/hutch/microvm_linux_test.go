@@ -97,7 +97,8 @@ func noKVM() bool {
 }
 
 // TestMicroVMRefusals checks, without booting, that the tier refuses to
-// emulate unless asked and names a policy field it cannot honour.
+// emulate unless asked and names a policy field it cannot honour, and that
+// --check says what the host offers.
 func TestMicroVMRefusals(t *testing.T) {
 	ws := t.TempDir()
 	env := microVMEnv(t, ws)
@@ -113,6 +114,10 @@ func TestMicroVMRefusals(t *testing.T) {
 	r := sandboxed(t, invocation{dir: ws, env: env, args: sh("true", "--tier", "microvm", "--allow-emulation", "--net", "proxy", "--allow-domain", "example.com")})
 	if r.code == 0 || !strings.Contains(r.stderr, "network.mode") {
 		t.Errorf("network mode proxy under tier microvm: want a refusal naming network.mode\n%s", r)
+	}
+	r = sandboxed(t, invocation{dir: ws, env: env, args: []string{"--tier", "microvm", "--check", "--allow-emulation"}})
+	if r.code != 0 || !strings.Contains(r.stdout, "ok  virtiofsd: ") || !strings.Contains(r.stdout, "ok  guest kernel: ") {
+		t.Errorf("--check on a host that boots guests: want exit 0 and every line ok\n%s", r)
 	}
 	r = sandboxed(t, invocation{dir: ws, env: env, args: sh("true", "--allow-emulation")})
 	if r.code == 0 || !strings.Contains(r.stderr, "--allow-emulation is for --tier microvm") {
