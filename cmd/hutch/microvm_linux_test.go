@@ -124,3 +124,18 @@ func TestMicroVMRefusals(t *testing.T) {
 		t.Errorf("--allow-emulation under tier namespace: want a refusal\n%s", r)
 	}
 }
+
+// TestMicroVMTerminal checks that a command started from a terminal gets a
+// terminal of the guest's, of the user's terminal's size, that typed input
+// reaches it and that its exit code comes through.
+func TestMicroVMTerminal(t *testing.T) {
+	microVMEnv(t, t.TempDir()) // the gate; hutch finds the cache's kernel
+	term := newTerminal(t, 30, 100)
+	_, waited := startOnTerminal(t, term, sh(`stty size; tty; echo ready; read x; echo "got $x"; exit 3`, "--tier", "microvm", "--allow-emulation")...)
+	out := typeHello(t, term, waited)
+	for _, want := range []string{"30 100\n", "/dev/pts/", "got hello\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the terminal does not show %q:\n%s", want, out)
+		}
+	}
+}
