@@ -57,7 +57,11 @@ func (rt *Runtime) Run(ctx context.Context, c sandbox.Config) (res sandbox.Resul
 		MemoryMiB:      int(s.Resources.MemoryBytes >> 20),
 		CPUs:           int(s.Resources.CPUs),
 		AllowEmulation: rt.AllowEmulation,
-		Log:            c.Log,
+		// QEMU gives up root once it has opened its files and connected
+		// to virtiofsd: the unused ids the other tiers run sandboxes as.
+		UID: sandbox.RootMappedID,
+		GID: sandbox.RootMappedID,
+		Log: c.Log,
 		Share: &Share{
 			Workspace: ws,
 			Hide:      append(policy.DefaultDenyRead(""), s.Filesystem.DenyRead...),
