@@ -39,8 +39,8 @@ func microVMEnv(t *testing.T, ws string) []string {
 // TestMicroVMRun runs one command in a microVM (under emulation when the
 // host has no KVM): its kernel is not the host's, the workspace is shared
 // read-write with the owner's ids, a write elsewhere stays in the guest,
-// the policy's environment and the exit code come through, and the
-// credentials of the deny list are hidden.
+// the policy's environment and the exit code come through, the
+// credentials of the deny list are hidden, and a missing command exits 127.
 func TestMicroVMRun(t *testing.T) {
 	ws := t.TempDir()
 	env := microVMEnv(t, ws)
@@ -83,6 +83,13 @@ func TestMicroVMRun(t *testing.T) {
 	}
 	if !strings.Contains(r.stderr, "software emulation") && noKVM() {
 		t.Errorf("stderr does not say the guest is emulated:\n%s", r.stderr)
+	}
+
+	// A command the guest does not have ends as a shell's would.
+	r = sandboxed(t, invocation{dir: ws, env: env, args: []string{"--tier", "microvm", "--allow-emulation", "--", "hutch-no-such-command"}})
+	wantCode(t, r, 127)
+	if !strings.Contains(r.stderr, "hutch-no-such-command: command not found") {
+		t.Errorf("stderr does not say the command was not found:\n%s", r.stderr)
 	}
 }
 

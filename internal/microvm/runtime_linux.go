@@ -31,6 +31,10 @@ const bootTimeout = 5 * time.Minute
 // when c.Stdin is one.
 func (rt *Runtime) Run(ctx context.Context, c sandbox.Config) (res sandbox.Result, err error) {
 	res.ExitCode = sandbox.ExitHutchError
+	if c.Proxy != nil {
+		// Network mode none's offline proxy: the guest cannot reach it.
+		defer c.Proxy.Close()
+	}
 	if err := rt.check(c); err != nil {
 		return res, err
 	}
@@ -96,8 +100,16 @@ func (rt *Runtime) Run(ctx context.Context, c sandbox.Config) (res sandbox.Resul
 	}
 	p, err := client.Exec(ctx, req)
 	if err != nil {
-		if e, ok := errors.AsType[*agent.Error](err); ok && e.Code == agent.CodeNotFound {
-			res.ExitCode = sandbox.ExitNotFound
+		// A command not found or not executable ends as a shell's would.
+		if e, ok := errors.AsType[*agent.Error](err); ok {
+			switch e.Code {
+			case agent.CodeNotFound:
+				res.ExitCode = sandbox.ExitNotFound
+				return res, &sandbox.InitError{Msg: e.Error(), Code: sandbox.ExitNotFound}
+			case agent.CodePermissionDenied:
+				res.ExitCode = sandbox.ExitNotExecutable
+				return res, &sandbox.InitError{Msg: e.Error(), Code: sandbox.ExitNotExecutable}
+			}
 		}
 		return res, err
 	}
