@@ -224,12 +224,16 @@ func buildRootView(root, hidden string, hide []string) error {
 		return fmt.Errorf("microvm: %w", err)
 	}
 	for _, p := range hide {
-		if !under(p, shared) {
-			continue
+		// The path the guest would reach: a link (/bin on a merged-/usr
+		// system, a configuration file linked elsewhere) is followed on
+		// the host, whose root the view's links mirror.
+		p, err := filepath.EvalSymlinks(p)
+		if err != nil || !under(p, shared) {
+			continue // nothing there to hide, or not shared
 		}
 		st, err := os.Stat(p)
 		if err != nil {
-			continue // nothing there to hide
+			continue
 		}
 		src := emptyFile
 		if st.IsDir() {
