@@ -15,8 +15,8 @@ func TestServeTierFlags(t *testing.T) {
 		flags []string
 		want  string
 	}{
-		{[]string{"--default-tier", "kvm"}, `hutch: --default-tier: unknown tier "kvm" (allowed: "namespace", "gvisor")`},
-		{[]string{"--min-tier", "VM"}, `hutch: --min-tier: unknown tier "VM" (allowed: "namespace", "gvisor")`},
+		{[]string{"--default-tier", "kvm"}, `hutch: --default-tier: unknown tier "kvm" (allowed: "namespace", "gvisor", "microvm")`},
+		{[]string{"--min-tier", "VM"}, `hutch: --min-tier: unknown tier "VM" (allowed: "namespace", "gvisor", "microvm")`},
 	} {
 		var stderr bytes.Buffer
 		args := append([]string{"--socket", filepath.Join(dir, "s.sock"), "--state-dir", filepath.Join(dir, "state")}, c.flags...)

@@ -18,7 +18,7 @@ func TestFlagErrors(t *testing.T) {
 		line string
 	}{
 		{[]string{"run", "--alow-write", "/x", "--", "true"}, 125, `hutch run: unknown flag --alow-write; did you mean --allow-write? ("hutch run -h" lists every flag)`},
-		{[]string{"run", "--allow", "/x", "--", "true"}, 125, `hutch run: unknown flag --allow; did you mean --allow-cidr, --allow-domain or --allow-private? ("hutch run -h" lists every flag)`},
+		{[]string{"run", "--allow", "/x", "--", "true"}, 125, `hutch run: unknown flag --allow; did you mean --allow-cidr, --allow-domain or --allow-emulation? ("hutch run -h" lists every flag)`},
 		{[]string{"run", "-memroy", "1g", "--", "true"}, 125, `hutch run: unknown flag -memroy; did you mean --memory? ("hutch run -h" lists every flag)`},
 		{[]string{"run", "--memory"}, 125, `hutch run: --memory needs a value ("hutch run -h" lists every flag)`},
 		{[]string{"run", "--pids", "many", "--", "true"}, 125, `hutch run: --pids: invalid value "many": parse error ("hutch run -h" lists every flag)`},

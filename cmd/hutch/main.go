@@ -19,6 +19,9 @@ import (
 
 	"github.com/hutch-sandbox/hutch/internal/cli"
 	"github.com/hutch-sandbox/hutch/internal/gvisor"
+	"github.com/hutch-sandbox/hutch/internal/microvm"
+	"github.com/hutch-sandbox/hutch/internal/microvm/guest"
+	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/proxyconnect"
 	"github.com/hutch-sandbox/hutch/internal/runner"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
@@ -149,6 +152,10 @@ func run(args []string, stdin, stdout, stderr *os.File) int {
 		return cmdPolicyShow(args[2:], stdout, stderr)
 	case "proxy-connect":
 		return proxyconnect.Main(args[1:], stdin, stdout, stderr)
+	case guest.InitCommand:
+		// Hidden: PID 1 of a microVM's guest, when no hutch-agent is
+		// installed beside hutch.
+		return guest.InitMain(args[1:], stderr)
 	case gvisor.InitCommand:
 		// Hidden: the first process of a gVisor sandbox with a proxy.
 		return gvisor.InitMain(args[1:], stderr)
@@ -228,6 +235,9 @@ func cmdRun(args []string, stdin, stdout, stderr *os.File) int {
 	if code != 0 {
 		return code
 	}
+	if rf.Check {
+		return checkTier(spec.Tier, rf.AllowEmulation, stdout, stderr)
+	}
 	sb, err := rf.Prepare(spec, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "hutch: %v\n", err)
@@ -281,6 +291,22 @@ func cmdRun(args []string, stdin, stdout, stderr *os.File) int {
 		review.End(command, res.ExitCode, stderr)
 	}
 	return res.ExitCode
+}
+
+// checkTier is hutch run --check: what the host offers tier (microvm only).
+func checkTier(tier string, allowEmulation bool, stdout, stderr *os.File) int {
+	if tier != policy.TierMicroVM {
+		fmt.Fprintf(stderr, "hutch: --check is for --tier %s only\n", policy.TierMicroVM)
+		return sandbox.ExitHutchError
+	}
+	lines, ok := microvm.Check(os.Getenv(runner.GuestKernelEnv), allowEmulation)
+	for _, l := range lines {
+		fmt.Fprintln(stdout, l)
+	}
+	if !ok {
+		return 1
+	}
+	return 0
 }
 
 func cmdPolicyShow(args []string, stdout, stderr *os.File) int {

@@ -103,7 +103,7 @@ func TestCheckTier(t *testing.T) {
 	}{
 		{Config{}, policy.TierNamespace, ""},
 		{Config{}, policy.TierGVisor, "create sandbox: policy: tier: hutch serve does not run the gvisor tier (it runs: namespace)"},
-		{Config{}, "kvm", `create sandbox: policy: tier: unknown tier "kvm" (allowed: "namespace", "gvisor")`},
+		{Config{}, "kvm", `create sandbox: policy: tier: unknown tier "kvm" (allowed: "namespace", "gvisor", "microvm")`},
 		{Config{MinTier: policy.TierGVisor, Runtimes: map[string]sandbox.Runtime{policy.TierGVisor: &fakeRuntime{tier: policy.TierGVisor}}}, policy.TierNamespace,
 			"create sandbox: policy: tier: namespace is weaker than gvisor, the minimum tier of this daemon (hutch serve --min-tier gvisor)"},
 		{Config{MinTier: policy.TierGVisor, Runtimes: map[string]sandbox.Runtime{policy.TierGVisor: &fakeRuntime{tier: policy.TierGVisor}}}, policy.TierGVisor, ""},

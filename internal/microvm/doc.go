@@ -26,4 +26,11 @@
 // and returns once the guest's agent has spoken: VM.Conn is the agent's
 // connection, from which an agent.Client is made. Closing the VM kills QEMU
 // and removes its files.
+//
+// With Config.Share the guest's root is the host's system directories
+// (SystemDirs), served read-only by QEMU's virtiofsd from a view built in a
+// private mount namespace that hides the deny-read list, under a writable
+// layer in the guest's memory, and the workspace is a second virtiofs share,
+// read-write; the init switches into that root before it serves the agent.
+// Runtime is the tier for hutch run (sandbox.Runtime's Run).
 package microvm

@@ -60,6 +60,10 @@ type Config struct {
 	Dir string
 	// Log receives the VM's events; nil discards them.
 	Log *slog.Logger
+	// Share, when set, gives the guest the host's system directories as
+	// its root and a workspace over virtiofs (root only); without it the
+	// guest's root is its initramfs.
+	Share *Share
 }
 
 // Validate checks the configuration.
@@ -87,6 +91,7 @@ type VM struct {
 	console string
 	qemuLog string
 	emul    bool
+	shares  *shareServer
 	log     *slog.Logger
 
 	done    chan struct{}
@@ -166,7 +171,18 @@ func Boot(ctx context.Context, cfg Config) (vm *VM, err error) {
 		return nil, fmt.Errorf("microvm: %w", err)
 	}
 	defer qlog.Close()
-	args := qemuArgs(cfg, emul, initramfs, sock, v.console)
+	var socks map[string]string
+	if cfg.Share != nil {
+		if err := cfg.Share.check(); err != nil {
+			return nil, err
+		}
+		if v.shares, err = startShares(cfg.Share, dir); err != nil {
+			return nil, err
+		}
+		socks = v.shares.socks
+		v.log.Debug("microvm: virtiofsd started", "took", time.Since(start))
+	}
+	args := qemuArgs(cfg, emul, initramfs, sock, v.console, socks)
 	if cfg.UID != 0 {
 		root := filepath.Join(dir, "root")
 		if err := os.Mkdir(root, 0o555); err != nil {
@@ -269,7 +285,12 @@ func useEmulation(allow bool) (bool, error) {
 // initramfs's /init hutch's init; the serial console to a file; one
 // virtio-serial port, guest.PortName, whose character device is QEMU's
 // connection to the socket sock.
-func qemuArgs(cfg Config, emul bool, initramfs, sock, console string) []string {
+//
+// With shares (tag → vhost-user socket), the guest's memory is a shared
+// memfd, which virtiofsd maps, and each share is a vhost-user-fs device
+// of its tag; the kernel's command line tells the init to switch into the
+// root share (guest.RootEnv) and where the workspace goes.
+func qemuArgs(cfg Config, emul bool, initramfs, sock, console string, shares map[string]string) []string {
 	mem, cpus := cfg.MemoryMiB, cfg.CPUs
 	if mem == 0 {
 		mem = 512
@@ -287,6 +308,9 @@ func qemuArgs(cfg Config, emul bool, initramfs, sock, console string) []string {
 		accel, cpu = "tcg", "max"
 		cmdline = append(cmdline, "tsc_early_khz=2000000")
 	}
+	if shares != nil {
+		cmdline = append(cmdline, guest.RootEnv+"="+rootTag, guest.WorkspaceEnv+"="+cfg.Share.Workspace)
+	}
 	cmdline = append(cmdline, "--", guest.InitCommand)
 	// QEMU's own seccomp filter: no obsolete system calls, no set-id or
 	// capability changes, no fork or exec, no scheduler or priority
@@ -298,8 +322,21 @@ func qemuArgs(cfg Config, emul bool, initramfs, sock, console string) []string {
 		elevate = "allow"
 	}
 	sandbox := "on,obsolete=deny,elevateprivileges=" + elevate + ",spawn=deny,resourcecontrol=deny"
-	return []string{
-		"-M", "microvm,x-option-roms=off,isa-serial=on,rtc=on",
+	machine := "microvm,x-option-roms=off,isa-serial=on,rtc=on"
+	var fs []string
+	if shares != nil {
+		machine += ",memory-backend=mem"
+		// virtiofsd's vhost-user library serves only virtio 1.0 devices,
+		// which virtio-mmio is not by default.
+		fs = append(fs, "-object", fmt.Sprintf("memory-backend-memfd,id=mem,size=%dM,share=on", mem),
+			"-global", "virtio-mmio.force-legacy=false")
+		for _, tag := range []string{rootTag, workspaceTag} {
+			fs = append(fs, "-chardev", "socket,id=fs-"+tag+",path="+shares[tag],
+				"-device", "vhost-user-fs-device,chardev=fs-"+tag+",tag="+tag)
+		}
+	}
+	return append([]string{
+		"-M", machine,
 		"-accel", accel,
 		"-cpu", cpu,
 		"-m", strconv.Itoa(mem),
@@ -313,13 +350,19 @@ func qemuArgs(cfg Config, emul bool, initramfs, sock, console string) []string {
 		"-chardev", "socket,id=agent,path=" + sock,
 		"-device", "virtio-serial-device,max_ports=2",
 		"-device", "virtserialport,chardev=agent,name=" + guest.PortName,
-	}
+	}, fs...)
 }
 
 // bootErr is err about a boot that failed, with the end of QEMU's output
 // and what the guest's console says about it.
 func (v *VM) bootErr(msg string) error {
-	return fmt.Errorf("microvm: %s (QEMU: %s; console: %s)", msg, tail(v.qemuLog, 400), consoleCause(v.console))
+	fs := ""
+	if v.shares != nil {
+		for _, tag := range []string{rootTag, workspaceTag} {
+			fs += fmt.Sprintf("; virtiofsd %s: %s", tag, tail(filepath.Join(v.dir, "virtiofsd-"+tag+".log"), 400))
+		}
+	}
+	return fmt.Errorf("microvm: %s (QEMU: %s%s; console: %s)", msg, tail(v.qemuLog, 400), fs, consoleCause(v.console))
 }
 
 // consoleCause returns what the guest's console at path says about a
@@ -406,6 +449,9 @@ func (v *VM) Close() error {
 				v.closeErr = fmt.Errorf("microvm: QEMU (pid %d) did not exit after SIGKILL", v.cmd.Process.Pid)
 				return
 			}
+		}
+		if v.shares != nil {
+			v.shares.close()
 		}
 		if err := os.RemoveAll(v.dir); err != nil {
 			v.closeErr = fmt.Errorf("microvm: %w", err)

@@ -29,7 +29,8 @@ type Spec struct {
 	// "namespace" (the default) shares the host's kernel behind
 	// namespaces, Landlock and seccomp; "gvisor" runs it on gVisor's
 	// application kernel (runsc), so that its system calls never reach
-	// the host's kernel directly. A field a tier cannot honour is refused
+	// the host's kernel directly; "microvm" runs it in a virtual machine
+	// with a kernel of its own. A field a tier cannot honour is refused
 	// (TierRefusals), never dropped.
 	Tier string `json:"tier,omitempty" yaml:"tier,omitempty"`
 	// Filesystem says what the sandbox may read and write.

@@ -1,6 +1,9 @@
 package policy
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+)
 
 // The isolation tiers (Spec.Tier).
 const (
@@ -10,13 +13,16 @@ const (
 	// TierGVisor runs the sandbox on gVisor's application kernel (runsc):
 	// its system calls are served by gVisor, not by the host's kernel.
 	TierGVisor = "gvisor"
+	// TierMicroVM runs the sandbox in a virtual machine of its own (QEMU's
+	// microvm machine), with a kernel of its own.
+	TierMicroVM = "microvm"
 	// DefaultTier is Spec.Tier's default.
 	DefaultTier = TierNamespace
 )
 
 // Tiers lists the values Spec.Tier accepts, weakest isolation first: the
 // one ordered table of the tiers (TierRank; a microvm tier goes last).
-var Tiers = []string{TierNamespace, TierGVisor}
+var Tiers = []string{TierNamespace, TierGVisor, TierMicroVM}
 
 // CheckTier checks a value of Spec.Tier.
 func CheckTier(tier string) error {
@@ -38,7 +44,10 @@ type tierRefusal struct {
 // tierRefusals is the one table of what each tier refuses (S2: a field a
 // tier cannot honour is refused, never silently dropped). The namespace
 // tier honours every field.
-var tierRefusals = []tierRefusal{
+var tierRefusals = slices.Concat(gvisorRefusals, microVMRefusals)
+
+// gvisorRefusals is what the gvisor tier cannot honour.
+var gvisorRefusals = []tierRefusal{
 	{TierGVisor, "network.mode", func(s Spec) bool { return s.Network.Mode == "host" },
 		`"host" is not supported under tier "gvisor": gVisor's sandbox has no route to the host's network; use network mode "none" or tier "namespace"`},
 	{TierGVisor, "root", func(s Spec) bool {
@@ -49,6 +58,32 @@ var tierRefusals = []tierRefusal{
 		`"persist" is not yet supported under tier "gvisor"; use "ro" or "tmp"`},
 	{TierGVisor, "filesystem.workspace_mode", func(s Spec) bool { return s.Filesystem.WorkspaceMode == WorkspaceReview },
 		`"review" is not yet supported under tier "gvisor"; use tier "namespace" for review mode`},
+}
+
+// microVMRefusals is what the microvm tier cannot honour in this version:
+// its guest has no network device, its root is the host's system
+// directories only, and its limits are the VM's size.
+var microVMRefusals = []tierRefusal{
+	{TierMicroVM, "network.mode", func(s Spec) bool { return s.Network.Mode != "none" },
+		`only "none" is supported under tier "microvm" in this version: its guest has no network device; use tier "namespace" or "gvisor" for "proxy"`},
+	{TierMicroVM, "root", func(s Spec) bool { return s.Root != "" && s.Root != DefaultRoot },
+		`a root directory or an image is not yet supported under tier "microvm": its guest's root is the host's system directories`},
+	{TierMicroVM, "filesystem.allow_write", func(s Spec) bool { return len(s.Filesystem.AllowWrite) > 0 },
+		`not yet supported under tier "microvm": only the workspace is shared writable`},
+	{TierMicroVM, "filesystem.home", func(s Spec) bool { return s.Filesystem.Home == "persist" },
+		`"persist" is not yet supported under tier "microvm"; its guest sees no home directory of the host's`},
+	{TierMicroVM, "filesystem.workspace_mode", func(s Spec) bool { return s.Filesystem.WorkspaceMode == WorkspaceReview },
+		`"review" is not yet supported under tier "microvm"; use tier "namespace" for review mode`},
+	{TierMicroVM, "secrets", func(s Spec) bool { return len(s.Secrets) > 0 },
+		`not supported under tier "microvm" in this version: secrets need the egress proxy, which its guest cannot reach yet`},
+	{TierMicroVM, "resources.cpus", func(s Spec) bool { return s.Resources.CPUs != float64(int(s.Resources.CPUs)) },
+		`under tier "microvm" it is the guest's number of virtual CPUs: give a whole number`},
+	{TierMicroVM, "resources.pids", func(s Spec) bool { return s.Resources.Pids != 0 && s.Resources.Pids != DefaultPids },
+		`not yet supported under tier "microvm": the guest's memory bounds its processes`},
+	{TierMicroVM, "resources.tmp_size", func(s Spec) bool { return s.Resources.TmpBytes != 0 && s.Resources.TmpBytes != DefaultTmpBytes },
+		`not yet supported under tier "microvm": the guest's /tmp is bounded by its memory`},
+	{TierMicroVM, "resources.disk", func(s Spec) bool { return s.Resources.DiskBytes > 0 },
+		`not yet supported under tier "microvm"`},
 }
 
 // TierRefusals lists, one message a field, what s asks for that its tier

@@ -11,7 +11,7 @@ func TestTierParse(t *testing.T) {
 		t.Fatalf("Parse = %+v, %v; want tier gvisor", s.Tier, err)
 	}
 	_, err = Parse("policy.yaml", []byte("network:\n  mode: none\ntier: kvm\n"))
-	want := `policy.yaml:3:7: tier: unknown tier "kvm" (allowed: "namespace", "gvisor")`
+	want := `policy.yaml:3:7: tier: unknown tier "kvm" (allowed: "namespace", "gvisor", "microvm")`
 	if err == nil || err.Error() != want {
 		t.Fatalf("Parse(tier: kvm) = %v, want %s", err, want)
 	}

@@ -3,7 +3,7 @@ package policy
 import "slices"
 
 // TierRank is the strength of tier's isolation, its place in Tiers
-// (namespace 0 < gvisor 1); -1 for a tier Tiers does not list.
+// (namespace 0 < gvisor 1 < microvm 2); -1 for a tier Tiers does not list.
 func TierRank(tier string) int {
 	return slices.Index(Tiers, tier)
 }

@@ -47,6 +47,12 @@ type Flags struct {
 	// DirectFS is --gvisor-directfs: tier gvisor with runsc's direct file
 	// access (gvisor.Runtime.DirectFS).
 	DirectFS bool
+	// AllowEmulation is --allow-emulation: tier microvm under QEMU's
+	// software emulation on a host without KVM.
+	AllowEmulation bool
+	// Check is --check: with tier microvm, print what the host offers
+	// the tier instead of running anything.
+	Check bool
 	// Continue is --continue: the change set (its id, or a unique prefix)
 	// a review-mode run goes on from; it implies --review.
 	Continue string
@@ -99,9 +105,11 @@ func NewFlags(name, header string, stderr io.Writer) (*flag.FlagSet, *Flags) {
 	fs.StringVar(&p.claudeFile, "claude-settings", "", "import the permissions and sandbox of Claude Code's settings `file` (settings.json), added to --policy or --srt-settings (docs/claude-settings.md)")
 	fs.StringVar(&p.rulesFile, "approve-rules", "", "add the approval rules of `file` (an approvals: section; its default and preset, when set, win)")
 	fs.StringVar(&p.workspace, "workspace", "", "writable workspace `dir` (default: the current directory)")
-	fs.StringVar(&p.tier, "tier", "", "isolation `tier`: \"namespace\" (the default: namespaces, Landlock and seccomp on the host's kernel) or \"gvisor\" (gVisor's application kernel, runsc; root only)")
+	fs.StringVar(&p.tier, "tier", "", "isolation `tier`: \"namespace\" (the default: namespaces, Landlock and seccomp on the host's kernel), \"gvisor\" (gVisor's application kernel, runsc; root only) or \"microvm\" (a QEMU microVM with a kernel of its own; root only, network none, see docs/microvm.md)")
 	fs.StringVar(&r.Runsc, "runsc", "", "with --tier gvisor: the runsc `binary` (default: runsc on PATH); it must be the version hutch pins")
 	fs.BoolVar(&r.DirectFS, "gvisor-directfs", false, "with --tier gvisor: let gVisor's kernel open the sandbox's files itself (runsc --directfs): file-heavy commands run faster (git status about 3× in hutch's benchmark), and gVisor's processes on the host are then the sandbox's root with file capabilities in its user namespace rather than nobody without any (see docs/ARCHITECTURE.md, The gVisor tier)")
+	fs.BoolVar(&r.Check, "check", false, "with --tier microvm: print what this machine offers the tier (KVM, QEMU, virtiofsd, the guest kernel) and exit, 0 when a guest can boot")
+	fs.BoolVar(&r.AllowEmulation, "allow-emulation", false, "with --tier microvm: on a host without KVM (/dev/kvm), run the guest under QEMU's software emulation, tens of times slower")
 	fs.StringVar(&p.root, "root", "", "root filesystem: \"host\" (read-only host root, default) or a `dir`")
 	fs.StringVar(&p.image, "image", "", "start the sandbox from `image` REF of hutch's image store, pulled first if it is not there: the workspace is at /workspace (--workspace-at), the command runs as the image's user, in the workspace; with no command, the image's own runs in its working directory")
 	fs.StringVar(&p.workspaceAt, "workspace-at", "", "with --image: where the workspace is in the sandbox, an absolute `path` (default /workspace)")

@@ -17,3 +17,13 @@ const (
 	ModuleDir   = "/modules"
 	ModuleOrder = "/modules/order"
 )
+
+// The environment variables the kernel's command line gives the init when
+// the host shares a root and a workspace over virtiofs: RootEnv is the
+// virtiofs tag of the root (read-only, under a writable layer in memory),
+// WorkspaceEnv the path at which the share tagged "workspace" is mounted
+// in it, read-write, and where commands start.
+const (
+	RootEnv      = "HUTCH_ROOT"
+	WorkspaceEnv = "HUTCH_WORKSPACE"
+)

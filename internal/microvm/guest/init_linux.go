@@ -75,6 +75,19 @@ func initGuest(log *slog.Logger) error {
 	if err := loadModules(ModuleDir, ModuleOrder); err != nil {
 		return err
 	}
+	dir := "/"
+	if tag := os.Getenv(RootEnv); tag != "" {
+		dir = os.Getenv(WorkspaceEnv)
+		if !filepath.IsAbs(dir) {
+			return fmt.Errorf("%s=%q: not an absolute path", WorkspaceEnv, dir)
+		}
+		if err := switchRoot(tag, dir); err != nil {
+			return err
+		}
+		log.Info("microvm init: switched into the shared root", "workspace", dir, "after", time.Since(start))
+	}
+	os.Unsetenv(RootEnv)
+	os.Unsetenv(WorkspaceEnv)
 	port, err := openPort(PortName, portWait)
 	if err != nil {
 		return err
@@ -88,7 +101,7 @@ func initGuest(log *slog.Logger) error {
 	err = agent.Serve(conn, agent.ServeOptions{
 		PID1:       true,
 		Log:        log,
-		DefaultDir: "/",
+		DefaultDir: dir,
 		DefaultEnv: env,
 	})
 	if err != nil {

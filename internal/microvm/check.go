@@ -1,0 +1,52 @@
+package microvm
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+)
+
+// Check tells what this host offers the microvm tier, one line a
+// requirement, and whether a guest can boot: hardware virtualization (or
+// emulation only), QEMU, virtiofsd, the guest kernel of kernelDir (""
+// means the cache's current one), root.
+func Check(kernelDir string, allowEmulation bool) (lines []string, ok bool) {
+	ok = true
+	add := func(good bool, format string, args ...any) {
+		mark := "ok  "
+		if !good {
+			mark, ok = "no  ", false
+		}
+		lines = append(lines, mark+fmt.Sprintf(format, args...))
+	}
+	if f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0); err == nil {
+		f.Close()
+		add(true, "KVM: /dev/kvm opens")
+	} else {
+		add(allowEmulation, "KVM: %v: only software emulation, tens of times slower (--allow-emulation)", err)
+	}
+	if p, err := exec.LookPath("qemu-system-x86_64"); err == nil {
+		add(true, "QEMU: %s", p)
+	} else {
+		add(false, "QEMU: no qemu-system-x86_64 (scripts/guest-kernel.sh installs it)")
+	}
+	if _, err := os.Stat(DefaultVirtiofsd); err == nil {
+		add(true, "virtiofsd: %s", DefaultVirtiofsd)
+	} else {
+		add(false, "virtiofsd: %v (Debian's qemu-system-common)", err)
+	}
+	var k *Kernel
+	var err error
+	if kernelDir != "" {
+		k, err = LoadKernel(kernelDir)
+	} else {
+		k, err = FindKernel("")
+	}
+	if err == nil {
+		add(true, "guest kernel: %s (%s)", k.Release, k.Dir)
+	} else {
+		add(false, "guest kernel: %v", err)
+	}
+	add(os.Geteuid() == 0, "root: hutch runs the tier as root only in this version")
+	return lines, ok
+}

@@ -1,0 +1,100 @@
+package guest
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The initramfs's directories where the root is assembled before the init
+// switches into it.
+const (
+	lowerDir  = "/root-lower"
+	layerDir  = "/root-layer"
+	mergedDir = "/root-merged"
+)
+
+// switchRoot mounts the virtiofs share tagged tag read-only, an overlay
+// of it under a tmpfs, the share "workspace" at workspace in it, moves
+// /proc, /sys and /dev there, gives it a /tmp, and makes it the root (the
+// initramfs's way: move it onto / and chroot, as the initramfs cannot be
+// pivoted away). The init stays PID 1 and goes on in the new root.
+func switchRoot(tag, workspace string) error {
+	for _, d := range []string{lowerDir, layerDir, mergedDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	if err := mountVirtiofs(tag, lowerDir, unix.MS_RDONLY|unix.MS_NODEV); err != nil {
+		return err
+	}
+	if err := unix.Mount("tmpfs", layerDir, "tmpfs", unix.MS_NODEV, "mode=0755"); err != nil {
+		return fmt.Errorf("mount the root's layer: %w", err)
+	}
+	upper, work := filepath.Join(layerDir, "upper"), filepath.Join(layerDir, "work")
+	for _, d := range []string{upper, work} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			return err
+		}
+	}
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", lowerDir, upper, work)
+	if err := unix.Mount("overlay", mergedDir, "overlay", unix.MS_NODEV, opts); err != nil {
+		return fmt.Errorf("mount the root's overlay: %w", err)
+	}
+	for _, d := range []string{"proc", "sys", "dev", "tmp", "root", "home", "var/tmp", "run"} {
+		if err := os.MkdirAll(filepath.Join(mergedDir, d), 0o755); err != nil {
+			return err
+		}
+	}
+	for _, d := range []string{"tmp", "var/tmp", "run"} {
+		mode := "mode=1777"
+		if d == "run" {
+			mode = "mode=0755"
+		}
+		if err := unix.Mount("tmpfs", filepath.Join(mergedDir, d), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, mode); err != nil {
+			return fmt.Errorf("mount /%s: %w", d, err)
+		}
+	}
+	// The workspace last: it may be under /tmp.
+	ws := filepath.Join(mergedDir, workspace)
+	if err := os.MkdirAll(ws, 0o755); err != nil {
+		return err
+	}
+	if err := mountVirtiofs("workspace", ws, unix.MS_NODEV); err != nil {
+		return err
+	}
+	for _, d := range []string{"/proc", "/sys", "/dev"} {
+		if err := unix.Mount(d, filepath.Join(mergedDir, d), "", unix.MS_MOVE, ""); err != nil {
+			return fmt.Errorf("move %s into the root: %w", d, err)
+		}
+	}
+	if err := unix.Chdir(mergedDir); err != nil {
+		return err
+	}
+	if err := unix.Mount(".", "/", "", unix.MS_MOVE, ""); err != nil {
+		return fmt.Errorf("move the root onto /: %w", err)
+	}
+	if err := unix.Chroot("."); err != nil {
+		return fmt.Errorf("chroot: %w", err)
+	}
+	return unix.Chdir("/")
+}
+
+// mountVirtiofs mounts the virtiofs share tagged tag on dir, waiting up to
+// portWait for its device to be probed.
+func mountVirtiofs(tag, dir string, flags uintptr) error {
+	deadline := time.Now().Add(portWait)
+	for {
+		err := unix.Mount(tag, dir, "virtiofs", flags, "")
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("mount the virtiofs share %q on %s: %w", tag, dir, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
