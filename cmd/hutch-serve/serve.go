@@ -142,6 +142,11 @@ func cmdServe(args []string, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "hutch: --%s: %v\n", f.name, err)
 			return 2
 		}
+		if f.value == policy.TierMicroVM {
+			// Every sandbox would be refused: say so at start.
+			fmt.Fprintf(stderr, "hutch: --%s: hutch serve does not run the microvm tier yet (hutch run --tier microvm does; see docs/microvm.md)\n", f.name)
+			return 2
+		}
 	}
 	templates, err := parseTemplates(*templatesFile, templateFlags)
 	if err != nil {

@@ -17,6 +17,8 @@ func TestServeTierFlags(t *testing.T) {
 	}{
 		{[]string{"--default-tier", "kvm"}, `hutch: --default-tier: unknown tier "kvm" (allowed: "namespace", "gvisor", "microvm")`},
 		{[]string{"--min-tier", "VM"}, `hutch: --min-tier: unknown tier "VM" (allowed: "namespace", "gvisor", "microvm")`},
+		{[]string{"--min-tier", "microvm"}, `hutch: --min-tier: hutch serve does not run the microvm tier yet (hutch run --tier microvm does; see docs/microvm.md)`},
+		{[]string{"--default-tier", "microvm"}, `hutch: --default-tier: hutch serve does not run the microvm tier yet (hutch run --tier microvm does; see docs/microvm.md)`},
 	} {
 		var stderr bytes.Buffer
 		args := append([]string{"--socket", filepath.Join(dir, "s.sock"), "--state-dir", filepath.Join(dir, "state")}, c.flags...)
