@@ -83,7 +83,7 @@ func TestAuditLog(t *testing.T) {
 		n   int
 		err error
 	)
-	testutil.Eventually(10*time.Second, func() bool {
+	testutil.Eventually(time.Minute, func() bool {
 		f, oerr := os.Open(path)
 		if oerr != nil {
 			t.Fatal(oerr)

@@ -150,7 +150,7 @@ func TestServedTier(t *testing.T) {
 
 	// The entries of both creates: written once their answers went out.
 	var creates []audit.Entry
-	testutil.Eventually(10*time.Second, func() bool {
+	testutil.Eventually(time.Minute, func() bool {
 		creates = nil
 		for _, en := range readAudit(t, path) {
 			if en.Action == "create" {

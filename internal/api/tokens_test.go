@@ -63,7 +63,7 @@ func TestCreateToken(t *testing.T) {
 
 	// Audited: two made, one refused, four invalid.
 	var entries []audit.Entry
-	testutil.Eventually(10*time.Second, func() bool {
+	testutil.Eventually(time.Minute, func() bool {
 		raw, _ := os.ReadFile(path)
 		entries = nil
 		sc := bufio.NewScanner(bytes.NewReader(raw))

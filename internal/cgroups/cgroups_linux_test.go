@@ -656,7 +656,7 @@ func TestFreeze(t *testing.T) {
 				}
 				return fi.Size()
 			}
-			if !testutil.Eventually(5*time.Second, func() bool { return size() > 0 }) {
+			if !testutil.Eventually(time.Minute, func() bool { return size() > 0 }) {
 				t.Fatal("the process wrote nothing")
 			}
 
@@ -674,7 +674,7 @@ func TestFreeze(t *testing.T) {
 			if err := g.Thaw(); err != nil {
 				t.Fatal(err)
 			}
-			if !testutil.Eventually(5*time.Second, func() bool { return size() > before }) {
+			if !testutil.Eventually(time.Minute, func() bool { return size() > before }) {
 				t.Fatalf("thawed, the file stayed at %d bytes", before)
 			}
 

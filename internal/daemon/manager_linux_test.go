@@ -462,7 +462,7 @@ func TestSandboxEnds(t *testing.T) {
 func startDaemon(t *testing.T, m *Manager, id, marker string) {
 	t.Helper()
 	mustRun(t, m, "", id, fmt.Sprintf(`setsid sh -c 'sleep 1000; : %s' >/dev/null 2>&1 </dev/null &`, marker))
-	if !testutil.Eventually(5*time.Second, func() bool { return len(withMarker(t, marker)) > 0 }) {
+	if !testutil.Eventually(time.Minute, func() bool { return len(withMarker(t, marker)) > 0 }) {
 		t.Fatal("the daemon process did not start")
 	}
 }

@@ -43,7 +43,7 @@ func startBusy(t *testing.T, m *Manager, id string) int {
 	marker := fmt.Sprintf("hutch-busy-%d-%s", os.Getpid(), id)
 	mustRun(t, m, "", id, fmt.Sprintf(`setsid sh -c 'while :; do :; done; : %s' >/dev/null 2>&1 </dev/null &`, marker))
 	var pids []int
-	if !testutil.Eventually(5*time.Second, func() bool { pids = withMarker(t, marker); return len(pids) == 1 }) {
+	if !testutil.Eventually(time.Minute, func() bool { pids = withMarker(t, marker); return len(pids) == 1 }) {
 		t.Fatalf("the busy process did not start (%v)", pids)
 	}
 	return pids[0]
@@ -284,7 +284,7 @@ func TestPauseFilesOnly(t *testing.T) {
 			t.Fatal(err)
 		}
 		if tier == policy.TierNamespace {
-			if !testutil.Eventually(5*time.Second, func() bool { return len(withMarker(t, marker)) == 2 }) {
+			if !testutil.Eventually(time.Minute, func() bool { return len(withMarker(t, marker)) == 2 }) {
 				t.Fatalf("the background processes did not start (%v)", withMarker(t, marker))
 			}
 		}

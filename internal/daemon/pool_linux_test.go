@@ -216,7 +216,7 @@ func TestWarmDiscarded(t *testing.T) {
 		t.Fatal("a dead warm sandbox was handed out")
 	}
 	mustRun(t, m, "a", info.ID, "true")
-	if !testutil.Eventually(10*time.Second, func() bool {
+	if !testutil.Eventually(time.Minute, func() bool {
 		sb, err := m.st.GetSandbox(context.Background(), "", dead.ID)
 		return err == nil && sb.State == store.StateStopped
 	}) {
@@ -265,7 +265,7 @@ func TestWarmCrash(t *testing.T) {
 	}
 	m := newManager(t, Config{StateDir: dir})
 	for _, sb := range rows {
-		if !testutil.Eventually(5*time.Second, func() bool { return gone(sb.PID) }) {
+		if !testutil.Eventually(time.Minute, func() bool { return gone(sb.PID) }) {
 			t.Errorf("PID 1 of warm sandbox %s (host pid %d) still runs", sb.ID, sb.PID)
 		}
 	}

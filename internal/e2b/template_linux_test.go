@@ -64,7 +64,7 @@ func TestTemplateImage(t *testing.T) {
 	// The audit log says which image the sandbox started from.
 	digest, _ := img.Digest()
 	found := false
-	testutil.Eventually(10*time.Second, func() bool {
+	testutil.Eventually(time.Minute, func() bool {
 		for _, e := range readAudit(t, f.auditPath) {
 			if e.Action == "create" && e.Sandbox == created.SandboxID && e.Image == digest.String() {
 				found = true

@@ -57,7 +57,7 @@ func TestE2BTier(t *testing.T) {
 		t.Errorf("E2B's sandbox: %+v, %v; want tier namespace", info, err)
 	}
 	var entry audit.Entry
-	testutil.Eventually(10*time.Second, func() bool {
+	testutil.Eventually(time.Minute, func() bool {
 		i := slices.IndexFunc(readAudit(t, f.auditPath), func(e audit.Entry) bool { return e.Sandbox == id && e.Action == "create" })
 		if i >= 0 {
 			entry = readAudit(t, f.auditPath)[i]

@@ -435,7 +435,7 @@ func TestLimits(t *testing.T) {
 	if err := s1.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if !testutil.Eventually(10*time.Second, func() bool { return e.h.sessions("alice") < 2 }) {
+	if !testutil.Eventually(time.Minute, func() bool { return e.h.sessions("alice") < 2 }) {
 		t.Fatal("the session alice closed is still counted")
 	}
 	e.connect(t, alice, Path, "")

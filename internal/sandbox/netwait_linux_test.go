@@ -74,7 +74,7 @@ func TestServeLazily(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Close()
-	if !testutil.Eventually(10*time.Second, func() bool { return p.http.Load() == 1 && p.socks.Load() == 1 && p.dns.Load() == 1 }) {
+	if !testutil.Eventually(time.Minute, func() bool { return p.http.Load() == 1 && p.socks.Load() == 1 && p.dns.Load() == 1 }) {
 		t.Fatalf("after a connection the proxy serves http %d, socks %d, dns %d; want each once", p.http.Load(), p.socks.Load(), p.dns.Load())
 	}
 	w.stop() // after the hand-over: nothing left to do

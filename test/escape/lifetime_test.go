@@ -136,7 +136,7 @@ func TestItem09_SupervisorKilled(t *testing.T) {
 // processes) is gone within a generous deadline, and kills what is left.
 func waitGone(t *testing.T, pids []int) {
 	t.Helper()
-	if !testutil.Eventually(10*time.Second, func() bool { return !slices.ContainsFunc(pids, alive) }) {
+	if !testutil.Eventually(time.Minute, func() bool { return !slices.ContainsFunc(pids, alive) }) {
 		for _, p := range pids {
 			_ = syscall.Kill(p, syscall.SIGKILL)
 		}

@@ -158,7 +158,7 @@ func TestItem30_MCPTenants(t *testing.T) {
 			want["alice "+tool]++
 		}
 		got := map[string]int{}
-		if !testutil.Eventually(10*time.Second, func() bool {
+		if !testutil.Eventually(time.Minute, func() bool {
 			got = mcpAudit(t, d, id)
 			for k := range want {
 				if got[k] == 0 {

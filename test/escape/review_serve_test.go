@@ -495,7 +495,7 @@ func TestItem30_AuditAndOracles(t *testing.T) {
 			if status, out := d.do(t, alice, "POST", c.path, c.body); status/100 != 2 {
 				t.Fatalf("%s: %d %s", c.path, status, out)
 			}
-			if !testutil.Eventually(10*time.Second, func() bool { return audited(t, d, sb.SandboxID, c.action) }) {
+			if !testutil.Eventually(time.Minute, func() bool { return audited(t, d, sb.SandboxID, c.action) }) {
 				t.Errorf("%s left no %q record in the audit log", c.path, c.action)
 			}
 		}

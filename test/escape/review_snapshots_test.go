@@ -202,7 +202,7 @@ func TestItem21_ReviewWorkspaceApply(t *testing.T) {
 				t.Errorf("the apply wrote %s into the host directory", name)
 			}
 		}
-		if !testutil.Eventually(10*time.Second, func() bool { return audited(t, d, "", "apply_changes") }) {
+		if !testutil.Eventually(time.Minute, func() bool { return audited(t, d, "", "apply_changes") }) {
 			t.Error("no apply_changes record in the audit log")
 		}
 	})
