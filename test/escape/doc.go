@@ -25,7 +25,10 @@
 // twice, as "root" (gVisor's file access through its gofer, the default)
 // and "root-directfs" (--gvisor-directfs: gVisor's kernel opens the files
 // itself and holds file capabilities in the sandbox's user namespace,
-// under which every property must hold too). Each
+// under which every property must hold too) — but for the few tests of
+// what goes through gVisor's network stack, the output pipe or the
+// cgroup's limits, none of which file access takes part in (the table
+// notUnderDirectFS, whose reason the skipped subtest prints). Each
 // run gets a workspace and a fake home directory of its own (outside /tmp,
 // which the sandbox replaces). The test process itself must be root, so
 // the suite skips on a developer machine and fails under HUTCH_TEST_ROOT=1,

@@ -79,7 +79,7 @@ func TestGVisorKernel(t *testing.T) {
 }
 
 // TestNotUnderGVisorNamesTests: every entry of notUnderGVisor (and of
-// servedNotUnderGVisor) names a test
+// servedNotUnderGVisor and notUnderDirectFS) names a test
 // of this package, so that a renamed test cannot leave an entry that
 // skips nothing while the renamed one runs under gVisor unnoticed, or the
 // reverse.
@@ -100,7 +100,7 @@ func TestNotUnderGVisorNamesTests(t *testing.T) {
 			}
 		}
 	}
-	for table, m := range map[string]map[string]string{"notUnderGVisor": notUnderGVisor, "servedNotUnderGVisor": servedNotUnderGVisor} {
+	for table, m := range map[string]map[string]string{"notUnderGVisor": notUnderGVisor, "servedNotUnderGVisor": servedNotUnderGVisor, "notUnderDirectFS": notUnderDirectFS} {
 		for name, why := range m {
 			if !tests[name] {
 				t.Errorf("%s names %s (%s), which is no test of this package", table, name, why)

@@ -63,7 +63,7 @@ func TestServeKubernetesE2B(t *testing.T) {
 	kc := serviceAccount(t, c)
 	r1, r2 := &replica{name: "e2b-1"}, &replica{name: "e2b-2"}
 	for _, r := range []*replica{r1, r2} {
-		startReplica(t, c, kc, "e2b", r, "--kubernetes-image", e2b.BaseImage, "--tenant-memory", "64g")
+		startReplica(t, c, kc, "e2b", r, "--kubernetes-image", e2b.BaseImage, "--tenant-memory", "64g", "--warm", "base=2")
 	}
 	p, dir := r1.p, r1.dir
 	api := roundRobin(t, r1.url, r2.url)
