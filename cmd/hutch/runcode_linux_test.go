@@ -16,6 +16,7 @@ import (
 // sandbox of the code-interpreter image: output and value, a plot saved
 // as a PNG file, an exception, code from stdin, and the refusals.
 func TestRunCodeCommand(t *testing.T) {
+	t.Parallel() // its daemon is its own; the image's import is shared
 	testutil.RequireRoot(t)
 	tarball := testutil.CodeInterpreterImage(t)
 	d := startDaemonWith(t, importTarball(t, tarball))
@@ -78,6 +79,7 @@ func TestRunCodeCommand(t *testing.T) {
 // lists run_code, and its session sandbox runs code (a plot comes back as
 // an image); without such an image it has no run_code.
 func TestMCPRunCode(t *testing.T) {
+	t.Parallel() // its state and workspace are its own; the image's import is shared
 	testutil.RequireRoot(t)
 	tarball := testutil.CodeInterpreterImage(t)
 	state, ws := hostDir(t), hostDir(t)

@@ -4,6 +4,7 @@ package k8s
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -18,7 +19,9 @@ import (
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/e2b"
+	"github.com/hutch-sandbox/hutch/internal/kube"
 	"github.com/hutch-sandbox/hutch/internal/testutil"
+	"github.com/hutch-sandbox/hutch/internal/testutil/k8stest"
 )
 
 // e2bDir holds E2B's SDK suite, test/e2b/sdk.test.mjs, and its pinned
@@ -53,6 +56,7 @@ func baseImageTar() string {
 // shell and tools. What a pod cannot do the suite skips, saying why, or
 // asserts the refusal naming Kubernetes (docs/kubernetes.md lists them).
 func TestServeKubernetesE2B(t *testing.T) {
+	t.Parallel() // beside TestServeKubernetes, each on a cluster of its own
 	node := testutil.E2BSDK(t, e2bDir, "e2b")
 	tar := baseImageTar()
 	testutil.Need(t, tar != "", "no tarball of hutch's base image ($"+testutil.BaseImageEnv+", or scripts/base-image.sh's cache /var/cache/hutch/base-image)")
@@ -63,6 +67,8 @@ func TestServeKubernetesE2B(t *testing.T) {
 	kc := serviceAccount(t, c)
 	r1, r2 := &replica{name: "e2b-1"}, &replica{name: "e2b-2"}
 	for _, r := range []*replica{r1, r2} {
+		// A warm pool of E2B's template on each: most creates of the
+		// suite are claims, as on a cluster that serves many.
 		startReplica(t, c, kc, "e2b", r, "--kubernetes-image", e2b.BaseImage, "--tenant-memory", "64g", "--warm", "base=2")
 	}
 	p, dir := r1.p, r1.dir
@@ -89,14 +95,34 @@ func TestServeKubernetesE2B(t *testing.T) {
 		t.Fatalf("node --test sdk.test.mjs: %v\n%s", err, out)
 	}
 	t.Logf("%s", out)
-	if !testutil.Eventually(2*time.Minute, func() bool { return len(pods(t, c)) == 0 }) {
-		t.Errorf("pods left after the suite: %v", pods(t, c))
+	// Every pod left is a warm one, waiting to be claimed: the suite's own
+	// are gone with their sandboxes.
+	var left []string
+	if !testutil.Eventually(2*time.Minute, func() bool { left = suitePods(t, c); return len(left) == 0 }) {
+		t.Errorf("pods of the suite's sandboxes left after it: %v", left)
 	}
 	for _, r := range []*replica{r1, r2} {
 		if n := strings.Count(r.p.log.String(), "msg=\"sandbox ended\""); n == 0 {
 			t.Errorf("replica %s served no sandbox of the suite's", r.name)
 		}
 	}
+}
+
+// suitePods lists the pods of the sandboxes' namespace whose sandbox is
+// not a warm one of a pool (its record, the ConfigMap of hutch serve's
+// state, names the pools' tenant), or has no record.
+func suitePods(t *testing.T, c *k8stest.Cluster) []string {
+	t.Helper()
+	var out []string
+	for _, pod := range strings.Fields(c.Kubectl(t, "get", "pods", "-n", "hutch-sandboxes", "-l", kube.LabelManaged+"=hutch",
+		"-o", `jsonpath={range .items[*]}{.metadata.labels.hutch\.dev/sandbox}{"\n"}{end}`)) {
+		var rec struct{ Tenant string }
+		r := c.Run(context.Background(), "", "get", "configmap", "-n", "hutch-sandboxes", "hutch-rec-"+pod, "-o", "jsonpath={.data.record}")
+		if r.Err != nil || json.Unmarshal([]byte(r.Stdout), &rec) != nil || rec.Tenant != "@warm" {
+			out = append(out, pod)
+		}
+	}
+	return out
 }
 
 // roundRobin is the URL of a balancer on loopback that sends each request

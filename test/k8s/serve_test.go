@@ -117,6 +117,9 @@ func pods(t *testing.T, c *k8stest.Cluster) []string {
 // (testServeReplicas), and so do the two of the Deployment of
 // deploy/kubernetes/hutch-serve.yaml (testServeDeployment).
 func TestServeKubernetes(t *testing.T) {
+	// Beside TestServeKubernetesE2B, each on a cluster of its own: the
+	// package's two longest.
+	t.Parallel()
 	c, port := hutchCluster(t)
 	c.KubectlIn(t, runtimeClassYAMLHutch, "apply", "-f", "-")
 	c.NodeOnBridge(t)
