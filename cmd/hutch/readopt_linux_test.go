@@ -389,14 +389,15 @@ func (p *readoptProbe) wantUpstreamTwice() {
 // /tmp/count; it returns the loop's pid and a count it reached.
 func (p *readoptProbe) startLoop() (pid string, before int) {
 	p.t.Helper()
-	pid = strings.TrimSpace(p.run(p.sb.ID, `echo written >/tmp/before; setsid sh -c 'n=0; while :; do n=$((n+1)); echo $n >/tmp/count; sleep 0.1; done' >/dev/null 2>&1 & echo $!`))
+	pid = strings.TrimSpace(p.run(p.sb.ID, `echo written >/tmp/before; setsid sh -c 'n=0; while :; do n=$((n+1)); echo $n >/tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.1; done' >/dev/null 2>&1 & echo $!`))
 	if !testutil.Eventually(guard, func() bool { before = p.count(p.sb.ID); return before > 2 }) {
 		p.t.Fatalf("the loop does not count: %d", before)
 	}
 	return pid, before
 }
 
-// count is the loop's count in sandbox id.
+// count is the loop's count in sandbox id. The loop renames each count
+// into place: a read never meets the file truncated and not yet written.
 func (p *readoptProbe) count(id string) int {
 	p.t.Helper()
 	n, err := strconv.Atoi(strings.TrimSpace(p.run(id, "cat /tmp/count 2>/dev/null || echo 0")))

@@ -279,7 +279,8 @@ func TestServe(t *testing.T) {
 	}
 	r := d.admin(t, "create", "--label", "suite=e2e", "--env", "GREETING=hello", "--timeout", "10m")
 	wantOK(t, r)
-	if !strings.Contains(d.log.String(), "warm=true") {
+	// The daemon's log reaches d.log through a pipe, a moment after.
+	if !testutil.Eventually(guard, func() bool { return strings.Contains(d.log.String(), "warm=true") }) {
 		t.Errorf("the create did not take a warm sandbox:\n%s", d.log.String())
 	}
 	id := lastLine(r.stdout)
