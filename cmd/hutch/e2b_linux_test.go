@@ -49,18 +49,27 @@ func TestE2BSDK(t *testing.T) {
 // docs/e2b-suite.md tests) and 2.50.0. The releases before 2.51, and the
 // Python SDK, connect by POST /sandboxes/{id}/connect, 2.51 by
 // /v2/sandboxes/{id}/connect; what a release lacks (getMetrics,
-// updateNetwork, snapshots) its tests skip, saying so. Reduced runs:
-// the snapshot test, the suite's slowest, is left out (HUTCH_E2B_REDUCED);
-// the SDK's snapshot calls are the same in these releases.
+// updateNetwork, snapshots) its tests skip, saying so. Reduced runs
+// (HUTCH_E2B_SUITES, HUTCH_E2B_REDUCED): the suites whose calls changed
+// between releases — the control plane (create, connect, list, pause,
+// network settings), a template's create and envd's commands, files and
+// terminals — run; template builds, files' metadata and signed URLs,
+// metrics and snapshots are tested with the pinned release only.
 func TestE2BSDKReleases(t *testing.T) {
 	t.Parallel()
 	for _, sdk := range []string{"e2b-2.10", "e2b-2.30", "e2b-2.45", "e2b-2.50"} {
 		t.Run(sdk, func(t *testing.T) {
 			t.Parallel()
-			e2bSDKWith(t, sdk, "namespace", []string{"HUTCH_E2B_REDUCED=an earlier release; snapshots are tested with the pinned one"})
+			e2bSDKWith(t, sdk, "namespace", []string{
+				"HUTCH_E2B_SUITES=" + strings.Join(releaseSuites, ","),
+				"HUTCH_E2B_REDUCED=an earlier release: its control plane, templates and envd's commands, files and terminals are tested; template builds, metadata, signed URLs, metrics and snapshots with the pinned one"})
 		})
 	}
 }
+
+// releaseSuites are the suites of test/e2b/sdk.test.mjs that
+// TestE2BSDKReleases runs with each earlier release.
+var releaseSuites = []string{"control plane", "templates", "envd", "envd: commands", "envd: pty", "envd: files"}
 
 // TestE2BSDKGVisor is TestE2BSDK against a daemon whose default tier is
 // gVisor: every sandbox the SDK makes, the template's warm one included,

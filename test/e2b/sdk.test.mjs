@@ -41,7 +41,17 @@ const domain = process.env.E2B_DOMAIN
 for (const v of domain ? ['E2B_API_KEY'] : ['E2B_API_URL', 'E2B_SANDBOX_URL', 'E2B_API_KEY']) {
   if (!process.env[v]) throw new Error(`${v} is not set`)
 }
-const suite = domain ? describe.skip : describe
+// HUTCH_E2B_SUITES (a reduced run, with HUTCH_E2B_REDUCED saying why)
+// names the suites that run, separated by commas: the others skip, saying
+// so.
+const only = process.env.HUTCH_E2B_SUITES ? process.env.HUTCH_E2B_SUITES.split(',') : null
+const suite = (name, fn) => {
+  if (domain) return describe.skip(name, fn)
+  if (only && !only.includes(name)) {
+    return describe(name, { skip: `reduced run: ${process.env.HUTCH_E2B_REDUCED || 'HUTCH_E2B_SUITES'}` }, fn)
+  }
+  return describe(name, fn)
+}
 
 const made = []
 async function create (opts = {}) {
