@@ -75,6 +75,11 @@ func initGuest(log *slog.Logger) error {
 	if err := loadModules(ModuleDir, ModuleOrder); err != nil {
 		return err
 	}
+	// The loopback, in either network mode (the other tiers' "none" is
+	// the loopback only too).
+	if err := loopbackUp(); err != nil {
+		return err
+	}
 	relayNet := os.Getenv(NetEnv) == NetPortName
 	if relayNet {
 		// Before the switch, while the init's binary is in view.

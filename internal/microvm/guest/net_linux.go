@@ -11,16 +11,13 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/relay"
 )
 
-// startRelay brings the loopback up and relays the guest's proxy
+// startRelay relays the guest's proxy
 // addresses (relay.Listen: 127.0.0.1:3128, :1080 and :53) to hutch's
 // egress proxy on the host: each connection, and each DNS query, is a
 // stream of a yamux session over the virtio-serial port NetPortName,
 // whose first byte names the service. At most MaxStreams are open at
 // once; the next connection waits for one to end.
 func startRelay() error {
-	if err := loopbackUp(); err != nil {
-		return err
-	}
 	port, err := openPort(NetPortName, portWait)
 	if err != nil {
 		return err
