@@ -33,6 +33,7 @@ type proxyRelay struct {
 	log    *slog.Logger
 	ls     map[byte]*streamListener
 	active atomic.Int32
+	warned atomic.Bool // a refusal was logged: a guest may not flood the log
 	done   chan struct{}
 	once   sync.Once
 }
@@ -75,7 +76,7 @@ func (r *proxyRelay) accept() {
 		}
 		if r.active.Add(1) > guest.MaxStreams {
 			r.active.Add(-1)
-			r.log.Warn("microvm: a relayed stream beyond the guest's bound refused", "bound", guest.MaxStreams)
+			r.warnOnce("microvm: a relayed stream beyond the guest's bound refused (and any later)", "bound", guest.MaxStreams)
 			st.Close()
 			continue
 		}
@@ -91,7 +92,7 @@ func (r *proxyRelay) hand(c *slotConn) {
 	_ = c.SetReadDeadline(time.Time{})
 	l := r.ls[kind[0]]
 	if err != nil || l == nil {
-		r.log.Warn("microvm: a relayed stream of no known service refused", "err", err)
+		r.warnOnce("microvm: a relayed stream of no known service refused (and any later)", "err", err)
 		c.Close()
 		return
 	}
@@ -99,6 +100,13 @@ func (r *proxyRelay) hand(c *slotConn) {
 	case l.conns <- c:
 	case <-r.done:
 		c.Close()
+	}
+}
+
+// warnOnce logs the relay's first refusal only.
+func (r *proxyRelay) warnOnce(msg string, args ...any) {
+	if r.warned.CompareAndSwap(false, true) {
+		r.log.Warn(msg, args...)
 	}
 }
 
