@@ -140,16 +140,7 @@ tr '\0' ' ' </proc/1/cmdline; echo
 // real value, which never reaches the sandbox, also not in the answer.
 func TestGVisorSecrets(t *testing.T) {
 	flags := gvisorFlags(t)
-	got := make(chan string, 4)
-	up := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		auth := r.Header.Get("Authorization")
-		got <- auth
-		fmt.Fprintf(w, "upstream got %s\n", auth)
-	}))
-	defer up.Close()
-	_, upPort, _ := net.SplitHostPort(up.Listener.Addr().String())
-	ca := filepath.Join(hostDir(t), "ca.pem")
-	writeFile(t, ca, string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: up.Certificate().Raw})), 0o644)
+	upPort, ca, got := startAuthUpstream(t)
 	ws := hostDir(t)
 	real := "real-" + strings.Repeat("7f3a", 8)
 	env := append(baseEnv(ws), "TOK="+real)
@@ -176,6 +167,24 @@ curl -sS --max-time 10 -H "Authorization: Bearer $TOK" https://example.com:` + u
 	default:
 		t.Errorf("the upstream got no request\n%s", r)
 	}
+}
+
+// startAuthUpstream starts a loopback HTTPS server that answers with the
+// Authorization header it got and passes it on: its port, the file of its
+// certificate (for --upstream-ca) and the headers.
+func startAuthUpstream(t *testing.T) (port, ca string, got <-chan string) {
+	t.Helper()
+	ch := make(chan string, 4)
+	up := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		auth := r.Header.Get("Authorization")
+		ch <- auth
+		fmt.Fprintf(w, "upstream got %s\n", auth)
+	}))
+	t.Cleanup(up.Close)
+	_, port, _ = net.SplitHostPort(up.Listener.Addr().String())
+	ca = filepath.Join(hostDir(t), "ca.pem")
+	writeFile(t, ca, string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: up.Certificate().Raw})), 0o644)
+	return port, ca, ch
 }
 
 // TestGVisorNetProxyOwner: the proxy's sockets are the command's alone,

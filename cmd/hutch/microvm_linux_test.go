@@ -118,9 +118,9 @@ func TestMicroVMRefusals(t *testing.T) {
 			}
 		}
 	}
-	r := sandboxed(t, invocation{dir: ws, env: env, args: sh("true", "--tier", "microvm", "--allow-emulation", "--net", "proxy", "--allow-domain", "example.com")})
+	r := sandboxed(t, invocation{dir: ws, env: env, args: sh("true", "--tier", "microvm", "--allow-emulation", "--net", "host")})
 	if r.code == 0 || !strings.Contains(r.stderr, "network.mode") {
-		t.Errorf("network mode proxy under tier microvm: want a refusal naming network.mode\n%s", r)
+		t.Errorf("network mode host under tier microvm: want a refusal naming network.mode\n%s", r)
 	}
 	r = sandboxed(t, invocation{dir: ws, env: env, args: []string{"--tier", "microvm", "--check", "--allow-emulation"}})
 	if r.code != 0 || !strings.Contains(r.stdout, "ok  virtiofsd: ") || !strings.Contains(r.stdout, "ok  guest kernel: ") {

@@ -1,14 +1,11 @@
 package gvisor
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
-	"sync"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -93,135 +90,15 @@ func listenNet(dir string, owner, group int) ([3]net.Listener, error) {
 	return ls, nil
 }
 
+// maxDNSConns bounds the relay's DNS connections served at once.
+const maxDNSConns = 64
+
 // serveOn serves p on listenNet's listeners.
 func serveOn(p sandbox.Proxy, ls [3]net.Listener) {
 	go func() { _ = p.ServeHTTP(ls[0]) }()
 	go func() { _ = p.ServeSOCKS(ls[1]) }()
-	go func() { _ = p.ServeDNS(newStreamPackets(ls[2])) }()
+	go func() { _ = p.ServeDNS(relay.NewStreamPackets(ls[2], maxDNSConns)) }()
 }
-
-// streamPackets is a net.PacketConn over the connections of a stream
-// listener: each length-prefixed message a connection sends is a packet
-// from that connection, and a packet written to it goes back framed the
-// same way. It lets the proxy's DNS server answer the relay's queries.
-type streamPackets struct {
-	l       net.Listener
-	packets chan packet
-	done    chan struct{}
-	once    sync.Once
-	mu      sync.Mutex
-	conns   map[net.Conn]struct{}
-}
-
-type packet struct {
-	b    []byte
-	from connAddr
-}
-
-// connAddr is the address of a packet: the connection it came on.
-type connAddr struct{ c net.Conn }
-
-func (connAddr) Network() string  { return "unix" }
-func (a connAddr) String() string { return fmt.Sprintf("relay-%p", a.c) }
-
-// maxDNSConns bounds the relay's connections served at once.
-const maxDNSConns = 64
-
-func newStreamPackets(l net.Listener) *streamPackets {
-	s := &streamPackets{l: l, packets: make(chan packet), done: make(chan struct{}), conns: make(map[net.Conn]struct{})}
-	go s.accept()
-	return s
-}
-
-func (s *streamPackets) accept() {
-	slots := make(chan struct{}, maxDNSConns)
-	for {
-		c, err := s.l.Accept()
-		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
-			}
-			return
-		}
-		select {
-		case slots <- struct{}{}:
-		case <-s.done:
-			c.Close()
-			return
-		}
-		s.mu.Lock()
-		s.conns[c] = struct{}{}
-		s.mu.Unlock()
-		go func() {
-			defer func() {
-				s.mu.Lock()
-				delete(s.conns, c)
-				s.mu.Unlock()
-				c.Close()
-				<-slots
-			}()
-			for {
-				b, err := relay.ReadFrame(c)
-				if err != nil {
-					return
-				}
-				select {
-				case s.packets <- packet{b, connAddr{c}}:
-				case <-s.done:
-					return
-				}
-			}
-		}()
-	}
-}
-
-// ReadFrom returns the next message of any connection.
-func (s *streamPackets) ReadFrom(b []byte) (int, net.Addr, error) {
-	select {
-	case p := <-s.packets:
-		return copy(b, p.b), p.from, nil
-	case <-s.done:
-		return 0, nil, net.ErrClosed
-	}
-}
-
-// WriteTo sends b, framed, on the connection addr names.
-func (s *streamPackets) WriteTo(b []byte, addr net.Addr) (int, error) {
-	a, ok := addr.(connAddr)
-	if !ok || len(b) > 0xffff {
-		return 0, errors.New("not a relay's connection")
-	}
-	f := make([]byte, 2+len(b))
-	binary.BigEndian.PutUint16(f, uint16(len(b)))
-	copy(f[2:], b)
-	if _, err := a.c.Write(f); err != nil {
-		return 0, err
-	}
-	return len(b), nil
-}
-
-// Close stops accepting and ends every connection.
-func (s *streamPackets) Close() error {
-	s.once.Do(func() {
-		close(s.done)
-		s.l.Close()
-		s.mu.Lock()
-		for c := range s.conns {
-			c.Close()
-		}
-		s.mu.Unlock()
-	})
-	return nil
-}
-
-func (s *streamPackets) LocalAddr() net.Addr { return s.l.Addr() }
-
-// The proxy's DNS server sets no deadlines on its socket; these exist for
-// net.PacketConn.
-func (s *streamPackets) SetDeadline(t time.Time) error      { return nil }
-func (s *streamPackets) SetReadDeadline(t time.Time) error  { return nil }
-func (s *streamPackets) SetWriteDeadline(t time.Time) error { return nil }
 
 // hutchFile is the name of hutch's binary in the state directory: a
 // read-only bind of it that gVisor's gofer, with the sandbox's ids, can

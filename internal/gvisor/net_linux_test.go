@@ -13,7 +13,7 @@ import (
 
 // TestRelays: what the relay inside gVisor (relay.Streams, relay.DNS) sends
 // over the unix sockets reaches the host side, and the answers come back:
-// a stream both ways, and DNS datagrams through streamPackets, the
+// a stream both ways, and DNS datagrams through relay.StreamPackets, the
 // net.PacketConn the proxy's DNS server reads (here an echo).
 func TestRelays(t *testing.T) {
 	dir := t.TempDir()
@@ -37,7 +37,7 @@ func TestRelays(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tl.Close()
-	go relay.Streams(tl, filepath.Join(dir, "s.sock"))
+	go relay.Streams(tl, func() (net.Conn, error) { return net.Dial("unix", filepath.Join(dir, "s.sock")) })
 	c, err := net.Dial("tcp4", tl.Addr().String())
 	if err != nil {
 		t.Fatal(err)
@@ -57,7 +57,7 @@ func TestRelays(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sp := newStreamPackets(dl)
+	sp := relay.NewStreamPackets(dl, maxDNSConns)
 	defer sp.Close()
 	go func() {
 		buf := make([]byte, relay.MaxDNS)
@@ -74,7 +74,7 @@ func TestRelays(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pc.Close()
-	go relay.DNS(pc, filepath.Join(dir, "d.sock"))
+	go relay.DNS(pc, func() (net.Conn, error) { return net.Dial("unix", filepath.Join(dir, "d.sock")) })
 	u, err := net.Dial("udp4", pc.LocalAddr().String())
 	if err != nil {
 		t.Fatal(err)
@@ -92,6 +92,6 @@ func TestRelays(t *testing.T) {
 		}
 	}
 	if _, err := sp.WriteTo([]byte("x"), &net.UDPAddr{}); err == nil {
-		t.Error("streamPackets wrote to an address that is not one of its connections")
+		t.Error("StreamPackets wrote to an address that is not one of its connections")
 	}
 }

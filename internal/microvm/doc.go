@@ -16,9 +16,12 @@
 // guest.InitCommand, which the kernel passes to init from its command line
 // (package guest): it mounts /proc, /sys, devtmpfs and devpts, loads the modules in
 // order, waits for the virtio-serial port named guest.PortName and serves
-// the agent's protocol (package agent) on it, the one channel between host
-// and guest. A virtio-serial port needs nothing of the host's beyond QEMU
-// (no vhost, no /dev/kvm), and the guest has no network device at all.
+// the agent's protocol (package agent) on it. A virtio-serial port needs
+// nothing of the host's beyond QEMU (no vhost, no /dev/kvm), and the guest
+// has no network device at all: in network mode "proxy" (Config.Relay) a
+// second port, guest.NetPortName, carries the guest's connections to
+// hutch's egress proxy as yamux streams, which the host serves the
+// sandbox's proxy on (serveProxyRelay).
 //
 // Boot starts QEMU (KVM when /dev/kvm opens; software emulation, TCG, only
 // when Config.AllowEmulation says so), accepts the connection QEMU makes

@@ -32,7 +32,8 @@ const bootTimeout = 5 * time.Minute
 func (rt *Runtime) Run(ctx context.Context, c sandbox.Config) (res sandbox.Result, err error) {
 	res.ExitCode = sandbox.ExitHutchError
 	if c.Proxy != nil {
-		// Network mode none's offline proxy: the guest cannot reach it.
+		// In network mode "none" the proxy refuses everything and the
+		// guest has no way to it (no relay port).
 		defer c.Proxy.Close()
 	}
 	if err := rt.check(c); err != nil {
@@ -71,6 +72,7 @@ func (rt *Runtime) Run(ctx context.Context, c sandbox.Config) (res sandbox.Resul
 			Hide:      append(policy.DefaultDenyRead(""), s.Filesystem.DenyRead...),
 			Virtiofsd: rt.Virtiofsd,
 		},
+		Relay: relayed(c),
 	})
 	if errors.Is(err, ErrNoAccel) {
 		return res, fmt.Errorf("tier %q: this host has no hardware virtualization (/dev/kvm does not open); --allow-emulation runs the guest under QEMU's software emulation, tens of times slower", policy.TierMicroVM)
@@ -84,10 +86,21 @@ func (rt *Runtime) Run(ctx context.Context, c sandbox.Config) (res sandbox.Resul
 	}
 	client := agent.NewClient(vm.Conn())
 	defer client.Close()
+	env := c.Environ
+	if relayed(c) {
+		r, err := serveProxyRelay(vm.RelayConn(), c.Proxy, c.Log)
+		if err != nil {
+			return res, err
+		}
+		defer r.Close()
+		if env, err = guestNet(ctx, client, c); err != nil {
+			return res, err
+		}
+	}
 
 	req := agent.ExecRequest{
 		Args:    c.Args,
-		Env:     c.Environ,
+		Env:     env,
 		Dir:     ws,
 		Stdin:   c.Stdin != nil,
 		Timeout: s.Resources.Timeout,
@@ -197,8 +210,11 @@ func (rt *Runtime) check(c sandbox.Config) error {
 	if r := policy.TierRefusals(s); len(r) > 0 {
 		return fmt.Errorf("tier %q: %s", policy.TierMicroVM, strings.Join(r, "; "))
 	}
-	if c.Image != nil || c.RootLayer != nil || c.Proxy != nil && s.Network.Mode != "none" {
-		return fmt.Errorf("tier %q: an image, a writable root or an egress proxy is not supported in this version", policy.TierMicroVM)
+	if c.Image != nil || c.RootLayer != nil {
+		return fmt.Errorf("tier %q: an image or a writable root is not supported in this version", policy.TierMicroVM)
+	}
+	if s.Network.Mode == "proxy" && c.Proxy == nil {
+		return fmt.Errorf("tier %q: network mode \"proxy\" without hutch's egress proxy", policy.TierMicroVM)
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -64,6 +65,11 @@ type Config struct {
 	// its root and a workspace over virtiofs (root only); without it the
 	// guest's root is its initramfs.
 	Share *Share
+	// Relay gives the guest a second virtio-serial port,
+	// guest.NetPortName, on which its init relays the guest's proxy
+	// addresses (VM.RelayConn, serveProxyRelay); without it the guest has
+	// no such port and listens on none.
+	Relay bool
 }
 
 // Validate checks the configuration.
@@ -87,6 +93,7 @@ func (c Config) Validate() error {
 type VM struct {
 	cmd     *exec.Cmd
 	conn    net.Conn
+	netConn net.Conn // the relay port's, with Config.Relay
 	dir     string
 	console string
 	qemuLog string
@@ -165,6 +172,15 @@ func Boot(ctx context.Context, cfg Config) (vm *VM, err error) {
 		return nil, fmt.Errorf("microvm: agent socket: %w", err)
 	}
 	defer l.Close()
+	netSock := ""
+	var netL *net.UnixListener
+	if cfg.Relay {
+		netSock = filepath.Join(dir, "net.sock")
+		if netL, err = net.ListenUnix("unix", &net.UnixAddr{Name: netSock, Net: "unix"}); err != nil {
+			return nil, fmt.Errorf("microvm: relay socket: %w", err)
+		}
+		defer netL.Close()
+	}
 
 	qlog, err := os.OpenFile(v.qemuLog, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
@@ -182,7 +198,7 @@ func Boot(ctx context.Context, cfg Config) (vm *VM, err error) {
 		socks = v.shares.socks
 		v.log.Debug("microvm: virtiofsd started", "took", time.Since(start))
 	}
-	args := qemuArgs(cfg, emul, initramfs, sock, v.console, socks)
+	args := qemuArgs(cfg, emul, initramfs, sock, netSock, v.console, socks)
 	if cfg.UID != 0 {
 		root := filepath.Join(dir, "root")
 		if err := os.Mkdir(root, 0o555); err != nil {
@@ -208,43 +224,22 @@ func Boot(ctx context.Context, cfg Config) (vm *VM, err error) {
 		close(v.done)
 	}()
 
-	// QEMU connects the port's character device to the socket as it
-	// starts; the guest's agent speaks once it is up. A connection from
-	// any other process (the socket's directory is the VM's, private) is
-	// closed: only QEMU's may become the agent's.
-	type accepted struct {
-		c   net.Conn
-		err error
+	// QEMU connects the ports' character devices to their sockets as it
+	// starts; the guest's agent speaks once it is up.
+	agentCh := v.acceptQEMU(l)
+	var netCh <-chan accepted
+	if netL != nil {
+		netCh = v.acceptQEMU(netL)
 	}
-	ch := make(chan accepted, 1)
-	go func() {
-		for {
-			c, err := l.AcceptUnix()
-			if err != nil {
-				ch <- accepted{nil, err}
-				return
-			}
-			p, err := peercred.Of(c)
-			if err == nil && p.PID == v.cmd.Process.Pid {
-				ch <- accepted{c, nil}
-				return
-			}
-			v.log.Warn("microvm: a connection to the agent's socket not from QEMU closed", "peer", p, "err", err)
-			c.Close()
+	conn, err := v.awaitQEMU(ctx, agentCh, "agent's")
+	if err != nil {
+		return nil, err
+	}
+	if netCh != nil {
+		if v.netConn, err = v.awaitQEMU(ctx, netCh, "relay's"); err != nil {
+			conn.Close()
+			return nil, err
 		}
-	}()
-	var conn net.Conn
-	select {
-	case a := <-ch:
-		if a.err != nil {
-			return nil, fmt.Errorf("microvm: accept QEMU's connection: %w", a.err)
-		}
-		conn = a.c
-		v.log.Debug("microvm: QEMU connected the agent's port", "after", time.Since(started))
-	case <-v.done:
-		return nil, v.bootErr("QEMU ended before it connected the agent's port")
-	case <-ctx.Done():
-		return nil, v.bootErr(fmt.Sprintf("boot: %v", ctx.Err()))
 	}
 	br := bufio.NewReaderSize(conn, 64<<10)
 	v.conn = &bufConn{Conn: conn, r: br}
@@ -263,6 +258,53 @@ func Boot(ctx context.Context, cfg Config) (vm *VM, err error) {
 		return nil, v.bootErr(fmt.Sprintf("boot: %v", ctx.Err()))
 	}
 	return v, nil
+}
+
+// accepted is a connection to a port's socket, or why there is none.
+type accepted struct {
+	c   net.Conn
+	err error
+}
+
+// acceptQEMU accepts QEMU's connection on l. A connection from any other
+// process (the socket's directory is the VM's, private) is closed: only
+// QEMU's may become a port's.
+func (v *VM) acceptQEMU(l *net.UnixListener) <-chan accepted {
+	ch := make(chan accepted, 1)
+	go func() {
+		for {
+			c, err := l.AcceptUnix()
+			if err != nil {
+				ch <- accepted{nil, err}
+				return
+			}
+			p, err := peercred.Of(c)
+			if err == nil && p.PID == v.cmd.Process.Pid {
+				ch <- accepted{c, nil}
+				return
+			}
+			v.log.Warn("microvm: a connection to a port's socket not from QEMU closed", "socket", l.Addr(), "peer", p, "err", err)
+			c.Close()
+		}
+	}()
+	return ch
+}
+
+// awaitQEMU waits for acceptQEMU's connection of the port named in
+// errors by what.
+func (v *VM) awaitQEMU(ctx context.Context, ch <-chan accepted, what string) (net.Conn, error) {
+	select {
+	case a := <-ch:
+		if a.err != nil {
+			return nil, fmt.Errorf("microvm: accept QEMU's connection to the %s port: %w", what, a.err)
+		}
+		v.log.Debug("microvm: QEMU connected the "+what+" port", "pid", v.cmd.Process.Pid)
+		return a.c, nil
+	case <-v.done:
+		return nil, v.bootErr("QEMU ended before it connected the " + what + " port")
+	case <-ctx.Done():
+		return nil, v.bootErr(fmt.Sprintf("boot: %v", ctx.Err()))
+	}
 }
 
 // useEmulation tells whether the guest must run under TCG: when /dev/kvm
@@ -290,7 +332,7 @@ func useEmulation(allow bool) (bool, error) {
 // memfd, which virtiofsd maps, and each share is a vhost-user-fs device
 // of its tag; the kernel's command line tells the init to switch into the
 // root share (guest.RootEnv) and where the workspace goes.
-func qemuArgs(cfg Config, emul bool, initramfs, sock, console string, shares map[string]string) []string {
+func qemuArgs(cfg Config, emul bool, initramfs, sock, netSock, console string, shares map[string]string) []string {
 	mem, cpus := cfg.MemoryMiB, cfg.CPUs
 	if mem == 0 {
 		mem = 512
@@ -310,6 +352,15 @@ func qemuArgs(cfg Config, emul bool, initramfs, sock, console string, shares map
 	}
 	if shares != nil {
 		cmdline = append(cmdline, guest.RootEnv+"="+rootTag, guest.WorkspaceEnv+"="+cfg.Share.Workspace)
+	}
+	ports := []string{
+		"-chardev", "socket,id=agent,path=" + sock,
+		"-device", "virtserialport,chardev=agent,name=" + guest.PortName,
+	}
+	if netSock != "" {
+		cmdline = append(cmdline, guest.NetEnv+"="+guest.NetPortName)
+		ports = append(ports, "-chardev", "socket,id=net,path="+netSock,
+			"-device", "virtserialport,chardev=net,name="+guest.NetPortName)
 	}
 	cmdline = append(cmdline, "--", guest.InitCommand)
 	// QEMU's own seccomp filter: no obsolete system calls, no set-id or
@@ -347,10 +398,9 @@ func qemuArgs(cfg Config, emul bool, initramfs, sock, console string, shares map
 		"-kernel", cfg.Kernel.Image,
 		"-initrd", initramfs,
 		"-append", strings.Join(cmdline, " "),
-		"-chardev", "socket,id=agent,path=" + sock,
-		"-device", "virtio-serial-device,max_ports=2",
-		"-device", "virtserialport,chardev=agent,name=" + guest.PortName,
-	}, fs...)
+		// Port 0 is kept for a console: one more than the ports.
+		"-device", fmt.Sprintf("virtio-serial-device,max_ports=%d", 1+len(ports)/4),
+	}, slices.Concat(ports, fs)...)
 }
 
 // bootErr is err about a boot that failed, with the end of QEMU's output
@@ -409,6 +459,10 @@ func tail(path string, n int64) string {
 // is made (agent.NewClient). Closing it makes the guest power off.
 func (v *VM) Conn() net.Conn { return v.conn }
 
+// RelayConn is the connection of the relay's port (Config.Relay), nil
+// without it: serveProxyRelay serves the guest's streams on it.
+func (v *VM) RelayConn() net.Conn { return v.netConn }
+
 // Done is closed once QEMU has exited.
 func (v *VM) Done() <-chan struct{} { return v.done }
 
@@ -440,6 +494,9 @@ func (v *VM) Close() error {
 	v.closeOnce.Do(func() {
 		if v.conn != nil {
 			v.conn.Close()
+		}
+		if v.netConn != nil {
+			v.netConn.Close()
 		}
 		if v.cmd != nil && v.cmd.Process != nil {
 			v.cmd.Process.Kill()

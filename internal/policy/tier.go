@@ -61,11 +61,11 @@ var gvisorRefusals = []tierRefusal{
 }
 
 // microVMRefusals is what the microvm tier cannot honour in this version:
-// its guest has no network device, its root is the host's system
-// directories only, and its limits are the VM's size.
+// its guest has no network device (only hutch's proxy, relayed), its root
+// is the host's system directories only, and its limits are the VM's size.
 var microVMRefusals = []tierRefusal{
-	{TierMicroVM, "network.mode", func(s Spec) bool { return s.Network.Mode != "none" },
-		`only "none" is supported under tier "microvm" in this version: its guest has no network device; use tier "namespace" or "gvisor" for "proxy"`},
+	{TierMicroVM, "network.mode", func(s Spec) bool { return s.Network.Mode == "host" },
+		`"host" is not supported under tier "microvm": its guest has no network device, only hutch's proxy relayed to it; use network mode "proxy" or "none", or tier "namespace"`},
 	{TierMicroVM, "root", func(s Spec) bool { return s.Root != "" && s.Root != DefaultRoot },
 		`a root directory or an image is not yet supported under tier "microvm": its guest's root is the host's system directories`},
 	{TierMicroVM, "filesystem.allow_write", func(s Spec) bool { return len(s.Filesystem.AllowWrite) > 0 },
@@ -74,8 +74,6 @@ var microVMRefusals = []tierRefusal{
 		`"persist" is not yet supported under tier "microvm"; its guest sees no home directory of the host's`},
 	{TierMicroVM, "filesystem.workspace_mode", func(s Spec) bool { return s.Filesystem.WorkspaceMode == WorkspaceReview },
 		`"review" is not yet supported under tier "microvm"; use tier "namespace" for review mode`},
-	{TierMicroVM, "secrets", func(s Spec) bool { return len(s.Secrets) > 0 },
-		`not supported under tier "microvm" in this version: secrets need the egress proxy, which its guest cannot reach yet`},
 	{TierMicroVM, "resources.cpus", func(s Spec) bool { return s.Resources.CPUs != float64(int(s.Resources.CPUs)) },
 		`under tier "microvm" it is the guest's number of virtual CPUs: give a whole number`},
 	{TierMicroVM, "resources.pids", func(s Spec) bool { return s.Resources.Pids != 0 && s.Resources.Pids != DefaultPids },

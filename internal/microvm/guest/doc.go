@@ -7,7 +7,8 @@
 // initramfs's kernel modules in their order (ModuleDir, ModuleOrder),
 // waits for the virtio-serial port named PortName and for the host to
 // connect its end, and serves the agent's protocol (package agent) on the
-// port, the guest's one channel to the host. When that connection ends
+// port. In network mode "proxy" (NetEnv) it also relays the guest's
+// loopback proxy addresses to the host over the port NetPortName. When that connection ends
 // the guest powers off. It is a package of its own so that the binaries
 // that run inside sandboxes link none of the host's side (QEMU, the
 // initramfs builder).

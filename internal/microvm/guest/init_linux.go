@@ -75,6 +75,18 @@ func initGuest(log *slog.Logger) error {
 	if err := loadModules(ModuleDir, ModuleOrder); err != nil {
 		return err
 	}
+	// The loopback, in either network mode (the other tiers' "none" is
+	// the loopback only too).
+	if err := loopbackUp(); err != nil {
+		return err
+	}
+	relayNet := os.Getenv(NetEnv) == NetPortName
+	if relayNet {
+		// Before the switch, while the init's binary is in view.
+		if err := bindSelf(); err != nil {
+			return err
+		}
+	}
 	dir := "/"
 	if tag := os.Getenv(RootEnv); tag != "" {
 		dir = os.Getenv(WorkspaceEnv)
@@ -88,6 +100,13 @@ func initGuest(log *slog.Logger) error {
 	}
 	os.Unsetenv(RootEnv)
 	os.Unsetenv(WorkspaceEnv)
+	os.Unsetenv(NetEnv)
+	if relayNet {
+		if err := startRelay(); err != nil {
+			return err
+		}
+		log.Info("microvm init: relaying the proxy's addresses", "after", time.Since(start))
+	}
 	port, err := openPort(PortName, portWait)
 	if err != nil {
 		return err
