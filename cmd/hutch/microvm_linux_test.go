@@ -42,6 +42,7 @@ func microVMEnv(t *testing.T, ws string) []string {
 // the policy's environment and the exit code come through, the
 // credentials of the deny list are hidden, and a missing command exits 127.
 func TestMicroVMRun(t *testing.T) {
+	t.Parallel() // its guest and workspace are its own
 	ws := t.TempDir()
 	env := microVMEnv(t, ws)
 	id := testutil.UnprivilegedUID
@@ -107,6 +108,7 @@ func noKVM() bool {
 // emulate unless asked and names a policy field it cannot honour, and that
 // --check says what the host offers.
 func TestMicroVMRefusals(t *testing.T) {
+	t.Parallel() // its guest and workspace are its own
 	ws := t.TempDir()
 	env := microVMEnv(t, ws)
 	if noKVM() {
@@ -136,6 +138,7 @@ func TestMicroVMRefusals(t *testing.T) {
 // terminal of the guest's, of the user's terminal's size, that typed input
 // reaches it and that its exit code comes through.
 func TestMicroVMTerminal(t *testing.T) {
+	t.Parallel() // its guest and workspace are its own
 	microVMEnv(t, t.TempDir()) // the gate; hutch finds the cache's kernel
 	term := newTerminal(t, 30, 100)
 	_, waited := startOnTerminal(t, term, sh(`stty size; tty; echo ready; read x; echo "got $x"; exit 3`, "--tier", "microvm", "--allow-emulation")...)

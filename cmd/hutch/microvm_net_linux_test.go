@@ -19,6 +19,7 @@ import (
 // on the way to its host only (trusted through the system bundle in the
 // guest), which never reaches the guest.
 func TestMicroVMNetProxy(t *testing.T) {
+	t.Parallel() // its guest and workspace are its own
 	ws := hostDir(t)
 	env := microVMEnv(t, ws)
 	up := startUpstream(t)
@@ -93,6 +94,7 @@ curl -sS --max-time 60 -k -H "Authorization: Bearer $TOK" https://other.test:` +
 // listener on the proxy's addresses, no route out, no /dev/hutch; the
 // loopback works.
 func TestMicroVMNetNone(t *testing.T) {
+	t.Parallel() // its guest and workspace are its own
 	ws := hostDir(t)
 	env := microVMEnv(t, ws)
 	script := `
