@@ -138,7 +138,7 @@ func TestMicroVMRefusals(t *testing.T) {
 // terminal of the guest's, of the user's terminal's size, that typed input
 // reaches it and that its exit code comes through.
 func TestMicroVMTerminal(t *testing.T) {
-	t.Parallel() // its guest and workspace are its own
+	t.Parallel()               // its guest and workspace are its own
 	microVMEnv(t, t.TempDir()) // the gate; hutch finds the cache's kernel
 	term := newTerminal(t, 30, 100)
 	_, waited := startOnTerminal(t, term, sh(`stty size; tty; echo ready; read x; echo "got $x"; exit 3`, "--tier", "microvm", "--allow-emulation")...)
