@@ -148,7 +148,7 @@ func TestStuckWhy(t *testing.T) {
 	if why := st.why(waiting("RunContainerError"), t0.Add(RetryGrace)); why != "" {
 		t.Errorf("a new reason: %q", why)
 	}
-	if why := st.why(waiting("RunContainerError"), t0.Add(2*RetryGrace)); !strings.HasPrefix(why, "RunContainerError for 30s: m") {
+	if why := st.why(waiting("RunContainerError"), t0.Add(2*RetryGrace)); !strings.HasPrefix(why, "RunContainerError for 2m0s: m") {
 		t.Errorf("after the grace: %q", why)
 	}
 }

@@ -336,8 +336,10 @@ func pendingWhy(p *corev1.Pod) string {
 
 // RetryGrace is how long a pending pod's container may stay in a waiting
 // reason the kubelet retries (retriedReasons) before its start is given
-// up: long enough for the kubelet's next attempts.
-var RetryGrace = 30 * time.Second
+// up: long enough for the kubelet's next attempts, which back off (10 s,
+// 20 s, 40 s…): on a busy node its secret cache took over 30 s to sync.
+// StartTimeout still bounds the whole start.
+var RetryGrace = 2 * time.Minute
 
 // retriedReasons are the waiting reasons of a container that the kubelet
 // retries and that can pass by themselves: a busy API server's
