@@ -125,6 +125,11 @@ type Usage struct {
 	// MemoryCache is the part of Memory that is page cache, tmpfs
 	// included (v2 memory.stat file, v1 memory.stat cache).
 	MemoryCache int64
+	// MemoryAnon is the part of Memory that is the processes' anonymous
+	// memory (v2 memory.stat anon, v1 memory.stat rss): read from the same
+	// file as MemoryCache, it bounds Memory less MemoryCache from below
+	// when Memory, read apart (v1's is approximate), comes out lower.
+	MemoryAnon int64
 }
 
 // Info describes the caller's cgroups, as Available finds them.

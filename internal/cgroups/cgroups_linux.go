@@ -579,6 +579,7 @@ var (
 	cpuFiles   = []usageFile{{"cpu.stat", "usage_usec", 1000}, {"cpuacct.usage", "", 1}}
 	memFiles   = []usageFile{{"memory.current", "", 1}, {"memory.usage_in_bytes", "", 1}}
 	cacheFiles = []usageFile{{"memory.stat", "file", 1}, {"memory.stat", "cache", 1}}
+	anonFiles  = []usageFile{{"memory.stat", "anon", 1}, {"memory.stat", "rss", 1}}
 )
 
 // Usage reads what the group's processes use now (see Usage): from
@@ -592,7 +593,7 @@ func (g *Group) Usage() (Usage, error) {
 	for _, f := range []struct {
 		files []usageFile
 		dst   *int64
-	}{{cpuFiles, &u.CPU}, {memFiles, &u.Memory}, {cacheFiles, &u.MemoryCache}} {
+	}{{cpuFiles, &u.CPU}, {memFiles, &u.Memory}, {cacheFiles, &u.MemoryCache}, {anonFiles, &u.MemoryAnon}} {
 		n, err := g.readUsage(f.files)
 		if err != nil {
 			return Usage{}, fmt.Errorf("cgroups: usage: %w", err)

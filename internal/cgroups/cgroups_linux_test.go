@@ -336,6 +336,10 @@ func TestUsage(t *testing.T) {
 		if u.CPU < int64(busyCPU)/2 || u.Memory < 32<<20 || u.MemoryCache < 0 || u.MemoryCache > u.Memory {
 			t.Errorf("%s: usage %+v: want CPU about %d or more, Memory >= 32MiB, a cache within it", name, u, busyCPU)
 		}
+		// The helper holds its 32MiB as anonymous memory.
+		if u.MemoryAnon < 32<<20 || u.MemoryAnon > u.Memory+1<<20 {
+			t.Errorf("%s: usage %+v: want MemoryAnon >= 32MiB, within Memory", name, u)
+		}
 		t.Logf("%s: %+v", name, u)
 	}
 }

@@ -48,6 +48,9 @@ type Usage struct {
 	MemoryBytes      int64 `json:"memory_bytes"`
 	MemoryCacheBytes int64 `json:"memory_cache_bytes"`
 	MemoryLimit      int64 `json:"memory_limit"`
+	// MemoryAnonBytes is the part of MemoryBytes that is its processes'
+	// anonymous memory: what it uses less its cache is at least that.
+	MemoryAnonBytes int64 `json:"-"`
 	// DiskBytes is what its writable root layer holds, DiskLimit the
 	// layer's size (both 0 for a sandbox without one).
 	DiskBytes int64 `json:"disk_bytes"`
@@ -169,6 +172,7 @@ func (m *Manager) sampleUsage(now time.Time, list []*live) {
 				CPUCount:         int(math.Ceil(l.cpus())),
 				MemoryBytes:      cg.Memory,
 				MemoryCacheBytes: cg.MemoryCache,
+				MemoryAnonBytes:  cg.MemoryAnon,
 				MemoryLimit:      l.resources.MemoryBytes,
 			}
 			if !r.lastAt.IsZero() {

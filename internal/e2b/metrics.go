@@ -14,7 +14,9 @@ import (
 // metricJSON is E2B's SandboxMetric, from one of the daemon's samples
 // (daemon.Usage): memUsed is the memory the sandbox's cgroup is charged
 // less its page cache (memCache, tmpfs included: what the sandbox writes
-// into its root counts there and in diskUsed), memTotal its memory limit;
+// into its root counts there and in diskUsed), and never less than its
+// processes' anonymous memory (a charge read apart from the cache can lag
+// it: v1's is approximate), memTotal its memory limit;
 // diskUsed and diskTotal are its root layer's.
 type metricJSON struct {
 	Timestamp     time.Time `json:"timestamp"`
@@ -37,7 +39,7 @@ func metric(u daemon.Usage) metricJSON {
 	return metricJSON{
 		Timestamp: u.Time.UTC(), TimestampUnix: u.Time.Unix(),
 		CPUCount: u.CPUCount, CPUUsedPct: u.CPUPercent,
-		MemUsed: max(u.MemoryBytes-u.MemoryCacheBytes, 0), MemTotal: u.MemoryLimit, MemCache: u.MemoryCacheBytes,
+		MemUsed: max(u.MemoryBytes-u.MemoryCacheBytes, u.MemoryAnonBytes, 0), MemTotal: u.MemoryLimit, MemCache: u.MemoryCacheBytes,
 		DiskUsed: u.DiskBytes, DiskTotal: u.DiskLimit,
 	}
 }
