@@ -165,13 +165,15 @@ mountpoint -q "$gvisor_state" 2>/dev/null && gvisor_state_was_mounted=1
 # (test/oci, test/k8s) run beside hutch's own sandboxes, whose copies of
 # the host's mounts an engine's removal of a container's root detaches
 # (test/oci's TestContainerdRecreateWhileHeld).
+# HUTCH_GO_TEST_FLAGS adds flags to go test (-v, -run, -json) for a
+# measurement of the suite's time.
 module=$(go list -m)
 first=""
 for p in test/k8s cmd/hutch test/escape internal/daemon internal/e2b internal/interp internal/api test/oci internal/mcp internal/kernel internal/webui internal/changes; do
 	first="$first $module/$p"
 done
 rest=$(go list ./... | grep -Fvx -f <(printf '%s\n' $first))
-go test -count=1 -timeout 30m -p 3 $first $rest 2>&1 | tee /tmp/hutch-test.$$.log
+go test -count=1 -timeout 30m -p 3 ${HUTCH_GO_TEST_FLAGS:-} $first $rest 2>&1 | tee /tmp/hutch-test.$$.log
 status=${PIPESTATUS[0]}
 if [ "$gvisor_state_was_mounted" = 0 ] && mountpoint -q "$gvisor_state" 2>/dev/null && [ -z "$(ls -A "$gvisor_state")" ]; then
 	umount "$gvisor_state" && rmdir "$gvisor_state" || echo "warning: could not remove $gvisor_state"
