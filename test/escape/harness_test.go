@@ -406,7 +406,9 @@ func (p *running) wait() result {
 	t.Helper()
 	deadline := p.o.deadline
 	if deadline == 0 {
-		deadline = 90 * time.Second
+		// Only against a hang: a sandbox under gVisor on a busy
+		// machine can take minutes for what takes seconds alone.
+		deadline = 5 * time.Minute
 	}
 	var killed atomic.Bool
 	timer := time.AfterFunc(deadline, func() { killed.Store(true); _ = p.cmd.Process.Kill() })
@@ -546,6 +548,15 @@ func mkdirs(t *testing.T, base string, uid int, dirs ...string) {
 	}
 }
 
+// shellWords quotes each of args for sh, separated by spaces.
+func shellWords(args ...string) string {
+	q := make([]string, len(args))
+	for i, a := range args {
+		q[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+	}
+	return strings.Join(q, " ")
+}
+
 // attacks parses the attacker's output: the attack as given → its result.
 func attacks(out string) map[string]string {
 	m := map[string]string{}
@@ -672,7 +683,7 @@ func markedProcs(marker string) []int {
 // within a generous deadline.
 func waitNoMarked(t *testing.T, marker string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for {
 		pids := markedProcs(marker)
 		if len(pids) == 0 {
@@ -774,7 +785,7 @@ func (s *syncBuffer) String() string {
 
 // waitFor polls until the buffer holds substr or a generous deadline passes.
 func (s *syncBuffer) waitFor(substr string) bool {
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for !strings.Contains(s.String(), substr) {
 		if time.Now().After(deadline) {
 			return false
@@ -787,7 +798,7 @@ func (s *syncBuffer) waitFor(substr string) bool {
 // waitCount polls until the buffer counted n bytes or a generous deadline
 // passes.
 func (s *syncBuffer) waitCount(n int64) {
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for s.n.Load() < n && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -83,7 +83,7 @@ func TestItem09_Timeout(t *testing.T) {
 			// The timeout counts gVisor's start too.
 			timeout = "10s"
 		}
-		r := sb.run(opts{flags: append(flags, "--timeout", timeout), deadline: 60 * time.Second}, daemons+"sleep 100")
+		r := sb.run(opts{flags: append(flags, "--timeout", timeout), deadline: 3 * time.Minute}, daemons+"sleep 100")
 		if r.code != 124 || !strings.Contains(r.stderr, "timed out") {
 			t.Errorf("want exit 124 and a timeout message\n%s", r)
 		}
@@ -103,7 +103,7 @@ func TestItem09_SupervisorKilled(t *testing.T) {
 		marker, flags := markerFlags()
 		p := sb.start(opts{flags: flags}, append(append([]string{"run"}, flags...), "--", "/bin/sh", "-c", daemons+"echo ready > ready; sleep 1000")...)
 		ready := filepath.Join(sb.ws, "ready")
-		deadline := time.Now().Add(30 * time.Second)
+		deadline := time.Now().Add(2 * time.Minute)
 		for !exists(ready) {
 			if time.Now().After(deadline) {
 				_ = p.cmd.Process.Kill()

@@ -262,7 +262,7 @@ func TestItem27_RunPID1(t *testing.T) {
 		for _, flags := range [][]string{nil, {"--net", "proxy", "--allow-domain", "example.com", "--memory", "256m"}} {
 			args := append(append([]string{"run"}, flags...), "--", "/bin/sh", "-c", "echo ready; exec sleep 60")
 			p := sb.start(opts{}, args...)
-			if !testutil.Eventually(30*time.Second, func() bool { return strings.Contains(readBack(t, p.outF), "ready") }) {
+			if !testutil.Eventually(2*time.Minute, func() bool { return strings.Contains(readBack(t, p.outF), "ready") }) {
 				_ = p.cmd.Process.Kill()
 				t.Fatalf("the sandbox did not start:\n%s", p.wait())
 			}
@@ -285,7 +285,7 @@ func TestItem27_RunPID1(t *testing.T) {
 				// command started, which may come after the command's
 				// first output on a busy machine: wait for the caller's
 				// stdout (descriptor 1) to be gone, then look.
-				testutil.Eventually(30*time.Second, func() bool {
+				testutil.Eventually(2*time.Minute, func() bool {
 					_, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/1", pid1))
 					return err != nil
 				})

@@ -90,6 +90,7 @@ var attacks = map[string]func(param string) string{
 	"setuid0":           func(string) string { return result(unix.Setresuid(0, 0, 0)) },
 	"x32_unshare":       x32Unshare,
 	"open":              openFile,
+	"list":              listDir, // a directory's names
 	"write":             writeFile,
 
 	// Sockets (ESCAPES 12, 13, 15, 16, 18).
@@ -494,6 +495,20 @@ func openFile(p string) string {
 		return "read:" + result(err)
 	}
 	return fmt.Sprintf("ok %q", buf[:n])
+}
+
+// listDir lists the directory p: "ok" and its names, quoted.
+func listDir(p string) string {
+	names, err := os.ReadDir(p)
+	if err != nil {
+		return result(err)
+	}
+	var b strings.Builder
+	b.WriteString("ok")
+	for _, e := range names {
+		fmt.Fprintf(&b, " %q", e.Name())
+	}
+	return b.String()
 }
 
 func writeFile(p string) string {
