@@ -38,8 +38,10 @@ const (
 	// flushEvery bounds how often a sandbox's last activity is written to
 	// the store; in between it is kept in memory only.
 	flushEvery = 5 * time.Second
-	// readyTimeout bounds the wait for a new sandbox's agent to answer.
-	readyTimeout = 10 * time.Second
+	// readyTimeout bounds the wait for a new sandbox's agent to answer:
+	// against an agent that hangs, not a slow one (a pod's agent on a
+	// node busy starting dozens of others answered after more than 10 s).
+	readyTimeout = time.Minute
 	// destroyTimeout bounds how long Destroy waits for a sandbox to end.
 	destroyTimeout = 30 * time.Second
 	// closeTimeout bounds how long Close waits for every sandbox to end.
