@@ -229,10 +229,13 @@ func (h *harness) running(id, prefix string) bool {
 	h.t.Helper()
 	var out mcp.ExecOut
 	// The pattern does not match the shell and grep that look.
-	call(h.t, h.cs, "exec", map[string]any{"sandbox_id": id, "command": `for p in /proc/[0-9]*; do tr '\0' ' ' < $p/cmdline 2>/dev/null; echo; done | grep -c "^` + prefix + `" || true`}, &out)
-	n, err := strconv.Atoi(strings.TrimSpace(out.Output))
+	call(h.t, h.cs, "exec", map[string]any{"sandbox_id": id, "command": `for p in /proc/[0-9]*; do tr '\0' ' ' 2>/dev/null <$p/cmdline; echo; done 2>/dev/null | grep -c "^` + prefix + `" || true`}, &out)
+	// The count is the last line: a process that ended between the glob
+	// and its read may have made the shell say so before it.
+	lines := strings.Split(strings.TrimSpace(out.Output), "\n")
+	n, err := strconv.Atoi(lines[len(lines)-1])
 	if err != nil {
-		h.t.Fatalf("count processes: %q", out.Output)
+		h.t.Errorf("count processes: %q", out.Output)
 	}
 	return n > 0
 }
