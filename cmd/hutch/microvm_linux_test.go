@@ -40,7 +40,9 @@ func microVMEnv(t *testing.T, ws string) []string {
 // host has no KVM): its kernel is not the host's, the workspace is shared
 // read-write with the owner's ids, a write elsewhere stays in the guest,
 // the policy's environment and the exit code come through, the
-// credentials of the deny list are hidden, and a missing command exits 127.
+// credentials of the deny list are hidden, --net none relays nothing (one
+// boot for all of these: each is seconds of emulation), and a missing
+// command exits 127.
 func TestMicroVMRun(t *testing.T) {
 	t.Parallel() // its guest and workspace are its own
 	ws := t.TempDir()
@@ -50,10 +52,22 @@ func TestMicroVMRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	outside := "/tmp/hutch-microvm-test-" + filepath.Base(ws)
-	script := `uname -r; pwd; id -u; echo "$GREETING"; echo made > made.txt; echo x > ` + outside + ` && echo wrote-outside; wc -c < /etc/shadow; exit 7`
-	r := sandboxed(t, invocation{dir: ws, env: env, args: sh(script, "--tier", "microvm", "--allow-emulation", "--env", "GREETING=hello")})
+	script := `uname -r; pwd; id -u; echo "$GREETING"; echo made > made.txt; echo x > ` + outside + ` && echo wrote-outside; wc -c < /etc/shadow
+curl -sS --max-time 10 http://127.0.0.1:3128/; echo "RC relay $?"
+curl -sS --max-time 10 --noproxy '*' http://192.0.2.1/; echo "RC direct $?"
+ls /dev/hutch >/dev/null 2>&1; echo "RC hutch $?"
+/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(); socket.create_connection(s.getsockname()); print("loopback up")'
+exit 7`
+	r := sandboxed(t, invocation{dir: ws, env: env, args: sh(script, "--tier", "microvm", "--allow-emulation", "--net", "none", "--env", "GREETING=hello")})
 	t.Log(r)
 	wantCode(t, r, 7)
+	// --net none (the default): no relay, so no listener on the proxy's
+	// addresses, no route out, no /dev/hutch; the loopback works.
+	for _, want := range []string{"RC relay 7", "RC direct 7", "RC hutch 2", "loopback up"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("stdout lacks %q\n%s", want, r)
+		}
+	}
 	var u unix.Utsname
 	if err := unix.Uname(&u); err != nil {
 		t.Fatal(err)

@@ -89,25 +89,3 @@ curl -sS --max-time 60 -k -H "Authorization: Bearer $TOK" https://other.test:` +
 		}
 	}
 }
-
-// TestMicroVMNetNone: in a microVM, --net none relays nothing: no
-// listener on the proxy's addresses, no route out, no /dev/hutch; the
-// loopback works.
-func TestMicroVMNetNone(t *testing.T) {
-	t.Parallel() // its guest and workspace are its own
-	ws := hostDir(t)
-	env := microVMEnv(t, ws)
-	script := `
-curl -sS --max-time 10 http://127.0.0.1:3128/; echo "RC relay $?"
-curl -sS --max-time 10 --noproxy '*' http://192.0.2.1/; echo "RC direct $?"
-ls /dev/hutch >/dev/null 2>&1; echo "RC hutch $?"
-/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(); socket.create_connection(s.getsockname()); print("loopback up")'
-`
-	r := sandboxed(t, invocation{dir: ws, env: env, args: sh(script, "--tier", "microvm", "--allow-emulation", "--net", "none")})
-	wantOK(t, r)
-	for _, want := range []string{"RC relay 7", "RC direct 7", "RC hutch 2", "loopback up"} {
-		if !strings.Contains(r.stdout, want) {
-			t.Errorf("stdout lacks %q\n%s", want, r)
-		}
-	}
-}

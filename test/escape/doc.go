@@ -134,7 +134,7 @@
 //	                                        create's, another tenant's as unknown)
 //	27 the sandbox's PID 1                  TestItem27_RunPID1, _ServedPID1, _MCPSession (hutch
 //	                                        mcp's session sandbox, in proxy mode); on
-//	                                        Kubernetes (test/k8s): TestAgentPod (the pod's
+//	                                        Kubernetes (test/k8s): TestHutchCluster/agent_pod (the pod's
 //	                                        agent: token, own address, other ports, its
 //	                                        environment), TestServeKubernetes (a sandbox
 //	                                        reaches no other's agent, no kubelet, no API

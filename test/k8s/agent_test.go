@@ -20,6 +20,7 @@ import (
 
 	"github.com/hutch-sandbox/hutch/internal/agent"
 	"github.com/hutch-sandbox/hutch/internal/testutil"
+	"github.com/hutch-sandbox/hutch/internal/testutil/k8stest"
 	"github.com/hutch-sandbox/hutch/internal/testutil/ocitest"
 )
 
@@ -58,7 +59,7 @@ spec:
       valueFrom: {secretKeyRef: {name: agent-secrets, key: tls.key}}
 `, agentPort, ocitest.TestImage)
 
-// TestAgentPod: a pod of the RuntimeClass hutch with dev.hutch.agent runs
+// agentPod (TestHutchCluster/agent_pod): a pod of the RuntimeClass hutch with dev.hutch.agent runs
 // hutch's agent as its process, which a client on the node reaches at the
 // pod's address over TLS (the pod's certificate pinned) with the token
 // from the pod's Secret: its commands run confined (no_new_privs, hutch's
@@ -68,8 +69,7 @@ spec:
 // the pod's other ports take no connection from outside (kubectl
 // port-forward, through the pod's loopback, still reaches them), and its
 // egress still goes through the node policy's proxy alone.
-func TestAgentPod(t *testing.T) {
-	c, upstream := hutchCluster(t)
+func agentPod(t *testing.T, c *k8stest.Cluster, upstream int) {
 	const token = "the-pod-agent-token-7f3a"
 	pair := testutil.NewServerTLS(t, "agent.pod.test")
 	secrets := t.TempDir()

@@ -65,7 +65,16 @@ spec:
     - {name: shared, mountPath: /shared}
 `
 
-// TestRuntimeClassHutch: a pod of the RuntimeClass hutch (containerd 2's
+// TestHutchCluster runs the tests of pods of the RuntimeClass hutch on
+// one cluster (a cluster's start and teardown take half a minute of both
+// cores): runtimeClassHutch and agentPod.
+func TestHutchCluster(t *testing.T) {
+	c, port := hutchCluster(t)
+	t.Run("runtime class", func(t *testing.T) { runtimeClassHutch(t, c, port) })
+	t.Run("agent pod", func(t *testing.T) { agentPod(t, c, port) })
+}
+
+// runtimeClassHutch (TestHutchCluster/runtime_class): a pod of the RuntimeClass hutch (containerd 2's
 // CRI, the runc shim with hutch-runc as its runtime, the pod's dev.hutch.*
 // annotations passed on, runc 1.5 below it) runs confined as under
 // Docker: Landlock and hutch's seccomp (no new user namespace, no
@@ -79,8 +88,7 @@ spec:
 // pod's sysctls (ip_unprivileged_port_start) work from it. Both share the
 // pod's network namespace and its proxy; kubectl exec works in both, and
 // on a terminal (-it).
-func TestRuntimeClassHutch(t *testing.T) {
-	c, port := hutchCluster(t)
+func runtimeClassHutch(t *testing.T, c *k8stest.Cluster, port int) {
 	c.KubectlIn(t, hutchPodYAML, "apply", "-f", "-")
 	c.Kubectl(t, "wait", "--for=condition=Ready", "pod/confined", "--timeout=3m")
 
