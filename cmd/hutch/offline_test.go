@@ -140,8 +140,9 @@ func TestNetNoneNpmInstall(t *testing.T) {
 		}
 	}
 	// Not a timing threshold: npm's first retry alone waited 10 s, and its
-	// retries took over a minute in all.
-	if took > 30*time.Second {
+	// retries took over a minute in all. (Node's start alone takes
+	// seconds on a busy machine.)
+	if took > 55*time.Second {
 		t.Errorf("npm install took %s to fail", took)
 	}
 }

@@ -25,7 +25,9 @@ func testPause(t *testing.T, d *daemonProc) {
 	wantOK(t, r)
 	id := lastLine(r.stdout)
 	marker := "hutch-e2e-busy-" + strconv.Itoa(os.Getpid())
-	busy := startMarked(t, d, id, marker, `setsid sh -c 'while :; do :; done; : %s' >/dev/null 2>&1 </dev/null &`)
+	// Busy in bursts, not spinning: a spinning process took a core from
+	// the rest of the suite for as long as the test ran.
+	busy := startMarked(t, d, id, marker, `setsid sh -c 'while :; do i=0; while [ $i -lt 3000 ]; do i=$((i+1)); done; sleep 0.05; done; : %s' >/dev/null 2>&1 </dev/null &`)
 	pid1 := namespacePID1(t, d, busy.pidns)
 	dirs := cgroupstest.SandboxDirs(t, pid1.pid)
 	if !usesCPU(busy.pid) {
@@ -50,8 +52,8 @@ func testPause(t *testing.T, d *daemonProc) {
 	if wantCode(t, r, 125); !strings.Contains(r.stderr, "409") || !strings.Contains(r.stderr, "paused") {
 		t.Errorf("exec while paused: %s", r)
 	}
-	if took := time.Since(start); took > 5*time.Second {
-		t.Errorf("exec while paused took %s", took)
+	if took := time.Since(start); took > time.Minute {
+		t.Errorf("exec while paused took %s: it waited for the sandbox instead of refusing", took)
 	}
 	r = d.admin(t, "pause", id)
 	if wantCode(t, r, 1); !strings.Contains(r.stderr, "409") {
@@ -203,7 +205,7 @@ func cpuTicks(pid int) int64 {
 // usesCPU reports whether host process pid uses CPU time within 5 s.
 func usesCPU(pid int) bool {
 	t0 := cpuTicks(pid)
-	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+	for end := time.Now().Add(time.Minute); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
 		if cpuTicks(pid) > t0 {
 			return true
 		}
