@@ -76,21 +76,42 @@ var notUnderGVisor = map[string]string{
 // tier with its gofer ("root") but not again with direct file access
 // ("root-directfs"), each with the reason. Direct file access changes how
 // gVisor's kernel reaches the sandbox's files and what its processes hold
-// on the host (file capabilities in the sandbox's user namespace): every
-// test of files, mounts, processes on the host, system calls and secrets
-// runs in both modes. These test what goes through gVisor's network stack
-// to hutch's proxy, the output pipe, or the limits of the sandbox's
-// cgroup, none of which either mode's file access takes part in.
+// on the host (file capabilities in the sandbox's user namespace, host
+// file descriptors): every test of files, credentials, host sockets by
+// path, identities, leaked descriptors and secrets runs in both modes.
+// These test what the Sentry answers itself (system calls, /proc,
+// namespaces, mounts in its own tree, terminals, PID 1), what goes through
+// gVisor's network stack to hutch's proxy, the output pipe, the limits of
+// the sandbox's cgroup, or what hutch decides on the host before the
+// sandbox starts — none of which either mode's file access takes part in.
 var notUnderDirectFS = map[string]string{
-	"TestItem11_Output":         "output reaches hutch through the Sentry's stdout pipe, whatever its file access",
-	"TestItem11_ForkBomb":       "the process limit is the sandbox cgroup's and gVisor's own, not its file access's",
-	"TestItem09_Timeout":        "the deadline kills the sandbox from the host, whatever its file access",
-	"TestItem15_ProxyBypass":    "egress goes through gVisor's network stack to hutch's proxy, not through its file access",
-	"TestItem16_DNSProxy":       "name resolution goes through gVisor's network stack to hutch's proxy, not through its file access",
-	"TestItem18_SSRF":           "egress goes through gVisor's network stack to hutch's proxy, not through its file access",
-	"TestItem18_SSRFProxy":      "egress goes through gVisor's network stack to hutch's proxy, not through its file access",
-	"TestItem18_SSRFAskedHosts": "egress goes through gVisor's network stack to hutch's proxy, not through its file access",
-	"TestItem19_Placeholders":   "placeholders are swapped by hutch's proxy on the way out, through gVisor's network stack, not its file access",
+	"TestItem11_Output":              "output reaches hutch through the Sentry's stdout pipe, whatever its file access",
+	"TestItem11_ForkBomb":            "the process limit is the sandbox cgroup's and gVisor's own, not its file access's",
+	"TestItem09_Timeout":             "the deadline kills the sandbox from the host, whatever its file access",
+	"TestItem15_ProxyBypass":         "egress goes through gVisor's network stack to hutch's proxy, not through its file access",
+	"TestItem16_DNSProxy":            "name resolution goes through gVisor's network stack to hutch's proxy, not through its file access",
+	"TestItem18_SSRF":                "egress goes through gVisor's network stack to hutch's proxy, not through its file access",
+	"TestItem18_SSRFProxy":           "egress goes through gVisor's network stack to hutch's proxy, not through its file access",
+	"TestItem18_SSRFAskedHosts":      "egress goes through gVisor's network stack to hutch's proxy, not through its file access",
+	"TestItem19_Placeholders":        "placeholders are swapped by hutch's proxy on the way out, through gVisor's network stack, not its file access",
+	"TestItem15_DirectEgress":        "egress goes through gVisor's network stack, not its file access",
+	"TestItem15_PolicyNoDirectRoute": "egress goes through gVisor's network stack, not its file access",
+	"TestItem16_DNS":                 "name resolution goes through gVisor's network stack, not its file access",
+	"TestItem13_AbstractSockets":     "abstract sockets are gVisor's network stack's, with no path in any file system",
+	"TestItem13_SocketFamilies":      "socket families are the Sentry's system calls, not its file access",
+	"TestItem08_ProcAndProcesses":    "processes and /proc are the Sentry's own, whatever its file access",
+	"TestItem09_Daemons":             "the sandbox's processes end with its Sentry, whatever its file access",
+	"TestItem09_SupervisorKilled":    "the sandbox's processes end with its Sentry, whatever its file access",
+	"TestItem10_KernelSurface":       "system calls are answered by the Sentry, whatever its file access",
+	"TestItem10_Namespaces":          "namespaces are the Sentry's, whatever its file access",
+	"TestItem10_Mount":               "mounts are made in the Sentry's own file system tree, which the host never sees",
+	"TestItem11_MemoryBomb":          "the memory limit is the sandbox cgroup's, not its file access's",
+	"TestItem14_TerminalInjection":   "the terminal is the Sentry's, relayed by hutch, whatever its file access",
+	"TestItem17_FilterCoverage":      "system calls are answered by the Sentry, whatever its file access",
+	"TestItem27_RunPID1":             "PID 1 is the Sentry's process, whatever its file access",
+	"TestItem20_FailClosed":          "hutch refuses on the host, before the sandbox starts",
+	"TestItem20_NoImplicitConfig":    "hutch reads its configuration on the host, before the sandbox starts",
+	"TestItem20_PolicyFile":          "hutch reads the policy file on the host, before the sandbox starts",
 }
 
 // servedNotUnderGVisor is the table of the tests of hutch serve
