@@ -83,7 +83,7 @@ func (m *Manager) restoreCopy(l *live, rt sandbox.Runtime, cfg sandbox.Config, s
 	l.execEnv, l.execUser = append(rs.Env, env...), rs.User
 	client, err := agent.Attach(si.Conn())
 	if err != nil {
-		return err
+		return endedWith(l, err)
 	}
 	l.attach(client)
 	return nil
@@ -541,7 +541,7 @@ func (m *Manager) restoreLive(ctx context.Context, sb store.Sandbox, spec policy
 	if fresh {
 		c = agent.NewClient(si.Conn())
 	} else if c, err = agent.Attach(si.Conn()); err != nil {
-		return fail(err)
+		return fail(endedWith(l, err))
 	}
 	l.attach(c)
 	if err := m.recordReady(ctx, sb.ID, l, nil); err != nil {

@@ -190,6 +190,51 @@ func TestGVisorPauseToDisk(t *testing.T) {
 	}
 }
 
+// TestGVisorResumeFromDiskFails: a resume from disk whose restore fails
+// (its checkpoint damaged: runsc restore ends at once) says why, in
+// runsc's own words rather than only as its agent's connection closing,
+// and leaves the sandbox paused; once its checkpoint is whole again, it
+// resumes, its processes going on.
+func TestGVisorResumeFromDiskFails(t *testing.T) {
+	m := newManager(t, gvisorConfig(t))
+	info := mustCreate(t, m, "a", CreateRequest{})
+	mustRun(t, m, "a", info.ID, counterScript)
+	before, pid := askCount(t, m, info.ID)
+	if _, err := m.Pause(testCtx(t), "a", info.ID); err != nil {
+		t.Fatal(err)
+	}
+	sb, err := m.st.GetSandbox(context.Background(), "", info.ID)
+	if err != nil || sb.Checkpoint == "" {
+		t.Fatalf("record after pause: %+v, %v", sb, err)
+	}
+	// gVisor's state file: the kernel and its processes.
+	state := filepath.Join(sb.Checkpoint, "image", "checkpoint.img")
+	whole, err := os.ReadFile(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(state, []byte(strings.Repeat("hutch", len(whole)/5+1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = m.Resume(testCtx(t), "a", info.ID)
+	if err == nil || !strings.Contains(err.Error(), "the sandbox ended: runsc ended with code") {
+		t.Fatalf("a resume from a damaged checkpoint: %v; want why the sandbox ended (runsc's words)", err)
+	}
+	t.Logf("resume from a damaged checkpoint: %v", err)
+	if got, err := m.Get(testCtx(t), "a", info.ID); err != nil || got.State != store.StatePaused {
+		t.Fatalf("after a failed resume: %+v, %v; want paused", got, err)
+	}
+	if err := os.WriteFile(state, whole, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Resume(testCtx(t), "a", info.ID); err != nil {
+		t.Fatal(err)
+	}
+	if after, pid2 := askCount(t, m, info.ID); pid2 != pid || after <= before {
+		t.Errorf("the counter after resume: %d (pid %d), before the pause: %d (pid %d); want the same process, counting on", after, pid2, before, pid)
+	}
+}
+
 // TestGVisorPauseToDiskEnds: a pause to disk that fails leaves the
 // sandbox running, with its processes, and says why; a sandbox with
 // secrets is paused in memory, never to disk; a sandbox paused to disk is

@@ -415,7 +415,29 @@ func (m *Manager) recordReady(ctx context.Context, id string, l *live, more func
 	}); err != nil {
 		return err
 	}
-	return agentAnswers(ctx, l)
+	if err := agentAnswers(ctx, l); err != nil {
+		return endedWith(l, err)
+	}
+	return nil
+}
+
+// endedWith adds to err, an error of l's agent connection, why l's
+// sandbox ended, if it did (or does within endReasonWait): a sandbox that
+// ends as it starts or is restored (runsc failed) shows only as its
+// agent's connection closing — reset, if what the daemon sent was still
+// unread — which says nothing of why.
+func endedWith(l *live, err error) error {
+	select {
+	case <-l.inst.Done():
+	case <-time.After(endReasonWait):
+		return err
+	}
+	if r, ok := l.inst.(endReasoner); ok {
+		if why, _ := r.EndReason(); why != "" {
+			return fmt.Errorf("%w; the sandbox ended: %s", err, why)
+		}
+	}
+	return fmt.Errorf("%w; the sandbox ended", err)
 }
 
 // agentAnswers waits, within readyTimeout, for l's agent to answer a
