@@ -93,7 +93,7 @@ func closedPaths() (dirs, files []string) {
 	if closed.ready == nil {
 		closed.ready = make(chan struct{})
 		closed.scanning = true
-		go loadOrScanClosed()
+		go rescanClosed()
 	} else if !closed.scanning && time.Since(closed.at) > closedEvery {
 		closed.scanning = true
 		go rescanClosed()
@@ -106,29 +106,11 @@ func closedPaths() (dirs, files []string) {
 	return closed.dirs, closed.files
 }
 
-// loadOrScanClosed publishes the scan another daemon on this machine
-// shared (closedCache) if it is recent enough, else scans.
-func loadOrScanClosed() {
-	if sc, ok := loadClosed(closedCache, time.Now()); ok {
-		publishClosed(sc.Dirs, sc.Files, sc.At)
-		return
-	}
-	rescanClosed()
-}
-
-// rescanClosed scans the host's root for closed paths, publishes them,
-// and shares them with the other daemons on this machine.
+// rescanClosed scans the host's root for closed paths and publishes them.
 func rescanClosed() {
-	at := time.Now()
 	dirs, files := scanClosed("/", hiddenDirs)
-	saveClosed(closedCache, closedScan{At: at, Skip: hiddenDirs, Dirs: dirs, Files: files})
-	publishClosed(dirs, files, at)
-}
-
-// publishClosed makes dirs and files, as scanned at at, closedPaths's.
-func publishClosed(dirs, files []string, at time.Time) {
 	closed.mu.Lock()
-	closed.dirs, closed.files, closed.at, closed.scanning = dirs, files, at, false
+	closed.dirs, closed.files, closed.at, closed.scanning = dirs, files, time.Now(), false
 	select {
 	case <-closed.ready:
 	default:
