@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -222,6 +223,11 @@ func bootAndCheck(t *testing.T, cfg Config, check func(*VM)) {
 		t.Errorf("guest kernel release %q is the host's", release)
 	}
 
+	// The init's descriptor of the agent's port is non-blocking, in its
+	// runtime's poller: a blocking one, left in the poller, can miss the
+	// wake-up of a request (see openPort).
+	checkPortNonblocking(ctx, t, c)
+
 	// The initramfs's /tmp is anyone's, with the sticky bit.
 	if fi, err := c.Stat(ctx, "/tmp"); err != nil {
 		t.Errorf("stat /tmp: %v", err)
@@ -313,5 +319,42 @@ func bootAndCheck(t *testing.T, cfg Config, check func(*VM)) {
 	}
 	if _, err := os.Stat(vm.Dir()); !os.IsNotExist(err) {
 		t.Errorf("VM directory %s left after Close: %v", vm.Dir(), err)
+	}
+}
+
+// checkPortNonblocking checks that the guest's init holds the agent's
+// port (a /dev/vport* device) with O_NONBLOCK, from its /proc entries.
+func checkPortNonblocking(ctx context.Context, t *testing.T, c *agent.Client) {
+	t.Helper()
+	fds, err := c.List(ctx, "/proc/1/fd")
+	if err != nil {
+		t.Fatalf("list the init's descriptors: %v", err)
+	}
+	var ports []string
+	for _, fd := range fds {
+		if !strings.HasPrefix(fd.Link, "/dev/vport") {
+			continue
+		}
+		var info bytes.Buffer
+		if _, err := c.ReadFile(ctx, "/proc/1/fdinfo/"+fd.Name, &info); err != nil {
+			t.Fatalf("read the init's fdinfo of %s: %v", fd.Link, err)
+		}
+		flags := ""
+		for _, line := range strings.Split(info.String(), "\n") {
+			if v, ok := strings.CutPrefix(line, "flags:"); ok {
+				flags = strings.TrimSpace(v)
+			}
+		}
+		f, err := strconv.ParseUint(flags, 8, 32)
+		if err != nil {
+			t.Fatalf("the init's fdinfo of %s: flags %q: %v", fd.Link, flags, err)
+		}
+		if f&unix.O_NONBLOCK == 0 {
+			t.Errorf("the init holds %s (descriptor %s) blocking (flags %s), want O_NONBLOCK", fd.Link, fd.Name, flags)
+		}
+		ports = append(ports, fd.Link)
+	}
+	if len(ports) == 0 {
+		t.Errorf("the init holds no /dev/vport* device: %+v", fds)
 	}
 }

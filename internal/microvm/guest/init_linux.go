@@ -188,14 +188,21 @@ func openPort(name string, d time.Duration) (*os.File, error) {
 	}
 	// Until the host's end is connected, a read of the port returns end of
 	// file at once and poll reports a hang-up: wait for the host.
+	//
+	// The port stays as OpenFile left it, non-blocking and in the
+	// runtime's poller, which the agent's reads and writes wait on: never
+	// File.Fd, which would make it blocking but leave it in the poller.
+	// Then a read blocked in the driver could sleep for good with data
+	// waiting: the poller's poll of the port takes what the host sent off
+	// the virtqueue, and the interrupt that follows finds nothing new and
+	// wakes no one.
 	for {
-		fds := []unix.PollFd{{Fd: int32(f.Fd()), Events: unix.POLLIN}}
-		_, err := unix.Poll(fds, 0)
+		revents, err := pollFile(f, unix.POLLIN)
 		if err != nil && !errors.Is(err, unix.EINTR) {
 			f.Close()
 			return nil, fmt.Errorf("poll agent port %s: %w", dev, err)
 		}
-		if err == nil && fds[0].Revents&unix.POLLHUP == 0 {
+		if err == nil && revents&unix.POLLHUP == 0 {
 			return f, nil
 		}
 		if time.Now().After(deadline) {
@@ -229,3 +236,23 @@ type portAddr string
 
 func (a portAddr) Network() string { return "virtio-serial" }
 func (a portAddr) String() string  { return string(a) }
+
+// pollFile polls f for events without waiting and returns what it
+// reports. It leaves f's mode alone: File.Fd would make it blocking.
+func pollFile(f *os.File, events int16) (int16, error) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var revents int16
+	var perr error
+	err = rc.Control(func(fd uintptr) {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: events}}
+		_, perr = unix.Poll(fds, 0)
+		revents = fds[0].Revents
+	})
+	if err != nil {
+		return 0, err
+	}
+	return revents, perr
+}
