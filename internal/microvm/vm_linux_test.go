@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -189,6 +190,9 @@ func TestBootNeedsAccel(t *testing.T) {
 // bootAndCheck boots a guest of cfg and checks it as TestBootAgent says;
 // check, if not nil, sees the VM once it booted.
 func bootAndCheck(t *testing.T, cfg Config, check func(*VM)) {
+	// The guest's init watches the agent's port: what a request left
+	// unanswered was stuck in is on the console.
+	cfg.Debug = true
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	k := cfg.Kernel
@@ -207,7 +211,7 @@ func bootAndCheck(t *testing.T, cfg Config, check func(*VM)) {
 	c := agent.NewClient(vm.Conn())
 	var rel bytes.Buffer
 	if _, err := c.ReadFile(ctx, "/proc/sys/kernel/osrelease", &rel); err != nil {
-		t.Fatalf("read the guest's kernel release: %v\nconsole: %s", err, tail(vm.ConsolePath(), 2000))
+		t.Fatalf("read the guest's kernel release: %v\n%s", err, portReport(vm))
 	}
 	var u unix.Utsname
 	if err := unix.Uname(&u); err != nil {
@@ -357,4 +361,26 @@ func checkPortNonblocking(ctx context.Context, t *testing.T, c *agent.Client) {
 	if len(ports) == 0 {
 		t.Errorf("the init holds no /dev/vport* device: %+v", fds)
 	}
+}
+
+// portReport is what the host and the guest's console say about the
+// agent's port of vm: how many bytes the host wrote that QEMU has not
+// read, and the whole console (with Config.Debug, the guest's watch of
+// the port).
+func portReport(vm *VM) string {
+	unread := "unknown"
+	if uc, ok := vm.conn.(*bufConn).Conn.(*net.UnixConn); ok {
+		if rc, err := uc.SyscallConn(); err == nil {
+			rc.Control(func(fd uintptr) {
+				if n, err := unix.IoctlGetInt(int(fd), unix.SIOCOUTQ); err == nil {
+					unread = strconv.Itoa(n)
+				}
+			})
+		}
+	}
+	console, err := os.ReadFile(vm.ConsolePath())
+	if err != nil {
+		console = []byte(err.Error())
+	}
+	return fmt.Sprintf("bytes the host wrote to the agent's socket that QEMU has not read: %s\nconsole:\n%s", unread, console)
 }
