@@ -60,3 +60,32 @@ func BenchmarkBoot(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkAgentRoundTrip measures a request's round trip to a guest's
+// agent (a stat), b.N of them one after another on one guest. Each has a
+// minute to be answered: one that is not fails the benchmark with what the
+// host and the guest's watch of the port (Config.Debug) say. Many round
+// trips look for lost wake-ups on the port:
+//
+//	sudo go test -run '^$' -bench AgentRoundTrip -benchtime 20000x ./internal/microvm
+func BenchmarkAgentRoundTrip(b *testing.B) {
+	k := needVM(b)
+	ctx := context.Background()
+	vm, err := Boot(ctx, Config{Kernel: k, AllowEmulation: true, Debug: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer vm.Close()
+	c := agent.NewClient(vm.Conn())
+	defer c.Close()
+	i := 0
+	for b.Loop() {
+		rctx, cancel := context.WithTimeout(ctx, time.Minute)
+		_, err := c.Stat(rctx, "/tmp")
+		cancel()
+		if err != nil {
+			b.Fatalf("request %d: %v\n%s", i, err, portReport(vm))
+		}
+		i++
+	}
+}

@@ -70,6 +70,9 @@ type Config struct {
 	// addresses (VM.RelayConn, serveProxyRelay); without it the guest has
 	// no such port and listens on none.
 	Relay bool
+	// Debug makes the guest's init log at debug level on the console and
+	// watch the agent's port (guest.DebugEnv).
+	Debug bool
 }
 
 // Validate checks the configuration.
@@ -349,6 +352,9 @@ func qemuArgs(cfg Config, emul bool, initramfs, sock, netSock, console string, s
 		// trusts: without a given frequency it hangs calibrating.
 		accel, cpu = "tcg", "max"
 		cmdline = append(cmdline, "tsc_early_khz=2000000")
+	}
+	if cfg.Debug {
+		cmdline = append(cmdline, guest.DebugEnv+"=1")
 	}
 	if shares != nil {
 		cmdline = append(cmdline, guest.RootEnv+"="+rootTag, guest.WorkspaceEnv+"="+cfg.Share.Workspace)

@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -188,6 +190,9 @@ func TestBootNeedsAccel(t *testing.T) {
 // bootAndCheck boots a guest of cfg and checks it as TestBootAgent says;
 // check, if not nil, sees the VM once it booted.
 func bootAndCheck(t *testing.T, cfg Config, check func(*VM)) {
+	// The guest's init watches the agent's port: what a request left
+	// unanswered was stuck in is on the console.
+	cfg.Debug = true
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	k := cfg.Kernel
@@ -206,7 +211,7 @@ func bootAndCheck(t *testing.T, cfg Config, check func(*VM)) {
 	c := agent.NewClient(vm.Conn())
 	var rel bytes.Buffer
 	if _, err := c.ReadFile(ctx, "/proc/sys/kernel/osrelease", &rel); err != nil {
-		t.Fatalf("read the guest's kernel release: %v\nconsole: %s", err, tail(vm.ConsolePath(), 2000))
+		t.Fatalf("read the guest's kernel release: %v\n%s", err, portReport(vm))
 	}
 	var u unix.Utsname
 	if err := unix.Uname(&u); err != nil {
@@ -221,6 +226,11 @@ func bootAndCheck(t *testing.T, cfg Config, check func(*VM)) {
 	if release == host {
 		t.Errorf("guest kernel release %q is the host's", release)
 	}
+
+	// The init's descriptor of the agent's port is non-blocking, in its
+	// runtime's poller: a blocking one, left in the poller, can miss the
+	// wake-up of a request (see openPort).
+	checkPortNonblocking(ctx, t, c)
 
 	// The initramfs's /tmp is anyone's, with the sticky bit.
 	if fi, err := c.Stat(ctx, "/tmp"); err != nil {
@@ -314,4 +324,63 @@ func bootAndCheck(t *testing.T, cfg Config, check func(*VM)) {
 	if _, err := os.Stat(vm.Dir()); !os.IsNotExist(err) {
 		t.Errorf("VM directory %s left after Close: %v", vm.Dir(), err)
 	}
+}
+
+// checkPortNonblocking checks that the guest's init holds the agent's
+// port (a /dev/vport* device) with O_NONBLOCK, from its /proc entries.
+func checkPortNonblocking(ctx context.Context, t *testing.T, c *agent.Client) {
+	t.Helper()
+	fds, err := c.List(ctx, "/proc/1/fd")
+	if err != nil {
+		t.Fatalf("list the init's descriptors: %v", err)
+	}
+	var ports []string
+	for _, fd := range fds {
+		if !strings.HasPrefix(fd.Link, "/dev/vport") {
+			continue
+		}
+		var info bytes.Buffer
+		if _, err := c.ReadFile(ctx, "/proc/1/fdinfo/"+fd.Name, &info); err != nil {
+			t.Fatalf("read the init's fdinfo of %s: %v", fd.Link, err)
+		}
+		flags := ""
+		for _, line := range strings.Split(info.String(), "\n") {
+			if v, ok := strings.CutPrefix(line, "flags:"); ok {
+				flags = strings.TrimSpace(v)
+			}
+		}
+		f, err := strconv.ParseUint(flags, 8, 32)
+		if err != nil {
+			t.Fatalf("the init's fdinfo of %s: flags %q: %v", fd.Link, flags, err)
+		}
+		if f&unix.O_NONBLOCK == 0 {
+			t.Errorf("the init holds %s (descriptor %s) blocking (flags %s), want O_NONBLOCK", fd.Link, fd.Name, flags)
+		}
+		ports = append(ports, fd.Link)
+	}
+	if len(ports) == 0 {
+		t.Errorf("the init holds no /dev/vport* device: %+v", fds)
+	}
+}
+
+// portReport is what the host and the guest's console say about the
+// agent's port of vm: how many bytes the host wrote that QEMU has not
+// read, and the whole console (with Config.Debug, the guest's watch of
+// the port).
+func portReport(vm *VM) string {
+	unread := "unknown"
+	if uc, ok := vm.conn.(*bufConn).Conn.(*net.UnixConn); ok {
+		if rc, err := uc.SyscallConn(); err == nil {
+			rc.Control(func(fd uintptr) {
+				if n, err := unix.IoctlGetInt(int(fd), unix.SIOCOUTQ); err == nil {
+					unread = strconv.Itoa(n)
+				}
+			})
+		}
+	}
+	console, err := os.ReadFile(vm.ConsolePath())
+	if err != nil {
+		console = []byte(err.Error())
+	}
+	return fmt.Sprintf("bytes the host wrote to the agent's socket that QEMU has not read: %s\nconsole:\n%s", unread, console)
 }

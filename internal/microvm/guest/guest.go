@@ -44,6 +44,14 @@ const (
 	NetEnv      = "HUTCH_NET"
 )
 
+// DebugEnv, set to 1 on the kernel's command line (the host's
+// microvm.Config.Debug), makes the guest's init log at debug level and
+// watch the agent's port: every few seconds it logs what the port's driver
+// received and sent beside what the agent read and wrote, and when the
+// driver holds bytes the agent has not read for a while it logs the
+// init's goroutines on the console.
+const DebugEnv = "HUTCH_DEBUG"
+
 // SelfPath is where the guest's commands find hutch's binary (the init's)
 // in network mode "proxy": sandbox.SandboxHutch, which GIT_SSH_COMMAND
 // names.

@@ -1,6 +1,7 @@
 package guest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -8,7 +9,10 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -42,7 +46,12 @@ func InitMain(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "hutch: %s: runs only as the init of hutch's microVM guests\n", InitCommand)
 		return 2
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	level := slog.LevelInfo
+	if os.Getenv(DebugEnv) == "1" {
+		level = slog.LevelDebug
+	}
+	os.Unsetenv(DebugEnv)
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	err := initGuest(log)
 	if err != nil {
 		log.Error("microvm init", "err", err)
@@ -113,6 +122,11 @@ func initGuest(log *slog.Logger) error {
 	}
 	log.Info("microvm init: agent port ready", "port", port.Name(), "after", time.Since(start))
 	conn := &portConn{f: port}
+	if log.Enabled(context.Background(), slog.LevelDebug) {
+		stop := make(chan struct{})
+		defer close(stop)
+		go watchPort(log, conn, stop)
+	}
 	env := os.Environ()
 	if os.Getenv("PATH") == "" {
 		env = append(env, "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
@@ -188,14 +202,21 @@ func openPort(name string, d time.Duration) (*os.File, error) {
 	}
 	// Until the host's end is connected, a read of the port returns end of
 	// file at once and poll reports a hang-up: wait for the host.
+	//
+	// The port stays as OpenFile left it, non-blocking and in the
+	// runtime's poller, which the agent's reads and writes wait on: never
+	// File.Fd, which would make it blocking but leave it in the poller.
+	// Then a read blocked in the driver could sleep for good with data
+	// waiting: the poller's poll of the port takes what the host sent off
+	// the virtqueue, and the interrupt that follows finds nothing new and
+	// wakes no one.
 	for {
-		fds := []unix.PollFd{{Fd: int32(f.Fd()), Events: unix.POLLIN}}
-		_, err := unix.Poll(fds, 0)
+		revents, err := pollFile(f, unix.POLLIN)
 		if err != nil && !errors.Is(err, unix.EINTR) {
 			f.Close()
 			return nil, fmt.Errorf("poll agent port %s: %w", dev, err)
 		}
-		if err == nil && fds[0].Revents&unix.POLLHUP == 0 {
+		if err == nil && revents&unix.POLLHUP == 0 {
 			return f, nil
 		}
 		if time.Now().After(deadline) {
@@ -212,13 +233,25 @@ func openPort(name string, d time.Duration) (*os.File, error) {
 // Close end a blocked Read).
 type portConn struct {
 	f *os.File
+	// read and written count the bytes through the port, for watchPort.
+	read, written atomic.Int64
 }
 
-func (c *portConn) Read(b []byte) (int, error)  { return c.f.Read(b) }
-func (c *portConn) Write(b []byte) (int, error) { return c.f.Write(b) }
-func (c *portConn) Close() error                { return c.f.Close() }
-func (c *portConn) LocalAddr() net.Addr         { return portAddr(c.f.Name()) }
-func (c *portConn) RemoteAddr() net.Addr        { return portAddr("host") }
+func (c *portConn) Read(b []byte) (int, error) {
+	n, err := c.f.Read(b)
+	c.read.Add(int64(n))
+	return n, err
+}
+
+func (c *portConn) Write(b []byte) (int, error) {
+	n, err := c.f.Write(b)
+	c.written.Add(int64(n))
+	return n, err
+}
+
+func (c *portConn) Close() error         { return c.f.Close() }
+func (c *portConn) LocalAddr() net.Addr  { return portAddr(c.f.Name()) }
+func (c *portConn) RemoteAddr() net.Addr { return portAddr("host") }
 
 func (c *portConn) SetDeadline(t time.Time) error      { return c.f.SetDeadline(t) }
 func (c *portConn) SetReadDeadline(t time.Time) error  { return c.f.SetReadDeadline(t) }
@@ -229,3 +262,86 @@ type portAddr string
 
 func (a portAddr) Network() string { return "virtio-serial" }
 func (a portAddr) String() string  { return string(a) }
+
+// watchPort, in debug mode (DebugEnv), logs every few seconds what the
+// driver of c's port received and sent (its debugfs counters: the
+// driver counts what it took off the virtqueue) beside what the agent
+// read and wrote. When the driver holds bytes the agent has not read, and
+// the agent read nothing, for two rounds running, it logs that and the
+// init's goroutines, once. It does not poll the port: a poll that takes
+// what the host sent off the virtqueue wakes no reader.
+func watchPort(log *slog.Logger, c *portConn, stop <-chan struct{}) {
+	const debugfs = "/sys/kernel/debug"
+	if err := os.MkdirAll(debugfs, 0o755); err == nil {
+		if err := unix.Mount("debugfs", debugfs, "debugfs", unix.MS_NOSUID|unix.MS_NOEXEC|unix.MS_NODEV, ""); err != nil {
+			log.Debug("microvm init: debugfs", "err", err)
+		}
+	}
+	stats := filepath.Join(debugfs, "virtio-ports", filepath.Base(c.f.Name()))
+	t := time.NewTicker(5 * time.Second)
+	defer t.Stop()
+	behind, dumped, lastRead := 0, false, int64(-1)
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		st := portStats(stats)
+		read, written := c.read.Load(), c.written.Load()
+		log.Debug("microvm init: agent port", "driver", st, "agent_read", read, "agent_written", written)
+		// Behind: the driver holds bytes and the agent read nothing since
+		// the last round.
+		if n, err := strconv.ParseInt(st["bytes_received"], 10, 64); err == nil && n > read && read == lastRead {
+			behind++
+		} else {
+			behind = 0
+		}
+		lastRead = read
+		if behind < 2 || dumped {
+			continue
+		}
+		dumped = true
+		log.Warn("microvm init: the agent has not read what the port's driver received", "driver", st, "agent_read", read)
+		buf := make([]byte, 1<<20)
+		buf = buf[:runtime.Stack(buf, true)]
+		log.Warn("microvm init: goroutines\n" + string(buf))
+	}
+}
+
+// portStats returns the fields of a port's debugfs file, "name: value" a
+// line.
+func portStats(path string) map[string]string {
+	m := map[string]string{}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		m["err"] = err.Error()
+		return m
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok {
+			m[strings.TrimSpace(k)] = strings.TrimSpace(v)
+		}
+	}
+	return m
+}
+
+// pollFile polls f for events without waiting and returns what it
+// reports. It leaves f's mode alone: File.Fd would make it blocking.
+func pollFile(f *os.File, events int16) (int16, error) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var revents int16
+	var perr error
+	err = rc.Control(func(fd uintptr) {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: events}}
+		_, perr = unix.Poll(fds, 0)
+		revents = fds[0].Revents
+	})
+	if err != nil {
+		return 0, err
+	}
+	return revents, perr
+}
