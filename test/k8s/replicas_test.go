@@ -52,8 +52,9 @@ func startReplica(t *testing.T, c *k8stest.Cluster, kc, name string, r *replica,
 	r.p = startServe(t, c, r.dir, append([]string{"--kubeconfig", kc, "--kubernetes-name", name,
 		"--listen", strings.TrimPrefix(r.url, "http://"), "--kubernetes-replica", r.name, "--kubernetes-advertise", r.url,
 		// Short for the test (a killed replica is taken over a Lease
-		// later), long enough for an API server slow on a busy machine.
-		"--kubernetes-lease", "10s",
+		// later), long enough for an API server slow on a busy machine
+		// (with 10 s, a live replica's Lease lapsed at a load of 40).
+		"--kubernetes-lease", "20s",
 		// Many sandboxes of 1g at once: more than this machine's memory,
 		// the default quota of a tenant.
 		"--tenant-memory", "64g"}, flags...)...)
