@@ -590,11 +590,12 @@ var (
 // every process of the group.
 func (g *Group) Usage() (Usage, error) {
 	var u Usage
+	read := map[string]string{} // memory.stat is read once for the cache and anon
 	for _, f := range []struct {
 		files []usageFile
 		dst   *int64
 	}{{cpuFiles, &u.CPU}, {memFiles, &u.Memory}, {cacheFiles, &u.MemoryCache}, {anonFiles, &u.MemoryAnon}} {
-		n, err := g.readUsage(f.files)
+		n, err := g.readUsage(f.files, read)
 		if err != nil {
 			return Usage{}, fmt.Errorf("cgroups: usage: %w", err)
 		}
@@ -604,21 +605,28 @@ func (g *Group) Usage() (Usage, error) {
 }
 
 // readUsage reads the first of files that exists in one of the group's
-// directories (0 when none does).
-func (g *Group) readUsage(files []usageFile) (int64, error) {
+// directories (0 when none does); read keeps what it read, by path, for
+// the next call.
+func (g *Group) readUsage(files []usageFile, read map[string]string) (int64, error) {
 	for _, f := range files {
 		for _, d := range g.dirs {
-			b, err := os.ReadFile(filepath.Join(d, f.file))
-			if errors.Is(err, fs.ErrNotExist) {
+			path := filepath.Join(d, f.file)
+			text, ok := read[path]
+			if !ok {
+				b, err := os.ReadFile(path)
+				if errors.Is(err, fs.ErrNotExist) {
+					continue
+				}
+				if err != nil {
+					return 0, err
+				}
+				text = string(b)
+				read[path] = text
+			}
+			if f.key != "" && !hasKey(text, f.key) {
 				continue
 			}
-			if err != nil {
-				return 0, err
-			}
-			if f.key != "" && !hasKey(string(b), f.key) {
-				continue
-			}
-			return parseCounter(string(b), f.key) * f.scale, nil
+			return parseCounter(text, f.key) * f.scale, nil
 		}
 	}
 	return 0, nil

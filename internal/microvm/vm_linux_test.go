@@ -369,7 +369,11 @@ func checkPortNonblocking(ctx context.Context, t *testing.T, c *agent.Client) {
 // the port).
 func portReport(vm *VM) string {
 	unread := "unknown"
-	if uc, ok := vm.conn.(*bufConn).Conn.(*net.UnixConn); ok {
+	var uc *net.UnixConn
+	if bc, ok := vm.conn.(*bufConn); ok {
+		uc, _ = bc.Conn.(*net.UnixConn)
+	}
+	if uc != nil {
 		if rc, err := uc.SyscallConn(); err == nil {
 			rc.Control(func(fd uintptr) {
 				if n, err := unix.IoctlGetInt(int(fd), unix.SIOCOUTQ); err == nil {
