@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -142,14 +141,6 @@ func lockStateDir(dir string) (*os.File, error) {
 		return nil, fmt.Errorf("state directory lock %s: %w", p, err)
 	}
 	return f, nil
-}
-
-// devOf is the device of the filesystem fi is on.
-func devOf(fi os.FileInfo) uint64 {
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		return uint64(st.Dev)
-	}
-	return 0
 }
 
 // removeSandboxDir removes a sandbox's directory, once the tmpfs of its
