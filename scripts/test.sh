@@ -167,6 +167,13 @@ mountpoint -q "$gvisor_state" 2>/dev/null && gvisor_state_was_mounted=1
 # (test/oci's TestContainerdRecreateWhileHeld).
 # HUTCH_GO_TEST_FLAGS adds flags to go test (-v, -run, -json) for a
 # measurement of the suite's time.
+# hutch's binaries, built once for every package's tests
+# (testutil.Build): hutch, hutch-serve, hutch-agent and hutch-runc.
+HUTCH_TEST_BIN=$(mktemp -d /tmp/hutch-test-bin-XXXXXX)
+trap 'rm -rf "$HUTCH_TEST_BIN"' EXIT
+chmod 755 "$HUTCH_TEST_BIN"
+go build -o "$HUTCH_TEST_BIN/" ./cmd/hutch ./cmd/hutch-serve ./cmd/hutch-agent ./cmd/hutch-runc
+export HUTCH_TEST_BIN
 module=$(go list -m)
 first=""
 for p in test/k8s cmd/hutch test/escape internal/daemon internal/e2b internal/interp internal/api test/oci internal/mcp internal/kernel internal/webui internal/changes; do

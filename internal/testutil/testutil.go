@@ -135,34 +135,62 @@ var (
 	buildErr  error
 )
 
+// BinEnv names a directory of hutch's binaries built for the tests
+// (scripts/test.sh builds them once for every package's tests): hutch,
+// hutch-serve, hutch-agent and hutch-runc. Unset, each test process builds
+// its own.
+const BinEnv = "HUTCH_TEST_BIN"
+
 // Hutch builds the hutch binary once per test process (CGO disabled, as
 // released) into a world-readable directory, so tests can also run it as an
 // unprivileged user, and returns its path. hutch-serve (the daemon's
 // binary, which hutch serve and hutch token run) and hutch-agent (the
 // sandboxes' PID 1, which hutch serve finds there) are built next to it.
+// With $HUTCH_TEST_BIN set, it is the binary there.
 func Hutch(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "hutch-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		if err := os.Chmod(dir, 0o755); err != nil {
-			buildErr = err
-			return
-		}
-		buildPath = filepath.Join(dir, "hutch")
-		cmd := exec.Command("go", "build", "-o", dir+"/", "github.com/hutch-sandbox/hutch/cmd/hutch", "github.com/hutch-sandbox/hutch/cmd/hutch-serve", "github.com/hutch-sandbox/hutch/cmd/hutch-agent")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
+		buildPath, buildErr = Build("hutch", "github.com/hutch-sandbox/hutch/cmd/hutch", "github.com/hutch-sandbox/hutch/cmd/hutch-serve", "github.com/hutch-sandbox/hutch/cmd/hutch-agent")
 	})
 	if buildErr != nil {
 		t.Fatalf("build hutch: %v", buildErr)
 	}
 	return buildPath
+}
+
+// Build returns the path of the binary name of $HUTCH_TEST_BIN when that
+// is set; else it builds pkgs (CGO disabled, as released; name is one of
+// them) into a new world-readable directory and returns name's path there,
+// which RemoveBuilt removes.
+func Build(name string, pkgs ...string) (string, error) {
+	if dir := os.Getenv(BinEnv); dir != "" {
+		p := filepath.Join(dir, name)
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("$%s: %w", BinEnv, err)
+		}
+		return p, nil
+	}
+	dir, err := os.MkdirTemp("", name+"-bin-")
+	if err == nil {
+		err = os.Chmod(dir, 0o755)
+	}
+	if err != nil {
+		return "", err
+	}
+	cmd := exec.Command("go", append([]string{"build", "-o", dir + "/"}, pkgs...)...)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		os.RemoveAll(dir)
+		return "", fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	return filepath.Join(dir, name), nil
+}
+
+// RemoveBuilt removes what Build built at path (not $HUTCH_TEST_BIN's).
+func RemoveBuilt(path string) {
+	if path != "" && os.Getenv(BinEnv) == "" {
+		os.RemoveAll(filepath.Dir(path))
+	}
 }
 
 // UnprivilegedUID is the uid and gid tests use to run hutch as an ordinary
@@ -199,11 +227,7 @@ func OwnedDir(t testing.TB, uid int) string {
 
 // RemoveBuilds removes the binary Hutch built, if any. Packages that use
 // Hutch call it from TestMain once m.Run is done.
-func RemoveBuilds() {
-	if buildPath != "" {
-		os.RemoveAll(filepath.Dir(buildPath))
-	}
-}
+func RemoveBuilds() { RemoveBuilt(buildPath) }
 
 // Eventually polls cond every 10 ms for up to d and reports whether it
 // became true: for what a test waits on without a signal to wait for.

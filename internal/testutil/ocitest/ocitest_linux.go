@@ -34,24 +34,12 @@ var (
 )
 
 // HutchRunc builds hutch-runc once per test process (static, as released)
-// into a world-readable directory and returns its path.
+// into a world-readable directory and returns its path: $HUTCH_TEST_BIN's
+// when that is set (testutil.Build).
 func HutchRunc(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "hutch-runc-bin-")
-		if err == nil {
-			err = os.Chmod(dir, 0o755)
-		}
-		if err != nil {
-			buildErr = err
-			return
-		}
-		buildPath = filepath.Join(dir, "hutch-runc")
-		cmd := exec.Command("go", "build", "-o", buildPath, "github.com/hutch-sandbox/hutch/cmd/hutch-runc")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build hutch-runc: %v\n%s", err, out)
-		}
+		buildPath, buildErr = testutil.Build("hutch-runc", "github.com/hutch-sandbox/hutch/cmd/hutch-runc")
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)
@@ -62,9 +50,7 @@ func HutchRunc(t testing.TB) string {
 // RemoveBuilds removes what HutchRunc and ImageTar built; TestMain calls
 // it.
 func RemoveBuilds() {
-	if buildPath != "" {
-		os.RemoveAll(filepath.Dir(buildPath))
-	}
+	testutil.RemoveBuilt(buildPath)
 	if programsDir != "" {
 		os.RemoveAll(programsDir)
 	}
