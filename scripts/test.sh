@@ -187,6 +187,8 @@ if [ "$gvisor_state_was_mounted" = 0 ] && mountpoint -q "$gvisor_state" 2>/dev/n
 fi
 # The images the run's tests imported once and linked from (storetest).
 rm -rf /var/tmp/hutch-test-stores
+# The lock of the host's root between the packages' tests (testutil.HostRootChanges).
+rm -f /run/hutch-test-host-root.lock
 # The tests' own state directories of the tier (/run/hutch-gvisor-test-*), once empty.
 rmdir /run/hutch-gvisor-test-* 2>/dev/null || true
 passed=$(grep -c '^ok' /tmp/hutch-test.$$.log || true)

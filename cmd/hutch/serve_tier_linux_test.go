@@ -110,6 +110,7 @@ func TestServeGVisor(t *testing.T) {
 // in a shell variable goes on, in the same process) and its files.
 func TestServeGVisorPauseRestart(t *testing.T) {
 	testutil.RequireRoot(t)
+	testutil.HostRootSteady(t)
 	d := startDaemonWith(t, nil, "--runsc", testutil.Runsc(t), "--default-tier", "gvisor")
 	r := d.admin(t, "create")
 	wantOK(t, r)

@@ -82,6 +82,7 @@ func upstream(t *testing.T) string {
 // layer and /tmp, commands, files and the egress proxy; destroying it
 // then leaves nothing.
 func TestGVisorPauseToDisk(t *testing.T) {
+	testutil.HostRootSteady(t)
 	for _, how := range []string{"close", "crash"} {
 		t.Run(how, func(t *testing.T) {
 			cfg := gvisorConfig(t)
@@ -196,6 +197,7 @@ func TestGVisorPauseToDisk(t *testing.T) {
 // and leaves the sandbox paused; once its checkpoint is whole again, it
 // resumes, its processes going on.
 func TestGVisorResumeFromDiskFails(t *testing.T) {
+	testutil.HostRootSteady(t)
 	m := newManager(t, gvisorConfig(t))
 	info := mustCreate(t, m, "a", CreateRequest{})
 	mustRun(t, m, "a", info.ID, counterScript)

@@ -45,6 +45,7 @@ cat /tmp/alive 2>/dev/null || echo none`))
 // snapshot starts a namespace-tier sandbox from its files only, and its
 // saved memory goes with it.
 func TestGVisorSnapshotMemory(t *testing.T) {
+	testutil.HostRootSteady(t)
 	m := newManager(t, gvisorConfig(t))
 	src := mustCreate(t, m, "a", CreateRequest{})
 	writeChanges(t, m, "a", src.ID)

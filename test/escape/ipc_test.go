@@ -81,6 +81,7 @@ func hostSocket(t *testing.T, path string) *listener {
 		t.Logf("%s exists on this host; it is probed but left alone", path)
 		return nil
 	}
+	testutil.HostRootChanges(t)
 	var made []string
 	for dir := filepath.Dir(path); ; dir = filepath.Dir(dir) {
 		if _, err := os.Lstat(dir); err == nil {

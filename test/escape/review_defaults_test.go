@@ -256,6 +256,7 @@ func TestItem25_HutchDaemon(t *testing.T) {
 	}
 	state := "/var/lib/hutch"
 	if !exists(state) {
+		testutil.HostRootChanges(t)
 		if err := os.MkdirAll(state, 0o755); err != nil {
 			t.Fatal(err)
 		}

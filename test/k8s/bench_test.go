@@ -90,7 +90,7 @@ func TestBenchKubernetes(t *testing.T) {
 	// test's failure, so that its cleanups stop the cluster.
 	sig, stopSig := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stopSig()
-	c, _ := hutchCluster(t)
+	c, _ := hutchCluster(t, nil)
 	c.KubectlIn(t, runtimeClassYAMLHutch, "apply", "-f", "-")
 	c.NodeOnBridge(t)
 	cfg, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig)

@@ -60,7 +60,7 @@ func TestServeKubernetesE2B(t *testing.T) {
 	node := testutil.E2BSDK(t, e2bDir, "e2b")
 	tar := baseImageTar()
 	testutil.Need(t, tar != "", "no tarball of hutch's base image ($"+testutil.BaseImageEnv+", or scripts/base-image.sh's cache /var/cache/hutch/base-image)")
-	c, _ := hutchCluster(t)
+	c, _ := hutchCluster(t, nil)
 	c.Import(t, tar)
 	c.KubectlIn(t, runtimeClassYAMLHutch, "apply", "-f", "-")
 	c.NodeOnBridge(t)

@@ -65,13 +65,30 @@ spec:
     - {name: shared, mountPath: /shared}
 `
 
-// TestHutchCluster runs the tests of pods of the RuntimeClass hutch on
-// one cluster (a cluster's start and teardown take half a minute of both
-// cores): runtimeClassHutch and agentPod.
+// TestHutchCluster runs the tests of pods on one cluster (a cluster's
+// start and teardown take half a minute of both cores): a pod of the
+// default handler (runcPod), hutch-runc's installer (testRuntimeInstaller),
+// a runtime handler's pod annotations (runtimeHandler), pods of the
+// RuntimeClass hutch (runtimeClassHutch) and hutch's agent as a pod
+// (agentPod); then that the cluster's teardown, with pods still running,
+// left nothing behind.
 func TestHutchCluster(t *testing.T) {
-	c, port := hutchCluster(t)
-	t.Run("runtime class", func(t *testing.T) { runtimeClassHutch(t, c, port) })
-	t.Run("agent pod", func(t *testing.T) { agentPod(t, c, port) })
+	var c *k8stest.Cluster
+	t.Run("cluster", func(t *testing.T) {
+		recorder, specs := recorderHandler(t)
+		begin := time.Now()
+		var port int
+		c, port = hutchCluster(t, []string{busyboxTar(t)}, recorder)
+		t.Logf("cluster started in %v", time.Since(begin).Round(time.Millisecond))
+		t.Run("runc pod", func(t *testing.T) { runcPod(t, c) })
+		t.Run("installer", func(t *testing.T) { testRuntimeInstaller(t, c) })
+		t.Run("runtime handler", func(t *testing.T) { runtimeHandler(t, c, specs) })
+		t.Run("runtime class", func(t *testing.T) { runtimeClassHutch(t, c, port) })
+		t.Run("agent pod", func(t *testing.T) { agentPod(t, c, port) })
+	})
+	if c != nil {
+		clusterLeftNothing(t, c)
+	}
 }
 
 // runtimeClassHutch (TestHutchCluster/runtime_class): a pod of the RuntimeClass hutch (containerd 2's
@@ -276,9 +293,9 @@ func statusIDs(t *testing.T, pid int, key string) string {
 // and hutch-gvisor hutch-runc under gVisor's shim on runsc
 // (gvisorRuntimeHandler), with the tests' image and the node's policies "pod", which allows the
 // upstream.test that it serves on the node's loopback, and "serve", which
-// lets a pod's own allow-list name it; it returns the cluster and the
-// upstream's port.
-func hutchCluster(t *testing.T) (*k8stest.Cluster, int) {
+// lets a pod's own allow-list name it, and with images and handlers added;
+// it returns the cluster and the upstream's port.
+func hutchCluster(t *testing.T, images []string, handlers ...k8stest.RuntimeHandler) (*k8stest.Cluster, int) {
 	t.Helper()
 	bin := k8stest.BinDir(t)
 	runc := k8stest.Runc(bin)
@@ -308,8 +325,8 @@ func hutchCluster(t *testing.T) (*k8stest.Cluster, int) {
 	}
 	gvisor, runscEnv := gvisorRuntimeHandler(t, rt)
 	c := k8stest.StartCluster(t, k8stest.Options{
-		Images:          []string{tar},
-		RuntimeHandlers: []k8stest.RuntimeHandler{{Name: "hutch", BinaryName: rt, PodAnnotations: []string{"dev.hutch.*"}}, gvisor},
+		Images:          append([]string{tar}, images...),
+		RuntimeHandlers: append([]k8stest.RuntimeHandler{{Name: "hutch", BinaryName: rt, PodAnnotations: []string{"dev.hutch.*"}}, gvisor}, handlers...),
 		// The runc shim's runtime, hutch-runc, hands the containers to
 		// the cluster's runc; gVisor's shim's to runsc.
 		ContainerdEnv: []string{ocitest.PolicyDirEnv + "=" + policies, ocitest.RuntimeEnv + "=" + runc, runscEnv},

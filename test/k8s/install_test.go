@@ -54,7 +54,7 @@ func manifest(t *testing.T, name string, edits ...edit) string {
 	return m
 }
 
-// testRuntimeInstaller (on TestClusterRunsAPod's cluster c) applies the DaemonSet of
+// testRuntimeInstaller (TestHutchCluster/installer) applies the DaemonSet of
 // deploy/kubernetes/hutch-runc.yaml, its hostPath a directory of the test
 // standing for the node's root: its pod installs hutch-runc and containerd
 // 2's runtime handler hutch there and becomes Ready by its probe

@@ -9,8 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hutch-sandbox/hutch/internal/image/imagetest"
-	"github.com/hutch-sandbox/hutch/internal/testutil"
 	"github.com/hutch-sandbox/hutch/internal/testutil/k8stest"
 )
 
@@ -48,58 +46,59 @@ spec:
     command: ["/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 1; done"]
 `
 
-// TestRuntimeClassHandler runs a pod of a RuntimeClass whose handler is a
-// runtime handler added to the cluster (as hutch's will be), and checks that
-// its containers were created by that handler's runtime with the pod's
-// annotations that match the handler's pod_annotations, and no others.
-// The pod is left running: the cluster's teardown must end it, and leave
-// nothing behind (no directory, bridge, cgroup or process).
-func TestRuntimeClassHandler(t *testing.T) {
-	need := func(ok bool, reason string) { t.Helper(); testutil.Need(t, ok, reason) }
-	bin := k8stest.BinDir(t)
-	img := imagetest.BusyboxWith(t, need, nil, imagetest.Symlink("bin/sleep", "busybox"))
-	tar := imagetest.DockerSave(t, img, busyboxImage, t.TempDir())
+// recorderHandler is the runtime handler "recorder" of a cluster, whose
+// runtime keeps the spec of every container it creates in the directory
+// it returns.
+func recorderHandler(t *testing.T) (k8stest.RuntimeHandler, string) {
 	specs := t.TempDir()
 	runtime := filepath.Join(t.TempDir(), "recorder")
-	script := []byte(strings.Replace(strings.Replace(recorder, "%s", specs, 1), "%s", k8stest.Runc(bin), 1))
+	script := []byte(strings.Replace(strings.Replace(recorder, "%s", specs, 1), "%s", k8stest.Runc(k8stest.BinDir(t)), 1))
 	if err := os.WriteFile(runtime, script, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	return k8stest.RuntimeHandler{Name: "recorder", BinaryName: runtime, PodAnnotations: []string{"dev.hutch.*"}}, specs
+}
 
-	var c *k8stest.Cluster
-	t.Run("cluster", func(t *testing.T) {
-		c = k8stest.StartCluster(t, k8stest.Options{Images: []string{tar},
-			RuntimeHandlers: []k8stest.RuntimeHandler{{Name: "recorder", BinaryName: runtime, PodAnnotations: []string{"dev.hutch.*"}}}})
-		c.KubectlIn(t, runtimeClassYAML, "apply", "-f", "-")
-		c.Kubectl(t, "wait", "--for=condition=Ready", "pod/recorded", "--timeout=3m")
+// runtimeHandler (TestHutchCluster/runtime_handler) runs a pod of a
+// RuntimeClass whose handler is a runtime handler added to the cluster
+// (recorderHandler, as hutch's are), and checks that its containers were
+// created by that handler's runtime with the pod's annotations that match
+// the handler's pod_annotations, and no others. The pod is left running:
+// the cluster's teardown must end it (TestHutchCluster checks it leaves
+// nothing behind).
+func runtimeHandler(t *testing.T, c *k8stest.Cluster, specs string) {
+	c.KubectlIn(t, runtimeClassYAML, "apply", "-f", "-")
+	c.Kubectl(t, "wait", "--for=condition=Ready", "pod/recorded", "--timeout=3m")
 
-		entries, err := os.ReadDir(specs)
+	entries, err := os.ReadDir(specs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 2 {
+		t.Fatalf("the handler's runtime created %d containers, want 2 (the sandbox and the pod's container)", len(entries))
+	}
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(specs, e.Name()))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(entries) != 2 {
-			t.Fatalf("the handler's runtime created %d containers, want 2 (the sandbox and the pod's container)", len(entries))
+		var spec struct{ Annotations map[string]string }
+		if err := json.Unmarshal(b, &spec); err != nil {
+			t.Fatalf("%s: %v", e.Name(), err)
 		}
-		for _, e := range entries {
-			b, err := os.ReadFile(filepath.Join(specs, e.Name()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			var spec struct{ Annotations map[string]string }
-			if err := json.Unmarshal(b, &spec); err != nil {
-				t.Fatalf("%s: %v", e.Name(), err)
-			}
-			if got := spec.Annotations["dev.hutch.test"]; got != "passed on" {
-				t.Errorf("%s: annotation dev.hutch.test = %q, want the pod's", e.Name(), got)
-			}
-			if got, ok := spec.Annotations["example.com/other"]; ok {
-				t.Errorf("%s: annotation example.com/other = %q, want none (not in pod_annotations)", e.Name(), got)
-			}
+		if got := spec.Annotations["dev.hutch.test"]; got != "passed on" {
+			t.Errorf("%s: annotation dev.hutch.test = %q, want the pod's", e.Name(), got)
 		}
-	})
-	if c == nil {
-		return
+		if got, ok := spec.Annotations["example.com/other"]; ok {
+			t.Errorf("%s: annotation example.com/other = %q, want none (not in pod_annotations)", e.Name(), got)
+		}
 	}
+}
+
+// clusterLeftNothing checks that the ended cluster c left nothing behind:
+// no directory, bridge, cgroup or process.
+func clusterLeftNothing(t *testing.T, c *k8stest.Cluster) {
+	t.Helper()
 	if _, err := os.Stat(c.Dir); !os.IsNotExist(err) {
 		t.Errorf("the cluster's directory %s is left: %v", c.Dir, err)
 	}

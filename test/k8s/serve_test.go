@@ -120,7 +120,7 @@ func TestServeKubernetes(t *testing.T) {
 	// Beside TestServeKubernetesE2B, each on a cluster of its own: the
 	// package's two longest.
 	t.Parallel()
-	c, port := hutchCluster(t)
+	c, port := hutchCluster(t, nil)
 	c.KubectlIn(t, runtimeClassYAMLHutch, "apply", "-f", "-")
 	c.NodeOnBridge(t)
 	dir := t.TempDir()
