@@ -41,7 +41,9 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/kube"
 	"github.com/hutch-sandbox/hutch/internal/mcp"
 	"github.com/hutch-sandbox/hutch/internal/mcphttp"
+	"github.com/hutch-sandbox/hutch/internal/microvm"
 	"github.com/hutch-sandbox/hutch/internal/policy"
+	"github.com/hutch-sandbox/hutch/internal/runner"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
 	"github.com/hutch-sandbox/hutch/internal/store"
 	"github.com/hutch-sandbox/hutch/internal/volume"
@@ -93,8 +95,9 @@ func cmdServe(args []string, stderr io.Writer) int {
 	fs.Var(&allowPrivate, "allow-private", "let every sandbox's proxy connect to loopback, private, link-local or this host's addresses in `cidr` (repeatable); tenants' own rules never open such addresses")
 	var upstreamCAs cli.List
 	fs.Var(&upstreamCAs, "upstream-ca", "also trust the certificates in `file` (PEM) when a sandbox's proxy connects to a secret's host (repeatable)")
-	defaultTier := fs.String("default-tier", "", "isolation `tier` of a sandbox whose policy names none, E2B's included: namespace (the default, or --min-tier if stronger) or gvisor")
-	minTier := fs.String("min-tier", "", "refuse sandboxes of a `tier` weaker than this (namespace < gvisor); default: none refused")
+	defaultTier := fs.String("default-tier", "", "isolation `tier` of a sandbox whose policy names none, E2B's included: namespace (the default, or --min-tier if stronger), gvisor or microvm")
+	minTier := fs.String("min-tier", "", "refuse sandboxes of a `tier` weaker than this (namespace < gvisor < microvm); default: none refused")
+	allowEmulation := fs.Bool("allow-emulation", false, "let the microvm tier run its guests under QEMU's software emulation on a host without KVM (/dev/kvm), tens of times slower")
 	runsc := fs.String("runsc", "", "gVisor's runsc `binary` for the gvisor tier (default: runsc on PATH; it must be the pinned version, and without one the tier is refused with the command that installs it)")
 	noMCP := fs.Bool("no-mcp", false, "do not speak MCP at /mcp")
 	noUI := fs.Bool("no-ui", false, "do not serve the review pages at /ui/")
@@ -143,9 +146,12 @@ func cmdServe(args []string, stderr io.Writer) int {
 			return 2
 		}
 		if f.value == policy.TierMicroVM {
-			// Every sandbox would be refused: say so at start.
-			fmt.Fprintf(stderr, "hutch: --%s: hutch serve does not run the microvm tier yet (hutch run --tier microvm does; see docs/microvm.md)\n", f.name)
-			return 2
+			// Every sandbox would be refused: say so at start, naming
+			// what the host lacks.
+			if why := microVMUnavailable(*onKubernetes, *allowEmulation); why != "" {
+				fmt.Fprintf(stderr, "hutch: --%s: hutch serve cannot run the microvm tier: %s\n", f.name, why)
+				return 2
+			}
 		}
 	}
 	templates, err := parseTemplates(*templatesFile, templateFlags)
@@ -326,7 +332,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 				replicas = r
 			}
 		}
-	} else if runtimes, unavailable, err = tierRuntimes(*runsc); err != nil {
+	} else if runtimes, unavailable, err = tierRuntimes(*runsc, *allowEmulation); err != nil {
 		err = fmt.Errorf("--runsc: %w", err)
 	}
 	if err != nil {
@@ -797,17 +803,43 @@ func missingTemplates(st *image.Store, templates map[string]string, pools []daem
 // pinned version. A runsc named by the flag that is not is an error; one
 // missing from PATH leaves the tier out, with the reason (and the command
 // that installs it) for the creates that ask for it.
-func tierRuntimes(runsc string) (map[string]sandbox.Runtime, map[string]string, error) {
+func tierRuntimes(runsc string, allowEmulation bool) (map[string]sandbox.Runtime, map[string]string, error) {
 	rts := daemon.DefaultRuntimes()
+	unavailable := map[string]string{}
 	path, err := gvisor.Find(runsc)
 	switch {
 	case err == nil:
 		rts[policy.TierGVisor] = &gvisor.Runtime{Runsc: path}
-		return rts, nil, nil
 	case runsc != "":
 		return nil, nil, err
+	default:
+		unavailable[policy.TierGVisor] = err.Error()
 	}
-	return rts, map[string]string{policy.TierGVisor: err.Error()}, nil
+	if why := microVMUnavailable(false, allowEmulation); why != "" {
+		unavailable[policy.TierMicroVM] = why
+	} else {
+		rts[policy.TierMicroVM] = &microvm.Runtime{KernelDir: os.Getenv(runner.GuestKernelEnv), AllowEmulation: allowEmulation}
+	}
+	return rts, unavailable, nil
+}
+
+// microVMUnavailable says what this host lacks for the microvm tier
+// (microvm.Check's failed lines), "" when it can run it.
+func microVMUnavailable(onKubernetes, allowEmulation bool) string {
+	if onKubernetes {
+		return "its sandboxes run on this machine only, not as pods (--kubernetes)"
+	}
+	lines, ok := microvm.Check(os.Getenv(runner.GuestKernelEnv), allowEmulation)
+	if ok {
+		return ""
+	}
+	var no []string
+	for _, l := range lines {
+		if rest, bad := strings.CutPrefix(l, "no  "); bad {
+			no = append(no, rest)
+		}
+	}
+	return strings.Join(no, "; ") + " (hutch run --tier microvm --check tells the same; see docs/microvm.md)"
 }
 
 // mcpLogSpace is the space of MCP's exec logs: DIR/mcp-logs of the state

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -83,7 +84,13 @@ func (rt *Runtime) Start(c sandbox.Config) (sandbox.Instance, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
 	defer cancel()
+	vmDir := ""
+	if c.HostDir != "" && len(c.HostDir) <= maxHostDir {
+		// Removed with the sandbox's directory after a crash of hutch's.
+		vmDir = filepath.Join(c.HostDir, "microvm")
+	}
 	vm, err := Boot(ctx, Config{
+		Dir:            vmDir,
 		Kernel:         k,
 		Init:           rt.init(),
 		MemoryMiB:      int(s.Resources.MemoryBytes >> 20),
@@ -135,6 +142,11 @@ func (rt *Runtime) Start(c sandbox.Config) (sandbox.Instance, error) {
 	}()
 	return sb, nil
 }
+
+// maxHostDir bounds the length of a Config.HostDir that holds the VM's
+// directory: the paths of its sockets must fit in a unix socket's address
+// (108 bytes).
+const maxHostDir = 70
 
 // noAccelErr is the tier's refusal on a host without KVM when emulation
 // was not allowed.
