@@ -1,6 +1,7 @@
 package microvm
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,10 +11,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
+	"github.com/hutch-sandbox/hutch/internal/cgroups"
 	"github.com/hutch-sandbox/hutch/internal/microvm/guest"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
@@ -256,6 +260,41 @@ func (s *served) Close() error {
 		s.release()
 	})
 	return err
+}
+
+// Usage is what QEMU uses now: its CPU time (the guest's virtual CPUs
+// and its devices) and its resident memory, the guest's pages it touched
+// included; the virtiofsd processes are not counted.
+func (s *served) Usage() (cgroups.Usage, error) {
+	pid := s.vm.PID()
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return cgroups.Usage{}, err
+	}
+	i := bytes.LastIndexByte(b, ')')
+	f := bytes.Fields(b[i+1:])
+	if i < 0 || len(f) < 13 {
+		return cgroups.Usage{}, fmt.Errorf("/proc/%d/stat: malformed", pid)
+	}
+	// utime and stime, fields 14 and 15, in clock ticks (USER_HZ, 100).
+	utime, err1 := strconv.ParseInt(string(f[11]), 10, 64)
+	stime, err2 := strconv.ParseInt(string(f[12]), 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return cgroups.Usage{}, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+	}
+	m, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/statm")
+	if err != nil {
+		return cgroups.Usage{}, err
+	}
+	mf := strings.Fields(string(m))
+	if len(mf) < 2 {
+		return cgroups.Usage{}, fmt.Errorf("/proc/%d/statm: malformed", pid)
+	}
+	resident, err := strconv.ParseInt(mf[1], 10, 64)
+	if err != nil {
+		return cgroups.Usage{}, fmt.Errorf("/proc/%d/statm: %w", pid, err)
+	}
+	return cgroups.Usage{CPU: (utime + stime) * int64(time.Second/100), Memory: resident * int64(os.Getpagesize())}, nil
 }
 
 // EndReason says why the guest ended on its own ("" while it runs, or
