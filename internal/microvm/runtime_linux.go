@@ -204,22 +204,32 @@ func relaySignals(p *agent.Process, term *os.File, tty bool) (stop func()) {
 // root layer.
 func (rt *Runtime) check(c sandbox.Config) error {
 	s := c.Spec
-	switch {
-	case s.Tier != policy.TierMicroVM:
-		return fmt.Errorf("tier %q: not the microvm tier", s.Tier)
-	case os.Geteuid() != 0:
-		return fmt.Errorf("tier %q needs hutch to run as root in this version (virtiofsd shares the host's files as any user)", policy.TierMicroVM)
-	case len(c.Args) == 0:
-		return errors.New("no command given")
+	if err := checkSpec(s); err != nil {
+		return err
 	}
-	if r := policy.TierRefusals(s); len(r) > 0 {
-		return fmt.Errorf("tier %q: %s", policy.TierMicroVM, strings.Join(r, "; "))
+	if len(c.Args) == 0 {
+		return errors.New("no command given")
 	}
 	if c.Image != nil || c.RootLayer != nil {
 		return fmt.Errorf("tier %q: an image or a writable root is not supported in this version", policy.TierMicroVM)
 	}
 	if s.Network.Mode == "proxy" && c.Proxy == nil {
 		return fmt.Errorf("tier %q: network mode \"proxy\" without hutch's egress proxy", policy.TierMicroVM)
+	}
+	return nil
+}
+
+// checkSpec refuses, for Run and Start, another tier's spec, hutch not
+// root and a field the tier refuses (policy.TierRefusals).
+func checkSpec(s policy.Spec) error {
+	switch {
+	case s.Tier != policy.TierMicroVM:
+		return fmt.Errorf("tier %q: not the microvm tier", s.Tier)
+	case os.Geteuid() != 0:
+		return fmt.Errorf("tier %q needs hutch to run as root in this version (virtiofsd shares the host's files as any user)", policy.TierMicroVM)
+	}
+	if r := policy.TierRefusals(s); len(r) > 0 {
+		return fmt.Errorf("tier %q: %s", policy.TierMicroVM, strings.Join(r, "; "))
 	}
 	return nil
 }

@@ -164,14 +164,8 @@ func noAccelErr() error {
 // under review, volumes, a sandbox that outlives hutch.
 func (rt *Runtime) checkStart(c sandbox.Config) error {
 	s := c.Spec
-	switch {
-	case s.Tier != policy.TierMicroVM:
-		return fmt.Errorf("tier %q: not the microvm tier", s.Tier)
-	case os.Geteuid() != 0:
-		return fmt.Errorf("tier %q needs hutch to run as root in this version (virtiofsd shares the host's files as any user)", policy.TierMicroVM)
-	}
-	if r := policy.TierRefusals(s); len(r) > 0 {
-		return fmt.Errorf("tier %q: %s", policy.TierMicroVM, strings.Join(r, "; "))
+	if err := checkSpec(s); err != nil {
+		return err
 	}
 	var refused []string
 	if l := c.RootLayer; l != nil {
