@@ -122,7 +122,7 @@ func (rt *Runtime) Start(c sandbox.Config) (sandbox.Instance, error) {
 		return nil, err
 	}
 	if vm.Emulated() {
-		log.Warn("microvm: no KVM: the guest runs under software emulation (--allow-emulation), tens of times slower")
+		log.Info("microvm: no KVM: the guest runs under software emulation (--allow-emulation), tens of times slower")
 	}
 	sb := &served{vm: vm, proxy: c.Proxy, release: release, done: make(chan struct{})}
 	if relayed(c) {
