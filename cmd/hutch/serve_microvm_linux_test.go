@@ -14,7 +14,8 @@ import (
 )
 
 // TestServeMicroVM: hutch serve --default-tier microvm --allow-emulation
-// runs its sandboxes in microVMs, in one boot: hutch create makes one,
+// runs its sandboxes in microVMs, in one boot: hutch create (--tier
+// microvm, the default's tier too) makes one,
 // whose commands run on the guest's kernel (uname -r is not the host's)
 // with the create's environment and their exit codes; a file copied in
 // through the files API is read by a command, one a command wrote in the
@@ -39,7 +40,7 @@ func TestServeMicroVM(t *testing.T) {
 	d := startDaemonEnv(t, []string{kernelEnv}, nil, "--default-tier", "microvm", "--allow-emulation", "--allow-private", "127.0.0.1/32")
 
 	start := time.Now()
-	r = d.admin(t, "create", "--env", "GREETING=hello", "--allow-domain", "allowed.test:"+port,
+	r = d.admin(t, "create", "--tier", "microvm", "--env", "GREETING=hello", "--allow-domain", "allowed.test:"+port,
 		"--add-host", "allowed.test:127.0.0.1", "--add-host", "blocked.test:127.0.0.1")
 	wantOK(t, r)
 	id := lastLine(r.stdout)
