@@ -17,7 +17,8 @@ import (
 // runs its sandboxes in microVMs, in one boot: hutch create (--tier
 // microvm, the default's tier too) makes one,
 // whose commands run on the guest's kernel (uname -r is not the host's)
-// with the create's environment and their exit codes; a file copied in
+// with the create's environment and their exit codes, /dev/hutch, and a
+// root whose writable layer is --disk's size; a file copied in
 // through the files API is read by a command, one a command wrote in the
 // workspace is copied out; -t gives a command a terminal; an HTTP GET
 // reaches a loopback upstream through the relayed proxy, a host not
@@ -42,7 +43,7 @@ func TestServeMicroVM(t *testing.T) {
 	d := startDaemonEnv(t, []string{kernelEnv}, nil, "--default-tier", "microvm", "--allow-emulation", "--allow-private", "127.0.0.1/32")
 
 	start := time.Now()
-	r = d.admin(t, "create", "--tier", "microvm", "--env", "GREETING=hello", "--allow-domain", "allowed.test:"+port,
+	r = d.admin(t, "create", "--tier", "microvm", "--disk", "300m", "--env", "GREETING=hello", "--allow-domain", "allowed.test:"+port,
 		"--add-host", "allowed.test:127.0.0.1", "--add-host", "blocked.test:127.0.0.1")
 	wantOK(t, r)
 	id := lastLine(r.stdout)
@@ -62,10 +63,11 @@ func TestServeMicroVM(t *testing.T) {
 		t.Errorf("hutch ls does not name the tier:\n%s", r.stdout)
 	}
 
-	r = d.admin(t, "exec", id, "--", "sh", "-c", `echo "$GREETING $(pwd) $(id -u)"; echo written >out.txt; exit 7`)
+	r = d.admin(t, "exec", id, "--", "sh", "-c", `echo "$GREETING $(pwd) $(id -u)"; test -x /dev/hutch && echo self
+df -m / | awk 'NR == 2 { print "disk " $2 }'; echo written >out.txt; exit 7`)
 	wantCode(t, r, 7)
-	if got := strings.TrimSpace(r.stdout); got != "hello /workspace 0" {
-		t.Errorf("exec: %q, want the create's environment, the workspace and the guest's root", got)
+	if got := strings.TrimSpace(r.stdout); got != "hello /workspace 0\nself\ndisk 300" {
+		t.Errorf("exec: %q, want the create's environment, the workspace, the guest's root, /dev/hutch and the root's layer of --disk", got)
 	}
 
 	// The files API, both ways.
