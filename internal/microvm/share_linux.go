@@ -39,6 +39,11 @@ type Share struct {
 	// Workspace is the host directory shared read-write, an absolute path
 	// without white space (it travels on the kernel's command line).
 	Workspace string
+	// LocalWorkspace, when Workspace is "", is the workspace's path in
+	// the guest, a directory made in the root's writable layer (in the
+	// guest's memory) rather than a host directory: a sandbox of hutch
+	// serve, whose workspace is its own. Same form as Workspace.
+	LocalWorkspace string
 	// Hide are host paths the guest must not read: each one under a
 	// shared directory is covered by an empty directory or file (mode 0)
 	// in the shared view.
@@ -47,9 +52,21 @@ type Share struct {
 	Virtiofsd string
 }
 
+// guestWorkspace is the workspace's path in the guest.
+func (s *Share) guestWorkspace() string {
+	if s.Workspace != "" {
+		return s.Workspace
+	}
+	return s.LocalWorkspace
+}
+
 func (s *Share) check() error {
-	if !filepath.IsAbs(s.Workspace) || strings.ContainsAny(s.Workspace, " \t\n\"'\\") {
-		return fmt.Errorf("microvm: workspace %q: want an absolute path without white space, quotes or backslashes", s.Workspace)
+	ws := s.guestWorkspace()
+	if !filepath.IsAbs(ws) || strings.ContainsAny(ws, " \t\n\"'\\") {
+		return fmt.Errorf("microvm: workspace %q: want an absolute path without white space, quotes or backslashes", ws)
+	}
+	if s.Workspace == "" {
+		return nil
 	}
 	if st, err := os.Stat(s.Workspace); err != nil || !st.IsDir() {
 		return fmt.Errorf("microvm: workspace %s is not a directory (%v)", s.Workspace, err)
@@ -68,7 +85,8 @@ type shareServer struct {
 }
 
 // startShares starts one virtiofsd for the guest's root and one for the
-// workspace, with their sockets and logs in dir.
+// workspace (unless it is the guest's own, LocalWorkspace), with their
+// sockets and logs in dir.
 func startShares(s *Share, dir string) (*shareServer, error) {
 	bin := s.Virtiofsd
 	if bin == "" {
@@ -122,10 +140,11 @@ func (srv *shareServer) serve(s *Share, bin, dir string) ([]*exec.Cmd, error) {
 		return nil, err
 	}
 	var cmds []*exec.Cmd
-	for _, sh := range []struct{ tag, src, cache string }{
-		{rootTag, root, "always"},
-		{workspaceTag, s.Workspace, "auto"},
-	} {
+	shares := []struct{ tag, src, cache string }{{rootTag, root, "always"}}
+	if s.Workspace != "" {
+		shares = append(shares, struct{ tag, src, cache string }{workspaceTag, s.Workspace, "auto"})
+	}
+	for _, sh := range shares {
 		sock := filepath.Join(dir, "fs-"+sh.tag+".sock")
 		c, err := startVirtiofsd(bin, sock, sh.src, sh.cache, filepath.Join(dir, "virtiofsd-"+sh.tag+".log"))
 		if err != nil {

@@ -65,6 +65,18 @@ type Config struct {
 	// its root and a workspace over virtiofs (root only); without it the
 	// guest's root is its initramfs.
 	Share *Share
+	// LayerBytes, with Share, bounds the guest root's writable layer (a
+	// tmpfs in the guest's memory) to that many bytes; 0 leaves it
+	// bounded by the guest's memory only.
+	LayerBytes int64
+	// Self binds the init's binary at guest.SelfPath in the guest in
+	// every network mode (in mode "proxy", with Relay, it is bound
+	// always): the helpers hutch serve runs in a sandbox are there.
+	Self bool
+	// Boot is sent to the guest's init before the agent's protocol
+	// starts: the commands' environment and files written into the
+	// guest's root.
+	Boot guest.Boot
 	// Relay gives the guest a second virtio-serial port,
 	// guest.NetPortName, on which its init relays the guest's proxy
 	// addresses (VM.RelayConn, serveProxyRelay); without it the guest has
@@ -97,6 +109,7 @@ type VM struct {
 	cmd     *exec.Cmd
 	conn    net.Conn
 	netConn net.Conn // the relay port's, with Config.Relay
+	qmp     *qmp     // QEMU's monitor (QMP)
 	dir     string
 	console string
 	qemuLog string
@@ -184,6 +197,12 @@ func Boot(ctx context.Context, cfg Config) (vm *VM, err error) {
 		}
 		defer netL.Close()
 	}
+	qmpSock := filepath.Join(dir, "qmp.sock")
+	qmpL, err := net.ListenUnix("unix", &net.UnixAddr{Name: qmpSock, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("microvm: QMP socket: %w", err)
+	}
+	defer qmpL.Close()
 
 	qlog, err := os.OpenFile(v.qemuLog, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
@@ -201,7 +220,7 @@ func Boot(ctx context.Context, cfg Config) (vm *VM, err error) {
 		socks = v.shares.socks
 		v.log.Debug("microvm: virtiofsd started", "took", time.Since(start))
 	}
-	args := qemuArgs(cfg, emul, initramfs, sock, netSock, v.console, socks)
+	args := qemuArgs(cfg, emul, initramfs, sock, netSock, qmpSock, v.console, socks)
 	if cfg.UID != 0 {
 		root := filepath.Join(dir, "root")
 		if err := os.Mkdir(root, 0o555); err != nil {
@@ -230,6 +249,7 @@ func Boot(ctx context.Context, cfg Config) (vm *VM, err error) {
 	// QEMU connects the ports' character devices to their sockets as it
 	// starts; the guest's agent speaks once it is up.
 	agentCh := v.acceptQEMU(l)
+	qmpCh := v.acceptQEMU(qmpL)
 	var netCh <-chan accepted
 	if netL != nil {
 		netCh = v.acceptQEMU(netL)
@@ -238,6 +258,16 @@ func Boot(ctx context.Context, cfg Config) (vm *VM, err error) {
 	if err != nil {
 		return nil, err
 	}
+	// The boot message goes first; the guest reads it all before its
+	// agent speaks.
+	booted := make(chan error, 1)
+	go func() { booted <- guest.WriteBoot(conn, cfg.Boot) }()
+	qc, err := v.awaitQEMU(ctx, qmpCh, "monitor's")
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	v.qmp = newQMP(qc)
 	if netCh != nil {
 		if v.netConn, err = v.awaitQEMU(ctx, netCh, "relay's"); err != nil {
 			conn.Close()
@@ -255,6 +285,9 @@ func Boot(ctx context.Context, cfg Config) (vm *VM, err error) {
 	case err := <-ready:
 		if err != nil {
 			return nil, v.bootErr(fmt.Sprintf("the guest's agent did not speak: %v", err))
+		}
+		if err := <-booted; err != nil {
+			return nil, v.bootErr(fmt.Sprintf("the guest's boot message: %v", err))
 		}
 		v.log.Info("microvm: guest agent ready", "pid", v.cmd.Process.Pid, "emulation", emul, "boot", time.Since(started), "total", time.Since(start))
 	case <-ctx.Done():
@@ -335,7 +368,7 @@ func useEmulation(allow bool) (bool, error) {
 // memfd, which virtiofsd maps, and each share is a vhost-user-fs device
 // of its tag; the kernel's command line tells the init to switch into the
 // root share (guest.RootEnv) and where the workspace goes.
-func qemuArgs(cfg Config, emul bool, initramfs, sock, netSock, console string, shares map[string]string) []string {
+func qemuArgs(cfg Config, emul bool, initramfs, sock, netSock, qmpSock, console string, shares map[string]string) []string {
 	mem, cpus := cfg.MemoryMiB, cfg.CPUs
 	if mem == 0 {
 		mem = 512
@@ -357,7 +390,16 @@ func qemuArgs(cfg Config, emul bool, initramfs, sock, netSock, console string, s
 		cmdline = append(cmdline, guest.DebugEnv+"=1")
 	}
 	if shares != nil {
-		cmdline = append(cmdline, guest.RootEnv+"="+rootTag, guest.WorkspaceEnv+"="+cfg.Share.Workspace)
+		cmdline = append(cmdline, guest.RootEnv+"="+rootTag, guest.WorkspaceEnv+"="+cfg.Share.guestWorkspace())
+		if cfg.Share.Workspace == "" {
+			cmdline = append(cmdline, guest.LocalWorkspaceEnv+"=1")
+		}
+		if cfg.LayerBytes > 0 {
+			cmdline = append(cmdline, guest.LayerSizeEnv+"="+strconv.FormatInt(cfg.LayerBytes, 10))
+		}
+	}
+	if cfg.Self {
+		cmdline = append(cmdline, guest.SelfEnv+"=1")
 	}
 	ports := []string{
 		"-chardev", "socket,id=agent,path=" + sock,
@@ -388,6 +430,9 @@ func qemuArgs(cfg Config, emul bool, initramfs, sock, netSock, console string, s
 		fs = append(fs, "-object", fmt.Sprintf("memory-backend-memfd,id=mem,size=%dM,share=on", mem),
 			"-global", "virtio-mmio.force-legacy=false")
 		for _, tag := range []string{rootTag, workspaceTag} {
+			if shares[tag] == "" {
+				continue // the guest's own workspace
+			}
 			fs = append(fs, "-chardev", "socket,id=fs-"+tag+",path="+shares[tag],
 				"-device", "vhost-user-fs-device,chardev=fs-"+tag+",tag="+tag)
 		}
@@ -406,6 +451,10 @@ func qemuArgs(cfg Config, emul bool, initramfs, sock, netSock, console string, s
 		"-append", strings.Join(cmdline, " "),
 		// Port 0 is kept for a console: one more than the ports.
 		"-device", fmt.Sprintf("virtio-serial-device,max_ports=%d", 1+len(ports)/4),
+		// QEMU's monitor, whose connection hutch accepts as the ports'
+		// (Pause, Resume).
+		"-chardev", "socket,id=qmp,path=" + qmpSock,
+		"-mon", "chardev=qmp,mode=control",
 	}, slices.Concat(ports, fs)...)
 }
 
@@ -503,6 +552,9 @@ func (v *VM) Close() error {
 		}
 		if v.netConn != nil {
 			v.netConn.Close()
+		}
+		if v.qmp != nil {
+			v.qmp.conn.Close()
 		}
 		if v.cmd != nil && v.cmd.Process != nil {
 			v.cmd.Process.Kill()
