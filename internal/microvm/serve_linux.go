@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -37,10 +36,10 @@ import (
 // proxy addresses are relayed to c.Proxy, as under Run. The guest's
 // memory and virtual CPUs are the policy's.
 //
-// The sandbox dies with hutch (S4): QEMU is killed with the process that
-// started it, and the guest powers off when its agent's connection
-// ends. Freeze and Thaw stop and resume the guest's virtual CPUs over
-// QEMU's monitor. What the tier cannot do yet is refused: an image, a
+// The sandbox dies with hutch (S4): QEMU and virtiofsd run under
+// reapers that end them with the process that started them
+// (startReaped), whatever the guest does. Freeze and Thaw stop and
+// resume the guest's virtual CPUs over QEMU's monitor. What the tier cannot do yet is refused: an image, a
 // root layer that starts from a save or a snapshot, volumes, a workspace
 // under review, outliving hutch (c.AgentSocket).
 func (rt *Runtime) Start(c sandbox.Config) (sandbox.Instance, error) {
@@ -134,14 +133,7 @@ func (rt *Runtime) Start(c sandbox.Config) (sandbox.Instance, error) {
 	}
 	c.Proxy = nil // the sandbox's now
 	go func() {
-		<-vm.Done()
-		sb.code = -1
-		var ee *exec.ExitError
-		if err := vm.Err(); err == nil {
-			sb.code = 0
-		} else if errors.As(err, &ee) {
-			sb.code = ee.ExitCode()
-		}
+		sb.code = vm.ExitCode()
 		close(sb.done)
 	}()
 	return sb, nil

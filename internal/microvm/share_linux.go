@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -101,7 +100,7 @@ func startShares(s *Share, dir string) (*shareServer, error) {
 		defer close(srv.done)
 		// The thread is never unlocked: it ends with this goroutine,
 		// taking its mount namespace and (parent-death signal) the
-		// virtiofsd processes forked from it.
+		// reapers of the virtiofsd processes forked from it.
 		runtime.LockOSThread()
 		cmds, err := srv.serve(s, bin, dir)
 		errc <- err
@@ -109,8 +108,7 @@ func startShares(s *Share, dir string) (*shareServer, error) {
 			<-srv.stop
 		}
 		for _, c := range cmds {
-			c.Process.Kill()
-			c.Wait()
+			c.kill()
 		}
 	}()
 	if err := <-errc; err != nil {
@@ -128,7 +126,7 @@ func (srv *shareServer) close() {
 
 // serve runs on the locked thread: a private mount namespace, the root's
 // view in it, and the virtiofsd processes.
-func (srv *shareServer) serve(s *Share, bin, dir string) ([]*exec.Cmd, error) {
+func (srv *shareServer) serve(s *Share, bin, dir string) ([]*reaped, error) {
 	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
 		return nil, fmt.Errorf("microvm: mount namespace for virtiofsd: %w", err)
 	}
@@ -139,7 +137,7 @@ func (srv *shareServer) serve(s *Share, bin, dir string) ([]*exec.Cmd, error) {
 	if err := buildRootView(root, filepath.Join(dir, "hidden"), s.Hide); err != nil {
 		return nil, err
 	}
-	var cmds []*exec.Cmd
+	var cmds []*reaped
 	shares := []struct{ tag, src, cache string }{{rootTag, root, "always"}}
 	if s.Workspace != "" {
 		shares = append(shares, struct{ tag, src, cache string }{workspaceTag, s.Workspace, "auto"})
@@ -149,8 +147,7 @@ func (srv *shareServer) serve(s *Share, bin, dir string) ([]*exec.Cmd, error) {
 		c, err := startVirtiofsd(bin, sock, sh.src, sh.cache, filepath.Join(dir, "virtiofsd-"+sh.tag+".log"))
 		if err != nil {
 			for _, c := range cmds {
-				c.Process.Kill()
-				c.Wait()
+				c.kill()
 			}
 			return nil, err
 		}
@@ -162,8 +159,9 @@ func (srv *shareServer) serve(s *Share, bin, dir string) ([]*exec.Cmd, error) {
 
 // startVirtiofsd starts virtiofsd serving src on a unix socket listening
 // at sock, in its namespace sandbox (its own mount, pid and network
-// namespaces, pivoted into src, capabilities dropped, under seccomp).
-func startVirtiofsd(bin, sock, src, cache, logPath string) (*exec.Cmd, error) {
+// namespaces, pivoted into src, capabilities dropped, under seccomp),
+// under a reaper (startReaped): it dies with hutch.
+func startVirtiofsd(bin, sock, src, cache, logPath string) (*reaped, error) {
 	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
 	if err != nil {
 		return nil, fmt.Errorf("microvm: virtiofsd socket: %w", err)
@@ -185,11 +183,11 @@ func startVirtiofsd(bin, sock, src, cache, logPath string) (*exec.Cmd, error) {
 	c.ExtraFiles = []*os.File{f}
 	c.Stdout, c.Stderr = lf, lf
 	c.Env = []string{}
-	c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setsid: true}
-	if err := c.Start(); err != nil {
+	r, err := startReaped(c, "")
+	if err != nil {
 		return nil, fmt.Errorf("microvm: start virtiofsd: %w", err)
 	}
-	return c, nil
+	return r, nil
 }
 
 // buildRootView makes root (in the current, private mount namespace) the

@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/microvm/guest"
@@ -106,7 +105,7 @@ func (c Config) Validate() error {
 
 // VM is a running guest.
 type VM struct {
-	cmd     *exec.Cmd
+	qemu    *reaped // QEMU under its reaper
 	conn    net.Conn
 	netConn net.Conn // the relay port's, with Config.Relay
 	qmp     *qmp     // QEMU's monitor (QMP)
@@ -118,6 +117,7 @@ type VM struct {
 	log     *slog.Logger
 
 	done    chan struct{}
+	code    int   // QEMU's exit code, -1 when killed, once done is closed
 	waitErr error // once done is closed
 
 	closeOnce sync.Once
@@ -228,21 +228,25 @@ func Boot(ctx context.Context, cfg Config) (vm *VM, err error) {
 		}
 		args = append(args, "-runas", fmt.Sprintf("%d:%d", cfg.UID, cfg.GID), "-chroot", root)
 	}
-	v.cmd = exec.Command(qemu, args...)
-	v.cmd.Stdout, v.cmd.Stderr = qlog, qlog
-	// QEMU dies with the process that started it (S4). The signal is tied
-	// to the thread that forked QEMU, which the Go runtime keeps unless it
-	// was locked and its goroutine ended, and the kernel drops it when
-	// -runas changes QEMU's ids: then it is the guest that ends, powering
-	// off once the host's end of the agent's socket closed with hutch.
-	v.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setsid: true}
-	if err := v.cmd.Start(); err != nil {
+	c := exec.Command(qemu, args...)
+	c.Stdout, c.Stderr = qlog, qlog
+	// QEMU dies with hutch (S4) through its reaper (startReaped), which
+	// removes the VM's directory if hutch ended first.
+	if v.qemu, err = startReaped(c, dir); err != nil {
 		return nil, fmt.Errorf("microvm: start QEMU: %w", err)
 	}
 	started := time.Now()
-	v.log.Debug("microvm: QEMU started", "pid", v.cmd.Process.Pid, "emulation", emul, "dir", dir)
+	v.log.Debug("microvm: QEMU started", "pid", v.qemu.pid, "emulation", emul, "dir", dir)
 	go func() {
-		v.waitErr = v.cmd.Wait()
+		v.qemu.cmd.Wait()
+		v.code = v.qemu.exitCode()
+		switch v.code {
+		case 0:
+		case -1:
+			v.waitErr = errors.New("QEMU was killed")
+		default:
+			v.waitErr = fmt.Errorf("QEMU exited with code %d", v.code)
+		}
 		close(v.done)
 	}()
 
@@ -289,7 +293,7 @@ func Boot(ctx context.Context, cfg Config) (vm *VM, err error) {
 		if err := <-booted; err != nil {
 			return nil, v.bootErr(fmt.Sprintf("the guest's boot message: %v", err))
 		}
-		v.log.Info("microvm: guest agent ready", "pid", v.cmd.Process.Pid, "emulation", emul, "boot", time.Since(started), "total", time.Since(start))
+		v.log.Info("microvm: guest agent ready", "pid", v.qemu.pid, "emulation", emul, "boot", time.Since(started), "total", time.Since(start))
 	case <-ctx.Done():
 		return nil, v.bootErr(fmt.Sprintf("boot: %v", ctx.Err()))
 	}
@@ -315,7 +319,7 @@ func (v *VM) acceptQEMU(l *net.UnixListener) <-chan accepted {
 				return
 			}
 			p, err := peercred.Of(c)
-			if err == nil && p.PID == v.cmd.Process.Pid {
+			if err == nil && p.PID == v.qemu.pid {
 				ch <- accepted{c, nil}
 				return
 			}
@@ -334,7 +338,7 @@ func (v *VM) awaitQEMU(ctx context.Context, ch <-chan accepted, what string) (ne
 		if a.err != nil {
 			return nil, fmt.Errorf("microvm: accept QEMU's connection to the %s port: %w", what, a.err)
 		}
-		v.log.Debug("microvm: QEMU connected the "+what+" port", "pid", v.cmd.Process.Pid)
+		v.log.Debug("microvm: QEMU connected the "+what+" port", "pid", v.qemu.pid)
 		return a.c, nil
 	case <-v.done:
 		return nil, v.bootErr("QEMU ended before it connected the " + what + " port")
@@ -521,8 +525,8 @@ func (v *VM) RelayConn() net.Conn { return v.netConn }
 // Done is closed once QEMU has exited.
 func (v *VM) Done() <-chan struct{} { return v.done }
 
-// Err is how QEMU exited (exec.Cmd.Wait's error) once Done is closed, nil
-// before.
+// Err is how QEMU exited once Done is closed, nil before and when it
+// exited with code 0.
 func (v *VM) Err() error {
 	select {
 	case <-v.done:
@@ -532,8 +536,15 @@ func (v *VM) Err() error {
 	}
 }
 
-// PID is QEMU's process id.
-func (v *VM) PID() int { return v.cmd.Process.Pid }
+// ExitCode is QEMU's exit code once Done is closed (0 when the guest
+// powered off), -1 when it was killed (by Close, say).
+func (v *VM) ExitCode() int {
+	<-v.done
+	return v.code
+}
+
+// PID is QEMU's host process id.
+func (v *VM) PID() int { return v.qemu.pid }
 
 // Emulated reports whether the guest runs under software emulation.
 func (v *VM) Emulated() bool { return v.emul }
@@ -556,12 +567,14 @@ func (v *VM) Close() error {
 		if v.qmp != nil {
 			v.qmp.conn.Close()
 		}
-		if v.cmd != nil && v.cmd.Process != nil {
-			v.cmd.Process.Kill()
+		if v.qemu != nil {
+			// QEMU's reaper, and so QEMU.
+			v.qemu.cmd.Process.Kill()
 			select {
 			case <-v.done:
+				v.qemu.close()
 			case <-time.After(30 * time.Second):
-				v.closeErr = fmt.Errorf("microvm: QEMU (pid %d) did not exit after SIGKILL", v.cmd.Process.Pid)
+				v.closeErr = fmt.Errorf("microvm: QEMU (pid %d) did not exit after SIGKILL", v.qemu.pid)
 				return
 			}
 		}

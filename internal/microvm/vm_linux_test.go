@@ -27,6 +27,7 @@ import (
 // TestMain lets the test binary stand in for hutch as the guest's init.
 func TestMain(m *testing.M) {
 	guest.MainIfInit()
+	MainIfReaper()
 	code := m.Run()
 	testutil.RemoveBuilds()
 	os.Exit(code)
