@@ -151,7 +151,7 @@ type reaped struct {
 	link *os.File
 }
 
-// startReaped starts c (its Path, Args, Env, Stdout, Stderr and
+// startReaped starts c (its Path, Args, Env, Stdin, Stdout, Stderr and
 // ExtraFiles are used) as the only child of a reaper, PID 1 of a new PID
 // namespace, whose parent-death signal is tied to the calling thread as
 // exec.Cmd's is. dir, if not "", is the VM's directory, which the reaper
@@ -180,7 +180,7 @@ func startReaped(c *exec.Cmd, dir string) (*reaped, error) {
 	}
 	args = append(append(args, strconv.Itoa(len(c.ExtraFiles)), c.Path), c.Args...)
 	r := exec.Command("/proc/self/exe", args...)
-	r.Env, r.Stdout, r.Stderr = c.Env, c.Stdout, c.Stderr
+	r.Env, r.Stdin, r.Stdout, r.Stderr = c.Env, c.Stdin, c.Stdout, c.Stderr
 	r.ExtraFiles = append(slices.Clone(c.ExtraFiles), theirs)
 	// SIGTERM, which the reaper catches to end its child and remove dir;
 	// SIGKILL ends it too (its namespace with it), as Close does.
