@@ -71,6 +71,9 @@ func ReaperMain(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "hutch: %s: usage: %s [-dir DIR] N PATH ARGV0 ARGS...\n", ReaperCommand, ReaperCommand)
 		return 2
 	}
+	// Named as ps shows it (started as /proc/self/exe, it would be
+	// "exe").
+	_ = os.WriteFile("/proc/self/comm", []byte(ReaperCommand), 0)
 	// The parent-death signal (startReaped's) is caught: the reaper ends
 	// its child itself, then the directory.
 	sigs := make(chan os.Signal, 1)

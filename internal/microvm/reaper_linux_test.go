@@ -71,6 +71,9 @@ func TestReaped(t *testing.T) {
 	if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", p.pid)); string(comm) != "sleep\n" {
 		t.Fatalf("pid %d is %q, want the reaped sleep", p.pid, comm)
 	}
+	if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", p.cmd.Process.Pid)); string(comm) != ReaperCommand+"\n" {
+		t.Errorf("the reaper's name is %q, want %q", comm, ReaperCommand)
+	}
 	proc, _ := os.FindProcess(p.pid)
 	proc.Kill()
 	p.cmd.Wait()
