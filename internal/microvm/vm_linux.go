@@ -128,7 +128,9 @@ type VM struct {
 // on the agent's port (the hello): Conn is then the agent's connection. ctx
 // bounds the boot only. The guest has no network device; its serial
 // console goes to a log file in its directory, whose end Boot's errors
-// quote.
+// quote. QEMU and virtiofsd run under reapers (startReaped), which end
+// them with the calling process: the running program must dispatch
+// ReaperCommand (MainIfReaper), as hutch's binaries do.
 func Boot(ctx context.Context, cfg Config) (vm *VM, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
