@@ -86,7 +86,8 @@ func TestMicroVMDiesWithHutch(t *testing.T) {
 	}
 }
 
-// TestServeMicroVMDiesWithDaemon: a daemon killed with SIGKILL takes its
+// TestServeMicroVMDiesWithDaemon: a served guest's usage is sampled
+// (QEMU's, found under its reaper); a daemon killed with SIGKILL takes its
 // guests along (S4), even a guest that cannot help (its QEMU stopped
 // before the kill): QEMU and virtiofsd end with it, the VM's directory is
 // removed, and the next daemon removes the sandbox's directory; the
@@ -99,6 +100,21 @@ func TestServeMicroVMDiesWithDaemon(t *testing.T) {
 	wantOK(t, r)
 	id := lastLine(r.stdout)
 	wantOK(t, d.admin(t, "exec", id, "--", "true"))
+	// Its usage is QEMU's, sampled by pid through the reaper.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		r = d.admin(t, "metrics", id)
+		wantOK(t, r)
+		if ls := lines(r.stdout); len(ls) >= 2 && strings.Contains(ls[1], " MiB / ") {
+			// TIME CPU% of N MEMORY MiB / LIMIT MiB ...
+			if f := strings.Fields(ls[1]); len(f) < 5 || f[4] == "0.0" {
+				t.Errorf("a sample of the guest's usage without memory:\n%s", r.stdout)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no sample of the guest's usage in a minute:\n%s", r.stdout)
+		}
+	}
 	sbDir := filepath.Join(d.stateDir, "sandboxes", id)
 	if _, err := os.Stat(filepath.Join(sbDir, "microvm")); err != nil {
 		t.Errorf("the VM's directory: %v", err)
