@@ -179,7 +179,11 @@ func startReaped(c *exec.Cmd, dir string) (*reaped, error) {
 	defer theirs.Close()
 	args := []string{ReaperCommand}
 	if dir != "" {
-		args = append(args, "-dir", dir)
+		abs, err := filepath.Abs(dir)
+		if err != nil {
+			return nil, err
+		}
+		args = append(args, "-dir", abs)
 	}
 	args = append(append(args, strconv.Itoa(len(c.ExtraFiles)), c.Path), c.Args...)
 	r := exec.Command("/proc/self/exe", args...)

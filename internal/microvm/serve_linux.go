@@ -39,9 +39,10 @@ import (
 // The sandbox dies with hutch (S4): QEMU and virtiofsd run under
 // reapers that end them with the process that started them
 // (startReaped), whatever the guest does. Freeze and Thaw stop and
-// resume the guest's virtual CPUs over QEMU's monitor. What the tier cannot do yet is refused: an image, a
-// root layer that starts from a save or a snapshot, volumes, a workspace
-// under review, outliving hutch (c.AgentSocket).
+// resume the guest's virtual CPUs over QEMU's monitor. What the tier
+// cannot do yet is refused: an image, a root layer that starts from a
+// save or a snapshot, volumes, a workspace under review, outliving hutch
+// (c.AgentSocket).
 func (rt *Runtime) Start(c sandbox.Config) (sandbox.Instance, error) {
 	if c.Proxy != nil {
 		// Closed with the sandbox from here on; on error, now.
