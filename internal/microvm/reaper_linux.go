@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -154,10 +155,38 @@ type reaped struct {
 	link *os.File
 }
 
+// startReapedThread is startReaped from an OS thread of its own, locked
+// until the reaper has been waited for: done is closed then. A
+// parent-death signal is sent when the thread that started the process
+// ends, not the process, and a thread ends when a goroutine that locked it
+// (to enter a namespace, say: startShares) ends; started from any thread,
+// a reaper would end its VM when some later goroutine of hutch's locked
+// that thread and ended.
+func startReapedThread(c *exec.Cmd, dir string) (p *reaped, done <-chan struct{}, err error) {
+	started := make(chan error, 1)
+	d := make(chan struct{})
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread() // the reaper is gone then
+		var err error
+		p, err = startReaped(c, dir)
+		started <- err
+		if err == nil {
+			p.cmd.Wait()
+			close(d)
+		}
+	}()
+	if err := <-started; err != nil {
+		return nil, nil, err
+	}
+	return p, d, nil
+}
+
 // startReaped starts c (its Path, Args, Env, Stdin, Stdout, Stderr and
 // ExtraFiles are used) as the only child of a reaper, PID 1 of a new PID
-// namespace, whose parent-death signal is tied to the calling thread as
-// exec.Cmd's is. dir, if not "", is the VM's directory, which the reaper
+// namespace, whose parent-death signal is tied to the calling thread,
+// which must be locked and outlive the reaper (startReapedThread's, or
+// startShares' in its mount namespace). dir, if not "", is the VM's directory, which the reaper
 // removes if hutch ends before the process. Without root, which a PID
 // namespace needs, c is started itself with a parent-death signal: it
 // cannot change its ids then (-runas needs root), so the signal holds.

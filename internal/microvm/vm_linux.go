@@ -234,13 +234,15 @@ func Boot(ctx context.Context, cfg Config) (vm *VM, err error) {
 	c.Stdout, c.Stderr = qlog, qlog
 	// QEMU dies with hutch (S4) through its reaper (startReaped), which
 	// removes the VM's directory if hutch ended first.
-	if v.qemu, err = startReaped(c, dir); err != nil {
+	q, waited, err := startReapedThread(c, dir)
+	if err != nil {
 		return nil, fmt.Errorf("microvm: start QEMU: %w", err)
 	}
+	v.qemu = q
 	started := time.Now()
 	v.log.Debug("microvm: QEMU started", "pid", v.qemu.pid, "emulation", emul, "dir", dir)
 	go func() {
-		v.qemu.cmd.Wait()
+		<-waited
 		v.code = v.qemu.exitCode()
 		switch v.code {
 		case 0:
