@@ -22,6 +22,7 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/agent"
 	"github.com/hutch-sandbox/hutch/internal/gvisor"
 	"github.com/hutch-sandbox/hutch/internal/interp"
+	"github.com/hutch-sandbox/hutch/internal/microvm"
 	"github.com/hutch-sandbox/hutch/internal/microvm/guest"
 	"github.com/hutch-sandbox/hutch/internal/portconnect"
 	"github.com/hutch-sandbox/hutch/internal/proxyconnect"
@@ -67,6 +68,10 @@ func run(args []string, stdin, stdout, stderr *os.File) int {
 		// The first process of a gVisor sandbox with a proxy that hutch
 		// mcp wrap runs.
 		return gvisor.InitMain(args[1:], stderr)
+	case microvm.ReaperCommand:
+		// PID 1 of the PID namespace of one of a microVM's host
+		// processes, which ends it when the daemon ends.
+		return microvm.ReaperMain(args[1:], stderr)
 	case "agent":
 		// PID 1 of a sandbox when hutch-agent is not installed.
 		return agent.Main(args[1:], stderr)

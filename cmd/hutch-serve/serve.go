@@ -41,7 +41,9 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/kube"
 	"github.com/hutch-sandbox/hutch/internal/mcp"
 	"github.com/hutch-sandbox/hutch/internal/mcphttp"
+	"github.com/hutch-sandbox/hutch/internal/microvm"
 	"github.com/hutch-sandbox/hutch/internal/policy"
+	"github.com/hutch-sandbox/hutch/internal/runner"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
 	"github.com/hutch-sandbox/hutch/internal/store"
 	"github.com/hutch-sandbox/hutch/internal/volume"
@@ -93,8 +95,9 @@ func cmdServe(args []string, stderr io.Writer) int {
 	fs.Var(&allowPrivate, "allow-private", "let every sandbox's proxy connect to loopback, private, link-local or this host's addresses in `cidr` (repeatable); tenants' own rules never open such addresses")
 	var upstreamCAs cli.List
 	fs.Var(&upstreamCAs, "upstream-ca", "also trust the certificates in `file` (PEM) when a sandbox's proxy connects to a secret's host (repeatable)")
-	defaultTier := fs.String("default-tier", "", "isolation `tier` of a sandbox whose policy names none, E2B's included: namespace (the default, or --min-tier if stronger) or gvisor")
-	minTier := fs.String("min-tier", "", "refuse sandboxes of a `tier` weaker than this (namespace < gvisor); default: none refused")
+	defaultTier := fs.String("default-tier", "", "isolation `tier` of a sandbox whose policy names none, E2B's included: namespace (the default, or --min-tier if stronger), gvisor or microvm")
+	minTier := fs.String("min-tier", "", "refuse sandboxes of a `tier` weaker than this (namespace < gvisor < microvm); default: none refused")
+	allowEmulation := fs.Bool("allow-emulation", false, "let the microvm tier run its guests under QEMU's software emulation on a host without KVM (/dev/kvm), tens of times slower")
 	runsc := fs.String("runsc", "", "gVisor's runsc `binary` for the gvisor tier (default: runsc on PATH; it must be the pinned version, and without one the tier is refused with the command that installs it)")
 	noMCP := fs.Bool("no-mcp", false, "do not speak MCP at /mcp")
 	noUI := fs.Bool("no-ui", false, "do not serve the review pages at /ui/")
@@ -124,7 +127,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 	kubeAdvertise := fs.String("kubernetes-advertise", "", "the `URL` at which the other replicas reach this one (http://POD_IP:PORT), with --kubernetes-replica")
 	kubeLease := fs.Duration("kubernetes-lease", kube.ReplicaLease, "a replica whose Lease was not renewed for `duration` is gone: the others take its sandboxes over (renewed every quarter of it)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: hutch serve [flags]\n\nRuns the daemon: an HTTP API for long-lived sandboxes, until SIGINT or SIGTERM,\nwhich destroy every sandbox but those paused to disk: a paused sandbox of the\ngvisor tier is saved in the state directory, processes and memory, and the\nnext hutch serve on it resumes it. SIGUSR2 stops it too but leaves the namespace\nand gvisor tiers' sandboxes running (an upgrade), as a crash does: the next hutch\nserve on the same --state-dir takes them again — their processes, files, egress\nproxy, timers and approvals — and ends those it cannot. Sandboxes given secrets,\nunder review or started from a snapshot do not outlive the daemon (their secrets\nlive in its memory only), nor does a gvisor sandbox once its memory was saved. With --warm N it keeps N sandboxes of the default\npolicy ready: a create with the default policy takes one at once, and the\npool refills in the background; --warm NAME=N does the same for E2B's\ntemplate NAME, whose image must be in the daemon's store at start (with\n--kubernetes: the cluster's nodes pull it).\n\nEvery sandbox runs in an isolation tier: its policy's, or --default-tier;\n--min-tier refuses weaker ones. The gvisor tier needs runsc of the pinned\nversion (--runsc, or on PATH); without it a create of gvisor is refused, and\nso is a --default-tier or --min-tier of gvisor at start.\n\nThe daemon speaks MCP (streamable HTTP) on its listeners, with the same tokens\nand tenants as its API: /mcp with sessions, /mcp/stateless without (for clients\nof the protocol's newest revision); the tools act on the caller's sandboxes.\nOn TCP a request's Host must be the address it reached or a --mcp-allowed-host,\nand a browser page of another origin is refused. --no-mcp turns it off.\n\nOn TCP it serves review pages at /ui/: log in with a token, see the tenant's\nsandboxes, their events and diffs, and apply or discard change sets. The\ntoken is kept in an HttpOnly cookie the API takes only from those pages.\n--no-ui turns them off.\n\nFlags:")
+		fmt.Fprintln(stderr, "Usage: hutch serve [flags]\n\nRuns the daemon: an HTTP API for long-lived sandboxes, until SIGINT or SIGTERM,\nwhich destroy every sandbox but those paused to disk: a paused sandbox of the\ngvisor tier is saved in the state directory, processes and memory, and the\nnext hutch serve on it resumes it. SIGUSR2 stops it too but leaves the namespace\nand gvisor tiers' sandboxes running (an upgrade), as a crash does: the next hutch\nserve on the same --state-dir takes them again — their processes, files, egress\nproxy, timers and approvals — and ends those it cannot. Sandboxes given secrets,\nunder review or started from a snapshot do not outlive the daemon (their secrets\nlive in its memory only), nor does a gvisor sandbox once its memory was saved. With --warm N it keeps N sandboxes of the default\npolicy ready: a create with the default policy takes one at once, and the\npool refills in the background; --warm NAME=N does the same for E2B's\ntemplate NAME, whose image must be in the daemon's store at start (with\n--kubernetes: the cluster's nodes pull it).\n\nEvery sandbox runs in an isolation tier: its policy's, or --default-tier;\n--min-tier refuses weaker ones. The gvisor tier needs runsc of the pinned\nversion (--runsc, or on PATH); without it a create of gvisor is refused, and\nso is a --default-tier or --min-tier of gvisor at start. The microvm tier\n(docs/microvm.md) runs where the host offers it (hutch run --tier microvm\n--check): root, QEMU, virtiofsd, the guest kernel, and KVM or\n--allow-emulation; otherwise it is refused the same way, naming what is\nmissing. Its sandboxes pause in memory; snapshots, forks and warm pools of\nthem are refused naming the tier, and SIGUSR2 ends them (a guest does not\noutlive its daemon).\n\nThe daemon speaks MCP (streamable HTTP) on its listeners, with the same tokens\nand tenants as its API: /mcp with sessions, /mcp/stateless without (for clients\nof the protocol's newest revision); the tools act on the caller's sandboxes.\nOn TCP a request's Host must be the address it reached or a --mcp-allowed-host,\nand a browser page of another origin is refused. --no-mcp turns it off.\n\nOn TCP it serves review pages at /ui/: log in with a token, see the tenant's\nsandboxes, their events and diffs, and apply or discard change sets. The\ntoken is kept in an HttpOnly cookie the API takes only from those pages.\n--no-ui turns them off.\n\nFlags:")
 		fs.PrintDefaults()
 	}
 	if err := cli.Parse(fs, args, stderr); err != nil {
@@ -143,9 +146,12 @@ func cmdServe(args []string, stderr io.Writer) int {
 			return 2
 		}
 		if f.value == policy.TierMicroVM {
-			// Every sandbox would be refused: say so at start.
-			fmt.Fprintf(stderr, "hutch: --%s: hutch serve does not run the microvm tier yet (hutch run --tier microvm does; see docs/microvm.md)\n", f.name)
-			return 2
+			// Every sandbox would be refused: say so at start, naming
+			// what the host lacks.
+			if why := microVMUnavailable(*onKubernetes, *allowEmulation); why != "" {
+				fmt.Fprintf(stderr, "hutch: --%s: hutch serve cannot run the microvm tier: %s\n", f.name, why)
+				return 2
+			}
 		}
 	}
 	templates, err := parseTemplates(*templatesFile, templateFlags)
@@ -326,7 +332,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 				replicas = r
 			}
 		}
-	} else if runtimes, unavailable, err = tierRuntimes(*runsc); err != nil {
+	} else if runtimes, unavailable, err = tierRuntimes(*runsc, *allowEmulation); err != nil {
 		err = fmt.Errorf("--runsc: %w", err)
 	}
 	if err != nil {
@@ -797,17 +803,43 @@ func missingTemplates(st *image.Store, templates map[string]string, pools []daem
 // pinned version. A runsc named by the flag that is not is an error; one
 // missing from PATH leaves the tier out, with the reason (and the command
 // that installs it) for the creates that ask for it.
-func tierRuntimes(runsc string) (map[string]sandbox.Runtime, map[string]string, error) {
+func tierRuntimes(runsc string, allowEmulation bool) (map[string]sandbox.Runtime, map[string]string, error) {
 	rts := daemon.DefaultRuntimes()
+	unavailable := map[string]string{}
 	path, err := gvisor.Find(runsc)
 	switch {
 	case err == nil:
 		rts[policy.TierGVisor] = &gvisor.Runtime{Runsc: path}
-		return rts, nil, nil
 	case runsc != "":
 		return nil, nil, err
+	default:
+		unavailable[policy.TierGVisor] = err.Error()
 	}
-	return rts, map[string]string{policy.TierGVisor: err.Error()}, nil
+	if why := microVMUnavailable(false, allowEmulation); why != "" {
+		unavailable[policy.TierMicroVM] = why
+	} else {
+		rts[policy.TierMicroVM] = &microvm.Runtime{KernelDir: os.Getenv(runner.GuestKernelEnv), AllowEmulation: allowEmulation}
+	}
+	return rts, unavailable, nil
+}
+
+// microVMUnavailable says what this host lacks for the microvm tier
+// (microvm.Check's failed lines), "" when it can run it.
+func microVMUnavailable(onKubernetes, allowEmulation bool) string {
+	if onKubernetes {
+		return "its sandboxes run on this machine only, not as pods (--kubernetes)"
+	}
+	lines, ok := microvm.Check(os.Getenv(runner.GuestKernelEnv), allowEmulation)
+	if ok {
+		return ""
+	}
+	var no []string
+	for _, l := range lines {
+		if rest, bad := strings.CutPrefix(l, "no  "); bad {
+			no = append(no, rest)
+		}
+	}
+	return strings.Join(no, "; ") + " (hutch run --tier microvm --check tells the same; see docs/microvm.md)"
 }
 
 // mcpLogSpace is the space of MCP's exec logs: DIR/mcp-logs of the state

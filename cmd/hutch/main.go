@@ -156,6 +156,10 @@ func run(args []string, stdin, stdout, stderr *os.File) int {
 		// Hidden: PID 1 of a microVM's guest, when no hutch-agent is
 		// installed beside hutch.
 		return guest.InitMain(args[1:], stderr)
+	case microvm.ReaperCommand:
+		// Hidden: PID 1 of the PID namespace of one of a microVM's host
+		// processes, which ends it when hutch ends.
+		return microvm.ReaperMain(args[1:], stderr)
 	case gvisor.InitCommand:
 		// Hidden: the first process of a gVisor sandbox with a proxy.
 		return gvisor.InitMain(args[1:], stderr)

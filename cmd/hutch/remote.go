@@ -100,7 +100,7 @@ func cmdCreate(args []string, stdout, stderr io.Writer) int {
 	snapshot := fs.String("snapshot", "", "start from the snapshot `SID` (hutch snapshots lists them): its base, with what its sandbox had written")
 	review := fs.String("review-workspace", "", "review the host directory the operator bound as `NAME` (hutch serve --review-workspace): the sandbox's workspace shows it, and what it writes there is kept as a change set (hutch changes --remote)")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: hutch create [flags]\n\nCreates a sandbox in the daemon at $HUTCH_HOST (default %s), with the token in $HUTCH_TOKEN,\nand prints its id. It takes the flags of hutch run; --timeout is the sandbox's lifetime,\n--debug prints the policy sent; --tier is the sandbox's isolation tier (default: the\ndaemon's, hutch serve --default-tier); --report is refused (a served sandbox's refused\nconnections are its events: hutch events ID), and so are --state-dir (its image comes\nfrom the daemon's store), --runsc and --gvisor-directfs (the daemon runs the tier).\n\nFlags:\n", client.DefaultHost)
+		fmt.Fprintf(stderr, "Usage: hutch create [flags]\n\nCreates a sandbox in the daemon at $HUTCH_HOST (default %s), with the token in $HUTCH_TOKEN,\nand prints its id. It takes the flags of hutch run; --timeout is the sandbox's lifetime,\n--debug prints the policy sent; --tier is the sandbox's isolation tier (default: the\ndaemon's, hutch serve --default-tier); --report is refused (a served sandbox's refused\nconnections are its events: hutch events ID), and so are --state-dir (its image comes\nfrom the daemon's store), --runsc, --gvisor-directfs and --allow-emulation (the daemon\nruns the tier).\n\nFlags:\n", client.DefaultHost)
 		fs.PrintDefaults()
 	}
 	if err := cli.Parse(fs, args, stderr); err != nil {
@@ -128,6 +128,10 @@ func cmdCreate(args []string, stdout, stderr io.Writer) int {
 	}
 	if rf.Runsc != "" {
 		fmt.Fprintln(stderr, "hutch: create: --runsc is for hutch run; the daemon runs a served sandbox's tier (--tier) with its own runtimes")
+		return 2
+	}
+	if rf.AllowEmulation {
+		fmt.Fprintln(stderr, "hutch: create: --allow-emulation is for hutch run; the daemon runs a served sandbox's tier (--tier) with its own runtimes: hutch serve --allow-emulation")
 		return 2
 	}
 	opts := client.CreateOptions{IdleTimeout: *idle, Snapshot: *snapshot, ReviewWorkspace: *review}

@@ -38,6 +38,7 @@ type daemonProc struct {
 	sock     string   // HUTCH_HOST for the admin
 	tcp      string   // http://127.0.0.1:PORT
 	flags    []string // given to hutch serve besides the socket, state and listen flags
+	env      []string // added to hutch serve's environment
 	log      *testutil.Buffer
 	exited   chan struct{}
 	waitErr  error
@@ -56,6 +57,13 @@ func startDaemon(t *testing.T) *daemonProc {
 // directory (made, empty).
 func startDaemonWith(t *testing.T, setup func(stateDir string), flags ...string) *daemonProc {
 	t.Helper()
+	return startDaemonEnv(t, nil, setup, flags...)
+}
+
+// startDaemonEnv is startDaemonWith with env added to hutch serve's
+// environment.
+func startDaemonEnv(t *testing.T, env []string, setup func(stateDir string), flags ...string) *daemonProc {
+	t.Helper()
 	testutil.RequireRoot(t)
 	base, err := os.MkdirTemp("", "hutch-serve-")
 	if err != nil {
@@ -65,7 +73,7 @@ func startDaemonWith(t *testing.T, setup func(stateDir string), flags ...string)
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { removeBase(t, base) })
-	d := &daemonProc{base: base, stateDir: filepath.Join(base, "state"), sock: filepath.Join(base, "s.sock"), flags: flags}
+	d := &daemonProc{base: base, stateDir: filepath.Join(base, "state"), sock: filepath.Join(base, "s.sock"), flags: flags, env: env}
 	if setup != nil {
 		if err := os.Mkdir(d.stateDir, 0o700); err != nil {
 			t.Fatal(err)
@@ -91,7 +99,7 @@ func (d *daemonProc) start(t *testing.T) {
 	t.Helper()
 	d.log, d.exited, d.tcp = &testutil.Buffer{}, make(chan struct{}), ""
 	d.cmd = exec.Command(testutil.Hutch(t), append([]string{"serve", "--socket", d.sock, "--state-dir", d.stateDir, "--listen", "127.0.0.1:0"}, d.flags...)...)
-	d.cmd.Env = baseEnv(d.base)
+	d.cmd.Env = append(baseEnv(d.base), d.env...)
 	d.cmd.Dir = d.base
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
 	if err := d.cmd.Start(); err != nil {

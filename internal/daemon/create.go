@@ -135,6 +135,9 @@ func (m *Manager) Create(ctx context.Context, tenant string, r CreateRequest) (I
 	if err != nil {
 		return Info{}, err
 	}
+	if err := tierAllows(spec.Tier, r); err != nil {
+		return Info{}, err
+	}
 	if err := m.checkRemote(r, spec); err != nil {
 		return Info{}, err
 	}
@@ -335,6 +338,7 @@ func (m *Manager) launch(ctx context.Context, id, dir string, spec policy.Spec, 
 		Cgroup:      true,
 		CgroupName:  sandboxCgroupPrefix + id,
 		Volumes:     toSandboxVolumes(vols),
+		HostDir:     dir,
 	}
 	if review != nil {
 		if err := startReview(dir, review, spec.Resources.DiskBytes, &cfg); err != nil {

@@ -549,7 +549,12 @@ func (m *Manager) Close() error {
 			m.letGo(l)
 			continue
 		}
-		ended = append(ended, m.end(l, "", "the daemon is shutting down"))
+		why := "the daemon is shutting down"
+		if _, again := m.cfg.Runtimes[l.tier].(reattacher); m.leaving.Load() && !again && m.remote(l.tier) == nil {
+			// Told to leave its sandboxes running: this one cannot be.
+			why += fmt.Sprintf(" (a sandbox of tier %s does not outlive it in this version)", l.tier)
+		}
+		ended = append(ended, m.end(l, "", why))
 	}
 	deadline := time.NewTimer(closeTimeout)
 	defer deadline.Stop()

@@ -86,8 +86,9 @@ func (m *Manager) UpdateNetwork(ctx context.Context, tenant, id string, nw polic
 	if err := m.checkNetwork(spec, operator); err != nil {
 		return policy.Network{}, fmt.Errorf("sandbox %s: update network: %w", id, err)
 	}
-	if was == "none" && spec.Network.Mode == "proxy" && l.tier == policy.TierGVisor {
-		return policy.Network{}, fmt.Errorf("sandbox %s: update network: it was created offline (network mode none), and under gVisor such a sandbox has no way to the egress proxy; create it with network rules to change them later: %w", id, ErrConflict)
+	if was == "none" && spec.Network.Mode == "proxy" && (l.tier == policy.TierGVisor || l.tier == policy.TierMicroVM) {
+		under := map[string]string{policy.TierGVisor: "under gVisor", policy.TierMicroVM: "in a microVM (no relay port)"}[l.tier]
+		return policy.Network{}, fmt.Errorf("sandbox %s: update network: it was created offline (network mode none), and %s such a sandbox has no way to the egress proxy; create it with network rules to change them later: %w", id, under, ErrConflict)
 	}
 	if len(spec.Network.Headers) > 0 && !l.secrets {
 		return policy.Network{}, invalid("sandbox %s: update network: network.headers: the sandbox was created without secrets or header rules, so its proxy cannot see its HTTPS requests (the sandbox trusts no CA of hutch's); create it with header rules to change them later", id)

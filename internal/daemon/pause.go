@@ -110,6 +110,11 @@ func (m *Manager) setPaused(ctx context.Context, tenant, id string, pause bool, 
 		// of a pause for "paused already".
 		return Info{}, fmt.Errorf("sandbox %s: %s: not for sandboxes on %s: %w", id, what, rt.Remote(), ErrUnsupported)
 	}
+	if pause && o.FilesOnly || !pause && o.reboot {
+		if err := tierRefuses(l.tier, lackColdBoot); err != nil {
+			return Info{}, fmt.Errorf("sandbox %s: %s: %w", id, what, err)
+		}
+	}
 	l.pauseMu.Lock()
 	defer l.pauseMu.Unlock()
 

@@ -162,6 +162,16 @@ func (m *Manager) newPool(wp WarmPool) (*pool, error) {
 	if !ok {
 		return nil, fmt.Errorf("warm pool %s: its policy does not normalize: %w", wp.Name, ErrInvalid)
 	}
+	tier := wp.Policy.Tier
+	if tier == "" {
+		tier = m.cfg.DefaultTier
+	}
+	if err := tierRefuses(tier, lackWarmPool); err != nil {
+		if wp.Name == "" {
+			return nil, fmt.Errorf("warm sandboxes of the default policy (--warm): %w", err)
+		}
+		return nil, fmt.Errorf("warm pool %s: %w", wp.Name, err)
+	}
 	p := &pool{name: wp.Name, size: wp.Size, policy: clonePolicy(wp.Policy), key: key}
 	p.ref, _ = wp.Policy.Image()
 	if wp.Name != "" {

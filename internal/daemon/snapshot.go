@@ -323,6 +323,9 @@ func (m *Manager) snapshot(ctx context.Context, tenant, id, name string) (store.
 	if rt := m.remote(l.tier); rt != nil {
 		return store.Snapshot{}, fmt.Errorf("snapshot of sandbox %s: not for sandboxes on %s: %w", id, rt.Remote(), ErrUnsupported)
 	}
+	if err := tierRefuses(l.tier, lackSnapshot); err != nil {
+		return store.Snapshot{}, fmt.Errorf("snapshot of sandbox %s: %w", id, err)
+	}
 	if l.keep == "" {
 		return store.Snapshot{}, fmt.Errorf("snapshot of sandbox %s: the %s tier keeps its root where the daemon cannot read it (the namespace and gVisor tiers of a daemon run as root can): %w", id, l.tier, ErrUnsupported)
 	}

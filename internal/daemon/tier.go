@@ -105,3 +105,50 @@ func (m *Manager) runtime(tier string) (sandbox.Runtime, error) {
 	}
 	return rt, nil
 }
+
+// What the daemon does that a tier's sandboxes cannot yet: each is
+// refused with an error of category ErrUnsupported naming the tier and
+// what (S2), never dropped. The microvm tier's guest keeps its root and
+// workspace in its own memory (no layer on the host to copy or save)
+// and cannot outlive the daemon; its warm pools come later.
+const (
+	lackWarmPool     = "warm pools"
+	lackSnapshot     = "snapshots and forks (its root and workspace are in the guest's memory, which the daemon cannot copy)"
+	lackFromSnapshot = "a start from a snapshot"
+	lackVolumes      = "volumes"
+	lackColdBoot     = "a pause without memory and a resume as a cold boot (a guest's boot ID is its kernel's)"
+)
+
+// tierLacks lists, for each tier that lacks any, what it lacks.
+var tierLacks = map[string][]string{
+	policy.TierMicroVM: {lackWarmPool, lackSnapshot, lackFromSnapshot, lackVolumes, lackColdBoot},
+}
+
+// tierRefuses is the refusal of what, which a sandbox of tier cannot do
+// in this version; nil when it can.
+func tierRefuses(tier, what string) error {
+	if slices.Contains(tierLacks[tier], what) {
+		return fmt.Errorf("tier %s: %s: not supported in this version: %w", tier, what, ErrUnsupported)
+	}
+	return nil
+}
+
+// tierAllows refuses a create r of a sandbox of tier that asks for what
+// the tier lacks.
+func tierAllows(tier string, r CreateRequest) error {
+	for _, c := range []struct {
+		asks bool
+		what string
+	}{
+		{r.Snapshot != "", lackFromSnapshot},
+		{len(r.Volumes) > 0, lackVolumes},
+		{r.Lifecycle.PauseOnTimeout && r.Lifecycle.FilesOnly, lackColdBoot},
+	} {
+		if c.asks {
+			if err := tierRefuses(tier, c.what); err != nil {
+				return fmt.Errorf("create sandbox: %w", err)
+			}
+		}
+	}
+	return nil
+}

@@ -123,3 +123,34 @@ func TestCheckTier(t *testing.T) {
 		}
 	}
 }
+
+// TestTierLacks: what the microvm tier lacks is refused as unsupported,
+// naming the tier and what; the other tiers are refused none of it.
+func TestTierLacks(t *testing.T) {
+	for _, c := range []struct {
+		r    CreateRequest
+		what string
+	}{
+		{CreateRequest{Snapshot: "snap-x"}, "a start from a snapshot"},
+		{CreateRequest{Volumes: []Volume{{}}}, "volumes"},
+		{CreateRequest{Lifecycle: Lifecycle{PauseOnTimeout: true, FilesOnly: true}}, "a pause without memory"},
+	} {
+		err := tierAllows(policy.TierMicroVM, c.r)
+		if !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "create sandbox: tier microvm: "+c.what) {
+			t.Errorf("a create of tier microvm asking for %s: %v, want it unsupported, named", c.what, err)
+		}
+		for _, tier := range []string{policy.TierNamespace, policy.TierGVisor} {
+			if err := tierAllows(tier, c.r); err != nil {
+				t.Errorf("a create of tier %s asking for %s: %v", tier, c.what, err)
+			}
+		}
+	}
+	if err := tierAllows(policy.TierMicroVM, CreateRequest{Lifecycle: Lifecycle{PauseOnTimeout: true}}); err != nil {
+		t.Errorf("a microvm sandbox paused in memory on its timeout: %v", err)
+	}
+	for _, what := range []string{lackWarmPool, lackSnapshot, lackColdBoot} {
+		if err := tierRefuses(policy.TierMicroVM, what); !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "tier microvm: "+what+": not supported in this version") {
+			t.Errorf("tier microvm, %s: %v", what, err)
+		}
+	}
+}

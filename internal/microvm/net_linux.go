@@ -1,13 +1,10 @@
 package microvm
 
 import (
-	"bytes"
-	"context"
 	"fmt"
 	"os"
-	"path"
 
-	"github.com/hutch-sandbox/hutch/internal/agent"
+	"github.com/hutch-sandbox/hutch/internal/microvm/guest"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
 )
 
@@ -17,37 +14,28 @@ func relayed(c sandbox.Config) bool {
 	return c.Spec.Network.Mode == "proxy" && c.Proxy != nil
 }
 
-// guestNet makes the guest's root look like the other tiers' views in
-// network mode "proxy" and returns the command's environment: hutch's
+// netFiles makes the guest's root look like the other tiers' views in
+// network mode "proxy" and returns the commands' environment: hutch's
 // resolv.conf (name lookups go to the relayed 127.0.0.1:53), the trust
-// bundle (c.CABundle) over the system bundles, both written by the agent
-// into the root's writable layer in the guest's memory (the host's files
-// stay as they are), and the proxy's and the bundle's variables.
-func guestNet(ctx context.Context, client *agent.Client, c sandbox.Config) ([]string, error) {
-	// A link (to systemd-resolved's file, say) is replaced by the file.
-	if _, err := client.WriteFile(ctx, "/etc/resolv.conf", bytes.NewReader([]byte(sandbox.ResolvConf)), 0o644); err != nil {
-		return nil, fmt.Errorf("the guest's resolv.conf: %w", err)
-	}
-	env := sandbox.ProxyEnviron(c.Environ, "proxy")
+// bundle (c.CABundle) over the system bundles, both files for the
+// guest's init to write into the root's writable layer in the guest's
+// memory (the host's files stay as they are), and the proxy's and the
+// bundle's variables over env.
+func netFiles(c sandbox.Config, env []string) ([]guest.File, []string, error) {
+	files := []guest.File{{Path: "/etc/resolv.conf", Data: []byte(sandbox.ResolvConf), Mode: 0o644}}
+	env = sandbox.ProxyEnviron(env, "proxy")
 	if c.CABundle == "" {
-		return env, nil
+		return files, env, nil
 	}
 	b, err := os.ReadFile(c.CABundle)
 	if err != nil {
-		return nil, fmt.Errorf("trust bundle: %w", err)
+		return nil, nil, fmt.Errorf("trust bundle: %w", err)
 	}
 	// The guest's root is the host's system directories: the host's
 	// bundles are where the guest's are.
-	paths, created, env := sandbox.TrustBundle("/", env)
+	paths, _, env := sandbox.TrustBundle("/", env)
 	for _, p := range paths {
-		if created {
-			if err := client.Mkdir(ctx, path.Dir(p), true); err != nil {
-				return nil, fmt.Errorf("the guest's trust bundle %s: %w", p, err)
-			}
-		}
-		if _, err := client.WriteFile(ctx, p, bytes.NewReader(b), 0o644); err != nil {
-			return nil, fmt.Errorf("the guest's trust bundle %s: %w", p, err)
-		}
+		files = append(files, guest.File{Path: p, Data: b, Mode: 0o644})
 	}
-	return env, nil
+	return files, env, nil
 }

@@ -1,14 +1,12 @@
 package microvm
 
 import (
-	"fmt"
-
 	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
 )
 
 // Runtime is the microvm tier: hutch run's command in a guest of its own
-// (Run). Long-lived sandboxes (Start) come with a later version.
+// (Run), and hutch serve's long-lived sandboxes (Start).
 type Runtime struct {
 	// KernelDir is the guest kernel's directory (LoadKernel); "" means
 	// the current one of DefaultKernelCache.
@@ -19,8 +17,8 @@ type Runtime struct {
 	// Virtiofsd is QEMU's virtiofsd; "" means DefaultVirtiofsd.
 	Virtiofsd string
 	// AllowEmulation lets the guest run under QEMU's software emulation
-	// when the host has no KVM (Config.AllowEmulation): hutch run's
-	// --allow-emulation.
+	// when the host has no KVM (Config.AllowEmulation): the
+	// --allow-emulation of hutch run and hutch serve.
 	AllowEmulation bool
 }
 
@@ -28,9 +26,3 @@ var _ sandbox.Runtime = (*Runtime)(nil)
 
 // Tier returns policy.TierMicroVM.
 func (*Runtime) Tier() string { return policy.TierMicroVM }
-
-// Start is not supported yet: the daemon's sandboxes of the tier come
-// with a later version.
-func (*Runtime) Start(sandbox.Config) (sandbox.Instance, error) {
-	return nil, fmt.Errorf("tier %q: long-lived sandboxes (hutch serve) are not supported yet; hutch run is", policy.TierMicroVM)
-}

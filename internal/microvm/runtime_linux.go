@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hutch-sandbox/hutch/internal/agent"
+	"github.com/hutch-sandbox/hutch/internal/microvm/guest"
 	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
 )
@@ -54,6 +55,13 @@ func (rt *Runtime) Run(ctx context.Context, c sandbox.Config) (res sandbox.Resul
 	if warn == nil {
 		warn = io.Discard
 	}
+	env := c.Environ
+	var boot guest.Boot
+	if relayed(c) {
+		if boot.Files, env, err = netFiles(c, env); err != nil {
+			return res, err
+		}
+	}
 	bctx, cancel := context.WithTimeout(ctx, bootTimeout)
 	defer cancel()
 	vm, err := Boot(bctx, Config{
@@ -73,9 +81,10 @@ func (rt *Runtime) Run(ctx context.Context, c sandbox.Config) (res sandbox.Resul
 			Virtiofsd: rt.Virtiofsd,
 		},
 		Relay: relayed(c),
+		Boot:  boot,
 	})
 	if errors.Is(err, ErrNoAccel) {
-		return res, fmt.Errorf("tier %q: this host has no hardware virtualization (/dev/kvm does not open); --allow-emulation runs the guest under QEMU's software emulation, tens of times slower", policy.TierMicroVM)
+		return res, noAccelErr()
 	}
 	if err != nil {
 		return res, err
@@ -86,16 +95,12 @@ func (rt *Runtime) Run(ctx context.Context, c sandbox.Config) (res sandbox.Resul
 	}
 	client := agent.NewClient(vm.Conn())
 	defer client.Close()
-	env := c.Environ
 	if relayed(c) {
 		r, err := serveProxyRelay(vm.RelayConn(), c.Proxy, c.Log)
 		if err != nil {
 			return res, err
 		}
 		defer r.Close()
-		if env, err = guestNet(ctx, client, c); err != nil {
-			return res, err
-		}
 	}
 
 	req := agent.ExecRequest{
@@ -199,22 +204,32 @@ func relaySignals(p *agent.Process, term *os.File, tty bool) (stop func()) {
 // root layer.
 func (rt *Runtime) check(c sandbox.Config) error {
 	s := c.Spec
-	switch {
-	case s.Tier != policy.TierMicroVM:
-		return fmt.Errorf("tier %q: not the microvm tier", s.Tier)
-	case os.Geteuid() != 0:
-		return fmt.Errorf("tier %q needs hutch to run as root in this version (virtiofsd shares the host's files as any user)", policy.TierMicroVM)
-	case len(c.Args) == 0:
-		return errors.New("no command given")
+	if err := checkSpec(s); err != nil {
+		return err
 	}
-	if r := policy.TierRefusals(s); len(r) > 0 {
-		return fmt.Errorf("tier %q: %s", policy.TierMicroVM, strings.Join(r, "; "))
+	if len(c.Args) == 0 {
+		return errors.New("no command given")
 	}
 	if c.Image != nil || c.RootLayer != nil {
 		return fmt.Errorf("tier %q: an image or a writable root is not supported in this version", policy.TierMicroVM)
 	}
 	if s.Network.Mode == "proxy" && c.Proxy == nil {
 		return fmt.Errorf("tier %q: network mode \"proxy\" without hutch's egress proxy", policy.TierMicroVM)
+	}
+	return nil
+}
+
+// checkSpec refuses, for Run and Start, another tier's spec, hutch not
+// root and a field the tier refuses (policy.TierRefusals).
+func checkSpec(s policy.Spec) error {
+	switch {
+	case s.Tier != policy.TierMicroVM:
+		return fmt.Errorf("tier %q: not the microvm tier", s.Tier)
+	case os.Geteuid() != 0:
+		return fmt.Errorf("tier %q needs hutch to run as root in this version (virtiofsd shares the host's files as any user)", policy.TierMicroVM)
+	}
+	if r := policy.TierRefusals(s); len(r) > 0 {
+		return fmt.Errorf("tier %q: %s", policy.TierMicroVM, strings.Join(r, "; "))
 	}
 	return nil
 }

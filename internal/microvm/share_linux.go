@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -39,6 +38,11 @@ type Share struct {
 	// Workspace is the host directory shared read-write, an absolute path
 	// without white space (it travels on the kernel's command line).
 	Workspace string
+	// LocalWorkspace, when Workspace is "", is the workspace's path in
+	// the guest, a directory made in the root's writable layer (in the
+	// guest's memory) rather than a host directory: a sandbox of hutch
+	// serve, whose workspace is its own. Same form as Workspace.
+	LocalWorkspace string
 	// Hide are host paths the guest must not read: each one under a
 	// shared directory is covered by an empty directory or file (mode 0)
 	// in the shared view.
@@ -47,9 +51,21 @@ type Share struct {
 	Virtiofsd string
 }
 
+// guestWorkspace is the workspace's path in the guest.
+func (s *Share) guestWorkspace() string {
+	if s.Workspace != "" {
+		return s.Workspace
+	}
+	return s.LocalWorkspace
+}
+
 func (s *Share) check() error {
-	if !filepath.IsAbs(s.Workspace) || strings.ContainsAny(s.Workspace, " \t\n\"'\\") {
-		return fmt.Errorf("microvm: workspace %q: want an absolute path without white space, quotes or backslashes", s.Workspace)
+	ws := s.guestWorkspace()
+	if !filepath.IsAbs(ws) || strings.ContainsAny(ws, " \t\n\"'\\") {
+		return fmt.Errorf("microvm: workspace %q: want an absolute path without white space, quotes or backslashes", ws)
+	}
+	if s.Workspace == "" {
+		return nil
 	}
 	if st, err := os.Stat(s.Workspace); err != nil || !st.IsDir() {
 		return fmt.Errorf("microvm: workspace %s is not a directory (%v)", s.Workspace, err)
@@ -68,7 +84,8 @@ type shareServer struct {
 }
 
 // startShares starts one virtiofsd for the guest's root and one for the
-// workspace, with their sockets and logs in dir.
+// workspace (unless it is the guest's own, LocalWorkspace), with their
+// sockets and logs in dir.
 func startShares(s *Share, dir string) (*shareServer, error) {
 	bin := s.Virtiofsd
 	if bin == "" {
@@ -83,7 +100,7 @@ func startShares(s *Share, dir string) (*shareServer, error) {
 		defer close(srv.done)
 		// The thread is never unlocked: it ends with this goroutine,
 		// taking its mount namespace and (parent-death signal) the
-		// virtiofsd processes forked from it.
+		// reapers of the virtiofsd processes forked from it.
 		runtime.LockOSThread()
 		cmds, err := srv.serve(s, bin, dir)
 		errc <- err
@@ -91,8 +108,7 @@ func startShares(s *Share, dir string) (*shareServer, error) {
 			<-srv.stop
 		}
 		for _, c := range cmds {
-			c.Process.Kill()
-			c.Wait()
+			c.kill()
 		}
 	}()
 	if err := <-errc; err != nil {
@@ -110,7 +126,7 @@ func (srv *shareServer) close() {
 
 // serve runs on the locked thread: a private mount namespace, the root's
 // view in it, and the virtiofsd processes.
-func (srv *shareServer) serve(s *Share, bin, dir string) ([]*exec.Cmd, error) {
+func (srv *shareServer) serve(s *Share, bin, dir string) ([]*reaped, error) {
 	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
 		return nil, fmt.Errorf("microvm: mount namespace for virtiofsd: %w", err)
 	}
@@ -121,17 +137,17 @@ func (srv *shareServer) serve(s *Share, bin, dir string) ([]*exec.Cmd, error) {
 	if err := buildRootView(root, filepath.Join(dir, "hidden"), s.Hide); err != nil {
 		return nil, err
 	}
-	var cmds []*exec.Cmd
-	for _, sh := range []struct{ tag, src, cache string }{
-		{rootTag, root, "always"},
-		{workspaceTag, s.Workspace, "auto"},
-	} {
+	var cmds []*reaped
+	shares := []struct{ tag, src, cache string }{{rootTag, root, "always"}}
+	if s.Workspace != "" {
+		shares = append(shares, struct{ tag, src, cache string }{workspaceTag, s.Workspace, "auto"})
+	}
+	for _, sh := range shares {
 		sock := filepath.Join(dir, "fs-"+sh.tag+".sock")
 		c, err := startVirtiofsd(bin, sock, sh.src, sh.cache, filepath.Join(dir, "virtiofsd-"+sh.tag+".log"))
 		if err != nil {
 			for _, c := range cmds {
-				c.Process.Kill()
-				c.Wait()
+				c.kill()
 			}
 			return nil, err
 		}
@@ -143,8 +159,9 @@ func (srv *shareServer) serve(s *Share, bin, dir string) ([]*exec.Cmd, error) {
 
 // startVirtiofsd starts virtiofsd serving src on a unix socket listening
 // at sock, in its namespace sandbox (its own mount, pid and network
-// namespaces, pivoted into src, capabilities dropped, under seccomp).
-func startVirtiofsd(bin, sock, src, cache, logPath string) (*exec.Cmd, error) {
+// namespaces, pivoted into src, capabilities dropped, under seccomp),
+// under a reaper (startReaped): it dies with hutch.
+func startVirtiofsd(bin, sock, src, cache, logPath string) (*reaped, error) {
 	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
 	if err != nil {
 		return nil, fmt.Errorf("microvm: virtiofsd socket: %w", err)
@@ -166,11 +183,11 @@ func startVirtiofsd(bin, sock, src, cache, logPath string) (*exec.Cmd, error) {
 	c.ExtraFiles = []*os.File{f}
 	c.Stdout, c.Stderr = lf, lf
 	c.Env = []string{}
-	c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setsid: true}
-	if err := c.Start(); err != nil {
+	r, err := startReaped(c, "")
+	if err != nil {
 		return nil, fmt.Errorf("microvm: start virtiofsd: %w", err)
 	}
-	return c, nil
+	return r, nil
 }
 
 // buildRootView makes root (in the current, private mount namespace) the

@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/microvm/guest"
@@ -65,6 +64,18 @@ type Config struct {
 	// its root and a workspace over virtiofs (root only); without it the
 	// guest's root is its initramfs.
 	Share *Share
+	// LayerBytes, with Share, bounds the guest root's writable layer (a
+	// tmpfs in the guest's memory) to that many bytes; 0 leaves it
+	// bounded by the guest's memory only.
+	LayerBytes int64
+	// Self binds the init's binary at guest.SelfPath in the guest in
+	// every network mode (in mode "proxy", with Relay, it is bound
+	// always): the helpers hutch serve runs in a sandbox are there.
+	Self bool
+	// Boot is sent to the guest's init before the agent's protocol
+	// starts: the commands' environment and files written into the
+	// guest's root.
+	Boot guest.Boot
 	// Relay gives the guest a second virtio-serial port,
 	// guest.NetPortName, on which its init relays the guest's proxy
 	// addresses (VM.RelayConn, serveProxyRelay); without it the guest has
@@ -94,9 +105,10 @@ func (c Config) Validate() error {
 
 // VM is a running guest.
 type VM struct {
-	cmd     *exec.Cmd
+	qemu    *reaped // QEMU under its reaper
 	conn    net.Conn
 	netConn net.Conn // the relay port's, with Config.Relay
+	qmp     *qmp     // QEMU's monitor (QMP)
 	dir     string
 	console string
 	qemuLog string
@@ -105,6 +117,7 @@ type VM struct {
 	log     *slog.Logger
 
 	done    chan struct{}
+	code    int   // QEMU's exit code, -1 when killed, once done is closed
 	waitErr error // once done is closed
 
 	closeOnce sync.Once
@@ -115,7 +128,9 @@ type VM struct {
 // on the agent's port (the hello): Conn is then the agent's connection. ctx
 // bounds the boot only. The guest has no network device; its serial
 // console goes to a log file in its directory, whose end Boot's errors
-// quote.
+// quote. QEMU and virtiofsd run under reapers (startReaped), which end
+// them with the calling process: the running program must dispatch
+// ReaperCommand (MainIfReaper), as hutch's binaries do.
 func Boot(ctx context.Context, cfg Config) (vm *VM, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -184,6 +199,12 @@ func Boot(ctx context.Context, cfg Config) (vm *VM, err error) {
 		}
 		defer netL.Close()
 	}
+	qmpSock := filepath.Join(dir, "qmp.sock")
+	qmpL, err := net.ListenUnix("unix", &net.UnixAddr{Name: qmpSock, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("microvm: QMP socket: %w", err)
+	}
+	defer qmpL.Close()
 
 	qlog, err := os.OpenFile(v.qemuLog, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
@@ -201,7 +222,7 @@ func Boot(ctx context.Context, cfg Config) (vm *VM, err error) {
 		socks = v.shares.socks
 		v.log.Debug("microvm: virtiofsd started", "took", time.Since(start))
 	}
-	args := qemuArgs(cfg, emul, initramfs, sock, netSock, v.console, socks)
+	args := qemuArgs(cfg, emul, initramfs, sock, netSock, qmpSock, v.console, socks)
 	if cfg.UID != 0 {
 		root := filepath.Join(dir, "root")
 		if err := os.Mkdir(root, 0o555); err != nil {
@@ -209,27 +230,34 @@ func Boot(ctx context.Context, cfg Config) (vm *VM, err error) {
 		}
 		args = append(args, "-runas", fmt.Sprintf("%d:%d", cfg.UID, cfg.GID), "-chroot", root)
 	}
-	v.cmd = exec.Command(qemu, args...)
-	v.cmd.Stdout, v.cmd.Stderr = qlog, qlog
-	// QEMU dies with the process that started it (S4). The signal is tied
-	// to the thread that forked QEMU, which the Go runtime keeps unless it
-	// was locked and its goroutine ended, and the kernel drops it when
-	// -runas changes QEMU's ids: then it is the guest that ends, powering
-	// off once the host's end of the agent's socket closed with hutch.
-	v.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setsid: true}
-	if err := v.cmd.Start(); err != nil {
+	c := exec.Command(qemu, args...)
+	c.Stdout, c.Stderr = qlog, qlog
+	// QEMU dies with hutch (S4) through its reaper (startReaped), which
+	// removes the VM's directory if hutch ended first.
+	q, waited, err := startReapedThread(c, dir)
+	if err != nil {
 		return nil, fmt.Errorf("microvm: start QEMU: %w", err)
 	}
+	v.qemu = q
 	started := time.Now()
-	v.log.Debug("microvm: QEMU started", "pid", v.cmd.Process.Pid, "emulation", emul, "dir", dir)
+	v.log.Debug("microvm: QEMU started", "pid", v.qemu.pid, "emulation", emul, "dir", dir)
 	go func() {
-		v.waitErr = v.cmd.Wait()
+		<-waited
+		v.code = v.qemu.exitCode()
+		switch v.code {
+		case 0:
+		case -1:
+			v.waitErr = errors.New("QEMU was killed")
+		default:
+			v.waitErr = fmt.Errorf("QEMU exited with code %d", v.code)
+		}
 		close(v.done)
 	}()
 
 	// QEMU connects the ports' character devices to their sockets as it
 	// starts; the guest's agent speaks once it is up.
 	agentCh := v.acceptQEMU(l)
+	qmpCh := v.acceptQEMU(qmpL)
 	var netCh <-chan accepted
 	if netL != nil {
 		netCh = v.acceptQEMU(netL)
@@ -238,6 +266,16 @@ func Boot(ctx context.Context, cfg Config) (vm *VM, err error) {
 	if err != nil {
 		return nil, err
 	}
+	// The boot message goes first; the guest reads it all before its
+	// agent speaks.
+	booted := make(chan error, 1)
+	go func() { booted <- guest.WriteBoot(conn, cfg.Boot) }()
+	qc, err := v.awaitQEMU(ctx, qmpCh, "monitor's")
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	v.qmp = newQMP(qc)
 	if netCh != nil {
 		if v.netConn, err = v.awaitQEMU(ctx, netCh, "relay's"); err != nil {
 			conn.Close()
@@ -256,7 +294,10 @@ func Boot(ctx context.Context, cfg Config) (vm *VM, err error) {
 		if err != nil {
 			return nil, v.bootErr(fmt.Sprintf("the guest's agent did not speak: %v", err))
 		}
-		v.log.Info("microvm: guest agent ready", "pid", v.cmd.Process.Pid, "emulation", emul, "boot", time.Since(started), "total", time.Since(start))
+		if err := <-booted; err != nil {
+			return nil, v.bootErr(fmt.Sprintf("the guest's boot message: %v", err))
+		}
+		v.log.Info("microvm: guest agent ready", "pid", v.qemu.pid, "emulation", emul, "boot", time.Since(started), "total", time.Since(start))
 	case <-ctx.Done():
 		return nil, v.bootErr(fmt.Sprintf("boot: %v", ctx.Err()))
 	}
@@ -282,7 +323,7 @@ func (v *VM) acceptQEMU(l *net.UnixListener) <-chan accepted {
 				return
 			}
 			p, err := peercred.Of(c)
-			if err == nil && p.PID == v.cmd.Process.Pid {
+			if err == nil && p.PID == v.qemu.pid {
 				ch <- accepted{c, nil}
 				return
 			}
@@ -301,7 +342,7 @@ func (v *VM) awaitQEMU(ctx context.Context, ch <-chan accepted, what string) (ne
 		if a.err != nil {
 			return nil, fmt.Errorf("microvm: accept QEMU's connection to the %s port: %w", what, a.err)
 		}
-		v.log.Debug("microvm: QEMU connected the "+what+" port", "pid", v.cmd.Process.Pid)
+		v.log.Debug("microvm: QEMU connected the "+what+" port", "pid", v.qemu.pid)
 		return a.c, nil
 	case <-v.done:
 		return nil, v.bootErr("QEMU ended before it connected the " + what + " port")
@@ -335,7 +376,7 @@ func useEmulation(allow bool) (bool, error) {
 // memfd, which virtiofsd maps, and each share is a vhost-user-fs device
 // of its tag; the kernel's command line tells the init to switch into the
 // root share (guest.RootEnv) and where the workspace goes.
-func qemuArgs(cfg Config, emul bool, initramfs, sock, netSock, console string, shares map[string]string) []string {
+func qemuArgs(cfg Config, emul bool, initramfs, sock, netSock, qmpSock, console string, shares map[string]string) []string {
 	mem, cpus := cfg.MemoryMiB, cfg.CPUs
 	if mem == 0 {
 		mem = 512
@@ -357,7 +398,16 @@ func qemuArgs(cfg Config, emul bool, initramfs, sock, netSock, console string, s
 		cmdline = append(cmdline, guest.DebugEnv+"=1")
 	}
 	if shares != nil {
-		cmdline = append(cmdline, guest.RootEnv+"="+rootTag, guest.WorkspaceEnv+"="+cfg.Share.Workspace)
+		cmdline = append(cmdline, guest.RootEnv+"="+rootTag, guest.WorkspaceEnv+"="+cfg.Share.guestWorkspace())
+		if cfg.Share.Workspace == "" {
+			cmdline = append(cmdline, guest.LocalWorkspaceEnv+"=1")
+		}
+		if cfg.LayerBytes > 0 {
+			cmdline = append(cmdline, guest.LayerSizeEnv+"="+strconv.FormatInt(cfg.LayerBytes, 10))
+		}
+	}
+	if cfg.Self {
+		cmdline = append(cmdline, guest.SelfEnv+"=1")
 	}
 	ports := []string{
 		"-chardev", "socket,id=agent,path=" + sock,
@@ -388,6 +438,9 @@ func qemuArgs(cfg Config, emul bool, initramfs, sock, netSock, console string, s
 		fs = append(fs, "-object", fmt.Sprintf("memory-backend-memfd,id=mem,size=%dM,share=on", mem),
 			"-global", "virtio-mmio.force-legacy=false")
 		for _, tag := range []string{rootTag, workspaceTag} {
+			if shares[tag] == "" {
+				continue // the guest's own workspace
+			}
 			fs = append(fs, "-chardev", "socket,id=fs-"+tag+",path="+shares[tag],
 				"-device", "vhost-user-fs-device,chardev=fs-"+tag+",tag="+tag)
 		}
@@ -406,6 +459,10 @@ func qemuArgs(cfg Config, emul bool, initramfs, sock, netSock, console string, s
 		"-append", strings.Join(cmdline, " "),
 		// Port 0 is kept for a console: one more than the ports.
 		"-device", fmt.Sprintf("virtio-serial-device,max_ports=%d", 1+len(ports)/4),
+		// QEMU's monitor, whose connection hutch accepts as the ports'
+		// (Pause, Resume).
+		"-chardev", "socket,id=qmp,path=" + qmpSock,
+		"-mon", "chardev=qmp,mode=control",
 	}, slices.Concat(ports, fs)...)
 }
 
@@ -472,8 +529,8 @@ func (v *VM) RelayConn() net.Conn { return v.netConn }
 // Done is closed once QEMU has exited.
 func (v *VM) Done() <-chan struct{} { return v.done }
 
-// Err is how QEMU exited (exec.Cmd.Wait's error) once Done is closed, nil
-// before.
+// Err is how QEMU exited once Done is closed, nil before and when it
+// exited with code 0.
 func (v *VM) Err() error {
 	select {
 	case <-v.done:
@@ -483,8 +540,15 @@ func (v *VM) Err() error {
 	}
 }
 
-// PID is QEMU's process id.
-func (v *VM) PID() int { return v.cmd.Process.Pid }
+// ExitCode is QEMU's exit code once Done is closed (0 when the guest
+// powered off), -1 when it was killed (by Close, say).
+func (v *VM) ExitCode() int {
+	<-v.done
+	return v.code
+}
+
+// PID is QEMU's host process id.
+func (v *VM) PID() int { return v.qemu.pid }
 
 // Emulated reports whether the guest runs under software emulation.
 func (v *VM) Emulated() bool { return v.emul }
@@ -504,12 +568,17 @@ func (v *VM) Close() error {
 		if v.netConn != nil {
 			v.netConn.Close()
 		}
-		if v.cmd != nil && v.cmd.Process != nil {
-			v.cmd.Process.Kill()
+		if v.qmp != nil {
+			v.qmp.conn.Close()
+		}
+		if v.qemu != nil {
+			// QEMU's reaper, and so QEMU.
+			v.qemu.cmd.Process.Kill()
 			select {
 			case <-v.done:
+				v.qemu.close()
 			case <-time.After(30 * time.Second):
-				v.closeErr = fmt.Errorf("microvm: QEMU (pid %d) did not exit after SIGKILL", v.cmd.Process.Pid)
+				v.closeErr = fmt.Errorf("microvm: QEMU (pid %d) did not exit after SIGKILL", v.qemu.pid)
 				return
 			}
 		}

@@ -27,6 +27,7 @@ import (
 // TestMain lets the test binary stand in for hutch as the guest's init.
 func TestMain(m *testing.M) {
 	guest.MainIfInit()
+	MainIfReaper()
 	code := m.Run()
 	testutil.RemoveBuilds()
 	os.Exit(code)
@@ -93,7 +94,7 @@ func TestBootHutchAgent(t *testing.T) {
 }
 
 // TestBootRunAs is TestBootAgent with QEMU under ids of its own and in an
-// empty root once it started.
+// empty root once it started, paused and resumed over its monitor.
 func TestBootRunAs(t *testing.T) {
 	k := needVM(t)
 	id := testutil.UnprivilegedUID
@@ -113,6 +114,14 @@ func TestBootRunAs(t *testing.T) {
 		}
 		if root != filepath.Join(vm.Dir(), "root") {
 			t.Errorf("QEMU's root is %s, want %s", root, filepath.Join(vm.Dir(), "root"))
+		}
+		// QEMU's monitor answers it as it runs there: the guest stops
+		// and goes on (the agent answers after, below).
+		if err := vm.Pause(); err != nil {
+			t.Errorf("pause: %v", err)
+		}
+		if err := vm.Resume(); err != nil {
+			t.Errorf("resume: %v", err)
 		}
 	})
 }

@@ -62,7 +62,8 @@ var gvisorRefusals = []tierRefusal{
 
 // microVMRefusals is what the microvm tier cannot honour in this version:
 // its guest has no network device (only hutch's proxy, relayed), its root
-// is the host's system directories only, and its limits are the VM's size.
+// is the host's system directories only, and its limits are the VM's size
+// (resources.disk, hutch serve's, bounds the guest root's writable layer).
 var microVMRefusals = []tierRefusal{
 	{TierMicroVM, "network.mode", func(s Spec) bool { return s.Network.Mode == "host" },
 		`"host" is not supported under tier "microvm": its guest has no network device, only hutch's proxy relayed to it; use network mode "proxy" or "none", or tier "namespace"`},
@@ -80,8 +81,6 @@ var microVMRefusals = []tierRefusal{
 		`not yet supported under tier "microvm": the guest's memory bounds its processes`},
 	{TierMicroVM, "resources.tmp_size", func(s Spec) bool { return s.Resources.TmpBytes != 0 && s.Resources.TmpBytes != DefaultTmpBytes },
 		`not yet supported under tier "microvm": the guest's /tmp is bounded by its memory`},
-	{TierMicroVM, "resources.disk", func(s Spec) bool { return s.Resources.DiskBytes > 0 },
-		`not yet supported under tier "microvm"`},
 }
 
 // TierRefusals lists, one message a field, what s asks for that its tier

@@ -106,6 +106,12 @@ type Config struct {
 	// as the agent (it must serve "agent" and "proxy-connect" as hutch
 	// does, like hutch-agent); hutch's own binary when empty.
 	AgentBinary string
+	// HostDir, for Start, is a directory of the daemon's for the sandbox
+	// (its record's), which the daemon removes once the sandbox ended,
+	// after a crash of its own included: a runtime may keep the
+	// sandbox's host files there (the microVM tier's VM directory); ""
+	// for none.
+	HostDir string
 	// Name is the daemon's ID of the sandbox, for runtimes that name
 	// what they make for it after it (a cluster's pods); "" for hutch run.
 	Name string

@@ -102,7 +102,12 @@
 //	                                        TestItem07_VolumeContentPaths)
 //	8  /proc and other processes            TestItem08_ProcAndProcesses, _BootID (a served
 //	                                        sandbox's own boot ID, fixed in its view)
-//	9  staying alive                        TestItem09_*
+//	9  staying alive                        TestItem09_*; for the microvm tier, whose
+//	                                        guests this harness does not boot, in
+//	                                        cmd/hutch: TestMicroVMDiesWithHutch,
+//	                                        TestServeMicroVMDiesWithDaemon (QEMU stopped,
+//	                                        hutch or the daemon killed: QEMU and
+//	                                        virtiofsd end, no VM directory is left)
 //	10 privilege and kernel surface         TestItem10_* (the stand-ins hutch serves over hidden
 //	                                        and protected paths, as root and as a user whose
 //	                                        sandbox mounts them: TestItem10_StandIns)

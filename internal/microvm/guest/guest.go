@@ -1,7 +1,13 @@
 package guest
 
 import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/hashicorp/yamux"
@@ -33,6 +39,19 @@ const (
 const (
 	RootEnv      = "HUTCH_ROOT"
 	WorkspaceEnv = "HUTCH_WORKSPACE"
+)
+
+// The variables of the kernel's command line for a guest of hutch
+// serve: LayerSizeEnv bounds the root's writable layer (its tmpfs, in the
+// guest's memory) to that many bytes; LocalWorkspaceEnv ("1") makes the
+// workspace, WorkspaceEnv's path, a directory of that layer rather than a
+// share of the host's; SelfEnv ("1") binds the init's binary at SelfPath
+// in every network mode (the daemon runs its port forwards' and code
+// interpreter's helpers there).
+const (
+	LayerSizeEnv      = "HUTCH_LAYER_SIZE"
+	LocalWorkspaceEnv = "HUTCH_WORKSPACE_LOCAL"
+	SelfEnv           = "HUTCH_SELF"
 )
 
 // NetPortName is the virtio-serial port that carries the guest's relayed
@@ -87,4 +106,69 @@ func MuxConfig() *yamux.Config {
 	c.StreamCloseTimeout = time.Minute
 	c.LogOutput = io.Discard
 	return c
+}
+
+// Boot is what the host sends first on the agent's port, before the
+// agent's protocol starts: the environment the guest's commands start
+// with and files written into the guest's root (its writable layer)
+// before the agent serves. It carries what does not fit on the kernel's
+// command line, which every process of the guest can read.
+type Boot struct {
+	// Env, when not nil, is the commands' environment (the init's own
+	// otherwise), with a PATH added when it has none.
+	Env []string `json:"env,omitempty"`
+	// Files are written in order, each replacing what is at its path (a
+	// symbolic link included), its directory made when missing.
+	Files []File `json:"files,omitempty"`
+}
+
+// File is a file of Boot.
+type File struct {
+	Path string      `json:"path"`
+	Data []byte      `json:"data"`
+	Mode os.FileMode `json:"mode"`
+}
+
+// MaxBoot bounds Boot's encoding: a trust bundle and an environment.
+const MaxBoot = 16 << 20
+
+// WriteBoot writes b to w as ReadBoot reads it: its JSON's length (4
+// bytes, big-endian), then its JSON.
+func WriteBoot(w io.Writer, b Boot) error {
+	data, err := json.Marshal(b)
+	if err != nil {
+		return err
+	}
+	if len(data) > MaxBoot {
+		return fmt.Errorf("the guest's boot message: %d bytes, more than %d", len(data), MaxBoot)
+	}
+	msg := binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(data)), uint32(len(data)))
+	_, err = w.Write(append(msg, data...))
+	return err
+}
+
+// ReadBoot reads what WriteBoot wrote.
+func ReadBoot(r io.Reader) (Boot, error) {
+	var b Boot
+	var n [4]byte
+	if _, err := io.ReadFull(r, n[:]); err != nil {
+		return b, fmt.Errorf("the host's boot message: %w", err)
+	}
+	size := binary.BigEndian.Uint32(n[:])
+	if size > MaxBoot {
+		return b, fmt.Errorf("the host's boot message: %d bytes, more than %d", size, MaxBoot)
+	}
+	data := make([]byte, size)
+	if _, err := io.ReadFull(r, data); err != nil {
+		return b, fmt.Errorf("the host's boot message: %w", err)
+	}
+	if err := json.Unmarshal(data, &b); err != nil {
+		return b, fmt.Errorf("the host's boot message: %w", err)
+	}
+	for _, f := range b.Files {
+		if !filepath.IsAbs(f.Path) {
+			return b, errors.New("the host's boot message: a file's path is not absolute")
+		}
+	}
+	return b, nil
 }

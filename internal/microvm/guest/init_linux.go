@@ -90,7 +90,7 @@ func initGuest(log *slog.Logger) error {
 		return err
 	}
 	relayNet := os.Getenv(NetEnv) == NetPortName
-	if relayNet {
+	if relayNet || os.Getenv(SelfEnv) == "1" {
 		// Before the switch, while the init's binary is in view.
 		if err := bindSelf(); err != nil {
 			return err
@@ -102,7 +102,15 @@ func initGuest(log *slog.Logger) error {
 		if !filepath.IsAbs(dir) {
 			return fmt.Errorf("%s=%q: not an absolute path", WorkspaceEnv, dir)
 		}
-		if err := switchRoot(tag, dir); err != nil {
+		var layerSize int64
+		if v := os.Getenv(LayerSizeEnv); v != "" {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n <= 0 {
+				return fmt.Errorf("%s=%q: not a size in bytes", LayerSizeEnv, v)
+			}
+			layerSize = n
+		}
+		if err := switchRoot(tag, dir, layerSize, os.Getenv(LocalWorkspaceEnv) == "1"); err != nil {
 			return err
 		}
 		log.Info("microvm init: switched into the shared root", "workspace", dir, "after", time.Since(start))
@@ -110,6 +118,9 @@ func initGuest(log *slog.Logger) error {
 	os.Unsetenv(RootEnv)
 	os.Unsetenv(WorkspaceEnv)
 	os.Unsetenv(NetEnv)
+	for _, v := range []string{LayerSizeEnv, LocalWorkspaceEnv, SelfEnv} {
+		os.Unsetenv(v)
+	}
 	if relayNet {
 		if err := startRelay(); err != nil {
 			return err
@@ -127,8 +138,18 @@ func initGuest(log *slog.Logger) error {
 		defer close(stop)
 		go watchPort(log, conn, stop)
 	}
+	boot, err := ReadBoot(conn)
+	if err != nil {
+		return err
+	}
+	if err := writeFiles(boot.Files); err != nil {
+		return err
+	}
 	env := os.Environ()
-	if os.Getenv("PATH") == "" {
+	if boot.Env != nil {
+		env = boot.Env
+	}
+	if !hasVar(env, "PATH") {
 		env = append(env, "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
 	}
 	err = agent.Serve(conn, agent.ServeOptions{
@@ -142,6 +163,38 @@ func initGuest(log *slog.Logger) error {
 	}
 	log.Info("microvm init: the host closed the agent's connection")
 	return nil
+}
+
+// writeFiles writes the files of the host's Boot into the root: each
+// replaces what is at its path (a link to systemd-resolved's file, say),
+// its directory made when missing.
+func writeFiles(files []File) error {
+	for _, f := range files {
+		if err := os.MkdirAll(filepath.Dir(f.Path), 0o755); err != nil {
+			return fmt.Errorf("boot file %s: %w", f.Path, err)
+		}
+		tmp := f.Path + ".hutch-new"
+		if err := os.WriteFile(tmp, f.Data, f.Mode.Perm()); err != nil {
+			return fmt.Errorf("boot file %s: %w", f.Path, err)
+		}
+		if err := os.Chmod(tmp, f.Mode.Perm()); err != nil {
+			return fmt.Errorf("boot file %s: %w", f.Path, err)
+		}
+		if err := os.Rename(tmp, f.Path); err != nil {
+			return fmt.Errorf("boot file %s: %w", f.Path, err)
+		}
+	}
+	return nil
+}
+
+// hasVar reports whether env sets name.
+func hasVar(env []string, name string) bool {
+	for _, e := range env {
+		if strings.HasPrefix(e, name+"=") {
+			return true
+		}
+	}
+	return false
 }
 
 // loadModules loads the modules of dir in the order the file order gives,

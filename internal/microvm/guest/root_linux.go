@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -18,11 +19,13 @@ const (
 )
 
 // switchRoot mounts the virtiofs share tagged tag read-only, an overlay
-// of it under a tmpfs, the share "workspace" at workspace in it, moves
+// of it under a tmpfs (of layerSize bytes, 0 for no bound but the
+// guest's memory), the share "workspace" at workspace in it (or, with
+// local, a directory made there in the layer), moves
 // /proc, /sys and /dev there, gives it a /tmp, and makes it the root (the
 // initramfs's way: move it onto / and chroot, as the initramfs cannot be
 // pivoted away). The init stays PID 1 and goes on in the new root.
-func switchRoot(tag, workspace string) error {
+func switchRoot(tag, workspace string, layerSize int64, local bool) error {
 	for _, d := range []string{lowerDir, layerDir, mergedDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
@@ -31,7 +34,11 @@ func switchRoot(tag, workspace string) error {
 	if err := mountVirtiofs(tag, lowerDir, unix.MS_RDONLY|unix.MS_NODEV); err != nil {
 		return err
 	}
-	if err := unix.Mount("tmpfs", layerDir, "tmpfs", unix.MS_NODEV, "mode=0755"); err != nil {
+	layerOpts := "mode=0755"
+	if layerSize > 0 {
+		layerOpts += ",size=" + strconv.FormatInt(layerSize, 10)
+	}
+	if err := unix.Mount("tmpfs", layerDir, "tmpfs", unix.MS_NODEV, layerOpts); err != nil {
 		return fmt.Errorf("mount the root's layer: %w", err)
 	}
 	upper, work := filepath.Join(layerDir, "upper"), filepath.Join(layerDir, "work")
@@ -63,8 +70,10 @@ func switchRoot(tag, workspace string) error {
 	if err := os.MkdirAll(ws, 0o755); err != nil {
 		return err
 	}
-	if err := mountVirtiofs("workspace", ws, unix.MS_NODEV); err != nil {
-		return err
+	if !local {
+		if err := mountVirtiofs("workspace", ws, unix.MS_NODEV); err != nil {
+			return err
+		}
 	}
 	for _, d := range []string{"/proc", "/sys", "/dev"} {
 		if err := unix.Mount(d, filepath.Join(mergedDir, d), "", unix.MS_MOVE, ""); err != nil {

@@ -1,0 +1,220 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestServeMicroVM: hutch serve --default-tier microvm --allow-emulation
+// runs its sandboxes in microVMs, in one boot: hutch create (--tier
+// microvm, the default's tier too) makes one,
+// whose commands run on the guest's kernel (uname -r is not the host's)
+// with the create's environment and their exit codes, /dev/hutch, and a
+// root whose writable layer is --disk's size; a file copied in
+// through the files API is read by a command, one a command wrote in the
+// workspace is copied out; -t gives a command a terminal; an HTTP GET
+// reaches a loopback upstream through the relayed proxy, a host not
+// allowed is refused; pause stops the guest (commands refused) and resume
+// lets it go on; a pause without memory and a snapshot are refused naming
+// the tier; hutch rm leaves no QEMU or virtiofsd and no sandbox directory
+// (a daemon killed: TestServeMicroVMDiesWithDaemon).
+// A daemon of the tier with warm sandboxes is refused at start.
+func TestServeMicroVM(t *testing.T) {
+	env := microVMEnv(t, t.TempDir())
+	kernelEnv := env[len(env)-1]
+	up := startUpstream(t)
+	_, port, _ := net.SplitHostPort(up.addr)
+
+	r := hutch(t, invocation{env: append(baseEnv(t.TempDir()), kernelEnv), args: []string{"serve", "--socket", filepath.Join(t.TempDir(), "s.sock"),
+		"--state-dir", filepath.Join(t.TempDir(), "state"), "--default-tier", "microvm", "--allow-emulation", "--warm", "1"}})
+	if r.code != 1 || !strings.Contains(r.stderr, "warm sandboxes of the default policy (--warm): tier microvm: warm pools: not supported in this version") {
+		t.Errorf("hutch serve --default-tier microvm --warm 1: %s\nwant warm pools refused for the tier", r)
+	}
+
+	d := startDaemonEnv(t, []string{kernelEnv}, nil, "--default-tier", "microvm", "--allow-emulation", "--allow-private", "127.0.0.1/32")
+
+	start := time.Now()
+	r = d.admin(t, "create", "--tier", "microvm", "--disk", "300m", "--env", "GREETING=hello", "--allow-domain", "allowed.test:"+port,
+		"--add-host", "allowed.test:127.0.0.1", "--add-host", "blocked.test:127.0.0.1")
+	wantOK(t, r)
+	id := lastLine(r.stdout)
+	created := time.Since(start)
+	r = d.admin(t, "exec", id, "--", "uname", "-r")
+	wantOK(t, r)
+	t.Logf("microVM under hutch serve: create %v, create to first output %v", created, time.Since(start))
+	var host unix.Utsname
+	if err := unix.Uname(&host); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(r.stdout); got == "" || got == unix.ByteSliceToString(host.Release[:]) {
+		t.Errorf("uname -r in the guest %q, the host's %q: want the guest's own kernel", got, unix.ByteSliceToString(host.Release[:]))
+	}
+	r = d.admin(t, "ls")
+	if wantOK(t, r); !strings.Contains(r.stdout, " running  microvm ") {
+		t.Errorf("hutch ls does not name the tier:\n%s", r.stdout)
+	}
+
+	r = d.admin(t, "exec", id, "--", "sh", "-c", `echo "$GREETING $(pwd) $(id -u)"; test -x /dev/hutch && echo self
+df -m / | awk 'NR == 2 { print "disk " $2 }'; echo written >out.txt; exit 7`)
+	wantCode(t, r, 7)
+	if got := strings.TrimSpace(r.stdout); got != "hello /workspace 0\nself\ndisk 300" {
+		t.Errorf("exec: %q, want the create's environment, the workspace, the guest's root, /dev/hutch and the root's layer of --disk", got)
+	}
+
+	// The files API, both ways.
+	local := t.TempDir()
+	writeFile(t, filepath.Join(local, "in.txt"), "from the host\n", 0o644)
+	wantOK(t, d.admin(t, "cp", filepath.Join(local, "in.txt"), id+":/workspace/in.txt"))
+	r = d.admin(t, "exec", id, "--", "cat", "/workspace/in.txt")
+	if wantOK(t, r); r.stdout != "from the host\n" {
+		t.Errorf("a file copied in, read in the guest: %q", r.stdout)
+	}
+	wantOK(t, d.admin(t, "cp", id+":/workspace/out.txt", filepath.Join(local, "out.txt")))
+	if b, err := os.ReadFile(filepath.Join(local, "out.txt")); err != nil || string(b) != "written\n" {
+		t.Errorf("a file the guest wrote, copied out: %q, %v", b, err)
+	}
+
+	r = d.as(t, "", "", strings.NewReader(""), "exec", "-t", id, "--", "sh", "-c", "test -t 0 && test -t 1 && echo on a terminal")
+	if wantOK(t, r); strings.TrimSpace(r.stdout) != "on a terminal" {
+		t.Errorf("exec -t in a microVM: %s", r)
+	}
+
+	r = d.admin(t, "exec", id, "--", "sh", "-c", `curl -sS --max-time 60 http://allowed.test:`+port+`/served; echo "RC allowed $?"
+curl -sS --max-time 60 -o /dev/null -w '%{http_code}\n' http://blocked.test:`+port+`/no; echo "RC blocked $?"`)
+	wantOK(t, r)
+	for _, want := range []string{"hello from allowed.test:" + port + "/served", "RC allowed 0", "403", "RC blocked 0"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("egress through the relay: stdout lacks %q\n%s", want, r)
+		}
+	}
+	if reqs := up.requests(); len(reqs) != 1 || reqs[0] != "allowed.test:"+port+"/served" {
+		t.Errorf("the upstream got %q, want the allowed request only", reqs)
+	}
+
+	// Pause in memory (QEMU's stop), resume (cont).
+	wantOK(t, d.admin(t, "pause", id))
+	r = d.admin(t, "exec", id, "--", "true")
+	if r.code == 0 || !strings.Contains(r.stderr, "is paused") {
+		t.Errorf("exec in a paused microVM: %s\nwant a refusal", r)
+	}
+	wantOK(t, d.admin(t, "resume", id))
+	r = d.admin(t, "exec", id, "--", "cat", "/workspace/out.txt")
+	if wantOK(t, r); r.stdout != "written\n" {
+		t.Errorf("after resume: %q", r.stdout)
+	}
+
+	// What the tier cannot do yet, refused by name.
+	r = d.admin(t, "pause", "--no-memory", id)
+	if r.code == 0 || !strings.Contains(r.stderr, "tier microvm: a pause without memory") || !strings.Contains(r.stderr, "not supported in this version") {
+		t.Errorf("hutch pause --no-memory of a microVM: %s\nwant a refusal naming the tier", r)
+	}
+	r = d.admin(t, "snapshot", id)
+	if r.code == 0 || !strings.Contains(r.stderr, "tier microvm: snapshots and forks") {
+		t.Errorf("hutch snapshot of a microVM: %s\nwant a refusal naming the tier", r)
+	}
+	r = d.admin(t, "exec", id, "--", "true")
+	wantOK(t, r)
+
+	// Destroyed: nothing of it is left on the host.
+	below := processesBelow(t, d.cmd.Process.Pid)
+	var qemu, virtiofsd int
+	for _, p := range below {
+		switch {
+		case strings.HasPrefix(p.comm, "qemu-system"):
+			qemu++
+		case p.comm == "virtiofsd":
+			virtiofsd++
+		}
+	}
+	if qemu != 1 || virtiofsd == 0 {
+		t.Errorf("processes below the daemon: %+v\nwant one QEMU and its virtiofsd", below)
+	}
+	sbDir := filepath.Join(d.stateDir, "sandboxes", id)
+	if _, err := os.Stat(filepath.Join(sbDir, "microvm")); err != nil {
+		t.Errorf("the VM's directory: %v", err)
+	}
+	wantOK(t, d.admin(t, "rm", id))
+	waitGone(t, below, "after hutch rm")
+	if _, err := os.Stat(sbDir); !os.IsNotExist(err) {
+		t.Errorf("after hutch rm, the sandbox's directory: %v", err)
+	}
+
+}
+
+// waitGone waits up to a minute for procs to end.
+func waitGone(t *testing.T, procs []belowProc, when string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var left []belowProc
+		for _, p := range procs {
+			if p.alive() {
+				left = append(left, p)
+			}
+		}
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			for _, p := range left {
+				_ = unix.Kill(p.pid, unix.SIGKILL)
+			}
+			t.Fatalf("%s, still running: %+v", when, left)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// belowProc is a process below another in the process tree.
+type belowProc struct {
+	pid   int
+	comm  string
+	start string
+}
+
+func (p belowProc) alive() bool {
+	f, err := procStat(p.pid)
+	return err == nil && f[19] == p.start && f[0] != "Z"
+}
+
+// processesBelow lists the processes below root, in any pid namespace.
+func processesBelow(t *testing.T, root int) []belowProc {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent := map[int]int{}
+	procs := map[int]belowProc{}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		f, err := procStat(pid)
+		if err != nil {
+			continue
+		}
+		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+		parent[pid], _ = strconv.Atoi(f[1])
+		procs[pid] = belowProc{pid: pid, comm: strings.TrimSpace(string(comm)), start: f[19]}
+	}
+	var out []belowProc
+	for pid, p := range procs {
+		for q, n := parent[pid], 0; q > 1 && n < 1000; q, n = parent[q], n+1 {
+			if q == root {
+				out = append(out, p)
+				break
+			}
+		}
+	}
+	return out
+}
