@@ -30,6 +30,34 @@ import (
 // script removes Dir after its run.
 const Dir = "/var/tmp/hutch-test-stores"
 
+// RunEnv names the pid of a process that lasts the whole run (the test
+// script's, which sets it), whose stores the run shares: scripts/test.sh
+// imports hutch's built images into them (Prime) while the linters run,
+// before any test asks. Unset, the run is the go command's (the test
+// processes' parent).
+const RunEnv = "HUTCH_TEST_RUN"
+
+// run is the shared stores' run: $HUTCH_TEST_RUN, or the go command's pid.
+func run() string {
+	if r := os.Getenv(RunEnv); r != "" {
+		if _, err := strconv.Atoi(r); err == nil {
+			return r
+		}
+	}
+	return strconv.Itoa(os.Getppid())
+}
+
+// Prime imports tarball into the run's shared store ($HUTCH_TEST_RUN must
+// be set), unless a process of the run has: the tests that ask for it
+// then wait on the import already under way, or link at once.
+func Prime(tarball string) error {
+	if os.Getenv(RunEnv) == "" {
+		return fmt.Errorf("$%s is not set: a store shared by the run's tests needs the run's pid", RunEnv)
+	}
+	_, err := sharedStore(tarball)
+	return err
+}
+
 // Import gives st the image of tarball (docker save), named as the
 // tarball names it. It imports the tarball itself when the shared store
 // cannot be linked from (another file system).
@@ -58,7 +86,7 @@ func sharedStore(tarball string) (string, error) {
 	if err := os.MkdirAll(Dir, 0o700); err != nil {
 		return "", err
 	}
-	run := strconv.Itoa(os.Getppid())
+	run := run()
 	name := fmt.Sprintf("%s-%s-%d", run, strings.TrimSuffix(filepath.Base(tarball), ".tar"), fi.Size())
 	lock, err := os.OpenFile(filepath.Join(Dir, name+".lock"), os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
