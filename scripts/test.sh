@@ -191,8 +191,9 @@ for p in test/k8s cmd/hutch test/escape internal/daemon internal/e2b internal/in
 	first="$first $module/$p"
 done
 rest=$(go list ./... | grep -Fvx -f <(printf '%s\n' $first))
-go test -count=1 -timeout 30m -p 3 ${HUTCH_GO_TEST_FLAGS:-} $first $rest 2>&1 | tee /tmp/hutch-test.$$.log
-status=${PIPESTATUS[0]}
+# A failed run cleans up as a passed one does (set -e would end the script).
+status=0
+go test -count=1 -timeout 30m -p 3 ${HUTCH_GO_TEST_FLAGS:-} $first $rest 2>&1 | tee /tmp/hutch-test.$$.log || status=${PIPESTATUS[0]}
 if [ "$gvisor_state_was_mounted" = 0 ] && mountpoint -q "$gvisor_state" 2>/dev/null && [ -z "$(ls -A "$gvisor_state")" ]; then
 	umount "$gvisor_state" && rmdir "$gvisor_state" || echo "warning: could not remove $gvisor_state"
 fi
