@@ -59,7 +59,7 @@ disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.snapshotter.v1.b
 		if t.Failed() {
 			t.Logf("containerd's log:\n%s", c.log.String())
 		}
-		os.RemoveAll(dir)
+		removeDir(t, dir)
 	})
 	c.waitSocket(t, sock)
 	return c
@@ -116,5 +116,16 @@ func (c *Containerd) Import(t testing.TB, tar string) {
 	defer cancel()
 	if r := c.Ctr(ctx, "images", "import", "--no-unpack=false", tar); r.Err != nil {
 		t.Fatalf("ctr images import %s: %s", tar, r)
+	}
+}
+
+// removeDir removes an engine's directory once it ended. A container's
+// root below it may stay a mount point for a while in the copies of the
+// host's mounts that other tests' sandboxes hold (rmdir is EBUSY then):
+// it is tried again for a minute before it is reported left.
+func removeDir(t testing.TB, dir string) {
+	var err error
+	if !testutil.Eventually(time.Minute, func() bool { err = os.RemoveAll(dir); return err == nil }) {
+		t.Logf("%s left behind: %v", dir, err)
 	}
 }

@@ -61,7 +61,7 @@ func StartDocker(t testing.TB, runtimes map[string]Runtime) *Docker {
 		if t.Failed() {
 			t.Logf("dockerd's log:\n%s", d.log.String())
 		}
-		os.RemoveAll(dir)
+		removeDir(t, dir)
 	})
 	d.waitSocket(t, sock)
 	return d
