@@ -402,7 +402,8 @@ func TestE2BCodeInterpreter(t *testing.T) {
 }
 
 // TestE2BCodeInterpreterGVisor is TestE2BCodeInterpreter under gVisor,
-// without a warm pool.
+// without a warm pool, and without the code contexts' test (a reduced
+// run: their kernels start and restart as under the tier namespace).
 func TestE2BCodeInterpreterGVisor(t *testing.T) {
 	t.Parallel()
 	testutil.RequireRoot(t)
@@ -423,6 +424,8 @@ func e2bCodeInterpreter(t *testing.T, tier string, args ...string) {
 		"NO_COLOR=1", "HTTP_PROXY=", "HTTPS_PROXY=", "http_proxy=", "https_proxy=")
 	if tier == "namespace" {
 		cmd.Env = append(cmd.Env, "HUTCH_TEST_OOM=1")
+	} else {
+		cmd.Env = append(cmd.Env, "HUTCH_E2B_REDUCED=the code contexts' kernels start and restart as under the tier namespace, whose run has them")
 	}
 	out, err := cmd.CombinedOutput()
 	if err != nil {

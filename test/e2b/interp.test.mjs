@@ -79,7 +79,12 @@ test('python: a chart as PNG and as data, a DataFrame as data', async () => {
   assert.match(df.results[0].html, /<table/)
 })
 
-test('contexts: create with cwd, list, restart, remove', async () => {
+// HUTCH_E2B_REDUCED (a slow tier's run) leaves the contexts out: their
+// kernels are the sandbox's processes as any other, started and restarted
+// the same way under every tier; the run of the namespace tier has them.
+const reduced = process.env.HUTCH_E2B_REDUCED && `reduced run: ${process.env.HUTCH_E2B_REDUCED}`
+
+test('contexts: create with cwd, list, restart, remove', { skip: reduced }, async () => {
   const ctx = await sbx.createCodeContext({ cwd: '/tmp' })
   assert.equal(ctx.language, 'python')
   assert.equal(ctx.cwd, '/tmp')
