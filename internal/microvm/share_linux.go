@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/hutch-sandbox/hutch/internal/hostperm"
 )
 
 // DefaultVirtiofsd is where Debian 12's qemu-system-common installs QEMU's
@@ -49,6 +51,14 @@ type Share struct {
 	Hide []string
 	// Virtiofsd is QEMU's virtiofsd; "" means DefaultVirtiofsd.
 	Virtiofsd string
+	// Mount, when set, runs on the thread whose mount namespace the
+	// virtiofsd processes copy, once the root's view is built and before
+	// any of them starts: what it mounts over Workspace there (hutch
+	// run's protected paths, its deny-read paths in the workspace) is
+	// what the guest is served, on the host's side, where nothing the
+	// guest does can undo it. emptyFile and emptyDir are an empty file
+	// and directory of mode 0, to bind over what must not be read.
+	Mount func(emptyFile, emptyDir string) error
 }
 
 // guestWorkspace is the workspace's path in the guest.
@@ -133,9 +143,14 @@ func (srv *shareServer) serve(s *Share, bin, dir string) ([]*reaped, error) {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return nil, fmt.Errorf("microvm: mount namespace for virtiofsd: %w", err)
 	}
-	root := filepath.Join(dir, "rootfs")
-	if err := buildRootView(root, filepath.Join(dir, "hidden"), s.Hide); err != nil {
+	root, hidden := filepath.Join(dir, "rootfs"), filepath.Join(dir, "hidden")
+	if err := buildRootView(root, hidden, s.Hide); err != nil {
 		return nil, err
+	}
+	if s.Mount != nil {
+		if err := s.Mount(filepath.Join(hidden, "file"), filepath.Join(hidden, "dir")); err != nil {
+			return nil, err
+		}
 	}
 	var cmds []*reaped
 	shares := []struct{ tag, src, cache string }{{rootTag, root, "always"}}
@@ -144,7 +159,7 @@ func (srv *shareServer) serve(s *Share, bin, dir string) ([]*reaped, error) {
 	}
 	for _, sh := range shares {
 		sock := filepath.Join(dir, "fs-"+sh.tag+".sock")
-		c, err := startVirtiofsd(bin, sock, sh.src, sh.cache, filepath.Join(dir, "virtiofsd-"+sh.tag+".log"))
+		c, err := startVirtiofsd(bin, sock, sh.src, sh.cache, filepath.Join(dir, "virtiofsd-"+sh.tag+".log"), sh.tag == workspaceTag)
 		if err != nil {
 			for _, c := range cmds {
 				c.kill()
@@ -160,8 +175,12 @@ func (srv *shareServer) serve(s *Share, bin, dir string) ([]*reaped, error) {
 // startVirtiofsd starts virtiofsd serving src on a unix socket listening
 // at sock, in its namespace sandbox (its own mount, pid and network
 // namespaces, pivoted into src, capabilities dropped, under seccomp),
-// under a reaper (startReaped): it dies with hutch.
-func startVirtiofsd(bin, sock, src, cache, logPath string) (*reaped, error) {
+// under a reaper (startReaped): it dies with hutch. hostWrites, for the
+// workspace the guest writes, confines what it writes there
+// (startReapedHostWrites: the sandbox's umask, hostperm's seccomp rules)
+// and drops its capability to make device nodes (and file capabilities,
+// which it serves no extended attribute for anyway).
+func startVirtiofsd(bin, sock, src, cache, logPath string, hostWrites bool) (*reaped, error) {
 	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
 	if err != nil {
 		return nil, fmt.Errorf("microvm: virtiofsd socket: %w", err)
@@ -178,12 +197,21 @@ func startVirtiofsd(bin, sock, src, cache, logPath string) (*reaped, error) {
 		return nil, fmt.Errorf("microvm: %w", err)
 	}
 	defer lf.Close()
-	c := exec.Command(bin, "--fd=3", "-o", "source="+src, "-o", "sandbox=namespace",
-		"-o", "cache="+cache, "-o", "no_posix_lock", "-o", "no_flock", "-o", "log_level=warn")
+	args := []string{"--fd=3", "-o", "source=" + src, "-o", "sandbox=namespace",
+		"-o", "cache=" + cache, "-o", "no_posix_lock", "-o", "no_flock", "-o", "log_level=warn"}
+	if hostWrites {
+		args = append(args, "-o", "modcaps=-mknod:-setfcap")
+	}
+	c := exec.Command(bin, args...)
 	c.ExtraFiles = []*os.File{f}
 	c.Stdout, c.Stderr = lf, lf
 	c.Env = []string{}
-	r, err := startReaped(c, "")
+	var r *reaped
+	if hostWrites {
+		r, err = startReapedHostWrites(c, hostperm.SandboxUmask(hostperm.Umask()))
+	} else {
+		r, err = startReaped(c, "")
+	}
 	if err != nil {
 		return nil, fmt.Errorf("microvm: start virtiofsd: %w", err)
 	}
