@@ -197,8 +197,19 @@ cp /bin/sh ./setcap-tool && setcap cap_setuid+ep ./setcap-tool; echo "RC setcap 
 		for k := range want {
 			also[k] = []string{"EPERM", "ENOSYS"}
 		}
-		expect(t, r, sb.gvisorAlso(want, also))
-		checkUnprivileged(t, whoami(t, r, "whoami"), sb.mode.uid, "the command")
+		if sb.microvm() {
+			// The guest's root holds every capability of the guest's
+			// kernel; what stops it is virtiofsd on the host, which
+			// serves no extended attribute: the guest's kernel answers
+			// EOPNOTSUPP, and ENOSYS for the *at variants it lacks.
+			for k := range want {
+				want[k] = append(want[k], "ENOSYS")
+			}
+			expect(t, r, want)
+		} else {
+			expect(t, r, sb.gvisorAlso(want, also))
+			checkUnprivileged(t, whoami(t, r, "whoami"), sb.mode.uid, "the command")
+		}
 		if strings.Contains(r.stdout, "RC setcap 0") {
 			t.Errorf("setcap worked\n%s", r)
 		}
