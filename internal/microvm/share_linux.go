@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hutch-sandbox/hutch/internal/hostperm"
+	"github.com/hutch-sandbox/hutch/internal/sandbox"
 )
 
 // DefaultVirtiofsd is where Debian 12's qemu-system-common installs QEMU's
@@ -201,6 +202,11 @@ func startVirtiofsd(bin, sock, src, cache, logPath string, hostWrites bool) (*re
 		"-o", "cache=" + cache, "-o", "no_posix_lock", "-o", "no_flock", "-o", "log_level=warn"}
 	if hostWrites {
 		args = append(args, "-o", "modcaps=-mknod:-setfcap")
+	} else {
+		// The root's: no capability that bypasses file permissions, so
+		// that it reads for the guest only what others may read
+		// (rootOwnerMap); it writes nothing.
+		args = append(args, "-o", "modcaps=-dac_override:-dac_read_search:-fowner:-chown:-fsetid:-mknod:-setfcap")
 	}
 	c := exec.Command(bin, args...)
 	c.ExtraFiles = []*os.File{f}
@@ -251,7 +257,7 @@ func buildRootView(root, hidden string, hide []string) error {
 				return fmt.Errorf("microvm: root view: %w", err)
 			}
 		case st.IsDir():
-			if err := bindReadOnly(host, dst, 0o755); err != nil {
+			if err := bindSystemDir(host, dst); err != nil {
 				return err
 			}
 			shared = append(shared, host)
@@ -290,6 +296,32 @@ func buildRootView(root, hidden string, hide []string) error {
 	}
 	if err := unix.Mount("", root, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
 		return fmt.Errorf("microvm: root view read-only: %w", err)
+	}
+	return nil
+}
+
+// rootOwnerMap shows the host's root's files in the guest's root as
+// owned by sandbox.RootMappedID, an id of no one's, and every other
+// owner's as nobody: the root's virtiofsd, without the capabilities that
+// bypass permissions (startVirtiofsd), reads for the guest only what
+// others may read on the host. A file of the system directories that
+// only root may read (/etc/shadow-, a service's key) stays closed to the
+// guest's root (S1), as to a sandbox of the other tiers, whatever the
+// deny list names.
+var rootOwnerMap = fmt.Sprintf("0 %d 1\n", sandbox.RootMappedID)
+
+// bindSystemDir binds the host's system directory src (its mount alone)
+// at dst, made as a directory, read-only, nosuid and nodev, idmapped
+// with rootOwnerMap.
+func bindSystemDir(src, dst string) error {
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return fmt.Errorf("microvm: root view: %w", err)
+	}
+	if err := sandbox.MountIdmappedAlone(src, dst, rootOwnerMap, rootOwnerMap); err != nil {
+		return fmt.Errorf("microvm: root view: %w", err)
+	}
+	if err := unix.Mount("", dst, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+		return fmt.Errorf("microvm: root view: %s read-only: %w", src, err)
 	}
 	return nil
 }

@@ -85,6 +85,7 @@ var microVM = mode{name: "root", uid: 0, tier: policy.TierMicroVM}
 var underMicroVM = []string{
 	// Files.
 	"TestItem01_CredentialFiles",
+	"TestItem03_HostRootOnlyFiles",
 	"TestItem04_ShellRCWorkspace",
 	"TestItem05_Git",
 	"TestItem05_SubmoduleGitDir",
@@ -119,7 +120,6 @@ var underMicroVM = []string{
 // notUnderMicroVM is the table of the tests of underMicroVM's classes
 // that do not run under the microvm tier, each with the reason.
 var notUnderMicroVM = map[string]string{
-	"TestItem03_HostRootOnlyFiles":    "the guest's root reads through virtiofsd, root on the host, every file of the shared system directories that the deny list does not hide: a root-only file there (/etc/shadow-, /etc/gshadow-) is readable in a guest root started; open (docs/microvm.md), the test's files lie outside what the guest is shown",
 	"TestItem02_SecretCopiesRefused":  "hutch refuses a secret's copies on the host before any sandbox starts, the same for every tier; only its control would boot a guest",
 	"TestItem04_ShellRCHome":          "needs the home directory writable (--allow-write ~), refused under microvm (policy.TierRefusals: filesystem.allow_write); the guest sees no home of the host's",
 	"TestItem06_AutostartHome":        "needs the home directory writable (--allow-write ~), refused under microvm (policy.TierRefusals: filesystem.allow_write); the guest sees no home of the host's",

@@ -6,13 +6,18 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
+
+	"github.com/hutch-sandbox/hutch/internal/policy"
+	"github.com/hutch-sandbox/hutch/internal/testutil"
 )
 
 // homeSecrets are credential, key and history files of ESCAPES item 1,
@@ -179,6 +184,10 @@ echo "INIT-CMDLINE $(tr '\0' ' ' </proc/1/cmdline)"
 // readable. Changing the file's mode or owner fails too.
 func TestItem03_HostRootOnlyFiles(t *testing.T) {
 	forEachMode(t, func(t *testing.T, sb *harness) {
+		if sb.microvm() {
+			microVMRootOnlyFiles(t, sb)
+			return
+		}
 		dir := hostDir(t, 0, "rootonly")
 		secret := randomName("hutch-root-secret-")
 		public := randomName("hutch-public-")
@@ -216,6 +225,59 @@ cat /etc/shadow 2>&1; echo "RC shadow $?"
 		}
 		sameTree(t, dir, before)
 	})
+}
+
+// microVMRootOnlyFiles is TestItem03_HostRootOnlyFiles under the microvm
+// tier, whose guest sees of the host's root only its system directories
+// (/usr, /etc…, read through virtiofsd, root on the host): the host's
+// own root-only files of /etc that the deny list does not name (on
+// Debian /etc/shadow-, /etc/gshadow-, /etc/security/opasswd) cannot be
+// read, listed by content or changed by the guest's root (the
+// workspace's owner is root here), with and without the default
+// denies; a file of /etc every user may read can (the control).
+func microVMRootOnlyFiles(t *testing.T, sb *harness) {
+	var files []string
+	denied := policy.DefaultDenyRead("")
+	filepath.WalkDir("/etc", func(p string, d fs.DirEntry, err error) error {
+		switch {
+		case len(files) >= 8:
+			return filepath.SkipAll
+		case err != nil:
+			return nil // not examined: not attacked
+		}
+		if slices.ContainsFunc(denied, func(x string) bool { return p == x || strings.HasPrefix(p, x+"/") }) {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		fi, err := d.Info()
+		if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o004 != 0 || fi.Sys().(*syscall.Stat_t).Uid != 0 {
+			return nil
+		}
+		files = append(files, p)
+		return nil
+	})
+	testutil.Need(t, len(files) > 0, "no root-only file in /etc outside the deny list to attack")
+	var script strings.Builder
+	script.WriteString("cat /etc/hostname >/dev/null; echo \"RC public $?\"\n")
+	for i, f := range files {
+		fmt.Fprintf(&script, "cat %[1]s 2>&1 >/dev/null; echo \"RC read%[2]d $?\"\nchmod 0644 %[1]s 2>/dev/null; echo \"RC chmod%[2]d $?\"\n", shellWords(f), i)
+	}
+	for _, flags := range [][]string{nil, {"--no-default-denies"}} {
+		r := sb.run(opts{flags: flags}, script.String())
+		if !strings.Contains(r.stdout, "RC public 0") {
+			t.Errorf("control failed (flags %q): /etc/hostname was not readable\n%s", flags, r)
+		}
+		for i, f := range files {
+			if !strings.Contains(r.stdout, fmt.Sprintf("RC read%d 1", i)) || !strings.Contains(r.stdout, f+": Permission denied") {
+				t.Errorf("S1 violated (flags %q): the host's root-only %s was read in the guest, want Permission denied\n%s", flags, f, r)
+			}
+			if strings.Contains(r.stdout, fmt.Sprintf("RC chmod%d 0", i)) {
+				t.Errorf("flags %q: the host's %s changed its mode\n%s", flags, f, r)
+			}
+		}
+	}
 }
 
 // Credential placeholders (ESCAPES 2 and 19, S3). A secret given with
