@@ -205,8 +205,10 @@ func startVirtiofsd(bin, sock, src, cache, logPath string, hostWrites bool) (*re
 	} else {
 		// The root's: no capability that bypasses file permissions, so
 		// that it reads for the guest only what others may read
-		// (rootOwnerMap); it writes nothing.
-		args = append(args, "-o", "modcaps=-dac_override:-dac_read_search:-fowner:-chown:-fsetid:-mknod:-setfcap")
+		// (rootOwnerMap); it writes nothing. CAP_FOWNER, which bypasses
+		// none for reading, stays: without it the guest could execute
+		// nothing (its opens of files it does not own fail).
+		args = append(args, "-o", "modcaps=-dac_override:-dac_read_search:-chown:-fsetid:-mknod:-setfcap")
 	}
 	c := exec.Command(bin, args...)
 	c.ExtraFiles = []*os.File{f}
