@@ -65,10 +65,12 @@ func protectWorkspace(prot *sandbox.Protection, emptyFile, emptyDir string) erro
 			return err
 		}
 	}
+	var hidden []string
 	for _, d := range prot.DenyRead {
-		if !under(d, prot.Roots) {
-			continue // hidden in the root's view, or not shared
+		if !under(d, prot.Roots) || under(d, hidden) {
+			continue // hidden in the root's view, not shared, or under a directory hidden already
 		}
+		hidden = append(hidden, d)
 		src := emptyFile
 		if prot.Dirs[d] {
 			src = emptyDir

@@ -69,6 +69,10 @@ func (rt *Runtime) Run(ctx context.Context, c sandbox.Config) (res sandbox.Resul
 	for _, w := range prot.Warnings {
 		fmt.Fprintf(warn, "hutch: warning: %s\n", w)
 	}
+	// The workspace by its real path, where its protections are mounted
+	// (virtiofsd refuses a source that is a symbolic link): one entered
+	// through a link is there in the guest too.
+	ws = prot.Spec.Filesystem.Workspace
 	env := c.Environ
 	var boot guest.Boot
 	if relayed(c) {

@@ -52,7 +52,7 @@
 // Under the microvm tier (hutch run --tier microvm --allow-emulation,
 // with the guest kernel of $HUTCH_TEST_GUEST_KERNEL, as root, which the
 // tier needs) run only the tests of the table underMicroVM, as the
-// subtest "microvm/root": the items of the filesystem (ESCAPES 1, 4–7,
+// subtest "microvm/root": the items of the filesystem (ESCAPES 1, 3–7,
 // 21–24), environment (2), network (13, 15–18) and secrets (19) classes
 // as they apply to hutch run, each in one guest or as few as its attacks
 // allow (every guest boots under QEMU's software emulation on a machine
@@ -63,11 +63,9 @@
 // guest sees no home of the host's; the credential items run with the
 // home as the workspace instead), the umask's supervisor, socket
 // families (the guest kernel's own), what hutch refuses on the host
-// before any sandbox starts, hutch serve's, and host-root-only files of
-// the shared system directories, which the tier does not hide yet
-// (docs/microvm.md). The items of the other classes (processes,
-// privilege, resources, sockets by path, terminals, policy, hutch serve
-// and mcp) do not run under the microvm tier. Where the guest answers
+// before any sandbox starts, and hutch serve's. The items of the other
+// classes (processes, privilege, resources, sockets by path, terminals,
+// policy, hutch serve and mcp) do not run under the microvm tier. Where the guest answers
 // differently and legitimately, the test says why under microvm: its
 // root (the workspace's owner) holds every capability of its own kernel
 // (raw sockets, extended attribute calls it lacks: ENOSYS, its PID 1's
