@@ -65,7 +65,7 @@ func (p *Proxy) hold(c net.Conn, br *bufio.Reader) (ctx context.Context, stop fu
 	_ = c.SetReadDeadline(time.Time{})
 	p.goTracked(func() {
 		defer close(done)
-		if _, err := br.Peek(1); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+		if _, err := br.Peek(1); err != nil && !deadlineError(err) {
 			failed.Store(true)
 			cancel()
 		}
@@ -78,4 +78,12 @@ func (p *Proxy) hold(c net.Conn, br *bufio.Reader) (ctx context.Context, stop fu
 		cancel()
 		return failed.Load()
 	}
+}
+
+// deadlineError reports whether err ended a read at its deadline: the
+// os package's error, or a connection's of its own that says it timed out
+// (a yamux stream's, the microVM tier's relayed connections).
+func deadlineError(err error) bool {
+	var ne net.Error
+	return errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
 }

@@ -13,12 +13,14 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/yamux"
 	"github.com/hutch-sandbox/hutch/internal/approve"
 )
 
@@ -713,5 +715,27 @@ func TestResolveUnknownAndApproved(t *testing.T) {
 	}
 	if v := ro.ResolveApproved(context.Background(), "other.test", 443); v.Allowed {
 		t.Errorf("offline, approved: %+v, want refused", v)
+	}
+}
+
+// TestDeadlineError: the watch of a held connection ends at its deadline
+// whatever kind of connection it is: the os package's error, and a yamux
+// stream's (the microVM tier's relayed connections), whose refusal was
+// reported as the sandbox hanging up; an end of the connection is not a
+// deadline.
+func TestDeadlineError(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{os.ErrDeadlineExceeded, true},
+		{fmt.Errorf("read: %w", os.ErrDeadlineExceeded), true},
+		{yamux.ErrTimeout, true},
+		{io.EOF, false},
+		{yamux.ErrStreamClosed, false},
+	} {
+		if got := deadlineError(c.err); got != c.want {
+			t.Errorf("deadlineError(%v) = %v, want %v", c.err, got, c.want)
+		}
 	}
 }

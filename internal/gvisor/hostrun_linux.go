@@ -168,7 +168,7 @@ func (rt *Runtime) hostView(c sandbox.Config, args []string, agent bool, log *sl
 		if v.submounts, err = submounts(prot.Roots); err != nil {
 			return h, err
 		}
-	} else if v.onHost, err = protectAreas(prot, v.areas); err != nil {
+	} else if v.onHost, err = prot.MountOver(v.areas); err != nil {
 		return h, err
 	}
 	phase("areas mounted")

@@ -41,15 +41,6 @@ func TestStateDirs(t *testing.T) {
 	}
 }
 
-func TestInnermost(t *testing.T) {
-	roots := []string{"/a", "/a/b", "/c"}
-	for p, want := range map[string]int{"/a/x": 0, "/a/b/x": 1, "/a/b": 1, "/a/bb": 0, "/c": 2, "/d": -1} {
-		if got := innermost(p, roots); got != want {
-			t.Errorf("innermost(%s) = %d, want %d", p, got, want)
-		}
-	}
-}
-
 // TestGoferView checks what gVisor's gofer serves, from its own mount
 // namespace while a sandbox runs, with either file access: no kernel
 // filesystem of the host's, nothing of the state directory (other
@@ -218,7 +209,7 @@ func TestSentryIdentity(t *testing.T) {
 
 // TestProtectedLink: a protected path that is a symbolic link in the
 // workspace (.envrc to a file beside it) is not mounted on the host
-// (protectAreas follows no link) but by the spec, as before: what it
+// (sandbox.Protection.MountOver follows no link) but by the spec, as before: what it
 // points to stays read-only, with either file access.
 func TestProtectedLink(t *testing.T) {
 	forFileAccess(t, func(t *testing.T, rt *Runtime) {

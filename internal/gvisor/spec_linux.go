@@ -116,7 +116,7 @@ type view struct {
 	// gofer, whose host ids are those of the sandbox's user namespace.
 	areas []string
 	// onHost are the protected paths mounted on the host, in the areas
-	// (protectAreas): the spec binds the areas with them.
+	// (sandbox.Protection.MountOver): the spec binds the areas with them.
 	onHost map[string]bool
 	// submounts are the host's mounts inside the writable areas, which
 	// the spec binds again so that gVisor's kernel knows them as mount
@@ -242,7 +242,7 @@ func buildSpec(s policy.Spec, v view) ociSpec {
 	}
 	for _, root := range pr.Roots {
 		// With what is mounted in the area on the host: the protected
-		// paths (protectAreas).
+		// paths (sandbox.Protection.MountOver).
 		a := bind(area(root), v.inView(root), false)
 		a.Options[0] = "rbind"
 		m = append(m, a)

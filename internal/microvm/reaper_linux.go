@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -60,16 +61,27 @@ func ReaperMain(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "hutch: %s: runs only as the reaper of hutch's microVM processes\n", ReaperCommand)
 		return 2
 	}
-	dir := ""
-	if len(args) >= 2 && args[0] == "-dir" {
-		dir, args = args[1], args[2:]
+	dir, hostUmask, bad := "", -1, false
+options:
+	for len(args) >= 2 {
+		switch args[0] {
+		case "-dir":
+			dir = args[1]
+		case "-hostwrites":
+			u, err := strconv.ParseUint(args[1], 8, 32)
+			bad = bad || err != nil || u > 0o777
+			hostUmask = int(u)
+		default:
+			break options
+		}
+		args = args[2:]
 	}
 	n, err := 0, error(nil)
 	if len(args) >= 3 {
 		n, err = strconv.Atoi(args[0])
 	}
-	if len(args) < 3 || err != nil || n < 0 || n > 64 {
-		fmt.Fprintf(stderr, "hutch: %s: usage: %s [-dir DIR] N PATH ARGV0 ARGS...\n", ReaperCommand, ReaperCommand)
+	if bad || len(args) < 3 || err != nil || n < 0 || n > 64 {
+		fmt.Fprintf(stderr, "hutch: %s: usage: %s [-dir DIR] [-hostwrites UMASK] N PATH ARGV0 ARGS...\n", ReaperCommand, ReaperCommand)
 		return 2
 	}
 	// Named as ps shows it (started as /proc/self/exe, it would be
@@ -85,6 +97,15 @@ func ReaperMain(args []string, stderr io.Writer) int {
 	for i := range files {
 		files[i] = os.NewFile(uintptr(3+i), "file "+strconv.Itoa(3+i))
 		syscall.CloseOnExec(3 + i)
+	}
+	if hostUmask >= 0 {
+		// The child is forked from this thread, whose umask and filter
+		// it inherits (hostWrites).
+		runtime.LockOSThread()
+		if err := hostWrites(hostUmask); err != nil {
+			fmt.Fprintf(link, "%v\n", err)
+			return 127
+		}
 	}
 	c := &exec.Cmd{Path: args[1], Args: args[2:], Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, ExtraFiles: files}
 	if err := c.Start(); err != nil {
@@ -191,6 +212,30 @@ func startReapedThread(c *exec.Cmd, dir string) (p *reaped, done <-chan struct{}
 // namespace needs, c is started itself with a parent-death signal: it
 // cannot change its ids then (-runas needs root), so the signal holds.
 func startReaped(c *exec.Cmd, dir string) (*reaped, error) {
+	var opts []string
+	if dir != "" {
+		abs, err := filepath.Abs(dir)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, "-dir", abs)
+	}
+	return startReaper(c, opts)
+}
+
+// startReapedHostWrites is startReaped (with no VM directory) for a
+// process that writes host files for a guest (the workspace's
+// virtiofsd): it starts with umask as its umask and under the filter of
+// hostWrites, both set by its reaper before it forks it. It needs root.
+func startReapedHostWrites(c *exec.Cmd, umask fs.FileMode) (*reaped, error) {
+	if os.Geteuid() != 0 {
+		return nil, errors.New("microvm: a process writing host files for a guest needs root (its reaper confines it)")
+	}
+	return startReaper(c, []string{"-hostwrites", strconv.FormatUint(uint64(umask.Perm()), 8)})
+}
+
+// startReaper is startReaped with the reaper's options.
+func startReaper(c *exec.Cmd, opts []string) (*reaped, error) {
 	if os.Geteuid() != 0 {
 		c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setsid: true}
 		if err := c.Start(); err != nil {
@@ -206,14 +251,7 @@ func startReaped(c *exec.Cmd, dir string) (*reaped, error) {
 	}
 	link, theirs := os.NewFile(uintptr(fds[0]), "reaper link"), os.NewFile(uintptr(fds[1]), "reaper link")
 	defer theirs.Close()
-	args := []string{ReaperCommand}
-	if dir != "" {
-		abs, err := filepath.Abs(dir)
-		if err != nil {
-			return nil, err
-		}
-		args = append(args, "-dir", abs)
-	}
+	args := append([]string{ReaperCommand}, opts...)
 	args = append(append(args, strconv.Itoa(len(c.ExtraFiles)), c.Path), c.Args...)
 	r := exec.Command("/proc/self/exe", args...)
 	r.Env, r.Stdin, r.Stdout, r.Stderr = c.Env, c.Stdin, c.Stdout, c.Stderr

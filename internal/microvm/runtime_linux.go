@@ -55,6 +55,24 @@ func (rt *Runtime) Run(ctx context.Context, c sandbox.Config) (res sandbox.Resul
 	if warn == nil {
 		warn = io.Discard
 	}
+	// The workspace's protected paths (the default deny-write names, the
+	// home's own where the home lies in the workspace, every git
+	// directory, the policy's deny_write) and its deny-read paths, as in
+	// the other tiers: mounted over it where virtiofsd serves it
+	// (protectWorkspace), and what the command made that would run
+	// commands outside it set aside once the guest has ended.
+	prot, err := sandbox.Protect(s, sandbox.EnvHome(c.Environ), c.Log)
+	if err != nil {
+		return res, err
+	}
+	defer func() { res.SetAside = prot.Finish() }()
+	for _, w := range prot.Warnings {
+		fmt.Fprintf(warn, "hutch: warning: %s\n", w)
+	}
+	// The workspace by its real path, where its protections are mounted
+	// (virtiofsd refuses a source that is a symbolic link): one entered
+	// through a link is there in the guest too.
+	ws = prot.Spec.Filesystem.Workspace
 	env := c.Environ
 	var boot guest.Boot
 	if relayed(c) {
@@ -79,6 +97,9 @@ func (rt *Runtime) Run(ctx context.Context, c sandbox.Config) (res sandbox.Resul
 			Workspace: ws,
 			Hide:      append(policy.DefaultDenyRead(""), s.Filesystem.DenyRead...),
 			Virtiofsd: rt.Virtiofsd,
+			Mount: func(emptyFile, emptyDir string) error {
+				return protectWorkspace(prot, emptyFile, emptyDir)
+			},
 		},
 		Relay: relayed(c),
 		Boot:  boot,

@@ -11,6 +11,9 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/hutch-sandbox/hutch/internal/hostperm"
+	"github.com/hutch-sandbox/hutch/internal/sandbox"
 )
 
 // DefaultVirtiofsd is where Debian 12's qemu-system-common installs QEMU's
@@ -49,6 +52,14 @@ type Share struct {
 	Hide []string
 	// Virtiofsd is QEMU's virtiofsd; "" means DefaultVirtiofsd.
 	Virtiofsd string
+	// Mount, when set, runs on the thread whose mount namespace the
+	// virtiofsd processes copy, once the root's view is built and before
+	// any of them starts: what it mounts over Workspace there (hutch
+	// run's protected paths, its deny-read paths in the workspace) is
+	// what the guest is served, on the host's side, where nothing the
+	// guest does can undo it. emptyFile and emptyDir are an empty file
+	// and directory of mode 0, to bind over what must not be read.
+	Mount func(emptyFile, emptyDir string) error
 }
 
 // guestWorkspace is the workspace's path in the guest.
@@ -133,9 +144,14 @@ func (srv *shareServer) serve(s *Share, bin, dir string) ([]*reaped, error) {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return nil, fmt.Errorf("microvm: mount namespace for virtiofsd: %w", err)
 	}
-	root := filepath.Join(dir, "rootfs")
-	if err := buildRootView(root, filepath.Join(dir, "hidden"), s.Hide); err != nil {
+	root, hidden := filepath.Join(dir, "rootfs"), filepath.Join(dir, "hidden")
+	if err := buildRootView(root, hidden, s.Hide); err != nil {
 		return nil, err
+	}
+	if s.Mount != nil {
+		if err := s.Mount(filepath.Join(hidden, "file"), filepath.Join(hidden, "dir")); err != nil {
+			return nil, err
+		}
 	}
 	var cmds []*reaped
 	shares := []struct{ tag, src, cache string }{{rootTag, root, "always"}}
@@ -144,7 +160,7 @@ func (srv *shareServer) serve(s *Share, bin, dir string) ([]*reaped, error) {
 	}
 	for _, sh := range shares {
 		sock := filepath.Join(dir, "fs-"+sh.tag+".sock")
-		c, err := startVirtiofsd(bin, sock, sh.src, sh.cache, filepath.Join(dir, "virtiofsd-"+sh.tag+".log"))
+		c, err := startVirtiofsd(bin, sock, sh.src, sh.cache, filepath.Join(dir, "virtiofsd-"+sh.tag+".log"), sh.tag == workspaceTag)
 		if err != nil {
 			for _, c := range cmds {
 				c.kill()
@@ -160,8 +176,12 @@ func (srv *shareServer) serve(s *Share, bin, dir string) ([]*reaped, error) {
 // startVirtiofsd starts virtiofsd serving src on a unix socket listening
 // at sock, in its namespace sandbox (its own mount, pid and network
 // namespaces, pivoted into src, capabilities dropped, under seccomp),
-// under a reaper (startReaped): it dies with hutch.
-func startVirtiofsd(bin, sock, src, cache, logPath string) (*reaped, error) {
+// under a reaper (startReaped): it dies with hutch. hostWrites, for the
+// workspace the guest writes, confines what it writes there
+// (startReapedHostWrites: the sandbox's umask, hostperm's seccomp rules)
+// and drops its capability to make device nodes (and file capabilities,
+// which it serves no extended attribute for anyway).
+func startVirtiofsd(bin, sock, src, cache, logPath string, hostWrites bool) (*reaped, error) {
 	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
 	if err != nil {
 		return nil, fmt.Errorf("microvm: virtiofsd socket: %w", err)
@@ -178,12 +198,28 @@ func startVirtiofsd(bin, sock, src, cache, logPath string) (*reaped, error) {
 		return nil, fmt.Errorf("microvm: %w", err)
 	}
 	defer lf.Close()
-	c := exec.Command(bin, "--fd=3", "-o", "source="+src, "-o", "sandbox=namespace",
-		"-o", "cache="+cache, "-o", "no_posix_lock", "-o", "no_flock", "-o", "log_level=warn")
+	args := []string{"--fd=3", "-o", "source=" + src, "-o", "sandbox=namespace",
+		"-o", "cache=" + cache, "-o", "no_posix_lock", "-o", "no_flock", "-o", "log_level=warn"}
+	if hostWrites {
+		args = append(args, "-o", "modcaps=-mknod:-setfcap")
+	} else {
+		// The root's: no capability that bypasses file permissions, so
+		// that it reads for the guest only what others may read
+		// (rootOwnerMap); it writes nothing. CAP_FOWNER, which bypasses
+		// none for reading, stays: without it the guest could execute
+		// nothing (its opens of files it does not own fail).
+		args = append(args, "-o", "modcaps=-dac_override:-dac_read_search:-chown:-fsetid:-mknod:-setfcap")
+	}
+	c := exec.Command(bin, args...)
 	c.ExtraFiles = []*os.File{f}
 	c.Stdout, c.Stderr = lf, lf
 	c.Env = []string{}
-	r, err := startReaped(c, "")
+	var r *reaped
+	if hostWrites {
+		r, err = startReapedHostWrites(c, hostperm.SandboxUmask(hostperm.Umask()))
+	} else {
+		r, err = startReaped(c, "")
+	}
 	if err != nil {
 		return nil, fmt.Errorf("microvm: start virtiofsd: %w", err)
 	}
@@ -223,7 +259,7 @@ func buildRootView(root, hidden string, hide []string) error {
 				return fmt.Errorf("microvm: root view: %w", err)
 			}
 		case st.IsDir():
-			if err := bindReadOnly(host, dst, 0o755); err != nil {
+			if err := bindSystemDir(host, dst); err != nil {
 				return err
 			}
 			shared = append(shared, host)
@@ -262,6 +298,32 @@ func buildRootView(root, hidden string, hide []string) error {
 	}
 	if err := unix.Mount("", root, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
 		return fmt.Errorf("microvm: root view read-only: %w", err)
+	}
+	return nil
+}
+
+// rootOwnerMap shows the host's root's files in the guest's root as
+// owned by sandbox.RootMappedID, an id of no one's, and every other
+// owner's as nobody: the root's virtiofsd, without the capabilities that
+// bypass permissions (startVirtiofsd), reads for the guest only what
+// others may read on the host. A file of the system directories that
+// only root may read (/etc/shadow-, a service's key) stays closed to the
+// guest's root (S1), as to a sandbox of the other tiers, whatever the
+// deny list names.
+var rootOwnerMap = fmt.Sprintf("0 %d 1\n", sandbox.RootMappedID)
+
+// bindSystemDir binds the host's system directory src (its mount alone)
+// at dst, made as a directory, read-only, nosuid and nodev, idmapped
+// with rootOwnerMap.
+func bindSystemDir(src, dst string) error {
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return fmt.Errorf("microvm: root view: %w", err)
+	}
+	if err := sandbox.MountIdmappedAlone(src, dst, rootOwnerMap, rootOwnerMap); err != nil {
+		return fmt.Errorf("microvm: root view: %w", err)
+	}
+	if err := unix.Mount("", dst, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+		return fmt.Errorf("microvm: root view: %s read-only: %w", src, err)
 	}
 	return nil
 }

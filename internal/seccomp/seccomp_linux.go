@@ -103,3 +103,35 @@ func Supported() error {
 	}
 	return nil
 }
+
+// InstallRules installs a filter of rules alone (every other call
+// allowed) on the calling OS thread, as Install does: for a host process
+// of hutch's that a filter of its own confines (the microVM tier's
+// virtiofsd, which writes the workspace for its guest), the rules taken
+// from [HostWriteRules] and adapted. A [Notify] rule is refused: there is
+// no listener.
+func InstallRules(rules []Rule) error {
+	if native == nil {
+		return fmt.Errorf("seccomp: no syscall table for linux/%s: %w", runtime.GOARCH, ErrNotSupported)
+	}
+	for _, r := range rules {
+		if r.Action == Notify {
+			return fmt.Errorf("seccomp: rule for %s hands calls to a supervisor, which a filter of rules alone has not", r.Name)
+		}
+	}
+	prog, err := assemble(rules, native)
+	if err != nil {
+		return fmt.Errorf("seccomp: build filter for %s: %w", native.name, err)
+	}
+	filter := make([]unix.SockFilter, len(prog))
+	for i, in := range prog {
+		filter[i] = unix.SockFilter{Code: in.Code, Jt: in.Jt, Jf: in.Jf, K: in.K}
+	}
+	fp := unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
+	_, _, errno := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, 0, uintptr(unsafe.Pointer(&fp)))
+	runtime.KeepAlive(filter)
+	if errno != 0 {
+		return fmt.Errorf("seccomp: install filter: %s: %w", unix.ErrnoName(errno), errno)
+	}
+	return nil
+}

@@ -25,7 +25,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/hutch-sandbox/hutch/internal/microvm"
 	"github.com/hutch-sandbox/hutch/internal/policy"
+	"github.com/hutch-sandbox/hutch/internal/runner"
 	"github.com/hutch-sandbox/hutch/internal/testutil"
 )
 
@@ -33,11 +35,12 @@ import (
 type mode struct {
 	name  string
 	uid   int    // uid and gid of the hutch process
-	tier  string // policy.TierNamespace or policy.TierGVisor
+	tier  string // policy.TierNamespace, policy.TierGVisor or policy.TierMicroVM
 	runsc string // tier gvisor: the runsc binary (testutil.Runsc)
 	// directFS runs tier gvisor with runsc's direct file access
 	// (--gvisor-directfs), under which the properties must hold too.
 	directFS bool
+	kernel   string // tier microvm: the guest kernel's directory (guestKernel)
 }
 
 // modes are who starts hutch under the namespace tier.
@@ -59,6 +62,81 @@ var tiers = []struct {
 		{name: "root", uid: 0, tier: policy.TierGVisor},
 		{name: "root-directfs", uid: 0, tier: policy.TierGVisor, directFS: true},
 	}},
+}
+
+// microVM is who starts hutch under the microvm tier (hutch run --tier
+// microvm --allow-emulation, with the guest kernel of
+// $HUTCH_TEST_GUEST_KERNEL): root only, as the tier needs in this
+// version. Its guest is the workspace owner's (root's here), with a
+// kernel of its own.
+var microVM = mode{name: "root", uid: 0, tier: policy.TierMicroVM}
+
+// underMicroVM is the table of the tests that run under the microvm tier
+// too, as the subtest "microvm/root" of forEachMode: the escape items of
+// the filesystem (ESCAPES 1, 3–7, 21–24), environment (2), network (13,
+// 15–18) and secrets (19) classes as they apply to hutch run. Every other
+// test skips it: those of these classes in notUnderMicroVM, with the
+// table's reason, and those of the other classes (processes, privilege,
+// resources, sockets by path, terminals, policy, hutch serve and mcp) as
+// not the tier's escape items in this version. Each guest boots under
+// QEMU's software emulation on a machine without KVM, several
+// CPU-seconds a boot, so an item runs here in as few sandboxes as its
+// attacks allow.
+var underMicroVM = []string{
+	// Files.
+	"TestItem01_CredentialFiles",
+	"TestItem03_HostRootOnlyFiles",
+	"TestItem04_ShellRCWorkspace",
+	"TestItem05_Git",
+	"TestItem05_SubmoduleGitDir",
+	"TestItem06_ToolConfigWorkspace",
+	"TestItem07_RenameParent",
+	"TestItem07_WorkspaceThroughLink",
+	"TestItem21_SetIDFiles",
+	"TestItem21_FileCaps",
+	"TestItem21_GitWritable",
+	"TestItem21_Copies",
+	"TestItem22_GitEverywhere",
+	"TestItem23_ToolConfig",
+	"TestItem24_CredentialStores",
+	// Environment.
+	"TestItem02_Environment",
+	"TestItem02_SecretNeverInSandbox",
+	// Network.
+	"TestItem13_AbstractSockets",
+	"TestItem15_DirectEgress",
+	"TestItem15_PolicyNoDirectRoute",
+	"TestItem15_ProxyBypass",
+	"TestItem16_DNS",
+	"TestItem16_DNSProxy",
+	"TestItem17_FilterCoverage",
+	"TestItem18_SSRF",
+	"TestItem18_SSRFProxy",
+	"TestItem18_SSRFAskedHosts",
+	// Secrets.
+	"TestItem19_Placeholders",
+}
+
+// notUnderMicroVM is the table of the tests of underMicroVM's classes
+// that do not run under the microvm tier, each with the reason.
+var notUnderMicroVM = map[string]string{
+	"TestItem02_SecretCopiesRefused":  "hutch refuses a secret's copies on the host before any sandbox starts, the same for every tier; only its control would boot a guest",
+	"TestItem04_ShellRCHome":          "needs the home directory writable (--allow-write ~), refused under microvm (policy.TierRefusals: filesystem.allow_write); the guest sees no home of the host's",
+	"TestItem06_AutostartHome":        "needs the home directory writable (--allow-write ~), refused under microvm (policy.TierRefusals: filesystem.allow_write); the guest sees no home of the host's",
+	"TestItem07_Symlinks":             "attacks the home through links the sandbox makes; the guest sees no home of the host's and resolves links in its own view, where only the workspace is the host's writable files (TestItem01_CredentialFiles and TestItem24_CredentialStores run with the home as the workspace)",
+	"TestItem07_BindMountAliases":     "attacks the home's other names on the host; the guest sees no home of the host's, and the root's view binds the system directories without what is mounted in them",
+	"TestItem07_LinkFollowedNextRun":  "its control reads the home through a link; the guest sees no home of the host's (hutch's host-side steps that follow no link are the other tiers' sandbox.Protect, which the microvm tier shares)",
+	"TestItem07_ReviewModeWrites":     "review mode is refused under microvm (policy.TierRefusals: filesystem.workspace_mode)",
+	"TestItem07_Volumes":              "volumes are hutch serve's, refused for the tier there",
+	"TestItem07_VolumeContentPaths":   "volumes are hutch serve's, refused for the tier there",
+	"TestItem21_ServedLayer":          "hutch serve's: the suite's served tests run daemons of the namespace and gVisor tiers (forEachServedTier); a served guest's root and workspace are in its memory, nothing of the host's is shared writable (cmd/hutch's TestServeMicroVM*)",
+	"TestItem21_CpFromServed":         "hutch serve's: the suite's served tests run daemons of the namespace and gVisor tiers (forEachServedTier); hutch cp applies hostperm's rule on the host whatever the tier",
+	"TestItem21_ReviewWorkspaceApply": "review workspaces are refused for the tier under hutch serve",
+	"TestItem24_DiffShowsOnlyTheView": "hutch serve's diffs; snapshots and diffs are refused for the tier there",
+	"TestItem21_Umask":                "the namespace tier's supervisor keeps the umask's withheld bits in the sandbox; under microvm the guest's umask is its own, and the workspace's virtiofsd applies the sandbox's umask on the host (TestItem21_SetIDFiles and _Copies check the host's modes)",
+	"TestItem13_SocketFamilies":       "the families are the guest's own kernel's, whose root (the workspace's owner, root here) holds every capability of it, with no network or vsock device: what they could reach of the host's is egress, TestItem15_*'s",
+	"TestItem15_NetHost":              "needs --net host, refused under microvm (policy.TierRefusals: network.mode): the guest has no network device",
+	"TestItem19_E2BSecretRules":       "E2B's API is hutch serve's, whose sandboxes of the tier are not the escape suite's",
 }
 
 // notUnderGVisor is the table of the tests that do not run under the
@@ -168,11 +246,30 @@ type harness struct {
 // forEachMode runs f under every tier of tiers, as the parallel subtests
 // "namespace" and "gvisor", and in each as the parallel subtests of who
 // starts hutch ("root", "user"), each with a fresh sandbox environment. A
-// test of notUnderGVisor skips its "gvisor" subtest with the table's reason.
+// test of notUnderGVisor skips its "gvisor" subtest with the table's
+// reason. A test of underMicroVM runs under the microvm tier too, as the
+// subtest "microvm/root"; every other test skips "microvm", with
+// notUnderMicroVM's reason when it is there.
 func forEachMode(t *testing.T, f func(t *testing.T, sb *harness)) {
 	t.Helper()
 	testutil.RequireRoot(t)
 	t.Parallel()
+	t.Run(policy.TierMicroVM, func(t *testing.T) {
+		name := t.Name()[:strings.Index(t.Name(), "/")]
+		if why, ok := notUnderMicroVM[name]; ok {
+			t.Skip("not under the microvm tier (notUnderMicroVM): " + why)
+		}
+		if !slices.Contains(underMicroVM, name) {
+			t.Skip("not under the microvm tier: its escape items are those of underMicroVM (files, environment, network, secrets)")
+		}
+		t.Parallel()
+		m := microVM
+		m.kernel = guestKernel(t)
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			f(t, newSandbox(t, m))
+		})
+	})
 	for _, tr := range tiers {
 		t.Run(tr.name, func(t *testing.T) {
 			t.Parallel()
@@ -202,12 +299,46 @@ func forEachMode(t *testing.T, f func(t *testing.T, sb *harness)) {
 // gvisor reports whether the sandbox runs under the gVisor tier.
 func (sb *harness) gvisor() bool { return sb.mode.tier == policy.TierGVisor }
 
+// microvm reports whether the sandbox runs under the microvm tier.
+func (sb *harness) microvm() bool { return sb.mode.tier == policy.TierMicroVM }
+
+// guestKernel returns the guest kernel's directory for the microvm tier
+// ($HUTCH_TEST_GUEST_KERNEL, else the cache's current one), or skips
+// (fails under HUTCH_TEST_ROOT=1) when the host cannot boot a guest: no
+// QEMU or virtiofsd, no kernel fetched by scripts/guest-kernel.sh.
+func guestKernel(t *testing.T) string {
+	t.Helper()
+	_, err := exec.LookPath("qemu-system-x86_64")
+	testutil.Need(t, err == nil, "no qemu-system-x86_64 (scripts/guest-kernel.sh installs it)")
+	_, err = os.Stat(microvm.DefaultVirtiofsd)
+	testutil.Need(t, err == nil, "no virtiofsd (Debian's qemu-system-common)")
+	if dir := os.Getenv("HUTCH_TEST_GUEST_KERNEL"); dir != "" {
+		return dir
+	}
+	k, err := microvm.FindKernel("")
+	testutil.Need(t, err == nil, "no guest kernel (run scripts/guest-kernel.sh)")
+	return k.Dir
+}
+
 // gvisorAlso returns want with, under the gVisor tier only, the results of
 // also accepted too: what gVisor's kernel answers to the same attack. Each
 // caller says why none of them is an escape. Under the namespace tier want
 // is returned unchanged.
 func (sb *harness) gvisorAlso(want, also map[string][]string) map[string][]string {
-	if !sb.gvisor() {
+	return alsoIf(sb.gvisor(), want, also)
+}
+
+// microvmAlso is gvisorAlso for the microvm tier: want with, under the
+// microvm tier only, the results of also accepted too, what the guest's
+// own kernel answers to the same attack. Each caller says why none of
+// them is an escape.
+func (sb *harness) microvmAlso(want, also map[string][]string) map[string][]string {
+	return alsoIf(sb.microvm(), want, also)
+}
+
+// alsoIf returns want with, when on, the results of also added.
+func alsoIf(on bool, want, also map[string][]string) map[string][]string {
+	if !on {
 		return want
 	}
 	out := maps.Clone(want)
@@ -319,8 +450,14 @@ func (sb *harness) env(extra []string) []string {
 
 // command prepares hutch with args as the sandbox's mode says: under the
 // gVisor tier, "hutch run" and "hutch mcp" get --tier gvisor and the
-// test's runsc (and --gvisor-directfs in a mode of direct file access).
+// test's runsc (and --gvisor-directfs in a mode of direct file access);
+// under the microvm tier, "hutch run" gets --tier microvm and
+// --allow-emulation, and hutch the guest kernel's directory.
 func (sb *harness) command(o opts, args ...string) *exec.Cmd {
+	if sb.microvm() && len(args) > 0 && args[0] == "run" {
+		args = append([]string{args[0], "--tier", policy.TierMicroVM, "--allow-emulation"}, args[1:]...)
+		o.env = append(slices.Clip(o.env), runner.GuestKernelEnv+"="+sb.mode.kernel)
+	}
 	if sb.gvisor() && len(args) > 0 && (args[0] == "run" || args[0] == "mcp") {
 		flags := []string{args[0], "--tier", policy.TierGVisor, "--runsc", sb.mode.runsc}
 		if sb.mode.directFS {

@@ -79,7 +79,8 @@ func TestGVisorKernel(t *testing.T) {
 }
 
 // TestNotUnderGVisorNamesTests: every entry of notUnderGVisor (and of
-// servedNotUnderGVisor and notUnderDirectFS) names a test
+// servedNotUnderGVisor, notUnderDirectFS, underMicroVM and
+// notUnderMicroVM, the last two apart) names a test
 // of this package, so that a renamed test cannot leave an entry that
 // skips nothing while the renamed one runs under gVisor unnoticed, or the
 // reverse.
@@ -100,7 +101,15 @@ func TestNotUnderGVisorNamesTests(t *testing.T) {
 			}
 		}
 	}
-	for table, m := range map[string]map[string]string{"notUnderGVisor": notUnderGVisor, "servedNotUnderGVisor": servedNotUnderGVisor, "notUnderDirectFS": notUnderDirectFS} {
+	for _, name := range underMicroVM {
+		if !tests[name] {
+			t.Errorf("underMicroVM names %s, which is no test of this package", name)
+		}
+		if why, ok := notUnderMicroVM[name]; ok {
+			t.Errorf("%s is in both underMicroVM and notUnderMicroVM (%s)", name, why)
+		}
+	}
+	for table, m := range map[string]map[string]string{"notUnderGVisor": notUnderGVisor, "servedNotUnderGVisor": servedNotUnderGVisor, "notUnderDirectFS": notUnderDirectFS, "notUnderMicroVM": notUnderMicroVM} {
 		for name, why := range m {
 			if !tests[name] {
 				t.Errorf("%s names %s (%s), which is no test of this package", table, name, why)
