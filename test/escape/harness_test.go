@@ -393,7 +393,7 @@ type opts struct {
 	// inherited after extraFiles) in a session of its own, where hutch
 	// run asks what the approval rules say ask; stdin stays o.stdin.
 	ctty     *os.File
-	deadline time.Duration // hutch is killed and the test fails after this long (default 90s)
+	deadline time.Duration // hutch is killed and the test fails after this long (default 5 minutes, 15 under microvm)
 	noCheck  bool          // do not fail the test when hutch could not start the sandbox
 	umask    string        // hutch's umask (octal), when not the test's own
 	// fuse, when set, is a device node bound over /dev/fuse in a mount
@@ -565,8 +565,14 @@ func (p *running) wait() result {
 	deadline := p.o.deadline
 	if deadline == 0 {
 		// Only against a hang: a sandbox under gVisor on a busy
-		// machine can take minutes for what takes seconds alone.
+		// machine can take minutes for what takes seconds alone, and
+		// a guest under software emulation more (TestItem19_Placeholders'
+		// thirty-odd proxied requests: 49 s alone, over 5 minutes in the
+		// whole suite).
 		deadline = 5 * time.Minute
+		if p.sb.microvm() {
+			deadline = 15 * time.Minute
+		}
 	}
 	var killed atomic.Bool
 	timer := time.AfterFunc(deadline, func() { killed.Store(true); _ = p.cmd.Process.Kill() })
