@@ -37,8 +37,10 @@ import (
 //     a unix socket it binds in a directory of the host's bound into its
 //     view at agentAt (runsc --host-uds=create: the gofer makes the socket
 //     on the host and hands the Sentry its listening descriptor). The
-//     directory is the sandbox's root's (its host id) until the socket is
-//     there; then hutch makes it root's, mode 0700, before any code of the
+//     directory is the sandbox's root's (its host id) until the agent
+//     listens there (waitListening: the gofer's work on the socket's file
+//     goes on after the file is made); then hutch makes it root's, mode
+//     0700, before any code of the
 //     sandbox can run (the agent runs none before a daemon connects): the
 //     gofer, whose host ids are the sandbox's, can then neither remove,
 //     rename nor make anything there, so no code of the sandbox can put a
@@ -138,8 +140,8 @@ func (s *served) launchDetached(args []string, link string) error {
 		return fmt.Errorf("state directory: %w", err)
 	}
 	sock := filepath.Join(s.dir, agentDir, agentSock)
-	if err := s.waitSocket(sock); err != nil {
-		return err
+	if err := waitListening(sock, s.pidfd, socketTimeout); err != nil {
+		return fmt.Errorf("%w: %s", err, s.console())
 	}
 	if err := lockAgentDir(filepath.Join(s.dir, agentDir), sock); err != nil {
 		return err
@@ -159,20 +161,36 @@ func (s *served) launchDetached(args []string, link string) error {
 // socketTimeout bounds the wait for a starting agent's socket.
 const socketTimeout = time.Minute
 
-// waitSocket waits until the agent has made its socket at sock, and fails
-// if the sandbox ends first.
-func (s *served) waitSocket(sock string) error {
-	deadline := time.Now().Add(socketTimeout)
+// errSandboxEnded is waitListening's error when the sandbox ends first.
+var errSandboxEnded = errors.New("the sandbox ended before its agent listened")
+
+// waitListening waits until something listens on the unix socket at sock:
+// until a connection to it is accepted (and closed again at once; the
+// agent refuses it, having had no token). The socket's file alone is not
+// enough: gVisor's gofer makes it with bind(2), then opens and chowns it
+// in its directory, and only later listens; lockAgentDir in between would
+// make the gofer's next step fail (EACCES: the directory is no longer its
+// ids'), and the agent's bind with it. It fails with errSandboxEnded once
+// pidfd, the sandbox's, says it has ended, and after timeout.
+func waitListening(sock string, pidfd int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
 	for pause := 500 * time.Microsecond; ; pause = min(2*pause, 20*time.Millisecond) {
-		if _, err := os.Lstat(sock); err == nil {
+		c, err := net.DialTimeout("unix", sock, time.Second)
+		if err == nil {
+			c.Close()
 			return nil
 		}
-		n, _ := unix.Poll([]unix.PollFd{{Fd: int32(s.pidfd), Events: unix.POLLIN}}, 0)
-		if n > 0 {
-			return fmt.Errorf("the sandbox ended before its agent listened: %s", s.console())
+		if errors.Is(err, unix.EAGAIN) {
+			return nil // listening, its backlog full
+		}
+		if !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.ECONNREFUSED) {
+			return fmt.Errorf("the agent's socket: %w", err)
+		}
+		if n, _ := unix.Poll([]unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}, 0); n > 0 {
+			return errSandboxEnded
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the agent made no socket within %s: %s", socketTimeout, s.console())
+			return fmt.Errorf("the agent did not listen within %s", timeout)
 		}
 		time.Sleep(pause)
 	}
