@@ -19,9 +19,8 @@ func Check(kernelDir string, allowEmulation bool) (lines []string, ok bool) {
 		}
 		lines = append(lines, mark+fmt.Sprintf(format, args...))
 	}
-	if f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0); err == nil {
-		f.Close()
-		add(true, "KVM: /dev/kvm opens")
+	if err := usableKVM(); err == nil {
+		add(true, "KVM: /dev/kvm opens, the CPU has hardware virtualization")
 	} else {
 		add(allowEmulation, "KVM: %v: only software emulation, tens of times slower (--allow-emulation)", err)
 	}

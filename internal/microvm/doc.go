@@ -23,7 +23,8 @@
 // hutch's egress proxy as yamux streams, which the host serves the
 // sandbox's proxy on (serveProxyRelay).
 //
-// Boot starts QEMU (KVM when /dev/kvm opens; software emulation, TCG, only
+// Boot starts QEMU (KVM when /dev/kvm opens on a CPU with hardware
+// virtualization, usableKVM; software emulation, TCG, only
 // when Config.AllowEmulation says so), accepts the connection QEMU makes
 // for the port's character device on a unix socket of the VM's directory,
 // and returns once the guest's agent has spoken: VM.Conn is the agent's

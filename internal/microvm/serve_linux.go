@@ -148,7 +148,7 @@ const maxHostDir = 70
 // noAccelErr is the tier's refusal on a host without KVM when emulation
 // was not allowed.
 func noAccelErr() error {
-	return fmt.Errorf("tier %q: this host has no hardware virtualization (/dev/kvm does not open); --allow-emulation runs the guest under QEMU's software emulation, tens of times slower", policy.TierMicroVM)
+	return fmt.Errorf("tier %q: this host has no hardware virtualization KVM can use (%v); --allow-emulation runs the guest under QEMU's software emulation, tens of times slower", policy.TierMicroVM, usableKVM())
 }
 
 // checkStart refuses what Start cannot do: another tier's spec, hutch

@@ -21,7 +21,7 @@ import (
 )
 
 // ErrNoAccel is wrapped by Boot's error when the host has no hardware
-// virtualization (/dev/kvm does not open) and Config.AllowEmulation is
+// virtualization KVM can use (usableKVM) and Config.AllowEmulation is
 // false.
 var ErrNoAccel = errors.New("no hardware virtualization")
 
@@ -351,18 +351,17 @@ func (v *VM) awaitQEMU(ctx context.Context, ch <-chan accepted, what string) (ne
 	}
 }
 
-// useEmulation tells whether the guest must run under TCG: when /dev/kvm
-// does not open, if allowed.
+// useEmulation tells whether the guest must run under TCG: when this
+// host's KVM cannot run it (usableKVM), if allowed.
 func useEmulation(allow bool) (bool, error) {
-	f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
+	err := usableKVM()
 	if err == nil {
-		f.Close()
 		return false, nil
 	}
 	if allow {
 		return true, nil
 	}
-	return false, fmt.Errorf("microvm: /dev/kvm: %w: %w (software emulation, many times slower, is allowed only explicitly)", ErrNoAccel, err)
+	return false, fmt.Errorf("microvm: %w: %w (software emulation, many times slower, is allowed only explicitly)", ErrNoAccel, err)
 }
 
 // qemuArgs is QEMU's command line: the microvm machine without default
