@@ -1,9 +1,6 @@
 package microvm
 
-import (
-	"os"
-	"testing"
-)
+import "testing"
 
 // TestHardwareVirt: only a CPU whose every processor lists vmx or svm
 // among its flags has the hardware virtualization KVM needs to run an
@@ -26,24 +23,5 @@ func TestHardwareVirt(t *testing.T) {
 			t.Errorf("%s: hardwareVirt = %v, want %v", c.name, got, c.want)
 		}
 	}
-	// This host: usableKVM agrees with its own /proc/cpuinfo and /dev/kvm.
-	info, err := os.ReadFile("/proc/cpuinfo")
-	if err != nil {
-		t.Skip(err)
-	}
-	_, kvmErr := os.Stat("/dev/kvm")
-	err = usableKVM()
-	t.Logf("this host: %v", err)
-	if (err == nil) != (kvmErr == nil && hardwareVirt(info) && canOpenKVM()) {
-		t.Errorf("usableKVM() = %v on a host whose /dev/kvm stats %v and CPU has hardware virtualization %v", err, kvmErr, hardwareVirt(info))
-	}
-}
-
-func canOpenKVM() bool {
-	f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
-	if err != nil {
-		return false
-	}
-	f.Close()
-	return true
+	t.Logf("this host: usableKVM() = %v", usableKVM())
 }
