@@ -5,12 +5,15 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/hutch-sandbox/hutch/internal/testutil"
 )
 
 // TestServeMicroVM: hutch serve --default-tier microvm --allow-emulation
@@ -26,7 +29,7 @@ import (
 // lets it go on; a pause without memory and a snapshot are refused naming
 // the tier; hutch rm leaves no QEMU or virtiofsd and no sandbox directory
 // (a daemon killed: TestServeMicroVMDiesWithDaemon).
-// A daemon of the tier with warm sandboxes is refused at start.
+// A daemon of the tier with a warm pool of an image's is refused at start.
 func TestServeMicroVM(t *testing.T) {
 	env := microVMEnv(t, t.TempDir())
 	kernelEnv := env[len(env)-1]
@@ -34,9 +37,9 @@ func TestServeMicroVM(t *testing.T) {
 	_, port, _ := net.SplitHostPort(up.addr)
 
 	r := hutch(t, invocation{env: append(baseEnv(t.TempDir()), kernelEnv), args: []string{"serve", "--socket", filepath.Join(t.TempDir(), "s.sock"),
-		"--state-dir", filepath.Join(t.TempDir(), "state"), "--default-tier", "microvm", "--allow-emulation", "--warm", "1"}})
-	if r.code != 1 || !strings.Contains(r.stderr, "warm sandboxes of the default policy (--warm): tier microvm: warm pools: not supported in this version") {
-		t.Errorf("hutch serve --default-tier microvm --warm 1: %s\nwant warm pools refused for the tier", r)
+		"--state-dir", filepath.Join(t.TempDir(), "state"), "--default-tier", "microvm", "--allow-emulation", "--template", "bb=hutch.test/bb:1", "--warm", "bb=1"}})
+	if r.code != 1 || !strings.Contains(r.stderr, "warm pool bb: tier microvm: an image as the root: not supported in this version") {
+		t.Errorf("hutch serve --default-tier microvm --warm bb=1 of an image's template: %s\nwant the pool refused for the tier", r)
 	}
 
 	d := startDaemonEnv(t, []string{kernelEnv}, nil, "--default-tier", "microvm", "--allow-emulation", "--allow-private", "127.0.0.1/32")
@@ -147,6 +150,48 @@ curl -sS --max-time 60 -o /dev/null -w '%{http_code}\n' http://blocked.test:`+po
 		t.Errorf("after hutch rm, the sandbox's directory: %v", err)
 	}
 
+}
+
+// TestServeMicroVMWarm: hutch serve --default-tier microvm --warm 1 keeps
+// a guest booted, its memory (QEMU's resident memory) the gauge
+// hutch_warm_memory_bytes; a create with the default policy takes it (the
+// warm count's hit) and its commands run on the guest's kernel with the
+// create's environment; the pool boots another.
+func TestServeMicroVMWarm(t *testing.T) {
+	t.Parallel()
+	env := microVMEnv(t, t.TempDir())
+	d := startDaemonEnv(t, []string{env[len(env)-1]}, nil, "--default-tier", "microvm", "--allow-emulation", "--warm", "1")
+	const ready = `hutch_warm_sandboxes{template=""} 1`
+	if !testutil.Eventually(3*time.Minute, func() bool { return strings.Contains(d.metrics(t), ready+"\n") }) {
+		t.Fatalf("the warm pool did not fill: no %s in\n%s", ready, d.metrics(t))
+	}
+	mem := regexp.MustCompile(`(?m)^hutch_warm_memory_bytes\{template=""\} (\S+)$`).FindStringSubmatch(d.metrics(t))
+	if mem == nil {
+		t.Fatalf("no hutch_warm_memory_bytes of the pool:\n%s", d.metrics(t))
+	}
+	if n, err := strconv.ParseFloat(mem[1], 64); err != nil || n < 10<<20 {
+		t.Errorf("hutch_warm_memory_bytes %s: want a booted guest's QEMU, tens of MiB at least", mem[1])
+	} else {
+		t.Logf("an idle warm guest holds %.0f MiB", n/(1<<20))
+	}
+
+	start := time.Now()
+	r := d.admin(t, "create", "--env", "GREETING=warm")
+	wantOK(t, r)
+	id := lastLine(r.stdout)
+	r = d.admin(t, "exec", id, "--", "sh", "-c", `echo "$GREETING $(uname -r)"`)
+	wantOK(t, r)
+	t.Logf("a warm microVM: create to first output %v", time.Since(start))
+	if got := strings.Fields(r.stdout); len(got) != 2 || got[0] != "warm" || !strings.Contains(got[1], "cloud") {
+		t.Errorf("exec in the warm guest: %q, want the create's environment and the guest's kernel", r.stdout)
+	}
+	if m := d.metrics(t); !strings.Contains(m, `hutch_warm_creates_total{template="",result="hit"} 1`+"\n") {
+		t.Errorf("the create did not take the warm guest:\n%s", m)
+	}
+	if !testutil.Eventually(3*time.Minute, func() bool { return strings.Contains(d.metrics(t), ready+"\n") }) {
+		t.Errorf("the warm pool did not boot another guest: no %s in\n%s", ready, d.metrics(t))
+	}
+	wantOK(t, d.admin(t, "rm", id))
 }
 
 // waitGone waits up to a minute for procs to end.

@@ -89,7 +89,7 @@ func newAPIMetrics(m Manager, more []metrics.Collector) *apiMetrics {
 	create := newCreate()
 	am.create = create.With()
 	sandboxes := sandboxesGauge("Sandboxes of all tenants by state.", m.Counts)
-	am.reg.Register(am.requests, create, am.exec, sandboxes, daemon.SandboxesCreated, daemon.EgressRefused, daemon.EgressBytes, daemon.WarmSandboxes, daemon.WarmCreates, daemon.OOMKills, FrontRequests,
+	am.reg.Register(am.requests, create, am.exec, sandboxes, daemon.SandboxesCreated, daemon.EgressRefused, daemon.EgressBytes, daemon.WarmSandboxes, daemon.WarmMemory, daemon.WarmCreates, daemon.OOMKills, FrontRequests,
 		daemon.ImageCache, fetch.Layers, fetch.Bytes, fetch.UnpackSeconds)
 	am.reg.Register(more...)
 	return am

@@ -117,12 +117,57 @@ var (
 			}
 			return out, nil
 		})
+	// WarmMemory is the gauge of the memory the ready warm sandboxes
+	// hold, idle: each one's as its usage reads it (its cgroup's charge;
+	// a microVM's, QEMU's resident memory).
+	WarmMemory = metrics.NewGaugeFunc("hutch_warm_memory_bytes",
+		"Memory held by the warm sandboxes ready to be taken, idle, by pool (template; \"\" for the default policy's), in bytes.", []string{"template"},
+		func() ([]metrics.Sample, error) {
+			mem := map[string]int64{}
+			livePools.Lock()
+			for p := range livePools.m {
+				mem[p.name] += p.memory()
+			}
+			livePools.Unlock()
+			out := make([]metrics.Sample, 0, len(mem))
+			for name, n := range mem {
+				out = append(out, metrics.Sample{Values: []string{name}, Value: float64(n)})
+			}
+			return out, nil
+		})
 	// WarmCreates counts the creates whose policy is a pool's, by pool
 	// and result: "hit" (it took a warm sandbox) or "miss" (none was
 	// ready, or none still answered: it started cold).
 	WarmCreates = metrics.NewCounter("hutch_warm_creates_total",
 		"Creates whose policy is a warm pool's, by pool (template) and result: hit (took a warm sandbox) or miss (started cold).", "template", "result")
 )
+
+// livePools are the started pools of every manager of the process, for
+// WarmMemory.
+var livePools = struct {
+	sync.Mutex
+	m map[*pool]struct{}
+}{m: map[*pool]struct{}{}}
+
+// memory is the memory p's ready warm sandboxes hold, as far as their
+// usage can be read.
+func (p *pool) memory() int64 {
+	p.mu.Lock()
+	var readers []usageReader
+	for _, w := range p.ready {
+		if r, ok := w.l.inst.(usageReader); ok {
+			readers = append(readers, r)
+		}
+	}
+	p.mu.Unlock()
+	var n int64
+	for _, r := range readers {
+		if u, err := r.Usage(); err == nil {
+			n += u.Memory
+		}
+	}
+	return n
+}
 
 // pool is a warm pool of a manager.
 type pool struct {
@@ -166,14 +211,17 @@ func (m *Manager) newPool(wp WarmPool) (*pool, error) {
 	if tier == "" {
 		tier = m.cfg.DefaultTier
 	}
-	if err := tierRefuses(tier, lackWarmPool); err != nil {
-		if wp.Name == "" {
-			return nil, fmt.Errorf("warm sandboxes of the default policy (--warm): %w", err)
-		}
-		return nil, fmt.Errorf("warm pool %s: %w", wp.Name, err)
-	}
 	p := &pool{name: wp.Name, size: wp.Size, policy: clonePolicy(wp.Policy), key: key}
 	p.ref, _ = wp.Policy.Image()
+	if p.ref != "" {
+		// Its sandboxes would fail to start over and over.
+		if err := tierRefuses(tier, lackImage); err != nil {
+			if wp.Name == "" {
+				return nil, fmt.Errorf("warm sandboxes of the default policy (--warm): %w", err)
+			}
+			return nil, fmt.Errorf("warm pool %s: %w", wp.Name, err)
+		}
+	}
 	if wp.Name != "" {
 		// The default policy needs no check; the others' start with
 		// their first warm sandbox otherwise, failing over and over.
@@ -191,6 +239,9 @@ func (m *Manager) start(p *pool) {
 	p.stopc = make(chan struct{})
 	p.ctx, p.cancel = ctx, cancel
 	m.log.Info("warm pool", "template", p.name, "size", p.size, "image", p.ref)
+	livePools.Lock()
+	livePools.m[p] = struct{}{}
+	livePools.Unlock()
 	p.wg.Add(1)
 	go m.fill(p)
 	p.kick()
@@ -441,6 +492,9 @@ func alive(l *live) error {
 // they started) and returns the warm sandboxes that were ready, for the
 // caller to end.
 func (p *pool) halt() []*live {
+	livePools.Lock()
+	delete(livePools.m, p)
+	livePools.Unlock()
 	p.mu.Lock()
 	p.halted = true
 	p.mu.Unlock()

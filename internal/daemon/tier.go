@@ -110,9 +110,11 @@ func (m *Manager) runtime(tier string) (sandbox.Runtime, error) {
 // refused with an error of category ErrUnsupported naming the tier and
 // what (S2), never dropped. The microvm tier's guest keeps its root and
 // workspace in its own memory (no layer on the host to copy or save)
-// and cannot outlive the daemon; its warm pools come later.
+// and cannot outlive the daemon; its guest boots on the host's system
+// directories, not an image (a warm pool of an image's is refused at
+// start, naming it).
 const (
-	lackWarmPool     = "warm pools"
+	lackImage        = "an image as the root"
 	lackSnapshot     = "snapshots and forks (its root and workspace are in the guest's memory, which the daemon cannot copy)"
 	lackFromSnapshot = "a start from a snapshot"
 	lackVolumes      = "volumes"
@@ -121,7 +123,7 @@ const (
 
 // tierLacks lists, for each tier that lacks any, what it lacks.
 var tierLacks = map[string][]string{
-	policy.TierMicroVM: {lackWarmPool, lackSnapshot, lackFromSnapshot, lackVolumes, lackColdBoot},
+	policy.TierMicroVM: {lackImage, lackSnapshot, lackFromSnapshot, lackVolumes, lackColdBoot},
 }
 
 // tierRefuses is the refusal of what, which a sandbox of tier cannot do
