@@ -14,9 +14,11 @@
 #
 # Usage: bench/serve.sh [--markdown] [--tiers LIST] [--runsc PATH] [-n N] [-e N] [-c N] [-dur D] [-idle N[,TIER=N]] [-runc-n N]
 #   --markdown   print markdown tables (for docs/benchmarks.md)
-#   --tiers LIST tiers to measure, comma-separated: namespace, gvisor
-#                (default: both when there is a runsc, else namespace,
-#                saying that gvisor is skipped)
+#   --tiers LIST tiers to measure, comma-separated: namespace, gvisor,
+#                microvm (default: namespace and gvisor when there is a
+#                runsc, else namespace, saying that gvisor is skipped;
+#                microvm when asked: it needs scripts/guest-kernel.sh's
+#                kernel, and emulates where there is no KVM)
 #   --runsc PATH runsc for the gvisor tier (default: $RUNSC, else runsc on
 #                PATH); it must be the pinned version hutch serve accepts
 #   -n N         create → output → destroy cycles per tier (default 200)

@@ -1,9 +1,11 @@
 //go:build linux
 
 // Command serve measures `hutch serve` through its Go SDK (package client),
-// for each isolation tier of -tiers (namespace, gvisor): it starts a
-// daemon of its own per tier on a unix socket in -work, with that tier as
-// its --default-tier (and -runsc as the gvisor tier's --runsc), and
+// for each isolation tier of -tiers (namespace, gvisor, microvm): it
+// starts a daemon of its own per tier on a unix socket in -work, with that
+// tier as its --default-tier (and -runsc as the gvisor tier's --runsc;
+// --allow-emulation for the microvm tier, whose guests run under QEMU's
+// software emulation where the host has no KVM they can use), and
 // reports in one run (the latencies' samples interleaved between the
 // tiers, so that they see the same load on the machine; the throughput
 // and the idle memory one tier after the other)
@@ -94,7 +96,7 @@ type config struct {
 }
 
 // The tiers the daemon knows, as hutch serve --default-tier names them.
-var knownTiers = []string{"namespace", "gvisor"}
+var knownTiers = []string{"namespace", "gvisor", "microvm"}
 
 func main() {
 	var cfg config
@@ -105,7 +107,7 @@ func main() {
 	flag.IntVar(&cfg.e, "e", 2000, "exec round trips per way")
 	flag.IntVar(&cfg.c, "c", 16, "concurrent clients in the throughput phase")
 	flag.DurationVar(&cfg.dur, "dur", 3*time.Second, "length of each throughput run")
-	flag.StringVar(&tiers, "tiers", "namespace", "isolation tiers to measure, comma-separated (namespace, gvisor), each with a daemon of that --default-tier")
+	flag.StringVar(&tiers, "tiers", "namespace", "isolation tiers to measure, comma-separated (namespace, gvisor, microvm), each with a daemon of that --default-tier")
 	flag.StringVar(&cfg.runsc, "runsc", "", "runsc binary for the gvisor tier (hutch serve --runsc; empty: runsc on PATH)")
 	flag.StringVar(&idle, "idle", "500,gvisor=20", "idle sandboxes alive for the memory figure: N for every tier, then TIER=N for one (0: skip)")
 	flag.IntVar(&cfg.warm, "warm", 4, "warm pool size when the daemon has a -warm flag")
@@ -295,6 +297,9 @@ func tierArgs(cfg config, tier string) ([]string, error) {
 	args := []string{"--default-tier", tier}
 	if tier == "gvisor" && cfg.runsc != "" {
 		args = append(args, "--runsc", cfg.runsc)
+	}
+	if tier == "microvm" {
+		args = append(args, "--allow-emulation")
 	}
 	return args, nil
 }

@@ -96,6 +96,21 @@ func TestE2BSDKGVisor(t *testing.T) {
 		"--default-tier", "gvisor", "--runsc", testutil.Runsc(t))
 }
 
+// TestE2BSDKMicroVM is TestE2BSDK against a daemon whose default tier is
+// microvm (--allow-emulation: QEMU's software emulation where the host
+// has no KVM a guest can use): every sandbox the SDK makes, the warm ones
+// included, is a guest with a kernel of its own. A reduced run: the
+// tier's guests boot on the host's system directories, not an image, so
+// the template of an image (its create and builds) is left out, and so
+// are snapshots and forks, which the tier refuses (docs/microvm.md).
+func TestE2BSDKMicroVM(t *testing.T) {
+	t.Parallel()
+	env := microVMEnv(t, t.TempDir())
+	e2bSDKRun(t, "e2b", policy.TierMicroVM, []string{env[len(env)-1]},
+		[]string{"HUTCH_E2B_REDUCED=the microvm tier: no snapshots, no templates of images"},
+		"--allow-emulation")
+}
+
 // e2bSDK runs E2B's SDK, the package sdk of test/e2b/node_modules,
 // against a daemon started with the flags args, whose every sandbox must
 // be of tier.
@@ -103,16 +118,30 @@ func e2bSDK(t *testing.T, sdk, tier string, args ...string) { e2bSDKWith(t, sdk,
 
 // e2bSDKWith is e2bSDK with env added to the suite's environment.
 func e2bSDKWith(t *testing.T, sdk, tier string, env []string, args ...string) {
+	e2bSDKRun(t, sdk, tier, nil, env, args...)
+}
+
+// e2bSDKRun is e2bSDKWith with daemonEnv added to the daemon's
+// environment. Under the microvm tier, whose guests boot on the host's
+// system directories, the daemon has no template of an image.
+func e2bSDKRun(t *testing.T, sdk, tier string, daemonEnv, env []string, args ...string) {
 	node := needSDK(t, sdk)
-	img := imagetest.Busybox(t, func(ok bool, reason string) { testutil.Need(t, ok, reason) })
-	d := startDaemonWith(t, importImage(t, img, "hutch.test/e2b-sdk:1"),
-		// The suite's sandboxes live until its end, 1 GiB each (the
-		// default): more of them than this host has GiB of memory.
-		append([]string{"--warm", "2", "--template", "bb=hutch.test/e2b-sdk:1", "--warm", "bb=1", "--tenant-memory", "64g",
-			"--metrics-interval", "1s", "--allow-private", "127.0.0.1/32"}, args...)...)
-	const warmBB = `hutch_warm_sandboxes{template="bb"} 1`
-	if !testutil.Eventually(3*time.Minute, func() bool { return strings.Contains(d.metrics(t), warmBB+"\n") }) {
-		t.Fatalf("the template's warm pool did not fill: no %s in\n%s", warmBB, d.metrics(t))
+	images := tier != policy.TierMicroVM
+	// The suite's sandboxes live until its end, 1 GiB each (the default):
+	// more of them than this host has GiB of memory.
+	flags := []string{"--warm", "2", "--tenant-memory", "64g", "--metrics-interval", "1s", "--allow-private", "127.0.0.1/32"}
+	var setup func(string)
+	warm := `hutch_warm_sandboxes{template=""} 2`
+	if images {
+		img := imagetest.Busybox(t, func(ok bool, reason string) { testutil.Need(t, ok, reason) })
+		setup = importImage(t, img, "hutch.test/e2b-sdk:1")
+		flags = append(flags, "--template", "bb=hutch.test/e2b-sdk:1", "--warm", "bb=1")
+		warm = `hutch_warm_sandboxes{template="bb"} 1`
+		env = append([]string{"HUTCH_E2B_TEMPLATE=bb"}, env...)
+	}
+	d := startDaemonEnv(t, daemonEnv, setup, append(flags, args...)...)
+	if !testutil.Eventually(3*time.Minute, func() bool { return strings.Contains(d.metrics(t), warm+"\n") }) {
+		t.Fatalf("the warm pool did not fill: no %s in\n%s", warm, d.metrics(t))
 	}
 	r := d.admin(t, "token", "create", "--tenant", "e2b-sdk", "--e2b", "--state-dir", d.stateDir)
 	token := lastLine(r.stdout)
@@ -127,7 +156,7 @@ func e2bSDKWith(t *testing.T, sdk, tier string, env []string, args ...string) {
 	cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=spec", "sdk.test.mjs")
 	cmd.Dir = e2bDir
 	cmd.Env = append(os.Environ(),
-		"E2B_API_URL="+d.tcp, "E2B_SANDBOX_URL="+d.tcp, "E2B_API_KEY="+token, "HUTCH_E2B_TEMPLATE=bb", "HUTCH_E2B_TIER="+tier, "HUTCH_E2B_SDK="+sdk,
+		"E2B_API_URL="+d.tcp, "E2B_SANDBOX_URL="+d.tcp, "E2B_API_KEY="+token, "HUTCH_E2B_TIER="+tier, "HUTCH_E2B_SDK="+sdk,
 		"NO_COLOR=1", "HTTP_PROXY=", "HTTPS_PROXY=", "http_proxy=", "https_proxy=")
 	cmd.Env = append(cmd.Env, env...)
 	out, err := cmd.CombinedOutput()
@@ -136,8 +165,13 @@ func e2bSDKWith(t *testing.T, sdk, tier string, env []string, args ...string) {
 	}
 	t.Logf("%s", out)
 	m := d.metrics(t)
-	if !strings.Contains(m, `hutch_warm_creates_total{template="bb",result="hit"} 1`+"\n") {
+	if images && !strings.Contains(m, `hutch_warm_creates_total{template="bb",result="hit"} 1`+"\n") {
 		t.Errorf("the SDK's create of the template did not take the warm sandbox:\n%s", m)
+	}
+	// Under the microvm tier the creates of the default policy take
+	// booted guests.
+	if hits := regexp.MustCompile(`(?m)^hutch_warm_creates_total\{template="",result="hit"\} (\d+)$`).FindStringSubmatch(m); !images && (hits == nil || hits[1] == "0") {
+		t.Errorf("no create of the SDK took a warm sandbox of the default policy:\n%s", m)
 	}
 	// Every sandbox was of the tier: the counts of the others are 0.
 	for _, other := range policy.Tiers {
