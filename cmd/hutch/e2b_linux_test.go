@@ -108,7 +108,7 @@ func TestE2BSDKMicroVM(t *testing.T) {
 	env := microVMEnv(t, t.TempDir())
 	e2bSDKRun(t, "e2b", policy.TierMicroVM, []string{env[len(env)-1]},
 		[]string{"HUTCH_E2B_REDUCED=the microvm tier: no snapshots, no templates of images"},
-		"--allow-emulation")
+		"--default-tier", "microvm", "--allow-emulation")
 }
 
 // e2bSDK runs E2B's SDK, the package sdk of test/e2b/node_modules,
@@ -132,6 +132,12 @@ func e2bSDKRun(t *testing.T, sdk, tier string, daemonEnv, env []string, args ...
 	flags := []string{"--warm", "2", "--tenant-memory", "64g", "--metrics-interval", "1s", "--allow-private", "127.0.0.1/32"}
 	var setup func(string)
 	warm := `hutch_warm_sandboxes{template=""} 2`
+	if !images {
+		// Booted guests of E2B's template base, which the SDK's creates
+		// name, for them to take.
+		flags[1] = "base=2"
+		warm = `hutch_warm_sandboxes{template="base"} 2`
+	}
 	if images {
 		img := imagetest.Busybox(t, func(ok bool, reason string) { testutil.Need(t, ok, reason) })
 		setup = importImage(t, img, "hutch.test/e2b-sdk:1")
@@ -168,10 +174,10 @@ func e2bSDKRun(t *testing.T, sdk, tier string, daemonEnv, env []string, args ...
 	if images && !strings.Contains(m, `hutch_warm_creates_total{template="bb",result="hit"} 1`+"\n") {
 		t.Errorf("the SDK's create of the template did not take the warm sandbox:\n%s", m)
 	}
-	// Under the microvm tier the creates of the default policy take
+	// Under the microvm tier the creates of E2B's template base take
 	// booted guests.
-	if hits := regexp.MustCompile(`(?m)^hutch_warm_creates_total\{template="",result="hit"\} (\d+)$`).FindStringSubmatch(m); !images && (hits == nil || hits[1] == "0") {
-		t.Errorf("no create of the SDK took a warm sandbox of the default policy:\n%s", m)
+	if hits := regexp.MustCompile(`(?m)^hutch_warm_creates_total\{template="base",result="hit"\} (\d+)$`).FindStringSubmatch(m); !images && (hits == nil || hits[1] == "0") {
+		t.Errorf("no create of the SDK took a warm guest of the template base:\n%s", m)
 	}
 	// Every sandbox was of the tier: the counts of the others are 0.
 	for _, other := range policy.Tiers {

@@ -118,6 +118,11 @@ func (m *Manager) Create(ctx context.Context, tenant string, r CreateRequest) (I
 			return Info{}, err
 		}
 	} else if p := m.warmPool(r); p != nil && len(r.Volumes) == 0 {
+		// What the request asks beyond the pool's policy (its lifecycle)
+		// is checked against the tier as for a cold start.
+		if err := tierAllows(p.key.Tier, r); err != nil {
+			return Info{}, err
+		}
 		if info, ok, err := m.takeWarm(ctx, p, tenant, r); ok || err != nil {
 			return info, err
 		}

@@ -781,6 +781,20 @@ type Snapshotter interface {
 	DeleteSnapshot(ctx context.Context, tenant, sid string) error
 	Fork(ctx context.Context, tenant, id string, count int, timeout time.Duration) ([]ForkResult, error)
 	Diff(ctx context.Context, tenant, id, against string) (*Diff, error)
+	// SnapshotsRefused is the refusal a snapshot of a sandbox of policy p
+	// would meet for its tier (nil if none), for work that ends in one,
+	// such as a template build, to be refused before it starts.
+	SnapshotsRefused(p policy.Spec) error
 }
 
 var _ Snapshotter = (*Manager)(nil)
+
+// SnapshotsRefused is the refusal a snapshot of a sandbox of p would meet
+// for its tier, the daemon's default when p names none; nil if none.
+func (m *Manager) SnapshotsRefused(p policy.Spec) error {
+	m.resolveTier(&p)
+	if rt := m.remote(p.Tier); rt != nil {
+		return fmt.Errorf("snapshots: not for sandboxes on %s: %w", rt.Remote(), ErrUnsupported)
+	}
+	return tierRefuses(p.Tier, lackSnapshot)
+}

@@ -197,6 +197,11 @@ func (j *buildJob) steps(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	// The build's files are kept as a snapshot: a tier without them is
+	// refused before any step runs.
+	if err := j.h.m.(daemon.Snapshotter).SnapshotsRefused(req.Policy); err != nil {
+		return "", j.fail("a template's files are kept as a snapshot of the build's sandbox: %v", err)
+	}
 	info, err := j.h.m.Create(ctx, j.tenant, req)
 	if errors.Is(err, daemon.ErrInvalid) && strings.Contains(err.Error(), "timeout") {
 		// A daemon whose sandboxes live shorter: the build has their
