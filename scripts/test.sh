@@ -203,8 +203,10 @@ rm -rf /var/tmp/hutch-test-stores
 rm -f /run/hutch-test-host-root.lock
 # The tests' own state directories of the tier (/run/hutch-gvisor-test-*), once empty.
 rmdir /run/hutch-gvisor-test-* 2>/dev/null || true
-passed=$(grep -c '^ok' /tmp/hutch-test.$$.log || true)
-failed=$(grep -c '^FAIL' /tmp/hutch-test.$$.log || true)
+# Packages, each once (-v may print a package's line twice; a bare FAIL
+# line ends a failed package's output).
+passed=$(grep -E '^ok[[:space:]]' /tmp/hutch-test.$$.log | awk '{print $2}' | sort -u | wc -l)
+failed=$(grep -E '^FAIL[[:space:]]' /tmp/hutch-test.$$.log | awk '{print $2}' | sort -u | wc -l)
 rm -f /tmp/hutch-test.$$.log
 echo "packages: $passed passed, $failed failed (in ${SECONDS}s)"
 exit "$status"

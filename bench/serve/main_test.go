@@ -18,7 +18,8 @@ func TestParseTiers(t *testing.T) {
 		{in: "namespace,gvisor", want: []string{"namespace", "gvisor"}},
 		{in: "gvisor, namespace", want: []string{"gvisor", "namespace"}},
 		{in: "", wantErr: true},
-		{in: "microvm", wantErr: true},
+		{in: "namespace,microvm", want: []string{"namespace", "microvm"}},
+		{in: "kvm", wantErr: true},
 		{in: "gvisor,gvisor", wantErr: true},
 	}
 	for _, tt := range tests {
@@ -43,7 +44,8 @@ func TestParseIdle(t *testing.T) {
 		{in: "0", tiers: both, want: map[string]int{"namespace": 0, "gvisor": 0}},
 		{in: "gvisor=5", tiers: both, want: map[string]int{"gvisor": 5}},
 		{in: "gvisor=5,3", tiers: both, want: map[string]int{"namespace": 3, "gvisor": 3}},
-		{in: "microvm=5", tiers: both, wantErr: true},
+		{in: "20,microvm=4", tiers: []string{"namespace", "microvm"}, want: map[string]int{"namespace": 20, "microvm": 4}},
+		{in: "kvm=5", tiers: both, wantErr: true},
 		{in: "-1", tiers: both, wantErr: true},
 		{in: "many", tiers: both, wantErr: true},
 		{in: "gvisor=", tiers: both, wantErr: true},
