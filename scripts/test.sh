@@ -205,8 +205,8 @@ rm -f /run/hutch-test-host-root.lock
 rmdir /run/hutch-gvisor-test-* 2>/dev/null || true
 # Packages, each once (-v may print a package's line twice; a bare FAIL
 # line ends a failed package's output).
-passed=$(grep -E '^ok[[:space:]]' /tmp/hutch-test.$$.log | awk '{print $2}' | sort -u | wc -l)
-failed=$(grep -E '^FAIL[[:space:]]' /tmp/hutch-test.$$.log | awk '{print $2}' | sort -u | wc -l)
+passed=$(awk '/^ok[[:space:]]/ {print $2}' /tmp/hutch-test.$$.log | sort -u | wc -l)
+failed=$(awk '/^FAIL[[:space:]]/ {print $2}' /tmp/hutch-test.$$.log | sort -u | wc -l)
 rm -f /tmp/hutch-test.$$.log
 echo "packages: $passed passed, $failed failed (in ${SECONDS}s)"
 exit "$status"
