@@ -19,6 +19,10 @@ import (
 // test's runsc (gvisortest.Runtime).
 func gvisorConfig(t *testing.T) Config {
 	t.Helper()
+	// Its sandboxes have the host's root, and the tests pause some to disk
+	// and resume them: no test may change the host root meanwhile (a
+	// restore walks back to each mount point the save held).
+	testutil.HostRootSteady(t)
 	return Config{DefaultTier: policy.TierGVisor, Runtimes: gvisortest.Runtimes(t)}
 }
 
