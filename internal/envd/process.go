@@ -63,6 +63,9 @@ type proc struct {
 
 	done chan struct{} // closed once end is set
 	end  *pb.ProcessEvent_EndEvent
+	// timedOut is set (before done is closed) when the command was
+	// killed for its timeout: its start request's deadline.
+	timedOut bool
 	// lost is set (before done is closed) when the sandbox's agent
 	// connection ended before the command did: the sandbox was killed,
 	// or paused, under it.
@@ -165,6 +168,7 @@ func (p *proc) run(b *box) {
 		t.Stop()
 	}
 	p.end = endOf(st, err)
+	p.timedOut = err == nil && st.TimedOut
 	if errors.Is(err, agent.ErrClosed) {
 		p.lost = err
 	}
@@ -313,7 +317,10 @@ func (h *handler) processStart(ctx context.Context, b *box, hdr http.Header, req
 	b.procs.mu.Unlock()
 	go p.run(b)
 	h.log.Debug("envd started a command", "sandbox", b.id, "pid", p.pid, "cmd", cfg.Cmd)
-	return follow(ctx, p, sub, keepaliveInterval(hdr), func(ev *pb.ProcessEvent) error { return send(&pb.StartResponse{Event: ev}) })
+	// The command's timeout is this stream's deadline: its end for it is
+	// the deadline's error, as envd's (the SDKs' TimeoutError), whichever
+	// comes first, the agent's kill or the stream's own deadline.
+	return follow(ctx, p, sub, keepaliveInterval(hdr), xr.Timeout > 0, func(ev *pb.ProcessEvent) error { return send(&pb.StartResponse{Event: ev}) })
 }
 
 func (h *handler) processConnect(ctx context.Context, b *box, hdr http.Header, req *pb.ConnectRequest, send func(*pb.ConnectResponse) error) error {
@@ -321,12 +328,13 @@ func (h *handler) processConnect(ctx context.Context, b *box, hdr http.Header, r
 	if err != nil {
 		return err
 	}
-	return follow(ctx, p, p.subscribe(), keepaliveInterval(hdr), func(ev *pb.ProcessEvent) error { return send(&pb.ConnectResponse{Event: ev}) })
+	return follow(ctx, p, p.subscribe(), keepaliveInterval(hdr), false, func(ev *pb.ProcessEvent) error { return send(&pb.ConnectResponse{Event: ev}) })
 }
 
 // follow sends the events of p: its start, its output from now on, its
-// end.
-func follow(ctx context.Context, p *proc, sb *sub, keepalive time.Duration, send func(*pb.ProcessEvent) error) error {
+// end; with deadline (the command's timeout is ctx's deadline), a command
+// killed for its timeout ends the stream with ctx's deadline error.
+func follow(ctx context.Context, p *proc, sb *sub, keepalive time.Duration, deadline bool, send func(*pb.ProcessEvent) error) error {
 	defer p.unsubscribe(sb)
 	if err := send(&pb.ProcessEvent{Event: &pb.ProcessEvent_Start{Start: &pb.ProcessEvent_StartEvent{Pid: uint32(p.pid)}}}); err != nil {
 		return err
@@ -354,6 +362,9 @@ func follow(ctx context.Context, p *proc, sb *sub, keepalive time.Duration, send
 					if p.lost != nil {
 						// No end: the stream is cut (see streamCall).
 						return p.lost
+					}
+					if deadline && p.timedOut {
+						return context.DeadlineExceeded
 					}
 					return send(&pb.ProcessEvent{Event: &pb.ProcessEvent_End{End: p.end}})
 				}
