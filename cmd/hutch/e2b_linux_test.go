@@ -129,21 +129,20 @@ func e2bSDKRun(t *testing.T, sdk, tier string, daemonEnv, env []string, args ...
 	images := tier != policy.TierMicroVM
 	// The suite's sandboxes live until its end, 1 GiB each (the default):
 	// more of them than this host has GiB of memory.
-	flags := []string{"--warm", "2", "--tenant-memory", "64g", "--metrics-interval", "1s", "--allow-private", "127.0.0.1/32"}
+	flags := []string{"--tenant-memory", "64g", "--metrics-interval", "1s", "--allow-private", "127.0.0.1/32"}
 	var setup func(string)
-	warm := `hutch_warm_sandboxes{template=""} 2`
-	if !images {
-		// Booted guests of E2B's template base, which the SDK's creates
-		// name, for them to take.
-		flags[1] = "base=2"
-		warm = `hutch_warm_sandboxes{template="base"} 2`
-	}
+	var warm string
 	if images {
 		img := imagetest.Busybox(t, func(ok bool, reason string) { testutil.Need(t, ok, reason) })
 		setup = importImage(t, img, "hutch.test/e2b-sdk:1")
-		flags = append(flags, "--template", "bb=hutch.test/e2b-sdk:1", "--warm", "bb=1")
+		flags = append(flags, "--warm", "2", "--template", "bb=hutch.test/e2b-sdk:1", "--warm", "bb=1")
 		warm = `hutch_warm_sandboxes{template="bb"} 1`
 		env = append([]string{"HUTCH_E2B_TEMPLATE=bb"}, env...)
+	} else {
+		// Booted guests of E2B's template base, which the SDK's creates
+		// name, for them to take.
+		flags = append(flags, "--warm", "base=2")
+		warm = `hutch_warm_sandboxes{template="base"} 2`
 	}
 	d := startDaemonEnv(t, daemonEnv, setup, append(flags, args...)...)
 	if !testutil.Eventually(3*time.Minute, func() bool { return strings.Contains(d.metrics(t), warm+"\n") }) {
@@ -171,12 +170,13 @@ func e2bSDKRun(t *testing.T, sdk, tier string, daemonEnv, env []string, args ...
 	}
 	t.Logf("%s", out)
 	m := d.metrics(t)
-	if images && !strings.Contains(m, `hutch_warm_creates_total{template="bb",result="hit"} 1`+"\n") {
-		t.Errorf("the SDK's create of the template did not take the warm sandbox:\n%s", m)
-	}
-	// Under the microvm tier the creates of E2B's template base take
-	// booted guests.
-	if hits := regexp.MustCompile(`(?m)^hutch_warm_creates_total\{template="base",result="hit"\} (\d+)$`).FindStringSubmatch(m); !images && (hits == nil || hits[1] == "0") {
+	if images {
+		if !strings.Contains(m, `hutch_warm_creates_total{template="bb",result="hit"} 1`+"\n") {
+			t.Errorf("the SDK's create of the template did not take the warm sandbox:\n%s", m)
+		}
+	} else if hits := regexp.MustCompile(`(?m)^hutch_warm_creates_total\{template="base",result="hit"\} (\d+)$`).FindStringSubmatch(m); hits == nil || hits[1] == "0" {
+		// Under the microvm tier the creates of E2B's template base
+		// take booted guests.
 		t.Errorf("no create of the SDK took a warm guest of the template base:\n%s", m)
 	}
 	// Every sandbox was of the tier: the counts of the others are 0.

@@ -78,26 +78,39 @@ type WarmPool struct {
 	Policy policy.Spec
 }
 
-// warmCounts are the numbers of warm sandboxes ready, by pool name ("" for
-// the default policy's, written from the start), in every manager of the
-// process.
-var warmCounts = struct {
+// livePools are the started pools of every manager of the process, for
+// the warm pools' gauges.
+var livePools = struct {
 	sync.Mutex
-	n map[string]int64
-}{n: map[string]int64{"": 0}}
+	m map[*pool]struct{}
+}{m: map[*pool]struct{}{}}
 
-// addWarm adds d to the ready count of the pool name.
-func addWarm(name string, d int64) {
-	warmCounts.Lock()
-	defer warmCounts.Unlock()
-	warmCounts.n[name] += d
+// poolSums is, by pool name ("" for the default policy's, always there),
+// the sum of value over the live pools of that name, in every manager.
+func poolSums(value func(*pool) float64) map[string]float64 {
+	livePools.Lock()
+	pools := slices.Collect(maps.Keys(livePools.m))
+	livePools.Unlock()
+	sums := map[string]float64{"": 0}
+	for _, p := range pools {
+		sums[p.name] += value(p)
+	}
+	return sums
+}
+
+// poolSamples is poolSums as a gauge's samples, labelled by pool name.
+func poolSamples(value func(*pool) float64) ([]metrics.Sample, error) {
+	sums := poolSums(value)
+	out := make([]metrics.Sample, 0, len(sums))
+	for name, v := range sums {
+		out = append(out, metrics.Sample{Values: []string{name}, Value: v})
+	}
+	return out, nil
 }
 
 // warmReady is the ready count of the pools named name, in every manager.
 func warmReady(name string) int64 {
-	warmCounts.Lock()
-	defer warmCounts.Unlock()
-	return warmCounts.n[name]
+	return int64(poolSums(func(p *pool) float64 { return float64(p.readyCount()) })[name])
 }
 
 // Metrics of the warm pools, in every manager of the process; package api
@@ -109,13 +122,7 @@ var (
 	WarmSandboxes = metrics.NewGaugeFunc("hutch_warm_sandboxes",
 		"Warm sandboxes started and ready to be taken by a create, by pool (template; \"\" for the default policy's).", []string{"template"},
 		func() ([]metrics.Sample, error) {
-			warmCounts.Lock()
-			defer warmCounts.Unlock()
-			out := make([]metrics.Sample, 0, len(warmCounts.n))
-			for name, n := range warmCounts.n {
-				out = append(out, metrics.Sample{Values: []string{name}, Value: float64(n)})
-			}
-			return out, nil
+			return poolSamples(func(p *pool) float64 { return float64(p.readyCount()) })
 		})
 	// WarmMemory is the gauge of the memory the ready warm sandboxes
 	// hold, idle: each one's as its usage reads it (its cgroup's charge;
@@ -123,17 +130,7 @@ var (
 	WarmMemory = metrics.NewGaugeFunc("hutch_warm_memory_bytes",
 		"Memory held by the warm sandboxes ready to be taken, idle, by pool (template; \"\" for the default policy's), in bytes.", []string{"template"},
 		func() ([]metrics.Sample, error) {
-			mem := map[string]int64{}
-			livePools.Lock()
-			for p := range livePools.m {
-				mem[p.name] += p.memory()
-			}
-			livePools.Unlock()
-			out := make([]metrics.Sample, 0, len(mem))
-			for name, n := range mem {
-				out = append(out, metrics.Sample{Values: []string{name}, Value: float64(n)})
-			}
-			return out, nil
+			return poolSamples(func(p *pool) float64 { return float64(p.memory()) })
 		})
 	// WarmCreates counts the creates whose policy is a pool's, by pool
 	// and result: "hit" (it took a warm sandbox) or "miss" (none was
@@ -141,13 +138,6 @@ var (
 	WarmCreates = metrics.NewCounter("hutch_warm_creates_total",
 		"Creates whose policy is a warm pool's, by pool (template) and result: hit (took a warm sandbox) or miss (started cold).", "template", "result")
 )
-
-// livePools are the started pools of every manager of the process, for
-// WarmMemory.
-var livePools = struct {
-	sync.Mutex
-	m map[*pool]struct{}
-}{m: map[*pool]struct{}{}}
 
 // memory is the memory p's ready warm sandboxes hold, as far as their
 // usage can be read.
@@ -213,14 +203,13 @@ func (m *Manager) newPool(wp WarmPool) (*pool, error) {
 	}
 	p := &pool{name: wp.Name, size: wp.Size, policy: clonePolicy(wp.Policy), key: key}
 	p.ref, _ = wp.Policy.Image()
-	if p.ref != "" {
-		// Its sandboxes would fail to start over and over.
-		if err := tierRefuses(tier, lackImage); err != nil {
-			if wp.Name == "" {
-				return nil, fmt.Errorf("warm sandboxes of the default policy (--warm): %w", err)
-			}
-			return nil, fmt.Errorf("warm pool %s: %w", wp.Name, err)
+	// A tier without images: its sandboxes would fail to start over and
+	// over.
+	if err := tierRefuses(tier, lackImage); p.ref != "" && err != nil {
+		if wp.Name == "" {
+			return nil, fmt.Errorf("warm sandboxes of the default policy (--warm): %w", err)
 		}
+		return nil, fmt.Errorf("warm pool %s: %w", wp.Name, err)
 	}
 	if wp.Name != "" {
 		// The default policy needs no check; the others' start with
@@ -344,7 +333,6 @@ func (m *Manager) warmOne(p *pool) {
 	w := &warm{l: l, taken: make(chan struct{})}
 	p.ready = append(p.ready, w)
 	n := len(p.ready)
-	addWarm(p.name, 1)
 	p.mu.Unlock()
 	go m.watchWarm(p, w)
 	m.log.Info("warm sandbox ready", "sandbox", l.id, "template", p.name, "warm", n, "size", p.size)
@@ -413,7 +401,6 @@ func (p *pool) remove(w *warm) bool {
 		return false
 	}
 	p.ready = slices.Delete(p.ready, i, i+1)
-	addWarm(p.name, -1)
 	return true
 }
 
@@ -435,7 +422,6 @@ func (m *Manager) take(p *pool) *live {
 		}
 		w := p.ready[0]
 		p.ready = slices.Delete(p.ready, 0, 1)
-		addWarm(p.name, -1)
 		close(w.taken)
 		p.mu.Unlock()
 		why := ""
@@ -508,7 +494,6 @@ func (p *pool) halt() []*live {
 		close(w.taken)
 		out = append(out, w.l)
 	}
-	addWarm(p.name, -int64(len(p.ready)))
 	p.ready = nil
 	return out
 }

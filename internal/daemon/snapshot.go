@@ -320,10 +320,7 @@ func (m *Manager) snapshot(ctx context.Context, tenant, id, name string) (store.
 	if err != nil {
 		return store.Snapshot{}, err
 	}
-	if rt := m.remote(l.tier); rt != nil {
-		return store.Snapshot{}, fmt.Errorf("snapshot of sandbox %s: not for sandboxes on %s: %w", id, rt.Remote(), ErrUnsupported)
-	}
-	if err := tierRefuses(l.tier, lackSnapshot); err != nil {
+	if err := m.snapshotsRefused(l.tier); err != nil {
 		return store.Snapshot{}, fmt.Errorf("snapshot of sandbox %s: %w", id, err)
 	}
 	if l.keep == "" {
@@ -793,8 +790,14 @@ var _ Snapshotter = (*Manager)(nil)
 // for its tier, the daemon's default when p names none; nil if none.
 func (m *Manager) SnapshotsRefused(p policy.Spec) error {
 	m.resolveTier(&p)
-	if rt := m.remote(p.Tier); rt != nil {
-		return fmt.Errorf("snapshots: not for sandboxes on %s: %w", rt.Remote(), ErrUnsupported)
+	return m.snapshotsRefused(p.Tier)
+}
+
+// snapshotsRefused is the refusal of a snapshot of a sandbox of tier: a
+// remote runtime's, or a tier that lacks them; nil if none.
+func (m *Manager) snapshotsRefused(tier string) error {
+	if rt := m.remote(tier); rt != nil {
+		return fmt.Errorf("not for sandboxes on %s: %w", rt.Remote(), ErrUnsupported)
 	}
-	return tierRefuses(p.Tier, lackSnapshot)
+	return tierRefuses(tier, lackSnapshot)
 }

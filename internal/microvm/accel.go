@@ -1,8 +1,6 @@
 package microvm
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -39,10 +37,8 @@ func usableKVM() error {
 // (vmx) or AMD's (svm) hardware virtualization among every CPU's flags.
 func hardwareVirt(cpuinfo []byte) bool {
 	seen := false
-	sc := bufio.NewScanner(bytes.NewReader(cpuinfo))
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		name, value, ok := strings.Cut(sc.Text(), ":")
+	for line := range strings.Lines(string(cpuinfo)) {
+		name, value, ok := strings.Cut(line, ":")
 		if !ok || strings.TrimSpace(name) != "flags" {
 			continue
 		}
