@@ -611,6 +611,24 @@ func (c *Client) abandon(k *call, err error) {
 	go func() { _ = c.write(context.Background(), encodeFrame(frameCancel, 0, k.id, nil)) }()
 }
 
+// retract cancels call k, whose caller's side failed with err, and waits
+// (as long as ctx allows) for the agent's answer to it: once it returns,
+// the agent is done with the request (a write's new file is gone again).
+// It returns err.
+func (c *Client) retract(ctx context.Context, k *call, err error) error {
+	if werr := c.write(ctx, encodeFrame(frameCancel, 0, k.id, nil)); werr != nil {
+		c.abandon(k, err)
+		return err
+	}
+	if _, werr := c.await(ctx, k); werr != nil && ctx.Err() != nil {
+		c.abandon(k, err)
+		return err
+	}
+	c.remove(k)
+	k.fail(err)
+	return err
+}
+
 // await waits for the response to k.
 func (c *Client) await(ctx context.Context, k *call) (*response, error) {
 	// An answer that came is taken, even if the request broke after it
@@ -1002,7 +1020,8 @@ func (c *Client) ReadFile(ctx context.Context, path string, w io.Writer) (int64,
 // exist. A symlink at path is replaced, not followed. mode's permission
 // bits (and setuid, setgid, sticky) are set exactly; mode 0 keeps those of
 // the file it replaces, or makes 0644. It returns the number of bytes
-// written.
+// written. When r fails, the write is canceled, and WriteFile returns once
+// the agent is done with it: the file at path is as it was before.
 func (c *Client) WriteFile(ctx context.Context, path string, r io.Reader, mode os.FileMode) (int64, error) {
 	return c.WriteFileWith(ctx, path, r, WriteOptions{Mode: mode})
 }
@@ -1051,8 +1070,7 @@ func (c *Client) WriteFileWith(ctx context.Context, path string, r io.Reader, o 
 			break
 		}
 		if rerr != nil {
-			c.abandon(k, rerr)
-			return n, fmt.Errorf("write %s: read content: %w", path, rerr)
+			return n, c.retract(ctx, k, fmt.Errorf("write %s: read content: %w", path, rerr))
 		}
 	}
 	if !answered {

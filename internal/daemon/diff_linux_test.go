@@ -61,6 +61,14 @@ func TestDiffHostRoot(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.Remove(closedFile) })
+	// A directory of the host's /tmp, closed when the sandbox starts and
+	// opened after: the host's /tmp is not the sandbox's (it has its own
+	// tmpfs there), so nothing the host does in it is a change.
+	hostTmp, err := os.MkdirTemp("/tmp", "hutch-difftest-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(hostTmp) })
 	closedPaths() // the first scan, then one that sees the file
 	rescanClosed()
 	if _, files := closedPaths(); !slices.Contains(files, closedFile) {
@@ -72,6 +80,9 @@ func TestDiffHostRoot(t *testing.T) {
 
 	m := newManager(t, Config{})
 	src := mustCreate(t, m, "a", CreateRequest{})
+	if err := os.Chmod(hostTmp, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	got, patch := diffOf(t, m, "a", src.ID, "")
 	wantChanges(t, "a fresh sandbox's changes", got)
 	if patch != "" {

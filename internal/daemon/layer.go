@@ -32,9 +32,12 @@ const (
 // spools, backups and private keys. On a host root seen through the
 // sandbox's idmapped layer, files only root may read would be readable by
 // the sandbox's root, which owns them there; the default deny-read list
-// masks the known credential files, and these directories go whole.
+// masks the known credential files, and these directories go whole. The
+// host's /tmp goes too: every sandbox mounts its own tmpfs there, so the
+// layer's /tmp is never a sandbox's, and what other processes of the host
+// do in theirs would otherwise show in diffs (and in the closed scan).
 var hiddenDirs = []string{
-	"/root", "/home", "/run", "/var/run", "/var/tmp", "/var/log", "/var/backups",
+	"/root", "/home", "/run", "/tmp", "/var/run", "/var/tmp", "/var/log", "/var/backups",
 	"/var/mail", "/var/spool", "/etc/ssl/private", "/mnt", "/media",
 }
 
