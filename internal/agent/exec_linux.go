@@ -31,7 +31,8 @@ type process struct {
 	stdin   *os.File // the command's stdin (a pipe, or the master); nil without stdin
 	outs    []*os.File
 
-	exited chan struct{} // closed once status is set
+	exited   chan struct{} // closed once status is set
+	reported chan struct{} // closed once its exit frame is sent (exec)
 
 	mu       sync.Mutex
 	done     bool // reaped: its pid may belong to someone else now
@@ -326,6 +327,7 @@ func (s *server) exec(r *areq, m *request) {
 	em := p.exitMsg()
 	s.log.Debug("command ended", "pid", p.pid, "code", em.Code, "timed_out", em.TimedOut)
 	_ = s.sendJSON(frameExit, r.id, em)
+	close(p.reported)
 
 	// Like os/exec, stop feeding stdin once the command is gone.
 	close(stopIn)
@@ -498,7 +500,7 @@ func (s *server) start(m *request) (*process, error) {
 		return nil, err
 	}
 
-	p := &process{args: args, started: time.Now(), exited: make(chan struct{})}
+	p := &process{args: args, started: time.Now(), exited: make(chan struct{}), reported: make(chan struct{})}
 	var child []*os.File // the command's ends, closed here once it runs
 	defer func() {
 		for _, f := range child {

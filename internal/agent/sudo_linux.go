@@ -156,7 +156,7 @@ func (s *server) sudo(c *net.UnixConn) {
 		fail("%v", err)
 		return
 	}
-	p := &process{args: req.Args, started: time.Now(), exited: make(chan struct{})}
+	p := &process{args: req.Args, started: time.Now(), exited: make(chan struct{}), reported: make(chan struct{})}
 	attr := &syscall.ProcAttr{
 		Dir:   dir,
 		Env:   env,
