@@ -21,7 +21,8 @@
 # The directory is the one line printed on standard output. With
 # --print-dir nothing is fetched: it prints the directory `current` names,
 # and fails when there is none. It also installs qemu-system-x86 (QEMU,
-# which boots the guests) and kmod (depmod) when they are missing.
+# which boots the guests), kmod (depmod) and erofs-utils (mkfs.erofs, for
+# the EROFS roots of guests from images) when they are missing.
 #
 # The guest's modules: what the virtio-serial port of hutch's agent needs
 # (virtio_mmio, the transport of QEMU's microvm machine, and
@@ -76,6 +77,8 @@ apt_update() {
 missing=()
 command -v qemu-system-x86_64 >/dev/null || missing+=(qemu-system-x86)
 command -v depmod >/dev/null || [ -x /usr/sbin/depmod ] || missing+=(kmod)
+# mkfs.erofs makes the EROFS roots of guests from images.
+command -v mkfs.erofs >/dev/null || [ -x /usr/bin/mkfs.erofs ] || missing+=(erofs-utils)
 if [ ${#missing[@]} -gt 0 ]; then
 	apt_update
 	log "apt-get install ${missing[*]}"

@@ -11,7 +11,7 @@ export CGO_ENABLED=0
 
 # Debian packages the tests use (skipped when present or not root).
 need=()
-for tool in setpriv:util-linux ip:iproute2 git:git busybox:busybox-static curl:curl ssh:openssh-client npm:npm chromium:chromium; do
+for tool in setpriv:util-linux ip:iproute2 git:git busybox:busybox-static curl:curl ssh:openssh-client npm:npm chromium:chromium mkfs.erofs:erofs-utils; do
 	command -v "${tool%%:*}" >/dev/null 2>&1 || need+=("${tool#*:}")
 done
 # pip, for the test that installs a package through the egress proxy.

@@ -331,6 +331,7 @@ func (s *Store) pruneLocked() (layers int, err error) {
 		}
 	}
 	s.pruneImageLocks()
+	s.pruneEROFS()
 	return layers, nil
 }
 
@@ -378,6 +379,7 @@ func (s *Store) evict(maxBytes int64, keep []string, spareSince time.Time) ([]*I
 	holders := map[string]int{}
 	var total int64
 	for _, img := range imgs {
+		total += s.erofsBytes(img.Digest)
 		for _, l := range img.Layers {
 			holders[l]++
 			if _, ok := sizes[l]; !ok {
@@ -411,6 +413,7 @@ func (s *Store) evict(maxBytes int64, keep []string, spareSince time.Time) ([]*I
 			return removed, err
 		}
 		removed = append(removed, img)
+		total -= s.erofsBytes(img.Digest) // Prune removes it
 		for _, l := range img.Layers {
 			if holders[l]--; holders[l] == 0 {
 				total -= sizes[l]
@@ -436,7 +439,8 @@ func (s *Store) LastUse(img *Image) time.Time {
 	return img.Added
 }
 
-// Usage is the disk space the layers of the store's images take.
+// Usage is the disk space the layers of the store's images take, and
+// their EROFS roots (EROFS) when built.
 func (s *Store) Usage() (int64, error) {
 	imgs, err := s.List()
 	if err != nil {
@@ -445,6 +449,7 @@ func (s *Store) Usage() (int64, error) {
 	seen := map[string]bool{}
 	var total int64
 	for _, img := range imgs {
+		total += s.erofsBytes(img.Digest)
 		for _, l := range img.Layers {
 			if !seen[l] {
 				seen[l] = true
