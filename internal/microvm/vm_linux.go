@@ -266,10 +266,21 @@ func Boot(ctx context.Context, cfg Config) (vm *VM, err error) {
 	if err != nil {
 		return nil, err
 	}
-	// The boot message goes first; the guest reads it all before its
-	// agent speaks.
-	booted := make(chan error, 1)
-	go func() { booted <- guest.WriteBoot(conn, cfg.Boot) }()
+	// The boot message goes first, once the guest's init asks for it (so
+	// that the clock it carries is the host's as the guest reads it); the
+	// guest reads it all before its agent speaks.
+	br := bufio.NewReaderSize(conn, 64<<10)
+	booted, ready := make(chan error, 1), make(chan error, 1)
+	go func() {
+		err := guest.AnswerBoot(br, conn, cfg.Boot)
+		booted <- err
+		if err != nil {
+			ready <- nil // the boot error says it
+			return
+		}
+		_, err = br.Peek(1)
+		ready <- err
+	}()
 	qc, err := v.awaitQEMU(ctx, qmpCh, "monitor's")
 	if err != nil {
 		conn.Close()
@@ -282,20 +293,14 @@ func Boot(ctx context.Context, cfg Config) (vm *VM, err error) {
 			return nil, err
 		}
 	}
-	br := bufio.NewReaderSize(conn, 64<<10)
 	v.conn = &bufConn{Conn: conn, r: br}
-	ready := make(chan error, 1)
-	go func() {
-		_, err := br.Peek(1)
-		ready <- err
-	}()
 	select {
 	case err := <-ready:
-		if err != nil {
-			return nil, v.bootErr(fmt.Sprintf("the guest's agent did not speak: %v", err))
-		}
 		if err := <-booted; err != nil {
 			return nil, v.bootErr(fmt.Sprintf("the guest's boot message: %v", err))
+		}
+		if err != nil {
+			return nil, v.bootErr(fmt.Sprintf("the guest's agent did not speak: %v", err))
 		}
 		v.log.Info("microvm: guest agent ready", "pid", v.qemu.pid, "emulation", emul, "boot", time.Since(started), "total", time.Since(start))
 	case <-ctx.Done():
@@ -391,7 +396,7 @@ func qemuArgs(cfg Config, emul bool, initramfs, sock, netSock, qmpSock, console 
 		// TCG's TSC is not calibrated against a PIT the cloud kernel
 		// trusts: without a given frequency it hangs calibrating.
 		accel, cpu = "tcg", "max"
-		cmdline = append(cmdline, "tsc_early_khz=2000000")
+		cmdline = append(cmdline, fmt.Sprintf("tsc_early_khz=%d", emulatedTSCkHz(cfg.Log)))
 	}
 	if cfg.Debug {
 		cmdline = append(cmdline, guest.DebugEnv+"=1")

@@ -78,7 +78,38 @@ func errString(err error) string {
 // off and Close leaves nothing behind.
 func TestBootAgent(t *testing.T) {
 	k := needVM(t)
-	bootAndCheck(t, Config{Kernel: k, AllowEmulation: true, Log: testLog(t)}, nil)
+	bootAndCheck(t, Config{Kernel: k, AllowEmulation: true, Log: testLog(t)}, nil, checkClock)
+}
+
+// checkClock: the guest's clock is the host's, and runs at its pace (the
+// host's time-stamp counter's frequency, measured, is what an emulated
+// guest is told): a file the guest writes has the host's time as its
+// modification time, and ten seconds of the host's between two writes
+// are ten of the guest's. The bounds only widen on a busy host.
+func checkClock(ctx context.Context, t *testing.T, c *agent.Client) {
+	stamp := func(name string) (guest, before, after time.Time) {
+		before = time.Now()
+		if _, err := c.WriteFile(ctx, "/tmp/"+name, strings.NewReader("t"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		fi, err := c.Stat(ctx, "/tmp/"+name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.ModTime, before, time.Now()
+	}
+	const skew = 500 * time.Millisecond
+	g0, b0, a0 := stamp("clock0")
+	if g0.Before(b0.Add(-skew)) || g0.After(a0.Add(skew)) {
+		t.Errorf("the guest's clock reads %v while the host's read %v to %v", g0, b0, a0)
+	}
+	time.Sleep(10 * time.Second)
+	g1, _, a1 := stamp("clock1")
+	guestTook, hostTook := g1.Sub(g0), a1.Sub(b0)
+	t.Logf("ten seconds of the host's: %v of the guest's (host: %v around them)", guestTook, hostTook)
+	if guestTook < 10*time.Second-skew || guestTook > hostTook+skew {
+		t.Errorf("the guest's clock ran %v while the host's ran at least 10s and at most %v", guestTook, hostTook)
+	}
 }
 
 // TestBootHutchAgent is TestBootAgent with hutch-agent as the guest's init,
@@ -197,8 +228,9 @@ func TestBootNeedsAccel(t *testing.T) {
 }
 
 // bootAndCheck boots a guest of cfg and checks it as TestBootAgent says;
-// check, if not nil, sees the VM once it booted.
-func bootAndCheck(t *testing.T, cfg Config, check func(*VM)) {
+// check, if not nil, sees the VM once it booted; each of checkAgent, its
+// agent.
+func bootAndCheck(t *testing.T, cfg Config, check func(*VM), checkAgent ...func(context.Context, *testing.T, *agent.Client)) {
 	// The guest's init watches the agent's port: what a request left
 	// unanswered was stuck in is on the console.
 	cfg.Debug = true
@@ -240,6 +272,9 @@ func bootAndCheck(t *testing.T, cfg Config, check func(*VM)) {
 	// runtime's poller: a blocking one, left in the poller, can miss the
 	// wake-up of a request (see openPort).
 	checkPortNonblocking(ctx, t, c)
+	for _, f := range checkAgent {
+		f(ctx, t, c)
+	}
 
 	// The initramfs's /tmp is anyone's, with the sticky bit.
 	if fi, err := c.Stat(ctx, "/tmp"); err != nil {

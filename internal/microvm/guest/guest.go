@@ -108,8 +108,8 @@ func MuxConfig() *yamux.Config {
 	return c
 }
 
-// Boot is what the host sends first on the agent's port, before the
-// agent's protocol starts: the environment the guest's commands start
+// Boot is what the host sends on the agent's port when the guest's init
+// asks for it (RequestBoot), before the agent's protocol starts: the environment the guest's commands start
 // with and files written into the guest's root (its writable layer)
 // before the agent serves. It carries what does not fit on the kernel's
 // command line, which every process of the guest can read.
@@ -120,6 +120,10 @@ type Boot struct {
 	// Files are written in order, each replacing what is at its path (a
 	// symbolic link included), its directory made when missing.
 	Files []File `json:"files,omitempty"`
+	// Time is the host's clock as the message was sent (Unix time in
+	// nanoseconds; WriteBoot sets it): the guest's clock is set to it,
+	// finer than the second its emulated RTC gives.
+	Time int64 `json:"time,omitempty"`
 }
 
 // File is a file of Boot.
@@ -132,9 +136,10 @@ type File struct {
 // MaxBoot bounds Boot's encoding: a trust bundle and an environment.
 const MaxBoot = 16 << 20
 
-// WriteBoot writes b to w as ReadBoot reads it: its JSON's length (4
-// bytes, big-endian), then its JSON.
+// WriteBoot writes b, its Time the host's clock now, to w as ReadBoot
+// reads it: its JSON's length (4 bytes, big-endian), then its JSON.
 func WriteBoot(w io.Writer, b Boot) error {
+	b.Time = time.Now().UnixNano()
 	data, err := json.Marshal(b)
 	if err != nil {
 		return err
@@ -145,6 +150,32 @@ func WriteBoot(w io.Writer, b Boot) error {
 	msg := binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(data)), uint32(len(data)))
 	_, err = w.Write(append(msg, data...))
 	return err
+}
+
+// BootRequest is the byte the guest's init sends on the agent's port
+// when it is ready for the boot message (RequestBoot).
+const BootRequest byte = 'B'
+
+// AnswerBoot, the host's side, waits for the guest's BootRequest on r and
+// answers with b on w (WriteBoot).
+func AnswerBoot(r io.Reader, w io.Writer, b Boot) error {
+	var req [1]byte
+	if _, err := io.ReadFull(r, req[:]); err != nil {
+		return fmt.Errorf("the guest's request for its boot message: %w", err)
+	}
+	if req[0] != BootRequest {
+		return fmt.Errorf("the guest's request for its boot message: byte %#x, want %#x", req[0], BootRequest)
+	}
+	return WriteBoot(w, b)
+}
+
+// RequestBoot, the guest's side, asks the host for the boot message on
+// rw and reads it (ReadBoot).
+func RequestBoot(rw io.ReadWriter) (Boot, error) {
+	if _, err := rw.Write([]byte{BootRequest}); err != nil {
+		return Boot{}, fmt.Errorf("ask the host for the boot message: %w", err)
+	}
+	return ReadBoot(rw)
 }
 
 // ReadBoot reads what WriteBoot wrote.

@@ -138,9 +138,15 @@ func initGuest(log *slog.Logger) error {
 		defer close(stop)
 		go watchPort(log, conn, stop)
 	}
-	boot, err := ReadBoot(conn)
+	boot, err := RequestBoot(conn)
 	if err != nil {
 		return err
+	}
+	if boot.Time > 0 {
+		ts := unix.NsecToTimespec(boot.Time)
+		if err := unix.ClockSettime(unix.CLOCK_REALTIME, &ts); err != nil {
+			return fmt.Errorf("set the clock to the host's: %w", err)
+		}
 	}
 	if err := writeFiles(boot.Files); err != nil {
 		return err
