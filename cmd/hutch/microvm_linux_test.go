@@ -138,6 +138,10 @@ func TestMicroVMRefusals(t *testing.T) {
 	if r.code == 0 || !strings.Contains(r.stderr, "network.mode") {
 		t.Errorf("network mode host under tier microvm: want a refusal naming network.mode\n%s", r)
 	}
+	r = sandboxed(t, invocation{dir: ws, env: env, args: sh("true", "--tier", "microvm", "--allow-emulation", "--image", "hutch.test/nowhere:1")})
+	if r.code != 125 || !strings.Contains(r.stderr, "an image is not yet supported under hutch run (hutch serve starts microVMs of images") {
+		t.Errorf("--image under tier microvm: want a refusal before any pull, naming hutch serve\n%s", r)
+	}
 	r = sandboxed(t, invocation{dir: ws, env: env, args: []string{"--tier", "microvm", "--check", "--allow-emulation"}})
 	if r.code != 0 || !strings.Contains(r.stdout, "ok  virtiofsd: ") || !strings.Contains(r.stdout, "ok  guest kernel: ") {
 		t.Errorf("--check on a host that boots guests: want exit 0 and every line ok\n%s", r)

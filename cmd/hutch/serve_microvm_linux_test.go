@@ -11,8 +11,10 @@ import (
 	"testing"
 	"time"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"golang.org/x/sys/unix"
 
+	"github.com/hutch-sandbox/hutch/internal/image/imagetest"
 	"github.com/hutch-sandbox/hutch/internal/testutil"
 )
 
@@ -29,23 +31,16 @@ import (
 // lets it go on; a pause without memory and a snapshot are refused naming
 // the tier; hutch rm leaves no QEMU or virtiofsd and no sandbox directory
 // (a daemon killed: TestServeMicroVMDiesWithDaemon).
-// A daemon of the tier with a warm pool of an image's is refused at start.
 func TestServeMicroVM(t *testing.T) {
 	env := microVMEnv(t, t.TempDir())
 	kernelEnv := env[len(env)-1]
 	up := startUpstream(t)
 	_, port, _ := net.SplitHostPort(up.addr)
 
-	r := hutch(t, invocation{env: append(baseEnv(t.TempDir()), kernelEnv), args: []string{"serve", "--socket", filepath.Join(t.TempDir(), "s.sock"),
-		"--state-dir", filepath.Join(t.TempDir(), "state"), "--default-tier", "microvm", "--allow-emulation", "--template", "bb=hutch.test/bb:1", "--warm", "bb=1"}})
-	if r.code != 1 || !strings.Contains(r.stderr, "warm pool bb: tier microvm: an image as the root: not supported in this version") {
-		t.Errorf("hutch serve --default-tier microvm --warm bb=1 of an image's template: %s\nwant the pool refused for the tier", r)
-	}
-
 	d := startDaemonEnv(t, []string{kernelEnv}, nil, "--default-tier", "microvm", "--allow-emulation", "--allow-private", "127.0.0.1/32")
 
 	start := time.Now()
-	r = d.admin(t, "create", "--tier", "microvm", "--disk", "300m", "--env", "GREETING=hello", "--allow-domain", "allowed.test:"+port,
+	r := d.admin(t, "create", "--tier", "microvm", "--disk", "300m", "--env", "GREETING=hello", "--allow-domain", "allowed.test:"+port,
 		"--add-host", "allowed.test:127.0.0.1", "--add-host", "blocked.test:127.0.0.1")
 	wantOK(t, r)
 	id := lastLine(r.stdout)
@@ -150,6 +145,59 @@ curl -sS --max-time 60 -o /dev/null -w '%{http_code}\n' http://blocked.test:`+po
 		t.Errorf("after hutch rm, the sandbox's directory: %v", err)
 	}
 
+}
+
+// TestServeMicroVMImage: a microVM of hutch serve from an image: the
+// guest's root is the image's (its EROFS root, built in the daemon's
+// image store, from a block device), with nothing of the host's; its
+// commands run as the image's user, in a workspace of the guest's own
+// that the user owns; nothing is shared (no virtiofsd); a warm pool of
+// the image's template keeps a guest booted.
+func TestServeMicroVMImage(t *testing.T) {
+	env := microVMEnv(t, t.TempDir())
+	kernelEnv := env[len(env)-1]
+	img := imagetest.BusyboxWith(t, func(ok bool, reason string) { testutil.Need(t, ok, reason) }, func(c *v1.Config) {
+		c.User = "app"
+	}, imagetest.File("etc/passwd", "root:x:0:0:root:/root:/bin/sh\napp:x:1000:1000:App:/home/app:/bin/sh\n", 0o644),
+		imagetest.File("etc/group", "root:x:0:\napp:x:1000:\n", 0o644), imagetest.Dir("home/"), imagetest.Dir("home/app/"))
+	tar := imagetest.DockerSave(t, img, "hutch.test/vmapp:1", hostDir(t))
+	d := startDaemonEnv(t, []string{kernelEnv}, func(state string) {
+		wantOK(t, hutch(t, invocation{args: []string{"image", "import", tar, "--state-dir", state}}))
+	}, "--default-tier", "microvm", "--allow-emulation", "--template", "vmapp=hutch.test/vmapp:1", "--warm", "vmapp=1")
+
+	r := d.admin(t, "create", "--image", "hutch.test/vmapp:1")
+	wantOK(t, r)
+	id := lastLine(r.stdout)
+	r = d.admin(t, "exec", id, "--", "sh", "-c", `cat /etc/motd; id -u; pwd; stat -c '%u:%g' .; test -e /usr/bin/env || echo no-host-usr
+grep -q '^overlay / overlay .*lowerdir=/root-lower' /proc/mounts && test "$(cat /sys/block/vda/ro)" = 1 && echo block-root
+echo mine > own.txt && cat own.txt`)
+	if wantOK(t, r); r.stdout != "from the image\n1000\n/workspace\n1000:1000\nno-host-usr\nblock-root\nmine\n" {
+		t.Errorf("a microVM of an image: %q", r.stdout)
+	}
+	ents, err := os.ReadDir(filepath.Join(d.stateDir, "images", "erofs"))
+	var built int
+	for _, e := range ents {
+		if strings.HasSuffix(e.Name(), ".erofs") {
+			built++
+		}
+	}
+	if err != nil || built != 1 {
+		t.Errorf("the image store's EROFS roots: %v, %v; want one", ents, err)
+	}
+	for _, p := range processesBelow(t, d.cmd.Process.Pid) {
+		if p.comm == "virtiofsd" {
+			t.Errorf("a virtiofsd runs for a microVM of an image: %+v", p)
+		}
+	}
+
+	// The template's warm pool (of an image's, refused before EROFS
+	// roots) fills.
+	if !testutil.Eventually(5*time.Minute, func() bool {
+		return strings.Contains(d.metrics(t), `hutch_warm_sandboxes{template="vmapp"} 1`)
+	}) {
+		t.Errorf("the warm pool of the image's template did not fill:\n%s", d.log)
+	}
+	wantOK(t, d.admin(t, "rm", id))
 }
 
 // TestServeMicroVMWarm: hutch serve --default-tier microvm --warm 1 keeps

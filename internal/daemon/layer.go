@@ -147,6 +147,16 @@ func (m *Manager) imageLayer(ref string, spec policy.Spec) (*image.Image, image.
 	if l.Lowers, release, err = m.images.Stack(img); err != nil {
 		return nil, image.User{}, nil, nil, err
 	}
+	if spec.Tier == policy.TierMicroVM {
+		// A guest mounts the image from a block device: its EROFS
+		// root, built the first time.
+		path, rel, err := m.images.EROFS(img)
+		if err != nil {
+			release()
+			return nil, image.User{}, nil, nil, err
+		}
+		l.EROFS, release = path, chain(release, rel)
+	}
 	return img, u, l, release, nil
 }
 

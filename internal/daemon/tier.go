@@ -109,10 +109,7 @@ func (m *Manager) runtime(tier string) (sandbox.Runtime, error) {
 // What the daemon does that a tier's sandboxes cannot yet: each is
 // refused with an error of category ErrUnsupported naming the tier and
 // what (S2), never dropped. The microvm tier's guest keeps its root and
-// workspace in its own memory (no layer on the host to copy or save)
-// and cannot outlive the daemon; its guest boots on the host's system
-// directories, not an image (a warm pool of an image's is refused at
-// start, naming it).
+// workspace in its own memory (no layer on the host to copy or save).
 const (
 	lackImage        = "an image as the root"
 	lackSnapshot     = "snapshots and forks (its root and workspace are in the guest's memory, which the daemon cannot copy)"
@@ -123,7 +120,7 @@ const (
 
 // tierLacks lists, for each tier that lacks any, what it lacks.
 var tierLacks = map[string][]string{
-	policy.TierMicroVM: {lackImage, lackSnapshot, lackFromSnapshot, lackVolumes, lackColdBoot},
+	policy.TierMicroVM: {lackSnapshot, lackFromSnapshot, lackVolumes, lackColdBoot},
 }
 
 // tierRefuses is the refusal of what, which a sandbox of tier cannot do

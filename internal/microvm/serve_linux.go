@@ -62,8 +62,13 @@ func (rt *Runtime) Start(c sandbox.Config) (sandbox.Instance, error) {
 	s := c.Spec
 	hide := append(policy.DefaultDenyRead(""), s.Filesystem.DenyRead...)
 	var layerBytes int64
+	var image *sandbox.RootLayer // with an image's EROFS root
 	if l := c.RootLayer; l != nil {
-		hide = append(append(hide, l.Hide...), l.Remove...)
+		if l.EROFS != "" {
+			image = l
+		} else {
+			hide = append(append(hide, l.Hide...), l.Remove...)
+		}
 		layerBytes = l.SizeBytes
 	}
 	env := c.Environ
@@ -93,7 +98,7 @@ func (rt *Runtime) Start(c sandbox.Config) (sandbox.Instance, error) {
 		// Removed with the sandbox's directory after a crash of hutch's.
 		vmDir = filepath.Join(c.HostDir, "microvm")
 	}
-	vm, err := Boot(ctx, Config{
+	cfg := Config{
 		Dir:            vmDir,
 		Kernel:         k,
 		Init:           rt.init(),
@@ -103,16 +108,18 @@ func (rt *Runtime) Start(c sandbox.Config) (sandbox.Instance, error) {
 		UID:            ids,
 		GID:            ids,
 		Log:            log,
-		Share: &Share{
-			LocalWorkspace: s.Filesystem.Workspace,
-			Hide:           hide,
-			Virtiofsd:      rt.Virtiofsd,
-		},
-		LayerBytes: layerBytes,
-		Self:       true,
-		Relay:      relayed(c),
-		Boot:       guest.Boot{Env: env, Files: files},
-	})
+		LayerBytes:     layerBytes,
+		Self:           true,
+		Relay:          relayed(c),
+		Boot:           guest.Boot{Env: env, Files: files},
+	}
+	if image != nil {
+		cfg.RootImage, cfg.Workspace = image.EROFS, s.Filesystem.Workspace
+		cfg.WorkspaceUID, cfg.WorkspaceGID = image.UID, image.GID
+	} else {
+		cfg.Share = &Share{LocalWorkspace: s.Filesystem.Workspace, Hide: hide, Virtiofsd: rt.Virtiofsd}
+	}
+	vm, err := Boot(ctx, cfg)
 	if errors.Is(err, ErrNoAccel) {
 		release()
 		return nil, noAccelErr()
@@ -162,8 +169,8 @@ func (rt *Runtime) checkStart(c sandbox.Config) error {
 	}
 	var refused []string
 	if l := c.RootLayer; l != nil {
-		if len(l.Lowers) > 0 {
-			refused = append(refused, "an image as the root")
+		if len(l.Lowers) > 0 && l.EROFS == "" {
+			refused = append(refused, "an image as the root without its EROFS root")
 		}
 		if l.From != "" || l.FromSnapshot != "" {
 			refused = append(refused, "a start from a snapshot or a save")

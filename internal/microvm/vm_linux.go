@@ -64,9 +64,18 @@ type Config struct {
 	// its root and a workspace over virtiofs (root only); without it the
 	// guest's root is its initramfs.
 	Share *Share
-	// LayerBytes, with Share, bounds the guest root's writable layer (a
-	// tmpfs in the guest's memory) to that many bytes; 0 leaves it
-	// bounded by the guest's memory only.
+	// RootImage, instead of Share, is an EROFS filesystem image
+	// (image.Store.EROFS) that is the guest's root, read-only, from a
+	// virtio block device, under a writable layer in the guest's memory;
+	// the workspace, Workspace, is a directory of that layer owned by
+	// WorkspaceUID and WorkspaceGID. Nothing of the host's is shared: no
+	// virtiofsd runs, and QEMU can save the guest's state (Save).
+	RootImage                  string
+	Workspace                  string
+	WorkspaceUID, WorkspaceGID int
+	// LayerBytes, with Share or RootImage, bounds the guest root's
+	// writable layer (a tmpfs in the guest's memory) to that many bytes;
+	// 0 leaves it bounded by the guest's memory only.
 	LayerBytes int64
 	// Self binds the init's binary at guest.SelfPath in the guest in
 	// every network mode (in mode "proxy", with Relay, it is bound
@@ -99,6 +108,9 @@ func (c Config) Validate() error {
 	}
 	if c.CPUs < 0 || c.CPUs > 64 {
 		return fmt.Errorf("microvm: %d virtual CPUs (want 1 to 64)", c.CPUs)
+	}
+	if c.RootImage != "" && (c.Share != nil || !filepath.IsAbs(c.Workspace) || c.WorkspaceUID < 0 || c.WorkspaceGID < 0) {
+		return errors.New("microvm: a root image needs an absolute workspace path and no shares")
 	}
 	return nil
 }
@@ -406,9 +418,16 @@ func qemuArgs(cfg Config, emul bool, initramfs, sock, netSock, qmpSock, console 
 		if cfg.Share.Workspace == "" {
 			cmdline = append(cmdline, guest.LocalWorkspaceEnv+"=1")
 		}
-		if cfg.LayerBytes > 0 {
-			cmdline = append(cmdline, guest.LayerSizeEnv+"="+strconv.FormatInt(cfg.LayerBytes, 10))
-		}
+	}
+	var drives []string
+	if cfg.RootImage != "" {
+		cmdline = append(cmdline, guest.RootEnv+"="+guest.RootBlock, guest.WorkspaceEnv+"="+cfg.Workspace, guest.LocalWorkspaceEnv+"=1",
+			fmt.Sprintf("%s=%d:%d", guest.WorkspaceOwnerEnv, cfg.WorkspaceUID, cfg.WorkspaceGID))
+		drives = []string{"-drive", "if=none,id=root,format=raw,readonly=on,file=" + qemuOptValue(cfg.RootImage),
+			"-device", "virtio-blk-device,drive=root"}
+	}
+	if (shares != nil || cfg.RootImage != "") && cfg.LayerBytes > 0 {
+		cmdline = append(cmdline, guest.LayerSizeEnv+"="+strconv.FormatInt(cfg.LayerBytes, 10))
 	}
 	if cfg.Self {
 		cmdline = append(cmdline, guest.SelfEnv+"=1")
@@ -467,8 +486,11 @@ func qemuArgs(cfg Config, emul bool, initramfs, sock, netSock, qmpSock, console 
 		// (Pause, Resume).
 		"-chardev", "socket,id=qmp,path=" + qmpSock,
 		"-mon", "chardev=qmp,mode=control",
-	}, slices.Concat(ports, fs)...)
+	}, slices.Concat(ports, fs, drives)...)
 }
+
+// qemuOptValue is s as the value of a QEMU option: its commas doubled.
+func qemuOptValue(s string) string { return strings.ReplaceAll(s, ",", ",,") }
 
 // bootErr is err about a boot that failed, with the end of QEMU's output
 // and what the guest's console says about it.

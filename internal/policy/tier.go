@@ -62,13 +62,15 @@ var gvisorRefusals = []tierRefusal{
 
 // microVMRefusals is what the microvm tier cannot honour in this version:
 // its guest has no network device (only hutch's proxy, relayed), its root
-// is the host's system directories only, and its limits are the VM's size
+// is the host's system directories or an image, and its limits are the VM's size
 // (resources.disk, hutch serve's, bounds the guest root's writable layer).
 var microVMRefusals = []tierRefusal{
 	{TierMicroVM, "network.mode", func(s Spec) bool { return s.Network.Mode == "host" },
 		`"host" is not supported under tier "microvm": its guest has no network device, only hutch's proxy relayed to it; use network mode "proxy" or "none", or tier "namespace"`},
-	{TierMicroVM, "root", func(s Spec) bool { return s.Root != "" && s.Root != DefaultRoot },
-		`a root directory or an image is not yet supported under tier "microvm": its guest's root is the host's system directories`},
+	{TierMicroVM, "root", func(s Spec) bool {
+		_, image := s.Image()
+		return s.Root != "" && s.Root != DefaultRoot && !image
+	}, `a root directory is not yet supported under tier "microvm": its guest's root is the host's system directories or an image`},
 	{TierMicroVM, "filesystem.allow_write", func(s Spec) bool { return len(s.Filesystem.AllowWrite) > 0 },
 		`not yet supported under tier "microvm": only the workspace is shared writable`},
 	{TierMicroVM, "filesystem.home", func(s Spec) bool { return s.Filesystem.Home == "persist" },

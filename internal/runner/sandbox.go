@@ -49,6 +49,10 @@ func (rf *Flags) Prepare(spec policy.Spec, stderr io.Writer) (*Sandbox, error) {
 		stateDir = image.DefaultStateDir()
 	}
 	if _, ok := spec.Image(); ok {
+		if spec.Tier == policy.TierMicroVM {
+			// Before any pull.
+			return nil, fmt.Errorf("tier %q: an image is not yet supported under hutch run (hutch serve starts microVMs of images: hutch create --tier microvm --image)", policy.TierMicroVM)
+		}
 		var err error
 		if s.imgRoot, s.img, s.imgUser, s.release, err = imageRoot(spec, stateDir, stderr); err != nil {
 			return nil, err

@@ -254,6 +254,10 @@ type RootLayer struct {
 	// apply (nothing of the host's is in the view). A snapshot's layers
 	// (SnapshotLayer) over an image are appended to them.
 	Lowers []string
+	// EROFS, with Lowers, is the image's root as one EROFS filesystem
+	// image (image.Store.EROFS): what a tier that takes its root from a
+	// block device (microvm) uses instead of Lowers.
+	EROFS string
 	// UID and GID own the workspace made in the layer (with Lowers: the
 	// image's user, ids 0–65535; root when both are 0).
 	UID, GID int

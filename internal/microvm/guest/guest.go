@@ -41,6 +41,16 @@ const (
 	WorkspaceEnv = "HUTCH_WORKSPACE"
 )
 
+// RootBlock is RootEnv's value for a root that is no share but the EROFS
+// filesystem of the guest's first virtio block device (an image's, built
+// by image.Store.EROFS), read-only under the same writable layer; the
+// workspace is then a directory of that layer, owned by WorkspaceOwnerEnv's
+// "UID:GID" (root's when unset).
+const (
+	RootBlock         = "block:vda"
+	WorkspaceOwnerEnv = "HUTCH_WORKSPACE_OWNER"
+)
+
 // The variables of the kernel's command line for a guest of hutch
 // serve: LayerSizeEnv bounds the root's writable layer (its tmpfs, in the
 // guest's memory) to that many bytes; LocalWorkspaceEnv ("1") makes the

@@ -110,7 +110,17 @@ func initGuest(log *slog.Logger) error {
 			}
 			layerSize = n
 		}
-		if err := switchRoot(tag, dir, layerSize, os.Getenv(LocalWorkspaceEnv) == "1"); err != nil {
+		var owner [2]int
+		if v := os.Getenv(WorkspaceOwnerEnv); v != "" {
+			u, g, ok := strings.Cut(v, ":")
+			uid, err1 := strconv.Atoi(u)
+			gid, err2 := strconv.Atoi(g)
+			if !ok || err1 != nil || err2 != nil || uid < 0 || gid < 0 {
+				return fmt.Errorf("%s=%q: not UID:GID", WorkspaceOwnerEnv, v)
+			}
+			owner = [2]int{uid, gid}
+		}
+		if err := switchRoot(tag, dir, layerSize, os.Getenv(LocalWorkspaceEnv) == "1", owner); err != nil {
 			return err
 		}
 		log.Info("microvm init: switched into the shared root", "workspace", dir, "after", time.Since(start))
@@ -118,7 +128,7 @@ func initGuest(log *slog.Logger) error {
 	os.Unsetenv(RootEnv)
 	os.Unsetenv(WorkspaceEnv)
 	os.Unsetenv(NetEnv)
-	for _, v := range []string{LayerSizeEnv, LocalWorkspaceEnv, SelfEnv} {
+	for _, v := range []string{LayerSizeEnv, LocalWorkspaceEnv, SelfEnv, WorkspaceOwnerEnv} {
 		os.Unsetenv(v)
 	}
 	if relayNet {

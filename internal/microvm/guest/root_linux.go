@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -18,20 +19,25 @@ const (
 	mergedDir = "/root-merged"
 )
 
-// switchRoot mounts the virtiofs share tagged tag read-only, an overlay
+// switchRoot mounts the virtiofs share tagged tag read-only (or, for
+// RootBlock, the EROFS filesystem of /dev/vda), an overlay
 // of it under a tmpfs (of layerSize bytes, 0 for no bound but the
 // guest's memory), the share "workspace" at workspace in it (or, with
-// local, a directory made there in the layer), moves
+// local, a directory made there in the layer, owned by owner), moves
 // /proc, /sys and /dev there, gives it a /tmp, and makes it the root (the
 // initramfs's way: move it onto / and chroot, as the initramfs cannot be
 // pivoted away). The init stays PID 1 and goes on in the new root.
-func switchRoot(tag, workspace string, layerSize int64, local bool) error {
+func switchRoot(tag, workspace string, layerSize int64, local bool, owner [2]int) error {
 	for _, d := range []string{lowerDir, layerDir, mergedDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
 		}
 	}
-	if err := mountVirtiofs(tag, lowerDir, unix.MS_RDONLY|unix.MS_NODEV); err != nil {
+	if dev, ok := strings.CutPrefix(tag, "block:"); ok {
+		if err := mountBlock("/dev/"+dev, lowerDir); err != nil {
+			return err
+		}
+	} else if err := mountVirtiofs(tag, lowerDir, unix.MS_RDONLY|unix.MS_NODEV); err != nil {
 		return err
 	}
 	layerOpts := "mode=0755"
@@ -74,6 +80,8 @@ func switchRoot(tag, workspace string, layerSize int64, local bool) error {
 		if err := mountVirtiofs("workspace", ws, unix.MS_NODEV); err != nil {
 			return err
 		}
+	} else if err := os.Lchown(ws, owner[0], owner[1]); err != nil {
+		return fmt.Errorf("the workspace's owner: %w", err)
 	}
 	for _, d := range []string{"/proc", "/sys", "/dev"} {
 		if err := unix.Mount(d, filepath.Join(mergedDir, d), "", unix.MS_MOVE, ""); err != nil {
@@ -103,6 +111,22 @@ func mountVirtiofs(tag, dir string, flags uintptr) error {
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("mount the virtiofs share %q on %s: %w", tag, dir, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// mountBlock mounts the EROFS filesystem of the block device dev on dir,
+// read-only, waiting up to portWait for the device to be probed.
+func mountBlock(dev, dir string) error {
+	deadline := time.Now().Add(portWait)
+	for {
+		err := unix.Mount(dev, dir, "erofs", unix.MS_RDONLY|unix.MS_NODEV, "")
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("mount the EROFS root %s on %s: %w", dev, dir, err)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
