@@ -2,9 +2,11 @@ package agent
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
+	"time"
 )
 
 // isDetached reports whether a detach holds the connection.
@@ -117,9 +119,11 @@ func (c *Client) Detach(ctx context.Context) (net.Conn, error) {
 
 // Attach returns a client of the agent on conn, a connection whose agent
 // was detached (Detach): it asks the agent for a new session, whose hello
-// the client reads first. The client owns conn.
+// the client reads first, telling it this host's clock (ServeOptions.
+// SetClock). The client owns conn.
 func Attach(conn net.Conn) (*Client, error) {
-	if _, err := conn.Write(encodeFrame(frameAttach, 0, 0, nil)); err != nil {
+	now := binary.BigEndian.AppendUint64(nil, uint64(time.Now().UnixNano()))
+	if _, err := conn.Write(encodeFrame(frameAttach, 0, 0, now)); err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("attach: %w", err)
 	}

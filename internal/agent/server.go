@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 )
 
 // ServeOptions configures Serve.
@@ -39,6 +40,10 @@ type ServeOptions struct {
 	// the agent run a command as root (see SudoMain). Main sets it when
 	// the sandbox's root holds SudoMarker.
 	Sudo bool
+	// SetClock, when set, is given the client's clock as it attaches
+	// (Attach): a microVM's guest, restored from a save, sets its own to
+	// it. The other tiers' agents share the host's clock and leave it.
+	SetClock func(time.Time)
 }
 
 // Validate checks the options.
@@ -213,6 +218,9 @@ func peerClosed(err error) error {
 func (s *server) dispatch(f frame) error {
 	if s.isDetached() {
 		if f.typ == frameAttach {
+			if len(f.body) == 8 && s.opts.SetClock != nil {
+				s.opts.SetClock(time.Unix(0, int64(binary.BigEndian.Uint64(f.body))))
+			}
 			return s.attach()
 		}
 		return nil // the detached client's last words

@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // qmpTimeout bounds one command on QEMU's monitor, and qmpBudget what
@@ -36,6 +39,14 @@ func newQMP(c net.Conn) *qmp {
 // do runs the QMP command cmd (without arguments) and waits for its
 // answer.
 func (q *qmp) do(cmd string) error {
+	_, err := q.call(cmd, nil, nil)
+	return err
+}
+
+// call runs the QMP command cmd with args (nil for none), with fd, when
+// not nil, passed along (SCM_RIGHTS: getfd takes it), and returns its
+// answer's return value.
+func (q *qmp) call(cmd string, args any, fd *os.File) (json.RawMessage, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	_ = q.conn.SetDeadline(time.Now().Add(qmpTimeout))
@@ -46,27 +57,42 @@ func (q *qmp) do(cmd string) error {
 			QMP json.RawMessage `json:"QMP"`
 		}
 		if err := q.dec.Decode(&greeting); err != nil {
-			return fmt.Errorf("QEMU's monitor: greeting: %w", err)
+			return nil, fmt.Errorf("QEMU's monitor: greeting: %w", err)
 		}
 		if greeting.QMP == nil {
-			return errors.New("QEMU's monitor: no greeting")
+			return nil, errors.New("QEMU's monitor: no greeting")
 		}
-		if err := q.exec("qmp_capabilities"); err != nil {
-			return err
+		if _, err := q.exec("qmp_capabilities", nil, nil); err != nil {
+			return nil, err
 		}
 		q.greets = true
 	}
-	return q.exec(cmd)
+	return q.exec(cmd, args, fd)
 }
 
-// exec sends cmd and reads until its answer, skipping events.
-func (q *qmp) exec(cmd string) error {
-	b, err := json.Marshal(map[string]string{"execute": cmd})
-	if err != nil {
-		return err
+// exec sends cmd (with args and fd, as call) and reads until its answer,
+// skipping events.
+func (q *qmp) exec(cmd string, args any, fd *os.File) (json.RawMessage, error) {
+	msg := map[string]any{"execute": cmd}
+	if args != nil {
+		msg["arguments"] = args
 	}
-	if _, err := q.conn.Write(append(b, '\n')); err != nil {
-		return fmt.Errorf("QEMU's monitor: %s: %w", cmd, err)
+	b, err := json.Marshal(msg)
+	if err != nil {
+		return nil, err
+	}
+	b = append(b, '\n')
+	if fd != nil {
+		uc, ok := q.conn.(*net.UnixConn)
+		if !ok {
+			return nil, fmt.Errorf("QEMU's monitor: %s: no unix socket to pass a descriptor on", cmd)
+		}
+		_, _, err = uc.WriteMsgUnix(b, unix.UnixRights(int(fd.Fd())), nil)
+	} else {
+		_, err = q.conn.Write(b)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("QEMU's monitor: %s: %w", cmd, err)
 	}
 	for {
 		var r struct {
@@ -77,13 +103,13 @@ func (q *qmp) exec(cmd string) error {
 			} `json:"error"`
 		}
 		if err := q.dec.Decode(&r); err != nil {
-			return fmt.Errorf("QEMU's monitor: %s: %w", cmd, err)
+			return nil, fmt.Errorf("QEMU's monitor: %s: %w", cmd, err)
 		}
 		switch {
 		case r.Error != nil:
-			return fmt.Errorf("QEMU's monitor: %s: %s: %s", cmd, r.Error.Class, r.Error.Desc)
+			return nil, fmt.Errorf("QEMU's monitor: %s: %s: %s", cmd, r.Error.Class, r.Error.Desc)
 		case r.Return != nil:
-			return nil
+			return r.Return, nil
 		}
 		// An event (STOP, RESUME, …): not the answer.
 	}

@@ -126,6 +126,7 @@ type VM struct {
 	qemuLog string
 	emul    bool
 	shares  *shareServer
+	root    bool // its root is Config.RootImage
 	log     *slog.Logger
 
 	done    chan struct{}
@@ -144,6 +145,11 @@ type VM struct {
 // them with the calling process: the running program must dispatch
 // ReaperCommand (MainIfReaper), as hutch's binaries do.
 func Boot(ctx context.Context, cfg Config) (vm *VM, err error) {
+	return start(ctx, cfg, "")
+}
+
+// start is Boot, or, with a state file Save wrote, Restore.
+func start(ctx context.Context, cfg Config, state string) (vm *VM, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -176,6 +182,7 @@ func Boot(ctx context.Context, cfg Config) (vm *VM, err error) {
 		console: filepath.Join(dir, "console.log"),
 		qemuLog: filepath.Join(dir, "qemu.log"),
 		emul:    emul,
+		root:    cfg.RootImage != "",
 		log:     cfg.Log,
 		done:    make(chan struct{}),
 	}
@@ -235,6 +242,10 @@ func Boot(ctx context.Context, cfg Config) (vm *VM, err error) {
 		v.log.Debug("microvm: virtiofsd started", "took", time.Since(start))
 	}
 	args := qemuArgs(cfg, emul, initramfs, sock, netSock, qmpSock, v.console, socks)
+	if state != "" {
+		// The guest's state comes over the monitor (restoreState).
+		args = append(args, "-incoming", "defer")
+	}
 	if cfg.UID != 0 {
 		root := filepath.Join(dir, "root")
 		if err := os.Mkdir(root, 0o555); err != nil {
@@ -277,6 +288,9 @@ func Boot(ctx context.Context, cfg Config) (vm *VM, err error) {
 	conn, err := v.awaitQEMU(ctx, agentCh, "agent's")
 	if err != nil {
 		return nil, err
+	}
+	if state != "" {
+		return v.restoreState(ctx, conn, qmpCh, netCh, state)
 	}
 	// The boot message goes first, once the guest's init asks for it (so
 	// that the clock it carries is the host's as the guest reads it); the
@@ -408,7 +422,11 @@ func qemuArgs(cfg Config, emul bool, initramfs, sock, netSock, qmpSock, console 
 		// TCG's TSC is not calibrated against a PIT the cloud kernel
 		// trusts: without a given frequency it hangs calibrating.
 		accel, cpu = "tcg", "max"
-		cmdline = append(cmdline, fmt.Sprintf("tsc_early_khz=%d", emulatedTSCkHz(cfg.Log)))
+		// The counter is the host's, constant: the guest's watchdog,
+		// whose reference is jiffies that a busy host loses under
+		// emulation, would take it for unstable and fall back to
+		// jiffies, and the guest's clock would lose a third of its time.
+		cmdline = append(cmdline, fmt.Sprintf("tsc_early_khz=%d", emulatedTSCkHz(cfg.Log)), "tsc=reliable", "clocksource=tsc")
 	}
 	if cfg.Debug {
 		cmdline = append(cmdline, guest.DebugEnv+"=1")

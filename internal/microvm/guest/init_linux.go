@@ -173,6 +173,14 @@ func initGuest(log *slog.Logger) error {
 		Log:        log,
 		DefaultDir: dir,
 		DefaultEnv: env,
+		// Restored from a save, the guest's clock stood still while
+		// it was saved: the host's, as it attaches again, is the time.
+		SetClock: func(t time.Time) {
+			ts := unix.NsecToTimespec(t.UnixNano())
+			if err := unix.ClockSettime(unix.CLOCK_REALTIME, &ts); err != nil {
+				log.Warn("microvm init: set the clock to the host's", "err", err)
+			}
+		},
 	})
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
