@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -196,6 +197,72 @@ echo mine > own.txt && cat own.txt`)
 		return strings.Contains(d.metrics(t), `hutch_warm_sandboxes{template="vmapp"} 1`)
 	}) {
 		t.Errorf("the warm pool of the image's template did not fill:\n%s", d.log)
+	}
+	wantOK(t, d.admin(t, "rm", id))
+}
+
+// TestServeMicroVMPauseRestart: a microVM of an image without the
+// proxy's relay, paused, is saved to disk (QEMU's state in its checkpoint
+// directory) and outlives hutch serve stopped with SIGTERM: the next
+// daemon lists it paused, and hutch resume gives it back with its
+// processes and their memory (a count kept in a shell variable goes on,
+// in the same process) and its files. One with the relay pauses in
+// memory.
+func TestServeMicroVMPauseRestart(t *testing.T) {
+	env := microVMEnv(t, t.TempDir())
+	kernelEnv := env[len(env)-1]
+	img := imagetest.BusyboxWith(t, func(ok bool, reason string) { testutil.Need(t, ok, reason) }, nil,
+		imagetest.Symlink("bin/sleep", "busybox"), imagetest.Symlink("bin/mv", "busybox"))
+	tar := imagetest.DockerSave(t, img, "hutch.test/vmbb:1", hostDir(t))
+	d := startDaemonEnv(t, []string{kernelEnv}, func(state string) {
+		wantOK(t, hutch(t, invocation{args: []string{"image", "import", tar, "--state-dir", state}}))
+	}, "--default-tier", "microvm", "--allow-emulation")
+
+	r := d.admin(t, "create", "--image", "hutch.test/vmbb:1", "--net", "none")
+	wantOK(t, r)
+	id := lastLine(r.stdout)
+	r = d.admin(t, "create", "--image", "hutch.test/vmbb:1", "--allow-domain", "example.test")
+	wantOK(t, r)
+	relayed := lastLine(r.stdout)
+	wantOK(t, d.admin(t, "exec", id, "--", "sh", "-c", `echo kept >/etc/kept; sh -c 'i=0; while :; do i=$((i+1)); if [ -e /tmp/ask ]; then echo "$i $$" >/tmp/answer.new; mv /tmp/answer.new /tmp/answer; rm -f /tmp/ask; fi; sleep 0.05; done' >/dev/null 2>&1 &`))
+	ask := func() (count, pid int) {
+		t.Helper()
+		r := d.admin(t, "exec", id, "--", "sh", "-c", `rm -f /tmp/answer; touch /tmp/ask; while [ -e /tmp/ask ] || [ ! -e /tmp/answer ]; do sleep 0.05; done; cat /tmp/answer`)
+		wantOK(t, r)
+		if _, err := fmt.Sscanf(r.stdout, "%d %d", &count, &pid); err != nil {
+			t.Fatalf("the counter's answer %q: %v", r.stdout, err)
+		}
+		return count, pid
+	}
+	before, pid := ask()
+	wantOK(t, d.admin(t, "pause", id))
+	state := filepath.Join(d.stateDir, "sandboxes", id, "checkpoint", "state")
+	if fi, err := os.Stat(state); err != nil {
+		t.Errorf("paused: no saved state: %v", err)
+	} else {
+		t.Logf("saved state: %d MiB", fi.Size()>>20)
+	}
+	wantOK(t, d.admin(t, "pause", relayed))
+	if _, err := os.Stat(filepath.Join(d.stateDir, "sandboxes", relayed, "checkpoint")); !os.IsNotExist(err) {
+		t.Errorf("a microVM with the relay was saved to disk: %v", err)
+	}
+
+	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	<-d.exited
+	d.start(t)
+	r = d.admin(t, "ls", "-q", "--state", "paused")
+	if wantOK(t, r); strings.TrimSpace(r.stdout) != id {
+		t.Errorf("paused after the restart: %q, want %s", r.stdout, id)
+	}
+	wantOK(t, d.admin(t, "resume", id))
+	if after, pid2 := ask(); pid2 != pid || after <= before {
+		t.Errorf("the counter after the restart: %d (pid %d), before: %d (pid %d)", after, pid2, before, pid)
+	}
+	r = d.admin(t, "exec", id, "--", "cat", "/etc/kept")
+	if wantOK(t, r); r.stdout != "kept\n" {
+		t.Errorf("the root layer after the restart: %q", r.stdout)
 	}
 	wantOK(t, d.admin(t, "rm", id))
 }

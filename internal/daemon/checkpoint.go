@@ -523,6 +523,7 @@ func (m *Manager) restoreLive(ctx context.Context, sb store.Sandbox, spec policy
 		Cgroup:      true,
 		CgroupName:  sandboxCgroupPrefix + sb.ID,
 		Volumes:     toSandboxVolumes(vols), // the record's: shown again where they were
+		HostDir:     sb.Dir,
 	})
 	if err != nil {
 		_ = proxy.Close()

@@ -93,13 +93,8 @@ func (rt *Runtime) Start(c sandbox.Config) (sandbox.Instance, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
 	defer cancel()
-	vmDir := ""
-	if c.HostDir != "" && len(c.HostDir) <= maxHostDir {
-		// Removed with the sandbox's directory after a crash of hutch's.
-		vmDir = filepath.Join(c.HostDir, "microvm")
-	}
 	cfg := Config{
-		Dir:            vmDir,
+		Dir:            vmDirOf(c),
 		Kernel:         k,
 		Init:           rt.init(),
 		MemoryMiB:      int(s.Resources.MemoryBytes >> 20),
@@ -132,6 +127,17 @@ func (rt *Runtime) Start(c sandbox.Config) (sandbox.Instance, error) {
 		log.Info("microvm: no KVM: the guest runs under software emulation (--allow-emulation), tens of times slower")
 	}
 	sb := &served{vm: vm, proxy: c.Proxy, release: release, done: make(chan struct{})}
+	if image != nil {
+		fi, err := os.Stat(image.EROFS)
+		if err != nil {
+			vm.Close()
+			release()
+			return nil, err
+		}
+		sb.saved = savedVM{Kernel: k.Release, MemoryMiB: cfg.MemoryMiB, CPUs: cfg.CPUs, Emulated: vm.Emulated(),
+			RootImage: image.EROFS, RootSize: fi.Size(), Workspace: cfg.Workspace, WorkspaceUID: cfg.WorkspaceUID,
+			WorkspaceGID: cfg.WorkspaceGID, LayerBytes: cfg.LayerBytes, Self: cfg.Self}
+	}
 	if relayed(c) {
 		if sb.relay, err = serveProxyRelay(vm.RelayConn(), c.Proxy, log); err != nil {
 			vm.Close()
@@ -151,6 +157,16 @@ func (rt *Runtime) Start(c sandbox.Config) (sandbox.Instance, error) {
 // directory: the paths of its sockets must fit in a unix socket's address
 // (108 bytes).
 const maxHostDir = 70
+
+// vmDirOf is the VM's directory for a sandbox of c: microvm in the
+// sandbox's directory, removed with it after a crash of hutch's; "" (a
+// temporary directory) when that path is too long.
+func vmDirOf(c sandbox.Config) string {
+	if c.HostDir != "" && len(c.HostDir) <= maxHostDir {
+		return filepath.Join(c.HostDir, "microvm")
+	}
+	return ""
+}
 
 // noAccelErr is the tier's refusal on a host without KVM when emulation
 // was not allowed.
@@ -208,6 +224,7 @@ type served struct {
 	code    int // QEMU's exit code once done is closed; -1 when killed
 	closing atomic.Bool
 	once    sync.Once
+	saved   savedVM // what Checkpoint records (a guest of an image)
 }
 
 var _ sandbox.Instance = (*served)(nil)
