@@ -206,24 +206,34 @@ echo mine > own.txt && cat own.txt`)
 // directory) and outlives hutch serve stopped with SIGTERM: the next
 // daemon lists it paused, and hutch resume gives it back with its
 // processes and their memory (a count kept in a shell variable goes on,
-// in the same process) and its files. One with the relay pauses in
-// memory.
+// in the same process) and its files. One with the proxy's relay is saved
+// and restored too, and reaches an allowed host after.
 func TestServeMicroVMPauseRestart(t *testing.T) {
 	env := microVMEnv(t, t.TempDir())
 	kernelEnv := env[len(env)-1]
 	img := imagetest.BusyboxWith(t, func(ok bool, reason string) { testutil.Need(t, ok, reason) }, nil,
-		imagetest.Symlink("bin/sleep", "busybox"), imagetest.Symlink("bin/mv", "busybox"))
+		imagetest.Symlink("bin/sleep", "busybox"), imagetest.Symlink("bin/mv", "busybox"), imagetest.Symlink("bin/wget", "busybox"))
 	tar := imagetest.DockerSave(t, img, "hutch.test/vmbb:1", hostDir(t))
 	d := startDaemonEnv(t, []string{kernelEnv}, func(state string) {
 		wantOK(t, hutch(t, invocation{args: []string{"image", "import", tar, "--state-dir", state}}))
-	}, "--default-tier", "microvm", "--allow-emulation")
+	}, "--default-tier", "microvm", "--allow-emulation", "--allow-private", "127.0.0.1/32")
+	up := startUpstream(t)
+	_, port, _ := net.SplitHostPort(up.addr)
 
 	r := d.admin(t, "create", "--image", "hutch.test/vmbb:1", "--net", "none")
 	wantOK(t, r)
 	id := lastLine(r.stdout)
-	r = d.admin(t, "create", "--image", "hutch.test/vmbb:1", "--allow-domain", "example.test")
+	r = d.admin(t, "create", "--image", "hutch.test/vmbb:1", "--allow-domain", "allowed.test:"+port, "--add-host", "allowed.test:127.0.0.1")
 	wantOK(t, r)
 	relayed := lastLine(r.stdout)
+	fetch := func(path string) {
+		t.Helper()
+		r := d.admin(t, "exec", relayed, "--", "wget", "-q", "-O", "-", "http://allowed.test:"+port+path)
+		if wantOK(t, r); !strings.Contains(r.stdout, "hello from allowed.test:"+port+path) {
+			t.Errorf("through the relay: %s", r)
+		}
+	}
+	fetch("/before")
 	wantOK(t, d.admin(t, "exec", id, "--", "sh", "-c", `echo kept >/etc/kept; sh -c 'i=0; while :; do i=$((i+1)); if [ -e /tmp/ask ]; then echo "$i $$" >/tmp/answer.new; mv /tmp/answer.new /tmp/answer; rm -f /tmp/ask; fi; sleep 0.05; done' >/dev/null 2>&1 &`))
 	ask := func() (count, pid int) {
 		t.Helper()
@@ -243,8 +253,8 @@ func TestServeMicroVMPauseRestart(t *testing.T) {
 		t.Logf("saved state: %d MiB", fi.Size()>>20)
 	}
 	wantOK(t, d.admin(t, "pause", relayed))
-	if _, err := os.Stat(filepath.Join(d.stateDir, "sandboxes", relayed, "checkpoint")); !os.IsNotExist(err) {
-		t.Errorf("a microVM with the relay was saved to disk: %v", err)
+	if _, err := os.Stat(filepath.Join(d.stateDir, "sandboxes", relayed, "checkpoint", "state")); err != nil {
+		t.Errorf("a microVM with the relay, paused: no saved state: %v", err)
 	}
 
 	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -253,8 +263,8 @@ func TestServeMicroVMPauseRestart(t *testing.T) {
 	<-d.exited
 	d.start(t)
 	r = d.admin(t, "ls", "-q", "--state", "paused")
-	if wantOK(t, r); strings.TrimSpace(r.stdout) != id {
-		t.Errorf("paused after the restart: %q, want %s", r.stdout, id)
+	if wantOK(t, r); !strings.Contains(r.stdout, id) || !strings.Contains(r.stdout, relayed) {
+		t.Errorf("paused after the restart: %q, want %s and %s", r.stdout, id, relayed)
 	}
 	wantOK(t, d.admin(t, "resume", id))
 	if after, pid2 := ask(); pid2 != pid || after <= before {
@@ -264,7 +274,10 @@ func TestServeMicroVMPauseRestart(t *testing.T) {
 	if wantOK(t, r); r.stdout != "kept\n" {
 		t.Errorf("the root layer after the restart: %q", r.stdout)
 	}
+	wantOK(t, d.admin(t, "resume", relayed))
+	fetch("/after")
 	wantOK(t, d.admin(t, "rm", id))
+	wantOK(t, d.admin(t, "rm", relayed))
 }
 
 // TestServeMicroVMWarm: hutch serve --default-tier microvm --warm 1 keeps

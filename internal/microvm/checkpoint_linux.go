@@ -17,8 +17,9 @@ import (
 // of the host's shared) is saved to its checkpoint directory — QEMU's
 // state (VM.Save) and what its restore needs of its configuration — and
 // ends; Restore starts a new QEMU of the same configuration from there,
-// by this daemon or a later one. A guest over the host's root (virtiofs)
-// or with the proxy's relay is paused in memory instead (SavesMemory).
+// by this daemon or a later one; its proxy's relay starts a new session
+// (guest.RelayMark). A guest over the host's root (virtiofs) is paused in
+// memory instead (SavesMemory).
 
 // Names in a checkpoint directory.
 const (
@@ -40,12 +41,12 @@ type savedVM struct {
 	WorkspaceGID int    `json:"workspace_gid"`
 	LayerBytes   int64  `json:"layer_bytes"`
 	Self         bool   `json:"self"`
+	Relay        bool   `json:"relay"`
 }
 
 // SavesMemory reports whether the daemon can pause the sandbox to disk
-// (Checkpoint): a guest of an image, without the proxy's relay (whose
-// multiplexed session does not survive its host end in this version).
-func (s *served) SavesMemory() bool { return s.vm.Savable() && s.relay == nil }
+// (Checkpoint): a guest of an image.
+func (s *served) SavesMemory() bool { return s.vm.Savable() }
 
 // Checkpoint saves the guest to dir (made here, owner-only; it must not
 // exist) and ends it. The agent must be detached (agent.Client.Detach): a
@@ -67,9 +68,23 @@ func (s *served) Checkpoint(dir string) error {
 	if err := writeSaved(dir, s.saved); err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
+	if s.relay != nil {
+		// The relay's host end hangs up: the guest's session ends, and
+		// its next starts with the restored guest's host (RelayMark).
+		// Its relayed connections end here.
+		s.relay.Close()
+		if err := s.vm.awaitHangUp("net"); err != nil {
+			return fmt.Errorf("checkpoint: %w; the guest goes on, its proxy's relay ended", err)
+		}
+	}
 	if err := s.vm.Save(filepath.Join(dir, savedState)); err != nil {
 		if rerr := s.vm.Resume(); rerr != nil {
 			return fmt.Errorf("checkpoint: %w (%w: %v)", err, sandbox.ErrFrozen, rerr)
+		}
+		if s.relay != nil {
+			// Its relay does not come back on this QEMU, whose end
+			// hung up: the guest goes on without one.
+			return fmt.Errorf("checkpoint: %w; the guest goes on, its proxy's relay ended", err)
 		}
 		return fmt.Errorf("checkpoint: %w", err)
 	}
@@ -108,8 +123,8 @@ func (rt *Runtime) Restore(c sandbox.Config, dir string) (sandbox.Instance, erro
 	if err := json.Unmarshal(b, &sv); err != nil {
 		return nil, fmt.Errorf("restore: %s: %w", savedConfig, err)
 	}
-	if relayed(c) {
-		return nil, fmt.Errorf("restore: %w: network mode \"proxy\"", ErrNotSavable)
+	if relayed(c) != sv.Relay {
+		return nil, fmt.Errorf("restore: the guest was saved with the proxy's relay %v, and its network now asks for %v", sv.Relay, relayed(c))
 	}
 	if l := c.RootLayer; l == nil || l.EROFS != sv.RootImage {
 		return nil, errors.New("restore: the sandbox's root is no longer the image it was saved with")
@@ -144,6 +159,13 @@ func (rt *Runtime) Restore(c sandbox.Config, dir string) (sandbox.Instance, erro
 		return nil, err
 	}
 	sb := &served{vm: vm, proxy: c.Proxy, release: release, done: make(chan struct{}), saved: sv}
+	if sv.Relay {
+		if sb.relay, err = serveProxyRelay(vm.RelayConn(), c.Proxy, log); err != nil {
+			vm.Close()
+			release()
+			return nil, err
+		}
+	}
 	c.Proxy = nil
 	go func() {
 		sb.code = vm.ExitCode()
@@ -166,6 +188,6 @@ func savedConfigOf(sv savedVM, k *Kernel, rt *Runtime, ids int, log *slog.Logger
 		Dir: dir, Kernel: k, Init: rt.init(), MemoryMiB: sv.MemoryMiB, CPUs: sv.CPUs,
 		AllowEmulation: rt.AllowEmulation, UID: ids, GID: ids, Log: log,
 		RootImage: sv.RootImage, Workspace: sv.Workspace, WorkspaceUID: sv.WorkspaceUID, WorkspaceGID: sv.WorkspaceGID,
-		LayerBytes: sv.LayerBytes, Self: sv.Self,
+		LayerBytes: sv.LayerBytes, Self: sv.Self, Relay: sv.Relay,
 	}
 }

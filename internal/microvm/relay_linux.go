@@ -1,7 +1,10 @@
 package microvm
 
 import (
+	"bufio"
+	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -44,7 +47,7 @@ func serveProxyRelay(conn net.Conn, p sandbox.Proxy, log *slog.Logger) (*proxyRe
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	sess, err := yamux.Server(&noPings{Conn: conn}, guest.MuxConfig())
+	sess, err := yamux.Server(&noPings{Conn: &markedConn{Conn: conn}}, guest.MuxConfig())
 	if err != nil {
 		return nil, err
 	}
@@ -210,4 +213,39 @@ func (c *noPings) Read(b []byte) (int, error) {
 		}
 	}
 	return n, err
+}
+
+// markedConn is the relay port's connection read from the guest's
+// RelayMark on: what precedes it, left in the port's queues by a session
+// of the guest's that ended with its host (a save), is skipped, up to
+// guest.MaxRelaySkip bytes.
+type markedConn struct {
+	net.Conn
+	r      *bufio.Reader
+	marked bool
+}
+
+func (c *markedConn) Read(b []byte) (int, error) {
+	if c.r == nil {
+		c.r = bufio.NewReader(c.Conn)
+	}
+	if !c.marked {
+		mark := guest.RelayMark
+		window := make([]byte, 0, len(mark))
+		for skipped := 0; !bytes.Equal(window, mark); skipped++ {
+			if skipped > guest.MaxRelaySkip+len(mark) {
+				return 0, fmt.Errorf("the guest's relay: no session mark in its first %d bytes", guest.MaxRelaySkip)
+			}
+			ch, err := c.r.ReadByte()
+			if err != nil {
+				return 0, err
+			}
+			if len(window) == len(mark) {
+				window = window[1:]
+			}
+			window = append(window, ch)
+		}
+		c.marked = true
+	}
+	return c.r.Read(b)
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strings"
 	"time"
 )
 
@@ -137,4 +138,34 @@ func (v *VM) restoreState(ctx context.Context, conn net.Conn, qmpCh, netCh <-cha
 	v.conn = conn
 	v.log.Info("microvm: guest restored", "pid", v.qemu.pid, "emulation", v.emul, "took", time.Since(start))
 	return v, nil
+}
+
+// awaitHangUp waits (up to 30 s) until QEMU has seen the host's end of the
+// port whose character device is label hang up (QMP's query-chardev names
+// a socket's that is not connected "disconnected:…"): what it tells the
+// guest then is in the state a save writes.
+func (v *VM) awaitHangUp(label string) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		raw, err := v.qmp.call("query-chardev", nil, nil)
+		if err != nil {
+			return err
+		}
+		var devs []struct {
+			Label    string `json:"label"`
+			Filename string `json:"filename"`
+		}
+		if err := json.Unmarshal(raw, &devs); err != nil {
+			return fmt.Errorf("query-chardev: %w", err)
+		}
+		for _, d := range devs {
+			if d.Label == label && strings.HasPrefix(d.Filename, "disconnected:") {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("QEMU did not see the %s port's host end hang up", label)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

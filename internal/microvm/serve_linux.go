@@ -136,7 +136,7 @@ func (rt *Runtime) Start(c sandbox.Config) (sandbox.Instance, error) {
 		}
 		sb.saved = savedVM{Kernel: k.Release, MemoryMiB: cfg.MemoryMiB, CPUs: cfg.CPUs, Emulated: vm.Emulated(),
 			RootImage: image.EROFS, RootSize: fi.Size(), Workspace: cfg.Workspace, WorkspaceUID: cfg.WorkspaceUID,
-			WorkspaceGID: cfg.WorkspaceGID, LayerBytes: cfg.LayerBytes, Self: cfg.Self}
+			WorkspaceGID: cfg.WorkspaceGID, LayerBytes: cfg.LayerBytes, Self: cfg.Self, Relay: cfg.Relay}
 	}
 	if relayed(c) {
 		if sb.relay, err = serveProxyRelay(vm.RelayConn(), c.Proxy, log); err != nil {

@@ -64,6 +64,17 @@ const (
 	SelfEnv           = "HUTCH_SELF"
 )
 
+// RelayMark starts each relay session the guest's init opens on the
+// relay port. The port outlives a session: when its host end hangs up (a
+// daemon saved the guest to disk, say) the guest's session ends, and a
+// new one starts, mark first, once a host connects again; the host skips
+// whatever precedes the mark (what the old session left in the port's
+// queues), at most MaxRelaySkip bytes.
+var RelayMark = []byte("\x00hutch-relay-session\x00")
+
+// MaxRelaySkip bounds what the host skips before RelayMark.
+const MaxRelaySkip = 1 << 20
+
 // NetPortName is the virtio-serial port that carries the guest's relayed
 // connections to hutch's egress proxy in network mode "proxy", and NetEnv
 // the variable of the kernel's command line that tells the init to relay

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"sync"
+	"time"
 
 	"github.com/hashicorp/yamux"
 	"golang.org/x/sys/unix"
@@ -22,14 +24,15 @@ func startRelay() error {
 	if err != nil {
 		return err
 	}
-	sess, err := yamux.Client(&portConn{f: port}, MuxConfig())
-	if err != nil {
-		port.Close()
-		return fmt.Errorf("relay: %w", err)
-	}
+	r := &relaySessions{changed: make(chan struct{})}
+	go r.run(port)
 	slots := make(chan struct{}, MaxStreams)
 	kinds := map[string]byte{relay.HTTPSocket: StreamHTTP, relay.SOCKSSocket: StreamSOCKS, relay.DNSSocket: StreamDNS}
 	return relay.Listen(func(service string) (net.Conn, error) {
+		sess, err := r.session(sessionWait)
+		if err != nil {
+			return nil, err
+		}
 		select {
 		case slots <- struct{}{}:
 		case <-sess.CloseChan():
@@ -48,6 +51,68 @@ func startRelay() error {
 		}
 		return &slotStream{Stream: st, release: func() { <-slots }}, nil
 	})
+}
+
+// sessionWait bounds how long a connection to the proxy's addresses
+// waits for a relay session (one starting again after a restore).
+const sessionWait = 30 * time.Second
+
+// relaySessions is the relay's yamux session of the moment, one after
+// another on the port.
+type relaySessions struct {
+	mu      sync.Mutex
+	sess    *yamux.Session // nil between two
+	changed chan struct{}  // closed when sess changes
+}
+
+// run serves sessions on port one after another: each starts with
+// RelayMark and lasts as long as the host's end is connected.
+func (r *relaySessions) run(port *os.File) {
+	for {
+		conn := &portConn{f: port}
+		if _, err := conn.Write(RelayMark); err == nil {
+			if sess, err := yamux.Client(conn, MuxConfig()); err == nil {
+				r.set(sess)
+				<-sess.CloseChan()
+				r.set(nil)
+			}
+		}
+		port.Close()
+		for {
+			var err error
+			if port, err = openPort(NetPortName, 24*time.Hour); err == nil {
+				break
+			}
+			time.Sleep(time.Second)
+		}
+	}
+}
+
+func (r *relaySessions) set(s *yamux.Session) {
+	r.mu.Lock()
+	r.sess = s
+	close(r.changed)
+	r.changed = make(chan struct{})
+	r.mu.Unlock()
+}
+
+// session is the session of the moment, waiting up to d for one.
+func (r *relaySessions) session(d time.Duration) (*yamux.Session, error) {
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	for {
+		r.mu.Lock()
+		s, changed := r.sess, r.changed
+		r.mu.Unlock()
+		if s != nil && !s.IsClosed() {
+			return s, nil
+		}
+		select {
+		case <-changed:
+		case <-deadline.C:
+			return nil, yamux.ErrSessionShutdown
+		}
+	}
 }
 
 // slotStream is a relayed stream that gives its slot back once closed.
