@@ -138,6 +138,9 @@ func (r *Replica) renewing(addr string) {
 	}
 }
 
+// closeLeaseFor bounds Close's attempts to delete the Lease.
+const closeLeaseFor = 25 * time.Second
+
 // Close stops renewing the Lease and deletes it: the replica is gone at
 // once for the others.
 func (r *Replica) Close() error {
@@ -145,10 +148,23 @@ func (r *Replica) Close() error {
 	r.closeOnce.Do(func() {
 		close(r.stop)
 		<-r.done
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if e := r.c.coord.delete(ctx, r.c.ns, "leases", r.c.leaseName(r.name), metav1.DeleteOptions{}); e != nil && !apierrors.IsNotFound(e) {
+		// Tried again within the pod's default grace (30 s): an API
+		// server slow under load let one attempt of 10 s pass, and the
+		// Lease, which nothing else deletes, was left to lapse.
+		deadline := time.Now().Add(closeLeaseFor)
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			e := r.c.coord.delete(ctx, r.c.ns, "leases", r.c.leaseName(r.name), metav1.DeleteOptions{})
+			cancel()
+			if e == nil || apierrors.IsNotFound(e) {
+				err = nil
+				return
+			}
 			err = fmt.Errorf("kubernetes: lease of replica %s: %w", r.name, e)
+			if time.Now().Add(time.Second).After(deadline) {
+				return
+			}
+			time.Sleep(time.Second)
 		}
 	})
 	return err
