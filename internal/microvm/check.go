@@ -9,7 +9,8 @@ import (
 // Check tells what this host offers the microvm tier, one line a
 // requirement, and whether a guest can boot: hardware virtualization (or
 // emulation only), QEMU, virtiofsd, the guest kernel of kernelDir (""
-// means the cache's current one), root.
+// means the cache's current one), root; and, without its lack counting
+// against ok, mkfs.erofs, which guests of images need.
 func Check(kernelDir string, allowEmulation bool) (lines []string, ok bool) {
 	ok = true
 	add := func(good bool, format string, args ...any) {
@@ -47,5 +48,11 @@ func Check(kernelDir string, allowEmulation bool) (lines []string, ok bool) {
 		add(false, "guest kernel: %v", err)
 	}
 	add(os.Geteuid() == 0, "root: hutch runs the tier as root only in this version")
+	// Guests of images only: its lack leaves the tier working.
+	if p, err := exec.LookPath("mkfs.erofs"); err == nil {
+		lines = append(lines, "ok  mkfs.erofs: "+p+" (guests of images, under hutch serve)")
+	} else {
+		lines = append(lines, "no  mkfs.erofs: none, so guests of images are refused; the tier works without (Debian's erofs-utils: scripts/guest-kernel.sh installs it)")
+	}
 	return lines, ok
 }
