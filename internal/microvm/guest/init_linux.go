@@ -168,11 +168,15 @@ func initGuest(log *slog.Logger) error {
 	if !hasVar(env, "PATH") {
 		env = append(env, "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
 	}
+	// An image that ships hutch's sudo (its marker) gets it served, as
+	// in the other tiers.
+	_, noSudo := os.Lstat(agent.SudoMarker)
 	err = agent.Serve(conn, agent.ServeOptions{
 		PID1:       true,
 		Log:        log,
 		DefaultDir: dir,
 		DefaultEnv: env,
+		Sudo:       noSudo == nil,
 		// Restored from a save, the guest's clock stood still while
 		// it was saved: the host's, as it attaches again, is the time.
 		SetClock: func(t time.Time) {
