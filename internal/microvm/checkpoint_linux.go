@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 
@@ -142,35 +141,13 @@ func (rt *Runtime) Restore(c sandbox.Config, dir string) (sandbox.Instance, erro
 	if emul, err := useEmulation(rt.AllowEmulation); err != nil || emul != sv.Emulated {
 		return nil, fmt.Errorf("restore: the guest was saved under %s and would go on under %s (%v)", accelName(sv.Emulated), accelName(emul), err)
 	}
-	ids, release, err := vmIDs.take()
+	sb, err := rt.launch(c, sv.config(k), func(ctx context.Context, cfg Config) (*VM, error) {
+		return Restore(ctx, cfg, filepath.Join(dir, savedState))
+	})
 	if err != nil {
 		return nil, err
 	}
-	log := c.Log
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
-	defer cancel()
-	cfg := savedConfigOf(sv, k, rt, ids, log, vmDirOf(c))
-	vm, err := Restore(ctx, cfg, filepath.Join(dir, savedState))
-	if err != nil {
-		release()
-		return nil, err
-	}
-	sb := &served{vm: vm, proxy: c.Proxy, release: release, done: make(chan struct{}), saved: sv}
-	if sv.Relay {
-		if sb.relay, err = serveProxyRelay(vm.RelayConn(), c.Proxy, log); err != nil {
-			vm.Close()
-			release()
-			return nil, err
-		}
-	}
-	c.Proxy = nil
-	go func() {
-		sb.code = vm.ExitCode()
-		close(sb.done)
-	}()
+	c.Proxy = nil // the sandbox's now
 	return sb, nil
 }
 
@@ -182,12 +159,21 @@ func accelName(emulated bool) string {
 	return "KVM"
 }
 
-// savedConfigOf is the Config of a VM that runs the guest sv describes.
-func savedConfigOf(sv savedVM, k *Kernel, rt *Runtime, ids int, log *slog.Logger, dir string) Config {
-	return Config{
-		Dir: dir, Kernel: k, Init: rt.init(), MemoryMiB: sv.MemoryMiB, CPUs: sv.CPUs,
-		AllowEmulation: rt.AllowEmulation, UID: ids, GID: ids, Log: log,
-		RootImage: sv.RootImage, Workspace: sv.Workspace, WorkspaceUID: sv.WorkspaceUID, WorkspaceGID: sv.WorkspaceGID,
-		LayerBytes: sv.LayerBytes, Self: sv.Self, Relay: sv.Relay,
+// savedOf is what a save records of a guest of cfg (its root an image's).
+func savedOf(cfg Config, emulated bool) (savedVM, error) {
+	fi, err := os.Stat(cfg.RootImage)
+	if err != nil {
+		return savedVM{}, err
 	}
+	return savedVM{Kernel: cfg.Kernel.Release, MemoryMiB: cfg.MemoryMiB, CPUs: cfg.CPUs, Emulated: emulated,
+		RootImage: cfg.RootImage, RootSize: fi.Size(), Workspace: cfg.Workspace, WorkspaceUID: cfg.WorkspaceUID,
+		WorkspaceGID: cfg.WorkspaceGID, LayerBytes: cfg.LayerBytes, Self: cfg.Self, Relay: cfg.Relay}, nil
+}
+
+// config is the Config of a VM, with kernel k, that runs the guest sv
+// describes (launch adds the host's side: ids, directory, log).
+func (sv savedVM) config(k *Kernel) Config {
+	return Config{Kernel: k, MemoryMiB: sv.MemoryMiB, CPUs: sv.CPUs,
+		RootImage: sv.RootImage, Workspace: sv.Workspace, WorkspaceUID: sv.WorkspaceUID, WorkspaceGID: sv.WorkspaceGID,
+		LayerBytes: sv.LayerBytes, Self: sv.Self, Relay: sv.Relay}
 }

@@ -27,8 +27,9 @@ const saveTimeout = 10 * time.Minute
 var ErrNotSavable = errors.New("the guest cannot be saved")
 
 // Savable reports whether Save can save the guest: its root is an image's
-// and nothing of the host's is shared.
-func (v *VM) Savable() bool { return v.shares == nil && v.root }
+// (Config.Validate refuses shares beside one: nothing of the host's is
+// shared).
+func (v *VM) Savable() bool { return v.root }
 
 // Save stops the guest (QMP's stop) and writes its whole state — memory,
 // virtual CPUs and devices — to the file path (made, mode 0600). The

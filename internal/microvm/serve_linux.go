@@ -83,6 +83,35 @@ func (rt *Runtime) Start(c sandbox.Config) (sandbox.Instance, error) {
 	if env == nil {
 		env = []string{} // the agent's environment is this, not the init's
 	}
+	cfg := Config{
+		Kernel:     k,
+		MemoryMiB:  int(s.Resources.MemoryBytes >> 20),
+		CPUs:       int(s.Resources.CPUs),
+		LayerBytes: layerBytes,
+		Self:       true,
+		Relay:      relayed(c),
+		Boot:       guest.Boot{Env: env, Files: files},
+	}
+	if image != nil {
+		cfg.RootImage, cfg.Workspace = image.EROFS, s.Filesystem.Workspace
+		cfg.WorkspaceUID, cfg.WorkspaceGID = image.UID, image.GID
+	} else {
+		cfg.Share = &Share{LocalWorkspace: s.Filesystem.Workspace, Hide: hide, Virtiofsd: rt.Virtiofsd}
+	}
+	sb, err := rt.launch(c, cfg, Boot)
+	if err != nil {
+		return nil, err
+	}
+	c.Proxy = nil // the sandbox's now
+	return sb, nil
+}
+
+// launch starts a VM of cfg for the sandbox of c with start (Boot, or a
+// Restore), QEMU under ids of its own (vmIDs) in the sandbox's VM
+// directory, and returns the served sandbox: the proxy's relay served in
+// network mode "proxy", what a save needs recorded for a guest of an
+// image. c.Proxy is the sandbox's once it returns without an error.
+func (rt *Runtime) launch(c sandbox.Config, cfg Config, start func(context.Context, Config) (*VM, error)) (*served, error) {
 	ids, release, err := vmIDs.take()
 	if err != nil {
 		return nil, err
@@ -91,30 +120,11 @@ func (rt *Runtime) Start(c sandbox.Config) (sandbox.Instance, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	cfg.Dir, cfg.Init, cfg.AllowEmulation = vmDirOf(c), rt.init(), rt.AllowEmulation
+	cfg.UID, cfg.GID, cfg.Log = ids, ids, log
 	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
 	defer cancel()
-	cfg := Config{
-		Dir:            vmDirOf(c),
-		Kernel:         k,
-		Init:           rt.init(),
-		MemoryMiB:      int(s.Resources.MemoryBytes >> 20),
-		CPUs:           int(s.Resources.CPUs),
-		AllowEmulation: rt.AllowEmulation,
-		UID:            ids,
-		GID:            ids,
-		Log:            log,
-		LayerBytes:     layerBytes,
-		Self:           true,
-		Relay:          relayed(c),
-		Boot:           guest.Boot{Env: env, Files: files},
-	}
-	if image != nil {
-		cfg.RootImage, cfg.Workspace = image.EROFS, s.Filesystem.Workspace
-		cfg.WorkspaceUID, cfg.WorkspaceGID = image.UID, image.GID
-	} else {
-		cfg.Share = &Share{LocalWorkspace: s.Filesystem.Workspace, Hide: hide, Virtiofsd: rt.Virtiofsd}
-	}
-	vm, err := Boot(ctx, cfg)
+	vm, err := start(ctx, cfg)
 	if errors.Is(err, ErrNoAccel) {
 		release()
 		return nil, noAccelErr()
@@ -123,29 +133,25 @@ func (rt *Runtime) Start(c sandbox.Config) (sandbox.Instance, error) {
 		release()
 		return nil, err
 	}
+	fail := func(err error) (*served, error) {
+		vm.Close()
+		release()
+		return nil, err
+	}
 	if vm.Emulated() {
 		log.Info("microvm: no KVM: the guest runs under software emulation (--allow-emulation), tens of times slower")
 	}
 	sb := &served{vm: vm, proxy: c.Proxy, release: release, done: make(chan struct{})}
-	if image != nil {
-		fi, err := os.Stat(image.EROFS)
-		if err != nil {
-			vm.Close()
-			release()
-			return nil, err
+	if cfg.RootImage != "" {
+		if sb.saved, err = savedOf(cfg, vm.Emulated()); err != nil {
+			return fail(err)
 		}
-		sb.saved = savedVM{Kernel: k.Release, MemoryMiB: cfg.MemoryMiB, CPUs: cfg.CPUs, Emulated: vm.Emulated(),
-			RootImage: image.EROFS, RootSize: fi.Size(), Workspace: cfg.Workspace, WorkspaceUID: cfg.WorkspaceUID,
-			WorkspaceGID: cfg.WorkspaceGID, LayerBytes: cfg.LayerBytes, Self: cfg.Self, Relay: cfg.Relay}
 	}
-	if relayed(c) {
+	if cfg.Relay {
 		if sb.relay, err = serveProxyRelay(vm.RelayConn(), c.Proxy, log); err != nil {
-			vm.Close()
-			release()
-			return nil, err
+			return fail(err)
 		}
 	}
-	c.Proxy = nil // the sandbox's now
 	go func() {
 		sb.code = vm.ExitCode()
 		close(sb.done)

@@ -103,30 +103,30 @@ func switchRoot(tag, workspace string, layerSize int64, local bool, owner [2]int
 // mountVirtiofs mounts the virtiofs share tagged tag on dir, waiting up to
 // portWait for its device to be probed.
 func mountVirtiofs(tag, dir string, flags uintptr) error {
-	deadline := time.Now().Add(portWait)
-	for {
-		err := unix.Mount(tag, dir, "virtiofs", flags, "")
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("mount the virtiofs share %q on %s: %w", tag, dir, err)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	return mountProbed(fmt.Sprintf("the virtiofs share %q on %s", tag, dir), func() error {
+		return unix.Mount(tag, dir, "virtiofs", flags, "")
+	})
 }
 
 // mountBlock mounts the EROFS filesystem of the block device dev on dir,
 // read-only, waiting up to portWait for the device to be probed.
 func mountBlock(dev, dir string) error {
+	return mountProbed("the EROFS root "+dev+" on "+dir, func() error {
+		return unix.Mount(dev, dir, "erofs", unix.MS_RDONLY|unix.MS_NODEV, "")
+	})
+}
+
+// mountProbed tries mount until it succeeds or portWait has passed: a
+// device the kernel has not probed yet fails it until then.
+func mountProbed(what string, mount func() error) error {
 	deadline := time.Now().Add(portWait)
 	for {
-		err := unix.Mount(dev, dir, "erofs", unix.MS_RDONLY|unix.MS_NODEV, "")
+		err := mount()
 		if err == nil {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("mount the EROFS root %s on %s: %w", dev, dir, err)
+			return fmt.Errorf("mount %s: %w", what, err)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
