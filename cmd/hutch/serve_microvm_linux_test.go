@@ -234,16 +234,7 @@ func TestServeMicroVMPauseRestart(t *testing.T) {
 		}
 	}
 	fetch("/before")
-	wantOK(t, d.admin(t, "exec", id, "--", "sh", "-c", `echo kept >/etc/kept; sh -c 'i=0; while :; do i=$((i+1)); if [ -e /tmp/ask ]; then echo "$i $$" >/tmp/answer.new; mv /tmp/answer.new /tmp/answer; rm -f /tmp/ask; fi; sleep 0.05; done' >/dev/null 2>&1 &`))
-	ask := func() (count, pid int) {
-		t.Helper()
-		r := d.admin(t, "exec", id, "--", "sh", "-c", `rm -f /tmp/answer; touch /tmp/ask; while [ -e /tmp/ask ] || [ ! -e /tmp/answer ]; do sleep 0.05; done; cat /tmp/answer`)
-		wantOK(t, r)
-		if _, err := fmt.Sscanf(r.stdout, "%d %d", &count, &pid); err != nil {
-			t.Fatalf("the counter's answer %q: %v", r.stdout, err)
-		}
-		return count, pid
-	}
+	ask := startCounter(t, d, id)
 	before, pid := ask()
 	wantOK(t, d.admin(t, "pause", id))
 	state := filepath.Join(d.stateDir, "sandboxes", id, "checkpoint", "state")

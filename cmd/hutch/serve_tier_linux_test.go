@@ -118,16 +118,7 @@ func TestServeGVisorPauseRestart(t *testing.T) {
 	r = d.admin(t, "create")
 	wantOK(t, r)
 	running := lastLine(r.stdout)
-	wantOK(t, d.admin(t, "exec", id, "--", "sh", "-c", `echo kept >/etc/kept; nohup sh -c 'i=0; while :; do i=$((i+1)); if [ -e /tmp/ask ]; then echo "$i $$" >/tmp/answer.new; mv /tmp/answer.new /tmp/answer; rm -f /tmp/ask; fi; sleep 0.01; done' >/dev/null 2>&1 &`))
-	ask := func() (count, pid int) {
-		t.Helper()
-		r := d.admin(t, "exec", id, "--", "sh", "-c", `rm -f /tmp/answer; touch /tmp/ask; while [ -e /tmp/ask ] || [ ! -e /tmp/answer ]; do sleep 0.01; done; cat /tmp/answer`)
-		wantOK(t, r)
-		if _, err := fmt.Sscanf(r.stdout, "%d %d", &count, &pid); err != nil {
-			t.Fatalf("the counter's answer %q: %v", r.stdout, err)
-		}
-		return count, pid
-	}
+	ask := startCounter(t, d, id)
 	before, pid := ask()
 	wantOK(t, d.admin(t, "pause", id))
 
@@ -153,4 +144,21 @@ func TestServeGVisorPauseRestart(t *testing.T) {
 		t.Errorf("the root layer after the restart: %q", r.stdout)
 	}
 	wantOK(t, d.admin(t, "rm", id))
+}
+
+// startCounter starts, in sandbox id of d, a shell that counts in its own
+// memory only and answers when asked, and writes /etc/kept; ask returns
+// the count and the shell's pid. A pause that keeps memory keeps both.
+func startCounter(t *testing.T, d *daemonProc, id string) (ask func() (count, pid int)) {
+	t.Helper()
+	wantOK(t, d.admin(t, "exec", id, "--", "sh", "-c", `echo kept >/etc/kept; sh -c 'i=0; while :; do i=$((i+1)); if [ -e /tmp/ask ]; then echo "$i $$" >/tmp/answer.new; mv /tmp/answer.new /tmp/answer; rm -f /tmp/ask; fi; sleep 0.05; done' >/dev/null 2>&1 &`))
+	return func() (count, pid int) {
+		t.Helper()
+		r := d.admin(t, "exec", id, "--", "sh", "-c", `rm -f /tmp/answer; touch /tmp/ask; while [ -e /tmp/ask ] || [ ! -e /tmp/answer ]; do sleep 0.05; done; cat /tmp/answer`)
+		wantOK(t, r)
+		if _, err := fmt.Sscanf(r.stdout, "%d %d", &count, &pid); err != nil {
+			t.Fatalf("the counter's answer %q: %v", r.stdout, err)
+		}
+		return count, pid
+	}
 }

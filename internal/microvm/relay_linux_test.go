@@ -46,9 +46,9 @@ func echoStreams(l net.Listener, prefix string) error {
 	}
 }
 
-// relayPair serves echoProxy on one end of a unix connection and returns
-// the guest's yamux session on the other.
-func relayPair(t *testing.T) (*proxyRelay, *yamux.Session) {
+// relayConn serves echoProxy on one end of a unix connection and returns
+// the relay and the guest's end.
+func relayConn(t *testing.T) (*proxyRelay, net.Conn) {
 	t.Helper()
 	l, err := net.Listen("unix", filepath.Join(t.TempDir(), "relay.sock"))
 	if err != nil {
@@ -59,6 +59,7 @@ func relayPair(t *testing.T) (*proxyRelay, *yamux.Session) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { gc.Close() })
 	hc, err := l.Accept()
 	if err != nil {
 		t.Fatal(err)
@@ -68,6 +69,14 @@ func relayPair(t *testing.T) (*proxyRelay, *yamux.Session) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.Close() })
+	return r, gc
+}
+
+// relayPair serves echoProxy on one end of a unix connection and returns
+// the guest's yamux session on the other.
+func relayPair(t *testing.T) (*proxyRelay, *yamux.Session) {
+	t.Helper()
+	r, gc := relayConn(t)
 	// What an old session left in the port's queues, then the new
 	// session's mark: the host skips to it.
 	if _, err := gc.Write(append([]byte("\x00\x01 left by an ended session"), guest.RelayMark...)); err != nil {
@@ -202,5 +211,15 @@ func TestRelayBreach(t *testing.T) {
 	case <-r.Done():
 	case <-time.After(time.Minute): // a guard against hanging, not a threshold
 		t.Fatal("streams kept open past twice the bound did not end the relay")
+	}
+
+	// A guest that sends more than the host skips looking for a
+	// session's mark loses its relay.
+	r, gc := relayConn(t)
+	go func() { _, _ = gc.Write(make([]byte, guest.MaxRelaySkip+len(guest.RelayMark)+1)) }()
+	select {
+	case <-r.Done():
+	case <-time.After(time.Minute): // a guard against hanging, not a threshold
+		t.Fatal("a relay without a session mark did not end")
 	}
 }
