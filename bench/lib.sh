@@ -142,3 +142,17 @@ remove_work() {
 	done
 	rm -rf "$1"
 }
+
+# serve_start HUTCH WORK STATE FLAGS...: starts HUTCH serve on the socket
+# WORK/hutch.sock and the state directory STATE, with FLAGS, its log in
+# WORK/serve.log; sets serve_pid (for stop_pid) and exports HUTCH_HOST;
+# waits until it answers, or fails saying why.
+serve_start() {
+	local hutch=$1 work=$2 state=$3
+	shift 3
+	"$hutch" serve --socket "$work/hutch.sock" --state-dir "$state" "$@" >"$work/serve.log" 2>&1 &
+	serve_pid=$!
+	export HUTCH_HOST=unix://$work/hutch.sock
+	for _ in $(seq 150); do "$hutch" ls >/dev/null 2>&1 && break; sleep 0.1; done
+	"$hutch" ls >/dev/null || { log "hutch serve does not answer: $(tail -5 "$work/serve.log")"; return 1; }
+}

@@ -78,12 +78,7 @@ build_tools "$work"
 hutch=$work/hutch state=$work/state
 busybox_image_tar "$work" bench.local/busybox:1
 HUTCH_STATE_DIR=$state "$hutch" image import "$work/image.tar" >/dev/null
-"$hutch" serve --socket "$work/hutch.sock" --state-dir "$state" --default-timeout 2h --tenant-memory 64g \
-	--allow-emulation ${runsc:+--runsc "$runsc"} >"$work/serve.log" 2>&1 &
-serve_pid=$!
-export HUTCH_HOST=unix://$work/hutch.sock
-for _ in $(seq 150); do "$hutch" ls >/dev/null 2>&1 && break; sleep 0.1; done
-"$hutch" ls >/dev/null || { log "hutch serve does not answer: $(tail -5 "$work/serve.log")"; exit 1; }
+serve_start "$hutch" "$work" "$state" --default-timeout 2h --tenant-memory 64g --allow-emulation ${runsc:+--runsc "$runsc"}
 
 ms() { echo $(( ($2 - $1) / 1000000 )); }
 now() { date +%s%N; }
@@ -92,10 +87,8 @@ mib() { local n=${1%[mM]}; case "$1" in *[gG]) n=$(( ${1%[gG]} * 1024 )) ;; esac
 rows=()
 for tier in ${tiers//,/ }; do
 	for mem in ${memory//,/ }; do
-		m=$(mib "$mem") fill=$(( $(mib "$mem") / 4 ))
-		flags="--tier $tier --memory $mem --net none"
-		[ "$tier" = microvm ] && flags="$flags --image bench.local/busybox:1"
-		[ "$tier" = gvisor ] && flags="$flags --image bench.local/busybox:1"
+		fill=$(( $(mib "$mem") / 4 ))
+		flags="--tier $tier --memory $mem --net none --image bench.local/busybox:1"
 		p=() r=() x=() s=()
 		for i in $(seq "$rounds"); do
 			# shellcheck disable=SC2086
@@ -117,7 +110,7 @@ for tier in ${tiers//,/ }; do
 		echo 3 >/proc/sys/vm/drop_caches
 		f2=$(now); cat "$work/floor" >/dev/null; f3=$(now)
 		rm -f "$work/floor"
-		rows+=("$tier|$mem|$fill|$ms_|$mp|$mr|$mx|$(ms "$f0" "$f1")|$(ms "$f2" "$f3")|$m")
+		rows+=("$tier|$mem|$fill|$ms_|$mp|$mr|$mx|$(ms "$f0" "$f1")|$(ms "$f2" "$f3")")
 	done
 done
 
@@ -131,7 +124,7 @@ else
 	printf '%-8s %7s %6s %7s %8s %8s %8s %10s %10s %9s %9s %8s\n' tier memory held state pause resume exec p-s/GiB r-s/GiB fl-write fl-read p/fl-w
 fi
 for row in "${rows[@]}"; do
-	IFS='|' read -r tier mem fill size p r x fw fr m <<<"$row"
+	IFS='|' read -r tier mem fill size p r x fw fr <<<"$row"
 	ps=$(secs_per_gib "$p" "$size") rs=$(secs_per_gib "$r" "$size") ratio=$(per "$p" "$fw")
 	if [ "$markdown" = 1 ]; then
 		echo "| $tier | $mem | ${fill} MiB | ${size} MiB | ${p} ms | ${r} ms | ${x} ms | $ps | $rs | ${fw} ms | ${fr} ms | ${ratio}× |"

@@ -89,12 +89,7 @@ HUTCH_STATE_DIR=$state "$hutch" image import "$work/image.tar" >/dev/null
 
 # The daemon: sandboxes live the whole run; the tenant's memory quota
 # (the sum of its sandboxes' limits) has room for all of them.
-"$hutch" serve --socket "$work/hutch.sock" --state-dir "$state" --default-timeout 2h \
-	--tenant-memory 64g ${runsc:+--runsc "$runsc"} >"$work/serve.log" 2>&1 &
-serve_pid=$!
-export HUTCH_HOST=unix://$work/hutch.sock
-for _ in $(seq 150); do "$hutch" ls >/dev/null 2>&1 && break; sleep 0.1; done
-"$hutch" ls >/dev/null || { log "hutch serve does not answer: $(tail -5 "$work/serve.log")"; exit 1; }
+serve_start "$hutch" "$work" "$state" --default-timeout 2h --tenant-memory 64g ${runsc:+--runsc "$runsc"}
 
 # What the sources write, with busybox's applets (in either base), in
 # their workspace.
