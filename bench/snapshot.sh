@@ -24,7 +24,15 @@
 # The base "gvisor" is the host's root under the gVisor tier, whose
 # snapshots save the sandbox's kernel, processes and memory too (runsc
 # checkpoint) and whose creates from them restore copies (runsc restore):
-# its rows compare that with the same copies of its files.
+# its rows compare that with the same copies of its files. The base
+# "microvm" is the image under the microvm tier (under emulation where
+# there is no KVM, with scripts/guest-kernel.sh's kernel): its snapshots
+# save the guest while it goes on (QEMU's migration) with the files its
+# agent exports, and its creates from them restore copies; its files are
+# in the guest's memory, so its rows compare with copying the saved
+# state and the snapshot's layer:
+#   cp -a memory to disk    (the saved state, in the state dir's file
+#                           system: what a snapshot's save writes)
 # Sandboxes, snapshots and copies are removed between rounds (untimed).
 # `cp --reflink=auto` is not measured: neither tmpfs nor ext4 makes
 # reflinks, so it is cp -a.
@@ -32,8 +40,9 @@
 # Usage: bench/snapshot.sh [--markdown] [-n N] [--bases LIST] [--runsc PATH]
 #   --markdown   print markdown tables (for docs/benchmarks.md)
 #   -n N         rounds (default 5)
-#   --bases LIST of image, host, gvisor (default image,host, and gvisor
-#                when there is a runsc)
+#   --bases LIST of image, host, gvisor, microvm (default image,host, and
+#                gvisor when there is a runsc, and microvm when there is
+#                a guest kernel)
 #   --runsc PATH runsc for gvisor (default: $RUNSC, else runsc on PATH)
 #
 # Needs root; installs busybox-static with apt-get when missing. No
@@ -60,9 +69,10 @@ runsc=${runsc:-${RUNSC:-$(command -v runsc || true)}}
 if [ -z "$bases" ]; then
 	bases=image,host
 	[ -z "$runsc" ] || bases=$bases,gvisor
+	[ ! -e /var/cache/hutch/guest-kernel/current ] || bases=$bases,microvm
 fi
 for b in ${bases//,/ }; do
-	case "$b" in image | host | gvisor) ;; *) echo "snapshot.sh: --bases: unknown base $b" >&2; exit 2 ;; esac
+	case "$b" in image | host | gvisor | microvm) ;; *) echo "snapshot.sh: --bases: unknown base $b" >&2; exit 2 ;; esac
 done
 case ",$bases," in *,gvisor,*) [ -x "$runsc" ] || { echo "snapshot.sh: gvisor needs runsc (--runsc PATH)" >&2; exit 2; } ;; esac
 [ "$(id -u)" = 0 ] || { log "needs root (hutch serve, images)"; exit 1; }
@@ -89,7 +99,7 @@ HUTCH_STATE_DIR=$state "$hutch" image import "$work/image.tar" >/dev/null
 
 # The daemon: sandboxes live the whole run; the tenant's memory quota
 # (the sum of its sandboxes' limits) has room for all of them.
-serve_start "$hutch" "$work" "$state" --default-timeout 2h --tenant-memory 64g ${runsc:+--runsc "$runsc"}
+serve_start "$hutch" "$work" "$state" --default-timeout 2h --tenant-memory 64g --allow-emulation ${runsc:+--runsc "$runsc"}
 
 # What the sources write, with busybox's applets (in either base), in
 # their workspace.
@@ -129,14 +139,19 @@ measure() {
 	src=$("$hutch" create $flags --timeout 2h)
 	"$hutch" exec "$src" -- sh -c "${!data}; busybox touch .bench-$src"
 	upper=$state/sandboxes/$src/layer/upper
-	if [ "$base" = gvisor ]; then
+	if [ "$base" = microvm ]; then
+		upper="" # in the guest's memory
+		log "$base/$data: $("$hutch" exec "$src" -- busybox du -sh /workspace | cut -f1) in the guest"
+	elif [ "$base" = gvisor ]; then
 		# gVisor's layer is in runsc's state directory: the one that
 		# holds the mark.
 		upper=$(find /run/hutch-gvisor -mindepth 4 -maxdepth 8 -name ".bench-$src" -path '*/layer/upper/*' | head -1)
 		upper=${upper%%/layer/upper/*}/layer/upper
 	fi
-	[ -d "$upper" ] || { log "no upper directory at $upper"; exit 1; }
-	log "$base/$data: $(du -sh "$upper" | cut -f1) in $(find "$upper" | wc -l) entries"
+	if [ -n "$upper" ]; then
+		[ -d "$upper" ] || { log "no upper directory at $upper"; exit 1; }
+		log "$base/$data: $(du -sh "$upper" | cut -f1) in $(find "$upper" | wc -l) entries"
+	fi
 	k=$base/$data
 	mkdir -p "$work/t/$k"
 	for _ in $(seq "$n"); do
@@ -151,11 +166,16 @@ measure() {
 		[ "$(echo "$layer" | wc -l)" = 1 ] || { log "want one snapshot layer, have: $layer"; exit 1; }
 		timed "$k/cp -a layer to tmpfs" copy_to "$layer" "$work/tmpfs/c"
 		rm -rf "$work/tmpfs/c"
+		if [ -z "$upper" ]; then
+			timed "$k/cp -a memory to disk" copy_to "$state/snapshots/memory/$sid" "$work/disk/c"
+			rm -rf "$work/disk/c"
+		fi
 		"$hutch" snapshot rm "$sid" >/dev/null
 		timed "$k/fork -n 1" "$hutch" fork -n 1 "$src"
 		rm_printed
 		timed "$k/fork -n 10" "$hutch" fork -n 10 "$src"
 		rm_printed
+		[ -n "$upper" ] || continue
 		timed "$k/cp -a upper to tmpfs" copy_to "$upper" "$work/tmpfs/c"
 		rm -rf "$work/tmpfs/c"
 		timed "$k/cp -a upper to disk" copy_to "$upper" "$work/disk/c"
@@ -172,6 +192,7 @@ for b in ${bases//,/ }; do
 	image) flags="--image bench.local/busybox:1" ;;
 	host) flags="" ;;
 	gvisor) flags="--tier gvisor" ;;
+	microvm) flags="--tier microvm --image bench.local/busybox:1" ;;
 	esac
 	measure "$b" "$flags" big
 	measure "$b" "$flags" small
@@ -180,13 +201,30 @@ log "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # p50 FILE and min, max: milliseconds, one decimal.
 pct() { sort -n "$1" | awk -v p="$2" '{a[NR]=$1} END {i=int(NR*p/100+0.5); if (i<1) i=1; printf "%.1f", a[i]/1000}'; }
-ways=("ls" "create" "snapshot" "create --snapshot" "fork -n 1" "fork -n 10"
-	"cp -a upper to tmpfs" "cp -a upper to disk" "tar | tar upper to disk" "cp -a layer to tmpfs")
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a/b}'; }
 for b in ${bases//,/ }; do
+	ways=("ls" "create" "snapshot" "create --snapshot" "fork -n 1" "fork -n 10"
+		"cp -a upper to tmpfs" "cp -a upper to disk" "tar | tar upper to disk" "cp -a layer to tmpfs")
+	ratios='snapshot;cp -a upper to disk
+snapshot;cp -a upper to tmpfs
+snapshot;tar | tar upper to disk'
+	if [ "$b" = microvm ]; then
+		ways=("ls" "create" "snapshot" "create --snapshot" "fork -n 1" "fork -n 10" "cp -a memory to disk" "cp -a layer to tmpfs")
+		ratios='snapshot;cp -a memory to disk'
+	fi
+	ratios="$ratios
+create --snapshot;create
+create --snapshot;(create + cp -a layer to tmpfs)
+fork -n 1;(snapshot + create --snapshot)
+fork -n 10;fork -n 1"
 	for d in big small; do
 		k=$b/$d
-		label="$([ "$b" = gvisor ] && echo "host under gVisor (memory too)" || echo "$b"), $([ "$d" = big ] && echo "100 MiB" || echo "7 KiB")"
+		case "$b" in
+		gvisor) label="host under gVisor (memory too)" ;;
+		microvm) label="image under the microVM (memory too)" ;;
+		*) label=$b ;;
+		esac
+		label="$label, $([ "$d" = big ] && echo "100 MiB" || echo "7 KiB")"
 		declare -A p=()
 		for w in "${ways[@]}"; do p[$w]=$(pct "$work/t/$k/$w" 50); done
 		if [ -n "$markdown" ]; then
@@ -209,15 +247,7 @@ for b in ${bases//,/ }; do
 		while IFS=';' read -r a b2; do
 			r=$(ratio "${p[$a]}" "${p[$b2]}")
 			if [ -n "$markdown" ]; then echo "| ${a//|/\\|} / ${b2//|/\\|} | $r |"; else printf '  ratio %-52s %6s\n' "$a / $b2" "$r"; fi
-		done <<EOF
-snapshot;cp -a upper to disk
-snapshot;cp -a upper to tmpfs
-snapshot;tar | tar upper to disk
-create --snapshot;create
-create --snapshot;(create + cp -a layer to tmpfs)
-fork -n 1;(snapshot + create --snapshot)
-fork -n 10;fork -n 1
-EOF
+		done <<<"$ratios"
 		[ -z "$markdown" ] || echo
 		unset p
 	done

@@ -4,7 +4,12 @@
 # mirror apt is configured with), unpacked once and kept in
 #
 #   /var/cache/hutch/guest-kernel/<release>/
-#     vmlinuz        the kernel QEMU boots (-kernel)
+#     vmlinuz        the kernel as the package has it (compressed)
+#     vmlinux        the same kernel uncompressed, an ELF file with a PVH
+#                    entry, which QEMU boots (-kernel) without the
+#                    decompression and relocation a vmlinuz starts with
+#                    (a second or so of each boot under emulation); hutch
+#                    boots vmlinuz where there is none
 #     config         the package's /boot/config-<release>
 #     modules/*.ko   the modules the guest loads, uncompressed
 #     modules.order  their file names (modules/NAME.ko), one a line, in load
@@ -22,7 +27,8 @@
 # --print-dir nothing is fetched: it prints the directory `current` names,
 # and fails when there is none. It also installs qemu-system-x86 (QEMU,
 # which boots the guests), kmod (depmod) and erofs-utils (mkfs.erofs, for
-# the EROFS roots of guests from images) when they are missing.
+# the EROFS roots of guests from images) when they are missing, and the
+# decompressor of the kernel's own compression (lz4, xz, zstd, gzip).
 #
 # The guest's modules: what the virtio-serial port of hutch's agent needs
 # (virtio_mmio, the transport of QEMU's microvm machine, and
@@ -96,7 +102,44 @@ fi
 release=${kpkg#linux-image-}
 dir=$cache/$release
 
+# unpack_vmlinux writes to $2 the kernel ELF inside the vmlinuz $1: the
+# payload the decompressor stub carries, found by its compression's magic
+# number (as the kernel's scripts/extract-vmlinux finds it). It fails when
+# no payload turns out an ELF file.
+unpack_vmlinux() {
+	local src=$1 dst=$2 f tool magic cmd off
+	for f in 'lz4 \x02\x21\x4c\x18 lz4 -dc' 'zstd \x28\xb5\x2f\xfd zstd -qdc' 'xz \xfd\x37\x7a\x58\x5a\x00 xz -dc' 'gzip \x1f\x8b\x08 gzip -dc'; do
+		read -r tool magic cmd <<<"$f"
+		off=$(LC_ALL=C grep -obUaP "$magic" "$src" 2>/dev/null | head -n1 | cut -d: -f1 || true)
+		[ -n "$off" ] || continue
+		if ! command -v "$tool" >/dev/null; then
+			apt_update
+			log "apt-get install $tool (the kernel is $tool-compressed)"
+			apt-get install -y -qq --no-install-recommends "$([ "$tool" = xz ] && echo xz-utils || echo "$tool")" >&2
+		fi
+		# The payload is followed by the stub's tail, which decompressors
+		# call trailing garbage: their status is not the test, the ELF is.
+		tail -c +$((off + 1)) "$src" | $cmd >"$dst" 2>/dev/null || true
+		if [ "$(head -c 4 "$dst" | od -An -c | tr -d ' ')" = '177ELF' ]; then
+			log "vmlinux: the $tool payload of vmlinuz at byte $off, $(($(stat -c %s "$dst") >> 20)) MiB"
+			return 0
+		fi
+	done
+	rm -f "$dst"
+	return 1
+}
+
 if [ -f "$dir/SHA256SUMS" ] && (cd "$dir" && sha256sum --quiet -c SHA256SUMS >&2); then
+	# A directory fetched before vmlinux was: add it.
+	if ! grep -q '  vmlinux$' "$dir/SHA256SUMS"; then
+		if unpack_vmlinux "$dir/vmlinuz" "$dir/.vmlinux.new"; then
+			chmod a+r "$dir/.vmlinux.new"
+			mv "$dir/.vmlinux.new" "$dir/vmlinux"
+			(cd "$dir" && sha256sum vmlinux >>SHA256SUMS)
+		else
+			log "vmlinuz holds no kernel this script can uncompress: guests boot vmlinuz"
+		fi
+	fi
 	ln -sfn "$release" "$cache/current"
 	echo "$dir"
 	exit 0
@@ -175,7 +218,13 @@ for i in "${!wanted[@]}"; do
 	esac
 done
 
-(cd "$out" && sha256sum vmlinuz config builtin modules.order modules/*.ko >SHA256SUMS)
+images=vmlinuz
+if unpack_vmlinux "$out/vmlinuz" "$out/vmlinux"; then
+	images="vmlinuz vmlinux"
+else
+	log "vmlinuz holds no kernel this script can uncompress: guests boot vmlinuz"
+fi
+(cd "$out" && sha256sum $images config builtin modules.order modules/*.ko >SHA256SUMS)
 chmod -R a+rX "$out"
 rm -rf "$dir"
 mv "$out" "$dir"

@@ -71,7 +71,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 	metricsEvery := fs.Duration("metrics-interval", 0, "sample what each sandbox uses (CPU, memory, disk) every `duration`, keeping an hour (default 5s)")
 	maxSandboxes := fs.Int("max-sandboxes", 0, "most sandboxes a tenant may have at once (default 100)")
 	maxSnapshots := fs.Int("max-snapshots", 0, "most snapshots a tenant may keep (default 32)")
-	maxSnapshotBytes := fs.Int64("max-snapshot-bytes", 0, "most bytes of files a tenant's snapshots may hold together (default 8 GiB)")
+	maxSnapshotBytes := fs.Int64("max-snapshot-bytes", 0, "most bytes a tenant's snapshots may hold together: their files, their memory and the EROFS roots of microVMs started from their files (default 8 GiB)")
 	disk := fs.String("disk", "1g", "default `size` of a sandbox's writable root (its policy's resources.disk overrides it); it is kept in memory, charged to the sandbox's memory limit")
 	maxDisk := fs.String("max-disk", "16g", "largest `size` of a sandbox's writable root a policy may ask for")
 	maxTmp := fs.String("max-tmp-size", "1g", "largest `size` of a sandbox's /tmp and /dev/shm (each; in memory, charged to its memory limit) a policy may ask for")

@@ -146,6 +146,10 @@ func TestMicroVMRefusals(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stdout, "ok  virtiofsd: ") || !strings.Contains(r.stdout, "ok  guest kernel: ") {
 		t.Errorf("--check on a host that boots guests: want exit 0 and every line ok\n%s", r)
 	}
+	// scripts/guest-kernel.sh keeps the kernel uncompressed too.
+	if !strings.Contains(r.stdout, "boots vmlinux, uncompressed") {
+		t.Errorf("--check: the guest kernel's line does not say it boots vmlinux\n%s", r)
+	}
 	r = sandboxed(t, invocation{dir: ws, env: env, args: sh("true", "--allow-emulation")})
 	if r.code == 0 || !strings.Contains(r.stderr, "--allow-emulation is for --tier microvm") {
 		t.Errorf("--allow-emulation under tier namespace: want a refusal\n%s", r)

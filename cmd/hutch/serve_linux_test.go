@@ -181,6 +181,16 @@ func (d *daemonProc) admin(t *testing.T, args ...string) result {
 	return d.as(t, "", "", nil, args...)
 }
 
+// adminID runs the client command args on the daemon's socket, which
+// must succeed and print an id (hutch create's, hutch snapshot's) last,
+// and returns that id.
+func (d *daemonProc) adminID(t *testing.T, args ...string) string {
+	t.Helper()
+	r := d.admin(t, args...)
+	wantOK(t, r)
+	return lastLine(r.stdout)
+}
+
 // lastLine is the last non-empty line of s.
 func lastLine(s string) string {
 	ls := lines(s)

@@ -33,6 +33,7 @@ import (
 // the tier; hutch rm leaves no QEMU or virtiofsd and no sandbox directory
 // (a daemon killed: TestServeMicroVMDiesWithDaemon).
 func TestServeMicroVM(t *testing.T) {
+	t.Parallel()
 	env := microVMEnv(t, t.TempDir())
 	kernelEnv := env[len(env)-1]
 	up := startUpstream(t)
@@ -115,10 +116,24 @@ curl -sS --max-time 60 -o /dev/null -w '%{http_code}\n' http://blocked.test:`+po
 	if r.code == 0 || !strings.Contains(r.stderr, "tier microvm: a pause without memory") || !strings.Contains(r.stderr, "not supported in this version") {
 		t.Errorf("hutch pause --no-memory of a microVM: %s\nwant a refusal naming the tier", r)
 	}
+	// A snapshot of a guest over the host's root is its files (its
+	// agent's export of its layer): a namespace sandbox starts from
+	// them; a microVM does not yet.
 	r = d.admin(t, "snapshot", id)
-	if r.code == 0 || !strings.Contains(r.stderr, "tier microvm: snapshots and forks") {
-		t.Errorf("hutch snapshot of a microVM: %s\nwant a refusal naming the tier", r)
+	wantOK(t, r)
+	sid := lastLine(r.stdout)
+	r = d.admin(t, "create", "--snapshot", sid)
+	if r.code == 0 || !strings.Contains(r.stderr, "tier microvm: a start from a snapshot's files") {
+		t.Errorf("hutch create --snapshot of a microVM's files, as a microVM: %s\nwant a refusal naming the tier", r)
 	}
+	r = d.admin(t, "create", "--snapshot", sid, "--tier", "namespace")
+	wantOK(t, r)
+	ns := lastLine(r.stdout)
+	if r := d.admin(t, "exec", ns, "--", "cat", "/workspace/out.txt"); r.stdout != "written\n" {
+		t.Errorf("a namespace sandbox from a microVM's snapshot: %s", r)
+	}
+	wantOK(t, d.admin(t, "rm", ns))
+	wantOK(t, d.admin(t, "snapshot", "rm", sid))
 	r = d.admin(t, "exec", id, "--", "true")
 	wantOK(t, r)
 
@@ -155,6 +170,7 @@ curl -sS --max-time 60 -o /dev/null -w '%{http_code}\n' http://blocked.test:`+po
 // that the user owns; nothing is shared (no virtiofsd); a warm pool of
 // the image's template keeps a guest booted.
 func TestServeMicroVMImage(t *testing.T) {
+	t.Parallel()
 	env := microVMEnv(t, t.TempDir())
 	kernelEnv := env[len(env)-1]
 	img := imagetest.BusyboxWith(t, func(ok bool, reason string) { testutil.Need(t, ok, reason) }, func(c *v1.Config) {
@@ -209,16 +225,8 @@ echo mine > own.txt && cat own.txt`)
 // in the same process) and its files. One with the proxy's relay is saved
 // and restored too, and reaches an allowed host after.
 func TestServeMicroVMPauseRestart(t *testing.T) {
-	env := microVMEnv(t, t.TempDir())
-	kernelEnv := env[len(env)-1]
-	img := imagetest.BusyboxWith(t, func(ok bool, reason string) { testutil.Need(t, ok, reason) }, nil,
-		imagetest.Symlink("bin/sleep", "busybox"), imagetest.Symlink("bin/mv", "busybox"), imagetest.Symlink("bin/wget", "busybox"))
-	tar := imagetest.DockerSave(t, img, "hutch.test/vmbb:1", hostDir(t))
-	d := startDaemonEnv(t, []string{kernelEnv}, func(state string) {
-		wantOK(t, hutch(t, invocation{args: []string{"image", "import", tar, "--state-dir", state}}))
-	}, "--default-tier", "microvm", "--allow-emulation", "--allow-private", "127.0.0.1/32")
-	up := startUpstream(t)
-	_, port, _ := net.SplitHostPort(up.addr)
+	t.Parallel()
+	d, port := microVMImageDaemon(t, "hutch.test/vmbb:1")
 
 	r := d.admin(t, "create", "--image", "hutch.test/vmbb:1", "--net", "none")
 	wantOK(t, r)
@@ -257,18 +265,160 @@ func TestServeMicroVMPauseRestart(t *testing.T) {
 	if wantOK(t, r); !strings.Contains(r.stdout, id) || !strings.Contains(r.stdout, relayed) {
 		t.Errorf("paused after the restart: %q, want %s and %s", r.stdout, id, relayed)
 	}
-	wantOK(t, d.admin(t, "resume", id))
-	if after, pid2 := ask(); pid2 != pid || after <= before {
-		t.Errorf("the counter after the restart: %d (pid %d), before: %d (pid %d)", after, pid2, before, pid)
-	}
-	r = d.admin(t, "exec", id, "--", "cat", "/etc/kept")
-	if wantOK(t, r); r.stdout != "kept\n" {
-		t.Errorf("the root layer after the restart: %q", r.stdout)
-	}
+	wantResumed(t, d, id, ask, before, pid)
 	wantOK(t, d.admin(t, "resume", relayed))
 	fetch("/after")
 	wantOK(t, d.admin(t, "rm", id))
 	wantOK(t, d.admin(t, "rm", relayed))
+}
+
+// TestServeMicroVMFork: hutch fork of a microVM of an image with the
+// proxy's relay saves the guest while it goes on and restores that state
+// into two new guests: in each, and in the source, a count kept in a
+// shell variable goes on in the same process, the files are there, and
+// an allowed host is reached through the relay (the source's has a new
+// host end). The copies are their own: a file one writes is not in the
+// other, and their kernels draw different random numbers. A snapshot of
+// a copy holds all it and its source wrote over the image in one layer,
+// its deletions too: a namespace sandbox started from its files does not
+// see what the copy removed, nor does a microVM started from the files
+// of a snapshot of that sandbox (its root the image's and the snapshots'
+// layers, one EROFS root). A copy pauses to disk and resumes.
+func TestServeMicroVMFork(t *testing.T) {
+	t.Parallel()
+	d, port := microVMImageDaemon(t, "hutch.test/vmfork:1")
+
+	r := d.admin(t, "create", "--image", "hutch.test/vmfork:1", "--allow-domain", "allowed.test:"+port, "--add-host", "allowed.test:127.0.0.1")
+	wantOK(t, r)
+	src := lastLine(r.stdout)
+	fetch := func(id, path string) {
+		t.Helper()
+		r := d.admin(t, "exec", id, "--", "wget", "-q", "-O", "-", "http://allowed.test:"+port+path)
+		if wantOK(t, r); !strings.Contains(r.stdout, "hello from allowed.test:"+port+path) {
+			t.Errorf("%s through the relay: %s", id, r)
+		}
+	}
+	fetch(src, "/before")
+	ask := startCounter(t, d, src)
+	before, pid := ask()
+
+	r = d.admin(t, "fork", "-n", "2", src)
+	wantOK(t, r)
+	forks := strings.Fields(r.stdout)
+	if len(forks) != 2 {
+		t.Fatalf("hutch fork -n 2 printed %q", r.stdout)
+	}
+	if after, pid2 := ask(); pid2 != pid || after <= before {
+		t.Errorf("the source's counter after the fork: %d (pid %d), before: %d (pid %d)", after, pid2, before, pid)
+	}
+	fetch(src, "/source-after")
+	var uuids []string
+	for i, f := range forks {
+		if got, pid2 := startCounterOf(t, d, f)(); pid2 != pid || got < before {
+			t.Errorf("fork %d's counter: %d (pid %d), the source's at the fork: %d (pid %d)", i, got, pid2, before, pid)
+		}
+		if r := d.admin(t, "exec", f, "--", "cat", "/etc/kept"); r.stdout != "kept\n" {
+			t.Errorf("fork %d's files: %s", i, r)
+		}
+		fetch(f, fmt.Sprintf("/fork%d", i))
+		r := d.admin(t, "exec", f, "--", "cat", "/proc/sys/kernel/random/uuid")
+		wantOK(t, r)
+		uuids = append(uuids, r.stdout)
+	}
+	if uuids[0] == uuids[1] {
+		t.Errorf("two forks drew the same random UUID %q", uuids[0])
+	}
+	wantOK(t, d.admin(t, "exec", forks[0], "--", "sh", "-c", "echo fork0 > /workspace/mine; rm /etc/kept"))
+	if r := d.admin(t, "exec", forks[1], "--", "sh", "-c", "test ! -e /workspace/mine && cat /etc/kept"); r.stdout != "kept\n" {
+		t.Errorf("one fork's write reached the other: %s", r)
+	}
+
+	// snapshotStart snapshots sandbox of and starts a sandbox of tier
+	// from the snapshot; in it the fork's file is there and the file it
+	// removed is not (what wants adds is there too).
+	snapshotStart := func(of, tier, wants, want string) (sid, id string) {
+		t.Helper()
+		sid = d.adminID(t, "snapshot", of)
+		id = d.adminID(t, "create", "--snapshot", sid, "--tier", tier)
+		if r := d.admin(t, "exec", id, "--", "sh", "-c", "cat /workspace/mine; test -e /etc/kept && echo kept-is-back; "+wants); r.stdout != "fork0\n"+want {
+			t.Errorf("a %s sandbox from a snapshot of %s: %s\nwant the fork's file, not the file it removed", tier, of, r)
+		}
+		return sid, id
+	}
+	// A snapshot of a copy: one layer over the image, its deletion kept.
+	sid, ns := snapshotStart(forks[0], "namespace", "", "")
+	// A microVM from a snapshot's files: a snapshot of the namespace
+	// sandbox, its layer over the fork's over the image, in an EROFS root.
+	files, fromFiles := snapshotStart(ns, "microvm", "grep -q '^overlay / overlay .*lowerdir=/root-lower' /proc/mounts && echo block-root", "block-root\n")
+	r = d.admin(t, "create", "--snapshot", sid)
+	wantOK(t, r)
+	again := lastLine(r.stdout)
+	if got, pid2 := startCounterOf(t, d, again)(); pid2 != pid || got < before {
+		t.Errorf("a copy of a fork's snapshot: its counter %d (pid %d)", got, pid2)
+	}
+	// A copy is paused to disk and resumed as any guest of an image.
+	wantOK(t, d.admin(t, "pause", forks[1]))
+	if _, err := os.Stat(filepath.Join(d.stateDir, "sandboxes", forks[1], "checkpoint", "state")); err != nil {
+		t.Errorf("a fork paused: no saved state: %v", err)
+	}
+	wantOK(t, d.admin(t, "resume", forks[1]))
+	if got, pid2 := startCounterOf(t, d, forks[1])(); pid2 != pid || got < before {
+		t.Errorf("a fork after its pause to disk: its counter %d (pid %d)", got, pid2)
+	}
+	for _, id := range append(forks, src, ns, again, fromFiles) {
+		wantOK(t, d.admin(t, "rm", id))
+	}
+	for _, s := range []string{sid, files} {
+		wantOK(t, d.admin(t, "snapshot", "rm", s))
+	}
+	if ents, err := os.ReadDir(filepath.Join(d.stateDir, "snapshots", "erofs")); err != nil || len(ents) > 1 {
+		t.Errorf("the snapshots' EROFS roots after their snapshots' removal: %v, %v", ents, err)
+	}
+}
+
+// TestServeMicroVMSnapshotQuota: a microVM started from a snapshot's
+// files boots from an EROFS root of the image's files and the
+// snapshot's, kept with the snapshot, which counts against the tenant's
+// snapshot bytes: with room for the snapshot (a few kB) but not for that
+// root (about the busybox image's, 2 MB), the start is refused with the
+// quota's error naming it, and no root is left in the store; the tenant's
+// sandboxes of other tiers start from the snapshot as before.
+func TestServeMicroVMSnapshotQuota(t *testing.T) {
+	t.Parallel()
+	const ref = "hutch.test/vmquota:1"
+	d, _ := microVMImageDaemon(t, ref, "--max-snapshot-bytes", strconv.Itoa(1<<20))
+	src := d.adminID(t, "create", "--image", ref, "--tier", "namespace")
+	wantOK(t, d.admin(t, "exec", src, "--", "sh", "-c", "echo kept > /etc/kept"))
+	sid := d.adminID(t, "snapshot", src)
+	r := d.admin(t, "create", "--snapshot", sid, "--tier", "microvm")
+	if r.code == 0 || !strings.Contains(r.stderr, "EROFS root") || !strings.Contains(r.stderr, "of 1048576 bytes allowed") {
+		t.Fatalf("a microVM from the snapshot's files past the tenant's snapshot bytes: want the quota's refusal naming the EROFS root:\n%s", r)
+	}
+	if ents, err := os.ReadDir(filepath.Join(d.stateDir, "snapshots", "erofs")); err == nil && len(ents) > 0 {
+		t.Errorf("the refused start left %d entries in the store's EROFS roots", len(ents))
+	}
+	ns := d.adminID(t, "create", "--snapshot", sid, "--tier", "namespace")
+	if c := d.admin(t, "exec", ns, "--", "cat", "/etc/kept"); c.stdout != "kept\n" {
+		t.Errorf("control: a namespace sandbox from the snapshot: %s", c)
+	}
+}
+
+// microVMImageDaemon starts hutch serve with the microvm tier as its
+// default, under emulation, that may reach the loopback upstream it
+// starts too (on port), with ref a busybox image with sleep, mv and wget
+// in its store, and flags.
+func microVMImageDaemon(t *testing.T, ref string, flags ...string) (d *daemonProc, port string) {
+	env := microVMEnv(t, t.TempDir())
+	kernelEnv := env[len(env)-1]
+	img := imagetest.BusyboxWith(t, func(ok bool, reason string) { testutil.Need(t, ok, reason) }, nil,
+		imagetest.Symlink("bin/sleep", "busybox"), imagetest.Symlink("bin/mv", "busybox"), imagetest.Symlink("bin/wget", "busybox"))
+	tar := imagetest.DockerSave(t, img, ref, hostDir(t))
+	d = startDaemonEnv(t, []string{kernelEnv}, func(state string) {
+		wantOK(t, hutch(t, invocation{args: []string{"image", "import", tar, "--state-dir", state}}))
+	}, append([]string{"--default-tier", "microvm", "--allow-emulation", "--allow-private", "127.0.0.1/32"}, flags...)...)
+	up := startUpstream(t)
+	_, port, _ = net.SplitHostPort(up.addr)
+	return d, port
 }
 
 // TestServeMicroVMWarm: hutch serve --default-tier microvm --warm 1 keeps

@@ -135,14 +135,7 @@ func TestServeGVisorPauseRestart(t *testing.T) {
 	if wantOK(t, r); strings.Contains(r.stdout, running) {
 		t.Errorf("the running sandbox outlived the daemon's shutdown: %q", r.stdout)
 	}
-	wantOK(t, d.admin(t, "resume", id))
-	if after, pid2 := ask(); pid2 != pid || after <= before {
-		t.Errorf("the counter after the restart: %d (pid %d), before: %d (pid %d)", after, pid2, before, pid)
-	}
-	r = d.admin(t, "exec", id, "--", "cat", "/etc/kept")
-	if wantOK(t, r); r.stdout != "kept\n" {
-		t.Errorf("the root layer after the restart: %q", r.stdout)
-	}
+	wantResumed(t, d, id, ask, before, pid)
 	wantOK(t, d.admin(t, "rm", id))
 }
 
@@ -152,6 +145,27 @@ func TestServeGVisorPauseRestart(t *testing.T) {
 func startCounter(t *testing.T, d *daemonProc, id string) (ask func() (count, pid int)) {
 	t.Helper()
 	wantOK(t, d.admin(t, "exec", id, "--", "sh", "-c", `echo kept >/etc/kept; sh -c 'i=0; while :; do i=$((i+1)); if [ -e /tmp/ask ]; then echo "$i $$" >/tmp/answer.new; mv /tmp/answer.new /tmp/answer; rm -f /tmp/ask; fi; sleep 0.05; done' >/dev/null 2>&1 &`))
+	return startCounterOf(t, d, id)
+}
+
+// wantResumed resumes sandbox id of d, paused to disk and restored by a
+// daemon started again, and checks that startCounter's counter goes on
+// in the same process (it answered before in pid) and /etc/kept is there.
+func wantResumed(t *testing.T, d *daemonProc, id string, ask func() (count, pid int), before, pid int) {
+	t.Helper()
+	wantOK(t, d.admin(t, "resume", id))
+	if after, pid2 := ask(); pid2 != pid || after <= before {
+		t.Errorf("the counter after the restart: %d (pid %d), before: %d (pid %d)", after, pid2, before, pid)
+	}
+	r := d.admin(t, "exec", id, "--", "cat", "/etc/kept")
+	if wantOK(t, r); r.stdout != "kept\n" {
+		t.Errorf("the root layer after the restart: %q", r.stdout)
+	}
+}
+
+// startCounterOf is startCounter's ask of sandbox id, whose counter runs
+// already: a copy of the sandbox startCounter started it in.
+func startCounterOf(t *testing.T, d *daemonProc, id string) (ask func() (count, pid int)) {
 	return func() (count, pid int) {
 		t.Helper()
 		r := d.admin(t, "exec", id, "--", "sh", "-c", `rm -f /tmp/answer; touch /tmp/ask; while [ -e /tmp/ask ] || [ ! -e /tmp/answer ]; do sleep 0.05; done; cat /tmp/answer`)

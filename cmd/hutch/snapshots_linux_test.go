@@ -12,15 +12,11 @@ import (
 // shows it against the base, the snapshot and the source.
 func TestSnapshotCLI(t *testing.T) {
 	d := startDaemonWith(t, nil)
-	r := d.admin(t, "create")
-	wantOK(t, r)
-	src := lastLine(r.stdout)
+	src := d.adminID(t, "create")
 	wantOK(t, d.admin(t, "exec", src, "--", "sh", "-c", "echo from-source > f"))
-	r = d.admin(t, "snapshot", src)
-	wantOK(t, r)
-	sid := lastLine(r.stdout)
+	sid := d.adminID(t, "snapshot", src)
 	if !strings.HasPrefix(sid, "snap-") {
-		t.Fatalf("hutch snapshot printed %q", r.stdout)
+		t.Fatalf("hutch snapshot printed %q", sid)
 	}
 	if r := d.admin(t, "snapshots", "-q"); !strings.Contains(r.stdout, sid) {
 		t.Errorf("hutch snapshots -q: %s", r)
@@ -28,9 +24,7 @@ func TestSnapshotCLI(t *testing.T) {
 	if r := d.admin(t, "snapshots"); !strings.Contains(r.stdout, "SOURCE") || !strings.Contains(r.stdout, src) {
 		t.Errorf("hutch snapshots: %s", r)
 	}
-	r = d.admin(t, "create", "--snapshot", sid)
-	wantOK(t, r)
-	copy := lastLine(r.stdout)
+	copy := d.adminID(t, "create", "--snapshot", sid)
 	if r := d.admin(t, "exec", copy, "--", "sh", "-c", "cat f; echo from-copy > f"); r.stdout != "from-source\n" {
 		t.Errorf("the sandbox from the snapshot: %s", r)
 	}
@@ -39,7 +33,7 @@ func TestSnapshotCLI(t *testing.T) {
 	}
 
 	// hutch diff: against the base, the snapshot, the source.
-	r = d.admin(t, "diff", "--name-only", copy)
+	r := d.admin(t, "diff", "--name-only", copy)
 	wantOK(t, r)
 	if r.stdout != "workspace/f\n" {
 		t.Fatalf("hutch diff --name-only: %s", r)

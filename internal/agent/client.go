@@ -973,23 +973,39 @@ func (c *Client) ReadFile(ctx context.Context, path string, w io.Writer) (int64,
 	if e := checkPath("read", path); e != nil {
 		return 0, e
 	}
-	k, err := c.newCall(ctx, opRead, func(k *call) { k.out[streamOut] = newInStream(c, k.id, streamOut) })
+	return c.readStream(ctx, &request{Op: opRead, Path: wstr(path)}, "read "+path, w)
+}
+
+// ExportLayer copies the sandbox's root layer, as an OCI layer's tar (the
+// agent's ServeOptions.ExportLayer), into w and returns the number of
+// bytes copied. The agent of a tier that keeps the layer on the host
+// answers with an error. What it sends is the sandbox's: the caller
+// bounds it and parses it as hostile.
+func (c *Client) ExportLayer(ctx context.Context, w io.Writer) (int64, error) {
+	return c.readStream(ctx, &request{Op: opLayer}, "export the root layer", w)
+}
+
+// readStream sends m, an op whose answer is a stream of data (read,
+// layer), copies the stream into w and returns the number of bytes
+// copied; what names the call in errors.
+func (c *Client) readStream(ctx context.Context, m *request, what string, w io.Writer) (int64, error) {
+	k, err := c.newCall(ctx, m.Op, func(k *call) { k.out[streamOut] = newInStream(c, k.id, streamOut) })
 	if err != nil {
 		return 0, err
 	}
-	if err := c.send(ctx, k, &request{Op: opRead, Path: wstr(path)}); err != nil {
+	if err := c.send(ctx, k, m); err != nil {
 		return 0, err
 	}
 	buf := make([]byte, maxChunk)
 	var n int64
 	for {
-		m, err := k.out[streamOut].read(ctx, buf)
-		if m > 0 {
-			if _, werr := w.Write(buf[:m]); werr != nil {
+		got, err := k.out[streamOut].read(ctx, buf)
+		if got > 0 {
+			if _, werr := w.Write(buf[:got]); werr != nil {
 				c.abandon(k, werr)
-				return n, fmt.Errorf("read %s: %w", path, werr)
+				return n, fmt.Errorf("%s: %w", what, werr)
 			}
-			n += int64(m)
+			n += int64(got)
 		}
 		if err == io.EOF {
 			break
@@ -1009,7 +1025,7 @@ func (c *Client) ReadFile(ctx context.Context, path string, w io.Writer) (int64,
 		return n, r.Error
 	}
 	if r.Size != n {
-		return n, c.breach(k, "read %s: the agent sent %d bytes and reported %d", path, n, r.Size)
+		return n, c.breach(k, "%s: the agent sent %d bytes and reported %d", what, n, r.Size)
 	}
 	return n, nil
 }

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -117,13 +118,22 @@ func (c *Client) Detach(ctx context.Context) (net.Conn, error) {
 	return c.conn, nil
 }
 
+// attachSeed is how many random bytes an attach carries.
+const attachSeed = 32
+
 // Attach returns a client of the agent on conn, a connection whose agent
 // was detached (Detach): it asks the agent for a new session, whose hello
 // the client reads first, telling it this host's clock (ServeOptions.
-// SetClock). The client owns conn.
+// SetClock) and attachSeed random bytes (ServeOptions.Reseed). The client
+// owns conn.
 func Attach(conn net.Conn) (*Client, error) {
-	now := binary.BigEndian.AppendUint64(nil, uint64(time.Now().UnixNano()))
-	if _, err := conn.Write(encodeFrame(frameAttach, 0, 0, now)); err != nil {
+	body := binary.BigEndian.AppendUint64(nil, uint64(time.Now().UnixNano()))
+	body = append(body, make([]byte, attachSeed)...)
+	if _, err := rand.Read(body[8:]); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("attach: %w", err)
+	}
+	if _, err := conn.Write(encodeFrame(frameAttach, 0, 0, body)); err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("attach: %w", err)
 	}

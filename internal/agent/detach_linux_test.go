@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -120,5 +121,40 @@ func TestAttachNotDetached(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("Serve did not end")
+	}
+}
+
+// TestAttachClockAndSeed: an attach tells the agent the client's clock
+// (SetClock) and random bytes (Reseed), different at each attach.
+func TestAttachClockAndSeed(t *testing.T) {
+	noLeaks(t)
+	clocks, seeds := make(chan time.Time, 2), make(chan []byte, 2)
+	c, _ := agentPair(t, ServeOptions{
+		SetClock: func(t time.Time) { clocks <- t },
+		Reseed:   func(b []byte) { seeds <- bytes.Clone(b) },
+	}, false)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var got [][]byte
+	for range 2 {
+		conn, err := c.Detach(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := time.Now()
+		if c, err = Attach(conn); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Usage(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if at := <-clocks; at.Before(before) || at.After(time.Now()) {
+			t.Errorf("the attach's clock %v is not the client's (%v on)", at, before)
+		}
+		got = append(got, <-seeds)
+	}
+	t.Cleanup(func() { c.Close() })
+	if len(got[0]) != attachSeed || bytes.Equal(got[0], got[1]) || bytes.Equal(got[0], make([]byte, attachSeed)) {
+		t.Errorf("the attaches' random bytes: %x and %x, want %d random bytes each", got[0], got[1], attachSeed)
 	}
 }

@@ -20,7 +20,7 @@
 // sends no frame longer than 64 KiB + 6 bytes.
 //
 //	hello    agent → client  id 0; JSON {"version":1,"max_frame":N[,"first_id":N]}, the first frame, and the answer to an attach
-//	request  client → agent  JSON {"op":"exec"|"signal"|"resize"|"ps"|"read"|"write"|"stat"|"list"|"mkdir"|"remove"|"rename"|"chown"|"watch"|"killall"|"detach", ...}
+//	request  client → agent  JSON {"op":"exec"|"signal"|"resize"|"ps"|"read"|"write"|"stat"|"list"|"mkdir"|"remove"|"rename"|"chown"|"watch"|"killall"|"usage"|"layer"|"detach", ...}
 //	response agent → client  JSON {"error":{"code","message"}} or the op's result
 //	data     both            raw bytes of one stream, at most 64 KiB
 //	eof      both            the sender ends the stream
@@ -29,13 +29,13 @@
 //	exit     agent → client  JSON {"code","signal","timed_out"}: the command ended
 //	entries  agent → client  JSON array of file infos or processes, a part of a list or ps result
 //	events   agent → client  stream 1; JSON array of watch events {"op","path","dir"}
-//	attach   client → agent  id 0, no body: a client takes over a detached connection
+//	attach   client → agent  id 0; 8-byte big-endian Unix time in ns, then 32 random bytes: a client takes over a detached connection
 //
 // The client picks the id of every request, unique among its requests in
 // flight, and the frames of that request carry it: an exec's id names the
 // process for its streams, signals and resizes. Stream 0 is a command's
 // stdin or the content of a write (client → agent), stream 1 its stdout,
-// the content of a read or the events of a watch, stream 2 its stderr
+// the content of a read or of a layer (a tar) or the events of a watch, stream 2 its stderr
 // (agent → client); other frames use stream 0.
 //
 // Every stream is flow-controlled by a window of 256 KiB: the sender may

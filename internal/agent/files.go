@@ -422,3 +422,29 @@ func chown(p string, uid, gid *uint32) error {
 	}
 	return os.Lchown(p, int(*uid), int(*gid))
 }
+
+// exportLayer streams the sandbox's root layer as ServeOptions.ExportLayer
+// writes it.
+func (s *server) exportLayer(r *areq) {
+	if s.opts.ExportLayer == nil {
+		s.replyErr(r.id, errorf(CodeInvalid, "export the root layer: this sandbox's agent cannot (its tier keeps its layer on the host)"))
+		return
+	}
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		err := s.opts.ExportLayer(pw)
+		pw.CloseWithError(err)
+		done <- err
+	}()
+	n, err := s.pump(r, streamOut, pr, false)
+	pr.CloseWithError(errors.New("export ended")) // a writer still at work stops
+	if werr := <-done; err == nil {
+		err = werr
+	}
+	if err != nil {
+		s.replyErr(r.id, fmt.Errorf("export the root layer: %w", err))
+		return
+	}
+	s.reply(r.id, response{Size: n}, nil)
+}

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -513,5 +514,36 @@ func TestListLarge(t *testing.T) {
 	var b bytes.Buffer
 	if _, err := c.ReadFile(context.Background(), filepath.Join(dir, list[0].Name), &b); err != nil || b.String() != "odd" {
 		t.Errorf("read %q: %q, %v", list[0].Name, b.String(), err)
+	}
+}
+
+// TestExportLayer: an agent with ServeOptions.ExportLayer streams what
+// it writes, larger than a frame and its window; its error reaches the
+// client; an agent without one answers that it cannot.
+func TestExportLayer(t *testing.T) {
+	noLeaks(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	want := bytes.Repeat([]byte("layer bytes "), 200_000) // 2.4 MB
+	var fail atomic.Bool
+	c, _ := agentPair(t, ServeOptions{ExportLayer: func(w io.Writer) error {
+		if fail.Load() {
+			w.Write(want[:100])
+			return errors.New("the layer broke")
+		}
+		_, err := w.Write(want)
+		return err
+	}}, false)
+	var got bytes.Buffer
+	if n, err := c.ExportLayer(ctx, &got); err != nil || n != int64(len(want)) || !bytes.Equal(got.Bytes(), want) {
+		t.Errorf("export: %d bytes, %v; want %d the same", n, err, len(want))
+	}
+	fail.Store(true)
+	if _, err := c.ExportLayer(ctx, io.Discard); err == nil || !strings.Contains(err.Error(), "the layer broke") {
+		t.Errorf("a failing export: %v", err)
+	}
+	c2, _ := agentPair(t, ServeOptions{}, false)
+	if _, err := c2.ExportLayer(ctx, io.Discard); err == nil || !strings.Contains(err.Error(), "its tier keeps its layer on the host") {
+		t.Errorf("an agent without an export: %v", err)
 	}
 }

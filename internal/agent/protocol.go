@@ -169,6 +169,7 @@ const (
 	opDetach  = "detach"
 	opKillAll = "killall"
 	opUsage   = "usage"
+	opLayer   = "layer"
 )
 
 // wireEvent is a WatchEvent on the wire.

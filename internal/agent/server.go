@@ -44,6 +44,17 @@ type ServeOptions struct {
 	// (Attach): a microVM's guest, restored from a save, sets its own to
 	// it. The other tiers' agents share the host's clock and leave it.
 	SetClock func(time.Time)
+	// Reseed, when set, is given the random bytes the client sends as it
+	// attaches (Attach): a microVM's guest mixes them into its kernel's
+	// random pool, so that copies restored from one save, which start
+	// with the same pool, draw different numbers from then on.
+	Reseed func([]byte)
+	// ExportLayer, when set, writes the sandbox's root layer — what it
+	// wrote over its root, in overlayfs's form — as an OCI layer's tar
+	// (Client.ExportLayer): a microVM's guest, whose layer is in its own
+	// memory, serves it so that the host can snapshot it. Without it the
+	// agent answers that it cannot.
+	ExportLayer func(io.Writer) error
 }
 
 // Validate checks the options.
@@ -218,8 +229,11 @@ func peerClosed(err error) error {
 func (s *server) dispatch(f frame) error {
 	if s.isDetached() {
 		if f.typ == frameAttach {
-			if len(f.body) == 8 && s.opts.SetClock != nil {
+			if len(f.body) >= 8 && s.opts.SetClock != nil {
 				s.opts.SetClock(time.Unix(0, int64(binary.BigEndian.Uint64(f.body))))
+			}
+			if len(f.body) > 8 && s.opts.Reseed != nil {
+				s.opts.Reseed(f.body[8:])
 			}
 			return s.attach()
 		}
@@ -316,7 +330,7 @@ func (s *server) begin(id uint32, m *request) {
 		if m.Stdin {
 			r.in = newInbox()
 		}
-	case opRead, opWatch:
+	case opRead, opWatch, opLayer:
 		r.out[streamOut] = newCredit()
 	case opWrite:
 		r.in = newInbox()
@@ -356,6 +370,8 @@ func (s *server) handle(r *areq, m *request) {
 		s.reply(r.id, response{Usage: &u}, err)
 	case opRead:
 		s.readFile(r, string(m.Path))
+	case opLayer:
+		s.exportLayer(r)
 	case opWrite:
 		s.writeFile(r, m)
 	case opStat:

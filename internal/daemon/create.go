@@ -120,7 +120,7 @@ func (m *Manager) Create(ctx context.Context, tenant string, r CreateRequest) (I
 	} else if p := m.warmPool(r); p != nil && len(r.Volumes) == 0 {
 		// What the request asks beyond the pool's policy (its lifecycle)
 		// is checked against the tier as for a cold start.
-		if err := tierAllows(p.key.Tier, r); err != nil {
+		if err := tierAllows(p.key.Tier, r, nil); err != nil {
 			return Info{}, err
 		}
 		if info, ok, err := m.takeWarm(ctx, p, tenant, r); ok || err != nil {
@@ -140,7 +140,7 @@ func (m *Manager) Create(ctx context.Context, tenant string, r CreateRequest) (I
 	if err != nil {
 		return Info{}, err
 	}
-	if err := tierAllows(spec.Tier, r); err != nil {
+	if err := tierAllows(spec.Tier, r, snap); err != nil {
 		return Info{}, err
 	}
 	if err := m.checkRemote(r, spec); err != nil {
@@ -290,6 +290,14 @@ func (m *Manager) launch(ctx context.Context, id, dir string, spec policy.Spec, 
 			layer.FromSnapshot = dirs[len(dirs)-1]
 		}
 	}
+	if snap != nil && len(layer.Lowers) > 0 && spec.Tier == policy.TierMicroVM && !fromMemory(snap, spec.Tier, len(vols)) {
+		// A guest boots from one EROFS root: the image's layers and
+		// the snapshot's.
+		var err error
+		if layer.EROFS, err = m.snapshotEROFS(ctx, snap, layer.Lowers, layer.EROFS); err != nil {
+			return fail(err)
+		}
+	}
 	l.interp = HasKernels(layer.Lowers)
 	if spec.Tier == policy.TierNamespace {
 		// The layer's tmpfs is attached in the sandbox's directory too,
@@ -355,13 +363,17 @@ func (m *Manager) launch(ctx context.Context, id, dir string, spec policy.Spec, 
 		m.mu.Unlock()
 	}
 	fresh := true // its processes start now (not from a saved memory)
-	if snap != nil && snap.Memory > 0 && spec.Tier == snap.Tier && len(vols) == 0 {
+	if fromMemory(snap, spec.Tier, len(vols)) {
 		fresh = false
 		// A copy of the snapshot's source, going on from its memory.
-		// (With volumes it boots afresh over the snapshot's files: the
-		// saved kernel knows only the source's mounts.)
 		if err := m.restoreCopy(l, rt, cfg, snap.ID, env); err != nil {
 			return fail(err)
+		}
+		if exportsLayer(l.inst) {
+			// Its layer, in its memory, holds all it and its source
+			// wrote over the image: a snapshot of it is that layer
+			// alone.
+			l.snapLayers, l.snapSize, l.snapDirs = nil, 0, nil
 		}
 	} else {
 		if img != nil && img.Config.User != "" {

@@ -67,11 +67,14 @@ type Manager struct {
 
 	// snapRoot is the snapshot layer store, <StateDir>/snapshots
 	// (snapshot.go); snapMu makes snapshots one at a time, refMu guards
-	// layerRefs, how many running sandboxes stack each layer, by digest.
+	// layerRefs, how many running sandboxes stack each layer, by digest;
+	// erofsMu guards the EROFS roots of snapshots (snapshotEROFS, which
+	// holds snapMu too, and collectEROFS), taken after snapMu.
 	snapRoot  string
 	snapMu    sync.Mutex
 	refMu     sync.Mutex
 	layerRefs map[string]int
+	erofsMu   sync.Mutex
 
 	// changes are the change sets of review workspaces (review.go),
 	// <StateDir>/changes; reviewMu makes a quota check and a set's

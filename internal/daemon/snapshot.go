@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -117,7 +118,7 @@ func memoryRef(id string) string { return "memory/" + id }
 func (m *Manager) openSnapshots(ctx context.Context) error {
 	m.snapRoot = filepath.Join(m.cfg.StateDir, "snapshots")
 	m.layerRefs = map[string]int{}
-	for _, d := range []string{m.snapRoot, filepath.Join(m.snapRoot, "layers"), filepath.Join(m.snapRoot, "memory"), filepath.Join(m.snapRoot, "tmp")} {
+	for _, d := range []string{m.snapRoot, filepath.Join(m.snapRoot, "layers"), filepath.Join(m.snapRoot, "memory"), filepath.Join(m.snapRoot, "tmp"), filepath.Join(m.snapRoot, erofsRoots)} {
 		if err := private(d); err != nil {
 			return err
 		}
@@ -141,7 +142,9 @@ func (m *Manager) collectLayers(ctx context.Context) error {
 		return err
 	}
 	named := map[string]bool{}
+	kept := map[string]bool{} // the snapshots whose records stay
 	for _, sn := range all {
+		kept[sn.ID] = true
 		if !sn.Deleted {
 			for _, l := range sn.Layers {
 				named[l] = true
@@ -161,6 +164,7 @@ func (m *Manager) collectLayers(ctx context.Context) error {
 			if err := m.st.RemoveSnapshot(ctx, sn.ID); err != nil {
 				return err
 			}
+			delete(kept, sn.ID)
 		}
 	}
 	ents, err := os.ReadDir(filepath.Join(m.snapRoot, "layers"))
@@ -176,6 +180,7 @@ func (m *Manager) collectLayers(ctx context.Context) error {
 			m.log.Error("remove snapshot layer", "layer", d, "err", err)
 		}
 	}
+	m.collectEROFS(kept)
 	mems, err := os.ReadDir(filepath.Join(m.snapRoot, "memory"))
 	if err != nil {
 		return err
@@ -323,7 +328,7 @@ func (m *Manager) snapshot(ctx context.Context, tenant, id, name string) (store.
 	if err := m.snapshotsRefused(l.tier); err != nil {
 		return store.Snapshot{}, fmt.Errorf("snapshot of sandbox %s: %w", id, err)
 	}
-	if l.keep == "" {
+	if l.keep == "" && !exportsLayer(l.inst) {
 		return store.Snapshot{}, fmt.Errorf("snapshot of sandbox %s: the %s tier keeps its root where the daemon cannot read it (the namespace and gVisor tiers of a daemon run as root can): %w", id, l.tier, ErrUnsupported)
 	}
 	// One snapshot at a time: the quota's check and the record are one
@@ -334,10 +339,7 @@ func (m *Manager) snapshot(ctx context.Context, tenant, id, name string) (store.
 	if err != nil {
 		return store.Snapshot{}, err
 	}
-	var used int64
-	for _, sn := range have {
-		used += sn.Size + sn.Memory
-	}
+	used := m.snapshotBytes(have)
 	if len(have) >= m.cfg.MaxSnapshots {
 		return store.Snapshot{}, fmt.Errorf("snapshot of sandbox %s: the tenant has %d snapshots, the most allowed (delete one first): %w", id, len(have), ErrQuota)
 	}
@@ -433,9 +435,10 @@ type memorySaver interface {
 }
 
 // keepsMemory reports whether a snapshot of l saves its memory too: its
-// tier can save a running sandbox and start copies of it (gVisor's), and
-// it has no secrets (whose real values only the request that created it
-// carried, and whose CA file its saved view names).
+// tier can save a running sandbox and start copies of it (gVisor's, and
+// the microVM's of a guest of an image), and it has no secrets (whose
+// real values only the request that created it carried, and whose CA
+// file its saved view names).
 func (m *Manager) keepsMemory(l *live) bool {
 	if _, ok := l.inst.(memorySaver); !ok || l.secrets || l.volumes || !savesMemory(l.inst) {
 		return false
@@ -444,11 +447,29 @@ func (m *Manager) keepsMemory(l *live) bool {
 	return ok
 }
 
+// layerExporter is an instance whose root layer is not on the host (a
+// microVM's guest keeps it in its memory) and whose agent exports it
+// (agent.Client.ExportLayer).
+type layerExporter interface {
+	// ExportsLayer reports whether its agent does.
+	ExportsLayer() bool
+}
+
+// exportsLayer reports whether inst is a layerExporter that does.
+func exportsLayer(inst instance) bool {
+	e, ok := inst.(layerExporter)
+	return ok && e.ExportsLayer()
+}
+
 // copyLayer copies l's root layer to dst, l frozen meanwhile (unless
 // paused already), at most limit bytes. With mem, it saves l's memory
 // there too (saved), when l is not paused: its agent is detached for the
 // save (the commands in flight go on without their streams, as in a
-// pause to disk) and attached again after.
+// pause to disk) and attached again after. A sandbox whose agent exports
+// its layer (layerExporter) is not frozen for the copy, which its agent
+// makes: its files are as they were as the copy began, a moment before
+// its memory was saved (a copy started from that memory has the files
+// its memory holds).
 func (m *Manager) copyLayer(l *live, dst, mem string, limit int64) (made sandbox.Snapshot, saved bool, err error) {
 	l.pauseMu.Lock()
 	defer l.pauseMu.Unlock()
@@ -457,11 +478,16 @@ func (m *Manager) copyLayer(l *live, dst, mem string, limit int64) (made sandbox
 	if !stopping && !paused {
 		l.paused = true // no command or file call starts meanwhile
 	}
+	client := l.client
 	m.mu.Unlock()
 	if stopping {
 		return made, false, fmt.Errorf("it is stopping: %w", ErrConflict)
 	}
+	exported := l.keep == ""
 	if paused {
+		if exported {
+			return made, false, fmt.Errorf("it is paused, and its agent, which copies its files, with it: resume it first: %w", ErrConflict)
+		}
 		// Frozen already (in memory): its files only.
 		made, err = sandbox.SnapshotLayer(l.keep, dst, limit)
 		return made, false, err
@@ -471,8 +497,22 @@ func (m *Manager) copyLayer(l *live, dst, mem string, limit int64) (made sandbox
 		l.paused = false
 		m.mu.Unlock()
 	}
+	if exported {
+		made, err = exportLayer(client, dst, limit)
+		if err == nil && mem != "" {
+			err = m.saveRunning(l, mem, nil)
+		}
+		if !errors.Is(err, sandbox.ErrFrozen) {
+			thawed()
+		}
+		return made, err == nil && mem != "", err
+	}
 	if mem != "" {
-		made, err = m.saveRunning(l, dst, mem, limit)
+		err = m.saveRunning(l, mem, func() error {
+			var err error
+			made, err = sandbox.SnapshotLayer(l.keep, dst, limit)
+			return err
+		})
 		if !errors.Is(err, sandbox.ErrFrozen) {
 			thawed()
 		}
@@ -493,10 +533,48 @@ func (m *Manager) copyLayer(l *live, dst, mem string, limit int64) (made sandbox
 	return made, false, err
 }
 
-// saveRunning saves l's memory to mem and copies its root layer to dst
-// (at most limit bytes) while it is frozen for the save, its agent
-// detached; then the agent is attached again. l is marked paused.
-func (m *Manager) saveRunning(l *live, dst, mem string, limit int64) (sandbox.Snapshot, error) {
+// exportTimeout bounds an agent's export of its layer.
+const exportTimeout = 10 * time.Minute
+
+// exportLayer copies the root layer c's agent exports (a guest's) to dst,
+// at most limit bytes, through a directory beside dst.
+func exportLayer(c *agent.Client, dst string, limit int64) (sandbox.Snapshot, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), exportTimeout)
+	defer cancel()
+	tmp := dst + ".export"
+	defer image.RemoveTree(tmp)
+	pr, pw := io.Pipe()
+	sent := make(chan error, 1)
+	go func() {
+		_, err := c.ExportLayer(ctx, pw)
+		pw.CloseWithError(err)
+		sent <- err
+	}()
+	made, err := sandbox.SnapshotExported(pr, tmp, dst, limit)
+	if err == nil {
+		// The tar's end, which the unpacking need not read, and the
+		// agent's answer; a guest that sends more is cut off.
+		if n, _ := io.CopyN(io.Discard, pr, maxExportTail+1); n > maxExportTail {
+			err = fmt.Errorf("its agent sent more than %d bytes after its layer's tar", maxExportTail)
+		}
+	}
+	if err != nil {
+		pr.CloseWithError(errors.New("the copy ended"))
+		cancel() // an export the copy stopped reading ends
+	}
+	if serr := <-sent; err == nil && serr != nil {
+		err = fmt.Errorf("its agent's export of its layer: %w", serr)
+	}
+	return made, err
+}
+
+// maxExportTail bounds what exportLayer reads after a layer's tar.
+const maxExportTail = 1 << 20
+
+// saveRunning saves l's memory to mem while it is frozen for the save
+// (and whileFrozen, when not nil, runs), its agent detached; then the
+// agent is attached again. l is marked paused.
+func (m *Manager) saveRunning(l *live, mem string, whileFrozen func() error) error {
 	// Its agent's connection ends on purpose: the watch stops first, and
 	// starts again on the new client.
 	close(l.unwatch)
@@ -507,21 +585,16 @@ func (m *Manager) saveRunning(l *live, dst, mem string, limit int64) (sandbox.Sn
 	cancel()
 	if err != nil {
 		m.end(l, "", fmt.Sprintf("its agent connection ended: %v", err))
-		return sandbox.Snapshot{}, fmt.Errorf("save its memory: %w", err)
+		return fmt.Errorf("save its memory: %w", err)
 	}
 	m.unlast(l)
-	var made sandbox.Snapshot
-	err = l.inst.(memorySaver).SaveRunning(mem, func() error {
-		var err error
-		made, err = sandbox.SnapshotLayer(l.keep, dst, limit)
-		return err
-	})
+	err = l.inst.(memorySaver).SaveRunning(mem, whileFrozen)
 	// The same session goes on, on the same connection (the agent
 	// answers once it runs).
 	client, aerr := agent.Attach(conn)
 	if aerr != nil {
 		m.end(l, "", fmt.Sprintf("its agent connection ended: %v", aerr))
-		return sandbox.Snapshot{}, fmt.Errorf("attach its agent again: %w", aerr)
+		return fmt.Errorf("attach its agent again: %w", aerr)
 	}
 	m.mu.Lock()
 	l.attach(client)
@@ -533,13 +606,13 @@ func (m *Manager) saveRunning(l *live, dst, mem string, limit int64) (sandbox.Sn
 		}); uerr != nil {
 			m.log.Error("record sandbox paused", "sandbox", l.id, "err", uerr)
 		}
-		return made, fmt.Errorf("%w; it is paused", err)
+		return fmt.Errorf("%w; it is paused", err)
 	}
 	if err == nil {
 		// What a copy's commands run with: the source's.
 		err = writeResume(mem, resumeState{Env: l.execEnv, User: l.execUser})
 	}
-	return made, err
+	return err
 }
 
 // GetSnapshot describes tenant's snapshot sid ("" tenant: any).
@@ -786,18 +859,26 @@ type Snapshotter interface {
 
 var _ Snapshotter = (*Manager)(nil)
 
-// SnapshotsRefused is the refusal a snapshot of a sandbox of p would meet
-// for its tier, the daemon's default when p names none; nil if none.
+// SnapshotsRefused is the refusal a snapshot of a sandbox of p, kept for
+// sandboxes of its tier to start from its files (a template build's),
+// would meet for that tier, the daemon's default when p names none; nil
+// if none.
 func (m *Manager) SnapshotsRefused(p policy.Spec) error {
 	m.resolveTier(&p)
-	return m.snapshotsRefused(p.Tier)
+	if err := m.snapshotsRefused(p.Tier); err != nil {
+		return err
+	}
+	if _, ok := p.Image(); ok {
+		return nil
+	}
+	return tierRefuses(p.Tier, lackFromFiles)
 }
 
 // snapshotsRefused is the refusal of a snapshot of a sandbox of tier: a
-// remote runtime's, or a tier that lacks them; nil if none.
+// remote runtime's; nil if none.
 func (m *Manager) snapshotsRefused(tier string) error {
 	if rt := m.remote(tier); rt != nil {
 		return fmt.Errorf("not for sandboxes on %s: %w", rt.Remote(), ErrUnsupported)
 	}
-	return tierRefuses(tier, lackSnapshot)
+	return nil
 }

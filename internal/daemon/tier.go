@@ -8,6 +8,7 @@ import (
 
 	"github.com/hutch-sandbox/hutch/internal/policy"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
+	"github.com/hutch-sandbox/hutch/internal/store"
 )
 
 // Isolation tiers in hutch serve. A sandbox's tier is its policy's, or
@@ -109,18 +110,27 @@ func (m *Manager) runtime(tier string) (sandbox.Runtime, error) {
 // What the daemon does that a tier's sandboxes cannot yet: each is
 // refused with an error of category ErrUnsupported naming the tier and
 // what (S2), never dropped. The microvm tier's guest keeps its root and
-// workspace in its own memory (no layer on the host to copy or save).
+// workspace in its own memory (no layer on the host to stack a
+// snapshot's files under).
 const (
-	lackImage        = "an image as the root"
-	lackSnapshot     = "snapshots and forks (its root and workspace are in the guest's memory, which the daemon cannot copy)"
-	lackFromSnapshot = "a start from a snapshot"
-	lackVolumes      = "volumes"
-	lackColdBoot     = "a pause without memory and a resume as a cold boot (a guest's boot ID is its kernel's)"
+	lackImage     = "an image as the root"
+	lackFromFiles = "a start from a snapshot's files over the host's root (one over an image is served: its guest's root is the image's and the snapshot's layers)"
+	lackVolumes   = "volumes"
+	lackColdBoot  = "a pause without memory and a resume as a cold boot (a guest's boot ID is its kernel's)"
 )
 
 // tierLacks lists, for each tier that lacks any, what it lacks.
 var tierLacks = map[string][]string{
-	policy.TierMicroVM: {lackSnapshot, lackFromSnapshot, lackVolumes, lackColdBoot},
+	policy.TierMicroVM: {lackFromFiles, lackVolumes, lackColdBoot},
+}
+
+// fromMemory reports whether a sandbox of tier started from snap with
+// volumes goes on from its source's saved memory (restoreCopy): the
+// snapshot kept it, its source ran in tier, and it has no volumes (with
+// them it boots afresh over the snapshot's files: the saved kernel knows
+// only the source's mounts).
+func fromMemory(snap *store.Snapshot, tier string, volumes int) bool {
+	return snap != nil && snap.Memory > 0 && snap.Tier == tier && volumes == 0
 }
 
 // tierRefuses is the refusal of what, which a sandbox of tier cannot do
@@ -132,14 +142,14 @@ func tierRefuses(tier, what string) error {
 	return nil
 }
 
-// tierAllows refuses a create r of a sandbox of tier that asks for what
-// the tier lacks.
-func tierAllows(tier string, r CreateRequest) error {
+// tierAllows refuses a create r (from snap, nil for none) of a sandbox of
+// tier that asks for what the tier lacks.
+func tierAllows(tier string, r CreateRequest, snap *store.Snapshot) error {
 	for _, c := range []struct {
 		asks bool
 		what string
 	}{
-		{r.Snapshot != "", lackFromSnapshot},
+		{snap != nil && snap.Image == "" && !fromMemory(snap, tier, len(r.Volumes)), lackFromFiles},
 		{len(r.Volumes) > 0, lackVolumes},
 		{r.Lifecycle.PauseOnTimeout && r.Lifecycle.FilesOnly, lackColdBoot},
 	} {

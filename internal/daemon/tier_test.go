@@ -125,30 +125,47 @@ func TestCheckTier(t *testing.T) {
 }
 
 // TestTierLacks: what the microvm tier lacks is refused as unsupported,
-// naming the tier and what; the other tiers are refused none of it.
+// naming the tier and what; the other tiers are refused none of it. A
+// start from a snapshot of a microVM guest with its memory is not
+// refused, nor one from the files of a snapshot of an image; one from
+// the files of a snapshot of the host's root is.
 func TestTierLacks(t *testing.T) {
+	files := &store.Snapshot{ID: "snap-x", Tier: policy.TierNamespace}
 	for _, c := range []struct {
 		r    CreateRequest
+		snap *store.Snapshot
 		what string
 	}{
-		{CreateRequest{Snapshot: "snap-x"}, "a start from a snapshot"},
-		{CreateRequest{Volumes: []Volume{{}}}, "volumes"},
-		{CreateRequest{Lifecycle: Lifecycle{PauseOnTimeout: true, FilesOnly: true}}, "a pause without memory"},
+		{CreateRequest{Snapshot: "snap-x"}, files, "a start from a snapshot's files"},
+		{CreateRequest{Snapshot: "snap-x"}, &store.Snapshot{ID: "snap-x", Tier: policy.TierGVisor, Memory: 1}, "a start from a snapshot's files"},
+		{CreateRequest{Volumes: []Volume{{}}}, nil, "volumes"},
+		{CreateRequest{Lifecycle: Lifecycle{PauseOnTimeout: true, FilesOnly: true}}, nil, "a pause without memory"},
 	} {
-		err := tierAllows(policy.TierMicroVM, c.r)
+		err := tierAllows(policy.TierMicroVM, c.r, c.snap)
 		if !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "create sandbox: tier microvm: "+c.what) {
 			t.Errorf("a create of tier microvm asking for %s: %v, want it unsupported, named", c.what, err)
 		}
 		for _, tier := range []string{policy.TierNamespace, policy.TierGVisor} {
-			if err := tierAllows(tier, c.r); err != nil {
+			if err := tierAllows(tier, c.r, c.snap); err != nil {
 				t.Errorf("a create of tier %s asking for %s: %v", tier, c.what, err)
 			}
 		}
 	}
-	if err := tierAllows(policy.TierMicroVM, CreateRequest{Lifecycle: Lifecycle{PauseOnTimeout: true}}); err != nil {
+	if err := tierAllows(policy.TierMicroVM, CreateRequest{Lifecycle: Lifecycle{PauseOnTimeout: true}}, nil); err != nil {
 		t.Errorf("a microvm sandbox paused in memory on its timeout: %v", err)
 	}
-	for _, what := range []string{lackSnapshot, lackColdBoot} {
+	ofImage := &store.Snapshot{ID: "snap-x", Tier: policy.TierNamespace, Image: "sha256:0123"}
+	if err := tierAllows(policy.TierMicroVM, CreateRequest{Snapshot: "snap-x"}, ofImage); err != nil {
+		t.Errorf("a microvm sandbox started from the files of a snapshot of an image: %v", err)
+	}
+	withMemory := &store.Snapshot{ID: "snap-x", Tier: policy.TierMicroVM, Memory: 1}
+	if err := tierAllows(policy.TierMicroVM, CreateRequest{Snapshot: "snap-x"}, withMemory); err != nil {
+		t.Errorf("a microvm sandbox started from a microVM's snapshot with memory: %v", err)
+	}
+	if err := tierAllows(policy.TierMicroVM, CreateRequest{Snapshot: "snap-x", Volumes: []Volume{{}}}, withMemory); !errors.Is(err, ErrUnsupported) {
+		t.Errorf("a microvm sandbox with volumes started from a microVM's snapshot with memory: %v, want it unsupported", err)
+	}
+	for _, what := range []string{lackFromFiles, lackColdBoot} {
 		if err := tierRefuses(policy.TierMicroVM, what); !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "tier microvm: "+what+": not supported in this version") {
 			t.Errorf("tier microvm, %s: %v", what, err)
 		}

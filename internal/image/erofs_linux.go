@@ -74,6 +74,13 @@ func (s *Store) EROFS(img *Image) (path string, release func(), err error) {
 	}
 }
 
+// BuildEROFS writes an EROFS filesystem image of the layer directories
+// dirs (bottom first, in the store's form: whiteouts and opaque
+// directories as overlayfs reads them) merged, to out, as EROFS builds an
+// image's root: for a root of an image's layers and more (a snapshot's).
+// out's directory holds the build's temporary files too.
+func BuildEROFS(dirs []string, out string) error { return buildEROFS(dirs, out) }
+
 // mkfsEROFS is erofs-utils' mkfs.erofs.
 const mkfsEROFS = "mkfs.erofs"
 
@@ -108,11 +115,10 @@ func buildEROFS(dirs []string, out string) error {
 	if err != nil {
 		return err
 	}
-	defer os.Remove(at)
+	defer detachAll(at)
 	if err := unix.MoveMount(mnt, "", unix.AT_FDCWD, at, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
 		return fmt.Errorf("attach the layers' view: %w", err)
 	}
-	defer unix.Unmount(at, unix.MNT_DETACH)
 	tmp := out + ".tmp"
 	_ = os.Remove(tmp)
 	// The files' own times are kept.
@@ -130,6 +136,17 @@ func buildEROFS(dirs []string, out string) error {
 		return err
 	}
 	return nil
+}
+
+// detachAll detaches every mount on the directory at and removes it.
+// Where at's parent is a shared mount, attaching the view there can
+// stack a copy propagated back on it (seen once: the directory stayed
+// busy after one detach), so it detaches until nothing is mounted there
+// (EINVAL), a bounded number of times.
+func detachAll(at string) {
+	for i := 0; i < 16 && unix.Unmount(at, unix.MNT_DETACH) == nil; i++ {
+	}
+	_ = os.Remove(at)
 }
 
 // stackedView is a detached read-only overlay mount of the layer

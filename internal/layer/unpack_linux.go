@@ -86,7 +86,7 @@ func Unpack(r io.Reader, dir string, opt Options) (Report, error) {
 		return rep, fmt.Errorf("layer directory: %w", err)
 	}
 	defer unix.Close(root)
-	u := &unpacker{root: root, opt: opt, dirModes: map[string]uint32{}}
+	u := &unpacker{root: root, opt: opt, dirModes: map[string]uint32{}, dirTimes: map[string]unix.Timespec{}}
 	cr := &countingReader{r: r, max: lim.Bytes}
 	tr := tar.NewReader(cr)
 	for {
@@ -114,7 +114,8 @@ func Unpack(r io.Reader, dir string, opt Options) (Report, error) {
 		rep.Bytes = cr.n
 	}
 	// Directories get their modes last, deepest first: a read-only one
-	// had to take its entries.
+	// had to take its entries; and their times, which their entries'
+	// creation changed.
 	dirs := make([]string, 0, len(u.dirModes))
 	for d := range u.dirModes {
 		dirs = append(dirs, d)
@@ -127,6 +128,9 @@ func Unpack(r io.Reader, dir string, opt Options) (Report, error) {
 		}
 		if err == nil {
 			err = unix.Fchmod(fd, u.dirModes[d])
+			if ts, ok := u.dirTimes[d]; ok && err == nil {
+				err = unix.UtimesNanoAt(fd, "", []unix.Timespec{ts, ts}, unix.AT_EMPTY_PATH)
+			}
 			unix.Close(fd)
 		}
 		if err != nil {
@@ -139,7 +143,8 @@ func Unpack(r io.Reader, dir string, opt Options) (Report, error) {
 type unpacker struct {
 	root     int
 	opt      Options
-	dirModes map[string]uint32 // directories made or named, and their final modes
+	dirModes map[string]uint32        // directories made or named, and their final modes
+	dirTimes map[string]unix.Timespec // directories named, and their times
 }
 
 // clean returns the entry's name as a path relative to the layer's root
@@ -265,7 +270,10 @@ func (u *unpacker) entry(hdr *tar.Header, body io.Reader, rep *Report) error {
 		if err := removeAt(p, target); err != nil {
 			return err
 		}
-		return unix.Mknodat(p, target, unix.S_IFCHR, 0)
+		if err := unix.Mknodat(p, target, unix.S_IFCHR, 0); err != nil {
+			return err
+		}
+		return u.finish(p, target, hdr, false)
 	}
 	if name == "" {
 		if hdr.Typeflag == tar.TypeDir {
@@ -300,6 +308,9 @@ func (u *unpacker) entry(hdr *tar.Header, body io.Reader, rep *Report) error {
 			return err
 		}
 		u.dirModes[name] = mode &^ (unix.S_ISUID | unix.S_ISGID)
+		if !hdr.ModTime.IsZero() {
+			u.dirTimes[name] = unix.NsecToTimespec(hdr.ModTime.UnixNano())
+		}
 		return u.finish(p, base, hdr, false)
 	case tar.TypeReg:
 		if hdr.Size < 0 {

@@ -263,3 +263,24 @@ func FuzzUnpack(f *testing.F) {
 func TestUnpackAsUser(t *testing.T) {
 	testutil.RunAsUser(t, "^(TestUnpack|TestUnpackHostile|TestUnpackBounds)$")
 }
+
+// TestUnpackTimes: a directory keeps its entry's time after the entries
+// below it are made, and a whiteout gets its entry's time.
+func TestUnpackTimes(t *testing.T) {
+	dir, _, err := unpack(t, userOpaque,
+		ent{Name: "d/", Type: tar.TypeDir, Mode: 0o755},
+		ent{Name: "d/f", Mode: 0o644, Body: "x"},
+		ent{Name: "d/sub/", Type: tar.TypeDir, Mode: 0o755},
+		ent{Name: "d/sub/.wh.gone", Mode: 0o644},
+		ent{Name: "d/sub/g", Mode: 0o644, Body: "y"},
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"d", "d/sub", "d/sub/gone"} {
+		var st unix.Stat_t
+		if err := unix.Lstat(filepath.Join(dir, p), &st); err != nil || st.Mtim.Sec != 1_700_000_000 {
+			t.Errorf("%s: modified at %d, %v; want its entry's time 1700000000", p, st.Mtim.Sec, err)
+		}
+	}
+}

@@ -1,12 +1,14 @@
 package microvm
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
 )
@@ -41,6 +43,10 @@ type savedVM struct {
 	LayerBytes   int64  `json:"layer_bytes"`
 	Self         bool   `json:"self"`
 	Relay        bool   `json:"relay"`
+	// KernelImage is the base name of the kernel image it booted ("":
+	// vmlinuz, saved before there was a choice): its restore boots the
+	// same.
+	KernelImage string `json:"kernel_image,omitempty"`
 }
 
 // SavesMemory reports whether the daemon can pause the sandbox to disk
@@ -53,47 +59,161 @@ func (s *served) SavesMemory() bool { return s.vm.Savable() }
 // When the save fails the guest goes on (or, when it cannot be let go on,
 // stays stopped: the error wraps sandbox.ErrFrozen).
 func (s *served) Checkpoint(dir string) error {
-	if !s.SavesMemory() {
-		return fmt.Errorf("checkpoint: %w", ErrNotSavable)
-	}
-	select {
-	case <-s.done:
-		return errors.New("checkpoint: the guest has ended")
-	default:
-	}
-	if err := os.Mkdir(dir, 0o700); err != nil {
+	if err := s.beginSave(dir); err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
-	if err := writeSaved(dir, s.saved); err != nil {
+	if err := s.hangUpRelay(); err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
-	}
-	if s.relay != nil {
-		// The relay's host end hangs up: the guest's session ends, and
-		// its next starts with the restored guest's host (RelayMark).
-		// Its relayed connections end here.
-		s.relay.Close()
-		if err := s.vm.awaitHangUp("net"); err != nil {
-			return fmt.Errorf("checkpoint: %w; the guest goes on, its proxy's relay ended", err)
-		}
 	}
 	if err := s.vm.Save(filepath.Join(dir, savedState)); err != nil {
-		if rerr := s.vm.Resume(); rerr != nil {
-			return fmt.Errorf("checkpoint: %w (%w: %v)", err, sandbox.ErrFrozen, rerr)
-		}
-		if s.relay != nil {
-			// Its relay does not come back on this QEMU, whose end
-			// hung up: the guest goes on without one.
-			return fmt.Errorf("checkpoint: %w; the guest goes on, its proxy's relay ended", err)
-		}
-		return fmt.Errorf("checkpoint: %w", err)
+		return fmt.Errorf("checkpoint: %w", s.goOn(err))
 	}
 	// Stopped and saved: its end loses nothing.
 	s.closing.Store(true)
 	return s.vm.Close()
 }
 
-func writeSaved(dir string, v savedVM) error {
-	b, err := json.Marshal(v)
+// SaveRunning saves the guest to dir (made here, owner-only; it must not
+// exist) as Checkpoint does, stopped meanwhile and while whileFrozen
+// (when not nil) runs, and lets it go on: the snapshot of a guest whose
+// copies Restore starts, each going on from there. The agent must be
+// detached (agent.Client.Detach); its connection goes on after (Attach).
+// The proxy's relay starts a new session (RelayMark): the relayed
+// connections open at the save end. On error dir is the caller's to
+// remove; an error wrapping sandbox.ErrFrozen says the guest stays
+// stopped.
+func (s *served) SaveRunning(dir string, whileFrozen func() error) error {
+	if err := s.beginSave(dir); err != nil {
+		return fmt.Errorf("save: %w", err)
+	}
+	if err := s.hangUpRelay(); err != nil {
+		return fmt.Errorf("save: %w", s.goOn(err))
+	}
+	err := s.vm.Save(filepath.Join(dir, savedState))
+	if err == nil && whileFrozen != nil {
+		err = whileFrozen()
+	}
+	if err := s.goOn(err); err != nil {
+		return fmt.Errorf("save: %w", err)
+	}
+	return nil
+}
+
+// hangUpRelay ends the relay's session, its host end hung up (the
+// relayed connections end), and waits until QEMU has seen it: the guest
+// starts a new session (RelayMark) when a host end connects again — a
+// restored guest's, or this one's (goOn). A guest stopped before it saw
+// the hang-up may see the port connected again and go on with its old
+// session: serveRelay hangs up again then.
+func (s *served) hangUpRelay() error {
+	r := s.proxyRelay()
+	if r == nil {
+		return nil
+	}
+	r.Close()
+	return s.vm.awaitHangUp("net")
+}
+
+// goOn lets the guest go on after a save (err, nil when it succeeded)
+// and gives its relay a new host end; it returns err with what failed on
+// the way (wrapping sandbox.ErrFrozen when the guest stays stopped).
+func (s *served) goOn(err error) error {
+	if rerr := s.vm.Resume(); rerr != nil {
+		return errors.Join(err, fmt.Errorf("%w: %v", sandbox.ErrFrozen, rerr))
+	}
+	if s.proxyRelay() == nil {
+		return err
+	}
+	conn, rerr := s.vm.reconnect("net")
+	var r *proxyRelay
+	if rerr == nil {
+		r, rerr = s.serveRelay(conn)
+	}
+	if rerr != nil {
+		return errors.Join(err, fmt.Errorf("the guest goes on without its proxy's relay: %w", rerr))
+	}
+	s.relayMu.Lock()
+	s.relay = r
+	s.relayMu.Unlock()
+	return err
+}
+
+// Bounds of awaitSession's wait for a guest's session: the first wait,
+// doubled at each attempt.
+const (
+	markWait     = 2 * time.Second
+	markAttempts = 5
+)
+
+// serveRelay serves the sandbox's proxy on conn, a new host end of the
+// relay port (a restore's or goOn's), once the guest's session has
+// started on it (awaitSession). On error conn is closed.
+func (s *served) serveRelay(conn net.Conn) (*proxyRelay, error) {
+	mc, err := s.vm.awaitSession(conn, s.log)
+	if err != nil {
+		return nil, err
+	}
+	r, err := serveProxyRelay(mc, s.proxy, s.log)
+	if err != nil {
+		mc.Close()
+	}
+	return r, err
+}
+
+// awaitSession returns conn, a new host end of the relay port, once the
+// guest's relay has started a session on it (guest.RelayMark, read). A
+// guest that did not see the last hang-up — its port's reader woke to
+// find the host connected again, and its old session goes on — starts
+// none: the host hangs up again, for longer each time, and reconnects
+// (the connection returned is then the last one). On error conn is
+// closed.
+func (v *VM) awaitSession(conn net.Conn, log *slog.Logger) (*markedConn, error) {
+	hold, wait := 100*time.Millisecond, markWait
+	for attempt := 1; ; attempt++ {
+		mc := &markedConn{Conn: conn}
+		err := mc.awaitMark(wait)
+		if err == nil {
+			return mc, nil
+		}
+		conn.Close()
+		if !errors.Is(err, os.ErrDeadlineExceeded) || attempt == markAttempts {
+			return nil, fmt.Errorf("the guest's relay did not start a session: %w", err)
+		}
+		log.Info("microvm: the guest's relay started no session; hung up again", "attempt", attempt, "hold", hold)
+		if err := v.awaitHangUp("net"); err != nil {
+			return nil, err
+		}
+		time.Sleep(hold)
+		hold, wait = 2*hold, 2*wait
+		if conn, err = v.reconnect("net"); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// proxyRelay is the relay of the moment (nil without one).
+func (s *served) proxyRelay() *proxyRelay {
+	s.relayMu.Lock()
+	defer s.relayMu.Unlock()
+	return s.relay
+}
+
+// beginSave checks that the guest can be saved and runs, makes dir
+// (owner-only; it must not exist) and records there what a restore needs
+// of its configuration: the start of Checkpoint and SaveRunning.
+func (s *served) beginSave(dir string) error {
+	if !s.SavesMemory() {
+		return ErrNotSavable
+	}
+	select {
+	case <-s.done:
+		return errors.New("the guest has ended")
+	default:
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return err
+	}
+	b, err := json.Marshal(s.saved)
 	if err != nil {
 		return err
 	}
@@ -141,9 +261,10 @@ func (rt *Runtime) Restore(c sandbox.Config, dir string) (sandbox.Instance, erro
 	if emul, err := useEmulation(rt.AllowEmulation); err != nil || emul != sv.Emulated {
 		return nil, fmt.Errorf("restore: the guest was saved under %s and would go on under %s (%v)", accelName(sv.Emulated), accelName(emul), err)
 	}
-	sb, err := rt.launch(c, sv.config(k), func(ctx context.Context, cfg Config) (*VM, error) {
-		return Restore(ctx, cfg, filepath.Join(dir, savedState))
-	})
+	if k, err = k.imageNamed(sv.KernelImage); err != nil {
+		return nil, fmt.Errorf("restore: %w", err)
+	}
+	sb, err := rt.launch(c, sv.config(k), filepath.Join(dir, savedState))
 	if err != nil {
 		return nil, err
 	}
@@ -165,7 +286,8 @@ func savedOf(cfg Config, emulated bool) (savedVM, error) {
 	if err != nil {
 		return savedVM{}, err
 	}
-	return savedVM{Kernel: cfg.Kernel.Release, MemoryMiB: cfg.MemoryMiB, CPUs: cfg.CPUs, Emulated: emulated,
+	return savedVM{Kernel: cfg.Kernel.Release, KernelImage: filepath.Base(cfg.Kernel.Image),
+		MemoryMiB: cfg.MemoryMiB, CPUs: cfg.CPUs, Emulated: emulated,
 		RootImage: cfg.RootImage, RootSize: fi.Size(), Workspace: cfg.Workspace, WorkspaceUID: cfg.WorkspaceUID,
 		WorkspaceGID: cfg.WorkspaceGID, LayerBytes: cfg.LayerBytes, Self: cfg.Self, Relay: cfg.Relay}, nil
 }

@@ -41,13 +41,17 @@ type proxyRelay struct {
 	once   sync.Once
 }
 
-// serveProxyRelay serves p on conn, the relay port's connection, until Close
-// or until conn ends. It does not close p.
+// serveProxyRelay serves p on conn, the relay port's connection (or a
+// markedConn of it), until Close or until conn ends. It does not close p.
 func serveProxyRelay(conn net.Conn, p sandbox.Proxy, log *slog.Logger) (*proxyRelay, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	sess, err := yamux.Server(&noPings{Conn: &markedConn{Conn: conn}}, guest.MuxConfig())
+	mc, ok := conn.(*markedConn)
+	if !ok {
+		mc = &markedConn{Conn: conn}
+	}
+	sess, err := yamux.Server(&noPings{Conn: mc}, guest.MuxConfig())
 	if err != nil {
 		return nil, err
 	}
@@ -226,26 +230,48 @@ type markedConn struct {
 }
 
 func (c *markedConn) Read(b []byte) (int, error) {
+	if err := c.seek(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(b)
+}
+
+// seek reads up to the guest's RelayMark, once.
+func (c *markedConn) seek() error {
 	if c.r == nil {
 		c.r = bufio.NewReader(c.Conn)
 	}
-	if !c.marked {
-		mark := guest.RelayMark
-		window := make([]byte, 0, len(mark))
-		for skipped := 0; !bytes.Equal(window, mark); skipped++ {
-			if skipped > guest.MaxRelaySkip+len(mark) {
-				return 0, fmt.Errorf("the guest's relay: no session mark in its first %d bytes", guest.MaxRelaySkip)
-			}
-			ch, err := c.r.ReadByte()
-			if err != nil {
-				return 0, err
-			}
-			if len(window) == len(mark) {
-				window = window[1:]
-			}
-			window = append(window, ch)
-		}
-		c.marked = true
+	if c.marked {
+		return nil
 	}
-	return c.r.Read(b)
+	mark := guest.RelayMark
+	window := make([]byte, 0, len(mark))
+	for skipped := 0; !bytes.Equal(window, mark); skipped++ {
+		if skipped > guest.MaxRelaySkip+len(mark) {
+			return fmt.Errorf("the guest's relay: no session mark in its first %d bytes", guest.MaxRelaySkip)
+		}
+		ch, err := c.r.ReadByte()
+		if err != nil {
+			return err
+		}
+		if len(window) == len(mark) {
+			window = window[1:]
+		}
+		window = append(window, ch)
+	}
+	c.marked = true
+	return nil
+}
+
+// awaitMark waits up to d for the guest's RelayMark; an error that is a
+// timeout (os.ErrDeadlineExceeded) says none came.
+func (c *markedConn) awaitMark(d time.Duration) error {
+	if err := c.SetReadDeadline(time.Now().Add(d)); err != nil {
+		return err
+	}
+	err := c.seek()
+	if derr := c.SetReadDeadline(time.Time{}); err == nil {
+		err = derr
+	}
+	return err
 }

@@ -9,6 +9,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // A guest whose root is an image's (Config.RootImage, nothing of the
@@ -169,4 +171,38 @@ func (v *VM) awaitHangUp(label string) error {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// reconnect gives the port whose character device is label a new host
+// end, the returned connection: one of a socket pair, whose other end
+// QEMU takes over its monitor (getfd) as the device's new backend
+// (chardev-change). QEMU, chrooted, could not connect to a path again.
+// The caller owns the connection (a relay's ends with it).
+func (v *VM) reconnect(label string) (net.Conn, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("microvm: reconnect the %s port: %w", label, err)
+	}
+	theirs := os.NewFile(uintptr(fds[1]), "qemu-"+label)
+	defer theirs.Close()
+	ours := os.NewFile(uintptr(fds[0]), label)
+	conn, err := net.FileConn(ours)
+	ours.Close()
+	if err != nil {
+		return nil, fmt.Errorf("microvm: reconnect the %s port: %w", label, err)
+	}
+	name := "hutch-" + label
+	if _, err := v.qmp.call("getfd", map[string]string{"fdname": name}, theirs); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("microvm: reconnect the %s port: %w", label, err)
+	}
+	backend := map[string]any{"type": "socket", "data": map[string]any{
+		"addr":   map[string]any{"type": "fd", "data": map[string]string{"str": name}},
+		"server": false,
+	}}
+	if _, err := v.qmp.call("chardev-change", map[string]any{"id": label, "backend": backend}, nil); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("microvm: reconnect the %s port: %w", label, err)
+	}
+	return conn, nil
 }

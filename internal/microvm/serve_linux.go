@@ -98,7 +98,7 @@ func (rt *Runtime) Start(c sandbox.Config) (sandbox.Instance, error) {
 	} else {
 		cfg.Share = &Share{LocalWorkspace: s.Filesystem.Workspace, Hide: hide, Virtiofsd: rt.Virtiofsd}
 	}
-	sb, err := rt.launch(c, cfg, Boot)
+	sb, err := rt.launch(c, cfg, "")
 	if err != nil {
 		return nil, err
 	}
@@ -106,12 +106,12 @@ func (rt *Runtime) Start(c sandbox.Config) (sandbox.Instance, error) {
 	return sb, nil
 }
 
-// launch starts a VM of cfg for the sandbox of c with start (Boot, or a
-// Restore), QEMU under ids of its own (vmIDs) in the sandbox's VM
+// launch starts a VM of cfg for the sandbox of c — booted, or restored
+// from the state file state (start) — QEMU under ids of its own (vmIDs) in the sandbox's VM
 // directory, and returns the served sandbox: the proxy's relay served in
 // network mode "proxy", what a save needs recorded for a guest of an
 // image. c.Proxy is the sandbox's once it returns without an error.
-func (rt *Runtime) launch(c sandbox.Config, cfg Config, start func(context.Context, Config) (*VM, error)) (*served, error) {
+func (rt *Runtime) launch(c sandbox.Config, cfg Config, state string) (*served, error) {
 	ids, release, err := vmIDs.take()
 	if err != nil {
 		return nil, err
@@ -124,7 +124,7 @@ func (rt *Runtime) launch(c sandbox.Config, cfg Config, start func(context.Conte
 	cfg.UID, cfg.GID, cfg.Log = ids, ids, log
 	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
 	defer cancel()
-	vm, err := start(ctx, cfg)
+	vm, err := start(ctx, cfg, state)
 	if errors.Is(err, ErrNoAccel) {
 		release()
 		return nil, noAccelErr()
@@ -141,14 +141,22 @@ func (rt *Runtime) launch(c sandbox.Config, cfg Config, start func(context.Conte
 	if vm.Emulated() {
 		log.Info("microvm: no KVM: the guest runs under software emulation (--allow-emulation), tens of times slower")
 	}
-	sb := &served{vm: vm, proxy: c.Proxy, release: release, done: make(chan struct{})}
+	sb := &served{vm: vm, proxy: c.Proxy, release: release, done: make(chan struct{}), log: log}
 	if cfg.RootImage != "" {
 		if sb.saved, err = savedOf(cfg, vm.Emulated()); err != nil {
 			return fail(err)
 		}
 	}
 	if cfg.Relay {
-		if sb.relay, err = serveProxyRelay(vm.RelayConn(), c.Proxy, log); err != nil {
+		// A booted guest's first session starts with its relay, the
+		// host's end skips to it as it reads; a restored guest may go on
+		// with the session it was saved in (serveRelay).
+		if state == "" {
+			sb.relay, err = serveProxyRelay(vm.RelayConn(), c.Proxy, log)
+		} else {
+			sb.relay, err = sb.serveRelay(vm.RelayConn())
+		}
+		if err != nil {
 			return fail(err)
 		}
 	}
@@ -223,9 +231,11 @@ func (rt *Runtime) checkStart(c sandbox.Config) error {
 // proxy.
 type served struct {
 	vm      *VM
-	relay   *proxyRelay   // nil unless network mode "proxy"
+	relayMu sync.Mutex
+	relay   *proxyRelay   // nil unless network mode "proxy"; under relayMu
 	proxy   sandbox.Proxy // closed with the sandbox; nil for none
-	release func()        // gives QEMU's ids back
+	log     *slog.Logger
+	release func() // gives QEMU's ids back
 	done    chan struct{}
 	code    int // QEMU's exit code once done is closed; -1 when killed
 	closing atomic.Bool
@@ -254,6 +264,10 @@ func (s *served) ExitCode() int {
 // Dropped is empty: the tier sets up everything or fails.
 func (s *served) Dropped() []string { return nil }
 
+// ExportsLayer is true: the guest's agent exports its root layer, which is
+// in the guest's memory (agent.Client.ExportLayer), for snapshots.
+func (s *served) ExportsLayer() bool { return true }
+
 // Freeze stops the guest's virtual CPUs (QEMU's monitor: stop).
 func (s *served) Freeze() error { return s.vm.Pause() }
 
@@ -266,8 +280,8 @@ func (s *served) Close() error {
 	var err error
 	s.closing.Store(true)
 	s.once.Do(func() {
-		if s.relay != nil {
-			s.relay.Close()
+		if r := s.proxyRelay(); r != nil {
+			r.Close()
 		}
 		err = s.vm.Close()
 		<-s.done

@@ -14,6 +14,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/hutch-sandbox/hutch/internal/layer"
 )
 
 // opaqueXattr marks a directory of a layer opaque for the overlay that
@@ -251,4 +253,54 @@ func layerXattrs(src string) ([][2]string, error) {
 	}
 	slices.SortFunc(out, func(a, b [2]string) int { return strings.Compare(a[0], b[0]) })
 	return out, nil
+}
+
+// SnapshotExported is SnapshotLayer for a sandbox whose root layer is not
+// on the host (a microVM's guest keeps it in its own memory): r is the
+// layer as an OCI layer's tar, which the sandbox's agent wrote
+// (agent.Client.ExportLayer), its owners the sandbox's own ids. It is
+// hostile input: it is unpacked (package layer: nothing outside tmp, no
+// device but whiteouts, set-id bits and file capabilities stripped, at
+// most limit bytes of contents and layer.DefaultLimits' entries) into
+// tmp, a directory that must not exist and that the caller removes, and
+// copied from there to dst as SnapshotLayer copies, with the same digest
+// the same tree would have under another tier.
+func SnapshotExported(r io.Reader, tmp, dst string, limit int64) (Snapshot, error) {
+	if err := unix.Mkdir(tmp, 0o700); err != nil {
+		return Snapshot{}, fmt.Errorf("snapshot: %w", err)
+	}
+	upper := filepath.Join(tmp, "upper")
+	if err := unix.Mkdir(upper, 0o755); err != nil {
+		return Snapshot{}, fmt.Errorf("snapshot: %w", err)
+	}
+	lim := layer.DefaultLimits
+	if limit > 0 {
+		// The tar's headers count too: a bound of its own for them.
+		lim.Bytes = min(lim.Bytes, limit+1<<30)
+	}
+	// Owned as SnapshotLayer finds a sandbox's files on the host.
+	shift := func(id int) int {
+		if id < 0 || id >= layerIDs {
+			id = 65534
+		}
+		return RootMappedID + id
+	}
+	_, err := layer.Unpack(r, upper, layer.Options{Limits: lim, OpaqueXattr: opaqueXattr,
+		Owner: func(uid, gid int) (int, int) { return shift(uid), shift(gid) }})
+	if errors.Is(err, layer.ErrTooLarge) {
+		return Snapshot{}, fmt.Errorf("snapshot: %w (%w)", err, ErrLayerTooLarge)
+	}
+	if err != nil {
+		return Snapshot{}, fmt.Errorf("snapshot: the sandbox's layer: %w", err)
+	}
+	// The layer's top, which no tar entry names: the sandbox's root's,
+	// of no time, so that the same tree has the same digest.
+	if err := unix.Lchown(upper, RootMappedID, RootMappedID); err != nil {
+		return Snapshot{}, fmt.Errorf("snapshot: %w", err)
+	}
+	zero := []unix.Timespec{{}, {}}
+	if err := unix.UtimesNanoAt(unix.AT_FDCWD, upper, zero, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return Snapshot{}, fmt.Errorf("snapshot: %w", err)
+	}
+	return SnapshotLayer(tmp, dst, limit)
 }

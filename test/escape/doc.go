@@ -78,6 +78,9 @@
 // "gvisor", the latter with hutch serve --default-tier gvisor), so every
 // sandbox they make is of that tier; servedNotUnderGVisor names those
 // that skip the gVisor daemon, with the reason (none today).
+// TestItem21_GuestSnapshot starts a daemon of the microvm tier (under
+// emulation, a busybox image in its store) for what only a guest's root
+// can make in its layer and a snapshot then brings to the host.
 // TestItem07_Volumes attacks a served sandbox's volumes (host directories
 // of the daemon's shown in it): no front end takes volumes in this
 // version, so it runs a daemon (daemon.Manager) of each tier in the test
@@ -146,7 +149,9 @@
 //	21 privilege granted by what is written TestItem21_* (set-id modes by every call, file
 //	                                        capabilities and ACLs, umask, a .git made
 //	                                        writable, copies, hutch cp, served layers,
-//	                                        a served review workspace's apply)
+//	                                        a served review workspace's apply, a microVM
+//	                                        guest's root layer in its snapshot:
+//	                                        TestItem21_GuestSnapshot)
 //	22 git beyond .git/config and hooks     TestItem22_GitEverywhere
 //	23 other tools' configuration           TestItem23_ToolConfig
 //	24 more credential stores               TestItem24_CredentialStores, _DiffShowsOnlyTheView

@@ -153,12 +153,19 @@ ln -s /tmp .git/hooks2 2>/dev/null
 			// place, a gitlink to a directory elsewhere, a symbolic link —
 			// is set aside when the sandbox ends; .gitmodules stays
 			// protected; a clean repository is kept (the control).
+			// Setting aside is the host's, once the sandbox has ended,
+			// the same for every tier: under the microvm tier, whose
+			// every run boots a guest under emulation, the .git made is
+			// a directory only.
 			for name, make := range map[string]string{
 				"dir":     tryWrites([]string{".git/hooks/pre-commit", ".git/config"}, "control"),
 				"moved":   "mkdir -p d/hooks && echo '#!/bin/sh' > d/hooks/post-checkout && mv -T d .git && echo control > control\n",
 				"gitlink": "echo 'gitdir: /var/tmp' > .git && echo control > control\n",
 				"symlink": "ln -s /var/tmp .git && echo control > control\n",
 			} {
+				if sb.microvm() && name != "dir" {
+					continue
+				}
 				ws := testutil.OwnedDir(t, sb.mode.uid)
 				before := snapshot(t, ws)
 				r := sb.run(opts{dir: ws}, make+tryWrites([]string{".gitmodules"}, "control"))

@@ -38,16 +38,24 @@ func (d *served) client(args ...string) result {
 	return r
 }
 
-// createCLI makes a sandbox with the daemon's defaults through hutch create and returns its id.
-func (d *served) createCLI() string {
+// createCLI makes a sandbox with the daemon's defaults (and args, hutch
+// create's flags) through hutch create and returns its id.
+func (d *served) createCLI(args ...string) string {
 	d.t.Helper()
-	r := d.client("create")
+	return d.clientID(append([]string{"create"}, args...)...)
+}
+
+// clientID runs the client command args, which must succeed and print an
+// id (hutch create's, hutch snapshot's) last, and returns that id.
+func (d *served) clientID(args ...string) string {
+	d.t.Helper()
+	r := d.client(args...)
 	if r.code != 0 {
-		d.t.Fatalf("hutch create:\n%s", r)
+		d.t.Fatalf("hutch %s:\n%s", strings.Join(args, " "), r)
 	}
 	ls := strings.Fields(r.stdout)
 	if len(ls) == 0 {
-		d.t.Fatalf("hutch create printed no id:\n%s", r)
+		d.t.Fatalf("hutch %s printed no id:\n%s", strings.Join(args, " "), r)
 	}
 	return ls[len(ls)-1]
 }

@@ -39,6 +39,13 @@ type served struct {
 // is still there.
 func startServed(t *testing.T, dir string, tcp bool, flags ...string) *served {
 	t.Helper()
+	return startServedEnv(t, dir, tcp, nil, flags...)
+}
+
+// startServedEnv is startServed with env added to the daemon's
+// environment.
+func startServedEnv(t *testing.T, dir string, tcp bool, env []string, flags ...string) *served {
+	t.Helper()
 	testutil.RequireRoot(t)
 	if dir == "" {
 		dir = hostDir(t, 0, "serve")
@@ -55,7 +62,7 @@ func startServed(t *testing.T, dir string, tcp bool, flags ...string) *served {
 		args = append(args, "--listen", "127.0.0.1:0")
 	}
 	s.cmd = exec.Command(testutil.Hutch(t), append(args, flags...)...)
-	s.cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + dir, "LANG=C"}
+	s.cmd.Env = append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + dir, "LANG=C"}, env...)
 	s.cmd.Dir = dir
 	s.cmd.Stdout, s.cmd.Stderr = log, log
 	if err := s.cmd.Start(); err != nil {

@@ -293,7 +293,7 @@ func expectReport(t *testing.T, evs []event, blocked []blockedWant, allowed map[
 const curlFn = `
 try() {
 	name=$1; shift
-	code=$(curl -sS --max-time 10 -D /tmp/h.$name -o /tmp/b.$name -w '%{http_code}/%{http_connect}' "$@" 2>/tmp/e.$name)
+	code=$(curl -sS --max-time 60 -D /tmp/h.$name -o /tmp/b.$name -w '%{http_code}/%{http_connect}' "$@" 2>/tmp/e.$name)
 	rc=$?
 	blocked=$(tr -d '\r' </tmp/h.$name 2>/dev/null | grep -i '^x-hutch-blocked:' | head -n1 | cut -d: -f2- | sed 's/^ *//' | tr ' ' '_')
 	body=$(head -c 100 /tmp/b.$name 2>/dev/null | tr -c 'A-Za-z0-9._/:=-' '_')

@@ -97,6 +97,7 @@ func initGuest(log *slog.Logger) error {
 		}
 	}
 	dir := "/"
+	layer := -1 // the root layer's tmpfs, for exportLayer
 	if tag := os.Getenv(RootEnv); tag != "" {
 		dir = os.Getenv(WorkspaceEnv)
 		if !filepath.IsAbs(dir) {
@@ -120,7 +121,8 @@ func initGuest(log *slog.Logger) error {
 			}
 			owner = [2]int{uid, gid}
 		}
-		if err := switchRoot(tag, dir, layerSize, os.Getenv(LocalWorkspaceEnv) == "1", owner); err != nil {
+		var err error
+		if layer, err = switchRoot(tag, dir, layerSize, os.Getenv(LocalWorkspaceEnv) == "1", owner); err != nil {
 			return err
 		}
 		log.Info("microvm init: switched into the shared root", "workspace", dir, "after", time.Since(start))
@@ -171,6 +173,10 @@ func initGuest(log *slog.Logger) error {
 	// An image that ships hutch's sudo (its marker) gets it served, as
 	// in the other tiers.
 	_, noSudo := os.Lstat(agent.SudoMarker)
+	var export func(io.Writer) error
+	if layer >= 0 {
+		export = func(w io.Writer) error { return exportLayer(layer, w) }
+	}
 	err = agent.Serve(conn, agent.ServeOptions{
 		PID1:       true,
 		Log:        log,
@@ -185,6 +191,14 @@ func initGuest(log *slog.Logger) error {
 				log.Warn("microvm init: set the clock to the host's", "err", err)
 			}
 		},
+		// A copy restored from a snapshot's save starts with its
+		// source's random pool: the host's bytes make it its own.
+		Reseed: func(b []byte) {
+			if err := reseed(b); err != nil {
+				log.Warn("microvm init: reseed the kernel's random pool", "err", err)
+			}
+		},
+		ExportLayer: export,
 	})
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)

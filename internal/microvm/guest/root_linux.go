@@ -26,40 +26,52 @@ const (
 // local, a directory made there in the layer, owned by owner), moves
 // /proc, /sys and /dev there, gives it a /tmp, and makes it the root (the
 // initramfs's way: move it onto / and chroot, as the initramfs cannot be
-// pivoted away). The init stays PID 1 and goes on in the new root.
-func switchRoot(tag, workspace string, layerSize int64, local bool, owner [2]int) error {
+// pivoted away). The init stays PID 1 and goes on in the new root. It
+// returns a descriptor of the layer's tmpfs (O_PATH), which the new root
+// does not show, for exportLayer.
+func switchRoot(tag, workspace string, layerSize int64, local bool, owner [2]int) (layer int, err error) {
+	layer = -1
+	defer func() {
+		if err != nil && layer >= 0 {
+			unix.Close(layer)
+			layer = -1
+		}
+	}()
 	for _, d := range []string{lowerDir, layerDir, mergedDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
-			return err
+			return layer, err
 		}
 	}
 	if dev, ok := strings.CutPrefix(tag, "block:"); ok {
 		if err := mountBlock("/dev/"+dev, lowerDir); err != nil {
-			return err
+			return layer, err
 		}
 	} else if err := mountVirtiofs(tag, lowerDir, unix.MS_RDONLY|unix.MS_NODEV); err != nil {
-		return err
+		return layer, err
 	}
 	layerOpts := "mode=0755"
 	if layerSize > 0 {
 		layerOpts += ",size=" + strconv.FormatInt(layerSize, 10)
 	}
 	if err := unix.Mount("tmpfs", layerDir, "tmpfs", unix.MS_NODEV, layerOpts); err != nil {
-		return fmt.Errorf("mount the root's layer: %w", err)
+		return layer, fmt.Errorf("mount the root's layer: %w", err)
+	}
+	if layer, err = unix.Open(layerDir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
+		return layer, fmt.Errorf("open the root's layer: %w", err)
 	}
 	upper, work := filepath.Join(layerDir, "upper"), filepath.Join(layerDir, "work")
 	for _, d := range []string{upper, work} {
 		if err := os.Mkdir(d, 0o755); err != nil {
-			return err
+			return layer, err
 		}
 	}
 	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", lowerDir, upper, work)
 	if err := unix.Mount("overlay", mergedDir, "overlay", unix.MS_NODEV, opts); err != nil {
-		return fmt.Errorf("mount the root's overlay: %w", err)
+		return layer, fmt.Errorf("mount the root's overlay: %w", err)
 	}
 	for _, d := range []string{"proc", "sys", "dev", "tmp", "root", "home", "var/tmp", "run"} {
 		if err := os.MkdirAll(filepath.Join(mergedDir, d), 0o755); err != nil {
-			return err
+			return layer, err
 		}
 	}
 	for _, d := range []string{"tmp", "var/tmp", "run"} {
@@ -68,36 +80,36 @@ func switchRoot(tag, workspace string, layerSize int64, local bool, owner [2]int
 			mode = "mode=0755"
 		}
 		if err := unix.Mount("tmpfs", filepath.Join(mergedDir, d), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, mode); err != nil {
-			return fmt.Errorf("mount /%s: %w", d, err)
+			return layer, fmt.Errorf("mount /%s: %w", d, err)
 		}
 	}
 	// The workspace last: it may be under /tmp.
 	ws := filepath.Join(mergedDir, workspace)
 	if err := os.MkdirAll(ws, 0o755); err != nil {
-		return err
+		return layer, err
 	}
 	if !local {
 		if err := mountVirtiofs("workspace", ws, unix.MS_NODEV); err != nil {
-			return err
+			return layer, err
 		}
 	} else if err := os.Lchown(ws, owner[0], owner[1]); err != nil {
-		return fmt.Errorf("the workspace's owner: %w", err)
+		return layer, fmt.Errorf("the workspace's owner: %w", err)
 	}
 	for _, d := range []string{"/proc", "/sys", "/dev"} {
 		if err := unix.Mount(d, filepath.Join(mergedDir, d), "", unix.MS_MOVE, ""); err != nil {
-			return fmt.Errorf("move %s into the root: %w", d, err)
+			return layer, fmt.Errorf("move %s into the root: %w", d, err)
 		}
 	}
 	if err := unix.Chdir(mergedDir); err != nil {
-		return err
+		return layer, err
 	}
 	if err := unix.Mount(".", "/", "", unix.MS_MOVE, ""); err != nil {
-		return fmt.Errorf("move the root onto /: %w", err)
+		return layer, fmt.Errorf("move the root onto /: %w", err)
 	}
 	if err := unix.Chroot("."); err != nil {
-		return fmt.Errorf("chroot: %w", err)
+		return layer, fmt.Errorf("chroot: %w", err)
 	}
-	return unix.Chdir("/")
+	return layer, unix.Chdir("/")
 }
 
 // mountVirtiofs mounts the virtiofs share tagged tag on dir, waiting up to

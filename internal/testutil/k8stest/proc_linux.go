@@ -95,6 +95,12 @@ func (p *proc) stop(t testing.TB) {
 	}
 }
 
+// devicePlugins is where every kubelet puts its device plugins' socket
+// and checkpoint, whatever its --root-dir: each cluster's mount namespace
+// has its own, so that the kubelets of clusters started at once do not
+// take each other's socket.
+const devicePlugins = "/var/lib/kubelet/device-plugins"
+
 // startMountNamespace starts the process that holds the mount namespace
 // of containerd and the kubelet: tmpfs on /run/containerd (shims'
 // sockets, runc's state) and /var/log (the kubelet's
@@ -105,12 +111,15 @@ func (p *proc) stop(t testing.TB) {
 // until the cluster ends, and their engines could not remove them.
 func (c *Cluster) startMountNamespace(t testing.TB) {
 	t.Helper()
-	if err := os.MkdirAll("/run/containerd", 0o711); err != nil {
-		t.Fatal(err)
+	for _, d := range []string{"/run/containerd", devicePlugins} {
+		if err := os.MkdirAll(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
 	}
 	script := `set -e
 mount -t tmpfs -o mode=0711 hutch-k8s /run/containerd
 mount -t tmpfs -o mode=0755 hutch-k8s /var/log
+mount -t tmpfs -o mode=0755 hutch-k8s ` + devicePlugins + `
 for f in "$1"/*; do
 	mount --bind "$f" "/proc/sys/$(basename "$f" | tr . /)"
 done
