@@ -179,13 +179,26 @@ const (
 // serveHTTP2 serves HTTP/2 on tc, which negotiated h2, until the client
 // or the proxy ends it, and waits for the requests being served. Every
 // stream is a request served by ServeHTTP, as over HTTP/1.1.
+//
+// The client's preface and its first frame are read here first, within
+// handshakeTimeout as the TLS handshake was: Go's HTTP/2 server gives a
+// client a fixed 10 s for its preface and then 2 s for its first
+// SETTINGS, which a sandbox on a busy machine does not always meet (a
+// microVM under emulation, whose client writes them as two TLS records,
+// lost its connection under its first request). The server then finds
+// them read already: it is given the decrypted stream (h2Conn), with
+// those bytes put back, as HTTP/2 with prior knowledge — net/http serves
+// HTTP/2 over TLS only on a *tls.Conn, which cannot be given back what
+// was read from it.
 func (ic *interception) serveHTTP2(tc *tls.Conn) {
 	p := ic.p
-	// net/http serves HTTP/2 only on a *tls.Conn: the listener hands tc
-	// itself, and the connection's end is told by its state.
-	l := &oneConnListener{conn: tc, done: make(chan struct{}), addr: tc.LocalAddr()}
+	first, err := readH2Start(tc)
+	if err != nil {
+		p.log().Debug("egress: the sandbox's HTTP/2 connection did not start", "host", ic.v.Host, "port", ic.v.Port, "err", err)
+		return
+	}
 	var protocols http.Protocols
-	protocols.SetHTTP2(true)
+	protocols.SetUnencryptedHTTP2(true)
 	srv := &http.Server{
 		Handler:        ic,
 		IdleTimeout:    idleTimeout,
@@ -201,15 +214,67 @@ func (ic *interception) serveHTTP2(tc *tls.Conn) {
 			MaxReceiveBufferPerConnection: h2ConnWindow,
 			MaxReceiveBufferPerStream:     h2StreamWindow,
 		},
-		ConnState: func(_ net.Conn, s http.ConnState) {
-			if s == http.StateClosed || s == http.StateHijacked {
-				l.end()
-			}
-		},
 	}
-	_ = srv.Serve(l)
+	_ = srv.Serve(newOneConnListener(&h2Conn{tls: tc, first: first}))
 	ic.handlers.Wait()
 }
+
+// readH2Start reads an HTTP/2 client's preface and its first frame from
+// c within handshakeTimeout, and returns both. A frame longer than
+// h2MaxFrame is an error.
+func readH2Start(c net.Conn) ([]byte, error) {
+	_ = c.SetReadDeadline(time.Now().Add(handshakeTimeout))
+	defer c.SetReadDeadline(time.Time{})
+	b := make([]byte, len(h2Preface)+9, len(h2Preface)+9+64)
+	if _, err := io.ReadFull(c, b[:len(h2Preface)]); err != nil {
+		return nil, fmt.Errorf("preface: %w", err)
+	}
+	if string(b[:len(h2Preface)]) != h2Preface {
+		return nil, errors.New("not HTTP/2's client preface")
+	}
+	hdr := b[len(h2Preface):]
+	if _, err := io.ReadFull(c, hdr); err != nil {
+		return nil, fmt.Errorf("first frame: %w", err)
+	}
+	n := int(hdr[0])<<16 | int(hdr[1])<<8 | int(hdr[2])
+	if n > h2MaxFrame {
+		return nil, fmt.Errorf("first frame of %d bytes", n)
+	}
+	b = append(b, make([]byte, n)...)
+	if _, err := io.ReadFull(c, b[len(b)-n:]); err != nil {
+		return nil, fmt.Errorf("first frame: %w", err)
+	}
+	return b, nil
+}
+
+// h2Preface is what an HTTP/2 client sends first.
+const h2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+// h2Conn is the decrypted stream of an HTTP/2 connection over TLS whose
+// first bytes were read already: reads return them first. It hides the
+// TLS connection's state, which would make net/http take it for HTTP/1
+// over TLS.
+type h2Conn struct {
+	tls   *tls.Conn
+	first []byte
+}
+
+func (c *h2Conn) Read(b []byte) (int, error) {
+	if len(c.first) > 0 {
+		n := copy(b, c.first)
+		c.first = c.first[n:]
+		return n, nil
+	}
+	return c.tls.Read(b)
+}
+
+func (c *h2Conn) Write(b []byte) (int, error)        { return c.tls.Write(b) }
+func (c *h2Conn) Close() error                       { return c.tls.Close() }
+func (c *h2Conn) LocalAddr() net.Addr                { return c.tls.LocalAddr() }
+func (c *h2Conn) RemoteAddr() net.Addr               { return c.tls.RemoteAddr() }
+func (c *h2Conn) SetDeadline(t time.Time) error      { return c.tls.SetDeadline(t) }
+func (c *h2Conn) SetReadDeadline(t time.Time) error  { return c.tls.SetReadDeadline(t) }
+func (c *h2Conn) SetWriteDeadline(t time.Time) error { return c.tls.SetWriteDeadline(t) }
 
 // closerFunc is a function as an io.Closer.
 type closerFunc func()
@@ -506,7 +571,6 @@ type oneConnListener struct {
 	mu   sync.Mutex
 	conn net.Conn
 	done chan struct{}
-	once sync.Once
 	addr net.Addr
 }
 
@@ -528,12 +592,6 @@ func (l *oneConnListener) Accept() (net.Conn, error) {
 	}
 	<-l.done
 	return nil, net.ErrClosed
-}
-
-// end signals the connection's end, when the listener does not learn it
-// from the connection's Close.
-func (l *oneConnListener) end() {
-	l.once.Do(func() { close(l.done) })
 }
 
 // Close does nothing: the connection ends by itself.
