@@ -252,8 +252,27 @@ type harness struct {
 // notUnderMicroVM's reason when it is there.
 func forEachMode(t *testing.T, f func(t *testing.T, sb *harness)) {
 	t.Helper()
+	forModes(t, (*testing.T).Parallel, f)
+}
+
+// forEachModeSerially is forEachMode for a test that holds the host
+// root's lock alone (testutil.HostRootChanges): the test and its subtests
+// run one after another, not in parallel with the suite's others. A
+// parallel test would hold the lock from before it paused, for as long
+// as the suite's parallel tests take to let its subtests run, and every
+// test of another package that restores a sandbox of the host's root
+// (testutil.HostRootSteady) would wait that long.
+func forEachModeSerially(t *testing.T, f func(t *testing.T, sb *harness)) {
+	t.Helper()
+	forModes(t, func(*testing.T) {}, f)
+}
+
+// forModes is forEachMode with parallel called where a test may run in
+// parallel with others.
+func forModes(t *testing.T, parallel func(*testing.T), f func(t *testing.T, sb *harness)) {
+	t.Helper()
 	testutil.RequireRoot(t)
-	t.Parallel()
+	parallel(t)
 	t.Run(policy.TierMicroVM, func(t *testing.T) {
 		name := t.Name()[:strings.Index(t.Name(), "/")]
 		if why, ok := notUnderMicroVM[name]; ok {
@@ -262,17 +281,17 @@ func forEachMode(t *testing.T, f func(t *testing.T, sb *harness)) {
 		if !slices.Contains(underMicroVM, name) {
 			t.Skip("not under the microvm tier: its escape items are those of underMicroVM (files, environment, network, secrets)")
 		}
-		t.Parallel()
+		parallel(t)
 		m := microVM
 		m.kernel = guestKernel(t)
 		t.Run(m.name, func(t *testing.T) {
-			t.Parallel()
+			parallel(t)
 			f(t, newSandbox(t, m))
 		})
 	})
 	for _, tr := range tiers {
 		t.Run(tr.name, func(t *testing.T) {
-			t.Parallel()
+			parallel(t)
 			runsc := ""
 			if tr.name == policy.TierGVisor {
 				if why, ok := notUnderGVisor[t.Name()[:strings.Index(t.Name(), "/")]]; ok {
@@ -288,7 +307,7 @@ func forEachMode(t *testing.T, f func(t *testing.T, sb *harness)) {
 							t.Skip("with the gofer only, not again with direct file access (notUnderDirectFS): " + why)
 						}
 					}
-					t.Parallel()
+					parallel(t)
 					f(t, newSandbox(t, m))
 				})
 			}

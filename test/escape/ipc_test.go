@@ -74,7 +74,8 @@ func count(t *testing.T, l net.Listener, addr string) *listener {
 // hostSocket makes a listener at path for the test if nothing is there
 // yet, creating missing parent directories (removed again afterwards). It
 // returns nil, touching nothing, when path or a parent is in use on this
-// host.
+// host. What it makes, it makes holding the host root's lock alone until
+// the test ends: the test runs its modes with forEachModeSerially.
 func hostSocket(t *testing.T, path string) *listener {
 	t.Helper()
 	if _, err := os.Lstat(path); err == nil {
@@ -123,7 +124,7 @@ func TestItem12_HostUnixSockets(t *testing.T) {
 		}
 		shared[p] = hostSocket(t, p)
 	}
-	forEachMode(t, func(t *testing.T, sb *harness) {
+	forEachModeSerially(t, func(t *testing.T, sb *harness) {
 		socks := hostDir(t, sb.mode.uid, "sock")
 		mkdirs(t, sb.home, sb.mode.uid, ".ssh", ".gnupg")
 		own := map[string]*listener{}

@@ -276,7 +276,7 @@ func TestItem25_HutchDaemon(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	forEachMode(t, func(t *testing.T, sb *harness) {
+	forEachModeSerially(t, func(t *testing.T, sb *harness) {
 		socks := hostDir(t, sb.mode.uid, "sock")
 		open := listenUnix(t, filepath.Join(socks, "hutch.sock"))
 		a := sb.attacker()
