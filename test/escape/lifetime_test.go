@@ -129,7 +129,36 @@ func TestItem09_SupervisorKilled(t *testing.T) {
 		waitNoMarked(t, marker)
 		waitGone(t, held)
 		quiet(t, sb.ws)
+		if sb.gvisor() {
+			// What the killed hutch left on the host, its state
+			// directory with the workspace's binds in it, is swept by
+			// the next gVisor sandbox: after one, nothing holds the
+			// workspace.
+			if r := sb.run(opts{}, "true"); r.code != 0 {
+				t.Fatalf("the next sandbox: %s", r)
+			}
+			// Another sandbox starting meanwhile holds a copy of the
+			// host's mounts for a moment (it drops the state
+			// directory's): a minute to let go.
+			var m []string
+			if !testutil.Eventually(time.Minute, func() bool { m = mountsOf(sb.ws); return len(m) == 0 }) {
+				t.Errorf("the workspace is still mounted on the host after the next sandbox swept:\n%s", strings.Join(m, "\n"))
+			}
+		}
 	})
+}
+
+// mountsOf lists the host's mounts (this process's mountinfo lines) of
+// dir or of something in it.
+func mountsOf(dir string) []string {
+	b, _ := os.ReadFile("/proc/self/mountinfo")
+	var m []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) > 4 && (f[3] == dir || strings.HasPrefix(f[3], dir+"/")) {
+			m = append(m, l)
+		}
+	}
+	return m
 }
 
 // waitGone fails the test unless every pid of pids (a sandbox's host
